@@ -1,0 +1,53 @@
+import { BLOCK_SIZE_TOKENS } from './profiles';
+
+/**
+ * Chained block hashes, as vLLM's prefix cache keys blocks: hash_i = H(hash_{i-1}, tokens of block i),
+ * so equal hash at position i means the whole prefix up to and including block i is equal.
+ * vLLM uses sha256; the simulator only needs equality, so it uses a fast 53-bit mix (two 32-bit
+ * lanes, cyrb53-style) that stays a plain JS number (a cheap Map key). Collision odds with 10^5
+ * cached blocks are ~10^-6.
+ */
+
+/** Hash of the empty prefix, optionally salted (`cache_salt` gives a request a separate cache). */
+export function rootHash(salt?: string): number {
+  if (salt === undefined || salt === '') return 0x1b873593;
+  let h1 = 0x9e3779b1;
+  let h2 = 0x85ebca6b;
+  for (let i = 0; i < salt.length; i++) {
+    const c = salt.charCodeAt(i);
+    h1 = Math.imul(h1 ^ c, 2654435761);
+    h2 = Math.imul(h2 ^ c, 1597334677);
+  }
+  return finalize(h1, h2);
+}
+
+export function hashBlock(parent: number, tokens: ArrayLike<number>, start: number): number {
+  let h1 = (parent >>> 0) ^ 0xdeadbeef;
+  let h2 = Math.floor(parent / 4294967296) ^ 0x41c6ce57;
+  for (let i = start; i < start + BLOCK_SIZE_TOKENS; i++) {
+    const token = tokens[i] as number;
+    h1 = Math.imul(h1 ^ token, 2654435761);
+    h2 = Math.imul(h2 ^ token, 1597334677);
+  }
+  return finalize(h1, h2);
+}
+
+/** Hashes of every full block of `tokens` (a trailing partial block has no hash). */
+export function hashFullBlocks(tokens: ArrayLike<number>, salt?: string, maxBlocks = Infinity): number[] {
+  const count = Math.min(Math.floor(tokens.length / BLOCK_SIZE_TOKENS), maxBlocks);
+  const hashes = new Array<number>(count);
+  let parent = rootHash(salt);
+  for (let block = 0; block < count; block++) {
+    parent = hashBlock(parent, tokens, block * BLOCK_SIZE_TOKENS);
+    hashes[block] = parent;
+  }
+  return hashes;
+}
+
+function finalize(a: number, b: number): number {
+  let h1 = a;
+  let h2 = b;
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+  return 4294967296 * (2097151 & h2) + (h1 >>> 0);
+}

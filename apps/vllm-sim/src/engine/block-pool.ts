@@ -1,0 +1,154 @@
+import { BLOCK_SIZE_TOKENS } from './profiles';
+
+/**
+ * The KV-cache block pool with automatic prefix caching, modelled on vLLM V1's BlockPool:
+ * - `numGpuBlocks` blocks; block 0 is vLLM's reserved null block, so `numGpuBlocks − 1` are usable.
+ * - A block is either referenced by running requests (pinned) or free. Free blocks sit in one queue,
+ *   least recently freed at the head; allocation takes from the head and, if the block still holds
+ *   a cached prefix, evicts that entry. So cached blocks are only lost when space is needed (LRU).
+ * - A full block's chained hash is registered when its 16 tokens are computed; a later request whose
+ *   prefix hashes to it reuses it (a hit pulls it out of the free queue).
+ * - Freed requests return blocks in reverse order, so a prefix's tail is evicted before its head.
+ * Invariant: freeCount + referenced blocks = numGpuBlocks − 1.
+ */
+export class KvBlock {
+  refCount = 0;
+  /** Chained hash of the prefix ending with this block, once it is full and cached. */
+  hash: number | null = null;
+  prev: KvBlock | null = null;
+  next: KvBlock | null = null;
+  inFreeQueue = false;
+  constructor(readonly id: number) {}
+}
+
+export class BlockPool {
+  private readonly blocks: KvBlock[];
+  private readonly cachedByHash = new Map<number, KvBlock>();
+  private head: KvBlock | null = null;
+  private tail: KvBlock | null = null;
+  private freeBlocks = 0;
+  /** Cached blocks evicted to make room, since start. */
+  evictions = 0;
+
+  constructor(readonly numGpuBlocks: number) {
+    if (numGpuBlocks < 2) throw new Error('numGpuBlocks must be at least 2');
+    this.blocks = [];
+    for (let id = 1; id < numGpuBlocks; id++) {
+      const block = new KvBlock(id);
+      this.blocks.push(block);
+      this.appendFree(block);
+    }
+  }
+
+  get usableBlocks(): number {
+    return this.numGpuBlocks - 1;
+  }
+
+  /** Free blocks, counting evictable cached ones (vLLM's `get_num_free_blocks`). */
+  get freeCount(): number {
+    return this.freeBlocks;
+  }
+
+  get cachedBlockCount(): number {
+    return this.cachedByHash.size;
+  }
+
+  /** KV usage as vLLM reports it: 1 − free / (num_gpu_blocks − 1); evictable cached blocks count as free. */
+  usage(): number {
+    return 1 - this.freeBlocks / this.usableBlocks;
+  }
+
+  /** Number of leading hashes whose blocks are cached, stopping at the first miss. No side effects. */
+  countCachedPrefix(hashes: readonly number[], maxBlocks: number): number {
+    const limit = Math.min(hashes.length, maxBlocks);
+    let hits = 0;
+    while (hits < limit && this.cachedByHash.has(hashes[hits] as number)) hits++;
+    return hits;
+  }
+
+  /** Of the first `count` hashes (all cached), how many blocks sit in the free queue (a hit takes them out). */
+  countFreeAmongCached(hashes: readonly number[], count: number): number {
+    let free = 0;
+    for (let i = 0; i < count; i++) if (this.cachedByHash.get(hashes[i] as number)?.inFreeQueue) free++;
+    return free;
+  }
+
+  /** Takes a reference on the first `count` cached blocks (they must be cached: see countCachedPrefix). */
+  touchCached(hashes: readonly number[], count: number): KvBlock[] {
+    const taken: KvBlock[] = [];
+    for (let i = 0; i < count; i++) {
+      const block = this.cachedByHash.get(hashes[i] as number);
+      if (!block) throw new Error('touchCached: hash not cached');
+      if (block.inFreeQueue) this.removeFree(block);
+      block.refCount++;
+      taken.push(block);
+    }
+    return taken;
+  }
+
+  /** Allocates `count` fresh blocks, evicting cached ones from the LRU head; null if too few are free. */
+  allocate(count: number): KvBlock[] | null {
+    if (count > this.freeBlocks) return null;
+    const taken: KvBlock[] = [];
+    for (let i = 0; i < count; i++) {
+      const block = this.head as KvBlock;
+      this.removeFree(block);
+      if (block.hash !== null) {
+        this.cachedByHash.delete(block.hash);
+        block.hash = null;
+        this.evictions++;
+      }
+      block.refCount = 1;
+      taken.push(block);
+    }
+    return taken;
+  }
+
+  /** Registers a full block under its chained hash. If that prefix is already cached elsewhere, keeps the first. */
+  cacheFullBlock(block: KvBlock, hash: number): void {
+    if (block.hash !== null || this.cachedByHash.has(hash)) return;
+    block.hash = hash;
+    this.cachedByHash.set(hash, block);
+  }
+
+  /** Drops one reference on each block; blocks that reach zero join the free queue tail in reverse order. */
+  release(blocks: readonly KvBlock[]): void {
+    for (let i = blocks.length - 1; i >= 0; i--) {
+      const block = blocks[i] as KvBlock;
+      block.refCount--;
+      if (block.refCount === 0) this.appendFree(block);
+    }
+  }
+
+  /** Forgets every cached prefix (vLLM's reset_prefix_cache); referenced blocks stay allocated. */
+  resetCache(): void {
+    for (const block of this.cachedByHash.values()) block.hash = null;
+    this.cachedByHash.clear();
+  }
+
+  private appendFree(block: KvBlock): void {
+    block.inFreeQueue = true;
+    block.prev = this.tail;
+    block.next = null;
+    if (this.tail) this.tail.next = block;
+    else this.head = block;
+    this.tail = block;
+    this.freeBlocks++;
+  }
+
+  private removeFree(block: KvBlock): void {
+    if (block.prev) block.prev.next = block.next;
+    else this.head = block.next;
+    if (block.next) block.next.prev = block.prev;
+    else this.tail = block.prev;
+    block.prev = null;
+    block.next = null;
+    block.inFreeQueue = false;
+    this.freeBlocks--;
+  }
+}
+
+/** Blocks needed to hold `tokens` tokens. */
+export function blocksFor(tokens: number): number {
+  return Math.ceil(tokens / BLOCK_SIZE_TOKENS);
+}

@@ -1,0 +1,410 @@
+import { hashBlock, rootHash } from './block-hash';
+import { BlockPool, blocksFor, type KvBlock } from './block-pool';
+import { EngineStats, type FinishReason } from './engine-stats';
+import { BLOCK_SIZE_TOKENS, type EngineProfile } from './profiles';
+import { computeStepMs, type PrefillChunk } from './step-time';
+
+/**
+ * The simulated engine core: continuous batching over a KV block pool with prefix caching.
+ * Pure and synchronous: time is passed in (simulated milliseconds), nothing sleeps. `EngineLoop`
+ * drives it in (scaled) real time; tests drive it directly.
+ *
+ * One step = plan (choose what runs, allocate KV, compute duration) then complete (advance the
+ * sequences, emit tokens). Scheduling follows vLLM (shared/reference/simulator-model.md §1):
+ * - V1 (default): running sequences first (one decode token, or the next chunk of an unfinished
+ *   prefill), then waiting ones FCFS with the remaining token budget; prefill and decode share a step.
+ *   A waiting request is admitted only if the blocks for its new tokens can be allocated (head-of-line
+ *   blocking otherwise). A running sequence that needs a block when none is free preempts the most
+ *   recently admitted one (freed, back to the front of the queue, recomputed later); no new
+ *   requests are admitted in a step that preempted.
+ * - V0 (vLLM 0.6.x): a step is either prefills (every admissible waiting prompt, whole) or decodes;
+ *   prefills win, so running streams stall while new prompts prefill. 1 % of blocks are kept free.
+ */
+
+export type EngineVersion = 'v1' | 'v0';
+
+export interface SequenceListener {
+  /** A new output token (index from 0). `nowMs` is simulated time. */
+  onToken(sequence: Sequence, outputIndex: number, nowMs: number): void;
+  onFinish(sequence: Sequence, reason: FinishReason, nowMs: number): void;
+}
+
+export interface SequenceSpec {
+  readonly id: string;
+  readonly promptTokens: readonly number[];
+  /** Output tokens to generate before finishing. */
+  readonly outputTokens: number;
+  /** Why the sequence ends when `outputTokens` are out: `length` (hit max_tokens) or `stop` (EOS). */
+  readonly finishReason: 'stop' | 'length';
+  /** Token id of output token `index` (deterministic pseudo-text, hashed into cached blocks). */
+  readonly outputTokenAt: (index: number) => number;
+  readonly cacheSalt?: string;
+  /** Request-level parameters, for the `request_params_*` histograms. */
+  readonly maxTokensParam: number;
+  readonly listener: SequenceListener;
+}
+
+export type SequenceStatus = 'waiting' | 'running' | 'finished';
+
+export class Sequence {
+  status: SequenceStatus = 'waiting';
+  /** Prompt followed by the output tokens generated so far. */
+  readonly tokens: number[];
+  readonly promptLength: number;
+  /** Chained hashes of the full blocks of `tokens` computed so far. */
+  readonly blockHashes: number[] = [];
+  blocks: KvBlock[] = [];
+  /** Tokens whose KV is computed (cache hits included). */
+  numComputed = 0;
+  outputCount = 0;
+  /** Prompt tokens served from the prefix cache at first admission (`cached_tokens`). */
+  cachedTokens: number | null = null;
+  admittedAtMs: number | null = null;
+  firstTokenAtMs: number | null = null;
+  lastTokenAtMs: number | null = null;
+  admissionOrder = 0;
+  preemptions = 0;
+
+  constructor(
+    readonly spec: SequenceSpec,
+    readonly arrivalMs: number,
+    /** When the request reaches the scheduler (arrival + HTTP/tokenisation overhead). */
+    readonly readyAtMs: number,
+  ) {
+    this.tokens = spec.promptTokens.slice();
+    this.promptLength = spec.promptTokens.length;
+  }
+
+  get id(): string {
+    return this.spec.id;
+  }
+
+  /** Extends `blockHashes` to cover every full block of `tokens` up to `tokenCount`. */
+  hashBlocksUpTo(tokenCount: number): void {
+    const fullBlocks = Math.floor(tokenCount / BLOCK_SIZE_TOKENS);
+    let parent = this.blockHashes.length === 0 ? rootHash(this.spec.cacheSalt) : (this.blockHashes[this.blockHashes.length - 1] as number);
+    for (let block = this.blockHashes.length; block < fullBlocks; block++) {
+      parent = hashBlock(parent, this.tokens, block * BLOCK_SIZE_TOKENS);
+      this.blockHashes.push(parent);
+    }
+  }
+}
+
+interface ScheduledWork {
+  readonly sequence: Sequence;
+  readonly tokens: number;
+}
+
+export interface StepPlan {
+  readonly startMs: number;
+  readonly durationMs: number;
+  readonly work: readonly ScheduledWork[];
+}
+
+export interface EngineOptions {
+  readonly profile: EngineProfile;
+  readonly version: EngineVersion;
+  /** Overrides the profile's max model length (`--max-model-len`). */
+  readonly maxModelLen?: number;
+  /** Overrides the profile's KV capacity. */
+  readonly numGpuBlocks?: number;
+}
+
+export class Engine {
+  readonly pool: BlockPool;
+  readonly stats: EngineStats;
+  readonly maxModelLen: number;
+  private readonly waiting: Sequence[] = [];
+  private readonly running: Sequence[] = [];
+  private admissions = 0;
+  /** Start of the step being planned: the admission time of requests admitted in it. */
+  private currentPlanStartMs = 0;
+
+  constructor(private readonly options: EngineOptions) {
+    this.maxModelLen = options.maxModelLen ?? options.profile.maxModelLen;
+    this.pool = new BlockPool(options.numGpuBlocks ?? options.profile.numGpuBlocks);
+    this.stats = new EngineStats(this.maxModelLen);
+  }
+
+  get profile(): EngineProfile {
+    return this.options.profile;
+  }
+
+  get version(): EngineVersion {
+    return this.options.version;
+  }
+
+  get runningCount(): number {
+    return this.running.length;
+  }
+
+  get waitingCount(): number {
+    return this.waiting.length;
+  }
+
+  get runningSequences(): readonly Sequence[] {
+    return this.running;
+  }
+
+  get hasWork(): boolean {
+    return this.running.length > 0 || this.waiting.length > 0;
+  }
+
+  /** Earliest time a waiting request becomes schedulable, or null if none waits. */
+  nextReadyAtMs(): number | null {
+    let earliest: number | null = null;
+    for (const sequence of this.waiting) if (earliest === null || sequence.readyAtMs < earliest) earliest = sequence.readyAtMs;
+    return earliest;
+  }
+
+  add(spec: SequenceSpec, arrivalMs: number): Sequence {
+    const sequence = new Sequence(spec, arrivalMs, arrivalMs + this.profile.apiOverheadMs);
+    this.waiting.push(sequence);
+    this.stats.requestParamsMaxTokens.observe(spec.maxTokensParam);
+    return sequence;
+  }
+
+  /** Prompt tokens this engine would serve from its cache for `promptTokens` right now (the oracle). */
+  matchPrefixTokens(promptTokens: readonly number[], cacheSalt?: string): number {
+    const probe = new Sequence(
+      { id: 'probe', promptTokens, outputTokens: 0, finishReason: 'length', outputTokenAt: () => 0, maxTokensParam: 0, ...(cacheSalt === undefined ? {} : { cacheSalt }), listener: NO_LISTENER },
+      0,
+      0,
+    );
+    probe.hashBlocksUpTo(promptTokens.length);
+    return this.pool.countCachedPrefix(probe.blockHashes, maxHitBlocks(promptTokens.length)) * BLOCK_SIZE_TOKENS;
+  }
+
+  /** Ends a sequence early (client went away). Its blocks are freed at once; an in-flight step skips it. */
+  abort(sequence: Sequence, nowMs: number): void {
+    if (sequence.status === 'finished') return;
+    if (sequence.status === 'waiting') removeFrom(this.waiting, sequence);
+    else removeFrom(this.running, sequence);
+    this.finish(sequence, 'abort', nowMs);
+  }
+
+  /** Chooses the next step's work starting at `startMs`; null when nothing can run. */
+  planStep(startMs: number): StepPlan | null {
+    this.currentPlanStartMs = startMs;
+    const work = this.version === 'v0' ? this.planV0(startMs) : this.planV1(startMs);
+    if (work.length === 0) return null;
+    let decodeSequences = 0;
+    let decodeContextTokens = 0;
+    const prefillChunks: PrefillChunk[] = [];
+    for (const item of work) {
+      const isDecode = item.sequence.outputCount > 0 && item.tokens === 1 && item.sequence.numComputed === item.sequence.tokens.length - 1;
+      if (isDecode) {
+        decodeSequences++;
+        decodeContextTokens += item.sequence.numComputed + 1;
+      } else {
+        prefillChunks.push({ queryTokens: item.tokens, keysBefore: item.sequence.numComputed });
+      }
+    }
+    const durationMs = computeStepMs(this.profile, { decodeSequences, decodeContextTokens, prefillChunks });
+    return { startMs, durationMs, work };
+  }
+
+  /** Applies a planned step at its end time: computes KV, caches full blocks, emits tokens, finishes sequences. */
+  completeStep(plan: StepPlan): void {
+    const endMs = plan.startMs + plan.durationMs;
+    const stepSeconds = plan.durationMs / 1000;
+    let iterationTokens = 0;
+    let prefilled = false;
+    for (const { sequence, tokens } of plan.work) {
+      iterationTokens += tokens;
+      if (sequence.status !== 'running') continue;
+      if (sequence.outputCount === 0 || tokens > 1) prefilled = true;
+      const before = sequence.numComputed;
+      sequence.numComputed += tokens;
+      this.cacheCompletedBlocks(sequence, before);
+      if (sequence.numComputed === sequence.tokens.length) this.emitToken(sequence, endMs);
+    }
+    this.stats.steps++;
+    this.stats.iterationTokens.observe(iterationTokens);
+    if (prefilled) this.stats.prefillBusySeconds += stepSeconds;
+    else this.stats.decodeBusySeconds += stepSeconds;
+  }
+
+  /** Forgets every cached prefix (blocks in use stay allocated). */
+  resetPrefixCache(): void {
+    this.pool.resetCache();
+  }
+
+  private planV1(startMs: number): ScheduledWork[] {
+    const work: ScheduledWork[] = [];
+    let budget = this.profile.maxNumBatchedTokens;
+    const preemptionsBefore = this.stats.preemptions;
+    // Running sequences, oldest admission first. Victims of preemption come from the end of the list,
+    // so a sequence is only preempted itself when it is the last one: the loop then ends.
+    let index = 0;
+    while (index < this.running.length && budget > 0) {
+      const sequence = this.running[index] as Sequence;
+      const tokens = Math.min(sequence.tokens.length - sequence.numComputed, budget);
+      if (tokens > 0 && this.growOrPreempt(sequence, tokens)) {
+        work.push({ sequence, tokens });
+        budget -= tokens;
+      }
+      index++;
+    }
+    if (this.stats.preemptions !== preemptionsBefore) return work;
+    while (budget > 0 && this.running.length < this.profile.maxNumSeqs) {
+      const sequence = this.waiting[0];
+      if (!sequence || sequence.readyAtMs > startMs) break;
+      const tokens = this.admit(sequence, budget, 0);
+      if (tokens === null) break;
+      work.push({ sequence, tokens });
+      budget -= tokens;
+    }
+    return work;
+  }
+
+  private planV0(startMs: number): ScheduledWork[] {
+    const work: ScheduledWork[] = [];
+    let budget = Math.max(this.maxModelLen, 2048);
+    const watermarkBlocks = Math.ceil(0.01 * this.pool.usableBlocks);
+    while (this.running.length < this.profile.maxNumSeqs) {
+      const sequence = this.waiting[0];
+      if (!sequence || sequence.readyAtMs > startMs) break;
+      const tokens = this.admit(sequence, budget, watermarkBlocks, true);
+      if (tokens === null) break;
+      work.push({ sequence, tokens });
+      budget -= tokens;
+    }
+    if (work.length > 0) return work;
+    for (let index = 0; index < this.running.length; index++) {
+      const sequence = this.running[index] as Sequence;
+      if (this.growOrPreempt(sequence, 1)) work.push({ sequence, tokens: 1 });
+    }
+    return work;
+  }
+
+  /**
+   * Admits the head of the waiting queue if its blocks fit: takes its cached prefix, allocates blocks
+   * for the tokens scheduled now. Returns the tokens scheduled, or null if it must keep waiting.
+   * `wholePrompt` (V0) schedules all new tokens or nothing.
+   */
+  private admit(sequence: Sequence, budget: number, reserveBlocks: number, wholePrompt = false): number | null {
+    const total = sequence.tokens.length;
+    sequence.hashBlocksUpTo(total);
+    const hitBlocks = this.pool.countCachedPrefix(sequence.blockHashes, maxHitBlocks(total));
+    const hitTokens = hitBlocks * BLOCK_SIZE_TOKENS;
+    const newTokens = total - hitTokens;
+    if (wholePrompt && newTokens > budget) return null;
+    const tokens = Math.min(newTokens, budget);
+    const neededBlocks = blocksFor(hitTokens + tokens) - hitBlocks;
+    const freeTakenByHits = this.pool.countFreeAmongCached(sequence.blockHashes, hitBlocks);
+    if (this.pool.freeCount - freeTakenByHits - reserveBlocks < neededBlocks) return null;
+    const cached = this.pool.touchCached(sequence.blockHashes, hitBlocks);
+    const fresh = this.pool.allocate(neededBlocks) as KvBlock[];
+    sequence.blocks = cached.concat(fresh);
+    sequence.numComputed = hitTokens;
+    sequence.status = 'running';
+    sequence.admissionOrder = ++this.admissions;
+    if (sequence.cachedTokens === null) sequence.cachedTokens = hitTokens;
+    if (sequence.admittedAtMs === null) {
+      sequence.admittedAtMs = Math.max(sequence.readyAtMs, this.currentPlanStartMs);
+      this.stats.queueSeconds.observe((sequence.admittedAtMs - sequence.arrivalMs) / 1000);
+    }
+    this.stats.prefixQueryTokens += total;
+    this.stats.prefixHitTokens += hitTokens;
+    this.stats.prefixQueryBlocks += Math.floor(total / BLOCK_SIZE_TOKENS);
+    this.stats.prefixHitBlocks += hitBlocks;
+    this.stats.lastPrefillBatchHitRate = total > 0 ? hitTokens / total : 0;
+    this.waiting.shift();
+    this.running.push(sequence);
+    return tokens;
+  }
+
+  /**
+   * Makes room for `tokens` more tokens of a running sequence, preempting the most recently admitted
+   * sequences while blocks are short. Returns false if `sequence` itself had to be preempted.
+   */
+  private growOrPreempt(sequence: Sequence, tokens: number): boolean {
+    const needed = blocksFor(sequence.numComputed + tokens) - sequence.blocks.length;
+    if (needed <= 0) return true;
+    while (this.pool.freeCount < needed) {
+      const victim = this.running[this.running.length - 1] as Sequence;
+      this.preempt(victim);
+      if (victim === sequence) return false;
+    }
+    sequence.blocks.push(...(this.pool.allocate(needed) as KvBlock[]));
+    return true;
+  }
+
+  private preempt(sequence: Sequence): void {
+    removeFrom(this.running, sequence);
+    this.pool.release(sequence.blocks);
+    sequence.blocks = [];
+    sequence.numComputed = 0;
+    sequence.status = 'waiting';
+    sequence.preemptions++;
+    this.stats.preemptions++;
+    this.waiting.unshift(sequence);
+  }
+
+  private cacheCompletedBlocks(sequence: Sequence, computedBefore: number): void {
+    const firstBlock = Math.floor(computedBefore / BLOCK_SIZE_TOKENS);
+    const lastFullBlock = Math.floor(sequence.numComputed / BLOCK_SIZE_TOKENS);
+    if (lastFullBlock <= firstBlock) return;
+    sequence.hashBlocksUpTo(sequence.numComputed);
+    for (let block = firstBlock; block < lastFullBlock; block++) {
+      const kvBlock = sequence.blocks[block];
+      if (kvBlock) this.pool.cacheFullBlock(kvBlock, sequence.blockHashes[block] as number);
+    }
+  }
+
+  private emitToken(sequence: Sequence, nowMs: number): void {
+    const outputIndex = sequence.outputCount;
+    sequence.tokens.push(sequence.spec.outputTokenAt(outputIndex));
+    sequence.outputCount++;
+    this.stats.generationTokens++;
+    if (outputIndex === 0) {
+      sequence.firstTokenAtMs = nowMs;
+      this.stats.ttftSeconds.observe((nowMs - sequence.arrivalMs) / 1000);
+    } else {
+      this.stats.interTokenSeconds.observe((nowMs - (sequence.lastTokenAtMs as number)) / 1000);
+    }
+    sequence.lastTokenAtMs = nowMs;
+    sequence.spec.listener.onToken(sequence, outputIndex, nowMs);
+    if (sequence.outputCount >= sequence.spec.outputTokens) {
+      removeFrom(this.running, sequence);
+      this.finish(sequence, sequence.spec.finishReason, nowMs);
+    }
+  }
+
+  private finish(sequence: Sequence, reason: FinishReason, nowMs: number): void {
+    this.pool.release(sequence.blocks);
+    sequence.blocks = [];
+    sequence.status = 'finished';
+    const stats = this.stats;
+    stats.requestSuccess[reason]++;
+    if (reason !== 'abort') {
+      stats.promptTokens += sequence.promptLength;
+      stats.requestPromptTokens.observe(sequence.promptLength);
+      stats.requestGenerationTokens.observe(sequence.outputCount);
+      stats.requestParamsN.observe(1);
+      stats.e2eSeconds.observe((nowMs - sequence.arrivalMs) / 1000);
+      const admittedAt = sequence.admittedAtMs ?? nowMs;
+      const firstTokenAt = sequence.firstTokenAtMs ?? nowMs;
+      stats.inferenceSeconds.observe((nowMs - admittedAt) / 1000);
+      stats.prefillSeconds.observe((firstTokenAt - admittedAt) / 1000);
+      stats.decodeSeconds.observe((nowMs - firstTokenAt) / 1000);
+      if (sequence.outputCount > 1) {
+        stats.requestTimePerOutputTokenSeconds.observe((nowMs - firstTokenAt) / 1000 / (sequence.outputCount - 1));
+      }
+    }
+    sequence.spec.listener.onFinish(sequence, reason, nowMs);
+  }
+}
+
+/** vLLM always recomputes the last prompt token: a hit covers at most floor((n − 1) / 16) blocks. */
+export function maxHitBlocks(promptTokens: number): number {
+  return Math.max(0, Math.floor((promptTokens - 1) / BLOCK_SIZE_TOKENS));
+}
+
+function removeFrom(list: Sequence[], sequence: Sequence): void {
+  const index = list.indexOf(sequence);
+  if (index !== -1) list.splice(index, 1);
+}
+
+const NO_LISTENER: SequenceListener = { onToken: () => undefined, onFinish: () => undefined };

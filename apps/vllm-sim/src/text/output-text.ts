@@ -1,0 +1,56 @@
+import { tokenize } from './tokenizer';
+
+/**
+ * Deterministic pseudo-text for generated tokens. Each output token is one common English word with
+ * a leading space, chosen so that every word is a single cl100k token: the text a client receives
+ * re-tokenizes to exactly the generated ids, so when it comes back as the assistant turn of the next
+ * request, the cached blocks of generated tokens can be hit as in a real engine.
+ *
+ * The word sequence is a pure function of (seed, prompt), like greedy decoding: the same request
+ * always gets the same answer, whatever else the engine is doing.
+ */
+const WORDS = (
+  'the of and to in is that for it as with was on be by at this from have or an are not but had his they ' +
+  'you were her she which will one all would there their what so up out if about who get cache route token ' +
+  'model prefix block queue batch step fast warm cold'
+).split(' ');
+
+const WORD_TOKENS = WORDS.map((word) => {
+  const ids = tokenize(` ${word}`);
+  if (ids.length !== 1) throw new Error(`output word "${word}" is not a single token`);
+  return ids[0] as number;
+});
+
+export class OutputText {
+  private state: number;
+
+  constructor(seed: number, promptTokens: readonly number[]) {
+    let hash = (seed ^ 0x9e3779b9) >>> 0;
+    for (let i = 0; i < promptTokens.length; i += 7) hash = Math.imul(hash ^ (promptTokens[i] as number), 2654435761) >>> 0;
+    this.state = (hash ^ promptTokens.length) >>> 0 || 1;
+  }
+
+  /** Word index of output token `index`. Tokens must be requested in order 0, 1, 2, … */
+  private words: number[] = [];
+
+  private wordAt(index: number): number {
+    while (this.words.length <= index) {
+      // xorshift32: tiny, fast, deterministic.
+      let x = this.state;
+      x ^= x << 13;
+      x ^= x >>> 17;
+      x ^= x << 5;
+      this.state = x >>> 0;
+      this.words.push(this.state % WORDS.length);
+    }
+    return this.words[index] as number;
+  }
+
+  tokenAt(index: number): number {
+    return WORD_TOKENS[this.wordAt(index)] as number;
+  }
+
+  textAt(index: number): string {
+    return ` ${WORDS[this.wordAt(index)] as string}`;
+  }
+}

@@ -1,0 +1,3 @@
+import { createVitestConfig } from '../../vitest.shared';
+
+export default createVitestConfig('vllm-sim');

@@ -1,0 +1,43 @@
+// Lint for the whole workspace. The module-boundary rule is the point of this file:
+// deciding (type:domain), remembering (type:data-access) and sending (type:app) stay separate,
+// and pure libs cannot import I/O packages. A new dependency direction is a change here, in review.
+import nx from '@nx/eslint-plugin';
+import tseslint from 'typescript-eslint';
+
+const IO_PACKAGES = ['ioredis', 'fastify', 'undici', 'bullmq', 'prom-client', 'pino', 'node:net', 'node:http', 'node:fs', 'fs', 'net', 'http'];
+
+export default [
+  { ignores: ['**/node_modules/**', '**/dist/**', '**/.nx/**', '**/test-reports/**', '**/coverage/**'] },
+  ...tseslint.configs.recommended,
+  {
+    files: ['**/*.ts', '**/*.mjs'],
+    plugins: { '@nx': nx },
+    rules: {
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      '@typescript-eslint/consistent-type-imports': 'error',
+      'no-console': 'off',
+      '@nx/enforce-module-boundaries': [
+        'error',
+        {
+          enforceBuildableLibDependency: false,
+          allow: [],
+          depConstraints: [
+            { sourceTag: 'type:app', onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'] },
+            { sourceTag: 'type:data-access', onlyDependOnLibsWithTags: ['type:domain', 'type:util'], bannedExternalImports: ['fastify', 'undici'] },
+            { sourceTag: 'type:domain', onlyDependOnLibsWithTags: ['type:domain'], bannedExternalImports: IO_PACKAGES },
+            { sourceTag: 'type:util', onlyDependOnLibsWithTags: ['type:util', 'type:domain'], bannedExternalImports: ['ioredis', 'bullmq'] },
+            { sourceTag: 'type:testing', onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util'] },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // type:testing helpers may only be imported from tests.
+    files: ['**/src/**/*.ts'],
+    ignores: ['**/*.test.ts', '**/test/**'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: [{ group: ['@kvroute/testing', '@kvroute/testing/*'], message: '@kvroute/testing is for tests only.' }] }],
+    },
+  },
+];

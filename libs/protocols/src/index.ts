@@ -1,0 +1,3 @@
+export * from './openai/chat-completions';
+export * from './openai/error-body';
+export * from './sse';

@@ -1,0 +1,80 @@
+import { z } from 'zod';
+
+/**
+ * Request bodies as the OpenAI API (and vLLM's OpenAI server) accept them. Only the fields that
+ * routing or simulation read are typed; every other field passes through untouched (loose objects),
+ * because engines accept many extensions (`ignore_eos`, `top_k`, `cache_salt`, …) and a proxy must
+ * forward bodies as they came.
+ */
+
+export const ContentPart = z.looseObject({
+  type: z.string(),
+  text: z.string().optional(),
+  image_url: z.looseObject({ url: z.string() }).optional(),
+});
+export type ContentPart = z.infer<typeof ContentPart>;
+
+export const ToolCall = z.looseObject({
+  id: z.string().optional(),
+  type: z.string().optional(),
+  function: z.looseObject({ name: z.string(), arguments: z.string().optional() }),
+});
+export type ToolCall = z.infer<typeof ToolCall>;
+
+export const ChatMessage = z.looseObject({
+  role: z.enum(['system', 'developer', 'user', 'assistant', 'tool', 'function']),
+  content: z.union([z.string(), z.array(ContentPart), z.null()]).optional(),
+  name: z.string().optional(),
+  tool_calls: z.array(ToolCall).optional(),
+  tool_call_id: z.string().optional(),
+});
+export type ChatMessage = z.infer<typeof ChatMessage>;
+
+export const StreamOptions = z.looseObject({
+  include_usage: z.boolean().optional(),
+  continuous_usage_stats: z.boolean().optional(),
+});
+
+/** Fields common to chat and text completions. Token counts must be positive integers when present. */
+const SamplingFields = {
+  model: z.string().min(1),
+  stream: z.boolean().optional(),
+  stream_options: StreamOptions.nullish(),
+  max_tokens: z.number().int().positive().nullish(),
+  n: z.number().int().min(1).max(128).optional(),
+  ignore_eos: z.boolean().optional(),
+  cache_salt: z.string().optional(),
+  user: z.string().optional(),
+};
+
+export const ChatCompletionRequest = z.looseObject({
+  ...SamplingFields,
+  messages: z.array(ChatMessage).min(1),
+  max_completion_tokens: z.number().int().positive().nullish(),
+  tools: z.array(z.looseObject({ type: z.string(), function: z.looseObject({ name: z.string() }) })).optional(),
+});
+export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequest>;
+
+/** `prompt` as vLLM takes it: text, a batch of texts, token ids, or a batch of token-id lists. */
+export const CompletionPrompt = z.union([
+  z.string(),
+  z.array(z.string()).min(1),
+  z.array(z.number().int().nonnegative()).min(1),
+  z.array(z.array(z.number().int().nonnegative()).min(1)).min(1),
+]);
+export type CompletionPrompt = z.infer<typeof CompletionPrompt>;
+
+export const CompletionRequest = z.looseObject({
+  ...SamplingFields,
+  prompt: CompletionPrompt,
+  echo: z.boolean().optional(),
+});
+export type CompletionRequest = z.infer<typeof CompletionRequest>;
+
+/** The usage block that vLLM returns; `prompt_tokens_details` only when a prefix-cache hit happened. */
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details?: { cached_tokens: number } | null;
+}
