@@ -23,6 +23,8 @@ const WORD_TOKENS = WORDS.map((word) => {
 
 export class OutputText {
   private state: number;
+  /** Word indices of the output tokens drawn so far. */
+  private readonly words: number[] = [];
 
   constructor(seed: number, promptTokens: readonly number[]) {
     let hash = (seed ^ 0x9e3779b9) >>> 0;
@@ -30,20 +32,26 @@ export class OutputText {
     this.state = (hash ^ promptTokens.length) >>> 0 || 1;
   }
 
-  /** Word index of output token `index`. Tokens must be requested in order 0, 1, 2, … */
-  private words: number[] = [];
+  /** A number in [0, 1) from the same stream, drawn before any word (e.g. the random EOS position). */
+  fraction(): number {
+    return this.nextState() / 4294967296;
+  }
 
   private wordAt(index: number): number {
     while (this.words.length <= index) {
-      // xorshift32: tiny, fast, deterministic.
-      let x = this.state;
-      x ^= x << 13;
-      x ^= x >>> 17;
-      x ^= x << 5;
-      this.state = x >>> 0;
-      this.words.push(this.state % WORDS.length);
+      this.words.push(this.nextState() % WORDS.length);
     }
     return this.words[index] as number;
+  }
+
+  /** xorshift32: tiny, fast, deterministic. */
+  private nextState(): number {
+    let x = this.state;
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    this.state = x >>> 0;
+    return this.state;
   }
 
   tokenAt(index: number): number {

@@ -1,0 +1,92 @@
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import type { Engine } from './engine/engine';
+import type { EngineLoop } from './engine/engine-loop';
+import { EngineError, engineErrorBody } from './engine-errors';
+import type { ConnectionGate, FaultInjector } from './faults';
+import type { CachedTokensReporting } from './generation/serve-generation';
+import type { MetricsDialect } from './metrics/render-metrics';
+import { generationRoutes } from './routes/generation-routes';
+import { metricsRoutes } from './routes/metrics-routes';
+import { modelsRoutes } from './routes/models-routes';
+import { probesRoutes } from './routes/probes-routes';
+import { simControlRoutes } from './routes/sim-control-routes';
+
+/** Everything the HTTP layer needs, resolved from config by the caller. */
+export interface SimAppDeps {
+  readonly loop: EngineLoop;
+  readonly faults: FaultInjector;
+  readonly servedModel: string;
+  readonly dialect: MetricsDialect;
+  readonly seed: number;
+  readonly defaultMaxTokens: number;
+  readonly eosRandom: boolean;
+  readonly cachedTokensReporting: CachedTokensReporting;
+  readonly slots: number;
+  readonly bodyLimitBytes: number;
+  readonly startedAtUnixSeconds: number;
+  readonly logger: FastifyBaseLogger | false;
+  /** Lets `/sim/refuse-connections` stop the listener; null when the server was not started by main. */
+  readonly connectionGate: () => ConnectionGate | null;
+}
+
+/** Engine version string reported by `GET /version`, per dialect. */
+const ENGINE_VERSION: Record<MetricsDialect, string> = {
+  vllm: '0.11.0',
+  'vllm-v0': '0.6.4.post1',
+  sglang: '0.5.2',
+  llamacpp: 'b6500',
+};
+
+/**
+ * Builds the simulator's Fastify app: plugins and routes registered explicitly, in order. No listen
+ * (main.ts or a test does that).
+ */
+export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
+  const engine: Engine = deps.loop.engine;
+  const app = Fastify({
+    loggerInstance: deps.logger === false ? undefined : deps.logger,
+    logger: deps.logger === false ? false : undefined,
+    bodyLimit: deps.bodyLimitBytes,
+    // Streams and long prefills can take minutes; the engine, not the HTTP server, decides.
+    requestTimeout: 0,
+    keepAliveTimeout: 65_000,
+    disableRequestLogging: true,
+  } as Parameters<typeof Fastify>[0]) as unknown as FastifyInstance;
+
+  app.setErrorHandler((error: FastifyError | EngineError, request, reply) => {
+    const engineError = toEngineError(error);
+    if (engineError.status >= 500 && !(error instanceof EngineError)) request.log.error({ err: error }, 'unexpected error');
+    return reply.code(engineError.status).send(engineErrorBody(deps.dialect, engineError));
+  });
+  app.setNotFoundHandler((_request, reply) => reply.code(404).send({ detail: 'Not Found' }));
+
+  const limits = { maxModelLen: engine.maxModelLen, defaultMaxTokens: deps.defaultMaxTokens };
+  await app.register(generationRoutes, {
+    servedModel: deps.servedModel,
+    limits,
+    faults: deps.faults,
+    generation: { loop: deps.loop, seed: deps.seed, eosRandom: deps.eosRandom, cachedTokensReporting: deps.cachedTokensReporting, faults: deps.faults },
+  });
+  await app.register(modelsRoutes, { servedModel: deps.servedModel, maxModelLen: engine.maxModelLen, createdUnixSeconds: deps.startedAtUnixSeconds });
+  await app.register(probesRoutes, { dialect: deps.dialect, faults: deps.faults, version: ENGINE_VERSION[deps.dialect] });
+  await app.register(metricsRoutes, { engine, dialect: deps.dialect, servedModel: deps.servedModel, startedAtUnixSeconds: deps.startedAtUnixSeconds, slots: deps.slots });
+  await app.register(simControlRoutes, {
+    engine,
+    servedModel: deps.servedModel,
+    limits,
+    faults: deps.faults,
+    get connectionGate() {
+      return deps.connectionGate();
+    },
+  });
+  return app;
+}
+
+/** Fastify's own 4xx errors (bad JSON, body too large, wrong content type) keep their status. */
+function toEngineError(error: FastifyError | EngineError): EngineError {
+  if (error instanceof EngineError) return error;
+  const status = error.statusCode ?? 500;
+  if (status === 413) return new EngineError('too-large', `Request body is too large: ${error.message}`, 413);
+  if (status >= 400 && status < 500) return new EngineError('bad-request', error.message, status);
+  return new EngineError('internal', 'Internal server error.');
+}

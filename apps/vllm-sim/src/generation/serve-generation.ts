@@ -1,0 +1,128 @@
+import { randomUUID } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
+import { encodeSseData, SSE_DONE } from '@kvroute/protocols';
+import type { Sequence, SequenceListener } from '../engine/engine';
+import type { EngineLoop } from '../engine/engine-loop';
+import type { FinishReason } from '../engine/engine-stats';
+import type { FaultInjector } from '../faults';
+import { OutputText } from '../text/output-text';
+import type { PreparedPrompt } from './prepare-prompts';
+import { buildUsage, chatRoleChunk, completeResponse, deltaChunk, usageChunk, type EndpointKind, type ResponseIdentity } from './response-format';
+
+export type CachedTokensReporting = 'off' | 'on-hit' | 'always';
+
+export interface GenerationDeps {
+  readonly loop: EngineLoop;
+  readonly seed: number;
+  readonly eosRandom: boolean;
+  readonly cachedTokensReporting: CachedTokensReporting;
+  readonly faults: FaultInjector;
+}
+
+export interface GenerationRequest {
+  readonly kind: EndpointKind;
+  readonly model: string;
+  readonly prompts: readonly PreparedPrompt[];
+  readonly stream: boolean;
+  readonly includeUsage: boolean;
+  readonly ignoreEos: boolean;
+  readonly cacheSalt: string | undefined;
+}
+
+/**
+ * Runs one OpenAI request on the engine and writes the answer to `response` (Fastify has handed the
+ * raw response over). Streams send one SSE event per generated token as the step that produced it
+ * ends; a client that disconnects aborts its sequences at once, freeing their KV blocks.
+ */
+export function serveGeneration(deps: GenerationDeps, request: GenerationRequest, response: ServerResponse): void {
+  const identity: ResponseIdentity = {
+    id: `${request.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`,
+    created: Math.floor(Date.now() / 1000),
+    model: request.model,
+  };
+  const choices = request.prompts.map((prompt) => {
+    const output = new OutputText(deps.seed, prompt.tokens);
+    const eosLength = deps.eosRandom && !request.ignoreEos ? 1 + Math.floor(output.fraction() * prompt.maxTokens) : prompt.maxTokens;
+    return { prompt, output, outputTokens: eosLength, text: '', finishReason: null as FinishReason | null, sequence: null as Sequence | null };
+  });
+  let unfinished = choices.length;
+  let clientGone = false;
+  let dropAfterFirstToken = request.stream && deps.faults.shouldDropStream();
+
+  const send = (payload: object): void => {
+    response.write(encodeSseData(JSON.stringify(payload)));
+  };
+
+  const finishResponse = (): void => {
+    const usage = buildUsage({
+      promptTokens: choices.reduce((sum, choice) => sum + choice.prompt.tokens.length, 0),
+      completionTokens: choices.reduce((sum, choice) => sum + (choice.sequence?.outputCount ?? 0), 0),
+      cachedTokens: reportedCachedTokens(deps.cachedTokensReporting, choices.reduce((sum, choice) => sum + (choice.sequence?.cachedTokens ?? 0), 0)),
+    });
+    if (request.stream) {
+      if (request.includeUsage) send(usageChunk(request.kind, identity, usage));
+      response.end(encodeSseData(SSE_DONE));
+      return;
+    }
+    const body = JSON.stringify(
+      completeResponse(
+        request.kind,
+        identity,
+        choices.map((choice) => ({ text: choice.text, finishReason: choice.finishReason ?? 'abort' })),
+        usage,
+      ),
+    );
+    response.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+    response.end(body);
+  };
+
+  if (request.stream) {
+    response.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    response.flushHeaders();
+  }
+
+  response.on('close', () => {
+    if (unfinished === 0) return;
+    clientGone = true;
+    for (const choice of choices) if (choice.sequence) deps.loop.abort(choice.sequence);
+  });
+
+  choices.forEach((choice, index) => {
+    const listener: SequenceListener = {
+      onToken(sequence, outputIndex) {
+        const piece = choice.output.textAt(outputIndex);
+        choice.text += piece;
+        if (!request.stream || clientGone) return;
+        if (outputIndex === 0 && request.kind === 'chat') send(chatRoleChunk(identity, index));
+        const isLast = sequence.outputCount >= choice.outputTokens;
+        send(deltaChunk(request.kind, identity, index, piece, isLast ? (choice.outputTokens < choice.prompt.maxTokens ? 'stop' : 'length') : null));
+        if (dropAfterFirstToken) {
+          dropAfterFirstToken = false;
+          response.destroy();
+        }
+      },
+      onFinish(_sequence, reason) {
+        choice.finishReason = reason;
+        unfinished--;
+        if (unfinished === 0 && !clientGone) finishResponse();
+      },
+    };
+    choice.sequence = deps.loop.submit({
+      id: `${identity.id}-${index}`,
+      promptTokens: choice.prompt.tokens,
+      outputTokens: choice.outputTokens,
+      finishReason: choice.outputTokens < choice.prompt.maxTokens ? 'stop' : 'length',
+      outputTokenAt: (outputIndex) => choice.output.tokenAt(outputIndex),
+      maxTokensParam: choice.prompt.maxTokens,
+      ...(request.cacheSalt === undefined ? {} : { cacheSalt: request.cacheSalt }),
+      listener,
+    });
+  });
+}
+
+/** vLLM reports `cached_tokens` only on a hit (and only with --enable-prompt-tokens-details). */
+function reportedCachedTokens(reporting: CachedTokensReporting, cachedTokens: number): number | null {
+  if (reporting === 'off') return null;
+  if (reporting === 'on-hit' && cachedTokens === 0) return null;
+  return cachedTokens;
+}

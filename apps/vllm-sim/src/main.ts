@@ -1,0 +1,41 @@
+import { createLogger, loadConfig, onTerminationSignal, ShutdownStack } from '@kvroute/platform';
+import { SIM_ENV_PREFIX, SimConfig } from './config';
+import { createSimServer } from './create-sim';
+import { PROFILES } from './engine/profiles';
+
+/** Composition root: config → logger → sim (engine, loop, app) → listen → shutdown on SIGTERM. */
+async function main(): Promise<void> {
+  const loaded = loadConfig({
+    schema: SimConfig,
+    argv: process.argv.slice(2),
+    env: process.env,
+    envPrefix: SIM_ENV_PREFIX,
+    usage:
+      'npm run sim -- [options]\n\nA simulated vLLM worker: prefix cache, continuous batching, real vllm:* metrics.\nProfiles: ' +
+      [...PROFILES.values()].map((profile) => `${profile.name} (${profile.description})`).join('; '),
+  });
+  if (loaded.kind === 'help') {
+    process.stdout.write(`${loaded.text}\n`);
+    return;
+  }
+  const config = loaded.config;
+  const logger = createLogger({ service: 'vllm-sim', level: config.logLevel });
+  const shutdown = new ShutdownStack();
+  const sim = await createSimServer(config, { logger: logger.child({ component: 'http' }) });
+  const url = await sim.listen();
+  shutdown.push('http server and engine', () => sim.close());
+  logger.info(
+    { url, profile: config.profile, model: sim.servedModel, timeScale: config.timeScale, dialect: config.metricsDialect, engineVersion: sim.engine.version, numGpuBlocks: sim.engine.pool.numGpuBlocks },
+    'vllm-sim listening',
+  );
+  onTerminationSignal(async () => {
+    logger.info('shutting down');
+    await shutdown.closeAll({ deadlineMs: 5_000, logger });
+    process.exit(0);
+  });
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`vllm-sim: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,12 @@
+import type { Engine } from '../engine/engine';
+
+/** What every `/metrics` dialect reads: the engine, the served model name and the process start time. */
+export interface MetricsSource {
+  readonly engine: Engine;
+  /** First served model name (vLLM and SGLang `model_name` label). */
+  readonly modelName: string;
+  /** Simulator start, unix seconds (vLLM V1 `_created` families). */
+  readonly startedAtUnixSeconds: number;
+  /** llama.cpp dialect: parallel slots (`--parallel`), capped to the profile's max_num_seqs. Default: max_num_seqs. */
+  readonly slots?: number;
+}

@@ -1,0 +1,77 @@
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import { ChatCompletionRequest, CompletionRequest } from '@kvroute/protocols';
+import type { z } from 'zod';
+import { EngineError } from '../engine-errors';
+import type { FaultInjector } from '../faults';
+import { prepareChatPrompts, prepareCompletionPrompts, type PreparedPrompt, type PromptLimits } from '../generation/prepare-prompts';
+import type { EndpointKind } from '../generation/response-format';
+import { serveGeneration, type GenerationDeps } from '../generation/serve-generation';
+
+export interface GenerationRoutesOptions {
+  readonly servedModel: string;
+  readonly limits: PromptLimits;
+  readonly generation: GenerationDeps;
+  readonly faults: FaultInjector;
+}
+
+/** `POST /v1/chat/completions` and `POST /v1/completions`: validate, template, tokenize, run on the engine. */
+export async function generationRoutes(app: FastifyInstance, options: GenerationRoutesOptions): Promise<void> {
+  app.post('/v1/chat/completions', async (request, reply) => {
+    const body = parseBody(ChatCompletionRequest, request.body);
+    checkModel(body.model, options.servedModel);
+    const prompts = prepareChatPrompts(body, options.limits);
+    await run(reply, 'chat', body, prompts);
+  });
+
+  app.post('/v1/completions', async (request, reply) => {
+    const body = parseBody(CompletionRequest, request.body);
+    checkModel(body.model, options.servedModel);
+    const prompts = prepareCompletionPrompts(body, options.limits);
+    await run(reply, 'text', body, prompts);
+  });
+
+  async function run(reply: FastifyReply, kind: EndpointKind, body: ChatCompletionRequest | CompletionRequest, prompts: PreparedPrompt[]): Promise<void> {
+    const faults = options.faults;
+    if (faults.current.extraLatencyMs > 0) await delay(faults.current.extraLatencyMs);
+    const action = faults.draw();
+    if (action === 'error') {
+      const status = faults.current.errorStatus;
+      throw new EngineError(status === 503 ? 'unavailable' : status >= 500 ? 'internal' : 'bad-request', 'Injected fault (vllm-sim).', status);
+    }
+    reply.hijack();
+    if (action === 'hang') return; // never answered; the socket closes when the client gives up
+    serveGeneration(
+      options.generation,
+      {
+        kind,
+        model: body.model,
+        prompts,
+        stream: body.stream === true,
+        includeUsage: body.stream_options?.include_usage === true,
+        ignoreEos: body.ignore_eos === true,
+        cacheSalt: body.cache_salt,
+      },
+      reply.raw,
+    );
+  }
+}
+
+export function parseBody<Schema extends z.ZodType>(schema: Schema, body: unknown): z.infer<Schema> {
+  if (body === undefined || body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new EngineError('bad-request', 'The request body must be a JSON object.');
+  }
+  const result = schema.safeParse(body);
+  if (!result.success) {
+    const details = result.error.issues.map((issue) => `${issue.path.join('.') || 'body'}: ${issue.message}`).join('; ');
+    throw new EngineError('bad-request', `Invalid request: ${details}`);
+  }
+  return result.data;
+}
+
+export function checkModel(model: string, servedModel: string): void {
+  if (model !== servedModel) throw new EngineError('not-found', `The model \`${model}\` does not exist.`);
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

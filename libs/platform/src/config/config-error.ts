@@ -1,0 +1,54 @@
+/**
+ * The one error type configuration loading throws. Its message is written for the person starting the process: every
+ * problem on its own line, naming the field and where the bad value came from, so main.ts can print it and exit.
+ */
+
+/** Where a value was read from. `default` means nothing set it and the schema's default (or absence) applied. */
+export type ConfigSource =
+  | { kind: 'default' }
+  | { kind: 'file'; path: string }
+  | { kind: 'env'; name: string; raw: string }
+  | { kind: 'flag'; name: string; raw: string };
+
+export interface ConfigProblem {
+  /** Dotted path of the field (`redis.url`), or the flag / file the problem is about when no field applies. */
+  path: string;
+  message: string;
+  source?: ConfigSource;
+  /** What to do about it, e.g. which flag or env var sets a missing field. */
+  hint?: string;
+}
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+  readonly problems: readonly ConfigProblem[];
+
+  constructor(problems: readonly ConfigProblem[], options?: { cause?: unknown }) {
+    super(formatProblems(problems), options);
+    this.problems = problems;
+  }
+}
+
+function formatProblems(problems: readonly ConfigProblem[]): string {
+  const heading = problems.length === 1 ? 'Invalid configuration:' : `Invalid configuration (${problems.length} problems):`;
+  const lines = problems.map((problem) => {
+    const origin = problem.source === undefined ? '' : ` (${describeSource(problem.source)})`;
+    const hint = problem.hint === undefined ? '' : ` → ${problem.hint}`;
+    return `  ✖ ${problem.path}: ${problem.message}${origin}${hint}`;
+  });
+  return [heading, ...lines].join('\n');
+}
+
+/** Human wording for a source, e.g. `from env KVROUTE_POLICY="fastest"`. */
+export function describeSource(source: ConfigSource): string {
+  switch (source.kind) {
+    case 'default':
+      return 'not set';
+    case 'file':
+      return `from config file ${source.path}`;
+    case 'env':
+      return `from env ${source.name}=${JSON.stringify(source.raw)}`;
+    case 'flag':
+      return `from flag --${source.name}=${JSON.stringify(source.raw)}`;
+  }
+}

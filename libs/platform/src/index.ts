@@ -1,0 +1,27 @@
+/**
+ * @kvroute/platform: how every kvroute process runs. Config from one zod schema, one root logger, and an orderly stop.
+ * main.ts is the only intended caller: it loads config, creates the logger, pushes closers, and wires the signal.
+ */
+export { loadConfig, type LoadConfigOptions, type LoadConfigResult } from './config/load-config';
+export { renderConfigHelp, type RenderConfigHelpOptions } from './config/render-config-help';
+export { ConfigError, describeSource, type ConfigProblem, type ConfigSource } from './config/config-error';
+export type { ConfigSchema, EnvMap } from './config/config-options';
+export { toEnvName, toFlagName } from './config/option-names';
+
+export { createLogger, type CreateLoggerOptions } from './logging/create-logger';
+export { LOG_LEVELS, type LogLevel } from './logging/log-level';
+export { REDACT_PATHS, REDACTED } from './logging/redact-paths';
+
+export {
+  ShutdownStack,
+  type CloseAllOptions,
+  type Closer,
+  type ShutdownLogger,
+  type ShutdownResult,
+} from './lifecycle/shutdown-stack';
+export {
+  onTerminationSignal,
+  type TerminationHandler,
+  type TerminationProcess,
+  type TerminationSignalOptions,
+} from './lifecycle/termination-signal';

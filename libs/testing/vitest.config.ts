@@ -1,3 +1,0 @@
-import { createVitestConfig } from '../../vitest.shared';
-
-export default createVitestConfig('testing');

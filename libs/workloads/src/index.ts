@@ -1,0 +1,2 @@
+export * from './percentile';
+export * from './synthetic-prompt';
