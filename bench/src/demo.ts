@@ -1,10 +1,12 @@
 /**
  * `npm run demo`: what kvroute is for, live, on simulated backends.
  *
- * Starts two vllm-sim backends (Qwen2.5-7B on A100 profile, real time) and replays the same multi-turn
+ * Starts four vllm-sim backends (Qwen2.5-7B on A100 profile, real time) and replays the same multi-turn
  * chat workload twice: once spread round-robin, as a plain L4 load balancer would, and once keeping
- * each conversation on one backend, as a prefix-aware router does. Prints TTFT and cache hits per
- * strategy. (The router itself arrives with the next issues; this demo then grows to drive it.)
+ * each conversation on one backend, as a prefix-aware router does. Each conversation opens with its
+ * own ~5k-token document, so a turn that lands on a backend that never saw the conversation pays the
+ * whole prefill again. Prints TTFT and cache hits per strategy. (The router itself arrives with the
+ * next issues; this demo then grows to drive it.)
  */
 import { parseArgs } from 'node:util';
 import { mean, percentile } from '@kvroute/workloads';
@@ -12,11 +14,13 @@ import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
 
 const { values: args } = parseArgs({
   options: {
-    sessions: { type: 'string', default: '6' },
+    backends: { type: 'string', default: '4' },
+    sessions: { type: 'string', default: '8' },
     turns: { type: 'string', default: '6' },
     'time-scale': { type: 'string', default: '1' },
   },
 });
+const backendCount = Number(args.backends);
 const sessions = Number(args.sessions);
 const turns = Number(args.turns);
 
@@ -29,13 +33,13 @@ interface TurnResult {
 type Strategy = { name: string; pick: (session: number, turn: number, requestIndex: number) => number };
 
 const STRATEGIES: Strategy[] = [
-  { name: 'round-robin (plain load balancer)', pick: (_session, _turn, requestIndex) => requestIndex % 2 },
-  { name: 'conversation-sticky (prefix-aware)', pick: (session) => session % 2 },
+  { name: 'round-robin (plain load balancer)', pick: (_session, _turn, requestIndex) => requestIndex % backendCount },
+  { name: 'conversation-sticky (prefix-aware)', pick: (session) => session % backendCount },
 ];
 
 async function main(): Promise<void> {
-  console.log(`Starting 2 vllm-sim backends (a100-7b, time-scale ${args['time-scale']})…`);
-  const sims = await startLocalSims(2, ['--profile', 'a100-7b', '--model', 'demo-model', '--time-scale', args['time-scale']]);
+  console.log(`Starting ${backendCount} vllm-sim backends (a100-7b, time-scale ${args['time-scale']})…`);
+  const sims = await startLocalSims(backendCount, ['--profile', 'a100-7b', '--model', 'demo-model', '--time-scale', args['time-scale']]);
   try {
     const rows: string[] = [];
     for (const strategy of STRATEGIES) {
@@ -67,7 +71,7 @@ async function runWorkload(sims: readonly LocalSim[], strategy: Strategy): Promi
       await sleep(session * 50);
       const messages: Array<{ role: string; content: string }> = [
         { role: 'system', content: systemPrompt },
-        { role: 'user', content: `Conversation ${session}. Here is my configuration file: ${'backend pool entry with weights and health checks; '.repeat(40 + session)}` },
+        { role: 'user', content: `Conversation ${session}. Here is my configuration file:\n${configurationDocument(session)}` },
       ];
       for (let turn = 0; turn < turns; turn++) {
         const sim = sims[strategy.pick(session, turn, requestIndex++)] as LocalSim;
@@ -112,6 +116,15 @@ async function streamChat(url: string, messages: ReadonlyArray<{ role: string; c
     }
   }
   return { ttftMs, answer, promptTokens: usage?.prompt_tokens ?? 0, cachedTokens: usage?.prompt_tokens_details?.cached_tokens ?? 0 };
+}
+
+/** A distinct ~5k-token document per conversation (deterministic). */
+function configurationDocument(session: number): string {
+  const lines: string[] = [];
+  for (let line = 0; line < 220; line++) {
+    lines.push(`backend-${session}-${line}: url=http://10.0.${session}.${line % 250}:8000 weight=${(line * 7 + session) % 13} timeout_ms=${1000 + line * 3}`);
+  }
+  return lines.join('\n');
 }
 
 function sleep(ms: number): Promise<void> {

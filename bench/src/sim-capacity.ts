@@ -3,13 +3,20 @@
  * before its own CPU adds more than 5 % to TTFT.
  *
  * The sim runs as a child process pinned to core 0 (taskset), this load generator on core 1. For each
- * concurrency level N, N closed-loop clients stream completions (a unique 512-token prompt, 64 output
- * tokens) for a fixed window. The engine's own TTFT (simulated, what its histogram reports) is the
- * TTFT a CPU-free simulator would give; the client-measured TTFT adds HTTP and whatever the sim's CPU
- * delays. Overhead = (client mean TTFT − engine mean TTFT) / engine mean TTFT, per level.
+ * concurrency level N, N closed-loop clients stream completions for a fixed window. The default
+ * workload keeps the engine decoding as many streams as it can (a shared 512-token prefix, 16 unique
+ * tokens, 256 output tokens; profile h100-8b, max_num_seqs 1024), because SSE writes per token are
+ * what costs the simulator CPU.
  *
- * Usage: npm run bench:sim-capacity -- [--levels 1,32,64,...] [--seconds 8] [--profile a100-7b]
- * Writes bench/results/sim-capacity-<time>.{json,md}.
+ * The engine's own TTFT (simulated, what its histogram reports) is what a CPU-free simulator would
+ * give; the client-measured TTFT adds loopback HTTP, timer granularity and whatever the sim's CPU
+ * delays. The part that grows with load is the sim's: added(N) = (client − engine)(N) − (client −
+ * engine)(1), reported as a fraction of the engine TTFT. The loop lag (how late step results left
+ * the sim versus their deadline, from /sim/state) is shown beside it as direct evidence.
+ *
+ * Usage: npm run bench:sim-capacity -- [--levels 1,64,...] [--seconds 10] [--profile h100-8b]
+ *        [--shared-prefix-tokens 512] [--prompt-tokens 16] [--max-tokens 256]
+ * Writes bench/results/sim-capacity-<time>.json.
  */
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -21,16 +28,18 @@ import { startLocalSims, stopLocalSims } from './local-sims';
 
 const { values: args } = parseArgs({
   options: {
-    levels: { type: 'string', default: '1,16,64,128,192,256,320,384,512' },
-    seconds: { type: 'string', default: '8' },
-    profile: { type: 'string', default: 'a100-7b' },
-    'prompt-tokens': { type: 'string', default: '512' },
-    'max-tokens': { type: 'string', default: '64' },
+    levels: { type: 'string', default: '1,64,128,256,384,512,768,1024' },
+    seconds: { type: 'string', default: '10' },
+    profile: { type: 'string', default: 'h100-8b' },
+    'shared-prefix-tokens': { type: 'string', default: '512' },
+    'prompt-tokens': { type: 'string', default: '16' },
+    'max-tokens': { type: 'string', default: '256' },
     threshold: { type: 'string', default: '0.05' },
   },
 });
 const levels = args.levels.split(',').map(Number);
 const windowMs = Number(args.seconds) * 1000;
+const sharedPrefix = tokenPrompt(Number(args['shared-prefix-tokens']), 999_983);
 const promptTokens = Number(args['prompt-tokens']);
 const maxTokens = Number(args['max-tokens']);
 const threshold = Number(args.threshold);
@@ -42,7 +51,11 @@ interface LevelResult {
   clientTtftMeanMs: number;
   clientTtftP95Ms: number;
   engineTtftMeanMs: number;
+  /** (client − engine) TTFT, ms: HTTP, timers and the sim's CPU. */
+  gapMs: number;
+  /** Growth of the gap over the 1-stream level, as a fraction of the engine TTFT. */
   overheadRatio: number;
+  loopLagMeanMs: number;
   simCpuCoreFraction: number;
   tokensPerSecond: number;
 }
@@ -56,15 +69,17 @@ async function main(): Promise<void> {
   try {
     const dispatcher = new Agent({ connections: 2048, pipelining: 1 });
     const results: LevelResult[] = [];
-    console.log(`vllm-sim capacity: profile ${args.profile}, time-scale 1, prompt ${promptTokens} tokens, ${maxTokens} output tokens, ${windowMs / 1000} s per level${hasTaskset ? ', sim pinned to core 0' : ' (taskset missing: not pinned)'}`);
-    console.log('| streams | requests | client TTFT mean | p95 | engine TTFT mean | added by sim | sim CPU (cores) | tokens/s |');
-    console.log('|---:|---:|---:|---:|---:|---:|---:|---:|');
+    console.log(
+      `vllm-sim capacity: profile ${args.profile}, time-scale 1, prompt ${sharedPrefix.length} shared + ${promptTokens} unique tokens, ${maxTokens} output tokens, ${windowMs / 1000} s per level${hasTaskset ? ', sim pinned to core 0' : ' (taskset missing: not pinned)'}`,
+    );
+    console.log('| streams | requests | client TTFT mean | p95 | engine TTFT mean | client − engine | added by sim load | loop lag mean | sim CPU (cores) | tokens/s |');
+    console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     let seed = 1;
     for (const concurrency of levels) {
-      const result = await runLevel(url, dispatcher, sim.process.pid as number, concurrency, () => seed++);
+      const result = await runLevel(url, dispatcher, sim.process.pid as number, concurrency, () => seed++, results[0]?.gapMs);
       results.push(result);
       console.log(
-        `| ${concurrency} | ${result.requests} | ${result.clientTtftMeanMs.toFixed(1)} ms | ${result.clientTtftP95Ms.toFixed(1)} ms | ${result.engineTtftMeanMs.toFixed(1)} ms | ${(100 * result.overheadRatio).toFixed(1)} % | ${result.simCpuCoreFraction.toFixed(2)} | ${result.tokensPerSecond.toFixed(0)} |`,
+        `| ${concurrency} | ${result.requests} | ${result.clientTtftMeanMs.toFixed(1)} ms | ${result.clientTtftP95Ms.toFixed(1)} ms | ${result.engineTtftMeanMs.toFixed(1)} ms | ${result.gapMs.toFixed(1)} ms | ${(100 * result.overheadRatio).toFixed(1)} % | ${result.loopLagMeanMs.toFixed(2)} ms | ${result.simCpuCoreFraction.toFixed(2)} | ${result.tokensPerSecond.toFixed(0)} |`,
       );
       if (result.overheadRatio > 4 * threshold) break;
     }
@@ -77,24 +92,28 @@ async function main(): Promise<void> {
     const outDir = join(repoRoot, 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
     const stamp = new Date().toISOString().replaceAll(':', '-').slice(0, 19);
-    writeFileSync(join(outDir, `sim-capacity-${stamp}.json`), JSON.stringify({ profile: args.profile, promptTokens, maxTokens, windowMs, results, verdict }, null, 2));
+    writeFileSync(
+      join(outDir, `sim-capacity-${stamp}.json`),
+      JSON.stringify({ profile: args.profile, sharedPrefixTokens: sharedPrefix.length, promptTokens, maxTokens, windowMs, results, verdict }, null, 2),
+    );
     console.log(`results written to bench/results/sim-capacity-${stamp}.json`);
   } finally {
     await stopLocalSims([sim]);
   }
 }
 
-async function runLevel(url: string, dispatcher: Agent, simPid: number, concurrency: number, nextSeed: () => number): Promise<LevelResult> {
+async function runLevel(url: string, dispatcher: Agent, simPid: number, concurrency: number, nextSeed: () => number, baselineGapMs: number | undefined): Promise<LevelResult> {
   const ttfts: number[] = [];
   let tokens = 0;
   const before = await engineTtft(url);
+  const lagBefore = await loopLag(url);
   const cpuBefore = processCpuSeconds(simPid);
   const started = performance.now();
   const deadline = started + windowMs;
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
       while (performance.now() < deadline) {
-        const body = JSON.stringify({ model: 'bench-model', prompt: tokenPrompt(promptTokens, nextSeed()), max_tokens: maxTokens, stream: true });
+        const body = JSON.stringify({ model: 'bench-model', prompt: [...sharedPrefix, ...tokenPrompt(promptTokens, nextSeed())], max_tokens: maxTokens, stream: true });
         const sent = performance.now();
         const response = await request(`${url}/v1/completions`, { method: 'POST', body, headers: { 'content-type': 'application/json' }, dispatcher });
         let first = true;
@@ -112,15 +131,19 @@ async function runLevel(url: string, dispatcher: Agent, simPid: number, concurre
   const elapsedSeconds = (performance.now() - started) / 1000;
   const cpuSeconds = processCpuSeconds(simPid) - cpuBefore;
   const after = await engineTtft(url);
+  const lagAfter = await loopLag(url);
   const engineMean = ((after.sum - before.sum) / (after.count - before.count)) * 1000;
   const clientMean = mean(ttfts);
+  const gapMs = clientMean - engineMean;
   return {
     concurrency,
     requests: ttfts.length,
     clientTtftMeanMs: clientMean,
     clientTtftP95Ms: percentile(ttfts, 95),
     engineTtftMeanMs: engineMean,
-    overheadRatio: (clientMean - engineMean) / engineMean,
+    gapMs,
+    overheadRatio: (gapMs - (baselineGapMs ?? gapMs)) / engineMean,
+    loopLagMeanMs: (lagAfter.totalMs - lagBefore.totalMs) / Math.max(1, lagAfter.steps - lagBefore.steps),
     simCpuCoreFraction: cpuSeconds / elapsedSeconds,
     tokensPerSecond: tokens / elapsedSeconds,
   };
@@ -131,6 +154,11 @@ async function engineTtft(url: string): Promise<{ sum: number; count: number }> 
   const sum = Number(/^vllm:time_to_first_token_seconds_sum\{[^}]*\} (\S+)$/m.exec(text)?.[1]);
   const count = Number(/^vllm:time_to_first_token_seconds_count\{[^}]*\} (\S+)$/m.exec(text)?.[1]);
   return { sum, count };
+}
+
+async function loopLag(url: string): Promise<{ steps: number; totalMs: number }> {
+  const state = (await (await fetch(`${url}/sim/state`)).json()) as { loop_lag_steps: number; loop_lag_ms_total: number };
+  return { steps: state.loop_lag_steps, totalMs: state.loop_lag_ms_total };
 }
 
 /** utime + stime of a process, in seconds (Linux /proc; the sim's child, the node process under taskset). */

@@ -1,4 +1,4 @@
-import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
 import type { Engine } from './engine/engine';
 import type { EngineLoop } from './engine/engine-loop';
 import { EngineError, engineErrorBody } from './engine-errors';
@@ -43,15 +43,16 @@ const ENGINE_VERSION: Record<MetricsDialect, string> = {
  */
 export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
   const engine: Engine = deps.loop.engine;
-  const app = Fastify({
-    loggerInstance: deps.logger === false ? undefined : deps.logger,
-    logger: deps.logger === false ? false : undefined,
+  const serverOptions = {
     bodyLimit: deps.bodyLimitBytes,
     // Streams and long prefills can take minutes; the engine, not the HTTP server, decides.
     requestTimeout: 0,
     keepAliveTimeout: 65_000,
-    disableRequestLogging: true,
-  } as Parameters<typeof Fastify>[0]) as unknown as FastifyInstance;
+    // One log line per request would cost more than simulating it; errors are still logged.
+    logController: new LogController({ disableRequestLogging: true }),
+  };
+  const app: FastifyInstance =
+    deps.logger === false ? Fastify({ ...serverOptions, logger: false }) : (Fastify({ ...serverOptions, loggerInstance: deps.logger }) as unknown as FastifyInstance);
 
   app.setErrorHandler((error: FastifyError | EngineError, request, reply) => {
     const engineError = toEngineError(error);
@@ -72,6 +73,7 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
   await app.register(metricsRoutes, { engine, dialect: deps.dialect, servedModel: deps.servedModel, startedAtUnixSeconds: deps.startedAtUnixSeconds, slots: deps.slots });
   await app.register(simControlRoutes, {
     engine,
+    loop: deps.loop,
     servedModel: deps.servedModel,
     limits,
     faults: deps.faults,

@@ -38,6 +38,11 @@ export class EngineLoop {
   private stopped = false;
   /** True while steps run back to back; false after the engine ran out of schedulable work. */
   private wasBusy = false;
+  /**
+   * How late step results were released versus their wall-clock deadline: timer granularity plus
+   * whatever this process's own CPU load delays. Wall milliseconds.
+   */
+  readonly lag = { steps: 0, totalMs: 0, maxMs: 0 };
 
   constructor(
     readonly engine: Engine,
@@ -94,12 +99,19 @@ export class EngineLoop {
     this.stepInFlight = null;
     this.cancelTimer = null;
     this.lastStepEndMs = plan.startMs + plan.durationMs;
+    const lateMs = Math.max(0, this.clock.nowMs() - this.wallDeadlineMs(this.lastStepEndMs));
+    this.lag.steps++;
+    this.lag.totalMs += lateMs;
+    if (lateMs > this.lag.maxMs) this.lag.maxMs = lateMs;
     this.engine.completeStep(plan);
     this.wake();
   }
 
+  private wallDeadlineMs(simMs: number): number {
+    return this.wallStartMs + simMs / this.timeScale;
+  }
+
   private scheduleAtSim(simMs: number, callback: () => void): () => void {
-    const wallDeadline = this.wallStartMs + simMs / this.timeScale;
-    return this.clock.schedule(wallDeadline - this.clock.nowMs(), callback);
+    return this.clock.schedule(this.wallDeadlineMs(simMs) - this.clock.nowMs(), callback);
   }
 }

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { ChatCompletionRequest, CompletionRequest } from '@kvroute/protocols';
 import type { Engine } from '../engine/engine';
+import type { EngineLoop } from '../engine/engine-loop';
 import { FaultSettings, type ConnectionGate, type FaultInjector } from '../faults';
 import { prepareChatPrompts, prepareCompletionPrompts, type PromptLimits } from '../generation/prepare-prompts';
 import { EngineError } from '../engine-errors';
@@ -8,6 +9,7 @@ import { checkModel, parseBody } from './generation-routes';
 
 export interface SimControlRoutesOptions {
   readonly engine: Engine;
+  readonly loop: EngineLoop;
   readonly servedModel: string;
   readonly limits: PromptLimits;
   readonly faults: FaultInjector;
@@ -29,11 +31,11 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
 
   app.post('/sim/match', async (request) => {
     const body = request.body as Record<string, unknown> | undefined;
+    if (body && typeof body.model === 'string') checkModel(body.model, options.servedModel);
     const prompts =
       body && 'messages' in body
         ? prepareChatPrompts(parseBody(ChatCompletionRequest, body), options.limits)
         : prepareCompletionPrompts(parseBody(CompletionRequest, body), options.limits);
-    checkModel(String(body?.model), options.servedModel);
     const salt = typeof body?.cache_salt === 'string' ? body.cache_salt : undefined;
     const perPrompt = prompts.map((prompt) => ({
       prompt_tokens: prompt.tokens.length,
@@ -59,6 +61,12 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
     prefix_cache_queries_tokens: engine.stats.prefixQueryTokens,
     prefix_cache_hits_tokens: engine.stats.prefixHitTokens,
     preemptions: engine.stats.preemptions,
+    steps: engine.stats.steps,
+    // Wall ms by which step results came out after their deadline (timers + this process's CPU).
+    loop_lag_steps: options.loop.lag.steps,
+    loop_lag_ms_total: options.loop.lag.totalMs,
+    loop_lag_ms_mean: options.loop.lag.steps === 0 ? 0 : options.loop.lag.totalMs / options.loop.lag.steps,
+    loop_lag_ms_max: options.loop.lag.maxMs,
   }));
 
   app.post('/sim/reset-cache', async () => {
