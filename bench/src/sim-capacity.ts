@@ -5,36 +5,44 @@
  * The sim runs as a child process pinned to core 0 (taskset), this load generator on core 1. For each
  * concurrency level N, N closed-loop clients stream completions for a fixed window. The default
  * workload keeps the engine decoding as many streams as it can (a shared 512-token prefix, 16 unique
- * tokens, 256 output tokens; profile h100-8b, max_num_seqs 1024), because SSE writes per token are
- * what costs the simulator CPU.
+ * tokens, 128–384 output tokens; profile h100-8b, max_num_seqs 1024), because SSE writes per token
+ * are what costs the simulator CPU. Output lengths vary and clients start staggered over the first
+ * second, so streams do not finish and restart in lockstep (a synchronized burst of 1,000 new
+ * requests is not a load any real fleet sees).
  *
  * The engine's own TTFT (simulated, what its histogram reports) is what a CPU-free simulator would
- * give; the client-measured TTFT adds loopback HTTP, timer granularity and whatever the sim's CPU
- * delays. The part that grows with load is the sim's: added(N) = (client − engine)(N) − (client −
- * engine)(1), reported as a fraction of the engine TTFT. The loop lag (how late step results left
- * the sim versus their deadline, from /sim/state) is shown beside it as direct evidence.
+ * give. The sim also measures, per request, the wall time from its route handler to the first token
+ * written (/sim/state); the difference is what the sim process itself adds (event-loop delay, timer
+ * granularity, serialisation): added = (sim wall TTFT − engine TTFT) / engine TTFT. The client's own
+ * TTFT and event-loop delay are shown beside it, so client-side limits are visible, not mistaken
+ * for the sim's.
  *
  * Usage: npm run bench:sim-capacity -- [--levels 1,64,...] [--seconds 10] [--profile h100-8b]
- *        [--shared-prefix-tokens 512] [--prompt-tokens 16] [--max-tokens 256]
+ *        [--shared-prefix-tokens 512] [--prompt-tokens 16] [--max-tokens 256] [--time-scale 1] [--no-pin]
+ * (--time-scale > 1 packs more tokens per wall second into the sim, to find where its CPU gives out.)
  * Writes bench/results/sim-capacity-<time>.json.
  */
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { mean, percentile, syntheticTokenPrompt as tokenPrompt } from '@kvroute/workloads';
 import { startLocalSims, stopLocalSims } from './local-sims';
 
 const { values: args } = parseArgs({
+  allowNegative: true,
   options: {
     levels: { type: 'string', default: '1,64,128,256,384,512,768,1024' },
     seconds: { type: 'string', default: '10' },
     profile: { type: 'string', default: 'h100-8b' },
+    'time-scale': { type: 'string', default: '1' },
     'shared-prefix-tokens': { type: 'string', default: '512' },
     'prompt-tokens': { type: 'string', default: '16' },
     'max-tokens': { type: 'string', default: '256' },
     threshold: { type: 'string', default: '0.05' },
+    pin: { type: 'boolean', default: true },
   },
 });
 const levels = args.levels.split(',').map(Number);
@@ -51,35 +59,40 @@ interface LevelResult {
   clientTtftMeanMs: number;
   clientTtftP95Ms: number;
   engineTtftMeanMs: number;
-  /** (client − engine) TTFT, ms: HTTP, timers and the sim's CPU. */
-  gapMs: number;
-  /** Growth of the gap over the 1-stream level, as a fraction of the engine TTFT. */
+  /** Handler → first token written, measured inside the sim (wall ms). */
+  simWallTtftMeanMs: number;
+  /** (sim wall TTFT − engine TTFT) / engine TTFT. */
   overheadRatio: number;
   loopLagMeanMs: number;
+  /** Handler entry → engine accepted it (validate, template, tokenize), wall ms. */
+  admissionMeanMs: number;
+  clientLoopDelayP99Ms: number;
   simCpuCoreFraction: number;
   tokensPerSecond: number;
 }
 
 async function main(): Promise<void> {
-  const hasTaskset = spawnSync('taskset', ['--version']).status === 0;
+  const hasTaskset = args.pin && spawnSync('taskset', ['--version']).status === 0;
   if (hasTaskset) spawnSync('taskset', ['-pc', '1', String(process.pid)]);
-  const [sim] = await startLocalSims(1, ['--profile', args.profile, '--model', 'bench-model', '--time-scale', '1'], hasTaskset ? { pinToCore: 0 } : {});
+  const [sim] = await startLocalSims(1, ['--profile', args.profile, '--model', 'bench-model', '--time-scale', args['time-scale']], hasTaskset ? { pinToCore: 0 } : {});
   if (!sim) throw new Error('no sim started');
   const url = sim.url;
   try {
     const dispatcher = new Agent({ connections: 2048, pipelining: 1 });
     const results: LevelResult[] = [];
     console.log(
-      `vllm-sim capacity: profile ${args.profile}, time-scale 1, prompt ${sharedPrefix.length} shared + ${promptTokens} unique tokens, ${maxTokens} output tokens, ${windowMs / 1000} s per level${hasTaskset ? ', sim pinned to core 0' : ' (taskset missing: not pinned)'}`,
+      `vllm-sim capacity: profile ${args.profile}, time-scale ${args['time-scale']}, prompt ${sharedPrefix.length} shared + ${promptTokens} unique tokens, ${maxTokens} output tokens, ${windowMs / 1000} s per level${hasTaskset ? ', sim pinned to core 0' : ' (taskset missing: not pinned)'}`,
     );
-    console.log('| streams | requests | client TTFT mean | p95 | engine TTFT mean | client − engine | added by sim load | loop lag mean | sim CPU (cores) | tokens/s |');
-    console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+    console.log('| streams | requests | engine TTFT mean | sim wall TTFT mean | added by sim | sim admission | sim loop lag | sim CPU (cores) | client TTFT mean / p95 | client loop delay p99 | tokens/s |');
+    console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     let seed = 1;
+    // Warm-up: JIT-compile the request path so the first level measures steady state, not compilation.
+    await runLevel(url, dispatcher, sim.process.pid as number, 16, () => seed++, 2_000);
     for (const concurrency of levels) {
-      const result = await runLevel(url, dispatcher, sim.process.pid as number, concurrency, () => seed++, results[0]?.gapMs);
+      const result = await runLevel(url, dispatcher, sim.process.pid as number, concurrency, () => seed++, windowMs);
       results.push(result);
       console.log(
-        `| ${concurrency} | ${result.requests} | ${result.clientTtftMeanMs.toFixed(1)} ms | ${result.clientTtftP95Ms.toFixed(1)} ms | ${result.engineTtftMeanMs.toFixed(1)} ms | ${result.gapMs.toFixed(1)} ms | ${(100 * result.overheadRatio).toFixed(1)} % | ${result.loopLagMeanMs.toFixed(2)} ms | ${result.simCpuCoreFraction.toFixed(2)} | ${result.tokensPerSecond.toFixed(0)} |`,
+        `| ${concurrency} | ${result.requests} | ${result.engineTtftMeanMs.toFixed(1)} ms | ${result.simWallTtftMeanMs.toFixed(1)} ms | ${(100 * result.overheadRatio).toFixed(1)} % | ${result.admissionMeanMs.toFixed(2)} ms | ${result.loopLagMeanMs.toFixed(2)} ms | ${result.simCpuCoreFraction.toFixed(2)} | ${result.clientTtftMeanMs.toFixed(1)} / ${result.clientTtftP95Ms.toFixed(1)} ms | ${result.clientLoopDelayP99Ms.toFixed(1)} ms | ${result.tokensPerSecond.toFixed(0)} |`,
       );
       if (result.overheadRatio > 4 * threshold) break;
     }
@@ -102,18 +115,22 @@ async function main(): Promise<void> {
   }
 }
 
-async function runLevel(url: string, dispatcher: Agent, simPid: number, concurrency: number, nextSeed: () => number, baselineGapMs: number | undefined): Promise<LevelResult> {
+async function runLevel(url: string, dispatcher: Agent, simPid: number, concurrency: number, nextSeed: () => number, durationMs: number): Promise<LevelResult> {
   const ttfts: number[] = [];
   let tokens = 0;
-  const before = await engineTtft(url);
-  const lagBefore = await loopLag(url);
+  const before = await simState(url);
+  const clientLoop = monitorEventLoopDelay({ resolution: 5 });
+  clientLoop.enable();
   const cpuBefore = processCpuSeconds(simPid);
   const started = performance.now();
-  const deadline = started + windowMs;
+  const deadline = started + durationMs;
   await Promise.all(
-    Array.from({ length: concurrency }, async () => {
+    Array.from({ length: concurrency }, async (_, worker) => {
+      await new Promise((resolve) => setTimeout(resolve, (worker * 997) % Math.min(1000, durationMs / 4)));
       while (performance.now() < deadline) {
-        const body = JSON.stringify({ model: 'bench-model', prompt: [...sharedPrefix, ...tokenPrompt(promptTokens, nextSeed())], max_tokens: maxTokens, stream: true });
+        const seed = nextSeed();
+        const outputTokens = Math.round(maxTokens * (0.5 + ((seed * 7919) % 1000) / 1000));
+        const body = JSON.stringify({ model: 'bench-model', prompt: [...sharedPrefix, ...tokenPrompt(promptTokens, seed)], max_tokens: outputTokens, stream: true });
         const sent = performance.now();
         const response = await request(`${url}/v1/completions`, { method: 'POST', body, headers: { 'content-type': 'application/json' }, dispatcher });
         let first = true;
@@ -124,41 +141,46 @@ async function runLevel(url: string, dispatcher: Agent, simPid: number, concurre
             first = false;
           }
         }
-        tokens += maxTokens;
+        tokens += outputTokens;
       }
     }),
   );
   const elapsedSeconds = (performance.now() - started) / 1000;
   const cpuSeconds = processCpuSeconds(simPid) - cpuBefore;
-  const after = await engineTtft(url);
-  const lagAfter = await loopLag(url);
-  const engineMean = ((after.sum - before.sum) / (after.count - before.count)) * 1000;
+  clientLoop.disable();
+  const after = await simState(url);
+  const simRequests = after.ttft_requests - before.ttft_requests;
+  const engineMean = (after.ttft_engine_ms_total - before.ttft_engine_ms_total) / simRequests;
+  const simWallMean = (after.ttft_wall_ms_total - before.ttft_wall_ms_total) / simRequests;
   const clientMean = mean(ttfts);
-  const gapMs = clientMean - engineMean;
   return {
     concurrency,
     requests: ttfts.length,
     clientTtftMeanMs: clientMean,
     clientTtftP95Ms: percentile(ttfts, 95),
     engineTtftMeanMs: engineMean,
-    gapMs,
-    overheadRatio: (gapMs - (baselineGapMs ?? gapMs)) / engineMean,
-    loopLagMeanMs: (lagAfter.totalMs - lagBefore.totalMs) / Math.max(1, lagAfter.steps - lagBefore.steps),
+    simWallTtftMeanMs: simWallMean,
+    overheadRatio: (simWallMean - engineMean) / engineMean,
+    loopLagMeanMs: (after.loop_lag_ms_total - before.loop_lag_ms_total) / Math.max(1, after.loop_lag_steps - before.loop_lag_steps),
+    clientLoopDelayP99Ms: clientLoop.percentile(99) / 1e6,
+    admissionMeanMs: (after.admission_ms_total - before.admission_ms_total) / simRequests,
     simCpuCoreFraction: cpuSeconds / elapsedSeconds,
     tokensPerSecond: tokens / elapsedSeconds,
   };
 }
 
-async function engineTtft(url: string): Promise<{ sum: number; count: number }> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const sum = Number(/^vllm:time_to_first_token_seconds_sum\{[^}]*\} (\S+)$/m.exec(text)?.[1]);
-  const count = Number(/^vllm:time_to_first_token_seconds_count\{[^}]*\} (\S+)$/m.exec(text)?.[1]);
-  return { sum, count };
+interface SimState {
+  ttft_requests: number;
+  ttft_wall_ms_total: number;
+  ttft_engine_ms_total: number;
+  admission_ms_total: number;
+  emission_lag_ms_total: number;
+  loop_lag_steps: number;
+  loop_lag_ms_total: number;
 }
 
-async function loopLag(url: string): Promise<{ steps: number; totalMs: number }> {
-  const state = (await (await fetch(`${url}/sim/state`)).json()) as { loop_lag_steps: number; loop_lag_ms_total: number };
-  return { steps: state.loop_lag_steps, totalMs: state.loop_lag_ms_total };
+async function simState(url: string): Promise<SimState> {
+  return (await (await fetch(`${url}/sim/state`)).json()) as SimState;
 }
 
 /** utime + stime of a process, in seconds (Linux /proc; the sim's child, the node process under taskset). */

@@ -3,6 +3,7 @@ import type { Engine } from './engine/engine';
 import type { EngineLoop } from './engine/engine-loop';
 import { EngineError, engineErrorBody } from './engine-errors';
 import type { ConnectionGate, FaultInjector } from './faults';
+import type { ResponseLatency } from './generation/response-latency';
 import type { CachedTokensReporting } from './generation/serve-generation';
 import type { MetricsDialect } from './metrics/render-metrics';
 import { generationRoutes } from './routes/generation-routes';
@@ -15,6 +16,7 @@ import { simControlRoutes } from './routes/sim-control-routes';
 export interface SimAppDeps {
   readonly loop: EngineLoop;
   readonly faults: FaultInjector;
+  readonly latency: ResponseLatency;
   readonly servedModel: string;
   readonly dialect: MetricsDialect;
   readonly seed: number;
@@ -66,7 +68,14 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     servedModel: deps.servedModel,
     limits,
     faults: deps.faults,
-    generation: { loop: deps.loop, seed: deps.seed, eosRandom: deps.eosRandom, cachedTokensReporting: deps.cachedTokensReporting, faults: deps.faults },
+    generation: {
+      loop: deps.loop,
+      seed: deps.seed,
+      eosRandom: deps.eosRandom,
+      cachedTokensReporting: deps.cachedTokensReporting,
+      faults: deps.faults,
+      latency: deps.latency,
+    },
   });
   await app.register(modelsRoutes, { servedModel: deps.servedModel, maxModelLen: engine.maxModelLen, createdUnixSeconds: deps.startedAtUnixSeconds });
   await app.register(probesRoutes, { dialect: deps.dialect, faults: deps.faults, version: ENGINE_VERSION[deps.dialect] });
@@ -74,6 +83,7 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
   await app.register(simControlRoutes, {
     engine,
     loop: deps.loop,
+    latency: deps.latency,
     servedModel: deps.servedModel,
     limits,
     faults: deps.faults,

@@ -5,6 +5,7 @@ import { Engine } from './engine/engine';
 import { EngineLoop, realClock, type LoopClock } from './engine/engine-loop';
 import { getProfile } from './engine/profiles';
 import { createSeededRandom, FaultInjector, type ConnectionGate } from './faults';
+import { ResponseLatency } from './generation/response-latency';
 
 export interface SimServer {
   readonly app: FastifyInstance;
@@ -41,6 +42,7 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
   const app = await buildSimApp({
     loop,
     faults,
+    latency: new ResponseLatency(),
     servedModel,
     dialect: config.metricsDialect,
     seed: config.seed,

@@ -107,7 +107,8 @@ export class EngineLoop {
     this.wake();
   }
 
-  private wallDeadlineMs(simMs: number): number {
+  /** Wall time (clock ms) at which simulated time `simMs` is due. */
+  wallDeadlineMs(simMs: number): number {
     return this.wallStartMs + simMs / this.timeScale;
   }
 

@@ -210,6 +210,10 @@ export class Engine {
     const stepSeconds = plan.durationMs / 1000;
     let iterationTokens = 0;
     let prefilled = false;
+    // All of a step's tokens exist at the same simulated instant; first tokens are handed out before
+    // decode tokens so that the cost of writing a large batch of stream events lands on inter-token
+    // latency rather than on TTFT.
+    const decodeTokens: Sequence[] = [];
     for (const { sequence, tokens } of plan.work) {
       iterationTokens += tokens;
       if (sequence.status !== 'running') continue;
@@ -217,8 +221,11 @@ export class Engine {
       const before = sequence.numComputed;
       sequence.numComputed += tokens;
       this.cacheCompletedBlocks(sequence, before);
-      if (sequence.numComputed === sequence.tokens.length) this.emitToken(sequence, endMs);
+      if (sequence.numComputed !== sequence.tokens.length) continue;
+      if (sequence.outputCount === 0) this.emitToken(sequence, endMs);
+      else decodeTokens.push(sequence);
     }
+    for (const sequence of decodeTokens) this.emitToken(sequence, endMs);
     this.stats.steps++;
     this.stats.iterationTokens.observe(iterationTokens);
     if (prefilled) this.stats.prefillBusySeconds += stepSeconds;

@@ -114,3 +114,24 @@ export function completeResponse(kind: EndpointKind, identity: ResponseIdentity,
     kv_transfer_params: null,
   };
 }
+
+/**
+ * Encodes content-delta SSE events (`data: …\n\n`) without building and stringifying an object per
+ * token: the per-request parts are serialised once. A stream writes one of these per generated
+ * token, so this is the simulator's hottest path. Byte-identical to
+ * `data: ${JSON.stringify(deltaChunk(…))}\n\n` (checked in response-format.test.ts).
+ */
+export function createDeltaEventEncoder(kind: EndpointKind, identity: ResponseIdentity): (index: number, text: string, finishReason: string | null) => string {
+  const object = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
+  const prefix = `data: {"id":${JSON.stringify(identity.id)},"object":"${object}","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":[{"index":`;
+  if (kind === 'chat') {
+    return (index, text, finishReason) =>
+      `${prefix}${index},"delta":{"content":${JSON.stringify(text)}},"logprobs":null,"finish_reason":${
+        finishReason === null ? 'null' : `${JSON.stringify(finishReason)},"stop_reason":null`
+      }}]}\n\n`;
+  }
+  return (index, text, finishReason) =>
+    `${prefix}${index},"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":${
+      finishReason === null ? 'null' : JSON.stringify(finishReason)
+    },"stop_reason":null}],"usage":null}\n\n`;
+}

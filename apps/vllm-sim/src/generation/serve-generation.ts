@@ -7,7 +7,8 @@ import type { FinishReason } from '../engine/engine-stats';
 import type { FaultInjector } from '../faults';
 import { OutputText } from '../text/output-text';
 import type { PreparedPrompt } from './prepare-prompts';
-import { buildUsage, chatRoleChunk, completeResponse, deltaChunk, usageChunk, type EndpointKind, type ResponseIdentity } from './response-format';
+import type { ResponseLatency } from './response-latency';
+import { buildUsage, chatRoleChunk, completeResponse, createDeltaEventEncoder, usageChunk, type EndpointKind, type ResponseIdentity } from './response-format';
 
 export type CachedTokensReporting = 'off' | 'on-hit' | 'always';
 
@@ -17,6 +18,7 @@ export interface GenerationDeps {
   readonly eosRandom: boolean;
   readonly cachedTokensReporting: CachedTokensReporting;
   readonly faults: FaultInjector;
+  readonly latency: ResponseLatency;
 }
 
 export interface GenerationRequest {
@@ -27,6 +29,8 @@ export interface GenerationRequest {
   readonly includeUsage: boolean;
   readonly ignoreEos: boolean;
   readonly cacheSalt: string | undefined;
+  /** `performance.now()` when the route handler started (before fault delays). */
+  readonly receivedAtMs: number;
 }
 
 /**
@@ -52,6 +56,7 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
   const send = (payload: object): void => {
     response.write(encodeSseData(JSON.stringify(payload)));
   };
+  const encodeDelta = createDeltaEventEncoder(request.kind, identity);
 
   const finishResponse = (): void => {
     const usage = buildUsage({
@@ -87,15 +92,25 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
     for (const choice of choices) if (choice.sequence) deps.loop.abort(choice.sequence);
   });
 
+  const submittedAtMs = performance.now();
   choices.forEach((choice, index) => {
     const listener: SequenceListener = {
-      onToken(sequence, outputIndex) {
+      onToken(sequence, outputIndex, nowMs) {
+        if (outputIndex === 0 && index === 0) {
+          const wallNow = performance.now();
+          deps.latency.record({
+            wallTtftMs: wallNow - request.receivedAtMs,
+            engineTtftWallMs: (nowMs - sequence.arrivalMs) / deps.loop.timeScale,
+            admissionMs: submittedAtMs - request.receivedAtMs,
+            emissionLagMs: wallNow - deps.loop.wallDeadlineMs(nowMs),
+          });
+        }
         const piece = choice.output.textAt(outputIndex);
         choice.text += piece;
         if (!request.stream || clientGone) return;
         if (outputIndex === 0 && request.kind === 'chat') send(chatRoleChunk(identity, index));
         const isLast = sequence.outputCount >= choice.outputTokens;
-        send(deltaChunk(request.kind, identity, index, piece, isLast ? (choice.outputTokens < choice.prompt.maxTokens ? 'stop' : 'length') : null));
+        response.write(encodeDelta(index, piece, isLast ? (choice.outputTokens < choice.prompt.maxTokens ? 'stop' : 'length') : null));
         if (dropAfterFirstToken) {
           dropAfterFirstToken = false;
           response.destroy();

@@ -17,20 +17,22 @@ export interface GenerationRoutesOptions {
 /** `POST /v1/chat/completions` and `POST /v1/completions`: validate, template, tokenize, run on the engine. */
 export async function generationRoutes(app: FastifyInstance, options: GenerationRoutesOptions): Promise<void> {
   app.post('/v1/chat/completions', async (request, reply) => {
+    const receivedAtMs = performance.now();
     const body = parseBody(ChatCompletionRequest, request.body);
     checkModel(body.model, options.servedModel);
     const prompts = prepareChatPrompts(body, options.limits);
-    await run(reply, 'chat', body, prompts);
+    await run(reply, 'chat', body, prompts, receivedAtMs);
   });
 
   app.post('/v1/completions', async (request, reply) => {
+    const receivedAtMs = performance.now();
     const body = parseBody(CompletionRequest, request.body);
     checkModel(body.model, options.servedModel);
     const prompts = prepareCompletionPrompts(body, options.limits);
-    await run(reply, 'text', body, prompts);
+    await run(reply, 'text', body, prompts, receivedAtMs);
   });
 
-  async function run(reply: FastifyReply, kind: EndpointKind, body: ChatCompletionRequest | CompletionRequest, prompts: PreparedPrompt[]): Promise<void> {
+  async function run(reply: FastifyReply, kind: EndpointKind, body: ChatCompletionRequest | CompletionRequest, prompts: PreparedPrompt[], receivedAtMs: number): Promise<void> {
     const faults = options.faults;
     if (faults.current.extraLatencyMs > 0) await delay(faults.current.extraLatencyMs);
     const action = faults.draw();
@@ -50,6 +52,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
         includeUsage: body.stream_options?.include_usage === true,
         ignoreEos: body.ignore_eos === true,
         cacheSalt: body.cache_salt,
+        receivedAtMs,
       },
       reply.raw,
     );

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { ChatCompletionRequest, CompletionRequest } from '@kvroute/protocols';
 import type { Engine } from '../engine/engine';
 import type { EngineLoop } from '../engine/engine-loop';
+import type { ResponseLatency } from '../generation/response-latency';
 import { FaultSettings, type ConnectionGate, type FaultInjector } from '../faults';
 import { prepareChatPrompts, prepareCompletionPrompts, type PromptLimits } from '../generation/prepare-prompts';
 import { EngineError } from '../engine-errors';
@@ -10,6 +11,7 @@ import { checkModel, parseBody } from './generation-routes';
 export interface SimControlRoutesOptions {
   readonly engine: Engine;
   readonly loop: EngineLoop;
+  readonly latency: ResponseLatency;
   readonly servedModel: string;
   readonly limits: PromptLimits;
   readonly faults: FaultInjector;
@@ -67,6 +69,12 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
     loop_lag_ms_total: options.loop.lag.totalMs,
     loop_lag_ms_mean: options.loop.lag.steps === 0 ? 0 : options.loop.lag.totalMs / options.loop.lag.steps,
     loop_lag_ms_max: options.loop.lag.maxMs,
+    // Handler entry → first token written (wall ms), and the engine's TTFT for the same requests.
+    ttft_requests: options.latency.requests,
+    ttft_wall_ms_total: options.latency.wallTtftMsTotal,
+    ttft_engine_ms_total: options.latency.engineTtftMsTotal,
+    admission_ms_total: options.latency.admissionMsTotal,
+    emission_lag_ms_total: options.latency.emissionLagMsTotal,
   }));
 
   app.post('/sim/reset-cache', async () => {
