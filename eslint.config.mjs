@@ -38,6 +38,21 @@ export default [
     rules: { '@nx/enforce-module-boundaries': 'off' },
   },
   {
+    // Router and bench tests start simulated backends in-process (a real HTTP server on loopback):
+    // the one app-to-app import allowed, and only from tests.
+    files: ['apps/router/test/**/*.ts', 'apps/router/src/**/*.test.ts', 'bench/**/*.test.ts'],
+    rules: {
+      '@nx/enforce-module-boundaries': [
+        'error',
+        {
+          enforceBuildableLibDependency: false,
+          allow: ['@kvroute/vllm-sim', '@kvroute/vllm-sim/config'],
+          depConstraints: [{ sourceTag: 'type:app', onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'] }],
+        },
+      ],
+    },
+  },
+  {
     // Tests poke at untyped JSON responses.
     files: ['**/*.test.ts', '**/test/**/*.ts'],
     rules: { '@typescript-eslint/no-explicit-any': 'off' },

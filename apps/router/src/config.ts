@@ -1,0 +1,55 @@
+import { POLICY_NAMES } from '@kvroute/routing';
+import { z } from 'zod';
+
+/**
+ * Router configuration: one schema, parsed once at start by main.ts.
+ * Precedence: defaults < `--config FILE` (YAML or JSON) < env `KVROUTE_*` < flags.
+ * Policy parameters are top-level keys so that each can be set by flag or env as well as by file.
+ */
+export const BackendConfig = z.strictObject({
+  url: z.url({ protocol: /^https?$/ }).describe('base URL of an OpenAI-compatible engine'),
+  id: z.string().min(1).optional().describe("stable id (default: the URL's host:port); shown in X-Router-Backend"),
+  models: z.array(z.string().min(1)).min(1).optional().describe("models it serves (default: read from its GET /v1/models)"),
+  weight: z.number().positive().default(1).describe('relative capacity'),
+});
+export type BackendConfig = z.infer<typeof BackendConfig>;
+
+const BackendEntry = z.union([z.url({ protocol: /^https?$/ }).transform((url) => ({ url, weight: 1 })), BackendConfig]);
+
+export const RouterConfig = z.object({
+  host: z.string().default('0.0.0.0').describe('address to listen on'),
+  port: z.coerce.number().int().min(0).max(65_535).default(8080).describe('port to listen on'),
+  backends: z.array(BackendEntry).min(1).describe('backends: URLs (comma-separated on the command line) or {url,id,models,weight} objects in a file'),
+  policy: z.enum(POLICY_NAMES).default('cacheaware').describe('routing policy for chat and text completions'),
+  passthroughPolicy: z.enum(POLICY_NAMES).default('leastloaded').describe('policy for other POST /v1/* endpoints (embeddings, …)'),
+
+  blockSizeBytes: z.coerce.number().int().min(8).max(4096).default(64).describe('prefix block size of the routing text, bytes'),
+  maxBlocksPerBackend: z.coerce.number().int().positive().default(262_144).describe('prefix blocks remembered per backend (LRU beyond)'),
+  blockIdleTtlMs: z.coerce.number().int().min(0).default(1_800_000).describe('forget a prefix block not used for this long (0 = never)'),
+  minMatchBlocks: z.coerce.number().int().min(0).optional().describe('blocks a backend must hold to count as warm (prefixaware default 2, cacheaware default 1)'),
+  saturationInflight: z.coerce.number().int().min(0).optional().describe('in-flight at which a backend is skipped (prefixaware valve, default 8; cacheaware default 0 = off)'),
+  loadFactor: z.coerce.number().min(1).default(1.25).describe('bounded-load factor of session, chwbl and cold placement'),
+  chwblVirtualNodes: z.coerce.number().int().positive().default(160).describe('virtual nodes per unit weight on the chwbl ring'),
+  kvrouterCacheHitBonus: z.coerce.number().default(100).describe('kvrouter: score bonus of a backend holding the conversation'),
+  kvrouterLoadWeight: z.coerce.number().default(10).describe('kvrouter: score penalty per in-flight request'),
+  prefillMsPerToken: z.coerce.number().positive().default(0.07).describe('cacheaware: prefill cost of one uncached token, ms'),
+  queueMsPerRequest: z.coerce.number().min(0).default(15).describe('cacheaware: cost of one request already in flight, ms'),
+  spreadAbs: z.coerce.number().min(0).default(8).describe('cacheaware load-spread guard: in-flight above min + this …'),
+  spreadRel: z.coerce.number().min(1).default(2).describe('… and above min × this is excluded'),
+
+  requestBodyLimitBytes: z.coerce.number().int().positive().default(16 * 1024 * 1024).describe('largest request body accepted'),
+  connectTimeoutMs: z.coerce.number().int().positive().default(5_000).describe('upstream TCP connect timeout'),
+  headersTimeoutMs: z.coerce.number().int().positive().default(300_000).describe('upstream time to response headers (covers queueing and prefill)'),
+  idleTimeoutMs: z.coerce.number().int().positive().default(300_000).describe('upstream silence allowed between response chunks'),
+  maxAttempts: z.coerce.number().int().min(1).max(10).default(3).describe('tries per request across different backends, before the first byte'),
+  retryBackoffMs: z.coerce.number().int().min(0).default(25).describe('base backoff between tries (exponential, full jitter)'),
+  breakerFailureThreshold: z.coerce.number().int().positive().default(5).describe('consecutive failures that open a backend circuit'),
+  breakerCooldownMs: z.coerce.number().int().positive().default(10_000).describe('how long an open circuit waits before a half-open probe'),
+  modelsRefreshMs: z.coerce.number().int().positive().default(30_000).describe("how often backends' GET /v1/models is re-read"),
+  debugRoutes: z.boolean().default(false).describe('serve POST /debug/route (explains a decision)'),
+  shutdownGraceMs: z.coerce.number().int().positive().default(30_000).describe('how long in-flight requests may finish on SIGTERM'),
+  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('log level'),
+});
+export type RouterConfig = z.infer<typeof RouterConfig>;
+
+export const ROUTER_ENV_PREFIX = 'KVROUTE_';

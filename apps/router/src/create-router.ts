@@ -1,0 +1,106 @@
+import { request as undiciRequest } from 'undici';
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import { createPolicy, InMemoryRoutingState, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
+import { buildRouterApp } from './app';
+import { BackendRegistry, type Backend } from './backends/backend-registry';
+import type { RouterConfig } from './config';
+import { UpstreamPools } from './proxy/upstream-pool';
+import { RouterMetrics } from './router-metrics';
+import { policyParamsFromConfig } from './routing/policy-params';
+
+export interface RouterServer {
+  readonly app: FastifyInstance;
+  readonly registry: BackendRegistry;
+  readonly state: RoutingStateStore;
+  readonly metrics: RouterMetrics;
+  /** Starts model discovery, then listens; returns the base URL. */
+  listen(): Promise<string>;
+  /** Stops taking requests (readiness fails), lets in-flight ones finish, then closes everything. */
+  close(): Promise<void>;
+}
+
+export interface RouterServerDeps {
+  readonly logger?: FastifyBaseLogger | false;
+  readonly nowMs?: () => number;
+  readonly random?: () => number;
+  /** Routing state (default: in memory, for a single replica). */
+  readonly state?: RoutingStateStore;
+}
+
+/** Builds one router replica from its config: backends, upstream pools, routing state, policies, app. */
+export async function createRouterServer(config: RouterConfig, deps: RouterServerDeps = {}): Promise<RouterServer> {
+  const nowMs = deps.nowMs ?? (() => Date.now());
+  const logger = deps.logger === false ? undefined : deps.logger;
+  const random = deps.random ?? Math.random;
+  const upstreams = new UpstreamPools({ connectTimeoutMs: config.connectTimeoutMs, headersTimeoutMs: config.headersTimeoutMs, idleTimeoutMs: config.idleTimeoutMs });
+  const registry = new BackendRegistry(config.backends, {
+    breakerFailureThreshold: config.breakerFailureThreshold,
+    breakerCooldownMs: config.breakerCooldownMs,
+    nowMs,
+    fetchModels: (backend) => fetchModels(backend, config.connectTimeoutMs),
+    onRefreshError: (backend, error) => logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models'),
+  });
+  const state = deps.state ?? new InMemoryRoutingState({ maxBlocksPerBackend: config.maxBlocksPerBackend, blockIdleTtlMs: config.blockIdleTtlMs, nowMs });
+  const metrics = new RouterMetrics({
+    inflight: () => state.inflightCounts(),
+    breakerStates: () => new Map(registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),
+  });
+  const params = policyParamsFromConfig(config);
+  const policies = new Map<string, RoutingPolicy>();
+  const policyFor = (pool: string, kind: 'generation' | 'passthrough'): RoutingPolicy => {
+    const key = `${kind}\u0000${pool}`;
+    let policy = policies.get(key);
+    if (!policy) {
+      policy = createPolicy(kind === 'generation' ? config.policy : config.passthroughPolicy, params);
+      policies.set(key, policy);
+    }
+    return policy;
+  };
+  // Fail at start, not on the first request, if a parameter is out of range.
+  policyFor('', 'generation');
+  policyFor('', 'passthrough');
+
+  let shuttingDown = false;
+  const app = await buildRouterApp({
+    registry,
+    upstreams,
+    routing: { state, nowMs, random },
+    metrics,
+    policyFor,
+    blockSizeBytes: config.blockSizeBytes,
+    requestBodyLimitBytes: config.requestBodyLimitBytes,
+    maxAttempts: config.maxAttempts,
+    retryBackoffMs: config.retryBackoffMs,
+    debugRoutes: config.debugRoutes,
+    logger: deps.logger ?? false,
+    isShuttingDown: () => shuttingDown,
+    startedAtUnixSeconds: Math.floor(Date.now() / 1000),
+  });
+
+  return {
+    app,
+    registry,
+    state,
+    metrics,
+    async listen() {
+      await registry.start(config.modelsRefreshMs);
+      return app.listen({ host: config.host, port: config.port });
+    },
+    async close() {
+      shuttingDown = true;
+      registry.stop();
+      await app.close();
+      await upstreams.close();
+    },
+  };
+}
+
+async function fetchModels(backend: Backend, timeoutMs: number): Promise<readonly string[]> {
+  const response = await undiciRequest(`${backend.origin}${backend.basePath}/v1/models`, { headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+  if (response.statusCode !== 200) {
+    await response.body.dump();
+    throw new Error(`GET /v1/models answered ${response.statusCode}`);
+  }
+  const body = (await response.body.json()) as { data?: Array<{ id?: unknown }> };
+  return (body.data ?? []).map((model) => model.id).filter((id): id is string => typeof id === 'string');
+}

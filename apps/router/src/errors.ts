@@ -1,0 +1,41 @@
+import { createOpenAIErrorBody, type OpenAIErrorBody } from '@kvroute/protocols';
+
+/**
+ * Every error the router itself answers with: a stable code, its HTTP status and the OpenAI error
+ * type. Upstream errors are relayed as the backend sent them; only failures of the router's own
+ * making (bad input, nowhere to send, transport errors) appear here. Never a 500 for bad input.
+ */
+export const ROUTER_ERRORS = {
+  ROUTER_ERR_INVALID_JSON: { status: 400, type: 'invalid_request_error' },
+  ROUTER_ERR_INVALID_REQUEST: { status: 400, type: 'invalid_request_error' },
+  ROUTER_ERR_UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error' },
+  ROUTER_ERR_MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  ROUTER_ERR_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  ROUTER_ERR_METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },
+  ROUTER_ERR_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
+  ROUTER_ERR_NO_BACKEND: { status: 503, type: 'service_unavailable' },
+  ROUTER_ERR_UPSTREAM_UNAVAILABLE: { status: 502, type: 'upstream_error' },
+  ROUTER_ERR_UPSTREAM_TIMEOUT: { status: 504, type: 'upstream_error' },
+  ROUTER_ERR_SHUTTING_DOWN: { status: 503, type: 'service_unavailable' },
+  ROUTER_ERR_INTERNAL: { status: 500, type: 'internal_error' },
+} as const satisfies Record<string, { status: number; type: string }>;
+
+export type RouterErrorCode = keyof typeof ROUTER_ERRORS;
+
+export class RouterError extends Error {
+  constructor(
+    readonly code: RouterErrorCode,
+    message: string,
+    readonly options: { param?: string; retryAfterSeconds?: number; cause?: unknown } = {},
+  ) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+  }
+
+  get status(): number {
+    return ROUTER_ERRORS[this.code].status;
+  }
+
+  toBody(): OpenAIErrorBody {
+    return createOpenAIErrorBody(this.message, ROUTER_ERRORS[this.code].type, { param: this.options.param ?? null, code: this.code });
+  }
+}

@@ -1,0 +1,36 @@
+import type { FastifyError, FastifyInstance } from 'fastify';
+import { RouterError } from '../errors';
+import type { RouterMetrics } from '../router-metrics';
+
+/**
+ * Turns every error the router raises into the OpenAI error shape with the right status. Fastify's own
+ * errors (body too large, bad content length, …) keep their 4xx status; anything unexpected is a 500
+ * that is logged, never a crash.
+ */
+export function registerErrorHandler(app: FastifyInstance, metrics: RouterMetrics): void {
+  app.setErrorHandler((error: FastifyError | RouterError, request, reply) => {
+    const routerError = toRouterError(error);
+    if (routerError.code === 'ROUTER_ERR_INTERNAL') request.log.error({ err: error }, 'unexpected error');
+    metrics.recordRejected(routerError.code);
+    if (routerError.options.retryAfterSeconds !== undefined) reply.header('retry-after', String(routerError.options.retryAfterSeconds));
+    return reply
+      .code(routerError.status)
+      .header('x-router-backend', 'none')
+      .header('x-router-reason', 'rejected')
+      .send(routerError.toBody());
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const error = new RouterError('ROUTER_ERR_NOT_FOUND', `No route for ${request.method} ${request.url.split('?')[0]}.`);
+    metrics.recordRejected(error.code);
+    return reply.code(404).header('x-router-backend', 'none').header('x-router-reason', 'rejected').send(error.toBody());
+  });
+}
+
+function toRouterError(error: FastifyError | RouterError): RouterError {
+  if (error instanceof RouterError) return error;
+  const status = error.statusCode ?? 500;
+  if (status === 413) return new RouterError('ROUTER_ERR_BODY_TOO_LARGE', 'The request body is larger than this router accepts.');
+  if (status === 415) return new RouterError('ROUTER_ERR_UNSUPPORTED_MEDIA_TYPE', error.message);
+  if (status >= 400 && status < 500) return new RouterError('ROUTER_ERR_INVALID_REQUEST', error.message);
+  return new RouterError('ROUTER_ERR_INTERNAL', 'Internal router error.', { cause: error });
+}

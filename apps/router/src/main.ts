@@ -1,0 +1,38 @@
+import { createLogger, loadConfig, onTerminationSignal, ShutdownStack } from '@kvroute/platform';
+import { ROUTER_ENV_PREFIX, RouterConfig } from './config';
+import { createRouterServer } from './create-router';
+
+/** Composition root: config → logger → router (backends, state, policies, app) → listen → shutdown on SIGTERM. */
+async function main(): Promise<void> {
+  const loaded = loadConfig({
+    schema: RouterConfig,
+    argv: process.argv.slice(2),
+    env: process.env,
+    envPrefix: ROUTER_ENV_PREFIX,
+    usage: 'npm run router -- --backends URL[,URL…] [options]\n\nkvroute: a KV-cache-aware OpenAI-compatible router.',
+  });
+  if (loaded.kind === 'help') {
+    process.stdout.write(`${loaded.text}\n`);
+    return;
+  }
+  const config = loaded.config;
+  const logger = createLogger({ service: 'kvroute-router', level: config.logLevel });
+  const shutdown = new ShutdownStack();
+  const router = await createRouterServer(config, { logger: logger.child({ component: 'http' }) });
+  const url = await router.listen();
+  shutdown.push('router', () => router.close());
+  logger.info(
+    { url, policy: config.policy, backends: router.registry.backends.map((backend) => backend.id), models: router.registry.models() },
+    'kvroute router listening',
+  );
+  onTerminationSignal(async () => {
+    logger.info('shutting down: readiness off, finishing in-flight requests');
+    const result = await shutdown.closeAll({ deadlineMs: config.shutdownGraceMs, logger });
+    process.exit(result.ok ? 0 : 1);
+  });
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`kvroute router: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,145 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/**
+ * Every router metric, in one place, with intent-named recorders. Base units (seconds), `_total` on
+ * counters, bounded labels: backend ids and models come from config, policies and reasons from fixed
+ * lists, status as a class-preserving code.
+ */
+export interface RouterMetricsSources {
+  /** In-flight leases per backend (read at scrape time). */
+  readonly inflight: () => ReadonlyMap<string, number>;
+  /** Breaker state per backend: 0 closed, 1 half-open, 2 open. */
+  readonly breakerStates: () => ReadonlyMap<string, number>;
+}
+
+const LATENCY_BUCKETS_SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+const DECISION_BUCKETS_SECONDS = [0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.0025, 0.005, 0.01];
+
+export class RouterMetrics {
+  readonly registry = new Registry();
+  private readonly requests: Counter<'backend' | 'policy' | 'reason' | 'status'>;
+  private readonly rejected: Counter<'code'>;
+  private readonly ttft: Histogram<'backend'>;
+  private readonly duration: Histogram<'backend' | 'stream'>;
+  private readonly decision: Histogram<'policy'>;
+  private readonly matchRatio: Histogram<'policy'>;
+  private readonly retries: Counter<'backend' | 'cause'>;
+  private readonly streamErrors: Counter<'backend'>;
+  private readonly clientAborts: Counter<'backend'>;
+
+  constructor(sources: RouterMetricsSources) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry, prefix: 'kvroute_router_process_' });
+    this.requests = new Counter({
+      name: 'kvroute_router_requests_total',
+      help: 'Requests routed, by chosen backend, policy, decision reason and response status.',
+      labelNames: ['backend', 'policy', 'reason', 'status'],
+      registers,
+    });
+    this.rejected = new Counter({
+      name: 'kvroute_router_rejected_requests_total',
+      help: 'Requests answered by the router itself with an error (bad input, no backend, upstream failure), by error code.',
+      labelNames: ['code'],
+      registers,
+    });
+    this.ttft = new Histogram({
+      name: 'kvroute_router_time_to_first_token_seconds',
+      help: 'Time from request arrival to the first upstream content event (streams) or the response headers (non-streaming).',
+      labelNames: ['backend'],
+      buckets: LATENCY_BUCKETS_SECONDS,
+      registers,
+    });
+    this.duration = new Histogram({
+      name: 'kvroute_router_request_duration_seconds',
+      help: 'Time from request arrival to the end of the relayed response.',
+      labelNames: ['backend', 'stream'],
+      buckets: LATENCY_BUCKETS_SECONDS,
+      registers,
+    });
+    this.decision = new Histogram({
+      name: 'kvroute_router_decision_duration_seconds',
+      help: 'Time to decide where a request goes: routing text, hashes, state snapshot, policy and reservation.',
+      labelNames: ['policy'],
+      buckets: DECISION_BUCKETS_SECONDS,
+      registers,
+    });
+    this.matchRatio = new Histogram({
+      name: 'kvroute_router_prefix_match_ratio',
+      help: 'Share of the request prefix blocks the chosen backend was believed to hold (0-1).',
+      labelNames: ['policy'],
+      buckets: [0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1],
+      registers,
+    });
+    this.retries = new Counter({
+      name: 'kvroute_router_retries_total',
+      help: 'Tries that failed before the first byte and were retried on another backend, by failed backend and cause.',
+      labelNames: ['backend', 'cause'],
+      registers,
+    });
+    this.streamErrors = new Counter({
+      name: 'kvroute_router_stream_errors_total',
+      help: 'Upstream responses that failed after the first byte (ended with an error event).',
+      labelNames: ['backend'],
+      registers,
+    });
+    this.clientAborts = new Counter({
+      name: 'kvroute_router_client_aborts_total',
+      help: 'Requests whose client went away before the response ended (upstream aborted).',
+      labelNames: ['backend'],
+      registers,
+    });
+    new Gauge({
+      name: 'kvroute_router_inflight_requests',
+      help: 'Requests in flight per backend (leases held).',
+      labelNames: ['backend'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [backend, count] of sources.inflight()) this.set({ backend }, count);
+      },
+    });
+    new Gauge({
+      name: 'kvroute_router_backend_circuit_state',
+      help: 'Circuit breaker state per backend: 0 closed, 1 half-open, 2 open.',
+      labelNames: ['backend'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [backend, state] of sources.breakerStates()) this.set({ backend }, state);
+      },
+    });
+  }
+
+  recordRouted(backend: string, policy: string, reason: string, status: number): void {
+    this.requests.inc({ backend, policy, reason, status: String(status) });
+  }
+
+  recordRejected(code: string): void {
+    this.rejected.inc({ code });
+  }
+
+  recordDecision(policy: string, seconds: number, matchRatio: number): void {
+    this.decision.observe({ policy }, seconds);
+    this.matchRatio.observe({ policy }, matchRatio);
+  }
+
+  recordTtft(backend: string, seconds: number): void {
+    this.ttft.observe({ backend }, seconds);
+  }
+
+  recordDuration(backend: string, stream: boolean, seconds: number): void {
+    this.duration.observe({ backend, stream: stream ? 'true' : 'false' }, seconds);
+  }
+
+  recordRetry(backend: string, cause: string): void {
+    this.retries.inc({ backend, cause });
+  }
+
+  recordStreamError(backend: string): void {
+    this.streamErrors.inc({ backend });
+  }
+
+  recordClientAbort(backend: string): void {
+    this.clientAborts.inc({ backend });
+  }
+}

@@ -1,0 +1,41 @@
+import type { FastifyInstance } from 'fastify';
+import { ChatCompletionRequest, CompletionRequest } from '@kvroute/protocols';
+import { buildRoutingRequest, type RoutingPolicy } from '@kvroute/routing';
+import type { BackendRegistry } from '../backends/backend-registry';
+import { RouterError } from '../errors';
+import { chooseBackend, type RouteContext } from '../routing/route-request';
+import { parseBody } from './generation-routes';
+
+/**
+ * `POST /debug/route` (only with `debugRoutes: true`): explains where a request body would go, without
+ * sending it or changing any state: per-backend match, in-flight, score and exclusions.
+ */
+export async function debugRoutes(
+  app: FastifyInstance,
+  options: { registry: BackendRegistry; routing: RouteContext; policyFor: (pool: string, kind: 'generation') => RoutingPolicy; blockSizeBytes: number },
+): Promise<void> {
+  app.post('/debug/route', async (request) => {
+    const raw = request.body as Record<string, unknown> | null;
+    const body = raw && typeof raw === 'object' && 'messages' in raw ? parseBody(ChatCompletionRequest, raw) : parseBody(CompletionRequest, raw);
+    const backends = options.registry.poolFor(body.model);
+    if (backends.length === 0) throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${body.model}\` does not exist.`, { param: 'model' });
+    const sessionHeader = request.headers['x-session-id'];
+    const routingRequest = buildRoutingRequest(body, {
+      blockSizeBytes: options.blockSizeBytes,
+      sessionKey: typeof sessionHeader === 'string' ? sessionHeader : (body.user ?? null),
+    });
+    const eligible = backends.filter((backend) => backend.breaker.isAvailable());
+    const policy = options.policyFor(body.model, 'generation');
+    const { decision } = eligible.length === 0 ? { decision: { kind: 'rejected' as const, reason: 'no-eligible-backend' as const } } : await chooseBackend(options.routing, body.model, routingRequest, eligible, policy);
+    return {
+      policy: policy.name,
+      scoreDirection: policy.scoreDirection,
+      blockSizeBytes: routingRequest.blockSizeBytes,
+      textBytes: routingRequest.textBytes,
+      blocks: routingRequest.blockHashes.length,
+      contextBlocks: routingRequest.contextBlocks,
+      breakers: Object.fromEntries(backends.map((backend) => [backend.id, backend.breaker.state])),
+      decision,
+    };
+  });
+}

@@ -1,0 +1,25 @@
+import type { PolicyParams } from '@kvroute/routing';
+import type { RouterConfig } from '../config';
+
+/**
+ * Policy parameters from the router config. Keys are shared where the seed semantics coincide
+ * (`minMatchBlocks`, `saturationInflight`, `loadFactor`); a key left unset keeps each policy's own
+ * default (prefixaware: min 2 blocks, valve 8; cacheaware: min 1 block, valve off).
+ */
+export function policyParamsFromConfig(config: RouterConfig): PolicyParams {
+  return {
+    prefixaware: { minMatchBlocks: config.minMatchBlocks, saturationInflight: config.saturationInflight },
+    cacheaware: {
+      minMatchBlocks: config.minMatchBlocks,
+      saturationInflight: config.saturationInflight,
+      prefillMsPerToken: config.prefillMsPerToken,
+      queueMsPerRequest: config.queueMsPerRequest,
+      spreadAbs: config.spreadAbs,
+      spreadRel: config.spreadRel,
+      coldLoadFactor: config.loadFactor,
+    },
+    kvrouter: { cacheHitBonus: config.kvrouterCacheHitBonus, loadWeight: config.kvrouterLoadWeight },
+    chwbl: { loadFactor: config.loadFactor, vnodesPerWeight: config.chwblVirtualNodes },
+    session: { loadFactor: config.loadFactor },
+  };
+}

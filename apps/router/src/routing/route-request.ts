@@ -1,0 +1,66 @@
+import type { Candidate, PolicyContext, RoutingDecision, RoutingPolicy, RoutingRequest, RoutingStateStore } from '@kvroute/routing';
+import type { Backend } from '../backends/backend-registry';
+
+/** What deciding needs: the shared state, and the clock and randomness the policy may use. */
+export interface RouteContext {
+  readonly state: RoutingStateStore;
+  readonly nowMs: () => number;
+  readonly random: () => number;
+}
+
+export interface RouteChoice {
+  readonly decision: RoutingDecision;
+  readonly candidates: readonly Candidate[];
+}
+
+/**
+ * Reads the state for the eligible backends of a pool (match depth and in-flight) and lets the policy
+ * choose. Deciding only: taking the lease and recording ownership is `reserve`, done by the caller
+ * right after, so a dry run (`/debug/route`) changes nothing.
+ */
+export async function chooseBackend(
+  context: RouteContext,
+  pool: string,
+  request: RoutingRequest,
+  eligible: readonly Backend[],
+  policy: RoutingPolicy,
+): Promise<RouteChoice> {
+  const snapshot = await context.state.snapshot(
+    pool,
+    eligible.map((backend) => backend.id),
+    policy.usesPrefixMatch ? request.blockHashes : [],
+  );
+  const candidates: Candidate[] = eligible.map((backend) => ({
+    backend: backend.info,
+    inflight: snapshot.inflight.get(backend.id) ?? 0,
+    matchBlocks: snapshot.matchBlocks.get(backend.id) ?? 0,
+  }));
+  const policyContext: PolicyContext = { nowMs: context.nowMs(), random: context.random };
+  return { decision: policy.choose(request, candidates, policyContext), candidates };
+}
+
+/**
+ * An in-flight lease on one backend: released exactly once, on whichever path ends the request
+ * (response end, upstream error, client abort, timeout, retry elsewhere).
+ */
+export class Lease {
+  private released = false;
+
+  constructor(
+    private readonly state: RoutingStateStore,
+    readonly pool: string,
+    readonly backendId: string,
+    readonly leaseId: string,
+    private readonly onReleaseError: (error: unknown) => void,
+  ) {}
+
+  get isReleased(): boolean {
+    return this.released;
+  }
+
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    this.state.release(this.pool, this.backendId, this.leaseId).catch(this.onReleaseError);
+  }
+}

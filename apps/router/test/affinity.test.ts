@@ -1,0 +1,80 @@
+import OpenAI from 'openai';
+import { describe, expect, it } from 'vitest';
+import { startTestCluster, totalInflight } from './start-test-cluster';
+
+type Message = OpenAI.Chat.Completions.ChatCompletionMessageParam;
+
+/**
+ * Acceptance 2: 6 concurrent conversations × 8 turns, each a shared 6 KB system prompt plus a 4 KB
+ * context of its own, through 3 backends. Prefix-aware policies keep each conversation on one backend;
+ * round-robin spreads it; and cacheaware makes the backends prefill at most half the tokens round-robin does.
+ */
+const SYSTEM_PROMPT = `You are the assistant of a routing team. Rules follow. ${'Answer briefly and cite the runbook section you used. '.repeat(110)}`.slice(0, 6144);
+
+function ownContext(conversation: number): string {
+  const lines: string[] = [];
+  for (let line = 0; lines.join('\n').length < 4096; line++) lines.push(`c${conversation} item ${line}: value ${(line * 7919 + conversation * 104729) % 100000}`);
+  return lines.join('\n').slice(0, 4096);
+}
+
+interface Turn {
+  conversation: number;
+  backend: string;
+  reason: string;
+  promptTokens: number;
+  cachedTokens: number;
+}
+
+async function runWorkload(policy: string): Promise<Turn[]> {
+  const cluster = await startTestCluster({ backends: 3, sim: { profile: 'a100-7b', timeScale: 50 }, router: { policy: policy as 'cacheaware' } });
+  try {
+    const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const turns: Turn[] = [];
+    await Promise.all(
+      Array.from({ length: 6 }, async (_, conversation) => {
+        await new Promise((resolve) => setTimeout(resolve, conversation * 20));
+        const messages: Message[] = [
+          { role: 'system', content: SYSTEM_PROMPT },
+          { role: 'user', content: `Here is my context:\n${ownContext(conversation)}` },
+        ];
+        for (let turn = 0; turn < 8; turn++) {
+          messages.push({ role: 'user', content: `Turn ${turn}: what does item ${turn * 3} mean?` });
+          const { data, response } = await client.chat.completions.create({ model: 'test-model', messages, max_tokens: 16 }).withResponse();
+          messages.push({ role: 'assistant', content: data.choices[0]?.message.content ?? '' });
+          turns.push({
+            conversation,
+            backend: response.headers.get('x-router-backend') ?? '',
+            reason: response.headers.get('x-router-reason') ?? '',
+            promptTokens: data.usage?.prompt_tokens ?? 0,
+            cachedTokens: data.usage?.prompt_tokens_details?.cached_tokens ?? 0,
+          });
+        }
+      }),
+    );
+    expect(totalInflight(cluster.router)).toBe(0);
+    return turns;
+  } finally {
+    await cluster.close();
+  }
+}
+
+function backendsPerConversation(turns: readonly Turn[]): number[] {
+  return Array.from({ length: 6 }, (_, conversation) => new Set(turns.filter((turn) => turn.conversation === conversation && !turn.reason.startsWith('spilled')).map((turn) => turn.backend)).size);
+}
+
+function prefilledTokens(turns: readonly Turn[]): number {
+  return turns.reduce((sum, turn) => sum + turn.promptTokens - turn.cachedTokens, 0);
+}
+
+describe('conversation affinity', () => {
+  it('keeps every conversation on one backend with prefixaware and cacheaware, spreads it with roundrobin, and cacheaware prefills ≤ half of roundrobin', async () => {
+    const prefixaware = await runWorkload('prefixaware');
+    const cacheaware = await runWorkload('cacheaware');
+    const roundrobin = await runWorkload('roundrobin');
+    expect(prefixaware).toHaveLength(48);
+    expect(backendsPerConversation(prefixaware)).toEqual([1, 1, 1, 1, 1, 1]);
+    expect(backendsPerConversation(cacheaware)).toEqual([1, 1, 1, 1, 1, 1]);
+    expect(backendsPerConversation(roundrobin).every((count) => count === 3)).toBe(true);
+    expect(prefilledTokens(cacheaware)).toBeLessThanOrEqual(0.5 * prefilledTokens(roundrobin));
+  });
+});

@@ -1,0 +1,62 @@
+import { SimConfig } from '@kvroute/vllm-sim/config';
+import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
+import { RouterConfig } from '../src/config';
+import { createRouterServer, type RouterServer } from '../src/create-router';
+
+/**
+ * A real cluster on loopback for router tests: vllm-sim backends and one router replica, all in this
+ * process, each on its own free port, talking real HTTP.
+ */
+export interface TestCluster {
+  readonly routerUrl: string;
+  readonly router: RouterServer;
+  readonly sims: readonly { readonly url: string; readonly sim: SimServer; readonly id: string }[];
+  registry(): RouterServer['registry'];
+  close(): Promise<void>;
+}
+
+export async function startTestCluster(options: {
+  backends?: number;
+  sim?: Partial<SimConfig>;
+  sims?: ReadonlyArray<Partial<SimConfig>>;
+  router?: Partial<RouterConfig>;
+} = {}): Promise<TestCluster> {
+  const simConfigs = options.sims ?? Array.from({ length: options.backends ?? 3 }, () => options.sim ?? {});
+  const sims = await Promise.all(
+    simConfigs.map(async (overrides) => {
+      const sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model', ...options.sim, ...overrides }));
+      const url = await sim.listen();
+      return { url, sim, id: new URL(url).host };
+    }),
+  );
+  const router = await createRouterServer(
+    RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: sims.map((sim) => sim.url), retryBackoffMs: 1, ...options.router }),
+  );
+  const routerUrl = await router.listen();
+  return {
+    routerUrl,
+    router,
+    sims,
+    registry: () => router.registry,
+    async close() {
+      await router.close();
+      await Promise.all(sims.map((sim) => sim.sim.close()));
+    },
+  };
+}
+
+/** Sum of in-flight leases across backends. */
+export function totalInflight(router: RouterServer): number {
+  let total = 0;
+  for (const count of router.state.inflightCounts().values()) total += count;
+  return total;
+}
+
+export async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error('condition not met in time');
+}

@@ -1,0 +1,222 @@
+import type { WrkResult } from './wrk';
+
+/**
+ * Pure part of the proxy-overhead benchmark (overhead.ts): the figures derived from the raw wrk
+ * runs (added latency against the direct path, ratios to the bare proxy, target checks) and their
+ * markdown rendering.
+ */
+
+export const PATH_IDS = ['direct', 'bare', 'kvroute', 'haproxy'] as const;
+export type PathId = (typeof PATH_IDS)[number];
+
+export const PATH_LABELS: Record<PathId, string> = {
+  direct: 'direct to sim',
+  bare: 'bare Node proxy',
+  kvroute: 'kvroute',
+  haproxy: 'HAProxy (TCP)',
+};
+
+export interface Workload {
+  readonly id: string;
+  readonly promptBytes: number;
+  readonly stream: boolean;
+}
+
+export const WORKLOADS: readonly Workload[] = [
+  { id: 'small-json', promptBytes: 100, stream: false },
+  { id: 'small-sse', promptBytes: 100, stream: true },
+  { id: '32k-json', promptBytes: 32 * 1024, stream: false },
+  { id: '32k-sse', promptBytes: 32 * 1024, stream: true },
+];
+
+/** The paced (target-rate) run of one path. Latencies in ms. */
+export interface PacedMeasurement {
+  readonly requests: number;
+  readonly achievedRate: number;
+  readonly p50Ms: number;
+  readonly p90Ms: number;
+  readonly p99Ms: number;
+  readonly p999Ms: number;
+  readonly meanMs: number;
+  readonly maxMs: number;
+  readonly errors: number;
+  /** CPU time of the proxy process per request, µs (absent for the direct path). */
+  readonly proxyCpuUsPerRequest?: number;
+  readonly simCpuUsPerRequest: number;
+  /** (proxy + sim CPU) / wall time: how busy the shared core was. */
+  readonly sharedCoreBusy: number;
+}
+
+/** The closed-loop (unpaced) run of one path. */
+export interface MaxMeasurement {
+  readonly rate: number;
+  readonly p50Ms: number;
+  readonly p99Ms: number;
+  readonly errors: number;
+}
+
+export interface PathResult {
+  readonly path: PathId;
+  readonly paced?: PacedMeasurement;
+  readonly max?: MaxMeasurement;
+  /** Why this path has no (or partial) figures. */
+  readonly skipped?: string;
+  /** wrk's own figures, for the JSON file. */
+  readonly wrk?: { readonly paced?: WrkResult; readonly max?: WrkResult };
+}
+
+export interface WorkloadResult {
+  readonly workload: Workload;
+  readonly paths: readonly PathResult[];
+}
+
+export interface Targets {
+  /** kvroute added p50 ≤ this × the bare proxy's. */
+  readonly addedP50VsBare: number;
+  /** kvroute added p99 ≤ this, ms. */
+  readonly addedP99Ms: number;
+  /** kvroute max rate ≥ this × the bare proxy's. */
+  readonly maxRateVsBare: number;
+}
+
+export const TARGETS: Targets = { addedP50VsBare: 1.3, addedP99Ms: 1.5, maxRateVsBare: 0.75 };
+
+/** Below this, an added p50 is within wrk's and the scheduler's noise: a ratio to it means nothing. */
+export const MIN_MEANINGFUL_ADDED_MS = 0.01;
+
+export interface Added {
+  readonly p50Ms: number;
+  readonly p99Ms: number;
+}
+
+/** What a path adds over the direct path, percentile by percentile (p99 of path − p99 of direct). */
+export function addedLatency(path: PacedMeasurement | undefined, direct: PacedMeasurement | undefined): Added | undefined {
+  if (!path || !direct) return undefined;
+  return { p50Ms: path.p50Ms - direct.p50Ms, p99Ms: path.p99Ms - direct.p99Ms };
+}
+
+/** a / b, undefined when either is missing or b is too small to divide by meaningfully. */
+export function ratio(a: number | undefined, b: number | undefined, minDenominator = Number.EPSILON): number | undefined {
+  if (a === undefined || b === undefined || !Number.isFinite(a) || !Number.isFinite(b) || b < minDenominator) return undefined;
+  return a / b;
+}
+
+export interface WorkloadSummary {
+  readonly workload: string;
+  readonly added: Partial<Record<PathId, Added>>;
+  readonly kvrouteAddedP50VsBare?: number;
+  readonly kvrouteAddedP99Ms?: number;
+  readonly kvrouteMaxRateVsBare?: number;
+  readonly haproxyAddedP50VsBare?: number;
+  readonly haproxyMaxRateVsBare?: number;
+  /** true / false against TARGETS; undefined when a figure is missing. */
+  readonly meets: { readonly addedP50?: boolean; readonly addedP99?: boolean; readonly maxRate?: boolean };
+}
+
+export function summarize(result: WorkloadResult, targets: Targets = TARGETS): WorkloadSummary {
+  const byPath = new Map(result.paths.map((path) => [path.path, path]));
+  const direct = byPath.get('direct')?.paced;
+  const added: Partial<Record<PathId, Added>> = {};
+  for (const path of result.paths) {
+    if (path.path === 'direct') continue;
+    const value = addedLatency(path.paced, direct);
+    if (value) added[path.path] = value;
+  }
+  const bareMax = byPath.get('bare')?.max?.rate;
+  const kvrouteAddedP50VsBare = ratio(added.kvroute?.p50Ms, added.bare?.p50Ms, MIN_MEANINGFUL_ADDED_MS);
+  const kvrouteAddedP99Ms = added.kvroute?.p99Ms;
+  const kvrouteMaxRateVsBare = ratio(byPath.get('kvroute')?.max?.rate, bareMax);
+  return {
+    workload: result.workload.id,
+    added,
+    kvrouteAddedP50VsBare,
+    kvrouteAddedP99Ms,
+    kvrouteMaxRateVsBare,
+    haproxyAddedP50VsBare: ratio(added.haproxy?.p50Ms, added.bare?.p50Ms, MIN_MEANINGFUL_ADDED_MS),
+    haproxyMaxRateVsBare: ratio(byPath.get('haproxy')?.max?.rate, bareMax),
+    meets: {
+      addedP50: kvrouteAddedP50VsBare === undefined ? undefined : kvrouteAddedP50VsBare <= targets.addedP50VsBare,
+      addedP99: kvrouteAddedP99Ms === undefined ? undefined : kvrouteAddedP99Ms <= targets.addedP99Ms,
+      maxRate: kvrouteMaxRateVsBare === undefined ? undefined : kvrouteMaxRateVsBare >= targets.maxRateVsBare,
+    },
+  };
+}
+
+const DASH = '–';
+
+function ms(value: number | undefined): string {
+  return value === undefined ? DASH : `${value.toFixed(3)}`;
+}
+
+function signedMs(value: number | undefined): string {
+  if (value === undefined) return DASH;
+  return `${value >= 0 ? '+' : '−'}${Math.abs(value).toFixed(3)}`;
+}
+
+function times(value: number | undefined): string {
+  return value === undefined ? DASH : `${value.toFixed(2)}×`;
+}
+
+function mark(ok: boolean | undefined): string {
+  return ok === undefined ? '' : ok ? ' ✓' : ' ✗';
+}
+
+/** One row per workload × path: the raw figures and what each path adds over direct. */
+export function resultsTable(results: readonly WorkloadResult[], rate: number): string {
+  const lines = [
+    `| workload | path | achieved req/s (target ${rate}) | p50 ms | p99 ms | added p50 ms | added p99 ms | max req/s | max vs bare | proxy CPU µs/req | sim CPU µs/req | proxy + sim CPU (of one core) | errors |`,
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ];
+  for (const result of results) {
+    const summary = summarize(result);
+    const bareMax = result.paths.find((path) => path.path === 'bare')?.max?.rate;
+    for (const path of result.paths) {
+      const label = PATH_LABELS[path.path];
+      if (!path.paced && !path.max) {
+        lines.push(`| ${result.workload.id} | ${label} | skipped: ${escapeCell(path.skipped ?? 'no data')} |||||||||||`);
+        continue;
+      }
+      const paced = path.paced;
+      const added = summary.added[path.path];
+      const errors = (paced?.errors ?? 0) + (path.max?.errors ?? 0);
+      const cells = [
+        result.workload.id,
+        label + (path.skipped ? ` (${escapeCell(path.skipped)})` : ''),
+        paced ? paced.achievedRate.toFixed(0) : DASH,
+        ms(paced?.p50Ms),
+        ms(paced?.p99Ms),
+        path.path === 'direct' ? '0' : signedMs(added?.p50Ms),
+        path.path === 'direct' ? '0' : signedMs(added?.p99Ms),
+        path.max ? path.max.rate.toFixed(0) : DASH,
+        path.path === 'bare' ? '1.00×' : times(ratio(path.max?.rate, bareMax)),
+        paced?.proxyCpuUsPerRequest === undefined ? DASH : paced.proxyCpuUsPerRequest.toFixed(0),
+        paced ? paced.simCpuUsPerRequest.toFixed(0) : DASH,
+        paced ? `${(100 * paced.sharedCoreBusy).toFixed(0)} %` : DASH,
+        String(errors),
+      ];
+      lines.push(`| ${cells.join(' | ')} |`);
+    }
+  }
+  return lines.join('\n');
+}
+
+/** One row per workload: kvroute against the targets, and HAProxy beside it. */
+export function targetsTable(results: readonly WorkloadResult[], targets: Targets = TARGETS): string {
+  const lines = [
+    `| workload | kvroute added p50 ÷ bare's (≤ ${targets.addedP50VsBare}) | kvroute added p99 ms (≤ ${targets.addedP99Ms}) | kvroute max ÷ bare's (≥ ${targets.maxRateVsBare}) | bare added p50 / p99 ms | HAProxy added p50 / p99 ms | HAProxy added p50 ÷ bare's | HAProxy max ÷ bare's |`,
+    '|---|---:|---:|---:|---:|---:|---:|---:|',
+  ];
+  for (const result of results) {
+    const summary = summarize(result, targets);
+    const bare = summary.added.bare;
+    const haproxy = summary.added.haproxy;
+    lines.push(
+      `| ${result.workload.id} | ${times(summary.kvrouteAddedP50VsBare)}${mark(summary.meets.addedP50)} | ${signedMs(summary.kvrouteAddedP99Ms)}${mark(summary.meets.addedP99)} | ${times(summary.kvrouteMaxRateVsBare)}${mark(summary.meets.maxRate)} | ${bare ? `${signedMs(bare.p50Ms)} / ${signedMs(bare.p99Ms)}` : DASH} | ${haproxy ? `${signedMs(haproxy.p50Ms)} / ${signedMs(haproxy.p99Ms)}` : DASH} | ${times(summary.haproxyAddedP50VsBare)} | ${times(summary.haproxyMaxRateVsBare)} |`,
+    );
+  }
+  return lines.join('\n');
+}
+
+function escapeCell(text: string): string {
+  return text.replaceAll('|', '\\|').replaceAll('\n', ' ');
+}

@@ -1,0 +1,364 @@
+/**
+ * Benchmark: what a proxy adds between a client and an LLM engine. One run sends the same load,
+ * with the same generator (Debian's wrk + bench/wrk/chat-completions.lua), to the same vllm-sim
+ * (`--profile fast`: near-zero engine time) along four paths:
+ *
+ *   direct   wrk → vllm-sim
+ *   bare     wrk → bare Node proxy (bare-proxy.ts: Fastify 5 + undici Pool, no routing) → vllm-sim
+ *   kvroute  wrk → apps/router (--policy cacheaware) → vllm-sim
+ *   haproxy  wrk → HAProxy in TCP mode (one server, no HTTP parsing) → vllm-sim   [if installed]
+ *
+ * Four workloads: POST /v1/chat/completions with a ~100-byte or a 32 KB prompt, JSON or SSE
+ * (max_tokens 16). Every prompt is different (a per-request counter comes first).
+ *
+ * For each workload and path: a short closed-loop warm-up, then a paced run at the target rate
+ * (default 500 req/s, wrk's delay() between requests of each connection) whose latency percentiles
+ * give the added latency against the direct path, then a closed-loop run (no delay) whose
+ * requests/s is the maximum rate. The proxy's and the sim's CPU time per request during the paced
+ * run come from /proc. The sim and the proxy under test share core 0, wrk (and this script) run on
+ * core 1 (taskset), so a proxy's CPU cost shows up as lost sim capacity, as on a real host.
+ *
+ * Usage: npm run bench:overhead -- [--rate 500] [--seconds 3] [--warmup-seconds 1]
+ *        [--paced-connections 50] [--max-connections 32] [--max-tokens 16]
+ *        [--paths direct,bare,kvroute,haproxy] [--workloads small-json,small-sse,32k-json,32k-sse] [--no-pin]
+ * Writes bench/results/overhead-<time>.{json,md}.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
+import {
+  PATH_IDS,
+  PATH_LABELS,
+  resultsTable,
+  summarize,
+  TARGETS,
+  targetsTable,
+  WORKLOADS,
+  type MaxMeasurement,
+  type PacedMeasurement,
+  type PathId,
+  type PathResult,
+  type Workload,
+  type WorkloadResult,
+} from './overhead-report';
+import { processCpuSeconds } from './process-cpu';
+import { haproxyVersion, lastLines, startBareProxyProcess, startHaproxyProcess, startRouterProcess, type ProxyProcess } from './proxy-processes';
+import { errorCount, pacingDelayMs, requestRate, runWrk, type WrkResult, type WrkRun } from './wrk';
+
+const { values: args } = parseArgs({
+  allowNegative: true,
+  options: {
+    rate: { type: 'string', default: '500' },
+    seconds: { type: 'string', default: '3' },
+    'warmup-seconds': { type: 'string', default: '1' },
+    'paced-connections': { type: 'string', default: '50' },
+    'max-connections': { type: 'string', default: '32' },
+    'max-tokens': { type: 'string', default: '16' },
+    model: { type: 'string', default: 'bench-model' },
+    paths: { type: 'string', default: PATH_IDS.join(',') },
+    workloads: { type: 'string', default: WORKLOADS.map((workload) => workload.id).join(',') },
+    pin: { type: 'boolean', default: true },
+  },
+});
+
+const rate = Number(args.rate);
+const seconds = Number(args.seconds);
+const warmupSeconds = Number(args['warmup-seconds']);
+const pacedConnections = Number(args['paced-connections']);
+const maxConnections = Number(args['max-connections']);
+const maxTokens = Number(args['max-tokens']);
+const model = args.model;
+const repoRoot = join(import.meta.dirname, '..', '..');
+const PROXY_CORE = 0;
+const CLIENT_CORE = 1;
+
+function selectedPaths(): PathId[] {
+  const wanted = args.paths.split(',').map((id) => id.trim());
+  const unknown = wanted.filter((id) => !(PATH_IDS as readonly string[]).includes(id));
+  if (unknown.length > 0) throw new Error(`unknown path(s) ${unknown.join(', ')}; choose from ${PATH_IDS.join(', ')}`);
+  // Direct is the reference every added latency is measured against.
+  return PATH_IDS.filter((id) => id === 'direct' || wanted.includes(id));
+}
+
+function selectedWorkloads(): Workload[] {
+  const wanted = args.workloads.split(',').map((id) => id.trim());
+  const chosen = WORKLOADS.filter((workload) => wanted.includes(workload.id));
+  const unknown = wanted.filter((id) => !WORKLOADS.some((workload) => workload.id === id));
+  if (unknown.length > 0 || chosen.length === 0) throw new Error(`unknown workload(s) ${unknown.join(', ')}; choose from ${WORKLOADS.map((workload) => workload.id).join(', ')}`);
+  return chosen;
+}
+
+function toolVersion(command: string, versionArgs: readonly string[]): string | undefined {
+  const result = spawnSync(command, versionArgs, { encoding: 'utf8' });
+  if (result.error) return undefined;
+  return (result.stdout || result.stderr).split('\n')[0]?.trim();
+}
+
+interface Target {
+  readonly path: PathId;
+  readonly url: string;
+  /** The proxy process (absent for direct). */
+  readonly proxy?: ProxyProcess;
+}
+
+async function main(): Promise<void> {
+  for (const [flag, value] of Object.entries({ rate, seconds, 'paced-connections': pacedConnections, 'max-connections': maxConnections, 'max-tokens': maxTokens })) {
+    if (!(value > 0)) throw new Error(`--${flag} must be a positive number`);
+  }
+  if (!(warmupSeconds >= 0)) throw new Error('--warmup-seconds must be 0 or more');
+  // wrk takes whole seconds.
+  if (!Number.isInteger(seconds) || !Number.isInteger(warmupSeconds)) throw new Error('--seconds and --warmup-seconds must be whole seconds');
+  const paths = selectedPaths();
+  const workloads = selectedWorkloads();
+  const wrkVersion = toolVersion('wrk', ['-v']);
+  if (!wrkVersion?.startsWith('wrk')) throw new Error('wrk is not installed (Debian: apt-get install wrk)');
+  const pinned = args.pin && spawnSync('taskset', ['--version']).status === 0 && cpus().length >= 2;
+  if (pinned) spawnSync('taskset', ['-pc', String(CLIENT_CORE), String(process.pid)], { stdio: 'ignore' });
+  const placement = pinned
+    ? `vllm-sim + proxy under test pinned to core ${PROXY_CORE}, wrk (and this script) to core ${CLIENT_CORE} (taskset)`
+    : `not pinned (${args.pin ? 'taskset missing or fewer than 2 cores' : '--no-pin'}): every process floats over ${cpus().length} core(s)`;
+  const coreOption = pinned ? { pinToCore: PROXY_CORE } : {};
+  const notes: string[] = [];
+  const startedAt = new Date();
+
+  console.log(`Proxy overhead: wrk → {${paths.join(' | ')}} → vllm-sim --profile fast (model ${model}), POST /v1/chat/completions, max_tokens ${maxTokens}`);
+  console.log(
+    `paced: ${rate} req/s over ${pacedConnections} connections (each waits ${pacingDelayMs(rate, pacedConnections).toFixed(0)} ms ±50 % between requests), ${seconds} s; max rate: closed loop over ${maxConnections} connections, ${seconds} s; ${warmupSeconds} s closed-loop warm-up before each`,
+  );
+  console.log(`CPU placement: ${placement}`);
+  const load = loadavg()[0] ?? 0;
+  if (load > 0.5) {
+    const warning = `1-minute load average was ${load.toFixed(2)} at start: other processes compete for the cores, figures will be noisy.`;
+    notes.push(warning);
+    console.log(`WARNING: ${warning}`);
+  }
+  console.log(`prompts: every one different (per-request counter first, then filler), workloads ${workloads.map((workload) => workload.id).join(', ')}\n`);
+
+  let sim: LocalSim | undefined;
+  const targets = new Map<PathId, Target>();
+  const unavailable = new Map<PathId, string>();
+  try {
+    console.log('starting vllm-sim …');
+    [sim] = await startLocalSims(1, ['--profile', 'fast', '--model', model], coreOption);
+    if (!sim) throw new Error('no sim started');
+    const simUrl = sim.url;
+    targets.set('direct', { path: 'direct', url: simUrl });
+    const starters: Record<Exclude<PathId, 'direct'>, () => Promise<ProxyProcess>> = {
+      bare: () => startBareProxyProcess(simUrl, coreOption),
+      kvroute: () => startRouterProcess(simUrl, coreOption),
+      haproxy: async () => {
+        if (!haproxyVersion()) throw new Error('HAProxy is not installed (/usr/sbin/haproxy): skipped');
+        return startHaproxyProcess(simUrl, coreOption);
+      },
+    };
+    for (const path of paths) {
+      if (path === 'direct') continue;
+      console.log(`starting ${PATH_LABELS[path]} …`);
+      try {
+        const proxy = await starters[path]();
+        targets.set(path, { path, url: proxy.url, proxy });
+      } catch (error) {
+        const message = error instanceof Error ? error.message : String(error);
+        unavailable.set(path, message);
+        notes.push(`${PATH_LABELS[path]} not measured: ${message}`);
+        console.log(`  ${PATH_LABELS[path]} unavailable: ${lastLines(message, 6)}`);
+      }
+    }
+    console.log('');
+
+    const results: WorkloadResult[] = [];
+    const total = workloads.length * paths.length;
+    let step = 0;
+    let runId = 0;
+    for (const workload of workloads) {
+      const pathResults: PathResult[] = [];
+      for (const path of paths) {
+        step++;
+        const prefix = `[${String(step).padStart(2)}/${total}] ${workload.id.padEnd(10)} ${PATH_LABELS[path].padEnd(16)}`;
+        const target = targets.get(path);
+        if (!target) {
+          pathResults.push({ path, skipped: firstLine(unavailable.get(path) ?? 'not started') });
+          console.log(`${prefix} skipped`);
+          continue;
+        }
+        const result = await measurePath(target, workload, { sim, clientCore: pinned ? CLIENT_CORE : undefined, prefix, nextRunId: () => ++runId });
+        if (result.skipped) notes.push(`${workload.id} × ${PATH_LABELS[path]}: ${result.skipped}`);
+        pathResults.push(result);
+      }
+      results.push({ workload, paths: pathResults });
+    }
+
+    const summaries = results.map((result) => summarize(result));
+    const table = resultsTable(results, rate);
+    const targetTable = targetsTable(results);
+    const explanation = [
+      `Added latency = the path's percentile − the direct path's, at ${rate} req/s (ms; wrk measures request written → response complete, the whole SSE stream for SSE).`,
+      `Targets (reported, not enforced): kvroute added p50 ≤ ${TARGETS.addedP50VsBare}× the bare proxy's, kvroute added p99 ≤ ${TARGETS.addedP99Ms} ms, kvroute max rate ≥ ${TARGETS.maxRateVsBare}× the bare proxy's.`,
+      `Max rate: closed loop over ${maxConnections} connections; the sim shares core 0 with the proxy, so it is the rate of sim + proxy on one core.`,
+      `CPU µs/req: CPU time of the process during the paced run ÷ requests (10 ms tick resolution); proxy + sim CPU = their CPU time ÷ wall time (when pinned: how busy core 0 was).`,
+    ];
+    console.log('\n## Results\n');
+    console.log(table);
+    console.log('\n## Against the targets\n');
+    console.log(targetTable);
+    console.log('');
+    for (const line of explanation) console.log(line);
+    if (notes.length > 0) {
+      console.log('\nNotes:');
+      for (const note of notes) console.log(`- ${note}`);
+    }
+
+    const environment = {
+      node: process.version,
+      cpu: cpus()[0]?.model ?? 'unknown',
+      cores: cpus().length,
+      wrk: wrkVersion,
+      haproxy: haproxyVersion() ?? 'not installed',
+      placement,
+      loadAverageAtStart: load,
+    };
+    const config = { rate, seconds, warmupSeconds, pacedConnections, pacedDelayMs: pacingDelayMs(rate, pacedConnections), maxConnections, maxTokens, model, paths, workloads, pinned };
+    const outDir = join(repoRoot, 'bench', 'results');
+    mkdirSync(outDir, { recursive: true });
+    const stamp = startedAt.toISOString().replaceAll(':', '-').slice(0, 19);
+    writeFileSync(
+      join(outDir, `overhead-${stamp}.json`),
+      JSON.stringify({ startedAt: startedAt.toISOString(), finishedAt: new Date().toISOString(), config, environment, targets: TARGETS, results, summaries, notes }, null, 2),
+    );
+    const markdown = [
+      `# Proxy overhead, ${startedAt.toISOString()}`,
+      '',
+      `wrk → {${paths.join(' | ')}} → vllm-sim --profile fast; POST /v1/chat/completions, max_tokens ${maxTokens}; paced ${rate} req/s over ${pacedConnections} connections, max rate closed loop over ${maxConnections} connections, ${seconds} s each.`,
+      '',
+      `CPU placement: ${placement}. Node ${environment.node}, ${environment.cpu} × ${environment.cores}, ${environment.wrk}, ${environment.haproxy}.`,
+      '',
+      '## Results',
+      '',
+      table,
+      '',
+      '## Against the targets',
+      '',
+      targetTable,
+      '',
+      ...explanation.map((line) => `- ${line}`),
+      ...(notes.length > 0 ? ['', '## Notes', '', ...notes.map((note) => `- ${note.replaceAll('\n', ' ')}`)] : []),
+      '',
+    ].join('\n');
+    writeFileSync(join(outDir, `overhead-${stamp}.md`), markdown);
+    console.log(`\nresults written to bench/results/overhead-${stamp}.json and .md`);
+  } finally {
+    await Promise.all([...targets.values()].map((target) => target.proxy?.stop()));
+    if (sim) await stopLocalSims([sim]);
+  }
+}
+
+interface MeasureContext {
+  readonly sim: LocalSim;
+  /** Core to pin wrk to, if pinning. */
+  readonly clientCore: number | undefined;
+  readonly prefix: string;
+  readonly nextRunId: () => number;
+}
+
+async function measurePath(target: Target, workload: Workload, { sim, clientCore, prefix, nextRunId }: MeasureContext): Promise<PathResult> {
+  const path = target.path;
+  const base = {
+    url: `${target.url}/v1/chat/completions`,
+    workload: { model, promptBytes: workload.promptBytes, maxTokens, stream: workload.stream },
+    ...(clientCore === undefined ? {} : { core: clientCore }),
+  };
+  const dead = (): string | undefined => {
+    const exited = target.proxy?.exited();
+    return exited ? `${target.proxy?.name} ${exited}: ${lastLines(target.proxy?.output() ?? '', 6)}` : undefined;
+  };
+  const problem = dead() ?? (await preflight(target.url, workload));
+  if (problem) {
+    console.log(`${prefix} skipped: ${firstLine(problem)}`);
+    return { path, skipped: problem };
+  }
+  let paced: PacedMeasurement | undefined;
+  let max: MaxMeasurement | undefined;
+  const wrk: { paced?: WrkResult; max?: WrkResult } = {};
+  try {
+    if (warmupSeconds > 0) await runWrk({ ...base, connections: maxConnections, seconds: warmupSeconds, runId: nextRunId() });
+
+    const simPid = sim.process.pid ?? 0;
+    const proxyPid = target.proxy?.process.pid;
+    const simCpuBefore = processCpuSeconds(simPid);
+    const proxyCpuBefore = proxyPid === undefined ? 0 : processCpuSeconds(proxyPid);
+    const wallBefore = performance.now();
+    const pacedRun: WrkRun = { ...base, connections: pacedConnections, seconds, rate, runId: nextRunId() };
+    wrk.paced = await runWrk(pacedRun);
+    const wallSeconds = (performance.now() - wallBefore) / 1000;
+    const simCpu = processCpuSeconds(simPid) - simCpuBefore;
+    const proxyCpu = proxyPid === undefined ? 0 : processCpuSeconds(proxyPid) - proxyCpuBefore;
+    paced = pacedMeasurement(wrk.paced, simCpu, proxyPid === undefined ? undefined : proxyCpu, wallSeconds);
+    console.log(
+      `${prefix} paced ${rate}/s: ${paced.requests} req (${paced.achievedRate.toFixed(0)}/s), p50 ${paced.p50Ms.toFixed(3)} ms, p99 ${paced.p99Ms.toFixed(3)} ms, ${paced.errors} errors${paced.proxyCpuUsPerRequest === undefined ? '' : `, proxy ${paced.proxyCpuUsPerRequest.toFixed(0)} µs CPU/req`}, sim ${paced.simCpuUsPerRequest.toFixed(0)} µs CPU/req`,
+    );
+
+    const exited = dead();
+    if (exited) return { path, paced, skipped: exited, wrk };
+    wrk.max = await runWrk({ ...base, connections: maxConnections, seconds, runId: nextRunId() });
+    max = { rate: requestRate(wrk.max), p50Ms: wrk.max.latencyUs.p50 / 1000, p99Ms: wrk.max.latencyUs.p99 / 1000, errors: errorCount(wrk.max.errors) };
+    console.log(`${prefix} max: ${max.rate.toFixed(0)} req/s (p50 ${max.p50Ms.toFixed(2)} ms, ${max.errors} errors)`);
+  } catch (error) {
+    const message = dead() ?? (error instanceof Error ? error.message : String(error));
+    console.log(`${prefix} failed: ${firstLine(message)}`);
+    return { path, ...(paced ? { paced } : {}), ...(max ? { max } : {}), skipped: message, wrk };
+  }
+  const errors = paced.errors + max.errors;
+  return { path, paced, max, wrk, ...(errors > 0 ? { skipped: `${errors} wrk errors (status > 399, socket or timeout)` } : {}) };
+}
+
+function pacedMeasurement(result: WrkResult, simCpuSeconds: number, proxyCpuSeconds: number | undefined, wallSeconds: number): PacedMeasurement {
+  if (result.requests === 0) throw new Error('no request completed in the paced run');
+  const requests = result.requests;
+  const latency = result.latencyUs;
+  return {
+    requests: result.requests,
+    achievedRate: requestRate(result),
+    p50Ms: latency.p50 / 1000,
+    p90Ms: latency.p90 / 1000,
+    p99Ms: latency.p99 / 1000,
+    p999Ms: latency.p999 / 1000,
+    meanMs: latency.mean / 1000,
+    maxMs: latency.max / 1000,
+    errors: errorCount(result.errors),
+    ...(proxyCpuSeconds === undefined ? {} : { proxyCpuUsPerRequest: (proxyCpuSeconds * 1e6) / requests }),
+    simCpuUsPerRequest: (simCpuSeconds * 1e6) / requests,
+    sharedCoreBusy: (simCpuSeconds + (proxyCpuSeconds ?? 0)) / wallSeconds,
+  };
+}
+
+/** One request of the workload, JSON and SSE checked for shape, so a broken path is skipped, not measured. */
+async function preflight(baseUrl: string, workload: Workload): Promise<string | undefined> {
+  const content = `preflight ${'x'.repeat(Math.max(0, workload.promptBytes - 10))}`;
+  const body = JSON.stringify({ model, messages: [{ role: 'user', content }], max_tokens: maxTokens, stream: workload.stream });
+  try {
+    const response = await fetch(`${baseUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(10_000) });
+    const text = await response.text();
+    if (response.status !== 200) return `preflight request answered ${response.status}: ${text.slice(0, 300)}`;
+    if (workload.stream) {
+      if (!text.includes('data: [DONE]')) return `preflight SSE response has no data: [DONE]: ${text.slice(0, 300)}`;
+    } else {
+      const parsed = JSON.parse(text) as { choices?: unknown[] };
+      if (!Array.isArray(parsed.choices) || parsed.choices.length === 0) return `preflight JSON response has no choices: ${text.slice(0, 300)}`;
+    }
+    return undefined;
+  } catch (error) {
+    return `preflight request failed: ${error instanceof Error ? error.message : String(error)}`;
+  }
+}
+
+function firstLine(text: string): string {
+  return text.split('\n')[0] ?? text;
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});

@@ -1,0 +1,192 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { freePort } from './local-sims';
+
+/**
+ * The proxies under test in the overhead benchmark, each as its own process (optionally pinned to a
+ * core with taskset, which execs, so the pid is the proxy's own): the bare Node proxy, kvroute
+ * (apps/router) and HAProxy in TCP mode.
+ */
+export interface ProxyProcess {
+  readonly name: string;
+  readonly url: string;
+  readonly process: ChildProcess;
+  /** Last lines the process wrote (stdout and stderr), for error notes. */
+  output(): string;
+  /** Why it is not running, or undefined while it is. */
+  exited(): string | undefined;
+  stop(): Promise<void>;
+}
+
+const repoRoot = join(import.meta.dirname, '..', '..');
+const OUTPUT_TAIL_CHARS = 4_000;
+
+export interface StartOptions {
+  readonly pinToCore?: number;
+  readonly readyTimeoutMs?: number;
+}
+
+function spawnPinned(command: string, args: readonly string[], pinToCore: number | undefined): ChildProcess {
+  return pinToCore === undefined
+    ? spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] })
+    : spawn('taskset', ['-c', String(pinToCore), command, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+function manage(name: string, url: string, child: ChildProcess, cleanup: () => void = () => undefined): ProxyProcess {
+  let tail = '';
+  const keep = (chunk: Buffer): void => {
+    tail = (tail + chunk.toString('utf8')).slice(-OUTPUT_TAIL_CHARS);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  let spawnError: Error | undefined;
+  child.on('error', (error) => (spawnError = error));
+  return {
+    name,
+    url,
+    process: child,
+    output: () => tail.trim(),
+    exited: () => {
+      if (spawnError) return `could not start: ${spawnError.message}`;
+      if (child.exitCode !== null) return `exited with code ${child.exitCode}`;
+      if (child.signalCode !== null) return `killed by ${child.signalCode}`;
+      return undefined;
+    },
+    stop: async () => {
+      if (child.exitCode === null && child.signalCode === null && !spawnError) {
+        const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+        child.kill('SIGTERM');
+        const killer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+        await exited;
+        clearTimeout(killer);
+      }
+      cleanup();
+    },
+  };
+}
+
+/** Waits until `ready()` is true; fails early, with the process's output, if the process exits. */
+async function waitReady(proxy: ProxyProcess, ready: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const exited = proxy.exited();
+    if (exited) {
+      await proxy.stop();
+      throw new Error(`${proxy.name} ${exited}${proxy.output() ? `: ${lastLines(proxy.output(), 12)}` : ''}`);
+    }
+    if (await ready()) return;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  await proxy.stop();
+  throw new Error(`${proxy.name} not ready after ${timeoutMs / 1000} s${proxy.output() ? `: ${lastLines(proxy.output(), 12)}` : ''}`);
+}
+
+export function lastLines(text: string, count: number): string {
+  return text.split('\n').slice(-count).join('\n');
+}
+
+async function httpOk(url: string): Promise<boolean> {
+  try {
+    const response = await fetch(url, { signal: AbortSignal.timeout(1_000) });
+    await response.arrayBuffer();
+    return response.ok;
+  } catch {
+    return false;
+  }
+}
+
+function tcpOpen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/** bench/src/bare-proxy-main.ts under tsx, like the router and the sim. */
+export async function startBareProxyProcess(upstream: string, options: StartOptions = {}): Promise<ProxyProcess> {
+  const port = await freePort();
+  const child = spawnPinned(process.execPath, ['--import', 'tsx', join(repoRoot, 'bench/src/bare-proxy-main.ts'), '--upstream', upstream, '--host', '127.0.0.1', '--port', String(port)], options.pinToCore);
+  const proxy = manage('bare proxy', `http://127.0.0.1:${port}`, child);
+  await waitReady(proxy, () => tcpOpen(port), options.readyTimeoutMs ?? 30_000);
+  return proxy;
+}
+
+/** apps/router as `npm run router` starts it (tsx apps/router/src/main.ts), without npm in between. */
+export async function startRouterProcess(backend: string, options: StartOptions = {}): Promise<ProxyProcess> {
+  const port = await freePort();
+  const args = [
+    '--import',
+    'tsx',
+    join(repoRoot, 'apps/router/src/main.ts'),
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--backends',
+    backend,
+    '--policy',
+    'cacheaware',
+    '--log-level',
+    'warn',
+  ];
+  const child = spawnPinned(process.execPath, args, options.pinToCore);
+  const proxy = manage('kvroute', `http://127.0.0.1:${port}`, child);
+  await waitReady(proxy, () => httpOk(`http://127.0.0.1:${port}/readyz`), options.readyTimeoutMs ?? 60_000);
+  return proxy;
+}
+
+export const HAPROXY_PATH = '/usr/sbin/haproxy';
+
+/** haproxy -v's first line, or undefined when HAProxy is not installed. */
+export function haproxyVersion(path = HAPROXY_PATH): string | undefined {
+  const result = spawnSync(path, ['-v'], { encoding: 'utf8' });
+  if (result.status !== 0 || result.error) return undefined;
+  return result.stdout.split('\n')[0]?.trim();
+}
+
+/** A one-server TCP pass-through: no HTTP parsing at all, one upstream connection per client connection. */
+export function haproxyConfig(listenPort: number, backendHostPort: string): string {
+  return [
+    'global',
+    '  nbthread 1',
+    '  maxconn 4096',
+    '',
+    'defaults',
+    '  mode tcp',
+    '  timeout connect 5s',
+    '  timeout client 120s',
+    '  timeout server 120s',
+    '',
+    'frontend bench',
+    `  bind 127.0.0.1:${listenPort}`,
+    '  default_backend sim',
+    '',
+    'backend sim',
+    `  server sim1 ${backendHostPort}`,
+    '',
+  ].join('\n');
+}
+
+export async function startHaproxyProcess(backendUrl: string, options: StartOptions & { haproxyPath?: string } = {}): Promise<ProxyProcess> {
+  const haproxy = options.haproxyPath ?? HAPROXY_PATH;
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'kvroute-overhead-haproxy-'));
+  const configPath = join(dir, 'haproxy.cfg');
+  writeFileSync(configPath, haproxyConfig(port, new URL(backendUrl).host));
+  const check = spawnSync(haproxy, ['-c', '-q', '-f', configPath], { encoding: 'utf8' });
+  if (check.status !== 0) {
+    rmSync(dir, { recursive: true, force: true });
+    throw new Error(`haproxy rejected its config: ${(check.stderr || check.stdout).trim()}\n${readFileSync(configPath, 'utf8')}`);
+  }
+  const child = spawnPinned(haproxy, ['-f', configPath, '-db'], options.pinToCore);
+  const proxy = manage('HAProxy', `http://127.0.0.1:${port}`, child, () => rmSync(dir, { recursive: true, force: true }));
+  await waitReady(proxy, () => tcpOpen(port), options.readyTimeoutMs ?? 10_000);
+  return proxy;
+}

@@ -1,0 +1,93 @@
+/**
+ * Hashing with bounded loads (Mirrokni et al., "Consistent Hashing with Bounded Loads"), shared by
+ * `session`, `chwbl` and `cacheaware`'s cold placement.
+ *
+ * 1. Preference order. A key ranks the candidates; `rendezvousOrder` uses weighted rendezvous
+ *    (highest random weight) hashing: candidate c scores `−weight_c / ln(u(key, c.id))` with u
+ *    uniform in (0,1), so c comes first with probability weight_c / Σ weight. The order depends only
+ *    on the key and the backend ids and weights — never on candidate order, time or randomness — so
+ *    every router replica computes the same order, and removing a backend only moves the keys it
+ *    ranked first. (`chwbl` supplies its own order from a ring.)
+ * 2. Bound. A candidate may take the request while its in-flight ≤
+ *    `ceil(loadFactor · (totalInflight + 1) · weight / totalWeight)` (totals over the candidates
+ *    given). Walk the order and take the first within its bound. With loadFactor ≥ 1 some
+ *    candidate always is (the one at or below its weighted mean), so the key's first preference
+ *    keeps it until it carries about loadFactor× its fair share, then the overflow goes to the
+ *    next preference — the same next one on every replica.
+ *
+ * loadFactor: [1, ∞); 1.25 is the common default (Vimeo/HAProxy, KubeAI, SMG); larger = stickier.
+ */
+
+import type { Candidate } from '../types';
+import { combineHash53, hashString53, hashToUnitInterval } from '../hash/hash53';
+import { indexOfLeastLoaded } from './least-loaded';
+
+export interface BoundedLoadChoice {
+  /** Index into the candidates of the chosen one. */
+  readonly index: number;
+  /** True when the chosen one is the key's first preference (nothing spilled). */
+  readonly isFirstPreference: boolean;
+  /** Preference rank of each candidate, in candidate order: 0 = first preference. */
+  readonly ranks: readonly number[];
+  /** Load bound of each candidate, in candidate order: it may take the request while in-flight ≤ bound. */
+  readonly bounds: readonly number[];
+}
+
+/** Keeps float noise (e.g. 1.1 · 10 = 11.000000000000002) from raising a bound by one. */
+const BOUND_EPSILON = 1e-9;
+
+/** `ceil(loadFactor · (totalInflight + 1) · weight / totalWeight)`, in requests. */
+export function loadBound(loadFactor: number, totalInflight: number, weight: number, totalWeight: number): number {
+  return Math.ceil((loadFactor * (totalInflight + 1) * weight) / totalWeight - BOUND_EPSILON);
+}
+
+/** Rendezvous weight of one backend for a key; higher = more preferred. Weight must be > 0. */
+export function rendezvousWeight(key: number, candidate: Candidate): number {
+  const unit = hashToUnitInterval(combineHash53(key, hashString53(candidate.backend.id)));
+  return -candidate.backend.weight / Math.log(unit);
+}
+
+/** Candidate indices, most preferred first, by weighted rendezvous hashing of `key`. */
+export function rendezvousOrder(key: number, candidates: readonly Candidate[]): number[] {
+  const weights = candidates.map((candidate) => rendezvousWeight(key, candidate));
+  const order = candidates.map((_candidate, index) => index);
+  // Ties (practically impossible) fall back to the backend id, never to candidate order.
+  return order.sort((a, b) => (weights[b] ?? 0) - (weights[a] ?? 0) || compareIds(candidates[a], candidates[b]));
+}
+
+function compareIds(a: Candidate | undefined, b: Candidate | undefined): number {
+  const idA = a?.backend.id ?? '';
+  const idB = b?.backend.id ?? '';
+  return idA < idB ? -1 : idA > idB ? 1 : 0;
+}
+
+/**
+ * Walks `order` (candidate indices, most preferred first) and takes the first candidate within its
+ * load bound. If none is (only possible with loadFactor < 1 or non-positive weights), takes the
+ * least-loaded one.
+ */
+export function chooseWithBoundedLoad(order: readonly number[], candidates: readonly Candidate[], loadFactor: number): BoundedLoadChoice {
+  let totalInflight = 0;
+  let totalWeight = 0;
+  for (const candidate of candidates) {
+    totalInflight += candidate.inflight;
+    totalWeight += candidate.backend.weight;
+  }
+  const bounds = candidates.map((candidate) => loadBound(loadFactor, totalInflight, candidate.backend.weight, totalWeight));
+  const ranks = new Array<number>(candidates.length).fill(candidates.length);
+  for (const [rank, index] of order.entries()) ranks[index] = rank;
+
+  for (const [rank, index] of order.entries()) {
+    const candidate = candidates[index];
+    const bound = bounds[index];
+    if (candidate !== undefined && bound !== undefined && candidate.inflight <= bound) {
+      return { index, isFirstPreference: rank === 0, ranks, bounds };
+    }
+  }
+  return { index: indexOfLeastLoaded(candidates), isFirstPreference: false, ranks, bounds };
+}
+
+/** Rendezvous order for `key`, then the first candidate within its load bound. */
+export function chooseByBoundedLoadHash(key: number, candidates: readonly Candidate[], loadFactor: number): BoundedLoadChoice {
+  return chooseWithBoundedLoad(rendezvousOrder(key, candidates), candidates, loadFactor);
+}

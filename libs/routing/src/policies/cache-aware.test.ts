@@ -1,0 +1,129 @@
+import { describe, expect, it } from 'vitest';
+import type { Candidate, RoutingDecision } from '../types';
+import { aCandidate, aContext, aRequest, someCandidates } from '../test-support/builders';
+import { createCacheAwarePolicy } from './cache-aware';
+
+// Defaults: 64-byte blocks, 4 bytes/token, 0.07 ms/token → 1.12 ms of prefill per block; 15 ms per request in flight.
+const LONG = aRequest({ blocks: 400 }); // 6 400 tokens: 448 ms of prefill
+const SHORT = aRequest({ blocks: 40 }); // 640 tokens: 44.8 ms of prefill
+const routedTo = (decision: RoutingDecision) => (decision.kind === 'routed' ? `${decision.backendId} ${decision.reason}` : 'rejected');
+
+describe('cacheaware', () => {
+  const policy = createCacheAwarePolicy();
+
+  it.each<[string, typeof LONG, number, string]>([
+    ['long prompt: warm with 5 in flight (75 ms) beats cold idle (448 ms)', LONG, 5, 'warm prefix-affinity'],
+    ['long prompt: warm with 8 in flight (120 ms) still wins', LONG, 8, 'warm prefix-affinity'],
+    ['short prompt: warm with 2 in flight (30 ms) beats cold idle (44.8 ms)', SHORT, 2, 'warm prefix-affinity'],
+    ['short prompt: warm with 3 in flight (45 ms) loses to cold idle (44.8 ms)', SHORT, 3, 'cold least-loaded'],
+  ])('%s', (_label, request, warmInflight, expected) => {
+    const candidates = [aCandidate('warm', { matchBlocks: request.blockHashes.length, inflight: warmInflight }), aCandidate('cold')];
+    expect(routedTo(policy.choose(request, candidates, aContext()))).toBe(expected);
+  });
+
+  it('explains the cost of every candidate in milliseconds', () => {
+    const decision = policy.choose(SHORT, [aCandidate('warm', { matchBlocks: 30, inflight: 1 }), aCandidate('cold', { inflight: 2 })], aContext());
+    expect(decision.kind === 'routed' && decision.scores).toEqual([
+      { backendId: 'warm', matchBlocks: 30, inflight: 1, score: expect.closeTo(11.2 + 15, 6), parts: { prefillMs: expect.closeTo(11.2, 6), queueMs: 15 } },
+      { backendId: 'cold', matchBlocks: 0, inflight: 2, score: expect.closeTo(44.8 + 30, 6), parts: { prefillMs: expect.closeTo(44.8, 6), queueMs: 30 } },
+    ]);
+  });
+
+  describe('load-spread guard', () => {
+    const hotAndIdle = (hotInflight: number, idleInflight = 0): Candidate[] => [
+      aCandidate('hot', { matchBlocks: 400, inflight: hotInflight }),
+      aCandidate('idle', { inflight: idleInflight }),
+    ];
+
+    it('overrules the cost when the warm backend runs far ahead of the least-loaded one', () => {
+      // Cost alone would pick hot (12 · 15 = 180 ms < 448 ms); 12 > max(0 + 8, 0 · 2) excludes it.
+      expect(routedTo(createCacheAwarePolicy({ spreadAbs: 0 }).choose(LONG, hotAndIdle(12), aContext()))).toBe('hot prefix-affinity');
+      const decision = policy.choose(LONG, hotAndIdle(12), aContext());
+      expect(routedTo(decision)).toBe('idle load-guard');
+      expect(decision.kind === 'routed' && decision.scores[0]).toMatchObject({ backendId: 'hot', excluded: 'load-spread' });
+    });
+
+    it.each<[number, number, string]>([
+      [8, 0, 'hot prefix-affinity'], // 8 ≤ max(8, 0)
+      [9, 0, 'idle load-guard'],
+      [20, 10, 'hot prefix-affinity'], // 20 ≤ max(18, 20): the relative allowance grows with load
+      [21, 10, 'idle load-guard'],
+    ])('hot at %i, least-loaded at %i → %s', (hot, idle, expected) => {
+      expect(routedTo(policy.choose(aRequest({ blocks: 1000 }), hotAndIdle(hot, idle), aContext()))).toBe(expected);
+    });
+  });
+
+  describe('saturation valve', () => {
+    const valve = createCacheAwarePolicy({ saturationInflight: 4 });
+
+    it('excludes backends at the cap', () => {
+      const decision = valve.choose(LONG, [aCandidate('warm', { matchBlocks: 400, inflight: 4 }), aCandidate('cold', { inflight: 3 })], aContext());
+      expect(routedTo(decision)).toBe('cold least-loaded');
+      expect(decision.kind === 'routed' && decision.scores[0]?.excluded).toBe('saturated');
+    });
+
+    it('still serves, on the least-loaded backend, when every backend is at the cap', () => {
+      const candidates = [aCandidate('warm', { matchBlocks: 400, inflight: 6 }), aCandidate('cold', { inflight: 5 })];
+      expect(routedTo(valve.choose(LONG, candidates, aContext()))).toBe('cold least-loaded');
+    });
+  });
+
+  describe('cold prompts', () => {
+    const heads = Array.from({ length: 400 }, (_v, i) => 1_000_003 * i + 11);
+
+    it('land on the same backend for the same head, on every replica and in any candidate order', () => {
+      const otherReplica = createCacheAwarePolicy();
+      for (const headHash of heads.slice(0, 100)) {
+        const request = aRequest({ headHash });
+        const decision = policy.choose(request, someCandidates(4), aContext());
+        expect(decision).toMatchObject({ reason: 'cold-hash' });
+        const elsewhere = otherReplica.choose(request, [...someCandidates(4)].reverse(), aContext(99));
+        expect(routedTo(elsewhere)).toBe(routedTo(decision));
+      }
+    });
+
+    it('spread over the backends when their heads differ', () => {
+      const counts = new Map<string, number>();
+      for (const headHash of heads) {
+        const decision = policy.choose(aRequest({ headHash }), someCandidates(4), aContext());
+        if (decision.kind === 'routed') counts.set(decision.backendId, (counts.get(decision.backendId) ?? 0) + 1);
+      }
+      for (const id of ['b0', 'b1', 'b2', 'b3']) expect(counts.get(id)).toBeGreaterThan(60);
+    });
+
+    it('move to the next preference when the preferred backend is over its bound', () => {
+      const request = aRequest({ headHash: heads[3] ?? 0 });
+      const home = routedTo(policy.choose(request, someCandidates(3), aContext())).split(' ')[0] ?? '';
+      const loaded = someCandidates(3).map((candidate) => (candidate.backend.id === home ? aCandidate(home, { inflight: 5 }) : candidate));
+      const decision = policy.choose(request, loaded, aContext());
+      expect(decision).toMatchObject({ reason: 'cold-hash' });
+      expect(decision.kind === 'routed' && decision.backendId).not.toBe(home);
+      expect(decision.kind === 'routed' && decision.scores.find((score) => score.backendId === home)).toMatchObject({
+        excluded: 'over-load-bound',
+        parts: { hashRank: 0, bound: 3 },
+      });
+    });
+
+    it('are placed by cost instead when minMatchBlocks is 0', () => {
+      const candidates = [aCandidate('a', { inflight: 2 }), aCandidate('b', { inflight: 1 })];
+      expect(routedTo(createCacheAwarePolicy({ minMatchBlocks: 0 }).choose(LONG, candidates, aContext()))).toBe('b prefix-affinity');
+    });
+  });
+
+  it('breaks cost ties by the head hash, not by candidate order', () => {
+    const twins = [aCandidate('x', { matchBlocks: 400, inflight: 1 }), aCandidate('y', { matchBlocks: 400, inflight: 1 })];
+    const chosen = new Set<string>();
+    for (const headHash of [1, 2, 3, 4, 5, 6, 7, 8]) {
+      const forward = routedTo(policy.choose(aRequest({ blocks: 400, headHash }), twins, aContext()));
+      expect(routedTo(policy.choose(aRequest({ blocks: 400, headHash }), [...twins].reverse(), aContext()))).toBe(forward);
+      chosen.add(forward);
+    }
+    expect(chosen.size).toBe(2);
+  });
+
+  it('rejects out-of-range parameters', () => {
+    expect(() => createCacheAwarePolicy({ bytesPerToken: 0 })).toThrow(/bytesPerToken/);
+    expect(() => createCacheAwarePolicy({ spreadRel: 0.5 })).toThrow(/spreadRel/);
+    expect(() => createCacheAwarePolicy({ coldLoadFactor: 0.9 })).toThrow(/coldLoadFactor/);
+  });
+});

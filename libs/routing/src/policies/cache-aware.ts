@@ -1,0 +1,213 @@
+/**
+ * `cacheaware` — the default policy: send each request where it is expected to start soonest,
+ * counting both the prefill a backend can skip (it holds the prefix) and the queue it adds.
+ *
+ * Cost of sending the request to candidate c, in milliseconds (lower is better):
+ *
+ *   prefillMs(c) = max(0, textBytes − matchBlocks(c) · blockSizeBytes) / bytesPerToken · prefillMsPerToken
+ *   queueMs(c)   = inflight(c) · queueMsPerRequest
+ *   cost(c)      = prefillMs(c) + queueMs(c)
+ *
+ * Why one cost in milliseconds rather than a hit bonus (kvrouter) or "longest match unless
+ * saturated" (prefixaware): a cached prefix is worth exactly the prefill time it saves, so affinity
+ * scales with the prompt. With the defaults one request in flight (15 ms) is worth ≈ 214 tokens
+ * (≈ 860 bytes) of prefill: a backend holding a 4 000-token shared prompt (280 ms saved) keeps its
+ * requests against an idle cold backend while it has fewer than ~18 more in flight, whereas a
+ * 200-token prompt (14 ms) is not worth queueing behind even one extra request. Same shape as
+ * Dynamo's `w · prefill_blocks + decode_blocks`, in time units so each term reads on its own.
+ *
+ * Decision, in order:
+ * 1. Saturation valve (off by default): candidates with inflight ≥ saturationInflight are excluded
+ *    (`saturated`) — a hard per-backend cap for engines with a small batch.
+ * 2. Load-spread guard (against hot-spotting, the field's most reported failure: sglang#14305,
+ *    smg#1621): with m = min inflight over the remaining candidates, exclude those with
+ *    inflight > max(m + spreadAbs, m · spreadRel) (`load-spread`). This is SGLang's imbalance test
+ *    (`max − min > abs ∧ max > rel · min`) applied per candidate: only the hot backend leaves,
+ *    affinity continues among the rest. In-flight counts are fleet-wide, so the thresholds do not
+ *    depend on the number of router replicas. The least-loaded candidate always survives.
+ * 3. If every candidate was excluded (only the valve can do that): least-loaded among all,
+ *    `least-loaded`.
+ * 4. Cold prompt — no candidate holds ≥ minMatchBlocks blocks: bounded-load rendezvous hashing of
+ *    `headHash` over the remaining candidates (`bounded-load-hash.ts`, coldLoadFactor), `cold-hash`.
+ *    Siblings of a cold prompt (same first block) meet on one backend, and every router replica
+ *    agrees on which without talking to the others; unrelated prompts spread by hash, not all onto
+ *    the momentarily least-loaded backend.
+ * 5. Otherwise the cheapest remaining candidate; equal costs are broken by rendezvous weight of
+ *    `headHash` (deterministic across replicas, spread across heads). Reason: `load-guard` when the
+ *    cheapest candidate overall (among those the valve kept) was excluded by the load-spread guard;
+ *    else `prefix-affinity` when the chosen candidate holds ≥ minMatchBlocks blocks; else
+ *    `least-loaded` (a cold backend won on queue cost).
+ *
+ * Parameters (default, range):
+ * - bytesPerToken       4,    > 0 (0.5 … 16 sensible): routing-text bytes per engine token.
+ * - prefillMsPerToken   0.07, ≥ 0: prefill time per uncached token (0.07 ≈ 14 k tokens/s).
+ * - queueMsPerRequest   15,   ≥ 0: start delay added by each request already in flight.
+ * - minMatchBlocks      1,    integer ≥ 0: blocks a backend must hold to count as warm; 0 turns
+ *                             cold placement off (every prompt goes by cost).
+ * - saturationInflight  0,    integer ≥ 0: hard in-flight cap per backend; 0 = valve off.
+ * - spreadAbs           8,    ≥ 0: allowed in-flight excess over the least-loaded backend; 0 = guard off.
+ * - spreadRel           2.0,  ≥ 1: allowed in-flight ratio to the least-loaded backend.
+ * - coldLoadFactor      1.25, ≥ 1: bound of the cold placement (see bounded-load-hash.ts).
+ * Score: cost in ms, lower is better, [0, ∞). parts: { prefillMs, queueMs } (+ { hashRank, bound } for cold placement).
+ * Reasons: `prefix-affinity`, `least-loaded`, `load-guard`, `cold-hash`.
+ */
+
+import type { Candidate, CandidateScore, DecisionReason, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
+import { chooseByBoundedLoadHash, rendezvousWeight } from './bounded-load-hash';
+import { candidateScore } from './candidate-score';
+import { indexOfLeastLoaded } from './least-loaded';
+import { checkParamRange, withDefaults } from './policy-params';
+
+export interface CacheAwareParams {
+  readonly bytesPerToken: number;
+  readonly prefillMsPerToken: number;
+  readonly queueMsPerRequest: number;
+  readonly minMatchBlocks: number;
+  readonly saturationInflight: number;
+  readonly spreadAbs: number;
+  readonly spreadRel: number;
+  readonly coldLoadFactor: number;
+}
+
+export const DEFAULT_CACHE_AWARE_PARAMS: CacheAwareParams = {
+  bytesPerToken: 4,
+  prefillMsPerToken: 0.07,
+  queueMsPerRequest: 15,
+  minMatchBlocks: 1,
+  saturationInflight: 0,
+  spreadAbs: 8,
+  spreadRel: 2,
+  coldLoadFactor: 1.25,
+};
+
+/** Costs closer than this (ms) are equal: float noise must not decide between two backends. */
+const COST_EPSILON_MS = 1e-9;
+
+type Exclusion = 'saturated' | 'load-spread' | undefined;
+
+/** Per-candidate cost terms, in candidate order. */
+interface Costs {
+  readonly prefillMs: readonly number[];
+  readonly queueMs: readonly number[];
+  readonly totalMs: readonly number[];
+}
+
+function estimateCosts(request: RoutingRequest, candidates: readonly Candidate[], p: CacheAwareParams): Costs {
+  const prefillMsPerByte = p.prefillMsPerToken / p.bytesPerToken;
+  const prefillMs = candidates.map((c) => Math.max(0, request.textBytes - c.matchBlocks * request.blockSizeBytes) * prefillMsPerByte);
+  const queueMs = candidates.map((c) => c.inflight * p.queueMsPerRequest);
+  const totalMs = prefillMs.map((prefill, index) => prefill + (queueMs[index] ?? 0));
+  return { prefillMs, queueMs, totalMs };
+}
+
+/** Valve, then load-spread guard; the guard's minimum is taken over what the valve kept. */
+function findExclusions(candidates: readonly Candidate[], p: CacheAwareParams): Exclusion[] {
+  const result: Exclusion[] = candidates.map((c) => (p.saturationInflight > 0 && c.inflight >= p.saturationInflight ? 'saturated' : undefined));
+  if (p.spreadAbs === 0) return result;
+  let minInflight = Number.POSITIVE_INFINITY;
+  for (const [index, c] of candidates.entries()) if (result[index] === undefined) minInflight = Math.min(minInflight, c.inflight);
+  const limit = Math.max(minInflight + p.spreadAbs, minInflight * p.spreadRel);
+  for (const [index, c] of candidates.entries()) if (result[index] === undefined && c.inflight > limit) result[index] = 'load-spread';
+  return result;
+}
+
+/**
+ * The cheapest of `indices` (candidate indices); costs within COST_EPSILON_MS tie, and ties go to
+ * the highest rendezvous weight for `key`. -1 when `indices` is empty.
+ */
+function indexOfCheapest(indices: readonly number[], totalMs: readonly number[], candidates: readonly Candidate[], key: number): number {
+  let best = -1;
+  let bestCost = Number.POSITIVE_INFINITY;
+  let bestWeight: number | undefined;
+  for (const index of indices) {
+    const candidate = candidates[index];
+    const cost = totalMs[index];
+    if (candidate === undefined || cost === undefined || cost > bestCost + COST_EPSILON_MS) continue;
+    const bestCandidate = candidates[best];
+    if (cost < bestCost - COST_EPSILON_MS || bestCandidate === undefined) {
+      best = index;
+      bestCost = cost;
+      bestWeight = undefined; // computed only if a tie shows up
+      continue;
+    }
+    bestWeight ??= rendezvousWeight(key, bestCandidate);
+    const weight = rendezvousWeight(key, candidate);
+    if (weight > bestWeight) {
+      best = index;
+      bestWeight = weight;
+    }
+  }
+  return best;
+}
+
+function indicesWhere(count: number, keep: (index: number) => boolean): number[] {
+  const indices: number[] = [];
+  for (let index = 0; index < count; index++) if (keep(index)) indices.push(index);
+  return indices;
+}
+
+export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): RoutingPolicy {
+  const p = withDefaults(DEFAULT_CACHE_AWARE_PARAMS, params);
+  checkParamRange('bytesPerToken', p.bytesPerToken, { min: Number.MIN_VALUE });
+  checkParamRange('prefillMsPerToken', p.prefillMsPerToken, { min: 0 });
+  checkParamRange('queueMsPerRequest', p.queueMsPerRequest, { min: 0 });
+  checkParamRange('minMatchBlocks', p.minMatchBlocks, { min: 0, integer: true });
+  checkParamRange('saturationInflight', p.saturationInflight, { min: 0, integer: true });
+  checkParamRange('spreadAbs', p.spreadAbs, { min: 0 });
+  checkParamRange('spreadRel', p.spreadRel, { min: 1 });
+  checkParamRange('coldLoadFactor', p.coldLoadFactor, { min: 1 });
+  const isWarm = (c: Candidate): boolean => c.matchBlocks >= p.minMatchBlocks;
+
+  return {
+    name: 'cacheaware',
+    scoreDirection: 'lower is better: estimated start cost in ms (prefill of unmatched tokens + queue), [0, ∞)',
+    usesPrefixMatch: true,
+    choose(request, candidates) {
+      const costs = estimateCosts(request, candidates, p);
+      const excluded = findExclusions(candidates, p);
+      const eligible = indicesWhere(candidates.length, (index) => excluded[index] === undefined);
+      /** Explanation lines; `extra` adds cold-placement figures for the candidates it knows. */
+      const explain = (extra?: (index: number) => { parts: Record<string, number>; excluded?: string } | undefined): CandidateScore[] =>
+        candidates.map((c, index) => {
+          const more = extra?.(index);
+          return candidateScore(c, costs.totalMs[index] ?? 0, {
+            parts: { prefillMs: costs.prefillMs[index] ?? 0, queueMs: costs.queueMs[index] ?? 0, ...more?.parts },
+            excluded: excluded[index] ?? more?.excluded,
+          });
+        });
+      const routed = (index: number, reason: DecisionReason, scores: readonly CandidateScore[]): RoutingDecision => {
+        const chosen = candidates[index];
+        if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
+        return { kind: 'routed', backendId: chosen.backend.id, reason, scores };
+      };
+
+      // 3. Every candidate saturated: still serve, on the least-loaded one.
+      if (eligible.length === 0) return routed(indexOfLeastLoaded(candidates), 'least-loaded', explain());
+
+      // 4. Cold prompt: agree on a backend by hashing the head, within a load bound.
+      if (p.minMatchBlocks > 0 && !candidates.some(isWarm)) {
+        const pool = eligible.flatMap((index) => candidates[index] ?? []);
+        const choice = chooseByBoundedLoadHash(request.headHash, pool, p.coldLoadFactor);
+        const positionOf = new Map(eligible.map((index, position) => [index, position]));
+        const scores = explain((index) => {
+          const position = positionOf.get(index);
+          const bound = position === undefined ? undefined : choice.bounds[position];
+          if (position === undefined || bound === undefined) return undefined;
+          const overBound = (candidates[index]?.inflight ?? 0) > bound;
+          return { parts: { hashRank: choice.ranks[position] ?? 0, bound }, ...(overBound ? { excluded: 'over-load-bound' } : {}) };
+        });
+        return routed(eligible[choice.index] ?? -1, 'cold-hash', scores);
+      }
+
+      // 5. Cheapest eligible candidate, and whether the guard overruled a cheaper hot one.
+      const chosen = indexOfCheapest(eligible, costs.totalMs, candidates, request.headHash);
+      const keptByValve = indicesWhere(candidates.length, (index) => excluded[index] !== 'saturated');
+      const cheapestUnguarded = indexOfCheapest(keptByValve, costs.totalMs, candidates, request.headHash);
+      const chosenCandidate = candidates[chosen];
+      let reason: DecisionReason = 'least-loaded';
+      if (excluded[cheapestUnguarded] === 'load-spread') reason = 'load-guard';
+      else if (chosenCandidate !== undefined && isWarm(chosenCandidate)) reason = 'prefix-affinity';
+      return routed(chosen, reason, explain());
+    },
+  };
+}

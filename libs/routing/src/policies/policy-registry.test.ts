@@ -1,0 +1,34 @@
+import { describe, expect, it } from 'vitest';
+import { aContext, aRequest, someCandidates } from '../test-support/builders';
+import { createPolicy, DEFAULT_POLICY_PARAMS, isPolicyName, POLICY_NAMES } from './policy-registry';
+
+describe('policy registry', () => {
+  it.each(POLICY_NAMES)('creates %s under its own name, with a documented score and a decision for any pool', (name) => {
+    const policy = createPolicy(name);
+    expect(policy.name).toBe(name);
+    expect(policy.scoreDirection.length).toBeGreaterThan(0);
+    const decision = policy.choose(aRequest({ sessionKey: 's' }), someCandidates(3), aContext());
+    expect(decision.kind).toBe('routed');
+    expect(decision.kind === 'routed' && decision.scores).toHaveLength(3);
+  });
+
+  it('has defaults for every policy', () => {
+    expect(Object.keys(DEFAULT_POLICY_PARAMS).sort()).toEqual([...POLICY_NAMES].sort());
+    expect(DEFAULT_POLICY_PARAMS.cacheaware).toMatchObject({ prefillMsPerToken: 0.07, queueMsPerRequest: 15, spreadAbs: 8, spreadRel: 2 });
+    expect(DEFAULT_POLICY_PARAMS.prefixaware).toEqual({ minMatchBlocks: 2, saturationInflight: 8 });
+  });
+
+  it("passes each policy only its own parameters, keeping defaults for what is left out", () => {
+    // A prefixaware override must not reach kvrouter, and an explicit undefined keeps the default.
+    const params = { prefixaware: { minMatchBlocks: 0 }, kvrouter: { cacheHitBonus: undefined } };
+    expect(() => createPolicy('kvrouter', params)).not.toThrow();
+    const pinsOnAnyMatch = createPolicy('prefixaware', params).choose(aRequest(), someCandidates(2), aContext());
+    expect(pinsOnAnyMatch).toMatchObject({ reason: 'longest-prefix' });
+    expect(() => createPolicy('session', { session: { loadFactor: 0 } })).toThrow(RangeError);
+  });
+
+  it('recognises policy names', () => {
+    expect(isPolicyName('cacheaware')).toBe(true);
+    expect(isPolicyName('cache_aware')).toBe(false);
+  });
+});

@@ -1,0 +1,58 @@
+/**
+ * `session` — sticky sessions without a session table: the session key (`X-Session-Id`, else the
+ * body's `user`) is placed by bounded-load rendezvous hashing (`bounded-load-hash.ts`). Every turn
+ * of a conversation, on every router replica, prefers the same backend, which therefore holds the
+ * conversation's KV prefix; a backend above its bound
+ * `ceil(loadFactor · (totalInflight + 1) · weight / totalWeight)` passes the turn to the key's next
+ * preference. Requests without a key go to the least-loaded backend. Blind to prefix sharing
+ * between sessions (a common system prompt is not a reason to co-locate).
+ *
+ * Parameters:
+ * - loadFactor  default 1.25, ≥ 1: how far above its fair share a backend keeps its sessions.
+ * Score: with a key, the candidate's preference rank, lower is better, [0, n−1] (parts: { bound });
+ *        without a key, in-flight requests, lower is better, [0, ∞).
+ * Reasons: `session-affinity` (first preference), `session-spilled` (a later one), `least-loaded` (no key).
+ */
+
+import type { RoutingPolicy } from '../types';
+import { hashString53 } from '../hash/hash53';
+import { chooseByBoundedLoadHash } from './bounded-load-hash';
+import { candidateScore } from './candidate-score';
+import { indexOfLeastLoaded } from './least-loaded';
+import { checkParamRange, withDefaults } from './policy-params';
+
+export interface SessionParams {
+  readonly loadFactor: number;
+}
+
+export const DEFAULT_SESSION_PARAMS: SessionParams = { loadFactor: 1.25 };
+
+export function createSessionPolicy(params: Partial<SessionParams> = {}): RoutingPolicy {
+  const { loadFactor } = withDefaults(DEFAULT_SESSION_PARAMS, params);
+  checkParamRange('loadFactor', loadFactor, { min: 1 });
+
+  return {
+    name: 'session',
+    scoreDirection: 'lower is better: preference rank [0, n−1] with a session key; in-flight [0, ∞) without',
+    usesPrefixMatch: false,
+    choose(request, candidates) {
+      if (request.sessionKey === null) {
+        const chosen = candidates[indexOfLeastLoaded(candidates)];
+        if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
+        const scores = candidates.map((candidate) => candidateScore(candidate, candidate.inflight));
+        return { kind: 'routed', backendId: chosen.backend.id, reason: 'least-loaded', scores };
+      }
+      const choice = chooseByBoundedLoadHash(hashString53(request.sessionKey), candidates, loadFactor);
+      const chosen = candidates[choice.index];
+      if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
+      const scores = candidates.map((candidate, index) => {
+        const bound = choice.bounds[index] ?? 0;
+        return candidateScore(candidate, choice.ranks[index] ?? candidates.length, {
+          parts: { bound },
+          excluded: candidate.inflight > bound ? 'over-load-bound' : undefined,
+        });
+      });
+      return { kind: 'routed', backendId: chosen.backend.id, reason: choice.isFirstPreference ? 'session-affinity' : 'session-spilled', scores };
+    },
+  };
+}

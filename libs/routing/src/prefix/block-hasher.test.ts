@@ -1,0 +1,83 @@
+import { describe, expect, it } from 'vitest';
+import { hashRoutingText } from './block-hasher';
+
+const plain = (text: string, contextEndOffset = 0) => ({ text, contextEndOffset });
+const ascii = (length: number, seed = 0) => Array.from({ length }, (_v, i) => String.fromCharCode(97 + ((i * 7 + seed) % 26))).join('');
+
+describe('hashRoutingText', () => {
+  it('hashes only full blocks, counting UTF-8 bytes', () => {
+    // 'é' is 2 bytes, '🚀' is 4: 10 + 2 + 4 = 16 bytes → two full 8-byte blocks; 17 bytes → still two.
+    expect(hashRoutingText(plain('abcdefghijé🚀'), 8)).toMatchObject({ textBytes: 16, contextBlocks: 0 });
+    expect(hashRoutingText(plain('abcdefghijé🚀'), 8).blockHashes).toHaveLength(2);
+    expect(hashRoutingText(plain('abcdefghijé🚀x'), 8).blockHashes).toHaveLength(2);
+    expect(hashRoutingText(plain(''), 8)).toMatchObject({ blockHashes: [], textBytes: 0 });
+  });
+
+  it.each([0, 1, 5, 9])('changes hashes from block %i on, never before, when one byte of that block changes', (block) => {
+    const blockSize = 32;
+    const text = ascii(blockSize * 10 + 5);
+    const at = block * blockSize + 17;
+    const changed = text.slice(0, at) + (text[at] === 'z' ? 'y' : 'z') + text.slice(at + 1);
+    const a = hashRoutingText(plain(text), blockSize).blockHashes;
+    const b = hashRoutingText(plain(changed), blockSize).blockHashes;
+    expect(b.slice(0, block)).toEqual(a.slice(0, block));
+    for (let i = block; i < a.length; i++) expect(b[i]).not.toBe(a[i]);
+  });
+
+  it('produces 53-bit integers, distinct across many blocks', () => {
+    const { blockHashes } = hashRoutingText(plain(ascii(64 * 5000, 3)), 64);
+    for (const hash of blockHashes) {
+      expect(Number.isSafeInteger(hash)).toBe(true);
+      expect(hash).toBeGreaterThanOrEqual(0);
+    }
+    expect(new Set(blockHashes).size).toBe(blockHashes.length);
+  });
+
+  it('handles block sizes that are not a multiple of 4', () => {
+    const a = hashRoutingText(plain('abcdefg' + 'hijklmn'), 7).blockHashes;
+    const b = hashRoutingText(plain('abcdefg' + 'hijklmX'), 7).blockHashes;
+    expect(a).toHaveLength(2);
+    expect(b[0]).toBe(a[0]);
+    expect(b[1]).not.toBe(a[1]);
+  });
+
+  it('uses the first block as the head hash, or the whole text when shorter than a block', () => {
+    const long = hashRoutingText(plain(ascii(200)), 64);
+    expect(long.headHash).toBe(long.blockHashes[0]);
+    const shortA = hashRoutingText(plain('short prompt'), 64);
+    const shortB = hashRoutingText(plain('short prompt!'), 64);
+    expect(shortA.blockHashes).toEqual([]);
+    expect(shortA.headHash).not.toBe(shortB.headHash);
+    expect(hashRoutingText(plain('short prompt'), 64).headHash).toBe(shortA.headHash);
+  });
+
+  it('counts context blocks in bytes before the last message', () => {
+    // 30 two-byte characters = 60 bytes of context → 3 full 16-byte blocks (48 bytes), not 1 (30 units).
+    const context = 'é'.repeat(30);
+    const hashed = hashRoutingText(plain(context + ascii(100), context.length), 16);
+    expect(hashed.contextBlocks).toBe(3);
+    expect(hashed.textBytes).toBe(160);
+    // Encoding in two parts must not change the hashes.
+    expect(hashed.blockHashes).toEqual(hashRoutingText(plain(context + ascii(100)), 16).blockHashes);
+  });
+
+  it('keeps its hash values across releases (they key the shared prefix index)', () => {
+    expect(hashRoutingText(plain('The quick brown fox jumps over the lazy dog'), 16).blockHashes).toEqual([8935389778710330, 3619617509281854]);
+  });
+
+  it('rejects a block size that is not a positive integer', () => {
+    expect(() => hashRoutingText(plain('x'), 0)).toThrow(RangeError);
+    expect(() => hashRoutingText(plain('x'), 1.5)).toThrow(RangeError);
+  });
+
+  it('hashes a 10 KB routing text in well under a millisecond', () => {
+    const text = ascii(10_240);
+    const rounds = 5000;
+    for (let i = 0; i < 2000; i++) hashRoutingText(plain(text), 64);
+    const start = performance.now();
+    for (let i = 0; i < rounds; i++) hashRoutingText(plain(text), 64);
+    const microseconds = ((performance.now() - start) * 1000) / rounds;
+    console.info(`hashRoutingText: ${microseconds.toFixed(1)} µs per 10 KB (64-byte blocks)`);
+    expect(microseconds).toBeLessThan(1000);
+  });
+});

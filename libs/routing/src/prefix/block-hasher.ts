@@ -1,0 +1,70 @@
+/**
+ * Cuts the routing text's UTF-8 bytes into fixed blocks and hashes them as a chain:
+ *
+ *   hash_0 = H(CHAIN_SEED, block_0),  hash_i = H(hash_{i-1}, block_i)
+ *
+ * so hash_i identifies the whole prefix blocks 0..i (holding block i implies holding every
+ * shallower block), and extending a chain needs only its last hash. H seeds the two 32-bit lanes
+ * from the previous 53-bit hash, mixes the block 4 bytes (little-endian) at a time, and finalises
+ * with the block length (`hashBytes53`). Only full blocks get hashes: a partial trailing block
+ * would change as the conversation grows, so it can never be matched by a later turn.
+ *
+ * Cost: this runs on every request (10–40 KB bodies). One uninitialised byte buffer per call,
+ * encoded natively, no allocation per block; words are read through a DataView (explicit
+ * little-endian, so hashes are equal on every platform). Measured on Node 20 (see README): ≈ 11 µs
+ * per 10 KB of ASCII, ≈ 16 µs when the text holds non-ASCII characters (slower native encoding).
+ */
+
+import { Buffer } from 'node:buffer';
+import type { BlockHash } from '../types';
+import { hashBytes53 } from '../hash/hash53';
+import type { RenderedRoutingText } from './routing-text';
+
+/** Seed of every chain (an arbitrary 53-bit constant: changing it re-keys every shared index). */
+const CHAIN_SEED = 0x1f_3a5b_7c9d_e0f1;
+
+export interface HashedRoutingText {
+  /** Chained hashes of the full blocks, in order. */
+  readonly blockHashes: BlockHash[];
+  /** UTF-8 length of the routing text, in bytes. */
+  readonly textBytes: number;
+  /** Full blocks that lie entirely before the last message starts. */
+  readonly contextBlocks: number;
+  /** The first block's hash, or (text shorter than one block) a hash of the whole text. */
+  readonly headHash: BlockHash;
+}
+
+export function assertBlockSize(blockSizeBytes: number): void {
+  if (!Number.isInteger(blockSizeBytes) || blockSizeBytes < 1) {
+    throw new RangeError(`blockSizeBytes must be a positive integer, got ${blockSizeBytes}`);
+  }
+}
+
+/** Encodes, cuts and chain-hashes a rendered routing text. `blockSizeBytes`: integer ≥ 1 (multiples of 4 are fastest). */
+export function hashRoutingText(rendered: RenderedRoutingText, blockSizeBytes: number): HashedRoutingText {
+  assertBlockSize(blockSizeBytes);
+  const { text, contextEndOffset } = rendered;
+  // A UTF-16 code unit never takes more than 3 UTF-8 bytes (a surrogate pair: 2 units → 4 bytes).
+  // Uninitialised memory is fine: only the bytes written below are ever read. (allocUnsafe skips
+  // zero-filling, ~2 µs per 10 KB; it may hand out a slice of Node's shared pool, hence byteOffset.)
+  const bytes = Buffer.allocUnsafe(text.length * 3);
+  let contextBytes = 0;
+  let textBytes: number;
+  if (contextEndOffset > 0) {
+    // Encode in two parts to learn the byte offset of the last message without a second pass.
+    contextBytes = bytes.write(text.slice(0, contextEndOffset), 0, 'utf8');
+    textBytes = contextBytes + bytes.write(text.slice(contextEndOffset), contextBytes, 'utf8');
+  } else {
+    textBytes = bytes.write(text, 0, 'utf8');
+  }
+  const view = new DataView(bytes.buffer, bytes.byteOffset, textBytes);
+  const blockCount = Math.floor(textBytes / blockSizeBytes);
+  const blockHashes = new Array<BlockHash>(blockCount);
+  let previous = CHAIN_SEED;
+  for (let block = 0, start = 0; block < blockCount; block++, start += blockSizeBytes) {
+    previous = hashBytes53(view, start, blockSizeBytes, previous);
+    blockHashes[block] = previous;
+  }
+  const headHash = blockHashes[0] ?? hashBytes53(view, 0, textBytes, CHAIN_SEED);
+  return { blockHashes, textBytes, contextBlocks: Math.floor(contextBytes / blockSizeBytes), headHash };
+}

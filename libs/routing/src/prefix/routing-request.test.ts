@@ -1,0 +1,56 @@
+import type { ChatCompletionRequest, ChatMessage } from '@kvroute/protocols';
+import { describe, expect, it } from 'vitest';
+import { buildRoutingRequest } from './routing-request';
+
+const SYSTEM_PROMPT = 'You are a meticulous assistant. '.repeat(20);
+
+function conversation(turns: number): ChatCompletionRequest {
+  const messages: ChatMessage[] = [{ role: 'system', content: SYSTEM_PROMPT }];
+  for (let turn = 0; turn < turns; turn++) {
+    if (turn > 0) messages.push({ role: 'assistant', content: `Here is answer number ${turn}, with some detail. `.repeat(3) });
+    messages.push({ role: 'user', content: `Follow-up question ${turn}: what about the next step? ` });
+  }
+  return { model: 'llama-3-8b', messages, user: 'user-7' };
+}
+
+describe('buildRoutingRequest', () => {
+  it("makes turn k's block hashes a prefix of turn k+1's", () => {
+    let previous = buildRoutingRequest(conversation(1), { blockSizeBytes: 64 });
+    for (let turns = 2; turns <= 6; turns++) {
+      const next = buildRoutingRequest(conversation(turns), { blockSizeBytes: 64 });
+      expect(next.blockHashes.slice(0, previous.blockHashes.length)).toEqual(previous.blockHashes);
+      expect(next.blockHashes.length).toBeGreaterThan(previous.blockHashes.length);
+      expect(next.headHash).toBe(previous.headHash);
+      previous = next;
+    }
+  });
+
+  it("counts as context the blocks a previous turn already sent", () => {
+    const previousTurn = buildRoutingRequest(conversation(3), { blockSizeBytes: 64 });
+    const asked = conversation(3);
+    const next = buildRoutingRequest({ ...asked, messages: [...asked.messages, { role: 'assistant', content: 'ok' }, { role: 'user', content: 'and then?' }] }, { blockSizeBytes: 64 });
+    // The context ends where the new user message starts, after the previous turn's text and the reply.
+    expect(next.contextBlocks).toBeGreaterThanOrEqual(previousTurn.blockHashes.length);
+    expect(next.contextBlocks).toBeLessThanOrEqual(next.blockHashes.length);
+    const single: ChatCompletionRequest = { model: 'llama-3-8b', messages: [{ role: 'user', content: SYSTEM_PROMPT }] };
+    expect(buildRoutingRequest(single, { blockSizeBytes: 64 }).contextBlocks).toBe(0);
+  });
+
+  it.each<[string, string | null | undefined, string | undefined, string | null]>([
+    ['the header over the body user', 'sess-1', 'user-7', 'sess-1'],
+    ['the body user without a header', undefined, 'user-7', 'user-7'],
+    ['the body user when the header is empty', '', 'user-7', 'user-7'],
+    ['no key when neither is given', null, undefined, null],
+  ])('takes as session key %s', (_label, header, user, expected) => {
+    const body = { ...conversation(1), user };
+    expect(buildRoutingRequest(body, { blockSizeBytes: 64, sessionKey: header }).sessionKey).toBe(expected);
+  });
+
+  it('fills every field from the body', () => {
+    const request = buildRoutingRequest({ model: 'm', prompt: 'x'.repeat(130) }, { blockSizeBytes: 64 });
+    expect(request).toMatchObject({ model: 'm', blockSizeBytes: 64, contextBlocks: 0, sessionKey: null });
+    expect(request.textBytes).toBeGreaterThan(130);
+    expect(request.blockHashes).toHaveLength(Math.floor(request.textBytes / 64));
+    expect(request.headHash).toBe(request.blockHashes[0]);
+  });
+});

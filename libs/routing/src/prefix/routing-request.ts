@@ -1,0 +1,33 @@
+import type { ChatCompletionRequest, CompletionRequest } from '@kvroute/protocols';
+import type { RoutingRequest } from '../types';
+import { hashRoutingText } from './block-hasher';
+import { renderRoutingText } from './routing-text';
+
+export interface RoutingRequestOptions {
+  /** Prefix block size in bytes (integer ≥ 1); must equal the one the shared prefix index uses. */
+  readonly blockSizeBytes: number;
+  /** `X-Session-Id` header value, when sent; takes precedence over the body's `user`. */
+  readonly sessionKey?: string | null;
+}
+
+/**
+ * What a policy needs to know about a request body: render the routing text, hash its blocks, pick
+ * the affinity key. Empty session keys count as absent (an empty header is not an identity).
+ */
+export function buildRoutingRequest(body: ChatCompletionRequest | CompletionRequest, options: RoutingRequestOptions): RoutingRequest {
+  const hashed = hashRoutingText(renderRoutingText(body), options.blockSizeBytes);
+  const sessionKey = nonEmpty(options.sessionKey) ?? nonEmpty(body.user) ?? null;
+  return {
+    model: body.model,
+    blockHashes: hashed.blockHashes,
+    blockSizeBytes: options.blockSizeBytes,
+    textBytes: hashed.textBytes,
+    contextBlocks: hashed.contextBlocks,
+    headHash: hashed.headHash,
+    sessionKey,
+  };
+}
+
+function nonEmpty(value: string | null | undefined): string | undefined {
+  return value === null || value === undefined || value === '' ? undefined : value;
+}

@@ -1,0 +1,68 @@
+import { describe, expect, it } from 'vitest';
+import { InMemoryRoutingState } from './in-memory-routing-state';
+
+function createState(options: Partial<{ maxBlocksPerBackend: number; blockIdleTtlMs: number }> = {}) {
+  let now = 1_000;
+  const state = new InMemoryRoutingState({ maxBlocksPerBackend: options.maxBlocksPerBackend ?? 1000, blockIdleTtlMs: options.blockIdleTtlMs ?? 0, nowMs: () => now });
+  return { state, advance: (ms: number) => (now += ms) };
+}
+
+describe('InMemoryRoutingState', () => {
+  it('matches the longest recorded prefix per backend and stops at the first miss', async () => {
+    const { state } = createState();
+    await state.reserve('m', 'a', 'lease-1', [1, 2, 3, 4]);
+    await state.reserve('m', 'b', 'lease-2', [1, 2]);
+    const snapshot = await state.snapshot('m', ['a', 'b', 'c'], [1, 2, 3, 9, 4]);
+    expect(snapshot.matchBlocks.get('a')).toBe(3);
+    expect(snapshot.matchBlocks.get('b')).toBe(2);
+    expect(snapshot.matchBlocks.get('c')).toBeUndefined();
+    expect(snapshot.inflight.get('a')).toBe(1);
+    expect(snapshot.inflight.get('c')).toBe(0);
+  });
+
+  it('keeps pools apart', async () => {
+    const { state } = createState();
+    await state.reserve('model-x', 'a', 'l', [1, 2]);
+    expect((await state.snapshot('model-y', ['a'], [1, 2])).matchBlocks.get('a')).toBeUndefined();
+  });
+
+  it('releases each lease once, idempotently', async () => {
+    const { state } = createState();
+    await state.reserve('m', 'a', 'l1', []);
+    await state.reserve('m', 'a', 'l2', []);
+    await state.release('m', 'a', 'l1');
+    await state.release('m', 'a', 'l1');
+    await state.release('m', 'a', 'never-taken');
+    expect(state.inflightCounts().get('a')).toBe(1);
+  });
+
+  it('evicts the least recently recorded blocks over the cap', async () => {
+    const { state } = createState({ maxBlocksPerBackend: 4 });
+    await state.reserve('m', 'a', 'l1', [1, 2]);
+    await state.reserve('m', 'a', 'l2', [10, 11]);
+    await state.reserve('m', 'a', 'l3', [1, 2]); // refreshes 1, 2
+    await state.reserve('m', 'a', 'l4', [20]); // evicts 10
+    expect(state.blockCount('m', 'a')).toBe(4);
+    expect((await state.snapshot('m', ['a'], [10, 11])).matchBlocks.get('a')).toBeUndefined();
+    expect((await state.snapshot('m', ['a'], [1, 2])).matchBlocks.get('a')).toBe(2);
+  });
+
+  it('forgets blocks idle longer than the TTL', async () => {
+    const { state, advance } = createState({ blockIdleTtlMs: 1000 });
+    await state.reserve('m', 'a', 'l1', [1, 2]);
+    advance(500);
+    expect((await state.snapshot('m', ['a'], [1, 2])).matchBlocks.get('a')).toBe(2);
+    advance(600);
+    expect((await state.snapshot('m', ['a'], [1, 2])).matchBlocks.get('a')).toBeUndefined();
+  });
+
+  it('forgets a backend', async () => {
+    const { state } = createState();
+    await state.reserve('m', 'a', 'l1', [1, 2]);
+    await state.reserve('m', 'b', 'l2', [1, 2]);
+    await state.forgetBackend('m', 'a');
+    const snapshot = await state.snapshot('m', ['a', 'b'], [1, 2]);
+    expect(snapshot.matchBlocks.get('a')).toBeUndefined();
+    expect(snapshot.matchBlocks.get('b')).toBe(2);
+  });
+});

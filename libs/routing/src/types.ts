@@ -1,0 +1,116 @@
+/**
+ * The vocabulary of routing decisions. Pure data: no I/O, no clocks, no randomness (those arrive
+ * through PolicyContext), so every policy is testable without sleeping.
+ *
+ * Words: a *backend* is where requests go; a *pool* is the backends serving one model; a *prefix
+ * block* is a fixed-size byte block of the routing text, identified by its chained *block hash*;
+ * *match* is how many leading blocks of a request a backend is believed to hold; *in-flight* is the
+ * number of requests the router fleet currently has outstanding on a backend.
+ */
+
+/** Stable backend identifier (default: the URL's `host:port`); what `X-Router-Backend` shows. */
+export type BackendId = string;
+
+/**
+ * Chained block hash: block i's hash covers blocks 0..i, so holding block i implies holding all
+ * shallower ones. A 53-bit integer (a plain JS number: cheap Map key, exact in JSON).
+ */
+export type BlockHash = number;
+
+export interface BackendInfo {
+  readonly id: BackendId;
+  /** Relative capacity (default 1): bounded-load rules and hashing give a backend `weight` shares. */
+  readonly weight: number;
+}
+
+/** One backend as a policy sees it at decision time. */
+export interface Candidate {
+  readonly backend: BackendInfo;
+  /** Requests in flight on this backend (fleet-wide once state is shared). */
+  readonly inflight: number;
+  /** Leading prefix blocks of this request the backend is believed to hold (0 … request.blockHashes.length). */
+  readonly matchBlocks: number;
+}
+
+/** What a policy knows about a request. */
+export interface RoutingRequest {
+  readonly model: string;
+  /** Chained hashes of the routing text's full blocks, in order (may be empty for tiny prompts). */
+  readonly blockHashes: readonly BlockHash[];
+  /** Block size in bytes that produced `blockHashes`. */
+  readonly blockSizeBytes: number;
+  /** Routing text length in bytes (≈ 4 bytes per token for English). */
+  readonly textBytes: number;
+  /**
+   * Leading full blocks that cover everything before the last message (chat) — the part a previous
+   * turn of the same conversation already sent. 0 for completions and single-message chats.
+   */
+  readonly contextBlocks: number;
+  /** Hash identifying the request's start (first block, or the whole text when shorter), for cold placement. */
+  readonly headHash: BlockHash;
+  /** Affinity key from `X-Session-Id` or the body's `user`, when given. */
+  readonly sessionKey: string | null;
+}
+
+/** Why a backend was chosen; sent as `X-Router-Reason`. Lower-case, hyphenated, stable. */
+export type DecisionReason =
+  | 'round-robin'
+  | 'random'
+  | 'least-loaded'
+  | 'longest-prefix'
+  | 'spilled-from-saturated'
+  | 'spilled-fallback-leastloaded'
+  | 'fallback-leastloaded'
+  | 'cache-hit'
+  | 'cache-miss'
+  | 'session-affinity'
+  | 'session-spilled'
+  | 'consistent-hash'
+  | 'consistent-hash-spilled'
+  | 'prefix-affinity'
+  | 'load-guard'
+  | 'cold-hash'
+  | 'only-backend';
+
+/** Per-candidate figures behind a decision, for `/debug/route` and debug logs. */
+export interface CandidateScore {
+  readonly backendId: BackendId;
+  readonly matchBlocks: number;
+  readonly inflight: number;
+  /** The policy's score; its direction and range are documented by each policy (`scoreDirection`). */
+  readonly score: number;
+  /** Policy-specific parts of the score (e.g. `{ prefillMs, queueMs }`). */
+  readonly parts?: Readonly<Record<string, number>>;
+  /** Why this candidate was excluded, if it was. */
+  readonly excluded?: string;
+}
+
+export type RoutingDecision =
+  | {
+      readonly kind: 'routed';
+      readonly backendId: BackendId;
+      readonly reason: DecisionReason;
+      readonly scores: readonly CandidateScore[];
+    }
+  | { readonly kind: 'rejected'; readonly reason: 'no-eligible-backend' };
+
+/** Clock and randomness come from here, never from globals. */
+export interface PolicyContext {
+  readonly nowMs: number;
+  /** Uniform in [0, 1). */
+  readonly random: () => number;
+}
+
+/**
+ * Chooses one backend for a request among eligible candidates (healthy, breaker closed, serving the
+ * model); candidates are never empty. Pure apart from the policy's own small state (e.g. a
+ * round-robin counter), which lives in the instance: one instance per pool.
+ */
+export interface RoutingPolicy {
+  readonly name: string;
+  /** "higher is better" or "lower is better", and the range, of `CandidateScore.score`. */
+  readonly scoreDirection: string;
+  /** True when the policy reads `matchBlocks` (the caller can skip the prefix lookup otherwise). */
+  readonly usesPrefixMatch: boolean;
+  choose(request: RoutingRequest, candidates: readonly Candidate[], context: PolicyContext): RoutingDecision;
+}
