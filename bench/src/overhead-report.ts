@@ -29,8 +29,12 @@ export const WORKLOADS: readonly Workload[] = [
   { id: '32k-sse', promptBytes: 32 * 1024, stream: true },
 ];
 
-/** The paced (target-rate) run of one path. Latencies in ms. */
+/**
+ * The paced (target-rate) runs of one path, combined over rounds: percentiles are the median of the
+ * rounds' percentiles, counts and CPU are summed. Latencies in ms.
+ */
 export interface PacedMeasurement {
+  readonly rounds: number;
   readonly requests: number;
   readonly achievedRate: number;
   readonly p50Ms: number;
@@ -45,6 +49,54 @@ export interface PacedMeasurement {
   readonly simCpuUsPerRequest: number;
   /** (proxy + sim CPU) / wall time: how busy the shared core was. */
   readonly sharedCoreBusy: number;
+  /** Each round's p50 and p99, ms, in the order they ran. */
+  readonly roundP50sMs: readonly number[];
+  readonly roundP99sMs: readonly number[];
+}
+
+/** One paced wrk run and the CPU the sim and the proxy used meanwhile. */
+export interface PacedRound {
+  readonly wrk: WrkResult;
+  readonly simCpuSeconds: number;
+  /** Absent for the direct path. */
+  readonly proxyCpuSeconds?: number;
+  readonly wallSeconds: number;
+}
+
+export function median(values: readonly number[]): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? (sorted[middle] as number) : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2;
+}
+
+/** Combines the paced rounds of one path: median of each percentile, sums of counts, CPU and time. */
+export function combinePacedRounds(rounds: readonly PacedRound[]): PacedMeasurement {
+  const requests = rounds.reduce((sum, round) => sum + round.wrk.requests, 0);
+  if (requests === 0) throw new Error('no request completed in the paced runs');
+  const sum = (pick: (round: PacedRound) => number): number => rounds.reduce((total, round) => total + pick(round), 0);
+  const ms = (pick: (latency: WrkResult['latencyUs']) => number): number[] => rounds.map((round) => pick(round.wrk.latencyUs) / 1000);
+  const hasProxy = rounds.every((round) => round.proxyCpuSeconds !== undefined);
+  const simCpu = sum((round) => round.simCpuSeconds);
+  const proxyCpu = sum((round) => round.proxyCpuSeconds ?? 0);
+  const errors = sum((round) => round.wrk.errors.connect + round.wrk.errors.read + round.wrk.errors.write + round.wrk.errors.status + round.wrk.errors.timeout);
+  return {
+    rounds: rounds.length,
+    requests,
+    achievedRate: requests / (sum((round) => round.wrk.durationUs) / 1e6),
+    p50Ms: median(ms((latency) => latency.p50)),
+    p90Ms: median(ms((latency) => latency.p90)),
+    p99Ms: median(ms((latency) => latency.p99)),
+    p999Ms: median(ms((latency) => latency.p999)),
+    meanMs: sum((round) => round.wrk.latencyUs.mean * round.wrk.requests) / requests / 1000,
+    maxMs: Math.max(...ms((latency) => latency.max)),
+    errors,
+    ...(hasProxy ? { proxyCpuUsPerRequest: (proxyCpu * 1e6) / requests } : {}),
+    simCpuUsPerRequest: (simCpu * 1e6) / requests,
+    sharedCoreBusy: (simCpu + (hasProxy ? proxyCpu : 0)) / sum((round) => round.wallSeconds),
+    roundP50sMs: ms((latency) => latency.p50),
+    roundP99sMs: ms((latency) => latency.p99),
+  };
 }
 
 /** The closed-loop (unpaced) run of one path. */
@@ -62,7 +114,7 @@ export interface PathResult {
   /** Why this path has no (or partial) figures. */
   readonly skipped?: string;
   /** wrk's own figures, for the JSON file. */
-  readonly wrk?: { readonly paced?: WrkResult; readonly max?: WrkResult };
+  readonly wrk?: { readonly paced: readonly WrkResult[]; readonly max?: WrkResult };
 }
 
 export interface WorkloadResult {

@@ -25,7 +25,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { cpus, loadavg } from 'node:os';
+import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
@@ -44,7 +44,7 @@ import {
   type Workload,
   type WorkloadResult,
 } from './overhead-report';
-import { processCpuSeconds } from './process-cpu';
+import { machineBusyCores, processCpuSeconds } from './process-cpu';
 import { haproxyVersion, lastLines, startBareProxyProcess, startHaproxyProcess, startRouterProcess, type ProxyProcess } from './proxy-processes';
 import { errorCount, pacingDelayMs, requestRate, runWrk, type WrkResult, type WrkRun } from './wrk';
 
@@ -129,9 +129,10 @@ async function main(): Promise<void> {
     `paced: ${rate} req/s over ${pacedConnections} connections (each waits ${pacingDelayMs(rate, pacedConnections).toFixed(0)} ms ±50 % between requests), ${seconds} s; max rate: closed loop over ${maxConnections} connections, ${seconds} s; ${warmupSeconds} s closed-loop warm-up before each`,
   );
   console.log(`CPU placement: ${placement}`);
-  const load = loadavg()[0] ?? 0;
-  if (load > 0.5) {
-    const warning = `1-minute load average was ${load.toFixed(2)} at start: other processes compete for the cores, figures will be noisy.`;
+  // Nothing of ours runs yet: whatever uses CPU now competes with the benchmark.
+  const busyBefore = await machineBusyCores(1_000);
+  if (busyBefore !== undefined && busyBefore > 0.15) {
+    const warning = `other processes used ${busyBefore.toFixed(2)} cores in the second before the run: they compete with the benchmark, figures will be noisy.`;
     notes.push(warning);
     console.log(`WARNING: ${warning}`);
   }
@@ -218,7 +219,7 @@ async function main(): Promise<void> {
       wrk: wrkVersion,
       haproxy: haproxyVersion() ?? 'not installed',
       placement,
-      loadAverageAtStart: load,
+      otherCpuCoresAtStart: busyBefore ?? null,
     };
     const config = { rate, seconds, warmupSeconds, pacedConnections, pacedDelayMs: pacingDelayMs(rate, pacedConnections), maxConnections, maxTokens, model, paths, workloads, pinned };
     const outDir = join(repoRoot, 'bench', 'results');

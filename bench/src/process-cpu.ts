@@ -34,3 +34,27 @@ function childPids(pid: number): number[] {
     return [];
   }
 }
+
+/** Busy and total jiffies of all cores together, from /proc/stat's first line. */
+export function systemCpuTicks(stat: string): { busy: number; total: number } {
+  const fields = (stat.split('\n')[0] ?? '').trim().split(/\s+/).slice(1).map(Number);
+  if (fields.length < 4 || fields.some((value) => !Number.isFinite(value))) throw new Error('unreadable /proc/stat');
+  const total = fields.slice(0, 8).reduce((sum, value) => sum + value, 0);
+  const idle = (fields[3] ?? 0) + (fields[4] ?? 0);
+  return { busy: total - idle, total };
+}
+
+/**
+ * How many cores' worth of CPU the whole machine used over `ms` (all processes), from /proc/stat;
+ * undefined where /proc/stat cannot be read.
+ */
+export async function machineBusyCores(ms: number): Promise<number | undefined> {
+  try {
+    const before = systemCpuTicks(readFileSync('/proc/stat', 'utf8'));
+    await new Promise((resolve) => setTimeout(resolve, ms));
+    const after = systemCpuTicks(readFileSync('/proc/stat', 'utf8'));
+    return (after.busy - before.busy) / TICKS_PER_SECOND / (ms / 1000);
+  } catch {
+    return undefined;
+  }
+}

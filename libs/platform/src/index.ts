@@ -4,6 +4,7 @@
  */
 export { loadConfig, type LoadConfigOptions, type LoadConfigResult } from './config/load-config';
 export { renderConfigHelp, type RenderConfigHelpOptions } from './config/render-config-help';
+export { renderConfigMarkdown } from './config/render-config-markdown';
 export { ConfigError, describeSource, type ConfigProblem, type ConfigSource } from './config/config-error';
 export type { ConfigSchema, EnvMap } from './config/config-options';
 export { toEnvName, toFlagName } from './config/option-names';

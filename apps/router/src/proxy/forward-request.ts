@@ -72,7 +72,8 @@ export async function forwardRequest(deps: ForwardDeps, input: ForwardInput, res
     const lease = new Lease(deps.routing.state, input.pool, backend.id, `${input.requestId}#${attempt}`, (error) =>
       deps.logger.warn({ err: error, backend: backend.id }, 'lease release failed'),
     );
-    await deps.routing.state.reserve(input.pool, backend.id, lease.leaseId, input.routingRequest.blockHashes);
+    // Ownership is recorded only for policies that read it: nobody else looks at the prefix index.
+    await deps.routing.state.reserve(input.pool, backend.id, lease.leaseId, input.policy.usesPrefixMatch ? input.routingRequest.blockHashes : []);
     const chosen = decision.scores.find((score) => score.backendId === backend.id);
     const totalBlocks = input.routingRequest.blockHashes.length;
     deps.metrics.recordDecision(input.policy.name, (performance.now() - decidedAt) / 1000, totalBlocks === 0 ? 0 : (chosen?.matchBlocks ?? 0) / totalBlocks);

@@ -37,14 +37,38 @@ describe('InMemoryRoutingState', () => {
   });
 
   it('evicts the least recently recorded blocks over the cap', async () => {
-    const { state } = createState({ maxBlocksPerBackend: 4 });
+    const { state, advance } = createState({ maxBlocksPerBackend: 4 });
     await state.reserve('m', 'a', 'l1', [1, 2]);
+    advance(2000);
     await state.reserve('m', 'a', 'l2', [10, 11]);
+    advance(2000);
     await state.reserve('m', 'a', 'l3', [1, 2]); // refreshes 1, 2
-    await state.reserve('m', 'a', 'l4', [20]); // evicts 10
+    advance(2000);
+    await state.reserve('m', 'a', 'l4', [20]); // evicts 11, the tail of the least recent chain
     expect(state.blockCount('m', 'a')).toBe(4);
-    expect((await state.snapshot('m', ['a'], [10, 11])).matchBlocks.get('a')).toBeUndefined();
+    expect((await state.snapshot('m', ['a'], [10, 11])).matchBlocks.get('a')).toBe(1);
     expect((await state.snapshot('m', ['a'], [1, 2])).matchBlocks.get('a')).toBe(2);
+  });
+
+  it('evicts a chain from its tail, so the shallow blocks still match', async () => {
+    const { state, advance } = createState({ maxBlocksPerBackend: 5 });
+    await state.reserve('m', 'a', 'l1', [1, 2, 3, 4]);
+    advance(2000);
+    await state.reserve('m', 'a', 'l2', [7, 8]); // over the cap by one: block 4 (the tail) goes
+    const snapshot = await state.snapshot('m', ['a'], [1, 2, 3, 4]);
+    expect(snapshot.matchBlocks.get('a')).toBe(3);
+  });
+
+  it('does not reorder blocks re-recorded within the refresh granularity', async () => {
+    const { state, advance } = createState({ maxBlocksPerBackend: 3 });
+    await state.reserve('m', 'a', 'l1', [1, 2]);
+    advance(100);
+    await state.reserve('m', 'a', 'l2', [9]);
+    await state.reserve('m', 'a', 'l3', [1, 2]); // within 1 s: 1 and 2 stay older than 9
+    advance(100);
+    await state.reserve('m', 'a', 'l4', [5]); // evicts 2 (oldest tail), not 9
+    expect((await state.snapshot('m', ['a'], [9])).matchBlocks.get('a')).toBe(1);
+    expect((await state.snapshot('m', ['a'], [1, 2])).matchBlocks.get('a')).toBe(1);
   });
 
   it('forgets blocks idle longer than the TTL', async () => {

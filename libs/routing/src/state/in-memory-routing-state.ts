@@ -6,17 +6,29 @@ export interface InMemoryRoutingStateOptions {
   readonly maxBlocksPerBackend: number;
   /** A block not recorded again within this many ms is forgotten (engines evict too). 0 = never. */
   readonly blockIdleTtlMs: number;
+  /** Re-recording a block more recent than this does not move it in the LRU (default 1000 ms). */
+  readonly refreshGranularityMs?: number;
   readonly nowMs: () => number;
 }
 
 /**
  * Routing state of a single router replica, in memory.
  *
- * Prefix index: per pool, block hash → backends holding it, with each backend's blocks in an
- * insertion-ordered Map used as an LRU (re-recording moves a block to the end; over the cap the oldest
- * is evicted). Because hashes are chained, a lookup walks the request's blocks in order and stops at the
- * first block that no candidate holds. In-flight: a set of lease ids per backend, so release is idempotent.
+ * Prefix index: per pool, block hash → backends holding it (with when each last recorded it), and
+ * each backend's blocks in an insertion-ordered Map used as an LRU (re-recording moves a block to the
+ * end; over the cap the oldest is evicted).
  *
+ * Invariant (prefix closure): if a backend holds block i of a chain it holds blocks 0..i−1. Recording
+ * always covers a whole prefix and inserts it deepest block first, so within a chain shallower blocks
+ * are never older than deeper ones: LRU and idle-TTL eviction remove a chain from its tail, as vLLM
+ * frees blocks in reverse. Hence a backend's match depth is found by binary search over the request's
+ * blocks: O(log n) lookups per backend instead of a walk over every block.
+ *
+ * Recency is kept to `refreshGranularityMs`: a block recorded again within that time is not moved in
+ * the LRU (the common case, a conversation's next turn re-recording its earlier blocks, then costs one
+ * Map read per block).
+ *
+ * In-flight: a set of lease ids per backend, so release is idempotent.
  * Memory: ~120 bytes per (block, backend) entry (two Map entries and a number).
  */
 export class InMemoryRoutingState implements RoutingStateStore {
@@ -70,19 +82,20 @@ export class InMemoryRoutingState implements RoutingStateStore {
     const index = this.pools.get(pool);
     if (!index) return result;
     const oldestFresh = this.options.blockIdleTtlMs > 0 ? this.options.nowMs() - this.options.blockIdleTtlMs : -Infinity;
-    let stillMatching: BackendId[] = backends.slice();
-    for (let block = 0; block < blockHashes.length && stillMatching.length > 0; block++) {
-      const owners = index.owners.get(blockHashes[block] as BlockHash);
-      if (!owners) break;
-      const next: BackendId[] = [];
-      for (const backend of stillMatching) {
-        const recordedAt = owners.get(backend);
-        if (recordedAt !== undefined && recordedAt >= oldestFresh) {
-          result.set(backend, block + 1);
-          next.push(backend);
-        }
+    const holds = (backend: BackendId, block: number): boolean => {
+      const recordedAt = index.owners.get(blockHashes[block] as BlockHash)?.get(backend);
+      return recordedAt !== undefined && recordedAt >= oldestFresh;
+    };
+    for (const backend of backends) {
+      // Largest k such that the backend holds blocks 0..k−1 (prefix closure makes `holds` monotone).
+      let low = 0;
+      let high = blockHashes.length;
+      while (low < high) {
+        const middle = (low + high + 1) >>> 1;
+        if (holds(backend, middle - 1)) low = middle;
+        else high = middle - 1;
       }
-      stillMatching = next;
+      if (low > 0) result.set(backend, low);
     }
     return result;
   }
@@ -99,7 +112,12 @@ export class InMemoryRoutingState implements RoutingStateStore {
       index.blocksByBackend.set(backendId, blocks);
     }
     const now = this.options.nowMs();
-    for (const hash of blockHashes) {
+    const refreshBefore = now - (this.options.refreshGranularityMs ?? 1000);
+    // Deepest block first, so that within a chain shallower blocks are the more recent (see the invariant).
+    for (let block = blockHashes.length - 1; block >= 0; block--) {
+      const hash = blockHashes[block] as BlockHash;
+      const recordedAt = blocks.get(hash);
+      if (recordedAt !== undefined && recordedAt >= refreshBefore) continue;
       blocks.delete(hash);
       blocks.set(hash, now);
       let owners = index.owners.get(hash);

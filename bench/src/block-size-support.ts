@@ -1,0 +1,5 @@
+export { buildRoutingRequest, createPolicy, InMemoryRoutingState } from '@kvroute/routing';
+export interface ChatMessageLike {
+  role: 'system' | 'user' | 'assistant';
+  content: string;
+}

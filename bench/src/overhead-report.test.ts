@@ -1,0 +1,79 @@
+import { describe, expect, it } from 'vitest';
+import { addedLatency, ratio, resultsTable, summarize, targetsTable, type PacedMeasurement, type PathResult, type WorkloadResult } from './overhead-report';
+
+function paced(p50Ms: number, p99Ms: number, extra: Partial<PacedMeasurement> = {}): PacedMeasurement {
+  return { requests: 1500, achievedRate: 495, p50Ms, p90Ms: p50Ms, p99Ms, p999Ms: p99Ms, meanMs: p50Ms, maxMs: p99Ms, errors: 0, simCpuUsPerRequest: 200, sharedCoreBusy: 0.3, ...extra };
+}
+
+function path(id: PathResult['path'], p50Ms: number, p99Ms: number, maxRate: number): PathResult {
+  return { path: id, paced: paced(p50Ms, p99Ms, id === 'direct' ? {} : { proxyCpuUsPerRequest: 100 }), max: { rate: maxRate, p50Ms: 5, p99Ms: 9, errors: 0 } };
+}
+
+const workload = { id: 'small-json', promptBytes: 100, stream: false };
+
+describe('addedLatency and ratio', () => {
+  it('subtracts the direct percentiles', () => {
+    expect(addedLatency(paced(1.5, 3), paced(1.0, 2.5))).toEqual({ p50Ms: 0.5, p99Ms: 0.5 });
+    expect(addedLatency(undefined, paced(1, 2))).toBeUndefined();
+  });
+
+  it('refuses to divide by nothing or by noise', () => {
+    expect(ratio(3, 2)).toBe(1.5);
+    expect(ratio(3, 0)).toBeUndefined();
+    expect(ratio(3, -0.1)).toBeUndefined();
+    expect(ratio(0.3, 0.005, 0.01)).toBeUndefined();
+    expect(ratio(undefined, 2)).toBeUndefined();
+  });
+});
+
+describe('summarize', () => {
+  it('compares kvroute with the bare proxy and checks the targets', () => {
+    const result: WorkloadResult = {
+      workload,
+      paths: [path('direct', 1.0, 2.0, 8000), path('bare', 1.2, 2.6, 4000), path('kvroute', 1.25, 3.0, 3200), path('haproxy', 1.05, 2.1, 7000)],
+    };
+    const summary = summarize(result);
+    expect(summary.added.bare?.p50Ms).toBeCloseTo(0.2);
+    expect(summary.kvrouteAddedP50VsBare).toBeCloseTo(1.25);
+    expect(summary.kvrouteAddedP99Ms).toBeCloseTo(1.0);
+    expect(summary.kvrouteMaxRateVsBare).toBeCloseTo(0.8);
+    expect(summary.haproxyAddedP50VsBare).toBeCloseTo(0.25);
+    expect(summary.haproxyMaxRateVsBare).toBeCloseTo(1.75);
+    expect(summary.meets).toEqual({ addedP50: true, addedP99: true, maxRate: true });
+  });
+
+  it('fails a target that is missed and leaves out what was not measured', () => {
+    const result: WorkloadResult = {
+      workload,
+      paths: [path('direct', 1.0, 2.0, 8000), path('bare', 1.2, 2.6, 4000), path('kvroute', 1.5, 4.0, 2000), { path: 'haproxy', skipped: 'not installed' }],
+    };
+    const summary = summarize(result);
+    expect(summary.meets).toEqual({ addedP50: false, addedP99: false, maxRate: false });
+    expect(summary.haproxyMaxRateVsBare).toBeUndefined();
+    expect(summary.added.haproxy).toBeUndefined();
+  });
+});
+
+describe('tables', () => {
+  const results: WorkloadResult[] = [
+    {
+      workload,
+      paths: [path('direct', 1.0, 2.0, 8000), path('bare', 1.2, 2.6, 4000), path('kvroute', 1.25, 3.0, 3200), { path: 'haproxy', skipped: 'HAProxy is not installed | x' }],
+    },
+  ];
+
+  it('prints one row per path, skipped ones with their reason', () => {
+    const lines = resultsTable(results, 500).split('\n');
+    expect(lines).toHaveLength(2 + 4);
+    expect(lines[0]).toContain('target 500');
+    expect(lines[3]).toBe('| small-json | bare Node proxy | 495 | 1.200 | 2.600 | +0.200 | +0.600 | 4000 | 1.00× | 100 | 200 | 30 % | 0 |');
+    expect(lines[4]).toContain('| 0.80× |');
+    expect(lines[5]).toContain('skipped: HAProxy is not installed \\| x');
+    for (const line of lines) expect(line.startsWith('|') && line.endsWith('|')).toBe(true);
+  });
+
+  it('marks kvroute against each target', () => {
+    const row = targetsTable(results).split('\n')[2];
+    expect(row).toBe('| small-json | 1.25× ✓ | +1.000 ✓ | 0.80× ✓ | +0.200 / +0.600 | – | – | – |');
+  });
+});

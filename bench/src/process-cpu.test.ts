@@ -1,0 +1,33 @@
+import { existsSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { cpuTicksFromStat, processCpuSeconds, systemCpuTicks } from './process-cpu';
+
+describe('cpuTicksFromStat', () => {
+  it('adds utime and stime, even when the command name holds spaces and parentheses', () => {
+    const stat = '4242 (node (a) b) S 1 4242 4242 0 -1 4194304 1000 0 0 0 150 25 0 0 20 0 11 0 100 0 0';
+    expect(cpuTicksFromStat(stat)).toBe(175);
+  });
+
+  it('rejects a line it cannot read', () => {
+    expect(() => cpuTicksFromStat('garbage')).toThrow();
+  });
+});
+
+describe.skipIf(!existsSync('/proc/self/stat'))('processCpuSeconds', () => {
+  it('grows as this process burns CPU, and is 0 for a process that does not exist', () => {
+    const before = processCpuSeconds(process.pid);
+    const until = performance.now() + 60;
+    let spin = 0;
+    while (performance.now() < until) spin++;
+    expect(spin).toBeGreaterThan(0);
+    expect(processCpuSeconds(process.pid)).toBeGreaterThan(before);
+    expect(processCpuSeconds(2 ** 30)).toBe(0);
+  });
+});
+
+describe('systemCpuTicks', () => {
+  it('counts everything but idle and iowait as busy', () => {
+    const stat = 'cpu  100 5 50 1000 20 3 2 0 0 0\ncpu0 50 2 25 500 10 1 1 0 0 0\n';
+    expect(systemCpuTicks(stat)).toEqual({ busy: 160, total: 1180 });
+  });
+});

@@ -1,0 +1,39 @@
+import { describe, expect, it } from 'vitest';
+import { startLocalSims, stopLocalSims } from './local-sims';
+import { haproxyConfig, haproxyVersion, startBareProxyProcess, startHaproxyProcess } from './proxy-processes';
+
+describe('haproxyConfig', () => {
+  it('is a one-server TCP pass-through on the given port', () => {
+    const config = haproxyConfig(8123, '127.0.0.1:9000');
+    expect(config).toContain('mode tcp');
+    expect(config).toContain('bind 127.0.0.1:8123');
+    expect(config).toContain('server sim1 127.0.0.1:9000');
+    expect(config).not.toContain('mode http');
+  });
+});
+
+describe('proxy processes in front of a real vllm-sim', () => {
+  const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hello' }], max_tokens: 4, stream: true });
+
+  async function streamThrough(url: string): Promise<string> {
+    const response = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    expect(response.status).toBe(200);
+    return response.text();
+  }
+
+  it('relays SSE through the bare proxy process and HAProxy (when installed)', async () => {
+    const [sim] = await startLocalSims(1, ['--profile', 'fast', '--model', 'm']);
+    if (!sim) throw new Error('no sim');
+    const bare = await startBareProxyProcess(sim.url);
+    const haproxy = haproxyVersion() ? await startHaproxyProcess(sim.url) : undefined;
+    try {
+      expect(await streamThrough(bare.url)).toContain('data: [DONE]');
+      if (haproxy) expect(await streamThrough(haproxy.url)).toContain('data: [DONE]');
+    } finally {
+      await bare.stop();
+      await haproxy?.stop();
+      await stopLocalSims([sim]);
+    }
+    expect(bare.exited()).toBeDefined();
+  });
+});

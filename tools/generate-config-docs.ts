@@ -1,0 +1,12 @@
+// Writes docs/configuration.md from the apps' zod config schemas: `npm run docs:config`.
+// Each app has a test that fails when its section here is stale.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { renderConfigMarkdown } from '@kvroute/platform';
+import { renderRouterConfigDoc } from '../apps/router/src/config';
+import { renderSimConfigDoc } from '../apps/vllm-sim/src/config';
+
+const header = '# Configuration\n\nGenerated from the config schemas by `npm run docs:config`; do not edit by hand.\n\n';
+const text = header + [renderRouterConfigDoc(renderConfigMarkdown), renderSimConfigDoc(renderConfigMarkdown)].join('\n');
+writeFileSync(join(import.meta.dirname, '..', 'docs', 'configuration.md'), text);
+console.log('docs/configuration.md written');
