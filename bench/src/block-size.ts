@@ -7,15 +7,16 @@
  * shared prefix that cannot be matched because blocks are all-or-nothing: on average half a block, and
  * relative to an engine's 16-token ≈ 64-byte blocks).
  */
-import { buildRoutingRequest, createPolicy, InMemoryRoutingState, type ChatMessageLike } from './block-size-support';
+import type { ChatCompletionRequest } from '@kvroute/protocols';
+import { buildRoutingRequest, createPolicy, InMemoryRoutingState } from '@kvroute/routing';
 import { mean } from '@kvroute/workloads';
 
 const SIZES = [16, 32, 64, 128, 256, 512];
 const BODY_BYTES = [2_000, 10_000, 40_000];
 const BACKENDS = ['a', 'b', 'c', 'd'];
 
-function conversation(bytes: number, seed: number): ChatMessageLike[] {
-  const messages: ChatMessageLike[] = [{ role: 'system', content: `System prompt shared by everyone. ${'Be helpful. '.repeat(50)}` }];
+function conversation(bytes: number, seed: number): ChatCompletionRequest['messages'] {
+  const messages: ChatCompletionRequest['messages'] = [{ role: 'system', content: `System prompt shared by everyone. ${'Be helpful. '.repeat(50)}` }];
   let size = 0;
   for (let turn = 0; size < bytes; turn++) {
     const content = `conversation ${seed} turn ${turn}: ${'question about the routing of tokens and caches '.repeat(4)}`;
@@ -34,22 +35,23 @@ async function main(): Promise<void> {
       const policy = createPolicy('cacheaware', {});
       // Warm the index: 50k blocks per backend from other conversations.
       for (let seed = 0; seed < 400; seed++) {
-        const request = buildRoutingRequest({ model: 'm', messages: conversation(bodyBytes, seed) }, { blockSizeBytes });
-        await state.reserve('m', BACKENDS[seed % 4] as string, `warm-${seed}`, request.blockHashes.slice(0, Math.ceil(50_000 / 100)));
+        const warmBody: ChatCompletionRequest = { model: 'm', messages: conversation(bodyBytes, seed) };
+        const request = buildRoutingRequest(warmBody, { blockSizeBytes });
+        await state.reserve('m', BACKENDS[seed % 4] as string, `warm-${seed}`, request.blockHashes.slice(0, Math.ceil(50_000 / 100)), 0);
       }
       const timings: number[] = [];
       let entries = 0;
       for (let iteration = 0; iteration < 300; iteration++) {
-        const body = { model: 'm', messages: conversation(bodyBytes, iteration % 50) };
+        const body: ChatCompletionRequest = { model: 'm', messages: conversation(bodyBytes, iteration % 50) };
         const started = performance.now();
         const request = buildRoutingRequest(body, { blockSizeBytes });
         const snapshot = await state.snapshot('m', BACKENDS, request.blockHashes);
         const decision = policy.choose(
           request,
-          BACKENDS.map((id) => ({ backend: { id, weight: 1 }, inflight: snapshot.inflight.get(id) ?? 0, matchBlocks: snapshot.matchBlocks.get(id) ?? 0 })),
+          BACKENDS.map((id) => ({ backend: { id, weight: 1 }, inflight: snapshot.inflight.get(id) ?? 0, matchBlocks: snapshot.matchBlocks.get(id) ?? 0, pendingPrefillTokens: 0 })),
           { nowMs: 0, random: Math.random },
         );
-        if (decision.kind === 'routed') await state.reserve('m', decision.backendId, `r${iteration}`, request.blockHashes);
+        if (decision.kind === 'routed') await state.reserve('m', decision.backendId, `r${iteration}`, request.blockHashes, 0);
         await state.release('m', decision.kind === 'routed' ? decision.backendId : 'a', `r${iteration}`);
         if (iteration >= 50) timings.push((performance.now() - started) * 1000);
         entries = request.blockHashes.length;

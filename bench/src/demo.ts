@@ -1,16 +1,15 @@
 /**
  * `npm run demo`: what kvroute is for, live, on simulated backends.
  *
- * Starts four vllm-sim backends (Qwen2.5-7B on A100 profile, real time) and replays the same multi-turn
- * chat workload twice: once spread round-robin, as a plain L4 load balancer would, and once keeping
- * each conversation on one backend, as a prefix-aware router does. Each conversation opens with its
- * own ~5k-token document, so a turn that lands on a backend that never saw the conversation pays the
- * whole prefill again. Prints TTFT and cache hits per strategy. (The router itself arrives with the
- * next issues; this demo then grows to drive it.)
+ * Starts four vllm-sim backends (Qwen2.5-7B on A100 profile, real time) and, for each of several
+ * policies, a kvroute router in front of them; replays the same multi-turn chat workload through each
+ * (caches reset in between). Each conversation opens with its own ~5k-token document after a shared
+ * system prompt, so a turn that lands on a backend that never saw the conversation pays the whole
+ * prefill again. Prints TTFT, cache hits and how often a conversation changed backend, per policy.
  */
 import { parseArgs } from 'node:util';
 import { mean, percentile } from '@kvroute/workloads';
-import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
+import { startLocalRouter, startLocalSims, stopLocalProcess, stopLocalSims } from './local-sims';
 
 const { values: args } = parseArgs({
   options: {
@@ -18,6 +17,7 @@ const { values: args } = parseArgs({
     sessions: { type: 'string', default: '8' },
     turns: { type: 'string', default: '6' },
     'time-scale': { type: 'string', default: '1' },
+    policies: { type: 'string', default: 'roundrobin,leastloaded,prefixaware,cacheaware' },
   },
 });
 const backendCount = Number(args.backends);
@@ -25,46 +25,61 @@ const sessions = Number(args.sessions);
 const turns = Number(args.turns);
 
 interface TurnResult {
+  session: number;
   ttftMs: number;
   promptTokens: number;
   cachedTokens: number;
+  backend: string;
 }
 
-type Strategy = { name: string; pick: (session: number, turn: number, requestIndex: number) => number };
-
-const STRATEGIES: Strategy[] = [
-  { name: 'round-robin (plain load balancer)', pick: (_session, _turn, requestIndex) => requestIndex % backendCount },
-  { name: 'conversation-sticky (prefix-aware)', pick: (session) => session % backendCount },
-];
-
 async function main(): Promise<void> {
+  const policies = args.policies.split(',');
   console.log(`Starting ${backendCount} vllm-sim backends (a100-7b, time-scale ${args['time-scale']})…`);
   const sims = await startLocalSims(backendCount, ['--profile', 'a100-7b', '--model', 'demo-model', '--time-scale', args['time-scale']]);
   try {
     const rows: string[] = [];
-    for (const strategy of STRATEGIES) {
+    for (const policy of policies) {
       await Promise.all(sims.map((sim) => fetch(`${sim.url}/sim/reset-cache`, { method: 'POST' })));
-      process.stdout.write(`\n${strategy.name}: ${sessions} conversations × ${turns} turns `);
-      const results = await runWorkload(sims, strategy);
-      const ttfts = results.map((result) => result.ttftMs);
-      const cached = results.reduce((sum, result) => sum + result.cachedTokens, 0);
-      const prompt = results.reduce((sum, result) => sum + result.promptTokens, 0);
-      rows.push(
-        `| ${strategy.name} | ${results.length} | ${percentile(ttfts, 50).toFixed(0)} ms | ${percentile(ttfts, 95).toFixed(0)} ms | ${mean(ttfts).toFixed(0)} ms | ${((100 * cached) / prompt).toFixed(1)} % |`,
+      const router = await startLocalRouter(
+        sims.map((sim) => sim.url),
+        ['--policy', policy],
       );
+      process.stdout.write(`\nkvroute --policy ${policy}: ${sessions} conversations × ${turns} turns `);
+      try {
+        const results = await runWorkload(router.url);
+        const ttfts = results.map((result) => result.ttftMs);
+        const cached = results.reduce((sum, result) => sum + result.cachedTokens, 0);
+        const prompt = results.reduce((sum, result) => sum + result.promptTokens, 0);
+        rows.push(
+          `| ${policy} | ${results.length} | ${percentile(ttfts, 50).toFixed(0)} ms | ${percentile(ttfts, 95).toFixed(0)} ms | ${mean(ttfts).toFixed(0)} ms | ${((100 * cached) / prompt).toFixed(1)} % | ${backendSwitches(results)} |`,
+        );
+      } finally {
+        await stopLocalProcess(router);
+      }
     }
-    console.log('\n\n| strategy | requests | TTFT p50 | TTFT p95 | TTFT mean | prompt tokens from cache |');
-    console.log('|---|---:|---:|---:|---:|---:|');
+    console.log('\n\n| policy | requests | TTFT p50 | TTFT p95 | TTFT mean | prompt tokens from cache | conversation moved to another backend |');
+    console.log('|---|---:|---:|---:|---:|---:|---:|');
     for (const row of rows) console.log(row);
-    console.log('\nTTFT is measured by this client on streaming responses (first content token).');
+    console.log('\nTTFT is measured by this client through the router on streaming responses (first content token).');
   } finally {
     await stopLocalSims(sims);
   }
 }
 
-async function runWorkload(sims: readonly LocalSim[], strategy: Strategy): Promise<TurnResult[]> {
+/** Times a conversation's turn went to a different backend than its previous turn. */
+function backendSwitches(results: readonly TurnResult[]): number {
+  const last = new Map<number, string>();
+  let switches = 0;
+  for (const result of results) {
+    const previous = last.get(result.session);
+    if (previous !== undefined && previous !== result.backend) switches++;
+    last.set(result.session, result.backend);
+  }
+  return switches;
+}
+
+async function runWorkload(routerUrl: string): Promise<TurnResult[]> {
   const results: TurnResult[] = [];
-  let requestIndex = 0;
   const systemPrompt = `You are the support assistant of ACME Routers. Policies follow. ${'Answer precisely, cite the manual, never guess. '.repeat(60)}`;
   await Promise.all(
     Array.from({ length: sessions }, async (_, session) => {
@@ -74,9 +89,8 @@ async function runWorkload(sims: readonly LocalSim[], strategy: Strategy): Promi
         { role: 'user', content: `Conversation ${session}. Here is my configuration file:\n${configurationDocument(session)}` },
       ];
       for (let turn = 0; turn < turns; turn++) {
-        const sim = sims[strategy.pick(session, turn, requestIndex++)] as LocalSim;
-        const result = await streamChat(sim.url, messages);
-        results.push(result);
+        const result = await streamChat(routerUrl, messages);
+        results.push({ ...result, session });
         process.stdout.write('.');
         messages.push({ role: 'assistant', content: result.answer }, { role: 'user', content: `Follow-up ${turn + 1}: and what about timeouts in section ${turn + 3}?` });
         await sleep(40);
@@ -86,7 +100,7 @@ async function runWorkload(sims: readonly LocalSim[], strategy: Strategy): Promi
   return results;
 }
 
-async function streamChat(url: string, messages: ReadonlyArray<{ role: string; content: string }>): Promise<TurnResult & { answer: string }> {
+async function streamChat(url: string, messages: ReadonlyArray<{ role: string; content: string }>): Promise<Omit<TurnResult, 'session'> & { answer: string }> {
   const started = performance.now();
   const response = await fetch(`${url}/v1/chat/completions`, {
     method: 'POST',
@@ -115,7 +129,13 @@ async function streamChat(url: string, messages: ReadonlyArray<{ role: string; c
       if (chunk.usage) usage = chunk.usage;
     }
   }
-  return { ttftMs, answer, promptTokens: usage?.prompt_tokens ?? 0, cachedTokens: usage?.prompt_tokens_details?.cached_tokens ?? 0 };
+  return {
+    ttftMs,
+    answer,
+    promptTokens: usage?.prompt_tokens ?? 0,
+    cachedTokens: usage?.prompt_tokens_details?.cached_tokens ?? 0,
+    backend: response.headers.get('x-router-backend') ?? '',
+  };
 }
 
 /** A distinct ~5k-token document per conversation (deterministic). */

@@ -21,7 +21,7 @@ export async function startLocalSims(count: number, simArgs: readonly string[], 
         : spawn('taskset', ['-c', String(options.pinToCore), process.execPath, ...args], { stdio: ['ignore', 'inherit', 'inherit'] });
     sims.push({ url: `http://127.0.0.1:${port}`, process: child });
   }
-  await Promise.all(sims.map((sim) => waitHealthy(sim.url)));
+  await Promise.all(sims.map((sim) => waitReady(`${sim.url}/health`)));
   return sims;
 }
 
@@ -38,16 +38,16 @@ export async function stopLocalSims(sims: readonly LocalSim[]): Promise<void> {
   );
 }
 
-async function waitHealthy(url: string): Promise<void> {
+async function waitReady(probeUrl: string): Promise<void> {
   for (let attempt = 0; attempt < 300; attempt++) {
     try {
-      if ((await fetch(`${url}/health`)).ok) return;
+      if ((await fetch(probeUrl)).ok) return;
     } catch {
       // not listening yet
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  throw new Error(`vllm-sim at ${url} did not become healthy`);
+  throw new Error(`${probeUrl} did not answer 200 in time`);
 }
 
 export function freePort(): Promise<number> {
@@ -59,4 +59,26 @@ export function freePort(): Promise<number> {
     });
     server.on('error', reject);
   });
+}
+
+export interface LocalRouter {
+  readonly url: string;
+  readonly process: ChildProcess;
+}
+
+/** Starts a kvroute router process over `backendUrls` and waits until it is ready. */
+export async function startLocalRouter(backendUrls: readonly string[], routerArgs: readonly string[], options: { pinToCore?: number } = {}): Promise<LocalRouter> {
+  const port = await freePort();
+  const args = ['--import', 'tsx', join(repoRoot, 'apps/router/src/main.ts'), '--host', '127.0.0.1', '--port', String(port), '--backends', backendUrls.join(','), '--log-level', 'warn', ...routerArgs];
+  const child =
+    options.pinToCore === undefined
+      ? spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] })
+      : spawn('taskset', ['-c', String(options.pinToCore), process.execPath, ...args], { stdio: ['ignore', 'inherit', 'inherit'] });
+  const url = `http://127.0.0.1:${port}`;
+  await waitReady(`${url}/readyz`);
+  return { url, process: child };
+}
+
+export async function stopLocalProcess(target: { readonly process: ChildProcess }): Promise<void> {
+  await stopLocalSims([{ url: '', process: target.process }]);
 }

@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { addedLatency, ratio, resultsTable, summarize, targetsTable, type PacedMeasurement, type PathResult, type WorkloadResult } from './overhead-report';
+import { addedLatency, combinePacedRounds, median, ratio, resultsTable, summarize, targetsTable, type PacedMeasurement, type PacedRound, type PathResult, type WorkloadResult } from './overhead-report';
+import type { WrkResult } from './wrk';
 
 function paced(p50Ms: number, p99Ms: number, extra: Partial<PacedMeasurement> = {}): PacedMeasurement {
-  return { requests: 1500, achievedRate: 495, p50Ms, p90Ms: p50Ms, p99Ms, p999Ms: p99Ms, meanMs: p50Ms, maxMs: p99Ms, errors: 0, simCpuUsPerRequest: 200, sharedCoreBusy: 0.3, ...extra };
+  return { rounds: 1, requests: 1500, achievedRate: 495, p50Ms, p90Ms: p50Ms, p99Ms, p999Ms: p99Ms, meanMs: p50Ms, maxMs: p99Ms, errors: 0, simCpuUsPerRequest: 200, sharedCoreBusy: 0.3, roundP50sMs: [p50Ms], roundP99sMs: [p99Ms], ...extra };
 }
 
 function path(id: PathResult['path'], p50Ms: number, p99Ms: number, maxRate: number): PathResult {
@@ -75,5 +76,48 @@ describe('tables', () => {
   it('marks kvroute against each target', () => {
     const row = targetsTable(results).split('\n')[2];
     expect(row).toBe('| small-json | 1.25× ✓ | +1.000 ✓ | 0.80× ✓ | +0.200 / +0.600 | – | – | – |');
+  });
+});
+
+describe('combinePacedRounds', () => {
+  function round(p50Us: number, p99Us: number, requests: number, extra: Partial<PacedRound> = {}): PacedRound {
+    const wrk: WrkResult = {
+      durationUs: 3_000_000,
+      requests,
+      bytes: 0,
+      errors: { connect: 0, read: 0, write: 0, status: requests === 1000 ? 1 : 0, timeout: 0 },
+      latencyUs: { min: 100, mean: p50Us, stdev: 1, max: p99Us * 2, p50: p50Us, p90: p50Us, p99: p99Us, p999: p99Us },
+    };
+    return { wrk, simCpuSeconds: 0.3, proxyCpuSeconds: 0.15, wallSeconds: 3, ...extra };
+  }
+
+  it('takes the median of each percentile and sums counts, CPU and time', () => {
+    const combined = combinePacedRounds([round(1000, 9000, 1500), round(1200, 3000, 1500), round(1100, 4000, 1000)]);
+    expect(combined.rounds).toBe(3);
+    expect(combined.requests).toBe(4000);
+    expect(combined.achievedRate).toBeCloseTo(4000 / 9);
+    expect(combined.p50Ms).toBeCloseTo(1.1);
+    expect(combined.p99Ms).toBeCloseTo(4.0);
+    expect(combined.maxMs).toBeCloseTo(18);
+    expect(combined.errors).toBe(1);
+    expect(combined.meanMs).toBeCloseTo((1.0 * 1500 + 1.2 * 1500 + 1.1 * 1000) / 4000);
+    expect(combined.proxyCpuUsPerRequest).toBeCloseTo((0.45 * 1e6) / 4000);
+    expect(combined.simCpuUsPerRequest).toBeCloseTo((0.9 * 1e6) / 4000);
+    expect(combined.sharedCoreBusy).toBeCloseTo(1.35 / 9);
+    expect(combined.roundP99sMs).toEqual([9, 3, 4]);
+  });
+
+  it('has no proxy CPU for the direct path, and refuses rounds without a single request', () => {
+    const { proxyCpuSeconds: _, ...direct } = round(1000, 2000, 10);
+    const combined = combinePacedRounds([direct]);
+    expect(combined.proxyCpuUsPerRequest).toBeUndefined();
+    expect(combined.sharedCoreBusy).toBeCloseTo(0.1);
+    expect(() => combinePacedRounds([round(1000, 2000, 0)])).toThrow(/no request/);
+  });
+
+  it('median: the middle value, or the mean of the two middle ones', () => {
+    expect(median([3, 1, 2])).toBe(2);
+    expect(median([4, 1, 3, 2])).toBe(2.5);
+    expect(median([])).toBeNaN();
   });
 });

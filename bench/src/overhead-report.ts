@@ -49,6 +49,8 @@ export interface PacedMeasurement {
   readonly simCpuUsPerRequest: number;
   /** (proxy + sim CPU) / wall time: how busy the shared core was. */
   readonly sharedCoreBusy: number;
+  /** Most CPU other processes took during one round, in cores (undefined where /proc/stat is missing). */
+  readonly foreignCpuCoresMax?: number;
   /** Each round's p50 and p99, ms, in the order they ran. */
   readonly roundP50sMs: readonly number[];
   readonly roundP99sMs: readonly number[];
@@ -61,6 +63,8 @@ export interface PacedRound {
   /** Absent for the direct path. */
   readonly proxyCpuSeconds?: number;
   readonly wallSeconds: number;
+  /** CPU used meanwhile by processes other than the sim, the proxy, wrk and this script, in cores. */
+  readonly foreignCpuCores?: number;
 }
 
 export function median(values: readonly number[]): number {
@@ -94,6 +98,7 @@ export function combinePacedRounds(rounds: readonly PacedRound[]): PacedMeasurem
     ...(hasProxy ? { proxyCpuUsPerRequest: (proxyCpu * 1e6) / requests } : {}),
     simCpuUsPerRequest: (simCpu * 1e6) / requests,
     sharedCoreBusy: (simCpu + (hasProxy ? proxyCpu : 0)) / sum((round) => round.wallSeconds),
+    ...(rounds.every((round) => round.foreignCpuCores !== undefined) ? { foreignCpuCoresMax: Math.max(...rounds.map((round) => round.foreignCpuCores ?? 0)) } : {}),
     roundP50sMs: ms((latency) => latency.p50),
     roundP99sMs: ms((latency) => latency.p99),
   };

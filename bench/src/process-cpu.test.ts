@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { cpuTicksFromStat, processCpuSeconds, systemCpuTicks } from './process-cpu';
+import { cpuTicksFromStat, machineCpuSeconds, ownCpuSeconds, processCpuSeconds, systemCpuTicks } from './process-cpu';
 
 describe('cpuTicksFromStat', () => {
   it('adds utime and stime, even when the command name holds spaces and parentheses', () => {
@@ -23,11 +23,18 @@ describe.skipIf(!existsSync('/proc/self/stat'))('processCpuSeconds', () => {
     expect(processCpuSeconds(process.pid)).toBeGreaterThan(before);
     expect(processCpuSeconds(2 ** 30)).toBe(0);
   });
+
+  it('reads the machine and this process, children included', () => {
+    const machine = machineCpuSeconds();
+    expect(machine?.busy).toBeGreaterThan(0);
+    expect(ownCpuSeconds()).toBeGreaterThan(0);
+  });
 });
 
 describe('systemCpuTicks', () => {
-  it('counts everything but idle and iowait as busy', () => {
-    const stat = 'cpu  100 5 50 1000 20 3 2 0 0 0\ncpu0 50 2 25 500 10 1 1 0 0 0\n';
-    expect(systemCpuTicks(stat)).toEqual({ busy: 160, total: 1180 });
+  it('counts user, nice and system as busy, and steal apart', () => {
+    const stat = 'cpu  100 5 50 1000 20 3 2 7 0 0\ncpu0 50 2 25 500 10 1 1 3 0 0\n';
+    expect(systemCpuTicks(stat)).toEqual({ busy: 155, steal: 7 });
+    expect(() => systemCpuTicks('cpu 1 2')).toThrow();
   });
 });

@@ -21,10 +21,15 @@ export function processCpuSeconds(pid: number): number {
 
 /** utime + stime of one /proc/<pid>/stat line (fields 14 and 15; the command name may hold spaces). */
 export function cpuTicksFromStat(stat: string): number {
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const fields = statFields(stat);
   const ticks = Number(fields[11]) + Number(fields[12]);
   if (!Number.isFinite(ticks)) throw new Error('unreadable /proc stat line');
   return ticks;
+}
+
+/** The fields of a /proc/<pid>/stat line after the command name: [0] is field 3 (state). */
+function statFields(stat: string): string[] {
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
 }
 
 function childPids(pid: number): number[] {
@@ -35,13 +40,36 @@ function childPids(pid: number): number[] {
   }
 }
 
-/** Busy and total jiffies of all cores together, from /proc/stat's first line. */
-export function systemCpuTicks(stat: string): { busy: number; total: number } {
+/**
+ * CPU of the whole machine from /proc/stat's first line, in clock ticks: `busy` is user + nice +
+ * system (work some process asked for; interrupts left out, as loopback traffic lands there),
+ * `steal` is time the hypervisor gave to someone else.
+ */
+export function systemCpuTicks(stat: string): { busy: number; steal: number } {
   const fields = (stat.split('\n')[0] ?? '').trim().split(/\s+/).slice(1).map(Number);
-  if (fields.length < 4 || fields.some((value) => !Number.isFinite(value))) throw new Error('unreadable /proc/stat');
-  const total = fields.slice(0, 8).reduce((sum, value) => sum + value, 0);
-  const idle = (fields[3] ?? 0) + (fields[4] ?? 0);
-  return { busy: total - idle, total };
+  if (fields.length < 8 || fields.some((value) => !Number.isFinite(value))) throw new Error('unreadable /proc/stat');
+  const [user = 0, nice = 0, system = 0, , , , , steal = 0] = fields;
+  return { busy: user + nice + system, steal };
+}
+
+/** The machine's CPU so far, in seconds (see systemCpuTicks); undefined without /proc/stat. */
+export function machineCpuSeconds(): { busy: number; steal: number } | undefined {
+  try {
+    const ticks = systemCpuTicks(readFileSync('/proc/stat', 'utf8'));
+    return { busy: ticks.busy / TICKS_PER_SECOND, steal: ticks.steal / TICKS_PER_SECOND };
+  } catch {
+    return undefined;
+  }
+}
+
+/** CPU of this process and of its children that have exited (wrk runs), in seconds. */
+export function ownCpuSeconds(): number {
+  try {
+    const fields = statFields(readFileSync('/proc/self/stat', 'utf8'));
+    return (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) / TICKS_PER_SECOND;
+  } catch {
+    return 0;
+  }
 }
 
 /**
@@ -49,12 +77,9 @@ export function systemCpuTicks(stat: string): { busy: number; total: number } {
  * undefined where /proc/stat cannot be read.
  */
 export async function machineBusyCores(ms: number): Promise<number | undefined> {
-  try {
-    const before = systemCpuTicks(readFileSync('/proc/stat', 'utf8'));
-    await new Promise((resolve) => setTimeout(resolve, ms));
-    const after = systemCpuTicks(readFileSync('/proc/stat', 'utf8'));
-    return (after.busy - before.busy) / TICKS_PER_SECOND / (ms / 1000);
-  } catch {
-    return undefined;
-  }
+  const before = machineCpuSeconds();
+  await new Promise((resolve) => setTimeout(resolve, ms));
+  const after = machineCpuSeconds();
+  if (!before || !after) return undefined;
+  return (after.busy - before.busy + after.steal - before.steal) / (ms / 1000);
 }

@@ -33,7 +33,7 @@ export const RouterConfig = z.object({
   kvrouterCacheHitBonus: z.coerce.number().default(100).describe('kvrouter: score bonus of a backend holding the conversation'),
   kvrouterLoadWeight: z.coerce.number().default(10).describe('kvrouter: score penalty per in-flight request'),
   prefillMsPerToken: z.coerce.number().positive().default(0.07).describe('cacheaware: prefill cost of one uncached token, ms'),
-  queueMsPerRequest: z.coerce.number().min(0).default(15).describe('cacheaware: cost of one request already in flight, ms'),
+  queueMsPerRequest: z.coerce.number().min(0).default(5).describe('cacheaware: cost of one request already in flight beyond its prefill backlog, ms'),
   spreadAbs: z.coerce.number().min(0).default(8).describe('cacheaware load-spread guard: in-flight above min + this …'),
   spreadRel: z.coerce.number().min(1).default(2).describe('… and above min × this is excluded'),
 

@@ -28,3 +28,4 @@ export {
 } from './policies/policy-registry';
 export type { RoutingSnapshot, RoutingStateStore } from './state/routing-state';
 export { InMemoryRoutingState, type InMemoryRoutingStateOptions } from './state/in-memory-routing-state';
+export { DEFAULT_BYTES_PER_TOKEN, estimatePrefillTokens } from './prefix/prefill-estimate';

@@ -30,6 +30,12 @@ export interface Candidate {
   readonly inflight: number;
   /** Leading prefix blocks of this request the backend is believed to hold (0 … request.blockHashes.length). */
   readonly matchBlocks: number;
+  /**
+   * Estimated prompt tokens the fleet has sent this backend that have not produced a first token yet:
+   * its prefill backlog, which a new request waits behind. (In-flight alone cannot tell a queue of
+   * 8k-token prefills from a batch of decoding streams.)
+   */
+  readonly pendingPrefillTokens: number;
 }
 
 /** What a policy knows about a request. */

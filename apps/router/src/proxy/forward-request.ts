@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
-import type { RoutingPolicy, RoutingRequest } from '@kvroute/routing';
+import { estimatePrefillTokens, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
 import type { Dispatcher } from 'undici';
 import type { Backend, BackendRegistry } from '../backends/backend-registry';
 import { RouterError } from '../errors';
@@ -72,9 +72,15 @@ export async function forwardRequest(deps: ForwardDeps, input: ForwardInput, res
     const lease = new Lease(deps.routing.state, input.pool, backend.id, `${input.requestId}#${attempt}`, (error) =>
       deps.logger.warn({ err: error, backend: backend.id }, 'lease release failed'),
     );
-    // Ownership is recorded only for policies that read it: nobody else looks at the prefix index.
-    await deps.routing.state.reserve(input.pool, backend.id, lease.leaseId, input.policy.usesPrefixMatch ? input.routingRequest.blockHashes : []);
     const chosen = decision.scores.find((score) => score.backendId === backend.id);
+    // Ownership is recorded only for policies that read it: nobody else looks at the prefix index.
+    await deps.routing.state.reserve(
+      input.pool,
+      backend.id,
+      lease.leaseId,
+      input.policy.usesPrefixMatch ? input.routingRequest.blockHashes : [],
+      estimatePrefillTokens(input.routingRequest, chosen?.matchBlocks ?? 0),
+    );
     const totalBlocks = input.routingRequest.blockHashes.length;
     deps.metrics.recordDecision(input.policy.name, (performance.now() - decidedAt) / 1000, totalBlocks === 0 ? 0 : (chosen?.matchBlocks ?? 0) / totalBlocks);
     deps.logger.debug({ requestId: input.requestId, policy: input.policy.name, backend: backend.id, reason: decision.reason, attempt, scores: decision.scores }, 'routing decision');

@@ -46,13 +46,18 @@ export async function relayResponse(deps: RelayDeps, input: RelayInput): Promise
     headers['cache-control'] = 'no-cache';
   }
   let sawContent = !isSse;
-  if (!isSse) deps.metrics.recordTtft(input.backendId, (performance.now() - input.arrivedAtMs) / 1000);
+  if (!isSse) {
+    // Non-streaming engines answer when generation is done: the prefill is long finished.
+    lease.markPrefillDone();
+    deps.metrics.recordTtft(input.backendId, (performance.now() - input.arrivedAtMs) / 1000);
+  }
   try {
     response.writeHead(upstream.statusCode, headers);
     if (isSse) response.flushHeaders();
     for await (const chunk of upstream.body as AsyncIterable<Buffer>) {
       if (!sawContent && CONTENT_EVENT.test(chunk.toString('utf8'))) {
         sawContent = true;
+        lease.markPrefillDone();
         deps.metrics.recordTtft(input.backendId, (performance.now() - input.arrivedAtMs) / 1000);
       }
       if (!response.write(chunk)) await waitForDrain(response);

@@ -34,6 +34,7 @@ export async function chooseBackend(
     backend: backend.info,
     inflight: snapshot.inflight.get(backend.id) ?? 0,
     matchBlocks: snapshot.matchBlocks.get(backend.id) ?? 0,
+    pendingPrefillTokens: snapshot.pendingPrefillTokens.get(backend.id) ?? 0,
   }));
   const policyContext: PolicyContext = { nowMs: context.nowMs(), random: context.random };
   return { decision: policy.choose(request, candidates, policyContext), candidates };
@@ -45,6 +46,7 @@ export async function chooseBackend(
  */
 export class Lease {
   private released = false;
+  private prefillFinished = false;
 
   constructor(
     private readonly state: RoutingStateStore,
@@ -56,6 +58,13 @@ export class Lease {
 
   get isReleased(): boolean {
     return this.released;
+  }
+
+  /** The first token arrived: this request's prefill leaves the backend's backlog (once). */
+  markPrefillDone(): void {
+    if (this.prefillFinished || this.released) return;
+    this.prefillFinished = true;
+    this.state.prefillDone(this.pool, this.backendId, this.leaseId).catch(this.onReleaseError);
   }
 
   release(): void {

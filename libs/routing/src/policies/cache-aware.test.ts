@@ -9,13 +9,14 @@ const SHORT = aRequest({ blocks: 40 }); // 640 tokens: 44.8 ms of prefill
 const routedTo = (decision: RoutingDecision) => (decision.kind === 'routed' ? `${decision.backendId} ${decision.reason}` : 'rejected');
 
 describe('cacheaware', () => {
-  const policy = createCacheAwarePolicy();
+  // The arithmetic in these cases uses 15 ms per request in flight (the pre-backlog default), kept explicit.
+  const policy = createCacheAwarePolicy({ queueMsPerRequest: 15 });
 
   it.each<[string, typeof LONG, number, string]>([
     ['long prompt: warm with 5 in flight (75 ms) beats cold idle (448 ms)', LONG, 5, 'warm prefix-affinity'],
     ['long prompt: warm with 8 in flight (120 ms) still wins', LONG, 8, 'warm prefix-affinity'],
     ['short prompt: warm with 2 in flight (30 ms) beats cold idle (44.8 ms)', SHORT, 2, 'warm prefix-affinity'],
-    ['short prompt: warm with 3 in flight (45 ms) loses to cold idle (44.8 ms)', SHORT, 3, 'cold least-loaded'],
+    ['short prompt: warm with 3 in flight (45 ms) loses to cold idle (44.8 ms): a spill', SHORT, 3, 'cold spilled-from-saturated'],
   ])('%s', (_label, request, warmInflight, expected) => {
     const candidates = [aCandidate('warm', { matchBlocks: request.blockHashes.length, inflight: warmInflight }), aCandidate('cold')];
     expect(routedTo(policy.choose(request, candidates, aContext()))).toBe(expected);
@@ -24,9 +25,23 @@ describe('cacheaware', () => {
   it('explains the cost of every candidate in milliseconds', () => {
     const decision = policy.choose(SHORT, [aCandidate('warm', { matchBlocks: 30, inflight: 1 }), aCandidate('cold', { inflight: 2 })], aContext());
     expect(decision.kind === 'routed' && decision.scores).toEqual([
-      { backendId: 'warm', matchBlocks: 30, inflight: 1, score: expect.closeTo(11.2 + 15, 6), parts: { prefillMs: expect.closeTo(11.2, 6), queueMs: 15 } },
-      { backendId: 'cold', matchBlocks: 0, inflight: 2, score: expect.closeTo(44.8 + 30, 6), parts: { prefillMs: expect.closeTo(44.8, 6), queueMs: 30 } },
+      { backendId: 'warm', matchBlocks: 30, inflight: 1, score: expect.closeTo(11.2 + 15, 6), parts: { prefillMs: expect.closeTo(11.2, 6), backlogMs: 0, queueMs: 15 } },
+      { backendId: 'cold', matchBlocks: 0, inflight: 2, score: expect.closeTo(44.8 + 30, 6), parts: { prefillMs: expect.closeTo(44.8, 6), backlogMs: 0, queueMs: 30 } },
     ]);
+  });
+
+  describe('prefill backlog', () => {
+    it('sends a new conversation away from a backend busy prefilling others, though it holds the shared prompt', () => {
+      // LONG: 6 400 tokens (448 ms cold). 'shared' holds its first block (a system prompt) but has
+      // 15 000 tokens of prefill queued (1 050 ms); 'idle' holds nothing and has nothing queued.
+      const candidates = [aCandidate('shared', { matchBlocks: 1, inflight: 3, pendingPrefillTokens: 15_000 }), aCandidate('idle')];
+      expect(routedTo(createCacheAwarePolicy().choose(LONG, candidates, aContext()))).toBe('idle spilled-from-saturated');
+    });
+
+    it('keeps a follow-up turn home: a short backlog (21 ms) costs less than re-prefilling the conversation (448 ms)', () => {
+      const candidates = [aCandidate('home', { matchBlocks: 390, inflight: 2, pendingPrefillTokens: 300 }), aCandidate('idle')];
+      expect(routedTo(createCacheAwarePolicy().choose(LONG, candidates, aContext()))).toBe('home prefix-affinity');
+    });
   });
 
   describe('load-spread guard', () => {
@@ -72,7 +87,7 @@ describe('cacheaware', () => {
     const heads = Array.from({ length: 400 }, (_v, i) => 1_000_003 * i + 11);
 
     it('land on the same backend for the same head, on every replica and in any candidate order', () => {
-      const otherReplica = createCacheAwarePolicy();
+      const otherReplica = createCacheAwarePolicy({ queueMsPerRequest: 15 });
       for (const headHash of heads.slice(0, 100)) {
         const request = aRequest({ headHash });
         const decision = policy.choose(request, someCandidates(4), aContext());

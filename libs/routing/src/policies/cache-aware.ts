@@ -5,16 +5,20 @@
  * Cost of sending the request to candidate c, in milliseconds (lower is better):
  *
  *   prefillMs(c) = max(0, textBytes − matchBlocks(c) · blockSizeBytes) / bytesPerToken · prefillMsPerToken
- *   queueMs(c)   = inflight(c) · queueMsPerRequest
- *   cost(c)      = prefillMs(c) + queueMs(c)
+ *   backlogMs(c) = pendingPrefillTokens(c) · prefillMsPerToken      (prefills sent there, not yet started)
+ *   queueMs(c)   = inflight(c) · queueMsPerRequest                 (decode interference of running requests)
+ *   cost(c)      = prefillMs(c) + backlogMs(c) + queueMs(c)
  *
  * Why one cost in milliseconds rather than a hit bonus (kvrouter) or "longest match unless
  * saturated" (prefixaware): a cached prefix is worth exactly the prefill time it saves, so affinity
- * scales with the prompt. With the defaults one request in flight (15 ms) is worth ≈ 214 tokens
- * (≈ 860 bytes) of prefill: a backend holding a 4 000-token shared prompt (280 ms saved) keeps its
- * requests against an idle cold backend while it has fewer than ~18 more in flight, whereas a
- * 200-token prompt (14 ms) is not worth queueing behind even one extra request. Same shape as
- * Dynamo's `w · prefill_blocks + decode_blocks`, in time units so each term reads on its own.
+ * scales with the prompt, and a queue is worth the prefill work in it. The backlog term is what keeps
+ * a shared system prompt from pulling every new conversation onto one backend (the hot-spot of
+ * sglang#14305): a backend already prefilling three 5k-token documents is ~1 s away from starting,
+ * which outweighs the 40 ms its cached system prompt saves, so the next new conversation goes
+ * elsewhere, while follow-up turns (short prefills, big savings) stay home. With the defaults a
+ * decoding request in flight (5 ms) is worth ≈ 70 tokens of prefill. Same shape as Dynamo's
+ * `w · prefill_blocks + decode_blocks` and SMG's `(queued + inflight tokens) / throughput`, in time
+ * units so each term reads on its own.
  *
  * Decision, in order:
  * 1. Saturation valve (off by default): candidates with inflight ≥ saturationInflight are excluded
@@ -35,21 +39,24 @@
  * 5. Otherwise the cheapest remaining candidate; equal costs are broken by rendezvous weight of
  *    `headHash` (deterministic across replicas, spread across heads). Reason: `load-guard` when the
  *    cheapest candidate overall (among those the valve kept) was excluded by the load-spread guard;
- *    else `prefix-affinity` when the chosen candidate holds ≥ minMatchBlocks blocks; else
- *    `least-loaded` (a cold backend won on queue cost).
+ *    else `spilled-from-saturated` when a warmer eligible candidate existed but its backlog and queue
+ *    cost more than the prefill it would save (the request spills, as in the seed's valve, but
+ *    by cost rather than by a fixed count); else `prefix-affinity` when the chosen candidate holds
+ *    ≥ minMatchBlocks blocks; else `least-loaded` (a cold backend won on queue cost).
  *
  * Parameters (default, range):
  * - bytesPerToken       4,    > 0 (0.5 … 16 sensible): routing-text bytes per engine token.
  * - prefillMsPerToken   0.07, ≥ 0: prefill time per uncached token (0.07 ≈ 14 k tokens/s).
- * - queueMsPerRequest   15,   ≥ 0: start delay added by each request already in flight.
+ * - queueMsPerRequest   5,    ≥ 0: start delay added by each request already in flight (beyond its
+ *                             prefill backlog, which is counted in tokens).
  * - minMatchBlocks      1,    integer ≥ 0: blocks a backend must hold to count as warm; 0 turns
  *                             cold placement off (every prompt goes by cost).
  * - saturationInflight  0,    integer ≥ 0: hard in-flight cap per backend; 0 = valve off.
  * - spreadAbs           8,    ≥ 0: allowed in-flight excess over the least-loaded backend; 0 = guard off.
  * - spreadRel           2.0,  ≥ 1: allowed in-flight ratio to the least-loaded backend.
  * - coldLoadFactor      1.25, ≥ 1: bound of the cold placement (see bounded-load-hash.ts).
- * Score: cost in ms, lower is better, [0, ∞). parts: { prefillMs, queueMs } (+ { hashRank, bound } for cold placement).
- * Reasons: `prefix-affinity`, `least-loaded`, `load-guard`, `cold-hash`.
+ * Score: cost in ms, lower is better, [0, ∞). parts: { prefillMs, backlogMs, queueMs } (+ { hashRank, bound } for cold placement).
+ * Reasons: `prefix-affinity`, `spilled-from-saturated`, `least-loaded`, `load-guard`, `cold-hash`.
  */
 
 import type { Candidate, CandidateScore, DecisionReason, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
@@ -72,7 +79,7 @@ export interface CacheAwareParams {
 export const DEFAULT_CACHE_AWARE_PARAMS: CacheAwareParams = {
   bytesPerToken: 4,
   prefillMsPerToken: 0.07,
-  queueMsPerRequest: 15,
+  queueMsPerRequest: 5,
   minMatchBlocks: 1,
   saturationInflight: 0,
   spreadAbs: 8,
@@ -89,6 +96,7 @@ type Exclusion = 'saturated' | 'load-spread' | undefined;
 interface Costs {
   readonly prefillMs: readonly number[];
   readonly queueMs: readonly number[];
+  readonly backlogMs: readonly number[];
   readonly totalMs: readonly number[];
 }
 
@@ -96,8 +104,9 @@ function estimateCosts(request: RoutingRequest, candidates: readonly Candidate[]
   const prefillMsPerByte = p.prefillMsPerToken / p.bytesPerToken;
   const prefillMs = candidates.map((c) => Math.max(0, request.textBytes - c.matchBlocks * request.blockSizeBytes) * prefillMsPerByte);
   const queueMs = candidates.map((c) => c.inflight * p.queueMsPerRequest);
-  const totalMs = prefillMs.map((prefill, index) => prefill + (queueMs[index] ?? 0));
-  return { prefillMs, queueMs, totalMs };
+  const backlogMs = candidates.map((c) => c.pendingPrefillTokens * p.prefillMsPerToken);
+  const totalMs = prefillMs.map((prefill, index) => prefill + (queueMs[index] ?? 0) + (backlogMs[index] ?? 0));
+  return { prefillMs, queueMs, backlogMs, totalMs };
 }
 
 /** Valve, then load-spread guard; the guard's minimum is taken over what the valve kept. */
@@ -171,7 +180,7 @@ export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): 
         candidates.map((c, index) => {
           const more = extra?.(index);
           return candidateScore(c, costs.totalMs[index] ?? 0, {
-            parts: { prefillMs: costs.prefillMs[index] ?? 0, queueMs: costs.queueMs[index] ?? 0, ...more?.parts },
+            parts: { prefillMs: costs.prefillMs[index] ?? 0, backlogMs: costs.backlogMs[index] ?? 0, queueMs: costs.queueMs[index] ?? 0, ...more?.parts },
             excluded: excluded[index] ?? more?.excluded,
           });
         });
@@ -204,8 +213,10 @@ export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): 
       const keptByValve = indicesWhere(candidates.length, (index) => excluded[index] !== 'saturated');
       const cheapestUnguarded = indexOfCheapest(keptByValve, costs.totalMs, candidates, request.headHash);
       const chosenCandidate = candidates[chosen];
+      const deepestMatch = Math.max(...eligible.map((index) => candidates[index]?.matchBlocks ?? 0));
       let reason: DecisionReason = 'least-loaded';
       if (excluded[cheapestUnguarded] === 'load-spread') reason = 'load-guard';
+      else if (chosenCandidate !== undefined && chosenCandidate.matchBlocks < deepestMatch) reason = 'spilled-from-saturated';
       else if (chosenCandidate !== undefined && isWarm(chosenCandidate)) reason = 'prefix-affinity';
       return routed(chosen, reason, explain());
     },

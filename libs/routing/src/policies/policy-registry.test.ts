@@ -14,7 +14,7 @@ describe('policy registry', () => {
 
   it('has defaults for every policy', () => {
     expect(Object.keys(DEFAULT_POLICY_PARAMS).sort()).toEqual([...POLICY_NAMES].sort());
-    expect(DEFAULT_POLICY_PARAMS.cacheaware).toMatchObject({ prefillMsPerToken: 0.07, queueMsPerRequest: 15, spreadAbs: 8, spreadRel: 2 });
+    expect(DEFAULT_POLICY_PARAMS.cacheaware).toMatchObject({ prefillMsPerToken: 0.07, queueMsPerRequest: 5, spreadAbs: 8, spreadRel: 2 });
     expect(DEFAULT_POLICY_PARAMS.prefixaware).toEqual({ minMatchBlocks: 2, saturationInflight: 8 });
   });
 

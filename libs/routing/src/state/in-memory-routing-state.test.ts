@@ -10,8 +10,8 @@ function createState(options: Partial<{ maxBlocksPerBackend: number; blockIdleTt
 describe('InMemoryRoutingState', () => {
   it('matches the longest recorded prefix per backend and stops at the first miss', async () => {
     const { state } = createState();
-    await state.reserve('m', 'a', 'lease-1', [1, 2, 3, 4]);
-    await state.reserve('m', 'b', 'lease-2', [1, 2]);
+    await state.reserve('m', 'a', 'lease-1', [1, 2, 3, 4], 0);
+    await state.reserve('m', 'b', 'lease-2', [1, 2], 0);
     const snapshot = await state.snapshot('m', ['a', 'b', 'c'], [1, 2, 3, 9, 4]);
     expect(snapshot.matchBlocks.get('a')).toBe(3);
     expect(snapshot.matchBlocks.get('b')).toBe(2);
@@ -22,14 +22,28 @@ describe('InMemoryRoutingState', () => {
 
   it('keeps pools apart', async () => {
     const { state } = createState();
-    await state.reserve('model-x', 'a', 'l', [1, 2]);
+    await state.reserve('model-x', 'a', 'l', [1, 2], 0);
     expect((await state.snapshot('model-y', ['a'], [1, 2])).matchBlocks.get('a')).toBeUndefined();
+  });
+
+  it('counts the prefill backlog until the first token, and forgets it on release', async () => {
+    const { state } = createState();
+    await state.reserve('m', 'a', 'l1', [], 5000);
+    await state.reserve('m', 'a', 'l2', [], 300);
+    expect((await state.snapshot('m', ['a'], [])).pendingPrefillTokens.get('a')).toBe(5300);
+    await state.prefillDone('m', 'a', 'l1');
+    await state.prefillDone('m', 'a', 'l1');
+    expect((await state.snapshot('m', ['a'], [])).pendingPrefillTokens.get('a')).toBe(300);
+    await state.release('m', 'a', 'l2');
+    const snapshot = await state.snapshot('m', ['a'], []);
+    expect(snapshot.pendingPrefillTokens.get('a')).toBe(0);
+    expect(snapshot.inflight.get('a')).toBe(1);
   });
 
   it('releases each lease once, idempotently', async () => {
     const { state } = createState();
-    await state.reserve('m', 'a', 'l1', []);
-    await state.reserve('m', 'a', 'l2', []);
+    await state.reserve('m', 'a', 'l1', [], 0);
+    await state.reserve('m', 'a', 'l2', [], 0);
     await state.release('m', 'a', 'l1');
     await state.release('m', 'a', 'l1');
     await state.release('m', 'a', 'never-taken');
@@ -38,13 +52,13 @@ describe('InMemoryRoutingState', () => {
 
   it('evicts the least recently recorded blocks over the cap', async () => {
     const { state, advance } = createState({ maxBlocksPerBackend: 4 });
-    await state.reserve('m', 'a', 'l1', [1, 2]);
+    await state.reserve('m', 'a', 'l1', [1, 2], 0);
     advance(2000);
-    await state.reserve('m', 'a', 'l2', [10, 11]);
+    await state.reserve('m', 'a', 'l2', [10, 11], 0);
     advance(2000);
-    await state.reserve('m', 'a', 'l3', [1, 2]); // refreshes 1, 2
+    await state.reserve('m', 'a', 'l3', [1, 2], 0); // refreshes 1, 2
     advance(2000);
-    await state.reserve('m', 'a', 'l4', [20]); // evicts 11, the tail of the least recent chain
+    await state.reserve('m', 'a', 'l4', [20], 0); // evicts 11, the tail of the least recent chain
     expect(state.blockCount('m', 'a')).toBe(4);
     expect((await state.snapshot('m', ['a'], [10, 11])).matchBlocks.get('a')).toBe(1);
     expect((await state.snapshot('m', ['a'], [1, 2])).matchBlocks.get('a')).toBe(2);
@@ -52,28 +66,28 @@ describe('InMemoryRoutingState', () => {
 
   it('evicts a chain from its tail, so the shallow blocks still match', async () => {
     const { state, advance } = createState({ maxBlocksPerBackend: 5 });
-    await state.reserve('m', 'a', 'l1', [1, 2, 3, 4]);
+    await state.reserve('m', 'a', 'l1', [1, 2, 3, 4], 0);
     advance(2000);
-    await state.reserve('m', 'a', 'l2', [7, 8]); // over the cap by one: block 4 (the tail) goes
+    await state.reserve('m', 'a', 'l2', [7, 8], 0); // over the cap by one: block 4 (the tail) goes
     const snapshot = await state.snapshot('m', ['a'], [1, 2, 3, 4]);
     expect(snapshot.matchBlocks.get('a')).toBe(3);
   });
 
   it('does not reorder blocks re-recorded within the refresh granularity', async () => {
     const { state, advance } = createState({ maxBlocksPerBackend: 3 });
-    await state.reserve('m', 'a', 'l1', [1, 2]);
+    await state.reserve('m', 'a', 'l1', [1, 2], 0);
     advance(100);
-    await state.reserve('m', 'a', 'l2', [9]);
-    await state.reserve('m', 'a', 'l3', [1, 2]); // within 1 s: 1 and 2 stay older than 9
+    await state.reserve('m', 'a', 'l2', [9], 0);
+    await state.reserve('m', 'a', 'l3', [1, 2], 0); // within 1 s: 1 and 2 stay older than 9
     advance(100);
-    await state.reserve('m', 'a', 'l4', [5]); // evicts 2 (oldest tail), not 9
+    await state.reserve('m', 'a', 'l4', [5], 0); // evicts 2 (oldest tail), not 9
     expect((await state.snapshot('m', ['a'], [9])).matchBlocks.get('a')).toBe(1);
     expect((await state.snapshot('m', ['a'], [1, 2])).matchBlocks.get('a')).toBe(1);
   });
 
   it('forgets blocks idle longer than the TTL', async () => {
     const { state, advance } = createState({ blockIdleTtlMs: 1000 });
-    await state.reserve('m', 'a', 'l1', [1, 2]);
+    await state.reserve('m', 'a', 'l1', [1, 2], 0);
     advance(500);
     expect((await state.snapshot('m', ['a'], [1, 2])).matchBlocks.get('a')).toBe(2);
     advance(600);
@@ -82,8 +96,8 @@ describe('InMemoryRoutingState', () => {
 
   it('forgets a backend', async () => {
     const { state } = createState();
-    await state.reserve('m', 'a', 'l1', [1, 2]);
-    await state.reserve('m', 'b', 'l2', [1, 2]);
+    await state.reserve('m', 'a', 'l1', [1, 2], 0);
+    await state.reserve('m', 'b', 'l2', [1, 2], 0);
     await state.forgetBackend('m', 'a');
     const snapshot = await state.snapshot('m', ['a', 'b'], [1, 2]);
     expect(snapshot.matchBlocks.get('a')).toBeUndefined();

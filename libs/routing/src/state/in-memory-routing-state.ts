@@ -28,30 +28,43 @@ export interface InMemoryRoutingStateOptions {
  * the LRU (the common case, a conversation's next turn re-recording its earlier blocks, then costs one
  * Map read per block).
  *
- * In-flight: a set of lease ids per backend, so release is idempotent.
+ * In-flight: per backend, lease id → prefill tokens still pending (0 once the first token came), so
+ * release is idempotent and the prefill backlog is the sum over the leases.
  * Memory: ~120 bytes per (block, backend) entry (two Map entries and a number).
  */
 export class InMemoryRoutingState implements RoutingStateStore {
   private readonly pools = new Map<string, PoolIndex>();
-  private readonly leases = new Map<BackendId, Set<string>>();
+  private readonly leases = new Map<BackendId, Map<string, number>>();
 
   constructor(private readonly options: InMemoryRoutingStateOptions) {}
 
   async snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot> {
     const inflight = new Map<BackendId, number>();
-    for (const backend of backends) inflight.set(backend, this.leases.get(backend)?.size ?? 0);
+    const pendingPrefillTokens = new Map<BackendId, number>();
+    for (const backend of backends) {
+      const leases = this.leases.get(backend);
+      inflight.set(backend, leases?.size ?? 0);
+      let pending = 0;
+      if (leases) for (const tokens of leases.values()) pending += tokens;
+      pendingPrefillTokens.set(backend, pending);
+    }
     const matchBlocks = blockHashes.length === 0 ? new Map<BackendId, number>() : this.match(pool, backends, blockHashes);
-    return { matchBlocks, inflight };
+    return { matchBlocks, inflight, pendingPrefillTokens };
   }
 
-  async reserve(pool: string, backendId: BackendId, leaseId: string, blockHashes: readonly BlockHash[]): Promise<void> {
+  async reserve(pool: string, backendId: BackendId, leaseId: string, blockHashes: readonly BlockHash[], prefillTokens: number): Promise<void> {
     let backendLeases = this.leases.get(backendId);
     if (!backendLeases) {
-      backendLeases = new Set();
+      backendLeases = new Map();
       this.leases.set(backendId, backendLeases);
     }
-    backendLeases.add(leaseId);
+    backendLeases.set(leaseId, prefillTokens);
     if (blockHashes.length > 0) this.record(pool, backendId, blockHashes);
+  }
+
+  async prefillDone(_pool: string, backendId: BackendId, leaseId: string): Promise<void> {
+    const backendLeases = this.leases.get(backendId);
+    if (backendLeases?.has(leaseId)) backendLeases.set(leaseId, 0);
   }
 
   async release(_pool: string, backendId: BackendId, leaseId: string): Promise<void> {

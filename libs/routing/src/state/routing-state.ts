@@ -11,6 +11,8 @@ export interface RoutingSnapshot {
   readonly matchBlocks: ReadonlyMap<BackendId, number>;
   /** Requests in flight per backend (absent = 0). */
   readonly inflight: ReadonlyMap<BackendId, number>;
+  /** Estimated prompt tokens sent to each backend that have not produced a first token yet (absent = 0). */
+  readonly pendingPrefillTokens: ReadonlyMap<BackendId, number>;
 }
 
 export interface RoutingStateStore {
@@ -20,10 +22,13 @@ export interface RoutingStateStore {
    */
   snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot>;
   /**
-   * Takes an in-flight lease for `leaseId` on `backendId` and records, speculatively and before the
+   * Takes an in-flight lease for `leaseId` on `backendId` carrying `prefillTokens` (the uncached
+   * prompt tokens the backend must prefill for it), and records, speculatively and before the
    * response, that the backend now holds `blockHashes`: a burst of siblings then follows the first.
    */
-  reserve(pool: string, backendId: BackendId, leaseId: string, blockHashes: readonly BlockHash[]): Promise<void>;
+  reserve(pool: string, backendId: BackendId, leaseId: string, blockHashes: readonly BlockHash[], prefillTokens: number): Promise<void>;
+  /** The lease's request produced its first token: its prefill no longer counts as backlog. Idempotent. */
+  prefillDone(pool: string, backendId: BackendId, leaseId: string): Promise<void>;
   /** Releases a lease. Idempotent: releasing twice, or a lease never taken, is a no-op. */
   release(pool: string, backendId: BackendId, leaseId: string): Promise<void>;
   /** Forgets what a backend is believed to hold (it was removed, restarted or its cache reset). */

@@ -3,8 +3,8 @@ import { seededRandom } from './seeded-random';
 
 /** Test builders with sensible defaults: override only what a test is about. */
 
-export function aCandidate(id: string, fields: { inflight?: number; matchBlocks?: number; weight?: number } = {}): Candidate {
-  return { backend: { id, weight: fields.weight ?? 1 }, inflight: fields.inflight ?? 0, matchBlocks: fields.matchBlocks ?? 0 };
+export function aCandidate(id: string, fields: { inflight?: number; matchBlocks?: number; weight?: number; pendingPrefillTokens?: number } = {}): Candidate {
+  return { backend: { id, weight: fields.weight ?? 1 }, inflight: fields.inflight ?? 0, matchBlocks: fields.matchBlocks ?? 0, pendingPrefillTokens: fields.pendingPrefillTokens ?? 0 };
 }
 
 /** Candidates `b0 … b{count−1}`, idle, holding nothing. */
