@@ -18,7 +18,8 @@
  * loadFactor: [1, ∞); 1.25 is the common default (Vimeo/HAProxy, KubeAI, SMG); larger = stickier.
  */
 
-import type { Candidate } from '../types';
+import type { Candidate, DecisionReason, RoutingDecision } from '../types';
+import { candidateScore } from './candidate-score';
 import { combineHash53, hashString53, hashToUnitInterval } from '../hash/hash53';
 import { indexOfLeastLoaded } from './least-loaded';
 
@@ -90,4 +91,25 @@ export function chooseWithBoundedLoad(order: readonly number[], candidates: read
 /** Rendezvous order for `key`, then the first candidate within its load bound. */
 export function chooseByBoundedLoadHash(key: number, candidates: readonly Candidate[], loadFactor: number): BoundedLoadChoice {
   return chooseWithBoundedLoad(rendezvousOrder(key, candidates), candidates, loadFactor);
+}
+
+/**
+ * The decision for a bounded-load choice: every candidate scored by its preference rank with its
+ * bound, `firstReason` when the key's first preference took it, `spilledReason` otherwise.
+ */
+export function boundedLoadDecision(
+  choice: BoundedLoadChoice,
+  candidates: readonly Candidate[],
+  reasons: { readonly first: DecisionReason; readonly spilled: DecisionReason },
+): RoutingDecision {
+  const chosen = candidates[choice.index];
+  if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
+  const scores = candidates.map((candidate, index) => {
+    const bound = choice.bounds[index] ?? 0;
+    return candidateScore(candidate, choice.ranks[index] ?? candidates.length, {
+      parts: { bound },
+      excluded: candidate.inflight > bound ? 'over-load-bound' : undefined,
+    });
+  });
+  return { kind: 'routed', backendId: chosen.backend.id, reason: choice.isFirstPreference ? reasons.first : reasons.spilled, scores };
 }

@@ -23,8 +23,7 @@
 
 import type { Candidate, RoutingPolicy } from '../types';
 import { combineHash53, hashString53 } from '../hash/hash53';
-import { chooseWithBoundedLoad } from './bounded-load-hash';
-import { candidateScore } from './candidate-score';
+import { boundedLoadDecision, chooseWithBoundedLoad } from './bounded-load-hash';
 import { checkParamRange, withDefaults } from './policy-params';
 
 export interface ChwblParams {
@@ -117,16 +116,7 @@ export function createChwblPolicy(params: Partial<ChwblParams> = {}): RoutingPol
     choose(request, candidates) {
       const order = ringOrder(ringFor(candidates), request.headHash, candidates.length);
       const choice = chooseWithBoundedLoad(order, candidates, loadFactor);
-      const chosen = candidates[choice.index];
-      if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
-      const scores = candidates.map((candidate, index) => {
-        const bound = choice.bounds[index] ?? 0;
-        return candidateScore(candidate, choice.ranks[index] ?? candidates.length, {
-          parts: { bound },
-          excluded: candidate.inflight > bound ? 'over-load-bound' : undefined,
-        });
-      });
-      return { kind: 'routed', backendId: chosen.backend.id, reason: choice.isFirstPreference ? 'consistent-hash' : 'consistent-hash-spilled', scores };
+      return boundedLoadDecision(choice, candidates, { first: 'consistent-hash', spilled: 'consistent-hash-spilled' });
     },
   };
 }

@@ -16,7 +16,7 @@
 
 import type { RoutingPolicy } from '../types';
 import { hashString53 } from '../hash/hash53';
-import { chooseByBoundedLoadHash } from './bounded-load-hash';
+import { boundedLoadDecision, chooseByBoundedLoadHash } from './bounded-load-hash';
 import { candidateScore } from './candidate-score';
 import { indexOfLeastLoaded } from './least-loaded';
 import { checkParamRange, withDefaults } from './policy-params';
@@ -43,16 +43,7 @@ export function createSessionPolicy(params: Partial<SessionParams> = {}): Routin
         return { kind: 'routed', backendId: chosen.backend.id, reason: 'least-loaded', scores };
       }
       const choice = chooseByBoundedLoadHash(hashString53(request.sessionKey), candidates, loadFactor);
-      const chosen = candidates[choice.index];
-      if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
-      const scores = candidates.map((candidate, index) => {
-        const bound = choice.bounds[index] ?? 0;
-        return candidateScore(candidate, choice.ranks[index] ?? candidates.length, {
-          parts: { bound },
-          excluded: candidate.inflight > bound ? 'over-load-bound' : undefined,
-        });
-      });
-      return { kind: 'routed', backendId: chosen.backend.id, reason: choice.isFirstPreference ? 'session-affinity' : 'session-spilled', scores };
+      return boundedLoadDecision(choice, candidates, { first: 'session-affinity', spilled: 'session-spilled' });
     },
   };
 }
