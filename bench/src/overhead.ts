@@ -119,6 +119,10 @@ async function main(): Promise<void> {
   if (!Number.isInteger(rounds)) throw new Error('--rounds must be a whole number');
   const paths = selectedPaths();
   const workloads = selectedWorkloads();
+  // Proxies run as deployed: production bundles (`npm run build`), no TypeScript transform at run time.
+  console.log('Building production bundles (npm run build)…');
+  const built = spawnSync('npm', ['run', '--silent', 'build'], { cwd: join(import.meta.dirname, '..', '..'), stdio: ['ignore', 'ignore', 'inherit'] });
+  if (built.status !== 0) throw new Error('npm run build failed');
   const wrkVersion = toolVersion('wrk', ['-v'])?.replace(/\s+Copyright.*$/, '');
   if (!wrkVersion?.startsWith('wrk')) throw new Error('wrk is not installed (Debian: apt-get install wrk)');
   const pinned = args.pin && spawnSync('taskset', ['--version']).status === 0 && cpus().length >= 2;

@@ -109,22 +109,20 @@ function tcpOpen(port: number): Promise<boolean> {
   });
 }
 
-/** bench/src/bare-proxy-main.ts under tsx, like the router and the sim. */
+/** The bare proxy's production bundle (dist/bare-proxy.mjs, from `npm run build`), like the router's. */
 export async function startBareProxyProcess(upstream: string, options: StartOptions = {}): Promise<ProxyProcess> {
   const port = await freePort();
-  const child = spawnPinned(process.execPath, ['--import', 'tsx', join(repoRoot, 'bench/src/bare-proxy-main.ts'), '--upstream', upstream, '--host', '127.0.0.1', '--port', String(port)], options.pinToCore);
+  const child = spawnPinned(process.execPath, [join(repoRoot, 'dist/bare-proxy.mjs'), '--upstream', upstream, '--host', '127.0.0.1', '--port', String(port)], options.pinToCore);
   const proxy = manage('bare proxy', `http://127.0.0.1:${port}`, child);
   await waitReady(proxy, () => tcpOpen(port), options.readyTimeoutMs ?? 30_000);
   return proxy;
 }
 
-/** apps/router as `npm run router` starts it (tsx apps/router/src/main.ts), without npm in between. */
+/** apps/router as deployed: its production bundle, `node dist/router.mjs` (built by `npm run build`). */
 export async function startRouterProcess(backend: string, options: StartOptions = {}): Promise<ProxyProcess> {
   const port = await freePort();
   const args = [
-    '--import',
-    'tsx',
-    join(repoRoot, 'apps/router/src/main.ts'),
+    join(repoRoot, 'dist/router.mjs'),
     '--host',
     '127.0.0.1',
     '--port',

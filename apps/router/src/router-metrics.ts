@@ -110,8 +110,20 @@ export class RouterMetrics {
     });
   }
 
+  /** Per-request series are looked up once per label set: prom-client hashes the label object on every call otherwise. */
+  private readonly children = new Map<string, { inc(): void } | { observe(value: number): void }>();
+
+  private child<T extends { inc(): void } | { observe(value: number): void }>(key: string, create: () => T): T {
+    let found = this.children.get(key) as T | undefined;
+    if (!found) {
+      found = create();
+      this.children.set(key, found);
+    }
+    return found;
+  }
+
   recordRouted(backend: string, policy: string, reason: string, status: number): void {
-    this.requests.inc({ backend, policy, reason, status: String(status) });
+    this.child(`r\u0000${backend}\u0000${policy}\u0000${reason}\u0000${status}`, () => this.requests.labels({ backend, policy, reason, status: String(status) })).inc();
   }
 
   recordRejected(code: string): void {
@@ -119,16 +131,16 @@ export class RouterMetrics {
   }
 
   recordDecision(policy: string, seconds: number, matchRatio: number): void {
-    this.decision.observe({ policy }, seconds);
-    this.matchRatio.observe({ policy }, matchRatio);
+    this.child(`d\u0000${policy}`, () => this.decision.labels({ policy })).observe(seconds);
+    this.child(`m\u0000${policy}`, () => this.matchRatio.labels({ policy })).observe(matchRatio);
   }
 
   recordTtft(backend: string, seconds: number): void {
-    this.ttft.observe({ backend }, seconds);
+    this.child(`t\u0000${backend}`, () => this.ttft.labels({ backend })).observe(seconds);
   }
 
   recordDuration(backend: string, stream: boolean, seconds: number): void {
-    this.duration.observe({ backend, stream: stream ? 'true' : 'false' }, seconds);
+    this.child(`e\u0000${backend}\u0000${stream}`, () => this.duration.labels({ backend, stream: stream ? 'true' : 'false' })).observe(seconds);
   }
 
   recordRetry(backend: string, cause: string): void {

@@ -14,9 +14,10 @@ export interface InMemoryRoutingStateOptions {
 /**
  * Routing state of a single router replica, in memory.
  *
- * Prefix index: per pool, block hash → backends holding it (with when each last recorded it), and
- * each backend's blocks in an insertion-ordered Map used as an LRU (re-recording moves a block to the
- * end; over the cap the oldest is evicted).
+ * Prefix index: per pool and backend, the blocks it holds (block hash → when last recorded) in an
+ * insertion-ordered Map used as an LRU (re-recording moves a block to the end; over the cap the
+ * oldest is evicted). There is no reverse index (hash → backends): a lookup asks each candidate
+ * backend, which the binary search below makes cheap, and recording touches one Map per block.
  *
  * Invariant (prefix closure): if a backend holds block i of a chain it holds blocks 0..i−1. Recording
  * always covers a whole prefix and inserts it deepest block first, so within a chain shallower blocks
@@ -24,13 +25,14 @@ export interface InMemoryRoutingStateOptions {
  * frees blocks in reverse. Hence a backend's match depth is found by binary search over the request's
  * blocks: O(log n) lookups per backend instead of a walk over every block.
  *
+ * Eviction runs in batches (see record); the cap is a high-water mark.
  * Recency is kept to `refreshGranularityMs`: a block recorded again within that time is not moved in
  * the LRU (the common case, a conversation's next turn re-recording its earlier blocks, then costs one
  * Map read per block).
  *
  * In-flight: per backend, lease id → prefill tokens still pending (0 once the first token came), so
  * release is idempotent and the prefill backlog is the sum over the leases.
- * Memory: ~120 bytes per (block, backend) entry (two Map entries and a number).
+ * Memory: ~60 bytes per (block, backend) entry (one Map entry: a number key and a number).
  */
 export class InMemoryRoutingState implements RoutingStateStore {
   private readonly pools = new Map<string, PoolIndex>();
@@ -72,11 +74,7 @@ export class InMemoryRoutingState implements RoutingStateStore {
   }
 
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {
-    const index = this.pools.get(pool);
-    const blocks = index?.blocksByBackend.get(backendId);
-    if (!index || !blocks) return;
-    for (const hash of blocks.keys()) index.removeOwner(hash, backendId);
-    index.blocksByBackend.delete(backendId);
+    this.pools.get(pool)?.blocksByBackend.delete(backendId);
   }
 
   inflightCounts(): ReadonlyMap<BackendId, number> {
@@ -95,17 +93,19 @@ export class InMemoryRoutingState implements RoutingStateStore {
     const index = this.pools.get(pool);
     if (!index) return result;
     const oldestFresh = this.options.blockIdleTtlMs > 0 ? this.options.nowMs() - this.options.blockIdleTtlMs : -Infinity;
-    const holds = (backend: BackendId, block: number): boolean => {
-      const recordedAt = index.owners.get(blockHashes[block] as BlockHash)?.get(backend);
-      return recordedAt !== undefined && recordedAt >= oldestFresh;
-    };
     for (const backend of backends) {
+      const blocks = index.blocksByBackend.get(backend);
+      if (!blocks) continue;
+      const holds = (block: number): boolean => {
+        const recordedAt = blocks.get(blockHashes[block] as BlockHash);
+        return recordedAt !== undefined && recordedAt >= oldestFresh;
+      };
       // Largest k such that the backend holds blocks 0..k−1 (prefix closure makes `holds` monotone).
       let low = 0;
       let high = blockHashes.length;
       while (low < high) {
         const middle = (low + high + 1) >>> 1;
-        if (holds(backend, middle - 1)) low = middle;
+        if (holds(middle - 1)) low = middle;
         else high = middle - 1;
       }
       if (low > 0) result.set(backend, low);
@@ -131,35 +131,30 @@ export class InMemoryRoutingState implements RoutingStateStore {
       const hash = blockHashes[block] as BlockHash;
       const recordedAt = blocks.get(hash);
       if (recordedAt !== undefined && recordedAt >= refreshBefore) continue;
-      blocks.delete(hash);
+      if (recordedAt !== undefined) blocks.delete(hash);
       blocks.set(hash, now);
-      let owners = index.owners.get(hash);
-      if (!owners) {
-        owners = new Map();
-        index.owners.set(hash, owners);
-      }
-      owners.set(backendId, now);
     }
-    // Evict least recently recorded blocks over the cap, and idle ones from the head.
+    // Evict from the head (least recently recorded) in batches: over the cap, down to 15/16 of it;
+    // idle blocks at most once a second. Each sweep starts a Map iterator, which in V8 walks over
+    // the holes earlier deletions left at the head until the table is compacted, so sweeping on
+    // every record would cost time quadratic in the evictions.
+    const cap = this.options.maxBlocksPerBackend;
+    const overCap = blocks.size > cap;
+    const idleSweepDue = this.options.blockIdleTtlMs > 0 && now - (index.lastIdleSweepMs.get(backendId) ?? -Infinity) >= 1000;
+    if (!overCap && !idleSweepDue) return;
+    if (idleSweepDue) index.lastIdleSweepMs.set(backendId, now);
+    const target = overCap ? cap - Math.floor(cap / 16) : cap;
     const oldestFresh = this.options.blockIdleTtlMs > 0 ? now - this.options.blockIdleTtlMs : -Infinity;
     for (const [hash, recordedAt] of blocks) {
-      if (blocks.size <= this.options.maxBlocksPerBackend && recordedAt >= oldestFresh) break;
+      if (blocks.size <= target && recordedAt >= oldestFresh) break;
       blocks.delete(hash);
-      index.removeOwner(hash, backendId);
     }
   }
 }
 
 class PoolIndex {
-  /** Block hash → backend → last recorded (ms). */
-  readonly owners = new Map<BlockHash, Map<BackendId, number>>();
-  /** Backend → its blocks in recording order (LRU: oldest first). */
+  /** Backend → its blocks (hash → last recorded, ms) in recording order (LRU: oldest first). */
   readonly blocksByBackend = new Map<BackendId, Map<BlockHash, number>>();
-
-  removeOwner(hash: BlockHash, backendId: BackendId): void {
-    const owners = this.owners.get(hash);
-    if (!owners) return;
-    owners.delete(backendId);
-    if (owners.size === 0) this.owners.delete(hash);
-  }
+  /** Backend → when its idle blocks were last swept (ms). */
+  readonly lastIdleSweepMs = new Map<BackendId, number>();
 }

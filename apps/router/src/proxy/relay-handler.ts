@@ -1,0 +1,165 @@
+import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { FastifyBaseLogger } from 'fastify';
+import { encodeSseData, SSE_DONE } from '@kvroute/protocols';
+import type { Dispatcher } from 'undici';
+import type { RouterMetrics } from '../router-metrics';
+import type { Lease } from '../routing/route-request';
+import { endToEndHeaders } from './hop-by-hop';
+
+/** How one try ended. `retry`: nothing reached the client, another backend may take the request. */
+export type TryOutcome =
+  | { readonly kind: 'retry'; readonly cause: 'connect' | 'timeout' | `status-${number}`; readonly error: Error | null }
+  | { readonly kind: 'done' };
+
+export interface RelayTarget {
+  readonly response: ServerResponse;
+  readonly lease: Lease;
+  readonly backendId: string;
+  readonly policyName: string;
+  readonly reason: string;
+  readonly requestId: string;
+  readonly arrivedAtMs: number;
+  /** Whether a retryable status (429/502/503/504) may be retried elsewhere instead of relayed. */
+  readonly mayRetryStatus: boolean;
+  readonly metrics: RouterMetrics;
+  readonly logger: FastifyBaseLogger;
+}
+
+/** Upstream statuses that mean "this backend cannot take it now": try another one. */
+const RETRYABLE_STATUS = new Set([429, 502, 503, 504]);
+/** A content delta that carries text (the role chunk's `"content":""` does not count). */
+const CONTENT_EVENT = /"(?:content|text)":"(?!")/;
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
+
+/**
+ * An undici dispatch handler that relays one upstream response straight into the client's response:
+ * status and end-to-end headers plus the routing headers, then body chunks as they arrive, with
+ * backpressure (the upstream is paused while the client's buffer is full). No intermediate stream,
+ * async iterator or AbortController: this runs for every request, so it is the proxy's hot path.
+ *
+ * - TTFT: the first SSE event carrying text, or the response headers for non-streaming responses;
+ *   either also ends the request's prefill backlog on its lease.
+ * - Before anything is written, a connect error, a timeout or a retryable status resolves `retry`
+ *   (a retryable response body is drained, keeping the connection reusable).
+ * - After the first byte, an upstream failure ends an SSE stream with an error event and `[DONE]`
+ *   (a plain response is cut); a client that went away aborts the upstream request at once.
+ * - The lease is released exactly once, whatever happens.
+ */
+export class RelayHandler implements Dispatcher.DispatchHandler {
+  readonly outcome: Promise<TryOutcome>;
+  private settle!: (outcome: TryOutcome) => void;
+  private controller: Dispatcher.DispatchController | null = null;
+  private mode: 'pending' | 'discard' | 'relay' = 'pending';
+  private discardCause: TryOutcome | null = null;
+  private isSse = false;
+  private sawContent = false;
+  private clientGone = false;
+  private readonly onClientClose = (): void => {
+    if (this.target.response.writableFinished) return;
+    this.clientGone = true;
+    this.controller?.abort(new Error('client went away'));
+  };
+  private readonly onDrain = (): void => this.controller?.resume();
+
+  constructor(private readonly target: RelayTarget) {
+    this.outcome = new Promise((resolve) => (this.settle = resolve));
+    target.response.once('close', this.onClientClose);
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    if (this.clientGone || this.target.response.destroyed) {
+      this.clientGone = true;
+      controller.abort(new Error('client went away'));
+    }
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    const target = this.target;
+    if (RETRYABLE_STATUS.has(statusCode) && target.mayRetryStatus) {
+      this.mode = 'discard';
+      this.discardCause = { kind: 'retry', cause: `status-${statusCode}`, error: null };
+      return;
+    }
+    this.mode = 'relay';
+    const outgoing = endToEndHeaders(headers as Record<string, string | string[] | undefined>);
+    this.isSse = String(outgoing['content-type'] ?? '').startsWith('text/event-stream');
+    outgoing['x-router-backend'] = target.backendId;
+    outgoing['x-router-reason'] = target.reason;
+    outgoing['x-request-id'] = target.requestId;
+    if (this.isSse) {
+      outgoing['x-accel-buffering'] = 'no';
+      outgoing['cache-control'] = 'no-cache';
+    } else {
+      // A non-streaming engine answers once generation is done: the prefill is long finished.
+      this.firstContent();
+    }
+    this.statusCode = statusCode;
+    target.response.writeHead(statusCode, outgoing as OutgoingHttpHeaders);
+    if (this.isSse) target.response.flushHeaders();
+  }
+
+  private statusCode = 0;
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.mode !== 'relay') return;
+    if (!this.sawContent && CONTENT_EVENT.test(chunk.toString('latin1'))) this.firstContent();
+    if (!this.target.response.write(chunk)) {
+      controller.pause();
+      this.target.response.once('drain', this.onDrain);
+    }
+  }
+
+  onResponseEnd(): void {
+    if (this.mode === 'discard') return this.finish(this.discardCause as TryOutcome);
+    this.target.response.end();
+    this.target.metrics.recordRouted(this.target.backendId, this.target.policyName, this.target.reason, this.statusCode);
+    this.finish({ kind: 'done' });
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    const target = this.target;
+    if (this.clientGone) {
+      target.metrics.recordClientAbort(target.backendId);
+      return this.finish({ kind: 'done' });
+    }
+    if (this.mode !== 'relay') {
+      const code = (error as { code?: string }).code ?? '';
+      return this.finish({ kind: 'retry', cause: TIMEOUT_CODES.has(code) ? 'timeout' : 'connect', error });
+    }
+    target.metrics.recordStreamError(target.backendId);
+    target.logger.warn({ requestId: target.requestId, backend: target.backendId, err: error }, 'upstream failed after the first byte');
+    if (this.isSse && !target.response.destroyed) {
+      const message = `Upstream backend ${target.backendId} failed mid-stream.`;
+      target.response.end(
+        encodeSseData(JSON.stringify({ error: { message, type: 'upstream_error', param: null, code: 'ROUTER_ERR_UPSTREAM_STREAM' } })) + encodeSseData(SSE_DONE),
+      );
+    } else {
+      target.response.destroy();
+    }
+    target.metrics.recordRouted(target.backendId, target.policyName, target.reason, 502);
+    this.finish({ kind: 'done' });
+  }
+
+  private firstContent(): void {
+    this.sawContent = true;
+    this.target.lease.markPrefillDone();
+    this.target.metrics.recordTtft(this.target.backendId, (performance.now() - this.target.arrivedAtMs) / 1000);
+  }
+
+  private finish(outcome: TryOutcome): void {
+    const target = this.target;
+    target.response.off('close', this.onClientClose);
+    target.response.off('drain', this.onDrain);
+    target.lease.release();
+    if (outcome.kind === 'done' && this.mode === 'relay') {
+      target.metrics.recordDuration(target.backendId, this.isSse, (performance.now() - target.arrivedAtMs) / 1000);
+    }
+    this.settle(outcome);
+  }
+
+  /** True once the client went away (no other backend should be tried). */
+  get clientWentAway(): boolean {
+    return this.clientGone;
+  }
+}

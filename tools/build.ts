@@ -1,0 +1,38 @@
+// `npm run build`: one self-contained ES module per app in dist/ (esbuild, dependencies bundled),
+// run with plain `node dist/<app>.mjs`: no TypeScript transform at run time, which is what the
+// container image and the overhead benchmark use. Development runs the sources with tsx.
+import { build } from 'esbuild';
+import { join } from 'node:path';
+
+const root = join(import.meta.dirname, '..');
+export const APP_ENTRIES = {
+  router: 'apps/router/src/main.ts',
+  'vllm-sim': 'apps/vllm-sim/src/main.ts',
+  'bare-proxy': 'bench/src/bare-proxy-main.ts',
+} as const;
+
+export async function buildApps(names: ReadonlyArray<keyof typeof APP_ENTRIES> = Object.keys(APP_ENTRIES) as Array<keyof typeof APP_ENTRIES>): Promise<Record<string, string>> {
+  const outputs: Record<string, string> = {};
+  for (const name of names) {
+    const outfile = join(root, 'dist', `${name}.mjs`);
+    await build({
+      entryPoints: [join(root, APP_ENTRIES[name])],
+      outfile,
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      target: 'node20',
+      sourcemap: true,
+      logLevel: 'warning',
+      // Some bundled CommonJS dependencies call require(); give the ES module one.
+      banner: { js: "import { createRequire as __kvrouteCreateRequire } from 'node:module'; const require = __kvrouteCreateRequire(import.meta.url);" },
+    });
+    outputs[name] = outfile;
+  }
+  return outputs;
+}
+
+if (process.argv[1] && import.meta.filename === process.argv[1]) {
+  const outputs = await buildApps();
+  for (const [name, file] of Object.entries(outputs)) console.log(`${name}: ${file}`);
+}
