@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -109,20 +109,29 @@ function tcpOpen(port: number): Promise<boolean> {
   });
 }
 
-/** The bare proxy's production bundle (dist/bare-proxy.mjs, from `npm run build`), like the router's. */
+/**
+ * Node arguments that run an app: its production bundle from `npm run build` when present (what the
+ * overhead benchmark measures, after building), else its TypeScript source under tsx (tests).
+ */
+function nodeEntry(bundle: string, source: string): string[] {
+  const bundlePath = join(repoRoot, bundle);
+  return existsSync(bundlePath) ? [bundlePath] : ['--import', 'tsx', join(repoRoot, source)];
+}
+
+/** The bare proxy, built like the router (see nodeEntry). */
 export async function startBareProxyProcess(upstream: string, options: StartOptions = {}): Promise<ProxyProcess> {
   const port = await freePort();
-  const child = spawnPinned(process.execPath, [join(repoRoot, 'dist/bare-proxy.mjs'), '--upstream', upstream, '--host', '127.0.0.1', '--port', String(port)], options.pinToCore);
+  const child = spawnPinned(process.execPath, [...nodeEntry('dist/bare-proxy.mjs', 'bench/src/bare-proxy-main.ts'), '--upstream', upstream, '--host', '127.0.0.1', '--port', String(port)], options.pinToCore);
   const proxy = manage('bare proxy', `http://127.0.0.1:${port}`, child);
   await waitReady(proxy, () => tcpOpen(port), options.readyTimeoutMs ?? 30_000);
   return proxy;
 }
 
-/** apps/router as deployed: its production bundle, `node dist/router.mjs` (built by `npm run build`). */
+/** apps/router as deployed: `node dist/router.mjs` (see nodeEntry). */
 export async function startRouterProcess(backend: string, options: StartOptions = {}): Promise<ProxyProcess> {
   const port = await freePort();
   const args = [
-    join(repoRoot, 'dist/router.mjs'),
+    ...nodeEntry('dist/router.mjs', 'apps/router/src/main.ts'),
     '--host',
     '127.0.0.1',
     '--port',
