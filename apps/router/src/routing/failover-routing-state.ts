@@ -1,0 +1,127 @@
+import type { BackendId, BlockHash, RoutingSnapshot, RoutingStateStore } from '@kvroute/routing';
+
+export interface FailoverOptions {
+  /** A shared-state call slower than this counts as a failure (the request goes on with local state). */
+  readonly timeoutMs: number;
+  /** After a failure, how long to stay on local state before trying the shared store again (doubles up to maxRetryAfterMs). */
+  readonly retryAfterMs: number;
+  readonly maxRetryAfterMs: number;
+  readonly nowMs: () => number;
+  /** Called when the router enters or leaves degraded mode (for the metric and the log line). */
+  readonly onDegradedChange: (degraded: boolean, error?: unknown) => void;
+}
+
+/**
+ * Shared routing state (Redis) with a local fallback, so that a slow or dead Redis never stalls or
+ * fails a request. Every shared call has a tight deadline; a failure switches the router to its local
+ * in-memory state ("degraded": routing continues on this replica's own view) and the shared store is
+ * tried again after a backoff; the first success switches back. A lease is released, renewed or
+ * completed in the store that took it; leases left in Redis by a failed call expire by their TTL.
+ */
+export class FailoverRoutingState implements RoutingStateStore {
+  private degradedSinceMs: number | null = null;
+  private nextPrimaryTryMs = 0;
+  private backoffMs: number;
+  private readonly fallbackLeases = new Set<string>();
+
+  constructor(
+    private readonly primary: RoutingStateStore,
+    private readonly fallback: RoutingStateStore,
+    private readonly options: FailoverOptions,
+  ) {
+    this.backoffMs = options.retryAfterMs;
+  }
+
+  get degraded(): boolean {
+    return this.degradedSinceMs !== null;
+  }
+
+  async snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot> {
+    if (this.shouldTryPrimary()) {
+      try {
+        const snapshot = await this.withDeadline(this.primary.snapshot(pool, backends, blockHashes));
+        this.recovered();
+        return snapshot;
+      } catch (error) {
+        this.failed(error);
+      }
+    }
+    return this.fallback.snapshot(pool, backends, blockHashes);
+  }
+
+  async reserve(pool: string, backendId: BackendId, leaseId: string, blockHashes: readonly BlockHash[], prefillTokens: number): Promise<void> {
+    if (this.shouldTryPrimary()) {
+      try {
+        await this.withDeadline(this.primary.reserve(pool, backendId, leaseId, blockHashes, prefillTokens));
+        this.recovered();
+        // Keep the local view warm too, so a later outage starts from what this replica routed.
+        void this.fallback.reserve(pool, backendId, `${leaseId}@shadow`, blockHashes, 0).then(() => this.fallback.release(pool, backendId, `${leaseId}@shadow`));
+        return;
+      } catch (error) {
+        this.failed(error);
+      }
+    }
+    this.fallbackLeases.add(leaseId);
+    await this.fallback.reserve(pool, backendId, leaseId, blockHashes, prefillTokens);
+  }
+
+  async prefillDone(pool: string, backendId: BackendId, leaseId: string): Promise<void> {
+    await this.storeOf(leaseId).prefillDone(pool, backendId, leaseId).catch(() => undefined);
+  }
+
+  async release(pool: string, backendId: BackendId, leaseId: string): Promise<void> {
+    const store = this.storeOf(leaseId);
+    this.fallbackLeases.delete(leaseId);
+    await store.release(pool, backendId, leaseId).catch(() => undefined);
+  }
+
+  async forgetBackend(pool: string, backendId: BackendId): Promise<void> {
+    await Promise.allSettled([this.primary.forgetBackend(pool, backendId), this.fallback.forgetBackend(pool, backendId)]);
+  }
+
+  inflightCounts(): ReadonlyMap<BackendId, number> {
+    return this.degraded ? this.fallback.inflightCounts() : this.primary.inflightCounts();
+  }
+
+  private storeOf(leaseId: string): RoutingStateStore {
+    return this.fallbackLeases.has(leaseId) ? this.fallback : this.primary;
+  }
+
+  private shouldTryPrimary(): boolean {
+    return this.degradedSinceMs === null || this.options.nowMs() >= this.nextPrimaryTryMs;
+  }
+
+  private recovered(): void {
+    if (this.degradedSinceMs === null) return;
+    this.degradedSinceMs = null;
+    this.backoffMs = this.options.retryAfterMs;
+    this.options.onDegradedChange(false);
+  }
+
+  private failed(error: unknown): void {
+    const now = this.options.nowMs();
+    if (this.degradedSinceMs === null) {
+      this.degradedSinceMs = now;
+      this.options.onDegradedChange(true, error);
+    } else {
+      this.backoffMs = Math.min(this.backoffMs * 2, this.options.maxRetryAfterMs);
+    }
+    this.nextPrimaryTryMs = now + this.backoffMs;
+  }
+
+  private withDeadline<T>(promise: Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`shared routing state did not answer within ${this.options.timeoutMs} ms`)), this.options.timeoutMs);
+      promise.then(
+        (value) => {
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
+    });
+  }
+}

@@ -1,0 +1,4 @@
+export * from './docker-probe';
+export * from './local-redis-server';
+export * from './start-redis';
+export * from './unique-key-prefix';
