@@ -1,0 +1,75 @@
+import { InMemoryRoutingState, type RoutingStateStore } from '@kvroute/routing';
+import { describe, expect, it } from 'vitest';
+import { FailoverRoutingState } from './failover-routing-state';
+
+/** A shared store that can be switched to fail fast or to hang, wrapping a working in-memory one. */
+function flakyStore(nowMs: () => number) {
+  const inner = new InMemoryRoutingState({ maxBlocksPerBackend: 1000, blockIdleTtlMs: 0, nowMs });
+  let mode: 'up' | 'down' | 'slow' = 'up';
+  const gate = <T>(call: () => Promise<T>): Promise<T> =>
+    mode === 'up' ? call() : mode === 'down' ? Promise.reject(new Error('connection refused')) : new Promise<T>(() => undefined);
+  const store: RoutingStateStore = {
+    snapshot: (...args) => gate(() => inner.snapshot(...args)),
+    reserve: (...args) => gate(() => inner.reserve(...args)),
+    prefillDone: (...args) => gate(() => inner.prefillDone(...args)),
+    release: (...args) => gate(() => inner.release(...args)),
+    forgetBackend: (...args) => gate(() => inner.forgetBackend(...args)),
+    inflightCounts: () => inner.inflightCounts(),
+  };
+  return { store, inner, setMode: (next: typeof mode) => (mode = next) };
+}
+
+function setup() {
+  let now = 0;
+  const nowMs = () => now;
+  const shared = flakyStore(nowMs);
+  const local = new InMemoryRoutingState({ maxBlocksPerBackend: 1000, blockIdleTtlMs: 0, nowMs });
+  const changes: boolean[] = [];
+  const state = new FailoverRoutingState(shared.store, local, {
+    timeoutMs: 20,
+    retryAfterMs: 100,
+    maxRetryAfterMs: 1000,
+    nowMs,
+    onDegradedChange: (degraded) => changes.push(degraded),
+  });
+  return { state, shared, local, changes, advance: (ms: number) => (now += ms) };
+}
+
+describe('FailoverRoutingState', () => {
+  it('uses the shared store while it answers', async () => {
+    const { state, shared, local } = setup();
+    await state.reserve('m', 'a', 'l1', [1, 2], 100);
+    expect(shared.inner.inflightCounts().get('a')).toBe(1);
+    expect(local.inflightCounts().get('a') ?? 0).toBe(0);
+    expect(state.degraded).toBe(false);
+  });
+
+  it('goes degraded on a failure, serves from local state, and comes back after the backoff', async () => {
+    const { state, shared, local, changes, advance } = setup();
+    shared.setMode('down');
+    const snapshot = await state.snapshot('m', ['a'], [1]);
+    expect(snapshot.inflight.get('a')).toBe(0);
+    expect(state.degraded).toBe(true);
+    await state.reserve('m', 'a', 'l1', [1], 10);
+    expect(local.inflightCounts().get('a')).toBe(1);
+    shared.setMode('up');
+    await state.snapshot('m', ['a'], [1]);
+    expect(state.degraded).toBe(true); // still backing off
+    advance(150);
+    await state.snapshot('m', ['a'], [1]);
+    expect(state.degraded).toBe(false);
+    expect(changes).toEqual([true, false]);
+    // The lease taken during the outage is released where it lives.
+    await state.release('m', 'a', 'l1');
+    expect(local.inflightCounts().get('a')).toBe(0);
+  });
+
+  it('treats a call slower than the deadline as a failure', async () => {
+    const { state, shared } = setup();
+    shared.setMode('slow');
+    const started = Date.now();
+    await state.snapshot('m', ['a'], []);
+    expect(Date.now() - started).toBeLessThan(500);
+    expect(state.degraded).toBe(true);
+  });
+});
