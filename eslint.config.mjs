@@ -53,6 +53,22 @@ export default [
     },
   },
   {
+    // Data-access tests run against a real Redis from @kvroute/testing (type:testing): allowed in their tests only.
+    files: ['libs/redis-store/test/**/*.ts', 'libs/redis-store/src/**/*.test.ts'],
+    rules: {
+      '@nx/enforce-module-boundaries': [
+        'error',
+        {
+          enforceBuildableLibDependency: false,
+          allow: [],
+          depConstraints: [
+            { sourceTag: 'type:data-access', onlyDependOnLibsWithTags: ['type:domain', 'type:util', 'type:testing'], bannedExternalImports: ['fastify', 'undici'] },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // Tests poke at untyped JSON responses.
     files: ['**/*.test.ts', '**/test/**/*.ts'],
     rules: { '@typescript-eslint/no-explicit-any': 'off' },

@@ -44,6 +44,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const metrics = new RouterMetrics({
     inflight: () => state.inflightCounts(),
     breakerStates: () => new Map(registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),
+    degraded: () => 0,
   });
   const params = policyParamsFromConfig(config);
   const policies = new Map<string, RoutingPolicy>();

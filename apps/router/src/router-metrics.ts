@@ -10,6 +10,8 @@ export interface RouterMetricsSources {
   readonly inflight: () => ReadonlyMap<string, number>;
   /** Breaker state per backend: 0 closed, 1 half-open, 2 open. */
   readonly breakerStates: () => ReadonlyMap<string, number>;
+  /** 1 while shared routing state (Redis) is unusable and the router routes on local state. */
+  readonly degraded: () => number;
 }
 
 const LATENCY_BUCKETS_SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
@@ -26,6 +28,7 @@ export class RouterMetrics {
   private readonly retries: Counter<'backend' | 'cause'>;
   private readonly streamErrors: Counter<'backend'>;
   private readonly clientAborts: Counter<'backend'>;
+  private readonly degradedTransitions: Counter<'to'>;
 
   constructor(sources: RouterMetricsSources) {
     const registers = [this.registry];
@@ -99,6 +102,20 @@ export class RouterMetrics {
       },
     });
     new Gauge({
+      name: 'kvroute_router_state_degraded',
+      help: '1 while the shared routing state (Redis) is unusable and this replica routes on its local state, else 0.',
+      registers,
+      collect() {
+        this.set(sources.degraded());
+      },
+    });
+    this.degradedTransitions = new Counter({
+      name: 'kvroute_router_state_degraded_transitions_total',
+      help: 'Switches into (to="degraded") and out of (to="shared") degraded mode.',
+      labelNames: ['to'],
+      registers,
+    });
+    new Gauge({
       name: 'kvroute_router_backend_circuit_state',
       help: 'Circuit breaker state per backend: 0 closed, 1 half-open, 2 open.',
       labelNames: ['backend'],
@@ -149,6 +166,10 @@ export class RouterMetrics {
 
   recordStreamError(backend: string): void {
     this.streamErrors.inc({ backend });
+  }
+
+  recordDegradedChange(degraded: boolean): void {
+    this.degradedTransitions.inc({ to: degraded ? 'degraded' : 'shared' });
   }
 
   recordClientAbort(backend: string): void {

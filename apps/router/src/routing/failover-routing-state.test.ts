@@ -12,6 +12,7 @@ function flakyStore(nowMs: () => number) {
     snapshot: (...args) => gate(() => inner.snapshot(...args)),
     reserve: (...args) => gate(() => inner.reserve(...args)),
     prefillDone: (...args) => gate(() => inner.prefillDone(...args)),
+    renew: (...args) => gate(() => inner.renew(...args)),
     release: (...args) => gate(() => inner.release(...args)),
     forgetBackend: (...args) => gate(() => inner.forgetBackend(...args)),
     inflightCounts: () => inner.inflightCounts(),

@@ -49,20 +49,32 @@ export class FailoverRoutingState implements RoutingStateStore {
     return this.fallback.snapshot(pool, backends, blockHashes);
   }
 
-  async reserve(pool: string, backendId: BackendId, leaseId: string, blockHashes: readonly BlockHash[], prefillTokens: number): Promise<void> {
+  async reserve(pool: string, backendId: BackendId, leaseId: string, blockHashes: readonly BlockHash[], prefillTokens: number, maxInflight?: number): Promise<boolean> {
     if (this.shouldTryPrimary()) {
       try {
-        await this.withDeadline(this.primary.reserve(pool, backendId, leaseId, blockHashes, prefillTokens));
+        const reserved = await this.withDeadline(this.primary.reserve(pool, backendId, leaseId, blockHashes, prefillTokens, maxInflight));
         this.recovered();
         // Keep the local view warm too, so a later outage starts from what this replica routed.
-        void this.fallback.reserve(pool, backendId, `${leaseId}@shadow`, blockHashes, 0).then(() => this.fallback.release(pool, backendId, `${leaseId}@shadow`));
-        return;
+        if (reserved) {
+          void this.fallback
+            .reserve(pool, backendId, `${leaseId}@shadow`, blockHashes, 0)
+            .then(() => this.fallback.release(pool, backendId, `${leaseId}@shadow`));
+        }
+        return reserved;
       } catch (error) {
         this.failed(error);
       }
     }
-    this.fallbackLeases.add(leaseId);
-    await this.fallback.reserve(pool, backendId, leaseId, blockHashes, prefillTokens);
+    const reserved = await this.fallback.reserve(pool, backendId, leaseId, blockHashes, prefillTokens, maxInflight);
+    if (reserved) this.fallbackLeases.add(leaseId);
+    return reserved;
+  }
+
+  async renew(pool: string, backendId: BackendId, leaseId: string): Promise<boolean> {
+    // A renewal that cannot reach Redis is not an error: the lease then expires there by itself.
+    return this.storeOf(leaseId)
+      .renew(pool, backendId, leaseId)
+      .catch(() => false);
   }
 
   async prefillDone(pool: string, backendId: BackendId, leaseId: string): Promise<void> {

@@ -50,6 +50,30 @@ describe('InMemoryRoutingState', () => {
     expect(state.inflightCounts().get('a')).toBe(1);
   });
 
+  it('refuses a lease at maxInflight without recording anything, and takes it again once one is released', async () => {
+    const { state } = createState();
+    expect(await state.reserve('m', 'a', 'l1', [1], 0, 2)).toBe(true);
+    expect(await state.reserve('m', 'a', 'l2', [1], 0, 2)).toBe(true);
+    expect(await state.reserve('m', 'a', 'l3', [1, 2, 3], 700, 2)).toBe(false);
+    const snapshot = await state.snapshot('m', ['a'], [1, 2, 3]);
+    expect(snapshot.inflight.get('a')).toBe(2);
+    expect(snapshot.matchBlocks.get('a')).toBe(1);
+    expect(snapshot.pendingPrefillTokens.get('a')).toBe(0);
+    await state.release('m', 'a', 'l1');
+    expect(await state.reserve('m', 'a', 'l3', [1, 2, 3], 700, 2)).toBe(true);
+    expect(await state.reserve('m', 'a', 'l4', [], 0)).toBe(true); // no limit given: never refused
+    expect(state.inflightCounts().get('a')).toBe(3);
+  });
+
+  it('renews only a lease that exists', async () => {
+    const { state } = createState();
+    await state.reserve('m', 'a', 'l1', [], 0);
+    expect(await state.renew('m', 'a', 'l1')).toBe(true);
+    await state.release('m', 'a', 'l1');
+    expect(await state.renew('m', 'a', 'l1')).toBe(false);
+    expect(await state.renew('m', 'b', 'never-taken')).toBe(false);
+  });
+
   it('evicts the least recently recorded blocks over the cap', async () => {
     const { state, advance } = createState({ maxBlocksPerBackend: 4 });
     await state.reserve('m', 'a', 'l1', [1, 2], 0);

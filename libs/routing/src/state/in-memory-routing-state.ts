@@ -31,7 +31,9 @@ export interface InMemoryRoutingStateOptions {
  * Map read per block).
  *
  * In-flight: per backend, lease id → prefill tokens still pending (0 once the first token came), so
- * release is idempotent and the prefill backlog is the sum over the leases.
+ * release is idempotent and the prefill backlog is the sum over the leases. A lease is refused when
+ * the backend already holds `maxInflight` of them. Leases do not expire here (`renew` only reports
+ * whether one exists); they count per backend across pools (the Redis store counts per pool).
  * Memory: ~60 bytes per (block, backend) entry (one Map entry: a number key and a number).
  */
 export class InMemoryRoutingState implements RoutingStateStore {
@@ -54,14 +56,28 @@ export class InMemoryRoutingState implements RoutingStateStore {
     return { matchBlocks, inflight, pendingPrefillTokens };
   }
 
-  async reserve(pool: string, backendId: BackendId, leaseId: string, blockHashes: readonly BlockHash[], prefillTokens: number): Promise<void> {
+  async reserve(
+    pool: string,
+    backendId: BackendId,
+    leaseId: string,
+    blockHashes: readonly BlockHash[],
+    prefillTokens: number,
+    maxInflight = 0,
+  ): Promise<boolean> {
     let backendLeases = this.leases.get(backendId);
     if (!backendLeases) {
       backendLeases = new Map();
       this.leases.set(backendId, backendLeases);
     }
+    if (maxInflight > 0 && backendLeases.size >= maxInflight) return false;
     backendLeases.set(leaseId, prefillTokens);
     if (blockHashes.length > 0) this.record(pool, backendId, blockHashes);
+    return true;
+  }
+
+  /** Leases here never expire (one process takes and releases them), so renewing only reports whether it exists. */
+  async renew(_pool: string, backendId: BackendId, leaseId: string): Promise<boolean> {
+    return this.leases.get(backendId)?.has(leaseId) ?? false;
   }
 
   async prefillDone(_pool: string, backendId: BackendId, leaseId: string): Promise<void> {

@@ -25,8 +25,27 @@ export interface RoutingStateStore {
    * Takes an in-flight lease for `leaseId` on `backendId` carrying `prefillTokens` (the uncached
    * prompt tokens the backend must prefill for it), and records, speculatively and before the
    * response, that the backend now holds `blockHashes`: a burst of siblings then follows the first.
+   *
+   * `maxInflight` (optional, 0 or absent = no limit): if the backend already has that many leases,
+   * nothing is taken or recorded and the result is false, a conflict: the snapshot the decision was
+   * made on is stale (another request, possibly on another router replica, took the last slot) and
+   * the caller decides again. Checked and taken atomically, so a saturation valve holds under a burst.
+   * True when the lease was taken.
    */
-  reserve(pool: string, backendId: BackendId, leaseId: string, blockHashes: readonly BlockHash[], prefillTokens: number): Promise<void>;
+  reserve(
+    pool: string,
+    backendId: BackendId,
+    leaseId: string,
+    blockHashes: readonly BlockHash[],
+    prefillTokens: number,
+    maxInflight?: number,
+  ): Promise<boolean>;
+  /**
+   * Keeps a lease of a long-running request alive (stores whose leases expire call this
+   * periodically while the response streams). False if the lease is gone (released, expired or never
+   * taken): it no longer counts, and the caller may reserve again.
+   */
+  renew(pool: string, backendId: BackendId, leaseId: string): Promise<boolean>;
   /** The lease's request produced its first token: its prefill no longer counts as backlog. Idempotent. */
   prefillDone(pool: string, backendId: BackendId, leaseId: string): Promise<void>;
   /** Releases a lease. Idempotent: releasing twice, or a lease never taken, is a no-op. */

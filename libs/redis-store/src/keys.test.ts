@@ -1,0 +1,51 @@
+import { describe, expect, it } from 'vitest';
+import { blockHashArg, poolHashTag, poolKeys } from './keys';
+
+/** The part of a key Redis Cluster hashes: the first `{…}` with something inside, else the whole key. */
+function clusterHashInput(key: string): string {
+  const open = key.indexOf('{');
+  if (open === -1) return key;
+  const close = key.indexOf('}', open + 1);
+  if (close === -1 || close === open + 1) return key;
+  return key.slice(open + 1, close);
+}
+
+describe('poolKeys', () => {
+  it('builds every key of a pool under one namespace and hash tag', () => {
+    const keys = poolKeys('llama-3-8b');
+    expect(keys.prefix).toBe('kvr:v1:{llama-3-8b}:');
+    expect(keys.block(42)).toBe('kvr:v1:{llama-3-8b}:blk:42');
+    expect(keys.lru).toBe('kvr:v1:{llama-3-8b}:lru');
+    expect(keys.leases('10.0.0.1:8000')).toBe('kvr:v1:{llama-3-8b}:leases:10.0.0.1:8000');
+    expect(keys.prefill('10.0.0.1:8000')).toBe('kvr:v1:{llama-3-8b}:prefill:10.0.0.1:8000');
+    expect(keys.forgotten).toBe('kvr:v1:{llama-3-8b}:forgotten');
+    expect(poolKeys('m', 'test:ns').lru).toBe('test:ns:{m}:lru');
+  });
+
+  it.each(['llama-3-8b', 'org/model:Q4', 'odd{name}', '}{', '', 'a'.repeat(40), 'da39a3ee5e6b4b0d3255bfef95601890afd80709'])(
+    'puts every key of pool %j in one cluster slot, whatever its backend ids',
+    (pool) => {
+      const keys = poolKeys(pool);
+      const all = [keys.lru, keys.forgotten, keys.block(1), keys.block(9_007_199_254_740_991), keys.leases('b{1}'), keys.prefill('}x{')];
+      const inputs = new Set(all.map(clusterHashInput));
+      expect(inputs.size).toBe(1);
+      expect([...inputs][0]).toBe(poolHashTag(pool));
+    },
+  );
+
+  it('uses the model name as the tag when it can, else its SHA-1, and never maps two pools to one tag', () => {
+    expect(poolHashTag('llama-3-8b')).toBe('llama-3-8b');
+    expect(poolHashTag('odd{name}')).toMatch(/^[0-9a-f]{40}$/);
+    expect(poolHashTag('')).toMatch(/^[0-9a-f]{40}$/);
+    // A name that looks like a digest is digested too, so it cannot collide with the digest of another name.
+    const digestOfEmpty = poolHashTag('');
+    expect(poolHashTag(digestOfEmpty)).not.toBe(digestOfEmpty);
+  });
+
+  it('writes block hashes as exact decimal integers', () => {
+    expect(blockHashArg(9_007_199_254_740_991)).toBe('9007199254740991');
+    expect(blockHashArg(0)).toBe('0');
+    expect(() => blockHashArg(1.5)).toThrow(RangeError);
+    expect(() => blockHashArg(-1)).toThrow(RangeError);
+  });
+});

@@ -1,0 +1,72 @@
+import { createHash } from 'node:crypto';
+import type { BackendId, BlockHash } from '@kvroute/routing';
+
+/**
+ * Every Redis key this package uses is built here (bullmq's queue-keys style). The Lua scripts get the
+ * fixed keys of a call through KEYS and build the per-block and per-backend keys themselves from the
+ * pool's key prefix (ARGV) with the suffixes below: a request's block keys, and the blocks an LRU trim
+ * pops, are only known inside the script. `test/integration/key-schema.int.test.ts` checks that the
+ * scripts create exactly the keys this module names.
+ *
+ * Layout: `<namespace>:{<tag>}:<suffix>`, namespace `kvr:v1` by default. Every key of one pool (one
+ * model) carries the same hash tag, so on Redis Cluster a pool lives in one slot and each script runs
+ * on one shard; different models spread over the shards.
+ */
+
+/** Default namespace: the schema version is part of it, so an incompatible layout can move to `kvr:v2`. */
+export const DEFAULT_KEY_NAMESPACE = 'kvr:v1';
+
+/** Suffixes the Lua scripts append to the pool prefix. Change them here and in `src/lua/*.lua` together. */
+export const KEY_SUFFIX = {
+  block: 'blk:',
+  lru: 'lru',
+  leases: 'leases:',
+  prefill: 'prefill:',
+  forgotten: 'forgotten',
+} as const;
+
+const DIGEST_LIKE = /^[0-9a-f]{40}$/;
+
+/**
+ * The hash tag of a pool: the model name itself when it can serve as one, else its SHA-1 in hex.
+ * A name with `{` or `}` would end the tag early, an empty tag (`{}`) is ignored by Redis Cluster, and
+ * a name that already looks like a digest is digested too, so two pools never share a tag.
+ */
+export function poolHashTag(pool: string): string {
+  if (pool.length > 0 && !pool.includes('{') && !pool.includes('}') && !DIGEST_LIKE.test(pool)) return pool;
+  return createHash('sha1').update(pool, 'utf8').digest('hex');
+}
+
+/** The keys of one pool. */
+export interface PoolKeys {
+  /** `<namespace>:{<tag>}:`, the prefix the Lua scripts append suffixes to. */
+  readonly prefix: string;
+  /** ZSET block hash → last touch (ms, + a depth tie-break below 1 ms): the pool's LRU. */
+  readonly lru: string;
+  /** HASH backend id → ms it was forgotten; ownership recorded at or before that time no longer counts. */
+  readonly forgotten: string;
+  /** HASH backend id → last touch (ms) of one prefix block; PEXPIRE = block idle TTL. */
+  block(blockHash: BlockHash): string;
+  /** ZSET lease id → deadline (ms) of one backend's leases in this pool. */
+  leases(backendId: BackendId): string;
+  /** HASH lease id → prefill tokens still pending, for the same leases. */
+  prefill(backendId: BackendId): string;
+}
+
+export function poolKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE): PoolKeys {
+  const prefix = `${namespace}:{${poolHashTag(pool)}}:`;
+  return {
+    prefix,
+    lru: prefix + KEY_SUFFIX.lru,
+    forgotten: prefix + KEY_SUFFIX.forgotten,
+    block: (blockHash) => prefix + KEY_SUFFIX.block + blockHashArg(blockHash),
+    leases: (backendId) => prefix + KEY_SUFFIX.leases + backendId,
+    prefill: (backendId) => prefix + KEY_SUFFIX.prefill + backendId,
+  };
+}
+
+/** A block hash as it appears in keys and ARGV: the decimal integer (exact: block hashes are 53-bit). */
+export function blockHashArg(blockHash: BlockHash): string {
+  if (!Number.isSafeInteger(blockHash) || blockHash < 0) throw new RangeError(`block hash must be a non-negative safe integer, got ${blockHash}`);
+  return String(blockHash);
+}

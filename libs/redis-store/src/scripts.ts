@@ -1,0 +1,78 @@
+import { createHash } from 'node:crypto';
+import type { Cluster, Redis } from 'ioredis';
+import { RedisStoreError } from './redis-store-error';
+import { FORGET_BACKEND_LUA, PREFILL_DONE_LUA, RELEASE_LUA, RENEW_LUA, RESERVE_LUA, SNAPSHOT_LUA } from './lua/scripts.generated';
+
+/** A single Redis or a Cluster client: both route EVALSHA by its first key. */
+export type RedisClient = Redis | Cluster;
+
+/** One Lua script: its source, the SHA-1 Redis caches it under, and how many KEYS it takes. */
+export interface LuaScript {
+  readonly name: string;
+  readonly lua: string;
+  readonly sha1: string;
+  readonly numberOfKeys: number;
+}
+
+function defineScript(name: string, lua: string, numberOfKeys: number): LuaScript {
+  return { name, lua, sha1: createHash('sha1').update(lua, 'utf8').digest('hex'), numberOfKeys };
+}
+
+/** Every script this package runs (contracts in each file's header and in src/lua/README.md). */
+export const SCRIPTS = {
+  snapshot: defineScript('snapshot', SNAPSHOT_LUA, 1),
+  reserve: defineScript('reserve', RESERVE_LUA, 4),
+  release: defineScript('release', RELEASE_LUA, 2),
+  renew: defineScript('renew', RENEW_LUA, 2),
+  prefillDone: defineScript('prefill-done', PREFILL_DONE_LUA, 1),
+  forgetBackend: defineScript('forget-backend', FORGET_BACKEND_LUA, 1),
+} as const satisfies Record<string, LuaScript>;
+
+/**
+ * Runs a script by EVALSHA. When Redis answers NOSCRIPT (restarted, failed over to a replica that never
+ * saw the script, SCRIPT FLUSH), it is sent once with EVAL, which also caches it again: one extra round
+ * trip, then EVALSHA works. The check reads the reply's error code, the first word of a Redis error
+ * (what ioredis itself does for `defineCommand`). Other failures become REDIS_STORE_ERR_SCRIPT_FAILED.
+ */
+export async function runScript(redis: RedisClient, script: LuaScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
+  if (keys.length !== script.numberOfKeys) {
+    throw new RangeError(`${script.name}.lua takes ${script.numberOfKeys} keys, got ${keys.length}`);
+  }
+  try {
+    try {
+      return await redis.evalsha(script.sha1, keys.length, ...keys, ...args);
+    } catch (error) {
+      if (!isNoScriptError(error)) throw error;
+      return await redis.eval(script.lua, keys.length, ...keys, ...args);
+    }
+  } catch (error) {
+    throw new RedisStoreError('REDIS_STORE_ERR_SCRIPT_FAILED', script.name, `${script.name}.lua failed: ${error instanceof Error ? error.message : String(error)}`, {
+      cause: error,
+    });
+  }
+}
+
+function isNoScriptError(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('NOSCRIPT');
+}
+
+/** A reply that must be an array of `length` integers (Lua tables of numbers arrive as such). */
+export function integerArrayReply(script: LuaScript, reply: unknown, length: number): number[] {
+  if (!Array.isArray(reply) || reply.length !== length || !reply.every((value): value is number => Number.isInteger(value))) {
+    throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', script.name, `${script.name}.lua returned ${describe(reply)}, expected ${length} integers`);
+  }
+  return reply;
+}
+
+/** A reply that must be one integer. */
+export function integerReply(script: LuaScript, reply: unknown): number {
+  if (typeof reply !== 'number' || !Number.isInteger(reply)) {
+    throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', script.name, `${script.name}.lua returned ${describe(reply)}, expected an integer`);
+  }
+  return reply;
+}
+
+function describe(reply: unknown): string {
+  const text = JSON.stringify(reply) ?? String(reply);
+  return text.length > 120 ? `${text.slice(0, 120)}…` : text;
+}

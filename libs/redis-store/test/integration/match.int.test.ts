@@ -1,0 +1,137 @@
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { poolKeys } from '../../src/keys';
+import { manualClock, openRedisTestContext, type RedisTestContext } from './redis-test-context';
+
+let ctx: RedisTestContext;
+beforeAll(async () => {
+  ctx = await openRedisTestContext({ label: 'redis-store-match' });
+});
+beforeEach(() => ctx.beginTest('match'));
+afterEach(() => ctx.cleanup());
+afterAll(() => ctx.close());
+
+/** Deterministic PRNG (mulberry32), so a failing case can be replayed. */
+function seeded(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+describe('snapshot.lua: match depth', () => {
+  it('matches the longest recorded prefix per backend and stops at the first miss', async () => {
+    const state = ctx.createState();
+    await state.reserve('m', 'a', 'lease-1', [1, 2, 3, 4], 0);
+    await state.reserve('m', 'b', 'lease-2', [1, 2], 0);
+    const snapshot = await state.snapshot('m', ['a', 'b', 'c'], [1, 2, 3, 9, 4]);
+    expect(snapshot.matchBlocks.get('a')).toBe(3);
+    expect(snapshot.matchBlocks.get('b')).toBe(2);
+    expect(snapshot.matchBlocks.has('c')).toBe(false);
+    expect(snapshot.inflight.get('a')).toBe(1);
+    expect(snapshot.inflight.get('c')).toBe(0);
+    expect(snapshot.pendingPrefillTokens.get('c')).toBe(0);
+  });
+
+  it('matches nothing when the first block is missing, even if deeper ones are held', async () => {
+    const state = ctx.createState();
+    await state.reserve('m', 'a', 'l1', [1, 2, 3], 0);
+    expect((await state.snapshot('m', ['a'], [7, 2, 3])).matchBlocks.has('a')).toBe(false);
+  });
+
+  it('answers for backends without any request blocks, and for an empty backend list', async () => {
+    const state = ctx.createState();
+    await state.reserve('m', 'a', 'l1', [1, 2], 40);
+    const snapshot = await state.snapshot('m', ['a'], []);
+    expect(snapshot.matchBlocks.size).toBe(0);
+    expect(snapshot.inflight.get('a')).toBe(1);
+    expect(snapshot.pendingPrefillTokens.get('a')).toBe(40);
+    const empty = await state.snapshot('m', [], [1, 2]);
+    expect(empty.inflight.size).toBe(0);
+  });
+
+  it('keeps pools apart, including pools whose names cannot be a hash tag', async () => {
+    const state = ctx.createState();
+    await state.reserve('model-x', 'a', 'l', [1, 2], 0);
+    await state.reserve('odd{model}', 'a', 'l', [1, 2, 3], 0);
+    expect((await state.snapshot('model-y', ['a'], [1, 2])).matchBlocks.has('a')).toBe(false);
+    expect((await state.snapshot('model-x', ['a'], [1, 2, 3])).matchBlocks.get('a')).toBe(2);
+    expect((await state.snapshot('odd{model}', ['a'], [1, 2, 3])).matchBlocks.get('a')).toBe(3);
+  });
+
+  it('handles real 53-bit block hashes exactly', async () => {
+    const state = ctx.createState();
+    const chain = [9_007_199_254_740_991, 4_503_599_627_370_496, 123_456_789_012_345];
+    await state.reserve('m', 'a', 'l', chain, 0);
+    expect((await state.snapshot('m', ['a'], chain)).matchBlocks.get('a')).toBe(3);
+    expect((await state.snapshot('m', ['a'], [9_007_199_254_740_990])).matchBlocks.has('a')).toBe(false);
+    expect(await ctx.redis.exists(poolKeys('m', ctx.namespace).block(9_007_199_254_740_991))).toBe(1);
+  });
+
+  it('finds the same depth as a linear scan on random prefix-closed data (binary search)', async () => {
+    const random = seeded(7);
+    const state = ctx.createState();
+    const backends = ['a', 'b', 'c', 'd', 'e', 'f'];
+    // One long chain; each backend holds a random prefix of it, some hold two diverging branches.
+    const trunk = Array.from({ length: 300 }, (_, i) => 1000 + i);
+    const branch = (from: number, length: number): number[] => [...trunk.slice(0, from), ...Array.from({ length }, (_, i) => 500_000 + from * 1000 + i)];
+    const held = new Map<string, Set<number>>();
+    let lease = 0;
+    for (const backend of backends) {
+      const set = new Set<number>();
+      held.set(backend, set);
+      const recordings = 1 + Math.floor(random() * 3);
+      for (let r = 0; r < recordings; r++) {
+        const chain = random() < 0.5 ? trunk.slice(0, Math.floor(random() * (trunk.length + 1))) : branch(Math.floor(random() * 200), 1 + Math.floor(random() * 50));
+        await state.reserve('m', backend, `l${lease++}`, chain, 0);
+        for (const hash of chain) set.add(hash);
+      }
+    }
+    const linearDepth = (backend: string, request: readonly number[]): number => {
+      const set = held.get(backend) as Set<number>;
+      let depth = 0;
+      while (depth < request.length && set.has(request[depth] as number)) depth++;
+      return depth;
+    };
+    for (let query = 0; query < 60; query++) {
+      const request = random() < 0.5 ? trunk.slice(0, 1 + Math.floor(random() * trunk.length)) : branch(Math.floor(random() * 200), 1 + Math.floor(random() * 60));
+      const snapshot = await state.snapshot('m', backends, request);
+      for (const backend of backends) {
+        expect(snapshot.matchBlocks.get(backend) ?? 0, `query ${query}, backend ${backend}`).toBe(linearDepth(backend, request));
+      }
+    }
+  });
+
+  it('does not count blocks a backend recorded before it was forgotten, and counts them again once re-recorded', async () => {
+    const clock = manualClock();
+    const state = ctx.createState({ nowMs: clock.nowMs });
+    await state.reserve('m', 'a', 'l1', [1, 2], 0);
+    await state.reserve('m', 'b', 'l2', [1, 2], 0);
+    clock.advance(5);
+    await state.forgetBackend('m', 'a');
+    let snapshot = await state.snapshot('m', ['a', 'b'], [1, 2]);
+    expect(snapshot.matchBlocks.has('a')).toBe(false);
+    expect(snapshot.matchBlocks.get('b')).toBe(2);
+    expect(snapshot.inflight.get('a')).toBe(1); // leases are untouched
+    clock.advance(5); // within the refresh granularity: forgotten blocks are still re-recorded
+    await state.reserve('m', 'a', 'l3', [1], 0);
+    snapshot = await state.snapshot('m', ['a'], [1, 2]);
+    expect(snapshot.matchBlocks.get('a')).toBe(1);
+  });
+});
+
+describe('RedisRoutingState options', () => {
+  it('rejects options the scripts cannot honour', () => {
+    expect(() => ctx.createState({ maxBlocksPerPool: 0 })).toThrow(RangeError);
+    expect(() => ctx.createState({ leaseTtlMs: 0 })).toThrow(RangeError);
+    expect(() => ctx.createState({ blockIdleTtlMs: 500, refreshGranularityMs: 500 })).toThrow(/below blockIdleTtlMs/);
+    expect(() => ctx.createState({ blockIdleTtlMs: 0, refreshGranularityMs: 5000 })).not.toThrow();
+  });
+
+  it('rejects a negative or fractional maxInflight before calling Redis', async () => {
+    await expect(ctx.createState().reserve('m', 'a', 'l', [], 0, 1.5)).rejects.toThrow(RangeError);
+  });
+});

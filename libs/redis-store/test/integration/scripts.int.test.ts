@@ -1,0 +1,83 @@
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { KEY_SUFFIX, poolKeys } from '../../src/keys';
+import { RedisStoreError } from '../../src/redis-store-error';
+import { integerArrayReply, runScript, SCRIPTS } from '../../src/scripts';
+import { manualClock, openRedisTestContext, type RedisTestContext } from './redis-test-context';
+
+// A Redis of this file's own: SCRIPT FLUSH must not disturb anyone else's scripts.
+let ctx: RedisTestContext;
+beforeAll(async () => {
+  ctx = await openRedisTestContext({ label: 'redis-store-scripts', fresh: true });
+});
+beforeEach(() => ctx.beginTest('scripts'));
+afterEach(() => ctx.cleanup());
+afterAll(() => ctx.close());
+
+/** NOSCRIPT replies this Redis has sent (INFO errorstats). */
+async function noScriptErrors(): Promise<number> {
+  const match = /errorstat_NOSCRIPT:count=(\d+)/.exec(await ctx.redis.info('errorstats'));
+  return match ? Number(match[1]) : 0;
+}
+
+describe('script loading', () => {
+  it('recovers from NOSCRIPT (SCRIPT FLUSH) for every script and caches it again', async () => {
+    const clock = manualClock();
+    const state = ctx.createState({ nowMs: clock.nowMs });
+    const everyScript = async (): Promise<void> => {
+      await state.reserve('m', 'a', 'l1', [1, 2], 10);
+      await state.renew('m', 'a', 'l1');
+      await state.prefillDone('m', 'a', 'l1');
+      await state.snapshot('m', ['a'], [1, 2]);
+      await state.release('m', 'a', 'l1');
+      await state.forgetBackend('m', 'b');
+    };
+    await everyScript();
+    const shas = Object.values(SCRIPTS).map((script) => script.sha1);
+    expect(await ctx.redis.script('EXISTS', ...shas)).toEqual(shas.map(() => 1));
+
+    await ctx.redis.script('FLUSH');
+    expect(await ctx.redis.script('EXISTS', ...shas)).toEqual(shas.map(() => 0));
+    const noScriptBefore = await noScriptErrors();
+    await everyScript();
+    expect(await ctx.redis.script('EXISTS', ...shas)).toEqual(shas.map(() => 1));
+    expect((await noScriptErrors()) - noScriptBefore).toBe(shas.length); // one EVALSHA miss each, then EVAL
+    await everyScript();
+    expect((await noScriptErrors()) - noScriptBefore).toBe(shas.length);
+    await state.reserve('m', 'a', 'l2', [1, 2, 3], 0);
+    expect((await state.snapshot('m', ['a'], [1, 2, 3])).matchBlocks.get('a')).toBe(3);
+  });
+
+  it('reports a failing script as REDIS_STORE_ERR_SCRIPT_FAILED with the Redis error as cause', async () => {
+    const error = await runScript(ctx.redis, SCRIPTS.reserve, ['k1', 'k2', 'k3', 'k4'], ['not-a-number']).catch((caught: unknown) => caught);
+    expect(error).toBeInstanceOf(RedisStoreError);
+    expect((error as RedisStoreError).code).toBe('REDIS_STORE_ERR_SCRIPT_FAILED');
+    expect((error as RedisStoreError).script).toBe('reserve');
+    expect((error as RedisStoreError).cause).toBeInstanceOf(Error);
+  });
+
+  it('rejects a reply of the wrong shape as REDIS_STORE_ERR_BAD_REPLY', () => {
+    expect(() => integerArrayReply(SCRIPTS.release, [1, 'x'], 2)).toThrow(expect.objectContaining({ code: 'REDIS_STORE_ERR_BAD_REPLY' }));
+    expect(() => integerArrayReply(SCRIPTS.release, [1], 2)).toThrow(RedisStoreError);
+    expect(integerArrayReply(SCRIPTS.release, [1, 0], 2)).toEqual([1, 0]);
+  });
+});
+
+describe('key schema', () => {
+  it('scripts create exactly the keys keys.ts names, all in the pool hash tag', async () => {
+    const clock = manualClock();
+    const state = ctx.createState({ nowMs: clock.nowMs });
+    const pool = 'llama-3-8b';
+    await state.reserve(pool, '10.0.0.1:8000', 'l1', [11, 22], 5);
+    await state.forgetBackend(pool, '10.0.0.2:8000');
+    const keys = poolKeys(pool, ctx.namespace);
+    const expected = [keys.block(11), keys.block(22), keys.lru, keys.leases('10.0.0.1:8000'), keys.prefill('10.0.0.1:8000'), keys.forgotten].sort();
+    expect(await ctx.keysOfTest()).toEqual(expected);
+    for (const key of expected) expect(key.startsWith(`${ctx.namespace}:{${pool}}:`)).toBe(true);
+    expect(expected).toContain(`${ctx.namespace}:{${pool}}:${KEY_SUFFIX.block}11`);
+    expect(await ctx.redis.type(keys.block(11))).toBe('hash');
+    expect(await ctx.redis.type(keys.lru)).toBe('zset');
+    expect(await ctx.redis.type(keys.leases('10.0.0.1:8000'))).toBe('zset');
+    expect(await ctx.redis.type(keys.prefill('10.0.0.1:8000'))).toBe('hash');
+    expect(await ctx.redis.type(keys.forgotten)).toBe('hash');
+  });
+});
