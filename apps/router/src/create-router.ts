@@ -1,11 +1,13 @@
 import { request as undiciRequest } from 'undici';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import { createRedis, RedisRoutingState } from '@kvroute/redis-store';
 import { createPolicy, InMemoryRoutingState, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
 import { buildRouterApp } from './app';
 import { BackendRegistry, type Backend } from './backends/backend-registry';
 import type { RouterConfig } from './config';
 import { UpstreamPools } from './proxy/upstream-pool';
 import { RouterMetrics } from './router-metrics';
+import { FailoverRoutingState } from './routing/failover-routing-state';
 import { policyParamsFromConfig } from './routing/policy-params';
 
 export interface RouterServer {
@@ -40,11 +42,39 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     fetchModels: (backend) => fetchModels(backend, config.connectTimeoutMs),
     onRefreshError: (backend, error) => logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models'),
   });
-  const state = deps.state ?? new InMemoryRoutingState({ maxBlocksPerBackend: config.maxBlocksPerBackend, blockIdleTtlMs: config.blockIdleTtlMs, nowMs });
+  const localState = new InMemoryRoutingState({ maxBlocksPerBackend: config.maxBlocksPerBackend, blockIdleTtlMs: config.blockIdleTtlMs, nowMs });
+  // With a Redis URL, replicas share state; Redis trouble degrades to the local state, never to errors.
+  const redis = config.redisUrl === undefined ? null : createRedis(config.redisUrl, 'request-path', { commandTimeoutMs: config.redisTimeoutMs });
+  redis?.on('error', () => undefined); // connection errors surface as failed calls, handled by the failover
+  const failover =
+    redis === null
+      ? null
+      : new FailoverRoutingState(
+          new RedisRoutingState({
+            redis,
+            maxBlocksPerPool: config.maxBlocksPerPool,
+            blockIdleTtlMs: config.blockIdleTtlMs,
+            leaseTtlMs: config.leaseTtlMs,
+            nowMs: () => Date.now(),
+          }),
+          localState,
+          {
+            timeoutMs: config.redisTimeoutMs,
+            retryAfterMs: config.redisRetryAfterMs,
+            maxRetryAfterMs: 10_000,
+            nowMs: () => Date.now(),
+            onDegradedChange: (degraded, error) => {
+              metrics.recordDegradedChange(degraded);
+              if (degraded) logger?.warn({ err: error }, 'shared routing state unavailable: routing on local state (degraded)');
+              else logger?.info('shared routing state is back: routing on shared state');
+            },
+          },
+        );
+  const state: RoutingStateStore = deps.state ?? failover ?? localState;
   const metrics = new RouterMetrics({
     inflight: () => state.inflightCounts(),
     breakerStates: () => new Map(registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),
-    degraded: () => 0,
+    degraded: () => (failover?.degraded ? 1 : 0),
   });
   const params = policyParamsFromConfig(config);
   const policies = new Map<string, RoutingPolicy>();
@@ -65,7 +95,8 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const app = await buildRouterApp({
     registry,
     upstreams,
-    routing: { state, nowMs, random },
+    // Streams outlive a lease TTL: renew at a third of it, so one lost renewal never expires a live lease.
+    routing: { state, nowMs, random, leaseRenewIntervalMs: Math.floor(config.leaseTtlMs / 3) },
     metrics,
     policyFor,
     blockSizeBytes: config.blockSizeBytes,
@@ -92,6 +123,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       registry.stop();
       await app.close();
       await upstreams.close();
+      redis?.disconnect();
     },
   };
 }

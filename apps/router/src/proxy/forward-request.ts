@@ -73,6 +73,7 @@ export async function forwardRequest(deps: ForwardDeps, input: ForwardInput, res
       input.policy.usesPrefixMatch ? input.routingRequest.blockHashes : [],
       estimatePrefillTokens(input.routingRequest, chosen?.matchBlocks ?? 0),
     );
+    lease.startRenewing(deps.routing.leaseRenewIntervalMs);
     const totalBlocks = input.routingRequest.blockHashes.length;
     deps.metrics.recordDecision(input.policy.name, (performance.now() - decidedAt) / 1000, totalBlocks === 0 ? 0 : (chosen?.matchBlocks ?? 0) / totalBlocks);
     // Built only when debug is on: this runs for every request.

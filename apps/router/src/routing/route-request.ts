@@ -6,6 +6,8 @@ export interface RouteContext {
   readonly state: RoutingStateStore;
   readonly nowMs: () => number;
   readonly random: () => number;
+  /** How often a lease held by a running request is renewed (shared state expires unrenewed leases). */
+  readonly leaseRenewIntervalMs: number;
 }
 
 export interface RouteChoice {
@@ -47,6 +49,7 @@ export async function chooseBackend(
 export class Lease {
   private released = false;
   private prefillFinished = false;
+  private renewTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly state: RoutingStateStore,
@@ -55,6 +58,15 @@ export class Lease {
     readonly leaseId: string,
     private readonly onReleaseError: (error: unknown) => void,
   ) {}
+
+  /** Keeps the lease alive while the request runs (every `intervalMs`, until release). */
+  startRenewing(intervalMs: number): void {
+    if (this.released || this.renewTimer || intervalMs <= 0) return;
+    this.renewTimer = setInterval(() => {
+      this.state.renew(this.pool, this.backendId, this.leaseId).catch(this.onReleaseError);
+    }, intervalMs);
+    this.renewTimer.unref();
+  }
 
   get isReleased(): boolean {
     return this.released;
@@ -70,6 +82,7 @@ export class Lease {
   release(): void {
     if (this.released) return;
     this.released = true;
+    if (this.renewTimer) clearInterval(this.renewTimer);
     this.state.release(this.pool, this.backendId, this.leaseId).catch(this.onReleaseError);
   }
 }

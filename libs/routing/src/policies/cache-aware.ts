@@ -213,10 +213,12 @@ export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): 
       const keptByValve = indicesWhere(candidates.length, (index) => excluded[index] !== 'saturated');
       const cheapestUnguarded = indexOfCheapest(keptByValve, costs.totalMs, candidates, request.headHash);
       const chosenCandidate = candidates[chosen];
-      const deepestMatch = Math.max(...eligible.map((index) => candidates[index]?.matchBlocks ?? 0));
+      // The warmest backend the valve kept: if the request does not go there, say why it left.
+      const deepestMatch = Math.max(...keptByValve.map((index) => candidates[index]?.matchBlocks ?? 0));
+      const deepestGuarded = keptByValve.some((index) => candidates[index]?.matchBlocks === deepestMatch && excluded[index] === 'load-spread');
       let reason: DecisionReason = 'least-loaded';
-      if (excluded[cheapestUnguarded] === 'load-spread') reason = 'load-guard';
-      else if (chosenCandidate !== undefined && chosenCandidate.matchBlocks < deepestMatch) reason = 'spilled-from-saturated';
+      if (chosenCandidate !== undefined && chosenCandidate.matchBlocks < deepestMatch) reason = deepestGuarded ? 'load-guard' : 'spilled-from-saturated';
+      else if (excluded[cheapestUnguarded] === 'load-spread') reason = 'load-guard';
       else if (chosenCandidate !== undefined && isWarm(chosenCandidate)) reason = 'prefix-affinity';
       return routed(chosen, reason, explain());
     },
