@@ -1,6 +1,6 @@
 import { request as undiciRequest } from 'undici';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
-import { createRedis, RedisRoutingState } from '@kvroute/redis-store';
+import { createRedis, RedisRoutingState, waitUntilReady } from '@kvroute/redis-store';
 import { createPolicy, InMemoryRoutingState, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
 import { buildRouterApp } from './app';
 import { BackendRegistry, type Backend } from './backends/backend-registry';
@@ -115,6 +115,8 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     state,
     metrics,
     async listen() {
+      // Start on shared state when Redis is there; if it is not, start degraded rather than not at all.
+      if (redis) await waitUntilReady(redis, 2_000).catch((error: unknown) => logger?.warn({ err: error }, 'Redis not reachable at start: routing on local state until it is'));
       await registry.start(config.modelsRefreshMs);
       return app.listen({ host: config.host, port: config.port });
     },
