@@ -29,6 +29,7 @@ export class RouterMetrics {
   private readonly streamErrors: Counter<'backend'>;
   private readonly clientAborts: Counter<'backend'>;
   private readonly degradedTransitions: Counter<'to'>;
+  private readonly reserveConflicts: Counter<'backend'>;
 
   constructor(sources: RouterMetricsSources) {
     const registers = [this.registry];
@@ -109,6 +110,12 @@ export class RouterMetrics {
         this.set(sources.degraded());
       },
     });
+    this.reserveConflicts = new Counter({
+      name: 'kvroute_router_reserve_conflicts_total',
+      help: 'Reservations refused because the backend reached the in-flight cap the policy relied on (another replica got there first); the request was decided again.',
+      labelNames: ['backend'],
+      registers,
+    });
     this.degradedTransitions = new Counter({
       name: 'kvroute_router_state_degraded_transitions_total',
       help: 'Switches into (to="degraded") and out of (to="shared") degraded mode.',
@@ -166,6 +173,10 @@ export class RouterMetrics {
 
   recordStreamError(backend: string): void {
     this.streamErrors.inc({ backend });
+  }
+
+  recordReserveConflict(backend: string): void {
+    this.reserveConflicts.inc({ backend });
   }
 
   recordDegradedChange(degraded: boolean): void {

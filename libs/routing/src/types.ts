@@ -97,6 +97,13 @@ export type RoutingDecision =
       readonly backendId: BackendId;
       readonly reason: DecisionReason;
       readonly scores: readonly CandidateScore[];
+      /**
+       * The in-flight count the policy relied on staying below when it chose (its saturation valve).
+       * The state store enforces it atomically when it takes the lease, so a burst routed by many
+       * replicas at once cannot overfill a backend; on a conflict the caller decides again.
+       * Absent when the choice does not depend on a cap (e.g. "everyone is saturated, least-loaded").
+       */
+      readonly inflightCap?: number;
     }
   | { readonly kind: 'rejected'; readonly reason: 'no-eligible-backend' };
 

@@ -19,6 +19,9 @@ export interface ForwardDeps {
   readonly retryBackoffMs: number;
 }
 
+/** Re-decisions allowed after losing a reservation race, per request. */
+const MAX_RESERVE_CONFLICTS = 8;
+
 export interface ForwardInput {
   /** Pool key: the requested model. */
   readonly pool: string;
@@ -53,6 +56,7 @@ export async function forwardRequest(deps: ForwardDeps, input: ForwardInput, res
   upstreamHeaders['x-request-id'] = input.requestId;
   let lastFailure: RouterError | null = null;
 
+  let conflicts = 0;
   for (let attempt = 1; attempt <= deps.maxAttempts; attempt++) {
     if (response.destroyed) return;
     const eligible = input.backends.filter((backend) => !excluded.has(backend.id) && backend.breaker.isAvailable());
@@ -61,18 +65,26 @@ export async function forwardRequest(deps: ForwardDeps, input: ForwardInput, res
     const { decision } = await chooseBackend(deps.routing, input.pool, input.routingRequest, eligible, input.policy);
     if (decision.kind === 'rejected') break;
     const backend = eligible.find((candidate) => candidate.id === decision.backendId) as Backend;
-    const lease = new Lease(deps.routing.state, input.pool, backend.id, `${input.requestId}#${attempt}`, (error) =>
+    const lease = new Lease(deps.routing.state, input.pool, backend.id, `${input.requestId}#${attempt}.${conflicts}`, (error) =>
       deps.logger.warn({ err: error, backend: backend.id }, 'lease release failed'),
     );
     const chosen = decision.scores.find((score) => score.backendId === backend.id);
     // Ownership is recorded only for policies that read it: nobody else looks at the prefix index.
-    await deps.routing.state.reserve(
+    const reserved = await deps.routing.state.reserve(
       input.pool,
       backend.id,
       lease.leaseId,
       input.policy.usesPrefixMatch ? input.routingRequest.blockHashes : [],
       estimatePrefillTokens(input.routingRequest, chosen?.matchBlocks ?? 0),
+      decision.inflightCap,
     );
+    if (!reserved) {
+      // Another replica filled the backend between our read and our reservation: decide again on
+      // fresh figures (the policy now sees it saturated). Bounded; not a failure of the backend.
+      deps.metrics.recordReserveConflict(backend.id);
+      if (++conflicts <= MAX_RESERVE_CONFLICTS) attempt--;
+      continue;
+    }
     lease.startRenewing(deps.routing.leaseRenewIntervalMs);
     const totalBlocks = input.routingRequest.blockHashes.length;
     deps.metrics.recordDecision(input.policy.name, (performance.now() - decidedAt) / 1000, totalBlocks === 0 ? 0 : (chosen?.matchBlocks ?? 0) / totalBlocks);

@@ -187,7 +187,9 @@ export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): 
       const routed = (index: number, reason: DecisionReason, scores: readonly CandidateScore[]): RoutingDecision => {
         const chosen = candidates[index];
         if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
-        return { kind: 'routed', backendId: chosen.backend.id, reason, scores };
+        // Choices made among valve-kept candidates promise to stay below the valve; see types.ts.
+        const capped = p.saturationInflight > 0 && eligible.includes(index);
+        return { kind: 'routed', backendId: chosen.backend.id, reason, scores, ...(capped ? { inflightCap: p.saturationInflight } : {}) };
       };
 
       // 3. Every candidate saturated: still serve, on the least-loaded one.

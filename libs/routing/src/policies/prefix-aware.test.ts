@@ -59,3 +59,15 @@ describe('prefixaware (seed llm-router rules)', () => {
     expect(() => createPrefixAwarePolicy({ saturationInflight: 2.5 })).toThrow(/saturationInflight/);
   });
 });
+
+describe('prefixaware inflight cap', () => {
+  it('promises the valve for warm choices only, so the store can hold it across replicas', () => {
+    const policy = createPrefixAwarePolicy({ saturationInflight: 4 });
+    const request = aRequest({ blocks: 10 });
+    const warm = policy.choose(request, [aCandidate('a', { matchBlocks: 10, inflight: 1 }), aCandidate('b')], aContext());
+    expect(warm.kind === 'routed' && warm.reason === 'longest-prefix' && warm.inflightCap).toBe(4);
+    const cold = policy.choose(aRequest({ blocks: 10 }), [aCandidate('a'), aCandidate('b')], aContext());
+    expect(cold.kind === 'routed' && cold.reason).toBe('fallback-leastloaded');
+    expect(cold.kind === 'routed' && cold.inflightCap).toBeUndefined();
+  });
+});

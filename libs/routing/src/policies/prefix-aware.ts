@@ -57,7 +57,9 @@ export function createPrefixAwarePolicy(params: Partial<PrefixAwareParams> = {})
   const valveOn = saturationInflight > 0;
 
   function routed(chosen: Candidate, reason: 'longest-prefix' | 'fallback-leastloaded' | 'spilled-from-saturated' | 'spilled-fallback-leastloaded', scores: readonly CandidateScore[]): RoutingDecision {
-    return { kind: 'routed', backendId: chosen.backend.id, reason, scores };
+    // The valve's promise ("below saturationInflight") holds for the warm choices; the fallbacks make none.
+    const capped = valveOn && (reason === 'longest-prefix' || reason === 'spilled-from-saturated');
+    return { kind: 'routed', backendId: chosen.backend.id, reason, scores, ...(capped ? { inflightCap: saturationInflight } : {}) };
   }
 
   return {
