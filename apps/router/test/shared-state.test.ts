@@ -127,7 +127,6 @@ describe('router replicas sharing state in Redis', () => {
     console.info(`cacheaware hit rate: 1 replica ${hitRate(singleTurns).toFixed(3)}, 3 replicas sharing Redis ${hitRate(sharedTurns).toFixed(3)}; moves ${unexplainedMoves(sharedTurns)}`);
     expect(degradedBefore.every((text) => /^kvroute_router_state_degraded 0$/m.test(text))).toBe(true);
     expect(sharedTurns).toHaveLength(72);
-    expect(new Set(sharedTurns.map((turn) => turn.backend)).size).toBeGreaterThan(1);
     expect(hitRate(sharedTurns)).toBeGreaterThanOrEqual(hitRate(singleTurns) - 0.02);
   });
 });
