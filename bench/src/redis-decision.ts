@@ -67,7 +67,8 @@ const SYSTEM_TOKENS = 256;
 const TURN_TOKENS = 200;
 const POOL = 'bench-model';
 /** The router's defaults (apps/router/src/config.ts). */
-const STATE_DEFAULTS = { maxBlocksPerPool: 1_000_000, blockIdleTtlMs: 1_800_000, leaseTtlMs: 15_000, refreshGranularityMs: 1000 } as const;
+/** The router's defaults (apps/router/src/config.ts). */
+const STATE_DEFAULTS = { maxBlocksPerPool: 1_000_000, blockIdleTtlMs: 1_800_000, leaseTtlMs: 15_000, refreshGranularityMs: 60_000 } as const;
 /** Memory pass: backends and chain length (128 blocks = an 8k-token prompt). */
 const MEMORY_BACKENDS = 16;
 const MEMORY_CHAIN = 128;

@@ -26,6 +26,7 @@ export const RouterConfig = z.object({
   blockSizeBytes: z.coerce.number().int().min(8).max(4096).default(256).describe('prefix block size of the routing text, bytes'),
   maxBlocksPerBackend: z.coerce.number().int().positive().default(262_144).describe('prefix blocks remembered per backend (LRU beyond)'),
   blockIdleTtlMs: z.coerce.number().int().min(0).default(1_800_000).describe('forget a prefix block not used for this long (0 = never)'),
+  blockRefreshMs: z.coerce.number().int().min(0).default(60_000).describe('a block recorded again sooner than this is not rewritten: LRU order is accurate to this, and a follow-up turn costs no Redis writes for its old blocks'),
   minMatchBlocks: z.coerce.number().int().min(0).optional().describe('blocks a backend must hold to count as warm (prefixaware default 2, cacheaware default 1)'),
   saturationInflight: z.coerce.number().int().min(0).optional().describe('in-flight at which a backend is skipped (prefixaware valve, default 8; cacheaware default 0 = off)'),
   loadFactor: z.coerce.number().min(1).default(1.25).describe('bounded-load factor of session, chwbl and cold placement'),

@@ -42,7 +42,12 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     fetchModels: (backend) => fetchModels(backend, config.connectTimeoutMs),
     onRefreshError: (backend, error) => logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models'),
   });
-  const localState = new InMemoryRoutingState({ maxBlocksPerBackend: config.maxBlocksPerBackend, blockIdleTtlMs: config.blockIdleTtlMs, nowMs });
+  const localState = new InMemoryRoutingState({
+    maxBlocksPerBackend: config.maxBlocksPerBackend,
+    blockIdleTtlMs: config.blockIdleTtlMs,
+    refreshGranularityMs: config.blockRefreshMs,
+    nowMs,
+  });
   // With a Redis URL, replicas share state; Redis trouble degrades to the local state, never to errors.
   const redis = config.redisUrl === undefined ? null : createRedis(config.redisUrl, 'request-path', { commandTimeoutMs: config.redisTimeoutMs });
   redis?.on('error', () => undefined); // connection errors surface as failed calls, handled by the failover
@@ -55,6 +60,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
             maxBlocksPerPool: config.maxBlocksPerPool,
             blockIdleTtlMs: config.blockIdleTtlMs,
             leaseTtlMs: config.leaseTtlMs,
+            refreshGranularityMs: Math.min(config.blockRefreshMs, Math.max(0, config.blockIdleTtlMs - 1)),
             nowMs: () => Date.now(),
           }),
           localState,
