@@ -4,16 +4,15 @@ import { startRedis, type TestRedis } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
+import { hitRate, runConversations, unexplainedMoves } from './conversation-workload';
 
 /**
  * Replicas that share state in Redis route as one: 3 router replicas (in this process) over the same
  * 4 backends, a client that sends each request to the next replica in turn, 12 concurrent 6-turn
- * conversations with a shared system prompt. With Redis every turn stays on its conversation's first
+ * conversations with a shared system prompt (conversation-workload.ts). With Redis every turn stays on its conversation's first
  * backend whichever replica routes it, and the cache hit rate matches a single replica's; with
  * per-replica state it falls.
  */
-const SYSTEM = `You are the assistant of a routing team. ${'Cite the runbook section you used. '.repeat(60)}`;
-
 interface Cluster {
   sims: Array<{ url: string; sim: SimServer }>;
   routers: RouterServer[];
@@ -48,72 +47,6 @@ async function stopCluster(cluster: Cluster): Promise<void> {
   }
   for (const router of cluster.routers) await router.close();
   await Promise.all(cluster.sims.map((sim) => sim.sim.close()));
-}
-
-interface Turn {
-  conversation: number;
-  backend: string;
-  reason: string;
-  prompt: number;
-  cached: number;
-}
-
-async function runConversations(urls: readonly string[], sharedSystemPrompt = true): Promise<Turn[]> {
-  const turns: Turn[] = [];
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: 12 }, async (_, conversation) => {
-      await new Promise((resolve) => setTimeout(resolve, conversation * 15));
-      const messages: Array<{ role: string; content: string }> = [
-        { role: 'system', content: sharedSystemPrompt ? SYSTEM : `Conversation ${conversation}. ${SYSTEM}` },
-        { role: 'user', content: `Conversation ${conversation} context: ${`item ${conversation} detail; `.repeat(150)}` },
-      ];
-      for (let turn = 0; turn < 6; turn++) {
-        const url = urls[next++ % urls.length] as string;
-        const response = await fetch(`${url}/v1/chat/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: 'test-model', messages, max_tokens: 8 }),
-        });
-        const body = (await response.json()) as { choices: Array<{ message: { content: string } }>; usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens: number } | null } };
-        turns.push({
-          conversation,
-          backend: response.headers.get('x-router-backend') ?? '',
-          reason: response.headers.get('x-router-reason') ?? '',
-          prompt: body.usage.prompt_tokens,
-          cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0,
-        });
-        messages.push({ role: 'assistant', content: body.choices[0]?.message.content ?? '' }, { role: 'user', content: `Follow-up ${turn}: and item ${turn * 3}?` });
-      }
-    }),
-  );
-  return turns;
-}
-
-function hitRate(turns: readonly Turn[]): number {
-  return turns.reduce((sum, turn) => sum + turn.cached, 0) / turns.reduce((sum, turn) => sum + turn.prompt, 0);
-}
-
-/**
- * Turns that changed backend without a spill and lost cache by it. A turn may go back to an earlier
- * backend that holds the same number of 256-byte routing blocks (a turn adds less than a block): that
- * backend still serves all but the last few tokens from cache, so it is not a move. A real move shows
- * as cached tokens falling short of the previous turn's prompt by more than a block (~64 tokens).
- */
-function unexplainedMoves(turns: readonly Turn[]): number {
-  let moves = 0;
-  for (let conversation = 0; conversation < 12; conversation++) {
-    let previous: Turn | undefined;
-    for (const turn of turns.filter((candidate) => candidate.conversation === conversation)) {
-      const moved = previous !== undefined && turn.backend !== previous.backend && !turn.reason.startsWith('spilled');
-      if (moved && previous !== undefined && turn.cached < previous.prompt - 64) {
-        if (process.env.DEBUG_MOVES) console.info('move', conversation, JSON.stringify(turns.filter((candidate) => candidate.conversation === conversation)));
-        moves++;
-      }
-      previous = turn;
-    }
-  }
-  return moves;
 }
 
 describe('router replicas sharing state in Redis', () => {
