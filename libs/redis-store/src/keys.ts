@@ -5,8 +5,8 @@ import type { BackendId, BlockHash } from '@kvroute/routing';
  * Every Redis key this package uses is built here (bullmq's queue-keys style). The Lua scripts get the
  * fixed keys of a call through KEYS and build the per-block and per-backend keys themselves from the
  * pool's key prefix (ARGV) with the suffixes below: a request's block keys, and the blocks an LRU trim
- * pops, are only known inside the script. `test/integration/key-schema.int.test.ts` checks that the
- * scripts create exactly the keys this module names.
+ * pops, are only known inside the script. The "key schema" test in `test/integration/scripts.int.test.ts`
+ * checks that the scripts create exactly the keys this module names.
  *
  * Layout: `<namespace>:{<tag>}:<suffix>`, namespace `kvr:v1` by default. Every key of one pool (one
  * model) carries the same hash tag, so on Redis Cluster a pool lives in one slot and each script runs
@@ -22,6 +22,9 @@ export const KEY_SUFFIX = {
   lru: 'lru',
   leases: 'leases:',
   prefill: 'prefill:',
+  leaseDeadlines: 'lease-deadlines',
+  inflight: 'inflight',
+  pending: 'pending',
   forgotten: 'forgotten',
 } as const;
 
@@ -45,6 +48,15 @@ export interface PoolKeys {
   readonly lru: string;
   /** HASH backend id → ms it was forgotten; ownership recorded at or before that time no longer counts. */
   readonly forgotten: string;
+  /**
+   * ZSET of every lease of the pool → deadline (ms), the pool-wide expiry index the scripts purge from;
+   * member `<byte length of backend id>:<backend id><lease id>` (built in Lua, unambiguous for any ids).
+   */
+  readonly leaseDeadlines: string;
+  /** HASH backend id → leases in flight in this pool (expired ones until purged); no field = 0. */
+  readonly inflight: string;
+  /** HASH backend id → prefill tokens pending over those leases; no field = 0. */
+  readonly pending: string;
   /** HASH backend id → last touch (ms) of one prefix block; PEXPIRE = block idle TTL. */
   block(blockHash: BlockHash): string;
   /** ZSET lease id → deadline (ms) of one backend's leases in this pool. */
@@ -59,6 +71,9 @@ export function poolKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE
     prefix,
     lru: prefix + KEY_SUFFIX.lru,
     forgotten: prefix + KEY_SUFFIX.forgotten,
+    leaseDeadlines: prefix + KEY_SUFFIX.leaseDeadlines,
+    inflight: prefix + KEY_SUFFIX.inflight,
+    pending: prefix + KEY_SUFFIX.pending,
     block: (blockHash) => prefix + KEY_SUFFIX.block + blockHashArg(blockHash),
     leases: (backendId) => prefix + KEY_SUFFIX.leases + backendId,
     prefill: (backendId) => prefix + KEY_SUFFIX.prefill + backendId,

@@ -63,7 +63,7 @@ export class RedisRoutingState implements RoutingStateStore {
     const reply = await runScript(
       this.redis,
       SCRIPTS.snapshot,
-      [keys.forgotten],
+      [keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending],
       [this.options.nowMs(), keys.prefix, this.options.blockIdleTtlMs, backends.length, ...backends, ...blockHashes.map(blockHashArg)],
     );
     const values = integerArrayReply(SCRIPTS.snapshot, reply, 3 * backends.length);
@@ -91,7 +91,7 @@ export class RedisRoutingState implements RoutingStateStore {
     const reply = await runScript(
       this.redis,
       SCRIPTS.reserve,
-      [keys.leases(backendId), keys.prefill(backendId), keys.lru, keys.forgotten],
+      [keys.leases(backendId), keys.prefill(backendId), keys.lru, keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending],
       [
         this.options.nowMs(),
         leaseId,
@@ -113,18 +113,29 @@ export class RedisRoutingState implements RoutingStateStore {
 
   async renew(pool: string, backendId: BackendId, leaseId: string): Promise<boolean> {
     const keys = this.keys(pool);
-    const reply = await runScript(this.redis, SCRIPTS.renew, [keys.leases(backendId), keys.prefill(backendId)], [this.options.nowMs(), leaseId, this.options.leaseTtlMs]);
+    const reply = await runScript(
+      this.redis,
+      SCRIPTS.renew,
+      [keys.leases(backendId), keys.prefill(backendId), keys.leaseDeadlines, keys.inflight, keys.pending],
+      [this.options.nowMs(), leaseId, this.options.leaseTtlMs, keys.prefix, backendId],
+    );
     return integerReply(SCRIPTS.renew, reply) === 1;
   }
 
   async prefillDone(pool: string, backendId: BackendId, leaseId: string): Promise<void> {
-    const reply = await runScript(this.redis, SCRIPTS.prefillDone, [this.keys(pool).prefill(backendId)], [leaseId]);
+    const keys = this.keys(pool);
+    const reply = await runScript(this.redis, SCRIPTS.prefillDone, [keys.prefill(backendId), keys.pending], [leaseId, backendId]);
     integerReply(SCRIPTS.prefillDone, reply);
   }
 
   async release(pool: string, backendId: BackendId, leaseId: string): Promise<void> {
     const keys = this.keys(pool);
-    const reply = await runScript(this.redis, SCRIPTS.release, [keys.leases(backendId), keys.prefill(backendId)], [leaseId]);
+    const reply = await runScript(
+      this.redis,
+      SCRIPTS.release,
+      [keys.leases(backendId), keys.prefill(backendId), keys.leaseDeadlines, keys.inflight, keys.pending],
+      [leaseId, backendId],
+    );
     const [, count] = integerArrayReply(SCRIPTS.release, reply, 2) as [number, number];
     this.sawInflight(pool, backendId, count);
   }

@@ -18,4 +18,15 @@ describe('embedded Lua', () => {
       expect(declared.size, script.name).toBe(script.numberOfKeys);
     }
   });
+
+  it('copies the lease accounting helpers into every script that uses them unchanged', () => {
+    const block = (lua: string, from: string, to: string): string => lua.slice(lua.indexOf(from), lua.indexOf(to));
+    const helpers = (lua: string): string => block(lua, '-- Lease accounting,', '\nlocal now');
+    const reference = helpers(SCRIPTS.snapshot.lua);
+    expect(reference).toContain('local function purgeExpiredLeases(');
+    expect(helpers(SCRIPTS.reserve.lua)).toBe(reference);
+    expect(helpers(SCRIPTS.renew.lua)).toBe(reference);
+    const counting = (lua: string): string => block(lua, '-- Lease accounting,', '\nlocal leaseId').trim();
+    expect(counting(SCRIPTS.release.lua)).toBe(block(reference, '', '-- Purges every expired').trim());
+  });
 });

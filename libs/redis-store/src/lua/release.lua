@@ -1,15 +1,42 @@
 --[[
-  release: removes one lease of a backend. Idempotent: releasing twice, or a lease never taken (or
-  already expired and purged), changes nothing.
+  release: removes one lease of a backend and uncounts it. Idempotent: releasing twice, or a lease
+  never taken (or already expired and purged), changes nothing.
 
   KEYS[1]  <ns>:{<tag>}:leases:<backend>   ZSET lease id -> deadline ms
   KEYS[2]  <ns>:{<tag>}:prefill:<backend>  HASH lease id -> pending prefill tokens
+  KEYS[3]  <ns>:{<tag>}:lease-deadlines    ZSET lease member -> deadline ms, every lease of the pool
+  KEYS[4]  <ns>:{<tag>}:inflight           HASH backend id -> leases in flight
+  KEYS[5]  <ns>:{<tag>}:pending            HASH backend id -> pending prefill tokens
   ARGV[1]  lease id
+  ARGV[2]  backend id
 
   Returns {removed, inflight}: removed = 1 if the lease was there, else 0; inflight = the backend's
   leases in this pool afterwards (expired ones not yet purged included).
 ]]
 
-local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-return { removed, redis.call('ZCARD', KEYS[1]) }
+-- Lease accounting, the same in snapshot.lua, reserve.lua and renew.lua (release.lua has the first two
+-- functions). The deadline index holds every lease of the pool once, as the member
+-- <byte length of backend id>..':'..<backend id>..<lease id>; a lease counts in the inflight and
+-- pending hashes exactly while its member is in the index.
+local function leaseMember(backend, leaseId)
+  return #backend .. ':' .. backend .. leaseId
+end
+
+-- Takes one lease off the backend's counters (its field goes when its last lease does).
+local function uncount(inflightKey, pendingKey, backend, tokens)
+  if redis.call('HINCRBY', inflightKey, backend, -1) <= 0 then
+    redis.call('HDEL', inflightKey, backend)
+    redis.call('HDEL', pendingKey, backend)
+  elseif tokens ~= 0 then
+    redis.call('HINCRBY', pendingKey, backend, -tokens)
+  end
+end
+
+local leaseId = ARGV[1]
+local backend = ARGV[2]
+local tokens = tonumber(redis.call('HGET', KEYS[2], leaseId)) or 0
+redis.call('ZREM', KEYS[1], leaseId)
+redis.call('HDEL', KEYS[2], leaseId)
+local removed = redis.call('ZREM', KEYS[3], leaseMember(backend, leaseId))
+if removed == 1 then uncount(KEYS[4], KEYS[5], backend, tokens) end
+return { removed, tonumber(redis.call('HGET', KEYS[4], backend)) or 0 }

@@ -3,10 +3,13 @@
   holds the request's prefix blocks. Atomic, so a limit on in-flight leases holds across router
   replicas under a burst: the check and the take are one step.
 
-  1. Purges the backend's expired leases (deadline <= now).
-  2. If max in-flight > 0 and the backend already has that many leases: returns {0, in-flight} and
-     changes nothing (a conflict: the caller decided on a stale snapshot and decides again).
-  3. Adds the lease (deadline = now + lease TTL) with its pending prefill tokens. The lease keys expire
+  1. Purges the pool's expired leases (deadline <= now; usually one empty range read).
+  2. If max in-flight > 0 and the backend already has that many leases (its inflight field): returns
+     {0, in-flight} and changes nothing (a conflict: the caller decided on a stale snapshot and
+     decides again).
+  3. Adds the lease (deadline = now + lease TTL) with its pending prefill tokens to the backend's lease
+     keys and the pool's deadline index, and counts it in the inflight/pending hashes (a lease id
+     already live is given the new deadline and tokens and still counts once). The lease keys expire
      when their last lease would (PEXPIRE, only ever lengthened), so a vanished backend leaves nothing.
   4. Records ownership deepest block first: HSET block backend now, PEXPIRE block idle TTL, ZADD lru.
      A block this backend touched within the refresh granularity is skipped (a repeated turn costs one
@@ -20,6 +23,9 @@
   KEYS[2]  <ns>:{<tag>}:prefill:<backend>  HASH lease id -> pending prefill tokens
   KEYS[3]  <ns>:{<tag>}:lru                ZSET block hash -> last touch ms (+ tie-break < 1 ms)
   KEYS[4]  <ns>:{<tag>}:forgotten          HASH backend id -> ms it was forgotten
+  KEYS[5]  <ns>:{<tag>}:lease-deadlines    ZSET lease member -> deadline ms, every lease of the pool
+  KEYS[6]  <ns>:{<tag>}:inflight           HASH backend id -> leases in flight
+  KEYS[7]  <ns>:{<tag>}:pending            HASH backend id -> pending prefill tokens
   ARGV[1]  now, ms since the Unix epoch
   ARGV[2]  lease id
   ARGV[3]  lease TTL, ms (> 0)
@@ -28,13 +34,53 @@
   ARGV[6]  block idle TTL, ms (0 = blocks never go idle)
   ARGV[7]  refresh granularity, ms
   ARGV[8]  max blocks per pool (the LRU cap, > 0)
-  ARGV[9]  pool key prefix '<ns>:{<tag>}:' (block keys = prefix..'blk:'..hash)
+  ARGV[9]  pool key prefix '<ns>:{<tag>}:' (block keys = prefix..'blk:'..hash, lease keys of purged
+           leases = prefix..'leases:'..backend and prefix..'prefill:'..backend)
   ARGV[10] backend id
   ARGV[11 .. #ARGV] block hashes, shallowest first, as decimal integers (may be none)
 
   Returns {taken, inflight}: taken = 1 if the lease was taken, 0 on conflict; inflight = the backend's
   leases in this pool afterwards.
 ]]
+
+-- Lease accounting, the same in snapshot.lua, reserve.lua and renew.lua (release.lua has the first two
+-- functions). The deadline index holds every lease of the pool once, as the member
+-- <byte length of backend id>..':'..<backend id>..<lease id>; a lease counts in the inflight and
+-- pending hashes exactly while its member is in the index.
+local function leaseMember(backend, leaseId)
+  return #backend .. ':' .. backend .. leaseId
+end
+
+-- Takes one lease off the backend's counters (its field goes when its last lease does).
+local function uncount(inflightKey, pendingKey, backend, tokens)
+  if redis.call('HINCRBY', inflightKey, backend, -1) <= 0 then
+    redis.call('HDEL', inflightKey, backend)
+    redis.call('HDEL', pendingKey, backend)
+  elseif tokens ~= 0 then
+    redis.call('HINCRBY', pendingKey, backend, -tokens)
+  end
+end
+
+-- Purges every expired lease of the pool (deadline <= now), 100 per ZRANGEBYSCORE: usually one empty
+-- range read. Atomic with the rest of the script, so a lease is uncounted once however many race.
+local function purgeExpiredLeases(prefix, deadlinesKey, inflightKey, pendingKey, now)
+  repeat
+    local expired = redis.call('ZRANGEBYSCORE', deadlinesKey, '-inf', now, 'LIMIT', 0, 100)
+    for k = 1, #expired do
+      local member = expired[k]
+      local colon = string.find(member, ':', 1, true)
+      local length = tonumber(string.sub(member, 1, colon - 1))
+      local backend = string.sub(member, colon + 1, colon + length)
+      local leaseId = string.sub(member, colon + length + 1)
+      local prefillKey = prefix .. 'prefill:' .. backend
+      local tokens = tonumber(redis.call('HGET', prefillKey, leaseId)) or 0
+      redis.call('ZREM', prefix .. 'leases:' .. backend, leaseId)
+      redis.call('HDEL', prefillKey, leaseId)
+      uncount(inflightKey, pendingKey, backend, tokens)
+    end
+    if #expired > 0 then redis.call('ZREM', deadlinesKey, unpack(expired)) end
+  until #expired < 100
+end
 
 local now = tonumber(ARGV[1])
 local leaseId = ARGV[2]
@@ -53,25 +99,28 @@ local function extendTtl(key, ttl)
 end
 
 -- 1. Purge expired leases.
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
-for from = 1, #expired, 1000 do
-  local to = math.min(from + 999, #expired)
-  redis.call('ZREM', KEYS[1], unpack(expired, from, to))
-  redis.call('HDEL', KEYS[2], unpack(expired, from, to))
-end
+purgeExpiredLeases(prefix, KEYS[5], KEYS[6], KEYS[7], now)
 
 -- 2. Conflict check.
-local inflight = redis.call('ZCARD', KEYS[1])
+local inflight = tonumber(redis.call('HGET', KEYS[6], backend)) or 0
 if maxInflight > 0 and inflight >= maxInflight then
   return { 0, inflight }
 end
 
 -- 3. Take the lease.
-redis.call('ZADD', KEYS[1], now + leaseTtl, leaseId)
+local deadline = now + leaseTtl
+local previousTokens = tonumber(redis.call('HGET', KEYS[2], leaseId)) or 0
+redis.call('ZADD', KEYS[1], deadline, leaseId)
 redis.call('HSET', KEYS[2], leaseId, prefillTokens)
-extendTtl(KEYS[1], leaseTtl)
-extendTtl(KEYS[2], leaseTtl)
-inflight = redis.call('ZCARD', KEYS[1])
+if redis.call('ZADD', KEYS[5], deadline, leaseMember(backend, leaseId)) == 1 then
+  inflight = redis.call('HINCRBY', KEYS[6], backend, 1)
+  redis.call('HINCRBY', KEYS[7], backend, prefillTokens)
+else
+  redis.call('HINCRBY', KEYS[7], backend, prefillTokens - previousTokens)
+end
+for _, key in ipairs({ KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7] }) do
+  extendTtl(key, leaseTtl)
+end
 
 -- 4. Record ownership, deepest block first.
 local forgot = tonumber(redis.call('HGET', KEYS[4], backend)) or -1

@@ -1,7 +1,8 @@
 --[[
-  snapshot: what the router needs to decide one request of one pool, in one round trip. For each
-  candidate backend: purges its expired leases, counts the rest and sums their pending prefill tokens,
-  and finds how many leading blocks of the request it holds.
+  snapshot: what the router needs to decide one request of one pool, in one round trip. Purges the
+  pool's expired leases (one range read of the deadline index when none is due), then for each
+  candidate backend reads its in-flight leases and pending prefill tokens (one HMGET each for all
+  backends) and finds how many leading blocks of the request it holds.
 
   Match depth by binary search: recording keeps every backend's blocks prefix-closed (holding block i
   implies holding 0..i-1, see reserve.lua), so "backend b holds block i" is monotone in i. Block 1 is
@@ -11,7 +12,10 @@
   A field counts only while fresh (touched within the idle TTL) and touched after the backend was
   forgotten.
 
-  KEYS[1]  <ns>:{<tag>}:forgotten        HASH backend id -> ms it was forgotten (declared: the pool's slot)
+  KEYS[1]  <ns>:{<tag>}:forgotten        HASH backend id -> ms it was forgotten
+  KEYS[2]  <ns>:{<tag>}:lease-deadlines  ZSET lease member -> deadline ms, every lease of the pool
+  KEYS[3]  <ns>:{<tag>}:inflight         HASH backend id -> leases in flight
+  KEYS[4]  <ns>:{<tag>}:pending          HASH backend id -> pending prefill tokens
   ARGV[1]  now, ms since the Unix epoch
   ARGV[2]  pool key prefix '<ns>:{<tag>}:'; block keys = prefix..'blk:'..hash,
            lease keys = prefix..'leases:'..backend, prefill keys = prefix..'prefill:'..backend
@@ -24,6 +28,45 @@
     [3j-2] leases in flight (unexpired), [3j-1] pending prefill tokens, [3j] matched blocks (0..N)
 ]]
 
+-- Lease accounting, the same in snapshot.lua, reserve.lua and renew.lua (release.lua has the first two
+-- functions). The deadline index holds every lease of the pool once, as the member
+-- <byte length of backend id>..':'..<backend id>..<lease id>; a lease counts in the inflight and
+-- pending hashes exactly while its member is in the index.
+local function leaseMember(backend, leaseId)
+  return #backend .. ':' .. backend .. leaseId
+end
+
+-- Takes one lease off the backend's counters (its field goes when its last lease does).
+local function uncount(inflightKey, pendingKey, backend, tokens)
+  if redis.call('HINCRBY', inflightKey, backend, -1) <= 0 then
+    redis.call('HDEL', inflightKey, backend)
+    redis.call('HDEL', pendingKey, backend)
+  elseif tokens ~= 0 then
+    redis.call('HINCRBY', pendingKey, backend, -tokens)
+  end
+end
+
+-- Purges every expired lease of the pool (deadline <= now), 100 per ZRANGEBYSCORE: usually one empty
+-- range read. Atomic with the rest of the script, so a lease is uncounted once however many race.
+local function purgeExpiredLeases(prefix, deadlinesKey, inflightKey, pendingKey, now)
+  repeat
+    local expired = redis.call('ZRANGEBYSCORE', deadlinesKey, '-inf', now, 'LIMIT', 0, 100)
+    for k = 1, #expired do
+      local member = expired[k]
+      local colon = string.find(member, ':', 1, true)
+      local length = tonumber(string.sub(member, 1, colon - 1))
+      local backend = string.sub(member, colon + 1, colon + length)
+      local leaseId = string.sub(member, colon + length + 1)
+      local prefillKey = prefix .. 'prefill:' .. backend
+      local tokens = tonumber(redis.call('HGET', prefillKey, leaseId)) or 0
+      redis.call('ZREM', prefix .. 'leases:' .. backend, leaseId)
+      redis.call('HDEL', prefillKey, leaseId)
+      uncount(inflightKey, pendingKey, backend, tokens)
+    end
+    if #expired > 0 then redis.call('ZREM', deadlinesKey, unpack(expired)) end
+  until #expired < 100
+end
+
 local now = tonumber(ARGV[1])
 local prefix = ARGV[2]
 local idleTtl = tonumber(ARGV[3])
@@ -34,20 +77,17 @@ local blockCount = #ARGV - firstBlock + 1
 local oldestFresh = -1
 if idleTtl > 0 then oldestFresh = now - idleTtl end
 
--- Removes members from the lease ZSET and the prefill HASH, in chunks (unpack has a stack limit).
-local function removeLeases(leasesKey, prefillKey, leaseIds)
-  for from = 1, #leaseIds, 1000 do
-    local to = math.min(from + 999, #leaseIds)
-    redis.call('ZREM', leasesKey, unpack(leaseIds, from, to))
-    redis.call('HDEL', prefillKey, unpack(leaseIds, from, to))
-  end
-end
+purgeExpiredLeases(prefix, KEYS[2], KEYS[3], KEYS[4], now)
 
-local forgottenAt = {}
+local forgottenAt, inflightOf, pendingOf = {}, {}, {}
 if backendCount > 0 then
   local marks = redis.call('HMGET', KEYS[1], unpack(ARGV, 5, 4 + backendCount))
+  local inflight = redis.call('HMGET', KEYS[3], unpack(ARGV, 5, 4 + backendCount))
+  local pending = redis.call('HMGET', KEYS[4], unpack(ARGV, 5, 4 + backendCount))
   for j = 1, backendCount do
     forgottenAt[j] = tonumber(marks[j]) or -1
+    inflightOf[j] = tonumber(inflight[j]) or 0
+    pendingOf[j] = tonumber(pending[j]) or 0
   end
 end
 
@@ -69,25 +109,6 @@ end
 local result = {}
 for j = 1, backendCount do
   local backend = ARGV[4 + j]
-  local leasesKey = prefix .. 'leases:' .. backend
-  local prefillKey = prefix .. 'prefill:' .. backend
-
-  local inflight = redis.call('ZCARD', leasesKey)
-  local pending = 0
-  if inflight > 0 then
-    local expired = redis.call('ZRANGEBYSCORE', leasesKey, '-inf', now)
-    if #expired > 0 then
-      removeLeases(leasesKey, prefillKey, expired)
-      inflight = inflight - #expired
-    end
-    if inflight > 0 then
-      local tokens = redis.call('HVALS', prefillKey)
-      for k = 1, #tokens do
-        pending = pending + tonumber(tokens[k])
-      end
-    end
-  end
-
   local forgot = forgottenAt[j]
   local function holds(i)
     local touched = probe(i)[backend]
@@ -104,8 +125,8 @@ for j = 1, backendCount do
     depth = low
   end
 
-  result[3 * j - 2] = inflight
-  result[3 * j - 1] = pending
+  result[3 * j - 2] = inflightOf[j]
+  result[3 * j - 1] = pendingOf[j]
   result[3 * j] = depth
 end
 return result

@@ -157,3 +157,137 @@ describe('inflightCounts (local cache)', () => {
     expect(state.inflightCounts().get('a')).toBe(1);
   });
 });
+
+describe('pool-level lease accounting (lease-deadlines, inflight, pending)', () => {
+  /** The counters as stored, and as recounted from the per-backend lease keys: they must agree. */
+  async function accounting(pool: string, backends: readonly string[]): Promise<{ inflight: Record<string, string>; pending: Record<string, string> }> {
+    const keys = poolKeys(pool, ctx.namespace);
+    const inflight = await ctx.redis.hgetall(keys.inflight);
+    const pending = await ctx.redis.hgetall(keys.pending);
+    let leases = 0;
+    for (const backend of backends) {
+      const count = await ctx.redis.zcard(keys.leases(backend));
+      const tokens = (await ctx.redis.hvals(keys.prefill(backend))).reduce((sum, value) => sum + Number(value), 0);
+      expect(Number(inflight[backend] ?? 0), `inflight of ${backend}`).toBe(count);
+      expect(Number(pending[backend] ?? 0), `pending of ${backend}`).toBe(tokens);
+      expect(await ctx.redis.hlen(keys.prefill(backend))).toBe(count);
+      leases += count;
+    }
+    expect(await ctx.redis.zcard(keys.leaseDeadlines)).toBe(leases);
+    for (const value of [...Object.values(inflight), ...Object.values(pending)]) expect(Number(value)).toBeGreaterThanOrEqual(0);
+    return { inflight, pending };
+  }
+
+  it('purges an expired lease of a backend the snapshot did not ask about, and uncounts it once', async () => {
+    const clock = manualClock();
+    const state = ctx.createState({ leaseTtlMs: 1000, nowMs: clock.nowMs });
+    const keys = poolKeys('m', ctx.namespace);
+    await state.reserve('m', 'b', 'old', [], 300);
+    clock.advance(600);
+    await state.reserve('m', 'b', 'new', [], 40);
+    await state.reserve('m', 'a', 'l1', [], 500);
+    clock.advance(500); // b's 'old' has expired
+    const onlyA = await state.snapshot('m', ['a'], []);
+    expect([onlyA.inflight.get('a'), onlyA.pendingPrefillTokens.get('a')]).toEqual([1, 500]);
+    expect(await accounting('m', ['a', 'b'])).toEqual({ inflight: { a: '1', b: '1' }, pending: { a: '500', b: '40' } });
+    expect(await ctx.redis.zrange(keys.leases('b'), 0, -1)).toEqual(['new']);
+    const both = await state.snapshot('m', ['a', 'b'], []);
+    expect([both.inflight.get('b'), both.pendingPrefillTokens.get('b')]).toEqual([1, 40]);
+    clock.advance(1000); // everything expired: the counters' fields go with the last lease
+    expect((await state.snapshot('m', ['a', 'b'], [])).inflight).toEqual(new Map([['a', 0], ['b', 0]]));
+    expect(await ctx.redis.exists(keys.inflight, keys.pending, keys.leaseDeadlines)).toBe(0);
+  });
+
+  it('uncounts each expired lease exactly once while 20 clients race to purge, renew, release and finish it', async () => {
+    const clock = manualClock();
+    const setup = ctx.createState({ leaseTtlMs: 1000, nowMs: clock.nowMs });
+    for (let i = 0; i < 10; i++) await setup.reserve('m', i % 2 === 0 ? 'a' : 'b', `dead-${i}`, [], 100 + i);
+    clock.advance(600);
+    await setup.reserve('m', 'a', 'alive', [], 7);
+    clock.advance(500); // the 10 'dead-' leases have expired, and no script has purged them yet
+    expect(await accounting('m', ['a', 'b'])).toEqual({ inflight: { a: '6', b: '5' }, pending: { a: String(7 + 100 + 102 + 104 + 106 + 108), b: String(101 + 103 + 105 + 107 + 109) } });
+
+    const clients: Redis[] = await Promise.all(Array.from({ length: 20 }, () => ctx.connect()));
+    const states = clients.map((redis) => ctx.createState({ redis, leaseTtlMs: 1000, nowMs: clock.nowMs }));
+    await Promise.all(
+      states.map(async (state, i) => {
+        const dead = `dead-${i % 10}`;
+        const backend = i % 2 === 0 ? 'a' : 'b';
+        switch (i % 5) {
+          case 0:
+            return state.snapshot('m', ['a', 'b'], []);
+          case 1:
+            return state.reserve('m', 'c', `fresh-${i}`, [], 10);
+          case 2:
+            return expect(await state.renew('m', backend, dead)).toBe(false);
+          case 3:
+            return state.release('m', backend, dead);
+          default:
+            return state.prefillDone('m', backend, dead);
+        }
+      }),
+    );
+    await Promise.all(clients.map((client) => client.quit()));
+
+    const snapshot = await setup.snapshot('m', ['a', 'b', 'c'], []);
+    expect(Object.fromEntries(snapshot.inflight)).toEqual({ a: 1, b: 0, c: 4 });
+    expect(Object.fromEntries(snapshot.pendingPrefillTokens)).toEqual({ a: 7, b: 0, c: 40 });
+    expect(await accounting('m', ['a', 'b', 'c'])).toEqual({ inflight: { a: '1', c: '4' }, pending: { a: '7', c: '40' } });
+  });
+
+  it('keeps the counters exact through prefill-done, re-reserving a lease id, and double releases', async () => {
+    const state = ctx.createState();
+    const keys = poolKeys('m', ctx.namespace);
+    await state.reserve('m', 'a', 'l1', [], 100);
+    await state.reserve('m', 'a', 'l2', [], 200);
+    await state.prefillDone('m', 'a', 'l1');
+    await state.prefillDone('m', 'a', 'l1');
+    expect(await accounting('m', ['a'])).toEqual({ inflight: { a: '2' }, pending: { a: '200' } });
+    await state.reserve('m', 'a', 'l2', [], 50); // same lease id again: new tokens, still one lease
+    expect(await accounting('m', ['a'])).toEqual({ inflight: { a: '2' }, pending: { a: '50' } });
+    await state.release('m', 'a', 'l2');
+    await state.release('m', 'a', 'l2');
+    await state.prefillDone('m', 'a', 'l2');
+    expect(await accounting('m', ['a'])).toEqual({ inflight: { a: '1' }, pending: { a: '0' } });
+    await state.release('m', 'a', 'l1');
+    expect(await ctx.redis.exists(keys.inflight, keys.pending, keys.leaseDeadlines)).toBe(0);
+  });
+
+  it('purges more expired leases than one batch in a single snapshot', async () => {
+    const clock = manualClock();
+    const state = ctx.createState({ leaseTtlMs: 1000, nowMs: clock.nowMs });
+    for (let i = 0; i < 250; i++) await state.reserve('m', `b${i % 3}`, `l${i}`, [], 1);
+    clock.advance(600);
+    await state.reserve('m', 'b0', 'live', [], 9);
+    clock.advance(500);
+    const snapshot = await state.snapshot('m', ['b0', 'b1', 'b2'], []);
+    expect(Object.fromEntries(snapshot.inflight)).toEqual({ b0: 1, b1: 0, b2: 0 });
+    expect(Object.fromEntries(snapshot.pendingPrefillTokens)).toEqual({ b0: 9, b1: 0, b2: 0 });
+    expect(await accounting('m', ['b0', 'b1', 'b2'])).toEqual({ inflight: { b0: '1' }, pending: { b0: '9' } });
+  });
+
+  it('tells leases apart whatever the backend and lease ids contain', async () => {
+    const clock = manualClock();
+    const state = ctx.createState({ leaseTtlMs: 1000, nowMs: clock.nowMs });
+    await state.reserve('m', 'ab', 'c', [], 1); // expires first
+    clock.advance(600);
+    await state.reserve('m', 'a', 'bc', [], 2);
+    await state.reserve('m', '10.0.0.1:8000', '3:x\nlease', [], 4);
+    clock.advance(500);
+    const snapshot = await state.snapshot('m', ['a', 'ab', '10.0.0.1:8000'], []);
+    expect(Object.fromEntries(snapshot.inflight)).toEqual({ a: 1, ab: 0, '10.0.0.1:8000': 1 });
+    expect(Object.fromEntries(snapshot.pendingPrefillTokens)).toEqual({ a: 2, ab: 0, '10.0.0.1:8000': 4 });
+    expect(await state.renew('m', '10.0.0.1:8000', '3:x\nlease')).toBe(true);
+    await state.release('m', '10.0.0.1:8000', '3:x\nlease');
+    expect(await accounting('m', ['a', 'ab', '10.0.0.1:8000'])).toEqual({ inflight: { a: '1' }, pending: { a: '2' } });
+  });
+
+  it('lets the pool lease keys expire with the last lease (real time)', async () => {
+    const state = ctx.createState({ leaseTtlMs: 150 });
+    const keys = poolKeys('m', ctx.namespace);
+    await state.reserve('m', 'gone', 'l1', [], 10);
+    for (const key of [keys.leaseDeadlines, keys.inflight, keys.pending]) expect(await ctx.redis.pttl(key)).toBeGreaterThan(0);
+    await sleep(200);
+    expect(await ctx.redis.exists(keys.leaseDeadlines, keys.inflight, keys.pending)).toBe(0);
+  });
+});

@@ -48,7 +48,8 @@ describe('script loading', () => {
   });
 
   it('reports a failing script as REDIS_STORE_ERR_SCRIPT_FAILED with the Redis error as cause', async () => {
-    const error = await runScript(ctx.redis, SCRIPTS.reserve, ['k1', 'k2', 'k3', 'k4'], ['not-a-number']).catch((caught: unknown) => caught);
+    const keys = Array.from({ length: SCRIPTS.reserve.numberOfKeys }, (_, i) => `k${i + 1}`);
+    const error = await runScript(ctx.redis, SCRIPTS.reserve, keys, ['not-a-number']).catch((caught: unknown) => caught);
     expect(error).toBeInstanceOf(RedisStoreError);
     expect((error as RedisStoreError).code).toBe('REDIS_STORE_ERR_SCRIPT_FAILED');
     expect((error as RedisStoreError).script).toBe('reserve');
@@ -70,7 +71,17 @@ describe('key schema', () => {
     await state.reserve(pool, '10.0.0.1:8000', 'l1', [11, 22], 5);
     await state.forgetBackend(pool, '10.0.0.2:8000');
     const keys = poolKeys(pool, ctx.namespace);
-    const expected = [keys.block(11), keys.block(22), keys.lru, keys.leases('10.0.0.1:8000'), keys.prefill('10.0.0.1:8000'), keys.forgotten].sort();
+    const expected = [
+      keys.block(11),
+      keys.block(22),
+      keys.lru,
+      keys.leases('10.0.0.1:8000'),
+      keys.prefill('10.0.0.1:8000'),
+      keys.leaseDeadlines,
+      keys.inflight,
+      keys.pending,
+      keys.forgotten,
+    ].sort();
     expect(await ctx.keysOfTest()).toEqual(expected);
     for (const key of expected) expect(key.startsWith(`${ctx.namespace}:{${pool}}:`)).toBe(true);
     expect(expected).toContain(`${ctx.namespace}:{${pool}}:${KEY_SUFFIX.block}11`);
@@ -79,5 +90,8 @@ describe('key schema', () => {
     expect(await ctx.redis.type(keys.leases('10.0.0.1:8000'))).toBe('zset');
     expect(await ctx.redis.type(keys.prefill('10.0.0.1:8000'))).toBe('hash');
     expect(await ctx.redis.type(keys.forgotten)).toBe('hash');
+    expect(await ctx.redis.type(keys.leaseDeadlines)).toBe('zset');
+    expect(await ctx.redis.type(keys.inflight)).toBe('hash');
+    expect(await ctx.redis.type(keys.pending)).toBe('hash');
   });
 });
