@@ -64,7 +64,6 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     blockSizeBytes: deps.blockSizeBytes,
     isShuttingDown: deps.isShuttingDown,
     forward: {
-      registry: deps.registry,
       upstreams: deps.upstreams,
       routing: deps.routing,
       metrics: deps.metrics,

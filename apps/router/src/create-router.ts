@@ -101,8 +101,9 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const app = await buildRouterApp({
     registry,
     upstreams,
-    // Streams outlive a lease TTL: renew at a third of it, so one lost renewal never expires a live lease.
-    routing: { state, nowMs, random, leaseRenewIntervalMs: Math.floor(config.leaseTtlMs / 3) },
+    // Shared leases expire unless renewed: renew at a third of the TTL, so one lost renewal never expires
+    // a live lease. Local leases never expire, so requests then carry no timer at all.
+    routing: { state, nowMs, random, leaseRenewIntervalMs: redis === null ? 0 : Math.floor(config.leaseTtlMs / 3) },
     metrics,
     policyFor,
     blockSizeBytes: config.blockSizeBytes,

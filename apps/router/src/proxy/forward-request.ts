@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
 import { estimatePrefillTokens, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
-import type { Backend, BackendRegistry } from '../backends/backend-registry';
+import type { Backend } from '../backends/backend-registry';
 import { RouterError } from '../errors';
 import type { RouterMetrics } from '../router-metrics';
 import { chooseBackend, Lease, type RouteContext } from '../routing/route-request';
@@ -10,7 +10,6 @@ import { RelayHandler } from './relay-handler';
 import type { UpstreamPools } from './upstream-pool';
 
 export interface ForwardDeps {
-  readonly registry: BackendRegistry;
   readonly upstreams: UpstreamPools;
   readonly routing: RouteContext;
   readonly metrics: RouterMetrics;
@@ -34,7 +33,6 @@ export interface ForwardInput {
   readonly body: Buffer;
   readonly headers: Record<string, string | string[] | undefined>;
   readonly requestId: string;
-  readonly stream: boolean;
   /** performance.now() when the request arrived. */
   readonly arrivedAtMs: number;
 }

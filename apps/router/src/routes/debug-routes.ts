@@ -4,7 +4,7 @@ import { buildRoutingRequest, type RoutingPolicy } from '@kvroute/routing';
 import type { BackendRegistry } from '../backends/backend-registry';
 import { RouterError } from '../errors';
 import { chooseBackend, type RouteContext } from '../routing/route-request';
-import { parseBody } from './generation-routes';
+import { parseBody, sessionKeyOf } from './generation-routes';
 
 /**
  * `POST /debug/route` (only with `debugRoutes: true`): explains where a request body would go, without
@@ -19,11 +19,7 @@ export async function debugRoutes(
     const body = raw && typeof raw === 'object' && 'messages' in raw ? parseBody(ChatCompletionRequest, raw) : parseBody(CompletionRequest, raw);
     const backends = options.registry.poolFor(body.model);
     if (backends.length === 0) throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${body.model}\` does not exist.`, { param: 'model' });
-    const sessionHeader = request.headers['x-session-id'];
-    const routingRequest = buildRoutingRequest(body, {
-      blockSizeBytes: options.blockSizeBytes,
-      sessionKey: typeof sessionHeader === 'string' ? sessionHeader : (body.user ?? null),
-    });
+    const routingRequest = buildRoutingRequest(body, { blockSizeBytes: options.blockSizeBytes, sessionKey: sessionKeyOf(request.headers, body) });
     const eligible = backends.filter((backend) => backend.breaker.isAvailable());
     const policy = options.policyFor(body.model, 'generation');
     const { decision } = eligible.length === 0 ? { decision: { kind: 'rejected' as const, reason: 'no-eligible-backend' as const } } : await chooseBackend(options.routing, body.model, routingRequest, eligible, policy);

@@ -29,13 +29,13 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
       throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'The request body must be a JSON object.');
     }
     if (typeof body.model !== 'string' || body.model === '') throw new RouterError('ROUTER_ERR_INVALID_REQUEST', '`model` is required.', { param: 'model' });
-    return route(request, reply, { model: body.model, stream: body.stream === true }, 'passthrough');
+    return route(request, reply, { model: body.model }, 'passthrough');
   });
 
   async function route(
     request: FastifyRequest,
     reply: FastifyReply,
-    body: { model: string; stream?: boolean | undefined; user?: string | undefined },
+    body: { model: string; user?: string | undefined },
     kind: 'generation' | 'passthrough',
   ): Promise<void> {
     if (options.isShuttingDown()) throw new RouterError('ROUTER_ERR_SHUTTING_DOWN', 'This router is shutting down; retry.', { retryAfterSeconds: 1 });
@@ -43,8 +43,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
     if (backends.length === 0) {
       throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${body.model}\` does not exist.`, { param: 'model' });
     }
-    const sessionHeader = request.headers['x-session-id'];
-    const sessionKey = typeof sessionHeader === 'string' && sessionHeader !== '' ? sessionHeader : (body.user ?? null);
+    const sessionKey = sessionKeyOf(request.headers, body);
     const routingRequest: RoutingRequest =
       kind === 'generation'
         ? buildRoutingRequest(body as ChatCompletionRequest | CompletionRequest, { blockSizeBytes: options.blockSizeBytes, sessionKey })
@@ -63,7 +62,6 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
           body: request.rawBody ?? Buffer.alloc(0),
           headers: request.headers,
           requestId: request.id,
-          stream: body.stream === true,
           arrivedAtMs: request.arrivedAtMs,
         },
         reply.raw,
@@ -110,6 +108,13 @@ export function parseBody<Schema extends z.ZodType>(schema: Schema, body: unknow
     throw new RouterError('ROUTER_ERR_INVALID_REQUEST', `Invalid request: ${details}`, { param: where });
   }
   return result.data;
+}
+
+/** The affinity key of a request: its `X-Session-Id` header, else the body's `user`, else none. */
+export function sessionKeyOf(headers: FastifyRequest['headers'], body: { user?: string | undefined }): string | null {
+  const header = headers['x-session-id'];
+  if (typeof header === 'string' && header !== '') return header;
+  return body.user !== undefined && body.user !== '' ? body.user : null;
 }
 
 /** Request ids: the client's `X-Request-Id` when it sent a sane one, else a new UUID. */

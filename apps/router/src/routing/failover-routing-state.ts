@@ -54,12 +54,9 @@ export class FailoverRoutingState implements RoutingStateStore {
       try {
         const reserved = await this.withDeadline(this.primary.reserve(pool, backendId, leaseId, blockHashes, prefillTokens, maxInflight));
         this.recovered();
-        // Keep the local view warm too, so a later outage starts from what this replica routed.
-        if (reserved) {
-          void this.fallback
-            .reserve(pool, backendId, `${leaseId}@shadow`, blockHashes, 0)
-            .then(() => this.fallback.release(pool, backendId, `${leaseId}@shadow`));
-        }
+        // The local state is not kept warm in parallel (that would index every request twice): an
+        // outage starts with a cold local index, where cacheaware places prompts by rendezvous hashing
+        // of their first block, on which every replica agrees without talking to the others.
         return reserved;
       } catch (error) {
         this.failed(error);

@@ -68,10 +68,6 @@ export class Lease {
     this.renewTimer.unref();
   }
 
-  get isReleased(): boolean {
-    return this.released;
-  }
-
   /** The first token arrived: this request's prefill leaves the backend's backlog (once). */
   markPrefillDone(): void {
     if (this.prefillFinished || this.released) return;

@@ -40,6 +40,16 @@ describe('InMemoryRoutingState', () => {
     expect(snapshot.inflight.get('a')).toBe(1);
   });
 
+  it('keeps the backlog sum exact when a lease id is reserved again', async () => {
+    const { state } = createState();
+    await state.reserve('m', 'a', 'l1', [], 100);
+    await state.reserve('m', 'a', 'l1', [], 40);
+    expect((await state.snapshot('m', ['a'], [])).pendingPrefillTokens.get('a')).toBe(40);
+    await state.release('m', 'a', 'l1');
+    await state.release('m', 'a', 'l1');
+    expect((await state.snapshot('m', ['a'], [])).pendingPrefillTokens.get('a')).toBe(0);
+  });
+
   it('releases each lease once, idempotently', async () => {
     const { state } = createState();
     await state.reserve('m', 'a', 'l1', [], 0);

@@ -31,14 +31,14 @@ export interface InMemoryRoutingStateOptions {
  * Map read per block).
  *
  * In-flight: per backend, lease id → prefill tokens still pending (0 once the first token came), so
- * release is idempotent and the prefill backlog is the sum over the leases. A lease is refused when
+ * release is idempotent; the prefill backlog is kept as a running sum (a snapshot reads it, never sums). A lease is refused when
  * the backend already holds `maxInflight` of them. Leases do not expire here (`renew` only reports
  * whether one exists); they count per backend across pools (the Redis store counts per pool).
  * Memory: ~60 bytes per (block, backend) entry (one Map entry: a number key and a number).
  */
 export class InMemoryRoutingState implements RoutingStateStore {
   private readonly pools = new Map<string, PoolIndex>();
-  private readonly leases = new Map<BackendId, Map<string, number>>();
+  private readonly leases = new Map<BackendId, BackendLeases>();
 
   constructor(private readonly options: InMemoryRoutingStateOptions) {}
 
@@ -47,10 +47,8 @@ export class InMemoryRoutingState implements RoutingStateStore {
     const pendingPrefillTokens = new Map<BackendId, number>();
     for (const backend of backends) {
       const leases = this.leases.get(backend);
-      inflight.set(backend, leases?.size ?? 0);
-      let pending = 0;
-      if (leases) for (const tokens of leases.values()) pending += tokens;
-      pendingPrefillTokens.set(backend, pending);
+      inflight.set(backend, leases?.tokens.size ?? 0);
+      pendingPrefillTokens.set(backend, leases?.pendingTokens ?? 0);
     }
     const matchBlocks = blockHashes.length === 0 ? new Map<BackendId, number>() : this.match(pool, backends, blockHashes);
     return { matchBlocks, inflight, pendingPrefillTokens };
@@ -66,10 +64,10 @@ export class InMemoryRoutingState implements RoutingStateStore {
   ): Promise<boolean> {
     let backendLeases = this.leases.get(backendId);
     if (!backendLeases) {
-      backendLeases = new Map();
+      backendLeases = new BackendLeases();
       this.leases.set(backendId, backendLeases);
     }
-    if (maxInflight > 0 && backendLeases.size >= maxInflight) return false;
+    if (maxInflight > 0 && backendLeases.tokens.size >= maxInflight) return false;
     backendLeases.set(leaseId, prefillTokens);
     if (blockHashes.length > 0) this.record(pool, backendId, blockHashes);
     return true;
@@ -77,12 +75,12 @@ export class InMemoryRoutingState implements RoutingStateStore {
 
   /** Leases here never expire (one process takes and releases them), so renewing only reports whether it exists. */
   async renew(_pool: string, backendId: BackendId, leaseId: string): Promise<boolean> {
-    return this.leases.get(backendId)?.has(leaseId) ?? false;
+    return this.leases.get(backendId)?.tokens.has(leaseId) ?? false;
   }
 
   async prefillDone(_pool: string, backendId: BackendId, leaseId: string): Promise<void> {
     const backendLeases = this.leases.get(backendId);
-    if (backendLeases?.has(leaseId)) backendLeases.set(leaseId, 0);
+    if (backendLeases?.tokens.has(leaseId)) backendLeases.set(leaseId, 0);
   }
 
   async release(_pool: string, backendId: BackendId, leaseId: string): Promise<void> {
@@ -95,7 +93,7 @@ export class InMemoryRoutingState implements RoutingStateStore {
 
   inflightCounts(): ReadonlyMap<BackendId, number> {
     const counts = new Map<BackendId, number>();
-    for (const [backend, leases] of this.leases) counts.set(backend, leases.size);
+    for (const [backend, leases] of this.leases) counts.set(backend, leases.tokens.size);
     return counts;
   }
 
@@ -165,6 +163,22 @@ export class InMemoryRoutingState implements RoutingStateStore {
       if (blocks.size <= target && recordedAt >= oldestFresh) break;
       blocks.delete(hash);
     }
+  }
+}
+
+/** One backend's leases (lease id → prefill tokens still pending) and their running sum, so a snapshot reads it in O(1). */
+class BackendLeases {
+  readonly tokens = new Map<string, number>();
+  pendingTokens = 0;
+
+  set(leaseId: string, pending: number): void {
+    this.pendingTokens += pending - (this.tokens.get(leaseId) ?? 0);
+    this.tokens.set(leaseId, pending);
+  }
+
+  delete(leaseId: string): void {
+    this.pendingTokens -= this.tokens.get(leaseId) ?? 0;
+    this.tokens.delete(leaseId);
   }
 }
 
