@@ -18,6 +18,15 @@ export function constantNameOf(fileName: string): string {
   return `${fileName.replace(/\.lua$/, '').replace(/[^A-Za-z0-9]+/g, '_').toUpperCase()}_LUA`;
 }
 
+/**
+ * Replaces each `--#include <path>` line with that file (relative to luaDir): Lua scripts sent to Redis
+ * cannot load each other, so helpers shared by several scripts live once under lib/ and are inlined
+ * here. Files under lib/ are not scripts of their own (the directory is not listed).
+ */
+export function expandIncludes(source: string, luaDir: string = LUA_DIR): string {
+  return source.replace(/^--#include (\S+)$/gm, (_line, path: string) => readFileSync(join(luaDir, path), 'utf8').trimEnd());
+}
+
 /** The generated module's text for the `.lua` files in `luaDir` (sorted by name, so the output is stable). */
 export function renderEmbeddedLua(luaDir: string = LUA_DIR): string {
   const files = readdirSync(luaDir)
@@ -29,7 +38,7 @@ export function renderEmbeddedLua(luaDir: string = LUA_DIR): string {
     '',
   ];
   for (const name of files) {
-    const source = readFileSync(join(luaDir, name), 'utf8');
+    const source = expandIncludes(readFileSync(join(luaDir, name), 'utf8'), luaDir);
     lines.push(`/** src/lua/${name} */`, `export const ${constantNameOf(name)} = ${JSON.stringify(source)};`, '');
   }
   return lines.join('\n');

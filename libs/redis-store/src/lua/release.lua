@@ -14,23 +14,7 @@
   leases in this pool afterwards (expired ones not yet purged included).
 ]]
 
--- Lease accounting, the same in snapshot.lua, reserve.lua and renew.lua (release.lua has the first two
--- functions). The deadline index holds every lease of the pool once, as the member
--- <byte length of backend id>..':'..<backend id>..<lease id>; a lease counts in the inflight and
--- pending hashes exactly while its member is in the index.
-local function leaseMember(backend, leaseId)
-  return #backend .. ':' .. backend .. leaseId
-end
-
--- Takes one lease off the backend's counters (its field goes when its last lease does).
-local function uncount(inflightKey, pendingKey, backend, tokens)
-  if redis.call('HINCRBY', inflightKey, backend, -1) <= 0 then
-    redis.call('HDEL', inflightKey, backend)
-    redis.call('HDEL', pendingKey, backend)
-  elseif tokens ~= 0 then
-    redis.call('HINCRBY', pendingKey, backend, -tokens)
-  end
-end
+--#include lib/lease-accounting.lua
 
 local leaseId = ARGV[1]
 local backend = ARGV[2]

@@ -28,44 +28,7 @@
     [3j-2] leases in flight (unexpired), [3j-1] pending prefill tokens, [3j] matched blocks (0..N)
 ]]
 
--- Lease accounting, the same in snapshot.lua, reserve.lua and renew.lua (release.lua has the first two
--- functions). The deadline index holds every lease of the pool once, as the member
--- <byte length of backend id>..':'..<backend id>..<lease id>; a lease counts in the inflight and
--- pending hashes exactly while its member is in the index.
-local function leaseMember(backend, leaseId)
-  return #backend .. ':' .. backend .. leaseId
-end
-
--- Takes one lease off the backend's counters (its field goes when its last lease does).
-local function uncount(inflightKey, pendingKey, backend, tokens)
-  if redis.call('HINCRBY', inflightKey, backend, -1) <= 0 then
-    redis.call('HDEL', inflightKey, backend)
-    redis.call('HDEL', pendingKey, backend)
-  elseif tokens ~= 0 then
-    redis.call('HINCRBY', pendingKey, backend, -tokens)
-  end
-end
-
--- Purges every expired lease of the pool (deadline <= now), 100 per ZRANGEBYSCORE: usually one empty
--- range read. Atomic with the rest of the script, so a lease is uncounted once however many race.
-local function purgeExpiredLeases(prefix, deadlinesKey, inflightKey, pendingKey, now)
-  repeat
-    local expired = redis.call('ZRANGEBYSCORE', deadlinesKey, '-inf', now, 'LIMIT', 0, 100)
-    for k = 1, #expired do
-      local member = expired[k]
-      local colon = string.find(member, ':', 1, true)
-      local length = tonumber(string.sub(member, 1, colon - 1))
-      local backend = string.sub(member, colon + 1, colon + length)
-      local leaseId = string.sub(member, colon + length + 1)
-      local prefillKey = prefix .. 'prefill:' .. backend
-      local tokens = tonumber(redis.call('HGET', prefillKey, leaseId)) or 0
-      redis.call('ZREM', prefix .. 'leases:' .. backend, leaseId)
-      redis.call('HDEL', prefillKey, leaseId)
-      uncount(inflightKey, pendingKey, backend, tokens)
-    end
-    if #expired > 0 then redis.call('ZREM', deadlinesKey, unpack(expired)) end
-  until #expired < 100
-end
+--#include lib/lease-accounting.lua
 
 local now = tonumber(ARGV[1])
 local prefix = ARGV[2]
