@@ -16,7 +16,6 @@ describe('poolKeys', () => {
     expect(keys.prefix).toBe('kvr:v1:{llama-3-8b}:');
     expect(keys.block(42)).toBe('kvr:v1:{llama-3-8b}:blk:42');
     expect(keys.lru).toBe('kvr:v1:{llama-3-8b}:lru');
-    expect(keys.leases('10.0.0.1:8000')).toBe('kvr:v1:{llama-3-8b}:leases:10.0.0.1:8000');
     expect(keys.prefill('10.0.0.1:8000')).toBe('kvr:v1:{llama-3-8b}:prefill:10.0.0.1:8000');
     expect(keys.forgotten).toBe('kvr:v1:{llama-3-8b}:forgotten');
     expect(keys.leaseDeadlines).toBe('kvr:v1:{llama-3-8b}:lease-deadlines');
@@ -29,7 +28,7 @@ describe('poolKeys', () => {
     'puts every key of pool %j in one cluster slot, whatever its backend ids',
     (pool) => {
       const keys = poolKeys(pool);
-      const all = [keys.lru, keys.forgotten, keys.block(1), keys.block(9_007_199_254_740_991), keys.leases('b{1}'), keys.prefill('}x{'), keys.leaseDeadlines, keys.inflight, keys.pending];
+      const all = [keys.lru, keys.forgotten, keys.block(1), keys.block(9_007_199_254_740_991), keys.prefill('b{1}'), keys.prefill('}x{'), keys.leaseDeadlines, keys.inflight, keys.pending];
       const inputs = new Set(all.map(clusterHashInput));
       expect(inputs.size).toBe(1);
       expect([...inputs][0]).toBe(poolHashTag(pool));

@@ -20,7 +20,6 @@ export const DEFAULT_KEY_NAMESPACE = 'kvr:v1';
 export const KEY_SUFFIX = {
   block: 'blk:',
   lru: 'lru',
-  leases: 'leases:',
   prefill: 'prefill:',
   leaseDeadlines: 'lease-deadlines',
   inflight: 'inflight',
@@ -59,9 +58,7 @@ export interface PoolKeys {
   readonly pending: string;
   /** HASH backend id → last touch (ms) of one prefix block; PEXPIRE = block idle TTL. */
   block(blockHash: BlockHash): string;
-  /** ZSET lease id → deadline (ms) of one backend's leases in this pool. */
-  leases(backendId: BackendId): string;
-  /** HASH lease id → prefill tokens still pending, for the same leases. */
+  /** HASH lease id → prefill tokens still pending, one field per lease of one backend in this pool. */
   prefill(backendId: BackendId): string;
 }
 
@@ -75,7 +72,6 @@ export function poolKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE
     inflight: prefix + KEY_SUFFIX.inflight,
     pending: prefix + KEY_SUFFIX.pending,
     block: (blockHash) => prefix + KEY_SUFFIX.block + blockHashArg(blockHash),
-    leases: (backendId) => prefix + KEY_SUFFIX.leases + backendId,
     prefill: (backendId) => prefix + KEY_SUFFIX.prefill + backendId,
   };
 }

@@ -91,7 +91,7 @@ export class RedisRoutingState implements RoutingStateStore {
     const reply = await runScript(
       this.redis,
       SCRIPTS.reserve,
-      [keys.leases(backendId), keys.prefill(backendId), keys.lru, keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending],
+      [keys.prefill(backendId), keys.lru, keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending],
       [
         this.options.nowMs(),
         leaseId,
@@ -116,7 +116,7 @@ export class RedisRoutingState implements RoutingStateStore {
     const reply = await runScript(
       this.redis,
       SCRIPTS.renew,
-      [keys.leases(backendId), keys.prefill(backendId), keys.leaseDeadlines, keys.inflight, keys.pending],
+      [keys.prefill(backendId), keys.leaseDeadlines, keys.inflight, keys.pending],
       [this.options.nowMs(), leaseId, this.options.leaseTtlMs, keys.prefix, backendId],
     );
     return integerReply(SCRIPTS.renew, reply) === 1;
@@ -133,7 +133,7 @@ export class RedisRoutingState implements RoutingStateStore {
     const reply = await runScript(
       this.redis,
       SCRIPTS.release,
-      [keys.leases(backendId), keys.prefill(backendId), keys.leaseDeadlines, keys.inflight, keys.pending],
+      [keys.prefill(backendId), keys.leaseDeadlines, keys.inflight, keys.pending],
       [leaseId, backendId],
     );
     const [, count] = integerArrayReply(SCRIPTS.release, reply, 2) as [number, number];

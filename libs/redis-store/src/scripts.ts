@@ -21,9 +21,9 @@ function defineScript(name: string, lua: string, numberOfKeys: number): LuaScrip
 /** Every script this package runs (contracts in each file's header and in src/lua/README.md). */
 export const SCRIPTS = {
   snapshot: defineScript('snapshot', SNAPSHOT_LUA, 4),
-  reserve: defineScript('reserve', RESERVE_LUA, 7),
-  release: defineScript('release', RELEASE_LUA, 5),
-  renew: defineScript('renew', RENEW_LUA, 5),
+  reserve: defineScript('reserve', RESERVE_LUA, 6),
+  release: defineScript('release', RELEASE_LUA, 4),
+  renew: defineScript('renew', RENEW_LUA, 4),
   prefillDone: defineScript('prefill-done', PREFILL_DONE_LUA, 2),
   forgetBackend: defineScript('forget-backend', FORGET_BACKEND_LUA, 1),
 } as const satisfies Record<string, LuaScript>;

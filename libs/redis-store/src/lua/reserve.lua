@@ -7,8 +7,8 @@
   2. If max in-flight > 0 and the backend already has that many leases (its inflight field): returns
      {0, in-flight} and changes nothing (a conflict: the caller decided on a stale snapshot and
      decides again).
-  3. Adds the lease (deadline = now + lease TTL) with its pending prefill tokens to the backend's lease
-     keys and the pool's deadline index, and counts it in the inflight/pending hashes (a lease id
+  3. Adds the lease (deadline = now + lease TTL) to the pool's deadline index and its pending prefill
+     tokens to the backend's prefill hash, and counts it in the inflight/pending hashes (a lease id
      already live is given the new deadline and tokens and still counts once). The lease keys expire
      when their last lease would (PEXPIRE, only ever lengthened), so a vanished backend leaves nothing.
   4. Records ownership deepest block first: HSET block backend now, PEXPIRE block idle TTL, ZADD lru.
@@ -19,13 +19,12 @@
   5. Drops idle LRU members (their block keys have expired) and, over the cap, pops the oldest blocks
      down to cap - floor(cap/16) and deletes their block keys (for every backend).
 
-  KEYS[1]  <ns>:{<tag>}:leases:<backend>   ZSET lease id -> deadline ms
-  KEYS[2]  <ns>:{<tag>}:prefill:<backend>  HASH lease id -> pending prefill tokens
-  KEYS[3]  <ns>:{<tag>}:lru                ZSET block hash -> last touch ms (+ tie-break < 1 ms)
-  KEYS[4]  <ns>:{<tag>}:forgotten          HASH backend id -> ms it was forgotten
-  KEYS[5]  <ns>:{<tag>}:lease-deadlines    ZSET lease member -> deadline ms, every lease of the pool
-  KEYS[6]  <ns>:{<tag>}:inflight           HASH backend id -> leases in flight
-  KEYS[7]  <ns>:{<tag>}:pending            HASH backend id -> pending prefill tokens
+  KEYS[1]  <ns>:{<tag>}:prefill:<backend>  HASH lease id -> pending prefill tokens
+  KEYS[2]  <ns>:{<tag>}:lru                ZSET block hash -> last touch ms (+ tie-break < 1 ms)
+  KEYS[3]  <ns>:{<tag>}:forgotten          HASH backend id -> ms it was forgotten
+  KEYS[4]  <ns>:{<tag>}:lease-deadlines    ZSET lease member -> deadline ms, every lease of the pool
+  KEYS[5]  <ns>:{<tag>}:inflight           HASH backend id -> leases in flight
+  KEYS[6]  <ns>:{<tag>}:pending            HASH backend id -> pending prefill tokens
   ARGV[1]  now, ms since the Unix epoch
   ARGV[2]  lease id
   ARGV[3]  lease TTL, ms (> 0)
@@ -34,8 +33,8 @@
   ARGV[6]  block idle TTL, ms (0 = blocks never go idle)
   ARGV[7]  refresh granularity, ms
   ARGV[8]  max blocks per pool (the LRU cap, > 0)
-  ARGV[9]  pool key prefix '<ns>:{<tag>}:' (block keys = prefix..'blk:'..hash, lease keys of purged
-           leases = prefix..'leases:'..backend and prefix..'prefill:'..backend)
+  ARGV[9]  pool key prefix '<ns>:{<tag>}:' (block keys = prefix..'blk:'..hash, prefill keys of purged
+           leases = prefix..'prefill:'..backend)
   ARGV[10] backend id
   ARGV[11 .. #ARGV] block hashes, shallowest first, as decimal integers (may be none)
 
@@ -57,36 +56,35 @@ local prefix = ARGV[9]
 local backend = ARGV[10]
 
 -- 1. Purge expired leases.
-purgeExpiredLeases(prefix, KEYS[5], KEYS[6], KEYS[7], now)
+purgeExpiredLeases(prefix, KEYS[4], KEYS[5], KEYS[6], now)
 
 -- 2. Conflict check.
-local inflight = tonumber(redis.call('HGET', KEYS[6], backend)) or 0
+local inflight = tonumber(redis.call('HGET', KEYS[5], backend)) or 0
 if maxInflight > 0 and inflight >= maxInflight then
   return { 0, inflight }
 end
 
 -- 3. Take the lease.
 local deadline = now + leaseTtl
-local previousTokens = tonumber(redis.call('HGET', KEYS[2], leaseId)) or 0
-redis.call('ZADD', KEYS[1], deadline, leaseId)
-redis.call('HSET', KEYS[2], leaseId, prefillTokens)
-if redis.call('ZADD', KEYS[5], deadline, leaseMember(backend, leaseId)) == 1 then
-  inflight = redis.call('HINCRBY', KEYS[6], backend, 1)
-  redis.call('HINCRBY', KEYS[7], backend, prefillTokens)
+local previousTokens = tonumber(redis.call('HGET', KEYS[1], leaseId)) or 0
+redis.call('HSET', KEYS[1], leaseId, prefillTokens)
+if redis.call('ZADD', KEYS[4], deadline, leaseMember(backend, leaseId)) == 1 then
+  inflight = redis.call('HINCRBY', KEYS[5], backend, 1)
+  redis.call('HINCRBY', KEYS[6], backend, prefillTokens)
 else
-  redis.call('HINCRBY', KEYS[7], backend, prefillTokens - previousTokens)
+  redis.call('HINCRBY', KEYS[6], backend, prefillTokens - previousTokens)
 end
-for _, key in ipairs({ KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7] }) do
+for _, key in ipairs({ KEYS[1], KEYS[4], KEYS[5], KEYS[6] }) do
   extendTtl(key, leaseTtl)
 end
 
 -- 4. Record ownership, deepest block first.
-local forgot = tonumber(redis.call('HGET', KEYS[4], backend)) or -1
+local forgot = tonumber(redis.call('HGET', KEYS[3], backend)) or -1
 local written = 0
 local lruArgs = {} -- score, member, score, member, ...: one ZADD per 500 blocks
 local function flushLru()
   if #lruArgs > 0 then
-    redis.call('ZADD', KEYS[3], unpack(lruArgs))
+    redis.call('ZADD', KEYS[2], unpack(lruArgs))
     lruArgs = {}
   end
 end
@@ -108,15 +106,15 @@ flushLru()
 -- 5. Forget idle blocks, trim over the cap.
 if written > 0 then
   if idleTtl > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - idleTtl))
-    extendTtl(KEYS[3], idleTtl)
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - idleTtl))
+    extendTtl(KEYS[2], idleTtl)
   end
-  local size = redis.call('ZCARD', KEYS[3])
+  local size = redis.call('ZCARD', KEYS[2])
   if size > cap then
     local excess = size - (cap - math.floor(cap / 16))
     while excess > 0 do
       local count = math.min(excess, 1000)
-      local popped = redis.call('ZPOPMIN', KEYS[3], count)
+      local popped = redis.call('ZPOPMIN', KEYS[2], count)
       local blockKeys = {}
       for k = 1, #popped, 2 do
         blockKeys[#blockKeys + 1] = prefix .. 'blk:' .. popped[k]

@@ -18,7 +18,7 @@
   KEYS[4]  <ns>:{<tag>}:pending          HASH backend id -> pending prefill tokens
   ARGV[1]  now, ms since the Unix epoch
   ARGV[2]  pool key prefix '<ns>:{<tag>}:'; block keys = prefix..'blk:'..hash,
-           lease keys = prefix..'leases:'..backend, prefill keys = prefix..'prefill:'..backend
+           prefill keys = prefix..'prefill:'..backend
   ARGV[3]  block idle TTL, ms (0 = blocks never go idle)
   ARGV[4]  B, the number of backends
   ARGV[5 .. 4+B]     backend ids

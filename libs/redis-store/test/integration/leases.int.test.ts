@@ -12,6 +12,11 @@ beforeEach(() => ctx.beginTest('leases'));
 afterEach(() => ctx.cleanup());
 afterAll(() => ctx.close());
 
+/** A lease's member in the pool's `lease-deadlines` index, as lib/lease-accounting.lua's leaseMember builds it. */
+function leaseMember(backendId: string, leaseId: string): string {
+  return `${Buffer.byteLength(backendId, 'utf8')}:${backendId}${leaseId}`;
+}
+
 describe('reserve.lua / release.lua / renew.lua: leases', () => {
   it('counts leases in flight and releases each once, idempotently', async () => {
     const state = ctx.createState();
@@ -36,7 +41,8 @@ describe('reserve.lua / release.lua / renew.lua: leases', () => {
     const snapshot = await state.snapshot('m', ['a'], []);
     expect(snapshot.inflight.get('a')).toBe(1);
     expect(snapshot.pendingPrefillTokens.get('a')).toBe(70);
-    expect(await ctx.redis.zrange(keys.leases('a'), 0, -1)).toEqual(['new']);
+    expect(await ctx.redis.zscore(keys.leaseDeadlines, leaseMember('a', 'old'))).toBeNull();
+    expect(await ctx.redis.zscore(keys.leaseDeadlines, leaseMember('a', 'new'))).not.toBeNull();
     expect(await ctx.redis.hkeys(keys.prefill('a'))).toEqual(['new']);
   });
 
@@ -54,7 +60,7 @@ describe('reserve.lua / release.lua / renew.lua: leases', () => {
     await state.reserve('m', 'a', 'late', [], 0);
     clock.advance(1100);
     expect(await state.renew('m', 'a', 'late')).toBe(false); // past its deadline, not yet purged by a snapshot
-    expect(await ctx.redis.zscore(keys.leases('a'), 'late')).toBeNull();
+    expect(await ctx.redis.zscore(keys.leaseDeadlines, leaseMember('a', 'late'))).toBeNull();
     expect(await state.renew('m', 'a', 'never-taken')).toBe(false);
     await state.release('m', 'a', 'stream');
     expect(await state.renew('m', 'a', 'stream')).toBe(false);
@@ -64,10 +70,9 @@ describe('reserve.lua / release.lua / renew.lua: leases', () => {
     const state = ctx.createState({ leaseTtlMs: 150 });
     const keys = poolKeys('m', ctx.namespace);
     await state.reserve('m', 'gone', 'l1', [], 10);
-    expect(await ctx.redis.pttl(keys.leases('gone'))).toBeGreaterThan(0);
     expect(await ctx.redis.pttl(keys.prefill('gone'))).toBeGreaterThan(0);
     await sleep(200);
-    expect(await ctx.redis.exists(keys.leases('gone'), keys.prefill('gone'))).toBe(0);
+    expect(await ctx.redis.exists(keys.prefill('gone'))).toBe(0);
   });
 
   it('never shortens the lease keys’ TTL when a replica with a shorter lease TTL reserves', async () => {
@@ -75,7 +80,7 @@ describe('reserve.lua / release.lua / renew.lua: leases', () => {
     const keys = poolKeys('m', ctx.namespace);
     await ctx.createState({ leaseTtlMs: 60_000, nowMs: clock.nowMs }).reserve('m', 'a', 'long', [], 0);
     await ctx.createState({ leaseTtlMs: 1000, nowMs: clock.nowMs }).reserve('m', 'a', 'short', [], 0);
-    expect(await ctx.redis.pttl(keys.leases('a'))).toBeGreaterThan(50_000);
+    expect(await ctx.redis.pttl(keys.prefill('a'))).toBeGreaterThan(50_000);
   });
 });
 
@@ -159,18 +164,17 @@ describe('inflightCounts (local cache)', () => {
 });
 
 describe('pool-level lease accounting (lease-deadlines, inflight, pending)', () => {
-  /** The counters as stored, and as recounted from the per-backend lease keys: they must agree. */
+  /** The counters as stored, and as recounted from the per-backend prefill hashes: they must agree. */
   async function accounting(pool: string, backends: readonly string[]): Promise<{ inflight: Record<string, string>; pending: Record<string, string> }> {
     const keys = poolKeys(pool, ctx.namespace);
     const inflight = await ctx.redis.hgetall(keys.inflight);
     const pending = await ctx.redis.hgetall(keys.pending);
     let leases = 0;
     for (const backend of backends) {
-      const count = await ctx.redis.zcard(keys.leases(backend));
+      const count = await ctx.redis.hlen(keys.prefill(backend));
       const tokens = (await ctx.redis.hvals(keys.prefill(backend))).reduce((sum, value) => sum + Number(value), 0);
       expect(Number(inflight[backend] ?? 0), `inflight of ${backend}`).toBe(count);
       expect(Number(pending[backend] ?? 0), `pending of ${backend}`).toBe(tokens);
-      expect(await ctx.redis.hlen(keys.prefill(backend))).toBe(count);
       leases += count;
     }
     expect(await ctx.redis.zcard(keys.leaseDeadlines)).toBe(leases);
@@ -190,7 +194,9 @@ describe('pool-level lease accounting (lease-deadlines, inflight, pending)', () 
     const onlyA = await state.snapshot('m', ['a'], []);
     expect([onlyA.inflight.get('a'), onlyA.pendingPrefillTokens.get('a')]).toEqual([1, 500]);
     expect(await accounting('m', ['a', 'b'])).toEqual({ inflight: { a: '1', b: '1' }, pending: { a: '500', b: '40' } });
-    expect(await ctx.redis.zrange(keys.leases('b'), 0, -1)).toEqual(['new']);
+    expect(await ctx.redis.zscore(keys.leaseDeadlines, leaseMember('b', 'old'))).toBeNull();
+    expect(await ctx.redis.zscore(keys.leaseDeadlines, leaseMember('b', 'new'))).not.toBeNull();
+    expect(await ctx.redis.hkeys(keys.prefill('b'))).toEqual(['new']);
     const both = await state.snapshot('m', ['a', 'b'], []);
     expect([both.inflight.get('b'), both.pendingPrefillTokens.get('b')]).toEqual([1, 40]);
     clock.advance(1000); // everything expired: the counters' fields go with the last lease

@@ -75,7 +75,6 @@ describe('key schema', () => {
       keys.block(11),
       keys.block(22),
       keys.lru,
-      keys.leases('10.0.0.1:8000'),
       keys.prefill('10.0.0.1:8000'),
       keys.leaseDeadlines,
       keys.inflight,
@@ -87,7 +86,6 @@ describe('key schema', () => {
     expect(expected).toContain(`${ctx.namespace}:{${pool}}:${KEY_SUFFIX.block}11`);
     expect(await ctx.redis.type(keys.block(11))).toBe('hash');
     expect(await ctx.redis.type(keys.lru)).toBe('zset');
-    expect(await ctx.redis.type(keys.leases('10.0.0.1:8000'))).toBe('zset');
     expect(await ctx.redis.type(keys.prefill('10.0.0.1:8000'))).toBe('hash');
     expect(await ctx.redis.type(keys.forgotten)).toBe('hash');
     expect(await ctx.redis.type(keys.leaseDeadlines)).toBe('zset');

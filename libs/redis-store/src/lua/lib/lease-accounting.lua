@@ -31,7 +31,6 @@ local function purgeExpiredLeases(prefix, deadlinesKey, inflightKey, pendingKey,
       local leaseId = string.sub(member, colon + length + 1)
       local prefillKey = prefix .. 'prefill:' .. backend
       local tokens = tonumber(redis.call('HGET', prefillKey, leaseId)) or 0
-      redis.call('ZREM', prefix .. 'leases:' .. backend, leaseId)
       redis.call('HDEL', prefillKey, leaseId)
       uncount(inflightKey, pendingKey, backend, tokens)
     end
