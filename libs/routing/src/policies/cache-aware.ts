@@ -61,6 +61,7 @@
 
 import type { Candidate, CandidateScore, DecisionReason, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
 import { chooseByBoundedLoadHash, rendezvousWeight } from './bounded-load-hash';
+import { estimatePrefillTokens } from '../prefix/prefill-estimate';
 import { candidateScore } from './candidate-score';
 import { indexOfLeastLoaded } from './least-loaded';
 import { checkParamRange, withDefaults } from './policy-params';
@@ -101,8 +102,7 @@ interface Costs {
 }
 
 function estimateCosts(request: RoutingRequest, candidates: readonly Candidate[], p: CacheAwareParams): Costs {
-  const prefillMsPerByte = p.prefillMsPerToken / p.bytesPerToken;
-  const prefillMs = candidates.map((c) => Math.max(0, request.textBytes - c.matchBlocks * request.blockSizeBytes) * prefillMsPerByte);
+  const prefillMs = candidates.map((c) => estimatePrefillTokens(request, c.matchBlocks, p.bytesPerToken) * p.prefillMsPerToken);
   const queueMs = candidates.map((c) => c.inflight * p.queueMsPerRequest);
   const backlogMs = candidates.map((c) => c.pendingPrefillTokens * p.prefillMsPerToken);
   const totalMs = prefillMs.map((prefill, index) => prefill + (queueMs[index] ?? 0) + (backlogMs[index] ?? 0));
@@ -188,7 +188,7 @@ export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): 
         const chosen = candidates[index];
         if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
         // Choices made among valve-kept candidates promise to stay below the valve; see types.ts.
-        const capped = p.saturationInflight > 0 && eligible.includes(index);
+        const capped = p.saturationInflight > 0 && excluded[index] === undefined;
         return { kind: 'routed', backendId: chosen.backend.id, reason, scores, ...(capped ? { inflightCap: p.saturationInflight } : {}) };
       };
 

@@ -9,7 +9,7 @@
  * `indexOfLeastLoaded` is also the fallback of every other policy that "falls back to least-loaded".
  */
 
-import type { Candidate, RoutingPolicy } from '../types';
+import type { Candidate, RoutingDecision, RoutingPolicy } from '../types';
 import { candidateScore } from './candidate-score';
 
 export type LeastLoadedParams = Readonly<Record<string, never>>;
@@ -36,15 +36,18 @@ export function createLeastLoadedPolicy(_params: Partial<LeastLoadedParams> = {}
     name: 'leastloaded',
     scoreDirection: 'lower is better: in-flight requests, [0, ∞)',
     usesPrefixMatch: false,
-    choose(_request, candidates) {
-      const chosen = candidates[indexOfLeastLoaded(candidates)];
-      if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
-      return {
-        kind: 'routed',
-        backendId: chosen.backend.id,
-        reason: 'least-loaded',
-        scores: candidates.map((candidate) => candidateScore(candidate, candidate.inflight)),
-      };
-    },
+    choose: (_request, candidates) => leastLoadedDecision(candidates),
+  };
+}
+
+/** The least-loaded candidate as a decision (score = in-flight), shared by policies that fall back to it. */
+export function leastLoadedDecision(candidates: readonly Candidate[]): RoutingDecision {
+  const chosen = candidates[indexOfLeastLoaded(candidates)];
+  if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
+  return {
+    kind: 'routed',
+    backendId: chosen.backend.id,
+    reason: 'least-loaded',
+    scores: candidates.map((candidate) => candidateScore(candidate, candidate.inflight)),
   };
 }

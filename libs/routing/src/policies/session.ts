@@ -17,8 +17,7 @@
 import type { RoutingPolicy } from '../types';
 import { hashString53 } from '../hash/hash53';
 import { boundedLoadDecision, chooseByBoundedLoadHash } from './bounded-load-hash';
-import { candidateScore } from './candidate-score';
-import { indexOfLeastLoaded } from './least-loaded';
+import { leastLoadedDecision } from './least-loaded';
 import { checkParamRange, withDefaults } from './policy-params';
 
 export interface SessionParams {
@@ -36,12 +35,7 @@ export function createSessionPolicy(params: Partial<SessionParams> = {}): Routin
     scoreDirection: 'lower is better: preference rank [0, n−1] with a session key; in-flight [0, ∞) without',
     usesPrefixMatch: false,
     choose(request, candidates) {
-      if (request.sessionKey === null) {
-        const chosen = candidates[indexOfLeastLoaded(candidates)];
-        if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
-        const scores = candidates.map((candidate) => candidateScore(candidate, candidate.inflight));
-        return { kind: 'routed', backendId: chosen.backend.id, reason: 'least-loaded', scores };
-      }
+      if (request.sessionKey === null) return leastLoadedDecision(candidates);
       const choice = chooseByBoundedLoadHash(hashString53(request.sessionKey), candidates, loadFactor);
       return boundedLoadDecision(choice, candidates, { first: 'session-affinity', spilled: 'session-spilled' });
     },
