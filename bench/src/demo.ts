@@ -8,6 +8,7 @@
  * prefill again. Prints TTFT, cache hits and how often a conversation changed backend, per policy.
  */
 import { parseArgs } from 'node:util';
+import { SseParser, SSE_DONE } from '@kvroute/protocols';
 import { mean, percentile } from '@kvroute/workloads';
 import { startLocalRouter, startLocalSims, stopLocalProcess, stopLocalSims } from './local-sims';
 
@@ -110,16 +111,11 @@ async function streamChat(url: string, messages: ReadonlyArray<{ role: string; c
   let ttftMs = Number.NaN;
   let answer = '';
   let usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } | null } | undefined;
-  let buffer = '';
+  const parser = new SseParser();
   const decoder = new TextDecoder();
   for await (const bytes of response.body as unknown as AsyncIterable<Uint8Array>) {
-    buffer += decoder.decode(bytes, { stream: true });
-    let boundary = buffer.indexOf('\n\n');
-    while (boundary !== -1) {
-      const data = buffer.slice(6, boundary);
-      buffer = buffer.slice(boundary + 2);
-      boundary = buffer.indexOf('\n\n');
-      if (data === '[DONE]') continue;
+    for (const data of parser.push(decoder.decode(bytes, { stream: true }))) {
+      if (data === SSE_DONE) continue;
       const chunk = JSON.parse(data);
       const content: string | undefined = chunk.choices?.[0]?.delta?.content;
       if (content) {

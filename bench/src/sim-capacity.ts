@@ -23,13 +23,14 @@
  * Writes bench/results/sim-capacity-<time>.json.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { mean, percentile, syntheticTokenPrompt as tokenPrompt } from '@kvroute/workloads';
 import { startLocalSims, stopLocalSims } from './local-sims';
+import { processCpuSeconds } from './process-cpu';
 
 const { values: args } = parseArgs({
   allowNegative: true,
@@ -174,36 +175,12 @@ interface SimState {
   ttft_wall_ms_total: number;
   ttft_engine_ms_total: number;
   admission_ms_total: number;
-  emission_lag_ms_total: number;
   loop_lag_steps: number;
   loop_lag_ms_total: number;
 }
 
 async function simState(url: string): Promise<SimState> {
   return (await (await fetch(`${url}/sim/state`)).json()) as SimState;
-}
-
-/** utime + stime of a process, in seconds (Linux /proc; the sim's child, the node process under taskset). */
-function processCpuSeconds(pid: number): number {
-  const pids = [pid, ...childPids(pid)];
-  let ticks = 0;
-  for (const id of pids) {
-    try {
-      const fields = readFileSync(`/proc/${id}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
-      ticks += Number(fields[11]) + Number(fields[12]);
-    } catch {
-      // process gone
-    }
-  }
-  return ticks / 100;
-}
-
-function childPids(pid: number): number[] {
-  try {
-    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
-  } catch {
-    return [];
-  }
 }
 
 main().catch((error: unknown) => {

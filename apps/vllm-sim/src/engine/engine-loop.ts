@@ -108,7 +108,7 @@ export class EngineLoop {
   }
 
   /** Wall time (clock ms) at which simulated time `simMs` is due. */
-  wallDeadlineMs(simMs: number): number {
+  private wallDeadlineMs(simMs: number): number {
     return this.wallStartMs + simMs / this.timeScale;
   }
 

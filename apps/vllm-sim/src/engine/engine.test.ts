@@ -130,11 +130,10 @@ describe('Engine prefix cache', () => {
     const tokens = prompt(512, 3);
     const trace: Trace = { tokens: 0 };
     engine.add(spec(tokens, 1, trace, 'tenant-a'), 0);
-    const now = runToIdle(engine);
+    runToIdle(engine);
     expect(engine.matchPrefixTokens(tokens, 'tenant-a')).toBe(496);
     expect(engine.matchPrefixTokens(tokens, 'tenant-b')).toBe(0);
     expect(engine.matchPrefixTokens(tokens)).toBe(0);
-    expect(now).toBeGreaterThan(0);
   });
 });
 

@@ -1,4 +1,4 @@
-import { hashBlock, rootHash } from './block-hash';
+import { hashBlock, hashFullBlocks, rootHash } from './block-hash';
 import { BlockPool, blocksFor, type KvBlock } from './block-pool';
 import { EngineStats, type FinishReason } from './engine-stats';
 import { BLOCK_SIZE_TOKENS, type EngineProfile } from './profiles';
@@ -63,7 +63,6 @@ export class Sequence {
   firstTokenAtMs: number | null = null;
   lastTokenAtMs: number | null = null;
   admissionOrder = 0;
-  preemptions = 0;
 
   constructor(
     readonly spec: SequenceSpec,
@@ -166,13 +165,8 @@ export class Engine {
 
   /** Prompt tokens this engine would serve from its cache for `promptTokens` right now (the oracle). */
   matchPrefixTokens(promptTokens: readonly number[], cacheSalt?: string): number {
-    const probe = new Sequence(
-      { id: 'probe', promptTokens, outputTokens: 0, finishReason: 'length', outputTokenAt: () => 0, maxTokensParam: 0, ...(cacheSalt === undefined ? {} : { cacheSalt }), listener: NO_LISTENER },
-      0,
-      0,
-    );
-    probe.hashBlocksUpTo(promptTokens.length);
-    return this.pool.countCachedPrefix(probe.blockHashes, maxHitBlocks(promptTokens.length)) * BLOCK_SIZE_TOKENS;
+    const hitLimit = maxHitBlocks(promptTokens.length);
+    return this.pool.countCachedPrefix(hashFullBlocks(promptTokens, cacheSalt, hitLimit), hitLimit) * BLOCK_SIZE_TOKENS;
   }
 
   /** Ends a sequence early (client went away). Its blocks are freed at once; an in-flight step skips it. */
@@ -192,8 +186,7 @@ export class Engine {
     let decodeContextTokens = 0;
     const prefillChunks: PrefillChunk[] = [];
     for (const item of work) {
-      const isDecode = item.sequence.outputCount > 0 && item.tokens === 1 && item.sequence.numComputed === item.sequence.tokens.length - 1;
-      if (isDecode) {
+      if (isDecode(item.sequence, item.tokens)) {
         decodeSequences++;
         decodeContextTokens += item.sequence.numComputed + 1;
       } else {
@@ -217,7 +210,7 @@ export class Engine {
     for (const { sequence, tokens } of plan.work) {
       iterationTokens += tokens;
       if (sequence.status !== 'running') continue;
-      if (sequence.outputCount === 0 || tokens > 1) prefilled = true;
+      if (!isDecode(sequence, tokens)) prefilled = true;
       const before = sequence.numComputed;
       sequence.numComputed += tokens;
       this.cacheCompletedBlocks(sequence, before);
@@ -344,7 +337,6 @@ export class Engine {
     sequence.blocks = [];
     sequence.numComputed = 0;
     sequence.status = 'waiting';
-    sequence.preemptions++;
     this.stats.preemptions++;
     this.waiting.unshift(sequence);
   }
@@ -404,6 +396,11 @@ export class Engine {
   }
 }
 
+/** A step item that computes exactly the last sampled token of a sequence (decode); anything else prefills (or recomputes). Judged before the step runs. */
+function isDecode(sequence: Sequence, tokens: number): boolean {
+  return sequence.outputCount > 0 && tokens === 1 && sequence.numComputed === sequence.tokens.length - 1;
+}
+
 /** vLLM always recomputes the last prompt token: a hit covers at most floor((n − 1) / 16) blocks. */
 export function maxHitBlocks(promptTokens: number): number {
   return Math.max(0, Math.floor((promptTokens - 1) / BLOCK_SIZE_TOKENS));
@@ -413,5 +410,3 @@ function removeFrom(list: Sequence[], sequence: Sequence): void {
   const index = list.indexOf(sequence);
   if (index !== -1) list.splice(index, 1);
 }
-
-const NO_LISTENER: SequenceListener = { onToken: () => undefined, onFinish: () => undefined };

@@ -11,14 +11,11 @@ export class ResponseLatency {
   engineTtftMsTotal = 0;
   /** Σ wall ms from handler entry to the engine accepting the request (validation, templating, tokenizing). */
   admissionMsTotal = 0;
-  /** Σ wall ms by which first tokens were handed out after their simulated time was due. */
-  emissionLagMsTotal = 0;
 
-  record(sample: { wallTtftMs: number; engineTtftWallMs: number; admissionMs: number; emissionLagMs: number }): void {
+  record(sample: { wallTtftMs: number; engineTtftWallMs: number; admissionMs: number }): void {
     this.requests++;
     this.wallTtftMsTotal += sample.wallTtftMs;
     this.engineTtftMsTotal += sample.engineTtftWallMs;
     this.admissionMsTotal += sample.admissionMs;
-    this.emissionLagMsTotal += sample.emissionLagMs;
   }
 }

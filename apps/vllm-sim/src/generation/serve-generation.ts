@@ -47,7 +47,9 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
   const choices = request.prompts.map((prompt) => {
     const output = new OutputText(deps.seed, prompt.tokens);
     const eosLength = deps.eosRandom && !request.ignoreEos ? 1 + Math.floor(output.fraction() * prompt.maxTokens) : prompt.maxTokens;
-    return { prompt, output, outputTokens: eosLength, text: '', finishReason: null as FinishReason | null, sequence: null as Sequence | null };
+    // Decided once: an output cut short of max_tokens ended at EOS.
+    const endReason: 'stop' | 'length' = eosLength < prompt.maxTokens ? 'stop' : 'length';
+    return { prompt, output, outputTokens: eosLength, endReason, text: '', finishReason: null as FinishReason | null, sequence: null as Sequence | null };
   });
   let unfinished = choices.length;
   let clientGone = false;
@@ -102,15 +104,18 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
             wallTtftMs: wallNow - request.receivedAtMs,
             engineTtftWallMs: (nowMs - sequence.arrivalMs) / deps.loop.timeScale,
             admissionMs: submittedAtMs - request.receivedAtMs,
-            emissionLagMs: wallNow - deps.loop.wallDeadlineMs(nowMs),
           });
         }
         const piece = choice.output.textAt(outputIndex);
-        choice.text += piece;
-        if (!request.stream || clientGone) return;
+        // The whole text is only needed for a non-streaming answer.
+        if (!request.stream) {
+          choice.text += piece;
+          return;
+        }
+        if (clientGone) return;
         if (outputIndex === 0 && request.kind === 'chat') send(chatRoleChunk(identity, index));
         const isLast = sequence.outputCount >= choice.outputTokens;
-        response.write(encodeDelta(index, piece, isLast ? (choice.outputTokens < choice.prompt.maxTokens ? 'stop' : 'length') : null));
+        response.write(encodeDelta(index, piece, isLast ? choice.endReason : null));
         if (dropAfterFirstToken) {
           dropAfterFirstToken = false;
           response.destroy();
@@ -126,7 +131,7 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
       id: `${identity.id}-${index}`,
       promptTokens: choice.prompt.tokens,
       outputTokens: choice.outputTokens,
-      finishReason: choice.outputTokens < choice.prompt.maxTokens ? 'stop' : 'length',
+      finishReason: choice.endReason,
       outputTokenAt: (outputIndex) => choice.output.tokenAt(outputIndex),
       maxTokensParam: choice.prompt.maxTokens,
       ...(request.cacheSalt === undefined ? {} : { cacheSalt: request.cacheSalt }),

@@ -74,7 +74,6 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
     ttft_wall_ms_total: options.latency.wallTtftMsTotal,
     ttft_engine_ms_total: options.latency.engineTtftMsTotal,
     admission_ms_total: options.latency.admissionMsTotal,
-    emission_lag_ms_total: options.latency.emissionLagMsTotal,
   }));
 
   app.post('/sim/reset-cache', async () => {

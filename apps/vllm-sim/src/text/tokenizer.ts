@@ -1,4 +1,4 @@
-import { decode, encode } from 'gpt-tokenizer/encoding/cl100k_base';
+import { encode } from 'gpt-tokenizer/encoding/cl100k_base';
 
 /**
  * Text → token ids with a real BPE tokenizer: OpenAI's cl100k_base, shipped inside the `gpt-tokenizer`
@@ -17,10 +17,6 @@ const PLAIN_TEXT = { disallowedSpecial: new Set<string>() };
 
 export function tokenize(text: string): number[] {
   return encode(text, PLAIN_TEXT);
-}
-
-export function detokenize(tokens: readonly number[]): string {
-  return decode(tokens);
 }
 
 /** Control tokens of the chat template (ids outside the cl100k text range, as in ChatML models). */
