@@ -40,7 +40,26 @@ describe('summarize', () => {
     expect(summary.kvrouteMaxRateVsBare).toBeCloseTo(0.8);
     expect(summary.haproxyAddedP50VsBare).toBeCloseTo(0.25);
     expect(summary.haproxyMaxRateVsBare).toBeCloseTo(1.75);
-    expect(summary.meets).toEqual({ addedP50: true, addedP99: true, maxRate: true });
+    expect(summary.meets).toEqual({ addedP50: true, addedP99: true, maxRate: true, redisAddedP50: undefined });
+    expect(summary.kvrouteRedisAddedP50Ms).toBeUndefined();
+    expect(summary.kvrouteRedisVsKvroute).toBeUndefined();
+  });
+
+  it('compares kvroute with Redis state with direct and with kvroute on local state', () => {
+    const withRedis: PathResult = { path: 'kvroute-redis', paced: paced(1.4, 3.5, { proxyCpuUsPerRequest: 180, redisCpuUsPerRequest: 45 }), max: { rate: 2500, p50Ms: 6, p99Ms: 11, errors: 0 } };
+    const result: WorkloadResult = { workload, paths: [path('direct', 1.0, 2.0, 8000), path('bare', 1.2, 2.6, 4000), path('kvroute', 1.25, 3.0, 3200), withRedis] };
+    const summary = summarize(result);
+    expect(summary.kvrouteRedisAddedP50Ms).toBeCloseTo(0.4);
+    expect(summary.kvrouteRedisAddedP99Ms).toBeCloseTo(1.5);
+    expect(summary.kvrouteRedisVsKvroute?.p50Ms).toBeCloseTo(0.15);
+    expect(summary.kvrouteRedisVsKvroute?.p99Ms).toBeCloseTo(0.5);
+    expect(summary.redisCpuUsPerRequest).toBe(45);
+    expect(summary.meets.redisAddedP50).toBe(true);
+    // Over 0.5 ms p50 misses the target; without kvroute on local state there is nothing to compare it with.
+    const slow = summarize({ workload, paths: [path('direct', 1.0, 2.0, 8000), { ...withRedis, paced: paced(1.6, 3.5, { redisCpuUsPerRequest: 45 }) }] });
+    expect(slow.meets.redisAddedP50).toBe(false);
+    expect(slow.kvrouteRedisAddedP50Ms).toBeCloseTo(0.6);
+    expect(slow.kvrouteRedisVsKvroute).toBeUndefined();
   });
 
   it('fails a target that is missed and leaves out what was not measured', () => {
@@ -67,15 +86,39 @@ describe('tables', () => {
     const lines = resultsTable(results, 500).split('\n');
     expect(lines).toHaveLength(2 + 4);
     expect(lines[0]).toContain('target 500');
-    expect(lines[3]).toBe('| small-json | bare Node proxy | 495 | 1.200 | 2.600 | +0.200 | +0.600 | 4000 | 1.00× | 100 | 200 | 30 % | 0 |');
+    expect(lines[3]).toBe('| small-json | bare Node proxy | 495 | 1.200 | 2.600 | +0.200 | +0.600 | 4000 | 1.00× | 100 | 200 | – | 30 % | 0 |');
     expect(lines[4]).toContain('| 0.80× |');
     expect(lines[5]).toContain('skipped: HAProxy is not installed \\| x');
     for (const line of lines) expect(line.startsWith('|') && line.endsWith('|')).toBe(true);
   });
 
   it('marks kvroute against each target', () => {
-    const row = targetsTable(results).split('\n')[2];
-    expect(row).toBe('| small-json | 1.25× ✓ | +1.000 ✓ | 0.80× ✓ | +0.200 / +0.600 | – | – | – |');
+    const table = targetsTable(results).split('\n');
+    expect(table[0]).toContain('kvroute + Redis added p50 ms (≤ 0.5)');
+    for (const line of table) expect(line.split('|')).toHaveLength(12 + 2);
+    const row = table[2];
+    expect(row).toBe('| small-json | 1.25× ✓ | +1.000 ✓ | 0.80× ✓ | – | – | – | – | +0.200 / +0.600 | – | – | – |');
+  });
+});
+
+describe('tables with kvroute + Redis', () => {
+  const withRedis = (p50Ms: number): PathResult => ({ path: 'kvroute-redis', paced: paced(p50Ms, 3.4, { proxyCpuUsPerRequest: 150, redisCpuUsPerRequest: 38.4 }), max: { rate: 2800, p50Ms: 6, p99Ms: 10, errors: 0 } });
+  const results = (p50Ms: number): WorkloadResult[] => [{ workload, paths: [path('direct', 1.0, 2.0, 8000), path('bare', 1.2, 2.6, 4000), path('kvroute', 1.25, 3.0, 3200), withRedis(p50Ms)] }];
+
+  it('prints its Redis CPU in the results table', () => {
+    const lines = resultsTable(results(1.3), 500).split('\n');
+    expect(lines[5]).toBe('| small-json | kvroute + Redis | 495 | 1.300 | 3.400 | +0.300 | +1.400 | 2800 | 0.70× | 150 | 200 | 38 | 30 % | 0 |');
+    expect(lines[4]).toContain('| 100 | 200 | – | 30 % |');
+  });
+
+  it('marks its added p50 against the 0.5 ms target, with its cost over local state and Redis CPU beside it', () => {
+    expect(targetsTable(results(1.3)).split('\n')[2]).toBe('| small-json | 1.25× ✓ | +1.000 ✓ | 0.80× ✓ | +0.300 ✓ | +1.400 | +0.050 / +0.400 | 38 | +0.200 / +0.600 | – | – | – |');
+    expect(targetsTable(results(1.7)).split('\n')[2]).toContain('| +0.700 ✗ | +1.400 | +0.450 / +0.400 | 38 |');
+  });
+
+  it("says when rounds ran partly on the router's local state (Redis degraded)", () => {
+    const degraded: WorkloadResult[] = [{ workload, paths: [path('direct', 1.0, 2.0, 8000), { ...withRedis(1.3), paced: paced(1.3, 3.4, { rounds: 3, roundsOnLocalState: 1 }) }] }];
+    expect(targetsTable(degraded).split('\n')[2]).toContain('| +0.300 ✓ (1/3 rounds partly on local state) |');
   });
 });
 
@@ -105,6 +148,15 @@ describe('combinePacedRounds', () => {
     expect(combined.simCpuUsPerRequest).toBeCloseTo((0.9 * 1e6) / 4000);
     expect(combined.sharedCoreBusy).toBeCloseTo(1.35 / 9);
     expect(combined.roundP99sMs).toEqual([9, 3, 4]);
+    expect(combined.redisCpuUsPerRequest).toBeUndefined();
+  });
+
+  it('adds up the Redis CPU of kvroute + Redis rounds, outside the shared core', () => {
+    const combined = combinePacedRounds([round(1000, 2000, 1000, { redisCpuSeconds: 0.05 }), round(1000, 2000, 1000, { redisCpuSeconds: 0.03 })]);
+    expect(combined.redisCpuUsPerRequest).toBeCloseTo((0.08 * 1e6) / 2000);
+    expect(combined.roundsOnLocalState).toBeUndefined();
+    expect(combinePacedRounds([round(1000, 2000, 1000, { onLocalState: true }), round(1000, 2000, 1000, { onLocalState: false })]).roundsOnLocalState).toBe(1);
+    expect(combined.sharedCoreBusy).toBeCloseTo(0.9 / 6);
   });
 
   it('has no proxy CPU for the direct path, and refuses rounds without a single request', () => {

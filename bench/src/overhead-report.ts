@@ -6,13 +6,14 @@ import type { WrkResult } from './wrk';
  * markdown rendering.
  */
 
-export const PATH_IDS = ['direct', 'bare', 'kvroute', 'haproxy'] as const;
+export const PATH_IDS = ['direct', 'bare', 'kvroute', 'kvroute-redis', 'haproxy'] as const;
 export type PathId = (typeof PATH_IDS)[number];
 
 export const PATH_LABELS: Record<PathId, string> = {
   direct: 'direct to sim',
   bare: 'bare Node proxy',
   kvroute: 'kvroute',
+  'kvroute-redis': 'kvroute + Redis',
   haproxy: 'HAProxy (TCP)',
 };
 
@@ -47,7 +48,11 @@ export interface PacedMeasurement {
   /** CPU time of the proxy process per request, µs (absent for the direct path). */
   readonly proxyCpuUsPerRequest?: number;
   readonly simCpuUsPerRequest: number;
-  /** (proxy + sim CPU) / wall time: how busy the shared core was. */
+  /** CPU time of the router's private redis-server per request, µs (kvroute + Redis only). */
+  readonly redisCpuUsPerRequest?: number;
+  /** kvroute + Redis only: rounds during which the router routed (partly) on its local state. */
+  readonly roundsOnLocalState?: number;
+  /** (proxy + sim CPU) / wall time: how busy the shared core was (Redis runs on the client core, not in it). */
   readonly sharedCoreBusy: number;
   /** Most CPU other processes took during one round, in cores (undefined where /proc/stat is missing). */
   readonly foreignCpuCoresMax?: number;
@@ -62,6 +67,10 @@ export interface PacedRound {
   readonly simCpuSeconds: number;
   /** Absent for the direct path. */
   readonly proxyCpuSeconds?: number;
+  /** CPU of the router's redis-server meanwhile (kvroute + Redis only). */
+  readonly redisCpuSeconds?: number;
+  /** kvroute + Redis only: the router routed on its local state (Redis degraded) during part of the round. */
+  readonly onLocalState?: boolean;
   readonly wallSeconds: number;
   /** CPU used meanwhile by processes other than the sim, the proxy, wrk and this script, in cores. */
   readonly foreignCpuCores?: number;
@@ -83,6 +92,7 @@ export function combinePacedRounds(rounds: readonly PacedRound[]): PacedMeasurem
   const hasProxy = rounds.every((round) => round.proxyCpuSeconds !== undefined);
   const simCpu = sum((round) => round.simCpuSeconds);
   const proxyCpu = sum((round) => round.proxyCpuSeconds ?? 0);
+  const hasRedis = rounds.every((round) => round.redisCpuSeconds !== undefined);
   const errors = sum((round) => round.wrk.errors.connect + round.wrk.errors.read + round.wrk.errors.write + round.wrk.errors.status + round.wrk.errors.timeout);
   return {
     rounds: rounds.length,
@@ -97,6 +107,8 @@ export function combinePacedRounds(rounds: readonly PacedRound[]): PacedMeasurem
     errors,
     ...(hasProxy ? { proxyCpuUsPerRequest: (proxyCpu * 1e6) / requests } : {}),
     simCpuUsPerRequest: (simCpu * 1e6) / requests,
+    ...(hasRedis ? { redisCpuUsPerRequest: (sum((round) => round.redisCpuSeconds ?? 0) * 1e6) / requests } : {}),
+    ...(rounds.some((round) => round.onLocalState !== undefined) ? { roundsOnLocalState: rounds.filter((round) => round.onLocalState === true).length } : {}),
     sharedCoreBusy: (simCpu + (hasProxy ? proxyCpu : 0)) / sum((round) => round.wallSeconds),
     ...(rounds.every((round) => round.foreignCpuCores !== undefined) ? { foreignCpuCoresMax: Math.max(...rounds.map((round) => round.foreignCpuCores ?? 0)) } : {}),
     roundP50sMs: ms((latency) => latency.p50),
@@ -134,9 +146,11 @@ export interface Targets {
   readonly addedP99Ms: number;
   /** kvroute max rate ≥ this × the bare proxy's. */
   readonly maxRateVsBare: number;
+  /** kvroute with Redis state added p50 (over direct) ≤ this, ms. */
+  readonly redisAddedP50Ms: number;
 }
 
-export const TARGETS: Targets = { addedP50VsBare: 1.3, addedP99Ms: 1.5, maxRateVsBare: 0.75 };
+export const TARGETS: Targets = { addedP50VsBare: 1.3, addedP99Ms: 1.5, maxRateVsBare: 0.75, redisAddedP50Ms: 0.5 };
 
 /** Below this, an added p50 is within wrk's and the scheduler's noise: a ratio to it means nothing. */
 export const MIN_MEANINGFUL_ADDED_MS = 0.01;
@@ -166,8 +180,14 @@ export interface WorkloadSummary {
   readonly kvrouteMaxRateVsBare?: number;
   readonly haproxyAddedP50VsBare?: number;
   readonly haproxyMaxRateVsBare?: number;
+  /** kvroute + Redis over direct (its `added`), p50 and p99. */
+  readonly kvrouteRedisAddedP50Ms?: number;
+  readonly kvrouteRedisAddedP99Ms?: number;
+  /** What Redis state costs over kvroute's local state: kvroute + Redis's percentiles − kvroute's. */
+  readonly kvrouteRedisVsKvroute?: Added;
+  readonly redisCpuUsPerRequest?: number;
   /** true / false against TARGETS; undefined when a figure is missing. */
-  readonly meets: { readonly addedP50?: boolean; readonly addedP99?: boolean; readonly maxRate?: boolean };
+  readonly meets: { readonly addedP50?: boolean; readonly addedP99?: boolean; readonly maxRate?: boolean; readonly redisAddedP50?: boolean };
 }
 
 export function summarize(result: WorkloadResult, targets: Targets = TARGETS): WorkloadSummary {
@@ -183,6 +203,9 @@ export function summarize(result: WorkloadResult, targets: Targets = TARGETS): W
   const kvrouteAddedP50VsBare = ratio(added.kvroute?.p50Ms, added.bare?.p50Ms, MIN_MEANINGFUL_ADDED_MS);
   const kvrouteAddedP99Ms = added.kvroute?.p99Ms;
   const kvrouteMaxRateVsBare = ratio(byPath.get('kvroute')?.max?.rate, bareMax);
+  const withRedis = byPath.get('kvroute-redis')?.paced;
+  const kvrouteRedisAddedP50Ms = added['kvroute-redis']?.p50Ms;
+  const kvrouteRedisVsKvroute = addedLatency(withRedis, byPath.get('kvroute')?.paced);
   return {
     workload: result.workload.id,
     added,
@@ -191,10 +214,15 @@ export function summarize(result: WorkloadResult, targets: Targets = TARGETS): W
     kvrouteMaxRateVsBare,
     haproxyAddedP50VsBare: ratio(added.haproxy?.p50Ms, added.bare?.p50Ms, MIN_MEANINGFUL_ADDED_MS),
     haproxyMaxRateVsBare: ratio(byPath.get('haproxy')?.max?.rate, bareMax),
+    kvrouteRedisAddedP50Ms,
+    kvrouteRedisAddedP99Ms: added['kvroute-redis']?.p99Ms,
+    kvrouteRedisVsKvroute,
+    redisCpuUsPerRequest: withRedis?.redisCpuUsPerRequest,
     meets: {
       addedP50: kvrouteAddedP50VsBare === undefined ? undefined : kvrouteAddedP50VsBare <= targets.addedP50VsBare,
       addedP99: kvrouteAddedP99Ms === undefined ? undefined : kvrouteAddedP99Ms <= targets.addedP99Ms,
       maxRate: kvrouteMaxRateVsBare === undefined ? undefined : kvrouteMaxRateVsBare >= targets.maxRateVsBare,
+      redisAddedP50: kvrouteRedisAddedP50Ms === undefined ? undefined : kvrouteRedisAddedP50Ms <= targets.redisAddedP50Ms,
     },
   };
 }
@@ -221,8 +249,8 @@ function mark(ok: boolean | undefined): string {
 /** One row per workload × path: the raw figures and what each path adds over direct. */
 export function resultsTable(results: readonly WorkloadResult[], rate: number): string {
   const lines = [
-    `| workload | path | achieved req/s (target ${rate}) | p50 ms | p99 ms | added p50 ms | added p99 ms | max req/s | max vs bare | proxy CPU µs/req | sim CPU µs/req | proxy + sim CPU (of one core) | errors |`,
-    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    `| workload | path | achieved req/s (target ${rate}) | p50 ms | p99 ms | added p50 ms | added p99 ms | max req/s | max vs bare | proxy CPU µs/req | sim CPU µs/req | Redis CPU µs/req | proxy + sim CPU (of one core) | errors |`,
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const result of results) {
     const summary = summarize(result);
@@ -230,7 +258,7 @@ export function resultsTable(results: readonly WorkloadResult[], rate: number): 
     for (const path of result.paths) {
       const label = PATH_LABELS[path.path];
       if (!path.paced && !path.max) {
-        lines.push(`| ${result.workload.id} | ${label} | skipped: ${escapeCell(path.skipped ?? 'no data')} |||||||||||`);
+        lines.push(`| ${result.workload.id} | ${label} | skipped: ${escapeCell(path.skipped ?? 'no data')} ||||||||||||`);
         continue;
       }
       const paced = path.paced;
@@ -248,6 +276,7 @@ export function resultsTable(results: readonly WorkloadResult[], rate: number): 
         path.path === 'bare' ? '1.00×' : times(ratio(path.max?.rate, bareMax)),
         paced?.proxyCpuUsPerRequest === undefined ? DASH : paced.proxyCpuUsPerRequest.toFixed(0),
         paced ? paced.simCpuUsPerRequest.toFixed(0) : DASH,
+        paced?.redisCpuUsPerRequest === undefined ? DASH : paced.redisCpuUsPerRequest.toFixed(0),
         paced ? `${(100 * paced.sharedCoreBusy).toFixed(0)} %` : DASH,
         String(errors),
       ];
@@ -257,21 +286,42 @@ export function resultsTable(results: readonly WorkloadResult[], rate: number): 
   return lines.join('\n');
 }
 
-/** One row per workload: kvroute against the targets, and HAProxy beside it. */
+/**
+ * One row per workload: kvroute against the targets (local state, then with Redis state, whose added
+ * p99, cost over local state and Redis CPU stand beside its target), and the bare proxy and HAProxy
+ * beside them for scale.
+ */
 export function targetsTable(results: readonly WorkloadResult[], targets: Targets = TARGETS): string {
   const lines = [
-    `| workload | kvroute added p50 ÷ bare's (≤ ${targets.addedP50VsBare}) | kvroute added p99 ms (≤ ${targets.addedP99Ms}) | kvroute max ÷ bare's (≥ ${targets.maxRateVsBare}) | bare added p50 / p99 ms | HAProxy added p50 / p99 ms | HAProxy added p50 ÷ bare's | HAProxy max ÷ bare's |`,
-    '|---|---:|---:|---:|---:|---:|---:|---:|',
+    `| workload | kvroute added p50 ÷ bare's (≤ ${targets.addedP50VsBare}) | kvroute added p99 ms (≤ ${targets.addedP99Ms}) | kvroute max ÷ bare's (≥ ${targets.maxRateVsBare}) | kvroute + Redis added p50 ms (≤ ${targets.redisAddedP50Ms}) | kvroute + Redis added p99 ms | kvroute + Redis − kvroute p50 / p99 ms | Redis CPU µs/req | bare added p50 / p99 ms | HAProxy added p50 / p99 ms | HAProxy added p50 ÷ bare's | HAProxy max ÷ bare's |`,
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
+  const pair = (value: Added | undefined): string => (value ? `${signedMs(value.p50Ms)} / ${signedMs(value.p99Ms)}` : DASH);
   for (const result of results) {
     const summary = summarize(result, targets);
-    const bare = summary.added.bare;
-    const haproxy = summary.added.haproxy;
-    lines.push(
-      `| ${result.workload.id} | ${times(summary.kvrouteAddedP50VsBare)}${mark(summary.meets.addedP50)} | ${signedMs(summary.kvrouteAddedP99Ms)}${mark(summary.meets.addedP99)} | ${times(summary.kvrouteMaxRateVsBare)}${mark(summary.meets.maxRate)} | ${bare ? `${signedMs(bare.p50Ms)} / ${signedMs(bare.p99Ms)}` : DASH} | ${haproxy ? `${signedMs(haproxy.p50Ms)} / ${signedMs(haproxy.p99Ms)}` : DASH} | ${times(summary.haproxyAddedP50VsBare)} | ${times(summary.haproxyMaxRateVsBare)} |`,
-    );
+    const cells = [
+      result.workload.id,
+      `${times(summary.kvrouteAddedP50VsBare)}${mark(summary.meets.addedP50)}`,
+      `${signedMs(summary.kvrouteAddedP99Ms)}${mark(summary.meets.addedP99)}`,
+      `${times(summary.kvrouteMaxRateVsBare)}${mark(summary.meets.maxRate)}`,
+      `${signedMs(summary.kvrouteRedisAddedP50Ms)}${mark(summary.meets.redisAddedP50)}${onLocalState(result)}`,
+      signedMs(summary.kvrouteRedisAddedP99Ms),
+      pair(summary.kvrouteRedisVsKvroute),
+      summary.redisCpuUsPerRequest === undefined ? DASH : summary.redisCpuUsPerRequest.toFixed(0),
+      pair(summary.added.bare),
+      pair(summary.added.haproxy),
+      times(summary.haproxyAddedP50VsBare),
+      times(summary.haproxyMaxRateVsBare),
+    ];
+    lines.push(`| ${cells.join(' | ')} |`);
   }
   return lines.join('\n');
+}
+
+/** Flags kvroute + Redis figures measured (partly) while the router routed on its local state. */
+function onLocalState(result: WorkloadResult): string {
+  const paced = result.paths.find((path) => path.path === 'kvroute-redis')?.paced;
+  return paced?.roundsOnLocalState ? ` (${paced.roundsOnLocalState}/${paced.rounds} rounds partly on local state)` : '';
 }
 
 function escapeCell(text: string): string {

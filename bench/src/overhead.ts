@@ -1,12 +1,14 @@
 /**
  * Benchmark: what a proxy adds between a client and an LLM engine. One run sends the same load,
  * with the same generator (Debian's wrk + bench/wrk/chat-completions.lua), to the same vllm-sim
- * (`--profile fast`: near-zero engine time) along four paths:
+ * (`--profile fast`: near-zero engine time) along five paths:
  *
- *   direct   wrk → vllm-sim
- *   bare     wrk → bare Node proxy (bare-proxy.ts: Fastify 5 + undici Pool, no routing) → vllm-sim
- *   kvroute  wrk → apps/router (--policy cacheaware) → vllm-sim
- *   haproxy  wrk → HAProxy in TCP mode (one server, no HTTP parsing) → vllm-sim   [if installed]
+ *   direct         wrk → vllm-sim
+ *   bare           wrk → bare Node proxy (bare-proxy.ts: Fastify 5 + undici Pool, no routing) → vllm-sim
+ *   kvroute        wrk → apps/router (--policy cacheaware, routing state in memory) → vllm-sim
+ *   kvroute-redis  wrk → apps/router (same, with --redis-url: routing state in a private redis-server
+ *                  started here by startRedis({ fresh: true }), pinned to the client core) → vllm-sim
+ *   haproxy        wrk → HAProxy in TCP mode (one server, no HTTP parsing) → vllm-sim   [if installed]
  *
  * Four workloads: POST /v1/chat/completions with a ~100-byte or a 32 KB prompt, JSON or SSE
  * (max_tokens 16). Every prompt is different (a per-request counter comes first).
@@ -18,11 +20,12 @@
  * run (no delay) per path, whose requests/s is the maximum rate. The proxy's and the sim's CPU time
  * per request during the paced runs come from /proc. The sim and the proxy under test share core 0,
  * wrk (and this script) run on core 1 (taskset), so a proxy's CPU cost shows up as lost sim
- * capacity, as on a real host.
+ * capacity, as on a real host. The redis-server of kvroute-redis runs on core 1 too, so it does not take
+ * the proxy's core, as a Redis on another host would not; its CPU per request comes from /proc as well.
  *
  * Usage: npm run bench:overhead -- [--rate 500] [--seconds 3] [--rounds 3] [--warmup-seconds 1]
  *        [--paced-connections 50] [--max-connections 32] [--max-tokens 16]
- *        [--paths direct,bare,kvroute,haproxy] [--workloads small-json,small-sse,32k-json,32k-sse] [--no-pin]
+ *        [--paths direct,bare,kvroute,kvroute-redis,haproxy] [--workloads small-json,small-sse,32k-json,32k-sse] [--no-pin]
  * Writes bench/results/overhead-<time>.{json,md}.
  */
 import { spawnSync } from 'node:child_process';
@@ -30,6 +33,9 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+// A private Redis, started as the tests and bench:redis-decision do (bench is never shipped; eslint.config.mjs allows it here).
+import { startRedis, type TestRedis } from '@kvroute/testing';
+import { pinRunningProcess, processListeningOn } from './listening-process';
 import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
 import {
   PATH_IDS,
@@ -109,6 +115,61 @@ interface Target {
   readonly proxy?: ProxyProcess;
 }
 
+/** The private Redis of the kvroute-redis path, and what is known of its process. */
+interface BenchRedis {
+  readonly redis: TestRedis;
+  /** The redis-server's pid, when found (for its CPU time and pinning). */
+  readonly pid?: number;
+  /** Where it runs and how that was found, for the header and the results file. */
+  readonly placement: string;
+}
+
+/**
+ * Finds the redis-server behind a fresh startRedis() and pins it (all its threads) to the client core.
+ * @kvroute/testing does not expose the pid, so it is looked up by the listening port in /proc
+ * (/proc/net/tcp{,6} → socket inode → /proc/<pid>/fd), as `ss -ltnp` does.
+ */
+function locateRedis(redis: TestRedis, pinToCore: number | undefined): BenchRedis {
+  const where = `redis-server on 127.0.0.1:${redis.port}`;
+  if (redis.source !== 'local-redis-server') {
+    return { redis, placement: `Redis from ${redis.source} (port ${redis.port}): no local redis-server process, so not pinned and its CPU not measured (it counts as other processes' CPU)` };
+  }
+  const found = processListeningOn(redis.port, [process.pid]);
+  if (!found) return { redis, placement: `${where}: its process was not found by port in /proc, so not pinned and its CPU not measured` };
+  if (found.command !== 'redis-server') {
+    return { redis, placement: `${where}: port held by ${found.command} (pid ${found.pid}), not a redis-server, so not pinned and its CPU not measured` };
+  }
+  const located = `${where} (pid ${found.pid}, found by its listening port in /proc)`;
+  if (pinToCore === undefined) return { redis, pid: found.pid, placement: `${located}, not pinned` };
+  const pinnedTo = pinRunningProcess(found.pid, pinToCore);
+  return {
+    redis,
+    pid: found.pid,
+    placement: pinnedTo.ok ? `${located} pinned to core ${pinToCore} with wrk (taskset -a -cp)` : `${located}, pinning to core ${pinToCore} failed: ${pinnedTo.error}`,
+  };
+}
+
+/**
+ * Whether a router with Redis routes on its local state now (`kvroute_router_state_degraded` 1: a Redis
+ * call failed or took over --redis-timeout-ms) and how often it fell back so far
+ * (`kvroute_router_state_degraded_transitions_total{to="degraded"}`), from its /metrics; undefined if unreadable.
+ */
+async function routerStateHealth(routerUrl: string): Promise<{ degraded: boolean; fallbacks: number } | undefined> {
+  try {
+    const response = await fetch(`${routerUrl}/metrics`, { signal: AbortSignal.timeout(5_000) });
+    const text = await response.text();
+    if (!response.ok) return undefined;
+    const lines = text.split('\n');
+    const value = (line: string | undefined): number => (line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1)));
+    return {
+      degraded: value(lines.find((line) => line.startsWith('kvroute_router_state_degraded '))) === 1,
+      fallbacks: value(lines.find((line) => line.startsWith('kvroute_router_state_degraded_transitions_total{') && line.includes('to="degraded"'))),
+    };
+  } catch {
+    return undefined;
+  }
+}
+
 async function main(): Promise<void> {
   for (const [flag, value] of Object.entries({ rate, seconds, 'paced-connections': pacedConnections, 'max-connections': maxConnections, rounds, 'max-tokens': maxTokens })) {
     if (!(value > 0)) throw new Error(`--${flag} must be a positive number`);
@@ -149,8 +210,24 @@ async function main(): Promise<void> {
   console.log(`prompts: every one different (per-request counter first, then filler), workloads ${workloads.map((workload) => workload.id).join(', ')}\n`);
 
   let sim: LocalSim | undefined;
+  let benchRedis: BenchRedis | undefined;
   const targets = new Map<PathId, Target>();
   const unavailable = new Map<PathId, string>();
+  // Everything started is stopped on the way out: after the run, on an error, and on SIGINT / SIGTERM.
+  let stopping: Promise<void> | undefined;
+  const stopAll = (): Promise<void> =>
+    (stopping ??= (async () => {
+      await Promise.allSettled([...targets.values()].map((target) => target.proxy?.stop()));
+      // After the routers (they close their Redis connections on SIGTERM).
+      await benchRedis?.redis.stop().catch((error: unknown) => console.error(`stopping Redis: ${String(error)}`));
+      if (sim) await stopLocalSims([sim]);
+    })());
+  const onSignal = (signal: NodeJS.Signals): void => {
+    console.error(`\n${signal}: stopping the sim, the proxies and Redis …`);
+    void stopAll().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
   try {
     console.log('starting vllm-sim …');
     [sim] = await startLocalSims(1, ['--profile', 'fast', '--model', model], coreOption);
@@ -160,6 +237,19 @@ async function main(): Promise<void> {
     const starters: Record<Exclude<PathId, 'direct'>, () => Promise<ProxyProcess>> = {
       bare: () => startBareProxyProcess(simUrl, coreOption),
       kvroute: () => startRouterProcess(simUrl, coreOption),
+      'kvroute-redis': async () => {
+        const redis = await startRedis({ fresh: true, logger: (line) => console.log(`  ${line}`) });
+        benchRedis = locateRedis(redis, pinned ? CLIENT_CORE : undefined);
+        console.log(`  ${benchRedis.placement}`);
+        if (benchRedis.pid === undefined) notes.push(`kvroute + Redis: ${benchRedis.placement}.`);
+        try {
+          return await startRouterProcess(simUrl, { ...coreOption, redisUrl: redis.url });
+        } catch (error) {
+          await redis.stop();
+          benchRedis = undefined;
+          throw error;
+        }
+      },
       haproxy: async () => {
         if (!haproxyVersion()) throw new Error('HAProxy is not installed (/usr/sbin/haproxy): skipped');
         return startHaproxyProcess(simUrl, coreOption);
@@ -182,10 +272,24 @@ async function main(): Promise<void> {
 
     const results: WorkloadResult[] = [];
     const clientCore = pinned ? CLIENT_CORE : undefined;
+    const redisRouter = targets.get('kvroute-redis');
+    let fallbacksSoFar = redisRouter ? (await routerStateHealth(redisRouter.url))?.fallbacks : undefined;
     let runId = 0;
     for (const [index, workload] of workloads.entries()) {
       console.log(`workload ${index + 1}/${workloads.length}: ${workload.id}`);
-      const pathResults = await measureWorkload(workload, paths, targets, unavailable, { sim, clientCore, nextRunId: () => ++runId });
+      const pathResults = await measureWorkload(workload, paths, targets, unavailable, { sim, redisPid: benchRedis?.pid, clientCore, nextRunId: () => ++runId });
+      // With Redis trouble (a call over --redis-timeout-ms, 50 ms) the router routes on local state: say so.
+      if (redisRouter && !redisRouter.proxy?.exited()) {
+        const fallbacks = (await routerStateHealth(redisRouter.url))?.fallbacks;
+        const kept = pathResults.find((result) => result.path === 'kvroute-redis')?.paced?.roundsOnLocalState ?? 0;
+        if (fallbacks === undefined) notes.push(`${workload.id} × kvroute + Redis: could not read the router's /metrics to check it stayed on Redis state.`);
+        else if (fallbacks > (fallbacksSoFar ?? 0)) {
+          notes.push(
+            `${workload.id} × kvroute + Redis: the router fell back to its local state ${fallbacks - (fallbacksSoFar ?? 0)} time(s) (a Redis call failed or took over 50 ms, --redis-timeout-ms), counting warm-up, repeated and max-rate runs; ${kept} of the paced rounds kept ran partly on local state, not Redis.`,
+          );
+        }
+        fallbacksSoFar = fallbacks ?? fallbacksSoFar;
+      }
       for (const result of pathResults) {
         if (result.skipped && targets.has(result.path)) notes.push(`${workload.id} × ${PATH_LABELS[result.path]}: ${result.skipped}`);
         const foreign = result.paced?.foreignCpuCoresMax;
@@ -201,9 +305,10 @@ async function main(): Promise<void> {
     const targetTable = targetsTable(results);
     const explanation = [
       `p50/p99: median over ${rounds} interleaved paced rounds of wrk's percentile (request written → response complete, the whole stream for SSE). Added = the path's − the direct path's, at ${rate} req/s, ms.`,
-      `Targets (reported, not enforced): kvroute added p50 ≤ ${TARGETS.addedP50VsBare}× the bare proxy's, kvroute added p99 ≤ ${TARGETS.addedP99Ms} ms, kvroute max rate ≥ ${TARGETS.maxRateVsBare}× the bare proxy's.`,
+      `Targets (reported, not enforced): kvroute added p50 ≤ ${TARGETS.addedP50VsBare}× the bare proxy's, kvroute added p99 ≤ ${TARGETS.addedP99Ms} ms, kvroute max rate ≥ ${TARGETS.maxRateVsBare}× the bare proxy's; kvroute with Redis added p50 ≤ ${TARGETS.redisAddedP50Ms} ms at ${rate} req/s (kvroute + Redis − kvroute: what Redis state costs over local state).`,
       `Max rate: closed loop over ${maxConnections} connections; the sim shares core 0 with the proxy, so it is the rate of sim + proxy on one core.`,
-      `CPU µs/req: CPU time of the process during the paced runs ÷ requests (10 ms tick resolution); proxy + sim CPU = their CPU time ÷ wall time (when pinned: how busy core 0 was).`,
+      `CPU µs/req: CPU time of the process during the paced runs ÷ requests (10 ms tick resolution); proxy + sim CPU = their CPU time ÷ wall time (when pinned: how busy core 0 was). Redis CPU: the private redis-server of kvroute + Redis, on the client core, not in that figure.`,
+      ...(benchRedis ? [`kvroute + Redis: ${benchRedis.placement}.`] : []),
     ];
     console.log('\n## Results\n');
     console.log(table);
@@ -223,6 +328,7 @@ async function main(): Promise<void> {
       wrk: wrkVersion,
       haproxy: haproxyVersion()?.replace(/\s+-\s+https?:.*$/, '') ?? 'HAProxy not installed',
       placement,
+      redis: benchRedis ? { source: benchRedis.redis.source, port: benchRedis.redis.port, pid: benchRedis.pid ?? null, placement: benchRedis.placement, version: toolVersion('redis-server', ['--version']) ?? null } : null,
       otherCpuCoresAtStart: busyBefore ?? null,
     };
     const config = { rate, seconds, rounds, warmupSeconds, pacedConnections, pacedDelayMs: pacingDelayMs(rate, pacedConnections), maxConnections, maxTokens, model, paths, workloads, pinned };
@@ -255,13 +361,16 @@ async function main(): Promise<void> {
     writeFileSync(join(outDir, `overhead-${stamp}.md`), markdown);
     console.log(`\nresults written to bench/results/overhead-${stamp}.json and .md`);
   } finally {
-    await Promise.all([...targets.values()].map((target) => target.proxy?.stop()));
-    if (sim) await stopLocalSims([sim]);
+    await stopAll();
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
   }
 }
 
 interface MeasureContext {
   readonly sim: LocalSim;
+  /** The redis-server of kvroute-redis, when running and found: its CPU is kvroute-redis's Redis CPU, and ours for every path. */
+  readonly redisPid: number | undefined;
   /** Core to pin wrk to, if pinning. */
   readonly clientCore: number | undefined;
   readonly nextRunId: () => number;
@@ -326,11 +435,12 @@ async function measureWorkload(workload: Workload, paths: readonly PathId[], tar
    */
   const undisturbed = async (run: PathRun, what: string, wrkRun: Omit<WrkRun, 'url' | 'runId'>, describe: (round: PacedRound) => string): Promise<PacedRound> => {
     for (let repeat = 0; ; repeat++) {
-      const measured = await measuredRun(run.target, { ...wrkRun, url: chatUrl(run.target), runId: context.nextRunId() }, context.sim);
+      const measured = await measuredRun(run.target, { ...wrkRun, url: chatUrl(run.target), runId: context.nextRunId() }, context);
       const foreign = measured.foreignCpuCores ?? 0;
-      const disturbed = foreign > DISTURBED_CORES;
-      const again = disturbed && repeat < MAX_REPEATS;
-      console.log(`${label(run.target.path)} ${what}: ${describe(measured)}${disturbed ? ` — disturbed: other processes used ${foreign.toFixed(2)} cores${again ? ', repeating' : ''}` : ''}`);
+      // A kvroute + Redis round that ran (partly) on the router's local state did not measure Redis: repeat it too.
+      const why = [...(foreign > DISTURBED_CORES ? [`other processes used ${foreign.toFixed(2)} cores`] : []), ...(measured.onLocalState ? ['the router routed on local state (Redis degraded)'] : [])];
+      const again = why.length > 0 && repeat < MAX_REPEATS;
+      console.log(`${label(run.target.path)} ${what}: ${describe(measured)}${why.length > 0 ? ` — disturbed: ${why.join(', ')}${again ? ', repeating' : ''}` : ''}`);
       if (!again) return measured;
     }
   };
@@ -338,9 +448,11 @@ async function measureWorkload(workload: Workload, paths: readonly PathId[], tar
   for (let round = 1; round <= rounds; round++) {
     for (const run of live()) {
       await attempt(run, `paced round ${round}`, async () => {
-        const measured = await undisturbed(run, `paced ${rate}/s, round ${round}/${rounds}`, { ...base, connections: pacedConnections, seconds, rate }, ({ wrk: result, proxyCpuSeconds }) => {
-          const proxyCpu = proxyCpuSeconds === undefined ? '' : `, proxy ${((proxyCpuSeconds * 1e6) / Math.max(1, result.requests)).toFixed(0)} µs CPU/req`;
-          return `${result.requests} req (${requestRate(result).toFixed(0)}/s), p50 ${(result.latencyUs.p50 / 1000).toFixed(3)} ms, p99 ${(result.latencyUs.p99 / 1000).toFixed(3)} ms, ${errorCount(result.errors)} errors${proxyCpu}`;
+        const measured = await undisturbed(run, `paced ${rate}/s, round ${round}/${rounds}`, { ...base, connections: pacedConnections, seconds, rate }, ({ wrk: result, proxyCpuSeconds, redisCpuSeconds }) => {
+          const perRequest = (cpuSeconds: number): string => ((cpuSeconds * 1e6) / Math.max(1, result.requests)).toFixed(0);
+          const proxyCpu = proxyCpuSeconds === undefined ? '' : `, proxy ${perRequest(proxyCpuSeconds)} µs CPU/req`;
+          const redisCpu = redisCpuSeconds === undefined ? '' : `, Redis ${perRequest(redisCpuSeconds)} µs CPU/req`;
+          return `${result.requests} req (${requestRate(result).toFixed(0)}/s), p50 ${(result.latencyUs.p50 / 1000).toFixed(3)} ms, p99 ${(result.latencyUs.p99 / 1000).toFixed(3)} ms, ${errorCount(result.errors)} errors${proxyCpu}${redisCpu}`;
         });
         run.wrk.paced.push(measured.wrk);
         run.paced.push(measured);
@@ -371,12 +483,17 @@ async function measureWorkload(workload: Workload, paths: readonly PathId[], tar
 const DISTURBED_CORES = 0.15;
 const MAX_REPEATS = 2;
 
-/** One wrk run, with the CPU the sim, the proxy and everything else used meanwhile. */
-async function measuredRun(target: Target, run: WrkRun, sim: LocalSim): Promise<PacedRound> {
-  const simPid = sim.process.pid ?? 0;
+/** One wrk run, with the CPU the sim, the proxy, Redis and everything else used meanwhile. */
+async function measuredRun(target: Target, run: WrkRun, context: MeasureContext): Promise<PacedRound> {
+  const simPid = context.sim.process.pid ?? 0;
   const proxyPid = target.proxy?.process.pid;
+  const redisPid = context.redisPid;
   const simBefore = processCpuSeconds(simPid);
   const proxyBefore = proxyPid === undefined ? 0 : processCpuSeconds(proxyPid);
+  // Read before the CPU snapshots and after, so the router's work on /metrics is outside the figures.
+  const withRedis = target.path === 'kvroute-redis' && target.proxy !== undefined;
+  const healthBefore = withRedis ? await routerStateHealth(target.url) : undefined;
+  const redisBefore = redisPid === undefined ? 0 : processCpuSeconds(redisPid);
   const ownBefore = ownCpuSeconds();
   const machineBefore = machineCpuSeconds();
   const wallBefore = performance.now();
@@ -387,13 +504,21 @@ async function measuredRun(target: Target, run: WrkRun, sim: LocalSim): Promise<
   if (dead) throw new Error(dead);
   const simCpuSeconds = processCpuSeconds(simPid) - simBefore;
   const proxyCpuSeconds = proxyPid === undefined ? undefined : processCpuSeconds(proxyPid) - proxyBefore;
-  const ours = simCpuSeconds + (proxyCpuSeconds ?? 0) + (ownCpuSeconds() - ownBefore);
+  // Idle (a few ticks of serverCron) on the other paths, but ours all the same.
+  const anyRedisCpuSeconds = redisPid === undefined ? 0 : processCpuSeconds(redisPid) - redisBefore;
+  const redisCpuSeconds = target.path === 'kvroute-redis' && redisPid !== undefined ? anyRedisCpuSeconds : undefined;
+  const ours = simCpuSeconds + (proxyCpuSeconds ?? 0) + anyRedisCpuSeconds + (ownCpuSeconds() - ownBefore);
+  const healthAfter = withRedis ? await routerStateHealth(target.url) : undefined;
+  // Unknown (unreadable /metrics) counts as on Redis: the workload's note says /metrics could not be read.
+  const onLocalState = withRedis && healthBefore !== undefined && healthAfter !== undefined ? healthBefore.degraded || healthAfter.degraded || healthAfter.fallbacks > healthBefore.fallbacks : undefined;
   const foreignCpuCores =
     machineBefore && machineAfter ? Math.max(0, machineAfter.busy - machineBefore.busy - ours + (machineAfter.steal - machineBefore.steal)) / wallSeconds : undefined;
   return {
     wrk: result,
     simCpuSeconds,
     ...(proxyCpuSeconds === undefined ? {} : { proxyCpuSeconds }),
+    ...(redisCpuSeconds === undefined ? {} : { redisCpuSeconds }),
+    ...(onLocalState === undefined ? {} : { onLocalState }),
     wallSeconds,
     ...(foreignCpuCores === undefined ? {} : { foreignCpuCores }),
   };

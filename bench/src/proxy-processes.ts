@@ -8,7 +8,7 @@ import { freePort } from './local-sims';
 /**
  * The proxies under test in the overhead benchmark, each as its own process (optionally pinned to a
  * core with taskset, which execs, so the pid is the proxy's own): the bare Node proxy, kvroute
- * (apps/router) and HAProxy in TCP mode.
+ * (apps/router, on local state or with `--redis-url`) and HAProxy in TCP mode.
  */
 export interface ProxyProcess {
   readonly name: string;
@@ -127,8 +127,12 @@ export async function startBareProxyProcess(upstream: string, options: StartOpti
   return proxy;
 }
 
-/** apps/router as deployed: `node dist/router.mjs` (see nodeEntry). */
-export async function startRouterProcess(backend: string, options: StartOptions = {}): Promise<ProxyProcess> {
+/**
+ * apps/router as deployed: `node dist/router.mjs` (see nodeEntry). With `redisUrl`, the router keeps its
+ * routing state in that Redis (`--redis-url`) and is named `kvroute + Redis`; ready either way once
+ * `/readyz` answers 200 (the router connects to Redis, 2 s at most, before it listens).
+ */
+export async function startRouterProcess(backend: string, options: StartOptions & { redisUrl?: string } = {}): Promise<ProxyProcess> {
   const port = await freePort();
   const args = [
     ...nodeEntry('dist/router.mjs', 'apps/router/src/main.ts'),
@@ -142,9 +146,10 @@ export async function startRouterProcess(backend: string, options: StartOptions 
     'cacheaware',
     '--log-level',
     'warn',
+    ...(options.redisUrl === undefined ? [] : ['--redis-url', options.redisUrl]),
   ];
   const child = spawnPinned(process.execPath, args, options.pinToCore);
-  const proxy = manage('kvroute', `http://127.0.0.1:${port}`, child);
+  const proxy = manage(options.redisUrl === undefined ? 'kvroute' : 'kvroute + Redis', `http://127.0.0.1:${port}`, child);
   await waitReady(proxy, () => httpOk(`http://127.0.0.1:${port}/readyz`), options.readyTimeoutMs ?? 60_000);
   return proxy;
 }

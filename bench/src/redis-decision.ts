@@ -2,30 +2,31 @@
  * Benchmark: what one routing decision costs when the routing state lives in Redis
  * (`npm run bench:redis-decision`), against a private `redis-server` on loopback (`startRedis({ fresh: true })`).
  *
- * A decision is what the router does per request: `snapshot` (one Lua script: match depth, in-flight and
- * prefill backlog of every candidate), the `cacheaware` policy (pure TypeScript), `reserve` (second script:
- * take the lease, record the prefix blocks), and, once the response is done, `release` (third script).
+ * A decision is what the router does per request: `RedisRoutingState.decide` with the default `cacheaware`
+ * policy, i.e. one Lua script (route.lua: figures of every candidate, the policy's rule, the lease, the
+ * ownership record) plus `choose` in TypeScript on the returned figures (the explanation), and, once the
+ * response is done, `release` (a second script, after the response, off the request's critical path).
  * Measured per cell (pool size × prompt size × traffic), one decision at a time over one `request-path`
  * connection (`createRedis(url, 'request-path')`, the router's):
  *
- * - decision time: client wall time of snapshot + policy + reserve + release (and, separately, of the part
- *   a client waits on before its request can be forwarded: snapshot + policy + reserve). Hashing the body
- *   (`buildRoutingRequest`) is done beforehand and not included (its mean is printed as a note).
+ * - decision time: client wall time of decide + release (and, separately, of what a client waits on before
+ *   its request can be forwarded: decide). Hashing the body (`buildRoutingRequest`) is done beforehand and
+ *   not included (its mean is printed as a note).
  * - Redis CPU per decision: `INFO commandstats` usec of EVALSHA + EVAL over the cell's decisions (the scripts'
  *   execution time), and the whole redis-server process CPU (`INFO cpu`, getrusage: also network I/O and
  *   the event loop). Decisions/s one Redis can serve = 1e6 / µs per decision. Redis 7.0 keeps no per-script
  *   statistics (and SLOWLOG would log every command inside the scripts, slowing them), so the split is:
- *   snapshot from a pass of the same snapshots alone just before (read-only: same state), release from a
- *   pass of releases alone just after, reserve = the rest.
+ *   release from a pass of releases alone just after, route = the rest.
  * - script calls (round trips) per decision, from the commandstats call counts; a MONITOR pass at the end
  *   checks that the request-path connection sends nothing else.
  * - memory: `INFO memory` on a second fresh Redis before and after recording `--memory-blocks` (1M) prefix
- *   blocks across 16 backends through reserve/release, as chains of 128 blocks (8k-token prompts).
+ *   blocks across 16 backends through decide/release, as chains of 128 blocks (8k-token prompts), with the
+ *   cap set above them (`maxBlocksPerPool` 2.5M) so no generation turns.
  *
  * Traffic: every prompt starts with the same 256-token system prompt (so most backends hold its first
  * blocks, as in a real fleet). The index is pre-filled with one conversation per measured decision,
- * spread round-robin over the backends, each recorded `--turn-gap-ms` ago (a previous turn, older than the
- * 1 s refresh granularity); every backend also holds `--inflight-per-backend` open leases.
+ * spread round-robin over the backends, each recorded `--turn-gap-ms` ago (a previous turn); every backend
+ * also holds `--inflight-per-backend` open leases.
  * - conversation: each request is the next turn of one pre-filled conversation (+ ~200 tokens: an
  *   assistant reply and a user message), so all but the last few blocks are already recorded.
  * - unique: each request is a new conversation (shares only the system prompt): all blocks are new.
@@ -39,7 +40,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ChatCompletionRequest, ChatMessage } from '@kvroute/protocols';
 import { createRedis, poolKeys, RedisRoutingState, SCRIPTS, waitUntilReady } from '@kvroute/redis-store';
-import { buildRoutingRequest, createPolicy, estimatePrefillTokens, type BackendInfo, type Candidate, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
+import { buildRoutingRequest, createPolicy, type BackendInfo, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
 import { startRedis, type TestRedis } from '@kvroute/testing';
 import { mean, percentile, syntheticTokenPrompt } from '@kvroute/workloads';
 
@@ -67,8 +68,7 @@ const SYSTEM_TOKENS = 256;
 const TURN_TOKENS = 200;
 const POOL = 'bench-model';
 /** The router's defaults (apps/router/src/config.ts). */
-/** The router's defaults (apps/router/src/config.ts). */
-const STATE_DEFAULTS = { maxBlocksPerPool: 1_000_000, blockIdleTtlMs: 1_800_000, leaseTtlMs: 15_000, refreshGranularityMs: 60_000 } as const;
+const STATE_DEFAULTS = { maxBlocksPerPool: 1_000_000, blockIdleTtlMs: 1_800_000, leaseTtlMs: 15_000 } as const;
 /** Memory pass: backends and chain length (128 blocks = an 8k-token prompt). */
 const MEMORY_BACKENDS = 16;
 const MEMORY_CHAIN = 128;
@@ -90,21 +90,16 @@ interface CellResult {
   blocksPerRequest: number;
   traffic: Traffic;
   decisions: number;
-  /** snapshot + policy + reserve + release, client wall ms. */
+  /** decide + release, client wall ms. */
   decisionMs: { p50: number; p99: number; mean: number };
-  /** snapshot + policy + reserve: what a request waits before it can be forwarded. */
+  /** decide: what a request waits before it can be forwarded. */
   forwardMs: { p50: number; p99: number };
-  snapshotMs: { p50: number; p99: number };
-  reserveMs: { p50: number; p99: number };
   releaseMs: { p50: number; p99: number };
   /** EVALSHA + EVAL calls per decision (commandstats). */
   scriptCallsPerDecision: number;
   /** EVALSHA + EVAL usec per decision (commandstats): the scripts' execution time. */
   redisUsecPerDecision: number;
-  /**
-   * Per script: calls per decision as the client made them; usec per call of snapshot and release from
-   * passes of those scripts alone (commandstats), reserve = the decisions' total minus those two.
-   */
+  /** Per script: calls per decision as the client made them; usec per call of release from a pass of releases alone (commandstats), route = the decisions' total minus that. */
   perScript: Record<string, ScriptCost>;
   /** 1e6 / redisUsecPerDecision. */
   decisionsPerSecondPerRedis: number;
@@ -198,9 +193,7 @@ function serverCpuSeconds(info: string): number {
 // --- Decisions -------------------------------------------------------------------------------------------
 
 interface Timing {
-  snapshotMs: number;
   forwardMs: number;
-  reserveMs: number;
   releaseMs: number;
   decisionMs: number;
   backendId: string;
@@ -208,33 +201,13 @@ interface Timing {
 }
 
 async function decide(state: RedisRoutingState, policy: RoutingPolicy, backends: readonly BackendInfo[], request: RoutingRequest, leaseId: string): Promise<Timing> {
-  const ids = backends.map((backend) => backend.id);
   const started = performance.now();
-  const snapshot = await state.snapshot(POOL, ids, request.blockHashes);
-  const snapshotDone = performance.now();
-  const candidates: Candidate[] = backends.map((backend) => ({
-    backend,
-    inflight: snapshot.inflight.get(backend.id) ?? 0,
-    matchBlocks: snapshot.matchBlocks.get(backend.id) ?? 0,
-    pendingPrefillTokens: snapshot.pendingPrefillTokens.get(backend.id) ?? 0,
-  }));
-  const decision = policy.choose(request, candidates, { nowMs: Date.now(), random: Math.random });
+  const { decision } = await state.decide({ pool: POOL, request, backends, policy, context: { nowMs: Date.now(), random: Math.random }, leaseId });
+  const decided = performance.now();
   if (decision.kind !== 'routed') throw new Error(`policy rejected the request: ${decision.reason}`);
-  const chosen = candidates.find((candidate) => candidate.backend.id === decision.backendId);
-  const policyDone = performance.now();
-  const taken = await state.reserve(POOL, decision.backendId, leaseId, request.blockHashes, estimatePrefillTokens(request, chosen?.matchBlocks ?? 0), decision.inflightCap ?? 0);
-  const reserved = performance.now();
-  if (taken) await state.release(POOL, decision.backendId, leaseId);
+  await state.release(POOL, decision.backendId, leaseId);
   const released = performance.now();
-  return {
-    snapshotMs: snapshotDone - started,
-    forwardMs: reserved - started,
-    reserveMs: reserved - policyDone,
-    releaseMs: released - reserved,
-    decisionMs: released - started,
-    backendId: decision.backendId,
-    taken,
-  };
+  return { forwardMs: decided - started, releaseMs: released - decided, decisionMs: released - started, backendId: decision.backendId, taken: true };
 }
 
 function backendInfos(count: number): BackendInfo[] {
@@ -258,14 +231,8 @@ interface Cell {
 
 async function measure(cell: Cell, traffic: Traffic, requests: readonly RoutingRequest[], owners: readonly string[] | null): Promise<CellResult> {
   const { control, state, policy, backends } = cell;
-  const ids = backends.map((backend) => backend.id);
   for (let i = 0; i < warmup; i++) await decide(state, policy, backends, requests[i] as RoutingRequest, `${traffic}-warm-${i}`);
   const measured = requests.slice(warmup, warmup + samples);
-
-  // The snapshots alone first: read-only (no lease expires meanwhile), so the decisions below see the same state.
-  await control.config('RESETSTAT');
-  for (const request of measured) await state.snapshot(POOL, ids, request.blockHashes);
-  const snapshotStats = scriptStats(await control.info('commandstats'));
 
   // The decisions.
   await control.config('RESETSTAT');
@@ -290,7 +257,6 @@ async function measure(cell: Cell, traffic: Traffic, requests: readonly RoutingR
   const pick = (key: keyof Omit<Timing, 'backendId' | 'taken'>): number[] => timings.map((timing) => timing[key]);
   const p = (values: number[]): { p50: number; p99: number } => ({ p50: percentile(values, 50), p99: percentile(values, 99) });
   const released = timings.filter((timing) => timing.taken).length;
-  const snapshotUsec = snapshotStats.usec / snapshotStats.calls;
   const releaseUsec = releaseStats.usec / releaseStats.calls;
   const redisUsecPerDecision = stats.usec / samples;
   return {
@@ -301,14 +267,11 @@ async function measure(cell: Cell, traffic: Traffic, requests: readonly RoutingR
     decisions: samples,
     decisionMs: { ...p(pick('decisionMs')), mean: mean(pick('decisionMs')) },
     forwardMs: p(pick('forwardMs')),
-    snapshotMs: p(pick('snapshotMs')),
-    reserveMs: p(pick('reserveMs')),
     releaseMs: p(pick('releaseMs')),
     scriptCallsPerDecision: stats.calls / samples,
     redisUsecPerDecision,
     perScript: {
-      snapshot: { callsPerDecision: 1, usecPerCall: snapshotUsec },
-      reserve: { callsPerDecision: 1, usecPerCall: (stats.usec - samples * snapshotUsec - released * releaseUsec) / samples },
+      route: { callsPerDecision: 1, usecPerCall: (stats.usec - released * releaseUsec) / samples },
       release: { callsPerDecision: released / samples, usecPerCall: releaseUsec },
     },
     decisionsPerSecondPerRedis: 1e6 / redisUsecPerDecision,
@@ -370,7 +333,7 @@ interface MemoryResult {
   bytesPerBlock: number;
   usedMemoryPeak: number;
   usedMemoryRss: number;
-  lruMembers: number;
+  ownerFields: number;
   keys: number;
   seconds: number;
   redisUsecPerBlock: number;
@@ -381,7 +344,7 @@ async function measureMemory(): Promise<MemoryResult> {
   const redis = createRedis(server.url, 'worker');
   try {
     await waitUntilReady(redis);
-    const state = new RedisRoutingState({ redis, ...STATE_DEFAULTS, nowMs: Date.now });
+    const state = new RedisRoutingState({ redis, ...STATE_DEFAULTS, maxBlocksPerPool: 2_500_000, nowMs: Date.now });
     // Load the scripts (their cache counts in used_memory), then start from an empty dataset.
     await state.reserve('warmup', 'b', 'w', [1], 0);
     await state.release('warmup', 'b', 'w');
@@ -415,7 +378,7 @@ async function measureMemory(): Promise<MemoryResult> {
       bytesPerBlock: (after - before) / memoryBlocks,
       usedMemoryPeak: infoNumber(memory, 'used_memory_peak'),
       usedMemoryRss: infoNumber(memory, 'used_memory_rss'),
-      lruMembers: await redis.zcard(poolKeys(POOL).lru),
+      ownerFields: (await redis.hlen(poolKeys(POOL).ownersNew)) + (await redis.hlen(poolKeys(POOL).ownersOld)),
       keys: await redis.dbsize(),
       seconds,
       redisUsecPerBlock: stats.usec / memoryBlocks,
@@ -447,13 +410,13 @@ function progressLine(index: number, total: number, result: CellResult): string 
 
 function cellTable(results: readonly CellResult[]): string[] {
   const lines = [
-    '| backends | prompt | blocks | traffic | decision p50 / p99 ms | to forward p50 / p99 ms | script calls | Redis µs / decision | snapshot / reserve / release µs | decisions/s per Redis | redis-server CPU µs / decision | to owner |',
+    '| backends | prompt | blocks | traffic | decision p50 / p99 ms | to forward p50 / p99 ms | script calls | Redis µs / decision | route / release µs | decisions/s per Redis | redis-server CPU µs / decision | to owner |',
     '|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const r of results) {
     lines.push(
       `| ${r.backends} | ${kilo(r.promptTokens)} | ${r.blocksPerRequest.toFixed(0)} | ${r.traffic} | ${ms(r.decisionMs.p50)} / ${ms(r.decisionMs.p99)} | ${ms(r.forwardMs.p50)} / ${ms(r.forwardMs.p99)} | ${r.scriptCallsPerDecision.toFixed(2)} | ` +
-        `${r.redisUsecPerDecision.toFixed(0)} | ${scriptUsec(r, 'snapshot')} / ${scriptUsec(r, 'reserve')} / ${scriptUsec(r, 'release')} | ${whole(r.decisionsPerSecondPerRedis)} | ${r.serverCpuUsecPerDecision.toFixed(0)} | ` +
+        `${r.redisUsecPerDecision.toFixed(0)} | ${scriptUsec(r, 'route')} / ${scriptUsec(r, 'release')} | ${whole(r.decisionsPerSecondPerRedis)} | ${r.serverCpuUsecPerDecision.toFixed(0)} | ` +
         `${r.toOwnerFraction === null ? '–' : `${(100 * r.toOwnerFraction).toFixed(0)} %`} |`,
     );
   }
@@ -486,7 +449,7 @@ function targetRows(results: readonly CellResult[], monitored: { commandsPerDeci
   };
   return [
     {
-      metric: 'round trips before forwarding (snapshot + reserve calls)',
+      metric: 'round trips before forwarding (script calls but release)',
       target: `${TARGET.roundTrips}`,
       conversation: show(conversation, (r) => roundTripsBeforeForward(r).toFixed(2)),
       unique: show(unique, (r) => roundTripsBeforeForward(r).toFixed(2)),
@@ -500,7 +463,7 @@ function targetRows(results: readonly CellResult[], monitored: { commandsPerDeci
       met: monitored ? `MONITOR: ${monitored.commandsPerDecision.toFixed(2)} commands/decision` : '–',
     },
     {
-      metric: 'decision p50 (snapshot + policy + reserve + release)',
+      metric: 'decision p50 (decide + release)',
       target: `≤ ${TARGET.p50Ms} ms`,
       conversation: show(conversation, (r) => `${ms(r.decisionMs.p50)} ms`),
       unique: show(unique, (r) => `${ms(r.decisionMs.p50)} ms`),
@@ -594,11 +557,11 @@ async function main(): Promise<void> {
   for (const row of targets) console.log(`| ${row.metric} | ${row.target} | ${row.conversation} | ${row.unique} | ${row.met} |`);
 
   console.log(`\n### Memory: ${whole(memory.blocks)} prefix blocks, ${memory.backends} backends, chains of ${memory.chainBlocks}\n`);
-  console.log('| used_memory before | after | delta | bytes / block | used_memory_peak | used_memory_rss | LRU members | keys | Redis µs / block |');
+  console.log('| used_memory before | after | delta | bytes / block | used_memory_peak | used_memory_rss | owner fields | keys | Redis µs / block |');
   console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   console.log(
     `| ${mb(memory.usedMemoryBefore)} | ${mb(memory.usedMemoryAfter)} | ${mb(memory.usedMemoryAfter - memory.usedMemoryBefore)} | ${memory.bytesPerBlock.toFixed(0)} | ` +
-      `${mb(memory.usedMemoryPeak)} | ${mb(memory.usedMemoryRss)} | ${whole(memory.lruMembers)} | ${whole(memory.keys)} | ${memory.redisUsecPerBlock.toFixed(1)} |`,
+      `${mb(memory.usedMemoryPeak)} | ${mb(memory.usedMemoryRss)} | ${whole(memory.ownerFields)} | ${whole(memory.keys)} | ${memory.redisUsecPerBlock.toFixed(1)} |`,
   );
 
   const outDir = join(repoRoot, 'bench', 'results');

@@ -6,6 +6,7 @@ import { registerJsonBodyParser } from './http/json-body';
 import type { UpstreamPools } from './proxy/upstream-pool';
 import type { RouterMetrics } from './router-metrics';
 import type { RouteContext } from './routing/route-request';
+import { adminRoutes, type AdminRoutesOptions } from './routes/admin-routes';
 import { debugRoutes } from './routes/debug-routes';
 import { generationRoutes, requestIdFrom } from './routes/generation-routes';
 import { metricsRoutes } from './routes/metrics-routes';
@@ -30,6 +31,8 @@ export interface RouterAppDeps {
   readonly maxAttempts: number;
   readonly retryBackoffMs: number;
   readonly debugRoutes: boolean;
+  /** The admin API's options (token, backend changes); null = no admin API (`adminToken` unset). */
+  readonly admin: AdminRoutesOptions | null;
   readonly logger: FastifyBaseLogger | false;
   readonly isShuttingDown: () => boolean;
   readonly startedAtUnixSeconds: number;
@@ -78,5 +81,6 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
   if (deps.debugRoutes) {
     await app.register(debugRoutes, { registry: deps.registry, routing: deps.routing, policyFor: deps.policyFor, blockSizeBytes: deps.blockSizeBytes });
   }
+  if (deps.admin) await app.register(adminRoutes, deps.admin);
   return app;
 }

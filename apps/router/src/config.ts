@@ -26,7 +26,7 @@ export const RouterConfig = z.object({
   blockSizeBytes: z.coerce.number().int().min(8).max(4096).default(256).describe('prefix block size of the routing text, bytes'),
   maxBlocksPerBackend: z.coerce.number().int().positive().default(262_144).describe('prefix blocks remembered per backend (LRU beyond)'),
   blockIdleTtlMs: z.coerce.number().int().min(0).default(1_800_000).describe('forget a prefix block not used for this long (0 = never)'),
-  blockRefreshMs: z.coerce.number().int().min(0).default(60_000).describe('a block recorded again sooner than this is not rewritten: LRU order is accurate to this, and a follow-up turn costs no Redis writes for its old blocks'),
+  blockRefreshMs: z.coerce.number().int().min(0).default(60_000).describe('local (in-memory) index only: a block recorded again sooner than this is not moved in the LRU, so a follow-up turn costs one Map read per old block (the Redis index refreshes by generation instead)'),
   minMatchBlocks: z.coerce.number().int().min(0).optional().describe('blocks a backend must hold to count as warm (prefixaware default 2, cacheaware default 1)'),
   saturationInflight: z.coerce.number().int().min(0).optional().describe('in-flight at which a backend is skipped (prefixaware valve, default 8; cacheaware default 0 = off)'),
   loadFactor: z.coerce.number().min(1).default(1.25).describe('bounded-load factor of session, chwbl and cold placement'),
@@ -43,6 +43,7 @@ export const RouterConfig = z.object({
   leaseTtlMs: z.coerce.number().int().min(1000).default(15_000).describe('with Redis: an in-flight lease not renewed for this long stops counting (a dead replica heals)'),
   redisTimeoutMs: z.coerce.number().int().positive().default(50).describe('with Redis: a state call slower than this makes the router route on local state (degraded)'),
   redisRetryAfterMs: z.coerce.number().int().positive().default(500).describe('with Redis: after a failure, how long to stay on local state before trying Redis again (doubles up to 10 s)'),
+  backendSetPollMs: z.coerce.number().int().min(50).default(500).describe("with Redis: how often the fleet's shared backend set is re-read, in case a change notice (pub/sub) was lost"),
 
   requestBodyLimitBytes: z.coerce.number().int().positive().default(16 * 1024 * 1024).describe('largest request body accepted'),
   connectTimeoutMs: z.coerce.number().int().positive().default(5_000).describe('upstream TCP connect timeout'),
@@ -54,6 +55,7 @@ export const RouterConfig = z.object({
   breakerCooldownMs: z.coerce.number().int().positive().default(10_000).describe('how long an open circuit waits before a half-open probe'),
   modelsRefreshMs: z.coerce.number().int().positive().default(30_000).describe("how often backends' GET /v1/models is re-read"),
   debugRoutes: z.boolean().default(false).describe('serve POST /debug/route (explains a decision)'),
+  adminToken: z.string().min(16, 'must be at least 16 characters').optional().describe('bearer token of the admin API (/admin/backends: list, add, remove, drain backends); unset = no admin API'),
   shutdownGraceMs: z.coerce.number().int().positive().default(30_000).describe('how long in-flight requests may finish on SIGTERM'),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('log level'),
 });

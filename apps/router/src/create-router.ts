@@ -1,9 +1,11 @@
 import { request as undiciRequest } from 'undici';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
-import { createRedis, RedisRoutingState, waitUntilReady } from '@kvroute/redis-store';
+import { createRedis, RedisBackendSet, RedisRoutingState, waitUntilReady } from '@kvroute/redis-store';
 import { createPolicy, InMemoryRoutingState, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
 import { buildRouterApp } from './app';
+import { LocalBackendChanges } from './backends/backend-changes';
 import { BackendRegistry, type Backend } from './backends/backend-registry';
+import { SharedBackendSet } from './backends/shared-backend-set';
 import type { RouterConfig } from './config';
 import { UpstreamPools } from './proxy/upstream-pool';
 import { RouterMetrics } from './router-metrics';
@@ -41,6 +43,13 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     nowMs,
     fetchModels: (backend) => fetchModels(backend, config.connectTimeoutMs),
     onRefreshError: (backend, error) => logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models'),
+    // A departing backend's requests in flight keep their pool (closed once they finish). What it was
+    // believed to cache is forgotten only if the engine itself went (a new weight keeps its cache).
+    onRemoved: (backend, models, departure) => {
+      upstreams.retire(backend);
+      if (departure === 'updated') return;
+      for (const model of models) state.forgetBackend(model, backend.id).catch(() => undefined);
+    },
   });
   const localState = new InMemoryRoutingState({
     maxBlocksPerBackend: config.maxBlocksPerBackend,
@@ -51,6 +60,20 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   // With a Redis URL, replicas share state; Redis trouble degrades to the local state, never to errors.
   const redis = config.redisUrl === undefined ? null : createRedis(config.redisUrl, 'request-path', { commandTimeoutMs: config.redisTimeoutMs });
   redis?.on('error', () => undefined); // connection errors surface as failed calls, handled by the failover
+  // With Redis the backend set is the fleet's (seeded from config, changed through any replica's admin
+  // API); without, it is this replica's config (changed through its own admin API).
+  const backendSubscriber = config.redisUrl === undefined ? null : createRedis(config.redisUrl, 'worker');
+  const sharedBackends =
+    redis === null || backendSubscriber === null
+      ? null
+      : new SharedBackendSet({
+          set: new RedisBackendSet({ redis, nowMs: () => Date.now() }),
+          subscriber: backendSubscriber,
+          registry,
+          pollIntervalMs: config.backendSetPollMs,
+          nowMs: () => Date.now(),
+          logger: logger?.child({ component: 'backend-set' }),
+        });
   const failover =
     redis === null
       ? null
@@ -60,7 +83,6 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
             maxBlocksPerPool: config.maxBlocksPerPool,
             blockIdleTtlMs: config.blockIdleTtlMs,
             leaseTtlMs: config.leaseTtlMs,
-            refreshGranularityMs: Math.min(config.blockRefreshMs, Math.max(0, config.blockIdleTtlMs - 1)),
             nowMs: () => Date.now(),
           }),
           localState,
@@ -111,6 +133,16 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     maxAttempts: config.maxAttempts,
     retryBackoffMs: config.retryBackoffMs,
     debugRoutes: config.debugRoutes,
+    admin:
+      config.adminToken === undefined
+        ? null
+        : {
+            token: config.adminToken,
+            registry,
+            changes: sharedBackends ?? new LocalBackendChanges(registry),
+            inflight: () => state.inflightCounts(),
+            sharedVersion: () => (sharedBackends ? sharedBackends.version : null),
+          },
     logger: deps.logger ?? false,
     isShuttingDown: () => shuttingDown,
     startedAtUnixSeconds: Math.floor(Date.now() / 1000),
@@ -124,12 +156,15 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     async listen() {
       // Start on shared state when Redis is there; if it is not, start degraded rather than not at all.
       if (redis) await waitUntilReady(redis, 2_000).catch((error: unknown) => logger?.warn({ err: error }, 'Redis not reachable at start: routing on local state until it is'));
+      await sharedBackends?.start();
       await registry.start(config.modelsRefreshMs);
       return app.listen({ host: config.host, port: config.port });
     },
     async close() {
       shuttingDown = true;
       registry.stop();
+      await sharedBackends?.stop();
+      backendSubscriber?.disconnect();
       await app.close();
       await upstreams.close();
       redis?.disconnect();

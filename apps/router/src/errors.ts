@@ -17,6 +17,11 @@ export const ROUTER_ERRORS = {
   ROUTER_ERR_UPSTREAM_UNAVAILABLE: { status: 502, type: 'upstream_error' },
   ROUTER_ERR_UPSTREAM_TIMEOUT: { status: 504, type: 'upstream_error' },
   ROUTER_ERR_SHUTTING_DOWN: { status: 503, type: 'service_unavailable' },
+  // Admin API (/admin/backends).
+  ROUTER_ERR_UNAUTHORIZED: { status: 401, type: 'invalid_request_error' },
+  ROUTER_ERR_BACKEND_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  ROUTER_ERR_BACKEND_EXISTS: { status: 409, type: 'invalid_request_error' },
+  ROUTER_ERR_BACKEND_SET_UNAVAILABLE: { status: 503, type: 'service_unavailable' },
   ROUTER_ERR_INTERNAL: { status: 500, type: 'internal_error' },
 } as const satisfies Record<string, { status: number; type: string }>;
 

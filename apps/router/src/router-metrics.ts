@@ -30,6 +30,7 @@ export class RouterMetrics {
   private readonly clientAborts: Counter<'backend'>;
   private readonly degradedTransitions: Counter<'to'>;
   private readonly reserveConflicts: Counter<'backend'>;
+  private readonly ruleMismatches: Counter<'policy'>;
 
   constructor(sources: RouterMetricsSources) {
     const registers = [this.registry];
@@ -116,6 +117,12 @@ export class RouterMetrics {
       labelNames: ['backend'],
       registers,
     });
+    this.ruleMismatches = new Counter({
+      name: 'kvroute_router_rule_mismatches_total',
+      help: "Decisions where the shared store's atomic rule (Lua) chose another backend than the policy's TypeScript on the same figures; the store's choice stood. Should stay 0: anything else is a parity bug.",
+      labelNames: ['policy'],
+      registers,
+    });
     this.degradedTransitions = new Counter({
       name: 'kvroute_router_state_degraded_transitions_total',
       help: 'Switches into (to="degraded") and out of (to="shared") degraded mode.',
@@ -177,6 +184,10 @@ export class RouterMetrics {
 
   recordReserveConflict(backend: string): void {
     this.reserveConflicts.inc({ backend });
+  }
+
+  recordRuleMismatch(policy: string): void {
+    this.ruleMismatches.inc({ policy });
   }
 
   recordDegradedChange(degraded: boolean): void {

@@ -1,5 +1,16 @@
+export {
+  DEFAULT_BACKEND_SET_POLL_MS,
+  RedisBackendSet,
+  type BackendEntry,
+  type BackendEntrySpec,
+  type BackendSetChange,
+  type BackendSetList,
+  type BackendSetWatch,
+  type RedisBackendSetOptions,
+  type WatchBackendSetOptions,
+} from './backend-set';
 export { createRedis, reconnectDelayMs, redisOptionsFor, waitUntilReady, REQUEST_PATH_COMMAND_TIMEOUT_MS, type CreateRedisOptions, type RedisRole } from './connection';
-export { blockHashArg, DEFAULT_KEY_NAMESPACE, KEY_SUFFIX, poolHashTag, poolKeys, type PoolKeys } from './keys';
+export { blockHashArg, DEFAULT_KEY_NAMESPACE, fleetKeys, type FleetKeys, KEY_SUFFIX, poolHashTag, poolKeys, type PoolKeys } from './keys';
 export { RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';
 export { RedisStoreError, type RedisStoreErrorCode } from './redis-store-error';
 export { SCRIPTS, type LuaScript, type RedisClient } from './scripts';

@@ -14,21 +14,21 @@ describe('poolKeys', () => {
   it('builds every key of a pool under one namespace and hash tag', () => {
     const keys = poolKeys('llama-3-8b');
     expect(keys.prefix).toBe('kvr:v1:{llama-3-8b}:');
-    expect(keys.block(42)).toBe('kvr:v1:{llama-3-8b}:blk:42');
-    expect(keys.lru).toBe('kvr:v1:{llama-3-8b}:lru');
+    expect(keys.ownersNew).toBe('kvr:v1:{llama-3-8b}:owners:new');
+    expect(keys.generation).toBe('kvr:v1:{llama-3-8b}:generation');
     expect(keys.prefill('10.0.0.1:8000')).toBe('kvr:v1:{llama-3-8b}:prefill:10.0.0.1:8000');
     expect(keys.forgotten).toBe('kvr:v1:{llama-3-8b}:forgotten');
     expect(keys.leaseDeadlines).toBe('kvr:v1:{llama-3-8b}:lease-deadlines');
     expect(keys.inflight).toBe('kvr:v1:{llama-3-8b}:inflight');
     expect(keys.pending).toBe('kvr:v1:{llama-3-8b}:pending');
-    expect(poolKeys('m', 'test:ns').lru).toBe('test:ns:{m}:lru');
+    expect(poolKeys('m', 'test:ns').ownersOld).toBe('test:ns:{m}:owners:old');
   });
 
   it.each(['llama-3-8b', 'org/model:Q4', 'odd{name}', '}{', '', 'a'.repeat(40), 'da39a3ee5e6b4b0d3255bfef95601890afd80709'])(
     'puts every key of pool %j in one cluster slot, whatever its backend ids',
     (pool) => {
       const keys = poolKeys(pool);
-      const all = [keys.lru, keys.forgotten, keys.block(1), keys.block(9_007_199_254_740_991), keys.prefill('b{1}'), keys.prefill('}x{'), keys.leaseDeadlines, keys.inflight, keys.pending];
+      const all = [keys.ownersNew, keys.ownersOld, keys.generation, keys.forgotten, keys.prefill('b{1}'), keys.prefill('}x{'), keys.leaseDeadlines, keys.inflight, keys.pending];
       const inputs = new Set(all.map(clusterHashInput));
       expect(inputs.size).toBe(1);
       expect([...inputs][0]).toBe(poolHashTag(pool));

@@ -3,9 +3,9 @@ import type { BackendId, BlockHash } from '@kvroute/routing';
 
 /**
  * Every Redis key this package uses is built here (bullmq's queue-keys style). The Lua scripts get the
- * fixed keys of a call through KEYS and build the per-block and per-backend keys themselves from the
- * pool's key prefix (ARGV) with the suffixes below: a request's block keys, and the blocks an LRU trim
- * pops, are only known inside the script. The "key schema" test in `test/integration/scripts.int.test.ts`
+ * fixed keys of a call through KEYS and build the per-backend prefill keys themselves from the pool's
+ * key prefix (ARGV) with the suffix below: the backend of an expired lease being purged is only known
+ * inside the script. The "key schema" test in `test/integration/scripts.int.test.ts`
  * checks that the scripts create exactly the keys this module names.
  *
  * Layout: `<namespace>:{<tag>}:<suffix>`, namespace `kvr:v1` by default. Every key of one pool (one
@@ -18,8 +18,9 @@ export const DEFAULT_KEY_NAMESPACE = 'kvr:v1';
 
 /** Suffixes the Lua scripts append to the pool prefix. Change them here and in `src/lua/*.lua` together. */
 export const KEY_SUFFIX = {
-  block: 'blk:',
-  lru: 'lru',
+  ownersNew: 'owners:new',
+  ownersOld: 'owners:old',
+  generation: 'generation',
   prefill: 'prefill:',
   leaseDeadlines: 'lease-deadlines',
   inflight: 'inflight',
@@ -43,8 +44,15 @@ export function poolHashTag(pool: string): string {
 export interface PoolKeys {
   /** `<namespace>:{<tag>}:`, the prefix the Lua scripts append suffixes to. */
   readonly prefix: string;
-  /** ZSET block hash → last touch (ms, + a depth tie-break below 1 ms): the pool's LRU. */
-  readonly lru: string;
+  /**
+   * HASH block hash → its owners recorded in the current generation (`\x01<id>\x02<ms>` each):
+   * the owner index's newer half (see src/lua/lib/owner-index.lua).
+   */
+  readonly ownersNew: string;
+  /** HASH, the same for the previous generation; dropped whole when the current one turns. */
+  readonly ownersOld: string;
+  /** STRING: ms the current owner generation started. */
+  readonly generation: string;
   /** HASH backend id → ms it was forgotten; ownership recorded at or before that time no longer counts. */
   readonly forgotten: string;
   /**
@@ -56,8 +64,6 @@ export interface PoolKeys {
   readonly inflight: string;
   /** HASH backend id → prefill tokens pending over those leases; no field = 0. */
   readonly pending: string;
-  /** HASH backend id → last touch (ms) of one prefix block; PEXPIRE = block idle TTL. */
-  block(blockHash: BlockHash): string;
   /** HASH lease id → prefill tokens still pending, one field per lease of one backend in this pool. */
   prefill(backendId: BackendId): string;
 }
@@ -66,18 +72,39 @@ export function poolKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE
   const prefix = `${namespace}:{${poolHashTag(pool)}}:`;
   return {
     prefix,
-    lru: prefix + KEY_SUFFIX.lru,
+    ownersNew: prefix + KEY_SUFFIX.ownersNew,
+    ownersOld: prefix + KEY_SUFFIX.ownersOld,
+    generation: prefix + KEY_SUFFIX.generation,
     forgotten: prefix + KEY_SUFFIX.forgotten,
     leaseDeadlines: prefix + KEY_SUFFIX.leaseDeadlines,
     inflight: prefix + KEY_SUFFIX.inflight,
     pending: prefix + KEY_SUFFIX.pending,
-    block: (blockHash) => prefix + KEY_SUFFIX.block + blockHashArg(blockHash),
     prefill: (backendId) => prefix + KEY_SUFFIX.prefill + backendId,
   };
 }
 
-/** A block hash as it appears in keys and ARGV: the decimal integer (exact: block hashes are 53-bit). */
+/** A block hash as it appears in the owner index's fields and in ARGV: the decimal integer (exact: block hashes are 53-bit). */
 export function blockHashArg(blockHash: BlockHash): string {
   if (!Number.isSafeInteger(blockHash) || blockHash < 0) throw new RangeError(`block hash must be a non-negative safe integer, got ${blockHash}`);
   return String(blockHash);
+}
+
+/**
+ * The keys of the fleet: what every pool shares, i.e. the backend set the router replicas route over.
+ * All carry the hash tag `{fleet}`, so `change-backend-set.lua` touches one Redis Cluster slot.
+ */
+export interface FleetKeys {
+  /** HASH backend id → entry JSON `{id, url, models?, weight, drained, updatedAtMs}`: the fleet's backends. */
+  readonly backends: string;
+  /** STRING: the backend set's version, bumped by every change (starts at the ms the set was created). */
+  readonly version: string;
+  /** HASH backend id → ms it was removed: seeding from a replica's config does not bring it back. */
+  readonly removed: string;
+  /** Pub/sub channel (not a key) that gets the new version after every change. */
+  readonly changes: string;
+}
+
+export function fleetKeys(namespace: string = DEFAULT_KEY_NAMESPACE): FleetKeys {
+  const backends = `${namespace}:{fleet}:backends`;
+  return { backends, version: `${backends}:version`, removed: `${backends}:removed`, changes: `${backends}:changes` };
 }

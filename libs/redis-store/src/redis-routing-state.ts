@@ -1,18 +1,32 @@
-import type { BackendId, BlockHash, RoutingSnapshot, RoutingStateStore } from '@kvroute/routing';
+import {
+  decideWithSnapshot,
+  DEFAULT_BYTES_PER_TOKEN,
+  rendezvousOrder,
+  type AtomicRule,
+  type BackendId,
+  type BlockHash,
+  type Candidate,
+  type DecideInput,
+  type DecideResult,
+  type RoutingDecision,
+  type RoutingSnapshot,
+  type RoutingStateStore,
+} from '@kvroute/routing';
 import { blockHashArg, DEFAULT_KEY_NAMESPACE, poolKeys, type PoolKeys } from './keys';
 import { integerArrayReply, integerReply, runScript, SCRIPTS, type RedisClient } from './scripts';
 
 export interface RedisRoutingStateOptions {
   /** A request-path connection (`createRedis(url, 'request-path')`): state reads must fail fast. */
   readonly redis: RedisClient;
-  /** Prefix blocks remembered per pool, over all its backends (the pool LRU's cap); the oldest are evicted in batches of cap/16. */
+  /**
+   * Prefix blocks remembered per pool over all its backends (the owner index's cap): a generation turns
+   * when it holds half of it, and the previous one, the least recently used half, is dropped.
+   */
   readonly maxBlocksPerPool: number;
-  /** A block no backend recorded for this long is forgotten (its key expires). 0 = never. */
+  /** A block not recorded for this long is forgotten (within two of them: a generation lasts one). 0 = never. */
   readonly blockIdleTtlMs: number;
   /** A lease not released or renewed within this long stops counting (its router replica died, say). */
   readonly leaseTtlMs: number;
-  /** Re-recording a block a backend recorded less than this long ago is skipped (default 1000 ms). Below `blockIdleTtlMs`. */
-  readonly refreshGranularityMs?: number;
   /** Wall-clock ms (Date.now-like): leases and idle blocks expire on Redis's clock, so replicas need synchronised clocks. */
   readonly nowMs: () => number;
   /** Key namespace (default `kvr:v1`); tests give each run its own. */
@@ -21,12 +35,14 @@ export interface RedisRoutingStateOptions {
 
 /**
  * Routing state shared by every router replica, in Redis: the same behaviour as InMemoryRoutingState
- * (prefix-closed ownership recorded deepest first, binary-search match, refresh granularity, leases that
- * carry pending prefill tokens), with each operation one Lua script on the pool's hash slot.
+ * (prefix-closed ownership, binary-search match, leases that carry pending prefill tokens), with each
+ * operation one Lua script on the pool's hash slot. `decide` is one script (route.lua) for policies
+ * with an atomic rule (cacheaware, leastloaded): figures, choice, lease and ownership in one round
+ * trip; other policies snapshot first (see decideWithSnapshot).
  *
  * Differences from the in-memory store:
- * - The block cap is per pool (`maxBlocksPerPool`), not per backend: one LRU per pool, whose members are
- *   block hashes; evicting a block forgets it for every backend.
+ * - The owner index is per pool and generational (src/lua/lib/owner-index.lua): LRU at the granularity
+ *   of a generation, capped by `maxBlocksPerPool` over all backends of the pool.
  * - Leases expire `leaseTtlMs` after they were taken or last renewed (`renew`), so a crashed replica's
  *   leases stop counting; and they count per pool: a backend serving two models has two lease sets.
  * - `inflightCounts()` must answer synchronously, so it reads a local cache: per pool and backend, the
@@ -36,7 +52,6 @@ export interface RedisRoutingStateOptions {
 export class RedisRoutingState implements RoutingStateStore {
   private readonly redis: RedisClient;
   private readonly namespace: string;
-  private readonly refreshGranularityMs: number;
   private readonly keysByPool = new Map<string, PoolKeys>();
   /** pool → backend → in-flight count last seen (see inflightCounts). */
   private readonly inflightSeen = new Map<string, Map<BackendId, number>>();
@@ -44,17 +59,13 @@ export class RedisRoutingState implements RoutingStateStore {
   constructor(private readonly options: RedisRoutingStateOptions) {
     this.redis = options.redis;
     this.namespace = options.keyNamespace ?? DEFAULT_KEY_NAMESPACE;
-    this.refreshGranularityMs = options.refreshGranularityMs ?? 1000;
     requireInteger('maxBlocksPerPool', options.maxBlocksPerPool, 1);
     requireInteger('blockIdleTtlMs', options.blockIdleTtlMs, 0);
     requireInteger('leaseTtlMs', options.leaseTtlMs, 1);
-    requireInteger('refreshGranularityMs', this.refreshGranularityMs, 0);
-    if (options.blockIdleTtlMs > 0 && this.refreshGranularityMs >= options.blockIdleTtlMs) {
-      throw new RangeError(`refreshGranularityMs (${this.refreshGranularityMs}) must be below blockIdleTtlMs (${options.blockIdleTtlMs})`);
-    }
   }
 
   async snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot> {
+    backends.forEach(requireIndexableId);
     const matchBlocks = new Map<BackendId, number>();
     const inflight = new Map<BackendId, number>();
     const pendingPrefillTokens = new Map<BackendId, number>();
@@ -63,8 +74,8 @@ export class RedisRoutingState implements RoutingStateStore {
     const reply = await runScript(
       this.redis,
       SCRIPTS.snapshot,
-      [keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending],
-      [this.options.nowMs(), keys.prefix, this.options.blockIdleTtlMs, backends.length, ...backends, ...blockHashes.map(blockHashArg)],
+      [keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending, keys.ownersNew, keys.ownersOld],
+      [this.options.nowMs(), keys.prefix, backends.length, ...backends, ...blockHashes.map(blockHashArg)],
     );
     const values = integerArrayReply(SCRIPTS.snapshot, reply, 3 * backends.length);
     backends.forEach((backend, index) => {
@@ -87,28 +98,91 @@ export class RedisRoutingState implements RoutingStateStore {
     maxInflight = 0,
   ): Promise<boolean> {
     requireInteger('maxInflight', maxInflight, 0);
+    const reply = await this.route(pool, { kind: 'fixed', prefillTokens: Math.max(0, Math.round(prefillTokens)), maxInflight }, [{ id: backendId, weight: 1, rank: 0 }], leaseId, blockHashes, {
+      textBytes: 0,
+      blockSizeBytes: 0,
+    });
+    return reply.chosen === 1;
+  }
+
+  async decide(input: DecideInput): Promise<DecideResult> {
+    const rule = input.policy.atomicRule;
+    if (rule === undefined) return decideWithSnapshot(this, input);
+    const { request, backends } = input;
+    const ranks = new Map<BackendId, number>();
+    if (rule.kind === 'cost') {
+      const stubs = backends.map((backend) => ({ backend, inflight: 0, matchBlocks: 0, pendingPrefillTokens: 0 }));
+      for (const [rank, index] of rendezvousOrder(request.headHash, stubs).entries()) ranks.set((backends[index] as { id: string }).id, rank);
+    }
+    const reply = await this.route(
+      input.pool,
+      rule,
+      backends.map((backend) => ({ id: backend.id, weight: backend.weight, rank: ranks.get(backend.id) ?? 0 })),
+      input.leaseId,
+      input.policy.usesPrefixMatch ? request.blockHashes : [],
+      request,
+    );
+    const candidates: Candidate[] = backends.map((backend, index) => ({ backend, ...(reply.figures[index] as Figures) }));
+    const chosenId = (backends[reply.chosen - 1] as { id: string }).id;
+    // The rule decided; `choose` on the same figures explains the decision (and must agree).
+    const explained = input.policy.choose(request, candidates, input.context);
+    const ruleMismatch = explained.kind !== 'routed' || explained.backendId !== chosenId;
+    const decision: RoutingDecision = ruleMismatch ? { kind: 'routed', backendId: chosenId, reason: explained.kind === 'routed' ? explained.reason : 'least-loaded', scores: explained.kind === 'routed' ? explained.scores : [] } : explained;
+    return { decision, candidates, conflicts: [], ruleMismatch };
+  }
+
+  /** Runs route.lua: one decision (or, for 'fixed', one conditional reservation) in one round trip. */
+  private async route(
+    pool: string,
+    rule: AtomicRule | { readonly kind: 'fixed'; readonly prefillTokens: number; readonly maxInflight: number },
+    candidates: readonly { readonly id: BackendId; readonly weight: number; readonly rank: number }[],
+    leaseId: string,
+    blockHashes: readonly BlockHash[],
+    request: { readonly textBytes: number; readonly blockSizeBytes: number },
+  ): Promise<{ chosen: number; figures: Figures[] }> {
+    for (const candidate of candidates) requireIndexableId(candidate.id);
     const keys = this.keys(pool);
+    const cost = rule.kind === 'cost' ? rule.params : null;
     const reply = await runScript(
       this.redis,
-      SCRIPTS.reserve,
-      [keys.prefill(backendId), keys.lru, keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending],
+      SCRIPTS.route,
+      [keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending, keys.ownersNew, keys.ownersOld, keys.generation],
       [
         this.options.nowMs(),
+        keys.prefix,
+        this.options.blockIdleTtlMs,
+        this.options.maxBlocksPerPool,
         leaseId,
         this.options.leaseTtlMs,
-        Math.max(0, Math.round(prefillTokens)),
-        maxInflight,
-        this.options.blockIdleTtlMs,
-        this.refreshGranularityMs,
-        this.options.maxBlocksPerPool,
-        keys.prefix,
-        backendId,
+        blockHashes.length > 0 ? 1 : 0,
+        rule.kind,
+        // Numbers as JavaScript prints them: Lua's tonumber reads back the same double.
+        String(cost?.bytesPerToken ?? DEFAULT_BYTES_PER_TOKEN),
+        String(cost?.prefillMsPerToken ?? 0),
+        String(cost?.queueMsPerRequest ?? 0),
+        cost?.minMatchBlocks ?? 0,
+        cost?.saturationInflight ?? 0,
+        String(cost?.spreadAbs ?? 0),
+        String(cost?.spreadRel ?? 1),
+        String(cost?.coldLoadFactor ?? 1),
+        request.textBytes,
+        request.blockSizeBytes,
+        rule.kind === 'fixed' ? rule.prefillTokens : 0,
+        rule.kind === 'fixed' ? rule.maxInflight : 0,
+        candidates.length,
+        ...candidates.flatMap((candidate) => [candidate.id, String(candidate.weight), candidate.rank]),
         ...blockHashes.map(blockHashArg),
       ],
     );
-    const [taken, count] = integerArrayReply(SCRIPTS.reserve, reply, 2) as [number, number];
-    this.sawInflight(pool, backendId, count);
-    return taken === 1;
+    const values = integerArrayReply(SCRIPTS.route, reply, 2 + 3 * candidates.length);
+    const chosen = values[0] as number;
+    const figures = candidates.map((candidate, index) => {
+      const inflight = values[2 + 3 * index] as number;
+      this.sawInflight(pool, candidate.id, inflight);
+      return { inflight, pendingPrefillTokens: values[3 + 3 * index] as number, matchBlocks: values[4 + 3 * index] as number };
+    });
+    if (chosen > 0) this.sawInflight(pool, (candidates[chosen - 1] as { id: string }).id, values[1] as number);
+    return { chosen, figures };
   }
 
   async renew(pool: string, backendId: BackendId, leaseId: string): Promise<boolean> {
@@ -171,6 +245,17 @@ export class RedisRoutingState implements RoutingStateStore {
     }
     backends.set(backendId, count);
   }
+}
+
+/** A candidate's figures as route.lua read them. */
+type Figures = Pick<Candidate, 'inflight' | 'matchBlocks' | 'pendingPrefillTokens'>;
+
+/**
+ * The owner index delimits ids with control characters (src/lua/lib/owner-index.lua); an id never holds
+ * one anyway, since it travels in the X-Router-Backend header.
+ */
+function requireIndexableId(id: BackendId): void {
+  if (/[\u0000-\u001f\u007f]/.test(id)) throw new RangeError(`backend id must not contain control characters: ${JSON.stringify(id)}`);
 }
 
 function requireInteger(name: string, value: number, min: number): void {

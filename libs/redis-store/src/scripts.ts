@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import { RedisStoreError } from './redis-store-error';
-import { FORGET_BACKEND_LUA, PREFILL_DONE_LUA, RELEASE_LUA, RENEW_LUA, RESERVE_LUA, SNAPSHOT_LUA } from './lua/scripts.generated';
+import { CHANGE_BACKEND_SET_LUA, FORGET_BACKEND_LUA, PREFILL_DONE_LUA, RELEASE_LUA, RENEW_LUA, ROUTE_LUA, SNAPSHOT_LUA } from './lua/scripts.generated';
 
 /** A single Redis or a Cluster client: both route EVALSHA by its first key. */
 export type RedisClient = Redis | Cluster;
@@ -20,12 +20,13 @@ function defineScript(name: string, lua: string, numberOfKeys: number): LuaScrip
 
 /** Every script this package runs (contracts in each file's header and in src/lua/README.md). */
 export const SCRIPTS = {
-  snapshot: defineScript('snapshot', SNAPSHOT_LUA, 4),
-  reserve: defineScript('reserve', RESERVE_LUA, 6),
+  route: defineScript('route', ROUTE_LUA, 7),
+  snapshot: defineScript('snapshot', SNAPSHOT_LUA, 6),
   release: defineScript('release', RELEASE_LUA, 4),
   renew: defineScript('renew', RENEW_LUA, 4),
   prefillDone: defineScript('prefill-done', PREFILL_DONE_LUA, 2),
   forgetBackend: defineScript('forget-backend', FORGET_BACKEND_LUA, 1),
+  changeBackendSet: defineScript('change-backend-set', CHANGE_BACKEND_SET_LUA, 3),
 } as const satisfies Record<string, LuaScript>;
 
 /**

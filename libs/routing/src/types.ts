@@ -1,3 +1,5 @@
+import type { CacheAwareParams } from './policies/cache-aware';
+
 /**
  * The vocabulary of routing decisions. Pure data: no I/O, no clocks, no randomness (those arrive
  * through PolicyContext), so every policy is testable without sleeping.
@@ -107,6 +109,16 @@ export type RoutingDecision =
     }
   | { readonly kind: 'rejected'; readonly reason: 'no-eligible-backend' };
 
+/**
+ * Choice rules a state store evaluates itself. A store must choose exactly what the declaring policy's
+ * `choose` chooses on the same figures (libs/redis-store tests the parity on random cases); `choose`
+ * still runs on the figures afterwards to explain the decision.
+ * - `least-loaded`: the fewest in flight, ties to the earlier candidate (leastloaded).
+ * - `cost`: cacheaware's rule with its parameters; ties and cold placement use the rendezvous order
+ *   of the request's head hash (`rendezvousOrder`).
+ */
+export type AtomicRule = { readonly kind: 'least-loaded' } | { readonly kind: 'cost'; readonly params: CacheAwareParams };
+
 /** Clock and randomness come from here, never from globals. */
 export interface PolicyContext {
   readonly nowMs: number;
@@ -125,5 +137,12 @@ export interface RoutingPolicy {
   readonly scoreDirection: string;
   /** True when the policy reads `matchBlocks` (the caller can skip the prefix lookup otherwise). */
   readonly usesPrefixMatch: boolean;
+  /**
+   * The policy's choice as data a state store can evaluate next to its state (the Redis store, in
+   * Lua), so that reading the figures, choosing, taking the lease and recording ownership are one
+   * atomic step: one round trip, no race between replicas. Absent: the store snapshots, `choose`
+   * decides, and the lease is taken conditionally (see RoutingStateStore.decide).
+   */
+  readonly atomicRule?: AtomicRule;
   choose(request: RoutingRequest, candidates: readonly Candidate[], context: PolicyContext): RoutingDecision;
 }

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { BackendRegistry, type Backend } from './backend-registry';
 
 const options = (fetchModels: (backend: Backend) => Promise<readonly string[]>) => ({
@@ -41,5 +41,81 @@ describe('BackendRegistry', () => {
 
   it('rejects duplicate ids', () => {
     expect(() => new BackendRegistry([{ url: 'http://a:1', weight: 1 }, { url: 'http://a:1', weight: 1 }], options(async () => []))).toThrow(/duplicate/);
+  });
+});
+
+describe('BackendRegistry changes at run time', () => {
+  const configured = (url: string, id: string, models = ['m']) => ({ url, id, models, weight: 1 });
+
+  it('keeps a drained backend registered but out of every pool, and brings it back on undrain', () => {
+    const registry = new BackendRegistry([configured('http://h:1', 'a'), configured('http://h:2', 'b')], options(async () => []));
+    expect(registry.setDrained('a', true)).toBe(true);
+    expect(registry.poolFor('m').map((backend) => backend.id)).toEqual(['b']);
+    expect(registry.backends.map((backend) => backend.id)).toEqual(['a', 'b']);
+    expect(registry.isDrained('a')).toBe(true);
+    registry.setDrained('b', true);
+    // The model still exists (404 vs 503), it just has nowhere to go.
+    expect(registry.poolFor('m')).toEqual([]);
+    expect(registry.models()).toEqual([]);
+    expect(registry.servesModel('m')).toBe(true);
+    registry.setDrained('a', false);
+    expect(registry.poolFor('m').map((backend) => backend.id)).toEqual(['a']);
+    expect(registry.setDrained('nope', true)).toBe(false);
+  });
+
+  it('adds a backend last and reads its models at once; removes one and reports it with its models', async () => {
+    const removed: Array<[string, readonly string[]]> = [];
+    const registry = new BackendRegistry([configured('http://h:1', 'a')], {
+      ...options(async (backend) => (backend.id === 'h:3' ? ['m', 'm2'] : [])),
+      onRemoved: (backend, models) => removed.push([backend.id, models]),
+    });
+    const before = registry.poolFor('m');
+    const added = registry.add({ url: 'http://h:3', weight: 2 });
+    expect(added.id).toBe('h:3');
+    expect(() => registry.add({ url: 'http://other:3', id: 'h:3', weight: 1 })).toThrow(/duplicate/);
+    await vi.waitFor(() => expect(registry.poolFor('m2').map((backend) => backend.id)).toEqual(['h:3']));
+    expect(registry.poolFor('m').map((backend) => backend.id)).toEqual(['a', 'h:3']);
+    // A request that started before keeps the pool it had.
+    expect(before.map((backend) => backend.id)).toEqual(['a']);
+    expect(registry.remove('a')).toBe(true);
+    expect(registry.remove('a')).toBe(false);
+    expect(registry.poolFor('m').map((backend) => backend.id)).toEqual(['h:3']);
+    expect(removed).toEqual([['a', ['m']]]);
+  });
+
+  it('replaceAll keeps unchanged backends (object, circuit), replaces changed ones in place, drops gone ones and appends new ones', () => {
+    const removed: string[] = [];
+    const registry = new BackendRegistry([configured('http://h:1', 'a'), configured('http://h:2', 'b'), configured('http://h:3', 'c')], {
+      ...options(async () => []),
+      onRemoved: (backend, _models, departure) => removed.push(`${backend.id}@${backend.origin} ${departure}`),
+    });
+    const [a, b] = registry.backends;
+    registry.replaceAll([
+      { spec: configured('http://h:9', 'z'), drained: false },
+      { spec: configured('http://h:1', 'a'), drained: true },
+      { spec: configured('http://h:22', 'b'), drained: false },
+      { spec: { ...configured('http://h:4', 'd'), weight: 3 }, drained: false },
+    ]);
+    expect(registry.backends.map((backend) => backend.id)).toEqual(['a', 'b', 'z', 'd']);
+    expect(registry.get('a')).toBe(a);
+    expect(registry.get('b')).not.toBe(b);
+    expect(registry.get('b')?.origin).toBe('http://h:22');
+    expect(registry.poolFor('m').map((backend) => backend.id)).toEqual(['b', 'z', 'd']);
+    expect(removed).toEqual(['b@http://h:2 moved', 'c@http://h:3 removed']);
+    registry.replaceAll([
+      { spec: configured('http://h:1', 'a'), drained: true },
+      { spec: configured('http://h:4', 'd'), drained: false },
+    ]);
+    expect(registry.get('d')?.info.weight).toBe(1);
+    expect(removed.slice(2)).toEqual(['b@http://h:22 removed', 'z@http://h:9 removed', 'd@http://h:4 updated']);
+    registry.replaceAll([{ spec: configured('http://h:1', 'a'), drained: false }]);
+    expect(registry.poolFor('m').map((backend) => backend.id)).toEqual(['a']);
+  });
+
+  it('finds a backend by URL whatever its id', () => {
+    const registry = new BackendRegistry([configured('http://h:1/v1', 'a')], options(async () => []));
+    expect(registry.findByUrl('http://h:1')?.id).toBe('a');
+    expect(registry.findByUrl('http://h:1/v1/')?.id).toBe('a');
+    expect(registry.findByUrl('http://h:2')).toBeUndefined();
   });
 });

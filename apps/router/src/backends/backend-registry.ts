@@ -4,6 +4,8 @@ import { CircuitBreaker } from './circuit-breaker';
 /** A backend as the router runs it: where it is, what it serves, whether its circuit is open. */
 export interface Backend {
   readonly id: BackendId;
+  /** The URL it was given as (config, admin API or shared set). */
+  readonly url: string;
   /** Origin without trailing slash, e.g. `http://127.0.0.1:8001`. */
   readonly origin: string;
   /** Path prefix of the OpenAI API on that origin (`''` when the URL had no path). */
@@ -21,6 +23,18 @@ export interface BackendSpec {
   readonly weight: number;
 }
 
+/** One backend of a whole set handed to `replaceAll` (the fleet's shared set): its spec, id resolved, and whether it is drained. */
+export interface BackendSetMember {
+  readonly spec: BackendSpec & { readonly id: string };
+  readonly drained: boolean;
+}
+
+/**
+ * Why a backend object left the registry: `removed` (no longer in the set), `moved` (its id now names
+ * another URL: another engine), `updated` (same id and URL, new weight or models: the same engine).
+ */
+export type BackendDeparture = 'removed' | 'moved' | 'updated';
+
 export interface BackendRegistryOptions {
   readonly breakerFailureThreshold: number;
   readonly breakerCooldownMs: number;
@@ -28,68 +42,156 @@ export interface BackendRegistryOptions {
   /** Reads a backend's served model ids (GET /v1/models); injected so the registry does no I/O itself. */
   readonly fetchModels: (backend: Backend) => Promise<readonly string[]>;
   readonly onRefreshError?: (backend: Backend, error: unknown) => void;
+  /**
+   * A backend object left the registry (see BackendDeparture). Its requests in flight hold their own
+   * reference and finish; this is the place to let go of what only new requests would use (its upstream
+   * connection pool; what it was believed to cache, unless the same engine stays).
+   */
+  readonly onRemoved?: (backend: Backend, models: readonly string[], departure: BackendDeparture) => void;
+}
+
+/** The id a spec gets: its own, else the URL's host:port. */
+export function backendIdOf(spec: BackendSpec): BackendId {
+  return spec.id ?? new URL(spec.url).host;
 }
 
 /**
- * The configured backends and the pools they form: a pool is the backends serving one model, in
- * configuration order. Models come from config or are discovered from each backend and refreshed
- * periodically (a backend that cannot be reached keeps its last known models).
+ * The backends this replica routes over, and the pools they form: a pool is the backends serving one
+ * model, in registration order (configuration order, then backends added at run time). The set can
+ * change while requests run (admin API, the fleet's shared set in Redis): every change builds new
+ * arrays instead of editing the old ones, so a request keeps the pool it started with.
+ *
+ * A drained backend stays registered (its circuit, models and in-flight requests are still tracked) but
+ * is in no pool, so no new request is routed to it. Models come from config or are discovered from
+ * each backend and refreshed periodically (a backend that cannot be reached keeps its last known
+ * models); a backend added without models is read at once.
  */
 export class BackendRegistry {
-  readonly backends: readonly Backend[];
+  private all: readonly Backend[] = [];
+  private readonly drained = new Set<BackendId>();
   private readonly modelsByBackend = new Map<BackendId, readonly string[]>();
-  private pools = new Map<string, Backend[]>();
+  /** model → its undrained backends. */
+  private pools = new Map<string, readonly Backend[]>();
+  /** Models served by any backend, drained ones included. */
+  private served = new Set<string>();
   private timer: NodeJS.Timeout | null = null;
 
   constructor(specs: readonly BackendSpec[], private readonly options: BackendRegistryOptions) {
     const seen = new Set<string>();
-    this.backends = specs.map((spec) => {
-      const url = new URL(spec.url);
-      const id = spec.id ?? url.host;
+    for (const spec of specs) {
+      const id = backendIdOf(spec);
       if (seen.has(id)) throw new Error(`duplicate backend id "${id}" (give backends distinct ids)`);
       seen.add(id);
-      const backend: Backend = {
-        id,
-        origin: url.origin,
-        basePath: url.pathname.replace(/\/+$/, '').replace(/\/v1$/, ''),
-        info: { id, weight: spec.weight },
-        configuredModels: spec.models ?? null,
-        breaker: new CircuitBreaker({ failureThreshold: options.breakerFailureThreshold, cooldownMs: options.breakerCooldownMs, nowMs: options.nowMs }),
-      };
-      if (backend.configuredModels) this.modelsByBackend.set(id, backend.configuredModels);
-      return backend;
-    });
+    }
+    this.all = specs.map((spec) => this.createBackend(spec));
     this.rebuildPools();
   }
 
-  /** Backends serving `model`, in configuration order (empty if none). */
+  /** Every registered backend, drained ones included, in registration order. */
+  get backends(): readonly Backend[] {
+    return this.all;
+  }
+
+  /** The undrained backends serving `model`, in registration order (empty if none). */
   poolFor(model: string): readonly Backend[] {
     return this.pools.get(model) ?? [];
   }
 
-  /** Every model served by at least one backend. */
+  /** Whether any backend, drained or not, serves `model` (unknown model vs. nowhere to send it right now). */
+  servesModel(model: string): boolean {
+    return this.served.has(model);
+  }
+
+  /** Every model served by at least one undrained backend. */
   models(): string[] {
     return [...this.pools.keys()];
   }
 
+  /** The models a backend serves as far as this replica knows (configured or last discovered). */
+  modelsOf(id: BackendId): readonly string[] {
+    return this.modelsByBackend.get(id) ?? [];
+  }
+
   get(id: BackendId): Backend | undefined {
-    return this.backends.find((backend) => backend.id === id);
+    return this.all.find((backend) => backend.id === id);
+  }
+
+  /** The backend at `url` (same origin and API path), whatever its id. */
+  findByUrl(url: string): Backend | undefined {
+    const parsed = new URL(url);
+    const basePath = basePathOf(parsed);
+    return this.all.find((backend) => backend.origin === parsed.origin && backend.basePath === basePath);
+  }
+
+  isDrained(id: BackendId): boolean {
+    return this.drained.has(id);
+  }
+
+  /** Registers a backend (undrained); its models are read at once if not given. Throws if the id is taken. */
+  add(spec: BackendSpec): Backend {
+    const id = backendIdOf(spec);
+    if (this.get(id)) throw new Error(`duplicate backend id "${id}" (give backends distinct ids)`);
+    const backend = this.createBackend(spec);
+    this.all = [...this.all, backend];
+    this.rebuildPools();
+    void this.readModels([backend]);
+    return backend;
+  }
+
+  /** Unregisters a backend: no new requests; those in flight finish. False if there is none with that id. */
+  remove(id: BackendId): boolean {
+    const backend = this.get(id);
+    if (!backend) return false;
+    this.all = this.all.filter((other) => other !== backend);
+    this.forget(backend, 'removed');
+    this.rebuildPools();
+    return true;
+  }
+
+  /** Drains (no new requests; those in flight finish) or undrains a backend. False if there is none with that id. */
+  setDrained(id: BackendId, drained: boolean): boolean {
+    if (!this.get(id)) return false;
+    if (drained) this.drained.add(id);
+    else this.drained.delete(id);
+    this.rebuildPools();
+    return true;
+  }
+
+  /**
+   * Makes the registry hold exactly `members` (the fleet's shared set). A backend whose URL, weight and
+   * models are unchanged keeps its object and circuit; one that changed gets a new object in its place;
+   * new ones go last, in the order given. Backends without configured models are read at once.
+   */
+  replaceAll(members: readonly BackendSetMember[]): void {
+    const wanted = new Map(members.map((member) => [member.spec.id, member]));
+    const next: Backend[] = [];
+    const created: Backend[] = [];
+    const create = (member: BackendSetMember): void => {
+      const backend = this.createBackend(member.spec);
+      next.push(backend);
+      created.push(backend);
+    };
+    for (const backend of this.all) {
+      const member = wanted.get(backend.id);
+      wanted.delete(backend.id);
+      if (!member) this.forget(backend, 'removed');
+      else if (isSameBackend(backend, member.spec)) next.push(backend);
+      else {
+        this.forget(backend, isSamePlace(backend, member.spec) ? 'updated' : 'moved');
+        create(member);
+      }
+    }
+    for (const member of wanted.values()) create(member);
+    this.all = next;
+    this.drained.clear();
+    for (const member of members) if (member.drained) this.drained.add(member.spec.id);
+    this.rebuildPools();
+    void this.readModels(created);
   }
 
   /** Re-reads the models of every backend without configured models. Never throws. */
   async refreshModels(): Promise<void> {
-    await Promise.all(
-      this.backends
-        .filter((backend) => backend.configuredModels === null)
-        .map(async (backend) => {
-          try {
-            this.modelsByBackend.set(backend.id, await this.options.fetchModels(backend));
-          } catch (error) {
-            this.options.onRefreshError?.(backend, error);
-          }
-        }),
-    );
-    this.rebuildPools();
+    await this.readModels(this.all);
   }
 
   /** Refreshes now, then every `intervalMs` until stop(). */
@@ -104,10 +206,55 @@ export class BackendRegistry {
     this.timer = null;
   }
 
+  private createBackend(spec: BackendSpec): Backend {
+    const url = new URL(spec.url);
+    const id = backendIdOf(spec);
+    const backend: Backend = {
+      id,
+      url: spec.url,
+      origin: url.origin,
+      basePath: basePathOf(url),
+      info: { id, weight: spec.weight },
+      configuredModels: spec.models ? [...spec.models] : null,
+      breaker: new CircuitBreaker({ failureThreshold: this.options.breakerFailureThreshold, cooldownMs: this.options.breakerCooldownMs, nowMs: this.options.nowMs }),
+    };
+    if (backend.configuredModels) this.modelsByBackend.set(id, backend.configuredModels);
+    else this.modelsByBackend.delete(id);
+    return backend;
+  }
+
+  /** Drops what the registry keeps about a backend that left, then tells the owner (onRemoved). */
+  private forget(backend: Backend, departure: BackendDeparture): void {
+    const models = this.modelsByBackend.get(backend.id) ?? [];
+    this.modelsByBackend.delete(backend.id);
+    this.drained.delete(backend.id);
+    this.options.onRemoved?.(backend, models, departure);
+  }
+
+  private async readModels(backends: readonly Backend[]): Promise<void> {
+    const discovered = backends.filter((backend) => backend.configuredModels === null);
+    if (discovered.length === 0) return;
+    await Promise.all(
+      discovered.map(async (backend) => {
+        try {
+          const models = await this.options.fetchModels(backend);
+          // The backend may have left (or been replaced) while its models were being read.
+          if (this.get(backend.id) === backend) this.modelsByBackend.set(backend.id, models);
+        } catch (error) {
+          this.options.onRefreshError?.(backend, error);
+        }
+      }),
+    );
+    this.rebuildPools();
+  }
+
   private rebuildPools(): void {
     const pools = new Map<string, Backend[]>();
-    for (const backend of this.backends) {
+    const served = new Set<string>();
+    for (const backend of this.all) {
       for (const model of this.modelsByBackend.get(backend.id) ?? []) {
+        served.add(model);
+        if (this.drained.has(backend.id)) continue;
         let pool = pools.get(model);
         if (!pool) {
           pool = [];
@@ -117,5 +264,26 @@ export class BackendRegistry {
       }
     }
     this.pools = pools;
+    this.served = served;
   }
+}
+
+function basePathOf(url: URL): string {
+  return url.pathname.replace(/\/+$/, '').replace(/\/v1$/, '');
+}
+
+/** Whether a spec points where the backend runs (same origin and API path). */
+function isSamePlace(backend: Backend, spec: BackendSpec): boolean {
+  const url = new URL(spec.url);
+  return url.origin === backend.origin && basePathOf(url) === backend.basePath;
+}
+
+/** Whether a spec describes the backend as it runs: same place, weight and configured models. */
+function isSameBackend(backend: Backend, spec: BackendSpec): boolean {
+  const models = spec.models ?? null;
+  return (
+    isSamePlace(backend, spec) &&
+    spec.weight === backend.info.weight &&
+    (models === null ? backend.configuredModels === null : backend.configuredModels !== null && models.join('\u0000') === backend.configuredModels.join('\u0000'))
+  );
 }

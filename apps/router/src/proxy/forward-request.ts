@@ -1,10 +1,10 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
-import { estimatePrefillTokens, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
+import type { RoutingPolicy, RoutingRequest } from '@kvroute/routing';
 import type { Backend } from '../backends/backend-registry';
 import { RouterError } from '../errors';
 import type { RouterMetrics } from '../router-metrics';
-import { chooseBackend, Lease, type RouteContext } from '../routing/route-request';
+import { Lease, type RouteContext } from '../routing/route-request';
 import { endToEndHeaders } from './hop-by-hop';
 import { RelayHandler } from './relay-handler';
 import type { UpstreamPools } from './upstream-pool';
@@ -17,9 +17,6 @@ export interface ForwardDeps {
   readonly maxAttempts: number;
   readonly retryBackoffMs: number;
 }
-
-/** Re-decisions allowed after losing a reservation race, per request. */
-const MAX_RESERVE_CONFLICTS = 8;
 
 export interface ForwardInput {
   /** Pool key: the requested model. */
@@ -54,41 +51,36 @@ export async function forwardRequest(deps: ForwardDeps, input: ForwardInput, res
   upstreamHeaders['x-request-id'] = input.requestId;
   let lastFailure: RouterError | null = null;
 
-  let conflicts = 0;
   for (let attempt = 1; attempt <= deps.maxAttempts; attempt++) {
     if (response.destroyed) return;
     const eligible = input.backends.filter((backend) => !excluded.has(backend.id) && backend.breaker.isAvailable());
     if (eligible.length === 0) break;
     const decidedAt = performance.now();
-    const { decision } = await chooseBackend(deps.routing, input.pool, input.routingRequest, eligible, input.policy);
+    const leaseId = `${input.requestId}#${attempt}`;
+    // Decide, take the lease, record ownership: one step (one Redis round trip for atomic rules).
+    const { decision, candidates, conflicts, ruleMismatch } = await deps.routing.state.decide({
+      pool: input.pool,
+      request: input.routingRequest,
+      backends: eligible.map((backend) => backend.info),
+      policy: input.policy,
+      context: { nowMs: deps.routing.nowMs(), random: deps.routing.random },
+      leaseId,
+    });
+    for (const conflicted of conflicts) deps.metrics.recordReserveConflict(conflicted);
     if (decision.kind === 'rejected') break;
     const backend = eligible.find((candidate) => candidate.id === decision.backendId) as Backend;
-    const lease = new Lease(deps.routing.state, input.pool, backend.id, `${input.requestId}#${attempt}.${conflicts}`, (error) =>
-      deps.logger.warn({ err: error, backend: backend.id }, 'lease release failed'),
-    );
-    const chosen = decision.scores.find((score) => score.backendId === backend.id);
-    // Ownership is recorded only for policies that read it: nobody else looks at the prefix index.
-    const reserved = await deps.routing.state.reserve(
-      input.pool,
-      backend.id,
-      lease.leaseId,
-      input.policy.usesPrefixMatch ? input.routingRequest.blockHashes : [],
-      estimatePrefillTokens(input.routingRequest, chosen?.matchBlocks ?? 0),
-      decision.inflightCap,
-    );
-    if (!reserved) {
-      // Another replica filled the backend between our read and our reservation: decide again on
-      // fresh figures (the policy now sees it saturated). Bounded; not a failure of the backend.
-      deps.metrics.recordReserveConflict(backend.id);
-      if (++conflicts <= MAX_RESERVE_CONFLICTS) attempt--;
-      continue;
+    const lease = new Lease(deps.routing.state, input.pool, backend.id, leaseId, (error) => deps.logger.warn({ err: error, backend: backend.id }, 'lease release failed'));
+    if (ruleMismatch) {
+      deps.metrics.recordRuleMismatch(input.policy.name);
+      deps.logger.warn({ requestId: input.requestId, policy: input.policy.name, backend: backend.id, candidates }, 'the atomic rule and the policy chose different backends on the same figures');
     }
+    const chosen = candidates.find((candidate) => candidate.backend.id === backend.id);
     lease.startRenewing(deps.routing.leaseRenewIntervalMs);
     const totalBlocks = input.routingRequest.blockHashes.length;
     deps.metrics.recordDecision(input.policy.name, (performance.now() - decidedAt) / 1000, totalBlocks === 0 ? 0 : (chosen?.matchBlocks ?? 0) / totalBlocks);
     // Built only when debug is on: this runs for every request.
     if (deps.logger.level === 'debug' || deps.logger.level === 'trace') {
-      deps.logger.debug({ requestId: input.requestId, policy: input.policy.name, backend: backend.id, reason: decision.reason, attempt, scores: decision.scores }, 'routing decision');
+      deps.logger.debug({ requestId: input.requestId, policy: input.policy.name, backend: backend.id, reason: decision.reason, attempt, conflicts: conflicts.length, scores: decision.scores }, 'routing decision');
     }
 
     const othersLeft = input.backends.some((other) => other.id !== backend.id && !excluded.has(other.id) && other.breaker.isAvailable());

@@ -8,17 +8,18 @@ export interface UpstreamPoolOptions {
 }
 
 /**
- * One undici connection pool per backend origin: keep-alive connections reused across requests
- * (no per-request TCP handshake), pipelining off (one request per connection at a time, as engines
- * expect for streams).
+ * One undici connection pool per backend: keep-alive connections reused across requests (no
+ * per-request TCP handshake), pipelining off (one request per connection at a time, as engines expect
+ * for streams). Keyed by the registry's Backend object, not its id: a backend removed and added again
+ * under the same id may have another URL, and gets a pool of its own.
  */
 export class UpstreamPools {
-  private readonly pools = new Map<string, Pool>();
+  private readonly pools = new Map<Backend, Pool>();
 
   constructor(private readonly options: UpstreamPoolOptions) {}
 
   for(backend: Backend): Pool {
-    let pool = this.pools.get(backend.id);
+    let pool = this.pools.get(backend);
     if (!pool) {
       pool = new Pool(backend.origin, {
         connect: { timeout: this.options.connectTimeoutMs },
@@ -27,9 +28,20 @@ export class UpstreamPools {
         keepAliveTimeout: 30_000,
         pipelining: 1,
       });
-      this.pools.set(backend.id, pool);
+      this.pools.set(backend, pool);
     }
     return pool;
+  }
+
+  /**
+   * A backend left the registry: its pool closes once its requests in flight have finished (undici's
+   * close is graceful), and its idle connections go.
+   */
+  retire(backend: Backend): void {
+    const pool = this.pools.get(backend);
+    if (!pool) return;
+    this.pools.delete(backend);
+    pool.close().catch(() => undefined);
   }
 
   async close(): Promise<void> {

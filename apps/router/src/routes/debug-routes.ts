@@ -18,7 +18,7 @@ export async function debugRoutes(
     const raw = request.body as Record<string, unknown> | null;
     const body = raw && typeof raw === 'object' && 'messages' in raw ? parseBody(ChatCompletionRequest, raw) : parseBody(CompletionRequest, raw);
     const backends = options.registry.poolFor(body.model);
-    if (backends.length === 0) throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${body.model}\` does not exist.`, { param: 'model' });
+    if (!options.registry.servesModel(body.model)) throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${body.model}\` does not exist.`, { param: 'model' });
     const routingRequest = buildRoutingRequest(body, { blockSizeBytes: options.blockSizeBytes, sessionKey: sessionKeyOf(request.headers, body) });
     const eligible = backends.filter((backend) => backend.breaker.isAvailable());
     const policy = options.policyFor(body.model, 'generation');

@@ -39,9 +39,13 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
     kind: 'generation' | 'passthrough',
   ): Promise<void> {
     if (options.isShuttingDown()) throw new RouterError('ROUTER_ERR_SHUTTING_DOWN', 'This router is shutting down; retry.', { retryAfterSeconds: 1 });
+    if (!options.registry.servesModel(body.model)) {
+      throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${body.model}\` does not exist.`, { param: 'model' });
+    }
+    // Drained backends are in no pool: a model whose backends are all drained exists but has nowhere to go.
     const backends = options.registry.poolFor(body.model);
     if (backends.length === 0) {
-      throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${body.model}\` does not exist.`, { param: 'model' });
+      throw new RouterError('ROUTER_ERR_NO_BACKEND', `No backend is available for model \`${body.model}\` right now.`, { retryAfterSeconds: 1 });
     }
     const sessionKey = sessionKeyOf(request.headers, body);
     const routingRequest: RoutingRequest =

@@ -1,4 +1,4 @@
-import { InMemoryRoutingState, type RoutingStateStore } from '@kvroute/routing';
+import { createCacheAwarePolicy, InMemoryRoutingState, type DecideInput, type RoutingStateStore } from '@kvroute/routing';
 import { describe, expect, it } from 'vitest';
 import { FailoverRoutingState } from './failover-routing-state';
 
@@ -9,6 +9,7 @@ function flakyStore(nowMs: () => number) {
   const gate = <T>(call: () => Promise<T>): Promise<T> =>
     mode === 'up' ? call() : mode === 'down' ? Promise.reject(new Error('connection refused')) : new Promise<T>(() => undefined);
   const store: RoutingStateStore = {
+    decide: (...args) => gate(() => inner.decide(...args)),
     snapshot: (...args) => gate(() => inner.snapshot(...args)),
     reserve: (...args) => gate(() => inner.reserve(...args)),
     prefillDone: (...args) => gate(() => inner.prefillDone(...args)),
@@ -63,6 +64,28 @@ describe('FailoverRoutingState', () => {
     // The lease taken during the outage is released where it lives.
     await state.release('m', 'a', 'l1');
     expect(local.inflightCounts().get('a')).toBe(0);
+  });
+
+  it('decides on local state when the shared store fails, and releases that lease locally', async () => {
+    const { state, shared, local } = setup();
+    const input = (leaseId: string): DecideInput => ({
+      pool: 'm',
+      request: { model: 'm', blockHashes: [1, 2], blockSizeBytes: 256, textBytes: 600, contextBlocks: 0, headHash: 1, sessionKey: null },
+      backends: [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }],
+      policy: createCacheAwarePolicy(),
+      context: { nowMs: 0, random: () => 0.5 },
+      leaseId,
+    });
+    const first = await state.decide(input('l1'));
+    expect(first.decision.kind).toBe('routed');
+    expect([...shared.inner.inflightCounts().values()]).toEqual([1]);
+    shared.setMode('down');
+    const second = await state.decide(input('l2'));
+    expect(state.degraded).toBe(true);
+    expect(second.decision.kind).toBe('routed');
+    expect([...local.inflightCounts().values()].reduce((sum, count) => sum + count, 0)).toBe(1);
+    if (second.decision.kind === 'routed') await state.release('m', second.decision.backendId, 'l2');
+    expect([...local.inflightCounts().values()].reduce((sum, count) => sum + count, 0)).toBe(0);
   });
 
   it('treats a call slower than the deadline as a failure', async () => {

@@ -1,4 +1,4 @@
-import type { BackendId, BlockHash, RoutingSnapshot, RoutingStateStore } from '@kvroute/routing';
+import type { BackendId, BlockHash, DecideInput, DecideResult, RoutingSnapshot, RoutingStateStore } from '@kvroute/routing';
 
 export interface FailoverOptions {
   /** A shared-state call slower than this counts as a failure (the request goes on with local state). */
@@ -34,6 +34,22 @@ export class FailoverRoutingState implements RoutingStateStore {
 
   get degraded(): boolean {
     return this.degradedSinceMs !== null;
+  }
+
+  async decide(input: DecideInput): Promise<DecideResult> {
+    if (this.shouldTryPrimary()) {
+      try {
+        const result = await this.withDeadline(this.primary.decide(input));
+        this.recovered();
+        return result;
+      } catch (error) {
+        // A lease the shared store may have taken before the deadline expires there by its TTL.
+        this.failed(error);
+      }
+    }
+    const result = await this.fallback.decide(input);
+    if (result.decision.kind === 'routed') this.fallbackLeases.add(input.leaseId);
+    return result;
   }
 
   async snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot> {

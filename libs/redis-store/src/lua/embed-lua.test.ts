@@ -20,7 +20,7 @@ describe('embedded Lua', () => {
   });
 
   it('inlines the shared lease helpers wherever a script includes them, once', () => {
-    for (const script of [SCRIPTS.snapshot, SCRIPTS.reserve, SCRIPTS.renew, SCRIPTS.release]) {
+    for (const script of [SCRIPTS.snapshot, SCRIPTS.route, SCRIPTS.renew, SCRIPTS.release]) {
       expect(script.lua, script.name).not.toContain('--#include');
       expect(script.lua.split('local function purgeExpiredLeases(').length - 1, script.name).toBe(1);
     }

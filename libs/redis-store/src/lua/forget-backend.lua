@@ -1,11 +1,12 @@
 --[[
   forget-backend: forgets what a backend is believed to hold in one pool (it was removed, restarted or
-  its cache was reset) without scanning: records "forgotten at now", and snapshot.lua and reserve.lua
-  ignore every ownership the backend recorded at or before that time. Its entries in block keys stay
-  until those keys idle out or are evicted. Leases are untouched.
+  its cache was reset) without scanning: records "forgotten at now", and snapshot.lua and route.lua
+  ignore every ownership entry the backend recorded at or before that time. The entries stay in the
+  owner index until their generation is dropped. Leases are untouched.
 
-  The mark must outlive every entry it hides: those are at most one idle TTL old, so the hash lives for
-  one idle TTL after the latest forget (forever with an idle TTL of 0; one field per backend).
+  The mark must outlive every entry it hides: the owner index keys live at most two idle TTLs after
+  their last recording, so the hash lives two idle TTLs after the latest forget (forever with an idle
+  TTL of 0; one field per backend).
 
   KEYS[1]  <ns>:{<tag>}:forgotten   HASH backend id -> ms it was forgotten
   ARGV[1]  now, ms since the Unix epoch
@@ -17,5 +18,5 @@
 
 local idleTtl = tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[1])
-if idleTtl > 0 and redis.call('PTTL', KEYS[1]) < idleTtl then redis.call('PEXPIRE', KEYS[1], idleTtl) end
+if idleTtl > 0 and redis.call('PTTL', KEYS[1]) < 2 * idleTtl then redis.call('PEXPIRE', KEYS[1], 2 * idleTtl) end
 return 1

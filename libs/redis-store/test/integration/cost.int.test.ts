@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { poolKeys } from '../../src/keys';
 import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 // A Redis of this file's own: the test reads and resets its command statistics.
@@ -15,7 +16,7 @@ async function callsOf(command: string): Promise<number> {
   return match ? Number(match[1]) : 0;
 }
 
-describe('snapshot.lua cost', () => {
+describe('owner index cost', () => {
   it('probes O(log(blocks) × distinct depths) block keys, not backends × blocks', async () => {
     const state = ctx.createState();
     const chain = Array.from({ length: 128 }, (_, i) => 10_000 + i);
@@ -31,9 +32,27 @@ describe('snapshot.lua cost', () => {
     expect(snapshot.matchBlocks.get(backends[0] as string)).toBe(128);
     expect(snapshot.matchBlocks.get(backends[3] as string)).toBe(37);
     expect(snapshot.matchBlocks.size).toBe(4);
-    const probes = await callsOf('hgetall');
-    // Block 1 once, then ≤ ⌈log2 128⌉ = 7 probes per distinct depth, shared by owners of that depth.
+    // A probe reads one field of each generation; block 1 once, then ≤ ⌈log2 128⌉ = 7 probes per
+    // distinct depth, shared by owners of that depth.
+    const probes = (await callsOf('hget')) / 2;
     expect(probes).toBeLessThanOrEqual(1 + 2 * 7);
     expect(probes).toBeGreaterThan(0);
+  });
+});
+
+describe('route.lua cost', () => {
+  it('writes only the blocks a backend does not yet hold in the current generation, in one HSET', async () => {
+    const state = ctx.createState();
+    const chain = Array.from({ length: 128 }, (_, i) => 20_000 + i);
+    await state.reserve('m', 'a', 'l0', chain.slice(0, 120), 0);
+    await ctx.redis.config('RESETSTAT');
+    await state.reserve('m', 'a', 'l1', chain, 0); // the next turn: 8 new blocks
+    expect(await callsOf('hset')).toBe(2); // the lease's prefill field, then the 8 owner fields at once
+    const readsWithNewBlocks = await callsOf('hmget'); // 3 figure reads + 1 of the owner fields to extend
+    expect(await ctx.redis.hlen(poolKeys('m', ctx.namespace).ownersNew)).toBe(128);
+    await ctx.redis.config('RESETSTAT');
+    await state.reserve('m', 'a', 'l2', chain, 0); // nothing new
+    expect(await callsOf('hset')).toBe(1);
+    expect(readsWithNewBlocks - (await callsOf('hmget'))).toBe(1);
   });
 });

@@ -36,7 +36,7 @@ export interface RedisTestContext {
   beginTest(label: string): void;
   /** Another connection (request-path role, generous timeout), closed by `close`. */
   connect(): Promise<Redis>;
-  /** A store on the current namespace; defaults: cap 10 000, idle TTL 60 s, lease TTL 30 s, granularity 1 s, real clock. */
+  /** A store on the current namespace; defaults: cap 10 000, idle TTL 60 s, lease TTL 30 s, real clock. */
   createState(options?: StateOptions): RedisRoutingState;
   /** Keys of the current namespace (sorted). */
   keysOfTest(): Promise<string[]>;
@@ -94,7 +94,6 @@ export async function openRedisTestContext(options: { fresh?: boolean; label: st
         maxBlocksPerPool: stateOptions.maxBlocksPerPool ?? 10_000,
         blockIdleTtlMs: stateOptions.blockIdleTtlMs ?? 60_000,
         leaseTtlMs: stateOptions.leaseTtlMs ?? 30_000,
-        refreshGranularityMs: stateOptions.refreshGranularityMs ?? 1000,
         nowMs: stateOptions.nowMs ?? Date.now,
         keyNamespace: namespace,
       });

@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { RedisBackendSet } from '../../src/backend-set';
 import { KEY_SUFFIX, poolKeys } from '../../src/keys';
 import { RedisStoreError } from '../../src/redis-store-error';
 import { integerArrayReply, runScript, SCRIPTS } from '../../src/scripts';
@@ -30,6 +31,7 @@ describe('script loading', () => {
       await state.snapshot('m', ['a'], [1, 2]);
       await state.release('m', 'a', 'l1');
       await state.forgetBackend('m', 'b');
+      await new RedisBackendSet({ redis: ctx.redis, nowMs: clock.nowMs, keyNamespace: ctx.namespace }).remove('none'); // change-backend-set.lua, writes nothing
     };
     await everyScript();
     const shas = Object.values(SCRIPTS).map((script) => script.sha1);
@@ -48,11 +50,11 @@ describe('script loading', () => {
   });
 
   it('reports a failing script as REDIS_STORE_ERR_SCRIPT_FAILED with the Redis error as cause', async () => {
-    const keys = Array.from({ length: SCRIPTS.reserve.numberOfKeys }, (_, i) => `k${i + 1}`);
-    const error = await runScript(ctx.redis, SCRIPTS.reserve, keys, ['not-a-number']).catch((caught: unknown) => caught);
+    const keys = Array.from({ length: SCRIPTS.route.numberOfKeys }, (_, i) => `k${i + 1}`);
+    const error = await runScript(ctx.redis, SCRIPTS.route, keys, ['not-a-number']).catch((caught: unknown) => caught);
     expect(error).toBeInstanceOf(RedisStoreError);
     expect((error as RedisStoreError).code).toBe('REDIS_STORE_ERR_SCRIPT_FAILED');
-    expect((error as RedisStoreError).script).toBe('reserve');
+    expect((error as RedisStoreError).script).toBe('route');
     expect((error as RedisStoreError).cause).toBeInstanceOf(Error);
   });
 
@@ -72,9 +74,8 @@ describe('key schema', () => {
     await state.forgetBackend(pool, '10.0.0.2:8000');
     const keys = poolKeys(pool, ctx.namespace);
     const expected = [
-      keys.block(11),
-      keys.block(22),
-      keys.lru,
+      keys.ownersNew,
+      keys.generation,
       keys.prefill('10.0.0.1:8000'),
       keys.leaseDeadlines,
       keys.inflight,
@@ -83,9 +84,12 @@ describe('key schema', () => {
     ].sort();
     expect(await ctx.keysOfTest()).toEqual(expected);
     for (const key of expected) expect(key.startsWith(`${ctx.namespace}:{${pool}}:`)).toBe(true);
-    expect(expected).toContain(`${ctx.namespace}:{${pool}}:${KEY_SUFFIX.block}11`);
-    expect(await ctx.redis.type(keys.block(11))).toBe('hash');
-    expect(await ctx.redis.type(keys.lru)).toBe('zset');
+    expect(expected).toContain(`${ctx.namespace}:{${pool}}:${KEY_SUFFIX.ownersNew}`);
+    expect(await ctx.redis.type(keys.ownersNew)).toBe('hash');
+    expect(await ctx.redis.type(keys.generation)).toBe('string');
+    // The previous generation appears when the current one turns (same type, same slot).
+    await ctx.createState({ nowMs: clock.nowMs, maxBlocksPerPool: 2 }).reserve(pool, '10.0.0.1:8000', 'l2', [33], 0);
+    expect(await ctx.redis.type(keys.ownersOld)).toBe('hash');
     expect(await ctx.redis.type(keys.prefill('10.0.0.1:8000'))).toBe('hash');
     expect(await ctx.redis.type(keys.forgotten)).toBe('hash');
     expect(await ctx.redis.type(keys.leaseDeadlines)).toBe('zset');

@@ -171,6 +171,7 @@ export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): 
     name: 'cacheaware',
     scoreDirection: 'lower is better: estimated start cost in ms (prefill of unmatched tokens + queue), [0, ∞)',
     usesPrefixMatch: true,
+    atomicRule: { kind: 'cost', params: p },
     choose(request, candidates) {
       const costs = estimateCosts(request, candidates, p);
       const excluded = findExclusions(candidates, p);

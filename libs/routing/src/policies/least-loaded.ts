@@ -36,6 +36,7 @@ export function createLeastLoadedPolicy(_params: Partial<LeastLoadedParams> = {}
     name: 'leastloaded',
     scoreDirection: 'lower is better: in-flight requests, [0, ∞)',
     usesPrefixMatch: false,
+    atomicRule: { kind: 'least-loaded' },
     choose: (_request, candidates) => leastLoadedDecision(candidates),
   };
 }

@@ -1,5 +1,6 @@
 import type { BackendId, BlockHash } from '../types';
-import type { RoutingSnapshot, RoutingStateStore } from './routing-state';
+import { decideWithSnapshot } from './decide-with-snapshot';
+import type { DecideInput, DecideResult, RoutingSnapshot, RoutingStateStore } from './routing-state';
 
 export interface InMemoryRoutingStateOptions {
   /** Most prefix blocks remembered per backend; least recently recorded evicted first. */
@@ -41,6 +42,11 @@ export class InMemoryRoutingState implements RoutingStateStore {
   private readonly leases = new Map<BackendId, BackendLeases>();
 
   constructor(private readonly options: InMemoryRoutingStateOptions) {}
+
+  /** Snapshot, choose, reserve: nothing else runs in between in one process but other requests' awaits, and the conditional reserve covers those. */
+  decide(input: DecideInput): Promise<DecideResult> {
+    return decideWithSnapshot(this, input);
+  }
 
   async snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot> {
     const inflight = new Map<BackendId, number>();

@@ -1,4 +1,4 @@
-import type { BackendId, BlockHash } from '../types';
+import type { BackendId, BackendInfo, BlockHash, Candidate, PolicyContext, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
 
 /**
  * Where routing state lives: which backend holds which prefix blocks, and how many requests each
@@ -15,7 +15,44 @@ export interface RoutingSnapshot {
   readonly pendingPrefillTokens: ReadonlyMap<BackendId, number>;
 }
 
+/** One request to route: what `RoutingStateStore.decide` needs. */
+export interface DecideInput {
+  readonly pool: string;
+  readonly request: RoutingRequest;
+  /** The eligible backends (healthy, breaker closed, serving the model), in configuration order; not empty. */
+  readonly backends: readonly BackendInfo[];
+  readonly policy: RoutingPolicy;
+  readonly context: PolicyContext;
+  /** The lease to take on the chosen backend. */
+  readonly leaseId: string;
+}
+
+export interface DecideResult {
+  /** Routed: the lease `leaseId` is held on `backendId`. Rejected: nothing was taken. */
+  readonly decision: RoutingDecision;
+  /** The figures the decision was made on, in the order of `DecideInput.backends`. */
+  readonly candidates: readonly Candidate[];
+  /**
+   * Backends whose lease was refused, one entry per refusal: the decision was made on a snapshot and
+   * another request (maybe on another replica) took the backend's last slot first; the store decided
+   * again on fresh figures. Always empty when the policy's atomic rule decided.
+   */
+  readonly conflicts: readonly BackendId[];
+  /**
+   * The store's atomic rule chose another backend than `policy.choose` on the same figures: a parity
+   * bug (the store's choice stands, the lease is there). Always false without an atomic rule.
+   */
+  readonly ruleMismatch: boolean;
+}
+
 export interface RoutingStateStore {
+  /**
+   * Routes one request: reads the figures of every candidate, lets the policy choose, takes the lease
+   * on the chosen backend and (for policies that read prefix matches) records that it now holds the
+   * request's blocks. A store that can evaluate `policy.atomicRule` does it all in one atomic step;
+   * otherwise snapshot → choose → conditional reserve (`decideWithSnapshot`).
+   */
+  decide(input: DecideInput): Promise<DecideResult>;
   /**
    * Match depth and in-flight count of each of `backends` for one request, in one read.
    * `blockHashes` may be empty (no prefix lookup needed).

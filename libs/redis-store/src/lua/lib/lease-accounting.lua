@@ -44,3 +44,24 @@ end
 local function extendTtl(key, ttl)
   if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
 end
+
+-- Takes (or re-takes) a lease on a backend: deadline now + leaseTtl in the pool's index, its prefill
+-- tokens in the backend's prefill hash, counted once in inflight/pending (a lease id already live gets
+-- the new deadline and tokens and still counts once). The lease keys live as long as their longest
+-- lease. Returns the backend's leases in flight afterwards.
+local function takeLease(prefillKey, deadlinesKey, inflightKey, pendingKey, backend, leaseId, tokens, leaseTtl, now)
+  local previousTokens = tonumber(redis.call('HGET', prefillKey, leaseId)) or 0
+  redis.call('HSET', prefillKey, leaseId, tokens)
+  local inflight
+  if redis.call('ZADD', deadlinesKey, now + leaseTtl, leaseMember(backend, leaseId)) == 1 then
+    inflight = redis.call('HINCRBY', inflightKey, backend, 1)
+    redis.call('HINCRBY', pendingKey, backend, tokens)
+  else
+    inflight = tonumber(redis.call('HGET', inflightKey, backend))
+    redis.call('HINCRBY', pendingKey, backend, tokens - previousTokens)
+  end
+  for _, key in ipairs({ prefillKey, deadlinesKey, inflightKey, pendingKey }) do
+    extendTtl(key, leaseTtl)
+  end
+  return inflight
+end

@@ -1,0 +1,114 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { BackendEntrySpec, BackendSetChange, BackendSetList, BackendSetWatch, RedisBackendSet, RedisClient } from '@kvroute/redis-store';
+import type { BackendChangeOutcome, BackendChanges } from './backend-changes';
+import { backendIdOf, type BackendRegistry, type BackendSpec } from './backend-registry';
+
+export interface SharedBackendSetOptions {
+  readonly set: RedisBackendSet;
+  /** A connection of its own for the change notices (subscriber mode), e.g. `createRedis(url, 'worker')`; closed by the caller. */
+  readonly subscriber: RedisClient;
+  readonly registry: BackendRegistry;
+  /** How often the set's version is read, in case a change notice was lost. */
+  readonly pollIntervalMs: number;
+  readonly nowMs: () => number;
+  readonly logger?: FastifyBaseLogger | undefined;
+}
+
+/** While Redis stays unreachable, one log line per this interval, not one per poll. */
+const UNAVAILABLE_LOG_INTERVAL_MS = 30_000;
+
+/**
+ * The backend set of a replica that shares Redis with others: the fleet's set in Redis is the truth,
+ * and this replica's registry follows it (pub/sub notices, plus a version poll every `pollIntervalMs`
+ * for notices lost while a connection was down). At start the configured backends are seeded into it
+ * (HSETNX semantics: what the fleet already has wins, and a backend removed through the admin API stays
+ * removed); if Redis later loses its data, the set this replica last applied is seeded again. Admin changes are written to Redis, then read back at once so this replica routes by them
+ * before answering; the other replicas apply them when their notice or poll arrives.
+ *
+ * Redis being away never touches request handling: reads fail, the registry keeps the last set it
+ * applied (the configured one if Redis was never reached), and admin changes are refused.
+ */
+export class SharedBackendSet implements BackendChanges {
+  readonly source = 'shared';
+  private watch: BackendSetWatch | null = null;
+  private lastUnavailableLogMs = -Infinity;
+
+  constructor(private readonly options: SharedBackendSetOptions) {}
+
+  /** The version of the set the registry holds (0: still the configured one). */
+  get version(): number {
+    return this.watch?.version ?? 0;
+  }
+
+  /** Seeds, follows, and resolves after the first read (which fails fast if Redis is away: polling goes on). */
+  async start(): Promise<void> {
+    this.watch = this.options.set.watch({
+      subscriber: this.options.subscriber,
+      pollIntervalMs: this.options.pollIntervalMs,
+      seed: () => this.routedSet(),
+      onChange: (list) => this.apply(list),
+      onError: (error) => this.reportUnavailable(error),
+    });
+    await this.watch.refresh();
+  }
+
+  async stop(): Promise<void> {
+    await this.watch?.stop();
+    this.watch = null;
+  }
+
+  async add(spec: BackendSpec): Promise<BackendChangeOutcome> {
+    const change = await this.options.set.add({ id: backendIdOf(spec), url: spec.url, models: spec.models, weight: spec.weight });
+    return change.existed ? 'exists' : this.applied(change);
+  }
+
+  async remove(id: string): Promise<BackendChangeOutcome> {
+    const change = await this.options.set.remove(id);
+    return change.existed ? this.applied(change) : 'unknown';
+  }
+
+  async setDrained(id: string, drained: boolean): Promise<BackendChangeOutcome> {
+    const change = await this.options.set.setDrained(id, drained);
+    return change.existed ? this.applied(change) : 'unknown';
+  }
+
+  /**
+   * What this replica routes by, as seed entries: its config until it first reads the shared set, then
+   * the last set it applied. Seeding never overwrites, so this only fills a set that lacks entries: at
+   * start, and after Redis lost its data (run-time changes every replica knows then survive it).
+   */
+  private routedSet(): BackendEntrySpec[] {
+    const registry = this.options.registry;
+    return registry.backends.map((backend) => ({
+      id: backend.id,
+      url: backend.url,
+      models: backend.configuredModels ?? undefined,
+      weight: backend.info.weight,
+      drained: registry.isDrained(backend.id),
+    }));
+  }
+
+  /** The change is in Redis: read it back so this replica routes by it before the caller hears "done". */
+  private async applied(change: BackendSetChange): Promise<BackendChangeOutcome> {
+    if (change.changed > 0) await this.watch?.refresh();
+    return 'done';
+  }
+
+  private apply(list: BackendSetList): void {
+    const logger = this.options.logger;
+    if (list.unreadable.length > 0) logger?.warn({ backends: list.unreadable }, 'shared backend set: ignoring entries that cannot be read');
+    this.options.registry.replaceAll(
+      list.backends.map((entry) => ({ spec: { id: entry.id, url: entry.url, models: entry.models, weight: entry.weight }, drained: entry.drained })),
+    );
+    const drained = list.backends.filter((entry) => entry.drained).map((entry) => entry.id);
+    logger?.info({ version: list.version, backends: list.backends.map((entry) => entry.id), drained }, 'shared backend set applied');
+    if (drained.length === list.backends.length) logger?.warn('shared backend set has no undrained backend: nothing to route to');
+  }
+
+  private reportUnavailable(error: unknown): void {
+    const now = this.options.nowMs();
+    if (now - this.lastUnavailableLogMs < UNAVAILABLE_LOG_INTERVAL_MS) return;
+    this.lastUnavailableLogMs = now;
+    this.options.logger?.warn({ err: error, backends: this.options.registry.backends.length }, 'shared backend set unreachable: routing on the last set applied');
+  }
+}

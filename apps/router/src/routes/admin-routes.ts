@@ -1,0 +1,148 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import type { BackendChangeOutcome, BackendChanges } from '../backends/backend-changes';
+import { backendIdOf, type BackendRegistry } from '../backends/backend-registry';
+import { BackendConfig } from '../config';
+import { RouterError } from '../errors';
+import { parseBody } from './generation-routes';
+
+export interface AdminRoutesOptions {
+  /** The bearer token every admin request must carry (config `adminToken`). */
+  readonly token: string;
+  readonly registry: BackendRegistry;
+  readonly changes: BackendChanges;
+  /** In-flight requests per backend as this replica knows them (fleet-wide with Redis). */
+  readonly inflight: () => ReadonlyMap<string, number>;
+  /** Version of the shared backend set this replica routes by (null without Redis). */
+  readonly sharedVersion: () => number | null;
+}
+
+/**
+ * Ids end up in response headers (`X-Router-Backend`), metric labels and URLs: letters, digits and
+ * `._:@-` only, so an admin typo cannot produce a header that breaks responses.
+ */
+const BACKEND_ID = /^[A-Za-z0-9._:@-]{1,128}$/;
+
+/** Body of `POST /admin/backends`: a backend as in the config file; `id` defaults to the URL's host:port. */
+export const AddBackendBody = BackendConfig.extend({
+  id: z.string().regex(BACKEND_ID, 'letters, digits and ._:@- only (1-128)').optional(),
+});
+
+/** An admin body is one backend spec: a few hundred bytes. */
+const ADMIN_BODY_LIMIT_BYTES = 64 * 1024;
+
+const BackendIdParams = z.strictObject({ id: z.string().regex(BACKEND_ID, 'not a backend id') });
+
+/**
+ * The admin API, registered only when `adminToken` is set. Every route needs `Authorization: Bearer
+ * <adminToken>` (checked before the body is read); errors have the OpenAI error shape.
+ *
+ * - `GET /admin/backends`: every backend this replica knows, with drained flag and in-flight count.
+ * - `POST /admin/backends` `{url, id?, models?, weight?}`: adds one (201; 409 if the id or URL is taken).
+ * - `DELETE /admin/backends/:id`: removes one; its requests in flight finish.
+ * - `POST /admin/backends/:id/drain`, `/undrain`: no new requests / new requests again.
+ *
+ * With Redis a change goes to the fleet's shared set, so every replica applies it (within a poll
+ * interval); without, it applies to this replica only.
+ */
+export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOptions): Promise<void> {
+  const expectedDigest = digest(options.token);
+  app.addHook('onRequest', async (request, reply) => {
+    if (isAuthorized(request, expectedDigest)) return;
+    reply.header('www-authenticate', 'Bearer realm="kvroute-admin"');
+    throw new RouterError('ROUTER_ERR_UNAUTHORIZED', 'The admin API needs `Authorization: Bearer <adminToken>`.');
+  });
+  // Drain, undrain and delete take no body, and clients send an empty one with a JSON content type: here
+  // (and only here: the generation routes reject it) an empty body is no body.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'string', bodyLimit: ADMIN_BODY_LIMIT_BYTES }, (_request, body, done) => {
+    const text = body as string;
+    if (text.trim() === '') return done(null, undefined);
+    try {
+      done(null, JSON.parse(text));
+    } catch (error) {
+      done(new RouterError('ROUTER_ERR_INVALID_JSON', `The request body is not valid JSON: ${(error as Error).message}`), undefined);
+    }
+  });
+
+  app.get('/admin/backends', async () => {
+    const inflight = options.inflight();
+    return {
+      object: 'list',
+      source: options.changes.source,
+      version: options.sharedVersion(),
+      data: options.registry.backends.map((backend) => ({
+        id: backend.id,
+        url: backend.url,
+        models: options.registry.modelsOf(backend.id),
+        modelsConfigured: backend.configuredModels !== null,
+        weight: backend.info.weight,
+        drained: options.registry.isDrained(backend.id),
+        inflight: inflight.get(backend.id) ?? 0,
+        breaker: backend.breaker.state,
+      })),
+    };
+  });
+
+  app.post('/admin/backends', async (request, reply) => {
+    const spec = parseBody(AddBackendBody, request.body);
+    const id = backendIdOf(spec);
+    const sameUrl = options.registry.findByUrl(spec.url);
+    if (sameUrl) throw new RouterError('ROUTER_ERR_BACKEND_EXISTS', `${spec.url} is already in the backend set as \`${sameUrl.id}\`.`, { param: 'url' });
+    expectDone(await change(() => options.changes.add(spec)), id);
+    request.log.info({ backend: id, url: spec.url, source: options.changes.source }, 'admin: backend added');
+    return reply.code(201).send({ id, url: spec.url, models: spec.models ?? null, weight: spec.weight, drained: false });
+  });
+
+  app.delete('/admin/backends/:id', async (request) => {
+    const { id } = parseParams(request.params);
+    expectDone(await change(() => options.changes.remove(id)), id);
+    request.log.info({ backend: id, source: options.changes.source }, 'admin: backend removed');
+    return { id, removed: true };
+  });
+
+  for (const [action, drained] of [['drain', true], ['undrain', false]] as const) {
+    app.post(`/admin/backends/:id/${action}`, async (request) => {
+      const { id } = parseParams(request.params);
+      expectDone(await change(() => options.changes.setDrained(id, drained)), id);
+      request.log.info({ backend: id, source: options.changes.source }, `admin: backend ${action}ed`);
+      return { id, drained };
+    });
+  }
+}
+
+/** Runs a change; a failure to reach the shared set (Redis away) is a 503 and changed nothing. */
+async function change(run: () => Promise<BackendChangeOutcome>): Promise<BackendChangeOutcome> {
+  try {
+    return await run();
+  } catch (error) {
+    throw new RouterError('ROUTER_ERR_BACKEND_SET_UNAVAILABLE', 'The shared backend set cannot be changed right now (Redis unreachable); nothing was changed.', {
+      retryAfterSeconds: 1,
+      cause: error,
+    });
+  }
+}
+
+function expectDone(outcome: BackendChangeOutcome, id: string): void {
+  if (outcome === 'unknown') throw new RouterError('ROUTER_ERR_BACKEND_NOT_FOUND', `There is no backend \`${id}\`.`, { param: 'id' });
+  if (outcome === 'exists') throw new RouterError('ROUTER_ERR_BACKEND_EXISTS', `A backend \`${id}\` already exists.`, { param: 'id' });
+}
+
+function parseParams(params: unknown): z.infer<typeof BackendIdParams> {
+  const result = BackendIdParams.safeParse(params);
+  if (!result.success) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'Invalid backend id: letters, digits and ._:@- only (1-128).', { param: 'id' });
+  return result.data;
+}
+
+/** Compared as SHA-256 digests: equal lengths for timingSafeEqual, and no timing hint of the token's length. */
+function digest(text: string): Buffer {
+  return createHash('sha256').update(text, 'utf8').digest();
+}
+
+function isAuthorized(request: FastifyRequest, expectedDigest: Buffer): boolean {
+  const header = request.headers.authorization;
+  if (typeof header !== 'string') return false;
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return match !== null && timingSafeEqual(digest(match[1] as string), expectedDigest);
+}

@@ -1,0 +1,360 @@
+import { SimConfig } from '@kvroute/vllm-sim/config';
+import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
+import { createRedis, fleetKeys, waitUntilReady } from '@kvroute/redis-store';
+import { startRedis, type TestRedis } from '@kvroute/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RouterConfig } from '../src/config';
+import { createRouterServer, type RouterServer } from '../src/create-router';
+import { startTestCluster, waitFor, type TestCluster } from './start-test-cluster';
+
+/**
+ * The backend set shared through Redis: two router replicas (in this process) on one Redis and three
+ * configured simulated backends, plus a fourth added at run time. A change made through replica A's
+ * admin API reaches replica B within a second (pub/sub, with a 500 ms poll behind it); drained and
+ * removed backends get no new request from either replica while their requests in flight finish.
+ */
+const TOKEN = 'test-admin-token-0123456789';
+const MODEL = 'test-model';
+
+interface Sim {
+  readonly sim: SimServer;
+  readonly url: string;
+  readonly id: string;
+}
+
+async function startSim(): Promise<Sim> {
+  // Real-time A100 timing: a 400-token stream runs ~4 s, a 2-token request ~30 ms.
+  const sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', model: MODEL, logLevel: 'silent' }));
+  const url = await sim.listen();
+  return { sim, url, id: new URL(url).host };
+}
+
+/** Requests a backend has received (admitted by its engine). */
+const received = (sim: Sim): number => sim.sim.engine.stats.requestParamsMaxTokens.count;
+
+async function admin(baseUrl: string, method: string, path: string, options: { body?: unknown; token?: string | null; rawBody?: string } = {}): Promise<{ status: number; body: any; headers: Headers }> {
+  const headers: Record<string, string> = {};
+  const token = options.token === undefined ? TOKEN : options.token;
+  if (token !== null) headers.authorization = `Bearer ${token}`;
+  const body = options.rawBody ?? (options.body === undefined ? undefined : JSON.stringify(options.body));
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  const response = await fetch(`${baseUrl}${path}`, { method, headers, body });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : null, headers: response.headers };
+}
+
+let sequence = 0;
+async function chat(baseUrl: string): Promise<{ status: number; backend: string | null }> {
+  const response = await fetch(`${baseUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `question ${sequence++}` }], max_tokens: 2 }),
+  });
+  await response.text();
+  return { status: response.status, backend: response.headers.get('x-router-backend') };
+}
+
+/** A stream that runs for seconds; resolves with its backend once the headers are in, and with its text at the end. */
+async function longStream(baseUrl: string): Promise<{ backend: string; done: Promise<{ status: number; text: string; endedAtMs: number }> }> {
+  const response = await fetch(`${baseUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `a long answer ${sequence++}` }], max_tokens: 400, stream: true }),
+  });
+  const done = response.text().then((text) => ({ status: response.status, text, endedAtMs: performance.now() }));
+  return { backend: response.headers.get('x-router-backend') as string, done };
+}
+
+/** Polls `check` every 2 ms; the ms it took. */
+async function msUntil(check: () => boolean, timeoutMs = 3000): Promise<number> {
+  const started = performance.now();
+  while (!check()) {
+    if (performance.now() - started > timeoutMs) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 2));
+  }
+  return performance.now() - started;
+}
+
+const poolIds = (router: RouterServer): string[] => router.registry.poolFor(MODEL).map((backend) => backend.id);
+
+function expectCompletedStream(result: { status: number; text: string }): void {
+  expect(result.status).toBe(200);
+  expect(result.text).toContain('"finish_reason":"length"');
+  expect(result.text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+  expect(result.text).not.toContain('ROUTER_ERR_UPSTREAM_STREAM');
+}
+
+describe('backend set shared through Redis', () => {
+  let redis: TestRedis;
+  let sims: Sim[];
+  let routers: RouterServer[];
+  let urls: string[];
+
+  beforeAll(async () => {
+    redis = await startRedis({ fresh: true });
+    sims = await Promise.all(Array.from({ length: 4 }, () => startSim()));
+    routers = [];
+    urls = [];
+    for (let index = 0; index < 2; index++) {
+      const router = await createRouterServer(
+        RouterConfig.parse({
+          host: '127.0.0.1',
+          port: 0,
+          backends: sims.slice(0, 3).map((sim) => sim.url),
+          policy: 'roundrobin',
+          redisUrl: redis.url,
+          redisTimeoutMs: 200,
+          retryBackoffMs: 1,
+          adminToken: TOKEN,
+        }),
+      );
+      routers.push(router);
+      urls.push(await router.listen());
+    }
+  });
+  afterAll(async () => {
+    for (const router of routers) await router.close();
+    await Promise.all(sims.map((sim) => sim.sim.close()));
+    await redis.stop();
+  });
+
+  it('seeds the configured backends and lists them on every replica', async () => {
+    for (const url of urls) {
+      const { status, body } = await admin(url, 'GET', '/admin/backends');
+      expect(status).toBe(200);
+      expect(body.source).toBe('shared');
+      expect(body.version).toBeGreaterThan(0);
+      expect(body.data.map((backend: any) => [backend.id, backend.drained, backend.models, typeof backend.inflight])).toEqual(
+        sims.slice(0, 3).map((sim) => [sim.id, false, [MODEL], 'number']),
+      );
+    }
+  });
+
+  it('a backend added through replica A gets requests from replica B within a second', async () => {
+    const [a, b] = urls as [string, string];
+    const fourth = sims[3] as Sim;
+    const started = performance.now();
+    const added = await admin(a, 'POST', '/admin/backends', { body: { url: fourth.url } });
+    expect(added.status).toBe(201);
+    expect(added.body).toMatchObject({ id: fourth.id, url: fourth.url, drained: false });
+    // B has it in its pool once the notice arrived and it read the backend's models.
+    await msUntil(() => poolIds(routers[1] as RouterServer).includes(fourth.id));
+    const inPoolMs = performance.now() - started;
+    let servedAfterMs = -1;
+    while (servedAfterMs < 0 && performance.now() - started < 3000) {
+      const result = await chat(b);
+      expect(result.status).toBe(200);
+      if (result.backend === fourth.id) servedAfterMs = performance.now() - started;
+    }
+    console.info(`add through A: in B's pool after ${inPoolMs.toFixed(1)} ms, first request of B served by it ${servedAfterMs.toFixed(1)} ms after the admin call`);
+    expect(servedAfterMs).toBeGreaterThan(0);
+    expect(servedAfterMs).toBeLessThan(1000);
+    expect(received(fourth)).toBeGreaterThan(0);
+    expect(poolIds(routers[0] as RouterServer)).toContain(fourth.id);
+  });
+
+  it('drain through A: within a second neither replica sends it anything new, while its running stream completes; undrain brings traffic back', async () => {
+    const stream = await longStream(urls[0] as string);
+    const target = sims.find((sim) => sim.id === stream.backend) as Sim;
+    expect(target).toBeDefined();
+
+    const started = performance.now();
+    const drained = await admin(urls[0] as string, 'POST', `/admin/backends/${target.id}/drain`);
+    expect(drained.status).toBe(200);
+    expect(drained.body).toEqual({ id: target.id, drained: true });
+    const propagatedMs = await msUntil(() => routers.every((router) => !poolIds(router).includes(target.id)));
+    const drainedAtMs = performance.now();
+    console.info(`drain through A: out of both replicas' pools after ${(drainedAtMs - started).toFixed(1)} ms (B: ${propagatedMs.toFixed(1)} ms after the admin call returned)`);
+    expect(drainedAtMs - started).toBeLessThan(1000);
+
+    const before = received(target);
+    for (let index = 0; index < 24; index++) {
+      const result = await chat(urls[index % 2] as string);
+      expect(result.status).toBe(200);
+      expect(result.backend).not.toBe(target.id);
+    }
+    expect(received(target)).toBe(before);
+    for (const url of urls) {
+      const listed = (await admin(url, 'GET', '/admin/backends')).body.data.find((backend: any) => backend.id === target.id);
+      expect(listed.drained).toBe(true);
+    }
+
+    const streamed = await stream.done;
+    expectCompletedStream(streamed);
+    // It was still running when the drain had reached both replicas.
+    expect(streamed.endedAtMs).toBeGreaterThan(drainedAtMs);
+
+    const undrainStarted = performance.now();
+    expect((await admin(urls[1] as string, 'POST', `/admin/backends/${target.id}/undrain`)).status).toBe(200);
+    await msUntil(() => routers.every((router) => poolIds(router).includes(target.id)), 1000);
+    console.info(`undrain through B: back in both replicas' pools after ${(performance.now() - undrainStarted).toFixed(1)} ms`);
+    const backends = new Set<string | null>();
+    for (let index = 0; index < 16; index++) backends.add((await chat(urls[index % 2] as string)).backend);
+    expect(backends).toContain(target.id);
+    expect(received(target)).toBeGreaterThan(before);
+  });
+
+  it('remove through B: no new requests from either replica, its running stream completes, and a restart does not bring it back', async () => {
+    const stream = await longStream(urls[0] as string);
+    const target = sims.find((sim) => sim.id === stream.backend) as Sim;
+    const started = performance.now();
+    const removed = await admin(urls[1] as string, 'DELETE', `/admin/backends/${target.id}`);
+    expect(removed.status).toBe(200);
+    await msUntil(() => routers.every((router) => router.registry.get(target.id) === undefined), 1000);
+    console.info(`remove through B: gone from both replicas after ${(performance.now() - started).toFixed(1)} ms`);
+    const before = received(target);
+    for (let index = 0; index < 12; index++) expect((await chat(urls[index % 2] as string)).backend).not.toBe(target.id);
+    expect(received(target)).toBe(before);
+    expectCompletedStream(await stream.done);
+
+    // A third replica starting with the old config seeds it, but the removal sticks.
+    const latecomer = await createRouterServer(
+      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: sims.slice(0, 3).map((sim) => sim.url), redisUrl: redis.url, redisTimeoutMs: 200 }),
+    );
+    try {
+      await latecomer.listen();
+      expect(latecomer.registry.get(target.id)).toBeUndefined();
+      expect(latecomer.registry.get((sims[3] as Sim).id)).toBeDefined();
+    } finally {
+      await latecomer.close();
+    }
+    // Added back, it serves again.
+    expect((await admin(urls[0] as string, 'POST', '/admin/backends', { body: { url: target.url } })).status).toBe(201);
+    await waitFor(() => routers.every((router) => poolIds(router).includes(target.id)), 1000);
+  });
+
+  it('answers 401 without the bearer token or with a wrong one, in the OpenAI error shape', async () => {
+    for (const token of [null, 'wrong-token-wrong-token', `${TOKEN}x`]) {
+      for (const [method, path] of [['GET', '/admin/backends'], ['POST', '/admin/backends'], ['POST', `/admin/backends/${(sims[0] as Sim).id}/drain`], ['DELETE', `/admin/backends/${(sims[0] as Sim).id}`]] as const) {
+        const response = await admin(urls[0] as string, method, path, { token, ...(method === 'POST' && path === '/admin/backends' ? { body: { url: 'http://127.0.0.1:1' } } : {}) });
+        expect(response.status, `${method} ${path} with ${token}`).toBe(401);
+        expect(response.body).toEqual({ error: { message: expect.any(String), type: 'invalid_request_error', param: null, code: 'ROUTER_ERR_UNAUTHORIZED' } });
+        expect(response.headers.get('www-authenticate')).toMatch(/^Bearer/);
+      }
+    }
+    const basic = await fetch(`${urls[0]}/admin/backends`, { headers: { authorization: `Basic ${Buffer.from(`admin:${TOKEN}`).toString('base64')}` } });
+    expect(basic.status).toBe(401);
+    // Nothing changed.
+    expect(routers.every((router) => router.registry.get((sims[0] as Sim).id) !== undefined && !router.registry.isDrained((sims[0] as Sim).id))).toBe(true);
+  });
+
+  it('answers 400 to bad input, 404 to an unknown backend and 409 to a taken id or URL', async () => {
+    const url = urls[0] as string;
+    const bad: Array<[string, string, { body?: unknown; rawBody?: string }]> = [
+      ['not a URL', '/admin/backends', { body: { url: 'not a url' } }],
+      ['not http', '/admin/backends', { body: { url: 'ftp://127.0.0.1:1' } }],
+      ['no url', '/admin/backends', { body: { id: 'x' } }],
+      ['negative weight', '/admin/backends', { body: { url: 'http://127.0.0.1:1', weight: -1 } }],
+      ['empty models', '/admin/backends', { body: { url: 'http://127.0.0.1:1', models: [] } }],
+      ['an unknown field', '/admin/backends', { body: { url: 'http://127.0.0.1:1', color: 'red' } }],
+      ['an id with spaces', '/admin/backends', { body: { url: 'http://127.0.0.1:1', id: 'gpu 1' } }],
+      ['a JSON array', '/admin/backends', { body: [] }],
+      ['invalid JSON', '/admin/backends', { rawBody: '{"url":' }],
+    ];
+    for (const [name, path, options] of bad) {
+      const response = await admin(url, 'POST', path, options);
+      expect(response.status, name).toBe(400);
+      expect(response.body.error.code, name).toMatch(/^ROUTER_ERR_INVALID_(REQUEST|JSON)$/);
+      expect(response.body.error.type, name).toBe('invalid_request_error');
+    }
+    const badId = await admin(url, 'POST', `/admin/backends/${encodeURIComponent('a b')}/drain`);
+    expect(badId.status).toBe(400);
+    const emptyBody = await admin(url, 'POST', '/admin/backends', { rawBody: '' });
+    expect(emptyBody.status).toBe(400);
+    expect(emptyBody.body.error.code).toBe('ROUTER_ERR_INVALID_REQUEST');
+    // Drain takes no body; an empty one sent as JSON is fine.
+    expect((await admin(url, 'POST', `/admin/backends/${(sims[2] as Sim).id}/undrain`, { rawBody: '' })).status).toBe(200);
+    const unknown = await admin(url, 'POST', '/admin/backends/no-such-backend/drain');
+    expect(unknown.status).toBe(404);
+    expect(unknown.body.error.code).toBe('ROUTER_ERR_BACKEND_NOT_FOUND');
+    expect((await admin(url, 'DELETE', '/admin/backends/no-such-backend')).body.error.code).toBe('ROUTER_ERR_BACKEND_NOT_FOUND');
+    const sameId = await admin(url, 'POST', '/admin/backends', { body: { url: 'http://127.0.0.1:1', id: (sims[0] as Sim).id } });
+    expect(sameId.status).toBe(409);
+    expect(sameId.body.error.code).toBe('ROUTER_ERR_BACKEND_EXISTS');
+    const sameUrl = await admin(url, 'POST', '/admin/backends', { body: { url: `${(sims[0] as Sim).url}/v1`, id: 'another-name' } });
+    expect(sameUrl.status).toBe(409);
+    expect(routers.every((router) => router.registry.get('another-name') === undefined)).toBe(true);
+  });
+
+  it('a change whose notice was lost reaches every replica through the poll within a second', async () => {
+    const connection = createRedis(redis.url, 'request-path');
+    try {
+      await waitUntilReady(connection);
+      const keys = fleetKeys();
+      const target = sims[1] as Sim;
+      // Drained in Redis without PUBLISH, as if the message had been lost.
+      const entry = JSON.parse((await connection.hget(keys.backends, target.id)) as string);
+      const started = performance.now();
+      await connection.multi().hset(keys.backends, target.id, JSON.stringify({ ...entry, drained: true })).incr(keys.version).exec();
+      await msUntil(() => routers.every((router) => !poolIds(router).includes(target.id)), 1000);
+      const elapsed = performance.now() - started;
+      console.info(`drain without a notice: out of both replicas' pools after ${elapsed.toFixed(1)} ms (poll every 500 ms)`);
+      expect(elapsed).toBeLessThan(1000);
+      expect((await admin(urls[0] as string, 'POST', `/admin/backends/${target.id}/undrain`)).status).toBe(200);
+      await waitFor(() => routers.every((router) => poolIds(router).includes(target.id)), 1000);
+    } finally {
+      connection.disconnect();
+    }
+  });
+
+  it('keeps routing on the last set while Redis is down, refuses admin changes, and recovers', async () => {
+    const ids = routers.map((router) => router.registry.backends.map((backend) => backend.id));
+    await redis.kill();
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 700)); // more than one poll interval
+      for (let index = 0; index < 8; index++) expect((await chat(urls[index % 2] as string)).status).toBe(200);
+      expect(routers.map((router) => router.registry.backends.map((backend) => backend.id))).toEqual(ids);
+      const refused = await admin(urls[0] as string, 'POST', `/admin/backends/${(sims[0] as Sim).id}/drain`);
+      expect(refused.status).toBe(503);
+      expect(refused.body.error.code).toBe('ROUTER_ERR_BACKEND_SET_UNAVAILABLE');
+      expect(routers.every((router) => !router.registry.isDrained((sims[0] as Sim).id))).toBe(true);
+    } finally {
+      await redis.restart(); // without its data: the replicas seed again what they route by
+    }
+    await waitFor(async () => (await admin(urls[0] as string, 'POST', `/admin/backends/${(sims[0] as Sim).id}/drain`)).status === 200, 10_000);
+    await waitFor(() => routers.every((router) => router.registry.isDrained((sims[0] as Sim).id)), 1000);
+    expect(routers.map((router) => router.registry.backends.map((backend) => backend.id).sort())).toEqual(ids.map((list) => [...list].sort()));
+  }, 30_000);
+});
+
+describe('admin API without Redis', () => {
+  let cluster: TestCluster;
+  beforeAll(async () => {
+    cluster = await startTestCluster({ backends: 2, router: { adminToken: TOKEN, policy: 'roundrobin' } });
+  });
+  afterAll(() => cluster.close());
+
+  it('applies changes to this replica only, at once', async () => {
+    const [first, second] = cluster.sims as [TestCluster['sims'][number], TestCluster['sims'][number]];
+    const listed = await admin(cluster.routerUrl, 'GET', '/admin/backends');
+    expect(listed.body).toMatchObject({ source: 'local', version: null });
+    expect((await admin(cluster.routerUrl, 'POST', `/admin/backends/${first.id}/drain`)).status).toBe(200);
+    for (let index = 0; index < 4; index++) expect((await chat(cluster.routerUrl)).backend).toBe(second.id);
+    expect((await admin(cluster.routerUrl, 'POST', `/admin/backends/${second.id}/drain`)).status).toBe(200);
+    // Every backend of the model drained: the model exists but has nowhere to go.
+    const nowhere = await fetch(`${cluster.routerUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'x' }], max_tokens: 2 }),
+    });
+    expect(nowhere.status).toBe(503);
+    expect(((await nowhere.json()) as any).error.code).toBe('ROUTER_ERR_NO_BACKEND');
+    expect((await admin(cluster.routerUrl, 'DELETE', `/admin/backends/${first.id}`)).status).toBe(200);
+    expect((await admin(cluster.routerUrl, 'POST', '/admin/backends', { body: { url: first.url, id: 'first-again', models: [MODEL] } })).status).toBe(201);
+    expect((await admin(cluster.routerUrl, 'POST', `/admin/backends/${second.id}/undrain`)).status).toBe(200);
+    const served = new Set<string | null>();
+    for (let index = 0; index < 4; index++) served.add((await chat(cluster.routerUrl)).backend);
+    expect([...served].sort()).toEqual(['first-again', second.id].sort());
+  });
+
+  it('is off unless adminToken is set', async () => {
+    const plain = await startTestCluster({ backends: 1 });
+    try {
+      const response = await admin(plain.routerUrl, 'GET', '/admin/backends');
+      expect(response.status).toBe(404);
+      expect(response.body.error.code).toBe('ROUTER_ERR_NOT_FOUND');
+    } finally {
+      await plain.close();
+    }
+  });
+});

@@ -1,0 +1,133 @@
+import { createCacheAwarePolicy, createLeastLoadedPolicy, type BackendInfo, type CacheAwareParams, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { poolKeys } from '../../src/keys';
+import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
+
+/**
+ * route.lua decides for the policies with an atomic rule; their TypeScript `choose` then explains the
+ * decision, and the two must agree. Each case plants random figures (in-flight, backlog, match depths)
+ * straight into the pool's keys, lets the store decide, and checks that the script read the planted
+ * figures and chose what `choose` chooses on them (`ruleMismatch` false). Figures are drawn to make
+ * ties, valve and guard exclusions, cold prompts and zero-cost parameters common.
+ */
+
+let ctx: RedisTestContext;
+beforeAll(async () => {
+  ctx = await openRedisTestContext({ label: 'redis-store-parity' });
+});
+beforeEach(() => ctx.beginTest('parity'));
+afterEach(() => ctx.cleanup());
+afterAll(() => ctx.close());
+
+/** Deterministic PRNG (mulberry32), so a failing case can be replayed from its seed. */
+function seeded(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+interface Case {
+  backends: BackendInfo[];
+  inflight: number[];
+  pending: number[];
+  depths: number[];
+  request: RoutingRequest;
+}
+
+const BLOCK_SIZE = 256;
+
+function drawCase(random: () => number, index: number): Case {
+  const pick = <T>(values: readonly T[]): T => values[Math.floor(random() * values.length)] as T;
+  const count = 1 + Math.floor(random() * 8);
+  const blocks = pick([0, 1, 3, 12, 40]);
+  const backends = Array.from({ length: count }, (_, j) => ({ id: `10.0.${index % 256}.${j}:8000`, weight: pick([1, 1, 1, 0.5, 2, 3]) }));
+  const request: RoutingRequest = {
+    model: 'm',
+    blockHashes: Array.from({ length: blocks }, (_, i) => 1_000_000 * (index + 1) + i),
+    blockSizeBytes: BLOCK_SIZE,
+    textBytes: blocks * BLOCK_SIZE + Math.floor(random() * BLOCK_SIZE),
+    contextBlocks: 0,
+    headHash: Math.floor(random() * 2 ** 53),
+    sessionKey: null,
+  };
+  return {
+    backends,
+    inflight: backends.map(() => pick([0, 0, 1, 2, 3, 4, 6, 9, 14])),
+    pending: backends.map(() => pick([0, 0, 0, 500, 1200, 8000])),
+    depths: backends.map(() => (blocks === 0 || random() < 0.4 ? 0 : pick([blocks, Math.floor(random() * (blocks + 1))]))),
+    request,
+  };
+}
+
+function drawParams(random: () => number): Partial<CacheAwareParams> {
+  const pick = <T>(values: readonly T[]): T => values[Math.floor(random() * values.length)] as T;
+  return {
+    bytesPerToken: pick([4, 3.3, 1]),
+    prefillMsPerToken: pick([0.07, 0, 0.013, 0.2]),
+    queueMsPerRequest: pick([5, 0, 1.5, 40]),
+    minMatchBlocks: pick([1, 0, 2]),
+    saturationInflight: pick([0, 0, 2, 4, 8]),
+    spreadAbs: pick([8, 0, 2, 1.5]),
+    spreadRel: pick([2, 1, 1.25, 3]),
+    coldLoadFactor: pick([1.25, 1, 2]),
+  };
+}
+
+/** Writes a case's figures where route.lua reads them (format: src/lua/lib/owner-index.lua). */
+async function plant(pool: string, c: Case, recordedAtMs: number): Promise<void> {
+  const keys = poolKeys(pool, ctx.namespace);
+  const write = ctx.redis.multi();
+  c.backends.forEach((backend, j) => {
+    if ((c.inflight[j] as number) > 0) write.hset(keys.inflight, backend.id, c.inflight[j] as number);
+    if ((c.pending[j] as number) > 0) write.hset(keys.pending, backend.id, c.pending[j] as number);
+  });
+  c.request.blockHashes.forEach((hash, i) => {
+    const owners = c.backends
+      .filter((_, j) => (c.depths[j] as number) > i)
+      .map((backend) => `\x01${backend.id}\x02${recordedAtMs}`)
+      .join('');
+    if (owners !== '') write.hset(keys.ownersNew, String(hash), owners);
+  });
+  await write.exec();
+}
+
+async function checkParity(policyOf: (random: () => number) => RoutingPolicy, cases: number, seed: number): Promise<Record<string, number>> {
+  const random = seeded(seed);
+  const now = Date.now();
+  const state = ctx.createState({ nowMs: () => now });
+  const reasons: Record<string, number> = {};
+  for (let index = 0; index < cases; index++) {
+    const c = drawCase(random, index);
+    const policy = policyOf(random);
+    const pool = `pool-${index}`;
+    await plant(pool, c, now - 1);
+    const result = await state.decide({ pool, request: c.request, backends: c.backends, policy, context: { nowMs: now, random }, leaseId: `lease-${index}` });
+    const where = `seed ${seed}, case ${index}`;
+    expect(result.ruleMismatch, where).toBe(false);
+    expect(result.candidates.map((candidate) => candidate.inflight), where).toEqual(c.inflight);
+    expect(result.candidates.map((candidate) => candidate.pendingPrefillTokens), where).toEqual(c.pending);
+    expect(result.candidates.map((candidate) => candidate.matchBlocks), where).toEqual(policy.usesPrefixMatch ? c.depths : c.depths.map(() => 0));
+    if (result.decision.kind === 'routed') reasons[result.decision.reason] = (reasons[result.decision.reason] ?? 0) + 1;
+  }
+  return reasons;
+}
+
+describe('route.lua rules choose what the policies choose', () => {
+  it('cacheaware: 1 500 random cases, every reason reached', async () => {
+    const reasons = await checkParity((random) => createCacheAwarePolicy(drawParams(random)), 1500, 42);
+    // The cases reach every branch of the rule.
+    for (const reason of ['prefix-affinity', 'spilled-from-saturated', 'least-loaded', 'load-guard', 'cold-hash']) {
+      expect(reasons[reason] ?? 0, `${reason} in ${JSON.stringify(reasons)}`).toBeGreaterThan(10);
+    }
+  });
+
+  it('leastloaded: 300 random cases', async () => {
+    const reasons = await checkParity(() => createLeastLoadedPolicy(), 300, 7);
+    expect(reasons['least-loaded']).toBe(300);
+  });
+});
