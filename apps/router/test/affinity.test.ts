@@ -8,7 +8,8 @@ type Message = OpenAI.Chat.Completions.ChatCompletionMessageParam;
  * Acceptance 2: 6 concurrent conversations × 8 turns, each a shared 6 KB system prompt plus a 4 KB
  * context of its own, through 3 backends. Prefix-aware policies keep each conversation on one backend;
  * a plain load balancer spreads it; and cacheaware makes the backends prefill at most half the tokens
- * the plain balancer does. The plain balancer is `random`, not `roundrobin`: six conversations in
+ * the plain balancer does. Conversations start 60 ms apart, so that their first turns (the only long
+ * prefills) rarely overlap even on a loaded machine. The plain balancer is `random`, not `roundrobin`: six conversations in
  * lockstep advance a round-robin counter by 6 ≡ 0 (mod 3) per round, so round-robin can keep every
  * conversation on one backend by accident and the comparison would measure the timing, not the policy.
  */
@@ -35,7 +36,7 @@ async function runWorkload(policy: string): Promise<Turn[]> {
     const turns: Turn[] = [];
     await Promise.all(
       Array.from({ length: 6 }, async (_, conversation) => {
-        await new Promise((resolve) => setTimeout(resolve, conversation * 20));
+        await new Promise((resolve) => setTimeout(resolve, conversation * 60));
         const messages: Message[] = [
           { role: 'system', content: SYSTEM_PROMPT },
           { role: 'user', content: `Here is my context:\n${ownContext(conversation)}` },

@@ -28,8 +28,5 @@ purgeExpiredLeases(ARGV[4], KEYS[2], KEYS[3], KEYS[4], now)
 if redis.call('ZSCORE', KEYS[2], member) == false then return 0 end
 local deadline = now + leaseTtl
 redis.call('ZADD', KEYS[2], 'XX', deadline, member)
--- The keys live as long as their longest lease (only ever lengthened).
-for k = 1, 4 do
-  extendTtl(KEYS[k], leaseTtl)
-end
+keepLeaseKeysAlive(KEYS[1], KEYS[2], KEYS[3], KEYS[4], leaseTtl)
 return 1

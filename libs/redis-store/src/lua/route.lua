@@ -78,7 +78,9 @@ for j = 1, candidateCount do
   ids[j] = ARGV[at]
   candidates[j] = { id = ARGV[at], weight = tonumber(ARGV[at + 1]), rank = tonumber(ARGV[at + 2]) }
 end
-local marks = redis.call('HMGET', KEYS[1], unpack(ids))
+-- Forget marks are rare: skip reading them when there are none.
+local marks = {}
+if redis.call('HLEN', KEYS[1]) > 0 then marks = redis.call('HMGET', KEYS[1], unpack(ids)) end
 local inflight = redis.call('HMGET', KEYS[3], unpack(ids))
 local pending = redis.call('HMGET', KEYS[4], unpack(ids))
 local forgottenById = {}
@@ -130,12 +132,13 @@ result[2] = takeLease(prefix .. 'prefill:' .. c.id, KEYS[2], KEYS[3], KEYS[4], c
 
 -- 5. Ownership.
 if recording and blockCount > 0 then
-  if rotateGenerations(KEYS[5], KEYS[6], KEYS[7], now, idleTtl, cap) then
+  local turned = rotateGenerations(KEYS[5], KEYS[6], KEYS[7], now, idleTtl, cap)
+  if turned then
     -- What the index read so far describes the generations before the turn.
     index = newOwnerIndex(KEYS[5], KEYS[6], blockCount,
       function(i) return ARGV[firstBlock + i - 1] end,
       forgottenById)
   end
-  if index.record(c.id, now) > 0 then keepIndexAlive(KEYS[5], KEYS[6], KEYS[7], idleTtl) end
+  if index.record(c.id, now) > 0 or turned then keepIndexAlive(KEYS[5], KEYS[6], KEYS[7], idleTtl, turned) end
 end
 return result

@@ -34,7 +34,9 @@ local blockCount = #ARGV - firstBlock + 1
 purgeExpiredLeases(prefix, KEYS[2], KEYS[3], KEYS[4], now)
 if backendCount == 0 then return {} end
 
-local marks = redis.call('HMGET', KEYS[1], unpack(ARGV, 4, 3 + backendCount))
+-- Forget marks are rare: skip reading them when there are none.
+local marks = {}
+if redis.call('HLEN', KEYS[1]) > 0 then marks = redis.call('HMGET', KEYS[1], unpack(ARGV, 4, 3 + backendCount)) end
 local inflight = redis.call('HMGET', KEYS[3], unpack(ARGV, 4, 3 + backendCount))
 local pending = redis.call('HMGET', KEYS[4], unpack(ARGV, 4, 3 + backendCount))
 local forgottenById = {}

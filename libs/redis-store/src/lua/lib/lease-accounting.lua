@@ -39,10 +39,18 @@ local function purgeExpiredLeases(prefix, deadlinesKey, inflightKey, pendingKey,
 end
 
 
--- Sets a key's TTL to ttl unless it already lives longer, so a key lives as long as its longest lease
--- even if replicas run with different lease TTLs.
-local function extendTtl(key, ttl)
-  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+-- Keeps the lease keys alive: each lives at least one lease TTL beyond its newest lease, at most two.
+-- A key is extended (to two lease TTLs) only when it has less than one left, so taking or renewing a
+-- lease usually costs two PTTLs here; a replica with a shorter lease TTL never shortens a key (it only
+-- extends keys below its own TTL). The pool's deadline index, inflight and pending hashes appear and
+-- vanish together (fields go with the last lease), so the index's TTL speaks for all three.
+local function keepLeaseKeysAlive(prefillKey, deadlinesKey, inflightKey, pendingKey, leaseTtl)
+  if redis.call('PTTL', prefillKey) < leaseTtl then redis.call('PEXPIRE', prefillKey, 2 * leaseTtl) end
+  if redis.call('PTTL', deadlinesKey) < leaseTtl then
+    for _, key in ipairs({ deadlinesKey, inflightKey, pendingKey }) do
+      redis.call('PEXPIRE', key, 2 * leaseTtl)
+    end
+  end
 end
 
 -- Takes (or re-takes) a lease on a backend: deadline now + leaseTtl in the pool's index, its prefill
@@ -60,8 +68,6 @@ local function takeLease(prefillKey, deadlinesKey, inflightKey, pendingKey, back
     inflight = tonumber(redis.call('HGET', inflightKey, backend))
     redis.call('HINCRBY', pendingKey, backend, tokens - previousTokens)
   end
-  for _, key in ipairs({ prefillKey, deadlinesKey, inflightKey, pendingKey }) do
-    extendTtl(key, leaseTtl)
-  end
+  keepLeaseKeysAlive(prefillKey, deadlinesKey, inflightKey, pendingKey, leaseTtl)
   return inflight
 end
