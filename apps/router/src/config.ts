@@ -39,7 +39,7 @@ export const RouterConfig = z.object({
   spreadRel: z.coerce.number().min(1).default(2).describe('… and above min × this is excluded'),
 
   redisUrl: z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional().describe('Redis shared by all router replicas (unset = this replica keeps its own state in memory)'),
-  maxBlocksPerPool: z.coerce.number().int().positive().default(1_000_000).describe('with Redis: prefix blocks remembered per model pool (LRU beyond; ~310 B each)'),
+  maxBlocksPerPool: z.coerce.number().int().positive().default(1_000_000).describe('with Redis: prefix blocks remembered per model pool (LRU by generation beyond; ~105 B each)'),
   leaseTtlMs: z.coerce.number().int().min(1000).default(15_000).describe('with Redis: an in-flight lease not renewed for this long stops counting (a dead replica heals)'),
   redisTimeoutMs: z.coerce.number().int().positive().default(50).describe('with Redis: a state call slower than this makes the router route on local state (degraded)'),
   redisRetryAfterMs: z.coerce.number().int().positive().default(500).describe('with Redis: after a failure, how long to stay on local state before trying Redis again (doubles up to 10 s)'),

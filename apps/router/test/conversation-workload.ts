@@ -1,3 +1,4 @@
+import { seededRandom } from '@kvroute/workloads';
 /**
  * The multi-replica tests' workload: 12 concurrent 6-turn conversations, each a shared system prompt
  * and a context of its own, sent round-robin over the given router URLs (or through one front URL),
@@ -94,17 +95,6 @@ export async function runConversations(urls: readonly string[], options: RunOpti
   return turns;
 }
 
-/** mulberry32: a small deterministic PRNG in [0, 1). */
-function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 export function hitRate(turns: readonly Turn[]): number {
   return turns.reduce((sum, turn) => sum + turn.cached, 0) / turns.reduce((sum, turn) => sum + turn.prompt, 0);

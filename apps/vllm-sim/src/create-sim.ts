@@ -4,7 +4,8 @@ import type { SimConfig } from './config';
 import { Engine } from './engine/engine';
 import { EngineLoop, realClock, type LoopClock } from './engine/engine-loop';
 import { getProfile } from './engine/profiles';
-import { createSeededRandom, FaultInjector, type ConnectionGate } from './faults';
+import { seededRandom } from '@kvroute/workloads';
+import { FaultInjector, type ConnectionGate } from './faults';
 import { ResponseLatency } from './generation/response-latency';
 
 export interface SimServer {
@@ -34,7 +35,7 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
     ...(config.numGpuBlocks === undefined ? {} : { numGpuBlocks: config.numGpuBlocks }),
   });
   const loop = new EngineLoop(engine, deps.clock ?? realClock, config.timeScale);
-  const faults = new FaultInjector(createSeededRandom(config.seed));
+  const faults = new FaultInjector(seededRandom(config.seed));
   const servedModel = config.model ?? profile.defaultModel;
   let gate: ConnectionGate | null = null;
   let refuseTimer: NodeJS.Timeout | null = null;

@@ -56,15 +56,3 @@ export class FaultInjector {
     return this.settings.dropStreamRate > 0 && this.random() < this.settings.dropStreamRate;
   }
 }
-
-/** Seeded PRNG (mulberry32): reproducible fault patterns for a given `--seed`. */
-export function createSeededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}

@@ -1,2 +1,3 @@
 export * from './percentile';
 export * from './synthetic-prompt';
+export * from './seeded-random';

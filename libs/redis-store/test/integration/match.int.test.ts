@@ -1,3 +1,4 @@
+import { seededRandom } from '@kvroute/workloads';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { poolKeys } from '../../src/keys';
 import { manualClock, openRedisTestContext, type RedisTestContext } from './redis-test-context';
@@ -10,17 +11,6 @@ beforeEach(() => ctx.beginTest('match'));
 afterEach(() => ctx.cleanup());
 afterAll(() => ctx.close());
 
-/** Deterministic PRNG (mulberry32), so a failing case can be replayed. */
-function seeded(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 describe('snapshot.lua: match depth', () => {
   it('matches the longest recorded prefix per backend and stops at the first miss', async () => {
@@ -72,7 +62,7 @@ describe('snapshot.lua: match depth', () => {
   });
 
   it('finds the same depth as a linear scan on random prefix-closed data (binary search)', async () => {
-    const random = seeded(7);
+    const random = seededRandom(7);
     const state = ctx.createState();
     const backends = ['a', 'b', 'c', 'd', 'e', 'f'];
     // One long chain; each backend holds a random prefix of it, some hold two diverging branches.

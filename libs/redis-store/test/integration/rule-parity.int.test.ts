@@ -1,3 +1,4 @@
+import { seededRandom } from '@kvroute/workloads';
 import { createCacheAwarePolicy, createLeastLoadedPolicy, type BackendInfo, type CacheAwareParams, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { poolKeys } from '../../src/keys';
@@ -19,17 +20,6 @@ beforeEach(() => ctx.beginTest('parity'));
 afterEach(() => ctx.cleanup());
 afterAll(() => ctx.close());
 
-/** Deterministic PRNG (mulberry32), so a failing case can be replayed from its seed. */
-function seeded(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Case {
   backends: BackendInfo[];
@@ -97,7 +87,7 @@ async function plant(pool: string, c: Case, recordedAtMs: number): Promise<void>
 }
 
 async function checkParity(policyOf: (random: () => number) => RoutingPolicy, cases: number, seed: number): Promise<Record<string, number>> {
-  const random = seeded(seed);
+  const random = seededRandom(seed);
   const now = Date.now();
   const state = ctx.createState({ nowMs: () => now });
   const reasons: Record<string, number> = {};

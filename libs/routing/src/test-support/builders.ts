@@ -1,5 +1,5 @@
 import type { Candidate, PolicyContext, RoutingRequest } from '../types';
-import { seededRandom } from './seeded-random';
+import { seededRandom } from '@kvroute/workloads';
 
 /** Test builders with sensible defaults: override only what a test is about. */
 

@@ -1,6 +1,7 @@
 /**
- * Deterministic randomness for tests: mulberry32, a 32-bit-state PRNG. Equal seeds give equal
- * sequences, so a failing test replays exactly. Values are uniform in [0, 1), like Math.random.
+ * Deterministic randomness: mulberry32, a 32-bit-state PRNG. Equal seeds give equal sequences, so a
+ * workload, a fault pattern or a failing test replays exactly. Values are uniform in [0, 1), like
+ * Math.random. Not for anything that must be unpredictable.
  */
 export function seededRandom(seed: number): () => number {
   let state = seed >>> 0;
