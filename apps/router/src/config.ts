@@ -33,6 +33,8 @@ export const RouterConfig = z.object({
   chwblVirtualNodes: z.coerce.number().int().positive().default(160).describe('virtual nodes per unit weight on the chwbl ring'),
   kvrouterCacheHitBonus: z.coerce.number().default(100).describe('kvrouter: score bonus of a backend holding the conversation'),
   kvrouterLoadWeight: z.coerce.number().default(10).describe('kvrouter: score penalty per in-flight request'),
+  kvawareDefaultMaxTokens: z.coerce.number().int().min(0).default(256).describe('kvaware: generation budget (tokens) assumed when a request sets no max_tokens'),
+  kvawareAssumedCapacityTokens: z.coerce.number().int().positive().default(65_536).describe('kvaware: KV capacity (tokens) assumed for an engine whose metrics report none'),
   prefillMsPerToken: z.coerce.number().positive().default(0.07).describe('cacheaware: prefill cost of one uncached token, ms'),
   queueMsPerRequest: z.coerce.number().min(0).default(5).describe('cacheaware: cost of one request already in flight beyond its prefill backlog, ms'),
   spreadAbs: z.coerce.number().min(0).default(8).describe('cacheaware load-spread guard: in-flight above min + this …'),

@@ -122,7 +122,7 @@ export class RedisRoutingState implements RoutingStateStore {
       input.policy.usesPrefixMatch ? request.blockHashes : [],
       request,
     );
-    const candidates: Candidate[] = backends.map((backend, index) => ({ backend, ...(reply.figures[index] as Figures) }));
+    const candidates: Candidate[] = backends.map((backend, index) => ({ backend, ...(reply.figures[index] as Figures), engine: input.engine?.get(backend.id) ?? null }));
     const chosenId = (backends[reply.chosen - 1] as { id: string }).id;
     // The rule decided; `choose` on the same figures explains the decision (and must agree).
     const explained = input.policy.choose(request, candidates, input.context);

@@ -13,6 +13,7 @@ export { createRoundRobinPolicy, DEFAULT_ROUND_ROBIN_PARAMS, type RoundRobinPara
 export { createRandomPolicy, DEFAULT_RANDOM_PARAMS, type RandomParams } from './policies/random';
 export { createLeastLoadedPolicy, DEFAULT_LEAST_LOADED_PARAMS, type LeastLoadedParams } from './policies/least-loaded';
 export { createPrefixAwarePolicy, DEFAULT_PREFIX_AWARE_PARAMS, type PrefixAwareParams } from './policies/prefix-aware';
+export { createKvAwarePolicy, DEFAULT_KV_AWARE_PARAMS, kvDemandTokens, type KvAwareParams } from './policies/kv-aware';
 export { createKvRouterPolicy, DEFAULT_KV_ROUTER_PARAMS, type KvRouterParams } from './policies/kv-router';
 export { createSessionPolicy, DEFAULT_SESSION_PARAMS, type SessionParams } from './policies/session';
 export { createChwblPolicy, DEFAULT_CHWBL_PARAMS, type ChwblParams } from './policies/chwbl';

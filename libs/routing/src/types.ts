@@ -38,6 +38,23 @@ export interface Candidate {
    * 8k-token prefills from a batch of decoding streams.)
    */
   readonly pendingPrefillTokens: number;
+  /**
+   * What the engine itself last reported (health poller, through Redis), when it is fresh enough to
+   * trust; absent or null = unknown (never read as idle).
+   */
+  readonly engine?: EngineLoad | null;
+}
+
+/** An engine's own view of its load, as the health poller scraped it from its /metrics. */
+export interface EngineLoad {
+  /** KV-cache usage, 0 (empty) … 1 (full). */
+  readonly kvUsage: number;
+  /** KV-cache capacity in tokens; null when the engine does not report it. */
+  readonly kvCapacityTokens: number | null;
+  /** Requests the engine is running (decoding or prefilling). */
+  readonly running: number;
+  /** Requests queued in the engine, not yet scheduled. */
+  readonly waiting: number;
 }
 
 /** What a policy knows about a request. */
@@ -58,6 +75,8 @@ export interface RoutingRequest {
   readonly headHash: BlockHash;
   /** Affinity key from `X-Session-Id` or the body's `user`, when given. */
   readonly sessionKey: string | null;
+  /** The body's `max_completion_tokens` or `max_tokens` × `n`, when given: the most tokens it may generate. */
+  readonly maxTokens?: number | null;
 }
 
 /** Why a backend was chosen; sent as `X-Router-Reason`. Lower-case, hyphenated, stable. */
@@ -78,6 +97,9 @@ export type DecisionReason =
   | 'prefix-affinity'
   | 'load-guard'
   | 'cold-hash'
+  | 'kv-fit'
+  | 'kv-unknown'
+  | 'kv-pressure'
   | 'only-backend';
 
 /** Per-candidate figures behind a decision, for `/debug/route` and debug logs. */

@@ -19,6 +19,7 @@ export function policyParamsFromConfig(config: RouterConfig): PolicyParams {
       coldLoadFactor: config.loadFactor,
     },
     kvrouter: { cacheHitBonus: config.kvrouterCacheHitBonus, loadWeight: config.kvrouterLoadWeight },
+    kvaware: { defaultMaxTokens: config.kvawareDefaultMaxTokens, assumedCapacityTokens: config.kvawareAssumedCapacityTokens },
     chwbl: { loadFactor: config.loadFactor, vnodesPerWeight: config.chwblVirtualNodes },
     session: { loadFactor: config.loadFactor },
   };

@@ -7,6 +7,7 @@
 import type { RoutingPolicy } from '../types';
 import { createCacheAwarePolicy, DEFAULT_CACHE_AWARE_PARAMS, type CacheAwareParams } from './cache-aware';
 import { createChwblPolicy, DEFAULT_CHWBL_PARAMS, type ChwblParams } from './chwbl';
+import { createKvAwarePolicy, DEFAULT_KV_AWARE_PARAMS, type KvAwareParams } from './kv-aware';
 import { createKvRouterPolicy, DEFAULT_KV_ROUTER_PARAMS, type KvRouterParams } from './kv-router';
 import { createLeastLoadedPolicy, DEFAULT_LEAST_LOADED_PARAMS, type LeastLoadedParams } from './least-loaded';
 import { createPrefixAwarePolicy, DEFAULT_PREFIX_AWARE_PARAMS, type PrefixAwareParams } from './prefix-aware';
@@ -14,7 +15,7 @@ import { createRandomPolicy, DEFAULT_RANDOM_PARAMS, type RandomParams } from './
 import { createRoundRobinPolicy, DEFAULT_ROUND_ROBIN_PARAMS, type RoundRobinParams } from './round-robin';
 import { createSessionPolicy, DEFAULT_SESSION_PARAMS, type SessionParams } from './session';
 
-export const POLICY_NAMES = ['cacheaware', 'prefixaware', 'kvrouter', 'chwbl', 'session', 'leastloaded', 'roundrobin', 'random'] as const;
+export const POLICY_NAMES = ['cacheaware', 'prefixaware', 'kvrouter', 'kvaware', 'chwbl', 'session', 'leastloaded', 'roundrobin', 'random'] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 
 /** Each policy's full parameter set. */
@@ -22,6 +23,7 @@ export interface PolicyParamsByName {
   readonly cacheaware: CacheAwareParams;
   readonly prefixaware: PrefixAwareParams;
   readonly kvrouter: KvRouterParams;
+  readonly kvaware: KvAwareParams;
   readonly chwbl: ChwblParams;
   readonly session: SessionParams;
   readonly leastloaded: LeastLoadedParams;
@@ -36,6 +38,7 @@ export const DEFAULT_POLICY_PARAMS: { readonly [N in PolicyName]: PolicyParamsBy
   cacheaware: DEFAULT_CACHE_AWARE_PARAMS,
   prefixaware: DEFAULT_PREFIX_AWARE_PARAMS,
   kvrouter: DEFAULT_KV_ROUTER_PARAMS,
+  kvaware: DEFAULT_KV_AWARE_PARAMS,
   chwbl: DEFAULT_CHWBL_PARAMS,
   session: DEFAULT_SESSION_PARAMS,
   leastloaded: DEFAULT_LEAST_LOADED_PARAMS,
@@ -47,6 +50,7 @@ const POLICY_FACTORIES: { readonly [N in PolicyName]: (params: Partial<PolicyPar
   cacheaware: createCacheAwarePolicy,
   prefixaware: createPrefixAwarePolicy,
   kvrouter: createKvRouterPolicy,
+  kvaware: createKvAwarePolicy,
   chwbl: createChwblPolicy,
   session: createSessionPolicy,
   leastloaded: createLeastLoadedPolicy,

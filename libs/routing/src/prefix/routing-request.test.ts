@@ -53,4 +53,12 @@ describe('buildRoutingRequest', () => {
     expect(request.blockHashes).toHaveLength(Math.floor(request.textBytes / 64));
     expect(request.headHash).toBe(request.blockHashes[0]);
   });
+
+  it.each<[string, Record<string, number>, number | null]>([
+    ['max_completion_tokens over max_tokens', { max_completion_tokens: 50, max_tokens: 80 }, 50],
+    ['max_tokens times n', { max_tokens: 80, n: 3 }, 240],
+    ['null when the body sets no bound', {}, null],
+  ])('takes as generation budget %s', (_label, fields, expected) => {
+    expect(buildRoutingRequest({ ...conversation(1), ...fields }, { blockSizeBytes: 64 }).maxTokens).toBe(expected);
+  });
 });

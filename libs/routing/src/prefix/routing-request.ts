@@ -25,7 +25,15 @@ export function buildRoutingRequest(body: ChatCompletionRequest | CompletionRequ
     contextBlocks: hashed.contextBlocks,
     headHash: hashed.headHash,
     sessionKey,
+    maxTokens: maxTokensOf(body),
   };
+}
+
+/** Most tokens the request may generate over all its choices; null when the body does not bound it. */
+function maxTokensOf(body: ChatCompletionRequest | CompletionRequest): number | null {
+  const completionTokens = 'max_completion_tokens' in body ? body.max_completion_tokens : undefined;
+  const perChoice = completionTokens ?? body.max_tokens;
+  return typeof perChoice === 'number' ? perChoice * (body.n ?? 1) : null;
 }
 
 function nonEmpty(value: string | null | undefined): string | undefined {

@@ -16,6 +16,7 @@ export function candidatesOf(input: DecideInput, snapshot: Awaited<ReturnType<Ro
     inflight: snapshot.inflight.get(backend.id) ?? 0,
     matchBlocks: snapshot.matchBlocks.get(backend.id) ?? 0,
     pendingPrefillTokens: snapshot.pendingPrefillTokens.get(backend.id) ?? 0,
+    engine: input.engine?.get(backend.id) ?? null,
   }));
 }
 

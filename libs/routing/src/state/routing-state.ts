@@ -1,4 +1,4 @@
-import type { BackendId, BackendInfo, BlockHash, Candidate, PolicyContext, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
+import type { BackendId, BackendInfo, BlockHash, Candidate, EngineLoad, PolicyContext, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
 
 /**
  * Where routing state lives: which backend holds which prefix blocks, and how many requests each
@@ -25,6 +25,8 @@ export interface DecideInput {
   readonly context: PolicyContext;
   /** The lease to take on the chosen backend. */
   readonly leaseId: string;
+  /** Each backend's own reported load, where known and fresh (from the health poller); absent = unknown. */
+  readonly engine?: ReadonlyMap<BackendId, EngineLoad>;
 }
 
 export interface DecideResult {

@@ -1,10 +1,24 @@
-import type { Candidate, PolicyContext, RoutingRequest } from '../types';
+import type { Candidate, EngineLoad, PolicyContext, RoutingRequest } from '../types';
 import { seededRandom } from '@kvroute/workloads';
 
 /** Test builders with sensible defaults: override only what a test is about. */
 
-export function aCandidate(id: string, fields: { inflight?: number; matchBlocks?: number; weight?: number; pendingPrefillTokens?: number } = {}): Candidate {
-  return { backend: { id, weight: fields.weight ?? 1 }, inflight: fields.inflight ?? 0, matchBlocks: fields.matchBlocks ?? 0, pendingPrefillTokens: fields.pendingPrefillTokens ?? 0 };
+export function aCandidate(
+  id: string,
+  fields: { inflight?: number; matchBlocks?: number; weight?: number; pendingPrefillTokens?: number; engine?: EngineLoad | null } = {},
+): Candidate {
+  return {
+    backend: { id, weight: fields.weight ?? 1 },
+    inflight: fields.inflight ?? 0,
+    matchBlocks: fields.matchBlocks ?? 0,
+    pendingPrefillTokens: fields.pendingPrefillTokens ?? 0,
+    ...(fields.engine === undefined ? {} : { engine: fields.engine }),
+  };
+}
+
+/** An engine's reported load: idle with 10,000 tokens of KV unless told otherwise. */
+export function anEngine(fields: Partial<EngineLoad> = {}): EngineLoad {
+  return { kvUsage: fields.kvUsage ?? 0, kvCapacityTokens: fields.kvCapacityTokens === undefined ? 10_000 : fields.kvCapacityTokens, running: fields.running ?? 0, waiting: fields.waiting ?? 0 };
 }
 
 /** Candidates `b0 … b{count−1}`, idle, holding nothing. */
@@ -24,6 +38,7 @@ export function aRequest(fields: Partial<RoutingRequest> & { blocks?: number } =
     contextBlocks: fields.contextBlocks ?? 0,
     headHash: fields.headHash ?? 12345,
     sessionKey: fields.sessionKey ?? null,
+    maxTokens: fields.maxTokens ?? null,
   };
 }
 

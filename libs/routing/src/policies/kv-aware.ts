@@ -1,0 +1,112 @@
+/**
+ * `kvaware` — route by KV-cache pressure, the engines' own view (the idea of the seed mini-llm-d):
+ * a request needs KV for its prompt and for what it may generate, and a backend can take it without
+ * queueing or preempting only if that much of its KV is free.
+ *
+ *   demandTokens(r) = ceil(textBytes / bytesPerToken) + (maxTokens ?? defaultMaxTokens)
+ *   freeTokens(c)   = kvCapacityTokens · (1 − kvUsage) − pendingPrefillTokens(c)
+ *                     (prompts sent there that have not started: their KV is not in kvUsage yet)
+ *
+ * With no capacity reported, freeTokens is read as a fraction of an assumed capacity
+ * (`assumedCapacityTokens`), so backends still rank by usage.
+ *
+ * Decision, in order (a candidate's engine state may be unknown: never polled, stale or unhealthy
+ * poller data is passed as null, and unknown is not idle):
+ * 1. Candidates whose free KV fits the demand: the shortest engine queue (`waiting`), then the tightest
+ *    fit (least free KV left after the request: keeps room for large requests elsewhere), then the
+ *    fewest in flight, then configuration order. Reason `kv-fit`.
+ * 2. Else candidates whose state is unknown: the fewest in flight. Reason `kv-unknown`.
+ * 3. Else (every known backend is short of KV): the most free KV, then the shortest queue. Reason
+ *    `kv-pressure`.
+ *
+ * Parameters (default, range):
+ * - bytesPerToken          4,     > 0: routing-text bytes per engine token.
+ * - defaultMaxTokens       256,   integer ≥ 0: generation budget assumed when the body sets none.
+ * - assumedCapacityTokens  65536, integer ≥ 1: KV capacity assumed for an engine that reports none.
+ * Score: the candidate's tier (0 fits, 1 unknown, 2 short of KV), lower is better, [0, 2];
+ * parts: { demandTokens, freeTokens, waiting } (free and waiting −1 when unknown).
+ * Reasons: `kv-fit`, `kv-unknown`, `kv-pressure`.
+ */
+
+import type { Candidate, RoutingPolicy, RoutingRequest } from '../types';
+import { candidateScore } from './candidate-score';
+import { checkParamRange, withDefaults } from './policy-params';
+
+export interface KvAwareParams {
+  readonly bytesPerToken: number;
+  readonly defaultMaxTokens: number;
+  readonly assumedCapacityTokens: number;
+}
+
+export const DEFAULT_KV_AWARE_PARAMS: KvAwareParams = { bytesPerToken: 4, defaultMaxTokens: 256, assumedCapacityTokens: 65_536 };
+
+const enum Tier {
+  Fits = 0,
+  Unknown = 1,
+  Short = 2,
+}
+
+interface Assessment {
+  readonly tier: Tier;
+  /** Free KV tokens after this request would be placed; NaN when unknown. */
+  readonly leftTokens: number;
+  readonly freeTokens: number;
+  readonly waiting: number;
+}
+
+export function kvDemandTokens(request: RoutingRequest, p: KvAwareParams): number {
+  return Math.ceil(request.textBytes / p.bytesPerToken) + (request.maxTokens ?? p.defaultMaxTokens);
+}
+
+function assess(candidate: Candidate, demandTokens: number, p: KvAwareParams): Assessment {
+  const engine = candidate.engine;
+  if (engine === undefined || engine === null) return { tier: Tier.Unknown, leftTokens: Number.NaN, freeTokens: -1, waiting: -1 };
+  const capacity = engine.kvCapacityTokens ?? p.assumedCapacityTokens;
+  const usage = Math.min(1, Math.max(0, engine.kvUsage));
+  const freeTokens = capacity * (1 - usage) - candidate.pendingPrefillTokens;
+  const leftTokens = freeTokens - demandTokens;
+  return { tier: leftTokens >= 0 ? Tier.Fits : Tier.Short, leftTokens, freeTokens, waiting: engine.waiting };
+}
+
+/** Negative when a ranks before b. Within a tier, as the file comment says. */
+function compare(a: Candidate, b: Candidate, x: Assessment, y: Assessment): number {
+  if (x.tier !== y.tier) return x.tier - y.tier;
+  switch (x.tier) {
+    case Tier.Fits:
+      return x.waiting - y.waiting || x.leftTokens - y.leftTokens || a.inflight - b.inflight;
+    case Tier.Unknown:
+      return a.inflight - b.inflight;
+    default:
+      return y.freeTokens - x.freeTokens || x.waiting - y.waiting || a.inflight - b.inflight;
+  }
+}
+
+export function createKvAwarePolicy(params: Partial<KvAwareParams> = {}): RoutingPolicy {
+  const p = withDefaults(DEFAULT_KV_AWARE_PARAMS, params);
+  checkParamRange('bytesPerToken', p.bytesPerToken, { min: Number.MIN_VALUE });
+  checkParamRange('defaultMaxTokens', p.defaultMaxTokens, { min: 0, integer: true });
+  checkParamRange('assumedCapacityTokens', p.assumedCapacityTokens, { min: 1, integer: true });
+  return {
+    name: 'kvaware',
+    scoreDirection: 'lower is better: tier 0 (free KV fits the request), 1 (engine state unknown), 2 (short of KV), [0, 2]',
+    usesPrefixMatch: false,
+    choose(request, candidates) {
+      const demandTokens = kvDemandTokens(request, p);
+      const assessments = candidates.map((candidate) => assess(candidate, demandTokens, p));
+      let best = -1;
+      for (let index = 0; index < candidates.length; index++) {
+        // Strictly better only: ties keep the earlier candidate (configuration order).
+        if (best < 0 || compare(candidates[index] as Candidate, candidates[best] as Candidate, assessments[index] as Assessment, assessments[best] as Assessment) < 0) best = index;
+      }
+      const chosen = candidates[best];
+      const assessment = assessments[best];
+      if (chosen === undefined || assessment === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
+      const scores = candidates.map((candidate, index) => {
+        const a = assessments[index] as Assessment;
+        return candidateScore(candidate, a.tier, { parts: { demandTokens, freeTokens: Math.round(a.freeTokens), waiting: a.waiting } });
+      });
+      const reason = assessment.tier === Tier.Fits ? 'kv-fit' : assessment.tier === Tier.Unknown ? 'kv-unknown' : 'kv-pressure';
+      return { kind: 'routed', backendId: chosen.backend.id, reason, scores };
+    },
+  };
+}
