@@ -6,6 +6,13 @@ import tseslint from 'typescript-eslint';
 
 const IO_PACKAGES = ['ioredis', 'fastify', 'undici', 'bullmq', 'prom-client', 'pino', 'node:net', 'node:http', 'node:fs', 'fs', 'net', 'http'];
 
+/**
+ * Node built-ins that do I/O or reach outside the process: the boundary rule's bannedExternalImports
+ * does not see built-ins, so pure libs get them banned here (node:buffer, node:crypto stay allowed:
+ * computation only).
+ */
+const IO_BUILTINS = ['fs', 'fs/promises', 'net', 'http', 'https', 'http2', 'dgram', 'dns', 'child_process', 'cluster', 'worker_threads', 'tls', 'readline'].flatMap((name) => [name, `node:${name}`]);
+
 export default [
   { ignores: ['**/node_modules/**', '**/dist/**', '**/.nx/**', '**/test-reports/**', '**/coverage/**'] },
   ...tseslint.configs.recommended,
@@ -38,9 +45,9 @@ export default [
     rules: { '@nx/enforce-module-boundaries': 'off' },
   },
   {
-    // Router and bench tests start simulated backends in-process (a real HTTP server on loopback):
-    // the one app-to-app import allowed, and only from tests.
-    files: ['apps/router/test/**/*.ts', 'apps/router/src/**/*.test.ts', 'bench/**/*.test.ts'],
+    // Router, health-poller and bench tests start simulated backends in-process (a real HTTP server on
+    // loopback): the one app-to-app import allowed, and only from tests.
+    files: ['apps/router/test/**/*.ts', 'apps/router/src/**/*.test.ts', 'apps/health-poller/test/**/*.ts', 'bench/**/*.test.ts'],
     rules: {
       '@nx/enforce-module-boundaries': [
         'error',
@@ -85,5 +92,11 @@ export default [
     // Benchmarks that need a private Redis start it as the tests do (startRedis({ fresh: true })); bench is never shipped.
     files: ['bench/src/redis-decision.ts', 'bench/src/overhead.ts'],
     rules: { 'no-restricted-imports': 'off' },
+  },
+  {
+    // Pure libraries: no I/O from Node's built-ins either (tests may read fixtures).
+    files: ['libs/routing/src/**/*.ts', 'libs/protocols/src/**/*.ts', 'libs/workloads/src/**/*.ts', 'libs/engine-metrics/src/**/*.ts'],
+    ignores: ['**/*.test.ts'],
+    rules: { 'no-restricted-imports': ['error', { paths: IO_BUILTINS.map((name) => ({ name, message: 'pure (type:domain) libraries do no I/O' })) }] },
   },
 ];

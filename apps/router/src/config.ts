@@ -35,6 +35,8 @@ export const RouterConfig = z.object({
   kvrouterLoadWeight: z.coerce.number().default(10).describe('kvrouter: score penalty per in-flight request'),
   kvawareDefaultMaxTokens: z.coerce.number().int().min(0).default(256).describe('kvaware: generation budget (tokens) assumed when a request sets no max_tokens'),
   kvawareAssumedCapacityTokens: z.coerce.number().int().positive().default(65_536).describe('kvaware: KV capacity (tokens) assumed for an engine whose metrics report none'),
+  engineStateMaxAgeMs: z.coerce.number().int().positive().default(5_000).describe("with Redis: a health poller's backend state older than this is unknown (neither healthy nor unhealthy, its load unread)"),
+  engineStateRefreshMs: z.coerce.number().int().positive().default(1_000).describe("with Redis: how often the poller's backend states are read again besides pub/sub"),
   prefillMsPerToken: z.coerce.number().positive().default(0.07).describe('cacheaware: prefill cost of one uncached token, ms'),
   queueMsPerRequest: z.coerce.number().min(0).default(5).describe('cacheaware: cost of one request already in flight beyond its prefill backlog, ms'),
   spreadAbs: z.coerce.number().min(0).default(8).describe('cacheaware load-spread guard: in-flight above min + this …'),

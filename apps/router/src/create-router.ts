@@ -1,10 +1,11 @@
 import { request as undiciRequest } from 'undici';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
-import { createRedis, RedisBackendSet, RedisRoutingState, waitUntilReady } from '@kvroute/redis-store';
+import { createRedis, RedisBackendSet, RedisBackendStateStore, RedisRoutingState, waitUntilReady } from '@kvroute/redis-store';
 import { createPolicy, InMemoryRoutingState, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
 import { buildRouterApp } from './app';
 import { LocalBackendChanges } from './backends/backend-changes';
 import { BackendRegistry, type Backend } from './backends/backend-registry';
+import { EngineStateView } from './backends/engine-state-view';
 import { SharedBackendSet } from './backends/shared-backend-set';
 import type { RouterConfig } from './config';
 import { UpstreamPools } from './proxy/upstream-pool';
@@ -74,6 +75,22 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
           nowMs: () => Date.now(),
           logger: logger?.child({ component: 'backend-set' }),
         });
+  // With Redis, the health poller's published backend states (health, engine load) are followed too.
+  const stateSubscriber = config.redisUrl === undefined ? null : createRedis(config.redisUrl, 'worker');
+  const backendStates = redis === null ? null : new RedisBackendStateStore({ redis });
+  const engineStates =
+    backendStates === null || stateSubscriber === null
+      ? null
+      : new EngineStateView({
+          source: {
+            readAll: () => backendStates.readAll(),
+            subscribe: (options) => backendStates.subscribe({ ...options, subscriber: stateSubscriber }),
+          },
+          maxAgeMs: config.engineStateMaxAgeMs,
+          refreshMs: config.engineStateRefreshMs,
+          nowMs: () => Date.now(),
+          onError: (error) => logger?.debug({ err: error }, 'backend states from the health poller could not be read'),
+        });
   const failover =
     redis === null
       ? null
@@ -125,7 +142,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     upstreams,
     // Shared leases expire unless renewed: renew at a third of the TTL, so one lost renewal never expires
     // a live lease. Local leases never expire, so requests then carry no timer at all.
-    routing: { state, nowMs, random, leaseRenewIntervalMs: redis === null ? 0 : Math.floor(config.leaseTtlMs / 3) },
+    routing: { state, nowMs, random, leaseRenewIntervalMs: redis === null ? 0 : Math.floor(config.leaseTtlMs / 3), engineStates },
     metrics,
     policyFor,
     blockSizeBytes: config.blockSizeBytes,
@@ -157,12 +174,15 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       // Start on shared state when Redis is there; if it is not, start degraded rather than not at all.
       if (redis) await waitUntilReady(redis, 2_000).catch((error: unknown) => logger?.warn({ err: error }, 'Redis not reachable at start: routing on local state until it is'));
       await sharedBackends?.start();
+      await engineStates?.start();
       await registry.start(config.modelsRefreshMs);
       return app.listen({ host: config.host, port: config.port });
     },
     async close() {
       shuttingDown = true;
       registry.stop();
+      await engineStates?.stop();
+      stateSubscriber?.disconnect();
       await sharedBackends?.stop();
       backendSubscriber?.disconnect();
       await app.close();

@@ -31,6 +31,7 @@ export class RouterMetrics {
   private readonly degradedTransitions: Counter<'to'>;
   private readonly reserveConflicts: Counter<'backend'>;
   private readonly ruleMismatches: Counter<'policy'>;
+  private readonly failOpens: Counter<'model'>;
 
   constructor(sources: RouterMetricsSources) {
     const registers = [this.registry];
@@ -123,6 +124,12 @@ export class RouterMetrics {
       labelNames: ['policy'],
       registers,
     });
+    this.failOpens = new Counter({
+      name: 'kvroute_router_health_fail_open_total',
+      help: 'Tries routed on the circuit breakers alone because the health poller reported every available backend of the model unhealthy.',
+      labelNames: ['model'],
+      registers,
+    });
     this.degradedTransitions = new Counter({
       name: 'kvroute_router_state_degraded_transitions_total',
       help: 'Switches into (to="degraded") and out of (to="shared") degraded mode.',
@@ -184,6 +191,10 @@ export class RouterMetrics {
 
   recordReserveConflict(backend: string): void {
     this.reserveConflicts.inc({ backend });
+  }
+
+  recordFailOpen(model: string): void {
+    this.failOpens.inc({ model });
   }
 
   recordRuleMismatch(policy: string): void {

@@ -1,3 +1,4 @@
 export * from './openai/chat-completions';
 export * from './openai/error-body';
 export * from './sse';
+export * from './backend-state';

@@ -14,3 +14,14 @@ export { blockHashArg, DEFAULT_KEY_NAMESPACE, fleetKeys, type FleetKeys, KEY_SUF
 export { RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';
 export { RedisStoreError, type RedisStoreErrorCode } from './redis-store-error';
 export { SCRIPTS, type LuaScript, type RedisClient } from './scripts';
+export {
+  RedisBackendStateStore,
+  type BackendStateSubscription,
+  type HealthHysteresis,
+  type RecordedScrape,
+  type RecordScrapeOptions,
+  type RedisBackendStateStoreOptions,
+  type ScrapeRecord,
+  type SubscribeBackendStatesOptions,
+} from './backend-state-store';
+export { backendStateKeys, type BackendStateKeys } from './keys';

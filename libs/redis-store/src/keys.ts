@@ -108,3 +108,22 @@ export function fleetKeys(namespace: string = DEFAULT_KEY_NAMESPACE): FleetKeys 
   const backends = `${namespace}:{fleet}:backends`;
   return { backends, version: `${backends}:version`, removed: `${backends}:removed`, changes: `${backends}:changes` };
 }
+
+/**
+ * The keys of the backends' published state (`RedisBackendStateStore`: written by the health poller,
+ * read by routers). All carry the hash tag `{fleet}`, so `record-backend-scrape` touches one Redis
+ * Cluster slot. Each state hash expires by itself a few poll intervals after its last scrape.
+ */
+export interface BackendStateKeys {
+  /** HASH per backend: its published state JSON, health counters, last observation, carry-over; PEXPIREd at every scrape. */
+  state(backendId: string): string;
+  /** ZSET backend id → ms its state hash expires: which backends may have a state, without SCAN (trimmed by each write). */
+  readonly index: string;
+  /** Pub/sub channel (not a key) that gets a backend's new state JSON whenever its health or load changed. */
+  readonly changes: string;
+}
+
+export function backendStateKeys(namespace: string = DEFAULT_KEY_NAMESPACE): BackendStateKeys {
+  const index = `${namespace}:{fleet}:backend-states`;
+  return { state: (backendId) => `${namespace}:{fleet}:backend-state:${backendId}`, index, changes: `${index}:changes` };
+}

@@ -2,6 +2,7 @@ import type { ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
 import type { RoutingPolicy, RoutingRequest } from '@kvroute/routing';
 import type { Backend } from '../backends/backend-registry';
+import { eligibleBackends } from '../backends/eligible-backends';
 import { RouterError } from '../errors';
 import type { RouterMetrics } from '../router-metrics';
 import { Lease, type RouteContext } from '../routing/route-request';
@@ -38,7 +39,8 @@ export interface ForwardInput {
  * Sends a request to the backend its policy chooses, retrying elsewhere before the first byte.
  *
  * Each try: eligible backends (pool minus open circuits minus backends that already failed this
- * request) → policy → lease + speculative prefix record → send. A connect error, a timeout before the
+ * request minus those the health poller reports unhealthy, failing open if that leaves none) →
+ * policy → lease + speculative prefix record → send. A connect error, a timeout before the
  * response headers, or a 429/502/503/504 releases the lease, counts against the backend's breaker and
  * tries another backend after a jittered backoff, never the same one (on the last possible try a
  * retryable status is relayed as is). Once headers arrive the response is relayed by RelayHandler.
@@ -53,8 +55,12 @@ export async function forwardRequest(deps: ForwardDeps, input: ForwardInput, res
 
   for (let attempt = 1; attempt <= deps.maxAttempts; attempt++) {
     if (response.destroyed) return;
-    const eligible = input.backends.filter((backend) => !excluded.has(backend.id) && backend.breaker.isAvailable());
+    const { eligible, failedOpen, engine } = eligibleBackends(input.backends, excluded, deps.routing.engineStates ?? null);
     if (eligible.length === 0) break;
+    if (failedOpen) {
+      deps.metrics.recordFailOpen(input.pool);
+      deps.logger.warn({ requestId: input.requestId, pool: input.pool }, 'the health poller reports every available backend unhealthy: routing on the circuit breakers alone');
+    }
     const decidedAt = performance.now();
     const leaseId = `${input.requestId}#${attempt}`;
     // Decide, take the lease, record ownership: one step (one Redis round trip for atomic rules).
@@ -65,6 +71,7 @@ export async function forwardRequest(deps: ForwardDeps, input: ForwardInput, res
       policy: input.policy,
       context: { nowMs: deps.routing.nowMs(), random: deps.routing.random },
       leaseId,
+      engine,
     });
     for (const conflicted of conflicts) deps.metrics.recordReserveConflict(conflicted);
     if (decision.kind === 'rejected') break;

@@ -1,5 +1,6 @@
 import type { Candidate, PolicyContext, RoutingDecision, RoutingPolicy, RoutingRequest, RoutingStateStore } from '@kvroute/routing';
 import type { Backend } from '../backends/backend-registry';
+import type { EngineStateView } from '../backends/engine-state-view';
 
 /** What deciding needs: the shared state, and the clock and randomness the policy may use. */
 export interface RouteContext {
@@ -8,6 +9,8 @@ export interface RouteContext {
   readonly random: () => number;
   /** How often a lease held by a running request is renewed (shared state expires unrenewed leases). */
   readonly leaseRenewIntervalMs: number;
+  /** The health poller's view of the backends (health, engine load); null without a poller's Redis. */
+  readonly engineStates?: EngineStateView | null;
 }
 
 export interface RouteChoice {

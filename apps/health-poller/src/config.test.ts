@@ -1,0 +1,61 @@
+import { loadConfig } from '@kvroute/platform';
+import { describe, expect, it } from 'vitest';
+import { configuredBackends, mergeBackendLists } from './backend-list';
+import { POLLER_ENV_PREFIX, PollerConfig } from './config';
+
+function load(argv: string[], env: Record<string, string> = {}) {
+  const loaded = loadConfig({ schema: PollerConfig, argv, env, envPrefix: POLLER_ENV_PREFIX });
+  if (loaded.kind !== 'config') throw new Error('help');
+  return loaded.config;
+}
+
+describe('PollerConfig', () => {
+  it('reads the command line of the README', () => {
+    const config = load(['--redis-url', 'redis://127.0.0.1:6379', '--backends', 'http://10.0.0.1:8000,http://10.0.0.2:8000', '--interval-ms', '1000', '--port', '9464']);
+    expect(config).toMatchObject({ redisUrl: 'redis://127.0.0.1:6379', intervalMs: 1000, port: 9464, failuresToUnhealthy: 2, successesToHealthy: 2 });
+    expect(configuredBackends(config.backends)).toEqual([
+      { id: '10.0.0.1:8000', url: 'http://10.0.0.1:8000', engine: null },
+      { id: '10.0.0.2:8000', url: 'http://10.0.0.2:8000', engine: null },
+    ]);
+  });
+
+  it('takes env under KVROUTE_POLLER_ and accepts no configured backend (the shared set may have them)', () => {
+    expect(load([], { KVROUTE_POLLER_REDIS_URL: 'redis://r:6379', KVROUTE_POLLER_INTERVAL_MS: '250', KVROUTE_POLLER_SCRAPE_TIMEOUT_MS: '100' })).toMatchObject({
+      redisUrl: 'redis://r:6379',
+      intervalMs: 250,
+      backends: [],
+    });
+  });
+
+  it('refuses a scrape timeout that does not end before the next interval, and a job lock too short for a scrape', () => {
+    expect(PollerConfig.safeParse({ redisUrl: 'redis://r', intervalMs: 500, scrapeTimeoutMs: 500 }).error?.issues[0]?.path).toEqual(['scrapeTimeoutMs']);
+    expect(PollerConfig.safeParse({ redisUrl: 'redis://r', scrapeTimeoutMs: 400, jobLockMs: 1500 }).error?.issues[0]?.path).toEqual(['jobLockMs']);
+  });
+
+  it('accepts a router backend list from a file (models and weight ignored) and refuses duplicate ids', () => {
+    const config = PollerConfig.parse({ redisUrl: 'redis://r', backends: [{ url: 'http://a:1', id: 'gpu-0', models: ['m'], weight: 2, engine: 'sglang' }, 'http://b:2'] });
+    expect(configuredBackends(config.backends)).toEqual([
+      { id: 'gpu-0', url: 'http://a:1', engine: 'sglang' },
+      { id: 'b:2', url: 'http://b:2', engine: null },
+    ]);
+    expect(() => configuredBackends(PollerConfig.parse({ redisUrl: 'redis://r', backends: ['http://a:1', { url: 'http://a:1/v1' }] }).backends)).toThrow(/duplicate backend id "a:1"/);
+  });
+});
+
+describe('mergeBackendLists', () => {
+  it("adds the shared set's backends to the configured ones; the shared URL wins, the configured engine stays", () => {
+    const configured = [
+      { id: 'b', url: 'http://old:1', engine: 'vllm' as const },
+      { id: 'c', url: 'http://c:1', engine: null },
+    ];
+    const shared = [
+      { id: 'b', url: 'http://new:1', weight: 1, drained: false, updatedAtMs: 0 },
+      { id: 'a', url: 'http://a:1', weight: 1, drained: true, updatedAtMs: 0 },
+    ];
+    expect(mergeBackendLists(configured, shared)).toEqual([
+      { id: 'a', url: 'http://a:1', engine: null },
+      { id: 'b', url: 'http://new:1', engine: 'vllm' },
+      { id: 'c', url: 'http://c:1', engine: null },
+    ]);
+  });
+});

@@ -1,0 +1,206 @@
+import { hitRateOverInterval, parseEngineMetrics } from '@kvroute/engine-metrics';
+import { ShutdownStack, type ShutdownResult } from '@kvroute/platform';
+import { createRedis, DEFAULT_KEY_NAMESPACE, RedisBackendSet, RedisBackendStateStore, waitUntilReady, type BackendEntry, type BackendSetWatch } from '@kvroute/redis-store';
+import { Queue, Worker, type Job } from 'bullmq';
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import { Agent } from 'undici';
+import { buildPollerApp } from './app';
+import { configuredBackends, mergeBackendLists, type PolledBackend } from './backend-list';
+import type { PollerConfig } from './config';
+import { createHttpGet } from './http-get';
+import { PollerMetrics } from './poller-metrics';
+import { scrapeBackend, type ParseEngineMetrics } from './scrape-backend';
+import { runScrapeJob, type ScrapeJobData, type ScrapeJobResult } from './scrape-job';
+import { ScrapeSchedules } from './schedule-scrapes';
+
+export interface HealthPoller {
+  readonly app: FastifyInstance;
+  readonly metrics: PollerMetrics;
+  /** The backends this replica keeps job schedulers for, as last reconciled. */
+  readonly backends: readonly PolledBackend[];
+  /** Connects, follows the backend set, reconciles the job schedulers, starts the worker, listens; returns the base URL. */
+  start(): Promise<string>;
+  /**
+   * Graceful stop, under `shutdownGraceMs`: /healthz turns 503, the backend set is no longer followed,
+   * the worker finishes the scrapes it runs and takes no more (other replicas take the next jobs),
+   * then the queue, the HTTP server and client, and the Redis connections close, in reverse order of
+   * creation.
+   */
+  close(): Promise<ShutdownResult>;
+}
+
+export interface HealthPollerDeps {
+  readonly logger?: FastifyBaseLogger | false;
+  /** Wall clock, ms since the Unix epoch (states are stamped with it; BullMQ plans on it too). */
+  readonly nowMs?: () => number;
+  /** Redis key namespace of the states, the backend set and the queue (default `kvr:v1`); tests give each run its own. */
+  readonly keyNamespace?: string;
+  /** /metrics text → figures (default `parseEngineMetrics` of @kvroute/engine-metrics). */
+  readonly parse?: ParseEngineMetrics;
+  /** Called after each job (tests, diagnostics). */
+  readonly onJob?: (backendId: string, result: ScrapeJobResult) => void;
+}
+
+/** The BullMQ queue of scrape jobs; its keys are `<ns>:{poller}:scrapes:*`, one hash tag (one Redis Cluster slot). */
+export const SCRAPE_QUEUE_NAME = 'scrapes';
+
+/**
+ * Builds one poller replica. Each resource is created here and its closer pushed at once, so `close`
+ * releases them in reverse order: worker before queue, both before the connections they use.
+ *
+ * BullMQ settings, for jobs that last milliseconds and recur every interval:
+ * - a worker that dies (crash, SIGKILL) is no gap: the next job of each scheduler is planned as soon as
+ *   the current one is taken, so the other replicas take it on time. Only the job it was running is
+ *   lost, and it comes back from the stalled check after `jobLockMs` + up to `stalledCheckMs` — late,
+ *   so the job skips itself (`runScrapeJob`). `maxStalledCount` 1: such a job is taken back once (which
+ *   also re-plans a scheduler the dead worker left without a next job), then given up.
+ * - `jobLockMs` (default 5 s) is far above a job's longest run (two requests in sequence plus two
+ *   Redis calls), so a slow event loop never loses a live job's lock, which would run it twice.
+ * - a graceful stop (`worker.close()`) lets the running scrapes finish and takes no new job.
+ */
+export async function createHealthPoller(config: PollerConfig, deps: HealthPollerDeps = {}): Promise<HealthPoller> {
+  const logger = deps.logger === false ? undefined : deps.logger;
+  const nowMs = deps.nowMs ?? (() => Date.now());
+  const namespace = deps.keyNamespace ?? DEFAULT_KEY_NAMESPACE;
+  const shutdown = new ShutdownStack();
+  let closing = false;
+  let working = false;
+  const configured = configuredBackends(config.backends);
+  let shared: readonly BackendEntry[] = [];
+  let backends: readonly PolledBackend[] = configured;
+
+  // Redis: one connection for the states and the backend set, one in subscriber mode for the set's
+  // change notices, one for BullMQ (queue and worker share it; the worker adds its blocking duplicate).
+  // All `worker` role: nobody waits on a scrape, so commands wait through an outage instead of failing.
+  const onRedisError = (error: Error): void => logger?.debug({ err: error }, 'Redis connection error');
+  const redis = createRedis(config.redisUrl, 'worker', { onError: onRedisError, overrides: { connectionName: 'kvroute-poller' } });
+  shutdown.push('redis', () => closeRedis(redis));
+  const subscriber = createRedis(config.redisUrl, 'worker', { onError: onRedisError, overrides: { connectionName: 'kvroute-poller-subscriber' } });
+  shutdown.push('redis-subscriber', () => closeRedis(subscriber));
+  const bullRedis = createRedis(config.redisUrl, 'worker', { onError: onRedisError, overrides: { connectionName: 'kvroute-poller-bullmq' } });
+  shutdown.push('bullmq-redis', () => closeRedis(bullRedis));
+
+  const dispatcher = new Agent({ connect: { timeout: config.scrapeTimeoutMs }, connections: 4 });
+  shutdown.push('http-client', () => dispatcher.close());
+
+  const metrics = new PollerMetrics({ backends: () => backends.length });
+  const app = await buildPollerApp({ metrics, isClosing: () => closing, isWorking: () => working, logger: deps.logger ?? false });
+  shutdown.push('http-server', () => app.close());
+
+  const store = new RedisBackendStateStore({ redis, keyNamespace: namespace });
+  const backendSet = new RedisBackendSet({ redis, nowMs, keyNamespace: namespace });
+  const prefix = `${namespace}:{poller}`;
+  const queue = new Queue<ScrapeJobData>(SCRAPE_QUEUE_NAME, { connection: bullRedis, prefix });
+  queue.on('error', (error) => logger?.warn({ err: error }, 'scrape queue error'));
+  shutdown.push('queue', () => queue.close());
+
+  const get = createHttpGet({ dispatcher, timeoutMs: config.scrapeTimeoutMs });
+  const parse = deps.parse ?? parseEngineMetrics;
+  const jobDeps = {
+    store,
+    scrape: (target: Parameters<typeof scrapeBackend>[0]) => scrapeBackend(target, { get, parse }),
+    hitRate: hitRateOverInterval,
+    metrics,
+    nowMs,
+    intervalMs: config.intervalMs,
+    hysteresis: { failuresToUnhealthy: config.failuresToUnhealthy, successesToHealthy: config.successesToHealthy },
+    stateTtlMs: config.stateTtlIntervals * config.intervalMs,
+    logger: logger?.child({ component: 'scrape' }),
+  };
+  const worker = new Worker<ScrapeJobData>(
+    SCRAPE_QUEUE_NAME,
+    async (job) => {
+      const result = await runScrapeJob(job.data, plannedAtMs(job), jobDeps);
+      deps.onJob?.(job.data.backendId, result);
+      if (result.kind === 'scraped' && result.published) logger?.debug({ state: result.state }, 'backend state changed');
+    },
+    {
+      connection: bullRedis,
+      prefix,
+      autorun: false,
+      concurrency: config.concurrency,
+      lockDuration: config.jobLockMs,
+      stalledInterval: config.stalledCheckMs,
+      maxStalledCount: 1,
+    },
+  );
+  worker.on('error', (error) => logger?.warn({ err: error }, 'scrape worker error'));
+  worker.on('failed', (job, error) => logger?.warn({ backend: job?.data.backendId, err: error }, 'scrape job failed'));
+  shutdown.push('worker', async () => {
+    working = false;
+    await worker.close();
+  });
+
+  const schedules = new ScrapeSchedules({ queue, intervalMs: config.intervalMs, nowMs, logger: logger?.child({ component: 'schedules' }) });
+  const reconcile = (): Promise<void> => {
+    backends = mergeBackendLists(configured, shared);
+    return schedules.reconcile(backends).then(
+      () => undefined,
+      (error: unknown) => logger?.warn({ err: error }, 'could not update the scrape schedulers (retrying at the next reconcile)'),
+    );
+  };
+
+  let watch: BackendSetWatch | null = null;
+  let reconcileTimer: NodeJS.Timeout | null = null;
+
+  return {
+    app,
+    metrics,
+    get backends() {
+      return backends;
+    },
+    async start() {
+      await waitUntilReady(redis, 10_000);
+      if (config.followSharedSet) {
+        watch = backendSet.watch({
+          subscriber,
+          pollIntervalMs: config.backendSetPollMs,
+          onChange: (list) => {
+            shared = list.backends;
+            if (list.unreadable.length > 0) logger?.warn({ backends: list.unreadable }, 'shared backend set: ignoring entries that cannot be read');
+            void reconcile();
+          },
+          onError: (error) => logger?.warn({ err: error }, 'shared backend set unreachable: scraping the last set read'),
+        });
+        shutdown.push('backend-set-watch', () => watch?.stop());
+        // Only once the shared set was read does the list hold every backend: an earlier reconcile
+        // would remove the schedulers of shared backends the other replicas keep.
+        await watch.refresh();
+      }
+      await reconcile();
+      reconcileTimer = setInterval(() => void reconcile(), config.reconcileMs);
+      reconcileTimer.unref();
+      shutdown.push('reconcile', async () => {
+        if (reconcileTimer) clearInterval(reconcileTimer);
+        await schedules.settled();
+      });
+      void worker.run().catch((error: unknown) => logger?.error({ err: error }, 'scrape worker stopped'));
+      await worker.waitUntilReady();
+      working = true;
+      const url = await app.listen({ host: config.host, port: config.port });
+      logger?.info({ url, backends: backends.map((backend) => backend.id), intervalMs: config.intervalMs }, 'kvroute health poller running');
+      return url;
+    },
+    close() {
+      closing = true;
+      return shutdown.closeAll({ deadlineMs: config.shutdownGraceMs, logger });
+    },
+  };
+}
+
+/**
+ * When the job scheduler planned this job: the `<ms>` of its id `repeat:<scheduler id>:<ms>` (BullMQ's
+ * scheduler job ids), else its creation time plus delay.
+ */
+function plannedAtMs(job: Job<ScrapeJobData>): number {
+  const planned = Number(job.id?.slice(job.id.lastIndexOf(':') + 1));
+  return Number.isSafeInteger(planned) && planned > 0 ? planned : job.timestamp + (job.delay ?? 0);
+}
+
+/** QUIT (lets queued replies arrive), but never waits more than a second for a Redis that is away. */
+async function closeRedis(client: ReturnType<typeof createRedis>): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([client.quit().catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, 1000)))]);
+  clearTimeout(timer);
+  client.disconnect();
+}

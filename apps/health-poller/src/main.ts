@@ -1,0 +1,36 @@
+import { createLogger, loadConfig, onTerminationSignal } from '@kvroute/platform';
+import { POLLER_ENV_PREFIX, PollerConfig } from './config';
+import { createHealthPoller } from './create-poller';
+
+/** Composition root: config → logger → poller (Redis, queue, worker, schedulers, HTTP) → start → graceful stop on SIGTERM. */
+async function main(): Promise<void> {
+  const loaded = loadConfig({
+    schema: PollerConfig,
+    argv: process.argv.slice(2),
+    env: process.env,
+    envPrefix: POLLER_ENV_PREFIX,
+    usage:
+      'npm run poller -- --redis-url redis://HOST:6379 [--backends URL[,URL…]] [options]\n\nkvroute health poller: scrapes every backend once per interval and publishes its state through Redis.',
+  });
+  if (loaded.kind === 'help') {
+    process.stdout.write(`${loaded.text}\n`);
+    return;
+  }
+  const config = loaded.config;
+  const logger = createLogger({ service: 'kvroute-poller', level: config.logLevel });
+  const poller = await createHealthPoller(config, { logger });
+  onTerminationSignal(
+    async () => {
+      logger.info('shutting down: finishing the running scrapes');
+      const result = await poller.close();
+      process.exit(result.ok ? 0 : 1);
+    },
+    { onError: (error) => logger.fatal({ err: error }, 'shutdown failed') },
+  );
+  await poller.start();
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`kvroute poller: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.exit(1);
+});

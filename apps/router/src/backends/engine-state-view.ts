@@ -1,0 +1,80 @@
+import type { BackendState } from '@kvroute/protocols';
+import type { BackendId, EngineLoad } from '@kvroute/routing';
+
+/** Where the health poller's published states come from (`RedisBackendStateStore` in production). */
+export interface BackendStateSource {
+  readAll(): Promise<BackendState[]>;
+  subscribe(options: { readonly onState: (state: BackendState) => void; readonly onError?: (error: unknown) => void }): {
+    readonly ready: Promise<boolean>;
+    stop(): Promise<void>;
+  };
+}
+
+export interface EngineStateViewOptions {
+  readonly source: BackendStateSource;
+  /** A state scraped longer ago than this is unknown: neither healthy nor unhealthy, its load unread. */
+  readonly maxAgeMs: number;
+  /** How often the whole set is read again (pub/sub delivers at most once; this bounds a lost message). */
+  readonly refreshMs: number;
+  readonly nowMs: () => number;
+  readonly onError?: (error: unknown) => void;
+}
+
+/** What the router knows of a backend from its engine, at one instant. */
+export type EngineVerdict =
+  /** No fresh state: the poller does not run, has not scraped it yet, or its last scrape is too old. */
+  | { readonly kind: 'unknown' }
+  | { readonly kind: 'healthy'; readonly load: EngineLoad | null }
+  | { readonly kind: 'unhealthy' };
+
+/**
+ * The router's live copy of the backends' published states: read once at start, then kept current by
+ * pub/sub and a periodic full read, so the request path never waits on Redis for it. Stale states are
+ * unknown, not idle: a poller that stopped must not make a backend look empty or dead.
+ */
+export class EngineStateView {
+  private readonly states = new Map<BackendId, BackendState>();
+  private subscription: { stop(): Promise<void> } | null = null;
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(private readonly options: EngineStateViewOptions) {}
+
+  /** Subscribes (not awaited: a Redis that is down must not hold up the router's start) and reads once. */
+  async start(): Promise<void> {
+    this.subscription = this.options.source.subscribe({ onState: (state) => this.accept(state), onError: this.options.onError });
+    await this.refresh();
+    this.timer = setInterval(() => void this.refresh(), this.options.refreshMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.subscription?.stop();
+    this.subscription = null;
+  }
+
+  /** Reads every published state; a failure keeps the copy as it is (its states age into unknown). */
+  async refresh(): Promise<void> {
+    try {
+      for (const state of await this.options.source.readAll()) this.accept(state);
+    } catch (error) {
+      this.options.onError?.(error);
+    }
+  }
+
+  verdict(backendId: BackendId): EngineVerdict {
+    const state = this.states.get(backendId);
+    if (state === undefined || this.options.nowMs() - state.scrapedAtMs > this.options.maxAgeMs) return { kind: 'unknown' };
+    if (!state.healthy) return { kind: 'unhealthy' };
+    const { kvUsage, running, waiting } = state;
+    const load = kvUsage === null || running === null || waiting === null ? null : { kvUsage, kvCapacityTokens: state.kvCapacityTokens, running, waiting };
+    return { kind: 'healthy', load };
+  }
+
+  /** Keeps the newest state per backend: a late pub/sub message must not undo a fresher full read. */
+  private accept(state: BackendState): void {
+    const known = this.states.get(state.backendId);
+    if (known === undefined || state.scrapedAtMs >= known.scrapedAtMs) this.states.set(state.backendId, state);
+  }
+}

@@ -1,0 +1,53 @@
+/** The engines whose `/metrics` this library reads; the names match vllm-sim's `--metrics-dialect`. */
+export const ENGINE_KINDS = ['vllm', 'vllm-v0', 'sglang', 'llamacpp'] as const;
+
+/**
+ * - `vllm`: vLLM V1 engine (≥ 0.8), `{engine, model_name}` labels, prefix-cache counters;
+ * - `vllm-v0`: vLLM 0.6.x/0.7.x V0 engine, `gpu_*` names, a cumulative block hit-rate gauge;
+ * - `sglang`: SGLang `--enable-metrics`;
+ * - `llamacpp`: llama.cpp `llama-server --metrics` (plus `/slots` when given).
+ */
+export type EngineKind = (typeof ENGINE_KINDS)[number];
+
+/**
+ * One engine's state, normalised from whichever dialect it speaks. `null` always means "unknown":
+ * the engine does not expose it, or every series of it was NaN/±Inf or out of range. Counts are
+ * summed over the engine's series (DP ranks, model names); see the README for the rules.
+ */
+export interface EngineMetrics {
+  readonly engine: EngineKind;
+  /** KV-cache usage as a ratio in [0, 1] (clamped); 1 means full. */
+  readonly kvUsage: number | null;
+  /** KV-cache capacity in tokens, summed over DP ranks / slots. */
+  readonly kvCapacityTokens: number | null;
+  /** Requests in the running batch (llama.cpp: busy slots). */
+  readonly running: number | null;
+  /** Requests queued, preempted ones included (vLLM V0: waiting + swapped; llama.cpp: deferred). */
+  readonly waiting: number | null;
+  /** Preemptions since the engine started (a counter). */
+  readonly preemptionsTotal: number | null;
+  /** Prompt tokens (or blocks, see `prefixCacheCounterUnit`) looked up in the prefix cache since start. */
+  readonly prefixCacheQueriesTotal: number | null;
+  /** Of those, found in the prefix cache. */
+  readonly prefixCacheHitsTotal: number | null;
+  /** Unit of both prefix-cache counters: `blocks` only for vLLM 0.8.x's `gpu_prefix_cache_*` names. */
+  readonly prefixCacheCounterUnit: 'tokens' | 'blocks' | null;
+  /**
+   * The engine's own hit-rate gauge in [0, 1], where it has one: vLLM V0 cumulative block hit rate
+   * since start; SGLang the last prefill batch's hit rate. Prefer `hitRateOverInterval` on the counters.
+   */
+  readonly prefixCacheHitRate: number | null;
+}
+
+export type EngineMetricsErrorCode = 'ENGINE_METRICS_ERR_UNKNOWN_ENGINE';
+
+export class EngineMetricsError extends Error {
+  override readonly name = 'EngineMetricsError';
+
+  constructor(
+    readonly code: EngineMetricsErrorCode,
+    message: string,
+  ) {
+    super(message);
+  }
+}

@@ -1,0 +1,33 @@
+import { describe, expect, it } from 'vitest';
+import { BackendState } from './backend-state';
+
+const state = {
+  backendId: '10.0.0.1:8000',
+  engine: 'vllm',
+  healthy: true,
+  failure: null,
+  consecutiveFailures: 0,
+  consecutiveSuccesses: 4,
+  healthyChangedAtMs: 1_800_000_000_000,
+  scrapedAtMs: 1_800_000_003_000,
+  kvUsage: 0.42,
+  kvCapacityTokens: 1_018_880,
+  running: 3,
+  waiting: 0,
+  prefixCacheHitRate: null,
+  preemptionsTotal: 0,
+};
+
+describe('BackendState', () => {
+  it('accepts a published state and keeps unknown figures as null', () => {
+    expect(BackendState.parse(state)).toEqual(state);
+  });
+
+  it('rejects a usage outside [0, 1], an unknown engine or failure cause, and a missing field', () => {
+    expect(BackendState.safeParse({ ...state, kvUsage: 1.5 }).success).toBe(false);
+    expect(BackendState.safeParse({ ...state, engine: 'tgi' }).success).toBe(false);
+    expect(BackendState.safeParse({ ...state, failure: 'dns' }).success).toBe(false);
+    const { running: _running, ...withoutRunning } = state;
+    expect(BackendState.safeParse(withoutRunning).success).toBe(false);
+  });
+});

@@ -1,0 +1,70 @@
+import { z } from 'zod';
+
+/**
+ * A backend's state as the health poller publishes it through Redis (`apps/health-poller`, stored by
+ * `@kvroute/redis-store`'s `RedisBackendStateStore`) and routers read it: health with hysteresis, and the
+ * load figures of its last scrape. `null` in a figure always means "unknown": the engine does not
+ * expose it, or the last scrape could not read `/metrics`.
+ */
+
+/**
+ * Engines as the poller reports them: `@kvroute/engine-metrics`' `EngineKind` (vllm-sim's metrics
+ * dialects), plus `unknown` until a `/metrics` was read. The poller checks at compile time that every
+ * `EngineKind` is listed here.
+ */
+export const BACKEND_ENGINES = ['vllm', 'vllm-v0', 'sglang', 'llamacpp', 'unknown'] as const;
+export const BackendEngine = z.enum(BACKEND_ENGINES);
+export type BackendEngine = z.infer<typeof BackendEngine>;
+
+/**
+ * Why a scrape failed, first cause only (the health probe's before the metrics read's):
+ * - `connect`: refused, reset or unreachable; `timeout`: no full answer within the scrape timeout;
+ * - `loading`: the health endpoint answered 503 (engine starting, model loading, or dead);
+ * - `health_status`: the health endpoint answered another non-200 status;
+ * - `metrics_status`: `/metrics` answered non-200; `unreadable`: `/metrics` is no engine's exposition.
+ * The first four fail the health probe; the last two only leave the load figures unknown.
+ */
+export const SCRAPE_FAILURE_CAUSES = ['connect', 'timeout', 'loading', 'health_status', 'metrics_status', 'unreadable'] as const;
+export const ScrapeFailureCause = z.enum(SCRAPE_FAILURE_CAUSES);
+export type ScrapeFailureCause = z.infer<typeof ScrapeFailureCause>;
+
+const ratio = z.number().min(0).max(1).nullable();
+const amount = z.number().min(0).nullable();
+
+/** What one scrape saw, before health hysteresis. */
+export const BackendObservation = z.object({
+  engine: BackendEngine,
+  /** Why this scrape failed; null when both the health probe and the metrics read succeeded. */
+  failure: ScrapeFailureCause.nullable(),
+  /** KV-cache usage in [0, 1]; 1 = full. */
+  kvUsage: ratio,
+  /** KV-cache capacity, tokens. */
+  kvCapacityTokens: amount,
+  /** Requests in the running batch. */
+  running: amount,
+  /** Requests queued (preempted ones included). */
+  waiting: amount,
+  /** Prefix-cache hit rate in [0, 1] since the previous scrape (engines without counters: their own gauge). */
+  prefixCacheHitRate: ratio,
+  /** Preemptions since the engine started (a counter). */
+  preemptionsTotal: amount,
+});
+export type BackendObservation = z.infer<typeof BackendObservation>;
+
+/** A backend's published state: the last observation plus health with hysteresis. */
+export const BackendState = BackendObservation.extend({
+  backendId: z.string().min(1),
+  /**
+   * Healthy with hysteresis: turns false after `failuresToUnhealthy` consecutive failed health probes,
+   * true again after `successesToHealthy` consecutive good ones. A backend without history (first scrape,
+   * or its state expired) takes the outcome of its first probe.
+   */
+  healthy: z.boolean(),
+  consecutiveFailures: z.number().int().min(0),
+  consecutiveSuccesses: z.number().int().min(0),
+  /** ms since the Unix epoch when `healthy` last changed (or was first set). */
+  healthyChangedAtMs: z.number().int().min(0),
+  /** ms since the Unix epoch when the scrape that produced this state finished. */
+  scrapedAtMs: z.number().int().min(0),
+});
+export type BackendState = z.infer<typeof BackendState>;

@@ -1,0 +1,101 @@
+import { createHash } from 'node:crypto';
+import type { LuaScript } from './scripts';
+
+/**
+ * `record-backend-scrape`, the one script of `RedisBackendStateStore`. It lives in this module rather
+ * than in `src/lua/` (where `embed-lua.ts` would add it to `scripts.generated.ts` and `SCRIPTS`) only
+ * because those shared files belong to the routing-state work going on beside it; moving it there is
+ * a rename of this string into `src/lua/record-backend-scrape.lua` plus one `SCRIPTS` entry.
+ */
+const RECORD_BACKEND_SCRAPE_LUA = `--[[
+  record-backend-scrape: one scrape of one backend, recorded atomically: health hysteresis on the
+  counters kept in the backend's state hash, the state to publish, its expiry, the index of states,
+  and a PUBLISH of the new state when its health or its observation changed.
+
+  Hysteresis: a failed health probe adds a failure and zeroes the successes, a passed one the reverse.
+  A healthy backend turns unhealthy at failuresToUnhealthy consecutive failures, an unhealthy one
+  healthy at successesToHealthy consecutive successes. A backend without a state hash (its first
+  scrape, or nobody scraped it for a TTL and the hash expired) takes the outcome of this probe.
+
+  KEYS[1]  <ns>:{fleet}:backend-state:<id>   HASH healthy '1'|'0', failures, successes, changedAt (ms),
+                                             observation (JSON), state (JSON), carry (opaque)
+  KEYS[2]  <ns>:{fleet}:backend-states       ZSET backend id -> ms its state hash expires
+  ARGV[1]  backend id
+  ARGV[2]  now: ms since the Unix epoch when the scrape finished (the state's scrapedAtMs)
+  ARGV[3]  '1' the health probe passed, '0' it failed
+  ARGV[4]  failuresToUnhealthy, integer >= 1
+  ARGV[5]  successesToHealthy, integer >= 1
+  ARGV[6]  TTL of the state hash, ms
+  ARGV[7]  channel that gets the new state JSON on a change: <ns>:{fleet}:backend-states:changes
+  ARGV[8]  observation JSON: a flat object (engine, failure, load figures), compared as text
+  ARGV[9]  carry: text the next scrape reads back (HGET carry); '' keeps the stored one
+
+  Returns {state JSON, published 1|0}. The state JSON is the observation plus backendId, healthy,
+  consecutiveFailures, consecutiveSuccesses, healthyChangedAtMs and scrapedAtMs (cjson keeps integers
+  up to 14 digits exact, ms timestamps included).
+]]
+
+local id = ARGV[1]
+local now = tonumber(ARGV[2])
+local passed = ARGV[3] == '1'
+local failuresToUnhealthy = tonumber(ARGV[4])
+local successesToHealthy = tonumber(ARGV[5])
+local ttl = tonumber(ARGV[6])
+local observation = ARGV[8]
+
+local previous = redis.call('HMGET', KEYS[1], 'healthy', 'failures', 'successes', 'changedAt', 'observation')
+local known = previous[1] ~= false
+local wasHealthy = previous[1] == '1'
+local healthy, failures, successes, changedAt
+if not known then
+  healthy = passed
+  failures = passed and 0 or 1
+  successes = passed and 1 or 0
+  changedAt = now
+else
+  failures = tonumber(previous[2]) or 0
+  successes = tonumber(previous[3]) or 0
+  if passed then
+    successes = successes + 1
+    failures = 0
+  else
+    failures = failures + 1
+    successes = 0
+  end
+  healthy = wasHealthy
+  if wasHealthy and failures >= failuresToUnhealthy then healthy = false end
+  if not wasHealthy and successes >= successesToHealthy then healthy = true end
+  changedAt = tonumber(previous[4]) or now
+  if healthy ~= wasHealthy then changedAt = now end
+end
+local changed = (not known) or healthy ~= wasHealthy or observation ~= previous[5]
+
+local state = cjson.decode(observation)
+state['backendId'] = id
+state['healthy'] = healthy
+state['consecutiveFailures'] = failures
+state['consecutiveSuccesses'] = successes
+state['healthyChangedAtMs'] = changedAt
+state['scrapedAtMs'] = now
+local stateJson = cjson.encode(state)
+
+redis.call('HSET', KEYS[1], 'healthy', healthy and '1' or '0', 'failures', failures, 'successes', successes,
+  'changedAt', changedAt, 'observation', observation, 'state', stateJson)
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[9]) end
+redis.call('PEXPIRE', KEYS[1], ttl)
+
+-- The index outlives its longest-lived member; members whose hash has expired are dropped here.
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZADD', KEYS[2], now + ttl, id)
+if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
+
+if changed then redis.call('PUBLISH', ARGV[7], stateJson) end
+return {stateJson, changed and 1 or 0}
+`;
+
+export const RECORD_BACKEND_SCRAPE: LuaScript = {
+  name: 'record-backend-scrape',
+  lua: RECORD_BACKEND_SCRAPE_LUA,
+  sha1: createHash('sha1').update(RECORD_BACKEND_SCRAPE_LUA, 'utf8').digest('hex'),
+  numberOfKeys: 2,
+};
