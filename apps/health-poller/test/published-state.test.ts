@@ -1,15 +1,18 @@
 import type { BackendState } from '@kvroute/protocols';
 import { createRedis, RedisBackendSet, waitUntilReady } from '@kvroute/redis-store';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { SimConfig } from '@kvroute/vllm-sim/config';
 import { openTestEnv, startSim, stateOf, waitForValue, type TestEnv, type TestSim } from './poller-test-kit';
 
 /**
- * One poller replica against simulated vLLM backends (default `vllm` dialect) on one Redis of this
- * file's own: what it publishes is what the backend's own `/sim/state` says, health follows the
- * hysteresis, and the shared backend set is followed.
+ * One poller replica against simulated backends on one Redis of this file's own: what it publishes is
+ * what the backend's own `/sim/state` says, in each of vllm-sim's metrics dialects (vLLM V1, vLLM V0,
+ * SGLang, llama.cpp), health follows the hysteresis, and the shared backend set is followed.
  */
 const INTERVAL_MS = 300;
 const TIMEOUT_MS = 200;
+/** "Within one interval": a new figure at the backend is published by the next scrape, which may take up to its timeout. */
+const WITHIN_ONE_INTERVAL_MS = INTERVAL_MS + TIMEOUT_MS;
 const POLLER = { intervalMs: INTERVAL_MS, scrapeTimeoutMs: TIMEOUT_MS, jobLockMs: 2000, stalledCheckMs: 2000, reconcileMs: 1000, backendSetPollMs: 200 };
 
 let env: TestEnv;
@@ -24,57 +27,260 @@ interface SimTruth {
   readonly running: number;
   readonly waiting: number;
   readonly kv_cache_usage: number;
+  readonly preemptions: number;
 }
 
 async function simState(sim: TestSim): Promise<SimTruth> {
   return (await (await fetch(`${sim.url}/sim/state`)).json()) as SimTruth;
 }
 
+/** The load figures a poller must publish for a given truth of the sim. */
+interface ExpectedLoad {
+  readonly running: number;
+  readonly waiting: number;
+  /** null: the dialect does not expose it, so the poller must say "unknown", never 0. */
+  readonly kvUsage: number | null;
+  readonly preemptionsTotal: number | null;
+}
+
+interface DialectCase {
+  readonly dialect: SimConfig['metricsDialect'];
+  /** What the poller must detect from `/metrics` alone (no engine configured). */
+  readonly engine: BackendState['engine'];
+  readonly sim: Partial<SimConfig>;
+  /** KV capacity in tokens as the sim's config implies it through what this dialect exposes. */
+  readonly kvCapacityTokens: number;
+  readonly expected: (truth: SimTruth) => ExpectedLoad;
+  /** Prefix-cache hit rate published while idle (no request seen yet). */
+  readonly idleHitRate: number | null;
+  /** Whether the poller must read `GET /slots` at every scrape. */
+  readonly readsSlots: boolean;
+}
+
+// Slow simulated time (50× slower than wall time) and a small KV cache: of 6 requests at most 3 run, the
+// others wait for blocks, and each figure holds still for about a second (one engine step), so a scrape
+// and /sim/state read around it agree.
+const NUM_GPU_BLOCKS = 64;
+const MAX_MODEL_LEN = 4096;
+const SIM_LOAD: Partial<SimConfig> = { profile: 'a100-7b', timeScale: 0.02, numGpuBlocks: NUM_GPU_BLOCKS, maxModelLen: MAX_MODEL_LEN };
+const BLOCK_SIZE = 16;
+/** Requests sent, and how many of them fit in the 63 usable blocks at once (~300 prompt tokens each). */
+const LOAD_REQUESTS = 6;
+const KV_ADMITS = 3;
+/** llama.cpp `--parallel`: fewer slots than the 3 sequences the KV cache admits, so slot semantics show. */
+const LLAMACPP_SLOTS = 2;
+
+const sameAsTruth = (truth: SimTruth): ExpectedLoad => ({ running: truth.running, waiting: truth.waiting, kvUsage: truth.kv_cache_usage, preemptionsTotal: truth.preemptions });
+
+const DIALECTS: readonly DialectCase[] = [
+  {
+    dialect: 'vllm',
+    engine: 'vllm',
+    sim: { metricsDialect: 'vllm' },
+    // cache_config_info{engine="0"}: num_gpu_blocks × block_size. vLLM's num_gpu_blocks counts its
+    // reserved null block, so this is one block more than kv_cache_usage_perc is a share of (63 blocks).
+    kvCapacityTokens: NUM_GPU_BLOCKS * BLOCK_SIZE,
+    expected: sameAsTruth,
+    // V1 has counters only: no query in the interval → no rate.
+    idleHitRate: null,
+    readsSlots: false,
+  },
+  {
+    dialect: 'vllm-v0',
+    engine: 'vllm-v0',
+    sim: { metricsDialect: 'vllm-v0' }, // and the V0 scheduler (the dialect's default engine version)
+    kvCapacityTokens: NUM_GPU_BLOCKS * BLOCK_SIZE, // the single cache_config_info series (no engine label)
+    // waiting = num_requests_waiting + num_requests_swapped; the sim never swaps (swapped stays 0).
+    expected: sameAsTruth,
+    // V0's own gauge (cumulative block hit rate), which V0 prints as 0 before any lookup.
+    idleHitRate: 0,
+    readsSlots: false,
+  },
+  {
+    dialect: 'sglang',
+    engine: 'sglang',
+    sim: { metricsDialect: 'sglang' },
+    // max_total_num_tokens: SGLang's pool has no null block, so the sim prints its 63 usable blocks.
+    kvCapacityTokens: (NUM_GPU_BLOCKS - 1) * BLOCK_SIZE,
+    // num_queue_reqs is SGLang's waiting queue (requests not scheduled yet, retracted ones put back), the
+    // same set the sim counts as waiting; usage = num_used_tokens / max_total_num_tokens, evictable cached
+    // tokens counted as free on both sides (not the 2-decimal token_usage gauge). This SGLang prints no
+    // retraction histogram (older SGLang has no preemption counter at all): preemptions unknown.
+    expected: (truth) => ({ ...sameAsTruth(truth), preemptionsTotal: null }),
+    // The prompt/cached token counters move when a request finishes: none has, so no rate.
+    idleHitRate: null,
+    readsSlots: false,
+  },
+  {
+    dialect: 'llamacpp',
+    engine: 'llamacpp',
+    sim: { metricsDialect: 'llamacpp', slots: LLAMACPP_SLOTS },
+    // Σ n_ctx of GET /slots; the sim gives every slot max_model_len. (That is the context llama.cpp
+    // would offer, not the sim's shared 64-block pool, which this dialect cannot show.)
+    kvCapacityTokens: LLAMACPP_SLOTS * MAX_MODEL_LEN,
+    // llama.cpp counts slots, not sequences: requests_processing = busy slots = min(running, slots); a
+    // sequence the sim's engine runs beyond the slots is deferred in llama.cpp (requests_deferred =
+    // waiting + that overflow). So with 3 sequences running, llama.cpp says 2 processing, 1 more deferred.
+    // A build after ggml-org/llama.cpp#13660 has no KV gauges and /slots no token counts, so KV usage is
+    // unknown; llama.cpp has no preemption counter either.
+    expected: (truth) => {
+      const processing = Math.min(truth.running, LLAMACPP_SLOTS);
+      return { running: processing, waiting: truth.waiting + truth.running - processing, kvUsage: null, preemptionsTotal: null };
+    },
+    idleHitRate: null,
+    readsSlots: true,
+  },
+];
+
+/** The published state shows exactly the expected load figures. */
+function shows(state: BackendState | null, expected: ExpectedLoad): boolean {
+  if (state === null || state.running !== expected.running || state.waiting !== expected.waiting) return false;
+  if (expected.kvUsage === null) return state.kvUsage === null;
+  return state.kvUsage !== null && Math.abs(state.kvUsage - expected.kvUsage) < 1e-9;
+}
+
+function sendLoad(sim: TestSim, signal: AbortSignal): void {
+  for (let i = 0; i < LOAD_REQUESTS; i += 1) {
+    const prompt = `request ${i}: ${'lorem ipsum dolor sit amet '.repeat(50)}`;
+    void fetch(`${sim.url}/v1/completions`, {
+      method: 'POST',
+      signal,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'test-model', prompt, max_tokens: 200, stream: true }),
+    })
+      .then((response) => response.text())
+      .catch(() => undefined);
+  }
+}
+
+interface Sample {
+  readonly atMs: number;
+  readonly truth: SimTruth;
+  readonly state: BackendState | null;
+}
+
+/** One stretch of samples over which the sim's running, waiting and KV usage did not move. */
+interface Segment {
+  readonly truth: SimTruth;
+  readonly fromMs: number;
+  readonly untilMs: number;
+  /** ms from the first sample showing this truth to the first sample whose published state shows it; null = never within the stretch. */
+  readonly publishedAfterMs: number | null;
+}
+
+function segmentsOf(samples: readonly Sample[], expected: DialectCase['expected']): Segment[] {
+  const segments: Segment[] = [];
+  const key = (truth: SimTruth) => `${truth.running}/${truth.waiting}/${truth.kv_cache_usage}`;
+  for (let start = 0; start < samples.length; ) {
+    const first = samples[start] as Sample;
+    let end = start;
+    while (end + 1 < samples.length && key((samples[end + 1] as Sample).truth) === key(first.truth)) end += 1;
+    const want = expected(first.truth);
+    const match = samples.slice(start, end + 1).find((sample) => shows(sample.state, want));
+    const next = samples[end + 1];
+    segments.push({ truth: first.truth, fromMs: first.atMs, untilMs: next?.atMs ?? (samples[end] as Sample).atMs, publishedAfterMs: match === undefined ? null : match.atMs - first.atMs });
+    start = end + 1;
+  }
+  return segments;
+}
+
 describe('health poller: published state', () => {
-  it("publishes a vLLM backend's running, waiting and KV usage as its /sim/state has them, within one interval", async () => {
-    // Slow simulated time (50× slower than wall time) and a small KV cache: 3 requests run, 3 wait for
-    // blocks, and the figures hold still for seconds, so a scrape and /sim/state read around it agree.
-    const sim = await startSim({ profile: 'a100-7b', timeScale: 0.02, numGpuBlocks: 64 });
-    await env.startPoller({ ...POLLER, backends: [sim.url] });
-    const idle = await waitForValue(stateOf(env, sim.id), (state) => state !== null);
-    expect(idle.value).toMatchObject({ backendId: sim.id, engine: 'vllm', healthy: true, failure: null, running: 0, waiting: 0, kvUsage: 0, kvCapacityTokens: 64 * 16 });
+  describe.each(DIALECTS)('against vllm-sim --metrics-dialect $dialect', (dialectCase) => {
+    it('publishes the engine, KV capacity, and running, waiting and KV usage as /sim/state has them, within one interval', async () => {
+      const sim = await startSim({ ...SIM_LOAD, ...dialectCase.sim });
+      const slotsReads: number[] = [];
+      sim.sim.app.server.on('request', (request: { url?: string }) => {
+        if (request.url === '/slots') slotsReads.push(Date.now());
+      });
+      const load = new AbortController();
+      try {
+        // No engine configured: the poller tells it from /metrics (and for llama.cpp reads /slots at once).
+        await env.startPoller({ ...POLLER, backends: [sim.url] });
+        const idle = await waitForValue(stateOf(env, sim.id), (state) => state !== null);
+        const idleTruth = await simState(sim);
+        const idleLoad = dialectCase.expected(idleTruth);
+        expect(idle.value).toMatchObject({
+          backendId: sim.id,
+          engine: dialectCase.engine,
+          healthy: true,
+          failure: null,
+          running: 0,
+          waiting: 0,
+          kvUsage: idleLoad.kvUsage === null ? null : 0,
+          kvCapacityTokens: dialectCase.kvCapacityTokens,
+          preemptionsTotal: idleLoad.preemptionsTotal,
+          prefixCacheHitRate: dialectCase.idleHitRate,
+        });
 
-    const load = new AbortController();
-    for (let i = 0; i < 6; i += 1) {
-      const prompt = `request ${i}: ${'lorem ipsum dolor sit amet '.repeat(50)}`;
-      void fetch(`${sim.url}/v1/completions`, {
-        method: 'POST',
-        signal: load.signal,
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'test-model', prompt, max_tokens: 200, stream: true }),
-      })
-        .then((response) => response.text())
-        .catch(() => undefined);
-    }
-    try {
-      // When the sim first shows the load, the published state follows within one interval (plus a scrape).
-      const loaded = await waitForValue(() => simState(sim), (truth) => truth.running === 3 && truth.waiting === 3);
-      const seen = await waitForValue(stateOf(env, sim.id), (state) => state?.running === 3 && state.waiting === 3);
-      expect(seen.atMs - loaded.atMs).toBeLessThanOrEqual(INTERVAL_MS + TIMEOUT_MS);
+        // Sample the truth and the published state together while the load arrives (the engine admits the
+        // requests over one or two steps, so running, waiting and KV usage move more than once), until the
+        // KV cache is the limit (3 running, 3 waiting) and the published state shows that too.
+        sendLoad(sim, load.signal);
+        const samples: Sample[] = [];
+        const deadline = Date.now() + 8000;
+        for (;;) {
+          const truth = await simState(sim);
+          const state = await env.store.read(sim.id);
+          samples.push({ atMs: Date.now(), truth, state });
+          const loaded = truth.running === KV_ADMITS && truth.waiting === LOAD_REQUESTS - KV_ADMITS;
+          if (loaded && shows(state, dialectCase.expected(truth))) break;
+          if (Date.now() > deadline) throw new Error(`the published state never showed the loaded sim (last sample ${JSON.stringify(samples.at(-1))})`);
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+        // Every figure the sim held for at least one interval (plus a scrape) was published within that
+        // time of its first appearance at /sim/state; shorter ones may legitimately fall between scrapes.
+        const segments = segmentsOf(samples, dialectCase.expected);
+        const checked = segments.filter((segment) => segment.publishedAfterMs !== null || segment.untilMs - segment.fromMs >= WITHIN_ONE_INTERVAL_MS);
+        for (const segment of checked) {
+          expect(segment.publishedAfterMs, `sim ${JSON.stringify(segment.truth)} held ${segment.untilMs - segment.fromMs} ms`).not.toBeNull();
+          expect(segment.publishedAfterMs).toBeLessThanOrEqual(WITHIN_ONE_INTERVAL_MS);
+        }
+        // The load changed the figures: the idle ones and at least one loaded set were both checked.
+        expect(checked.some((segment) => segment.truth.running === 0 && segment.truth.waiting === 0)).toBe(true);
+        expect(checked.some((segment) => segment.truth.running > 0 && segment.truth.waiting > 0)).toBe(true);
 
-      // Exact agreement: a scrape that started after /sim/state was read (t0) and ended before it was
-      // read again (t1), while the sim's figures did not move, must have read those figures.
-      let compared = 0;
-      for (let attempt = 0; attempt < 8 && compared === 0; attempt += 1) {
-        const t0 = Date.now();
-        const before = await simState(sim);
-        const published = await waitForValue(stateOf(env, sim.id), (state) => state !== null && state.scrapedAtMs - TIMEOUT_MS > t0, 2 * INTERVAL_MS + TIMEOUT_MS);
-        const after = await simState(sim);
-        if (before.running !== after.running || before.waiting !== after.waiting || before.kv_cache_usage !== after.kv_cache_usage) continue;
-        expect(published.value).toMatchObject({ healthy: true, failure: null, running: after.running, waiting: after.waiting });
-        expect(published.value?.kvUsage).toBeCloseTo(after.kv_cache_usage, 10);
-        compared += 1;
+        // Exact agreement: a scrape that started after /sim/state was read (t0) and ended before it was
+        // read again (t1), while the sim's figures did not move, must have read those figures.
+        let compared = 0;
+        for (let attempt = 0; attempt < 8 && compared === 0; attempt += 1) {
+          const t0 = Date.now();
+          const before = await simState(sim);
+          const published = await waitForValue(stateOf(env, sim.id), (state) => state !== null && state.scrapedAtMs - TIMEOUT_MS > t0, 2 * INTERVAL_MS + TIMEOUT_MS);
+          const after = await simState(sim);
+          if (before.running !== after.running || before.waiting !== after.waiting || before.kv_cache_usage !== after.kv_cache_usage || before.preemptions !== after.preemptions) continue;
+          const want = dialectCase.expected(after);
+          expect(published.value).toMatchObject({
+            engine: dialectCase.engine,
+            healthy: true,
+            failure: null,
+            running: want.running,
+            waiting: want.waiting,
+            kvCapacityTokens: dialectCase.kvCapacityTokens,
+            preemptionsTotal: want.preemptionsTotal,
+          });
+          if (want.kvUsage === null) expect(published.value?.kvUsage).toBeNull();
+          else expect(published.value?.kvUsage).toBeCloseTo(want.kvUsage, 10);
+          compared += 1;
+        }
+        expect(compared).toBe(1);
+
+        // llama.cpp: /slots read along with /metrics at every scrape (the one in flight may not have
+        // reached it yet); the other engines are never asked for it.
+        if (dialectCase.readsSlots) {
+          expect(slotsReads.length).toBeGreaterThan(0);
+          expect(Math.abs(slotsReads.length - sim.metricsScrapes.length)).toBeLessThanOrEqual(1);
+        } else expect(slotsReads).toEqual([]);
+
+        const shown = checked.map(({ truth, publishedAfterMs }) => {
+          const want = dialectCase.expected(truth);
+          return `${truth.running}/${truth.waiting} kv ${truth.kv_cache_usage.toFixed(3)} → ${want.running}/${want.waiting} kv ${want.kvUsage?.toFixed(3) ?? 'null'} after ${publishedAfterMs} ms`;
+        });
+        console.info(`[health-poller] ${dialectCase.dialect}: engine ${idle.value?.engine}, capacity ${idle.value?.kvCapacityTokens} tokens; sim running/waiting → published: ${shown.join('; ')}`);
+      } finally {
+        load.abort();
+        await sim.sim.close();
       }
-      expect(compared).toBe(1);
-    } finally {
-      load.abort();
-      await sim.sim.close();
-    }
+    });
   });
 
   it('marks a dead backend unhealthy after N failed intervals and healthy again within M intervals of its restart', async () => {
@@ -107,7 +313,9 @@ describe('health poller: published state', () => {
       const upAfterMs = up.atMs - restartedAtMs;
       expect(up.value).toMatchObject({ consecutiveSuccesses: successesToHealthy, failure: null, running: 0 });
       expect(upAfterMs).toBeLessThanOrEqual(successesToHealthy * INTERVAL_MS + TIMEOUT_MS);
-      // Every health change was announced on the changes channel, in order.
+      // Every health change was announced on the changes channel, in order. The message comes on the
+      // subscriber's own connection, so it can arrive just after the read above saw the state.
+      await waitForValue(async () => published.at(-1)?.state.healthy, (healthy) => healthy === true, 1000);
       expect(published.map((entry) => entry.state.healthy).filter((healthy, i, all) => i === 0 || healthy !== all[i - 1])).toEqual([true, false, true]);
       console.info(`[health-poller] unhealthy ${downAfterMs} ms after the kill, healthy ${upAfterMs} ms after the restart (interval ${INTERVAL_MS} ms, N=${failuresToUnhealthy}, M=${successesToHealthy})`);
     } finally {

@@ -34,6 +34,11 @@ interface ScrapeStats {
   readonly scrapes: number;
   readonly minGapMs: number;
   readonly maxGapMs: number;
+  /**
+   * Gaps under half an interval. One can come from a job started late (Redis timers, a loaded machine)
+   * followed by one on time; two jobs per interval (a duplicated scheduler) would make one every interval.
+   */
+  readonly shortGaps: number;
   /** How many intervals (windows of one interval, centred on the backend's own schedule) had 0, 1, 2, … scrapes. */
   readonly perWindow: Record<number, number>;
 }
@@ -58,7 +63,7 @@ function statsOf(times: readonly number[], fromMs: number, toMs: number): Scrape
   }
   const perWindow: Record<number, number> = {};
   for (const count of counts.values()) perWindow[count] = (perWindow[count] ?? 0) + 1;
-  return { scrapes: inRange.length, minGapMs: Math.min(...gaps), maxGapMs: Math.max(...gaps), perWindow };
+  return { scrapes: inRange.length, minGapMs: Math.min(...gaps), maxGapMs: Math.max(...gaps), shortGaps: gaps.filter((gap) => gap < INTERVAL_MS / 2).length, perWindow };
 }
 
 function report(label: string, stats: readonly ScrapeStats[]): string {
@@ -96,8 +101,10 @@ describe('health poller: replicas', () => {
     console.info(report(`whole run, ${endMs - startMs} ms, across the stop`, whole));
 
     for (const stats of whole) {
-      // Never twice in one interval, never a gap of more than two intervals (the stop included).
-      expect(stats.minGapMs).toBeGreaterThan(INTERVAL_MS / 2);
+      // Never a second job per interval (a duplicated scheduler would make a short gap every interval;
+      // one late job followed by an on-time one makes one), never a gap of more than two intervals (the
+      // stop included). The per-window count below is the "once per interval, ±1" of the acceptance.
+      expect(stats.shortGaps).toBeLessThanOrEqual(1);
       expect(stats.maxGapMs).toBeLessThanOrEqual(2 * INTERVAL_MS);
       // One scrape per interval window, ±1.
       for (const count of Object.keys(stats.perWindow).map(Number)) expect(count).toBeLessThanOrEqual(2);
@@ -133,7 +140,7 @@ describe('health poller: replicas', () => {
     const stats = sims.map((sim) => statsOf(sim.metricsScrapes, startMs, Date.now()));
     console.info(report(`${upserts} upserts of the same 3 schedulers from 2 extra queue clients in ${Date.now() - startMs} ms`, stats));
     for (const entry of stats) {
-      expect(entry.minGapMs).toBeGreaterThan(INTERVAL_MS / 2);
+      expect(entry.shortGaps).toBeLessThanOrEqual(1); // see the first test: late jobs
       expect(entry.maxGapMs).toBeLessThanOrEqual(2 * INTERVAL_MS);
     }
   });
@@ -182,7 +189,7 @@ describe('health poller: replicas', () => {
       );
       expect(childBefore).toBeGreaterThan(0);
       for (const entry of stats) {
-        expect(entry.minGapMs).toBeGreaterThan(INTERVAL_MS / 2);
+        expect(entry.shortGaps).toBeLessThanOrEqual(1); // see the first test: late jobs
         expect(entry.maxGapMs).toBeLessThanOrEqual(2 * INTERVAL_MS);
       }
     } finally {

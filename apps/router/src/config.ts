@@ -33,6 +33,8 @@ export const RouterConfig = z.object({
   chwblVirtualNodes: z.coerce.number().int().positive().default(160).describe('virtual nodes per unit weight on the chwbl ring'),
   kvrouterCacheHitBonus: z.coerce.number().default(100).describe('kvrouter: score bonus of a backend holding the conversation'),
   kvrouterLoadWeight: z.coerce.number().default(10).describe('kvrouter: score penalty per in-flight request'),
+  engineWaitingMs: z.coerce.number().min(0).default(40).describe("cacheaware: start delay (ms) per request waiting in a backend engine's own queue, when the health poller reports it"),
+  kvFullMs: z.coerce.number().min(0).default(250).describe("cacheaware: cost (ms) of a backend whose engine has too little free KV for the request"),
   kvawareDefaultMaxTokens: z.coerce.number().int().min(0).default(256).describe('kvaware: generation budget (tokens) assumed when a request sets no max_tokens'),
   kvawareAssumedCapacityTokens: z.coerce.number().int().positive().default(65_536).describe('kvaware: KV capacity (tokens) assumed for an engine whose metrics report none'),
   engineStateMaxAgeMs: z.coerce.number().int().positive().default(5_000).describe("with Redis: a health poller's backend state older than this is unknown (neither healthy nor unhealthy, its load unread)"),

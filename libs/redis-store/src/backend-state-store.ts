@@ -1,8 +1,7 @@
 import { BackendState, type BackendObservation } from '@kvroute/protocols';
-import { RECORD_BACKEND_SCRAPE } from './backend-state-script';
 import { backendStateKeys, DEFAULT_KEY_NAMESPACE, type BackendStateKeys } from './keys';
 import { RedisStoreError } from './redis-store-error';
-import { runScript, type RedisClient } from './scripts';
+import { runScript, SCRIPTS, type RedisClient } from './scripts';
 
 /**
  * The backends' published state in Redis: the health poller records each scrape, routers read the
@@ -12,7 +11,7 @@ import { runScript, type RedisClient } from './scripts';
  * observation, the published state JSON, the poller's carry-over between scrapes), PEXPIREd at every
  * scrape so a backend nobody scrapes any more loses its state by itself; a ZSET index of the backends
  * with a state (read without SCAN); a pub/sub channel that gets a backend's new state JSON whenever
- * its health or observation changed. Each scrape is one script (`backend-state-script.ts`): the
+ * its health or observation changed. Each scrape is one script (`src/lua/record-backend-scrape.lua`): the
  * hysteresis, the write, the expiry and the announcement happen together, so poller replicas that take
  * turns scraping one backend share one set of counters and a replica dying loses nothing.
  */
@@ -87,7 +86,7 @@ export class RedisBackendStateStore {
     requireCount('successesToHealthy', options.successesToHealthy);
     requireCount('ttlMs', options.ttlMs);
     if (!Number.isSafeInteger(scrape.scrapedAtMs) || scrape.scrapedAtMs < 0) throw new RangeError(`scrapedAtMs must be a non-negative integer, got ${scrape.scrapedAtMs}`);
-    const reply = await runScript(this.options.redis, RECORD_BACKEND_SCRAPE, [this.keys.state(id), this.keys.index], [
+    const reply = await runScript(this.options.redis, SCRIPTS.recordBackendScrape, [this.keys.state(id), this.keys.index], [
       id,
       scrape.scrapedAtMs,
       scrape.healthPassed ? '1' : '0',
@@ -99,10 +98,10 @@ export class RedisBackendStateStore {
       scrape.carry ?? '',
     ]);
     if (!Array.isArray(reply) || reply.length !== 2 || typeof reply[0] !== 'string' || (reply[1] !== 0 && reply[1] !== 1)) {
-      throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', RECORD_BACKEND_SCRAPE.name, `${RECORD_BACKEND_SCRAPE.name}.lua returned an unexpected reply`);
+      throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.recordBackendScrape.name, `${SCRIPTS.recordBackendScrape.name}.lua returned an unexpected reply`);
     }
     const state = decodeState(reply[0]);
-    if (state === null) throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', RECORD_BACKEND_SCRAPE.name, `${RECORD_BACKEND_SCRAPE.name}.lua returned a state that does not parse`);
+    if (state === null) throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.recordBackendScrape.name, `${SCRIPTS.recordBackendScrape.name}.lua returned a state that does not parse`);
     return { state, published: reply[1] === 1 };
   }
 
@@ -135,7 +134,7 @@ export class RedisBackendStateStore {
       if (from !== channel) return;
       const state = decodeState(message);
       if (state) options.onState(state);
-      else options.onError?.(new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', RECORD_BACKEND_SCRAPE.name, 'a published backend state does not parse'));
+      else options.onError?.(new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.recordBackendScrape.name, 'a published backend state does not parse'));
     };
     options.subscriber.on('message', onMessage);
     const ready = options.subscriber.subscribe(channel).then(

@@ -1,6 +1,8 @@
 import {
   decideWithSnapshot,
   DEFAULT_BYTES_PER_TOKEN,
+  engineReportedFreeTokens,
+  engineWaiting,
   rendezvousOrder,
   type AtomicRule,
   type BackendId,
@@ -98,10 +100,14 @@ export class RedisRoutingState implements RoutingStateStore {
     maxInflight = 0,
   ): Promise<boolean> {
     requireInteger('maxInflight', maxInflight, 0);
-    const reply = await this.route(pool, { kind: 'fixed', prefillTokens: Math.max(0, Math.round(prefillTokens)), maxInflight }, [{ id: backendId, weight: 1, rank: 0 }], leaseId, blockHashes, {
-      textBytes: 0,
-      blockSizeBytes: 0,
-    });
+    const reply = await this.route(
+      pool,
+      { kind: 'fixed', prefillTokens: Math.max(0, Math.round(prefillTokens)), maxInflight },
+      [{ id: backendId, weight: 1, rank: 0, waiting: 0, freeTokens: -1 }],
+      leaseId,
+      blockHashes,
+      { textBytes: 0, blockSizeBytes: 0, maxTokens: null },
+    );
     return reply.chosen === 1;
   }
 
@@ -114,10 +120,21 @@ export class RedisRoutingState implements RoutingStateStore {
       const stubs = backends.map((backend) => ({ backend, inflight: 0, matchBlocks: 0, pendingPrefillTokens: 0 }));
       for (const [rank, index] of rendezvousOrder(request.headHash, stubs).entries()) ranks.set((backends[index] as { id: string }).id, rank);
     }
+    // The engine terms' figures come from the policy's own functions, so the rule and the explanation
+    // read the same integers.
     const reply = await this.route(
       input.pool,
       rule,
-      backends.map((backend) => ({ id: backend.id, weight: backend.weight, rank: ranks.get(backend.id) ?? 0 })),
+      backends.map((backend) => {
+        const engine = input.engine?.get(backend.id) ?? null;
+        return {
+          id: backend.id,
+          weight: backend.weight,
+          rank: ranks.get(backend.id) ?? 0,
+          waiting: engineWaiting({ backend, inflight: 0, matchBlocks: 0, pendingPrefillTokens: 0, engine }),
+          freeTokens: engineReportedFreeTokens(engine),
+        };
+      }),
       input.leaseId,
       input.policy.usesPrefixMatch ? request.blockHashes : [],
       request,
@@ -135,10 +152,10 @@ export class RedisRoutingState implements RoutingStateStore {
   private async route(
     pool: string,
     rule: AtomicRule | { readonly kind: 'fixed'; readonly prefillTokens: number; readonly maxInflight: number },
-    candidates: readonly { readonly id: BackendId; readonly weight: number; readonly rank: number }[],
+    candidates: readonly RouteCandidate[],
     leaseId: string,
     blockHashes: readonly BlockHash[],
-    request: { readonly textBytes: number; readonly blockSizeBytes: number },
+    request: { readonly textBytes: number; readonly blockSizeBytes: number; readonly maxTokens?: number | null },
   ): Promise<{ chosen: number; figures: Figures[] }> {
     for (const candidate of candidates) requireIndexableId(candidate.id);
     const keys = this.keys(pool);
@@ -169,8 +186,11 @@ export class RedisRoutingState implements RoutingStateStore {
         request.blockSizeBytes,
         rule.kind === 'fixed' ? rule.prefillTokens : 0,
         rule.kind === 'fixed' ? rule.maxInflight : 0,
+        String(cost?.engineWaitingMs ?? 0),
+        String(cost?.kvFullMs ?? 0),
+        request.maxTokens ?? 0,
         candidates.length,
-        ...candidates.flatMap((candidate) => [candidate.id, String(candidate.weight), candidate.rank]),
+        ...candidates.flatMap((candidate) => [candidate.id, String(candidate.weight), candidate.rank, candidate.waiting, candidate.freeTokens]),
         ...blockHashes.map(blockHashArg),
       ],
     );
@@ -245,6 +265,15 @@ export class RedisRoutingState implements RoutingStateStore {
     }
     backends.set(backendId, count);
   }
+}
+
+/** A candidate as route.lua takes it: engine figures from the health poller (0 and -1 when unknown). */
+interface RouteCandidate {
+  readonly id: BackendId;
+  readonly weight: number;
+  readonly rank: number;
+  readonly waiting: number;
+  readonly freeTokens: number;
 }
 
 /** A candidate's figures as route.lua read them. */

@@ -47,8 +47,8 @@ export interface Candidate {
 
 /** An engine's own view of its load, as the health poller scraped it from its /metrics. */
 export interface EngineLoad {
-  /** KV-cache usage, 0 (empty) … 1 (full). */
-  readonly kvUsage: number;
+  /** KV-cache usage, 0 (empty) … 1 (full); null when the engine does not report it (llama.cpp's newer metrics). */
+  readonly kvUsage: number | null;
   /** KV-cache capacity in tokens; null when the engine does not report it. */
   readonly kvCapacityTokens: number | null;
   /** Requests the engine is running (decoding or prefilling). */

@@ -62,10 +62,12 @@ describe('EngineStateView', () => {
     await view.stop();
   });
 
-  it('gives no load for a healthy backend whose metrics could not be read', async () => {
-    const view = new EngineStateView({ source: aSource([aState('a', { kvUsage: null, failure: 'metrics_status' })]), maxAgeMs: 5_000, refreshMs: 60_000, nowMs: () => 1_000 });
+  it('gives no load for a healthy backend whose metrics could not be read, and the queue without KV usage where only that is missing', async () => {
+    const unread = { kvUsage: null, kvCapacityTokens: null, running: null, waiting: null, failure: 'metrics_status' as const };
+    const view = new EngineStateView({ source: aSource([aState('a', unread), aState('llama', { kvUsage: null, running: 2, waiting: 4 })]), maxAgeMs: 5_000, refreshMs: 60_000, nowMs: () => 1_000 });
     await view.start();
     expect(view.verdict('a')).toEqual({ kind: 'healthy', load: null });
+    expect(view.verdict('llama')).toEqual({ kind: 'healthy', load: { kvUsage: null, kvCapacityTokens: 10_000, running: 2, waiting: 4 } });
     await view.stop();
   });
 });

@@ -68,7 +68,8 @@ export class EngineStateView {
     if (state === undefined || this.options.nowMs() - state.scrapedAtMs > this.options.maxAgeMs) return { kind: 'unknown' };
     if (!state.healthy) return { kind: 'unhealthy' };
     const { kvUsage, running, waiting } = state;
-    const load = kvUsage === null || running === null || waiting === null ? null : { kvUsage, kvCapacityTokens: state.kvCapacityTokens, running, waiting };
+    // The queue figures are the load; KV usage may be missing (llama.cpp's newer metrics) and stays null.
+    const load = running === null || waiting === null ? null : { kvUsage, kvCapacityTokens: state.kvCapacityTokens, running, waiting };
     return { kind: 'healthy', load };
   }
 

@@ -17,6 +17,8 @@ export function policyParamsFromConfig(config: RouterConfig): PolicyParams {
       spreadAbs: config.spreadAbs,
       spreadRel: config.spreadRel,
       coldLoadFactor: config.loadFactor,
+      engineWaitingMs: config.engineWaitingMs,
+      kvFullMs: config.kvFullMs,
     },
     kvrouter: { cacheHitBonus: config.kvrouterCacheHitBonus, loadWeight: config.kvrouterLoadWeight },
     kvaware: { defaultMaxTokens: config.kvawareDefaultMaxTokens, assumedCapacityTokens: config.kvawareAssumedCapacityTokens },

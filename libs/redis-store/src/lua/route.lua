@@ -41,9 +41,14 @@
   ARGV[18] request block size, bytes
   ARGV[19] 'fixed': the lease's prefill tokens
   ARGV[20] 'fixed': max in-flight leases on the backend (0 = no limit)
-  ARGV[21] B, the number of candidates (1 for 'fixed')
-  ARGV[22 .. 21+3B]  per candidate, in configuration order: backend id, weight, rendezvous rank
-  ARGV[22+3B .. #ARGV]  the request's block hashes, shallowest first, as decimal integers (may be none)
+  ARGV[21] cost rule: ms per request waiting in an engine's own queue
+  ARGV[22] cost rule: ms charged where the request's KV would not fit
+  ARGV[23] the request's generation budget, tokens (0 when the body sets none)
+  ARGV[24] B, the number of candidates (1 for 'fixed')
+  ARGV[25 .. 24+5B]  per candidate, in configuration order: backend id, weight, rendezvous rank,
+                     requests waiting in its engine (0 = unknown), its engine's free KV in tokens
+                     (-1 = no limit known); the last two from the health poller, via the router
+  ARGV[25+5B .. #ARGV]  the request's block hashes, shallowest first, as decimal integers (may be none)
 
   Returns a flat array of 2 + 3*B integers: [1] chosen candidate (1-based; 0 = 'fixed' conflict),
   [2] the chosen backend's leases in flight afterwards (on a conflict: its count), then per candidate j:
@@ -63,9 +68,9 @@ local leaseId = ARGV[5]
 local leaseTtl = tonumber(ARGV[6])
 local recording = ARGV[7] == '1'
 local rule = ARGV[8]
-local request = { textBytes = tonumber(ARGV[17]), blockSizeBytes = tonumber(ARGV[18]) }
-local candidateCount = tonumber(ARGV[21])
-local firstBlock = 22 + 3 * candidateCount
+local request = { textBytes = tonumber(ARGV[17]), blockSizeBytes = tonumber(ARGV[18]), maxTokens = tonumber(ARGV[23]) }
+local candidateCount = tonumber(ARGV[24])
+local firstBlock = 25 + 5 * candidateCount
 local blockCount = #ARGV - firstBlock + 1
 
 -- 1. Expired leases.
@@ -74,9 +79,15 @@ purgeExpiredLeases(prefix, KEYS[2], KEYS[3], KEYS[4], now)
 -- 2. Figures.
 local candidates, ids = {}, {}
 for j = 1, candidateCount do
-  local at = 22 + 3 * (j - 1)
+  local at = 25 + 5 * (j - 1)
   ids[j] = ARGV[at]
-  candidates[j] = { id = ARGV[at], weight = tonumber(ARGV[at + 1]), rank = tonumber(ARGV[at + 2]) }
+  candidates[j] = {
+    id = ARGV[at],
+    weight = tonumber(ARGV[at + 1]),
+    rank = tonumber(ARGV[at + 2]),
+    waiting = tonumber(ARGV[at + 3]),
+    freeTokens = tonumber(ARGV[at + 4]),
+  }
 end
 -- Forget marks are rare: skip reading them when there are none.
 local marks = {}
@@ -104,7 +115,7 @@ for j, c in ipairs(candidates) do
 end
 
 -- 3. Rule.
-local params = costParams(9)
+local params = costParams(9, 21, 22)
 local chosen
 if rule == 'cost' then
   chosen = chooseByCost(candidates, params, request)

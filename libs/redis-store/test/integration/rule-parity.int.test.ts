@@ -1,5 +1,5 @@
 import { seededRandom } from '@kvroute/workloads';
-import { createCacheAwarePolicy, createLeastLoadedPolicy, type BackendInfo, type CacheAwareParams, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
+import { createCacheAwarePolicy, createLeastLoadedPolicy, type BackendInfo, type CacheAwareParams, type EngineLoad, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { poolKeys } from '../../src/keys';
 import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
@@ -7,8 +7,9 @@ import { openRedisTestContext, type RedisTestContext } from './redis-test-contex
 /**
  * route.lua decides for the policies with an atomic rule; their TypeScript `choose` then explains the
  * decision, and the two must agree. Each case plants random figures (in-flight, backlog, match depths)
- * straight into the pool's keys, lets the store decide, and checks that the script read the planted
- * figures and chose what `choose` chooses on them (`ruleMismatch` false). Figures are drawn to make
+ * straight into the pool's keys, and random engine figures (the health poller's, passed in as the
+ * router does), lets the store decide, and checks that the script read the planted figures and chose
+ * what `choose` chooses on them (`ruleMismatch` false). Figures are drawn to make
  * ties, valve and guard exclusions, cold prompts and zero-cost parameters common.
  */
 
@@ -26,6 +27,8 @@ interface Case {
   inflight: number[];
   pending: number[];
   depths: number[];
+  /** The engines' own figures (health poller), null = unknown. */
+  engines: (EngineLoad | null)[];
   request: RoutingRequest;
 }
 
@@ -44,12 +47,18 @@ function drawCase(random: () => number, index: number): Case {
     contextBlocks: 0,
     headHash: Math.floor(random() * 2 ** 53),
     sessionKey: null,
+    maxTokens: pick([null, 16, 500, 4000]),
   };
   return {
     backends,
     inflight: backends.map(() => pick([0, 0, 1, 2, 3, 4, 6, 9, 14])),
     pending: backends.map(() => pick([0, 0, 0, 500, 1200, 8000])),
     depths: backends.map(() => (blocks === 0 || random() < 0.4 ? 0 : pick([blocks, Math.floor(random() * (blocks + 1))]))),
+    engines: backends.map(() =>
+      random() < 0.3
+        ? null
+        : { kvUsage: pick([0, 0.5, 0.9, 0.97, 0.99, 1, null]), kvCapacityTokens: pick([null, 2000, 20_000, 123_457]), running: pick([0, 3]), waiting: pick([0, 0, 1, 4, 30]) },
+    ),
     request,
   };
 }
@@ -65,6 +74,8 @@ function drawParams(random: () => number): Partial<CacheAwareParams> {
     spreadAbs: pick([8, 0, 2, 1.5]),
     spreadRel: pick([2, 1, 1.25, 3]),
     coldLoadFactor: pick([1.25, 1, 2]),
+    engineWaitingMs: pick([40, 0, 7.5]),
+    kvFullMs: pick([250, 0, 1000]),
   };
 }
 
@@ -96,7 +107,8 @@ async function checkParity(policyOf: (random: () => number) => RoutingPolicy, ca
     const policy = policyOf(random);
     const pool = `pool-${index}`;
     await plant(pool, c, now - 1);
-    const result = await state.decide({ pool, request: c.request, backends: c.backends, policy, context: { nowMs: now, random }, leaseId: `lease-${index}` });
+    const engine = new Map(c.backends.flatMap((backend, j) => (c.engines[j] ? [[backend.id, c.engines[j]] as const] : [])));
+    const result = await state.decide({ pool, request: c.request, backends: c.backends, policy, context: { nowMs: now, random }, leaseId: `lease-${index}`, engine });
     const where = `seed ${seed}, case ${index}`;
     expect(result.ruleMismatch, where).toBe(false);
     expect(result.candidates.map((candidate) => candidate.inflight), where).toEqual(c.inflight);

@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { RedisBackendSet } from '../../src/backend-set';
+import { RedisBackendStateStore } from '../../src/backend-state-store';
 import { KEY_SUFFIX, poolKeys } from '../../src/keys';
 import { RedisStoreError } from '../../src/redis-store-error';
 import { integerArrayReply, runScript, SCRIPTS } from '../../src/scripts';
@@ -32,6 +33,16 @@ describe('script loading', () => {
       await state.release('m', 'a', 'l1');
       await state.forgetBackend('m', 'b');
       await new RedisBackendSet({ redis: ctx.redis, nowMs: clock.nowMs, keyNamespace: ctx.namespace }).remove('none'); // change-backend-set.lua, writes nothing
+      await new RedisBackendStateStore({ redis: ctx.redis, keyNamespace: ctx.namespace }).record(
+        {
+          backendId: 'polled',
+          healthPassed: true,
+          observation: { engine: 'vllm', failure: null, kvUsage: 0.5, kvCapacityTokens: 100, running: 1, waiting: 0, prefixCacheHitRate: null, preemptionsTotal: 0 },
+          scrapedAtMs: clock.nowMs(),
+          carry: null,
+        },
+        { failuresToUnhealthy: 2, successesToHealthy: 2, ttlMs: 60_000 },
+      ); // record-backend-scrape.lua
     };
     await everyScript();
     const shas = Object.values(SCRIPTS).map((script) => script.sha1);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Candidate, RoutingDecision } from '../types';
-import { aCandidate, aContext, aRequest, someCandidates } from '../test-support/builders';
+import { aCandidate, aContext, anEngine, aRequest, someCandidates } from '../test-support/builders';
 import { createCacheAwarePolicy } from './cache-aware';
 
 // Defaults: 64-byte blocks, 4 bytes/token, 0.07 ms/token → 1.12 ms of prefill per block; 15 ms per request in flight.
@@ -25,9 +25,37 @@ describe('cacheaware', () => {
   it('explains the cost of every candidate in milliseconds', () => {
     const decision = policy.choose(SHORT, [aCandidate('warm', { matchBlocks: 30, inflight: 1 }), aCandidate('cold', { inflight: 2 })], aContext());
     expect(decision.kind === 'routed' && decision.scores).toEqual([
-      { backendId: 'warm', matchBlocks: 30, inflight: 1, score: expect.closeTo(11.2 + 15, 6), parts: { prefillMs: expect.closeTo(11.2, 6), backlogMs: 0, queueMs: 15 } },
-      { backendId: 'cold', matchBlocks: 0, inflight: 2, score: expect.closeTo(44.8 + 30, 6), parts: { prefillMs: expect.closeTo(44.8, 6), backlogMs: 0, queueMs: 30 } },
+      { backendId: 'warm', matchBlocks: 30, inflight: 1, score: expect.closeTo(11.2 + 15, 6), parts: { prefillMs: expect.closeTo(11.2, 6), backlogMs: 0, queueMs: 15, waitingMs: 0, kvMs: 0 } },
+      { backendId: 'cold', matchBlocks: 0, inflight: 2, score: expect.closeTo(44.8 + 30, 6), parts: { prefillMs: expect.closeTo(44.8, 6), backlogMs: 0, queueMs: 30, waitingMs: 0, kvMs: 0 } },
     ]);
+  });
+
+  describe('engine state (health poller)', () => {
+    it('lets a warm backend lose when its own queue costs more than the prefill it saves', () => {
+      // LONG: 6 400 tokens. 'warm' holds all but the last block; its engine has 20 requests waiting
+      // (800 ms at 40 ms each), far more than the ~448 ms of prefill it saves.
+      const warm = aCandidate('warm', { matchBlocks: 399, engine: anEngine({ waiting: 20 }) });
+      const cold = aCandidate('cold', { engine: anEngine({ waiting: 0 }) });
+      expect(routedTo(createCacheAwarePolicy().choose(LONG, [warm, cold], aContext()))).toBe('cold spilled-from-saturated');
+      // Without the engine's figures the same backend stays home.
+      expect(routedTo(createCacheAwarePolicy().choose(LONG, [aCandidate('warm', { matchBlocks: 399 }), aCandidate('cold')], aContext()))).toBe('warm prefix-affinity');
+    });
+
+    it('takes the larger of the router’s backlog and the engine’s queue, never both', () => {
+      const candidate = aCandidate('a', { matchBlocks: 1, pendingPrefillTokens: 1000, engine: anEngine({ waiting: 1 }) });
+      const decision = createCacheAwarePolicy().choose(LONG, [candidate], aContext());
+      const parts = decision.kind === 'routed' ? decision.scores[0]?.parts : undefined;
+      expect(parts).toMatchObject({ backlogMs: expect.closeTo(70, 6), waitingMs: 40 });
+      expect(decision.kind === 'routed' && decision.scores[0]?.score).toBeCloseTo((parts?.prefillMs ?? 0) + 70, 6);
+    });
+
+    it('charges kvFullMs where the request’s KV would not fit, and nothing for an unknown engine', () => {
+      const full = aCandidate('full', { matchBlocks: 50, engine: anEngine({ kvUsage: 0.99 }) }); // 100 tokens free
+      const unknown = aCandidate('unknown', { matchBlocks: 50, engine: null });
+      const decision = createCacheAwarePolicy().choose(LONG, [full, unknown], aContext());
+      expect(decision.kind === 'routed' && decision.scores.map((score) => score.parts?.['kvMs'])).toEqual([250, 0]);
+      expect(routedTo(decision)).toBe('unknown prefix-affinity');
+    });
   });
 
   describe('prefill backlog', () => {

@@ -7,7 +7,15 @@
  *   prefillMs(c) = max(0, textBytes − matchBlocks(c) · blockSizeBytes) / bytesPerToken · prefillMsPerToken
  *   backlogMs(c) = pendingPrefillTokens(c) · prefillMsPerToken      (prefills sent there, not yet started)
  *   queueMs(c)   = inflight(c) · queueMsPerRequest                 (decode interference of running requests)
- *   cost(c)      = prefillMs(c) + backlogMs(c) + queueMs(c)
+ *   cost(c)      = prefillMs(c) + queueMs(c) + max(backlogMs(c), waitingMs(c)) + kvMs(c)
+ *
+ * With the engine's own figures fresh (health poller; `Candidate.engine`), two more terms:
+ *   waitingMs(c) = engine.waiting(c) · engineWaitingMs      (its queue as the engine sees it: taken as
+ *                  the larger of the two estimates of the same queue, never added to the backlog)
+ *   kvMs(c)      = kvFullMs when the request's KV demand (its uncached prompt tokens + max_tokens)
+ *                  exceeds the engine's free KV (`engineFreeTokens`), else 0: it would wait for KV or
+ *                  preempt. So a warm backend whose queue or KV pressure costs more than the prefill
+ *                  it saves loses. Unknown engine state adds nothing (it is not read as idle either).
  *
  * Why one cost in milliseconds rather than a hit bonus (kvrouter) or "longest match unless
  * saturated" (prefixaware): a cached prefix is worth exactly the prefill time it saves, so affinity
@@ -55,11 +63,13 @@
  * - spreadAbs           8,    ≥ 0: allowed in-flight excess over the least-loaded backend; 0 = guard off.
  * - spreadRel           2.0,  ≥ 1: allowed in-flight ratio to the least-loaded backend.
  * - coldLoadFactor      1.25, ≥ 1: bound of the cold placement (see bounded-load-hash.ts).
- * Score: cost in ms, lower is better, [0, ∞). parts: { prefillMs, backlogMs, queueMs } (+ { hashRank, bound } for cold placement).
+ * - engineWaitingMs     40,   ≥ 0: start delay per request waiting in the engine's own queue.
+ * - kvFullMs            250,  ≥ 0: cost of sending a request to an engine short of free KV for it.
+ * Score: cost in ms, lower is better, [0, ∞). parts: { prefillMs, backlogMs, queueMs, waitingMs, kvMs } (+ { hashRank, bound } for cold placement).
  * Reasons: `prefix-affinity`, `spilled-from-saturated`, `least-loaded`, `load-guard`, `cold-hash`.
  */
 
-import type { Candidate, CandidateScore, DecisionReason, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
+import type { Candidate, CandidateScore, DecisionReason, EngineLoad, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
 import { chooseByBoundedLoadHash, rendezvousWeight } from './bounded-load-hash';
 import { estimatePrefillTokens } from '../prefix/prefill-estimate';
 import { candidateScore } from './candidate-score';
@@ -75,6 +85,8 @@ export interface CacheAwareParams {
   readonly spreadAbs: number;
   readonly spreadRel: number;
   readonly coldLoadFactor: number;
+  readonly engineWaitingMs: number;
+  readonly kvFullMs: number;
 }
 
 export const DEFAULT_CACHE_AWARE_PARAMS: CacheAwareParams = {
@@ -86,7 +98,37 @@ export const DEFAULT_CACHE_AWARE_PARAMS: CacheAwareParams = {
   spreadAbs: 8,
   spreadRel: 2,
   coldLoadFactor: 1.25,
+  engineWaitingMs: 40,
+  kvFullMs: 250,
 };
+
+/** Usage at or above which an engine that reports no KV capacity counts as full. */
+const KV_FULL_USAGE = 0.98;
+
+/**
+ * The engine's free KV in tokens as it reports it, an integer: -1 = no limit known (no fresh engine
+ * state, no usage reported, or no capacity reported and usage below KV_FULL_USAGE), 0 = full. The Redis store passes this
+ * same number to its Lua rule, so both decide on one figure.
+ */
+export function engineReportedFreeTokens(engine: EngineLoad | null | undefined): number {
+  if (engine === undefined || engine === null || engine.kvUsage === null) return -1;
+  if (engine.kvCapacityTokens === null) return engine.kvUsage >= KV_FULL_USAGE ? 0 : -1;
+  return Math.max(0, Math.floor(engine.kvCapacityTokens * (1 - Math.min(1, Math.max(0, engine.kvUsage)))));
+}
+
+/**
+ * Free KV for cacheaware's KV term: the reported free tokens minus the prefills sent there and not
+ * started (not in the engine's usage yet); -1 = no limit known.
+ */
+function engineFreeTokens(candidate: Candidate): number {
+  const reported = engineReportedFreeTokens(candidate.engine);
+  return reported < 0 ? -1 : Math.max(0, reported - candidate.pendingPrefillTokens);
+}
+
+/** Requests waiting in the engine's own queue; 0 when unknown. */
+export function engineWaiting(candidate: Candidate): number {
+  return candidate.engine?.waiting ?? 0;
+}
 
 /** Costs closer than this (ms) are equal: float noise must not decide between two backends. */
 const COST_EPSILON_MS = 1e-9;
@@ -98,6 +140,8 @@ interface Costs {
   readonly prefillMs: readonly number[];
   readonly queueMs: readonly number[];
   readonly backlogMs: readonly number[];
+  readonly waitingMs: readonly number[];
+  readonly kvMs: readonly number[];
   readonly totalMs: readonly number[];
 }
 
@@ -105,8 +149,15 @@ function estimateCosts(request: RoutingRequest, candidates: readonly Candidate[]
   const prefillMs = candidates.map((c) => estimatePrefillTokens(request, c.matchBlocks, p.bytesPerToken) * p.prefillMsPerToken);
   const queueMs = candidates.map((c) => c.inflight * p.queueMsPerRequest);
   const backlogMs = candidates.map((c) => c.pendingPrefillTokens * p.prefillMsPerToken);
-  const totalMs = prefillMs.map((prefill, index) => prefill + (queueMs[index] ?? 0) + (backlogMs[index] ?? 0));
-  return { prefillMs, queueMs, backlogMs, totalMs };
+  const waitingMs = candidates.map((c) => engineWaiting(c) * p.engineWaitingMs);
+  const generation = request.maxTokens ?? 0;
+  const kvMs = candidates.map((c) => {
+    const free = engineFreeTokens(c);
+    return free >= 0 && free < estimatePrefillTokens(request, c.matchBlocks, p.bytesPerToken) + generation ? p.kvFullMs : 0;
+  });
+  // Summed in this order in lib/choose-backend.lua too: float addition is not associative.
+  const totalMs = prefillMs.map((prefill, index) => prefill + (queueMs[index] ?? 0) + Math.max(backlogMs[index] ?? 0, waitingMs[index] ?? 0) + (kvMs[index] ?? 0));
+  return { prefillMs, queueMs, backlogMs, waitingMs, kvMs, totalMs };
 }
 
 /** Valve, then load-spread guard; the guard's minimum is taken over what the valve kept. */
@@ -165,6 +216,8 @@ export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): 
   checkParamRange('spreadAbs', p.spreadAbs, { min: 0 });
   checkParamRange('spreadRel', p.spreadRel, { min: 1 });
   checkParamRange('coldLoadFactor', p.coldLoadFactor, { min: 1 });
+  checkParamRange('engineWaitingMs', p.engineWaitingMs, { min: 0 });
+  checkParamRange('kvFullMs', p.kvFullMs, { min: 0 });
   const isWarm = (c: Candidate): boolean => c.matchBlocks >= p.minMatchBlocks;
 
   return {
@@ -181,7 +234,14 @@ export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): 
         candidates.map((c, index) => {
           const more = extra?.(index);
           return candidateScore(c, costs.totalMs[index] ?? 0, {
-            parts: { prefillMs: costs.prefillMs[index] ?? 0, backlogMs: costs.backlogMs[index] ?? 0, queueMs: costs.queueMs[index] ?? 0, ...more?.parts },
+            parts: {
+              prefillMs: costs.prefillMs[index] ?? 0,
+              backlogMs: costs.backlogMs[index] ?? 0,
+              queueMs: costs.queueMs[index] ?? 0,
+              waitingMs: costs.waitingMs[index] ?? 0,
+              kvMs: costs.kvMs[index] ?? 0,
+              ...more?.parts,
+            },
             excluded: excluded[index] ?? more?.excluded,
           });
         });

@@ -36,6 +36,9 @@ describe('kvaware', () => {
     const unknown = aCandidate('unknown', { engine: null, inflight: 2 });
     const unknownIdle = aCandidate('unknown-idle', { inflight: 0 });
     expect(createKvAwarePolicy().choose(request, [short, unknown, unknownIdle], aContext())).toMatchObject({ backendId: 'unknown-idle', reason: 'kv-unknown' });
+    // An engine that reports its queue but not its KV usage (llama.cpp) counts as unknown.
+    const noUsage = aCandidate('no-usage', { engine: anEngine({ kvUsage: null }), inflight: 1 });
+    expect(createKvAwarePolicy().choose(request, [short, noUsage], aContext())).toMatchObject({ backendId: 'no-usage', reason: 'kv-unknown' });
     const fits = aCandidate('fits', { engine: anEngine({ kvUsage: 0.5, waiting: 5 }), inflight: 9 });
     expect(createKvAwarePolicy().choose(request, [unknownIdle, fits], aContext())).toMatchObject({ backendId: 'fits', reason: 'kv-fit' });
   });

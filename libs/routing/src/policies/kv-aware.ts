@@ -11,7 +11,8 @@
  * (`assumedCapacityTokens`), so backends still rank by usage.
  *
  * Decision, in order (a candidate's engine state may be unknown: never polled, stale or unhealthy
- * poller data is passed as null, and unknown is not idle):
+ * poller data is passed as null, an engine without a KV usage figure counts as unknown, and unknown is
+ * not idle):
  * 1. Candidates whose free KV fits the demand: the shortest engine queue (`waiting`), then the tightest
  *    fit (least free KV left after the request: keeps room for large requests elsewhere), then the
  *    fewest in flight, then configuration order. Reason `kv-fit`.
@@ -60,7 +61,8 @@ export function kvDemandTokens(request: RoutingRequest, p: KvAwareParams): numbe
 
 function assess(candidate: Candidate, demandTokens: number, p: KvAwareParams): Assessment {
   const engine = candidate.engine;
-  if (engine === undefined || engine === null) return { tier: Tier.Unknown, leftTokens: Number.NaN, freeTokens: -1, waiting: -1 };
+  // Without a usage figure the KV is unknown, even if the queue is known.
+  if (engine === undefined || engine === null || engine.kvUsage === null) return { tier: Tier.Unknown, leftTokens: Number.NaN, freeTokens: -1, waiting: engine?.waiting ?? -1 };
   const capacity = engine.kvCapacityTokens ?? p.assumedCapacityTokens;
   const usage = Math.min(1, Math.max(0, engine.kvUsage));
   const freeTokens = capacity * (1 - usage) - candidate.pendingPrefillTokens;

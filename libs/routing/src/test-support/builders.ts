@@ -18,7 +18,7 @@ export function aCandidate(
 
 /** An engine's reported load: idle with 10,000 tokens of KV unless told otherwise. */
 export function anEngine(fields: Partial<EngineLoad> = {}): EngineLoad {
-  return { kvUsage: fields.kvUsage ?? 0, kvCapacityTokens: fields.kvCapacityTokens === undefined ? 10_000 : fields.kvCapacityTokens, running: fields.running ?? 0, waiting: fields.waiting ?? 0 };
+  return { kvUsage: fields.kvUsage === undefined ? 0 : fields.kvUsage, kvCapacityTokens: fields.kvCapacityTokens === undefined ? 10_000 : fields.kvCapacityTokens, running: fields.running ?? 0, waiting: fields.waiting ?? 0 };
 }
 
 /** Candidates `b0 … b{count−1}`, idle, holding nothing. */

@@ -5,9 +5,11 @@
 -- Each must choose exactly what the policy's TypeScript `choose` chooses on the same figures:
 -- test/integration/rule-parity.int.test.ts runs both on thousands of random cases.
 --
--- A candidate is { id, weight, rank, inflight, pending, depth }: rank = its place in the rendezvous
--- order of the request's head hash (0 = first preference, computed by the caller with the policy's own
--- hashing), candidates listed in configuration order.
+-- A candidate is { id, weight, rank, waiting, freeTokens, inflight, pending, depth }: rank = its place
+-- in the rendezvous order of the request's head hash (0 = first preference, computed by the caller
+-- with the policy's own hashing); waiting and freeTokens = its engine's own queue and reported free KV
+-- (0 and -1 when unknown, as `engineWaiting` / `engineReportedFreeTokens` give them); candidates in
+-- configuration order.
 
 -- Index of the least-loaded candidate among those `keep` accepts; ties go to the earlier one. 0 if none.
 local function indexOfLeastLoaded(candidates, keep)
@@ -23,7 +25,7 @@ end
 -- `cacheaware` (libs/routing/src/policies/cache-aware.ts, whose comment explains the rule):
 -- valve, load-spread guard, cold placement by bounded-load rendezvous hashing, else the cheapest
 -- candidate in ms with rendezvous rank breaking ties. p = the policy's parameters; request =
--- { textBytes, blockSizeBytes }. Returns the chosen index.
+-- { textBytes, blockSizeBytes, maxTokens }. Returns the chosen index.
 local COST_EPSILON_MS = 1e-9
 local BOUND_EPSILON = 1e-9
 
@@ -78,7 +80,11 @@ local function chooseByCost(candidates, p, request)
   for _, j in ipairs(eligible) do
     local c = candidates[j]
     local prefillTokens = math.ceil(math.max(0, request.textBytes - c.depth * request.blockSizeBytes) / p.bytesPerToken)
-    local cost = prefillTokens * p.prefillMsPerToken + c.inflight * p.queueMsPerRequest + c.pending * p.prefillMsPerToken
+    local kvMs = 0
+    if c.freeTokens >= 0 and math.max(0, c.freeTokens - c.pending) < prefillTokens + request.maxTokens then kvMs = p.kvFullMs end
+    -- The same terms in the same order as cache-aware.ts (float addition is not associative).
+    local cost = prefillTokens * p.prefillMsPerToken + c.inflight * p.queueMsPerRequest
+      + math.max(c.pending * p.prefillMsPerToken, c.waiting * p.engineWaitingMs) + kvMs
     if cost <= bestCost + COST_EPSILON_MS then
       if cost < bestCost - COST_EPSILON_MS or best == 0 then
         best, bestCost, bestRank = j, cost, c.rank
@@ -90,9 +96,11 @@ local function chooseByCost(candidates, p, request)
   return best
 end
 
--- Parameters of the cost rule from ARGV[first .. first+7], in this order.
-local function costParams(first)
+-- Parameters of the cost rule from ARGV[first .. first+7], in this order, and the engine terms' two.
+local function costParams(first, engineWaitingMsAt, kvFullMsAt)
   return {
+    engineWaitingMs = tonumber(ARGV[engineWaitingMsAt]),
+    kvFullMs = tonumber(ARGV[kvFullMsAt]),
     bytesPerToken = tonumber(ARGV[first]),
     prefillMsPerToken = tonumber(ARGV[first + 1]),
     queueMsPerRequest = tonumber(ARGV[first + 2]),

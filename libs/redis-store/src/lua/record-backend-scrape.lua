@@ -1,13 +1,4 @@
-import { createHash } from 'node:crypto';
-import type { LuaScript } from './scripts';
-
-/**
- * `record-backend-scrape`, the one script of `RedisBackendStateStore`. It lives in this module rather
- * than in `src/lua/` (where `embed-lua.ts` would add it to `scripts.generated.ts` and `SCRIPTS`) only
- * because those shared files belong to the routing-state work going on beside it; moving it there is
- * a rename of this string into `src/lua/record-backend-scrape.lua` plus one `SCRIPTS` entry.
- */
-const RECORD_BACKEND_SCRAPE_LUA = `--[[
+--[[
   record-backend-scrape: one scrape of one backend, recorded atomically: health hysteresis on the
   counters kept in the backend's state hash, the state to publish, its expiry, the index of states,
   and a PUBLISH of the new state when its health or its observation changed.
@@ -91,11 +82,3 @@ if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) en
 
 if changed then redis.call('PUBLISH', ARGV[7], stateJson) end
 return {stateJson, changed and 1 or 0}
-`;
-
-export const RECORD_BACKEND_SCRAPE: LuaScript = {
-  name: 'record-backend-scrape',
-  lua: RECORD_BACKEND_SCRAPE_LUA,
-  sha1: createHash('sha1').update(RECORD_BACKEND_SCRAPE_LUA, 'utf8').digest('hex'),
-  numberOfKeys: 2,
-};
