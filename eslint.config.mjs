@@ -47,13 +47,28 @@ export default [
   {
     // Router, health-poller and bench tests start simulated backends in-process (a real HTTP server on
     // loopback): the one app-to-app import allowed, and only from tests.
-    files: ['apps/router/test/**/*.ts', 'apps/router/src/**/*.test.ts', 'apps/health-poller/test/**/*.ts', 'bench/**/*.test.ts'],
+    files: ['apps/router/test/**/*.ts', 'apps/router/src/**/*.test.ts', 'bench/**/*.test.ts'],
     rules: {
       '@nx/enforce-module-boundaries': [
         'error',
         {
           enforceBuildableLibDependency: false,
           allow: ['@kvroute/vllm-sim', '@kvroute/vllm-sim/config'],
+          depConstraints: [{ sourceTag: 'type:app', onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'] }],
+        },
+      ],
+    },
+  },
+  {
+    // Health-poller tests also run a router in-process: the end-to-end check that routers follow the
+    // poller's published states (test/router-follows-poller.test.ts). Tests only.
+    files: ['apps/health-poller/test/**/*.ts'],
+    rules: {
+      '@nx/enforce-module-boundaries': [
+        'error',
+        {
+          enforceBuildableLibDependency: false,
+          allow: ['@kvroute/vllm-sim', '@kvroute/vllm-sim/config', '@kvroute/router', '@kvroute/router/config'],
           depConstraints: [{ sourceTag: 'type:app', onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'] }],
         },
       ],
