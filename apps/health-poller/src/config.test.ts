@@ -1,7 +1,10 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { loadConfig } from '@kvroute/platform';
 import { describe, expect, it } from 'vitest';
 import { configuredBackends, mergeBackendLists } from './backend-list';
-import { POLLER_ENV_PREFIX, PollerConfig } from './config';
+import { POLLER_CONFIG_FILE, POLLER_ENV_PREFIX, PollerConfig } from './config';
 
 function load(argv: string[], env: Record<string, string> = {}) {
   const loaded = loadConfig({ schema: PollerConfig, argv, env, envPrefix: POLLER_ENV_PREFIX });
@@ -9,7 +12,25 @@ function load(argv: string[], env: Record<string, string> = {}) {
   return loaded.config;
 }
 
+/** The kvroute.yaml of the README: read by the routers and the pollers alike. */
+const SHARED_KVROUTE_YAML = "# One file for the fleet: common keys at the top, each app's own in its section.\nbackends:\n  - http://10.0.0.1:8000\n  - http://10.0.0.2:8000\nredisUrl: redis://127.0.0.1:6379\npolicy: cacheaware\nmaxBlocksPerPool: 500000\nrouter:\n  port: 8080\npoller:\n  port: 9464\n  intervalMs: 2000\n";
+
 describe('PollerConfig', () => {
+  it('reads the fleet’s shared kvroute.yaml: common keys, its own section, the routers’ keys left alone', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'poller-config-'));
+    try {
+      const file = join(dir, 'kvroute.yaml');
+      writeFileSync(file, SHARED_KVROUTE_YAML);
+      const loaded = loadConfig({ schema: PollerConfig, argv: ['--config', file], env: {}, envPrefix: POLLER_ENV_PREFIX, sharedFile: POLLER_CONFIG_FILE });
+      if (loaded.kind !== 'config') throw new Error('help');
+      expect(loaded.config).toMatchObject({ port: 9464, intervalMs: 2000, redisUrl: 'redis://127.0.0.1:6379' });
+      expect(configuredBackends(loaded.config.backends).map((backend) => backend.id)).toEqual(['10.0.0.1:8000', '10.0.0.2:8000']);
+      expect(loaded.ignoredFileKeys).toEqual(['policy', 'maxBlocksPerPool']);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('reads the command line of the README', () => {
     const config = load(['--redis-url', 'redis://127.0.0.1:6379', '--backends', 'http://10.0.0.1:8000,http://10.0.0.2:8000', '--interval-ms', '1000', '--port', '9464']);
     expect(config).toMatchObject({ redisUrl: 'redis://127.0.0.1:6379', intervalMs: 1000, port: 9464, failuresToUnhealthy: 2, successesToHealthy: 2 });

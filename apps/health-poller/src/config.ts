@@ -73,3 +73,6 @@ export function renderPollerConfigDoc(render: (schema: typeof PollerConfig, opti
       'Precedence: defaults < `--config FILE` (YAML or JSON) < env < flags. Lists (`backends`) are comma-separated in env and flags. Every poller replica of a fleet should have the same config.',
   });
 }
+
+/** One kvroute.yaml serves routers and pollers: common keys at the top, this app's own under `poller:`. */
+export const POLLER_CONFIG_FILE = { section: 'poller', otherSections: ['router'] } as const;

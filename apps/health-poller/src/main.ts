@@ -1,5 +1,5 @@
 import { createLogger, loadConfig, onTerminationSignal } from '@kvroute/platform';
-import { POLLER_ENV_PREFIX, PollerConfig } from './config';
+import { POLLER_ENV_PREFIX, POLLER_CONFIG_FILE, PollerConfig } from './config';
 import { createHealthPoller } from './create-poller';
 
 /** Composition root: config → logger → poller (Redis, queue, worker, schedulers, HTTP) → start → graceful stop on SIGTERM. */
@@ -9,6 +9,7 @@ async function main(): Promise<void> {
     argv: process.argv.slice(2),
     env: process.env,
     envPrefix: POLLER_ENV_PREFIX,
+    sharedFile: POLLER_CONFIG_FILE,
     usage:
       'npm run poller -- --redis-url redis://HOST:6379 [--backends URL[,URL…]] [options]\n\nkvroute health poller: scrapes every backend once per interval and publishes its state through Redis.',
   });
@@ -18,6 +19,7 @@ async function main(): Promise<void> {
   }
   const config = loaded.config;
   const logger = createLogger({ service: 'kvroute-poller', level: config.logLevel });
+  if (loaded.ignoredFileKeys.length > 0) logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
   const poller = await createHealthPoller(config, { logger });
   onTerminationSignal(
     async () => {

@@ -77,3 +77,6 @@ export function renderRouterConfigDoc(render: (schema: typeof RouterConfig, opti
     intro: 'Precedence: defaults < `--config FILE` (YAML or JSON) < env < flags. Lists (`backends`) are comma-separated in env and flags.',
   });
 }
+
+/** One kvroute.yaml serves routers and pollers: common keys at the top, this app's own under `router:`. */
+export const ROUTER_CONFIG_FILE = { section: 'router', otherSections: ['poller'] } as const;

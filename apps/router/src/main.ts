@@ -1,5 +1,5 @@
 import { createLogger, loadConfig, onTerminationSignal, ShutdownStack } from '@kvroute/platform';
-import { ROUTER_ENV_PREFIX, RouterConfig } from './config';
+import { ROUTER_ENV_PREFIX, ROUTER_CONFIG_FILE, RouterConfig } from './config';
 import { createRouterServer } from './create-router';
 
 /** Composition root: config → logger → router (backends, state, policies, app) → listen → shutdown on SIGTERM. */
@@ -9,6 +9,7 @@ async function main(): Promise<void> {
     argv: process.argv.slice(2),
     env: process.env,
     envPrefix: ROUTER_ENV_PREFIX,
+    sharedFile: ROUTER_CONFIG_FILE,
     usage: 'npm run router -- --backends URL[,URL…] [options]\n\nkvroute: a KV-cache-aware OpenAI-compatible router.',
   });
   if (loaded.kind === 'help') {
@@ -17,6 +18,7 @@ async function main(): Promise<void> {
   }
   const config = loaded.config;
   const logger = createLogger({ service: 'kvroute-router', level: config.logLevel });
+  if (loaded.ignoredFileKeys.length > 0) logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
   const shutdown = new ShutdownStack();
   const router = await createRouterServer(config, { logger: logger.child({ component: 'http' }) });
   const url = await router.listen();

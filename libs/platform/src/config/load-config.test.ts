@@ -123,7 +123,7 @@ describe('loadConfig coercion', () => {
   it('accepts --key=value, --flag and --no-flag, and negative numbers as separate values', () => {
     const schema = z.object({ offsetMs: z.number(), verbose: z.boolean().default(true), dryRun: z.boolean().default(false) });
     const result = loadConfig({ schema, argv: ['--offset-ms', '-5', '--no-verbose', '--dry-run'], env: {} });
-    expect(result).toEqual({ kind: 'config', config: { offsetMs: -5, verbose: false, dryRun: true } });
+    expect(result).toEqual({ kind: 'config', config: { offsetMs: -5, verbose: false, dryRun: true }, ignoredFileKeys: [] });
   });
 
   it('accepts explicit boolean values with =', () => {
@@ -187,7 +187,18 @@ describe('loadConfig errors', () => {
   it('keeps unknown file keys when the schema is a looseObject', () => {
     const filePath = writeTemp('extra.yaml', 'port: 1\nextra: true\n');
     const schema = z.looseObject({ port: z.number() });
-    expect(loadConfig({ schema, argv: ['--config', filePath], env: {} })).toEqual({ kind: 'config', config: { port: 1, extra: true } });
+    expect(loadConfig({ schema, argv: ['--config', filePath], env: {} })).toEqual({ kind: 'config', config: { port: 1, extra: true }, ignoredFileKeys: [] });
+  });
+
+  it('reads a shared file: common keys, its own section over them, other apps’ keys and sections ignored, typos still caught', () => {
+    // `intervalMs` belongs to another app; `policy` is common; `port` differs per app.
+    const filePath = writeTemp('kvroute.yaml', 'port: 1\nintervalMs: 500\npolicy: cacheaware\nmodelName: m\nsim:\n  port: 2\nrouter:\n  port: 3\n');
+    const shared = { section: 'sim', otherSections: ['router', 'poller'] };
+    expect(load({ argv: ['--config', filePath], sharedFile: shared })).toMatchObject({ port: 2, policy: 'cacheaware', modelName: 'm' });
+    const typo = writeTemp('typo-shared.yaml', 'time_scale: 2\nintervalMs: 500\n');
+    expect(() => load({ argv: ['--config', typo], sharedFile: shared })).toThrow(/time_scale: unknown option \(did you mean "timeScale"\?\)/);
+    const badSection = writeTemp('bad-section.yaml', 'sim: 3\n');
+    expect(() => load({ argv: ['--config', badSection], sharedFile: shared })).toThrow(/sim: must be a mapping/);
   });
 
   it('reports an unreadable or malformed file', () => {

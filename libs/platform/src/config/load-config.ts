@@ -30,10 +30,21 @@ export interface LoadConfigOptions<S extends ConfigSchema> {
   fileFlag?: string;
   /** First line of `--help`, e.g. `Usage: vllm-sim [options]`. */
   usage?: string;
+  /**
+   * The config file is shared by several apps (kvroute.yaml: routers and health pollers read one file).
+   * Its top-level keys are common; a mapping under `section` (e.g. `poller:`) overrides them for this app
+   * only. Keys this app does not know are another app's and are ignored, except those that look like a
+   * misspelling of one of this app's keys (still an error), and except other sections (mappings under a
+   * name in `otherSections`), which are skipped whole.
+   */
+  sharedFile?: { readonly section: string; readonly otherSections: readonly string[] };
 }
 
 /** `help` when -h/--help was given (print `text`, exit 0); otherwise the validated config. */
-export type LoadConfigResult<T> = { kind: 'help'; text: string } | { kind: 'config'; config: T };
+export type LoadConfigResult<T> =
+  | { kind: 'help'; text: string }
+  /** `ignoredFileKeys`: keys of a shared file left to other apps (log them: a typo far from any key lands here). */
+  | { kind: 'config'; config: T; ignoredFileKeys: readonly string[] };
 
 /** @throws ConfigError for unknown flags, an unreadable file or values the schema rejects. */
 export function loadConfig<S extends ConfigSchema>(options: LoadConfigOptions<S>): LoadConfigResult<z.output<S>> {
@@ -58,10 +69,14 @@ export function loadConfig<S extends ConfigSchema>(options: LoadConfigOptions<S>
 
   const merged: Record<string, unknown> = {};
   const sources = new Map<string, ConfigSource>();
+  let ignoredFileKeys: readonly string[] = [];
 
   const filePath = flags.filePath ?? nonEmpty(options.env[fileEnvName(naming)]);
   if (filePath !== undefined) {
-    const fileValues = readConfigFile(filePath);
+    const rawValues = readConfigFile(filePath);
+    const fileValues = options.sharedFile === undefined ? rawValues : sectionValues(rawValues, options.sharedFile, configOptions, filePath);
+    const sections = options.sharedFile === undefined ? [] : [options.sharedFile.section, ...options.sharedFile.otherSections];
+    ignoredFileKeys = Object.keys(rawValues).filter((key) => !(key in fileValues) && !sections.includes(key));
     const unknownKeys = findUnknownFileKeys(options.schema, configOptions, fileValues, filePath);
     if (unknownKeys.length > 0) throw new ConfigError(unknownKeys);
     for (const [key, value] of Object.entries(fileValues)) {
@@ -90,7 +105,36 @@ export function loadConfig<S extends ConfigSchema>(options: LoadConfigOptions<S>
     const byKey = new Map(configOptions.map((option) => [option.key, option]));
     throw new ConfigError(result.error.issues.map((issue) => toProblem(issue, sources, byKey)), { cause: result.error });
   }
-  return { kind: 'config', config: result.data };
+  return { kind: 'config', config: result.data, ignoredFileKeys };
+}
+
+/**
+ * This app's view of a shared file: top-level keys overlaid by its own section; other apps' sections
+ * and keys dropped, but a key that looks like a misspelling of one of this app's is kept (so the
+ * unknown-key check reports it).
+ */
+function sectionValues(
+  fileValues: Record<string, unknown>,
+  shared: NonNullable<LoadConfigOptions<ConfigSchema>['sharedFile']>,
+  configOptions: readonly ConfigOption[],
+  filePath: string,
+): Record<string, unknown> {
+  const known = new Set(configOptions.map((option) => option.key));
+  const squashedKnown = new Set([...known].map(squash));
+  const own = fileValues[shared.section];
+  if (own !== undefined && (typeof own !== 'object' || own === null || Array.isArray(own))) {
+    throw new ConfigError([{ path: shared.section, message: 'must be a mapping of this app\'s options', source: { kind: 'file', path: filePath } }]);
+  }
+  const values: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(fileValues)) {
+    if (key === shared.section || shared.otherSections.includes(key)) continue;
+    if (known.has(key) || squashedKnown.has(squash(key))) values[key] = value;
+  }
+  return { ...values, ...(own as Record<string, unknown> | undefined) };
+}
+
+function squash(key: string): string {
+  return key.replace(/[-_]/g, '').toLowerCase();
 }
 
 function nonEmpty(value: string | undefined): string | undefined {
@@ -112,7 +156,7 @@ function findUnknownFileKeys(
   return Object.keys(fileValues)
     .filter((key) => !known.has(key))
     .map((key) => {
-      const squashed = key.replace(/[-_]/g, '').toLowerCase();
+      const squashed = squash(key);
       const suggestion = [...known].find((candidate) => candidate.toLowerCase() === squashed);
       const hint = suggestion === undefined ? '' : ` (did you mean "${suggestion}"?)`;
       return { path: key, message: `unknown option${hint}`, source: { kind: 'file', path: filePath } };
