@@ -131,7 +131,7 @@ export class RedisRoutingState implements RoutingStateStore {
           id: backend.id,
           weight: backend.weight,
           rank: ranks.get(backend.id) ?? 0,
-          waiting: engineWaiting({ backend, inflight: 0, matchBlocks: 0, pendingPrefillTokens: 0, engine }),
+          waiting: engineWaiting(engine),
           freeTokens: engineReportedFreeTokens(engine),
         };
       }),

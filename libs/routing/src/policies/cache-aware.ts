@@ -126,8 +126,8 @@ function engineFreeTokens(candidate: Candidate): number {
 }
 
 /** Requests waiting in the engine's own queue; 0 when unknown. */
-export function engineWaiting(candidate: Candidate): number {
-  return candidate.engine?.waiting ?? 0;
+export function engineWaiting(engine: EngineLoad | null | undefined): number {
+  return engine?.waiting ?? 0;
 }
 
 /** Costs closer than this (ms) are equal: float noise must not decide between two backends. */
@@ -149,7 +149,7 @@ function estimateCosts(request: RoutingRequest, candidates: readonly Candidate[]
   const prefillMs = candidates.map((c) => estimatePrefillTokens(request, c.matchBlocks, p.bytesPerToken) * p.prefillMsPerToken);
   const queueMs = candidates.map((c) => c.inflight * p.queueMsPerRequest);
   const backlogMs = candidates.map((c) => c.pendingPrefillTokens * p.prefillMsPerToken);
-  const waitingMs = candidates.map((c) => engineWaiting(c) * p.engineWaitingMs);
+  const waitingMs = candidates.map((c) => engineWaiting(c.engine) * p.engineWaitingMs);
   const generation = request.maxTokens ?? 0;
   const kvMs = candidates.map((c) => {
     const free = engineFreeTokens(c);
