@@ -1,6 +1,6 @@
 /**
  * Embeds the Lua scripts into TypeScript: reads `src/lua/*.lua` and writes `scripts.generated.ts`, one
- * exported string constant per file (`reserve.lua` → `RESERVE_LUA`). The scripts then travel with the
+ * exported string constant per file (`route.lua` → `ROUTE_LUA`). The scripts then travel with the
  * code: `tsx`, vitest and an esbuild bundle of the router all import them with no file read at run time
  * and no build step. `embed-lua.test.ts` fails when the generated file is stale.
  *

@@ -17,7 +17,7 @@ function leaseMember(backendId: string, leaseId: string): string {
   return `${Buffer.byteLength(backendId, 'utf8')}:${backendId}${leaseId}`;
 }
 
-describe('reserve.lua / release.lua / renew.lua: leases', () => {
+describe('route.lua / release.lua / renew.lua: leases', () => {
   it('counts leases in flight and releases each once, idempotently', async () => {
     const state = ctx.createState();
     await state.reserve('m', 'a', 'l1', [], 0);
@@ -84,7 +84,7 @@ describe('reserve.lua / release.lua / renew.lua: leases', () => {
   });
 });
 
-describe('reserve.lua / prefill-done.lua: prefill backlog', () => {
+describe('route.lua / prefill-done.lua: prefill backlog', () => {
   it('counts the prefill backlog until the first token, and forgets it on release', async () => {
     const state = ctx.createState();
     await state.reserve('m', 'a', 'l1', [], 5000);
@@ -110,7 +110,7 @@ describe('reserve.lua / prefill-done.lua: prefill backlog', () => {
   });
 });
 
-describe('reserve.lua: maxInflight', () => {
+describe('route.lua (rule fixed): maxInflight', () => {
   it('refuses a lease at the limit without recording anything, and takes it once a lease is released', async () => {
     const state = ctx.createState();
     expect(await state.reserve('m', 'a', 'l1', [1], 0, 2)).toBe(true);
