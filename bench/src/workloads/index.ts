@@ -1,0 +1,6 @@
+export * from './events';
+export * from './text';
+export * from './sessions';
+export * from './poisson';
+export * from './traces';
+export * from './read';
