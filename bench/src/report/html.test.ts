@@ -1,0 +1,100 @@
+import { describe, expect, it } from 'vitest';
+import { FIXTURE } from './test-fixture';
+import { cdfPoints, hitRateChart, htmlReport, ttftCdfChart, ttftSweepChart } from './html';
+import { summarize } from './summary';
+import { escapeXml, niceDomain, niceTicks } from './svg';
+
+const summary = summarize(FIXTURE);
+
+const VOID = new Set(['meta', '!doctype']);
+
+/** Tags balance (self-closing and void elements aside): the page is well-formed enough to parse. */
+function assertBalanced(markup: string): void {
+  const stack: string[] = [];
+  for (const match of markup.matchAll(/<(\/?)(!?[a-zA-Z]+)[^>]*?(\/?)>/g)) {
+    const [, closing, rawName, selfClosing] = match;
+    const name = rawName!.toLowerCase();
+    if (selfClosing || VOID.has(name)) continue;
+    if (closing) expect(stack.pop()).toBe(name);
+    else stack.push(name);
+  }
+  expect(stack).toEqual([]);
+}
+
+function polylines(svg: string): { series: string; points: number }[] {
+  return [...svg.matchAll(/<polyline data-series="([^"]*)" points="([^"]*)"/g)].map((match) => ({ series: match[1]!, points: match[2]!.split(' ').filter(Boolean).length }));
+}
+
+describe('svg helpers', () => {
+  it('escapes text and picks nice ticks', () => {
+    expect(escapeXml(`<a href="x">&'`)).toBe('&lt;a href=&quot;x&quot;&gt;&amp;&#39;');
+    expect(niceTicks(0, 100)).toEqual([0, 20, 40, 60, 80, 100]);
+    expect(niceTicks(4, 24, 5)).toEqual([5, 10, 15, 20]);
+    expect(niceDomain(0, 87)).toEqual([0, 100]);
+  });
+
+  it('builds CDF points, capped by nearest-rank quantiles', () => {
+    expect(cdfPoints([30, 10, 20])).toEqual([
+      [10, 1 / 3],
+      [20, 2 / 3],
+      [30, 1],
+    ]);
+    const many = cdfPoints(
+      Array.from({ length: 1000 }, (_, index) => index + 1),
+      10,
+    );
+    expect(many).toHaveLength(10);
+    expect(many[0]).toEqual([100, 0.1]);
+    expect(many[9]).toEqual([1000, 1]);
+  });
+});
+
+describe('charts', () => {
+  it('TTFT vs sweep: one polyline per policy, one point per sweep point', () => {
+    const chart = ttftSweepChart(summary, 'ttftP50Ms');
+    expect(polylines(chart)).toEqual(['roundrobin', 'leastloaded', 'cacheaware', 'oracle'].map((series) => ({ series, points: 2 })));
+  });
+
+  it('hit rate: a bar per non-oracle policy and point, the oracle as a line', () => {
+    const chart = hitRateChart(summary);
+    expect(chart.match(/<rect [^>]*><title>/g)).toHaveLength(3 * 2);
+    expect(polylines(chart)).toEqual([{ series: 'oracle', points: 2 }]);
+    expect(chart).toContain('cacheaware @ sessions = 4: 80.0 %');
+  });
+
+  it('TTFT CDF at the last point: one point per successful request', () => {
+    const chart = ttftCdfChart(FIXTURE);
+    expect(chart).toContain('TTFT CDF at sessions = 8');
+    expect(polylines(chart).map((line) => line.points)).toEqual([4, 4, 4, 4]);
+    expect(polylines(ttftCdfChart(FIXTURE, 0)).map((line) => line.points)).toEqual([8, 4, 4, 4]);
+  });
+});
+
+describe('htmlReport', () => {
+  const html = htmlReport(FIXTURE);
+
+  it('is one self-contained page with four SVG charts', () => {
+    expect(html.startsWith('<!DOCTYPE html>')).toBe(true);
+    expect(html.match(/<svg /g)).toHaveLength(4);
+    expect(html.match(/<\/svg>/g)).toHaveLength(4);
+    expect(html).not.toMatch(/<script/i);
+    expect(html).not.toMatch(/<link/i);
+    expect(html).not.toMatch(/(src|href)=/i);
+    assertBalanced(html);
+  });
+
+  it('escapes every label', () => {
+    expect(html).toContain('seed-cloud &lt;test&gt; &amp; &quot;x&quot;');
+    expect(html).not.toContain('<test>');
+    const odd = htmlReport({ ...FIXTURE, sweepVariable: 'a<b', points: FIXTURE.points.map((point) => ({ ...point, policies: point.policies.map((entry) => ({ ...entry, policy: `${entry.policy}"<x>` })) })) });
+    expect(odd).not.toContain('<x>');
+    expect(odd).not.toContain('a<b');
+    expect(odd).toContain('cacheaware&quot;&lt;x&gt;');
+    assertBalanced(odd);
+  });
+
+  it('holds the per-point tables and the slopes', () => {
+    expect(html).toContain('<td>cacheaware</td><td>80.0</td>');
+    expect(html).toContain('<td>roundrobin</td><td>8.75</td>');
+  });
+});

@@ -1,0 +1,4 @@
+export * from './summary';
+export * from './render';
+export * from './svg';
+export * from './html';

@@ -1,0 +1,52 @@
+import { describe, expect, it } from 'vitest';
+import { FIXTURE } from './test-fixture';
+import { formatStat, markdownReport, markdownTable, terminalReport, textTable } from './render';
+import { summarize } from './summary';
+
+const summary = summarize(FIXTURE);
+
+describe('formatStat and tables', () => {
+  it('shows mean ± stddev for several seeds, the mean alone for one', () => {
+    expect(formatStat({ mean: 31.25, stddev: 8.8388, n: 2 })).toBe('31.3 ± 8.8');
+    expect(formatStat({ mean: 2, stddev: 0, n: 1 }, 2)).toBe('2.00');
+    expect(formatStat(undefined)).toBe('–');
+  });
+
+  it('pads text columns and escapes Markdown cells', () => {
+    expect(textTable(['a', 'bb'], [['xyz', '1']]).split('\n')).toEqual(['a    bb', '───  ──', 'xyz   1']);
+    expect(markdownTable(['a', 'b'], [['x|y', '1']])).toBe('| a | b |\n|---|---:|\n| x\\|y | 1 |');
+  });
+});
+
+describe('markdownReport', () => {
+  const markdown = markdownReport(summary);
+
+  it('has one table per sweep point with the expected rows', () => {
+    expect(markdown).toContain('## sessions = 4');
+    expect(markdown).toContain('## sessions = 8');
+    expect(markdown).toContain('| policy | KV hit % | backend hit % | TTFT p50 ms | TTFT p95 ms | TTFT p99 ms | e2e p50 ms | RPS | errors | p50 vs base | p99 vs base | hit % of oracle |');
+    expect(markdown).toContain('| roundrobin | 31.3 ± 8.8 | – | 25.0 ± 7.1 | 45.0 ± 7.1 | 45.0 ± 7.1 | 250.0 ± 70.7 | 1.50 ± 0.71 | 0.0 ± 0.0 | 1.67× | 1.29× | 34.7 % |');
+    expect(markdown).toContain('| leastloaded (base) | 0.0 | – | 15.0 | 35.0 | 35.0 | 150.0 | 2.00 | 1.0 | 1.00× | 1.00× | 0.0 % |');
+    expect(markdown).toContain('| cacheaware | 80.0 | 75.0 | 9.0 | 15.0 | 15.0 | 90.0 | 2.00 | 0.0 | 0.60× | 0.43× | 88.9 % |');
+    expect(markdown).toContain('| oracle | 90.0 | – | 8.0 | 16.0 | 16.0 | 80.0 | 2.00 | 0.0 | 0.53× | 0.46× | 100.0 % |');
+  });
+
+  it('has the slope table', () => {
+    expect(markdown).toContain('## TTFT slope, sessions 4 → 8');
+    expect(markdown).toContain('| roundrobin | +8.75 | +8.75 |');
+    expect(markdown).toContain('| cacheaware | +0.50 | −0.50 |');
+  });
+});
+
+describe('terminalReport', () => {
+  it('prints one aligned table per sweep point and the slopes', () => {
+    const text = terminalReport(summary);
+    expect(text).toContain('sessions = 4');
+    expect(text).toContain('sessions = 8');
+    expect(text).toContain('TTFT slope, sessions 4 → 8');
+    const lines = text.split('\n');
+    const header = lines.find((line) => line.startsWith('policy') && line.includes('TTFT p50 ms'))!;
+    const row = lines.find((line) => line.startsWith('cacheaware') && line.includes('88.9 %'))!;
+    expect([...row].length).toBe([...header].length);
+  });
+});

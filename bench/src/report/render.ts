@@ -1,0 +1,107 @@
+import type { PointSummary, PolicySummary, ReportSummary, Stat } from './summary';
+
+/** Terminal tables and the Markdown summary of a ReportSummary (pure: strings out). */
+
+const DASH = '–';
+
+/** `mean ± stddev` with `digits` decimals; just the mean for a single seed. */
+export function formatStat(value: Stat | undefined, digits = 1): string {
+  if (!value) return DASH;
+  return value.n > 1 ? `${value.mean.toFixed(digits)} ± ${value.stddev.toFixed(digits)}` : value.mean.toFixed(digits);
+}
+
+function times(value: number | undefined): string {
+  return value === undefined ? DASH : `${value.toFixed(2)}×`;
+}
+
+function percent(value: number | undefined): string {
+  return value === undefined ? DASH : `${value.toFixed(1)} %`;
+}
+
+function signed(value: number | undefined, digits = 2): string {
+  if (value === undefined) return DASH;
+  return `${value >= 0 ? '+' : '−'}${Math.abs(value).toFixed(digits)}`;
+}
+
+export const POINT_COLUMNS = ['policy', 'KV hit %', 'backend hit %', 'TTFT p50 ms', 'TTFT p95 ms', 'TTFT p99 ms', 'e2e p50 ms', 'RPS', 'errors', 'p50 vs base', 'p99 vs base', 'hit % of oracle'] as const;
+
+function pointRow(summary: PolicySummary, baseline: string | undefined): string[] {
+  return [
+    summary.policy + (summary.policy === baseline ? ' (base)' : ''),
+    formatStat(summary.kvHitPct),
+    formatStat(summary.backendHitPct),
+    formatStat(summary.ttftP50Ms),
+    formatStat(summary.ttftP95Ms),
+    formatStat(summary.ttftP99Ms),
+    formatStat(summary.e2eP50Ms),
+    formatStat(summary.rps, 2),
+    formatStat(summary.errors, 1),
+    times(summary.vsBaseline?.ttftP50),
+    times(summary.vsBaseline?.ttftP99),
+    percent(summary.kvHitPctOfOracle ?? summary.backendHitPctOfOracle),
+  ];
+}
+
+export function pointTableRows(point: PointSummary): string[][] {
+  return point.policies.map((summary) => pointRow(summary, point.baseline));
+}
+
+function slopeRows(summary: ReportSummary): string[][] {
+  return summary.slopes.map((slope) => [slope.policy, signed(slope.ttftP50MsPerUnit), signed(slope.ttftP95MsPerUnit)]);
+}
+
+function slopeColumns(summary: ReportSummary): string[] {
+  return ['policy', `TTFT p50 slope (ms per ${summary.sweepVariable})`, `TTFT p95 slope (ms per ${summary.sweepVariable})`];
+}
+
+export function span(summary: ReportSummary): string {
+  const first = summary.points[0];
+  const last = summary.points[summary.points.length - 1];
+  return first && last ? `${first.value} → ${last.value}` : DASH;
+}
+
+/** Fixed-width text table: first column left-aligned, the others right-aligned. */
+export function textTable(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const widths = header.map((cell, column) => Math.max([...cell].length, ...rows.map((row) => [...(row[column] ?? '')].length)));
+  const line = (cells: readonly string[]): string =>
+    cells
+      .map((cell, column) => {
+        const pad = ' '.repeat((widths[column] ?? 0) - [...cell].length);
+        return column === 0 ? cell + pad : pad + cell;
+      })
+      .join('  ')
+      .trimEnd();
+  return [line(header), widths.map((width) => '─'.repeat(width)).join('  '), ...rows.map(line)].join('\n');
+}
+
+/** One table per sweep point, then the slopes: what the runner prints at the end. */
+export function terminalReport(summary: ReportSummary): string {
+  const blocks = summary.points.map((point) => `${summary.scenario} · ${summary.sweepVariable} = ${point.value}\n${textTable(POINT_COLUMNS, pointTableRows(point))}`);
+  blocks.push(`TTFT slope, ${summary.sweepVariable} ${span(summary)}\n${textTable(slopeColumns(summary), slopeRows(summary))}`);
+  return `${blocks.join('\n\n')}\n`;
+}
+
+export function escapeCell(text: string): string {
+  return text.replaceAll('|', '\\|').replaceAll('\n', ' ');
+}
+
+export function markdownTable(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const lines = [`| ${header.map(escapeCell).join(' | ')} |`, `|---|${header.slice(1).map(() => '---:|').join('')}`];
+  for (const row of rows) lines.push(`| ${row.map(escapeCell).join(' | ')} |`);
+  return lines.join('\n');
+}
+
+/** The Markdown summary: one section per sweep point, the slope table and how to read it. */
+export function markdownReport(summary: ReportSummary): string {
+  const parts = [`# ${escapeCell(summary.scenario)}`, ''];
+  parts.push(
+    `Mean ± sample stddev over seeds. KV hit % = cached ÷ prompt tokens (client usage); backend hit % = prefix-cache hits ÷ queries (backend counters). ` +
+      `"vs base" = mean TTFT ÷ the best of ${'`roundrobin`'} / ${'`leastloaded`'} (lowest TTFT p50) at that point; "hit % of oracle" = hit % ÷ ${'`oracle`'}'s.`,
+    '',
+  );
+  for (const point of summary.points) {
+    parts.push(`## ${escapeCell(summary.sweepVariable)} = ${point.value}`, '', markdownTable(POINT_COLUMNS, pointTableRows(point)), '');
+  }
+  parts.push(`## TTFT slope, ${escapeCell(summary.sweepVariable)} ${span(summary)}`, '', markdownTable(slopeColumns(summary), slopeRows(summary)), '');
+  return parts.join('\n');
+}
