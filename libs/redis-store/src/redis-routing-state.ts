@@ -55,6 +55,8 @@ export class RedisRoutingState implements RoutingStateStore {
   private readonly redis: RedisClient;
   private readonly namespace: string;
   private readonly keysByPool = new Map<string, PoolKeys>();
+  /** Backend ids already checked by requireIndexableId (a fleet has a handful). */
+  private readonly indexableIds = new Set<BackendId>();
   /** pool → backend → in-flight count last seen (see inflightCounts). */
   private readonly inflightSeen = new Map<string, Map<BackendId, number>>();
 
@@ -67,7 +69,7 @@ export class RedisRoutingState implements RoutingStateStore {
   }
 
   async snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot> {
-    backends.forEach(requireIndexableId);
+    backends.forEach((backend) => this.requireIndexableId(backend));
     const matchBlocks = new Map<BackendId, number>();
     const inflight = new Map<BackendId, number>();
     const pendingPrefillTokens = new Map<BackendId, number>();
@@ -157,7 +159,7 @@ export class RedisRoutingState implements RoutingStateStore {
     blockHashes: readonly BlockHash[],
     request: { readonly textBytes: number; readonly blockSizeBytes: number; readonly maxTokens?: number | null },
   ): Promise<{ chosen: number; figures: Figures[] }> {
-    for (const candidate of candidates) requireIndexableId(candidate.id);
+    for (const candidate of candidates) this.requireIndexableId(candidate.id);
     const keys = this.keys(pool);
     const cost = rule.kind === 'cost' ? rule.params : null;
     const reply = await runScript(
@@ -248,6 +250,16 @@ export class RedisRoutingState implements RoutingStateStore {
     return counts;
   }
 
+  /**
+   * The owner index delimits ids with control characters (src/lua/lib/owner-index.lua); an id never
+   * holds one anyway, since it travels in the X-Router-Backend header. Checked once per id.
+   */
+  private requireIndexableId(id: BackendId): void {
+    if (this.indexableIds.has(id)) return;
+    if (/[\u0000-\u001f\u007f]/.test(id)) throw new RangeError(`backend id must not contain control characters: ${JSON.stringify(id)}`);
+    this.indexableIds.add(id);
+  }
+
   private keys(pool: string): PoolKeys {
     let keys = this.keysByPool.get(pool);
     if (!keys) {
@@ -279,13 +291,6 @@ interface RouteCandidate {
 /** A candidate's figures as route.lua read them. */
 type Figures = Pick<Candidate, 'inflight' | 'matchBlocks' | 'pendingPrefillTokens'>;
 
-/**
- * The owner index delimits ids with control characters (src/lua/lib/owner-index.lua); an id never holds
- * one anyway, since it travels in the X-Router-Backend header.
- */
-function requireIndexableId(id: BackendId): void {
-  if (/[\u0000-\u001f\u007f]/.test(id)) throw new RangeError(`backend id must not contain control characters: ${JSON.stringify(id)}`);
-}
 
 function requireInteger(name: string, value: number, min: number): void {
   if (!Number.isSafeInteger(value) || value < min) throw new RangeError(`${name} must be an integer >= ${min}, got ${value}`);

@@ -28,6 +28,6 @@ export {
   type PolicyParamsByName,
 } from './policies/policy-registry';
 export type { DecideInput, DecideResult, RoutingSnapshot, RoutingStateStore } from './state/routing-state';
-export { candidatesOf, decideWithSnapshot, MAX_RESERVE_CONFLICTS } from './state/decide-with-snapshot';
+export { candidatesOf, decideWithSnapshot } from './state/decide-with-snapshot';
 export { InMemoryRoutingState, type InMemoryRoutingStateOptions } from './state/in-memory-routing-state';
 export { DEFAULT_BYTES_PER_TOKEN, estimatePrefillTokens } from './prefix/prefill-estimate';

@@ -27,13 +27,17 @@ export type EngineVerdict =
   | { readonly kind: 'healthy'; readonly load: EngineLoad | null }
   | { readonly kind: 'unhealthy' };
 
+const UNKNOWN: EngineVerdict = { kind: 'unknown' };
+const UNHEALTHY: EngineVerdict = { kind: 'unhealthy' };
+
 /**
  * The router's live copy of the backends' published states: read once at start, then kept current by
  * pub/sub and a periodic full read, so the request path never waits on Redis for it. Stale states are
  * unknown, not idle: a poller that stopped must not make a backend look empty or dead.
  */
 export class EngineStateView {
-  private readonly states = new Map<BackendId, BackendState>();
+  /** Per backend: its newest state, and the load the policies read, derived once when it arrives. */
+  private readonly states = new Map<BackendId, { readonly state: BackendState; readonly load: EngineLoad | null }>();
   private subscription: { stop(): Promise<void> } | null = null;
   private timer: NodeJS.Timeout | null = null;
 
@@ -63,19 +67,20 @@ export class EngineStateView {
     }
   }
 
+  /** Runs on every try of every request: lookups only, nothing allocated. */
   verdict(backendId: BackendId): EngineVerdict {
-    const state = this.states.get(backendId);
-    if (state === undefined || this.options.nowMs() - state.scrapedAtMs > this.options.maxAgeMs) return { kind: 'unknown' };
-    if (!state.healthy) return { kind: 'unhealthy' };
-    const { kvUsage, running, waiting } = state;
-    // The queue figures are the load; KV usage may be missing (llama.cpp's newer metrics) and stays null.
-    const load = running === null || waiting === null ? null : { kvUsage, kvCapacityTokens: state.kvCapacityTokens, running, waiting };
-    return { kind: 'healthy', load };
+    const known = this.states.get(backendId);
+    if (known === undefined || this.options.nowMs() - known.state.scrapedAtMs > this.options.maxAgeMs) return UNKNOWN;
+    return known.state.healthy ? { kind: 'healthy', load: known.load } : UNHEALTHY;
   }
 
   /** Keeps the newest state per backend: a late pub/sub message must not undo a fresher full read. */
   private accept(state: BackendState): void {
     const known = this.states.get(state.backendId);
-    if (known === undefined || state.scrapedAtMs >= known.scrapedAtMs) this.states.set(state.backendId, state);
+    if (known !== undefined && state.scrapedAtMs < known.state.scrapedAtMs) return;
+    const { kvUsage, running, waiting } = state;
+    // The queue figures are the load; KV usage may be missing (llama.cpp's newer metrics) and stays null.
+    const load = running === null || waiting === null ? null : { kvUsage, kvCapacityTokens: state.kvCapacityTokens, running, waiting };
+    this.states.set(state.backendId, { state, load });
   }
 }

@@ -3,7 +3,8 @@ import { ChatCompletionRequest, CompletionRequest } from '@kvroute/protocols';
 import { buildRoutingRequest, type RoutingPolicy } from '@kvroute/routing';
 import type { BackendRegistry } from '../backends/backend-registry';
 import { RouterError } from '../errors';
-import { chooseBackend, type RouteContext } from '../routing/route-request';
+import { eligibleBackends } from '../backends/eligible-backends';
+import { dryRunDecision, type RouteContext } from '../routing/route-request';
 import { parseBody, sessionKeyOf } from './generation-routes';
 
 /**
@@ -20,9 +21,13 @@ export async function debugRoutes(
     const backends = options.registry.poolFor(body.model);
     if (!options.registry.servesModel(body.model)) throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${body.model}\` does not exist.`, { param: 'model' });
     const routingRequest = buildRoutingRequest(body, { blockSizeBytes: options.blockSizeBytes, sessionKey: sessionKeyOf(request.headers, body) });
-    const eligible = backends.filter((backend) => backend.breaker.isAvailable());
+    // The same eligibility as a real request's first try: breakers, the health poller, fail-open.
+    const eligibility = eligibleBackends(backends, new Set(), options.routing.engineStates ?? null);
     const policy = options.policyFor(body.model, 'generation');
-    const { decision } = eligible.length === 0 ? { decision: { kind: 'rejected' as const, reason: 'no-eligible-backend' as const } } : await chooseBackend(options.routing, body.model, routingRequest, eligible, policy);
+    const { decision } =
+      eligibility.eligible.length === 0
+        ? { decision: { kind: 'rejected' as const, reason: 'no-eligible-backend' as const } }
+        : await dryRunDecision(options.routing, body.model, routingRequest, eligibility, policy);
     return {
       policy: policy.name,
       scoreDirection: policy.scoreDirection,

@@ -1,5 +1,5 @@
-import type { Candidate, PolicyContext, RoutingDecision, RoutingPolicy, RoutingRequest, RoutingStateStore } from '@kvroute/routing';
-import type { Backend } from '../backends/backend-registry';
+import { candidatesOf, type Candidate, type DecideInput, type RoutingDecision, type RoutingPolicy, type RoutingRequest, type RoutingStateStore } from '@kvroute/routing';
+import type { Eligibility } from '../backends/eligible-backends';
 import type { EngineStateView } from '../backends/engine-state-view';
 
 /** What deciding needs: the shared state, and the clock and randomness the policy may use. */
@@ -19,30 +19,27 @@ export interface RouteChoice {
 }
 
 /**
- * Reads the state for the eligible backends of a pool (match depth and in-flight) and lets the policy
- * choose. Deciding only: taking the lease and recording ownership is `reserve`, done by the caller
- * right after, so a dry run (`/debug/route`) changes nothing.
+ * What the policy would choose for `request` among `eligible`, on the same figures a real decision
+ * reads (state snapshot, the engines' load), without taking a lease or recording anything: the dry run
+ * of `/debug/route`. Real requests go through `RoutingStateStore.decide`.
  */
-export async function chooseBackend(
-  context: RouteContext,
-  pool: string,
-  request: RoutingRequest,
-  eligible: readonly Backend[],
-  policy: RoutingPolicy,
-): Promise<RouteChoice> {
+export async function dryRunDecision(context: RouteContext, pool: string, request: RoutingRequest, eligibility: Eligibility, policy: RoutingPolicy): Promise<RouteChoice> {
+  const input: DecideInput = {
+    pool,
+    request,
+    backends: eligibility.eligible.map((backend) => backend.info),
+    policy,
+    context: { nowMs: context.nowMs(), random: context.random },
+    leaseId: '',
+    engine: eligibility.engine,
+  };
   const snapshot = await context.state.snapshot(
     pool,
-    eligible.map((backend) => backend.id),
+    input.backends.map((backend) => backend.id),
     policy.usesPrefixMatch ? request.blockHashes : [],
   );
-  const candidates: Candidate[] = eligible.map((backend) => ({
-    backend: backend.info,
-    inflight: snapshot.inflight.get(backend.id) ?? 0,
-    matchBlocks: snapshot.matchBlocks.get(backend.id) ?? 0,
-    pendingPrefillTokens: snapshot.pendingPrefillTokens.get(backend.id) ?? 0,
-  }));
-  const policyContext: PolicyContext = { nowMs: context.nowMs(), random: context.random };
-  return { decision: policy.choose(request, candidates, policyContext), candidates };
+  const candidates = candidatesOf(input, snapshot);
+  return { decision: policy.choose(request, candidates, input.context), candidates };
 }
 
 /**

@@ -121,6 +121,11 @@ describe('RedisRoutingState options', () => {
     expect(() => ctx.createState({ blockIdleTtlMs: 0 })).not.toThrow();
   });
 
+  it('rejects a backend id with a control character (the owner index delimits ids with them)', async () => {
+    await expect(ctx.createState().snapshot('m', ['a\u0001b'], [1])).rejects.toThrow(RangeError);
+    await expect(ctx.createState().reserve('m', 'tab\there', 'l', [1], 0)).rejects.toThrow(RangeError);
+  });
+
   it('rejects a negative or fractional maxInflight before calling Redis', async () => {
     await expect(ctx.createState().reserve('m', 'a', 'l', [], 0, 1.5)).rejects.toThrow(RangeError);
   });

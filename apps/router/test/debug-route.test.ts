@@ -1,0 +1,28 @@
+import { describe, expect, it } from 'vitest';
+import { startTestCluster, totalInflight } from './start-test-cluster';
+
+/** `/debug/route` explains the decision a real request would get, and changes nothing. */
+describe('POST /debug/route', () => {
+  it('names the backend a real request then goes to, with scores, and takes no lease', async () => {
+    const cluster = await startTestCluster({ backends: 3, router: { debugRoutes: true } });
+    try {
+      const body = { model: 'test-model', messages: [{ role: 'user', content: `explain ${'the routing of this prompt '.repeat(40)}` }], max_tokens: 4 };
+      const post = (path: string) => fetch(`${cluster.routerUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      // A first request records the prompt's blocks on its backend.
+      const first = await post('/v1/chat/completions');
+      await first.text();
+      const home = first.headers.get('x-router-backend');
+      const explained = (await (await post('/debug/route')).json()) as { policy: string; decision: { kind: string; backendId: string; reason: string; scores: { backendId: string; matchBlocks: number }[] } };
+      expect(explained.policy).toBe('cacheaware');
+      expect(explained.decision).toMatchObject({ kind: 'routed', backendId: home, reason: 'prefix-affinity' });
+      expect(explained.decision.scores).toHaveLength(3);
+      expect(explained.decision.scores.find((score) => score.backendId === home)?.matchBlocks).toBeGreaterThan(0);
+      expect(totalInflight(cluster.router)).toBe(0);
+      const second = await post('/v1/chat/completions');
+      await second.text();
+      expect(second.headers.get('x-router-backend')).toBe(explained.decision.backendId);
+    } finally {
+      await cluster.close();
+    }
+  });
+});
