@@ -1,153 +1,78 @@
 /**
- * `npm run demo`: what kvroute is for, live, on simulated backends.
+ * `npm run demo`: what kvroute is for, live, on simulated backends, in about a minute.
  *
- * Starts four vllm-sim backends (Qwen2.5-7B on A100 profile, real time) and, for each of several
- * policies, a kvroute router in front of them; replays the same multi-turn chat workload through each
- * (caches reset in between). Each conversation opens with its own ~5k-token document after a shared
- * system prompt, so a turn that lands on a backend that never saw the conversation pays the whole
- * prefill again. Prints TTFT, cache hits and how often a conversation changed backend, per policy.
+ * Runs bench/scenarios/demo.yaml with the benchmark runner: Redis (KVROUTE_REDIS_URL, else a local
+ * redis-server, else in-memory state with one router), 4 vllm-sim backends, the health poller, and
+ * per policy 2 fresh router replicas on cold caches; the same conversations go through each policy.
+ * Prints the table, writes the report to bench/results/demo/ and says whether cache-aware routing won.
  */
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { SseParser, SSE_DONE } from '@kvroute/protocols';
-import { mean, percentile } from '@kvroute/workloads';
-import { startLocalRouter, startLocalSims, stopLocalProcess, stopLocalSims } from './local-sims';
+import { terminalReport, type PolicySummary } from './report';
+import { LocalCluster } from './runner/local-cluster';
+import { ProgressBar } from './runner/progress';
+import { createClientAgent } from './runner/request-client';
+import { runScenario } from './runner/run-scenario';
+import { loadScenario } from './runner/scenario';
+import { writeReports } from './runner/write-reports';
 
 const { values: args } = parseArgs({
   options: {
-    backends: { type: 'string', default: '4' },
-    sessions: { type: 'string', default: '8' },
-    turns: { type: 'string', default: '6' },
-    'time-scale': { type: 'string', default: '1' },
-    policies: { type: 'string', default: 'roundrobin,leastloaded,prefixaware,cacheaware' },
+    policies: { type: 'string' },
+    seed: { type: 'string', default: '1' },
+    out: { type: 'string', default: join(import.meta.dirname, '..', 'results', 'demo') },
   },
 });
-const backendCount = Number(args.backends);
-const sessions = Number(args.sessions);
-const turns = Number(args.turns);
 
-interface TurnResult {
-  session: number;
-  ttftMs: number;
-  promptTokens: number;
-  cachedTokens: number;
-  backend: string;
-}
+const log = (line: string): void => void process.stderr.write(`${line}\n`);
 
 async function main(): Promise<void> {
-  const policies = args.policies.split(',');
-  console.log(`Starting ${backendCount} vllm-sim backends (a100-7b, time-scale ${args['time-scale']})…`);
-  const sims = await startLocalSims(backendCount, ['--profile', 'a100-7b', '--model', 'demo-model', '--time-scale', args['time-scale']]);
-  try {
-    const rows: string[] = [];
-    for (const policy of policies) {
-      await Promise.all(sims.map((sim) => fetch(`${sim.url}/sim/reset-cache`, { method: 'POST' })));
-      const router = await startLocalRouter(
-        sims.map((sim) => sim.url),
-        ['--policy', policy],
-      );
-      process.stdout.write(`\nkvroute --policy ${policy}: ${sessions} conversations × ${turns} turns `);
-      try {
-        const results = await runWorkload(router.url);
-        const ttfts = results.map((result) => result.ttftMs);
-        const cached = results.reduce((sum, result) => sum + result.cachedTokens, 0);
-        const prompt = results.reduce((sum, result) => sum + result.promptTokens, 0);
-        rows.push(
-          `| ${policy} | ${results.length} | ${percentile(ttfts, 50).toFixed(0)} ms | ${percentile(ttfts, 95).toFixed(0)} ms | ${mean(ttfts).toFixed(0)} ms | ${((100 * cached) / prompt).toFixed(1)} % | ${backendSwitches(results)} |`,
-        );
-      } finally {
-        await stopLocalProcess(router);
-      }
-    }
-    console.log('\n\n| policy | requests | TTFT p50 | TTFT p95 | TTFT mean | prompt tokens from cache | conversation moved to another backend |');
-    console.log('|---|---:|---:|---:|---:|---:|---:|');
-    for (const row of rows) console.log(row);
-    console.log('\nTTFT is measured by this client through the router on streaming responses (first content token).');
-  } finally {
-    await stopLocalSims(sims);
-  }
-}
-
-/** Times a conversation's turn went to a different backend than its previous turn. */
-function backendSwitches(results: readonly TurnResult[]): number {
-  const last = new Map<number, string>();
-  let switches = 0;
-  for (const result of results) {
-    const previous = last.get(result.session);
-    if (previous !== undefined && previous !== result.backend) switches++;
-    last.set(result.session, result.backend);
-  }
-  return switches;
-}
-
-async function runWorkload(routerUrl: string): Promise<TurnResult[]> {
-  const results: TurnResult[] = [];
-  const systemPrompt = `You are the support assistant of ACME Routers. Policies follow. ${'Answer precisely, cite the manual, never guess. '.repeat(60)}`;
-  await Promise.all(
-    Array.from({ length: sessions }, async (_, session) => {
-      await sleep(session * 50);
-      const messages: Array<{ role: string; content: string }> = [
-        { role: 'system', content: systemPrompt },
-        { role: 'user', content: `Conversation ${session}. Here is my configuration file:\n${configurationDocument(session)}` },
-      ];
-      for (let turn = 0; turn < turns; turn++) {
-        const result = await streamChat(routerUrl, messages);
-        results.push({ ...result, session });
-        process.stdout.write('.');
-        messages.push({ role: 'assistant', content: result.answer }, { role: 'user', content: `Follow-up ${turn + 1}: and what about timeouts in section ${turn + 3}?` });
-        await sleep(40);
-      }
-    }),
-  );
-  return results;
-}
-
-async function streamChat(url: string, messages: ReadonlyArray<{ role: string; content: string }>): Promise<Omit<TurnResult, 'session'> & { answer: string }> {
-  const started = performance.now();
-  const response = await fetch(`${url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'demo-model', messages, max_tokens: 32, stream: true, stream_options: { include_usage: true } }),
-  });
-  let ttftMs = Number.NaN;
-  let answer = '';
-  let usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } | null } | undefined;
-  const parser = new SseParser();
-  const decoder = new TextDecoder();
-  for await (const bytes of response.body as unknown as AsyncIterable<Uint8Array>) {
-    for (const data of parser.push(decoder.decode(bytes, { stream: true }))) {
-      if (data === SSE_DONE) continue;
-      const chunk = JSON.parse(data);
-      const content: string | undefined = chunk.choices?.[0]?.delta?.content;
-      if (content) {
-        if (Number.isNaN(ttftMs)) ttftMs = performance.now() - started;
-        answer += content;
-      }
-      if (chunk.usage) usage = chunk.usage;
-    }
-  }
-  return {
-    ttftMs,
-    answer,
-    promptTokens: usage?.prompt_tokens ?? 0,
-    cachedTokens: usage?.prompt_tokens_details?.cached_tokens ?? 0,
-    backend: response.headers.get('x-router-backend') ?? '',
+  const scenario = await loadScenario('demo');
+  log(`kvroute demo: ${scenario.description}`);
+  const cluster = await LocalCluster.start(scenario, { redisUrl: process.env['KVROUTE_REDIS_URL'], log });
+  const agent = createClientAgent();
+  const stop = (): void => {
+    void cluster.close().finally(() => process.exit(130));
   };
-}
-
-/** A distinct ~5k-token document per conversation (deterministic). */
-function configurationDocument(session: number): string {
-  const lines: string[] = [];
-  for (let line = 0; line < 220; line++) {
-    lines.push(`backend-${session}-${line}: url=http://10.0.${session}.${line % 250}:8000 weight=${(line * 7 + session) % 13} timeout_ms=${1000 + line * 3}`);
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  try {
+    log(`routers per policy: ${cluster.routerCount}${cluster.redisUrl ? ` sharing Redis (${cluster.redisSource})` : ' (no Redis: in-memory state)'}`);
+    const results = await runScenario(scenario, {
+      target: cluster,
+      agent,
+      progress: new ProgressBar({ isTTY: process.stderr.isTTY === true, write: (text) => void process.stderr.write(text) }),
+      workloadInputs: { timeScale: scenario.cluster.timeScale, dataDir: '', readText: () => Promise.reject(new Error('the demo replays no trace')) },
+      log,
+      policies: args.policies?.split(','),
+      seeds: [Number(args.seed)],
+    });
+    const written = await writeReports(args.out, scenario, results, { mode: 'demo' });
+    process.stdout.write(`\n${terminalReport(written.summary)}\n`);
+    process.stdout.write('TTFT: client-side, streaming, first content token. KV hit %: cached ÷ prompt tokens as the backends reported them.\n');
+    const point = written.summary.points[0];
+    const find = (policy: string): PolicySummary | undefined => point?.policies.find((summary) => summary.policy === policy);
+    const verdict = demoVerdict(find('cacheaware'), find('roundrobin'));
+    if (verdict) process.stdout.write(`${verdict}\n`);
+    process.stdout.write(`\nreport: ${written.html}\n`);
+  } finally {
+    await cluster.close();
+    await agent.close();
   }
-  return lines.join('\n');
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+/** One sentence comparing cacheaware with roundrobin (hit rate and TTFT p50), or undefined if either did not run. */
+export function demoVerdict(cacheaware: PolicySummary | undefined, roundrobin: PolicySummary | undefined): string | undefined {
+  const hitA = cacheaware?.kvHitPct?.mean;
+  const hitB = roundrobin?.kvHitPct?.mean;
+  const p50A = cacheaware?.ttftP50Ms?.mean;
+  const p50B = roundrobin?.ttftP50Ms?.mean;
+  if (hitA === undefined || hitB === undefined || p50A === undefined || p50B === undefined) return undefined;
+  const won = hitA > hitB && p50A < p50B;
+  return `${won ? 'cacheaware beats roundrobin' : 'cacheaware did NOT beat roundrobin'}: KV hit ${hitA.toFixed(1)} % vs ${hitB.toFixed(1)} %, TTFT p50 ${p50A.toFixed(0)} ms vs ${p50B.toFixed(0)} ms (${(p50B / p50A).toFixed(1)}× faster).`;
 }
 
 main().catch((error: unknown) => {
-  console.error(error);
+  process.stderr.write(`demo: ${error instanceof Error ? error.message : String(error)}\n`);
   process.exit(1);
 });

@@ -38,7 +38,7 @@ export async function stopLocalSims(sims: readonly LocalSim[]): Promise<void> {
   );
 }
 
-async function waitReady(probeUrl: string): Promise<void> {
+export async function waitReady(probeUrl: string): Promise<void> {
   for (let attempt = 0; attempt < 300; attempt++) {
     try {
       if ((await fetch(probeUrl)).ok) return;

@@ -20,7 +20,7 @@ export const RouterConfig = z.object({
   host: z.string().default('0.0.0.0').describe('address to listen on'),
   port: z.coerce.number().int().min(0).max(65_535).default(8080).describe('port to listen on'),
   backends: z.array(BackendEntry).min(1).describe('backends: URLs (comma-separated on the command line) or {url,id,models,weight} objects in a file'),
-  policy: z.enum(POLICY_NAMES).default('cacheaware').describe('routing policy for chat and text completions'),
+  policy: z.enum(POLICY_NAMES).default('cacheaware').describe('routing policy for chat and text completions (`oracle`: benchmarks on vllm-sim backends only)'),
   passthroughPolicy: z.enum(POLICY_NAMES).default('leastloaded').describe('policy for other POST /v1/* endpoints (embeddings, …)'),
 
   blockSizeBytes: z.coerce.number().int().min(8).max(4096).default(256).describe('prefix block size of the routing text, bytes'),
@@ -43,6 +43,7 @@ export const RouterConfig = z.object({
   queueMsPerRequest: z.coerce.number().min(0).default(5).describe('cacheaware: cost of one request already in flight beyond its prefill backlog, ms'),
   spreadAbs: z.coerce.number().min(0).default(8).describe('cacheaware load-spread guard: in-flight above min + this …'),
   spreadRel: z.coerce.number().min(1).default(2).describe('… and above min × this is excluded'),
+  oracleMatchTimeoutMs: z.coerce.number().int().positive().default(500).describe("oracle (benchmarks, vllm-sim backends only): how long to wait for each backend's POST /sim/match before counting it as holding nothing"),
 
   redisUrl: z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional().describe('Redis shared by all router replicas (unset = this replica keeps its own state in memory)'),
   maxBlocksPerPool: z.coerce.number().int().positive().default(1_000_000).describe('with Redis: prefix blocks remembered per model pool (LRU by generation beyond; ~105 B each)'),

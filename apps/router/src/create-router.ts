@@ -8,6 +8,7 @@ import { BackendRegistry, type Backend } from './backends/backend-registry';
 import { EngineStateView } from './backends/engine-state-view';
 import { SharedBackendSet } from './backends/shared-backend-set';
 import type { RouterConfig } from './config';
+import { simMatchAsker } from './proxy/true-match';
 import { UpstreamPools } from './proxy/upstream-pool';
 import { RouterMetrics } from './router-metrics';
 import { FailoverRoutingState } from './routing/failover-routing-state';
@@ -142,7 +143,14 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     upstreams,
     // Shared leases expire unless renewed: renew at a third of the TTL, so one lost renewal never expires
     // a live lease. Local leases never expire, so requests then carry no timer at all.
-    routing: { state, nowMs, random, leaseRenewIntervalMs: redis === null ? 0 : Math.floor(config.leaseTtlMs / 3), engineStates },
+    routing: {
+      state,
+      nowMs,
+      random,
+      leaseRenewIntervalMs: redis === null ? 0 : Math.floor(config.leaseTtlMs / 3),
+      engineStates,
+      askTrueMatches: simMatchAsker(upstreams, config.oracleMatchTimeoutMs),
+    },
     metrics,
     policyFor,
     blockSizeBytes: config.blockSizeBytes,

@@ -32,9 +32,11 @@ describe('seedFigures', () => {
     expect(empty.kvHitPct).toBeUndefined();
   });
 
-  it('ignores requests without cached-token counts in the hit %', () => {
+  it('counts a request without cached tokens as a miss when others report them (vLLM omits a zero), and has no hit % when none do', () => {
     const { cachedTokens: _omit, ...noCached } = req(10, 0);
-    expect(seedFigures({ seed: 1, wallMs: 1000, requests: [req(10, 50), noCached] }).kvHitPct).toBe(50);
+    // req(10, 50): 100 prompt tokens, 50 cached (see the fixture); noCached: 100 prompt tokens, field absent.
+    expect(seedFigures({ seed: 1, wallMs: 1000, requests: [req(10, 50), noCached] }).kvHitPct).toBe(25);
+    expect(seedFigures({ seed: 1, wallMs: 1000, requests: [noCached, noCached] }).kvHitPct).toBeUndefined();
   });
 });
 

@@ -60,7 +60,7 @@ export const ORACLE_POLICY = 'oracle';
 
 /** Figures of one seed's run. */
 export interface SeedFigures {
-  /** 100 × Σ cached ÷ Σ prompt tokens over successful requests reporting cached tokens. */
+  /** 100 × Σ cached ÷ Σ prompt tokens over successful requests (a request without the field counts 0 when others report it). */
   readonly kvHitPct?: number;
   /** 100 × Σ hits ÷ Σ queries from the backends' counters. */
   readonly backendHitPct?: number;
@@ -130,7 +130,9 @@ function pct(values: readonly number[], p: number): number | undefined {
 export function seedFigures(run: SeedRun): SeedFigures {
   const ok = run.requests.filter(isOk);
   const ttfts = ok.flatMap((request) => (request.ttftMs === undefined ? [] : [request.ttftMs]));
-  const withCached = ok.filter((request) => request.cachedTokens !== undefined);
+  // vLLM leaves `prompt_tokens_details` out when nothing was cached (unless told otherwise): once any
+  // request of the run reports cached tokens, a request without the field had none.
+  const withCached = ok.some((request) => request.cachedTokens !== undefined) ? ok : [];
   const promptTokens = withCached.reduce((sum, request) => sum + request.promptTokens, 0);
   const cachedTokens = withCached.reduce((sum, request) => sum + (request.cachedTokens ?? 0), 0);
   const queries = (run.backends ?? []).reduce((sum, backend) => sum + backend.prefixCacheQueriesDelta, 0);

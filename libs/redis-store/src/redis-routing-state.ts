@@ -141,7 +141,13 @@ export class RedisRoutingState implements RoutingStateStore {
       input.policy.usesPrefixMatch ? request.blockHashes : [],
       request,
     );
-    const candidates: Candidate[] = backends.map((backend, index) => ({ backend, ...(reply.figures[index] as Figures), engine: input.engine?.get(backend.id) ?? null }));
+    const candidates: Candidate[] = backends.map((backend, index) => ({
+      backend,
+      ...(reply.figures[index] as Figures),
+      engine: input.engine?.get(backend.id) ?? null,
+      // As candidatesOf does on the snapshot path, so every policy sees the same candidates on both.
+      ...(input.trueMatchTokens === undefined ? {} : { trueMatchTokens: input.trueMatchTokens.get(backend.id) ?? null }),
+    }));
     const chosenId = (backends[reply.chosen - 1] as { id: string }).id;
     // The rule decided; `choose` on the same figures explains the decision (and must agree).
     const explained = input.policy.choose(request, candidates, input.context);

@@ -17,6 +17,7 @@ export { createKvAwarePolicy, DEFAULT_KV_AWARE_PARAMS, kvDemandTokens, type KvAw
 export { createKvRouterPolicy, DEFAULT_KV_ROUTER_PARAMS, type KvRouterParams } from './policies/kv-router';
 export { createSessionPolicy, DEFAULT_SESSION_PARAMS, type SessionParams } from './policies/session';
 export { createChwblPolicy, DEFAULT_CHWBL_PARAMS, type ChwblParams } from './policies/chwbl';
+export { createOraclePolicy, DEFAULT_ORACLE_PARAMS, type OracleParams } from './policies/oracle';
 export { createCacheAwarePolicy, DEFAULT_CACHE_AWARE_PARAMS, engineReportedFreeTokens, engineWaiting, type CacheAwareParams } from './policies/cache-aware';
 export {
   createPolicy,

@@ -43,6 +43,12 @@ export interface Candidate {
    * trust; absent or null = unknown (never read as idle).
    */
   readonly engine?: EngineLoad | null;
+  /**
+   * Prompt tokens of this request the backend itself says it would serve from its prefix cache right
+   * now (vllm-sim's `POST /sim/match`). Only asked for policies with `needsTrueMatch` (the oracle);
+   * absent otherwise, null when the backend did not answer in time.
+   */
+  readonly trueMatchTokens?: number | null;
 }
 
 /** An engine's own view of its load, as the health poller scraped it from its /metrics. */
@@ -166,5 +172,11 @@ export interface RoutingPolicy {
    * decides, and the lease is taken conditionally (see RoutingStateStore.decide).
    */
   readonly atomicRule?: AtomicRule;
+  /**
+   * True when the policy reads `Candidate.trueMatchTokens`: before each decision the router asks every
+   * eligible backend what it would serve from its cache (vllm-sim's `/sim/match`, one HTTP call per
+   * backend), so only benchmark policies set it.
+   */
+  readonly needsTrueMatch?: boolean;
   choose(request: RoutingRequest, candidates: readonly Candidate[], context: PolicyContext): RoutingDecision;
 }

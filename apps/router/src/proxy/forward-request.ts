@@ -5,7 +5,7 @@ import type { Backend } from '../backends/backend-registry';
 import { eligibleBackends } from '../backends/eligible-backends';
 import { RouterError } from '../errors';
 import type { RouterMetrics } from '../router-metrics';
-import { Lease, type RouteContext } from '../routing/route-request';
+import { Lease, trueMatchesFor, type RouteContext } from '../routing/route-request';
 import { endToEndHeaders } from './hop-by-hop';
 import { RelayHandler } from './relay-handler';
 import type { UpstreamPools } from './upstream-pool';
@@ -61,6 +61,10 @@ export async function forwardRequest(deps: ForwardDeps, input: ForwardInput, res
       deps.metrics.recordFailOpen(input.pool);
       deps.logger.warn({ requestId: input.requestId, pool: input.pool }, 'the health poller reports every available backend unhealthy: routing on the circuit breakers alone');
     }
+    // The oracle's questions to the backends (benchmarks only) come before the decision clock starts:
+    // they are the measuring instrument's cost, not a routing policy's.
+    const trueMatchTokens = await trueMatchesFor(deps.routing, input.policy, eligible, input.body);
+    if (response.destroyed) return;
     const decidedAt = performance.now();
     const leaseId = `${input.requestId}#${attempt}`;
     // Decide, take the lease, record ownership: one step (one Redis round trip for atomic rules).
@@ -72,6 +76,7 @@ export async function forwardRequest(deps: ForwardDeps, input: ForwardInput, res
       context: { nowMs: deps.routing.nowMs(), random: deps.routing.random },
       leaseId,
       engine,
+      ...(trueMatchTokens === undefined ? {} : { trueMatchTokens }),
     });
     for (const conflicted of conflicts) deps.metrics.recordReserveConflict(conflicted);
     if (decision.kind === 'rejected') break;

@@ -27,7 +27,7 @@ export async function debugRoutes(
     const { decision } =
       eligibility.eligible.length === 0
         ? { decision: { kind: 'rejected' as const, reason: 'no-eligible-backend' as const } }
-        : await dryRunDecision(options.routing, body.model, routingRequest, eligibility, policy);
+        : await dryRunDecision(options.routing, body.model, routingRequest, request.rawBody ?? Buffer.from(JSON.stringify(raw)), eligibility, policy);
     return {
       policy: policy.name,
       scoreDirection: policy.scoreDirection,

@@ -1,6 +1,8 @@
-import { candidatesOf, type Candidate, type DecideInput, type RoutingDecision, type RoutingPolicy, type RoutingRequest, type RoutingStateStore } from '@kvroute/routing';
+import { candidatesOf, type BackendId, type Candidate, type DecideInput, type RoutingDecision, type RoutingPolicy, type RoutingRequest, type RoutingStateStore } from '@kvroute/routing';
+import type { Backend } from '../backends/backend-registry';
 import type { Eligibility } from '../backends/eligible-backends';
 import type { EngineStateView } from '../backends/engine-state-view';
+import type { AskTrueMatches } from '../proxy/true-match';
 
 /** What deciding needs: the shared state, and the clock and randomness the policy may use. */
 export interface RouteContext {
@@ -11,6 +13,8 @@ export interface RouteContext {
   readonly leaseRenewIntervalMs: number;
   /** The health poller's view of the backends (health, engine load); null without a poller's Redis. */
   readonly engineStates?: EngineStateView | null;
+  /** Asks the backends what they would serve from cache (vllm-sim's /sim/match), for policies with `needsTrueMatch`; absent = nobody answers. */
+  readonly askTrueMatches?: AskTrueMatches;
 }
 
 export interface RouteChoice {
@@ -19,11 +23,30 @@ export interface RouteChoice {
 }
 
 /**
- * What the policy would choose for `request` among `eligible`, on the same figures a real decision
- * reads (state snapshot, the engines' load), without taking a lease or recording anything: the dry run
- * of `/debug/route`. Real requests go through `RoutingStateStore.decide`.
+ * The backends' own word on what they would serve from cache for `body`, when `policy` reads it
+ * (`needsTrueMatch`); undefined otherwise, so other policies cost no extra call. Without an asker every
+ * backend is unanswered (null).
  */
-export async function dryRunDecision(context: RouteContext, pool: string, request: RoutingRequest, eligibility: Eligibility, policy: RoutingPolicy): Promise<RouteChoice> {
+export async function trueMatchesFor(context: RouteContext, policy: RoutingPolicy, backends: readonly Backend[], body: Buffer): Promise<ReadonlyMap<BackendId, number | null> | undefined> {
+  if (policy.needsTrueMatch !== true) return undefined;
+  return context.askTrueMatches ? context.askTrueMatches(backends, body) : new Map();
+}
+
+/**
+ * What the policy would choose for `request` (raw body `body`) among `eligible`, on the same figures a
+ * real decision reads (state snapshot, the engines' load, the backends' true matches for the oracle),
+ * without taking a lease or recording anything: the dry run of `/debug/route`. Real requests go through
+ * `RoutingStateStore.decide`.
+ */
+export async function dryRunDecision(
+  context: RouteContext,
+  pool: string,
+  request: RoutingRequest,
+  body: Buffer,
+  eligibility: Eligibility,
+  policy: RoutingPolicy,
+): Promise<RouteChoice> {
+  const trueMatchTokens = await trueMatchesFor(context, policy, eligibility.eligible, body);
   const input: DecideInput = {
     pool,
     request,
@@ -32,6 +55,7 @@ export async function dryRunDecision(context: RouteContext, pool: string, reques
     context: { nowMs: context.nowMs(), random: context.random },
     leaseId: '',
     engine: eligibility.engine,
+    ...(trueMatchTokens === undefined ? {} : { trueMatchTokens }),
   };
   const snapshot = await context.state.snapshot(
     pool,

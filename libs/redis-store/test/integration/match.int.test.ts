@@ -1,3 +1,4 @@
+import { createLeastLoadedPolicy, createOraclePolicy, type DecideInput } from '@kvroute/routing';
 import { seededRandom } from '@kvroute/workloads';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { poolKeys } from '../../src/keys';
@@ -110,6 +111,37 @@ describe('snapshot.lua: match depth', () => {
     await state.reserve('m', 'a', 'l3', [1], 0);
     snapshot = await state.snapshot('m', ['a'], [1, 2]);
     expect(snapshot.matchBlocks.get('a')).toBe(1);
+  });
+});
+
+describe('decide: the backends\' true matches (oracle)', () => {
+  const backends = [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }, { id: 'c', weight: 1 }];
+  const inputOf = (policy: DecideInput['policy'], leaseId: string): DecideInput => ({
+    pool: 'm',
+    request: { model: 'm', blockHashes: [1, 2], blockSizeBytes: 256, textBytes: 600, contextBlocks: 0, headHash: 1, sessionKey: null },
+    backends,
+    policy,
+    context: { nowMs: 0, random: () => 0 },
+    leaseId,
+    trueMatchTokens: new Map([['a', 0], ['b', 512], ['c', null]]),
+  });
+
+  it('reach the candidates on the snapshot path, next to the figures read from Redis, and the lease is taken', async () => {
+    const state = ctx.createState();
+    await state.reserve('m', 'b', 'busy', [], 300);
+    const result = await state.decide(inputOf(createOraclePolicy(), 'l1'));
+    expect(result.decision).toMatchObject({ kind: 'routed', backendId: 'b', reason: 'cache-hit' });
+    expect(result.candidates.map((candidate) => [candidate.trueMatchTokens, candidate.inflight, candidate.pendingPrefillTokens])).toEqual([
+      [0, 0, 0],
+      [512, 1, 300],
+      [null, 0, 0],
+    ]);
+    expect((await state.snapshot('m', ['b'], [])).inflight.get('b')).toBe(2);
+  });
+
+  it('reach the candidates on the atomic path too', async () => {
+    const result = await ctx.createState().decide(inputOf(createLeastLoadedPolicy(), 'l1'));
+    expect(result.candidates.map((candidate) => candidate.trueMatchTokens)).toEqual([0, 512, null]);
   });
 });
 

@@ -10,12 +10,13 @@ import { createChwblPolicy, DEFAULT_CHWBL_PARAMS, type ChwblParams } from './chw
 import { createKvAwarePolicy, DEFAULT_KV_AWARE_PARAMS, type KvAwareParams } from './kv-aware';
 import { createKvRouterPolicy, DEFAULT_KV_ROUTER_PARAMS, type KvRouterParams } from './kv-router';
 import { createLeastLoadedPolicy, DEFAULT_LEAST_LOADED_PARAMS, type LeastLoadedParams } from './least-loaded';
+import { createOraclePolicy, DEFAULT_ORACLE_PARAMS, type OracleParams } from './oracle';
 import { createPrefixAwarePolicy, DEFAULT_PREFIX_AWARE_PARAMS, type PrefixAwareParams } from './prefix-aware';
 import { createRandomPolicy, DEFAULT_RANDOM_PARAMS, type RandomParams } from './random';
 import { createRoundRobinPolicy, DEFAULT_ROUND_ROBIN_PARAMS, type RoundRobinParams } from './round-robin';
 import { createSessionPolicy, DEFAULT_SESSION_PARAMS, type SessionParams } from './session';
 
-export const POLICY_NAMES = ['cacheaware', 'prefixaware', 'kvrouter', 'kvaware', 'chwbl', 'session', 'leastloaded', 'roundrobin', 'random'] as const;
+export const POLICY_NAMES = ['cacheaware', 'prefixaware', 'kvrouter', 'kvaware', 'chwbl', 'session', 'leastloaded', 'roundrobin', 'random', 'oracle'] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 
 /** Each policy's full parameter set. */
@@ -29,6 +30,7 @@ export interface PolicyParamsByName {
   readonly leastloaded: LeastLoadedParams;
   readonly roundrobin: RoundRobinParams;
   readonly random: RandomParams;
+  readonly oracle: OracleParams;
 }
 
 /** Optional overrides, one object per policy name; what is left out takes the default. */
@@ -44,6 +46,7 @@ export const DEFAULT_POLICY_PARAMS: { readonly [N in PolicyName]: PolicyParamsBy
   leastloaded: DEFAULT_LEAST_LOADED_PARAMS,
   roundrobin: DEFAULT_ROUND_ROBIN_PARAMS,
   random: DEFAULT_RANDOM_PARAMS,
+  oracle: DEFAULT_ORACLE_PARAMS,
 };
 
 const POLICY_FACTORIES: { readonly [N in PolicyName]: (params: Partial<PolicyParamsByName[N]>) => RoutingPolicy } = {
@@ -56,6 +59,7 @@ const POLICY_FACTORIES: { readonly [N in PolicyName]: (params: Partial<PolicyPar
   leastloaded: createLeastLoadedPolicy,
   roundrobin: createRoundRobinPolicy,
   random: createRandomPolicy,
+  oracle: createOraclePolicy,
 };
 
 export function isPolicyName(value: string): value is PolicyName {

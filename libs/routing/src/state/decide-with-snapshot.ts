@@ -17,6 +17,7 @@ export function candidatesOf(input: DecideInput, snapshot: Awaited<ReturnType<Ro
     matchBlocks: snapshot.matchBlocks.get(backend.id) ?? 0,
     pendingPrefillTokens: snapshot.pendingPrefillTokens.get(backend.id) ?? 0,
     engine: input.engine?.get(backend.id) ?? null,
+    ...(input.trueMatchTokens === undefined ? {} : { trueMatchTokens: input.trueMatchTokens.get(backend.id) ?? null }),
   }));
 }
 

@@ -27,6 +27,11 @@ export interface DecideInput {
   readonly leaseId: string;
   /** Each backend's own reported load, where known and fresh (from the health poller); absent = unknown. */
   readonly engine?: ReadonlyMap<BackendId, EngineLoad>;
+  /**
+   * What each backend says it would serve from its cache for this request, in prompt tokens (null = it
+   * did not answer); given only for policies with `needsTrueMatch`. Copied onto the candidates.
+   */
+  readonly trueMatchTokens?: ReadonlyMap<BackendId, number | null>;
 }
 
 export interface DecideResult {

@@ -1,0 +1,125 @@
+/**
+ * `npm run bench -- --scenario NAME [options]`: compares routing policies on one workload.
+ *
+ * Local (default): starts the scenario's cluster (vllm-sim backends, Redis, poller, routers per run),
+ * runs every sweep value × seed × policy on cold caches, prints the tables and writes results.json,
+ * report.md and report.html to `--out` (default `bench/results/<scenario>-<time>/`).
+ * Real deployment: `--router URL|policy=URL,… --backends URL,…` drives routers someone else runs and
+ * reads the backends' own metrics (see docs/benchmarking.md).
+ */
+import { readFile, writeFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { terminalReport } from './report';
+import { LocalCluster } from './runner/local-cluster';
+import { ProgressBar } from './runner/progress';
+import { parseRouterList, RemoteTarget } from './runner/remote-target';
+import { runScenario, type RunTarget } from './runner/run-scenario';
+import { loadScenario, sweepValues, workloadFor } from './runner/scenario';
+import { writeReports } from './runner/write-reports';
+import { createClientAgent } from './runner/request-client';
+import { eventsToJsonl, sessionEvents } from './workloads';
+
+const USAGE = `npm run bench -- --scenario NAME|FILE [options]
+
+  --scenario NAME      bench/scenarios/NAME.yaml, or a path to a scenario file
+  --policies a,b       override the scenario's policies
+  --seeds 1,2,3        override the scenario's seeds
+  --sweep 4,8          override the sweep values
+  --out DIR            where results.json, report.md and report.html go
+  --data-dir DIR       where trace files are (default ../shared/data beside the checkout)
+  --write-trace FILE   write the workload of the first seed and sweep value as a JSONL trace and exit
+  --router LIST        real deployment: router URLs, or policy=URL pairs (one deployment per policy)
+  --backends LIST      real deployment: the backends' URLs (their /metrics give the hit-rate truth)
+  --reset-cache        real deployment: POST /reset_prefix_cache to every backend before each run
+  --ignore-eos         send ignore_eos: true (real vLLM: every reply is exactly max_tokens long)`;
+
+const repoRoot = join(import.meta.dirname, '..', '..');
+
+const { values: args } = parseArgs({
+  options: {
+    scenario: { type: 'string' },
+    policies: { type: 'string' },
+    seeds: { type: 'string' },
+    sweep: { type: 'string' },
+    out: { type: 'string' },
+    'data-dir': { type: 'string', default: join(repoRoot, '..', 'shared', 'data') },
+    'write-trace': { type: 'string' },
+    router: { type: 'string' },
+    backends: { type: 'string' },
+    'reset-cache': { type: 'boolean', default: false },
+    'ignore-eos': { type: 'boolean', default: false },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+});
+
+const list = (text: string | undefined): string[] | undefined => text?.split(',').map((part) => part.trim()).filter(Boolean);
+const numbers = (text: string | undefined, flag: string): number[] | undefined =>
+  list(text)?.map((part) => {
+    const value = Number(part);
+    if (!Number.isFinite(value)) throw new Error(`--${flag}: ${JSON.stringify(part)} is not a number`);
+    return value;
+  });
+
+const log = (line: string): void => void process.stderr.write(`${line}\n`);
+
+async function main(): Promise<void> {
+  if (args.help || !args.scenario) {
+    process.stdout.write(`${USAGE}\n`);
+    if (!args.help) process.exitCode = 2;
+    return;
+  }
+  const scenario = await loadScenario(args.scenario);
+  const seeds = numbers(args.seeds, 'seeds');
+  const sweep = numbers(args.sweep, 'sweep');
+  const workloadInputs = { timeScale: scenario.cluster.timeScale, dataDir: resolve(args['data-dir']), readText: (path: string) => readFile(path, 'utf8') };
+
+  if (args['write-trace']) {
+    const workload = await workloadFor(scenario, { ...workloadInputs, seed: (seeds ?? scenario.seeds)[0] as number, sweepValue: (sweep ?? sweepValues(scenario))[0] as number });
+    const events = workload.kind === 'sessions' ? sessionEvents(workload.sessions) : workload.events;
+    await writeFile(args['write-trace'], eventsToJsonl(events));
+    log(`${events.length} requests written to ${args['write-trace']}`);
+    return;
+  }
+
+  const agent = createClientAgent();
+  let target: RunTarget & { close?: () => Promise<void> };
+  if (args.router) {
+    const backendUrls = list(args.backends) ?? [];
+    if (backendUrls.length === 0) log('no --backends: hit rates come from the responses only (no backend counters)');
+    target = new RemoteTarget({ routers: parseRouterList(args.router), backendUrls, resetCache: args['reset-cache'], log });
+  } else {
+    target = await LocalCluster.start(scenario, { redisUrl: process.env['KVROUTE_REDIS_URL'], log });
+  }
+  const stopOnSignal = (): void => {
+    log('interrupted: stopping the cluster');
+    void (target.close?.() ?? Promise.resolve()).finally(() => process.exit(130));
+  };
+  process.once('SIGINT', stopOnSignal);
+  process.once('SIGTERM', stopOnSignal);
+  try {
+    const results = await runScenario(scenario, {
+      target,
+      agent,
+      progress: new ProgressBar({ isTTY: process.stderr.isTTY === true, write: (text) => void process.stderr.write(text) }),
+      workloadInputs,
+      log,
+      policies: list(args.policies),
+      seeds,
+      sweepValues: sweep,
+      extraBody: args['ignore-eos'] ? { ignore_eos: true } : undefined,
+    });
+    const outDir = resolve(args.out ?? join(repoRoot, 'bench', 'results', `${scenario.name}-${new Date().toISOString().replace(/[:.]/g, '-')}`));
+    const written = await writeReports(outDir, scenario, results, { mode: args.router ? 'remote' : 'local' });
+    process.stdout.write(`\n${terminalReport(written.summary)}`);
+    log(`\nresults: ${written.json}\nreport:  ${written.markdown}, ${written.html}`);
+  } finally {
+    await target.close?.();
+    await agent.close();
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`bench: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,110 @@
+/**
+ * Drives one workload through the routers and keeps a record per request.
+ *
+ * - Sessions run closed loop: a session's turn t is sent `thinkMs` after turn t−1's reply ended and
+ *   carries the whole conversation so far, with the replies the backends really gave.
+ * - Events (poisson, traces) run open loop: each is sent at its arrival offset whatever is in flight,
+ *   up to `maxInflight` (beyond it an arrival waits for a slot, so a saturated cluster cannot make the
+ *   client open sockets without bound).
+ * - Requests go to the routers in turn (one per request), as an L4 balancer with short connections
+ *   would spread them: the hardest case for replicas that share state.
+ * - After `maxRunMs` nothing new is sent; what is in flight finishes.
+ */
+import type { Agent } from 'undici';
+import { sessionMessages, type RequestEvent, type Session } from '../workloads';
+import type { Workload } from './scenario';
+import { sendStreaming, type RunRequestRecord, type SendInput } from './request-client';
+
+export interface DriveClock {
+  /** Monotonic ms. */
+  now(): number;
+  sleep(ms: number): Promise<void>;
+}
+
+export const REAL_CLOCK: DriveClock = {
+  now: () => performance.now(),
+  sleep: (ms) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms))),
+};
+
+export interface DriveOptions {
+  readonly routers: readonly string[];
+  readonly model: string;
+  readonly agent: Agent;
+  readonly maxRunMs: number;
+  readonly maxInflight: number;
+  readonly extraBody?: Readonly<Record<string, unknown>>;
+  readonly clock?: DriveClock;
+  /** Called after every finished request (progress). */
+  readonly onDone?: (record: RunRequestRecord) => void;
+}
+
+export interface DriveResult {
+  readonly requests: RunRequestRecord[];
+  /** First send → last reply, ms. */
+  readonly wallMs: number;
+  /** Requests the deadline kept from being sent. */
+  readonly skipped: number;
+}
+
+export function requestCount(workload: Workload): number {
+  return workload.kind === 'sessions' ? workload.sessions.reduce((sum, session) => sum + session.steps.length, 0) : workload.events.length;
+}
+
+export async function driveWorkload(workload: Workload, options: DriveOptions): Promise<DriveResult> {
+  const clock = options.clock ?? REAL_CLOCK;
+  const start = clock.now();
+  const requests: RunRequestRecord[] = [];
+  let nextRouter = 0;
+  let skipped = 0;
+  const deadlinePassed = (): boolean => clock.now() - start >= options.maxRunMs;
+
+  const send = async (id: string, body: SendInput['body'], maxTokens: number): Promise<string> => {
+    const router = nextRouter;
+    nextRouter = (nextRouter + 1) % options.routers.length;
+    const sentAtMs = clock.now() - start;
+    const { record, text } = await sendStreaming(options.agent, { baseUrl: options.routers[router] as string, model: options.model, body, maxTokens, extraBody: options.extraBody }, () => clock.now());
+    const full: RunRequestRecord = { id, router, sentAtMs, ...record };
+    requests.push(full);
+    options.onDone?.(full);
+    return text;
+  };
+
+  if (workload.kind === 'sessions') {
+    const runSession = async (session: Session): Promise<void> => {
+      await clock.sleep(session.startMs);
+      const replies: string[] = [];
+      for (const step of session.steps) {
+        if (step.thinkMs > 0) await clock.sleep(step.thinkMs);
+        if (deadlinePassed()) {
+          skipped += session.steps.length - step.turn;
+          return;
+        }
+        const reply = await send(`${session.id}-t${step.turn}`, { kind: 'chat', messages: sessionMessages(session, step.turn, replies) }, step.maxTokens);
+        // An empty reply (failed request) keeps the placeholder, so the conversation stays well-formed.
+        replies.push(reply === '' ? step.placeholderReply : reply);
+      }
+    };
+    await Promise.all(workload.sessions.map(runSession));
+  } else {
+    const inflight = new Set<Promise<unknown>>();
+    let sent = 0;
+    for (const event of workload.events) {
+      const wait = event.atMs - (clock.now() - start);
+      if (wait > 0) await clock.sleep(wait);
+      while (inflight.size >= options.maxInflight) await Promise.race(inflight);
+      if (deadlinePassed()) {
+        skipped = workload.events.length - sent;
+        break;
+      }
+      sent++;
+      const pending: Promise<unknown> = send(event.id, eventBody(event), event.maxTokens).finally(() => inflight.delete(pending));
+      inflight.add(pending);
+    }
+    await Promise.all(inflight);
+  }
+  return { requests, wallMs: clock.now() - start, skipped };
+}
+
+function eventBody(event: RequestEvent): SendInput['body'] {
+  return event.kind === 'chat' ? { kind: 'chat', messages: event.messages } : { kind: 'completion', prompt: event.prompt };
+}

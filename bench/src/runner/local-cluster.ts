@@ -1,0 +1,142 @@
+/**
+ * A local cluster for one scenario, as child processes on loopback: Redis (KVROUTE_REDIS_URL, else a
+ * private `redis-server`, else none: the in-memory store with one router), N vllm-sim backends, the
+ * health poller, and, per run, the scenario's router replicas with the run's policy.
+ *
+ * Backends, Redis and the poller live for the whole scenario; `startRun` makes every run start cold
+ * (each sim forgets its prefix cache, the pools' routing state is deleted from Redis, routers are new
+ * processes) and `endRun` stops that run's routers. `close` stops everything in reverse order.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { toFlagName } from '@kvroute/platform';
+import { clearPoolState, createRedis, waitUntilReady } from '@kvroute/redis-store';
+import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
+import type { Redis } from 'ioredis';
+import { freePort, startLocalRouter, startLocalSims, stopLocalProcess, stopLocalSims, waitReady, type LocalRouter, type LocalSim } from '../local-sims';
+import type { RunTarget } from './run-scenario';
+import type { Scenario } from './scenario';
+
+type Scalar = string | number | boolean;
+
+/** `{ timeScale: 2 }` → `['--time-scale', '2']`. */
+export function configFlags(values: Readonly<Record<string, Scalar>>): string[] {
+  return Object.entries(values).flatMap(([key, value]) => [`--${toFlagName(key)}`, String(value)]);
+}
+
+export type RedisSource = 'env' | 'local-redis-server' | 'none';
+
+export interface LocalClusterOptions {
+  /** KVROUTE_REDIS_URL: an existing Redis to use (its kvroute pool keys are deleted between runs). */
+  readonly redisUrl?: string;
+  /** Progress and warnings. */
+  readonly log: (line: string) => void;
+}
+
+export class LocalCluster implements RunTarget {
+  private routers: LocalRouter[] = [];
+
+  private constructor(
+    private readonly scenario: Scenario,
+    readonly sims: readonly LocalSim[],
+    readonly redisUrl: string | undefined,
+    readonly redisSource: RedisSource,
+    private readonly redisServer: LocalRedisServer | undefined,
+    private readonly redis: Redis | undefined,
+    private readonly poller: ChildProcess | undefined,
+    /** Router replicas per run (1 when Redis is missing). */
+    readonly routerCount: number,
+  ) {}
+
+  static async start(scenario: Scenario, options: LocalClusterOptions): Promise<LocalCluster> {
+    const { cluster } = scenario;
+    let redisUrl: string | undefined;
+    let redisSource: RedisSource = 'none';
+    let redisServer: LocalRedisServer | undefined;
+    if (cluster.redis) {
+      if (options.redisUrl) {
+        redisUrl = options.redisUrl;
+        redisSource = 'env';
+      } else {
+        try {
+          redisServer = await startLocalRedisServer();
+          redisUrl = redisServer.url;
+          redisSource = 'local-redis-server';
+        } catch (error) {
+          options.log(`no Redis (KVROUTE_REDIS_URL unset, redis-server failed: ${(error as Error).message}): one router with in-memory state`);
+        }
+      }
+    }
+    const routerCount = redisUrl ? cluster.routers : 1;
+    const simArgs = ['--profile', cluster.profile, '--time-scale', String(cluster.timeScale), ...configFlags(cluster.sim)];
+    options.log(`starting ${cluster.backends} vllm-sim backends (${cluster.profile}, time-scale ${cluster.timeScale})${redisUrl ? `, Redis ${redisSource === 'env' ? redisUrl : '(local redis-server)'}` : ''}`);
+    const sims = await startLocalSims(cluster.backends, simArgs);
+    let redis: Redis | undefined;
+    let poller: ChildProcess | undefined;
+    try {
+      if (redisUrl) {
+        redis = createRedis(redisUrl, 'worker');
+        await waitUntilReady(redis);
+        if (cluster.poller) poller = await startPoller(redisUrl, sims.map((sim) => sim.url));
+      }
+    } catch (error) {
+      redis?.disconnect();
+      await stopLocalSims(sims);
+      await redisServer?.stop();
+      throw error;
+    }
+    return new LocalCluster(scenario, sims, redisUrl, redisSource, redisServer, redis, poller, routerCount);
+  }
+
+  get backendUrls(): string[] {
+    return this.sims.map((sim) => sim.url);
+  }
+
+  /** Every router policy runs here, `oracle` included (the sims answer /sim/match). */
+  supports(_policy: string): boolean {
+    return true;
+  }
+
+  /** Cold caches and fresh routers with `policy`; returns the router URLs. */
+  async startRun(policy: string, routers: number = this.routerCount): Promise<string[]> {
+    await Promise.all(this.sims.map(async (sim) => {
+      const response = await fetch(`${sim.url}/sim/reset-cache`, { method: 'POST' });
+      if (!response.ok) throw new Error(`${sim.url}/sim/reset-cache answered ${response.status}`);
+    }));
+    if (this.redis) await clearPoolState(this.redis);
+    const args = ['--policy', policy, ...(this.redisUrl ? ['--redis-url', this.redisUrl] : []), ...configFlags(this.scenario.cluster.router)];
+    // One at a time: several tsx processes compiling at once on two cores only slow each other down.
+    const count = this.redisUrl ? routers : 1;
+    for (let index = 0; index < count; index++) this.routers.push(await startLocalRouter(this.backendUrls, args));
+    return this.routers.map((router) => router.url);
+  }
+
+  async endRun(): Promise<void> {
+    const routers = this.routers;
+    this.routers = [];
+    await Promise.all(routers.map((router) => stopLocalProcess(router)));
+  }
+
+  async close(): Promise<void> {
+    await this.endRun();
+    if (this.poller) await stopLocalProcess({ process: this.poller });
+    this.redis?.disconnect();
+    await stopLocalSims(this.sims);
+    await this.redisServer?.stop();
+  }
+}
+
+const repoRoot = join(import.meta.dirname, '..', '..', '..');
+
+async function startPoller(redisUrl: string, backendUrls: readonly string[]): Promise<ChildProcess> {
+  const port = await freePort();
+  const args = ['--import', 'tsx', join(repoRoot, 'apps/health-poller/src/main.ts'), '--host', '127.0.0.1', '--port', String(port), '--redis-url', redisUrl, '--backends', backendUrls.join(','), '--log-level', 'warn'];
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] });
+  try {
+    await waitReady(`http://127.0.0.1:${port}/healthz`);
+  } catch (error) {
+    child.kill('SIGKILL');
+    throw error;
+  }
+  return child;
+}

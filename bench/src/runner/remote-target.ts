@@ -1,0 +1,77 @@
+/**
+ * A real deployment as a run target: routers and backends someone else started (e.g. kvroute in front
+ * of vLLM on A100 pods). The bench cannot switch a deployed router's policy, so each policy to compare
+ * is its own router deployment over the same backends: `--router cacheaware=URL,roundrobin=URL`
+ * (several URLs for one policy = its replicas). A plain `--router URL` runs whatever policy is
+ * deployed, under the one label given by `--policies`.
+ *
+ * Cold caches between runs: with `resetCache`, every backend gets `POST /reset_prefix_cache` (vLLM's
+ * endpoint; the server needs `VLLM_SERVER_DEV_MODE=1`), and `/sim/reset-cache` is tried for vllm-sim.
+ */
+import type { RunTarget } from './run-scenario';
+
+export const ANY_POLICY = '*';
+
+/** `cacheaware=http://a,cacheaware=http://b,http://c` → { cacheaware: [a, b], '*': [c] }. */
+export function parseRouterList(text: string): Map<string, string[]> {
+  const byPolicy = new Map<string, string[]>();
+  for (const entry of text.split(',').map((part) => part.trim()).filter(Boolean)) {
+    const match = /^([a-z][a-z0-9-]*)=(.+)$/.exec(entry);
+    const [policy, url] = match ? [match[1] as string, match[2] as string] : [ANY_POLICY, entry];
+    if (!/^https?:\/\//.test(url)) throw new Error(`--router: ${JSON.stringify(entry)} is not URL or policy=URL`);
+    byPolicy.set(policy, [...(byPolicy.get(policy) ?? []), url.replace(/\/+$/, '')]);
+  }
+  if (byPolicy.size === 0) throw new Error('--router: no router URL');
+  return byPolicy;
+}
+
+export interface RemoteTargetOptions {
+  readonly routers: ReadonlyMap<string, readonly string[]>;
+  readonly backendUrls: readonly string[];
+  readonly resetCache: boolean;
+  readonly log: (line: string) => void;
+  readonly fetch?: typeof fetch;
+}
+
+export class RemoteTarget implements RunTarget {
+  private warnedWarm = false;
+
+  constructor(private readonly options: RemoteTargetOptions) {}
+
+  get backendUrls(): readonly string[] {
+    return this.options.backendUrls;
+  }
+
+  supports(policy: string): boolean {
+    if (policy === 'oracle') return false; // needs vllm-sim's /sim/match on every backend
+    return this.options.routers.has(policy) || this.options.routers.has(ANY_POLICY);
+  }
+
+  async startRun(policy: string): Promise<string[]> {
+    const routers = this.options.routers.get(policy) ?? this.options.routers.get(ANY_POLICY);
+    if (!routers) throw new Error(`no router given for policy ${policy}`);
+    if (this.options.resetCache) await Promise.all(this.options.backendUrls.map((url) => this.resetBackend(url)));
+    else if (!this.warnedWarm) {
+      this.warnedWarm = true;
+      this.options.log('caches are not reset between runs (pass --reset-cache): later runs start warm');
+    }
+    return [...routers];
+  }
+
+  async endRun(): Promise<void> {
+    // Nothing to stop: the deployment outlives the bench.
+  }
+
+  private async resetBackend(url: string): Promise<void> {
+    const doFetch = this.options.fetch ?? fetch;
+    for (const path of ['/reset_prefix_cache', '/sim/reset-cache']) {
+      try {
+        const response = await doFetch(new URL(path, url), { method: 'POST' });
+        if (response.ok) return;
+      } catch {
+        // try the next one
+      }
+    }
+    this.options.log(`${url}: could not reset its prefix cache (vLLM needs VLLM_SERVER_DEV_MODE=1 for POST /reset_prefix_cache)`);
+  }
+}
