@@ -104,7 +104,7 @@ export class LocalCluster implements RunTarget {
       if (!response.ok) throw new Error(`${sim.url}/sim/reset-cache answered ${response.status}`);
     }));
     if (this.redis) await clearPoolState(this.redis);
-    const args = ['--policy', policy, ...(this.redisUrl ? ['--redis-url', this.redisUrl] : []), ...configFlags(this.scenario.cluster.router)];
+    const args = ['--policy', policy, ...(this.redisUrl ? ['--redis-url', this.redisUrl] : []), ...configFlags({ ...this.scenario.cluster.router, ...this.scenario.cluster.routerByPolicy[policy] })];
     // One at a time: several tsx processes compiling at once on two cores only slow each other down.
     const count = this.redisUrl ? routers : 1;
     for (let index = 0; index < count; index++) this.routers.push(await startLocalRouter(this.backendUrls, args));

@@ -34,6 +34,10 @@ const Cluster = z.strictObject({
   redis: z.boolean().default(true).describe('routers share state in Redis (else each keeps its own in memory)'),
   poller: z.boolean().default(true).describe('run the health poller (needs redis): engine load reaches the routers'),
   router: z.record(z.string(), Scalar).default({}).describe('extra router config keys (camelCase), e.g. saturationInflight'),
+  routerByPolicy: z
+    .record(z.string(), z.record(z.string(), Scalar))
+    .default({})
+    .describe("router config keys for one policy's runs only (over `router`), e.g. the seed's valve for prefixaware"),
 });
 
 const Length = z.union([

@@ -105,9 +105,15 @@ describe('cacheaware', () => {
       expect(decision.kind === 'routed' && decision.scores[0]?.excluded).toBe('saturated');
     });
 
-    it('still serves, on the least-loaded backend, when every backend is at the cap', () => {
+    it('is lifted when every backend is at the cap: the cost decides among all, and no cap is promised', () => {
+      // Warm: 400 blocks held, one more in flight than the cold one; the prefill it saves wins.
       const candidates = [aCandidate('warm', { matchBlocks: 400, inflight: 6 }), aCandidate('cold', { inflight: 5 })];
-      expect(routedTo(valve.choose(LONG, candidates, aContext()))).toBe('cold least-loaded');
+      const decision = valve.choose(LONG, candidates, aContext());
+      expect(routedTo(decision)).toBe('warm prefix-affinity');
+      expect(decision).not.toHaveProperty('inflightCap');
+      // A backlog on the warm one larger than what it saves sends the request to the cold one.
+      const backlogged = [aCandidate('warm', { matchBlocks: 400, inflight: 6, pendingPrefillTokens: 40_000 }), aCandidate('cold', { inflight: 5 })];
+      expect(routedTo(valve.choose(LONG, backlogged, aContext()))).toBe('cold spilled-from-saturated');
     });
   });
 

@@ -37,8 +37,10 @@
  *    (`max − min > abs ∧ max > rel · min`) applied per candidate: only the hot backend leaves,
  *    affinity continues among the rest. In-flight counts are fleet-wide, so the thresholds do not
  *    depend on the number of router replicas. The least-loaded candidate always survives.
- * 3. If every candidate was excluded (only the valve can do that): least-loaded among all,
- *    `least-loaded`.
+ * 3. If the valve would exclude every candidate, it is lifted for this request (no in-flight cap is
+ *    promised) and the steps below run over all of them: when every backend is full the request
+ *    waits somewhere, and the cost still tells where it waits least — its prefix saved, its queue —
+ *    where the seed's fallback (least-loaded) throws the cache away exactly when the fleet is busiest.
  * 4. Cold prompt — no candidate holds ≥ minMatchBlocks blocks: bounded-load rendezvous hashing of
  *    `headHash` over the remaining candidates (`bounded-load-hash.ts`, coldLoadFactor), `cold-hash`.
  *    Siblings of a cold prompt (same first block) meet on one backend, and every router replica
@@ -160,15 +162,21 @@ function estimateCosts(request: RoutingRequest, candidates: readonly Candidate[]
   return { prefillMs, queueMs, backlogMs, waitingMs, kvMs, totalMs };
 }
 
-/** Valve, then load-spread guard; the guard's minimum is taken over what the valve kept. */
-function findExclusions(candidates: readonly Candidate[], p: CacheAwareParams): Exclusion[] {
-  const result: Exclusion[] = candidates.map((c) => (p.saturationInflight > 0 && c.inflight >= p.saturationInflight ? 'saturated' : undefined));
-  if (p.spreadAbs === 0) return result;
+/**
+ * Valve, then load-spread guard; the guard's minimum is taken over what the valve kept. A valve that
+ * would exclude every candidate is lifted (`valveLifted`): the request waits somewhere anyway, and the
+ * cost rule still knows where it waits least (its prefill saved, its queue) where least-loaded would not.
+ */
+function findExclusions(candidates: readonly Candidate[], p: CacheAwareParams): { excluded: Exclusion[]; valveLifted: boolean } {
+  let result: Exclusion[] = candidates.map((c) => (p.saturationInflight > 0 && c.inflight >= p.saturationInflight ? 'saturated' : undefined));
+  const valveLifted = result.length > 0 && result.every((exclusion) => exclusion === 'saturated');
+  if (valveLifted) result = candidates.map(() => undefined);
+  if (p.spreadAbs === 0) return { excluded: result, valveLifted };
   let minInflight = Number.POSITIVE_INFINITY;
   for (const [index, c] of candidates.entries()) if (result[index] === undefined) minInflight = Math.min(minInflight, c.inflight);
   const limit = Math.max(minInflight + p.spreadAbs, minInflight * p.spreadRel);
   for (const [index, c] of candidates.entries()) if (result[index] === undefined && c.inflight > limit) result[index] = 'load-spread';
-  return result;
+  return { excluded: result, valveLifted };
 }
 
 /**
@@ -227,7 +235,7 @@ export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): 
     atomicRule: { kind: 'cost', params: p },
     choose(request, candidates) {
       const costs = estimateCosts(request, candidates, p);
-      const excluded = findExclusions(candidates, p);
+      const { excluded, valveLifted } = findExclusions(candidates, p);
       const eligible = indicesWhere(candidates.length, (index) => excluded[index] === undefined);
       /** Explanation lines; `extra` adds cold-placement figures for the candidates it knows. */
       const explain = (extra?: (index: number) => { parts: Record<string, number>; excluded?: string } | undefined): CandidateScore[] =>
@@ -249,11 +257,11 @@ export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): 
         const chosen = candidates[index];
         if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
         // Choices made among valve-kept candidates promise to stay below the valve; see types.ts.
-        const capped = p.saturationInflight > 0 && excluded[index] === undefined;
+        const capped = p.saturationInflight > 0 && !valveLifted && excluded[index] === undefined;
         return { kind: 'routed', backendId: chosen.backend.id, reason, scores, ...(capped ? { inflightCap: p.saturationInflight } : {}) };
       };
 
-      // 3. Every candidate saturated: still serve, on the least-loaded one.
+      // 3. Nothing left (cannot happen with the guard keeping the least-loaded): still serve.
       if (eligible.length === 0) return routed(indexOfLeastLoaded(candidates), 'least-loaded', explain());
 
       // 4. Cold prompt: agree on a backend by hashing the head, within a load bound.

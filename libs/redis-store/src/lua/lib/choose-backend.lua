@@ -32,9 +32,15 @@ local BOUND_EPSILON = 1e-9
 local function chooseByCost(candidates, p, request)
   local count = #candidates
   local excluded = {}
+  local saturated = 0
   for j, c in ipairs(candidates) do
-    if p.saturationInflight > 0 and c.inflight >= p.saturationInflight then excluded[j] = 'saturated' end
+    if p.saturationInflight > 0 and c.inflight >= p.saturationInflight then
+      excluded[j] = 'saturated'
+      saturated = saturated + 1
+    end
   end
+  -- A valve that would exclude every candidate is lifted: the cost rule runs over all of them.
+  if saturated == count and count > 0 then excluded = {} end
   if p.spreadAbs ~= 0 then
     local minInflight = math.huge
     for j, c in ipairs(candidates) do
