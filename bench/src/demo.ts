@@ -8,7 +8,7 @@
  */
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { terminalReport, type PolicySummary } from './report';
+import { policyVerdict, terminalReport, type PolicySummary } from './report';
 import { LocalCluster } from './runner/local-cluster';
 import { ProgressBar } from './runner/progress';
 import { createClientAgent } from './runner/request-client';
@@ -52,24 +52,13 @@ async function main(): Promise<void> {
     process.stdout.write('TTFT: client-side, streaming, first content token. KV hit %: cached ÷ prompt tokens as the backends reported them.\n');
     const point = written.summary.points[0];
     const find = (policy: string): PolicySummary | undefined => point?.policies.find((summary) => summary.policy === policy);
-    const verdict = demoVerdict(find('cacheaware'), find('roundrobin'));
+    const verdict = policyVerdict(find('cacheaware'), find('roundrobin'));
     if (verdict) process.stdout.write(`${verdict}\n`);
     process.stdout.write(`\nreport: ${written.html}\n`);
   } finally {
     await cluster.close();
     await agent.close();
   }
-}
-
-/** One sentence comparing cacheaware with roundrobin (hit rate and TTFT p50), or undefined if either did not run. */
-export function demoVerdict(cacheaware: PolicySummary | undefined, roundrobin: PolicySummary | undefined): string | undefined {
-  const hitA = cacheaware?.kvHitPct?.mean;
-  const hitB = roundrobin?.kvHitPct?.mean;
-  const p50A = cacheaware?.ttftP50Ms?.mean;
-  const p50B = roundrobin?.ttftP50Ms?.mean;
-  if (hitA === undefined || hitB === undefined || p50A === undefined || p50B === undefined) return undefined;
-  const won = hitA > hitB && p50A < p50B;
-  return `${won ? 'cacheaware beats roundrobin' : 'cacheaware did NOT beat roundrobin'}: KV hit ${hitA.toFixed(1)} % vs ${hitB.toFixed(1)} %, TTFT p50 ${p50A.toFixed(0)} ms vs ${p50B.toFixed(0)} ms (${(p50B / p50A).toFixed(1)}× faster).`;
 }
 
 main().catch((error: unknown) => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { FIXTURE } from './test-fixture';
-import { formatStat, markdownReport, markdownTable, terminalReport, textTable } from './render';
+import { formatStat, markdownReport, markdownTable, policyVerdict, terminalReport, textTable } from './render';
 import { summarize } from './summary';
 
 const summary = summarize(FIXTURE);
@@ -48,5 +48,15 @@ describe('terminalReport', () => {
     const header = lines.find((line) => line.startsWith('policy') && line.includes('TTFT p50 ms'))!;
     const row = lines.find((line) => line.startsWith('cacheaware') && line.includes('88.9 %'))!;
     expect([...row].length).toBe([...header].length);
+  });
+});
+
+describe('policyVerdict', () => {
+  const summary = (policy: string, hit: number, p50: number) => ({ policy, seeds: 1, kvHitPct: { mean: hit, stddev: 0, n: 1 }, ttftP50Ms: { mean: p50, stddev: 0, n: 1 } });
+
+  it('says whether the candidate won on both hit rate and TTFT p50, with the figures', () => {
+    expect(policyVerdict(summary('cacheaware', 86.1, 61), summary('roundrobin', 56.4, 1844))).toBe('cacheaware beats roundrobin: KV hit 86.1 % vs 56.4 %, TTFT p50 61 ms vs 1844 ms (30.2× lower).');
+    expect(policyVerdict(summary('cacheaware', 90, 120), summary('roundrobin', 80, 100))).toBe('cacheaware did NOT beat roundrobin: KV hit 90.0 % vs 80.0 %, TTFT p50 120 ms vs 100 ms.');
+    expect(policyVerdict(undefined, summary('roundrobin', 1, 1))).toBeUndefined();
   });
 });

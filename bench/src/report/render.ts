@@ -96,6 +96,7 @@ export function markdownReport(summary: ReportSummary): string {
   const parts = [`# ${escapeCell(summary.scenario)}`, ''];
   parts.push(
     `Mean ± sample stddev over seeds. KV hit % = cached ÷ prompt tokens (client usage); backend hit % = prefix-cache hits ÷ queries (backend counters). ` +
+      `e2e p50 = time to the last byte: the figure the seed's tables call "TTFT" (they timed non-streaming responses). ` +
       `"vs base" = mean TTFT ÷ the best of ${'`roundrobin`'} / ${'`leastloaded`'} (lowest TTFT p50) at that point; "hit % of oracle" = hit % ÷ ${'`oracle`'}'s.`,
     '',
   );
@@ -104,4 +105,18 @@ export function markdownReport(summary: ReportSummary): string {
   }
   parts.push(`## TTFT slope, ${escapeCell(summary.sweepVariable)} ${span(summary)}`, '', markdownTable(slopeColumns(summary), slopeRows(summary)), '');
   return parts.join('\n');
+}
+
+/**
+ * One sentence on whether `candidate` beat `baseline` on both hit rate and TTFT p50 (the demo's claim),
+ * with both figures; undefined when either is missing.
+ */
+export function policyVerdict(candidate: PolicySummary | undefined, baseline: PolicySummary | undefined): string | undefined {
+  const hitA = candidate?.kvHitPct?.mean;
+  const hitB = baseline?.kvHitPct?.mean;
+  const p50A = candidate?.ttftP50Ms?.mean;
+  const p50B = baseline?.ttftP50Ms?.mean;
+  if (hitA === undefined || hitB === undefined || p50A === undefined || p50B === undefined) return undefined;
+  const won = hitA > hitB && p50A < p50B;
+  return `${candidate?.policy} ${won ? 'beats' : 'did NOT beat'} ${baseline?.policy}: KV hit ${hitA.toFixed(1)} % vs ${hitB.toFixed(1)} %, TTFT p50 ${p50A.toFixed(0)} ms vs ${p50B.toFixed(0)} ms${p50A < p50B ? ` (${(p50B / p50A).toFixed(1)}× lower)` : ''}.`;
 }

@@ -8,6 +8,7 @@ import type { PolicyRuns, ScenarioResults, SeedRun, SweepPoint } from '../report
 import { prefixCounterDeltas, readPrefixCounters } from './backend-truth';
 import { driveWorkload, requestCount } from './drive-workload';
 import type { ProgressBar } from './progress';
+import type { RunRequestRecord } from './request-client';
 import { ROUTERS_SWEEP, sweepValues, sweepVariable, workloadFor, type Scenario, type WorkloadInputs } from './scenario';
 
 /** Where runs happen. */
@@ -36,6 +37,7 @@ export interface RunScenarioOptions {
 
 /** A run's raw record: the report's SeedRun plus what is needed to check it later. */
 export interface RecordedSeedRun extends SeedRun {
+  readonly requests: readonly RunRequestRecord[];
   readonly policy: string;
   readonly sweepValue: number;
   readonly skipped: number;
