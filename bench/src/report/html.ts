@@ -161,8 +161,8 @@ const STYLE = `body{font-family:system-ui,sans-serif;margin:24px;color:#111}tabl
 export function htmlReport(results: ScenarioResults, summary: ReportSummary = summarize(results)): string {
   const charts = [ttftSweepChart(summary, 'ttftP50Ms'), ttftSweepChart(summary, 'ttftP95Ms'), hitRateChart(summary), ttftCdfChart(results)];
   const tables = summary.points.map((point) => `<h2>${escapeXml(summary.sweepVariable)} = ${point.value}</h2>\n${htmlTable(POINT_COLUMNS, pointTableRows(point))}`);
-  const slopeHeader = ['policy', `TTFT p50 ms per ${summary.sweepVariable}`, `TTFT p95 ms per ${summary.sweepVariable}`];
-  const slopeRows = summary.slopes.map((slope) => [slope.policy, slope.ttftP50MsPerUnit?.toFixed(2) ?? '–', slope.ttftP95MsPerUnit?.toFixed(2) ?? '–']);
+  const slopeHeader = ['policy', `TTFT p50 ms per ${summary.sweepVariable}`, `TTFT p95 ms per ${summary.sweepVariable}`, `e2e p50 ms per ${summary.sweepVariable}`];
+  const slopeRows = summary.slopes.map((slope) => [slope.policy, ...[slope.ttftP50MsPerUnit, slope.ttftP95MsPerUnit, slope.e2eP50MsPerUnit].map((value) => value?.toFixed(2) ?? '–')]);
   return [
     '<!DOCTYPE html>',
     '<html lang="en">',

@@ -47,11 +47,11 @@ export function pointTableRows(point: PointSummary): string[][] {
 }
 
 function slopeRows(summary: ReportSummary): string[][] {
-  return summary.slopes.map((slope) => [slope.policy, signed(slope.ttftP50MsPerUnit), signed(slope.ttftP95MsPerUnit)]);
+  return summary.slopes.map((slope) => [slope.policy, signed(slope.ttftP50MsPerUnit), signed(slope.ttftP95MsPerUnit), signed(slope.e2eP50MsPerUnit)]);
 }
 
 function slopeColumns(summary: ReportSummary): string[] {
-  return ['policy', `TTFT p50 slope (ms per ${summary.sweepVariable})`, `TTFT p95 slope (ms per ${summary.sweepVariable})`];
+  return ['policy', `TTFT p50 slope (ms per ${summary.sweepVariable})`, `TTFT p95 slope (ms per ${summary.sweepVariable})`, `e2e p50 slope (ms per ${summary.sweepVariable})`];
 }
 
 export function span(summary: ReportSummary): string {

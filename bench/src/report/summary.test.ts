@@ -98,7 +98,7 @@ describe('summarize', () => {
     expect(only.points[0]!.baseline).toBeUndefined();
     expect(only.points[0]!.policies[0]!.vsBaseline).toBeUndefined();
     expect(only.points[0]!.policies[0]!.kvHitPctOfOracle).toBeUndefined();
-    expect(only.slopes).toEqual([{ policy: 'cacheaware', ttftP50MsPerUnit: undefined, ttftP95MsPerUnit: undefined }]);
+    expect(only.slopes).toEqual([{ policy: 'cacheaware', ttftP50MsPerUnit: undefined, ttftP95MsPerUnit: undefined, e2eP50MsPerUnit: undefined }]);
   });
 
   it('computes the TTFT slope from the first to the last sweep point', () => {
@@ -108,5 +108,7 @@ describe('summarize', () => {
     expect(bySlope.get('leastloaded')?.ttftP50MsPerUnit).toBe((40 - 15) / 4);
     expect(bySlope.get('cacheaware')?.ttftP50MsPerUnit).toBe(0.5);
     expect(bySlope.get('cacheaware')?.ttftP95MsPerUnit).toBe(-0.5);
+    // The fixture's e2e is 10 × its TTFT: the seed-comparable slope scales with it.
+    expect(bySlope.get('roundrobin')?.e2eP50MsPerUnit).toBe((600 - 250) / 4);
   });
 });

@@ -110,6 +110,8 @@ export interface SlopeSummary {
   /** (mean TTFT p50 at the last point − at the first) ÷ (last value − first value), ms per sweep unit. */
   readonly ttftP50MsPerUnit?: number;
   readonly ttftP95MsPerUnit?: number;
+  /** The same for e2e p50: the slope of what the seed's tables call "TTFT" (non-streaming). */
+  readonly e2eP50MsPerUnit?: number;
 }
 
 export interface ReportSummary {
@@ -236,6 +238,7 @@ export function summarize(results: ScenarioResults): ReportSummary {
       policy,
       ttftP50MsPerUnit: slope({ value: first.value, y: a?.ttftP50Ms?.mean }, { value: last.value, y: b?.ttftP50Ms?.mean }),
       ttftP95MsPerUnit: slope({ value: first.value, y: a?.ttftP95Ms?.mean }, { value: last.value, y: b?.ttftP95Ms?.mean }),
+      e2eP50MsPerUnit: slope({ value: first.value, y: a?.e2eP50Ms?.mean }, { value: last.value, y: b?.e2eP50Ms?.mean }),
     };
   });
   return { scenario: results.scenario, sweepVariable: results.sweepVariable, points, slopes };
