@@ -75,6 +75,29 @@ export default [
     },
   },
   {
+    // infra tests check the deployment files against the apps' own definitions (config schemas, metric
+    // registries, a sim's /metrics) and build the image's bundles with tools/build.ts. Tests only.
+    files: ['infra/test/**/*.ts'],
+    rules: {
+      '@nx/enforce-module-boundaries': [
+        'error',
+        {
+          enforceBuildableLibDependency: false,
+          allow: [
+            '@kvroute/router/config',
+            '@kvroute/router/metrics',
+            '@kvroute/health-poller/config',
+            '@kvroute/health-poller/metrics',
+            '@kvroute/vllm-sim',
+            '@kvroute/vllm-sim/config',
+            '../../tools/build',
+          ],
+          depConstraints: [{ sourceTag: 'type:app', onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'] }],
+        },
+      ],
+    },
+  },
+  {
     // Data-access tests run against a real Redis from @kvroute/testing (type:testing): allowed in their tests only.
     files: ['libs/redis-store/test/**/*.ts', 'libs/redis-store/src/**/*.test.ts'],
     rules: {

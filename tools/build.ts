@@ -1,20 +1,25 @@
 // `npm run build`: one self-contained ES module per app in dist/ (esbuild, dependencies bundled),
 // run with plain `node dist/<app>.mjs`: no TypeScript transform at run time, which is what the
-// container image and the overhead benchmark use. Development runs the sources with tsx.
+// container image (infra/docker) and the overhead benchmark use. Development runs the sources with tsx.
 import { build } from 'esbuild';
 import { join } from 'node:path';
 
 const root = join(import.meta.dirname, '..');
 export const APP_ENTRIES = {
   router: 'apps/router/src/main.ts',
+  'health-poller': 'apps/health-poller/src/main.ts',
   'vllm-sim': 'apps/vllm-sim/src/main.ts',
   'bare-proxy': 'bench/src/bare-proxy-main.ts',
 } as const;
 
-export async function buildApps(names: ReadonlyArray<keyof typeof APP_ENTRIES> = Object.keys(APP_ENTRIES) as Array<keyof typeof APP_ENTRIES>): Promise<Record<string, string>> {
+/** Builds `names` (default: every app) into `outDir` (default `dist/`; tests build into a temporary folder). */
+export async function buildApps(
+  names: ReadonlyArray<keyof typeof APP_ENTRIES> = Object.keys(APP_ENTRIES) as Array<keyof typeof APP_ENTRIES>,
+  outDir: string = join(root, 'dist'),
+): Promise<Record<string, string>> {
   const outputs: Record<string, string> = {};
   for (const name of names) {
-    const outfile = join(root, 'dist', `${name}.mjs`);
+    const outfile = join(outDir, `${name}.mjs`);
     await build({
       entryPoints: [join(root, APP_ENTRIES[name])],
       outfile,

@@ -93,7 +93,11 @@ async function main(): Promise<void> {
   }
   const stopOnSignal = (): void => {
     log('interrupted: stopping the cluster');
-    void (target.close?.() ?? Promise.resolve()).finally(() => process.exit(130));
+    // Requests in flight first, so the routers have nothing to wait for when they are told to stop.
+    void agent
+      .destroy()
+      .then(() => target.close?.())
+      .finally(() => process.exit(130));
   };
   process.once('SIGINT', stopOnSignal);
   process.once('SIGTERM', stopOnSignal);

@@ -32,7 +32,10 @@ async function main(): Promise<void> {
   const cluster = await LocalCluster.start(scenario, { redisUrl: process.env['KVROUTE_REDIS_URL'], log });
   const agent = createClientAgent();
   const stop = (): void => {
-    void cluster.close().finally(() => process.exit(130));
+    void agent
+      .destroy()
+      .then(() => cluster.close())
+      .finally(() => process.exit(130));
   };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);

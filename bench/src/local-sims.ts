@@ -25,13 +25,21 @@ export async function startLocalSims(count: number, simArgs: readonly string[], 
   return sims;
 }
 
+/** How long a stopped process may take to exit before SIGKILL, ms. */
+const STOP_DEADLINE_MS = 10_000;
+
 export async function stopLocalSims(sims: readonly LocalSim[]): Promise<void> {
   await Promise.all(
     sims.map(
       (sim) =>
         new Promise<void>((resolve) => {
-          if (sim.process.exitCode !== null) return resolve();
-          sim.process.once('exit', () => resolve());
+          if (sim.process.exitCode !== null || sim.process.signalCode !== null) return resolve();
+          // A process that has not exited this long after SIGTERM (a router waiting on a stuck stream) is killed.
+          const killer = setTimeout(() => sim.process.kill('SIGKILL'), STOP_DEADLINE_MS);
+          sim.process.once('exit', () => {
+            clearTimeout(killer);
+            resolve();
+          });
           sim.process.kill('SIGTERM');
         }),
     ),
@@ -69,7 +77,7 @@ export interface LocalRouter {
 /** Starts a kvroute router process over `backendUrls` and waits until it is ready. */
 export async function startLocalRouter(backendUrls: readonly string[], routerArgs: readonly string[], options: { pinToCore?: number } = {}): Promise<LocalRouter> {
   const port = await freePort();
-  const args = ['--import', 'tsx', join(repoRoot, 'apps/router/src/main.ts'), '--host', '127.0.0.1', '--port', String(port), '--backends', backendUrls.join(','), '--log-level', 'warn', ...routerArgs];
+  const args = ['--import', 'tsx', join(repoRoot, 'apps/router/src/main.ts'), '--host', '127.0.0.1', '--port', String(port), '--backends', backendUrls.join(','), '--log-level', 'warn', '--shutdown-drain-delay-ms', '0', ...routerArgs];
   const child =
     options.pinToCore === undefined
       ? spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] })

@@ -21,15 +21,25 @@ async function main(): Promise<void> {
   const logger = createLogger({ service: 'kvroute-poller', level: config.logLevel });
   if (loaded.ignoredFileKeys.length > 0) logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
   const poller = await createHealthPoller(config, { logger });
+  let stopping = false;
   onTerminationSignal(
-    async () => {
-      logger.info('shutting down: finishing the running scrapes');
+    async (signal) => {
+      stopping = true;
+      logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down: finishing the running scrapes, then closing the worker, queue and Redis');
       const result = await poller.close();
+      logger.info({ closed: result.closed, failed: result.failed.map((failure) => failure.name), timedOut: result.timedOut, elapsedMs: result.elapsedMs }, 'poller closed');
       process.exit(result.ok ? 0 : 1);
     },
     { onError: (error) => logger.fatal({ err: error }, 'shutdown failed') },
   );
-  await poller.start();
+  try {
+    await poller.start();
+  } catch (error) {
+    // A signal during start (Redis still unreachable, say) closes what start was using: the shutdown
+    // under way ends the process, not this error.
+    if (stopping) return;
+    throw error;
+  }
 }
 
 main().catch((error: unknown) => {

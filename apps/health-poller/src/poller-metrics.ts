@@ -25,7 +25,7 @@ export class PollerMetrics {
 
   constructor(sources: PollerMetricsSources) {
     const registers = [this.registry];
-    collectDefaultMetrics({ register: this.registry, prefix: 'kvroute_poller_process_' });
+    collectDefaultMetrics({ register: this.registry, prefix: 'kvroute_poller_' });
     this.scrapes = new Counter({
       name: 'kvroute_poller_scrapes_total',
       help: 'Scrapes this replica ran, per backend (failed ones included).',

@@ -3,6 +3,7 @@ import type { RoutingPolicy } from '@kvroute/routing';
 import type { BackendRegistry } from './backends/backend-registry';
 import { registerErrorHandler } from './http/error-handler';
 import { registerJsonBodyParser } from './http/json-body';
+import type { RequestDrain } from './http/request-drain';
 import type { UpstreamPools } from './proxy/upstream-pool';
 import type { RouterMetrics } from './router-metrics';
 import type { RouteContext } from './routing/route-request';
@@ -34,7 +35,8 @@ export interface RouterAppDeps {
   /** The admin API's options (token, backend changes); null = no admin API (`adminToken` unset). */
   readonly admin: AdminRoutesOptions | null;
   readonly logger: FastifyBaseLogger | false;
-  readonly isShuttingDown: () => boolean;
+  /** Shutdown phase and requests in flight: readiness, `Connection: close` while draining. */
+  readonly drain: RequestDrain;
   readonly startedAtUnixSeconds: number;
 }
 
@@ -45,6 +47,9 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     // Streams last as long as generation does; upstream timeouts, not the server's, bound a request.
     requestTimeout: 0,
     keepAliveTimeout: 65_000,
+    // While closing, requests already on an open connection are served (with `Connection: close`), not
+    // answered 503: the balancer sent them before the replica left the rotation (RequestDrain).
+    return503OnClosing: false,
     genReqId: (request: { headers: Record<string, string | string[] | undefined> }) => requestIdFrom(request.headers['x-request-id']),
     // Per-request access logs would cost more than routing; decisions are logged at debug.
     logController: new LogController({ disableRequestLogging: true }),
@@ -54,8 +59,9 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
   const logger = deps.logger === false ? app.log : deps.logger;
 
   app.decorateRequest('arrivedAtMs', 0);
-  app.addHook('onRequest', (request, _reply, done) => {
+  app.addHook('onRequest', (request, reply, done) => {
     request.arrivedAtMs = performance.now();
+    deps.drain.track(reply.raw);
     done();
   });
   registerJsonBodyParser(app, deps.requestBodyLimitBytes);
@@ -65,7 +71,7 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     registry: deps.registry,
     policyFor: deps.policyFor,
     blockSizeBytes: deps.blockSizeBytes,
-    isShuttingDown: deps.isShuttingDown,
+    refusesRequests: () => deps.drain.phase === 'aborting',
     forward: {
       upstreams: deps.upstreams,
       routing: deps.routing,
@@ -76,7 +82,7 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     },
   });
   await app.register(modelsRoutes, { registry: deps.registry, createdUnixSeconds: deps.startedAtUnixSeconds });
-  await app.register(probesRoutes, { registry: deps.registry, isShuttingDown: deps.isShuttingDown });
+  await app.register(probesRoutes, { registry: deps.registry, isShuttingDown: () => deps.drain.isShuttingDown });
   await app.register(metricsRoutes, { metrics: deps.metrics });
   if (deps.debugRoutes) {
     await app.register(debugRoutes, { registry: deps.registry, routing: deps.routing, policyFor: deps.policyFor, blockSizeBytes: deps.blockSizeBytes });

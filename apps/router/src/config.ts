@@ -27,7 +27,7 @@ export const RouterConfig = z.object({
   maxBlocksPerBackend: z.coerce.number().int().positive().default(262_144).describe('prefix blocks remembered per backend (LRU beyond)'),
   blockIdleTtlMs: z.coerce.number().int().min(0).default(1_800_000).describe('forget a prefix block not used for this long (0 = never)'),
   blockRefreshMs: z.coerce.number().int().min(0).default(60_000).describe('local (in-memory) index only: a block recorded again sooner than this is not moved in the LRU, so a follow-up turn costs one Map read per old block (the Redis index refreshes by generation instead)'),
-  minMatchBlocks: z.coerce.number().int().min(0).optional().describe('blocks a backend must hold to count as warm (prefixaware default 2, cacheaware default 1)'),
+  minMatchBlocks: z.coerce.number().int().min(0).optional().describe('blocks a backend must hold to count as warm (prefixaware default 2; cacheaware default 0: every prompt by cost, ≥ 1 places colder prompts by bounded-load hashing)'),
   saturationInflight: z.coerce.number().int().min(0).optional().describe('in-flight at which a backend is skipped (prefixaware valve, default 8; cacheaware default 0 = off)'),
   loadFactor: z.coerce.number().min(1).default(1.25).describe('bounded-load factor of session, chwbl and cold placement'),
   chwblVirtualNodes: z.coerce.number().int().positive().default(160).describe('virtual nodes per unit weight on the chwbl ring'),
@@ -63,7 +63,8 @@ export const RouterConfig = z.object({
   modelsRefreshMs: z.coerce.number().int().positive().default(30_000).describe("how often backends' GET /v1/models is re-read"),
   debugRoutes: z.boolean().default(false).describe('serve POST /debug/route (explains a decision)'),
   adminToken: z.string().min(16, 'must be at least 16 characters').optional().describe('bearer token of the admin API (/admin/backends: list, add, remove, drain backends); unset = no admin API'),
-  shutdownGraceMs: z.coerce.number().int().positive().default(30_000).describe('how long in-flight requests may finish on SIGTERM'),
+  shutdownDrainDelayMs: z.coerce.number().int().min(0).default(5_000).describe("on SIGTERM: how long to go on serving with /readyz failing and `Connection: close` on every response, so that load balancers take the replica out and keep-alive clients reconnect to other replicas, before the listener closes (≥ the balancer's health-check interval × fall count)"),
+  shutdownGraceMs: z.coerce.number().int().positive().default(30_000).describe('on SIGTERM, after the drain delay: how long in-flight requests may take to finish; then they are aborted and their leases released'),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('log level'),
 });
 export type RouterConfig = z.infer<typeof RouterConfig>;

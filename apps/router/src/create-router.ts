@@ -8,10 +8,12 @@ import { BackendRegistry, type Backend } from './backends/backend-registry';
 import { EngineStateView } from './backends/engine-state-view';
 import { SharedBackendSet } from './backends/shared-backend-set';
 import type { RouterConfig } from './config';
+import { RequestDrain, type ShutdownPhase } from './http/request-drain';
 import { simMatchAsker } from './proxy/true-match';
 import { UpstreamPools } from './proxy/upstream-pool';
 import { RouterMetrics } from './router-metrics';
 import { FailoverRoutingState } from './routing/failover-routing-state';
+import { HeldLeases } from './routing/held-leases';
 import { policyParamsFromConfig } from './routing/policy-params';
 
 export interface RouterServer {
@@ -19,11 +21,57 @@ export interface RouterServer {
   readonly registry: BackendRegistry;
   readonly state: RoutingStateStore;
   readonly metrics: RouterMetrics;
+  /** Where the replica is in its shutdown (`serving` until `beginDraining` or `close`). */
+  readonly phase: ShutdownPhase;
+  /** HTTP requests in flight. */
+  readonly inflightRequests: number;
+  /** In-flight leases this replica holds. */
+  readonly heldLeases: number;
   /** Starts model discovery, then listens; returns the base URL. */
   listen(): Promise<string>;
-  /** Stops taking requests (readiness fails), lets in-flight ones finish, then closes everything. */
-  close(): Promise<void>;
+  /**
+   * Readiness fails from now on and every response carries `Connection: close`; requests are still
+   * served. `close` starts with this.
+   */
+  beginDraining(): void;
+  /** The graceful shutdown (SIGTERM): see `close` in `createRouterServer`. Runs once; later calls return the same promise. */
+  close(options?: RouterCloseOptions): Promise<RouterCloseReport>;
 }
+
+export interface RouterCloseOptions {
+  /** How long to go on serving, draining, before the listener closes (main.ts: `shutdownDrainDelayMs`). Default 0. */
+  readonly drainDelayMs?: number;
+  /** How long in-flight requests may take once the listener is closed. Default `shutdownGraceMs`. */
+  readonly graceMs?: number;
+}
+
+export interface RouterCloseReport {
+  /** Requests in flight when the listener closed, after the drain delay. */
+  readonly inflightAtClose: number;
+  /** Requests aborted at the grace deadline (0: every request finished). */
+  readonly aborted: number;
+  /** Leases the shutdown itself released (requests aborted before their own release ran). */
+  readonly leasesReleasedAtDeadline: number;
+  /** False if some lease release calls had not ended when the connections to the state store closed. */
+  readonly releasesSettled: boolean;
+  readonly elapsedMs: number;
+}
+
+/** After the last request: how long the release calls under way may take before Redis closes anyway. */
+const RELEASE_SETTLE_MS = 2_000;
+/** After the deadline's abort: how long aborted streams get to write their error event before their connections are cut. */
+const ABORT_FLUSH_MS = 250;
+/** A connection whose response just ended may carry one more request: how long no request must run before the idle ones close. */
+const QUIET_BEFORE_CLOSE_MS = 200;
+/** How long Redis may take to acknowledge QUIT. */
+const REDIS_QUIT_MS = 1_000;
+
+/**
+ * Upper bound of what `close` takes after its drain delay and grace (abort and flush, lease releases,
+ * background loops, QUIT: ABORT_FLUSH_MS + RELEASE_SETTLE_MS + REDIS_QUIT_MS and room for the loops).
+ * main.ts gives the shutdown stack drain + grace + this.
+ */
+export const CLOSE_TAIL_MS = 5_000;
 
 export interface RouterServerDeps {
   readonly logger?: FastifyBaseLogger | false;
@@ -137,7 +185,8 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   policyFor('', 'generation');
   policyFor('', 'passthrough');
 
-  let shuttingDown = false;
+  const drain = new RequestDrain();
+  const heldLeases = new HeldLeases();
   const app = await buildRouterApp({
     registry,
     upstreams,
@@ -150,6 +199,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       leaseRenewIntervalMs: redis === null ? 0 : Math.floor(config.leaseTtlMs / 3),
       engineStates,
       askTrueMatches: simMatchAsker(upstreams, config.oracleMatchTimeoutMs),
+      heldLeases,
     },
     metrics,
     policyFor,
@@ -169,15 +219,78 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
             sharedVersion: () => (sharedBackends ? sharedBackends.version : null),
           },
     logger: deps.logger ?? false,
-    isShuttingDown: () => shuttingDown,
+    drain,
     startedAtUnixSeconds: Math.floor(Date.now() / 1000),
   });
+
+  /**
+   * The graceful shutdown, in order:
+   * 1. drain: /readyz answers 503 at once and every response carries `Connection: close`, while
+   *    requests are still served for `drainDelayMs`, long enough for the balancer's health check to take
+   *    the replica out and for active keep-alive clients to move to other replicas;
+   * 2. the listener closes (idle connections with it); requests under way, and any a client sends on a
+   *    connection still open, are served to their end for up to `graceMs`;
+   * 3. at that deadline, what still runs is aborted (streams end with the router's error event and
+   *    `[DONE]`) and every lease left is released;
+   * 4. the lease releases under way are awaited (bounded), then background loops stop and the Redis
+   *    connections close (QUIT), so no in-flight count is left behind in Redis.
+   */
+  const closeOnce = async (options: RouterCloseOptions): Promise<RouterCloseReport> => {
+    const startedAt = performance.now();
+    const drainDelayMs = options.drainDelayMs ?? 0;
+    const graceMs = options.graceMs ?? config.shutdownGraceMs;
+    drain.beginDraining();
+    if (drainDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, drainDelayMs));
+    drain.beginClosing();
+    const inflightAtClose = drain.inflight;
+    const serverClosed = app.close();
+    const graceEndsAt = performance.now() + graceMs;
+    let finished = await drain.waitUntilIdle(graceMs, QUIET_BEFORE_CLOSE_MS);
+    if (finished) {
+      // Every connection left is idle: close them (a request arriving meanwhile keeps its connection
+      // open, and is served until the deadline).
+      app.server.closeIdleConnections();
+      finished = await settlesWithin(serverClosed, Math.max(graceEndsAt - performance.now(), QUIET_BEFORE_CLOSE_MS));
+    }
+    let aborted = 0;
+    let leasesReleasedAtDeadline = 0;
+    if (!finished) {
+      aborted = drain.inflight;
+      drain.beginAborting();
+      logger?.warn({ requests: aborted, graceMs }, 'shutdown grace passed: aborting the requests still in flight');
+      await upstreams.destroy();
+      leasesReleasedAtDeadline = heldLeases.releaseAll();
+      await drain.waitUntilIdle(ABORT_FLUSH_MS);
+      app.server.closeAllConnections();
+    }
+    await serverClosed;
+    leasesReleasedAtDeadline += heldLeases.releaseAll();
+    const releasesSettled = await heldLeases.settled(RELEASE_SETTLE_MS);
+    registry.stop();
+    await engineStates?.stop();
+    stateSubscriber?.disconnect();
+    await sharedBackends?.stop();
+    backendSubscriber?.disconnect();
+    await upstreams.close();
+    if (redis) await quitRedis(redis);
+    return { inflightAtClose, aborted, leasesReleasedAtDeadline, releasesSettled, elapsedMs: Math.round(performance.now() - startedAt) };
+  };
+  let closing: Promise<RouterCloseReport> | undefined;
 
   return {
     app,
     registry,
     state,
     metrics,
+    get phase() {
+      return drain.phase;
+    },
+    get inflightRequests() {
+      return drain.inflight;
+    },
+    get heldLeases() {
+      return heldLeases.size;
+    },
     async listen() {
       // Start on shared state when Redis is there; if it is not, start degraded rather than not at all.
       if (redis) await waitUntilReady(redis, 2_000).catch((error: unknown) => logger?.warn({ err: error }, 'Redis not reachable at start: routing on local state until it is'));
@@ -186,18 +299,34 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       await registry.start(config.modelsRefreshMs);
       return app.listen({ host: config.host, port: config.port });
     },
-    async close() {
-      shuttingDown = true;
-      registry.stop();
-      await engineStates?.stop();
-      stateSubscriber?.disconnect();
-      await sharedBackends?.stop();
-      backendSubscriber?.disconnect();
-      await app.close();
-      await upstreams.close();
-      redis?.disconnect();
+    beginDraining() {
+      drain.beginDraining();
+    },
+    close(options = {}) {
+      closing ??= closeOnce(options);
+      return closing;
     },
   };
+}
+
+/** True if `promise` settles within `ms`. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const settled = promise.then(
+    () => true,
+    () => true,
+  );
+  const result = await Promise.race([settled, new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)))]);
+  clearTimeout(timer);
+  return result;
+}
+
+/** QUIT (the replies to commands already sent arrive first), never waiting more than REDIS_QUIT_MS for a Redis that is away. */
+async function quitRedis(client: ReturnType<typeof createRedis>): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([client.quit().catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, REDIS_QUIT_MS)))]);
+  clearTimeout(timer);
+  client.disconnect();
 }
 
 async function fetchModels(backend: Backend, timeoutMs: number): Promise<readonly string[]> {

@@ -1,8 +1,11 @@
 import { createLogger, loadConfig, onTerminationSignal, ShutdownStack } from '@kvroute/platform';
 import { ROUTER_ENV_PREFIX, ROUTER_CONFIG_FILE, RouterConfig } from './config';
-import { createRouterServer } from './create-router';
+import { CLOSE_TAIL_MS, createRouterServer } from './create-router';
 
-/** Composition root: config → logger → router (backends, state, policies, app) → listen → shutdown on SIGTERM. */
+/**
+ * Composition root: config → logger → router (backends, state, policies, app) → listen → graceful
+ * shutdown on SIGTERM (drain, finish in-flight requests, release leases, close Redis: RouterServer.close).
+ */
 async function main(): Promise<void> {
   const loaded = loadConfig({
     schema: RouterConfig,
@@ -22,16 +25,24 @@ async function main(): Promise<void> {
   const shutdown = new ShutdownStack();
   const router = await createRouterServer(config, { logger: logger.child({ component: 'http' }) });
   const url = await router.listen();
-  shutdown.push('router', () => router.close());
+  shutdown.push('router', async () => {
+    const report = await router.close({ drainDelayMs: config.shutdownDrainDelayMs, graceMs: config.shutdownGraceMs });
+    logger.info(report, 'router closed');
+  });
   logger.info(
     { url, policy: config.policy, backends: router.registry.backends.map((backend) => backend.id), models: router.registry.models() },
     'kvroute router listening',
   );
-  onTerminationSignal(async () => {
-    logger.info('shutting down: readiness off, finishing in-flight requests');
-    const result = await shutdown.closeAll({ deadlineMs: config.shutdownGraceMs, logger });
-    process.exit(result.ok ? 0 : 1);
-  });
+  onTerminationSignal(
+    async (signal) => {
+      logger.info({ signal, drainDelayMs: config.shutdownDrainDelayMs, graceMs: config.shutdownGraceMs }, 'shutting down: readiness off, draining, then finishing in-flight requests');
+      // The router bounds its own steps (drain, grace, then abort and release); the stack's deadline is
+      // the backstop beyond them.
+      const result = await shutdown.closeAll({ deadlineMs: config.shutdownDrainDelayMs + config.shutdownGraceMs + CLOSE_TAIL_MS, logger });
+      process.exit(result.ok ? 0 : 1);
+    },
+    { onError: (error) => logger.fatal({ err: error }, 'shutdown failed') },
+  );
 }
 
 main().catch((error: unknown) => {

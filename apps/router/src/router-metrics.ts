@@ -35,7 +35,7 @@ export class RouterMetrics {
 
   constructor(sources: RouterMetricsSources) {
     const registers = [this.registry];
-    collectDefaultMetrics({ register: this.registry, prefix: 'kvroute_router_process_' });
+    collectDefaultMetrics({ register: this.registry, prefix: 'kvroute_router_' });
     this.requests = new Counter({
       name: 'kvroute_router_requests_total',
       help: 'Requests routed, by chosen backend, policy, decision reason and response status.',

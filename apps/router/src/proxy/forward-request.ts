@@ -81,7 +81,14 @@ export async function forwardRequest(deps: ForwardDeps, input: ForwardInput, res
     for (const conflicted of conflicts) deps.metrics.recordReserveConflict(conflicted);
     if (decision.kind === 'rejected') break;
     const backend = eligible.find((candidate) => candidate.id === decision.backendId) as Backend;
-    const lease = new Lease(deps.routing.state, input.pool, backend.id, leaseId, (error) => deps.logger.warn({ err: error, backend: backend.id }, 'lease release failed'));
+    const lease = new Lease({
+      state: deps.routing.state,
+      pool: input.pool,
+      backendId: backend.id,
+      leaseId,
+      onError: (error) => deps.logger.warn({ err: error, backend: backend.id }, 'lease call failed'),
+      book: deps.routing.heldLeases,
+    });
     if (ruleMismatch) {
       deps.metrics.recordRuleMismatch(input.policy.name);
       deps.logger.warn({ requestId: input.requestId, policy: input.policy.name, backend: backend.id, candidates }, 'the atomic rule and the policy chose different backends on the same figures');

@@ -15,6 +15,7 @@ export interface UpstreamPoolOptions {
  */
 export class UpstreamPools {
   private readonly pools = new Map<Backend, Pool>();
+  private closed = false;
 
   constructor(private readonly options: UpstreamPoolOptions) {}
 
@@ -28,6 +29,9 @@ export class UpstreamPools {
         keepAliveTimeout: 30_000,
         pipelining: 1,
       });
+      // After close/destroy nothing new goes out: a request sent now fails at once on its closed pool
+      // (a transport error, which releases its lease), rather than opening a connection at shutdown.
+      if (this.closed) pool.destroy().catch(() => undefined);
       this.pools.set(backend, pool);
     }
     return pool;
@@ -44,14 +48,18 @@ export class UpstreamPools {
     pool.close().catch(() => undefined);
   }
 
+  /** Lets the requests in flight finish, then closes every connection; nothing new is sent afterwards. */
   async close(): Promise<void> {
-    await Promise.all([...this.pools.values()].map((pool) => pool.close()));
-    this.pools.clear();
+    this.closed = true;
+    await Promise.all([...this.pools.values()].map((pool) => (pool.closed || pool.destroyed ? undefined : pool.close())));
   }
 
-  /** Aborts everything at once (shutdown deadline passed). */
+  /**
+   * Aborts everything at once (shutdown deadline passed): each request in flight ends with an error in
+   * its handler (a stream gets the router's error event and `[DONE]`, the lease is released).
+   */
   async destroy(): Promise<void> {
-    await Promise.all([...this.pools.values()].map((pool) => pool.destroy()));
-    this.pools.clear();
+    this.closed = true;
+    await Promise.all([...this.pools.values()].map((pool) => (pool.destroyed ? undefined : pool.destroy())));
   }
 }

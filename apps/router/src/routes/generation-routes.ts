@@ -13,7 +13,8 @@ export interface GenerationRoutesOptions {
   /** The policy instance for a pool (one per pool and endpoint kind, created on first use). */
   readonly policyFor: (pool: string, kind: 'generation' | 'passthrough') => RoutingPolicy;
   readonly blockSizeBytes: number;
-  readonly isShuttingDown: () => boolean;
+  /** True once the shutdown grace has passed: requests still arriving are refused (503, retry elsewhere). */
+  readonly refusesRequests: () => boolean;
 }
 
 /**
@@ -38,7 +39,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
     body: { model: string; user?: string | undefined },
     kind: 'generation' | 'passthrough',
   ): Promise<void> {
-    if (options.isShuttingDown()) throw new RouterError('ROUTER_ERR_SHUTTING_DOWN', 'This router is shutting down; retry.', { retryAfterSeconds: 1 });
+    if (options.refusesRequests()) throw new RouterError('ROUTER_ERR_SHUTTING_DOWN', 'This router is shutting down; retry.', { retryAfterSeconds: 1 });
     if (!options.registry.servesModel(body.model)) {
       throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${body.model}\` does not exist.`, { param: 'model' });
     }

@@ -4,7 +4,7 @@ import type { RouterConfig } from '../config';
 /**
  * Policy parameters from the router config. Keys are shared where the seed semantics coincide
  * (`minMatchBlocks`, `saturationInflight`, `loadFactor`); a key left unset keeps each policy's own
- * default (prefixaware: min 2 blocks, valve 8; cacheaware: min 1 block, valve off).
+ * default (prefixaware: min 2 blocks, valve 8; cacheaware: min 0 blocks = every prompt by cost, valve off).
  */
 export function policyParamsFromConfig(config: RouterConfig): PolicyParams {
   return {

@@ -3,6 +3,7 @@ import type { Backend } from '../backends/backend-registry';
 import type { Eligibility } from '../backends/eligible-backends';
 import type { EngineStateView } from '../backends/engine-state-view';
 import type { AskTrueMatches } from '../proxy/true-match';
+import type { HeldLeases } from './held-leases';
 
 /** What deciding needs: the shared state, and the clock and randomness the policy may use. */
 export interface RouteContext {
@@ -15,6 +16,8 @@ export interface RouteContext {
   readonly engineStates?: EngineStateView | null;
   /** Asks the backends what they would serve from cache (vllm-sim's /sim/match), for policies with `needsTrueMatch`; absent = nobody answers. */
   readonly askTrueMatches?: AskTrueMatches;
+  /** Every lease this replica holds (shutdown releases what is left); absent = not listed. */
+  readonly heldLeases?: HeldLeases;
 }
 
 export interface RouteChoice {
@@ -66,28 +69,41 @@ export async function dryRunDecision(
   return { decision: policy.choose(request, candidates, input.context), candidates };
 }
 
+export interface LeaseOptions {
+  readonly state: RoutingStateStore;
+  readonly pool: string;
+  readonly backendId: string;
+  readonly leaseId: string;
+  /** Told about a renewal, prefill-done or release call that failed. */
+  readonly onError: (error: unknown) => void;
+  /** Where the lease is listed while held, so that shutdown can release what is left and wait for the releases. */
+  readonly book?: HeldLeases | undefined;
+}
+
 /**
  * An in-flight lease on one backend: released exactly once, on whichever path ends the request
- * (response end, upstream error, client abort, timeout, retry elsewhere).
+ * (response end, upstream error, client abort, timeout, retry elsewhere, shutdown deadline).
  */
 export class Lease {
+  readonly pool: string;
+  readonly backendId: string;
+  readonly leaseId: string;
   private released = false;
   private prefillFinished = false;
   private renewTimer: NodeJS.Timeout | null = null;
 
-  constructor(
-    private readonly state: RoutingStateStore,
-    readonly pool: string,
-    readonly backendId: string,
-    readonly leaseId: string,
-    private readonly onReleaseError: (error: unknown) => void,
-  ) {}
+  constructor(private readonly options: LeaseOptions) {
+    this.pool = options.pool;
+    this.backendId = options.backendId;
+    this.leaseId = options.leaseId;
+    options.book?.add(this);
+  }
 
   /** Keeps the lease alive while the request runs (every `intervalMs`, until release). */
   startRenewing(intervalMs: number): void {
     if (this.released || this.renewTimer || intervalMs <= 0) return;
     this.renewTimer = setInterval(() => {
-      this.state.renew(this.pool, this.backendId, this.leaseId).catch(this.onReleaseError);
+      this.options.state.renew(this.pool, this.backendId, this.leaseId).catch(this.options.onError);
     }, intervalMs);
     this.renewTimer.unref();
   }
@@ -96,13 +112,14 @@ export class Lease {
   markPrefillDone(): void {
     if (this.prefillFinished || this.released) return;
     this.prefillFinished = true;
-    this.state.prefillDone(this.pool, this.backendId, this.leaseId).catch(this.onReleaseError);
+    this.options.state.prefillDone(this.pool, this.backendId, this.leaseId).catch(this.options.onError);
   }
 
   release(): void {
     if (this.released) return;
     this.released = true;
     if (this.renewTimer) clearInterval(this.renewTimer);
-    this.state.release(this.pool, this.backendId, this.leaseId).catch(this.onReleaseError);
+    const call = this.options.state.release(this.pool, this.backendId, this.leaseId).catch(this.options.onError);
+    this.options.book?.released(this, call);
   }
 }

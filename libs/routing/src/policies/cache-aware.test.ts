@@ -117,11 +117,12 @@ describe('cacheaware', () => {
     });
   });
 
-  describe('cold prompts', () => {
+  describe('cold prompts, with cold placement on (minMatchBlocks ≥ 1)', () => {
     const heads = Array.from({ length: 400 }, (_v, i) => 1_000_003 * i + 11);
+    const policy = createCacheAwarePolicy({ queueMsPerRequest: 15, minMatchBlocks: 1 });
 
     it('land on the same backend for the same head, on every replica and in any candidate order', () => {
-      const otherReplica = createCacheAwarePolicy({ queueMsPerRequest: 15 });
+      const otherReplica = createCacheAwarePolicy({ queueMsPerRequest: 15, minMatchBlocks: 1 });
       for (const headHash of heads.slice(0, 100)) {
         const request = aRequest({ headHash });
         const decision = policy.choose(request, someCandidates(4), aContext());
@@ -153,9 +154,25 @@ describe('cacheaware', () => {
       });
     });
 
-    it('are placed by cost instead when minMatchBlocks is 0', () => {
-      const candidates = [aCandidate('a', { inflight: 2 }), aCandidate('b', { inflight: 1 })];
-      expect(routedTo(createCacheAwarePolicy({ minMatchBlocks: 0 }).choose(LONG, candidates, aContext()))).toBe('b prefix-affinity');
+  });
+
+  describe('cold prompts by default (minMatchBlocks 0): placed by cost', () => {
+    it('go where the prefill backlog in tokens is smallest, not where fewest requests are, and say least-loaded', () => {
+      // 'a' has 1 request in flight but 6 000 tokens of prefill ahead (420 ms); 'b' has 3 short ones (200 tokens, 14 ms + 45 ms queue).
+      const candidates = [aCandidate('a', { inflight: 1, pendingPrefillTokens: 6_000 }), aCandidate('b', { inflight: 3, pendingPrefillTokens: 200 })];
+      expect(routedTo(policy.choose(LONG, candidates, aContext()))).toBe('b least-loaded');
+      expect(routedTo(policy.choose(LONG, [...candidates].reverse(), aContext()))).toBe('b least-loaded');
+    });
+
+    it('agree across replicas on equal figures (ties follow the head hash) and spread different heads', () => {
+      const counts = new Map<string, number>();
+      for (let head = 0; head < 200; head++) {
+        const request = aRequest({ headHash: 7_919 * head + 3 });
+        const here = routedTo(policy.choose(request, someCandidates(4), aContext()));
+        expect(routedTo(policy.choose(request, [...someCandidates(4)].reverse(), aContext(5)))).toBe(here);
+        counts.set(here, (counts.get(here) ?? 0) + 1);
+      }
+      expect(counts.size).toBe(4);
     });
   });
 

@@ -41,7 +41,7 @@
  *    promised) and the steps below run over all of them: when every backend is full the request
  *    waits somewhere, and the cost still tells where it waits least — its prefix saved, its queue —
  *    where the seed's fallback (least-loaded) throws the cache away exactly when the fleet is busiest.
- * 4. Cold prompt — no candidate holds ≥ minMatchBlocks blocks: bounded-load rendezvous hashing of
+ * 4. Cold prompt (only with minMatchBlocks ≥ 1) — no candidate holds ≥ minMatchBlocks blocks: bounded-load rendezvous hashing of
  *    `headHash` over the remaining candidates (`bounded-load-hash.ts`, coldLoadFactor), `cold-hash`.
  *    Siblings of a cold prompt (same first block) meet on one backend, and every router replica
  *    agrees on which without talking to the others; unrelated prompts spread by hash, not all onto
@@ -52,15 +52,18 @@
  *    else `spilled-from-saturated` when a warmer eligible candidate existed but its backlog and queue
  *    cost more than the prefill it would save (the request spills, as in the seed's valve, but
  *    by cost rather than by a fixed count); else `prefix-affinity` when the chosen candidate holds
- *    ≥ minMatchBlocks blocks; else `least-loaded` (a cold backend won on queue cost).
+ *    ≥ max(1, minMatchBlocks) blocks; else `least-loaded` (a cold backend won on queue cost).
  *
  * Parameters (default, range):
  * - bytesPerToken       4,    > 0 (0.5 … 16 sensible): routing-text bytes per engine token.
  * - prefillMsPerToken   0.07, ≥ 0: prefill time per uncached token (0.07 ≈ 14 k tokens/s).
  * - queueMsPerRequest   5,    ≥ 0: start delay added by each request already in flight (beyond its
  *                             prefill backlog, which is counted in tokens).
- * - minMatchBlocks      1,    integer ≥ 0: blocks a backend must hold to count as warm; 0 turns
- *                             cold placement off (every prompt goes by cost).
+ * - minMatchBlocks      0,    integer ≥ 0: with ≥ 1, a prompt no backend holds that many blocks of
+ *                             is placed by bounded-load hashing (step 4); 0 (default) sends every
+ *                             prompt by cost, which balances cold prompts by their prefill backlog
+ *                             in tokens (measured better on traces without shared prefixes:
+ *                             docs/results.md) while ties still follow the head hash.
  * - saturationInflight  0,    integer ≥ 0: hard in-flight cap per backend; 0 = valve off.
  * - spreadAbs           8,    ≥ 0: allowed in-flight excess over the least-loaded backend; 0 = guard off.
  * - spreadRel           2.0,  ≥ 1: allowed in-flight ratio to the least-loaded backend.
@@ -95,7 +98,7 @@ export const DEFAULT_CACHE_AWARE_PARAMS: CacheAwareParams = {
   bytesPerToken: 4,
   prefillMsPerToken: 0.07,
   queueMsPerRequest: 5,
-  minMatchBlocks: 1,
+  minMatchBlocks: 0,
   saturationInflight: 0,
   spreadAbs: 8,
   spreadRel: 2,
@@ -290,7 +293,7 @@ export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): 
       let reason: DecisionReason = 'least-loaded';
       if (chosenCandidate !== undefined && chosenCandidate.matchBlocks < deepestMatch) reason = deepestGuarded ? 'load-guard' : 'spilled-from-saturated';
       else if (excluded[cheapestUnguarded] === 'load-spread') reason = 'load-guard';
-      else if (chosenCandidate !== undefined && isWarm(chosenCandidate)) reason = 'prefix-affinity';
+      else if (chosenCandidate !== undefined && chosenCandidate.matchBlocks >= Math.max(1, p.minMatchBlocks)) reason = 'prefix-affinity';
       return routed(chosen, reason, explain());
     },
   };

@@ -1,0 +1,59 @@
+import { spawnSync } from 'node:child_process';
+import { describe, expect, it } from 'vitest';
+import { bindMounts, commandWorks, haproxySection, parseHaproxyConfig, readCompose, readRepoFile, repoPath, serviceEnv, servicesOf, type ComposeService } from './stack-files';
+
+const sections = parseHaproxyConfig(readRepoFile('infra/haproxy/haproxy.cfg'));
+const compose = readCompose();
+const haveHaproxy = commandWorks('haproxy', ['-v']);
+
+describe('infra/haproxy/haproxy.cfg', () => {
+  it('balances TCP, retries on another router and redispatches', () => {
+    const defaults = haproxySection(sections, 'defaults');
+    expect(defaults.lines).toContain('mode tcp');
+    expect(defaults.lines.some((line) => /^retries [1-9]/.test(line))).toBe(true);
+    expect(defaults.lines.some((line) => /^option redispatch\b/.test(line))).toBe(true);
+    for (const timeout of ['connect', 'client', 'server']) expect(defaults.lines.some((line) => line.startsWith(`timeout ${timeout} `)), timeout).toBe(true);
+  });
+
+  it('listens where compose publishes the OpenAI API and sends to the routers', () => {
+    const frontend = haproxySection(sections, 'frontend', 'openai');
+    expect(frontend.lines).toContain('bind :8080');
+    expect(frontend.lines).toContain('default_backend routers');
+    expect(compose.services['haproxy']?.ports?.some((port) => port.endsWith(':8080'))).toBe(true);
+    expect(bindMounts(compose.services['haproxy'] as ComposeService)).toContainEqual({ source: 'infra/haproxy/haproxy.cfg', target: '/usr/local/etc/haproxy/haproxy.cfg' });
+  });
+
+  it('lists exactly the router services of docker-compose.yml, on their KVROUTE_PORT', () => {
+    const servers = haproxySection(sections, 'backend', 'routers')
+      .lines.filter((line) => line.startsWith('server '))
+      .map((line) => line.split(' ').slice(1, 3));
+    const routers = servicesOf(compose, 'router').map(([name, service]) => [name, `${name}:${serviceEnv(service)['KVROUTE_PORT']}`]);
+    expect(routers).toHaveLength(3);
+    expect(servers).toEqual(routers);
+  });
+
+  it("takes a router out of rotation when its /readyz fails (draining), checking every second", () => {
+    const backend = haproxySection(sections, 'backend', 'routers');
+    expect(backend.lines).toContain('option httpchk');
+    expect(backend.lines.find((line) => line.startsWith('http-check send'))).toMatch(/meth GET uri \/readyz\b/);
+    expect(backend.lines).toContain('http-check expect status 200');
+    const defaultServer = backend.lines.find((line) => line.startsWith('default-server')) ?? '';
+    expect(defaultServer).toMatch(/\bcheck\b/);
+    expect(defaultServer).toMatch(/\binter 1s\b/);
+    // Compose hostnames resolve only inside the stack: start anyway, resolve later.
+    expect(defaultServer).toMatch(/\binit-addr \S*none\b/);
+    expect(defaultServer).toMatch(/\bresolvers docker\b/);
+    haproxySection(sections, 'resolvers', 'docker');
+  });
+
+  it.skipIf(!haveHaproxy)(`is accepted by haproxy -c${haveHaproxy ? '' : ' (not run: haproxy is not installed; apt-get install haproxy)'}`, () => {
+    const result = spawnSync('haproxy', ['-c', '-f', repoPath('infra/haproxy/haproxy.cfg')], { encoding: 'utf8', timeout: 15_000 });
+    const output = `${result.stdout}\n${result.stderr}`;
+    expect(result.status, output).toBe(0);
+    expect(output).toMatch(/Configuration file is valid/);
+    // The only acceptable warnings: router hostnames that resolve only inside the compose network.
+    const warnings = output.split('\n').filter((line) => line.includes('[WARNING]'));
+    const unexpected = warnings.filter((line) => !/could not resolve address 'router-\d+'/.test(line));
+    expect(unexpected).toEqual([]);
+  });
+});

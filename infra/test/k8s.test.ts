@@ -1,0 +1,371 @@
+/**
+ * infra/k8s: the kustomize base, the `local` and `a100` overlays and the managed-redis component,
+ * built (our loader, and `kubectl kustomize` too where it is installed) and checked object by object:
+ * the objects each deployment needs, and, through k8s-checks.ts, that every reference resolves and
+ * every kvroute container's configuration loads as its app would load it.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import { unknownConfigKeys, unknownEnvVars } from './config-keys';
+import { checkManifests, inspectManifests, KVROUTE_COMMANDS, KVROUTE_IMAGE } from './k8s-checks';
+import { findGenerated, findObject, hasKubectl, K8S_DIR, kubectlKustomize, sortObjects, writeKustomization } from './k8s-fixtures';
+import { buildKustomization, podSpecsOf, type K8sObject } from './k8s-kustomize';
+
+const build = (path: string): K8sObject[] => buildKustomization(join(K8S_DIR, path));
+const containerOf = (workload: K8sObject, name: string): any => {
+  const container = podSpecsOf(workload)[0]?.containers?.find((candidate: any) => candidate.name === name);
+  if (container === undefined) throw new Error(`${workload.kind}/${workload.metadata.name} has no container ${name}`);
+  return container;
+};
+const podOf = (workload: K8sObject): any => podSpecsOf(workload)[0];
+const kvrouteContainers = (objects: readonly K8sObject[]): { workload: K8sObject; container: any }[] =>
+  objects.flatMap((workload) => podSpecsOf(workload).flatMap((pod) => [...(pod.initContainers ?? []), ...(pod.containers ?? [])].filter((container: any) => String(container.image).startsWith(`${KVROUTE_IMAGE}:`)).map((container: any) => ({ workload, container }))));
+
+const SIM_BACKENDS = [0, 1, 2, 3].map((i) => `http://vllm-sim-${i}.vllm-sim:8000`);
+const VLLM_BACKENDS = [0, 1, 2, 3].map((i) => `http://vllm-${i}.vllm:8000`);
+const MANAGED_REDIS_URL = 'rediss://:secret@redis.example.com:6380';
+
+/** The shared platform every overlay keeps from the base. */
+function expectPlatform(objects: readonly K8sObject[], backends: readonly string[]): void {
+  expect(findObject(objects, 'Namespace', 'kvroute')).toBeDefined();
+  for (const object of objects.filter((candidate) => candidate.kind !== 'Namespace')) expect(object.metadata.namespace, `${object.kind}/${object.metadata.name}`).toBe('kvroute');
+
+  const redis = findObject(objects, 'Deployment', 'redis');
+  expect(containerOf(redis, 'redis').image).toMatch(/^redis:7/);
+  expect(findObject(objects, 'Service', 'redis').spec.ports[0].port).toBe(6379);
+
+  const router = findObject(objects, 'Deployment', 'kvroute-router');
+  expect(router.spec.replicas).toBe(3);
+  const routerContainer = containerOf(router, 'router');
+  expect(routerContainer.args).toEqual(['router']);
+  expect(routerContainer.readinessProbe.httpGet.path).toBe('/readyz');
+  expect(routerContainer.livenessProbe.httpGet.path).toBe('/healthz');
+  expect(routerContainer.lifecycle.preStop.sleep.seconds).toBeGreaterThan(0);
+  expect(podOf(router).terminationGracePeriodSeconds).toBeGreaterThan(30 + routerContainer.lifecycle.preStop.sleep.seconds);
+  expect(routerContainer.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false });
+  expect(podOf(router).securityContext.runAsNonRoot).toBe(true);
+  expect(routerContainer.resources.requests.cpu).toBeDefined();
+  expect(router.spec.template.metadata.annotations).toMatchObject({ 'prometheus.io/scrape': 'true', 'prometheus.io/port': '8080', 'prometheus.io/path': '/metrics' });
+
+  const service = findObject(objects, 'Service', 'kvroute-router');
+  expect(service.spec).toMatchObject({ type: 'LoadBalancer', externalTrafficPolicy: 'Local', sessionAffinity: 'None' });
+  expect(service.spec.ports).toEqual([{ name: 'http', port: 80, targetPort: 'http', protocol: 'TCP' }]);
+  expect(routerContainer.ports).toContainEqual({ name: 'http', containerPort: 8080 });
+
+  const budget = findObject(objects, 'PodDisruptionBudget', 'kvroute-router');
+  expect(budget.spec.maxUnavailable === 1 || budget.spec.minAvailable === 2).toBe(true);
+  const autoscaler = findObject(objects, 'HorizontalPodAutoscaler', 'kvroute-router');
+  expect(autoscaler.apiVersion).toBe('autoscaling/v2');
+  expect(autoscaler.spec.scaleTargetRef).toEqual({ apiVersion: 'apps/v1', kind: 'Deployment', name: 'kvroute-router' });
+  expect(autoscaler.spec.minReplicas).toBe(3);
+  expect(autoscaler.spec.metrics[0].resource.name).toBe('cpu');
+
+  const poller = findObject(objects, 'Deployment', 'kvroute-poller');
+  expect(poller.spec.replicas).toBe(2);
+  const pollerContainer = containerOf(poller, 'poller');
+  expect(pollerContainer.args).toEqual(['poller']);
+  expect(pollerContainer.readinessProbe.httpGet).toEqual({ path: '/healthz', port: 'http' });
+  expect(pollerContainer.ports).toContainEqual({ name: 'http', containerPort: 9464 });
+
+  // Routers and pollers load the same backends and Redis (the apps' own loader, in k8s-checks.ts).
+  const { containers } = inspectManifests(objects);
+  for (const command of ['router', 'poller']) {
+    const loaded = containers.find((entry) => entry.command === command);
+    expect(loaded?.config?.['backends'].map((backend: { url: string }) => backend.url), command).toEqual(backends);
+    expect(loaded?.config?.['redisUrl'], command).toBe('redis://redis:6379');
+  }
+  expect(containers.find((entry) => entry.command === 'router')?.config?.['policy']).toBe('cacheaware');
+}
+
+/** What the brief asks of every kvroute container, spelled out beside k8s-checks.ts's fuller checks. */
+function expectKnownAppsAndEnv(objects: readonly K8sObject[]): void {
+  const containers = kvrouteContainers(objects);
+  expect(containers.length).toBeGreaterThan(0);
+  for (const { workload, container } of containers) {
+    const where = `${workload.kind}/${workload.metadata.name} ${container.name}`;
+    const command = container.args?.[0];
+    expect(KVROUTE_COMMANDS, where).toContain(command);
+    expect(container.command, where).toBeUndefined();
+    const names = (container.env ?? []).map((env: { name: string }) => env.name);
+    if (command === 'router' || command === 'poller' || command === 'sim') expect(unknownEnvVars(command, names), where).toEqual([]);
+    else expect(names.filter((name: string) => name.startsWith('KVROUTE_')), where).toEqual([]);
+  }
+}
+
+/** kvroute.yaml: top-level keys of either app, `router:` router keys, `poller:` poller keys. */
+function expectSharedConfigKeys(objects: readonly K8sObject[]): void {
+  const config = findGenerated(objects, 'ConfigMap', 'kvroute-config');
+  const { router, poller, ...common } = parseYaml(config['data']['kvroute.yaml']) as Record<string, Record<string, unknown>>;
+  expect(Object.keys(common).filter((key) => unknownConfigKeys('router', [key]).length > 0 && unknownConfigKeys('poller', [key]).length > 0)).toEqual([]);
+  expect(unknownConfigKeys('router', Object.keys(router ?? {}))).toEqual([]);
+  expect(unknownConfigKeys('poller', Object.keys(poller ?? {}))).toEqual([]);
+  for (const workload of [findObject(objects, 'Deployment', 'kvroute-router'), findObject(objects, 'Deployment', 'kvroute-poller')]) {
+    expect(podOf(workload).volumes).toContainEqual({ name: 'config', configMap: { name: config.metadata.name } });
+  }
+}
+
+describe('infra/k8s/base', () => {
+  const objects = build('base');
+
+  it('holds the shared platform but no backends: an overlay must supply them', () => {
+    expect(objects.map((object) => `${object.kind}/${object.metadata.name.replace(/-[a-z0-9]{10}$/, '-<hash>')}`).sort()).toEqual(
+      [
+        'ConfigMap/kvroute-backends-<hash>',
+        'ConfigMap/kvroute-config-<hash>',
+        'Deployment/kvroute-poller',
+        'Deployment/kvroute-router',
+        'Deployment/redis',
+        'HorizontalPodAutoscaler/kvroute-router',
+        'Namespace/kvroute',
+        'NetworkPolicy/redis',
+        'PodDisruptionBudget/kvroute-poller',
+        'PodDisruptionBudget/kvroute-router',
+        'Service/kvroute-router',
+        'Service/redis',
+      ].sort(),
+    );
+    expect(findGenerated(objects, 'ConfigMap', 'kvroute-backends')['data']).toEqual({ backends: '' });
+    // The router's loader refuses to start without backends: the checks see it too.
+    expect(checkManifests(objects)).toEqual([expect.stringMatching(/^Deployment\/kvroute-router router: the router's configuration does not load: .*backends/s)]);
+  });
+});
+
+describe('infra/k8s/overlays/local', () => {
+  const objects = build('overlays/local');
+
+  it('passes every check (schemas, references, app configs)', () => {
+    expect(checkManifests(objects)).toEqual([]);
+  });
+
+  it('runs Redis, 3 routers behind an L4 LoadBalancer with a PDB and a CPU autoscaler, and 2 health pollers', () => {
+    expectPlatform(objects, SIM_BACKENDS);
+  });
+
+  it('runs 4 simulated vLLM backends with stable DNS names behind a headless Service', () => {
+    const sims = findObject(objects, 'StatefulSet', 'vllm-sim');
+    expect(sims.spec.replicas).toBe(4);
+    expect(sims.spec.serviceName).toBe('vllm-sim');
+    const sim = containerOf(sims, 'sim');
+    expect(sim.args).toEqual(['sim']);
+    expect(sim.readinessProbe.httpGet.path).toBe('/health');
+    const service = findObject(objects, 'Service', 'vllm-sim');
+    expect(service.spec.clusterIP).toBe('None');
+    const { containers } = inspectManifests(objects);
+    expect(containers.find((entry) => entry.command === 'sim')?.config).toMatchObject({ host: '0.0.0.0', port: 8000, profile: 'a100-14b' });
+  });
+
+  it('gives routers and pollers small requests', () => {
+    expect(containerOf(findObject(objects, 'Deployment', 'kvroute-router'), 'router').resources.requests).toEqual({ cpu: '100m', memory: '128Mi' });
+    expect(containerOf(findObject(objects, 'Deployment', 'kvroute-poller'), 'poller').resources.requests).toEqual({ cpu: '50m', memory: '96Mi' });
+  });
+
+  it('runs only kvroute apps, each setting only env vars it reads, and a kvroute.yaml of known keys', () => {
+    expectKnownAppsAndEnv(objects);
+    expectSharedConfigKeys(objects);
+  });
+});
+
+describe('infra/k8s/overlays/a100', () => {
+  const objects = build('overlays/a100');
+
+  it('passes every check (schemas, references, app configs)', () => {
+    expect(checkManifests(objects)).toEqual([]);
+  });
+
+  it('keeps the platform, its routers and pollers pointed at the 4 vLLM pods', () => {
+    expectPlatform(objects, VLLM_BACKENDS);
+    expect(objects.some((object) => object.metadata.name === 'vllm-sim')).toBe(false);
+  });
+
+  it('runs 4 vLLM servers on A100s, one GPU each, with prefix caching and cached-token details', () => {
+    const vllm = findObject(objects, 'StatefulSet', 'vllm');
+    expect(vllm.spec.replicas).toBe(4);
+    expect(vllm.spec.serviceName).toBe('vllm');
+    expect(findObject(objects, 'Service', 'vllm').spec.clusterIP).toBe('None');
+    const pod = podOf(vllm);
+    expect(pod.nodeSelector).toEqual({ 'nvidia.com/gpu.product': 'NVIDIA-A100-SXM4-80GB' });
+    expect(pod.tolerations).toContainEqual({ key: 'nvidia.com/gpu', operator: 'Exists', effect: 'NoSchedule' });
+    const container = containerOf(vllm, 'vllm');
+    expect(container.image).toMatch(/^vllm\/vllm-openai:/);
+    expect(container.resources.requests['nvidia.com/gpu']).toBe(1);
+    expect(container.resources.limits['nvidia.com/gpu']).toBe(1);
+    expect(container.args.slice(0, 7)).toEqual(['--model', '$(MODEL)', '--enable-prefix-caching', '--enable-prompt-tokens-details', '--port', '8000', '--max-num-seqs']);
+    expect(container.env).toContainEqual({ name: 'VLLM_SERVER_DEV_MODE', value: '1' });
+    const model = container.env.find((env: { name: string }) => env.name === 'MODEL').valueFrom.configMapKeyRef;
+    expect(findObject(objects, 'ConfigMap', model.name)['data'][model.key]).toBe('Qwen/Qwen2.5-14B-Instruct');
+    expect(container.readinessProbe.httpGet.path).toBe('/health');
+    expect(container.readinessProbe.initialDelaySeconds).toBeGreaterThanOrEqual(60);
+    expect(container.volumeMounts).toContainEqual({ name: 'hf-cache', mountPath: '/root/.cache/huggingface' });
+    expect(vllm.spec.volumeClaimTemplates[0].metadata.name).toBe('hf-cache');
+  });
+
+  it('runs the seed-cloud bench in-cluster against the router Service and the vLLM pods, keeping its report on a PVC', () => {
+    const job = findObject(objects, 'Job', 'kvroute-bench');
+    const bench = containerOf(job, 'bench');
+    // The runtime image ships the router, poller and sim bundles; the bench needs the Dockerfile's `bench` target.
+    expect(bench.image).toBe(`${KVROUTE_IMAGE}:bench`);
+    expect(bench.args).toEqual(['bench', '--scenario', 'seed-cloud', '--router', 'cacheaware=http://kvroute-router', '--backends', VLLM_BACKENDS.join(','), '--reset-cache', '--ignore-eos', '--out', '/results/seed-cloud']);
+    expect(bench.volumeMounts).toContainEqual({ name: 'results', mountPath: '/results' });
+    expect(podOf(job).volumes).toContainEqual({ name: 'results', persistentVolumeClaim: { claimName: 'bench-results' } });
+    expect(findObject(objects, 'PersistentVolumeClaim', 'bench-results').spec.resources.requests.storage).toBeDefined();
+    expect(podOf(job).restartPolicy).toBe('Never');
+  });
+
+  it('runs only kvroute apps, each setting only env vars it reads, and a kvroute.yaml of known keys', () => {
+    expectKnownAppsAndEnv(objects);
+    expectSharedConfigKeys(objects);
+  });
+
+  it('ships a reader pod for the bench results that mounts the same claim', () => {
+    const pod = parseYaml(readFileSync(join(K8S_DIR, 'overlays/a100/bench-results-reader.yaml'), 'utf8')) as K8sObject;
+    expect(checkManifests([...objects, pod])).toEqual([]);
+    expect(pod.spec.volumes[0].persistentVolumeClaim.claimName).toBe('bench-results');
+  });
+});
+
+describe('infra/k8s/components/managed-redis', () => {
+  const fixture = writeKustomization({
+    'kustomization.yaml': 'resources:\n  - {{k8s}}/overlays/local\ncomponents:\n  - {{k8s}}/components/managed-redis\n',
+  });
+  afterAll(() => fixture.remove());
+  const objects = buildKustomization(fixture.dir);
+
+  it('drops the in-cluster Redis and reads the URL from the kvroute-redis Secret', () => {
+    expect(objects.filter((object) => object.metadata.name === 'redis')).toEqual([]);
+    const fromSecret = { secretKeyRef: { name: 'kvroute-redis', key: 'url' } };
+    expect(containerOf(findObject(objects, 'Deployment', 'kvroute-router'), 'router').env).toContainEqual({ name: 'KVROUTE_REDIS_URL', valueFrom: fromSecret });
+    expect(containerOf(findObject(objects, 'Deployment', 'kvroute-poller'), 'poller').env).toContainEqual({ name: 'KVROUTE_POLLER_REDIS_URL', valueFrom: fromSecret });
+  });
+
+  it('passes every check once the Secret exists, and the apps load its URL over kvroute.yaml', () => {
+    const { problems, containers } = inspectManifests(objects, { secrets: { 'kvroute-redis/url': MANAGED_REDIS_URL } });
+    expect(problems).toEqual([]);
+    expect(containers.filter((entry) => entry.command === 'router' || entry.command === 'poller').map((entry) => entry.config?.['redisUrl'])).toEqual([MANAGED_REDIS_URL, MANAGED_REDIS_URL]);
+    expect(checkManifests(objects)).toEqual(expect.arrayContaining([expect.stringContaining('Secret kvroute-redis (key url) is neither in the manifests nor given')]));
+  });
+});
+
+describe.runIf(hasKubectl)('kubectl kustomize builds the same objects as the tests’ loader', () => {
+  it.each(['base', 'overlays/local', 'overlays/a100'])('%s', (path) => {
+    expect(sortObjects(build(path))).toEqual(sortObjects(kubectlKustomize(join(K8S_DIR, path))));
+  });
+
+  it('overlays/local + components/managed-redis', () => {
+    const fixture = writeKustomization({ 'kustomization.yaml': 'resources:\n  - {{k8s}}/overlays/local\ncomponents:\n  - {{k8s}}/components/managed-redis\n' });
+    try {
+      expect(sortObjects(buildKustomization(fixture.dir))).toEqual(sortObjects(kubectlKustomize(fixture.dir)));
+    } finally {
+      fixture.remove();
+    }
+  });
+});
+
+describe('the checks catch broken manifests', () => {
+  it('reports a broken overlay on disk: unknown env var, unknown app, loopback host, missing backend pod, unknown config keys', () => {
+    const fixture = writeKustomization({
+      'kustomization.yaml': [
+        'resources:',
+        '  - {{k8s}}/overlays/local',
+        'configMapGenerator:',
+        '  - name: kvroute-backends',
+        '    behavior: merge',
+        '    literals:',
+        '      - backends=http://vllm-sim-0.vllm-sim:8000,http://vllm-sim-4.vllm-sim:8000',
+        '  - name: kvroute-config',
+        '    behavior: merge',
+        '    files:',
+        '      - kvroute.yaml=broken-kvroute.yaml',
+        'patches:',
+        '  - path: router-typo.yaml',
+        '  - path: poller-app.yaml',
+        '  - target: {kind: StatefulSet, name: vllm-sim}',
+        '    patch: |-',
+        '      - op: remove',
+        '        path: /spec/template/spec/containers/0/env/0',
+        '',
+      ].join('\n'),
+      'broken-kvroute.yaml': 'redisUrl: redis://redis:6379\nbogusKey: 1\nrouter:\n  polcy: cacheaware\n',
+      'router-typo.yaml': 'apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: kvroute-router\nspec:\n  template:\n    spec:\n      containers:\n        - name: router\n          env:\n            - name: KVROUTE_POLICIES\n              value: cacheaware\n',
+      'poller-app.yaml': 'apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: kvroute-poller\nspec:\n  template:\n    spec:\n      containers:\n        - name: poller\n          args: ["pollr"]\n',
+    });
+    try {
+      const problems = checkManifests(buildKustomization(fixture.dir));
+      const expected = [
+        /kvroute-router router: env vars the router does not read: KVROUTE_POLICIES/,
+        /kvroute-poller poller: first arg "pollr" is not one of router, poller, sim, bench/,
+        /vllm-sim sim: the sim listens on 127\.0\.0\.1/,
+        /kvroute-config-\w+ kvroute\.yaml: top-level keys neither the router nor the poller has: bogusKey/,
+        /kvroute\.yaml: router: keys the router does not have: polcy/,
+        /kvroute-router router: the router's configuration does not load: .*polcy/s,
+      ];
+      for (const pattern of expected) expect(problems, String(pattern)).toEqual(expect.arrayContaining([expect.stringMatching(pattern)]));
+      // The router does not load (polcy), so its backends are not reached; the poller's are not either (pollr).
+      // Fix those two and the missing sim pod shows:
+      const routerOnly = writeKustomization({
+        'kustomization.yaml': 'resources:\n  - {{k8s}}/overlays/local\nconfigMapGenerator:\n  - name: kvroute-backends\n    behavior: merge\n    literals:\n      - backends=http://vllm-sim-4.vllm-sim:8000\n',
+      });
+      try {
+        expect(checkManifests(buildKustomization(routerOnly.dir))).toEqual(
+          expect.arrayContaining([expect.stringMatching(/kvroute-router router: backend http:\/\/vllm-sim-4\.vllm-sim:8000: StatefulSet vllm-sim has 4 pods, vllm-sim-4 is not one of them/)]),
+        );
+      } finally {
+        routerOnly.remove();
+      }
+    } finally {
+      fixture.remove();
+    }
+  });
+
+  it('reports broken objects: schema types, probes, grace period, selectors, bench flags and volumes', () => {
+    const objects = structuredClone(build('overlays/a100'));
+    const router = findObject(objects, 'Deployment', 'kvroute-router');
+    podOf(router).terminationGracePeriodSeconds = 30;
+    containerOf(router, 'router').readinessProbe.httpGet.path = '/healthz';
+    findObject(objects, 'Deployment', 'kvroute-poller').spec.replicas = '2';
+    findObject(objects, 'Service', 'vllm').spec.selector = { 'app.kubernetes.io/name': 'vlm' };
+    const backends = objects.find((object) => object.metadata.name.startsWith('kvroute-backends-')) as K8sObject;
+    backends['data'].backends = backends['data'].backends.replace('vllm-0.vllm', 'vllm-0.vlm');
+    const bench = containerOf(findObject(objects, 'Job', 'kvroute-bench'), 'bench');
+    bench.args = ['bench', '--scenario', 'seed-clod', '--router', 'cacheaware=http://kvroute-routr', '--backends', VLLM_BACKENDS.slice(0, 3).join(','), '--out', '/tmp/seed-cloud', '--reset-cash'];
+    const problems = checkManifests(objects);
+    const expected = [
+      /kvroute-router router: terminationGracePeriodSeconds 30 s does not outlast preStop \(10 s\) \+ shutdownGraceMs \(30000 ms\)/,
+      /kvroute-router router: readinessProbe asks \/healthz, the router serves \/readyz/,
+      /Deployment\/kvroute-poller: schema: .*replicas must be integer/,
+      /Service\/vllm: its selector matches no pod template/,
+      /kvroute-router router: backend http:\/\/vllm-0\.vlm:8000: no Service vlm/,
+      /kvroute-poller poller: backend http:\/\/vllm-0\.vlm:8000: no Service vlm/,
+      /StatefulSet\/vllm: Service vllm does not select its pods/,
+      /kvroute-bench bench: bench args: .*--reset-cash/,
+    ];
+    for (const pattern of expected) expect(problems, String(pattern)).toEqual(expect.arrayContaining([expect.stringMatching(pattern)]));
+
+    bench.args = bench.args.slice(0, -1); // known flags again: the bench's values are checked
+    const benchProblems = checkManifests(objects).filter((problem) => problem.includes('kvroute-bench'));
+    expect(benchProblems).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/scenario seed-clod is not in bench\/scenarios\//),
+        expect.stringMatching(/--router http:\/\/kvroute-routr: no Service kvroute-routr/),
+        expect.stringMatching(/--out \/tmp\/seed-cloud is not on a PersistentVolumeClaim/),
+        expect.stringMatching(/--backends .* differ from the routers' backends/),
+      ]),
+    );
+  });
+
+  it('refuses kustomizations it cannot build faithfully', () => {
+    const missingTarget = writeKustomization({
+      'kustomization.yaml': 'resources:\n  - {{k8s}}/overlays/local\npatches:\n  - path: p.yaml\n',
+      'p.yaml': 'apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: kvroute-routr\nspec:\n  replicas: 5\n',
+    });
+    const unsupported = writeKustomization({ 'kustomization.yaml': 'resources:\n  - {{k8s}}/overlays/local\nimages:\n  - name: ghcr.io/kvroute/kvroute\n    newTag: v1\n' });
+    try {
+      expect(() => buildKustomization(missingTarget.dir)).toThrow(/found 0 targets for the patch of Deployment kvroute-routr/);
+      expect(() => buildKustomization(unsupported.dir)).toThrow(/does not implement: images/);
+    } finally {
+      missingTarget.remove();
+      unsupported.remove();
+    }
+  });
+});

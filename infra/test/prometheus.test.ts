@@ -1,0 +1,122 @@
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { checkExpressions, loadMetricCatalog, type MetricCatalog } from './metric-catalog';
+import { parsePromql } from './promql';
+import {
+  aliasesOf,
+  alertExpressions,
+  commandWorks,
+  readCompose,
+  readYaml,
+  repoPath,
+  serviceEnv,
+  servicesOf,
+  type ComposeService,
+  type PrometheusConfig,
+  type RuleFile,
+} from './stack-files';
+
+const config = readYaml<PrometheusConfig>('infra/prometheus/prometheus.yml');
+const rules = readYaml<RuleFile>('infra/prometheus/alerts.yml');
+const compose = readCompose();
+const jobs = new Map(config.scrape_configs.map((job) => [job.job_name, job.static_configs?.flatMap((group) => group.targets) ?? []]));
+const alerts = rules.groups.flatMap((group) => group.rules);
+const havePromtool = commandWorks('promtool', ['--version']);
+
+let catalog: MetricCatalog;
+beforeAll(async () => {
+  catalog = await loadMetricCatalog();
+});
+
+function promtool(...args: string[]): { status: number | null; output: string } {
+  const result = spawnSync('promtool', args, { cwd: repoPath('infra/prometheus'), encoding: 'utf8', timeout: 60_000 });
+  return { status: result.status, output: `${result.stdout}\n${result.stderr}` };
+}
+
+describe('infra/prometheus/prometheus.yml', () => {
+  it('scrapes every router, poller and backend of docker-compose.yml on its port', () => {
+    const routers = servicesOf(compose, 'router').map(([name, service]) => `${name}:${serviceEnv(service)['KVROUTE_PORT']}`);
+    const pollers = servicesOf(compose, 'poller').map(([name, service]) => `${name}:${serviceEnv(service)['KVROUTE_POLLER_PORT']}`);
+    const backends = servicesOf(compose, 'sim').map(([, service]) => `${aliasesOf(service)[0]}:${serviceEnv(service)['KVROUTE_SIM_PORT']}`);
+    expect(jobs.get('kvroute-router')).toEqual(routers);
+    expect(jobs.get('kvroute-poller')).toEqual(pollers);
+    expect(jobs.get('backends')).toEqual(backends);
+    // The vLLM services of the gpu profile answer on the same aliases and port.
+    const vllmTargets = ['vllm-1', 'vllm-2', 'vllm-3', 'vllm-4'].map((name) => {
+      const service = compose.services[name] as ComposeService;
+      const command = service.command ?? [];
+      return `${aliasesOf(service)[0]}:${command[command.indexOf('--port') + 1]}`;
+    });
+    expect(vllmTargets).toEqual(backends);
+  });
+
+  it('loads alerts.yml, which sits beside it in the mounted folder', () => {
+    expect(config.rule_files).toEqual(['alerts.yml']);
+    expect(existsSync(repoPath('infra/prometheus/alerts.yml'))).toBe(true);
+  });
+});
+
+describe('infra/prometheus/alerts.yml', () => {
+  it('uses only metric names the apps define, in PromQL that parses', () => {
+    expect(checkExpressions(alertExpressions(rules), catalog)).toEqual([]);
+  });
+
+  it('names only scrape jobs that exist', () => {
+    const jobMatchers = alerts.flatMap((rule) => parsePromql(rule.expr).matchers.filter((matcher) => matcher.label === 'job'));
+    expect(jobMatchers.length).toBeGreaterThan(0);
+    for (const matcher of jobMatchers) expect([...jobs.keys()], matcher.value).toContain(matcher.value);
+  });
+
+  it('gives every alert a unique name, a severity and a summary', () => {
+    const names = alerts.map((rule) => rule.alert);
+    expect(new Set(names).size).toBe(names.length);
+    for (const rule of alerts) {
+      expect(rule.alert, rule.expr).toMatch(/^Kvroute[A-Z]\w+$/);
+      expect(['warning', 'critical'], rule.alert).toContain(rule.labels?.['severity']);
+      expect(rule.annotations?.['summary'], rule.alert).toBeTruthy();
+    }
+  });
+
+  it('covers degraded state, backends down or broken, hot-spotting, TTFT, poller failures and rule mismatches', () => {
+    const using = (metric: string) => alerts.filter((rule) => parsePromql(rule.expr).metricNames.includes(metric)).map((rule) => rule.alert);
+    expect(using('kvroute_router_state_degraded')).not.toEqual([]);
+    expect(using('kvroute_router_backend_circuit_state')).not.toEqual([]);
+    expect(alerts.some((rule) => parsePromql(rule.expr).matchers.some((matcher) => matcher.metric === 'up' && matcher.value === 'backends'))).toBe(true);
+    expect(using('kvroute_router_inflight_requests')).toContain('KvrouteHotSpot');
+    expect(using('kvroute_router_time_to_first_token_seconds_bucket')).not.toEqual([]);
+    expect(using('kvroute_poller_scrape_failures_total')).not.toEqual([]);
+    expect(using('kvroute_router_rule_mismatches_total')).not.toEqual([]);
+  });
+
+  it('has unit tests whose input series are real metric names', () => {
+    const tests = readYaml<{ rule_files: string[]; tests: Array<{ input_series: Array<{ series: string }>; alert_rule_test: Array<{ alertname: string }> }> }>(
+      'infra/prometheus/alerts.test.yml',
+    );
+    expect(tests.rule_files).toEqual(['alerts.yml']);
+    const series = tests.tests.flatMap((test) => test.input_series.map((input, index) => ({ where: `alerts.test.yml series ${index}`, expr: input.series })));
+    expect(checkExpressions(series, catalog)).toEqual([]);
+    const tested = new Set(tests.tests.flatMap((test) => test.alert_rule_test.map((entry) => entry.alertname)));
+    for (const name of ['KvrouteHotSpot', 'KvrouteSharedStateDegraded', 'KvrouteRuleMismatch', 'KvrouteBackendCircuitOpen', 'KvroutePollerScrapeFailures', 'KvrouteTtftP95High']) {
+      expect(tested, name).toContain(name);
+    }
+  });
+});
+
+describe.skipIf(!havePromtool)(`promtool${havePromtool ? '' : ' (not run: promtool is not installed; apt-get install prometheus)'}`, () => {
+  it('accepts prometheus.yml (and the rule file it loads)', () => {
+    const result = promtool('check', 'config', 'prometheus.yml');
+    expect(result.status, result.output).toBe(0);
+  });
+
+  it('accepts alerts.yml', () => {
+    const result = promtool('check', 'rules', 'alerts.yml');
+    expect(result.status, result.output).toBe(0);
+  });
+
+  it('passes the alert unit tests (alerts.test.yml): each alert fires when it should and only then', () => {
+    const result = promtool('test', 'rules', 'alerts.test.yml');
+    expect(result.status, result.output).toBe(0);
+    expect(result.output).toMatch(/SUCCESS/);
+  }, 60_000);
+});
