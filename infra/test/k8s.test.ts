@@ -331,7 +331,7 @@ describe('the checks catch broken manifests', () => {
     bench.args = ['bench', '--scenario', 'seed-clod', '--router', 'cacheaware=http://kvroute-routr', '--backends', VLLM_BACKENDS.slice(0, 3).join(','), '--out', '/tmp/seed-cloud', '--reset-cash'];
     const problems = checkManifests(objects);
     const expected = [
-      /kvroute-router router: terminationGracePeriodSeconds 30 s does not outlast preStop \(10 s\) \+ shutdownGraceMs \(30000 ms\)/,
+      /kvroute-router router: terminationGracePeriodSeconds 30 s does not outlast preStop \(10 s\) \+ shutdownDrainDelayMs \(5000 ms\) \+ shutdownGraceMs \(30000 ms\)/,
       /kvroute-router router: readinessProbe asks \/healthz, the router serves \/readyz/,
       /Deployment\/kvroute-poller: schema: .*replicas must be integer/,
       /Service\/vllm: its selector matches no pod template/,
