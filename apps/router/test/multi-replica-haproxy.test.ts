@@ -1,11 +1,10 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
-import { startRedis, type TestRedis } from '@kvroute/testing';
+import { findFreePorts, startRedis, type TestRedis } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CHAT_WITH_CONTEXT, hitRate, runConversations, unexplainedMoves, type Turn } from './conversation-workload';
 import { waitFor } from './start-test-cluster';
@@ -63,23 +62,6 @@ const hasHaproxy = spawnSync(HAPROXY, ['-v']).status === 0;
 const SEEDS = [1, 2, 3] as const;
 const TIME_SCALE = 20;
 
-/** `count` distinct free loopback ports (all held open together, so none is handed out twice). */
-async function freePorts(count: number): Promise<number[]> {
-  const servers = await Promise.all(
-    Array.from(
-      { length: count },
-      () =>
-        new Promise<Server>((resolve, reject) => {
-          const server = createServer();
-          server.listen(0, '127.0.0.1', () => resolve(server));
-          server.on('error', reject);
-        }),
-    ),
-  );
-  const ports = servers.map((server) => (server.address() as { port: number }).port);
-  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
-  return ports;
-}
 
 interface Setup {
   readonly name: string;
@@ -118,7 +100,7 @@ describe(`1 router vs 3 sharing Redis vs 3 isolated, ${hasHaproxy ? 'behind HAPr
     redis = await startRedis({ fresh: true });
     sims = await Promise.all(Array.from({ length: 4 }, () => createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', timeScale: TIME_SCALE, model: 'test-model' }))));
     backendUrls = await Promise.all(sims.map((sim) => sim.listen()));
-    const [singlePort, ...replicaPorts] = await freePorts(7);
+    const [singlePort, ...replicaPorts] = await findFreePorts(7);
     single = { name: '(a) 1 router', routerPorts: [singlePort as number], urls: [] };
     shared = { name: '(b) 3 routers, shared Redis', routerPorts: replicaPorts.slice(0, 3), urls: [] };
     isolated = { name: '(c) 3 routers, isolated', routerPorts: replicaPorts.slice(3), urls: [] };
@@ -131,7 +113,7 @@ describe(`1 router vs 3 sharing Redis vs 3 isolated, ${hasHaproxy ? 'behind HAPr
     if (!hasHaproxy) return;
 
     // One HAProxy, one TCP round-robin frontend per multi-replica setup.
-    const frontPorts = await freePorts(2);
+    const frontPorts = await findFreePorts(2);
     configDir = mkdtempSync(join(tmpdir(), 'kvroute-haproxy-'));
     const config = [
       'global',

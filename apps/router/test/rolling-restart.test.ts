@@ -1,10 +1,9 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRedis, poolKeys, waitUntilReady } from '@kvroute/redis-store';
-import { startRedis, type TestRedis } from '@kvroute/testing';
+import { findFreePorts, startRedis, type TestRedis } from '@kvroute/testing';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import OpenAI from 'openai';
@@ -94,7 +93,7 @@ describe.skipIf(!hasHaproxy)(`rolling restart of ${ROUTERS} routers behind HAPro
     redis = await startRedis({ fresh: true, logger: () => undefined });
     sims = await Promise.all(Array.from({ length: 3 }, (_, index) => createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', model: MODEL, seed: index, logLevel: 'silent' }))));
     backendUrls = await Promise.all(sims.map((sim) => sim.listen()));
-    const ports = await freePorts(ROUTERS + 2);
+    const ports = await findFreePorts(ROUTERS + 2);
     routerPorts = ports.slice(0, ROUTERS);
     const [frontPort, statsPort] = ports.slice(ROUTERS) as [number, number];
     for (let slot = 0; slot < ROUTERS; slot++) startRouter(slot);
@@ -265,23 +264,6 @@ function watchForDone(response: Response, sawDone: WeakMap<Response, boolean>): 
   return watched;
 }
 
-/** `count` distinct free loopback ports (held open together, so none is handed out twice). */
-async function freePorts(count: number): Promise<number[]> {
-  const servers = await Promise.all(
-    Array.from(
-      { length: count },
-      () =>
-        new Promise<Server>((resolve, reject) => {
-          const server = createServer();
-          server.listen(0, '127.0.0.1', () => resolve(server));
-          server.on('error', reject);
-        }),
-    ),
-  );
-  const ports = servers.map((server) => (server.address() as { port: number }).port);
-  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
-  return ports;
-}
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));

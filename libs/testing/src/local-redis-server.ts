@@ -35,6 +35,24 @@ export function findFreePort(): Promise<number> {
   });
 }
 
+/** `count` distinct free TCP ports on 127.0.0.1: all bound at once before any is released, so none is handed out twice. */
+export async function findFreePorts(count: number): Promise<number[]> {
+  const servers = await Promise.all(
+    Array.from(
+      { length: count },
+      () =>
+        new Promise<net.Server>((resolve, reject) => {
+          const server = net.createServer();
+          server.once('error', reject);
+          server.listen(0, '127.0.0.1', () => resolve(server));
+        }),
+    ),
+  );
+  const ports = servers.map((server) => (server.address() as net.AddressInfo).port);
+  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+  return ports;
+}
+
 /** One raw RESP `PING`; true if the answer is `+PONG` within `timeoutMs`. Never rejects. */
 export function pingRedis(port: number, host = '127.0.0.1', timeoutMs = 250): Promise<boolean> {
   return new Promise((resolve) => {
