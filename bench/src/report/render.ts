@@ -77,7 +77,8 @@ export function textTable(header: readonly string[], rows: readonly (readonly st
 /** One table per sweep point, then the slopes: what the runner prints at the end. */
 export function terminalReport(summary: ReportSummary): string {
   const blocks = summary.points.map((point) => `${summary.scenario} · ${summary.sweepVariable} = ${point.value}\n${textTable(POINT_COLUMNS, pointTableRows(point))}`);
-  blocks.push(`TTFT slope, ${summary.sweepVariable} ${span(summary)}\n${textTable(slopeColumns(summary), slopeRows(summary))}`);
+  // A slope needs two sweep points.
+  if (summary.points.length > 1) blocks.push(`TTFT slope, ${summary.sweepVariable} ${span(summary)}\n${textTable(slopeColumns(summary), slopeRows(summary))}`);
   return `${blocks.join('\n\n')}\n`;
 }
 
