@@ -3,6 +3,7 @@ import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { createRedis } from '@kvroute/redis-store';
+import { findFreePort } from '@kvroute/testing';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { SCRAPE_QUEUE_NAME } from '../src/create-poller';
 import type { ScrapeJobResult } from '../src/scrape-job';
@@ -88,7 +89,7 @@ describe('poller graceful stop', () => {
   });
 
   it('on SIGTERM, a poller process finishes its scrape, disconnects from Redis and exits 0', { timeout: 60_000 }, async () => {
-    const port = await freePort();
+    const port = await findFreePort();
     const child = spawn(
       process.execPath,
       [
@@ -117,16 +118,6 @@ describe('poller graceful stop', () => {
   });
 });
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-    server.on('error', reject);
-  });
-}
 
 /** A front for `target` whose /metrics answers METRICS_DELAY_MS late (everything else at once), noting when each /metrics request arrived. */
 async function startSlowFront(target: string): Promise<{ server: Server; url: string; metricsStarts: number[] }> {

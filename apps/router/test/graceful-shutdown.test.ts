@@ -1,9 +1,8 @@
 import { spawn } from 'node:child_process';
 import { Agent, request as httpRequest, type IncomingMessage } from 'node:http';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { createRedis, poolKeys, waitUntilReady } from '@kvroute/redis-store';
-import { startRedis, type TestRedis } from '@kvroute/testing';
+import { findFreePort, startRedis, type TestRedis } from '@kvroute/testing';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -144,7 +143,7 @@ describe('router graceful shutdown', () => {
   });
 
   it('on SIGTERM, a router process fails readiness at once, finishes its stream, releases its lease and exits 0', { timeout: 60_000 }, async () => {
-    const port = await freePort();
+    const port = await findFreePort();
     const url = `http://127.0.0.1:${port}`;
     const child = spawn(
       process.execPath,
@@ -216,13 +215,3 @@ function nodeChat(url: string, agent: Agent): Promise<{ status: number; connecti
   });
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-    server.on('error', reject);
-  });
-}
