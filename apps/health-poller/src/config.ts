@@ -46,7 +46,7 @@ export const PollerConfig = z
       .int()
       .min(100)
       .default(5000)
-      .describe('how often the job schedulers are checked against the backend list (a missing or stuck one is re-created, a departed one removed)'),
+      .describe('how often the job schedulers are checked against the backend list (a missing or changed one is (re)created, a departed one removed; stuck ones are looked for every quarter interval)'),
     shutdownGraceMs: z.coerce.number().int().positive().default(10_000).describe('how long the running scrapes may take to finish on SIGTERM'),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('log level'),
   })

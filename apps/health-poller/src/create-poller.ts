@@ -11,7 +11,7 @@ import { createHttpGet } from './http-get';
 import { PollerMetrics } from './poller-metrics';
 import { scrapeBackend, type ParseEngineMetrics } from './scrape-backend';
 import { runScrapeJob, type ScrapeJobData, type ScrapeJobResult } from './scrape-job';
-import { ScrapeSchedules } from './schedule-scrapes';
+import { ScrapeSchedules, stuckCheckMs } from './schedule-scrapes';
 
 export interface HealthPoller {
   readonly app: FastifyInstance;
@@ -52,8 +52,9 @@ export const SCRAPE_QUEUE_NAME = 'scrapes';
  * - a worker that dies (crash, SIGKILL) is no gap: the next job of each scheduler is planned as soon as
  *   the current one is taken, so the other replicas take it on time. Only the job it was running is
  *   lost, and it comes back from the stalled check after `jobLockMs` + up to `stalledCheckMs` — late,
- *   so the job skips itself (`runScrapeJob`). `maxStalledCount` 1: such a job is taken back once (which
- *   also re-plans a scheduler the dead worker left without a next job), then given up.
+ *   so the job skips itself (`runScrapeJob`). `maxStalledCount` 1: such a job is taken back once, then
+ *   given up. A worker that dies in the one round trip between taking a job and planning the next
+ *   leaves its scheduler with no next job: `repairStuck` re-plans it within half an interval.
  * - `jobLockMs` (default 5 s) is far above a job's longest run (two requests in sequence plus two
  *   Redis calls), so a slow event loop never loses a live job's lock, which would run it twice.
  * - a graceful stop (`worker.close()`) lets the running scrapes finish and takes no new job.
@@ -140,8 +141,24 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
     );
   };
 
+  // Every quarter interval: a scheduler whose worker died between taking its job and planning the next
+  // is found and re-planned within half an interval (see ScrapeSchedules). One pass at a time.
+  let repairing: Promise<void> | null = null;
+  const repairStuck = (): void => {
+    repairing ??= schedules
+      .repairStuck(backends)
+      .then(
+        () => undefined,
+        (error: unknown) => logger?.warn({ err: error }, 'could not check the scrape schedulers for stuck ones'),
+      )
+      .finally(() => {
+        repairing = null;
+      });
+  };
+
   let watch: BackendSetWatch | null = null;
   let reconcileTimer: NodeJS.Timeout | null = null;
+  let repairTimer: NodeJS.Timeout | null = null;
 
   return {
     app,
@@ -170,9 +187,13 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
       await reconcile();
       reconcileTimer = setInterval(() => void reconcile(), config.reconcileMs);
       reconcileTimer.unref();
+      repairTimer = setInterval(repairStuck, stuckCheckMs(config.intervalMs));
+      repairTimer.unref();
       shutdown.push('reconcile', async () => {
         if (reconcileTimer) clearInterval(reconcileTimer);
+        if (repairTimer) clearInterval(repairTimer);
         await schedules.settled();
+        await repairing;
       });
       void worker.run().catch((error: unknown) => logger?.error({ err: error }, 'scrape worker stopped'));
       await worker.waitUntilReady();

@@ -194,7 +194,11 @@ describe('health poller: replicas', () => {
       expect(childBefore).toBeGreaterThan(0);
       for (const entry of stats) {
         expect(entry.shortGaps).toBeLessThanOrEqual(1); // see the first test: late jobs
-        expect(entry.maxGapMs).toBeLessThanOrEqual(2 * INTERVAL_MS);
+        // Killed during a scrape it had not sent yet, A loses that slot: the next one, planned already,
+        // comes two intervals after the last scrape, give or take Redis's timer jitter (~10 ms at hz
+        // 100, both ends). Killed before planning the next slot, A leaves the scheduler stuck; the
+        // stuck check repairs it in ~1.5 intervals (stuck-scheduler.test.ts makes that case on purpose).
+        expect(entry.maxGapMs).toBeLessThanOrEqual(2 * INTERVAL_MS + 30);
       }
     } finally {
       child.kill('SIGKILL');
