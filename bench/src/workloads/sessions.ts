@@ -104,7 +104,7 @@ function generateSession(options: SessionsOptions, index: number, system: string
     if (random() < options.toolLoopProbability) {
       messages.push({ role: 'assistant', content: `calling tool[${turn}]` }, { role: 'tool', name: 'search', content: randomChars(options.toolResultBytes, random) });
     }
-    const placeholderReply = options.placeholderReply === 'ack' ? `ack t${turn}` : wordText(options.maxTokens, mixSeed(options.seed, 4, index, turn)).trimEnd();
+    const placeholderReply = options.placeholderReply === 'ack' ? `ack t${turn}` : wordText(options.maxTokens, mixSeed(options.seed, 4, index, turn)).trimStart();
     steps.push({ turn, thinkMs, messages, maxTokens: options.maxTokens, placeholderReply });
   }
   return { id: `s${index}`, startMs, prefix, steps };

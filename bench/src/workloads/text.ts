@@ -1,9 +1,11 @@
 /**
- * Deterministic filler text. A "token" here is a 4-byte word (3 base-36 characters and a space), so
- * `n` tokens ≈ 4·n bytes ≈ n real BPE tokens give or take (the engine's `usage.prompt_tokens` is the
- * truth). Equal keys give equal text, so prefixes are shared exactly where the caller reuses a key.
+ * Deterministic filler text. A "token" here is a 4-byte word (a space and 3 letters) drawn from the words
+ * that are exactly one token in the sim's tokenizer, so `n` tokens are n tokens in vllm-sim and close to
+ * n in a real engine's (its `usage.prompt_tokens` is the truth). Equal keys give equal text, so prefixes
+ * are shared exactly where the caller reuses a key.
  */
 import { seededRandom } from '@kvroute/workloads';
+import { ONE_TOKEN_WORDS } from './one-token-words';
 
 /** Mixes integers into one 32-bit seed (murmur3-style finaliser per part): different parts, different streams. */
 export function mixSeed(...parts: readonly number[]): number {
@@ -20,11 +22,14 @@ export function mixSeed(...parts: readonly number[]): number {
   return h >>> 0;
 }
 
-/** `tokens` 4-byte words from the stream of `seed` (a prefix of the same call with more tokens). */
+/**
+ * `tokens` one-token words (` abc`, 4 bytes each) from the stream of `seed`: a prefix of the same call
+ * with more tokens, and texts made of several calls tokenize to the sum of their tokens.
+ */
 export function wordText(tokens: number, seed: number): string {
   const random = seededRandom(seed);
   let text = '';
-  for (let i = 0; i < tokens; i++) text += `${Math.floor(random() * 46_656).toString(36).padStart(3, '0')} `;
+  for (let i = 0; i < tokens; i++) text += ` ${ONE_TOKEN_WORDS[Math.floor(random() * ONE_TOKEN_WORDS.length)] as string}`;
   return text;
 }
 
