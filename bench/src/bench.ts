@@ -5,7 +5,8 @@
  * runs every sweep value × seed × policy on cold caches, prints the tables and writes results.json,
  * report.md and report.html to `--out` (default `bench/results/<scenario>-<time>/`).
  * Real deployment: `--router URL|policy=URL,… --backends URL,…` drives routers someone else runs and
- * reads the backends' own metrics (see docs/benchmarking.md).
+ * reads the backends' own metrics; `--router-redis URL` clears the routers' shared routing state in
+ * their Redis before each run (see docs/benchmarking.md).
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
@@ -14,6 +15,7 @@ import { terminalReport } from './report';
 import { LocalCluster } from './runner/local-cluster';
 import { ProgressBar } from './runner/progress';
 import { parseRouterList, RemoteTarget } from './runner/remote-target';
+import { parseRedisUrl } from './runner/router-state';
 import { runScenario, type RunTarget } from './runner/run-scenario';
 import { loadScenario, sweepValues, workloadFor } from './runner/scenario';
 import { writeReports } from './runner/write-reports';
@@ -32,6 +34,8 @@ const USAGE = `npm run bench -- --scenario NAME|FILE [options]
   --router LIST        real deployment: router URLs, or policy=URL pairs (one deployment per policy)
   --backends LIST      real deployment: the backends' URLs (their /metrics give the hit-rate truth)
   --reset-cache        real deployment: POST /reset_prefix_cache to every backend before each run
+  --router-redis URL   real deployment: the Redis the routers share (redis:// or rediss://); their
+                       routing state (prefix ownership, leases) is deleted there before each run
   --ignore-eos         send ignore_eos: true (real vLLM: every reply is exactly max_tokens long)`;
 
 const repoRoot = join(import.meta.dirname, '..', '..');
@@ -48,6 +52,7 @@ const { values: args } = parseArgs({
     router: { type: 'string' },
     backends: { type: 'string' },
     'reset-cache': { type: 'boolean', default: false },
+    'router-redis': { type: 'string' },
     'ignore-eos': { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -69,6 +74,8 @@ async function main(): Promise<void> {
     if (!args.help) process.exitCode = 2;
     return;
   }
+  const routerRedisUrl = args['router-redis'] === undefined ? undefined : parseRedisUrl(args['router-redis'], '--router-redis');
+  if (routerRedisUrl && !args.router) throw new Error('--router-redis: only with --router (a local run clears its own Redis)');
   const scenario = await loadScenario(args.scenario);
   const seeds = numbers(args.seeds, 'seeds');
   const sweep = numbers(args.sweep, 'sweep');
@@ -87,7 +94,7 @@ async function main(): Promise<void> {
   if (args.router) {
     const backendUrls = list(args.backends) ?? [];
     if (backendUrls.length === 0) log('no --backends: hit rates come from the responses only (no backend counters)');
-    target = new RemoteTarget({ routers: parseRouterList(args.router), backendUrls, resetCache: args['reset-cache'], log });
+    target = new RemoteTarget({ routers: parseRouterList(args.router), backendUrls, resetCache: args['reset-cache'], routerRedisUrl, log });
   } else {
     target = await LocalCluster.start(scenario, { redisUrl: process.env['KVROUTE_REDIS_URL'], log });
   }

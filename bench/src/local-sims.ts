@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { findFreePort } from '@kvroute/testing';
 
 /** Starts vllm-sim processes on free loopback ports, for the demo and benchmarks. */
 export interface LocalSim {
@@ -58,16 +58,8 @@ export async function waitReady(probeUrl: string): Promise<void> {
   throw new Error(`${probeUrl} did not answer 200 in time`);
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-    server.on('error', reject);
-  });
-}
+/** The bench's name for @kvroute/testing's findFreePort, which bench/src/runner and the proxies import from here. */
+export const freePort = findFreePort;
 
 export interface LocalRouter {
   readonly url: string;

@@ -1,5 +1,6 @@
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
+import { unexplainedMoves, type Turn } from './conversation-workload';
 import { startTestCluster, totalInflight } from './start-test-cluster';
 
 type Message = OpenAI.Chat.Completions.ChatCompletionMessageParam;
@@ -19,14 +20,6 @@ function ownContext(conversation: number): string {
   const lines: string[] = [];
   for (let line = 0; lines.join('\n').length < 4096; line++) lines.push(`c${conversation} item ${line}: value ${(line * 7919 + conversation * 104729) % 100000}`);
   return lines.join('\n').slice(0, 4096);
-}
-
-interface Turn {
-  conversation: number;
-  backend: string;
-  reason: string;
-  promptTokens: number;
-  cachedTokens: number;
 }
 
 async function runWorkload(policy: string): Promise<Turn[]> {
@@ -49,8 +42,8 @@ async function runWorkload(policy: string): Promise<Turn[]> {
             conversation,
             backend: response.headers.get('x-router-backend') ?? '',
             reason: response.headers.get('x-router-reason') ?? '',
-            promptTokens: data.usage?.prompt_tokens ?? 0,
-            cachedTokens: data.usage?.prompt_tokens_details?.cached_tokens ?? 0,
+            prompt: data.usage?.prompt_tokens ?? 0,
+            cached: data.usage?.prompt_tokens_details?.cached_tokens ?? 0,
           });
         }
       }),
@@ -62,27 +55,6 @@ async function runWorkload(policy: string): Promise<Turn[]> {
   }
 }
 
-/**
- * Turns that changed backend without a spill and lost cache by it: a conversation stays home unless its
- * home's queue was judged too costly (reason `spilled-*`), after which the new backend is home. A turn
- * may go to another backend that holds as many 256-byte routing blocks of it (a turn adds less than a
- * block, so an earlier backend of the conversation can tie with home): that backend serves all but the
- * last few tokens from cache, so it is not a move. A real move shows as cached tokens falling short of
- * the previous turn's prompt by more than a block (~64 tokens).
- */
-function unexplainedMoves(turns: readonly Turn[]): number {
-  let moves = 0;
-  for (let conversation = 0; conversation < 6; conversation++) {
-    let previous: Turn | undefined;
-    for (const turn of turns.filter((candidate) => candidate.conversation === conversation)) {
-      const moved = previous !== undefined && turn.backend !== previous.backend && !turn.reason.startsWith('spilled');
-      if (moved && previous !== undefined && turn.cachedTokens < previous.promptTokens - 64) moves++;
-      previous = turn;
-    }
-  }
-  return moves;
-}
-
 function spills(turns: readonly Turn[]): number {
   return turns.filter((turn) => turn.reason.startsWith('spilled')).length;
 }
@@ -92,7 +64,7 @@ function backendsPerConversation(turns: readonly Turn[]): number[] {
 }
 
 function prefilledTokens(turns: readonly Turn[]): number {
-  return turns.reduce((sum, turn) => sum + turn.promptTokens - turn.cachedTokens, 0);
+  return turns.reduce((sum, turn) => sum + turn.prompt - turn.cached, 0);
 }
 
 describe('conversation affinity', () => {

@@ -101,14 +101,17 @@ export function hitRate(turns: readonly Turn[]): number {
 }
 
 /**
- * Turns that changed backend without a spill and lost cache by it. A turn may go back to an earlier
- * backend that holds the same number of 256-byte routing blocks (a turn adds less than a block): that
- * backend still serves all but the last few tokens from cache, so it is not a move. A real move shows
- * as cached tokens falling short of the previous turn's prompt by more than a block (~64 tokens).
+ * Turns that changed backend without a spill and lost cache by it: a conversation stays home unless its
+ * home's queue was judged too costly (reason `spilled-*`), after which the new backend is home. A turn
+ * may go back to an earlier backend that holds the same number of 256-byte routing blocks (a turn adds
+ * less than a block, so it can tie with home): that backend still serves all but the last few tokens
+ * from cache, so it is not a move. A real move shows as cached tokens falling short of the previous
+ * turn's prompt by more than a block (~64 tokens). Counted per conversation found in `turns`, so any
+ * workload of these turns (this one, affinity.test.ts's) can use it.
  */
 export function unexplainedMoves(turns: readonly Turn[]): number {
   let moves = 0;
-  for (let conversation = 0; conversation < CONVERSATIONS; conversation++) {
+  for (const conversation of new Set(turns.map((turn) => turn.conversation))) {
     let previous: Turn | undefined;
     for (const turn of turns.filter((candidate) => candidate.conversation === conversation)) {
       const moved = previous !== undefined && turn.backend !== previous.backend && !turn.reason.startsWith('spilled');

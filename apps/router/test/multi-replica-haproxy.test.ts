@@ -1,12 +1,11 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import { findFreePorts, startRedis, type TestRedis } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CHAT_WITH_CONTEXT, hitRate, runConversations, unexplainedMoves, type Turn } from './conversation-workload';
+import { hasHaproxy, startHaproxy, type RunningHaproxy } from './haproxy-kit';
 import { waitFor } from './start-test-cluster';
 
 /**
@@ -56,8 +55,6 @@ import { waitFor } from './start-test-cluster';
  * hiccup can exceed the 50 ms default and switch a replica to local state for ≥ 500 ms, which is the
  * outage path (redis-outage.test.ts), not what this test measures; the table logs the transitions.
  */
-const HAPROXY = '/usr/sbin/haproxy';
-const hasHaproxy = spawnSync(HAPROXY, ['-v']).status === 0;
 
 const SEEDS = [1, 2, 3] as const;
 const TIME_SCALE = 20;
@@ -85,7 +82,7 @@ describe(`1 router vs 3 sharing Redis vs 3 isolated, ${hasHaproxy ? 'behind HAPr
   let sims: SimServer[] = [];
   let backendUrls: string[] = [];
   const processes: ChildProcess[] = [];
-  let configDir: string | undefined;
+  let haproxy: RunningHaproxy | undefined;
   let single: Setup;
   let shared: Setup;
   let isolated: Setup;
@@ -114,18 +111,9 @@ describe(`1 router vs 3 sharing Redis vs 3 isolated, ${hasHaproxy ? 'behind HAPr
 
     // One HAProxy, one TCP round-robin frontend per multi-replica setup.
     const frontPorts = await findFreePorts(2);
-    configDir = mkdtempSync(join(tmpdir(), 'kvroute-haproxy-'));
-    const config = [
-      'global',
-      '  maxconn 1024',
-      'defaults',
-      '  mode tcp',
-      '  timeout connect 2s',
-      '  timeout client 60s',
-      '  timeout server 60s',
-      '  retries 2',
-      '  option redispatch 1',
-      ...[shared, isolated].flatMap((setup, index) => [
+    haproxy = startHaproxy({
+      retries: 2,
+      sections: [shared, isolated].flatMap((setup, index) => [
         `frontend front${index}`,
         `  bind 127.0.0.1:${frontPorts[index]}`,
         `  default_backend replicas${index}`,
@@ -133,10 +121,7 @@ describe(`1 router vs 3 sharing Redis vs 3 isolated, ${hasHaproxy ? 'behind HAPr
         '  balance roundrobin',
         ...setup.routerPorts.map((port, server) => `  server r${server} 127.0.0.1:${port} check inter 1s`),
       ]),
-      '',
-    ].join('\n');
-    writeFileSync(join(configDir, 'haproxy.cfg'), config);
-    processes.push(spawn(HAPROXY, ['-f', join(configDir, 'haproxy.cfg'), '-db'], { stdio: 'ignore' }));
+    });
     shared.urls = [`http://127.0.0.1:${frontPorts[0]}`];
     isolated.urls = [`http://127.0.0.1:${frontPorts[1]}`];
     for (const url of [...shared.urls, ...isolated.urls]) {
@@ -146,9 +131,9 @@ describe(`1 router vs 3 sharing Redis vs 3 isolated, ${hasHaproxy ? 'behind HAPr
 
   afterAll(async () => {
     for (const child of processes) child.kill('SIGKILL');
+    haproxy?.stop();
     await Promise.all(sims.map((sim) => sim.close()));
     await redis?.stop();
-    if (configDir) rmSync(configDir, { recursive: true, force: true });
   });
 
   it('shared state keeps every conversation on its backend and a single router’s hit rate; isolated state falls clearly below', async () => {

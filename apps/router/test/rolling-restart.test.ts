@@ -1,6 +1,4 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { createRedis, poolKeys, waitUntilReady } from '@kvroute/redis-store';
 import { findFreePorts, startRedis, type TestRedis } from '@kvroute/testing';
@@ -8,6 +6,7 @@ import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { HAPROXY, hasHaproxy, startHaproxy, type RunningHaproxy } from './haproxy-kit';
 import { waitFor } from './start-test-cluster';
 
 /**
@@ -25,8 +24,6 @@ import { waitFor } from './start-test-cluster';
  * another replica. Then the listener closes, the streams under way finish, their leases are released
  * and Redis closes before the process exits.
  */
-const HAPROXY = '/usr/sbin/haproxy';
-const hasHaproxy = spawnSync(HAPROXY, ['-v']).status === 0;
 if (!hasHaproxy) console.warn(`rolling-restart.test.ts skipped: ${HAPROXY} is not installed`);
 
 const MODEL = 'test-model';
@@ -51,8 +48,7 @@ describe.skipIf(!hasHaproxy)(`rolling restart of ${ROUTERS} routers behind HAPro
   let routerPorts: number[] = [];
   const routers: (ChildProcess | null)[] = [];
   const stderrOf = new Map<number, string>();
-  let haproxy: ChildProcess | undefined;
-  let configDir: string | undefined;
+  let haproxy: RunningHaproxy | undefined;
   let frontUrl = '';
   let statsUrl = '';
 
@@ -98,36 +94,26 @@ describe.skipIf(!hasHaproxy)(`rolling restart of ${ROUTERS} routers behind HAPro
     const [frontPort, statsPort] = ports.slice(ROUTERS) as [number, number];
     for (let slot = 0; slot < ROUTERS; slot++) startRouter(slot);
 
-    configDir = mkdtempSync(join(tmpdir(), 'kvroute-rolling-'));
-    const config = [
-      'global',
-      '  maxconn 1024',
-      'defaults',
-      '  mode tcp',
-      '  timeout connect 2s',
-      '  timeout client 60s',
-      '  timeout server 60s',
-      '  timeout check 2s',
-      '  retries 3',
-      '  option redispatch 1',
-      'frontend openai',
-      `  bind 127.0.0.1:${frontPort}`,
-      '  default_backend routers',
-      'backend routers',
-      '  balance roundrobin',
-      '  option httpchk GET /readyz',
-      '  default-server check inter 200ms fall 1 rise 2',
-      ...routerPorts.map((port, slot) => `  server r${slot} 127.0.0.1:${port}`),
-      'listen stats',
-      '  mode http',
-      `  bind 127.0.0.1:${statsPort}`,
-      '  timeout client 10s',
-      '  stats enable',
-      '  stats uri /stats',
-      '',
-    ].join('\n');
-    writeFileSync(join(configDir, 'haproxy.cfg'), config);
-    haproxy = spawn(HAPROXY, ['-db', '-f', join(configDir, 'haproxy.cfg')], { stdio: 'ignore' });
+    haproxy = startHaproxy({
+      retries: 3,
+      defaults: ['  timeout check 2s'],
+      sections: [
+        'frontend openai',
+        `  bind 127.0.0.1:${frontPort}`,
+        '  default_backend routers',
+        'backend routers',
+        '  balance roundrobin',
+        '  option httpchk GET /readyz',
+        '  default-server check inter 200ms fall 1 rise 2',
+        ...routerPorts.map((port, slot) => `  server r${slot} 127.0.0.1:${port}`),
+        'listen stats',
+        '  mode http',
+        `  bind 127.0.0.1:${statsPort}`,
+        '  timeout client 10s',
+        '  stats enable',
+        '  stats uri /stats',
+      ],
+    });
     frontUrl = `http://127.0.0.1:${frontPort}`;
     statsUrl = `http://127.0.0.1:${statsPort}/stats`;
     await waitFor(async () => {
@@ -138,10 +124,9 @@ describe.skipIf(!hasHaproxy)(`rolling restart of ${ROUTERS} routers behind HAPro
 
   afterAll(async () => {
     for (const child of routers) child?.kill('SIGKILL');
-    haproxy?.kill('SIGKILL');
+    haproxy?.stop();
     await Promise.all(sims.map((sim) => sim.close()));
     await redis?.stop();
-    if (configDir) rmSync(configDir, { recursive: true, force: true });
   });
 
   it('restarts every router with SIGTERM under steady streaming load: zero failed requests, every stream complete, in-flight back to 0', { timeout: 75_000 }, async () => {

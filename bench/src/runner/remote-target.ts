@@ -7,7 +7,10 @@
  *
  * Cold caches between runs: with `resetCache`, every backend gets `POST /reset_prefix_cache` (vLLM's
  * endpoint; the server needs `VLLM_SERVER_DEV_MODE=1`), and `/sim/reset-cache` is tried for vllm-sim.
+ * With `routerRedisUrl` (`--router-redis`), the routers' shared routing state in that Redis (prefix
+ * ownership, leases) is deleted too (`router-state.ts`), so no run inherits an earlier run's ownership.
  */
+import { RouterStateReset } from './router-state';
 import type { RunTarget } from './run-scenario';
 
 export const ANY_POLICY = '*';
@@ -29,14 +32,22 @@ export interface RemoteTargetOptions {
   readonly routers: ReadonlyMap<string, readonly string[]>;
   readonly backendUrls: readonly string[];
   readonly resetCache: boolean;
+  /** The Redis the routers share (`--router-redis`): its pools' routing state is deleted before each run. */
+  readonly routerRedisUrl?: string;
+  /** The routers' key namespace in that Redis (default `kvr:v1`, what routers use). */
+  readonly routerRedisNamespace?: string;
   readonly log: (line: string) => void;
   readonly fetch?: typeof fetch;
 }
 
 export class RemoteTarget implements RunTarget {
   private warnedWarm = false;
+  private warnedRouterState = false;
+  private readonly routerState: RouterStateReset | undefined;
 
-  constructor(private readonly options: RemoteTargetOptions) {}
+  constructor(private readonly options: RemoteTargetOptions) {
+    this.routerState = options.routerRedisUrl === undefined ? undefined : new RouterStateReset({ url: options.routerRedisUrl, namespace: options.routerRedisNamespace, log: options.log });
+  }
 
   get backendUrls(): readonly string[] {
     return this.options.backendUrls;
@@ -50,6 +61,11 @@ export class RemoteTarget implements RunTarget {
   async startRun(policy: string): Promise<string[]> {
     const routers = this.options.routers.get(policy) ?? this.options.routers.get(ANY_POLICY);
     if (!routers) throw new Error(`no router given for policy ${policy}`);
+    if (this.routerState) await this.routerState.clear();
+    else if (!this.warnedRouterState) {
+      this.warnedRouterState = true;
+      this.options.log("routers' shared routing state in Redis is not cleared between runs (pass --router-redis URL): later runs inherit earlier runs' prefix ownership");
+    }
     if (this.options.resetCache) await Promise.all(this.options.backendUrls.map((url) => this.resetBackend(url)));
     else if (!this.warnedWarm) {
       this.warnedWarm = true;
@@ -60,6 +76,11 @@ export class RemoteTarget implements RunTarget {
 
   async endRun(): Promise<void> {
     // Nothing to stop: the deployment outlives the bench.
+  }
+
+  /** Closes what this target opened (the `--router-redis` connection); the deployment keeps running. */
+  async close(): Promise<void> {
+    await this.routerState?.close();
   }
 
   private async resetBackend(url: string): Promise<void> {

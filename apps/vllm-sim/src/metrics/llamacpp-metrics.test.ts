@@ -1,18 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { renderLlamaCppMetrics } from './llamacpp-metrics';
-import {
-  addRequest,
-  familyShapes,
-  MODEL_NAME,
-  newEngine,
-  parseSamples,
-  prefixTotals,
-  rawValue,
-  runMixedWorkload,
-  runSteps,
-  STARTED_AT_UNIX_SECONDS,
-  tokenPrompt,
-} from './metrics-test-support';
+import { addRequest, familyShapes, newEngine, parseSamples, prefixTotals, rawValue, renderDialect, runMixedWorkload, runSteps, tokenPrompt } from './metrics-test-support';
 
 /** Reference §3 and llama.cpp tools/server: counters first, then gauges; no labels. */
 const EXPECTED: Array<[string, string]> = [
@@ -37,7 +24,7 @@ function significantDigits(value: string): number {
 
 describe('llama.cpp /metrics', () => {
   const workload = runMixedWorkload('v1');
-  const text = renderLlamaCppMetrics({ engine: workload.engine, modelName: MODEL_NAME, startedAtUnixSeconds: STARTED_AT_UNIX_SECONDS, slots: 4 });
+  const text = renderDialect('llamacpp', workload.engine, { slots: 4 });
 
   it('has exactly the expected families, in order, without labels', () => {
     expect(familyShapes(text)).toEqual(new Map(EXPECTED.map(([name, type]) => [name, { type, labelNames: [] }])));
@@ -66,7 +53,7 @@ describe('llama.cpp /metrics', () => {
     const engine = newEngine('v1', { numGpuBlocks: 200_000, maxModelLen: 3_000_000 });
     addRequest(engine, tokenPrompt(2_417_733, 7), 1, 'length', 0);
     runSteps(engine, 0);
-    const big = renderLlamaCppMetrics({ engine, modelName: MODEL_NAME, startedAtUnixSeconds: STARTED_AT_UNIX_SECONDS });
+    const big = renderDialect('llamacpp', engine);
     expect(big).toContain('\nllamacpp:prompt_tokens_total 2.41773e+06\n');
   });
 
@@ -75,7 +62,7 @@ describe('llama.cpp /metrics', () => {
     for (let i = 0; i < 6; i++) addRequest(engine, tokenPrompt(64, 200 + i), 50, 'stop', 0);
     runSteps(engine, 0, 3);
     expect(engine.runningCount).toBe(6);
-    const busy = renderLlamaCppMetrics({ engine, modelName: MODEL_NAME, startedAtUnixSeconds: STARTED_AT_UNIX_SECONDS, slots: 4 });
+    const busy = renderDialect('llamacpp', engine, { slots: 4 });
     expect(rawValue(busy, 'llamacpp:requests_processing')).toBe('4');
     expect(rawValue(busy, 'llamacpp:requests_deferred')).toBe('2');
   });

@@ -1,6 +1,8 @@
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { Engine, type EngineOptions, type Sequence } from '../engine/engine';
 import { getProfile } from '../engine/profiles';
+import type { MetricsSource } from './metrics-source';
+import { renderMetrics, type MetricsDialect } from './render-metrics';
 
 /**
  * Test support for the metrics dialect tests (imported by `*.test.ts` only): drives a real engine on
@@ -13,6 +15,14 @@ export const STARTED_AT_UNIX_SECONDS = 1761204418.3526373;
 
 export function newEngine(version: 'v1' | 'v0', overrides: Partial<Pick<EngineOptions, 'numGpuBlocks' | 'maxModelLen'>> = {}): Engine {
   return new Engine({ profile: getProfile('a100-7b'), version, ...overrides });
+}
+
+/**
+ * `engine`'s exposition in `dialect`, always under MODEL_NAME and STARTED_AT_UNIX_SECONDS because the
+ * dialect tests assert on both; `options` carries what a test varies (llama.cpp `slots`).
+ */
+export function renderDialect(dialect: MetricsDialect, engine: Engine, options: Pick<MetricsSource, 'slots'> = {}): string {
+  return renderMetrics(dialect, { engine, modelName: MODEL_NAME, startedAtUnixSeconds: STARTED_AT_UNIX_SECONDS, ...options });
 }
 
 import { syntheticTokenPrompt as tokenPrompt } from '@kvroute/workloads';

@@ -1,18 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import {
-  addRequest,
-  familyShapes,
-  MODEL_NAME,
-  newEngine,
-  parseSamples,
-  prefixTotals,
-  rawValue,
-  runMixedWorkload,
-  runSteps,
-  STARTED_AT_UNIX_SECONDS,
-  tokenPrompt,
-} from './metrics-test-support';
-import { renderSglangMetrics } from './sglang-metrics';
+import { addRequest, familyShapes, MODEL_NAME, newEngine, parseSamples, prefixTotals, rawValue, renderDialect, runMixedWorkload, runSteps, tokenPrompt } from './metrics-test-support';
 
 /** Scheduler gauges carry the scheduler's labels; tokenizer-manager counters and histograms `model_name` only (reference §2). */
 const SCHEDULER = ['engine_type', 'model_name', 'pp_rank', 'tp_rank'];
@@ -33,13 +20,9 @@ const EXPECTED: Array<[string, string, string[]]> = [
   ['sglang:e2e_request_latency_seconds', 'HISTOGRAM', TOKENIZER],
 ];
 
-function render(engine: ReturnType<typeof newEngine>): string {
-  return renderSglangMetrics({ engine, modelName: MODEL_NAME, startedAtUnixSeconds: STARTED_AT_UNIX_SECONDS });
-}
-
 describe('SGLang /metrics', () => {
   const workload = runMixedWorkload('v1');
-  const text = render(workload.engine);
+  const text = renderDialect('sglang', workload.engine);
 
   it('has exactly the expected families, with their types and label names', () => {
     expect(familyShapes(text)).toEqual(new Map(EXPECTED.map(([name, type, labelNames]) => [name, { type, labelNames }])));
@@ -86,7 +69,7 @@ describe('SGLang /metrics', () => {
     const engine = newEngine('v1', { numGpuBlocks: 9 });
     addRequest(engine, tokenPrompt(10, 3), 3, 'stop', 0);
     runSteps(engine, 0, 2);
-    const small = render(engine);
+    const small = renderDialect('sglang', engine);
     expect(rawValue(small, 'sglang:num_used_tokens')).toBe('16.0');
     expect(rawValue(small, 'sglang:max_total_num_tokens')).toBe('128.0');
     expect(rawValue(small, 'sglang:token_usage')).toBe('0.12');
@@ -99,6 +82,6 @@ describe('SGLang /metrics', () => {
     const now = runSteps(engine, 0);
     addRequest(engine, prompt, 1, 'stop', now);
     runSteps(engine, now);
-    expect(Number(rawValue(render(engine), 'sglang:cache_hit_rate'))).toBe(1008 / 1024);
+    expect(Number(rawValue(renderDialect('sglang', engine), 'sglang:cache_hit_rate'))).toBe(1008 / 1024);
   });
 });

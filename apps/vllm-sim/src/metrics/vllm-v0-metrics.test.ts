@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { familyShapes, MODEL_NAME, parseSamples, prefixTotals, rawValue, runMixedWorkload, STARTED_AT_UNIX_SECONDS } from './metrics-test-support';
-import { renderVllmV0Metrics } from './vllm-v0-metrics';
+import { familyShapes, MODEL_NAME, parseSamples, prefixTotals, rawValue, renderDialect, runMixedWorkload } from './metrics-test-support';
 
 const M = ['model_name'];
 
@@ -53,7 +52,7 @@ const EXPECTED: Array<[string, string, string[]]> = [
 
 describe('vLLM V0 (0.6.x) /metrics', () => {
   const workload = runMixedWorkload('v0');
-  const text = renderVllmV0Metrics({ engine: workload.engine, modelName: MODEL_NAME, startedAtUnixSeconds: STARTED_AT_UNIX_SECONDS });
+  const text = renderDialect('vllm-v0', workload.engine);
 
   it('has exactly the V0 families, with their types and label names', () => {
     expect(familyShapes(text)).toEqual(new Map(EXPECTED.map(([name, type, labelNames]) => [name, { type, labelNames }])));

@@ -1,18 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import {
-  addRequest,
-  familyShapes,
-  MODEL_NAME,
-  newEngine,
-  parseSamples,
-  prefixTotals,
-  rawValue,
-  runMixedWorkload,
-  runSteps,
-  STARTED_AT_UNIX_SECONDS,
-  tokenPrompt,
-} from './metrics-test-support';
-import { renderVllmV1Metrics } from './vllm-v1-metrics';
+import { addRequest, familyShapes, MODEL_NAME, newEngine, parseSamples, prefixTotals, rawValue, renderDialect, runMixedWorkload, runSteps, tokenPrompt } from './metrics-test-support';
 
 const BASE = ['engine', 'model_name'];
 
@@ -79,13 +66,9 @@ function expectedShapes(): Map<string, { type: string; labelNames: string[] }> {
   return shapes;
 }
 
-function render(workload: { engine: ReturnType<typeof newEngine> }): string {
-  return renderVllmV1Metrics({ engine: workload.engine, modelName: MODEL_NAME, startedAtUnixSeconds: STARTED_AT_UNIX_SECONDS });
-}
-
 describe('vLLM V1 /metrics', () => {
   const workload = runMixedWorkload('v1');
-  const text = render(workload);
+  const text = renderDialect('vllm', workload.engine);
   const labels = `engine="0",model_name="${MODEL_NAME}"`;
 
   it('has exactly the reference families, with their types and label names', () => {
@@ -174,7 +157,7 @@ describe('vLLM V1 /metrics', () => {
     expect(usage).toBe(1 - engine.pool.freeCount / (engine.pool.numGpuBlocks - 1));
 
     runSteps(engine, workload.nowMs);
-    const idle = render(workload);
+    const idle = renderDialect('vllm', workload.engine);
     expect(rawValue(idle, 'vllm:kv_cache_usage_perc')).toBe('0.0');
     expect(rawValue(idle, 'vllm:num_requests_running')).toBe('0.0');
   });
@@ -190,7 +173,7 @@ describe('vLLM V1 /metrics', () => {
     const engine = newEngine('v1', { numGpuBlocks: 200_000, maxModelLen: 3_000_000 });
     addRequest(engine, tokenPrompt(2_417_733, 7), 1, 'length', 0);
     runSteps(engine, 0);
-    const big = render({ engine });
+    const big = renderDialect('vllm', engine);
     expect(big).toContain(`vllm:prefix_cache_queries_total{${labels}} 2.417733e+06\n`);
     expect(big).toContain(`vllm:prompt_tokens_total{${labels}} 2.417733e+06\n`);
     expect(big).toContain(`vllm:request_prompt_tokens_bucket{engine="0",le="1e+06",model_name="${MODEL_NAME}"} 0.0\n`);
