@@ -43,6 +43,10 @@ export const RouterConfig = z.object({
   queueMsPerRequest: z.coerce.number().min(0).default(5).describe('cacheaware: cost of one request already in flight beyond its prefill backlog, ms'),
   spreadAbs: z.coerce.number().min(0).default(8).describe('cacheaware load-spread guard: in-flight above min + this …'),
   spreadRel: z.coerce.number().min(1).default(2).describe('… and above min × this is excluded'),
+  ownershipAt: z
+    .enum(['first-token', 'routing'])
+    .default('first-token')
+    .describe("cacheaware: when a backend starts to count as holding a request's prefix: at its first token (the prefix is computed; siblings arriving before are placed by load) or at routing (speculative, the seed routers' way)"),
   oracleMatchTimeoutMs: z.coerce.number().int().positive().default(500).describe("oracle (benchmarks, vllm-sim backends only): how long to wait for each backend's POST /sim/match before counting it as holding nothing"),
 
   redisUrl: z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional().describe('Redis shared by all router replicas (unset = this replica keeps its own state in memory)'),

@@ -109,6 +109,7 @@ export class RedisRoutingState implements RoutingStateStore {
       leaseId,
       blockHashes,
       { textBytes: 0, blockSizeBytes: 0, maxTokens: null },
+      true,
     );
     return reply.chosen === 1;
   }
@@ -140,6 +141,7 @@ export class RedisRoutingState implements RoutingStateStore {
       input.leaseId,
       input.policy.usesPrefixMatch ? request.blockHashes : [],
       request,
+      input.policy.recordsOwnershipAtFirstToken !== true,
     );
     const candidates: Candidate[] = backends.map((backend, index) => ({
       backend,
@@ -164,6 +166,7 @@ export class RedisRoutingState implements RoutingStateStore {
     leaseId: string,
     blockHashes: readonly BlockHash[],
     request: { readonly textBytes: number; readonly blockSizeBytes: number; readonly maxTokens?: number | null },
+    record: boolean,
   ): Promise<{ chosen: number; figures: Figures[] }> {
     for (const candidate of candidates) this.requireIndexableId(candidate.id);
     const keys = this.keys(pool);
@@ -179,7 +182,7 @@ export class RedisRoutingState implements RoutingStateStore {
         this.options.maxBlocksPerPool,
         leaseId,
         this.options.leaseTtlMs,
-        blockHashes.length > 0 ? 1 : 0,
+        record && blockHashes.length > 0 ? 1 : 0,
         rule.kind,
         // Numbers as JavaScript prints them: Lua's tonumber reads back the same double.
         String(cost?.bytesPerToken ?? DEFAULT_BYTES_PER_TOKEN),
@@ -224,9 +227,15 @@ export class RedisRoutingState implements RoutingStateStore {
     return integerReply(SCRIPTS.renew, reply) === 1;
   }
 
-  async prefillDone(pool: string, backendId: BackendId, leaseId: string): Promise<void> {
+  async prefillDone(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
+    if (heldBlocks.length > 0) this.requireIndexableId(backendId);
     const keys = this.keys(pool);
-    const reply = await runScript(this.redis, SCRIPTS.prefillDone, [keys.prefill(backendId), keys.pending], [leaseId, backendId]);
+    const reply = await runScript(
+      this.redis,
+      SCRIPTS.prefillDone,
+      [keys.prefill(backendId), keys.pending, keys.forgotten, keys.ownersNew, keys.ownersOld, keys.generation],
+      [leaseId, backendId, this.options.nowMs(), this.options.blockIdleTtlMs, this.options.maxBlocksPerPool, ...heldBlocks.map(blockHashArg)],
+    );
     integerReply(SCRIPTS.prefillDone, reply);
   }
 

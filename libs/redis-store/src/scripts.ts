@@ -24,7 +24,7 @@ export const SCRIPTS = {
   snapshot: defineScript('snapshot', SNAPSHOT_LUA, 6),
   release: defineScript('release', RELEASE_LUA, 4),
   renew: defineScript('renew', RENEW_LUA, 4),
-  prefillDone: defineScript('prefill-done', PREFILL_DONE_LUA, 2),
+  prefillDone: defineScript('prefill-done', PREFILL_DONE_LUA, 6),
   forgetBackend: defineScript('forget-backend', FORGET_BACKEND_LUA, 1),
   changeBackendSet: defineScript('change-backend-set', CHANGE_BACKEND_SET_LUA, 3),
   recordBackendScrape: defineScript('record-backend-scrape', RECORD_BACKEND_SCRAPE_LUA, 2),

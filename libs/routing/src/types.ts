@@ -173,6 +173,15 @@ export interface RoutingPolicy {
    */
   readonly atomicRule?: AtomicRule;
   /**
+   * When the store records that the chosen backend holds the request's prefix blocks (policies with
+   * `usesPrefixMatch`). Absent or false: at routing, speculatively, so a burst of siblings follows the
+   * first request (the seed routers' behaviour). True: when the request's first token arrives
+   * (`RoutingStateStore.prefillDone`), which is when the engine has computed the prefix: a sibling
+   * routed there before that would compute it again anyway, and queue behind the first, so until then
+   * siblings are placed by load like any cold prompt.
+   */
+  readonly recordsOwnershipAtFirstToken?: boolean;
+  /**
    * True when the policy reads `Candidate.trueMatchTokens`: before each decision the router asks every
    * eligible backend what it would serve from its cache (vllm-sim's `/sim/match`, one HTTP call per
    * backend), so only benchmark policies set it.

@@ -89,6 +89,7 @@ export async function forwardRequest(deps: ForwardDeps, input: ForwardInput, res
       leaseId,
       onError: (error) => deps.logger.warn({ err: error, backend: backend.id }, 'lease call failed'),
       book: deps.routing.heldLeases,
+      heldBlocksAtFirstToken: input.policy.usesPrefixMatch && input.policy.recordsOwnershipAtFirstToken === true ? input.routingRequest.blockHashes : [],
     });
     if (ruleMismatch) {
       deps.metrics.recordRuleMismatch(input.policy.name);

@@ -90,8 +90,8 @@ export class FailoverRoutingState implements RoutingStateStore {
       .catch(() => false);
   }
 
-  async prefillDone(pool: string, backendId: BackendId, leaseId: string): Promise<void> {
-    await this.storeOf(leaseId).prefillDone(pool, backendId, leaseId).catch(() => undefined);
+  async prefillDone(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
+    await this.storeOf(leaseId).prefillDone(pool, backendId, leaseId, heldBlocks).catch(() => undefined);
   }
 
   async release(pool: string, backendId: BackendId, leaseId: string): Promise<void> {

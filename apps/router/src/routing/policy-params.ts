@@ -19,6 +19,7 @@ export function policyParamsFromConfig(config: RouterConfig): PolicyParams {
       coldLoadFactor: config.loadFactor,
       engineWaitingMs: config.engineWaitingMs,
       kvFullMs: config.kvFullMs,
+      ownershipAtFirstToken: config.ownershipAt === 'first-token',
     },
     kvrouter: { cacheHitBonus: config.kvrouterCacheHitBonus, loadWeight: config.kvrouterLoadWeight },
     kvaware: { defaultMaxTokens: config.kvawareDefaultMaxTokens, assumedCapacityTokens: config.kvawareAssumedCapacityTokens },

@@ -1,4 +1,4 @@
-import { candidatesOf, type BackendId, type Candidate, type DecideInput, type RoutingDecision, type RoutingPolicy, type RoutingRequest, type RoutingStateStore } from '@kvroute/routing';
+import { candidatesOf, type BackendId, type BlockHash, type Candidate, type DecideInput, type RoutingDecision, type RoutingPolicy, type RoutingRequest, type RoutingStateStore } from '@kvroute/routing';
 import type { Backend } from '../backends/backend-registry';
 import type { Eligibility } from '../backends/eligible-backends';
 import type { EngineStateView } from '../backends/engine-state-view';
@@ -78,6 +78,8 @@ export interface LeaseOptions {
   readonly onError: (error: unknown) => void;
   /** Where the lease is listed while held, so that shutdown can release what is left and wait for the releases. */
   readonly book?: HeldLeases | undefined;
+  /** Blocks the backend is recorded as holding when the first token arrives (policies with `recordsOwnershipAtFirstToken`). */
+  readonly heldBlocksAtFirstToken?: readonly BlockHash[] | undefined;
 }
 
 /**
@@ -108,11 +110,11 @@ export class Lease {
     this.renewTimer.unref();
   }
 
-  /** The first token arrived: this request's prefill leaves the backend's backlog (once). */
+  /** The first token arrived: this request's prefill leaves the backend's backlog, and its prefix is the backend's (once). */
   markPrefillDone(): void {
     if (this.prefillFinished || this.released) return;
     this.prefillFinished = true;
-    this.options.state.prefillDone(this.pool, this.backendId, this.leaseId).catch(this.options.onError);
+    this.options.state.prefillDone(this.pool, this.backendId, this.leaseId, this.options.heldBlocksAtFirstToken ?? []).catch(this.options.onError);
   }
 
   release(): void {

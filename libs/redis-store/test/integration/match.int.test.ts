@@ -1,4 +1,4 @@
-import { createLeastLoadedPolicy, createOraclePolicy, type DecideInput } from '@kvroute/routing';
+import { createCacheAwarePolicy, createLeastLoadedPolicy, createOraclePolicy, createPrefixAwarePolicy, type DecideInput } from '@kvroute/routing';
 import { seededRandom } from '@kvroute/workloads';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { poolKeys } from '../../src/keys';
@@ -142,6 +142,63 @@ describe('decide: the backends\' true matches (oracle)', () => {
   it('reach the candidates on the atomic path too', async () => {
     const result = await ctx.createState().decide(inputOf(createLeastLoadedPolicy(), 'l1'));
     expect(result.candidates.map((candidate) => candidate.trueMatchTokens)).toEqual([0, 512, null]);
+  });
+});
+
+describe('decide / prefill-done.lua: when ownership is recorded', () => {
+  const backends = [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }];
+  const blocks = [11, 12, 13];
+  const inputOf = (policy: DecideInput['policy'], leaseId: string): DecideInput => ({
+    pool: 'm',
+    request: { model: 'm', blockHashes: blocks, blockSizeBytes: 256, textBytes: 800, contextBlocks: 0, headHash: 11, sessionKey: null },
+    backends,
+    policy,
+    context: { nowMs: 0, random: () => 0 },
+    leaseId,
+  });
+  const depths = async (state: ReturnType<RedisTestContext['createState']>): Promise<number[]> => {
+    const snapshot = await state.snapshot('m', ['a', 'b'], blocks);
+    return ['a', 'b'].map((id) => snapshot.matchBlocks.get(id) ?? 0);
+  };
+
+  it('cacheaware (default): not at routing, but at the first token, on the atomic path', async () => {
+    const state = ctx.createState();
+    const first = await state.decide(inputOf(createCacheAwarePolicy(), 'l1'));
+    expect(first.decision.kind).toBe('routed');
+    const chosen = first.decision.kind === 'routed' ? first.decision.backendId : '';
+    expect(await depths(state)).toEqual([0, 0]);
+    // A sibling while the first prefills: nobody holds the prefix yet, so it goes by load (the other backend).
+    const sibling = await state.decide(inputOf(createCacheAwarePolicy(), 'l2'));
+    expect(sibling.decision).toMatchObject({ kind: 'routed' });
+    expect(sibling.decision.kind === 'routed' && sibling.decision.backendId).not.toBe(chosen);
+    await state.prefillDone('m', chosen, 'l1', blocks);
+    expect(await depths(state)).toEqual(chosen === 'a' ? [3, 0] : [0, 3]);
+    // Its backlog left with the first token; the lease is still in flight.
+    const snapshot = await state.snapshot('m', [chosen], []);
+    expect(snapshot.pendingPrefillTokens.get(chosen)).toBe(0);
+    expect(snapshot.inflight.get(chosen)).toBe(1);
+  });
+
+  it('cacheaware with ownershipAtFirstToken false, and the seed policies: at routing', async () => {
+    const state = ctx.createState();
+    const routed = await state.decide(inputOf(createCacheAwarePolicy({ ownershipAtFirstToken: false }), 'l1'));
+    const chosen = routed.decision.kind === 'routed' ? routed.decision.backendId : '';
+    expect(await depths(state)).toEqual(chosen === 'a' ? [3, 0] : [0, 3]);
+    // The snapshot path (prefixaware has no atomic rule) records at routing as well.
+    await ctx.createState().decide(inputOf(createPrefixAwarePolicy(), 'l2'));
+    const after = await depths(state);
+    expect(after.some((depth) => depth === 3)).toBe(true);
+  });
+
+  it('records at the first token even when the lease is gone, without bringing the lease back', async () => {
+    const state = ctx.createState();
+    const keys = poolKeys('m', ctx.namespace);
+    await state.reserve('m', 'b', 'l1', [], 700);
+    await state.release('m', 'b', 'l1');
+    await state.prefillDone('m', 'b', 'l1', blocks);
+    expect(await depths(state)).toEqual([0, 3]);
+    expect(await ctx.redis.exists(keys.prefill('b'))).toBe(0);
+    expect((await state.snapshot('m', ['b'], [])).inflight.get('b')).toBe(0);
   });
 });
 

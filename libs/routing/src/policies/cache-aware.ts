@@ -70,6 +70,10 @@
  * - coldLoadFactor      1.25, ≥ 1: bound of the cold placement (see bounded-load-hash.ts).
  * - engineWaitingMs     40,   ≥ 0: start delay per request waiting in the engine's own queue.
  * - kvFullMs            250,  ≥ 0: cost of sending a request to an engine short of free KV for it.
+ * - ownershipAtFirstToken true: a backend counts as holding a request's prefix from its first token
+ *                             (the prefix is computed then), not from the moment it was routed there
+ *                             (false, the seed routers' speculative recording). See
+ *                             `RoutingPolicy.recordsOwnershipAtFirstToken` and docs/results.md.
  * Score: cost in ms, lower is better, [0, ∞). parts: { prefillMs, backlogMs, queueMs, waitingMs, kvMs } (+ { hashRank, bound } for cold placement).
  * Reasons: `prefix-affinity`, `spilled-from-saturated`, `least-loaded`, `load-guard`, `cold-hash`.
  */
@@ -92,6 +96,7 @@ export interface CacheAwareParams {
   readonly coldLoadFactor: number;
   readonly engineWaitingMs: number;
   readonly kvFullMs: number;
+  readonly ownershipAtFirstToken: boolean;
 }
 
 export const DEFAULT_CACHE_AWARE_PARAMS: CacheAwareParams = {
@@ -105,6 +110,7 @@ export const DEFAULT_CACHE_AWARE_PARAMS: CacheAwareParams = {
   coldLoadFactor: 1.25,
   engineWaitingMs: 40,
   kvFullMs: 250,
+  ownershipAtFirstToken: true,
 };
 
 /** Usage at or above which an engine that reports no KV capacity counts as full. */
@@ -235,6 +241,7 @@ export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): 
     name: 'cacheaware',
     scoreDirection: 'lower is better: estimated start cost in ms (prefill of unmatched tokens + queue), [0, ∞)',
     usesPrefixMatch: true,
+    recordsOwnershipAtFirstToken: p.ownershipAtFirstToken,
     atomicRule: { kind: 'cost', params: p },
     choose(request, candidates) {
       const costs = estimateCosts(request, candidates, p);

@@ -42,7 +42,8 @@ export async function decideWithSnapshot(store: RoutingStateStore, input: Decide
     if (decision.kind === 'rejected') return { decision, candidates, conflicts, ruleMismatch: false };
     const chosen = candidates.find((candidate) => candidate.backend.id === decision.backendId);
     const cap = conflicts.length < MAX_RESERVE_CONFLICTS ? (decision.inflightCap ?? 0) : 0;
-    const taken = await store.reserve(pool, decision.backendId, leaseId, blockHashes, estimatePrefillTokens(request, chosen?.matchBlocks ?? 0), cap);
+    const recorded = policy.recordsOwnershipAtFirstToken === true ? [] : blockHashes;
+    const taken = await store.reserve(pool, decision.backendId, leaseId, recorded, estimatePrefillTokens(request, chosen?.matchBlocks ?? 0), cap);
     if (taken) return { decision, candidates, conflicts, ruleMismatch: false };
     conflicts.push(decision.backendId);
   }

@@ -1,4 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import { createCacheAwarePolicy } from '../policies/cache-aware';
+import { createPrefixAwarePolicy } from '../policies/prefix-aware';
+import type { DecideInput } from './routing-state';
 import { InMemoryRoutingState } from './in-memory-routing-state';
 
 function createState(options: Partial<{ maxBlocksPerBackend: number; blockIdleTtlMs: number }> = {}) {
@@ -18,6 +21,33 @@ describe('InMemoryRoutingState', () => {
     expect(snapshot.matchBlocks.get('c')).toBeUndefined();
     expect(snapshot.inflight.get('a')).toBe(1);
     expect(snapshot.inflight.get('c')).toBe(0);
+  });
+
+  it('records ownership at the first token for policies that ask, at routing for the others', async () => {
+    const { state } = createState();
+    const inputOf = (policy: DecideInput['policy'], leaseId: string): DecideInput => ({
+      pool: 'm',
+      request: { model: 'm', blockHashes: [1, 2, 3], blockSizeBytes: 256, textBytes: 800, contextBlocks: 0, headHash: 1, sessionKey: null },
+      backends: [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }],
+      policy,
+      context: { nowMs: 0, random: () => 0 },
+      leaseId,
+    });
+    const depthOf = async (id: string): Promise<number> => (await state.snapshot('m', [id], [1, 2, 3])).matchBlocks.get(id) ?? 0;
+    const first = await state.decide(inputOf(createCacheAwarePolicy(), 'l1'));
+    const chosen = first.decision.kind === 'routed' ? first.decision.backendId : '';
+    expect(await depthOf(chosen)).toBe(0);
+    const sibling = await state.decide(inputOf(createCacheAwarePolicy(), 'l2'));
+    expect(sibling.decision.kind === 'routed' && sibling.decision.backendId).not.toBe(chosen);
+    await state.prefillDone('m', chosen, 'l1', [1, 2, 3]);
+    expect(await depthOf(chosen)).toBe(3);
+    expect((await state.snapshot('m', [chosen], [])).pendingPrefillTokens.get(chosen)).toBe(0);
+
+    // The seed's prefixaware, on a state that holds nothing yet: recorded as soon as it is routed.
+    const fresh = createState().state;
+    const seed = await fresh.decide(inputOf(createPrefixAwarePolicy(), 'l3'));
+    const seedChosen = seed.decision.kind === 'routed' ? seed.decision.backendId : '';
+    expect((await fresh.snapshot('m', [seedChosen], [1, 2, 3])).matchBlocks.get(seedChosen)).toBe(3);
   });
 
   it('keeps pools apart', async () => {

@@ -84,9 +84,10 @@ export class InMemoryRoutingState implements RoutingStateStore {
     return this.leases.get(backendId)?.tokens.has(leaseId) ?? false;
   }
 
-  async prefillDone(_pool: string, backendId: BackendId, leaseId: string): Promise<void> {
+  async prefillDone(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
     const backendLeases = this.leases.get(backendId);
     if (backendLeases?.tokens.has(leaseId)) backendLeases.set(leaseId, 0);
+    if (heldBlocks.length > 0) this.record(pool, backendId, heldBlocks);
   }
 
   async release(_pool: string, backendId: BackendId, leaseId: string): Promise<void> {

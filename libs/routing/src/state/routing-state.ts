@@ -68,7 +68,8 @@ export interface RoutingStateStore {
   /**
    * Takes an in-flight lease for `leaseId` on `backendId` carrying `prefillTokens` (the uncached
    * prompt tokens the backend must prefill for it), and records, speculatively and before the
-   * response, that the backend now holds `blockHashes`: a burst of siblings then follows the first.
+   * response, that the backend now holds `blockHashes` (none: nothing recorded; see
+   * `RoutingPolicy.recordsOwnershipAtFirstToken`).
    *
    * `maxInflight` (optional, 0 or absent = no limit): if the backend already has that many leases,
    * nothing is taken or recorded and the result is false, a conflict: the snapshot the decision was
@@ -90,8 +91,12 @@ export interface RoutingStateStore {
    * taken): it no longer counts, and the caller may reserve again.
    */
   renew(pool: string, backendId: BackendId, leaseId: string): Promise<boolean>;
-  /** The lease's request produced its first token: its prefill no longer counts as backlog. Idempotent. */
-  prefillDone(pool: string, backendId: BackendId, leaseId: string): Promise<void>;
+  /**
+   * The lease's request produced its first token: its prefill no longer counts as backlog (idempotent),
+   * and, when `heldBlocks` are given (policies with `recordsOwnershipAtFirstToken`), the backend is
+   * recorded as holding them: it has computed that prefix now. Recorded even if the lease is gone.
+   */
+  prefillDone(pool: string, backendId: BackendId, leaseId: string, heldBlocks?: readonly BlockHash[]): Promise<void>;
   /** Releases a lease. Idempotent: releasing twice, or a lease never taken, is a no-op. */
   release(pool: string, backendId: BackendId, leaseId: string): Promise<void>;
   /** Forgets what a backend is believed to hold (it was removed, restarted or its cache reset). */
