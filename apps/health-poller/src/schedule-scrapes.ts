@@ -50,9 +50,10 @@ const JOB_OPTIONS: JobSchedulerTemplateOptions = { removeOnComplete: true, remov
  * the job it took is locked until its lock expires (`jobLockMs`, seconds). `repairStuck`, run every
  * quarter interval by every replica, finds a planned time more than a quarter interval past whose job
  * is running (or gone), re-plans the scheduler, and scrapes the lost slot at once with a catch-up job
- * when the re-planned slot is more than half an interval away. The catch-up job's id is derived from the slot and kept for a minute, so replicas that find the same
- * stuck scheduler at once add it once. The backend's longest gap is then about 1.5 intervals instead of
- * the lock's seconds. (A job waiting behind busy workers is late, not stuck: it is left alone.)
+ * when the re-planned slot is more than half an interval away. The catch-up job's id is derived from
+ * the slot and kept for a minute, so replicas that find the same stuck scheduler at once add it once.
+ * The backend's longest gap is then about 1.5 intervals instead of the lock's seconds. (A job waiting
+ * behind busy workers is late, not stuck: it is left alone.)
  */
 export class ScrapeSchedules {
   private running: Promise<ReconcileResult> | null = null;
