@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
-import { startRedis, type TestRedis } from '@kvroute/testing';
+import { findFreePort, startRedis, type TestRedis } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
@@ -44,7 +44,7 @@ describe('router replica crash', () => {
   }
 
   it('heals the in-flight counts of a SIGKILLed replica within the lease TTL', async () => {
-    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    const port = await findFreePort();
     const doomed = spawn(
       process.execPath,
       ['--import', 'tsx', join(import.meta.dirname, '../src/main.ts'), '--host', '127.0.0.1', '--port', String(port), '--backends', backendUrls.join(','), '--redis-url', redis.url, '--lease-ttl-ms', String(LEASE_TTL_MS), '--log-level', 'warn'],
