@@ -57,17 +57,25 @@ describe('router replicas sharing state in Redis', () => {
   afterAll(() => redis.stop());
 
   it('route with shared state: three replicas over one Redis keep the hit rate of a single replica, never degraded', async () => {
-    const single = await startCluster(1, undefined);
-    const singleTurns = await runConversations(single.urls).finally(() => stopCluster(single));
-    const shared = await startCluster(3, redis.url);
-    const degradedBefore = await Promise.all(shared.routers.map((router) => router.metrics.registry.getSingleMetricAsString('kvroute_router_state_degraded')));
-    const sharedTurns = await runConversations(shared.urls).finally(() => stopCluster(shared));
-    console.info(`cacheaware hit rate: 1 replica ${hitRate(singleTurns).toFixed(3)}, 3 replicas sharing Redis ${hitRate(sharedTurns).toFixed(3)}; moves ${unexplainedMoves(sharedTurns)}`);
-    expect(degradedBefore.every((text) => /^kvroute_router_state_degraded 0$/m.test(text))).toBe(true);
-    expect(sharedTurns).toHaveLength(72);
-    expect(unexplainedMoves(sharedTurns)).toBe(0);
-    // One run of this workload varies by ±3 points by itself (timing decides spills); the 2-point
-    // acceptance figure is for the averaged multi-process e2e benchmark. Here: no real loss.
-    expect(hitRate(sharedTurns)).toBeGreaterThanOrEqual(hitRate(singleTurns) - 0.05);
+    // One run of this workload varies by ±3 points by itself (timing decides how the first turns'
+    // burst spreads, and spills), so each side runs twice on fresh backends and the means are compared.
+    const singleRates: number[] = [];
+    const sharedRates: number[] = [];
+    for (let round = 0; round < 2; round++) {
+      const single = await startCluster(1, undefined);
+      const singleTurns = await runConversations(single.urls).finally(() => stopCluster(single));
+      const shared = await startCluster(3, redis.url);
+      const degradedBefore = await Promise.all(shared.routers.map((router) => router.metrics.registry.getSingleMetricAsString('kvroute_router_state_degraded')));
+      const sharedTurns = await runConversations(shared.urls).finally(() => stopCluster(shared));
+      console.info(`cacheaware hit rate: 1 replica ${hitRate(singleTurns).toFixed(3)}, 3 replicas sharing Redis ${hitRate(sharedTurns).toFixed(3)}; moves ${unexplainedMoves(sharedTurns)}`);
+      expect(degradedBefore.every((text) => /^kvroute_router_state_degraded 0$/m.test(text))).toBe(true);
+      expect(sharedTurns).toHaveLength(72);
+      expect(unexplainedMoves(sharedTurns)).toBe(0);
+      singleRates.push(hitRate(singleTurns));
+      sharedRates.push(hitRate(sharedTurns));
+    }
+    // The 2-point acceptance figure is for the averaged multi-process e2e benchmark. Here: no real loss.
+    const mean = (values: readonly number[]): number => values.reduce((sum, value) => sum + value, 0) / values.length;
+    expect(mean(sharedRates)).toBeGreaterThanOrEqual(mean(singleRates) - 0.05);
   });
 });
