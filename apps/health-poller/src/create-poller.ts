@@ -1,6 +1,6 @@
 import { hitRateOverInterval, parseEngineMetrics } from '@kvroute/engine-metrics';
 import { ShutdownStack, type ShutdownResult } from '@kvroute/platform';
-import { createRedis, DEFAULT_KEY_NAMESPACE, RedisBackendSet, RedisBackendStateStore, waitUntilReady, type BackendEntry, type BackendSetWatch } from '@kvroute/redis-store';
+import { createRedis, DEFAULT_KEY_NAMESPACE, quitRedis, RedisBackendSet, RedisBackendStateStore, waitUntilReady, type BackendEntry, type BackendSetWatch } from '@kvroute/redis-store';
 import { Queue, Worker, type Job } from 'bullmq';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { Agent } from 'undici';
@@ -75,11 +75,11 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
   // All `worker` role: nobody waits on a scrape, so commands wait through an outage instead of failing.
   const onRedisError = (error: Error): void => logger?.debug({ err: error }, 'Redis connection error');
   const redis = createRedis(config.redisUrl, 'worker', { onError: onRedisError, overrides: { connectionName: 'kvroute-poller' } });
-  shutdown.push('redis', () => closeRedis(redis));
+  shutdown.push('redis', () => quitRedis(redis));
   const subscriber = createRedis(config.redisUrl, 'worker', { onError: onRedisError, overrides: { connectionName: 'kvroute-poller-subscriber' } });
-  shutdown.push('redis-subscriber', () => closeRedis(subscriber));
+  shutdown.push('redis-subscriber', () => quitRedis(subscriber));
   const bullRedis = createRedis(config.redisUrl, 'worker', { onError: onRedisError, overrides: { connectionName: 'kvroute-poller-bullmq' } });
-  shutdown.push('bullmq-redis', () => closeRedis(bullRedis));
+  shutdown.push('bullmq-redis', () => quitRedis(bullRedis));
 
   const dispatcher = new Agent({ connect: { timeout: config.scrapeTimeoutMs }, connections: 4 });
   shutdown.push('http-client', () => dispatcher.close());
@@ -216,12 +216,4 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
 function plannedAtMs(job: Job<ScrapeJobData>): number {
   const planned = Number(job.id?.slice(job.id.lastIndexOf(':') + 1));
   return Number.isSafeInteger(planned) && planned > 0 ? planned : job.timestamp + (job.delay ?? 0);
-}
-
-/** QUIT (lets queued replies arrive), but never waits more than a second for a Redis that is away. */
-async function closeRedis(client: ReturnType<typeof createRedis>): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([client.quit().catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, 1000)))]);
-  clearTimeout(timer);
-  client.disconnect();
 }

@@ -1,6 +1,7 @@
 import { request as undiciRequest } from 'undici';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
-import { createRedis, RedisBackendSet, RedisBackendStateStore, RedisRoutingState, waitUntilReady } from '@kvroute/redis-store';
+import { settlesWithin } from '@kvroute/platform';
+import { createRedis, quitRedis, RedisBackendSet, RedisBackendStateStore, RedisRoutingState, waitUntilReady } from '@kvroute/redis-store';
 import { createPolicy, InMemoryRoutingState, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
 import { buildRouterApp } from './app';
 import { LocalBackendChanges } from './backends/backend-changes';
@@ -272,7 +273,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     await sharedBackends?.stop();
     backendSubscriber?.disconnect();
     await upstreams.close();
-    if (redis) await quitRedis(redis);
+    if (redis) await quitRedis(redis, REDIS_QUIT_MS);
     return { inflightAtClose, aborted, leasesReleasedAtDeadline, releasesSettled, elapsedMs: Math.round(performance.now() - startedAt) };
   };
   let closing: Promise<RouterCloseReport> | undefined;
@@ -307,26 +308,6 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       return closing;
     },
   };
-}
-
-/** True if `promise` settles within `ms`. */
-async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const settled = promise.then(
-    () => true,
-    () => true,
-  );
-  const result = await Promise.race([settled, new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)))]);
-  clearTimeout(timer);
-  return result;
-}
-
-/** QUIT (the replies to commands already sent arrive first), never waiting more than REDIS_QUIT_MS for a Redis that is away. */
-async function quitRedis(client: ReturnType<typeof createRedis>): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([client.quit().catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, REDIS_QUIT_MS)))]);
-  clearTimeout(timer);
-  client.disconnect();
 }
 
 async function fetchModels(backend: Backend, timeoutMs: number): Promise<readonly string[]> {

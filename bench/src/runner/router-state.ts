@@ -6,7 +6,7 @@
  * poller's keys (`{fleet}`, `{poller}`) stay. Only between runs: routers serving meanwhile would lose
  * their in-flight counts.
  */
-import { clearPoolState, createRedis, DEFAULT_KEY_NAMESPACE, waitUntilReady } from '@kvroute/redis-store';
+import { clearPoolState, createRedis, DEFAULT_KEY_NAMESPACE, quitRedis, waitUntilReady } from '@kvroute/redis-store';
 import type { Redis } from 'ioredis';
 
 /** `--router-redis` as given: a redis:// or rediss:// URL with a host, else a clear error naming `flag`. */
@@ -66,11 +66,7 @@ export class RouterStateReset {
     const redis = this.redis;
     this.redis = undefined;
     if (!redis) return;
-    if (redis.status !== 'ready') {
-      redis.disconnect();
-      return;
-    }
-    await redis.quit().catch(() => redis.disconnect());
+    await quitRedis(redis);
   }
 
   private async connect(): Promise<Redis> {

@@ -20,6 +20,7 @@ export {
   type ShutdownLogger,
   type ShutdownResult,
 } from './lifecycle/shutdown-stack';
+export { settlesWithin } from './lifecycle/settles-within';
 export {
   onTerminationSignal,
   type TerminationHandler,

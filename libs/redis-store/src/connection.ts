@@ -1,3 +1,4 @@
+import { settlesWithin } from '@kvroute/platform';
 import { Redis, type RedisOptions } from 'ioredis';
 
 /**
@@ -53,12 +54,21 @@ export function redisOptionsFor(role: RedisRole, options: CreateRedisOptions = {
 
 /**
  * A Redis connection for `role` (see RedisRole). It connects at once; a request-path connection refuses
- * commands until it is ready, so await `waitUntilReady` before serving. The caller closes it (`quit()`).
+ * commands until it is ready, so await `waitUntilReady` before serving. The caller closes it (`quitRedis`).
  */
 export function createRedis(url: string, role: RedisRole, options: CreateRedisOptions = {}): Redis {
   const redis = new Redis(url, redisOptionsFor(role, options));
   redis.on('error', (error: Error) => options.onError?.(error));
   return redis;
+}
+
+/**
+ * Closes a connection: QUIT, so the replies to commands already sent arrive first, but never waiting
+ * more than `timeoutMs` for a Redis that is away; then the socket is closed either way.
+ */
+export async function quitRedis(redis: Redis, timeoutMs = 1000): Promise<void> {
+  await settlesWithin(redis.quit(), timeoutMs);
+  redis.disconnect();
 }
 
 /** Resolves once the connection is ready; rejects after `timeoutMs` (the connection keeps trying). */

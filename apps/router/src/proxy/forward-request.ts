@@ -63,9 +63,9 @@ export async function forwardRequest(deps: ForwardDeps, input: ForwardInput, res
     }
     // The oracle's questions to the backends (benchmarks only) come before the decision clock starts:
     // they are the measuring instrument's cost, not a routing policy's.
-    // Checked here, not inside: every other policy must not pay an await per try on the request path.
-    const trueMatchTokens = input.policy.needsTrueMatch === true ? await trueMatchesFor(deps.routing, input.policy, eligible, input.body) : undefined;
-    if (trueMatchTokens !== undefined && response.destroyed) return;
+    const asking = trueMatchesFor(deps.routing, input.policy, eligible, input.body);
+    const trueMatchTokens = asking === undefined ? undefined : await asking;
+    if (asking !== undefined && response.destroyed) return;
     const decidedAt = performance.now();
     const leaseId = `${input.requestId}#${attempt}`;
     // Decide, take the lease, record ownership: one step (one Redis round trip for atomic rules).

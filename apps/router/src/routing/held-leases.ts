@@ -1,3 +1,5 @@
+import { settlesWithin } from '@kvroute/platform';
+
 /** What the book needs of a lease: releasing it (idempotent). */
 export interface ReleasableLease {
   release(): void;
@@ -41,13 +43,8 @@ export class HeldLeases {
   }
 
   /** Waits for the release calls under way, at most `timeoutMs`; true if all ended. */
-  async settled(timeoutMs: number): Promise<boolean> {
-    if (this.releasing.size === 0) return true;
-    let timer: NodeJS.Timeout | undefined;
-    const timedOut = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
-    const all = Promise.allSettled([...this.releasing]).then(() => true);
-    const ended = await Promise.race([all, timedOut]);
-    clearTimeout(timer);
-    return ended;
+  settled(timeoutMs: number): Promise<boolean> {
+    if (this.releasing.size === 0) return Promise.resolve(true);
+    return settlesWithin(Promise.allSettled([...this.releasing]), timeoutMs);
   }
 }

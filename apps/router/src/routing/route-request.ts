@@ -27,12 +27,12 @@ export interface RouteChoice {
 
 /**
  * The backends' own word on what they would serve from cache for `body`, when `policy` reads it
- * (`needsTrueMatch`); undefined otherwise, so other policies cost no extra call. Without an asker every
- * backend is unanswered (null).
+ * (`needsTrueMatch`); undefined otherwise, synchronously, so other policies cost no call and no await on
+ * the request path. Without an asker every backend is unanswered (null).
  */
-export async function trueMatchesFor(context: RouteContext, policy: RoutingPolicy, backends: readonly Backend[], body: Buffer): Promise<ReadonlyMap<BackendId, number | null> | undefined> {
+export function trueMatchesFor(context: RouteContext, policy: RoutingPolicy, backends: readonly Backend[], body: Buffer): Promise<ReadonlyMap<BackendId, number | null>> | undefined {
   if (policy.needsTrueMatch !== true) return undefined;
-  return context.askTrueMatches ? context.askTrueMatches(backends, body) : new Map();
+  return context.askTrueMatches ? context.askTrueMatches(backends, body) : Promise.resolve(new Map());
 }
 
 /**
