@@ -9,6 +9,7 @@ import {
   bindMounts,
   commandWorks,
   composeVariables,
+  flagValue,
   interpolateDefaults,
   kvrouteApp,
   readCompose,
@@ -28,6 +29,8 @@ const POLLERS = ['poller-1', 'poller-2'];
 const SIMS = ['sim-1', 'sim-2', 'sim-3', 'sim-4'];
 const VLLMS = ['vllm-1', 'vllm-2', 'vllm-3', 'vllm-4'];
 const BACKEND_ALIASES = ['backend-1', 'backend-2', 'backend-3', 'backend-4'];
+/** The backend list routers and pollers get: every backend-N alias on `port`. */
+const backendList = (port: string): string => BACKEND_ALIASES.map((alias) => `http://${alias}:${port}`).join(',');
 
 /**
  * The Compose implementation on this machine: the docker CLI's `compose` plugin, else a standalone
@@ -77,7 +80,7 @@ describe('docker compose config', () => {
         // Compose 1.x prints every service whatever the profiles; 2.x only the active ones.
         if (!isV1) for (const name of absent) expect(names).not.toContain(name);
         for (const router of ROUTERS) {
-          expect(resolved.services[router]?.environment?.['KVROUTE_BACKENDS']).toBe(BACKEND_ALIASES.map((alias) => `http://${alias}:8000`).join(','));
+          expect(resolved.services[router]?.environment?.['KVROUTE_BACKENDS']).toBe(backendList('8000'));
         }
       }, 60_000);
     }
@@ -114,22 +117,18 @@ describe('docker-compose.yml', () => {
   });
 
   it('points routers and pollers at the same backends: the backend-N aliases, served by the sims or by vLLM', () => {
-    const expected = (port: string) => BACKEND_ALIASES.map((alias) => `http://${alias}:${port}`).join(',');
     const simPorts = new Set(SIMS.map((name) => serviceEnv(services[name] as ComposeService)['KVROUTE_SIM_PORT']));
     expect(simPorts.size).toBe(1);
     const simPort = [...simPorts][0] as string;
-    for (const name of ROUTERS) expect(serviceEnv(services[name] as ComposeService)['KVROUTE_BACKENDS'], name).toBe(expected(simPort));
-    for (const name of POLLERS) expect(serviceEnv(services[name] as ComposeService)['KVROUTE_POLLER_BACKENDS'], name).toBe(expected(simPort));
+    for (const name of ROUTERS) expect(serviceEnv(services[name] as ComposeService)['KVROUTE_BACKENDS'], name).toBe(backendList(simPort));
+    for (const name of POLLERS) expect(serviceEnv(services[name] as ComposeService)['KVROUTE_POLLER_BACKENDS'], name).toBe(backendList(simPort));
     // The backend list is a compose variable, so routers can be pointed at other servers.
     expect(String(services['router-1']?.environment?.['KVROUTE_BACKENDS'])).toMatch(/^\$\{BACKEND_URLS:-/);
     expect(String(services['poller-1']?.environment?.['KVROUTE_POLLER_BACKENDS'])).toMatch(/^\$\{BACKEND_URLS:-/);
     // Each alias is served exactly once per profile, on the same port.
     expect(SIMS.map((name) => aliasesOf(services[name] as ComposeService))).toEqual(BACKEND_ALIASES.map((alias) => [alias]));
     expect(VLLMS.map((name) => aliasesOf(services[name] as ComposeService))).toEqual(BACKEND_ALIASES.map((alias) => [alias]));
-    for (const name of VLLMS) {
-      const command = services[name]?.command ?? [];
-      expect(command[command.indexOf('--port') + 1], name).toBe(simPort);
-    }
+    for (const name of VLLMS) expect(flagValue(services[name]?.command ?? [], '--port'), name).toBe(simPort);
   });
 
   it('runs the sims (profile sim, the default through .env) or vLLM (profile gpu), never both', () => {
@@ -160,7 +159,7 @@ describe('docker-compose.yml', () => {
       expect(service.image).toMatch(/^vllm\/vllm-openai:/);
       const command = service.command ?? [];
       expect(command).toEqual(expect.arrayContaining(['--enable-prefix-caching', '--enable-prompt-tokens-details', '--model']));
-      expect(command[command.indexOf('--model') + 1]).toMatch(/^\$\{VLLM_MODEL:-.+\}$/);
+      expect(flagValue(command, '--model')).toMatch(/^\$\{VLLM_MODEL:-.+\}$/);
       const devices = service.deploy?.resources?.reservations?.devices ?? [];
       expect(devices).toHaveLength(1);
       expect(devices[0]?.driver).toBe('nvidia');

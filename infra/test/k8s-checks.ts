@@ -32,12 +32,11 @@ import { ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, Service } fro
 import { parse as parseYaml } from 'yaml';
 import { unknownConfigKeys, unknownEnvVars, type KvrouteApp } from './config-keys';
 import { podSpecsOf, type K8sObject } from './k8s-kustomize';
+import { repoPath } from './stack-files';
 
 export const KVROUTE_IMAGE = 'ghcr.io/kvroute/kvroute';
 export const KVROUTE_COMMANDS = ['router', 'poller', 'sim', 'bench'] as const;
 export type KvrouteCommand = (typeof KVROUTE_COMMANDS)[number];
-
-const repoRoot = join(import.meta.dirname, '..', '..');
 
 /** The flags of `npm run bench` (bench/src/bench.ts `parseArgs` options). */
 const BENCH_OPTIONS = {
@@ -447,7 +446,7 @@ function checkBench(context: KvrouteContext): KvrouteContainer {
   }
   const scenario = values['scenario'];
   if (typeof scenario !== 'string') problems.push(`${where}: the bench needs --scenario`);
-  else if (!existsSync(join(repoRoot, 'bench', 'scenarios', `${scenario}.yaml`))) problems.push(`${where}: scenario ${scenario} is not in bench/scenarios/`);
+  else if (!existsSync(repoPath('bench', 'scenarios', `${scenario}.yaml`))) problems.push(`${where}: scenario ${scenario} is not in bench/scenarios/`);
   const namespace = workload.metadata.namespace;
   for (const entry of splitList(values['router'])) {
     const url = entry.replace(/^[a-z][a-z0-9-]*=/, '');

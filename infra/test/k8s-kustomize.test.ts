@@ -95,6 +95,11 @@ describe('JSON6902 patches', () => {
   });
 });
 
+/** Lines of a `patches:` entry: an inline strategic-merge patch of Deployment app, with `specLines` under its spec. */
+function inlineAppPatch(...specLines: string[]): string[] {
+  return ['  - patch: |-', '      apiVersion: apps/v1', '      kind: Deployment', '      metadata:', '        name: app', '      spec:', ...specLines.map((line) => `        ${line}`)];
+}
+
 describe('building kustomizations', () => {
   const fixture = writeKustomization({
     'base/kustomization.yaml': 'namespace: one\nresources:\n  - ns.yaml\n  - deployment.yaml\nconfigMapGenerator:\n  - name: settings\n    literals:\n      - config=a\n      - other=b\n',
@@ -104,18 +109,7 @@ describe('building kustomizations', () => {
       'apiVersion: kustomize.config.k8s.io/v1alpha1',
       'kind: Component',
       'patches:',
-      '  - patch: |-',
-      '      apiVersion: apps/v1',
-      '      kind: Deployment',
-      '      metadata:',
-      '        name: app',
-      '      spec:',
-      '        template:',
-      '          spec:',
-      '            containers:',
-      '              - name: main',
-      '                env:',
-      '                  - {name: FROM_COMPONENT, value: "yes"}',
+      ...inlineAppPatch('template:', '  spec:', '    containers:', '      - name: main', '        env:', '          - {name: FROM_COMPONENT, value: "yes"}'),
       '',
     ].join('\n'),
     'overlay/kustomization.yaml': [
@@ -132,13 +126,7 @@ describe('building kustomizations', () => {
       '    literals:',
       '      - config=b',
       'patches:',
-      '  - patch: |-',
-      '      apiVersion: apps/v1',
-      '      kind: Deployment',
-      '      metadata:',
-      '        name: app',
-      '      spec:',
-      '        replicas: 3',
+      ...inlineAppPatch('replicas: 3'),
       '  - target: {kind: Deployment, name: app}',
       '    patch: |-',
       '      - op: replace',

@@ -14,18 +14,20 @@ import { findGenerated, findObject, hasKubectl, K8S_DIR, kubectlKustomize, sortO
 import { buildKustomization, podSpecsOf, type K8sObject } from './k8s-kustomize';
 
 const build = (path: string): K8sObject[] => buildKustomization(join(K8S_DIR, path));
+const podOf = (workload: K8sObject): any => podSpecsOf(workload)[0];
 const containerOf = (workload: K8sObject, name: string): any => {
-  const container = podSpecsOf(workload)[0]?.containers?.find((candidate: any) => candidate.name === name);
+  const container = podOf(workload)?.containers?.find((candidate: any) => candidate.name === name);
   if (container === undefined) throw new Error(`${workload.kind}/${workload.metadata.name} has no container ${name}`);
   return container;
 };
-const podOf = (workload: K8sObject): any => podSpecsOf(workload)[0];
 const kvrouteContainers = (objects: readonly K8sObject[]): { workload: K8sObject; container: any }[] =>
   objects.flatMap((workload) => podSpecsOf(workload).flatMap((pod) => [...(pod.initContainers ?? []), ...(pod.containers ?? [])].filter((container: any) => String(container.image).startsWith(`${KVROUTE_IMAGE}:`)).map((container: any) => ({ workload, container }))));
 
 const SIM_BACKENDS = [0, 1, 2, 3].map((i) => `http://vllm-sim-${i}.vllm-sim:8000`);
 const VLLM_BACKENDS = [0, 1, 2, 3].map((i) => `http://vllm-${i}.vllm:8000`);
 const MANAGED_REDIS_URL = 'rediss://:secret@redis.example.com:6380';
+/** The local overlay with the managed-redis component, as a kustomization.yaml for writeKustomization. */
+const LOCAL_WITH_MANAGED_REDIS = 'resources:\n  - {{k8s}}/overlays/local\ncomponents:\n  - {{k8s}}/components/managed-redis\n';
 
 /** The shared platform every overlay keeps from the base. */
 function expectPlatform(objects: readonly K8sObject[], backends: readonly string[]): void {
@@ -226,9 +228,7 @@ describe('infra/k8s/overlays/a100', () => {
 });
 
 describe('infra/k8s/components/managed-redis', () => {
-  const fixture = writeKustomization({
-    'kustomization.yaml': 'resources:\n  - {{k8s}}/overlays/local\ncomponents:\n  - {{k8s}}/components/managed-redis\n',
-  });
+  const fixture = writeKustomization({ 'kustomization.yaml': LOCAL_WITH_MANAGED_REDIS });
   afterAll(() => fixture.remove());
   const objects = buildKustomization(fixture.dir);
 
@@ -253,7 +253,7 @@ describe.runIf(hasKubectl)('kubectl kustomize builds the same objects as the tes
   });
 
   it('overlays/local + components/managed-redis', () => {
-    const fixture = writeKustomization({ 'kustomization.yaml': 'resources:\n  - {{k8s}}/overlays/local\ncomponents:\n  - {{k8s}}/components/managed-redis\n' });
+    const fixture = writeKustomization({ 'kustomization.yaml': LOCAL_WITH_MANAGED_REDIS });
     try {
       expect(sortObjects(buildKustomization(fixture.dir))).toEqual(sortObjects(kubectlKustomize(fixture.dir)));
     } finally {
@@ -325,7 +325,7 @@ describe('the checks catch broken manifests', () => {
     containerOf(router, 'router').readinessProbe.httpGet.path = '/healthz';
     findObject(objects, 'Deployment', 'kvroute-poller').spec.replicas = '2';
     findObject(objects, 'Service', 'vllm').spec.selector = { 'app.kubernetes.io/name': 'vlm' };
-    const backends = objects.find((object) => object.metadata.name.startsWith('kvroute-backends-')) as K8sObject;
+    const backends = findGenerated(objects, 'ConfigMap', 'kvroute-backends');
     backends['data'].backends = backends['data'].backends.replace('vllm-0.vllm', 'vllm-0.vlm');
     const bench = containerOf(findObject(objects, 'Job', 'kvroute-bench'), 'bench');
     bench.args = ['bench', '--scenario', 'seed-clod', '--router', 'cacheaware=http://kvroute-routr', '--backends', VLLM_BACKENDS.slice(0, 3).join(','), '--out', '/tmp/seed-cloud', '--reset-cash'];

@@ -6,6 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
+import type { KvrouteApp } from './config-keys';
 
 export const REPO_ROOT = join(import.meta.dirname, '..', '..');
 export const repoPath = (...parts: string[]): string => join(REPO_ROOT, ...parts);
@@ -60,16 +61,14 @@ export function serviceEnv(service: ComposeService): Record<string, string> {
   return Object.fromEntries(Object.entries(service.environment ?? {}).map(([name, value]) => [name, interpolateDefaults(String(value ?? ''))]));
 }
 
-export type KvrouteAppName = 'router' | 'poller' | 'sim';
-
 /** Which kvroute app a service runs (its command's first word), if it runs the kvroute image. */
-export function kvrouteApp(service: ComposeService): KvrouteAppName | null {
+export function kvrouteApp(service: ComposeService): KvrouteApp | null {
   if (!service.image?.startsWith('kvroute:')) return null;
   const app = service.command?.[0];
   return app === 'router' || app === 'poller' || app === 'sim' ? app : null;
 }
 
-export function servicesOf(compose: ComposeFile, app: KvrouteAppName): Array<[string, ComposeService]> {
+export function servicesOf(compose: ComposeFile, app: KvrouteApp): Array<[string, ComposeService]> {
   return Object.entries(compose.services).filter(([, service]) => kvrouteApp(service) === app);
 }
 
@@ -87,9 +86,10 @@ export function bindMounts(service: ComposeService): Array<{ source: string; tar
     });
 }
 
-/** Container ports a service publishes (`[ip:]host:container`). */
-export function publishedPorts(service: ComposeService): number[] {
-  return (service.ports ?? []).map((port) => Number(String(port).split(':').at(-1)));
+/** The word after `flag` in a command (`--port 8000` → '8000'), or undefined when the flag is not there. */
+export function flagValue(command: readonly string[], flag: string): string | undefined {
+  const at = command.indexOf(flag);
+  return at < 0 ? undefined : command[at + 1];
 }
 
 export function readDotEnv(): Record<string, string> {
