@@ -184,10 +184,11 @@ describe('decide / prefill-done.lua: when ownership is recorded', () => {
     const routed = await state.decide(inputOf(createCacheAwarePolicy({ ownershipAtFirstToken: false }), 'l1'));
     const chosen = routed.decision.kind === 'routed' ? routed.decision.backendId : '';
     expect(await depths(state)).toEqual(chosen === 'a' ? [3, 0] : [0, 3]);
-    // The snapshot path (prefixaware has no atomic rule) records at routing as well.
-    await ctx.createState().decide(inputOf(createPrefixAwarePolicy(), 'l2'));
-    const after = await depths(state);
-    expect(after.some((depth) => depth === 3)).toBe(true);
+    // The snapshot path (prefixaware has no atomic rule) records at routing as well: on a pool that
+    // holds nothing yet, the backend it chose holds the chain as soon as it is routed.
+    const seed = await state.decide({ ...inputOf(createPrefixAwarePolicy(), 'l2'), pool: 'seed-pool' });
+    const seedChosen = seed.decision.kind === 'routed' ? seed.decision.backendId : '';
+    expect((await state.snapshot('seed-pool', [seedChosen], blocks)).matchBlocks.get(seedChosen)).toBe(3);
   });
 
   it('records at the first token even when the lease is gone, without bringing the lease back', async () => {
