@@ -25,7 +25,7 @@ export interface BareProxy {
 
 /** RFC 9110 §7.6.1 connection-specific headers, plus `host` (undici sets the upstream's) and `expect`. */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
-const NOT_FORWARDED_UP = new Set([...HOP_BY_HOP, 'host', 'expect']);
+export const NOT_FORWARDED_UP = new Set([...HOP_BY_HOP, 'host', 'expect']);
 
 /** Copies headers except those in `drop` and those named by the message's own `Connection` header. */
 export function endToEndHeaders(headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>, drop: ReadonlySet<string> = HOP_BY_HOP): Record<string, string | string[]> {
