@@ -1,20 +1,84 @@
-// Sums the vitest JSON reports that `npm test` leaves in test-reports/ and prints the closing line
-// CI reads: `N passed, N failed` (plus skipped). Exits 1 if any test failed or no test ran.
-import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+// Sums the vitest JSON reports of one or more Nx test targets and prints the closing line CI reads:
+// `N passed, N failed, N skipped`. Above it, it names every test that was skipped or failed, and, when
+// the system tests were not part of the run, which ones `npm run test:system` runs instead.
+//
+//   node tools/test-summary.mjs test               # after `nx run-many -t test` (npm test)
+//   node tools/test-summary.mjs test-system        # after `nx run-many -t test-system` (npm run test:system)
+//   node tools/test-summary.mjs test test-system   # both (.ci/run)
+//
+// Reports are test-reports/<target>/<project>.json (vitest.shared.ts). "failed" counts failing tests,
+// plus each test file that failed to run and each project whose target wrote no report. Exits 1 if
+// anything failed or no test passed.
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { basename, join, relative } from 'node:path';
 
-const dir = join(import.meta.dirname, '..', 'test-reports');
-let passed = 0;
-let failed = 0;
-let skipped = 0;
-const perProject = [];
-for (const file of readdirSync(dir).filter((name) => name.endsWith('.json')).sort()) {
-  const report = JSON.parse(readFileSync(join(dir, file), 'utf8'));
-  passed += report.numPassedTests;
-  failed += report.numFailedTests;
-  skipped += report.numPendingTests + (report.numTodoTests ?? 0);
-  perProject.push(`${file.replace(/\.json$/, '')}: ${report.numPassedTests} passed, ${report.numFailedTests} failed`);
+const ROOT = join(import.meta.dirname, '..');
+const SYSTEM_TEST_SUFFIX = '.system.test.ts';
+const targets = process.argv.length > 2 ? process.argv.slice(2) : ['test'];
+
+/** Workspace project folders (root package.json `workspaces`: folders and `folder/*` globs). */
+function projectDirs() {
+  const { workspaces } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
+  return workspaces.flatMap((entry) => {
+    if (!entry.endsWith('/*')) return [join(ROOT, entry)];
+    const parent = join(ROOT, entry.slice(0, -2));
+    return readdirSync(parent, { withFileTypes: true }).filter((item) => item.isDirectory()).map((item) => join(parent, item.name));
+  }).filter((dir) => existsSync(join(dir, 'package.json')));
 }
-console.log(perProject.join('\n'));
-console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);
-process.exit(failed > 0 || passed === 0 ? 1 : 0);
+
+/** Files under `dir` whose name ends with `suffix`, skipping node_modules and dot folders. */
+function filesEndingWith(dir, suffix) {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((item) => {
+    if (item.isDirectory()) return item.name === 'node_modules' || item.name.startsWith('.') ? [] : filesEndingWith(join(dir, item.name), suffix);
+    return item.name.endsWith(suffix) ? [join(dir, item.name)] : [];
+  });
+}
+
+const projects = projectDirs().map((dir) => ({ dir, name: basename(dir), scripts: JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).scripts ?? {} }));
+const total = { passed: 0, failed: 0, skipped: 0 };
+const perTarget = [];
+const lines = [];
+const skippedTests = [];
+const failures = [];
+
+for (const target of targets) {
+  const counts = { passed: 0, failed: 0, skipped: 0 };
+  for (const project of projects.filter((candidate) => candidate.scripts[target] !== undefined)) {
+    const reportPath = join(ROOT, 'test-reports', target, `${project.name}.json`);
+    if (!existsSync(reportPath)) {
+      counts.failed += 1;
+      failures.push(`no report: ${project.name} (its ${target} target wrote no ${relative(ROOT, reportPath)})`);
+      continue;
+    }
+    const report = JSON.parse(readFileSync(reportPath, 'utf8'));
+    const skipped = report.numPendingTests + (report.numTodoTests ?? 0);
+    let failed = report.numFailedTests;
+    for (const file of report.testResults) {
+      const path = relative(ROOT, file.name);
+      for (const test of file.assertionResults) {
+        if (test.status === 'failed') failures.push(`failed: ${path} › ${test.fullName}`);
+        else if (test.status !== 'passed') skippedTests.push(`${test.status}: ${path} › ${test.fullName}`);
+      }
+      if (file.status === 'failed' && !file.assertionResults.some((test) => test.status === 'failed')) {
+        failed += 1;
+        failures.push(`failed to run: ${path}: ${file.message.split('\n')[0]}`);
+      }
+    }
+    counts.passed += report.numPassedTests;
+    counts.failed += failed;
+    counts.skipped += skipped;
+    lines.push(`${targets.length > 1 ? `${target} ` : ''}${project.name}: ${report.numPassedTests} passed, ${failed} failed${skipped > 0 ? `, ${skipped} skipped` : ''}`);
+  }
+  perTarget.push(`${target}: ${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped`);
+  for (const key of Object.keys(total)) total[key] += counts[key];
+}
+
+console.log(lines.join('\n'));
+if (targets.length > 1) console.log(perTarget.join('\n'));
+for (const line of [...skippedTests, ...failures]) console.log(line);
+if (targets.includes('test') && !targets.includes('test-system')) {
+  const systemTests = projects.flatMap((project) => filesEndingWith(project.dir, SYSTEM_TEST_SUFFIX)).map((path) => relative(ROOT, path)).sort();
+  if (systemTests.length > 0) console.log(`not run here: ${systemTests.length} system test files (they need haproxy, wrk, promtool, Compose or kubectl; npm run test:system runs them):\n  ${systemTests.join('\n  ')}`);
+}
+console.log(`${total.passed} passed, ${total.failed} failed, ${total.skipped} skipped`);
+process.exit(total.failed > 0 || total.passed === 0 ? 1 : 0);

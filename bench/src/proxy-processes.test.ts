@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { startLocalSims, stopLocalSims } from './local-sims';
-import { haproxyConfig, haproxyVersion, startBareProxyProcess, startHaproxyProcess } from './proxy-processes';
+import { haproxyConfig, startBareProxyProcess } from './proxy-processes';
 
 describe('haproxyConfig', () => {
   it('is a one-server TCP pass-through on the given port', () => {
@@ -21,17 +21,15 @@ describe('proxy processes in front of a real vllm-sim', () => {
     return response.text();
   }
 
-  it('relays SSE through the bare proxy process and HAProxy (when installed)', async () => {
+  // HAProxy in front of the sim: proxy-processes.system.test.ts.
+  it('relays SSE through the bare proxy process', async () => {
     const [sim] = await startLocalSims(1, ['--profile', 'fast', '--model', 'm']);
     if (!sim) throw new Error('no sim');
     const bare = await startBareProxyProcess(sim.url);
-    const haproxy = haproxyVersion() ? await startHaproxyProcess(sim.url) : undefined;
     try {
       expect(await streamThrough(bare.url)).toContain('data: [DONE]');
-      if (haproxy) expect(await streamThrough(haproxy.url)).toContain('data: [DONE]');
     } finally {
       await bare.stop();
-      await haproxy?.stop();
       await stopLocalSims([sim]);
     }
     expect(bare.exited()).toBeDefined();

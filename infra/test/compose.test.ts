@@ -1,14 +1,10 @@
-import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { parse as parseYaml } from 'yaml';
+import { BACKEND_ALIASES, POLLERS, ROUTERS, SIMS, VLLMS, backendList } from './compose-stack';
 import { unknownEnvVars } from './config-keys';
 import {
-  REPO_ROOT,
   aliasesOf,
   bindMounts,
-  commandWorks,
-  composeVariables,
   flagValue,
   interpolateDefaults,
   kvrouteApp,
@@ -18,74 +14,11 @@ import {
   repoPath,
   serviceEnv,
   servicesOf,
-  type ComposeFile,
   type ComposeService,
 } from './stack-files';
 
 const compose = readCompose();
 const services = compose.services;
-const ROUTERS = ['router-1', 'router-2', 'router-3'];
-const POLLERS = ['poller-1', 'poller-2'];
-const SIMS = ['sim-1', 'sim-2', 'sim-3', 'sim-4'];
-const VLLMS = ['vllm-1', 'vllm-2', 'vllm-3', 'vllm-4'];
-const BACKEND_ALIASES = ['backend-1', 'backend-2', 'backend-3', 'backend-4'];
-/** The backend list routers and pollers get: every backend-N alias on `port`. */
-const backendList = (port: string): string => BACKEND_ALIASES.map((alias) => `http://${alias}:${port}`).join(',');
-
-/**
- * The Compose implementation on this machine: the docker CLI's `compose` plugin, else a standalone
- * `docker-compose` (v2, or Debian's 1.29). The docker CLI without either fails the test rather than
- * skipping it (`.ci/run` installs Debian's docker-compose).
- */
-function findCompose(): { command: string[]; version: string } | { missing: string } {
-  for (const command of [['docker', 'compose'], ['docker-compose']]) {
-    const result = spawnSync(command[0] as string, [...command.slice(1), 'version'], { encoding: 'utf8', timeout: 15_000 });
-    if (result.error === undefined && result.status === 0) return { command, version: result.stdout.trim().split('\n')[0] ?? '' };
-  }
-  return commandWorks('docker', ['--version']) ? { missing: 'the docker CLI is here but neither `docker compose` nor `docker-compose` works' } : { missing: 'no docker CLI on this machine' };
-}
-const composeTool = findCompose();
-const dockerCliAbsent = 'missing' in composeTool && composeTool.missing.startsWith('no docker CLI');
-
-/** `compose [--profile P] config` in the repository, with none of the file's variables set (their defaults apply). */
-function composeConfig(profiles: readonly string[]): { status: number | null; stdout: string; stderr: string } {
-  if (!('command' in composeTool)) throw new Error(composeTool.missing);
-  const env = { ...process.env };
-  for (const name of composeVariables(readRepoFile('docker-compose.yml'))) delete env[name];
-  delete env['COMPOSE_PROFILES'];
-  delete env['COMPOSE_FILE'];
-  const [command, ...prefix] = composeTool.command;
-  const args = [...prefix, '-f', repoPath('docker-compose.yml'), ...profiles.flatMap((profile) => ['--profile', profile]), 'config'];
-  const result = spawnSync(command as string, args, { cwd: REPO_ROOT, env, encoding: 'utf8', timeout: 60_000 });
-  return { status: result.status, stdout: result.stdout, stderr: result.stderr };
-}
-
-describe('docker compose config', () => {
-  if ('missing' in composeTool && dockerCliAbsent) it.skip(`not run: ${composeTool.missing}`, () => {});
-
-  describe.skipIf(dockerCliAbsent)(`with ${'command' in composeTool ? `${composeTool.command.join(' ')} (${composeTool.version})` : 'no Compose'}`, () => {
-    const isV1 = 'command' in composeTool && /version 1\./.test(composeTool.version);
-
-    for (const [label, profiles, backends, absent] of [
-      ['default profiles (.env: sim)', [], SIMS, VLLMS],
-      ['--profile gpu', ['gpu'], VLLMS, SIMS],
-    ] as const) {
-      it(`accepts the file with ${label}`, () => {
-        const result = composeConfig(profiles);
-        expect(result.status, result.stderr).toBe(0);
-        expect(result.stderr).not.toMatch(/error|invalid/i);
-        const resolved = parseYaml(result.stdout) as ComposeFile;
-        const names = Object.keys(resolved.services);
-        expect(names).toEqual(expect.arrayContaining([...ROUTERS, ...POLLERS, ...backends, 'redis', 'haproxy', 'prometheus', 'grafana']));
-        // Compose 1.x prints every service whatever the profiles; 2.x only the active ones.
-        if (!isV1) for (const name of absent) expect(names).not.toContain(name);
-        for (const router of ROUTERS) {
-          expect(resolved.services[router]?.environment?.['KVROUTE_BACKENDS']).toBe(backendList('8000'));
-        }
-      }, 60_000);
-    }
-  });
-});
 
 describe('docker-compose.yml', () => {
   it('has the stack: 3 routers, 2 pollers, 4 sims, 4 vLLM (gpu), redis, haproxy, prometheus, grafana, bench', () => {

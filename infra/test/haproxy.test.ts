@@ -1,10 +1,8 @@
-import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { bindMounts, commandWorks, haproxySection, parseHaproxyConfig, readCompose, readRepoFile, repoPath, serviceEnv, servicesOf, type ComposeService } from './stack-files';
+import { bindMounts, haproxySection, parseHaproxyConfig, readCompose, readRepoFile, serviceEnv, servicesOf, type ComposeService } from './stack-files';
 
 const sections = parseHaproxyConfig(readRepoFile('infra/haproxy/haproxy.cfg'));
 const compose = readCompose();
-const haveHaproxy = commandWorks('haproxy', ['-v']);
 
 describe('infra/haproxy/haproxy.cfg', () => {
   it('balances TCP, retries on another router and redispatches', () => {
@@ -44,16 +42,5 @@ describe('infra/haproxy/haproxy.cfg', () => {
     expect(defaultServer).toMatch(/\binit-addr \S*none\b/);
     expect(defaultServer).toMatch(/\bresolvers docker\b/);
     haproxySection(sections, 'resolvers', 'docker');
-  });
-
-  it.skipIf(!haveHaproxy)(`is accepted by haproxy -c${haveHaproxy ? '' : ' (not run: haproxy is not installed; apt-get install haproxy)'}`, () => {
-    const result = spawnSync('haproxy', ['-c', '-f', repoPath('infra/haproxy/haproxy.cfg')], { encoding: 'utf8', timeout: 15_000 });
-    const output = `${result.stdout}\n${result.stderr}`;
-    expect(result.status, output).toBe(0);
-    expect(output).toMatch(/Configuration file is valid/);
-    // The only acceptable warnings: router hostnames that resolve only inside the compose network.
-    const warnings = output.split('\n').filter((line) => line.includes('[WARNING]'));
-    const unexpected = warnings.filter((line) => !/could not resolve address 'router-\d+'/.test(line));
-    expect(unexpected).toEqual([]);
   });
 });

@@ -1,6 +1,6 @@
 /**
  * Test fixtures for the Kubernetes manifests: where they are, throwaway kustomizations on top of them,
- * and the real `kubectl kustomize` when this machine has it (to check our loader against it).
+ * and the real `kubectl kustomize` (k8s.system.test.ts checks our loader against it).
  */
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -25,12 +25,10 @@ export function writeKustomization(files: Readonly<Record<string, string>>): { d
   return { dir, remove: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
-/** Whether `kubectl kustomize` runs here (it needs no cluster). */
-export const hasKubectl: boolean = spawnSync('kubectl', ['kustomize', '--help'], { encoding: 'utf8', timeout: 20_000 }).status === 0;
-
-/** `kubectl kustomize dir`, parsed. */
+/** `kubectl kustomize dir` (it needs no cluster), parsed. */
 export function kubectlKustomize(dir: string): K8sObject[] {
   const result = spawnSync('kubectl', ['kustomize', dir], { encoding: 'utf8', timeout: 60_000, maxBuffer: 64 * 1024 * 1024 });
+  if (result.error) throw new Error(`kubectl kustomize ${dir} did not run (is kubectl installed? tools/ensure-system-tools.sh): ${result.error.message}`);
   if (result.status !== 0) throw new Error(`kubectl kustomize ${dir} failed: ${result.stderr}`);
   return parseYamlObjects(result.stdout, `kubectl kustomize ${dir}`);
 }
@@ -54,3 +52,81 @@ export function findGenerated(objects: readonly K8sObject[], kind: string, prefi
   if (found.length !== 1) throw new Error(`expected one generated ${kind} ${prefix}-<hash>, found ${found.length}`);
   return found[0] as K8sObject;
 }
+
+/** The local overlay with the managed-redis component, as a kustomization.yaml for writeKustomization. */
+export const LOCAL_WITH_MANAGED_REDIS = 'resources:\n  - {{k8s}}/overlays/local\ncomponents:\n  - {{k8s}}/components/managed-redis\n';
+
+const DEPLOYMENT = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: app
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: app}
+  template:
+    metadata:
+      labels: {app: app}
+    spec:
+      containers:
+        - name: main
+          image: example/main:1
+          args: ["serve", "--fast"]
+          env:
+            - {name: A, value: "1"}
+            - {name: B, value: "2"}
+            - name: CONFIG
+              valueFrom:
+                configMapKeyRef: {name: settings, key: config}
+          ports:
+            - {name: http, containerPort: 80}
+        - name: sidecar
+          image: example/sidecar:1
+      volumes:
+        - name: settings
+          configMap: {name: settings}
+`;
+
+/** Lines of a `patches:` entry: an inline strategic-merge patch of Deployment app, with `specLines` under its spec. */
+function inlineAppPatch(...specLines: string[]): string[] {
+  return ['  - patch: |-', '      apiVersion: apps/v1', '      kind: Deployment', '      metadata:', '        name: app', '      spec:', ...specLines.map((line) => `        ${line}`)];
+}
+
+/**
+ * Files for writeKustomization: `overlay/` on `base/` with a component, a merged configMapGenerator,
+ * strategic-merge and JSON6902 patches, a namespace and labels (every feature our kustomize implements).
+ */
+export const FEATURE_OVERLAY: Readonly<Record<string, string>> = {
+  'base/kustomization.yaml': 'namespace: one\nresources:\n  - ns.yaml\n  - deployment.yaml\nconfigMapGenerator:\n  - name: settings\n    literals:\n      - config=a\n      - other=b\n',
+  'base/ns.yaml': 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: placeholder\n',
+  'base/deployment.yaml': DEPLOYMENT,
+  'component/kustomization.yaml': [
+    'apiVersion: kustomize.config.k8s.io/v1alpha1',
+    'kind: Component',
+    'patches:',
+    ...inlineAppPatch('template:', '  spec:', '    containers:', '      - name: main', '        env:', '          - {name: FROM_COMPONENT, value: "yes"}'),
+    '',
+  ].join('\n'),
+  'overlay/kustomization.yaml': [
+    'namespace: two',
+    'labels:',
+    '  - pairs: {team: infra}',
+    'resources:',
+    '  - ../base',
+    'components:',
+    '  - ../component',
+    'configMapGenerator:',
+    '  - name: settings',
+    '    behavior: merge',
+    '    literals:',
+    '      - config=b',
+    'patches:',
+    ...inlineAppPatch('replicas: 3'),
+    '  - target: {kind: Deployment, name: app}',
+    '    patch: |-',
+    '      - op: replace',
+    '        path: /spec/template/spec/containers/0/image',
+    '        value: example/main:2',
+    '',
+  ].join('\n'),
+};

@@ -1,42 +1,11 @@
 /**
  * The tests' kustomize (k8s-kustomize.ts) against what kustomize 5.5 (`kubectl kustomize`) does: the
- * expected values below were read off kubectl, and where kubectl is installed the fixtures are built by
- * both and compared.
+ * expected values below were read off kubectl, and k8s.system.test.ts builds the same fixture with
+ * kubectl and compares.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { hasKubectl, kubectlKustomize, sortObjects, writeKustomization } from './k8s-fixtures';
+import { FEATURE_OVERLAY, writeKustomization } from './k8s-fixtures';
 import { applyJson6902, buildKustomization, configMapHash, strategicMerge, type K8sObject } from './k8s-kustomize';
-
-const DEPLOYMENT = `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: app
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: app}
-  template:
-    metadata:
-      labels: {app: app}
-    spec:
-      containers:
-        - name: main
-          image: example/main:1
-          args: ["serve", "--fast"]
-          env:
-            - {name: A, value: "1"}
-            - {name: B, value: "2"}
-            - name: CONFIG
-              valueFrom:
-                configMapKeyRef: {name: settings, key: config}
-          ports:
-            - {name: http, containerPort: 80}
-        - name: sidecar
-          image: example/sidecar:1
-      volumes:
-        - name: settings
-          configMap: {name: settings}
-`;
 
 describe('kustomize name suffix hash', () => {
   it('matches kustomize 5.5 (name left out, Go JSON escaping)', () => {
@@ -95,46 +64,8 @@ describe('JSON6902 patches', () => {
   });
 });
 
-/** Lines of a `patches:` entry: an inline strategic-merge patch of Deployment app, with `specLines` under its spec. */
-function inlineAppPatch(...specLines: string[]): string[] {
-  return ['  - patch: |-', '      apiVersion: apps/v1', '      kind: Deployment', '      metadata:', '        name: app', '      spec:', ...specLines.map((line) => `        ${line}`)];
-}
-
 describe('building kustomizations', () => {
-  const fixture = writeKustomization({
-    'base/kustomization.yaml': 'namespace: one\nresources:\n  - ns.yaml\n  - deployment.yaml\nconfigMapGenerator:\n  - name: settings\n    literals:\n      - config=a\n      - other=b\n',
-    'base/ns.yaml': 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: placeholder\n',
-    'base/deployment.yaml': DEPLOYMENT,
-    'component/kustomization.yaml': [
-      'apiVersion: kustomize.config.k8s.io/v1alpha1',
-      'kind: Component',
-      'patches:',
-      ...inlineAppPatch('template:', '  spec:', '    containers:', '      - name: main', '        env:', '          - {name: FROM_COMPONENT, value: "yes"}'),
-      '',
-    ].join('\n'),
-    'overlay/kustomization.yaml': [
-      'namespace: two',
-      'labels:',
-      '  - pairs: {team: infra}',
-      'resources:',
-      '  - ../base',
-      'components:',
-      '  - ../component',
-      'configMapGenerator:',
-      '  - name: settings',
-      '    behavior: merge',
-      '    literals:',
-      '      - config=b',
-      'patches:',
-      ...inlineAppPatch('replicas: 3'),
-      '  - target: {kind: Deployment, name: app}',
-      '    patch: |-',
-      '      - op: replace',
-      '        path: /spec/template/spec/containers/0/image',
-      '        value: example/main:2',
-      '',
-    ].join('\n'),
-  });
+  const fixture = writeKustomization(FEATURE_OVERLAY);
   afterAll(() => fixture.remove());
   const objects = buildKustomization(`${fixture.dir}/overlay`);
   const byKind = (kind: string): K8sObject => objects.find((object) => object.kind === kind) as K8sObject;
@@ -155,9 +86,5 @@ describe('building kustomizations', () => {
     expect(deployment.metadata).toMatchObject({ namespace: 'two', labels: { team: 'infra' } });
     expect(deployment['spec'].template.metadata.labels).toEqual({ app: 'app' });
     expect(byKind('Namespace').metadata).toEqual({ name: 'two', labels: { team: 'infra' } });
-  });
-
-  it.runIf(hasKubectl)('builds what kubectl kustomize builds', () => {
-    expect(sortObjects(objects)).toEqual(sortObjects(kubectlKustomize(`${fixture.dir}/overlay`)));
   });
 });

@@ -2,7 +2,7 @@
  * A small kustomize: builds infra/k8s's kustomizations the way `kubectl kustomize` (kustomize 5.5)
  * does, so the tests run where no kubectl is installed. It implements only what our manifests use and
  * throws on any other kustomization field, so a new feature in a manifest fails loudly here instead of
- * being skipped. Where kubectl exists, k8s.test.ts checks that both build the same objects.
+ * being skipped. k8s.system.test.ts checks with kubectl that both build the same objects.
  *
  * Supported:
  * - `resources` (YAML files, directories with a kustomization.yaml) and `components` (kind: Component);

@@ -1,8 +1,8 @@
 /**
  * infra/k8s: the kustomize base, the `local` and `a100` overlays and the managed-redis component,
- * built (our loader, and `kubectl kustomize` too where it is installed) and checked object by object:
- * the objects each deployment needs, and, through k8s-checks.ts, that every reference resolves and
- * every kvroute container's configuration loads as its app would load it.
+ * built by the tests' loader (k8s.system.test.ts compares it with `kubectl kustomize`) and checked
+ * object by object: the objects each deployment needs, and, through k8s-checks.ts, that every reference
+ * resolves and every kvroute container's configuration loads as its app would load it.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { unknownConfigKeys, unknownEnvVars } from './config-keys';
 import { checkManifests, inspectManifests, KVROUTE_COMMANDS, KVROUTE_IMAGE } from './k8s-checks';
-import { findGenerated, findObject, hasKubectl, K8S_DIR, kubectlKustomize, sortObjects, writeKustomization } from './k8s-fixtures';
+import { findGenerated, findObject, K8S_DIR, LOCAL_WITH_MANAGED_REDIS, writeKustomization } from './k8s-fixtures';
 import { buildKustomization, podSpecsOf, type K8sObject } from './k8s-kustomize';
 
 const build = (path: string): K8sObject[] => buildKustomization(join(K8S_DIR, path));
@@ -26,8 +26,6 @@ const kvrouteContainers = (objects: readonly K8sObject[]): { workload: K8sObject
 const SIM_BACKENDS = [0, 1, 2, 3].map((i) => `http://vllm-sim-${i}.vllm-sim:8000`);
 const VLLM_BACKENDS = [0, 1, 2, 3].map((i) => `http://vllm-${i}.vllm:8000`);
 const MANAGED_REDIS_URL = 'rediss://:secret@redis.example.com:6380';
-/** The local overlay with the managed-redis component, as a kustomization.yaml for writeKustomization. */
-const LOCAL_WITH_MANAGED_REDIS = 'resources:\n  - {{k8s}}/overlays/local\ncomponents:\n  - {{k8s}}/components/managed-redis\n';
 
 /** The shared platform every overlay keeps from the base. */
 function expectPlatform(objects: readonly K8sObject[], backends: readonly string[]): void {
@@ -244,21 +242,6 @@ describe('infra/k8s/components/managed-redis', () => {
     expect(problems).toEqual([]);
     expect(containers.filter((entry) => entry.command === 'router' || entry.command === 'poller').map((entry) => entry.config?.['redisUrl'])).toEqual([MANAGED_REDIS_URL, MANAGED_REDIS_URL]);
     expect(checkManifests(objects)).toEqual(expect.arrayContaining([expect.stringContaining('Secret kvroute-redis (key url) is neither in the manifests nor given')]));
-  });
-});
-
-describe.runIf(hasKubectl)('kubectl kustomize builds the same objects as the tests’ loader', () => {
-  it.each(['base', 'overlays/local', 'overlays/a100'])('%s', (path) => {
-    expect(sortObjects(build(path))).toEqual(sortObjects(kubectlKustomize(join(K8S_DIR, path))));
-  });
-
-  it('overlays/local + components/managed-redis', () => {
-    const fixture = writeKustomization({ 'kustomization.yaml': LOCAL_WITH_MANAGED_REDIS });
-    try {
-      expect(sortObjects(buildKustomization(fixture.dir))).toEqual(sortObjects(kubectlKustomize(fixture.dir)));
-    } finally {
-      fixture.remove();
-    }
   });
 });
 

@@ -2,7 +2,6 @@
  * Readers for the compose stack's files (docker-compose.yml, .env, HAProxy, Prometheus, Grafana,
  * Dockerfile), shared by the tests that keep them in step with each other and with the code.
  */
-import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
@@ -244,13 +243,4 @@ export function parseDockerfile(text: string): { args: DockerInstruction[]; stag
 export function execForm(args: string): string[] {
   const start = args.indexOf('[');
   return JSON.parse(args.slice(start)) as string[];
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Tools on this machine
-
-/** Whether `command args…` runs and exits 0 (within 15 s). */
-export function commandWorks(command: string, args: readonly string[]): boolean {
-  const result = spawnSync(command, args, { encoding: 'utf8', timeout: 15_000 });
-  return result.error === undefined && result.status === 0;
 }

@@ -34,7 +34,7 @@ export const SHORT_CHAT: WorkloadShape = { contextRepeats: 150, maxTokens: 8, fo
  * A conversation about material of its own: ~3,000 tokens of own context after the shared system
  * prompt (turn 1 ≈ 3,600 prompt tokens), 200-token replies and ~190-token follow-ups (the history
  * grows ~400 tokens a turn, to ~5,600), and a pause of 150–300 ms (seconds of simulated time at the
- * tests' timeScale) before each follow-up. Why this shape: multi-replica-haproxy.test.ts.
+ * tests' timeScale) before each follow-up. Why this shape: replica-comparison.ts.
  */
 export const CHAT_WITH_CONTEXT: WorkloadShape = { contextRepeats: 600, maxTokens: 200, followUpSentences: 30, startIntervalMs: 15, thinkTimeMs: [150, 300] };
 

@@ -5,10 +5,10 @@ import { join } from 'node:path';
 
 /**
  * HAProxy in front of router processes, for the tests of the deployment shape (replicas behind a TCP
- * load balancer). HAProxy is not an npm dependency: the tests that need it skip or fall back without it.
+ * load balancer). HAProxy is not an npm dependency: only system tests (`*.system.test.ts`, run by
+ * `npm run test:system`, which installs it) use this kit.
  */
 export const HAPROXY = '/usr/sbin/haproxy';
-export const hasHaproxy = spawnSync(HAPROXY, ['-v']).status === 0;
 
 export interface HaproxyOptions {
   /** Connection attempts per request; with `option redispatch 1` each retry may go to another server. */
@@ -30,6 +30,7 @@ export interface RunningHaproxy {
  * picks a server per connection, and 60 s client/server timeouts outlast any streamed response.
  */
 export function startHaproxy(options: HaproxyOptions): RunningHaproxy {
+  if (spawnSync(HAPROXY, ['-v']).status !== 0) throw new Error(`${HAPROXY} does not run: install haproxy (npm run test:system does)`);
   const configDir = mkdtempSync(join(tmpdir(), 'kvroute-haproxy-'));
   const configPath = join(configDir, 'haproxy.cfg');
   const config = [

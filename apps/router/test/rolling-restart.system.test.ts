@@ -6,7 +6,7 @@ import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { HAPROXY, hasHaproxy, startHaproxy, type RunningHaproxy } from './haproxy-kit';
+import { startHaproxy, type RunningHaproxy } from './haproxy-kit';
 import { waitFor } from './start-test-cluster';
 
 /**
@@ -23,9 +23,9 @@ import { waitFor } from './start-test-cluster';
  * current request and the client's next request opens a new connection, which HAProxy sends to
  * another replica. Then the listener closes, the streams under way finish, their leases are released
  * and Redis closes before the process exits.
+ *
+ * System test (`npm run test:system`): needs HAProxy.
  */
-if (!hasHaproxy) console.warn(`rolling-restart.test.ts skipped: ${HAPROXY} is not installed`);
-
 const MODEL = 'test-model';
 const ROUTERS = 3;
 const CONCURRENT_STREAMS = 6;
@@ -41,7 +41,7 @@ interface StreamResult {
   readonly sawDone?: boolean;
 }
 
-describe.skipIf(!hasHaproxy)(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming load${hasHaproxy ? '' : ' (skipped: haproxy not installed)'}`, () => {
+describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming load`, () => {
   let redis: TestRedis;
   let sims: SimServer[] = [];
   let backendUrls: string[] = [];

@@ -1,0 +1,3 @@
+import { describeReplicaComparison } from './replica-comparison';
+
+describeReplicaComparison('client-rotation');

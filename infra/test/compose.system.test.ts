@@ -1,0 +1,55 @@
+import { spawnSync } from 'node:child_process';
+import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import { POLLERS, ROUTERS, SIMS, VLLMS, backendList } from './compose-stack';
+import { REPO_ROOT, composeVariables, readRepoFile, repoPath, type ComposeFile } from './stack-files';
+
+/**
+ * docker-compose.yml as Compose itself resolves it (system test: needs the docker CLI's `compose`
+ * plugin or a standalone `docker-compose`; `npm run test:system` installs Debian's docker-compose).
+ * `config` only parses and resolves the file: no Docker engine is needed.
+ */
+function findCompose(): { command: string[]; version: string } | { missing: string } {
+  for (const command of [['docker', 'compose'], ['docker-compose']]) {
+    const result = spawnSync(command[0] as string, [...command.slice(1), 'version'], { encoding: 'utf8', timeout: 15_000 });
+    if (result.error === undefined && result.status === 0) return { command, version: result.stdout.trim().split('\n')[0] ?? '' };
+  }
+  return { missing: 'neither `docker compose` nor `docker-compose` works (npm run test:system installs docker-compose)' };
+}
+const composeTool = findCompose();
+
+/** `compose [--profile P] config` in the repository, with none of the file's variables set (their defaults apply). */
+function composeConfig(profiles: readonly string[]): { status: number | null; stdout: string; stderr: string } {
+  if (!('command' in composeTool)) throw new Error(composeTool.missing);
+  const env = { ...process.env };
+  for (const name of composeVariables(readRepoFile('docker-compose.yml'))) delete env[name];
+  delete env['COMPOSE_PROFILES'];
+  delete env['COMPOSE_FILE'];
+  const [command, ...prefix] = composeTool.command;
+  const args = [...prefix, '-f', repoPath('docker-compose.yml'), ...profiles.flatMap((profile) => ['--profile', profile]), 'config'];
+  const result = spawnSync(command as string, args, { cwd: REPO_ROOT, env, encoding: 'utf8', timeout: 60_000 });
+  return { status: result.status, stdout: result.stdout, stderr: result.stderr };
+}
+
+describe(`docker compose config with ${'command' in composeTool ? `${composeTool.command.join(' ')} (${composeTool.version})` : 'no Compose'}`, () => {
+  const isV1 = 'command' in composeTool && /version 1\./.test(composeTool.version);
+
+  for (const [label, profiles, backends, absent] of [
+    ['default profiles (.env: sim)', [], SIMS, VLLMS],
+    ['--profile gpu', ['gpu'], VLLMS, SIMS],
+  ] as const) {
+    it(`accepts the file with ${label}`, () => {
+      const result = composeConfig(profiles);
+      expect(result.status, result.stderr).toBe(0);
+      expect(result.stderr).not.toMatch(/error|invalid/i);
+      const resolved = parseYaml(result.stdout) as ComposeFile;
+      const names = Object.keys(resolved.services);
+      expect(names).toEqual(expect.arrayContaining([...ROUTERS, ...POLLERS, ...backends, 'redis', 'haproxy', 'prometheus', 'grafana']));
+      // Compose 1.x prints every service whatever the profiles; 2.x only the active ones.
+      if (!isV1) for (const name of absent) expect(names).not.toContain(name);
+      for (const router of ROUTERS) {
+        expect(resolved.services[router]?.environment?.['KVROUTE_BACKENDS']).toBe(backendList('8000'));
+      }
+    }, 60_000);
+  }
+});
