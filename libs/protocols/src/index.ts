@@ -2,3 +2,4 @@ export * from './openai/chat-completions';
 export * from './openai/error-body';
 export * from './sse';
 export * from './backend-state';
+export * from './request-limits';

@@ -1,0 +1,3 @@
+export * from './json-nesting';
+export * from './generation-limits';
+export * from './validation-issues';
