@@ -1,7 +1,9 @@
 /**
  * A local cluster for one scenario, as child processes on loopback: Redis (KVROUTE_REDIS_URL, else a
  * private `redis-server`, else none: the in-memory store with one router), N vllm-sim backends, the
- * health poller, and, per run, the scenario's router replicas with the run's policy.
+ * health poller, and, per run, the scenario's router replicas with the run's policy. A run of the
+ * `oracle` gets one oracle router instead (bench/src/oracle: it asks every sim's /sim/match itself and
+ * uses neither Redis nor the poller), started with the scenario's `routerByPolicy.oracle` keys.
  *
  * Backends, Redis and the poller live for the whole scenario; `startRun` makes every run start cold
  * (each sim forgets its prefix cache, the pools' routing state is deleted from Redis, routers are new
@@ -14,6 +16,8 @@ import { clearPoolState, createRedis, waitUntilReady } from '@kvroute/redis-stor
 import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
 import type { Redis } from 'ioredis';
 import { freePort, startLocalRouter, startLocalSims, stopLocalProcess, stopLocalSims, waitReady, type LocalRouter, type LocalSim } from '../local-sims';
+import { startOracleProcess } from '../oracle/oracle-process';
+import { ORACLE_POLICY } from '../report';
 import type { RunTarget } from './run-scenario';
 import type { Scenario } from './scenario';
 
@@ -92,17 +96,22 @@ export class LocalCluster implements RunTarget {
     return this.sims.map((sim) => sim.url);
   }
 
-  /** Every router policy runs here, `oracle` included (the sims answer /sim/match). */
+  /** Every router policy runs here, and the `oracle` (the sims answer /sim/match). */
   supports(_policy: string): boolean {
     return true;
   }
 
-  /** Cold caches and fresh routers with `policy`; returns the router URLs. */
+  /** Cold caches and fresh routers with `policy` (for `oracle`: one oracle router); returns the router URLs. */
   async startRun(policy: string, routers: number = this.routerCount): Promise<string[]> {
     await Promise.all(this.sims.map(async (sim) => {
       const response = await fetch(`${sim.url}/sim/reset-cache`, { method: 'POST' });
       if (!response.ok) throw new Error(`${sim.url}/sim/reset-cache answered ${response.status}`);
     }));
+    if (policy === ORACLE_POLICY) {
+      // One replica whatever the scenario asks: the oracle counts in-flight requests in its own process.
+      this.routers.push(await startOracleProcess(this.backendUrls, configFlags(this.scenario.cluster.routerByPolicy[policy] ?? {})));
+      return this.routers.map((router) => router.url);
+    }
     if (this.redis) await clearPoolState(this.redis);
     const args = ['--policy', policy, ...(this.redisUrl ? ['--redis-url', this.redisUrl] : []), ...configFlags({ ...this.scenario.cluster.router, ...this.scenario.cluster.routerByPolicy[policy] })];
     // One at a time: several tsx processes compiling at once on two cores only slow each other down.

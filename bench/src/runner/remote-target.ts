@@ -54,7 +54,7 @@ export class RemoteTarget implements RunTarget {
   }
 
   supports(policy: string): boolean {
-    if (policy === 'oracle') return false; // needs vllm-sim's /sim/match on every backend
+    if (policy === 'oracle') return false; // a bench-side router over the local cluster's sims (bench/src/oracle), never deployed
     return this.options.routers.has(policy) || this.options.routers.has(ANY_POLICY);
   }
 

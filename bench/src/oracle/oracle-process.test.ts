@@ -1,0 +1,34 @@
+import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
+import { SimConfig } from '@kvroute/vllm-sim/config';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { stopLocalProcess } from '../local-sims';
+import { startOracleProcess } from './oracle-process';
+
+/** The oracle router as the local cluster starts it: its own process (main.ts), flags from the caller. */
+describe('startOracleProcess', () => {
+  let sim: SimServer;
+  let simUrl: string;
+  beforeAll(async () => {
+    sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model' }));
+    simUrl = await sim.listen();
+  });
+  afterAll(() => sim?.close());
+
+  it('starts a ready oracle router over the given backends and stops on SIGTERM', async () => {
+    const oracle = await startOracleProcess([simUrl], ['--match-timeout-ms', '1000']);
+    try {
+      const response = await fetch(`${oracle.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test-model', prompt: 'hello', max_tokens: 2 }) });
+      expect(response.status).toBe(200);
+      expect(response.headers.get('x-router-backend')).toBe(new URL(simUrl).host);
+      expect(response.headers.get('x-router-reason')).toBe('least-loaded');
+      await response.text();
+    } finally {
+      await stopLocalProcess(oracle);
+    }
+    expect(oracle.process.signalCode ?? oracle.process.exitCode).not.toBeNull();
+  });
+
+  it('fails fast, naming the exit, on a configuration it rejects', async () => {
+    await expect(startOracleProcess([simUrl], ['--match-timeout-ms', 'soon'])).rejects.toThrow(/exited \(1\) before it was ready/);
+  });
+});
