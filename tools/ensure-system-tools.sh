@@ -6,17 +6,28 @@
 #   promtool        Debian prometheus      (`promtool check` / `test rules` of infra/prometheus)
 #   Compose         Debian docker-compose  (`config` of docker-compose.yml), unless `docker compose` works
 # kubectl (with kustomize 5) has no Debian package new enough (Debian's kubernetes-client has
-# kustomize 2), so it is only checked. Exits 1, saying what is missing and why, if anything is still
-# missing afterwards.
+# kustomize 2), so it is only checked. A tool counts as here when it runs, not when a file of that
+# name exists. Exits 1, saying what is missing and why, if anything still does not run afterwards.
 set -euo pipefail
 
-# The Debian package of each tool that is not here (checked the way the tests run them).
+# Whether the tool runs: `wrk -v` prints its version but exits 1, so its output is checked instead.
+works() {
+  case "$1" in
+    haproxy) haproxy -v >/dev/null 2>&1 && /usr/sbin/haproxy -v >/dev/null 2>&1 ;;
+    wrk) [[ "$(wrk -v 2>&1 || true)" == "wrk "* ]] ;;
+    promtool) promtool --version >/dev/null 2>&1 ;;
+    compose) docker compose version >/dev/null 2>&1 || docker-compose version >/dev/null 2>&1 ;;
+    kubectl) kubectl kustomize --help >/dev/null 2>&1 ;;
+  esac
+}
+
+# The Debian package of each tool that does not run here (checked the way the tests run them).
 missing_packages() {
   local missing=()
-  command -v haproxy >/dev/null 2>&1 && [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
-  command -v wrk >/dev/null 2>&1 || missing+=(wrk)
-  command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
-  docker compose version >/dev/null 2>&1 || docker-compose version >/dev/null 2>&1 || missing+=(docker-compose)
+  works haproxy || missing+=(haproxy)
+  works wrk || missing+=(wrk)
+  works promtool || missing+=(prometheus)
+  works compose || missing+=(docker-compose)
   echo "${missing[@]}"
 }
 
@@ -41,17 +52,17 @@ fi
 
 problems=()
 packages="$(missing_packages)"
-[ -z "$packages" ] || problems+=("still missing after apt-get install: $packages")
+[ -z "$packages" ] || problems+=("still not working after apt-get install: $packages")
 if [ -x /usr/sbin/haproxy ] && ! command -v haproxy >/dev/null 2>&1; then
   problems+=("haproxy is at /usr/sbin/haproxy but /usr/sbin is not on PATH: add it")
 fi
-if ! kubectl kustomize --help >/dev/null 2>&1; then
-  problems+=("kubectl is not installed (k8s.system.test.ts compares the tests' kustomize with kubectl's kustomize 5): install kubectl >= 1.27 as https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/ describes")
+if ! works kubectl; then
+  problems+=("\`kubectl kustomize\` does not run (k8s.system.test.ts compares the tests' kustomize with kubectl's kustomize 5): install kubectl >= 1.27 as https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/ describes")
 fi
 if [ ${#problems[@]} -gt 0 ]; then
   printf 'ensure-system-tools: %s\n' "${problems[@]}" >&2
   exit 1
 fi
 
-compose_version="$(docker compose version 2>/dev/null || docker-compose version 2>/dev/null | head -n 1)"
+compose_version="$(docker compose version 2>/dev/null || (docker-compose version 2>/dev/null | head -n 1))"
 echo "ensure-system-tools: $(haproxy -v | head -n 1); $(wrk -v 2>&1 | head -n 1); $(promtool --version 2>&1 | head -n 1); $compose_version; kubectl $(kubectl version --client 2>/dev/null | tr '\n' ' ')"
