@@ -10,7 +10,7 @@ export {
   type WatchBackendSetOptions,
 } from './backend-set';
 export { createRedis, quitRedis, reconnectDelayMs, redisOptionsFor, waitUntilReady, REQUEST_PATH_COMMAND_TIMEOUT_MS, type CreateRedisOptions, type RedisRole } from './connection';
-export { blockHashArg, DEFAULT_KEY_NAMESPACE, fleetKeys, type FleetKeys, KEY_SUFFIX, poolHashTag, poolKeys, type PoolKeys } from './keys';
+export { blockHashArg, DEFAULT_KEY_NAMESPACE, fleetKeys, type FleetKeys, KEY_SUFFIX, PACKED_BLOCK_WIDTH, packBlockHashes, poolHashTag, poolKeys, type PoolKeys } from './keys';
 export { clearPoolState } from './clear-pool-state';
 export { RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';
 export { RedisStoreError, type RedisStoreErrorCode } from './redis-store-error';

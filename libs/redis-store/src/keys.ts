@@ -83,10 +83,31 @@ export function poolKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE
   };
 }
 
-/** A block hash as it appears in the owner index's fields and in ARGV: the decimal integer (exact: block hashes are 53-bit). */
+/** A block hash as it appears in the owner index's fields: the decimal integer (exact: block hashes are 53-bit). */
 export function blockHashArg(blockHash: BlockHash): string {
   if (!Number.isSafeInteger(blockHash) || blockHash < 0) throw new RangeError(`block hash must be a non-negative safe integer, got ${blockHash}`);
   return String(blockHash);
+}
+
+/** Bytes per block in a packed argument (src/lua/lib/batched.lua): 16 right-aligned digits, then ','. */
+export const PACKED_BLOCK_WIDTH = 17;
+
+/** Chains packed already: a request's chain is sent twice (routing, then the first output), packed once. */
+const packedChains = new WeakMap<readonly BlockHash[], string>();
+
+/**
+ * A chain of block hashes as the scripts take it: one argument whatever its length (an argument per
+ * block would overflow the call stack spreading a huge chain), fixed width so that a script reads any
+ * block in place (src/lua/lib/batched.lua). 2^53 has 16 digits, so every hash fits.
+ */
+export function packBlockHashes(blockHashes: readonly BlockHash[]): string {
+  if (blockHashes.length === 0) return '';
+  const known = packedChains.get(blockHashes);
+  if (known !== undefined) return known;
+  let packed = '';
+  for (const blockHash of blockHashes) packed += `${blockHashArg(blockHash).padStart(PACKED_BLOCK_WIDTH - 1, ' ')},`;
+  packedChains.set(blockHashes, packed);
+  return packed;
 }
 
 /**

@@ -1,20 +1,21 @@
 import {
-  decideWithSnapshot,
-  DEFAULT_BYTES_PER_TOKEN,
   engineReportedFreeTokens,
   engineWaiting,
+  estimatePrefillTokens,
   rendezvousOrder,
+  type AtomicOutcome,
+  type AtomicRouteInput,
   type AtomicRule,
   type BackendId,
   type BlockHash,
   type Candidate,
-  type DecideInput,
-  type DecideResult,
-  type RoutingDecision,
+  type CostLine,
+  type CostReason,
   type RoutingSnapshot,
   type RoutingStateStore,
 } from '@kvroute/routing';
-import { blockHashArg, DEFAULT_KEY_NAMESPACE, poolKeys, type PoolKeys } from './keys';
+import { DEFAULT_KEY_NAMESPACE, packBlockHashes, poolKeys, type PoolKeys } from './keys';
+import { RedisStoreError } from './redis-store-error';
 import { integerArrayReply, integerReply, runScript, SCRIPTS, type RedisClient } from './scripts';
 
 export interface RedisRoutingStateOptions {
@@ -38,9 +39,12 @@ export interface RedisRoutingStateOptions {
 /**
  * Routing state shared by every router replica, in Redis: the same behaviour as InMemoryRoutingState
  * (prefix-closed ownership, binary-search match, leases that carry pending prefill tokens), with each
- * operation one Lua script on the pool's hash slot. `decide` is one script (route.lua) for policies
- * with an atomic rule (cacheaware, leastloaded): figures, choice, lease and ownership in one round
- * trip; other policies snapshot first (see decideWithSnapshot).
+ * operation one Lua script on the pool's hash slot. `routeAtomically` is one script (route.lua) that
+ * evaluates a policy's atomic rule (cacheaware's cost, leastloaded): figures, choice, lease and
+ * ownership in one round trip, and the rule's outcome back, from which the policy builds its decision
+ * (`decide` in @kvroute/routing); other policies snapshot, choose, then reserve. The store runs no policy.
+ * Every script takes the request's block hashes as one packed argument and works in bounded chunks,
+ * so any number of blocks is safe (the router caps them: maxRoutedBlocks).
  *
  * Differences from the in-memory store:
  * - The owner index is per pool and generational (src/lua/lib/owner-index.lua): LRU at the granularity
@@ -79,7 +83,7 @@ export class RedisRoutingState implements RoutingStateStore {
       this.redis,
       SCRIPTS.snapshot,
       [keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending, keys.ownersNew, keys.ownersOld],
-      [this.options.nowMs(), keys.prefix, backends.length, ...backends, ...blockHashes.map(blockHashArg)],
+      ([this.options.nowMs(), keys.prefix, packBlockHashes(blockHashes)] as (string | number)[]).concat(backends),
     );
     const values = integerArrayReply(SCRIPTS.snapshot, reply, 3 * backends.length);
     backends.forEach((backend, index) => {
@@ -102,118 +106,75 @@ export class RedisRoutingState implements RoutingStateStore {
     maxInflight = 0,
   ): Promise<boolean> {
     requireInteger('maxInflight', maxInflight, 0);
-    const reply = await this.route(
-      pool,
-      { kind: 'fixed', prefillTokens: Math.max(0, Math.round(prefillTokens)), maxInflight },
-      [{ id: backendId, weight: 1, rank: 0, waiting: 0, freeTokens: -1 }],
+    const reply = await this.route(pool, {
+      rule: { kind: 'fixed', maxInflight },
+      candidates: [{ id: backendId, weight: 1, rank: 0, waiting: 0, freeTokens: -1 }],
       leaseId,
       blockHashes,
-      { textBytes: 0, blockSizeBytes: 0, maxTokens: null },
-      true,
-    );
+      request: { textBytes: 0, blockSizeBytes: 0, maxTokens: null },
+      prefillTokens: Math.max(0, Math.round(prefillTokens)),
+      record: blockHashes.length > 0,
+    });
     return reply.chosen === 1;
   }
 
-  async decide(input: DecideInput): Promise<DecideResult> {
-    const rule = input.policy.atomicRule;
-    if (rule === undefined) return decideWithSnapshot(this, input);
-    const { request, backends } = input;
+  async routeAtomically(input: AtomicRouteInput): Promise<AtomicOutcome> {
+    const { request, backends, rule } = input;
     const ranks = new Map<BackendId, number>();
     if (rule.kind === 'cost') {
       const stubs = backends.map((backend) => ({ backend, inflight: 0, matchBlocks: 0, pendingPrefillTokens: 0 }));
       for (const [rank, index] of rendezvousOrder(request.headHash, stubs).entries()) ranks.set((backends[index] as { id: string }).id, rank);
     }
-    // The engine terms' figures come from the policy's own functions, so the rule and the explanation
-    // read the same integers.
-    const reply = await this.route(
-      input.pool,
+    // The engine terms' figures come from the policy's own functions, so the rule reads the integers `choose` would.
+    const reply = await this.route(input.pool, {
       rule,
-      backends.map((backend) => {
+      candidates: backends.map((backend) => {
         const engine = input.engine?.get(backend.id) ?? null;
-        return {
-          id: backend.id,
-          weight: backend.weight,
-          rank: ranks.get(backend.id) ?? 0,
-          waiting: engineWaiting(engine),
-          freeTokens: engineReportedFreeTokens(engine),
-        };
+        return { id: backend.id, weight: backend.weight, rank: ranks.get(backend.id) ?? 0, waiting: engineWaiting(engine), freeTokens: engineReportedFreeTokens(engine) };
       }),
-      input.leaseId,
-      input.policy.usesPrefixMatch ? request.blockHashes : [],
+      leaseId: input.leaseId,
+      blockHashes: input.blockHashes,
       request,
-      input.policy.recordsOwnershipAtFirstToken !== true,
-    );
-    const candidates: Candidate[] = backends.map((backend, index) => ({
-      backend,
-      ...(reply.figures[index] as Figures),
-      engine: input.engine?.get(backend.id) ?? null,
-      // As candidatesOf does on the snapshot path, so every policy sees the same candidates on both.
-      ...(input.trueMatchTokens === undefined ? {} : { trueMatchTokens: input.trueMatchTokens.get(backend.id) ?? null }),
-    }));
-    const chosenId = (backends[reply.chosen - 1] as { id: string }).id;
-    // The rule decided; `choose` on the same figures explains the decision (and must agree).
-    const explained = input.policy.choose(request, candidates, input.context);
-    const ruleMismatch = explained.kind !== 'routed' || explained.backendId !== chosenId;
-    const decision: RoutingDecision = ruleMismatch ? { kind: 'routed', backendId: chosenId, reason: explained.kind === 'routed' ? explained.reason : 'least-loaded', scores: explained.kind === 'routed' ? explained.scores : [] } : explained;
-    return { decision, candidates, conflicts: [], ruleMismatch };
+      // Least-loaded reads no depths: its lease carries the whole prompt, as on the snapshot path.
+      prefillTokens: estimatePrefillTokens(request, 0),
+      record: input.recordOwnership && input.blockHashes.length > 0,
+    });
+    const candidates: Candidate[] = backends.map((backend, index) => ({ backend, ...(reply.figures[index] as Figures), engine: input.engine?.get(backend.id) ?? null }));
+    const chosen = reply.chosen - 1;
+    if (rule.kind === 'least-loaded') return { kind: 'least-loaded', candidates, chosen, reason: 'least-loaded' };
+    return { kind: 'cost', candidates, chosen, reason: costReason(reply.reason), valveLifted: reply.valveLifted, lines: costLines(reply.lines, backends.length) };
   }
 
   /** Runs route.lua: one decision (or, for 'fixed', one conditional reservation) in one round trip. */
-  private async route(
-    pool: string,
-    rule: AtomicRule | { readonly kind: 'fixed'; readonly prefillTokens: number; readonly maxInflight: number },
-    candidates: readonly RouteCandidate[],
-    leaseId: string,
-    blockHashes: readonly BlockHash[],
-    request: { readonly textBytes: number; readonly blockSizeBytes: number; readonly maxTokens?: number | null },
-    record: boolean,
-  ): Promise<{ chosen: number; figures: Figures[] }> {
-    for (const candidate of candidates) this.requireIndexableId(candidate.id);
+  private async route(pool: string, call: RouteCall): Promise<RouteReply> {
+    for (const candidate of call.candidates) this.requireIndexableId(candidate.id);
     const keys = this.keys(pool);
-    const cost = rule.kind === 'cost' ? rule.params : null;
-    const reply = await runScript(
-      this.redis,
-      SCRIPTS.route,
-      [keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending, keys.ownersNew, keys.ownersOld, keys.generation],
-      [
-        this.options.nowMs(),
-        keys.prefix,
-        this.options.blockIdleTtlMs,
-        this.options.maxBlocksPerPool,
-        leaseId,
-        this.options.leaseTtlMs,
-        record && blockHashes.length > 0 ? 1 : 0,
-        rule.kind,
-        // Numbers as JavaScript prints them: Lua's tonumber reads back the same double.
-        String(cost?.bytesPerToken ?? DEFAULT_BYTES_PER_TOKEN),
-        String(cost?.prefillMsPerToken ?? 0),
-        String(cost?.queueMsPerRequest ?? 0),
-        cost?.minMatchBlocks ?? 0,
-        cost?.saturationInflight ?? 0,
-        String(cost?.spreadAbs ?? 0),
-        String(cost?.spreadRel ?? 1),
-        String(cost?.coldLoadFactor ?? 1),
-        request.textBytes,
-        request.blockSizeBytes,
-        rule.kind === 'fixed' ? rule.prefillTokens : 0,
-        rule.kind === 'fixed' ? rule.maxInflight : 0,
-        String(cost?.engineWaitingMs ?? 0),
-        String(cost?.kvFullMs ?? 0),
-        request.maxTokens ?? 0,
-        candidates.length,
-        ...candidates.flatMap((candidate) => [candidate.id, String(candidate.weight), candidate.rank, candidate.waiting, candidate.freeTokens]),
-        ...blockHashes.map(blockHashArg),
-      ],
-    );
-    const values = integerArrayReply(SCRIPTS.route, reply, 2 + 3 * candidates.length);
-    const chosen = values[0] as number;
-    const figures = candidates.map((candidate, index) => {
-      const inflight = values[2 + 3 * index] as number;
-      this.sawInflight(pool, candidate.id, inflight);
-      return { inflight, pendingPrefillTokens: values[3 + 3 * index] as number, matchBlocks: values[4 + 3 * index] as number };
-    });
-    if (chosen > 0) this.sawInflight(pool, (candidates[chosen - 1] as { id: string }).id, values[1] as number);
-    return { chosen, figures };
+    const { rule, request } = call;
+    const args: (string | number)[] = [
+      this.options.nowMs(),
+      keys.prefix,
+      this.options.blockIdleTtlMs,
+      this.options.maxBlocksPerPool,
+      call.leaseId,
+      this.options.leaseTtlMs,
+      call.record ? 1 : 0,
+      rule.kind,
+      rule.kind === 'cost' ? rule.packedParams : '',
+      request.textBytes,
+      request.blockSizeBytes,
+      request.maxTokens ?? 0,
+      call.prefillTokens,
+      rule.kind === 'fixed' ? rule.maxInflight : 0,
+      packBlockHashes(call.blockHashes),
+      call.candidates.length,
+    ];
+    // Numbers as JavaScript prints them: Lua's tonumber reads back the same double.
+    for (const candidate of call.candidates) args.push(candidate.id, String(candidate.weight), candidate.rank, candidate.waiting, candidate.freeTokens);
+    const reply = await runScript(this.redis, SCRIPTS.route, [keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending, keys.ownersNew, keys.ownersOld, keys.generation], args, 'buffers');
+    const decoded = decodeRouteReply(reply, call.candidates.length);
+    decoded.figures.forEach((figures, index) => this.sawInflight(pool, (call.candidates[index] as RouteCandidate).id, figures.inflight));
+    if (decoded.chosen > 0) this.sawInflight(pool, (call.candidates[decoded.chosen - 1] as RouteCandidate).id, decoded.inflightAfter);
+    return decoded;
   }
 
   async renew(pool: string, backendId: BackendId, leaseId: string): Promise<boolean> {
@@ -234,7 +195,7 @@ export class RedisRoutingState implements RoutingStateStore {
       this.redis,
       SCRIPTS.prefillDone,
       [keys.prefill(backendId), keys.pending, keys.forgotten, keys.ownersNew, keys.ownersOld, keys.generation],
-      [leaseId, backendId, this.options.nowMs(), this.options.blockIdleTtlMs, this.options.maxBlocksPerPool, ...heldBlocks.map(blockHashArg)],
+      [leaseId, backendId, this.options.nowMs(), this.options.blockIdleTtlMs, this.options.maxBlocksPerPool, packBlockHashes(heldBlocks)],
     );
     integerReply(SCRIPTS.prefillDone, reply);
   }
@@ -303,9 +264,75 @@ interface RouteCandidate {
   readonly freeTokens: number;
 }
 
+/** One route.lua call: a policy's atomic rule, or 'fixed' (a lease on the one candidate, conditional on its in-flight count). */
+interface RouteCall {
+  readonly rule: AtomicRule | { readonly kind: 'fixed'; readonly maxInflight: number };
+  readonly candidates: readonly RouteCandidate[];
+  readonly leaseId: string;
+  readonly blockHashes: readonly BlockHash[];
+  readonly request: { readonly textBytes: number; readonly blockSizeBytes: number; readonly maxTokens?: number | null };
+  /** The lease's prefill tokens, for the rules that read no depths ('fixed', 'least-loaded'). */
+  readonly prefillTokens: number;
+  readonly record: boolean;
+}
+
 /** A candidate's figures as route.lua read them. */
 type Figures = Pick<Candidate, 'inflight' | 'matchBlocks' | 'pendingPrefillTokens'>;
 
+interface RouteReply {
+  /** 1-based; 0 = a 'fixed' conflict. */
+  readonly chosen: number;
+  readonly inflightAfter: number;
+  readonly reason: string;
+  readonly valveLifted: boolean;
+  /** The cost rule's packed cost lines (empty for the other rules). */
+  readonly lines: Buffer;
+  readonly figures: readonly Figures[];
+}
+
+/** route.lua's reply (see its header): 5 header fields, then 3 integers per candidate. */
+function decodeRouteReply(reply: unknown, candidateCount: number): RouteReply {
+  const length = 5 + 3 * candidateCount;
+  const bad = (expected: string) => new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.route.name, `route.lua returned an unexpected reply: ${expected}`);
+  if (!Array.isArray(reply) || reply.length !== length) throw bad(`expected ${length} values`);
+  const [chosen, inflightAfter, reason, valveLifted, lines] = reply as unknown[];
+  if (!Number.isInteger(chosen) || !Number.isInteger(inflightAfter) || !Number.isInteger(valveLifted)) throw bad('non-integer header');
+  if (!Buffer.isBuffer(reason) || !Buffer.isBuffer(lines)) throw bad('reason and lines must be strings');
+  const figures: Figures[] = [];
+  for (let index = 0; index < candidateCount; index++) {
+    const [inflight, pendingPrefillTokens, matchBlocks] = [reply[5 + 3 * index], reply[6 + 3 * index], reply[7 + 3 * index]] as unknown[];
+    if (!Number.isInteger(inflight) || !Number.isInteger(pendingPrefillTokens) || !Number.isInteger(matchBlocks)) throw bad(`non-integer figures of candidate ${index + 1}`);
+    figures.push({ inflight: inflight as number, pendingPrefillTokens: pendingPrefillTokens as number, matchBlocks: matchBlocks as number });
+  }
+  if ((chosen as number) < 0 || (chosen as number) > candidateCount) throw bad(`chosen ${String(chosen)} of ${candidateCount}`);
+  return { chosen: chosen as number, inflightAfter: inflightAfter as number, reason: reason.toString('utf8'), valveLifted: valveLifted === 1, lines, figures };
+}
+
+const COST_REASONS: Readonly<Record<CostReason, true>> = { 'prefix-affinity': true, 'spilled-from-saturated': true, 'least-loaded': true, 'load-guard': true, 'cold-hash': true };
+
+function costReason(reason: string): CostReason {
+  if (!Object.hasOwn(COST_REASONS, reason)) throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.route.name, `route.lua returned an unknown cost reason ${JSON.stringify(reason)}`);
+  return reason as CostReason;
+}
+
+/** Doubles per candidate in route.lua's packed cost lines (lib/choose-backend.lua packCostLines), in this order. */
+const COST_LINE_DOUBLES = 9;
+const EXCLUSIONS: readonly CostLine['excluded'][] = [undefined, 'saturated', 'load-spread'];
+
+function costLines(packed: Buffer, candidateCount: number): CostLine[] {
+  if (packed.length !== 8 * COST_LINE_DOUBLES * candidateCount) {
+    throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.route.name, `route.lua returned ${packed.length} bytes of cost lines for ${candidateCount} candidates`);
+  }
+  const lines: CostLine[] = [];
+  for (let index = 0, at = 0; index < candidateCount; index++, at += 8 * COST_LINE_DOUBLES) {
+    const read = (field: number): number => packed.readDoubleLE(at + 8 * field);
+    const excluded = EXCLUSIONS[read(6)];
+    const hashRank = read(7);
+    const line: CostLine = { prefillMs: read(0), backlogMs: read(1), queueMs: read(2), waitingMs: read(3), kvMs: read(4), totalMs: read(5) };
+    lines.push({ ...line, ...(excluded === undefined ? {} : { excluded }), ...(hashRank < 0 ? {} : { cold: { hashRank, bound: read(8) } }) });
+  }
+  return lines;
+}
 
 function requireInteger(name: string, value: number, min: number): void {
   if (!Number.isSafeInteger(value) || value < min) throw new RangeError(`${name} must be an integer >= ${min}, got ${value}`);

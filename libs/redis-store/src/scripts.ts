@@ -35,17 +35,30 @@ export const SCRIPTS = {
  * saw the script, SCRIPT FLUSH), it is sent once with EVAL, which also caches it again: one extra round
  * trip, then EVALSHA works. The check reads the reply's error code, the first word of a Redis error
  * (what ioredis itself does for `defineCommand`). Other failures become REDIS_STORE_ERR_SCRIPT_FAILED.
+ * Keys and arguments go to ioredis as one array (never spread into a call: the argument count is
+ * unbounded by the language only there). `replies: 'buffers'` answers bulk strings as Buffers (for
+ * binary replies); integers stay numbers.
  */
-export async function runScript(redis: RedisClient, script: LuaScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
+export async function runScript(
+  redis: RedisClient,
+  script: LuaScript,
+  keys: readonly string[],
+  args: readonly (string | number)[],
+  replies: 'strings' | 'buffers' = 'strings',
+): Promise<unknown> {
   if (keys.length !== script.numberOfKeys) {
     throw new RangeError(`${script.name}.lua takes ${script.numberOfKeys} keys, got ${keys.length}`);
   }
+  const send = (command: 'evalsha' | 'eval', head: string): Promise<unknown> => {
+    const argv = ([head, keys.length] as (string | number)[]).concat(keys, args);
+    return replies === 'buffers' ? redis.callBuffer(command, argv) : redis.call(command, argv);
+  };
   try {
     try {
-      return await redis.evalsha(script.sha1, keys.length, ...keys, ...args);
+      return await send('evalsha', script.sha1);
     } catch (error) {
       if (!isNoScriptError(error)) throw error;
-      return await redis.eval(script.lua, keys.length, ...keys, ...args);
+      return await send('eval', script.lua);
     }
   } catch (error) {
     throw new RedisStoreError('REDIS_STORE_ERR_SCRIPT_FAILED', script.name, `${script.name}.lua failed: ${error instanceof Error ? error.message : String(error)}`, {

@@ -1,7 +1,7 @@
 export * from './types';
 export { renderRoutingText, type RenderedRoutingText } from './prefix/routing-text';
 export { hashRoutingText, type HashedRoutingText } from './prefix/block-hasher';
-export { buildRoutingRequest, type RoutingRequestOptions } from './prefix/routing-request';
+export { buildRoutingRequest, DEFAULT_MAX_ROUTED_BLOCKS, type RoutingRequestOptions } from './prefix/routing-request';
 export {
   chooseByBoundedLoadHash,
   chooseWithBoundedLoad,
@@ -9,26 +9,53 @@ export {
   rendezvousOrder,
   type BoundedLoadChoice,
 } from './policies/bounded-load-hash';
-export { createRoundRobinPolicy, DEFAULT_ROUND_ROBIN_PARAMS, type RoundRobinParams } from './policies/round-robin';
-export { createRandomPolicy, DEFAULT_RANDOM_PARAMS, type RandomParams } from './policies/random';
-export { createLeastLoadedPolicy, DEFAULT_LEAST_LOADED_PARAMS, type LeastLoadedParams } from './policies/least-loaded';
-export { createPrefixAwarePolicy, DEFAULT_PREFIX_AWARE_PARAMS, type PrefixAwareParams } from './policies/prefix-aware';
-export { createKvAwarePolicy, DEFAULT_KV_AWARE_PARAMS, kvDemandTokens, type KvAwareParams } from './policies/kv-aware';
-export { createKvRouterPolicy, DEFAULT_KV_ROUTER_PARAMS, type KvRouterParams } from './policies/kv-router';
-export { createSessionPolicy, DEFAULT_SESSION_PARAMS, type SessionParams } from './policies/session';
-export { createChwblPolicy, DEFAULT_CHWBL_PARAMS, type ChwblParams } from './policies/chwbl';
-export { createOraclePolicy, DEFAULT_ORACLE_PARAMS, type OracleParams } from './policies/oracle';
-export { createCacheAwarePolicy, DEFAULT_CACHE_AWARE_PARAMS, engineReportedFreeTokens, engineWaiting, type CacheAwareParams } from './policies/cache-aware';
+export {
+  checkParam,
+  defaultsOf,
+  describeRange,
+  isChoiceParam,
+  resolveParams,
+  type ChoiceParamSpec,
+  type NumberParamSpec,
+  type ParamSpec,
+  type ParamsOf,
+  type ParamTable,
+  type ParamValue,
+} from './policies/policy-params';
+export { createRoundRobinPolicy, ROUND_ROBIN_PARAMS, type RoundRobinParams } from './policies/round-robin';
+export { createRandomPolicy, RANDOM_PARAMS, type RandomParams } from './policies/random';
+export { createLeastLoadedPolicy, explainLeastLoadedOutcome, LEAST_LOADED_PARAMS, type LeastLoadedParams } from './policies/least-loaded';
+export { createPrefixAwarePolicy, PREFIX_AWARE_PARAMS, type PrefixAwareParams } from './policies/prefix-aware';
+export { createKvAwarePolicy, DEFAULT_KV_AWARE_PARAMS, KV_AWARE_PARAMS, kvDemandTokens, type KvAwareParams } from './policies/kv-aware';
+export { createKvRouterPolicy, KV_ROUTER_PARAMS, type KvRouterParams } from './policies/kv-router';
+export { createSessionPolicy, SESSION_PARAMS, type SessionParams } from './policies/session';
+export { createChwblPolicy, CHWBL_PARAMS, type ChwblParams } from './policies/chwbl';
+export {
+  CACHE_AWARE_PARAMS,
+  createCacheAwarePolicy,
+  engineReportedFreeTokens,
+  engineWaiting,
+  evaluateCost,
+  explainCostOutcome,
+  type CacheAwareParams,
+} from './policies/cache-aware';
 export {
   createPolicy,
   DEFAULT_POLICY_PARAMS,
   isPolicyName,
+  POLICIES,
   POLICY_NAMES,
+  policyParamsFromSettings,
+  policySettingKeys,
+  type PolicyDefinition,
+  type PolicyDefinitions,
   type PolicyName,
   type PolicyParams,
   type PolicyParamsByName,
+  type PolicySettingKey,
+  type PolicySettings,
 } from './policies/policy-registry';
-export type { DecideInput, DecideResult, RoutingSnapshot, RoutingStateStore } from './state/routing-state';
-export { candidatesOf, decideWithSnapshot } from './state/decide-with-snapshot';
+export type { AtomicRouteInput, DecideInput, DecideResult, RoutingSnapshot, RoutingStateStore } from './state/routing-state';
+export { candidatesOf, decide, MAX_RESERVE_CONFLICTS } from './state/decide';
 export { InMemoryRoutingState, type InMemoryRoutingStateOptions } from './state/in-memory-routing-state';
 export { DEFAULT_BYTES_PER_TOKEN, estimatePrefillTokens } from './prefix/prefill-estimate';

@@ -1,5 +1,3 @@
-import type { CacheAwareParams } from './policies/cache-aware';
-
 /**
  * The vocabulary of routing decisions. Pure data: no I/O, no clocks, no randomness (those arrive
  * through PolicyContext), so every policy is testable without sleeping.
@@ -43,12 +41,6 @@ export interface Candidate {
    * trust; absent or null = unknown (never read as idle).
    */
   readonly engine?: EngineLoad | null;
-  /**
-   * Prompt tokens of this request the backend itself says it would serve from its prefix cache right
-   * now (vllm-sim's `POST /sim/match`). Only asked for policies with `needsTrueMatch` (the oracle);
-   * absent otherwise, null when the backend did not answer in time.
-   */
-  readonly trueMatchTokens?: number | null;
 }
 
 /** An engine's own view of its load, as the health poller scraped it from its /metrics. */
@@ -137,15 +129,68 @@ export type RoutingDecision =
     }
   | { readonly kind: 'rejected'; readonly reason: 'no-eligible-backend' };
 
+/** The reasons of cacheaware's cost rule (see policies/cache-aware.ts). */
+export type CostReason = 'prefix-affinity' | 'spilled-from-saturated' | 'least-loaded' | 'load-guard' | 'cold-hash';
+
+/** One candidate's line in the cost rule's outcome: its cost terms in ms (see policies/cache-aware.ts). */
+export interface CostLine {
+  readonly prefillMs: number;
+  readonly backlogMs: number;
+  readonly queueMs: number;
+  readonly waitingMs: number;
+  readonly kvMs: number;
+  /** prefillMs + queueMs + max(backlogMs, waitingMs) + kvMs, summed in that order. */
+  readonly totalMs: number;
+  /** Why the rule left it out before choosing, if it did. */
+  readonly excluded?: 'saturated' | 'load-spread';
+  /**
+   * Present when the rule placed a cold prompt by bounded-load hashing and this candidate took part:
+   * its rank in the head hash's rendezvous order among those that took part (0 = first preference),
+   * and its load bound (it may take the request while in-flight ≤ bound).
+   */
+  readonly cold?: { readonly hashRank: number; readonly bound: number };
+}
+
 /**
- * Choice rules a state store evaluates itself. A store must choose exactly what the declaring policy's
- * `choose` chooses on the same figures (libs/redis-store tests the parity on random cases); `choose`
- * still runs on the figures afterwards to explain the decision.
- * - `least-loaded`: the fewest in flight, ties to the earlier candidate (leastloaded).
- * - `cost`: cacheaware's rule with its parameters; ties and cold placement use the rendezvous order
- *   of the request's head hash (`rendezvousOrder`).
+ * What evaluating an atomic rule produced, whoever evaluated it (the policy's TypeScript, or a state
+ * store next to its state): the figures it read, its choice and its reasons. The policy turns an
+ * outcome into its RoutingDecision (`AtomicRule.explain`), so a decision reads the same whichever
+ * side evaluated the rule.
  */
-export type AtomicRule = { readonly kind: 'least-loaded' } | { readonly kind: 'cost'; readonly params: CacheAwareParams };
+export type AtomicOutcome =
+  | {
+      readonly kind: 'least-loaded';
+      /** The figures the rule read, in the order of the candidates it was given. */
+      readonly candidates: readonly Candidate[];
+      /** Index of the chosen candidate; -1 = none (never with candidates). */
+      readonly chosen: number;
+      readonly reason: 'least-loaded';
+    }
+  | {
+      readonly kind: 'cost';
+      readonly candidates: readonly Candidate[];
+      readonly chosen: number;
+      readonly reason: CostReason;
+      /** The saturation valve would have excluded every candidate, so it was lifted (no in-flight cap is promised). */
+      readonly valveLifted: boolean;
+      /** One line per candidate, in order. */
+      readonly lines: readonly CostLine[];
+    };
+
+/**
+ * A policy's choice as a rule a state store can evaluate itself, next to its state (the Redis store:
+ * in Lua, route.lua), so that reading the figures, choosing, taking the lease and recording ownership
+ * are one atomic step. A store must choose exactly what the policy's `choose` chooses on the same
+ * figures and return the same explanation (libs/redis-store's rule-parity test checks both on
+ * random cases); `explain` turns the store's outcome into the decision, so `choose` never runs again.
+ * - `least-loaded`: the fewest in flight, ties to the earlier candidate (leastloaded).
+ * - `cost`: cacheaware's rule with its parameters (`packedParams`: the policy's resolved parameters
+ *   as one JSON object, built once per policy instance); ties and cold placement use the rendezvous
+ *   order of the request's head hash (`rendezvousOrder`).
+ */
+export type AtomicRule =
+  | { readonly kind: 'least-loaded'; explain(outcome: Extract<AtomicOutcome, { kind: 'least-loaded' }>): RoutingDecision }
+  | { readonly kind: 'cost'; readonly packedParams: string; explain(outcome: Extract<AtomicOutcome, { kind: 'cost' }>): RoutingDecision };
 
 /** Clock and randomness come from here, never from globals. */
 export interface PolicyContext {
@@ -166,26 +211,20 @@ export interface RoutingPolicy {
   /** True when the policy reads `matchBlocks` (the caller can skip the prefix lookup otherwise). */
   readonly usesPrefixMatch: boolean;
   /**
-   * The policy's choice as data a state store can evaluate next to its state (the Redis store, in
-   * Lua), so that reading the figures, choosing, taking the lease and recording ownership are one
-   * atomic step: one round trip, no race between replicas. Absent: the store snapshots, `choose`
-   * decides, and the lease is taken conditionally (see RoutingStateStore.decide).
+   * When the chosen backend starts to count as holding the request's prefix blocks (read only when
+   * `usesPrefixMatch`, and only by `decide` in state/decide.ts, which records accordingly):
+   * - `at-routing`: recorded with the lease, speculatively, so a burst of siblings follows the first
+   *   request (the seed routers' behaviour);
+   * - `at-first-output`: recorded when the request's first output token arrives
+   *   (`RoutingStateStore.prefillDone` with `DecideResult.blocksAtFirstOutput`), which is when the
+   *   engine has computed the prefix: a sibling routed there before that would compute it again
+   *   anyway, and queue behind the first, so until then siblings are placed by load like any cold prompt.
+   */
+  readonly recordsOwnership: 'at-routing' | 'at-first-output';
+  /**
+   * The policy's choice as a rule a state store can evaluate next to its state (see AtomicRule).
+   * Absent: the store snapshots, `choose` decides, and the lease is taken conditionally (`decide`).
    */
   readonly atomicRule?: AtomicRule;
-  /**
-   * When the store records that the chosen backend holds the request's prefix blocks (policies with
-   * `usesPrefixMatch`). Absent or false: at routing, speculatively, so a burst of siblings follows the
-   * first request (the seed routers' behaviour). True: when the request's first token arrives
-   * (`RoutingStateStore.prefillDone`), which is when the engine has computed the prefix: a sibling
-   * routed there before that would compute it again anyway, and queue behind the first, so until then
-   * siblings are placed by load like any cold prompt.
-   */
-  readonly recordsOwnershipAtFirstToken?: boolean;
-  /**
-   * True when the policy reads `Candidate.trueMatchTokens`: before each decision the router asks every
-   * eligible backend what it would serve from its cache (vllm-sim's `/sim/match`, one HTTP call per
-   * backend), so only benchmark policies set it.
-   */
-  readonly needsTrueMatch?: boolean;
   choose(request: RoutingRequest, candidates: readonly Candidate[], context: PolicyContext): RoutingDecision;
 }

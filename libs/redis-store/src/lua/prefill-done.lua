@@ -19,20 +19,21 @@
   ARGV[3]  now, ms since the Unix epoch
   ARGV[4]  block idle TTL, ms (0 = blocks never go idle)
   ARGV[5]  max blocks per pool (the owner index's cap, > 0)
-  ARGV[6 .. #ARGV]  the request's block hashes, shallowest first, as decimal integers (may be none)
+  ARGV[6]  the request's block hashes, shallowest first, packed (lib/batched.lua; '' = none)
 
   Returns 1 if the lease exists (its tokens are now 0), 0 if not.
 ]]
 
+--#include lib/batched.lua
 --#include lib/owner-index.lua
 
 local backendId = ARGV[2]
-local blockCount = #ARGV - 5
+local packedBlocks = ARGV[6]
+local blockCount = packedBlockCount(packedBlocks)
 if blockCount > 0 then
   local now, idleTtl, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
   local turned = rotateGenerations(KEYS[4], KEYS[5], KEYS[6], now, idleTtl, cap)
-  local index = newOwnerIndex(KEYS[4], KEYS[5], blockCount,
-    function(i) return ARGV[5 + i] end,
+  local index = newOwnerIndex(KEYS[4], KEYS[5], blockCount, packedBlockReader(packedBlocks),
     { [backendId] = tonumber(redis.call('HGET', KEYS[3], backendId)) })
   if index.record(backendId, now) > 0 or turned then keepIndexAlive(KEYS[4], KEYS[5], KEYS[6], idleTtl, turned) end
 end

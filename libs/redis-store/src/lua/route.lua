@@ -3,21 +3,25 @@
   backend of one pool (leases in flight, pending prefill tokens, leading blocks of the request it
   holds), applies the policy's rule, takes the in-flight lease on the chosen backend and records that
   it now holds the request's blocks: atomic, so router replicas deciding at the same moment see each
-  other's leases and ownership, and N replicas route as one.
+  other's leases and ownership, and N replicas route as one. Returns the rule's outcome (its choice,
+  reason and cost terms), from which the policy builds its decision without running again.
 
   1. Purges the pool's expired leases (deadline <= now; usually one empty range read).
   2. Figures per candidate: inflight/pending (one HMGET each) and, for the cost rule, the match depth by
      binary search over the owner index (lib/owner-index.lua); 0 for the other rules.
   3. Rule (ARGV[8]):
-     'cost'         cacheaware's choice (lib/choose-backend.lua);
+     'cost'         cacheaware's choice (lib/choose-backend.lua) with the parameters of ARGV[9];
      'least-loaded' the fewest leases in flight, ties to the earlier candidate;
      'fixed'        the one candidate given (the caller's policy decided on a snapshot); if max in-flight
                     > 0 and it already has that many leases, nothing changes: a conflict, chosen = 0.
-  4. Takes the lease (lib/lease-accounting.lua). Its prefill tokens: ARGV[19] for 'fixed', else the
-     chosen candidate's unmatched bytes / bytes per token, rounded up.
+  4. Takes the lease (lib/lease-accounting.lua). Its prefill tokens: for 'cost', the chosen candidate's
+     unmatched bytes / bytes per token, rounded up; else ARGV[13].
   5. If recording (ARGV[7] = 1): starts a new owner generation if due, then records the chosen backend
      as holding the whole chain (only the blocks it does not yet hold in the current generation are
      written).
+
+  Work is bounded by the blocks given (the router caps them: maxRoutedBlocks) and never spreads more
+  than a small constant number of values onto Lua's stack (lib/batched.lua), at any block count.
 
   KEYS[1]  <ns>:{<tag>}:forgotten        HASH backend id -> ms it was forgotten
   KEYS[2]  <ns>:{<tag>}:lease-deadlines  ZSET lease member -> deadline ms, every lease of the pool
@@ -34,28 +38,29 @@
   ARGV[6]  lease TTL, ms (> 0)
   ARGV[7]  1 = record the chosen backend's ownership of the blocks, 0 = do not
   ARGV[8]  rule: 'cost' | 'least-loaded' | 'fixed'
-  ARGV[9 .. 16]  cost rule parameters: bytes per token, prefill ms per token, queue ms per request,
-                 min match blocks, saturation in-flight, spread abs, spread rel, cold load factor
-                 (bytes per token also sizes the lease's prefill tokens under 'least-loaded')
-  ARGV[17] request text bytes
-  ARGV[18] request block size, bytes
-  ARGV[19] 'fixed': the lease's prefill tokens
-  ARGV[20] 'fixed': max in-flight leases on the backend (0 = no limit)
-  ARGV[21] cost rule: ms per request waiting in an engine's own queue
-  ARGV[22] cost rule: ms charged where the request's KV would not fit
-  ARGV[23] the request's generation budget, tokens (0 when the body sets none)
-  ARGV[24] B, the number of candidates (1 for 'fixed')
-  ARGV[25 .. 24+5B]  per candidate, in configuration order: backend id, weight, rendezvous rank,
+  ARGV[9]  'cost': the policy's parameters, one JSON object (cacheaware's CACHE_AWARE_PARAMS by name:
+           bytesPerToken, prefillMsPerToken, queueMsPerRequest, minMatchBlocks, saturationInflight,
+           spreadAbs, spreadRel, coldLoadFactor, engineWaitingMs, kvFullMs; others ignored); else ''
+  ARGV[10] request text bytes
+  ARGV[11] request block size, bytes
+  ARGV[12] the request's generation budget, tokens (0 when the body sets none)
+  ARGV[13] 'least-loaded' and 'fixed': the lease's prefill tokens
+  ARGV[14] 'fixed': max in-flight leases on the backend (0 = no limit)
+  ARGV[15] the request's block hashes, shallowest first, packed (lib/batched.lua; '' = none)
+  ARGV[16] B, the number of candidates (1 for 'fixed')
+  ARGV[17 .. 16+5B]  per candidate, in configuration order: backend id, weight, rendezvous rank,
                      requests waiting in its engine (0 = unknown), its engine's free KV in tokens
                      (-1 = no limit known); the last two from the health poller, via the router
-  ARGV[25+5B .. #ARGV]  the request's block hashes, shallowest first, as decimal integers (may be none)
 
-  Returns a flat array of 2 + 3*B integers: [1] chosen candidate (1-based; 0 = 'fixed' conflict),
-  [2] the chosen backend's leases in flight afterwards (on a conflict: its count), then per candidate j:
-  [3j] leases in flight, [3j+1] pending prefill tokens, [3j+2] matched blocks, all as read before the
+  Returns a flat array: [1] chosen candidate (1-based; 0 = 'fixed' conflict), [2] the chosen backend's
+  leases in flight afterwards (on a conflict: its count), [3] the rule's reason ('' for 'fixed'),
+  [4] 1 when the cost rule lifted its valve, else 0, [5] 'cost': the candidates' cost lines packed
+  (lib/choose-backend.lua packCostLines: 72 bytes per candidate), else '', then per candidate j:
+  [3j+3] leases in flight, [3j+4] pending prefill tokens, [3j+5] matched blocks, all as read before the
   lease was taken.
 ]]
 
+--#include lib/batched.lua
 --#include lib/lease-accounting.lua
 --#include lib/owner-index.lua
 --#include lib/choose-backend.lua
@@ -68,10 +73,12 @@ local leaseId = ARGV[5]
 local leaseTtl = tonumber(ARGV[6])
 local recording = ARGV[7] == '1'
 local rule = ARGV[8]
-local request = { textBytes = tonumber(ARGV[17]), blockSizeBytes = tonumber(ARGV[18]), maxTokens = tonumber(ARGV[23]) }
-local candidateCount = tonumber(ARGV[24])
-local firstBlock = 25 + 5 * candidateCount
-local blockCount = #ARGV - firstBlock + 1
+local request = { textBytes = tonumber(ARGV[10]), blockSizeBytes = tonumber(ARGV[11]), maxTokens = tonumber(ARGV[12]) }
+local packedBlocks = ARGV[15]
+local blockCount = packedBlockCount(packedBlocks)
+local blockAt = packedBlockReader(packedBlocks)
+local candidateCount = tonumber(ARGV[16])
+local FIRST_CANDIDATE = 17
 
 -- 1. Expired leases.
 purgeExpiredLeases(prefix, KEYS[2], KEYS[3], KEYS[4], now)
@@ -79,7 +86,7 @@ purgeExpiredLeases(prefix, KEYS[2], KEYS[3], KEYS[4], now)
 -- 2. Figures.
 local candidates, ids = {}, {}
 for j = 1, candidateCount do
-  local at = 25 + 5 * (j - 1)
+  local at = FIRST_CANDIDATE + 5 * (j - 1)
   ids[j] = ARGV[at]
   candidates[j] = {
     id = ARGV[at],
@@ -91,39 +98,43 @@ for j = 1, candidateCount do
 end
 -- Forget marks are rare: skip reading them when there are none.
 local marks = {}
-if redis.call('HLEN', KEYS[1]) > 0 then marks = redis.call('HMGET', KEYS[1], unpack(ids)) end
-local inflight = redis.call('HMGET', KEYS[3], unpack(ids))
-local pending = redis.call('HMGET', KEYS[4], unpack(ids))
+if redis.call('HLEN', KEYS[1]) > 0 then marks = hmgetAll(KEYS[1], ids) end
+local inflight = hmgetAll(KEYS[3], ids)
+local pending = hmgetAll(KEYS[4], ids)
 local forgottenById = {}
 for j, c in ipairs(candidates) do
   forgottenById[c.id] = tonumber(marks[j])
   c.inflight = tonumber(inflight[j]) or 0
   c.pending = tonumber(pending[j]) or 0
 end
-local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount,
-  function(i) return ARGV[firstBlock + i - 1] end,
-  forgottenById)
+local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, forgottenById)
 -- Only the cost rule reads match depths ('fixed' was decided on a snapshot that had them).
 local depths = rule == 'cost' and index.depths(ids) or {}
 for _, c in ipairs(candidates) do
   c.depth = depths[c.id] or 0
 end
 
-local result = { 0, 0 }
+local result = { 0, 0, '', 0, '' }
 for j, c in ipairs(candidates) do
-  result[3 * j], result[3 * j + 1], result[3 * j + 2] = c.inflight, c.pending, c.depth
+  result[3 * j + 3], result[3 * j + 4], result[3 * j + 5] = c.inflight, c.pending, c.depth
 end
 
 -- 3. Rule.
-local params = costParams(9, 21, 22)
-local chosen
+local chosen, tokens
 if rule == 'cost' then
-  chosen = chooseByCost(candidates, params, request)
+  local p = cjson.decode(ARGV[9])
+  local reason, valveLifted, lines
+  chosen, reason, valveLifted, lines = evaluateCost(candidates, p, request)
+  result[3], result[4], result[5] = reason, valveLifted and 1 or 0, packCostLines(lines)
+  tokens = math.ceil(math.max(0, request.textBytes - candidates[chosen].depth * request.blockSizeBytes) / p.bytesPerToken)
 elseif rule == 'least-loaded' then
   chosen = indexOfLeastLoaded(candidates)
+  result[3] = 'least-loaded'
+  tokens = tonumber(ARGV[13])
 else
   chosen = 1
-  local maxInflight = tonumber(ARGV[20])
+  tokens = tonumber(ARGV[13])
+  local maxInflight = tonumber(ARGV[14])
   if maxInflight > 0 and candidates[1].inflight >= maxInflight then
     result[2] = candidates[1].inflight
     return result
@@ -132,12 +143,6 @@ end
 local c = candidates[chosen]
 
 -- 4. Lease.
-local tokens
-if rule == 'fixed' then
-  tokens = tonumber(ARGV[19])
-else
-  tokens = math.ceil(math.max(0, request.textBytes - c.depth * request.blockSizeBytes) / params.bytesPerToken)
-end
 result[1] = chosen
 result[2] = takeLease(prefix .. 'prefill:' .. c.id, KEYS[2], KEYS[3], KEYS[4], c.id, leaseId, tokens, leaseTtl, now)
 
@@ -146,9 +151,7 @@ if recording and blockCount > 0 then
   local turned = rotateGenerations(KEYS[5], KEYS[6], KEYS[7], now, idleTtl, cap)
   if turned then
     -- What the index read so far describes the generations before the turn.
-    index = newOwnerIndex(KEYS[5], KEYS[6], blockCount,
-      function(i) return ARGV[firstBlock + i - 1] end,
-      forgottenById)
+    index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, forgottenById)
   end
   if index.record(c.id, now) > 0 or turned then keepIndexAlive(KEYS[5], KEYS[6], KEYS[7], idleTtl, turned) end
 end

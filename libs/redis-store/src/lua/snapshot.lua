@@ -14,40 +14,39 @@
   KEYS[6]  <ns>:{<tag>}:owners:old       HASH block hash -> owner list, previous generation
   ARGV[1]  now, ms since the Unix epoch
   ARGV[2]  pool key prefix '<ns>:{<tag>}:' (prefill keys of purged leases = prefix..'prefill:'..backend)
-  ARGV[3]  B, the number of backends
-  ARGV[4 .. 3+B]     backend ids
-  ARGV[4+B .. #ARGV] the request's block hashes, shallowest first, as decimal integers (may be none)
+  ARGV[3]  the request's block hashes, shallowest first, packed (lib/batched.lua; '' = none)
+  ARGV[4 .. #ARGV]  backend ids (B = #ARGV - 3)
 
   Returns a flat array of 3*B integers; for the j-th backend (1-based):
     [3j-2] leases in flight (unexpired), [3j-1] pending prefill tokens, [3j] matched blocks (0..N)
 ]]
 
+--#include lib/batched.lua
 --#include lib/lease-accounting.lua
 --#include lib/owner-index.lua
 
 local now = tonumber(ARGV[1])
 local prefix = ARGV[2]
-local backendCount = tonumber(ARGV[3])
-local firstBlock = 4 + backendCount
-local blockCount = #ARGV - firstBlock + 1
+local packedBlocks = ARGV[3]
+local blockCount = packedBlockCount(packedBlocks)
+local backendCount = #ARGV - 3
 
 purgeExpiredLeases(prefix, KEYS[2], KEYS[3], KEYS[4], now)
 if backendCount == 0 then return {} end
 
+local ids = {}
+for j = 1, backendCount do ids[j] = ARGV[3 + j] end
 -- Forget marks are rare: skip reading them when there are none.
 local marks = {}
-if redis.call('HLEN', KEYS[1]) > 0 then marks = redis.call('HMGET', KEYS[1], unpack(ARGV, 4, 3 + backendCount)) end
-local inflight = redis.call('HMGET', KEYS[3], unpack(ARGV, 4, 3 + backendCount))
-local pending = redis.call('HMGET', KEYS[4], unpack(ARGV, 4, 3 + backendCount))
+if redis.call('HLEN', KEYS[1]) > 0 then marks = hmgetAll(KEYS[1], ids) end
+local inflight = hmgetAll(KEYS[3], ids)
+local pending = hmgetAll(KEYS[4], ids)
 local forgottenById = {}
 for j = 1, backendCount do
-  forgottenById[ARGV[3 + j]] = tonumber(marks[j])
+  forgottenById[ids[j]] = tonumber(marks[j])
 end
-local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount,
-  function(i) return ARGV[firstBlock + i - 1] end,
-  forgottenById)
+local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, packedBlockReader(packedBlocks), forgottenById)
 
-local ids = { unpack(ARGV, 4, 3 + backendCount) }
 local depths = index.depths(ids)
 local result = {}
 for j = 1, backendCount do

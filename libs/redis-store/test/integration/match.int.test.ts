@@ -1,4 +1,4 @@
-import { createCacheAwarePolicy, createLeastLoadedPolicy, createOraclePolicy, createPrefixAwarePolicy, type DecideInput } from '@kvroute/routing';
+import { createCacheAwarePolicy, createPrefixAwarePolicy, decide, type DecideInput } from '@kvroute/routing';
 import { seededRandom } from '@kvroute/workloads';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { poolKeys } from '../../src/keys';
@@ -114,37 +114,6 @@ describe('snapshot.lua: match depth', () => {
   });
 });
 
-describe('decide: the backends\' true matches (oracle)', () => {
-  const backends = [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }, { id: 'c', weight: 1 }];
-  const inputOf = (policy: DecideInput['policy'], leaseId: string): DecideInput => ({
-    pool: 'm',
-    request: { model: 'm', blockHashes: [1, 2], blockSizeBytes: 256, textBytes: 600, contextBlocks: 0, headHash: 1, sessionKey: null },
-    backends,
-    policy,
-    context: { nowMs: 0, random: () => 0 },
-    leaseId,
-    trueMatchTokens: new Map([['a', 0], ['b', 512], ['c', null]]),
-  });
-
-  it('reach the candidates on the snapshot path, next to the figures read from Redis, and the lease is taken', async () => {
-    const state = ctx.createState();
-    await state.reserve('m', 'b', 'busy', [], 300);
-    const result = await state.decide(inputOf(createOraclePolicy(), 'l1'));
-    expect(result.decision).toMatchObject({ kind: 'routed', backendId: 'b', reason: 'cache-hit' });
-    expect(result.candidates.map((candidate) => [candidate.trueMatchTokens, candidate.inflight, candidate.pendingPrefillTokens])).toEqual([
-      [0, 0, 0],
-      [512, 1, 300],
-      [null, 0, 0],
-    ]);
-    expect((await state.snapshot('m', ['b'], [])).inflight.get('b')).toBe(2);
-  });
-
-  it('reach the candidates on the atomic path too', async () => {
-    const result = await ctx.createState().decide(inputOf(createLeastLoadedPolicy(), 'l1'));
-    expect(result.candidates.map((candidate) => candidate.trueMatchTokens)).toEqual([0, 512, null]);
-  });
-});
-
 describe('decide / prefill-done.lua: when ownership is recorded', () => {
   const backends = [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }];
   const blocks = [11, 12, 13];
@@ -163,12 +132,12 @@ describe('decide / prefill-done.lua: when ownership is recorded', () => {
 
   it('cacheaware (default): not at routing, but at the first token, on the atomic path', async () => {
     const state = ctx.createState();
-    const first = await state.decide(inputOf(createCacheAwarePolicy(), 'l1'));
+    const first = await decide(state, inputOf(createCacheAwarePolicy(), 'l1'));
     expect(first.decision.kind).toBe('routed');
     const chosen = first.decision.kind === 'routed' ? first.decision.backendId : '';
     expect(await depths(state)).toEqual([0, 0]);
     // A sibling while the first prefills: nobody holds the prefix yet, so it goes by load (the other backend).
-    const sibling = await state.decide(inputOf(createCacheAwarePolicy(), 'l2'));
+    const sibling = await decide(state, inputOf(createCacheAwarePolicy(), 'l2'));
     expect(sibling.decision).toMatchObject({ kind: 'routed' });
     expect(sibling.decision.kind === 'routed' && sibling.decision.backendId).not.toBe(chosen);
     await state.prefillDone('m', chosen, 'l1', blocks);
@@ -179,14 +148,14 @@ describe('decide / prefill-done.lua: when ownership is recorded', () => {
     expect(snapshot.inflight.get(chosen)).toBe(1);
   });
 
-  it('cacheaware with ownershipAtFirstToken false, and the seed policies: at routing', async () => {
+  it('cacheaware with ownershipAt routing, and the seed policies: at routing', async () => {
     const state = ctx.createState();
-    const routed = await state.decide(inputOf(createCacheAwarePolicy({ ownershipAtFirstToken: false }), 'l1'));
+    const routed = await decide(state, inputOf(createCacheAwarePolicy({ ownershipAt: 'routing' }), 'l1'));
     const chosen = routed.decision.kind === 'routed' ? routed.decision.backendId : '';
     expect(await depths(state)).toEqual(chosen === 'a' ? [3, 0] : [0, 3]);
     // The snapshot path (prefixaware has no atomic rule) records at routing as well: on a pool that
     // holds nothing yet, the backend it chose holds the chain as soon as it is routed.
-    const seed = await state.decide({ ...inputOf(createPrefixAwarePolicy(), 'l2'), pool: 'seed-pool' });
+    const seed = await decide(state, { ...inputOf(createPrefixAwarePolicy(), 'l2'), pool: 'seed-pool' });
     const seedChosen = seed.decision.kind === 'routed' ? seed.decision.backendId : '';
     expect((await state.snapshot('seed-pool', [seedChosen], blocks)).matchBlocks.get(seedChosen)).toBe(3);
   });

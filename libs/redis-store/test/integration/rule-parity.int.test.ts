@@ -1,16 +1,18 @@
 import { seededRandom } from '@kvroute/workloads';
-import { createCacheAwarePolicy, createLeastLoadedPolicy, type BackendInfo, type CacheAwareParams, type EngineLoad, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
+import { createCacheAwarePolicy, createLeastLoadedPolicy, decide, type BackendInfo, type CacheAwareParams, type EngineLoad, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { poolKeys } from '../../src/keys';
 import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 /**
- * route.lua decides for the policies with an atomic rule; their TypeScript `choose` then explains the
- * decision, and the two must agree. Each case plants random figures (in-flight, backlog, match depths)
+ * route.lua evaluates the rule of the policies with an atomic rule, and the decision is built from
+ * what it returned (the policy's `choose` does not run): it must be exactly the decision `choose`
+ * makes on the same figures. Each case plants random figures (in-flight, backlog, match depths)
  * straight into the pool's keys, and random engine figures (the health poller's, passed in as the
- * router does), lets the store decide, and checks that the script read the planted figures and chose
- * what `choose` chooses on them (`ruleMismatch` false). Figures are drawn to make
- * ties, valve and guard exclusions, cold prompts and zero-cost parameters common.
+ * router does), lets `decide` route on the store, and checks that the script read the planted figures
+ * and that its decision equals `choose`'s on them: chosen backend, reason, every score and part,
+ * exclusions, in-flight cap. Figures are drawn to make ties, valve and guard exclusions, cold prompts
+ * and zero-cost parameters common.
  */
 
 let ctx: RedisTestContext;
@@ -108,9 +110,10 @@ async function checkParity(policyOf: (random: () => number) => RoutingPolicy, ca
     const pool = `pool-${index}`;
     await plant(pool, c, now - 1);
     const engine = new Map(c.backends.flatMap((backend, j) => (c.engines[j] ? [[backend.id, c.engines[j]] as const] : [])));
-    const result = await state.decide({ pool, request: c.request, backends: c.backends, policy, context: { nowMs: now, random }, leaseId: `lease-${index}`, engine });
+    const context = { nowMs: now, random };
+    const result = await decide(state, { pool, request: c.request, backends: c.backends, policy, context, leaseId: `lease-${index}`, engine });
     const where = `seed ${seed}, case ${index}`;
-    expect(result.ruleMismatch, where).toBe(false);
+    expect(result.decision, where).toStrictEqual(policy.choose(c.request, result.candidates, context));
     expect(result.candidates.map((candidate) => candidate.inflight), where).toEqual(c.inflight);
     expect(result.candidates.map((candidate) => candidate.pendingPrefillTokens), where).toEqual(c.pending);
     expect(result.candidates.map((candidate) => candidate.matchBlocks), where).toEqual(policy.usesPrefixMatch ? c.depths : c.depths.map(() => 0));

@@ -54,64 +54,55 @@
  *    by cost rather than by a fixed count); else `prefix-affinity` when the chosen candidate holds
  *    ≥ max(1, minMatchBlocks) blocks; else `least-loaded` (a cold backend won on queue cost).
  *
- * Parameters (default, range):
- * - bytesPerToken       4,    > 0 (0.5 … 16 sensible): routing-text bytes per engine token.
- * - prefillMsPerToken   0.07, ≥ 0: prefill time per uncached token (0.07 ≈ 14 k tokens/s).
- * - queueMsPerRequest   5,    ≥ 0: start delay added by each request already in flight (beyond its
- *                             prefill backlog, which is counted in tokens).
- * - minMatchBlocks      0,    integer ≥ 0: with ≥ 1, a prompt no backend holds that many blocks of
- *                             is placed by bounded-load hashing (step 4); 0 (default) sends every
- *                             prompt by cost, which balances cold prompts by their prefill backlog
- *                             in tokens (measured better on traces without shared prefixes:
- *                             docs/results.md) while ties still follow the head hash.
- * - saturationInflight  0,    integer ≥ 0: hard in-flight cap per backend; 0 = valve off.
- * - spreadAbs           8,    ≥ 0: allowed in-flight excess over the least-loaded backend; 0 = guard off.
- * - spreadRel           2.0,  ≥ 1: allowed in-flight ratio to the least-loaded backend.
- * - coldLoadFactor      1.25, ≥ 1: bound of the cold placement (see bounded-load-hash.ts).
- * - engineWaitingMs     40,   ≥ 0: start delay per request waiting in the engine's own queue.
- * - kvFullMs            250,  ≥ 0: cost of sending a request to an engine short of free KV for it.
- * - ownershipAtFirstToken true: a backend counts as holding a request's prefix from its first token
- *                             (the prefix is computed then), not from the moment it was routed there
- *                             (false, the seed routers' speculative recording). See
- *                             `RoutingPolicy.recordsOwnershipAtFirstToken` and docs/results.md.
+ * Parameters: the table CACHE_AWARE_PARAMS below (default, unit, range, doc, router config key).
+ * On minMatchBlocks: 0 (default) sends every prompt by cost, which balances cold prompts by their
+ * prefill backlog in tokens (measured better on traces without shared prefixes: docs/results.md)
+ * while ties still follow the head hash. On ownershipAt: see `RoutingPolicy.recordsOwnership`,
+ * docs/adr/0005-ownership-at-first-token.md and docs/results.md.
+ *
+ * The rule runs in two places, with one result: here (`evaluateCost`, for `choose`) and next to the
+ * Redis state (libs/redis-store, lib/choose-backend.lua, the atomic rule `cost`); both produce a
+ * CostOutcome, which `explainCostOutcome` turns into the decision, so a decision reads the same
+ * whichever side evaluated it (libs/redis-store's rule-parity test compares them).
+ *
  * Score: cost in ms, lower is better, [0, ∞). parts: { prefillMs, backlogMs, queueMs, waitingMs, kvMs } (+ { hashRank, bound } for cold placement).
  * Reasons: `prefix-affinity`, `spilled-from-saturated`, `least-loaded`, `load-guard`, `cold-hash`.
  */
 
-import type { Candidate, CandidateScore, DecisionReason, EngineLoad, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
+import type { AtomicOutcome, Candidate, CostLine, CostReason, EngineLoad, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
 import { chooseByBoundedLoadHash, rendezvousWeight } from './bounded-load-hash';
 import { estimatePrefillTokens } from '../prefix/prefill-estimate';
 import { candidateScore } from './candidate-score';
 import { indexOfLeastLoaded } from './least-loaded';
-import { checkParamRange, withDefaults } from './policy-params';
+import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
-export interface CacheAwareParams {
-  readonly bytesPerToken: number;
-  readonly prefillMsPerToken: number;
-  readonly queueMsPerRequest: number;
-  readonly minMatchBlocks: number;
-  readonly saturationInflight: number;
-  readonly spreadAbs: number;
-  readonly spreadRel: number;
-  readonly coldLoadFactor: number;
-  readonly engineWaitingMs: number;
-  readonly kvFullMs: number;
-  readonly ownershipAtFirstToken: boolean;
-}
+export const CACHE_AWARE_PARAMS = {
+  bytesPerToken: { default: 4, min: 0, exclusiveMin: true, unit: 'bytes', doc: 'routing-text bytes per engine token (0.5 … 16 sensible)' },
+  prefillMsPerToken: { default: 0.07, min: 0, unit: 'ms', doc: 'prefill cost of one uncached token (0.07 ≈ 14 k tokens/s)', configKey: 'prefillMsPerToken' },
+  queueMsPerRequest: { default: 5, min: 0, unit: 'ms', doc: 'cost of one request already in flight beyond its prefill backlog', configKey: 'queueMsPerRequest' },
+  minMatchBlocks: {
+    default: 0,
+    min: 0,
+    integer: true,
+    unit: 'blocks',
+    doc: 'blocks a backend must hold to count as warm: 0 = every prompt by cost, ≥ 1 places colder prompts by bounded-load hashing',
+    configKey: 'minMatchBlocks',
+  },
+  saturationInflight: { default: 0, min: 0, integer: true, unit: 'requests', doc: 'in-flight at which a backend is skipped (a hard cap per backend); 0 = off', configKey: 'saturationInflight' },
+  spreadAbs: { default: 8, min: 0, unit: 'requests', doc: 'load-spread guard: in-flight above min + this … (0 = guard off)', configKey: 'spreadAbs' },
+  spreadRel: { default: 2, min: 1, unit: '', doc: '… and above min × this is excluded', configKey: 'spreadRel' },
+  coldLoadFactor: { default: 1.25, min: 1, unit: '', doc: 'bounded-load factor of cold placement (see bounded-load-hash.ts)', configKey: 'loadFactor' },
+  engineWaitingMs: { default: 40, min: 0, unit: 'ms', doc: "start delay per request waiting in a backend engine's own queue, when the health poller reports it", configKey: 'engineWaitingMs' },
+  kvFullMs: { default: 250, min: 0, unit: 'ms', doc: 'cost of a backend whose engine has too little free KV for the request', configKey: 'kvFullMs' },
+  ownershipAt: {
+    default: 'first-token',
+    values: ['first-token', 'routing'],
+    doc: "when a backend starts to count as holding a request's prefix: at its first token (the prefix is computed; siblings arriving before are placed by load) or at routing (speculative, the seed routers' way)",
+    configKey: 'ownershipAt',
+  },
+} as const satisfies ParamTable;
 
-export const DEFAULT_CACHE_AWARE_PARAMS: CacheAwareParams = {
-  bytesPerToken: 4,
-  prefillMsPerToken: 0.07,
-  queueMsPerRequest: 5,
-  minMatchBlocks: 0,
-  saturationInflight: 0,
-  spreadAbs: 8,
-  spreadRel: 2,
-  coldLoadFactor: 1.25,
-  engineWaitingMs: 40,
-  kvFullMs: 250,
-  ownershipAtFirstToken: true,
-};
+export type CacheAwareParams = ParamsOf<typeof CACHE_AWARE_PARAMS>;
 
 /** Usage at or above which an engine that reports no KV capacity counts as full. */
 const KV_FULL_USAGE = 0.98;
@@ -144,31 +135,24 @@ export function engineWaiting(engine: EngineLoad | null | undefined): number {
 /** Costs closer than this (ms) are equal: float noise must not decide between two backends. */
 const COST_EPSILON_MS = 1e-9;
 
-type Exclusion = 'saturated' | 'load-spread' | undefined;
+type CostOutcome = Extract<AtomicOutcome, { kind: 'cost' }>;
+type Exclusion = CostLine['excluded'];
 
-/** Per-candidate cost terms, in candidate order. */
-interface Costs {
-  readonly prefillMs: readonly number[];
-  readonly queueMs: readonly number[];
-  readonly backlogMs: readonly number[];
-  readonly waitingMs: readonly number[];
-  readonly kvMs: readonly number[];
-  readonly totalMs: readonly number[];
-}
-
-function estimateCosts(request: RoutingRequest, candidates: readonly Candidate[], p: CacheAwareParams): Costs {
-  const prefillMs = candidates.map((c) => estimatePrefillTokens(request, c.matchBlocks, p.bytesPerToken) * p.prefillMsPerToken);
-  const queueMs = candidates.map((c) => c.inflight * p.queueMsPerRequest);
-  const backlogMs = candidates.map((c) => c.pendingPrefillTokens * p.prefillMsPerToken);
-  const waitingMs = candidates.map((c) => engineWaiting(c.engine) * p.engineWaitingMs);
+/** Each candidate's cost terms, in candidate order (excluded candidates too: the explanation shows them). */
+function costLines(request: RoutingRequest, candidates: readonly Candidate[], p: CacheAwareParams): CostLine[] {
   const generation = request.maxTokens ?? 0;
-  const kvMs = candidates.map((c) => {
+  return candidates.map((c) => {
+    const prefillTokens = estimatePrefillTokens(request, c.matchBlocks, p.bytesPerToken);
+    const prefillMs = prefillTokens * p.prefillMsPerToken;
+    const backlogMs = c.pendingPrefillTokens * p.prefillMsPerToken;
+    const queueMs = c.inflight * p.queueMsPerRequest;
+    const waitingMs = engineWaiting(c.engine) * p.engineWaitingMs;
     const free = engineFreeTokens(c);
-    return free >= 0 && free < estimatePrefillTokens(request, c.matchBlocks, p.bytesPerToken) + generation ? p.kvFullMs : 0;
+    const kvMs = free >= 0 && free < prefillTokens + generation ? p.kvFullMs : 0;
+    // Summed in this order in lib/choose-backend.lua too: float addition is not associative.
+    const totalMs = prefillMs + queueMs + Math.max(backlogMs, waitingMs) + kvMs;
+    return { prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs };
   });
-  // Summed in this order in lib/choose-backend.lua too: float addition is not associative.
-  const totalMs = prefillMs.map((prefill, index) => prefill + (queueMs[index] ?? 0) + Math.max(backlogMs[index] ?? 0, waitingMs[index] ?? 0) + (kvMs[index] ?? 0));
-  return { prefillMs, queueMs, backlogMs, waitingMs, kvMs, totalMs };
 }
 
 /**
@@ -192,13 +176,13 @@ function findExclusions(candidates: readonly Candidate[], p: CacheAwareParams): 
  * The cheapest of `indices` (candidate indices); costs within COST_EPSILON_MS tie, and ties go to
  * the highest rendezvous weight for `key`. -1 when `indices` is empty.
  */
-function indexOfCheapest(indices: readonly number[], totalMs: readonly number[], candidates: readonly Candidate[], key: number): number {
+function indexOfCheapest(indices: readonly number[], lines: readonly CostLine[], candidates: readonly Candidate[], key: number): number {
   let best = -1;
   let bestCost = Number.POSITIVE_INFINITY;
   let bestWeight: number | undefined;
   for (const index of indices) {
     const candidate = candidates[index];
-    const cost = totalMs[index];
+    const cost = lines[index]?.totalMs;
     if (candidate === undefined || cost === undefined || cost > bestCost + COST_EPSILON_MS) continue;
     const bestCandidate = candidates[best];
     if (cost < bestCost - COST_EPSILON_MS || bestCandidate === undefined) {
@@ -223,85 +207,81 @@ function indicesWhere(count: number, keep: (index: number) => boolean): number[]
   return indices;
 }
 
-export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): RoutingPolicy {
-  const p = withDefaults(DEFAULT_CACHE_AWARE_PARAMS, params);
-  checkParamRange('bytesPerToken', p.bytesPerToken, { min: Number.MIN_VALUE });
-  checkParamRange('prefillMsPerToken', p.prefillMsPerToken, { min: 0 });
-  checkParamRange('queueMsPerRequest', p.queueMsPerRequest, { min: 0 });
-  checkParamRange('minMatchBlocks', p.minMatchBlocks, { min: 0, integer: true });
-  checkParamRange('saturationInflight', p.saturationInflight, { min: 0, integer: true });
-  checkParamRange('spreadAbs', p.spreadAbs, { min: 0 });
-  checkParamRange('spreadRel', p.spreadRel, { min: 1 });
-  checkParamRange('coldLoadFactor', p.coldLoadFactor, { min: 1 });
-  checkParamRange('engineWaitingMs', p.engineWaitingMs, { min: 0 });
-  checkParamRange('kvFullMs', p.kvFullMs, { min: 0 });
-  const isWarm = (c: Candidate): boolean => c.matchBlocks >= p.minMatchBlocks;
+/** The cost rule (steps 1–5 of the header) in TypeScript: what `choose` decides on. */
+export function evaluateCost(request: RoutingRequest, candidates: readonly Candidate[], p: CacheAwareParams): CostOutcome {
+  const costs = costLines(request, candidates, p);
+  const { excluded, valveLifted } = findExclusions(candidates, p);
+  const lines: CostLine[] = costs.map((line, index) => {
+    const exclusion = excluded[index];
+    return exclusion === undefined ? line : { ...line, excluded: exclusion };
+  });
+  const eligible = indicesWhere(candidates.length, (index) => excluded[index] === undefined);
+  const outcome = (chosen: number, reason: CostReason): CostOutcome => ({ kind: 'cost', candidates, chosen, reason, valveLifted, lines });
 
+  // 3. Nothing left (cannot happen with the guard keeping the least-loaded): still serve.
+  if (eligible.length === 0) return outcome(indexOfLeastLoaded(candidates), 'least-loaded');
+
+  // 4. Cold prompt: agree on a backend by hashing the head, within a load bound.
+  if (p.minMatchBlocks > 0 && !candidates.some((c) => c.matchBlocks >= p.minMatchBlocks)) {
+    const pool = eligible.flatMap((index) => candidates[index] ?? []);
+    const choice = chooseByBoundedLoadHash(request.headHash, pool, p.coldLoadFactor);
+    eligible.forEach((index, position) => {
+      const line = lines[index];
+      if (line !== undefined) lines[index] = { ...line, cold: { hashRank: choice.ranks[position] ?? 0, bound: choice.bounds[position] ?? 0 } };
+    });
+    return outcome(eligible[choice.index] ?? -1, 'cold-hash');
+  }
+
+  // 5. Cheapest eligible candidate, and whether the guard overruled a cheaper hot one.
+  const chosen = indexOfCheapest(eligible, lines, candidates, request.headHash);
+  const keptByValve = indicesWhere(candidates.length, (index) => excluded[index] !== 'saturated');
+  const cheapestUnguarded = indexOfCheapest(keptByValve, lines, candidates, request.headHash);
+  const chosenCandidate = candidates[chosen];
+  // The warmest backend the valve kept: if the request does not go there, say why it left.
+  let deepestMatch = Number.NEGATIVE_INFINITY;
+  for (const index of keptByValve) deepestMatch = Math.max(deepestMatch, candidates[index]?.matchBlocks ?? 0);
+  const deepestGuarded = keptByValve.some((index) => candidates[index]?.matchBlocks === deepestMatch && excluded[index] === 'load-spread');
+  let reason: CostReason = 'least-loaded';
+  if (chosenCandidate !== undefined && chosenCandidate.matchBlocks < deepestMatch) reason = deepestGuarded ? 'load-guard' : 'spilled-from-saturated';
+  else if (excluded[cheapestUnguarded] === 'load-spread') reason = 'load-guard';
+  else if (chosenCandidate !== undefined && chosenCandidate.matchBlocks >= Math.max(1, p.minMatchBlocks)) reason = 'prefix-affinity';
+  return outcome(chosen, reason);
+}
+
+/**
+ * The decision of a cost-rule outcome, whoever evaluated the rule: every candidate scored by its total
+ * cost, its terms as parts (plus hashRank and bound where cold placement ran: over its bound =
+ * `over-load-bound`), its exclusion; the valve's in-flight cap when the choice was made among the
+ * candidates the valve kept.
+ */
+export function explainCostOutcome(outcome: CostOutcome, p: CacheAwareParams): RoutingDecision {
+  const { candidates, lines } = outcome;
+  const chosen = candidates[outcome.chosen];
+  const chosenLine = lines[outcome.chosen];
+  if (chosen === undefined || chosenLine === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
+  const scores = candidates.map((candidate, index) => {
+    const line = lines[index] as CostLine;
+    const parts: Record<string, number> = { prefillMs: line.prefillMs, backlogMs: line.backlogMs, queueMs: line.queueMs, waitingMs: line.waitingMs, kvMs: line.kvMs };
+    if (line.cold !== undefined) {
+      parts['hashRank'] = line.cold.hashRank;
+      parts['bound'] = line.cold.bound;
+    }
+    const overBound = line.cold !== undefined && candidate.inflight > line.cold.bound;
+    return candidateScore(candidate, line.totalMs, { parts, excluded: line.excluded ?? (overBound ? 'over-load-bound' : undefined) });
+  });
+  // Choices made among valve-kept candidates promise to stay below the valve; see types.ts.
+  const capped = p.saturationInflight > 0 && !outcome.valveLifted && chosenLine.excluded === undefined;
+  return { kind: 'routed', backendId: chosen.backend.id, reason: outcome.reason, scores, ...(capped ? { inflightCap: p.saturationInflight } : {}) };
+}
+
+export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): RoutingPolicy {
+  const p = resolveParams(CACHE_AWARE_PARAMS, params);
   return {
     name: 'cacheaware',
     scoreDirection: 'lower is better: estimated start cost in ms (prefill of unmatched tokens + queue), [0, ∞)',
     usesPrefixMatch: true,
-    recordsOwnershipAtFirstToken: p.ownershipAtFirstToken,
-    atomicRule: { kind: 'cost', params: p },
-    choose(request, candidates) {
-      const costs = estimateCosts(request, candidates, p);
-      const { excluded, valveLifted } = findExclusions(candidates, p);
-      const eligible = indicesWhere(candidates.length, (index) => excluded[index] === undefined);
-      /** Explanation lines; `extra` adds cold-placement figures for the candidates it knows. */
-      const explain = (extra?: (index: number) => { parts: Record<string, number>; excluded?: string } | undefined): CandidateScore[] =>
-        candidates.map((c, index) => {
-          const more = extra?.(index);
-          return candidateScore(c, costs.totalMs[index] ?? 0, {
-            parts: {
-              prefillMs: costs.prefillMs[index] ?? 0,
-              backlogMs: costs.backlogMs[index] ?? 0,
-              queueMs: costs.queueMs[index] ?? 0,
-              waitingMs: costs.waitingMs[index] ?? 0,
-              kvMs: costs.kvMs[index] ?? 0,
-              ...more?.parts,
-            },
-            excluded: excluded[index] ?? more?.excluded,
-          });
-        });
-      const routed = (index: number, reason: DecisionReason, scores: readonly CandidateScore[]): RoutingDecision => {
-        const chosen = candidates[index];
-        if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
-        // Choices made among valve-kept candidates promise to stay below the valve; see types.ts.
-        const capped = p.saturationInflight > 0 && !valveLifted && excluded[index] === undefined;
-        return { kind: 'routed', backendId: chosen.backend.id, reason, scores, ...(capped ? { inflightCap: p.saturationInflight } : {}) };
-      };
-
-      // 3. Nothing left (cannot happen with the guard keeping the least-loaded): still serve.
-      if (eligible.length === 0) return routed(indexOfLeastLoaded(candidates), 'least-loaded', explain());
-
-      // 4. Cold prompt: agree on a backend by hashing the head, within a load bound.
-      if (p.minMatchBlocks > 0 && !candidates.some(isWarm)) {
-        const pool = eligible.flatMap((index) => candidates[index] ?? []);
-        const choice = chooseByBoundedLoadHash(request.headHash, pool, p.coldLoadFactor);
-        const positionOf = new Map(eligible.map((index, position) => [index, position]));
-        const scores = explain((index) => {
-          const position = positionOf.get(index);
-          const bound = position === undefined ? undefined : choice.bounds[position];
-          if (position === undefined || bound === undefined) return undefined;
-          const overBound = (candidates[index]?.inflight ?? 0) > bound;
-          return { parts: { hashRank: choice.ranks[position] ?? 0, bound }, ...(overBound ? { excluded: 'over-load-bound' } : {}) };
-        });
-        return routed(eligible[choice.index] ?? -1, 'cold-hash', scores);
-      }
-
-      // 5. Cheapest eligible candidate, and whether the guard overruled a cheaper hot one.
-      const chosen = indexOfCheapest(eligible, costs.totalMs, candidates, request.headHash);
-      const keptByValve = indicesWhere(candidates.length, (index) => excluded[index] !== 'saturated');
-      const cheapestUnguarded = indexOfCheapest(keptByValve, costs.totalMs, candidates, request.headHash);
-      const chosenCandidate = candidates[chosen];
-      // The warmest backend the valve kept: if the request does not go there, say why it left.
-      const deepestMatch = Math.max(...keptByValve.map((index) => candidates[index]?.matchBlocks ?? 0));
-      const deepestGuarded = keptByValve.some((index) => candidates[index]?.matchBlocks === deepestMatch && excluded[index] === 'load-spread');
-      let reason: DecisionReason = 'least-loaded';
-      if (chosenCandidate !== undefined && chosenCandidate.matchBlocks < deepestMatch) reason = deepestGuarded ? 'load-guard' : 'spilled-from-saturated';
-      else if (excluded[cheapestUnguarded] === 'load-spread') reason = 'load-guard';
-      else if (chosenCandidate !== undefined && chosenCandidate.matchBlocks >= Math.max(1, p.minMatchBlocks)) reason = 'prefix-affinity';
-      return routed(chosen, reason, explain());
-    },
+    recordsOwnership: p.ownershipAt === 'first-token' ? 'at-first-output' : 'at-routing',
+    atomicRule: { kind: 'cost', packedParams: JSON.stringify(p), explain: (outcome) => explainCostOutcome(outcome, p) },
+    choose: (request, candidates) => explainCostOutcome(evaluateCost(request, candidates, p), p),
   };
 }

@@ -13,10 +13,7 @@
  * Blind to anything after the first block: two conversations sharing a system prompt longer than a
  * block always co-locate, which is the point, until the bound spreads them.
  *
- * Parameters:
- * - loadFactor       default 1.25, ≥ 1: how far above its fair share a backend keeps its heads.
- * - vnodesPerWeight  default 160, integer in [1, 10 000]: ring points per unit of weight; more =
- *                    smoother key split, bigger ring.
+ * Parameters: CHWBL_PARAMS below.
  * Score: the candidate's rank in the ring walk, lower is better, [0, n−1]. parts: { bound }.
  * Reasons: `consistent-hash` (first backend met), `consistent-hash-spilled` (a later one).
  */
@@ -24,14 +21,14 @@
 import type { Candidate, RoutingPolicy } from '../types';
 import { combineHash53, hashString53 } from '../hash/hash53';
 import { boundedLoadDecision, chooseWithBoundedLoad } from './bounded-load-hash';
-import { checkParamRange, withDefaults } from './policy-params';
+import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
-export interface ChwblParams {
-  readonly loadFactor: number;
-  readonly vnodesPerWeight: number;
-}
+export const CHWBL_PARAMS = {
+  loadFactor: { default: 1.25, min: 1, unit: '', doc: 'how far above its fair share a backend keeps its heads (bounded load)', configKey: 'loadFactor' },
+  vnodesPerWeight: { default: 160, min: 1, max: 10_000, integer: true, unit: '', doc: 'virtual nodes per unit weight on the ring (more = smoother key split, bigger ring)', configKey: 'chwblVirtualNodes' },
+} as const satisfies ParamTable;
 
-export const DEFAULT_CHWBL_PARAMS: ChwblParams = { loadFactor: 1.25, vnodesPerWeight: 160 };
+export type ChwblParams = ParamsOf<typeof CHWBL_PARAMS>;
 
 /** Rings kept per policy instance; backend sets change rarely (health flips), so a few suffice. */
 const MAX_CACHED_RINGS = 16;
@@ -90,9 +87,7 @@ function ringOrder(ring: HashRing, key: number, candidateCount: number): number[
 }
 
 export function createChwblPolicy(params: Partial<ChwblParams> = {}): RoutingPolicy {
-  const { loadFactor, vnodesPerWeight } = withDefaults(DEFAULT_CHWBL_PARAMS, params);
-  checkParamRange('loadFactor', loadFactor, { min: 1 });
-  checkParamRange('vnodesPerWeight', vnodesPerWeight, { min: 1, max: 10_000, integer: true });
+  const { loadFactor, vnodesPerWeight } = resolveParams(CHWBL_PARAMS, params);
   const rings = new Map<string, HashRing>();
 
   function ringFor(candidates: readonly Candidate[]): HashRing {
@@ -113,6 +108,7 @@ export function createChwblPolicy(params: Partial<ChwblParams> = {}): RoutingPol
     name: 'chwbl',
     scoreDirection: 'lower is better: rank in the ring walk from the head hash, [0, n−1]',
     usesPrefixMatch: false,
+    recordsOwnership: 'at-routing',
     choose(request, candidates) {
       const order = ringOrder(ringFor(candidates), request.headHash, candidates.length);
       const choice = chooseWithBoundedLoad(order, candidates, loadFactor);

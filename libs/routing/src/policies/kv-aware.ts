@@ -20,10 +20,7 @@
  * 3. Else (every known backend is short of KV): the most free KV, then the shortest queue. Reason
  *    `kv-pressure`.
  *
- * Parameters (default, range):
- * - bytesPerToken          4,     > 0: routing-text bytes per engine token.
- * - defaultMaxTokens       256,   integer ≥ 0: generation budget assumed when the body sets none.
- * - assumedCapacityTokens  65536, integer ≥ 1: KV capacity assumed for an engine that reports none.
+ * Parameters: KV_AWARE_PARAMS below.
  * Score: the candidate's tier (0 fits, 1 unknown, 2 short of KV), lower is better, [0, 2];
  * parts: { demandTokens, freeTokens, waiting } (free and waiting −1 when unknown).
  * Reasons: `kv-fit`, `kv-unknown`, `kv-pressure`.
@@ -31,15 +28,16 @@
 
 import type { Candidate, RoutingPolicy, RoutingRequest } from '../types';
 import { candidateScore } from './candidate-score';
-import { checkParamRange, withDefaults } from './policy-params';
+import { defaultsOf, resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
-export interface KvAwareParams {
-  readonly bytesPerToken: number;
-  readonly defaultMaxTokens: number;
-  readonly assumedCapacityTokens: number;
-}
+export const KV_AWARE_PARAMS = {
+  bytesPerToken: { default: 4, min: 0, exclusiveMin: true, unit: 'bytes', doc: 'routing-text bytes per engine token' },
+  defaultMaxTokens: { default: 256, min: 0, integer: true, unit: 'tokens', doc: 'generation budget assumed when a request sets no max_tokens', configKey: 'kvawareDefaultMaxTokens' },
+  assumedCapacityTokens: { default: 65_536, min: 1, integer: true, unit: 'tokens', doc: 'KV capacity assumed for an engine whose metrics report none', configKey: 'kvawareAssumedCapacityTokens' },
+} as const satisfies ParamTable;
 
-export const DEFAULT_KV_AWARE_PARAMS: KvAwareParams = { bytesPerToken: 4, defaultMaxTokens: 256, assumedCapacityTokens: 65_536 };
+export type KvAwareParams = ParamsOf<typeof KV_AWARE_PARAMS>;
+export const DEFAULT_KV_AWARE_PARAMS: KvAwareParams = defaultsOf(KV_AWARE_PARAMS);
 
 const enum Tier {
   Fits = 0,
@@ -84,14 +82,12 @@ function compare(a: Candidate, b: Candidate, x: Assessment, y: Assessment): numb
 }
 
 export function createKvAwarePolicy(params: Partial<KvAwareParams> = {}): RoutingPolicy {
-  const p = withDefaults(DEFAULT_KV_AWARE_PARAMS, params);
-  checkParamRange('bytesPerToken', p.bytesPerToken, { min: Number.MIN_VALUE });
-  checkParamRange('defaultMaxTokens', p.defaultMaxTokens, { min: 0, integer: true });
-  checkParamRange('assumedCapacityTokens', p.assumedCapacityTokens, { min: 1, integer: true });
+  const p = resolveParams(KV_AWARE_PARAMS, params);
   return {
     name: 'kvaware',
     scoreDirection: 'lower is better: tier 0 (free KV fits the request), 1 (engine state unknown), 2 (short of KV), [0, 2]',
     usesPrefixMatch: false,
+    recordsOwnership: 'at-routing',
     choose(request, candidates) {
       const demandTokens = kvDemandTokens(request, p);
       const assessments = candidates.map((candidate) => assess(candidate, demandTokens, p));

@@ -10,33 +10,30 @@
  * context is the same test on our index. With the defaults a warm backend wins until it has more
  * than 10 requests in flight above the coldest one, whatever the prompt length.
  *
- * Parameters:
- * - cacheHitBonus  default 100, ≥ 0: score for holding the context.
- * - loadWeight     default 10,  ≥ 0: score lost per request in flight.
+ * Parameters: KV_ROUTER_PARAMS below. Ownership is recorded at routing, as the seed does.
  * Score: higher is better, range (−∞, cacheHitBonus]. parts: { cacheBonus, loadPenalty }.
  * Reasons: `cache-hit` when the chosen backend holds the context, else `cache-miss`.
  */
 
 import type { RoutingPolicy } from '../types';
 import { candidateScore } from './candidate-score';
-import { checkParamRange, withDefaults } from './policy-params';
+import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
-export interface KvRouterParams {
-  readonly cacheHitBonus: number;
-  readonly loadWeight: number;
-}
+export const KV_ROUTER_PARAMS = {
+  cacheHitBonus: { default: 100, min: 0, unit: '', doc: 'score bonus of a backend holding the conversation', configKey: 'kvrouterCacheHitBonus' },
+  loadWeight: { default: 10, min: 0, unit: '', doc: 'score penalty per in-flight request', configKey: 'kvrouterLoadWeight' },
+} as const satisfies ParamTable;
 
-export const DEFAULT_KV_ROUTER_PARAMS: KvRouterParams = { cacheHitBonus: 100, loadWeight: 10 };
+export type KvRouterParams = ParamsOf<typeof KV_ROUTER_PARAMS>;
 
 export function createKvRouterPolicy(params: Partial<KvRouterParams> = {}): RoutingPolicy {
-  const { cacheHitBonus, loadWeight } = withDefaults(DEFAULT_KV_ROUTER_PARAMS, params);
-  checkParamRange('cacheHitBonus', cacheHitBonus, { min: 0 });
-  checkParamRange('loadWeight', loadWeight, { min: 0 });
+  const { cacheHitBonus, loadWeight } = resolveParams(KV_ROUTER_PARAMS, params);
 
   return {
     name: 'kvrouter',
     scoreDirection: 'higher is better: cacheHitBonus·cached − loadWeight·inflight, (−∞, cacheHitBonus]',
     usesPrefixMatch: true,
+    recordsOwnership: 'at-routing',
     choose(request, candidates, context) {
       const isCached = candidates.map((candidate) => request.contextBlocks > 0 && candidate.matchBlocks >= request.contextBlocks);
       const scores = candidates.map((candidate, index) => {

@@ -9,11 +9,12 @@
  * `indexOfLeastLoaded` is also the fallback of every other policy that "falls back to least-loaded".
  */
 
-import type { Candidate, RoutingDecision, RoutingPolicy } from '../types';
+import type { AtomicOutcome, Candidate, RoutingDecision, RoutingPolicy } from '../types';
 import { candidateScore } from './candidate-score';
+import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
-export type LeastLoadedParams = Readonly<Record<string, never>>;
-export const DEFAULT_LEAST_LOADED_PARAMS: LeastLoadedParams = {};
+export const LEAST_LOADED_PARAMS = {} as const satisfies ParamTable;
+export type LeastLoadedParams = ParamsOf<typeof LEAST_LOADED_PARAMS>;
 
 /**
  * Index of the least-loaded candidate, considering only indices for which `isEligible` holds
@@ -31,24 +32,31 @@ export function indexOfLeastLoaded(candidates: readonly Candidate[], isEligible:
   return best;
 }
 
-export function createLeastLoadedPolicy(_params: Partial<LeastLoadedParams> = {}): RoutingPolicy {
+export function createLeastLoadedPolicy(params: Partial<LeastLoadedParams> = {}): RoutingPolicy {
+  resolveParams(LEAST_LOADED_PARAMS, params);
   return {
     name: 'leastloaded',
     scoreDirection: 'lower is better: in-flight requests, [0, ∞)',
     usesPrefixMatch: false,
-    atomicRule: { kind: 'least-loaded' },
+    recordsOwnership: 'at-routing',
+    atomicRule: { kind: 'least-loaded', explain: explainLeastLoadedOutcome },
     choose: (_request, candidates) => leastLoadedDecision(candidates),
+  };
+}
+
+/** The decision of a least-loaded outcome, whoever evaluated the rule: every candidate scored by its in-flight count. */
+export function explainLeastLoadedOutcome(outcome: Extract<AtomicOutcome, { kind: 'least-loaded' }>): RoutingDecision {
+  const chosen = outcome.candidates[outcome.chosen];
+  if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
+  return {
+    kind: 'routed',
+    backendId: chosen.backend.id,
+    reason: outcome.reason,
+    scores: outcome.candidates.map((candidate) => candidateScore(candidate, candidate.inflight)),
   };
 }
 
 /** The least-loaded candidate as a decision (score = in-flight), shared by policies that fall back to it. */
 export function leastLoadedDecision(candidates: readonly Candidate[]): RoutingDecision {
-  const chosen = candidates[indexOfLeastLoaded(candidates)];
-  if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
-  return {
-    kind: 'routed',
-    backendId: chosen.backend.id,
-    reason: 'least-loaded',
-    scores: candidates.map((candidate) => candidateScore(candidate, candidate.inflight)),
-  };
+  return explainLeastLoadedOutcome({ kind: 'least-loaded', candidates, chosen: indexOfLeastLoaded(candidates), reason: 'least-loaded' });
 }

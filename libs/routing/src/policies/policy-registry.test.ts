@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { aContext, aRequest, someCandidates } from '../test-support/builders';
-import { createPolicy, DEFAULT_POLICY_PARAMS, isPolicyName, POLICY_NAMES } from './policy-registry';
+import { createPolicy, DEFAULT_POLICY_PARAMS, isPolicyName, POLICY_NAMES, policyParamsFromSettings, policySettingKeys } from './policy-registry';
 
 describe('policy registry', () => {
   it.each(POLICY_NAMES)('creates %s under its own name, with a documented score and a decision for any pool', (name) => {
@@ -30,5 +30,26 @@ describe('policy registry', () => {
   it('recognises policy names', () => {
     expect(isPolicyName('cacheaware')).toBe(true);
     expect(isPolicyName('cache_aware')).toBe(false);
+  });
+});
+
+describe('policy parameter tables in the registry', () => {
+  it('name the router config keys, a shared key once with every parameter it sets', () => {
+    const keys = new Map(policySettingKeys().map((entry) => [entry.key, entry.rows.map((row) => `${row.policy}.${row.param}`)]));
+    expect(keys.get('minMatchBlocks')).toEqual(['cacheaware.minMatchBlocks', 'prefixaware.minMatchBlocks']);
+    expect(keys.get('loadFactor')).toEqual(['cacheaware.coldLoadFactor', 'chwbl.loadFactor', 'session.loadFactor']);
+    expect(keys.get('kvrouterCacheHitBonus')).toEqual(['kvrouter.cacheHitBonus']);
+    expect(keys.has('bytesPerToken')).toBe(false);
+  });
+
+  it('map config settings to each policy’s parameters; unset keys keep each policy’s own default', () => {
+    const params = policyParamsFromSettings({ minMatchBlocks: 3, loadFactor: undefined, ownershipAt: 'routing', chwblVirtualNodes: 40 });
+    expect(params).toEqual({
+      cacheaware: { minMatchBlocks: 3, ownershipAt: 'routing' },
+      prefixaware: { minMatchBlocks: 3 },
+      chwbl: { vnodesPerWeight: 40 },
+    });
+    expect(createPolicy('cacheaware', params).recordsOwnership).toBe('at-routing');
+    expect(createPolicy('cacheaware').recordsOwnership).toBe('at-first-output');
   });
 });

@@ -17,10 +17,7 @@
  * winning until it holds `saturationInflight` requests whatever the prompt length; misses go to
  * least-loaded, so siblings of a cold prompt scatter and every replica places them differently.
  *
- * Parameters:
- * - minMatchBlocks      default 2, integer ≥ 0: matched blocks needed to pin (0 always pins).
- * - saturationInflight  default 8, integer ≥ 0: in-flight at which the best backend counts as
- *                       saturated; 0 turns the valve off.
+ * Parameters: PREFIX_AWARE_PARAMS below. Ownership is recorded at routing, as the seed does.
  * Score: matchBlocks, higher is better, [0, request.blockHashes.length].
  * Reasons: `longest-prefix`, `fallback-leastloaded`, `spilled-from-saturated`, `spilled-fallback-leastloaded`.
  */
@@ -28,14 +25,14 @@
 import type { Candidate, CandidateScore, RoutingDecision, RoutingPolicy } from '../types';
 import { candidateScore } from './candidate-score';
 import { indexOfLeastLoaded } from './least-loaded';
-import { checkParamRange, withDefaults } from './policy-params';
+import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
-export interface PrefixAwareParams {
-  readonly minMatchBlocks: number;
-  readonly saturationInflight: number;
-}
+export const PREFIX_AWARE_PARAMS = {
+  minMatchBlocks: { default: 2, min: 0, integer: true, unit: 'blocks', doc: 'matched blocks needed to pin (0 always pins)', configKey: 'minMatchBlocks' },
+  saturationInflight: { default: 8, min: 0, integer: true, unit: 'requests', doc: 'in-flight at which the best backend counts as saturated (the valve); 0 = off', configKey: 'saturationInflight' },
+} as const satisfies ParamTable;
 
-export const DEFAULT_PREFIX_AWARE_PARAMS: PrefixAwareParams = { minMatchBlocks: 2, saturationInflight: 8 };
+export type PrefixAwareParams = ParamsOf<typeof PREFIX_AWARE_PARAMS>;
 
 /** Candidate indices shuffled by `random` (Fisher–Yates from the end, as Go's rand.Shuffle). */
 function shuffledIndices(count: number, random: () => number): number[] {
@@ -51,9 +48,7 @@ function shuffledIndices(count: number, random: () => number): number[] {
 }
 
 export function createPrefixAwarePolicy(params: Partial<PrefixAwareParams> = {}): RoutingPolicy {
-  const { minMatchBlocks, saturationInflight } = withDefaults(DEFAULT_PREFIX_AWARE_PARAMS, params);
-  checkParamRange('minMatchBlocks', minMatchBlocks, { min: 0, integer: true });
-  checkParamRange('saturationInflight', saturationInflight, { min: 0, integer: true });
+  const { minMatchBlocks, saturationInflight } = resolveParams(PREFIX_AWARE_PARAMS, params);
   const valveOn = saturationInflight > 0;
 
   function routed(chosen: Candidate, reason: 'longest-prefix' | 'fallback-leastloaded' | 'spilled-from-saturated' | 'spilled-fallback-leastloaded', scores: readonly CandidateScore[]): RoutingDecision {
@@ -66,6 +61,7 @@ export function createPrefixAwarePolicy(params: Partial<PrefixAwareParams> = {})
     name: 'prefixaware',
     scoreDirection: 'higher is better: matched prefix blocks, [0, blockHashes.length]',
     usesPrefixMatch: true,
+    recordsOwnership: 'at-routing',
     choose(_request, candidates, context) {
       // Stable sort (Array.prototype.sort is stable) over the shuffled order keeps ties random.
       // Indices come from [0, candidates.length), so the cast below cannot hide an undefined.

@@ -8,15 +8,18 @@
 
 import type { RoutingPolicy } from '../types';
 import { candidateScore } from './candidate-score';
+import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
-export type RandomParams = Readonly<Record<string, never>>;
-export const DEFAULT_RANDOM_PARAMS: RandomParams = {};
+export const RANDOM_PARAMS = {} as const satisfies ParamTable;
+export type RandomParams = ParamsOf<typeof RANDOM_PARAMS>;
 
-export function createRandomPolicy(_params: Partial<RandomParams> = {}): RoutingPolicy {
+export function createRandomPolicy(params: Partial<RandomParams> = {}): RoutingPolicy {
+  resolveParams(RANDOM_PARAMS, params);
   return {
     name: 'random',
     scoreDirection: 'none: every score is 0',
     usesPrefixMatch: false,
+    recordsOwnership: 'at-routing',
     choose(_request, candidates, context) {
       // min() guards a random() that returns exactly 1 despite its contract.
       const index = Math.min(Math.floor(context.random() * candidates.length), candidates.length - 1);

@@ -10,16 +10,19 @@
 
 import type { RoutingPolicy } from '../types';
 import { candidateScore } from './candidate-score';
+import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
-export type RoundRobinParams = Readonly<Record<string, never>>;
-export const DEFAULT_ROUND_ROBIN_PARAMS: RoundRobinParams = {};
+export const ROUND_ROBIN_PARAMS = {} as const satisfies ParamTable;
+export type RoundRobinParams = ParamsOf<typeof ROUND_ROBIN_PARAMS>;
 
-export function createRoundRobinPolicy(_params: Partial<RoundRobinParams> = {}): RoutingPolicy {
+export function createRoundRobinPolicy(params: Partial<RoundRobinParams> = {}): RoutingPolicy {
+  resolveParams(ROUND_ROBIN_PARAMS, params);
   let counter = 0;
   return {
     name: 'roundrobin',
     scoreDirection: 'none: every score is 0',
     usesPrefixMatch: false,
+    recordsOwnership: 'at-routing',
     choose(_request, candidates) {
       const chosen = candidates[counter % candidates.length];
       // Wrap well before 2^53 so the modulo stays exact forever.

@@ -81,3 +81,39 @@ describe('hashRoutingText', () => {
     expect(microseconds).toBeLessThan(1000);
   });
 });
+
+describe('hashRoutingText with maxBlocks', () => {
+  const text = ascii(64 * 100 + 10, 5);
+
+  it('hashes only the first maxBlocks blocks, the same hashes as without a cap, and keeps the whole length', () => {
+    const all = hashRoutingText(plain(text, 64 * 80), 64);
+    const capped = hashRoutingText(plain(text, 64 * 80), 64, 30);
+    expect(capped.blockHashes).toEqual(all.blockHashes.slice(0, 30));
+    expect(capped.textBytes).toBe(all.textBytes);
+    expect(capped.headHash).toBe(all.headHash);
+    expect(capped.contextBlocks).toBe(30);
+    expect(hashRoutingText(plain(text, 64 * 80), 64, 1000)).toEqual(all);
+  });
+
+  it('hashes the last kept block whole when a multi-byte character straddles its end', () => {
+    // 'é' is 2 bytes: 63 ASCII bytes then 'é' puts the character across the end of block 0.
+    const straddling = 'a'.repeat(63) + 'é'.repeat(200);
+    expect(hashRoutingText(plain(straddling), 64, 1).blockHashes).toEqual(hashRoutingText(plain(straddling), 64).blockHashes.slice(0, 1));
+    const rocket = 'b'.repeat(62) + '🚀'.repeat(100);
+    expect(hashRoutingText(plain(rocket), 64, 2).blockHashes).toEqual(hashRoutingText(plain(rocket), 64).blockHashes.slice(0, 2));
+  });
+
+  it('costs a bounded time on a huge text', () => {
+    const huge = 'abcdefghijklmnop'.repeat(1024 * 1024 * 15 / 16);
+    const started = performance.now();
+    const hashed = hashRoutingText(plain(huge, 10 * 1024 * 1024), 16, 2048);
+    expect(performance.now() - started).toBeLessThan(200);
+    expect(hashed).toMatchObject({ textBytes: 15 * 1024 * 1024, contextBlocks: 2048 });
+    expect(hashed.blockHashes).toHaveLength(2048);
+  });
+
+  it('rejects a cap that is not an integer ≥ 1', () => {
+    expect(() => hashRoutingText(plain('x'), 8, 0)).toThrow(RangeError);
+    expect(() => hashRoutingText(plain('x'), 8, 2.5)).toThrow(RangeError);
+  });
+});

@@ -28,7 +28,7 @@ export interface HashedRoutingText {
   readonly blockHashes: BlockHash[];
   /** UTF-8 length of the routing text, in bytes. */
   readonly textBytes: number;
-  /** Full blocks that lie entirely before the last message starts. */
+  /** Full blocks that lie entirely before the last message starts (at most the blocks hashed). */
   readonly contextBlocks: number;
   /** The first block's hash, or (text shorter than one block) a hash of the whole text. */
   readonly headHash: BlockHash;
@@ -40,25 +40,43 @@ export function assertBlockSize(blockSizeBytes: number): void {
   }
 }
 
-/** Encodes, cuts and chain-hashes a rendered routing text. `blockSizeBytes`: integer ≥ 1 (multiples of 4 are fastest). */
-export function hashRoutingText(rendered: RenderedRoutingText, blockSizeBytes: number): HashedRoutingText {
+/**
+ * Encodes, cuts and chain-hashes a rendered routing text. `blockSizeBytes`: integer ≥ 1 (multiples of
+ * 4 are fastest). `maxBlocks` (default: no limit): only the first that many blocks are encoded and
+ * hashed, so a huge prompt costs a bounded time here and in the state store; `textBytes` is still the
+ * whole text's length (prefill estimates need it), `contextBlocks` at most the blocks kept.
+ */
+export function hashRoutingText(rendered: RenderedRoutingText, blockSizeBytes: number, maxBlocks: number = Number.POSITIVE_INFINITY): HashedRoutingText {
   assertBlockSize(blockSizeBytes);
+  if (!(maxBlocks >= 1) || (Number.isFinite(maxBlocks) && !Number.isInteger(maxBlocks))) throw new RangeError(`maxBlocks must be an integer >= 1, got ${maxBlocks}`);
   const { text, contextEndOffset } = rendered;
+  // Bytes worth encoding: the kept blocks, plus up to 3 more so that a character straddling their end
+  // does not stop the encoder short of it (Buffer.write writes whole characters only).
+  const keptBytes = maxBlocks * blockSizeBytes;
   // A UTF-16 code unit never takes more than 3 UTF-8 bytes (a surrogate pair: 2 units → 4 bytes).
+  const capacity = Math.min(text.length * 3, keptBytes + 3);
   // Uninitialised memory is fine: only the bytes written below are ever read. (allocUnsafe skips
   // zero-filling, ~2 µs per 10 KB; it may hand out a slice of Node's shared pool, hence byteOffset.)
-  const bytes = Buffer.allocUnsafe(text.length * 3);
+  const bytes = Buffer.allocUnsafe(capacity);
   let contextBytes = 0;
   let textBytes: number;
-  if (contextEndOffset > 0) {
+  let encodedBytes: number;
+  if (capacity < text.length * 3) {
+    // A long text: measure it (native, no copy), encode only its head.
+    textBytes = Buffer.byteLength(text, 'utf8');
+    contextBytes = contextEndOffset > 0 ? Buffer.byteLength(text.slice(0, contextEndOffset), 'utf8') : 0;
+    encodedBytes = bytes.write(text, 0, capacity, 'utf8');
+  } else if (contextEndOffset > 0) {
     // Encode in two parts to learn the byte offset of the last message without a second pass.
     contextBytes = bytes.write(text.slice(0, contextEndOffset), 0, 'utf8');
     textBytes = contextBytes + bytes.write(text.slice(contextEndOffset), contextBytes, 'utf8');
+    encodedBytes = textBytes;
   } else {
     textBytes = bytes.write(text, 0, 'utf8');
+    encodedBytes = textBytes;
   }
-  const view = new DataView(bytes.buffer, bytes.byteOffset, textBytes);
-  const blockCount = Math.floor(textBytes / blockSizeBytes);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, encodedBytes);
+  const blockCount = Math.min(Math.floor(textBytes / blockSizeBytes), maxBlocks);
   const blockHashes = new Array<BlockHash>(blockCount);
   let previous = CHAIN_SEED;
   for (let block = 0, start = 0; block < blockCount; block++, start += blockSizeBytes) {
@@ -66,5 +84,5 @@ export function hashRoutingText(rendered: RenderedRoutingText, blockSizeBytes: n
     blockHashes[block] = previous;
   }
   const headHash = blockHashes[0] ?? hashBytes53(view, 0, textBytes, CHAIN_SEED);
-  return { blockHashes, textBytes, contextBlocks: Math.floor(contextBytes / blockSizeBytes), headHash };
+  return { blockHashes, textBytes, contextBlocks: Math.min(Math.floor(contextBytes / blockSizeBytes), blockCount), headHash };
 }

@@ -1,6 +1,6 @@
 import type { ChatCompletionRequest, ChatMessage } from '@kvroute/protocols';
 import { describe, expect, it } from 'vitest';
-import { buildRoutingRequest } from './routing-request';
+import { buildRoutingRequest, DEFAULT_MAX_ROUTED_BLOCKS } from './routing-request';
 
 const SYSTEM_PROMPT = 'You are a meticulous assistant. '.repeat(20);
 
@@ -60,5 +60,17 @@ describe('buildRoutingRequest', () => {
     ['null when the body sets no bound', {}, null],
   ])('takes as generation budget %s', (_label, fields, expected) => {
     expect(buildRoutingRequest({ ...conversation(1), ...fields }, { blockSizeBytes: 64 }).maxTokens).toBe(expected);
+  });
+});
+
+describe('buildRoutingRequest: the routed prefix is capped', () => {
+  it('keeps DEFAULT_MAX_ROUTED_BLOCKS blocks by default, or maxRoutedBlocks, with the whole text length', () => {
+    const body: ChatCompletionRequest = { model: 'm', messages: [{ role: 'user', content: 'w'.repeat(16 * 3000) }] };
+    const capped = buildRoutingRequest(body, { blockSizeBytes: 16 });
+    expect(capped.blockHashes).toHaveLength(DEFAULT_MAX_ROUTED_BLOCKS);
+    expect(capped.textBytes).toBeGreaterThan(16 * 3000);
+    const fewer = buildRoutingRequest(body, { blockSizeBytes: 16, maxRoutedBlocks: 10 });
+    expect(fewer.blockHashes).toEqual(capped.blockHashes.slice(0, 10));
+    expect(fewer.textBytes).toBe(capped.textBytes);
   });
 });

@@ -3,9 +3,18 @@ import type { RoutingRequest } from '../types';
 import { hashRoutingText } from './block-hasher';
 import { renderRoutingText } from './routing-text';
 
+/**
+ * Blocks of a request that are hashed and routed on by default: 128 k tokens' worth at 4 bytes per
+ * token and 256-byte blocks (llm-d caps its prefix at 128 k tokens too). Past them a prompt's prefix
+ * is not looked up or recorded, so one huge prompt costs the state store a bounded time.
+ */
+export const DEFAULT_MAX_ROUTED_BLOCKS = 2048;
+
 export interface RoutingRequestOptions {
   /** Prefix block size in bytes (integer ≥ 1); must equal the one the shared prefix index uses. */
   readonly blockSizeBytes: number;
+  /** Only the first this many blocks are hashed (integer ≥ 1; default DEFAULT_MAX_ROUTED_BLOCKS); `textBytes` stays the whole text's. */
+  readonly maxRoutedBlocks?: number;
   /** `X-Session-Id` header value, when sent; takes precedence over the body's `user`. */
   readonly sessionKey?: string | null;
 }
@@ -15,7 +24,7 @@ export interface RoutingRequestOptions {
  * the affinity key. Empty session keys count as absent (an empty header is not an identity).
  */
 export function buildRoutingRequest(body: ChatCompletionRequest | CompletionRequest, options: RoutingRequestOptions): RoutingRequest {
-  const hashed = hashRoutingText(renderRoutingText(body), options.blockSizeBytes);
+  const hashed = hashRoutingText(renderRoutingText(body), options.blockSizeBytes, options.maxRoutedBlocks ?? DEFAULT_MAX_ROUTED_BLOCKS);
   const sessionKey = nonEmpty(options.sessionKey) ?? nonEmpty(body.user) ?? null;
   return {
     model: body.model,

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { createCacheAwarePolicy } from '../policies/cache-aware';
 import { createPrefixAwarePolicy } from '../policies/prefix-aware';
+import { decide } from './decide';
 import type { DecideInput } from './routing-state';
 import { InMemoryRoutingState } from './in-memory-routing-state';
 
@@ -34,10 +35,10 @@ describe('InMemoryRoutingState', () => {
       leaseId,
     });
     const depthOf = async (id: string): Promise<number> => (await state.snapshot('m', [id], [1, 2, 3])).matchBlocks.get(id) ?? 0;
-    const first = await state.decide(inputOf(createCacheAwarePolicy(), 'l1'));
+    const first = await decide(state, inputOf(createCacheAwarePolicy(), 'l1'));
     const chosen = first.decision.kind === 'routed' ? first.decision.backendId : '';
     expect(await depthOf(chosen)).toBe(0);
-    const sibling = await state.decide(inputOf(createCacheAwarePolicy(), 'l2'));
+    const sibling = await decide(state, inputOf(createCacheAwarePolicy(), 'l2'));
     expect(sibling.decision.kind === 'routed' && sibling.decision.backendId).not.toBe(chosen);
     await state.prefillDone('m', chosen, 'l1', [1, 2, 3]);
     expect(await depthOf(chosen)).toBe(3);
@@ -45,7 +46,7 @@ describe('InMemoryRoutingState', () => {
 
     // The seed's prefixaware, on a state that holds nothing yet: recorded as soon as it is routed.
     const fresh = createState().state;
-    const seed = await fresh.decide(inputOf(createPrefixAwarePolicy(), 'l3'));
+    const seed = await decide(fresh, inputOf(createPrefixAwarePolicy(), 'l3'));
     const seedChosen = seed.decision.kind === 'routed' ? seed.decision.backendId : '';
     expect((await fresh.snapshot('m', [seedChosen], [1, 2, 3])).matchBlocks.get(seedChosen)).toBe(3);
   });

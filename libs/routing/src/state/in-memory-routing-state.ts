@@ -1,6 +1,5 @@
 import type { BackendId, BlockHash } from '../types';
-import { decideWithSnapshot } from './decide-with-snapshot';
-import type { DecideInput, DecideResult, RoutingSnapshot, RoutingStateStore } from './routing-state';
+import type { RoutingSnapshot, RoutingStateStore } from './routing-state';
 
 export interface InMemoryRoutingStateOptions {
   /** Most prefix blocks remembered per backend; least recently recorded evicted first. */
@@ -13,7 +12,9 @@ export interface InMemoryRoutingStateOptions {
 }
 
 /**
- * Routing state of a single router replica, in memory.
+ * Routing state of a single router replica, in memory. It has no `routeAtomically`: `decide` snapshots,
+ * chooses and reserves, and nothing else runs in between in one process but other requests' awaits,
+ * which the conditional reserve covers.
  *
  * Prefix index: per pool and backend, the blocks it holds (block hash → when last recorded) in an
  * insertion-ordered Map used as an LRU (re-recording moves a block to the end; over the cap the
@@ -42,11 +43,6 @@ export class InMemoryRoutingState implements RoutingStateStore {
   private readonly leases = new Map<BackendId, BackendLeases>();
 
   constructor(private readonly options: InMemoryRoutingStateOptions) {}
-
-  /** Snapshot, choose, reserve: nothing else runs in between in one process but other requests' awaits, and the conditional reserve covers those. */
-  decide(input: DecideInput): Promise<DecideResult> {
-    return decideWithSnapshot(this, input);
-  }
 
   async snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot> {
     const inflight = new Map<BackendId, number>();

@@ -1,4 +1,4 @@
-import type { BackendId, BackendInfo, BlockHash, Candidate, EngineLoad, PolicyContext, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
+import type { AtomicOutcome, AtomicRule, BackendId, BackendInfo, BlockHash, Candidate, EngineLoad, PolicyContext, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
 
 /**
  * Where routing state lives: which backend holds which prefix blocks, and how many requests each
@@ -6,6 +6,8 @@ import type { BackendId, BackendInfo, BlockHash, Candidate, EngineLoad, PolicyCo
  * The in-memory implementation serves one router replica; the Redis one (libs/redis-store) serves a
  * fleet of replicas that must route as one.
  */
+
+/** The figures of one request's candidates, read in one step without changing anything. */
 export interface RoutingSnapshot {
   /** Leading blocks of the request each backend is believed to hold (absent = 0). */
   readonly matchBlocks: ReadonlyMap<BackendId, number>;
@@ -15,7 +17,7 @@ export interface RoutingSnapshot {
   readonly pendingPrefillTokens: ReadonlyMap<BackendId, number>;
 }
 
-/** One request to route: what `RoutingStateStore.decide` needs. */
+/** One request to route: what `decide` (state/decide.ts) needs. */
 export interface DecideInput {
   readonly pool: string;
   readonly request: RoutingRequest;
@@ -27,11 +29,6 @@ export interface DecideInput {
   readonly leaseId: string;
   /** Each backend's own reported load, where known and fresh (from the health poller); absent = unknown. */
   readonly engine?: ReadonlyMap<BackendId, EngineLoad>;
-  /**
-   * What each backend says it would serve from its cache for this request, in prompt tokens (null = it
-   * did not answer); given only for policies with `needsTrueMatch`. Copied onto the candidates.
-   */
-  readonly trueMatchTokens?: ReadonlyMap<BackendId, number | null>;
 }
 
 export interface DecideResult {
@@ -42,24 +39,50 @@ export interface DecideResult {
   /**
    * Backends whose lease was refused, one entry per refusal: the decision was made on a snapshot and
    * another request (maybe on another replica) took the backend's last slot first; the store decided
-   * again on fresh figures. Always empty when the policy's atomic rule decided.
+   * again on fresh figures. Always empty when the store evaluated the policy's atomic rule.
    */
   readonly conflicts: readonly BackendId[];
   /**
-   * The store's atomic rule chose another backend than `policy.choose` on the same figures: a parity
-   * bug (the store's choice stands, the lease is there). Always false without an atomic rule.
+   * The request's blocks the caller records as held by the chosen backend when the request's first
+   * output token arrives (`prefillDone(pool, backend, leaseId, blocksAtFirstOutput)`); empty when the
+   * policy records at routing (done with the lease) or reads no prefix.
    */
-  readonly ruleMismatch: boolean;
+  readonly blocksAtFirstOutput: readonly BlockHash[];
 }
 
+/** One atomic routing step: what `RoutingStateStore.routeAtomically` needs. */
+export interface AtomicRouteInput {
+  readonly pool: string;
+  readonly request: RoutingRequest;
+  /** The eligible backends, in configuration order; not empty. */
+  readonly backends: readonly BackendInfo[];
+  /** Each backend's own reported load, where known and fresh; absent = unknown. */
+  readonly engine?: ReadonlyMap<BackendId, EngineLoad>;
+  /** The rule to evaluate (the policy's `atomicRule`). */
+  readonly rule: AtomicRule;
+  /** The lease to take on the chosen backend. */
+  readonly leaseId: string;
+  /** The request's blocks whose match depths the rule reads (empty: none, every depth 0). */
+  readonly blockHashes: readonly BlockHash[];
+  /** Record the chosen backend as holding `blockHashes` in the same step (policies that record at routing). */
+  readonly recordOwnership: boolean;
+}
+
+/**
+ * Where routing state lives. A store remembers (prefix ownership, leases) and reserves; it never runs
+ * a policy: `decide` (state/decide.ts) does, once per decision.
+ */
 export interface RoutingStateStore {
   /**
-   * Routes one request: reads the figures of every candidate, lets the policy choose, takes the lease
-   * on the chosen backend and (for policies that read prefix matches) records that it now holds the
-   * request's blocks. A store that can evaluate `policy.atomicRule` does it all in one atomic step;
-   * otherwise snapshot → choose → conditional reserve (`decideWithSnapshot`).
+   * For stores that can evaluate a policy's atomic rule next to their state: reads every candidate's
+   * figures, evaluates `input.rule`, takes the lease on the chosen backend and, with
+   * `recordOwnership`, records its ownership of `input.blockHashes`, in one atomic step, and returns
+   * what the rule read and chose (the rule's explanation included). Null: not available right now
+   * (a failover store while degraded); the caller then decides on a snapshot. Optional: a store
+   * without it (the in-memory one: snapshot + reserve is already atomic in one process) is always
+   * decided on by snapshot.
    */
-  decide(input: DecideInput): Promise<DecideResult>;
+  routeAtomically?(input: AtomicRouteInput): Promise<AtomicOutcome | null>;
   /**
    * Match depth and in-flight count of each of `backends` for one request, in one read.
    * `blockHashes` may be empty (no prefix lookup needed).
@@ -69,7 +92,7 @@ export interface RoutingStateStore {
    * Takes an in-flight lease for `leaseId` on `backendId` carrying `prefillTokens` (the uncached
    * prompt tokens the backend must prefill for it), and records, speculatively and before the
    * response, that the backend now holds `blockHashes` (none: nothing recorded; see
-   * `RoutingPolicy.recordsOwnershipAtFirstToken`).
+   * `RoutingPolicy.recordsOwnership`).
    *
    * `maxInflight` (optional, 0 or absent = no limit): if the backend already has that many leases,
    * nothing is taken or recorded and the result is false, a conflict: the snapshot the decision was
@@ -93,7 +116,7 @@ export interface RoutingStateStore {
   renew(pool: string, backendId: BackendId, leaseId: string): Promise<boolean>;
   /**
    * The lease's request produced its first token: its prefill no longer counts as backlog (idempotent),
-   * and, when `heldBlocks` are given (policies with `recordsOwnershipAtFirstToken`), the backend is
+   * and, when `heldBlocks` are given (`DecideResult.blocksAtFirstOutput`), the backend is
    * recorded as holding them: it has computed that prefix now. Recorded even if the lease is gone.
    */
   prefillDone(pool: string, backendId: BackendId, leaseId: string, heldBlocks?: readonly BlockHash[]): Promise<void>;

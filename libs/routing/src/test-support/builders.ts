@@ -5,7 +5,7 @@ import { seededRandom } from '@kvroute/workloads';
 
 export function aCandidate(
   id: string,
-  fields: { inflight?: number; matchBlocks?: number; weight?: number; pendingPrefillTokens?: number; engine?: EngineLoad | null; trueMatchTokens?: number | null } = {},
+  fields: { inflight?: number; matchBlocks?: number; weight?: number; pendingPrefillTokens?: number; engine?: EngineLoad | null } = {},
 ): Candidate {
   return {
     backend: { id, weight: fields.weight ?? 1 },
@@ -13,7 +13,6 @@ export function aCandidate(
     matchBlocks: fields.matchBlocks ?? 0,
     pendingPrefillTokens: fields.pendingPrefillTokens ?? 0,
     ...(fields.engine === undefined ? {} : { engine: fields.engine }),
-    ...(fields.trueMatchTokens === undefined ? {} : { trueMatchTokens: fields.trueMatchTokens }),
   };
 }
 

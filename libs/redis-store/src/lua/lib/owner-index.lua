@@ -1,4 +1,5 @@
--- Shared helpers, inlined by embed-lua.ts wherever a script has an include line for this file.
+-- Shared helpers, inlined by embed-lua.ts wherever a script has an include line for this file
+-- (after lib/batched.lua, whose helpers they use).
 --
 -- The owner index: which backends of a pool hold which prefix blocks. Two generations of one HASH each,
 -- `owners:new` and `owners:old`, field = block hash (decimal), value = the block's owners in that
@@ -44,7 +45,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
       end
     end
     if #fields > 0 then
-      local values = redis.call('HMGET', key, unpack(fields))
+      local values = hmgetAll(key, fields)
       for k = 1, #missing do known[missing[k]] = values[k] end
     end
   end
@@ -131,7 +132,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
   end
 
   -- Records that backend `id` holds the whole chain: writes `now` into `new` for the blocks past its
-  -- depth there (one HMGET to keep the other owners of those blocks, one HSET per 500 blocks).
+  -- depth there (per CHUNK blocks, one HMGET to keep the other owners of those blocks, one HSET).
   -- Returns the number of fields the HSETs added to `new`.
   function index.record(id, now)
     local from = 1 + deepest({ id }, false)[id]
@@ -139,8 +140,8 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
     local marker = '\1' .. id .. '\2'
     local entry = marker .. now
     local added = 0
-    for first = from, blockCount, 500 do
-      local last = math.min(first + 499, blockCount)
+    for first = from, blockCount, CHUNK do
+      local last = math.min(first + CHUNK - 1, blockCount)
       local fields = {}
       for i = first, last do fields[#fields + 1] = blockAt(i) end
       local current = redis.call('HMGET', newKey, unpack(fields))

@@ -1,0 +1,37 @@
+-- Shared helpers, inlined by embed-lua.ts wherever a script has an include line for this file.
+--
+-- Bounded work per argument, at any number of blocks or backends. Block hashes arrive packed in one
+-- argument, BLOCK_WIDTH bytes each (the decimal hash right-aligned in 16 characters, then ','; built
+-- by keys.ts `packBlockHashes`), and are read in place by position, so a depth search reads only the
+-- blocks it looks at. Multi-field commands go out CHUNK fields at a time, so no `unpack` puts more
+-- than 2 * CHUNK values on Lua's C stack (LUAI_MAXCSTACK is 8000: "too many results to unpack").
+local BLOCK_WIDTH = 17
+local CHUNK = 200
+
+-- The number of blocks in a packed argument (any other length is a caller's bug).
+local function packedBlockCount(packed)
+  local count = #packed / BLOCK_WIDTH
+  if count ~= math.floor(count) then
+    error('packed block hashes: ' .. #packed .. ' bytes is not a multiple of ' .. BLOCK_WIDTH)
+  end
+  return count
+end
+
+-- blockAt(i): the i-th block hash (1-based) of a packed argument, as the decimal string the owner
+-- index keys its fields by.
+local function packedBlockReader(packed)
+  local match = string.match
+  return function(i) return match(packed, '%d+', (i - 1) * BLOCK_WIDTH + 1) end
+end
+
+-- HMGET of any number of fields, CHUNK at a time: the values in order (false = no such field).
+local function hmgetAll(key, fields)
+  local count = #fields
+  if count <= CHUNK then return redis.call('HMGET', key, unpack(fields)) end
+  local values = {}
+  for first = 1, count, CHUNK do
+    local part = redis.call('HMGET', key, unpack(fields, first, math.min(first + CHUNK - 1, count)))
+    for k = 1, #part do values[first + k - 1] = part[k] end
+  end
+  return values
+end
