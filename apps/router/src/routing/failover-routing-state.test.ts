@@ -1,4 +1,4 @@
-import { createCacheAwarePolicy, InMemoryRoutingState, type DecideInput, type RoutingStateStore } from '@kvroute/routing';
+import { createCacheAwarePolicy, decide, evaluateCost, InMemoryRoutingState, type AtomicRouteInput, type DecideInput, type RoutingStateStore } from '@kvroute/routing';
 import { describe, expect, it } from 'vitest';
 import { FailoverRoutingState } from './failover-routing-state';
 
@@ -9,7 +9,6 @@ function flakyStore(nowMs: () => number) {
   const gate = <T>(call: () => Promise<T>): Promise<T> =>
     mode === 'up' ? call() : mode === 'down' ? Promise.reject(new Error('connection refused')) : new Promise<T>(() => undefined);
   const store: RoutingStateStore = {
-    decide: (...args) => gate(() => inner.decide(...args)),
     snapshot: (...args) => gate(() => inner.snapshot(...args)),
     reserve: (...args) => gate(() => inner.reserve(...args)),
     prefillDone: (...args) => gate(() => inner.prefillDone(...args)),
@@ -76,11 +75,11 @@ describe('FailoverRoutingState', () => {
       context: { nowMs: 0, random: () => 0.5 },
       leaseId,
     });
-    const first = await state.decide(input('l1'));
+    const first = await decide(state, input('l1'));
     expect(first.decision.kind).toBe('routed');
     expect([...shared.inner.inflightCounts().values()]).toEqual([1]);
     shared.setMode('down');
-    const second = await state.decide(input('l2'));
+    const second = await decide(state, input('l2'));
     expect(state.degraded).toBe(true);
     expect(second.decision.kind).toBe('routed');
     expect([...local.inflightCounts().values()].reduce((sum, count) => sum + count, 0)).toBe(1);
@@ -95,5 +94,76 @@ describe('FailoverRoutingState', () => {
     await state.snapshot('m', ['a'], []);
     expect(Date.now() - started).toBeLessThan(500);
     expect(state.degraded).toBe(true);
+  });
+
+  it('routes atomically on the shared store while it answers, and on a failure snapshots and reserves on local state only', async () => {
+    let now = 0;
+    const nowMs = () => now;
+    const shared = flakyStore(nowMs);
+    const calls: string[] = [];
+    // The shared store evaluates the cost rule itself, as Redis does (route.lua); its own reads are not store calls.
+    const atomicShared: RoutingStateStore = {
+      ...shared.store,
+      routeAtomically: async (input: AtomicRouteInput) => {
+        calls.push('shared.routeAtomically');
+        const snapshot = await shared.store.snapshot(input.pool, input.backends.map((backend) => backend.id), input.blockHashes);
+        const candidates = input.backends.map((backend) => ({
+          backend,
+          inflight: snapshot.inflight.get(backend.id) ?? 0,
+          matchBlocks: snapshot.matchBlocks.get(backend.id) ?? 0,
+          pendingPrefillTokens: snapshot.pendingPrefillTokens.get(backend.id) ?? 0,
+          engine: null,
+        }));
+        if (input.rule.kind !== 'cost') return null;
+        const outcome = evaluateCost(input.request, candidates, JSON.parse(input.rule.packedParams));
+        await shared.inner.reserve(input.pool, candidates[outcome.chosen]?.backend.id ?? '', input.leaseId, [], 0);
+        return outcome;
+      },
+      snapshot: (...args) => (calls.push('shared.snapshot'), shared.store.snapshot(...args)),
+      reserve: (...args) => (calls.push('shared.reserve'), shared.store.reserve(...args)),
+    };
+    const local = new InMemoryRoutingState({ maxBlocksPerBackend: 1000, blockIdleTtlMs: 0, nowMs });
+    const localCalls: RoutingStateStore = {
+      snapshot: (...args) => (calls.push('local.snapshot'), local.snapshot(...args)),
+      reserve: (...args) => (calls.push('local.reserve'), local.reserve(...args)),
+      renew: (...args) => local.renew(...args),
+      prefillDone: (...args) => local.prefillDone(...args),
+      release: (...args) => local.release(...args),
+      forgetBackend: (...args) => local.forgetBackend(...args),
+      inflightCounts: () => local.inflightCounts(),
+    };
+    const state = new FailoverRoutingState(atomicShared, localCalls, { timeoutMs: 20, retryAfterMs: 100, maxRetryAfterMs: 1000, nowMs, onDegradedChange: () => undefined });
+    const input = (leaseId: string): DecideInput => ({
+      pool: 'm',
+      request: { model: 'm', blockHashes: [1, 2], blockSizeBytes: 256, textBytes: 600, contextBlocks: 0, headHash: 1, sessionKey: null },
+      backends: [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }],
+      policy: createCacheAwarePolicy(),
+      context: { nowMs: 0, random: () => 0.5 },
+      leaseId,
+    });
+
+    expect((await decide(state, input('l1'))).decision.kind).toBe('routed');
+    expect(calls.splice(0)).toEqual(['shared.routeAtomically']);
+
+    shared.setMode('down');
+    const failedOver = await decide(state, input('l2'));
+    expect(failedOver.decision.kind).toBe('routed');
+    expect(state.degraded).toBe(true);
+    expect(calls.splice(0)).toEqual(['shared.routeAtomically', 'local.snapshot', 'local.reserve']);
+
+    // Degraded: the shared store is not asked at all until the backoff has passed.
+    await decide(state, input('l3'));
+    expect(calls.splice(0)).toEqual(['local.snapshot', 'local.reserve']);
+    shared.setMode('up');
+    now += 150;
+    await decide(state, input('l4'));
+    expect(state.degraded).toBe(false);
+    expect(calls.splice(0)).toEqual(['shared.routeAtomically']);
+  });
+
+  it('refuses a backoff below 1 ms (it keeps the snapshot after a failed atomic call local)', () => {
+    const nowMs = () => 0;
+    const store = new InMemoryRoutingState({ maxBlocksPerBackend: 10, blockIdleTtlMs: 0, nowMs });
+    expect(() => new FailoverRoutingState(store, store, { timeoutMs: 20, retryAfterMs: 0, maxRetryAfterMs: 1000, nowMs, onDegradedChange: () => undefined })).toThrow(RangeError);
   });
 });

@@ -1,4 +1,4 @@
-import type { BackendId, BlockHash, DecideInput, DecideResult, RoutingSnapshot, RoutingStateStore } from '@kvroute/routing';
+import type { AtomicOutcome, AtomicRouteInput, BackendId, BlockHash, RoutingSnapshot, RoutingStateStore } from '@kvroute/routing';
 
 export interface FailoverOptions {
   /** A shared-state call slower than this counts as a failure (the request goes on with local state). */
@@ -17,6 +17,11 @@ export interface FailoverOptions {
  * in-memory state ("degraded": routing continues on this replica's own view) and the shared store is
  * tried again after a backoff; the first success switches back. A lease is released, renewed or
  * completed in the store that took it; leases left in Redis by a failed call expire by their TTL.
+ *
+ * `routeAtomically` (one round trip that decides in Redis) is offered while the shared store is
+ * healthy; degraded, or when that call fails, it answers null and `decide` falls back to a snapshot,
+ * which then reads the local state: the failure has just switched the router to degraded, and the
+ * shared store is not tried again before the backoff (retryAfterMs ≥ 1) has passed.
  */
 export class FailoverRoutingState implements RoutingStateStore {
   private degradedSinceMs: number | null = null;
@@ -29,6 +34,8 @@ export class FailoverRoutingState implements RoutingStateStore {
     private readonly fallback: RoutingStateStore,
     private readonly options: FailoverOptions,
   ) {
+    // A backoff of at least 1 ms is what keeps the snapshot after a failed routeAtomically local.
+    if (!Number.isInteger(options.retryAfterMs) || options.retryAfterMs < 1) throw new RangeError(`retryAfterMs must be an integer >= 1, got ${options.retryAfterMs}`);
     this.backoffMs = options.retryAfterMs;
   }
 
@@ -36,20 +43,18 @@ export class FailoverRoutingState implements RoutingStateStore {
     return this.degradedSinceMs !== null;
   }
 
-  async decide(input: DecideInput): Promise<DecideResult> {
-    if (this.shouldTryPrimary()) {
-      try {
-        const result = await this.withDeadline(this.primary.decide(input));
-        this.recovered();
-        return result;
-      } catch (error) {
-        // A lease the shared store may have taken before the deadline expires there by its TTL.
-        this.failed(error);
-      }
+  async routeAtomically(input: AtomicRouteInput): Promise<AtomicOutcome | null> {
+    const primary = this.primary;
+    if (primary.routeAtomically === undefined || !this.shouldTryPrimary()) return null;
+    try {
+      const outcome = await this.withDeadline(primary.routeAtomically(input));
+      this.recovered();
+      return outcome;
+    } catch (error) {
+      // A lease the shared store may have taken before the deadline expires there by its TTL.
+      this.failed(error);
+      return null;
     }
-    const result = await this.fallback.decide(input);
-    if (result.decision.kind === 'routed') this.fallbackLeases.add(input.leaseId);
-    return result;
   }
 
   async snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot> {
