@@ -64,12 +64,12 @@ describe('buildRoutingRequest', () => {
 });
 
 describe('buildRoutingRequest: the routed prefix is capped', () => {
-  it('keeps DEFAULT_MAX_ROUTED_BLOCKS blocks by default, or maxRoutedBlocks, with the whole text length', () => {
+  it('keeps DEFAULT_MAX_ROUTED_BLOCKS blocks by default, or maxBlocks, with the whole text length', () => {
     const body: ChatCompletionRequest = { model: 'm', messages: [{ role: 'user', content: 'w'.repeat(16 * 3000) }] };
     const capped = buildRoutingRequest(body, { blockSizeBytes: 16 });
     expect(capped.blockHashes).toHaveLength(DEFAULT_MAX_ROUTED_BLOCKS);
     expect(capped.textBytes).toBeGreaterThan(16 * 3000);
-    const fewer = buildRoutingRequest(body, { blockSizeBytes: 16, maxRoutedBlocks: 10 });
+    const fewer = buildRoutingRequest(body, { blockSizeBytes: 16, maxBlocks: 10 });
     expect(fewer.blockHashes).toEqual(capped.blockHashes.slice(0, 10));
     expect(fewer.textBytes).toBe(capped.textBytes);
   });

@@ -14,7 +14,7 @@ export interface RoutingRequestOptions {
   /** Prefix block size in bytes (integer ≥ 1); must equal the one the shared prefix index uses. */
   readonly blockSizeBytes: number;
   /** Only the first this many blocks are hashed (integer ≥ 1; default DEFAULT_MAX_ROUTED_BLOCKS); `textBytes` stays the whole text's. */
-  readonly maxRoutedBlocks?: number;
+  readonly maxBlocks?: number;
   /** `X-Session-Id` header value, when sent; takes precedence over the body's `user`. */
   readonly sessionKey?: string | null;
 }
@@ -24,7 +24,7 @@ export interface RoutingRequestOptions {
  * the affinity key. Empty session keys count as absent (an empty header is not an identity).
  */
 export function buildRoutingRequest(body: ChatCompletionRequest | CompletionRequest, options: RoutingRequestOptions): RoutingRequest {
-  const hashed = hashRoutingText(renderRoutingText(body), options.blockSizeBytes, options.maxRoutedBlocks ?? DEFAULT_MAX_ROUTED_BLOCKS);
+  const hashed = hashRoutingText(renderRoutingText(body), options.blockSizeBytes, options.maxBlocks ?? DEFAULT_MAX_ROUTED_BLOCKS);
   const sessionKey = nonEmpty(options.sessionKey) ?? nonEmpty(body.user) ?? null;
   return {
     model: body.model,
