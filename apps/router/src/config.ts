@@ -1,10 +1,12 @@
-import { POLICY_NAMES } from '@kvroute/routing';
+import { DEFAULT_MAX_ROUTED_BLOCKS, POLICY_NAMES } from '@kvroute/routing';
 import { z } from 'zod';
+import { policyConfigFields } from './routing/policy-params';
 
 /**
  * Router configuration: one schema, parsed once at start by main.ts.
  * Precedence: defaults < `--config FILE` (YAML or JSON) < env `KVROUTE_*` < flags.
- * Policy parameters are top-level keys so that each can be set by flag or env as well as by file.
+ * Policy parameters are top-level keys so that each can be set by flag or env as well as by file;
+ * they come from the policies' parameter tables (`policyConfigFields`), not from this file.
  */
 export const BackendConfig = z.strictObject({
   url: z.url({ protocol: /^https?$/ }).describe('base URL of an OpenAI-compatible engine'),
@@ -20,34 +22,22 @@ export const RouterConfig = z.object({
   host: z.string().default('0.0.0.0').describe('address to listen on'),
   port: z.coerce.number().int().min(0).max(65_535).default(8080).describe('port to listen on'),
   backends: z.array(BackendEntry).min(1).describe('backends: URLs (comma-separated on the command line) or {url,id,models,weight} objects in a file'),
-  policy: z.enum(POLICY_NAMES).default('cacheaware').describe('routing policy for chat and text completions (`oracle`: benchmarks on vllm-sim backends only)'),
+  policy: z.enum(POLICY_NAMES).default('cacheaware').describe('routing policy for chat and text completions'),
   passthroughPolicy: z.enum(POLICY_NAMES).default('leastloaded').describe('policy for other POST /v1/* endpoints (embeddings, …)'),
 
   blockSizeBytes: z.coerce.number().int().min(8).max(4096).default(256).describe('prefix block size of the routing text, bytes'),
+  maxRoutedBlocks: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .default(DEFAULT_MAX_ROUTED_BLOCKS)
+    .describe('leading prefix blocks of a request that are hashed, looked up and recorded; the rest of a longer prompt is routed on as if unmatched (bounds the state work of one request: 2048 × 256-byte blocks ≈ 128 k tokens)'),
   maxBlocksPerBackend: z.coerce.number().int().positive().default(262_144).describe('prefix blocks remembered per backend (LRU beyond)'),
   blockIdleTtlMs: z.coerce.number().int().min(0).default(1_800_000).describe('forget a prefix block not used for this long (0 = never)'),
   blockRefreshMs: z.coerce.number().int().min(0).default(60_000).describe('local (in-memory) index only: a block recorded again sooner than this is not moved in the LRU, so a follow-up turn costs one Map read per old block (the Redis index refreshes by generation instead)'),
-  minMatchBlocks: z.coerce.number().int().min(0).optional().describe('blocks a backend must hold to count as warm (prefixaware default 2; cacheaware default 0: every prompt by cost, ≥ 1 places colder prompts by bounded-load hashing)'),
-  saturationInflight: z.coerce.number().int().min(0).optional().describe('in-flight at which a backend is skipped (prefixaware valve, default 8; cacheaware default 0 = off)'),
-  loadFactor: z.coerce.number().min(1).default(1.25).describe('bounded-load factor of session, chwbl and cold placement'),
-  chwblVirtualNodes: z.coerce.number().int().positive().default(160).describe('virtual nodes per unit weight on the chwbl ring'),
-  kvrouterCacheHitBonus: z.coerce.number().default(100).describe('kvrouter: score bonus of a backend holding the conversation'),
-  kvrouterLoadWeight: z.coerce.number().default(10).describe('kvrouter: score penalty per in-flight request'),
-  engineWaitingMs: z.coerce.number().min(0).default(40).describe("cacheaware: start delay (ms) per request waiting in a backend engine's own queue, when the health poller reports it"),
-  kvFullMs: z.coerce.number().min(0).default(250).describe("cacheaware: cost (ms) of a backend whose engine has too little free KV for the request"),
-  kvawareDefaultMaxTokens: z.coerce.number().int().min(0).default(256).describe('kvaware: generation budget (tokens) assumed when a request sets no max_tokens'),
-  kvawareAssumedCapacityTokens: z.coerce.number().int().positive().default(65_536).describe('kvaware: KV capacity (tokens) assumed for an engine whose metrics report none'),
+  ...policyConfigFields(),
   engineStateMaxAgeMs: z.coerce.number().int().positive().default(5_000).describe("with Redis: a health poller's backend state older than this is unknown (neither healthy nor unhealthy, its load unread)"),
   engineStateRefreshMs: z.coerce.number().int().positive().default(1_000).describe("with Redis: how often the poller's backend states are read again besides pub/sub"),
-  prefillMsPerToken: z.coerce.number().positive().default(0.07).describe('cacheaware: prefill cost of one uncached token, ms'),
-  queueMsPerRequest: z.coerce.number().min(0).default(5).describe('cacheaware: cost of one request already in flight beyond its prefill backlog, ms'),
-  spreadAbs: z.coerce.number().min(0).default(8).describe('cacheaware load-spread guard: in-flight above min + this …'),
-  spreadRel: z.coerce.number().min(1).default(2).describe('… and above min × this is excluded'),
-  ownershipAt: z
-    .enum(['first-token', 'routing'])
-    .default('first-token')
-    .describe("cacheaware: when a backend starts to count as holding a request's prefix: at its first token (the prefix is computed; siblings arriving before are placed by load) or at routing (speculative, the seed routers' way)"),
-  oracleMatchTimeoutMs: z.coerce.number().int().positive().default(500).describe("oracle (benchmarks, vllm-sim backends only): how long to wait for each backend's POST /sim/match before counting it as holding nothing"),
 
   redisUrl: z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional().describe('Redis shared by all router replicas (unset = this replica keeps its own state in memory)'),
   maxBlocksPerPool: z.coerce.number().int().positive().default(1_000_000).describe('with Redis: prefix blocks remembered per model pool (LRU by generation beyond; ~105 B each)'),

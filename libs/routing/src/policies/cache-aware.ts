@@ -91,7 +91,7 @@ export const CACHE_AWARE_PARAMS = {
   saturationInflight: { default: 0, min: 0, integer: true, unit: 'requests', doc: 'in-flight at which a backend is skipped (a hard cap per backend); 0 = off', configKey: 'saturationInflight' },
   spreadAbs: { default: 8, min: 0, unit: 'requests', doc: 'load-spread guard: in-flight above min + this … (0 = guard off)', configKey: 'spreadAbs' },
   spreadRel: { default: 2, min: 1, unit: '', doc: '… and above min × this is excluded', configKey: 'spreadRel' },
-  coldLoadFactor: { default: 1.25, min: 1, unit: '', doc: 'bounded-load factor of cold placement (see bounded-load-hash.ts)', configKey: 'loadFactor' },
+  coldLoadFactor: { default: 1.25, min: 1, unit: '', doc: 'bounded-load factor of cold placement (with minMatchBlocks ≥ 1)', configKey: 'loadFactor' },
   engineWaitingMs: { default: 40, min: 0, unit: 'ms', doc: "start delay per request waiting in a backend engine's own queue, when the health poller reports it", configKey: 'engineWaitingMs' },
   kvFullMs: { default: 250, min: 0, unit: 'ms', doc: 'cost of a backend whose engine has too little free KV for the request', configKey: 'kvFullMs' },
   ownershipAt: {
