@@ -2,9 +2,10 @@
  * Benchmark: what one routing decision costs when the routing state lives in Redis
  * (`npm run bench:redis-decision`), against a private `redis-server` on loopback (`startRedis({ fresh: true })`).
  *
- * A decision is what the router does per request: `RedisRoutingState.decide` with the default `cacheaware`
- * policy, i.e. one Lua script (route.lua: figures of every candidate, the policy's rule, the lease, the
- * ownership record) plus `choose` in TypeScript on the returned figures (the explanation), and, once the
+ * A decision is what the router does per request: `decide(state, input)` (@kvroute/routing) on the Redis
+ * store with the default `cacheaware` policy, i.e. one Lua script (route.lua: figures of every candidate,
+ * the policy's rule with its explanation, the lease, the ownership record) and the decision built from
+ * the script's outcome (the policy's `choose` does not run), and, once the
  * response is done, `release` (a second script, after the response, off the request's critical path).
  * Measured per cell (pool size × prompt size × traffic), one decision at a time over one `request-path`
  * connection (`createRedis(url, 'request-path')`, the router's):
@@ -40,7 +41,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ChatCompletionRequest, ChatMessage } from '@kvroute/protocols';
 import { createRedis, poolKeys, RedisRoutingState, SCRIPTS, waitUntilReady } from '@kvroute/redis-store';
-import { buildRoutingRequest, createPolicy, type BackendInfo, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
+import { buildRoutingRequest, createPolicy, decide as decideRoute, type BackendInfo, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
 import { startRedis, type TestRedis } from '@kvroute/testing';
 import { mean, percentile, syntheticTokenPrompt } from '@kvroute/workloads';
 
@@ -202,7 +203,7 @@ interface Timing {
 
 async function decide(state: RedisRoutingState, policy: RoutingPolicy, backends: readonly BackendInfo[], request: RoutingRequest, leaseId: string): Promise<Timing> {
   const started = performance.now();
-  const { decision } = await state.decide({ pool: POOL, request, backends, policy, context: { nowMs: Date.now(), random: Math.random }, leaseId });
+  const { decision } = await decideRoute(state, { pool: POOL, request, backends, policy, context: { nowMs: Date.now(), random: Math.random }, leaseId });
   const decided = performance.now();
   if (decision.kind !== 'routed') throw new Error(`policy rejected the request: ${decision.reason}`);
   await state.release(POOL, decision.backendId, leaseId);
