@@ -54,6 +54,15 @@ describe('measureJsonNesting', () => {
     }
   });
 
+  it('reads escapes across the end of the short-string scan', () => {
+    for (let length = 10; length <= 24; length++) {
+      for (const escape of ['\\"', '\\\\', '\\\\\\"']) {
+        const json = `["${'a'.repeat(length)}${escape}[[{", [1]]`;
+        expect(measureJsonNesting(json, 64), json).toEqual({ tooDeep: false, depth: parsedDepth(JSON.parse(json)) });
+      }
+    }
+  });
+
   it('accepts exactly maxDepth and stops at the first bracket beyond it', () => {
     expect(measureJsonNesting('[[]]', 2)).toEqual({ tooDeep: false, depth: 2 });
     expect(measureJsonNesting('[{"a":[]}]', 2)).toEqual({ tooDeep: true, depth: 3, offset: 6 });
