@@ -1,12 +1,12 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import type { RoutingPolicy } from '@kvroute/routing';
 import type { BackendRegistry } from './backends/backend-registry';
+import { createClientErrorHandler } from './http/client-error';
 import { registerErrorHandler } from './http/error-handler';
-import { registerJsonBodyParser } from './http/json-body';
 import type { RequestDrain } from './http/request-drain';
-import type { UpstreamPools } from './proxy/upstream-pool';
+import { registerAdmit, type Admission, type AdmitOptions } from './pipeline/admit';
+import { registerBodyParser } from './pipeline/parse';
+import { createRequestPath, type RequestPathDeps } from './pipeline/request-path';
 import type { RouterMetrics } from './router-metrics';
-import type { RouteContext } from './routing/route-request';
 import { adminRoutes, type AdminRoutesOptions } from './routes/admin-routes';
 import { debugRoutes } from './routes/debug-routes';
 import { generationRoutes, requestIdFrom } from './routes/generation-routes';
@@ -21,16 +21,23 @@ declare module 'fastify' {
   }
 }
 
+/** How the HTTP server treats clients: every bound a hostile client could otherwise stretch. */
+export interface ClientLimits {
+  readonly requestBodyLimitBytes: number;
+  /** Headers and body must have arrived within this long (Node's requestTimeout): a slow body gets 408. */
+  readonly requestBodyTimeoutMs: number;
+  readonly requestHeadersTimeoutMs: number;
+  readonly keepAliveTimeoutMs: number;
+  readonly maxHeaderBytes: number;
+  readonly maxConnections: number;
+  readonly maxInflightRequests: number;
+}
+
 export interface RouterAppDeps {
   readonly registry: BackendRegistry;
-  readonly upstreams: UpstreamPools;
-  readonly routing: RouteContext;
+  readonly requestPath: RequestPathDeps;
   readonly metrics: RouterMetrics;
-  readonly policyFor: (pool: string, kind: 'generation' | 'passthrough') => RoutingPolicy;
-  readonly blockSizeBytes: number;
-  readonly requestBodyLimitBytes: number;
-  readonly maxAttempts: number;
-  readonly retryBackoffMs: number;
+  readonly limits: ClientLimits;
   readonly debugRoutes: boolean;
   /** The admin API's options (token, backend changes); null = no admin API (`adminToken` unset). */
   readonly admin: AdminRoutesOptions | null;
@@ -40,13 +47,30 @@ export interface RouterAppDeps {
   readonly startedAtUnixSeconds: number;
 }
 
-/** The router's Fastify app: body parser, error handler, then routes, registered explicitly in order. No listen. */
-export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstance> {
+export interface RouterApp {
+  readonly app: FastifyInstance;
+  readonly admission: Admission;
+}
+
+/**
+ * The router's Fastify app, its table of contents: server bounds, then the request path's admit hook and
+ * body parser, the error handlers, then routes, registered explicitly in order. No listen.
+ */
+export async function buildRouterApp(deps: RouterAppDeps): Promise<RouterApp> {
+  const { limits } = deps;
   const serverOptions = {
-    bodyLimit: deps.requestBodyLimitBytes,
-    // Streams last as long as generation does; upstream timeouts, not the server's, bound a request.
-    requestTimeout: 0,
-    keepAliveTimeout: 65_000,
+    bodyLimit: limits.requestBodyLimitBytes,
+    // Node's requestTimeout bounds receiving the request (headers and body), not the response: streams
+    // last as long as generation does, bounded by the upstream timeouts.
+    requestTimeout: limits.requestBodyTimeoutMs,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
+    http: {
+      headersTimeout: Math.min(limits.requestHeadersTimeoutMs, limits.requestBodyTimeoutMs),
+      maxHeaderSize: limits.maxHeaderBytes,
+      // How often Node checks those two timeouts (its default, 30 s, would let a slow body overstay by that much).
+      connectionsCheckingInterval: Math.max(25, Math.min(1_000, Math.floor(limits.requestBodyTimeoutMs / 10))),
+    },
+    clientErrorHandler: createClientErrorHandler(deps.metrics),
     // While closing, requests already on an open connection are served (with `Connection: close`), not
     // answered 503: the balancer sent them before the replica left the rotation (RequestDrain).
     return503OnClosing: false,
@@ -56,7 +80,6 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
   };
   const app: FastifyInstance =
     deps.logger === false ? Fastify({ ...serverOptions, logger: false }) : (Fastify({ ...serverOptions, loggerInstance: deps.logger }) as unknown as FastifyInstance);
-  const logger = deps.logger === false ? app.log : deps.logger;
 
   app.decorateRequest('arrivedAtMs', 0);
   app.addHook('onRequest', (request, reply, done) => {
@@ -64,29 +87,16 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     deps.drain.track(reply.raw);
     done();
   });
-  registerJsonBodyParser(app, deps.requestBodyLimitBytes);
+  const admitOptions: AdmitOptions = { drain: deps.drain, maxInflightRequests: limits.maxInflightRequests, maxConnections: limits.maxConnections };
+  const admission = registerAdmit(app, admitOptions);
+  registerBodyParser(app, limits.requestBodyLimitBytes, deps.requestPath.parse.maxJsonDepth);
   registerErrorHandler(app, deps.metrics);
 
-  await app.register(generationRoutes, {
-    registry: deps.registry,
-    policyFor: deps.policyFor,
-    blockSizeBytes: deps.blockSizeBytes,
-    refusesRequests: () => deps.drain.phase === 'aborting',
-    forward: {
-      upstreams: deps.upstreams,
-      routing: deps.routing,
-      metrics: deps.metrics,
-      logger: logger.child({ component: 'proxy' }),
-      maxAttempts: deps.maxAttempts,
-      retryBackoffMs: deps.retryBackoffMs,
-    },
-  });
+  await app.register(generationRoutes, { handlerFor: createRequestPath(deps.requestPath) });
   await app.register(modelsRoutes, { registry: deps.registry, createdUnixSeconds: deps.startedAtUnixSeconds });
   await app.register(probesRoutes, { registry: deps.registry, isShuttingDown: () => deps.drain.isShuttingDown });
   await app.register(metricsRoutes, { metrics: deps.metrics });
-  if (deps.debugRoutes) {
-    await app.register(debugRoutes, { registry: deps.registry, routing: deps.routing, policyFor: deps.policyFor, blockSizeBytes: deps.blockSizeBytes });
-  }
+  if (deps.debugRoutes) await app.register(debugRoutes, { route: deps.requestPath.route, parse: deps.requestPath.parse });
   if (deps.admin) await app.register(adminRoutes, deps.admin);
-  return app;
+  return { app, admission };
 }

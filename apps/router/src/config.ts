@@ -1,4 +1,5 @@
 import { DEFAULT_MAX_ROUTED_BLOCKS, POLICY_NAMES } from '@kvroute/routing';
+import { DEFAULT_GENERATION_LIMITS, type GenerationLimits } from '@kvroute/protocols';
 import { z } from 'zod';
 import { policyConfigFields } from './routing/policy-params';
 
@@ -59,9 +60,31 @@ export const RouterConfig = z.object({
   adminToken: z.string().min(16, 'must be at least 16 characters').optional().describe('bearer token of the admin API (/admin/backends: list, add, remove, drain backends); unset = no admin API'),
   shutdownDrainDelayMs: z.coerce.number().int().min(0).default(5_000).describe("on SIGTERM: how long to go on serving with /readyz failing and `Connection: close` on every response, so that load balancers take the replica out and keep-alive clients reconnect to other replicas, before the listener closes (≥ the balancer's health-check interval × fall count)"),
   shutdownGraceMs: z.coerce.number().int().positive().default(30_000).describe('on SIGTERM, after the drain delay: how long in-flight requests may take to finish; then they are aborted and their leases released'),
+  // Request limits: what one client may cost the router (pipeline/admit.ts, pipeline/parse.ts, app.ts).
+  requestBodyTimeoutMs: z.coerce.number().int().positive().default(30_000).describe('a request (headers and body) not fully received within this long is answered 408 and its connection closed'),
+  requestHeadersTimeoutMs: z.coerce.number().int().positive().default(10_000).describe('request headers not fully received within this long: 408 and the connection closed'),
+  keepAliveTimeoutMs: z.coerce.number().int().positive().default(65_000).describe('an idle keep-alive client connection is closed after this long (above a fronting balancer\'s idle timeout)'),
+  maxHeaderBytes: z.coerce.number().int().min(1024).default(16_384).describe('largest request header block accepted (431 beyond)'),
+  maxConnections: z.coerce.number().int().positive().default(4_096).describe('client connections served at once; requests on later ones get 503 + Retry-After and the connection is closed'),
+  maxInflightRequests: z.coerce.number().int().positive().default(1_024).describe('proxied requests (POST /v1/*) in flight at once; beyond it 503 + Retry-After, before the body is read'),
+  maxJsonDepth: z.coerce.number().int().min(2).max(1_000).default(64).describe('deepest nesting of arrays and objects accepted anywhere in a request body (400 beyond), checked before parsing'),
+  maxMessages: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxMessages).describe('most chat messages in one request (400 beyond), checked before validation'),
+  maxTools: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxTools).describe('most tools in one chat request (400 beyond)'),
+  maxContentParts: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxContentParts).describe('most content parts over all messages of one request (400 beyond)'),
+  maxContentPartsPerMessage: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxContentPartsPerMessage).describe('most content parts in one message (400 beyond)'),
+  maxToolCalls: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxToolCalls).describe('most tool_calls over all messages of one request (400 beyond)'),
+  maxPromptEntries: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxPromptEntries).describe('most prompts (or token-id lists) in one completions request (400 beyond)'),
+  maxPromptTokenIds: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxPromptTokenIds).describe('most token ids in a completions prompt, over all its lists (400 beyond)'),
+  maxStopSequences: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxStopSequences).describe('most entries of a `stop` array (400 beyond)'),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('log level'),
 });
 export type RouterConfig = z.infer<typeof RouterConfig>;
+
+/** The request-size limits of a config (pipeline/parse.ts); each is a key of its own. */
+export function generationLimitsOf(config: RouterConfig): GenerationLimits {
+  const { maxMessages, maxTools, maxContentParts, maxContentPartsPerMessage, maxToolCalls, maxPromptEntries, maxPromptTokenIds, maxStopSequences } = config;
+  return { maxMessages, maxTools, maxContentParts, maxContentPartsPerMessage, maxToolCalls, maxPromptEntries, maxPromptTokenIds, maxStopSequences };
+}
 
 export const ROUTER_ENV_PREFIX = 'KVROUTE_';
 

@@ -1,21 +1,16 @@
-import { request as undiciRequest } from 'undici';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
-import { settlesWithin } from '@kvroute/platform';
-import { createRedis, quitRedis, RedisBackendSet, RedisBackendStateStore, RedisRoutingState, waitUntilReady } from '@kvroute/redis-store';
-import { createPolicy, InMemoryRoutingState, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
+import { createLogger, settlesWithin, ShutdownStack } from '@kvroute/platform';
+import { createPolicy, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
 import { buildRouterApp } from './app';
-import { LocalBackendChanges } from './backends/backend-changes';
-import { BackendRegistry, type Backend } from './backends/backend-registry';
-import { EngineStateView } from './backends/engine-state-view';
-import { SharedBackendSet } from './backends/shared-backend-set';
-import type { RouterConfig } from './config';
+import type { BackendRegistry } from './backends/backend-registry';
+import { generationLimitsOf, type RouterConfig } from './config';
 import { RequestDrain, type ShutdownPhase } from './http/request-drain';
-import { simMatchAsker } from './proxy/true-match';
-import { UpstreamPools } from './proxy/upstream-pool';
+import { createLearner } from './pipeline/learn';
 import { RouterMetrics } from './router-metrics';
-import { FailoverRoutingState } from './routing/failover-routing-state';
 import { HeldLeases } from './routing/held-leases';
 import { policyParamsFromConfig } from './routing/policy-params';
+import { wireBackends } from './wiring/backends-wiring';
+import { wireState } from './wiring/state-wiring';
 
 export interface RouterServer {
   readonly app: FastifyInstance;
@@ -64,12 +59,12 @@ const RELEASE_SETTLE_MS = 2_000;
 const ABORT_FLUSH_MS = 250;
 /** A connection whose response just ended may carry one more request: how long no request must run before the idle ones close. */
 const QUIET_BEFORE_CLOSE_MS = 200;
-/** How long Redis may take to acknowledge QUIT. */
-const REDIS_QUIT_MS = 1_000;
+/** What the background loops and connections get to close, after the requests (see CLOSE_TAIL_MS). */
+const RESOURCES_CLOSE_MS = 2_500;
 
 /**
  * Upper bound of what `close` takes after its drain delay and grace (abort and flush, lease releases,
- * background loops, QUIT: ABORT_FLUSH_MS + RELEASE_SETTLE_MS + REDIS_QUIT_MS and room for the loops).
+ * the closers stack: ABORT_FLUSH_MS + RELEASE_SETTLE_MS + RESOURCES_CLOSE_MS and room).
  * main.ts gives the shutdown stack drain + grace + this.
  */
 export const CLOSE_TAIL_MS = 5_000;
@@ -82,143 +77,71 @@ export interface RouterServerDeps {
   readonly state?: RoutingStateStore;
 }
 
-/** Builds one router replica from its config: backends, upstream pools, routing state, policies, app. */
+/**
+ * Builds one router replica from its config, by concern: routing state (wiring/state-wiring.ts),
+ * backends (wiring/backends-wiring.ts), policies, then the app and its request path (app.ts). Each part
+ * pushes its closers onto one stack as it opens a resource; `close` drains HTTP, then runs the stack.
+ */
 export async function createRouterServer(config: RouterConfig, deps: RouterServerDeps = {}): Promise<RouterServer> {
   const nowMs = deps.nowMs ?? (() => Date.now());
-  const logger = deps.logger === false ? undefined : deps.logger;
   const random = deps.random ?? Math.random;
-  const upstreams = new UpstreamPools({ connectTimeoutMs: config.connectTimeoutMs, headersTimeoutMs: config.headersTimeoutMs, idleTimeoutMs: config.idleTimeoutMs });
-  const registry = new BackendRegistry(config.backends, {
-    breakerFailureThreshold: config.breakerFailureThreshold,
-    breakerCooldownMs: config.breakerCooldownMs,
-    nowMs,
-    fetchModels: (backend) => fetchModels(backend, config.connectTimeoutMs),
-    onRefreshError: (backend, error) => logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models'),
-    // A departing backend's requests in flight keep their pool (closed once they finish). What it was
-    // believed to cache is forgotten only if the engine itself went (a new weight keeps its cache).
-    onRemoved: (backend, models, departure) => {
-      upstreams.retire(backend);
-      if (departure === 'updated') return;
-      for (const model of models) state.forgetBackend(model, backend.id).catch(() => undefined);
-    },
+  const logger = deps.logger === false ? undefined : deps.logger;
+  const requestLogger = logger ?? createLogger({ service: 'kvroute-router', level: 'silent' });
+  const closers = new ShutdownStack();
+  const metrics = new RouterMetrics();
+
+  const state = wireState(config, { nowMs, logger, metrics, state: deps.state }, closers);
+  const backends = wireBackends(config, { nowMs, logger, state: state.state, redis: state.redis }, closers);
+  metrics.readFrom({
+    inflight: () => state.state.inflightCounts(),
+    breakerStates: () => new Map(backends.registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),
+    degraded: () => (state.failover?.degraded ? 1 : 0),
   });
-  const localState = new InMemoryRoutingState({
-    maxBlocksPerBackend: config.maxBlocksPerBackend,
-    blockIdleTtlMs: config.blockIdleTtlMs,
-    refreshGranularityMs: config.blockRefreshMs,
-    nowMs,
-  });
-  // With a Redis URL, replicas share state; Redis trouble degrades to the local state, never to errors.
-  const redis = config.redisUrl === undefined ? null : createRedis(config.redisUrl, 'request-path', { commandTimeoutMs: config.redisTimeoutMs });
-  redis?.on('error', () => undefined); // connection errors surface as failed calls, handled by the failover
-  // With Redis the backend set is the fleet's (seeded from config, changed through any replica's admin
-  // API); without, it is this replica's config (changed through its own admin API).
-  const backendSubscriber = config.redisUrl === undefined ? null : createRedis(config.redisUrl, 'worker');
-  const sharedBackends =
-    redis === null || backendSubscriber === null
-      ? null
-      : new SharedBackendSet({
-          set: new RedisBackendSet({ redis, nowMs: () => Date.now() }),
-          subscriber: backendSubscriber,
-          registry,
-          pollIntervalMs: config.backendSetPollMs,
-          nowMs: () => Date.now(),
-          logger: logger?.child({ component: 'backend-set' }),
-        });
-  // With Redis, the health poller's published backend states (health, engine load) are followed too.
-  const stateSubscriber = config.redisUrl === undefined ? null : createRedis(config.redisUrl, 'worker');
-  const backendStates = redis === null ? null : new RedisBackendStateStore({ redis });
-  const engineStates =
-    backendStates === null || stateSubscriber === null
-      ? null
-      : new EngineStateView({
-          source: {
-            readAll: () => backendStates.readAll(),
-            subscribe: (options) => backendStates.subscribe({ ...options, subscriber: stateSubscriber }),
-          },
-          maxAgeMs: config.engineStateMaxAgeMs,
-          refreshMs: config.engineStateRefreshMs,
-          nowMs: () => Date.now(),
-          onError: (error) => logger?.debug({ err: error }, 'backend states from the health poller could not be read'),
-        });
-  const failover =
-    redis === null
-      ? null
-      : new FailoverRoutingState(
-          new RedisRoutingState({
-            redis,
-            maxBlocksPerPool: config.maxBlocksPerPool,
-            blockIdleTtlMs: config.blockIdleTtlMs,
-            leaseTtlMs: config.leaseTtlMs,
-            nowMs: () => Date.now(),
-          }),
-          localState,
-          {
-            timeoutMs: config.redisTimeoutMs,
-            retryAfterMs: config.redisRetryAfterMs,
-            maxRetryAfterMs: 10_000,
-            nowMs: () => Date.now(),
-            onDegradedChange: (degraded, error) => {
-              metrics.recordDegradedChange(degraded);
-              if (degraded) logger?.warn({ err: error }, 'shared routing state unavailable: routing on local state (degraded)');
-              else logger?.info('shared routing state is back: routing on shared state');
-            },
-          },
-        );
-  const state: RoutingStateStore = deps.state ?? failover ?? localState;
-  const metrics = new RouterMetrics({
-    inflight: () => state.inflightCounts(),
-    breakerStates: () => new Map(registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),
-    degraded: () => (failover?.degraded ? 1 : 0),
-  });
-  const params = policyParamsFromConfig(config);
-  const policies = new Map<string, RoutingPolicy>();
-  const policyFor = (pool: string, kind: 'generation' | 'passthrough'): RoutingPolicy => {
-    const key = `${kind}\u0000${pool}`;
-    let policy = policies.get(key);
-    if (!policy) {
-      policy = createPolicy(kind === 'generation' ? config.policy : config.passthroughPolicy, params);
-      policies.set(key, policy);
-    }
-    return policy;
-  };
-  // Fail at start, not on the first request, if a parameter is out of range.
-  policyFor('', 'generation');
-  policyFor('', 'passthrough');
+  const policyFor = createPolicyTable(config);
 
   const drain = new RequestDrain();
   const heldLeases = new HeldLeases();
-  const app = await buildRouterApp({
-    registry,
-    upstreams,
-    // Shared leases expire unless renewed: renew at a third of the TTL, so one lost renewal never expires
-    // a live lease. Local leases never expire, so requests then carry no timer at all.
-    routing: {
-      state,
-      nowMs,
-      random,
-      leaseRenewIntervalMs: redis === null ? 0 : Math.floor(config.leaseTtlMs / 3),
-      engineStates,
-      askTrueMatches: simMatchAsker(upstreams, config.oracleMatchTimeoutMs),
-      heldLeases,
+  const { app } = await buildRouterApp({
+    registry: backends.registry,
+    requestPath: {
+      parse: {
+        blockSizeBytes: config.blockSizeBytes,
+        maxRoutedBlocks: config.maxRoutedBlocks,
+        maxJsonDepth: config.maxJsonDepth,
+        limits: generationLimitsOf(config),
+      },
+      route: {
+        registry: backends.registry,
+        state: state.state,
+        policyFor,
+        nowMs,
+        random,
+        leaseRenewIntervalMs: state.leaseRenewIntervalMs,
+        engineStates: state.engineStates,
+        heldLeases,
+        metrics,
+        logger: requestLogger.child({ component: 'route' }),
+      },
+      send: { upstreams: backends.upstreams, metrics, logger: requestLogger.child({ component: 'proxy' }) },
+      learn: createLearner(metrics),
+      retry: { maxAttempts: config.maxAttempts, retryBackoffMs: config.retryBackoffMs, random },
+      metrics,
     },
     metrics,
-    policyFor,
-    blockSizeBytes: config.blockSizeBytes,
-    requestBodyLimitBytes: config.requestBodyLimitBytes,
-    maxAttempts: config.maxAttempts,
-    retryBackoffMs: config.retryBackoffMs,
+    limits: {
+      requestBodyLimitBytes: config.requestBodyLimitBytes,
+      requestBodyTimeoutMs: config.requestBodyTimeoutMs,
+      requestHeadersTimeoutMs: config.requestHeadersTimeoutMs,
+      keepAliveTimeoutMs: config.keepAliveTimeoutMs,
+      maxHeaderBytes: config.maxHeaderBytes,
+      maxConnections: config.maxConnections,
+      maxInflightRequests: config.maxInflightRequests,
+    },
     debugRoutes: config.debugRoutes,
     admin:
       config.adminToken === undefined
         ? null
-        : {
-            token: config.adminToken,
-            registry,
-            changes: sharedBackends ?? new LocalBackendChanges(registry),
-            inflight: () => state.inflightCounts(),
-            sharedVersion: () => (sharedBackends ? sharedBackends.version : null),
-          },
+        : { token: config.adminToken, registry: backends.registry, changes: backends.changes, inflight: () => state.state.inflightCounts(), sharedVersion: backends.sharedVersion },
     logger: deps.logger ?? false,
     drain,
     startedAtUnixSeconds: Math.floor(Date.now() / 1000),
@@ -233,8 +156,8 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
    *    connection still open, are served to their end for up to `graceMs`;
    * 3. at that deadline, what still runs is aborted (streams end with the router's error event and
    *    `[DONE]`) and every lease left is released;
-   * 4. the lease releases under way are awaited (bounded), then background loops stop and the Redis
-   *    connections close (QUIT), so no in-flight count is left behind in Redis.
+   * 4. the lease releases under way are awaited (bounded), then the closers stack runs: background
+   *    loops stop, connection pools close, Redis last (QUIT), so no in-flight count is left behind.
    */
   const closeOnce = async (options: RouterCloseOptions): Promise<RouterCloseReport> => {
     const startedAt = performance.now();
@@ -259,7 +182,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       aborted = drain.inflight;
       drain.beginAborting();
       logger?.warn({ requests: aborted, graceMs }, 'shutdown grace passed: aborting the requests still in flight');
-      await upstreams.destroy();
+      await backends.upstreams.destroy();
       leasesReleasedAtDeadline = heldLeases.releaseAll();
       await drain.waitUntilIdle(ABORT_FLUSH_MS);
       app.server.closeAllConnections();
@@ -267,21 +190,15 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     await serverClosed;
     leasesReleasedAtDeadline += heldLeases.releaseAll();
     const releasesSettled = await heldLeases.settled(RELEASE_SETTLE_MS);
-    registry.stop();
-    await engineStates?.stop();
-    stateSubscriber?.disconnect();
-    await sharedBackends?.stop();
-    backendSubscriber?.disconnect();
-    await upstreams.close();
-    if (redis) await quitRedis(redis, REDIS_QUIT_MS);
+    await closers.closeAll({ deadlineMs: RESOURCES_CLOSE_MS, ...(logger ? { logger } : {}) });
     return { inflightAtClose, aborted, leasesReleasedAtDeadline, releasesSettled, elapsedMs: Math.round(performance.now() - startedAt) };
   };
   let closing: Promise<RouterCloseReport> | undefined;
 
   return {
     app,
-    registry,
-    state,
+    registry: backends.registry,
+    state: state.state,
     metrics,
     get phase() {
       return drain.phase;
@@ -293,11 +210,8 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       return heldLeases.size;
     },
     async listen() {
-      // Start on shared state when Redis is there; if it is not, start degraded rather than not at all.
-      if (redis) await waitUntilReady(redis, 2_000).catch((error: unknown) => logger?.warn({ err: error }, 'Redis not reachable at start: routing on local state until it is'));
-      await sharedBackends?.start();
-      await engineStates?.start();
-      await registry.start(config.modelsRefreshMs);
+      await state.start();
+      await backends.start();
       return app.listen({ host: config.host, port: config.port });
     },
     beginDraining() {
@@ -310,12 +224,24 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   };
 }
 
-async function fetchModels(backend: Backend, timeoutMs: number): Promise<readonly string[]> {
-  const response = await undiciRequest(`${backend.origin}${backend.basePath}/v1/models`, { headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
-  if (response.statusCode !== 200) {
-    await response.body.dump();
-    throw new Error(`GET /v1/models answered ${response.statusCode}`);
-  }
-  const body = (await response.body.json()) as { data?: Array<{ id?: unknown }> };
-  return (body.data ?? []).map((model) => model.id).filter((id): id is string => typeof id === 'string');
+/**
+ * The policy instance for each pool and endpoint kind, created on first use (some policies keep state,
+ * such as a counter). Both configured policies are created once here, so a parameter out of range
+ * fails at start, not on the first request.
+ */
+function createPolicyTable(config: RouterConfig): (pool: string, kind: 'generation' | 'passthrough') => RoutingPolicy {
+  const params = policyParamsFromConfig(config);
+  const policies = new Map<string, RoutingPolicy>();
+  const policyFor = (pool: string, kind: 'generation' | 'passthrough'): RoutingPolicy => {
+    const key = `${kind}\u0000${pool}`;
+    let policy = policies.get(key);
+    if (!policy) {
+      policy = createPolicy(kind === 'generation' ? config.policy : config.passthroughPolicy, params);
+      policies.set(key, policy);
+    }
+    return policy;
+  };
+  policyFor('', 'generation');
+  policyFor('', 'passthrough');
+  return policyFor;
 }

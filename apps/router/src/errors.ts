@@ -8,15 +8,31 @@ import { createOpenAIErrorBody, type OpenAIErrorBody } from '@kvroute/protocols'
 export const ROUTER_ERRORS = {
   ROUTER_ERR_INVALID_JSON: { status: 400, type: 'invalid_request_error' },
   ROUTER_ERR_INVALID_REQUEST: { status: 400, type: 'invalid_request_error' },
+  /** A path with a dot segment, an empty segment or an encoded separator: refused, never forwarded (pipeline/admit.ts). */
+  ROUTER_ERR_INVALID_PATH: { status: 400, type: 'invalid_request_error' },
+  /** The HTTP framing itself is wrong (Content-Length with Transfer-Encoding, two lengths, a bad request line…): http/client-error.ts. */
+  ROUTER_ERR_BAD_FRAMING: { status: 400, type: 'invalid_request_error' },
+  /** Headers or body not received within `requestHeadersTimeoutMs` / `requestBodyTimeoutMs`. */
+  ROUTER_ERR_REQUEST_TIMEOUT: { status: 408, type: 'invalid_request_error' },
+  /** Request headers larger than `maxHeaderBytes`. */
+  ROUTER_ERR_HEADERS_TOO_LARGE: { status: 431, type: 'invalid_request_error' },
   ROUTER_ERR_UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error' },
   ROUTER_ERR_MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   ROUTER_ERR_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   ROUTER_ERR_METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },
   ROUTER_ERR_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   ROUTER_ERR_NO_BACKEND: { status: 503, type: 'service_unavailable' },
+  /** Over `maxInflightRequests` or `maxConnections`: 503 with `Retry-After` (pipeline/admit.ts). */
+  ROUTER_ERR_OVERLOADED: { status: 503, type: 'service_unavailable' },
   ROUTER_ERR_UPSTREAM_UNAVAILABLE: { status: 502, type: 'upstream_error' },
   ROUTER_ERR_UPSTREAM_TIMEOUT: { status: 504, type: 'upstream_error' },
   ROUTER_ERR_SHUTTING_DOWN: { status: 503, type: 'service_unavailable' },
+  /**
+   * The backend failed after the first byte: not an HTTP answer (the status was sent) but the error
+   * event a stream ends with, before `data: [DONE]` (proxy/relay-handler.ts); its status is what the
+   * request counts as in metrics.
+   */
+  ROUTER_ERR_UPSTREAM_STREAM: { status: 502, type: 'upstream_error' },
   // Admin API (/admin/backends).
   ROUTER_ERR_UNAUTHORIZED: { status: 401, type: 'invalid_request_error' },
   ROUTER_ERR_BACKEND_NOT_FOUND: { status: 404, type: 'invalid_request_error' },

@@ -30,10 +30,13 @@ export class RouterMetrics {
   private readonly clientAborts: Counter<'backend'>;
   private readonly degradedTransitions: Counter<'to'>;
   private readonly reserveConflicts: Counter<'backend'>;
-  private readonly ruleMismatches: Counter<'policy'>;
   private readonly failOpens: Counter<'model'>;
 
-  constructor(sources: RouterMetricsSources) {
+  /** Where the scrape-time gauges read from; set by `readFrom` once the state and the backends exist (none until then). */
+  private sources: RouterMetricsSources = { inflight: () => new Map(), breakerStates: () => new Map(), degraded: () => 0 };
+
+  constructor() {
+    const sources = (): RouterMetricsSources => this.sources;
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry, prefix: 'kvroute_router_' });
     this.requests = new Counter({
@@ -101,7 +104,7 @@ export class RouterMetrics {
       registers,
       collect() {
         this.reset();
-        for (const [backend, count] of sources.inflight()) this.set({ backend }, count);
+        for (const [backend, count] of sources().inflight()) this.set({ backend }, count);
       },
     });
     new Gauge({
@@ -109,19 +112,13 @@ export class RouterMetrics {
       help: '1 while the shared routing state (Redis) is unusable and this replica routes on its local state, else 0.',
       registers,
       collect() {
-        this.set(sources.degraded());
+        this.set(sources().degraded());
       },
     });
     this.reserveConflicts = new Counter({
       name: 'kvroute_router_reserve_conflicts_total',
       help: 'Reservations refused because the backend reached the in-flight cap the policy relied on (another replica got there first); the request was decided again.',
       labelNames: ['backend'],
-      registers,
-    });
-    this.ruleMismatches = new Counter({
-      name: 'kvroute_router_rule_mismatches_total',
-      help: "Decisions where the shared store's atomic rule (Lua) chose another backend than the policy's TypeScript on the same figures; the store's choice stood. Should stay 0: anything else is a parity bug.",
-      labelNames: ['policy'],
       registers,
     });
     this.failOpens = new Counter({
@@ -143,7 +140,7 @@ export class RouterMetrics {
       registers,
       collect() {
         this.reset();
-        for (const [backend, state] of sources.breakerStates()) this.set({ backend }, state);
+        for (const [backend, state] of sources().breakerStates()) this.set({ backend }, state);
       },
     });
   }
@@ -197,8 +194,9 @@ export class RouterMetrics {
     this.failOpens.inc({ model });
   }
 
-  recordRuleMismatch(policy: string): void {
-    this.ruleMismatches.inc({ policy });
+  /** The gauges read these at scrape time. */
+  readFrom(sources: RouterMetricsSources): void {
+    this.sources = sources;
   }
 
   recordDegradedChange(degraded: boolean): void {

@@ -2,18 +2,26 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerResponse } from 'n
 import type { FastifyBaseLogger } from 'fastify';
 import { encodeSseData, SSE_DONE } from '@kvroute/protocols';
 import type { Dispatcher } from 'undici';
+import { RouterError } from '../errors';
 import type { RouterMetrics } from '../router-metrics';
-import type { Lease } from '../routing/route-request';
 import { endToEndHeaders } from './hop-by-hop';
 
 /** How one try ended. `retry`: nothing reached the client, another backend may take the request. */
 export type TryOutcome =
   | { readonly kind: 'retry'; readonly cause: 'connect' | 'timeout' | `status-${number}`; readonly error: Error | null }
-  | { readonly kind: 'done' };
+  | { readonly kind: 'done'; readonly clientWentAway: boolean };
+
+/** What the relay tells the stages after it (learn, release); it knows nothing of what they do. */
+export interface RelayEvents {
+  /** The first generated output reached the client (or the response headers, for non-streaming responses). Once at most. */
+  firstOutput(): void;
+  /** The try ended, on whichever path (end, error, abort, retry). Once. */
+  finished(): void;
+}
 
 export interface RelayTarget {
   readonly response: ServerResponse;
-  readonly lease: Lease;
+  readonly events: RelayEvents;
   readonly backendId: string;
   readonly policyName: string;
   readonly reason: string;
@@ -37,13 +45,13 @@ const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_CONNECT_TIMEO
  * backpressure (the upstream is paused while the client's buffer is full). No intermediate stream,
  * async iterator or AbortController: this runs for every request, so it is the proxy's hot path.
  *
- * - TTFT: the first SSE event carrying text, or the response headers for non-streaming responses;
- *   either also ends the request's prefill backlog on its lease.
+ * - First output: the first SSE event carrying text, or the response headers for non-streaming
+ *   responses (`events.firstOutput`).
  * - Before anything is written, a connect error, a timeout or a retryable status resolves `retry`
  *   (a retryable response body is drained, keeping the connection reusable).
  * - After the first byte, an upstream failure ends an SSE stream with an error event and `[DONE]`
  *   (a plain response is cut); a client that went away aborts the upstream request at once.
- * - The lease is released exactly once, whatever happens.
+ * - `events.finished` runs exactly once, whatever happens.
  */
 export class RelayHandler implements Dispatcher.DispatchHandler {
   readonly outcome: Promise<TryOutcome>;
@@ -114,14 +122,14 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     if (this.mode === 'discard') return this.finish(this.discardCause as TryOutcome);
     this.target.response.end();
     this.target.metrics.recordRouted(this.target.backendId, this.target.policyName, this.target.reason, this.statusCode);
-    this.finish({ kind: 'done' });
+    this.finish({ kind: 'done', clientWentAway: this.clientGone });
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
     const target = this.target;
     if (this.clientGone) {
       target.metrics.recordClientAbort(target.backendId);
-      return this.finish({ kind: 'done' });
+      return this.finish({ kind: 'done', clientWentAway: true });
     }
     if (this.mode !== 'relay') {
       const code = (error as { code?: string }).code ?? '';
@@ -132,34 +140,28 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     if (this.isSse && !target.response.destroyed) {
       const message = `Upstream backend ${target.backendId} failed mid-stream.`;
       target.response.end(
-        encodeSseData(JSON.stringify({ error: { message, type: 'upstream_error', param: null, code: 'ROUTER_ERR_UPSTREAM_STREAM' } })) + encodeSseData(SSE_DONE),
+        encodeSseData(JSON.stringify(new RouterError('ROUTER_ERR_UPSTREAM_STREAM', message).toBody())) + encodeSseData(SSE_DONE),
       );
     } else {
       target.response.destroy();
     }
     target.metrics.recordRouted(target.backendId, target.policyName, target.reason, 502);
-    this.finish({ kind: 'done' });
+    this.finish({ kind: 'done', clientWentAway: false });
   }
 
   private firstContent(): void {
     this.sawContent = true;
-    this.target.lease.markPrefillDone();
-    this.target.metrics.recordTtft(this.target.backendId, (performance.now() - this.target.arrivedAtMs) / 1000);
+    this.target.events.firstOutput();
   }
 
   private finish(outcome: TryOutcome): void {
     const target = this.target;
     target.response.off('close', this.onClientClose);
     target.response.off('drain', this.onDrain);
-    target.lease.release();
+    target.events.finished();
     if (outcome.kind === 'done' && this.mode === 'relay') {
       target.metrics.recordDuration(target.backendId, this.isSse, (performance.now() - target.arrivedAtMs) / 1000);
     }
     this.settle(outcome);
-  }
-
-  /** True once the client went away (no other backend should be tried). */
-  get clientWentAway(): boolean {
-    return this.clientGone;
   }
 }

@@ -5,7 +5,7 @@ import type { BackendChangeOutcome, BackendChanges } from '../backends/backend-c
 import { backendIdOf, type BackendRegistry } from '../backends/backend-registry';
 import { BackendConfig } from '../config';
 import { RouterError } from '../errors';
-import { parseBody } from './generation-routes';
+import { validateBody } from '../pipeline/parse';
 
 export interface AdminRoutesOptions {
   /** The bearer token every admin request must carry (config `adminToken`). */
@@ -86,7 +86,7 @@ export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOpti
   });
 
   app.post('/admin/backends', async (request, reply) => {
-    const spec = parseBody(AddBackendBody, request.body);
+    const spec = validateBody(AddBackendBody, request.body);
     const id = backendIdOf(spec);
     const sameUrl = options.registry.findByUrl(spec.url);
     if (sameUrl) throw new RouterError('ROUTER_ERR_BACKEND_EXISTS', `${spec.url} is already in the backend set as \`${sameUrl.id}\`.`, { param: 'url' });

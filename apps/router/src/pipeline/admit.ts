@@ -1,0 +1,95 @@
+import type { Socket } from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import { RouterError } from '../errors';
+import type { RequestDrain } from '../http/request-drain';
+
+/**
+ * Stage 1 of the request path, **admit**: whether the router takes a request at all, decided from the
+ * request line and the connection before a byte of the body is read, so refusing costs next to nothing.
+ *
+ * - Paths that could mean something else to a backend than to the router are refused (400): a `..` or
+ *   `.` segment, an empty segment (`//`), a backslash, or an encoded dot, slash or backslash
+ *   (`%2e`, `%2f`, `%5c`). The router forwards paths as they are, so it must never forward one whose
+ *   meaning depends on who normalises it.
+ * - Once the shutdown grace has passed, new requests are refused (503, retry elsewhere).
+ * - Caps (503 + `Retry-After`, before the body is read): at most `maxInflightRequests` proxied requests
+ *   in flight, and requests arriving on a connection beyond the first `maxConnections` open ones (that
+ *   connection is closed after the answer). Probes and metrics are never capped: a busy router must
+ *   still say it is alive.
+ */
+export interface AdmitOptions {
+  readonly drain: RequestDrain;
+  /** Proxied requests (`POST /v1/*`) in flight at once; beyond it 503. */
+  readonly maxInflightRequests: number;
+  /** Open client connections served; requests on later ones get 503 and `Connection: close`. */
+  readonly maxConnections: number;
+}
+
+export interface Admission {
+  /** Proxied requests in flight now. */
+  readonly inflight: number;
+  /** Client connections open now. */
+  readonly connections: number;
+}
+
+/** Registers the admit stage (an `onRequest` hook, the first thing that runs for a request). */
+export function registerAdmit(app: FastifyInstance, options: AdmitOptions): Admission {
+  let inflight = 0;
+  let connections = 0;
+  const overCap = new WeakSet<Socket>();
+  app.server.on('connection', (socket: Socket) => {
+    connections++;
+    if (connections > options.maxConnections) overCap.add(socket);
+    socket.once('close', () => {
+      connections--;
+    });
+  });
+
+  app.addHook('onRequest', (request, reply, done) => {
+    const unsafe = unsafePathReason(request.raw.url ?? '/');
+    if (unsafe !== null) return done(new RouterError('ROUTER_ERR_INVALID_PATH', `The request path is not accepted: ${unsafe}.`));
+    if (request.method !== 'POST' || !request.url.startsWith('/v1/')) return done();
+    if (options.drain.phase === 'aborting') return done(new RouterError('ROUTER_ERR_SHUTTING_DOWN', 'This router is shutting down; retry.', { retryAfterSeconds: 1 }));
+    if (overCap.has(request.raw.socket)) {
+      reply.header('connection', 'close');
+      return done(new RouterError('ROUTER_ERR_OVERLOADED', `This router serves at most ${options.maxConnections} connections; retry.`, { retryAfterSeconds: 1 }));
+    }
+    if (inflight >= options.maxInflightRequests) {
+      return done(new RouterError('ROUTER_ERR_OVERLOADED', `This router has ${inflight} requests in flight, its limit; retry.`, { retryAfterSeconds: 1 }));
+    }
+    inflight++;
+    reply.raw.once('close', () => {
+      inflight--;
+    });
+    done();
+  });
+
+  return {
+    get inflight() {
+      return inflight;
+    },
+    get connections() {
+      return connections;
+    },
+  };
+}
+
+/** Encoded `.`, `/` or `\`: a backend that decodes before routing would see another path. */
+const ENCODED_SEPARATOR = /%(?:2e|2f|5c)/i;
+
+/** Why `url`'s path is refused, or null if it is a plain, normalised path. The query is not looked at. */
+export function unsafePathReason(url: string): string | null {
+  const query = url.indexOf('?');
+  const path = query === -1 ? url : url.slice(0, query);
+  if (!path.startsWith('/')) return 'it must start with /';
+  if (path.includes('\\')) return 'it contains a backslash';
+  if (ENCODED_SEPARATOR.test(path)) return 'it contains an encoded dot, slash or backslash';
+  const segments = path.split('/');
+  // segments[0] is the empty string before the leading slash; a trailing slash leaves one empty last segment.
+  for (let index = 1; index < segments.length; index++) {
+    const segment = segments[index];
+    if (segment === '.' || segment === '..') return 'it contains a dot segment';
+    if (segment === '' && index < segments.length - 1) return 'it contains an empty segment (//)';
+  }
+  return null;
+}

@@ -1,0 +1,112 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { ChatCompletionRequest, checkGenerationLimits, CompletionRequest, formatIssuePath, formatValidationIssues, measureJsonNesting, type GenerationLimits } from '@kvroute/protocols';
+import { buildRoutingRequest, type RoutingRequest } from '@kvroute/routing';
+import type { z } from 'zod';
+import { RouterError } from '../errors';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The request body exactly as received: forwarded unchanged to the backend. */
+    rawBody?: Buffer;
+  }
+}
+
+/**
+ * Stage 2 of the request path, **parse**: the body, bounded before anything costly looks at it.
+ *
+ * 1. The body parser (every content type is read as JSON, as engines do) keeps the raw bytes, which are
+ *    what gets forwarded: a proxy must not re-serialise a body, engines accept fields we do not know.
+ *    Before `JSON.parse` one pass over the bytes refuses nesting deeper than `maxJsonDepth` anywhere,
+ *    known field or not, so no later step (validation, routing text) recurses on hostile depth.
+ * 2. Counts (messages, tools, content parts, prompt entries) are checked on the parsed object, before
+ *    validation: a body of 200,000 invalid messages is refused at its count, not after 200,000 issues.
+ * 3. Validation (zod) reports its first few issues, capped in bytes.
+ * 4. The routing request: the routing text's block hashes (at most `maxRoutedBlocks`), session key,
+ *    generation budget.
+ */
+export interface ParseOptions {
+  readonly blockSizeBytes: number;
+  /** Leading blocks of the routing text routed on (the rest is not hashed): bounds the state's work per request. */
+  readonly maxRoutedBlocks: number;
+  readonly maxJsonDepth: number;
+  readonly limits: GenerationLimits;
+}
+
+/** What the later stages need of a request: its model (the pool) and what the policy reads. */
+export interface ParsedRequest {
+  readonly model: string;
+  /** `generation`: chat and text completions, routed by the policy; `passthrough`: other `POST /v1/*`. */
+  readonly kind: 'generation' | 'passthrough';
+  readonly routingRequest: RoutingRequest;
+}
+
+export type Endpoint = 'chat' | 'completions' | 'passthrough';
+
+/** Registers the body parser (step 1). */
+export function registerBodyParser(app: FastifyInstance, bodyLimitBytes: number, maxJsonDepth: number): void {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: bodyLimitBytes }, (request, body, done) => {
+    const raw = body as Buffer;
+    request.rawBody = raw;
+    if (raw.length === 0) return done(new RouterError('ROUTER_ERR_INVALID_JSON', 'The request body is empty; expected a JSON object.'), undefined);
+    const nesting = measureJsonNesting(raw, maxJsonDepth);
+    if (nesting.tooDeep) {
+      return done(new RouterError('ROUTER_ERR_INVALID_REQUEST', `The request body nests deeper than ${maxJsonDepth} levels (at byte ${nesting.offset}).`), undefined);
+    }
+    try {
+      done(null, JSON.parse(raw.toString('utf8')));
+    } catch (error) {
+      done(new RouterError('ROUTER_ERR_INVALID_JSON', `The request body is not valid JSON: ${(error as Error).message.slice(0, 200)}`), undefined);
+    }
+  });
+}
+
+/** Steps 2–4 for one request of `endpoint`. Throws a RouterError (400) for what it refuses. */
+export function parseRequest(endpoint: Endpoint, request: FastifyRequest, options: ParseOptions): ParsedRequest {
+  const body = request.body;
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'The request body must be a JSON object.');
+  }
+  if (endpoint === 'passthrough') {
+    const model = (body as { model?: unknown }).model;
+    if (typeof model !== 'string' || model === '') throw new RouterError('ROUTER_ERR_INVALID_REQUEST', '`model` is required.', { param: 'model' });
+    return { model, kind: 'passthrough', routingRequest: passthroughRoutingRequest(model, sessionKeyOf(request.headers, {}), options.blockSizeBytes) };
+  }
+  const generation = validateGenerationBody(endpoint, body, options.limits);
+  const routingRequest = buildRoutingRequest(generation, {
+    blockSizeBytes: options.blockSizeBytes,
+    maxBlocks: options.maxRoutedBlocks,
+    sessionKey: sessionKeyOf(request.headers, generation),
+  });
+  return { model: generation.model, kind: 'generation', routingRequest };
+}
+
+/** Counts, then the schema: the validated chat or completion body. Also used by `/debug/route`. */
+export function validateGenerationBody(endpoint: 'chat' | 'completions', body: object, limits: GenerationLimits): ChatCompletionRequest | CompletionRequest {
+  const overLimit = checkGenerationLimits(body, limits);
+  if (overLimit !== null) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
+  return endpoint === 'chat' ? validateBody(ChatCompletionRequest, body) : validateBody(CompletionRequest, body);
+}
+
+/** `body` validated by `schema` (a JSON object required), or a 400 naming its first few issues. Also the admin API's. */
+export function validateBody<Schema extends z.ZodType>(schema: Schema, body: unknown): z.infer<Schema> {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'The request body must be a JSON object.');
+  }
+  const result = schema.safeParse(body);
+  if (result.success) return result.data;
+  const first = result.error.issues[0];
+  const param = first && first.path.length > 0 ? formatIssuePath(first.path) : 'body';
+  throw new RouterError('ROUTER_ERR_INVALID_REQUEST', formatValidationIssues(result.error.issues), { param });
+}
+
+function passthroughRoutingRequest(model: string, sessionKey: string | null, blockSizeBytes: number): RoutingRequest {
+  return { model, blockHashes: [], blockSizeBytes, textBytes: 0, contextBlocks: 0, headHash: 0, sessionKey };
+}
+
+/** The affinity key of a request: its `X-Session-Id` header, else the body's `user`, else none. */
+export function sessionKeyOf(headers: FastifyRequest['headers'], body: { user?: string | undefined }): string | null {
+  const header = headers['x-session-id'];
+  if (typeof header === 'string' && header !== '') return header;
+  return body.user !== undefined && body.user !== '' ? body.user : null;
+}

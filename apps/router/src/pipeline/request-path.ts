@@ -1,0 +1,101 @@
+import type { ServerResponse } from 'node:http';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Backend } from '../backends/backend-registry';
+import { RouterError } from '../errors';
+import type { RouterMetrics } from '../router-metrics';
+import type { Learner } from './learn';
+import { parseRequest, type Endpoint, type ParsedRequest, type ParseOptions } from './parse';
+import { release } from './release';
+import { withRetryBeforeFirstByte, type RetryOptions } from './retry-before-first-byte';
+import { poolOf, route, type RouteDeps } from './route';
+import { send, type SendDeps } from './send';
+
+/**
+ * The request path of every proxied request, in order: each stage one file with one job.
+ *
+ * | # | stage   | file                  | job |
+ * |---|---------|-----------------------|-----|
+ * | 1 | admit   | admit.ts              | `onRequest`: path, shutdown, caps, before the body is read |
+ * | 2 | parse   | parse.ts              | bounded JSON, limits, validation → the routing request |
+ * | 3 | route   | route.ts              | eligible backends → decide (the policy once) + lease → a ticket |
+ * | 4 | send    | send.ts               | the ticket's request relayed to its backend |
+ * | 5 | learn   | learn.ts              | what the response says: first output (TTFT, prefill done, ownership) |
+ * | 6 | release | release.ts            | the ticket's lease, once |
+ *
+ * Route and send are retried before the first byte by retry-before-first-byte.ts. Admit runs as a
+ * hook (app.ts registers it first); this file runs stages 2–6 for one request.
+ */
+export const REQUEST_PATH_STAGES = ['admit', 'parse', 'route', 'send', 'learn', 'release'] as const;
+
+export interface RequestPathDeps {
+  readonly parse: ParseOptions;
+  readonly route: RouteDeps;
+  readonly send: SendDeps;
+  readonly learn: Learner;
+  readonly retry: Omit<RetryOptions, 'metrics' | 'logger'>;
+  readonly metrics: RouterMetrics;
+}
+
+/** One request between parse and the end of its response. */
+interface InFlight {
+  readonly request: FastifyRequest;
+  readonly parsed: ParsedRequest;
+  readonly backends: readonly Backend[];
+  readonly body: Buffer;
+  readonly response: ServerResponse;
+}
+
+/** A Fastify handler per endpoint that runs the request path. */
+export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) => (request: FastifyRequest, reply: FastifyReply) => Promise<void> {
+  const routeAndSend = withRetryBeforeFirstByte<InFlight>(
+    { ...deps.retry, metrics: deps.metrics, logger: deps.send.logger },
+    (of, tried, attempt) => route(deps.route, of.parsed, of.backends, tried, attempt, of.request.id),
+    (of, ticket, mayRetryStatus) =>
+      send(
+        deps.send,
+        {
+          backend: ticket.backend,
+          reason: ticket.decision.reason,
+          policyName: ticket.policyName,
+          path: of.request.url,
+          headers: of.request.headers,
+          body: of.body,
+          requestId: of.request.id,
+          arrivedAtMs: of.request.arrivedAtMs,
+          mayRetryStatus,
+          events: { firstOutput: () => deps.learn.firstOutput(ticket, of.request.arrivedAtMs), finished: () => release(ticket) },
+        },
+        of.response,
+      ),
+  );
+  return (endpoint) => async (request, reply) => {
+    const parsed = parseRequest(endpoint, request, deps.parse);
+    const backends = poolOf(deps.route.registry, parsed.model);
+    reply.hijack();
+    try {
+      await routeAndSend({ request, parsed, backends, body: request.rawBody ?? Buffer.alloc(0), response: reply.raw }, { model: parsed.model, backends }, request.id, reply.raw);
+    } catch (error) {
+      const routerError = error instanceof RouterError ? error : new RouterError('ROUTER_ERR_INTERNAL', 'Internal router error.', { cause: error });
+      deps.metrics.recordRejected(routerError.code);
+      writeErrorAfterHijack(reply, routerError);
+      if (!(error instanceof RouterError)) request.log.error({ err: error }, 'unexpected error while forwarding');
+    }
+  };
+}
+
+/** The reply was handed over to the proxy; errors found before anything was sent are written here. */
+function writeErrorAfterHijack(reply: FastifyReply, error: RouterError): void {
+  const response = reply.raw;
+  if (response.headersSent || response.destroyed) return;
+  const body = JSON.stringify(error.toBody());
+  const headers: Record<string, string> = {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': String(Buffer.byteLength(body)),
+    'x-router-backend': 'none',
+    'x-router-reason': 'rejected',
+    'x-request-id': reply.request.id,
+  };
+  if (error.options.retryAfterSeconds !== undefined) headers['retry-after'] = String(error.options.retryAfterSeconds);
+  response.writeHead(error.status, headers);
+  response.end(body);
+}

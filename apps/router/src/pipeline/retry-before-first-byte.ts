@@ -1,0 +1,77 @@
+import type { ServerResponse } from 'node:http';
+import type { FastifyBaseLogger } from 'fastify';
+import type { BackendId } from '@kvroute/routing';
+import { RouterError } from '../errors';
+import type { TryOutcome } from '../proxy/relay-handler';
+import type { RouterMetrics } from '../router-metrics';
+import type { Ticket } from './route';
+
+/**
+ * Retry before the first byte, wrapped around route and send as an undici interceptor wraps dispatch:
+ * route a try (skipping the backends this request already tried), send it; if nothing reached the
+ * client (connect error, timeout before the response headers, 429/502/503/504 while another try is
+ * possible), the try's backend is excluded and, after a full-jitter exponential backoff, the next try
+ * is routed. At most `maxAttempts` tries; never the same backend twice. The client going away ends it.
+ *
+ * Throws a RouterError only when nothing was sent to the client: the last transport failure, or
+ * `ROUTER_ERR_NO_BACKEND` when no backend was left to try.
+ */
+export interface RetryOptions {
+  readonly maxAttempts: number;
+  /** Base backoff, ms: try k waits uniformly in [0, retryBackoffMs · 2^(k-1)). */
+  readonly retryBackoffMs: number;
+  readonly random: () => number;
+  readonly metrics: RouterMetrics;
+  readonly logger: FastifyBaseLogger;
+}
+
+/** Routes one try of the request `of`: a ticket, or null when no backend is left. */
+export type RouteTry<Request> = (of: Request, tried: ReadonlySet<BackendId>, attempt: number) => Promise<Ticket | null>;
+/** Sends one ticket; `mayRetryStatus`: a retryable status may be turned into a retry. */
+export type SendTry<Request> = (of: Request, ticket: Ticket, mayRetryStatus: boolean) => Promise<TryOutcome>;
+
+/** What the wrapper reads of a pool: which backends another try could still go to. */
+export interface RetryPool {
+  readonly model: string;
+  readonly backends: readonly { readonly id: BackendId; readonly breaker: { isAvailable(): boolean } }[];
+}
+
+/** Built once; the returned function runs per request (no closures per request on the hot path). */
+export function withRetryBeforeFirstByte<Request>(options: RetryOptions, routeTry: RouteTry<Request>, sendTry: SendTry<Request>) {
+  return async function routeAndSend(of: Request, pool: RetryPool, requestId: string, response: ServerResponse): Promise<void> {
+    const tried = new Set<BackendId>();
+    let lastFailure: RouterError | null = null;
+    for (let attempt = 1; attempt <= options.maxAttempts; attempt++) {
+      if (response.destroyed) return;
+      const ticket = await routeTry(of, tried, attempt);
+      if (ticket === null) break;
+      const backendId = ticket.backend.id;
+      const othersLeft = pool.backends.some((other) => other.id !== backendId && !tried.has(other.id) && other.breaker.isAvailable());
+      const outcome = await sendTry(of, ticket, attempt < options.maxAttempts && othersLeft);
+      if (outcome.kind === 'done') return;
+      options.metrics.recordRetry(backendId, outcome.cause);
+      if (outcome.error) {
+        options.logger.warn({ requestId, backend: backendId, err: outcome.error, attempt }, 'upstream try failed before the first byte');
+        lastFailure = failureOf(backendId, outcome.cause, outcome.error);
+      }
+      tried.add(backendId);
+      if (!(await backoff(options, attempt, response))) return;
+    }
+    if (lastFailure) throw lastFailure;
+    throw new RouterError('ROUTER_ERR_NO_BACKEND', `No backend is available for model \`${pool.model}\` right now.`, { retryAfterSeconds: 1 });
+  };
+}
+
+function failureOf(backendId: BackendId, cause: string, error: Error): RouterError {
+  return cause === 'timeout'
+    ? new RouterError('ROUTER_ERR_UPSTREAM_TIMEOUT', `Backend ${backendId} did not answer in time.`, { cause: error })
+    : new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backendId} could not be reached (${(error as { code?: string }).code ?? 'transport error'}).`, { cause: error });
+}
+
+/** Full-jitter exponential backoff; false if the client went away meanwhile. */
+async function backoff(options: RetryOptions, attempt: number, response: ServerResponse): Promise<boolean> {
+  const capMs = options.retryBackoffMs * 2 ** (attempt - 1);
+  const delayMs = options.random() * capMs;
+  if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
+  return !response.destroyed;
+}

@@ -1,0 +1,123 @@
+import { randomUUID } from 'node:crypto';
+import type { FastifyBaseLogger } from 'fastify';
+import { candidatesOf, decide, type BackendId, type DecideInput, type RoutingDecision, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
+import type { Backend, BackendRegistry } from '../backends/backend-registry';
+import { eligibleBackends, type Eligibility } from '../backends/eligible-backends';
+import type { EngineStateView } from '../backends/engine-state-view';
+import { RouterError } from '../errors';
+import type { RouterMetrics } from '../router-metrics';
+import type { HeldLeases } from '../routing/held-leases';
+import { Lease } from '../routing/lease';
+import type { ParsedRequest } from './parse';
+
+/**
+ * Stage 3 of the request path, **route**: where one try goes. It decides and reserves, and hands back
+ * one ticket; it sends nothing (send does, knowing nothing of routing).
+ *
+ * One try: eligible backends (the pool minus backends this request already tried, open circuits and
+ * those the health poller reports unhealthy, failing open if that leaves none) → `decide` (the policy
+ * evaluated once: in Redis for policies with an atomic rule, else on a snapshot; the lease taken and,
+ * for policies that record at routing, ownership recorded, in the same step) → the ticket.
+ */
+export interface RouteDeps {
+  readonly registry: BackendRegistry;
+  readonly state: RoutingStateStore;
+  /** The policy instance for a pool (one per pool and endpoint kind, created on first use). */
+  readonly policyFor: (pool: string, kind: ParsedRequest['kind']) => RoutingPolicy;
+  readonly nowMs: () => number;
+  readonly random: () => number;
+  /** How often a held lease is renewed (shared state expires unrenewed leases); 0 = never. */
+  readonly leaseRenewIntervalMs: number;
+  /** The health poller's view of the backends (health, engine load); null without a poller's Redis. */
+  readonly engineStates: EngineStateView | null;
+  readonly heldLeases: HeldLeases;
+  readonly metrics: RouterMetrics;
+  readonly logger: FastifyBaseLogger;
+}
+
+export type RoutedDecision = Extract<RoutingDecision, { kind: 'routed' }>;
+
+/** One try's reservation: the chosen backend, why, and the lease held on it until `release`. */
+export interface Ticket {
+  readonly backend: Backend;
+  readonly decision: RoutedDecision;
+  readonly policyName: string;
+  readonly lease: Lease;
+  /** 1 for the first try. */
+  readonly attempt: number;
+}
+
+/** A request's pool: the backends serving its model. Throws (404, 503) before anything was sent. */
+export function poolOf(registry: BackendRegistry, model: string): readonly Backend[] {
+  if (!registry.servesModel(model)) throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${model}\` does not exist.`, { param: 'model' });
+  // Drained backends are in no pool: a model whose backends are all drained exists but has nowhere to go.
+  const backends = registry.poolFor(model);
+  if (backends.length === 0) throw new RouterError('ROUTER_ERR_NO_BACKEND', `No backend is available for model \`${model}\` right now.`, { retryAfterSeconds: 1 });
+  return backends;
+}
+
+/** One try of `request` over `pool`, skipping `tried`: a ticket, or null when no backend is left. */
+export async function route(deps: RouteDeps, request: ParsedRequest, pool: readonly Backend[], tried: ReadonlySet<BackendId>, attempt: number, requestId: string): Promise<Ticket | null> {
+  const eligibility = eligibleBackends(pool, tried, deps.engineStates);
+  if (eligibility.eligible.length === 0) return null;
+  if (eligibility.failedOpen) {
+    deps.metrics.recordFailOpen(request.model);
+    deps.logger.warn({ requestId, pool: request.model }, 'the health poller reports every available backend unhealthy: routing on the circuit breakers alone');
+  }
+  const policy = deps.policyFor(request.model, request.kind);
+  const decidedAt = performance.now();
+  // A lease id of the router's own per try: a client's X-Request-Id is the client's to choose (ten
+  // streams sent with one id are ten requests in flight).
+  const leaseId = randomUUID();
+  const { decision, candidates, conflicts, blocksAtFirstOutput } = await decide(deps.state, decideInput(deps, request, eligibility, policy, leaseId));
+  for (const conflicted of conflicts) deps.metrics.recordReserveConflict(conflicted);
+  if (decision.kind === 'rejected') return null;
+  const backend = eligibility.eligible.find((candidate) => candidate.id === decision.backendId) as Backend;
+  const lease = new Lease({
+    state: deps.state,
+    pool: request.model,
+    backendId: backend.id,
+    leaseId,
+    onError: (error) => deps.logger.warn({ err: error, backend: backend.id }, 'lease call failed'),
+    book: deps.heldLeases,
+    blocksAtFirstOutput,
+  });
+  lease.startRenewing(deps.leaseRenewIntervalMs);
+  const totalBlocks = request.routingRequest.blockHashes.length;
+  const chosen = candidates.find((candidate) => candidate.backend.id === backend.id);
+  deps.metrics.recordDecision(policy.name, (performance.now() - decidedAt) / 1000, totalBlocks === 0 ? 0 : (chosen?.matchBlocks ?? 0) / totalBlocks);
+  // Built only when debug is on: this runs for every request.
+  if (deps.logger.level === 'debug' || deps.logger.level === 'trace') {
+    deps.logger.debug({ requestId, policy: policy.name, backend: backend.id, reason: decision.reason, attempt, conflicts: conflicts.length, scores: decision.scores }, 'routing decision');
+  }
+  return { backend, decision, policyName: policy.name, lease, attempt };
+}
+
+/**
+ * What the policy would choose for `request` on the same figures a first try reads (state snapshot,
+ * the engines' load), without taking a lease or recording anything: the dry run of `/debug/route`.
+ */
+export async function explainRoute(deps: RouteDeps, request: ParsedRequest, pool: readonly Backend[]): Promise<{ policy: RoutingPolicy; decision: RoutingDecision }> {
+  const policy = deps.policyFor(request.model, request.kind);
+  const eligibility = eligibleBackends(pool, new Set(), deps.engineStates);
+  if (eligibility.eligible.length === 0) return { policy, decision: { kind: 'rejected', reason: 'no-eligible-backend' } };
+  const input = decideInput(deps, request, eligibility, policy, '');
+  const snapshot = await deps.state.snapshot(
+    request.model,
+    input.backends.map((backend) => backend.id),
+    policy.usesPrefixMatch ? request.routingRequest.blockHashes : [],
+  );
+  return { policy, decision: policy.choose(request.routingRequest, candidatesOf(input, snapshot), input.context) };
+}
+
+function decideInput(deps: RouteDeps, request: ParsedRequest, eligibility: Eligibility, policy: RoutingPolicy, leaseId: string): DecideInput {
+  return {
+    pool: request.model,
+    request: request.routingRequest,
+    backends: eligibility.eligible.map((backend) => backend.info),
+    policy,
+    context: { nowMs: deps.nowMs(), random: deps.random },
+    leaseId,
+    engine: eligibility.engine,
+  };
+}

@@ -1,0 +1,67 @@
+import type { ServerResponse } from 'node:http';
+import type { FastifyBaseLogger } from 'fastify';
+import type { Backend } from '../backends/backend-registry';
+import { endToEndHeaders } from '../proxy/hop-by-hop';
+import { RelayHandler, type RelayEvents, type TryOutcome } from '../proxy/relay-handler';
+import type { UpstreamPools } from '../proxy/upstream-pool';
+import type { RouterMetrics } from '../router-metrics';
+
+/**
+ * Stage 4 of the request path, **send**: one try's request to one backend, its response relayed to the
+ * client (proxy/relay-handler.ts: an undici dispatch handler, backpressure, client abort → upstream
+ * abort). It knows nothing of routing: it is told where, and labels to show, and tells `events` what
+ * happened. The backend's circuit breaker counts the try's outcome here, where it is seen.
+ */
+export interface SendDeps {
+  readonly upstreams: UpstreamPools;
+  readonly metrics: RouterMetrics;
+  readonly logger: FastifyBaseLogger;
+}
+
+export interface Shipment {
+  readonly backend: Backend;
+  /** `X-Router-Reason`, and the metrics' `reason`. */
+  readonly reason: string;
+  /** The metrics' `policy`. */
+  readonly policyName: string;
+  /** Path after the backend's base path, e.g. `/v1/chat/completions` (with query string). */
+  readonly path: string;
+  /** The client's headers (hop-by-hop ones are dropped here). */
+  readonly headers: Record<string, string | string[] | undefined>;
+  readonly body: Buffer;
+  readonly requestId: string;
+  /** performance.now() when the request arrived. */
+  readonly arrivedAtMs: number;
+  /** Whether a retryable status (429/502/503/504) may be retried elsewhere instead of relayed. */
+  readonly mayRetryStatus: boolean;
+  readonly events: RelayEvents;
+}
+
+/** Sends one try; resolves how it ended (`retry`: nothing reached the client). */
+export async function send(deps: SendDeps, shipment: Shipment, response: ServerResponse): Promise<TryOutcome> {
+  const { backend } = shipment;
+  const headers = endToEndHeaders(shipment.headers);
+  headers['x-request-id'] = shipment.requestId;
+  const handler = new RelayHandler({
+    response,
+    events: shipment.events,
+    backendId: backend.id,
+    policyName: shipment.policyName,
+    reason: shipment.reason,
+    requestId: shipment.requestId,
+    arrivedAtMs: shipment.arrivedAtMs,
+    mayRetryStatus: shipment.mayRetryStatus,
+    metrics: deps.metrics,
+    logger: deps.logger,
+  });
+  backend.breaker.onAttempt();
+  deps.upstreams.for(backend).dispatch({ method: 'POST', path: backend.basePath + shipment.path, headers, body: shipment.body }, handler);
+  const outcome = await handler.outcome;
+  if (outcome.kind === 'retry') backend.breaker.onFailure();
+  else if (!outcome.clientWentAway) {
+    const status = response.statusCode;
+    if (status >= 500 || status === 429) backend.breaker.onFailure();
+    else backend.breaker.onSuccess();
+  }
+  return outcome;
+}

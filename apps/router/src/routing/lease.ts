@@ -1,0 +1,61 @@
+import type { BackendId, BlockHash, RoutingStateStore } from '@kvroute/routing';
+import type { HeldLeases } from './held-leases';
+
+export interface LeaseOptions {
+  readonly state: RoutingStateStore;
+  readonly pool: string;
+  readonly backendId: BackendId;
+  /** Made by the router for this one try (never the client's request id: clients choose theirs). */
+  readonly leaseId: string;
+  /** Told about a renewal, prefill-done or release call that failed. */
+  readonly onError: (error: unknown) => void;
+  /** Where the lease is listed while held, so that shutdown can release what is left and wait for the releases. */
+  readonly book?: HeldLeases | undefined;
+  /** Blocks the backend is recorded as holding when the first output arrives (`DecideResult.blocksAtFirstOutput`). */
+  readonly blocksAtFirstOutput: readonly BlockHash[];
+}
+
+/**
+ * An in-flight lease on one backend: released exactly once, on whichever path ends the request
+ * (response end, upstream error, client abort, timeout, retry elsewhere, shutdown deadline).
+ */
+export class Lease {
+  readonly pool: string;
+  readonly backendId: BackendId;
+  readonly leaseId: string;
+  private released = false;
+  private prefillFinished = false;
+  private renewTimer: NodeJS.Timeout | null = null;
+
+  constructor(private readonly options: LeaseOptions) {
+    this.pool = options.pool;
+    this.backendId = options.backendId;
+    this.leaseId = options.leaseId;
+    options.book?.add(this);
+  }
+
+  /** Keeps the lease alive while the request runs (every `intervalMs`, until release; 0 = never). */
+  startRenewing(intervalMs: number): void {
+    if (this.released || this.renewTimer || intervalMs <= 0) return;
+    this.renewTimer = setInterval(() => {
+      this.options.state.renew(this.pool, this.backendId, this.leaseId).catch(this.options.onError);
+    }, intervalMs);
+    this.renewTimer.unref();
+  }
+
+  /** The first output arrived: this request's prefill leaves the backend's backlog, and its prefix is the backend's (once). */
+  markPrefillDone(): void {
+    if (this.prefillFinished || this.released) return;
+    this.prefillFinished = true;
+    this.options.state.prefillDone(this.pool, this.backendId, this.leaseId, this.options.blocksAtFirstOutput).catch(this.options.onError);
+  }
+
+  /** Idempotent. */
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    if (this.renewTimer) clearInterval(this.renewTimer);
+    const call = this.options.state.release(this.pool, this.backendId, this.leaseId).catch(this.options.onError);
+    this.options.book?.released(this, call);
+  }
+}

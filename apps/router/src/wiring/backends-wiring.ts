@@ -1,0 +1,88 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { ShutdownStack } from '@kvroute/platform';
+import { createRedis, RedisBackendSet, type RedisClient } from '@kvroute/redis-store';
+import type { RoutingStateStore } from '@kvroute/routing';
+import { request as undiciRequest } from 'undici';
+import { LocalBackendChanges, type BackendChanges } from '../backends/backend-changes';
+import { BackendRegistry, type Backend } from '../backends/backend-registry';
+import { SharedBackendSet } from '../backends/shared-backend-set';
+import type { RouterConfig } from '../config';
+import { UpstreamPools } from '../proxy/upstream-pool';
+
+/** The backends a replica routes over, their connection pools, and how the set changes at run time. */
+export interface BackendParts {
+  readonly registry: BackendRegistry;
+  readonly upstreams: UpstreamPools;
+  /** Where admin changes go: the fleet's shared set with Redis, else this replica's registry. */
+  readonly changes: BackendChanges;
+  /** The shared set's version; null without Redis. */
+  readonly sharedVersion: () => number | null;
+  /** Follows the shared set (with Redis), then discovers models and starts refreshing them. */
+  start(): Promise<void>;
+}
+
+export interface BackendsWiringDeps {
+  readonly nowMs: () => number;
+  readonly logger: FastifyBaseLogger | undefined;
+  /** What a departing engine was believed to cache is forgotten here. */
+  readonly state: RoutingStateStore;
+  /** The request-path Redis connection (the shared backend set lives there); null without Redis. */
+  readonly redis: RedisClient | null;
+}
+
+/** Registry, upstream pools and (with Redis) the shared backend set; closers onto `closers` as each opens. */
+export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, closers: ShutdownStack): BackendParts {
+  const { logger } = deps;
+  const upstreams = new UpstreamPools({ connectTimeoutMs: config.connectTimeoutMs, headersTimeoutMs: config.headersTimeoutMs, idleTimeoutMs: config.idleTimeoutMs });
+  closers.push('upstream pools', () => upstreams.close());
+  const registry = new BackendRegistry(config.backends, {
+    breakerFailureThreshold: config.breakerFailureThreshold,
+    breakerCooldownMs: config.breakerCooldownMs,
+    nowMs: deps.nowMs,
+    fetchModels: (backend) => fetchModels(backend, config.connectTimeoutMs),
+    onRefreshError: (backend, error) => logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models'),
+    // A departing backend's requests in flight keep their pool (closed once they finish). What it was
+    // believed to cache is forgotten only if the engine itself went (a new weight keeps its cache).
+    onRemoved: (backend, models, departure) => {
+      upstreams.retire(backend);
+      if (departure === 'updated') return;
+      for (const model of models) deps.state.forgetBackend(model, backend.id).catch(() => undefined);
+    },
+  });
+  closers.push('backend registry', () => registry.stop());
+  if (deps.redis === null || config.redisUrl === undefined) {
+    return { registry, upstreams, changes: new LocalBackendChanges(registry), sharedVersion: () => null, start: () => registry.start(config.modelsRefreshMs) };
+  }
+  // With Redis the backend set is the fleet's: seeded from config, changed through any replica's admin API.
+  const subscriber = createRedis(config.redisUrl, 'worker');
+  closers.push('backend-set subscriber', () => subscriber.disconnect());
+  const shared = new SharedBackendSet({
+    set: new RedisBackendSet({ redis: deps.redis, nowMs: () => Date.now() }),
+    subscriber,
+    registry,
+    pollIntervalMs: config.backendSetPollMs,
+    nowMs: () => Date.now(),
+    logger: logger?.child({ component: 'backend-set' }),
+  });
+  closers.push('shared backend set', () => shared.stop());
+  return {
+    registry,
+    upstreams,
+    changes: shared,
+    sharedVersion: () => shared.version,
+    async start() {
+      await shared.start();
+      await registry.start(config.modelsRefreshMs);
+    },
+  };
+}
+
+async function fetchModels(backend: Backend, timeoutMs: number): Promise<readonly string[]> {
+  const response = await undiciRequest(`${backend.origin}${backend.basePath}/v1/models`, { headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+  if (response.statusCode !== 200) {
+    await response.body.dump();
+    throw new Error(`GET /v1/models answered ${response.statusCode}`);
+  }
+  const body = (await response.body.json()) as { data?: Array<{ id?: unknown }> };
+  return (body.data ?? []).map((model) => model.id).filter((id): id is string => typeof id === 'string');
+}

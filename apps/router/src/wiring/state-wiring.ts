@@ -1,0 +1,106 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { ShutdownStack } from '@kvroute/platform';
+import { createRedis, quitRedis, RedisBackendStateStore, RedisRoutingState, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
+import { InMemoryRoutingState, type RoutingStateStore } from '@kvroute/routing';
+import { EngineStateView } from '../backends/engine-state-view';
+import type { RouterConfig } from '../config';
+import type { RouterMetrics } from '../router-metrics';
+import { FailoverRoutingState } from '../routing/failover-routing-state';
+
+/** How long Redis may take to acknowledge QUIT. */
+const REDIS_QUIT_MS = 1_000;
+
+/** The routing state a replica routes on, and what it follows of the health poller. */
+export interface StateParts {
+  readonly state: RoutingStateStore;
+  /** Null without Redis. */
+  readonly failover: FailoverRoutingState | null;
+  /** The request-path Redis connection; null without Redis. */
+  readonly redis: RedisClient | null;
+  /** The health poller's published backend states (health, engine load); null without Redis. */
+  readonly engineStates: EngineStateView | null;
+  /** Shared leases expire unless renewed: renew at a third of their TTL; 0 (never) for local leases. */
+  readonly leaseRenewIntervalMs: number;
+  /** Connects: Redis (degraded, not failed, if it is not there yet), then the poller's states. */
+  start(): Promise<void>;
+}
+
+export interface StateWiringDeps {
+  readonly nowMs: () => number;
+  readonly logger: FastifyBaseLogger | undefined;
+  readonly metrics: RouterMetrics;
+  /** Routing state given by the caller (tests); default: Redis with local failover, or local only. */
+  readonly state?: RoutingStateStore | undefined;
+}
+
+/**
+ * Routing state: in memory for a single replica; with `redisUrl`, shared in Redis by every replica,
+ * with this replica's local state as the fallback while Redis is in trouble (degraded, never errors).
+ * Closers go on `closers` as each resource opens: the poller's subscriber, then Redis last of all.
+ */
+export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: ShutdownStack): StateParts {
+  const { logger, metrics } = deps;
+  const localState = new InMemoryRoutingState({
+    maxBlocksPerBackend: config.maxBlocksPerBackend,
+    blockIdleTtlMs: config.blockIdleTtlMs,
+    refreshGranularityMs: config.blockRefreshMs,
+    nowMs: deps.nowMs,
+  });
+  if (config.redisUrl === undefined) {
+    const state = deps.state ?? localState;
+    return { state, failover: null, redis: null, engineStates: null, leaseRenewIntervalMs: 0, start: async () => undefined };
+  }
+  const redisUrl = config.redisUrl;
+  const redis = createRedis(redisUrl, 'request-path', { commandTimeoutMs: config.redisTimeoutMs });
+  redis.on('error', () => undefined); // connection errors surface as failed calls, handled by the failover
+  closers.push('redis', () => quitRedis(redis, REDIS_QUIT_MS));
+  const failover = new FailoverRoutingState(
+    new RedisRoutingState({
+      redis,
+      maxBlocksPerPool: config.maxBlocksPerPool,
+      blockIdleTtlMs: config.blockIdleTtlMs,
+      leaseTtlMs: config.leaseTtlMs,
+      nowMs: () => Date.now(),
+    }),
+    localState,
+    {
+      timeoutMs: config.redisTimeoutMs,
+      retryAfterMs: config.redisRetryAfterMs,
+      maxRetryAfterMs: 10_000,
+      nowMs: () => Date.now(),
+      onDegradedChange: (degraded, error) => {
+        metrics.recordDegradedChange(degraded);
+        if (degraded) logger?.warn({ err: error }, 'shared routing state unavailable: routing on local state (degraded)');
+        else logger?.info('shared routing state is back: routing on shared state');
+      },
+    },
+  );
+
+  const stateSubscriber = createRedis(redisUrl, 'worker');
+  closers.push('backend-state subscriber', () => stateSubscriber.disconnect());
+  const backendStates = new RedisBackendStateStore({ redis });
+  const engineStates = new EngineStateView({
+    source: {
+      readAll: () => backendStates.readAll(),
+      subscribe: (options) => backendStates.subscribe({ ...options, subscriber: stateSubscriber }),
+    },
+    maxAgeMs: config.engineStateMaxAgeMs,
+    refreshMs: config.engineStateRefreshMs,
+    nowMs: () => Date.now(),
+    onError: (error) => logger?.debug({ err: error }, 'backend states from the health poller could not be read'),
+  });
+  closers.push('engine states', () => engineStates.stop());
+
+  return {
+    state: deps.state ?? failover,
+    failover,
+    redis,
+    engineStates,
+    leaseRenewIntervalMs: Math.floor(config.leaseTtlMs / 3),
+    async start() {
+      // Start on shared state when Redis is there; if it is not, start degraded rather than not at all.
+      await waitUntilReady(redis, 2_000).catch((error: unknown) => logger?.warn({ err: error }, 'Redis not reachable at start: routing on local state until it is'));
+      await engineStates.start();
+    },
+  };
+}
