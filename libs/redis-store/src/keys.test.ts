@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { blockHashArg, poolHashTag, poolKeys } from './keys';
+import { blockHashArg, poolHashTag, poolKeys, PACKED_BLOCK_WIDTH, packBlockHashes } from './keys';
 
 /** The part of a key Redis Cluster hashes: the first `{…}` with something inside, else the whole key. */
 function clusterHashInput(key: string): string {
@@ -49,5 +49,15 @@ describe('poolKeys', () => {
     expect(blockHashArg(0)).toBe('0');
     expect(() => blockHashArg(1.5)).toThrow(RangeError);
     expect(() => blockHashArg(-1)).toThrow(RangeError);
+  });
+
+  it('packs a chain into one fixed-width argument, 17 bytes per block, the same string for the same chain', () => {
+    const chain = [9_007_199_254_740_991, 0, 1_234_567];
+    const packed = packBlockHashes(chain);
+    expect(packed).toBe('9007199254740991,               0,         1234567,');
+    expect(packed).toHaveLength(PACKED_BLOCK_WIDTH * chain.length);
+    expect(packBlockHashes(chain)).toBe(packed);
+    expect(packBlockHashes([])).toBe('');
+    expect(() => packBlockHashes([2 ** 53])).toThrow(RangeError);
   });
 });

@@ -140,22 +140,30 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
     local marker = '\1' .. id .. '\2'
     local entry = marker .. now
     local added = 0
+    local find, sub = string.find, string.sub
     for first = from, blockCount, CHUNK do
       local last = math.min(first + CHUNK - 1, blockCount)
-      local fields = {}
-      for i = first, last do fields[#fields + 1] = blockAt(i) end
+      local fields, count = {}, 0
+      for i = first, last do
+        count = count + 1
+        fields[count] = blockAt(i)
+      end
       local current = redis.call('HMGET', newKey, unpack(fields))
       local pairsToWrite = {}
-      for k = 1, #fields do
-        local value = current[k] or ''
-        -- An entry from before a forget is replaced, not duplicated.
-        local at = string.find(value, marker, 1, true)
-        if at then
-          local after = string.find(value, '\1', at + 1, true) or (#value + 1)
-          value = string.sub(value, 1, at - 1) .. string.sub(value, after)
+      for k = 1, count do
+        local value = current[k]
+        if value then
+          -- An entry from before a forget is replaced, not duplicated.
+          local at = find(value, marker, 1, true)
+          if at then
+            local after = find(value, '\1', at + 1, true) or (#value + 1)
+            value = sub(value, 1, at - 1) .. sub(value, after)
+          end
+          value = value .. entry
+        else
+          value = entry
         end
-        pairsToWrite[#pairsToWrite + 1] = fields[k]
-        pairsToWrite[#pairsToWrite + 1] = value .. entry
+        pairsToWrite[2 * k - 1], pairsToWrite[2 * k] = fields[k], value
       end
       added = added + redis.call('HSET', newKey, unpack(pairsToWrite))
     end
