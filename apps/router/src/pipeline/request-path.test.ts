@@ -193,13 +193,20 @@ async function startHarness(backendScripts: readonly BackendScript[], router: Re
     backends.push(backend);
     specs.push({ url: backend.url, id, models: ['m'] });
   }
-  const server = await createRouterServer(
-    RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: specs, policy: 'leastloaded', retryBackoffMs: 0, ...router }),
-    { logger: false },
-  );
-  const routerUrl = await server.listen();
-  harness = { router: server, routerUrl, backends, client: new Agent() };
-  return harness;
+  let server: RouterServer | undefined;
+  try {
+    server = await createRouterServer(
+      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: specs, policy: 'leastloaded', retryBackoffMs: 0, ...router }),
+      { logger: false },
+    );
+    const routerUrl = await server.listen();
+    harness = { router: server, routerUrl, backends, client: new Agent() };
+    return harness;
+  } catch (error) {
+    await server?.close({ graceMs: 10 });
+    await Promise.all(backends.map((scripted) => scripted.close()));
+    throw error;
+  }
 }
 
 /** The scripted backend with id `id` (backends that refuse have none). */
@@ -226,7 +233,7 @@ afterEach(async () => {
     expect(current.router.heldLeases).toBe(0);
   } finally {
     await current.client.destroy();
-    await current.router.close({ graceMs: 100 });
+    await current.router.close({ graceMs: 10 });
     await Promise.all(current.backends.map((scripted) => scripted.close()));
   }
 });
@@ -380,6 +387,8 @@ describe('request path against scripted backends', () => {
       expect(await metricValue('kvroute_router_backend_circuit_state{backend="b0"}')).toBe(2);
     });
 
+    // undici runs its headers timer on its coarse "fast timers" (ticks of ~0.5 s): any headersTimeoutMs
+    // under a second fires after about 1 s, so these two cases take ~1 s each, the rest milliseconds.
     it('times out a backend that sends no headers and answers from another one', async () => {
       await startHarness([scripts.hang(), scripts.json(200, { ok: true })], { headersTimeoutMs: 100 });
 
@@ -393,7 +402,7 @@ describe('request path against scripted backends', () => {
     });
 
     it('answers 504 in the OpenAI error shape when every backend hangs', async () => {
-      await startHarness([scripts.hang(), scripts.hang()], { headersTimeoutMs: 100 });
+      await startHarness([scripts.hang()], { headersTimeoutMs: 100 });
       const startedAt = performance.now();
 
       const result = await postChatText(CHAT_BODY);
@@ -404,8 +413,8 @@ describe('request path against scripted backends', () => {
         error: { message: expect.any(String), type: 'upstream_error', param: null, code: 'ROUTER_ERR_UPSTREAM_TIMEOUT' },
       });
       expect(backend('b0').received).toHaveLength(1);
-      expect(backend('b1').received).toHaveLength(1);
-      expect(performance.now() - startedAt).toBeLessThan(EVENT_BOUND_MS);
+      await within((await backend('b0').nth(1)).aborted, 'the hanging request to be aborted');
+      expect(performance.now() - startedAt).toBeLessThan(3_000);
     });
   });
 
