@@ -54,7 +54,7 @@ async function simSeries(): Promise<string[]> {
 }
 
 export async function loadMetricCatalog(): Promise<MetricCatalog> {
-  const router = new RouterMetrics({ inflight: () => new Map(), breakerStates: () => new Map(), degraded: () => 0 });
+  const router = new RouterMetrics();
   const poller = new PollerMetrics({ backends: () => 0 });
   const series = new Map<string, MetricSource>();
   for (const name of PROMETHEUS_SERIES) series.set(name, 'prometheus');
