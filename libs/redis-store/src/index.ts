@@ -12,7 +12,7 @@ export {
 export { createRedis, quitRedis, reconnectDelayMs, redisOptionsFor, waitUntilReady, REQUEST_PATH_COMMAND_TIMEOUT_MS, type CreateRedisOptions, type RedisRole } from './connection';
 export { blockHashArg, DEFAULT_KEY_NAMESPACE, fleetKeys, type FleetKeys, KEY_SUFFIX, PACKED_BLOCK_WIDTH, packBlockHashes, poolHashTag, poolKeys, type PoolKeys } from './keys';
 export { clearPoolState } from './clear-pool-state';
-export { RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';
+export { RECORD_BLOCKS_PER_CALL, RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';
 export { RedisStoreError, type RedisStoreErrorCode } from './redis-store-error';
 export { SCRIPTS, type LuaScript, type RedisClient } from './scripts';
 export {

@@ -6,7 +6,8 @@
   2. If block hashes are given (policies that record ownership at the first token, not at routing):
      the backend has computed the request's prefix now, so it is recorded as holding the whole chain,
      as route.lua records at routing (a new owner generation if due, only blocks it does not hold yet
-     in the current one). Recorded whether or not the lease still exists: the engine holds the blocks.
+     in the current one, at most ARGV[7] of them: the caller records the rest with
+     record-ownership.lua). Recorded whether or not the lease still exists: the engine holds the blocks.
 
   KEYS[1]  <ns>:{<tag>}:prefill:<backend>  HASH lease id -> pending prefill tokens
   KEYS[2]  <ns>:{<tag>}:pending            HASH backend id -> pending prefill tokens
@@ -20,8 +21,10 @@
   ARGV[4]  block idle TTL, ms (0 = blocks never go idle)
   ARGV[5]  max blocks per pool (the owner index's cap, > 0)
   ARGV[6]  the request's block hashes, shallowest first, packed (lib/batched.lua; '' = none)
+  ARGV[7]  at most this many new blocks are recorded (> 0)
 
-  Returns 1 if the lease exists (its tokens are now 0), 0 if not.
+  Returns {1 if the lease exists (its tokens are now 0) else 0, the leading blocks of the chain the
+  backend now holds in the current generation (0 without blocks)}.
 ]]
 
 --#include lib/batched.lua
@@ -30,18 +33,21 @@
 local backendId = ARGV[2]
 local packedBlocks = ARGV[6]
 local blockCount = packedBlockCount(packedBlocks)
+local recordedTo = 0
 if blockCount > 0 then
   local now, idleTtl, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
   local turned = rotateGenerations(KEYS[4], KEYS[5], KEYS[6], now, idleTtl, cap)
   local index = newOwnerIndex(KEYS[4], KEYS[5], blockCount, packedBlockReader(packedBlocks),
     { [backendId] = tonumber(redis.call('HGET', KEYS[3], backendId)) })
-  if index.record(backendId, now) > 0 or turned then keepIndexAlive(KEYS[4], KEYS[5], KEYS[6], idleTtl, turned) end
+  local added
+  added, recordedTo = index.record(backendId, now, tonumber(ARGV[7]))
+  if added > 0 or turned then keepIndexAlive(KEYS[4], KEYS[5], KEYS[6], idleTtl, turned) end
 end
 
 local tokens = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
-if tokens == nil then return 0 end
+if tokens == nil then return { 0, recordedTo } end
 if tokens ~= 0 then
   redis.call('HSET', KEYS[1], ARGV[1], 0)
   redis.call('HINCRBY', KEYS[2], backendId, -tokens)
 end
-return 1
+return { 1, recordedTo }

@@ -16,12 +16,13 @@
                     > 0 and it already has that many leases, nothing changes: a conflict, chosen = 0.
   4. Takes the lease (lib/lease-accounting.lua). Its prefill tokens: for 'cost', the chosen candidate's
      unmatched bytes / bytes per token, rounded up; else ARGV[13].
-  5. If recording (ARGV[7] = 1): starts a new owner generation if due, then records the chosen backend
-     as holding the whole chain (only the blocks it does not yet hold in the current generation are
-     written).
+  5. If recording (ARGV[7] > 0): starts a new owner generation if due, then records the chosen backend
+     as holding the chain: only the blocks it does not yet hold in the current generation are written,
+     at most ARGV[7] of them (the caller records the rest with record-ownership.lua).
 
-  Work is bounded by the blocks given (the router caps them: maxRoutedBlocks) and never spreads more
-  than a small constant number of values onto Lua's stack (lib/batched.lua), at any block count.
+  Work is bounded: reading by the blocks given (the router caps them: maxRoutedBlocks), writing by
+  ARGV[7]; no call spreads more than a small constant number of values onto Lua's stack
+  (lib/batched.lua), at any block count.
 
   KEYS[1]  <ns>:{<tag>}:forgotten        HASH backend id -> ms it was forgotten
   KEYS[2]  <ns>:{<tag>}:lease-deadlines  ZSET lease member -> deadline ms, every lease of the pool
@@ -36,7 +37,7 @@
   ARGV[4]  max blocks per pool (the owner index's cap, > 0)
   ARGV[5]  lease id
   ARGV[6]  lease TTL, ms (> 0)
-  ARGV[7]  1 = record the chosen backend's ownership of the blocks, 0 = do not
+  ARGV[7]  record the chosen backend's ownership of the blocks, at most this many new ones; 0 = do not
   ARGV[8]  rule: 'cost' | 'least-loaded' | 'fixed'
   ARGV[9]  'cost': the policy's parameters, one JSON object (cacheaware's CACHE_AWARE_PARAMS by name:
            bytesPerToken, prefillMsPerToken, queueMsPerRequest, minMatchBlocks, saturationInflight,
@@ -55,9 +56,10 @@
   Returns a flat array: [1] chosen candidate (1-based; 0 = 'fixed' conflict), [2] the chosen backend's
   leases in flight afterwards (on a conflict: its count), [3] the rule's reason ('' for 'fixed'),
   [4] 1 when the cost rule lifted its valve, else 0, [5] 'cost': the candidates' cost lines packed
-  (lib/choose-backend.lua packCostLines: 72 bytes per candidate), else '', then per candidate j:
-  [3j+3] leases in flight, [3j+4] pending prefill tokens, [3j+5] matched blocks, all as read before the
-  lease was taken.
+  (lib/choose-backend.lua packCostLines: 72 bytes per candidate), else '', [6] when recording, the
+  leading blocks of the chain the chosen backend now holds in the current generation (all of them
+  unless ARGV[7] stopped it), else 0; then per candidate j: [3j+4] leases in flight, [3j+5] pending
+  prefill tokens, [3j+6] matched blocks, all as read before the lease was taken.
 ]]
 
 --#include lib/batched.lua
@@ -71,7 +73,7 @@ local idleTtl = tonumber(ARGV[3])
 local cap = tonumber(ARGV[4])
 local leaseId = ARGV[5]
 local leaseTtl = tonumber(ARGV[6])
-local recording = ARGV[7] == '1'
+local recordAtMost = tonumber(ARGV[7])
 local rule = ARGV[8]
 local request = { textBytes = tonumber(ARGV[10]), blockSizeBytes = tonumber(ARGV[11]), maxTokens = tonumber(ARGV[12]) }
 local packedBlocks = ARGV[15]
@@ -114,9 +116,9 @@ for _, c in ipairs(candidates) do
   c.depth = depths[c.id] or 0
 end
 
-local result = { 0, 0, '', 0, '' }
+local result = { 0, 0, '', 0, '', 0 }
 for j, c in ipairs(candidates) do
-  result[3 * j + 3], result[3 * j + 4], result[3 * j + 5] = c.inflight, c.pending, c.depth
+  result[3 * j + 4], result[3 * j + 5], result[3 * j + 6] = c.inflight, c.pending, c.depth
 end
 
 -- 3. Rule.
@@ -147,12 +149,14 @@ result[1] = chosen
 result[2] = takeLease(prefix .. 'prefill:' .. c.id, KEYS[2], KEYS[3], KEYS[4], c.id, leaseId, tokens, leaseTtl, now)
 
 -- 5. Ownership.
-if recording and blockCount > 0 then
+if recordAtMost > 0 and blockCount > 0 then
   local turned = rotateGenerations(KEYS[5], KEYS[6], KEYS[7], now, idleTtl, cap)
   if turned then
     -- What the index read so far describes the generations before the turn.
     index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, forgottenById)
   end
-  if index.record(c.id, now) > 0 or turned then keepIndexAlive(KEYS[5], KEYS[6], KEYS[7], idleTtl, turned) end
+  local added, to = index.record(c.id, now, recordAtMost)
+  result[6] = to
+  if added > 0 or turned then keepIndexAlive(KEYS[5], KEYS[6], KEYS[7], idleTtl, turned) end
 end
 return result

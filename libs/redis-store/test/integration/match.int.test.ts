@@ -1,7 +1,9 @@
 import { createCacheAwarePolicy, createPrefixAwarePolicy, decide, type DecideInput } from '@kvroute/routing';
 import { seededRandom } from '@kvroute/workloads';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { poolKeys } from '../../src/keys';
+import { packBlockHashes, poolKeys } from '../../src/keys';
+import { RECORD_BLOCKS_PER_CALL } from '../../src/redis-routing-state';
+import { runScript, SCRIPTS } from '../../src/scripts';
 import { manualClock, openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 let ctx: RedisTestContext;
@@ -187,5 +189,47 @@ describe('RedisRoutingState options', () => {
 
   it('rejects a negative or fractional maxInflight before calling Redis', async () => {
     await expect(ctx.createState().reserve('m', 'a', 'l', [], 0, 1.5)).rejects.toThrow(RangeError);
+  });
+});
+
+describe('long chains: recorded RECORD_BLOCKS_PER_CALL blocks per script call, prefix-closed throughout', () => {
+  const chain = Array.from({ length: 2 * RECORD_BLOCKS_PER_CALL + 100 }, (_, i) => 5_000_000 + i);
+
+  it('records a whole long chain at routing and at the first output, in bounded calls', async () => {
+    const state = ctx.createState();
+    const scriptCalls = async (): Promise<number> => {
+      let calls = 0;
+      for (const match of (await ctx.redis.info('commandstats')).matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)) calls += Number(match[1]);
+      return calls;
+    };
+    const before = await scriptCalls();
+    await state.reserve('m', 'a', 'l1', chain, 0);
+    await state.prefillDone('m', 'b', 'l2', chain);
+    const snapshot = await state.snapshot('m', ['a', 'b'], chain);
+    expect([snapshot.matchBlocks.get('a'), snapshot.matchBlocks.get('b')]).toEqual([chain.length, chain.length]);
+    // route + 2 record-ownership, prefill-done + 2 record-ownership, snapshot; an EVAL more for a script
+    // not cached yet (and other tests' calls, on a shared Redis, only add).
+    expect((await scriptCalls()) - before).toBeGreaterThanOrEqual(7);
+  });
+
+  it('starts over from the first block when the anchor is gone (a generation turned or the backend was forgotten)', async () => {
+    const state = ctx.createState();
+    const keys = poolKeys('m', ctx.namespace);
+    const run = (anchor: string, blocks: readonly number[]) =>
+      runScript(ctx.redis, SCRIPTS.recordOwnership, [keys.forgotten, keys.ownersNew, keys.ownersOld, keys.generation], ['a', Date.now(), 60_000, 10_000, anchor, packBlockHashes(blocks), RECORD_BLOCKS_PER_CALL]);
+    // Not held: nothing written.
+    expect(await run(String(chain[9]), chain.slice(10, 20))).toBe(-1);
+    expect(await ctx.redis.hlen(keys.ownersNew)).toBe(0);
+    // Held: the next blocks are recorded after it.
+    await state.reserve('m', 'a', 'l1', chain.slice(0, 10), 0);
+    expect(await run(String(chain[9]), chain.slice(10, 20))).toBe(10);
+    expect((await state.snapshot('m', ['a'], chain.slice(0, 20))).matchBlocks.get('a')).toBe(20);
+    // Forgotten since: the anchor no longer counts.
+    await new Promise((resolve) => setTimeout(resolve, 2));
+    await state.forgetBackend('m', 'a');
+    expect(await run(String(chain[19]), chain.slice(20, 30))).toBe(-1);
+    // The store starts over from block 1 and ends with the whole chain held.
+    await state.prefillDone('m', 'a', 'none', chain);
+    expect((await state.snapshot('m', ['a'], chain)).matchBlocks.get('a')).toBe(chain.length);
   });
 });

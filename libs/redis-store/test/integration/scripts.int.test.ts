@@ -2,6 +2,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { RedisBackendSet } from '../../src/backend-set';
 import { RedisBackendStateStore } from '../../src/backend-state-store';
 import { KEY_SUFFIX, poolKeys } from '../../src/keys';
+import { RECORD_BLOCKS_PER_CALL } from '../../src/redis-routing-state';
 import { RedisStoreError } from '../../src/redis-store-error';
 import { integerArrayReply, runScript, SCRIPTS } from '../../src/scripts';
 import { manualClock, openRedisTestContext, type RedisTestContext } from './redis-test-context';
@@ -27,6 +28,8 @@ describe('script loading', () => {
     const state = ctx.createState({ nowMs: clock.nowMs });
     const everyScript = async (): Promise<void> => {
       await state.reserve('m', 'a', 'l1', [1, 2], 10);
+      // A chain longer than one call records: record-ownership.lua records the rest.
+      await state.prefillDone('m', 'b', 'none', Array.from({ length: RECORD_BLOCKS_PER_CALL + 1 }, (_, i) => 1000 + i));
       await state.renew('m', 'a', 'l1');
       await state.prefillDone('m', 'a', 'l1');
       await state.snapshot('m', ['a'], [1, 2]);

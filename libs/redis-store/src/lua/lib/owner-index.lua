@@ -131,18 +131,21 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
     return deepest(ids, true)
   end
 
-  -- Records that backend `id` holds the whole chain: writes `now` into `new` for the blocks past its
-  -- depth there (per CHUNK blocks, one HMGET to keep the other owners of those blocks, one HSET).
-  -- Returns the number of fields the HSETs added to `new`.
-  function index.record(id, now)
+  -- Records that backend `id` holds the chain: writes `now` into `new` for the blocks past its depth
+  -- there, at most `maxNew` of them (per CHUNK blocks, one HMGET to keep the other owners of those
+  -- blocks, one HSET), so the backend holds blocks 1..`to` there afterwards: a prefix, as the
+  -- invariant wants; the caller records the rest in further calls. Returns the number of fields the
+  -- HSETs added to `new`, and `to` (= blockCount once the whole chain is held).
+  function index.record(id, now, maxNew)
     local from = 1 + deepest({ id }, false)[id]
-    if from > blockCount then return 0 end
+    if from > blockCount then return 0, blockCount end
+    local to = math.min(blockCount, from + maxNew - 1)
     local marker = '\1' .. id .. '\2'
     local entry = marker .. now
     local added = 0
     local find, sub = string.find, string.sub
-    for first = from, blockCount, CHUNK do
-      local last = math.min(first + CHUNK - 1, blockCount)
+    for first = from, to, CHUNK do
+      local last = math.min(first + CHUNK - 1, to)
       local fields, count = {}, 0
       for i = first, last do
         count = count + 1
@@ -167,7 +170,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
       end
       added = added + redis.call('HSET', newKey, unpack(pairsToWrite))
     end
-    return added
+    return added, to
   end
 
   return index
