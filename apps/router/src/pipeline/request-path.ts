@@ -69,7 +69,7 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
       ),
   );
   return (endpoint) => async (request, reply) => {
-    const parsed = parseRequest(endpoint, request, deps.parse);
+    const parsed = await parseRequest(endpoint, request, deps.parse);
     const backends = poolOf(deps.route.registry, parsed.model);
     reply.hijack();
     try {

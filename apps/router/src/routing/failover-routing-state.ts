@@ -47,11 +47,14 @@ export class FailoverRoutingState implements RoutingStateStore {
     const primary = this.primary;
     if (primary.routeAtomically === undefined || !this.shouldTryPrimary()) return null;
     try {
-      const outcome = await this.withDeadline(primary.routeAtomically(input));
+      const outcome = await this.withDeadline(primary.routeAtomically(input), (late) => {
+        // Redis took the lease after all, but the request went on without it: give it back now, not at its TTL.
+        const chosen = late?.candidates[late.chosen];
+        if (chosen) this.primary.release(input.pool, chosen.backend.id, input.leaseId).catch(() => undefined);
+      });
       this.recovered();
       return outcome;
     } catch (error) {
-      // A lease the shared store may have taken before the deadline expires there by its TTL.
       this.failed(error);
       return null;
     }
@@ -73,7 +76,9 @@ export class FailoverRoutingState implements RoutingStateStore {
   async reserve(pool: string, backendId: BackendId, leaseId: string, blockHashes: readonly BlockHash[], prefillTokens: number, maxInflight?: number): Promise<boolean> {
     if (this.shouldTryPrimary()) {
       try {
-        const reserved = await this.withDeadline(this.primary.reserve(pool, backendId, leaseId, blockHashes, prefillTokens, maxInflight));
+        const reserved = await this.withDeadline(this.primary.reserve(pool, backendId, leaseId, blockHashes, prefillTokens, maxInflight), (late) => {
+          if (late) this.primary.release(pool, backendId, leaseId).catch(() => undefined);
+        });
         this.recovered();
         // The local state is not kept warm in parallel (that would index every request twice): an
         // outage starts with a cold local index, where cacheaware places prompts by rendezvous hashing
@@ -139,16 +144,34 @@ export class FailoverRoutingState implements RoutingStateStore {
     this.nextPrimaryTryMs = now + this.backoffMs;
   }
 
-  private withDeadline<T>(promise: Promise<T>): Promise<T> {
+  /**
+   * `promise`, or a rejection once it has taken longer than the deadline. A timer that fires late
+   * because this process was busy (a large body parsed on the event loop) is no sign of a slow Redis:
+   * the reply may be read already and waiting, so before giving up the deadline lets one poll phase
+   * run (setImmediate runs after it). `onLateValue` gets what the call resolved to after the deadline
+   * passed (a lease taken then is the caller's to give back).
+   */
+  private withDeadline<T>(promise: Promise<T>, onLateValue?: (value: T) => void): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`shared routing state did not answer within ${this.options.timeoutMs} ms`)), this.options.timeoutMs);
+      let state: 'pending' | 'settled' | 'timed-out' = 'pending';
+      const timer = setTimeout(() => {
+        setImmediate(() => {
+          if (state !== 'pending') return;
+          state = 'timed-out';
+          reject(new Error(`shared routing state did not answer within ${this.options.timeoutMs} ms`));
+        });
+      }, this.options.timeoutMs);
       promise.then(
         (value) => {
           clearTimeout(timer);
+          if (state === 'timed-out') return onLateValue?.(value);
+          state = 'settled';
           resolve(value);
         },
         (error: unknown) => {
           clearTimeout(timer);
+          if (state === 'timed-out') return;
+          state = 'settled';
           reject(error);
         },
       );

@@ -51,7 +51,10 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
     return { state, failover: null, redis: null, engineStates: null, leaseRenewIntervalMs: 0, start: async () => undefined };
   }
   const redisUrl = config.redisUrl;
-  const redis = createRedis(redisUrl, 'request-path', { commandTimeoutMs: config.redisTimeoutMs });
+  // The failover's deadline (redisTimeoutMs) decides when a call is too slow, tolerating event-loop lag;
+  // the client's own command timeout is only the backstop behind it (a timer of its own would fire
+  // first whenever the loop was busy, and flip the replica to degraded with Redis's reply already read).
+  const redis = createRedis(redisUrl, 'request-path', { commandTimeoutMs: Math.max(4 * config.redisTimeoutMs, 200) });
   redis.on('error', () => undefined); // connection errors surface as failed calls, handled by the failover
   closers.push('redis', () => quitRedis(redis, REDIS_QUIT_MS));
   const failover = new FailoverRoutingState(

@@ -63,26 +63,26 @@ export function hashRoutingText(rendered: RenderedRoutingText, blockSizeBytes: n
   let encodedBytes: number;
   if (capacity < text.length * 3) {
     // A long text: measure it (native, no copy), encode only its head.
-    textBytes = Buffer.byteLength(text, 'utf8');
+    textBytes = Buffer.byteLength(text, 'utf8') + (rendered.omittedBytes ?? 0);
     contextBytes = contextEndOffset > 0 ? Buffer.byteLength(text.slice(0, contextEndOffset), 'utf8') : 0;
     encodedBytes = bytes.write(text, 0, capacity, 'utf8');
   } else if (contextEndOffset > 0) {
     // Encode in two parts to learn the byte offset of the last message without a second pass.
     contextBytes = bytes.write(text.slice(0, contextEndOffset), 0, 'utf8');
-    textBytes = contextBytes + bytes.write(text.slice(contextEndOffset), contextBytes, 'utf8');
-    encodedBytes = textBytes;
+    encodedBytes = contextBytes + bytes.write(text.slice(contextEndOffset), contextBytes, 'utf8');
+    textBytes = encodedBytes + (rendered.omittedBytes ?? 0);
   } else {
-    textBytes = bytes.write(text, 0, 'utf8');
-    encodedBytes = textBytes;
+    encodedBytes = bytes.write(text, 0, 'utf8');
+    textBytes = encodedBytes + (rendered.omittedBytes ?? 0);
   }
   const view = new DataView(bytes.buffer, bytes.byteOffset, encodedBytes);
-  const blockCount = Math.min(Math.floor(textBytes / blockSizeBytes), maxBlocks);
+  const blockCount = Math.min(Math.floor(encodedBytes / blockSizeBytes), maxBlocks);
   const blockHashes = new Array<BlockHash>(blockCount);
   let previous = CHAIN_SEED;
   for (let block = 0, start = 0; block < blockCount; block++, start += blockSizeBytes) {
     previous = hashBytes53(view, start, blockSizeBytes, previous);
     blockHashes[block] = previous;
   }
-  const headHash = blockHashes[0] ?? hashBytes53(view, 0, textBytes, CHAIN_SEED);
+  const headHash = blockHashes[0] ?? hashBytes53(view, 0, encodedBytes, CHAIN_SEED);
   return { blockHashes, textBytes, contextBlocks: Math.min(Math.floor(contextBytes / blockSizeBytes), blockCount), headHash };
 }

@@ -73,4 +73,27 @@ describe('buildRoutingRequest: the routed prefix is capped', () => {
     expect(fewer.blockHashes).toEqual(capped.blockHashes.slice(0, 10));
     expect(fewer.textBytes).toBe(capped.textBytes);
   });
+
+  it('renders only the head a capped request routes on, with the same hashes and the whole length', () => {
+    // Multi-byte text (2- and 4-byte UTF-8, surrogate pairs) in several messages, long past the cap.
+    const long = 'Grüße aus Köln 🚀 — ok. '.repeat(5_000);
+    const body: ChatCompletionRequest = {
+      model: 'm',
+      tools: [{ type: 'function', function: { name: 'lookup' } }],
+      messages: [
+        { role: 'system', content: long },
+        { role: 'user', content: [{ type: 'text', text: long }] },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'lookup', arguments: long } }] },
+        { role: 'user', content: 'and now?' },
+      ],
+    };
+    const uncapped = buildRoutingRequest(body, { blockSizeBytes: 64, maxBlocks: Number.MAX_SAFE_INTEGER });
+    for (const maxBlocks of [1, 7, 100, 2_000]) {
+      const capped = buildRoutingRequest(body, { blockSizeBytes: 64, maxBlocks });
+      expect(capped.blockHashes).toEqual(uncapped.blockHashes.slice(0, maxBlocks));
+      expect(capped.textBytes).toBe(uncapped.textBytes);
+      expect(capped.headHash).toBe(uncapped.headHash);
+      expect(capped.contextBlocks).toBe(Math.min(uncapped.contextBlocks, maxBlocks));
+    }
+  });
 });

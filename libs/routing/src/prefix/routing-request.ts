@@ -24,7 +24,10 @@ export interface RoutingRequestOptions {
  * the affinity key. Empty session keys count as absent (an empty header is not an identity).
  */
 export function buildRoutingRequest(body: ChatCompletionRequest | CompletionRequest, options: RoutingRequestOptions): RoutingRequest {
-  const hashed = hashRoutingText(renderRoutingText(body), options.blockSizeBytes, options.maxBlocks ?? DEFAULT_MAX_ROUTED_BLOCKS);
+  const maxBlocks = options.maxBlocks ?? DEFAULT_MAX_ROUTED_BLOCKS;
+  // Render only what the kept blocks can hold (+3 units, as the hasher encodes), measure the rest.
+  const rendered = renderRoutingText(body, { maxUnits: maxBlocks * options.blockSizeBytes + 3 });
+  const hashed = hashRoutingText(rendered, options.blockSizeBytes, maxBlocks);
   const sessionKey = nonEmpty(options.sessionKey) ?? nonEmpty(body.user) ?? null;
   return {
     model: body.model,

@@ -23,6 +23,7 @@
  * router refuses deep bodies before parsing; this keeps rendering safe for every caller all the same.
  */
 
+import { Buffer } from 'node:buffer';
 import type { ChatCompletionRequest, ChatMessage, CompletionRequest, ContentPart } from '@kvroute/protocols';
 
 /** Starts every message. */
@@ -52,7 +53,14 @@ const Tag = {
 } as const;
 
 export interface RenderedRoutingText {
+  /** The rendering, or its first `maxUnits` UTF-16 units or a little more (`RenderOptions`). */
   readonly text: string;
+  /**
+   * UTF-8 bytes of the rendering left out of `text` past `maxUnits` (0 when nothing was), so that
+   * the whole text's length is known without writing it: bytes of `text` + omittedBytes. Escapes in the
+   * omitted part count one byte each (they are two).
+   */
+  readonly omittedBytes?: number;
   /**
    * UTF-16 index in `text` where the last message starts: everything before it is what a previous
    * turn of the same conversation already sent. 0 for completions and single-message chats.
@@ -66,8 +74,46 @@ function escapeValue(value: string): string {
   return value.replace(SEPARATOR_CHARS_GLOBAL, (char) => `\u001b${String.fromCharCode(char.charCodeAt(0) + 0x40)}`);
 }
 
-function field(tag: string, value: string): string {
-  return `${tag}${TAG_END}${escapeValue(value)}${FIELD_END}`;
+/** Bytes a field adds besides its value: tag, TAG_END, FIELD_END (one byte each). */
+const FIELD_OVERHEAD_BYTES = 3;
+
+/**
+ * Appends fields to the routing text until it holds `maxUnits` UTF-16 units; past that it only counts
+ * the UTF-8 bytes it leaves out. What it writes is always a prefix of the whole rendering (escaping
+ * works character by character, so the escape of a value's head is the head of its escape).
+ */
+class TextWriter {
+  text = '';
+  omittedBytes = 0;
+
+  constructor(private readonly maxUnits: number) {}
+
+  /** A separator or other ASCII the format adds itself. */
+  mark(ascii: string): void {
+    if (this.text.length < this.maxUnits) this.text += ascii;
+    else this.omittedBytes += ascii.length;
+  }
+
+  field(tag: string, value: string): void {
+    const room = this.maxUnits - this.text.length;
+    if (room <= 0) {
+      this.omittedBytes += FIELD_OVERHEAD_BYTES + Buffer.byteLength(value, 'utf8');
+      return;
+    }
+    if (value.length <= room) {
+      this.text += `${tag}${TAG_END}${escapeValue(value)}${FIELD_END}`;
+      return;
+    }
+    // Cut the value (never between the two halves of a surrogate pair); the text is now full.
+    const cut = isHighSurrogate(value.charCodeAt(room - 1)) ? room - 1 : room;
+    const kept = value.slice(0, cut);
+    this.text += `${tag}${TAG_END}${escapeValue(kept)}`;
+    this.omittedBytes += Buffer.byteLength(value, 'utf8') - Buffer.byteLength(kept, 'utf8') + 1;
+  }
+}
+
+function isHighSurrogate(code: number): boolean {
+  return code >= 0xd800 && code <= 0xdbff;
 }
 
 /** An object or array being written by renderJson: its entries, and how many were written. */
@@ -169,61 +215,69 @@ function isChatRequest(body: ChatCompletionRequest | CompletionRequest): body is
   return Array.isArray((body as Partial<ChatCompletionRequest>).messages);
 }
 
-function renderContentPart(part: ContentPart): string {
-  if (part.type === 'text') return field(Tag.text, part.text ?? '');
-  if (part.type === 'image_url') return field(Tag.imageUrl, part.image_url?.url ?? '');
+function renderContentPart(out: TextWriter, part: ContentPart): void {
+  if (part.type === 'text') out.field(Tag.text, part.text ?? '');
+  else if (part.type === 'image_url') out.field(Tag.imageUrl, part.image_url?.url ?? '');
   // Audio, files, …: whatever the part holds shapes the prefix; JSON keeps all of it.
-  return field(Tag.otherPart, renderJson(part));
+  else out.field(Tag.otherPart, renderJson(part));
 }
 
-function renderMessage(message: ChatMessage): string {
-  let out = MESSAGE_START + field(Tag.role, message.role);
-  if (message.name !== undefined) out += field(Tag.name, message.name);
+function renderMessage(out: TextWriter, message: ChatMessage): void {
+  out.mark(MESSAGE_START);
+  out.field(Tag.role, message.role);
+  if (message.name !== undefined) out.field(Tag.name, message.name);
   const content = message.content;
   if (typeof content === 'string') {
-    out += field(Tag.text, content);
+    out.field(Tag.text, content);
   } else if (Array.isArray(content)) {
-    for (const part of content) out += renderContentPart(part);
+    for (const part of content) renderContentPart(out, part);
   }
   if (message.tool_calls !== undefined) {
     for (const call of message.tool_calls) {
-      out += field(Tag.toolCallName, call.function.name);
-      out += field(Tag.toolCallArguments, call.function.arguments ?? '');
+      out.field(Tag.toolCallName, call.function.name);
+      out.field(Tag.toolCallArguments, call.function.arguments ?? '');
     }
   }
-  if (message.tool_call_id !== undefined) out += field(Tag.toolCallId, message.tool_call_id);
-  return out;
+  if (message.tool_call_id !== undefined) out.field(Tag.toolCallId, message.tool_call_id);
 }
 
-function renderHeader(body: ChatCompletionRequest | CompletionRequest): string {
-  let out = field(Tag.model, body.model);
-  if (body.cache_salt !== undefined) out += field(Tag.cacheSalt, body.cache_salt);
-  return out;
+function renderHeader(out: TextWriter, body: ChatCompletionRequest | CompletionRequest): void {
+  out.field(Tag.model, body.model);
+  if (body.cache_salt !== undefined) out.field(Tag.cacheSalt, body.cache_salt);
 }
 
-function renderPrompt(prompt: CompletionRequest['prompt']): string {
-  if (typeof prompt === 'string') return field(Tag.promptText, prompt);
-  let out = '';
+function renderPrompt(out: TextWriter, prompt: CompletionRequest['prompt']): void {
+  if (typeof prompt === 'string') return out.field(Tag.promptText, prompt);
   for (const item of prompt) {
-    if (typeof item === 'string') out += field(Tag.promptText, item);
-    else if (typeof item === 'number') return field(Tag.promptTokens, prompt.join(','));
-    else out += field(Tag.promptTokens, item.join(','));
+    if (typeof item === 'string') out.field(Tag.promptText, item);
+    else if (typeof item === 'number') return out.field(Tag.promptTokens, prompt.join(','));
+    else out.field(Tag.promptTokens, item.join(','));
   }
-  return out;
+}
+
+export interface RenderOptions {
+  /**
+   * Write at most about this many UTF-16 units (default: all): the routed part of a huge prompt is
+   * its head, so the rest is measured, not written. Every unit is at least one UTF-8 byte, so a text
+   * cut here still holds at least `maxUnits` bytes.
+   */
+  readonly maxUnits?: number;
 }
 
 /** Renders a validated chat or completion request body; see the module comment for the format. */
-export function renderRoutingText(body: ChatCompletionRequest | CompletionRequest): RenderedRoutingText {
-  let text = renderHeader(body);
+export function renderRoutingText(body: ChatCompletionRequest | CompletionRequest, options: RenderOptions = {}): RenderedRoutingText {
+  const out = new TextWriter(options.maxUnits ?? Number.POSITIVE_INFINITY);
+  renderHeader(out, body);
   if (!isChatRequest(body)) {
-    return { text: text + renderPrompt(body.prompt), contextEndOffset: 0 };
+    renderPrompt(out, body.prompt);
+    return { text: out.text, contextEndOffset: 0, omittedBytes: out.omittedBytes };
   }
-  if (body.tools !== undefined) text += field(Tag.tools, renderJson(body.tools));
+  if (body.tools !== undefined) out.field(Tag.tools, renderJson(body.tools));
   const lastIndex = body.messages.length - 1;
   let contextEndOffset = 0;
   for (const [index, message] of body.messages.entries()) {
-    if (index === lastIndex && index > 0) contextEndOffset = text.length;
-    text += renderMessage(message);
+    if (index === lastIndex && index > 0) contextEndOffset = out.text.length;
+    renderMessage(out, message);
   }
-  return { text, contextEndOffset };
+  return { text: out.text, contextEndOffset, omittedBytes: out.omittedBytes };
 }
