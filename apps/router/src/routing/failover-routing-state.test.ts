@@ -1,4 +1,5 @@
 import { createCacheAwarePolicy, decide, evaluateCost, InMemoryRoutingState, type AtomicRouteInput, type DecideInput, type RoutingStateStore } from '@kvroute/routing';
+import { createServer, connect, type AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { FailoverRoutingState } from './failover-routing-state';
 
@@ -165,5 +166,54 @@ describe('FailoverRoutingState', () => {
     const nowMs = () => 0;
     const store = new InMemoryRoutingState({ maxBlocksPerBackend: 10, blockIdleTtlMs: 0, nowMs });
     expect(() => new FailoverRoutingState(store, store, { timeoutMs: 20, retryAfterMs: 0, maxRetryAfterMs: 1000, nowMs, onDegradedChange: () => undefined })).toThrow(RangeError);
+  });
+
+  it('does not count as slow a reply that waited while this process was busy past the deadline', async () => {
+    const { state, shared } = setup();
+    // A reply that comes over a socket, as Redis's does: read in the poll phase of the event loop. It is
+    // already in the kernel's buffer (sent at connect, the client paused), so one poll phase reads it.
+    const server = createServer((socket) => socket.end('y'));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const client = connect((server.address() as AddressInfo).port, '127.0.0.1');
+    client.pause();
+    await new Promise((resolve) => client.once('connect', resolve));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    try {
+      const fastReserve = shared.store.reserve;
+      shared.store.reserve = (...args) =>
+        new Promise<boolean>((resolve) => {
+          client.once('data', () => void fastReserve(...args).then(resolve));
+          client.resume();
+        });
+      // Called from the loop's check phase, so that the next phase to run is the timers'.
+      await new Promise((resolve) => setImmediate(resolve));
+      const reserving = state.reserve('m', 'a', 'l1', [1], 10);
+      // Busy past the 20 ms deadline: when the loop runs again, the deadline's timer is due before
+      // the socket's reply is read.
+      const busyUntil = performance.now() + 60;
+      while (performance.now() < busyUntil);
+      expect(await reserving).toBe(true);
+      expect(state.degraded).toBe(false);
+      expect(shared.inner.inflightCounts().get('a')).toBe(1);
+    } finally {
+      client.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it('gives back a lease the shared store took after the deadline had passed', async () => {
+    const { state, shared, local } = setup();
+    let answer: (() => void) | undefined;
+    const slowReserve = shared.store.reserve;
+    shared.store.reserve = (...args) =>
+      new Promise<boolean>((resolve) => {
+        answer = () => void slowReserve(...args).then(resolve);
+      });
+    expect(await state.reserve('m', 'a', 'l1', [1], 10)).toBe(true); // on the local state, degraded
+    expect(state.degraded).toBe(true);
+    expect(local.inflightCounts().get('a')).toBe(1);
+    answer?.(); // Redis took the lease after all
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(shared.inner.inflightCounts().get('a') ?? 0).toBe(0);
   });
 });
