@@ -61,7 +61,7 @@ export async function runScrapeJob(data: ScrapeJobData, scheduledAtMs: number, d
 
   const current = outcome.metrics;
   const observation: BackendObservation = {
-    // Compiles only while every EngineKind is a BackendEngine (the two lists are kept in step).
+    // Every EngineKind is a BackendEngine: BACKEND_ENGINES is ENGINE_KINDS plus `unknown`.
     engine: current?.engine ?? previous?.engine ?? data.engine ?? 'unknown',
     failure: outcome.failure,
     kvUsage: current?.kvUsage ?? null,

@@ -1,3 +1,4 @@
+import { ENGINE_KINDS } from '@kvroute/protocols';
 import { z } from 'zod';
 import { PROFILE_NAMES } from './engine/profiles';
 
@@ -13,7 +14,7 @@ export const SimConfig = z.object({
   model: z.string().min(1).optional().describe("served model name (default: the profile's model)"),
   timeScale: z.coerce.number().positive().default(1).describe('simulated time runs this many times faster than wall time'),
   seed: z.coerce.number().int().default(0).describe('seed for generated text and fault injection'),
-  metricsDialect: z.enum(['vllm', 'vllm-v0', 'sglang', 'llamacpp']).default('vllm').describe('which engine /metrics (and error bodies, /health) imitate'),
+  metricsDialect: z.enum(ENGINE_KINDS).default('vllm').describe('which engine /metrics (and error bodies, /health) imitate'),
   engineVersion: z.enum(['v1', 'v0']).optional().describe('scheduler: v1 (chunked prefill, mixed steps) or v0 (prefill-only steps); default v0 for --metrics-dialect vllm-v0, else v1'),
   maxModelLen: z.coerce.number().int().positive().optional().describe("context limit in tokens (default: the profile's)"),
   numGpuBlocks: z.coerce.number().int().min(2).optional().describe("KV-cache capacity in 16-token blocks (default: the profile's)"),

@@ -1,13 +1,13 @@
-/** The engines whose `/metrics` this library reads; the names match vllm-sim's `--metrics-dialect`. */
-export const ENGINE_KINDS = ['vllm', 'vllm-v0', 'sglang', 'llamacpp'] as const;
+import type { EngineKind } from '@kvroute/protocols';
 
 /**
+ * The engines whose `/metrics` this library reads: the one list, `ENGINE_KINDS` of `@kvroute/protocols`.
  * - `vllm`: vLLM V1 engine (≥ 0.8), `{engine, model_name}` labels, prefix-cache counters;
  * - `vllm-v0`: vLLM 0.6.x/0.7.x V0 engine, `gpu_*` names, a cumulative block hit-rate gauge;
  * - `sglang`: SGLang `--enable-metrics`;
  * - `llamacpp`: llama.cpp `llama-server --metrics` (plus `/slots` when given).
  */
-export type EngineKind = (typeof ENGINE_KINDS)[number];
+export { ENGINE_KINDS, type EngineKind } from '@kvroute/protocols';
 
 /**
  * One engine's state, normalised from whichever dialect it speaks. `null` always means "unknown":

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ENGINE_KINDS } from './engine-kinds';
 
 /**
  * A backend's state as the health poller publishes it through Redis (`apps/health-poller`, stored by
@@ -7,12 +8,8 @@ import { z } from 'zod';
  * expose it, or the last scrape could not read `/metrics`.
  */
 
-/**
- * Engines as the poller reports them: `@kvroute/engine-metrics`' `EngineKind` (vllm-sim's metrics
- * dialects), plus `unknown` until a `/metrics` was read. The poller checks at compile time that every
- * `EngineKind` is listed here.
- */
-export const BACKEND_ENGINES = ['vllm', 'vllm-v0', 'sglang', 'llamacpp', 'unknown'] as const;
+/** Engines as the poller reports them: the known kinds, plus `unknown` until a `/metrics` was read. */
+export const BACKEND_ENGINES = [...ENGINE_KINDS, 'unknown'] as const;
 export const BackendEngine = z.enum(BACKEND_ENGINES);
 export type BackendEngine = z.infer<typeof BackendEngine>;
 

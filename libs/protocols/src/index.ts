@@ -2,4 +2,5 @@ export * from './openai/chat-completions';
 export * from './openai/error-body';
 export * from './sse';
 export * from './backend-state';
+export * from './engine-kinds';
 export * from './request-limits';

@@ -1,3 +1,4 @@
+import type { EngineKind } from '@kvroute/protocols';
 import { renderLlamaCppMetrics } from './llamacpp-metrics';
 import type { MetricsSource } from './metrics-source';
 import { renderSglangMetrics } from './sglang-metrics';
@@ -6,8 +7,8 @@ import { renderVllmV1Metrics } from './vllm-v1-metrics';
 
 export type { MetricsSource } from './metrics-source';
 
-/** Which engine's `/metrics` the simulator imitates: vLLM V1 (0.11), vLLM V0 (0.6.4), SGLang, llama.cpp. */
-export type MetricsDialect = 'vllm' | 'vllm-v0' | 'sglang' | 'llamacpp';
+/** Which engine's `/metrics` the simulator imitates (one of the known kinds): vLLM V1 (0.11), vLLM V0 (0.6.4), SGLang, llama.cpp. */
+export type MetricsDialect = EngineKind;
 
 const RENDERERS: Record<MetricsDialect, (source: MetricsSource) => string> = {
   vllm: renderVllmV1Metrics,
