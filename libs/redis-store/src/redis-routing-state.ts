@@ -178,10 +178,10 @@ export class RedisRoutingState implements RoutingStateStore {
       call.prefillTokens,
       rule.kind === 'fixed' ? rule.maxInflight : 0,
       packBlockHashes(call.blockHashes),
-      call.candidates.length,
+      // Numbers as JavaScript prints them: the script's JSON decoder reads back the same doubles.
+      JSON.stringify(call.candidates.flatMap((candidate) => [candidate.weight, candidate.rank, candidate.waiting, candidate.freeTokens])),
     ];
-    // Numbers as JavaScript prints them: Lua's tonumber reads back the same double.
-    for (const candidate of call.candidates) args.push(candidate.id, String(candidate.weight), candidate.rank, candidate.waiting, candidate.freeTokens);
+    for (const candidate of call.candidates) args.push(candidate.id);
     const reply = await runScript(this.redis, SCRIPTS.route, [keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending, keys.ownersNew, keys.ownersOld, keys.generation], args, 'buffers');
     const decoded = decodeRouteReply(reply, call.candidates.length);
     decoded.figures.forEach((figures, index) => this.sawInflight(pool, (call.candidates[index] as RouteCandidate).id, figures.inflight));

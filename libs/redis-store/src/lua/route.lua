@@ -48,10 +48,10 @@
   ARGV[13] 'least-loaded' and 'fixed': the lease's prefill tokens
   ARGV[14] 'fixed': max in-flight leases on the backend (0 = no limit)
   ARGV[15] the request's block hashes, shallowest first, packed (lib/batched.lua; '' = none)
-  ARGV[16] B, the number of candidates (1 for 'fixed')
-  ARGV[17 .. 16+5B]  per candidate, in configuration order: backend id, weight, rendezvous rank,
-                     requests waiting in its engine (0 = unknown), its engine's free KV in tokens
-                     (-1 = no limit known); the last two from the health poller, via the router
+  ARGV[16] the candidates' figures, one JSON array of 4 numbers per candidate in configuration order:
+           weight, rendezvous rank, requests waiting in its engine (0 = unknown), its engine's free KV
+           in tokens (-1 = no limit known); the last two from the health poller, via the router
+  ARGV[17 .. 16+B]  the candidates' backend ids, in the same order (B = #ARGV - 16; 1 for 'fixed')
 
   Returns a flat array: [1] chosen candidate (1-based; 0 = 'fixed' conflict), [2] the chosen backend's
   leases in flight afterwards (on a conflict: its count), [3] the rule's reason ('' for 'fixed'),
@@ -79,24 +79,21 @@ local request = { textBytes = tonumber(ARGV[10]), blockSizeBytes = tonumber(ARGV
 local packedBlocks = ARGV[15]
 local blockCount = packedBlockCount(packedBlocks)
 local blockAt = packedBlockReader(packedBlocks)
-local candidateCount = tonumber(ARGV[16])
-local FIRST_CANDIDATE = 17
+local FIRST_ID = 17
+local candidateCount = #ARGV - FIRST_ID + 1
 
 -- 1. Expired leases.
 purgeExpiredLeases(prefix, KEYS[2], KEYS[3], KEYS[4], now)
 
 -- 2. Figures.
+-- One JSON argument for the numbers (one decode, not a string and a tonumber per figure).
+local figures = cjson.decode(ARGV[16])
 local candidates, ids = {}, {}
 for j = 1, candidateCount do
-  local at = FIRST_CANDIDATE + 5 * (j - 1)
-  ids[j] = ARGV[at]
-  candidates[j] = {
-    id = ARGV[at],
-    weight = tonumber(ARGV[at + 1]),
-    rank = tonumber(ARGV[at + 2]),
-    waiting = tonumber(ARGV[at + 3]),
-    freeTokens = tonumber(ARGV[at + 4]),
-  }
+  local at = 4 * (j - 1)
+  local id = ARGV[FIRST_ID + j - 1]
+  ids[j] = id
+  candidates[j] = { id = id, weight = figures[at + 1], rank = figures[at + 2], waiting = figures[at + 3], freeTokens = figures[at + 4] }
 end
 -- Forget marks are rare: skip reading them when there are none.
 local marks = {}

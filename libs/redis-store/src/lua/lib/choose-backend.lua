@@ -31,12 +31,12 @@ local SATURATED, LOAD_SPREAD = 1, 2
 local COST_EPSILON_MS = 1e-9
 local BOUND_EPSILON = 1e-9
 
--- The cheapest of `indices`; costs within COST_EPSILON_MS tie, and the better rendezvous rank wins.
--- 0 when `indices` is empty.
-local function indexOfCheapest(indices, candidates, lines)
+-- The cheapest of `indices` by `totalMs` (indexed by candidate); costs within COST_EPSILON_MS tie, and
+-- the better rendezvous rank wins. 0 when `indices` is empty.
+local function indexOfCheapest(indices, candidates, totalMs)
   local best, bestCost, bestRank = 0, math.huge, nil
   for _, j in ipairs(indices) do
-    local cost = lines[j].totalMs
+    local cost = totalMs[j]
     if cost <= bestCost + COST_EPSILON_MS then
       if cost < bestCost - COST_EPSILON_MS or best == 0 then
         best, bestCost, bestRank = j, cost, candidates[j].rank
@@ -52,66 +52,86 @@ end
 -- rule): every candidate's cost terms, the valve, the load-spread guard, cold placement by bounded-load
 -- rendezvous hashing, else the cheapest candidate in ms with rendezvous rank breaking ties; and the
 -- reason. p = the policy's parameters (its JSON, decoded); request = { textBytes, blockSizeBytes,
--- maxTokens }. Returns chosen index, reason, valveLifted (boolean) and lines: per candidate
--- { prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs, excluded (code), hashRank, bound }
--- (hashRank and bound -1 unless cold placement ran and the candidate took part).
+-- maxTokens }. Returns chosen index, reason, valveLifted (boolean) and the cost lines: one array per
+-- term, indexed by candidate (prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs, excluded code,
+-- hashRank and bound, the last two -1 unless cold placement ran and the candidate took part). Arrays
+-- of numbers, not a table per candidate: this runs for every candidate of every decision.
 local function evaluateCost(candidates, p, request)
   local count = #candidates
   local max, ceil = math.max, math.ceil
-  local lines = {}
-  for j, c in ipairs(candidates) do
-    local prefillTokens = ceil(max(0, request.textBytes - c.depth * request.blockSizeBytes) / p.bytesPerToken)
-    local prefillMs = prefillTokens * p.prefillMsPerToken
-    local backlogMs = c.pending * p.prefillMsPerToken
-    local queueMs = c.inflight * p.queueMsPerRequest
-    local waitingMs = c.waiting * p.engineWaitingMs
-    local kvMs = 0
-    if c.freeTokens >= 0 and max(0, c.freeTokens - c.pending) < prefillTokens + request.maxTokens then kvMs = p.kvFullMs end
-    lines[j] = {
-      prefillMs = prefillMs, backlogMs = backlogMs, queueMs = queueMs, waitingMs = waitingMs, kvMs = kvMs,
-      -- The same terms in the same order as cache-aware.ts (float addition is not associative).
-      totalMs = prefillMs + queueMs + max(backlogMs, waitingMs) + kvMs,
-      excluded = 0, hashRank = -1, bound = -1,
-    }
+  local prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs = {}, {}, {}, {}, {}, {}
+  local excluded, hashRank, bound = {}, {}, {}
+  local lines = {
+    prefillMs = prefillMs, backlogMs = backlogMs, queueMs = queueMs, waitingMs = waitingMs, kvMs = kvMs,
+    totalMs = totalMs, excluded = excluded, hashRank = hashRank, bound = bound,
+  }
+  local textBytes, blockSizeBytes, generation = request.textBytes, request.blockSizeBytes, request.maxTokens
+  local bytesPerToken, prefillMsPerToken, queueMsPerRequest = p.bytesPerToken, p.prefillMsPerToken, p.queueMsPerRequest
+  local engineWaitingMs, kvFullMs = p.engineWaitingMs, p.kvFullMs
+  for j = 1, count do
+    local c = candidates[j]
+    local prefillTokens = ceil(max(0, textBytes - c.depth * blockSizeBytes) / bytesPerToken)
+    local prefill = prefillTokens * prefillMsPerToken
+    local backlog = c.pending * prefillMsPerToken
+    local queue = c.inflight * queueMsPerRequest
+    local waiting = c.waiting * engineWaitingMs
+    local kv = 0
+    if c.freeTokens >= 0 and max(0, c.freeTokens - c.pending) < prefillTokens + generation then kv = kvFullMs end
+    prefillMs[j], backlogMs[j], queueMs[j], waitingMs[j], kvMs[j] = prefill, backlog, queue, waiting, kv
+    -- The same terms in the same order as cache-aware.ts (float addition is not associative).
+    totalMs[j] = prefill + queue + max(backlog, waiting) + kv
+    excluded[j], hashRank[j], bound[j] = 0, -1, -1
   end
 
   -- 1. Valve; one that would exclude every candidate is lifted.
   local saturated = 0
   if p.saturationInflight > 0 then
-    for j, c in ipairs(candidates) do
-      if c.inflight >= p.saturationInflight then
-        lines[j].excluded = SATURATED
+    for j = 1, count do
+      if candidates[j].inflight >= p.saturationInflight then
+        excluded[j] = SATURATED
         saturated = saturated + 1
       end
     end
   end
   local valveLifted = saturated == count and count > 0
   if valveLifted then
-    for j = 1, count do lines[j].excluded = 0 end
+    for j = 1, count do excluded[j] = 0 end
   end
   -- 2. Load-spread guard, over what the valve kept.
+  local guarded = false
   if p.spreadAbs ~= 0 then
     local minInflight = math.huge
-    for j, c in ipairs(candidates) do
-      if lines[j].excluded == 0 and c.inflight < minInflight then minInflight = c.inflight end
+    for j = 1, count do
+      if excluded[j] == 0 and candidates[j].inflight < minInflight then minInflight = candidates[j].inflight end
     end
     local limit = max(minInflight + p.spreadAbs, minInflight * p.spreadRel)
-    for j, c in ipairs(candidates) do
-      if lines[j].excluded == 0 and c.inflight > limit then lines[j].excluded = LOAD_SPREAD end
+    for j = 1, count do
+      if excluded[j] == 0 and candidates[j].inflight > limit then
+        excluded[j] = LOAD_SPREAD
+        guarded = true
+      end
     end
   end
-  local eligible, keptByValve = {}, {}
+  -- Without a guard exclusion, the candidates the valve kept are the eligible ones.
+  local eligible, keptByValve = {}, nil
   for j = 1, count do
-    if lines[j].excluded == 0 then eligible[#eligible + 1] = j end
-    if lines[j].excluded ~= SATURATED then keptByValve[#keptByValve + 1] = j end
+    if excluded[j] == 0 then eligible[#eligible + 1] = j end
+  end
+  if guarded then
+    keptByValve = {}
+    for j = 1, count do
+      if excluded[j] ~= SATURATED then keptByValve[#keptByValve + 1] = j end
+    end
+  else
+    keptByValve = eligible
   end
   -- 3. Nothing left (cannot happen with the guard keeping the least-loaded): still serve.
   if #eligible == 0 then return indexOfLeastLoaded(candidates), 'least-loaded', valveLifted, lines end
 
   -- 4. Cold prompt: the first eligible candidate in rendezvous order within its load bound.
   local anyWarm = false
-  for _, c in ipairs(candidates) do
-    if c.depth >= p.minMatchBlocks then anyWarm = true end
+  for j = 1, count do
+    if candidates[j].depth >= p.minMatchBlocks then anyWarm = true end
   end
   if p.minMatchBlocks > 0 and not anyWarm then
     local totalInflight, totalWeight = 0, 0
@@ -125,9 +145,9 @@ local function evaluateCost(candidates, p, request)
     local chosen = 0
     for position, j in ipairs(byRank) do
       local c = candidates[j]
-      local bound = ceil((p.coldLoadFactor * (totalInflight + 1) * c.weight) / totalWeight - BOUND_EPSILON)
-      lines[j].hashRank, lines[j].bound = position - 1, bound
-      if chosen == 0 and c.inflight <= bound then chosen = j end
+      local b = ceil((p.coldLoadFactor * (totalInflight + 1) * c.weight) / totalWeight - BOUND_EPSILON)
+      hashRank[j], bound[j] = position - 1, b
+      if chosen == 0 and c.inflight <= b then chosen = j end
     end
     if chosen == 0 then
       local inEligible = {}
@@ -138,19 +158,22 @@ local function evaluateCost(candidates, p, request)
   end
 
   -- 5. The cheapest eligible candidate, and why it is not the warmest one the valve kept.
-  local chosen = indexOfCheapest(eligible, candidates, lines)
-  local cheapestUnguarded = indexOfCheapest(keptByValve, candidates, lines)
-  local deepestMatch = -math.huge
-  for _, j in ipairs(keptByValve) do deepestMatch = max(deepestMatch, candidates[j].depth) end
-  local deepestGuarded = false
+  local chosen = indexOfCheapest(eligible, candidates, totalMs)
+  local cheapestUnguarded = guarded and indexOfCheapest(keptByValve, candidates, totalMs) or chosen
+  local deepestMatch, deepestGuarded = -math.huge, false
   for _, j in ipairs(keptByValve) do
-    if candidates[j].depth == deepestMatch and lines[j].excluded == LOAD_SPREAD then deepestGuarded = true end
+    local d = candidates[j].depth
+    if d > deepestMatch then
+      deepestMatch, deepestGuarded = d, excluded[j] == LOAD_SPREAD
+    elseif d == deepestMatch and excluded[j] == LOAD_SPREAD then
+      deepestGuarded = true
+    end
   end
   local reason = 'least-loaded'
   local depth = candidates[chosen].depth
   if depth < deepestMatch then
     reason = deepestGuarded and 'load-guard' or 'spilled-from-saturated'
-  elseif lines[cheapestUnguarded].excluded == LOAD_SPREAD then
+  elseif excluded[cheapestUnguarded] == LOAD_SPREAD then
     reason = 'load-guard'
   elseif depth >= max(1, p.minMatchBlocks) then
     reason = 'prefix-affinity'
@@ -164,8 +187,10 @@ end
 -- decimal string by string.format('%.17g') costs ~1.3 µs per number).
 local function packCostLines(lines)
   local pack, parts = struct.pack, {}
-  for j, l in ipairs(lines) do
-    parts[j] = pack('<ddddddddd', l.prefillMs, l.backlogMs, l.queueMs, l.waitingMs, l.kvMs, l.totalMs, l.excluded, l.hashRank, l.bound)
+  local prefillMs, backlogMs, queueMs, waitingMs, kvMs = lines.prefillMs, lines.backlogMs, lines.queueMs, lines.waitingMs, lines.kvMs
+  local totalMs, excluded, hashRank, bound = lines.totalMs, lines.excluded, lines.hashRank, lines.bound
+  for j = 1, #totalMs do
+    parts[j] = pack('<ddddddddd', prefillMs[j], backlogMs[j], queueMs[j], waitingMs[j], kvMs[j], totalMs[j], excluded[j], hashRank[j], bound[j])
   end
   return table.concat(parts)
 end
