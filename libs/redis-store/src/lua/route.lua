@@ -124,7 +124,7 @@ if rule == 'cost' then
   local p = cjson.decode(ARGV[9])
   local reason, valveLifted, lines
   chosen, reason, valveLifted, lines = evaluateCost(candidates, p, request)
-  result[3], result[4], result[5] = reason, valveLifted and 1 or 0, packCostLines(lines)
+  result[3], result[4], result[5] = reason, valveLifted and 1 or 0, packCostLines(lines, candidateCount)
   tokens = math.ceil(math.max(0, request.textBytes - candidates[chosen].depth * request.blockSizeBytes) / p.bytesPerToken)
 elseif rule == 'least-loaded' then
   chosen = indexOfLeastLoaded(candidates)

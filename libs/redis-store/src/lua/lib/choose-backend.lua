@@ -31,12 +31,17 @@ local SATURATED, LOAD_SPREAD = 1, 2
 local COST_EPSILON_MS = 1e-9
 local BOUND_EPSILON = 1e-9
 
--- The cheapest of `indices` by `totalMs` (indexed by candidate); costs within COST_EPSILON_MS tie, and
--- the better rendezvous rank wins. 0 when `indices` is empty.
-local function indexOfCheapest(indices, candidates, totalMs)
+-- A cost line per candidate, in one flat array of numbers (one table for all candidates: this runs for
+-- every candidate of every decision): candidate j's field f is lines[(j - 1) * LINE + f].
+local PREFILL_MS, BACKLOG_MS, QUEUE_MS, WAITING_MS, KV_MS, TOTAL_MS, EXCLUDED, HASH_RANK, BOUND = 1, 2, 3, 4, 5, 6, 7, 8, 9
+local LINE = 9
+
+-- The cheapest of `indices` by total cost; costs within COST_EPSILON_MS tie, and the better rendezvous
+-- rank wins. 0 when `indices` is empty.
+local function indexOfCheapest(indices, candidates, lines)
   local best, bestCost, bestRank = 0, math.huge, nil
   for _, j in ipairs(indices) do
-    local cost = totalMs[j]
+    local cost = lines[(j - 1) * LINE + TOTAL_MS]
     if cost <= bestCost + COST_EPSILON_MS then
       if cost < bestCost - COST_EPSILON_MS or best == 0 then
         best, bestCost, bestRank = j, cost, candidates[j].rank
@@ -52,24 +57,18 @@ end
 -- rule): every candidate's cost terms, the valve, the load-spread guard, cold placement by bounded-load
 -- rendezvous hashing, else the cheapest candidate in ms with rendezvous rank breaking ties; and the
 -- reason. p = the policy's parameters (its JSON, decoded); request = { textBytes, blockSizeBytes,
--- maxTokens }. Returns chosen index, reason, valveLifted (boolean) and the cost lines: one array per
--- term, indexed by candidate (prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs, excluded code,
--- hashRank and bound, the last two -1 unless cold placement ran and the candidate took part). Arrays
--- of numbers, not a table per candidate: this runs for every candidate of every decision.
+-- maxTokens }. Returns chosen index, reason, valveLifted (boolean) and the cost lines (see LINE:
+-- prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs, excluded code, hashRank and bound, the last
+-- two -1 unless cold placement ran and the candidate took part).
 local function evaluateCost(candidates, p, request)
   local count = #candidates
   local max, ceil = math.max, math.ceil
-  local prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs = {}, {}, {}, {}, {}, {}
-  local excluded, hashRank, bound = {}, {}, {}
-  local lines = {
-    prefillMs = prefillMs, backlogMs = backlogMs, queueMs = queueMs, waitingMs = waitingMs, kvMs = kvMs,
-    totalMs = totalMs, excluded = excluded, hashRank = hashRank, bound = bound,
-  }
+  local lines = {}
   local textBytes, blockSizeBytes, generation = request.textBytes, request.blockSizeBytes, request.maxTokens
   local bytesPerToken, prefillMsPerToken, queueMsPerRequest = p.bytesPerToken, p.prefillMsPerToken, p.queueMsPerRequest
   local engineWaitingMs, kvFullMs = p.engineWaitingMs, p.kvFullMs
   for j = 1, count do
-    local c = candidates[j]
+    local c, at = candidates[j], (j - 1) * LINE
     local prefillTokens = ceil(max(0, textBytes - c.depth * blockSizeBytes) / bytesPerToken)
     local prefill = prefillTokens * prefillMsPerToken
     local backlog = c.pending * prefillMsPerToken
@@ -77,10 +76,10 @@ local function evaluateCost(candidates, p, request)
     local waiting = c.waiting * engineWaitingMs
     local kv = 0
     if c.freeTokens >= 0 and max(0, c.freeTokens - c.pending) < prefillTokens + generation then kv = kvFullMs end
-    prefillMs[j], backlogMs[j], queueMs[j], waitingMs[j], kvMs[j] = prefill, backlog, queue, waiting, kv
+    lines[at + PREFILL_MS], lines[at + BACKLOG_MS], lines[at + QUEUE_MS], lines[at + WAITING_MS], lines[at + KV_MS] = prefill, backlog, queue, waiting, kv
     -- The same terms in the same order as cache-aware.ts (float addition is not associative).
-    totalMs[j] = prefill + queue + max(backlog, waiting) + kv
-    excluded[j], hashRank[j], bound[j] = 0, -1, -1
+    lines[at + TOTAL_MS] = prefill + queue + max(backlog, waiting) + kv
+    lines[at + EXCLUDED], lines[at + HASH_RANK], lines[at + BOUND] = 0, -1, -1
   end
 
   -- 1. Valve; one that would exclude every candidate is lifted.
@@ -88,26 +87,27 @@ local function evaluateCost(candidates, p, request)
   if p.saturationInflight > 0 then
     for j = 1, count do
       if candidates[j].inflight >= p.saturationInflight then
-        excluded[j] = SATURATED
+        lines[(j - 1) * LINE + EXCLUDED] = SATURATED
         saturated = saturated + 1
       end
     end
   end
   local valveLifted = saturated == count and count > 0
   if valveLifted then
-    for j = 1, count do excluded[j] = 0 end
+    for j = 1, count do lines[(j - 1) * LINE + EXCLUDED] = 0 end
   end
   -- 2. Load-spread guard, over what the valve kept.
   local guarded = false
   if p.spreadAbs ~= 0 then
     local minInflight = math.huge
     for j = 1, count do
-      if excluded[j] == 0 and candidates[j].inflight < minInflight then minInflight = candidates[j].inflight end
+      if lines[(j - 1) * LINE + EXCLUDED] == 0 and candidates[j].inflight < minInflight then minInflight = candidates[j].inflight end
     end
     local limit = max(minInflight + p.spreadAbs, minInflight * p.spreadRel)
     for j = 1, count do
-      if excluded[j] == 0 and candidates[j].inflight > limit then
-        excluded[j] = LOAD_SPREAD
+      local at = (j - 1) * LINE + EXCLUDED
+      if lines[at] == 0 and candidates[j].inflight > limit then
+        lines[at] = LOAD_SPREAD
         guarded = true
       end
     end
@@ -115,12 +115,12 @@ local function evaluateCost(candidates, p, request)
   -- Without a guard exclusion, the candidates the valve kept are the eligible ones.
   local eligible, keptByValve = {}, nil
   for j = 1, count do
-    if excluded[j] == 0 then eligible[#eligible + 1] = j end
+    if lines[(j - 1) * LINE + EXCLUDED] == 0 then eligible[#eligible + 1] = j end
   end
   if guarded then
     keptByValve = {}
     for j = 1, count do
-      if excluded[j] ~= SATURATED then keptByValve[#keptByValve + 1] = j end
+      if lines[(j - 1) * LINE + EXCLUDED] ~= SATURATED then keptByValve[#keptByValve + 1] = j end
     end
   else
     keptByValve = eligible
@@ -144,9 +144,9 @@ local function evaluateCost(candidates, p, request)
     table.sort(byRank, function(a, b) return candidates[a].rank < candidates[b].rank end)
     local chosen = 0
     for position, j in ipairs(byRank) do
-      local c = candidates[j]
+      local c, at = candidates[j], (j - 1) * LINE
       local b = ceil((p.coldLoadFactor * (totalInflight + 1) * c.weight) / totalWeight - BOUND_EPSILON)
-      hashRank[j], bound[j] = position - 1, b
+      lines[at + HASH_RANK], lines[at + BOUND] = position - 1, b
       if chosen == 0 and c.inflight <= b then chosen = j end
     end
     if chosen == 0 then
@@ -158,14 +158,14 @@ local function evaluateCost(candidates, p, request)
   end
 
   -- 5. The cheapest eligible candidate, and why it is not the warmest one the valve kept.
-  local chosen = indexOfCheapest(eligible, candidates, totalMs)
-  local cheapestUnguarded = guarded and indexOfCheapest(keptByValve, candidates, totalMs) or chosen
+  local chosen = indexOfCheapest(eligible, candidates, lines)
+  local cheapestUnguarded = guarded and indexOfCheapest(keptByValve, candidates, lines) or chosen
   local deepestMatch, deepestGuarded = -math.huge, false
   for _, j in ipairs(keptByValve) do
-    local d = candidates[j].depth
+    local d, spread = candidates[j].depth, lines[(j - 1) * LINE + EXCLUDED] == LOAD_SPREAD
     if d > deepestMatch then
-      deepestMatch, deepestGuarded = d, excluded[j] == LOAD_SPREAD
-    elseif d == deepestMatch and excluded[j] == LOAD_SPREAD then
+      deepestMatch, deepestGuarded = d, spread
+    elseif d == deepestMatch and spread then
       deepestGuarded = true
     end
   end
@@ -173,7 +173,7 @@ local function evaluateCost(candidates, p, request)
   local depth = candidates[chosen].depth
   if depth < deepestMatch then
     reason = deepestGuarded and 'load-guard' or 'spilled-from-saturated'
-  elseif excluded[cheapestUnguarded] == LOAD_SPREAD then
+  elseif lines[(cheapestUnguarded - 1) * LINE + EXCLUDED] == LOAD_SPREAD then
     reason = 'load-guard'
   elseif depth >= max(1, p.minMatchBlocks) then
     reason = 'prefix-affinity'
@@ -181,16 +181,14 @@ local function evaluateCost(candidates, p, request)
   return chosen, reason, valveLifted, lines
 end
 
--- The cost lines as one binary string: per candidate 9 little-endian doubles, in the order
--- prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs, excluded, hashRank, bound. Redis turns Lua
--- numbers in a reply into integers; a packed double travels exact, for ~0.5 µs per candidate (a
--- decimal string by string.format('%.17g') costs ~1.3 µs per number).
-local function packCostLines(lines)
+-- The cost lines as one binary string: per candidate its LINE fields as little-endian doubles, in the
+-- order above. Redis turns Lua numbers in a reply into integers; a packed double travels exact, for
+-- ~0.25 µs per candidate (a decimal string by string.format('%.17g') costs ~1.3 µs per number).
+local function packCostLines(lines, count)
   local pack, parts = struct.pack, {}
-  local prefillMs, backlogMs, queueMs, waitingMs, kvMs = lines.prefillMs, lines.backlogMs, lines.queueMs, lines.waitingMs, lines.kvMs
-  local totalMs, excluded, hashRank, bound = lines.totalMs, lines.excluded, lines.hashRank, lines.bound
-  for j = 1, #totalMs do
-    parts[j] = pack('<ddddddddd', prefillMs[j], backlogMs[j], queueMs[j], waitingMs[j], kvMs[j], totalMs[j], excluded[j], hashRank[j], bound[j])
+  for j = 1, count do
+    local at = (j - 1) * LINE
+    parts[j] = pack('<ddddddddd', lines[at + 1], lines[at + 2], lines[at + 3], lines[at + 4], lines[at + 5], lines[at + 6], lines[at + 7], lines[at + 8], lines[at + 9])
   end
   return table.concat(parts)
 end
