@@ -35,6 +35,11 @@ describe('owner index cost', () => {
       expect(await callsOf('hget')).toBe(0);
       return callsOf('hmget');
     };
+    // Before the first turn there is no previous generation, and it is not read: in-flight and
+    // backlog (2), the ladder (1), one bracket for depth 37 (1).
+    expect(await readsFor(backends)).toBe(4);
+    // A previous generation (here: a field of no concern to this chain).
+    await ctx.redis.hset(poolKeys('m', ctx.namespace).ownersOld, '1', '\x01elsewhere\x020');
     const all = await readsFor(backends);
     // In-flight and backlog (2), the ladder of each generation (2), one bracket per generation for depth 37 (2).
     expect(all).toBe(6);

@@ -126,9 +126,11 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
     return depths
   end
 
-  -- Leading blocks of the chain each of `ids` holds, in either generation: { [id] = depth }.
+  -- Leading blocks of the chain each of `ids` holds, in either generation: { [id] = depth }. The
+  -- previous generation is read only if it exists (none before the first turn): one EXISTS instead of
+  -- an HMGET per ladder and bracket.
   function index.depths(ids)
-    return deepest(ids, true)
+    return deepest(ids, redis.call('EXISTS', oldKey) == 1)
   end
 
   -- Records that backend `id` holds the chain: writes `now` into `new` for the blocks past its depth
