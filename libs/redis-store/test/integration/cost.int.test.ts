@@ -35,11 +35,12 @@ describe('owner index cost', () => {
       expect(await callsOf('hget')).toBe(0);
       return callsOf('hmget');
     };
-    // Before the first turn there is no previous generation, and it is not read: in-flight and
-    // backlog (2), the ladder (1), one bracket for depth 37 (1).
-    expect(await readsFor(backends)).toBe(4);
-    // A previous generation (here: a field of no concern to this chain).
-    await ctx.redis.hset(poolKeys('m', ctx.namespace).ownersOld, '1', '\x01elsewhere\x020');
+    // No candidate holds block 1 in the previous generation (there is none yet), so it is read no
+    // further than the ladder: in-flight and backlog (2), the ladder of each generation (2), one
+    // bracket in the current one for depth 37 (1).
+    expect(await readsFor(backends)).toBe(5);
+    // A backend that holds the chain's first block in the previous generation.
+    await ctx.redis.hset(poolKeys('m', ctx.namespace).ownersOld, String(chain[0]), `\x01${backends[0] as string}\x02${Date.now()}`);
     const all = await readsFor(backends);
     // In-flight and backlog (2), the ladder of each generation (2), one bracket per generation for depth 37 (2).
     expect(all).toBe(6);

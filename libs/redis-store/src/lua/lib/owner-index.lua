@@ -78,7 +78,23 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
     for i = 1, blockCount, step do rungs[#rungs + 1] = i end
     if rungs[#rungs] ~= blockCount then rungs[#rungs + 1] = blockCount end
     read(newKey, rungs)
-    if withOld then read(oldKey, rungs) end
+    if withOld then
+      read(oldKey, rungs)
+      -- A backend that does not hold block 1 in the previous generation holds nothing there (prefix
+      -- closure): when none of `ids` does, that generation is read no further.
+      local first, any = oldValues[1], false
+      if first then
+        for k = 1, #ids do
+          local marker, forgot = '\1' .. ids[k] .. '\2', forgottenAt[ids[k]]
+          local at = find(first, marker, 1, true)
+          if at and (forgot == nil or tonumber(match(first, '^%d+', at + #marker)) > forgot) then
+            any = true
+            break
+          end
+        end
+      end
+      withOld = any
+    end
 
     -- 1. Each id's last held rung r (0 = not even block 1); brackets[r] = ids with depth in [rungs[r], rungs[r+1]).
     local brackets = {}
@@ -126,11 +142,9 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
     return depths
   end
 
-  -- Leading blocks of the chain each of `ids` holds, in either generation: { [id] = depth }. The
-  -- previous generation is read only if it exists (none before the first turn): one EXISTS instead of
-  -- an HMGET per ladder and bracket.
+  -- Leading blocks of the chain each of `ids` holds, in either generation: { [id] = depth }.
   function index.depths(ids)
-    return deepest(ids, redis.call('EXISTS', oldKey) == 1)
+    return deepest(ids, true)
   end
 
   -- Records that backend `id` holds the chain: writes `now` into `new` for the blocks past its depth
