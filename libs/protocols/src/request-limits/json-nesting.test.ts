@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { seededRandom } from '@kvroute/workloads';
 import { measureJsonNesting } from './json-nesting';
 
 /** Reference depth: parse, then walk (recursion is fine for the small values used here). */
@@ -10,13 +11,7 @@ function parsedDepth(value: unknown): number {
 
 /** Deterministic pseudo-random JSON values (mulberry32), with strings full of brackets, quotes and backslashes. */
 function randomJson(seed: number): unknown {
-  let state = seed;
-  const random = (): number => {
-    state = (state + 0x6d2b79f5) | 0;
-    let t = Math.imul(state ^ (state >>> 15), 1 | state);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const random = seededRandom(seed);
   const alphabet = ['a', '[', ']', '{', '}', '"', '\\', '\\"', 'é', '✨', '😀', '\n', ':', ','];
   const text = (): string => Array.from({ length: Math.floor(random() * 8) }, () => alphabet[Math.floor(random() * alphabet.length)]).join('');
   const value = (depth: number): unknown => {

@@ -1,5 +1,6 @@
 import type { ChatCompletionRequest, ChatMessage, CompletionRequest, ContentPart } from '@kvroute/protocols';
 import { describe, expect, it } from 'vitest';
+import { seededRandom } from '@kvroute/workloads';
 import { renderRoutingText } from './routing-text';
 
 const SYSTEM: ChatMessage = { role: 'system', content: 'You are a helpful assistant.' };
@@ -14,13 +15,7 @@ function nestedArrays(depth: number): unknown[] {
 }
 /** Deterministic pseudo-random JSON values (mulberry32): unicode, escapes, odd numbers, integer-like keys. */
 function randomJsonValue(seed: number): unknown {
-  let state = seed;
-  const random = (): number => {
-    state = (state + 0x6d2b79f5) | 0;
-    let t = Math.imul(state ^ (state >>> 15), 1 | state);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const random = seededRandom(seed);
   const strings = ['', 'a', '"quoted"', 'back\\slash', 'line\nbreak', '\u001e\u001f', 'é✨😀', '\ud800', '10', '2', '__proto__'];
   const scalars = [0, -0, 1.5, 1e21, 5e-324, -42, true, false, null, 'text', '\u2028'];
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
