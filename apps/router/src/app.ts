@@ -3,7 +3,7 @@ import type { BackendRegistry } from './backends/backend-registry';
 import { createClientErrorHandler } from './http/client-error';
 import { registerErrorHandler } from './http/error-handler';
 import type { RequestDrain } from './http/request-drain';
-import { registerAdmit, type Admission, type AdmitOptions } from './pipeline/admit';
+import { registerAdmit } from './pipeline/admit';
 import { registerBodyParser } from './pipeline/parse';
 import { createRequestPath, type RequestPathDeps } from './pipeline/request-path';
 import type { RouterMetrics } from './router-metrics';
@@ -47,16 +47,11 @@ export interface RouterAppDeps {
   readonly startedAtUnixSeconds: number;
 }
 
-export interface RouterApp {
-  readonly app: FastifyInstance;
-  readonly admission: Admission;
-}
-
 /**
  * The router's Fastify app, its table of contents: server bounds, then the request path's admit hook and
  * body parser, the error handlers, then routes, registered explicitly in order. No listen.
  */
-export async function buildRouterApp(deps: RouterAppDeps): Promise<RouterApp> {
+export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstance> {
   const { limits } = deps;
   const serverOptions = {
     bodyLimit: limits.requestBodyLimitBytes,
@@ -87,8 +82,7 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<RouterApp> {
     deps.drain.track(reply.raw);
     done();
   });
-  const admitOptions: AdmitOptions = { drain: deps.drain, maxInflightRequests: limits.maxInflightRequests, maxConnections: limits.maxConnections };
-  const admission = registerAdmit(app, admitOptions);
+  registerAdmit(app, { drain: deps.drain, maxInflightRequests: limits.maxInflightRequests, maxConnections: limits.maxConnections });
   registerBodyParser(app, limits.requestBodyLimitBytes, deps.requestPath.parse.maxJsonDepth);
   registerErrorHandler(app, deps.metrics);
 
@@ -98,5 +92,5 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<RouterApp> {
   await app.register(metricsRoutes, { metrics: deps.metrics });
   if (deps.debugRoutes) await app.register(debugRoutes, { route: deps.requestPath.route, parse: deps.requestPath.parse });
   if (deps.admin) await app.register(adminRoutes, deps.admin);
-  return { app, admission };
+  return app;
 }

@@ -1,5 +1,6 @@
 import { DEFAULT_MAX_ROUTED_BLOCKS, POLICY_NAMES } from '@kvroute/routing';
 import { DEFAULT_GENERATION_LIMITS, type GenerationLimits } from '@kvroute/protocols';
+import { RECORD_BLOCKS_PER_CALL } from '@kvroute/redis-store';
 import { z } from 'zod';
 import { policyConfigFields } from './routing/policy-params';
 
@@ -77,6 +78,16 @@ export const RouterConfig = z.object({
   maxPromptTokenIds: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxPromptTokenIds).describe('most token ids in a completions prompt, over all its lists (400 beyond)'),
   maxStopSequences: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxStopSequences).describe('most entries of a `stop` array (400 beyond)'),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('log level'),
+}).superRefine((config, context) => {
+  // One request's chain (plus one recording call's overshoot) must fit in half the owner index, where
+  // a generation turns: else every long prompt would turn it, and wipe the pool's index, again and again.
+  if (config.redisUrl !== undefined && config.maxRoutedBlocks + RECORD_BLOCKS_PER_CALL > config.maxBlocksPerPool / 2) {
+    context.addIssue({
+      code: 'custom',
+      path: ['maxRoutedBlocks'],
+      message: `must be at most maxBlocksPerPool / 2 − ${RECORD_BLOCKS_PER_CALL} (${Math.floor(config.maxBlocksPerPool / 2) - RECORD_BLOCKS_PER_CALL} with maxBlocksPerPool ${config.maxBlocksPerPool})`,
+    });
+  }
 });
 export type RouterConfig = z.infer<typeof RouterConfig>;
 

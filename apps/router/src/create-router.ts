@@ -87,6 +87,8 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const random = deps.random ?? Math.random;
   const logger = deps.logger === false ? undefined : deps.logger;
   const requestLogger = logger ?? createLogger({ service: 'kvroute-router', level: 'silent' });
+  // Policies first: pure, and a parameter out of range fails here, before anything is opened.
+  const policyFor = createPolicyTable(config);
   const closers = new ShutdownStack();
   const metrics = new RouterMetrics();
 
@@ -97,11 +99,10 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     breakerStates: () => new Map(backends.registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),
     degraded: () => (state.failover?.degraded ? 1 : 0),
   });
-  const policyFor = createPolicyTable(config);
 
   const drain = new RequestDrain();
   const heldLeases = new HeldLeases();
-  const { app } = await buildRouterApp({
+  const app = await buildRouterApp({
     registry: backends.registry,
     requestPath: {
       parse: {
@@ -145,6 +146,10 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     logger: deps.logger ?? false,
     drain,
     startedAtUnixSeconds: Math.floor(Date.now() / 1000),
+  }).catch(async (error: unknown) => {
+    // What the wiring opened (Redis connections, pools) must not outlive a router that never started.
+    await closers.closeAll({ deadlineMs: RESOURCES_CLOSE_MS });
+    throw error;
   });
 
   /**

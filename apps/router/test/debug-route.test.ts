@@ -25,4 +25,17 @@ describe('POST /debug/route', () => {
       await cluster.close();
     }
   });
+
+  it('answers a body that is no JSON object with a 400 in the OpenAI shape', async () => {
+    const cluster = await startTestCluster({ backends: 1, router: { debugRoutes: true } });
+    try {
+      for (const body of ['42', '"text"', 'true', 'null', '[]']) {
+        const response = await fetch(`${cluster.routerUrl}/debug/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+        expect(response.status, body).toBe(400);
+        expect(((await response.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_INVALID_REQUEST');
+      }
+    } finally {
+      await cluster.close();
+    }
+  });
 });

@@ -37,6 +37,14 @@ export interface RedisRoutingStateOptions {
 }
 
 /**
+ * New blocks one script call records at most (~1 ms of Redis on the machines we measure; a 2,048-block
+ * chain recorded in one call took 2–4 ms of CPU and up to ~13 ms by SLOWLOG's clock on a loaded host).
+ * Prompts up to 32 k tokens (at 256-byte blocks) are recorded in the call that takes the lease or
+ * completes the prefill; a longer one takes one more call per 512 blocks.
+ */
+export const RECORD_BLOCKS_PER_CALL = 512;
+
+/**
  * Routing state shared by every router replica, in Redis: the same behaviour as InMemoryRoutingState
  * (prefix-closed ownership, binary-search match, leases that carry pending prefill tokens), with each
  * operation one Lua script on the pool's hash slot. `routeAtomically` is one script (route.lua) that
@@ -57,14 +65,6 @@ export interface RedisRoutingStateOptions {
  *   in-flight count the last snapshot, reserve or release of this replica saw (leases of every replica).
  *   It only feeds metrics; a backend this replica stopped asking about keeps its last count.
  */
-/**
- * New blocks one script call records at most (~1 ms of Redis on the machines we measure; a 2,048-block
- * chain recorded in one call took 2–4 ms of CPU and up to ~13 ms by SLOWLOG's clock on a loaded host).
- * Prompts up to 32 k tokens (at 256-byte blocks) are recorded in the call that takes the lease or
- * completes the prefill; a longer one takes one more call per 512 blocks.
- */
-export const RECORD_BLOCKS_PER_CALL = 512;
-
 export class RedisRoutingState implements RoutingStateStore {
   private readonly redis: RedisClient;
   private readonly namespace: string;
@@ -125,7 +125,7 @@ export class RedisRoutingState implements RoutingStateStore {
       prefillTokens: Math.max(0, Math.round(prefillTokens)),
       record: blockHashes.length > 0,
     });
-    if (reply.chosen === 1) await this.recordRest(pool, backendId, blockHashes, reply.recordedTo);
+    if (reply.chosen === 1) await this.recordRestOfTaken(pool, backendId, blockHashes, reply.recordedTo);
     return reply.chosen === 1;
   }
 
@@ -152,7 +152,7 @@ export class RedisRoutingState implements RoutingStateStore {
     });
     const candidates: Candidate[] = backends.map((backend, index) => ({ backend, ...(reply.figures[index] as Figures), engine: input.engine?.get(backend.id) ?? null }));
     const chosen = reply.chosen - 1;
-    if (input.recordOwnership) await this.recordRest(input.pool, (backends[chosen] as { id: string }).id, input.blockHashes, reply.recordedTo);
+    if (input.recordOwnership) await this.recordRestOfTaken(input.pool, (backends[chosen] as { id: string }).id, input.blockHashes, reply.recordedTo);
     if (rule.kind === 'least-loaded') return { kind: 'least-loaded', candidates, chosen, reason: 'least-loaded' };
     return { kind: 'cost', candidates, chosen, reason: costReason(reply.reason), valveLifted: reply.valveLifted, lines: costLines(reply.lines, backends.length) };
   }
@@ -211,6 +211,15 @@ export class RedisRoutingState implements RoutingStateStore {
     );
     const [, recordedTo] = integerArrayReply(SCRIPTS.prefillDone, reply, 2) as [number, number];
     await this.recordRest(pool, backendId, heldBlocks, recordedTo);
+  }
+
+  /**
+   * recordRest once the lease is taken: the decision stands whatever happens to the recording (an
+   * owner is a hint), so a failed call costs the next request's match, never this request's lease —
+   * which a rejection here would strand in Redis until its TTL while the caller routed elsewhere.
+   */
+  private async recordRestOfTaken(pool: string, backendId: BackendId, blockHashes: readonly BlockHash[], heldTo: number): Promise<void> {
+    await this.recordRest(pool, backendId, blockHashes, heldTo).catch(() => undefined);
   }
 
   /**

@@ -56,6 +56,6 @@ export {
   type PolicySettings,
 } from './policies/policy-registry';
 export type { AtomicRouteInput, DecideInput, DecideResult, RoutingSnapshot, RoutingStateStore } from './state/routing-state';
-export { candidatesOf, decide, MAX_RESERVE_CONFLICTS } from './state/decide';
+export { candidatesOf, decide, explainDecision, MAX_RESERVE_CONFLICTS } from './state/decide';
 export { InMemoryRoutingState, type InMemoryRoutingStateOptions } from './state/in-memory-routing-state';
 export { DEFAULT_BYTES_PER_TOKEN, estimatePrefillTokens } from './prefix/prefill-estimate';

@@ -29,7 +29,8 @@ export function createClientErrorHandler(metrics: RouterMetrics): (error: Error 
           body,
     );
     // A client that does not read its answer does not keep the socket.
-    setTimeout(() => socket.destroy(), CLOSE_AFTER_ANSWER_MS).unref();
+    const cut = setTimeout(() => socket.destroy(), CLOSE_AFTER_ANSWER_MS).unref();
+    socket.once('close', () => clearTimeout(cut));
   };
 }
 

@@ -25,15 +25,8 @@ export interface AdmitOptions {
   readonly maxConnections: number;
 }
 
-export interface Admission {
-  /** Proxied requests in flight now. */
-  readonly inflight: number;
-  /** Client connections open now. */
-  readonly connections: number;
-}
-
 /** Registers the admit stage (an `onRequest` hook, the first thing that runs for a request). */
-export function registerAdmit(app: FastifyInstance, options: AdmitOptions): Admission {
+export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void {
   let inflight = 0;
   let connections = 0;
   const overCap = new WeakSet<Socket>();
@@ -46,16 +39,20 @@ export function registerAdmit(app: FastifyInstance, options: AdmitOptions): Admi
   });
 
   app.addHook('onRequest', (request, reply, done) => {
-    const unsafe = unsafePathReason(request.raw.url ?? '/');
-    if (unsafe !== null) return done(new RouterError('ROUTER_ERR_INVALID_PATH', `The request path is not accepted: ${unsafe}.`));
-    if (request.method !== 'POST' || !request.url.startsWith('/v1/')) return done();
-    if (options.drain.phase === 'aborting') return done(new RouterError('ROUTER_ERR_SHUTTING_DOWN', 'This router is shutting down; retry.', { retryAfterSeconds: 1 }));
-    if (overCap.has(request.raw.socket)) {
+    // A refused request's body is never read, so its connection cannot carry another request: close it.
+    const refuse = (error: RouterError): void => {
       reply.header('connection', 'close');
-      return done(new RouterError('ROUTER_ERR_OVERLOADED', `This router serves at most ${options.maxConnections} connections; retry.`, { retryAfterSeconds: 1 }));
+      done(error);
+    };
+    const unsafe = unsafePathReason(request.raw.url ?? '/');
+    if (unsafe !== null) return refuse(new RouterError('ROUTER_ERR_INVALID_PATH', `The request path is not accepted: ${unsafe}.`));
+    if (request.method !== 'POST' || !request.url.startsWith('/v1/')) return done();
+    if (options.drain.phase === 'aborting') return refuse(new RouterError('ROUTER_ERR_SHUTTING_DOWN', 'This router is shutting down; retry.', { retryAfterSeconds: 1 }));
+    if (overCap.has(request.raw.socket)) {
+      return refuse(new RouterError('ROUTER_ERR_OVERLOADED', `This router serves at most ${options.maxConnections} connections; retry.`, { retryAfterSeconds: 1 }));
     }
     if (inflight >= options.maxInflightRequests) {
-      return done(new RouterError('ROUTER_ERR_OVERLOADED', `This router has ${inflight} requests in flight, its limit; retry.`, { retryAfterSeconds: 1 }));
+      return refuse(new RouterError('ROUTER_ERR_OVERLOADED', `This router has ${inflight} requests in flight, its limit; retry.`, { retryAfterSeconds: 1 }));
     }
     inflight++;
     reply.raw.once('close', () => {
@@ -63,15 +60,6 @@ export function registerAdmit(app: FastifyInstance, options: AdmitOptions): Admi
     });
     done();
   });
-
-  return {
-    get inflight() {
-      return inflight;
-    },
-    get connections() {
-      return connections;
-    },
-  };
 }
 
 /** Encoded `.`, `/` or `\`: a backend that decodes before routing would see another path. */

@@ -1,8 +1,8 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { ChatCompletionRequest, checkGenerationLimits, CompletionRequest, formatIssuePath, formatValidationIssues, measureJsonNesting, type GenerationLimits } from '@kvroute/protocols';
+import { ChatCompletionRequest, checkGenerationLimits, CompletionRequest, measureJsonNesting, type GenerationLimits } from '@kvroute/protocols';
 import { buildRoutingRequest, type RoutingRequest } from '@kvroute/routing';
-import type { z } from 'zod';
 import { RouterError } from '../errors';
+import { validateBody } from '../http/validate-body';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -91,43 +91,30 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
   if (endpoint === 'passthrough') {
     const model = (body as { model?: unknown }).model;
     if (typeof model !== 'string' || model === '') throw new RouterError('ROUTER_ERR_INVALID_REQUEST', '`model` is required.', { param: 'model' });
-    return { model, kind: 'passthrough', routingRequest: passthroughRoutingRequest(model, sessionKeyOf(request.headers, {}), options.blockSizeBytes) };
+    return { model, kind: 'passthrough', routingRequest: passthroughRoutingRequest(model, sessionHeaderOf(request.headers), options.blockSizeBytes) };
   }
   const generation = validateGenerationBody(endpoint, body, options.limits);
   const routingRequest = buildRoutingRequest(generation, {
     blockSizeBytes: options.blockSizeBytes,
     maxBlocks: options.maxRoutedBlocks,
-    sessionKey: sessionKeyOf(request.headers, generation),
+    sessionKey: sessionHeaderOf(request.headers),
   });
   return { model: generation.model, kind: 'generation', routingRequest };
 }
 
 /** Counts, then the schema: the validated chat or completion body. Also used by `/debug/route`. */
-export function validateGenerationBody(endpoint: 'chat' | 'completions', body: object, limits: GenerationLimits): ChatCompletionRequest | CompletionRequest {
+export function validateGenerationBody(endpoint: 'chat' | 'completions', body: unknown, limits: GenerationLimits): ChatCompletionRequest | CompletionRequest {
   const overLimit = checkGenerationLimits(body, limits);
   if (overLimit !== null) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
   return endpoint === 'chat' ? validateBody(ChatCompletionRequest, body) : validateBody(CompletionRequest, body);
-}
-
-/** `body` validated by `schema` (a JSON object required), or a 400 naming its first few issues. Also the admin API's. */
-export function validateBody<Schema extends z.ZodType>(schema: Schema, body: unknown): z.infer<Schema> {
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'The request body must be a JSON object.');
-  }
-  const result = schema.safeParse(body);
-  if (result.success) return result.data;
-  const first = result.error.issues[0];
-  const param = first && first.path.length > 0 ? formatIssuePath(first.path) : 'body';
-  throw new RouterError('ROUTER_ERR_INVALID_REQUEST', formatValidationIssues(result.error.issues), { param });
 }
 
 function passthroughRoutingRequest(model: string, sessionKey: string | null, blockSizeBytes: number): RoutingRequest {
   return { model, blockHashes: [], blockSizeBytes, textBytes: 0, contextBlocks: 0, headHash: 0, sessionKey };
 }
 
-/** The affinity key of a request: its `X-Session-Id` header, else the body's `user`, else none. */
-export function sessionKeyOf(headers: FastifyRequest['headers'], body: { user?: string | undefined }): string | null {
+/** The request's `X-Session-Id` (null when absent or empty): its affinity key, before the body's `user` (buildRoutingRequest decides). */
+export function sessionHeaderOf(headers: FastifyRequest['headers']): string | null {
   const header = headers['x-session-id'];
-  if (typeof header === 'string' && header !== '') return header;
-  return body.user !== undefined && body.user !== '' ? body.user : null;
+  return typeof header === 'string' && header !== '' ? header : null;
 }

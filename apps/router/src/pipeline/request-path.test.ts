@@ -4,6 +4,8 @@ import type { AddressInfo } from 'node:net';
 import type { Readable } from 'node:stream';
 import { Agent, request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { ChatCompletionRequest } from '@kvroute/protocols';
+import { buildRoutingRequest } from '@kvroute/routing';
 import { RouterConfig } from '../config';
 import { createRouterServer, type RouterServer } from '../create-router';
 
@@ -257,6 +259,11 @@ async function postChatText(body: string): Promise<{ status: number; headers: In
   return { status: response.statusCode, headers: response.headers, text: await response.body.text() };
 }
 
+/** The block hashes the router routes `body` on (its default block size). */
+function parseRoutingBlocks(body: string): readonly number[] {
+  return buildRoutingRequest(JSON.parse(body) as ChatCompletionRequest, { blockSizeBytes: 256 }).blockHashes;
+}
+
 /** A sample of the router's /metrics (0 when the series does not exist yet). */
 async function metricValue(series: string): Promise<number> {
   const current = harness as Harness;
@@ -478,6 +485,21 @@ describe('request path against scripted backends', () => {
   });
 
   describe('first output', () => {
+    it('learns nothing from an error answer: no time to first token, no prefix ownership', async () => {
+      const failure = { error: { message: 'This model maximum context length is 8 tokens', type: 'BadRequestError', param: null, code: 400 } };
+      await startHarness([scripts.json(400, failure), scripts.json(200, { ok: true })], { policy: 'cacheaware' });
+      const longPrompt = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'a long prompt that fills several prefix blocks. '.repeat(40) }] });
+
+      const refused = await postChatText(longPrompt);
+      expect(refused.status).toBe(400);
+      const refusedBy = refused.headers['x-router-backend'] as string;
+      await until(() => sum(leaseCounts((harness as Harness).router)) === 0, 'the lease to be released');
+      expect(await metricValue(`kvroute_router_time_to_first_token_seconds_count{backend="${refusedBy}"}`)).toBe(0);
+      // The backend that refused is not believed to hold the prompt it refused.
+      const snapshot = await (harness as Harness).router.state.snapshot('m', ['b0', 'b1'], parseRoutingBlocks(longPrompt));
+      expect(snapshot.matchBlocks.get(refusedBy) ?? 0).toBe(0);
+    });
+
     it('records the time to first token at the first event carrying text, not at the role chunk', async () => {
       await startHarness([scripts.sse([ROLE_CHUNK]), scripts.sse([ROLE_CHUNK, textChunk('Hello'), textChunk(' world')])], { policy: 'roundrobin' });
       const ttftCount = 'kvroute_router_time_to_first_token_seconds_count';

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
-import { candidatesOf, decide, type BackendId, type DecideInput, type RoutingDecision, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
+import { decide, explainDecision, type BackendId, type DecideInput, type RoutingDecision, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
 import type { Backend, BackendRegistry } from '../backends/backend-registry';
 import { eligibleBackends, type Eligibility } from '../backends/eligible-backends';
 import type { EngineStateView } from '../backends/engine-state-view';
@@ -35,7 +35,7 @@ export interface RouteDeps {
   readonly logger: FastifyBaseLogger;
 }
 
-export type RoutedDecision = Extract<RoutingDecision, { kind: 'routed' }>;
+type RoutedDecision = Extract<RoutingDecision, { kind: 'routed' }>;
 
 /** One try's reservation: the chosen backend, why, and the lease held on it until `release`. */
 export interface Ticket {
@@ -43,8 +43,6 @@ export interface Ticket {
   readonly decision: RoutedDecision;
   readonly policyName: string;
   readonly lease: Lease;
-  /** 1 for the first try. */
-  readonly attempt: number;
 }
 
 /** A request's pool: the backends serving its model. Throws (404, 503) before anything was sent. */
@@ -90,7 +88,7 @@ export async function route(deps: RouteDeps, request: ParsedRequest, pool: reado
   if (deps.logger.level === 'debug' || deps.logger.level === 'trace') {
     deps.logger.debug({ requestId, policy: policy.name, backend: backend.id, reason: decision.reason, attempt, conflicts: conflicts.length, scores: decision.scores }, 'routing decision');
   }
-  return { backend, decision, policyName: policy.name, lease, attempt };
+  return { backend, decision, policyName: policy.name, lease };
 }
 
 /**
@@ -101,13 +99,7 @@ export async function explainRoute(deps: RouteDeps, request: ParsedRequest, pool
   const policy = deps.policyFor(request.model, request.kind);
   const eligibility = eligibleBackends(pool, new Set(), deps.engineStates);
   if (eligibility.eligible.length === 0) return { policy, decision: { kind: 'rejected', reason: 'no-eligible-backend' } };
-  const input = decideInput(deps, request, eligibility, policy, '');
-  const snapshot = await deps.state.snapshot(
-    request.model,
-    input.backends.map((backend) => backend.id),
-    policy.usesPrefixMatch ? request.routingRequest.blockHashes : [],
-  );
-  return { policy, decision: policy.choose(request.routingRequest, candidatesOf(input, snapshot), input.context) };
+  return { policy, decision: await explainDecision(deps.state, decideInput(deps, request, eligibility, policy, '')) };
 }
 
 function decideInput(deps: RouteDeps, request: ParsedRequest, eligibility: Eligibility, policy: RoutingPolicy, leaseId: string): DecideInput {

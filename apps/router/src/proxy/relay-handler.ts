@@ -45,8 +45,8 @@ const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_CONNECT_TIMEO
  * backpressure (the upstream is paused while the client's buffer is full). No intermediate stream,
  * async iterator or AbortController: this runs for every request, so it is the proxy's hot path.
  *
- * - First output: the first SSE event carrying text, or the response headers for non-streaming
- *   responses (`events.firstOutput`).
+ * - First output: the first SSE event carrying text, or the response headers of a successful
+ *   non-streaming response (`events.firstOutput`); an error response has none.
  * - Before anything is written, a connect error, a timeout or a retryable status resolves `retry`
  *   (a retryable response body is drained, keeping the connection reusable).
  * - After the first byte, an upstream failure ends an SSE stream with an error event and `[DONE]`
@@ -98,8 +98,9 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     if (this.isSse) {
       outgoing['x-accel-buffering'] = 'no';
       outgoing['cache-control'] = 'no-cache';
-    } else {
-      // A non-streaming engine answers once generation is done: the prefill is long finished.
+    } else if (statusCode < 300) {
+      // A non-streaming engine answers once generation is done: the prefill is long finished. An
+      // error answer (a context-length 400, a 500) is no output: nothing was computed to learn from.
       this.firstContent();
     }
     this.statusCode = statusCode;

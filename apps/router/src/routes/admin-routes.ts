@@ -5,7 +5,7 @@ import type { BackendChangeOutcome, BackendChanges } from '../backends/backend-c
 import { backendIdOf, type BackendRegistry } from '../backends/backend-registry';
 import { BackendConfig } from '../config';
 import { RouterError } from '../errors';
-import { validateBody } from '../pipeline/parse';
+import { validateBody } from '../http/validate-body';
 
 export interface AdminRoutesOptions {
   /** The bearer token every admin request must carry (config `adminToken`). */

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { buildRoutingRequest } from '@kvroute/routing';
-import { sessionKeyOf, validateGenerationBody, type ParseOptions } from '../pipeline/parse';
+import { sessionHeaderOf, validateGenerationBody, type ParseOptions } from '../pipeline/parse';
 import { explainRoute, poolOf, type RouteDeps } from '../pipeline/route';
 
 /**
@@ -9,13 +9,14 @@ import { explainRoute, poolOf, type RouteDeps } from '../pipeline/route';
  */
 export async function debugRoutes(app: FastifyInstance, options: { route: RouteDeps; parse: ParseOptions }): Promise<void> {
   app.post('/debug/route', async (request) => {
-    const raw = (request.body ?? {}) as object;
-    const body = validateGenerationBody('messages' in raw ? 'chat' : 'completions', raw, options.parse.limits);
+    const raw = request.body;
+    const isChat = raw !== null && typeof raw === 'object' && 'messages' in raw;
+    const body = validateGenerationBody(isChat ? 'chat' : 'completions', raw, options.parse.limits);
     const backends = poolOf(options.route.registry, body.model);
     const routingRequest = buildRoutingRequest(body, {
       blockSizeBytes: options.parse.blockSizeBytes,
       maxBlocks: options.parse.maxRoutedBlocks,
-      sessionKey: sessionKeyOf(request.headers, body),
+      sessionKey: sessionHeaderOf(request.headers),
     });
     // The same eligibility as a real request's first try: breakers, the health poller, fail-open.
     const { policy, decision } = await explainRoute(options.route, { model: body.model, kind: 'generation', routingRequest }, backends);

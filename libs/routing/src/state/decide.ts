@@ -23,7 +23,7 @@ export function candidatesOf(input: DecideInput, snapshot: RoutingSnapshot): Can
 /**
  * Routes one request: the policy is evaluated once, the lease is taken on the chosen backend, and
  * its ownership of the request's prefix is recorded (now, or at the first output token: see
- * `blocksAtFirstOutput`). The only place that reads what a policy asks of its callers
+ * `blocksAtFirstOutput`). With `explainDecision`, the only place that reads what a policy asks of its callers
  * (`usesPrefixMatch`, `recordsOwnership`, `atomicRule`).
  *
  * - The policy has an atomic rule and the store can evaluate it (`routeAtomically`): one call, in
@@ -76,6 +76,19 @@ export async function decide(store: RoutingStateStore, input: DecideInput): Prom
     if (taken) return { decision, candidates, conflicts, blocksAtFirstOutput };
     conflicts.push(decision.backendId);
   }
+}
+
+/**
+ * What `decide` would choose for `input` on the state as it is now, taking no lease and recording
+ * nothing: one snapshot, `choose` once. The dry run behind the router's `/debug/route`.
+ */
+export async function explainDecision(store: RoutingStateStore, input: DecideInput): Promise<RoutingDecision> {
+  const snapshot = await store.snapshot(
+    input.pool,
+    input.backends.map((backend) => backend.id),
+    input.policy.usesPrefixMatch ? input.request.blockHashes : [],
+  );
+  return input.policy.choose(input.request, candidatesOf(input, snapshot), input.context);
 }
 
 /** The decision the policy makes of a store's outcome; an outcome of another rule is a store bug. */

@@ -8,7 +8,8 @@
 -- when `new` is one idle TTL old or holds half the pool's cap, it becomes `old` and the previous `old`
 -- is dropped whole (UNLINK: freed off the main thread). A block therefore stays known while it is used
 -- at least once per idle TTL, is forgotten between one and two idle TTLs after its last use, and the
--- index never holds more than the cap: LRU at the granularity of a generation, O(1) eviction.
+-- index holds at most about the cap (a turn is checked once per call, before its up to
+-- RECORD_BLOCKS_PER_CALL new blocks): LRU at the granularity of a generation, O(1) eviction.
 --
 -- Invariant (prefix closure): recording for backend b always covers blocks 1..N of the request's
 -- chain in `new`, so b's blocks in `new` are prefix-closed per chain, `old` was a `new`, and dropping a
