@@ -102,6 +102,7 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
   /** Every /healthz answered in time, and in-flight back at 0 (with the router's log lines meanwhile, which say why not: degraded flips). */
   async function expectSettled(outcome: { health: HealthzReport; logsFrom: number }): Promise<void> {
     const { health } = outcome;
+    console.info(`[hostile] slowest /healthz ${health.maxMs} ms of ${health.polls} polls (test process stalled ${health.testLoopDelayMaxMs} ms at most)`);
     expect.soft(health.failures, '/healthz polls that failed').toEqual([]);
     expect.soft(health.maxMs, `slowest /healthz of ${health.polls}, ms (this test process stalled ${health.testLoopDelayMaxMs} ms at most)`).toBeLessThan(HEALTHZ_MAX_MS);
     const lines = await router.logsSince(outcome.logsFrom, ['info', 'warn', 'error', 'fatal']);
@@ -122,6 +123,7 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
     });
     const { answer, elapsedMs, rssGrowth } = outcome.result;
     const responseBytes = answer.body;
+    console.info(`[hostile a] ${answer.status}, ${responseBytes.length} B in ${elapsedMs.toFixed(0)} ms, router peak RSS +${(rssGrowth / 1e6).toFixed(1)} MB`);
 
     expect.soft(answer.status, answer.error).toBe(400);
     expect.soft(openAIErrorProblems(responseBytes.subarray(0, 64 * 1024).toString('utf8'), { truncated: responseBytes.length > 64 * 1024 })).toEqual([]);
@@ -163,6 +165,7 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
     });
     const { normal, exchanges } = outcome.result;
     const rssGrowth = router.rssBytes() - rssBefore;
+    console.info(`[hostile c] slow bodies closed after ${exchanges.map((exchange) => Math.round(exchange.closedAfterMs)).sort((x, y) => x - y).join(', ')} ms; RSS +${(rssGrowth / 1e6).toFixed(1)} MB`);
 
     expect.soft(normal, 'statuses of the normal requests').toEqual(Array.from({ length: 20 }, () => 200));
     const cutLate = exchanges.filter((exchange) => !exchange.closedByServer || exchange.closedAfterMs > REQUEST_BODY_TIMEOUT_MS + BODY_TIMEOUT_ALLOWANCE_MS);
