@@ -53,7 +53,7 @@ export class RouterMetrics {
     });
     this.ttft = new Histogram({
       name: 'kvroute_router_time_to_first_token_seconds',
-      help: 'Time from request arrival to the first upstream content event (streams) or the response headers (non-streaming).',
+      help: 'Time from request arrival to the first upstream event carrying output: text, reasoning or a tool call (streams), or the response headers of a successful non-streaming response.',
       labelNames: ['backend'],
       buckets: LATENCY_BUCKETS_SECONDS,
       registers,

@@ -4,3 +4,4 @@ export * from './sse';
 export * from './backend-state';
 export * from './engine-kinds';
 export * from './request-limits';
+export * from './stream-output';

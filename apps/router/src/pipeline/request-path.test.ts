@@ -75,6 +75,17 @@ const scripts = {
       response.write(events.map(sseEvent).join(''));
     };
   },
+  /** An SSE body written in `pieces`, each after the previous one was flushed and `gapMs` passed, so the router reads them as separate chunks. */
+  ssePieces(pieces: readonly string[], gapMs = 15): Script {
+    return (response) => {
+      response.writeHead(200, SSE_HEADERS);
+      const writeFrom = (index: number): void => {
+        if (index === pieces.length) return void response.end();
+        response.write(pieces[index], () => setTimeout(() => writeFrom(index + 1), gapMs));
+      };
+      writeFrom(0);
+    };
+  },
   /** Never answers: no status line, no headers. */
   hang(): Script {
     return () => undefined;
@@ -485,6 +496,25 @@ describe('request path against scripted backends', () => {
   });
 
   describe('first output', () => {
+    it.each([
+      ['a tool call', JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { tool_calls: [{ index: 0, id: 'chatcmpl-tool-1', type: 'function', function: { name: 'lookup', arguments: '' } }] } }] })],
+      ['reasoning', JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { reasoning_content: 'First, the user wants' } }] })],
+    ])('takes a stream whose first output is %s, split across chunks, as started: TTFT and prefix ownership recorded', async (_what, firstOutput) => {
+      // The first output event arrives in three chunks, cut inside its JSON and between its two newlines.
+      const event = sseEvent(firstOutput);
+      const pieces = [sseEvent(ROLE_CHUNK) + event.slice(0, 40), event.slice(40, -1), event.slice(-1) + sseEvent('[DONE]')];
+      await startHarness([scripts.ssePieces(pieces)], { policy: 'cacheaware' });
+      const prompt = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'an agent turn with a long history. '.repeat(40) }] });
+
+      const result = await postChatText(prompt);
+      expect(result.status).toBe(200);
+      expect(result.text).toBe(pieces.join(''));
+      expect(await metricValue('kvroute_router_time_to_first_token_seconds_count{backend="b0"}')).toBe(1);
+      const blocks = parseRoutingBlocks(prompt);
+      const snapshot = await (harness as Harness).router.state.snapshot('m', ['b0'], blocks);
+      expect(snapshot.matchBlocks.get('b0')).toBe(blocks.length);
+    });
+
     it('learns nothing from an error answer: no time to first token, no prefix ownership', async () => {
       const failure = { error: { message: 'This model maximum context length is 8 tokens', type: 'BadRequestError', param: null, code: 400 } };
       await startHarness([scripts.json(400, failure), scripts.json(200, { ok: true })], { policy: 'cacheaware' });

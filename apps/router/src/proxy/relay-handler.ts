@@ -4,6 +4,7 @@ import { encodeSseData, SSE_DONE } from '@kvroute/protocols';
 import type { Dispatcher } from 'undici';
 import { RouterError } from '../errors';
 import type { RouterMetrics } from '../router-metrics';
+import { FirstOutputWatch } from './first-output-watch';
 import { endToEndHeaders } from './hop-by-hop';
 
 /** How one try ended. `retry`: nothing reached the client, another backend may take the request. */
@@ -35,8 +36,6 @@ export interface RelayTarget {
 
 /** Upstream statuses that mean "this backend cannot take it now": try another one. */
 const RETRYABLE_STATUS = new Set([429, 502, 503, 504]);
-/** A content delta that carries text (the role chunk's `"content":""` does not count). */
-const CONTENT_EVENT = /"(?:content|text)":"(?!")/;
 const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
 
 /**
@@ -45,7 +44,8 @@ const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_CONNECT_TIMEO
  * backpressure (the upstream is paused while the client's buffer is full). No intermediate stream,
  * async iterator or AbortController: this runs for every request, so it is the proxy's hot path.
  *
- * - First output: the first SSE event carrying text, or the response headers of a successful
+ * - First output: the first SSE event carrying generated output of any kind (text, reasoning, a tool
+ *   call: proxy/first-output-watch.ts), across chunk boundaries, or the response headers of a successful
  *   non-streaming response (`events.firstOutput`); an error response has none.
  * - Before anything is written, a connect error, a timeout or a retryable status resolves `retry`
  *   (a retryable response body is drained, keeping the connection reusable).
@@ -60,7 +60,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   private mode: 'pending' | 'discard' | 'relay' = 'pending';
   private discardCause: TryOutcome | null = null;
   private isSse = false;
-  private sawContent = false;
+  /** Looks for the first output event of an SSE response (null: not SSE, or found already). */
+  private firstOutput: FirstOutputWatch | null = null;
   private clientGone = false;
   private readonly onClientClose = (): void => {
     if (this.target.response.writableFinished) return;
@@ -96,6 +97,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     outgoing['x-router-reason'] = target.reason;
     outgoing['x-request-id'] = target.requestId;
     if (this.isSse) {
+      this.firstOutput = new FirstOutputWatch();
       outgoing['x-accel-buffering'] = 'no';
       outgoing['cache-control'] = 'no-cache';
     } else if (statusCode < 300) {
@@ -112,7 +114,10 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.mode !== 'relay') return;
-    if (!this.sawContent && CONTENT_EVENT.test(chunk.toString('latin1'))) this.firstContent();
+    if (this.firstOutput !== null && this.firstOutput.feed(chunk)) {
+      this.firstOutput = null;
+      this.firstContent();
+    }
     if (!this.target.response.write(chunk)) {
       controller.pause();
       this.target.response.once('drain', this.onDrain);
@@ -151,7 +156,6 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   }
 
   private firstContent(): void {
-    this.sawContent = true;
     this.target.events.firstOutput();
   }
 

@@ -1,0 +1,109 @@
+/**
+ * Whether one server-sent event of a generation stream carries generated output: the moment the engine
+ * has finished the prompt's prefill and produced something, whatever it produced. A router reads it as
+ * the request's first token (its TTFT, the end of its prefill backlog, the backend now holding its
+ * prefix), so a turn that starts with a tool call or with reasoning counts as much as one that starts
+ * with text. Every stream format kvroute relays, by event:
+ *
+ * - OpenAI chat completions (`chat.completion.chunk`, no `event:` name), any `choices[i].delta` with a
+ *   non-empty `content`, `reasoning_content` (vLLM's reasoning parsers), `reasoning` (newer vLLM,
+ *   OpenRouter style), `refusal`, or a `tool_calls` entry with an `id`, a `function.name` or
+ *   `function.arguments` (streamed in pieces; the first piece carries id and name), or the legacy
+ *   `function_call`. The opening chunk with only `role` and empty `content` is no output.
+ * - OpenAI completions (`text_completion`): a non-empty `choices[i].text`.
+ * - OpenAI Responses (`event: response.*`, the same name in `data.type`): `response.output_text.delta`,
+ *   `response.function_call_arguments.delta`, `response.refusal.delta`, and every
+ *   `response.reasoning*.delta` (`reasoning_text`, `reasoning_summary_text`).
+ * - Anthropic Messages: `content_block_delta` whose delta is a non-empty `text_delta`, `input_json_delta`
+ *   or `thinking_delta`, and `content_block_start` of a `tool_use` block (it names the tool).
+ *
+ * Anything else (`[DONE]`, pings, `message_start`, `response.created`, usage-only chunks, errors, data
+ * that is not JSON) is not output. Pure: no I/O; the caller does the SSE framing.
+ */
+
+/** One SSE event as a parser hands it over: its `event:` name (absent: `message`) and its joined `data:` lines. */
+export interface StreamEvent {
+  readonly event?: string | undefined;
+  readonly data: string;
+}
+
+const RESPONSES_OUTPUT_DELTAS = new Set(['response.output_text.delta', 'response.function_call_arguments.delta', 'response.refusal.delta']);
+
+export function eventCarriesOutput(event: StreamEvent): boolean {
+  const name = event.event;
+  if (name !== undefined && name !== 'message') return namedEventCarriesOutput(name, event.data);
+  if (event.data === '[DONE]' || event.data === '') return false;
+  const payload = parseObject(event.data);
+  if (payload === null) return false;
+  // Responses and Anthropic events also say what they are in `type` (some servers send no `event:` line).
+  if (typeof payload.type === 'string' && payload.type !== '') return typedPayloadCarriesOutput(payload.type, payload);
+  return choicesCarryOutput(payload.choices);
+}
+
+function namedEventCarriesOutput(name: string, data: string): boolean {
+  if (isResponsesOutputDelta(name)) return true;
+  if (name !== 'content_block_delta' && name !== 'content_block_start') return false;
+  const payload = parseObject(data);
+  return payload !== null && typedPayloadCarriesOutput(name, payload);
+}
+
+function isResponsesOutputDelta(type: string): boolean {
+  return RESPONSES_OUTPUT_DELTAS.has(type) || (type.startsWith('response.reasoning') && type.endsWith('.delta'));
+}
+
+function typedPayloadCarriesOutput(type: string, payload: Record<string, unknown>): boolean {
+  if (isResponsesOutputDelta(type)) return true;
+  if (type === 'content_block_delta') {
+    const delta = asObject(payload.delta);
+    if (delta === null) return false;
+    return nonEmpty(delta.text) || nonEmpty(delta.partial_json) || nonEmpty(delta.thinking);
+  }
+  if (type === 'content_block_start') {
+    const block = asObject(payload.content_block);
+    return block !== null && (block.type === 'tool_use' || nonEmpty(block.text) || nonEmpty(block.thinking));
+  }
+  return false;
+}
+
+function choicesCarryOutput(choices: unknown): boolean {
+  if (!Array.isArray(choices)) return false;
+  for (const choice of choices) {
+    const entry = asObject(choice);
+    if (entry === null) continue;
+    if (nonEmpty(entry.text)) return true;
+    const delta = asObject(entry.delta);
+    if (delta === null) continue;
+    if (nonEmpty(delta.content) || nonEmpty(delta.reasoning_content) || nonEmpty(delta.reasoning) || nonEmpty(delta.refusal)) return true;
+    if (Array.isArray(delta.tool_calls) && delta.tool_calls.some(toolCallCarriesOutput)) return true;
+    if (toolCallFunctionCarriesOutput(delta.function_call)) return true;
+  }
+  return false;
+}
+
+function toolCallCarriesOutput(call: unknown): boolean {
+  const entry = asObject(call);
+  return entry !== null && (nonEmpty(entry.id) || toolCallFunctionCarriesOutput(entry.function));
+}
+
+function toolCallFunctionCarriesOutput(fn: unknown): boolean {
+  const entry = asObject(fn);
+  return entry !== null && (nonEmpty(entry.name) || nonEmpty(entry.arguments));
+}
+
+function parseObject(data: string): Record<string, unknown> | null {
+  // Only objects can carry output: skip the parse for anything else ([DONE], keep-alive text).
+  if (data.charCodeAt(0) !== 0x7b /* { */ && data.trimStart()[0] !== '{') return null;
+  try {
+    return asObject(JSON.parse(data));
+  } catch {
+    return null;
+  }
+}
+
+function asObject(value: unknown): Record<string, unknown> | null {
+  return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : null;
+}
+
+function nonEmpty(value: unknown): boolean {
+  return typeof value === 'string' && value !== '';
+}
