@@ -22,6 +22,10 @@ export interface SimAppDeps {
   readonly seed: number;
   readonly defaultMaxTokens: number;
   readonly eosRandom: boolean;
+  /** Chance that a chat request with tools and tool_choice "auto" calls one. */
+  readonly toolCallProbability: number;
+  /** Output tokens each chat answer reasons for first (0 = off). */
+  readonly reasoningTokens: number;
   readonly cachedTokensReporting: CachedTokensReporting;
   readonly slots: number;
   readonly bodyLimitBytes: number;
@@ -68,6 +72,7 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     servedModel: deps.servedModel,
     limits,
     faults: deps.faults,
+    agent: { seed: deps.seed, toolCallProbability: deps.toolCallProbability, reasoningTokens: deps.reasoningTokens },
     generation: {
       loop: deps.loop,
       seed: deps.seed,

@@ -20,6 +20,8 @@ export const SimConfig = z.object({
   numGpuBlocks: z.coerce.number().int().min(2).optional().describe("KV-cache capacity in 16-token blocks (default: the profile's)"),
   defaultMaxTokens: z.coerce.number().int().positive().default(16).describe('output tokens when a request gives no max_tokens'),
   eosRandom: z.boolean().default(false).describe('end outputs at a random length ≤ max_tokens with finish_reason "stop" (unless ignore_eos)'),
+  toolCallProbability: z.coerce.number().min(0).max(1).default(0.5).describe('chance that a chat request with tools and tool_choice "auto" (or none given) calls one; drawn from the prompt, so the same request always decides the same'),
+  reasoningTokens: z.coerce.number().int().min(0).default(0).describe('output tokens each chat answer first streams as reasoning_content (a vLLM --reasoning-parser); 0 = off; chat_template_kwargs.enable_thinking=false skips it per request'),
   promptTokensDetails: z.boolean().default(true).describe('report usage.prompt_tokens_details.cached_tokens (vLLM --enable-prompt-tokens-details)'),
   alwaysIncludeCachedTokens: z.boolean().default(false).describe('report cached_tokens: 0 on a miss too (vLLM omits it)'),
   slots: z.coerce.number().int().positive().default(4).describe('llama.cpp dialect: parallel slots shown by /slots and /props'),

@@ -49,6 +49,8 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
     seed: config.seed,
     defaultMaxTokens: config.defaultMaxTokens,
     eosRandom: config.eosRandom,
+    toolCallProbability: config.toolCallProbability,
+    reasoningTokens: config.reasoningTokens,
     cachedTokensReporting: !config.promptTokensDetails ? 'off' : config.alwaysIncludeCachedTokens ? 'always' : 'on-hit',
     slots: config.slots,
     bodyLimitBytes: config.bodyLimitBytes,

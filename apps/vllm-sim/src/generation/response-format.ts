@@ -39,6 +39,18 @@ export function chatRoleChunk(identity: ResponseIdentity, index: number): object
   };
 }
 
+/** A chat chunk with any delta (reasoning, tool calls); the last one of a choice carries `finish_reason` and `stop_reason`. */
+export function chatDeltaChunk(identity: ResponseIdentity, index: number, delta: object, finishReason: string | null): object {
+  const finish = finishReason === null ? { finish_reason: null } : { finish_reason: finishReason, stop_reason: null };
+  return {
+    id: identity.id,
+    object: 'chat.completion.chunk',
+    created: identity.created,
+    model: identity.model,
+    choices: [{ index, delta, logprobs: null, ...finish }],
+  };
+}
+
 /** A content delta; the last one of a choice carries `finish_reason` and `stop_reason`. */
 export function deltaChunk(kind: EndpointKind, identity: ResponseIdentity, index: number, text: string, finishReason: string | null): object {
   const finish = finishReason === null ? { finish_reason: null } : { finish_reason: finishReason, stop_reason: null };
@@ -76,6 +88,8 @@ export function usageChunk(kind: EndpointKind, identity: ResponseIdentity, usage
 export interface FinishedChoice {
   readonly text: string;
   readonly finishReason: string;
+  /** Chat only: the whole `message` (reasoning, tool calls); default a plain text answer. */
+  readonly message?: object;
 }
 
 export function completeResponse(kind: EndpointKind, identity: ResponseIdentity, choices: readonly FinishedChoice[], usage: Usage): object {
@@ -87,7 +101,7 @@ export function completeResponse(kind: EndpointKind, identity: ResponseIdentity,
       model: identity.model,
       choices: choices.map((choice, index) => ({
         index,
-        message: { role: 'assistant', reasoning_content: null, content: choice.text, tool_calls: [] },
+        message: choice.message ?? { role: 'assistant', reasoning_content: null, content: choice.text, tool_calls: [] },
         logprobs: null,
         finish_reason: choice.finishReason,
         stop_reason: null,

@@ -8,7 +8,8 @@ import type { FaultInjector } from '../faults';
 import { OutputText } from '../text/output-text';
 import type { PreparedPrompt } from './prepare-prompts';
 import type { ResponseLatency } from './response-latency';
-import { buildUsage, chatRoleChunk, completeResponse, createDeltaEventEncoder, usageChunk, type EndpointKind, type ResponseIdentity } from './response-format';
+import { ChoiceTurn, pieceDelta, type TurnPlan } from './agent-turn';
+import { buildUsage, chatDeltaChunk, chatRoleChunk, completeResponse, createDeltaEventEncoder, usageChunk, type EndpointKind, type ResponseIdentity } from './response-format';
 
 export type CachedTokensReporting = 'off' | 'on-hit' | 'always';
 
@@ -29,6 +30,8 @@ export interface GenerationRequest {
   readonly includeUsage: boolean;
   readonly ignoreEos: boolean;
   readonly cacheSalt: string | undefined;
+  /** Chat: reasoning and tool call to produce (PLAIN_TURN for text completions). */
+  readonly turn: TurnPlan;
   /** `performance.now()` when the route handler started (before fault delays). */
   readonly receivedAtMs: number;
 }
@@ -47,9 +50,12 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
   const choices = request.prompts.map((prompt) => {
     const output = new OutputText(deps.seed, prompt.tokens);
     const eosLength = deps.eosRandom && !request.ignoreEos ? 1 + Math.floor(output.fraction() * prompt.maxTokens) : prompt.maxTokens;
-    // Decided once: an output cut short of max_tokens ended at EOS.
-    const endReason: 'stop' | 'length' = eosLength < prompt.maxTokens ? 'stop' : 'length';
-    return { prompt, output, outputTokens: eosLength, endReason, text: '', finishReason: null as FinishReason | null, sequence: null as Sequence | null };
+    const turn = new ChoiceTurn(request.turn, eosLength);
+    // Decided once: an output cut short of max_tokens ended at EOS; so did a tool call (the model
+    // stops after closing the call's JSON; the API then reports finish_reason "tool_calls").
+    const callsTool = request.turn.toolCall !== null && eosLength > request.turn.reasoningTokens;
+    const endReason: 'stop' | 'length' = callsTool || eosLength < prompt.maxTokens ? 'stop' : 'length';
+    return { prompt, output, turn, outputTokens: eosLength, endReason, text: '', finishReason: null as FinishReason | null, sequence: null as Sequence | null };
   });
   let unfinished = choices.length;
   let clientGone = false;
@@ -75,7 +81,11 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
       completeResponse(
         request.kind,
         identity,
-        choices.map((choice) => ({ text: choice.text, finishReason: choice.finishReason ?? 'abort' })),
+        choices.map((choice) =>
+          request.kind === 'chat'
+            ? { text: '', finishReason: choice.turn.finishReason(choice.finishReason ?? 'abort'), message: choice.turn.message() }
+            : { text: choice.text, finishReason: choice.finishReason ?? 'abort' },
+        ),
         usage,
       ),
     );
@@ -107,15 +117,26 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
           });
         }
         const piece = choice.output.textAt(outputIndex);
-        // The whole text is only needed for a non-streaming answer.
+        // The whole text is only needed for a non-streaming answer (a chat turn accumulates its own).
         if (!request.stream) {
-          choice.text += piece;
+          if (request.kind === 'chat') choice.turn.pieces(outputIndex, piece);
+          else choice.text += piece;
           return;
         }
         if (clientGone) return;
-        if (outputIndex === 0 && request.kind === 'chat') send(chatRoleChunk(identity, index));
         const isLast = sequence.outputCount >= choice.outputTokens;
-        response.write(encodeDelta(index, piece, isLast ? choice.endReason : null));
+        if (request.kind === 'chat' && outputIndex === 0) send(chatRoleChunk(identity, index));
+        if (request.turn.reasoningTokens === 0 && request.turn.toolCall === null) {
+          // The hot path: plain text, one pre-serialised event per token.
+          response.write(encodeDelta(index, piece, isLast ? choice.endReason : null));
+        } else {
+          const pieces = choice.turn.pieces(outputIndex, piece);
+          pieces.forEach((turnPiece, pieceIndex) => {
+            const finish = isLast && pieceIndex === pieces.length - 1 ? choice.turn.finishReason(choice.endReason) : null;
+            if (turnPiece.kind === 'content') response.write(encodeDelta(index, turnPiece.text, finish));
+            else send(chatDeltaChunk(identity, index, pieceDelta(turnPiece), finish));
+          });
+        }
         if (dropAfterFirstToken) {
           dropAfterFirstToken = false;
           response.destroy();

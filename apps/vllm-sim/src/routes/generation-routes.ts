@@ -3,6 +3,7 @@ import { ChatCompletionRequest, CompletionRequest } from '@kvroute/protocols';
 import type { z } from 'zod';
 import { EngineError } from '../engine-errors';
 import type { FaultInjector } from '../faults';
+import { AgentTurnFields, PLAIN_TURN, planTurn, type AgentSettings, type TurnPlan } from '../generation/agent-turn';
 import { prepareChatPrompts, prepareCompletionPrompts, type PreparedPrompt, type PromptLimits } from '../generation/prepare-prompts';
 import type { EndpointKind } from '../generation/response-format';
 import { serveGeneration, type GenerationDeps } from '../generation/serve-generation';
@@ -12,6 +13,8 @@ export interface GenerationRoutesOptions {
   readonly limits: PromptLimits;
   readonly generation: GenerationDeps;
   readonly faults: FaultInjector;
+  /** Tool calls and reasoning for chat turns. */
+  readonly agent: AgentSettings;
 }
 
 /** `POST /v1/chat/completions` and `POST /v1/completions`: validate, template, tokenize, run on the engine. */
@@ -21,7 +24,14 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
     const body = parseBody(ChatCompletionRequest, request.body);
     checkModel(body.model, options.servedModel);
     const prompts = prepareChatPrompts(body, options.limits);
-    await run(reply, 'chat', body, prompts, receivedAtMs);
+    const agentFields = parseBody(AgentTurnFields, body);
+    const turn = planTurn(options.agent, {
+      tools: body.tools,
+      toolChoice: agentFields.tool_choice,
+      enableThinking: agentFields.chat_template_kwargs?.enable_thinking,
+      promptTokens: prompts[0]?.tokens ?? [],
+    });
+    await run(reply, 'chat', body, prompts, receivedAtMs, turn);
   });
 
   app.post('/v1/completions', async (request, reply) => {
@@ -29,10 +39,10 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
     const body = parseBody(CompletionRequest, request.body);
     checkModel(body.model, options.servedModel);
     const prompts = prepareCompletionPrompts(body, options.limits);
-    await run(reply, 'text', body, prompts, receivedAtMs);
+    await run(reply, 'text', body, prompts, receivedAtMs, PLAIN_TURN);
   });
 
-  async function run(reply: FastifyReply, kind: EndpointKind, body: ChatCompletionRequest | CompletionRequest, prompts: PreparedPrompt[], receivedAtMs: number): Promise<void> {
+  async function run(reply: FastifyReply, kind: EndpointKind, body: ChatCompletionRequest | CompletionRequest, prompts: PreparedPrompt[], receivedAtMs: number, turn: TurnPlan): Promise<void> {
     const faults = options.faults;
     if (faults.current.extraLatencyMs > 0) await delay(faults.current.extraLatencyMs);
     const action = faults.draw();
@@ -52,6 +62,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
         includeUsage: body.stream_options?.include_usage === true,
         ignoreEos: body.ignore_eos === true,
         cacheSalt: body.cache_salt,
+        turn,
         receivedAtMs,
       },
       reply.raw,
