@@ -1,3 +1,4 @@
+import type { PredictionCheck } from '@kvroute/routing';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 /**
@@ -31,6 +32,10 @@ export class RouterMetrics {
   private readonly degradedTransitions: Counter<'to'>;
   private readonly reserveConflicts: Counter<'backend'>;
   private readonly failOpens: Counter<'model'>;
+  private readonly predictions: Counter<'backend' | 'outcome'>;
+  private readonly predictedTokens: Counter<'backend'>;
+  private readonly observedCachedTokens: Counter<'backend'>;
+  private readonly confirmedTokens: Counter<'backend'>;
 
   /** Where the scrape-time gauges read from; set by `readFrom` once the state and the backends exist (none until then). */
   private sources: RouterMetricsSources = { inflight: () => new Map(), breakerStates: () => new Map(), degraded: () => 0 };
@@ -127,6 +132,30 @@ export class RouterMetrics {
       labelNames: ['model'],
       registers,
     });
+    this.predictions = new Counter({
+      name: 'kvroute_router_prefix_predictions_total',
+      help: "Responses whose engine-reported cached tokens were checked against the prefix the router believed the backend held: confirmed, overpredicted (the engine held less), underpredicted (it held more), unverified (no cached_tokens reported).",
+      labelNames: ['backend', 'outcome'],
+      registers,
+    });
+    this.predictedTokens = new Counter({
+      name: 'kvroute_router_prefix_predicted_tokens_total',
+      help: 'Prompt tokens the router predicted the chosen backend would serve from its cache (verified responses only). Precision = confirmed / predicted.',
+      labelNames: ['backend'],
+      registers,
+    });
+    this.observedCachedTokens = new Counter({
+      name: 'kvroute_router_prefix_observed_cached_tokens_total',
+      help: 'Prompt tokens the backends reported serving from their cache (usage.prompt_tokens_details.cached_tokens). Recall = confirmed / observed.',
+      labelNames: ['backend'],
+      registers,
+    });
+    this.confirmedTokens = new Counter({
+      name: 'kvroute_router_prefix_confirmed_tokens_total',
+      help: 'min(predicted, observed) cached prompt tokens per response: the predicted tokens the engine confirmed.',
+      labelNames: ['backend'],
+      registers,
+    });
     this.degradedTransitions = new Counter({
       name: 'kvroute_router_state_degraded_transitions_total',
       help: 'Switches into (to="degraded") and out of (to="shared") degraded mode.',
@@ -192,6 +221,14 @@ export class RouterMetrics {
 
   recordFailOpen(model: string): void {
     this.failOpens.inc({ model });
+  }
+
+  recordPrediction(backend: string, check: PredictionCheck): void {
+    this.predictions.inc({ backend, outcome: check.outcome });
+    if (check.outcome === 'unverified') return;
+    this.predictedTokens.inc({ backend }, check.predictedTokens);
+    this.observedCachedTokens.inc({ backend }, check.observedTokens);
+    this.confirmedTokens.inc({ backend }, check.confirmedTokens);
   }
 
   /** The gauges read these at scrape time. */

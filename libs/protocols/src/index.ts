@@ -5,3 +5,4 @@ export * from './backend-state';
 export * from './engine-kinds';
 export * from './request-limits';
 export * from './stream-output';
+export * from './response-usage';

@@ -59,3 +59,4 @@ export type { AtomicRouteInput, DecideInput, DecideResult, RoutingSnapshot, Rout
 export { candidatesOf, decide, explainDecision, MAX_RESERVE_CONFLICTS } from './state/decide';
 export { InMemoryRoutingState, type InMemoryRoutingStateOptions } from './state/in-memory-routing-state';
 export { DEFAULT_BYTES_PER_TOKEN, estimatePrefillTokens } from './prefix/prefill-estimate';
+export { checkPrediction, ENGINE_BLOCK_TOKENS, PREDICTION_OUTCOMES, type Prediction, type PredictionCheck, type PredictionOutcome } from './feedback/prediction-accuracy';

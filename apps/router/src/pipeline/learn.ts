@@ -1,16 +1,23 @@
+import { usageFromTail } from '@kvroute/protocols';
+import { checkPrediction } from '@kvroute/routing';
+import type { ResponseTail } from '../proxy/response-tail';
 import type { RouterMetrics } from '../router-metrics';
 import type { Ticket } from './route';
 
 /**
- * Stage 5 of the request path, **learn**: what a response tells the router about its backend. Today
- * that is the first output: the request's time to first token, the end of its prefill (it leaves the
- * backend's backlog), and, for policies that record ownership at first output, that the backend now
- * holds the request's prefix (the blocks `decide` handed to the lease). What the response's usage says
- * (cached tokens) comes here next.
+ * Stage 5 of the request path, **learn**: what a response tells the router about its backend.
+ * - The first output: the request's time to first token, the end of its prefill (it leaves the
+ *   backend's backlog), and, for policies that record ownership at first output, that the backend now
+ *   holds the request's prefix (the blocks `decide` handed to the lease).
+ * - The end of a successful response: its usage (`usage.prompt_tokens_details.cached_tokens`) against
+ *   the prefix the decision believed the backend held: the prediction accuracy metrics
+ *   (`kvroute_router_prefix_*`). Correcting the index from it comes next (issue 13).
  */
 export interface Learner {
   /** The ticket's first output reached the client. Called once per try at most. */
   firstOutput(ticket: Ticket, arrivedAtMs: number): void;
+  /** The ticket's try ended; `tail` holds a successful response's last bytes (null otherwise). */
+  responseEnded(ticket: Ticket, tail: ResponseTail | null): void;
 }
 
 export function createLearner(metrics: RouterMetrics): Learner {
@@ -18,6 +25,10 @@ export function createLearner(metrics: RouterMetrics): Learner {
     firstOutput(ticket, arrivedAtMs) {
       ticket.lease.markPrefillDone();
       metrics.recordTtft(ticket.backend.id, (performance.now() - arrivedAtMs) / 1000);
+    },
+    responseEnded(ticket, tail) {
+      if (tail === null) return;
+      metrics.recordPrediction(ticket.backend.id, checkPrediction(ticket.prediction, usageFromTail(tail.text())));
     },
   };
 }

@@ -63,7 +63,13 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
           requestId: of.request.id,
           arrivedAtMs: of.request.arrivedAtMs,
           mayRetryStatus,
-          events: { firstOutput: () => deps.learn.firstOutput(ticket, of.request.arrivedAtMs), finished: () => release(ticket) },
+          events: {
+            firstOutput: () => deps.learn.firstOutput(ticket, of.request.arrivedAtMs),
+            finished: (tail) => {
+              release(ticket);
+              deps.learn.responseEnded(ticket, tail);
+            },
+          },
         },
         of.response,
       ),

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
-import { decide, explainDecision, type BackendId, type DecideInput, type RoutingDecision, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
+import { decide, explainDecision, type Prediction, type BackendId, type DecideInput, type RoutingDecision, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
 import type { Backend, BackendRegistry } from '../backends/backend-registry';
 import { eligibleBackends, type Eligibility } from '../backends/eligible-backends';
 import type { EngineStateView } from '../backends/engine-state-view';
@@ -43,6 +43,8 @@ export interface Ticket {
   readonly decision: RoutedDecision;
   readonly policyName: string;
   readonly lease: Lease;
+  /** The prefix the decision believed the backend holds, which the response's usage confirms or not (learn). */
+  readonly prediction: Prediction;
 }
 
 /** A request's pool: the backends serving its model. Throws (404, 503) before anything was sent. */
@@ -88,7 +90,8 @@ export async function route(deps: RouteDeps, request: ParsedRequest, pool: reado
   if (deps.logger.level === 'debug' || deps.logger.level === 'trace') {
     deps.logger.debug({ requestId, policy: policy.name, backend: backend.id, reason: decision.reason, attempt, conflicts: conflicts.length, scores: decision.scores }, 'routing decision');
   }
-  return { backend, decision, policyName: policy.name, lease };
+  const prediction = { matchBlocks: chosen?.matchBlocks ?? 0, blockSizeBytes: request.routingRequest.blockSizeBytes, textBytes: request.routingRequest.textBytes };
+  return { backend, decision, policyName: policy.name, lease, prediction };
 }
 
 /**

@@ -6,6 +6,7 @@ import { RouterError } from '../errors';
 import type { RouterMetrics } from '../router-metrics';
 import { FirstOutputWatch } from './first-output-watch';
 import { endToEndHeaders } from './hop-by-hop';
+import { ResponseTail } from './response-tail';
 
 /** How one try ended. `retry`: nothing reached the client, another backend may take the request. */
 export type TryOutcome =
@@ -16,8 +17,11 @@ export type TryOutcome =
 export interface RelayEvents {
   /** The first generated output reached the client (or the response headers, for non-streaming responses). Once at most. */
   firstOutput(): void;
-  /** The try ended, on whichever path (end, error, abort, retry). Once. */
-  finished(): void;
+  /**
+   * The try ended, on whichever path (end, error, abort, retry). Once. `tail`: the last bytes of a
+   * successful response relayed to its end (where its usage is), else null.
+   */
+  finished(tail: ResponseTail | null): void;
 }
 
 export interface RelayTarget {
@@ -36,6 +40,8 @@ export interface RelayTarget {
 
 /** Upstream statuses that mean "this backend cannot take it now": try another one. */
 const RETRYABLE_STATUS = new Set([429, 502, 503, 504]);
+/** Bytes of a successful response's end kept for its usage: a usage chunk or object is ~200 B, and a stream's last content chunk and `[DONE]` come around it. */
+const USAGE_TAIL_BYTES = 4096;
 const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
 
 /**
@@ -62,6 +68,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   private isSse = false;
   /** Looks for the first output event of an SSE response (null: not SSE, or found already). */
   private firstOutput: FirstOutputWatch | null = null;
+  /** The end of a successful response's body, for what its usage says (null: not a 2xx). */
+  private tail: ResponseTail | null = null;
   private clientGone = false;
   private readonly onClientClose = (): void => {
     if (this.target.response.writableFinished) return;
@@ -106,6 +114,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       this.firstContent();
     }
     this.statusCode = statusCode;
+    if (statusCode < 300) this.tail = new ResponseTail(USAGE_TAIL_BYTES);
     target.response.writeHead(statusCode, outgoing as OutgoingHttpHeaders);
     if (this.isSse) target.response.flushHeaders();
   }
@@ -118,6 +127,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       this.firstOutput = null;
       this.firstContent();
     }
+    this.tail?.add(chunk);
     if (!this.target.response.write(chunk)) {
       controller.pause();
       this.target.response.once('drain', this.onDrain);
@@ -128,7 +138,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     if (this.mode === 'discard') return this.finish(this.discardCause as TryOutcome);
     this.target.response.end();
     this.target.metrics.recordRouted(this.target.backendId, this.target.policyName, this.target.reason, this.statusCode);
-    this.finish({ kind: 'done', clientWentAway: this.clientGone });
+    this.finish({ kind: 'done', clientWentAway: this.clientGone }, this.tail);
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
@@ -159,11 +169,11 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     this.target.events.firstOutput();
   }
 
-  private finish(outcome: TryOutcome): void {
+  private finish(outcome: TryOutcome, tail: ResponseTail | null = null): void {
     const target = this.target;
     target.response.off('close', this.onClientClose);
     target.response.off('drain', this.onDrain);
-    target.events.finished();
+    target.events.finished(tail);
     if (outcome.kind === 'done' && this.mode === 'relay') {
       target.metrics.recordDuration(target.backendId, this.isSse, (performance.now() - target.arrivedAtMs) / 1000);
     }

@@ -1,0 +1,26 @@
+/**
+ * The last `maxBytes` (or a little more) of a response body, kept as the relay passes the chunks on:
+ * where an engine puts its usage (the end of a JSON body; a stream's usage chunk before `[DONE]`). The
+ * chunks are only referenced, never copied, until `text()` joins what is kept: O(1) per chunk.
+ */
+export class ResponseTail {
+  private readonly chunks: Buffer[] = [];
+  private bytes = 0;
+
+  constructor(private readonly maxBytes: number) {}
+
+  add(chunk: Buffer): void {
+    this.chunks.push(chunk);
+    this.bytes += chunk.length;
+    // Drop whole chunks from the front while what is left still holds maxBytes.
+    while (this.chunks.length > 1 && this.bytes - (this.chunks[0] as Buffer).length >= this.maxBytes) {
+      this.bytes -= (this.chunks.shift() as Buffer).length;
+    }
+  }
+
+  /** The kept bytes as text (their first character may be cut: the tail is read from its end). */
+  text(): string {
+    const joined = this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks, this.bytes);
+    return joined.subarray(Math.max(0, joined.length - this.maxBytes)).toString('utf8');
+  }
+}

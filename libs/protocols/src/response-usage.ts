@@ -1,0 +1,31 @@
+/**
+ * The usage an OpenAI-compatible engine reports at the end of a response, read from the response's last
+ * bytes (a non-streaming body ends with its `usage`; a stream's usage chunk, with
+ * `stream_options.include_usage`, comes right before `[DONE]`), without parsing the whole body:
+ *
+ *   chat / completions   usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens
+ *   Responses            usage.input_tokens,  usage.input_tokens_details.cached_tokens
+ *
+ * `cachedTokens` is what the engine found in its prefix cache for this prompt (vLLM:
+ * `--enable-prompt-tokens-details`, block-aligned); null when the engine does not say (the field is
+ * absent or null: llama.cpp, SGLang without the flag, vLLM without it).
+ */
+export interface ResponseUsage {
+  readonly promptTokens: number;
+  readonly cachedTokens: number | null;
+}
+
+const USAGE_KEY = '"usage"';
+const PROMPT_TOKENS = /"(?:prompt_tokens|input_tokens)"\s*:\s*(\d+)/;
+const CACHED_TOKENS = /"cached_tokens"\s*:\s*(\d+)/;
+
+/** The usage in `tail` (the last bytes of a response body, as text), from its last `"usage"` on; null when there is none. */
+export function usageFromTail(tail: string): ResponseUsage | null {
+  const at = tail.lastIndexOf(USAGE_KEY);
+  if (at === -1) return null;
+  const usage = tail.slice(at);
+  const prompt = PROMPT_TOKENS.exec(usage);
+  if (prompt === null) return null;
+  const cached = CACHED_TOKENS.exec(usage);
+  return { promptTokens: Number(prompt[1]), cachedTokens: cached === null ? null : Number(cached[1]) };
+}
