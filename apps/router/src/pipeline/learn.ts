@@ -21,6 +21,13 @@ export interface Learner {
 }
 
 export function createLearner(metrics: RouterMetrics): Learner {
+  /**
+   * Backends seen reporting cached tokens. vLLM leaves `prompt_tokens_details` out when it found
+   * nothing in its cache (`if enable_prompt_tokens_details and num_cached_tokens:` in its serving code),
+   * so an absent figure means 0 from a backend that has reported one before, and "does not say" from
+   * one that never has (llama.cpp, SGLang or vLLM without the flag).
+   */
+  const reporting = new Set<string>();
   return {
     firstOutput(ticket, arrivedAtMs) {
       ticket.lease.markPrefillDone();
@@ -28,7 +35,11 @@ export function createLearner(metrics: RouterMetrics): Learner {
     },
     responseEnded(ticket, tail) {
       if (tail === null) return;
-      metrics.recordPrediction(ticket.backend.id, checkPrediction(ticket.prediction, usageFromTail(tail.text())));
+      const usage = usageFromTail(tail.text());
+      const backendId = ticket.backend.id;
+      if (usage?.cachedTokens != null) reporting.add(backendId);
+      const observed = usage !== null && usage.cachedTokens === null && reporting.has(backendId) ? { ...usage, cachedTokens: 0 } : usage;
+      metrics.recordPrediction(backendId, checkPrediction(ticket.prediction, observed));
     },
   };
 }

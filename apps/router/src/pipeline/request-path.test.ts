@@ -515,13 +515,15 @@ describe('request path against scripted backends', () => {
       expect(snapshot.matchBlocks.get('b0')).toBe(blocks.length);
     });
 
-    it('checks every response’s cached tokens against the prefix the router predicted: confirmed, overpredicted, unverified', async () => {
-      // The engine's answers, in order: cold (0 cached), warm (all but its last 16-token block, as vLLM
-      // answers), evicted (0), no figure.
-      const cached: (number | null)[] = [0, 2_080, 0, null];
+    it('checks every response’s cached tokens against the prefix the router predicted: unverified, confirmed, overpredicted', async () => {
+      // The engine's answers, in order: no figure (a backend never seen reporting one: unverified), warm
+      // (all but its last 16-token block, as vLLM answers), evicted (0), no figure again (vLLM leaves it
+      // out when it is 0: from a backend that has reported before, it means 0).
+      const cached: (number | null)[] = [null, 2_080, 0, null];
       const usageAnswer: Script = (response) => {
         const next = cached.shift();
-        const body = JSON.stringify({ id: 'x', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage: { prompt_tokens: 2_100, completion_tokens: 1, total_tokens: 2_101, prompt_tokens_details: next === null ? null : { cached_tokens: next } } });
+        const details = next === null || next === undefined ? {} : { prompt_tokens_details: { cached_tokens: next } };
+        const body = JSON.stringify({ id: 'x', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage: { prompt_tokens: 2_100, completion_tokens: 1, total_tokens: 2_101, ...details } });
         response.writeHead(200, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) });
         response.end(body);
       };
@@ -529,20 +531,20 @@ describe('request path against scripted backends', () => {
       const prompt = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'a conversation long enough for several blocks. '.repeat(180) }] });
       const outcome = (name: string) => metricValue(`kvroute_router_prefix_predictions_total{backend="b0",outcome="${name}"}`);
 
-      await postChatText(prompt); // predicted 0 (cold), engine 0
-      expect(await outcome('confirmed')).toBe(1);
+      await postChatText(prompt); // cold, and the backend has never reported cached tokens
+      expect(await outcome('unverified')).toBe(1);
       await postChatText(prompt); // predicted the whole prefix (recorded at the first output), engine ~all of it
-      expect(await outcome('confirmed')).toBe(2);
+      expect(await outcome('confirmed')).toBe(1);
       await postChatText(prompt); // predicted the whole prefix, the engine evicted it
       expect(await outcome('overpredicted')).toBe(1);
-      await postChatText(prompt); // no cached_tokens reported
-      expect(await outcome('unverified')).toBe(1);
+      await postChatText(prompt); // no figure from a backend that reports them: 0 cached
+      expect(await outcome('overpredicted')).toBe(2);
       const predicted = await metricValue('kvroute_router_prefix_predicted_tokens_total{backend="b0"}');
       const confirmedTokens = await metricValue('kvroute_router_prefix_confirmed_tokens_total{backend="b0"}');
       expect(await metricValue('kvroute_router_prefix_observed_cached_tokens_total{backend="b0"}')).toBe(2_080);
-      // Precision over the verified responses: the evicted one predicted ~2,100 tokens the engine did not have.
-      expect(confirmedTokens / predicted).toBeGreaterThan(0.4);
-      expect(confirmedTokens / predicted).toBeLessThan(0.6);
+      // Token-weighted precision over the three verified answers: one of three predictions held.
+      expect(confirmedTokens / predicted).toBeGreaterThan(0.3);
+      expect(confirmedTokens / predicted).toBeLessThan(0.36);
     });
 
     it('learns nothing from an error answer: no time to first token, no prefix ownership', async () => {
