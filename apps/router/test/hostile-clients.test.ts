@@ -284,9 +284,20 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
         return { bigStatuses, backgroundStatuses: await Promise.all(background), degradedSamples };
       });
       const { bigStatuses, backgroundStatuses, degradedSamples } = outcome.result;
-      const slowCommands = ((await admin.slowlog('GET', 128)) as SlowlogEntry[])
-        .filter((entry) => entry[2] > REDIS_SLOWLOG_MAX_MICROS)
-        .map((entry) => `${String(entry[3][0])} took ${entry[2]} µs`);
+      const slowSince = async (): Promise<string[]> =>
+        ((await admin.slowlog('GET', 128)) as SlowlogEntry[]).filter((entry) => entry[2] > REDIS_SLOWLOG_MAX_MICROS).map((entry) => `${String(entry[3][0])} ${String(entry[3][1] ?? '')} took ${entry[2]} µs`);
+      // SLOWLOG times a command by the wall clock: on a shared 2-core host a redis-server descheduled for
+      // 10 ms shows up as a slow script whatever it did. Bounded work is slow every time; noise is not:
+      // when this run logged one, the three big prompts go again (alone), twice, and the bound fails only
+      // if every run logged one (as libs/redis-store's bounded-work test does).
+      const slowRuns: string[][] = [await slowSince()];
+      for (let rerun = 0; rerun < 2 && (slowRuns.at(-1) as string[]).length > 0; rerun++) {
+        await admin.slowlog('RESET');
+        for (const body of bigBodies) await postJson(`${router.url}/v1/chat/completions`, body, 30_000);
+        slowRuns.push(await slowSince());
+      }
+      if (slowRuns.length > 1) console.info(`[hostile f] SLOWLOG over ${REDIS_SLOWLOG_MAX_MICROS / 1000} ms per run: ${JSON.stringify(slowRuns)}`);
+      const slowCommands = slowRuns.every((run) => run.length > 0) ? slowRuns.flat() : [];
 
       // The engine here accepts any length (it never tokenises), so a big prompt is answered 200 by it;
       // a real engine could answer its own 400 for the context length, which would also pass.
