@@ -36,6 +36,7 @@ export class RouterMetrics {
   private readonly predictedTokens: Counter<'backend'>;
   private readonly observedCachedTokens: Counter<'backend'>;
   private readonly confirmedTokens: Counter<'backend'>;
+  private readonly feedbackModes: Gauge<'backend'>;
 
   /** Where the scrape-time gauges read from; set by `readFrom` once the state and the backends exist (none until then). */
   private sources: RouterMetricsSources = { inflight: () => new Map(), breakerStates: () => new Map(), degraded: () => 0 };
@@ -156,6 +157,12 @@ export class RouterMetrics {
       labelNames: ['backend'],
       registers,
     });
+    this.feedbackModes = new Gauge({
+      name: 'kvroute_router_backend_reports_cached_tokens',
+      help: "1 once a backend's responses have carried usage.prompt_tokens_details.cached_tokens (the router's predictions for it are checked), 0 while none has (open loop: llama.cpp, SGLang or vLLM without the flag).",
+      labelNames: ['backend'],
+      registers,
+    });
     this.degradedTransitions = new Counter({
       name: 'kvroute_router_state_degraded_transitions_total',
       help: 'Switches into (to="degraded") and out of (to="shared") degraded mode.',
@@ -221,6 +228,11 @@ export class RouterMetrics {
 
   recordFailOpen(model: string): void {
     this.failOpens.inc({ model });
+  }
+
+  /** Whether `backend` has been seen reporting cached tokens (its feedback mode). */
+  recordFeedbackMode(backend: string, reportsCachedTokens: boolean): void {
+    this.feedbackModes.set({ backend }, reportsCachedTokens ? 1 : 0);
   }
 
   recordPrediction(backend: string, check: PredictionCheck): void {

@@ -38,6 +38,7 @@ export function createLearner(metrics: RouterMetrics): Learner {
       const usage = usageFromTail(tail.text());
       const backendId = ticket.backend.id;
       if (usage?.cachedTokens != null) reporting.add(backendId);
+      metrics.recordFeedbackMode(backendId, reporting.has(backendId));
       const observed = usage !== null && usage.cachedTokens === null && reporting.has(backendId) ? { ...usage, cachedTokens: 0 } : usage;
       metrics.recordPrediction(backendId, checkPrediction(ticket.prediction, observed));
     },

@@ -533,8 +533,10 @@ describe('request path against scripted backends', () => {
 
       await postChatText(prompt); // cold, and the backend has never reported cached tokens
       expect(await outcome('unverified')).toBe(1);
+      expect(await metricValue('kvroute_router_backend_reports_cached_tokens{backend="b0"}')).toBe(0);
       await postChatText(prompt); // predicted the whole prefix (recorded at the first output), engine ~all of it
       expect(await outcome('confirmed')).toBe(1);
+      expect(await metricValue('kvroute_router_backend_reports_cached_tokens{backend="b0"}')).toBe(1);
       await postChatText(prompt); // predicted the whole prefix, the engine evicted it
       expect(await outcome('overpredicted')).toBe(1);
       await postChatText(prompt); // no figure from a backend that reports them: 0 cached
