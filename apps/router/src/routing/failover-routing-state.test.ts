@@ -21,6 +21,18 @@ function flakyStore(nowMs: () => number) {
   return { store, inner, setMode: (next: typeof mode) => (mode = next) };
 }
 
+/** One cacheaware decision over backends a and b for a two-block request, taking lease `leaseId`. */
+function cacheAwareInput(leaseId: string): DecideInput {
+  return {
+    pool: 'm',
+    request: { model: 'm', blockHashes: [1, 2], blockSizeBytes: 256, textBytes: 600, contextBlocks: 0, headHash: 1, sessionKey: null },
+    backends: [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }],
+    policy: createCacheAwarePolicy(),
+    context: { nowMs: 0, random: () => 0.5 },
+    leaseId,
+  };
+}
+
 function setup() {
   let now = 0;
   const nowMs = () => now;
@@ -68,19 +80,11 @@ describe('FailoverRoutingState', () => {
 
   it('decides on local state when the shared store fails, and releases that lease locally', async () => {
     const { state, shared, local } = setup();
-    const input = (leaseId: string): DecideInput => ({
-      pool: 'm',
-      request: { model: 'm', blockHashes: [1, 2], blockSizeBytes: 256, textBytes: 600, contextBlocks: 0, headHash: 1, sessionKey: null },
-      backends: [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }],
-      policy: createCacheAwarePolicy(),
-      context: { nowMs: 0, random: () => 0.5 },
-      leaseId,
-    });
-    const first = await decide(state, input('l1'));
+    const first = await decide(state, cacheAwareInput('l1'));
     expect(first.decision.kind).toBe('routed');
     expect([...shared.inner.inflightCounts().values()]).toEqual([1]);
     shared.setMode('down');
-    const second = await decide(state, input('l2'));
+    const second = await decide(state, cacheAwareInput('l2'));
     expect(state.degraded).toBe(true);
     expect(second.decision.kind).toBe('routed');
     expect([...local.inflightCounts().values()].reduce((sum, count) => sum + count, 0)).toBe(1);
@@ -134,30 +138,22 @@ describe('FailoverRoutingState', () => {
       inflightCounts: () => local.inflightCounts(),
     };
     const state = new FailoverRoutingState(atomicShared, localCalls, { timeoutMs: 20, retryAfterMs: 100, maxRetryAfterMs: 1000, nowMs, onDegradedChange: () => undefined });
-    const input = (leaseId: string): DecideInput => ({
-      pool: 'm',
-      request: { model: 'm', blockHashes: [1, 2], blockSizeBytes: 256, textBytes: 600, contextBlocks: 0, headHash: 1, sessionKey: null },
-      backends: [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }],
-      policy: createCacheAwarePolicy(),
-      context: { nowMs: 0, random: () => 0.5 },
-      leaseId,
-    });
 
-    expect((await decide(state, input('l1'))).decision.kind).toBe('routed');
+    expect((await decide(state, cacheAwareInput('l1'))).decision.kind).toBe('routed');
     expect(calls.splice(0)).toEqual(['shared.routeAtomically']);
 
     shared.setMode('down');
-    const failedOver = await decide(state, input('l2'));
+    const failedOver = await decide(state, cacheAwareInput('l2'));
     expect(failedOver.decision.kind).toBe('routed');
     expect(state.degraded).toBe(true);
     expect(calls.splice(0)).toEqual(['shared.routeAtomically', 'local.snapshot', 'local.reserve']);
 
     // Degraded: the shared store is not asked at all until the backoff has passed.
-    await decide(state, input('l3'));
+    await decide(state, cacheAwareInput('l3'));
     expect(calls.splice(0)).toEqual(['local.snapshot', 'local.reserve']);
     shared.setMode('up');
     now += 150;
-    await decide(state, input('l4'));
+    await decide(state, cacheAwareInput('l4'));
     expect(state.degraded).toBe(false);
     expect(calls.splice(0)).toEqual(['shared.routeAtomically']);
   });
