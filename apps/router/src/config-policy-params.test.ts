@@ -14,7 +14,7 @@ import {
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ROUTER_ENV_PREFIX, RouterConfig } from './config';
-import { policyConfigFields, policyParamsFromConfig } from './routing/policy-params';
+import { policyConfigFields } from './routing/policy-params';
 
 /**
  * Adding a policy touches 4 files: its file under libs/routing/src/policies (the policy and its
@@ -99,7 +99,7 @@ describe('policy config keys come from the policies’ parameter tables', () => 
     expect(RouterConfig.shape).not.toHaveProperty('oracleMatchTimeoutMs');
 
     // Unset shared keys: prefixaware keeps min 2 blocks and valve 8, cacheaware 0 and off.
-    const params = policyParamsFromConfig(config);
+    const params = policyParamsFromSettings(config);
     expect(params.prefixaware).toBeUndefined();
     const prefixaware = createPolicy('prefixaware', params);
     const candidates = [
@@ -109,7 +109,7 @@ describe('policy config keys come from the policies’ parameter tables', () => 
     const request = { model: 'm', blockHashes: [1, 2, 3], blockSizeBytes: 256, textBytes: 800, contextBlocks: 0, headHash: 1, sessionKey: null };
     expect(prefixaware.choose(request, candidates, { nowMs: 0, random: () => 0 })).toMatchObject({ reason: 'fallback-leastloaded' });
     // Set: both take it.
-    const set = policyParamsFromConfig(RouterConfig.parse({ backends: ['http://a:1'], minMatchBlocks: 1, ownershipAt: 'routing' }));
+    const set = policyParamsFromSettings(RouterConfig.parse({ backends: ['http://a:1'], minMatchBlocks: 1, ownershipAt: 'routing' }));
     expect(set).toMatchObject({ prefixaware: { minMatchBlocks: 1 }, cacheaware: { minMatchBlocks: 1, ownershipAt: 'routing' } });
     expect(createPolicy('prefixaware', set).choose(request, candidates, { nowMs: 0, random: () => 0 })).toMatchObject({ backendId: 'warm', reason: 'longest-prefix' });
     expect(createPolicy('cacheaware', set).recordsOwnership).toBe('at-routing');

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { createLogger, settlesWithin, ShutdownStack } from '@kvroute/platform';
-import { createPolicy, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
+import { createPolicy, policyParamsFromSettings, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
 import { buildRouterApp } from './app';
 import type { BackendRegistry } from './backends/backend-registry';
 import { generationLimitsOf, type RouterConfig } from './config';
@@ -8,7 +8,6 @@ import { RequestDrain, type ShutdownPhase } from './http/request-drain';
 import { createLearner } from './pipeline/learn';
 import { RouterMetrics } from './router-metrics';
 import { HeldLeases } from './routing/held-leases';
-import { policyParamsFromConfig } from './routing/policy-params';
 import { wireBackends } from './wiring/backends-wiring';
 import { wireState } from './wiring/state-wiring';
 
@@ -235,7 +234,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
  * fails at start, not on the first request.
  */
 function createPolicyTable(config: RouterConfig): (pool: string, kind: 'generation' | 'passthrough') => RoutingPolicy {
-  const params = policyParamsFromConfig(config);
+  const params = policyParamsFromSettings(config);
   const policies = new Map<string, RoutingPolicy>();
   const policyFor = (pool: string, kind: 'generation' | 'passthrough'): RoutingPolicy => {
     const key = `${kind}\u0000${pool}`;

@@ -102,8 +102,8 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
   return { model: generation.model, kind: 'generation', routingRequest };
 }
 
-/** Counts, then the schema: the validated chat or completion body. Also used by `/debug/route`. */
-export function validateGenerationBody(endpoint: 'chat' | 'completions', body: unknown, limits: GenerationLimits): ChatCompletionRequest | CompletionRequest {
+/** Counts, then the schema: the validated chat or completion body. */
+function validateGenerationBody(endpoint: 'chat' | 'completions', body: unknown, limits: GenerationLimits): ChatCompletionRequest | CompletionRequest {
   const overLimit = checkGenerationLimits(body, limits);
   if (overLimit !== null) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
   return endpoint === 'chat' ? validateBody(ChatCompletionRequest, body) : validateBody(CompletionRequest, body);
@@ -114,7 +114,7 @@ function passthroughRoutingRequest(model: string, sessionKey: string | null, blo
 }
 
 /** The request's `X-Session-Id` (null when absent or empty): its affinity key, before the body's `user` (buildRoutingRequest decides). */
-export function sessionHeaderOf(headers: FastifyRequest['headers']): string | null {
+function sessionHeaderOf(headers: FastifyRequest['headers']): string | null {
   const header = headers['x-session-id'];
   return typeof header === 'string' && header !== '' ? header : null;
 }

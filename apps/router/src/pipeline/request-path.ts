@@ -63,6 +63,7 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
           requestId: of.request.id,
           arrivedAtMs: of.request.arrivedAtMs,
           mayRetryStatus,
+          readsUsage: of.parsed.kind === 'generation',
           events: {
             firstOutput: () => deps.learn.firstOutput(ticket, of.request.arrivedAtMs),
             finished: (tail) => {

@@ -34,6 +34,8 @@ export interface Shipment {
   readonly arrivedAtMs: number;
   /** Whether a retryable status (429/502/503/504) may be retried elsewhere instead of relayed. */
   readonly mayRetryStatus: boolean;
+  /** Whether learn reads the response's usage (chat and text completions). */
+  readonly readsUsage: boolean;
   readonly events: RelayEvents;
 }
 
@@ -51,6 +53,7 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
     requestId: shipment.requestId,
     arrivedAtMs: shipment.arrivedAtMs,
     mayRetryStatus: shipment.mayRetryStatus,
+    readsUsage: shipment.readsUsage,
     metrics: deps.metrics,
     logger: deps.logger,
   });

@@ -34,6 +34,8 @@ export interface RelayTarget {
   readonly arrivedAtMs: number;
   /** Whether a retryable status (429/502/503/504) may be retried elsewhere instead of relayed. */
   readonly mayRetryStatus: boolean;
+  /** Keep a successful response's tail for its usage (generation endpoints; pass-through ones carry none worth reading). */
+  readonly readsUsage: boolean;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger;
 }
@@ -65,6 +67,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   private controller: Dispatcher.DispatchController | null = null;
   private mode: 'pending' | 'discard' | 'relay' = 'pending';
   private discardCause: TryOutcome | null = null;
+  /** The relayed response's status (0 until its headers arrive). */
+  private statusCode = 0;
   private isSse = false;
   /** Looks for the first output event of an SSE response (null: not SSE, or found already). */
   private firstOutput: FirstOutputWatch | null = null;
@@ -111,21 +115,19 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     } else if (statusCode < 300) {
       // A non-streaming engine answers once generation is done: the prefill is long finished. An
       // error answer (a context-length 400, a 500) is no output: nothing was computed to learn from.
-      this.firstContent();
+      this.target.events.firstOutput();
     }
     this.statusCode = statusCode;
-    if (statusCode < 300) this.tail = new ResponseTail(USAGE_TAIL_BYTES);
+    if (statusCode < 300 && target.readsUsage) this.tail = new ResponseTail(USAGE_TAIL_BYTES);
     target.response.writeHead(statusCode, outgoing as OutgoingHttpHeaders);
     if (this.isSse) target.response.flushHeaders();
   }
-
-  private statusCode = 0;
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.mode !== 'relay') return;
     if (this.firstOutput !== null && this.firstOutput.feed(chunk)) {
       this.firstOutput = null;
-      this.firstContent();
+      this.target.events.firstOutput();
     }
     this.tail?.add(chunk);
     if (!this.target.response.write(chunk)) {
@@ -163,10 +165,6 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     }
     target.metrics.recordRouted(target.backendId, target.policyName, target.reason, 502);
     this.finish({ kind: 'done', clientWentAway: false });
-  }
-
-  private firstContent(): void {
-    this.target.events.firstOutput();
   }
 
   private finish(outcome: TryOutcome, tail: ResponseTail | null = null): void {

@@ -1,25 +1,21 @@
 import type { FastifyInstance } from 'fastify';
-import { buildRoutingRequest } from '@kvroute/routing';
-import { sessionHeaderOf, validateGenerationBody, type ParseOptions } from '../pipeline/parse';
+import { parseRequest, type ParseOptions } from '../pipeline/parse';
 import { explainRoute, poolOf, type RouteDeps } from '../pipeline/route';
 
 /**
  * `POST /debug/route` (only with `debugRoutes: true`): explains where a request body would go, without
- * sending it or changing any state: per-backend match, in-flight, score and exclusions.
+ * sending it or changing any state: per-backend match, in-flight, score and exclusions. The body goes
+ * through the request path's own parse stage, so it is routed on exactly what a real request is.
  */
 export async function debugRoutes(app: FastifyInstance, options: { route: RouteDeps; parse: ParseOptions }): Promise<void> {
   app.post('/debug/route', async (request) => {
     const raw = request.body;
     const isChat = raw !== null && typeof raw === 'object' && 'messages' in raw;
-    const body = validateGenerationBody(isChat ? 'chat' : 'completions', raw, options.parse.limits);
-    const backends = poolOf(options.route.registry, body.model);
-    const routingRequest = buildRoutingRequest(body, {
-      blockSizeBytes: options.parse.blockSizeBytes,
-      maxBlocks: options.parse.maxRoutedBlocks,
-      sessionKey: sessionHeaderOf(request.headers),
-    });
+    const parsed = await parseRequest(isChat ? 'chat' : 'completions', request, options.parse);
+    const backends = poolOf(options.route.registry, parsed.model);
+    const { routingRequest } = parsed;
     // The same eligibility as a real request's first try: breakers, the health poller, fail-open.
-    const { policy, decision } = await explainRoute(options.route, { model: body.model, kind: 'generation', routingRequest }, backends);
+    const { policy, decision } = await explainRoute(options.route, parsed, backends);
     return {
       policy: policy.name,
       scoreDirection: policy.scoreDirection,

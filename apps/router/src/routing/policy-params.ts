@@ -2,12 +2,10 @@ import {
   describeRange,
   isChoiceParam,
   POLICIES,
-  policyParamsFromSettings,
   policySettingKeys,
   type ChoiceParamSpec,
   type NumberParamSpec,
   type PolicyDefinitions,
-  type PolicyParams,
   type PolicySettingKey,
   type PolicySettings,
 } from '@kvroute/routing';
@@ -27,11 +25,6 @@ export function policyConfigFields<D extends PolicyDefinitions = typeof POLICIES
   const fields: Record<string, z.ZodType> = {};
   for (const entry of policySettingKeys(definitions ?? POLICIES)) fields[entry.key] = configField(entry);
   return fields as unknown as PolicyConfigShape<D>;
-}
-
-/** Policy parameters from the router config (see policyConfigFields): an unset key keeps each policy's default. */
-export function policyParamsFromConfig(config: Readonly<Record<string, unknown>>): PolicyParams {
-  return policyParamsFromSettings(config);
 }
 
 function configField({ key, rows }: PolicySettingKey): z.ZodType {
