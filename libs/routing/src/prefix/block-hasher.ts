@@ -34,6 +34,17 @@ export interface HashedRoutingText {
   readonly headHash: BlockHash;
 }
 
+/** Bytes past the kept blocks worth encoding: a character straddling their end (UTF-8: at most 4 bytes) must not stop the encoder short of it. */
+const STRADDLE_BYTES = 3;
+
+/**
+ * How much of the routing text `hashRoutingText` reads for `maxBlocks` blocks, in UTF-16 units (each at
+ * least one UTF-8 byte): what the renderer must write, and no more (renderRoutingText's `maxUnits`).
+ */
+export function routedTextUnits(maxBlocks: number, blockSizeBytes: number): number {
+  return maxBlocks * blockSizeBytes + STRADDLE_BYTES;
+}
+
 export function assertBlockSize(blockSizeBytes: number): void {
   if (!Number.isInteger(blockSizeBytes) || blockSizeBytes < 1) {
     throw new RangeError(`blockSizeBytes must be a positive integer, got ${blockSizeBytes}`);
@@ -54,7 +65,7 @@ export function hashRoutingText(rendered: RenderedRoutingText, blockSizeBytes: n
   // does not stop the encoder short of it (Buffer.write writes whole characters only).
   const keptBytes = maxBlocks * blockSizeBytes;
   // A UTF-16 code unit never takes more than 3 UTF-8 bytes (a surrogate pair: 2 units → 4 bytes).
-  const capacity = Math.min(text.length * 3, keptBytes + 3);
+  const capacity = Math.min(text.length * 3, keptBytes + STRADDLE_BYTES);
   // Uninitialised memory is fine: only the bytes written below are ever read. (allocUnsafe skips
   // zero-filling, ~2 µs per 10 KB; it may hand out a slice of Node's shared pool, hence byteOffset.)
   const bytes = Buffer.allocUnsafe(capacity);

@@ -1,6 +1,6 @@
 import type { ChatCompletionRequest, CompletionRequest } from '@kvroute/protocols';
 import type { RoutingRequest } from '../types';
-import { hashRoutingText } from './block-hasher';
+import { hashRoutingText, routedTextUnits } from './block-hasher';
 import { renderRoutingText } from './routing-text';
 
 /**
@@ -25,8 +25,8 @@ export interface RoutingRequestOptions {
  */
 export function buildRoutingRequest(body: ChatCompletionRequest | CompletionRequest, options: RoutingRequestOptions): RoutingRequest {
   const maxBlocks = options.maxBlocks ?? DEFAULT_MAX_ROUTED_BLOCKS;
-  // Render only what the kept blocks can hold (+3 units, as the hasher encodes), measure the rest.
-  const rendered = renderRoutingText(body, { maxUnits: maxBlocks * options.blockSizeBytes + 3 });
+  // Render only what the hasher reads of the kept blocks, measure the rest.
+  const rendered = renderRoutingText(body, { maxUnits: routedTextUnits(maxBlocks, options.blockSizeBytes) });
   const hashed = hashRoutingText(rendered, options.blockSizeBytes, maxBlocks);
   const sessionKey = nonEmpty(options.sessionKey) ?? nonEmpty(body.user) ?? null;
   return {
