@@ -2,8 +2,13 @@
  * `oracle` — benchmarks only (vllm-sim backends): the backend that would serve the most prompt tokens
  * from its cache, by its own word. Before deciding, the oracle router (oracle-router.ts) asks every
  * backend's `POST /sim/match` what it would serve from its prefix cache for this very request
- * (`trueMatchTokens`), so the choice is the best achievable hit, not an estimate: the yardstick other
- * policies' hit rates are measured against.
+ * (`trueMatchTokens`), so each choice takes the largest hit available right now, not an estimate.
+ *
+ * It is greedy and load-blind, so it is a reference, not an upper bound: taking the largest hit now
+ * can pile conversations that share a system prompt onto one backend, whose cache then evicts what
+ * later turns needed; a policy that spreads them can end with more hits (prefixaware beat it on
+ * seed-cloud at 4 and 8 sessions, 107 % and 103 % of its hit rate). The most any placement can reach
+ * is the compulsory-miss bound the bench reports beside it (runner/compulsory-bound.ts).
  *
  * Rule: the largest true match; ties (a cold prompt: everyone 0) go to the fewest in flight, then the
  * smallest prefill backlog, then the earlier backend in configuration order. A backend that did not

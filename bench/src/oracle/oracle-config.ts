@@ -1,18 +1,52 @@
+import { CACHE_AWARE_PARAMS, isChoiceParam, policySettingKeys, POLICIES, resolveParams, type CacheAwareParams } from '@kvroute/routing';
 import { z } from 'zod';
+
+/** The oracle router's two rules: `oracle` (oracle-choice.ts) and `oracle-cost` (oracle-cost-choice.ts). */
+export const ORACLE_RULES = ['oracle', 'oracle-cost'] as const;
+export type OracleRule = (typeof ORACLE_RULES)[number];
+
+/** cacheaware's router config keys (prefillMsPerToken, spreadAbs, …), from its parameter table: oracle-cost takes the same. */
+const CACHE_AWARE_SETTINGS = policySettingKeys({ cacheaware: POLICIES.cacheaware }).map(({ key, rows }) => ({ key, param: rows[0]?.param as keyof CacheAwareParams }));
+
+function cacheAwareFields(): Record<string, z.ZodType> {
+  const fields: Record<string, z.ZodType> = {};
+  for (const { key, param } of CACHE_AWARE_SETTINGS) {
+    const spec = CACHE_AWARE_PARAMS[param];
+    const field = isChoiceParam(spec) ? z.enum(spec.values) : z.coerce.number();
+    // Ranges are checked by the parameter table itself (resolveParams), when the router starts.
+    fields[key] = field.optional().describe(`oracle-cost: cacheaware's ${spec.doc} (default ${spec.default})`);
+  }
+  return fields;
+}
 
 /**
  * The oracle router's configuration (benchmarks only). Precedence as every kvroute process:
  * defaults < config file < env (`KVROUTE_ORACLE_*`) < flags. The bench's local cluster passes
- * `--host`, `--port`, `--backends` and a scenario's `cluster.routerByPolicy.oracle` keys as flags.
+ * `--host`, `--port`, `--backends`, `--rule` and a scenario's `cluster.routerByPolicy.<rule>` keys as
+ * flags (for `oracle-cost` also cacheaware's keys and `blockSizeBytes` from `cluster.router` and
+ * `routerByPolicy.cacheaware`, so it weighs costs as the cacheaware runs do).
  */
 export const OracleConfig = z.object({
   host: z.string().default('127.0.0.1').describe('address to listen on (loopback: the oracle is a benchmark tool)'),
   port: z.coerce.number().int().min(0).max(65_535).default(0).describe('port to listen on (0: any free port)'),
   backends: z.array(z.url()).min(1).describe('vllm-sim backend URLs (comma-separated on the command line); each must answer POST /sim/match'),
+  rule: z.enum(ORACLE_RULES).default('oracle').describe("oracle: the largest true match; oracle-cost: cacheaware's cost rule fed the true matches"),
   matchTimeoutMs: z.coerce.number().int().positive().default(500).describe("how long to wait for each backend's POST /sim/match before counting it as holding nothing, ms"),
   bodyLimitBytes: z.coerce.number().int().positive().default(64 * 1024 * 1024).describe('largest request body accepted (it is held in memory to be asked about and relayed), bytes'),
+  blockSizeBytes: z.coerce.number().int().min(8).max(4096).default(256).describe("oracle-cost: the routers' routing block size (the unit of minMatchBlocks; the head hash ties are broken by), bytes"),
+  ...cacheAwareFields(),
 });
 
 export type OracleConfig = z.infer<typeof OracleConfig>;
 
 export const ORACLE_ENV_PREFIX = 'KVROUTE_ORACLE_';
+
+/** cacheaware's config keys, as the oracle router accepts them for oracle-cost. */
+export const CACHE_AWARE_SETTING_KEYS: readonly string[] = CACHE_AWARE_SETTINGS.map(({ key }) => key);
+
+/** cacheaware's parameters from the config's cacheaware keys (unset: the table's default). @throws RangeError naming a bad value. */
+export function oracleCostParams(settings: Readonly<Record<string, unknown>>): CacheAwareParams {
+  const overrides: Record<string, unknown> = {};
+  for (const { key, param } of CACHE_AWARE_SETTINGS) if (settings[key] !== undefined) overrides[param] = settings[key];
+  return resolveParams(CACHE_AWARE_PARAMS, overrides as Partial<CacheAwareParams>);
+}

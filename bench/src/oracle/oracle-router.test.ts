@@ -58,7 +58,7 @@ describe('oracle router over vllm-sim', () => {
     const trueMatch = (await postJson(`${warm.url}/sim/match`, body)).json.cached_tokens as number;
     expect(trueMatch).toBeGreaterThan(0);
 
-    const before = oracle.state().decisions['cache-hit'];
+    const before = oracle.state().decisions['cache-hit'] ?? 0;
     const { response, json } = await postJson(`${oracle.url}/v1/chat/completions`, body);
     expect(response.status).toBe(200);
     expect(response.headers.get('x-router-backend')).toBe(warm.id);
@@ -278,5 +278,44 @@ describe('oracle router with scripted backends', () => {
     expect(tooLarge.json).toMatchObject({ error: { code: 'ORACLE_ERR_BODY_TOO_LARGE' } });
     expect(inflightOf(oracle)).toEqual([0]);
     expect((await fetch(`${oracle.url}/readyz`)).status).toBe(503);
+  });
+
+  it("oracle-cost: cacheaware's rule on the true matches and its own backlog, so a warm backend that is busy prefilling loses", async () => {
+    const held: ServerResponse[] = [];
+    let phase = 1;
+    // Phase 1: a 20000-token prompt, 16 tokens of it cached on a. Phase 2: a 5000-token prompt, 4000 cached on a.
+    const matchA = () => (phase === 1 ? { cached_tokens: 16, prompt_tokens: 20_000 } : { cached_tokens: 4000, prompt_tokens: 5000 });
+    const matchB = () => (phase === 1 ? { cached_tokens: 0, prompt_tokens: 20_000 } : { cached_tokens: 0, prompt_tokens: 5000 });
+    const holdSilent = (_request: IncomingMessage, response: ServerResponse) => void held.push(response);
+    backends = [await fakeBackend({ match: matchA, complete: holdSilent }), await fakeBackend({ match: matchB, complete: answerOk })];
+    oracle = await startOracleRouter({ backends: backends.map((backend) => backend.url), rule: 'oracle-cost' });
+    const router = oracle;
+    expect(router.state().rule).toBe('oracle-cost');
+
+    // The first goes to a (16 tokens fewer to prefill) and produces no byte: 19984 tokens of backlog there.
+    const first = request(`${router.url}/v1/completions`, { method: 'POST', body: JSON.stringify({ model: 'm', prompt: 'first', max_tokens: 4 }) });
+    first.catch(() => undefined); // a failed assertion closes the backends under it
+    await waitFor(() => inflightOf(router)[0] === 1);
+    expect(router.state().backends.map((backend) => backend.pendingPrefillTokens)).toEqual([19_984, 0]);
+
+    // a: 1000 × 0.07 + 1 × 5 + 19984 × 0.07 ≈ 1474 ms; b: 5000 × 0.07 = 350 ms. The plain oracle would take a (4000 cached).
+    phase = 2;
+    const second = await postJson(`${router.url}/v1/completions`, { model: 'm', prompt: 'second', max_tokens: 4 });
+    expect(second.response.status).toBe(200);
+    expect(second.response.headers.get('x-router-backend')).toBe(backends[1]!.id);
+    expect(second.response.headers.get('x-router-reason')).toBe('spilled-from-saturated');
+    // The first: 16 cached tokens are a quarter of a 256-byte routing block, not yet affinity.
+    expect(router.state().decisions).toEqual({ 'least-loaded': 1, 'spilled-from-saturated': 1 });
+
+    held[0]!.writeHead(200, { 'content-type': 'application/json' });
+    held[0]!.end('{}');
+    await (await first).body.text();
+    await waitFor(() => inflightOf(router)[0] === 0);
+    expect(router.state().backends.map((backend) => backend.pendingPrefillTokens)).toEqual([0, 0]);
+  });
+
+  it("oracle-cost: refuses cacheaware parameters its table rejects, at start", async () => {
+    backends = [await fakeBackend({ complete: answerOk })];
+    await expect(startOracleRouter({ backends: [backends[0]!.url], rule: 'oracle-cost', prefillMsPerToken: -1 })).rejects.toThrow(/prefillMsPerToken/);
   });
 });

@@ -1,14 +1,20 @@
 /**
- * The oracle router: a small HTTP server, for benchmarks only, that routes every completion to the
- * backend with the largest true cache hit. It is not kvroute: no Redis, no health poller, no prefix
- * index, one process. The bench starts it where a scenario's policy is `oracle` (runner/local-cluster.ts),
- * so reports keep an `oracle` column: the hit rate perfect knowledge of every cache would get.
+ * The oracle router: a small HTTP server, for benchmarks only, that routes every completion by what
+ * the backends themselves say they hold. It is not kvroute: no Redis, no health poller, no prefix
+ * index, one process. The bench starts it where a scenario's policy is `oracle` or `oracle-cost`
+ * (runner/local-cluster.ts), with one of two rules:
+ * - `oracle` (oracle-choice.ts): the largest true hit, load only as a tie-break. Greedy and load-blind:
+ *   a reference, not an upper bound (a load-aware policy can beat its hit rate: it keeps conversations
+ *   apart instead of piling them where a shared prefix is, and sheds less to eviction);
+ * - `oracle-cost` (oracle-cost-choice.ts): cacheaware's cost rule fed those true matches, with the
+ *   in-flight counts and prefill backlog this process keeps itself: cacheaware without index error.
  *
  * Per `POST /v1/chat/completions` or `/v1/completions`:
- *   1. read the body (bounded by `bodyLimitBytes`), unparsed;
+ *   1. read the body (bounded by `bodyLimitBytes`), unparsed (oracle-cost also parses it once for
+ *      the router's head hash and max_tokens);
  *   2. ask every backend's `POST /sim/match` at once (ask-sim-match.ts; a backend silent for
  *      `matchTimeoutMs` holds nothing, and never fails the request);
- *   3. choose (oracle-choice.ts) from the answers and this process's own in-flight counts;
+ *   3. choose by the rule from the answers and this process's own in-flight counts and backlog;
  *   4. relay the body byte for byte to the chosen backend and its response back, streamed with
  *      backpressure (SSE events as the backend writes them), with `X-Router-Backend` and
  *      `X-Router-Reason` added; a client that goes away aborts the upstream request;
@@ -20,12 +26,14 @@
 import { createServer, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pipeline } from 'node:stream/promises';
-import { createOpenAIErrorBody } from '@kvroute/protocols';
+import { ChatCompletionRequest, CompletionRequest, createOpenAIErrorBody } from '@kvroute/protocols';
+import { buildRoutingRequest, type CacheAwareParams } from '@kvroute/routing';
 import { Pool } from 'undici';
 import { endToEndHeaders, NOT_FORWARDED_UP } from '../bare-proxy';
-import { askSimMatch } from './ask-sim-match';
-import { chooseOracleBackend, type OracleReason } from './oracle-choice';
-import type { OracleConfig } from './oracle-config';
+import { askSimMatch, type SimMatch } from './ask-sim-match';
+import { chooseOracleBackend, type OracleCandidate } from './oracle-choice';
+import { oracleCostParams, type OracleConfig } from './oracle-config';
+import { chooseOracleCostBackend } from './oracle-cost-choice';
 
 export type OracleRouterOptions = Pick<OracleConfig, 'backends'> & Partial<Omit<OracleConfig, 'backends'>>;
 
@@ -38,8 +46,9 @@ export interface OracleBackendState {
 
 export interface OracleState {
   readonly backends: readonly OracleBackendState[];
-  /** Requests routed, by reason. */
-  readonly decisions: Readonly<Record<OracleReason, number>>;
+  readonly rule: OracleConfig['rule'];
+  /** Requests routed, by reason (`X-Router-Reason`). */
+  readonly decisions: Readonly<Record<string, number>>;
   /** /sim/match questions that got no usable answer in time. */
   readonly unansweredMatches: number;
 }
@@ -113,7 +122,11 @@ export async function startOracleRouter(options: OracleRouterOptions): Promise<O
   const bodyLimitBytes = options.bodyLimitBytes ?? 64 * 1024 * 1024;
   const backends = options.backends.map((url) => new OracleBackend(url));
   if (new Set(backends.map((backend) => backend.id)).size !== backends.length) throw new Error('oracle: two backends share a host:port');
-  const decisions: Record<OracleReason, number> = { 'cache-hit': 0, 'least-loaded': 0 };
+  const rule = options.rule ?? 'oracle';
+  // oracle-cost: cacheaware's parameters, checked by its table now (a bad value fails at start, not per request).
+  const costParams = rule === 'oracle-cost' ? oracleCostParams(options) : undefined;
+  const blockSizeBytes = options.blockSizeBytes ?? 256;
+  const decisions: Record<string, number> = rule === 'oracle' ? { 'cache-hit': 0, 'least-loaded': 0 } : {};
   let unansweredMatches = 0;
   let closing = false;
 
@@ -133,9 +146,13 @@ export async function startOracleRouter(options: OracleRouterOptions): Promise<O
     const matches = await Promise.all(backends.map((backend) => askSimMatch({ upstream: backend.pool, basePath: backend.basePath, body, timeoutMs: matchTimeoutMs, signal: abort.signal })));
     if (abort.signal.aborted) return;
     unansweredMatches += matches.filter((match) => match === null).length;
-    const choice = chooseOracleBackend(
-      backends.map((backend, index) => ({ backendId: backend.id, trueMatchTokens: matches[index]?.cachedTokens ?? null, inflight: backend.inflight, pendingPrefillTokens: backend.pendingPrefillTokens })),
-    );
+    const candidates: OracleCandidate[] = backends.map((backend, index) => ({
+      backendId: backend.id,
+      trueMatchTokens: matches[index]?.cachedTokens ?? null,
+      inflight: backend.inflight,
+      pendingPrefillTokens: backend.pendingPrefillTokens,
+    }));
+    const choice = costParams ? chooseByCost(body, matches, candidates, costParams, blockSizeBytes) : chooseOracleBackend(candidates);
     if (!choice) return sendError(response, 'ORACLE_ERR_NOT_READY', 'no backend');
     const index = backends.findIndex((backend) => backend.id === choice.backendId);
     const backend = backends[index] as OracleBackend;
@@ -143,7 +160,7 @@ export async function startOracleRouter(options: OracleRouterOptions): Promise<O
     const lease = backend.acquire(match ? Math.max(0, match.promptTokens - match.cachedTokens) : 0);
     // Not closed yet (checked above, nothing awaited since): released when it is, whichever way.
     response.once('close', lease.release);
-    decisions[choice.reason]++;
+    decisions[choice.reason] = (decisions[choice.reason] ?? 0) + 1;
 
     try {
       const upstream = await backend.pool.request({
@@ -189,6 +206,7 @@ export async function startOracleRouter(options: OracleRouterOptions): Promise<O
   function state(): OracleState {
     return {
       backends: backends.map((backend) => ({ id: backend.id, url: backend.url, inflight: backend.inflight, pendingPrefillTokens: backend.pendingPrefillTokens })),
+      rule,
       decisions: { ...decisions },
       unansweredMatches,
     };
@@ -223,6 +241,27 @@ export async function startOracleRouter(options: OracleRouterOptions): Promise<O
       await Promise.all(backends.map((backend) => backend.pool.destroy()));
     },
   };
+}
+
+/** oracle-cost's choice: the prompt's token count from the sims' answers, the head hash and max_tokens as the router reads them. */
+function chooseByCost(body: Buffer, matches: readonly (SimMatch | null)[], candidates: readonly OracleCandidate[], params: CacheAwareParams, blockSizeBytes: number) {
+  const promptTokens = Math.max(0, ...matches.map((match) => match?.promptTokens ?? 0));
+  const routing = routingFacts(body, blockSizeBytes);
+  return chooseOracleCostBackend({ model: routing.model, promptTokens, headHash: routing.headHash, maxTokens: routing.maxTokens, blockSizeBytes }, candidates, params);
+}
+
+/** The router's head hash (its first routing block) and max_tokens of a body; 0 and null for a body the router would not parse. */
+function routingFacts(body: Buffer, blockSizeBytes: number): { model: string; headHash: number; maxTokens: number | null } {
+  let json: unknown;
+  try {
+    json = JSON.parse(body.toString('utf8'));
+  } catch {
+    return { model: '', headHash: 0, maxTokens: null };
+  }
+  const parsed = json !== null && typeof json === 'object' && 'messages' in json ? ChatCompletionRequest.safeParse(json) : CompletionRequest.safeParse(json);
+  if (!parsed.success) return { model: '', headHash: 0, maxTokens: null };
+  const request = buildRoutingRequest(parsed.data, { blockSizeBytes, maxBlocks: 1 });
+  return { model: request.model, headHash: request.headHash, maxTokens: request.maxTokens ?? null };
 }
 
 async function readBody(request: IncomingMessage, limitBytes: number): Promise<Buffer> {
