@@ -18,6 +18,7 @@ export const SimConfig = z.object({
   engineVersion: z.enum(['v1', 'v0']).optional().describe('scheduler: v1 (chunked prefill, mixed steps) or v0 (prefill-only steps); default v0 for --metrics-dialect vllm-v0, else v1'),
   maxModelLen: z.coerce.number().int().positive().optional().describe("context limit in tokens (default: the profile's)"),
   numGpuBlocks: z.coerce.number().int().min(2).optional().describe("KV-cache capacity in 16-token blocks (default: the profile's)"),
+  cacheAt: z.enum(['schedule', 'step-end']).default('schedule').describe('when a computed KV block becomes a prefix-cache hit for other requests: schedule (as vLLM: when the step that computes it is scheduled, so a request scheduled later in the same step or after hits it) or step-end (when that step ends: the sim before issue 13, for comparison)'),
   defaultMaxTokens: z.coerce.number().int().positive().default(16).describe('output tokens when a request gives no max_tokens'),
   eosRandom: z.boolean().default(false).describe('end outputs at a random length ≤ max_tokens with finish_reason "stop" (unless ignore_eos)'),
   toolCallProbability: z.coerce.number().min(0).max(1).default(0.5).describe('chance that a chat request with tools and tool_choice "auto" (or none given) calls one; drawn from the prompt, so the same request always decides the same'),

@@ -33,6 +33,7 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
     version: config.engineVersion ?? (config.metricsDialect === 'vllm-v0' ? 'v0' : 'v1'),
     ...(config.maxModelLen === undefined ? {} : { maxModelLen: config.maxModelLen }),
     ...(config.numGpuBlocks === undefined ? {} : { numGpuBlocks: config.numGpuBlocks }),
+    cacheAt: config.cacheAt,
   });
   const loop = new EngineLoop(engine, deps.clock ?? realClock, config.timeScale);
   const faults = new FaultInjector(seededRandom(config.seed));

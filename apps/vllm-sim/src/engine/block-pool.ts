@@ -1,14 +1,20 @@
 import { BLOCK_SIZE_TOKENS } from './profiles';
 
 /**
- * The KV-cache block pool with automatic prefix caching, modelled on vLLM V1's BlockPool:
+ * The KV-cache block pool with automatic prefix caching, modelled on vLLM V1's BlockPool
+ * (`vllm/v1/core/block_pool.py`, read for this; see README "Cache timing"):
  * - `numGpuBlocks` blocks; block 0 is vLLM's reserved null block, so `numGpuBlocks − 1` are usable.
- * - A block is either referenced by running requests (pinned) or free. Free blocks sit in one queue,
- *   least recently freed at the head; allocation takes from the head and, if the block still holds
- *   a cached prefix, evicts that entry. So cached blocks are only lost when space is needed (LRU).
- * - A full block's chained hash is registered when its 16 tokens are computed; a later request whose
- *   prefix hashes to it reuses it (a hit pulls it out of the free queue).
- * - Freed requests return blocks in reverse order, so a prefix's tail is evicted before its head.
+ * - A block is either referenced by running requests (pinned) or free. Free blocks sit in one queue
+ *   whose head is evicted first; allocation takes from the head and, if the block still holds a
+ *   cached prefix, evicts that entry. So cached blocks are only lost when space is needed.
+ * - A full block's chained hash is registered by the engine (`cacheFullBlock`: when the step that
+ *   computes it is scheduled, or when it ends with `cacheAt: step-end`); a later request whose prefix
+ *   hashes to it reuses it (a hit pulls it out of the free queue).
+ * - No de-duplication, as vLLM: two blocks computed for the same prefix are both registered; a hit
+ *   takes the earliest registered one still cached, and evicting one leaves the other hittable.
+ * - Freed requests return blocks in reverse order (`release`): those holding a cached prefix join the
+ *   queue's tail, so a prefix's tail is evicted before its head and the least recently freed first;
+ *   those holding none (a partial last block) go to the head, reused before any cached block.
  * Invariant: freeCount + referenced blocks = numGpuBlocks − 1.
  */
 export class KvBlock {
@@ -23,7 +29,10 @@ export class KvBlock {
 
 export class BlockPool {
   private readonly blocks: KvBlock[];
+  /** Hash → the earliest registered block still cached under it (the one a hit takes). */
   private readonly cachedByHash = new Map<number, KvBlock>();
+  /** Hash → later blocks registered under the same hash, oldest first (rare: see cacheFullBlock). */
+  private readonly duplicatesByHash = new Map<number, KvBlock[]>();
   private head: KvBlock | null = null;
   private tail: KvBlock | null = null;
   private freeBlocks = 0;
@@ -49,6 +58,7 @@ export class BlockPool {
     return this.freeBlocks;
   }
 
+  /** Distinct cached prefixes (vLLM's `len(cached_block_hash_to_block)`); duplicates not counted. */
   get cachedBlockCount(): number {
     return this.cachedByHash.size;
   }
@@ -94,8 +104,7 @@ export class BlockPool {
       const block = this.head as KvBlock;
       this.removeFree(block);
       if (block.hash !== null) {
-        this.cachedByHash.delete(block.hash);
-        block.hash = null;
+        this.uncache(block, block.hash);
         this.evictions++;
       }
       block.refCount = 1;
@@ -104,26 +113,64 @@ export class BlockPool {
     return taken;
   }
 
-  /** Registers a full block under its chained hash. If that prefix is already cached elsewhere, keeps the first. */
+  /**
+   * Registers a full block under its chained hash. A block already registered (a hit) is left alone.
+   * If another block already holds this prefix, both stay registered (vLLM does not de-duplicate, so
+   * that block tables stay append-only): it happens when a fully cached prompt recomputes its last
+   * block, or when two identical sequences fill the same generated block.
+   */
   cacheFullBlock(block: KvBlock, hash: number): void {
-    if (block.hash !== null || this.cachedByHash.has(hash)) return;
+    if (block.hash !== null) return;
     block.hash = hash;
-    this.cachedByHash.set(hash, block);
+    if (!this.cachedByHash.has(hash)) {
+      this.cachedByHash.set(hash, block);
+      return;
+    }
+    const duplicates = this.duplicatesByHash.get(hash);
+    if (duplicates) duplicates.push(block);
+    else this.duplicatesByHash.set(hash, [block]);
   }
 
-  /** Drops one reference on each block; blocks that reach zero join the free queue tail in reverse order. */
+  /**
+   * Drops one reference on each of a request's blocks (given in request order), tail first, as vLLM's
+   * `KVCacheManager.free` + `BlockPool.free_blocks` do. Blocks that reach zero join the free queue:
+   * cached ones at the tail, last block first, so a prefix's tail is evicted before its head; uncached
+   * ones at the head, reused before any cached block since they hold nothing to hit.
+   */
   release(blocks: readonly KvBlock[]): void {
+    const fresh: KvBlock[] = [];
     for (let i = blocks.length - 1; i >= 0; i--) {
       const block = blocks[i] as KvBlock;
       block.refCount--;
-      if (block.refCount === 0) this.appendFree(block);
+      if (block.refCount !== 0) continue;
+      if (block.hash === null) fresh.push(block);
+      else this.appendFree(block);
     }
+    // The first fresh block freed ends up at the head.
+    for (let i = fresh.length - 1; i >= 0; i--) this.prependFree(fresh[i] as KvBlock);
   }
 
   /** Forgets every cached prefix (vLLM's reset_prefix_cache); referenced blocks stay allocated. */
   resetCache(): void {
     for (const block of this.cachedByHash.values()) block.hash = null;
+    for (const duplicates of this.duplicatesByHash.values()) for (const block of duplicates) block.hash = null;
     this.cachedByHash.clear();
+    this.duplicatesByHash.clear();
+  }
+
+  /** Removes `block` from the cache; if it was the block hits take, the next registered copy takes over. */
+  private uncache(block: KvBlock, hash: number): void {
+    block.hash = null;
+    const duplicates = this.duplicatesByHash.get(hash);
+    if (this.cachedByHash.get(hash) === block) {
+      const next = duplicates?.shift();
+      if (next) this.cachedByHash.set(hash, next);
+      else this.cachedByHash.delete(hash);
+    } else if (duplicates) {
+      const index = duplicates.indexOf(block);
+      if (index !== -1) duplicates.splice(index, 1);
+    }
+    if (duplicates && duplicates.length === 0) this.duplicatesByHash.delete(hash);
   }
 
   private appendFree(block: KvBlock): void {
@@ -133,6 +180,16 @@ export class BlockPool {
     if (this.tail) this.tail.next = block;
     else this.head = block;
     this.tail = block;
+    this.freeBlocks++;
+  }
+
+  private prependFree(block: KvBlock): void {
+    block.inFreeQueue = true;
+    block.prev = null;
+    block.next = this.head;
+    if (this.head) this.head.prev = block;
+    else this.tail = block;
+    this.head = block;
     this.freeBlocks++;
   }
 

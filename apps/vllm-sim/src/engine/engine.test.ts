@@ -1,54 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { Engine, type Sequence, type SequenceSpec } from './engine';
+import { Engine, type Sequence } from './engine';
+import { runToIdle, traced as spec, type Trace } from './engine-test-support';
 import { syntheticTokenPrompt as prompt } from '@kvroute/workloads';
 import { getProfile, type EngineProfile } from './profiles';
-
-/** Drives the engine on its own simulated timeline (no sleeping) until it runs out of work. */
-function runToIdle(engine: Engine, startMs = 0): number {
-  let now = startMs;
-  for (let guard = 0; guard < 1_000_000; guard++) {
-    const plan = engine.planStep(now);
-    if (!plan) {
-      const readyAt = engine.nextReadyAtMs();
-      if (readyAt === null) return now;
-      now = Math.max(now, readyAt);
-      continue;
-    }
-    engine.completeStep(plan);
-    now = plan.startMs + plan.durationMs;
-  }
-  throw new Error('engine did not go idle');
-}
-
-interface Trace {
-  ttftMs?: number;
-  finishedAtMs?: number;
-  reason?: string;
-  tokens: number;
-}
-
-let nextId = 0;
-function spec(promptTokens: number[], outputTokens: number, trace: Trace, salt?: string): SequenceSpec {
-  return {
-    id: `r${nextId++}`,
-    promptTokens,
-    outputTokens,
-    finishReason: 'length',
-    outputTokenAt: (index) => 50_000 + index,
-    maxTokensParam: outputTokens,
-    ...(salt === undefined ? {} : { cacheSalt: salt }),
-    listener: {
-      onToken(sequence: Sequence, index, nowMs) {
-        trace.tokens++;
-        if (index === 0) trace.ttftMs = nowMs - sequence.arrivalMs;
-      },
-      onFinish(_sequence, reason, nowMs) {
-        trace.reason = reason;
-        trace.finishedAtMs = nowMs;
-      },
-    },
-  };
-}
 
 function runOne(engine: Engine, tokens: number[], outputTokens = 1, startMs = 0): { trace: Trace; sequence: Sequence; endMs: number } {
   const trace: Trace = { tokens: 0 };

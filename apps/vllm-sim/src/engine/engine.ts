@@ -19,9 +19,22 @@ import { computeStepMs, type PrefillChunk } from './step-time';
  *   requests are admitted in a step that preempted.
  * - V0 (vLLM 0.6.x): a step is either prefills (every admissible waiting prompt, whole) or decodes;
  *   prefills win, so running streams stall while new prompts prefill. 1 % of blocks are kept free.
+ *
+ * When a computed block becomes hittable (`cacheAt`, README "Cache timing"):
+ * - `schedule` (default, as vLLM): the full blocks a request will compute in a step are registered
+ *   as it is scheduled, before the step runs (V1: `KVCacheManager.allocate_slots` → `cache_blocks`,
+ *   up to min(computed + scheduled, tokens so far)), so a request scheduled later in the same pass or
+ *   in a later step hits them; a long prompt under chunked prefill becomes hittable chunk by chunk.
+ *   V0 registers them at the end of the scheduling pass (`mark_blocks_as_computed`): no hits within
+ *   the pass, all of them from the next step on.
+ * - `step-end` (the sim's earlier behaviour, for comparison): registered when the step that computes
+ *   them ends, so a request admitted in the same step as the chunk that computes its prefix misses it.
  */
 
 export type EngineVersion = 'v1' | 'v0';
+
+/** When a computed block's hash enters the prefix cache; see the header. */
+export type CacheAt = 'schedule' | 'step-end';
 
 export interface SequenceListener {
   /** A new output token (index from 0). `nowMs` is simulated time. */
@@ -56,6 +69,8 @@ export class Sequence {
   blocks: KvBlock[] = [];
   /** Tokens whose KV is computed (cache hits included). */
   numComputed = 0;
+  /** Leading blocks registered in the prefix cache (hits included); vLLM's `num_cached_block`. */
+  registeredBlocks = 0;
   outputCount = 0;
   /** Prompt tokens served from the prefix cache at first admission (`cached_tokens`). */
   cachedTokens: number | null = null;
@@ -107,12 +122,15 @@ export interface EngineOptions {
   readonly maxModelLen?: number;
   /** Overrides the profile's KV capacity. */
   readonly numGpuBlocks?: number;
+  /** When computed blocks become hittable (default `schedule`, as vLLM). */
+  readonly cacheAt?: CacheAt;
 }
 
 export class Engine {
   readonly pool: BlockPool;
   readonly stats: EngineStats;
   readonly maxModelLen: number;
+  readonly cacheAt: CacheAt;
   private readonly waiting: Sequence[] = [];
   private readonly running: Sequence[] = [];
   private admissions = 0;
@@ -121,6 +139,7 @@ export class Engine {
 
   constructor(private readonly options: EngineOptions) {
     this.maxModelLen = options.maxModelLen ?? options.profile.maxModelLen;
+    this.cacheAt = options.cacheAt ?? 'schedule';
     this.pool = new BlockPool(options.numGpuBlocks ?? options.profile.numGpuBlocks);
     this.stats = new EngineStats(this.maxModelLen);
   }
@@ -197,7 +216,7 @@ export class Engine {
     return { startMs, durationMs, work };
   }
 
-  /** Applies a planned step at its end time: computes KV, caches full blocks, emits tokens, finishes sequences. */
+  /** Applies a planned step at its end time: computes KV, caches full blocks (`step-end`), emits tokens, finishes sequences. */
   completeStep(plan: StepPlan): void {
     const endMs = plan.startMs + plan.durationMs;
     const stepSeconds = plan.durationMs / 1000;
@@ -211,9 +230,8 @@ export class Engine {
       iterationTokens += tokens;
       if (sequence.status !== 'running') continue;
       if (!isDecode(sequence, tokens)) prefilled = true;
-      const before = sequence.numComputed;
       sequence.numComputed += tokens;
-      this.cacheCompletedBlocks(sequence, before);
+      if (this.cacheAt === 'step-end') this.registerFullBlocks(sequence, sequence.numComputed);
       if (sequence.numComputed !== sequence.tokens.length) continue;
       if (sequence.outputCount === 0) this.emitToken(sequence, endMs);
       else decodeTokens.push(sequence);
@@ -243,6 +261,7 @@ export class Engine {
       if (tokens > 0 && this.growOrPreempt(sequence, tokens)) {
         work.push({ sequence, tokens });
         budget -= tokens;
+        this.registerScheduled(sequence, tokens);
       }
       index++;
     }
@@ -254,6 +273,7 @@ export class Engine {
       if (tokens === null) break;
       work.push({ sequence, tokens });
       budget -= tokens;
+      this.registerScheduled(sequence, tokens);
     }
     return work;
   }
@@ -270,11 +290,14 @@ export class Engine {
       work.push({ sequence, tokens });
       budget -= tokens;
     }
-    if (work.length > 0) return work;
-    for (let index = 0; index < this.running.length; index++) {
-      const sequence = this.running[index] as Sequence;
-      if (this.growOrPreempt(sequence, 1)) work.push({ sequence, tokens: 1 });
+    if (work.length === 0) {
+      for (let index = 0; index < this.running.length; index++) {
+        const sequence = this.running[index] as Sequence;
+        if (this.growOrPreempt(sequence, 1)) work.push({ sequence, tokens: 1 });
+      }
     }
+    // V0 marks the scheduled blocks computed once the whole batch is built (no hits within the pass).
+    for (const { sequence, tokens } of work) this.registerScheduled(sequence, tokens);
     return work;
   }
 
@@ -298,6 +321,7 @@ export class Engine {
     const fresh = this.pool.allocate(neededBlocks) as KvBlock[];
     sequence.blocks = cached.concat(fresh);
     sequence.numComputed = hitTokens;
+    sequence.registeredBlocks = hitBlocks;
     sequence.status = 'running';
     sequence.admissionOrder = ++this.admissions;
     if (sequence.cachedTokens === null) sequence.cachedTokens = hitTokens;
@@ -336,20 +360,29 @@ export class Engine {
     this.pool.release(sequence.blocks);
     sequence.blocks = [];
     sequence.numComputed = 0;
+    sequence.registeredBlocks = 0;
     sequence.status = 'waiting';
     this.stats.preemptions++;
     this.waiting.unshift(sequence);
   }
 
-  private cacheCompletedBlocks(sequence: Sequence, computedBefore: number): void {
-    const firstBlock = Math.floor(computedBefore / BLOCK_SIZE_TOKENS);
-    const lastFullBlock = Math.floor(sequence.numComputed / BLOCK_SIZE_TOKENS);
-    if (lastFullBlock <= firstBlock) return;
-    sequence.hashBlocksUpTo(sequence.numComputed);
-    for (let block = firstBlock; block < lastFullBlock; block++) {
+  /** `schedule` mode: registers the full blocks that `tokens` more scheduled tokens will complete. */
+  private registerScheduled(sequence: Sequence, tokens: number): void {
+    if (this.cacheAt !== 'schedule') return;
+    // vLLM caps at the tokens that exist (num_tokens, no draft tokens); here that cap never binds.
+    this.registerFullBlocks(sequence, Math.min(sequence.numComputed + tokens, sequence.tokens.length));
+  }
+
+  /** Registers every full block of the first `tokenCount` tokens not yet registered. */
+  private registerFullBlocks(sequence: Sequence, tokenCount: number): void {
+    const fullBlocks = Math.floor(tokenCount / BLOCK_SIZE_TOKENS);
+    if (fullBlocks <= sequence.registeredBlocks) return;
+    sequence.hashBlocksUpTo(tokenCount);
+    for (let block = sequence.registeredBlocks; block < fullBlocks; block++) {
       const kvBlock = sequence.blocks[block];
       if (kvBlock) this.pool.cacheFullBlock(kvBlock, sequence.blockHashes[block] as number);
     }
+    sequence.registeredBlocks = fullBlocks;
   }
 
   private emitToken(sequence: Sequence, nowMs: number): void {
