@@ -9,7 +9,18 @@ import { OutputText } from '../text/output-text';
 import type { PreparedPrompt } from './prepare-prompts';
 import type { ResponseLatency } from './response-latency';
 import { ChoiceTurn, pieceDelta, type TurnPlan } from './agent-turn';
-import { buildUsage, chatDeltaChunk, chatRoleChunk, completeResponse, createDeltaEventEncoder, usageChunk, type EndpointKind, type ResponseIdentity } from './response-format';
+import {
+  buildUsage,
+  chatDeltaChunk,
+  chatRoleChunk,
+  completeResponse,
+  createDeltaEventEncoder,
+  SIM_SYSTEM_FINGERPRINT,
+  terminalFingerprintOf,
+  usageChunk,
+  type EndpointKind,
+  type ResponseIdentity,
+} from './response-format';
 
 export type CachedTokensReporting = 'off' | 'on-hit' | 'always';
 
@@ -46,6 +57,7 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
     id: `${request.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`,
     created: Math.floor(Date.now() / 1000),
     model: request.model,
+    systemFingerprint: SIM_SYSTEM_FINGERPRINT,
   };
   const choices = request.prompts.map((prompt) => {
     const output = new OutputText(deps.seed, prompt.tokens);
@@ -64,7 +76,8 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
   const send = (payload: object): void => {
     response.write(encodeSseData(JSON.stringify(payload)));
   };
-  const encodeDelta = createDeltaEventEncoder(request.kind, identity);
+  const terminalFingerprint = terminalFingerprintOf(identity, request.includeUsage);
+  const encodeDelta = createDeltaEventEncoder(request.kind, identity, terminalFingerprint);
 
   const finishResponse = (): void => {
     const usage = buildUsage({
@@ -134,7 +147,7 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
           pieces.forEach((turnPiece, pieceIndex) => {
             const finish = isLast && pieceIndex === pieces.length - 1 ? choice.turn.finishReason(choice.endReason) : null;
             if (turnPiece.kind === 'content') response.write(encodeDelta(index, turnPiece.text, finish));
-            else send(chatDeltaChunk(identity, index, pieceDelta(turnPiece), finish));
+            else send(chatDeltaChunk(identity, index, pieceDelta(turnPiece), finish, terminalFingerprint));
           });
         }
         if (dropAfterFirstToken) {
