@@ -26,6 +26,8 @@ export interface EngineMetrics {
   readonly waiting: number | null;
   /** Preemptions since the engine started (a counter). */
   readonly preemptionsTotal: number | null;
+  /** Output tokens generated since the engine started (a counter; every engine has one). */
+  readonly generationTokensTotal: number | null;
   /** Prompt tokens (or blocks, see `prefixCacheCounterUnit`) looked up in the prefix cache since start. */
   readonly prefixCacheQueriesTotal: number | null;
   /** Of those, found in the prefix cache. */
@@ -37,6 +39,12 @@ export interface EngineMetrics {
    * since start; SGLang the last prefill batch's hit rate. Prefer `hitRateOverInterval` on the counters.
    */
   readonly prefixCacheHitRate: number | null;
+  /**
+   * ms since the Unix epoch when the engine's process started, from `process_start_time_seconds`
+   * (prometheus_client's process collector, on its default registry only: vLLM V1 with one API server;
+   * vLLM V0's and SGLang's multiprocess registries, and llama.cpp, do not print it). Rounded to the ms.
+   */
+  readonly engineStartedAtMs: number | null;
 }
 
 export type EngineMetricsErrorCode = 'ENGINE_METRICS_ERR_UNKNOWN_ENGINE';

@@ -9,10 +9,12 @@ const scrape = (overrides: Partial<EngineMetrics>): EngineMetrics => ({
   running: 0,
   waiting: 0,
   preemptionsTotal: 0,
+  generationTokensTotal: 300,
   prefixCacheQueriesTotal: 1000,
   prefixCacheHitsTotal: 400,
   prefixCacheCounterUnit: 'tokens',
   prefixCacheHitRate: null,
+  engineStartedAtMs: null,
   ...overrides,
 });
 

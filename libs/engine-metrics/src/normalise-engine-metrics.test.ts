@@ -18,10 +18,12 @@ describe('parseEngineMetrics: vLLM V1', () => {
       running: 8,
       waiting: 1,
       preemptionsTotal: 5,
+      generationTokensTotal: 310_422 + 188_104,
       prefixCacheQueriesTotal: 2_417_733 + 1_000_000,
       prefixCacheHitsTotal: 1_200_000 + 250_000,
       prefixCacheCounterUnit: 'tokens',
       prefixCacheHitRate: null,
+      engineStartedAtMs: 1_761_204_391_270,
     });
   });
 
@@ -34,10 +36,12 @@ describe('parseEngineMetrics: vLLM V1', () => {
       running: 4,
       waiting: null,
       preemptionsTotal: null,
+      generationTokensTotal: null,
       prefixCacheQueriesTotal: null,
       prefixCacheHitsTotal: null,
       prefixCacheCounterUnit: null,
       prefixCacheHitRate: null,
+      engineStartedAtMs: null,
     });
     for (const value of Object.values(metrics)) if (typeof value === 'number') expect(Number.isFinite(value)).toBe(true);
   });
@@ -86,10 +90,12 @@ describe('parseEngineMetrics: vLLM V0', () => {
       running: 12,
       waiting: 6,
       preemptionsTotal: 17,
+      generationTokensTotal: null,
       prefixCacheQueriesTotal: null,
       prefixCacheHitsTotal: null,
       prefixCacheCounterUnit: null,
       prefixCacheHitRate: 0.9137,
+      engineStartedAtMs: null,
     });
   });
 
@@ -108,10 +114,12 @@ describe('parseEngineMetrics: SGLang', () => {
       running: 6,
       waiting: 7,
       preemptionsTotal: null,
+      generationTokensTotal: null,
       prefixCacheQueriesTotal: 50_000,
       prefixCacheHitsTotal: 30_000,
       prefixCacheCounterUnit: 'tokens',
       prefixCacheHitRate: 0.4,
+      engineStartedAtMs: null,
     });
   });
 
@@ -122,8 +130,9 @@ describe('parseEngineMetrics: SGLang', () => {
       'sglang:prompt_tokens_total{model_name="m"} 1000.0',
       'sglang:cached_tokens_total{cache_source="device",model_name="m"} 600.0',
       'sglang:cached_tokens_total{cache_source="host",model_name="m"} 100.0',
+      'sglang:generation_tokens_total{model_name="m"} 250.0',
     ].join('\n');
-    expect(parseEngineMetrics(text)).toMatchObject({ preemptionsTotal: 3, prefixCacheQueriesTotal: 1000, prefixCacheHitsTotal: 700 });
+    expect(parseEngineMetrics(text)).toMatchObject({ preemptionsTotal: 3, prefixCacheQueriesTotal: 1000, prefixCacheHitsTotal: 700, generationTokensTotal: 250 });
   });
 
   it('falls back to the rounded token_usage gauge without the token counts', () => {
@@ -146,10 +155,12 @@ describe('parseEngineMetrics: llama.cpp', () => {
       running: 2,
       waiting: 1,
       preemptionsTotal: null,
+      generationTokensTotal: 91_432,
       prefixCacheQueriesTotal: null,
       prefixCacheHitsTotal: null,
       prefixCacheCounterUnit: null,
       prefixCacheHitRate: null,
+      engineStartedAtMs: null,
     });
   });
 
@@ -163,6 +174,21 @@ describe('parseEngineMetrics: llama.cpp', () => {
     const body = [...slots, { id: 2, n_ctx: 'big', is_processing: true }, null, 7];
     expect(normaliseEngineMetrics(parsePrometheusText(''), { llamaCppSlots: body })).toMatchObject({ engine: 'llamacpp', running: 1, waiting: null, kvCapacityTokens: 16_384 });
     expect(parseEngineMetrics('', { engine: 'llamacpp', llamaCppSlots: { not: 'an array' } })).toMatchObject({ running: null, kvCapacityTokens: null });
+  });
+});
+
+describe('parseEngineMetrics: process start time', () => {
+  it('reads process_start_time_seconds for any engine, in ms, and the newest of several series', () => {
+    expect(parseEngineMetrics('process_start_time_seconds 1.76120439127e+09\nsglang:num_running_reqs{model_name="m"} 1.0').engineStartedAtMs).toBe(1_761_204_391_270);
+    const merged = 'process_start_time_seconds{pid="1"} 1.7e+09\nprocess_start_time_seconds{pid="2"} 1.7000000125e+09\nvllm:num_requests_running{engine="0",model_name="m"} 0.0';
+    expect(parseEngineMetrics(merged).engineStartedAtMs).toBe(1_700_000_012_500);
+  });
+
+  it('is unknown when absent, not a positive finite number', () => {
+    for (const value of ['NaN', '+Inf', '0.0', '-5.0']) {
+      expect(parseEngineMetrics(`process_start_time_seconds ${value}\nllamacpp:requests_processing 1`).engineStartedAtMs).toBeNull();
+    }
+    expect(parseEngineMetrics(vllmV0).engineStartedAtMs).toBeNull();
   });
 });
 

@@ -39,10 +39,13 @@ describe('vllm-sim expositions', () => {
       running: 3,
       waiting: 3,
       preemptionsTotal: 0,
+      generationTokensTotal: 270,
       prefixCacheQueriesTotal: 1985,
       prefixCacheHitsTotal: 384,
       prefixCacheCounterUnit: 'tokens',
       prefixCacheHitRate: null,
+      // The sim prints its start as process_start_time_seconds, as vLLM V1 with one API server does.
+      engineStartedAtMs: 1_795_974_452_297,
     });
     expect(metrics).toMatchObject({
       kvUsage: vllmState.kv_cache_usage,
@@ -64,9 +67,11 @@ describe('vllm-sim expositions', () => {
       running: 3,
       waiting: 3,
       preemptionsTotal: 0,
+      generationTokensTotal: 266,
       prefixCacheQueriesTotal: null,
       prefixCacheHitsTotal: null,
       prefixCacheCounterUnit: null,
+      engineStartedAtMs: null,
       // Block hit rate: 24 hit blocks of 123 full blocks looked up.
       prefixCacheHitRate: 0.1951219512195122,
     });
@@ -84,11 +89,14 @@ describe('vllm-sim expositions', () => {
       running: 3,
       waiting: 3,
       preemptionsTotal: null,
+      // Like prompt_tokens_total, counted when a request finishes (2 × 4 tokens).
+      generationTokensTotal: 8,
       // prompt_tokens_total counts finished requests only (2 × 391 tokens).
       prefixCacheQueriesTotal: 782,
       prefixCacheHitsTotal: 384,
       prefixCacheCounterUnit: 'tokens',
       prefixCacheHitRate: 0,
+      engineStartedAtMs: null,
     });
     // The sim's pool has num_gpu_blocks − 1 usable blocks.
     expect(metrics).toMatchObject({ kvUsage: sglangState.kv_cache_usage, kvCapacityTokens: (sglangState.num_gpu_blocks - 1) * 16 });
@@ -102,10 +110,12 @@ describe('vllm-sim expositions', () => {
       running: 3,
       waiting: 3,
       preemptionsTotal: null,
+      generationTokensTotal: 270,
       prefixCacheQueriesTotal: null,
       prefixCacheHitsTotal: null,
       prefixCacheCounterUnit: null,
       prefixCacheHitRate: null,
+      engineStartedAtMs: null,
     });
     expect(parseEngineMetrics(llamaCppProm)).toMatchObject({ kvCapacityTokens: null, running: llamaCppState.running, waiting: llamaCppState.waiting });
   });

@@ -5,7 +5,7 @@ export interface MetricsSource {
   readonly engine: Engine;
   /** First served model name (vLLM and SGLang `model_name` label). */
   readonly modelName: string;
-  /** Simulator start, unix seconds (vLLM V1 `_created` families). */
+  /** Simulator start, unix seconds (vLLM V1 `_created` families and `process_start_time_seconds`). */
   readonly startedAtUnixSeconds: number;
   /** llama.cpp dialect: parallel slots (`--parallel`), capped to the profile's max_num_seqs. Default: max_num_seqs. */
   readonly slots?: number;

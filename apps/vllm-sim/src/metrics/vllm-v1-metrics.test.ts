@@ -53,6 +53,7 @@ const CACHE_CONFIG_LABELS = [
 
 function expectedShapes(): Map<string, { type: string; labelNames: string[] }> {
   const shapes = new Map<string, { type: string; labelNames: string[] }>();
+  shapes.set('process_start_time_seconds', { type: 'GAUGE', labelNames: [] });
   for (const name of ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc']) shapes.set(name, { type: 'GAUGE', labelNames: BASE });
   for (const [base, labelNames] of COUNTERS) {
     shapes.set(`${base}_total`, { type: 'COUNTER', labelNames });
@@ -104,6 +105,18 @@ describe('vLLM V1 /metrics', () => {
       ].flatMap((base) => ['_sum', '_bucket', '_count'].map((suffix) => `vllm:${base}${suffix}`)),
     ];
     for (const name of expected) expect(names, name).toContain(name);
+  });
+
+  it('opens with the process start time, as the process collector of prometheus_client prints it', () => {
+    // Start 1.7612044183526373e+09 s (metrics-test-support), Python float repr in Go style.
+    expect(text.startsWith(
+      [
+        '# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.',
+        '# TYPE process_start_time_seconds gauge',
+        'process_start_time_seconds 1.7612044183526373e+09',
+        '# HELP vllm:num_requests_running ',
+      ].join('\n'),
+    )).toBe(true);
   });
 
   it('prints labels sorted, le between engine and model_name', () => {

@@ -11,6 +11,11 @@ import { PythonClientExposition, type LabelSet } from './python-client-expositio
  * in 0.11 but still shown, is present with the same observations as `inter_token_latency_seconds`.
  * Optional families (LoRA, speculative decoding, multimodal cache, KV connector) are absent, as on a
  * plain text-model server.
+ *
+ * One API server serves prometheus_client's default registry, whose own collectors print first:
+ * `python_gc_*`, `python_info`, then the process collector's `process_*` families. Of those only
+ * `process_start_time_seconds` is rendered (the simulator's start: a restarted sim shows a new one,
+ * as a restarted vLLM does); the others would describe the Node process, not an engine.
  */
 export function renderVllmV1Metrics(source: MetricsSource): string {
   const { engine, modelName } = source;
@@ -19,6 +24,7 @@ export function renderVllmV1Metrics(source: MetricsSource): string {
   const labels: LabelSet = { model_name: modelName, engine: '0' };
   const one = (value: number) => [{ labels, value }];
 
+  out.gauge('process_start_time_seconds', 'Start time of the process since unix epoch in seconds.', [{ labels: {}, value: source.startedAtUnixSeconds }]);
   out.gauge('vllm:num_requests_running', 'Number of requests in model execution batches.', one(engine.runningCount));
   out.gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', one(engine.waitingCount));
   // 1 − free / (num_gpu_blocks − 1); evictable cached blocks count as free.

@@ -1,4 +1,5 @@
 import type { EngineMetrics } from '../engine-metrics';
+import { engineStartedAtMs } from '../process-start-time';
 import { clampRatio, type SeriesReader } from '../series-reader';
 
 /**
@@ -15,6 +16,8 @@ export const LLAMACPP_METRIC_NAMES = {
   waiting: 'llamacpp:requests_deferred',
   kvUsage: 'llamacpp:kv_cache_usage_ratio',
   kvTokens: 'llamacpp:kv_cache_tokens',
+  /** Output tokens generated since start. */
+  generationTokens: 'llamacpp:tokens_predicted_total',
 } as const;
 
 const N = LLAMACPP_METRIC_NAMES;
@@ -58,9 +61,12 @@ export function normaliseLlamaCpp(series: SeriesReader, slotsBody: unknown): Eng
     running: series.sum(N.running) ?? busySlots,
     waiting: series.sum(N.waiting),
     preemptionsTotal: null,
+    generationTokensTotal: series.sum(N.generationTokens),
     prefixCacheQueriesTotal: null,
     prefixCacheHitsTotal: null,
     prefixCacheCounterUnit: null,
     prefixCacheHitRate: null,
+    // llama.cpp prints no process metrics; read anyway, as for every engine.
+    engineStartedAtMs: engineStartedAtMs(series),
   };
 }

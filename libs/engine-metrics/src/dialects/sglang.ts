@@ -1,4 +1,5 @@
 import type { EngineMetrics } from '../engine-metrics';
+import { engineStartedAtMs } from '../process-start-time';
 import { clampRatio, type SeriesReader } from '../series-reader';
 
 /**
@@ -24,6 +25,8 @@ export const SGLANG_METRIC_NAMES = {
   promptTokens: 'sglang:prompt_tokens_total',
   /** Of those, served from the radix cache: the prefix-cache hits (newer: one series per `cache_source`, summed). */
   cachedTokens: 'sglang:cached_tokens_total',
+  /** Output tokens of finished requests. */
+  generationTokens: 'sglang:generation_tokens_total',
   /**
    * Newer SGLang: histogram of retractions (SGLang's preemptions) per finished request; its `_sum` only
    * grows, so it serves as the preemption counter (it counts a retraction when its request finishes).
@@ -49,9 +52,11 @@ export function normaliseSglang(series: SeriesReader): EngineMetrics {
     running: series.sum(N.running),
     waiting: series.sum(N.waiting),
     preemptionsTotal: series.sum(N.retractionsSum),
+    generationTokensTotal: series.sum(N.generationTokens),
     prefixCacheQueriesTotal: counted ? queries : null,
     prefixCacheHitsTotal: counted ? hits : null,
     prefixCacheCounterUnit: counted ? 'tokens' : null,
     prefixCacheHitRate: clampRatio(series.mean(N.cacheHitRate)),
+    engineStartedAtMs: engineStartedAtMs(series),
   };
 }

@@ -1,4 +1,5 @@
 import type { EngineMetrics } from '../engine-metrics';
+import { engineStartedAtMs } from '../process-start-time';
 import { clampRatio, type SeriesReader } from '../series-reader';
 
 /**
@@ -28,6 +29,7 @@ export const VLLM_METRIC_NAMES = {
   /** V0: cumulative block hit rate since start, -1 with prefix caching off. */
   prefixHitRate: 'vllm:gpu_prefix_cache_hit_rate',
   preemptions: 'vllm:num_preemptions_total',
+  generationTokens: 'vllm:generation_tokens_total',
   /** Value 1; CacheConfig fields as string labels, one series per `engine` (V0: a single series). */
   cacheConfig: 'vllm:cache_config_info',
 } as const;
@@ -45,8 +47,10 @@ export function normaliseVllm(series: SeriesReader, engine: 'vllm' | 'vllm-v0'):
     running: series.sum(N.running),
     waiting: waiting === null ? null : waiting + (swapped ?? 0),
     preemptionsTotal: series.sum(N.preemptions),
+    generationTokensTotal: series.sum(N.generationTokens),
     ...counters,
     prefixCacheHitRate: v0HitRate(series),
+    engineStartedAtMs: engineStartedAtMs(series),
   };
 }
 
