@@ -3,6 +3,10 @@
  *
  * - Sessions run closed loop: a session's turn t is sent `thinkMs` after turn t−1's reply ended and
  *   carries the whole conversation so far, with the replies the backends really gave.
+ * - Agent sessions too, request by request: each tool round's streamed call (its id, name and
+ *   arguments, read from the SSE events) goes into the next request with the round's tool result; a
+ *   round that brought no call (failed, or a stream without one, recorded as an error) goes on with its
+ *   placeholder call, a failed answer with its placeholder answer, so the conversation stays well-formed.
  * - Events (poisson, traces) run open loop: each is sent at its arrival offset whatever is in flight,
  *   up to `maxInflight` (beyond it an arrival waits for a slot, so a saturated cluster cannot make the
  *   client open sockets without bound).
@@ -11,9 +15,9 @@
  * - After `maxRunMs` nothing new is sent; what is in flight finishes.
  */
 import type { Agent } from 'undici';
-import { sessionMessages, type RequestEvent, type Session } from '../workloads';
+import { agentRequest, agentRequestCount, sessionMessages, type AgentSession, type AgentTurnTranscript, type RequestEvent, type Session, type WorkloadToolCall } from '../workloads';
 import type { Workload } from './scenario';
-import { sendStreaming, type RunRequestRecord, type SendInput } from './request-client';
+import { sendStreaming, type RunRequestRecord, type SendInput, type SendResult } from './request-client';
 
 export interface DriveClock {
   /** Monotonic ms. */
@@ -47,7 +51,14 @@ export interface DriveResult {
 }
 
 export function requestCount(workload: Workload): number {
-  return workload.kind === 'sessions' ? workload.sessions.reduce((sum, session) => sum + session.steps.length, 0) : workload.events.length;
+  switch (workload.kind) {
+    case 'sessions':
+      return workload.sessions.reduce((sum, session) => sum + session.steps.length, 0);
+    case 'agentic':
+      return workload.sessions.reduce((sum, session) => sum + agentRequestCount(session), 0);
+    case 'events':
+      return workload.events.length;
+  }
 }
 
 export async function driveWorkload(workload: Workload, options: DriveOptions): Promise<DriveResult> {
@@ -58,15 +69,17 @@ export async function driveWorkload(workload: Workload, options: DriveOptions): 
   let skipped = 0;
   const deadlinePassed = (): boolean => clock.now() - start >= options.maxRunMs;
 
-  const send = async (id: string, body: SendInput['body'], maxTokens: number): Promise<string> => {
+  /** `expectsToolCall`: a 2xx stream without a call is recorded with an error (the conversation cannot use it). */
+  const send = async (id: string, body: SendInput['body'], maxTokens: number, expectsToolCall = false): Promise<SendResult> => {
     const router = nextRouter;
     nextRouter = (nextRouter + 1) % options.routers.length;
     const sentAtMs = clock.now() - start;
-    const { record, text } = await sendStreaming(options.agent, { baseUrl: options.routers[router] as string, model: options.model, body, maxTokens, extraBody: options.extraBody }, () => clock.now());
-    const full: RunRequestRecord = { id, router, sentAtMs, ...record };
+    const result = await sendStreaming(options.agent, { baseUrl: options.routers[router] as string, model: options.model, body, maxTokens, extraBody: options.extraBody }, () => clock.now());
+    const missingCall = expectsToolCall && result.record.error === undefined && result.toolCalls.length === 0;
+    const full: RunRequestRecord = { id, router, sentAtMs, ...result.record, ...(missingCall ? { error: 'the stream carried no tool call' } : {}) };
     requests.push(full);
     options.onDone?.(full);
-    return text;
+    return result;
   };
 
   if (workload.kind === 'sessions') {
@@ -79,12 +92,36 @@ export async function driveWorkload(workload: Workload, options: DriveOptions): 
           skipped += session.steps.length - step.turn;
           return;
         }
-        const reply = await send(`${session.id}-t${step.turn}`, { kind: 'chat', messages: sessionMessages(session, step.turn, replies) }, step.maxTokens);
+        const { text: reply } = await send(`${session.id}-t${step.turn}`, { kind: 'chat', messages: sessionMessages(session, step.turn, replies) }, step.maxTokens);
         // An empty reply (failed request) keeps the placeholder, so the conversation stays well-formed.
         replies.push(reply === '' ? step.placeholderReply : reply);
       }
     };
     await Promise.all(workload.sessions.map(runSession));
+  } else if (workload.kind === 'agentic') {
+    const runAgent = async (session: AgentSession): Promise<void> => {
+      await clock.sleep(session.startMs);
+      let unsent = agentRequestCount(session);
+      const transcript: AgentTurnTranscript[] = [];
+      for (const turn of session.turns) {
+        const got: { calls: Array<WorkloadToolCall | undefined>; answer?: string } = { calls: [] };
+        transcript.push(got);
+        for (let round = 0; round <= turn.rounds.length; round++) {
+          const request = agentRequest(session, turn.turn, round, transcript);
+          if (request.pauseMs > 0) await clock.sleep(request.pauseMs);
+          if (deadlinePassed()) {
+            skipped += unsent;
+            return;
+          }
+          unsent--;
+          const reply = await send(request.id, { kind: 'chat', messages: request.messages, agent: request.agent }, request.maxTokens, !request.isAnswer);
+          // A hole in the transcript is the round's placeholder (agentRequest fills it in).
+          if (!request.isAnswer) got.calls[round] = reply.toolCalls[0];
+          else if (reply.text !== '') got.answer = reply.text;
+        }
+      }
+    };
+    await Promise.all(workload.sessions.map(runAgent));
   } else {
     const inflight = new Set<Promise<unknown>>();
     let sent = 0;
@@ -106,5 +143,5 @@ export async function driveWorkload(workload: Workload, options: DriveOptions): 
 }
 
 function eventBody(event: RequestEvent): SendInput['body'] {
-  return event.kind === 'chat' ? { kind: 'chat', messages: event.messages } : { kind: 'completion', prompt: event.prompt };
+  return event.kind === 'chat' ? { kind: 'chat', messages: event.messages, agent: event.agent } : { kind: 'completion', prompt: event.prompt };
 }

@@ -1,13 +1,16 @@
 /**
  * Sends one workload request to a router (or any OpenAI-compatible server) as a streaming request and
- * times it: TTFT is the first chunk carrying content (not the first byte: role-only chunks and
- * keep-alives do not count), end-to-end is the last byte, inter-token latencies are the gaps between
- * content chunks. `usage` (asked for with `stream_options.include_usage`) gives prompt and cached tokens.
+ * times it: TTFT is the first event carrying generated output of any kind (text, reasoning, a tool call's
+ * id, name or arguments: `eventCarriesOutput`, the router's own definition), not the first byte
+ * (role-only chunks and keep-alives do not count); end-to-end is the last byte; inter-token latencies
+ * are the gaps between output events. `usage` (asked for with `stream_options.include_usage`) gives
+ * prompt and cached tokens. The reply is read back from the events: the text, and the tool calls
+ * assembled from their streamed pieces (id and name first, then argument pieces, by `index`).
  */
-import { SSE_DONE, SseParser } from '@kvroute/protocols';
+import { eventCarriesOutput, SSE_DONE, SseParser } from '@kvroute/protocols';
 import { Agent, request } from 'undici';
 import type { RequestRecord } from '../report';
-import type { WorkloadMessage } from '../workloads';
+import type { AgentFields, WorkloadMessage, WorkloadToolCall } from '../workloads';
 
 /** One request as the runner keeps it: the report's record plus where and when it ran. */
 export interface RunRequestRecord extends RequestRecord {
@@ -17,14 +20,18 @@ export interface RunRequestRecord extends RequestRecord {
   /** Offset from the run's start when it was sent, ms. */
   readonly sentAtMs: number;
   readonly completionTokens?: number;
-  /** The error body's message or the transport error, for failed requests. */
+  /** The first choice's `finish_reason` (`stop`, `length`, `tool_calls`). */
+  readonly finishReason?: string;
+  /** The error body's message or the transport error, for failed requests; for an agent's tool round, a stream without a call. */
   readonly error?: string;
 }
 
 export interface SendInput {
   readonly baseUrl: string;
   readonly model: string;
-  readonly body: { readonly kind: 'chat'; readonly messages: readonly WorkloadMessage[] } | { readonly kind: 'completion'; readonly prompt: string };
+  readonly body:
+    | { readonly kind: 'chat'; readonly messages: readonly WorkloadMessage[]; readonly agent?: AgentFields | undefined }
+    | { readonly kind: 'completion'; readonly prompt: string };
   readonly maxTokens: number;
   /** Extra body fields (e.g. `ignore_eos` for real vLLM). */
   readonly extraBody?: Readonly<Record<string, unknown>>;
@@ -35,6 +42,8 @@ export interface SendResult {
   readonly record: Omit<RunRequestRecord, 'id' | 'router' | 'sentAtMs'>;
   /** The generated text (sessions feed it back as the assistant turn). */
   readonly text: string;
+  /** The first choice's tool calls, complete (agent sessions feed them back with their results). */
+  readonly toolCalls: readonly WorkloadToolCall[];
 }
 
 /** One keep-alive pool for all requests of a process; closed by whoever made it. */
@@ -47,7 +56,7 @@ export async function sendStreaming(agent: Agent, input: SendInput, now: () => n
   const path = input.body.kind === 'chat' ? '/v1/chat/completions' : '/v1/completions';
   const payload = {
     model: input.model,
-    ...(input.body.kind === 'chat' ? { messages: input.body.messages } : { prompt: input.body.prompt }),
+    ...(input.body.kind === 'chat' ? { messages: input.body.messages, ...agentBody(input.body.agent) } : { prompt: input.body.prompt }),
     max_tokens: input.maxTokens,
     stream: true,
     stream_options: { include_usage: true },
@@ -69,27 +78,26 @@ export async function sendStreaming(agent: Agent, input: SendInput, now: () => n
     reason = headerValue(response.headers['x-router-reason']);
     if (status < 200 || status >= 300) {
       const text = await response.body.text();
-      return { record: { e2eMs: now() - started, itlMs: [], status, backend, reason, promptTokens: 0, error: errorMessage(text) }, text: '' };
+      return { record: { e2eMs: now() - started, itlMs: [], status, backend, reason, promptTokens: 0, error: errorMessage(text) }, text: '', toolCalls: [] };
     }
     const parser = new SseParser();
     const decoder = new TextDecoder();
     const itlMs: number[] = [];
     let ttftMs: number | undefined;
     let lastTokenAt = 0;
-    let text = '';
+    const reply = new ReplyAssembler();
     let usage: Usage | undefined;
     for await (const bytes of response.body) {
       const arrived = now();
       for (const data of parser.push(decoder.decode(bytes as Uint8Array, { stream: true }))) {
         if (data === SSE_DONE) continue;
-        const chunk = JSON.parse(data) as StreamChunk;
-        const content = chunk.choices?.[0]?.delta?.content ?? chunk.choices?.[0]?.text;
-        if (content) {
+        if (eventCarriesOutput({ data })) {
           if (ttftMs === undefined) ttftMs = arrived - started;
           else itlMs.push(arrived - lastTokenAt);
           lastTokenAt = arrived;
-          text += content;
         }
+        const chunk = JSON.parse(data) as StreamChunk;
+        reply.add(chunk);
         if (chunk.usage) usage = chunk.usage;
       }
     }
@@ -104,12 +112,57 @@ export async function sendStreaming(agent: Agent, input: SendInput, now: () => n
         promptTokens: usage?.prompt_tokens ?? 0,
         cachedTokens: usage?.prompt_tokens_details?.cached_tokens ?? undefined,
         completionTokens: usage?.completion_tokens,
+        finishReason: reply.finishReason,
       },
-      text,
+      text: reply.text,
+      toolCalls: reply.toolCalls(),
     };
   } catch (error) {
     // Transport error (status 0) or a broken stream after a 200: the request failed either way.
-    return { record: { e2eMs: now() - started, itlMs: [], status: status >= 200 && status < 300 ? 0 : status, backend, reason, promptTokens: 0, error: (error as Error).message }, text: '' };
+    return { record: { e2eMs: now() - started, itlMs: [], status: status >= 200 && status < 300 ? 0 : status, backend, reason, promptTokens: 0, error: (error as Error).message }, text: '', toolCalls: [] };
+  }
+}
+
+/** An agent request's fields in the wire's names. */
+function agentBody(agent: AgentFields | undefined): Record<string, unknown> {
+  if (agent === undefined) return {};
+  return { tools: agent.tools, tool_choice: agent.toolChoice, chat_template_kwargs: { enable_thinking: agent.thinking } };
+}
+
+interface ToolCallDelta {
+  readonly index?: number;
+  readonly id?: string;
+  readonly function?: { readonly name?: string; readonly arguments?: string };
+}
+
+/** The first choice's reply, from its deltas: text, tool calls by index, finish reason (reasoning is not kept: clients do not send it back). */
+class ReplyAssembler {
+  text = '';
+  finishReason: string | undefined;
+  private readonly calls = new Map<number, { id: string; name: string; arguments: string }>();
+
+  add(chunk: StreamChunk): void {
+    const choice = chunk.choices?.[0];
+    if (choice === undefined) return;
+    const content = choice.delta?.content ?? choice.text;
+    if (content) this.text += content;
+    for (const delta of choice.delta?.tool_calls ?? []) {
+      const index = delta.index ?? 0;
+      const call = this.calls.get(index) ?? { id: '', name: '', arguments: '' };
+      if (delta.id) call.id = delta.id;
+      if (delta.function?.name) call.name += delta.function.name;
+      if (delta.function?.arguments) call.arguments += delta.function.arguments;
+      this.calls.set(index, call);
+    }
+    if (choice.finish_reason) this.finishReason = choice.finish_reason;
+  }
+
+  /** The calls that got an id and a name, by index. */
+  toolCalls(): WorkloadToolCall[] {
+    return [...this.calls.entries()]
+      .sort(([a], [b]) => a - b)
+      .filter(([, call]) => call.id !== '' && call.name !== '')
+      .map(([, call]) => ({ id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } }));
   }
 }
 
@@ -120,7 +173,11 @@ interface Usage {
 }
 
 interface StreamChunk {
-  readonly choices?: ReadonlyArray<{ readonly delta?: { readonly content?: string | null }; readonly text?: string }>;
+  readonly choices?: ReadonlyArray<{
+    readonly delta?: { readonly content?: string | null; readonly tool_calls?: readonly ToolCallDelta[] };
+    readonly text?: string;
+    readonly finish_reason?: string | null;
+  }>;
   readonly usage?: Usage | null;
 }
 

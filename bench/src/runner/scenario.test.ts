@@ -1,7 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { eventsToJsonl, sessionEvents } from '../workloads';
+import { agentRequestCount, eventsToJsonl, sessionEvents } from '../workloads';
 import { parseScenario, SCENARIO_DIR, ScenarioError, sweepValues, sweepVariable, workloadAt, workloadFor, type Scenario, type Workload } from './scenario';
 
 const files = readdirSync(SCENARIO_DIR).filter((name) => name.endsWith('.yaml'));
@@ -32,6 +32,16 @@ describe('scenario files', () => {
     expect(scenario.policies).toEqual(expect.arrayContaining(['roundrobin', 'leastloaded', 'prefixaware', 'cacheaware', 'oracle']));
   });
 
+  it('agentic runs 16 agent sessions on 4 × a100-14b, the sims reasoning as long as the workload budgets, every policy and the oracle over 3 seeds', () => {
+    const scenario = load('agentic');
+    expect(scenario.cluster).toMatchObject({ backends: 4, profile: 'a100-14b', sim: { reasoningTokens: 32 } });
+    expect(scenario.workload).toMatchObject({ kind: 'agentic', sessions: 16, reasoningTokens: 32, reasoningProbability: 0.3, toolRounds: [1, 4] });
+    expect(scenario.policies).toEqual(expect.arrayContaining(['roundrobin', 'leastloaded', 'prefixaware', 'cacheaware', 'oracle']));
+    expect(scenario.seeds).toEqual([1, 2, 3]);
+    expect(sweepVariable(scenario)).toBe('sessions');
+    expect(sweepValues(scenario)).toEqual([16]);
+  });
+
   it('multi-replica sweeps the router replicas over one workload', () => {
     const scenario = load('multi-replica');
     expect(sweepVariable(scenario)).toBe('routers');
@@ -59,6 +69,16 @@ describe('parseScenario', () => {
     expect(message).toContain('name: lower-case words joined by hyphens');
     expect(message).toContain('cluster: Unrecognized key: "bogus"');
     expect(message).toContain('workload.ratePerS');
+  });
+
+  it('refuses agentic reasoning the sims do not do as long, and a range whose min is above its max', () => {
+    const agentic = (cluster: string, workload: string) => `name: a\ncluster: ${cluster}\nworkload: { kind: agentic${workload} }\n`;
+    expect(() => parseScenario(agentic('{}', ''), 'a')).toThrow(/cluster\.sim\.reasoningTokens: reasoning turns need the sims to reason for workload\.reasoningTokens \(32\)/);
+    expect(() => parseScenario(agentic('{ sim: { reasoningTokens: 8 } }', ', reasoningTokens: 16'), 'a')).toThrow(/cluster\.sim\.reasoningTokens/);
+    expect(parseScenario(agentic('{ sim: { reasoningTokens: 16 } }', ', reasoningTokens: 16'), 'a').workload).toMatchObject({ kind: 'agentic', sessions: 16, turns: 6, toolRounds: [1, 4] });
+    // No reasoning turns: every request says enable_thinking false, whatever the sims do.
+    expect(() => parseScenario(agentic('{}', ', reasoningProbability: 0'), 'a')).not.toThrow();
+    expect(() => parseScenario(agentic('{}', ', reasoningProbability: 0, toolRounds: [3, 1]'), 'a')).toThrow(/workload\.toolRounds: a range is \[min, max\] with min ≤ max/);
   });
 
   it('refuses several routers without Redis, and a sweep over a key the workload does not have', () => {
@@ -101,6 +121,20 @@ describe('workloadFor', () => {
       [0, 44],
       [1000, 109],
     ]);
+  });
+
+  it('builds agent sessions from the seed, with their requests as a trace; the sweep sets the session count', async () => {
+    const scenario = parseScenario('name: g\ncluster: { sim: { reasoningTokens: 4 } }\nworkload: { kind: agentic, turns: 2, taskBytes: 100, systemPromptBytes: 100, toolResultBytes: 40, reasoningTokens: 4 }\nsweep: { variable: sessions, values: [2, 3] }\n', 'g');
+    const at = (seed: number, sweepValue: number) => workloadFor(scenario, { ...inputs(''), seed, sweepValue });
+    const first = await at(1, 2);
+    if (first.kind !== 'agentic') throw new Error(`expected agentic, got ${first.kind}`);
+    expect(first.sessions).toHaveLength(2);
+    expect(first.events).toHaveLength(first.sessions.reduce((sum, session) => sum + agentRequestCount(session), 0));
+    expect(first.events.every((event) => event.kind === 'chat' && event.agent !== undefined)).toBe(true);
+    expect(asJsonl(await at(1, 2))).toBe(asJsonl(first));
+    expect(asJsonl(await at(2, 2))).not.toBe(asJsonl(first));
+    const three = await at(1, 3);
+    expect(three.kind === 'agentic' ? three.sessions.slice(0, 2) : []).toEqual(first.sessions);
   });
 
   it('applies a numeric sweep variable to the workload', async () => {

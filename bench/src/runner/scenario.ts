@@ -9,12 +9,18 @@ import { isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import {
+  AGENTIC_DEFAULTS,
+  agentEvents,
+  generateAgentSessions,
   generatePoisson,
   generateSessions,
   parseAzure,
   parseMooncake,
   eventsFromJsonl,
   SEED_SESSIONS,
+  type AgentSession,
+  type AgenticOptions,
+  type ChatEvent,
   type RequestEvent,
   type Session,
   type SessionsOptions,
@@ -63,6 +69,29 @@ const SessionsWorkload = z.strictObject({
   placeholderReply: z.enum(['ack', 'max-tokens']).default(SEED_SESSIONS.placeholderReply),
 });
 
+/** One value, or an inclusive range [min, max] drawn uniformly. */
+const IntRange = (min: number) =>
+  z.union([z.number().int().min(min), z.tuple([z.number().int().min(min), z.number().int().min(min)]).refine(([low, high]) => low <= high, 'a range is [min, max] with min ≤ max')]);
+
+const AgenticWorkload = z.strictObject({
+  kind: z.literal('agentic'),
+  sessions: z.number().int().min(1).default(AGENTIC_DEFAULTS.sessions),
+  turns: z.number().int().min(1).default(AGENTIC_DEFAULTS.turns),
+  systemPromptBytes: z.number().int().min(0).default(AGENTIC_DEFAULTS.systemPromptBytes),
+  taskBytes: z.number().int().min(0).default(AGENTIC_DEFAULTS.taskBytes),
+  userTurnBytes: z.number().int().min(0).default(AGENTIC_DEFAULTS.userTurnBytes),
+  toolRounds: IntRange(0).default(AGENTIC_DEFAULTS.toolRounds as [number, number]),
+  toolResultBytes: IntRange(0).default(AGENTIC_DEFAULTS.toolResultBytes as [number, number]),
+  // 2: the call's header (id, name) and at least one argument piece.
+  toolCallTokens: z.number().int().min(2).default(AGENTIC_DEFAULTS.toolCallTokens),
+  answerTokens: z.number().int().min(1).default(AGENTIC_DEFAULTS.answerTokens),
+  reasoningProbability: z.number().min(0).max(1).default(AGENTIC_DEFAULTS.reasoningProbability),
+  reasoningTokens: z.number().int().min(0).default(AGENTIC_DEFAULTS.reasoningTokens),
+  startJitterMs: z.number().min(0).default(AGENTIC_DEFAULTS.startJitterMs),
+  thinkMs: IntRange(0).default(AGENTIC_DEFAULTS.thinkMs as [number, number]),
+  toolMs: IntRange(0).default(AGENTIC_DEFAULTS.toolMs as [number, number]),
+});
+
 const PoissonWorkload = z.strictObject({
   kind: z.literal('poisson'),
   ratePerS: z.number().positive(),
@@ -86,7 +115,7 @@ const TraceWorkload = z.strictObject({
   maxOutputTokens: z.number().int().min(1).optional(),
 });
 
-const Workload = z.discriminatedUnion('kind', [SessionsWorkload, PoissonWorkload, TraceWorkload]);
+const Workload = z.discriminatedUnion('kind', [SessionsWorkload, AgenticWorkload, PoissonWorkload, TraceWorkload]);
 
 export const Scenario = z
   .strictObject({
@@ -113,10 +142,16 @@ export const Scenario = z
     } else if (scenario.sweep && !(scenario.sweep.variable in scenario.workload)) {
       context.addIssue({ code: 'custom', path: ['sweep', 'variable'], message: `the ${scenario.workload.kind} workload has no key ${JSON.stringify(scenario.sweep.variable)}` });
     }
+    // The sims reason for their own reasoningTokens; a request's max_tokens must leave room for the call after it.
+    const { workload, cluster } = scenario;
+    if (workload.kind === 'agentic' && workload.reasoningProbability > 0 && cluster.sim['reasoningTokens'] !== workload.reasoningTokens) {
+      context.addIssue({ code: 'custom', path: ['cluster', 'sim', 'reasoningTokens'], message: `reasoning turns need the sims to reason for workload.reasoningTokens (${workload.reasoningTokens}) tokens: set cluster.sim.reasoningTokens to it` });
+    }
   });
 export type Scenario = z.infer<typeof Scenario>;
 export type WorkloadConfig = Scenario['workload'];
 export type SessionsWorkloadConfig = z.infer<typeof SessionsWorkload>;
+export type AgenticWorkloadConfig = z.infer<typeof AgenticWorkload>;
 
 export class ScenarioError extends Error {
   override readonly name = 'ScenarioError';
@@ -160,12 +195,18 @@ export function sweepValues(scenario: Scenario): number[] {
 }
 
 export function sweepVariable(scenario: Scenario): string {
-  return scenario.sweep?.variable ?? (scenario.workload.kind === 'sessions' ? 'sessions' : 'point');
+  return scenario.sweep?.variable ?? (scenario.workload.kind === 'sessions' || scenario.workload.kind === 'agentic' ? 'sessions' : 'point');
 }
 
-/** What the runner drives: closed-loop sessions (turns wait for the previous reply) or open-loop events. */
+/**
+ * What the runner drives: closed-loop sessions (turns wait for the previous reply), closed-loop agent
+ * sessions (every request waits for the previous one: its streamed tool call goes into the next), or
+ * open-loop events. An agentic workload also holds its requests as events with placeholder calls and
+ * answers: what a trace of it holds (`--write-trace`).
+ */
 export type Workload =
   | { readonly kind: 'sessions'; readonly sessions: readonly Session[] }
+  | { readonly kind: 'agentic'; readonly sessions: readonly AgentSession[]; readonly events: readonly ChatEvent[] }
   | { readonly kind: 'events'; readonly events: readonly RequestEvent[] };
 
 export interface WorkloadInputs {
@@ -193,6 +234,12 @@ export async function workloadFor(scenario: Scenario, inputs: WorkloadInputs): P
       const { kind: _kind, ...rest } = config;
       const options: SessionsOptions = { ...rest, seed: inputs.seed };
       return { kind: 'sessions', sessions: generateSessions(options) };
+    }
+    case 'agentic': {
+      const { kind: _kind, ...rest } = config;
+      const options: AgenticOptions = { ...rest, seed: inputs.seed };
+      const sessions = generateAgentSessions(options);
+      return { kind: 'agentic', sessions, events: agentEvents(sessions) };
     }
     case 'poisson': {
       const { kind: _kind, ...rest } = config;

@@ -7,15 +7,17 @@ import { byArrival, eventFromJsonLine, eventsFromJsonl, eventsToJsonl } from './
 import { generatePoisson } from './poisson';
 import { readMooncakeFile, readTraceFile, writeTraceFile } from './read';
 import { SEED_SESSIONS, generateSessions, sessionEvents } from './sessions';
+import { AGENTIC_DEFAULTS, agentEvents, generateAgentSessions } from './agentic';
 import { parseAzure } from './traces';
 
 const sessions = sessionEvents(generateSessions({ ...SEED_SESSIONS, sessions: 3, turns: 4, toolLoopProbability: 0.5, codeContextProbability: 0.5 }));
 const poisson = generatePoisson({ seed: 1, ratePerS: 5, count: 20, poolSize: 2, reuseRatio: 0.5, prefixTokens: { kind: 'fixed', value: 64 }, promptTokens: { kind: 'fixed', value: 100 }, outputTokens: { kind: 'uniform', min: 1, max: 50 } }).events;
+const agentic = agentEvents(generateAgentSessions({ ...AGENTIC_DEFAULTS, seed: 1, sessions: 2, turns: 2, systemPromptBytes: 300, taskBytes: 200, toolResultBytes: 100 }));
 const azure = parseAzure('TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,10,4\n2023-11-16 18:15:47.0000001,12,0\n');
 
 describe('JSONL trace', () => {
   it('round-trips every kind of workload exactly, and re-serialises byte for byte', () => {
-    for (const events of [sessions, poisson, azure] as RequestEvent[][]) {
+    for (const events of [sessions, agentic, poisson, azure] as RequestEvent[][]) {
       const text = eventsToJsonl(events);
       expect(text.split('\n')).toHaveLength(events.length + 1);
       const back = eventsFromJsonl(text);
@@ -36,6 +38,11 @@ describe('JSONL trace', () => {
     expect(() => eventFromJsonLine('{"id":"x","atMs":-1,"kind":"completion","maxTokens":1,"prompt":""}')).toThrow(/atMs/);
     expect(() => eventFromJsonLine('{"id":"x","atMs":0,"kind":"audio","maxTokens":1}')).toThrow(/unknown kind/);
     expect(() => eventFromJsonLine('{"id":"x","atMs":0,"kind":"chat","maxTokens":1,"messages":[{"role":"robot","content":""}]}')).toThrow(/bad message/);
+    const chat = (extra: string) => `{"id":"x","atMs":0,"kind":"chat","maxTokens":1,${extra}}`;
+    expect(() => eventFromJsonLine(chat('"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f"}}]}]'))).toThrow(/bad message/);
+    expect(() => eventFromJsonLine(chat('"messages":[{"role":"tool","content":"r","tool_call_id":7}]'))).toThrow(/bad message/);
+    expect(() => eventFromJsonLine(chat('"agent":{"tools":[],"toolChoice":"sometimes","thinking":false},"messages":[]'))).toThrow(/agent must be/);
+    expect(eventFromJsonLine(chat('"agent":{"tools":[],"toolChoice":{"type":"function","function":{"name":"f"}},"thinking":true},"messages":[]'))).toMatchObject({ agent: { toolChoice: { function: { name: 'f' } }, thinking: true } });
   });
 
   it('sorts by arrival, stably', () => {

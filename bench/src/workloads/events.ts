@@ -4,19 +4,52 @@
  * give a byte-identical file that anyone can replay. Pure: reading and writing files is in `read.ts`.
  */
 
+/**
+ * One chat message in the OpenAI wire shape (the client sends it as it is). An assistant message that
+ * only calls tools has `content: null` and `tool_calls`; the tool's answer is a `tool` message whose
+ * `tool_call_id` names the call.
+ */
 export interface WorkloadMessage {
   readonly role: 'system' | 'user' | 'assistant' | 'tool';
-  readonly content: string;
-  /** Tool messages: the tool's name. */
+  readonly content: string | null;
+  /** Tool messages: the tool's name (the legacy field; agentic tool messages use `tool_call_id`). */
   readonly name?: string;
+  /** Assistant messages: the calls it made. */
+  readonly tool_calls?: readonly WorkloadToolCall[];
+  /** Tool messages: the call this result answers. */
+  readonly tool_call_id?: string;
+}
+
+export interface WorkloadToolCall {
+  readonly id: string;
+  readonly type: 'function';
+  /** `arguments` is JSON text, as the model streamed it. */
+  readonly function: { readonly name: string; readonly arguments: string };
+}
+
+/** An OpenAI `tools` entry. */
+export interface ToolDefinition {
+  readonly type: 'function';
+  readonly function: { readonly name: string; readonly description: string; readonly parameters: Readonly<Record<string, unknown>> };
+}
+
+/** `tool_choice`: never call, let the model decide, call some tool, or call this one. */
+export type ToolChoice = 'none' | 'auto' | 'required' | { readonly type: 'function'; readonly function: { readonly name: string } };
+
+/** The request fields of an agent turn (sent as `tools`, `tool_choice`, `chat_template_kwargs.enable_thinking`). */
+export interface AgentFields {
+  readonly tools: readonly ToolDefinition[];
+  readonly toolChoice: ToolChoice;
+  /** Whether the model reasons before it answers (Qwen3's switch; vllm-sim reasons for its `reasoningTokens`). */
+  readonly thinking: boolean;
 }
 
 /** Where an event belongs in a closed-loop session: the runner sends it `thinkMs` after the previous turn's reply. */
 export interface SessionRef {
   readonly id: string;
-  /** 0-based; turn 0 is sent at `atMs`. */
+  /** 0-based position in the session's serial order (agentic sessions: every request, tool rounds included); turn 0 is sent at `atMs`. */
   readonly turn: number;
-  /** Pause between the previous turn's reply and this turn (0 on turn 0). */
+  /** Pause between the previous request's reply and this one (0 on turn 0). */
   readonly thinkMs: number;
 }
 
@@ -33,6 +66,8 @@ interface EventBase {
 export interface ChatEvent extends EventBase {
   readonly kind: 'chat';
   readonly messages: readonly WorkloadMessage[];
+  /** Agent requests: tools, tool choice and reasoning. */
+  readonly agent?: AgentFields;
 }
 
 /** A `/v1/completions` request (trace replays: no chat template in the way of shared prefixes). */
@@ -55,9 +90,19 @@ export function byArrival(events: readonly RequestEvent[]): RequestEvent[] {
 export function eventToJsonLine(event: RequestEvent): string {
   const ordered: Record<string, unknown> = { id: event.id, atMs: event.atMs, kind: event.kind, maxTokens: event.maxTokens };
   if (event.session !== undefined) ordered['session'] = { id: event.session.id, turn: event.session.turn, thinkMs: event.session.thinkMs };
-  if (event.kind === 'chat') ordered['messages'] = event.messages.map((m) => (m.name === undefined ? { role: m.role, content: m.content } : { role: m.role, content: m.content, name: m.name }));
-  else ordered['prompt'] = event.prompt;
+  if (event.kind === 'chat') {
+    if (event.agent !== undefined) ordered['agent'] = { tools: event.agent.tools, toolChoice: event.agent.toolChoice, thinking: event.agent.thinking };
+    ordered['messages'] = event.messages.map(messageToJson);
+  } else ordered['prompt'] = event.prompt;
   return JSON.stringify(ordered);
+}
+
+function messageToJson(message: WorkloadMessage): Record<string, unknown> {
+  const ordered: Record<string, unknown> = { role: message.role, content: message.content };
+  if (message.name !== undefined) ordered['name'] = message.name;
+  if (message.tool_calls !== undefined) ordered['tool_calls'] = message.tool_calls.map((call) => ({ id: call.id, type: call.type, function: { name: call.function.name, arguments: call.function.arguments } }));
+  if (message.tool_call_id !== undefined) ordered['tool_call_id'] = message.tool_call_id;
+  return ordered;
 }
 
 export function eventsToJsonl(events: readonly RequestEvent[]): string {
@@ -96,13 +141,52 @@ export function eventFromJsonLine(line: string, lineNumber = 1): RequestEvent {
   }
   if (kind !== 'chat') return fail(`unknown kind ${JSON.stringify(kind)}`);
   if (!Array.isArray(value['messages'])) return fail('messages must be an array');
-  const messages = (value['messages'] as unknown[]).map((entry): WorkloadMessage => {
-    const m = entry as Record<string, unknown>;
-    if (typeof m !== 'object' || m === null || typeof m['role'] !== 'string' || !ROLES.has(m['role']) || typeof m['content'] !== 'string') fail('bad message');
-    const role = m['role'] as WorkloadMessage['role'];
-    return typeof m['name'] === 'string' ? { role, content: m['content'] as string, name: m['name'] } : { role, content: m['content'] as string };
+  const messages = (value['messages'] as unknown[]).map((entry) => messageFromJson(entry) ?? fail('bad message'));
+  if (value['agent'] === undefined) return { ...base, kind, messages };
+  return { ...base, kind, agent: agentFromJson(value['agent']) ?? fail('agent must be {tools, toolChoice, thinking}'), messages };
+}
+
+function messageFromJson(entry: unknown): WorkloadMessage | null {
+  if (typeof entry !== 'object' || entry === null) return null;
+  const m = entry as Record<string, unknown>;
+  const { role, content, name, tool_calls: calls, tool_call_id: callId } = m;
+  if (typeof role !== 'string' || !ROLES.has(role) || !(typeof content === 'string' || content === null)) return null;
+  if (name !== undefined && typeof name !== 'string') return null;
+  if (callId !== undefined && typeof callId !== 'string') return null;
+  let toolCalls: WorkloadToolCall[] | undefined;
+  if (calls !== undefined) {
+    if (!Array.isArray(calls)) return null;
+    toolCalls = [];
+    for (const call of calls as unknown[]) {
+      const c = call as { id?: unknown; type?: unknown; function?: { name?: unknown; arguments?: unknown } } | null;
+      if (typeof c?.id !== 'string' || c.type !== 'function' || typeof c.function?.name !== 'string' || typeof c.function.arguments !== 'string') return null;
+      toolCalls.push({ id: c.id, type: 'function', function: { name: c.function.name, arguments: c.function.arguments } });
+    }
+  }
+  return {
+    role: role as WorkloadMessage['role'],
+    content,
+    ...(name !== undefined ? { name } : {}),
+    ...(toolCalls !== undefined ? { tool_calls: toolCalls } : {}),
+    ...(callId !== undefined ? { tool_call_id: callId } : {}),
+  };
+}
+
+const TOOL_CHOICES = new Set(['none', 'auto', 'required']);
+
+/** Tools are kept as written (JSON schemas are open-ended); only their envelope is checked. */
+function agentFromJson(raw: unknown): AgentFields | null {
+  if (typeof raw !== 'object' || raw === null) return null;
+  const { tools, toolChoice, thinking } = raw as Record<string, unknown>;
+  if (!Array.isArray(tools) || typeof thinking !== 'boolean') return null;
+  const toolsOk = tools.every((tool: unknown) => {
+    const t = tool as { type?: unknown; function?: { name?: unknown } } | null;
+    return t?.type === 'function' && typeof t.function?.name === 'string';
   });
-  return { ...base, kind, messages };
+  const named = toolChoice as { type?: unknown; function?: { name?: unknown } } | null;
+  const choiceOk = (typeof toolChoice === 'string' && TOOL_CHOICES.has(toolChoice)) || (named?.type === 'function' && typeof named.function?.name === 'string');
+  if (!toolsOk || !choiceOk) return null;
+  return { tools: tools as ToolDefinition[], toolChoice: toolChoice as ToolChoice, thinking };
 }
 
 /** Parses a JSONL trace; blank lines are skipped. */

@@ -95,7 +95,7 @@ describe('sessions', () => {
     const system = sessions[0]?.prefix[0]?.content ?? '';
     expect(system).toHaveLength(1000);
     expect(system).not.toMatch(/s{10}/);
-    expect(sessions.every((s) => s.prefix[0]?.content === system && s.prefix[1]?.content.length === 500)).toBe(true);
+    expect(sessions.every((s) => s.prefix[0]?.content === system && s.prefix[1]?.content?.length === 500)).toBe(true);
     expect(new Set(sessions.map((s) => s.prefix[1]?.content)).size).toBe(sessions.length);
     const reply = sessions[0]?.steps[0]?.placeholderReply ?? '';
     expect(reply.split(' ')).toHaveLength(64);
