@@ -8,7 +8,7 @@ import { registerBodyParser } from './pipeline/parse';
 import { createRequestPath, type RequestPathDeps } from './pipeline/request-path';
 import type { RouterMetrics } from './router-metrics';
 import { adminRoutes, type AdminRoutesOptions } from './routes/admin-routes';
-import { debugRoutes } from './routes/debug-routes';
+import { debugRoutes, type LearnedFigures } from './routes/debug-routes';
 import { generationRoutes, requestIdFrom } from './routes/generation-routes';
 import { metricsRoutes } from './routes/metrics-routes';
 import { modelsRoutes } from './routes/models-routes';
@@ -39,6 +39,8 @@ export interface RouterAppDeps {
   readonly metrics: RouterMetrics;
   readonly limits: ClientLimits;
   readonly debugRoutes: boolean;
+  /** What /debug/route shows of what responses taught: a pool's cost model, a backend's learned retention. */
+  readonly learned: LearnedFigures;
   /** The admin API's options (token, backend changes); null = no admin API (`adminToken` unset). */
   readonly admin: AdminRoutesOptions | null;
   readonly logger: FastifyBaseLogger | false;
@@ -90,7 +92,7 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
   await app.register(modelsRoutes, { registry: deps.registry, createdUnixSeconds: deps.startedAtUnixSeconds });
   await app.register(probesRoutes, { registry: deps.registry, isShuttingDown: () => deps.drain.isShuttingDown });
   await app.register(metricsRoutes, { metrics: deps.metrics });
-  if (deps.debugRoutes) await app.register(debugRoutes, { route: deps.requestPath.route, parse: deps.requestPath.parse });
+  if (deps.debugRoutes) await app.register(debugRoutes, { route: deps.requestPath.route, parse: deps.requestPath.parse, learned: deps.learned });
   if (deps.admin) await app.register(adminRoutes, deps.admin);
   return app;
 }

@@ -1,11 +1,12 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { createLogger, settlesWithin, ShutdownStack } from '@kvroute/platform';
-import { createPolicy, policyParamsFromSettings, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
+import { policyParamsFromSettings, type RoutingStateStore } from '@kvroute/routing';
 import { buildRouterApp } from './app';
 import type { BackendRegistry } from './backends/backend-registry';
 import { generationLimitsOf, type RouterConfig } from './config';
 import { RequestDrain, type ShutdownPhase } from './http/request-drain';
 import { createLearner } from './pipeline/learn';
+import { PolicyTable } from './routing/policy-table';
 import { RouterMetrics } from './router-metrics';
 import { HeldLeases } from './routing/held-leases';
 import { wireBackends } from './wiring/backends-wiring';
@@ -87,7 +88,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const logger = deps.logger === false ? undefined : deps.logger;
   const requestLogger = logger ?? createLogger({ service: 'kvroute-router', level: 'silent' });
   // Policies first: pure, and a parameter out of range fails here, before anything is opened.
-  const policyFor = createPolicyTable(config);
+  const policies = new PolicyTable({ policy: config.policy, passthroughPolicy: config.passthroughPolicy, params: policyParamsFromSettings(config), calibrate: config.calibrateCostModel });
   const closers = new ShutdownStack();
   const metrics = new RouterMetrics();
 
@@ -99,6 +100,17 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     degraded: () => (state.failover?.degraded ? 1 : 0),
   });
 
+  const learner = createLearner({
+    metrics,
+    state: state.state,
+    logger: requestLogger.child({ component: 'learn' }),
+    clockMs: () => performance.now(),
+    correctOwnership: config.learnFromResponses,
+    calibrate: config.calibrateCostModel,
+    calibrationFlushMs: config.calibrationFlushMs,
+    prefillMsPerToken: (pool) => policies.prefillMsPerToken(pool),
+    onLearned: (pool, learned) => policies.applyLearned(pool, learned),
+  });
   const drain = new RequestDrain();
   const heldLeases = new HeldLeases();
   const app = await buildRouterApp({
@@ -113,7 +125,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       route: {
         registry: backends.registry,
         state: state.state,
-        policyFor,
+        policyFor: policies.policyFor,
         nowMs,
         random,
         leaseRenewIntervalMs: state.leaseRenewIntervalMs,
@@ -123,7 +135,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
         logger: requestLogger.child({ component: 'route' }),
       },
       send: { upstreams: backends.upstreams, metrics, logger: requestLogger.child({ component: 'proxy' }) },
-      learn: createLearner(metrics),
+      learn: learner,
       retry: { maxAttempts: config.maxAttempts, retryBackoffMs: config.retryBackoffMs, random },
       metrics,
     },
@@ -138,6 +150,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       maxInflightRequests: config.maxInflightRequests,
     },
     debugRoutes: config.debugRoutes,
+    learned: { costModel: (pool) => policies.costModel(pool), retentionMs: (backendId) => learner.retentionMs(backendId) },
     admin:
       config.adminToken === undefined
         ? null
@@ -228,24 +241,3 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   };
 }
 
-/**
- * The policy instance for each pool and endpoint kind, created on first use (some policies keep state,
- * such as a counter). Both configured policies are created once here, so a parameter out of range
- * fails at start, not on the first request.
- */
-function createPolicyTable(config: RouterConfig): (pool: string, kind: 'generation' | 'passthrough') => RoutingPolicy {
-  const params = policyParamsFromSettings(config);
-  const policies = new Map<string, RoutingPolicy>();
-  const policyFor = (pool: string, kind: 'generation' | 'passthrough'): RoutingPolicy => {
-    const key = `${kind}\u0000${pool}`;
-    let policy = policies.get(key);
-    if (!policy) {
-      policy = createPolicy(kind === 'generation' ? config.policy : config.passthroughPolicy, params);
-      policies.set(key, policy);
-    }
-    return policy;
-  };
-  policyFor('', 'generation');
-  policyFor('', 'passthrough');
-  return policyFor;
-}

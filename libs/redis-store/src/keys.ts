@@ -26,6 +26,7 @@ export const KEY_SUFFIX = {
   inflight: 'inflight',
   pending: 'pending',
   forgotten: 'forgotten',
+  calibration: 'calibration',
 } as const;
 
 const DIGEST_LIKE = /^[0-9a-f]{40}$/;
@@ -53,8 +54,13 @@ export interface PoolKeys {
   readonly ownersOld: string;
   /** STRING: ms the current owner generation started. */
   readonly generation: string;
-  /** HASH backend id → ms it was forgotten; ownership recorded at or before that time no longer counts. */
+  /**
+   * HASH backend id → `<ms forgotten>[|<retention ms>]`: ownership recorded at or before that time, or
+   * older than the backend's learned retention, no longer counts (src/lua/lib/owner-index.lua).
+   */
   readonly forgotten: string;
+  /** HASH calibrated figure → its learned value, and `<figure>:n` → samples merged (learn.lua). */
+  readonly calibration: string;
   /**
    * ZSET of every lease of the pool → deadline (ms), the pool-wide expiry index the scripts purge from;
    * member `<byte length of backend id>:<backend id><lease id>` (built in Lua, unambiguous for any ids).
@@ -76,6 +82,7 @@ export function poolKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE
     ownersOld: prefix + KEY_SUFFIX.ownersOld,
     generation: prefix + KEY_SUFFIX.generation,
     forgotten: prefix + KEY_SUFFIX.forgotten,
+    calibration: prefix + KEY_SUFFIX.calibration,
     leaseDeadlines: prefix + KEY_SUFFIX.leaseDeadlines,
     inflight: prefix + KEY_SUFFIX.inflight,
     pending: prefix + KEY_SUFFIX.pending,

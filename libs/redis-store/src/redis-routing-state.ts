@@ -1,4 +1,7 @@
 import {
+  CALIBRATED_PARAMS,
+  DEFAULT_MAX_RETENTION_MS,
+  DEFAULT_MIN_EVIDENCE_AGE_MS,
   engineReportedFreeTokens,
   engineWaiting,
   estimatePrefillTokens,
@@ -11,6 +14,9 @@ import {
   type Candidate,
   type CostLine,
   type CostReason,
+  type CalibratedParam,
+  type LearnInput,
+  type LearnReply,
   type RoutingSnapshot,
   type RoutingStateStore,
 } from '@kvroute/routing';
@@ -34,6 +40,10 @@ export interface RedisRoutingStateOptions {
   readonly nowMs: () => number;
   /** Key namespace (default `kvr:v1`); tests give each run its own. */
   readonly keyNamespace?: string;
+  /** Corrections (`learn`): an entry younger than this is no evidence of an eviction (default 1000 ms). */
+  readonly minEvidenceAgeMs?: number;
+  /** Corrections: the longest retention learned (default: the idle TTL, or a day without one). */
+  readonly maxRetentionMs?: number;
 }
 
 /**
@@ -261,6 +271,51 @@ export class RedisRoutingState implements RoutingStateStore {
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {
     const reply = await runScript(this.redis, SCRIPTS.forgetBackend, [this.keys(pool).forgotten], [this.options.nowMs(), backendId, this.options.blockIdleTtlMs]);
     integerReply(SCRIPTS.forgetBackend, reply);
+  }
+
+  /** learn.lua: a correction and a calibration batch in one call (see RoutingStateStore.learn). */
+  async learn(pool: string, input: LearnInput): Promise<LearnReply> {
+    const keys = this.keys(pool);
+    const correction = input.correction;
+    if (correction !== null) this.requireIndexableId(correction.backendId);
+    const batch = Object.entries(input.calibration ?? {})
+      .filter(([, figures]) => figures.samples > 0 && Number.isFinite(figures.sum))
+      .map(([name, figures]) => `${name},${figures.samples},${figures.sum}`)
+      .join(';');
+    const minEvidenceAgeMs = this.options.minEvidenceAgeMs ?? DEFAULT_MIN_EVIDENCE_AGE_MS;
+    const maxRetentionMs = this.options.maxRetentionMs ?? (this.options.blockIdleTtlMs > 0 ? this.options.blockIdleTtlMs : DEFAULT_MAX_RETENTION_MS);
+    const reply = await runScript(
+      this.redis,
+      SCRIPTS.learn,
+      [keys.forgotten, keys.ownersNew, keys.ownersOld, keys.generation, keys.calibration],
+      [
+        this.options.nowMs(),
+        correction?.backendId ?? '',
+        this.options.blockIdleTtlMs,
+        this.options.maxBlocksPerPool,
+        correction === null ? '' : correction.outcome === 'overpredicted' ? 'over' : 'under',
+        correction === null ? '' : packBlockHashes(correction.blockHashes),
+        correction?.predictedBlocks ?? 0,
+        correction?.observedBlocks ?? 0,
+        correction?.routedAtMs ?? 0,
+        minEvidenceAgeMs,
+        RECORD_BLOCKS_PER_CALL,
+        batch,
+        maxRetentionMs,
+      ],
+    );
+    if (!Array.isArray(reply) || reply.length < 2 || (reply.length - 2) % 3 !== 0 || !Number.isInteger(reply[0]) || !Number.isInteger(reply[1])) {
+      throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.learn.name, `learn.lua returned ${JSON.stringify(reply)?.slice(0, 120)}`);
+    }
+    const calibration: Partial<Record<CalibratedParam, { value: number; samples: number }>> = {};
+    for (let at = 2; at < reply.length; at += 3) {
+      const name = String(reply[at]) as CalibratedParam;
+      const value = Number(String(reply[at + 1]));
+      if (CALIBRATED_PARAMS.includes(name) && Number.isFinite(value)) calibration[name] = { value, samples: Number(reply[at + 2]) };
+    }
+    const recordedTo = reply[1] as number;
+    if (correction !== null && recordedTo > 0) await this.recordRestOfTaken(pool, correction.backendId, correction.blockHashes, recordedTo);
+    return { retentionMs: (reply[0] as number) < 0 ? null : (reply[0] as number), calibration };
   }
 
   /** In-flight per backend, summed over pools, as this replica last saw it (a cache: see the class comment). */

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import { RedisStoreError } from './redis-store-error';
-import { CHANGE_BACKEND_SET_LUA, FORGET_BACKEND_LUA, PREFILL_DONE_LUA, RECORD_BACKEND_SCRAPE_LUA, RECORD_OWNERSHIP_LUA, RELEASE_LUA, RENEW_LUA, ROUTE_LUA, SNAPSHOT_LUA } from './lua/scripts.generated';
+import { CHANGE_BACKEND_SET_LUA, FORGET_BACKEND_LUA, LEARN_LUA, PREFILL_DONE_LUA, RECORD_BACKEND_SCRAPE_LUA, RECORD_OWNERSHIP_LUA, RELEASE_LUA, RENEW_LUA, ROUTE_LUA, SNAPSHOT_LUA } from './lua/scripts.generated';
 
 /** A single Redis or a Cluster client: both route EVALSHA by its first key. */
 export type RedisClient = Redis | Cluster;
@@ -27,6 +27,7 @@ export const SCRIPTS = {
   prefillDone: defineScript('prefill-done', PREFILL_DONE_LUA, 6),
   recordOwnership: defineScript('record-ownership', RECORD_OWNERSHIP_LUA, 4),
   forgetBackend: defineScript('forget-backend', FORGET_BACKEND_LUA, 1),
+  learn: defineScript('learn', LEARN_LUA, 5),
   changeBackendSet: defineScript('change-backend-set', CHANGE_BACKEND_SET_LUA, 3),
   recordBackendScrape: defineScript('record-backend-scrape', RECORD_BACKEND_SCRAPE_LUA, 2),
 } as const satisfies Record<string, LuaScript>;

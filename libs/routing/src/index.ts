@@ -55,8 +55,29 @@ export {
   type PolicySettingKey,
   type PolicySettings,
 } from './policies/policy-registry';
-export type { AtomicRouteInput, DecideInput, DecideResult, RoutingSnapshot, RoutingStateStore } from './state/routing-state';
+export type {
+  AtomicRouteInput,
+  CalibratedParam,
+  CalibrationBatch,
+  DecideInput,
+  DecideResult,
+  LearnedCalibration,
+  LearnInput,
+  LearnReply,
+  OwnershipCorrection,
+  RoutingSnapshot,
+  RoutingStateStore,
+} from './state/routing-state';
+export { CALIBRATED_PARAMS, CALIBRATION_WINDOW, correctedRetention, mergeCalibration } from './state/routing-state';
 export { candidatesOf, decide, explainDecision, MAX_RESERVE_CONFLICTS } from './state/decide';
-export { InMemoryRoutingState, type InMemoryRoutingStateOptions } from './state/in-memory-routing-state';
+export { DEFAULT_MAX_RETENTION_MS, DEFAULT_MIN_EVIDENCE_AGE_MS, InMemoryRoutingState, type InMemoryRoutingStateOptions } from './state/in-memory-routing-state';
 export { DEFAULT_BYTES_PER_TOKEN, estimatePrefillTokens } from './prefix/prefill-estimate';
+export {
+  CALIBRATION_BOUNDS,
+  calibratedOverrides,
+  CalibrationSamples,
+  calibrationSamplesOf,
+  MIN_CALIBRATION_SAMPLES,
+  type ResponseObservation,
+} from './feedback/calibration';
 export { checkPrediction, ENGINE_BLOCK_TOKENS, PREDICTION_OUTCOMES, type Prediction, type PredictionCheck, type PredictionOutcome } from './feedback/prediction-accuracy';

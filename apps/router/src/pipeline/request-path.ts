@@ -64,8 +64,9 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
           arrivedAtMs: of.request.arrivedAtMs,
           mayRetryStatus,
           readsUsage: of.parsed.kind === 'generation',
+          stripsStreamUsage: of.parsed.stripsStreamUsage,
           events: {
-            firstOutput: () => deps.learn.firstOutput(ticket, of.request.arrivedAtMs),
+            firstOutput: () => deps.learn.firstOutput(ticket, of.request.arrivedAtMs, isStreamed(of.request)),
             finished: (tail) => {
               release(ticket);
               deps.learn.responseEnded(ticket, tail);
@@ -80,7 +81,7 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
     const backends = poolOf(deps.route.registry, parsed.model);
     reply.hijack();
     try {
-      await routeAndSend({ request, parsed, backends, body: request.rawBody ?? Buffer.alloc(0), response: reply.raw }, { model: parsed.model, backends }, request.id, reply.raw);
+      await routeAndSend({ request, parsed, backends, body: parsed.body, response: reply.raw }, { model: parsed.model, backends }, request.id, reply.raw);
     } catch (error) {
       const routerError = error instanceof RouterError ? error : new RouterError('ROUTER_ERR_INTERNAL', 'Internal router error.', { cause: error });
       deps.metrics.recordRejected(routerError.code);
@@ -88,6 +89,11 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
       if (!(error instanceof RouterError)) request.log.error({ err: error }, 'unexpected error while forwarding');
     }
   };
+}
+
+/** Whether the client asked for a stream (the body was validated by parse). */
+function isStreamed(request: FastifyRequest): boolean {
+  return (request.body as { stream?: unknown } | null | undefined)?.stream === true;
 }
 
 /** The reply was handed over to the proxy; errors found before anything was sent are written here. */

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
-import { decide, explainDecision, type Prediction, type BackendId, type DecideInput, type RoutingDecision, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
+import { decide, explainDecision, type Prediction, type BackendId, type BlockHash, type DecideInput, type RoutingDecision, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
 import type { Backend, BackendRegistry } from '../backends/backend-registry';
 import { eligibleBackends, type Eligibility } from '../backends/eligible-backends';
 import type { EngineStateView } from '../backends/engine-state-view';
@@ -45,6 +45,21 @@ export interface Ticket {
   readonly lease: Lease;
   /** The prefix the decision believed the backend holds, which the response's usage confirms or not (learn). */
   readonly prediction: Prediction;
+  /** What learn compares the response with besides the prediction. */
+  readonly routed: RoutedFigures;
+}
+
+/** The chosen backend's figures when the try was routed, for learn's corrections and calibration. */
+export interface RoutedFigures {
+  readonly pool: string;
+  /** Wall-clock ms of the decision (the shared state's clock). */
+  readonly atMs: number;
+  /** The request's chain, as routed (leading blocks only: maxRoutedBlocks). */
+  readonly blockHashes: readonly BlockHash[];
+  /** Requests in flight on the chosen backend before this one, fleet-wide. */
+  readonly inflightAhead: number;
+  /** Prefill tokens sent to the chosen backend and not started, before this one. */
+  readonly pendingAheadTokens: number;
 }
 
 /** A request's pool: the backends serving its model. Throws (404, 503) before anything was sent. */
@@ -69,7 +84,8 @@ export async function route(deps: RouteDeps, request: ParsedRequest, pool: reado
   // A lease id of the router's own per try: a client's X-Request-Id is the client's to choose (ten
   // streams sent with one id are ten requests in flight).
   const leaseId = randomUUID();
-  const { decision, candidates, conflicts, blocksAtFirstOutput } = await decide(deps.state, decideInput(deps, request, eligibility, policy, leaseId));
+  const input = decideInput(deps, request, eligibility, policy, leaseId);
+  const { decision, candidates, conflicts, blocksAtFirstOutput } = await decide(deps.state, input);
   for (const conflicted of conflicts) deps.metrics.recordReserveConflict(conflicted);
   if (decision.kind === 'rejected') return null;
   const backend = eligibility.eligible.find((candidate) => candidate.id === decision.backendId) as Backend;
@@ -91,7 +107,14 @@ export async function route(deps: RouteDeps, request: ParsedRequest, pool: reado
     deps.logger.debug({ requestId, policy: policy.name, backend: backend.id, reason: decision.reason, attempt, conflicts: conflicts.length, scores: decision.scores }, 'routing decision');
   }
   const prediction = { matchBlocks: chosen?.matchBlocks ?? 0, blockSizeBytes: request.routingRequest.blockSizeBytes, textBytes: request.routingRequest.textBytes };
-  return { backend, decision, policyName: policy.name, lease, prediction };
+  const routed = {
+    pool: request.model,
+    atMs: input.context.nowMs,
+    blockHashes: request.routingRequest.blockHashes,
+    inflightAhead: chosen?.inflight ?? 0,
+    pendingAheadTokens: chosen?.pendingPrefillTokens ?? 0,
+  };
+  return { backend, decision, policyName: policy.name, lease, prediction, routed };
 }
 
 /**

@@ -1,13 +1,23 @@
 import type { FastifyInstance } from 'fastify';
 import { parseRequest, type ParseOptions } from '../pipeline/parse';
 import { explainRoute, poolOf, type RouteDeps } from '../pipeline/route';
+import type { PoolCostModel } from '../routing/policy-table';
+
+/** What responses taught this replica (the learn stage), as /debug/route shows it. */
+export interface LearnedFigures {
+  /** The pool's cost-model figures: configured, learned (value and samples) and in use. */
+  costModel(pool: string): PoolCostModel;
+  /** A backend's learned retention, ms (null: none learned; its entries last the idle TTL). */
+  retentionMs(backendId: string): number | null;
+}
 
 /**
  * `POST /debug/route` (only with `debugRoutes: true`): explains where a request body would go, without
- * sending it or changing any state: per-backend match, in-flight, score and exclusions. The body goes
+ * sending it or changing any state: per-backend match, in-flight, score and exclusions, the cost-model
+ * figures in use (configured or learned from responses) and each backend's learned retention. The body goes
  * through the request path's own parse stage, so it is routed on exactly what a real request is.
  */
-export async function debugRoutes(app: FastifyInstance, options: { route: RouteDeps; parse: ParseOptions }): Promise<void> {
+export async function debugRoutes(app: FastifyInstance, options: { route: RouteDeps; parse: ParseOptions; learned: LearnedFigures }): Promise<void> {
   app.post('/debug/route', async (request) => {
     const raw = request.body;
     const isChat = raw !== null && typeof raw === 'object' && 'messages' in raw;
@@ -24,6 +34,8 @@ export async function debugRoutes(app: FastifyInstance, options: { route: RouteD
       blocks: routingRequest.blockHashes.length,
       contextBlocks: routingRequest.contextBlocks,
       breakers: Object.fromEntries(backends.map((backend) => [backend.id, backend.breaker.state])),
+      costModel: options.learned.costModel(parsed.model),
+      retentionMs: Object.fromEntries(backends.map((backend) => [backend.id, options.learned.retentionMs(backend.id)])),
       decision,
     };
   });

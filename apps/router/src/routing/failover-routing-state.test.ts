@@ -16,6 +16,7 @@ function flakyStore(nowMs: () => number) {
     renew: (...args) => gate(() => inner.renew(...args)),
     release: (...args) => gate(() => inner.release(...args)),
     forgetBackend: (...args) => gate(() => inner.forgetBackend(...args)),
+    learn: (...args) => gate(() => inner.learn(...args)),
     inflightCounts: () => inner.inflightCounts(),
   };
   return { store, inner, setMode: (next: typeof mode) => (mode = next) };
@@ -135,6 +136,7 @@ describe('FailoverRoutingState', () => {
       prefillDone: (...args) => local.prefillDone(...args),
       release: (...args) => local.release(...args),
       forgetBackend: (...args) => local.forgetBackend(...args),
+      learn: (...args) => local.learn(...args),
       inflightCounts: () => local.inflightCounts(),
     };
     const state = new FailoverRoutingState(atomicShared, localCalls, { timeoutMs: 20, retryAfterMs: 100, maxRetryAfterMs: 1000, nowMs, onDegradedChange: () => undefined });

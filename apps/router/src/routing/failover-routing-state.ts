@@ -1,4 +1,4 @@
-import type { AtomicOutcome, AtomicRouteInput, BackendId, BlockHash, RoutingSnapshot, RoutingStateStore } from '@kvroute/routing';
+import type { AtomicOutcome, AtomicRouteInput, BackendId, BlockHash, LearnInput, LearnReply, RoutingSnapshot, RoutingStateStore } from '@kvroute/routing';
 
 export interface FailoverOptions {
   /** A shared-state call slower than this counts as a failure (the request goes on with local state). */
@@ -112,6 +112,18 @@ export class FailoverRoutingState implements RoutingStateStore {
 
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {
     await Promise.allSettled([this.primary.forgetBackend(pool, backendId), this.fallback.forgetBackend(pool, backendId)]);
+  }
+
+  /** What responses taught goes where routing reads now: Redis, or the local state while degraded (no deadline: nothing waits on it). */
+  async learn(pool: string, input: LearnInput): Promise<LearnReply> {
+    if (!this.degraded) {
+      try {
+        return await this.primary.learn(pool, input);
+      } catch {
+        // The next decision finds out whether Redis is back; this lesson goes to the local state.
+      }
+    }
+    return this.fallback.learn(pool, input);
   }
 
   inflightCounts(): ReadonlyMap<BackendId, number> {

@@ -44,6 +44,7 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
     maxBlocksPerBackend: config.maxBlocksPerBackend,
     blockIdleTtlMs: config.blockIdleTtlMs,
     refreshGranularityMs: config.blockRefreshMs,
+    minEvidenceAgeMs: config.evictionEvidenceMinAgeMs,
     nowMs: deps.nowMs,
   });
   if (config.redisUrl === undefined) {
@@ -63,6 +64,7 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
       maxBlocksPerPool: config.maxBlocksPerPool,
       blockIdleTtlMs: config.blockIdleTtlMs,
       leaseTtlMs: config.leaseTtlMs,
+      minEvidenceAgeMs: config.evictionEvidenceMinAgeMs,
       nowMs: () => Date.now(),
     }),
     localState,

@@ -11,7 +11,7 @@
 
   KEYS[1]  <ns>:{<tag>}:prefill:<backend>  HASH lease id -> pending prefill tokens
   KEYS[2]  <ns>:{<tag>}:pending            HASH backend id -> pending prefill tokens
-  KEYS[3]  <ns>:{<tag>}:forgotten          HASH backend id -> ms it was forgotten
+  KEYS[3]  <ns>:{<tag>}:forgotten          HASH backend id -> '<ms forgotten>[|<retention ms>]'
   KEYS[4]  <ns>:{<tag>}:owners:new         HASH block hash -> owner list, current generation
   KEYS[5]  <ns>:{<tag>}:owners:old         HASH block hash -> owner list, previous generation
   KEYS[6]  <ns>:{<tag>}:generation         STRING ms the current generation started
@@ -38,7 +38,7 @@ if blockCount > 0 then
   local now, idleTtl, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
   local turned = rotateGenerations(KEYS[4], KEYS[5], KEYS[6], now, idleTtl, cap)
   local index = newOwnerIndex(KEYS[4], KEYS[5], blockCount, packedBlockReader(packedBlocks),
-    { [backendId] = tonumber(redis.call('HGET', KEYS[3], backendId)) })
+    forgetThresholds({ backendId }, { redis.call('HGET', KEYS[3], backendId) }, now))
   local added
   added, recordedTo = index.record(backendId, now, tonumber(ARGV[7]))
   if added > 0 or turned then keepIndexAlive(KEYS[4], KEYS[5], KEYS[6], idleTtl, turned) end

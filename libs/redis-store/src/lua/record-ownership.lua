@@ -10,7 +10,7 @@
   3. otherwise the given blocks past the backend's depth among them are recorded, at most ARGV[7].
   So the backend's blocks stay prefix-closed, and each call sends and writes a bounded number of blocks.
 
-  KEYS[1]  <ns>:{<tag>}:forgotten    HASH backend id -> ms it was forgotten
+  KEYS[1]  <ns>:{<tag>}:forgotten    HASH backend id -> '<ms forgotten>[|<retention ms>]'
   KEYS[2]  <ns>:{<tag>}:owners:new   HASH block hash -> owner list, current generation
   KEYS[3]  <ns>:{<tag>}:owners:old   HASH block hash -> owner list, previous generation
   KEYS[4]  <ns>:{<tag>}:generation   STRING ms the current generation started
@@ -36,7 +36,9 @@ local packedBlocks = ARGV[6]
 local blockCount = packedBlockCount(packedBlocks)
 if blockCount == 0 then return 0 end
 local turned = rotateGenerations(KEYS[2], KEYS[3], KEYS[4], now, idleTtl, cap)
-local forgot = tonumber(redis.call('HGET', KEYS[1], backendId))
+local thresholds = forgetThresholds({ backendId }, { redis.call('HGET', KEYS[1], backendId) }, now)
+-- The anchor was recorded by the call before, which rewrote what was older than the record threshold.
+local forgot = thresholds.record[backendId]
 if anchor ~= '' then
   local owners = redis.call('HGET', KEYS[2], anchor)
   local marker = '\1' .. backendId .. '\2'
@@ -46,7 +48,7 @@ if anchor ~= '' then
     return -1
   end
 end
-local index = newOwnerIndex(KEYS[2], KEYS[3], blockCount, packedBlockReader(packedBlocks), { [backendId] = forgot })
+local index = newOwnerIndex(KEYS[2], KEYS[3], blockCount, packedBlockReader(packedBlocks), thresholds)
 local added, to = index.record(backendId, now, tonumber(ARGV[7]))
 if added > 0 or turned then keepIndexAlive(KEYS[2], KEYS[3], KEYS[4], idleTtl, turned) end
 return to

@@ -24,7 +24,7 @@
   ARGV[7]; no call spreads more than a small constant number of values onto Lua's stack
   (lib/batched.lua), at any block count.
 
-  KEYS[1]  <ns>:{<tag>}:forgotten        HASH backend id -> ms it was forgotten
+  KEYS[1]  <ns>:{<tag>}:forgotten        HASH backend id -> '<ms forgotten>[|<retention ms>]'
   KEYS[2]  <ns>:{<tag>}:lease-deadlines  ZSET lease member -> deadline ms, every lease of the pool
   KEYS[3]  <ns>:{<tag>}:inflight         HASH backend id -> leases in flight
   KEYS[4]  <ns>:{<tag>}:pending          HASH backend id -> pending prefill tokens
@@ -100,13 +100,12 @@ local marks = {}
 if redis.call('HLEN', KEYS[1]) > 0 then marks = hmgetAll(KEYS[1], ids) end
 local inflight = hmgetAll(KEYS[3], ids)
 local pending = hmgetAll(KEYS[4], ids)
-local forgottenById = {}
+local thresholds = forgetThresholds(ids, marks, now)
 for j, c in ipairs(candidates) do
-  forgottenById[c.id] = tonumber(marks[j])
   c.inflight = tonumber(inflight[j]) or 0
   c.pending = tonumber(pending[j]) or 0
 end
-local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, forgottenById)
+local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, thresholds)
 -- Only the cost rule reads match depths ('fixed' was decided on a snapshot that had them).
 local depths = rule == 'cost' and index.depths(ids) or {}
 for _, c in ipairs(candidates) do
@@ -150,7 +149,7 @@ if recordAtMost > 0 and blockCount > 0 then
   local turned = rotateGenerations(KEYS[5], KEYS[6], KEYS[7], now, idleTtl, cap)
   if turned then
     -- What the index read so far describes the generations before the turn.
-    index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, forgottenById)
+    index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, thresholds)
   end
   local added, to = index.record(c.id, now, recordAtMost)
   result[6] = to

@@ -6,7 +6,7 @@
   (one HMGET each for all backends) and its match depth by binary search over the owner index
   (lib/owner-index.lua): O(log(blocks) x distinct depths) block reads, not backends x blocks.
 
-  KEYS[1]  <ns>:{<tag>}:forgotten        HASH backend id -> ms it was forgotten
+  KEYS[1]  <ns>:{<tag>}:forgotten        HASH backend id -> '<ms forgotten>[|<retention ms>]'
   KEYS[2]  <ns>:{<tag>}:lease-deadlines  ZSET lease member -> deadline ms, every lease of the pool
   KEYS[3]  <ns>:{<tag>}:inflight         HASH backend id -> leases in flight
   KEYS[4]  <ns>:{<tag>}:pending          HASH backend id -> pending prefill tokens
@@ -41,11 +41,7 @@ local marks = {}
 if redis.call('HLEN', KEYS[1]) > 0 then marks = hmgetAll(KEYS[1], ids) end
 local inflight = hmgetAll(KEYS[3], ids)
 local pending = hmgetAll(KEYS[4], ids)
-local forgottenById = {}
-for j = 1, backendCount do
-  forgottenById[ids[j]] = tonumber(marks[j])
-end
-local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, packedBlockReader(packedBlocks), forgottenById)
+local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, packedBlockReader(packedBlocks), forgetThresholds(ids, marks, now))
 
 local depths = index.depths(ids)
 local result = {}

@@ -35,6 +35,10 @@ describe('script loading', () => {
       await state.snapshot('m', ['a'], [1, 2]);
       await state.release('m', 'a', 'l1');
       await state.forgetBackend('m', 'b');
+      await state.learn('m', {
+        correction: { backendId: 'a', outcome: 'overpredicted', blockHashes: [1, 2], predictedBlocks: 2, observedBlocks: 0, routedAtMs: clock.nowMs() },
+        calibration: { bytesPerToken: { samples: 2, sum: 7 } },
+      }); // learn.lua
       await new RedisBackendSet({ redis: ctx.redis, nowMs: clock.nowMs, keyNamespace: ctx.namespace }).remove('none'); // change-backend-set.lua, writes nothing
       await new RedisBackendStateStore({ redis: ctx.redis, keyNamespace: ctx.namespace }).record(
         {

@@ -67,6 +67,7 @@ function atomicStore(answer: 'evaluate' | 'unavailable') {
     prefillDone: (...args) => inner.prefillDone(...args),
     release: (...args) => inner.release(...args),
     forgetBackend: (...args) => inner.forgetBackend(...args),
+    learn: (...args) => inner.learn(...args),
     inflightCounts: () => inner.inflightCounts(),
   };
   return { store, calls, inner };

@@ -1,5 +1,5 @@
 import type { BackendId, BlockHash } from '../types';
-import type { RoutingSnapshot, RoutingStateStore } from './routing-state';
+import { correctedRetention, mergeCalibration, type CalibratedParam, type LearnInput, type LearnReply, type RoutingSnapshot, type RoutingStateStore } from './routing-state';
 
 export interface InMemoryRoutingStateOptions {
   /** Most prefix blocks remembered per backend; least recently recorded evicted first. */
@@ -8,8 +8,16 @@ export interface InMemoryRoutingStateOptions {
   readonly blockIdleTtlMs: number;
   /** Re-recording a block more recent than this does not move it in the LRU (default 1000 ms). */
   readonly refreshGranularityMs?: number;
+  /** Corrections (`learn`): an entry younger than this is no evidence of an eviction (default 1000 ms). */
+  readonly minEvidenceAgeMs?: number;
+  /** Corrections: the longest retention learned (default: the idle TTL, or a day without one). */
+  readonly maxRetentionMs?: number;
   readonly nowMs: () => number;
 }
+
+/** Defaults of the correction bounds, shared with the Redis store. */
+export const DEFAULT_MIN_EVIDENCE_AGE_MS = 1000;
+export const DEFAULT_MAX_RETENTION_MS = 24 * 3600 * 1000;
 
 /**
  * Routing state of a single router replica, in memory. It has no `routeAtomically`: `decide` snapshots,
@@ -94,6 +102,34 @@ export class InMemoryRoutingState implements RoutingStateStore {
     this.pools.get(pool)?.blocksByBackend.delete(backendId);
   }
 
+  async learn(pool: string, input: LearnInput): Promise<LearnReply> {
+    const index = this.poolIndex(pool);
+    let retentionMs: number | null = null;
+    const correction = input.correction;
+    if (correction !== null) {
+      const blocks = index.blocksByBackend.get(correction.backendId);
+      const previous = index.retentionMs.get(correction.backendId) ?? null;
+      const evidenceBlock = Math.min(correction.observedBlocks + 1, correction.predictedBlocks, correction.blockHashes.length);
+      const recordedAt = evidenceBlock >= 1 ? blocks?.get(correction.blockHashes[evidenceBlock - 1] as BlockHash) : undefined;
+      const evidenceAgeMs = recordedAt === undefined ? null : correction.routedAtMs - recordedAt;
+      retentionMs = correctedRetention(previous, correction.outcome, evidenceAgeMs, this.retentionBounds());
+      if (retentionMs !== null && retentionMs !== previous) {
+        index.retentionMs.set(correction.backendId, retentionMs);
+        // The engine computed this chain for the request: it holds it now, whatever the shorter retention hides.
+        if (correction.outcome === 'overpredicted' && correction.blockHashes.length > 0) this.record(pool, correction.backendId, correction.blockHashes, true);
+      }
+    }
+    for (const [name, batch] of Object.entries(input.calibration ?? {}) as [CalibratedParam, { samples: number; sum: number }][]) {
+      if (batch.samples > 0) index.calibration[name] = mergeCalibration(index.calibration[name], batch);
+    }
+    return { retentionMs, calibration: { ...index.calibration } };
+  }
+
+  private retentionBounds(): { minMs: number; maxMs: number } {
+    const minMs = this.options.minEvidenceAgeMs ?? DEFAULT_MIN_EVIDENCE_AGE_MS;
+    return { minMs, maxMs: this.options.maxRetentionMs ?? (this.options.blockIdleTtlMs > 0 ? this.options.blockIdleTtlMs : DEFAULT_MAX_RETENTION_MS) };
+  }
+
   inflightCounts(): ReadonlyMap<BackendId, number> {
     const counts = new Map<BackendId, number>();
     for (const [backend, leases] of this.leases) counts.set(backend, leases.tokens.size);
@@ -109,10 +145,14 @@ export class InMemoryRoutingState implements RoutingStateStore {
     const result = new Map<BackendId, number>();
     const index = this.pools.get(pool);
     if (!index) return result;
-    const oldestFresh = this.options.blockIdleTtlMs > 0 ? this.options.nowMs() - this.options.blockIdleTtlMs : -Infinity;
+    const now = this.options.nowMs();
+    const idleFresh = this.options.blockIdleTtlMs > 0 ? now - this.options.blockIdleTtlMs : -Infinity;
     for (const backend of backends) {
       const blocks = index.blocksByBackend.get(backend);
       if (!blocks) continue;
+      // A learned retention hides what its engine has most likely evicted (see `learn`).
+      const retention = index.retentionMs.get(backend);
+      const oldestFresh = retention === undefined ? idleFresh : Math.max(idleFresh, now - retention);
       const holds = (block: number): boolean => {
         const recordedAt = blocks.get(blockHashes[block] as BlockHash);
         return recordedAt !== undefined && recordedAt >= oldestFresh;
@@ -130,19 +170,25 @@ export class InMemoryRoutingState implements RoutingStateStore {
     return result;
   }
 
-  private record(pool: string, backendId: BackendId, blockHashes: readonly BlockHash[]): void {
+  private poolIndex(pool: string): PoolIndex {
     let index = this.pools.get(pool);
     if (!index) {
       index = new PoolIndex();
       this.pools.set(pool, index);
     }
+    return index;
+  }
+
+  /** `refreshAll`: every block gets the current time (a correction), not only those older than the refresh granularity. */
+  private record(pool: string, backendId: BackendId, blockHashes: readonly BlockHash[], refreshAll = false): void {
+    const index = this.poolIndex(pool);
     let blocks = index.blocksByBackend.get(backendId);
     if (!blocks) {
       blocks = new Map();
       index.blocksByBackend.set(backendId, blocks);
     }
     const now = this.options.nowMs();
-    const refreshBefore = now - (this.options.refreshGranularityMs ?? 1000);
+    const refreshBefore = refreshAll ? Infinity : now - (this.options.refreshGranularityMs ?? 1000);
     // Deepest block first, so that within a chain shallower blocks are the more recent (see the invariant).
     for (let block = blockHashes.length - 1; block >= 0; block--) {
       const hash = blockHashes[block] as BlockHash;
@@ -190,4 +236,8 @@ class PoolIndex {
   readonly blocksByBackend = new Map<BackendId, Map<BlockHash, number>>();
   /** Backend → when its idle blocks were last swept (ms). */
   readonly lastIdleSweepMs = new Map<BackendId, number>();
+  /** Backend → its learned retention, ms (`learn`): its entries older than that do not count. */
+  readonly retentionMs = new Map<BackendId, number>();
+  /** The pool's learned cost-model figures (`learn`). */
+  readonly calibration: Partial<Record<CalibratedParam, { value: number; samples: number }>> = {};
 }

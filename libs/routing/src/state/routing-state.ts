@@ -124,6 +124,87 @@ export interface RoutingStateStore {
   release(pool: string, backendId: BackendId, leaseId: string): Promise<void>;
   /** Forgets what a backend is believed to hold (it was removed, restarted or its cache reset). */
   forgetBackend(pool: string, backendId: BackendId): Promise<void>;
+  /**
+   * What responses told a router (the learn stage), in one step: a correction of one backend's
+   * retention from a response whose engine reported another cached prefix than predicted, and a batch
+   * of cost-model samples merged into the pool's learned values. Answers the backend's retention and
+   * the pool's learned values after the change, which every replica's calls read alike.
+   */
+  learn(pool: string, input: LearnInput): Promise<LearnReply>;
   /** In-flight counts of every backend with leases, for metrics. */
   inflightCounts(): ReadonlyMap<BackendId, number>;
+}
+
+/**
+ * A response whose engine's cached prefix differed from the index's prediction beyond the granularity
+ * either side sees (`checkPrediction`'s overpredicted / underpredicted).
+ *
+ * - overpredicted: the engine no longer held block min(observed + 1, predicted) of the chain. Under the
+ *   engine's LRU, entries less recently used than that one are gone too: the backend's retention (how
+ *   long an entry stays believed) moves towards that entry's age when the request was routed, and
+ *   older entries stop counting for it. The request's own chain stays held (the engine just computed
+ *   it). Entries younger than `minEvidenceAgeMs` are no evidence (a sibling's prefill still running).
+ * - underpredicted: the engine held more than the index believed; a learned retention grows (by 1/4).
+ */
+export interface OwnershipCorrection {
+  readonly backendId: BackendId;
+  readonly outcome: 'overpredicted' | 'underpredicted';
+  /** The request's chain (shallowest first). */
+  readonly blockHashes: readonly BlockHash[];
+  /** Leading blocks the index held on the backend at routing. */
+  readonly predictedBlocks: number;
+  /** The engine's cached prefix in routing blocks (rounded down). */
+  readonly observedBlocks: number;
+  /** Wall-clock ms the request was routed (the store's clock). */
+  readonly routedAtMs: number;
+}
+
+/** The cost-model figures learned from responses (cacheaware's parameters of the same names). */
+export type CalibratedParam = 'bytesPerToken' | 'prefillMsPerToken' | 'queueMsPerRequest';
+export const CALIBRATED_PARAMS: readonly CalibratedParam[] = ['bytesPerToken', 'prefillMsPerToken', 'queueMsPerRequest'];
+
+/** Samples of some calibrated figures: how many, and their sum (their mean is what is merged). */
+export type CalibrationBatch = Readonly<Partial<Record<CalibratedParam, { readonly samples: number; readonly sum: number }>>>;
+
+/** A pool's learned figures: each value and how many samples it was learned from. */
+export type LearnedCalibration = Readonly<Partial<Record<CalibratedParam, { readonly value: number; readonly samples: number }>>>;
+
+export interface LearnInput {
+  readonly correction: OwnershipCorrection | null;
+  readonly calibration: CalibrationBatch | null;
+}
+
+export interface LearnReply {
+  /** The corrected backend's retention, ms, after the call (null: none learned, or no correction given). */
+  readonly retentionMs: number | null;
+  readonly calibration: LearnedCalibration;
+}
+
+/**
+ * How a batch moves a learned value (the Redis store's learn.lua does the same): the running mean of
+ * the samples until CALIBRATION_WINDOW of them, then an exponentially weighted mean over about that
+ * many, so a figure follows an engine that changed (load, version) within a few hundred responses.
+ */
+export const CALIBRATION_WINDOW = 200;
+
+export function mergeCalibration(current: { readonly value: number; readonly samples: number } | undefined, batch: { readonly samples: number; readonly sum: number }): { value: number; samples: number } {
+  const mean = batch.sum / batch.samples;
+  if (current === undefined || current.samples === 0) return { value: mean, samples: batch.samples };
+  const weight = batch.samples / Math.min(current.samples + batch.samples, CALIBRATION_WINDOW);
+  return { value: current.value + (mean - current.value) * weight, samples: current.samples + batch.samples };
+}
+
+/** Retention learning's constants (learn.lua has the same): evidence weight, growth on underprediction. */
+export const RETENTION_EVIDENCE_WEIGHT = 0.3;
+export const RETENTION_GROWTH = 1.25;
+
+/** The retention after one correction (null: none learned yet and this is no evidence). */
+export function correctedRetention(retentionMs: number | null, outcome: OwnershipCorrection['outcome'], evidenceAgeMs: number | null, bounds: { readonly minMs: number; readonly maxMs: number }): number | null {
+  let learned = retentionMs;
+  if (outcome === 'overpredicted' && evidenceAgeMs !== null && evidenceAgeMs >= bounds.minMs) {
+    learned = retentionMs === null ? evidenceAgeMs : Math.floor((1 - RETENTION_EVIDENCE_WEIGHT) * retentionMs + RETENTION_EVIDENCE_WEIGHT * evidenceAgeMs);
+  } else if (outcome === 'underpredicted' && retentionMs !== null) {
+    learned = Math.floor(retentionMs * RETENTION_GROWTH);
+  }
+  return learned === null ? null : Math.max(bounds.minMs, Math.min(bounds.maxMs, learned));
 }

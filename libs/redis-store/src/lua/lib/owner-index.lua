@@ -16,10 +16,42 @@
 -- generation drops whole sets. Hence "b holds block i" is monotone in i and the depth is found by
 -- binary search: O(log N) block reads per distinct depth (memoized), never backends x blocks.
 --
--- An entry counts only if it was recorded after its backend was last forgotten (forget-backend.lua).
+-- An entry counts only if it was recorded after its backend was last forgotten (forget-backend.lua)
+-- and, once the backend's retention has been learned (learn.lua: the engine reported a prefix gone
+-- that the index still held), only while it is younger than that retention: the engine's LRU drops
+-- what was used less recently, so an entry older than the age at which entries were seen gone is
+-- believed gone too. The `forgotten` field of a backend is "<mark ms>" or "<mark ms>|<retention ms>".
+--
+-- Recording refreshes an entry once it is older than half the retention (it is rewritten with the
+-- current time: the backend used it now), so a chain in steady use never ages out between uses; a
+-- backend's entries in one chain keep times that do not decrease along the chain, so ageing hides a
+-- chain from its first block: prefix closure still holds for what is visible.
+
+-- The time at or before which a backend's entries no longer count, from its `forgotten` field (nil:
+-- all count). forRecording: the stricter threshold recording refreshes below (half the retention).
+local function forgetThreshold(value, now, forRecording)
+  if not value then return nil end
+  local bar = string.find(value, '|', 1, true)
+  if not bar then return tonumber(value) end
+  local mark, retention = tonumber(string.sub(value, 1, bar - 1)), tonumber(string.sub(value, bar + 1))
+  local aged = now - (forRecording and math.floor(retention / 2) or retention)
+  return aged > mark and aged or mark
+end
+
+-- Both thresholds for each of `ids` from their `forgotten` fields (`values`, in the order of `ids`):
+-- { lookup = { [id] = ms }, record = { [id] = ms } }.
+local function forgetThresholds(ids, values, now)
+  local lookup, record = {}, {}
+  for j = 1, #ids do
+    lookup[ids[j]] = forgetThreshold(values[j], now, false)
+    record[ids[j]] = forgetThreshold(values[j], now, true)
+  end
+  return { lookup = lookup, record = record }
+end
 
 -- A reader of one request's chain over both generations. blockAt(i) = the i-th block hash (1-based),
--- forgottenAt = { [id] = ms forgotten } (absent = never). Reads are batched (HMGET) and each field is
+-- thresholds = forgetThresholds(…): entries at or before `lookup[id]` do not count for depths, and
+-- those at or before `record[id]` are rewritten by record. Reads are batched (HMGET) and each field is
 -- read at most once per generation.
 --
 -- Depth search, for all candidates at once: read a ladder of ~16 evenly spaced blocks (one HMGET per
@@ -30,7 +62,7 @@
 -- and its Lua steps, not the bytes it reads.
 local LADDER_RUNGS = 16
 
-local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
+local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
   local raw = { [newKey] = {}, [oldKey] = {} }
   local index = {}
 
@@ -51,8 +83,9 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
     end
   end
 
-  -- { [id] = largest d such that id holds blocks 1..d }, in `new` or, when withOld, in either generation.
-  local function deepest(ids, withOld)
+  -- { [id] = largest d such that id holds blocks 1..d }, in `new` or, when withOld, in either generation,
+  -- counting the entries recorded after forgottenAt[id].
+  local function deepest(ids, withOld, forgottenAt)
     local depths = {}
     if blockCount == 0 then
       for k = 1, #ids do depths[ids[k]] = 0 end
@@ -145,7 +178,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
 
   -- Leading blocks of the chain each of `ids` holds, in either generation: { [id] = depth }.
   function index.depths(ids)
-    return deepest(ids, true)
+    return deepest(ids, true, thresholds.lookup)
   end
 
   -- Records that backend `id` holds the chain: writes `now` into `new` for the blocks past its depth
@@ -154,7 +187,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
   -- invariant wants; the caller records the rest in further calls. Returns the number of fields the
   -- HSETs added to `new`, and `to` (= blockCount once the whole chain is held).
   function index.record(id, now, maxNew)
-    local from = 1 + deepest({ id }, false)[id]
+    local from = 1 + deepest({ id }, false, thresholds.record)[id]
     if from > blockCount then return 0, blockCount end
     local to = math.min(blockCount, from + maxNew - 1)
     local marker = '\1' .. id .. '\2'
@@ -173,7 +206,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, forgottenAt)
       for k = 1, count do
         local value = current[k]
         if value then
-          -- An entry from before a forget is replaced, not duplicated.
+          -- An entry from before a forget (or aged past half the retention) is replaced, not duplicated.
           local at = find(value, marker, 1, true)
           if at then
             local after = find(value, '\1', at + 1, true) or (#value + 1)

@@ -1,0 +1,144 @@
+--[[
+  learn: what responses told the routers, written into the pool's shared state in one step, so every
+  replica routes on what any replica saw (the router's learn stage; at most one call per response,
+  none when a response confirms the prediction and no calibration batch is due).
+
+  1. Retention (ARGV[2] a backend, ARGV[5] an outcome): the engine's reported cached prefix against
+     the index's prediction for one response.
+     'over'  the engine held less: block e = min(observed + 1, predicted) of the chain was gone. Its
+             entry's age when the request was routed (routed at - recorded at) is evidence that the
+             backend's LRU drops entries of that age; the backend's retention moves towards it
+             (first evidence: the age itself; then 0.7 · retention + 0.3 · age), bounded to
+             [min evidence age, max retention]. Ignored when the entry is younger than ARGV[10] (a race
+             with a sibling's prefill is no eviction) or not found (already hidden or turned away).
+             The chain is then recorded again as held (the engine computed it for this request), so
+             the shorter retention does not hide it.
+     'under' the engine held more and a retention is set: it grows by a quarter (the index hid
+             entries the engine still had), bounded by ARGV[13].
+     The retention is kept in the backend's `forgotten` field ('<mark>|<retention ms>',
+     lib/owner-index.lua), which every lookup reads already: no extra read per decision.
+  2. Calibration (ARGV[12] not ''): a replica's batch of cost-model samples merged into the pool's
+     learned values: each value is the running mean of its samples up to CALIBRATION_WINDOW of them,
+     then an exponentially weighted mean over about that many (a batch of n moves it by
+     n / CALIBRATION_WINDOW of the difference).
+
+  KEYS[1]  <ns>:{<tag>}:forgotten        HASH backend id -> '<ms forgotten>[|<retention ms>]'
+  KEYS[2]  <ns>:{<tag>}:owners:new       HASH block hash -> owner list, current generation
+  KEYS[3]  <ns>:{<tag>}:owners:old       HASH block hash -> owner list, previous generation
+  KEYS[4]  <ns>:{<tag>}:generation       STRING ms the current generation started
+  KEYS[5]  <ns>:{<tag>}:calibration      HASH name -> learned value, name..':n' -> samples merged
+  ARGV[1]  now, ms since the Unix epoch
+  ARGV[2]  backend id ('' = calibration only)
+  ARGV[3]  block idle TTL, ms (0 = blocks never go idle)
+  ARGV[4]  max blocks per pool (the owner index's cap, > 0)
+  ARGV[5]  outcome: 'over' | 'under' | '' (none)
+  ARGV[6]  the request's block hashes, shallowest first, packed (lib/batched.lua; '' = none)
+  ARGV[7]  predicted blocks (the leading blocks the index held on the backend at routing)
+  ARGV[8]  observed blocks (the engine's cached tokens in routing blocks)
+  ARGV[9]  ms the request was routed
+  ARGV[10] min evidence age, ms
+  ARGV[11] at most this many new blocks are recorded (> 0)
+  ARGV[12] calibration batch: '' or '<name>,<samples>,<sum>' triples joined by ';'
+  ARGV[13] max retention, ms (> 0)
+
+  Returns {retention ms of the backend after this call (-1: none, or no backend), leading blocks of the
+  chain the backend holds after re-recording (0 when not re-recorded), then name, value, samples for
+  every learned calibration value of the pool (value as a string: Lua numbers leave Redis as integers)}.
+]]
+
+--#include lib/batched.lua
+--#include lib/owner-index.lua
+
+local CALIBRATION_WINDOW = 200
+
+local now = tonumber(ARGV[1])
+local backendId = ARGV[2]
+local outcome = ARGV[5]
+local result = { -1, 0 }
+
+if backendId ~= '' then
+  local field = redis.call('HGET', KEYS[1], backendId)
+  local mark, retention = 0, nil
+  if field then
+    local bar = string.find(field, '|', 1, true)
+    mark = tonumber(bar and string.sub(field, 1, bar - 1) or field)
+    retention = bar and tonumber(string.sub(field, bar + 1)) or nil
+  end
+  local minAge, maxRetention = tonumber(ARGV[10]), tonumber(ARGV[13])
+  local learned = retention
+  local packedBlocks = ARGV[6]
+  local blockCount = packedBlockCount(packedBlocks)
+  local blockAt = packedBlockReader(packedBlocks)
+
+  if outcome == 'over' and blockCount > 0 then
+    local e = math.min(tonumber(ARGV[8]) + 1, tonumber(ARGV[7]), blockCount)
+    if e >= 1 then
+      local marker = '\1' .. backendId .. '\2'
+      -- The oldest of the backend's entries for block e: a newer one may be this very request's
+      -- recording at its first output, after the engine had found the block gone.
+      local recordedAt = nil
+      for _, key in ipairs({ KEYS[2], KEYS[3] }) do
+        local owners = redis.call('HGET', key, blockAt(e))
+        local at = owners and string.find(owners, marker, 1, true)
+        if at then
+          local t = tonumber(string.match(owners, '^%d+', at + #marker))
+          if recordedAt == nil or t < recordedAt then recordedAt = t end
+        end
+      end
+      local age = recordedAt and (tonumber(ARGV[9]) - recordedAt) or nil
+      if age and recordedAt > mark and age >= minAge then
+        learned = retention and math.floor(0.7 * retention + 0.3 * age) or age
+      end
+    end
+  elseif outcome == 'under' and retention then
+    learned = math.floor(retention * 1.25)
+  end
+
+  if learned then
+    learned = math.max(minAge, math.min(maxRetention, learned))
+    result[1] = learned
+  end
+  if learned and learned ~= retention then
+    redis.call('HSET', KEYS[1], backendId, mark .. '|' .. learned)
+    local idleTtl = tonumber(ARGV[3])
+    if idleTtl > 0 and redis.call('PTTL', KEYS[1]) < 2 * idleTtl then redis.call('PEXPIRE', KEYS[1], 2 * idleTtl) end
+    if outcome == 'over' and blockCount > 0 then
+      local turned = rotateGenerations(KEYS[2], KEYS[3], KEYS[4], now, idleTtl, tonumber(ARGV[4]))
+      local index = newOwnerIndex(KEYS[2], KEYS[3], blockCount, blockAt,
+        forgetThresholds({ backendId }, { mark .. '|' .. learned }, now))
+      local added, to = index.record(backendId, now, tonumber(ARGV[11]))
+      result[2] = to
+      if added > 0 or turned then keepIndexAlive(KEYS[2], KEYS[3], KEYS[4], idleTtl, turned) end
+    end
+  end
+end
+
+if ARGV[12] ~= '' then
+  for name, samples, sum in string.gmatch(ARGV[12], '([%w]+),([%d]+),([-%d%.eE+]+)') do
+    local n, total = tonumber(samples), tonumber(sum)
+    if n > 0 then
+      local mean = total / n
+      local current = tonumber(redis.call('HGET', KEYS[5], name))
+      local merged = tonumber(redis.call('HGET', KEYS[5], name .. ':n')) or 0
+      local value = mean
+      if current and merged > 0 then
+        value = current + (mean - current) * n / math.min(merged + n, CALIBRATION_WINDOW)
+      end
+      redis.call('HSET', KEYS[5], name, string.format('%.6g', value), name .. ':n', merged + n)
+    end
+  end
+  local idleTtl = tonumber(ARGV[3])
+  if idleTtl > 0 then redis.call('PEXPIRE', KEYS[5], 2 * idleTtl) end
+end
+
+local values = redis.call('HGETALL', KEYS[5])
+local byName = {}
+for k = 1, #values, 2 do byName[values[k]] = values[k + 1] end
+for name, value in pairs(byName) do
+  if not string.find(name, ':', 1, true) then
+    result[#result + 1] = name
+    result[#result + 1] = value
+    result[#result + 1] = tonumber(byName[name .. ':n']) or 0
+  end
+end
+return result

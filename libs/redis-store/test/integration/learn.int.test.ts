@@ -1,0 +1,147 @@
+import { InMemoryRoutingState, type RoutingStateStore } from '@kvroute/routing';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { manualClock, openRedisTestContext, type ManualClock, type RedisTestContext } from './redis-test-context';
+
+// learn: corrections from responses' cached-token reports and calibration batches, the same on the
+// Redis store (learn.lua, the owner index's retention) and the in-memory one.
+let ctx: RedisTestContext;
+beforeAll(async () => {
+  ctx = await openRedisTestContext({ label: 'redis-store-learn' });
+});
+beforeEach(() => ctx.beginTest('learn'));
+afterEach(() => ctx.cleanup());
+afterAll(() => ctx.close());
+
+const IDLE_TTL_MS = 600_000;
+const stores: [string, (clock: ManualClock) => RoutingStateStore][] = [
+  ['redis', (clock) => ctx.createState({ nowMs: clock.nowMs, blockIdleTtlMs: IDLE_TTL_MS })],
+  ['in-memory', (clock) => new InMemoryRoutingState({ maxBlocksPerBackend: 10_000, blockIdleTtlMs: IDLE_TTL_MS, refreshGranularityMs: 1000, nowMs: clock.nowMs })],
+];
+
+const chainA = [11, 12, 13, 14];
+const chainB = [21, 22, 23];
+const chainC = [31, 32];
+
+async function depthOn(store: RoutingStateStore, backend: string, chain: readonly number[]): Promise<number> {
+  return (await store.snapshot('m', [backend], chain)).matchBlocks.get(backend) ?? 0;
+}
+
+describe.each(stores)('learn on the %s store', (_name, make) => {
+  it('an overprediction teaches the backend a retention: entries older than the evicted one stop counting, the request itself stays held', async () => {
+    const clock = manualClock(1_000_000);
+    const store = make(clock);
+    await store.reserve('m', 'a', 'l1', chainA, 0); // t0
+    clock.advance(5_000);
+    await store.reserve('m', 'a', 'l2', chainB, 0); // t0 + 5 s
+    clock.advance(4_000);
+    await store.reserve('m', 'a', 'l3', chainC, 0); // t0 + 9 s
+    clock.advance(1_000);
+    expect([await depthOn(store, 'a', chainA), await depthOn(store, 'a', chainB), await depthOn(store, 'a', chainC)]).toEqual([4, 3, 2]);
+
+    // A request for B routed now found only B's first block cached: block 2, recorded 5 s ago, was gone.
+    const reply = await store.learn('m', {
+      correction: { backendId: 'a', outcome: 'overpredicted', blockHashes: chainB, predictedBlocks: 3, observedBlocks: 1, routedAtMs: clock.nowMs() },
+      calibration: null,
+    });
+    expect(reply.retentionMs).toBe(5_000);
+    expect(await depthOn(store, 'a', chainA)).toBe(0); // older than the evidence: believed gone
+    expect(await depthOn(store, 'a', chainB)).toBe(3); // the engine computed it again for this request
+    expect(await depthOn(store, 'a', chainC)).toBe(2); // younger than the retention
+    clock.advance(5_001);
+    expect(await depthOn(store, 'a', chainC)).toBe(0); // now older than the retention too
+  });
+
+  it('evidence younger than the minimum age (a sibling still prefilling) teaches nothing', async () => {
+    const clock = manualClock(1_000_000);
+    const store = make(clock);
+    await store.reserve('m', 'a', 'l1', chainA, 0);
+    clock.advance(200);
+    const reply = await store.learn('m', {
+      correction: { backendId: 'a', outcome: 'overpredicted', blockHashes: chainA, predictedBlocks: 4, observedBlocks: 0, routedAtMs: clock.nowMs() },
+      calibration: null,
+    });
+    expect(reply.retentionMs).toBeNull();
+    clock.advance(60_000);
+    expect(await depthOn(store, 'a', chainA)).toBe(4);
+  });
+
+  it('an underprediction grows a learned retention by a quarter, and only a learned one', async () => {
+    const clock = manualClock(1_000_000);
+    const store = make(clock);
+    const under = { backendId: 'a', outcome: 'underpredicted' as const, blockHashes: chainA, predictedBlocks: 0, observedBlocks: 4, routedAtMs: clock.nowMs() };
+    expect((await store.learn('m', { correction: under, calibration: null })).retentionMs).toBeNull();
+    await store.reserve('m', 'a', 'l1', chainA, 0);
+    clock.advance(8_000);
+    await store.learn('m', { correction: { ...under, outcome: 'overpredicted', predictedBlocks: 4, observedBlocks: 0, routedAtMs: clock.nowMs() }, calibration: null });
+    expect((await store.learn('m', { correction: under, calibration: null })).retentionMs).toBe(10_000);
+  });
+
+  it('a chain in steady use is refreshed when recorded again, so it does not age out between uses', async () => {
+    const clock = manualClock(1_000_000);
+    const store = make(clock);
+    await store.reserve('m', 'a', 'l1', chainA, 0);
+    await store.reserve('m', 'a', 'l2', chainB, 0);
+    clock.advance(10_000);
+    await store.learn('m', {
+      correction: { backendId: 'a', outcome: 'overpredicted', blockHashes: chainB, predictedBlocks: 3, observedBlocks: 0, routedAtMs: clock.nowMs() },
+      calibration: null,
+    }); // retention 10 s
+    for (let use = 0; use < 6; use++) {
+      clock.advance(4_000); // each use 4 s after the last: within the retention, past half of it every other time
+      expect(await depthOn(store, 'a', chainB)).toBe(3);
+      await store.reserve('m', 'a', `use${use}`, chainB, 0);
+    }
+  });
+
+  it('calibration batches merge into one learned figure per pool: a running mean, then a moving one', async () => {
+    const clock = manualClock(1_000_000);
+    const store = make(clock);
+    const first = await store.learn('m', { correction: null, calibration: { bytesPerToken: { samples: 4, sum: 8 }, prefillMsPerToken: { samples: 1, sum: 0.125 } } });
+    expect(first.calibration.bytesPerToken).toEqual({ value: 2, samples: 4 });
+    const second = await store.learn('m', { correction: null, calibration: { bytesPerToken: { samples: 4, sum: 16 } } });
+    expect(second.calibration.bytesPerToken?.value).toBeCloseTo(3, 5);
+    expect(second.calibration.bytesPerToken?.samples).toBe(8);
+    expect(second.calibration.prefillMsPerToken?.value).toBeCloseTo(0.125, 5);
+    // Another pool learns on its own.
+    expect((await store.learn('other', { correction: null, calibration: null })).calibration).toEqual({});
+  });
+});
+
+describe('learn on the redis store is shared', () => {
+  it("what one replica learned, another replica's lookups and replies see at once", async () => {
+    const clock = manualClock(1_000_000);
+    const one = ctx.createState({ nowMs: clock.nowMs, blockIdleTtlMs: IDLE_TTL_MS });
+    const two = ctx.createState({ nowMs: clock.nowMs, blockIdleTtlMs: IDLE_TTL_MS });
+    await one.reserve('m', 'a', 'l1', chainA, 0);
+    clock.advance(3_000);
+    await one.reserve('m', 'a', 'l2', chainB, 0);
+    clock.advance(3_000);
+    await one.learn('m', {
+      correction: { backendId: 'a', outcome: 'overpredicted', blockHashes: chainB, predictedBlocks: 3, observedBlocks: 0, routedAtMs: clock.nowMs() },
+      calibration: { bytesPerToken: { samples: 30, sum: 60 } },
+    });
+    expect(await depthOn(two, 'a', chainA)).toBe(0);
+    expect(await depthOn(two, 'a', chainB)).toBe(3);
+    expect((await two.learn('m', { correction: null, calibration: null })).calibration.bytesPerToken).toEqual({ value: 2, samples: 30 });
+  });
+
+  it('forgetting a backend (a restart) keeps its learned retention', async () => {
+    const clock = manualClock(1_000_000);
+    const store = ctx.createState({ nowMs: clock.nowMs, blockIdleTtlMs: IDLE_TTL_MS });
+    await store.reserve('m', 'a', 'l1', chainA, 0);
+    clock.advance(4_000);
+    await store.learn('m', {
+      correction: { backendId: 'a', outcome: 'overpredicted', blockHashes: chainA, predictedBlocks: 4, observedBlocks: 0, routedAtMs: clock.nowMs() },
+      calibration: null,
+    });
+    clock.advance(10);
+    await store.forgetBackend('m', 'a');
+    expect(await depthOn(store, 'a', chainA)).toBe(0);
+    clock.advance(10);
+    await store.reserve('m', 'a', 'l2', chainA, 0);
+    clock.advance(3_000);
+    expect(await depthOn(store, 'a', chainA)).toBe(4);
+    clock.advance(1_500);
+    expect(await depthOn(store, 'a', chainA)).toBe(0); // 4.5 s old: past the 4 s retention learned before the forget
+  });
+});
