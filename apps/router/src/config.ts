@@ -38,6 +38,10 @@ export const RouterConfig = z.object({
   blockIdleTtlMs: z.coerce.number().int().min(0).default(1_800_000).describe('forget a prefix block not used for this long (0 = never)'),
   blockRefreshMs: z.coerce.number().int().min(0).default(60_000).describe('local (in-memory) index only: a block recorded again sooner than this is not moved in the LRU, so a follow-up turn costs one Map read per old block (the Redis index refreshes by generation instead)'),
   ...policyConfigFields(),
+  learnFromResponses: z.boolean().default(true).describe("correct the prefix index from the cached tokens responses report: a backend whose engine held less than predicted gets a learned retention (its entries older than the evicted one's age stop counting)"),
+  evictionEvidenceMinAgeMs: z.coerce.number().int().min(0).default(1_000).describe('an entry younger than this when its engine reported it gone is no evidence of eviction (a sibling\'s prefill was still running); also the shortest retention learned'),
+  calibrateCostModel: z.boolean().default(true).describe("learn cacheaware's bytesPerToken, prefillMsPerToken and queueMsPerRequest per pool from responses (usage, TTFT) and use them once 20 samples back each, instead of the configured values"),
+  calibrationFlushMs: z.coerce.number().int().positive().default(1_000).describe("how often a replica merges its calibration samples into the shared state (and reads the pool's learned figures back)"),
   engineStateMaxAgeMs: z.coerce.number().int().positive().default(5_000).describe("with Redis: a health poller's backend state older than this is unknown (neither healthy nor unhealthy, its load unread)"),
   engineStateRefreshMs: z.coerce.number().int().positive().default(1_000).describe("with Redis: how often the poller's backend states are read again besides pub/sub"),
 
@@ -52,6 +56,7 @@ export const RouterConfig = z.object({
   connectTimeoutMs: z.coerce.number().int().positive().default(5_000).describe('upstream TCP connect timeout'),
   headersTimeoutMs: z.coerce.number().int().positive().default(300_000).describe('upstream time to response headers (covers queueing and prefill)'),
   idleTimeoutMs: z.coerce.number().int().positive().default(300_000).describe('upstream silence allowed between response chunks'),
+  requestStreamUsage: z.boolean().default(true).describe("ask engines for usage (`stream_options.include_usage`) on streams whose client did not, and take it out again before it reaches the client (which gets the engine's bytes as without it): the cached-token feedback (`kvroute_router_prefix_*`) needs every stream's usage"),
   maxAttempts: z.coerce.number().int().min(1).max(10).default(3).describe('tries per request across different backends, before the first byte'),
   retryBackoffMs: z.coerce.number().int().min(0).default(25).describe('base backoff between tries (exponential, full jitter)'),
   breakerFailureThreshold: z.coerce.number().int().positive().default(5).describe('consecutive failures that open a backend circuit'),

@@ -1,4 +1,4 @@
-import type { PredictionCheck } from '@kvroute/routing';
+import type { LearnedCalibration, PredictionCheck } from '@kvroute/routing';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 /**
@@ -37,6 +37,9 @@ export class RouterMetrics {
   private readonly observedCachedTokens: Counter<'backend'>;
   private readonly confirmedTokens: Counter<'backend'>;
   private readonly feedbackModes: Gauge<'backend'>;
+  private readonly retention: Gauge<'backend'>;
+  private readonly learnedCostModel: Gauge<'pool' | 'figure'>;
+  private readonly learnCalls: Counter<'result'>;
 
   /** Where the scrape-time gauges read from; set by `readFrom` once the state and the backends exist (none until then). */
   private sources: RouterMetricsSources = { inflight: () => new Map(), breakerStates: () => new Map(), degraded: () => 0 };
@@ -163,6 +166,24 @@ export class RouterMetrics {
       labelNames: ['backend'],
       registers,
     });
+    this.retention = new Gauge({
+      name: 'kvroute_router_backend_retention_seconds',
+      help: "How long a backend's prefix entries are believed after their last recording, learned from responses whose engine no longer held what the index predicted (its LRU's reach under the load); absent until learned (entries then last the idle TTL).",
+      labelNames: ['backend'],
+      registers,
+    });
+    this.learnedCostModel = new Gauge({
+      name: 'kvroute_router_cost_model_learned',
+      help: "cacheaware's cost-model figures learned from responses, per pool: bytes_per_token (routing-text bytes per engine token), prefill_seconds_per_token (per uncached token), queue_seconds_per_request (per request in flight ahead); used once backed by 20 samples.",
+      labelNames: ['pool', 'figure'],
+      registers,
+    });
+    this.learnCalls = new Counter({
+      name: 'kvroute_router_learn_calls_total',
+      help: 'Calls that wrote what responses taught (retention corrections, calibration batches) into the routing state, by result.',
+      labelNames: ['result'],
+      registers,
+    });
     this.degradedTransitions = new Counter({
       name: 'kvroute_router_state_degraded_transitions_total',
       help: 'Switches into (to="degraded") and out of (to="shared") degraded mode.',
@@ -241,6 +262,21 @@ export class RouterMetrics {
     this.predictedTokens.inc({ backend }, check.predictedTokens);
     this.observedCachedTokens.inc({ backend }, check.observedTokens);
     this.confirmedTokens.inc({ backend }, check.confirmedTokens);
+  }
+
+  recordRetention(backend: string, retentionMs: number): void {
+    this.retention.set({ backend }, retentionMs / 1000);
+  }
+
+  recordLearnedCostModel(pool: string, learned: LearnedCalibration): void {
+    const { bytesPerToken, prefillMsPerToken, queueMsPerRequest } = learned;
+    if (bytesPerToken) this.learnedCostModel.set({ pool, figure: 'bytes_per_token' }, bytesPerToken.value);
+    if (prefillMsPerToken) this.learnedCostModel.set({ pool, figure: 'prefill_seconds_per_token' }, prefillMsPerToken.value / 1000);
+    if (queueMsPerRequest) this.learnedCostModel.set({ pool, figure: 'queue_seconds_per_request' }, queueMsPerRequest.value / 1000);
+  }
+
+  recordLearnCall(ok: boolean): void {
+    this.learnCalls.inc({ result: ok ? 'ok' : 'failed' });
   }
 
   /** The gauges read these at scrape time. */
