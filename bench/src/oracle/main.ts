@@ -3,7 +3,7 @@
  *
  * Usage: tsx bench/src/oracle/main.ts --backends URL,URL [--rule oracle|oracle-cost] [--host 127.0.0.1] [--port 0] [--match-timeout-ms 500]
  *        [cacheaware's keys for oracle-cost, e.g. --prefill-ms-per-token 0.07 --spread-abs 8]
- * Prints one line, `oracle router listening on URL`, once it accepts connections; exits on SIGTERM/SIGINT.
+ * Prints one line, `oracle router (RULE) listening on URL`, once it accepts connections; exits on SIGTERM/SIGINT.
  */
 import { loadConfig, onTerminationSignal } from '@kvroute/platform';
 import { ORACLE_ENV_PREFIX, OracleConfig } from './oracle-config';

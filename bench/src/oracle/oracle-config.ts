@@ -1,4 +1,4 @@
-import { CACHE_AWARE_PARAMS, isChoiceParam, policySettingKeys, POLICIES, resolveParams, type CacheAwareParams } from '@kvroute/routing';
+import { CACHE_AWARE_PARAMS, isChoiceParam, policySettingKeys, POLICIES, resolveParams, type CacheAwareParams, type PolicySettings } from '@kvroute/routing';
 import { z } from 'zod';
 
 /** The oracle router's two rules: `oracle` (oracle-choice.ts) and `oracle-cost` (oracle-cost-choice.ts). */
@@ -37,7 +37,10 @@ export const OracleConfig = z.object({
   ...cacheAwareFields(),
 });
 
-export type OracleConfig = z.infer<typeof OracleConfig>;
+/** cacheaware's config settings (key → value), typed from its parameter table. */
+export type CacheAwareSettings = PolicySettings<{ readonly cacheaware: (typeof POLICIES)['cacheaware'] }>;
+
+export type OracleConfig = z.infer<typeof OracleConfig> & CacheAwareSettings;
 
 export const ORACLE_ENV_PREFIX = 'KVROUTE_ORACLE_';
 
@@ -45,8 +48,9 @@ export const ORACLE_ENV_PREFIX = 'KVROUTE_ORACLE_';
 export const CACHE_AWARE_SETTING_KEYS: readonly string[] = CACHE_AWARE_SETTINGS.map(({ key }) => key);
 
 /** cacheaware's parameters from the config's cacheaware keys (unset: the table's default). @throws RangeError naming a bad value. */
-export function oracleCostParams(settings: Readonly<Record<string, unknown>>): CacheAwareParams {
+export function oracleCostParams(settings: CacheAwareSettings): CacheAwareParams {
   const overrides: Record<string, unknown> = {};
-  for (const { key, param } of CACHE_AWARE_SETTINGS) if (settings[key] !== undefined) overrides[param] = settings[key];
+  const values = settings as Readonly<Record<string, unknown>>;
+  for (const { key, param } of CACHE_AWARE_SETTINGS) if (values[key] !== undefined) overrides[param] = values[key];
   return resolveParams(CACHE_AWARE_PARAMS, overrides as Partial<CacheAwareParams>);
 }

@@ -55,11 +55,17 @@ describe('charts', () => {
     expect(polylines(chart)).toEqual(['roundrobin', 'leastloaded', 'cacheaware', 'oracle'].map((series) => ({ series, points: 2 })));
   });
 
-  it('hit rate: a bar per non-oracle policy and point, the oracle as a line', () => {
+  it('hit rate: a bar per non-oracle policy and point, the oracle and the bound as lines (the bound only where its replay did not evict)', () => {
     const chart = hitRateChart(summary);
     expect(chart.match(/<rect [^>]*><title>/g)).toHaveLength(3 * 2);
-    expect(polylines(chart)).toEqual([{ series: 'oracle', points: 2 }]);
+    expect(polylines(chart)).toEqual([
+      { series: 'oracle', points: 2 },
+      { series: 'bound', points: 1 },
+    ]);
     expect(chart).toContain('cacheaware @ sessions = 4: 80.0 %');
+    const withoutBound = hitRateChart(summarize({ ...FIXTURE, points: FIXTURE.points.map(({ bound: _bound, ...point }) => point) }));
+    expect(polylines(withoutBound).map((line) => line.series)).toEqual(['oracle']);
+    expect(withoutBound).not.toContain('>bound<');
   });
 
   it('TTFT CDF at the last point: one point per successful request', () => {
@@ -96,5 +102,14 @@ describe('htmlReport', () => {
   it('holds the per-point tables and the slopes', () => {
     expect(html).toContain('<td>cacheaware</td><td>80.0</td>');
     expect(html).toContain('<td>roundrobin</td><td>8.75</td>');
+  });
+
+  it("shows the bound's row and each policy's share of it, precision, recall and unverified", () => {
+    expect(html).toContain('<th>hit % of bound</th><th>precision %</th><th>recall %</th><th>unverified %</th>');
+    expect(html).toContain('<td>88.9 %</td><td>86.5 %</td><td>80.0</td><td>75.0</td><td>25.0</td></tr>');
+    expect(html).toContain('<tr><td>bound</td><td>92.5 ± 3.5</td><td>–</td>');
+    // The oracle exports no prediction counters: dashes.
+    expect(html).toContain('<td>100.0 %</td><td>97.3 %</td><td>–</td><td>–</td><td>–</td></tr>');
+    expect(html.match(/<td>bound<\/td>/g)).toHaveLength(1);
   });
 });

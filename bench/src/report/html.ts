@@ -1,5 +1,5 @@
 import { percentile } from '@kvroute/workloads';
-import { POINT_COLUMNS, pointTableRows, span } from './render';
+import { BOUND_ROW, POINT_COLUMNS, pointTableRows, span } from './render';
 import { ORACLE_POLICY, policyOrder, summarize, type ReportSummary, type ScenarioResults } from './summary';
 import { axes, DEFAULT_FRAME, escapeXml, formatTick, legend, linearScale, niceDomain, niceTicks, plotArea, polyline, rect, svg, type Frame, type LegendItem } from './svg';
 
@@ -7,6 +7,7 @@ import { axes, DEFAULT_FRAME, escapeXml, formatTick, legend, linearScale, niceDo
 
 export const PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
 export const ORACLE_COLOR = '#111111';
+export const BOUND_COLOR = '#999999';
 
 /** A stable colour per policy (order of first appearance), the oracle in black. */
 export function policyColors(policies: readonly string[]): Map<string, string> {
@@ -80,7 +81,7 @@ function hitOf(entry: ReportSummary['points'][number]['policies'][number] | unde
   return entry?.kvHitPct?.mean ?? entry?.backendHitPct?.mean;
 }
 
-/** Grouped bars: hit % per policy at each sweep point; the oracle as a line across the groups. */
+/** Grouped bars: hit % per policy at each sweep point; the oracle and the compulsory-miss bound as dashed lines across the groups. */
 export function hitRateChart(summary: ReportSummary, frame: Frame = DEFAULT_FRAME): string {
   const policies = policyOrder(summary.points);
   const colors = policyColors(policies);
@@ -114,10 +115,13 @@ export function hitRateChart(summary: ReportSummary, frame: Frame = DEFAULT_FRAM
     });
     parts.push(polyline(points, ORACLE_COLOR, { dashed: true, label: ORACLE_POLICY }));
   }
+  const boundPoints = summary.points.flatMap((point, index) => (point.bound ? [[center(index), y(point.bound.mean)] as const] : []));
+  if (boundPoints.length > 0) parts.push(polyline(boundPoints, BOUND_COLOR, { dashed: true, label: BOUND_ROW }));
   parts.push(
     legend(frame, [
       ...barPolicies.map((policy): LegendItem => ({ label: policy, color: colors.get(policy) as string, kind: 'box' })),
       ...(hasOracle ? [{ label: ORACLE_POLICY, color: ORACLE_COLOR, kind: 'dashed' as const }] : []),
+      ...(boundPoints.length > 0 ? [{ label: BOUND_ROW, color: BOUND_COLOR, kind: 'dashed' as const }] : []),
     ]),
   );
   return svg(frame, `KV hit % per policy vs ${summary.sweepVariable}`, parts.join(''));
@@ -173,7 +177,10 @@ export function htmlReport(results: ScenarioResults, summary: ReportSummary = su
     '</head>',
     '<body>',
     `<h1>${escapeXml(summary.scenario)}</h1>`,
-    '<p>Mean over seeds (tables: mean ± sample stddev). Hit % from cached ÷ prompt tokens, else from the backends’ prefix-cache counters.</p>',
+    '<p>Mean over seeds (tables: mean ± sample stddev). Hit % from cached ÷ prompt tokens, else from the backends’ prefix-cache counters. ' +
+      '<code>oracle</code> (largest true hit, greedy and load-blind) is a reference, not an upper bound: other policies can exceed it. ' +
+      '<code>bound</code> is the compulsory-miss bound: the same requests replayed one by one through one vllm-sim whose cache never evicts, so only blocks no earlier request had miss; no placement can beat it. ' +
+      'Precision = confirmed ÷ predicted tokens, recall = confirmed ÷ engine-reported cached tokens, unverified = predictions the engine could not check (the routers’ own counters; – for the bench-side oracles).</p>',
     ...charts.map((chart) => `<figure>${chart}</figure>`),
     ...tables,
     `<h2>TTFT slope, ${escapeXml(summary.sweepVariable)} ${escapeXml(span(summary))}</h2>`,

@@ -24,11 +24,21 @@ describe('markdownReport', () => {
   it('has one table per sweep point with the expected rows', () => {
     expect(markdown).toContain('## sessions = 4');
     expect(markdown).toContain('## sessions = 8');
-    expect(markdown).toContain('| policy | KV hit % | backend hit % | TTFT p50 ms | TTFT p95 ms | TTFT p99 ms | e2e p50 ms | RPS | errors | p50 vs base | p99 vs base | hit % of oracle |');
-    expect(markdown).toContain('| roundrobin | 31.3 ± 8.8 | – | 25.0 ± 7.1 | 45.0 ± 7.1 | 45.0 ± 7.1 | 250.0 ± 70.7 | 1.50 ± 0.71 | 0.0 ± 0.0 | 1.67× | 1.29× | 34.7 % |');
-    expect(markdown).toContain('| leastloaded (base) | 0.0 | – | 15.0 | 35.0 | 35.0 | 150.0 | 2.00 | 1.0 | 1.00× | 1.00× | 0.0 % |');
-    expect(markdown).toContain('| cacheaware | 80.0 | 75.0 | 9.0 | 15.0 | 15.0 | 90.0 | 2.00 | 0.0 | 0.60× | 0.43× | 88.9 % |');
-    expect(markdown).toContain('| oracle | 90.0 | – | 8.0 | 16.0 | 16.0 | 80.0 | 2.00 | 0.0 | 0.53× | 0.46× | 100.0 % |');
+    expect(markdown).toContain(
+      '| policy | KV hit % | backend hit % | TTFT p50 ms | TTFT p95 ms | TTFT p99 ms | e2e p50 ms | RPS | errors | p50 vs base | p99 vs base | hit % of oracle | hit % of bound | precision % | recall % | unverified % |\n',
+    );
+    expect(markdown).toContain('| roundrobin | 31.3 ± 8.8 | – | 25.0 ± 7.1 | 45.0 ± 7.1 | 45.0 ± 7.1 | 250.0 ± 70.7 | 1.50 ± 0.71 | 0.0 ± 0.0 | 1.67× | 1.29× | 34.7 % | 33.8 % | 50.0 | 16.7 ± 23.6 | 0.0 ± 0.0 |\n');
+    expect(markdown).toContain('| leastloaded (base) | 0.0 | – | 15.0 | 35.0 | 35.0 | 150.0 | 2.00 | 1.0 | 1.00× | 1.00× | 0.0 % | 0.0 % | – | – | – |\n');
+    expect(markdown).toContain('| cacheaware | 80.0 | 75.0 | 9.0 | 15.0 | 15.0 | 90.0 | 2.00 | 0.0 | 0.60× | 0.43× | 88.9 % | 86.5 % | 80.0 | 75.0 | 25.0 |\n');
+    expect(markdown).toContain('| oracle | 90.0 | – | 8.0 | 16.0 | 16.0 | 80.0 | 2.00 | 0.0 | 0.53× | 0.46× | 100.0 % | 97.3 % | – | – | – |\n');
+    expect(markdown).toContain('| bound | 92.5 ± 3.5 | – | – | – | – | – | – | – | – | – | – | – | – | – | – |\n');
+  });
+
+  it('has no bound row where the replay evicted (sessions = 8), and says the oracle is no upper bound', () => {
+    const eight = markdown.slice(markdown.indexOf('## sessions = 8'));
+    expect(eight).not.toContain('| bound |');
+    expect(eight).toContain('| cacheaware | 70.0 | – | 11.0 | 13.0 | 13.0 | 110.0 | 2.00 | 0.0 | 0.28× | 0.22× | 87.5 % | – | – | – | – |\n');
+    expect(markdown).toContain('not an upper bound');
   });
 
   it('has the slope table', () => {
@@ -48,6 +58,10 @@ describe('terminalReport', () => {
     const header = lines.find((line) => line.startsWith('policy') && line.includes('TTFT p50 ms'))!;
     const row = lines.find((line) => line.startsWith('cacheaware') && line.includes('88.9 %'))!;
     expect([...row].length).toBe([...header].length);
+    expect(header).toMatch(/hit % of oracle\s+hit % of bound\s+precision %\s+recall %\s+unverified %$/);
+    expect(row).toMatch(/ 88\.9 %\s+86\.5 %\s+80\.0\s+75\.0\s+25\.0$/);
+    const boundLine = lines.find((line) => line.startsWith('bound'))!;
+    expect(boundLine).toMatch(/^bound\s+92\.5 ± 3\.5\s+–/);
   });
 });
 

@@ -23,7 +23,27 @@ function signed(value: number | undefined, digits = 2): string {
   return `${value >= 0 ? '+' : '−'}${Math.abs(value).toFixed(digits)}`;
 }
 
-export const POINT_COLUMNS = ['policy', 'KV hit %', 'backend hit %', 'TTFT p50 ms', 'TTFT p95 ms', 'TTFT p99 ms', 'e2e p50 ms', 'RPS', 'errors', 'p50 vs base', 'p99 vs base', 'hit % of oracle'] as const;
+export const POINT_COLUMNS = [
+  'policy',
+  'KV hit %',
+  'backend hit %',
+  'TTFT p50 ms',
+  'TTFT p95 ms',
+  'TTFT p99 ms',
+  'e2e p50 ms',
+  'RPS',
+  'errors',
+  'p50 vs base',
+  'p99 vs base',
+  'hit % of oracle',
+  'hit % of bound',
+  'precision %',
+  'recall %',
+  'unverified %',
+] as const;
+
+/** The label of the compulsory-miss bound's row. */
+export const BOUND_ROW = 'bound';
 
 function pointRow(summary: PolicySummary, baseline: string | undefined): string[] {
   return [
@@ -39,11 +59,23 @@ function pointRow(summary: PolicySummary, baseline: string | undefined): string[
     times(summary.vsBaseline?.ttftP50),
     times(summary.vsBaseline?.ttftP99),
     percent(summary.kvHitPctOfOracle ?? summary.backendHitPctOfOracle),
+    percent(summary.hitPctOfBound),
+    formatStat(summary.precisionPct),
+    formatStat(summary.recallPct),
+    formatStat(summary.unverifiedPct),
   ];
 }
 
+/** The bound's row: its hit % in the KV hit % column, nothing else (it is not a run). */
+function boundRow(bound: Stat): string[] {
+  return POINT_COLUMNS.map((column, index) => (index === 0 ? BOUND_ROW : column === 'KV hit %' ? formatStat(bound) : DASH));
+}
+
+/** One row per policy, then the compulsory-miss bound's when it was computed. */
 export function pointTableRows(point: PointSummary): string[][] {
-  return point.policies.map((summary) => pointRow(summary, point.baseline));
+  const rows = point.policies.map((summary) => pointRow(summary, point.baseline));
+  if (point.bound) rows.push(boundRow(point.bound));
+  return rows;
 }
 
 function slopeRows(summary: ReportSummary): string[][] {
@@ -98,7 +130,12 @@ export function markdownReport(summary: ReportSummary): string {
   parts.push(
     `Mean ± sample stddev over seeds. KV hit % = cached ÷ prompt tokens (client usage); backend hit % = prefix-cache hits ÷ queries (backend counters). ` +
       `e2e p50 = time to the last byte: the figure the seed's tables call "TTFT" (they timed non-streaming responses). ` +
-      `"vs base" = mean TTFT ÷ the best of ${'`roundrobin`'} / ${'`leastloaded`'} (lowest TTFT p50) at that point; "hit % of oracle" = hit % ÷ ${'`oracle`'}'s.`,
+      `"vs base" = mean TTFT ÷ the best of ${'`roundrobin`'} / ${'`leastloaded`'} (lowest TTFT p50) at that point; "hit % of oracle" = hit % ÷ ${'`oracle`'}'s. ` +
+      `${'`oracle`'} is greedy and load-blind (largest true hit): a reference, not an upper bound; other policies can exceed it. ` +
+      `"${BOUND_ROW}" = the compulsory-miss bound: the same requests replayed one by one through one vllm-sim whose cache never evicts (pooled over the fleet, infinite), ` +
+      `so only blocks no earlier request had miss; no placement can beat it. "hit % of bound" = hit % ÷ the bound. ` +
+      `precision % = confirmed ÷ predicted tokens, recall % = confirmed ÷ engine-reported cached tokens, unverified % = predictions the engine could not check ` +
+      `(the routers' kvroute_router_prefix_* counters, all replicas and backends; – for the bench-side oracles).`,
     '',
   );
   for (const point of summary.points) {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { FIXTURE, req } from './test-fixture';
-import { ratio, seedFigures, slope, stat, summarize } from './summary';
+import { bound, FIXTURE, prediction, req, run } from './test-fixture';
+import { boundPct, ratio, seedFigures, slope, stat, summarize } from './summary';
 
 describe('seedFigures', () => {
   it('computes hit %, nearest-rank percentiles, RPS and errors of one run', () => {
@@ -110,5 +110,68 @@ describe('summarize', () => {
     expect(bySlope.get('cacheaware')?.ttftP95MsPerUnit).toBe(-0.5);
     // The fixture's e2e is 10 × its TTFT: the seed-comparable slope scales with it.
     expect(bySlope.get('roundrobin')?.e2eP50MsPerUnit).toBe((600 - 250) / 4);
+  });
+});
+
+describe('the compulsory-miss bound', () => {
+  const summary = summarize(FIXTURE);
+  const at = (pointIndex: number, policy: string) => summary.points[pointIndex]!.policies.find((entry) => entry.policy === policy)!;
+
+  it('is Σ cached ÷ Σ prompt tokens of the replay, per seed, and bounds nothing when the replay cache evicted', () => {
+    expect(boundPct(bound(1, 400, 380))).toBe(95);
+    expect(boundPct(bound(1, 400, 380, 1))).toBeUndefined();
+    expect(boundPct(bound(1, 0, 0))).toBeUndefined();
+  });
+
+  it('is averaged over seeds once per point, whatever the policy', () => {
+    expect(summary.points[0]!.bound?.mean).toBe(92.5);
+    expect(summary.points[0]!.bound?.stddev).toBeCloseTo(Math.sqrt(12.5), 10);
+    expect(summary.points[0]!.bound?.n).toBe(2);
+    expect(summary.points[1]!.bound).toBeUndefined();
+  });
+
+  it("gives each policy's hit rate as % of the bound (KV hit %, else the backends' counters)", () => {
+    expect(at(0, 'cacheaware').hitPctOfBound).toBeCloseTo((100 * 80) / 92.5, 10);
+    expect(at(0, 'roundrobin').hitPctOfBound).toBeCloseTo((100 * 31.25) / 92.5, 10);
+    expect(at(0, 'oracle').hitPctOfBound).toBeCloseTo((100 * 90) / 92.5, 10);
+    expect(at(1, 'cacheaware').hitPctOfBound).toBeUndefined();
+    const countersOnly = summarize({
+      scenario: 's',
+      sweepVariable: 'sessions',
+      points: [{ value: 1, policies: [{ policy: 'p', runs: [{ seed: 1, wallMs: 1, requests: [], backends: [{ backend: 'b', prefixCacheHitsDelta: 45, prefixCacheQueriesDelta: 100 }] }] }], bound: [bound(1, 100, 90)] }],
+    });
+    expect(countersOnly.points[0]!.policies[0]!.hitPctOfBound).toBe(50);
+  });
+});
+
+describe('prediction precision and recall', () => {
+  const summary = summarize(FIXTURE);
+  const at = (pointIndex: number, policy: string) => summary.points[pointIndex]!.policies.find((entry) => entry.policy === policy)!;
+
+  it('is confirmed ÷ predicted and confirmed ÷ observed tokens, token-weighted, and the unverified share of predictions', () => {
+    const figures = seedFigures(run(1, 1000, [1], [0], { prediction: prediction(300, 320, 240, { confirmed: 2, overpredicted: 1, unverified: 1 }) }));
+    expect(figures.precisionPct).toBe(80);
+    expect(figures.recallPct).toBe(75);
+    expect(figures.unverifiedPct).toBe(25);
+  });
+
+  it('has no precision without predicted tokens, no recall without observed ones, and nothing without counters', () => {
+    const none = seedFigures(run(1, 1000, [1], [0], { prediction: prediction(0, 0, 0, { unverified: 3 }) }));
+    expect(none.precisionPct).toBeUndefined();
+    expect(none.recallPct).toBeUndefined();
+    expect(none.unverifiedPct).toBe(100);
+    const oracle = seedFigures(FIXTURE.points[0]!.policies[3]!.runs[0]!);
+    expect([oracle.precisionPct, oracle.recallPct, oracle.unverifiedPct]).toEqual([undefined, undefined, undefined]);
+  });
+
+  it('is averaged over the seeds that have it, with stddev', () => {
+    const rr = at(0, 'roundrobin');
+    // Seed 1 predicted nothing: precision from seed 2 alone; recall 0 % and 33.3 %.
+    expect(rr.precisionPct).toEqual({ mean: 50, stddev: 0, n: 1 });
+    expect(rr.recallPct?.mean).toBeCloseTo(50 / 3, 10);
+    expect(rr.recallPct?.stddev).toBeCloseTo(Math.SQRT2 * (50 / 3), 10);
+    expect(rr.unverifiedPct).toEqual({ mean: 0, stddev: 0, n: 2 });
+    expect(at(0, 'cacheaware').precisionPct?.mean).toBe(80);
+    expect(at(0, 'oracle').precisionPct).toBeUndefined();
   });
 });

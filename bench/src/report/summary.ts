@@ -1,9 +1,11 @@
 import { mean, percentile } from '@kvroute/workloads';
 
 /**
- * Pure part of the benchmark report (issue 6, "Reports"): the runner's typed results in, per sweep
- * point × policy figures out (mean ± stddev over seeds), plus the TTFT slope, ratios to the best
- * baseline and each policy's hit rate as a share of the oracle's. Rendering is in render.ts / html.ts.
+ * Pure part of the benchmark report (issue 6, "Reports"; issue 13, honest references and accuracy):
+ * the runner's typed results in, per sweep point × policy figures out (mean ± stddev over seeds), plus
+ * the TTFT slope, ratios to the best baseline, each policy's hit rate as a share of the oracle's and of
+ * the compulsory-miss bound, and the routers' prediction precision and recall. Rendering is in
+ * render.ts / html.ts.
  */
 
 /** One request as the runner saw it. */
@@ -28,12 +30,51 @@ export interface BackendTruth {
   readonly prefixCacheQueriesDelta: number;
 }
 
+/**
+ * The routers' prediction counters over one run, summed over backends and router replicas (deltas of
+ * `kvroute_router_prefix_*_total`): what the router believed the chosen backend held against what the
+ * engine reported serving from its cache. Absent for routers that do not export them (the oracles).
+ */
+export interface PredictionTotals {
+  /** Σ kvroute_router_prefix_predicted_tokens_total: tokens predicted cached (verified responses). */
+  readonly predictedTokens: number;
+  /** Σ kvroute_router_prefix_observed_cached_tokens_total: tokens the engines reported cached. */
+  readonly observedTokens: number;
+  /** Σ kvroute_router_prefix_confirmed_tokens_total: min(predicted, observed) per response. */
+  readonly confirmedTokens: number;
+  /** Σ kvroute_router_prefix_predictions_total by outcome (confirmed, overpredicted, underpredicted, unverified). */
+  readonly predictions: Readonly<Record<string, number>>;
+}
+
 export interface SeedRun {
   readonly seed: number;
   /** Wall duration of the run, ms (RPS = successful requests ÷ this). */
   readonly wallMs: number;
   readonly requests: readonly RequestRecord[];
   readonly backends?: readonly BackendTruth[];
+  readonly prediction?: PredictionTotals;
+}
+
+/**
+ * The compulsory-miss bound of one workload and seed: the run's requests replayed one at a time, in
+ * order, through one vllm-sim whose KV cache never evicts (a cache pooled over the fleet and
+ * infinite), with the sims' own tokenisation, 16-token blocks and hit counting. Σ cached ÷ Σ prompt
+ * tokens of its responses is the most reuse any placement can get: every block some earlier request
+ * already had is a hit, and only first sightings miss. Computed once per workload and seed (it does
+ * not depend on the policy); see runner/compulsory-bound.ts.
+ */
+export interface SeedBound {
+  readonly seed: number;
+  /** Requests replayed, and how many of them failed (their tokens are left out). */
+  readonly requests: number;
+  readonly failed: number;
+  /** Σ prompt tokens and Σ cached tokens of the successful replayed requests. */
+  readonly promptTokens: number;
+  readonly cachedTokens: number;
+  /** Blocks the replay sim evicted (0 when its cache was indeed infinite for this workload; else the figure is not a bound). */
+  readonly evictedBlocks: number;
+  /** KV blocks the replay sim had. */
+  readonly numGpuBlocks: number;
 }
 
 export interface PolicyRuns {
@@ -45,6 +86,8 @@ export interface SweepPoint {
   /** Value of the sweep variable (e.g. 8 sessions). */
   readonly value: number;
   readonly policies: readonly PolicyRuns[];
+  /** The compulsory-miss bound per seed (local runs; absent where it cannot be computed). */
+  readonly bound?: readonly SeedBound[];
 }
 
 export interface ScenarioResults {
@@ -57,6 +100,9 @@ export interface ScenarioResults {
 
 export const BASELINE_POLICIES = ['roundrobin', 'leastloaded'] as const;
 export const ORACLE_POLICY = 'oracle';
+export const ORACLE_COST_POLICY = 'oracle-cost';
+/** The bench-side routers (bench/src/oracle): they need the sims' /sim/match, and are not kvroute routers. */
+export const ORACLE_POLICIES: readonly string[] = [ORACLE_POLICY, ORACLE_COST_POLICY];
 
 /** Figures of one seed's run. */
 export interface SeedFigures {
@@ -71,6 +117,12 @@ export interface SeedFigures {
   readonly rps: number;
   readonly errors: number;
   readonly requests: number;
+  /** 100 × Σ confirmed ÷ Σ predicted tokens (the routers' counters); undefined without counters or predictions. */
+  readonly precisionPct?: number;
+  /** 100 × Σ confirmed ÷ Σ observed cached tokens. */
+  readonly recallPct?: number;
+  /** 100 × unverified ÷ all predictions (responses whose engine reported no cached tokens). */
+  readonly unverifiedPct?: number;
 }
 
 /** Mean and sample standard deviation (n − 1; 0 for one seed) over the seeds that have the figure. */
@@ -91,11 +143,16 @@ export interface PolicySummary {
   readonly e2eP50Ms?: Stat;
   readonly rps?: Stat;
   readonly errors?: Stat;
+  readonly precisionPct?: Stat;
+  readonly recallPct?: Stat;
+  readonly unverifiedPct?: Stat;
   /** Mean TTFT p50 / p95 / p99 ÷ the best baseline's (undefined for no baseline). */
   readonly vsBaseline?: { readonly ttftP50?: number; readonly ttftP95?: number; readonly ttftP99?: number };
   /** 100 × mean hit % ÷ the oracle's (token-based and backend-counter-based). */
   readonly kvHitPctOfOracle?: number;
   readonly backendHitPctOfOracle?: number;
+  /** 100 × mean hit % (KV hit %, else backend hit %) ÷ the mean compulsory-miss bound. */
+  readonly hitPctOfBound?: number;
 }
 
 export interface PointSummary {
@@ -103,6 +160,8 @@ export interface PointSummary {
   /** The baseline with the lowest mean TTFT p50 at this point, if any ran. */
   readonly baseline?: string;
   readonly policies: readonly PolicySummary[];
+  /** The compulsory-miss bound, % of prompt tokens, over seeds (seeds whose replay evicted are left out). */
+  readonly bound?: Stat;
 }
 
 export interface SlopeSummary {
@@ -139,6 +198,8 @@ export function seedFigures(run: SeedRun): SeedFigures {
   const cachedTokens = withCached.reduce((sum, request) => sum + (request.cachedTokens ?? 0), 0);
   const queries = (run.backends ?? []).reduce((sum, backend) => sum + backend.prefixCacheQueriesDelta, 0);
   const hits = (run.backends ?? []).reduce((sum, backend) => sum + backend.prefixCacheHitsDelta, 0);
+  const prediction = run.prediction;
+  const predictions = prediction ? Object.values(prediction.predictions).reduce((sum, count) => sum + count, 0) : 0;
   return {
     kvHitPct: promptTokens > 0 ? (100 * cachedTokens) / promptTokens : undefined,
     backendHitPct: queries > 0 ? (100 * hits) / queries : undefined,
@@ -152,7 +213,16 @@ export function seedFigures(run: SeedRun): SeedFigures {
     rps: run.wallMs > 0 ? ok.length / (run.wallMs / 1000) : 0,
     errors: run.requests.length - ok.length,
     requests: run.requests.length,
+    precisionPct: prediction ? percentOf(prediction.confirmedTokens, prediction.predictedTokens) : undefined,
+    recallPct: prediction ? percentOf(prediction.confirmedTokens, prediction.observedTokens) : undefined,
+    unverifiedPct: prediction ? percentOf(prediction.predictions['unverified'] ?? 0, predictions) : undefined,
   };
+}
+
+/** The bound of one seed, % of prompt tokens; undefined when nothing succeeded or the replay cache evicted (then it bounds nothing). */
+export function boundPct(bound: SeedBound): number | undefined {
+  if (bound.evictedBlocks > 0) return undefined;
+  return percentOf(bound.cachedTokens, bound.promptTokens);
 }
 
 /** Mean ± sample stddev of the defined values; undefined when there are none. */
@@ -184,6 +254,9 @@ function summarizePolicy(policy: PolicyRuns): PolicySummary {
     e2eP50Ms: of('e2eP50Ms'),
     rps: of('rps'),
     errors: of('errors'),
+    precisionPct: of('precisionPct'),
+    recallPct: of('recallPct'),
+    unverifiedPct: of('unverifiedPct'),
   };
 }
 
@@ -192,6 +265,7 @@ export function summarizePoint(point: SweepPoint): PointSummary {
   const baselines = raw.filter((summary) => (BASELINE_POLICIES as readonly string[]).includes(summary.policy) && summary.ttftP50Ms !== undefined);
   const baseline = baselines.reduce<PolicySummary | undefined>((best, summary) => (!best || summary.ttftP50Ms!.mean < best.ttftP50Ms!.mean ? summary : best), undefined);
   const oracle = raw.find((summary) => summary.policy === ORACLE_POLICY);
+  const bound = stat((point.bound ?? []).map(boundPct));
   const policies = raw.map((summary) => ({
     ...summary,
     vsBaseline: baseline
@@ -203,8 +277,9 @@ export function summarizePoint(point: SweepPoint): PointSummary {
       : undefined,
     kvHitPctOfOracle: oracle ? percentOf(summary.kvHitPct?.mean, oracle.kvHitPct?.mean) : undefined,
     backendHitPctOfOracle: oracle ? percentOf(summary.backendHitPct?.mean, oracle.backendHitPct?.mean) : undefined,
+    hitPctOfBound: bound ? percentOf((summary.kvHitPct ?? summary.backendHitPct)?.mean, bound.mean) : undefined,
   }));
-  return { value: point.value, baseline: baseline?.policy, policies };
+  return { value: point.value, baseline: baseline?.policy, policies, ...(bound ? { bound } : {}) };
 }
 
 function percentOf(a: number | undefined, b: number | undefined): number | undefined {
