@@ -1,4 +1,4 @@
-import { hitRateOverInterval, parseEngineMetrics } from '@kvroute/engine-metrics';
+import { detectEngineRestart, hitRateOverInterval, parseEngineMetrics } from '@kvroute/engine-metrics';
 import { ShutdownStack, type ShutdownResult } from '@kvroute/platform';
 import { createRedis, DEFAULT_KEY_NAMESPACE, quitRedis, RedisBackendSet, RedisBackendStateStore, waitUntilReady, type BackendEntry, type BackendSetWatch } from '@kvroute/redis-store';
 import { Queue, Worker, type Job } from 'bullmq';
@@ -101,6 +101,7 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
     store,
     scrape: (target: Parameters<typeof scrapeBackend>[0]) => scrapeBackend(target, { get, parse }),
     hitRate: hitRateOverInterval,
+    detectRestart: detectEngineRestart,
     metrics,
     nowMs,
     intervalMs: config.intervalMs,

@@ -1,10 +1,11 @@
+import type { EngineRestartSign } from '@kvroute/engine-metrics';
 import type { ScrapeFailureCause } from '@kvroute/protocols';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 /**
  * Every health-poller metric, in one place, with intent-named recorders. Base units (seconds), `_total`
  * on counters, bounded labels: backend ids come from config and the fleet's backend set, causes from
- * `SCRAPE_FAILURE_CAUSES`. Each replica counts what it did itself: sum over replicas for the fleet.
+ * `SCRAPE_FAILURE_CAUSES`, restart signs from `EngineRestartSign`. Each replica counts what it did itself: sum over replicas for the fleet.
  */
 export interface PollerMetricsSources {
   /** Backends this replica keeps a job scheduler for (read at scrape time). */
@@ -22,6 +23,7 @@ export class PollerMetrics {
   private readonly jobLag: Histogram;
   private readonly staleJobs: Counter;
   private readonly published: Counter<'backend'>;
+  private readonly restarts: Counter<'backend' | 'sign'>;
 
   constructor(sources: PollerMetricsSources) {
     const registers = [this.registry];
@@ -61,6 +63,12 @@ export class PollerMetrics {
       labelNames: ['backend'],
       registers,
     });
+    this.restarts = new Counter({
+      name: 'kvroute_poller_engine_restarts_total',
+      help: "Engine restarts this replica found, per backend and sign (start_time_changed, engine_changed, counter_went_down): the scrape's state carries restartedAtMs and routers forget the backend's prefix ownership.",
+      labelNames: ['backend', 'sign'],
+      registers,
+    });
     new Gauge({
       name: 'kvroute_poller_backends',
       help: 'Backends this replica keeps a job scheduler for (configured plus the shared backend set).',
@@ -87,5 +95,9 @@ export class PollerMetrics {
 
   recordPublished(backend: string): void {
     this.published.inc({ backend });
+  }
+
+  recordEngineRestart(backend: string, sign: EngineRestartSign): void {
+    this.restarts.inc({ backend, sign: sign.replaceAll('-', '_') });
   }
 }

@@ -1,4 +1,4 @@
-import { ENGINE_KINDS, type EngineKind, type EngineMetrics } from '@kvroute/engine-metrics';
+import { ENGINE_KINDS, type EngineKind, type EngineMetrics, type EngineRestart } from '@kvroute/engine-metrics';
 import type { BackendObservation, BackendState } from '@kvroute/protocols';
 import type { HealthHysteresis, RecordedScrape, RecordScrapeOptions, ScrapeRecord } from '@kvroute/redis-store';
 import type { FastifyBaseLogger } from 'fastify';
@@ -21,6 +21,8 @@ export interface ScrapeJobDeps {
   readonly scrape: (target: ScrapeTarget) => Promise<ScrapeOutcome>;
   /** Prefix-cache hit rate between two scrapes (`hitRateOverInterval` of @kvroute/engine-metrics). */
   readonly hitRate: (previous: EngineMetrics, current: EngineMetrics) => number | null;
+  /** Whether the engine restarted between two scrapes (`detectEngineRestart` of @kvroute/engine-metrics). */
+  readonly detectRestart: (previous: EngineMetrics, current: EngineMetrics) => EngineRestart | null;
   readonly metrics: PollerMetrics;
   readonly nowMs: () => number;
   readonly intervalMs: number;
@@ -43,6 +45,11 @@ export type ScrapeJobResult = { readonly kind: 'stale'; readonly lagMs: number }
  * Between scrapes the previous figures travel through Redis (the state hash's carry) rather than in
  * this process: the next scrape of the backend may run on another replica, and the prefix-cache hit
  * rate over the interval needs the previous counters.
+ *
+ * The same previous figures (the last scrape that read `/metrics`, however many failed since) tell
+ * whether the engine restarted: a new process start time, another engine kind, or a counter lower than
+ * before. Then the state records `restartedAtMs` = this scrape's time (routers forget the backend's
+ * prefix ownership when it moves forward), and the hit rate has no interval behind it.
  */
 export async function runScrapeJob(data: ScrapeJobData, scheduledAtMs: number, deps: ScrapeJobDeps): Promise<ScrapeJobResult> {
   const startedAtMs = deps.nowMs();
@@ -60,6 +67,11 @@ export async function runScrapeJob(data: ScrapeJobData, scheduledAtMs: number, d
   deps.metrics.recordScrape(data.backendId, (scrapedAtMs - startedAtMs) / 1000, outcome.failure);
 
   const current = outcome.metrics;
+  const restart = current !== null && previous !== null ? deps.detectRestart(previous, current) : null;
+  if (restart !== null) {
+    deps.metrics.recordEngineRestart(data.backendId, restart.sign);
+    deps.logger?.info({ backend: data.backendId, restart }, 'engine restarted: its prefix cache is empty');
+  }
   const observation: BackendObservation = {
     // Every EngineKind is a BackendEngine: BACKEND_ENGINES is ENGINE_KINDS plus `unknown`.
     engine: current?.engine ?? previous?.engine ?? data.engine ?? 'unknown',
@@ -68,12 +80,20 @@ export async function runScrapeJob(data: ScrapeJobData, scheduledAtMs: number, d
     kvCapacityTokens: current?.kvCapacityTokens ?? null,
     running: current?.running ?? null,
     waiting: current?.waiting ?? null,
-    // The first scrape has no interval behind it: only an engine's own gauge can answer (same figures twice → no counter delta).
-    prefixCacheHitRate: current === null ? null : deps.hitRate(previous ?? current, current),
+    // The first scrape (or the first of a new process) has no interval behind it: only an engine's own gauge can answer (same figures twice → no counter delta).
+    prefixCacheHitRate: current === null ? null : deps.hitRate(restart === null ? (previous ?? current) : current, current),
     preemptionsTotal: current?.preemptionsTotal ?? null,
+    engineStartedAtMs: current?.engineStartedAtMs ?? null,
   };
   const recorded = await deps.store.record(
-    { backendId: data.backendId, healthPassed: outcome.healthPassed, observation, scrapedAtMs, carry: current === null ? null : JSON.stringify(current) },
+    {
+      backendId: data.backendId,
+      healthPassed: outcome.healthPassed,
+      observation,
+      scrapedAtMs,
+      carry: current === null ? null : JSON.stringify(current),
+      restartedAtMs: restart === null ? null : scrapedAtMs,
+    },
     { ...deps.hysteresis, ttlMs: deps.stateTtlMs },
   );
   if (recorded.published) deps.metrics.recordPublished(data.backendId);

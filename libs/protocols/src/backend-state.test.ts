@@ -16,6 +16,8 @@ const state = {
   waiting: 0,
   prefixCacheHitRate: null,
   preemptionsTotal: 0,
+  engineStartedAtMs: 1_799_999_000_000,
+  restartedAtMs: null,
 };
 
 describe('BackendState', () => {
@@ -29,5 +31,15 @@ describe('BackendState', () => {
     expect(BackendState.safeParse({ ...state, failure: 'dns' }).success).toBe(false);
     const { running: _running, ...withoutRunning } = state;
     expect(BackendState.safeParse(withoutRunning).success).toBe(false);
+  });
+
+  it('reads a state published before the engine start and restart fields existed as not known', () => {
+    const { engineStartedAtMs: _started, restartedAtMs: _restarted, ...older } = state;
+    expect(BackendState.parse(older)).toEqual({ ...state, engineStartedAtMs: null, restartedAtMs: null });
+  });
+
+  it('rejects a start or restart time that is not a whole ms count', () => {
+    expect(BackendState.safeParse({ ...state, engineStartedAtMs: 1.5 }).success).toBe(false);
+    expect(BackendState.safeParse({ ...state, restartedAtMs: -1 }).success).toBe(false);
   });
 });

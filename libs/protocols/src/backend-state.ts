@@ -27,6 +27,8 @@ export type ScrapeFailureCause = z.infer<typeof ScrapeFailureCause>;
 
 const ratio = z.number().min(0).max(1).nullable();
 const amount = z.number().min(0).nullable();
+/** ms since the Unix epoch. */
+const timestamp = z.number().int().min(0);
 
 /** What one scrape saw, before health hysteresis. */
 export const BackendObservation = z.object({
@@ -45,6 +47,12 @@ export const BackendObservation = z.object({
   prefixCacheHitRate: ratio,
   /** Preemptions since the engine started (a counter). */
   preemptionsTotal: amount,
+  /**
+   * ms since the Unix epoch when the engine's process started (`process_start_time_seconds`, which only
+   * engines serving prometheus_client's default registry print: vLLM V1 with one API server). Absent in
+   * states published before the field existed: null.
+   */
+  engineStartedAtMs: timestamp.nullable().default(null),
 });
 export type BackendObservation = z.infer<typeof BackendObservation>;
 
@@ -62,6 +70,13 @@ export const BackendState = BackendObservation.extend({
   /** ms since the Unix epoch when `healthy` last changed (or was first set). */
   healthyChangedAtMs: z.number().int().min(0),
   /** ms since the Unix epoch when the scrape that produced this state finished. */
-  scrapedAtMs: z.number().int().min(0),
+  scrapedAtMs: timestamp,
+  /**
+   * ms since the Unix epoch (the poller's clock) of the scrape that last found the engine restarted
+   * (its process start time changed, or a counter went down): what it cached is gone. null while no
+   * restart was seen in this state's lifetime (and in states published before the field existed).
+   * Routers forget the backend's prefix ownership when it moves forward.
+   */
+  restartedAtMs: timestamp.nullable().default(null),
 });
 export type BackendState = z.infer<typeof BackendState>;

@@ -11,7 +11,8 @@ import { runScript, SCRIPTS, type RedisClient } from './scripts';
  * observation, the published state JSON, the poller's carry-over between scrapes), PEXPIREd at every
  * scrape so a backend nobody scrapes any more loses its state by itself; a ZSET index of the backends
  * with a state (read without SCAN); a pub/sub channel that gets a backend's new state JSON whenever
- * its health or observation changed. Each scrape is one script (`src/lua/record-backend-scrape.lua`): the
+ * its health or observation changed, or its engine was found restarted (`restartedAtMs`: the hash keeps
+ * the newest restart time, and every state carries it until the hash expires). Each scrape is one script (`src/lua/record-backend-scrape.lua`): the
  * hysteresis, the write, the expiry and the announcement happen together, so poller replicas that take
  * turns scraping one backend share one set of counters and a replica dying loses nothing.
  */
@@ -39,6 +40,12 @@ export interface ScrapeRecord {
   readonly scrapedAtMs: number;
   /** Text the next scrape of this backend gets back from `readCarry`; null keeps the stored one. */
   readonly carry: string | null;
+  /**
+   * This scrape found the engine restarted (`detectEngineRestart` of @kvroute/engine-metrics): ms since
+   * the Unix epoch to record as the backend's `restartedAtMs` (the scrape's time). Kept only if newer
+   * than the one recorded. Absent or null: no restart seen.
+   */
+  readonly restartedAtMs?: number | null;
 }
 
 export interface RecordScrapeOptions extends HealthHysteresis {
@@ -85,7 +92,9 @@ export class RedisBackendStateStore {
     requireCount('failuresToUnhealthy', options.failuresToUnhealthy);
     requireCount('successesToHealthy', options.successesToHealthy);
     requireCount('ttlMs', options.ttlMs);
-    if (!Number.isSafeInteger(scrape.scrapedAtMs) || scrape.scrapedAtMs < 0) throw new RangeError(`scrapedAtMs must be a non-negative integer, got ${scrape.scrapedAtMs}`);
+    requireTimestamp('scrapedAtMs', scrape.scrapedAtMs);
+    const restartedAtMs = scrape.restartedAtMs ?? null;
+    if (restartedAtMs !== null) requireTimestamp('restartedAtMs', restartedAtMs);
     const reply = await runScript(this.options.redis, SCRIPTS.recordBackendScrape, [this.keys.state(id), this.keys.index], [
       id,
       scrape.scrapedAtMs,
@@ -96,6 +105,7 @@ export class RedisBackendStateStore {
       this.keys.changes,
       JSON.stringify(observationOf(scrape.observation)),
       scrape.carry ?? '',
+      restartedAtMs ?? '',
     ]);
     if (!Array.isArray(reply) || reply.length !== 2 || typeof reply[0] !== 'string' || (reply[1] !== 0 && reply[1] !== 1)) {
       throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.recordBackendScrape.name, `${SCRIPTS.recordBackendScrape.name}.lua returned an unexpected reply`);
@@ -167,6 +177,7 @@ function observationOf(observation: BackendObservation): BackendObservation {
     waiting: observation.waiting,
     prefixCacheHitRate: observation.prefixCacheHitRate,
     preemptionsTotal: observation.preemptionsTotal,
+    engineStartedAtMs: observation.engineStartedAtMs,
   };
 }
 
@@ -184,6 +195,10 @@ function decodeState(raw: string): BackendState | null {
 function requireId(id: string): string {
   if (typeof id !== 'string' || id.length === 0) throw new RangeError('a backend id must be a non-empty string');
   return id;
+}
+
+function requireTimestamp(name: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${name} must be a non-negative integer, got ${value}`);
 }
 
 function requireCount(name: string, value: number): void {

@@ -1,15 +1,21 @@
 --[[
   record-backend-scrape: one scrape of one backend, recorded atomically: health hysteresis on the
-  counters kept in the backend's state hash, the state to publish, its expiry, the index of states,
-  and a PUBLISH of the new state when its health or its observation changed.
+  counters kept in the backend's state hash, the last engine restart seen, the state to publish, its
+  expiry, the index of states, and a PUBLISH of the new state when its health or its observation
+  changed or a restart was seen.
 
   Hysteresis: a failed health probe adds a failure and zeroes the successes, a passed one the reverse.
   A healthy backend turns unhealthy at failuresToUnhealthy consecutive failures, an unhealthy one
   healthy at successesToHealthy consecutive successes. A backend without a state hash (its first
   scrape, or nobody scraped it for a TTL and the hash expired) takes the outcome of this probe.
 
+  Restarts: the poller tells the script when this scrape found the engine restarted (ARGV[10]); the
+  hash keeps the newest such time (a late scrape of another replica cannot move it back) and every
+  state carries it as restartedAtMs until the hash expires.
+
   KEYS[1]  <ns>:{fleet}:backend-state:<id>   HASH healthy '1'|'0', failures, successes, changedAt (ms),
-                                             observation (JSON), state (JSON), carry (opaque)
+                                             restartedAt (ms), observation (JSON), state (JSON),
+                                             carry (opaque)
   KEYS[2]  <ns>:{fleet}:backend-states       ZSET backend id -> ms its state hash expires
   ARGV[1]  backend id
   ARGV[2]  now: ms since the Unix epoch when the scrape finished (the state's scrapedAtMs)
@@ -20,10 +26,11 @@
   ARGV[7]  channel that gets the new state JSON on a change: <ns>:{fleet}:backend-states:changes
   ARGV[8]  observation JSON: a flat object (engine, failure, load figures), compared as text
   ARGV[9]  carry: text the next scrape reads back (HGET carry); '' keeps the stored one
+  ARGV[10] ms since the Unix epoch of an engine restart this scrape found (the scrape's now); '' none
 
   Returns {state JSON, published 1|0}. The state JSON is the observation plus backendId, healthy,
-  consecutiveFailures, consecutiveSuccesses, healthyChangedAtMs and scrapedAtMs (cjson keeps integers
-  up to 14 digits exact, ms timestamps included).
+  consecutiveFailures, consecutiveSuccesses, healthyChangedAtMs, scrapedAtMs and restartedAtMs (null
+  while no restart is recorded) (cjson keeps integers up to 14 digits exact, ms timestamps included).
 ]]
 
 local id = ARGV[1]
@@ -34,7 +41,7 @@ local successesToHealthy = tonumber(ARGV[5])
 local ttl = tonumber(ARGV[6])
 local observation = ARGV[8]
 
-local previous = redis.call('HMGET', KEYS[1], 'healthy', 'failures', 'successes', 'changedAt', 'observation')
+local previous = redis.call('HMGET', KEYS[1], 'healthy', 'failures', 'successes', 'changedAt', 'observation', 'restartedAt')
 local known = previous[1] ~= false
 local wasHealthy = previous[1] == '1'
 local healthy, failures, successes, changedAt
@@ -59,7 +66,11 @@ else
   changedAt = tonumber(previous[4]) or now
   if healthy ~= wasHealthy then changedAt = now end
 end
-local changed = (not known) or healthy ~= wasHealthy or observation ~= previous[5]
+local restartedAt = tonumber(previous[6])
+local seen = tonumber(ARGV[10])
+local restarted = seen ~= nil and (restartedAt == nil or seen > restartedAt)
+if restarted then restartedAt = seen end
+local changed = (not known) or healthy ~= wasHealthy or observation ~= previous[5] or restarted
 
 local state = cjson.decode(observation)
 state['backendId'] = id
@@ -68,11 +79,13 @@ state['consecutiveFailures'] = failures
 state['consecutiveSuccesses'] = successes
 state['healthyChangedAtMs'] = changedAt
 state['scrapedAtMs'] = now
+state['restartedAtMs'] = restartedAt or cjson.null
 local stateJson = cjson.encode(state)
 
 redis.call('HSET', KEYS[1], 'healthy', healthy and '1' or '0', 'failures', failures, 'successes', successes,
   'changedAt', changedAt, 'observation', observation, 'state', stateJson)
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'carry', ARGV[9]) end
+if restarted then redis.call('HSET', KEYS[1], 'restartedAt', restartedAt) end
 redis.call('PEXPIRE', KEYS[1], ttl)
 
 -- The index outlives its longest-lived member; members whose hash has expired are dropped here.

@@ -28,9 +28,20 @@ const loaded = (extra: Partial<BackendObservation> = {}): BackendObservation => 
   waiting: 1,
   prefixCacheHitRate: 0.5,
   preemptionsTotal: 0,
+  engineStartedAtMs: 1_796_165_945_615,
   ...extra,
 });
-const refused: BackendObservation = { ...loaded(), failure: 'connect', kvUsage: null, kvCapacityTokens: null, running: null, waiting: null, prefixCacheHitRate: null, preemptionsTotal: null };
+const refused: BackendObservation = {
+  ...loaded(),
+  failure: 'connect',
+  kvUsage: null,
+  kvCapacityTokens: null,
+  running: null,
+  waiting: null,
+  prefixCacheHitRate: null,
+  preemptionsTotal: null,
+  engineStartedAtMs: null,
+};
 
 function createStore(): RedisBackendStateStore {
   return new RedisBackendStateStore({ redis: ctx.redis, keyNamespace: ctx.namespace });
@@ -38,10 +49,22 @@ function createStore(): RedisBackendStateStore {
 
 let clock = 0;
 /** Records one scrape, stamped with the wall clock (strictly increasing): the index trims by the writers' clock. */
-async function scrape(store: RedisBackendStateStore, id: string, passed: boolean, options: Partial<RecordScrapeOptions> & { carry?: string | null; observation?: BackendObservation } = {}) {
+async function scrape(
+  store: RedisBackendStateStore,
+  id: string,
+  passed: boolean,
+  options: Partial<RecordScrapeOptions> & { carry?: string | null; observation?: BackendObservation; restartedAtMs?: number | null } = {},
+) {
   clock = Math.max(clock + 1, Date.now());
   return store.record(
-    { backendId: id, healthPassed: passed, observation: options.observation ?? (passed ? loaded() : refused), scrapedAtMs: clock, carry: options.carry ?? null },
+    {
+      backendId: id,
+      healthPassed: passed,
+      observation: options.observation ?? (passed ? loaded() : refused),
+      scrapedAtMs: clock,
+      carry: options.carry ?? null,
+      restartedAtMs: options.restartedAtMs === -1 ? clock : options.restartedAtMs,
+    },
     { ...OPTIONS, ...options },
   );
 }
@@ -120,6 +143,36 @@ describe('RedisBackendStateStore', () => {
     expect(await store.readCarry('b')).toBe('{"queries":10}');
     await scrape(store, 'b', true, { carry: '{"queries":20}' });
     expect(await store.readCarry('b')).toBe('{"queries":20}');
+  });
+
+  it('records an engine restart in every state after it, publishes it, and never moves it back', async () => {
+    const store = createStore();
+    const received = await listen(store);
+    const before = await scrape(store, 'b', true);
+    expect(before.state).toMatchObject({ restartedAtMs: null, engineStartedAtMs: 1_796_165_945_615 });
+    // A restart seen by this scrape (`-1`: at the scrape's own time). The observation is the same text
+    // (an engine without a start time, whose counters went down): published for the restart alone.
+    const restart = await scrape(store, 'b', true, { restartedAtMs: -1 });
+    expect(restart.published).toBe(true);
+    expect(restart.state.restartedAtMs).toBe(restart.state.scrapedAtMs);
+    // Later scrapes carry it, failed ones too, and are not published for it again.
+    const after = [await scrape(store, 'b', true), await scrape(store, 'b', false), await scrape(store, 'b', false)];
+    expect(after.map((outcome) => outcome.state.restartedAtMs)).toEqual([restart.state.scrapedAtMs, restart.state.scrapedAtMs, restart.state.scrapedAtMs]);
+    expect(after[0]?.published).toBe(false);
+    // An older restart (a late scrape of another replica) does not move it back, nor is it news.
+    const late = await scrape(store, 'b', false, { restartedAtMs: restart.state.scrapedAtMs - 5 });
+    expect(late).toMatchObject({ published: false, state: { restartedAtMs: restart.state.scrapedAtMs } });
+    const next = await scrape(store, 'b', false, { restartedAtMs: -1 });
+    expect(next.state.restartedAtMs).toBe(next.state.scrapedAtMs);
+    expect(next.published).toBe(true);
+    expect(await store.read('b')).toMatchObject({ restartedAtMs: next.state.scrapedAtMs });
+    await until(() => received.length === 5);
+    expect(received.map((state) => state.restartedAtMs)).toEqual([null, restart.state.scrapedAtMs, restart.state.scrapedAtMs, restart.state.scrapedAtMs, next.state.scrapedAtMs]);
+  });
+
+  it('refuses a restart time that is not a whole non-negative ms count', async () => {
+    const store = createStore();
+    await expect(scrape(store, 'b', true, { restartedAtMs: 1.5 })).rejects.toThrow(RangeError);
   });
 
   it('lets a state expire by itself and drops it from readAll', async () => {

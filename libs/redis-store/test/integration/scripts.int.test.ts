@@ -44,7 +44,7 @@ describe('script loading', () => {
         {
           backendId: 'polled',
           healthPassed: true,
-          observation: { engine: 'vllm', failure: null, kvUsage: 0.5, kvCapacityTokens: 100, running: 1, waiting: 0, prefixCacheHitRate: null, preemptionsTotal: 0 },
+          observation: { engine: 'vllm', failure: null, kvUsage: 0.5, kvCapacityTokens: 100, running: 1, waiting: 0, prefixCacheHitRate: null, preemptionsTotal: 0, engineStartedAtMs: null },
           scrapedAtMs: clock.nowMs(),
           carry: null,
         },
