@@ -140,6 +140,16 @@ describe('driveWorkload: sessions (closed loop)', () => {
     expect(received.every((entry) => entry.body.stream === true && entry.body.max_tokens === SEED_SESSIONS.maxTokens)).toBe(true);
   });
 
+  it('serial: one session after another, each turn with the real replies, never two requests at once', async () => {
+    const agent = createClientAgent();
+    const noWait = { now: () => performance.now(), sleep: () => Promise.resolve() };
+    const result = await driveWorkload({ kind: 'sessions', sessions: sessions(3, 2) }, { routers: [baseUrl], model: 'm', agent, maxRunMs: Infinity, maxInflight: 1, clock: noWait, serial: true });
+    await agent.close();
+    expect(result.requests.map((record) => record.id)).toEqual(['s0-t0', 's0-t1', 's1-t0', 's1-t1', 's2-t0', 's2-t1']);
+    expect(maxInflightSeen).toBe(1);
+    expect(received[1]?.body.messages?.filter((message) => message.role === 'assistant').map((message) => message.content)).toEqual(['r1-a r1-b r1-c ']);
+  });
+
   it('spreads requests over the routers in turn', async () => {
     const agent = createClientAgent();
     const result = await driveWorkload({ kind: 'sessions', sessions: sessions(2, 2) }, { routers: [baseUrl, baseUrl, baseUrl], model: 'm', agent, maxRunMs: 10_000, maxInflight: 10 });

@@ -38,6 +38,11 @@ export interface DriveOptions {
   readonly maxInflight: number;
   readonly extraBody?: Readonly<Record<string, unknown>>;
   readonly clock?: DriveClock;
+  /**
+   * Sessions one after another instead of all at once (events: pass maxInflight 1): the bound replay
+   * (compulsory-bound.ts), which wants each request to see every earlier one's cache.
+   */
+  readonly serial?: boolean;
   /** Called after every finished request (progress). */
   readonly onDone?: (record: RunRequestRecord) => void;
 }
@@ -97,7 +102,7 @@ export async function driveWorkload(workload: Workload, options: DriveOptions): 
         replies.push(reply === '' ? step.placeholderReply : reply);
       }
     };
-    await Promise.all(workload.sessions.map(runSession));
+    await eachSession(workload.sessions, runSession, options.serial === true);
   } else if (workload.kind === 'agentic') {
     const runAgent = async (session: AgentSession): Promise<void> => {
       await clock.sleep(session.startMs);
@@ -121,7 +126,7 @@ export async function driveWorkload(workload: Workload, options: DriveOptions): 
         }
       }
     };
-    await Promise.all(workload.sessions.map(runAgent));
+    await eachSession(workload.sessions, runAgent, options.serial === true);
   } else {
     const inflight = new Set<Promise<unknown>>();
     let sent = 0;
@@ -142,6 +147,16 @@ export async function driveWorkload(workload: Workload, options: DriveOptions): 
   return { requests, wallMs: clock.now() - start, skipped };
 }
 
-function eventBody(event: RequestEvent): SendInput['body'] {
+/** All sessions at once (closed loop, as clients would), or one after another. */
+async function eachSession<S>(sessions: readonly S[], run: (session: S) => Promise<void>, serial: boolean): Promise<void> {
+  if (!serial) {
+    await Promise.all(sessions.map(run));
+    return;
+  }
+  for (const session of sessions) await run(session);
+}
+
+/** The request body of an open-loop event, as the driver sends it. */
+export function eventBody(event: RequestEvent): SendInput['body'] {
   return event.kind === 'chat' ? { kind: 'chat', messages: event.messages, agent: event.agent } : { kind: 'completion', prompt: event.prompt };
 }
