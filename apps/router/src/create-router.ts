@@ -93,7 +93,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const metrics = new RouterMetrics();
 
   const state = wireState(config, { nowMs, logger, metrics, state: deps.state }, closers);
-  const backends = wireBackends(config, { nowMs, logger, state: state.state, redis: state.redis }, closers);
+  const backends = wireBackends(config, { nowMs, logger, state: state.state, redis: state.redis, engineStates: state.engineStates, metrics }, closers);
   metrics.readFrom({
     inflight: () => state.state.inflightCounts(),
     breakerStates: () => new Map(backends.registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),

@@ -40,6 +40,7 @@ export class RouterMetrics {
   private readonly retention: Gauge<'backend'>;
   private readonly learnedCostModel: Gauge<'pool' | 'figure'>;
   private readonly learnCalls: Counter<'result'>;
+  private readonly backendRestarts: Counter<'backend'>;
 
   /** Where the scrape-time gauges read from; set by `readFrom` once the state and the backends exist (none until then). */
   private sources: RouterMetricsSources = { inflight: () => new Map(), breakerStates: () => new Map(), degraded: () => 0 };
@@ -200,6 +201,12 @@ export class RouterMetrics {
         for (const [backend, state] of sources().breakerStates()) this.set({ backend }, state);
       },
     });
+    this.backendRestarts = new Counter({
+      name: 'kvroute_router_backend_restarts_total',
+      help: "Engine restarts the health poller published that this replica handled, per backend: what the backend was believed to cache was forgotten in each of its pools.",
+      labelNames: ['backend'],
+      registers,
+    });
   }
 
   /** Per-request series are looked up once per label set: prom-client hashes the label object on every call otherwise. */
@@ -290,5 +297,9 @@ export class RouterMetrics {
 
   recordClientAbort(backend: string): void {
     this.clientAborts.inc({ backend });
+  }
+
+  recordBackendRestart(backend: string): void {
+    this.backendRestarts.inc({ backend });
   }
 }

@@ -16,11 +16,13 @@ function aState(backendId: string, fields: Partial<BackendState> = {}): BackendS
     waiting: 1,
     prefixCacheHitRate: 0.5,
     preemptionsTotal: 0,
+    engineStartedAtMs: null,
     healthy: true,
     consecutiveFailures: 0,
     consecutiveSuccesses: 3,
     healthyChangedAtMs: 0,
     scrapedAtMs: 1_000,
+    restartedAtMs: null,
     ...fields,
   };
 }
@@ -68,6 +70,54 @@ describe('EngineStateView', () => {
     await view.start();
     expect(view.verdict('a')).toEqual({ kind: 'healthy', load: null });
     expect(view.verdict('llama')).toEqual({ kind: 'healthy', load: { kvUsage: null, kvCapacityTokens: 10_000, running: 2, waiting: 4 } });
+    await view.stop();
+  });
+});
+
+describe('EngineStateView: engine restarts', () => {
+  it('tells each published restart once, whether it came by message or full read, and only when it moves forward', async () => {
+    const source = aSource([aState('a'), aState('b')]);
+    const view = new EngineStateView({ source, maxAgeMs: 2_000, refreshMs: 60_000, nowMs: () => 10_000 });
+    await view.start();
+    const told: Array<[string, number]> = [];
+    view.followRestarts((backendId, restartedAtMs) => told.push([backendId, restartedAtMs]));
+    source.publish(aState('a', { scrapedAtMs: 10_100, restartedAtMs: 10_100 }));
+    // The same restart again: in the next states, and in a full read.
+    source.publish(aState('a', { scrapedAtMs: 10_200, restartedAtMs: 10_100 }));
+    source.all = [aState('a', { scrapedAtMs: 10_300, restartedAtMs: 10_100 }), aState('b', { scrapedAtMs: 10_300, restartedAtMs: 10_250 })];
+    await view.refresh();
+    source.publish(aState('a', { scrapedAtMs: 10_900, restartedAtMs: 10_900 }));
+    expect(told).toEqual([
+      ['a', 10_100],
+      ['b', 10_250],
+      ['a', 10_900],
+    ]);
+    await view.stop();
+  });
+
+  it('leaves restarts published well before its start to the replicas that were up, takes recent ones, and tells them to a late listener', async () => {
+    const source = aSource([aState('old', { scrapedAtMs: 9_900, restartedAtMs: 4_000 }), aState('recent', { scrapedAtMs: 9_900, restartedAtMs: 8_500 })]);
+    const view = new EngineStateView({ source, maxAgeMs: 2_000, refreshMs: 60_000, nowMs: () => 10_000 });
+    await view.start();
+    const told: string[] = [];
+    view.followRestarts((backendId) => told.push(backendId));
+    expect(told).toEqual(['recent']);
+    source.publish(aState('old', { scrapedAtMs: 10_500, restartedAtMs: 10_500 }));
+    expect(told).toEqual(['recent', 'old']);
+    await view.stop();
+  });
+
+  it('keeps following when a listener throws, and reports the error', async () => {
+    const errors: unknown[] = [];
+    const source = aSource([aState('a')]);
+    const view = new EngineStateView({ source, maxAgeMs: 2_000, refreshMs: 60_000, nowMs: () => 1_000, onError: (error) => errors.push(error) });
+    await view.start();
+    view.followRestarts(() => {
+      throw new Error('listener failed');
+    });
+    source.publish(aState('a', { scrapedAtMs: 1_100, restartedAtMs: 1_100 }));
+    expect(errors).toHaveLength(1);
+    expect(view.verdict('a').kind).toBe('healthy');
     await view.stop();
   });
 });

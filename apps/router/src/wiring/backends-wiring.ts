@@ -5,8 +5,11 @@ import type { RoutingStateStore } from '@kvroute/routing';
 import { request as undiciRequest } from 'undici';
 import { LocalBackendChanges, type BackendChanges } from '../backends/backend-changes';
 import { BackendRegistry, type Backend } from '../backends/backend-registry';
+import { createRestartForgetter } from '../backends/engine-restarts';
+import type { EngineStateView } from '../backends/engine-state-view';
 import { SharedBackendSet } from '../backends/shared-backend-set';
 import type { RouterConfig } from '../config';
+import type { RouterMetrics } from '../router-metrics';
 import { UpstreamPools } from '../proxy/upstream-pool';
 
 /** The backends a replica routes over, their connection pools, and how the set changes at run time. */
@@ -17,7 +20,7 @@ export interface BackendParts {
   readonly changes: BackendChanges;
   /** The shared set's version; null without Redis. */
   readonly sharedVersion: () => number | null;
-  /** Follows the shared set (with Redis), then discovers models and starts refreshing them. */
+  /** Follows the shared set (with Redis), then discovers models and starts refreshing them, then follows engine restarts. */
   start(): Promise<void>;
 }
 
@@ -28,6 +31,9 @@ export interface BackendsWiringDeps {
   readonly state: RoutingStateStore;
   /** The request-path Redis connection (the shared backend set lives there); null without Redis. */
   readonly redis: RedisClient | null;
+  /** The health poller's published states (null without Redis): an engine restart forgets what its backend was believed to cache. */
+  readonly engineStates: EngineStateView | null;
+  readonly metrics: Pick<RouterMetrics, 'recordBackendRestart'>;
 }
 
 /** Registry, upstream pools and (with Redis) the shared backend set; closers onto `closers` as each opens. */
@@ -50,8 +56,15 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     },
   });
   closers.push('backend registry', () => registry.stop());
+  // After the first model discovery, so a restart published before the start forgets in the right pools.
+  const startRegistry = async (): Promise<void> => {
+    await registry.start(config.modelsRefreshMs);
+    deps.engineStates?.followRestarts(
+      createRestartForgetter({ registry, state: deps.state, recordRestart: (id) => deps.metrics.recordBackendRestart(id), logger: logger?.child({ component: 'engine-restarts' }) }),
+    );
+  };
   if (deps.redis === null || config.redisUrl === undefined) {
-    return { registry, upstreams, changes: new LocalBackendChanges(registry), sharedVersion: () => null, start: () => registry.start(config.modelsRefreshMs) };
+    return { registry, upstreams, changes: new LocalBackendChanges(registry), sharedVersion: () => null, start: startRegistry };
   }
   // With Redis the backend set is the fleet's: seeded from config, changed through any replica's admin API.
   const subscriber = createRedis(config.redisUrl, 'worker');
@@ -72,7 +85,7 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     sharedVersion: () => shared.version,
     async start() {
       await shared.start();
-      await registry.start(config.modelsRefreshMs);
+      await startRegistry();
     },
   };
 }
