@@ -23,6 +23,8 @@ declare module 'fastify' {
  * 3. Validation (zod) reports its first few issues, capped in bytes.
  * 4. The routing request: the routing text's block hashes (at most `maxRoutedBlocks`), session key,
  *    generation budget.
+ * 5. The body to forward: the raw bytes, except for a stream whose client did not ask for usage
+ *    (`requestStreamUsage`): that one asks the engine for it (forwardedBody), and send removes it again.
  */
 export interface ParseOptions {
   readonly blockSizeBytes: number;
@@ -30,6 +32,8 @@ export interface ParseOptions {
   readonly maxRoutedBlocks: number;
   readonly maxJsonDepth: number;
   readonly limits: GenerationLimits;
+  /** Ask engines for usage on streams whose client did not (config `requestStreamUsage`; absent: true, its default). */
+  readonly requestStreamUsage?: boolean;
 }
 
 /** What the later stages need of a request: its model (the pool) and what the policy reads. */
@@ -38,6 +42,10 @@ export interface ParsedRequest {
   /** `generation`: chat and text completions, routed by the policy; `passthrough`: other `POST /v1/*`. */
   readonly kind: 'generation' | 'passthrough';
   readonly routingRequest: RoutingRequest;
+  /** The body sent to the backend: the raw bytes, unless usage is asked for on the client's behalf. */
+  readonly body: Buffer;
+  /** The body asks for a stream's usage the client did not ask for: the relay removes what that adds (proxy/usage-strip.ts). */
+  readonly stripsStreamUsage: boolean;
 }
 
 export type Endpoint = 'chat' | 'completions' | 'passthrough';
@@ -91,7 +99,13 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
   if (endpoint === 'passthrough') {
     const model = (body as { model?: unknown }).model;
     if (typeof model !== 'string' || model === '') throw new RouterError('ROUTER_ERR_INVALID_REQUEST', '`model` is required.', { param: 'model' });
-    return { model, kind: 'passthrough', routingRequest: passthroughRoutingRequest(model, sessionHeaderOf(request.headers), options.blockSizeBytes) };
+    return {
+      model,
+      kind: 'passthrough',
+      routingRequest: passthroughRoutingRequest(model, sessionHeaderOf(request.headers), options.blockSizeBytes),
+      body: rawBodyOf(request),
+      stripsStreamUsage: false,
+    };
   }
   const generation = validateGenerationBody(endpoint, body, options.limits);
   const routingRequest = buildRoutingRequest(generation, {
@@ -99,7 +113,44 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
     maxBlocks: options.maxRoutedBlocks,
     sessionKey: sessionHeaderOf(request.headers),
   });
-  return { model: generation.model, kind: 'generation', routingRequest };
+  const forwarded = options.requestStreamUsage === false ? null : forwardedBody(rawBodyOf(request), body as Record<string, unknown>, generation);
+  return {
+    model: generation.model,
+    kind: 'generation',
+    routingRequest,
+    body: forwarded ?? rawBodyOf(request),
+    stripsStreamUsage: forwarded !== null,
+  };
+}
+
+function rawBodyOf(request: FastifyRequest): Buffer {
+  return request.rawBody ?? Buffer.alloc(0);
+}
+
+/** Spliced in right after a body's opening brace when it has no `stream_options`. */
+const STREAM_USAGE_MEMBER = Buffer.from('"stream_options":{"include_usage":true},');
+
+/**
+ * The body of a stream whose client did not ask for usage, asking for it (null: forward `raw` as it is).
+ * The engine's usage (`usage.prompt_tokens_details.cached_tokens`) is what the learn stage checks the
+ * routing decision against; OpenAI-compatible engines send it on a stream only with
+ * `stream_options.include_usage`.
+ *
+ * - No `stream_options` key (most clients): the member is spliced in after the opening `{` (the body
+ *   parsed as a JSON object, so its first non-blank byte is that brace, and it is not empty: validation
+ *   required `model`); the client's bytes are kept as they came.
+ * - A `stream_options` without `include_usage: true` (or `null`): the body is re-serialised from the
+ *   parsed one (its keys in their order), with `include_usage: true` and without `continuous_usage_stats`
+ *   (which vLLM honours only together with `include_usage`: kept, it would put usage on every chunk).
+ */
+export function forwardedBody(raw: Buffer, parsed: Record<string, unknown>, generation: ChatCompletionRequest | CompletionRequest): Buffer | null {
+  if (generation.stream !== true || generation.stream_options?.include_usage === true) return null;
+  if (!Object.hasOwn(parsed, 'stream_options')) {
+    const brace = raw.indexOf(0x7b);
+    return Buffer.concat([raw.subarray(0, brace + 1), STREAM_USAGE_MEMBER, raw.subarray(brace + 1)]);
+  }
+  const { continuous_usage_stats: _ignored, ...options } = (parsed.stream_options ?? {}) as Record<string, unknown>;
+  return Buffer.from(JSON.stringify({ ...parsed, stream_options: { ...options, include_usage: true } }));
 }
 
 /** Counts, then the schema: the validated chat or completion body. */

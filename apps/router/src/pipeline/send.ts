@@ -36,6 +36,8 @@ export interface Shipment {
   readonly mayRetryStatus: boolean;
   /** Whether learn reads the response's usage (chat and text completions). */
   readonly readsUsage: boolean;
+  /** The body asked for a stream's usage on the client's behalf: the relay removes what that adds (proxy/usage-strip.ts). */
+  readonly stripsStreamUsage: boolean;
   readonly events: RelayEvents;
 }
 
@@ -54,6 +56,7 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
     arrivedAtMs: shipment.arrivedAtMs,
     mayRetryStatus: shipment.mayRetryStatus,
     readsUsage: shipment.readsUsage,
+    streamUsageStrip: shipment.stripsStreamUsage ? { fingerprints: deps.upstreams.fingerprintMemoryOf(backend) } : null,
     metrics: deps.metrics,
     logger: deps.logger,
   });

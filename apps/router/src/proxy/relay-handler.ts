@@ -7,6 +7,7 @@ import type { RouterMetrics } from '../router-metrics';
 import { FirstOutputWatch } from './first-output-watch';
 import { endToEndHeaders } from './hop-by-hop';
 import { ResponseTail } from './response-tail';
+import { StreamUsageStrip, type FingerprintMemory } from './usage-strip';
 
 /** How one try ended. `retry`: nothing reached the client, another backend may take the request. */
 export type TryOutcome =
@@ -36,6 +37,8 @@ export interface RelayTarget {
   readonly mayRetryStatus: boolean;
   /** Keep a successful response's tail for its usage (generation endpoints; pass-through ones carry none worth reading). */
   readonly readsUsage: boolean;
+  /** The request asked for a stream's usage on the client's behalf: a successful SSE response loses what that added (usage-strip.ts); null: it did not. */
+  readonly streamUsageStrip: { readonly fingerprints: FingerprintMemory } | null;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger;
 }
@@ -55,6 +58,10 @@ const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_CONNECT_TIMEO
  * - First output: the first SSE event carrying generated output of any kind (text, reasoning, a tool
  *   call: proxy/first-output-watch.ts), across chunk boundaries, or the response headers of a successful
  *   non-streaming response (`events.firstOutput`); an error response has none.
+ * - Usage asked for on the client's behalf (`streamUsageStrip`): a successful stream's chunks go to
+ *   the client through a StreamUsageStrip (the usage event out, the rest as the engine would have sent
+ *   it without the option); the first-output watch and the tail read the engine's own chunks, so learn
+ *   reads the usage the client does not get.
  * - Before anything is written, a connect error, a timeout or a retryable status resolves `retry`
  *   (a retryable response body is drained, keeping the connection reusable).
  * - After the first byte, an upstream failure ends an SSE stream with an error event and `[DONE]`
@@ -74,6 +81,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   private firstOutput: FirstOutputWatch | null = null;
   /** The end of a successful response's body, for what its usage says (null: not a 2xx). */
   private tail: ResponseTail | null = null;
+  /** Takes out what the router's `include_usage` added (null: nothing to take out). */
+  private strip: StreamUsageStrip | null = null;
   private clientGone = false;
   private readonly onClientClose = (): void => {
     if (this.target.response.writableFinished) return;
@@ -119,6 +128,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     }
     this.statusCode = statusCode;
     if (statusCode < 300 && target.readsUsage) this.tail = new ResponseTail(USAGE_TAIL_BYTES);
+    if (statusCode < 300 && this.isSse && target.streamUsageStrip !== null) this.strip = new StreamUsageStrip(target.streamUsageStrip.fingerprints);
     target.response.writeHead(statusCode, outgoing as OutgoingHttpHeaders);
     if (this.isSse) target.response.flushHeaders();
   }
@@ -130,7 +140,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       this.target.events.firstOutput();
     }
     this.tail?.add(chunk);
-    if (!this.target.response.write(chunk)) {
+    const out = this.strip === null ? chunk : this.strip.feed(chunk);
+    if (out !== null && !this.target.response.write(out)) {
       controller.pause();
       this.target.response.once('drain', this.onDrain);
     }
@@ -138,7 +149,9 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
 
   onResponseEnd(): void {
     if (this.mode === 'discard') return this.finish(this.discardCause as TryOutcome);
-    this.target.response.end();
+    const rest = this.strip?.end() ?? null;
+    if (rest === null) this.target.response.end();
+    else this.target.response.end(rest);
     this.target.metrics.recordRouted(this.target.backendId, this.target.policyName, this.target.reason, this.statusCode);
     this.finish({ kind: 'done', clientWentAway: this.clientGone }, this.tail);
   }
@@ -157,6 +170,9 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     target.logger.warn({ requestId: target.requestId, backend: target.backendId, err: error }, 'upstream failed after the first byte');
     if (this.isSse && !target.response.destroyed) {
       const message = `Upstream backend ${target.backendId} failed mid-stream.`;
+      // What the strip still held goes first, as it would have without it.
+      const rest = this.strip?.end() ?? null;
+      if (rest !== null) target.response.write(rest);
       target.response.end(
         encodeSseData(JSON.stringify(new RouterError('ROUTER_ERR_UPSTREAM_STREAM', message).toBody())) + encodeSseData(SSE_DONE),
       );

@@ -1,5 +1,6 @@
 import { Pool } from 'undici';
 import type { Backend } from '../backends/backend-registry';
+import type { FingerprintMemory } from './usage-strip';
 
 export interface UpstreamPoolOptions {
   readonly connectTimeoutMs: number;
@@ -15,6 +16,8 @@ export interface UpstreamPoolOptions {
  */
 export class UpstreamPools {
   private readonly pools = new Map<Backend, Pool>();
+  /** Per backend, what its streams' usage events said of its fingerprint (usage-strip.ts); goes with its pool. */
+  private readonly fingerprints = new Map<Backend, FingerprintMemory>();
   private closed = false;
 
   constructor(private readonly options: UpstreamPoolOptions) {}
@@ -37,11 +40,22 @@ export class UpstreamPools {
     return pool;
   }
 
+  /** What the relays remember of `backend`'s fingerprint between its streams. */
+  fingerprintMemoryOf(backend: Backend): FingerprintMemory {
+    let memory = this.fingerprints.get(backend);
+    if (!memory) {
+      memory = { last: null };
+      this.fingerprints.set(backend, memory);
+    }
+    return memory;
+  }
+
   /**
    * A backend left the registry: its pool closes once its requests in flight have finished (undici's
    * close is graceful), and its idle connections go.
    */
   retire(backend: Backend): void {
+    this.fingerprints.delete(backend);
     const pool = this.pools.get(backend);
     if (!pool) return;
     this.pools.delete(backend);
