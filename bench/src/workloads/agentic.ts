@@ -71,7 +71,7 @@ export const AGENTIC_DEFAULTS: Omit<AgenticOptions, 'seed'> = {
   answerTokens: 48,
   reasoningProbability: 0.3,
   reasoningTokens: 32,
-  startJitterMs: 2000,
+  startJitterMs: 8000,
   thinkMs: [1000, 3000],
   toolMs: [50, 400],
 };
