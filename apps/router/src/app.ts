@@ -90,7 +90,7 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
 
   await app.register(generationRoutes, { handlerFor: createRequestPath(deps.requestPath) });
   await app.register(modelsRoutes, { registry: deps.registry, createdUnixSeconds: deps.startedAtUnixSeconds });
-  await app.register(probesRoutes, { registry: deps.registry, isShuttingDown: () => deps.drain.isShuttingDown });
+  await app.register(probesRoutes, { registry: deps.registry, isShuttingDown: () => deps.drain.isShuttingDown, reportsCachedTokens: (backendId) => deps.learned.reportsCachedTokens(backendId) });
   await app.register(metricsRoutes, { metrics: deps.metrics });
   if (deps.debugRoutes) await app.register(debugRoutes, { route: deps.requestPath.route, parse: deps.requestPath.parse, learned: deps.learned });
   if (deps.admin) await app.register(adminRoutes, deps.admin);

@@ -150,7 +150,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       maxInflightRequests: config.maxInflightRequests,
     },
     debugRoutes: config.debugRoutes,
-    learned: { costModel: (pool) => policies.costModel(pool), retentionMs: (backendId) => learner.retentionMs(backendId) },
+    learned: { costModel: (pool) => policies.costModel(pool), retentionMs: (backendId) => learner.retentionMs(backendId), reportsCachedTokens: (backendId) => learner.reportsCachedTokens(backendId) },
     admin:
       config.adminToken === undefined
         ? null

@@ -82,6 +82,27 @@ describe('learning from responses', () => {
     }
   });
 
+  it('a backend that reports no cached tokens runs open loop: /readyz and the metric say so, its predictions stay unverified and correct nothing', async () => {
+    const cluster = await startTestCluster({ sims: [{ promptTokensDetails: true }, { promptTokensDetails: false }], router: { debugRoutes: true, policy: 'roundrobin' } });
+    try {
+      const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+      const messages = conversation('open loop');
+      for (let request = 0; request < 6; request++) await client.chat.completions.create({ model: 'test-model', messages, max_tokens: 4 });
+      const [reporting, silent] = cluster.sims.map((sim) => sim.id) as [string, string];
+      const ready = (await (await fetch(`${cluster.routerUrl}/readyz`)).json()) as { feedback: Record<string, string> };
+      expect(ready.feedback).toEqual({ [reporting]: 'cached-tokens', [silent]: 'open-loop' });
+      const metrics = await (await fetch(`${cluster.routerUrl}/metrics`)).text();
+      expect(metrics).toContain(`kvroute_router_backend_reports_cached_tokens{backend="${reporting}"} 1`);
+      expect(metrics).toContain(`kvroute_router_backend_reports_cached_tokens{backend="${silent}"} 0`);
+      expect(metrics).toContain(`kvroute_router_prefix_predictions_total{backend="${silent}",outcome="unverified"} 3`);
+      expect(metrics).not.toMatch(new RegExp(`kvroute_router_prefix_predictions_total\\{backend="${silent}",outcome="(confirmed|overpredicted|underpredicted)"\\}`));
+      const { body } = await debugMatch(cluster, messages);
+      expect(body.retentionMs[silent]).toBeNull();
+    } finally {
+      await cluster.close();
+    }
+  });
+
   it("learns the pool's bytes per token from the engines' prompt tokens and routes on it once enough samples back it", async () => {
     const cluster = await startTestCluster({ backends: 2, router: { debugRoutes: true, calibrationFlushMs: 1 } });
     try {

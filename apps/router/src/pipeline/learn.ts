@@ -37,6 +37,8 @@ export interface Learner {
   responseEnded(ticket: Ticket, tail: ResponseTail | null): void;
   /** The retention last learned for a backend (ms; null: none), as this replica heard it. */
   retentionMs(backendId: string): number | null;
+  /** Whether the backend's responses have carried cached tokens (closed loop) on this replica. */
+  reportsCachedTokens(backendId: string): boolean;
 }
 
 export interface LearnDeps {
@@ -153,6 +155,9 @@ export function createLearner(deps: LearnDeps): Learner {
     },
     retentionMs(backendId) {
       return retention.get(backendId) ?? null;
+    },
+    reportsCachedTokens(backendId) {
+      return reporting.has(backendId);
     },
   };
 }

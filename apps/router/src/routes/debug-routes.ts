@@ -9,6 +9,8 @@ export interface LearnedFigures {
   costModel(pool: string): PoolCostModel;
   /** A backend's learned retention, ms (null: none learned; its entries last the idle TTL). */
   retentionMs(backendId: string): number | null;
+  /** Whether a backend's responses have carried cached tokens (its predictions are checked). */
+  reportsCachedTokens(backendId: string): boolean;
 }
 
 /**

@@ -5,9 +5,13 @@ import type { BackendRegistry } from '../backends/backend-registry';
  * `GET /healthz`: the process is alive. `GET /readyz`: it can route: not shutting down, and at least one
  * backend serves a model and has a closed (or probing) circuit. A load balancer uses readyz: from
  * SIGTERM on it answers 503 while the replica still serves for its drain delay, which is how the
- * balancer learns to send new connections elsewhere.
+ * balancer learns to send new connections elsewhere. Its body also says, per backend, whether the
+ * router's picture of its cache is checked by its responses (`feedback`: `cached-tokens` | `open-loop`).
  */
-export async function probesRoutes(app: FastifyInstance, options: { registry: BackendRegistry; isShuttingDown: () => boolean }): Promise<void> {
+export async function probesRoutes(
+  app: FastifyInstance,
+  options: { registry: BackendRegistry; isShuttingDown: () => boolean; reportsCachedTokens: (backendId: string) => boolean },
+): Promise<void> {
   app.get('/healthz', async () => ({ status: 'ok' }));
   app.get('/readyz', async (_request, reply) => {
     const usable = options.registry.models().flatMap((model) => options.registry.poolFor(model)).filter((backend) => backend.breaker.isAvailable());
@@ -16,6 +20,9 @@ export async function probesRoutes(app: FastifyInstance, options: { registry: Ba
       status: ready ? 'ready' : 'not-ready',
       shuttingDown: options.isShuttingDown(),
       usableBackends: [...new Set(usable.map((backend) => backend.id))],
+      // How the router learns what each backend's cache holds: from every response's cached tokens
+      // (closed loop), or not at all (its engine does not report them: predictions go unchecked).
+      feedback: Object.fromEntries(options.registry.backends.map((backend) => [backend.id, options.reportsCachedTokens(backend.id) ? 'cached-tokens' : 'open-loop'])),
     });
   });
 }

@@ -1,4 +1,7 @@
-import { CALIBRATED_PARAMS, calibratedOverrides, createPolicy, POLICIES, type CalibratedParam, type LearnedCalibration, type PolicyName, type RoutingPolicy } from '@kvroute/routing';
+import { CACHE_AWARE_PARAMS, CALIBRATED_PARAMS, calibratedOverrides, createPolicy, POLICIES, type CalibratedParam, type LearnedCalibration, type PolicyName, type RoutingPolicy } from '@kvroute/routing';
+
+/** The prefill rate assumed for queue samples when the generation policy has none of its own (cacheaware's default). */
+const DEFAULT_PREFILL_MS_PER_TOKEN = CACHE_AWARE_PARAMS.prefillMsPerToken.default;
 
 /** A learned figure that moved less than this fraction since the policy was last built does not rebuild it. */
 const REBUILD_CHANGE = 0.02;
@@ -33,6 +36,7 @@ export class PolicyTable {
   private readonly policies = new Map<string, RoutingPolicy>();
   private readonly learned = new Map<string, LearnedCalibration>();
   private readonly overrides = new Map<string, Partial<Record<CalibratedParam, number>>>();
+  private configuredPrefillMsPerToken: number | undefined;
 
   constructor(private readonly options: PolicyTableOptions) {
     this.policyFor('', 'generation');
@@ -83,9 +87,9 @@ export class PolicyTable {
     return { configured, learned: this.learned.get(pool) ?? {}, inUse };
   }
 
-  /** The prefill rate a pool's generation policy uses (ms per token), for the learn stage's queue samples. */
+  /** The prefill rate a pool's generation policy uses (ms per token), for the learn stage's queue samples (per response: no allocation). */
   prefillMsPerToken(pool: string): number {
-    return this.costModel(pool).inUse.prefillMsPerToken ?? 0.07;
+    return this.overrides.get(pool)?.prefillMsPerToken ?? (this.configuredPrefillMsPerToken ??= this.costModel('').configured.prefillMsPerToken ?? DEFAULT_PREFILL_MS_PER_TOKEN);
   }
 
   private paramsFor(name: PolicyName, overrides: Partial<Record<CalibratedParam, number>> | undefined): Record<string, Record<string, unknown>> {
