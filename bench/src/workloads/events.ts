@@ -1,5 +1,5 @@
 /**
- * The one request-event type every workload produces (sessions, poisson, Mooncake and Azure replays)
+ * The one request-event type every workload produces (sessions, agent sessions, poisson, Mooncake and Azure replays)
  * and its JSONL trace format: one event per line, keys in a fixed order, so the same workload and seed
  * give a byte-identical file that anyone can replay. Pure: reading and writing files is in `read.ts`.
  */
