@@ -2,8 +2,12 @@
  * A local cluster for one scenario, as child processes on loopback: Redis (KVROUTE_REDIS_URL, else a
  * private `redis-server`, else none: the in-memory store with one router), N vllm-sim backends, the
  * health poller, and, per run, the scenario's router replicas with the run's policy. A run of the
- * `oracle` gets one oracle router instead (bench/src/oracle: it asks every sim's /sim/match itself and
- * uses neither Redis nor the poller), started with the scenario's `routerByPolicy.oracle` keys.
+ * `oracle` or `oracle-cost` gets one oracle router instead (bench/src/oracle: it asks every sim's
+ * /sim/match itself and uses neither Redis nor the poller), started with `--rule <policy>` and the
+ * scenario's `routerByPolicy.<policy>` keys; `oracle-cost` first takes cacheaware's keys (and
+ * `blockSizeBytes`) from `router` and `routerByPolicy.cacheaware`, so it weighs costs as cacheaware's runs do.
+ * For the compulsory-miss bound (compulsory-bound.ts) it starts one more vllm-sim when first asked,
+ * with the backends' profile and sim keys, an effectively infinite KV cache and a huge time scale.
  *
  * Backends, Redis and the poller live for the whole scenario; `startRun` makes every run start cold
  * (each sim forgets its prefix cache, the pools' routing state is deleted from Redis, routers are new
@@ -15,11 +19,14 @@ import { toFlagName } from '@kvroute/platform';
 import { clearPoolState, createRedis, waitUntilReady } from '@kvroute/redis-store';
 import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
 import type { Redis } from 'ioredis';
+import type { Agent } from 'undici';
 import { freePort, startLocalRouter, startLocalSims, stopLocalProcess, stopLocalSims, waitReady, type LocalRouter, type LocalSim } from '../local-sims';
+import { CACHE_AWARE_SETTING_KEYS } from '../oracle/oracle-config';
 import { startOracleProcess } from '../oracle/oracle-process';
-import { ORACLE_POLICY } from '../report';
+import { ORACLE_COST_POLICY, ORACLE_POLICIES, type SeedBound } from '../report';
+import { BOUND_SIM_TIME_SCALE, CompulsoryBound, type BoundReplayHooks, type BoundSimHandle } from './compulsory-bound';
 import type { RunTarget } from './run-scenario';
-import type { Scenario } from './scenario';
+import type { Scenario, Workload } from './scenario';
 
 type Scalar = string | number | boolean;
 
@@ -37,8 +44,24 @@ export interface LocalClusterOptions {
   readonly log: (line: string) => void;
 }
 
+/**
+ * The oracle router's flags for a run of `policy` (`oracle` or `oracle-cost`): the rule, then for
+ * oracle-cost cacheaware's keys and blockSizeBytes as the cacheaware runs have them, then the policy's own keys.
+ */
+export function oracleFlags(scenario: Scenario, policy: string): string[] {
+  const { router, routerByPolicy } = scenario.cluster;
+  const inherited: Record<string, Scalar> = {};
+  if (policy === ORACLE_COST_POLICY) {
+    for (const source of [router, routerByPolicy['cacheaware'] ?? {}]) {
+      for (const [key, value] of Object.entries(source)) if (key === 'blockSizeBytes' || CACHE_AWARE_SETTING_KEYS.includes(key)) inherited[key] = value;
+    }
+  }
+  return ['--rule', policy, ...configFlags({ ...inherited, ...routerByPolicy[policy] })];
+}
+
 export class LocalCluster implements RunTarget {
   private routers: LocalRouter[] = [];
+  private bound: CompulsoryBound | undefined;
 
   private constructor(
     private readonly scenario: Scenario,
@@ -50,6 +73,7 @@ export class LocalCluster implements RunTarget {
     private readonly poller: ChildProcess | undefined,
     /** Router replicas per run (1 when Redis is missing). */
     readonly routerCount: number,
+    private readonly log: (line: string) => void,
   ) {}
 
   static async start(scenario: Scenario, options: LocalClusterOptions): Promise<LocalCluster> {
@@ -89,27 +113,41 @@ export class LocalCluster implements RunTarget {
       await redisServer?.stop();
       throw error;
     }
-    return new LocalCluster(scenario, sims, redisUrl, redisSource, redisServer, redis, poller, routerCount);
+    return new LocalCluster(scenario, sims, redisUrl, redisSource, redisServer, redis, poller, routerCount, options.log);
   }
 
   get backendUrls(): string[] {
     return this.sims.map((sim) => sim.url);
   }
 
-  /** Every router policy runs here, and the `oracle` (the sims answer /sim/match). */
+  /** Every router policy runs here, and `oracle` and `oracle-cost` (the sims answer /sim/match). */
   supports(_policy: string): boolean {
     return true;
   }
 
-  /** Cold caches and fresh routers with `policy` (for `oracle`: one oracle router); returns the router URLs. */
+  /** The compulsory-miss bound of `workload` (its replay through the bound sim, started on first use). */
+  async compulsoryBound(workload: Workload, seed: number, hooks: BoundReplayHooks & { readonly agent: Agent }): Promise<SeedBound> {
+    this.bound ??= new CompulsoryBound({ startSim: (blocks) => this.startBoundSim(blocks), agent: hooks.agent, log: this.log });
+    return this.bound.compute(workload, seed, hooks);
+  }
+
+  /** The bound's replay sim: the backends' profile and sim keys, `numGpuBlocks` KV blocks, BOUND_SIM_TIME_SCALE. */
+  private async startBoundSim(numGpuBlocks: number): Promise<BoundSimHandle> {
+    const { cluster } = this.scenario;
+    const [sim] = await startLocalSims(1, ['--profile', cluster.profile, ...configFlags({ ...cluster.sim, timeScale: BOUND_SIM_TIME_SCALE, numGpuBlocks })]);
+    if (!sim) throw new Error('the bound sim did not start');
+    return { url: sim.url, numGpuBlocks, stop: () => stopLocalSims([sim]) };
+  }
+
+  /** Cold caches and fresh routers with `policy` (for `oracle` and `oracle-cost`: one oracle router); returns the router URLs. */
   async startRun(policy: string, routers: number = this.routerCount): Promise<string[]> {
     await Promise.all(this.sims.map(async (sim) => {
       const response = await fetch(`${sim.url}/sim/reset-cache`, { method: 'POST' });
       if (!response.ok) throw new Error(`${sim.url}/sim/reset-cache answered ${response.status}`);
     }));
-    if (policy === ORACLE_POLICY) {
+    if (ORACLE_POLICIES.includes(policy)) {
       // One replica whatever the scenario asks: the oracle counts in-flight requests in its own process.
-      this.routers.push(await startOracleProcess(this.backendUrls, configFlags(this.scenario.cluster.routerByPolicy[policy] ?? {})));
+      this.routers.push(await startOracleProcess(this.backendUrls, oracleFlags(this.scenario, policy)));
       return this.routers.map((router) => router.url);
     }
     if (this.redis) await clearPoolState(this.redis);
@@ -128,6 +166,7 @@ export class LocalCluster implements RunTarget {
 
   async close(): Promise<void> {
     await this.endRun();
+    await this.bound?.close();
     if (this.poller) await stopLocalProcess({ process: this.poller });
     this.redis?.disconnect();
     await stopLocalSims(this.sims);

@@ -10,6 +10,7 @@
  * With `routerRedisUrl` (`--router-redis`), the routers' shared routing state in that Redis (prefix
  * ownership, leases) is deleted too (`router-state.ts`), so no run inherits an earlier run's ownership.
  */
+import { ORACLE_POLICIES } from '../report';
 import { RouterStateReset } from './router-state';
 import type { RunTarget } from './run-scenario';
 
@@ -54,7 +55,7 @@ export class RemoteTarget implements RunTarget {
   }
 
   supports(policy: string): boolean {
-    if (policy === 'oracle') return false; // a bench-side router over the local cluster's sims (bench/src/oracle), never deployed
+    if (ORACLE_POLICIES.includes(policy)) return false; // bench-side routers over the local cluster's sims (bench/src/oracle), never deployed
     return this.options.routers.has(policy) || this.options.routers.has(ANY_POLICY);
   }
 

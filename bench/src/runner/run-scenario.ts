@@ -1,15 +1,19 @@
 /**
- * Runs a scenario: for every sweep value, seed and policy, one run on a cold cluster (the target's
- * `startRun`), the workload driven through the routers, backend counters read before and after.
+ * Runs a scenario: for every sweep value and seed, the workload's compulsory-miss bound where the
+ * target can compute it (compulsory-bound.ts: once, whatever the policy), then for every policy one run
+ * on a cold cluster (the target's `startRun`), the workload driven through the routers, the backends'
+ * prefix-cache counters and the routers' prediction counters (router-predictions.ts) read before and after.
  * The target is either the local cluster of child processes or a real deployment (`remote-target.ts`).
  */
 import type { Agent } from 'undici';
-import type { PolicyRuns, ScenarioResults, SeedRun, SweepPoint } from '../report';
+import type { PolicyRuns, ScenarioResults, SeedBound, SeedRun, SweepPoint } from '../report';
 import { prefixCounterDeltas, readPrefixCounters } from './backend-truth';
+import type { BoundReplayHooks } from './compulsory-bound';
+import { runPredictionTotals, scrapePredictionCounters } from './router-predictions';
 import { driveWorkload, requestCount } from './drive-workload';
 import type { ProgressBar } from './progress';
 import type { RunRequestRecord } from './request-client';
-import { ROUTERS_SWEEP, sweepValues, sweepVariable, workloadFor, type Scenario, type WorkloadInputs } from './scenario';
+import { ROUTERS_SWEEP, sweepValues, sweepVariable, workloadFor, type Scenario, type Workload, type WorkloadInputs } from './scenario';
 
 /** Where runs happen. */
 export interface RunTarget {
@@ -19,6 +23,8 @@ export interface RunTarget {
   /** Cold caches, routers with `policy` (`routers` replicas when given, else the scenario's); the routers' base URLs. */
   startRun(policy: string, routers?: number): Promise<string[]>;
   endRun(): Promise<void>;
+  /** The compulsory-miss bound of a workload and seed, where the target can replay it (the local cluster); absent elsewhere. */
+  compulsoryBound?(workload: Workload, seed: number, hooks: BoundReplayHooks & { readonly agent: Agent }): Promise<SeedBound>;
 }
 
 export interface RunScenarioOptions {
@@ -54,19 +60,29 @@ export async function runScenario(scenario: Scenario, options: RunScenarioOption
   const variable = sweepVariable(scenario);
   const totalRuns = values.length * seeds.length * policies.length;
   const points: SweepPoint[] = [];
+  // A routers sweep drives the same workload at every value: its bound is computed once per seed.
+  const boundsBySeed = new Map<number, SeedBound>();
   let runIndex = 0;
   for (const value of values) {
     const byPolicy = new Map<string, SeedRun[]>(policies.map((policy) => [policy, []]));
+    const bounds: SeedBound[] = [];
     for (const seed of seeds) {
       // One workload per (value, seed), the same for every policy.
       const workload = await workloadFor(scenario, { ...options.workloadInputs, seed, sweepValue: value });
       const total = requestCount(workload);
+      const cached = variable === ROUTERS_SWEEP ? boundsBySeed.get(seed) : undefined;
+      const bound = cached ?? (await compulsoryBound(options, workload, seed, `${variable}=${value} seed ${seed}`, total));
+      if (bound) {
+        bounds.push(bound);
+        if (variable === ROUTERS_SWEEP) boundsBySeed.set(seed, bound);
+      }
       for (const policy of policies) {
         runIndex++;
         const routers = await options.target.startRun(policy, variable === ROUTERS_SWEEP ? value : undefined);
         try {
           const model = await servedModel(routers[0] as string);
           const before = await readPrefixCounters(options.agent, options.target.backendUrls);
+          const predictionsBefore = await scrapePredictionCounters(options.agent, routers);
           options.progress.begin(`run ${runIndex}/${totalRuns}  ${variable}=${value} seed ${seed} ${policy}`, total);
           const driven = await driveWorkload(workload, {
             routers,
@@ -79,17 +95,45 @@ export async function runScenario(scenario: Scenario, options: RunScenarioOption
           });
           options.progress.end();
           const after = await readPrefixCounters(options.agent, options.target.backendUrls);
+          const succeeded = driven.requests.filter((request) => request.status >= 200 && request.status < 300).length;
+          const prediction = await runPredictionTotals(options.agent, routers, predictionsBefore, { expectedPredictions: succeeded });
           if (driven.skipped > 0) options.log(`  ${driven.skipped} requests not sent: the run hit maxRunSeconds (${scenario.maxRunSeconds} s)`);
-          const run: RecordedSeedRun = { seed, policy, sweepValue: value, wallMs: driven.wallMs, requests: driven.requests, backends: prefixCounterDeltas(before, after), skipped: driven.skipped };
+          const run: RecordedSeedRun = {
+            seed,
+            policy,
+            sweepValue: value,
+            wallMs: driven.wallMs,
+            requests: driven.requests,
+            backends: prefixCounterDeltas(before, after),
+            ...(prediction ? { prediction } : {}),
+            skipped: driven.skipped,
+          };
           byPolicy.get(policy)?.push(run);
         } finally {
           await options.target.endRun();
         }
       }
     }
-    points.push({ value, policies: policies.map((policy): PolicyRuns => ({ policy, runs: byPolicy.get(policy) ?? [] })) });
+    points.push({ value, policies: policies.map((policy): PolicyRuns => ({ policy, runs: byPolicy.get(policy) ?? [] })), ...(bounds.length > 0 ? { bound: bounds } : {}) });
   }
   return { scenario: scenario.name, sweepVariable: variable, points };
+}
+
+/** The target's compulsory-miss bound of one workload and seed, with progress; undefined where it has none or it failed (said in the log). */
+async function compulsoryBound(options: RunScenarioOptions, workload: Workload, seed: number, label: string, total: number): Promise<SeedBound | undefined> {
+  const target = options.target;
+  if (!target.compulsoryBound) return undefined;
+  options.progress.begin(`bound  ${label} (replay on an infinite cache)`, total);
+  try {
+    const bound = await target.compulsoryBound(workload, seed, { agent: options.agent, extraBody: options.extraBody, onDone: () => options.progress.tick() });
+    if (bound.failed > 0) options.log(`  bound, ${label}: ${bound.failed} of ${bound.requests} replayed requests failed (left out)`);
+    return bound;
+  } catch (error) {
+    options.log(`  bound, ${label}: not computed (${(error as Error).message})`);
+    return undefined;
+  } finally {
+    options.progress.end();
+  }
 }
 
 /** The first model the router serves (`GET /v1/models`). */

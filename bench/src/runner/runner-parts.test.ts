@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { prefixCounterDeltas } from './backend-truth';
-import { configFlags } from './local-cluster';
+import { configFlags, oracleFlags } from './local-cluster';
+import { parseScenario } from './scenario';
 import { ProgressBar } from './progress';
 import { ANY_POLICY, parseRouterList, RemoteTarget } from './remote-target';
 
@@ -75,8 +76,47 @@ describe('real deployment target', () => {
     expect(target.supports('cacheaware')).toBe(true);
     expect(target.supports('roundrobin')).toBe(false);
     expect(target.supports('oracle')).toBe(false);
+    expect(target.supports('oracle-cost')).toBe(false);
+    expect(new RemoteTarget({ routers: parseRouterList('http://r1'), backendUrls: [], resetCache: false, log: () => undefined }).supports('oracle-cost')).toBe(false);
     expect(await target.startRun('cacheaware')).toEqual(['http://r1']);
     expect(calls.sort()).toEqual(['http://b1:8000/reset_prefix_cache', 'http://b2:8000/reset_prefix_cache', 'http://b2:8000/sim/reset-cache']);
     expect(logs).toEqual([expect.stringContaining('not cleared between runs (pass --router-redis URL)'), expect.stringContaining('http://b2:8000: could not reset its prefix cache')]);
+  });
+});
+
+describe('oracleFlags', () => {
+  const scenario = parseScenario(
+    `name: flags
+cluster:
+  router: { blockSizeBytes: 128, spreadAbs: 4, redisTimeoutMs: 50 }
+  routerByPolicy:
+    cacheaware: { prefillMsPerToken: 0.1, ownershipAt: routing }
+    prefixaware: { saturationInflight: 4 }
+    oracle: { matchTimeoutMs: 800 }
+    oracle-cost: { matchTimeoutMs: 900, spreadAbs: 6 }
+workload: { kind: sessions }
+`,
+    'flags',
+  );
+
+  it("gives the oracle its rule and its own keys, never the routers'", () => {
+    expect(oracleFlags(scenario, 'oracle')).toEqual(['--rule', 'oracle', '--match-timeout-ms', '800']);
+  });
+
+  it("gives oracle-cost cacheaware's keys and block size as the cacheaware runs have them, its own keys last", () => {
+    expect(oracleFlags(scenario, 'oracle-cost')).toEqual([
+      '--rule',
+      'oracle-cost',
+      '--block-size-bytes',
+      '128',
+      '--spread-abs',
+      '6',
+      '--prefill-ms-per-token',
+      '0.1',
+      '--ownership-at',
+      'routing',
+      '--match-timeout-ms',
+      '900',
+    ]);
   });
 });
