@@ -2,8 +2,10 @@
  * `npm run bench -- --scenario NAME [options]`: compares routing policies on one workload.
  *
  * Local (default): starts the scenario's cluster (vllm-sim backends, Redis, poller, routers per run),
- * runs every sweep value × seed × policy on cold caches, prints the tables and writes results.json,
- * report.md and report.html to `--out` (default `bench/results/<scenario>-<time>/`).
+ * computes each workload's compulsory-miss bound (a replay on one infinite-cache sim), runs every
+ * sweep value × seed × policy on cold caches (`oracle` and `oracle-cost`: the bench-side oracle router),
+ * prints the tables and writes results.json, report.md and report.html to `--out` (default
+ * `bench/results/<scenario>-<time>/`).
  * Real deployment: `--router URL|policy=URL,… --backends URL,…` drives routers someone else runs and
  * reads the backends' own metrics; `--router-redis URL` clears the routers' shared routing state in
  * their Redis before each run (see docs/benchmarking.md).
@@ -25,7 +27,8 @@ import { eventsToJsonl, sessionEvents } from './workloads';
 const USAGE = `npm run bench -- --scenario NAME|FILE [options]
 
   --scenario NAME      bench/scenarios/NAME.yaml, or a path to a scenario file
-  --policies a,b       override the scenario's policies
+  --policies a,b       override the scenario's policies (kvroute's, and on a local cluster the
+                       bench-side oracle and oracle-cost)
   --seeds 1,2,3        override the scenario's seeds
   --sweep 4,8          override the sweep values
   --out DIR            where results.json, report.md and report.html go
