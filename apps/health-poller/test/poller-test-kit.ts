@@ -94,6 +94,16 @@ export async function startSim(overrides: Partial<SimConfig> = {}, port = 0): Pr
   return { sim, url, id: new URL(url).host, port: Number(new URL(url).port), metricsScrapes };
 }
 
+/** As a crashed process: the port stops accepting and every open connection is reset, requests in flight included. */
+export async function killSim(sim: TestSim): Promise<void> {
+  const server = sim.sim.app.server;
+  const closed = sim.sim.close();
+  const deadline = Date.now() + 2000;
+  while (server.listening && Date.now() < deadline) await new Promise((resolve) => setImmediate(resolve));
+  server.closeAllConnections();
+  await closed;
+}
+
 /** Polls `read` every 10 ms until `check` accepts a value; the value and when. */
 export async function waitForValue<T>(read: () => Promise<T>, check: (value: T) => boolean, timeoutMs = 5000): Promise<{ value: T; atMs: number }> {
   const deadline = Date.now() + timeoutMs;

@@ -6,7 +6,7 @@ import { createRouterServer, type RouterServer } from '@kvroute/router';
 import { RouterConfig } from '@kvroute/router/config';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { ScrapeJobResult } from '../src/scrape-job';
-import { openTestEnv, startSim, stateOf, waitForValue, type TestEnv, type TestSim } from './poller-test-kit';
+import { killSim as kill, openTestEnv, startSim, stateOf, waitForValue, type TestEnv, type TestSim } from './poller-test-kit';
 
 /**
  * Issue 5, acceptance 3, end to end on loopback: a fresh Redis, 3 vllm-sim backends, one health poller
@@ -79,16 +79,6 @@ afterAll(async () => {
   await Promise.all(sims.map((sim) => sim.sim.close()));
   await env.close();
 });
-
-/** As a crashed process: the port stops accepting and every open connection is reset, requests in flight included. */
-async function kill(sim: TestSim): Promise<void> {
-  const server = sim.sim.app.server;
-  const closed = sim.sim.close();
-  const deadline = Date.now() + 2000;
-  while (server.listening && Date.now() < deadline) await new Promise((resolve) => setImmediate(resolve));
-  server.closeAllConnections();
-  await closed;
-}
 
 /** Times at which the sim received a chat completion (a request the router sent it). */
 function recordArrivals(sim: TestSim): number[] {
