@@ -21,6 +21,8 @@ export interface RequestRecord {
   readonly promptTokens: number;
   /** `usage.prompt_tokens_details.cached_tokens`; undefined when the backend does not report it. */
   readonly cachedTokens?: number;
+  /** UTF-8 bytes of the prompt's text (message contents, text parts; completions: the prompt), as sent. */
+  readonly promptTextBytes?: number;
 }
 
 /** Backend-side truth: deltas of `vllm:prefix_cache_hits_total` / `queries_total` over the run. */
@@ -44,6 +46,11 @@ export interface PredictionTotals {
   readonly confirmedTokens: number;
   /** Σ kvroute_router_prefix_predictions_total by outcome (confirmed, overpredicted, underpredicted, unverified). */
   readonly predictions: Readonly<Record<string, number>>;
+  /**
+   * The routers' learned bytes per token at the end of the run (kvroute_router_cost_model_learned,
+   * figure bytes_per_token; mean over replicas and pools), to hold against the prompts' own ratio.
+   */
+  readonly learnedBytesPerToken?: number;
 }
 
 export interface SeedRun {

@@ -111,6 +111,7 @@ export async function sendStreaming(agent: Agent, input: SendInput, now: () => n
         reason,
         promptTokens: usage?.prompt_tokens ?? 0,
         cachedTokens: usage?.prompt_tokens_details?.cached_tokens ?? undefined,
+        promptTextBytes: promptTextBytesOf(input.body),
         completionTokens: usage?.completion_tokens,
         finishReason: reply.finishReason,
       },
@@ -194,4 +195,18 @@ function errorMessage(body: string): string {
     // not JSON
   }
   return body.slice(0, 200);
+}
+
+/** UTF-8 bytes of a request's prompt text: string contents and text parts of its messages, or the completions prompt. */
+export function promptTextBytesOf(body: SendInput['body']): number {
+  if (body.kind !== 'chat') return Buffer.byteLength(body.prompt, 'utf8');
+  let bytes = 0;
+  for (const message of body.messages as readonly { content?: unknown }[]) {
+    const content = message.content;
+    if (typeof content === 'string') bytes += Buffer.byteLength(content, 'utf8');
+    else if (Array.isArray(content)) {
+      for (const part of content as { type?: string; text?: unknown }[]) if (part.type === 'text' && typeof part.text === 'string') bytes += Buffer.byteLength(part.text, 'utf8');
+    }
+  }
+  return bytes;
 }

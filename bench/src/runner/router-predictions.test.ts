@@ -2,6 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { parseSamples, predictionDelta, predictionTotalsOf, runPredictionTotals, sumPredictionTotals } from './router-predictions';
 import { createClientAgent } from './request-client';
 import { createServer } from 'node:http';
+import type { PredictionTotals } from '../report';
+import { bytesPerTokenLine } from './run-scenario';
 
 /** What prom-client writes for the router's prediction counters (apps/router/src/router-metrics.ts), two backends. */
 const ROUTER_METRICS = `# HELP kvroute_router_prefix_predictions_total Responses whose engine-reported cached tokens were checked.
@@ -77,5 +79,32 @@ describe('router prediction counters', () => {
       await agent.close();
       await Promise.all([router, oracle].map((server) => new Promise((resolve) => server.close(resolve))));
     }
+  });
+});
+
+describe('the learned bytes per token', () => {
+  it('is read from the cost-model gauge (mean over pools), kept as the end value by the delta, averaged over replicas', () => {
+    const text = [
+      '# TYPE kvroute_router_prefix_predictions_total counter',
+      'kvroute_router_prefix_predictions_total{backend="a",outcome="confirmed"} 3',
+      'kvroute_router_cost_model_learned{pool="m1",figure="bytes_per_token"} 2',
+      'kvroute_router_cost_model_learned{pool="m2",figure="bytes_per_token"} 4',
+      'kvroute_router_cost_model_learned{pool="m1",figure="prefill_seconds_per_token"} 0.0001',
+    ].join('\n');
+    const totals = predictionTotalsOf(text);
+    expect(totals?.learnedBytesPerToken).toBe(3);
+    const delta = predictionDelta({ predictedTokens: 0, observedTokens: 0, confirmedTokens: 0, predictions: {}, learnedBytesPerToken: 9 }, totals as PredictionTotals);
+    expect(delta.learnedBytesPerToken).toBe(3);
+    expect(sumPredictionTotals([delta, { ...delta, learnedBytesPerToken: 5 }]).learnedBytesPerToken).toBe(4);
+    expect(predictionTotalsOf(text.split('\n').slice(0, 2).join('\n'))?.learnedBytesPerToken).toBeUndefined();
+  });
+
+  it("is held against the prompts' text bytes over the engines' prompt tokens", () => {
+    const line = bytesPerTokenLine(2.2, [
+      { promptTokens: 1000, promptTextBytes: 2000 },
+      { promptTokens: 0, promptTextBytes: 500 },
+      { promptTokens: 1000, promptTextBytes: 2000 },
+    ]);
+    expect(line).toBe("bytes per token: learned 2.200, the prompts' 2.000 (+10.0 %)");
   });
 });

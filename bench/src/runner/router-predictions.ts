@@ -21,6 +21,7 @@ export const PREDICTION_METRICS = {
   observedTokens: 'kvroute_router_prefix_observed_cached_tokens_total',
   confirmedTokens: 'kvroute_router_prefix_confirmed_tokens_total',
   predictions: 'kvroute_router_prefix_predictions_total',
+  learnedCostModel: 'kvroute_router_cost_model_learned',
 } as const;
 
 /** One Prometheus text sample. */
@@ -90,8 +91,10 @@ export function predictionTotalsOf(text: string): PredictionTotals | null {
   let observedTokens = 0;
   let confirmedTokens = 0;
   const predictions: Record<string, number> = {};
+  const learned: number[] = [];
   for (const sample of parseSamples(text)) {
-    if (sample.name === PREDICTION_METRICS.predictedTokens) predictedTokens += sample.value;
+    if (sample.name === PREDICTION_METRICS.learnedCostModel && sample.labels['figure'] === 'bytes_per_token') learned.push(sample.value);
+    else if (sample.name === PREDICTION_METRICS.predictedTokens) predictedTokens += sample.value;
     else if (sample.name === PREDICTION_METRICS.observedTokens) observedTokens += sample.value;
     else if (sample.name === PREDICTION_METRICS.confirmedTokens) confirmedTokens += sample.value;
     else if (sample.name === PREDICTION_METRICS.predictions) {
@@ -99,7 +102,12 @@ export function predictionTotalsOf(text: string): PredictionTotals | null {
       predictions[outcome] = (predictions[outcome] ?? 0) + sample.value;
     }
   }
-  return { predictedTokens, observedTokens, confirmedTokens, predictions };
+  return { predictedTokens, observedTokens, confirmedTokens, predictions, ...learnedOf(learned) };
+}
+
+/** `{ learnedBytesPerToken }` as the mean of `values`, or nothing when there are none. */
+function learnedOf(values: readonly number[]): { learnedBytesPerToken?: number } {
+  return values.length === 0 ? {} : { learnedBytesPerToken: values.reduce((sum, value) => sum + value, 0) / values.length };
 }
 
 /** after − before, per figure; a figure that went down (the router restarted) counts from zero. */
@@ -112,6 +120,8 @@ export function predictionDelta(before: PredictionTotals | null, after: Predicti
     observedTokens: minus(after.observedTokens, before?.observedTokens),
     confirmedTokens: minus(after.confirmedTokens, before?.confirmedTokens),
     predictions,
+    // A gauge: its value at the end, not a difference.
+    ...(after.learnedBytesPerToken === undefined ? {} : { learnedBytesPerToken: after.learnedBytesPerToken }),
   };
 }
 
@@ -124,6 +134,7 @@ export function sumPredictionTotals(totals: readonly PredictionTotals[]): Predic
     observedTokens: totals.reduce((sum, total) => sum + total.observedTokens, 0),
     confirmedTokens: totals.reduce((sum, total) => sum + total.confirmedTokens, 0),
     predictions,
+    ...learnedOf(totals.flatMap((total) => (total.learnedBytesPerToken === undefined ? [] : [total.learnedBytesPerToken]))),
   };
 }
 

@@ -97,6 +97,7 @@ export async function runScenario(scenario: Scenario, options: RunScenarioOption
           const after = await readPrefixCounters(options.agent, options.target.backendUrls);
           const succeeded = driven.requests.filter((request) => request.status >= 200 && request.status < 300).length;
           const prediction = await runPredictionTotals(options.agent, routers, predictionsBefore, { expectedPredictions: succeeded });
+          if (prediction?.learnedBytesPerToken !== undefined) options.log(`  ${bytesPerTokenLine(prediction.learnedBytesPerToken, driven.requests)}`);
           if (driven.skipped > 0) options.log(`  ${driven.skipped} requests not sent: the run hit maxRunSeconds (${scenario.maxRunSeconds} s)`);
           const run: RecordedSeedRun = {
             seed,
@@ -144,4 +145,22 @@ export async function servedModel(routerUrl: string): Promise<string> {
   const id = body.data?.[0]?.id;
   if (!id) throw new Error(`${routerUrl}/v1/models lists no model`);
   return id;
+}
+
+/**
+ * The routers' learned bytes per token against the prompts' own: Σ prompt text bytes ÷ Σ prompt tokens
+ * the engines counted, over the run's answered requests (what the cost model's bytesPerToken stands for).
+ */
+export function bytesPerTokenLine(learned: number, requests: readonly { readonly promptTokens: number; readonly promptTextBytes?: number }[]): string {
+  let bytes = 0;
+  let tokens = 0;
+  for (const request of requests) {
+    if (request.promptTokens <= 0 || request.promptTextBytes === undefined) continue;
+    bytes += request.promptTextBytes;
+    tokens += request.promptTokens;
+  }
+  if (tokens === 0) return `bytes per token: learned ${learned.toFixed(3)} (no prompt tokens reported)`;
+  const actual = bytes / tokens;
+  const off = ((learned - actual) / actual) * 100;
+  return `bytes per token: learned ${learned.toFixed(3)}, the prompts' ${actual.toFixed(3)} (${off >= 0 ? '+' : ''}${off.toFixed(1)} %)`;
 }
