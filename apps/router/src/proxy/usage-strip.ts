@@ -1,3 +1,9 @@
+/** What the relays remember of one backend between its streams. */
+export interface FingerprintMemory {
+  /** The `system_fingerprint` of its last usage event, as raw JSON (quotes included); null: none. */
+  last: Buffer | null;
+}
+
 /**
  * Takes out of an SSE stream what `stream_options.include_usage` put into it, for a stream whose client
  * did not ask for usage but the router did on its behalf (pipeline/parse.ts: the learn stage needs the
@@ -26,21 +32,19 @@
  * complete ones go on at once, as they came.
  *
  * Cost per chunk on a stream of plain events: a look at its last bytes (is it at an event boundary?) and
- * three `Buffer.indexOf` for the keys `"usage"` and `"finish_reason"`; an event is split out and looked at
- * only in a chunk that holds one of them, and only a usage-event candidate is JSON-parsed (once per
- * stream). After the usage event every chunk goes through untouched.
+ * one regular-expression test for a `usage` object or a string `finish_reason` over its bytes read as
+ * latin1 (one byte, one character: offsets are byte offsets; a binding call such as `Buffer.indexOf`
+ * costs more than that scan on a chunk this size). Only a chunk that has a match is split into events,
+ * around the matches; only a usage-event candidate is JSON-parsed (once per stream). After the usage
+ * event every chunk goes through untouched.
  */
-/** What the relays remember of one backend between its streams. */
-export interface FingerprintMemory {
-  /** The `system_fingerprint` of its last usage event, as raw JSON (quotes included); null: none. */
-  last: Buffer | null;
-}
-
 export class StreamUsageStrip {
   /** Bytes after the last complete event seen (an event still arriving). */
   private pending: Buffer | null = null;
   /** Complete terminal events waiting for the event after them. */
   private held: Buffer[] | null = null;
+  /** Per held event: it carries a `system_fingerprint` of its own (never given another). */
+  private heldStamped: boolean[] = [];
   /** The usage event is gone (or the engine reports usage anyway): everything else passes untouched. */
   private done = false;
   /** The removed usage event ended with a CR at the end of what had arrived: a LF right after it is its own. */
@@ -68,11 +72,12 @@ export class StreamUsageStrip {
     }
     if (completeEnd === 0) return null;
     const complete = completeEnd === data.length ? data : data.subarray(0, completeEnd);
-    if (this.held === null && !hasUsageObject(complete) && !hasStringValue(complete, FINISH_REASON_KEY)) {
+    const text = complete.latin1Slice(0, complete.length);
+    if (this.held === null && !CANDIDATE.test(text)) {
       this.lastByte = complete[complete.length - 1] as number;
       return complete;
     }
-    return this.sift(complete);
+    return this.sift(complete, text);
   }
 
   /** The upstream body ended (or failed): whatever is still here, unchanged. */
@@ -84,35 +89,32 @@ export class StreamUsageStrip {
     return rest.length === 0 ? null : rest.length === 1 ? (rest[0] as Buffer) : Buffer.concat(rest);
   }
 
-  /** Complete events, one by one: the slow path, for a chunk holding a candidate. */
-  private sift(complete: Buffer): Buffer | null {
+  /**
+   * The slow path, for complete events holding a candidate (`text`: their bytes as latin1): runs of
+   * events without one are passed on whole; an event with one, or the event after held ones, is cut out
+   * and looked at.
+   */
+  private sift(complete: Buffer, text: string): Buffer | null {
     const out: Buffer[] = [];
-    const boundaries = new EventBoundaries(complete);
+    // Without a CR (vLLM's framing) an event can only end with LF LF: one search instead of three.
+    const patterns = text.includes('\r') ? ANY_BLANK_LINE : LF_BLANK_LINE;
     let at = 0;
     while (at < complete.length && !this.done) {
-      const end = boundaries.endOfEventAt(at);
-      const event = complete.subarray(at, end);
-      const byteBefore = at === 0 ? this.lastByte : (complete[at - 1] as number);
-      at = end;
-      if (hasUsageObject(event)) {
-        const usageEvent = usageEventOf(event);
-        if (usageEvent !== null) {
-          this.releaseHeld(out, usageEvent.fingerprint);
-          if (this.memory !== null) this.memory.last = usageEvent.fingerprint === null ? null : Buffer.from(usageEvent.fingerprint);
-        } else {
-          // Usage on an event with choices: the engine reports usage by itself; nothing here is ours to take.
-          this.releaseHeld(out, null);
-          out.push(event);
+      let start = at;
+      if (this.held === null) {
+        CANDIDATE_FROM.lastIndex = at;
+        const match = CANDIDATE_FROM.exec(text);
+        if (match === null) {
+          out.push(complete.subarray(at));
+          at = complete.length;
+          break;
         }
-        if (usageEvent !== null && event[0] === LF && byteBefore === CR) out.push(event.subarray(0, 1));
-        if (usageEvent !== null && event[event.length - 1] === CR && at === complete.length) this.dropLeadingLf = true;
-        this.done = true;
-      } else if (hasStringValue(event, FINISH_REASON_KEY)) {
-        (this.held ??= []).push(event);
-      } else {
-        this.releaseHeld(out, this.memory?.last ?? null);
-        out.push(event);
+        start = startOfEventAt(text, match.index, at, patterns);
+        if (start > at) out.push(complete.subarray(at, start));
       }
+      const end = endOfEventAt(text, start, patterns);
+      this.look(complete.subarray(start, end), text.slice(start, end), start === 0 ? this.lastByte : (complete[start - 1] as number), end === complete.length, out);
+      at = end;
     }
     if (this.done) {
       if (at < complete.length) out.push(this.dropLeadingLfOf(complete.subarray(at)));
@@ -124,10 +126,45 @@ export class StreamUsageStrip {
     return written.length === 0 ? null : written.length === 1 ? (written[0] as Buffer) : Buffer.concat(written);
   }
 
+  /** One complete event (`text`: as latin1) that holds a candidate or follows held ones. */
+  private look(event: Buffer, text: string, byteBefore: number, isLast: boolean, out: Buffer[]): void {
+    if (USAGE_OBJECT.test(text)) {
+      const usageEvent = usageEventOf(event, text);
+      if (usageEvent === null) {
+        // Usage on an event with choices: the engine reports usage by itself; nothing here is ours to take.
+        this.releaseHeld(out, null);
+        out.push(event);
+      } else {
+        this.releaseHeld(out, usageEvent.fingerprint);
+        if (this.memory !== null) this.remember(this.memory, usageEvent.fingerprint);
+        // A LF opening the event ends the CR before it (the previous event's); a CR closing it may be followed by its LF.
+        if (event[0] === LF && byteBefore === CR) out.push(event.subarray(0, 1));
+        if (event[event.length - 1] === CR && isLast) this.dropLeadingLf = true;
+      }
+      this.done = true;
+    } else if (TERMINAL.test(text)) {
+      if (this.held === null) {
+        this.held = [];
+        this.heldStamped = [];
+      }
+      this.held.push(event);
+      this.heldStamped.push(text.includes(FINGERPRINT_KEY));
+    } else {
+      this.releaseHeld(out, this.memory?.last ?? null);
+      out.push(event);
+    }
+  }
+
+  /** Keeps the fingerprint for the backend's next streams (a copy: not the chunk it came in). */
+  private remember(memory: FingerprintMemory, fingerprint: Buffer | null): void {
+    if (fingerprint === null) memory.last = null;
+    else if (memory.last === null || !memory.last.equals(fingerprint)) memory.last = Buffer.from(fingerprint);
+  }
+
   /** The held terminal events, given `fingerprint` (the raw JSON string of the usage event's) when there is one. */
   private releaseHeld(out: Buffer[], fingerprint: Buffer | null): void {
     if (this.held === null) return;
-    for (const event of this.held) out.push(fingerprint === null ? event : withFingerprint(event, fingerprint));
+    this.held.forEach((event, index) => out.push(fingerprint === null || this.heldStamped[index] ? event : withFingerprint(event, fingerprint)));
     this.held = null;
   }
 
@@ -151,11 +188,18 @@ const LF = 0x0a;
 const CR = 0x0d;
 /** An incomplete event larger than this is not a usage event (~300 B): the strip gives up rather than buffer it. */
 const MAX_PENDING_BYTES = 1024 * 1024;
-const USAGE_KEY = Buffer.from('"usage"');
-const CHOICES_KEY = Buffer.from('"choices"');
-const FINISH_REASON_KEY = Buffer.from('"finish_reason"');
-const FINGERPRINT_KEY = Buffer.from('"system_fingerprint"');
-const FINGERPRINT_MEMBER = Buffer.from(',"system_fingerprint":');
+/**
+ * A member `usage` whose value is an object, or `finish_reason` whose value is a string. A quote inside
+ * a JSON string is escaped, so a quoted key matches a member name, never text. (Whitespace as JSON's.)
+ */
+const USAGE_OBJECT = /"usage"[ \t\n\r]*:[ \t\n\r]*\{/;
+const TERMINAL = /"finish_reason"[ \t\n\r]*:[ \t\n\r]*"/;
+const CANDIDATE = /"usage"[ \t\n\r]*:[ \t\n\r]*\{|"finish_reason"[ \t\n\r]*:[ \t\n\r]*"/;
+const CANDIDATE_FROM = new RegExp(CANDIDATE.source, 'g');
+const EMPTY_CHOICES = /"choices"[ \t\n\r]*:[ \t\n\r]*\[[ \t\n\r]*\]/;
+const FINGERPRINT_VALUE = /"system_fingerprint"[ \t\n\r]*:[ \t\n\r]*"/;
+const FINGERPRINT_KEY = '"system_fingerprint"';
+const FINGERPRINT_MEMBER = Buffer.from(`,${FINGERPRINT_KEY}:`);
 const LF_LF = Buffer.from('\n\n');
 const LF_CR = Buffer.from('\n\r');
 const CR_CR = Buffer.from('\r\r');
@@ -180,84 +224,56 @@ function endOfCompleteEvents(data: Buffer): number {
   return end;
 }
 
-/** The event ends in a run of complete events, found with one forward search per pattern (each reused until passed). */
-class EventBoundaries {
-  private readonly next = [-1, -1, -1];
-  private readonly patterns = [LF_LF, LF_CR, CR_CR];
+/** The two-character sequences that end an event (every blank line contains one of them). */
+const ANY_BLANK_LINE = ['\n\n', '\n\r', '\r\r'] as const;
+const LF_BLANK_LINE = ['\n\n'] as const;
 
-  constructor(private readonly events: Buffer) {
-    for (let i = 0; i < 3; i++) this.next[i] = events.indexOf(this.patterns[i] as Buffer);
+/** The end (exclusive, blank line included) of the event starting at `at` in complete events `text`. */
+function endOfEventAt(text: string, at: number, patterns: readonly string[]): number {
+  let first = -1;
+  for (const pattern of patterns) {
+    const position = text.indexOf(pattern, at);
+    if (position !== -1 && (first === -1 || position < first)) first = position;
   }
-
-  /** The end (exclusive, blank line included) of the event starting at `at`; the buffer's end if none is found. */
-  endOfEventAt(at: number): number {
-    let first = -1;
-    for (let i = 0; i < 3; i++) {
-      let position = this.next[i] as number;
-      if (position !== -1 && position < at) position = this.next[i] = this.events.indexOf(this.patterns[i] as Buffer, at);
-      if (position !== -1 && (first === -1 || position < first)) first = position;
-    }
-    if (first === -1) return this.events.length;
-    let end = first + 2;
-    if (this.events[end - 1] === CR && this.events[end] === LF) end++;
-    return end;
-  }
+  if (first === -1) return text.length;
+  let end = first + 2;
+  if (text.charCodeAt(end - 1) === CR && text.charCodeAt(end) === LF) end++;
+  return end;
 }
 
-/** Skips JSON whitespace from `at`. */
-function skipSpace(buffer: Buffer, at: number): number {
-  let position = at;
-  while (position < buffer.length) {
-    const byte = buffer[position];
-    if (byte !== 0x20 && byte !== 0x09 && byte !== LF && byte !== CR) break;
-    position++;
+/** The start of the event that holds offset `position` (not before `floor`, an event start). */
+function startOfEventAt(text: string, position: number, floor: number, patterns: readonly string[]): number {
+  let start = floor;
+  for (const pattern of patterns) {
+    const found = text.lastIndexOf(pattern, position - 2);
+    if (found === -1 || found + 2 <= start) continue;
+    let end = found + 2;
+    if (text.charCodeAt(end - 1) === CR && text.charCodeAt(end) === LF) end++;
+    if (end <= position && end > start) start = end;
   }
-  return position;
-}
-
-/**
- * Where the value of the first member named by `key` (quoted, e.g. `"usage"`) whose value starts with
- * `opening` begins, or -1. A quote inside a JSON string is escaped, so `key` matches a member name only.
- */
-function findValue(buffer: Buffer, key: Buffer, opening: number): number {
-  let from = 0;
-  for (;;) {
-    const at = buffer.indexOf(key, from);
-    if (at === -1) return -1;
-    from = at + key.length;
-    const colon = skipSpace(buffer, from);
-    if (buffer[colon] !== 0x3a) continue;
-    const value = skipSpace(buffer, colon + 1);
-    if (buffer[value] === opening) return value;
-  }
-}
-
-function hasUsageObject(buffer: Buffer): boolean {
-  return findValue(buffer, USAGE_KEY, 0x7b) !== -1;
-}
-
-function hasStringValue(buffer: Buffer, key: Buffer): boolean {
-  return findValue(buffer, key, 0x22) !== -1;
+  return start;
 }
 
 /** A usage event: its data is a JSON object with `choices: []` and a `usage` object. Its fingerprint: the raw JSON string, if any. */
-function usageEventOf(event: Buffer): { fingerprint: Buffer | null } | null {
-  const choices = findValue(event, CHOICES_KEY, 0x5b);
-  if (choices === -1 || event[skipSpace(event, choices + 1)] !== 0x5d) return null;
+function usageEventOf(event: Buffer, text: string): { fingerprint: Buffer | null } | null {
+  if (!EMPTY_CHOICES.test(text)) return null;
   let payload: unknown;
   try {
-    payload = JSON.parse(dataOf(event));
+    payload = JSON.parse(dataOf(event, text));
   } catch {
     return null;
   }
   if (payload === null || typeof payload !== 'object') return null;
-  const { choices: parsedChoices, usage, system_fingerprint: fingerprint } = payload as { choices?: unknown; usage?: unknown; system_fingerprint?: unknown };
-  if (!Array.isArray(parsedChoices) || parsedChoices.length !== 0 || usage === null || typeof usage !== 'object') return null;
-  return { fingerprint: typeof fingerprint === 'string' ? rawStringValue(event, FINGERPRINT_KEY) : null };
+  const { choices, usage, system_fingerprint: fingerprint } = payload as { choices?: unknown; usage?: unknown; system_fingerprint?: unknown };
+  if (!Array.isArray(choices) || choices.length !== 0 || usage === null || typeof usage !== 'object') return null;
+  return { fingerprint: typeof fingerprint === 'string' ? rawFingerprint(event, text) : null };
 }
 
-/** The `data:` lines of one event, joined with LF (WHATWG: one leading space of each value dropped). */
-function dataOf(event: Buffer): string {
+/** The `data:` lines of one event (`text`: as latin1), joined with LF (WHATWG: one leading space of each value dropped). */
+function dataOf(event: Buffer, text: string): string {
+  // One `data: ` line (how engines write): its value, decoded once.
+  const lineEnd = text.search(/[\r\n]/);
+  if (text.startsWith('data: ') && lineEnd !== -1 && !/[^\r\n]/.test(text.slice(lineEnd))) return event.toString('utf8', 6, lineEnd);
   const lines = event.toString('utf8').split(/\r\n|\r|\n/);
   const data: string[] = [];
   for (const line of lines) {
@@ -266,28 +282,29 @@ function dataOf(event: Buffer): string {
   return data.join('\n');
 }
 
-/** The bytes of the JSON string value of member `key`, quotes included, exactly as the engine wrote them. */
-function rawStringValue(event: Buffer, key: Buffer): Buffer | null {
-  const start = findValue(event, key, 0x22);
-  if (start === -1) return null;
+/** The bytes of the event's `system_fingerprint` string, quotes included, exactly as the engine wrote them. */
+function rawFingerprint(event: Buffer, text: string): Buffer | null {
+  const match = FINGERPRINT_VALUE.exec(text);
+  if (match === null) return null;
+  const start = match.index + match[0].length - 1;
   let at = start + 1;
   for (;;) {
-    at = event.indexOf(0x22, at);
+    at = text.indexOf('"', at);
     if (at === -1) return null;
     let backslashes = 0;
-    while (event[at - 1 - backslashes] === 0x5c) backslashes++;
+    while (text.charCodeAt(at - 1 - backslashes) === 0x5c) backslashes++;
     if (backslashes % 2 === 0) return event.subarray(start, at + 1);
     at++;
   }
 }
 
 /**
- * A terminal event with `,"system_fingerprint":<fingerprint>` as its data's last member (before the
- * object's closing brace), unless it has one already or its data does not end with an object.
+ * A terminal event (without a fingerprint) with `,"system_fingerprint":<fingerprint>` as its data's last
+ * member (before the object's closing brace), unless its data does not end with an object.
  */
 function withFingerprint(event: Buffer, fingerprint: Buffer): Buffer {
   let close = event.length - 1;
   while (close >= 0 && (event[close] === LF || event[close] === CR)) close--;
-  if (close < 0 || event[close] !== 0x7d || event.indexOf(FINGERPRINT_KEY) !== -1) return event;
+  if (close < 0 || event[close] !== 0x7d) return event;
   return Buffer.concat([event.subarray(0, close), FINGERPRINT_MEMBER, fingerprint, event.subarray(close)]);
 }
