@@ -3,7 +3,7 @@ import { agentRequests, type AgentRequest, type AgentSession } from '../workload
 import { driveWorkload, requestCount, type DriveResult } from './drive-workload';
 import { LocalCluster } from './local-cluster';
 import { createClientAgent, type RunRequestRecord } from './request-client';
-import { servedModel } from './run-scenario';
+import { servedModel } from './request-client';
 import { parseScenario, workloadFor } from './scenario';
 
 /**

@@ -32,8 +32,7 @@ import type { Agent } from 'undici';
 import type { SeedBound } from '../report';
 import { sessionEvents, type RequestEvent } from '../workloads';
 import { driveWorkload, type DriveClock } from './drive-workload';
-import type { RunRequestRecord } from './request-client';
-import { servedModel } from './run-scenario';
+import { servedModel, type RunRequestRecord } from './request-client';
 import type { Workload } from './scenario';
 
 /** Simulated ms per wall ms in the replay sim: steps run back to back as fast as its loop turns. */

@@ -210,3 +210,13 @@ export function promptTextBytesOf(body: SendInput['body']): number {
   }
   return bytes;
 }
+
+/** The first model a router (or an engine) serves (`GET /v1/models`). */
+export async function servedModel(routerUrl: string): Promise<string> {
+  const response = await fetch(new URL('/v1/models', routerUrl));
+  if (!response.ok) throw new Error(`${routerUrl}/v1/models answered ${response.status}`);
+  const body = (await response.json()) as { data?: Array<{ id?: string }> };
+  const id = body.data?.[0]?.id;
+  if (!id) throw new Error(`${routerUrl}/v1/models lists no model`);
+  return id;
+}

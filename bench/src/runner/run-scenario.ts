@@ -12,7 +12,7 @@ import type { BoundReplayHooks } from './compulsory-bound';
 import { runPredictionTotals, scrapePredictionCounters } from './router-predictions';
 import { driveWorkload, requestCount } from './drive-workload';
 import type { ProgressBar } from './progress';
-import type { RunRequestRecord } from './request-client';
+import { servedModel, type RunRequestRecord } from './request-client';
 import { ROUTERS_SWEEP, sweepValues, sweepVariable, workloadFor, type Scenario, type Workload, type WorkloadInputs } from './scenario';
 
 /** Where runs happen. */
@@ -135,16 +135,6 @@ async function compulsoryBound(options: RunScenarioOptions, workload: Workload, 
   } finally {
     options.progress.end();
   }
-}
-
-/** The first model the router serves (`GET /v1/models`). */
-export async function servedModel(routerUrl: string): Promise<string> {
-  const response = await fetch(new URL('/v1/models', routerUrl));
-  if (!response.ok) throw new Error(`${routerUrl}/v1/models answered ${response.status}`);
-  const body = (await response.json()) as { data?: Array<{ id?: string }> };
-  const id = body.data?.[0]?.id;
-  if (!id) throw new Error(`${routerUrl}/v1/models lists no model`);
-  return id;
 }
 
 /**
