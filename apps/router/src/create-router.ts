@@ -110,6 +110,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     calibrationFlushMs: config.calibrationFlushMs,
     prefillMsPerToken: (pool) => policies.prefillMsPerToken(pool),
     onLearned: (pool, learned) => policies.applyLearned(pool, learned),
+    lastRestartMs: (backendId) => state.engineStates?.lastRestartMs(backendId) ?? null,
   });
   const drain = new RequestDrain();
   const heldLeases = new HeldLeases();

@@ -95,6 +95,11 @@ export class EngineStateView {
   }
 
   /** Runs on every try of every request: lookups only, nothing allocated. */
+  /** When the backend's engine last restarted as the poller published it (wall ms; null: none seen). */
+  lastRestartMs(backendId: BackendId): number | null {
+    return this.restarts.get(backendId) ?? null;
+  }
+
   verdict(backendId: BackendId): EngineVerdict {
     const known = this.states.get(backendId);
     if (known === undefined || this.options.nowMs() - known.state.scrapedAtMs > this.options.maxAgeMs) return UNKNOWN;

@@ -57,6 +57,8 @@ export interface LearnDeps {
   readonly prefillMsPerToken: (pool: string) => number;
   /** A `learn` reply brought a pool's learned figures. */
   readonly onLearned: (pool: string, learned: LearnedCalibration) => void;
+  /** When a backend's engine last restarted (wall ms, the health poller's; null: none known). */
+  readonly lastRestartMs: (backendId: string) => number | null;
 }
 
 interface PoolSamples {
@@ -129,6 +131,9 @@ export function createLearner(deps: LearnDeps): Learner {
       let correction = deps.correctOwnership ? correctionOf(ticket, check) : null;
       // Underprediction only moves a learned retention: without one the call would change nothing.
       if (correction?.outcome === 'underpredicted' && !retention.has(backendId)) correction = null;
+      // A request routed before its engine's last restart found an empty cache: a restart (the
+      // restart handler forgets the backend), no lesson about how long this engine keeps things.
+      if (correction?.outcome === 'overpredicted' && routed.atMs <= (deps.lastRestartMs(backendId) ?? -Infinity)) correction = null;
       let batch = null;
       if (deps.calibrate) {
         const pool = poolSamples(routed.pool);
