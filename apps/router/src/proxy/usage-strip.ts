@@ -72,7 +72,7 @@ export class StreamUsageStrip {
     }
     if (completeEnd === 0) return null;
     const complete = completeEnd === data.length ? data : data.subarray(0, completeEnd);
-    const text = complete.latin1Slice(0, complete.length);
+    const text = complete.toString('latin1');
     if (this.held === null && !CANDIDATE.test(text)) {
       this.lastByte = complete[complete.length - 1] as number;
       return complete;
