@@ -20,7 +20,7 @@
   2. Calibration (ARGV[12] not ''): a replica's batch of cost-model samples merged into the pool's
      learned values: each value is the running mean of its samples up to CALIBRATION_WINDOW of them,
      then an exponentially weighted mean over about that many (a batch of n moves it by
-     n / CALIBRATION_WINDOW of the difference).
+     min(1, n / CALIBRATION_WINDOW) of the difference: a batch larger than the window replaces it).
 
   KEYS[1]  <ns>:{<tag>}:forgotten        HASH backend id -> '<ms forgotten>[|<retention ms>]'
   KEYS[2]  <ns>:{<tag>}:owners:new       HASH block hash -> owner list, current generation
@@ -122,7 +122,8 @@ if ARGV[12] ~= '' then
       local merged = tonumber(redis.call('HGET', KEYS[5], name .. ':n')) or 0
       local value = mean
       if current and merged > 0 then
-        value = current + (mean - current) * n / math.min(merged + n, CALIBRATION_WINDOW)
+        -- At most the whole step: a batch larger than the window replaces the value, never overshoots it.
+        value = current + (mean - current) * math.min(1, n / math.min(merged + n, CALIBRATION_WINDOW))
       end
       redis.call('HSET', KEYS[5], name, string.format('%.6g', value), name .. ':n', merged + n)
     end

@@ -102,6 +102,11 @@ describe.each(stores)('learn on the %s store', (_name, make) => {
     expect(second.calibration.bytesPerToken?.value).toBeCloseTo(3, 5);
     expect(second.calibration.bytesPerToken?.samples).toBe(8);
     expect(second.calibration.prefillMsPerToken?.value).toBeCloseTo(0.125, 5);
+    // A batch larger than the window replaces the value: it never overshoots (to below 0, say).
+    const busy = await store.learn('m', { correction: null, calibration: { queueMsPerRequest: { samples: 1_000, sum: 500 } } });
+    expect(busy.calibration.queueMsPerRequest?.value).toBeCloseTo(0.5, 5);
+    const busier = await store.learn('m', { correction: null, calibration: { queueMsPerRequest: { samples: 5_000, sum: 0 } } });
+    expect(busier.calibration.queueMsPerRequest?.value).toBe(0);
     // Another pool learns on its own.
     expect((await store.learn('other', { correction: null, calibration: null })).calibration).toEqual({});
   });

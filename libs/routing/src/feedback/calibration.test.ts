@@ -53,8 +53,15 @@ describe('CalibrationSamples and the merge', () => {
     expect(figure.value).toBeCloseTo(3 + 10 * (20 / 200), 9);
   });
 
+  it('a batch larger than the window replaces the value and never overshoots it (a busy replica: 1,000 samples in a second)', () => {
+    const figure = mergeCalibration({ value: 5, samples: 400 }, { samples: 1_000, sum: 1_000 * 0.5 });
+    expect(figure.value).toBeCloseTo(0.5, 9);
+  });
+
   it('overrides a configured figure only once enough samples back it', () => {
     expect(calibratedOverrides({ bytesPerToken: { value: 2, samples: MIN_CALIBRATION_SAMPLES - 1 } })).toEqual({});
     expect(calibratedOverrides({ bytesPerToken: { value: 2, samples: MIN_CALIBRATION_SAMPLES }, queueMsPerRequest: { value: 0.5, samples: 3 } })).toEqual({ bytesPerToken: 2 });
+    // Out of range in the shared state (written by an older router, say): clamped, never a parameter error.
+    expect(calibratedOverrides({ queueMsPerRequest: { value: -3, samples: 500 }, bytesPerToken: { value: 0, samples: 500 } })).toEqual({ queueMsPerRequest: 0, bytesPerToken: 0.5 });
   });
 });

@@ -100,7 +100,8 @@ export class CalibrationSamples {
 export function calibratedOverrides(learned: LearnedCalibration): Partial<Record<CalibratedParam, number>> {
   const overrides: Partial<Record<CalibratedParam, number>> = {};
   for (const [name, figure] of Object.entries(learned) as [CalibratedParam, { value: number; samples: number }][]) {
-    if (figure.samples >= MIN_CALIBRATION_SAMPLES && Number.isFinite(figure.value)) overrides[name] = figure.value;
+    // Clamped again: a figure read from shared state must not put a policy parameter out of its range.
+    if (figure.samples >= MIN_CALIBRATION_SAMPLES && Number.isFinite(figure.value) && name in CALIBRATION_BOUNDS) overrides[name] = clampSample(name, figure.value);
   }
   return overrides;
 }

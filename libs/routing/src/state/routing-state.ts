@@ -190,7 +190,8 @@ export const CALIBRATION_WINDOW = 200;
 export function mergeCalibration(current: { readonly value: number; readonly samples: number } | undefined, batch: { readonly samples: number; readonly sum: number }): { value: number; samples: number } {
   const mean = batch.sum / batch.samples;
   if (current === undefined || current.samples === 0) return { value: mean, samples: batch.samples };
-  const weight = batch.samples / Math.min(current.samples + batch.samples, CALIBRATION_WINDOW);
+  // At most the whole step: a batch larger than the window (a busy replica's second) replaces the value, never overshoots it.
+  const weight = Math.min(1, batch.samples / Math.min(current.samples + batch.samples, CALIBRATION_WINDOW));
   return { value: current.value + (mean - current.value) * weight, samples: current.samples + batch.samples };
 }
 
