@@ -121,6 +121,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
         blockSizeBytes: config.blockSizeBytes,
         maxRoutedBlocks: config.maxRoutedBlocks,
         maxJsonDepth: config.maxJsonDepth,
+        requestStreamUsage: config.requestStreamUsage,
         limits: generationLimitsOf(config),
       },
       route: {

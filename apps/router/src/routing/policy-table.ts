@@ -66,8 +66,16 @@ export class PolicyTable {
       return Math.abs(after - before) > REBUILD_CHANGE * Math.abs(before);
     });
     if (!moved) return;
+    let rebuilt: RoutingPolicy;
+    try {
+      rebuilt = createPolicy(this.options.policy, this.paramsFor(this.options.policy, next));
+    } catch {
+      // A learned figure the policy refuses (calibratedOverrides clamps them, so this is a bug
+      // elsewhere) keeps the policy as it is rather than failing every request of the pool.
+      return;
+    }
     this.overrides.set(pool, next);
-    this.policies.delete(`generation\u0000${pool}`);
+    this.policies.set(`generation\u0000${pool}`, rebuilt);
   }
 
   /** The figures of a pool's generation policy, for /debug/route. */
