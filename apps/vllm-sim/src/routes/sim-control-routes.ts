@@ -20,9 +20,10 @@ export interface SimControlRoutesOptions {
 
 /**
  * Simulator-only endpoints under `/sim/…`, off the OpenAI paths:
- * - `POST /sim/match`: the oracle. Takes a chat or completion body and returns the prompt tokens this
- *   backend would serve from its cache right now (what `cached_tokens` of the same request would say
- *   if it were sent now), so a benchmark can compute the best achievable hit rate.
+ * - `POST /sim/match`: what the bench's oracles ask. Takes a chat or completion body and returns the
+ *   prompt tokens this backend would serve from its cache right now (what `cached_tokens` of the same
+ *   request would say if it were sent now): the true match a placement can be chosen on. (The most
+ *   reuse any placement could get is the bench's compulsory-miss bound, not this.)
  * - `GET /sim/state`: queue, KV and cache figures as JSON.
  * - `POST /sim/reset-cache`: forget every cached prefix (a cold start without a restart).
  * - `GET|POST|DELETE /sim/faults`: read, change (partial update) or clear fault injection.
