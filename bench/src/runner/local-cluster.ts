@@ -30,9 +30,9 @@ import type { Scenario, Workload } from './scenario';
 
 type Scalar = string | number | boolean;
 
-/** `{ timeScale: 2 }` → `['--time-scale', '2']`. */
+/** `{ timeScale: 2, debugRoutes: false }` → `['--time-scale', '2', '--debug-routes=false']` (a boolean flag takes no separate value). */
 export function configFlags(values: Readonly<Record<string, Scalar>>): string[] {
-  return Object.entries(values).flatMap(([key, value]) => [`--${toFlagName(key)}`, String(value)]);
+  return Object.entries(values).flatMap(([key, value]) => (typeof value === 'boolean' ? [`--${toFlagName(key)}=${value}`] : [`--${toFlagName(key)}`, String(value)]));
 }
 
 export type RedisSource = 'env' | 'local-redis-server' | 'none';

@@ -53,7 +53,7 @@ describe('prefixCounterDeltas', () => {
 
 describe('configFlags', () => {
   it('spells config keys as the apps’ flags', () => {
-    expect(configFlags({ saturationInflight: 4, redisURL: 'redis://x', debug: true })).toEqual(['--saturation-inflight', '4', '--redis-url', 'redis://x', '--debug', 'true']);
+    expect(configFlags({ saturationInflight: 4, redisURL: 'redis://x', debug: true })).toEqual(['--saturation-inflight', '4', '--redis-url', 'redis://x', '--debug=true']);
   });
 });
 
