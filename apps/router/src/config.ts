@@ -1,4 +1,4 @@
-import { DEFAULT_MAX_ROUTED_BLOCKS, POLICY_NAMES } from '@kvroute/routing';
+import { CALIBRATED_PARAMS, DEFAULT_MAX_ROUTED_BLOCKS, POLICY_NAMES, type CalibratedParam } from '@kvroute/routing';
 import { DEFAULT_GENERATION_LIMITS, type GenerationLimits } from '@kvroute/protocols';
 import { RECORD_BLOCKS_PER_CALL } from '@kvroute/redis-store';
 import { z } from 'zod';
@@ -40,7 +40,15 @@ export const RouterConfig = z.object({
   ...policyConfigFields(),
   learnFromResponses: z.boolean().default(true).describe("correct the prefix index from the cached tokens responses report: a backend whose engine held less than predicted gets a learned retention (its entries older than the evicted one's age stop counting)"),
   evictionEvidenceMinAgeMs: z.coerce.number().int().min(0).default(1_000).describe('an entry younger than this when its engine reported it gone is no evidence of eviction (a sibling\'s prefill was still running); also the shortest retention learned'),
-  calibrateCostModel: z.boolean().default(true).describe("learn cacheaware's bytesPerToken, prefillMsPerToken and queueMsPerRequest per pool from responses (usage, TTFT) and use them once 20 samples back each, instead of the configured values"),
+  calibrateCostModel: z.boolean().default(true).describe("learn cacheaware's bytesPerToken, prefillMsPerToken and queueMsPerRequest per pool from responses (usage, TTFT), shown in /debug/route and the metrics"),
+  // queueMsPerRequest is learned and shown but not used by default: its samples (TTFT beyond the
+  // prefill, per request ahead) measure decode interference (~0.5 ms on the simulated A100s), while
+  // the term also spreads load; used, it let cacheaware pile up (seed-cloud, 20 sessions, 3 seeds: TTFT
+  // p50 102 ms against 62 with the two other figures only, docs/results.md).
+  calibratedFigures: z
+    .array(z.enum(CALIBRATED_PARAMS as readonly CalibratedParam[] as [CalibratedParam, ...CalibratedParam[]]))
+    .default(['bytesPerToken', 'prefillMsPerToken'])
+    .describe('which learned figures replace the configured ones once 20 samples back each (comma-separated: bytesPerToken, prefillMsPerToken, queueMsPerRequest; empty = learn and show them, route on the configured ones)'),
   calibrationFlushMs: z.coerce.number().int().positive().default(1_000).describe("how often a replica merges its calibration samples into the shared state (and reads the pool's learned figures back)"),
   engineStateMaxAgeMs: z.coerce.number().int().positive().default(5_000).describe("with Redis: a health poller's backend state older than this is unknown (neither healthy nor unhealthy, its load unread)"),
   engineStateRefreshMs: z.coerce.number().int().positive().default(1_000).describe("with Redis: how often the poller's backend states are read again besides pub/sub"),

@@ -88,7 +88,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const logger = deps.logger === false ? undefined : deps.logger;
   const requestLogger = logger ?? createLogger({ service: 'kvroute-router', level: 'silent' });
   // Policies first: pure, and a parameter out of range fails here, before anything is opened.
-  const policies = new PolicyTable({ policy: config.policy, passthroughPolicy: config.passthroughPolicy, params: policyParamsFromSettings(config), calibrate: config.calibrateCostModel });
+  const policies = new PolicyTable({ policy: config.policy, passthroughPolicy: config.passthroughPolicy, params: policyParamsFromSettings(config), calibratedFigures: config.calibrateCostModel ? config.calibratedFigures : [] });
   const closers = new ShutdownStack();
   const metrics = new RouterMetrics();
 

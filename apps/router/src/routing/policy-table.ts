@@ -11,8 +11,8 @@ export interface PolicyTableOptions {
   readonly passthroughPolicy: PolicyName;
   /** Every policy's parameters from the router config (`policyParamsFromSettings`). */
   readonly params: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
-  /** Whether learned figures replace the configured ones (router config `calibrateCostModel`). */
-  readonly calibrate: boolean;
+  /** The learned figures that replace the configured ones (router config `calibratedFigures`; empty: none). */
+  readonly calibratedFigures: readonly CalibratedParam[];
 }
 
 /** A pool's cost-model figures: configured, learned (with their samples) and in use. */
@@ -56,8 +56,11 @@ export class PolicyTable {
 
   applyLearned(pool: string, learned: LearnedCalibration): void {
     this.learned.set(pool, learned);
-    if (!this.options.calibrate) return;
-    const next = calibratedOverrides(learned);
+    if (this.options.calibratedFigures.length === 0) return;
+    const next: Partial<Record<CalibratedParam, number>> = {};
+    for (const [name, value] of Object.entries(calibratedOverrides(learned)) as [CalibratedParam, number][]) {
+      if (this.options.calibratedFigures.includes(name)) next[name] = value;
+    }
     const current = this.overrides.get(pool) ?? {};
     const moved = CALIBRATED_PARAMS.some((name) => {
       const before = current[name];
