@@ -183,8 +183,8 @@ export function htmlReport(results: ScenarioResults, summary: ReportSummary = su
       'Precision = confirmed ÷ predicted tokens, recall = confirmed ÷ engine-reported cached tokens, unverified = predictions the engine could not check (the routers’ own counters; – for the bench-side oracles).</p>',
     ...charts.map((chart) => `<figure>${chart}</figure>`),
     ...tables,
-    `<h2>TTFT slope, ${escapeXml(summary.sweepVariable)} ${escapeXml(span(summary))}</h2>`,
-    htmlTable(slopeHeader, slopeRows),
+    // A slope needs two sweep points.
+    ...(summary.points.length > 1 ? [`<h2>TTFT slope, ${escapeXml(summary.sweepVariable)} ${escapeXml(span(summary))}</h2>`, htmlTable(slopeHeader, slopeRows)] : []),
     '</body>',
     '</html>',
     '',

@@ -46,6 +46,12 @@ describe('markdownReport', () => {
     expect(markdown).toContain('| roundrobin | +8.75 | +8.75 |');
     expect(markdown).toContain('| cacheaware | +0.50 | −0.50 |');
   });
+
+  it('has no slope table for a single sweep point (there is no slope to show)', () => {
+    const single = markdownReport(summarize({ ...FIXTURE, points: FIXTURE.points.slice(0, 1) }));
+    expect(single).toContain('## sessions = 4');
+    expect(single).not.toContain('TTFT slope');
+  });
 });
 
 describe('terminalReport', () => {

@@ -141,7 +141,8 @@ export function markdownReport(summary: ReportSummary): string {
   for (const point of summary.points) {
     parts.push(`## ${escapeCell(summary.sweepVariable)} = ${point.value}`, '', markdownTable(POINT_COLUMNS, pointTableRows(point)), '');
   }
-  parts.push(`## TTFT slope, ${escapeCell(summary.sweepVariable)} ${span(summary)}`, '', markdownTable(slopeColumns(summary), slopeRows(summary)), '');
+  // A slope needs two sweep points (as in the terminal summary).
+  if (summary.points.length > 1) parts.push(`## TTFT slope, ${escapeCell(summary.sweepVariable)} ${span(summary)}`, '', markdownTable(slopeColumns(summary), slopeRows(summary)), '');
   return parts.join('\n');
 }
 
