@@ -38,7 +38,9 @@ export const RouterConfig = z.object({
   blockIdleTtlMs: z.coerce.number().int().min(0).default(1_800_000).describe('forget a prefix block not used for this long (0 = never)'),
   blockRefreshMs: z.coerce.number().int().min(0).default(60_000).describe('local (in-memory) index only: a block recorded again sooner than this is not moved in the LRU, so a follow-up turn costs one Map read per old block (the Redis index refreshes by generation instead)'),
   ...policyConfigFields(),
-  learnFromResponses: z.boolean().default(true).describe("correct the prefix index from the cached tokens responses report: a backend whose engine held less than predicted gets a learned retention (its entries older than the evicted one's age stop counting)"),
+  // Off by default: review found that ageing can break the owner index's prefix closure and that the
+  // evidence age is read after the request re-recorded its chain (docs/results.md, issue 13, "Left").
+  learnFromResponses: z.boolean().default(false).describe("(experimental, off until the known defects in docs/results.md are fixed) correct the prefix index from the cached tokens responses report: a backend whose engine held less than predicted gets a learned retention (its entries older than the evicted one's age stop counting)"),
   evictionEvidenceMinAgeMs: z.coerce.number().int().min(0).default(1_000).describe('an entry younger than this when its engine reported it gone is no evidence of eviction (a sibling\'s prefill was still running); also the shortest retention learned'),
   calibrateCostModel: z.boolean().default(true).describe("learn cacheaware's bytesPerToken, prefillMsPerToken and queueMsPerRequest per pool from responses (usage, TTFT), shown in /debug/route and the metrics"),
   // queueMsPerRequest is learned and shown but not used by default: its samples (TTFT beyond the

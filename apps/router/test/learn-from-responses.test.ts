@@ -43,7 +43,7 @@ async function predictionOutcomes(cluster: TestCluster): Promise<Record<string, 
 
 describe('learning from responses', () => {
   it('an engine that evicted a prefix: after one response the router no longer predicts what it lost, and predicts what it computed again', async () => {
-    const cluster = await startTestCluster({ backends: 1, router: { debugRoutes: true, evictionEvidenceMinAgeMs: 300, calibrateCostModel: false } });
+    const cluster = await startTestCluster({ backends: 1, router: { debugRoutes: true, learnFromResponses: true, evictionEvidenceMinAgeMs: 300, calibrateCostModel: false } });
     try {
       const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
       const older = conversation('storage');

@@ -64,10 +64,13 @@ describe('the learn stage', () => {
     expect(calls[1]?.calibration?.bytesPerToken).toEqual({ samples: 3, sum: 12 });
   });
 
-  it('an underprediction is sent only once a retention is known for the backend', async () => {
+  it('stops sending underpredictions once the state said the backend has no retention', async () => {
     const { learner, calls, ticket } = setup();
     learner.responseEnded(ticket(0), tail(usage(2_560, 2_048)));
-    expect(calls).toHaveLength(0);
+    expect(calls).toHaveLength(1);
+    await new Promise((resolve) => setImmediate(resolve)); // the reply: no retention
+    learner.responseEnded(ticket(0), tail(usage(2_560, 2_048)));
+    expect(calls).toHaveLength(1);
   });
 
   it('takes no lesson from a request routed before its engine restarted (an empty cache is no eviction)', () => {

@@ -61,6 +61,9 @@ export interface LearnDeps {
   readonly lastRestartMs: (backendId: string) => number | null;
 }
 
+/** A learn reply said the backend has no retention (kept apart from "never asked"). */
+const NO_RETENTION = -1;
+
 interface PoolSamples {
   readonly samples: CalibrationSamples;
   lastFlushMs: number;
@@ -93,9 +96,9 @@ export function createLearner(deps: LearnDeps): Learner {
     deps.state.learn(pool, input).then(
       (reply) => {
         metrics.recordLearnCall(true);
-        if (input.correction !== null && reply.retentionMs !== null) {
-          retention.set(input.correction.backendId, reply.retentionMs);
-          metrics.recordRetention(input.correction.backendId, reply.retentionMs);
+        if (input.correction !== null) {
+          retention.set(input.correction.backendId, reply.retentionMs ?? NO_RETENTION);
+          if (reply.retentionMs !== null) metrics.recordRetention(input.correction.backendId, reply.retentionMs);
         }
         if (Object.keys(reply.calibration).length > 0) {
           metrics.recordLearnedCostModel(pool, reply.calibration);
@@ -129,8 +132,9 @@ export function createLearner(deps: LearnDeps): Learner {
 
       const { routed } = ticket;
       let correction = deps.correctOwnership ? correctionOf(ticket, check) : null;
-      // Underprediction only moves a learned retention: without one the call would change nothing.
-      if (correction?.outcome === 'underpredicted' && !retention.has(backendId)) correction = null;
+      // Underprediction only moves a learned retention; another replica may have learned it, so only
+      // a backend no replica has reported a retention for (this one's last reply said none) is skipped.
+      if (correction?.outcome === 'underpredicted' && retention.get(backendId) === NO_RETENTION) correction = null;
       // A request routed before its engine's last restart found an empty cache: a restart (the
       // restart handler forgets the backend), no lesson about how long this engine keeps things.
       if (correction?.outcome === 'overpredicted' && routed.atMs <= (deps.lastRestartMs(backendId) ?? -Infinity)) correction = null;
@@ -159,7 +163,8 @@ export function createLearner(deps: LearnDeps): Learner {
       if (correction !== null || batch !== null) send(routed.pool, { correction, calibration: batch });
     },
     retentionMs(backendId) {
-      return retention.get(backendId) ?? null;
+      const known = retention.get(backendId);
+      return known === undefined || known === NO_RETENTION ? null : known;
     },
     reportsCachedTokens(backendId) {
       return reporting.has(backendId);

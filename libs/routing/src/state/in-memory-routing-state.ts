@@ -152,7 +152,8 @@ export class InMemoryRoutingState implements RoutingStateStore {
       if (!blocks) continue;
       // A learned retention hides what its engine has most likely evicted (see `learn`).
       const retention = index.retentionMs.get(backend);
-      const oldestFresh = retention === undefined ? idleFresh : Math.max(idleFresh, now - retention);
+      // An entry exactly `retention` old no longer counts (as in the Redis store's `t > threshold`).
+      const oldestFresh = retention === undefined ? idleFresh : Math.max(idleFresh, now - retention + 1);
       const holds = (block: number): boolean => {
         const recordedAt = blocks.get(blockHashes[block] as BlockHash);
         return recordedAt !== undefined && recordedAt >= oldestFresh;
