@@ -39,16 +39,19 @@ local turned = rotateGenerations(KEYS[2], KEYS[3], KEYS[4], now, idleTtl, cap)
 local thresholds = forgetThresholds({ backendId }, { redis.call('HGET', KEYS[1], backendId) }, now)
 -- The anchor was recorded by the call before, which rewrote what was older than the record threshold.
 local forgot = thresholds.record[backendId]
+-- The anchor's time: the next blocks are recorded no newer than it (lib/owner-index.lua, index.record).
+local anchorTime = nil
 if anchor ~= '' then
   local owners = redis.call('HGET', KEYS[2], anchor)
   local marker = '\1' .. backendId .. '\2'
   local at = owners and string.find(owners, marker, 1, true)
-  if not at or (forgot ~= nil and tonumber(string.match(owners, '^%d+', at + #marker)) <= forgot) then
+  anchorTime = at and tonumber(string.match(owners, '^%d+', at + #marker)) or nil
+  if not at or (forgot ~= nil and anchorTime <= forgot) then
     if turned then keepIndexAlive(KEYS[2], KEYS[3], KEYS[4], idleTtl, turned) end
     return -1
   end
 end
 local index = newOwnerIndex(KEYS[2], KEYS[3], blockCount, packedBlockReader(packedBlocks), thresholds)
-local added, to = index.record(backendId, now, tonumber(ARGV[7]))
+local added, to = index.record(backendId, now, tonumber(ARGV[7]), anchorTime)
 if added > 0 or turned then keepIndexAlive(KEYS[2], KEYS[3], KEYS[4], idleTtl, turned) end
 return to

@@ -150,3 +150,33 @@ describe('learn on the redis store is shared', () => {
     expect(await depthOn(store, 'a', chainA)).toBe(0); // 4.5 s old: past the 4 s retention learned before the forget
   });
 });
+
+describe('ageing keeps prefix closure on the redis store', () => {
+  it('a shared prefix refreshed by other chains never leaves a chain visible past a hidden middle', async () => {
+    const clock = manualClock(1_000_000);
+    const store = ctx.createState({ nowMs: clock.nowMs, blockIdleTtlMs: IDLE_TTL_MS });
+    const S = [1, 2];
+    const a = [...S, 101];
+    const b = [...S, 201];
+    const bLong = [...b, ...Array.from({ length: 12 }, (_, i) => 300 + i)];
+    // A retention of 10 s, learned from a first eviction.
+    await store.reserve('m', 'x', 'l0', [900, 901], 0);
+    clock.advance(10_000);
+    await store.learn('m', { correction: { backendId: 'x', outcome: 'overpredicted', blockHashes: [900, 901], predictedBlocks: 2, observedBlocks: 0, routedAtMs: clock.nowMs() }, calibration: null });
+    await store.reserve('m', 'x', 'l1', a, 0); // t0
+    clock.advance(4_000);
+    await store.reserve('m', 'x', 'l2', b, 0); // its last block no newer than the prefix (t0)
+    clock.advance(1_000);
+    await store.reserve('m', 'x', 'l3', a, 0); // the prefix refreshed at t0 + 5 s
+    clock.advance(3_000);
+    await store.reserve('m', 'x', 'l4', bLong, 0); // b's block 3 (t0) is stale: rewritten, the tail with it
+    clock.advance(6_500); // t0 + 14.5 s: what was recorded at t0 is hidden
+    const depth = async (chain: readonly number[]) => (await store.snapshot('m', ['x'], chain)).matchBlocks.get('x') ?? 0;
+    const shallow = await depth(b);
+    const deep = await depth(bLong);
+    // Whatever is visible is a prefix: the longer chain never matches deeper than its visible start allows.
+    expect(deep === bLong.length ? shallow === b.length : deep <= shallow).toBe(true);
+    expect(shallow).toBe(3);
+    expect(deep).toBe(bLong.length);
+  });
+});

@@ -24,8 +24,8 @@
 --
 -- Recording refreshes an entry once it is older than half the retention (it is rewritten with the
 -- current time: the backend used it now), so a chain in steady use never ages out between uses; a
--- backend's entries in one chain keep times that do not decrease along the chain, so ageing hides a
--- chain from its first block: prefix closure still holds for what is visible.
+-- block is never recorded newer than the block before it (index.record), so a backend's times never
+-- increase along a chain and ageing hides a suffix of it: prefix closure holds for what is visible.
 
 -- The time at or before which a backend's entries no longer count, from its `forgotten` field (nil:
 -- all count). forRecording: the stricter threshold recording refreshes below (half the retention).
@@ -186,12 +186,27 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
   -- blocks, one HSET), so the backend holds blocks 1..`to` there afterwards: a prefix, as the
   -- invariant wants; the caller records the rest in further calls. Returns the number of fields the
   -- HSETs added to `new`, and `to` (= blockCount once the whole chain is held).
-  function index.record(id, now, maxNew)
+  --
+  -- The blocks written get the time of the block before them when that is older than `now` (the
+  -- kept block `from - 1`, or `ceiling` for the chain's first block: the anchor's time when a longer
+  -- chain is recorded in parts), so a backend's times never increase along a chain: ageing by time
+  -- then hides a suffix of every chain, never a middle, and prefix closure holds for what lookups see.
+  -- (A block is reachable only while the blocks before it are, so it ages with them.)
+  function index.record(id, now, maxNew, ceiling)
     local from = 1 + deepest({ id }, false, thresholds.record)[id]
     if from > blockCount then return 0, blockCount end
     local to = math.min(blockCount, from + maxNew - 1)
     local marker = '\1' .. id .. '\2'
-    local entry = marker .. now
+    local stamp = now
+    local before = ceiling
+    if from > 1 then
+      read(newKey, { from - 1 })
+      local value = raw[newKey][from - 1]
+      local at = value and string.find(value, marker, 1, true)
+      before = at and tonumber(string.match(value, '^%d+', at + #marker)) or nil
+    end
+    if before ~= nil and before < stamp then stamp = before end
+    local entry = marker .. stamp
     local added = 0
     local find, sub = string.find, string.sub
     for first = from, to, CHUNK do
