@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseSamples, predictionDelta, predictionTotalsOf, runPredictionTotals, sumPredictionTotals } from './router-predictions';
+import { predictionDelta, predictionTotalsOf, runPredictionTotals, sumPredictionTotals } from './router-predictions';
 import { createClientAgent } from './request-client';
 import { createServer } from 'node:http';
 import type { PredictionTotals } from '../report';
@@ -31,13 +31,6 @@ kvroute_router_requests_total{backend="127.0.0.1:8001",odd="a}b \\"c\\""} 99
 `;
 
 describe('router prediction counters', () => {
-  it('parses Prometheus samples, label values with braces and escaped quotes included', () => {
-    const samples = parseSamples(ROUTER_METRICS);
-    expect(samples).toHaveLength(11);
-    expect(samples.at(-1)).toEqual({ name: 'kvroute_router_requests_total', labels: { backend: '127.0.0.1:8001', odd: 'a}b "c"' }, value: 99 });
-    expect(parseSamples('up 1 1700000000000\nbroken{ 3\n')).toEqual([{ name: 'up', labels: {}, value: 1 }]);
-  });
-
   it('sums over backends, by outcome for the predictions', () => {
     expect(predictionTotalsOf(ROUTER_METRICS)).toEqual({ predictedTokens: 2000, observedTokens: 2000, confirmedTokens: 1600, predictions: { confirmed: 10, unverified: 1, overpredicted: 2 } });
   });

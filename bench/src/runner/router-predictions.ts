@@ -14,6 +14,7 @@
  */
 import type { Agent } from 'undici';
 import { request } from 'undici';
+import { parsePrometheusText } from '@kvroute/engine-metrics';
 import type { PredictionTotals } from '../report';
 
 export const PREDICTION_METRICS = {
@@ -24,75 +25,20 @@ export const PREDICTION_METRICS = {
   learnedCostModel: 'kvroute_router_cost_model_learned',
 } as const;
 
-/** One Prometheus text sample. */
-interface Sample {
-  readonly name: string;
-  readonly labels: Readonly<Record<string, string>>;
-  readonly value: number;
-}
-
-/** Samples of the Prometheus text format (`name{a="b",…} value [timestamp]`); comments and malformed lines are skipped. */
-export function parseSamples(text: string): Sample[] {
-  const samples: Sample[] = [];
-  for (const raw of text.split('\n')) {
-    const line = raw.trim();
-    if (line === '' || line.startsWith('#')) continue;
-    const brace = line.indexOf('{');
-    const space = line.indexOf(' ');
-    if (space < 0) continue;
-    let name: string;
-    let labels: Record<string, string> = {};
-    let rest: string;
-    if (brace >= 0 && brace < space) {
-      const close = closingBrace(line, brace);
-      if (close < 0) continue;
-      name = line.slice(0, brace);
-      labels = parseLabels(line.slice(brace + 1, close));
-      rest = line.slice(close + 1).trim();
-    } else {
-      name = line.slice(0, space);
-      rest = line.slice(space + 1).trim();
-    }
-    const value = Number(rest.split(/\s+/)[0]);
-    if (Number.isFinite(value)) samples.push({ name, labels, value });
-  }
-  return samples;
-}
-
-/** Index of the `}` closing the label set opened at `open`, skipping quoted values (which may hold braces). */
-function closingBrace(line: string, open: number): number {
-  let quoted = false;
-  for (let index = open + 1; index < line.length; index++) {
-    const char = line[index];
-    if (quoted) {
-      if (char === '\\') index++;
-      else if (char === '"') quoted = false;
-    } else if (char === '"') quoted = true;
-    else if (char === '}') return index;
-  }
-  return -1;
-}
-
-function parseLabels(text: string): Record<string, string> {
-  const labels: Record<string, string> = {};
-  for (const match of text.matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) {
-    labels[match[1] as string] = (match[2] as string).replace(/\\(.)/g, (_all, char: string) => (char === 'n' ? '\n' : char));
-  }
-  return labels;
-}
-
 /**
  * The prediction counters of one router's /metrics text, summed over backends; null when the text does
  * not declare them (not a kvroute router). Declared but never incremented = zeros.
  */
 export function predictionTotalsOf(text: string): PredictionTotals | null {
-  if (!new RegExp(`^# TYPE ${PREDICTION_METRICS.predictions} counter$`, 'm').test(text)) return null;
+  // The project's one Prometheus text parser (libs/engine-metrics).
+  const exposition = parsePrometheusText(text);
+  if (exposition.metadata.get(PREDICTION_METRICS.predictions)?.type !== 'counter') return null;
   let predictedTokens = 0;
   let observedTokens = 0;
   let confirmedTokens = 0;
   const predictions: Record<string, number> = {};
   const learned: number[] = [];
-  for (const sample of parseSamples(text)) {
+  for (const sample of exposition.samples) {
     if (sample.name === PREDICTION_METRICS.learnedCostModel && sample.labels['figure'] === 'bytes_per_token') learned.push(sample.value);
     else if (sample.name === PREDICTION_METRICS.predictedTokens) predictedTokens += sample.value;
     else if (sample.name === PREDICTION_METRICS.observedTokens) observedTokens += sample.value;
