@@ -61,7 +61,6 @@ describe('agent turns through the router', () => {
       expect(sum('kvroute_router_time_to_first_token_seconds_count')).toBe(streams);
       // Ownership recorded at the first output: every later turn of a conversation stays on its backend.
       for (const homes of backendsByConversation) expect(new Set(homes).size, JSON.stringify(homes)).toBe(1);
-      // The engines' cached tokens were checked for every stream, and confirmed the router's picture.
       // The engines' cached tokens were checked for every stream and confirmed the router's picture;
       // only each backend's very first answer is unverified (vLLM leaves the figure out when it is 0,
       // so an absent figure means 0 only once a backend has been seen reporting one).
