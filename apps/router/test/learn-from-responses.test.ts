@@ -1,6 +1,7 @@
+import { startRedis } from '@kvroute/testing';
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
-import { startTestCluster, type TestCluster } from './start-test-cluster';
+import { startTestCluster, waitFor, type TestCluster } from './start-test-cluster';
 
 /**
  * The learn stage closes the loop through every response, end to end with a vllm-sim backend and the
@@ -79,6 +80,51 @@ describe('learning from responses', () => {
       expect((last.confirmed ?? 0) - (after.confirmed ?? 0)).toBe(1);
     } finally {
       await cluster.close();
+    }
+  });
+
+  // The evidence is the evicted entry's age when the request was routed, read by the decision: by the
+  // response, the request's own first output has refreshed that entry once it is older than half the
+  // retention, and an age read then would be none (the retention could only ratchet down).
+  it.each(['in-memory', 'redis'] as const)("a second eviction, older than half the retention, still moves it (%s state)", async (kind) => {
+    const redis = kind === 'redis' ? await startRedis({ fresh: true }) : null;
+    const cluster = await startTestCluster({
+      backends: 1,
+      router: { debugRoutes: true, learnFromResponses: true, evictionEvidenceMinAgeMs: 300, calibrateCostModel: false, ...(redis ? { redisUrl: redis.url } : {}) },
+    });
+    try {
+      const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+      const backendId = cluster.sims[0]?.id as string;
+      const ask = (messages: OpenAI.Chat.ChatCompletionMessageParam[]) => client.chat.completions.create({ model: 'test-model', messages, max_tokens: 4 });
+      const evict = async () => expect((await fetch(`${cluster.sims[0]?.url}/sim/reset-cache`, { method: 'POST' })).status).toBe(200);
+      const retention = async () => (await debugMatch(cluster, first)).body.retentionMs[backendId] ?? null;
+      const first = conversation('storage');
+      const second = conversation('networking');
+      await ask(first);
+      await ask(first); // a hit: the backend is seen reporting cached tokens
+
+      // 1. First evidence: the retention becomes its age (about 1.3 s).
+      await sleep(1_300);
+      await evict();
+      expect((await ask(first)).usage?.prompt_tokens_details?.cached_tokens ?? 0).toBe(0);
+      await waitFor(async () => (await retention()) !== null); // the learn call runs after the response
+      const learned = (await retention()) as number;
+      expect(learned).toBeGreaterThanOrEqual(1_300);
+
+      // 2. Evidence past half of it (still visible when routed): the turn's first output refreshes the entry.
+      await ask(second);
+      await sleep(900);
+      expect((await debugMatch(cluster, second)).match).toBeGreaterThan(10);
+      await evict();
+      expect((await ask(second)).usage?.prompt_tokens_details?.cached_tokens ?? 0).toBe(0);
+      await waitFor(async () => (await retention()) !== learned);
+      const moved = (await retention()) as number;
+      // 0.7 · learned + 0.3 · (the evidence's age, 900 ms up to `learned`).
+      expect(moved).toBeLessThan(learned);
+      expect(moved).toBeGreaterThanOrEqual(Math.floor(0.7 * learned + 0.3 * 900));
+    } finally {
+      await cluster.close();
+      await redis?.stop();
     }
   });
 

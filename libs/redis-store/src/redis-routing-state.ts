@@ -95,9 +95,10 @@ export class RedisRoutingState implements RoutingStateStore {
   async snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot> {
     backends.forEach((backend) => this.requireIndexableId(backend));
     const matchBlocks = new Map<BackendId, number>();
+    const matchRecordedAtMs = new Map<BackendId, number>();
     const inflight = new Map<BackendId, number>();
     const pendingPrefillTokens = new Map<BackendId, number>();
-    if (backends.length === 0) return { matchBlocks, inflight, pendingPrefillTokens };
+    if (backends.length === 0) return { matchBlocks, matchRecordedAtMs, inflight, pendingPrefillTokens };
     const keys = this.keys(pool);
     const reply = await runScript(
       this.redis,
@@ -105,16 +106,18 @@ export class RedisRoutingState implements RoutingStateStore {
       [keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending, keys.ownersNew, keys.ownersOld],
       ([this.options.nowMs(), keys.prefix, packBlockHashes(blockHashes)] as (string | number)[]).concat(backends),
     );
-    const values = integerArrayReply(SCRIPTS.snapshot, reply, 3 * backends.length);
+    const values = integerArrayReply(SCRIPTS.snapshot, reply, 4 * backends.length);
     backends.forEach((backend, index) => {
-      const count = values[3 * index] as number;
-      const depth = values[3 * index + 2] as number;
+      const count = values[4 * index] as number;
+      const depth = values[4 * index + 2] as number;
+      const recordedAt = values[4 * index + 3] as number;
       inflight.set(backend, count);
-      pendingPrefillTokens.set(backend, values[3 * index + 1] as number);
+      pendingPrefillTokens.set(backend, values[4 * index + 1] as number);
       if (depth > 0) matchBlocks.set(backend, depth);
+      if (depth > 0 && recordedAt >= 0) matchRecordedAtMs.set(backend, recordedAt);
       this.sawInflight(pool, backend, count);
     });
-    return { matchBlocks, inflight, pendingPrefillTokens };
+    return { matchBlocks, matchRecordedAtMs, inflight, pendingPrefillTokens };
   }
 
   async reserve(
@@ -295,8 +298,7 @@ export class RedisRoutingState implements RoutingStateStore {
         this.options.maxBlocksPerPool,
         correction === null ? '' : correction.outcome === 'overpredicted' ? 'over' : 'under',
         correction === null ? '' : packBlockHashes(correction.blockHashes),
-        correction?.predictedBlocks ?? 0,
-        correction?.observedBlocks ?? 0,
+        correction?.matchRecordedAtMs ?? -1,
         correction?.routedAtMs ?? 0,
         minEvidenceAgeMs,
         RECORD_BLOCKS_PER_CALL,
@@ -378,7 +380,7 @@ interface RouteCall {
 }
 
 /** A candidate's figures as route.lua read them. */
-type Figures = Pick<Candidate, 'inflight' | 'matchBlocks' | 'pendingPrefillTokens'>;
+type Figures = Pick<Candidate, 'inflight' | 'matchBlocks' | 'pendingPrefillTokens' | 'matchRecordedAtMs'>;
 
 const ROUTE_REPLY_HEADER = 6;
 
@@ -395,9 +397,9 @@ interface RouteReply {
   readonly figures: readonly Figures[];
 }
 
-/** route.lua's reply (see its header): 6 header fields, then 3 integers per candidate. */
+/** route.lua's reply (see its header): 6 header fields, then 4 integers per candidate. */
 function decodeRouteReply(reply: unknown, candidateCount: number): RouteReply {
-  const length = ROUTE_REPLY_HEADER + 3 * candidateCount;
+  const length = ROUTE_REPLY_HEADER + 4 * candidateCount;
   const bad = (expected: string) => new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.route.name, `route.lua returned an unexpected reply: ${expected}`);
   if (!Array.isArray(reply) || reply.length !== length) throw bad(`expected ${length} values`);
   const [chosen, inflightAfter, reason, valveLifted, lines, recordedTo] = reply as unknown[];
@@ -405,10 +407,13 @@ function decodeRouteReply(reply: unknown, candidateCount: number): RouteReply {
   if (!Buffer.isBuffer(reason) || !Buffer.isBuffer(lines)) throw bad('reason and lines must be strings');
   const figures: Figures[] = [];
   for (let index = 0; index < candidateCount; index++) {
-    const at = ROUTE_REPLY_HEADER + 3 * index;
-    const [inflight, pendingPrefillTokens, matchBlocks] = [reply[at], reply[at + 1], reply[at + 2]] as unknown[];
-    if (!Number.isInteger(inflight) || !Number.isInteger(pendingPrefillTokens) || !Number.isInteger(matchBlocks)) throw bad(`non-integer figures of candidate ${index + 1}`);
-    figures.push({ inflight: inflight as number, pendingPrefillTokens: pendingPrefillTokens as number, matchBlocks: matchBlocks as number });
+    const at = ROUTE_REPLY_HEADER + 4 * index;
+    const [inflight, pendingPrefillTokens, matchBlocks, recordedAt] = [reply[at], reply[at + 1], reply[at + 2], reply[at + 3]] as unknown[];
+    if (!Number.isInteger(inflight) || !Number.isInteger(pendingPrefillTokens) || !Number.isInteger(matchBlocks) || !Number.isInteger(recordedAt)) {
+      throw bad(`non-integer figures of candidate ${index + 1}`);
+    }
+    const matchRecordedAtMs = (matchBlocks as number) > 0 && (recordedAt as number) >= 0 ? (recordedAt as number) : null;
+    figures.push({ inflight: inflight as number, pendingPrefillTokens: pendingPrefillTokens as number, matchBlocks: matchBlocks as number, matchRecordedAtMs });
   }
   if ((chosen as number) < 0 || (chosen as number) > candidateCount) throw bad(`chosen ${String(chosen)} of ${candidateCount}`);
   return { chosen: chosen as number, inflightAfter: inflightAfter as number, reason: reason.toString('utf8'), valveLifted: valveLifted === 1, lines, recordedTo: recordedTo as number, figures };

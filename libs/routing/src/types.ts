@@ -31,6 +31,14 @@ export interface Candidate {
   /** Leading prefix blocks of this request the backend is believed to hold (0 … request.blockHashes.length). */
   readonly matchBlocks: number;
   /**
+   * When the backend's deepest matched block (block `matchBlocks`) was recorded, ms on the state
+   * store's clock, as read before this decision recorded anything. Times never increase along a
+   * chain, so it is the oldest entry of the matched prefix: the one an LRU engine evicts first, whose
+   * age the learn stage takes as eviction evidence. Absent or null when `matchBlocks` is 0 or the
+   * store did not read depths.
+   */
+  readonly matchRecordedAtMs?: number | null;
+  /**
    * Estimated prompt tokens the fleet has sent this backend that have not produced a first token yet:
    * its prefill backlog, which a new request waits behind. (In-flight alone cannot tell a queue of
    * 8k-token prefills from a batch of decoding streams.)

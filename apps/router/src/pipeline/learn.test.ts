@@ -35,14 +35,14 @@ function setup(overrides: Partial<LearnDeps> = {}) {
     lastRestartMs: () => null,
     ...overrides,
   });
-  const ticket = (matchBlocks: number, atMs = 50_000): Ticket => ({
+  const ticket = (matchBlocks: number, atMs = 50_000, matchRecordedAtMs: number | null = matchBlocks > 0 ? atMs - 5_000 : null): Ticket => ({
     backend: { id: 'a' } as Backend,
     decision: { kind: 'routed', backendId: 'a', reason: 'prefix-affinity', scores: [] } as unknown as Extract<RoutingDecision, { kind: 'routed' }>,
     policyName: 'cacheaware',
     lease: new Lease({ state, pool: 'm', backendId: 'a', leaseId: 'l', onError: () => undefined, blocksAtFirstOutput: [] }),
     // 4 bytes a token, 64 tokens a routing block.
     prediction: { matchBlocks, blockSizeBytes: 256, textBytes: 10_240 },
-    routed: { pool: 'm', atMs, blockHashes: Array.from({ length: 40 }, (_, i) => i + 1), inflightAhead: 0, pendingAheadTokens: 0 },
+    routed: { pool: 'm', atMs, blockHashes: Array.from({ length: 40 }, (_, i) => i + 1), matchRecordedAtMs, inflightAhead: 0, pendingAheadTokens: 0 },
   });
   return { learner, calls, ticket, advance: (ms: number) => (clock += ms) };
 }
@@ -62,6 +62,15 @@ describe('the learn stage', () => {
     expect(calls[1]?.correction).toBeNull();
     // The three responses' bytes per token, batched.
     expect(calls[1]?.calibration?.bytesPerToken).toEqual({ samples: 3, sum: 12 });
+  });
+
+  it("sends the evidence time the decision read (its deepest matched block's entry), not one read after the request's own recording", async () => {
+    const { learner, calls, ticket } = setup();
+    learner.responseEnded(ticket(30, 50_000, 41_000), tail(usage(2_560, 0)));
+    expect(calls[0]?.correction).toMatchObject({ outcome: 'overpredicted', routedAtMs: 50_000, matchRecordedAtMs: 41_000 });
+    // The store answers from it alone: its index holds nothing of that chain (here: never recorded).
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(learner.retentionMs('a')).toBe(9_000);
   });
 
   it('stops sending underpredictions once the state said the backend has no retention', async () => {

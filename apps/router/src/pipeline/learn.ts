@@ -23,7 +23,11 @@ import type { Ticket } from './route';
  *   the prefix the decision believed the backend held:
  *   1. the prediction accuracy metrics (`kvroute_router_prefix_*`);
  *   2. a correction when the engine held less (an eviction: the backend's retention is learned, and
- *      its entries older than that stop counting) or more (a learned retention grows) than predicted;
+ *      its entries older than that stop counting) or more (a learned retention grows) than predicted.
+ *      The eviction's evidence is the age, when the request was routed, of the deepest block the
+ *      decision matched (`routed.matchRecordedAtMs`, read by the routing call): the index cannot tell
+ *      it any more by now, since the request's own recording (at routing or at its first output)
+ *      refreshed that entry;
  *   3. calibration samples of the cost model (bytes per token, prefill ms per token, queue ms per
  *      request), gathered per pool and sent at most once per `calibrationFlushMs`.
  *   Corrections and the due batch go in one `state.learn` call (one Redis script), so every replica
@@ -182,5 +186,6 @@ function correctionOf(ticket: Ticket, check: PredictionCheck): OwnershipCorrecti
     predictedBlocks: ticket.prediction.matchBlocks,
     observedBlocks: check.observedBlocks,
     routedAtMs: ticket.routed.atMs,
+    matchRecordedAtMs: ticket.routed.matchRecordedAtMs,
   };
 }

@@ -56,6 +56,12 @@ export interface RoutedFigures {
   readonly atMs: number;
   /** The request's chain, as routed (leading blocks only: maxRoutedBlocks). */
   readonly blockHashes: readonly BlockHash[];
+  /**
+   * When the chosen backend's deepest matched block was recorded, ms on the state's clock, as read
+   * by the decision (null: no match). The evidence learn's overprediction correction ages
+   * (`atMs - matchRecordedAtMs`): by the response, this request's own recording has refreshed it.
+   */
+  readonly matchRecordedAtMs: number | null;
   /** Requests in flight on the chosen backend before this one, fleet-wide. */
   readonly inflightAhead: number;
   /** Prefill tokens sent to the chosen backend and not started, before this one. */
@@ -111,6 +117,7 @@ export async function route(deps: RouteDeps, request: ParsedRequest, pool: reado
     pool: request.model,
     atMs: input.context.nowMs,
     blockHashes: request.routingRequest.blockHashes,
+    matchRecordedAtMs: chosen?.matchRecordedAtMs ?? null,
     inflightAhead: chosen?.inflight ?? 0,
     pendingAheadTokens: chosen?.pendingPrefillTokens ?? 0,
   };

@@ -5,19 +5,24 @@
 
   1. Retention (ARGV[2] a backend, ARGV[5] an outcome): the engine's reported cached prefix against
      the index's prediction for one response.
-     'over'  the engine held less: block e = min(observed + 1, predicted) of the chain was gone. Its
-             entry's age when the request was routed (routed at - recorded at) is evidence that the
-             backend's LRU drops entries of that age; the backend's retention moves towards it
-             (first evidence: the age itself; then 0.7 · retention + 0.3 · age), bounded to
-             [min evidence age, max retention]. Ignored when the entry is younger than ARGV[10] (a race
-             with a sibling's prefill is no eviction) or not found (already hidden or turned away).
+     'over'  the engine held less than the index predicted: the deepest predicted block was gone
+             (vLLM evicts LRU and frees a request's blocks tail-first, so it goes first). Its entry's
+             age when the request was routed (ARGV[8] - ARGV[7]) is evidence that the backend's LRU
+             drops entries of that age; the backend's retention moves towards it (first evidence:
+             the age itself; then 0.7 · retention + 0.3 · age), bounded to [min evidence age, max
+             retention]. The entry time comes from the routing call (route.lua / snapshot.lua), not
+             from the index now: the request's own recording (at routing, or at its first output)
+             has rewritten an entry older than half the retention since, and reading it here lost
+             every evidence older than that (the retention could only ratchet down). Ignored when
+             the age is below ARGV[9] (a race with a sibling's prefill is no eviction), the entry
+             predates the backend's forget mark (a restart since), or there is none (ARGV[7] = -1).
              The chain is then recorded again as held (the engine computed it for this request), so
              the shorter retention does not hide it.
      'under' the engine held more and a retention is set: it grows by a quarter (the index hid
-             entries the engine still had), bounded by ARGV[13].
+             entries the engine still had), bounded by ARGV[12].
      The retention is kept in the backend's `forgotten` field ('<mark>|<retention ms>',
      lib/owner-index.lua), which every lookup reads already: no extra read per decision.
-  2. Calibration (ARGV[12] not ''): a replica's batch of cost-model samples merged into the pool's
+  2. Calibration (ARGV[11] not ''): a replica's batch of cost-model samples merged into the pool's
      learned values: each value is the running mean of its samples up to CALIBRATION_WINDOW of them,
      then an exponentially weighted mean over about that many (a batch of n moves it by
      min(1, n / CALIBRATION_WINDOW) of the difference: a batch larger than the window replaces it).
@@ -33,13 +38,13 @@
   ARGV[4]  max blocks per pool (the owner index's cap, > 0)
   ARGV[5]  outcome: 'over' | 'under' | '' (none)
   ARGV[6]  the request's block hashes, shallowest first, packed (lib/batched.lua; '' = none)
-  ARGV[7]  predicted blocks (the leading blocks the index held on the backend at routing)
-  ARGV[8]  observed blocks (the engine's cached tokens in routing blocks)
-  ARGV[9]  ms the request was routed
-  ARGV[10] min evidence age, ms
-  ARGV[11] at most this many new blocks are recorded (> 0)
-  ARGV[12] calibration batch: '' or '<name>,<samples>,<sum>' triples joined by ';'
-  ARGV[13] max retention, ms (> 0)
+  ARGV[7]  ms the backend's deepest predicted block was recorded, as the routing call read it (the
+           oldest entry of the predicted prefix: times never increase along a chain); -1 = none
+  ARGV[8]  ms the request was routed
+  ARGV[9]  min evidence age, ms
+  ARGV[10] at most this many new blocks are recorded (> 0)
+  ARGV[11] calibration batch: '' or '<name>,<samples>,<sum>' triples joined by ';'
+  ARGV[12] max retention, ms (> 0)
 
   Returns {retention ms of the backend after this call (-1: none, or no backend), leading blocks of the
   chain the backend holds after re-recording (0 when not re-recorded), then name, value, samples for
@@ -64,31 +69,17 @@ if backendId ~= '' then
     mark = tonumber(bar and string.sub(field, 1, bar - 1) or field)
     retention = bar and tonumber(string.sub(field, bar + 1)) or nil
   end
-  local minAge, maxRetention = tonumber(ARGV[10]), tonumber(ARGV[13])
+  local minAge, maxRetention = tonumber(ARGV[9]), tonumber(ARGV[12])
   local learned = retention
   local packedBlocks = ARGV[6]
   local blockCount = packedBlockCount(packedBlocks)
   local blockAt = packedBlockReader(packedBlocks)
 
-  if outcome == 'over' and blockCount > 0 then
-    local e = math.min(tonumber(ARGV[8]) + 1, tonumber(ARGV[7]), blockCount)
-    if e >= 1 then
-      local marker = '\1' .. backendId .. '\2'
-      -- The oldest of the backend's entries for block e: a newer one may be this very request's
-      -- recording at its first output, after the engine had found the block gone.
-      local recordedAt = nil
-      for _, key in ipairs({ KEYS[2], KEYS[3] }) do
-        local owners = redis.call('HGET', key, blockAt(e))
-        local at = owners and string.find(owners, marker, 1, true)
-        if at then
-          local t = tonumber(string.match(owners, '^%d+', at + #marker))
-          if recordedAt == nil or t < recordedAt then recordedAt = t end
-        end
-      end
-      local age = recordedAt and (tonumber(ARGV[9]) - recordedAt) or nil
-      if age and recordedAt > mark and age >= minAge then
-        learned = retention and math.floor(0.7 * retention + 0.3 * age) or age
-      end
+  if outcome == 'over' then
+    local recordedAt = tonumber(ARGV[7])
+    local age = tonumber(ARGV[8]) - recordedAt
+    if recordedAt >= 0 and recordedAt > mark and age >= minAge then
+      learned = retention and math.floor(0.7 * retention + 0.3 * age) or age
     end
   elseif outcome == 'under' and retention then
     learned = math.floor(retention * 1.25)
@@ -106,15 +97,15 @@ if backendId ~= '' then
       local turned = rotateGenerations(KEYS[2], KEYS[3], KEYS[4], now, idleTtl, tonumber(ARGV[4]))
       local index = newOwnerIndex(KEYS[2], KEYS[3], blockCount, blockAt,
         forgetThresholds({ backendId }, { mark .. '|' .. learned }, now))
-      local added, to = index.record(backendId, now, tonumber(ARGV[11]))
+      local added, to = index.record(backendId, now, tonumber(ARGV[10]))
       result[2] = to
       if added > 0 or turned then keepIndexAlive(KEYS[2], KEYS[3], KEYS[4], idleTtl, turned) end
     end
   end
 end
 
-if ARGV[12] ~= '' then
-  for name, samples, sum in string.gmatch(ARGV[12], '([%w]+),([%d]+),([-%d%.eE+]+)') do
+if ARGV[11] ~= '' then
+  for name, samples, sum in string.gmatch(ARGV[11], '([%w]+),([%d]+),([-%d%.eE+]+)') do
     local n, total = tonumber(samples), tonumber(sum)
     if n > 0 then
       local mean = total / n

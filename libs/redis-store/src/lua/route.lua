@@ -8,7 +8,8 @@
 
   1. Purges the pool's expired leases (deadline <= now; usually one empty range read).
   2. Figures per candidate: inflight/pending (one HMGET each) and, for the cost rule, the match depth by
-     binary search over the owner index (lib/owner-index.lua); 0 for the other rules.
+     binary search over the owner index (lib/owner-index.lua) and when its deepest matched block was
+     recorded (read by the search already); 0 and none for the other rules.
   3. Rule (ARGV[8]):
      'cost'         cacheaware's choice (lib/choose-backend.lua) with the parameters of ARGV[9];
      'least-loaded' the fewest leases in flight, ties to the earlier candidate;
@@ -58,8 +59,10 @@
   [4] 1 when the cost rule lifted its valve, else 0, [5] 'cost': the candidates' cost lines packed
   (lib/choose-backend.lua packCostLines: 72 bytes per candidate), else '', [6] when recording, the
   leading blocks of the chain the chosen backend now holds in the current generation (all of them
-  unless ARGV[7] stopped it), else 0; then per candidate j: [3j+4] leases in flight, [3j+5] pending
-  prefill tokens, [3j+6] matched blocks, all as read before the lease was taken.
+  unless ARGV[7] stopped it), else 0; then per candidate j: [4j+3] leases in flight, [4j+4] pending
+  prefill tokens, [4j+5] matched blocks, [4j+6] ms its deepest matched block was recorded (-1 when it
+  matches none, or the rule reads no depths), all as read before the lease was taken and before this
+  call's own recording rewrote anything (the learn stage's eviction evidence: learn.lua).
 ]]
 
 --#include lib/batched.lua
@@ -107,14 +110,15 @@ for j, c in ipairs(candidates) do
 end
 local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, thresholds)
 -- Only the cost rule reads match depths ('fixed' was decided on a snapshot that had them).
-local depths = rule == 'cost' and index.depths(ids) or {}
+local depths, matchRecordedAt = {}, {}
+if rule == 'cost' then depths, matchRecordedAt = index.depths(ids) end
 for _, c in ipairs(candidates) do
   c.depth = depths[c.id] or 0
 end
 
 local result = { 0, 0, '', 0, '', 0 }
 for j, c in ipairs(candidates) do
-  result[3 * j + 4], result[3 * j + 5], result[3 * j + 6] = c.inflight, c.pending, c.depth
+  result[4 * j + 3], result[4 * j + 4], result[4 * j + 5], result[4 * j + 6] = c.inflight, c.pending, c.depth, matchRecordedAt[c.id] or -1
 end
 
 -- 3. Rule.

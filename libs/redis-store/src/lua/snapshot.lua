@@ -4,7 +4,8 @@
   (route.lua with rule 'fixed' then takes the lease) and for dry runs (/debug/route). Purges the
   pool's expired leases first, then reads each backend's leases in flight and pending prefill tokens
   (one HMGET each for all backends) and its match depth by binary search over the owner index
-  (lib/owner-index.lua): O(log(blocks) x distinct depths) block reads, not backends x blocks.
+  (lib/owner-index.lua): O(log(blocks) x distinct depths) block reads, not backends x blocks; and when
+  the deepest matched block was recorded (read by that search already).
 
   KEYS[1]  <ns>:{<tag>}:forgotten        HASH backend id -> '<ms forgotten>[|<retention ms>]'
   KEYS[2]  <ns>:{<tag>}:lease-deadlines  ZSET lease member -> deadline ms, every lease of the pool
@@ -17,8 +18,11 @@
   ARGV[3]  the request's block hashes, shallowest first, packed (lib/batched.lua; '' = none)
   ARGV[4 .. #ARGV]  backend ids (B = #ARGV - 3)
 
-  Returns a flat array of 3*B integers; for the j-th backend (1-based):
-    [3j-2] leases in flight (unexpired), [3j-1] pending prefill tokens, [3j] matched blocks (0..N)
+  Returns a flat array of 4*B integers; for the j-th backend (1-based):
+    [4j-3] leases in flight (unexpired), [4j-2] pending prefill tokens, [4j-1] matched blocks (0..N),
+    [4j] ms its deepest matched block was recorded (-1 when it matches none): the oldest entry of the
+    matched prefix, the learn stage's eviction evidence (learn.lua), read before the request's own
+    recording (route.lua 'fixed', prefill-done.lua) can rewrite it
 ]]
 
 --#include lib/batched.lua
@@ -43,11 +47,12 @@ local inflight = hmgetAll(KEYS[3], ids)
 local pending = hmgetAll(KEYS[4], ids)
 local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, packedBlockReader(packedBlocks), forgetThresholds(ids, marks, now))
 
-local depths = index.depths(ids)
+local depths, matchRecordedAt = index.depths(ids)
 local result = {}
 for j = 1, backendCount do
-  result[3 * j - 2] = tonumber(inflight[j]) or 0
-  result[3 * j - 1] = tonumber(pending[j]) or 0
-  result[3 * j] = depths[ids[j]]
+  result[4 * j - 3] = tonumber(inflight[j]) or 0
+  result[4 * j - 2] = tonumber(pending[j]) or 0
+  result[4 * j - 1] = depths[ids[j]]
+  result[4 * j] = matchRecordedAt[ids[j]] or -1
 end
 return result

@@ -114,6 +114,36 @@ describe('snapshot.lua: match depth', () => {
     snapshot = await state.snapshot('m', ['a'], [1, 2]);
     expect(snapshot.matchBlocks.get('a')).toBe(1);
   });
+
+  it("answers when each backend's deepest matched block was recorded, from the generation whose entry counts, on the snapshot and the atomic path alike", async () => {
+    const clock = manualClock(1_000_000);
+    const state = ctx.createState({ nowMs: clock.nowMs, blockIdleTtlMs: 10_000 });
+    const request = Array.from({ length: 40 }, (_, i) => 500 + i);
+    await state.reserve('m', 'a', 'la', request.slice(0, 4), 0); // t0
+    clock.advance(10_000); // the next recording turns the generation: a's entries are in `old`
+    await state.reserve('m', 'b', 'lb', request.slice(0, 30), 0); // t0 + 10 s, a depth between two rungs
+    clock.advance(2_000);
+    await state.reserve('m', 'c', 'lc', request, 0); // t0 + 12 s, the whole chain
+    clock.advance(1_000);
+    const expected = { a: 1_000_000, b: 1_010_000, c: 1_012_000 };
+    const snapshot = await state.snapshot('m', ['a', 'b', 'c', 'd'], request);
+    expect(Object.fromEntries(snapshot.matchBlocks)).toEqual({ a: 4, b: 30, c: 40 });
+    expect(Object.fromEntries(snapshot.matchRecordedAtMs ?? [])).toEqual(expected);
+    // route.lua reads the same, before its own recording (the chosen backend's entries are then rewritten or extended).
+    const routed = await decide(state, {
+      pool: 'm',
+      request: { model: 'm', blockHashes: request, blockSizeBytes: 256, textBytes: 256 * 40, contextBlocks: 0, headHash: 500, sessionKey: null },
+      backends: ['a', 'b', 'c', 'd'].map((id) => ({ id, weight: 1 })),
+      policy: createCacheAwarePolicy({ ownershipAt: 'routing' }),
+      context: { nowMs: clock.nowMs(), random: () => 0 },
+      leaseId: 'routed',
+    });
+    expect(routed.candidates.map((candidate) => candidate.matchRecordedAtMs)).toEqual([expected.a, expected.b, expected.c, null]);
+    // Re-recorded in the current generation, a's entry there is the one that counts.
+    clock.advance(1_000);
+    await state.reserve('m', 'a', 'la2', request.slice(0, 4), 0);
+    expect((await state.snapshot('m', ['a'], request)).matchRecordedAtMs?.get('a')).toBe(1_014_000);
+  });
 });
 
 describe('decide / prefill-done.lua: when ownership is recorded', () => {

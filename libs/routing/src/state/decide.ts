@@ -15,6 +15,7 @@ export function candidatesOf(input: DecideInput, snapshot: RoutingSnapshot): Can
     backend,
     inflight: snapshot.inflight.get(backend.id) ?? 0,
     matchBlocks: snapshot.matchBlocks.get(backend.id) ?? 0,
+    matchRecordedAtMs: snapshot.matchRecordedAtMs?.get(backend.id) ?? null,
     pendingPrefillTokens: snapshot.pendingPrefillTokens.get(backend.id) ?? 0,
     engine: input.engine?.get(backend.id) ?? null,
   }));

@@ -24,6 +24,28 @@ describe('InMemoryRoutingState', () => {
     expect(snapshot.inflight.get('c')).toBe(0);
   });
 
+  it("answers when each backend's deepest matched block was recorded (the learn stage's eviction evidence)", async () => {
+    const { state, advance } = createState();
+    await state.reserve('m', 'a', 'l1', [1, 2, 3, 4], 0); // at 1000
+    advance(3_000);
+    await state.reserve('m', 'b', 'l2', [1, 2], 0); // at 4000
+    advance(2_000);
+    await state.reserve('m', 'a', 'l3', [1, 2], 0); // at 6000: a's blocks 1 and 2 refreshed, 3 and 4 not
+    const snapshot = await state.snapshot('m', ['a', 'b', 'c'], [1, 2, 3, 9]);
+    expect(Object.fromEntries(snapshot.matchRecordedAtMs ?? [])).toEqual({ a: 1_000, b: 4_000 });
+  });
+
+  it('never records a block newer than the block before it, so ageing hides only the tail of a chain', async () => {
+    const { state, advance } = createState();
+    await state.reserve('m', 'a', 'l1', [1, 2], 0); // at 1000
+    advance(500);
+    await state.reserve('m', 'a', 'l2', [1, 2, 3], 0); // 1 and 2 kept (within the refresh granularity): 3 gets their time
+    expect((await state.snapshot('m', ['a'], [1, 2, 3])).matchRecordedAtMs?.get('a')).toBe(1_000);
+    advance(1_000);
+    await state.reserve('m', 'a', 'l3', [1, 2, 3, 4], 0); // all stale: the whole chain at 2500
+    expect((await state.snapshot('m', ['a'], [1, 2, 3, 4])).matchRecordedAtMs?.get('a')).toBe(2_500);
+  });
+
   it('records ownership at the first token for policies that ask, at routing for the others', async () => {
     const { state } = createState();
     const inputOf = (policy: DecideInput['policy'], leaseId: string): DecideInput => ({

@@ -30,15 +30,16 @@ export const DEFAULT_MAX_RETENTION_MS = 24 * 3600 * 1000;
  * backend, which the binary search below makes cheap, and recording touches one Map per block.
  *
  * Invariant (prefix closure): if a backend holds block i of a chain it holds blocks 0..i−1. Recording
- * always covers a whole prefix and inserts it deepest block first, so within a chain shallower blocks
- * are never older than deeper ones: LRU and idle-TTL eviction remove a chain from its tail, as vLLM
- * frees blocks in reverse. Hence a backend's match depth is found by binary search over the request's
- * blocks: O(log n) lookups per backend instead of a walk over every block.
+ * always covers a whole prefix and inserts it deepest block first, and a block is never recorded newer
+ * than the block before it (a kept block's time caps the blocks written after it), so within a chain
+ * shallower blocks are never older than deeper ones: LRU, idle-TTL and retention ageing remove a chain
+ * from its tail, as vLLM frees blocks in reverse. Hence a backend's match depth is found by binary
+ * search over the request's blocks: O(log n) lookups per backend instead of a walk over every block.
  *
  * Eviction runs in batches (see record); the cap is a high-water mark.
- * Recency is kept to `refreshGranularityMs`: a block recorded again within that time is not moved in
- * the LRU (the common case, a conversation's next turn re-recording its earlier blocks, then costs one
- * Map read per block).
+ * Recency is kept to `refreshGranularityMs` (or half the backend's learned retention, when shorter): a
+ * block recorded again within that time is not moved in the LRU (the common case, a conversation's
+ * next turn re-recording its earlier blocks, then costs one Map read per block).
  *
  * In-flight: per backend, lease id → prefill tokens still pending (0 once the first token came), so
  * release is idempotent; the prefill backlog is kept as a running sum (a snapshot reads it, never sums). A lease is refused when
@@ -60,8 +61,10 @@ export class InMemoryRoutingState implements RoutingStateStore {
       inflight.set(backend, leases?.tokens.size ?? 0);
       pendingPrefillTokens.set(backend, leases?.pendingTokens ?? 0);
     }
-    const matchBlocks = blockHashes.length === 0 ? new Map<BackendId, number>() : this.match(pool, backends, blockHashes);
-    return { matchBlocks, inflight, pendingPrefillTokens };
+    const matchBlocks = new Map<BackendId, number>();
+    const matchRecordedAtMs = new Map<BackendId, number>();
+    if (blockHashes.length > 0) this.match(pool, backends, blockHashes, matchBlocks, matchRecordedAtMs);
+    return { matchBlocks, matchRecordedAtMs, inflight, pendingPrefillTokens };
   }
 
   async reserve(
@@ -99,7 +102,10 @@ export class InMemoryRoutingState implements RoutingStateStore {
   }
 
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {
-    this.pools.get(pool)?.blocksByBackend.delete(backendId);
+    const index = this.pools.get(pool);
+    if (!index) return;
+    index.blocksByBackend.delete(backendId);
+    index.forgottenAtMs.set(backendId, this.options.nowMs());
   }
 
   async learn(pool: string, input: LearnInput): Promise<LearnReply> {
@@ -107,11 +113,13 @@ export class InMemoryRoutingState implements RoutingStateStore {
     let retentionMs: number | null = null;
     const correction = input.correction;
     if (correction !== null) {
-      const blocks = index.blocksByBackend.get(correction.backendId);
       const previous = index.retentionMs.get(correction.backendId) ?? null;
-      const evidenceBlock = Math.min(correction.observedBlocks + 1, correction.predictedBlocks, correction.blockHashes.length);
-      const recordedAt = evidenceBlock >= 1 ? blocks?.get(correction.blockHashes[evidenceBlock - 1] as BlockHash) : undefined;
-      const evidenceAgeMs = recordedAt === undefined ? null : correction.routedAtMs - recordedAt;
+      // The entry time read at routing (the snapshot's): the request's own recording, at routing or at
+      // its first output, has refreshed the entry since if it was older than the refresh granularity
+      // or half the retention, so reading it now would find no evidence. Evidence from before the
+      // backend was last forgotten (a restart) teaches nothing, as in the Redis store.
+      const recordedAt = correction.matchRecordedAtMs;
+      const evidenceAgeMs = recordedAt === null || recordedAt <= (index.forgottenAtMs.get(correction.backendId) ?? -Infinity) ? null : correction.routedAtMs - recordedAt;
       retentionMs = correctedRetention(previous, correction.outcome, evidenceAgeMs, this.retentionBounds());
       if (retentionMs !== null && retentionMs !== previous) {
         index.retentionMs.set(correction.backendId, retentionMs);
@@ -141,10 +149,13 @@ export class InMemoryRoutingState implements RoutingStateStore {
     return this.pools.get(pool)?.blocksByBackend.get(backendId)?.size ?? 0;
   }
 
-  private match(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Map<BackendId, number> {
-    const result = new Map<BackendId, number>();
+  /**
+   * Fills `depths` with each backend's match depth (absent = 0) and `recordedAtMs` with when its
+   * deepest matched block was recorded: the oldest entry of the matched prefix (see the invariant).
+   */
+  private match(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[], depths: Map<BackendId, number>, recordedAtMs: Map<BackendId, number>): void {
     const index = this.pools.get(pool);
-    if (!index) return result;
+    if (!index) return;
     const now = this.options.nowMs();
     const idleFresh = this.options.blockIdleTtlMs > 0 ? now - this.options.blockIdleTtlMs : -Infinity;
     for (const backend of backends) {
@@ -166,9 +177,11 @@ export class InMemoryRoutingState implements RoutingStateStore {
         if (holds(middle - 1)) low = middle;
         else high = middle - 1;
       }
-      if (low > 0) result.set(backend, low);
+      if (low > 0) {
+        depths.set(backend, low);
+        recordedAtMs.set(backend, blocks.get(blockHashes[low - 1] as BlockHash) as number);
+      }
     }
-    return result;
   }
 
   private poolIndex(pool: string): PoolIndex {
@@ -189,14 +202,31 @@ export class InMemoryRoutingState implements RoutingStateStore {
       index.blocksByBackend.set(backendId, blocks);
     }
     const now = this.options.nowMs();
-    const refreshBefore = refreshAll ? Infinity : now - (this.options.refreshGranularityMs ?? 1000);
-    // Deepest block first, so that within a chain shallower blocks are the more recent (see the invariant).
+    // A learned retention hides entries older than it: one older than half of it is refreshed, so a
+    // chain in steady use never ages out between uses (as in the Redis store).
+    const retention = index.retentionMs.get(backendId);
+    const granularity = Math.min(this.options.refreshGranularityMs ?? 1000, retention === undefined ? Infinity : Math.floor(retention / 2));
+    const refreshBefore = refreshAll ? Infinity : now - granularity;
+    // Shallowest first, the time each block gets (undefined: kept as it is): a kept block keeps its
+    // time, a written one gets the time of the block before it when that is older than now, so times
+    // never increase along a chain and ageing by time hides only suffixes of it (see the invariant).
+    const stamps: (number | undefined)[] = new Array(blockHashes.length);
+    let ceiling = now;
+    for (let block = 0; block < blockHashes.length; block++) {
+      const recordedAt = blocks.get(blockHashes[block] as BlockHash);
+      if (recordedAt !== undefined && recordedAt >= refreshBefore && recordedAt <= ceiling) {
+        ceiling = recordedAt;
+      } else {
+        stamps[block] = ceiling;
+      }
+    }
+    // Written deepest block first, so that within a chain shallower blocks are the more recent in the LRU too.
     for (let block = blockHashes.length - 1; block >= 0; block--) {
+      const stamp = stamps[block];
+      if (stamp === undefined) continue;
       const hash = blockHashes[block] as BlockHash;
-      const recordedAt = blocks.get(hash);
-      if (recordedAt !== undefined && recordedAt >= refreshBefore) continue;
-      if (recordedAt !== undefined) blocks.delete(hash);
-      blocks.set(hash, now);
+      blocks.delete(hash);
+      blocks.set(hash, stamp);
     }
     // Evict from the head (least recently recorded) in batches: over the cap, down to 15/16 of it;
     // idle blocks at most once a second. Each sweep starts a Map iterator, which in V8 walks over
@@ -237,6 +267,8 @@ class PoolIndex {
   readonly blocksByBackend = new Map<BackendId, Map<BlockHash, number>>();
   /** Backend → when its idle blocks were last swept (ms). */
   readonly lastIdleSweepMs = new Map<BackendId, number>();
+  /** Backend → when it was last forgotten, ms (`forgetBackend`): a correction's evidence from before then is none. */
+  readonly forgottenAtMs = new Map<BackendId, number>();
   /** Backend → its learned retention, ms (`learn`): its entries older than that do not count. */
   readonly retentionMs = new Map<BackendId, number>();
   /** The pool's learned cost-model figures (`learn`). */

@@ -11,6 +11,11 @@ import type { AtomicOutcome, AtomicRule, BackendId, BackendInfo, BlockHash, Cand
 export interface RoutingSnapshot {
   /** Leading blocks of the request each backend is believed to hold (absent = 0). */
   readonly matchBlocks: ReadonlyMap<BackendId, number>;
+  /**
+   * When each matching backend's deepest matched block was recorded, ms (`Candidate.matchRecordedAtMs`;
+   * absent = no match, or a store that does not say).
+   */
+  readonly matchRecordedAtMs?: ReadonlyMap<BackendId, number>;
   /** Requests in flight per backend (absent = 0). */
   readonly inflight: ReadonlyMap<BackendId, number>;
   /** Estimated prompt tokens sent to each backend that have not produced a first token yet (absent = 0). */
@@ -139,11 +144,14 @@ export interface RoutingStateStore {
  * A response whose engine's cached prefix differed from the index's prediction beyond the granularity
  * either side sees (`checkPrediction`'s overpredicted / underpredicted).
  *
- * - overpredicted: the engine no longer held block min(observed + 1, predicted) of the chain. Under the
- *   engine's LRU, entries less recently used than that one are gone too: the backend's retention (how
- *   long an entry stays believed) moves towards that entry's age when the request was routed, and
- *   older entries stop counting for it. The request's own chain stays held (the engine just computed
- *   it). Entries younger than `minEvidenceAgeMs` are no evidence (a sibling's prefill still running).
+ * - overpredicted: the engine no longer held the chain's deepest predicted block (vLLM evicts LRU and
+ *   frees a request's blocks tail-first, so that one goes first). Under the engine's LRU, entries less
+ *   recently used than it are gone too: the backend's retention (how long an entry stays believed)
+ *   moves towards that entry's age when the request was routed (`routedAtMs - matchRecordedAtMs`, both
+ *   read at routing: by the response, the request's own recording has rewritten the entry), and older
+ *   entries stop counting for it. The request's own chain stays held (the engine just computed it).
+ *   Entries younger than `minEvidenceAgeMs` are no evidence (a sibling's prefill still running), nor
+ *   those recorded before the backend was last forgotten (a restart since).
  * - underpredicted: the engine held more than the index believed; a learned retention grows (by 1/4).
  */
 export interface OwnershipCorrection {
@@ -157,6 +165,12 @@ export interface OwnershipCorrection {
   readonly observedBlocks: number;
   /** Wall-clock ms the request was routed (the store's clock). */
   readonly routedAtMs: number;
+  /**
+   * When the backend's deepest predicted block was recorded, as the routing call read it (the chosen
+   * candidate's `matchRecordedAtMs`), ms; null when none was predicted or the store did not say (then
+   * an overprediction teaches no retention).
+   */
+  readonly matchRecordedAtMs: number | null;
 }
 
 /** The cost-model figures learned from responses (cacheaware's parameters of the same names). */

@@ -176,9 +176,32 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
     return depths
   end
 
-  -- Leading blocks of the chain each of `ids` holds, in either generation: { [id] = depth }.
+  -- Leading blocks of the chain each of `ids` holds, in either generation: { [id] = depth }, and
+  -- when each one's deepest held block was recorded: { [id] = ms } (absent at depth 0). Times never
+  -- increase along a chain (index.record), so that is the oldest entry of the matched prefix: the
+  -- first an LRU engine evicts, whose age the router's learn stage takes as eviction evidence
+  -- (learn.lua), read here because the request's own recording may rewrite it later.
+  -- No extra command: the depth search has read block `depth` of every id, in the generation whose
+  -- entry counted (`new` first, as `holds` reads them).
   function index.depths(ids)
-    return deepest(ids, true, thresholds.lookup)
+    local depths = deepest(ids, true, thresholds.lookup)
+    local recordedAt = {}
+    local newValues, oldValues = raw[newKey], raw[oldKey]
+    for k = 1, #ids do
+      local id = ids[k]
+      local depth = depths[id]
+      if depth > 0 then
+        local marker = '\1' .. id .. '\2'
+        local value = newValues[depth]
+        local at = value and string.find(value, marker, 1, true)
+        if not at then
+          value = oldValues[depth]
+          at = value and string.find(value, marker, 1, true)
+        end
+        if at then recordedAt[id] = tonumber(string.match(value, '^%d+', at + #marker)) end
+      end
+    end
+    return depths, recordedAt
   end
 
   -- Records that backend `id` holds the chain: writes `now` into `new` for the blocks past its depth
