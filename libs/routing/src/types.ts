@@ -147,7 +147,10 @@ export interface CostLine {
   readonly queueMs: number;
   readonly waitingMs: number;
   readonly kvMs: number;
-  /** prefillMs + queueMs + max(backlogMs, waitingMs) + kvMs, summed in that order. */
+  /**
+   * prefillMs + workMs + queueMs + max(backlogMs, waitingMs) + kvMs, summed in that order, where
+   * workMs = prefillMs · prefillWorkWeight (not carried: the explanation derives it from the parameters).
+   */
   readonly totalMs: number;
   /** Why the rule left it out before choosing, if it did. */
   readonly excluded?: 'saturated' | 'load-spread';

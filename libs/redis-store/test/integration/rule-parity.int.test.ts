@@ -70,6 +70,7 @@ function drawParams(random: () => number): Partial<CacheAwareParams> {
   return {
     bytesPerToken: pick([4, 3.3, 1]),
     prefillMsPerToken: pick([0.07, 0, 0.013, 0.2]),
+    prefillWorkWeight: pick([0, 1, 2.5]),
     queueMsPerRequest: pick([5, 0, 1.5, 40]),
     minMatchBlocks: pick([1, 0, 2]),
     saturationInflight: pick([0, 0, 2, 4, 8]),

@@ -9,8 +9,9 @@ const SHORT = aRequest({ blocks: 40 }); // 640 tokens: 44.8 ms of prefill
 const routedTo = (decision: RoutingDecision) => (decision.kind === 'routed' ? `${decision.backendId} ${decision.reason}` : 'rejected');
 
 describe('cacheaware', () => {
-  // The arithmetic in these cases uses 15 ms per request in flight (the pre-backlog default), kept explicit.
-  const policy = createCacheAwarePolicy({ queueMsPerRequest: 15 });
+  // The arithmetic in these cases uses 15 ms per request in flight (the pre-backlog default) and no
+  // weight on a request's own prefill work, kept explicit.
+  const policy = createCacheAwarePolicy({ queueMsPerRequest: 15, prefillWorkWeight: 0 });
 
   it.each<[string, typeof LONG, number, string]>([
     ['long prompt: warm with 5 in flight (75 ms) beats cold idle (448 ms)', LONG, 5, 'warm prefix-affinity'],
@@ -25,9 +26,34 @@ describe('cacheaware', () => {
   it('explains the cost of every candidate in milliseconds', () => {
     const decision = policy.choose(SHORT, [aCandidate('warm', { matchBlocks: 30, inflight: 1 }), aCandidate('cold', { inflight: 2 })], aContext());
     expect(decision.kind === 'routed' && decision.scores).toEqual([
-      { backendId: 'warm', matchBlocks: 30, inflight: 1, score: expect.closeTo(11.2 + 15, 6), parts: { prefillMs: expect.closeTo(11.2, 6), backlogMs: 0, queueMs: 15, waitingMs: 0, kvMs: 0 } },
-      { backendId: 'cold', matchBlocks: 0, inflight: 2, score: expect.closeTo(44.8 + 30, 6), parts: { prefillMs: expect.closeTo(44.8, 6), backlogMs: 0, queueMs: 30, waitingMs: 0, kvMs: 0 } },
+      { backendId: 'warm', matchBlocks: 30, inflight: 1, score: expect.closeTo(11.2 + 15, 6), parts: { prefillMs: expect.closeTo(11.2, 6), workMs: 0, backlogMs: 0, queueMs: 15, waitingMs: 0, kvMs: 0 } },
+      { backendId: 'cold', matchBlocks: 0, inflight: 2, score: expect.closeTo(44.8 + 30, 6), parts: { prefillMs: expect.closeTo(44.8, 6), workMs: 0, backlogMs: 0, queueMs: 30, waitingMs: 0, kvMs: 0 } },
     ]);
+  });
+
+  describe('prefillWorkWeight: the prefill a request adds to a backend counts beyond its own wait', () => {
+    // LONG on 'warm' (holds all 400 blocks; 8 000 tokens of prefill sent there, not started: 560 ms)
+    // against 'cold' (idle): 448 ms of own prefill there.
+    const candidates = [aCandidate('warm', { matchBlocks: 400, pendingPrefillTokens: 8_000 }), aCandidate('cold')];
+
+    it.each<[number, string]>([
+      // 0: warm costs 560 ms of backlog, cold 448 ms of prefill: the request spills (greedy on its own start).
+      [0, 'cold spilled-from-saturated'],
+      // 0.5: cold 448 + 224 = 672 ms > 560 ms: it waits for the backend that holds its document.
+      [0.5, 'warm prefix-affinity'],
+    ])('weight %s → %s', (weight, expected) => {
+      const weighted = createCacheAwarePolicy({ queueMsPerRequest: 15, prefillWorkWeight: weight });
+      expect(routedTo(weighted.choose(LONG, candidates, aContext()))).toBe(expected);
+    });
+
+    it('shows the work as its own part, in ms, and counts it in the score', () => {
+      const weighted = createCacheAwarePolicy({ queueMsPerRequest: 0, prefillWorkWeight: 2 });
+      const decision = weighted.choose(SHORT, [aCandidate('warm', { matchBlocks: 30 }), aCandidate('cold')], aContext());
+      expect(decision.kind === 'routed' && decision.scores.map((score) => [score.backendId, score.score, score.parts?.['workMs']])).toEqual([
+        ['warm', expect.closeTo(11.2 * 3, 6), expect.closeTo(22.4, 6)],
+        ['cold', expect.closeTo(44.8 * 3, 6), expect.closeTo(89.6, 6)],
+      ]);
+    });
   });
 
   describe('engine state (health poller)', () => {

@@ -7,7 +7,8 @@
  *   prefillMs(c) = max(0, textBytes − matchBlocks(c) · blockSizeBytes) / bytesPerToken · prefillMsPerToken
  *   backlogMs(c) = pendingPrefillTokens(c) · prefillMsPerToken      (prefills sent there, not yet started)
  *   queueMs(c)   = inflight(c) · queueMsPerRequest                 (decode interference of running requests)
- *   cost(c)      = prefillMs(c) + queueMs(c) + max(backlogMs(c), waitingMs(c)) + kvMs(c)
+ *   workMs(c)    = prefillMs(c) · prefillWorkWeight                (what that prefill costs the others: below)
+ *   cost(c)      = prefillMs(c) + workMs(c) + queueMs(c) + max(backlogMs(c), waitingMs(c)) + kvMs(c)
  *
  * With the engine's own figures fresh (health poller; `Candidate.engine`), two more terms:
  *   waitingMs(c) = engine.waiting(c) · engineWaitingMs      (its queue as the engine sees it: taken as
@@ -27,6 +28,14 @@
  * decoding request in flight (5 ms) is worth ≈ 70 tokens of prefill. Same shape as Dynamo's
  * `w · prefill_blocks + decode_blocks` and SMG's `(queued + inflight tokens) / throughput`, in time
  * units so each term reads on its own.
+ *
+ * Why workMs: the other terms price the request's own start, and a rule that minimises only that is
+ * greedy. It spills a long document to an idle cold backend as soon as the holder's backlog exceeds
+ * the prefill the cache saves, but that prefill is then work the requests arriving behind it wait out
+ * too, and under KV pressure a second copy of the document that evicts some other prefix there (whose
+ * next request then misses). Both grow with the uncached tokens, so they are priced as a multiple of
+ * the prefill: at weight w a warm backend keeps a request while its backlog is below (1 + w) times
+ * the prefill it saves. Measured in docs/results.md (issue 13, long-context-mix).
  *
  * Decision, in order:
  * 1. Saturation valve (off by default): candidates with inflight ≥ saturationInflight are excluded
@@ -65,7 +74,7 @@
  * CostOutcome, which `explainCostOutcome` turns into the decision, so a decision reads the same
  * whichever side evaluated it (libs/redis-store's rule-parity test compares them).
  *
- * Score: cost in ms, lower is better, [0, ∞). parts: { prefillMs, backlogMs, queueMs, waitingMs, kvMs } (+ { hashRank, bound } for cold placement).
+ * Score: cost in ms, lower is better, [0, ∞). parts: { prefillMs, workMs, backlogMs, queueMs, waitingMs, kvMs } (+ { hashRank, bound } for cold placement).
  * Reasons: `prefix-affinity`, `spilled-from-saturated`, `least-loaded`, `load-guard`, `cold-hash`.
  */
 
@@ -79,6 +88,13 @@ import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 export const CACHE_AWARE_PARAMS = {
   bytesPerToken: { default: 4, min: 0, exclusiveMin: true, unit: 'bytes', doc: 'routing-text bytes per engine token (0.5 … 16 sensible)' },
   prefillMsPerToken: { default: 0.07, min: 0, unit: 'ms', doc: 'prefill cost of one uncached token (0.07 ≈ 14 k tokens/s)', configKey: 'prefillMsPerToken' },
+  prefillWorkWeight: {
+    default: 0,
+    min: 0,
+    unit: '',
+    doc: "weight of a request's own uncached prefill beyond its wait: the requests after it on that backend wait for it too, and it evicts cached prefixes there (0 = only its own wait)",
+    configKey: 'prefillWorkWeight',
+  },
   queueMsPerRequest: { default: 5, min: 0, unit: 'ms', doc: 'cost of one request already in flight beyond its prefill backlog', configKey: 'queueMsPerRequest' },
   minMatchBlocks: {
     default: 0,
@@ -144,13 +160,14 @@ function costLines(request: RoutingRequest, candidates: readonly Candidate[], p:
   return candidates.map((c) => {
     const prefillTokens = estimatePrefillTokens(request, c.matchBlocks, p.bytesPerToken);
     const prefillMs = prefillTokens * p.prefillMsPerToken;
+    const workMs = prefillMs * p.prefillWorkWeight;
     const backlogMs = c.pendingPrefillTokens * p.prefillMsPerToken;
     const queueMs = c.inflight * p.queueMsPerRequest;
     const waitingMs = engineWaiting(c.engine) * p.engineWaitingMs;
     const free = engineFreeTokens(c);
     const kvMs = free >= 0 && free < prefillTokens + generation ? p.kvFullMs : 0;
     // Summed in this order in lib/choose-backend.lua too: float addition is not associative.
-    const totalMs = prefillMs + queueMs + Math.max(backlogMs, waitingMs) + kvMs;
+    const totalMs = prefillMs + workMs + queueMs + Math.max(backlogMs, waitingMs) + kvMs;
     return { prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs };
   });
 }
@@ -261,7 +278,8 @@ export function explainCostOutcome(outcome: CostOutcome, p: CacheAwareParams): R
   if (chosen === undefined || chosenLine === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
   const scores = candidates.map((candidate, index) => {
     const line = lines[index] as CostLine;
-    const parts: Record<string, number> = { prefillMs: line.prefillMs, backlogMs: line.backlogMs, queueMs: line.queueMs, waitingMs: line.waitingMs, kvMs: line.kvMs };
+    // workMs is not carried on the line (the Lua rule returns the same five terms): it is prefillMs · weight.
+    const parts: Record<string, number> = { prefillMs: line.prefillMs, workMs: line.prefillMs * p.prefillWorkWeight, backlogMs: line.backlogMs, queueMs: line.queueMs, waitingMs: line.waitingMs, kvMs: line.kvMs };
     if (line.cold !== undefined) {
       parts['hashRank'] = line.cold.hashRank;
       parts['bound'] = line.cold.bound;

@@ -59,18 +59,21 @@ end
 -- reason. p = the policy's parameters (its JSON, decoded); request = { textBytes, blockSizeBytes,
 -- maxTokens }. Returns chosen index, reason, valveLifted (boolean) and the cost lines (see LINE:
 -- prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs, excluded code, hashRank and bound, the last
--- two -1 unless cold placement ran and the candidate took part).
+-- two -1 unless cold placement ran and the candidate took part). workMs (prefillMs · prefillWorkWeight)
+-- is in totalMs but not on the line: the explanation derives it from the parameters.
 local function evaluateCost(candidates, p, request)
   local count = #candidates
   local max, ceil = math.max, math.ceil
   local lines = {}
   local textBytes, blockSizeBytes, generation = request.textBytes, request.blockSizeBytes, request.maxTokens
   local bytesPerToken, prefillMsPerToken, queueMsPerRequest = p.bytesPerToken, p.prefillMsPerToken, p.queueMsPerRequest
+  local prefillWorkWeight = p.prefillWorkWeight
   local engineWaitingMs, kvFullMs = p.engineWaitingMs, p.kvFullMs
   for j = 1, count do
     local c, at = candidates[j], (j - 1) * LINE
     local prefillTokens = ceil(max(0, textBytes - c.depth * blockSizeBytes) / bytesPerToken)
     local prefill = prefillTokens * prefillMsPerToken
+    local work = prefill * prefillWorkWeight
     local backlog = c.pending * prefillMsPerToken
     local queue = c.inflight * queueMsPerRequest
     local waiting = c.waiting * engineWaitingMs
@@ -78,7 +81,7 @@ local function evaluateCost(candidates, p, request)
     if c.freeTokens >= 0 and max(0, c.freeTokens - c.pending) < prefillTokens + generation then kv = kvFullMs end
     lines[at + PREFILL_MS], lines[at + BACKLOG_MS], lines[at + QUEUE_MS], lines[at + WAITING_MS], lines[at + KV_MS] = prefill, backlog, queue, waiting, kv
     -- The same terms in the same order as cache-aware.ts (float addition is not associative).
-    lines[at + TOTAL_MS] = prefill + queue + max(backlog, waiting) + kv
+    lines[at + TOTAL_MS] = prefill + work + queue + max(backlog, waiting) + kv
     lines[at + EXCLUDED], lines[at + HASH_RANK], lines[at + BOUND] = 0, -1, -1
   end
 
