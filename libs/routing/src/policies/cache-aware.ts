@@ -89,7 +89,7 @@ export const CACHE_AWARE_PARAMS = {
   bytesPerToken: { default: 4, min: 0, exclusiveMin: true, unit: 'bytes', doc: 'routing-text bytes per engine token (0.5 … 16 sensible)' },
   prefillMsPerToken: { default: 0.07, min: 0, unit: 'ms', doc: 'prefill cost of one uncached token (0.07 ≈ 14 k tokens/s)', configKey: 'prefillMsPerToken' },
   prefillWorkWeight: {
-    default: 0,
+    default: 2,
     min: 0,
     unit: '',
     doc: "weight of a request's own uncached prefill beyond its wait: the requests after it on that backend wait for it too, and it evicts cached prefixes there (0 = only its own wait)",
