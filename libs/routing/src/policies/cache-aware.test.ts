@@ -58,9 +58,10 @@ describe('cacheaware', () => {
 
   describe('engine state (health poller)', () => {
     it('lets a warm backend lose when its own queue costs more than the prefill it saves', () => {
-      // LONG: 6 400 tokens. 'warm' holds all but the last block; its engine has 20 requests waiting
-      // (800 ms at 40 ms each), far more than the ~448 ms of prefill it saves.
-      const warm = aCandidate('warm', { matchBlocks: 399, engine: anEngine({ waiting: 20 }) });
+      // LONG: 6 400 tokens. 'warm' holds all but the last block; its engine has 40 requests waiting
+      // (1 600 ms at 40 ms each), more than the ~448 ms of prefill it saves counted with its work
+      // (× (1 + prefillWorkWeight 2) = 1 344 ms).
+      const warm = aCandidate('warm', { matchBlocks: 399, engine: anEngine({ waiting: 40 }) });
       const cold = aCandidate('cold', { engine: anEngine({ waiting: 0 }) });
       expect(routedTo(createCacheAwarePolicy().choose(LONG, [warm, cold], aContext()))).toBe('cold spilled-from-saturated');
       // Without the engine's figures the same backend stays home.
@@ -72,7 +73,7 @@ describe('cacheaware', () => {
       const decision = createCacheAwarePolicy().choose(LONG, [candidate], aContext());
       const parts = decision.kind === 'routed' ? decision.scores[0]?.parts : undefined;
       expect(parts).toMatchObject({ backlogMs: expect.closeTo(70, 6), waitingMs: 40 });
-      expect(decision.kind === 'routed' && decision.scores[0]?.score).toBeCloseTo((parts?.prefillMs ?? 0) + 70, 6);
+      expect(decision.kind === 'routed' && decision.scores[0]?.score).toBeCloseTo((parts?.prefillMs ?? 0) + (parts?.workMs ?? 0) + 70, 6);
     });
 
     it('charges kvFullMs where the request’s KV would not fit, and nothing for an unknown engine', () => {
