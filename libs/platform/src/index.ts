@@ -7,6 +7,7 @@ export { renderConfigHelp, type RenderConfigHelpOptions } from './config/render-
 export { renderConfigMarkdown } from './config/render-config-markdown';
 export { ConfigError, describeSource, type ConfigProblem, type ConfigSource } from './config/config-error';
 export type { ConfigSchema, EnvMap } from './config/config-options';
+export { secretOption } from './config/secret-option';
 export { toEnvName, toFlagName } from './config/option-names';
 
 export { createLogger, type CreateLoggerOptions } from './logging/create-logger';

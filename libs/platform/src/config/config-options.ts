@@ -5,6 +5,7 @@
 import type { z } from 'zod';
 import { describeField, type FieldShape } from './field-shape';
 import { toEnvName, toFlagName } from './option-names';
+import { flagRefusedBecause } from './secret-option';
 
 /** Any zod object schema; the loader only reads its `shape`. */
 export type ConfigSchema = z.ZodObject<z.core.$ZodLooseShape, z.core.$ZodObjectConfig>;
@@ -14,8 +15,10 @@ export type EnvMap<S extends ConfigSchema> = Partial<Record<Extract<keyof S['sha
 
 export interface ConfigOption {
   key: string;
-  /** Flag name without dashes; null for nested objects, which only a config file can set. */
+  /** Flag name without dashes; null for nested objects, which only a config file can set, and for secrets. */
   flag: string | null;
+  /** A secret (secret-option.ts): the flag it would have, refused, and why. */
+  refusedFlag?: { readonly name: string; readonly reason: string };
   /** Env var name; null for nested objects. */
   env: string | null;
   shape: FieldShape;
@@ -37,7 +40,8 @@ export function listConfigOptions(schema: ConfigSchema, naming: ConfigOptionNami
   for (const [key, field] of Object.entries(schema.shape)) {
     const shape = describeField(field);
     const settable = shape.kind !== 'object';
-    const flag = settable ? toFlagName(key) : null;
+    const refusedBecause = flagRefusedBecause(field as z.core.$ZodType);
+    const flag = settable && refusedBecause === undefined ? toFlagName(key) : null;
     if (flag !== null) {
       // Programmer errors in the schema, not user input: fail loudly at the first load rather than shadow a key.
       if (RESERVED_FLAGS.has(flag) || flag === naming.fileFlag) {
@@ -48,7 +52,9 @@ export function listConfigOptions(schema: ConfigSchema, naming: ConfigOptionNami
       seenFlags.set(flag, key);
     }
     const env = settable ? (naming.envMap[key] ?? toEnvName(key, naming.envPrefix)) : null;
-    options.push({ key, flag, env, shape });
+    const option: ConfigOption = { key, flag, env, shape };
+    if (settable && refusedBecause !== undefined) option.refusedFlag = { name: toFlagName(key), reason: refusedBecause };
+    options.push(option);
   }
   return options;
 }

@@ -179,6 +179,7 @@ function toProblem(
 }
 
 function howToSet(option: ConfigOption): string {
+  if (option.flag === null && option.env !== null) return `set ${option.env} or "${option.key}" in the config file`;
   if (option.flag === null || option.env === null) return 'set it in the config file';
   return `set --${option.flag}, ${option.env} or "${option.key}" in the config file`;
 }

@@ -27,6 +27,8 @@ export interface ParsedFlags {
 export function parseConfigFlags(argv: readonly string[], options: readonly ConfigOption[], fileFlag: string): ParsedFlags {
   const byFlag = new Map<string, ConfigOption>();
   for (const option of options) if (option.flag !== null) byFlag.set(option.flag, option);
+  const refused = new Map<string, ConfigOption>();
+  for (const option of options) if (option.refusedFlag !== undefined) refused.set(option.refusedFlag.name, option);
 
   const result: ParsedFlags = { help: false, values: new Map(), problems: [] };
   let index = 0;
@@ -77,6 +79,15 @@ export function parseConfigFlags(argv: readonly string[], options: readonly Conf
       const previous = result.values.get(option.key);
       const raw = option.shape.kind === 'array' && previous !== undefined ? `${previous.raw},${value}` : value;
       result.values.set(option.key, { name, raw });
+      continue;
+    }
+
+    const secret = refused.get(name);
+    if (secret?.refusedFlag !== undefined) {
+      // Refused without echoing the value; skip a separate value so it is not reported as a stray argument.
+      if (inlineValue === undefined && argv[index] !== undefined && !(argv[index] as string).startsWith('--')) index += 1;
+      const how = secret.env === null ? `"${secret.key}" in the config file` : `${secret.env} or "${secret.key}" in the config file`;
+      result.problems.push({ path: `--${name}`, message: `is refused: ${secret.refusedFlag.reason}; set ${how} instead` });
       continue;
     }
 

@@ -24,7 +24,8 @@ export function renderConfigHelp<S extends ConfigSchema>(schema: S, options: Ren
   const fileFlag = options.fileFlag ?? 'config';
   const configOptions = listConfigOptions(schema, { envPrefix, envMap: options.envMap ?? {}, fileFlag });
   const settable = configOptions.filter((option) => option.flag !== null);
-  const fileOnly = configOptions.filter((option) => option.flag === null);
+  const secrets = configOptions.filter((option) => option.refusedFlag !== undefined);
+  const fileOnly = configOptions.filter((option) => option.flag === null && option.refusedFlag === undefined);
 
   const lines: string[] = [];
   if (options.usage !== undefined) lines.push(options.usage, '');
@@ -36,6 +37,11 @@ export function renderConfigHelp<S extends ConfigSchema>(schema: S, options: Ren
   );
   for (const option of settable) lines.push(...renderOption(option));
   lines.push(`${INDENT}-h, --help`, `${DETAIL_INDENT}Print this help and exit.`);
+
+  if (secrets.length > 0) {
+    lines.push('', 'Secrets (env or config file only; their flags are refused: arguments show in ps):');
+    for (const option of secrets) lines.push(...renderOption(option));
+  }
 
   if (fileOnly.length > 0) {
     lines.push('', 'Config file only (nested sections):');
@@ -53,7 +59,9 @@ export function renderConfigHelp<S extends ConfigSchema>(schema: S, options: Ren
 function renderOption(option: ConfigOption): string[] {
   const { shape } = option;
   const heading =
-    option.flag === null
+    option.refusedFlag !== undefined
+      ? `${INDENT}${option.key} <${typeLabel(shape)}>`
+      : option.flag === null
       ? `${INDENT}${option.key} <object>`
       : shape.kind === 'boolean'
         ? `${INDENT}--[no-]${option.flag}`

@@ -1,6 +1,7 @@
 import type { ConfigSchema } from './config-options';
 import { describeField } from './field-shape';
 import { toEnvName, toFlagName } from './option-names';
+import { flagRefusedBecause } from './secret-option';
 
 /**
  * A Markdown table of every option of an app's config schema: file key, flag, env var, type, default,
@@ -24,7 +25,8 @@ export function renderConfigMarkdown(schema: ConfigSchema, options: { title: str
               ? 'value'
               : shape.kind;
     const defaultText = shape.defaultValue ? `\`${JSON.stringify(shape.defaultValue.value)}\`` : shape.optional ? 'unset' : '**required**';
-    const flag = shape.kind === 'object' ? '' : `\`--${toFlagName(key)}\``;
+    const secret = flagRefusedBecause(field as Parameters<typeof describeField>[0]) !== undefined;
+    const flag = shape.kind === 'object' ? '' : secret ? 'refused (secret: env or file only)' : `\`--${toFlagName(key)}\``;
     const env = shape.kind === 'object' ? '' : `\`${toEnvName(key, options.envPrefix)}\``;
     lines.push(`| \`${key}\` | ${flag} | ${env} | ${type} | ${defaultText} | ${(shape.description ?? '').replaceAll('|', '\\|')} |`);
   }
