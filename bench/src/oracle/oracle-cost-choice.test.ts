@@ -12,21 +12,24 @@ function aCandidate(backendId: string, overrides: Partial<Omit<OracleCandidate, 
 const REQUEST: OracleCostRequest = { model: 'm', promptTokens: 5000, headHash: 12345, maxTokens: 64, blockSizeBytes: 256 };
 
 describe('oracle-cost', () => {
-  it("feeds cacheaware's rule the true uncached tokens: cost = (prompt − cached) × prefillMsPerToken + in flight × queueMsPerRequest + backlog", () => {
+  // The uncached prefill counts 1 + prefillWorkWeight times (its own wait, and the work others wait behind).
+  const weighted = 1 + DEFAULTS.prefillWorkWeight;
+
+  it("feeds cacheaware's rule the true uncached tokens: cost = (prompt − cached) × prefillMsPerToken × (1 + prefillWorkWeight) + in flight × queueMsPerRequest + backlog", () => {
     const choice = chooseOracleCostBackend(REQUEST, [aCandidate('warm', { trueMatchTokens: 4000, inflight: 1 }), aCandidate('cold')], DEFAULTS);
     expect(choice?.backendId).toBe('warm');
     expect(choice?.reason).toBe('prefix-affinity');
-    // warm: 1000 uncached tokens × 0.07 ms + 1 in flight × 5 ms; cold: 5000 × 0.07 ms.
-    expect(choice?.scores[0]).toBeCloseTo(1000 * 0.07 + 5, 9);
-    expect(choice?.scores[1]).toBeCloseTo(5000 * 0.07, 9);
+    // warm: 1000 uncached tokens × 0.07 ms (weighted) + 1 in flight × 5 ms; cold: 5000 × 0.07 ms (weighted).
+    expect(choice?.scores[0]).toBeCloseTo(1000 * 0.07 * weighted + 5, 9);
+    expect(choice?.scores[1]).toBeCloseTo(5000 * 0.07 * weighted, 9);
   });
 
   it('leaves a warm backend whose prefill backlog costs more than the hit saves, where the oracle stays', () => {
-    // warm: 1000 × 0.07 + 3 × 5 + 20000 backlog tokens × 0.07 = 1485 ms; cold: 350 ms.
+    // warm: 1000 × 0.07 × 3 + 3 × 5 + 20000 backlog tokens × 0.07 = 1625 ms; cold: 5000 × 0.07 × 3 = 1050 ms.
     const candidates = [aCandidate('warm', { trueMatchTokens: 4000, inflight: 3, pendingPrefillTokens: 20_000 }), aCandidate('cold')];
     const choice = chooseOracleCostBackend(REQUEST, candidates, DEFAULTS);
     expect(choice).toMatchObject({ backendId: 'cold', reason: 'spilled-from-saturated' });
-    expect(choice?.scores[0]).toBeCloseTo(70 + 15 + 1400, 9);
+    expect(choice?.scores[0]).toBeCloseTo(70 * weighted + 15 + 1400, 9);
     expect(chooseOracleBackend(candidates)?.backendId).toBe('warm');
   });
 
