@@ -64,5 +64,7 @@ if [ ${#problems[@]} -gt 0 ]; then
   exit 1
 fi
 
-compose_version="$(docker compose version 2>/dev/null || (docker-compose version 2>/dev/null | head -n 1))"
-echo "ensure-system-tools: $(haproxy -v | head -n 1); $(wrk -v 2>&1 | head -n 1); $(promtool --version 2>&1 | head -n 1); $compose_version; kubectl $(kubectl version --client 2>/dev/null | tr '\n' ' ')"
+# First lines through `sed -n 1p`, not `head -n 1`: head exits after one line, and a tool still writing
+# then dies of SIGPIPE, which pipefail turns into this script's exit status (141) on some runs.
+compose_version="$(docker compose version 2>/dev/null || docker-compose version 2>/dev/null | sed -n 1p)"
+echo "ensure-system-tools: $(haproxy -v | sed -n 1p); $(wrk -v 2>&1 | sed -n 1p); $(promtool --version 2>&1 | sed -n 1p); $compose_version; kubectl $(kubectl version --client 2>/dev/null | tr '\n' ' ')"
