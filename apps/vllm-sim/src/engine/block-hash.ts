@@ -8,7 +8,15 @@ import { BLOCK_SIZE_TOKENS } from './profiles';
  * cached blocks are ~10^-6.
  */
 
-/** Hash of the empty prefix, optionally salted (`cache_salt` gives a request a separate cache). */
+/**
+ * Parent hash of a request's first block. Unsalted: one constant, so every unsalted request shares
+ * blocks. Salted: a hash of the salt instead. vLLM adds `cache_salt` as an extra key of the first
+ * block only (`generate_block_hash_extra_keys` in vllm/v1/core/kv_cache_utils.py, when
+ * start_token_idx == 0); every later block chains from it, so requests with different salts share
+ * no block and requests with the same salt share as usual. Feeding the salt into block 0's hash
+ * through its parent is that same partition. An empty salt counts as none (vLLM's truthiness test;
+ * the API refuses it before it gets here).
+ */
 export function rootHash(salt?: string): number {
   if (salt === undefined || salt === '') return 0x1b873593;
   let h1 = 0x9e3779b1;

@@ -3,7 +3,9 @@ import { ChatCompletionRequest, CompletionRequest } from '@kvroute/protocols';
 import type { z } from 'zod';
 import { EngineError } from '../engine-errors';
 import type { FaultInjector } from '../faults';
+import type { EngineVersion } from '../engine/engine';
 import { AgentTurnFields, PLAIN_TURN, planTurn, type AgentSettings, type TurnPlan } from '../generation/agent-turn';
+import { readCacheSalt, withoutNullCacheSalt } from '../generation/cache-salt';
 import { prepareChatPrompts, prepareCompletionPrompts, type PreparedPrompt, type PromptLimits } from '../generation/prepare-prompts';
 import type { EndpointKind } from '../generation/response-format';
 import { serveGeneration, type GenerationDeps } from '../generation/serve-generation';
@@ -19,9 +21,11 @@ export interface GenerationRoutesOptions {
 
 /** `POST /v1/chat/completions` and `POST /v1/completions`: validate, template, tokenize, run on the engine. */
 export async function generationRoutes(app: FastifyInstance, options: GenerationRoutesOptions): Promise<void> {
+  const engineVersion = options.generation.loop.engine.version;
+
   app.post('/v1/chat/completions', async (request, reply) => {
     const receivedAtMs = performance.now();
-    const body = parseBody(ChatCompletionRequest, request.body);
+    const { body, cacheSalt } = parseSaltedBody(ChatCompletionRequest, request.body, engineVersion);
     checkModel(body.model, options.servedModel);
     const prompts = prepareChatPrompts(body, options.limits);
     const agentFields = parseBody(AgentTurnFields, body);
@@ -31,18 +35,26 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
       enableThinking: agentFields.chat_template_kwargs?.enable_thinking,
       promptTokens: prompts[0]?.tokens ?? [],
     });
-    await run(reply, 'chat', body, prompts, receivedAtMs, turn);
+    await run(reply, 'chat', body, cacheSalt, prompts, receivedAtMs, turn);
   });
 
   app.post('/v1/completions', async (request, reply) => {
     const receivedAtMs = performance.now();
-    const body = parseBody(CompletionRequest, request.body);
+    const { body, cacheSalt } = parseSaltedBody(CompletionRequest, request.body, engineVersion);
     checkModel(body.model, options.servedModel);
     const prompts = prepareCompletionPrompts(body, options.limits);
-    await run(reply, 'text', body, prompts, receivedAtMs, PLAIN_TURN);
+    await run(reply, 'text', body, cacheSalt, prompts, receivedAtMs, PLAIN_TURN);
   });
 
-  async function run(reply: FastifyReply, kind: EndpointKind, body: ChatCompletionRequest | CompletionRequest, prompts: PreparedPrompt[], receivedAtMs: number, turn: TurnPlan): Promise<void> {
+  async function run(
+    reply: FastifyReply,
+    kind: EndpointKind,
+    body: ChatCompletionRequest | CompletionRequest,
+    cacheSalt: string | undefined,
+    prompts: PreparedPrompt[],
+    receivedAtMs: number,
+    turn: TurnPlan,
+  ): Promise<void> {
     const faults = options.faults;
     if (faults.current.extraLatencyMs > 0) await delay(faults.current.extraLatencyMs);
     const action = faults.draw();
@@ -61,7 +73,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
         stream: body.stream === true,
         includeUsage: body.stream_options?.include_usage === true,
         ignoreEos: body.ignore_eos === true,
-        cacheSalt: body.cache_salt,
+        cacheSalt,
         turn,
         receivedAtMs,
       },
@@ -80,6 +92,16 @@ export function parseBody<Schema extends z.ZodType>(schema: Schema, body: unknow
     throw new EngineError('bad-request', `Invalid request: ${details}`);
   }
   return result.data;
+}
+
+/**
+ * A generation body (chat or completion, also what `/sim/match` takes) and its validated `cache_salt`.
+ * The salt is checked first, as vLLM does (generation/cache-salt.ts); the schema then sees the body
+ * without a null salt, which vLLM takes as no salt.
+ */
+export function parseSaltedBody<Schema extends z.ZodType>(schema: Schema, body: unknown, engineVersion: EngineVersion): { body: z.infer<Schema>; cacheSalt: string | undefined } {
+  const cacheSalt = readCacheSalt(body, engineVersion);
+  return { body: parseBody(schema, withoutNullCacheSalt(body)), cacheSalt };
 }
 
 export function checkModel(model: string, servedModel: string): void {

@@ -4,9 +4,9 @@ import type { Engine } from '../engine/engine';
 import type { EngineLoop } from '../engine/engine-loop';
 import type { ResponseLatency } from '../generation/response-latency';
 import { FaultSettings, type ConnectionGate, type FaultInjector } from '../faults';
-import { prepareChatPrompts, prepareCompletionPrompts, type PromptLimits } from '../generation/prepare-prompts';
+import { prepareChatPrompts, prepareCompletionPrompts, type PreparedPrompt, type PromptLimits } from '../generation/prepare-prompts';
 import { EngineError } from '../engine-errors';
-import { checkModel, parseBody } from './generation-routes';
+import { checkModel, parseSaltedBody } from './generation-routes';
 
 export interface SimControlRoutesOptions {
   readonly engine: Engine;
@@ -35,11 +35,19 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
   app.post('/sim/match', async (request) => {
     const body = request.body as Record<string, unknown> | undefined;
     if (body && typeof body.model === 'string') checkModel(body.model, options.servedModel);
-    const prompts =
-      body && 'messages' in body
-        ? prepareChatPrompts(parseBody(ChatCompletionRequest, body), options.limits)
-        : prepareCompletionPrompts(parseBody(CompletionRequest, body), options.limits);
-    const salt = typeof body?.cache_salt === 'string' ? body.cache_salt : undefined;
+    // The same checks as the real request, cache_salt included (a salt the engine would refuse is a
+    // 400 here too), so the oracle's answer is what cached_tokens would say.
+    let prompts: PreparedPrompt[];
+    let salt: string | undefined;
+    if (body && 'messages' in body) {
+      const parsed = parseSaltedBody(ChatCompletionRequest, body, engine.version);
+      prompts = prepareChatPrompts(parsed.body, options.limits);
+      salt = parsed.cacheSalt;
+    } else {
+      const parsed = parseSaltedBody(CompletionRequest, body, engine.version);
+      prompts = prepareCompletionPrompts(parsed.body, options.limits);
+      salt = parsed.cacheSalt;
+    }
     const perPrompt = prompts.map((prompt) => ({
       prompt_tokens: prompt.tokens.length,
       cached_tokens: engine.matchPrefixTokens(prompt.tokens, salt),
