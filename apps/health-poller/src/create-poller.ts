@@ -1,5 +1,5 @@
 import { detectEngineRestart, hitRateOverInterval, parseEngineMetrics } from '@kvroute/engine-metrics';
-import { ShutdownStack, type ShutdownResult } from '@kvroute/platform';
+import { loadUpstreamKeys, ShutdownStack, type ShutdownResult } from '@kvroute/platform';
 import { createRedis, DEFAULT_KEY_NAMESPACE, quitRedis, RedisBackendSet, RedisBackendStateStore, waitUntilReady, type BackendEntry, type BackendSetWatch } from '@kvroute/redis-store';
 import { Queue, Worker, type Job } from 'bullmq';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
@@ -37,6 +37,8 @@ export interface HealthPollerDeps {
   readonly keyNamespace?: string;
   /** /metrics text → figures (default `parseEngineMetrics` of @kvroute/engine-metrics). */
   readonly parse?: ParseEngineMetrics;
+  /** Where `apiKeyEnv`/`upstreamApiKeyEnv` are read (main.ts: `process.env`; default: none set). */
+  readonly env?: Readonly<Record<string, string | undefined>>;
   /** Called after each job (tests, diagnostics). */
   readonly onJob?: (backendId: string, result: ScrapeJobResult) => void;
 }
@@ -67,6 +69,8 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
   let closing = false;
   let working = false;
   const configured = configuredBackends(config.backends);
+  // Read at start, before anything opens; held in memory only: a scrape job's data (in Redis) carries the URL, never a key.
+  const upstreamKeys = loadUpstreamKeys(config, { env: deps.env ?? {} });
   let shared: readonly BackendEntry[] = [];
   let backends: readonly PolledBackend[] = configured;
 
@@ -99,7 +103,10 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
   const parse = deps.parse ?? parseEngineMetrics;
   const jobDeps = {
     store,
-    scrape: (target: Parameters<typeof scrapeBackend>[0]) => scrapeBackend(target, { get, parse }),
+    scrape: (target: Parameters<typeof scrapeBackend>[0]) => {
+      const authorization = upstreamKeys.authorizationFor(target.url);
+      return scrapeBackend(target, { get: authorization === null ? get : (url) => get(url, { authorization }), parse });
+    },
     hitRate: hitRateOverInterval,
     detectRestart: detectEngineRestart,
     metrics,

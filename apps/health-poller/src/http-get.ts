@@ -6,8 +6,11 @@ export interface HttpAnswer {
   readonly body: string;
 }
 
-/** GETs a URL; rejects with a `ScrapeRequestError`. Injected into the scrape so its logic is testable without sockets. */
-export type HttpGet = (url: string) => Promise<HttpAnswer>;
+/**
+ * GETs a URL, with extra request headers (the backend's `authorization`); rejects with a
+ * `ScrapeRequestError`. Injected into the scrape so its logic is testable without sockets.
+ */
+export type HttpGet = (url: string, headers?: Readonly<Record<string, string>>) => Promise<HttpAnswer>;
 
 /** `connect`: refused, reset, unreachable, closed mid-answer; `timeout`: no full answer in time. */
 export type RequestFailureKind = 'connect' | 'timeout';
@@ -32,10 +35,10 @@ const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEO
  */
 export function createHttpGet(options: { readonly dispatcher: Dispatcher; readonly timeoutMs: number }): HttpGet {
   const { dispatcher, timeoutMs } = options;
-  return async (url) => {
+  return async (url, headers) => {
     const signal = AbortSignal.timeout(timeoutMs);
     try {
-      const response = await request(url, { method: 'GET', dispatcher, signal, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+      const response = await request(url, { method: 'GET', dispatcher, signal, headersTimeout: timeoutMs, bodyTimeout: timeoutMs, ...(headers === undefined ? {} : { headers }) });
       return { status: response.statusCode, body: await response.body.text() };
     } catch (error) {
       const kind: RequestFailureKind = signal.aborted || TIMEOUT_CODES.has(codeOf(error)) ? 'timeout' : 'connect';

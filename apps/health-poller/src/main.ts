@@ -20,7 +20,7 @@ async function main(): Promise<void> {
   const config = loaded.config;
   const logger = createLogger({ service: 'kvroute-poller', level: config.logLevel });
   if (loaded.ignoredFileKeys.length > 0) logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
-  const poller = await createHealthPoller(config, { logger });
+  const poller = await createHealthPoller(config, { logger, env: process.env });
   let stopping = false;
   onTerminationSignal(
     async (signal) => {

@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
-import { createLogger, settlesWithin, ShutdownStack } from '@kvroute/platform';
+import { createLogger, loadUpstreamKeys, settlesWithin, ShutdownStack } from '@kvroute/platform';
 import { policyParamsFromSettings, type RoutingStateStore } from '@kvroute/routing';
 import { buildRouterApp } from './app';
 import type { BackendRegistry } from './backends/backend-registry';
@@ -75,6 +75,8 @@ export interface RouterServerDeps {
   readonly random?: () => number;
   /** Routing state (default: in memory, for a single replica). */
   readonly state?: RoutingStateStore;
+  /** Where `apiKeyEnv`/`upstreamApiKeyEnv` are read (main.ts: `process.env`; default: none set). */
+  readonly env?: Readonly<Record<string, string | undefined>>;
 }
 
 /**
@@ -89,11 +91,13 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const requestLogger = logger ?? createLogger({ service: 'kvroute-router', level: 'silent' });
   // Policies first: pure, and a parameter out of range fails here, before anything is opened.
   const policies = new PolicyTable({ policy: config.policy, passthroughPolicy: config.passthroughPolicy, params: policyParamsFromSettings(config), calibratedFigures: config.calibrateCostModel ? config.calibratedFigures : [] });
+  // Upstream keys next: a named key file or variable that cannot be read fails the start before anything opens.
+  const upstreamKeys = loadUpstreamKeys(config, { env: deps.env ?? {} });
   const closers = new ShutdownStack();
   const metrics = new RouterMetrics();
 
   const state = wireState(config, { nowMs, logger, metrics, state: deps.state }, closers);
-  const backends = wireBackends(config, { nowMs, logger, state: state.state, redis: state.redis, engineStates: state.engineStates, metrics }, closers);
+  const backends = wireBackends(config, { nowMs, logger, state: state.state, redis: state.redis, engineStates: state.engineStates, metrics, upstreamKeys }, closers);
   metrics.readFrom({
     inflight: () => state.state.inflightCounts(),
     breakerStates: () => new Map(backends.registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),

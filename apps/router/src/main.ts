@@ -23,7 +23,7 @@ async function main(): Promise<void> {
   const logger = createLogger({ service: 'kvroute-router', level: config.logLevel });
   if (loaded.ignoredFileKeys.length > 0) logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
   const shutdown = new ShutdownStack();
-  const router = await createRouterServer(config, { logger: logger.child({ component: 'http' }) });
+  const router = await createRouterServer(config, { logger: logger.child({ component: 'http' }), env: process.env });
   const url = await router.listen();
   shutdown.push('router', async () => {
     const report = await router.close({ drainDelayMs: config.shutdownDrainDelayMs, graceMs: config.shutdownGraceMs });

@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { UpstreamKeys } from '@kvroute/platform';
 import { DEFAULT_GENERATION_LIMITS } from '@kvroute/protocols';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
@@ -252,7 +253,7 @@ describe('through the router to vllm-sim, against the same request sent directly
 describe('requestStreamUsage off', () => {
   let fake: FakeVllm;
   let app: FastifyInstance | undefined;
-  const pools = new UpstreamPools({ connectTimeoutMs: 1_000, headersTimeoutMs: 5_000, idleTimeoutMs: 5_000 });
+  const pools = new UpstreamPools({ connectTimeoutMs: 1_000, headersTimeoutMs: 5_000, idleTimeoutMs: 5_000, keys: UpstreamKeys.none() });
   beforeAll(async () => {
     fake = await new FakeVllm('\n', () => [31, 200]).start();
   });
@@ -290,6 +291,7 @@ describe('requestStreamUsage off', () => {
           policyName: 'test',
           path: '/v1/chat/completions',
           headers: request.headers,
+          clientHop: { peerAddress: request.ip, proto: 'http' },
           body: parsed.body,
           requestId: 'r1',
           arrivedAtMs: performance.now(),

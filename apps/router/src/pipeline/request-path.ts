@@ -1,7 +1,9 @@
 import type { ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Backend } from '../backends/backend-registry';
 import { RouterError } from '../errors';
+import type { ClientHop } from '../proxy/header-hygiene';
 import type { RouterMetrics } from '../router-metrics';
 import type { Learner } from './learn';
 import { parseRequest, type Endpoint, type ParsedRequest, type ParseOptions } from './parse';
@@ -59,6 +61,7 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
           policyName: ticket.policyName,
           path: of.request.url,
           headers: of.request.headers,
+          clientHop: clientHopOf(of.request),
           body: of.body,
           requestId: of.request.id,
           arrivedAtMs: of.request.arrivedAtMs,
@@ -89,6 +92,16 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
       if (!(error instanceof RouterError)) request.log.error({ err: error }, 'unexpected error while forwarding');
     }
   };
+}
+
+/**
+ * The client's connection as the socket saw it: the peer address, never a header's claim (Fastify's
+ * `request.ip` would follow `X-Forwarded-For` if `trustProxy` were ever set). A socket already closed
+ * has no address: `unknown`, as RFC 7239 spells an unknown node.
+ */
+function clientHopOf(request: FastifyRequest): ClientHop {
+  const socket = request.raw.socket as Socket & { encrypted?: boolean };
+  return { peerAddress: socket.remoteAddress ?? 'unknown', proto: socket.encrypted === true ? 'https' : 'http' };
 }
 
 /** Whether the client asked for a stream (the body was validated by parse). */

@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Backend } from '../backends/backend-registry';
-import { endToEndHeaders } from '../proxy/hop-by-hop';
+import { upstreamRequestHeaders, type ClientHop } from '../proxy/header-hygiene';
 import { RelayHandler, type RelayEvents, type TryOutcome } from '../proxy/relay-handler';
 import type { UpstreamPools } from '../proxy/upstream-pool';
 import type { RouterMetrics } from '../router-metrics';
@@ -26,8 +26,10 @@ export interface Shipment {
   readonly policyName: string;
   /** Path after the backend's base path, e.g. `/v1/chat/completions` (with query string). */
   readonly path: string;
-  /** The client's headers (hop-by-hop ones are dropped here). */
+  /** The client's headers (hop-by-hop ones, credentials and cookies are dropped here: proxy/header-hygiene.ts). */
   readonly headers: Record<string, string | string[] | undefined>;
+  /** The client's connection, for `X-Forwarded-For` and `X-Forwarded-Proto`. */
+  readonly clientHop: ClientHop;
   readonly body: Buffer;
   readonly requestId: string;
   /** performance.now() when the request arrived. */
@@ -44,7 +46,7 @@ export interface Shipment {
 /** Sends one try; resolves how it ended (`retry`: nothing reached the client). */
 export async function send(deps: SendDeps, shipment: Shipment, response: ServerResponse): Promise<TryOutcome> {
   const { backend } = shipment;
-  const headers = endToEndHeaders(shipment.headers);
+  const headers = upstreamRequestHeaders(shipment.headers, shipment.clientHop, deps.upstreams.authorizationOf(backend));
   headers['x-request-id'] = shipment.requestId;
   const handler = new RelayHandler({
     response,

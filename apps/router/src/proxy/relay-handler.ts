@@ -5,7 +5,7 @@ import type { Dispatcher } from 'undici';
 import { RouterError } from '../errors';
 import type { RouterMetrics } from '../router-metrics';
 import { FirstOutputWatch } from './first-output-watch';
-import { endToEndHeaders } from './hop-by-hop';
+import { clientResponseHeaders } from './header-hygiene';
 import { ResponseTail } from './response-tail';
 import { StreamUsageStrip, type FingerprintMemory } from './usage-strip';
 
@@ -51,7 +51,7 @@ const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_CONNECT_TIMEO
 
 /**
  * An undici dispatch handler that relays one upstream response straight into the client's response:
- * status and end-to-end headers plus the routing headers, then body chunks as they arrive, with
+ * status and end-to-end headers (less `Set-Cookie` and `Server`: header-hygiene.ts) plus the routing headers, then body chunks as they arrive, with
  * backpressure (the upstream is paused while the client's buffer is full). No intermediate stream,
  * async iterator or AbortController: this runs for every request, so it is the proxy's hot path.
  *
@@ -112,7 +112,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       return;
     }
     this.mode = 'relay';
-    const outgoing = endToEndHeaders(headers as Record<string, string | string[] | undefined>);
+    const outgoing = clientResponseHeaders(headers as Record<string, string | string[] | undefined>);
     this.isSse = String(outgoing['content-type'] ?? '').startsWith('text/event-stream');
     outgoing['x-router-backend'] = target.backendId;
     outgoing['x-router-reason'] = target.reason;

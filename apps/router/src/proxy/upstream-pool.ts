@@ -1,3 +1,4 @@
+import type { UpstreamKeys } from '@kvroute/platform';
 import { Pool } from 'undici';
 import type { Backend } from '../backends/backend-registry';
 import type { FingerprintMemory } from './usage-strip';
@@ -6,6 +7,8 @@ export interface UpstreamPoolOptions {
   readonly connectTimeoutMs: number;
   readonly headersTimeoutMs: number;
   readonly idleTimeoutMs: number;
+  /** The API keys the backends get (`Authorization: Bearer`), by their URL. */
+  readonly keys: UpstreamKeys;
 }
 
 /**
@@ -18,6 +21,8 @@ export class UpstreamPools {
   private readonly pools = new Map<Backend, Pool>();
   /** Per backend, what its streams' usage events said of its fingerprint (usage-strip.ts); goes with its pool. */
   private readonly fingerprints = new Map<Backend, FingerprintMemory>();
+  /** Per backend, its `Authorization` value (null: none), looked up once: the lookup parses its URL. */
+  private readonly authorizations = new WeakMap<Backend, string | null>();
   private closed = false;
 
   constructor(private readonly options: UpstreamPoolOptions) {}
@@ -48,6 +53,16 @@ export class UpstreamPools {
       this.fingerprints.set(backend, memory);
     }
     return memory;
+  }
+
+  /** The `Authorization` header value the router sends `backend` (its upstream key), or null. Never log it. */
+  authorizationOf(backend: Backend): string | null {
+    let authorization = this.authorizations.get(backend);
+    if (authorization === undefined) {
+      authorization = this.options.keys.authorizationFor(backend.url);
+      this.authorizations.set(backend, authorization);
+    }
+    return authorization;
   }
 
   /**

@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { ShutdownStack } from '@kvroute/platform';
+import type { ShutdownStack, UpstreamKeys } from '@kvroute/platform';
 import { createRedis, RedisBackendSet, type RedisClient } from '@kvroute/redis-store';
 import type { RoutingStateStore } from '@kvroute/routing';
 import { request as undiciRequest } from 'undici';
@@ -34,18 +34,20 @@ export interface BackendsWiringDeps {
   /** The health poller's published states (null without Redis): an engine restart forgets what its backend was believed to cache. */
   readonly engineStates: EngineStateView | null;
   readonly metrics: Pick<RouterMetrics, 'recordBackendRestart'>;
+  /** The API keys the backends get, on proxied requests and on model discovery alike. */
+  readonly upstreamKeys: UpstreamKeys;
 }
 
 /** Registry, upstream pools and (with Redis) the shared backend set; closers onto `closers` as each opens. */
 export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, closers: ShutdownStack): BackendParts {
   const { logger } = deps;
-  const upstreams = new UpstreamPools({ connectTimeoutMs: config.connectTimeoutMs, headersTimeoutMs: config.headersTimeoutMs, idleTimeoutMs: config.idleTimeoutMs });
+  const upstreams = new UpstreamPools({ connectTimeoutMs: config.connectTimeoutMs, headersTimeoutMs: config.headersTimeoutMs, idleTimeoutMs: config.idleTimeoutMs, keys: deps.upstreamKeys });
   closers.push('upstream pools', () => upstreams.close());
   const registry = new BackendRegistry(config.backends, {
     breakerFailureThreshold: config.breakerFailureThreshold,
     breakerCooldownMs: config.breakerCooldownMs,
     nowMs: deps.nowMs,
-    fetchModels: (backend) => fetchModels(backend, config.connectTimeoutMs),
+    fetchModels: (backend) => fetchModels(backend, upstreams.authorizationOf(backend), config.connectTimeoutMs),
     onRefreshError: (backend, error) => logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models'),
     // A departing backend's requests in flight keep their pool (closed once they finish). What it was
     // believed to cache is forgotten only if the engine itself went (a new weight keeps its cache).
@@ -90,8 +92,13 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
   };
 }
 
-async function fetchModels(backend: Backend, timeoutMs: number): Promise<readonly string[]> {
-  const response = await undiciRequest(`${backend.origin}${backend.basePath}/v1/models`, { headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+/** `authorization`: the backend's upstream key header (an engine started with `--api-key` answers 401 without it). */
+async function fetchModels(backend: Backend, authorization: string | null, timeoutMs: number): Promise<readonly string[]> {
+  const response = await undiciRequest(`${backend.origin}${backend.basePath}/v1/models`, {
+    headersTimeout: timeoutMs,
+    bodyTimeout: timeoutMs,
+    ...(authorization === null ? {} : { headers: { authorization } }),
+  });
   if (response.statusCode !== 200) {
     await response.body.dump();
     throw new Error(`GET /v1/models answered ${response.statusCode}`);
