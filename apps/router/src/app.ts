@@ -7,8 +7,7 @@ import { registerAdmit } from './pipeline/admit';
 import { registerBodyParser } from './pipeline/parse';
 import { createRequestPath, type RequestPathDeps } from './pipeline/request-path';
 import type { RouterMetrics } from './router-metrics';
-import { adminRoutes, type AdminRoutesOptions } from './routes/admin-routes';
-import { debugRoutes, type LearnedFigures } from './routes/debug-routes';
+import type { LearnedFigures } from './routes/debug-routes';
 import { generationRoutes, requestIdFrom } from './routes/generation-routes';
 import { metricsRoutes } from './routes/metrics-routes';
 import { modelsRoutes } from './routes/models-routes';
@@ -38,11 +37,8 @@ export interface RouterAppDeps {
   readonly requestPath: RequestPathDeps;
   readonly metrics: RouterMetrics;
   readonly limits: ClientLimits;
-  readonly debugRoutes: boolean;
-  /** What /debug/route shows of what responses taught: a pool's cost model, a backend's learned retention. */
+  /** What responses taught (readiness reads whether a backend reports cached tokens). */
   readonly learned: LearnedFigures;
-  /** The admin API's options (token, backend changes); null = no admin API (`adminToken` unset). */
-  readonly admin: AdminRoutesOptions | null;
   readonly logger: FastifyBaseLogger | false;
   /** Shutdown phase and requests in flight: readiness, `Connection: close` while draining. */
   readonly drain: RequestDrain;
@@ -92,7 +88,6 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
   await app.register(modelsRoutes, { registry: deps.registry, createdUnixSeconds: deps.startedAtUnixSeconds });
   await app.register(probesRoutes, { registry: deps.registry, isShuttingDown: () => deps.drain.isShuttingDown, reportsCachedTokens: (backendId) => deps.learned.reportsCachedTokens(backendId) });
   await app.register(metricsRoutes, { metrics: deps.metrics });
-  if (deps.debugRoutes) await app.register(debugRoutes, { route: deps.requestPath.route, parse: deps.requestPath.parse, learned: deps.learned });
-  if (deps.admin) await app.register(adminRoutes, deps.admin);
+  // The admin API and /debug/route are not here: they have a listener of their own (admin-app.ts).
   return app;
 }

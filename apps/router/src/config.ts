@@ -1,6 +1,7 @@
 import { CALIBRATED_PARAMS, DEFAULT_MAX_ROUTED_BLOCKS, POLICY_NAMES, type CalibratedParam } from '@kvroute/routing';
 import { DEFAULT_GENERATION_LIMITS, type GenerationLimits } from '@kvroute/protocols';
 import { RECORD_BLOCKS_PER_CALL } from '@kvroute/redis-store';
+import { secretOption } from '@kvroute/platform';
 import { z } from 'zod';
 import { policyConfigFields } from './routing/policy-params';
 
@@ -87,8 +88,15 @@ export const RouterConfig = z.object({
   breakerFailureThreshold: z.coerce.number().int().positive().default(5).describe('consecutive failures that open a backend circuit'),
   breakerCooldownMs: z.coerce.number().int().positive().default(10_000).describe('how long an open circuit waits before a half-open probe'),
   modelsRefreshMs: z.coerce.number().int().positive().default(30_000).describe("how often backends' GET /v1/models is re-read"),
-  debugRoutes: z.boolean().default(false).describe('serve POST /debug/route (explains a decision)'),
-  adminToken: z.string().min(16, 'must be at least 16 characters').optional().describe('bearer token of the admin API (/admin/backends: list, add, remove, drain backends); unset = no admin API'),
+  debugRoutes: z.boolean().default(false).describe('serve POST /debug/route (explains a decision) on the admin listener, behind the admin token'),
+  // The admin API and /debug/route have a listener of their own (admin-app.ts), loopback unless told.
+  adminToken: secretOption(z.string().min(16, 'must be at least 16 characters').optional().describe('bearer token of the admin listener (/admin/backends, /debug/route); env or file only, never a flag (it would show in ps); unset (and no adminTokenFile) = no admin listener')),
+  adminTokenFile: z.string().min(1).optional().describe('file holding the admin token (e.g. a mounted Secret; trailing newline ignored), instead of adminToken'),
+  adminHost: z.string().default('127.0.0.1').describe('address the admin listener binds (loopback by default: reach it with kubectl port-forward or from the host)'),
+  adminPort: z.coerce.number().int().min(0).max(65_535).default(8081).describe('port of the admin listener'),
+  adminMaxAuthFailures: z.coerce.number().int().positive().default(5).describe('wrong admin tokens a peer may send within adminAuthWindowMs; then 429 with Retry-After until the window ends'),
+  adminAuthWindowMs: z.coerce.number().int().positive().default(60_000).describe("window of adminMaxAuthFailures, from a peer's first failure"),
+  backendAllowlist: z.array(z.string().min(1)).default([]).describe("host names, IPs and CIDRs backends may be at (admin adds and configured backends); empty = any address except link-local, cloud metadata and the router's own Redis, which need an entry naming them"),
   shutdownDrainDelayMs: z.coerce.number().int().min(0).default(5_000).describe("on SIGTERM: how long to go on serving with /readyz failing and `Connection: close` on every response, so that load balancers take the replica out and keep-alive clients reconnect to other replicas, before the listener closes (≥ the balancer's health-check interval × fall count)"),
   shutdownGraceMs: z.coerce.number().int().positive().default(30_000).describe('on SIGTERM, after the drain delay: how long in-flight requests may take to finish; then they are aborted and their leases released'),
   // Request limits: what one client may cost the router (pipeline/admit.ts, pipeline/parse.ts, app.ts).
@@ -109,6 +117,12 @@ export const RouterConfig = z.object({
   maxStopSequences: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxStopSequences).describe('most entries of a `stop` array (400 beyond)'),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('log level'),
 }).superRefine((config, context) => {
+  if (config.adminToken !== undefined && config.adminTokenFile !== undefined) {
+    context.addIssue({ code: 'custom', path: ['adminTokenFile'], message: 'set adminToken or adminTokenFile, not both' });
+  }
+  if (config.debugRoutes && config.adminToken === undefined && config.adminTokenFile === undefined) {
+    context.addIssue({ code: 'custom', path: ['debugRoutes'], message: 'needs an admin token (adminToken or adminTokenFile): /debug/route is served on the admin listener only' });
+  }
   // One request's chain (plus one recording call's overshoot) must fit in half the owner index, where
   // a generation turns: else every long prompt would turn it, and wipe the pool's index, again and again.
   if (config.redisUrl !== undefined && config.maxRoutedBlocks + RECORD_BLOCKS_PER_CALL > config.maxBlocksPerPool / 2) {
@@ -125,6 +139,15 @@ export type RouterConfig = z.infer<typeof RouterConfig>;
 export function generationLimitsOf(config: RouterConfig): GenerationLimits {
   const { maxMessages, maxTools, maxContentParts, maxContentPartsPerMessage, maxToolCalls, maxPromptEntries, maxPromptTokenIds, maxStopSequences } = config;
   return { maxMessages, maxTools, maxContentParts, maxContentPartsPerMessage, maxToolCalls, maxPromptEntries, maxPromptTokenIds, maxStopSequences };
+}
+
+/** The admin token of a config: `adminToken`, or the content of `adminTokenFile` (trailing whitespace dropped); null = no admin listener. */
+export function adminTokenOf(config: Pick<RouterConfig, 'adminToken' | 'adminTokenFile'>, readFile: (path: string) => string): string | null {
+  if (config.adminToken !== undefined) return config.adminToken;
+  if (config.adminTokenFile === undefined) return null;
+  const token = readFile(config.adminTokenFile).trim();
+  if (token.length < 16) throw new Error(`adminTokenFile ${config.adminTokenFile}: the token must be at least 16 characters`);
+  return token;
 }
 
 export const ROUTER_ENV_PREFIX = 'KVROUTE_';

@@ -1,10 +1,17 @@
+import { lookup } from 'node:dns/promises';
+import { readFileSync } from 'node:fs';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { createLogger, loadUpstreamKeys, settlesWithin, ShutdownStack } from '@kvroute/platform';
 import { policyParamsFromSettings, type RoutingStateStore } from '@kvroute/routing';
+import { buildAdminApp } from './admin-app';
+import { AuthFailureLimiter } from './admin/auth-failure-limiter';
+import { BackendAddressPolicy, type ResolveHost } from './admin/backend-address-policy';
 import { buildRouterApp } from './app';
 import type { BackendRegistry } from './backends/backend-registry';
-import { generationLimitsOf, type RouterConfig } from './config';
+import { adminTokenOf, generationLimitsOf, type RouterConfig } from './config';
 import { RequestDrain, type ShutdownPhase } from './http/request-drain';
+import type { RequestPathDeps } from './pipeline/request-path';
+import type { LearnedFigures } from './routes/debug-routes';
 import { createLearner } from './pipeline/learn';
 import { PolicyTable } from './routing/policy-table';
 import { RouterMetrics } from './router-metrics';
@@ -23,8 +30,10 @@ export interface RouterServer {
   readonly inflightRequests: number;
   /** In-flight leases this replica holds. */
   readonly heldLeases: number;
-  /** Starts model discovery, then listens; returns the base URL. */
+  /** Starts model discovery, then listens (public, then admin listener); returns the public base URL. */
   listen(): Promise<string>;
+  /** The admin listener's base URL once listening; null without an admin token, or before `listen`. */
+  readonly adminUrl: string | null;
   /**
    * Readiness fails from now on and every response carries `Connection: close`; requests are still
    * served. `close` starts with this.
@@ -59,6 +68,8 @@ const RELEASE_SETTLE_MS = 2_000;
 const ABORT_FLUSH_MS = 250;
 /** A connection whose response just ended may carry one more request: how long no request must run before the idle ones close. */
 const QUIET_BEFORE_CLOSE_MS = 200;
+/** Peers whose wrong admin tokens are remembered at once (admin/auth-failure-limiter.ts): ~100 B each. */
+const ADMIN_MAX_TRACKED_PEERS = 10_000;
 /** What the background loops and connections get to close, after the requests (see CLOSE_TAIL_MS). */
 const RESOURCES_CLOSE_MS = 2_500;
 
@@ -75,6 +86,8 @@ export interface RouterServerDeps {
   readonly random?: () => number;
   /** Routing state (default: in memory, for a single replica). */
   readonly state?: RoutingStateStore;
+  /** How backend host names are resolved for the SSRF check (default: the system resolver, every address). */
+  readonly resolveHost?: ResolveHost;
   /** Where `apiKeyEnv`/`upstreamApiKeyEnv` are read (main.ts: `process.env`; default: none set). */
   readonly env?: Readonly<Record<string, string | undefined>>;
 }
@@ -93,6 +106,9 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const policies = new PolicyTable({ policy: config.policy, passthroughPolicy: config.passthroughPolicy, params: policyParamsFromSettings(config), calibratedFigures: config.calibrateCostModel ? config.calibratedFigures : [] });
   // Upstream keys next: a named key file or variable that cannot be read fails the start before anything opens.
   const upstreamKeys = loadUpstreamKeys(config, { env: deps.env ?? {} });
+  const adminToken = adminTokenOf(config, (path) => readFileSync(path, 'utf8'));
+  const addressPolicy = new BackendAddressPolicy({ allowlist: config.backendAllowlist, redisUrl: config.redisUrl, resolve: deps.resolveHost ?? resolveAll });
+  await refuseDeniedBackends(config, addressPolicy, logger);
   const closers = new ShutdownStack();
   const metrics = new RouterMetrics();
 
@@ -118,33 +134,35 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   });
   const drain = new RequestDrain();
   const heldLeases = new HeldLeases();
+  const requestPath: RequestPathDeps = {
+    parse: {
+      blockSizeBytes: config.blockSizeBytes,
+      maxRoutedBlocks: config.maxRoutedBlocks,
+      maxJsonDepth: config.maxJsonDepth,
+      requestStreamUsage: config.requestStreamUsage,
+      limits: generationLimitsOf(config),
+    },
+    route: {
+      registry: backends.registry,
+      state: state.state,
+      policyFor: policies.policyFor,
+      nowMs,
+      random,
+      leaseRenewIntervalMs: state.leaseRenewIntervalMs,
+      engineStates: state.engineStates,
+      heldLeases,
+      metrics,
+      logger: requestLogger.child({ component: 'route' }),
+    },
+    send: { upstreams: backends.upstreams, metrics, logger: requestLogger.child({ component: 'proxy' }) },
+    learn: learner,
+    retry: { maxAttempts: config.maxAttempts, retryBackoffMs: config.retryBackoffMs, random },
+    metrics,
+  };
+  const learned: LearnedFigures = { costModel: (pool) => policies.costModel(pool), retentionMs: (backendId) => learner.retentionMs(backendId), reportsCachedTokens: (backendId) => learner.reportsCachedTokens(backendId) };
   const app = await buildRouterApp({
     registry: backends.registry,
-    requestPath: {
-      parse: {
-        blockSizeBytes: config.blockSizeBytes,
-        maxRoutedBlocks: config.maxRoutedBlocks,
-        maxJsonDepth: config.maxJsonDepth,
-        requestStreamUsage: config.requestStreamUsage,
-        limits: generationLimitsOf(config),
-      },
-      route: {
-        registry: backends.registry,
-        state: state.state,
-        policyFor: policies.policyFor,
-        nowMs,
-        random,
-        leaseRenewIntervalMs: state.leaseRenewIntervalMs,
-        engineStates: state.engineStates,
-        heldLeases,
-        metrics,
-        logger: requestLogger.child({ component: 'route' }),
-      },
-      send: { upstreams: backends.upstreams, metrics, logger: requestLogger.child({ component: 'proxy' }) },
-      learn: learner,
-      retry: { maxAttempts: config.maxAttempts, retryBackoffMs: config.retryBackoffMs, random },
-      metrics,
-    },
+    requestPath,
     metrics,
     limits: {
       requestBodyLimitBytes: config.requestBodyLimitBytes,
@@ -155,12 +173,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       maxConnections: config.maxConnections,
       maxInflightRequests: config.maxInflightRequests,
     },
-    debugRoutes: config.debugRoutes,
-    learned: { costModel: (pool) => policies.costModel(pool), retentionMs: (backendId) => learner.retentionMs(backendId), reportsCachedTokens: (backendId) => learner.reportsCachedTokens(backendId) },
-    admin:
-      config.adminToken === undefined
-        ? null
-        : { token: config.adminToken, registry: backends.registry, changes: backends.changes, inflight: () => state.state.inflightCounts(), sharedVersion: backends.sharedVersion },
+    learned,
     logger: deps.logger ?? false,
     drain,
     startedAtUnixSeconds: Math.floor(Date.now() / 1000),
@@ -169,6 +182,27 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     await closers.closeAll({ deadlineMs: RESOURCES_CLOSE_MS });
     throw error;
   });
+
+  // The admin listener (admin API, /debug/route) is its own server; it closes with the other resources,
+  // after the public requests, so an operator can still drain or inspect during the shutdown.
+  const adminApp =
+    adminToken === null
+      ? null
+      : await buildAdminApp({
+          token: adminToken,
+          limiter: new AuthFailureLimiter({ maxFailures: config.adminMaxAuthFailures, windowMs: config.adminAuthWindowMs, maxPeers: ADMIN_MAX_TRACKED_PEERS, nowMs }),
+          audit: requestLogger.child({ component: 'admin-audit' }),
+          admin: { addressPolicy, registry: backends.registry, changes: backends.changes, inflight: () => state.state.inflightCounts(), sharedVersion: backends.sharedVersion },
+          debug: config.debugRoutes ? { route: requestPath.route, parse: requestPath.parse, learned } : null,
+          metrics,
+          logger: deps.logger ?? false,
+        }).catch(async (error: unknown) => {
+          await app.close();
+          await closers.closeAll({ deadlineMs: RESOURCES_CLOSE_MS });
+          throw error;
+        });
+  if (adminApp !== null) closers.push('admin listener', () => adminApp.close());
+  let adminUrl: string | null = null;
 
   /**
    * The graceful shutdown, in order:
@@ -235,7 +269,12 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     async listen() {
       await state.start();
       await backends.start();
-      return app.listen({ host: config.host, port: config.port });
+      const url = await app.listen({ host: config.host, port: config.port });
+      if (adminApp !== null) adminUrl = await adminApp.listen({ host: config.adminHost, port: config.adminPort });
+      return url;
+    },
+    get adminUrl() {
+      return adminUrl;
     },
     beginDraining() {
       drain.beginDraining();
@@ -247,3 +286,21 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   };
 }
 
+/** Every address of a name, as the system resolver (and so a connection) would see them. */
+const resolveAll: ResolveHost = async (hostname) => (await lookup(hostname, { all: true })).map((entry) => ({ address: entry.address, family: entry.family === 6 ? 6 : 4 }));
+
+/**
+ * The configured backends pass the same address check as admin adds: a denied one fails the start before
+ * anything connects. A name that does not resolve yet (DNS not ready at start) is let through, as before.
+ */
+async function refuseDeniedBackends(config: RouterConfig, policy: BackendAddressPolicy, logger: FastifyBaseLogger | undefined): Promise<void> {
+  for (const backend of config.backends) {
+    const verdict = await policy.check(backend.url);
+    if (verdict.allowed) continue;
+    if (verdict.unresolved === true) {
+      logger?.warn({ url: backend.url, reason: verdict.reason }, 'backend address not checked: it does not resolve yet');
+      continue;
+    }
+    throw new Error(`backends: ${backend.url} is not an allowed backend: ${verdict.reason} (backendAllowlist)`);
+  }
+}

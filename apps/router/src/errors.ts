@@ -35,6 +35,10 @@ export const ROUTER_ERRORS = {
   ROUTER_ERR_UPSTREAM_STREAM: { status: 502, type: 'upstream_error' },
   // Admin API (/admin/backends).
   ROUTER_ERR_UNAUTHORIZED: { status: 401, type: 'invalid_request_error' },
+  /** Too many wrong admin tokens from one peer (admin/auth-failure-limiter.ts): 429 with `Retry-After`. */
+  ROUTER_ERR_ADMIN_AUTH_RATE_LIMITED: { status: 429, type: 'rate_limit_error' },
+  /** A backend URL refused by backendAllowlist or the SSRF guard (admin/backend-address-policy.ts); nothing was connected. */
+  ROUTER_ERR_BACKEND_NOT_ALLOWED: { status: 403, type: 'invalid_request_error' },
   ROUTER_ERR_BACKEND_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   ROUTER_ERR_BACKEND_EXISTS: { status: 409, type: 'invalid_request_error' },
   ROUTER_ERR_BACKEND_SET_UNAVAILABLE: { status: 503, type: 'service_unavailable' },

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { startTestCluster, totalInflight } from './start-test-cluster';
+import { startTestCluster, TEST_ADMIN_TOKEN, totalInflight } from './start-test-cluster';
 
 /** `/debug/route` explains the decision a real request would get, and changes nothing. */
 describe('POST /debug/route', () => {
@@ -12,7 +12,7 @@ describe('POST /debug/route', () => {
       const first = await post('/v1/chat/completions');
       await first.text();
       const home = first.headers.get('x-router-backend');
-      const explained = (await (await post('/debug/route')).json()) as { policy: string; decision: { kind: string; backendId: string; reason: string; scores: { backendId: string; matchBlocks: number }[] } };
+      const explained = (await (await cluster.debugRoute(JSON.stringify(body))).json()) as { policy: string; decision: { kind: string; backendId: string; reason: string; scores: { backendId: string; matchBlocks: number }[] } };
       expect(explained.policy).toBe('cacheaware');
       expect(explained.decision).toMatchObject({ kind: 'routed', backendId: home, reason: 'prefix-affinity' });
       expect(explained.decision.scores).toHaveLength(3);
@@ -30,10 +30,27 @@ describe('POST /debug/route', () => {
     const cluster = await startTestCluster({ backends: 1, router: { debugRoutes: true } });
     try {
       for (const body of ['42', '"text"', 'true', 'null', '[]']) {
-        const response = await fetch(`${cluster.routerUrl}/debug/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+        const response = await cluster.debugRoute(body);
         expect(response.status, body).toBe(400);
         expect(((await response.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_INVALID_REQUEST');
       }
+    } finally {
+      await cluster.close();
+    }
+  });
+
+  it('is served on the admin listener only, behind the admin token', async () => {
+    const cluster = await startTestCluster({ backends: 1, router: { debugRoutes: true } });
+    try {
+      const body = JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: 'hi' }] });
+      expect(new URL(cluster.adminUrl as string).port).not.toBe(new URL(cluster.routerUrl).port);
+      const onPublic = await fetch(`${cluster.routerUrl}/debug/route`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${TEST_ADMIN_TOKEN}` }, body });
+      expect(onPublic.status).toBe(404);
+      expect(((await onPublic.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_NOT_FOUND');
+      const noToken = await fetch(`${cluster.adminUrl}/debug/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      expect(noToken.status).toBe(401);
+      expect(((await noToken.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_UNAUTHORIZED');
+      expect((await cluster.debugRoute(body)).status).toBe(200);
     } finally {
       await cluster.close();
     }

@@ -19,7 +19,7 @@ function conversation(topic: string): OpenAI.Chat.ChatCompletionMessageParam[] {
 }
 
 async function debugMatch(cluster: TestCluster, messages: OpenAI.Chat.ChatCompletionMessageParam[]): Promise<{ match: number; body: DebugRoute }> {
-  const response = await fetch(`${cluster.routerUrl}/debug/route`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test-model', messages }) });
+  const response = await cluster.debugRoute(JSON.stringify({ model: 'test-model', messages }));
   const body = (await response.json()) as DebugRoute;
   expect(response.status).toBe(200);
   const scores = body.decision.scores ?? [];

@@ -16,7 +16,7 @@ async function observeOwnership(ownershipAt: 'first-token' | 'routing'): Promise
     const bodyOf = (question: string, stream: boolean) => JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: `${prompt}\n${question}` }], max_tokens: 4, stream });
     const post = (path: string, body: string) => fetch(`${cluster.routerUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
     const heldBlocks = async (backend: string): Promise<number> => {
-      const explained = (await (await post('/debug/route', bodyOf('probe', false))).json()) as Explained;
+      const explained = (await (await cluster.debugRoute(bodyOf('probe', false))).json()) as Explained;
       return explained.decision.scores.find((score) => score.backendId === backend)?.matchBlocks ?? 0;
     };
 

@@ -32,7 +32,12 @@ async function startSim(): Promise<Sim> {
 /** Requests a backend has received (admitted by its engine). */
 const received = (sim: Sim): number => sim.sim.engine.stats.requestParamsMaxTokens.count;
 
-async function admin(baseUrl: string, method: string, path: string, options: { body?: unknown; token?: string | null; rawBody?: string } = {}): Promise<{ status: number; body: any; headers: Headers }> {
+/** A replica's public URL → its admin listener's URL (a port of its own; the public port answers /admin 404). */
+const adminUrlOf = new Map<string, string>();
+
+/** Calls the admin API of the replica whose public URL is `publicUrl` (its admin listener; the public port itself when it has none). */
+async function admin(publicUrl: string, method: string, path: string, options: { body?: unknown; token?: string | null; rawBody?: string } = {}): Promise<{ status: number; body: any; headers: Headers }> {
+  const baseUrl = adminUrlOf.get(publicUrl) ?? publicUrl;
   const headers: Record<string, string> = {};
   const token = options.token === undefined ? TOKEN : options.token;
   if (token !== null) headers.authorization = `Bearer ${token}`;
@@ -106,10 +111,15 @@ describe('backend set shared through Redis', () => {
           redisTimeoutMs: 200,
           retryBackoffMs: 1,
           adminToken: TOKEN,
+          adminPort: 0,
+          // The 401 cases below send a dozen wrong tokens from this one peer.
+          adminMaxAuthFailures: 1_000,
         }),
       );
       routers.push(router);
-      urls.push(await router.listen());
+      const url = await router.listen();
+      urls.push(url);
+      adminUrlOf.set(url, router.adminUrl as string);
     }
   });
   afterAll(async () => {
@@ -232,7 +242,7 @@ describe('backend set shared through Redis', () => {
         expect(response.headers.get('www-authenticate')).toMatch(/^Bearer/);
       }
     }
-    const basic = await fetch(`${urls[0]}/admin/backends`, { headers: { authorization: `Basic ${Buffer.from(`admin:${TOKEN}`).toString('base64')}` } });
+    const basic = await fetch(`${adminUrlOf.get(urls[0] as string)}/admin/backends`, { headers: { authorization: `Basic ${Buffer.from(`admin:${TOKEN}`).toString('base64')}` } });
     expect(basic.status).toBe(401);
     // Nothing changed.
     expect(routers.every((router) => router.registry.get((sims[0] as Sim).id) !== undefined && !router.registry.isDrained((sims[0] as Sim).id))).toBe(true);
@@ -321,6 +331,7 @@ describe('admin API without Redis', () => {
   let cluster: TestCluster;
   beforeAll(async () => {
     cluster = await startTestCluster({ backends: 2, router: { adminToken: TOKEN, policy: 'roundrobin' } });
+    adminUrlOf.set(cluster.routerUrl, cluster.adminUrl as string);
   });
   afterAll(() => cluster.close());
 
@@ -350,6 +361,7 @@ describe('admin API without Redis', () => {
   it('is off unless adminToken is set', async () => {
     const plain = await startTestCluster({ backends: 1 });
     try {
+      expect(plain.adminUrl).toBeNull();
       const response = await admin(plain.routerUrl, 'GET', '/admin/backends');
       expect(response.status).toBe(404);
       expect(response.body.error.code).toBe('ROUTER_ERR_NOT_FOUND');

@@ -7,8 +7,15 @@ import { createRouterServer, type RouterServer } from '../src/create-router';
  * A real cluster on loopback for router tests: vllm-sim backends and one router replica, all in this
  * process, each on its own free port, talking real HTTP.
  */
+/** The admin token startTestCluster gives a router with `debugRoutes` (the debug route is behind it). */
+export const TEST_ADMIN_TOKEN = 'test-admin-token-0123456789';
+
 export interface TestCluster {
   readonly routerUrl: string;
+  /** The admin listener (admin API, /debug/route), on its own loopback port; null without an admin token. */
+  readonly adminUrl: string | null;
+  /** POST /debug/route on the admin listener, with the admin token. */
+  debugRoute(body: string): Promise<Response>;
   readonly router: RouterServer;
   readonly sims: readonly { readonly url: string; readonly sim: SimServer; readonly id: string }[];
   registry(): RouterServer['registry'];
@@ -29,12 +36,17 @@ export async function startTestCluster(options: {
       return { url, sim, id: new URL(url).host };
     }),
   );
+  const adminToken = options.router?.debugRoutes === true && options.router.adminToken === undefined ? { adminToken: TEST_ADMIN_TOKEN } : {};
   const router = await createRouterServer(
-    RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: sims.map((sim) => sim.url), retryBackoffMs: 1, ...options.router }),
+    RouterConfig.parse({ host: '127.0.0.1', port: 0, adminHost: '127.0.0.1', adminPort: 0, backends: sims.map((sim) => sim.url), retryBackoffMs: 1, ...adminToken, ...options.router }),
   );
   const routerUrl = await router.listen();
+  const token = options.router?.adminToken ?? TEST_ADMIN_TOKEN;
   return {
     routerUrl,
+    adminUrl: router.adminUrl,
+    debugRoute: (body) =>
+      fetch(`${router.adminUrl ?? 'http://no-admin-listener.invalid'}/debug/route`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body }),
     router,
     sims,
     registry: () => router.registry,

@@ -1,6 +1,7 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
+import { peerOf } from '../admin/admin-auth';
+import type { BackendAddressPolicy } from '../admin/backend-address-policy';
 import type { BackendChangeOutcome, BackendChanges } from '../backends/backend-changes';
 import { backendIdOf, type BackendRegistry } from '../backends/backend-registry';
 import { BackendConfig } from '../config';
@@ -8,8 +9,10 @@ import { RouterError } from '../errors';
 import { validateBody } from '../http/validate-body';
 
 export interface AdminRoutesOptions {
-  /** The bearer token every admin request must carry (config `adminToken`). */
-  readonly token: string;
+  /** Where an added backend may be (backendAllowlist, the SSRF denials): checked before anything connects. */
+  readonly addressPolicy: BackendAddressPolicy;
+  /** One line per change: who (peer), what, outcome. Never the token. */
+  readonly audit: FastifyBaseLogger;
   readonly registry: BackendRegistry;
   readonly changes: BackendChanges;
   /** In-flight requests per backend as this replica knows them (fleet-wide with Redis). */
@@ -35,8 +38,8 @@ const ADMIN_BODY_LIMIT_BYTES = 64 * 1024;
 const BackendIdParams = z.strictObject({ id: z.string().regex(BACKEND_ID, 'not a backend id') });
 
 /**
- * The admin API, registered only when `adminToken` is set. Every route needs `Authorization: Bearer
- * <adminToken>` (checked before the body is read); errors have the OpenAI error shape.
+ * The admin API, on the admin listener (admin-app.ts), whose gate checks `Authorization: Bearer
+ * <adminToken>` before any body is read; errors have the OpenAI error shape.
  *
  * - `GET /admin/backends`: every backend this replica knows, with drained flag and in-flight count.
  * - `POST /admin/backends` `{url, id?, models?, weight?}`: adds one (201; 409 if the id or URL is taken).
@@ -47,12 +50,20 @@ const BackendIdParams = z.strictObject({ id: z.string().regex(BACKEND_ID, 'not a
  * interval); without, it applies to this replica only.
  */
 export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOptions): Promise<void> {
-  const expectedDigest = digest(options.token);
-  app.addHook('onRequest', async (request, reply) => {
-    if (isAuthorized(request, expectedDigest)) return;
-    reply.header('www-authenticate', 'Bearer realm="kvroute-admin"');
-    throw new RouterError('ROUTER_ERR_UNAUTHORIZED', 'The admin API needs `Authorization: Bearer <adminToken>`.');
-  });
+  const { audit } = options;
+  /** Runs one change and writes its audit line whatever the outcome (done, refused, failed). */
+  const audited = async <T>(request: FastifyRequest, what: Record<string, unknown>, run: () => Promise<T>): Promise<T> => {
+    const entry = { peer: peerOf(request), source: options.changes.source, ...what };
+    try {
+      const result = await run();
+      audit.info({ ...entry, outcome: 'done' }, `admin: ${String(what.action)} done`);
+      return result;
+    } catch (error) {
+      const code = error instanceof RouterError ? error.code : 'ROUTER_ERR_INTERNAL';
+      audit.warn({ ...entry, outcome: 'refused', code, reason: error instanceof Error ? error.message : String(error) }, `admin: ${String(what.action)} refused`);
+      throw error;
+    }
+  };
   // Drain, undrain and delete take no body, and clients send an empty one with a JSON content type: here
   // (and only here: the generation routes reject it) an empty body is no body.
   app.removeAllContentTypeParsers();
@@ -88,26 +99,32 @@ export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOpti
   app.post('/admin/backends', async (request, reply) => {
     const spec = validateBody(AddBackendBody, request.body);
     const id = backendIdOf(spec);
-    const sameUrl = options.registry.findByUrl(spec.url);
-    if (sameUrl) throw new RouterError('ROUTER_ERR_BACKEND_EXISTS', `${spec.url} is already in the backend set as \`${sameUrl.id}\`.`, { param: 'url' });
-    expectDone(await change(() => options.changes.add(spec)), id);
-    request.log.info({ backend: id, url: spec.url, source: options.changes.source }, 'admin: backend added');
-    return reply.code(201).send({ id, url: spec.url, models: spec.models ?? null, weight: spec.weight, drained: false });
+    return audited(request, { action: 'add', backend: id, url: spec.url }, async () => {
+      // Before anything else touches the URL: a refused one gets no connection attempt (not even model discovery).
+      const verdict = await options.addressPolicy.check(spec.url);
+      if (!verdict.allowed) throw new RouterError('ROUTER_ERR_BACKEND_NOT_ALLOWED', `${spec.url} is not an allowed backend: ${verdict.reason}.`, { param: 'url' });
+      const sameUrl = options.registry.findByUrl(spec.url);
+      if (sameUrl) throw new RouterError('ROUTER_ERR_BACKEND_EXISTS', `${spec.url} is already in the backend set as \`${sameUrl.id}\`.`, { param: 'url' });
+      expectDone(await change(() => options.changes.add(spec)), id);
+      return reply.code(201).send({ id, url: spec.url, models: spec.models ?? null, weight: spec.weight, drained: false });
+    });
   });
 
   app.delete('/admin/backends/:id', async (request) => {
     const { id } = parseParams(request.params);
-    expectDone(await change(() => options.changes.remove(id)), id);
-    request.log.info({ backend: id, source: options.changes.source }, 'admin: backend removed');
-    return { id, removed: true };
+    return audited(request, { action: 'remove', backend: id }, async () => {
+      expectDone(await change(() => options.changes.remove(id)), id);
+      return { id, removed: true };
+    });
   });
 
   for (const [action, drained] of [['drain', true], ['undrain', false]] as const) {
     app.post(`/admin/backends/:id/${action}`, async (request) => {
       const { id } = parseParams(request.params);
-      expectDone(await change(() => options.changes.setDrained(id, drained)), id);
-      request.log.info({ backend: id, source: options.changes.source }, `admin: backend ${action}ed`);
-      return { id, drained };
+      return audited(request, { action, backend: id }, async () => {
+        expectDone(await change(() => options.changes.setDrained(id, drained)), id);
+        return { id, drained };
+      });
     });
   }
 }
@@ -133,16 +150,4 @@ function parseParams(params: unknown): z.infer<typeof BackendIdParams> {
   const result = BackendIdParams.safeParse(params);
   if (!result.success) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'Invalid backend id: letters, digits and ._:@- only (1-128).', { param: 'id' });
   return result.data;
-}
-
-/** Compared as SHA-256 digests: equal lengths for timingSafeEqual, and no timing hint of the token's length. */
-function digest(text: string): Buffer {
-  return createHash('sha256').update(text, 'utf8').digest();
-}
-
-function isAuthorized(request: FastifyRequest, expectedDigest: Buffer): boolean {
-  const header = request.headers.authorization;
-  if (typeof header !== 'string') return false;
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  return match !== null && timingSafeEqual(digest(match[1] as string), expectedDigest);
 }

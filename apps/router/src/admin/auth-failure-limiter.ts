@@ -1,0 +1,67 @@
+/**
+ * Failed admin-token attempts per peer: after `maxFailures` wrong tokens within `windowMs` of the peer's
+ * first failure, every request from that peer (right token or not) is refused with 429 until the window
+ * ends, so a token cannot be guessed at line rate. Memory is bounded: at most `maxPeers` peers are tracked;
+ * beyond, expired entries go first, then the oldest (a Map keeps insertion order). The clock is injected.
+ */
+export interface AuthFailureLimiterOptions {
+  readonly maxFailures: number;
+  readonly windowMs: number;
+  readonly maxPeers: number;
+  readonly nowMs: () => number;
+}
+
+interface PeerFailures {
+  count: number;
+  /** When this peer's window ends, ms on the injected clock. */
+  windowEndsAtMs: number;
+}
+
+export class AuthFailureLimiter {
+  private readonly peers = new Map<string, PeerFailures>();
+
+  constructor(private readonly options: AuthFailureLimiterOptions) {}
+
+  /** Seconds until `peer` may try again (≥ 1), or null when it is not blocked. */
+  retryAfterSeconds(peer: string): number | null {
+    const entry = this.current(peer);
+    if (entry === null || entry.count < this.options.maxFailures) return null;
+    return Math.max(1, Math.ceil((entry.windowEndsAtMs - this.options.nowMs()) / 1000));
+  }
+
+  /** Counts one wrong token from `peer`. */
+  recordFailure(peer: string): void {
+    const entry = this.current(peer);
+    if (entry !== null) {
+      entry.count += 1;
+      return;
+    }
+    this.makeRoom();
+    this.peers.set(peer, { count: 1, windowEndsAtMs: this.options.nowMs() + this.options.windowMs });
+  }
+
+  /** Peers tracked now (bounded by `maxPeers`). */
+  get size(): number {
+    return this.peers.size;
+  }
+
+  private current(peer: string): PeerFailures | null {
+    const entry = this.peers.get(peer);
+    if (entry === undefined) return null;
+    if (entry.windowEndsAtMs <= this.options.nowMs()) {
+      this.peers.delete(peer);
+      return null;
+    }
+    return entry;
+  }
+
+  private makeRoom(): void {
+    if (this.peers.size < this.options.maxPeers) return;
+    const now = this.options.nowMs();
+    for (const [peer, entry] of this.peers) if (entry.windowEndsAtMs <= now) this.peers.delete(peer);
+    while (this.peers.size >= this.options.maxPeers) {
+      const oldest = this.peers.keys().next().value as string;
+      this.peers.delete(oldest);
+    }
+  }
+}

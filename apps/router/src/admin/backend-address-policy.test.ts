@@ -1,0 +1,76 @@
+import { describe, expect, it } from 'vitest';
+import { BackendAddressPolicy, type ResolvedAddress } from './backend-address-policy';
+
+/** A resolver from a table: no DNS query leaves the process. */
+function resolverOf(table: Record<string, string[]>) {
+  const asked: string[] = [];
+  const resolve = async (hostname: string): Promise<readonly ResolvedAddress[]> => {
+    asked.push(hostname);
+    const addresses = table[hostname];
+    if (addresses === undefined) throw Object.assign(new Error('not found'), { code: 'ENOTFOUND' });
+    return addresses.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
+  };
+  return { resolve, asked };
+}
+
+const TABLE = {
+  'metadata-alias.test': ['169.254.169.254'],
+  'mixed.test': ['10.0.0.5', '169.254.10.1'],
+  'redis.internal': ['10.0.0.9'],
+  'engine.test': ['10.0.0.7'],
+  'v6-metadata.test': ['fd00:ec2::254'],
+};
+
+describe('BackendAddressPolicy', () => {
+  const open = new BackendAddressPolicy({ allowlist: [], redisUrl: 'redis://redis.internal:6379', resolve: resolverOf(TABLE).resolve });
+
+  it.each([
+    ['http://169.254.169.254/latest/meta-data', /metadata/],
+    ['http://169.254.1.1:8000', /link-local/],
+    ['http://[fe80::1]:8000', /link-local/],
+    ['http://[fd00:ec2::254]/', /metadata/],
+    ['http://[::ffff:169.254.169.254]/', /metadata/],
+    ['http://metadata.google.internal/computeMetadata/v1/', /metadata/],
+    ['http://0.0.0.0:8000', /this host/],
+    ['http://metadata-alias.test:8000', /resolves to 169\.254\.169\.254/],
+    ['http://mixed.test:8000', /169\.254\.10\.1.*link-local/],
+    ['http://v6-metadata.test:8000', /metadata/],
+    ['http://redis.internal:6379', /own Redis/],
+    ['http://10.0.0.9:6379', /own Redis/],
+  ])('denies %s by default', async (url, reason) => {
+    const verdict = await open.check(url);
+    expect(verdict.allowed).toBe(false);
+    expect(!verdict.allowed && verdict.reason).toMatch(reason);
+  });
+
+  it('accepts other addresses when no allowlist is set, with the addresses it checked', async () => {
+    expect(await open.check('http://10.0.0.9:8000')).toMatchObject({ allowed: true });
+    expect(await open.check('http://engine.test:8000')).toEqual({ allowed: true, hostname: 'engine.test', addresses: [{ address: '10.0.0.7', family: 4 }] });
+  });
+
+  it('with an allowlist, accepts only listed names and addresses in listed CIDRs', async () => {
+    const policy = new BackendAddressPolicy({ allowlist: ['10.0.0.0/30', 'engine.test'], redisUrl: undefined, resolve: resolverOf(TABLE).resolve });
+    expect((await policy.check('http://10.0.0.2:8000')).allowed).toBe(true);
+    expect((await policy.check('http://engine.test:8000')).allowed).toBe(true);
+    const outside = await policy.check('http://10.0.0.9:8000');
+    expect(!outside.allowed && outside.reason).toMatch(/not in backendAllowlist/);
+  });
+
+  it('lifts a denial only for an entry naming the denied address or a range inside it', async () => {
+    const broad = new BackendAddressPolicy({ allowlist: ['0.0.0.0/0'], redisUrl: undefined, resolve: resolverOf(TABLE).resolve });
+    expect((await broad.check('http://169.254.169.254/')).allowed).toBe(false);
+    const named = new BackendAddressPolicy({ allowlist: ['169.254.169.254/32', '10.0.0.9:6379'], redisUrl: 'redis://10.0.0.9:6379', resolve: resolverOf(TABLE).resolve });
+    expect((await named.check('http://169.254.169.254/')).allowed).toBe(true);
+    expect((await named.check('http://169.254.1.1/')).allowed).toBe(false);
+    expect((await named.check('http://10.0.0.9:6379/')).allowed).toBe(true);
+  });
+
+  it('never resolves a denied metadata name, and reports an unresolvable name as such', async () => {
+    const resolver = resolverOf(TABLE);
+    const policy = new BackendAddressPolicy({ allowlist: [], redisUrl: undefined, resolve: resolver.resolve });
+    await policy.check('http://metadata.google.internal/');
+    expect(resolver.asked).toEqual([]);
+    expect(await policy.check('http://nowhere.test:8000')).toMatchObject({ allowed: false, unresolved: true });
+    expect((await policy.check('http://user:pw@10.0.0.7:8000')).allowed).toBe(false);
+  });
+});

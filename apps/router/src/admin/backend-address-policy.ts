@@ -1,0 +1,196 @@
+/**
+ * Which backend URLs the router may be told to send requests to (SSRF guard for the admin API and the
+ * configured backends). Checked before anything connects: a refused URL never gets a connection attempt.
+ *
+ * Rules, for a URL's host (an IP literal, or a name resolved with the injected resolver; every resolved
+ * address must pass, so one bad A record refuses the name):
+ * - always-denied ranges: link-local (169.254.0.0/16, fe80::/10), cloud metadata (169.254.169.254,
+ *   fd00:ec2::254, and the names metadata.google.internal / metadata), the unspecified addresses
+ *   (0.0.0.0/8, ::, which connect to this host), and the router's own Redis host:port. Only an allowlist
+ *   entry that names the address or a range inside the denied one lifts this (`169.254.169.254/32` does,
+ *   `0.0.0.0/0` does not): a broad entry never opens the metadata service by accident. Redis is lifted
+ *   only by an entry spelling its `host:port`.
+ * - `backendAllowlist` empty: everything else is accepted (single-operator default, as before).
+ *   Non-empty: the host must be listed by name, or every resolved address must lie in a listed IP/CIDR.
+ *
+ * DNS rebinding: the verdict carries the addresses checked, but the connection pools (proxy/) still
+ * resolve the name again when they connect, so a name whose DNS an attacker controls can pass the check
+ * and answer differently later. Until the pools connect through a pinned lookup, use IP literals or
+ * names listed in backendAllowlist whose DNS you control (docs/security.md).
+ * Matching uses Node's net.BlockList; IPv4-mapped IPv6 (::ffff:a.b.c.d) is matched as IPv4.
+ */
+import { BlockList, isIP } from 'node:net';
+
+export interface ResolvedAddress {
+  readonly address: string;
+  readonly family: 4 | 6;
+}
+
+/** Resolves a host name to all its addresses (main.ts: dns.promises.lookup with `all: true`). */
+export type ResolveHost = (hostname: string) => Promise<readonly ResolvedAddress[]>;
+
+export type AddressVerdict =
+  | { readonly allowed: true; readonly hostname: string; readonly addresses: readonly ResolvedAddress[] }
+  /** `unresolved`: the name did not resolve (DNS not ready yet, or a typo), rather than a denial. */
+  | { readonly allowed: false; readonly reason: string; readonly unresolved?: true };
+
+export interface BackendAddressPolicyOptions {
+  /** Host names, IP addresses and CIDRs (`10.0.0.0/8`, `fd00::/8`), and `host:port` for the Redis exception. */
+  readonly allowlist: readonly string[];
+  /** The router's Redis URL, if any: its host:port is denied as a backend. */
+  readonly redisUrl: string | undefined;
+  readonly resolve: ResolveHost;
+}
+
+const DENIED_NAMES = new Set(['metadata.google.internal', 'metadata', 'metadata.goog']);
+const DENIED_RANGES: ReadonlyArray<readonly [string, number, 'ipv4' | 'ipv6', string]> = [
+  ['169.254.0.0', 16, 'ipv4', 'link-local'],
+  ['fe80::', 10, 'ipv6', 'link-local'],
+  ['fd00:ec2::254', 128, 'ipv6', 'cloud metadata'],
+  ['0.0.0.0', 8, 'ipv4', 'unspecified (this host)'],
+  ['::', 128, 'ipv6', 'unspecified (this host)'],
+];
+const METADATA_V4 = '169.254.169.254';
+
+export class BackendAddressPolicy {
+  private readonly allowedNames = new Set<string>();
+  private readonly allowedHostPorts = new Set<string>();
+  /** Every IP / CIDR entry of the allowlist. */
+  private readonly allowed = new BlockList();
+  /** The entries that lie inside a denied range, and so lift it. */
+  private readonly allowedInsideDenied = new BlockList();
+  private readonly hasAllowlist: boolean;
+  private readonly redis: { readonly host: string; readonly port: string } | null;
+
+  constructor(private readonly options: BackendAddressPolicyOptions) {
+    this.hasAllowlist = options.allowlist.length > 0;
+    for (const raw of options.allowlist) {
+      const entry = raw.trim().toLowerCase();
+      const cidr = parseCidr(entry);
+      if (cidr !== null) {
+        this.allowed.addSubnet(cidr.address, cidr.prefix, cidr.type);
+        if (deniedRangeOf(cidr.address) !== null && cidr.prefix >= deniedPrefixOf(cidr.address)) this.allowedInsideDenied.addSubnet(cidr.address, cidr.prefix, cidr.type);
+      } else if (/^[a-z0-9.-]+:\d+$/.test(entry) || /^\[[0-9a-f:.]+\]:\d+$/.test(entry)) {
+        this.allowedHostPorts.add(entry);
+      } else {
+        this.allowedNames.add(entry.replace(/\.$/, ''));
+      }
+    }
+    this.redis = redisHostPort(options.redisUrl);
+  }
+
+  /** Checks one backend URL; resolves names, connects to nothing. */
+  async check(rawUrl: string): Promise<AddressVerdict> {
+    let url: URL;
+    try {
+      url = new URL(rawUrl);
+    } catch {
+      return { allowed: false, reason: 'not a URL' };
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') return { allowed: false, reason: 'only http and https backends' };
+    if (url.username !== '' || url.password !== '') return { allowed: false, reason: 'credentials in a backend URL are not accepted' };
+    const hostname = url.hostname.replace(/^\[|\]$/g, '').toLowerCase().replace(/\.$/, '');
+    const port = url.port || (url.protocol === 'https:' ? '443' : '80');
+    const hostPort = `${isIP(hostname) === 6 ? `[${hostname}]` : hostname}:${port}`;
+    const namedInAllowlist = this.allowedNames.has(hostname) || this.allowedHostPorts.has(hostPort);
+    if (DENIED_NAMES.has(hostname) && !namedInAllowlist) return { allowed: false, reason: `${hostname} is a cloud metadata service` };
+
+    let addresses: readonly ResolvedAddress[];
+    const literal = isIP(hostname);
+    if (literal !== 0) {
+      addresses = [{ address: hostname, family: literal as 4 | 6 }];
+    } else {
+      try {
+        addresses = await this.options.resolve(hostname);
+      } catch (error) {
+        return { allowed: false, reason: `${hostname} does not resolve (${(error as NodeJS.ErrnoException).code ?? 'error'})`, unresolved: true };
+      }
+      if (addresses.length === 0) return { allowed: false, reason: `${hostname} does not resolve`, unresolved: true };
+    }
+
+    const redisAddresses = await this.redisAddresses();
+    for (const { address } of addresses) {
+      const plain = unmapIpv4(address);
+      const type = isIP(plain) === 6 ? 'ipv6' : 'ipv4';
+      if (this.redis !== null && port === this.redis.port && redisAddresses.has(plain) && !this.allowedHostPorts.has(hostPort)) {
+        return { allowed: false, reason: `${hostPort} is the router's own Redis` };
+      }
+      const denied = deniedRangeOf(plain);
+      if (denied !== null && !this.allowedInsideDenied.check(plain, type)) {
+        return { allowed: false, reason: `${hostname === plain ? plain : `${hostname} resolves to ${plain}, which`} is ${denied}` };
+      }
+      if (this.hasAllowlist && !namedInAllowlist && !this.allowed.check(plain, type)) {
+        return { allowed: false, reason: `${hostname === plain ? plain : `${hostname} (${plain})`} is not in backendAllowlist` };
+      }
+    }
+    return { allowed: true, hostname, addresses };
+  }
+
+  /** The Redis host's addresses (a name is resolved at every check: it may move). */
+  private async redisAddresses(): Promise<ReadonlySet<string>> {
+    if (this.redis === null) return new Set();
+    const host = this.redis.host;
+    if (isIP(host) !== 0) return new Set([unmapIpv4(host)]);
+    try {
+      return new Set((await this.options.resolve(host)).map((entry) => unmapIpv4(entry.address)));
+    } catch {
+      return new Set();
+    }
+  }
+}
+
+/** `::ffff:a.b.c.d` and its hex spelling `::ffff:hhhh:hhhh` (as URL normalises it) → `a.b.c.d`. */
+function unmapIpv4(address: string): string {
+  const dotted = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  if (dotted) return dotted[1] as string;
+  const hex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i.exec(address);
+  if (hex) {
+    const high = Number.parseInt(hex[1] as string, 16);
+    const low = Number.parseInt(hex[2] as string, 16);
+    return `${high >> 8}.${high & 255}.${low >> 8}.${low & 255}`;
+  }
+  return address.toLowerCase();
+}
+
+const DENIED = (() => {
+  const lists = DENIED_RANGES.map(([address, prefix, type, label]) => {
+    const list = new BlockList();
+    list.addSubnet(address, prefix, type);
+    return { list, type, prefix, label };
+  });
+  return lists;
+})();
+
+/** The label of the denied range an address lies in (metadata before link-local), or null. */
+function deniedRangeOf(address: string): string | null {
+  if (address === METADATA_V4) return 'the cloud metadata service';
+  const type = isIP(address) === 6 ? 'ipv6' : 'ipv4';
+  for (const range of DENIED) if (range.type === type && range.list.check(address, type)) return `${range.label}`;
+  return null;
+}
+
+function deniedPrefixOf(address: string): number {
+  const type = isIP(address) === 6 ? 'ipv6' : 'ipv4';
+  return DENIED.find((range) => range.type === type && range.list.check(address, type))?.prefix ?? 0;
+}
+
+function parseCidr(entry: string): { address: string; prefix: number; type: 'ipv4' | 'ipv6' } | null {
+  const [address, prefixText] = entry.split('/') as [string, string | undefined];
+  const plain = unmapIpv4(address.replace(/^\[|\]$/g, ''));
+  const family = isIP(plain);
+  if (family === 0) return null;
+  const max = family === 4 ? 32 : 128;
+  const prefix = prefixText === undefined ? max : Number(prefixText);
+  if (!Number.isInteger(prefix) || prefix < 0 || prefix > max) throw new Error(`backendAllowlist: bad prefix length in ${entry}`);
+  return { address: plain, prefix, type: family === 4 ? 'ipv4' : 'ipv6' };
+}
+
+function redisHostPort(redisUrl: string | undefined): { host: string; port: string } | null {
+  if (redisUrl === undefined) return null;
+  try {
+    const url = new URL(redisUrl);
+    return { host: url.hostname.replace(/^\[|\]$/g, '').toLowerCase(), port: url.port || '6379' };
+  } catch {
+    return null;
+  }
+}
