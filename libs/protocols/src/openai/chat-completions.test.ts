@@ -25,6 +25,12 @@ describe('ChatCompletionRequest', () => {
     expect(ChatCompletionRequest.safeParse({ model: 'm', messages: [{ role: 'user', content: 'x' }], max_tokens: 0 }).success).toBe(false);
     expect(ChatCompletionRequest.safeParse({ model: '', messages: [{ role: 'user', content: 'x' }] }).success).toBe(false);
   });
+
+  it('takes cache_salt as vLLM does: a non-empty string, or null for none', () => {
+    const withSalt = (cache_salt: unknown) => ChatCompletionRequest.safeParse({ model: 'm', messages: [{ role: 'user', content: 'x' }], cache_salt }).success;
+    expect([withSalt('tenant-a'), withSalt(null), withSalt(undefined)]).toEqual([true, true, true]);
+    expect([withSalt(''), withSalt(7), withSalt(['a'])]).toEqual([false, false, false]);
+  });
 });
 
 describe('CompletionRequest', () => {

@@ -43,7 +43,8 @@ const SamplingFields = {
   max_tokens: z.number().int().positive().nullish(),
   n: z.number().int().min(1).max(128).optional(),
   ignore_eos: z.boolean().optional(),
-  cache_salt: z.string().optional(),
+  // vLLM's rule (apps/vllm-sim/README.md, "cache_salt"): null is no salt, "" or a non-string is a 400.
+  cache_salt: z.string().min(1, "Parameter 'cache_salt' must be a non-empty string if provided.").nullish(),
   user: z.string().optional(),
 };
 

@@ -116,6 +116,11 @@ describe('renderRoutingText', () => {
     expect(rendered.text).toContain('llama-3-8b');
   });
 
+  it('renders a null cache_salt as no salt, as vLLM treats it', () => {
+    expect(renderRoutingText(chat([SYSTEM], { cache_salt: null })).text).toBe(renderRoutingText(chat([SYSTEM])).text);
+    expect(renderRoutingText(chat([SYSTEM], { cache_salt: 'a' })).text).not.toBe(renderRoutingText(chat([SYSTEM])).text);
+  });
+
   it('tells token ids from the same digits sent as text', () => {
     expect(renderRoutingText(completion([1, 2])).text).not.toBe(renderRoutingText(completion('1,2')).text);
   });

@@ -243,7 +243,8 @@ function renderMessage(out: TextWriter, message: ChatMessage): void {
 
 function renderHeader(out: TextWriter, body: ChatCompletionRequest | CompletionRequest): void {
   out.field(Tag.model, body.model);
-  if (body.cache_salt !== undefined) out.field(Tag.cacheSalt, body.cache_salt);
+  // A null salt is no salt to vLLM: such a request shares blocks with unsalted ones, so it renders as one.
+  if (typeof body.cache_salt === 'string') out.field(Tag.cacheSalt, body.cache_salt);
 }
 
 function renderPrompt(out: TextWriter, prompt: CompletionRequest['prompt']): void {
