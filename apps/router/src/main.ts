@@ -30,7 +30,7 @@ async function main(): Promise<void> {
     logger.info(report, 'router closed');
   });
   logger.info(
-    { url, policy: config.policy, backends: router.registry.backends.map((backend) => backend.id), models: router.registry.models() },
+    { url, adminUrl: router.adminUrl, policy: config.policy, backends: router.registry.backends.map((backend) => backend.id), models: router.registry.models() },
     'kvroute router listening',
   );
   onTerminationSignal(
