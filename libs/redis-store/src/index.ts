@@ -25,4 +25,5 @@ export {
   type ScrapeRecord,
   type SubscribeBackendStatesOptions,
 } from './backend-state-store';
-export { backendStateKeys, type BackendStateKeys } from './keys';
+export { backendStateKeys, type BackendStateKeys, tenantKeys, type TenantKeys } from './keys';
+export { TenantLimits, type AdmitOutcome, type AdmitRequest, type LimitScope, type RateLimit, type RateState, type RateUnit, type TenantLimitsOptions } from './tenant-limits';

@@ -155,3 +155,22 @@ export function backendStateKeys(namespace: string = DEFAULT_KEY_NAMESPACE): Bac
   const index = `${namespace}:{fleet}:backend-states`;
   return { state: (backendId) => `${namespace}:{fleet}:backend-state:${backendId}`, index, changes: `${index}:changes` };
 }
+
+/**
+ * The keys of one tenant's limits (admit-tenant.lua, settle-tenant.lua; docs/adr/0006). All carry the
+ * hash tag `{tenant:<tag>}` (the tenant id as poolHashTag makes a tag of it), so one admission is one
+ * script on one Redis Cluster slot, whatever pool the request goes to; tenants spread over the shards.
+ */
+export interface TenantKeys {
+  /** HASH bucket field (`<scope>:<requests|tokens>`) → its GCRA theoretical arrival time, ms. */
+  readonly rates: string;
+  /** ZSET lease id → deadline ms: the tenant's requests in flight. */
+  readonly tenantLeases: string;
+  /** ZSET lease id → deadline ms: one API key's requests in flight. */
+  keyLeases(keyId: string): string;
+}
+
+export function tenantKeys(tenant: string, namespace: string = DEFAULT_KEY_NAMESPACE): TenantKeys {
+  const prefix = `${namespace}:{tenant:${poolHashTag(tenant)}}:`;
+  return { rates: `${prefix}rates`, tenantLeases: `${prefix}leases:tenant`, keyLeases: (keyId) => `${prefix}leases:key:${keyId}` };
+}

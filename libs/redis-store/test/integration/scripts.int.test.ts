@@ -5,6 +5,7 @@ import { KEY_SUFFIX, poolKeys } from '../../src/keys';
 import { RECORD_BLOCKS_PER_CALL } from '../../src/redis-routing-state';
 import { RedisStoreError } from '../../src/redis-store-error';
 import { integerArrayReply, runScript, SCRIPTS } from '../../src/scripts';
+import { TenantLimits } from '../../src/tenant-limits';
 import { manualClock, openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 // A Redis of this file's own: SCRIPT FLUSH must not disturb anyone else's scripts.
@@ -50,6 +51,10 @@ describe('script loading', () => {
         },
         { failuresToUnhealthy: 2, successesToHealthy: 2, ttlMs: 60_000 },
       ); // record-backend-scrape.lua
+      const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+      const admission = { tenant: 't', keyId: 'k', leaseId: 'tl', nowMs: clock.nowMs(), leaseTtlMs: 1000, rates: [], reservedTokens: 0, concurrency: { key: 1 } };
+      await limits.admit(admission); // admit-tenant.lua
+      await limits.release({ ...admission, usedTokens: 0 }); // settle-tenant.lua
     };
     await everyScript();
     const shas = Object.values(SCRIPTS).map((script) => script.sha1);

@@ -1,0 +1,48 @@
+--[[
+  settle-tenant: the end (or the renewal) of a request admitted by admit-tenant.lua.
+
+  'release': the request is over. Its concurrency leases go, and each token bucket is corrected by
+  what the request really used against what admission reserved (prompt estimate + max_tokens, settled
+  from the response's usage): n units fewer move the bucket's TAT back by n · T/L (never before now: a
+  bucket cannot hold more than its limit), n more move it forward (the overdraft is paid by the next
+  requests, never refused after the fact).
+  'renew': a long request is still running; its leases get a new deadline (buckets untouched).
+
+  KEYS[1]  <ns>:{tenant:<tag>}:rates            HASH bucket field -> TAT ms
+  KEYS[2]  <ns>:{tenant:<tag>}:leases:tenant    ZSET lease id -> deadline ms
+  KEYS[3]  <ns>:{tenant:<tag>}:leases:key:<id>  ZSET lease id -> deadline ms
+  ARGV[1]  now, ms since the Unix epoch
+  ARGV[2]  lease id
+  ARGV[3]  'release' | 'renew'
+  ARGV[4]  release: corrections, one JSON array of {f: field, d: units used − units reserved, p: period
+           ms, l: limit per period}; renew: the lease TTL, ms
+
+  Returns the number of leases removed ('release') or renewed ('renew'): 0 when they had expired.
+]]
+
+local now = tonumber(ARGV[1])
+local leaseId = ARGV[2]
+local count = 0
+
+if ARGV[3] == 'renew' then
+  local deadline = now + tonumber(ARGV[4])
+  for c = 2, 3 do
+    -- Only a lease that is still there and not expired; one past its deadline is gone (as if purged).
+    local current = tonumber(redis.call('ZSCORE', KEYS[c], leaseId))
+    if current and current > now then
+      redis.call('ZADD', KEYS[c], deadline, leaseId)
+      count = count + 1
+    end
+  end
+  return count
+end
+
+for c = 2, 3 do count = count + redis.call('ZREM', KEYS[c], leaseId) end
+for _, b in ipairs(cjson.decode(ARGV[4])) do
+  local tat = tonumber(redis.call('HGET', KEYS[1], b.f))
+  if tat and b.d ~= 0 then
+    local corrected = math.max(now, tat + b.d * b.p / b.l)
+    redis.call('HSET', KEYS[1], b.f, string.format('%.17g', corrected))
+  end
+end
+return count

@@ -1,0 +1,99 @@
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { tenantKeys } from '../../src/keys';
+import { TenantLimits, type AdmitRequest, type RateLimit } from '../../src/tenant-limits';
+import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
+
+let ctx: RedisTestContext;
+beforeAll(async () => {
+  ctx = await openRedisTestContext({ label: 'redis-store-tenant-limits' });
+});
+beforeEach(() => ctx.beginTest('tenant-limits'));
+afterEach(() => ctx.cleanup());
+afterAll(() => ctx.close());
+
+const MINUTE = 60_000;
+const REQUESTS_600: RateLimit = { scope: 'key', unit: 'requests', limit: 600, periodMs: MINUTE };
+const TOKENS_10K: RateLimit = { scope: 'tenant', unit: 'tokens', limit: 10_000, periodMs: MINUTE };
+const T0 = 1_800_000_000_000;
+
+let leaseCounter = 0;
+function request(overrides: Partial<AdmitRequest> = {}): AdmitRequest {
+  leaseCounter += 1;
+  return { tenant: 'acme', keyId: 'k1', leaseId: `lease-${leaseCounter}`, nowMs: T0, leaseTtlMs: 30_000, rates: [REQUESTS_600], reservedTokens: 100, ...overrides };
+}
+
+describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas', () => {
+  it('admits a burst of exactly the limit, then one more every period / limit (GCRA)', async () => {
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    let admitted = 0;
+    for (let i = 0; i < 650; i++) if ((await limits.admit(request())).admitted) admitted += 1;
+    expect(admitted).toBe(600);
+    const refused = await limits.admit(request());
+    // The next unit is due 100 ms (60 000 / 600) after the burst's first.
+    expect(refused).toMatchObject({ admitted: false, retryAfterMs: 100, refusedBy: { kind: 'rate', limit: REQUESTS_600 } });
+    expect((await limits.admit(request({ nowMs: T0 + 99 }))).admitted).toBe(false);
+    expect((await limits.admit(request({ nowMs: T0 + 100 }))).admitted).toBe(true);
+    expect((await limits.admit(request({ nowMs: T0 + 100 }))).admitted).toBe(false);
+  });
+
+  it('is exact under concurrent admissions from several connections (three router replicas)', async () => {
+    const replicas = await Promise.all([ctx.connect(), ctx.connect(), ctx.connect()]).then((clients) => clients.map((redis) => new TenantLimits({ redis, keyNamespace: ctx.namespace })));
+    const outcomes = await Promise.all(Array.from({ length: 900 }, (_, i) => (replicas[i % 3] as TenantLimits).admit(request())));
+    expect(outcomes.filter((outcome) => outcome.admitted)).toHaveLength(600);
+  });
+
+  it('takes nothing from any limit when one of them refuses', async () => {
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    const both = [REQUESTS_600, TOKENS_10K];
+    expect((await limits.admit(request({ rates: both, reservedTokens: 9_000 }))).admitted).toBe(true);
+    const refused = await limits.admit(request({ rates: both, reservedTokens: 2_000 }));
+    expect(refused).toMatchObject({ admitted: false, refusedBy: { kind: 'rate', limit: TOKENS_10K } });
+    // The refused request took no request unit: 599 remain after the first, as before the refusal.
+    const next = await limits.admit(request({ rates: both, reservedTokens: 1_000 }));
+    expect(next.admitted).toBe(true);
+    expect(next.rates.map((rate) => rate.remaining)).toEqual([598, 0]);
+  });
+
+  it('refuses for good a request that alone exceeds a limit', async () => {
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    expect(await limits.admit(request({ rates: [TOKENS_10K], reservedTokens: 10_001 }))).toMatchObject({ admitted: false, retryAfterMs: null });
+    expect((await limits.admit(request({ rates: [TOKENS_10K], reservedTokens: 10_000 }))).admitted).toBe(true);
+  });
+
+  it('settles tokens from usage: an unused reservation comes back, an overdraft is paid by the next requests', async () => {
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    const first = request({ rates: [TOKENS_10K], reservedTokens: 8_000 });
+    expect((await limits.admit(first)).admitted).toBe(true);
+    expect((await limits.admit(request({ rates: [TOKENS_10K], reservedTokens: 5_000 }))).admitted).toBe(false);
+    await limits.release({ ...first, usedTokens: 3_000 }); // 5 000 of the 8 000 reserved come back
+    const after = await limits.admit(request({ rates: [TOKENS_10K], reservedTokens: 5_000 }));
+    expect(after).toMatchObject({ admitted: true, rates: [{ remaining: 2_000 }] });
+    const over = request({ rates: [TOKENS_10K], reservedTokens: 1_000 });
+    await limits.admit(over);
+    await limits.release({ ...over, usedTokens: 2_000 }); // 1 000 more than reserved: the bucket is full now
+    expect((await limits.admit(request({ rates: [TOKENS_10K], reservedTokens: 1 }))).admitted).toBe(false);
+  });
+
+  it('caps requests in flight per tenant and per key, and a crashed holder leaks nothing', async () => {
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    const capped = { rates: [], concurrency: { tenant: 3, key: 2 } };
+    const a = request({ ...capped });
+    const b = request({ ...capped });
+    expect((await limits.admit(a)).admitted && (await limits.admit(b)).admitted).toBe(true);
+    expect(await limits.admit(request({ ...capped }))).toMatchObject({ admitted: false, refusedBy: { kind: 'concurrency', scope: 'key' } });
+    expect((await limits.admit(request({ ...capped, keyId: 'k2' }))).admitted).toBe(true);
+    expect(await limits.admit(request({ ...capped, keyId: 'k3' }))).toMatchObject({ admitted: false, refusedBy: { kind: 'concurrency', scope: 'tenant' } });
+    expect(await limits.release({ ...a, usedTokens: 0 })).toBe(2);
+    expect((await limits.admit(request({ ...capped }))).admitted).toBe(true);
+    // b's replica died: its leases expire and stop counting, renewing them fails.
+    const later = T0 + 30_001;
+    expect(await limits.renew({ ...b, nowMs: later })).toBe(0);
+    expect((await limits.admit(request({ ...capped, keyId: 'k3', nowMs: later }))).admitted).toBe(true);
+  });
+
+  it('keeps a tenant\'s keys on one hash tag, apart from pools and other tenants', () => {
+    const acme = tenantKeys('acme', 'ns');
+    expect([acme.rates, acme.tenantLeases, acme.keyLeases('k1')]).toEqual(['ns:{tenant:acme}:rates', 'ns:{tenant:acme}:leases:tenant', 'ns:{tenant:acme}:leases:key:k1']);
+    expect(tenantKeys('a}b', 'ns').rates).toMatch(/^ns:\{tenant:[0-9a-f]{40}\}:rates$/);
+  });
+});
