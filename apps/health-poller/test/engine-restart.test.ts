@@ -8,6 +8,9 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { ScrapeJobResult } from '../src/scrape-job';
 import { killSim, openTestEnv, startSim, stateOf, waitForValue, type TestEnv, type TestSim } from './poller-test-kit';
 
+/** The router's admin token here (at least 16 characters; a test value, never a real one). */
+const ADMIN_TOKEN = 'engine-restart-test-admin-token';
+
 /**
  * Issue 13, engine restarts, end to end on loopback: a fresh Redis, 3 vllm-sim backends (vLLM V1
  * dialect: they print process_start_time_seconds), one health poller and one router (cacheaware, shared
@@ -122,7 +125,11 @@ describe('engine restart', () => {
         port: 0,
         backends: sims.map((sim) => sim.url),
         redisUrl: env.redis.url,
+        // /debug/route lives on the admin listener, behind its token.
         debugRoutes: true,
+        adminToken: ADMIN_TOKEN,
+        adminHost: '127.0.0.1',
+        adminPort: 0,
         learnFromResponses: false,
         redisTimeoutMs: 1_000,
         breakerFailureThreshold: 100_000,
@@ -132,10 +139,12 @@ describe('engine restart', () => {
       { logger: false },
     );
     const routerUrl = await router.listen();
+    const adminUrl = router.adminUrl;
+    if (adminUrl === null) throw new Error('the router started no admin listener');
     const explain = async (prompt: number): Promise<Explained> => {
-      const response = await fetch(`${routerUrl}/debug/route`, {
+      const response = await fetch(`${adminUrl}/debug/route`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json' },
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
         body: JSON.stringify({ model: 'test-model', messages: messagesOf(prompt, 'a probe: which desk is this?'), max_tokens: 4 }),
       });
       return (await response.json()) as Explained;
