@@ -65,7 +65,14 @@ function bucketField(limit: RateLimit, keyId: string): string {
 }
 
 function checkLimit(limit: RateLimit): void {
-  if (!(limit.limit > 0) || !(limit.periodMs > 0)) throw new RangeError(`a rate limit needs limit > 0 and periodMs > 0, got ${limit.limit} per ${limit.periodMs} ms`);
+  if (!Number.isInteger(limit.limit) || limit.limit < 1 || !Number.isInteger(limit.periodMs) || limit.periodMs < 1) {
+    throw new RangeError(`a rate limit needs a whole limit ≥ 1 per a whole periodMs ≥ 1, got ${limit.limit} per ${limit.periodMs} ms`);
+  }
+}
+
+/** Token counts and times reach Lua as numbers: NaN would fail the script, a negative count would give credit. */
+function checkCount(name: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${name} must be a whole number ≥ 0, got ${value}`);
 }
 
 export interface TenantLimitsOptions {
@@ -91,6 +98,9 @@ export class TenantLimits {
   /** Checks every limit and takes from all of them, or from none. */
   async admit(request: AdmitRequest): Promise<AdmitOutcome> {
     request.rates.forEach(checkLimit);
+    checkCount('reservedTokens', request.reservedTokens);
+    checkCount('nowMs', request.nowMs);
+    checkCount('leaseTtlMs', request.leaseTtlMs);
     const buckets = request.rates.map((limit) => ({ f: bucketField(limit, request.keyId), n: limit.unit === 'tokens' ? request.reservedTokens : 1, p: limit.periodMs, l: limit.limit }));
     const reply = await runScript(this.#redis, SCRIPTS.admitTenant, this.#keys(request.tenant, request.keyId), [
       request.nowMs,
@@ -116,6 +126,8 @@ export class TenantLimits {
    * used (`usedTokens`, from usage) against what was reserved. Returns how many leases were removed.
    */
   async release(request: Pick<AdmitRequest, 'tenant' | 'keyId' | 'leaseId' | 'nowMs' | 'rates' | 'reservedTokens'> & { readonly usedTokens: number }): Promise<number> {
+    checkCount('usedTokens', request.usedTokens);
+    checkCount('reservedTokens', request.reservedTokens);
     const corrections = request.rates
       .filter((limit) => limit.unit === 'tokens')
       .map((limit) => ({ f: bucketField(limit, request.keyId), d: request.usedTokens - request.reservedTokens, p: limit.periodMs, l: limit.limit }));

@@ -32,18 +32,19 @@ local leaseTtl = tonumber(ARGV[3])
 local buckets = cjson.decode(ARGV[4])
 local caps = { tonumber(ARGV[5]), tonumber(ARGV[6]) }
 local ceil, floor, max = math.ceil, math.floor, math.max
+-- T / L is rarely exact in binary: the last unit of a full burst may land a rounding error past the
+-- period. Within this many ms it still counts as on time (TATs are ms since the epoch, ~1e12).
+local EPSILON_MS = 1e-3
 
 local admitted, retryAfter, refusedBy = 1, 0, 0
 local tail = {}
-local longestPeriod = 0
 for k, b in ipairs(buckets) do
   local interval = b.p / b.l
   local tat = max(tonumber(redis.call('HGET', KEYS[1], b.f)) or now, now)
   local newTat = tat + b.n * interval
-  longestPeriod = max(longestPeriod, b.p)
   if b.n > b.l then
     if admitted == 1 then admitted, retryAfter, refusedBy = 0, -1, k end
-  elseif newTat - now > b.p then
+  elseif newTat - now > b.p + EPSILON_MS then
     if admitted == 1 then refusedBy = k end
     admitted = 0
     if retryAfter >= 0 then retryAfter = max(retryAfter, ceil(newTat - now - b.p)) end
@@ -69,18 +70,25 @@ local result = { admitted, admitted == 1 and 0 or retryAfter, refusedBy }
 for k, b in ipairs(buckets) do
   local tat, newTat, interval, period = unpack(tail[k])
   local after = admitted == 1 and newTat or tat
-  result[#result + 1] = max(0, floor((period - (after - now)) / interval))
+  result[#result + 1] = max(0, floor((period - (after - now)) / interval + EPSILON_MS / interval))
   result[#result + 1] = max(0, ceil(after - now))
   if admitted == 1 then redis.call('HSET', KEYS[1], b.f, string.format('%.17g', newTat)) end
 end
 
+-- The hash may only expire once every bucket in it is full again (its TAT in the past), so its expiry
+-- is only ever lengthened: another key's or scope's longer period, or a debt settled into a bucket,
+-- must not be cut short by this request's shorter one.
+local function keepAtLeast(key, ms)
+  local ttl = redis.call('PTTL', key)
+  if ttl == -1 or (ttl >= 0 and ttl < ms) then redis.call('PEXPIRE', key, ms) end
+end
+
 if admitted == 1 then
-  -- A bucket whose TAT is in the past is full: the hash may go once every TAT has passed.
-  if longestPeriod > 0 then redis.call('PEXPIRE', KEYS[1], ceil(longestPeriod) * 2) end
+  for k, b in ipairs(buckets) do keepAtLeast(KEYS[1], ceil(tail[k][2] - now + b.p)) end
   for c = 1, 2 do
     if caps[c] > 0 then
       redis.call('ZADD', KEYS[c + 1], now + leaseTtl, leaseId)
-      redis.call('PEXPIRE', KEYS[c + 1], leaseTtl * 2)
+      keepAtLeast(KEYS[c + 1], leaseTtl * 2)
     end
   end
 end

@@ -24,6 +24,13 @@ local now = tonumber(ARGV[1])
 local leaseId = ARGV[2]
 local count = 0
 
+-- Expiries are only lengthened (as in admit-tenant.lua): a renewed lease, or a debt pushed into a
+-- bucket, must outlive the expiry its admission set.
+local function keepAtLeast(key, ms)
+  local ttl = redis.call('PTTL', key)
+  if ttl == -1 or (ttl >= 0 and ttl < ms) then redis.call('PEXPIRE', key, ms) end
+end
+
 if ARGV[3] == 'renew' then
   local deadline = now + tonumber(ARGV[4])
   for c = 2, 3 do
@@ -31,6 +38,7 @@ if ARGV[3] == 'renew' then
     local current = tonumber(redis.call('ZSCORE', KEYS[c], leaseId))
     if current and current > now then
       redis.call('ZADD', KEYS[c], deadline, leaseId)
+      keepAtLeast(KEYS[c], 2 * tonumber(ARGV[4]))
       count = count + 1
     end
   end
@@ -39,10 +47,14 @@ end
 
 for c = 2, 3 do count = count + redis.call('ZREM', KEYS[c], leaseId) end
 for _, b in ipairs(cjson.decode(ARGV[4])) do
-  local tat = tonumber(redis.call('HGET', KEYS[1], b.f))
-  if tat and b.d ~= 0 then
-    local corrected = math.max(now, tat + b.d * b.p / b.l)
+  -- A bucket with no TAT (or one in the past) is full: a refund changes nothing, a debt starts at now.
+  local tat = math.max(tonumber(redis.call('HGET', KEYS[1], b.f)) or now, now)
+  local corrected = math.max(now, tat + b.d * b.p / b.l)
+  if corrected > now then
     redis.call('HSET', KEYS[1], b.f, string.format('%.17g', corrected))
+    keepAtLeast(KEYS[1], math.ceil(corrected - now + b.p))
+  elseif b.d < 0 then
+    redis.call('HDEL', KEYS[1], b.f)
   end
 end
 return count

@@ -91,6 +91,44 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
     expect((await limits.admit(request({ ...capped, keyId: 'k3', nowMs: later }))).admitted).toBe(true);
   });
 
+  it('admits a full burst when period / limit is not exact in binary (7 per minute at a real clock)', async () => {
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    const seven: RateLimit = { scope: 'tenant', unit: 'requests', limit: 7, periodMs: MINUTE };
+    for (const nowMs of [T0 + 1, T0 + 123_456_789]) {
+      const outcomes = [];
+      for (let i = 0; i < 8; i++) outcomes.push((await limits.admit(request({ tenant: `t${nowMs}`, rates: [seven], nowMs }))).admitted);
+      expect(outcomes).toEqual([true, true, true, true, true, true, true, false]);
+    }
+  });
+
+  it('keeps a renewed lease past twice its TTL, and a settled debt past the expiry its admission set', async () => {
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    const keys = tenantKeys('acme', ctx.namespace);
+    // A long stream: 1 in flight allowed, lease TTL 1 s, renewed every 500 ms for 3 s.
+    const stream = request({ rates: [], leaseTtlMs: 1_000, concurrency: { key: 1 } });
+    expect((await limits.admit(stream)).admitted).toBe(true);
+    for (let t = 500; t <= 3_000; t += 500) expect(await limits.renew({ ...stream, nowMs: T0 + t })).toBe(1);
+    // Redis expires keys on its own clock, which this test does not move: a renewal with a longer TTL
+    // shows that renewing lengthens the set's expiry (admission set 2 × 1 s).
+    expect(await limits.renew({ ...stream, nowMs: T0 + 3_500, leaseTtlMs: 20_000 })).toBe(1);
+    expect(await ctx.redis.pttl(keys.keyLeases('k1'))).toBeGreaterThan(30_000);
+    // Ten requests reserve 10 tokens each of 1 000/min and use 1 000 each: the bucket owes ~10 minutes.
+    const small: RateLimit = { scope: 'tenant', unit: 'tokens', limit: 1_000, periodMs: MINUTE };
+    const admitted = [];
+    for (let i = 0; i < 10; i++) admitted.push(request({ rates: [small], reservedTokens: 10 }));
+    for (const one of admitted) expect((await limits.admit(one)).admitted).toBe(true);
+    for (const one of admitted) await limits.release({ ...one, usedTokens: 1_000 });
+    expect(await ctx.redis.pttl(keys.rates)).toBeGreaterThan(9 * MINUTE);
+    expect(await limits.admit(request({ rates: [small], reservedTokens: 1, nowMs: T0 + 5 * MINUTE }))).toMatchObject({ admitted: false });
+  });
+
+  it('refuses counts that would break the script or give credit, before calling Redis', async () => {
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    await expect(limits.admit(request({ rates: [TOKENS_10K], reservedTokens: Number.NaN }))).rejects.toThrow(RangeError);
+    await expect(limits.admit(request({ rates: [{ ...TOKENS_10K, limit: 0.5 }] }))).rejects.toThrow(RangeError);
+    await expect(limits.release({ ...request({ rates: [TOKENS_10K] }), usedTokens: -5 })).rejects.toThrow(RangeError);
+  });
+
   it('keeps a tenant\'s keys on one hash tag, apart from pools and other tenants', () => {
     const acme = tenantKeys('acme', 'ns');
     expect([acme.rates, acme.tenantLeases, acme.keyLeases('k1')]).toEqual(['ns:{tenant:acme}:rates', 'ns:{tenant:acme}:leases:tenant', 'ns:{tenant:acme}:leases:key:k1']);
