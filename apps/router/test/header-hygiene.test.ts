@@ -101,7 +101,7 @@ async function waitForStatus(url: string, status: number, timeoutMs = 5_000): Pr
 }
 
 /** What a backend must never see of the client's (`authorization` is checked apart: it gets the upstream key). */
-const CLIENT_ONLY_HEADERS = ['cookie', 'proxy-authorization', 'proxy-connection', 'proxy-x-anything', 'keep-alive', 'te', 'trailer', 'x-hop-secret', 'forwarded', 'x-real-ip'];
+const CLIENT_ONLY_HEADERS = ['x-api-key', 'api-key', 'cookie', 'proxy-authorization', 'proxy-connection', 'proxy-x-anything', 'keep-alive', 'te', 'trailer', 'x-hop-secret', 'forwarded', 'x-real-ip'];
 
 /** `Connection` at the backend is the router's own hop (undici's keep-alive), never the client's tokens. */
 function expectOnlyTheRoutersConnection(headers: IncomingHttpHeaders): void {
@@ -128,6 +128,8 @@ describe('header hygiene through the router, against a recording backend', () =>
       maxRetries: 0,
       defaultHeaders: {
         cookie: 'router_session=victim',
+        'x-api-key': 'anthropic-style-client-key',
+        'api-key': 'azure-style-client-key',
         'proxy-authorization': 'Basic Y2xpZW50OnNlY3JldA==',
         'proxy-x-anything': 'x',
         // Forged: the client claims to be someone else, and to have come over TLS.

@@ -6,6 +6,7 @@ import { endToEndHeaders } from './hop-by-hop';
  * Client → backend, dropped:
  * - `authorization`: the client's credential is for the router tier, not the engine; the backend gets
  *   the router's own upstream key instead (libs/platform upstream-keys.ts), or nothing;
+ * - `x-api-key` and `api-key`: the same credential in the Anthropic and Azure OpenAI styles;
  * - `cookie`: browser session state of some other site or tier, meaningless to an engine;
  * - every `proxy-*` header (`proxy-authorization` is hop-by-hop already; the rest are no better);
  * - `forwarded` and `x-real-ip`: claims about the client's address that the router cannot vouch for
@@ -18,7 +19,7 @@ import { endToEndHeaders } from './hop-by-hop';
  * Backend → client, dropped: `set-cookie` (an engine or a gateway beside it must not plant state in the
  * client under the router's origin) and `server` (names the engine and its version to every client).
  */
-const DROPPED_REQUEST_HEADERS = new Set(['authorization', 'cookie', 'forwarded', 'x-real-ip']);
+const DROPPED_REQUEST_HEADERS = new Set(['authorization', 'x-api-key', 'api-key', 'cookie', 'forwarded', 'x-real-ip']);
 const DROPPED_RESPONSE_HEADERS = new Set(['set-cookie', 'server']);
 
 /** The hop from the client to the router, as the router's socket saw it. */
