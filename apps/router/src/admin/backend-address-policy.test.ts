@@ -30,6 +30,10 @@ describe('BackendAddressPolicy', () => {
     ['http://[fe80::1]:8000', /link-local/],
     ['http://[fd00:ec2::254]/', /metadata/],
     ['http://[::ffff:169.254.169.254]/', /metadata/],
+    ['http://[::ffff:0:a9fe:a9fe]/', /metadata/],
+    ['http://[64:ff9b::a9fe:a9fe]/', /metadata/],
+    ['http://[64:ff9b::169.254.169.254]/', /metadata/],
+    ['http://100.100.100.200/latest/meta-data', /metadata/],
     ['http://metadata.google.internal/computeMetadata/v1/', /metadata/],
     ['http://0.0.0.0:8000', /this host/],
     ['http://metadata-alias.test:8000', /resolves to 169\.254\.169\.254/],
@@ -63,6 +67,13 @@ describe('BackendAddressPolicy', () => {
     expect((await named.check('http://169.254.169.254/')).allowed).toBe(true);
     expect((await named.check('http://169.254.1.1/')).allowed).toBe(false);
     expect((await named.check('http://10.0.0.9:6379/')).allowed).toBe(true);
+  });
+
+  it('opens a metadata address only for an entry of exactly that address, not for the link-local range around it', async () => {
+    const linkLocal = new BackendAddressPolicy({ allowlist: ['169.254.0.0/16'], redisUrl: undefined, resolve: resolverOf(TABLE).resolve });
+    expect((await linkLocal.check('http://169.254.20.10:53/')).allowed).toBe(true);
+    expect((await linkLocal.check('http://169.254.169.254/')).allowed).toBe(false);
+    expect((await linkLocal.check('http://[64:ff9b::a9fe:a9fe]/')).allowed).toBe(false);
   });
 
   it('never resolves a denied metadata name, and reports an unresolvable name as such', async () => {

@@ -7,9 +7,11 @@
  * - always-denied ranges: link-local (169.254.0.0/16, fe80::/10), cloud metadata (169.254.169.254,
  *   fd00:ec2::254, and the names metadata.google.internal / metadata), the unspecified addresses
  *   (0.0.0.0/8, ::, which connect to this host), and the router's own Redis host:port. Only an allowlist
- *   entry that names the address or a range inside the denied one lifts this (`169.254.169.254/32` does,
- *   `0.0.0.0/0` does not): a broad entry never opens the metadata service by accident. Redis is lifted
- *   only by an entry spelling its `host:port`.
+ *   entry that names the address or a range inside the denied one lifts this (`169.254.20.10/32` does,
+ *   `0.0.0.0/0` does not). A metadata address (169.254.169.254, fd00:ec2::254, Alibaba's 100.100.100.200)
+ *   is lifted only by an entry of exactly that address: `169.254.0.0/16`, allowed for a node-local DNS
+ *   cache say, does not open it. Redis is lifted only by an entry spelling its `host:port`.
+ *   IPv4 embedded in IPv6 (::ffff:, ::ffff:0:, the NAT64 prefix 64:ff9b::/96) is checked as IPv4.
  * - `backendAllowlist` empty: everything else is accepted (single-operator default, as before).
  *   Non-empty: the host must be listed by name, or every resolved address must lie in a listed IP/CIDR.
  *
@@ -50,7 +52,17 @@ const DENIED_RANGES: ReadonlyArray<readonly [string, number, 'ipv4' | 'ipv6', st
   ['0.0.0.0', 8, 'ipv4', 'unspecified (this host)'],
   ['::', 128, 'ipv6', 'unspecified (this host)'],
 ];
-const METADATA_V4 = '169.254.169.254';
+/** Cloud metadata services' addresses: refused unless allowlisted one by one (an exact /32 or /128). */
+const METADATA = (() => {
+  const list = new BlockList();
+  for (const address of ['169.254.169.254', '100.100.100.200']) list.addAddress(address, 'ipv4');
+  list.addAddress('fd00:ec2::254', 'ipv6');
+  return list;
+})();
+
+function isMetadataAddress(address: string): boolean {
+  return METADATA.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4');
+}
 
 export class BackendAddressPolicy {
   private readonly allowedNames = new Set<string>();
@@ -59,6 +71,8 @@ export class BackendAddressPolicy {
   private readonly allowed = new BlockList();
   /** The entries that lie inside a denied range, and so lift it. */
   private readonly allowedInsideDenied = new BlockList();
+  /** The entries of one address (a /32 or /128): the only ones that lift a metadata address. */
+  private readonly allowedExactly = new BlockList();
   private readonly hasAllowlist: boolean;
   private readonly redis: { readonly host: string; readonly port: string } | null;
 
@@ -69,6 +83,7 @@ export class BackendAddressPolicy {
       const cidr = parseCidr(entry);
       if (cidr !== null) {
         this.allowed.addSubnet(cidr.address, cidr.prefix, cidr.type);
+        if (cidr.prefix === (cidr.type === 'ipv4' ? 32 : 128)) this.allowedExactly.addAddress(cidr.address, cidr.type);
         if (deniedRangeOf(cidr.address) !== null && cidr.prefix >= deniedPrefixOf(cidr.address)) this.allowedInsideDenied.addSubnet(cidr.address, cidr.prefix, cidr.type);
       } else if (/^[a-z0-9.-]+:\d+$/.test(entry) || /^\[[0-9a-f:.]+\]:\d+$/.test(entry)) {
         this.allowedHostPorts.add(entry);
@@ -116,7 +131,8 @@ export class BackendAddressPolicy {
         return { allowed: false, reason: `${hostPort} is the router's own Redis` };
       }
       const denied = deniedRangeOf(plain);
-      if (denied !== null && !this.allowedInsideDenied.check(plain, type)) {
+      const lifted = isMetadataAddress(plain) ? this.allowedExactly.check(plain, type) : this.allowedInsideDenied.check(plain, type);
+      if (denied !== null && !lifted) {
         return { allowed: false, reason: `${hostname === plain ? plain : `${hostname} resolves to ${plain}, which`} is ${denied}` };
       }
       if (this.hasAllowlist && !namedInAllowlist && !this.allowed.check(plain, type)) {
@@ -139,11 +155,14 @@ export class BackendAddressPolicy {
   }
 }
 
-/** `::ffff:a.b.c.d` and its hex spelling `::ffff:hhhh:hhhh` (as URL normalises it) → `a.b.c.d`. */
+/**
+ * IPv4 embedded in IPv6 → the IPv4 address: IPv4-mapped `::ffff:a.b.c.d`, SIIT `::ffff:0:a.b.c.d` and
+ * NAT64 `64:ff9b::a.b.c.d`, each also in the hex spelling `…:hhhh:hhhh` (as URL normalises it).
+ */
 function unmapIpv4(address: string): string {
-  const dotted = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  const dotted = /^(?:::ffff:|::ffff:0:|64:ff9b::)(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
   if (dotted) return dotted[1] as string;
-  const hex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i.exec(address);
+  const hex = /^(?:::ffff:|::ffff:0:|64:ff9b::)([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i.exec(address);
   if (hex) {
     const high = Number.parseInt(hex[1] as string, 16);
     const low = Number.parseInt(hex[2] as string, 16);
@@ -163,7 +182,7 @@ const DENIED = (() => {
 
 /** The label of the denied range an address lies in (metadata before link-local), or null. */
 function deniedRangeOf(address: string): string | null {
-  if (address === METADATA_V4) return 'the cloud metadata service';
+  if (isMetadataAddress(address)) return 'the cloud metadata service';
   const type = isIP(address) === 6 ? 'ipv6' : 'ipv4';
   for (const range of DENIED) if (range.type === type && range.list.check(address, type)) return `${range.label}`;
   return null;
