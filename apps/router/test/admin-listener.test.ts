@@ -121,11 +121,14 @@ describe('the admin listener', () => {
       `http://localhost:${standInPort}`,
       `http://127.0.0.1:${standInPort}`,
       'http://0.0.0.0:8000',
+      `http://operator:hunter2-secret@127.0.0.1:${standInPort}`,
     ];
     for (const url of candidates) {
       const response = await admin('POST', '/admin/backends', { body: { url, models: ['test-model'] } });
       expect(response.status, url).toBe(403);
-      expect(((await response.json()) as { error: { code: string; param: string } }).error).toMatchObject({ code: 'ROUTER_ERR_BACKEND_NOT_ALLOWED', param: 'url' });
+      const answer = (await response.json()) as { error: { code: string; param: string } };
+      expect(answer.error).toMatchObject({ code: 'ROUTER_ERR_BACKEND_NOT_ALLOWED', param: 'url' });
+      expect(JSON.stringify(answer)).not.toContain('hunter2-secret');
     }
     expect(resolved).toEqual(expect.arrayContaining(['metadata-alias.test', 'redis-alias.test', 'localhost']));
     expect(resolved).not.toContain('metadata.google.internal');
@@ -135,6 +138,8 @@ describe('the admin listener', () => {
     await quitRedis(probe);
     expect(router.registry.backends.map((backend) => backend.url)).toEqual([simUrl]);
     expect(logLines.filter((line) => line.includes('admin-audit') && line.includes('"action":"add"') && line.includes('"outcome":"refused"'))).toHaveLength(candidates.length);
+    // A URL with credentials is refused, and its password reaches neither the log nor the answer.
+    expect(logLines.some((line) => line.includes('hunter2-secret'))).toBe(false);
   });
 
   it('adds an allowlisted loopback backend, and writes one audit line per change without the token', async () => {

@@ -99,10 +99,10 @@ export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOpti
   app.post('/admin/backends', async (request, reply) => {
     const spec = validateBody(AddBackendBody, request.body);
     const id = backendIdOf(spec);
-    return audited(request, { action: 'add', backend: id, url: spec.url }, async () => {
+    return audited(request, { action: 'add', backend: id, url: withoutCredentials(spec.url) }, async () => {
       // Before anything else touches the URL: a refused one gets no connection attempt (not even model discovery).
       const verdict = await options.addressPolicy.check(spec.url);
-      if (!verdict.allowed) throw new RouterError('ROUTER_ERR_BACKEND_NOT_ALLOWED', `${spec.url} is not an allowed backend: ${verdict.reason}.`, { param: 'url' });
+      if (!verdict.allowed) throw new RouterError('ROUTER_ERR_BACKEND_NOT_ALLOWED', `${withoutCredentials(spec.url)} is not an allowed backend: ${verdict.reason}.`, { param: 'url' });
       const sameUrl = options.registry.findByUrl(spec.url);
       if (sameUrl) throw new RouterError('ROUTER_ERR_BACKEND_EXISTS', `${spec.url} is already in the backend set as \`${sameUrl.id}\`.`, { param: 'url' });
       expectDone(await change(() => options.changes.add(spec)), id);
@@ -150,4 +150,20 @@ function parseParams(params: unknown): z.infer<typeof BackendIdParams> {
   const result = BackendIdParams.safeParse(params);
   if (!result.success) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'Invalid backend id: letters, digits and ._:@- only (1-128).', { param: 'id' });
   return result.data;
+}
+
+/**
+ * A URL as the audit log and error messages may show it: `user:password@` blanked (such URLs are
+ * refused, but the refusal is logged, and a password must not reach the log on the way).
+ */
+function withoutCredentials(rawUrl: string): string {
+  try {
+    const url = new URL(rawUrl);
+    if (url.username === '' && url.password === '') return rawUrl;
+    url.username = '';
+    url.password = '';
+    return `${url.toString()} (credentials removed)`;
+  } catch {
+    return '(not a URL)';
+  }
 }
