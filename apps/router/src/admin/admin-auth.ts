@@ -1,7 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyBaseLogger, FastifyInstance, FastifyRequest } from 'fastify';
 import { RouterError } from '../errors';
-import type { AuthFailureLimiter } from './auth-failure-limiter';
+import { limitedPeerOf, type AuthFailureLimiter } from './auth-failure-limiter';
 
 /**
  * The admin listener's gate, before any route or body: a blocked peer gets 429 + Retry-After (even with
@@ -13,12 +13,13 @@ export function registerAdminAuth(app: FastifyInstance, options: { token: string
   const expectedDigest = digest(options.token);
   app.addHook('onRequest', async (request, reply) => {
     const peer = peerOf(request);
-    const blockedForSeconds = options.limiter.retryAfterSeconds(peer);
+    const limitedAs = limitedPeerOf(peer);
+    const blockedForSeconds = options.limiter.retryAfterSeconds(limitedAs);
     if (blockedForSeconds !== null) {
       throw new RouterError('ROUTER_ERR_ADMIN_AUTH_RATE_LIMITED', 'Too many wrong admin tokens from this address; try again later.', { retryAfterSeconds: blockedForSeconds });
     }
     if (isAuthorized(request, expectedDigest)) return;
-    options.limiter.recordFailure(peer);
+    options.limiter.recordFailure(limitedAs);
     options.audit.warn({ peer, method: request.method, path: request.url.split('?')[0], outcome: 'unauthorized' }, 'admin: wrong or missing token');
     reply.header('www-authenticate', 'Bearer realm="kvroute-admin"');
     throw new RouterError('ROUTER_ERR_UNAUTHORIZED', 'The admin API needs `Authorization: Bearer <adminToken>`.');

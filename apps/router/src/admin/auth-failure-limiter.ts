@@ -1,8 +1,13 @@
+import { isIP } from 'node:net';
+
 /**
  * Failed admin-token attempts per peer: after `maxFailures` wrong tokens within `windowMs` of the peer's
  * first failure, every request from that peer (right token or not) is refused with 429 until the window
  * ends, so a token cannot be guessed at line rate. Memory is bounded: at most `maxPeers` peers are tracked;
- * beyond, expired entries go first, then the oldest (a Map keeps insertion order). The clock is injected.
+ * beyond, expired entries go first, then the oldest peers not blocked yet, and only when every tracked
+ * peer is blocked the oldest blocked one (a Map keeps insertion order). A peer is its IPv4 address or
+ * its IPv6 /64 (one host usually holds a whole /64, so counting single IPv6 addresses would let it
+ * rotate past the limit and evict the blocked). The clock is injected.
  */
 export interface AuthFailureLimiterOptions {
   readonly maxFailures: number;
@@ -59,9 +64,28 @@ export class AuthFailureLimiter {
     if (this.peers.size < this.options.maxPeers) return;
     const now = this.options.nowMs();
     for (const [peer, entry] of this.peers) if (entry.windowEndsAtMs <= now) this.peers.delete(peer);
+    for (const [peer, entry] of this.peers) {
+      if (this.peers.size < this.options.maxPeers) return;
+      if (entry.count < this.options.maxFailures) this.peers.delete(peer);
+    }
     while (this.peers.size >= this.options.maxPeers) {
       const oldest = this.peers.keys().next().value as string;
       this.peers.delete(oldest);
     }
   }
+}
+
+/**
+ * The key a socket address is limited under: an IPv4 address as it is (also when IPv4-mapped), an
+ * IPv6 address as its /64 (`2001:db8:1:2::/64`), anything else as it is.
+ */
+export function limitedPeerOf(address: string): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  if (mapped) return mapped[1] as string;
+  if (isIP(address) !== 6) return address;
+  const [head = '', tail] = address.toLowerCase().split('%')[0]?.split('::') ?? [];
+  const front = head === '' ? [] : head.split(':');
+  const back = tail === undefined || tail === '' ? [] : tail.split(':');
+  const groups = tail === undefined ? front : [...front, ...Array<string>(8 - front.length - back.length).fill('0'), ...back];
+  return `${groups.slice(0, 4).map((group) => group.replace(/^0+(?=.)/, '')).join(':')}::/64`;
 }
