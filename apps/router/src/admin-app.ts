@@ -34,6 +34,9 @@ export async function buildAdminApp(deps: AdminAppDeps): Promise<FastifyInstance
   const serverOptions = {
     bodyLimit: ADMIN_REQUEST_BODY_LIMIT_BYTES,
     requestTimeout: 30_000,
+    // Admin requests are short; one half-sent must not hold the shutdown past its deadline (the
+    // resources after it in the close order would be skipped): close ends every connection at once.
+    forceCloseConnections: true,
     logController: new LogController({ disableRequestLogging: true }),
   };
   const app: FastifyInstance =

@@ -270,7 +270,13 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       await state.start();
       await backends.start();
       const url = await app.listen({ host: config.host, port: config.port });
-      if (adminApp !== null) adminUrl = await adminApp.listen({ host: config.adminHost, port: config.adminPort });
+      if (adminApp !== null) {
+        // An admin port already taken must not leave the public listener serving without it.
+        adminUrl = await adminApp.listen({ host: config.adminHost, port: config.adminPort }).catch(async (error: unknown) => {
+          await app.close();
+          throw error;
+        });
+      }
       return url;
     },
     get adminUrl() {
