@@ -30,6 +30,8 @@ describe('ChatCompletionRequest', () => {
     const withSalt = (cache_salt: unknown) => ChatCompletionRequest.safeParse({ model: 'm', messages: [{ role: 'user', content: 'x' }], cache_salt }).success;
     expect([withSalt('tenant-a'), withSalt(null), withSalt(undefined)]).toEqual([true, true, true]);
     expect([withSalt(''), withSalt(7), withSalt(['a'])]).toEqual([false, false, false]);
+    expect([withSalt('a'.repeat(128)), withSalt('é'.repeat(128)), withSalt('a'.repeat(129))]).toEqual([true, true, false]);
+    expect(['a@b', 'a/b', 'a\\b', 'a\u0000b', 'base64url-_ok'].map(withSalt)).toEqual([false, false, false, false, true]);
   });
 });
 

@@ -43,8 +43,14 @@ const SamplingFields = {
   max_tokens: z.number().int().positive().nullish(),
   n: z.number().int().min(1).max(128).optional(),
   ignore_eos: z.boolean().optional(),
-  // vLLM's rule (apps/vllm-sim/README.md, "cache_salt"): null is no salt, "" or a non-string is a 400.
-  cache_salt: z.string().min(1, "Parameter 'cache_salt' must be a non-empty string if provided.").nullish(),
+  // vLLM's rule (apps/vllm-sim/README.md, "cache_salt"): null is no salt, "" or a non-string is a 400;
+  // the newest vLLM also refuses over 128 characters (code points) and '@', '/', '\\', NUL. Checked
+  // here too, so a salt the router routes by is one every vLLM version accepts.
+  cache_salt: z
+    .string()
+    .min(1, "Parameter 'cache_salt' must be a non-empty string if provided.")
+    .refine((salt) => [...salt].length <= 128 && !/[@/\\\0]/.test(salt), "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\', or NUL.")
+    .nullish(),
   user: z.string().optional(),
 };
 
