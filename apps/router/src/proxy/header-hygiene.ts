@@ -35,10 +35,7 @@ export interface ClientHop {
  * `authorization`: `Bearer <key>` or null (none).
  */
 export function upstreamRequestHeaders(clientHeaders: Record<string, string | string[] | undefined>, hop: ClientHop, authorization: string | null): Record<string, string | string[]> {
-  const headers = endToEndHeaders(clientHeaders);
-  for (const name of Object.keys(headers)) {
-    if (DROPPED_REQUEST_HEADERS.has(name) || name.startsWith('proxy-')) delete headers[name];
-  }
+  const headers = endToEndHeaders(clientHeaders, isDroppedRequestHeader);
   headers['x-forwarded-for'] = appended(headers['x-forwarded-for'], hop.peerAddress);
   headers['x-forwarded-proto'] = appended(headers['x-forwarded-proto'], hop.proto);
   if (authorization !== null) headers.authorization = authorization;
@@ -47,9 +44,15 @@ export function upstreamRequestHeaders(clientHeaders: Record<string, string | st
 
 /** The upstream response headers the client gets: end-to-end ones minus the dropped ones. */
 export function clientResponseHeaders(upstreamHeaders: Record<string, string | string[] | undefined>): Record<string, string | string[]> {
-  const headers = endToEndHeaders(upstreamHeaders);
-  for (const name of DROPPED_RESPONSE_HEADERS) delete headers[name];
-  return headers;
+  return endToEndHeaders(upstreamHeaders, isDroppedResponseHeader);
+}
+
+function isDroppedRequestHeader(lowerName: string): boolean {
+  return DROPPED_REQUEST_HEADERS.has(lowerName) || lowerName.startsWith('proxy-');
+}
+
+function isDroppedResponseHeader(lowerName: string): boolean {
+  return DROPPED_RESPONSE_HEADERS.has(lowerName);
 }
 
 /** `earlier, last`: a comma-separated list header extended by one element (repeated headers joined first). */

@@ -17,8 +17,12 @@ const HOP_BY_HOP = new Set([
   'expect',
 ]);
 
-/** Copies end-to-end headers, dropping hop-by-hop ones and any named in `Connection`. */
-export function endToEndHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string | string[]> {
+/**
+ * Copies end-to-end headers, dropping hop-by-hop ones, any named in `Connection`, and those `alsoDrop`
+ * says (lower-case name; header-hygiene.ts: credentials, cookies, address claims), in one pass: no
+ * second walk over the copy, no `delete` (which turns the object into a slow dictionary).
+ */
+export function endToEndHeaders(headers: Record<string, string | string[] | undefined>, alsoDrop?: (lowerName: string) => boolean): Record<string, string | string[]> {
   const connectionTokens = String(headers.connection ?? '')
     .toLowerCase()
     .split(',')
@@ -28,7 +32,7 @@ export function endToEndHeaders(headers: Record<string, string | string[] | unde
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined) continue;
     const lower = name.toLowerCase();
-    if (HOP_BY_HOP.has(lower) || connectionTokens.includes(lower)) continue;
+    if (HOP_BY_HOP.has(lower) || connectionTokens.includes(lower) || alsoDrop?.(lower) === true) continue;
     result[lower] = value;
   }
   return result;
