@@ -54,7 +54,7 @@ describe('the learn stage', () => {
     expect(calls).toHaveLength(0);
     learner.responseEnded(ticket(30), tail(usage(2_560, 0))); // overpredicted
     expect(calls).toHaveLength(1);
-    expect(calls[0]?.correction).toMatchObject({ backendId: 'a', outcome: 'overpredicted', predictedBlocks: 30, observedBlocks: 0 });
+    expect(calls[0]?.correction).toMatchObject({ backendId: 'a', outcome: 'overpredicted', matchRecordedAtMs: 45_000 });
     expect(calls[0]?.calibration).toBeNull();
     advance(1_000);
     learner.responseEnded(ticket(20), tail(usage(2_560, 1_280)));

@@ -183,8 +183,6 @@ function correctionOf(ticket: Ticket, check: PredictionCheck): OwnershipCorrecti
     backendId: ticket.backend.id,
     outcome: check.outcome,
     blockHashes: ticket.routed.blockHashes,
-    predictedBlocks: ticket.prediction.matchBlocks,
-    observedBlocks: check.observedBlocks,
     routedAtMs: ticket.routed.atMs,
     matchRecordedAtMs: ticket.routed.matchRecordedAtMs,
   };

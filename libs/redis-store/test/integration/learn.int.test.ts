@@ -29,17 +29,15 @@ async function depthOn(store: RoutingStateStore, backend: string, chain: readonl
 }
 
 /**
- * The correction of a response routed to `backend` now whose engine held only `observedBlocks` of
- * `chain`: the prediction and its evidence time as a routing read (the snapshot) saw them.
+ * The correction of a response routed to `backend` now whose engine held less of `chain` than
+ * predicted: the evidence time as a routing read (the snapshot) saw it.
  */
-async function overprediction(store: RoutingStateStore, clock: ManualClock, backend: string, chain: readonly BlockHash[], observedBlocks: number): Promise<OwnershipCorrection> {
+async function overprediction(store: RoutingStateStore, clock: ManualClock, backend: string, chain: readonly BlockHash[]): Promise<OwnershipCorrection> {
   const snapshot = await store.snapshot('m', [backend], chain);
   return {
     backendId: backend,
     outcome: 'overpredicted',
     blockHashes: chain,
-    predictedBlocks: snapshot.matchBlocks.get(backend) ?? 0,
-    observedBlocks,
     routedAtMs: clock.nowMs(),
     matchRecordedAtMs: snapshot.matchRecordedAtMs?.get(backend) ?? null,
   };
@@ -66,8 +64,6 @@ async function routeThenEvicted(store: RoutingStateStore, clock: ManualClock, ow
     backendId: 'a',
     outcome: 'overpredicted',
     blockHashes: chain,
-    predictedBlocks: chosen?.matchBlocks ?? 0,
-    observedBlocks: 0,
     routedAtMs,
     matchRecordedAtMs: chosen?.matchRecordedAtMs ?? null,
   };
@@ -86,7 +82,7 @@ describe.each(stores)('learn on the %s store', (_name, make) => {
     expect([await depthOn(store, 'a', chainA), await depthOn(store, 'a', chainB), await depthOn(store, 'a', chainC)]).toEqual([4, 3, 2]);
 
     // A request for B routed now found only B's first block cached: block 2, recorded 5 s ago, was gone.
-    const reply = await store.learn('m', { correction: await overprediction(store, clock, 'a', chainB, 1), calibration: null });
+    const reply = await store.learn('m', { correction: await overprediction(store, clock, 'a', chainB), calibration: null });
     expect(reply.retentionMs).toBe(5_000);
     expect(await depthOn(store, 'a', chainA)).toBe(0); // older than the evidence: believed gone
     expect(await depthOn(store, 'a', chainB)).toBe(3); // the engine computed it again for this request
@@ -100,7 +96,7 @@ describe.each(stores)('learn on the %s store', (_name, make) => {
     const store = make(clock);
     await store.reserve('m', 'a', 'l1', chainA, 0);
     clock.advance(200);
-    const reply = await store.learn('m', { correction: await overprediction(store, clock, 'a', chainA, 0), calibration: null });
+    const reply = await store.learn('m', { correction: await overprediction(store, clock, 'a', chainA), calibration: null });
     expect(reply.retentionMs).toBeNull();
     clock.advance(60_000);
     expect(await depthOn(store, 'a', chainA)).toBe(4);
@@ -109,11 +105,11 @@ describe.each(stores)('learn on the %s store', (_name, make) => {
   it('an underprediction grows a learned retention by a quarter, and only a learned one', async () => {
     const clock = manualClock(1_000_000);
     const store = make(clock);
-    const under = { backendId: 'a', outcome: 'underpredicted' as const, blockHashes: chainA, predictedBlocks: 0, observedBlocks: 4, routedAtMs: clock.nowMs(), matchRecordedAtMs: null };
+    const under = { backendId: 'a', outcome: 'underpredicted' as const, blockHashes: chainA, routedAtMs: clock.nowMs(), matchRecordedAtMs: null };
     expect((await store.learn('m', { correction: under, calibration: null })).retentionMs).toBeNull();
     await store.reserve('m', 'a', 'l1', chainA, 0);
     clock.advance(8_000);
-    await store.learn('m', { correction: await overprediction(store, clock, 'a', chainA, 0), calibration: null });
+    await store.learn('m', { correction: await overprediction(store, clock, 'a', chainA), calibration: null });
     expect((await store.learn('m', { correction: under, calibration: null })).retentionMs).toBe(10_000);
   });
 
@@ -123,7 +119,7 @@ describe.each(stores)('learn on the %s store', (_name, make) => {
     await store.reserve('m', 'a', 'l1', chainA, 0);
     await store.reserve('m', 'a', 'l2', chainB, 0);
     clock.advance(10_000);
-    await store.learn('m', { correction: await overprediction(store, clock, 'a', chainB, 0), calibration: null }); // retention 10 s
+    await store.learn('m', { correction: await overprediction(store, clock, 'a', chainB), calibration: null }); // retention 10 s
     for (let use = 0; use < 6; use++) {
       clock.advance(4_000); // each use 4 s after the last: within the retention, past half of it every other time
       expect(await depthOn(store, 'a', chainB)).toBe(3);
@@ -214,7 +210,7 @@ describe('learn on the redis store is shared', () => {
     clock.advance(3_000);
     await one.reserve('m', 'a', 'l2', chainB, 0);
     clock.advance(3_000);
-    await one.learn('m', { correction: await overprediction(one, clock, 'a', chainB, 0), calibration: { bytesPerToken: { samples: 30, sum: 60 } } });
+    await one.learn('m', { correction: await overprediction(one, clock, 'a', chainB), calibration: { bytesPerToken: { samples: 30, sum: 60 } } });
     expect(await depthOn(two, 'a', chainA)).toBe(0);
     expect(await depthOn(two, 'a', chainB)).toBe(3);
     expect((await two.learn('m', { correction: null, calibration: null })).calibration.bytesPerToken).toEqual({ value: 2, samples: 30 });
@@ -225,7 +221,7 @@ describe('learn on the redis store is shared', () => {
     const store = ctx.createState({ nowMs: clock.nowMs, blockIdleTtlMs: IDLE_TTL_MS });
     await store.reserve('m', 'a', 'l1', chainA, 0);
     clock.advance(4_000);
-    await store.learn('m', { correction: await overprediction(store, clock, 'a', chainA, 0), calibration: null });
+    await store.learn('m', { correction: await overprediction(store, clock, 'a', chainA), calibration: null });
     clock.advance(10);
     await store.forgetBackend('m', 'a');
     expect(await depthOn(store, 'a', chainA)).toBe(0);
@@ -249,7 +245,7 @@ describe.each(stores)('ageing keeps prefix closure on the %s store', (_name, mak
     // A retention of 10 s, learned from a first eviction.
     await store.reserve('m', 'x', 'l0', [900, 901], 0);
     clock.advance(10_000);
-    await store.learn('m', { correction: await overprediction(store, clock, 'x', [900, 901], 0), calibration: null });
+    await store.learn('m', { correction: await overprediction(store, clock, 'x', [900, 901]), calibration: null });
     await store.reserve('m', 'x', 'l1', a, 0); // t0
     clock.advance(4_000);
     await store.reserve('m', 'x', 'l2', b, 0); // its last block no newer than the prefix (t0)

@@ -37,7 +37,7 @@ describe('script loading', () => {
       await state.release('m', 'a', 'l1');
       await state.forgetBackend('m', 'b');
       await state.learn('m', {
-        correction: { backendId: 'a', outcome: 'overpredicted', blockHashes: [1, 2], predictedBlocks: 2, observedBlocks: 0, routedAtMs: clock.nowMs(), matchRecordedAtMs: clock.nowMs() },
+        correction: { backendId: 'a', outcome: 'overpredicted', blockHashes: [1, 2], routedAtMs: clock.nowMs(), matchRecordedAtMs: clock.nowMs() },
         calibration: { bytesPerToken: { samples: 2, sum: 7 } },
       }); // learn.lua
       await new RedisBackendSet({ redis: ctx.redis, nowMs: clock.nowMs, keyNamespace: ctx.namespace }).remove('none'); // change-backend-set.lua, writes nothing

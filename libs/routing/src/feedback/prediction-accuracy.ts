@@ -40,13 +40,11 @@ export interface PredictionCheck {
   readonly observedTokens: number;
   /** min(predicted, observed): the predicted tokens the engine confirmed. */
   readonly confirmedTokens: number;
-  /** The engine's cached prefix in routing blocks (rounded down; 0 when unverified): where a correction cuts. */
-  readonly observedBlocks: number;
 }
 
 export function checkPrediction(prediction: Prediction, usage: { readonly promptTokens: number; readonly cachedTokens: number | null } | null): PredictionCheck {
   if (usage === null || usage.cachedTokens === null || usage.promptTokens <= 0 || prediction.textBytes <= 0) {
-    return { outcome: 'unverified', predictedTokens: 0, observedTokens: 0, confirmedTokens: 0, observedBlocks: 0 };
+    return { outcome: 'unverified', predictedTokens: 0, observedTokens: 0, confirmedTokens: 0 };
   }
   const tokensPerByte = usage.promptTokens / prediction.textBytes;
   const predictedBytes = Math.min(prediction.matchBlocks * prediction.blockSizeBytes, prediction.textBytes);
@@ -55,6 +53,5 @@ export function checkPrediction(prediction: Prediction, usage: { readonly prompt
   const within = prediction.blockSizeBytes * tokensPerByte + ENGINE_BLOCK_TOKENS;
   const outcome: PredictionOutcome =
     Math.abs(observedTokens - predictedTokens) <= within ? 'confirmed' : observedTokens < predictedTokens ? 'overpredicted' : 'underpredicted';
-  const observedBlocks = Math.floor(observedTokens / tokensPerByte / prediction.blockSizeBytes);
-  return { outcome, predictedTokens, observedTokens, confirmedTokens: Math.min(predictedTokens, observedTokens), observedBlocks };
+  return { outcome, predictedTokens, observedTokens, confirmedTokens: Math.min(predictedTokens, observedTokens) };
 }

@@ -159,10 +159,6 @@ export interface OwnershipCorrection {
   readonly outcome: 'overpredicted' | 'underpredicted';
   /** The request's chain (shallowest first). */
   readonly blockHashes: readonly BlockHash[];
-  /** Leading blocks the index held on the backend at routing. */
-  readonly predictedBlocks: number;
-  /** The engine's cached prefix in routing blocks (rounded down). */
-  readonly observedBlocks: number;
   /** Wall-clock ms the request was routed (the store's clock). */
   readonly routedAtMs: number;
   /**
