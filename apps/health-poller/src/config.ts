@@ -1,4 +1,5 @@
 import { ENGINE_KINDS } from '@kvroute/engine-metrics';
+import { UPSTREAM_KEY_SOURCE_FIELDS, upstreamKeyConfigFields } from '@kvroute/platform';
 import { z } from 'zod';
 
 /**
@@ -13,8 +14,7 @@ export const PollerBackendConfig = z.strictObject({
   models: z.array(z.string().min(1)).optional().describe('ignored (router option)'),
   weight: z.number().positive().optional().describe('ignored (router option)'),
   // The same key sources as the router's backends (libs/platform upstream-keys.ts): the scrapes carry the key too.
-  apiKeyFile: z.string().min(1).optional().describe('file holding the API key sent to this backend as `Authorization: Bearer` on every scrape request'),
-  apiKeyEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name').optional().describe('environment variable holding that key instead'),
+  ...UPSTREAM_KEY_SOURCE_FIELDS,
 });
 export type PollerBackendConfig = z.infer<typeof PollerBackendConfig>;
 
@@ -29,9 +29,7 @@ export const PollerConfig = z
       .array(BackendEntry)
       .default([])
       .describe("backends to scrape: URLs (comma-separated on the command line) or {url,id,engine} objects in a file; the fleet's shared backend set in Redis is scraped too"),
-    upstreamApiKeyFile: z.string().min(1).optional().describe('file holding the API key sent as `Authorization: Bearer` to every configured backend without its own `apiKeyFile`/`apiKeyEnv` (the routers\' option of the same name)'),
-    upstreamApiKeyEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name').optional().describe('name of the environment variable holding that key instead of a file'),
-    upstreamApiKeyForAddedBackends: z.boolean().default(false).describe("also send that key to the shared set's backends that are not configured here (added through a router's admin API)"),
+    ...upstreamKeyConfigFields("the shared set's backends that are not configured here (added through a router's admin API)"),
     followSharedSet: z.boolean().default(true).describe("also scrape the fleet's shared backend set in Redis (the routers' admin API), following its changes"),
     backendSetPollMs: z.coerce.number().int().min(50).default(500).describe('how often the shared backend set is re-read, in case a change notice (pub/sub) was lost'),
     intervalMs: z.coerce.number().int().min(100).default(1000).describe('scrape every backend once per this interval (one BullMQ job scheduler per backend)'),

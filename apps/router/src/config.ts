@@ -1,7 +1,7 @@
 import { CALIBRATED_PARAMS, DEFAULT_MAX_ROUTED_BLOCKS, POLICY_NAMES, type CalibratedParam } from '@kvroute/routing';
 import { DEFAULT_GENERATION_LIMITS, type GenerationLimits } from '@kvroute/protocols';
 import { RECORD_BLOCKS_PER_CALL } from '@kvroute/redis-store';
-import { secretOption } from '@kvroute/platform';
+import { secretOption, UPSTREAM_KEY_SOURCE_FIELDS, upstreamKeyConfigFields } from '@kvroute/platform';
 import { z } from 'zod';
 import { policyConfigFields } from './routing/policy-params';
 
@@ -24,11 +24,7 @@ export type BackendConfig = z.infer<typeof BackendConfig>;
  * operator's config: not in BackendConfig, which the admin API accepts, so an added backend cannot name
  * a file or variable for the router to read and send to it.
  */
-const UpstreamKeySourceFields = {
-  apiKeyFile: z.string().min(1).optional().describe('file holding the API key sent to this backend as `Authorization: Bearer` (vLLM `--api-key`)'),
-  apiKeyEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name').optional().describe('environment variable holding that key instead'),
-};
-export const ConfiguredBackend = BackendConfig.extend(UpstreamKeySourceFields);
+export const ConfiguredBackend = BackendConfig.extend(UPSTREAM_KEY_SOURCE_FIELDS);
 
 const BackendEntry = z.union([z.url({ protocol: /^https?$/ }).transform((url) => ({ url, weight: 1 })), ConfiguredBackend]);
 
@@ -36,9 +32,7 @@ export const RouterConfig = z.object({
   host: z.string().default('0.0.0.0').describe('address to listen on'),
   port: z.coerce.number().int().min(0).max(65_535).default(8080).describe('port to listen on'),
   backends: z.array(BackendEntry).min(1).describe('backends: URLs (comma-separated on the command line) or {url,id,models,weight,apiKeyFile,apiKeyEnv} objects in a file'),
-  upstreamApiKeyFile: z.string().min(1).optional().describe("file holding the API key sent as `Authorization: Bearer` to every configured backend without its own `apiKeyFile`/`apiKeyEnv` (vLLM `--api-key`); the client's own `Authorization` is never forwarded"),
-  upstreamApiKeyEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name').optional().describe('name of the environment variable holding that key instead of a file'),
-  upstreamApiKeyForAddedBackends: z.boolean().default(false).describe('also send that key to backends added at run time (admin API, the shared set in Redis): whoever can add a backend can then receive the key'),
+  ...upstreamKeyConfigFields('backends added at run time (admin API, the shared set in Redis)'),
   policy: z.enum(POLICY_NAMES).default('cacheaware').describe('routing policy for chat and text completions'),
   passthroughPolicy: z.enum(POLICY_NAMES).default('leastloaded').describe('policy for other POST /v1/* endpoints (embeddings, …)'),
 

@@ -9,7 +9,7 @@ export { ConfigError, describeSource, type ConfigProblem, type ConfigSource } fr
 export type { ConfigSchema, EnvMap } from './config/config-options';
 export { secretOption } from './config/secret-option';
 export { toEnvName, toFlagName } from './config/option-names';
-export { loadUpstreamKeys, upstreamPlaceOf, UpstreamKeyError, UpstreamKeys, type UpstreamKeyConfig, type UpstreamKeyReaders, type UpstreamKeySource } from './config/upstream-keys';
+export { loadUpstreamKeys, UPSTREAM_KEY_SOURCE_FIELDS, upstreamKeyConfigFields, upstreamPlaceOf, UpstreamKeyError, UpstreamKeys, type UpstreamKeyConfig, type UpstreamKeyReaders, type UpstreamKeySource } from './config/upstream-keys';
 
 export { createLogger, type CreateLoggerOptions } from './logging/create-logger';
 export { LOG_LEVELS, type LogLevel } from './logging/log-level';

@@ -18,6 +18,32 @@
  *    whoever can add backends cannot make a process read a secret of its choosing and send it out.
  */
 import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/**
+ * The config fields of one backend's own key source, for the operator's backend entries only (never a
+ * schema the admin API accepts: see above). One definition for the router and the health poller, so
+ * one `kvroute.yaml` serves both.
+ */
+export const UPSTREAM_KEY_SOURCE_FIELDS = {
+  apiKeyFile: z.string().min(1).optional().describe('file holding the API key sent to this backend as `Authorization: Bearer` (vLLM `--api-key`)'),
+  apiKeyEnv: z.string().regex(ENV_NAME, 'must be an environment variable name').optional().describe('environment variable holding that key instead'),
+};
+
+/** The fleet key's config fields; `addedBackends` says which backends count as added at run time for this app. */
+export function upstreamKeyConfigFields(addedBackends: string) {
+  return {
+    upstreamApiKeyFile: z
+      .string()
+      .min(1)
+      .optional()
+      .describe("file holding the API key sent as `Authorization: Bearer` to every configured backend without its own `apiKeyFile`/`apiKeyEnv` (vLLM `--api-key`); a client's own `Authorization` is never forwarded"),
+    upstreamApiKeyEnv: z.string().regex(ENV_NAME, 'must be an environment variable name').optional().describe('name of the environment variable holding that key instead of a file'),
+    upstreamApiKeyForAddedBackends: z.boolean().default(false).describe(`also send that key to ${addedBackends}: whoever can add a backend can then receive the key`),
+  };
+}
 
 /** Where one key comes from; at most one of the two. */
 export interface UpstreamKeySource {
