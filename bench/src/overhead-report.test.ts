@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { addedLatency, combinePacedRounds, median, ratio, resultsTable, summarize, targetsTable, type PacedMeasurement, type PacedRound, type PathResult, type WorkloadResult } from './overhead-report';
+import { addedLatency, baselineTable, combinePacedRounds, median, ratio, resultsTable, summarize, targetsTable, type PacedMeasurement, type PacedRound, type PathResult, type WorkloadResult } from './overhead-report';
 import type { WrkResult } from './wrk';
 
 function paced(p50Ms: number, p99Ms: number, extra: Partial<PacedMeasurement> = {}): PacedMeasurement {
-  return { rounds: 1, requests: 1500, achievedRate: 495, p50Ms, p90Ms: p50Ms, p99Ms, p999Ms: p99Ms, meanMs: p50Ms, maxMs: p99Ms, errors: 0, simCpuUsPerRequest: 200, sharedCoreBusy: 0.3, roundP50sMs: [p50Ms], roundP99sMs: [p99Ms], ...extra };
+  return { rounds: 1, requests: 1500, achievedRate: 495, p50Ms, p90Ms: p50Ms, p99Ms, p999Ms: p99Ms, meanMs: p50Ms, maxMs: p99Ms, errors: 0, simCpuUsPerRequest: 200, sharedCoreBusy: 0.3, roundP50sMs: [p50Ms], roundP99sMs: [p99Ms], roundProxyCpuUsPerRequest: [], ...extra };
 }
 
 function path(id: PathResult['path'], p50Ms: number, p99Ms: number, maxRate: number): PathResult {
@@ -148,6 +148,7 @@ describe('combinePacedRounds', () => {
     expect(combined.simCpuUsPerRequest).toBeCloseTo((0.9 * 1e6) / 4000);
     expect(combined.sharedCoreBusy).toBeCloseTo(1.35 / 9);
     expect(combined.roundP99sMs).toEqual([9, 3, 4]);
+    expect(combined.roundProxyCpuUsPerRequest.map((value) => Math.round(value))).toEqual([100, 100, 150]);
     expect(combined.redisCpuUsPerRequest).toBeUndefined();
   });
 
@@ -163,6 +164,7 @@ describe('combinePacedRounds', () => {
     const { proxyCpuSeconds: _, ...direct } = round(1000, 2000, 10);
     const combined = combinePacedRounds([direct]);
     expect(combined.proxyCpuUsPerRequest).toBeUndefined();
+    expect(combined.roundProxyCpuUsPerRequest).toEqual([]);
     expect(combined.sharedCoreBusy).toBeCloseTo(0.1);
     expect(() => combinePacedRounds([round(1000, 2000, 0)])).toThrow(/no request/);
   });
@@ -171,5 +173,25 @@ describe('combinePacedRounds', () => {
     expect(median([3, 1, 2])).toBe(2);
     expect(median([4, 1, 3, 2])).toBe(2.5);
     expect(median([])).toBeNaN();
+  });
+});
+
+describe('baselineTable', () => {
+  const withCpu = (id: PathResult['path'], p50Ms: number, rounds: number[]): PathResult => ({
+    path: id,
+    paced: paced(p50Ms, 2 * p50Ms, { proxyCpuUsPerRequest: rounds.reduce((sum, value) => sum + value, 0) / rounds.length, roundProxyCpuUsPerRequest: rounds }),
+  });
+
+  it('compares each path with its baseline, by totals and by the median of round-by-round ratios', () => {
+    const result: WorkloadResult = {
+      workload,
+      paths: [path('direct', 1.0, 2.0, 900), withCpu('kvroute', 1.4, [110, 130, 120]), withCpu('kvroute-baseline', 1.3, [100, 100, 150]), withCpu('kvroute-redis', 1.6, [200])],
+    };
+    const table = baselineTable([result]);
+    const rows = table.split('\n').slice(2);
+    // kvroute + Redis has no baseline measured: no row.
+    expect(rows).toHaveLength(1);
+    // Totals 120 against 116.7: +2.9 %; rounds +10 %, +30 %, −20 %: median +10 %.
+    expect(rows[0]).toBe('| small-json | kvroute | 117 → 120 | +2.9 % | +10.0 % [−20.0 %, +30.0 %] | +0.300 → +0.400 |');
   });
 });

@@ -6,14 +6,33 @@ import type { WrkResult } from './wrk';
  * markdown rendering.
  */
 
-export const PATH_IDS = ['direct', 'bare', 'kvroute', 'kvroute-redis', 'haproxy'] as const;
+/**
+ * In the order every round visits them: a baseline path (`--baseline`: the router of another
+ * checkout, e.g. the commit before a change) runs right after the path it is compared with, so the
+ * pair sees the same state of a drifting machine.
+ */
+export const PATH_IDS = ['direct', 'bare', 'kvroute', 'kvroute-baseline', 'kvroute-redis', 'kvroute-redis-baseline', 'haproxy'] as const;
 export type PathId = (typeof PATH_IDS)[number];
+/** The paths measured only with `--baseline`, and the path each is compared with. */
+export const BASELINE_OF = { 'kvroute-baseline': 'kvroute', 'kvroute-redis-baseline': 'kvroute-redis' } as const satisfies Partial<Record<PathId, PathId>>;
+export type BaselinePathId = keyof typeof BASELINE_OF;
+
+export function isBaselinePath(path: PathId): path is BaselinePathId {
+  return Object.hasOwn(BASELINE_OF, path);
+}
+
+/** Paths whose router keeps its routing state in the private Redis. */
+export function usesRedis(path: PathId): boolean {
+  return path === 'kvroute-redis' || path === 'kvroute-redis-baseline';
+}
 
 export const PATH_LABELS: Record<PathId, string> = {
   direct: 'direct to sim',
   bare: 'bare Node proxy',
   kvroute: 'kvroute',
+  'kvroute-baseline': 'kvroute, baseline',
   'kvroute-redis': 'kvroute + Redis',
+  'kvroute-redis-baseline': 'kvroute + Redis, baseline',
   haproxy: 'HAProxy (TCP)',
 };
 
@@ -59,6 +78,8 @@ export interface PacedMeasurement {
   /** Each round's p50 and p99, ms, in the order they ran. */
   readonly roundP50sMs: readonly number[];
   readonly roundP99sMs: readonly number[];
+  /** Each round's proxy CPU per request, µs, in the order they ran (empty for the direct path). */
+  readonly roundProxyCpuUsPerRequest: readonly number[];
 }
 
 /** One paced wrk run and the CPU the sim and the proxy used meanwhile. */
@@ -113,6 +134,7 @@ export function combinePacedRounds(rounds: readonly PacedRound[]): PacedMeasurem
     ...(rounds.every((round) => round.foreignCpuCores !== undefined) ? { foreignCpuCoresMax: Math.max(...rounds.map((round) => round.foreignCpuCores ?? 0)) } : {}),
     roundP50sMs: ms((latency) => latency.p50),
     roundP99sMs: ms((latency) => latency.p99),
+    roundProxyCpuUsPerRequest: hasProxy ? rounds.map((round) => ((round.proxyCpuSeconds ?? 0) * 1e6) / Math.max(1, round.wrk.requests)) : [],
   };
 }
 
@@ -314,6 +336,42 @@ export function targetsTable(results: readonly WorkloadResult[], targets: Target
       times(summary.haproxyMaxRateVsBare),
     ];
     lines.push(`| ${cells.join(' | ')} |`);
+  }
+  return lines.join('\n');
+}
+
+/**
+ * One row per workload × compared path (`--baseline`): the router's CPU per request against the
+ * baseline router's, as a ratio of the totals and as the median of the per-round ratios (round r of
+ * a path and of its baseline ran back to back, so each round's ratio is the one least moved by the
+ * machine's drift), with the extreme rounds beside it; and the added p50 of both.
+ */
+export function baselineTable(results: readonly WorkloadResult[]): string {
+  const lines = [
+    '| workload | path | proxy CPU µs/req: baseline → this | change (totals) | change, median of rounds [min, max] | added p50 ms: baseline → this |',
+    '|---|---|---:|---:|---:|---:|',
+  ];
+  const percent = (value: number | undefined): string => (value === undefined ? DASH : `${value >= 1 ? '+' : '−'}${Math.abs(100 * (value - 1)).toFixed(1)} %`);
+  for (const result of results) {
+    const summary = summarize(result);
+    const byPath = new Map(result.paths.map((path) => [path.path, path]));
+    for (const [baselinePath, comparedPath] of Object.entries(BASELINE_OF) as [BaselinePathId, PathId][]) {
+      const baseline = byPath.get(baselinePath)?.paced;
+      const compared = byPath.get(comparedPath)?.paced;
+      if (!byPath.has(baselinePath) || !byPath.has(comparedPath)) continue;
+      const roundRatios = (compared?.roundProxyCpuUsPerRequest ?? [])
+        .map((value, round) => ratio(value, baseline?.roundProxyCpuUsPerRequest[round]))
+        .filter((value): value is number => value !== undefined);
+      const cells = [
+        result.workload.id,
+        PATH_LABELS[comparedPath],
+        `${baseline?.proxyCpuUsPerRequest?.toFixed(0) ?? DASH} → ${compared?.proxyCpuUsPerRequest?.toFixed(0) ?? DASH}`,
+        percent(ratio(compared?.proxyCpuUsPerRequest, baseline?.proxyCpuUsPerRequest)),
+        roundRatios.length === 0 ? DASH : `${percent(median(roundRatios))} [${percent(Math.min(...roundRatios))}, ${percent(Math.max(...roundRatios))}]`,
+        `${signedMs(summary.added[baselinePath]?.p50Ms)} → ${signedMs(summary.added[comparedPath]?.p50Ms)}`,
+      ];
+      lines.push(`| ${cells.join(' | ')} |`);
+    }
   }
   return lines.join('\n');
 }

@@ -26,20 +26,31 @@
  * Usage: npm run bench:overhead -- [--rate 500] [--seconds 3] [--rounds 3] [--warmup-seconds 1]
  *        [--paced-connections 50] [--max-connections 32] [--max-tokens 16]
  *        [--paths direct,bare,kvroute,kvroute-redis,haproxy] [--workloads small-json,small-sse,32k-json,32k-sse] [--no-pin]
+ *        [--baseline DIR]
+ *
+ * `--baseline DIR`: also measure the router of another checkout (a `git worktree` of the commit before a
+ * change, with its `npm ci` done; its bundle is built here) as the paths kvroute-baseline and
+ * kvroute-redis-baseline, beside each selected kvroute path, in the same rounds, right after it, against
+ * the same sim (the Redis one in database 1 of the same private Redis). The "Against the baseline" table
+ * gives the change in proxy CPU per request: the before/after of a change in one sitting.
  * Writes bench/results/overhead-<time>.{json,md}.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 // A private Redis, started as the tests and bench:redis-decision do (bench is never shipped; eslint.config.mjs allows it here).
 import { startRedis, type TestRedis } from '@kvroute/testing';
 import { pinRunningProcess, processListeningOn } from './listening-process';
 import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
 import {
+  BASELINE_OF,
+  baselineTable,
+  isBaselinePath,
   PATH_IDS,
   PATH_LABELS,
+  usesRedis,
   resultsTable,
   summarize,
   TARGETS,
@@ -71,6 +82,7 @@ const { values: args } = parseArgs({
     paths: { type: 'string', default: PATH_IDS.join(',') },
     workloads: { type: 'string', default: WORKLOADS.map((workload) => workload.id).join(',') },
     pin: { type: 'boolean', default: true },
+    baseline: { type: 'string' },
   },
 });
 
@@ -90,8 +102,10 @@ function selectedPaths(): PathId[] {
   const wanted = args.paths.split(',').map((id) => id.trim());
   const unknown = wanted.filter((id) => !(PATH_IDS as readonly string[]).includes(id));
   if (unknown.length > 0) throw new Error(`unknown path(s) ${unknown.join(', ')}; choose from ${PATH_IDS.join(', ')}`);
-  // Direct is the reference every added latency is measured against.
-  return PATH_IDS.filter((id) => id === 'direct' || wanted.includes(id));
+  const baselines = wanted.filter((id) => isBaselinePath(id as PathId));
+  if (args.baseline === undefined && baselines.length > 0) throw new Error(`path(s) ${baselines.join(', ')} need --baseline DIR`);
+  // Direct is the reference every added latency is measured against; a baseline comes with the path it is compared with.
+  return PATH_IDS.filter((id) => id === 'direct' || wanted.includes(id) || (args.baseline !== undefined && isBaselinePath(id) && wanted.includes(BASELINE_OF[id])));
 }
 
 function selectedWorkloads(): Workload[] {
@@ -184,6 +198,13 @@ async function main(): Promise<void> {
   console.log('Building production bundles (npm run build)…');
   const built = spawnSync('npm', ['run', '--silent', 'build'], { cwd: join(import.meta.dirname, '..', '..'), stdio: ['ignore', 'ignore', 'inherit'] });
   if (built.status !== 0) throw new Error('npm run build failed');
+  const baseline = args.baseline === undefined ? undefined : resolve(args.baseline);
+  if (baseline !== undefined) {
+    if (!existsSync(join(baseline, 'node_modules'))) throw new Error(`--baseline ${baseline}: no node_modules there; run npm ci in it first`);
+    console.log(`Building the baseline's bundles in ${baseline} (${baselineCommit(baseline)}) …`);
+    const builtBaseline = spawnSync('npm', ['run', '--silent', 'build'], { cwd: baseline, stdio: ['ignore', 'ignore', 'inherit'] });
+    if (builtBaseline.status !== 0 || !existsSync(join(baseline, 'dist', 'router.mjs'))) throw new Error(`npm run build failed in ${baseline}`);
+  }
   const wrkVersion = toolVersion('wrk', ['-v'])?.replace(/\s+Copyright.*$/, '');
   if (!wrkVersion?.startsWith('wrk')) throw new Error('wrk is not installed (Debian: apt-get install wrk)');
   const pinned = args.pin && spawnSync('taskset', ['--version']).status === 0 && cpus().length >= 2;
@@ -233,23 +254,23 @@ async function main(): Promise<void> {
     [sim] = await startLocalSims(1, ['--profile', 'fast', '--model', model], coreOption);
     if (!sim) throw new Error('no sim started');
     const simUrl = sim.url;
+    /** The one private Redis of the Redis paths, started by the first of them. */
+    const privateRedis = async (): Promise<TestRedis> => {
+      if (benchRedis) return benchRedis.redis;
+      const redis = await startRedis({ fresh: true, logger: (line) => console.log(`  ${line}`) });
+      benchRedis = locateRedis(redis, pinned ? CLIENT_CORE : undefined);
+      console.log(`  ${benchRedis.placement}`);
+      if (benchRedis.pid === undefined) notes.push(`kvroute + Redis: ${benchRedis.placement}.`);
+      return redis;
+    };
     targets.set('direct', { path: 'direct', url: simUrl });
     const starters: Record<Exclude<PathId, 'direct'>, () => Promise<ProxyProcess>> = {
       bare: () => startBareProxyProcess(simUrl, coreOption),
       kvroute: () => startRouterProcess(simUrl, coreOption),
-      'kvroute-redis': async () => {
-        const redis = await startRedis({ fresh: true, logger: (line) => console.log(`  ${line}`) });
-        benchRedis = locateRedis(redis, pinned ? CLIENT_CORE : undefined);
-        console.log(`  ${benchRedis.placement}`);
-        if (benchRedis.pid === undefined) notes.push(`kvroute + Redis: ${benchRedis.placement}.`);
-        try {
-          return await startRouterProcess(simUrl, { ...coreOption, redisUrl: redis.url });
-        } catch (error) {
-          await redis.stop();
-          benchRedis = undefined;
-          throw error;
-        }
-      },
+      'kvroute-baseline': () => startRouterProcess(simUrl, { ...coreOption, checkout: baseline }),
+      'kvroute-redis': async () => startRouterProcess(simUrl, { ...coreOption, redisUrl: (await privateRedis()).url }),
+      // Database 1: the two routers' keys never meet, and the one redis-server's CPU is measured for both.
+      'kvroute-redis-baseline': async () => startRouterProcess(simUrl, { ...coreOption, checkout: baseline, redisUrl: `${(await privateRedis()).url}/1` }),
       haproxy: async () => {
         if (!haproxyVersion()) throw new Error('HAProxy is not installed (/usr/sbin/haproxy): skipped');
         return startHaproxyProcess(simUrl, coreOption);
@@ -303,6 +324,8 @@ async function main(): Promise<void> {
     const summaries = results.map((result) => summarize(result));
     const table = resultsTable(results, rate);
     const targetTable = targetsTable(results);
+    const againstBaseline = baseline === undefined ? undefined : baselineTable(results);
+    const baselineLine = baseline === undefined ? undefined : `Baseline: the router of ${baseline} (${baselineCommit(baseline)}), measured in the same rounds right after the path it is compared with; change = this ÷ baseline − 1 (CPU per request: lower is better).`;
     const explanation = [
       `p50/p99: median over ${rounds} interleaved paced rounds of wrk's percentile (request written → response complete, the whole stream for SSE). Added = the path's − the direct path's, at ${rate} req/s, ms.`,
       `Targets (reported, not enforced): kvroute added p50 ≤ ${TARGETS.addedP50VsBare}× the bare proxy's, kvroute added p99 ≤ ${TARGETS.addedP99Ms} ms, kvroute max rate ≥ ${TARGETS.maxRateVsBare}× the bare proxy's; kvroute with Redis added p50 ≤ ${TARGETS.redisAddedP50Ms} ms at ${rate} req/s (kvroute + Redis − kvroute: what Redis state costs over local state).`,
@@ -314,6 +337,7 @@ async function main(): Promise<void> {
     console.log(table);
     console.log('\n## Against the targets\n');
     console.log(targetTable);
+    if (againstBaseline !== undefined) console.log(`\n## Against the baseline\n\n${baselineLine}\n\n${againstBaseline}`);
     console.log('');
     for (const line of explanation) console.log(line);
     if (notes.length > 0) {
@@ -331,7 +355,7 @@ async function main(): Promise<void> {
       redis: benchRedis ? { source: benchRedis.redis.source, port: benchRedis.redis.port, pid: benchRedis.pid ?? null, placement: benchRedis.placement, version: toolVersion('redis-server', ['--version']) ?? null } : null,
       otherCpuCoresAtStart: busyBefore ?? null,
     };
-    const config = { rate, seconds, rounds, warmupSeconds, pacedConnections, pacedDelayMs: pacingDelayMs(rate, pacedConnections), maxConnections, maxTokens, model, paths, workloads, pinned };
+    const config = { rate, seconds, rounds, warmupSeconds, pacedConnections, pacedDelayMs: pacingDelayMs(rate, pacedConnections), maxConnections, maxTokens, model, paths, workloads, pinned, baseline: baseline === undefined ? null : { dir: baseline, commit: baselineCommit(baseline) } };
     const outDir = join(repoRoot, 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
     const stamp = startedAt.toISOString().replaceAll(':', '-').slice(0, 19);
@@ -354,6 +378,7 @@ async function main(): Promise<void> {
       '',
       targetTable,
       '',
+      ...(againstBaseline === undefined ? [] : ['## Against the baseline', '', baselineLine, '', againstBaseline, '']),
       ...explanation.map((line) => `- ${line}`),
       ...(notes.length > 0 ? ['', '## Notes', '', ...notes.map((note) => `- ${note.replaceAll('\n', ' ')}`)] : []),
       '',
@@ -491,7 +516,7 @@ async function measuredRun(target: Target, run: WrkRun, context: MeasureContext)
   const simBefore = processCpuSeconds(simPid);
   const proxyBefore = proxyPid === undefined ? 0 : processCpuSeconds(proxyPid);
   // Read before the CPU snapshots and after, so the router's work on /metrics is outside the figures.
-  const withRedis = target.path === 'kvroute-redis' && target.proxy !== undefined;
+  const withRedis = usesRedis(target.path) && target.proxy !== undefined;
   const healthBefore = withRedis ? await routerStateHealth(target.url) : undefined;
   const redisBefore = redisPid === undefined ? 0 : processCpuSeconds(redisPid);
   const ownBefore = ownCpuSeconds();
@@ -506,7 +531,7 @@ async function measuredRun(target: Target, run: WrkRun, context: MeasureContext)
   const proxyCpuSeconds = proxyPid === undefined ? undefined : processCpuSeconds(proxyPid) - proxyBefore;
   // Idle (a few ticks of serverCron) on the other paths, but ours all the same.
   const anyRedisCpuSeconds = redisPid === undefined ? 0 : processCpuSeconds(redisPid) - redisBefore;
-  const redisCpuSeconds = target.path === 'kvroute-redis' && redisPid !== undefined ? anyRedisCpuSeconds : undefined;
+  const redisCpuSeconds = usesRedis(target.path) && redisPid !== undefined ? anyRedisCpuSeconds : undefined;
   const ours = simCpuSeconds + (proxyCpuSeconds ?? 0) + anyRedisCpuSeconds + (ownCpuSeconds() - ownBefore);
   const healthAfter = withRedis ? await routerStateHealth(target.url) : undefined;
   // Unknown (unreadable /metrics) counts as on Redis: the workload's note says /metrics could not be read.
@@ -552,6 +577,13 @@ async function preflight(baseUrl: string, workload: Workload): Promise<string | 
   } catch (error) {
     return `preflight request failed: ${error instanceof Error ? error.message : String(error)}`;
   }
+}
+
+/** The baseline checkout's commit, short, with `+changes` when its tree differs from it. */
+function baselineCommit(dir: string): string {
+  const head = spawnSync('git', ['-C', dir, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).stdout.trim();
+  const dirty = spawnSync('git', ['-C', dir, 'status', '--porcelain', '--untracked-files=no'], { encoding: 'utf8' }).stdout.trim() !== '';
+  return head === '' ? 'not a git checkout' : `${head}${dirty ? '+changes' : ''}`;
 }
 
 function firstLine(text: string): string {

@@ -128,14 +128,15 @@ export async function startBareProxyProcess(upstream: string, options: StartOpti
 }
 
 /**
- * apps/router as deployed: `node dist/router.mjs` (see nodeEntry). With `redisUrl`, the router keeps its
+ * apps/router as deployed: `node dist/router.mjs` (see nodeEntry), of this checkout or of `checkout`. With `redisUrl`, the router keeps its
  * routing state in that Redis (`--redis-url`) and is named `kvroute + Redis`; ready either way once
  * `/readyz` answers 200 (the router connects to Redis, 2 s at most, before it listens).
  */
-export async function startRouterProcess(backend: string, options: StartOptions & { redisUrl?: string } = {}): Promise<ProxyProcess> {
+export async function startRouterProcess(backend: string, options: StartOptions & { redisUrl?: string; checkout?: string } = {}): Promise<ProxyProcess> {
   const port = await freePort();
   const args = [
-    ...nodeEntry('dist/router.mjs', 'apps/router/src/main.ts'),
+    // `checkout`: another working tree's production bundle (the overhead benchmark's --baseline).
+    ...(options.checkout === undefined ? nodeEntry('dist/router.mjs', 'apps/router/src/main.ts') : [join(options.checkout, 'dist', 'router.mjs')]),
     '--host',
     '127.0.0.1',
     '--port',
@@ -149,7 +150,8 @@ export async function startRouterProcess(backend: string, options: StartOptions 
     ...(options.redisUrl === undefined ? [] : ['--redis-url', options.redisUrl]),
   ];
   const child = spawnPinned(process.execPath, args, options.pinToCore);
-  const proxy = manage(options.redisUrl === undefined ? 'kvroute' : 'kvroute + Redis', `http://127.0.0.1:${port}`, child);
+  const name = `${options.redisUrl === undefined ? 'kvroute' : 'kvroute + Redis'}${options.checkout === undefined ? '' : ', baseline'}`;
+  const proxy = manage(name, `http://127.0.0.1:${port}`, child);
   await waitReady(proxy, () => httpOk(`http://127.0.0.1:${port}/readyz`), options.readyTimeoutMs ?? 60_000);
   return proxy;
 }
