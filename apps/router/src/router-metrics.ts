@@ -18,6 +18,9 @@ export interface RouterMetricsSources {
 const LATENCY_BUCKETS_SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 const DECISION_BUCKETS_SECONDS = [0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.0025, 0.005, 0.01];
 
+/** A series of one label set (prom-client's `labels(...)`), kept so the label object is hashed once. */
+type MetricChild = { inc(value?: number): void } | { observe(value: number): void } | { set(value: number): void };
+
 export class RouterMetrics {
   readonly registry = new Registry();
   private readonly requests: Counter<'backend' | 'policy' | 'reason' | 'status'>;
@@ -210,9 +213,9 @@ export class RouterMetrics {
   }
 
   /** Per-request series are looked up once per label set: prom-client hashes the label object on every call otherwise. */
-  private readonly children = new Map<string, { inc(): void } | { observe(value: number): void }>();
+  private readonly children = new Map<string, MetricChild>();
 
-  private child<T extends { inc(): void } | { observe(value: number): void }>(key: string, create: () => T): T {
+  private child<T extends MetricChild>(key: string, create: () => T): T {
     let found = this.children.get(key) as T | undefined;
     if (!found) {
       found = create();
@@ -260,15 +263,15 @@ export class RouterMetrics {
 
   /** Whether `backend` has been seen reporting cached tokens (its feedback mode). */
   recordFeedbackMode(backend: string, reportsCachedTokens: boolean): void {
-    this.feedbackModes.set({ backend }, reportsCachedTokens ? 1 : 0);
+    this.child(`f\u0000${backend}`, () => this.feedbackModes.labels({ backend })).set(reportsCachedTokens ? 1 : 0);
   }
 
   recordPrediction(backend: string, check: PredictionCheck): void {
-    this.predictions.inc({ backend, outcome: check.outcome });
+    this.child(`p\u0000${backend}\u0000${check.outcome}`, () => this.predictions.labels({ backend, outcome: check.outcome })).inc();
     if (check.outcome === 'unverified') return;
-    this.predictedTokens.inc({ backend }, check.predictedTokens);
-    this.observedCachedTokens.inc({ backend }, check.observedTokens);
-    this.confirmedTokens.inc({ backend }, check.confirmedTokens);
+    this.child(`pt\u0000${backend}`, () => this.predictedTokens.labels({ backend })).inc(check.predictedTokens);
+    this.child(`ot\u0000${backend}`, () => this.observedCachedTokens.labels({ backend })).inc(check.observedTokens);
+    this.child(`ct\u0000${backend}`, () => this.confirmedTokens.labels({ backend })).inc(check.confirmedTokens);
   }
 
   recordRetention(backend: string, retentionMs: number): void {

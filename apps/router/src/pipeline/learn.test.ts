@@ -2,7 +2,7 @@ import { InMemoryRoutingState, type LearnInput, type RoutingDecision } from '@kv
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { Backend } from '../backends/backend-registry';
-import type { ResponseTail } from '../proxy/response-tail';
+import { ResponseTail } from '../proxy/response-tail';
 import { RouterMetrics } from '../router-metrics';
 import { Lease } from '../routing/lease';
 import { createLearner, type LearnDeps } from './learn';
@@ -10,7 +10,9 @@ import type { Ticket } from './route';
 
 /** A response's last bytes, as the relay keeps them. */
 function tail(text: string): ResponseTail {
-  return { text: () => text } as unknown as ResponseTail;
+  const kept = new ResponseTail(4096);
+  kept.add(Buffer.from(text));
+  return kept;
 }
 
 const usage = (prompt: number, cached: number) => `{"usage":{"prompt_tokens":${prompt},"prompt_tokens_details":{"cached_tokens":${cached}}}}`;

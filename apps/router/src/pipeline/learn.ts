@@ -1,5 +1,4 @@
 import type { FastifyBaseLogger } from 'fastify';
-import { usageFromTail } from '@kvroute/protocols';
 import {
   CalibrationSamples,
   calibrationSamplesOf,
@@ -125,7 +124,7 @@ export function createLearner(deps: LearnDeps): Learner {
     },
     responseEnded(ticket, tail) {
       if (tail === null) return;
-      const usage = usageFromTail(tail.text());
+      const usage = tail.usage();
       const backendId = ticket.backend.id;
       if (usage?.cachedTokens != null) reporting.add(backendId);
       metrics.recordFeedbackMode(backendId, reporting.has(backendId));

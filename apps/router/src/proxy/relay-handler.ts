@@ -152,6 +152,9 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     const rest = this.strip?.end() ?? null;
     if (rest === null) this.target.response.end();
     else this.target.response.end(rest);
+    // The strip parsed the usage event it took out: learn need not read the tail for it again.
+    const usage = this.strip?.usage ?? null;
+    if (usage !== null) this.tail?.knowUsage(usage);
     this.target.metrics.recordRouted(this.target.backendId, this.target.policyName, this.target.reason, this.statusCode);
     this.finish({ kind: 'done', clientWentAway: this.clientGone }, this.tail);
   }

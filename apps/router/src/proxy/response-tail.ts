@@ -1,3 +1,5 @@
+import { usageFromTail, type ResponseUsage } from '@kvroute/protocols';
+
 /**
  * The last `maxBytes` (or a little more) of a response body, kept as the relay passes the chunks on:
  * where an engine puts its usage (the end of a JSON body; a stream's usage chunk before `[DONE]`). The
@@ -6,6 +8,8 @@
 export class ResponseTail {
   private readonly chunks: Buffer[] = [];
   private bytes = 0;
+  /** The usage already read from the stream as it passed (the usage strip's usage event); undefined: not read. */
+  private known: ResponseUsage | undefined;
 
   constructor(private readonly maxBytes: number) {}
 
@@ -16,6 +20,16 @@ export class ResponseTail {
     while (this.chunks.length > 1 && this.bytes - (this.chunks[0] as Buffer).length >= this.maxBytes) {
       this.bytes -= (this.chunks.shift() as Buffer).length;
     }
+  }
+
+  /** Records the usage already read from the body as it passed, so `usage()` need not read the kept bytes again. */
+  knowUsage(usage: ResponseUsage): void {
+    this.known = usage;
+  }
+
+  /** The response's usage: what `knowUsage` was told, else read from the kept bytes (null: none there). */
+  usage(): ResponseUsage | null {
+    return this.known ?? usageFromTail(this.text());
   }
 
   /** The kept bytes as text (their first character may be cut: the tail is read from its end). */

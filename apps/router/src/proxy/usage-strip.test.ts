@@ -130,6 +130,24 @@ describe('StreamUsageStrip', () => {
     expect(expected).toBe(pair.without);
   });
 
+  it('keeps the usage it took out, for the learn stage, in any chunking', () => {
+    const input = Buffer.from(chatStream().withUsage);
+    for (const cuts of [[], [input.length - 20], randomCuts(input.length, 30, seeded(7))]) {
+      const strip = new StreamUsageStrip();
+      let from = 0;
+      for (const cut of [...cuts, input.length]) {
+        strip.feed(input.subarray(from, cut));
+        from = cut;
+      }
+      strip.end();
+      expect(strip.usage).toEqual({ promptTokens: 31, cachedTokens: 16 });
+    }
+    // Nothing taken out (the engine reported usage by itself): nothing kept; learn reads the tail.
+    const forced = new StreamUsageStrip();
+    forced.feed(Buffer.from('data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}],"usage":{"prompt_tokens":3}}\n\n'));
+    expect(forced.usage).toBeNull();
+  });
+
   it('releases held terminal events unchanged when no usage event follows (the engine ignored the option)', () => {
     const pair = chatStream();
     const noUsage = pair.withUsage.replace(/data: [^\n]*"choices":\[\],"usage"[^\n]*\n\n/, '');

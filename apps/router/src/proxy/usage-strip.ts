@@ -1,3 +1,5 @@
+import { usageFromObject, type ResponseUsage } from '@kvroute/protocols';
+
 /** What the relays remember of one backend between its streams. */
 export interface FingerprintMemory {
   /** The `system_fingerprint` of its last usage event, as raw JSON (quotes included); null: none. */
@@ -51,6 +53,8 @@ export class StreamUsageStrip {
   private dropLeadingLf = false;
   /** The last byte of the complete events already looked at (0: none): a LF opening the next event belongs to a CR before it. */
   private lastByte = 0;
+  /** The usage event's usage, once it was taken out (null: not seen, or not a usable one): the learn stage reads it from here instead of parsing the response's tail again. */
+  usage: ResponseUsage | null = null;
 
   constructor(private readonly memory: FingerprintMemory | null = null) {}
 
@@ -135,6 +139,7 @@ export class StreamUsageStrip {
         this.releaseHeld(out, null);
         out.push(event);
       } else {
+        this.usage = usageFromObject(usageEvent.usage);
         this.releaseHeld(out, usageEvent.fingerprint);
         if (this.memory !== null) this.remember(this.memory, usageEvent.fingerprint);
         // A LF opening the event ends the CR before it (the previous event's); a CR closing it may be followed by its LF.
@@ -254,8 +259,8 @@ function startOfEventAt(text: string, position: number, floor: number, patterns:
   return start;
 }
 
-/** A usage event: its data is a JSON object with `choices: []` and a `usage` object. Its fingerprint: the raw JSON string, if any. */
-function usageEventOf(event: Buffer, text: string): { fingerprint: Buffer | null } | null {
+/** A usage event: its data is a JSON object with `choices: []` and a `usage` object. Its fingerprint: the raw JSON string, if any; and that usage object. */
+function usageEventOf(event: Buffer, text: string): { fingerprint: Buffer | null; usage: object } | null {
   if (!EMPTY_CHOICES.test(text)) return null;
   let payload: unknown;
   try {
@@ -266,7 +271,7 @@ function usageEventOf(event: Buffer, text: string): { fingerprint: Buffer | null
   if (payload === null || typeof payload !== 'object') return null;
   const { choices, usage, system_fingerprint: fingerprint } = payload as { choices?: unknown; usage?: unknown; system_fingerprint?: unknown };
   if (!Array.isArray(choices) || choices.length !== 0 || usage === null || typeof usage !== 'object') return null;
-  return { fingerprint: typeof fingerprint === 'string' ? rawFingerprint(event, text) : null };
+  return { fingerprint: typeof fingerprint === 'string' ? rawFingerprint(event, text) : null, usage };
 }
 
 /** The `data:` lines of one event (`text`: as latin1), joined with LF (WHATWG: one leading space of each value dropped). */
