@@ -1,9 +1,9 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startLoopbackServer, type LoopbackServer } from '@kvroute/testing';
 import { openTestEnv, startSim, stateOf, waitForValue, type TestEnv, type TestSim } from './poller-test-kit';
 
 /**
@@ -17,22 +17,22 @@ const POLLER = { intervalMs: 300, scrapeTimeoutMs: 200, jobLockMs: 2000, stalled
 
 class KeyGuard {
   readonly authorizations: Array<string | undefined> = [];
-  private readonly server: Server;
-  url = '';
+  private server: LoopbackServer | null = null;
 
-  constructor(private readonly sim: TestSim) {
-    this.server = createServer((request, response) => void this.answer(request, response));
+  constructor(private readonly sim: TestSim) {}
+
+  get url(): string {
+    if (this.server === null) throw new Error('not started');
+    return this.server.url;
   }
 
   async start(): Promise<this> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    this.server = await startLoopbackServer((request, response) => void this.answer(request, response));
     return this;
   }
 
   close(): Promise<void> {
-    this.server.closeAllConnections();
-    return new Promise((resolve) => this.server.close(() => resolve()));
+    return this.server?.close() ?? Promise.resolve();
   }
 
   private async answer(request: IncomingMessage, response: ServerResponse): Promise<void> {

@@ -1,10 +1,10 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startLoopbackServer, type LoopbackServer } from '@kvroute/testing';
 import { createLogger } from '@kvroute/platform';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
@@ -27,23 +27,23 @@ interface Recorded {
 
 class RecordingBackend {
   readonly requests: Recorded[] = [];
-  private readonly server: Server;
-  url = '';
+  private server: LoopbackServer | null = null;
 
   /** `requiredKey`: answer 401 to any request without `Authorization: Bearer <it>`; null = open. */
-  constructor(private readonly requiredKey: string | null) {
-    this.server = createServer((request, response) => this.answer(request, response));
+  constructor(private readonly requiredKey: string | null) {}
+
+  get url(): string {
+    if (this.server === null) throw new Error('not started');
+    return this.server.url;
   }
 
   async start(): Promise<this> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    this.server = await startLoopbackServer((request, response) => this.answer(request, response));
     return this;
   }
 
   close(): Promise<void> {
-    this.server.closeAllConnections();
-    return new Promise((resolve) => this.server.close(() => resolve()));
+    return this.server?.close() ?? Promise.resolve();
   }
 
   /** The generation requests it received (model discovery aside). */
