@@ -91,13 +91,17 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
     expect((await limits.admit(request({ ...capped, keyId: 'k3', nowMs: later }))).admitted).toBe(true);
   });
 
-  it('admits a full burst when period / limit is not exact in binary (7 per minute at a real clock)', async () => {
+  it('admits a full burst when period / limit is not exact in binary (9 and 14 per minute at a real clock)', async () => {
+    // At these clocks, adding 60 000 / L L times ends a rounding error past 60 000 ms for L = 9 and 14
+    // (checked in doubles, as Lua computes): without the script's EPSILON_MS the last unit is refused.
     const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
-    const seven: RateLimit = { scope: 'tenant', unit: 'requests', limit: 7, periodMs: MINUTE };
-    for (const nowMs of [T0 + 1, T0 + 123_456_789]) {
-      const outcomes = [];
-      for (let i = 0; i < 8; i++) outcomes.push((await limits.admit(request({ tenant: `t${nowMs}`, rates: [seven], nowMs }))).admitted);
-      expect(outcomes).toEqual([true, true, true, true, true, true, true, false]);
+    for (const limit of [9, 14]) {
+      const rate: RateLimit = { scope: 'tenant', unit: 'requests', limit, periodMs: MINUTE };
+      for (const nowMs of [T0 + 1, T0 + 123_456_789]) {
+        const outcomes = [];
+        for (let i = 0; i <= limit; i++) outcomes.push((await limits.admit(request({ tenant: `t${limit}-${nowMs}`, rates: [rate], nowMs }))).admitted);
+        expect(outcomes).toEqual([...Array.from({ length: limit }, () => true), false]);
+      }
     }
   });
 
