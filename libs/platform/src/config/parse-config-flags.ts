@@ -98,6 +98,9 @@ export function parseConfigFlags(argv: readonly string[], options: readonly Conf
       continue;
     }
 
+    // The value of an unknown flag is skipped, not reported as a stray argument: a misspelt secret flag
+    // (`--adminToken s3cret`) must not have its value echoed in the error.
+    if (inlineValue === undefined && argv[index] !== undefined && !(argv[index] as string).startsWith('-')) index += 1;
     result.problems.push({ path: `--${name}`, message: unknownFlagMessage(name, byFlag, fileFlag) });
   }
   return result;

@@ -39,6 +39,20 @@ describe('secretOption', () => {
     }
   });
 
+  it('does not echo the value of a misspelt secret flag either (the schema key typed as a flag)', () => {
+    for (const argv of [['--adminToken', 'sixteen-chars-secret'], ['--adminToken=sixteen-chars-secret'], ['--admin-tokn', 'sixteen-chars-secret']]) {
+      let error: unknown;
+      try {
+        load(argv);
+      } catch (caught) {
+        error = caught;
+      }
+      expect(error).toBeInstanceOf(ConfigError);
+      expect((error as Error).message).not.toContain('sixteen-chars-secret');
+      expect((error as ConfigError).problems).toHaveLength(1);
+    }
+  });
+
   it('is still set from the environment and from a config file', () => {
     const fromEnv = load([], { APP_ADMIN_TOKEN: 'token-from-the-env-0123' });
     expect(fromEnv.kind === 'config' && fromEnv.config.adminToken).toBe('token-from-the-env-0123');
