@@ -113,7 +113,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const metrics = new RouterMetrics();
 
   const state = wireState(config, { nowMs, logger, metrics, state: deps.state }, closers);
-  const backends = wireBackends(config, { nowMs, logger, state: state.state, redis: state.redis, engineStates: state.engineStates, metrics, upstreamKeys }, closers);
+  const backends = wireBackends(config, { nowMs, logger, state: state.state, redis: state.redis, engineStates: state.engineStates, metrics, upstreamKeys, addressPolicy }, closers);
   metrics.readFrom({
     inflight: () => state.state.inflightCounts(),
     breakerStates: () => new Map(backends.registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),

@@ -307,6 +307,31 @@ describe('backend set shared through Redis', () => {
     }
   });
 
+  it("does not route to a backend in the shared set that this replica's address policy refuses (written by a looser replica or straight into Redis)", async () => {
+    const connection = createRedis(redis.url, 'request-path');
+    try {
+      await waitUntilReady(connection);
+      const keys = fleetKeys();
+      const template = JSON.parse((await connection.hget(keys.backends, (sims[0] as Sim).id)) as string);
+      const metadata = { ...template, id: 'metadata', url: 'http://169.254.169.254:80', drained: false };
+      const [, [, version]] = (await connection.multi().hset(keys.backends, 'metadata', JSON.stringify(metadata)).incr(keys.version).exec()) as [unknown, [unknown, number]];
+      // Both replicas read that version (the poll, 500 ms), and left the entry out of what they route by.
+      await waitFor(async () => {
+        for (const url of urls) if ((await admin(url, 'GET', '/admin/backends')).body.version < version) return false;
+        return true;
+      }, 3000);
+      for (const url of urls) {
+        const listed = (await admin(url, 'GET', '/admin/backends')).body.data.map((backend: any) => backend.id);
+        expect(listed).not.toContain('metadata');
+        expect(listed).toContain((sims[0] as Sim).id);
+      }
+      for (const router of routers) expect(poolIds(router)).not.toContain('metadata');
+    } finally {
+      await connection.multi().hdel(fleetKeys().backends, 'metadata').incr(fleetKeys().version).exec();
+      connection.disconnect();
+    }
+  });
+
   it('keeps routing on the last set while Redis is down, refuses admin changes, and recovers', async () => {
     const ids = routers.map((router) => router.registry.backends.map((backend) => backend.id));
     await redis.kill();

@@ -12,7 +12,18 @@ export interface SharedBackendSetOptions {
   readonly pollIntervalMs: number;
   readonly nowMs: () => number;
   readonly logger?: FastifyBaseLogger | undefined;
+  /**
+   * Whether this replica may route to a URL that came through the shared set (its backend address
+   * policy: another replica with a looser allowlist, or anyone who can write to Redis, may have put it
+   * there). Absent: every URL may. Configured backends were checked at start and are not asked again.
+   */
+  readonly admitUrl?: (url: string) => Promise<UrlVerdict>;
+  /** URLs of this replica's configured backends. */
+  readonly configuredUrls?: ReadonlySet<string>;
 }
+
+/** An address policy's answer (admin/backend-address-policy.ts); `unresolved`: the name does not resolve yet. */
+type UrlVerdict = { readonly allowed: true } | { readonly allowed: false; readonly reason: string; readonly unresolved?: true };
 
 /** While Redis stays unreachable, one log line per this interval, not one per poll. */
 const UNAVAILABLE_LOG_INTERVAL_MS = 30_000;
@@ -32,6 +43,10 @@ export class SharedBackendSet implements BackendChanges {
   readonly source = 'shared';
   private watch: BackendSetWatch | null = null;
   private lastUnavailableLogMs = -Infinity;
+  /** The set being applied (address checks take a DNS lookup): a read-back waits for it. */
+  private applying: Promise<void> = Promise.resolve();
+  /** Counts the sets read: only the newest one is applied once its checks are done. */
+  private readSeq = 0;
 
   constructor(private readonly options: SharedBackendSetOptions) {}
 
@@ -46,10 +61,13 @@ export class SharedBackendSet implements BackendChanges {
       subscriber: this.options.subscriber,
       pollIntervalMs: this.options.pollIntervalMs,
       seed: () => this.routedSet(),
-      onChange: (list) => this.apply(list),
+      onChange: (list) => {
+        this.applying = this.apply(list);
+      },
       onError: (error) => this.reportUnavailable(error),
     });
     await this.watch.refresh();
+    await this.applying;
   }
 
   async stop(): Promise<void> {
@@ -90,19 +108,44 @@ export class SharedBackendSet implements BackendChanges {
 
   /** The change is in Redis: read it back so this replica routes by it before the caller hears "done". */
   private async applied(change: BackendSetChange): Promise<BackendChangeOutcome> {
-    if (change.changed > 0) await this.watch?.refresh();
+    if (change.changed > 0) {
+      await this.watch?.refresh();
+      await this.applying;
+    }
     return 'done';
   }
 
-  private apply(list: BackendSetList): void {
+  private async apply(list: BackendSetList): Promise<void> {
+    const seq = ++this.readSeq;
     const logger = this.options.logger;
     if (list.unreadable.length > 0) logger?.warn({ backends: list.unreadable }, 'shared backend set: ignoring entries that cannot be read');
-    this.options.registry.replaceAll(
-      list.backends.map((entry) => ({ spec: { id: entry.id, url: entry.url, models: entry.models, weight: entry.weight }, drained: entry.drained })),
+    const entries = await this.admitted(list.backends);
+    // A newer set was read while these checks ran: it is applied instead.
+    if (seq !== this.readSeq) return;
+    this.options.registry.replaceAll(entries.map((entry) => ({ spec: { id: entry.id, url: entry.url, models: entry.models, weight: entry.weight }, drained: entry.drained })));
+    const drained = entries.filter((entry) => entry.drained).map((entry) => entry.id);
+    logger?.info({ version: list.version, backends: entries.map((entry) => entry.id), drained }, 'shared backend set applied');
+    if (drained.length === entries.length) logger?.warn('shared backend set has no undrained backend: nothing to route to');
+  }
+
+  /** The entries this replica may route to: the configured ones, and the others its address policy allows. */
+  private async admitted(entries: BackendSetList['backends']): Promise<BackendSetList['backends']> {
+    const { admitUrl, configuredUrls, logger } = this.options;
+    if (admitUrl === undefined) return entries;
+    const verdicts = await Promise.all(
+      entries.map(async (entry) => (configuredUrls?.has(entry.url) === true ? ({ allowed: true } as UrlVerdict) : admitUrl(entry.url).catch((error: unknown): UrlVerdict => ({ allowed: false, reason: String(error) })))),
     );
-    const drained = list.backends.filter((entry) => entry.drained).map((entry) => entry.id);
-    logger?.info({ version: list.version, backends: list.backends.map((entry) => entry.id), drained }, 'shared backend set applied');
-    if (drained.length === list.backends.length) logger?.warn('shared backend set has no undrained backend: nothing to route to');
+    return entries.filter((entry, index) => {
+      const verdict = verdicts[index];
+      if (verdict === undefined || verdict.allowed) return true;
+      // As at start: a name that does not resolve yet is not refused for it (it cannot be connected to either).
+      if (verdict.unresolved === true) {
+        logger?.warn({ backend: entry.id, reason: verdict.reason }, 'shared backend set: backend address not checked, it does not resolve yet');
+        return true;
+      }
+      logger?.warn({ backend: entry.id, reason: verdict.reason }, 'shared backend set: not routing to a backend this replica\'s address policy refuses (backendAllowlist)');
+      return false;
+    });
   }
 
   private reportUnavailable(error: unknown): void {

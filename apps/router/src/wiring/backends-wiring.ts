@@ -7,6 +7,7 @@ import { LocalBackendChanges, type BackendChanges } from '../backends/backend-ch
 import { BackendRegistry, type Backend } from '../backends/backend-registry';
 import { createRestartForgetter } from '../backends/engine-restarts';
 import type { EngineStateView } from '../backends/engine-state-view';
+import type { BackendAddressPolicy } from '../admin/backend-address-policy';
 import { SharedBackendSet } from '../backends/shared-backend-set';
 import type { RouterConfig } from '../config';
 import type { RouterMetrics } from '../router-metrics';
@@ -36,6 +37,8 @@ export interface BackendsWiringDeps {
   readonly metrics: Pick<RouterMetrics, 'recordBackendRestart'>;
   /** The API keys the backends get, on proxied requests and on model discovery alike. */
   readonly upstreamKeys: UpstreamKeys;
+  /** The backend address policy, asked about every backend the shared set brings that is not configured here. */
+  readonly addressPolicy: Pick<BackendAddressPolicy, 'check'>;
 }
 
 /** Registry, upstream pools and (with Redis) the shared backend set; closers onto `closers` as each opens. */
@@ -78,6 +81,8 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     pollIntervalMs: config.backendSetPollMs,
     nowMs: () => Date.now(),
     logger: logger?.child({ component: 'backend-set' }),
+    admitUrl: (url) => deps.addressPolicy.check(url),
+    configuredUrls: new Set(config.backends.map((backend) => backend.url)),
   });
   closers.push('shared backend set', () => shared.stop());
   return {
