@@ -62,7 +62,8 @@ export class SharedBackendSet implements BackendChanges {
       pollIntervalMs: this.options.pollIntervalMs,
       seed: () => this.routedSet(),
       onChange: (list) => {
-        this.applying = this.apply(list);
+        // Never a rejection left unawaited: a set that cannot be applied is logged, the last one stays.
+        this.applying = this.apply(list).catch((error: unknown) => this.options.logger?.error({ err: error }, 'shared backend set: could not apply it, routing on the last set applied'));
       },
       onError: (error) => this.reportUnavailable(error),
     });
