@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { usageFromObject, usageFromTail } from './response-usage';
+import { usageFromTail } from './response-usage';
 
 describe('usageFromTail', () => {
   it('reads a chat completion body, a stream tail with its usage chunk, and a Responses usage', () => {
@@ -16,21 +16,5 @@ describe('usageFromTail', () => {
     expect(usageFromTail('{"usage":{"prompt_tokens":7}}')).toEqual({ promptTokens: 7, cachedTokens: null });
     expect(usageFromTail('data: {"choices":[{"delta":{"content":"x"}}]}\n\ndata: [DONE]\n\n')).toBeNull();
     expect(usageFromTail('{"usage":null}')).toBeNull();
-  });
-});
-
-describe('usageFromObject', () => {
-  it('reads what usageFromTail reads, from the parsed usage object', () => {
-    expect(usageFromObject({ prompt_tokens: 31, completion_tokens: 3, prompt_tokens_details: { cached_tokens: 16 } })).toEqual({ promptTokens: 31, cachedTokens: 16 });
-    expect(usageFromObject({ input_tokens: 90, input_tokens_details: { cached_tokens: 64 } })).toEqual({ promptTokens: 90, cachedTokens: 64 });
-    expect(usageFromObject({ prompt_tokens: 7, prompt_tokens_details: null })).toEqual({ promptTokens: 7, cachedTokens: null });
-  });
-
-  it('refuses counts that are no counts', () => {
-    expect(usageFromObject({ prompt_tokens: -1 })).toBeNull();
-    expect(usageFromObject({ prompt_tokens: 1.5 })).toBeNull();
-    expect(usageFromObject({ prompt_tokens: '12' })).toBeNull();
-    expect(usageFromObject(null)).toBeNull();
-    expect(usageFromObject({ prompt_tokens: 4, prompt_tokens_details: { cached_tokens: '4' } })).toEqual({ promptTokens: 4, cachedTokens: null });
   });
 });

@@ -29,21 +29,3 @@ export function usageFromTail(tail: string): ResponseUsage | null {
   const cached = CACHED_TOKENS.exec(usage);
   return { promptTokens: Number(prompt[1]), cachedTokens: cached === null ? null : Number(cached[1]) };
 }
-
-/**
- * The same figures from a `usage` object already parsed (a stream's usage event, read by the relay):
- * null when it has no whole, non-negative prompt count.
- */
-export function usageFromObject(usage: unknown): ResponseUsage | null {
-  if (usage === null || typeof usage !== 'object') return null;
-  const fields = usage as Record<string, unknown>;
-  const promptTokens = fields.prompt_tokens ?? fields.input_tokens;
-  if (!isCount(promptTokens)) return null;
-  const details = fields.prompt_tokens_details ?? fields.input_tokens_details;
-  const cachedTokens = details !== null && typeof details === 'object' ? (details as Record<string, unknown>).cached_tokens : undefined;
-  return { promptTokens, cachedTokens: isCount(cachedTokens) ? cachedTokens : null };
-}
-
-function isCount(value: unknown): value is number {
-  return typeof value === 'number' && Number.isInteger(value) && value >= 0;
-}

@@ -137,8 +137,8 @@ export class SharedBackendSet implements BackendChanges {
       entries.map(async (entry) => (configuredUrls?.has(entry.url) === true ? ({ allowed: true } as UrlVerdict) : admitUrl(entry.url).catch((error: unknown): UrlVerdict => ({ allowed: false, reason: String(error) })))),
     );
     return entries.filter((entry, index) => {
-      const verdict = verdicts[index];
-      if (verdict === undefined || verdict.allowed) return true;
+      const verdict = verdicts[index] as UrlVerdict;
+      if (verdict.allowed) return true;
       // As at start: a name that does not resolve yet is not refused for it (it cannot be connected to either).
       if (verdict.unresolved === true) {
         logger?.warn({ backend: entry.id, reason: verdict.reason }, 'shared backend set: backend address not checked, it does not resolve yet');

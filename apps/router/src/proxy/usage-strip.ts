@@ -1,4 +1,4 @@
-import { usageFromObject, type ResponseUsage } from '@kvroute/protocols';
+import { usageFromTail, type ResponseUsage } from '@kvroute/protocols';
 
 /** What the relays remember of one backend between its streams. */
 export interface FingerprintMemory {
@@ -139,7 +139,8 @@ export class StreamUsageStrip {
         this.releaseHeld(out, null);
         out.push(event);
       } else {
-        this.usage = usageFromObject(usageEvent.usage);
+        // The event is the usage object and little else: the tail reader's two regexes read it.
+        this.usage = usageFromTail(text);
         this.releaseHeld(out, usageEvent.fingerprint);
         if (this.memory !== null) this.remember(this.memory, usageEvent.fingerprint);
         // A LF opening the event ends the CR before it (the previous event's); a CR closing it may be followed by its LF.
@@ -259,8 +260,8 @@ function startOfEventAt(text: string, position: number, floor: number, patterns:
   return start;
 }
 
-/** A usage event: its data is a JSON object with `choices: []` and a `usage` object. Its fingerprint: the raw JSON string, if any; and that usage object. */
-function usageEventOf(event: Buffer, text: string): { fingerprint: Buffer | null; usage: object } | null {
+/** A usage event: its data is a JSON object with `choices: []` and a `usage` object. Its fingerprint: the raw JSON string, if any. */
+function usageEventOf(event: Buffer, text: string): { fingerprint: Buffer | null } | null {
   if (!EMPTY_CHOICES.test(text)) return null;
   let payload: unknown;
   try {
@@ -271,7 +272,7 @@ function usageEventOf(event: Buffer, text: string): { fingerprint: Buffer | null
   if (payload === null || typeof payload !== 'object') return null;
   const { choices, usage, system_fingerprint: fingerprint } = payload as { choices?: unknown; usage?: unknown; system_fingerprint?: unknown };
   if (!Array.isArray(choices) || choices.length !== 0 || usage === null || typeof usage !== 'object') return null;
-  return { fingerprint: typeof fingerprint === 'string' ? rawFingerprint(event, text) : null, usage };
+  return { fingerprint: typeof fingerprint === 'string' ? rawFingerprint(event, text) : null };
 }
 
 /** The `data:` lines of one event (`text`: as latin1), joined with LF (WHATWG: one leading space of each value dropped). */
