@@ -28,6 +28,8 @@ describe('eventCarriesOutput', () => {
 
   it.each([
     ['the opening role chunk', { data: chunk({ role: 'assistant', content: '' }) }],
+    // Read without a parse (chunkCarriesOutputQuickly): a quoted key inside a string value is escaped, no member.
+    ['a role chunk whose other strings quote the keys', { data: chunk({ role: 'assistant', content: '' }, { system_fingerprint: '"content":"x","tool_calls":[' }) }],
     ['an empty delta with a finish reason', { data: chunk({}, {}) }],
     ['the usage chunk', { data: JSON.stringify({ object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 5, completion_tokens: 2 } }) }],
     ['[DONE]', { data: '[DONE]' }],

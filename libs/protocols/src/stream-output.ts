@@ -33,12 +33,34 @@ export function eventCarriesOutput(event: StreamEvent): boolean {
   const name = event.event;
   if (name !== undefined && name !== 'message') return namedEventCarriesOutput(name, event.data);
   if (event.data === '[DONE]' || event.data === '') return false;
+  const quick = chunkCarriesOutputQuickly(event.data);
+  if (quick !== null) return quick;
   const payload = parseObject(event.data);
   if (payload === null) return false;
   // Responses and Anthropic events also say what they are in `type` (some servers send no `event:` line).
   if (typeof payload.type === 'string' && payload.type !== '') return typedPayloadCarriesOutput(payload.type, payload);
   return choicesCarryOutput(payload.choices);
 }
+
+/**
+ * A chat or completions chunk (the streams a router sees most), read without `JSON.parse`, which cost
+ * more than the rest of the relay's stream work: null when the data is not such a chunk or needs the
+ * parse. A quote inside a JSON string is escaped, so a quoted-key pattern matches member names only:
+ * - a non-empty string in `content`, `text`, `reasoning_content`, `reasoning` or `refusal` is output;
+ * - with none of those and no `tool_calls` or `function_call` member, nothing is (the opening chunk with
+ *   `role` and empty `content`, a usage-only chunk);
+ * - a tool call is left to the parse (only some of its pieces carry output).
+ */
+function chunkCarriesOutputQuickly(data: string): boolean | null {
+  if (!data.includes('"chat.completion.chunk"') && !data.includes('"text_completion"')) return null;
+  if (TEXT_OUTPUT.test(data)) return true;
+  return TOOL_CALL_MEMBER.test(data) ? null : false;
+}
+
+/** A member `content`, `text`, `reasoning_content`, `reasoning` or `refusal` whose value is a non-empty string. */
+const TEXT_OUTPUT = /"(?:content|text|reasoning_content|reasoning|refusal)"[ \t\n\r]*:[ \t\n\r]*"(?!")/;
+/** A member `tool_calls` or `function_call`. */
+const TOOL_CALL_MEMBER = /"(?:tool_calls|function_call)"[ \t\n\r]*:/;
 
 function namedEventCarriesOutput(name: string, data: string): boolean {
   if (isResponsesOutputDelta(name)) return true;
