@@ -8,6 +8,7 @@ import { registerBodyParser } from './pipeline/parse';
 import { createRequestPath, type RequestPathDeps } from './pipeline/request-path';
 import type { RouterMetrics } from './router-metrics';
 import type { LearnedFigures } from './routes/debug-routes';
+import type { Authenticator } from './tenants/authenticate';
 import { generationRoutes, requestIdFrom } from './routes/generation-routes';
 import { metricsRoutes } from './routes/metrics-routes';
 import { modelsRoutes } from './routes/models-routes';
@@ -39,6 +40,8 @@ export interface RouterAppDeps {
   readonly limits: ClientLimits;
   /** What responses taught (readiness reads whether a backend reports cached tokens). */
   readonly learned: LearnedFigures;
+  /** Who a `/v1/*` request is (admit stage). */
+  readonly authenticator: Authenticator;
   readonly logger: FastifyBaseLogger | false;
   /** Shutdown phase and requests in flight: readiness, `Connection: close` while draining. */
   readonly drain: RequestDrain;
@@ -80,7 +83,7 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     deps.drain.track(reply.raw);
     done();
   });
-  registerAdmit(app, { drain: deps.drain, maxInflightRequests: limits.maxInflightRequests, maxConnections: limits.maxConnections });
+  registerAdmit(app, { drain: deps.drain, maxInflightRequests: limits.maxInflightRequests, maxConnections: limits.maxConnections, authenticator: deps.authenticator });
   registerBodyParser(app, limits.requestBodyLimitBytes, deps.requestPath.parse.maxJsonDepth);
   registerErrorHandler(app, deps.metrics);
 

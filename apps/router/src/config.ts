@@ -4,6 +4,7 @@ import { RECORD_BLOCKS_PER_CALL } from '@kvroute/redis-store';
 import { secretOption, UPSTREAM_KEY_SOURCE_FIELDS, upstreamKeyConfigFields } from '@kvroute/platform';
 import { z } from 'zod';
 import { policyConfigFields } from './routing/policy-params';
+import { TenantConfig } from './tenants/tenant-directory';
 
 /**
  * Router configuration: one schema, parsed once at start by main.ts.
@@ -109,10 +110,29 @@ export const RouterConfig = z.object({
   maxPromptEntries: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxPromptEntries).describe('most prompts (or token-id lists) in one completions request (400 beyond)'),
   maxPromptTokenIds: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxPromptTokenIds).describe('most token ids in a completions prompt, over all its lists (400 beyond)'),
   maxStopSequences: z.coerce.number().int().positive().default(DEFAULT_GENERATION_LIMITS.maxStopSequences).describe('most entries of a `stop` array (400 beyond)'),
+  // Tenants (docs/adr/0006, docs/security.md "Tenants"): identity, limits, cache partitions.
+  auth: z.enum(['none', 'api-keys', 'gateway-header']).default('none').describe("who may use the fleet: none (open mode: single-tenant and local use), api-keys (Authorization: Bearer kvr_…, from apiKeysFile and, with redisUrl, the admin API's keys in Redis; 401 without), gateway-header (a gateway in front names the tenant in identityHeader; only behind such a gateway)"),
+  apiKeysFile: z.string().min(1).optional().describe('YAML or JSON file of API keys (digests, never secrets; `npm run api-key` makes entries), read at start'),
+  identityHeader: z.string().regex(/^[a-z0-9-]+$/, 'must be a lower-case header name').default('x-kvroute-tenant').describe('auth gateway-header: the header naming the tenant'),
+  apiKeyCacheMs: z.coerce.number().int().positive().default(2_000).describe("how long a replica trusts a key looked up in Redis: a revoked key stops working on every replica within this long"),
+  maxAuthFailures: z.coerce.number().int().positive().default(100).describe('wrong API keys a peer may send within authFailureWindowMs; then its unknown keys get 429 without a lookup (keys this replica knows still pass)'),
+  authFailureWindowMs: z.coerce.number().int().positive().default(60_000).describe("window of maxAuthFailures, from a peer's first failure"),
+  tenants: z.array(TenantConfig).default([]).describe('tenants (config file only): {id, team, requestsPerMinute, tokensPerMinute, concurrentRequests}; a team shares one prefix-cache partition'),
+  reservedCompletionTokens: z.coerce.number().int().min(0).default(256).describe('tokens a tokensPerMinute limit reserves for the completion of a request without max_tokens (settled from usage)'),
+  tenantLeaseTtlMs: z.coerce.number().int().min(1_000).default(60_000).describe("a concurrency lease of a tenant's request not renewed for this long stops counting (a dead replica's requests heal)"),
+  cacheSaltSecret: secretOption(z.string().min(16, 'must be at least 16 characters').optional().describe("secret of the tenants' cache salts, HMAC(secret, tenant); the same on every replica; env or file only. Unset: taken from cacheSaltSecretFile, else shared through Redis (created once), else random per process (one replica only)")),
+  cacheSaltSecretFile: z.string().min(1).optional().describe('file holding cacheSaltSecret (a mounted Secret)'),
+  routingHeaders: z.enum(['auto', 'all', 'privileged']).default('auto').describe('who gets X-Router-Backend and X-Router-Reason: auto (everyone in open mode; with auth, admin and bench keys only), all (bench, demo), privileged'),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('log level'),
 }).superRefine((config, context) => {
   if (config.adminToken !== undefined && config.adminTokenFile !== undefined) {
     context.addIssue({ code: 'custom', path: ['adminTokenFile'], message: 'set adminToken or adminTokenFile, not both' });
+  }
+  if (config.cacheSaltSecret !== undefined && config.cacheSaltSecretFile !== undefined) {
+    context.addIssue({ code: 'custom', path: ['cacheSaltSecretFile'], message: 'set cacheSaltSecret or cacheSaltSecretFile, not both' });
+  }
+  if (config.auth === 'api-keys' && config.apiKeysFile === undefined && config.redisUrl === undefined) {
+    context.addIssue({ code: 'custom', path: ['auth'], message: 'api-keys needs apiKeysFile or redisUrl (where the keys are)' });
   }
   if (config.debugRoutes && config.adminToken === undefined && config.adminTokenFile === undefined) {
     context.addIssue({ code: 'custom', path: ['debugRoutes'], message: 'needs an admin token (adminToken or adminTokenFile): /debug/route is served on the admin listener only' });

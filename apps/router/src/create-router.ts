@@ -18,6 +18,7 @@ import { RouterMetrics } from './router-metrics';
 import { HeldLeases } from './routing/held-leases';
 import { wireBackends } from './wiring/backends-wiring';
 import { wireState } from './wiring/state-wiring';
+import { wireTenants } from './wiring/tenants-wiring';
 
 export interface RouterServer {
   readonly app: FastifyInstance;
@@ -62,6 +63,8 @@ export interface RouterCloseReport {
   readonly elapsedMs: number;
 }
 
+/** Bytes per token of a routing text when the policy has no such figure (cacheaware's default is 4). */
+const DEFAULT_BYTES_PER_TOKEN = 4;
 /** After the last request: how long the release calls under way may take before Redis closes anyway. */
 const RELEASE_SETTLE_MS = 2_000;
 /** After the deadline's abort: how long aborted streams get to write their error event before their connections are cut. */
@@ -120,6 +123,17 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     degraded: () => (state.failover?.degraded ? 1 : 0),
   });
 
+  const tenants = wireTenants(
+    config,
+    {
+      redis: state.redis,
+      nowMs,
+      logger: requestLogger.child({ component: 'tenants' }),
+      bytesPerToken: (pool) => policies.costModel(pool).inUse.bytesPerToken ?? DEFAULT_BYTES_PER_TOKEN,
+      readFile: (path) => readFileSync(path, 'utf8'),
+    },
+    closers,
+  );
   const learner = createLearner({
     metrics,
     state: state.state,
@@ -141,6 +155,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       maxJsonDepth: config.maxJsonDepth,
       requestStreamUsage: config.requestStreamUsage,
       limits: generationLimitsOf(config),
+      salter: tenants.salter,
     },
     route: {
       registry: backends.registry,
@@ -158,6 +173,9 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     learn: learner,
     retry: { maxAttempts: config.maxAttempts, retryBackoffMs: config.retryBackoffMs, random },
     metrics,
+    limit: tenants.limit,
+    tenants: tenants.tenants,
+    routingHeaders: config.routingHeaders,
   };
   const learned: LearnedFigures = { costModel: (pool) => policies.costModel(pool), retentionMs: (backendId) => learner.retentionMs(backendId), reportsCachedTokens: (backendId) => learner.reportsCachedTokens(backendId) };
   const app = await buildRouterApp({
@@ -174,6 +192,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       maxInflightRequests: config.maxInflightRequests,
     },
     learned,
+    authenticator: tenants.authenticator,
     logger: deps.logger ?? false,
     drain,
     startedAtUnixSeconds: Math.floor(Date.now() / 1000),
@@ -268,6 +287,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     },
     async listen() {
       await state.start();
+      await tenants.start();
       await backends.start();
       const url = await app.listen({ host: config.host, port: config.port });
       if (adminApp !== null) {

@@ -42,6 +42,17 @@ export const ROUTER_ERRORS = {
   ROUTER_ERR_BACKEND_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   ROUTER_ERR_BACKEND_EXISTS: { status: 409, type: 'invalid_request_error' },
   ROUTER_ERR_BACKEND_SET_UNAVAILABLE: { status: 503, type: 'service_unavailable' },
+  // Tenants (tenants/, pipeline/limit.ts; docs/adr/0006).
+  /** No API key, or not one this router knows (`auth: api-keys`), or no gateway identity (`gateway-header`). */
+  ROUTER_ERR_INVALID_API_KEY: { status: 401, type: 'invalid_request_error' },
+  /** Too many wrong API keys from one peer: its unknown keys are refused without a lookup, 429 with `Retry-After`. */
+  ROUTER_ERR_AUTH_RATE_LIMITED: { status: 429, type: 'rate_limit_error' },
+  /** The key is not in this replica's memory and Redis cannot be asked now: 503 with `Retry-After`. */
+  ROUTER_ERR_AUTH_UNAVAILABLE: { status: 503, type: 'service_unavailable' },
+  /** Over a tenant's or a key's limit: 429 with `Retry-After`, `retry-after-ms` and the `x-ratelimit-*` headers. */
+  ROUTER_ERR_RATE_LIMITED: { status: 429, type: 'rate_limit_error' },
+  /** The request alone exceeds a limit (its reserved tokens are more than a tokens-per-minute limit): it can never pass, so 400, not a 429 to retry. */
+  ROUTER_ERR_REQUEST_OVER_LIMIT: { status: 400, type: 'invalid_request_error' },
   ROUTER_ERR_INTERNAL: { status: 500, type: 'internal_error' },
 } as const satisfies Record<string, { status: number; type: string }>;
 
@@ -51,7 +62,7 @@ export class RouterError extends Error {
   constructor(
     readonly code: RouterErrorCode,
     message: string,
-    readonly options: { param?: string; retryAfterSeconds?: number; cause?: unknown } = {},
+    readonly options: { param?: string; retryAfterSeconds?: number; cause?: unknown; headers?: Readonly<Record<string, string>> } = {},
   ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
   }

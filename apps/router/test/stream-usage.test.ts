@@ -298,6 +298,8 @@ describe('requestStreamUsage off', () => {
           mayRetryStatus: false,
           readsUsage: true,
           stripsStreamUsage: parsed.stripsStreamUsage,
+          showsRoutingHeaders: true,
+          extraHeaders: null,
           events: { firstOutput: () => undefined, finished: () => undefined },
         },
         reply.raw,

@@ -8,6 +8,7 @@ export { renderConfigMarkdown } from './config/render-config-markdown';
 export { ConfigError, describeSource, type ConfigProblem, type ConfigSource } from './config/config-error';
 export type { ConfigSchema, EnvMap } from './config/config-options';
 export { secretOption } from './config/secret-option';
+export { readConfigFile } from './config/read-config-file';
 export { toEnvName, toFlagName } from './config/option-names';
 export { loadUpstreamKeys, UPSTREAM_KEY_SOURCE_FIELDS, upstreamKeyConfigFields, upstreamPlaceOf, UpstreamKeyError, UpstreamKeys, type UpstreamKeyConfig, type UpstreamKeyReaders, type UpstreamKeySource } from './config/upstream-keys';
 

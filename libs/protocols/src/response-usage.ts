@@ -13,11 +13,14 @@
 export interface ResponseUsage {
   readonly promptTokens: number;
   readonly cachedTokens: number | null;
+  /** Tokens generated (`completion_tokens`, Responses `output_tokens`); null when not said. Settles token limits. */
+  readonly completionTokens?: number | null;
 }
 
 const USAGE_KEY = '"usage"';
 const PROMPT_TOKENS = /"(?:prompt_tokens|input_tokens)"\s*:\s*(\d+)/;
 const CACHED_TOKENS = /"cached_tokens"\s*:\s*(\d+)/;
+const COMPLETION_TOKENS = /"(?:completion_tokens|output_tokens)"\s*:\s*(\d+)/;
 
 /** The usage in `tail` (the last bytes of a response body, as text), from its last `"usage"` on; null when there is none. */
 export function usageFromTail(tail: string): ResponseUsage | null {
@@ -27,5 +30,6 @@ export function usageFromTail(tail: string): ResponseUsage | null {
   const prompt = PROMPT_TOKENS.exec(usage);
   if (prompt === null) return null;
   const cached = CACHED_TOKENS.exec(usage);
-  return { promptTokens: Number(prompt[1]), cachedTokens: cached === null ? null : Number(cached[1]) };
+  const completion = COMPLETION_TOKENS.exec(usage);
+  return { promptTokens: Number(prompt[1]), cachedTokens: cached === null ? null : Number(cached[1]), completionTokens: completion === null ? null : Number(completion[1]) };
 }

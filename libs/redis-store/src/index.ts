@@ -25,5 +25,7 @@ export {
   type ScrapeRecord,
   type SubscribeBackendStatesOptions,
 } from './backend-state-store';
-export { backendStateKeys, type BackendStateKeys, tenantKeys, type TenantKeys } from './keys';
+export { apiKeyKeys, type ApiKeyKeys, backendStateKeys, type BackendStateKeys, routerReplicasKey, tenantKeys, type TenantKeys } from './keys';
+export { RedisApiKeyStore, type ApiKeyStoreOptions } from './api-key-store';
+export { RouterReplicas, type RouterReplicasOptions } from './router-replicas';
 export { TenantLimits, type AdmitOutcome, type AdmitRequest, type LimitScope, type RateLimit, type RateState, type RateUnit, type TenantLimitsOptions } from './tenant-limits';

@@ -174,3 +174,26 @@ export function tenantKeys(tenant: string, namespace: string = DEFAULT_KEY_NAMES
   const prefix = `${namespace}:{tenant:${poolHashTag(tenant)}}:`;
   return { rates: `${prefix}rates`, tenantLeases: `${prefix}leases:tenant`, keyLeases: (keyId) => `${prefix}leases:key:${keyId}` };
 }
+
+/**
+ * The keys of the client API keys (change-api-keys.lua; docs/adr/0006). Both carry the hash tag
+ * `{api-keys}`, so adding or revoking a key is one script on one Redis Cluster slot.
+ */
+export interface ApiKeyKeys {
+  /** HASH SHA-256 hex of a key's secret → its record JSON (`{id, tenant, role, limits…}`): what a request's key is looked up in. */
+  readonly byDigest: string;
+  /** HASH key id → the SHA-256 hex of its secret: revocation by id. */
+  readonly byId: string;
+  /** STRING: the fleet's cache-salt secret when no replica was given one (created once, SET NX). */
+  readonly cacheSaltSecret: string;
+}
+
+export function apiKeyKeys(namespace: string = DEFAULT_KEY_NAMESPACE): ApiKeyKeys {
+  const prefix = `${namespace}:{api-keys}:`;
+  return { byDigest: `${prefix}by-digest`, byId: `${prefix}by-id`, cacheSaltSecret: `${prefix}cache-salt-secret` };
+}
+
+/** ZSET replica id → ms it last said it was alive: how many router replicas share the limits (`{fleet}`). */
+export function routerReplicasKey(namespace: string = DEFAULT_KEY_NAMESPACE): string {
+  return `${namespace}:{fleet}:router-replicas`;
+}

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import { RedisStoreError } from './redis-store-error';
-import { ADMIT_TENANT_LUA, CHANGE_BACKEND_SET_LUA, FORGET_BACKEND_LUA, LEARN_LUA, PREFILL_DONE_LUA, RECORD_BACKEND_SCRAPE_LUA, RECORD_OWNERSHIP_LUA, RELEASE_LUA, RENEW_LUA, ROUTE_LUA, SETTLE_TENANT_LUA, SNAPSHOT_LUA } from './lua/scripts.generated';
+import { ADMIT_TENANT_LUA, CHANGE_API_KEYS_LUA, CHANGE_BACKEND_SET_LUA, FORGET_BACKEND_LUA, LEARN_LUA, PREFILL_DONE_LUA, RECORD_BACKEND_SCRAPE_LUA, RECORD_OWNERSHIP_LUA, RELEASE_LUA, RENEW_LUA, ROUTE_LUA, SETTLE_TENANT_LUA, SNAPSHOT_LUA } from './lua/scripts.generated';
 
 /** A single Redis or a Cluster client: both route EVALSHA by its first key. */
 export type RedisClient = Redis | Cluster;
@@ -32,6 +32,7 @@ export const SCRIPTS = {
   recordBackendScrape: defineScript('record-backend-scrape', RECORD_BACKEND_SCRAPE_LUA, 2),
   admitTenant: defineScript('admit-tenant', ADMIT_TENANT_LUA, 3),
   settleTenant: defineScript('settle-tenant', SETTLE_TENANT_LUA, 3),
+  changeApiKeys: defineScript('change-api-keys', CHANGE_API_KEYS_LUA, 2),
 } as const satisfies Record<string, LuaScript>;
 
 /**

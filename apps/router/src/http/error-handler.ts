@@ -13,6 +13,7 @@ export function registerErrorHandler(app: FastifyInstance, metrics: RouterMetric
     if (routerError.code === 'ROUTER_ERR_INTERNAL') request.log.error({ err: error }, 'unexpected error');
     metrics.recordRejected(routerError.code);
     if (routerError.options.retryAfterSeconds !== undefined) reply.header('retry-after', String(routerError.options.retryAfterSeconds));
+    if (routerError.options.headers !== undefined) reply.headers(routerError.options.headers);
     return reply
       .code(routerError.status)
       .header('x-router-backend', 'none')

@@ -2,6 +2,14 @@ import type { Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { RouterError } from '../errors';
 import type { RequestDrain } from '../http/request-drain';
+import type { Authenticator, Identity } from '../tenants/authenticate';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Who sent the request (tenants/authenticate.ts); null in open mode. Set by admit for `/v1/*`. */
+    identity: Identity | null;
+  }
+}
 
 /**
  * Stage 1 of the request path, **admit**: whether the router takes a request at all, decided from the
@@ -16,6 +24,8 @@ import type { RequestDrain } from '../http/request-drain';
  *   in flight, and requests arriving on a connection beyond the first `maxConnections` open ones (that
  *   connection is closed after the answer). Probes and metrics are never capped: a busy router must
  *   still say it is alive.
+ * - Identity, for every `/v1/*` request (tenants/authenticate.ts): 401 without a valid API key (or
+ *   gateway identity) when `auth` is not `none`; the identity rides on the request to the limit stage.
  */
 export interface AdmitOptions {
   readonly drain: RequestDrain;
@@ -23,10 +33,12 @@ export interface AdmitOptions {
   readonly maxInflightRequests: number;
   /** Open client connections served; requests on later ones get 503 and `Connection: close`. */
   readonly maxConnections: number;
+  readonly authenticator: Authenticator;
 }
 
 /** Registers the admit stage (an `onRequest` hook, the first thing that runs for a request). */
 export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void {
+  app.decorateRequest('identity', null);
   let inflight = 0;
   let connections = 0;
   const overCap = new WeakSet<Socket>();
@@ -46,7 +58,8 @@ export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void
     };
     const unsafe = unsafePathReason(request.raw.url ?? '/');
     if (unsafe !== null) return refuse(new RouterError('ROUTER_ERR_INVALID_PATH', `The request path is not accepted: ${unsafe}.`));
-    if (request.method !== 'POST' || !request.url.startsWith('/v1/')) return done();
+    if (!request.url.startsWith('/v1/')) return done();
+    if (request.method !== 'POST') return identify();
     if (options.drain.phase === 'aborting') return refuse(new RouterError('ROUTER_ERR_SHUTTING_DOWN', 'This router is shutting down; retry.', { retryAfterSeconds: 1 }));
     if (overCap.has(request.raw.socket)) {
       return refuse(new RouterError('ROUTER_ERR_OVERLOADED', `This router serves at most ${options.maxConnections} connections; retry.`, { retryAfterSeconds: 1 }));
@@ -58,7 +71,18 @@ export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void
     reply.raw.once('close', () => {
       inflight--;
     });
-    done();
+    identify();
+
+    function identify(): void {
+      if (options.authenticator.mode === 'none') return done();
+      options.authenticator.authenticate(request.headers, request.raw.socket.remoteAddress ?? 'unknown').then(
+        (identity) => {
+          request.identity = identity;
+          done();
+        },
+        (error: unknown) => refuse(error instanceof RouterError ? error : new RouterError('ROUTER_ERR_INTERNAL', 'Internal router error.', { cause: error })),
+      );
+    }
   });
 }
 

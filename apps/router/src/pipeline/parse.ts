@@ -3,6 +3,7 @@ import { ChatCompletionRequest, checkGenerationLimits, CompletionRequest, measur
 import { buildRoutingRequest, type RoutingRequest } from '@kvroute/routing';
 import { RouterError } from '../errors';
 import { validateBody } from '../http/validate-body';
+import type { CacheSalter } from '../tenants/cache-salt';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -24,7 +25,10 @@ declare module 'fastify' {
  * 4. The routing request: the routing text's block hashes (at most `maxRoutedBlocks`), session key,
  *    generation budget.
  * 5. The body to forward: the raw bytes, except for a stream whose client did not ask for usage
- *    (`requestStreamUsage`): that one asks the engine for it (forwardedBody), and send removes it again.
+ *    (`requestStreamUsage`): that one asks the engine for it (forwardedBody), and send removes it again;
+ *    and for a tenant's request (`cacheScope`): its `cache_salt` is the tenant's (tenants/cache-salt.ts),
+ *    in the body forwarded and in the routing text, so the engine's cache and the router's index are
+ *    partitioned by tenant.
  */
 export interface ParseOptions {
   readonly blockSizeBytes: number;
@@ -34,6 +38,8 @@ export interface ParseOptions {
   readonly limits: GenerationLimits;
   /** Ask engines for usage on streams whose client did not (config `requestStreamUsage`; absent: true, its default). */
   readonly requestStreamUsage?: boolean;
+  /** Salts tenants' requests (absent or null: open mode, bodies' own `cache_salt` only). */
+  readonly salter?: () => CacheSalter | null;
 }
 
 /** What the later stages need of a request: its model (the pool) and what the policy reads. */
@@ -89,8 +95,11 @@ export function registerBodyParser(app: FastifyInstance, bodyLimitBytes: number,
   });
 }
 
-/** Steps 2–4 for one request of `endpoint`. Throws a RouterError (400) for what it refuses. */
-export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, options: ParseOptions): Promise<ParsedRequest> {
+/**
+ * Steps 2–5 for one request of `endpoint`; `cacheScope`: the tenant's (or team's) cache partition, null
+ * in open mode. Throws a RouterError (400) for what it refuses.
+ */
+export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, options: ParseOptions, cacheScope: string | null = null): Promise<ParsedRequest> {
   if ((request.rawBody?.length ?? 0) >= LARGE_BODY_BYTES) await nextTurn();
   const body = request.body;
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
@@ -108,18 +117,21 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
     };
   }
   const generation = validateGenerationBody(endpoint, body, options.limits);
-  const routingRequest = buildRoutingRequest(generation, {
+  const salter = cacheScope === null ? null : (options.salter?.() ?? null);
+  const salt = salter === null || cacheScope === null ? null : salter.saltFor(cacheScope, generation.cache_salt ?? null);
+  const routingRequest = buildRoutingRequest(salt === null ? generation : { ...generation, cache_salt: salt }, {
     blockSizeBytes: options.blockSizeBytes,
     maxBlocks: options.maxRoutedBlocks,
     sessionKey: sessionHeaderOf(request.headers),
   });
-  const forwarded = options.requestStreamUsage === false ? null : forwardedBody(rawBodyOf(request), body as Record<string, unknown>, generation);
+  const asksUsage = options.requestStreamUsage !== false && generation.stream === true && generation.stream_options?.include_usage !== true;
+  const forwarded = forwardedBody(rawBodyOf(request), body as Record<string, unknown>, { asksUsage, salt });
   return {
     model: generation.model,
     kind: 'generation',
     routingRequest,
     body: forwarded ?? rawBodyOf(request),
-    stripsStreamUsage: forwarded !== null,
+    stripsStreamUsage: asksUsage,
   };
 }
 
@@ -128,29 +140,47 @@ function rawBodyOf(request: FastifyRequest): Buffer {
 }
 
 /** Spliced in right after a body's opening brace when it has no `stream_options`. */
-const STREAM_USAGE_MEMBER = Buffer.from('"stream_options":{"include_usage":true},');
+const STREAM_USAGE_MEMBER = '"stream_options":{"include_usage":true},';
+
+/** What the forwarded body must say that the client's may not. */
+export interface BodyChanges {
+  /** Ask for a stream's usage (`stream_options.include_usage: true`) the client did not ask for. */
+  readonly asksUsage: boolean;
+  /** The tenant's `cache_salt`, in place of the client's (null: the body's own). */
+  readonly salt: string | null;
+}
 
 /**
- * The body of a stream whose client did not ask for usage, asking for it (null: forward `raw` as it is).
- * The engine's usage (`usage.prompt_tokens_details.cached_tokens`) is what the learn stage checks the
- * routing decision against; OpenAI-compatible engines send it on a stream only with
- * `stream_options.include_usage`.
+ * The body to forward with `changes` (null: forward `raw` as it is).
  *
- * - No `stream_options` key (most clients): the member is spliced in after the opening `{` (the body
- *   parsed as a JSON object, so its first non-blank byte is that brace, and it is not empty: validation
- *   required `model`); the client's bytes are kept as they came.
- * - A `stream_options` without `include_usage: true` (or `null`): the body is re-serialised from the
- *   parsed one (its keys in their order), with `include_usage: true` and without `continuous_usage_stats`
- *   (which vLLM honours only together with `include_usage`: kept, it would put usage on every chunk).
+ * Usage: the engine's usage (`usage.prompt_tokens_details.cached_tokens`) is what the learn stage checks
+ * the routing decision against; OpenAI-compatible engines send it on a stream only with
+ * `stream_options.include_usage`. The salt: tenants/cache-salt.ts.
+ *
+ * - Neither member is in the body (most clients): the members are spliced in after the opening `{` (the
+ *   body parsed as a JSON object, so its first non-blank byte is that brace, and it is not empty:
+ *   validation required `model`); the client's bytes are kept as they came.
+ * - Otherwise the body is re-serialised from the parsed one (its keys in their order), with
+ *   `include_usage: true` and without `continuous_usage_stats` (which vLLM honours only together with
+ *   `include_usage`: kept, it would put usage on every chunk), and the salt. A client's duplicate keys
+ *   are gone with it: JSON.parse kept the last, as engines would.
  */
-export function forwardedBody(raw: Buffer, parsed: Record<string, unknown>, generation: ChatCompletionRequest | CompletionRequest): Buffer | null {
-  if (generation.stream !== true || generation.stream_options?.include_usage === true) return null;
-  if (!Object.hasOwn(parsed, 'stream_options')) {
+export function forwardedBody(raw: Buffer, parsed: Record<string, unknown>, changes: BodyChanges): Buffer | null {
+  const { asksUsage, salt } = changes;
+  if (!asksUsage && salt === null) return null;
+  const splices = (!asksUsage || !Object.hasOwn(parsed, 'stream_options')) && (salt === null || !Object.hasOwn(parsed, 'cache_salt'));
+  if (splices) {
     const brace = raw.indexOf(0x7b);
-    return Buffer.concat([raw.subarray(0, brace + 1), STREAM_USAGE_MEMBER, raw.subarray(brace + 1)]);
+    const members = (asksUsage ? STREAM_USAGE_MEMBER : '') + (salt === null ? '' : `"cache_salt":${JSON.stringify(salt)},`);
+    return Buffer.concat([raw.subarray(0, brace + 1), Buffer.from(members), raw.subarray(brace + 1)]);
   }
-  const { continuous_usage_stats: _ignored, ...options } = (parsed.stream_options ?? {}) as Record<string, unknown>;
-  return Buffer.from(JSON.stringify({ ...parsed, stream_options: { ...options, include_usage: true } }));
+  const changed: Record<string, unknown> = { ...parsed };
+  if (asksUsage) {
+    const { continuous_usage_stats: _ignored, ...options } = (parsed.stream_options ?? {}) as Record<string, unknown>;
+    changed.stream_options = { ...options, include_usage: true };
+  }
+  if (salt !== null) changed.cache_salt = salt;
+  return Buffer.from(JSON.stringify(changed));
 }
 
 /** Counts, then the schema: the validated chat or completion body. */

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
@@ -5,7 +6,10 @@ import type { Backend } from '../backends/backend-registry';
 import { RouterError } from '../errors';
 import type { ClientHop } from '../proxy/header-hygiene';
 import type { RouterMetrics } from '../router-metrics';
+import type { Identity } from '../tenants/authenticate';
+import type { TenantDirectory } from '../tenants/tenant-directory';
 import type { Learner } from './learn';
+import { admitLimits, settleLimits, type Admission, type LimitDeps } from './limit';
 import { parseRequest, type Endpoint, type ParsedRequest, type ParseOptions } from './parse';
 import { release } from './release';
 import { withRetryBeforeFirstByte, type RetryOptions } from './retry-before-first-byte';
@@ -17,17 +21,21 @@ import { send, type SendDeps } from './send';
  *
  * | # | stage   | file                  | job |
  * |---|---------|-----------------------|-----|
- * | 1 | admit   | admit.ts              | `onRequest`: path, shutdown, caps, before the body is read |
- * | 2 | parse   | parse.ts              | bounded JSON, limits, validation → the routing request |
- * | 3 | route   | route.ts              | eligible backends → decide (the policy once) + lease → a ticket |
- * | 4 | send    | send.ts               | the ticket's request relayed to its backend |
- * | 5 | learn   | learn.ts              | what the response says: first output (TTFT, prefill done, ownership) |
- * | 6 | release | release.ts            | the ticket's lease, once |
+ * | 1 | admit   | admit.ts              | `onRequest`: path, shutdown, caps, identity (API key), before the body is read |
+ * | 2 | parse   | parse.ts              | bounded JSON, limits, validation → the routing request (tenant's salt) |
+ * | 3 | limit   | limit.ts              | the tenant's and key's limits: tokens reserved, one admission call |
+ * | 4 | route   | route.ts              | eligible backends → decide (the policy once) + lease → a ticket |
+ * | 5 | send    | send.ts               | the ticket's request relayed to its backend |
+ * | 6 | learn   | learn.ts              | what the response says: first output (TTFT, prefill done, ownership) |
+ * | 7 | release | release.ts            | the ticket's lease, once; the limits settled from usage, once per request |
  *
  * Route and send are retried before the first byte by retry-before-first-byte.ts. Admit runs as a
- * hook (app.ts registers it first); this file runs stages 2–6 for one request.
+ * hook (app.ts registers it first); this file runs stages 2–7 for one request.
  */
-export const REQUEST_PATH_STAGES = ['admit', 'parse', 'route', 'send', 'learn', 'release'] as const;
+export const REQUEST_PATH_STAGES = ['admit', 'parse', 'limit', 'route', 'send', 'learn', 'release'] as const;
+
+/** Who sees `X-Router-Backend` and `X-Router-Reason` (config `routingHeaders`). */
+export type RoutingHeaders = 'auto' | 'all' | 'privileged';
 
 export interface RequestPathDeps {
   readonly parse: ParseOptions;
@@ -36,6 +44,12 @@ export interface RequestPathDeps {
   readonly learn: Learner;
   readonly retry: Omit<RetryOptions, 'metrics' | 'logger'>;
   readonly metrics: RouterMetrics;
+  /** Tenant limits (null: none, open mode). */
+  readonly limit: LimitDeps | null;
+  /** Tenants' cache partitions (teams). */
+  readonly tenants: TenantDirectory;
+  /** `auto`: everyone in open mode, privileged keys (admin, bench) with tenants; `all`; `privileged`. */
+  readonly routingHeaders: RoutingHeaders;
 }
 
 /** One request between parse and the end of its response. */
@@ -45,6 +59,12 @@ interface InFlight {
   readonly backends: readonly Backend[];
   readonly body: Buffer;
   readonly response: ServerResponse;
+  readonly showsRoutingHeaders: boolean;
+  readonly admission: Admission | null;
+  /** Prompt + completion tokens of the response's usage (−1: no response with usage yet). */
+  usedTokens: number;
+  /** A try reached a backend (its tokens count even without usage). */
+  sent: boolean;
 }
 
 /** A Fastify handler per endpoint that runs the request path. */
@@ -68,11 +88,18 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
           mayRetryStatus,
           readsUsage: of.parsed.kind === 'generation',
           stripsStreamUsage: of.parsed.stripsStreamUsage,
+          showsRoutingHeaders: of.showsRoutingHeaders,
+          extraHeaders: of.admission?.headers ?? null,
           events: {
             firstOutput: () => deps.learn.firstOutput(ticket, of.request.arrivedAtMs, isStreamed(of.request)),
             finished: (tail) => {
               release(ticket);
               deps.learn.responseEnded(ticket, tail);
+              of.sent = true;
+              if (of.admission !== null && tail !== null) {
+                const usage = tail.usage();
+                if (usage !== null) of.usedTokens = usage.promptTokens + (usage.completionTokens ?? 0);
+              }
             },
           },
         },
@@ -80,18 +107,30 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
       ),
   );
   return (endpoint) => async (request, reply) => {
-    const parsed = await parseRequest(endpoint, request, deps.parse);
+    const identity = request.identity;
+    const parsed = await parseRequest(endpoint, request, deps.parse, identity === null ? null : deps.tenants.cacheScopeOf(identity.tenant));
     const backends = poolOf(deps.route.registry, parsed.model);
+    const admission = identity !== null && deps.limit !== null ? await admitLimits(deps.limit, identity, parsed, randomUUID()) : null;
     reply.hijack();
+    const of: InFlight = { request, parsed, backends, body: parsed.body, response: reply.raw, showsRoutingHeaders: showsRoutingHeaders(deps.routingHeaders, identity), admission, usedTokens: -1, sent: false };
     try {
-      await routeAndSend({ request, parsed, backends, body: parsed.body, response: reply.raw }, { model: parsed.model, backends }, request.id, reply.raw);
+      await routeAndSend(of, { model: parsed.model, backends }, request.id, reply.raw);
     } catch (error) {
       const routerError = error instanceof RouterError ? error : new RouterError('ROUTER_ERR_INTERNAL', 'Internal router error.', { cause: error });
       deps.metrics.recordRejected(routerError.code);
-      writeErrorAfterHijack(reply, routerError);
+      writeErrorAfterHijack(reply, routerError, of.showsRoutingHeaders);
       if (!(error instanceof RouterError)) request.log.error({ err: error }, 'unexpected error while forwarding');
+    } finally {
+      // Usage known: what was used; a response without usage: what was reserved; never sent: nothing.
+      if (admission !== null && deps.limit !== null) settleLimits(deps.limit, admission, of.usedTokens >= 0 ? of.usedTokens : of.sent ? null : 0);
     }
   };
+}
+
+function showsRoutingHeaders(mode: RoutingHeaders, identity: Identity | null): boolean {
+  if (mode === 'all') return true;
+  if (identity === null) return mode === 'auto';
+  return identity.role === 'admin' || identity.role === 'bench';
 }
 
 /**
@@ -110,18 +149,21 @@ function isStreamed(request: FastifyRequest): boolean {
 }
 
 /** The reply was handed over to the proxy; errors found before anything was sent are written here. */
-function writeErrorAfterHijack(reply: FastifyReply, error: RouterError): void {
+function writeErrorAfterHijack(reply: FastifyReply, error: RouterError, showsRoutingHeaders: boolean): void {
   const response = reply.raw;
   if (response.headersSent || response.destroyed) return;
   const body = JSON.stringify(error.toBody());
   const headers: Record<string, string> = {
     'content-type': 'application/json; charset=utf-8',
     'content-length': String(Buffer.byteLength(body)),
-    'x-router-backend': 'none',
-    'x-router-reason': 'rejected',
     'x-request-id': reply.request.id,
   };
+  if (showsRoutingHeaders) {
+    headers['x-router-backend'] = 'none';
+    headers['x-router-reason'] = 'rejected';
+  }
   if (error.options.retryAfterSeconds !== undefined) headers['retry-after'] = String(error.options.retryAfterSeconds);
+  if (error.options.headers !== undefined) Object.assign(headers, error.options.headers);
   response.writeHead(error.status, headers);
   response.end(body);
 }

@@ -40,6 +40,10 @@ export interface Shipment {
   readonly readsUsage: boolean;
   /** The body asked for a stream's usage on the client's behalf: the relay removes what that adds (proxy/usage-strip.ts). */
   readonly stripsStreamUsage: boolean;
+  /** Send the `X-Router-*` headers. */
+  readonly showsRoutingHeaders: boolean;
+  /** Router headers to add to the response (the limit stage's `x-ratelimit-*`); null: none. */
+  readonly extraHeaders: Readonly<Record<string, string>> | null;
   readonly events: RelayEvents;
 }
 
@@ -59,6 +63,8 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
     mayRetryStatus: shipment.mayRetryStatus,
     readsUsage: shipment.readsUsage,
     streamUsageStrip: shipment.stripsStreamUsage ? { fingerprints: deps.upstreams.fingerprintMemoryOf(backend) } : null,
+    showsRoutingHeaders: shipment.showsRoutingHeaders,
+    extraHeaders: shipment.extraHeaders,
     metrics: deps.metrics,
     logger: deps.logger,
   });

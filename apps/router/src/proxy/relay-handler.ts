@@ -39,6 +39,10 @@ export interface RelayTarget {
   readonly readsUsage: boolean;
   /** The request asked for a stream's usage on the client's behalf: a successful SSE response loses what that added (usage-strip.ts); null: it did not. */
   readonly streamUsageStrip: { readonly fingerprints: FingerprintMemory } | null;
+  /** Send `X-Router-Backend` and `X-Router-Reason` (config `routingHeaders`: to privileged keys only when tenants are on). */
+  readonly showsRoutingHeaders: boolean;
+  /** Headers of the router's own to add (the `x-ratelimit-*` of an admitted tenant request); null: none. */
+  readonly extraHeaders: Readonly<Record<string, string>> | null;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger;
 }
@@ -114,8 +118,11 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     this.mode = 'relay';
     const outgoing = clientResponseHeaders(headers as Record<string, string | string[] | undefined>);
     this.isSse = String(outgoing['content-type'] ?? '').startsWith('text/event-stream');
-    outgoing['x-router-backend'] = target.backendId;
-    outgoing['x-router-reason'] = target.reason;
+    if (target.showsRoutingHeaders) {
+      outgoing['x-router-backend'] = target.backendId;
+      outgoing['x-router-reason'] = target.reason;
+    }
+    if (target.extraHeaders !== null) Object.assign(outgoing, target.extraHeaders);
     outgoing['x-request-id'] = target.requestId;
     if (this.isSse) {
       this.firstOutput = new FirstOutputWatch();

@@ -6,6 +6,7 @@ import { RECORD_BLOCKS_PER_CALL } from '../../src/redis-routing-state';
 import { RedisStoreError } from '../../src/redis-store-error';
 import { integerArrayReply, runScript, SCRIPTS } from '../../src/scripts';
 import { TenantLimits } from '../../src/tenant-limits';
+import { RedisApiKeyStore } from '../../src/api-key-store';
 import { manualClock, openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 // A Redis of this file's own: SCRIPT FLUSH must not disturb anyone else's scripts.
@@ -55,6 +56,7 @@ describe('script loading', () => {
       const admission = { tenant: 't', keyId: 'k', leaseId: 'tl', nowMs: clock.nowMs(), leaseTtlMs: 1000, rates: [], reservedTokens: 0, concurrency: { key: 1 } };
       await limits.admit(admission); // admit-tenant.lua
       await limits.release({ ...admission, usedTokens: 0 }); // settle-tenant.lua
+      await new RedisApiKeyStore({ redis: ctx.redis, keyNamespace: ctx.namespace }).revoke('none'); // change-api-keys.lua, writes nothing
     };
     await everyScript();
     const shas = Object.values(SCRIPTS).map((script) => script.sha1);

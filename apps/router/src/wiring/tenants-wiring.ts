@@ -1,0 +1,123 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { FastifyBaseLogger } from 'fastify';
+import type { ShutdownStack } from '@kvroute/platform';
+import { RedisApiKeyStore, RouterReplicas, TenantLimits, type RedisClient } from '@kvroute/redis-store';
+import { AuthFailureLimiter } from '../admin/auth-failure-limiter';
+import type { RouterConfig } from '../config';
+import type { LimitDeps } from '../pipeline/limit';
+import { Authenticator } from '../tenants/authenticate';
+import { CacheSalter } from '../tenants/cache-salt';
+import { CachedRedisKeys, keyLookupChain, type KeyLookup } from '../tenants/key-directory';
+import { loadKeyFile } from '../tenants/key-file';
+import { LimitGate } from '../tenants/limit-gate';
+import { TenantDirectory } from '../tenants/tenant-directory';
+
+/** Peers whose wrong API keys are remembered at once (~100 B each). */
+const MAX_TRACKED_PEERS = 10_000;
+/** API key lookups remembered per replica. */
+const MAX_CACHED_KEYS = 50_000;
+/** How often a replica tells Redis it is alive (the divisor of limits during an outage); stale after 3. */
+const REPLICA_HEARTBEAT_MS = 2_000;
+
+export interface TenantParts {
+  readonly authenticator: Authenticator;
+  readonly tenants: TenantDirectory;
+  /** Null in open mode. */
+  readonly limit: LimitDeps | null;
+  /** The salter, once `start` resolved the secret (null in open mode). */
+  readonly salter: () => CacheSalter | null;
+  /** The admin API's key store; null without Redis. */
+  readonly apiKeys: RedisApiKeyStore | null;
+  /** Resolves the salt secret (from Redis if it is shared there), starts the replica heartbeat. */
+  start(): Promise<void>;
+}
+
+export interface TenantsWiringDeps {
+  readonly redis: RedisClient | null;
+  /** Wall-clock ms. */
+  readonly nowMs: () => number;
+  readonly logger: FastifyBaseLogger;
+  readonly bytesPerToken: (pool: string) => number;
+  readonly readFile: (path: string) => string;
+}
+
+/**
+ * Tenants (docs/adr/0006): identity (key file, keys in Redis), limits (Redis, with this replica's share
+ * in memory while Redis is away), cache salts. In open mode (`auth: none`) only the authenticator
+ * exists, and it lets everyone through as nobody.
+ */
+export function wireTenants(config: RouterConfig, deps: TenantsWiringDeps, closers: ShutdownStack): TenantParts {
+  const { redis, logger } = deps;
+  const clockMs = (): number => performance.now();
+  const apiKeys = redis === null ? null : new RedisApiKeyStore({ redis });
+  const sources: KeyLookup[] = [];
+  if (config.auth === 'api-keys') {
+    if (config.apiKeysFile !== undefined) sources.push(loadKeyFile(config.apiKeysFile));
+    if (apiKeys !== null) sources.push(new CachedRedisKeys({ store: apiKeys, cacheMs: config.apiKeyCacheMs, maxEntries: MAX_CACHED_KEYS, nowMs: clockMs, logger }));
+  }
+  const authenticator = new Authenticator({
+    mode: config.auth,
+    keys: sources.length === 0 ? null : keyLookupChain(sources),
+    identityHeader: config.identityHeader,
+    failures: new AuthFailureLimiter({ maxFailures: config.maxAuthFailures, windowMs: config.authFailureWindowMs, maxPeers: MAX_TRACKED_PEERS, nowMs: clockMs }),
+  });
+  const tenants = new TenantDirectory(config.tenants);
+  if (config.auth === 'none') return { authenticator, tenants, limit: null, salter: () => null, apiKeys, start: async () => undefined };
+
+  let liveReplicas = 1;
+  const replicas = redis === null ? null : new RouterReplicas({ redis, replicaId: randomUUID(), staleAfterMs: 3 * REPLICA_HEARTBEAT_MS });
+  const gate = new LimitGate({ shared: redis === null ? null : new TenantLimits({ redis }), liveReplicas: () => liveReplicas, retryAfterMs: config.redisRetryAfterMs, clockMs, logger });
+  const limit: LimitDeps = {
+    gate,
+    tenants,
+    bytesPerToken: deps.bytesPerToken,
+    reservedCompletionTokens: config.reservedCompletionTokens,
+    leaseTtlMs: config.tenantLeaseTtlMs,
+    nowMs: deps.nowMs,
+  };
+  const configuredSecret = config.cacheSaltSecret ?? (config.cacheSaltSecretFile === undefined ? undefined : deps.readFile(config.cacheSaltSecretFile).trim());
+  if (configuredSecret !== undefined && configuredSecret.length < 16) throw new Error('cacheSaltSecretFile: the secret must be at least 16 characters');
+  let salter: CacheSalter | null = configuredSecret === undefined ? null : new CacheSalter(Buffer.from(configuredSecret, 'utf8'));
+
+  return {
+    authenticator,
+    tenants,
+    limit,
+    salter: () => salter,
+    apiKeys,
+    async start() {
+      if (salter === null) salter = new CacheSalter(Buffer.from(await sharedOrOwnSecret(apiKeys, logger), 'utf8'));
+      if (replicas === null) return;
+      const beat = (): void => {
+        replicas.heartbeat(deps.nowMs()).then(
+          (count) => {
+            liveReplicas = count;
+          },
+          () => undefined, // Redis away: the last count stands (that is the point of it).
+        );
+      };
+      beat();
+      const timer = setInterval(beat, REPLICA_HEARTBEAT_MS);
+      timer.unref();
+      closers.push('replica heartbeat', async () => {
+        clearInterval(timer);
+        await replicas.leave().catch(() => undefined);
+      });
+    },
+  };
+}
+
+/** The salt secret shared through Redis, or (no Redis, or Redis away at start) this process's own, with a warning. */
+async function sharedOrOwnSecret(apiKeys: RedisApiKeyStore | null, logger: FastifyBaseLogger): Promise<string> {
+  const own = randomBytes(32).toString('base64url');
+  if (apiKeys === null) {
+    logger.info('cache salts use a secret of this process (no cacheSaltSecret, no Redis): fine for one replica; set cacheSaltSecret for several');
+    return own;
+  }
+  try {
+    return await apiKeys.sharedCacheSaltSecret(own);
+  } catch (error) {
+    logger.warn({ err: error }, 'cache salts: Redis could not share the secret at start; this replica uses its own until restarted (set cacheSaltSecret to avoid this)');
+    return own;
+  }
+}
