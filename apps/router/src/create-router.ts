@@ -211,7 +211,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
           token: adminToken,
           limiter: new AuthFailureLimiter({ maxFailures: config.adminMaxAuthFailures, windowMs: config.adminAuthWindowMs, maxPeers: ADMIN_MAX_TRACKED_PEERS, nowMs }),
           audit: requestLogger.child({ component: 'admin-audit' }),
-          admin: { addressPolicy, registry: backends.registry, changes: backends.changes, inflight: () => state.state.inflightCounts(), sharedVersion: backends.sharedVersion },
+          admin: { addressPolicy, registry: backends.registry, changes: backends.changes, inflight: () => state.state.inflightCounts(), sharedVersion: backends.sharedVersion, apiKeys: tenants.apiKeys, nowMs },
           debug: config.debugRoutes ? { route: requestPath.route, parse: requestPath.parse, learned } : null,
           metrics,
           logger: deps.logger ?? false,

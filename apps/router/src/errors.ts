@@ -53,6 +53,10 @@ export const ROUTER_ERRORS = {
   ROUTER_ERR_RATE_LIMITED: { status: 429, type: 'rate_limit_error' },
   /** The request alone exceeds a limit (its reserved tokens are more than a tokens-per-minute limit): it can never pass, so 400, not a 429 to retry. */
   ROUTER_ERR_REQUEST_OVER_LIMIT: { status: 400, type: 'invalid_request_error' },
+  /** Admin API, `/admin/keys`: no such key; a key with that id exists; keys cannot be changed now (no Redis, or Redis away). */
+  ROUTER_ERR_KEY_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  ROUTER_ERR_KEY_EXISTS: { status: 409, type: 'invalid_request_error' },
+  ROUTER_ERR_KEYS_UNAVAILABLE: { status: 503, type: 'service_unavailable' },
   ROUTER_ERR_INTERNAL: { status: 500, type: 'internal_error' },
 } as const satisfies Record<string, { status: number; type: string }>;
 

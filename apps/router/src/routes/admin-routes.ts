@@ -7,6 +7,7 @@ import { backendIdOf, type BackendRegistry } from '../backends/backend-registry'
 import { BackendConfig } from '../config';
 import { RouterError } from '../errors';
 import { validateBody } from '../http/validate-body';
+import { ApiKeyRecord, generateApiKey } from '../tenants/api-key';
 
 export interface AdminRoutesOptions {
   /** Where an added backend may be (backendAllowlist, the SSRF denials): checked before anything connects. */
@@ -19,7 +20,22 @@ export interface AdminRoutesOptions {
   readonly inflight: () => ReadonlyMap<string, number>;
   /** Version of the shared backend set this replica routes by (null without Redis). */
   readonly sharedVersion: () => number | null;
+  /** The API keys in Redis (`/admin/keys`); null without Redis (keys then come from the key file only). */
+  readonly apiKeys: AdminKeyStore | null;
+  /** Wall-clock ms (a new key's `createdAtMs`). */
+  readonly nowMs: () => number;
 }
+
+/** What the admin API needs of the key store (libs/redis-store RedisApiKeyStore). */
+export interface AdminKeyStore {
+  add(id: string, digest: string, recordJson: string): Promise<boolean>;
+  revoke(id: string): Promise<boolean>;
+  list(): Promise<string[]>;
+}
+
+/** Body of `POST /admin/keys`: who the key is for and its limits; the id defaults to a random one. */
+const AddKeyBody = ApiKeyRecord.omit({ createdAtMs: true }).extend({ id: ApiKeyRecord.shape.id.optional() });
+const KeyIdParams = z.strictObject({ id: ApiKeyRecord.shape.id });
 
 /**
  * Ids end up in response headers (`X-Router-Backend`), metric labels and URLs: letters, digits and
@@ -46,8 +62,13 @@ const BackendIdParams = z.strictObject({ id: z.string().regex(BACKEND_ID, 'not a
  * - `DELETE /admin/backends/:id`: removes one; its requests in flight finish.
  * - `POST /admin/backends/:id/drain`, `/undrain`: no new requests / new requests again.
  *
+ * - `GET /admin/keys`: the client API keys in Redis (records, never secrets or digests).
+ * - `POST /admin/keys` `{tenant, id?, role?, requestsPerMinute?, tokensPerMinute?, concurrentRequests?}`:
+ *   a new key; the answer (201) carries its secret, the only time it is ever shown.
+ * - `DELETE /admin/keys/:id`: revokes a key; every replica stops taking it within `apiKeyCacheMs`.
+ *
  * With Redis a change goes to the fleet's shared set, so every replica applies it (within a poll
- * interval); without, it applies to this replica only.
+ * interval); without, it applies to this replica only (keys: 503, the key file is the place).
  */
 export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOptions): Promise<void> {
   const { audit } = options;
@@ -115,6 +136,53 @@ export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOpti
     return audited(request, { action: 'remove', backend: id }, async () => {
       expectDone(await change(() => options.changes.remove(id)), id);
       return { id, removed: true };
+    });
+  });
+
+  const keyStore = (): AdminKeyStore => {
+    if (options.apiKeys === null) throw new RouterError('ROUTER_ERR_KEYS_UNAVAILABLE', 'API keys are managed here only with Redis (redisUrl); without it, use apiKeysFile.');
+    return options.apiKeys;
+  };
+  const storeCall = async <T>(run: () => Promise<T>): Promise<T> => {
+    try {
+      return await run();
+    } catch (error) {
+      throw new RouterError('ROUTER_ERR_KEYS_UNAVAILABLE', 'The API keys cannot be changed right now (Redis unreachable); nothing was changed.', { retryAfterSeconds: 1, cause: error });
+    }
+  };
+
+  app.get('/admin/keys', async () => {
+    const stored = await storeCall(() => keyStore().list());
+    const data = stored.flatMap((json) => {
+      try {
+        const parsed = ApiKeyRecord.safeParse(JSON.parse(json));
+        return parsed.success ? [parsed.data] : [];
+      } catch {
+        return [];
+      }
+    });
+    return { object: 'list', data: data.sort((a, b) => a.id.localeCompare(b.id)) };
+  });
+
+  app.post('/admin/keys', async (request, reply) => {
+    const spec = validateBody(AddKeyBody, request.body);
+    const store = keyStore();
+    const { secret, digest } = generateApiKey();
+    const record: ApiKeyRecord = { ...spec, id: spec.id ?? `key-${digest.slice(0, 12)}`, createdAtMs: options.nowMs() };
+    return audited(request, { action: 'add-key', key: record.id, tenant: record.tenant, role: record.role }, async () => {
+      if (!(await storeCall(() => store.add(record.id, digest, JSON.stringify(record))))) throw new RouterError('ROUTER_ERR_KEY_EXISTS', `A key \`${record.id}\` already exists.`, { param: 'id' });
+      return reply.code(201).send({ ...record, key: secret });
+    });
+  });
+
+  app.delete('/admin/keys/:id', async (request) => {
+    const parsed = KeyIdParams.safeParse(request.params);
+    if (!parsed.success) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'Invalid key id.', { param: 'id' });
+    const { id } = parsed.data;
+    const store = keyStore();
+    return audited(request, { action: 'revoke-key', key: id }, async () => {
+      if (!(await storeCall(() => store.revoke(id)))) throw new RouterError('ROUTER_ERR_KEY_NOT_FOUND', `There is no key \`${id}\`.`, { param: 'id' });
+      return { id, revoked: true };
     });
   });
 
