@@ -11,7 +11,7 @@ import type { WrkResult } from './wrk';
  * checkout, e.g. the commit before a change) runs right after the path it is compared with, so the
  * pair sees the same state of a drifting machine.
  */
-export const PATH_IDS = ['direct', 'bare', 'kvroute', 'kvroute-baseline', 'kvroute-redis', 'kvroute-redis-baseline', 'haproxy'] as const;
+export const PATH_IDS = ['direct', 'bare', 'kvroute', 'kvroute-baseline', 'kvroute-redis', 'kvroute-redis-baseline', 'kvroute-redis-keys', 'haproxy'] as const;
 export type PathId = (typeof PATH_IDS)[number];
 /** The paths measured only with `--baseline`, and the path each is compared with. */
 export const BASELINE_OF = { 'kvroute-baseline': 'kvroute', 'kvroute-redis-baseline': 'kvroute-redis' } as const satisfies Partial<Record<PathId, PathId>>;
@@ -23,7 +23,7 @@ export function isBaselinePath(path: PathId): path is BaselinePathId {
 
 /** Paths whose router keeps its routing state in the private Redis. */
 export function usesRedis(path: PathId): boolean {
-  return path === 'kvroute-redis' || path === 'kvroute-redis-baseline';
+  return path === 'kvroute-redis' || path === 'kvroute-redis-baseline' || path === 'kvroute-redis-keys';
 }
 
 export const PATH_LABELS: Record<PathId, string> = {
@@ -33,6 +33,7 @@ export const PATH_LABELS: Record<PathId, string> = {
   'kvroute-baseline': 'kvroute, baseline',
   'kvroute-redis': 'kvroute + Redis',
   'kvroute-redis-baseline': 'kvroute + Redis, baseline',
+  'kvroute-redis-keys': 'kvroute + Redis + keys and limits',
   haproxy: 'HAProxy (TCP)',
 };
 

@@ -37,8 +37,9 @@
  * Writes bench/results/overhead-<time>.{json,md}.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
-import { cpus } from 'node:os';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 // A private Redis, started as the tests and bench:redis-decision do (bench is never shipped; eslint.config.mjs allows it here).
@@ -128,6 +129,8 @@ interface Target {
   readonly url: string;
   /** The proxy process (absent for direct). */
   readonly proxy?: ProxyProcess;
+  /** The API key its requests carry (`kvroute-redis-keys`). */
+  readonly apiKey?: string;
 }
 
 /** The private Redis of the kvroute-redis path, and what is known of its process. */
@@ -272,6 +275,8 @@ async function main(): Promise<void> {
       'kvroute-redis': async () => startRouterProcess(simUrl, { ...coreOption, redisUrl: (await privateRedis()).url }),
       // Database 1: the two routers' keys never meet, and the one redis-server's CPU is measured for both.
       'kvroute-redis-baseline': async () => startRouterProcess(simUrl, { ...coreOption, checkout: baseline, redisUrl: `${(await privateRedis()).url}/1` }),
+      // Keys and limits on (issue 14): every request is looked up (cached) and admitted by admit-tenant.lua, in database 2.
+      'kvroute-redis-keys': async () => startRouterProcess(simUrl, { ...coreOption, redisUrl: `${(await privateRedis()).url}/2`, extraArgs: keysArgs() }),
       haproxy: async () => {
         if (!haproxyVersion()) throw new Error('HAProxy is not installed (/usr/sbin/haproxy): skipped');
         return startHaproxyProcess(simUrl, coreOption);
@@ -282,7 +287,7 @@ async function main(): Promise<void> {
       console.log(`starting ${PATH_LABELS[path]} …`);
       try {
         const proxy = await starters[path]();
-        targets.set(path, { path, url: proxy.url, proxy });
+        targets.set(path, { path, url: proxy.url, proxy, ...(path === 'kvroute-redis-keys' ? { apiKey: BENCH_KEY.secret } : {}) });
       } catch (error) {
         const message = error instanceof Error ? error.message : String(error);
         unavailable.set(path, message);
@@ -429,7 +434,7 @@ async function measureWorkload(workload: Workload, paths: readonly PathId[], tar
       console.log(`${label(path)} skipped: ${firstLine(unavailable.get(path) ?? 'not started')}`);
       continue;
     }
-    const problem = exitNote(target) ?? (await preflight(target.url, workload));
+    const problem = exitNote(target) ?? (await preflight(target.url, workload, target.apiKey));
     if (problem) {
       console.log(`${label(path)} skipped: ${firstLine(problem)}`);
       runs.set(path, { target, paced: [], wrk: { paced: [] }, failure: problem });
@@ -451,7 +456,7 @@ async function measureWorkload(workload: Workload, paths: readonly PathId[], tar
   if (warmupSeconds > 0) {
     for (const run of live()) {
       await attempt(run, 'warm-up', async () => {
-        await runWrk({ ...base, url: chatUrl(run.target), connections: maxConnections, seconds: warmupSeconds, runId: context.nextRunId() });
+        await runWrk({ ...base, url: chatUrl(run.target), ...keyOf(run.target), connections: maxConnections, seconds: warmupSeconds, runId: context.nextRunId() });
       });
     }
   }
@@ -461,7 +466,7 @@ async function measureWorkload(workload: Workload, paths: readonly PathId[], tar
    */
   const undisturbed = async (run: PathRun, what: string, wrkRun: Omit<WrkRun, 'url' | 'runId'>, describe: (round: PacedRound) => string): Promise<PacedRound> => {
     for (let repeat = 0; ; repeat++) {
-      const measured = await measuredRun(run.target, { ...wrkRun, url: chatUrl(run.target), runId: context.nextRunId() }, context);
+      const measured = await measuredRun(run.target, { ...wrkRun, url: chatUrl(run.target), ...keyOf(run.target), runId: context.nextRunId() }, context);
       const foreign = measured.foreignCpuCores ?? 0;
       // A kvroute + Redis round that ran (partly) on the router's local state did not measure Redis: repeat it too.
       const why = [...(foreign > DISTURBED_CORES ? [`other processes used ${foreign.toFixed(2)} cores`] : []), ...(measured.onLocalState ? ['the router routed on local state (Redis degraded)'] : [])];
@@ -569,6 +574,28 @@ async function measuredRun(target: Target, run: WrkRun, context: MeasureContext)
   };
 }
 
+/**
+ * The key of the `kvroute-redis-keys` path, made for this run: its key file holds the digest, with limits
+ * of every kind (requests, tokens, concurrency) far above what the run sends, so that each is checked and
+ * none refuses.
+ */
+const BENCH_KEY = (() => {
+  const secret = `kvr_${randomBytes(32).toString('base64url')}`;
+  return { secret, digest: createHash('sha256').update(secret).digest('hex') };
+})();
+
+function keysArgs(): string[] {
+  const dir = mkdtempSync(join(tmpdir(), 'kvroute-bench-keys-'));
+  const file = join(dir, 'keys.yaml');
+  writeFileSync(file, `keys:\n  - id: bench\n    tenant: bench\n    sha256: ${BENCH_KEY.digest}\n    requestsPerMinute: 100000000\n    tokensPerMinute: 1000000000\n    concurrentRequests: 100000\n`);
+  return ['--auth', 'api-keys', '--api-keys-file', file, '--routing-headers', 'all'];
+}
+
+/** The wrk option that makes a run send the target's API key, if it has one. */
+function keyOf(target: Target): { apiKey?: string } {
+  return target.apiKey === undefined ? {} : { apiKey: target.apiKey };
+}
+
 function chatUrl(target: Target): string {
   return `${target.url}/v1/chat/completions`;
 }
@@ -580,11 +607,12 @@ function exitNote(target: Target): string | undefined {
 }
 
 /** One request of the workload, JSON and SSE checked for shape, so a broken path is skipped, not measured. */
-async function preflight(baseUrl: string, workload: Workload): Promise<string | undefined> {
+async function preflight(baseUrl: string, workload: Workload, apiKey: string | undefined): Promise<string | undefined> {
   const content = `preflight ${'x'.repeat(Math.max(0, workload.promptBytes - 10))}`;
   const body = JSON.stringify({ model, messages: [{ role: 'user', content }], max_tokens: maxTokens, stream: workload.stream });
   try {
-    const response = await fetch(`${baseUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(10_000) });
+    const headers: Record<string, string> = { 'content-type': 'application/json', ...(apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` }) };
+    const response = await fetch(`${baseUrl}/v1/chat/completions`, { method: 'POST', headers, body, signal: AbortSignal.timeout(10_000) });
     const text = await response.text();
     if (response.status !== 200) return `preflight request answered ${response.status}: ${text.slice(0, 300)}`;
     if (workload.stream) {

@@ -132,7 +132,7 @@ export async function startBareProxyProcess(upstream: string, options: StartOpti
  * routing state in that Redis (`--redis-url`) and is named `kvroute + Redis`; ready either way once
  * `/readyz` answers 200 (the router connects to Redis, 2 s at most, before it listens).
  */
-export async function startRouterProcess(backend: string, options: StartOptions & { redisUrl?: string; checkout?: string } = {}): Promise<ProxyProcess> {
+export async function startRouterProcess(backend: string, options: StartOptions & { redisUrl?: string; checkout?: string; extraArgs?: readonly string[] } = {}): Promise<ProxyProcess> {
   const port = await freePort();
   const args = [
     // `checkout`: another working tree's production bundle (the overhead benchmark's --baseline).
@@ -148,9 +148,10 @@ export async function startRouterProcess(backend: string, options: StartOptions 
     '--log-level',
     'warn',
     ...(options.redisUrl === undefined ? [] : ['--redis-url', options.redisUrl]),
+    ...(options.extraArgs ?? []),
   ];
   const child = spawnPinned(process.execPath, args, options.pinToCore);
-  const name = `${options.redisUrl === undefined ? 'kvroute' : 'kvroute + Redis'}${options.checkout === undefined ? '' : ', baseline'}`;
+  const name = `${options.redisUrl === undefined ? 'kvroute' : 'kvroute + Redis'}${options.checkout === undefined ? '' : ', baseline'}${options.extraArgs === undefined ? '' : ' (+ options)'}`;
   const proxy = manage(name, `http://127.0.0.1:${port}`, child);
   await waitReady(proxy, () => httpOk(`http://127.0.0.1:${port}/readyz`), options.readyTimeoutMs ?? 60_000);
   return proxy;

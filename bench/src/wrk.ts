@@ -42,6 +42,8 @@ export interface WrkRun {
   /** Pin wrk to this core with taskset. */
   readonly core?: number;
   readonly timeoutSeconds?: number;
+  /** Sent as `Authorization: Bearer` (a router with `auth: api-keys`). */
+  readonly apiKey?: string;
 }
 
 /**
@@ -118,6 +120,7 @@ export function wrkCommand(run: WrkRun, wrkPath = 'wrk'): { command: string; arg
     BENCH_STREAM: run.workload.stream ? '1' : '0',
     BENCH_DELAY_MS: run.rate === undefined ? '0' : pacingDelayMs(run.rate, run.connections).toFixed(3),
     BENCH_RUN_ID: String(run.runId),
+    ...(run.apiKey === undefined ? {} : { BENCH_API_KEY: run.apiKey }),
   };
   return run.core === undefined
     ? { command: wrkPath, args: wrkArgs, env }

@@ -9,6 +9,7 @@
 --   BENCH_DELAY_MS     mean pause of one connection between a response and its next request, ms;
 --                      0 or unset = closed loop, no delay() at all (as fast as the server answers)
 --   BENCH_RUN_ID       tag that keeps prompts of different runs apart (default 0)
+--   BENCH_API_KEY      sent as Authorization: Bearer (a router with auth: api-keys); unset = none
 --
 -- Every request gets a different prompt: "r<run>t<thread>n<counter> " followed by a fixed filler,
 -- padded to exactly BENCH_PROMPT_BYTES. The unique part comes first, so no two prompts share a
@@ -45,6 +46,10 @@ wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 if stream then
   wrk.headers["Accept"] = "text/event-stream"
+end
+local api_key = os.getenv("BENCH_API_KEY")
+if api_key and api_key ~= "" then
+  wrk.headers["Authorization"] = "Bearer " .. api_key
 end
 
 local thread_counter = 0

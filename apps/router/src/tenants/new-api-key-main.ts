@@ -1,0 +1,39 @@
+/**
+ * `npm run api-key -- --tenant acme [--id acme-prod] [--role user|bench|admin] [--requests-per-minute N]
+ * [--tokens-per-minute N] [--concurrent-requests N]`: prints a new API key's secret (once: it is stored
+ * nowhere) and the entry to paste into the key file (`apiKeysFile`), which holds only its SHA-256.
+ * For keys in Redis, use the admin API instead (`POST /admin/keys`).
+ */
+import { parseArgs } from 'node:util';
+import { ApiKeyRecord, generateApiKey } from './api-key';
+
+const { values } = parseArgs({
+  options: {
+    tenant: { type: 'string' },
+    id: { type: 'string' },
+    role: { type: 'string', default: 'user' },
+    'requests-per-minute': { type: 'string' },
+    'tokens-per-minute': { type: 'string' },
+    'concurrent-requests': { type: 'string' },
+  },
+});
+const number = (text: string | undefined): number | undefined => (text === undefined ? undefined : Number(text));
+const { secret, digest } = generateApiKey();
+const parsed = ApiKeyRecord.safeParse({
+  id: values.id ?? `${values.tenant ?? 'key'}-${digest.slice(0, 8)}`,
+  tenant: values.tenant,
+  role: values.role,
+  requestsPerMinute: number(values['requests-per-minute']),
+  tokensPerMinute: number(values['tokens-per-minute']),
+  concurrentRequests: number(values['concurrent-requests']),
+});
+if (!parsed.success) {
+  const issue = parsed.error.issues[0];
+  console.error(`api-key: ${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'} (usage: npm run api-key -- --tenant NAME [--id ID] [--role user|bench|admin] [--requests-per-minute N] …)`);
+  process.exit(2);
+}
+const entry = Object.entries({ ...parsed.data, sha256: digest })
+  .filter(([, value]) => value !== undefined)
+  .map(([name, value], index) => `${index === 0 ? '  - ' : '    '}${name}: ${String(value)}`)
+  .join('\n');
+console.log(`The key (shown once; give it to the tenant, keep it nowhere else):\n\n  ${secret}\n\nThe key file entry (under \`keys:\`):\n\n${entry}\n`);
