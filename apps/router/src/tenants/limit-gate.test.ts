@@ -55,6 +55,21 @@ describe('LimitGate', () => {
     expect(calls).toBe(2);
   });
 
+  it('settles in Redis only what holds something: tokens or concurrency, not requests-only limits', async () => {
+    const released: string[] = [];
+    const shared = {
+      admit: async (request: AdmitRequest) => ({ admitted: true as const, rates: request.rates.map((limit) => ({ limit, remaining: 1, resetMs: 0 })) }),
+      release: async (request: { readonly leaseId: string }) => (released.push(request.leaseId), 1),
+      renew: async () => 0,
+    };
+    const gate = new LimitGate({ shared, liveReplicas: () => 1, retryAfterMs: 500, clockMs: () => 0, logger: silent });
+    const requestsOnly = await gate.admit(request(1_000, 'requests-only'));
+    const withTokens = await gate.admit(request(1_000, 'tokens', { rates: [{ scope: 'tenant', unit: 'tokens', limit: 100, periodMs: 60_000 }] }));
+    const capped = await gate.admit(request(1_000, 'capped', { rates: [], concurrency: { tenant: 5 } }));
+    for (const outcome of [requestsOnly, withTokens, capped]) await gate.release(outcome.ticket!, 10, 2_000);
+    expect(released).toEqual(['tokens', 'capped']);
+  });
+
   it('settles tokens where they were reserved: a refund makes room again', async () => {
     const gate = new LimitGate({ shared: null, liveReplicas: () => 1, retryAfterMs: 500, clockMs: () => 0, logger: silent });
     const tokens = (leaseId: string) => request(1_000, leaseId, { rates: [{ scope: 'tenant', unit: 'tokens', limit: 100, periodMs: 60_000 }], reservedTokens: 100 });

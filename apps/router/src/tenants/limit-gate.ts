@@ -65,6 +65,9 @@ export class LimitGate {
 
   /** Settles an admitted request where it was admitted; a shared settle that fails is logged and dropped (its leases expire). */
   async release(ticket: GateTicket, usedTokens: number, nowMs: number): Promise<void> {
+    // Requests-only limits hold nothing to give back: no call (one script per request instead of two).
+    const { concurrency, rates } = ticket.request;
+    if (!(concurrency?.tenant ?? 0) && !(concurrency?.key ?? 0) && !rates.some((rate) => rate.unit === 'tokens')) return;
     const request = { ...ticket.request, nowMs, usedTokens };
     if (ticket.where === 'local' || this.#options.shared === null) {
       this.#local.release(request);
