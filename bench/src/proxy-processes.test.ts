@@ -9,6 +9,14 @@ describe('haproxyConfig', () => {
     expect(config).toContain('bind 127.0.0.1:8123');
     expect(config).toContain('server sim1 127.0.0.1:9000');
     expect(config).not.toContain('mode http');
+    expect(config).not.toContain('balance');
+  });
+
+  it('balances connections round-robin over several servers (router replicas)', () => {
+    const config = haproxyConfig(8123, ['127.0.0.1:9001', '127.0.0.1:9002', '127.0.0.1:9003']);
+    expect(config).toContain('balance roundrobin');
+    expect(config.match(/^ {2}server /gm)).toHaveLength(3);
+    expect(config).toContain('server sim3 127.0.0.1:9003');
   });
 });
 

@@ -166,8 +166,12 @@ export function haproxyVersion(path = HAPROXY_PATH): string | undefined {
   return result.stdout.split('\n')[0]?.trim();
 }
 
-/** A one-server TCP pass-through: no HTTP parsing at all, one upstream connection per client connection. */
-export function haproxyConfig(listenPort: number, backendHostPort: string): string {
+/**
+ * A TCP pass-through: no HTTP parsing at all, one upstream connection per client connection. With
+ * several servers (router replicas, as the L4 balancer in front of them), connections go round-robin.
+ */
+export function haproxyConfig(listenPort: number, backendHostPorts: string | readonly string[]): string {
+  const servers = typeof backendHostPorts === 'string' ? [backendHostPorts] : backendHostPorts;
   return [
     'global',
     '  nbthread 1',
@@ -184,17 +188,18 @@ export function haproxyConfig(listenPort: number, backendHostPort: string): stri
     '  default_backend sim',
     '',
     'backend sim',
-    `  server sim1 ${backendHostPort}`,
+    ...(servers.length > 1 ? ['  balance roundrobin'] : []),
+    ...servers.map((hostPort, index) => `  server sim${index + 1} ${hostPort}`),
     '',
   ].join('\n');
 }
 
-export async function startHaproxyProcess(backendUrl: string, options: StartOptions & { haproxyPath?: string } = {}): Promise<ProxyProcess> {
+export async function startHaproxyProcess(backendUrls: string | readonly string[], options: StartOptions & { haproxyPath?: string } = {}): Promise<ProxyProcess> {
   const haproxy = options.haproxyPath ?? HAPROXY_PATH;
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'kvroute-overhead-haproxy-'));
   const configPath = join(dir, 'haproxy.cfg');
-  writeFileSync(configPath, haproxyConfig(port, new URL(backendUrl).host));
+  writeFileSync(configPath, haproxyConfig(port, (typeof backendUrls === 'string' ? [backendUrls] : backendUrls).map((url) => new URL(url).host)));
   const check = spawnSync(haproxy, ['-c', '-q', '-f', configPath], { encoding: 'utf8' });
   if (check.status !== 0) {
     rmSync(dir, { recursive: true, force: true });
