@@ -37,6 +37,10 @@ const USAGE = `npm run bench -- --scenario NAME|FILE [options]
   --router LIST        real deployment: router URLs, or policy=URL pairs (one deployment per policy)
   --backends LIST      real deployment: the backends' URLs (their /metrics give the hit-rate truth)
   --reset-cache        real deployment: POST /reset_prefix_cache to every backend before each run
+                       (vLLM needs VLLM_SERVER_DEV_MODE=1; --salt-runs needs nothing)
+  --salt-runs          every run's requests carry a cache_salt of their own, so each run starts cold
+                       on the engines (vLLM's prefix cache is partitioned by salt) and in the routers'
+                       index (the salt is in the routing text) without any development endpoint
   --router-redis URL   real deployment: the Redis the routers share (redis:// or rediss://); their
                        routing state (prefix ownership, leases) is deleted there before each run
   --ignore-eos         send ignore_eos: true (real vLLM: every reply is exactly max_tokens long)`;
@@ -55,6 +59,7 @@ const { values: args } = parseArgs({
     router: { type: 'string' },
     backends: { type: 'string' },
     'reset-cache': { type: 'boolean', default: false },
+    'salt-runs': { type: 'boolean', default: false },
     'router-redis': { type: 'string' },
     'ignore-eos': { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
@@ -122,6 +127,7 @@ async function main(): Promise<void> {
       seeds,
       sweepValues: sweep,
       extraBody: args['ignore-eos'] ? { ignore_eos: true } : undefined,
+      saltRuns: args['salt-runs'],
     });
     const outDir = resolve(args.out ?? join(repoRoot, 'bench', 'results', `${scenario.name}-${new Date().toISOString().replace(/[:.]/g, '-')}`));
     const written = await writeReports(outDir, scenario, results, { mode: args.router ? 'remote' : 'local' });

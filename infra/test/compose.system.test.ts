@@ -18,11 +18,18 @@ function findCompose(): { command: string[]; version: string } | { missing: stri
 }
 const composeTool = findCompose();
 
-/** `compose [--profile P] config` in the repository, with none of the file's variables set (their defaults apply). */
-function composeConfig(profiles: readonly string[]): { status: number | null; stdout: string; stderr: string } {
+/** The one variable without a default: the stack's Redis password (the README's setup writes it into .env). */
+const REDIS_PASSWORD = 'f00dfeed0123456789abcdef';
+
+/**
+ * `compose [--profile P] config` in the repository, with none of the file's variables set (their
+ * defaults apply) but `set` (REDIS_PASSWORD unless told otherwise).
+ */
+function composeConfig(profiles: readonly string[], set: Readonly<Record<string, string>> = { REDIS_PASSWORD }): { status: number | null; stdout: string; stderr: string } {
   if (!('command' in composeTool)) throw new Error(composeTool.missing);
-  const env = { ...process.env };
+  const env: Record<string, string | undefined> = { ...process.env };
   for (const name of composeVariables(readRepoFile('docker-compose.yml'))) delete env[name];
+  Object.assign(env, set);
   delete env['COMPOSE_PROFILES'];
   delete env['COMPOSE_FILE'];
   const [command, ...prefix] = composeTool.command;
@@ -49,7 +56,15 @@ describe(`docker compose config with ${'command' in composeTool ? `${composeTool
       if (!isV1) for (const name of absent) expect(names).not.toContain(name);
       for (const router of ROUTERS) {
         expect(resolved.services[router]?.environment?.['KVROUTE_BACKENDS']).toBe(backendList('8000'));
+        expect(resolved.services[router]?.environment?.['KVROUTE_REDIS_URL']).toBe(`redis://:${REDIS_PASSWORD}@redis:6379`);
       }
+      expect(resolved.services['redis']?.environment?.['REDISCLI_AUTH']).toBe(REDIS_PASSWORD);
     }, 60_000);
   }
+
+  it('refuses to start without a Redis password, and says how to set one', () => {
+    const result = composeConfig([], {});
+    expect(result.status).not.toBe(0);
+    expect(result.stderr).toContain('set REDIS_PASSWORD');
+  }, 60_000);
 });

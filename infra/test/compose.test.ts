@@ -103,14 +103,25 @@ describe('docker-compose.yml', () => {
     expect(new Set(gpus).size).toBe(VLLMS.length);
   });
 
-  it('routers and pollers share the redis service and wait for it to be healthy', () => {
+  it('routers and pollers share the redis service, with its password, and wait for it to be healthy', () => {
     for (const name of [...ROUTERS, ...POLLERS]) {
       const service = services[name] as ComposeService;
-      const env = serviceEnv(service);
-      expect(env['KVROUTE_REDIS_URL'] ?? env['KVROUTE_POLLER_REDIS_URL'], name).toBe('redis://redis:6379');
+      const raw = service.environment ?? {};
+      expect(raw['KVROUTE_REDIS_URL'] ?? raw['KVROUTE_POLLER_REDIS_URL'], name).toBe('redis://:${REDIS_PASSWORD}@redis:6379');
       expect(service.depends_on, name).toEqual({ redis: { condition: 'service_healthy' } });
     }
-    expect(services['redis']?.healthcheck?.test).toEqual(['CMD', 'redis-cli', 'ping']);
+    const redis = services['redis'] as ComposeService;
+    // Required: Compose refuses to start without it (compose.system.test.ts shows the message).
+    expect(String(redis.environment?.['REDIS_PASSWORD'])).toMatch(/^\$\{REDIS_PASSWORD:\?.+\}$/);
+    // Never an argument of redis-server or redis-cli (the host's ps shows those): a config file and REDISCLI_AUTH.
+    const command = (redis.command ?? []).join(' ');
+    expect(command).toContain('requirepass');
+    expect(command).toMatch(/exec redis-server \/tmp\/redis-auth\.conf/);
+    expect(command).not.toMatch(/--requirepass|redis-server [^|]*\$\$REDIS_PASSWORD/);
+    expect(redis.environment?.['REDISCLI_AUTH']).toBe('${REDIS_PASSWORD}');
+    // redis-cli exits 0 on NOAUTH: the health check must look at the answer.
+    expect(redis.healthcheck?.test).toEqual(['CMD-SHELL', 'redis-cli ping | grep -q PONG']);
+    expect(redis.user).toBe('999:999');
   });
 
   it('mounts the infra files that exist, where the images read them', () => {
@@ -135,9 +146,11 @@ describe('docker-compose.yml', () => {
     expect(published('prometheus')).toContain('127.0.0.1:9090:9090');
   });
 
-  it('substitutes only variables with a default, so `docker compose up` needs no environment', () => {
+  it('substitutes only variables with a default, but for the Redis password, which Compose demands (`:?`) once and uses as given', () => {
     const text = readRepoFile('docker-compose.yml');
-    const bare = [...text.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$(?![${])([A-Za-z_][A-Za-z0-9_]*)/g)].map((match) => match[0]);
-    expect(bare).toEqual([]);
+    // `$$NAME` is an escaped dollar (the container's shell expands it), not a Compose variable.
+    const bare = [...text.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}|(?<!\$)\$(?![${])([A-Za-z_][A-Za-z0-9_]*)/g)].map((match) => match[0]);
+    expect(new Set(bare)).toEqual(new Set(['${REDIS_PASSWORD}']));
+    expect(text.match(/\$\{REDIS_PASSWORD:\?/g)).toHaveLength(1);
   });
 });

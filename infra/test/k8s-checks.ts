@@ -50,6 +50,8 @@ const BENCH_OPTIONS = {
   router: { type: 'string' },
   backends: { type: 'string' },
   'reset-cache': { type: 'boolean' },
+  'salt-runs': { type: 'boolean' },
+  'router-redis': { type: 'string' },
   'ignore-eos': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const;
@@ -302,7 +304,11 @@ function resolveEnv(container: any, workload: K8sObject, index: ObjectIndex, opt
   for (const entry of container.env ?? []) {
     if (env.has(entry.name)) problems.push(`${where}: env ${entry.name} is set twice`);
     if (entry.value !== undefined) {
-      env.set(entry.name, String(entry.value));
+      // The kubelet expands $(NAME) of variables defined earlier in the list and leaves others as written.
+      env.set(
+        entry.name,
+        String(entry.value).replace(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (written, name: string) => env.get(name) ?? written),
+      );
       continue;
     }
     const configMapRef = entry.valueFrom?.configMapKeyRef;

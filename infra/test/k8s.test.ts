@@ -26,6 +26,9 @@ const kvrouteContainers = (objects: readonly K8sObject[]): { workload: K8sObject
 const SIM_BACKENDS = [0, 1, 2, 3].map((i) => `http://vllm-sim-${i}.vllm-sim:8000`);
 const VLLM_BACKENDS = [0, 1, 2, 3].map((i) => `http://vllm-${i}.vllm:8000`);
 const MANAGED_REDIS_URL = 'rediss://:secret@redis.example.com:6380';
+/** The in-cluster Redis's password Secret, created by hand before the first apply (infra/k8s/README.md). */
+const REDIS_PASSWORD = '0123456789abcdef0123456789abcdef';
+const WITH_REDIS_SECRET = { secrets: { 'kvroute-redis-auth/password': REDIS_PASSWORD } };
 
 /** The shared platform every overlay keeps from the base. */
 function expectPlatform(objects: readonly K8sObject[], backends: readonly string[]): void {
@@ -33,8 +36,36 @@ function expectPlatform(objects: readonly K8sObject[], backends: readonly string
   for (const object of objects.filter((candidate) => candidate.kind !== 'Namespace')) expect(object.metadata.namespace, `${object.kind}/${object.metadata.name}`).toBe('kvroute');
 
   const redis = findObject(objects, 'Deployment', 'redis');
-  expect(containerOf(redis, 'redis').image).toMatch(/^redis:7/);
+  const redisContainer = containerOf(redis, 'redis');
+  expect(redisContainer.image).toMatch(/^redis:7/);
   expect(findObject(objects, 'Service', 'redis').spec.ports[0].port).toBe(6379);
+  // A password, from the Secret, through a config file: never in redis-server's or redis-cli's arguments.
+  const fromAuthSecret = { secretKeyRef: { name: 'kvroute-redis-auth', key: 'password' } };
+  expect(redisContainer.env).toEqual([
+    { name: 'REDIS_PASSWORD', valueFrom: fromAuthSecret },
+    { name: 'REDISCLI_AUTH', valueFrom: fromAuthSecret },
+  ]);
+  const startCommand = redisContainer.command.join(' ');
+  expect(startCommand).toMatch(/printf 'requirepass %s\\n' "\$REDIS_PASSWORD" > \/data\/auth\.conf && exec redis-server \/data\/auth\.conf /);
+  expect(startCommand).toContain('--maxmemory-policy noeviction');
+  expect(redisContainer.args).toBeUndefined();
+  expect(redisContainer.readinessProbe.exec.command.join(' ')).toContain('grep -q PONG');
+  // Only routers and pollers reach Redis; only they, the bench and Prometheus reach the backends.
+  const redisPolicy = findObject(objects, 'NetworkPolicy', 'redis');
+  expect(redisPolicy.spec.ingress).toEqual([
+    {
+      from: [{ podSelector: { matchExpressions: [{ key: 'app.kubernetes.io/name', operator: 'In', values: ['kvroute'] }, { key: 'app.kubernetes.io/component', operator: 'In', values: ['router', 'poller'] }] } }],
+      ports: [{ port: 6379 }],
+    },
+  ]);
+  const backendPolicy = findObject(objects, 'NetworkPolicy', 'backends');
+  expect(backendPolicy.spec.podSelector).toEqual({ matchLabels: { 'app.kubernetes.io/component': 'backend' } });
+  expect(backendPolicy.spec.policyTypes).toEqual(['Ingress']);
+  expect(backendPolicy.spec.ingress[0].from[0].podSelector.matchExpressions[1].values).toEqual(['router', 'poller', 'bench']);
+  expect(backendPolicy.spec.ingress[1].from).toEqual([{ namespaceSelector: {}, podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } } }]);
+  for (const workload of objects.filter((object) => object.kind === 'StatefulSet')) {
+    expect(podOf(workload).metadata?.labels ?? workload.spec.template.metadata.labels, workload.metadata.name).toMatchObject({ 'app.kubernetes.io/component': 'backend' });
+  }
 
   const router = findObject(objects, 'Deployment', 'kvroute-router');
   expect(router.spec.replicas).toBe(3);
@@ -69,12 +100,12 @@ function expectPlatform(objects: readonly K8sObject[], backends: readonly string
   expect(pollerContainer.readinessProbe.httpGet).toEqual({ path: '/healthz', port: 'http' });
   expect(pollerContainer.ports).toContainEqual({ name: 'http', containerPort: 9464 });
 
-  // Routers and pollers load the same backends and Redis (the apps' own loader, in k8s-checks.ts).
-  const { containers } = inspectManifests(objects);
+  // Routers and pollers load the same backends and Redis, with its password (the apps' own loader, in k8s-checks.ts).
+  const { containers } = inspectManifests(objects, WITH_REDIS_SECRET);
   for (const command of ['router', 'poller']) {
     const loaded = containers.find((entry) => entry.command === command);
     expect(loaded?.config?.['backends'].map((backend: { url: string }) => backend.url), command).toEqual(backends);
-    expect(loaded?.config?.['redisUrl'], command).toBe('redis://redis:6379');
+    expect(loaded?.config?.['redisUrl'], command).toBe(`redis://:${REDIS_PASSWORD}@redis:6379`);
   }
   expect(containers.find((entry) => entry.command === 'router')?.config?.['policy']).toBe('cacheaware');
 }
@@ -119,6 +150,7 @@ describe('infra/k8s/base', () => {
         'Deployment/redis',
         'HorizontalPodAutoscaler/kvroute-router',
         'Namespace/kvroute',
+        'NetworkPolicy/backends',
         'NetworkPolicy/redis',
         'PodDisruptionBudget/kvroute-poller',
         'PodDisruptionBudget/kvroute-router',
@@ -128,15 +160,20 @@ describe('infra/k8s/base', () => {
     );
     expect(findGenerated(objects, 'ConfigMap', 'kvroute-backends')['data']).toEqual({ backends: '' });
     // The router's loader refuses to start without backends: the checks see it too.
-    expect(checkManifests(objects)).toEqual([expect.stringMatching(/^Deployment\/kvroute-router router: the router's configuration does not load: .*backends/s)]);
+    // The backends' NetworkPolicy waits for the overlay's backends.
+    expect(checkManifests(objects, WITH_REDIS_SECRET)).toEqual([
+      'NetworkPolicy/backends: its selector matches no pod template',
+      expect.stringMatching(/^Deployment\/kvroute-router router: the router's configuration does not load: .*backends/s),
+    ]);
   });
 });
 
 describe('infra/k8s/overlays/local', () => {
   const objects = build('overlays/local');
 
-  it('passes every check (schemas, references, app configs)', () => {
-    expect(checkManifests(objects)).toEqual([]);
+  it('passes every check (schemas, references, app configs) once the Redis password Secret exists', () => {
+    expect(checkManifests(objects, WITH_REDIS_SECRET)).toEqual([]);
+    expect(checkManifests(objects)).toEqual([expect.stringContaining('Deployment/redis redis: env REDIS_PASSWORD: Secret kvroute-redis-auth (key password) is neither in the manifests nor given'), expect.stringContaining('REDISCLI_AUTH')]);
   });
 
   it('runs Redis, 3 routers behind an L4 LoadBalancer with a PDB and a CPU autoscaler, and 2 health pollers', () => {
@@ -170,8 +207,9 @@ describe('infra/k8s/overlays/local', () => {
 describe('infra/k8s/overlays/a100', () => {
   const objects = build('overlays/a100');
 
-  it('passes every check (schemas, references, app configs)', () => {
-    expect(checkManifests(objects)).toEqual([]);
+  it('passes every check (schemas, references, app configs) once the Redis password Secret exists', () => {
+    expect(checkManifests(objects, WITH_REDIS_SECRET)).toEqual([]);
+    expect(checkManifests(objects)).toEqual([expect.stringContaining('Deployment/redis redis: env REDIS_PASSWORD: Secret kvroute-redis-auth (key password) is neither in the manifests nor given'), expect.stringContaining('REDISCLI_AUTH')]);
   });
 
   it('keeps the platform, its routers and pollers pointed at the 4 vLLM pods', () => {
@@ -192,7 +230,8 @@ describe('infra/k8s/overlays/a100', () => {
     expect(container.resources.requests['nvidia.com/gpu']).toBe(1);
     expect(container.resources.limits['nvidia.com/gpu']).toBe(1);
     expect(container.args.slice(0, 7)).toEqual(['--model', '$(MODEL)', '--enable-prefix-caching', '--enable-prompt-tokens-details', '--port', '8000', '--max-num-seqs']);
-    expect(container.env).toContainEqual({ name: 'VLLM_SERVER_DEV_MODE', value: '1' });
+    // No dev mode (its endpoints include /reset_prefix_cache): the bench starts runs cold with --salt-runs.
+    expect(container.env.map((env: { name: string }) => env.name)).not.toContain('VLLM_SERVER_DEV_MODE');
     const model = container.env.find((env: { name: string }) => env.name === 'MODEL').valueFrom.configMapKeyRef;
     expect(findObject(objects, 'ConfigMap', model.name)['data'][model.key]).toBe('Qwen/Qwen2.5-14B-Instruct');
     expect(container.readinessProbe.httpGet.path).toBe('/health');
@@ -206,7 +245,7 @@ describe('infra/k8s/overlays/a100', () => {
     const bench = containerOf(job, 'bench');
     // The runtime image ships the router, poller and sim bundles; the bench needs the Dockerfile's `bench` target.
     expect(bench.image).toBe(`${KVROUTE_IMAGE}:bench`);
-    expect(bench.args).toEqual(['bench', '--scenario', 'seed-cloud', '--router', 'cacheaware=http://kvroute-router', '--backends', VLLM_BACKENDS.join(','), '--reset-cache', '--ignore-eos', '--out', '/results/seed-cloud']);
+    expect(bench.args).toEqual(['bench', '--scenario', 'seed-cloud', '--router', 'cacheaware=http://kvroute-router', '--backends', VLLM_BACKENDS.join(','), '--salt-runs', '--ignore-eos', '--out', '/results/seed-cloud']);
     expect(bench.volumeMounts).toContainEqual({ name: 'results', mountPath: '/results' });
     expect(podOf(job).volumes).toContainEqual({ name: 'results', persistentVolumeClaim: { claimName: 'bench-results' } });
     expect(findObject(objects, 'PersistentVolumeClaim', 'bench-results').spec.resources.requests.storage).toBeDefined();
@@ -220,7 +259,7 @@ describe('infra/k8s/overlays/a100', () => {
 
   it('ships a reader pod for the bench results that mounts the same claim', () => {
     const pod = parseYaml(readFileSync(join(K8S_DIR, 'overlays/a100/bench-results-reader.yaml'), 'utf8')) as K8sObject;
-    expect(checkManifests([...objects, pod])).toEqual([]);
+    expect(checkManifests([...objects, pod], WITH_REDIS_SECRET)).toEqual([]);
     expect(pod.spec.volumes[0].persistentVolumeClaim.claimName).toBe('bench-results');
   });
 });

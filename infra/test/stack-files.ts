@@ -23,6 +23,7 @@ export interface ComposeService {
   readonly image?: string;
   readonly build?: { context?: string; dockerfile?: string; target?: string };
   readonly command?: string[];
+  readonly user?: string;
   readonly environment?: Record<string, string | number | boolean | null>;
   readonly profiles?: string[];
   readonly ports?: string[];

@@ -5,6 +5,7 @@
  * prefix-cache counters and the routers' prediction counters (router-predictions.ts) read before and after.
  * The target is either the local cluster of child processes or a real deployment (`remote-target.ts`).
  */
+import { randomBytes } from 'node:crypto';
 import type { Agent } from 'undici';
 import type { PolicyRuns, ScenarioResults, SeedBound, SeedRun, SweepPoint } from '../report';
 import { prefixCounterDeltas, readPrefixCounters } from './backend-truth';
@@ -39,6 +40,16 @@ export interface RunScenarioOptions {
   readonly sweepValues?: readonly number[];
   /** Extra request body fields (e.g. `ignore_eos`). */
   readonly extraBody?: Readonly<Record<string, unknown>>;
+  /**
+   * Every run's requests carry their own `cache_salt` (`--salt-runs`): a run cannot hit what an earlier
+   * run cached, on the engines or in the routers' index, with no cache reset (vLLM's needs dev mode).
+   */
+  readonly saltRuns?: boolean;
+}
+
+/** A run's own cache salt: unguessable, so no earlier run (or other client) shares its partition. */
+export function runCacheSalt(runIndex: number): string {
+  return `bench-run-${runIndex}-${randomBytes(12).toString('base64url')}`;
 }
 
 /** A run's raw record: the report's SeedRun plus what is needed to check it later. */
@@ -90,7 +101,7 @@ export async function runScenario(scenario: Scenario, options: RunScenarioOption
             agent: options.agent,
             maxRunMs: scenario.maxRunSeconds * 1000,
             maxInflight: scenario.maxInflight,
-            extraBody: options.extraBody,
+            extraBody: options.saltRuns ? { ...options.extraBody, cache_salt: runCacheSalt(runIndex) } : options.extraBody,
             onDone: () => options.progress.tick(),
           });
           options.progress.end();
