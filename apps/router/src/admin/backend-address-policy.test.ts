@@ -85,3 +85,35 @@ describe('BackendAddressPolicy', () => {
     expect((await policy.check('http://user:pw@10.0.0.7:8000')).allowed).toBe(false);
   });
 });
+
+describe('BackendAddressPolicy.connectLookup (DNS rebinding)', () => {
+  type Answer = { error: NodeJS.ErrnoException | null; address: unknown; family?: number };
+  const lookUp = (lookup: ReturnType<BackendAddressPolicy['connectLookup']>, options: Parameters<typeof lookup>[1]): Promise<Answer> =>
+    new Promise((resolve) => lookup('ignored-the-url-decides', options, (error, address, family) => resolve({ error, address, family })));
+
+  it('resolves at every connect, hands the socket exactly the addresses it checked, and refuses a name that turned bad', async () => {
+    const table: Record<string, string[]> = { 'rebind.test': ['10.0.0.7', 'fd00::7'] };
+    const resolver = resolverOf(table);
+    const policy = new BackendAddressPolicy({ allowlist: [], redisUrl: undefined, resolve: resolver.resolve });
+    const lookup = policy.connectLookup('http://rebind.test:8000/v1');
+    expect(await lookUp(lookup, { all: true })).toEqual({ error: null, address: [{ address: '10.0.0.7', family: 4 }, { address: 'fd00::7', family: 6 }], family: undefined });
+    expect(await lookUp(lookup, { family: 6 })).toEqual({ error: null, address: 'fd00::7', family: 6 });
+    expect(await lookUp(lookup, {})).toEqual({ error: null, address: '10.0.0.7', family: 4 });
+
+    // The attacker's DNS now answers the metadata service: the next connection fails before any socket.
+    table['rebind.test'] = ['169.254.169.254'];
+    const refused = await lookUp(lookup, { all: true });
+    expect(refused.error?.code).toBe('ROUTER_BACKEND_ADDRESS_DENIED');
+    expect(refused.error?.message).toContain('cloud metadata');
+    // One resolution per connection, none shared with an earlier check.
+    expect(resolver.asked).toEqual(['rebind.test', 'rebind.test', 'rebind.test', 'rebind.test']);
+  });
+
+  it('fails a connection whose name no longer resolves, or has no address of the family asked', async () => {
+    const table: Record<string, string[]> = { 'v4only.test': ['10.0.0.8'] };
+    const policy = new BackendAddressPolicy({ allowlist: [], redisUrl: undefined, resolve: resolverOf(table).resolve });
+    expect((await lookUp(policy.connectLookup('http://v4only.test:8000'), { family: 6 })).error?.code).toBe('ENOTFOUND');
+    delete table['v4only.test'];
+    expect((await lookUp(policy.connectLookup('http://v4only.test:8000'), {})).error?.code).toBe('ROUTER_BACKEND_ADDRESS_DENIED');
+  });
+});

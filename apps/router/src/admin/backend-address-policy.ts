@@ -15,18 +15,27 @@
  * - `backendAllowlist` empty: everything else is accepted (single-operator default, as before).
  *   Non-empty: the host must be listed by name, or every resolved address must lie in a listed IP/CIDR.
  *
- * DNS rebinding: the verdict carries the addresses checked, but the connection pools (proxy/) still
- * resolve the name again when they connect, so a name whose DNS an attacker controls can pass the check
- * and answer differently later. Until the pools connect through a pinned lookup, use IP literals or
- * names listed in backendAllowlist whose DNS you control (docs/security.md).
+ * DNS rebinding: a name whose DNS an attacker controls could pass the check and answer differently
+ * when a connection is made. So the connection pools (proxy/upstream-pool.ts) connect through
+ * `connectLookup`: every new connection resolves the name once, checks those addresses by the same
+ * rules, and connects to exactly them (pinned: no second resolution between check and connect). A
+ * denied answer fails that connection before any socket opens.
  * Matching uses Node's net.BlockList; IPv4-mapped IPv6 (::ffff:a.b.c.d) is matched as IPv4.
  */
+import type { LookupAddress, LookupOptions } from 'node:dns';
 import { BlockList, isIP } from 'node:net';
 
 export interface ResolvedAddress {
   readonly address: string;
   readonly family: 4 | 6;
 }
+
+/** net.connect's `lookup` option: one address, or all of them when `options.all` (Node's happy eyeballs asks for all). */
+export type ConnectLookup = (
+  hostname: string,
+  options: LookupOptions,
+  callback: (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void,
+) => void;
 
 /** Resolves a host name to all its addresses (main.ts: dns.promises.lookup with `all: true`). */
 export type ResolveHost = (hostname: string) => Promise<readonly ResolvedAddress[]>;
@@ -140,6 +149,36 @@ export class BackendAddressPolicy {
       }
     }
     return { allowed: true, hostname, addresses };
+  }
+
+  /**
+   * A `lookup` for net.connect (undici's `connect.lookup`) of connections to `backendUrl`: resolves and
+   * checks the name now, as `check` does, and hands the socket only the addresses it checked. A denial
+   * (or a failed resolution) is the connection's error, code `ROUTER_BACKEND_ADDRESS_DENIED`; nothing
+   * connects. IP literals never reach a lookup (net connects to them directly; `check` passed them).
+   */
+  connectLookup(backendUrl: string): ConnectLookup {
+    return (_hostname, options, callback) => {
+      this.check(backendUrl).then(
+        (verdict) => {
+          if (!verdict.allowed) {
+            callback(Object.assign(new Error(`backend address refused at connect: ${verdict.reason}`), { code: 'ROUTER_BACKEND_ADDRESS_DENIED' }), '', 0);
+            return;
+          }
+          const family = options.family === 'IPv4' ? 4 : options.family === 'IPv6' ? 6 : options.family;
+          const usable = family === 4 || family === 6 ? verdict.addresses.filter((entry) => entry.family === family) : verdict.addresses;
+          const first = usable[0];
+          if (first === undefined) {
+            callback(Object.assign(new Error(`backend ${verdict.hostname} has no IPv${String(family)} address`), { code: 'ENOTFOUND' }), '', 0);
+          } else if (options.all === true) {
+            callback(null, usable.map((entry): LookupAddress => ({ address: entry.address, family: entry.family })));
+          } else {
+            callback(null, first.address, first.family);
+          }
+        },
+        (error: unknown) => callback(error instanceof Error ? error : new Error(String(error)), '', 0),
+      );
+    };
   }
 
   /** The Redis host's addresses (a name is resolved at every check: it may move). */

@@ -1,5 +1,6 @@
 import type { UpstreamKeys } from '@kvroute/platform';
 import { Pool } from 'undici';
+import type { ConnectLookup } from '../admin/backend-address-policy';
 import type { Backend } from '../backends/backend-registry';
 import type { FingerprintMemory } from './usage-strip';
 
@@ -9,6 +10,11 @@ export interface UpstreamPoolOptions {
   readonly idleTimeoutMs: number;
   /** The API keys the backends get (`Authorization: Bearer`), by their URL. */
   readonly keys: UpstreamKeys;
+  /**
+   * How a backend's connections resolve its name (BackendAddressPolicy.connectLookup: checked and
+   * pinned at every connect, against DNS rebinding); the system resolver when absent.
+   */
+  readonly lookupFor?: (backend: Backend) => ConnectLookup;
 }
 
 /**
@@ -30,8 +36,9 @@ export class UpstreamPools {
   for(backend: Backend): Pool {
     let pool = this.pools.get(backend);
     if (!pool) {
+      const lookup = this.options.lookupFor?.(backend);
       pool = new Pool(backend.origin, {
-        connect: { timeout: this.options.connectTimeoutMs },
+        connect: { timeout: this.options.connectTimeoutMs, ...(lookup === undefined ? {} : { lookup }) },
         headersTimeout: this.options.headersTimeoutMs,
         bodyTimeout: this.options.idleTimeoutMs,
         keepAliveTimeout: 30_000,

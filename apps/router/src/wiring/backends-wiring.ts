@@ -2,7 +2,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { ShutdownStack, UpstreamKeys } from '@kvroute/platform';
 import { createRedis, RedisBackendSet, type RedisClient } from '@kvroute/redis-store';
 import type { RoutingStateStore } from '@kvroute/routing';
-import { request as undiciRequest } from 'undici';
+import { request as undiciRequest, type Dispatcher } from 'undici';
 import { LocalBackendChanges, type BackendChanges } from '../backends/backend-changes';
 import { BackendRegistry, type Backend } from '../backends/backend-registry';
 import { createRestartForgetter } from '../backends/engine-restarts';
@@ -38,19 +38,27 @@ export interface BackendsWiringDeps {
   /** The API keys the backends get, on proxied requests and on model discovery alike. */
   readonly upstreamKeys: UpstreamKeys;
   /** The backend address policy, asked about every backend the shared set brings that is not configured here. */
-  readonly addressPolicy: Pick<BackendAddressPolicy, 'check'>;
+  readonly addressPolicy: Pick<BackendAddressPolicy, 'check' | 'connectLookup'>;
 }
 
 /** Registry, upstream pools and (with Redis) the shared backend set; closers onto `closers` as each opens. */
 export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, closers: ShutdownStack): BackendParts {
   const { logger } = deps;
-  const upstreams = new UpstreamPools({ connectTimeoutMs: config.connectTimeoutMs, headersTimeoutMs: config.headersTimeoutMs, idleTimeoutMs: config.idleTimeoutMs, keys: deps.upstreamKeys });
+  const upstreams = new UpstreamPools({
+    connectTimeoutMs: config.connectTimeoutMs,
+    headersTimeoutMs: config.headersTimeoutMs,
+    idleTimeoutMs: config.idleTimeoutMs,
+    keys: deps.upstreamKeys,
+    // Every connection re-checks and pins the backend's addresses (DNS rebinding).
+    lookupFor: (backend) => deps.addressPolicy.connectLookup(backend.url),
+  });
   closers.push('upstream pools', () => upstreams.close());
   const registry = new BackendRegistry(config.backends, {
     breakerFailureThreshold: config.breakerFailureThreshold,
     breakerCooldownMs: config.breakerCooldownMs,
     nowMs: deps.nowMs,
-    fetchModels: (backend) => fetchModels(backend, upstreams.authorizationOf(backend), config.connectTimeoutMs),
+    // Through the backend's own pool: its connections are the checked, pinned ones.
+    fetchModels: (backend) => fetchModels(backend, upstreams.for(backend), upstreams.authorizationOf(backend), config.connectTimeoutMs),
     onRefreshError: (backend, error) => logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models'),
     // A departing backend's requests in flight keep their pool (closed once they finish). What it was
     // believed to cache is forgotten only if the engine itself went (a new weight keeps its cache).
@@ -98,8 +106,9 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
 }
 
 /** `authorization`: the backend's upstream key header (an engine started with `--api-key` answers 401 without it). */
-async function fetchModels(backend: Backend, authorization: string | null, timeoutMs: number): Promise<readonly string[]> {
+async function fetchModels(backend: Backend, pool: Dispatcher, authorization: string | null, timeoutMs: number): Promise<readonly string[]> {
   const response = await undiciRequest(`${backend.origin}${backend.basePath}/v1/models`, {
+    dispatcher: pool,
     headersTimeout: timeoutMs,
     bodyTimeout: timeoutMs,
     ...(authorization === null ? {} : { headers: { authorization } }),
