@@ -29,7 +29,7 @@ IFS=',' read -ra gpu_list <<<"$GPUS"
 for gpu in "${gpu_list[@]}"; do
   port=$((8000 + index))
   echo "vLLM on GPU $gpu → :$port ($MODEL)"
-  CUDA_VISIBLE_DEVICES=$gpu VLLM_SERVER_DEV_MODE=1 vllm serve "$MODEL" --port "$port" \
+  CUDA_VISIBLE_DEVICES=$gpu vllm serve "$MODEL" --port "$port" \
     --enable-prefix-caching --enable-prompt-tokens-details --gpu-memory-utilization 0.90 \
     >"$LOG_DIR/vllm-$gpu.log" 2>&1 &
   pids+=($!)
@@ -53,4 +53,4 @@ for policy in "${POLICIES[@]}"; do
 done
 ROUTERS=$(IFS=','; echo "${routers[*]}")
 
-npm run bench -- --scenario "$SCENARIO" --router "$ROUTERS" --backends "$BACKENDS" --reset-cache --ignore-eos "$@"
+npm run bench -- --scenario "$SCENARIO" --router "$ROUTERS" --backends "$BACKENDS" --salt-runs --ignore-eos "$@"
