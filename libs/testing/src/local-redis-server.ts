@@ -21,6 +21,21 @@ function installExitHook(): void {
   });
 }
 
+/**
+ * Puts a child this process spawned (a helper's tool such as `redis-cli`) under the same exit hook as the servers:
+ * SIGKILLed if this process exits first, forgotten once it exits or fails to spawn.
+ */
+export function killChildOnProcessExit(child: ChildProcess): void {
+  installExitHook();
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  liveChildren.add(child);
+  const forget = (): void => {
+    liveChildren.delete(child);
+  };
+  child.once('exit', forget);
+  child.once('error', forget);
+}
+
 /** A free TCP port on 127.0.0.1 (bind to 0, read the port, release it). */
 export function findFreePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -98,16 +113,26 @@ export interface LocalRedisServer {
   restart(): Promise<void>;
 }
 
+export interface StartLocalRedisServerOptions {
+  /** Default: a free loopback port (retried a few times if taken meanwhile). With a port, one attempt only. */
+  port?: number;
+  /**
+   * Flags appended after the defaults and kept for every restart (e.g. `--cluster-enabled yes`, a `--dir` of the
+   * caller's own). Only for flags the defaults do not set: port, bind and persistence stay as above.
+   */
+  extraArgs?: readonly string[];
+}
+
 /**
  * Spawns `redis-server --port P --bind 127.0.0.1 --save '' --appendonly no` (no persistence, loopback only) and
  * resolves once it answers PING. Without `port`, picks a free one and retries a few times if it is taken meanwhile.
  */
-export async function startLocalRedisServer(options: { port?: number } = {}): Promise<LocalRedisServer> {
+export async function startLocalRedisServer(options: StartLocalRedisServerOptions = {}): Promise<LocalRedisServer> {
   let lastError: unknown;
   const attempts = options.port === undefined ? 3 : 1;
   for (let attempt = 0; attempt < attempts; attempt++) {
     const port = options.port ?? (await findFreePort());
-    const server = new LocalRedis(port);
+    const server = new LocalRedis(port, options.extraArgs ?? []);
     try {
       await server.start();
       return server;
@@ -122,7 +147,7 @@ class LocalRedis implements LocalRedisServer {
   readonly url: string;
   private child: ChildProcess | undefined;
 
-  constructor(readonly port: number) {
+  constructor(readonly port: number, private readonly extraArgs: readonly string[]) {
     this.url = `redis://127.0.0.1:${port}`;
   }
 
@@ -133,7 +158,7 @@ class LocalRedis implements LocalRedisServer {
   async start(): Promise<void> {
     if (this.child) throw new Error(`redis-server on port ${this.port} is already running`);
     installExitHook();
-    const args = ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
+    const args = ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...this.extraArgs];
     const child = spawn(REDIS_SERVER_BIN, args, { cwd: tmpdir(), stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
     const collect = (chunk: Buffer): void => {
