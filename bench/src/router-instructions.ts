@@ -21,11 +21,11 @@
  * valgrind and redis-server. ~1 min per run under valgrind; 2 workloads × 2 paths × 2 checkouts × 2
  * repeats ≈ 16 min. Writes bench/results/router-instructions-<time>.{json,md}.
  *
- * `--baseline-args "…"` adds router flags to the baseline's runs, and without `--baseline` the baseline
- * is this checkout itself: e.g. `--baseline-args "--learn-from-responses=false --calibrate-cost-model=false
+ * `--baseline-args="…"` (with `=`: the value starts with a dash) adds router flags to the baseline's runs, and without `--baseline` the baseline
+ * is this checkout itself: e.g. `--baseline-args="--learn-from-responses=false --calibrate-cost-model=false
  * --request-stream-usage=false"` measures what a feature costs, with the same code on both sides.
  *
- * Usage: npm run bench:instructions -- [--baseline DIR] [--baseline-args "FLAGS"] [--paths kvroute,kvroute-redis]
+ * Usage: npm run bench:instructions -- [--baseline DIR] [--baseline-args="FLAGS"] [--paths kvroute,kvroute-redis]
  *        [--workloads small-json,small-sse] [--repeats 2] [--requests 600] [--warmup 400] [--connections 4]
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
