@@ -40,10 +40,11 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ChatCompletionRequest, ChatMessage } from '@kvroute/protocols';
-import { createRedis, poolKeys, RedisRoutingState, SCRIPTS, waitUntilReady } from '@kvroute/redis-store';
+import { createRedis, poolKeys, RedisRoutingState, SCRIPTS, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
 import { buildRoutingRequest, createPolicy, decide as decideRoute, type BackendInfo, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
 import { startRedis, type TestRedis } from '@kvroute/testing';
 import { mean, percentile, syntheticTokenPrompt } from '@kvroute/workloads';
+import { Redis as SingleServerRedis } from 'ioredis';
 
 const { values: args } = parseArgs({
   options: {
@@ -78,6 +79,12 @@ const TARGET = { backends: 16, promptTokens: 8192, roundTrips: 1, p50Ms: 0.3, p9
 const repoRoot = join(import.meta.dirname, '..', '..');
 
 type Redis = ReturnType<typeof createRedis>;
+
+/** The benchmark's own redis-server (startRedis) is one server, so its connections are single-server clients; MONITOR needs one. */
+function singleServer(client: RedisClient): SingleServerRedis {
+  if (!(client instanceof SingleServerRedis)) throw new Error('bench:redis-decision runs on one redis-server, not a cluster');
+  return client;
+}
 type Traffic = 'conversation' | 'unique';
 
 interface ScriptCost {
@@ -308,7 +315,7 @@ async function monitorCommandsPerDecision(control: Redis, requestPath: Redis, st
   const requests = Array.from({ length: 20 }, (_, i) => routingRequest([SYSTEM_PROMPT, { role: 'user', content: `monitor check ${i}: ${words(2000, 3_000_000 + i)}` }]));
   const clientInfo = String(await requestPath.call('CLIENT', 'INFO'));
   const address = /addr=(\S+)/.exec(clientInfo)?.[1];
-  const monitor = await control.monitor();
+  const monitor = await singleServer(control).monitor();
   const commands: Record<string, number> = {};
   const scriptBySha = new Map(Object.values(SCRIPTS).map((script) => [script.sha1, script.name]));
   monitor.on('monitor', (_time: string, commandArgs: string[], source: string) => {

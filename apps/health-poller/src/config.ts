@@ -24,7 +24,12 @@ export const PollerConfig = z
   .object({
     host: z.string().default('0.0.0.0').describe('address of the /healthz and /metrics server'),
     port: z.coerce.number().int().min(0).max(65_535).default(9464).describe('port of the /healthz and /metrics server'),
-    redisUrl: z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').describe('Redis shared with the routers: scrape jobs, backend states, the backend set'),
+    redisUrl: z
+      .string()
+      .regex(/^rediss?(\+cluster)?:\/\//, 'must be a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL')
+      .describe(
+        'Redis shared with the routers (scrape jobs, backend states, the backend set): redis[s]://[user:password@]host:port, or a Redis Cluster as redis[s]+cluster://[user:password@]host:port,host:port,… (seed nodes)',
+      ),
     backends: z
       .array(BackendEntry)
       .default([])

@@ -77,6 +77,7 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
   // Redis: one connection for the states and the backend set, one in subscriber mode for the set's
   // change notices, one for BullMQ (queue and worker share it; the worker adds its blocking duplicate).
   // All `worker` role: nobody waits on a scrape, so commands wait through an outage instead of failing.
+  // A cluster URL makes each of them a Cluster client, BullMQ's included (its duplicates are too).
   const onRedisError = (error: Error): void => logger?.debug({ err: error }, 'Redis connection error');
   const redis = createRedis(config.redisUrl, 'worker', { onError: onRedisError, overrides: { connectionName: 'kvroute-poller' } });
   shutdown.push('redis', () => quitRedis(redis));
@@ -94,6 +95,8 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
 
   const store = new RedisBackendStateStore({ redis, keyNamespace: namespace });
   const backendSet = new RedisBackendSet({ redis, nowMs, keyNamespace: namespace });
+  // BullMQ's scripts take several keys of a queue at once: on a Redis Cluster they must share a slot,
+  // which the hash tag in the prefix gives every key of the queue (BullMQ's documented requirement).
   const prefix = `${namespace}:{poller}`;
   const queue = new Queue<ScrapeJobData>(SCRAPE_QUEUE_NAME, { connection: bullRedis, prefix });
   queue.on('error', (error) => logger?.warn({ err: error }, 'scrape queue error'));

@@ -66,7 +66,13 @@ export const RouterConfig = z.object({
   engineStateMaxAgeMs: z.coerce.number().int().positive().default(5_000).describe("with Redis: a health poller's backend state older than this is unknown (neither healthy nor unhealthy, its load unread)"),
   engineStateRefreshMs: z.coerce.number().int().positive().default(1_000).describe("with Redis: how often the poller's backend states are read again besides pub/sub"),
 
-  redisUrl: z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional().describe('Redis shared by all router replicas (unset = this replica keeps its own state in memory)'),
+  redisUrl: z
+    .string()
+    .regex(/^rediss?(\+cluster)?:\/\//, 'must be a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL')
+    .optional()
+    .describe(
+      'Redis shared by all router replicas (unset = this replica keeps its own state in memory): redis[s]://[user:password@]host:port, or a Redis Cluster as redis[s]+cluster://[user:password@]host:port,host:port,… (seed nodes)',
+    ),
   maxBlocksPerPool: z.coerce.number().int().positive().default(1_000_000).describe('with Redis: prefix blocks remembered per model pool (LRU by generation beyond; ~105 B each)'),
   leaseTtlMs: z.coerce.number().int().min(1000).default(15_000).describe('with Redis: an in-flight lease not renewed for this long stops counting (a dead replica heals)'),
   redisTimeoutMs: z.coerce.number().int().positive().default(50).describe('with Redis: a state call slower than this makes the router route on local state (degraded)'),

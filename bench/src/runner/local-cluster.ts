@@ -16,9 +16,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { toFlagName } from '@kvroute/platform';
-import { clearPoolState, createRedis, waitUntilReady } from '@kvroute/redis-store';
+import { clearPoolState, createRedis, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
 import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
-import type { Redis } from 'ioredis';
 import type { Agent } from 'undici';
 import { freePort, startLocalRouter, startLocalSims, stopLocalProcess, stopLocalSims, waitReady, type LocalRouter, type LocalSim } from '../local-sims';
 import { CACHE_AWARE_SETTING_KEYS } from '../oracle/oracle-config';
@@ -69,7 +68,7 @@ export class LocalCluster implements RunTarget {
     readonly redisUrl: string | undefined,
     readonly redisSource: RedisSource,
     private readonly redisServer: LocalRedisServer | undefined,
-    private readonly redis: Redis | undefined,
+    private readonly redis: RedisClient | undefined,
     private readonly poller: ChildProcess | undefined,
     /** Router replicas per run (1 when Redis is missing). */
     readonly routerCount: number,
@@ -99,7 +98,7 @@ export class LocalCluster implements RunTarget {
     const simArgs = ['--profile', cluster.profile, '--time-scale', String(cluster.timeScale), ...configFlags(cluster.sim)];
     options.log(`starting ${cluster.backends} vllm-sim backends (${cluster.profile}, time-scale ${cluster.timeScale})${redisUrl ? `, Redis ${redisSource === 'env' ? redisUrl : '(local redis-server)'}` : ''}`);
     const sims = await startLocalSims(cluster.backends, simArgs);
-    let redis: Redis | undefined;
+    let redis: RedisClient | undefined;
     let poller: ChildProcess | undefined;
     try {
       if (redisUrl) {

@@ -6,8 +6,7 @@
  * poller's keys (`{fleet}`, `{poller}`) stay. Only between runs: routers serving meanwhile would lose
  * their in-flight counts.
  */
-import { clearPoolState, createRedis, DEFAULT_KEY_NAMESPACE, quitRedis, waitUntilReady } from '@kvroute/redis-store';
-import type { Redis } from 'ioredis';
+import { clearPoolState, createRedis, DEFAULT_KEY_NAMESPACE, quitRedis, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
 
 /** `--router-redis` as given: a redis:// or rediss:// URL with a host, else a clear error naming `flag`. */
 export function parseRedisUrl(text: string, flag: string): string {
@@ -45,7 +44,7 @@ export interface RouterStateResetOptions {
 
 /** Clears the routers' routing state before each run; connects on first use, `close` disconnects. */
 export class RouterStateReset {
-  private redis: Redis | undefined;
+  private redis: RedisClient | undefined;
   private lastError: Error | undefined;
 
   constructor(private readonly options: RouterStateResetOptions) {}
@@ -69,7 +68,7 @@ export class RouterStateReset {
     await quitRedis(redis);
   }
 
-  private async connect(): Promise<Redis> {
+  private async connect(): Promise<RedisClient> {
     if (this.redis) return this.redis;
     const timeoutMs = this.options.readyTimeoutMs ?? 10_000;
     const redis = createRedis(this.options.url, 'worker', { onError: (error) => (this.lastError = error) });

@@ -13,6 +13,17 @@ import { integerArrayReply, runScript, SCRIPTS, type RedisClient } from './scrip
  * delivers at most once (a message sent while a subscriber reconnects is lost): a subscription that
  * reacts within milliseconds, and a poll of the version every `pollIntervalMs` that catches up on
  * anything missed. Either way a reader acts only when the version differs from the one it applied.
+ *
+ * Pub/sub on a Redis Cluster: classic PUBLISH/SUBSCRIBE, not sharded (SPUBLISH/SSUBSCRIBE). A cluster
+ * forwards a classic PUBLISH to every node over its bus, the one issued inside a script included, so
+ * the subscriber may listen on any node; ioredis's Cluster client keeps one subscriber connection on a
+ * node of its choice and, when that node goes, resubscribes on another. The same code and the same
+ * channel then serve a single Redis and a cluster. Sharded pub/sub would spare the other shards that
+ * forwarding, but the traffic is one message per change to the set or per scrape that changed a
+ * backend's state, and it would take ioredis's opt-in `shardedSubscribers` (one more connection per
+ * master, whose resubscription after a topology change swallows its failures in ioredis 5.11) and
+ * Redis ≥ 7, for messages a poll backs up anyway (readers of the backend states re-read them too):
+ * what is lost while a subscriber moves to another node, the poll catches up on.
  */
 
 /** A backend as the fleet shares it. */

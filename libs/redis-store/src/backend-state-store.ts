@@ -137,7 +137,11 @@ export class RedisBackendStateStore {
     return states.sort((a, b) => (a.backendId < b.backendId ? -1 : a.backendId > b.backendId ? 1 : 0));
   }
 
-  /** Calls `onState` with every state published from now on (at most once each: pub/sub; poll `readAll` for certainty). */
+  /**
+   * Calls `onState` with every state published from now on (at most once each: pub/sub; poll `readAll`
+   * for certainty). On a Redis Cluster the subscriber is a Cluster client too (`createRedis` with the
+   * cluster URL): classic pub/sub, forwarded to every node, for the reasons in backend-set.ts.
+   */
   subscribe(options: SubscribeBackendStatesOptions): BackendStateSubscription {
     const channel = this.keys.changes;
     const onMessage = (from: string, message: string): void => {

@@ -1,5 +1,6 @@
-import type { Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import { DEFAULT_KEY_NAMESPACE, KEY_SUFFIX } from './keys';
+import type { RedisClient } from './scripts';
 
 /** Hash tags of keys that are not a pool's: the fleet's (backend set, poller states) and the poller's BullMQ queue. */
 const NON_POOL_TAGS = ['{fleet}', '{poller}'];
@@ -21,16 +22,20 @@ export function isPoolKey(key: string, namespace: string = DEFAULT_KEY_NAMESPACE
  * `namespace`, keeping everything else: the fleet's keys (backend set, health poller states), the
  * poller's BullMQ queue, other namespaces. For benchmarks that start each run with cold caches on a
  * Redis the pollers keep using. Not for a live fleet: routers running meanwhile would lose their
- * in-flight counts. Returns how many keys went.
+ * in-flight counts. Returns how many keys went. On a cluster, SCAN sees one node's keys only, so
+ * every master is scanned; each key is unlinked through the cluster client, which sends it to its slot's
+ * master (one key per UNLINK: pool keys sit in different slots).
  */
-export async function clearPoolState(redis: Redis, namespace: string = DEFAULT_KEY_NAMESPACE): Promise<number> {
-  let cursor = '0';
+export async function clearPoolState(redis: RedisClient, namespace: string = DEFAULT_KEY_NAMESPACE): Promise<number> {
+  const scanned: Redis[] = redis instanceof Cluster ? redis.nodes('master') : [redis];
   let deleted = 0;
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${namespace}:*`, 'COUNT', 1000);
-    cursor = next;
-    // One key per UNLINK: pool keys sit in different Redis Cluster slots.
-    for (const key of keys.filter((candidate) => isPoolKey(candidate, namespace))) deleted += await redis.unlink(key);
-  } while (cursor !== '0');
+  for (const node of scanned) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await node.scan(cursor, 'MATCH', `${namespace}:*`, 'COUNT', 1000);
+      cursor = next;
+      for (const key of keys.filter((candidate) => isPoolKey(candidate, namespace))) deleted += await redis.unlink(key);
+    } while (cursor !== '0');
+  }
   return deleted;
 }

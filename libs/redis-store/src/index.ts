@@ -9,7 +9,22 @@ export {
   type RedisBackendSetOptions,
   type WatchBackendSetOptions,
 } from './backend-set';
-export { createRedis, quitRedis, reconnectDelayMs, redisOptionsFor, waitUntilReady, REQUEST_PATH_COMMAND_TIMEOUT_MS, type CreateRedisOptions, type RedisRole } from './connection';
+export {
+  clusterOptionsFor,
+  createRedis,
+  isClusterUrl,
+  parseClusterUrl,
+  quitRedis,
+  reconnectDelayMs,
+  redisOptionsFor,
+  redisUrlNodes,
+  waitUntilReady,
+  REQUEST_PATH_COMMAND_TIMEOUT_MS,
+  type ClusterUrl,
+  type CreateRedisOptions,
+  type RedisNodeAddress,
+  type RedisRole,
+} from './connection';
 export { blockHashArg, DEFAULT_KEY_NAMESPACE, fleetKeys, type FleetKeys, KEY_SUFFIX, PACKED_BLOCK_WIDTH, packBlockHashes, poolHashTag, poolKeys, type PoolKeys } from './keys';
 export { clearPoolState } from './clear-pool-state';
 export { RECORD_BLOCKS_PER_CALL, RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';

@@ -52,6 +52,16 @@ describe('BackendAddressPolicy', () => {
     expect(await open.check('http://engine.test:8000')).toEqual({ allowed: true, hostname: 'engine.test', addresses: [{ address: '10.0.0.7', family: 4 }] });
   });
 
+  it('denies every node a Redis Cluster URL names, by name or address, and only on its port', async () => {
+    const cluster = new BackendAddressPolicy({ allowlist: [], redisUrl: 'redis+cluster://:secret@redis.internal:7000,10.0.0.20:7001', resolve: resolverOf(TABLE).resolve });
+    for (const url of ['http://redis.internal:7000', 'http://10.0.0.9:7000', 'http://10.0.0.20:7001']) {
+      const verdict = await cluster.check(url);
+      expect(!verdict.allowed && verdict.reason).toMatch(/own Redis/);
+    }
+    expect((await cluster.check('http://10.0.0.9:7001')).allowed).toBe(true);
+    expect((await cluster.check('http://10.0.0.20:7000')).allowed).toBe(true);
+  });
+
   it('with an allowlist, accepts only listed names and addresses in listed CIDRs', async () => {
     const policy = new BackendAddressPolicy({ allowlist: ['10.0.0.0/30', 'engine.test'], redisUrl: undefined, resolve: resolverOf(TABLE).resolve });
     expect((await policy.check('http://10.0.0.2:8000')).allowed).toBe(true);

@@ -6,7 +6,9 @@
  * address must pass, so one bad A record refuses the name):
  * - always-denied ranges: link-local (169.254.0.0/16, fe80::/10), cloud metadata (169.254.169.254,
  *   fd00:ec2::254, and the names metadata.google.internal / metadata), the unspecified addresses
- *   (0.0.0.0/8, ::, which connect to this host), and the router's own Redis host:port. Only an allowlist
+ *   (0.0.0.0/8, ::, which connect to this host), and the router's own Redis: every host:port its URL
+ *   names (one server, or a cluster URL's seed nodes; a cluster node the URL does not name is not known
+ *   here, so name every node in the URL, or keep them out with `backendAllowlist`). Only an allowlist
  *   entry that names the address or a range inside the denied one lifts this (`169.254.20.10/32` does,
  *   `0.0.0.0/0` does not). A metadata address (169.254.169.254, fd00:ec2::254, Alibaba's 100.100.100.200)
  *   is lifted only by an entry of exactly that address: `169.254.0.0/16`, allowed for a node-local DNS
@@ -24,6 +26,7 @@
  */
 import type { LookupAddress, LookupOptions } from 'node:dns';
 import { BlockList, isIP } from 'node:net';
+import { redisUrlNodes } from '@kvroute/redis-store';
 
 export interface ResolvedAddress {
   readonly address: string;
@@ -48,7 +51,7 @@ export type AddressVerdict =
 export interface BackendAddressPolicyOptions {
   /** Host names, IP addresses and CIDRs (`10.0.0.0/8`, `fd00::/8`), and `host:port` for the Redis exception. */
   readonly allowlist: readonly string[];
-  /** The router's Redis URL, if any: its host:port is denied as a backend. */
+  /** The router's Redis URL, if any: every host:port it names is denied as a backend. */
   readonly redisUrl: string | undefined;
   readonly resolve: ResolveHost;
 }
@@ -83,7 +86,8 @@ export class BackendAddressPolicy {
   /** The entries of one address (a /32 or /128): the only ones that lift a metadata address. */
   private readonly allowedExactly = new BlockList();
   private readonly hasAllowlist: boolean;
-  private readonly redis: { readonly host: string; readonly port: string } | null;
+  /** The router's Redis nodes as its URL names them (none without Redis). */
+  private readonly redisNodes: ReadonlyArray<{ readonly host: string; readonly port: string }>;
 
   constructor(private readonly options: BackendAddressPolicyOptions) {
     this.hasAllowlist = options.allowlist.length > 0;
@@ -100,7 +104,7 @@ export class BackendAddressPolicy {
         this.allowedNames.add(entry.replace(/\.$/, ''));
       }
     }
-    this.redis = redisHostPort(options.redisUrl);
+    this.redisNodes = options.redisUrl === undefined ? [] : redisUrlNodes(options.redisUrl).map((node) => ({ host: node.host, port: String(node.port) }));
   }
 
   /** Checks one backend URL; resolves names, connects to nothing. */
@@ -132,11 +136,11 @@ export class BackendAddressPolicy {
       if (addresses.length === 0) return { allowed: false, reason: `${hostname} does not resolve`, unresolved: true };
     }
 
-    const redisAddresses = await this.redisAddresses();
+    const redisAddresses = await this.redisAddressesOn(port);
     for (const { address } of addresses) {
       const plain = unmapIpv4(address);
       const type = isIP(plain) === 6 ? 'ipv6' : 'ipv4';
-      if (this.redis !== null && port === this.redis.port && redisAddresses.has(plain) && !this.allowedHostPorts.has(hostPort)) {
+      if (redisAddresses.has(plain) && !this.allowedHostPorts.has(hostPort)) {
         return { allowed: false, reason: `${hostPort} is the router's own Redis` };
       }
       const denied = deniedRangeOf(plain);
@@ -181,16 +185,22 @@ export class BackendAddressPolicy {
     };
   }
 
-  /** The Redis host's addresses (a name is resolved at every check: it may move). */
-  private async redisAddresses(): Promise<ReadonlySet<string>> {
-    if (this.redis === null) return new Set();
-    const host = this.redis.host;
-    if (isIP(host) !== 0) return new Set([unmapIpv4(host)]);
-    try {
-      return new Set((await this.options.resolve(host)).map((entry) => unmapIpv4(entry.address)));
-    } catch {
-      return new Set();
+  /** The addresses of the Redis nodes listening on `port` (a name is resolved at every check: it may move). */
+  private async redisAddressesOn(port: string): Promise<ReadonlySet<string>> {
+    const addresses = new Set<string>();
+    for (const node of this.redisNodes) {
+      if (node.port !== port) continue;
+      if (isIP(node.host) !== 0) {
+        addresses.add(unmapIpv4(node.host));
+        continue;
+      }
+      try {
+        for (const entry of await this.options.resolve(node.host)) addresses.add(unmapIpv4(entry.address));
+      } catch {
+        // A Redis name that does not resolve now denies nothing: the backend's own addresses are still checked.
+      }
     }
+    return addresses;
   }
 }
 
@@ -241,14 +251,4 @@ function parseCidr(entry: string): { address: string; prefix: number; type: 'ipv
   const prefix = prefixText === undefined ? max : Number(prefixText);
   if (!Number.isInteger(prefix) || prefix < 0 || prefix > max) throw new Error(`backendAllowlist: bad prefix length in ${entry}`);
   return { address: plain, prefix, type: family === 4 ? 'ipv4' : 'ipv6' };
-}
-
-function redisHostPort(redisUrl: string | undefined): { host: string; port: string } | null {
-  if (redisUrl === undefined) return null;
-  try {
-    const url = new URL(redisUrl);
-    return { host: url.hostname.replace(/^\[|\]$/g, '').toLowerCase(), port: url.port || '6379' };
-  } catch {
-    return null;
-  }
 }

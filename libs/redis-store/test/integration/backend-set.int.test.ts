@@ -1,13 +1,13 @@
-import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { RedisBackendSet, type BackendEntrySpec, type BackendSetList, type BackendSetWatch } from '../../src/backend-set';
 import { createRedis, waitUntilReady } from '../../src/connection';
+import type { RedisClient } from '../../src/scripts';
 import { fleetKeys } from '../../src/keys';
 import { manualClock, openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 // A Redis of this file's own: the last test kills and restarts it.
 let ctx: RedisTestContext;
-const subscribers: Redis[] = [];
+const subscribers: RedisClient[] = [];
 const watches: BackendSetWatch[] = [];
 beforeAll(async () => {
   ctx = await openRedisTestContext({ label: 'redis-store-backend-set', fresh: true });

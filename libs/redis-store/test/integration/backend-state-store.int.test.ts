@@ -1,12 +1,12 @@
 import type { BackendObservation, BackendState } from '@kvroute/protocols';
-import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { RedisBackendStateStore, type RecordScrapeOptions } from '../../src/backend-state-store';
 import { createRedis, waitUntilReady } from '../../src/connection';
+import type { RedisClient } from '../../src/scripts';
 import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 let ctx: RedisTestContext;
-const subscribers: Redis[] = [];
+const subscribers: RedisClient[] = [];
 beforeAll(async () => {
   ctx = await openRedisTestContext({ label: 'redis-store-backend-state' });
 });

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createRedis, waitUntilReady } from '../../src/connection';
 import { RedisStoreError } from '../../src/redis-store-error';
-import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
+import { openRedisTestContext, singleServer, type RedisTestContext } from './redis-test-context';
 
 // A Redis of this file's own: the tests pause, kill and restart it.
 let ctx: RedisTestContext;
@@ -19,7 +19,7 @@ afterEach(async () => {
 afterAll(() => ctx.close());
 
 async function open(role: 'request-path' | 'worker'): Promise<Redis> {
-  const client = createRedis(ctx.server.url, role);
+  const client = singleServer(createRedis(ctx.server.url, role));
   opened.push(client);
   await waitUntilReady(client);
   return client;

@@ -1,7 +1,8 @@
 import { startRedis, uniqueKeyPrefix, type TestRedis } from '@kvroute/testing';
-import type { Redis } from 'ioredis';
+import { Redis } from 'ioredis';
 import { createRedis, waitUntilReady } from '../../src/connection';
 import { RedisRoutingState, type RedisRoutingStateOptions } from '../../src/redis-routing-state';
+import type { RedisClient } from '../../src/scripts';
 
 /** A clock the test moves by hand, starting at the real time (Redis expires keys on its own clock). */
 export interface ManualClock {
@@ -46,12 +47,21 @@ export interface RedisTestContext {
   close(): Promise<void>;
 }
 
+/**
+ * A connection createRedis made for a redis:// URL, as the single-server client it is: these tests
+ * inspect one server (SCAN, CLIENT PAUSE, SLOWLOG, CONFIG RESETSTAT), which a cluster client would spread.
+ */
+export function singleServer(client: RedisClient): Redis {
+  if (!(client instanceof Redis)) throw new Error('expected a connection to one Redis server, got a cluster client');
+  return client;
+}
+
 export async function openRedisTestContext(options: { fresh?: boolean; label: string }): Promise<RedisTestContext> {
   const server = await startRedis({ fresh: options.fresh ?? false, logger: () => undefined });
   const clients: Redis[] = [];
   const namespaces: string[] = [];
   const connect = async (): Promise<Redis> => {
-    const client = createRedis(server.url, 'request-path', { commandTimeoutMs: 5000 });
+    const client = singleServer(createRedis(server.url, 'request-path', { commandTimeoutMs: 5000 }));
     clients.push(client);
     await waitUntilReady(client);
     return client;

@@ -1,0 +1,75 @@
+import { createRedis, poolKeys, quitRedis, waitUntilReady } from '@kvroute/redis-store';
+import { startRedisCluster, type TestRedisCluster } from '@kvroute/testing';
+import { SimConfig } from '@kvroute/vllm-sim/config';
+import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RouterConfig } from '../src/config';
+import { createRouterServer, type RouterServer } from '../src/create-router';
+
+/**
+ * Router replicas on a Redis Cluster (`redisUrl: redis+cluster://…`, a private 3-master cluster of local
+ * redis-server processes): two replicas over two backends share their routing state through it, so a
+ * prompt that replica A served is sent by replica B to the same backend for its prefix, and neither
+ * replica ever falls back to local state (which is what a single-server client did on a cluster: MOVED
+ * from its first script, then degraded for good).
+ */
+describe('router replicas sharing state on a Redis Cluster', () => {
+  let cluster: TestRedisCluster;
+  let sims: SimServer[];
+  let routers: RouterServer[];
+  let urls: string[];
+
+  beforeAll(async () => {
+    cluster = await startRedisCluster({ logger: () => undefined });
+    sims = await Promise.all([0, 1].map(() => createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model', logLevel: 'silent' }))));
+    const simUrls = await Promise.all(sims.map((sim) => sim.listen()));
+    routers = await Promise.all(
+      // redisTimeoutMs as the other shared-state tests: a loaded test host must not flip a replica to local state.
+      [0, 1].map(() => createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: simUrls, redisUrl: cluster.url, redisTimeoutMs: 200, logLevel: 'silent' }))),
+    );
+    urls = await Promise.all(routers.map((router) => router.listen()));
+  }, 40_000);
+
+  afterAll(async () => {
+    await Promise.all((routers ?? []).map((router) => router.close()));
+    await Promise.all((sims ?? []).map((sim) => sim.close()));
+    await cluster?.stop();
+  });
+
+  const chat = async (replica: number, content: string): Promise<{ status: number; backend: string | null; reason: string | null }> => {
+    const response = await fetch(`${urls[replica]}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content }], max_tokens: 2 }),
+    });
+    await response.text();
+    return { status: response.status, backend: response.headers.get('x-router-backend'), reason: response.headers.get('x-router-reason') };
+  };
+
+  const metricsOf = (router: RouterServer): Promise<string> => router.metrics.registry.metrics();
+
+  it('a prompt served through replica A goes to the same backend through replica B, and no replica is degraded', async () => {
+    for (let prompt = 0; prompt < 4; prompt++) {
+      const content = `cluster prompt ${prompt}: ${'a shared prefix long enough for several blocks '.repeat(30)}`;
+      const first = await chat(0, content);
+      expect(first.status).toBe(200);
+      // B has never seen this prompt: only the ownership A recorded in the cluster can send it home.
+      const second = await chat(1, content);
+      expect(second).toEqual({ status: 200, backend: first.backend, reason: 'prefix-affinity' });
+    }
+
+    for (const router of routers) {
+      const text = await metricsOf(router);
+      expect(text).toMatch(/^kvroute_router_state_degraded 0$/m);
+      expect(text).not.toMatch(/^kvroute_router_state_degraded_transitions_total\{to="degraded"\} [1-9]/m);
+    }
+    // The state is in the cluster, on the master of the pool's hash slot.
+    const master = createRedis(cluster.masterOf(poolKeys('test-model').prefix).url, 'worker');
+    try {
+      await waitUntilReady(master);
+      expect(await master.exists(poolKeys('test-model').ownersNew)).toBe(1);
+    } finally {
+      await quitRedis(master);
+    }
+  }, 20_000);
+});
