@@ -39,7 +39,7 @@ function formatProblems(problems: readonly ConfigProblem[]): string {
   return [heading, ...lines].join('\n');
 }
 
-/** Human wording for a source, e.g. `from env KVROUTE_POLICY="fastest"`. */
+/** Human wording for a source, e.g. `from env KVROUTE_POLICY="fastest"`; credentials in a value are masked. */
 export function describeSource(source: ConfigSource): string {
   switch (source.kind) {
     case 'default':
@@ -47,8 +47,17 @@ export function describeSource(source: ConfigSource): string {
     case 'file':
       return `from config file ${source.path}`;
     case 'env':
-      return `from env ${source.name}=${JSON.stringify(source.raw)}`;
+      return `from env ${source.name}=${JSON.stringify(withoutCredentials(source.raw))}`;
     case 'flag':
-      return `from flag --${source.name}=${JSON.stringify(source.raw)}`;
+      return `from flag --${source.name}=${JSON.stringify(withoutCredentials(source.raw))}`;
   }
+}
+
+/**
+ * A value with the userinfo of any URL in it masked (`redis://:hunter2@host` → `redis://***@host`):
+ * a mistyped Redis or backend URL is echoed in the error, which lands in logs, but its password must not.
+ * The userinfo ends at the last `@` before the first `/` or `,` (a password may hold an unencoded `@`).
+ */
+export function withoutCredentials(raw: string): string {
+  return raw.replace(/([a-z][a-z0-9+.-]*:\/\/)[^\s"/,]*@/gi, '$1***@');
 }
