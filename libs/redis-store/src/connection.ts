@@ -174,13 +174,19 @@ export function redisUrlNodes(url: string): RedisNodeAddress[] {
  *   retries) still bounds the whole call, so the caller falls back as on a single Redis.
  * - `worker`: enough to ride out a failover (64 tries, 500 ms apart: ~30 s, beyond the default
  *   `cluster-node-timeout` of 15 s plus an election), so background work waits as it does for a
- *   single Redis restarting.
+ *   single Redis restarting. No ready check (CLUSTER INFO before 'ready'): while a master is failing
+ *   over it says `cluster_state:fail`, and ioredis then reconnects with a fresh internal connect()
+ *   and never settles the connect() promise it was called with. BullMQ's worker awaits exactly that
+ *   one when its blocking-command watchdog resets the blocking connection mid-failover, and its fetch
+ *   loop stayed parked for good (the poller stopped scraping; apps/router/test/redis-cluster-failover
+ *   .test.ts). Without it, commands go out once the slot map is read and a CLUSTERDOWN reply is
+ *   retried like a redirection, so background work still waits out the failover.
  * `slotsRefreshTimeout` bounds each CLUSTER SLOTS asked of one node, so a hung node delays a refresh
  * by that much before the next node is asked.
  */
 const CLUSTER_ROLE_OPTIONS: Record<RedisRole, ClusterOptions> = {
   'request-path': { maxRedirections: 4, retryDelayOnFailover: 10, retryDelayOnClusterDown: 10, retryDelayOnTryAgain: 10, slotsRefreshTimeout: 1000 },
-  worker: { maxRedirections: 64, retryDelayOnFailover: 500, retryDelayOnClusterDown: 500, retryDelayOnTryAgain: 100, slotsRefreshTimeout: 2000 },
+  worker: { maxRedirections: 64, retryDelayOnFailover: 500, retryDelayOnClusterDown: 500, retryDelayOnTryAgain: 100, slotsRefreshTimeout: 2000, enableReadyCheck: false },
 };
 
 /**
@@ -250,7 +256,7 @@ export async function quitRedis(redis: RedisClient, timeoutMs = 1000): Promise<v
 }
 
 /**
- * Resolves once the connection is ready (a cluster: its slot map read and CLUSTER INFO saying ok);
+ * Resolves once the connection is ready (a cluster: its slot map read and, for `request-path`, CLUSTER INFO saying ok);
  * rejects after `timeoutMs` (the connection keeps trying).
  */
 export function waitUntilReady(redis: RedisClient, timeoutMs = 5000): Promise<void> {

@@ -79,6 +79,21 @@ describe('FailoverRoutingState', () => {
     expect(local.inflightCounts().get('a')).toBe(0);
   });
 
+  it('doubles the backoff once per failed retry window, however many concurrent calls fail in it', async () => {
+    const { state, shared, advance } = setup();
+    shared.setMode('down');
+    await state.snapshot('m', ['a'], [1]); // degraded, next try after 100 ms
+    advance(150);
+    // The window is open: every request in flight asks the shared store, and all of them fail.
+    await Promise.all(Array.from({ length: 6 }, () => state.snapshot('m', ['a'], [1])));
+    expect(state.degraded).toBe(true);
+    shared.setMode('up');
+    // One doubling (200 ms), not six (capped at 1000 ms): back on shared state 250 ms later.
+    advance(250);
+    await state.snapshot('m', ['a'], [1]);
+    expect(state.degraded).toBe(false);
+  });
+
   it('decides on local state when the shared store fails, and releases that lease locally', async () => {
     const { state, shared, local } = setup();
     const first = await decide(state, cacheAwareInput('l1'));

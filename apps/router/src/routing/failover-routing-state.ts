@@ -150,6 +150,11 @@ export class FailoverRoutingState implements RoutingStateStore {
     if (this.degradedSinceMs === null) {
       this.degradedSinceMs = now;
       this.options.onDegradedChange(true, error);
+    } else if (now < this.nextPrimaryTryMs) {
+      // A call that was already in flight when an earlier one failed (every request of the same try
+      // window asks the shared store): the backoff that failure set stands. Doubling once per such
+      // call took it from retryAfterMs to its cap within one window under concurrent load.
+      return;
     } else {
       this.backoffMs = Math.min(this.backoffMs * 2, this.options.maxRetryAfterMs);
     }
