@@ -25,7 +25,9 @@
  * is this checkout itself: e.g. `--baseline-args="--learn-from-responses=false --calibrate-cost-model=false
  * --request-stream-usage=false"` measures what a feature costs, with the same code on both sides.
  *
- * Usage: npm run bench:instructions -- [--baseline DIR] [--baseline-args="FLAGS"] [--paths kvroute,kvroute-redis]
+ * `--checkout DIR` measures another built checkout in this one's place (two older commits compared).
+ *
+ * Usage: npm run bench:instructions -- [--checkout DIR] [--baseline DIR] [--baseline-args="FLAGS"] [--paths kvroute,kvroute-redis]
  *        [--workloads small-json,small-sse] [--repeats 2] [--requests 600] [--warmup 400] [--connections 4]
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -40,6 +42,7 @@ import { WORKLOADS, type Workload } from './overhead-report';
 
 const { values: args } = parseArgs({
   options: {
+    checkout: { type: 'string' },
     baseline: { type: 'string' },
     'baseline-args': { type: 'string' },
     paths: { type: 'string', default: 'kvroute,kvroute-redis' },
@@ -224,8 +227,9 @@ async function main(): Promise<void> {
   const options = { requests: count('requests', args.requests), warmup: count('warmup', args.warmup), connections: count('connections', args.connections) };
   const repeats = count('repeats', args.repeats);
   const baselineArgs = (args['baseline-args'] ?? '').split(/\s+/).filter(Boolean);
-  const baselineDir = args.baseline ? resolve(args.baseline) : baselineArgs.length > 0 ? repoRoot : undefined;
-  const checkouts: Checkout[] = [{ label: 'this checkout', dir: repoRoot, extraArgs: [] }, ...(baselineDir === undefined ? [] : [{ label: 'baseline' as const, dir: baselineDir, extraArgs: baselineArgs }])];
+  const measuredDir = args.checkout ? resolve(args.checkout) : repoRoot;
+  const baselineDir = args.baseline ? resolve(args.baseline) : baselineArgs.length > 0 ? measuredDir : undefined;
+  const checkouts: Checkout[] = [{ label: 'this checkout', dir: measuredDir, extraArgs: [] }, ...(baselineDir === undefined ? [] : [{ label: 'baseline' as const, dir: baselineDir, extraArgs: baselineArgs }])];
   const valgrindVersion = spawnSync('valgrind', ['--version'], { encoding: 'utf8' }).stdout.trim();
   const commits = checkouts.map((checkout) => `${checkout.label}: ${spawnSync('git', ['-C', checkout.dir, 'log', '-1', '--format=%h %s'], { encoding: 'utf8' }).stdout.trim().slice(0, 100)}${checkout.extraArgs.length > 0 ? ` — with ${checkout.extraArgs.join(' ')}` : ''}`);
 
