@@ -41,7 +41,7 @@ const USAGE = `npm run bench -- --scenario NAME|FILE [options]
   --salt-runs          every run's requests carry a cache_salt of their own, so each run starts cold
                        on the engines (vLLM's prefix cache is partitioned by salt) and in the routers'
                        index (the salt is in the routing text) without any development endpoint
-  --router-redis URL   real deployment: the Redis the routers share (redis:// or rediss://); their
+  --router-redis URL   real deployment: the Redis the routers share (redis://, rediss:// or redis+cluster://); their
                        routing state (prefix ownership, leases) is deleted there before each run
   --ignore-eos         send ignore_eos: true (real vLLM: every reply is exactly max_tokens long)`;
 

@@ -79,8 +79,12 @@ describe('parseRedisUrl', () => {
   it('takes redis:// and rediss:// URLs and names the flag otherwise, without echoing a password', () => {
     expect(parseRedisUrl(' redis://redis.internal:6379/0 ', '--router-redis')).toBe('redis://redis.internal:6379/0');
     expect(parseRedisUrl('rediss://user:secret@redis.example.com', '--router-redis')).toBe('rediss://user:secret@redis.example.com');
-    expect(() => parseRedisUrl('http://redis:6379', '--router-redis')).toThrow(/^--router-redis: "http:\/\/redis:6379" is not a redis:\/\/ or rediss:\/\/ URL/);
-    expect(() => parseRedisUrl('redis.internal:6379', '--router-redis')).toThrow(/is not a redis:\/\/ or rediss:\/\/ URL/);
+    expect(() => parseRedisUrl('http://redis:6379', '--router-redis')).toThrow(/^--router-redis: "http:\/\/redis:6379" is not a redis:\/\/, rediss:\/\/ or redis\+cluster:\/\/ URL/);
+    // A cluster's seeds (clearPoolState scans every master), refused with a reason that quotes nothing.
+    expect(parseRedisUrl('redis+cluster://:pw@10.0.0.1:7000,10.0.0.2:7000', '--router-redis')).toBe('redis+cluster://:pw@10.0.0.1:7000,10.0.0.2:7000');
+    expect(() => parseRedisUrl('redis+cluster://:pw@10.0.0.1:99999', '--router-redis')).toThrow(/^--router-redis: Redis Cluster URL: node 1 has no valid port/);
+    expect(() => parseRedisUrl('redis+cluster://:pw@10.0.0.1:99999', '--router-redis')).not.toThrow(/pw/);
+    expect(() => parseRedisUrl('redis.internal:6379', '--router-redis')).toThrow(/is not a redis:\/\/, rediss:\/\/ or redis\+cluster:\/\/ URL/);
     expect(() => parseRedisUrl('redis://', '--router-redis')).toThrow(/is not a redis/);
     expect(() => parseRedisUrl('ftp://:secret@x', '--router-redis')).toThrow(/"ftp:\/\/x"/);
     expect(redisUrlForLog('redis://:secret@h:6380/2')).toBe('redis://h:6380/2');

@@ -6,11 +6,19 @@
  * poller's keys (`{fleet}`, `{poller}`) stay. Only between runs: routers serving meanwhile would lose
  * their in-flight counts.
  */
-import { clearPoolState, createRedis, DEFAULT_KEY_NAMESPACE, quitRedis, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
+import { clearPoolState, createRedis, DEFAULT_KEY_NAMESPACE, isClusterUrl, parseClusterUrl, quitRedis, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
 
 /** `--router-redis` as given: a redis:// or rediss:// URL with a host, else a clear error naming `flag`. */
 export function parseRedisUrl(text: string, flag: string): string {
   const trimmed = text.trim();
+  if (isClusterUrl(trimmed)) {
+    try {
+      parseClusterUrl(trimmed);
+    } catch (error) {
+      throw new Error(`${flag}: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    return trimmed;
+  }
   let url: URL | undefined;
   try {
     url = new URL(trimmed);
@@ -18,7 +26,7 @@ export function parseRedisUrl(text: string, flag: string): string {
     url = undefined;
   }
   if (!url || (url.protocol !== 'redis:' && url.protocol !== 'rediss:') || url.hostname === '') {
-    throw new Error(`${flag}: ${JSON.stringify(redisUrlForLog(trimmed))} is not a redis:// or rediss:// URL (e.g. redis://redis.internal:6379)`);
+    throw new Error(`${flag}: ${JSON.stringify(redisUrlForLog(trimmed))} is not a redis://, rediss:// or redis+cluster:// URL (e.g. redis://redis.internal:6379)`);
   }
   return trimmed;
 }
