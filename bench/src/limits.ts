@@ -14,10 +14,11 @@
  * Timeline (defaults): settle 10 s (the buckets' burst is spent) → shared window 60 s (limits exact in
  * Redis) → Redis stopped → settle 10 s (each replica's share starts with its own burst) → outage window
  * 40 s (limits ÷ 3 replicas, in memory) → Redis restarted (empty: a fresh shared burst) → settle 10 s → recovered window 20 s.
+ * (`--settle-seconds` is the first settle only; the two after a change of mode are fixed, SWITCH_SETTLE_SECONDS.)
  * Pass: in every window the served rate is within ±5 % of the limit, every 429 carries Retry-After, no
  * request fails for any other reason, and every replica logged its switch to local shares.
  *
- * Usage: npm run bench:limits -- [--seconds 60] [--outage-seconds 30] [--recovered-seconds 20]
+ * Usage: npm run bench:limits -- [--seconds 60] [--settle-seconds 10] [--outage-seconds 40] [--recovered-seconds 20]
  *        [--requests-per-minute 600] [--tokens-per-minute 30000] [--clients 50] [--token-clients 20]
  * Needs HAProxy (/usr/sbin/haproxy) and redis-server. Writes bench/results/limits-<time>.{json,md,svg}.
  */

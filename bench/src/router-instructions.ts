@@ -16,7 +16,8 @@
  *      (default 400) let V8 compile the hot path;
  *   2. `callgrind_control -i on`, then `--requests` (default 600) at `--connections` (4) at once, dump;
  *   3. the same wall time with no requests, dump: the timers' own instructions (heartbeats, refreshes),
- *      subtracted.
+ *      subtracted. Caveat: a garbage collection the load left for later falls into this window and is
+ *      subtracted too, on both sides alike; a change that only allocates more can look cheaper than it is.
  * Per request = (load − idle) ÷ requests. Needs `npm run build` in both checkouts (dist/router.mjs),
  * valgrind and redis-server. ~1 min per run under valgrind; 2 workloads × 2 paths × 2 checkouts × 2
  * repeats ≈ 16 min. Writes bench/results/router-instructions-<time>.{json,md}.

@@ -62,7 +62,11 @@ function expectPlatform(objects: readonly K8sObject[], backends: readonly string
   expect(backendPolicy.spec.podSelector).toEqual({ matchLabels: { 'app.kubernetes.io/component': 'backend' } });
   expect(backendPolicy.spec.policyTypes).toEqual(['Ingress']);
   expect(backendPolicy.spec.ingress[0].from[0].podSelector.matchExpressions[1].values).toEqual(['router', 'poller', 'bench']);
-  expect(backendPolicy.spec.ingress[1].from).toEqual([{ namespaceSelector: {}, podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } } }]);
+  // Prometheus only from one named namespace (a pod label alone can be set by anyone who can create pods).
+  expect(backendPolicy.spec.ingress[1]).toEqual({
+    from: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } }, podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } } }],
+    ports: [{ port: 8000 }],
+  });
   for (const workload of objects.filter((object) => object.kind === 'StatefulSet')) {
     expect(podOf(workload).metadata?.labels ?? workload.spec.template.metadata.labels, workload.metadata.name).toMatchObject({ 'app.kubernetes.io/component': 'backend' });
   }

@@ -84,6 +84,8 @@ describe('parseRedisUrl', () => {
     expect(parseRedisUrl('redis+cluster://:pw@10.0.0.1:7000,10.0.0.2:7000', '--router-redis')).toBe('redis+cluster://:pw@10.0.0.1:7000,10.0.0.2:7000');
     expect(() => parseRedisUrl('redis+cluster://:pw@10.0.0.1:99999', '--router-redis')).toThrow(/^--router-redis: Redis Cluster URL: node 1 has no valid port/);
     expect(() => parseRedisUrl('redis+cluster://:pw@10.0.0.1:99999', '--router-redis')).not.toThrow(/pw/);
+    expect(redisUrlForLog('redis+cluster://user:pa@ss@h:1,[::1]:2')).toBe('redis+cluster://h:1,[::1]:2');
+    expect(redisUrlForLog('rediss+cluster://:p/w@h:1')).toBe('rediss+cluster://h:1');
     expect(() => parseRedisUrl('redis.internal:6379', '--router-redis')).toThrow(/is not a redis:\/\/, rediss:\/\/ or redis\+cluster:\/\/ URL/);
     expect(() => parseRedisUrl('redis://', '--router-redis')).toThrow(/is not a redis/);
     expect(() => parseRedisUrl('ftp://:secret@x', '--router-redis')).toThrow(/"ftp:\/\/x"/);

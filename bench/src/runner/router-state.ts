@@ -8,7 +8,7 @@
  */
 import { clearPoolState, createRedis, DEFAULT_KEY_NAMESPACE, isClusterUrl, parseClusterUrl, quitRedis, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
 
-/** `--router-redis` as given: a redis:// or rediss:// URL with a host, else a clear error naming `flag`. */
+/** `--router-redis` as given: a redis:// or rediss:// URL with a host, or a cluster's seeds (redis+cluster://…), else a clear error naming `flag`. */
 export function parseRedisUrl(text: string, flag: string): string {
   const trimmed = text.trim();
   if (isClusterUrl(trimmed)) {
@@ -33,6 +33,15 @@ export function parseRedisUrl(text: string, flag: string): string {
 
 /** The URL without its user and password, for logs and errors. */
 export function redisUrlForLog(text: string): string {
+  if (isClusterUrl(text)) {
+    // new URL() cannot read a host list: the log names the seeds, built from the parsed nodes only.
+    try {
+      const cluster = parseClusterUrl(text);
+      return `${cluster.tls ? 'rediss' : 'redis'}+cluster://${cluster.nodes.map((node) => `${node.host.includes(':') ? `[${node.host}]` : node.host}:${node.port}`).join(',')}`;
+    } catch {
+      return 'redis+cluster://(unreadable URL)';
+    }
+  }
   try {
     const url = new URL(text);
     return `${url.protocol}//${url.host}${url.pathname === '/' ? '' : url.pathname}`;

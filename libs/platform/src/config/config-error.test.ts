@@ -9,6 +9,9 @@ describe('config errors never echo credentials', () => {
     expect(withoutCredentials('http://host:8000,http://u:p@h2:1')).toBe('http://host:8000,http://***@h2:1');
     expect(withoutCredentials('redis://host:6379')).toBe('redis://host:6379');
     expect(withoutCredentials('fastest')).toBe('fastest');
+    // Passwords with the characters a URL would split on, as the cluster URL parser accepts them.
+    expect(withoutCredentials('redis+clustr://:Ab/c9@h:7000')).toBe('redis+clustr://***@h:7000');
+    expect(withoutCredentials('redis://:a,b@h:1,http://u:p@h2:2')).toBe('redis://***@h:1,http://***@h2:2');
   });
 
   it('describes an env or flag source with the value masked', () => {

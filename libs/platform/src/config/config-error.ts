@@ -56,8 +56,12 @@ export function describeSource(source: ConfigSource): string {
 /**
  * A value with the userinfo of any URL in it masked (`redis://:hunter2@host` → `redis://***@host`):
  * a mistyped Redis or backend URL is echoed in the error, which lands in logs, but its password must not.
- * The userinfo ends at the last `@` before the first `/` or `,` (a password may hold an unencoded `@`).
  */
 export function withoutCredentials(raw: string): string {
-  return raw.replace(/([a-z][a-z0-9+.-]*:\/\/)[^\s"/,]*@/gi, '$1***@');
+  // One URL at a time (a list such as `--backends` holds several): each one's userinfo runs from `://` to
+  // the last `@` of that URL, so a password holding `@`, `/` or `,` is masked whole.
+  return raw
+    .split(/(?=\b[a-z][a-z0-9+.-]*:\/\/)/i)
+    .map((part) => part.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^\s"]*@/i, '$1***@'))
+    .join('');
 }
