@@ -181,7 +181,10 @@ export class BackendAddressPolicy {
           }
         },
         (error: unknown) => callback(error instanceof Error ? error : new Error(String(error)), '', 0),
-      );
+      )
+      // A callback that throws (net's never does) must not become an unhandled rejection, which would end
+      // the process; the connection it belonged to is the socket's business then.
+      .catch(() => undefined);
     };
   }
 
