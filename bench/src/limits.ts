@@ -22,14 +22,13 @@
  *        [--requests-per-minute 600] [--tokens-per-minute 30000] [--clients 50] [--token-clients 20]
  * Needs HAProxy (/usr/sbin/haproxy) and redis-server. Writes bench/results/limits-<time>.{json,md,svg}.
  */
-import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
 import { LOAD_IDS, perSecond, renderLimitsMarkdown, summarizeLimits, type LimitSample, type LimitWindow, type LoadId } from './limits-report';
+import { newBenchKey, writeBenchKeyFile } from './bench-api-keys';
 import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
 import { haproxyVersion, startHaproxyProcess, startRouterProcess, type ProxyProcess } from './proxy-processes';
 import { lineChart, PALETTE } from './report/html';
@@ -72,13 +71,6 @@ const MAX_TOKENS = 16;
 /** A client's pause on a 429 without retry-after-ms, and the bounds of what it honours, ms. */
 const RETRY_FLOOR_MS = 5;
 const RETRY_CEILING_MS = 2_000;
-
-function newKey(id: string, limit: Record<string, number>): { secret: string; entry: string } {
-  const secret = `kvr_${randomBytes(32).toString('base64url')}`;
-  const digest = createHash('sha256').update(secret).digest('hex');
-  const fields = Object.entries(limit).map(([name, value]) => `    ${name}: ${value}\n`);
-  return { secret, entry: `  - id: ${id}\n    tenant: ${id}\n    sha256: ${digest}\n${fields.join('')}` };
-}
 
 /** The windows of the run, ms since the load started; also when Redis stops and comes back. */
 function timeline(): { windows: LimitWindow[]; stopRedisAtMs: number; restartRedisAtMs: number; endMs: number } {
@@ -167,11 +159,9 @@ async function main(): Promise<void> {
   const haproxy = haproxyVersion();
   if (!haproxy) throw new Error('bench:limits needs HAProxy (/usr/sbin/haproxy): apt-get install -y haproxy');
   const plan = timeline();
-  const dir = mkdtempSync(join(tmpdir(), 'kvroute-bench-limits-'));
-  const requestsKey = newKey('rpm-tenant', { requestsPerMinute: limits.requestsPerMinute });
-  const tokensKey = newKey('tpm-tenant', { tokensPerMinute: limits.tokensPerMinute });
-  const keyFile = join(dir, 'keys.yaml');
-  writeFileSync(keyFile, `keys:\n${requestsKey.entry}${tokensKey.entry}`);
+  const requestsKey = newBenchKey('rpm-tenant', { requestsPerMinute: limits.requestsPerMinute });
+  const tokensKey = newBenchKey('tpm-tenant', { tokensPerMinute: limits.tokensPerMinute });
+  const keyFile = writeBenchKeyFile([requestsKey, tokensKey]);
 
   const opened: (() => Promise<void>)[] = [];
   let redis: LocalRedisServer | undefined;
@@ -271,7 +261,7 @@ async function main(): Promise<void> {
   } finally {
     await agent.close();
     for (const close of opened.reverse()) await close().catch((error: unknown) => console.error(`close failed: ${String(error)}`));
-    rmSync(dir, { recursive: true, force: true });
+    rmSync(dirname(keyFile), { recursive: true, force: true });
   }
 }
 

@@ -37,9 +37,8 @@
  * Writes bench/results/overhead-<time>.{json,md}.
  */
 import { spawnSync } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 // A private Redis, started as the tests and bench:redis-decision do (bench is never shipped; eslint.config.mjs allows it here).
@@ -67,6 +66,7 @@ import {
   type WorkloadResult,
 } from './overhead-report';
 import { machineBusyCores, machineCpuSeconds, ownCpuSeconds, processCpuSeconds } from './process-cpu';
+import { newBenchKey, writeBenchKeyFile } from './bench-api-keys';
 import { haproxyVersion, lastLines, startBareProxyProcess, startHaproxyProcess, startRouterProcess, type ProxyProcess } from './proxy-processes';
 import { errorCount, pacingDelayMs, requestRate, runWrk, type WrkResult, type WrkRun } from './wrk';
 
@@ -579,16 +579,10 @@ async function measuredRun(target: Target, run: WrkRun, context: MeasureContext)
  * of every kind (requests, tokens, concurrency) far above what the run sends, so that each is checked and
  * none refuses.
  */
-const BENCH_KEY = (() => {
-  const secret = `kvr_${randomBytes(32).toString('base64url')}`;
-  return { secret, digest: createHash('sha256').update(secret).digest('hex') };
-})();
+const BENCH_KEY = newBenchKey('bench', { requestsPerMinute: 100_000_000, tokensPerMinute: 1_000_000_000, concurrentRequests: 100_000 });
 
 function keysArgs(): string[] {
-  const dir = mkdtempSync(join(tmpdir(), 'kvroute-bench-keys-'));
-  const file = join(dir, 'keys.yaml');
-  writeFileSync(file, `keys:\n  - id: bench\n    tenant: bench\n    sha256: ${BENCH_KEY.digest}\n    requestsPerMinute: 100000000\n    tokensPerMinute: 1000000000\n    concurrentRequests: 100000\n`);
-  return ['--auth', 'api-keys', '--api-keys-file', file, '--routing-headers', 'all'];
+  return ['--auth', 'api-keys', '--api-keys-file', writeBenchKeyFile([BENCH_KEY]), '--routing-headers', 'all'];
 }
 
 /** The wrk option that makes a run send the target's API key, if it has one. */

@@ -39,7 +39,7 @@ import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 import { startRedis, type TestRedis } from '@kvroute/testing';
 import { freePort, startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
-import { WORKLOADS, type Workload } from './overhead-report';
+import { median, WORKLOADS, type Workload } from './overhead-report';
 
 const { values: args } = parseArgs({
   options: {
@@ -191,12 +191,6 @@ async function measure(checkout: Checkout, path: PathId, workload: Workload, rep
     }
     rmSync(outDir, { recursive: true, force: true });
   }
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? (sorted[middle] as number) : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2;
 }
 
 /** The markdown table: per workload and path, instructions per request of each checkout (median, range) and their ratio. */
