@@ -29,10 +29,13 @@
  * `--checkout DIR` measures another built checkout in this one's place (two older commits compared).
  *
  * Usage: npm run bench:instructions -- [--checkout DIR] [--baseline DIR] [--baseline-args="FLAGS"] [--paths kvroute,kvroute-redis]
- *        [--workloads small-json,small-sse] [--repeats 2] [--requests 600] [--warmup 400] [--connections 4]
+ *        [--workloads small-json,small-sse] [--repeats 2] [--requests 600] [--warmup 400] [--connections 4] [--keep-profiles DIR]
+ *
+ * `--keep-profiles DIR` keeps each run's load dump as DIR/<side>-<path>-<workload>-<repeat>.callgrind, for
+ * `callgrind_annotate --inclusive=yes` (V8's builtins and Node's C++ are named; JIT-compiled JavaScript is not).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -52,6 +55,7 @@ const { values: args } = parseArgs({
     requests: { type: 'string', default: '600' },
     warmup: { type: 'string', default: '400' },
     connections: { type: 'string', default: '4' },
+    'keep-profiles': { type: 'string' },
   },
 });
 
@@ -152,7 +156,7 @@ async function waitReady(url: string, child: ChildProcess, output: () => string)
   throw new Error(`router under valgrind not ready in ${READY_TIMEOUT_MS / 1_000} s`);
 }
 
-async function measure(checkout: Checkout, path: PathId, workload: Workload, repeat: number, sim: LocalSim, redis: TestRedis | undefined, options: { requests: number; warmup: number; connections: number }): Promise<RunResult> {
+async function measure(checkout: Checkout, path: PathId, workload: Workload, repeat: number, sim: LocalSim, redis: TestRedis | undefined, options: { requests: number; warmup: number; connections: number; keepProfilesIn?: string }): Promise<RunResult> {
   const bundle = join(checkout.dir, 'dist', 'router.mjs');
   if (!existsSync(bundle)) throw new Error(`${bundle} is missing: run npm run build in ${checkout.dir}`);
   const outDir = mkdtempSync(join(tmpdir(), 'kvroute-callgrind-'));
@@ -189,6 +193,13 @@ async function measure(checkout: Checkout, path: PathId, workload: Workload, rep
       await exited;
       clearTimeout(killer);
     }
+    if (options.keepProfilesIn !== undefined) {
+      // The load dump (…1) per run, named by side/path/workload/repeat: `callgrind_annotate` shows where the instructions went.
+      mkdirSync(options.keepProfilesIn, { recursive: true });
+      for (const name of readdirSync(outDir).filter((file) => file.endsWith('.1'))) {
+        copyFileSync(join(outDir, name), join(options.keepProfilesIn, `${checkout.label === 'baseline' ? 'baseline' : 'this'}-${path}-${workload.id}-${repeat}.callgrind`));
+      }
+    }
     rmSync(outDir, { recursive: true, force: true });
   }
 }
@@ -219,7 +230,7 @@ async function main(): Promise<void> {
   const workloads = (args.workloads ?? '').split(',').map((id) => WORKLOADS.find((workload) => workload.id === id) ?? id);
   const unknownWorkload = workloads.find((workload) => typeof workload === 'string');
   if (unknownWorkload !== undefined) throw new Error(`--workloads: unknown ${String(unknownWorkload)}; choose from ${WORKLOADS.map((workload) => workload.id).join(', ')}`);
-  const options = { requests: count('requests', args.requests), warmup: count('warmup', args.warmup), connections: count('connections', args.connections) };
+  const options = { requests: count('requests', args.requests), warmup: count('warmup', args.warmup), connections: count('connections', args.connections), keepProfilesIn: args['keep-profiles'] === undefined ? undefined : resolve(args['keep-profiles']) };
   const repeats = count('repeats', args.repeats);
   const baselineArgs = (args['baseline-args'] ?? '').split(/\s+/).filter(Boolean);
   const measuredDir = args.checkout ? resolve(args.checkout) : repoRoot;

@@ -259,16 +259,19 @@ export class RedisRoutingState implements RoutingStateStore {
     }
   }
 
-  async release(pool: string, backendId: BackendId, leaseId: string): Promise<void> {
+  async release(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
+    if (heldBlocks.length > 0) this.requireIndexableId(backendId);
     const keys = this.keys(pool);
     const reply = await runScript(
       this.redis,
       SCRIPTS.release,
-      [keys.prefill(backendId), keys.leaseDeadlines, keys.inflight, keys.pending],
-      [leaseId, backendId],
+      [keys.prefill(backendId), keys.leaseDeadlines, keys.inflight, keys.pending, keys.forgotten, keys.ownersNew, keys.ownersOld, keys.generation],
+      [leaseId, backendId, this.options.nowMs(), this.options.blockIdleTtlMs, this.options.maxBlocksPerPool, packBlockHashes(heldBlocks), RECORD_BLOCKS_PER_CALL],
     );
-    const [, count] = integerArrayReply(SCRIPTS.release, reply, 2) as [number, number];
+    const [, count, recordedTo] = integerArrayReply(SCRIPTS.release, reply, 3) as [number, number, number];
     this.sawInflight(pool, backendId, count);
+    // The lease is gone whatever happens to the rest of the chain (an owner is a hint).
+    if (heldBlocks.length > 0) await this.recordRestOfTaken(pool, backendId, heldBlocks, recordedTo);
   }
 
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {

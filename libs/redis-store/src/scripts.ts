@@ -22,7 +22,7 @@ function defineScript(name: string, lua: string, numberOfKeys: number): LuaScrip
 export const SCRIPTS = {
   route: defineScript('route', ROUTE_LUA, 7),
   snapshot: defineScript('snapshot', SNAPSHOT_LUA, 6),
-  release: defineScript('release', RELEASE_LUA, 4),
+  release: defineScript('release', RELEASE_LUA, 8),
   renew: defineScript('renew', RENEW_LUA, 4),
   prefillDone: defineScript('prefill-done', PREFILL_DONE_LUA, 6),
   recordOwnership: defineScript('record-ownership', RECORD_OWNERSHIP_LUA, 4),

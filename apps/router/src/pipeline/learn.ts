@@ -117,7 +117,8 @@ export function createLearner(deps: LearnDeps): Learner {
 
   return {
     firstOutput(ticket, arrivedAtMs, streamed) {
-      ticket.lease.markPrefillDone();
+      // A non-streaming response's headers come with its end: prefill-done rides on the release.
+      ticket.lease.markPrefillDone(!streamed);
       const seconds = (performance.now() - arrivedAtMs) / 1000;
       metrics.recordTtft(ticket.backend.id, seconds);
       if (streamed) ttftMs.set(ticket, seconds * 1000);

@@ -104,10 +104,10 @@ export class FailoverRoutingState implements RoutingStateStore {
     await this.storeOf(leaseId).prefillDone(pool, backendId, leaseId, heldBlocks).catch(() => undefined);
   }
 
-  async release(pool: string, backendId: BackendId, leaseId: string): Promise<void> {
+  async release(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
     const store = this.storeOf(leaseId);
     this.fallbackLeases.delete(leaseId);
-    await store.release(pool, backendId, leaseId).catch(() => undefined);
+    await store.release(pool, backendId, leaseId, heldBlocks).catch(() => undefined);
   }
 
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {

@@ -15,6 +15,8 @@ export interface LeaseOptions {
   readonly blocksAtFirstOutput: readonly BlockHash[];
 }
 
+const NO_BLOCKS: readonly BlockHash[] = [];
+
 /**
  * An in-flight lease on one backend: released exactly once, on whichever path ends the request
  * (response end, upstream error, client abort, timeout, retry elsewhere, shutdown deadline).
@@ -25,6 +27,8 @@ export class Lease {
   readonly leaseId: string;
   private released = false;
   private prefillFinished = false;
+  /** The first output came with the end: the release records `blocksAtFirstOutput` (markPrefillDone). */
+  private ownershipAtRelease = false;
   private renewTimer: NodeJS.Timeout | null = null;
 
   constructor(private readonly options: LeaseOptions) {
@@ -43,11 +47,17 @@ export class Lease {
     this.renewTimer.unref();
   }
 
-  /** The first output arrived: this request's prefill leaves the backend's backlog, and its prefix is the backend's (once). */
-  markPrefillDone(): void {
+  /**
+   * The first output arrived: this request's prefill leaves the backend's backlog, and its prefix is the
+   * backend's (once). `withEnd`: it came with the response's end (a non-streaming response, whose
+   * headers arrive once generation is done), so the release that follows at once does both in one call
+   * instead of two; until then the lease still counts its prefill tokens.
+   */
+  markPrefillDone(withEnd = false): void {
     if (this.prefillFinished || this.released) return;
     this.prefillFinished = true;
-    this.options.state.prefillDone(this.pool, this.backendId, this.leaseId, this.options.blocksAtFirstOutput).catch(this.options.onError);
+    if (withEnd) this.ownershipAtRelease = true;
+    else this.options.state.prefillDone(this.pool, this.backendId, this.leaseId, this.options.blocksAtFirstOutput).catch(this.options.onError);
   }
 
   /** Idempotent. */
@@ -55,7 +65,8 @@ export class Lease {
     if (this.released) return;
     this.released = true;
     if (this.renewTimer) clearInterval(this.renewTimer);
-    const call = this.options.state.release(this.pool, this.backendId, this.leaseId).catch(this.options.onError);
+    const heldBlocks = this.ownershipAtRelease ? this.options.blocksAtFirstOutput : NO_BLOCKS;
+    const call = this.options.state.release(this.pool, this.backendId, this.leaseId, heldBlocks).catch(this.options.onError);
     this.options.book?.released(this, call);
   }
 }

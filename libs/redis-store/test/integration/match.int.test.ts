@@ -1,5 +1,6 @@
 import { createCacheAwarePolicy, createPrefixAwarePolicy, decide, type DecideInput } from '@kvroute/routing';
 import { seededRandom } from '@kvroute/workloads';
+import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { packBlockHashes, poolKeys } from '../../src/keys';
 import { RECORD_BLOCKS_PER_CALL } from '../../src/redis-routing-state';
@@ -192,6 +193,28 @@ describe('decide / prefill-done.lua: when ownership is recorded', () => {
     expect((await state.snapshot('seed-pool', [seedChosen], blocks)).matchBlocks.get(seedChosen)).toBe(3);
   });
 
+  it('a non-streaming response: the release records the chain and frees the lease in one script call', async () => {
+    const counted = countingScriptCalls(await ctx.connect());
+    const state = ctx.createState({ redis: counted.redis });
+    const first = await decide(state, inputOf(createCacheAwarePolicy(), 'l1'));
+    const chosen = first.decision.kind === 'routed' ? first.decision.backendId : '';
+    expect(await depths(state)).toEqual([0, 0]);
+    await state.release('m', 'a', 'never-taken'); // the script cached (a first EVALSHA may meet NOSCRIPT: one EVAL more)
+    const before = counted.calls();
+    await state.release('m', chosen, 'l1', first.blocksAtFirstOutput);
+    // One call: release.lua (the chain fits in one), where prefill-done + release made two.
+    expect(counted.calls() - before).toBe(1);
+    expect(await depths(state)).toEqual(chosen === 'a' ? [3, 0] : [0, 3]);
+    const snapshot = await state.snapshot('m', [chosen], []);
+    expect(snapshot.inflight.get(chosen)).toBe(0);
+    expect(snapshot.pendingPrefillTokens.get(chosen) ?? 0).toBe(0);
+    // A release without blocks records nothing.
+    await state.reserve('m', 'a', 'l3', [], 10);
+    await state.forgetBackend('m', 'a');
+    await state.release('m', 'a', 'l3');
+    expect((await depths(state))[0]).toBe(0);
+  });
+
   it('records at the first token even when the lease is gone, without bringing the lease back', async () => {
     const state = ctx.createState();
     const keys = poolKeys('m', ctx.namespace);
@@ -263,3 +286,15 @@ describe('long chains: recorded RECORD_BLOCKS_PER_CALL blocks per script call, p
     expect((await state.snapshot('m', ['a'], chain)).matchBlocks.get('a')).toBe(chain.length);
   });
 });
+
+/** The scripts a connection sends (runScript's `call`/`callBuffer`), counted on this connection only: other test files may share the Redis. */
+function countingScriptCalls(redis: Redis): { redis: Redis; calls: () => number } {
+  let calls = 0;
+  const call = redis.call.bind(redis);
+  const callBuffer = redis.callBuffer.bind(redis);
+  Object.assign(redis, {
+    call: (...args: Parameters<typeof call>) => (calls++, call(...args)),
+    callBuffer: (...args: Parameters<typeof callBuffer>) => (calls++, callBuffer(...args)),
+  });
+  return { redis, calls: () => calls };
+}

@@ -97,8 +97,9 @@ export class InMemoryRoutingState implements RoutingStateStore {
     if (heldBlocks.length > 0) this.record(pool, backendId, heldBlocks);
   }
 
-  async release(_pool: string, backendId: BackendId, leaseId: string): Promise<void> {
+  async release(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
     this.leases.get(backendId)?.delete(leaseId);
+    if (heldBlocks.length > 0) this.record(pool, backendId, heldBlocks);
   }
 
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {

@@ -125,8 +125,13 @@ export interface RoutingStateStore {
    * recorded as holding them: it has computed that prefix now. Recorded even if the lease is gone.
    */
   prefillDone(pool: string, backendId: BackendId, leaseId: string, heldBlocks?: readonly BlockHash[]): Promise<void>;
-  /** Releases a lease. Idempotent: releasing twice, or a lease never taken, is a no-op. */
-  release(pool: string, backendId: BackendId, leaseId: string): Promise<void>;
+  /**
+   * Releases a lease. Idempotent: releasing twice, or a lease never taken, is a no-op. `heldBlocks`
+   * (optional): the request's first output came with its end (a non-streaming response), so the backend
+   * is recorded as holding them here, as `prefillDone` would have: one call after a response, not two.
+   * Recorded even if the lease is gone.
+   */
+  release(pool: string, backendId: BackendId, leaseId: string, heldBlocks?: readonly BlockHash[]): Promise<void>;
   /** Forgets what a backend is believed to hold (it was removed, restarted or its cache reset). */
   forgetBackend(pool: string, backendId: BackendId): Promise<void>;
   /**
