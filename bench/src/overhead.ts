@@ -26,7 +26,7 @@
  * Usage: npm run bench:overhead -- [--rate 500] [--seconds 3] [--rounds 3] [--warmup-seconds 1]
  *        [--paced-connections 50] [--max-connections 32] [--max-tokens 16]
  *        [--paths direct,bare,kvroute,kvroute-redis,haproxy] [--workloads small-json,small-sse,32k-json,32k-sse] [--no-pin]
- *        [--baseline DIR]
+ *        [--baseline DIR] [--baseline-args="FLAGS"]
  *
  * `--baseline DIR`: also measure the router of another checkout (a `git worktree` of the commit before a
  * change, with its `npm ci` done; its bundle is built here) as the paths kvroute-baseline and
@@ -34,6 +34,9 @@
  * rounds, before it in even ones), against
  * the same sim (the Redis one in database 1 of the same private Redis). The "Against the baseline" table
  * gives the change in proxy CPU per request: the before/after of a change in one sitting.
+ * `--baseline-args="FLAGS"` adds router flags to the baseline paths; without `--baseline` the baseline is
+ * this checkout itself, so e.g. `--baseline-args="--learn-from-responses=false --calibrate-cost-model=false
+ * --request-stream-usage=false"` measures what those features cost, the same code on both sides.
  * Writes bench/results/overhead-<time>.{json,md}.
  */
 import { spawnSync } from 'node:child_process';
@@ -85,6 +88,7 @@ const { values: args } = parseArgs({
     workloads: { type: 'string', default: WORKLOADS.map((workload) => workload.id).join(',') },
     pin: { type: 'boolean', default: true },
     baseline: { type: 'string' },
+    'baseline-args': { type: 'string' },
   },
 });
 
@@ -97,6 +101,10 @@ const rounds = Number(args.rounds);
 const maxTokens = Number(args['max-tokens']);
 const model = args.model;
 const repoRoot = join(import.meta.dirname, '..', '..');
+/** Router flags for the baseline paths only (`--baseline-args="…"`, with '=': the value starts with a dash). */
+const baselineArgs = (args['baseline-args'] ?? '').split(/\s+/).filter(Boolean);
+/** The baseline's checkout: `--baseline DIR`, or this one when only `--baseline-args` is given (what a flag costs). */
+const baselineDir = args.baseline !== undefined ? resolve(args.baseline) : baselineArgs.length > 0 ? repoRoot : undefined;
 const PROXY_CORE = 0;
 const CLIENT_CORE = 1;
 
@@ -105,9 +113,9 @@ function selectedPaths(): PathId[] {
   const unknown = wanted.filter((id) => !(PATH_IDS as readonly string[]).includes(id));
   if (unknown.length > 0) throw new Error(`unknown path(s) ${unknown.join(', ')}; choose from ${PATH_IDS.join(', ')}`);
   const baselines = wanted.filter((id) => isBaselinePath(id as PathId));
-  if (args.baseline === undefined && baselines.length > 0) throw new Error(`path(s) ${baselines.join(', ')} need --baseline DIR`);
+  if (baselineDir === undefined && baselines.length > 0) throw new Error(`path(s) ${baselines.join(', ')} need --baseline DIR or --baseline-args`);
   // Direct is the reference every added latency is measured against; a baseline comes with the path it is compared with.
-  return PATH_IDS.filter((id) => id === 'direct' || wanted.includes(id) || (args.baseline !== undefined && isBaselinePath(id) && wanted.includes(BASELINE_OF[id])));
+  return PATH_IDS.filter((id) => id === 'direct' || wanted.includes(id) || (baselineDir !== undefined && isBaselinePath(id) && wanted.includes(BASELINE_OF[id])));
 }
 
 function selectedWorkloads(): Workload[] {
@@ -202,8 +210,8 @@ async function main(): Promise<void> {
   console.log('Building production bundles (npm run build)…');
   const built = spawnSync('npm', ['run', '--silent', 'build'], { cwd: join(import.meta.dirname, '..', '..'), stdio: ['ignore', 'ignore', 'inherit'] });
   if (built.status !== 0) throw new Error('npm run build failed');
-  const baseline = args.baseline === undefined ? undefined : resolve(args.baseline);
-  if (baseline !== undefined) {
+  const baseline = baselineDir;
+  if (baseline !== undefined && baseline !== repoRoot) {
     if (!existsSync(join(baseline, 'node_modules'))) throw new Error(`--baseline ${baseline}: no node_modules there; run npm ci in it first`);
     console.log(`Building the baseline's bundles in ${baseline} (${baselineCommit(baseline)}) …`);
     const builtBaseline = spawnSync('npm', ['run', '--silent', 'build'], { cwd: baseline, stdio: ['ignore', 'ignore', 'inherit'] });
@@ -268,13 +276,14 @@ async function main(): Promise<void> {
       return redis;
     };
     targets.set('direct', { path: 'direct', url: simUrl });
+    const baselineExtraArgs = baselineArgs.length > 0 ? { extraArgs: baselineArgs } : {};
     const starters: Record<Exclude<PathId, 'direct'>, () => Promise<ProxyProcess>> = {
       bare: () => startBareProxyProcess(simUrl, coreOption),
       kvroute: () => startRouterProcess(simUrl, coreOption),
-      'kvroute-baseline': () => startRouterProcess(simUrl, { ...coreOption, checkout: baseline }),
+      'kvroute-baseline': () => startRouterProcess(simUrl, { ...coreOption, checkout: baseline, ...baselineExtraArgs }),
       'kvroute-redis': async () => startRouterProcess(simUrl, { ...coreOption, redisUrl: (await privateRedis()).url }),
       // Database 1: the two routers' keys never meet, and the one redis-server's CPU is measured for both.
-      'kvroute-redis-baseline': async () => startRouterProcess(simUrl, { ...coreOption, checkout: baseline, redisUrl: `${(await privateRedis()).url}/1` }),
+      'kvroute-redis-baseline': async () => startRouterProcess(simUrl, { ...coreOption, checkout: baseline, redisUrl: `${(await privateRedis()).url}/1`, ...baselineExtraArgs }),
       // Keys and limits on (issue 14): every request is looked up (cached) and admitted by admit-tenant.lua, in database 2.
       'kvroute-redis-keys': async () => startRouterProcess(simUrl, { ...coreOption, redisUrl: `${(await privateRedis()).url}/2`, extraArgs: keysArgs() }),
       haproxy: async () => {
@@ -331,7 +340,7 @@ async function main(): Promise<void> {
     const table = resultsTable(results, rate);
     const targetTable = targetsTable(results);
     const againstBaseline = baseline === undefined ? undefined : baselineTable(results);
-    const baselineLine = baseline === undefined ? undefined : `Baseline: the router of ${baseline} (${baselineCommit(baseline)}), measured in the same rounds next to the path it is compared with (after it in odd rounds, before it in even ones); change = this ÷ baseline − 1 (CPU per request: lower is better).`;
+    const baselineLine = baseline === undefined ? undefined : `Baseline: the router of ${baseline} (${baselineCommit(baseline)})${baselineArgs.length > 0 ? ` with ${baselineArgs.join(' ')}` : ''}, measured in the same rounds next to the path it is compared with (after it in odd rounds, before it in even ones); change = this ÷ baseline − 1 (CPU per request: lower is better).`;
     const explanation = [
       `p50/p99: median over ${rounds} interleaved paced rounds of wrk's percentile (request written → response complete, the whole stream for SSE). Added = the path's − the direct path's, at ${rate} req/s, ms.`,
       `Targets (reported, not enforced): kvroute added p50 ≤ ${TARGETS.addedP50VsBare}× the bare proxy's, kvroute added p99 ≤ ${TARGETS.addedP99Ms} ms, kvroute max rate ≥ ${TARGETS.maxRateVsBare}× the bare proxy's; kvroute with Redis added p50 ≤ ${TARGETS.redisAddedP50Ms} ms at ${rate} req/s (kvroute + Redis − kvroute: what Redis state costs over local state).`,
@@ -361,7 +370,7 @@ async function main(): Promise<void> {
       redis: benchRedis ? { source: benchRedis.redis.source, port: benchRedis.redis.port, pid: benchRedis.pid ?? null, placement: benchRedis.placement, version: toolVersion('redis-server', ['--version']) ?? null } : null,
       otherCpuCoresAtStart: busyBefore ?? null,
     };
-    const config = { rate, seconds, rounds, warmupSeconds, pacedConnections, pacedDelayMs: pacingDelayMs(rate, pacedConnections), maxConnections, maxTokens, model, paths, workloads, pinned, baseline: baseline === undefined ? null : { dir: baseline, commit: baselineCommit(baseline) } };
+    const config = { rate, seconds, rounds, warmupSeconds, pacedConnections, pacedDelayMs: pacingDelayMs(rate, pacedConnections), maxConnections, maxTokens, model, paths, workloads, pinned, baseline: baseline === undefined ? null : { dir: baseline, commit: baselineCommit(baseline), args: baselineArgs } };
     const outDir = join(repoRoot, 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
     const stamp = startedAt.toISOString().replaceAll(':', '-').slice(0, 19);
