@@ -1,7 +1,10 @@
+import type { ChatCompletionRequest, ChatMessage } from '@kvroute/protocols';
 import { describe, expect, it } from 'vitest';
-import { hashRoutingText } from './block-hasher';
+import { hashRoutingText, routedTextUnits } from './block-hasher';
+import { buildRoutingRequest } from './routing-request';
+import { renderRoutingText } from './routing-text';
 
-const plain = (text: string, contextEndOffset = 0) => ({ text, contextEndOffset });
+const plain = (text: string, contextEndOffset = 0) => ({ chunks: [text], contextEndOffset });
 const ascii = (length: number, seed = 0) => Array.from({ length }, (_v, i) => String.fromCharCode(97 + ((i * 7 + seed) % 26))).join('');
 
 describe('hashRoutingText', () => {
@@ -115,5 +118,36 @@ describe('hashRoutingText with maxBlocks', () => {
   it('rejects a cap that is not an integer ≥ 1', () => {
     expect(() => hashRoutingText(plain('x'), 8, 0)).toThrow(RangeError);
     expect(() => hashRoutingText(plain('x'), 8, 2.5)).toThrow(RangeError);
+  });
+});
+
+describe('hashRoutingText over a rendering in pieces', () => {
+  /** A conversation past 128 KB: non-ASCII, surrogate pairs, an escaped separator, one value longer than a piece. */
+  function longChat(totalBytes: number, seed: number): ChatCompletionRequest {
+    const messages: ChatMessage[] = [{ role: 'system', content: `Système 🚀 \u001e ${'x'.repeat(300)}` }];
+    for (let size = 0, turn = 0; size < totalBytes; turn++) {
+      const content = `turn ${turn} ${seed} é ü 🚀 ${'word '.repeat(200 + (turn % 7))}`;
+      messages.push({ role: turn % 2 ? 'assistant' : 'user', content });
+      size += content.length;
+    }
+    messages.push({ role: 'user', content: `${'B'.repeat(140 * 1024)} end 🚀` });
+    return { model: 'm', messages, max_tokens: 16 };
+  }
+
+  it('hashes exactly as the joined text, whatever the cap (the pieces never split a character)', () => {
+    for (const [kb, maxBlocks] of [[10, 2048], [200, 2048], [200, 300], [600, 2048], [600, 7]] as const) {
+      const rendered = renderRoutingText(longChat(kb * 1024, kb), { maxUnits: routedTextUnits(maxBlocks, 256) });
+      expect(rendered.chunks.length).toBeGreaterThan(rendered.units > 20_000 ? 1 : 0);
+      expect(rendered.units).toBe(rendered.text.length);
+      const joined = { chunks: [rendered.text], contextEndOffset: rendered.contextEndOffset, omittedBytes: rendered.omittedBytes };
+      expect(hashRoutingText(rendered, 256, maxBlocks)).toEqual(hashRoutingText(joined, 256, maxBlocks));
+    }
+  });
+
+  it('keeps the hashes of earlier versions (replicas of two versions must agree during a rolling upgrade)', () => {
+    // Figures computed by the single-string implementation this replaced (60c9993), on the same body.
+    const request = buildRoutingRequest(longChat(200 * 1024, 200), { blockSizeBytes: 256 });
+    expect([request.blockHashes.length, request.textBytes, request.contextBlocks, request.headHash]).toEqual([1378, 353_019, 818, 7_304_932_293_665_390]);
+    expect(request.blockHashes.reduce((folded, hash) => (folded * 31 + hash) % 1e15, 0)).toBe(272_601_509_908_728);
   });
 });

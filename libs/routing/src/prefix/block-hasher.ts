@@ -9,10 +9,10 @@
  * with the block length (`hashBytes53`). Only full blocks get hashes: a partial trailing block
  * would change as the conversation grows, so it can never be matched by a later turn.
  *
- * Cost: this runs on every request (10–40 KB bodies). One uninitialised byte buffer per call,
- * encoded natively, no allocation per block; words are read through a DataView (explicit
- * little-endian, so hashes are equal on every platform). Measured on Node 20 (see README): ≈ 11 µs
- * per 10 KB of ASCII, ≈ 16 µs when the text holds non-ASCII characters (slower native encoding).
+ * Cost: this runs on every request (10–40 KB bodies, agents' histories of 100 KB and more). The
+ * rendering's pieces are encoded natively into one byte buffer kept between calls (`encodeBuffer`),
+ * no allocation per block; words are read through a DataView (explicit little-endian, so hashes are
+ * equal on every platform). Figures (Node 20) in libs/routing/README.md.
  */
 
 import { Buffer } from 'node:buffer';
@@ -35,7 +35,7 @@ export interface HashedRoutingText {
 }
 
 /** Bytes past the kept blocks worth encoding: a character straddling their end (UTF-8: at most 4 bytes) must not stop the encoder short of it. */
-const STRADDLE_BYTES = 3;
+export const STRADDLE_BYTES = 3;
 
 /**
  * How much of the routing text `hashRoutingText` reads for `maxBlocks` blocks, in UTF-16 units (each at
@@ -51,49 +51,134 @@ export function assertBlockSize(blockSizeBytes: number): void {
   }
 }
 
+/** What `hashRoutingText` reads of a rendering (`RenderedRoutingText`): its pieces, in order, and where its last message starts. */
+export type RoutedText = Pick<RenderedRoutingText, 'chunks' | 'contextEndOffset' | 'omittedBytes'>;
+
+function assertMaxBlocks(maxBlocks: number): void {
+  if (!(maxBlocks >= 1) || (Number.isFinite(maxBlocks) && !Number.isInteger(maxBlocks))) throw new RangeError(`maxBlocks must be an integer >= 1, got ${maxBlocks}`);
+}
+
 /**
  * Encodes, cuts and chain-hashes a rendered routing text. `blockSizeBytes`: integer ≥ 1 (multiples of
  * 4 are fastest). `maxBlocks` (default: no limit): only the first that many blocks are encoded and
  * hashed, so a huge prompt costs a bounded time here and in the state store; `textBytes` is still the
- * whole text's length (prefill estimates need it), `contextBlocks` at most the blocks kept.
+ * whole text's length (prefill estimates need it), `contextBlocks` at most the blocks kept. The same
+ * hashes as rendering straight into a `RoutingTextEncoder` (the request path).
  */
-export function hashRoutingText(rendered: RenderedRoutingText, blockSizeBytes: number, maxBlocks: number = Number.POSITIVE_INFINITY): HashedRoutingText {
+export function hashRoutingText(rendered: RoutedText, blockSizeBytes: number, maxBlocks: number = Number.POSITIVE_INFINITY): HashedRoutingText {
   assertBlockSize(blockSizeBytes);
-  if (!(maxBlocks >= 1) || (Number.isFinite(maxBlocks) && !Number.isInteger(maxBlocks))) throw new RangeError(`maxBlocks must be an integer >= 1, got ${maxBlocks}`);
-  const { text, contextEndOffset } = rendered;
-  // Bytes worth encoding: the kept blocks, plus up to 3 more so that a character straddling their end
-  // does not stop the encoder short of it (Buffer.write writes whole characters only).
-  const keptBytes = maxBlocks * blockSizeBytes;
+  assertMaxBlocks(maxBlocks);
+  const { chunks, contextEndOffset } = rendered;
+  let units = 0;
+  for (const chunk of chunks) units += chunk.length;
   // A UTF-16 code unit never takes more than 3 UTF-8 bytes (a surrogate pair: 2 units → 4 bytes).
-  const capacity = Math.min(text.length * 3, keptBytes + STRADDLE_BYTES);
-  // Uninitialised memory is fine: only the bytes written below are ever read. (allocUnsafe skips
-  // zero-filling, ~2 µs per 10 KB; it may hand out a slice of Node's shared pool, hence byteOffset.)
-  const bytes = Buffer.allocUnsafe(capacity);
-  let contextBytes = 0;
-  let textBytes: number;
-  let encodedBytes: number;
-  if (capacity < text.length * 3) {
-    // A long text: measure it (native, no copy), encode only its head.
-    textBytes = Buffer.byteLength(text, 'utf8') + (rendered.omittedBytes ?? 0);
-    contextBytes = contextEndOffset > 0 ? Buffer.byteLength(text.slice(0, contextEndOffset), 'utf8') : 0;
-    encodedBytes = bytes.write(text, 0, capacity, 'utf8');
-  } else if (contextEndOffset > 0) {
-    // Encode in two parts to learn the byte offset of the last message without a second pass.
-    contextBytes = bytes.write(text.slice(0, contextEndOffset), 0, 'utf8');
-    encodedBytes = contextBytes + bytes.write(text.slice(contextEndOffset), contextBytes, 'utf8');
-    textBytes = encodedBytes + (rendered.omittedBytes ?? 0);
-  } else {
-    encodedBytes = bytes.write(text, 0, 'utf8');
-    textBytes = encodedBytes + (rendered.omittedBytes ?? 0);
+  const encoder = new RoutingTextEncoder(Math.min(units * 3, maxBlocks * blockSizeBytes + STRADDLE_BYTES));
+  let unitsBefore = 0;
+  for (const chunk of chunks) {
+    const unitsAfter = unitsBefore + chunk.length;
+    if (contextEndOffset > unitsBefore && contextEndOffset < unitsAfter) {
+      encoder.piece(chunk.slice(0, contextEndOffset - unitsBefore), false);
+      encoder.contextEnds();
+      encoder.piece(chunk.slice(contextEndOffset - unitsBefore), false);
+    } else {
+      encoder.piece(chunk, false);
+      if (contextEndOffset > 0 && contextEndOffset === unitsAfter) encoder.contextEnds();
+    }
+    unitsBefore = unitsAfter;
   }
-  const view = new DataView(bytes.buffer, bytes.byteOffset, encodedBytes);
-  const blockCount = Math.min(Math.floor(encodedBytes / blockSizeBytes), maxBlocks);
-  const blockHashes = new Array<BlockHash>(blockCount);
-  let previous = CHAIN_SEED;
-  for (let block = 0, start = 0; block < blockCount; block++, start += blockSizeBytes) {
-    previous = hashBytes53(view, start, blockSizeBytes, previous);
-    blockHashes[block] = previous;
+  return encoder.hash(blockSizeBytes, maxBlocks, rendered.omittedBytes ?? 0);
+}
+
+/**
+ * A `RoutingTextSink` that encodes a rendering's pieces as UTF-8 as they come, up to `capacity` bytes
+ * (whole characters only), counting the bytes of every piece, kept or not; then `hash` cuts and
+ * chain-hashes what it kept. The request path renders straight into one (routing-request.ts), so no
+ * string of the whole text is ever built: one of 128 KB or more is a large-object allocation for V8,
+ * which made a 128 KB prompt cost ~0.6 ms here (libs/routing/README.md).
+ *
+ * Pieces that surely fit (3 bytes per unit at most) are written without measuring them first; the
+ * format's own ASCII (tags, separators: a few bytes each) is copied byte by byte, cheaper than a native
+ * call. The bytes go into a buffer kept between calls (`encodeBuffer`).
+ */
+export class RoutingTextEncoder {
+  /** Bytes written. */
+  private encodedBytes = 0;
+  /** UTF-8 bytes of every piece given, whether or not it was kept. */
+  private textBytes = 0;
+  /** Bytes before the last message (contextEnds). */
+  private contextBytes = 0;
+  private full = false;
+  private bytes: Buffer;
+
+  /** `capacity`: most bytes kept (the blocks hashed, plus STRADDLE_BYTES). */
+  constructor(private readonly capacity: number) {
+    this.bytes = encodeBuffer(Math.min(capacity, INITIAL_BUFFER_BYTES));
   }
-  const headHash = blockHashes[0] ?? hashBytes53(view, 0, encodedBytes, CHAIN_SEED);
-  return { blockHashes, textBytes, contextBlocks: Math.min(Math.floor(contextBytes / blockSizeBytes), blockCount), headHash };
+
+  piece(text: string, ascii: boolean): void {
+    const room = this.capacity - this.encodedBytes;
+    if (!this.full && text.length * 3 <= room) {
+      if (this.bytes.length - this.encodedBytes < text.length * 3) this.grow(this.encodedBytes + text.length * 3);
+      const written = ascii ? this.copyAscii(text) : this.bytes.write(text, this.encodedBytes, 'utf8');
+      this.encodedBytes += written;
+      this.textBytes += written;
+      return;
+    }
+    const pieceBytes = ascii ? text.length : Buffer.byteLength(text, 'utf8');
+    this.textBytes += pieceBytes;
+    if (this.full) return;
+    if (this.bytes.length < this.capacity) this.grow(this.capacity);
+    this.encodedBytes += this.bytes.write(text, this.encodedBytes, room, 'utf8');
+    if (pieceBytes > room) this.full = true;
+  }
+
+  contextEnds(): void {
+    this.contextBytes = this.textBytes;
+  }
+
+  /** Cuts what was kept into blocks and chain-hashes them; `omittedBytes`: UTF-8 bytes of the text never given (the renderer's count). */
+  hash(blockSizeBytes: number, maxBlocks: number, omittedBytes: number): HashedRoutingText {
+    const { bytes, encodedBytes } = this;
+    const view = new DataView(bytes.buffer, bytes.byteOffset, encodedBytes);
+    const blockCount = Math.min(Math.floor(encodedBytes / blockSizeBytes), maxBlocks);
+    const blockHashes = new Array<BlockHash>(blockCount);
+    let previous = CHAIN_SEED;
+    for (let block = 0, start = 0; block < blockCount; block++, start += blockSizeBytes) {
+      previous = hashBytes53(view, start, blockSizeBytes, previous);
+      blockHashes[block] = previous;
+    }
+    const headHash = blockHashes[0] ?? hashBytes53(view, 0, encodedBytes, CHAIN_SEED);
+    return { blockHashes, textBytes: this.textBytes + omittedBytes, contextBlocks: Math.min(Math.floor(this.contextBytes / blockSizeBytes), blockCount), headHash };
+  }
+
+  private copyAscii(text: string): number {
+    const { bytes } = this;
+    let at = this.encodedBytes;
+    for (let index = 0; index < text.length; index++) bytes[at++] = text.charCodeAt(index);
+    return text.length;
+  }
+
+  /** A buffer of at least `bytes` (at most `capacity`), with what was written so far. */
+  private grow(bytes: number): void {
+    const larger = encodeBuffer(Math.min(this.capacity, Math.max(bytes, 2 * this.bytes.length)));
+    if (larger !== this.bytes) this.bytes.copy(larger, 0, 0, this.encodedBytes);
+    this.bytes = larger;
+  }
+}
+
+/** Encode buffers up to this size are kept for the next call; a larger one (no block cap, a test) is the call's own. */
+const KEPT_BUFFER_BYTES = 1024 * 1024;
+const INITIAL_BUFFER_BYTES = 64 * 1024;
+let keptBuffer: Buffer | null = null;
+
+/**
+ * A buffer of at least `bytes` to encode into. One is kept and reused by every call: a fresh one per request cost more than hashing it
+ * (its pages are new to the process each time, and the garbage collector tracks each). Safe to share:
+ * hashing is synchronous, nothing keeps the bytes past the call, and they are written before they are
+ * read (uninitialised memory is fine for the same reason).
+ */
+function encodeBuffer(bytes: number): Buffer {
+  if (bytes > KEPT_BUFFER_BYTES) return Buffer.allocUnsafeSlow(bytes);
+  if (keptBuffer === null || keptBuffer.length < bytes) keptBuffer = Buffer.allocUnsafeSlow(Math.min(KEPT_BUFFER_BYTES, Math.max(bytes, 2 * (keptBuffer?.length ?? 0))));
+  return keptBuffer;
 }

@@ -1,7 +1,7 @@
 import type { ChatCompletionRequest, CompletionRequest } from '@kvroute/protocols';
 import type { RoutingRequest } from '../types';
-import { hashRoutingText, routedTextUnits } from './block-hasher';
-import { renderRoutingText } from './routing-text';
+import { assertBlockSize, RoutingTextEncoder, routedTextUnits, STRADDLE_BYTES } from './block-hasher';
+import { renderRoutingTextInto } from './routing-text';
 
 /**
  * Blocks of a request that are hashed and routed on by default: 128 k tokens' worth at 4 bytes per
@@ -25,9 +25,12 @@ export interface RoutingRequestOptions {
  */
 export function buildRoutingRequest(body: ChatCompletionRequest | CompletionRequest, options: RoutingRequestOptions): RoutingRequest {
   const maxBlocks = options.maxBlocks ?? DEFAULT_MAX_ROUTED_BLOCKS;
-  // Render only what the hasher reads of the kept blocks, measure the rest.
-  const rendered = renderRoutingText(body, { maxUnits: routedTextUnits(maxBlocks, options.blockSizeBytes) });
-  const hashed = hashRoutingText(rendered, options.blockSizeBytes, maxBlocks);
+  assertBlockSize(options.blockSizeBytes);
+  if (!Number.isInteger(maxBlocks) || maxBlocks < 1) throw new RangeError(`maxBlocks must be an integer >= 1, got ${maxBlocks}`);
+  // Rendered straight into bytes: only what the kept blocks need is encoded, the rest is measured.
+  const encoder = new RoutingTextEncoder(maxBlocks * options.blockSizeBytes + STRADDLE_BYTES);
+  const rendered = renderRoutingTextInto(body, encoder, { maxUnits: routedTextUnits(maxBlocks, options.blockSizeBytes) });
+  const hashed = encoder.hash(options.blockSizeBytes, maxBlocks, rendered.omittedBytes);
   const sessionKey = nonEmpty(options.sessionKey) ?? nonEmpty(body.user) ?? null;
   return {
     model: body.model,
