@@ -48,7 +48,11 @@ export const WORKLOADS: readonly Workload[] = [
   { id: 'small-sse', promptBytes: 100, stream: true },
   { id: '32k-json', promptBytes: 32 * 1024, stream: false },
   { id: '32k-sse', promptBytes: 32 * 1024, stream: true },
+  // An agent's long history (issue 15: what a 128 KB prompt costs end to end); not in the default set.
+  { id: '128k-json', promptBytes: 128 * 1024, stream: false },
 ];
+/** The workloads run when `--workloads` is not given. */
+export const DEFAULT_WORKLOAD_IDS: readonly string[] = ['small-json', 'small-sse', '32k-json', '32k-sse'];
 
 /**
  * The paced (target-rate) runs of one path, combined over rounds: percentiles are the median of the

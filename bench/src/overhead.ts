@@ -25,7 +25,7 @@
  *
  * Usage: npm run bench:overhead -- [--rate 500] [--seconds 3] [--rounds 3] [--warmup-seconds 1]
  *        [--paced-connections 50] [--max-connections 32] [--max-tokens 16]
- *        [--paths direct,bare,kvroute,kvroute-redis,haproxy] [--workloads small-json,small-sse,32k-json,32k-sse] [--no-pin]
+ *        [--paths direct,bare,kvroute,kvroute-redis,haproxy] [--workloads small-json,small-sse,32k-json,32k-sse (or 128k-json)] [--no-pin]
  *        [--baseline DIR] [--baseline-args="FLAGS"]
  *
  * `--baseline DIR`: also measure the router of another checkout (a `git worktree` of the commit before a
@@ -60,6 +60,7 @@ import {
   TARGETS,
   targetsTable,
   WORKLOADS,
+  DEFAULT_WORKLOAD_IDS,
   combinePacedRounds,
   type MaxMeasurement,
   type PacedRound,
@@ -85,7 +86,7 @@ const { values: args } = parseArgs({
     'max-tokens': { type: 'string', default: '16' },
     model: { type: 'string', default: 'bench-model' },
     paths: { type: 'string', default: PATH_IDS.join(',') },
-    workloads: { type: 'string', default: WORKLOADS.map((workload) => workload.id).join(',') },
+    workloads: { type: 'string', default: DEFAULT_WORKLOAD_IDS.join(',') },
     pin: { type: 'boolean', default: true },
     baseline: { type: 'string' },
     'baseline-args': { type: 'string' },

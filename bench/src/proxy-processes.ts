@@ -113,7 +113,7 @@ function tcpOpen(port: number): Promise<boolean> {
  * Node arguments that run an app: its production bundle from `npm run build` when present (what the
  * overhead benchmark measures, after building), else its TypeScript source under tsx (tests).
  */
-function nodeEntry(bundle: string, source: string): string[] {
+export function nodeEntry(bundle: string, source: string): string[] {
   const bundlePath = join(repoRoot, bundle);
   return existsSync(bundlePath) ? [bundlePath] : ['--import', 'tsx', join(repoRoot, source)];
 }
