@@ -1,6 +1,6 @@
 import { CALIBRATED_PARAMS, DEFAULT_MAX_ROUTED_BLOCKS, POLICY_NAMES, type CalibratedParam } from '@kvroute/routing';
 import { DEFAULT_GENERATION_LIMITS, type GenerationLimits } from '@kvroute/protocols';
-import { RECORD_BLOCKS_PER_CALL } from '@kvroute/redis-store';
+import { DEFAULT_SHORTLIST, RECORD_BLOCKS_PER_CALL } from '@kvroute/redis-store';
 import { secretOption, UPSTREAM_KEY_SOURCE_FIELDS, upstreamKeyConfigFields } from '@kvroute/platform';
 import { z } from 'zod';
 import { policyConfigFields } from './routing/policy-params';
@@ -73,6 +73,12 @@ export const RouterConfig = z.object({
     .describe(
       'Redis shared by all router replicas (unset = this replica keeps its own state in memory): redis[s]://[user:password@]host:port, or a Redis Cluster as redis[s]+cluster://[user:password@]host:port,host:port,… (seed nodes)',
     ),
+  shortlistAbove: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .default(DEFAULT_SHORTLIST.above)
+    .describe("with Redis: a pool of more backends than this decides over a shortlist (the deepest owners of the prompt's prefix, the first of its rendezvous order, the least loaded, a few spread), so a decision's Redis work does not grow with the pool; a larger value scans every backend"),
   maxBlocksPerPool: z.coerce.number().int().positive().default(1_000_000).describe('with Redis: prefix blocks remembered per model pool (LRU by generation beyond; ~105 B each)'),
   leaseTtlMs: z.coerce.number().int().min(1000).default(15_000).describe('with Redis: an in-flight lease not renewed for this long stops counting (a dead replica heals)'),
   redisTimeoutMs: z.coerce.number().int().positive().default(50).describe('with Redis: a state call slower than this makes the router route on local state (degraded)'),

@@ -32,7 +32,7 @@ export const ROUTERS_SWEEP = 'routers';
 const Scalar = z.union([z.string(), z.number(), z.boolean()]);
 
 const Cluster = z.strictObject({
-  backends: z.number().int().min(1).max(16).default(4).describe('vllm-sim backends'),
+  backends: z.number().int().min(1).max(128).default(4).describe('vllm-sim backends (one process each: 64 take ~3 GB)'),
   profile: z.string().default('a100-7b').describe('vllm-sim timing and KV profile (apps/vllm-sim profiles)'),
   timeScale: z.number().positive().default(1).describe('simulated time runs this many times faster than wall time'),
   sim: z.record(z.string(), Scalar).default({}).describe('extra vllm-sim config keys (camelCase), e.g. numGpuBlocks'),

@@ -6,6 +6,7 @@ import {
   engineWaiting,
   estimatePrefillTokens,
   rendezvousOrder,
+  hashString53,
   type AtomicOutcome,
   type AtomicRouteInput,
   type AtomicRule,
@@ -44,7 +45,21 @@ export interface RedisRoutingStateOptions {
   readonly minEvidenceAgeMs?: number;
   /** Corrections: the longest retention learned (default: the idle TTL, or a day without one). */
   readonly maxRetentionMs?: number;
+  /**
+   * Pools of more backends than this decide over a shortlist (`DEFAULT_SHORTLIST`), not every backend,
+   * so a decision's cost does not grow with the pool (default 32; Infinity: never).
+   */
+  readonly shortlistAbove?: number;
 }
+
+/**
+ * Who takes part in a big pool's decision (route.lua ARGV[17]): the backends with entries on the
+ * chain's deepest recorded blocks (found by the script in the owner index), and the caller's picks:
+ * the first of the request's rendezvous order (where a cold prompt goes), the least loaded as this
+ * replica last saw them (its view is refreshed by every reply), and a few more spread by the lease id
+ * (so every backend's load is read now and then). The rule then runs over them as over a whole pool.
+ */
+export const DEFAULT_SHORTLIST = { above: 32, owners: 8, rendezvous: 4, leastLoaded: 4, spread: 2 } as const;
 
 /**
  * New blocks one script call records at most (~1 ms of Redis on the machines we measure; a 2,048-block
@@ -137,6 +152,7 @@ export class RedisRoutingState implements RoutingStateStore {
       request: { textBytes: 0, blockSizeBytes: 0, maxTokens: null },
       prefillTokens: Math.max(0, Math.round(prefillTokens)),
       record: blockHashes.length > 0,
+      shortlist: null,
     });
     if (reply.chosen === 1) await this.recordRestOfTaken(pool, backendId, blockHashes, reply.recordedTo);
     return reply.chosen === 1;
@@ -162,12 +178,46 @@ export class RedisRoutingState implements RoutingStateStore {
       // Least-loaded reads no depths: its lease carries the whole prompt, as on the snapshot path.
       prefillTokens: estimatePrefillTokens(request, 0),
       record: input.recordOwnership && input.blockHashes.length > 0,
+      shortlist: rule.kind === 'cost' && backends.length > (this.options.shortlistAbove ?? DEFAULT_SHORTLIST.above) ? this.shortlistPicks(input.pool, backends, ranks, input.leaseId) : null,
     });
-    const candidates: Candidate[] = backends.map((backend, index) => ({ backend, ...(reply.figures[index] as Figures), engine: input.engine?.get(backend.id) ?? null }));
+    // The participants, in configuration order: every backend, or the shortlist's.
+    const candidates: Candidate[] = reply.participants.map((index, participant) => {
+      const backend = backends[index] as (typeof backends)[number];
+      return { backend, ...(reply.figures[participant] as Figures), engine: input.engine?.get(backend.id) ?? null };
+    });
     const chosen = reply.chosen - 1;
-    if (input.recordOwnership) await this.recordRestOfTaken(input.pool, (backends[chosen] as { id: string }).id, input.blockHashes, reply.recordedTo);
+    if (input.recordOwnership) await this.recordRestOfTaken(input.pool, (candidates[chosen] as Candidate).backend.id, input.blockHashes, reply.recordedTo);
     if (rule.kind === 'least-loaded') return { kind: 'least-loaded', candidates, chosen, reason: 'least-loaded' };
-    return { kind: 'cost', candidates, chosen, reason: costReason(reply.reason), valveLifted: reply.valveLifted, lines: costLines(reply.lines, backends.length) };
+    return { kind: 'cost', candidates, chosen, reason: costReason(reply.reason), valveLifted: reply.valveLifted, lines: costLines(reply.lines, candidates.length) };
+  }
+
+  /**
+   * The caller's part of a big pool's shortlist (DEFAULT_SHORTLIST), as indices into `backends`: the
+   * first of the rendezvous order, the least loaded by this replica's last view of the pool (backends
+   * it has not seen yet count as idle), and a few spread by the lease id. The script adds the deepest
+   * owners. O(backends) here, in the router, where it is spread over replicas; O(1) in Redis.
+   */
+  private shortlistPicks(pool: string, backends: readonly { readonly id: BackendId }[], ranks: ReadonlyMap<BackendId, number>, leaseId: string): { owners: number; picks: number[] } {
+    const picks = new Set<number>();
+    const byRank = backends.map((backend, index) => ({ index, rank: ranks.get(backend.id) ?? Number.POSITIVE_INFINITY })).sort((a, b) => a.rank - b.rank);
+    for (const { index } of byRank.slice(0, DEFAULT_SHORTLIST.rendezvous)) picks.add(index);
+    const seen = this.inflightSeen.get(pool);
+    const byLoad = backends.map((backend, index) => ({ index, inflight: seen?.get(backend.id) ?? 0 })).sort((a, b) => a.inflight - b.inflight || a.index - b.index);
+    let added = 0;
+    for (const { index } of byLoad) {
+      if (added === DEFAULT_SHORTLIST.leastLoaded) break;
+      if (!picks.has(index)) {
+        picks.add(index);
+        added++;
+      }
+    }
+    // Spread by the lease id (random per request, never the client's): every backend's load is read now and then.
+    let spread = hashString53(leaseId);
+    for (let count = 0; count < DEFAULT_SHORTLIST.spread; count++) {
+      picks.add(spread % backends.length);
+      spread = Math.floor(spread / backends.length) + count + 1;
+    }
+    return { owners: DEFAULT_SHORTLIST.owners, picks: [...picks] };
   }
 
   /** Runs route.lua: one decision (or, for 'fixed', one conditional reservation) in one round trip. */
@@ -175,7 +225,7 @@ export class RedisRoutingState implements RoutingStateStore {
     for (const candidate of call.candidates) this.requireIndexableId(candidate.id);
     const keys = this.keys(pool);
     const { rule, request } = call;
-    const args: (string | number)[] = [
+    const args: (string | number | Buffer)[] = [
       this.options.nowMs(),
       keys.prefix,
       this.options.blockIdleTtlMs,
@@ -191,14 +241,15 @@ export class RedisRoutingState implements RoutingStateStore {
       call.prefillTokens,
       rule.kind === 'fixed' ? rule.maxInflight : 0,
       packBlockHashes(call.blockHashes),
-      // Numbers as JavaScript prints them: the script's JSON decoder reads back the same doubles.
-      JSON.stringify(call.candidates.flatMap((candidate) => [candidate.weight, candidate.rank, candidate.waiting, candidate.freeTokens])),
+      packFigures(call.candidates),
+      call.shortlist === null ? '' : `${call.shortlist.owners};${call.shortlist.picks.map((index) => index + 1).join(',')}`,
     ];
-    for (const candidate of call.candidates) args.push(candidate.id);
+    args.push(...packIds(call.candidates.map((candidate) => candidate.id)));
     const reply = await runScript(this.redis, SCRIPTS.route, [keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending, keys.ownersNew, keys.ownersOld, keys.generation], args, 'buffers');
     const decoded = decodeRouteReply(reply, call.candidates.length);
-    decoded.figures.forEach((figures, index) => this.sawInflight(pool, (call.candidates[index] as RouteCandidate).id, figures.inflight));
-    if (decoded.chosen > 0) this.sawInflight(pool, (call.candidates[decoded.chosen - 1] as RouteCandidate).id, decoded.inflightAfter);
+    const idOf = (participant: number): BackendId => (call.candidates[decoded.participants[participant] as number] as RouteCandidate).id;
+    decoded.figures.forEach((figures, participant) => this.sawInflight(pool, idOf(participant), figures.inflight));
+    if (decoded.chosen > 0) this.sawInflight(pool, idOf(decoded.chosen - 1), decoded.inflightAfter);
     return decoded;
   }
 
@@ -380,12 +431,14 @@ interface RouteCall {
   /** The lease's prefill tokens, for the rules that read no depths ('fixed', 'least-loaded'). */
   readonly prefillTokens: number;
   readonly record: boolean;
+  /** Only these candidates (0-based) and `owners` deepest owners take part; null: every candidate. */
+  readonly shortlist: { readonly owners: number; readonly picks: readonly number[] } | null;
 }
 
 /** A candidate's figures as route.lua read them. */
 type Figures = Pick<Candidate, 'inflight' | 'matchBlocks' | 'pendingPrefillTokens' | 'matchRecordedAtMs'>;
 
-const ROUTE_REPLY_HEADER = 6;
+const ROUTE_REPLY_HEADER = 7;
 
 interface RouteReply {
   /** 1-based; 0 = a 'fixed' conflict. */
@@ -397,29 +450,40 @@ interface RouteReply {
   readonly lines: Buffer;
   /** When recording: the leading blocks the chosen backend now holds in the current generation. */
   readonly recordedTo: number;
+  /** The candidates (0-based, ascending) that took part; `chosen` and `figures` are theirs. */
+  readonly participants: readonly number[];
   readonly figures: readonly Figures[];
 }
 
 /** route.lua's reply (see its header): 6 header fields, then 4 integers per candidate. */
-function decodeRouteReply(reply: unknown, candidateCount: number): RouteReply {
-  const length = ROUTE_REPLY_HEADER + 4 * candidateCount;
+function decodeRouteReply(reply: unknown, candidateTotal: number): RouteReply {
   const bad = (expected: string) => new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.route.name, `route.lua returned an unexpected reply: ${expected}`);
-  if (!Array.isArray(reply) || reply.length !== length) throw bad(`expected ${length} values`);
-  const [chosen, inflightAfter, reason, valveLifted, lines, recordedTo] = reply as unknown[];
+  if (!Array.isArray(reply) || reply.length < ROUTE_REPLY_HEADER) throw bad(`expected at least ${ROUTE_REPLY_HEADER} values`);
+  const [chosen, inflightAfter, reason, valveLifted, lines, recordedTo, positions] = reply as unknown[];
   if (!Number.isInteger(chosen) || !Number.isInteger(inflightAfter) || !Number.isInteger(valveLifted) || !Number.isInteger(recordedTo)) throw bad('non-integer header');
-  if (!Buffer.isBuffer(reason) || !Buffer.isBuffer(lines)) throw bad('reason and lines must be strings');
+  if (!Buffer.isBuffer(reason) || !Buffer.isBuffer(lines) || !Buffer.isBuffer(positions)) throw bad('reason, lines and participants must be strings');
+  const participants =
+    positions.length === 0
+      ? Array.from({ length: candidateTotal }, (_, index) => index)
+      : positions
+          .toString('latin1')
+          .split(',')
+          .map((position) => Number(position) - 1);
+  if (participants.some((index) => !Number.isInteger(index) || index < 0 || index >= candidateTotal)) throw bad(`participants ${positions.toString('latin1').slice(0, 80)} of ${candidateTotal}`);
+  const candidateCount = participants.length;
+  if (reply.length !== ROUTE_REPLY_HEADER + 4 * candidateCount) throw bad(`expected ${ROUTE_REPLY_HEADER + 4 * candidateCount} values`);
   const figures: Figures[] = [];
   for (let index = 0; index < candidateCount; index++) {
     const at = ROUTE_REPLY_HEADER + 4 * index;
     const [inflight, pendingPrefillTokens, matchBlocks, recordedAt] = [reply[at], reply[at + 1], reply[at + 2], reply[at + 3]] as unknown[];
     if (!Number.isInteger(inflight) || !Number.isInteger(pendingPrefillTokens) || !Number.isInteger(matchBlocks) || !Number.isInteger(recordedAt)) {
-      throw bad(`non-integer figures of candidate ${index + 1}`);
+      throw bad(`non-integer figures of participant ${index + 1}`);
     }
     const matchRecordedAtMs = (matchBlocks as number) > 0 && (recordedAt as number) >= 0 ? (recordedAt as number) : null;
     figures.push({ inflight: inflight as number, pendingPrefillTokens: pendingPrefillTokens as number, matchBlocks: matchBlocks as number, matchRecordedAtMs });
   }
   if ((chosen as number) < 0 || (chosen as number) > candidateCount) throw bad(`chosen ${String(chosen)} of ${candidateCount}`);
-  return { chosen: chosen as number, inflightAfter: inflightAfter as number, reason: reason.toString('utf8'), valveLifted: valveLifted === 1, lines, recordedTo: recordedTo as number, figures };
+  return { chosen: chosen as number, inflightAfter: inflightAfter as number, reason: reason.toString('utf8'), valveLifted: valveLifted === 1, lines, recordedTo: recordedTo as number, participants, figures };
 }
 
 const COST_REASONS: Readonly<Record<CostReason, true>> = { 'prefix-affinity': true, 'spilled-from-saturated': true, 'least-loaded': true, 'load-guard': true, 'cold-hash': true };
@@ -450,4 +514,32 @@ function costLines(packed: Buffer, candidateCount: number): CostLine[] {
 
 function requireInteger(name: string, value: number, min: number): void {
   if (!Number.isSafeInteger(value) || value < min) throw new RangeError(`${name} must be an integer >= ${min}, got ${value}`);
+}
+
+/** Each candidate's figures as 4 little-endian doubles (route.lua ARGV[16]): the script reads only those of the candidates that take part. */
+function packFigures(candidates: readonly RouteCandidate[]): Buffer {
+  const packed = Buffer.allocUnsafe(32 * candidates.length);
+  candidates.forEach((candidate, index) => {
+    packed.writeDoubleLE(candidate.weight, 32 * index);
+    packed.writeDoubleLE(candidate.rank, 32 * index + 8);
+    packed.writeDoubleLE(candidate.waiting, 32 * index + 16);
+    packed.writeDoubleLE(candidate.freeTokens, 32 * index + 24);
+  });
+  return packed;
+}
+
+/**
+ * The candidates' ids as route.lua takes them (ARGV[18], ARGV[19]): one LF-delimited string, and where
+ * each id starts in it (1-based, as Lua counts) followed by the end's position, as little-endian
+ * uint32. Ids are ASCII-checked by requireIndexableId (no control characters); byte offsets from UTF-8.
+ */
+function packIds(ids: readonly BackendId[]): [string, Buffer] {
+  const starts = Buffer.allocUnsafe(4 * (ids.length + 1));
+  let at = 2; // after the opening LF, 1-based
+  ids.forEach((id, index) => {
+    starts.writeUInt32LE(at, 4 * index);
+    at += Buffer.byteLength(id, 'utf8') + 1;
+  });
+  starts.writeUInt32LE(at, 4 * ids.length);
+  return [`\n${ids.join('\n')}\n`, starts];
 }

@@ -65,6 +65,7 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
       blockIdleTtlMs: config.blockIdleTtlMs,
       leaseTtlMs: config.leaseTtlMs,
       minEvidenceAgeMs: config.evictionEvidenceMinAgeMs,
+      shortlistAbove: config.shortlistAbove,
       nowMs: () => Date.now(),
     }),
     localState,

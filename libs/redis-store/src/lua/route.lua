@@ -49,20 +49,31 @@
   ARGV[13] 'least-loaded' and 'fixed': the lease's prefill tokens
   ARGV[14] 'fixed': max in-flight leases on the backend (0 = no limit)
   ARGV[15] the request's block hashes, shallowest first, packed (lib/batched.lua; '' = none)
-  ARGV[16] the candidates' figures, one JSON array of 4 numbers per candidate in configuration order:
-           weight, rendezvous rank, requests waiting in its engine (0 = unknown), its engine's free KV
-           in tokens (-1 = no limit known); the last two from the health poller, via the router
-  ARGV[17 .. 16+B]  the candidates' backend ids, in the same order (B = #ARGV - 16; 1 for 'fixed')
+  ARGV[16] the candidates' figures, 4 little-endian doubles (32 bytes) per candidate in configuration
+           order: weight, rendezvous rank, requests waiting in its engine (0 = unknown), its engine's
+           free KV in tokens (-1 = no limit known); the last two from the health poller, via the router
+  ARGV[17] the shortlist: '' = every candidate takes part; else '<owners>;<i>,<j>,…': only the
+           candidates at the 1-based positions listed (the caller's picks: rendezvous, load samples)
+           and up to <owners> backends with entries on the chain's deepest recorded blocks
+           (lib/owner-index.lua deepestOwners) take part, so the work per decision does not grow with
+           the pool (issue 15); the rule then runs over them, in configuration order
+  ARGV[18] the candidates' backend ids, in the same order, each between two LFs ('\n<id1>\n<id2>\n…\n';
+           ids hold no control characters): one argument, not B, so a big pool's ids cost Redis one
+           string, and the script reads only the ids it needs
+  ARGV[19] where each id starts in ARGV[18] (1-based), then the position of the last LF + 1: B + 1
+           little-endian uint32 (B = the candidates; 1 for 'fixed')
 
-  Returns a flat array: [1] chosen candidate (1-based; 0 = 'fixed' conflict), [2] the chosen backend's
-  leases in flight afterwards (on a conflict: its count), [3] the rule's reason ('' for 'fixed'),
-  [4] 1 when the cost rule lifted its valve, else 0, [5] 'cost': the candidates' cost lines packed
-  (lib/choose-backend.lua packCostLines: 72 bytes per candidate), else '', [6] when recording, the
-  leading blocks of the chain the chosen backend now holds in the current generation (all of them
-  unless ARGV[7] stopped it), else 0; then per candidate j: [4j+3] leases in flight, [4j+4] pending
-  prefill tokens, [4j+5] matched blocks, [4j+6] ms its deepest matched block was recorded (-1 when it
-  matches none, or the rule reads no depths), all as read before the lease was taken and before this
-  call's own recording rewrote anything (the learn stage's eviction evidence: learn.lua).
+  Returns a flat array: [1] chosen participant (1-based among those taking part; 0 = 'fixed'
+  conflict), [2] the chosen backend's leases in flight afterwards (on a conflict: its count), [3] the
+  rule's reason ('' for 'fixed'), [4] 1 when the cost rule lifted its valve, else 0, [5] 'cost': the
+  participants' cost lines packed (lib/choose-backend.lua packCostLines: 72 bytes each), else '',
+  [6] when recording, the leading blocks of the chain the chosen backend now holds in the current
+  generation (all of them unless ARGV[7] stopped it), else 0, [7] with a shortlist, the participants'
+  positions among the candidates, comma-separated, ascending; '' when every candidate took part;
+  then per participant k: [4k+4] leases in flight, [4k+5] pending prefill tokens, [4k+6] matched
+  blocks, [4k+7] ms its deepest matched block was recorded (-1 when it matches none, or the rule reads
+  no depths), all as read before the lease was taken and before this call's own recording rewrote
+  anything (the learn stage's eviction evidence: learn.lua).
 ]]
 
 --#include lib/batched.lua
@@ -82,33 +93,84 @@ local request = { textBytes = tonumber(ARGV[10]), blockSizeBytes = tonumber(ARGV
 local packedBlocks = ARGV[15]
 local blockCount = packedBlockCount(packedBlocks)
 local blockAt = packedBlockReader(packedBlocks)
-local FIRST_ID = 17
-local candidateCount = #ARGV - FIRST_ID + 1
+local idList, idStarts = ARGV[18], ARGV[19]
+local candidateTotal = #idStarts / 4 - 1
+local figuresPacked = ARGV[16]
+local unpack = struct.unpack
+-- The id of candidate j (1-based).
+local function idAt(j)
+  local from, to = unpack('<I4', idStarts, 4 * (j - 1) + 1), unpack('<I4', idStarts, 4 * j + 1)
+  return string.sub(idList, from, to - 2)
+end
+-- The position of the candidate whose id is `id`, or nil: one plain search, then a binary search of the starts.
+local function positionOf(id)
+  local at = string.find(idList, '\n' .. id .. '\n', 1, true)
+  if not at then return nil end
+  local start, low, high = at + 1, 1, candidateTotal
+  while low <= high do
+    local middle = math.floor((low + high) / 2)
+    local value = unpack('<I4', idStarts, 4 * (middle - 1) + 1)
+    if value == start then return middle elseif value < start then low = middle + 1 else high = middle - 1 end
+  end
+  return nil
+end
 
 -- 1. Expired leases.
 purgeExpiredLeases(prefix, KEYS[2], KEYS[3], KEYS[4], now)
 
--- 2. Figures.
--- One JSON argument for the numbers (one decode, not a string and a tonumber per figure).
-local figures = cjson.decode(ARGV[16])
+-- The owner index, before the participants are known: its forget thresholds are filled in below,
+-- before anything reads them (index.depths, index.record).
+local thresholds = { lookup = {}, record = {} }
+local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, thresholds)
+
+-- 2. Who takes part: every candidate, or the shortlist (the caller's picks and the deepest owners).
+local positions = {}
+local shortlist = ARGV[17]
+if shortlist == '' then
+  for j = 1, candidateTotal do positions[j] = j end
+else
+  local separator = string.find(shortlist, ';', 1, true)
+  local ownersWanted = tonumber(string.sub(shortlist, 1, separator - 1))
+  local taking = {}
+  for position in string.gmatch(string.sub(shortlist, separator + 1), '%d+') do
+    local j = tonumber(position)
+    if j >= 1 and j <= candidateTotal then taking[j] = true end
+  end
+  if rule == 'cost' and ownersWanted > 0 then
+    for _, id in ipairs(index.deepestOwners(ownersWanted)) do
+      local j = positionOf(id)
+      if j then taking[j] = true end
+    end
+  end
+  for j in pairs(taking) do positions[#positions + 1] = j end
+  table.sort(positions)
+  -- Nothing valid picked (a caller's bug): every candidate, as without a shortlist.
+  if #positions == 0 then
+    for j = 1, candidateTotal do positions[j] = j end
+  end
+end
+local candidateCount = #positions
+
+-- 3. Figures of those taking part.
 local candidates, ids = {}, {}
-for j = 1, candidateCount do
-  local at = 4 * (j - 1)
-  local id = ARGV[FIRST_ID + j - 1]
-  ids[j] = id
-  candidates[j] = { id = id, weight = figures[at + 1], rank = figures[at + 2], waiting = figures[at + 3], freeTokens = figures[at + 4] }
+for k = 1, candidateCount do
+  local j = positions[k]
+  local id = idAt(j)
+  local weight, rank, waiting, freeTokens = unpack('<dddd', figuresPacked, 32 * (j - 1) + 1)
+  ids[k] = id
+  candidates[k] = { id = id, weight = weight, rank = rank, waiting = waiting, freeTokens = freeTokens }
 end
 -- Forget marks are rare: skip reading them when there are none.
 local marks = {}
 if redis.call('HLEN', KEYS[1]) > 0 then marks = hmgetAll(KEYS[1], ids) end
 local inflight = hmgetAll(KEYS[3], ids)
 local pending = hmgetAll(KEYS[4], ids)
-local thresholds = forgetThresholds(ids, marks, now)
+local found = forgetThresholds(ids, marks, now)
+thresholds.lookup, thresholds.record = found.lookup, found.record
 for j, c in ipairs(candidates) do
   c.inflight = tonumber(inflight[j]) or 0
   c.pending = tonumber(pending[j]) or 0
 end
-local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, thresholds)
 -- Only the cost rule reads match depths ('fixed' was decided on a snapshot that had them).
 local depths, matchRecordedAt = {}, {}
 if rule == 'cost' then depths, matchRecordedAt = index.depths(ids) end
@@ -116,12 +178,12 @@ for _, c in ipairs(candidates) do
   c.depth = depths[c.id] or 0
 end
 
-local result = { 0, 0, '', 0, '', 0 }
+local result = { 0, 0, '', 0, '', 0, shortlist == '' and '' or table.concat(positions, ',') }
 for j, c in ipairs(candidates) do
-  result[4 * j + 3], result[4 * j + 4], result[4 * j + 5], result[4 * j + 6] = c.inflight, c.pending, c.depth, matchRecordedAt[c.id] or -1
+  result[4 * j + 4], result[4 * j + 5], result[4 * j + 6], result[4 * j + 7] = c.inflight, c.pending, c.depth, matchRecordedAt[c.id] or -1
 end
 
--- 3. Rule.
+-- 4. Rule.
 local chosen, tokens
 if rule == 'cost' then
   local p = cjson.decode(ARGV[9])
@@ -144,11 +206,11 @@ else
 end
 local c = candidates[chosen]
 
--- 4. Lease.
+-- 5. Lease.
 result[1] = chosen
 result[2] = takeLease(prefix .. 'prefill:' .. c.id, KEYS[2], KEYS[3], KEYS[4], c.id, leaseId, tokens, leaseTtl, now)
 
--- 5. Ownership.
+-- 6. Ownership.
 if recordAtMost > 0 and blockCount > 0 then
   local turned = rotateGenerations(KEYS[5], KEYS[6], KEYS[7], now, idleTtl, cap)
   if turned then

@@ -39,7 +39,7 @@ export interface DecideInput {
 export interface DecideResult {
   /** Routed: the lease `leaseId` is held on `backendId`. Rejected: nothing was taken. */
   readonly decision: RoutingDecision;
-  /** The figures the decision was made on, in the order of `DecideInput.backends`. */
+  /** The figures the decision was made on, in the order of `DecideInput.backends` (a big pool on the Redis store: only the shortlist that took part). */
   readonly candidates: readonly Candidate[];
   /**
    * Backends whose lease was refused, one entry per refusal: the decision was made on a snapshot and

@@ -61,6 +61,8 @@ end
 -- the number of candidates and blocks: on the machines we measure, a script's cost is its commands
 -- and its Lua steps, not the bytes it reads.
 local LADDER_RUNGS = 16
+-- Bytes of an owner list's end parsed per owner wanted (index.deepestOwners): an entry is \1<id>\2<13-digit ms>.
+local OWNER_TAIL_BYTES = 96
 
 local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
   local raw = { [newKey] = {}, [oldKey] = {} }
@@ -174,6 +176,43 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
       end
     end
     return depths
+  end
+
+  -- Up to `limit` distinct backends with entries on the chain's deepest recorded blocks, for a
+  -- decision's shortlist (route.lua): the ladder's rungs from the deepest down, in each the entries of
+  -- `new` then `old`, the most recently recorded first (recording appends). Entries are not judged
+  -- here (forget marks, retention): index.depths does that for whoever is picked. Bounded whatever the
+  -- pool's size: the ladder is read once (depths reuses it), and of each owner list only its last
+  -- `limit` × OWNER_TAIL_BYTES bytes are parsed (an entry cut by that is skipped).
+  function index.deepestOwners(limit)
+    local owners, seen = {}, {}
+    if blockCount == 0 or limit <= 0 then return owners end
+    local step = math.max(1, math.ceil(blockCount / LADDER_RUNGS))
+    local rungs = {}
+    for i = 1, blockCount, step do rungs[#rungs + 1] = i end
+    if rungs[#rungs] ~= blockCount then rungs[#rungs + 1] = blockCount end
+    read(newKey, rungs)
+    read(oldKey, rungs)
+    local tailBytes = limit * OWNER_TAIL_BYTES
+    for r = #rungs, 1, -1 do
+      for _, key in ipairs({ newKey, oldKey }) do
+        local value = raw[key][rungs[r]]
+        if value then
+          local tail = #value > tailBytes and string.sub(value, -tailBytes) or value
+          local listed = {}
+          for id in string.gmatch(tail, '\1([^\1\2]*)\2') do listed[#listed + 1] = id end
+          for k = #listed, 1, -1 do
+            local id = listed[k]
+            if not seen[id] then
+              seen[id] = true
+              owners[#owners + 1] = id
+              if #owners >= limit then return owners end
+            end
+          end
+        end
+      end
+    end
+    return owners
   end
 
   -- Leading blocks of the chain each of `ids` holds, in either generation: { [id] = depth }, and
