@@ -68,6 +68,7 @@ async function main(): Promise<void> {
     }
     const after = { cpu: cpu(), scrapes: await scrapesCounted(metricsUrl) };
     const scrapes = after.scrapes - before.scrapes;
+    if (scrapes <= 0) throw new Error(`the poller counted no scrape in ${seconds} s (see its log above)`);
     const perScrape = (key: 'poller' | 'redis' | 'sims'): string => {
       const value = ((after.cpu[key] - before.cpu[key]) * 1e6) / scrapes;
       return Number.isFinite(value) ? `${Math.round(value).toLocaleString('en-US')} µs` : 'not measured (Redis is not a local redis-server)';

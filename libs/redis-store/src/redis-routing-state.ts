@@ -455,7 +455,7 @@ interface RouteReply {
   readonly figures: readonly Figures[];
 }
 
-/** route.lua's reply (see its header): 6 header fields, then 4 integers per candidate. */
+/** route.lua's reply (see its header): 7 header fields (the last: which candidates took part), then 4 integers per participant. */
 function decodeRouteReply(reply: unknown, candidateTotal: number): RouteReply {
   const bad = (expected: string) => new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.route.name, `route.lua returned an unexpected reply: ${expected}`);
   if (!Array.isArray(reply) || reply.length < ROUTE_REPLY_HEADER) throw bad(`expected at least ${ROUTE_REPLY_HEADER} values`);
@@ -531,7 +531,8 @@ function packFigures(candidates: readonly RouteCandidate[]): Buffer {
 /**
  * The candidates' ids as route.lua takes them (ARGV[18], ARGV[19]): one LF-delimited string, and where
  * each id starts in it (1-based, as Lua counts) followed by the end's position, as little-endian
- * uint32. Ids are ASCII-checked by requireIndexableId (no control characters); byte offsets from UTF-8.
+ * uint32. requireIndexableId has refused ids with control characters (an LF inside one would shift
+ * everything after it); positions are UTF-8 byte offsets, as the script counts.
  */
 function packIds(ids: readonly BackendId[]): [string, Buffer] {
   const starts = Buffer.allocUnsafe(4 * (ids.length + 1));

@@ -91,7 +91,8 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
           showsRoutingHeaders: of.showsRoutingHeaders,
           extraHeaders: of.admission?.headers ?? null,
           events: {
-            firstOutput: () => deps.learn.firstOutput(ticket, of.request.arrivedAtMs, isStreamed(of.request)),
+            // The response's framing, not the request's flag: an engine may answer either way.
+            firstOutput: (streamed) => deps.learn.firstOutput(ticket, of.request.arrivedAtMs, streamed),
             finished: (tail) => {
               release(ticket);
               deps.learn.responseEnded(ticket, tail);
@@ -141,11 +142,6 @@ function showsRoutingHeaders(mode: RoutingHeaders, identity: Identity | null): b
 function clientHopOf(request: FastifyRequest): ClientHop {
   const socket = request.raw.socket as Socket & { encrypted?: boolean };
   return { peerAddress: socket.remoteAddress ?? 'unknown', proto: socket.encrypted === true ? 'https' : 'http' };
-}
-
-/** Whether the client asked for a stream (the body was validated by parse). */
-function isStreamed(request: FastifyRequest): boolean {
-  return (request.body as { stream?: unknown } | null | undefined)?.stream === true;
 }
 
 /** The reply was handed over to the proxy; errors found before anything was sent are written here. */

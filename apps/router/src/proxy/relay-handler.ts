@@ -16,8 +16,11 @@ export type TryOutcome =
 
 /** What the relay tells the stages after it (learn, release); it knows nothing of what they do. */
 export interface RelayEvents {
-  /** The first generated output reached the client (or the response headers, for non-streaming responses). Once at most. */
-  firstOutput(): void;
+  /**
+   * The first generated output reached the client (or the response headers, for non-streaming responses). Once at most.
+   * `streamed`: it came on an event stream (a first event); false: with a whole response's headers, i.e. with its end.
+   */
+  firstOutput(streamed: boolean): void;
   /**
    * The try ended, on whichever path (end, error, abort, retry). Once. `tail`: the last bytes of a
    * successful response relayed to its end (where its usage is), else null.
@@ -131,7 +134,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     } else if (statusCode < 300) {
       // A non-streaming engine answers once generation is done: the prefill is long finished. An
       // error answer (a context-length 400, a 500) is no output: nothing was computed to learn from.
-      this.target.events.firstOutput();
+      this.target.events.firstOutput(false);
     }
     this.statusCode = statusCode;
     if (statusCode < 300 && target.readsUsage) this.tail = new ResponseTail(USAGE_TAIL_BYTES);
@@ -144,7 +147,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     if (this.mode !== 'relay') return;
     if (this.firstOutput !== null && this.firstOutput.feed(chunk)) {
       this.firstOutput = null;
-      this.target.events.firstOutput();
+      this.target.events.firstOutput(true);
     }
     this.tail?.add(chunk);
     const out = this.strip === null ? chunk : this.strip.feed(chunk);

@@ -7,17 +7,19 @@
   reason and cost terms), from which the policy builds its decision without running again.
 
   1. Purges the pool's expired leases (deadline <= now; usually one empty range read).
-  2. Figures per candidate: inflight/pending (one HMGET each) and, for the cost rule, the match depth by
+  2. Who takes part: every candidate, or for a big pool the shortlist of ARGV[17] (the caller's picks
+     and the deepest owners); "candidate" below means one that takes part.
+  3. Figures per candidate: inflight/pending (one HMGET each) and, for the cost rule, the match depth by
      binary search over the owner index (lib/owner-index.lua) and when its deepest matched block was
      recorded (read by the search already); 0 and none for the other rules.
-  3. Rule (ARGV[8]):
+  4. Rule (ARGV[8]):
      'cost'         cacheaware's choice (lib/choose-backend.lua) with the parameters of ARGV[9];
      'least-loaded' the fewest leases in flight, ties to the earlier candidate;
      'fixed'        the one candidate given (the caller's policy decided on a snapshot); if max in-flight
                     > 0 and it already has that many leases, nothing changes: a conflict, chosen = 0.
-  4. Takes the lease (lib/lease-accounting.lua). Its prefill tokens: for 'cost', the chosen candidate's
+  5. Takes the lease (lib/lease-accounting.lua). Its prefill tokens: for 'cost', the chosen candidate's
      unmatched bytes / bytes per token, rounded up; else ARGV[13].
-  5. If recording (ARGV[7] > 0): starts a new owner generation if due, then records the chosen backend
+  6. If recording (ARGV[7] > 0): starts a new owner generation if due, then records the chosen backend
      as holding the chain: only the blocks it does not yet hold in the current generation are written,
      at most ARGV[7] of them (the caller records the rest with record-ownership.lua).
 
@@ -59,7 +61,8 @@
            the pool (issue 15); the rule then runs over them, in configuration order
   ARGV[18] the candidates' backend ids, in the same order, each between two LFs ('\n<id1>\n<id2>\n…\n';
            ids hold no control characters): one argument, not B, so a big pool's ids cost Redis one
-           string, and the script reads only the ids it needs
+           string, and no Lua loop runs over them (an owner's position: one plain search of the string,
+           in C, and a binary search of ARGV[19])
   ARGV[19] where each id starts in ARGV[18] (1-based), then the position of the last LF + 1: B + 1
            little-endian uint32 (B = the candidates; 1 for 'fixed')
 
@@ -137,10 +140,11 @@ else
     if j >= 1 and j <= candidateTotal then taking[j] = true end
   end
   if rule == 'cost' and ownersWanted > 0 then
-    for _, id in ipairs(index.deepestOwners(ownersWanted)) do
+    index.deepestOwners(ownersWanted, function(id)
       local j = positionOf(id)
       if j then taking[j] = true end
-    end
+      return j ~= nil
+    end)
   end
   for j in pairs(taking) do positions[#positions + 1] = j end
   table.sort(positions)

@@ -54,6 +54,22 @@ describe('route.lua shortlist (pools of more than 32 backends)', () => {
     await state.release('m', owner, 'turn-2');
   });
 
+  it('looks past owners that are not candidates (removed or ineligible backends) to the live one', async () => {
+    const state = ctx.createState();
+    const owner = 'backend-151';
+    const chain = inputOf(9, 30, 'x').request.blockHashes;
+    await state.reserve('m', owner, 'turn-1', chain, 0);
+    await state.release('m', owner, 'turn-1');
+    // Then 12 backends no longer in the pool served the same chain: the newest entries are theirs.
+    for (let ghost = 0; ghost < 12; ghost++) {
+      await state.reserve('m', `gone-${ghost}`, `ghost-${ghost}`, chain, 0);
+      await state.release('m', `gone-${ghost}`, `ghost-${ghost}`);
+    }
+    const next = await decide(state, inputOf(9, 34, 'turn-2'));
+    expect(next.decision).toMatchObject({ kind: 'routed', backendId: owner });
+    await state.release('m', owner, 'turn-2');
+  });
+
   it('places a cold prompt where a full scan does, and counts its lease exactly', async () => {
     const shortlisted = ctx.createState();
     const fullScan = ctx.createState({ shortlistAbove: Number.POSITIVE_INFINITY });

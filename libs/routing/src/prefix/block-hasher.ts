@@ -98,7 +98,9 @@ export function hashRoutingText(rendered: RoutedText, blockSizeBytes: number, ma
  *
  * Pieces that surely fit (3 bytes per unit at most) are written without measuring them first; the
  * format's own ASCII (tags, separators: a few bytes each) is copied byte by byte, cheaper than a native
- * call. The bytes go into a buffer kept between calls (`encodeBuffer`).
+ * call. The bytes go into a buffer kept between calls (`encodeBuffer`), shared by every encoder: use
+ * one at a time, from construction to `hash` (synchronous, as `buildRoutingRequest` and
+ * `hashRoutingText` do); a second one alive at the same time would write over the first's bytes.
  */
 export class RoutingTextEncoder {
   /** Bytes written. */

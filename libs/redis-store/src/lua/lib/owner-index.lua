@@ -178,13 +178,14 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
     return depths
   end
 
-  -- Up to `limit` distinct backends with entries on the chain's deepest recorded blocks, for a
-  -- decision's shortlist (route.lua): the ladder's rungs from the deepest down, in each the entries of
-  -- `new` then `old`, the most recently recorded first (recording appends). Entries are not judged
-  -- here (forget marks, retention): index.depths does that for whoever is picked. Bounded whatever the
-  -- pool's size: the ladder is read once (depths reuses it), and of each owner list only its last
-  -- `limit` × OWNER_TAIL_BYTES bytes are parsed (an entry cut by that is skipped).
-  function index.deepestOwners(limit)
+  -- Up to `limit` distinct backends with entries on the chain's deepest recorded blocks that `accept`
+  -- takes (the caller's candidates: a removed or ineligible backend's entries must not crowd out live
+  -- owners), for a decision's shortlist (route.lua): the ladder's rungs from the deepest down, in each
+  -- the entries of `new` then `old`, the most recently recorded first (recording appends). Entries are
+  -- not judged here (forget marks, retention): index.depths does that for whoever is picked. Bounded
+  -- whatever the pool's size: the ladder is read once (depths reuses it), and of each owner list only
+  -- its last `limit` × OWNER_TAIL_BYTES bytes are parsed (an entry cut by that is skipped).
+  function index.deepestOwners(limit, accept)
     local owners, seen = {}, {}
     if blockCount == 0 or limit <= 0 then return owners end
     local step = math.max(1, math.ceil(blockCount / LADDER_RUNGS))
@@ -205,8 +206,10 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
             local id = listed[k]
             if not seen[id] then
               seen[id] = true
-              owners[#owners + 1] = id
-              if #owners >= limit then return owners end
+              if accept(id) then
+                owners[#owners + 1] = id
+                if #owners >= limit then return owners end
+              end
             end
           end
         end
