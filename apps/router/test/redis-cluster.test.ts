@@ -1,10 +1,11 @@
 import { createRedis, poolKeys, quitRedis, waitUntilReady } from '@kvroute/redis-store';
-import { startRedisCluster, type TestRedisCluster } from '@kvroute/testing';
+import { startRedis, startRedisCluster, type TestRedisCluster } from '@kvroute/testing';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
+import { hitRate, runConversations } from './conversation-workload';
 
 /**
  * Router replicas on a Redis Cluster (`redisUrl: redis+cluster://…`, a private 3-master cluster of local
@@ -72,4 +73,54 @@ describe('router replicas sharing state on a Redis Cluster', () => {
       await quitRedis(master);
     }
   }, 20_000);
+});
+
+/**
+ * Issue 15, acceptance 1 (hit rate): the same workload (12 concurrent 6-turn conversations, a shared
+ * system prompt, round-robin over 3 router replicas, 4 a100-7b sims at time-scale 50) routed with its
+ * state on the 3-master cluster and on one Redis, fresh sims for every run, alternating, 2 rounds each.
+ * The figure is printed; the bound asserted is the run-to-run noise of this workload on a loaded
+ * 2-core host (±3 points per run, shared-state.test.ts), docs/results.md has repeated runs.
+ */
+describe('hit rate on a Redis Cluster against one Redis', () => {
+  let cluster: TestRedisCluster;
+  beforeAll(async () => {
+    cluster = await startRedisCluster({ logger: () => undefined });
+  }, 40_000);
+  afterAll(() => cluster?.stop());
+
+  async function hitRateWith(redisUrl: string, seed: number): Promise<number> {
+    const sims = await Promise.all([0, 1, 2, 3].map(() => createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', timeScale: 50, model: 'test-model', logLevel: 'silent' }))));
+    const simUrls = await Promise.all(sims.map((sim) => sim.listen()));
+    const routers = await Promise.all(
+      [0, 1, 2].map(() => createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: simUrls, redisUrl, redisTimeoutMs: 200, logLevel: 'silent' }))),
+    );
+    try {
+      const urls = await Promise.all(routers.map((router) => router.listen()));
+      const turns = await runConversations(urls, { seed });
+      for (const router of routers) expect(await router.metrics.registry.getSingleMetricAsString('kvroute_router_state_degraded')).toMatch(/^kvroute_router_state_degraded 0$/m);
+      return hitRate(turns);
+    } finally {
+      await Promise.all(routers.map((router) => router.close()));
+      await Promise.all(sims.map((sim) => sim.close()));
+    }
+  }
+
+  it('3 replicas on the cluster keep the hit rate of 3 replicas on one Redis', async () => {
+    const single = await startRedis({ fresh: true });
+    const onCluster: number[] = [];
+    const onSingle: number[] = [];
+    try {
+      for (let round = 0; round < 2; round++) {
+        // Each run its own seed: no run can hit another's cache or routing state.
+        onSingle.push(await hitRateWith(single.url, 100 + 2 * round));
+        onCluster.push(await hitRateWith(cluster.url, 101 + 2 * round));
+      }
+    } finally {
+      await single.stop();
+    }
+    const mean = (values: readonly number[]): number => values.reduce((sum, value) => sum + value, 0) / values.length;
+    console.info(`[redis-cluster] hit rate, 3 replicas: one Redis ${onSingle.map((rate) => (100 * rate).toFixed(1)).join(', ')} %, cluster ${onCluster.map((rate) => (100 * rate).toFixed(1)).join(', ')} %; means ${(100 * mean(onSingle)).toFixed(1)} vs ${(100 * mean(onCluster)).toFixed(1)}`);
+    expect(mean(onCluster)).toBeGreaterThanOrEqual(mean(onSingle) - 0.05);
+  }, 120_000);
 });
