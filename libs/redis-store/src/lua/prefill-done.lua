@@ -31,18 +31,7 @@
 --#include lib/owner-index.lua
 
 local backendId = ARGV[2]
-local packedBlocks = ARGV[6]
-local blockCount = packedBlockCount(packedBlocks)
-local recordedTo = 0
-if blockCount > 0 then
-  local now, idleTtl, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-  local turned = rotateGenerations(KEYS[4], KEYS[5], KEYS[6], now, idleTtl, cap)
-  local index = newOwnerIndex(KEYS[4], KEYS[5], blockCount, packedBlockReader(packedBlocks),
-    forgetThresholds({ backendId }, { redis.call('HGET', KEYS[3], backendId) }, now))
-  local added
-  added, recordedTo = index.record(backendId, now, tonumber(ARGV[7]))
-  if added > 0 or turned then keepIndexAlive(KEYS[4], KEYS[5], KEYS[6], idleTtl, turned) end
-end
+local recordedTo = recordHeldChain(KEYS[3], KEYS[4], KEYS[5], KEYS[6], backendId, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]))
 
 local tokens = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
 if tokens == nil then return { 0, recordedTo } end

@@ -37,18 +37,7 @@
 
 local leaseId = ARGV[1]
 local backend = ARGV[2]
-local packedBlocks = ARGV[6]
-local blockCount = packedBlockCount(packedBlocks)
-local recordedTo = 0
-if blockCount > 0 then
-  local now, idleTtl, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-  local turned = rotateGenerations(KEYS[6], KEYS[7], KEYS[8], now, idleTtl, cap)
-  local index = newOwnerIndex(KEYS[6], KEYS[7], blockCount, packedBlockReader(packedBlocks),
-    forgetThresholds({ backend }, { redis.call('HGET', KEYS[5], backend) }, now))
-  local added
-  added, recordedTo = index.record(backend, now, tonumber(ARGV[7]))
-  if added > 0 or turned then keepIndexAlive(KEYS[6], KEYS[7], KEYS[8], idleTtl, turned) end
-end
+local recordedTo = recordHeldChain(KEYS[5], KEYS[6], KEYS[7], KEYS[8], backend, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]))
 
 local tokens = tonumber(redis.call('HGET', KEYS[1], leaseId)) or 0
 redis.call('HDEL', KEYS[1], leaseId)

@@ -334,3 +334,18 @@ local function keepIndexAlive(newKey, oldKey, generationKey, idleTtl, force)
     redis.call('PEXPIRE', key, 2 * idleTtl)
   end
 end
+
+-- Records `backend` as holding the chain `packedBlocks` because the request's first output came
+-- (prefill-done.lua for a stream, release.lua for a non-streaming response): a new generation if due,
+-- only the blocks it does not hold yet in the current one, at most `maxNew` of them; the caller records
+-- the rest (record-ownership.lua). Returns the leading blocks it now holds there (0 without blocks).
+local function recordHeldChain(forgottenKey, newKey, oldKey, generationKey, backend, now, idleTtl, cap, packedBlocks, maxNew)
+  local blockCount = packedBlockCount(packedBlocks)
+  if blockCount == 0 then return 0 end
+  local turned = rotateGenerations(newKey, oldKey, generationKey, now, idleTtl, cap)
+  local index = newOwnerIndex(newKey, oldKey, blockCount, packedBlockReader(packedBlocks),
+    forgetThresholds({ backend }, { redis.call('HGET', forgottenKey, backend) }, now))
+  local added, recordedTo = index.record(backend, now, maxNew)
+  if added > 0 or turned then keepIndexAlive(newKey, oldKey, generationKey, idleTtl, turned) end
+  return recordedTo
+end
