@@ -161,9 +161,12 @@ export class RedisRoutingState implements RoutingStateStore {
   async routeAtomically(input: AtomicRouteInput): Promise<AtomicOutcome> {
     const { request, backends, rule } = input;
     const ranks = new Map<BackendId, number>();
+    // Indices of `backends` in the request's rendezvous order (cost rule only).
+    let order: readonly number[] = [];
     if (rule.kind === 'cost') {
       const stubs = backends.map((backend) => ({ backend, inflight: 0, matchBlocks: 0, pendingPrefillTokens: 0 }));
-      for (const [rank, index] of rendezvousOrder(request.headHash, stubs).entries()) ranks.set((backends[index] as { id: string }).id, rank);
+      order = rendezvousOrder(request.headHash, stubs);
+      for (const [rank, index] of order.entries()) ranks.set((backends[index] as { id: string }).id, rank);
     }
     // The engine terms' figures come from the policy's own functions, so the rule reads the integers `choose` would.
     const reply = await this.route(input.pool, {
@@ -178,7 +181,7 @@ export class RedisRoutingState implements RoutingStateStore {
       // Least-loaded reads no depths: its lease carries the whole prompt, as on the snapshot path.
       prefillTokens: estimatePrefillTokens(request, 0),
       record: input.recordOwnership && input.blockHashes.length > 0,
-      shortlist: rule.kind === 'cost' && backends.length > (this.options.shortlistAbove ?? DEFAULT_SHORTLIST.above) ? this.shortlistPicks(input.pool, backends, ranks, input.leaseId) : null,
+      shortlist: rule.kind === 'cost' && backends.length > (this.options.shortlistAbove ?? DEFAULT_SHORTLIST.above) ? this.shortlistPicks(input.pool, backends, order, input.leaseId) : null,
     });
     // The participants, in configuration order: every backend, or the shortlist's.
     const candidates: Candidate[] = reply.participants.map((index, participant) => {
@@ -197,10 +200,8 @@ export class RedisRoutingState implements RoutingStateStore {
    * it has not seen yet count as idle), and a few spread by the lease id. The script adds the deepest
    * owners. O(backends) here, in the router, where it is spread over replicas; O(1) in Redis.
    */
-  private shortlistPicks(pool: string, backends: readonly { readonly id: BackendId }[], ranks: ReadonlyMap<BackendId, number>, leaseId: string): { owners: number; picks: number[] } {
-    const picks = new Set<number>();
-    const byRank = backends.map((backend, index) => ({ index, rank: ranks.get(backend.id) ?? Number.POSITIVE_INFINITY })).sort((a, b) => a.rank - b.rank);
-    for (const { index } of byRank.slice(0, DEFAULT_SHORTLIST.rendezvous)) picks.add(index);
+  private shortlistPicks(pool: string, backends: readonly { readonly id: BackendId }[], order: readonly number[], leaseId: string): { owners: number; picks: number[] } {
+    const picks = new Set<number>(order.slice(0, DEFAULT_SHORTLIST.rendezvous));
     const seen = this.inflightSeen.get(pool);
     const byLoad = backends.map((backend, index) => ({ index, inflight: seen?.get(backend.id) ?? 0 })).sort((a, b) => a.inflight - b.inflight || a.index - b.index);
     let added = 0;
@@ -215,7 +216,7 @@ export class RedisRoutingState implements RoutingStateStore {
     let spread = hashString53(leaseId);
     for (let count = 0; count < DEFAULT_SHORTLIST.spread; count++) {
       picks.add(spread % backends.length);
-      spread = Math.floor(spread / backends.length) + count + 1;
+      spread = Math.floor(spread / backends.length);
     }
     return { owners: DEFAULT_SHORTLIST.owners, picks: [...picks] };
   }

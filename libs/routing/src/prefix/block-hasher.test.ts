@@ -4,7 +4,7 @@ import { hashRoutingText, routedTextUnits } from './block-hasher';
 import { buildRoutingRequest } from './routing-request';
 import { renderRoutingText } from './routing-text';
 
-const plain = (text: string, contextEndOffset = 0) => ({ chunks: [text], contextEndOffset });
+const plain = (text: string, contextEndOffset = 0) => ({ text, contextEndOffset });
 const ascii = (length: number, seed = 0) => Array.from({ length }, (_v, i) => String.fromCharCode(97 + ((i * 7 + seed) % 26))).join('');
 
 describe('hashRoutingText', () => {
@@ -121,8 +121,8 @@ describe('hashRoutingText with maxBlocks', () => {
   });
 });
 
-describe('hashRoutingText over a rendering in pieces', () => {
-  /** A conversation past 128 KB: non-ASCII, surrogate pairs, an escaped separator, one value longer than a piece. */
+describe('the request path (rendered straight into bytes) against the rendered text', () => {
+  /** A conversation past 128 KB: non-ASCII, surrogate pairs, an escaped separator, one value longer than the kept text at small caps. */
   function longChat(totalBytes: number, seed: number): ChatCompletionRequest {
     const messages: ChatMessage[] = [{ role: 'system', content: `Système 🚀 \u001e ${'x'.repeat(300)}` }];
     for (let size = 0, turn = 0; size < totalBytes; turn++) {
@@ -134,13 +134,12 @@ describe('hashRoutingText over a rendering in pieces', () => {
     return { model: 'm', messages, max_tokens: 16 };
   }
 
-  it('hashes exactly as the joined text, whatever the cap (the pieces never split a character)', () => {
+  it('buildRoutingRequest hashes exactly what hashRoutingText does on renderRoutingText, whatever the cap', () => {
     for (const [kb, maxBlocks] of [[10, 2048], [200, 2048], [200, 300], [600, 2048], [600, 7]] as const) {
-      const rendered = renderRoutingText(longChat(kb * 1024, kb), { maxUnits: routedTextUnits(maxBlocks, 256) });
-      expect(rendered.chunks.length).toBeGreaterThan(rendered.units > 20_000 ? 1 : 0);
-      expect(rendered.units).toBe(rendered.text.length);
-      const joined = { chunks: [rendered.text], contextEndOffset: rendered.contextEndOffset, omittedBytes: rendered.omittedBytes };
-      expect(hashRoutingText(rendered, 256, maxBlocks)).toEqual(hashRoutingText(joined, 256, maxBlocks));
+      const body = longChat(kb * 1024, kb);
+      const fromText = hashRoutingText(renderRoutingText(body, { maxUnits: routedTextUnits(maxBlocks, 256) }), 256, maxBlocks);
+      const request = buildRoutingRequest(body, { blockSizeBytes: 256, maxBlocks });
+      expect({ blockHashes: request.blockHashes, textBytes: request.textBytes, contextBlocks: request.contextBlocks, headHash: request.headHash }).toEqual(fromText);
     }
   });
 

@@ -51,10 +51,8 @@ export function assertBlockSize(blockSizeBytes: number): void {
   }
 }
 
-/** What `hashRoutingText` reads of a rendering (`RenderedRoutingText`): its pieces, in order, and where its last message starts. */
-export type RoutedText = Pick<RenderedRoutingText, 'chunks' | 'contextEndOffset' | 'omittedBytes'>;
-
-function assertMaxBlocks(maxBlocks: number): void {
+/** maxBlocks: an integer ≥ 1, or Infinity (no limit). */
+export function assertMaxBlocks(maxBlocks: number): void {
   if (!(maxBlocks >= 1) || (Number.isFinite(maxBlocks) && !Number.isInteger(maxBlocks))) throw new RangeError(`maxBlocks must be an integer >= 1, got ${maxBlocks}`);
 }
 
@@ -63,29 +61,18 @@ function assertMaxBlocks(maxBlocks: number): void {
  * 4 are fastest). `maxBlocks` (default: no limit): only the first that many blocks are encoded and
  * hashed, so a huge prompt costs a bounded time here and in the state store; `textBytes` is still the
  * whole text's length (prefill estimates need it), `contextBlocks` at most the blocks kept. The same
- * hashes as rendering straight into a `RoutingTextEncoder` (the request path).
+ * hashes as rendering straight into a `RoutingTextEncoder` (`buildRoutingRequest`, the request path).
  */
-export function hashRoutingText(rendered: RoutedText, blockSizeBytes: number, maxBlocks: number = Number.POSITIVE_INFINITY): HashedRoutingText {
+export function hashRoutingText(rendered: RenderedRoutingText, blockSizeBytes: number, maxBlocks: number = Number.POSITIVE_INFINITY): HashedRoutingText {
   assertBlockSize(blockSizeBytes);
   assertMaxBlocks(maxBlocks);
-  const { chunks, contextEndOffset } = rendered;
-  let units = 0;
-  for (const chunk of chunks) units += chunk.length;
+  const { text, contextEndOffset } = rendered;
   // A UTF-16 code unit never takes more than 3 UTF-8 bytes (a surrogate pair: 2 units → 4 bytes).
-  const encoder = new RoutingTextEncoder(Math.min(units * 3, maxBlocks * blockSizeBytes + STRADDLE_BYTES));
-  let unitsBefore = 0;
-  for (const chunk of chunks) {
-    const unitsAfter = unitsBefore + chunk.length;
-    if (contextEndOffset > unitsBefore && contextEndOffset < unitsAfter) {
-      encoder.piece(chunk.slice(0, contextEndOffset - unitsBefore), false);
-      encoder.contextEnds();
-      encoder.piece(chunk.slice(contextEndOffset - unitsBefore), false);
-    } else {
-      encoder.piece(chunk, false);
-      if (contextEndOffset > 0 && contextEndOffset === unitsAfter) encoder.contextEnds();
-    }
-    unitsBefore = unitsAfter;
-  }
+  const encoder = new RoutingTextEncoder(Math.min(text.length * 3, maxBlocks * blockSizeBytes + STRADDLE_BYTES));
+  // Encoded in two parts to learn the byte offset of the last message (a message start: never inside a character).
+  encoder.piece(text.slice(0, contextEndOffset), false);
+  if (contextEndOffset > 0) encoder.contextEnds();
+  encoder.piece(text.slice(contextEndOffset), false);
   return encoder.hash(blockSizeBytes, maxBlocks, rendered.omittedBytes ?? 0);
 }
 

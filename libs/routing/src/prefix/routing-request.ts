@@ -1,6 +1,6 @@
 import type { ChatCompletionRequest, CompletionRequest } from '@kvroute/protocols';
 import type { RoutingRequest } from '../types';
-import { assertBlockSize, RoutingTextEncoder, routedTextUnits, STRADDLE_BYTES } from './block-hasher';
+import { assertBlockSize, assertMaxBlocks, RoutingTextEncoder, routedTextUnits, STRADDLE_BYTES } from './block-hasher';
 import { renderRoutingTextInto } from './routing-text';
 
 /**
@@ -26,7 +26,7 @@ export interface RoutingRequestOptions {
 export function buildRoutingRequest(body: ChatCompletionRequest | CompletionRequest, options: RoutingRequestOptions): RoutingRequest {
   const maxBlocks = options.maxBlocks ?? DEFAULT_MAX_ROUTED_BLOCKS;
   assertBlockSize(options.blockSizeBytes);
-  if (!Number.isInteger(maxBlocks) || maxBlocks < 1) throw new RangeError(`maxBlocks must be an integer >= 1, got ${maxBlocks}`);
+  assertMaxBlocks(maxBlocks);
   // Rendered straight into bytes: only what the kept blocks need is encoded, the rest is measured.
   const encoder = new RoutingTextEncoder(maxBlocks * options.blockSizeBytes + STRADDLE_BYTES);
   const rendered = renderRoutingTextInto(body, encoder, { maxUnits: routedTextUnits(maxBlocks, options.blockSizeBytes) });

@@ -54,25 +54,20 @@ const Tag = {
 
 export interface RenderedRoutingText {
   /**
-   * The rendering (or its first `maxUnits` UTF-16 units or a little more: `RenderOptions`) in chunks
-   * of about 16 K units whose concatenation it is, never split inside a character: V8 puts a string
-   * of 128 KB or more in its large-object space, and flattening one rendering of a 128 KB prompt cost
-   * ~0.5 ms. (The request path renders into a byte encoder instead: `renderRoutingTextInto`.)
+   * The rendering, or its first `maxUnits` UTF-16 units or a little more (`RenderOptions`). One string:
+   * for tests and tools. The request path renders into a byte encoder instead (`renderRoutingTextInto`),
+   * since V8 allocates a string of 128 KB or more in its large-object space (~0.5 ms to build one here).
    */
-  readonly chunks: readonly string[];
-  /** UTF-16 units in `chunks`, together. */
-  readonly units: number;
-  /** The rendering as one string, joined when read (tests, debugging: not the request path). */
   readonly text: string;
   /**
-   * UTF-8 bytes of the rendering left out of `chunks` past `maxUnits` (0 when nothing was), so that
-   * the whole text's length is known without writing it: bytes of `chunks` + omittedBytes. Escapes in
-   * the omitted part count one byte each (they are two).
+   * UTF-8 bytes of the rendering left out of `text` past `maxUnits` (0 when nothing was), so that
+   * the whole text's length is known without writing it: bytes of `text` + omittedBytes. Escapes in the
+   * omitted part count one byte each (they are two).
    */
   readonly omittedBytes?: number;
   /**
-   * UTF-16 index in the rendering where the last message starts: everything before it is what a
-   * previous turn of the same conversation already sent. 0 for completions and single-message chats.
+   * UTF-16 index in `text` where the last message starts: everything before it is what a previous
+   * turn of the same conversation already sent. 0 for completions and single-message chats.
    */
   readonly contextEndOffset: number;
 }
@@ -150,38 +145,23 @@ class TextWriter {
   }
 }
 
-/** A piece of a collected rendering grows to about this many UTF-16 units (well under V8's 128 KB large-object threshold). */
-const CHUNK_UNITS = 16 * 1024;
-
-/** Collects a rendering as strings (`renderRoutingText`): the pieces joined into chunks of about CHUNK_UNITS. */
-class ChunkCollector implements RoutingTextSink {
-  readonly chunks: string[] = [];
-  private current: string[] = [];
-  private currentUnits = 0;
+/** Collects a rendering as one string (`renderRoutingText`). */
+class TextCollector implements RoutingTextSink {
+  private readonly pieces: string[] = [];
   private units = 0;
   contextEndOffset = 0;
 
   piece(text: string): void {
+    this.pieces.push(text);
     this.units += text.length;
-    this.current.push(text);
-    this.currentUnits += text.length;
-    if (this.currentUnits >= CHUNK_UNITS) this.flush();
   }
 
   contextEnds(): void {
     this.contextEndOffset = this.units;
   }
 
-  finish(): string[] {
-    this.flush();
-    return this.chunks;
-  }
-
-  private flush(): void {
-    if (this.currentUnits === 0) return;
-    this.chunks.push(this.current.join(''));
-    this.current = [];
-    this.currentUnits = 0;
+  text(): string {
+    return this.pieces.join('');
   }
 }
 
@@ -365,18 +345,9 @@ export function renderRoutingTextInto(body: ChatCompletionRequest | CompletionRe
   return { units: out.units, omittedBytes: out.omittedBytes };
 }
 
-/** Renders a validated chat or completion request body as text (in chunks); see the module comment for the format. */
+/** Renders a validated chat or completion request body as one string; see the module comment for the format. */
 export function renderRoutingText(body: ChatCompletionRequest | CompletionRequest, options: RenderOptions = {}): RenderedRoutingText {
-  const collector = new ChunkCollector();
-  const size = renderRoutingTextInto(body, collector, options);
-  const chunks = collector.finish();
-  return {
-    chunks,
-    units: size.units,
-    contextEndOffset: collector.contextEndOffset,
-    omittedBytes: size.omittedBytes,
-    get text() {
-      return chunks.join('');
-    },
-  };
+  const collector = new TextCollector();
+  const { omittedBytes } = renderRoutingTextInto(body, collector, options);
+  return { text: collector.text(), contextEndOffset: collector.contextEndOffset, omittedBytes };
 }

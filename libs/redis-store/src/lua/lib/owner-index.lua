@@ -85,6 +85,15 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
     end
   end
 
+  -- The ladder's positions: 1, 1 + step, ..., and the last block (blockCount > 0).
+  local function ladder()
+    local step = math.max(1, math.ceil(blockCount / LADDER_RUNGS))
+    local rungs = {}
+    for i = 1, blockCount, step do rungs[#rungs + 1] = i end
+    if rungs[#rungs] ~= blockCount then rungs[#rungs + 1] = blockCount end
+    return rungs
+  end
+
   -- { [id] = largest d such that id holds blocks 1..d }, in `new` or, when withOld, in either generation,
   -- counting the entries recorded after forgottenAt[id].
   local function deepest(ids, withOld, forgottenAt)
@@ -108,11 +117,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
       return forgot == nil or tonumber(match(value, '^%d+', at + #marker)) > forgot
     end
 
-    -- The ladder: positions 1, 1 + step, ..., and the last block.
-    local step = math.max(1, math.ceil(blockCount / LADDER_RUNGS))
-    local rungs = {}
-    for i = 1, blockCount, step do rungs[#rungs + 1] = i end
-    if rungs[#rungs] ~= blockCount then rungs[#rungs + 1] = blockCount end
+    local rungs = ladder()
     read(newKey, rungs)
     if withOld then
       read(oldKey, rungs)
@@ -188,10 +193,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
   function index.deepestOwners(limit, accept)
     local owners, seen = {}, {}
     if blockCount == 0 or limit <= 0 then return owners end
-    local step = math.max(1, math.ceil(blockCount / LADDER_RUNGS))
-    local rungs = {}
-    for i = 1, blockCount, step do rungs[#rungs + 1] = i end
-    if rungs[#rungs] ~= blockCount then rungs[#rungs + 1] = blockCount end
+    local rungs = ladder()
     read(newKey, rungs)
     read(oldKey, rungs)
     local tailBytes = limit * OWNER_TAIL_BYTES
