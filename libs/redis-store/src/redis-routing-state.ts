@@ -226,7 +226,7 @@ export class RedisRoutingState implements RoutingStateStore {
     for (const candidate of call.candidates) this.requireIndexableId(candidate.id);
     const keys = this.keys(pool);
     const { rule, request } = call;
-    const args: (string | number | Buffer)[] = [
+    const args: (string | number)[] = [
       this.options.nowMs(),
       keys.prefix,
       this.options.blockIdleTtlMs,
@@ -517,31 +517,44 @@ function requireInteger(name: string, value: number, min: number): void {
   if (!Number.isSafeInteger(value) || value < min) throw new RangeError(`${name} must be an integer >= ${min}, got ${value}`);
 }
 
-/** Each candidate's figures as 4 little-endian doubles (route.lua ARGV[16]): the script reads only those of the candidates that take part. */
-function packFigures(candidates: readonly RouteCandidate[]): Buffer {
-  const packed = Buffer.allocUnsafe(32 * candidates.length);
-  candidates.forEach((candidate, index) => {
-    packed.writeDoubleLE(candidate.weight, 32 * index);
-    packed.writeDoubleLE(candidate.rank, 32 * index + 8);
-    packed.writeDoubleLE(candidate.waiting, 32 * index + 16);
-    packed.writeDoubleLE(candidate.freeTokens, 32 * index + 24);
-  });
-  return packed;
+/** Width of one figure in route.lua's ARGV[16]: the longest a double prints in JavaScript ("-2.2250738585072014e-308"). */
+const FIGURE_WIDTH = 24;
+/** Width of one id start in route.lua's ARGV[19]: a position below 10^10. */
+const START_WIDTH = 10;
+
+/**
+ * Each candidate's figures as route.lua reads them (ARGV[16]): 4 numbers as JavaScript prints them,
+ * each right-aligned in FIGURE_WIDTH characters, so the script reads only the participants' (and Lua's
+ * tonumber gives back the same doubles). Text, as every argument: a Buffer argument would make ioredis
+ * write the whole command through buffers (measured: ~+10 % router instructions per request).
+ */
+function packFigures(candidates: readonly RouteCandidate[]): string {
+  let text = '';
+  for (const candidate of candidates) {
+    text += fixedWidth(candidate.weight, FIGURE_WIDTH) + fixedWidth(candidate.rank, FIGURE_WIDTH) + fixedWidth(candidate.waiting, FIGURE_WIDTH) + fixedWidth(candidate.freeTokens, FIGURE_WIDTH);
+  }
+  return text;
 }
 
 /**
  * The candidates' ids as route.lua takes them (ARGV[18], ARGV[19]): one LF-delimited string, and where
- * each id starts in it (1-based, as Lua counts) followed by the end's position, as little-endian
- * uint32. requireIndexableId has refused ids with control characters (an LF inside one would shift
+ * each id starts in it (1-based, as Lua counts) followed by the end's position, START_WIDTH characters
+ * each. requireIndexableId has refused ids with control characters (an LF inside one would shift
  * everything after it); positions are UTF-8 byte offsets, as the script counts.
  */
-function packIds(ids: readonly BackendId[]): [string, Buffer] {
-  const starts = Buffer.allocUnsafe(4 * (ids.length + 1));
+function packIds(ids: readonly BackendId[]): [string, string] {
+  let starts = '';
   let at = 2; // after the opening LF, 1-based
-  ids.forEach((id, index) => {
-    starts.writeUInt32LE(at, 4 * index);
+  for (const id of ids) {
+    starts += fixedWidth(at, START_WIDTH);
     at += Buffer.byteLength(id, 'utf8') + 1;
-  });
-  starts.writeUInt32LE(at, 4 * ids.length);
+  }
+  starts += fixedWidth(at, START_WIDTH);
   return [`\n${ids.join('\n')}\n`, starts];
+}
+
+function fixedWidth(value: number, width: number): string {
+  const text = String(value);
+  if (text.length > width) throw new RangeError(`${text} does not fit ${width} characters`);
+  return text.padStart(width);
 }

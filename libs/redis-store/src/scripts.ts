@@ -48,14 +48,14 @@ export async function runScript(
   redis: RedisClient,
   script: LuaScript,
   keys: readonly string[],
-  args: readonly (string | number | Buffer)[],
+  args: readonly (string | number)[],
   replies: 'strings' | 'buffers' = 'strings',
 ): Promise<unknown> {
   if (keys.length !== script.numberOfKeys) {
     throw new RangeError(`${script.name}.lua takes ${script.numberOfKeys} keys, got ${keys.length}`);
   }
   const send = (command: 'evalsha' | 'eval', head: string): Promise<unknown> => {
-    const argv = ([head, keys.length] as (string | number | Buffer)[]).concat(keys, args);
+    const argv = ([head, keys.length] as (string | number)[]).concat(keys, args);
     return replies === 'buffers' ? redis.callBuffer(command, argv) : redis.call(command, argv);
   };
   try {

@@ -51,9 +51,11 @@
   ARGV[13] 'least-loaded' and 'fixed': the lease's prefill tokens
   ARGV[14] 'fixed': max in-flight leases on the backend (0 = no limit)
   ARGV[15] the request's block hashes, shallowest first, packed (lib/batched.lua; '' = none)
-  ARGV[16] the candidates' figures, 4 little-endian doubles (32 bytes) per candidate in configuration
-           order: weight, rendezvous rank, requests waiting in its engine (0 = unknown), its engine's
-           free KV in tokens (-1 = no limit known); the last two from the health poller, via the router
+  ARGV[16] the candidates' figures, 4 per candidate in configuration order, each a number as JavaScript
+           prints it right-aligned in 24 characters (every double fits; tonumber reads back the same
+           double): weight, rendezvous rank, requests waiting in its engine (0 = unknown), its engine's
+           free KV in tokens (-1 = no limit known); the last two from the health poller, via the router.
+           Text of fixed width, not JSON: the script reads only the participants' figures
   ARGV[17] the shortlist: '' = every candidate takes part; else '<owners>;<i>,<j>,…': only the
            candidates at the 1-based positions listed (the caller's picks: rendezvous, load samples)
            and up to <owners> backends with entries on the chain's deepest recorded blocks
@@ -64,7 +66,9 @@
            string, and no Lua loop runs over them (an owner's position: one plain search of the string,
            in C, and a binary search of ARGV[19])
   ARGV[19] where each id starts in ARGV[18] (1-based), then the position of the last LF + 1: B + 1
-           little-endian uint32 (B = the candidates; 1 for 'fixed')
+           decimal numbers right-aligned in 10 characters (B = the candidates; 1 for 'fixed'). Text,
+           not binary: one binary argument makes the client send the whole command as buffers, which
+           cost the router more than everything the format saves
 
   Returns a flat array: [1] chosen participant (1-based among those taking part; 0 = 'fixed'
   conflict), [2] the chosen backend's leases in flight afterwards (on a conflict: its count), [3] the
@@ -97,13 +101,22 @@ local packedBlocks = ARGV[15]
 local blockCount = packedBlockCount(packedBlocks)
 local blockAt = packedBlockReader(packedBlocks)
 local idList, idStarts = ARGV[18], ARGV[19]
-local candidateTotal = #idStarts / 4 - 1
-local figuresPacked = ARGV[16]
-local unpack = struct.unpack
+local FIGURE_WIDTH, START_WIDTH = 24, 10
+local candidateTotal = #idStarts / START_WIDTH - 1
+local figuresText = ARGV[16]
+local sub = string.sub
+-- Where id j (1-based; candidateTotal + 1: the end) starts in idList.
+local function startOf(j)
+  return tonumber(sub(idStarts, START_WIDTH * (j - 1) + 1, START_WIDTH * j))
+end
+-- Figure f (1..4) of candidate j.
+local function figureOf(j, f)
+  local at = FIGURE_WIDTH * (4 * (j - 1) + f - 1)
+  return tonumber(sub(figuresText, at + 1, at + FIGURE_WIDTH))
+end
 -- The id of candidate j (1-based).
 local function idAt(j)
-  local from, to = unpack('<I4', idStarts, 4 * (j - 1) + 1), unpack('<I4', idStarts, 4 * j + 1)
-  return string.sub(idList, from, to - 2)
+  return sub(idList, startOf(j), startOf(j + 1) - 2)
 end
 -- The position of the candidate whose id is `id`, or nil: one plain search, then a binary search of the starts.
 local function positionOf(id)
@@ -112,7 +125,7 @@ local function positionOf(id)
   local start, low, high = at + 1, 1, candidateTotal
   while low <= high do
     local middle = math.floor((low + high) / 2)
-    local value = unpack('<I4', idStarts, 4 * (middle - 1) + 1)
+    local value = startOf(middle)
     if value == start then return middle elseif value < start then low = middle + 1 else high = middle - 1 end
   end
   return nil
@@ -160,9 +173,8 @@ local candidates, ids = {}, {}
 for k = 1, candidateCount do
   local j = positions[k]
   local id = idAt(j)
-  local weight, rank, waiting, freeTokens = unpack('<dddd', figuresPacked, 32 * (j - 1) + 1)
   ids[k] = id
-  candidates[k] = { id = id, weight = weight, rank = rank, waiting = waiting, freeTokens = freeTokens }
+  candidates[k] = { id = id, weight = figureOf(j, 1), rank = figureOf(j, 2), waiting = figureOf(j, 3), freeTokens = figureOf(j, 4) }
 end
 -- Forget marks are rare: skip reading them when there are none.
 local marks = {}
