@@ -44,6 +44,18 @@ describe('poolKeys', () => {
     expect(poolHashTag(digestOfEmpty)).not.toBe(digestOfEmpty);
   });
 
+  it("gives each cell of a split pool a tag of its own (cell 0 the pool's), which no other pool's name can take", () => {
+    expect(poolKeys('m', 'kvr:v1', 0).prefix).toBe(poolKeys('m').prefix);
+    expect(poolKeys('m', 'kvr:v1', 2).prefix).toBe('kvr:v1:{m#2}:');
+    const cell = poolKeys('m', 'kvr:v1', 2);
+    expect(new Set([cell.ownersNew, cell.prefill('b{1}'), cell.leaseDeadlines].map(clusterHashInput))).toEqual(new Set(['m#2']));
+    // A model named like a cell is digested, so its keys never meet the cell's.
+    expect(poolKeys('m#2').prefix).not.toBe(cell.prefix);
+    expect(poolHashTag('m#2')).toMatch(/^[0-9a-f]{40}$/);
+    expect(() => poolKeys('m', 'kvr:v1', 64)).toThrow(RangeError);
+    expect(() => poolKeys('m', 'kvr:v1', -1)).toThrow(RangeError);
+  });
+
   it('writes block hashes as exact decimal integers', () => {
     expect(blockHashArg(9_007_199_254_740_991)).toBe('9007199254740991');
     expect(blockHashArg(0)).toBe('0');

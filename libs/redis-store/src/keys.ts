@@ -10,7 +10,8 @@ import type { BackendId, BlockHash } from '@kvroute/routing';
  *
  * Layout: `<namespace>:{<tag>}:<suffix>`, namespace `kvr:v1` by default. Every key of one pool (one
  * model) carries the same hash tag, so on Redis Cluster a pool lives in one slot and each script runs
- * on one shard; different models spread over the shards.
+ * on one shard; different models spread over the shards. A pool split into cells (`poolCells`,
+ * docs/adr/0007) has one tag per cell: cell 0 keeps the pool's own, cell c > 0 is `{<tag>#<c>}`.
  */
 
 /** Default namespace: the schema version is part of it, so an incompatible layout can move to `kvr:v2`. */
@@ -33,13 +34,17 @@ const DIGEST_LIKE = /^[0-9a-f]{40}$/;
 
 /**
  * The hash tag of a pool: the model name itself when it can serve as one, else its SHA-1 in hex.
- * A name with `{` or `}` would end the tag early, an empty tag (`{}`) is ignored by Redis Cluster, and
- * a name that already looks like a digest is digested too, so two pools never share a tag.
+ * A name with `{` or `}` would end the tag early, an empty tag (`{}`) is ignored by Redis Cluster, a
+ * name with `#` could be another pool's cell (`<tag>#<c>`), and a name that already looks like a
+ * digest is digested too, so two pools (or cells) never share a tag.
  */
 export function poolHashTag(pool: string): string {
-  if (pool.length > 0 && !pool.includes('{') && !pool.includes('}') && !DIGEST_LIKE.test(pool)) return pool;
+  if (pool.length > 0 && !/[{}#]/.test(pool) && !DIGEST_LIKE.test(pool)) return pool;
   return createHash('sha1').update(pool, 'utf8').digest('hex');
 }
+
+/** Cells a pool may be split into (`poolCells`): a cell is a hash slot, and a cluster has a few hundred shards at most. */
+export const MAX_POOL_CELLS = 64;
 
 /** The keys of one pool. */
 export interface PoolKeys {
@@ -74,8 +79,10 @@ export interface PoolKeys {
   prefill(backendId: BackendId): string;
 }
 
-export function poolKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE): PoolKeys {
-  const prefix = `${namespace}:{${poolHashTag(pool)}}:`;
+/** The keys of one pool, or of its cell `cell` (0: the pool's own keys, as when it is not split). */
+export function poolKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE, cell = 0): PoolKeys {
+  if (!Number.isInteger(cell) || cell < 0 || cell >= MAX_POOL_CELLS) throw new RangeError(`cell must be an integer in [0, ${MAX_POOL_CELLS}), got ${cell}`);
+  const prefix = `${namespace}:{${poolHashTag(pool)}${cell === 0 ? '' : `#${cell}`}}:`;
   return {
     prefix,
     ownersNew: prefix + KEY_SUFFIX.ownersNew,

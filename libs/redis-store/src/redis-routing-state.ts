@@ -21,7 +21,8 @@ import {
   type RoutingSnapshot,
   type RoutingStateStore,
 } from '@kvroute/routing';
-import { blockHashArg, DEFAULT_KEY_NAMESPACE, packBlockHashes, poolKeys, type PoolKeys } from './keys';
+import { blockHashArg, DEFAULT_KEY_NAMESPACE, MAX_POOL_CELLS, packBlockHashes, poolKeys, type PoolKeys } from './keys';
+import { backendCell, requestCellOrder } from './pool-cells';
 import { RedisStoreError } from './redis-store-error';
 import { integerArrayReply, integerReply, runScript, SCRIPTS, type RedisClient } from './scripts';
 
@@ -50,6 +51,15 @@ export interface RedisRoutingStateOptions {
    * so a decision's cost does not grow with the pool (default 32; Infinity: never).
    */
   readonly shortlistAbove?: number;
+  /**
+   * Cells each pool is split into (docs/adr/0007; default 1: not split). Each cell is its own hash slot
+   * with the owner index, leases and load of its backends (`backendCell`); a decision runs in the
+   * request's cell (`requestCellOrder`: by its first block), and in the next one too when every backend
+   * of the first is saturated. On a Redis Cluster, a pool of c cells spreads over up to c shards.
+   */
+  readonly poolCells?: number;
+  /** Called when a decision's first cell was saturated and it ran in the next one too (metrics). */
+  readonly onCellSpill?: (pool: string) => void;
 }
 
 /**
@@ -93,11 +103,15 @@ export const RECORD_BLOCKS_PER_CALL = 512;
 export class RedisRoutingState implements RoutingStateStore {
   private readonly redis: RedisClient;
   private readonly namespace: string;
-  private readonly keysByPool = new Map<string, PoolKeys>();
+  /** cell → pool → its keys. */
+  private readonly keysByCell: Map<string, PoolKeys>[] = [];
   /** Backend ids already checked by requireIndexableId (a fleet has a handful). */
   private readonly indexableIds = new Set<BackendId>();
   /** pool → backend → in-flight count last seen (see inflightCounts). */
   private readonly inflightSeen = new Map<string, Map<BackendId, number>>();
+  private readonly cells: number;
+  /** backend id → its cell (a function of the id and `cells`; a fleet has a bounded number of ids). */
+  private readonly cellByBackend = new Map<BackendId, number>();
 
   constructor(private readonly options: RedisRoutingStateOptions) {
     this.redis = options.redis;
@@ -105,16 +119,41 @@ export class RedisRoutingState implements RoutingStateStore {
     requireInteger('maxBlocksPerPool', options.maxBlocksPerPool, 1);
     requireInteger('blockIdleTtlMs', options.blockIdleTtlMs, 0);
     requireInteger('leaseTtlMs', options.leaseTtlMs, 1);
+    this.cells = options.poolCells ?? 1;
+    requireInteger('poolCells', this.cells, 1);
+    if (this.cells > MAX_POOL_CELLS) throw new RangeError(`poolCells must be at most ${MAX_POOL_CELLS}, got ${this.cells}`);
   }
 
+  /** One read per cell the backends are in (one in a pool that is not split). */
   async snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot> {
     backends.forEach((backend) => this.requireIndexableId(backend));
-    const matchBlocks = new Map<BackendId, number>();
-    const matchRecordedAtMs = new Map<BackendId, number>();
-    const inflight = new Map<BackendId, number>();
-    const pendingPrefillTokens = new Map<BackendId, number>();
-    if (backends.length === 0) return { matchBlocks, matchRecordedAtMs, inflight, pendingPrefillTokens };
-    const keys = this.keys(pool);
+    const snapshot = { matchBlocks: new Map<BackendId, number>(), matchRecordedAtMs: new Map<BackendId, number>(), inflight: new Map<BackendId, number>(), pendingPrefillTokens: new Map<BackendId, number>() };
+    if (backends.length === 0) return snapshot;
+    if (this.cells === 1) {
+      await this.snapshotCell(pool, 0, backends, blockHashes, snapshot);
+      return snapshot;
+    }
+    const byCell = new Map<number, BackendId[]>();
+    for (const backend of backends) {
+      const cell = this.cellOf(backend);
+      const members = byCell.get(cell);
+      if (members) members.push(backend);
+      else byCell.set(cell, [backend]);
+    }
+    await Promise.all([...byCell].map(([cell, members]) => this.snapshotCell(pool, cell, members, blockHashes, snapshot)));
+    return snapshot;
+  }
+
+  /** snapshot.lua on one cell's keys: the figures of `backends` (all of that cell) into `into`. */
+  private async snapshotCell(
+    pool: string,
+    cell: number,
+    backends: readonly BackendId[],
+    blockHashes: readonly BlockHash[],
+    into: { matchBlocks: Map<BackendId, number>; matchRecordedAtMs: Map<BackendId, number>; inflight: Map<BackendId, number>; pendingPrefillTokens: Map<BackendId, number> },
+  ): Promise<void> {
+    const { matchBlocks, matchRecordedAtMs, inflight, pendingPrefillTokens } = into;
+    const keys = this.keys(pool, cell);
     const reply = await runScript(
       this.redis,
       SCRIPTS.snapshot,
@@ -132,7 +171,6 @@ export class RedisRoutingState implements RoutingStateStore {
       if (depth > 0 && recordedAt >= 0) matchRecordedAtMs.set(backend, recordedAt);
       this.sawInflight(pool, backend, count);
     });
-    return { matchBlocks, matchRecordedAtMs, inflight, pendingPrefillTokens };
   }
 
   async reserve(
@@ -144,7 +182,7 @@ export class RedisRoutingState implements RoutingStateStore {
     maxInflight = 0,
   ): Promise<boolean> {
     requireInteger('maxInflight', maxInflight, 0);
-    const reply = await this.route(pool, {
+    const reply = await this.route(pool, this.cellOf(backendId), {
       rule: { kind: 'fixed', maxInflight },
       candidates: [{ id: backendId, weight: 1, rank: 0, waiting: 0, freeTokens: -1 }],
       leaseId,
@@ -158,7 +196,31 @@ export class RedisRoutingState implements RoutingStateStore {
     return reply.chosen === 1;
   }
 
+  /**
+   * One decision: route.lua in the request's cell (the pool's only one when it is not split). When
+   * every backend of that cell was saturated (the cost rule lifted its valve) and another cell has
+   * backends, the next cell decides too, and the lease not used is released: a second round trip only
+   * under overload.
+   */
   async routeAtomically(input: AtomicRouteInput): Promise<AtomicOutcome> {
+    if (this.cells === 1) return this.routeInCell(input, 0);
+    const members: AtomicRouteInput['backends'][number][][] = Array.from({ length: this.cells }, () => []);
+    for (const backend of input.backends) (members[this.cellOf(backend.id)] as AtomicRouteInput['backends'][number][]).push(backend);
+    const order = requestCellOrder(input.request.headHash, members.map((cell) => cell.length));
+    const first = order[0] as number;
+    const outcome = await this.routeInCell({ ...input, backends: members[first] as AtomicRouteInput['backends'] }, first);
+    const next = order[1];
+    if (outcome.kind !== 'cost' || !outcome.valveLifted || next === undefined) return outcome;
+    this.options.onCellSpill?.(input.pool);
+    const spilled = await this.routeInCell({ ...input, backends: members[next] as AtomicRouteInput['backends'] }, next);
+    const [kept, dropped] = spilled.kind === 'cost' && !spilled.valveLifted ? [spilled, outcome] : [outcome, spilled];
+    const droppedBackend = dropped.candidates[dropped.chosen]?.backend.id;
+    if (droppedBackend !== undefined) await this.release(input.pool, droppedBackend, input.leaseId);
+    return kept;
+  }
+
+  /** routeAtomically within one cell: `input.backends` are all of cell `cell`. */
+  private async routeInCell(input: AtomicRouteInput, cell: number): Promise<AtomicOutcome> {
     const { request, backends, rule } = input;
     const ranks = new Map<BackendId, number>();
     // Indices of `backends` in the request's rendezvous order (cost rule only).
@@ -169,7 +231,7 @@ export class RedisRoutingState implements RoutingStateStore {
       for (const [rank, index] of order.entries()) ranks.set((backends[index] as { id: string }).id, rank);
     }
     // The engine terms' figures come from the policy's own functions, so the rule reads the integers `choose` would.
-    const reply = await this.route(input.pool, {
+    const reply = await this.route(input.pool, cell, {
       rule,
       candidates: backends.map((backend) => {
         const engine = input.engine?.get(backend.id) ?? null;
@@ -222,9 +284,9 @@ export class RedisRoutingState implements RoutingStateStore {
   }
 
   /** Runs route.lua: one decision (or, for 'fixed', one conditional reservation) in one round trip. */
-  private async route(pool: string, call: RouteCall): Promise<RouteReply> {
+  private async route(pool: string, cell: number, call: RouteCall): Promise<RouteReply> {
     for (const candidate of call.candidates) this.requireIndexableId(candidate.id);
-    const keys = this.keys(pool);
+    const keys = this.keys(pool, cell);
     const { rule, request } = call;
     const args: (string | number)[] = [
       this.options.nowMs(),
@@ -255,7 +317,7 @@ export class RedisRoutingState implements RoutingStateStore {
   }
 
   async renew(pool: string, backendId: BackendId, leaseId: string): Promise<boolean> {
-    const keys = this.keys(pool);
+    const keys = this.keys(pool, this.cellOf(backendId));
     const reply = await runScript(
       this.redis,
       SCRIPTS.renew,
@@ -267,7 +329,7 @@ export class RedisRoutingState implements RoutingStateStore {
 
   async prefillDone(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
     if (heldBlocks.length > 0) this.requireIndexableId(backendId);
-    const keys = this.keys(pool);
+    const keys = this.keys(pool, this.cellOf(backendId));
     const reply = await runScript(
       this.redis,
       SCRIPTS.prefillDone,
@@ -294,7 +356,7 @@ export class RedisRoutingState implements RoutingStateStore {
    * bounded all the same).
    */
   private async recordRest(pool: string, backendId: BackendId, blockHashes: readonly BlockHash[], heldTo: number): Promise<void> {
-    const keys = this.keys(pool);
+    const keys = this.keys(pool, this.cellOf(backendId));
     const maxCalls = 2 * Math.ceil(blockHashes.length / RECORD_BLOCKS_PER_CALL) + 2;
     let held = heldTo;
     for (let calls = 0; held < blockHashes.length && calls < maxCalls; calls++) {
@@ -313,7 +375,7 @@ export class RedisRoutingState implements RoutingStateStore {
 
   async release(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
     if (heldBlocks.length > 0) this.requireIndexableId(backendId);
-    const keys = this.keys(pool);
+    const keys = this.keys(pool, this.cellOf(backendId));
     const reply = await runScript(
       this.redis,
       SCRIPTS.release,
@@ -327,19 +389,30 @@ export class RedisRoutingState implements RoutingStateStore {
   }
 
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {
-    const reply = await runScript(this.redis, SCRIPTS.forgetBackend, [this.keys(pool).forgotten], [this.options.nowMs(), backendId, this.options.blockIdleTtlMs]);
+    const reply = await runScript(this.redis, SCRIPTS.forgetBackend, [this.keys(pool, this.cellOf(backendId)).forgotten], [this.options.nowMs(), backendId, this.options.blockIdleTtlMs]);
     integerReply(SCRIPTS.forgetBackend, reply);
   }
 
-  /** learn.lua: a correction and a calibration batch in one call (see RoutingStateStore.learn). */
+  /**
+   * learn.lua: a correction and a calibration batch in one call (see RoutingStateStore.learn). In a
+   * split pool the correction goes to its backend's cell and the calibration to cell 0 (one set of
+   * learned figures per pool): two calls when those differ.
+   */
   async learn(pool: string, input: LearnInput): Promise<LearnReply> {
-    const keys = this.keys(pool);
     const correction = input.correction;
     if (correction !== null) this.requireIndexableId(correction.backendId);
     const batch = Object.entries(input.calibration ?? {})
       .filter(([, figures]) => figures.samples > 0 && Number.isFinite(figures.sum))
       .map(([name, figures]) => `${name},${figures.samples},${figures.sum}`)
       .join(';');
+    const correctionCell = correction === null ? 0 : this.cellOf(correction.backendId);
+    if (correctionCell === 0 || batch === '') return this.learnInCell(pool, correctionCell, correction, batch);
+    const [corrected, calibrated] = await Promise.all([this.learnInCell(pool, correctionCell, correction, ''), this.learnInCell(pool, 0, null, batch)]);
+    return { retentionMs: corrected.retentionMs, calibration: calibrated.calibration };
+  }
+
+  private async learnInCell(pool: string, cell: number, correction: LearnInput['correction'], batch: string): Promise<LearnReply> {
+    const keys = this.keys(pool, cell);
     const minEvidenceAgeMs = this.options.minEvidenceAgeMs ?? DEFAULT_MIN_EVIDENCE_AGE_MS;
     const maxRetentionMs = this.options.maxRetentionMs ?? (this.options.blockIdleTtlMs > 0 ? this.options.blockIdleTtlMs : DEFAULT_MAX_RETENTION_MS);
     const reply = await runScript(
@@ -394,13 +467,25 @@ export class RedisRoutingState implements RoutingStateStore {
     this.indexableIds.add(id);
   }
 
-  private keys(pool: string): PoolKeys {
-    let keys = this.keysByPool.get(pool);
+  private keys(pool: string, cell: number): PoolKeys {
+    const known = (this.keysByCell[cell] ??= new Map());
+    let keys = known.get(pool);
     if (!keys) {
-      keys = poolKeys(pool, this.namespace);
-      this.keysByPool.set(pool, keys);
+      keys = poolKeys(pool, this.namespace, cell);
+      known.set(pool, keys);
     }
     return keys;
+  }
+
+  /** The cell holding a backend's leases and ownership (always 0 in a pool that is not split). */
+  private cellOf(backendId: BackendId): number {
+    if (this.cells === 1) return 0;
+    let cell = this.cellByBackend.get(backendId);
+    if (cell === undefined) {
+      cell = backendCell(backendId, this.cells);
+      this.cellByBackend.set(backendId, cell);
+    }
+    return cell;
   }
 
   private sawInflight(pool: string, backendId: BackendId, count: number): void {

@@ -81,4 +81,4 @@ export {
   type ResponseObservation,
 } from './feedback/calibration';
 export { checkPrediction, ENGINE_BLOCK_TOKENS, PREDICTION_OUTCOMES, type Prediction, type PredictionCheck, type PredictionOutcome } from './feedback/prediction-accuracy';
-export { hashString53 } from './hash/hash53';
+export { combineHash53, hashString53, hashToUnitInterval } from './hash/hash53';

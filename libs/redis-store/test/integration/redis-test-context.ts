@@ -100,6 +100,7 @@ export async function openRedisTestContext(options: { fresh?: boolean; label: st
     connect,
     createState(stateOptions = {}) {
       return new RedisRoutingState({
+        ...stateOptions,
         redis: stateOptions.redis ?? redis,
         maxBlocksPerPool: stateOptions.maxBlocksPerPool ?? 10_000,
         blockIdleTtlMs: stateOptions.blockIdleTtlMs ?? 60_000,

@@ -1,0 +1,48 @@
+import { describe, expect, it } from 'vitest';
+import { backendCell, requestCellOrder } from './pool-cells';
+
+const ids = Array.from({ length: 600 }, (_, index) => `10.0.${Math.floor(index / 250)}.${index % 250}:8000`);
+
+describe('backendCell', () => {
+  it('puts every backend in cell 0 of a pool that is not split', () => {
+    expect(ids.every((id) => backendCell(id, 1) === 0)).toBe(true);
+  });
+
+  it('spreads backends evenly over the cells, the same way every time', () => {
+    const sizes = [0, 0, 0];
+    for (const id of ids) sizes[backendCell(id, 3)]! += 1;
+    for (const size of sizes) expect(size).toBeGreaterThan(600 / 3 - 45);
+    expect(ids.map((id) => backendCell(id, 3))).toEqual(ids.map((id) => backendCell(id, 3)));
+  });
+
+  it('moves only the new cell’s share of the backends when a cell is added (rendezvous)', () => {
+    const moved = ids.filter((id) => backendCell(id, 4) !== backendCell(id, 3));
+    expect(moved.every((id) => backendCell(id, 4) === 3)).toBe(true);
+    expect(moved.length).toBeGreaterThan(600 / 4 - 45);
+    expect(moved.length).toBeLessThan(600 / 4 + 45);
+  });
+});
+
+describe('requestCellOrder', () => {
+  it('orders every cell with backends, leaves empty cells out, and is a function of the head hash', () => {
+    expect(requestCellOrder(42, [3, 0, 5]).sort()).toEqual([0, 2]);
+    expect(requestCellOrder(42, [3, 2, 5])).toEqual(requestCellOrder(42, [3, 2, 5]));
+    expect(requestCellOrder(42, [0, 0])).toEqual([]);
+  });
+
+  it("sends each cell a share of the heads that follows its share of the backends", () => {
+    const sizes = [10, 20, 30];
+    const firsts = [0, 0, 0];
+    const heads = 6_000;
+    for (let head = 0; head < heads; head++) firsts[requestCellOrder(head * 7_919 + 13, sizes)[0] as number]! += 1;
+    sizes.forEach((size, cell) => expect(Math.abs((firsts[cell] as number) / heads - size / 60)).toBeLessThan(0.03));
+  });
+
+  it('keeps a head in its cell when another cell loses backends (only that cell’s heads move)', () => {
+    const before = Array.from({ length: 2_000 }, (_, head) => requestCellOrder(head, [10, 10, 10])[0]);
+    const after = Array.from({ length: 2_000 }, (_, head) => requestCellOrder(head, [10, 10, 9])[0]);
+    before.forEach((cell, head) => {
+      if (cell !== 2) expect(after[head]).toBe(cell);
+    });
+  });
+});
