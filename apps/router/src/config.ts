@@ -1,6 +1,6 @@
 import { CALIBRATED_PARAMS, DEFAULT_MAX_ROUTED_BLOCKS, POLICY_NAMES, type CalibratedParam } from '@kvroute/routing';
 import { DEFAULT_GENERATION_LIMITS, type GenerationLimits } from '@kvroute/protocols';
-import { DEFAULT_SHORTLIST, RECORD_BLOCKS_PER_CALL } from '@kvroute/redis-store';
+import { DEFAULT_SHORTLIST, MAX_POOL_CELLS, RECORD_BLOCKS_PER_CALL } from '@kvroute/redis-store';
 import { secretOption, UPSTREAM_KEY_SOURCE_FIELDS, upstreamKeyConfigFields } from '@kvroute/platform';
 import { z } from 'zod';
 import { policyConfigFields } from './routing/policy-params';
@@ -79,6 +79,15 @@ export const RouterConfig = z.object({
     .min(1)
     .default(DEFAULT_SHORTLIST.above)
     .describe("with Redis: a pool of more backends than this decides over a shortlist (the deepest owners of the prompt's prefix, the first of its rendezvous order, the least loaded, a few spread), so a decision's Redis work does not grow with the pool; a larger value scans every backend"),
+  poolCells: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(MAX_POOL_CELLS)
+    .default(1)
+    .describe(
+      "with Redis: cells each model's pool is split into, each its own hash slot with its backends' leases and ownership, so one hot model spreads over up to this many Redis Cluster shards; a request is decided in the cell of its first block (docs/adr/0007). Every replica must use the same value; changing it rebuilds the moved backends' ownership",
+    ),
   maxBlocksPerPool: z.coerce.number().int().positive().default(1_000_000).describe('with Redis: prefix blocks remembered per model pool (LRU by generation beyond; ~105 B each)'),
   leaseTtlMs: z.coerce.number().int().min(1000).default(15_000).describe('with Redis: an in-flight lease not renewed for this long stops counting (a dead replica heals)'),
   redisTimeoutMs: z.coerce.number().int().positive().default(50).describe('with Redis: a state call slower than this makes the router route on local state (degraded)'),

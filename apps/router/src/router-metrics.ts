@@ -35,6 +35,7 @@ export class RouterMetrics {
   private readonly degradedTransitions: Counter<'to'>;
   private readonly reserveConflicts: Counter<'backend'>;
   private readonly failOpens: Counter<'model'>;
+  private readonly cellSpills: Counter<'model'>;
   private readonly predictions: Counter<'backend' | 'outcome'>;
   private readonly predictedTokens: Counter<'backend'>;
   private readonly observedCachedTokens: Counter<'backend'>;
@@ -137,6 +138,12 @@ export class RouterMetrics {
     this.failOpens = new Counter({
       name: 'kvroute_router_health_fail_open_total',
       help: 'Tries routed on the circuit breakers alone because the health poller reported every available backend of the model unhealthy.',
+      labelNames: ['model'],
+      registers,
+    });
+    this.cellSpills = new Counter({
+      name: 'kvroute_router_cell_spills_total',
+      help: "Decisions of a pool split into cells (poolCells) whose cell had every backend saturated, so the next cell decided too (a second script call).",
       labelNames: ['model'],
       registers,
     });
@@ -259,6 +266,10 @@ export class RouterMetrics {
 
   recordFailOpen(model: string): void {
     this.failOpens.inc({ model });
+  }
+
+  recordCellSpill(model: string): void {
+    this.cellSpills.inc({ model });
   }
 
   /** Whether `backend` has been seen reporting cached tokens (its feedback mode). */

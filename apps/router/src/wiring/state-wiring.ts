@@ -66,6 +66,8 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
       leaseTtlMs: config.leaseTtlMs,
       minEvidenceAgeMs: config.evictionEvidenceMinAgeMs,
       shortlistAbove: config.shortlistAbove,
+      poolCells: config.poolCells,
+      onCellSpill: (pool) => metrics.recordCellSpill(pool),
       nowMs: () => Date.now(),
     }),
     localState,
