@@ -25,7 +25,7 @@ export {
   type RedisNodeAddress,
   type RedisRole,
 } from './connection';
-export { blockHashArg, DEFAULT_KEY_NAMESPACE, fleetKeys, type FleetKeys, KEY_SUFFIX, MAX_POOL_CELLS, PACKED_BLOCK_WIDTH, packBlockHashes, poolHashTag, poolKeys, type PoolKeys } from './keys';
+export { blockHashArg, DEFAULT_KEY_NAMESPACE, fleetKeys, type FleetKeys, cellHashTag, KEY_SUFFIX, MAX_POOL_CELLS, type PoolCell, PACKED_BLOCK_WIDTH, packBlockHashes, poolHashTag, poolKeys, type PoolKeys } from './keys';
 export { clearPoolState } from './clear-pool-state';
 export { backendCell, requestCellOrder } from './pool-cells';
 export { DEFAULT_SHORTLIST, RECORD_BLOCKS_PER_CALL, RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { blockHashArg, poolHashTag, poolKeys, PACKED_BLOCK_WIDTH, packBlockHashes } from './keys';
+import { CLUSTER_SLOT_COUNT, clusterKeySlot } from '@kvroute/testing';
+import { blockHashArg, cellHashTag, poolHashTag, poolKeys, PACKED_BLOCK_WIDTH, packBlockHashes } from './keys';
 
 /** The part of a key Redis Cluster hashes: the first `{…}` with something inside, else the whole key. */
 function clusterHashInput(key: string): string {
@@ -44,16 +45,34 @@ describe('poolKeys', () => {
     expect(poolHashTag(digestOfEmpty)).not.toBe(digestOfEmpty);
   });
 
-  it("gives each cell of a split pool a tag of its own (cell 0 the pool's), which no other pool's name can take", () => {
-    expect(poolKeys('m', 'kvr:v1', 0).prefix).toBe(poolKeys('m').prefix);
-    expect(poolKeys('m', 'kvr:v1', 2).prefix).toBe('kvr:v1:{m#2}:');
-    const cell = poolKeys('m', 'kvr:v1', 2);
-    expect(new Set([cell.ownersNew, cell.prefill('b{1}'), cell.leaseDeadlines].map(clusterHashInput))).toEqual(new Set(['m#2']));
+  it.each(['bench-model', 'llama-3-8b', 'meta-llama/Llama-3.1-8B-Instruct', 'odd{name}'])(
+    'puts cell i of n of pool %j in the i-th of n equal slot ranges (one master each on an evenly sliced cluster)',
+    (pool) => {
+      for (const count of [2, 3, 6, 8]) {
+        const tags = new Set<string>();
+        for (let index = 0; index < count; index++) {
+          const keys = poolKeys(pool, 'kvr:v1', { index, count });
+          const inputs = new Set([keys.ownersNew, keys.prefill('b{1}'), keys.leaseDeadlines].map(clusterHashInput));
+          expect(inputs.size).toBe(1);
+          const tag = [...inputs][0] as string;
+          tags.add(tag);
+          expect(tag.startsWith(`${poolHashTag(pool)}#${index}-`)).toBe(true);
+          // The slot as @kvroute/testing computes it (its own CRC16), against the package the store uses.
+          expect(Math.floor((clusterKeySlot(keys.prefix) * count) / CLUSTER_SLOT_COUNT)).toBe(index);
+        }
+        expect(tags.size).toBe(count);
+      }
+    },
+  );
+
+  it("keeps a pool that is not split on its own tag, and no model's name can take a cell's", () => {
+    expect(poolKeys('m', 'kvr:v1', { index: 0, count: 1 }).prefix).toBe(poolKeys('m').prefix);
+    expect(cellHashTag('m', { index: 0, count: 1 })).toBe('m');
+    const cellTag = cellHashTag('m', { index: 1, count: 3 });
     // A model named like a cell is digested, so its keys never meet the cell's.
-    expect(poolKeys('m#2').prefix).not.toBe(cell.prefix);
-    expect(poolHashTag('m#2')).toMatch(/^[0-9a-f]{40}$/);
-    expect(() => poolKeys('m', 'kvr:v1', 64)).toThrow(RangeError);
-    expect(() => poolKeys('m', 'kvr:v1', -1)).toThrow(RangeError);
+    expect(poolHashTag(cellTag)).toMatch(/^[0-9a-f]{40}$/);
+    expect(() => poolKeys('m', 'kvr:v1', { index: 3, count: 3 })).toThrow(RangeError);
+    expect(() => poolKeys('m', 'kvr:v1', { index: 0, count: 65 })).toThrow(RangeError);
   });
 
   it('writes block hashes as exact decimal integers', () => {

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { createRequire } from 'node:module';
 import type { BackendId, BlockHash } from '@kvroute/routing';
 
 /**
@@ -11,7 +12,7 @@ import type { BackendId, BlockHash } from '@kvroute/routing';
  * Layout: `<namespace>:{<tag>}:<suffix>`, namespace `kvr:v1` by default. Every key of one pool (one
  * model) carries the same hash tag, so on Redis Cluster a pool lives in one slot and each script runs
  * on one shard; different models spread over the shards. A pool split into cells (`poolCells`,
- * docs/adr/0007) has one tag per cell: cell 0 keeps the pool's own, cell c > 0 is `{<tag>#<c>}`.
+ * docs/adr/0007) has one tag per cell (cellHashTag).
  */
 
 /** Default namespace: the schema version is part of it, so an incompatible layout can move to `kvr:v2`. */
@@ -46,6 +47,48 @@ export function poolHashTag(pool: string): string {
 /** Cells a pool may be split into (`poolCells`): a cell is a hash slot, and a cluster has a few hundred shards at most. */
 export const MAX_POOL_CELLS = 64;
 
+/** The slot (0..16383) of a key as Redis Cluster computes it: `cluster-key-slot`, the function ioredis routes with (it ships no types). */
+const clusterKeySlot = createRequire(import.meta.url)('cluster-key-slot') as (key: string) => number;
+
+/** Redis Cluster's hash slots. */
+const CLUSTER_SLOTS = 16_384;
+
+/** Which cell of how many (`poolCells`): `{ index: 0, count: 1 }` is a pool that is not split. */
+export interface PoolCell {
+  readonly index: number;
+  readonly count: number;
+}
+
+const cellTags = new Map<string, string>();
+
+/**
+ * The hash tag of cell `index` of `count`: `<pool tag>#<index>-<k>` with the smallest k whose slot
+ * falls in the index-th of `count` equal slot ranges. A cluster made by `redis-cli --cluster create`
+ * (or resharded evenly) gives each master one contiguous range, so `count` = a multiple of the masters
+ * puts the same number of cells on every master; a hash alone would often put two of three cells on
+ * one master. About `count` tries per cell, once per process (cached).
+ */
+export function cellHashTag(pool: string, cell: PoolCell): string {
+  const { index, count } = cell;
+  if (!Number.isInteger(count) || count < 1 || count > MAX_POOL_CELLS) throw new RangeError(`cells must be an integer in [1, ${MAX_POOL_CELLS}], got ${count}`);
+  if (!Number.isInteger(index) || index < 0 || index >= count) throw new RangeError(`cell must be an integer in [0, ${count}), got ${index}`);
+  const tag = poolHashTag(pool);
+  if (count === 1) return tag;
+  const known = `${index}/${count}/${tag}`;
+  const cached = cellTags.get(known);
+  if (cached !== undefined) return cached;
+  const low = Math.ceil((index * CLUSTER_SLOTS) / count);
+  const high = Math.ceil(((index + 1) * CLUSTER_SLOTS) / count);
+  for (let k = 0; ; k++) {
+    const candidate = `${tag}#${index}-${k}`;
+    const slot = clusterKeySlot(candidate);
+    if (slot >= low && slot < high) {
+      cellTags.set(known, candidate);
+      return candidate;
+    }
+  }
+}
+
 /** The keys of one pool. */
 export interface PoolKeys {
   /** `<namespace>:{<tag>}:`, the prefix the Lua scripts append suffixes to. */
@@ -79,10 +122,9 @@ export interface PoolKeys {
   prefill(backendId: BackendId): string;
 }
 
-/** The keys of one pool, or of its cell `cell` (0: the pool's own keys, as when it is not split). */
-export function poolKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE, cell = 0): PoolKeys {
-  if (!Number.isInteger(cell) || cell < 0 || cell >= MAX_POOL_CELLS) throw new RangeError(`cell must be an integer in [0, ${MAX_POOL_CELLS}), got ${cell}`);
-  const prefix = `${namespace}:{${poolHashTag(pool)}${cell === 0 ? '' : `#${cell}`}}:`;
+/** The keys of one pool, or of one cell of a split pool. */
+export function poolKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE, cell: PoolCell = { index: 0, count: 1 }): PoolKeys {
+  const prefix = `${namespace}:{${cellHashTag(pool, cell)}}:`;
   return {
     prefix,
     ownersNew: prefix + KEY_SUFFIX.ownersNew,

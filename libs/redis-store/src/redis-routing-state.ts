@@ -471,7 +471,7 @@ export class RedisRoutingState implements RoutingStateStore {
     const known = (this.keysByCell[cell] ??= new Map());
     let keys = known.get(pool);
     if (!keys) {
-      keys = poolKeys(pool, this.namespace, cell);
+      keys = poolKeys(pool, this.namespace, { index: cell, count: this.cells });
       known.set(pool, keys);
     }
     return keys;

@@ -44,9 +44,9 @@ describe('a pool split into cells (poolCells)', () => {
     const cell = backendCell(owner, CELLS);
     // Only the cell's backends took part.
     expect(first.candidates.every((candidate) => backendCell(candidate.backend.id, CELLS) === cell)).toBe(true);
-    const keys = poolKeys('m', ctx.namespace, cell);
+    const keys = poolKeys('m', ctx.namespace, { index: cell, count: CELLS });
     expect(await ctx.redis.hget(keys.inflight, owner)).toBe('1');
-    for (const other of [0, 1, 2].filter((c) => c !== cell)) expect(await ctx.redis.exists(poolKeys('m', ctx.namespace, other).inflight)).toBe(0);
+    for (const other of [0, 1, 2].filter((c) => c !== cell)) expect(await ctx.redis.exists(poolKeys('m', ctx.namespace, { index: other, count: CELLS }).inflight)).toBe(0);
     await state.release('m', owner, 'turn-1', first.blocksAtFirstOutput);
     expect(await ctx.redis.hexists(keys.ownersNew, String(7 * 10_000 + 20))).toBe(1);
 
@@ -87,7 +87,7 @@ describe('a pool split into cells (poolCells)', () => {
     expect(spills).toEqual(['m']);
     expect(backendCell(routedTo(spilled), CELLS)).not.toBe(home);
     // The home cell's tentative lease is gone: each of its backends holds only its filler.
-    const homeKeys = poolKeys('m', ctx.namespace, home);
+    const homeKeys = poolKeys('m', ctx.namespace, { index: home, count: CELLS });
     for (const backend of homeBackends) expect(await ctx.redis.hget(homeKeys.inflight, backend.id)).toBe('1');
     expect(await ctx.redis.zcard(homeKeys.leaseDeadlines)).toBe(homeBackends.length);
     await state.release('m', routedTo(spilled), 'spilled');
@@ -104,8 +104,8 @@ describe('a pool split into cells (poolCells)', () => {
     });
     expect(reply.retentionMs).not.toBeNull();
     expect(reply.calibration.prefillMsPerToken?.samples).toBe(4);
-    expect(await ctx.redis.hget(poolKeys('m', ctx.namespace, cell).forgotten, backend)).toContain('|');
-    expect(await ctx.redis.exists(poolKeys('m', ctx.namespace, 0).calibration)).toBe(1);
-    expect(await ctx.redis.exists(poolKeys('m', ctx.namespace, cell).calibration)).toBe(0);
+    expect(await ctx.redis.hget(poolKeys('m', ctx.namespace, { index: cell, count: CELLS }).forgotten, backend)).toContain('|');
+    expect(await ctx.redis.exists(poolKeys('m', ctx.namespace, { index: 0, count: CELLS }).calibration)).toBe(1);
+    expect(await ctx.redis.exists(poolKeys('m', ctx.namespace, { index: cell, count: CELLS }).calibration)).toBe(0);
   });
 });
