@@ -39,12 +39,28 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import type { ChatCompletionRequest, ChatMessage } from '@kvroute/protocols';
 import { createRedis, poolKeys, RedisRoutingState, SCRIPTS, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
-import { buildRoutingRequest, createPolicy, decide as decideRoute, type BackendInfo, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
+import { createPolicy, decide as decideRoute, type BackendInfo, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
 import { startRedis, type TestRedis } from '@kvroute/testing';
-import { mean, percentile, syntheticTokenPrompt } from '@kvroute/workloads';
+import { mean, percentile } from '@kvroute/workloads';
 import { Redis as SingleServerRedis } from 'ioredis';
+import {
+  BLOCK_SIZE_BYTES,
+  backendInfos,
+  buildWorkload,
+  inBatches,
+  infoNumber,
+  POOL,
+  routingRequest,
+  scriptStats,
+  serverCpuSeconds,
+  STATE_DEFAULTS,
+  SYSTEM_PROMPT,
+  SYSTEM_TOKENS,
+  TURN_TOKENS,
+  words,
+  type Workload,
+} from './decision-workload';
 
 const { values: args } = parseArgs({
   options: {
@@ -65,12 +81,6 @@ const inflightPerBackend = Number(args['inflight-per-backend']);
 const turnGapMs = Number(args['turn-gap-ms']);
 const memoryBlocks = Number(args['memory-blocks']);
 
-const BLOCK_SIZE_BYTES = 256;
-const SYSTEM_TOKENS = 256;
-const TURN_TOKENS = 200;
-const POOL = 'bench-model';
-/** The router's defaults (apps/router/src/config.ts). */
-const STATE_DEFAULTS = { maxBlocksPerPool: 1_000_000, blockIdleTtlMs: 1_800_000, leaseTtlMs: 15_000 } as const;
 /** Memory pass: backends and chain length (128 blocks = an 8k-token prompt). */
 const MEMORY_BACKENDS = 16;
 const MEMORY_CHAIN = 128;
@@ -118,86 +128,6 @@ interface CellResult {
   conflicts: number;
 }
 
-interface Workload {
-  /** Previous turn of each conversation (pre-filled), its next turn (measured), a new prompt (measured). */
-  previous: RoutingRequest[];
-  next: RoutingRequest[];
-  unique: RoutingRequest[];
-  hashMsMean: number;
-}
-
-// --- Prompts -----------------------------------------------------------------------------------------
-
-/** `tokens` ≈ 4-byte words (3 base-36 characters and a space), deterministic per seed. */
-function words(tokens: number, seed: number): string {
-  return syntheticTokenPrompt(Math.max(1, tokens), seed)
-    .map((id) => (id % 46_656).toString(36).padStart(3, '0'))
-    .join(' ');
-}
-
-const SYSTEM_PROMPT: ChatMessage = { role: 'system', content: `You are the assistant of a benchmark. ${words(SYSTEM_TOKENS - 8, 999)}` };
-
-function body(messages: ChatMessage[]): ChatCompletionRequest {
-  return { model: POOL, messages };
-}
-
-function routingRequest(messages: ChatMessage[]): RoutingRequest {
-  return buildRoutingRequest(body(messages), { blockSizeBytes: BLOCK_SIZE_BYTES, sessionKey: null });
-}
-
-/** Conversation `c` up to `tokens` tokens: the system prompt, then turns of TURN_TOKENS. */
-function conversation(c: number, tokens: number): ChatMessage[] {
-  const messages: ChatMessage[] = [SYSTEM_PROMPT];
-  for (let used = SYSTEM_TOKENS, m = 0; used < tokens; m++) {
-    const size = Math.min(TURN_TOKENS, tokens - used);
-    messages.push({ role: m % 2 === 0 ? 'user' : 'assistant', content: `conversation ${c} message ${m}: ${words(size - 4, c * 1000 + m + 1)}` });
-    used += size;
-  }
-  return messages;
-}
-
-function buildWorkload(promptTokens: number, count: number): Workload {
-  const previous: RoutingRequest[] = [];
-  const next: RoutingRequest[] = [];
-  const unique: RoutingRequest[] = [];
-  const hashMs: number[] = [];
-  for (let c = 0; c < count; c++) {
-    const before = conversation(c, Math.max(SYSTEM_TOKENS + 1, promptTokens - TURN_TOKENS));
-    previous.push(routingRequest(before));
-    const reply: ChatMessage = { role: 'assistant', content: `conversation ${c} reply: ${words((3 * TURN_TOKENS) / 4 - 4, c * 1000 + 998)}` };
-    const question: ChatMessage = { role: 'user', content: `conversation ${c} follow-up: ${words(TURN_TOKENS / 4 - 4, c * 1000 + 999)}` };
-    const nextMessages = [...before, reply, question];
-    const started = performance.now();
-    next.push(routingRequest(nextMessages));
-    hashMs.push(performance.now() - started);
-    unique.push(routingRequest([SYSTEM_PROMPT, { role: 'user', content: `new prompt ${c}: ${words(promptTokens - SYSTEM_TOKENS - 4, 2_000_000 + c)}` }]));
-  }
-  return { previous, next, unique, hashMsMean: mean(hashMs) };
-}
-
-// --- Redis INFO ------------------------------------------------------------------------------------------
-
-function infoNumber(info: string, field: string): number {
-  const match = new RegExp(`^${field}:([\\d.]+)`, 'm').exec(info);
-  if (!match) throw new Error(`INFO has no ${field}`);
-  return Number(match[1]);
-}
-
-/** EVALSHA + EVAL calls and usec from INFO commandstats. */
-function scriptStats(info: string): { calls: number; usec: number } {
-  let calls = 0;
-  let usec = 0;
-  for (const match of info.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+),usec=(\d+)/gm)) {
-    calls += Number(match[1]);
-    usec += Number(match[2]);
-  }
-  return { calls, usec };
-}
-
-function serverCpuSeconds(info: string): number {
-  return infoNumber(info, 'used_cpu_user') + infoNumber(info, 'used_cpu_sys');
-}
-
 // --- Decisions -------------------------------------------------------------------------------------------
 
 interface Timing {
@@ -216,17 +146,6 @@ async function decide(state: RedisRoutingState, policy: RoutingPolicy, backends:
   await state.release(POOL, decision.backendId, leaseId);
   const released = performance.now();
   return { forwardMs: decided - started, releaseMs: released - decided, decisionMs: released - started, backendId: decision.backendId, taken: true };
-}
-
-function backendInfos(count: number): BackendInfo[] {
-  return Array.from({ length: count }, (_, i) => ({ id: `10.0.${i >> 8}.${i & 255}:8000`, weight: 1 }));
-}
-
-/** Runs `tasks` with at most `concurrency` in flight (pipelined on one connection). */
-async function inBatches<T>(items: readonly T[], concurrency: number, task: (item: T, index: number) => Promise<void>): Promise<void> {
-  for (let from = 0; from < items.length; from += concurrency) {
-    await Promise.all(items.slice(from, from + concurrency).map((item, k) => task(item, from + k)));
-  }
 }
 
 interface Cell {

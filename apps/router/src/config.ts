@@ -1,6 +1,6 @@
 import { CALIBRATED_PARAMS, DEFAULT_MAX_ROUTED_BLOCKS, POLICY_NAMES, type CalibratedParam } from '@kvroute/routing';
 import { DEFAULT_GENERATION_LIMITS, type GenerationLimits } from '@kvroute/protocols';
-import { DEFAULT_SHORTLIST, MAX_POOL_CELLS, RECORD_BLOCKS_PER_CALL } from '@kvroute/redis-store';
+import { DEFAULT_CELL_KEY_BYTES, DEFAULT_SHORTLIST, MAX_POOL_CELLS, RECORD_BLOCKS_PER_CALL } from '@kvroute/redis-store';
 import { secretOption, UPSTREAM_KEY_SOURCE_FIELDS, upstreamKeyConfigFields } from '@kvroute/platform';
 import { z } from 'zod';
 import { policyConfigFields } from './routing/policy-params';
@@ -87,6 +87,14 @@ export const RouterConfig = z.object({
     .default(1)
     .describe(
       "with Redis: cells each model's pool is split into, each its own hash slot with its backends' leases and ownership, so one hot model spreads over up to this many Redis Cluster shards; a request is decided in the cell of its first block (docs/adr/0007). Every replica must use the same value; changing it rebuilds the moved backends' ownership",
+    ),
+  cellKeyBytes: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(DEFAULT_CELL_KEY_BYTES)
+    .describe(
+      'with poolCells > 1: requests whose first this many bytes of routing text are the same share a cell (longer than your shared system prompt, shorter than a first turn)',
     ),
   maxBlocksPerPool: z.coerce.number().int().positive().default(1_000_000).describe('with Redis: prefix blocks remembered per model pool (LRU by generation beyond; ~105 B each)'),
   leaseTtlMs: z.coerce.number().int().min(1000).default(15_000).describe('with Redis: an in-flight lease not renewed for this long stops counting (a dead replica heals)'),

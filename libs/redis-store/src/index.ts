@@ -27,7 +27,7 @@ export {
 } from './connection';
 export { blockHashArg, DEFAULT_KEY_NAMESPACE, fleetKeys, type FleetKeys, cellHashTag, KEY_SUFFIX, MAX_POOL_CELLS, type PoolCell, PACKED_BLOCK_WIDTH, packBlockHashes, poolHashTag, poolKeys, type PoolKeys } from './keys';
 export { clearPoolState } from './clear-pool-state';
-export { backendCell, requestCellOrder } from './pool-cells';
+export { backendCell, cellKeyOf, DEFAULT_CELL_KEY_BYTES, requestCellOrder } from './pool-cells';
 export { DEFAULT_SHORTLIST, RECORD_BLOCKS_PER_CALL, RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';
 export { RedisStoreError, type RedisStoreErrorCode } from './redis-store-error';
 export { SCRIPTS, type LuaScript, type RedisClient } from './scripts';

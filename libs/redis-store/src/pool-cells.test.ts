@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { backendCell, requestCellOrder } from './pool-cells';
+import { backendCell, cellKeyOf, requestCellOrder } from './pool-cells';
 
 const ids = Array.from({ length: 600 }, (_, index) => `10.0.${Math.floor(index / 250)}.${index % 250}:8000`);
 
@@ -44,5 +44,20 @@ describe('requestCellOrder', () => {
     before.forEach((cell, head) => {
       if (cell !== 2) expect(after[head]).toBe(cell);
     });
+  });
+});
+
+describe('cellKeyOf', () => {
+  const chain = Array.from({ length: 100 }, (_, index) => 1_000 + index);
+  it('keys a prompt by its block at keyBytes, a shorter one by its last block, one without blocks by its head', () => {
+    expect(cellKeyOf({ blockHashes: chain, blockSizeBytes: 256, headHash: 7 }, 16_384)).toBe(chain[63]);
+    expect(cellKeyOf({ blockHashes: chain.slice(0, 10), blockSizeBytes: 256, headHash: 7 }, 16_384)).toBe(chain[9]);
+    expect(cellKeyOf({ blockHashes: [], blockSizeBytes: 256, headHash: 7 }, 16_384)).toBe(7);
+    expect(cellKeyOf({ blockHashes: chain, blockSizeBytes: 256, headHash: 7 }, 1)).toBe(chain[0]);
+  });
+
+  it('gives every later turn of a conversation the key of its first turn once that reached keyBytes', () => {
+    const turns = [70, 85, 100].map((length) => cellKeyOf({ blockHashes: chain.slice(0, length), blockSizeBytes: 256, headHash: 7 }, 16_384));
+    expect(new Set(turns).size).toBe(1);
   });
 });

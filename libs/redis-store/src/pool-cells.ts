@@ -1,4 +1,4 @@
-import { combineHash53, hashString53, hashToUnitInterval, type BackendId, type BlockHash } from '@kvroute/routing';
+import { combineHash53, hashString53, hashToUnitInterval, type BackendId, type BlockHash, type RoutingRequest } from '@kvroute/routing';
 
 /**
  * A pool split into cells (docs/adr/0007): each cell is its own hash slot (keys.ts, `poolKeys(pool,
@@ -7,6 +7,27 @@ import { combineHash53, hashString53, hashToUnitInterval, type BackendId, type B
  * script on one shard. Both mappings below are functions of ids and hashes alone, so every router
  * replica agrees on them without coordination.
  */
+
+/**
+ * How much of a prompt chooses its cell by default: requests whose first 16 KiB (~4k tokens) are the
+ * same share a cell. Longer than most shared system prompts (a cell keyed by the first block would put
+ * a model's whole traffic in one cell: every request starts with the same system prompt), shorter than
+ * most conversations' first turns (so a conversation's turns share a cell from the first).
+ */
+export const DEFAULT_CELL_KEY_BYTES = 16_384;
+
+/**
+ * The hash that chooses a request's cell: its chain's block at `keyBytes` (the chained hash of
+ * everything up to there), or its last block when it is shorter, or its head hash without blocks.
+ * Every later turn of a conversation whose first turn reached `keyBytes` has the same key; a first
+ * turn shorter than that may land in another cell than the turns after it (one miss).
+ */
+export function cellKeyOf(request: Pick<RoutingRequest, 'blockHashes' | 'blockSizeBytes' | 'headHash'>, keyBytes: number): BlockHash {
+  const { blockHashes } = request;
+  if (blockHashes.length === 0 || request.blockSizeBytes <= 0) return request.headHash;
+  const keyBlocks = Math.max(1, Math.ceil(keyBytes / request.blockSizeBytes));
+  return blockHashes[Math.min(blockHashes.length, keyBlocks) - 1] as BlockHash;
+}
 
 /** Keeps a backend's cell and a request's cell weights apart from other uses of the same hashes. */
 const CELL_SEED = 0x6365_6c6c;
@@ -33,16 +54,16 @@ export function backendCell(backendId: BackendId, cells: number): number {
 }
 
 /**
- * The cells a request tries, best first: weighted rendezvous of the request's head hash (its first
- * block: a conversation's turns and a shared system prompt land in one cell, where their prefix is)
- * over the cells that have eligible backends, each weighted by how many it has (`sizes[cell]`), so a
+ * The cells a request tries, best first: weighted rendezvous of the request's cell key (cellKeyOf: the
+ * turns of a conversation share it, so they find their prefix in their cell) over the cells that have
+ * eligible backends, each weighted by how many it has (`sizes[cell]`), so a
  * cell's share of the requests follows its share of the backends. Cells of size 0 are left out.
  * Score `-size / ln(u)` with u uniform in (0, 1) per (head, cell): higher is better, unitless.
  */
-export function requestCellOrder(headHash: BlockHash, sizes: readonly number[]): number[] {
+export function requestCellOrder(cellKey: BlockHash, sizes: readonly number[]): number[] {
   const scored: { cell: number; score: number }[] = [];
   sizes.forEach((size, cell) => {
-    if (size > 0) scored.push({ cell, score: -size / Math.log(hashToUnitInterval(combineHash53(combineHash53(headHash, CELL_SEED), cell))) });
+    if (size > 0) scored.push({ cell, score: -size / Math.log(hashToUnitInterval(combineHash53(combineHash53(cellKey, CELL_SEED), cell))) });
   });
   return scored.sort((a, b) => b.score - a.score || a.cell - b.cell).map((entry) => entry.cell);
 }

@@ -22,7 +22,7 @@ import {
   type RoutingStateStore,
 } from '@kvroute/routing';
 import { blockHashArg, DEFAULT_KEY_NAMESPACE, MAX_POOL_CELLS, packBlockHashes, poolKeys, type PoolKeys } from './keys';
-import { backendCell, requestCellOrder } from './pool-cells';
+import { backendCell, cellKeyOf, DEFAULT_CELL_KEY_BYTES, requestCellOrder } from './pool-cells';
 import { RedisStoreError } from './redis-store-error';
 import { integerArrayReply, integerReply, runScript, SCRIPTS, type RedisClient } from './scripts';
 
@@ -54,10 +54,12 @@ export interface RedisRoutingStateOptions {
   /**
    * Cells each pool is split into (docs/adr/0007; default 1: not split). Each cell is its own hash slot
    * with the owner index, leases and load of its backends (`backendCell`); a decision runs in the
-   * request's cell (`requestCellOrder`: by its first block), and in the next one too when every backend
+   * request's cell (`requestCellOrder`, by `cellKeyOf`), and in the next one too when every backend
    * of the first is saturated. On a Redis Cluster, a pool of c cells spreads over up to c shards.
    */
   readonly poolCells?: number;
+  /** Leading bytes of a prompt that choose its cell (`cellKeyOf`; default DEFAULT_CELL_KEY_BYTES). */
+  readonly cellKeyBytes?: number;
   /** Called when a decision's first cell was saturated and it ran in the next one too (metrics). */
   readonly onCellSpill?: (pool: string) => void;
 }
@@ -206,7 +208,7 @@ export class RedisRoutingState implements RoutingStateStore {
     if (this.cells === 1) return this.routeInCell(input, 0);
     const members: AtomicRouteInput['backends'][number][][] = Array.from({ length: this.cells }, () => []);
     for (const backend of input.backends) (members[this.cellOf(backend.id)] as AtomicRouteInput['backends'][number][]).push(backend);
-    const order = requestCellOrder(input.request.headHash, members.map((cell) => cell.length));
+    const order = requestCellOrder(cellKeyOf(input.request, this.options.cellKeyBytes ?? DEFAULT_CELL_KEY_BYTES), members.map((cell) => cell.length));
     const first = order[0] as number;
     const outcome = await this.routeInCell({ ...input, backends: members[first] as AtomicRouteInput['backends'] }, first);
     const next = order[1];

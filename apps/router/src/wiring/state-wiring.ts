@@ -67,6 +67,7 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
       minEvidenceAgeMs: config.evictionEvidenceMinAgeMs,
       shortlistAbove: config.shortlistAbove,
       poolCells: config.poolCells,
+      cellKeyBytes: config.cellKeyBytes,
       onCellSpill: (pool) => metrics.recordCellSpill(pool),
       nowMs: () => Date.now(),
     }),

@@ -72,6 +72,20 @@ describe('a pool split into cells (poolCells)', () => {
     expect([...snapshot.matchBlocks]).toEqual([[owners[4], 8]]);
   });
 
+  it('spreads conversations that all start with one system prompt (the cell key is past it)', async () => {
+    const state = ctx.createState({ poolCells: CELLS });
+    const cellsUsed = new Set<number>();
+    for (let conversation = 1; conversation <= 30; conversation++) {
+      const input = inputOf(conversation, 80, `s-${conversation}`);
+      // Blocks 1..16 (4 KiB) the same for every conversation; chained hashes differ after.
+      const blockHashes = input.request.blockHashes.map((hash, index) => (index < 16 ? 500 + index : hash));
+      const result = await decide(state, { ...input, request: { ...input.request, blockHashes, headHash: 500 } });
+      cellsUsed.add(backendCell(routedTo(result), CELLS));
+      await state.release('m', routedTo(result), `s-${conversation}`);
+    }
+    expect(cellsUsed.size).toBe(CELLS);
+  });
+
   it("spills to the next cell when every backend of the request's cell is saturated, releasing the first cell's lease", async () => {
     const spills: string[] = [];
     const state = ctx.createState({ poolCells: CELLS, onCellSpill: (pool) => spills.push(pool) });
