@@ -56,8 +56,10 @@ describe('cellKeyOf', () => {
     expect(cellKeyOf({ blockHashes: chain, blockSizeBytes: 256, headHash: 7 }, 1)).toBe(chain[0]);
   });
 
-  it('gives every later turn of a conversation the key of its first turn once that reached keyBytes', () => {
-    const turns = [70, 85, 100].map((length) => cellKeyOf({ blockHashes: chain.slice(0, length), blockSizeBytes: 256, headHash: 7 }, 16_384));
-    expect(new Set(turns).size).toBe(1);
+  it('keys a chat at the end of its first turn, or keyBytes into it: the same for every later turn of the conversation', () => {
+    const firstTurnBytes = { start: 1_024, end: 3_000 };
+    const turns = [12, 40, 100].map((length) => cellKeyOf({ blockHashes: chain.slice(0, length), blockSizeBytes: 256, headHash: 7, firstTurnBytes }, 16_384));
+    expect(turns).toEqual([chain[10], chain[10], chain[10]]);
+    expect(cellKeyOf({ blockHashes: chain, blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 1_024, end: 20_000 } }, 2_048)).toBe(chain[11]);
   });
 });

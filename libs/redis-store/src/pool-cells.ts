@@ -8,24 +8,24 @@ import { combineHash53, hashString53, hashToUnitInterval, type BackendId, type B
  * replica agrees on them without coordination.
  */
 
-/**
- * How much of a prompt chooses its cell by default: requests whose first 16 KiB (~4k tokens) are the
- * same share a cell. Longer than most shared system prompts (a cell keyed by the first block would put
- * a model's whole traffic in one cell: every request starts with the same system prompt), shorter than
- * most conversations' first turns (so a conversation's turns share a cell from the first).
- */
+/** How far into the first turn (or a completion's prompt) the cell key reaches by default: 16 KiB, ~4k tokens. */
 export const DEFAULT_CELL_KEY_BYTES = 16_384;
 
 /**
- * The hash that chooses a request's cell: its chain's block at `keyBytes` (the chained hash of
- * everything up to there), or its last block when it is shorter, or its head hash without blocks.
- * Every later turn of a conversation whose first turn reached `keyBytes` has the same key; a first
- * turn shorter than that may land in another cell than the turns after it (one miss).
+ * The hash that chooses a request's cell: the chained hash of its last full block before
+ * min(first turn start + `keyBytes`, first turn end) (`RoutingRequest.firstTurnBytes`: the first message
+ * after the instructions), i.e. of the instructions and the opening of the conversation. Every later turn
+ * of the conversation renders the same text up to there, so all its turns share a cell, while
+ * conversations that share only a system prompt (a model's whole traffic, often) spread over the cells;
+ * a cell keyed by the first block would take them all. A completion, or a chat without a first turn,
+ * is keyed at `keyBytes` from the start of its text; a text shorter than the key point by its last
+ * block, one without blocks by its head hash.
  */
-export function cellKeyOf(request: Pick<RoutingRequest, 'blockHashes' | 'blockSizeBytes' | 'headHash'>, keyBytes: number): BlockHash {
-  const { blockHashes } = request;
-  if (blockHashes.length === 0 || request.blockSizeBytes <= 0) return request.headHash;
-  const keyBlocks = Math.max(1, Math.ceil(keyBytes / request.blockSizeBytes));
+export function cellKeyOf(request: Pick<RoutingRequest, 'blockHashes' | 'blockSizeBytes' | 'headHash' | 'firstTurnBytes'>, keyBytes: number): BlockHash {
+  const { blockHashes, blockSizeBytes, firstTurnBytes } = request;
+  if (blockHashes.length === 0 || blockSizeBytes <= 0) return request.headHash;
+  const keyEnd = firstTurnBytes === undefined ? keyBytes : Math.min(firstTurnBytes.start + keyBytes, firstTurnBytes.end);
+  const keyBlocks = Math.max(1, Math.floor(keyEnd / blockSizeBytes));
   return blockHashes[Math.min(blockHashes.length, keyBlocks) - 1] as BlockHash;
 }
 

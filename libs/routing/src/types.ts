@@ -79,6 +79,12 @@ export interface RoutingRequest {
   readonly contextBlocks: number;
   /** Hash identifying the request's start (first block, or the whole text when shorter), for cold placement. */
   readonly headHash: BlockHash;
+  /**
+   * Where the first turn (the first message that is not `system` or `developer`) starts and ends in the
+   * routing text, UTF-8 byte offsets: every later turn of the conversation has the same text up to
+   * its end. Absent for completions and chats without one.
+   */
+  readonly firstTurnBytes?: { readonly start: number; readonly end: number };
   /** Affinity key from `X-Session-Id` or the body's `user`, when given. */
   readonly sessionKey: string | null;
   /** The body's `max_completion_tokens` or `max_tokens` × `n`, when given: the most tokens it may generate. */

@@ -139,7 +139,9 @@ describe('the request path (rendered straight into bytes) against the rendered t
       const body = longChat(kb * 1024, kb);
       const fromText = hashRoutingText(renderRoutingText(body, { maxUnits: routedTextUnits(maxBlocks, 256) }), 256, maxBlocks);
       const request = buildRoutingRequest(body, { blockSizeBytes: 256, maxBlocks });
-      expect({ blockHashes: request.blockHashes, textBytes: request.textBytes, contextBlocks: request.contextBlocks, headHash: request.headHash }).toEqual(fromText);
+      const { blockHashes, textBytes, contextBlocks, headHash, firstTurnBytes } = request;
+      expect({ blockHashes, textBytes, contextBlocks, headHash, firstTurnBytes }).toEqual(fromText);
+      expect(firstTurnBytes?.end).toBeGreaterThan(firstTurnBytes?.start ?? Infinity);
     }
   });
 

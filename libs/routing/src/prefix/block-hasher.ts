@@ -32,6 +32,8 @@ export interface HashedRoutingText {
   readonly contextBlocks: number;
   /** The first block's hash, or (text shorter than one block) a hash of the whole text. */
   readonly headHash: BlockHash;
+  /** UTF-8 offsets where the first turn starts and ends (RenderedRoutingText.firstTurnStartOffset); absent without one. */
+  readonly firstTurnBytes?: { readonly start: number; readonly end: number };
 }
 
 /** Bytes past the kept blocks worth encoding: a character straddling their end (UTF-8: at most 4 bytes) must not stop the encoder short of it. */
@@ -66,13 +68,22 @@ export function assertMaxBlocks(maxBlocks: number): void {
 export function hashRoutingText(rendered: RenderedRoutingText, blockSizeBytes: number, maxBlocks: number = Number.POSITIVE_INFINITY): HashedRoutingText {
   assertBlockSize(blockSizeBytes);
   assertMaxBlocks(maxBlocks);
-  const { text, contextEndOffset } = rendered;
+  const { text, contextEndOffset, firstTurnStartOffset, firstTurnEndOffset } = rendered;
   // A UTF-16 code unit never takes more than 3 UTF-8 bytes (a surrogate pair: 2 units → 4 bytes).
   const encoder = new RoutingTextEncoder(Math.min(text.length * 3, maxBlocks * blockSizeBytes + STRADDLE_BYTES));
-  // Encoded in two parts to learn the byte offset of the last message (a message start: never inside a character).
-  encoder.piece(text.slice(0, contextEndOffset), false);
-  if (contextEndOffset > 0) encoder.contextEnds();
-  encoder.piece(text.slice(contextEndOffset), false);
+  // Encoded in parts to learn the byte offsets of the marks (message edges: never inside a character).
+  const marks: { offset: number; mark: () => void }[] = [];
+  if (contextEndOffset > 0) marks.push({ offset: contextEndOffset, mark: () => encoder.contextEnds() });
+  if (firstTurnStartOffset !== undefined && firstTurnEndOffset !== undefined) {
+    marks.push({ offset: firstTurnStartOffset, mark: () => encoder.firstTurnEdge('start') }, { offset: firstTurnEndOffset, mark: () => encoder.firstTurnEdge('end') });
+  }
+  let encodedTo = 0;
+  for (const { offset, mark } of marks.sort((a, b) => a.offset - b.offset)) {
+    encoder.piece(text.slice(encodedTo, offset), false);
+    encodedTo = offset;
+    mark();
+  }
+  encoder.piece(text.slice(encodedTo), false);
   return encoder.hash(blockSizeBytes, maxBlocks, rendered.omittedBytes ?? 0);
 }
 
@@ -96,6 +107,9 @@ export class RoutingTextEncoder {
   private textBytes = 0;
   /** Bytes before the last message (contextEnds). */
   private contextBytes = 0;
+  /** Bytes before the first turn and to its end (firstTurnEdge); -1 = not marked. */
+  private firstTurnStartBytes = -1;
+  private firstTurnEndBytes = -1;
   private full = false;
   private bytes: Buffer;
 
@@ -125,6 +139,11 @@ export class RoutingTextEncoder {
     this.contextBytes = this.textBytes;
   }
 
+  firstTurnEdge(edge: 'start' | 'end'): void {
+    if (edge === 'start') this.firstTurnStartBytes = this.textBytes;
+    else this.firstTurnEndBytes = this.textBytes;
+  }
+
   /** Cuts what was kept into blocks and chain-hashes them; `omittedBytes`: UTF-8 bytes of the text never given (the renderer's count). */
   hash(blockSizeBytes: number, maxBlocks: number, omittedBytes: number): HashedRoutingText {
     const { bytes, encodedBytes } = this;
@@ -137,7 +156,9 @@ export class RoutingTextEncoder {
       blockHashes[block] = previous;
     }
     const headHash = blockHashes[0] ?? hashBytes53(view, 0, encodedBytes, CHAIN_SEED);
-    return { blockHashes, textBytes: this.textBytes + omittedBytes, contextBlocks: Math.min(Math.floor(this.contextBytes / blockSizeBytes), blockCount), headHash };
+    const hashed = { blockHashes, textBytes: this.textBytes + omittedBytes, contextBlocks: Math.min(Math.floor(this.contextBytes / blockSizeBytes), blockCount), headHash };
+    // Past the renderer's cut (maxUnits) pieces stop coming, so a mark there is at most the text written: still past every kept block.
+    return this.firstTurnStartBytes < 0 || this.firstTurnEndBytes < 0 ? hashed : { ...hashed, firstTurnBytes: { start: this.firstTurnStartBytes, end: this.firstTurnEndBytes } };
   }
 
   private copyAscii(text: string): number {

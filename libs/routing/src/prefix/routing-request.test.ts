@@ -97,3 +97,27 @@ describe('buildRoutingRequest: the routed prefix is capped', () => {
     }
   });
 });
+
+describe('the first turn (what keys a pool cell)', () => {
+  const system = { role: 'system' as const, content: 'You are a helpful assistant. '.repeat(40) };
+  const first = { role: 'user' as const, content: 'Plan a trip to Lisbon for four days, with a budget. '.repeat(10) };
+  const options = { blockSizeBytes: 64 };
+  it('is the first message after the instructions, at the same bytes in every later turn of the conversation', () => {
+    const turn1 = buildRoutingRequest({ model: 'm', messages: [system, first] }, options);
+    const turn3 = buildRoutingRequest(
+      { model: 'm', messages: [system, first, { role: 'assistant', content: 'Day 1: …' }, { role: 'user', content: 'Cheaper, please.' }, { role: 'assistant', content: 'Sure.' }, { role: 'user', content: 'And day 2?' }] },
+      options,
+    );
+    expect(turn1.firstTurnBytes).toBeDefined();
+    expect(turn3.firstTurnBytes).toEqual(turn1.firstTurnBytes);
+    const { start, end } = turn1.firstTurnBytes as { start: number; end: number };
+    expect(start).toBeGreaterThan(Buffer.byteLength(system.content));
+    expect(end - start).toBeGreaterThan(Buffer.byteLength(first.content));
+    expect(end).toBeLessThanOrEqual(turn1.textBytes);
+  });
+
+  it('is absent for a completion and for a chat of instructions only', () => {
+    expect(buildRoutingRequest({ model: 'm', prompt: 'Once upon a time' }, options).firstTurnBytes).toBeUndefined();
+    expect(buildRoutingRequest({ model: 'm', messages: [system] }, options).firstTurnBytes).toBeUndefined();
+  });
+});

@@ -70,6 +70,15 @@ export interface RenderedRoutingText {
    * turn of the same conversation already sent. 0 for completions and single-message chats.
    */
   readonly contextEndOffset: number;
+  /**
+   * UTF-16 indices in `text` where the first turn (the first message that is not `system` or
+   * `developer`: what opens a conversation after its instructions) starts and ends; absent for
+   * completions and chats without one. Every later turn of the conversation renders the same text
+   * up to the end, so a key taken there (a pool's cell: libs/redis-store pool-cells.ts) is one per
+   * conversation.
+   */
+  readonly firstTurnStartOffset?: number;
+  readonly firstTurnEndOffset?: number;
 }
 
 function escapeValue(value: string): string {
@@ -90,6 +99,8 @@ export interface RoutingTextSink {
   piece(text: string, ascii: boolean): void;
   /** The last message starts here (once, for a chat of two or more messages; before its first piece). */
   contextEnds(): void;
+  /** The first turn (`RenderedRoutingText.firstTurnStartOffset`) starts or ends here (once each, for a chat that has one). */
+  firstTurnEdge(edge: 'start' | 'end'): void;
 }
 
 /** `${tag}${TAG_END}` per tag, made once: a field's opening costs no string building. */
@@ -138,6 +149,10 @@ class TextWriter {
     this.sink.contextEnds();
   }
 
+  firstTurnEdge(edge: 'start' | 'end'): void {
+    this.sink.firstTurnEdge(edge);
+  }
+
   private append(piece: string, ascii: boolean): void {
     if (piece.length === 0) return;
     this.units += piece.length;
@@ -150,6 +165,8 @@ class TextCollector implements RoutingTextSink {
   private readonly pieces: string[] = [];
   private units = 0;
   contextEndOffset = 0;
+  firstTurnStartOffset: number | undefined;
+  firstTurnEndOffset: number | undefined;
 
   piece(text: string): void {
     this.pieces.push(text);
@@ -158,6 +175,11 @@ class TextCollector implements RoutingTextSink {
 
   contextEnds(): void {
     this.contextEndOffset = this.units;
+  }
+
+  firstTurnEdge(edge: 'start' | 'end'): void {
+    if (edge === 'start') this.firstTurnStartOffset = this.units;
+    else this.firstTurnEndOffset = this.units;
   }
 
   text(): string {
@@ -337,9 +359,16 @@ export function renderRoutingTextInto(body: ChatCompletionRequest | CompletionRe
   } else {
     if (body.tools !== undefined) out.field(Tag.tools, renderJson(body.tools));
     const lastIndex = body.messages.length - 1;
+    let firstTurn = -1;
     for (const [index, message] of body.messages.entries()) {
       if (index === lastIndex && index > 0) out.contextEnds();
+      const opensTurn = firstTurn === -1 && message.role !== 'system' && message.role !== 'developer';
+      if (opensTurn) {
+        firstTurn = index;
+        out.firstTurnEdge('start');
+      }
       renderMessage(out, message);
+      if (opensTurn) out.firstTurnEdge('end');
     }
   }
   return { units: out.units, omittedBytes: out.omittedBytes };
@@ -349,5 +378,6 @@ export function renderRoutingTextInto(body: ChatCompletionRequest | CompletionRe
 export function renderRoutingText(body: ChatCompletionRequest | CompletionRequest, options: RenderOptions = {}): RenderedRoutingText {
   const collector = new TextCollector();
   const { omittedBytes } = renderRoutingTextInto(body, collector, options);
-  return { text: collector.text(), contextEndOffset: collector.contextEndOffset, omittedBytes };
+  const { contextEndOffset, firstTurnStartOffset, firstTurnEndOffset } = collector;
+  return { text: collector.text(), contextEndOffset, omittedBytes, ...(firstTurnStartOffset === undefined || firstTurnEndOffset === undefined ? {} : { firstTurnStartOffset, firstTurnEndOffset }) };
 }
