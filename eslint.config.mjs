@@ -128,8 +128,8 @@ export default [
   },
   {
     // Benchmarks that need a private Redis start it as the tests do (startRedis({ fresh: true })), and pick
-    // free ports with the tests' findFreePort rather than a copy of it; bench is never shipped.
-    files: ['bench/src/redis-decision.ts', 'bench/src/overhead.ts', 'bench/src/limits.ts', 'bench/src/router-instructions.ts', 'bench/src/poller-load.ts', 'bench/src/runner/local-cluster.ts', 'bench/src/local-sims.ts'],
+    // free ports with the tests' findFreePort(s) rather than a copy; bench:cells starts a local cluster (startRedisCluster); bench is never shipped.
+    files: ['bench/src/redis-decision.ts', 'bench/src/cells-decision.ts', 'bench/src/overhead.ts', 'bench/src/limits.ts', 'bench/src/router-instructions.ts', 'bench/src/poller-load.ts', 'bench/src/runner/local-cluster.ts', 'bench/src/local-sims.ts'],
     rules: { 'no-restricted-imports': 'off' },
   },
   {

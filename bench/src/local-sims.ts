@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
-import { findFreePort } from '@kvroute/testing';
+import { findFreePort, findFreePorts } from '@kvroute/testing';
 
 /** Starts vllm-sim processes on free loopback ports, for the demo and benchmarks. */
 export interface LocalSim {
@@ -12,8 +12,9 @@ const repoRoot = join(import.meta.dirname, '..', '..');
 
 export async function startLocalSims(count: number, simArgs: readonly string[], options: { pinToCore?: number } = {}): Promise<LocalSim[]> {
   const sims: LocalSim[] = [];
-  for (let index = 0; index < count; index++) {
-    const port = await freePort();
+  // All ports at once (held open together, so distinct): one at a time, a port freed for a sim that has
+  // not bound it yet can be handed out again (64 sims collided on one).
+  for (const port of await findFreePorts(count)) {
     const args = ['--import', 'tsx', join(repoRoot, 'apps/vllm-sim/src/main.ts'), '--port', String(port), '--log-level', 'warn', ...simArgs];
     const child =
       options.pinToCore === undefined
