@@ -86,7 +86,7 @@ export const RouterConfig = z.object({
     .max(MAX_POOL_CELLS)
     .default(1)
     .describe(
-      "with Redis: cells each model's pool is split into, each its own hash slot with its backends' leases and ownership, so one hot model spreads over up to this many Redis Cluster shards; a request is decided in the cell of its first block (docs/adr/0007). Every replica must use the same value; changing it rebuilds the moved backends' ownership",
+      "with Redis: cells each model's pool is split into, each its own hash slot with its backends' leases and ownership, so one hot model spreads over up to this many Redis Cluster shards; a request is decided in the cell its conversation opens in (the instructions and first turn: cellKeyBytes), so all its turns share one (docs/adr/0007). Every replica must use the same value; changing it rebuilds the moved backends' ownership",
     ),
   cellKeyBytes: z.coerce
     .number()
@@ -94,7 +94,7 @@ export const RouterConfig = z.object({
     .positive()
     .default(DEFAULT_CELL_KEY_BYTES)
     .describe(
-      'with poolCells > 1: requests whose first this many bytes of routing text are the same share a cell (longer than your shared system prompt, shorter than a first turn)',
+      'with poolCells > 1: how far into a conversation\'s first turn (the first message after system/developer; a completion: into its prompt) the key that chooses its cell reaches, in bytes of routing text',
     ),
   maxBlocksPerPool: z.coerce.number().int().positive().default(1_000_000).describe('with Redis: prefix blocks remembered per model pool (LRU by generation beyond; ~105 B each)'),
   leaseTtlMs: z.coerce.number().int().min(1000).default(15_000).describe('with Redis: an in-flight lease not renewed for this long stops counting (a dead replica heals)'),
