@@ -96,6 +96,15 @@ export const RouterConfig = z.object({
     .describe(
       'with poolCells > 1: how far into a conversation\'s first turn (the first message after system/developer; a completion: into its prompt) the key that chooses its cell reaches, in bytes of routing text',
     ),
+  prefillDoneMergeMs: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .max(1_000)
+    .default(20)
+    .describe(
+      "with Redis: a stream's prefill-done call (its prefill leaves the backend's backlog, its prefix is recorded) waits this long after the first token and rides on the release if the stream ends first: one round trip less per short stream; 0 = sent at once",
+    ),
   maxBlocksPerPool: z.coerce.number().int().positive().default(1_000_000).describe('with Redis: prefix blocks remembered per model pool (LRU by generation beyond; ~105 B each)'),
   leaseTtlMs: z.coerce.number().int().min(1000).default(15_000).describe('with Redis: an in-flight lease not renewed for this long stops counting (a dead replica heals)'),
   redisTimeoutMs: z.coerce.number().int().positive().default(50).describe('with Redis: a state call slower than this makes the router route on local state (degraded)'),

@@ -164,6 +164,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       nowMs,
       random,
       leaseRenewIntervalMs: state.leaseRenewIntervalMs,
+      prefillDoneDelayMs: state.prefillDoneDelayMs,
       engineStates: state.engineStates,
       heldLeases,
       metrics,

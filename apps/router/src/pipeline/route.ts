@@ -28,6 +28,8 @@ export interface RouteDeps {
   readonly random: () => number;
   /** How often a held lease is renewed (shared state expires unrenewed leases); 0 = never. */
   readonly leaseRenewIntervalMs: number;
+  /** How long a stream's prefill-done waits to ride on its release (Lease `prefillDoneDelayMs`); 0 = at once. */
+  readonly prefillDoneDelayMs: number;
   /** The health poller's view of the backends (health, engine load); null without a poller's Redis. */
   readonly engineStates: EngineStateView | null;
   readonly heldLeases: HeldLeases;
@@ -103,6 +105,7 @@ export async function route(deps: RouteDeps, request: ParsedRequest, pool: reado
     onError: (error) => deps.logger.warn({ err: error, backend: backend.id }, 'lease call failed'),
     book: deps.heldLeases,
     blocksAtFirstOutput,
+    prefillDoneDelayMs: deps.prefillDoneDelayMs,
   });
   lease.startRenewing(deps.leaseRenewIntervalMs);
   const totalBlocks = request.routingRequest.blockHashes.length;

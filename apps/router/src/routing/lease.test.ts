@@ -53,6 +53,56 @@ describe('Lease', () => {
     expect([after.matchBlocks.get('a'), after.inflight.get('a') ?? 0]).toEqual([3, 0]);
   });
 
+  describe('a stream with prefillDoneDelayMs', () => {
+    /** Timers the test fires by hand. */
+    function manualTimers(): { timers: { set: (callback: () => void) => number; clear: (handle: unknown) => void }; fire: () => void; pending: () => number } {
+      const waiting = new Map<number, () => void>();
+      let next = 0;
+      return {
+        timers: { set: (callback) => (waiting.set(++next, callback), next), clear: (handle) => waiting.delete(handle as number) },
+        fire: () => {
+          for (const [handle, callback] of [...waiting]) {
+            waiting.delete(handle);
+            callback();
+          }
+        },
+        pending: () => waiting.size,
+      };
+    }
+    async function deferredLease(state: RoutingStateStore, timers: ReturnType<typeof manualTimers>['timers']): Promise<Lease> {
+      await state.reserve('m', 'a', 'l1', [], 500);
+      return new Lease({ state, pool: 'm', backendId: 'a', leaseId: 'l1', onError: (error) => { throw error; }, blocksAtFirstOutput: BLOCKS, prefillDoneDelayMs: 20, timers });
+    }
+
+    it('ends before the delay: prefill-done rides on the release (one call, which records the blocks), and the timer is gone', async () => {
+      const { state, calls, store } = recordingStore();
+      const clock = manualTimers();
+      const lease = await deferredLease(state, clock.timers);
+      calls.length = 0;
+      lease.markPrefillDone();
+      expect(calls).toEqual([]);
+      lease.release();
+      expect(clock.pending()).toBe(0);
+      await Promise.resolve();
+      expect(calls).toEqual(['release']);
+      const after = await store.snapshot('m', ['a'], BLOCKS);
+      expect([after.matchBlocks.get('a'), after.inflight.get('a') ?? 0, after.pendingPrefillTokens.get('a') ?? 0]).toEqual([3, 0, 0]);
+    });
+
+    it('outlives the delay: prefill-done is sent when it passes, and the release records nothing again', async () => {
+      const { state, calls, store } = recordingStore();
+      const clock = manualTimers();
+      const lease = await deferredLease(state, clock.timers);
+      calls.length = 0;
+      lease.markPrefillDone();
+      expect((await store.snapshot('m', ['a'], BLOCKS)).pendingPrefillTokens.get('a')).toBe(500);
+      clock.fire();
+      expect((await store.snapshot('m', ['a'], BLOCKS)).pendingPrefillTokens.get('a') ?? 0).toBe(0);
+      lease.release();
+      expect(calls.filter((call) => call !== 'snapshot')).toEqual(['prefillDone', 'release']);
+    });
+  });
+
   it('a response that never had a first output (an error) releases without recording', async () => {
     const { state, store } = recordingStore();
     const lease = await leaseOn(state);

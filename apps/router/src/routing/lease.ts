@@ -13,7 +13,26 @@ export interface LeaseOptions {
   readonly book?: HeldLeases | undefined;
   /** Blocks the backend is recorded as holding when the first output arrives (`DecideResult.blocksAtFirstOutput`). */
   readonly blocksAtFirstOutput: readonly BlockHash[];
+  /**
+   * A stream's prefill-done call waits this long after its first output (0 = sent at once), and rides
+   * on the release instead if the stream ends first: one shared-state round trip less for short
+   * streams. Meanwhile the lease still counts its prefill tokens and its prefix is not recorded yet.
+   */
+  readonly prefillDoneDelayMs?: number;
+  /** Timers (tests give their own); default Node's, unref'd. */
+  readonly timers?: LeaseTimers;
 }
+
+/** What a lease needs of a clock: one-shot timers. */
+export interface LeaseTimers {
+  set(callback: () => void, ms: number): unknown;
+  clear(handle: unknown): void;
+}
+
+const NODE_TIMERS: LeaseTimers = {
+  set: (callback, ms) => setTimeout(callback, ms).unref(),
+  clear: (handle) => clearTimeout(handle as NodeJS.Timeout),
+};
 
 const NO_BLOCKS: readonly BlockHash[] = [];
 
@@ -30,6 +49,8 @@ export class Lease {
   /** The first output came with the end: the release records `blocksAtFirstOutput` (markPrefillDone). */
   private ownershipAtRelease = false;
   private renewTimer: NodeJS.Timeout | null = null;
+  /** A stream's deferred prefill-done (prefillDoneDelayMs), until it is sent or the release takes it over. */
+  private prefillDoneTimer: unknown = null;
 
   constructor(private readonly options: LeaseOptions) {
     this.pool = options.pool;
@@ -51,13 +72,28 @@ export class Lease {
    * The first output arrived: this request's prefill leaves the backend's backlog, and its prefix is the
    * backend's (once). `withEnd`: it came with the response's end (a non-streaming response, whose
    * headers arrive once generation is done), so the release that follows at once does both in one call
-   * instead of two; until then the lease still counts its prefill tokens.
+   * instead of two; until then the lease still counts its prefill tokens. A stream's call waits
+   * `prefillDoneDelayMs`, and merges into the release if the stream ends first.
    */
   markPrefillDone(withEnd = false): void {
     if (this.prefillFinished || this.released) return;
     this.prefillFinished = true;
-    if (withEnd) this.ownershipAtRelease = true;
-    else this.options.state.prefillDone(this.pool, this.backendId, this.leaseId, this.options.blocksAtFirstOutput).catch(this.options.onError);
+    this.ownershipAtRelease = true;
+    if (withEnd) return;
+    const delayMs = this.options.prefillDoneDelayMs ?? 0;
+    if (delayMs <= 0) {
+      this.sendPrefillDone();
+      return;
+    }
+    this.prefillDoneTimer = (this.options.timers ?? NODE_TIMERS).set(() => {
+      this.prefillDoneTimer = null;
+      if (!this.released) this.sendPrefillDone();
+    }, delayMs);
+  }
+
+  private sendPrefillDone(): void {
+    this.ownershipAtRelease = false;
+    this.options.state.prefillDone(this.pool, this.backendId, this.leaseId, this.options.blocksAtFirstOutput).catch(this.options.onError);
   }
 
   /** Idempotent. */
@@ -65,6 +101,10 @@ export class Lease {
     if (this.released) return;
     this.released = true;
     if (this.renewTimer) clearInterval(this.renewTimer);
+    if (this.prefillDoneTimer !== null) {
+      (this.options.timers ?? NODE_TIMERS).clear(this.prefillDoneTimer);
+      this.prefillDoneTimer = null;
+    }
     const heldBlocks = this.ownershipAtRelease ? this.options.blocksAtFirstOutput : NO_BLOCKS;
     const call = this.options.state.release(this.pool, this.backendId, this.leaseId, heldBlocks).catch(this.options.onError);
     this.options.book?.released(this, call);

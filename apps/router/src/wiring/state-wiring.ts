@@ -21,6 +21,8 @@ export interface StateParts {
   readonly engineStates: EngineStateView | null;
   /** Shared leases expire unless renewed: renew at a third of their TTL; 0 (never) for local leases. */
   readonly leaseRenewIntervalMs: number;
+  /** How long a stream's prefill-done call waits to merge into its release (`prefillDoneMergeMs`); 0 for local state, whose calls cost no round trip. */
+  readonly prefillDoneDelayMs: number;
   /** Connects: Redis (degraded, not failed, if it is not there yet), then the poller's states. */
   start(): Promise<void>;
 }
@@ -49,7 +51,7 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
   });
   if (config.redisUrl === undefined) {
     const state = deps.state ?? localState;
-    return { state, failover: null, redis: null, engineStates: null, leaseRenewIntervalMs: 0, start: async () => undefined };
+    return { state, failover: null, redis: null, engineStates: null, leaseRenewIntervalMs: 0, prefillDoneDelayMs: 0, start: async () => undefined };
   }
   const redisUrl = config.redisUrl;
   // The failover's deadline (redisTimeoutMs) decides when a call is too slow, tolerating event-loop lag;
@@ -106,6 +108,7 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
     redis,
     engineStates,
     leaseRenewIntervalMs: Math.floor(config.leaseTtlMs / 3),
+    prefillDoneDelayMs: config.prefillDoneMergeMs,
     async start() {
       // Start on shared state when Redis is there; if it is not, start degraded rather than not at all.
       await waitUntilReady(redis, 2_000).catch((error: unknown) => logger?.warn({ err: error }, 'Redis not reachable at start: routing on local state until it is'));
