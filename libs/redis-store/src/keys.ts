@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { createRequire } from 'node:module';
+import clusterKeySlot from 'cluster-key-slot';
 import type { BackendId, BlockHash } from '@kvroute/routing';
 
 /**
@@ -46,9 +46,6 @@ export function poolHashTag(pool: string): string {
 
 /** Cells a pool may be split into (`poolCells`): a cell is a hash slot, and a cluster has a few hundred shards at most. */
 export const MAX_POOL_CELLS = 64;
-
-/** The slot (0..16383) of a key as Redis Cluster computes it: `cluster-key-slot`, the function ioredis routes with (it ships no types). */
-const clusterKeySlot = createRequire(import.meta.url)('cluster-key-slot') as (key: string) => number;
 
 /** Redis Cluster's hash slots. */
 const CLUSTER_SLOTS = 16_384;
