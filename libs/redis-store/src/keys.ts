@@ -32,15 +32,17 @@ export const KEY_SUFFIX = {
 } as const;
 
 const DIGEST_LIKE = /^[0-9a-f]{40}$/;
+/** How a cell's tag ends (cellHashTag): a model named so is digested, so no model takes a cell's tag. */
+const CELL_TAG_LIKE = /#\d+-\d+$/;
 
 /**
  * The hash tag of a pool: the model name itself when it can serve as one, else its SHA-1 in hex.
  * A name with `{` or `}` would end the tag early, an empty tag (`{}`) is ignored by Redis Cluster, a
- * name with `#` could be another pool's cell (`<tag>#<c>`), and a name that already looks like a
- * digest is digested too, so two pools (or cells) never share a tag.
+ * name ending like a cell's tag (`#<cell>-<k>`) could be another pool's cell, and a name that already
+ * looks like a digest is digested too, so two pools (or cells) never share a tag.
  */
 export function poolHashTag(pool: string): string {
-  if (pool.length > 0 && !/[{}#]/.test(pool) && !DIGEST_LIKE.test(pool)) return pool;
+  if (pool.length > 0 && !/[{}]/.test(pool) && !CELL_TAG_LIKE.test(pool) && !DIGEST_LIKE.test(pool)) return pool;
   return createHash('sha1').update(pool, 'utf8').digest('hex');
 }
 
@@ -60,10 +62,11 @@ const cellTags = new Map<string, string>();
 
 /**
  * The hash tag of cell `index` of `count`: `<pool tag>#<index>-<k>` with the smallest k whose slot
- * falls in the index-th of `count` equal slot ranges. A cluster made by `redis-cli --cluster create`
- * (or resharded evenly) gives each master one contiguous range, so `count` = a multiple of the masters
- * puts the same number of cells on every master; a hash alone would often put two of three cells on
- * one master. About `count` tries per cell, once per process (cached).
+ * falls inside the index-th of `count` equal slot ranges, one slot in from each end (`redis-cli
+ * --cluster create` rounds its boundaries, so a boundary slot may be the neighbour's). A cluster made
+ * so (or resharded evenly) gives each master one contiguous range, so `count` = a multiple of the
+ * masters puts the same number of cells on every master; a hash alone would often put two of three
+ * cells on one master. About `count` tries per cell (CRC16 of a short string), once per process (cached).
  */
 export function cellHashTag(pool: string, cell: PoolCell): string {
   const { index, count } = cell;
@@ -74,9 +77,10 @@ export function cellHashTag(pool: string, cell: PoolCell): string {
   const known = `${index}/${count}/${tag}`;
   const cached = cellTags.get(known);
   if (cached !== undefined) return cached;
-  const low = Math.ceil((index * CLUSTER_SLOTS) / count);
-  const high = Math.ceil(((index + 1) * CLUSTER_SLOTS) / count);
-  for (let k = 0; ; k++) {
+  // Inside [low, high), boundary slots left out: at least 16384 / 64 - 2 = 254 slots to hit.
+  const low = Math.ceil((index * CLUSTER_SLOTS) / count) + 1;
+  const high = Math.floor(((index + 1) * CLUSTER_SLOTS) / count) - 1;
+  for (let k = 0; k < MAX_CELL_TAG_TRIES; k++) {
     const candidate = `${tag}#${index}-${k}`;
     const slot = clusterKeySlot(candidate);
     if (slot >= low && slot < high) {
@@ -84,7 +88,11 @@ export function cellHashTag(pool: string, cell: PoolCell): string {
       return candidate;
     }
   }
+  throw new Error(`no tag of cell ${index} of ${count} for ${JSON.stringify(pool)} found in ${MAX_CELL_TAG_TRIES} tries`);
 }
+
+/** A bound that a uniform hash never reaches for a range of 254+ slots out of 16384 (p < 1e-100). */
+const MAX_CELL_TAG_TRIES = 100_000;
 
 /** The keys of one pool. */
 export interface PoolKeys {

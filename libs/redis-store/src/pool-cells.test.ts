@@ -49,11 +49,15 @@ describe('requestCellOrder', () => {
 
 describe('cellKeyOf', () => {
   const chain = Array.from({ length: 100 }, (_, index) => 1_000 + index);
-  it('keys a prompt by its block at keyBytes, a shorter one by its last block, one without blocks by its head', () => {
-    expect(cellKeyOf({ blockHashes: chain, blockSizeBytes: 256, headHash: 7 }, 16_384)).toBe(chain[63]);
-    expect(cellKeyOf({ blockHashes: chain.slice(0, 10), blockSizeBytes: 256, headHash: 7 }, 16_384)).toBe(chain[9]);
-    expect(cellKeyOf({ blockHashes: [], blockSizeBytes: 256, headHash: 7 }, 16_384)).toBe(7);
-    expect(cellKeyOf({ blockHashes: chain, blockSizeBytes: 256, headHash: 7 }, 1)).toBe(chain[0]);
+  it('keys a completion (no first turn) by its head hash, whatever its length: its prompt grows, its head stays', () => {
+    expect(cellKeyOf({ blockHashes: chain, blockSizeBytes: 256, headHash: 7 }, 16_384)).toBe(7);
+    expect(cellKeyOf({ blockHashes: chain.slice(0, 10), blockSizeBytes: 256, headHash: 7 }, 16_384)).toBe(7);
+    expect(cellKeyOf({ blockHashes: [], blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 0, end: 100 } }, 16_384)).toBe(7);
+  });
+
+  it('keys a first turn shorter than a block by the block it ends in, and a text shorter than the key point by its last block', () => {
+    expect(cellKeyOf({ blockHashes: chain, blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 10, end: 100 } }, 16_384)).toBe(chain[0]);
+    expect(cellKeyOf({ blockHashes: chain.slice(0, 5), blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 10, end: 20_000 } }, 16_384)).toBe(chain[4]);
   });
 
   it('keys a chat at the end of its first turn, or keyBytes into it: the same for every later turn of the conversation', () => {

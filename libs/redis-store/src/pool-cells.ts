@@ -8,7 +8,7 @@ import { combineHash53, hashString53, hashToUnitInterval, type BackendId, type B
  * replica agrees on them without coordination.
  */
 
-/** How far into the first turn (or a completion's prompt) the cell key reaches by default: 16 KiB, ~4k tokens. */
+/** How far into the first turn the cell key reaches by default: 16 KiB, ~4k tokens. */
 export const DEFAULT_CELL_KEY_BYTES = 16_384;
 
 /**
@@ -17,14 +17,15 @@ export const DEFAULT_CELL_KEY_BYTES = 16_384;
  * after the instructions), i.e. of the instructions and the opening of the conversation. Every later turn
  * of the conversation renders the same text up to there, so all its turns share a cell, while
  * conversations that share only a system prompt (a model's whole traffic, often) spread over the cells;
- * a cell keyed by the first block would take them all. A completion, or a chat without a first turn,
- * is keyed at `keyBytes` from the start of its text; a text shorter than the key point by its last
- * block, one without blocks by its head hash.
+ * a cell keyed by the first block would take them all. A first turn shorter than one block is keyed by
+ * the block it ends in, or the last block of a shorter text. A completion, or a chat without a first
+ * turn, is keyed by its head hash (its first block): nothing else is known to stay the same as its
+ * prompt grows, so completions that share a first block share a cell.
  */
 export function cellKeyOf(request: Pick<RoutingRequest, 'blockHashes' | 'blockSizeBytes' | 'headHash' | 'firstTurnBytes'>, keyBytes: number): BlockHash {
   const { blockHashes, blockSizeBytes, firstTurnBytes } = request;
-  if (blockHashes.length === 0 || blockSizeBytes <= 0) return request.headHash;
-  const keyEnd = firstTurnBytes === undefined ? keyBytes : Math.min(firstTurnBytes.start + keyBytes, firstTurnBytes.end);
+  if (blockHashes.length === 0 || blockSizeBytes <= 0 || firstTurnBytes === undefined) return request.headHash;
+  const keyEnd = Math.min(firstTurnBytes.start + keyBytes, firstTurnBytes.end);
   const keyBlocks = Math.max(1, Math.floor(keyEnd / blockSizeBytes));
   return blockHashes[Math.min(blockHashes.length, keyBlocks) - 1] as BlockHash;
 }
@@ -58,7 +59,7 @@ export function backendCell(backendId: BackendId, cells: number): number {
  * turns of a conversation share it, so they find their prefix in their cell) over the cells that have
  * eligible backends, each weighted by how many it has (`sizes[cell]`), so a
  * cell's share of the requests follows its share of the backends. Cells of size 0 are left out.
- * Score `-size / ln(u)` with u uniform in (0, 1) per (head, cell): higher is better, unitless.
+ * Score `-size / ln(u)` with u uniform in (0, 1) per (cell key, cell): higher is better, unitless.
  */
 export function requestCellOrder(cellKey: BlockHash, sizes: readonly number[]): number[] {
   const scored: { cell: number; score: number }[] = [];

@@ -200,24 +200,35 @@ export class RedisRoutingState implements RoutingStateStore {
 
   /**
    * One decision: route.lua in the request's cell (the pool's only one when it is not split). When
-   * every backend of that cell was saturated (the cost rule lifted its valve) and another cell has
-   * backends, the next cell decides too, and the lease not used is released: a second round trip only
-   * under overload.
+   * every backend taking part in that cell was saturated (the cost rule lifted its valve) and another
+   * cell has backends, the next cell decides too and the lease not used is released (not awaited): a
+   * second round trip only under overload. If that second call fails, the first decision stands.
+   * A policy that records at routing has its ownership recorded only for the decision kept (one call
+   * more), never for a backend that was passed over.
    */
   async routeAtomically(input: AtomicRouteInput): Promise<AtomicOutcome> {
     if (this.cells === 1) return this.routeInCell(input, 0);
-    const members: AtomicRouteInput['backends'][number][][] = Array.from({ length: this.cells }, () => []);
-    for (const backend of input.backends) (members[this.cellOf(backend.id)] as AtomicRouteInput['backends'][number][]).push(backend);
+    const members: CellMembers[] = Array.from({ length: this.cells }, () => []);
+    for (const backend of input.backends) (members[this.cellOf(backend.id)] as CellMembers).push(backend);
     const order = requestCellOrder(cellKeyOf(input.request, this.options.cellKeyBytes ?? DEFAULT_CELL_KEY_BYTES), members.map((cell) => cell.length));
-    const first = order[0] as number;
-    const outcome = await this.routeInCell({ ...input, backends: members[first] as AtomicRouteInput['backends'] }, first);
-    const next = order[1];
-    if (outcome.kind !== 'cost' || !outcome.valveLifted || next === undefined) return outcome;
-    this.options.onCellSpill?.(input.pool);
-    const spilled = await this.routeInCell({ ...input, backends: members[next] as AtomicRouteInput['backends'] }, next);
-    const [kept, dropped] = spilled.kind === 'cost' && !spilled.valveLifted ? [spilled, outcome] : [outcome, spilled];
-    const droppedBackend = dropped.candidates[dropped.chosen]?.backend.id;
-    if (droppedBackend !== undefined) await this.release(input.pool, droppedBackend, input.leaseId);
+    const [first, next] = order;
+    if (first === undefined) throw new RangeError('routeAtomically needs at least one backend');
+    // Only the cost rule spills: it records after the choice is final.
+    const recordAfter = input.recordOwnership && input.rule.kind === 'cost' && input.blockHashes.length > 0;
+    const inCell = (cell: number): Promise<AtomicOutcome> => this.routeInCell({ ...input, backends: members[cell] as CellMembers, recordOwnership: input.recordOwnership && !recordAfter }, cell);
+    let kept = await inCell(first);
+    if (kept.kind === 'cost' && kept.valveLifted && next !== undefined) {
+      this.options.onCellSpill?.(input.pool);
+      const spilled = await inCell(next).catch(() => null);
+      if (spilled !== null) {
+        const [better, dropped] = spilled.kind === 'cost' && !spilled.valveLifted ? [spilled, kept] : [kept, spilled];
+        const droppedBackend = dropped.candidates[dropped.chosen]?.backend.id;
+        if (droppedBackend !== undefined) this.release(input.pool, droppedBackend, input.leaseId).catch(() => undefined);
+        kept = better;
+      }
+    }
+    const keptBackend = kept.candidates[kept.chosen]?.backend.id;
+    if (recordAfter && keptBackend !== undefined) await this.recordRestOfTaken(input.pool, keptBackend, input.blockHashes, 0);
     return kept;
   }
 
@@ -499,6 +510,9 @@ export class RedisRoutingState implements RoutingStateStore {
     backends.set(backendId, count);
   }
 }
+
+/** The eligible backends of one cell (AtomicRouteInput.backends, split by cell). */
+type CellMembers = AtomicRouteInput['backends'][number][];
 
 /** A candidate as route.lua takes it: engine figures from the health poller (0 and -1 when unknown). */
 interface RouteCandidate {

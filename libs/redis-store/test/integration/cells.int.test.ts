@@ -6,9 +6,9 @@ import { openRedisTestContext, type RedisTestContext } from './redis-test-contex
 
 /**
  * Issue 15 (one hot model beyond one shard, docs/adr/0007): a pool split into cells keeps each
- * backend's leases and ownership in its own cell's keys, decides each request in the cell of its first
- * block (so a conversation keeps finding its owner), spills to the next cell only when every backend
- * of the first is saturated, and leaks no lease doing so.
+ * backend's leases and ownership in its own cell's keys, decides each request in the cell its
+ * conversation opened in (its first turn: so a conversation keeps finding its owner), spills to the
+ * next cell only when every backend of the first is saturated, and leaks no lease doing so.
  */
 
 let ctx: RedisTestContext;
@@ -22,11 +22,22 @@ afterAll(() => ctx.close());
 const CELLS = 3;
 const BACKENDS = Array.from({ length: 12 }, (_, index) => ({ id: `backend-${index}`, weight: 1 }));
 
+/** A chat turn of `blocks` blocks whose first turn is its first 4 blocks (the same in every turn of the conversation). */
 function inputOf(conversation: number, blocks: number, leaseId: string, policy: RoutingPolicy = createCacheAwarePolicy()): DecideInput {
   const blockHashes = Array.from({ length: blocks }, (_, index) => conversation * 10_000 + index + 1);
   return {
     pool: 'm',
-    request: { model: 'm', blockHashes, blockSizeBytes: 256, textBytes: blocks * 256 + 100, contextBlocks: blocks - 2, headHash: conversation * 10_000 + 1, sessionKey: null },
+    request: {
+      model: 'm',
+      blockHashes,
+      blockSizeBytes: 256,
+      textBytes: blocks * 256 + 100,
+      contextBlocks: blocks - 2,
+      // The head is the same for all (a shared system prompt's first block): only the first turn tells conversations apart.
+      headHash: 1,
+      firstTurnBytes: { start: 100, end: 4 * 256 },
+      sessionKey: null,
+    },
     backends: BACKENDS,
     policy,
     context: { nowMs: 0, random: () => 0.5 },
@@ -79,7 +90,7 @@ describe('a pool split into cells (poolCells)', () => {
       const input = inputOf(conversation, 80, `s-${conversation}`);
       // Blocks 1..16 (4 KiB) the same for every conversation; chained hashes differ after.
       const blockHashes = input.request.blockHashes.map((hash, index) => (index < 16 ? 500 + index : hash));
-      const result = await decide(state, { ...input, request: { ...input.request, blockHashes, headHash: 500 } });
+      const result = await decide(state, { ...input, request: { ...input.request, blockHashes, headHash: 500, firstTurnBytes: { start: 16 * 256, end: 20 * 256 } } });
       cellsUsed.add(backendCell(routedTo(result), CELLS));
       await state.release('m', routedTo(result), `s-${conversation}`);
     }
@@ -100,11 +111,33 @@ describe('a pool split into cells (poolCells)', () => {
     const spilled = await decide(state, inputOf(3, 8, 'spilled', policy));
     expect(spills).toEqual(['m']);
     expect(backendCell(routedTo(spilled), CELLS)).not.toBe(home);
-    // The home cell's tentative lease is gone: each of its backends holds only its filler.
+    // The home cell's tentative lease is gone (its release, not awaited, went out on this connection before
+    // these reads): each of its backends holds only its filler.
     const homeKeys = poolKeys('m', ctx.namespace, { index: home, count: CELLS });
     for (const backend of homeBackends) expect(await ctx.redis.hget(homeKeys.inflight, backend.id)).toBe('1');
     expect(await ctx.redis.zcard(homeKeys.leaseDeadlines)).toBe(homeBackends.length);
     await state.release('m', routedTo(spilled), 'spilled');
+    for (const backend of homeBackends) await state.release('m', backend.id, `fill-${backend.id}`);
+  });
+
+  it('records ownership at routing only for the backend kept after a spill, never for the one passed over', async () => {
+    const state = ctx.createState({ poolCells: CELLS });
+    const policy = createCacheAwarePolicy({ saturationInflight: 1, ownershipAt: 'routing' });
+    const probe = await decide(state, inputOf(4, 8, 'probe', createCacheAwarePolicy({ saturationInflight: 1 })));
+    const home = backendCell(routedTo(probe), CELLS);
+    await state.release('m', routedTo(probe), 'probe');
+    const homeBackends = BACKENDS.filter((backend) => backendCell(backend.id, CELLS) === home);
+    for (const backend of homeBackends) await state.reserve('m', backend.id, `fill-${backend.id}`, [], 0);
+
+    const spilled = await decide(state, inputOf(4, 8, 'spilled', policy));
+    const kept = routedTo(spilled);
+    expect(backendCell(kept, CELLS)).not.toBe(home);
+    const lastBlock = String(4 * 10_000 + 8);
+    expect(await ctx.redis.hexists(poolKeys('m', ctx.namespace, { index: home, count: CELLS }).ownersNew, lastBlock)).toBe(0);
+    expect(await ctx.redis.hget(poolKeys('m', ctx.namespace, { index: backendCell(kept, CELLS), count: CELLS }).ownersNew, lastBlock)).toContain(kept);
+    // The passed-over lease's release is not awaited, but it went out on this connection before the read below.
+    expect(await ctx.redis.zcard(poolKeys('m', ctx.namespace, { index: home, count: CELLS }).leaseDeadlines)).toBe(homeBackends.length);
+    await state.release('m', kept, 'spilled');
     for (const backend of homeBackends) await state.release('m', backend.id, `fill-${backend.id}`);
   });
 
