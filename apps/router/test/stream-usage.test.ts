@@ -205,8 +205,20 @@ describe('through the router to vllm-sim, against the same request sent directly
     await sim.close();
   });
 
-  /** Each answer has its own id and creation second: the bytes are compared with those two values replaced. */
-  const normalised = (text: string): string => text.replace(/"id":"[^"]+"/g, '"id":"ID"').replace(/"created":\d+/g, '"created":0');
+  /**
+   * Each answer has its own id and creation second: the bytes are compared with those two values
+   * replaced, event by event, grouped by choice: how the engine interleaves the choices of one stream
+   * depends on its step timing (the routed request meets a warm cache), what each choice sends does not.
+   */
+  const normalised = (text: string): string => {
+    const events = text.replace(/"id":"[^"]+"/g, '"id":"ID"').replace(/"created":\d+/g, '"created":0').split('\n\n');
+    const byChoice = new Map<string, string[]>();
+    for (const event of events) {
+      const choice = /"choices":\[\{"index":(\d+)/.exec(event)?.[1] ?? 'none';
+      byChoice.set(choice, [...(byChoice.get(choice) ?? []), event]);
+    }
+    return [...byChoice].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([choice, lines]) => `choice ${choice}:\n${lines.join('\n\n')}`).join('\n----\n');
+  };
 
   // In order: the first stream's usage event teaches the router the sim's fingerprint, which the two-choice
   // stream needs for the choice that finishes first (usage-strip.ts, FingerprintMemory).
