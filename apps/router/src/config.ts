@@ -94,7 +94,7 @@ export const RouterConfig = z.object({
     .positive()
     .default(DEFAULT_CELL_KEY_BYTES)
     .describe(
-      'with poolCells > 1: how far into a conversation\'s first turn (the first message after system/developer; a completion: into its prompt) the key that chooses its cell reaches, in bytes of routing text',
+      'with poolCells > 1: how far into a conversation\'s first turn (the first message after system/developer) the key that chooses its cell reaches, in bytes of routing text (a completion is keyed by its first block). Every replica must use the same value',
     ),
   prefillDoneMergeMs: z.coerce
     .number()

@@ -24,13 +24,13 @@ describe('backendCell', () => {
 });
 
 describe('requestCellOrder', () => {
-  it('orders every cell with backends, leaves empty cells out, and is a function of the head hash', () => {
+  it('orders every cell with backends, leaves empty cells out, and is a function of the cell key', () => {
     expect(requestCellOrder(42, [3, 0, 5]).sort()).toEqual([0, 2]);
     expect(requestCellOrder(42, [3, 2, 5])).toEqual(requestCellOrder(42, [3, 2, 5]));
     expect(requestCellOrder(42, [0, 0])).toEqual([]);
   });
 
-  it("sends each cell a share of the heads that follows its share of the backends", () => {
+  it("sends each cell a share of the cell keys that follows its share of the backends", () => {
     const sizes = [10, 20, 30];
     const firsts = [0, 0, 0];
     const heads = 6_000;
@@ -38,7 +38,7 @@ describe('requestCellOrder', () => {
     sizes.forEach((size, cell) => expect(Math.abs((firsts[cell] as number) / heads - size / 60)).toBeLessThan(0.03));
   });
 
-  it('keeps a head in its cell when another cell loses backends (only that cell’s heads move)', () => {
+  it('keeps a key in its cell when another cell loses backends (only that cell’s keys move)', () => {
     const before = Array.from({ length: 2_000 }, (_, head) => requestCellOrder(head, [10, 10, 10])[0]);
     const after = Array.from({ length: 2_000 }, (_, head) => requestCellOrder(head, [10, 10, 9])[0]);
     before.forEach((cell, head) => {

@@ -1,4 +1,4 @@
-import { combineHash53, hashString53, hashToUnitInterval, type BackendId, type BlockHash, type RoutingRequest } from '@kvroute/routing';
+import { combineHash53, hashString53, weightedRendezvousScore, type BackendId, type BlockHash, type RoutingRequest } from '@kvroute/routing';
 
 /**
  * A pool split into cells (docs/adr/0007): each cell is its own hash slot (keys.ts, `poolKeys(pool,
@@ -59,12 +59,11 @@ export function backendCell(backendId: BackendId, cells: number): number {
  * turns of a conversation share it, so they find their prefix in their cell) over the cells that have
  * eligible backends, each weighted by how many it has (`sizes[cell]`), so a
  * cell's share of the requests follows its share of the backends. Cells of size 0 are left out.
- * Score `-size / ln(u)` with u uniform in (0, 1) per (cell key, cell): higher is better, unitless.
  */
 export function requestCellOrder(cellKey: BlockHash, sizes: readonly number[]): number[] {
   const scored: { cell: number; score: number }[] = [];
   sizes.forEach((size, cell) => {
-    if (size > 0) scored.push({ cell, score: -size / Math.log(hashToUnitInterval(combineHash53(combineHash53(cellKey, CELL_SEED), cell))) });
+    if (size > 0) scored.push({ cell, score: weightedRendezvousScore(combineHash53(combineHash53(cellKey, CELL_SEED), cell), size) });
   });
   return scored.sort((a, b) => b.score - a.score || a.cell - b.cell).map((entry) => entry.cell);
 }

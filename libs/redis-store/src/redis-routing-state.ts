@@ -9,6 +9,9 @@ import {
   hashString53,
   type AtomicOutcome,
   type AtomicRouteInput,
+  type BackendInfo,
+  type DecisionScope,
+  type RoutingRequest,
   type AtomicRule,
   type BackendId,
   type BlockHash,
@@ -58,7 +61,7 @@ export interface RedisRoutingStateOptions {
    * of the first is saturated. On a Redis Cluster, a pool of c cells spreads over up to c shards.
    */
   readonly poolCells?: number;
-  /** Leading bytes of a prompt that choose its cell (`cellKeyOf`; default DEFAULT_CELL_KEY_BYTES). */
+  /** How far into a conversation's first turn its cell key reaches, bytes of routing text (`cellKeyOf`; default DEFAULT_CELL_KEY_BYTES). */
   readonly cellKeyBytes?: number;
   /** Called when a decision's first cell was saturated and it ran in the next one too (metrics). */
   readonly onCellSpill?: (pool: string) => void;
@@ -208,9 +211,7 @@ export class RedisRoutingState implements RoutingStateStore {
    */
   async routeAtomically(input: AtomicRouteInput): Promise<AtomicOutcome> {
     if (this.cells === 1) return this.routeInCell(input, 0);
-    const members: CellMembers[] = Array.from({ length: this.cells }, () => []);
-    for (const backend of input.backends) (members[this.cellOf(backend.id)] as CellMembers).push(backend);
-    const order = requestCellOrder(cellKeyOf(input.request, this.options.cellKeyBytes ?? DEFAULT_CELL_KEY_BYTES), members.map((cell) => cell.length));
+    const { members, order } = this.cellsFor(input.request, input.backends);
     const [first, next] = order;
     if (first === undefined) throw new RangeError('routeAtomically needs at least one backend');
     // Only the cost rule spills: it records after the choice is final.
@@ -230,6 +231,21 @@ export class RedisRoutingState implements RoutingStateStore {
     const keptBackend = kept.candidates[kept.chosen]?.backend.id;
     if (recordAfter && keptBackend !== undefined) await this.recordRestOfTaken(input.pool, keptBackend, input.blockHashes, 0);
     return kept;
+  }
+
+  /** The request's cell and its eligible backends: what routeAtomically decides over first (for dry runs). */
+  decisionScope(_pool: string, request: RoutingRequest, backends: readonly BackendInfo[]): DecisionScope {
+    if (this.cells === 1) return { backends, cell: null };
+    const { members, order } = this.cellsFor(request, backends);
+    const first = order[0];
+    return first === undefined ? { backends, cell: null } : { backends: members[first] as CellMembers, cell: first };
+  }
+
+  /** `backends` split by cell, and the cells in the order the request tries them. */
+  private cellsFor(request: RoutingRequest, backends: readonly BackendInfo[]): { members: CellMembers[]; order: number[] } {
+    const members: CellMembers[] = Array.from({ length: this.cells }, () => []);
+    for (const backend of backends) (members[this.cellOf(backend.id)] as CellMembers).push(backend);
+    return { members, order: requestCellOrder(cellKeyOf(request, this.options.cellKeyBytes ?? DEFAULT_CELL_KEY_BYTES), members.map((cell) => cell.length)) };
   }
 
   /** routeAtomically within one cell: `input.backends` are all of cell `cell`. */

@@ -60,6 +60,7 @@ export type {
   CalibratedParam,
   CalibrationBatch,
   DecideInput,
+  DecisionScope,
   DecideResult,
   LearnedCalibration,
   LearnInput,
@@ -81,4 +82,4 @@ export {
   type ResponseObservation,
 } from './feedback/calibration';
 export { checkPrediction, ENGINE_BLOCK_TOKENS, PREDICTION_OUTCOMES, type Prediction, type PredictionCheck, type PredictionOutcome } from './feedback/prediction-accuracy';
-export { combineHash53, hashString53, hashToUnitInterval } from './hash/hash53';
+export { combineHash53, hashString53, weightedRendezvousScore } from './hash/hash53';

@@ -130,12 +130,17 @@ export async function route(deps: RouteDeps, request: ParsedRequest, pool: reado
 /**
  * What the policy would choose for `request` on the same figures a first try reads (state snapshot,
  * the engines' load), without taking a lease or recording anything: the dry run of `/debug/route`.
+ * Over the backends the store would decide over (`decisionScope`: a pool split into cells, the
+ * request's cell, named in `cell`).
  */
-export async function explainRoute(deps: RouteDeps, request: ParsedRequest, pool: readonly Backend[]): Promise<{ policy: RoutingPolicy; decision: RoutingDecision }> {
+export async function explainRoute(deps: RouteDeps, request: ParsedRequest, pool: readonly Backend[]): Promise<{ policy: RoutingPolicy; decision: RoutingDecision; cell: number | null }> {
   const policy = deps.policyFor(request.model, request.kind);
   const eligibility = eligibleBackends(pool, new Set(), deps.engineStates);
-  if (eligibility.eligible.length === 0) return { policy, decision: { kind: 'rejected', reason: 'no-eligible-backend' } };
-  return { policy, decision: await explainDecision(deps.state, decideInput(deps, request, eligibility, policy, '')) };
+  if (eligibility.eligible.length === 0) return { policy, decision: { kind: 'rejected', reason: 'no-eligible-backend' }, cell: null };
+  const infos = eligibility.eligible.map((backend) => backend.info);
+  const scope = deps.state.decisionScope?.(request.model, request.routingRequest, infos) ?? { backends: infos, cell: null };
+  const input = { ...decideInput(deps, request, eligibility, policy, ''), backends: scope.backends };
+  return { policy, decision: await explainDecision(deps.state, input), cell: scope.cell };
 }
 
 function decideInput(deps: RouteDeps, request: ParsedRequest, eligibility: Eligibility, policy: RoutingPolicy, leaseId: string): DecideInput {

@@ -27,7 +27,7 @@ export async function debugRoutes(app: FastifyInstance, options: { route: RouteD
     const backends = poolOf(options.route.registry, parsed.model);
     const { routingRequest } = parsed;
     // The same eligibility as a real request's first try: breakers, the health poller, fail-open.
-    const { policy, decision } = await explainRoute(options.route, parsed, backends);
+    const { policy, decision, cell } = await explainRoute(options.route, parsed, backends);
     return {
       policy: policy.name,
       scoreDirection: policy.scoreDirection,
@@ -35,6 +35,8 @@ export async function debugRoutes(app: FastifyInstance, options: { route: RouteD
       textBytes: routingRequest.textBytes,
       blocks: routingRequest.blockHashes.length,
       contextBlocks: routingRequest.contextBlocks,
+      // A pool split into cells (poolCells): the cell this request is decided in; null otherwise.
+      cell,
       breakers: Object.fromEntries(backends.map((backend) => [backend.id, backend.breaker.state])),
       costModel: options.learned.costModel(parsed.model),
       retentionMs: Object.fromEntries(backends.map((backend) => [backend.id, options.learned.retentionMs(backend.id)])),

@@ -1,4 +1,4 @@
-import type { AtomicOutcome, AtomicRouteInput, BackendId, BlockHash, LearnInput, LearnReply, RoutingSnapshot, RoutingStateStore } from '@kvroute/routing';
+import type { AtomicOutcome, AtomicRouteInput, BackendId, BackendInfo, BlockHash, DecisionScope, LearnInput, LearnReply, RoutingRequest, RoutingSnapshot, RoutingStateStore } from '@kvroute/routing';
 
 export interface FailoverOptions {
   /** A shared-state call slower than this counts as a failure (the request goes on with local state). */
@@ -41,6 +41,12 @@ export class FailoverRoutingState implements RoutingStateStore {
 
   get degraded(): boolean {
     return this.degradedSinceMs !== null;
+  }
+
+  /** The primary's scope while it is in use; degraded, the local state decides over every backend. */
+  decisionScope(pool: string, request: RoutingRequest, backends: readonly BackendInfo[]): DecisionScope {
+    if (this.degraded || this.primary.decisionScope === undefined) return { backends, cell: null };
+    return this.primary.decisionScope(pool, request, backends);
   }
 
   async routeAtomically(input: AtomicRouteInput): Promise<AtomicOutcome | null> {

@@ -46,13 +46,19 @@ export class Lease {
   readonly leaseId: string;
   private released = false;
   private prefillFinished = false;
-  /** The first output came with the end: the release records `blocksAtFirstOutput` (markPrefillDone). */
+  /**
+   * The release records `blocksAtFirstOutput` (markPrefillDone): the first output came with the end, or
+   * a stream's deferred prefill-done has not gone out yet (it merges into the release).
+   */
   private ownershipAtRelease = false;
   private renewTimer: NodeJS.Timeout | null = null;
   /** A stream's deferred prefill-done (prefillDoneDelayMs), until it is sent or the release takes it over. */
   private prefillDoneTimer: unknown = null;
 
+  private readonly timers: LeaseTimers;
+
   constructor(private readonly options: LeaseOptions) {
+    this.timers = options.timers ?? NODE_TIMERS;
     this.pool = options.pool;
     this.backendId = options.backendId;
     this.leaseId = options.leaseId;
@@ -85,7 +91,7 @@ export class Lease {
       this.sendPrefillDone();
       return;
     }
-    this.prefillDoneTimer = (this.options.timers ?? NODE_TIMERS).set(() => {
+    this.prefillDoneTimer = this.timers.set(() => {
       this.prefillDoneTimer = null;
       if (!this.released) this.sendPrefillDone();
     }, delayMs);
@@ -102,7 +108,7 @@ export class Lease {
     this.released = true;
     if (this.renewTimer) clearInterval(this.renewTimer);
     if (this.prefillDoneTimer !== null) {
-      (this.options.timers ?? NODE_TIMERS).clear(this.prefillDoneTimer);
+      this.timers.clear(this.prefillDoneTimer);
       this.prefillDoneTimer = null;
     }
     const heldBlocks = this.ownershipAtRelease ? this.options.blocksAtFirstOutput : NO_BLOCKS;

@@ -125,6 +125,16 @@ export function hashString53(text: string, seed = 0): number {
   return finalizeLanes(h1, h2, length);
 }
 
+/**
+ * Weighted rendezvous hashing's score of one (key, choice) pair whose combined hash is `hash`:
+ * `-weight / ln(u)` with u = hashToUnitInterval(hash), uniform in (0, 1). The highest score wins, and
+ * each choice wins a share of the keys proportional to its weight; changing one choice's weight moves
+ * only keys to or from that choice. Higher is better, unitless.
+ */
+export function weightedRendezvousScore(hash: number, weight: number): number {
+  return -weight / Math.log(hashToUnitInterval(hash));
+}
+
 const TWO_POW_42 = 4398046511104;
 
 /**

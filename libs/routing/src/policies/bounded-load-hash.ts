@@ -20,7 +20,7 @@
 
 import type { Candidate, DecisionReason, RoutingDecision } from '../types';
 import { candidateScore } from './candidate-score';
-import { combineHash53, hashString53, hashToUnitInterval } from '../hash/hash53';
+import { combineHash53, hashString53, weightedRendezvousScore } from '../hash/hash53';
 import { indexOfLeastLoaded } from './least-loaded';
 
 export interface BoundedLoadChoice {
@@ -44,8 +44,7 @@ export function loadBound(loadFactor: number, totalInflight: number, weight: num
 
 /** Rendezvous weight of one backend for a key; higher = more preferred. Weight must be > 0. */
 export function rendezvousWeight(key: number, candidate: Candidate): number {
-  const unit = hashToUnitInterval(combineHash53(key, hashString53(candidate.backend.id)));
-  return -candidate.backend.weight / Math.log(unit);
+  return weightedRendezvousScore(combineHash53(key, hashString53(candidate.backend.id)), candidate.backend.weight);
 }
 
 /** Candidate indices, most preferred first, by weighted rendezvous hashing of `key`. */

@@ -359,12 +359,12 @@ export function renderRoutingTextInto(body: ChatCompletionRequest | CompletionRe
   } else {
     if (body.tools !== undefined) out.field(Tag.tools, renderJson(body.tools));
     const lastIndex = body.messages.length - 1;
-    let firstTurn = -1;
+    let firstTurnSeen = false;
     for (const [index, message] of body.messages.entries()) {
       if (index === lastIndex && index > 0) out.contextEnds();
-      const opensTurn = firstTurn === -1 && message.role !== 'system' && message.role !== 'developer';
+      const opensTurn = !firstTurnSeen && message.role !== 'system' && message.role !== 'developer';
       if (opensTurn) {
-        firstTurn = index;
+        firstTurnSeen = true;
         out.firstTurnEdge('start');
       }
       renderMessage(out, message);

@@ -22,6 +22,13 @@ export interface RoutingSnapshot {
   readonly pendingPrefillTokens: ReadonlyMap<BackendId, number>;
 }
 
+/** `RoutingStateStore.decisionScope`'s answer. */
+export interface DecisionScope {
+  readonly backends: readonly BackendInfo[];
+  /** The cell of a pool split into cells (libs/redis-store pool-cells.ts); null: the whole pool. */
+  readonly cell: number | null;
+}
+
 /** One request to route: what `decide` (state/decide.ts) needs. */
 export interface DecideInput {
   readonly pool: string;
@@ -88,6 +95,12 @@ export interface RoutingStateStore {
    * decided on by snapshot.
    */
   routeAtomically?(input: AtomicRouteInput): Promise<AtomicOutcome | null>;
+  /**
+   * The backends a decision for `request` runs over, of the eligible `backends` given, and the pool's
+   * cell they are in (null: the whole pool). Optional: a store without it decides over every backend.
+   * For dry runs (`/debug/route`), which must explain the decision the store would make.
+   */
+  decisionScope?(pool: string, request: RoutingRequest, backends: readonly BackendInfo[]): DecisionScope;
   /**
    * Match depth and in-flight count of each of `backends` for one request, in one read.
    * `blockHashes` may be empty (no prefix lookup needed).
