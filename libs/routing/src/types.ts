@@ -82,7 +82,8 @@ export interface RoutingRequest {
   /**
    * Where the first turn (the first message that is not `system` or `developer`) starts and ends in the
    * routing text, UTF-8 byte offsets: every later turn of the conversation has the same text up to
-   * its end. Absent for completions and chats without one.
+   * its end. Absent for completions and chats without one. A turn past the routed part of a huge
+   * prompt (maxRoutedBlocks) is reported at the cut: beyond every block, where the key is the last one.
    */
   readonly firstTurnBytes?: { readonly start: number; readonly end: number };
   /** Affinity key from `X-Session-Id` or the body's `user`, when given. */
