@@ -3,7 +3,7 @@
 --
 -- The owner index: which backends of a pool hold which prefix blocks. Two generations of one HASH each,
 -- `owners:new` and `owners:old`, field = block hash (decimal), value = the block's owners in that
--- generation, each entry "\1<id>\2<ms recorded>" (ids never contain control characters: they travel
+-- generation, each entry "\1<id>\2<ms recorded>", newest first (ids never contain control characters: they travel
 -- in HTTP headers), so one C-level pattern match lists a block's owners. Recording writes into `new`;
 -- when `new` is one idle TTL old or holds half the pool's cap, it becomes `old` and the previous `old`
 -- is dropped whole (UNLINK: freed off the main thread). A block therefore stays known while it is used
@@ -61,8 +61,8 @@ end
 -- the number of candidates and blocks: on the machines we measure, a script's cost is its commands
 -- and its Lua steps, not the bytes it reads.
 local LADDER_RUNGS = 16
--- Bytes of an owner list's end parsed per owner wanted (index.deepestOwners): an entry is \1<id>\2<13-digit ms>.
-local OWNER_TAIL_BYTES = 96
+-- Bytes of an owner list's head parsed per owner wanted (index.deepestOwners): an entry is \1<id>\2<13-digit ms>.
+local OWNER_HEAD_BYTES = 96
 
 local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
   local raw = { [newKey] = {}, [oldKey] = {} }
@@ -186,26 +186,23 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
   -- Up to `limit` distinct backends with entries on the chain's deepest recorded blocks that `accept`
   -- takes (the caller's candidates: a removed or ineligible backend's entries must not crowd out live
   -- owners), for a decision's shortlist (route.lua): the ladder's rungs from the deepest down, in each
-  -- the entries of `new` then `old`, the most recently recorded first (recording appends). Entries are
+  -- the entries of `new` then `old`, the most recently recorded first (recording prepends). Entries are
   -- not judged here (forget marks, retention): index.depths does that for whoever is picked. Bounded
   -- whatever the pool's size: the ladder is read once (depths reuses it), and of each owner list only
-  -- its last `limit` × OWNER_TAIL_BYTES bytes are parsed (an entry cut by that is skipped).
+  -- its first `limit` × OWNER_HEAD_BYTES bytes are parsed (an entry cut by that is skipped).
   function index.deepestOwners(limit, accept)
     local owners, seen = {}, {}
     if blockCount == 0 or limit <= 0 then return owners end
     local rungs = ladder()
     read(newKey, rungs)
     read(oldKey, rungs)
-    local tailBytes = limit * OWNER_TAIL_BYTES
+    local headBytes = limit * OWNER_HEAD_BYTES
     for r = #rungs, 1, -1 do
       for _, key in ipairs({ newKey, oldKey }) do
         local value = raw[key][rungs[r]]
         if value then
-          local tail = #value > tailBytes and string.sub(value, -tailBytes) or value
-          local listed = {}
-          for id in string.gmatch(tail, '\1([^\1\2]*)\2') do listed[#listed + 1] = id end
-          for k = #listed, 1, -1 do
-            local id = listed[k]
+          local head = #value > headBytes and string.sub(value, 1, headBytes) or value
+          for id in string.gmatch(head, '\1([^\1\2]*)\2') do
             if not seen[id] then
               seen[id] = true
               if accept(id) then
@@ -294,7 +291,10 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
             local after = find(value, '\1', at + 1, true) or (#value + 1)
             value = sub(value, 1, at - 1) .. sub(value, after)
           end
-          value = value .. entry
+          -- Prepended: the newest entries come first, where deepestOwners reads and where a search
+          -- for a recently recorded owner (a conversation's, a shortlist's) stops soonest; a list
+          -- every backend is on (a shared system prompt's block) is scanned ~half as far on average.
+          value = entry .. value
         else
           value = entry
         end
