@@ -58,6 +58,8 @@ describe('cellKeyOf', () => {
   it('keys a first turn shorter than a block by the block it ends in, and a text shorter than the key point by its last block', () => {
     expect(cellKeyOf({ blockHashes: chain, blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 10, end: 100 } }, 16_384)).toBe(chain[0]);
     expect(cellKeyOf({ blockHashes: chain.slice(0, 5), blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 10, end: 20_000 } }, 16_384)).toBe(chain[4]);
+    // A first turn past the routed blocks (maxRoutedBlocks cut a huge prompt): the last block routed.
+    expect(cellKeyOf({ blockHashes: chain.slice(0, 10), blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 5_000, end: 6_000 } }, 16_384)).toBe(chain[9]);
   });
 
   it('keys a chat at the end of its first turn, or keyBytes into it: the same for every later turn of the conversation', () => {

@@ -120,6 +120,36 @@ describe('a pool split into cells (poolCells)', () => {
     for (const backend of homeBackends) await state.release('m', backend.id, `fill-${backend.id}`);
   });
 
+  it("keeps the first cell's decision, and its lease only, when the spill's call fails", async () => {
+    // A real Redis; the client in front of it fails the second route call (a shard failing mid-decision).
+    let routeCalls = 0;
+    const failing = new Proxy(ctx.redis, {
+      get(target, name, receiver) {
+        const value = Reflect.get(target, name, receiver) as unknown;
+        if (name !== 'callBuffer' || typeof value !== 'function') return value;
+        return (...args: unknown[]) => (++routeCalls === 2 ? Promise.reject(new Error('CLUSTERDOWN injected')) : (value as (...a: unknown[]) => unknown).apply(target, args));
+      },
+    });
+    const state = ctx.createState({ poolCells: CELLS, redis: failing });
+    const plain = ctx.createState({ poolCells: CELLS });
+    const policy = createCacheAwarePolicy({ saturationInflight: 1 });
+    const home = plain.decisionScope('m', inputOf(6, 8, 'x').request, BACKENDS).cell as number;
+    const homeBackends = BACKENDS.filter((backend) => backendCell(backend.id, CELLS) === home);
+    for (const backend of homeBackends) await plain.reserve('m', backend.id, `fill-${backend.id}`, [], 0);
+    const others = [0, 1, 2].filter((cell) => cell !== home);
+    routeCalls = 0;
+
+    const result = await decide(state, inputOf(6, 8, 'spill-fails', policy));
+    expect(routeCalls).toBe(2);
+    const kept = routedTo(result);
+    expect(backendCell(kept, CELLS)).toBe(home);
+    const homeKeys = poolKeys('m', ctx.namespace, { index: home, count: CELLS });
+    // Its lease is held (not released as a passed-over one), and nothing was taken elsewhere.
+    expect(await ctx.redis.zcard(homeKeys.leaseDeadlines)).toBe(homeBackends.length + 1);
+    expect(await ctx.redis.zscore(homeKeys.leaseDeadlines, `${kept.length}:${kept}spill-fails`)).not.toBeNull();
+    for (const cell of others) expect(await ctx.redis.zcard(poolKeys('m', ctx.namespace, { index: cell, count: CELLS }).leaseDeadlines)).toBe(0);
+  });
+
   it('records ownership at routing only for the backend kept after a spill, never for the one passed over', async () => {
     const state = ctx.createState({ poolCells: CELLS });
     const policy = createCacheAwarePolicy({ saturationInflight: 1, ownershipAt: 'routing' });
