@@ -51,25 +51,22 @@
   ARGV[13] 'least-loaded' and 'fixed': the lease's prefill tokens
   ARGV[14] 'fixed': max in-flight leases on the backend (0 = no limit)
   ARGV[15] the request's block hashes, shallowest first, packed (lib/batched.lua; '' = none)
-  ARGV[16] the candidates' figures, 4 per candidate in configuration order, each a number as JavaScript
-           prints it right-aligned in 24 characters (every double fits; tonumber reads back the same
-           double): weight, rendezvous rank, requests waiting in its engine (0 = unknown), its engine's
-           free KV in tokens (-1 = no limit known); the last two from the health poller, via the router.
-           Text of fixed width, not JSON: the script reads only the participants' figures
+  ARGV[16] the candidates, in configuration order: a record per candidate between LFs,
+           '\n<id>\t<weight> <rank> <waiting> <free>\n…' (ids hold no control characters; numbers as
+           JavaScript prints them, which tonumber reads back as the same doubles): its weight,
+           rendezvous rank, requests waiting in its engine (0 = unknown), its engine's free KV in tokens
+           (-1 = no limit known); the last two from the health poller, via the router. One argument,
+           not B: the script reads only the participants' records (one pattern match each, at the
+           positions of ARGV[18]) and finds an owner's by one plain search for '\n<id>\t', in C
   ARGV[17] the shortlist: '' = every candidate takes part; else '<owners>;<i>,<j>,…': only the
            candidates at the 1-based positions listed (the caller's picks: rendezvous, load samples)
            and up to <owners> backends with entries on the chain's deepest recorded blocks
            (lib/owner-index.lua deepestOwners) take part, so the work per decision does not grow with
            the pool (issue 15); the rule then runs over them, in configuration order
-  ARGV[18] the candidates' backend ids, in the same order, each between two LFs ('\n<id1>\n<id2>\n…\n';
-           ids hold no control characters): one argument, not B, so a big pool's ids cost Redis one
-           string, and no Lua loop runs over them (an owner's position: one plain search of the string,
-           in C, and a binary search of ARGV[19])
-  ARGV[19] where each id starts in ARGV[18] (1-based), then the position of the last LF + 1: B + 1
-           decimal numbers right-aligned in 10 characters (B = the candidates; 1 for 'fixed'). Text,
-           not binary: one binary argument makes the client send the whole command as buffers, which
-           cost the router more than everything the format saves
-
+  ARGV[18] where each record starts in ARGV[16] (1-based), then the position just past the last record:
+           B + 1 decimal numbers right-aligned in 10 characters (B = the candidates; 1 for 'fixed').
+           Text, not binary: one binary argument makes the client send the whole command as buffers,
+           which cost the router more than everything the format saves
   Returns a flat array: [1] chosen participant (1-based among those taking part; 0 = 'fixed'
   conflict), [2] the chosen backend's leases in flight afterwards (on a conflict: its count), [3] the
   rule's reason ('' for 'fixed'), [4] 1 when the cost rule lifted its valve, else 0, [5] 'cost': the
@@ -100,27 +97,22 @@ local request = { textBytes = tonumber(ARGV[10]), blockSizeBytes = tonumber(ARGV
 local packedBlocks = ARGV[15]
 local blockCount = packedBlockCount(packedBlocks)
 local blockAt = packedBlockReader(packedBlocks)
-local idList, idStarts = ARGV[18], ARGV[19]
-local FIGURE_WIDTH, START_WIDTH = 24, 10
-local candidateTotal = #idStarts / START_WIDTH - 1
-local figuresText = ARGV[16]
-local sub = string.sub
--- Where id j (1-based; candidateTotal + 1: the end) starts in idList.
+local records, recordStarts = ARGV[16], ARGV[18]
+local START_WIDTH = 10
+local candidateTotal = #recordStarts / START_WIDTH - 1
+local sub, match = string.sub, string.match
+-- Where candidate j's record starts in ARGV[16] (1-based; candidateTotal + 1: the end).
 local function startOf(j)
-  return tonumber(sub(idStarts, START_WIDTH * (j - 1) + 1, START_WIDTH * j))
+  return tonumber(sub(recordStarts, START_WIDTH * (j - 1) + 1, START_WIDTH * j))
 end
--- Figure f (1..4) of candidate j.
-local function figureOf(j, f)
-  local at = FIGURE_WIDTH * (4 * (j - 1) + f - 1)
-  return tonumber(sub(figuresText, at + 1, at + FIGURE_WIDTH))
-end
--- The id of candidate j (1-based).
-local function idAt(j)
-  return sub(idList, startOf(j), startOf(j + 1) - 2)
+-- Candidate j (1-based): its id and figures, from one anchored match of its record.
+local function candidateAt(j)
+  local id, weight, rank, waiting, freeTokens = match(records, '^([^\t]*)\t(%S+) (%S+) (%S+) (%S+)\n', startOf(j))
+  return { id = id, weight = tonumber(weight), rank = tonumber(rank), waiting = tonumber(waiting), freeTokens = tonumber(freeTokens) }
 end
 -- The position of the candidate whose id is `id`, or nil: one plain search, then a binary search of the starts.
 local function positionOf(id)
-  local at = string.find(idList, '\n' .. id .. '\n', 1, true)
+  local at = string.find(records, '\n' .. id .. '\t', 1, true)
   if not at then return nil end
   local start, low, high = at + 1, 1, candidateTotal
   while low <= high do
@@ -171,10 +163,8 @@ local candidateCount = #positions
 -- 3. Figures of those taking part.
 local candidates, ids = {}, {}
 for k = 1, candidateCount do
-  local j = positions[k]
-  local id = idAt(j)
-  ids[k] = id
-  candidates[k] = { id = id, weight = figureOf(j, 1), rank = figureOf(j, 2), waiting = figureOf(j, 3), freeTokens = figureOf(j, 4) }
+  local c = candidateAt(positions[k])
+  candidates[k], ids[k] = c, c.id
 end
 -- Forget marks are rare: skip reading them when there are none.
 local marks = {}
