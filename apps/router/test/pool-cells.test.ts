@@ -1,5 +1,5 @@
 import { backendCell } from '@kvroute/redis-store';
-import { startRedis, type TestRedis } from '@kvroute/testing';
+import { findFreePorts, startRedis, type TestRedis } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestCluster, type TestCluster } from './start-test-cluster';
 
@@ -16,7 +16,21 @@ let cluster: TestCluster;
 
 beforeAll(async () => {
   redis = await startRedis({ fresh: true });
-  cluster = await startTestCluster({ backends: 6, router: { debugRoutes: true, redisUrl: redis.url, poolCells: CELLS } });
+  // Three backends in each cell, whatever ports are free: a backend's cell is a function of its id
+  // (host:port), so random ports could leave a cell empty or hold five of six, and the test would then
+  // depend on them. With 3 + 3, which cell a conversation lands in depends on its text alone.
+  const ports: number[] = [];
+  const perCell = [0, 0];
+  for (const port of await findFreePorts(40)) {
+    const cell = backendCell(`127.0.0.1:${port}`, CELLS);
+    if ((perCell[cell] as number) < 3) {
+      perCell[cell] = (perCell[cell] as number) + 1;
+      ports.push(port);
+    }
+  }
+  expect(ports).toHaveLength(6);
+  cluster = await startTestCluster({ sims: ports.map((port) => ({ port })), router: { debugRoutes: true, redisUrl: redis.url, poolCells: CELLS } });
+  expect(cluster.sims.map((sim) => backendCell(sim.id, CELLS)).sort()).toEqual([0, 0, 0, 1, 1, 1]);
 });
 
 afterAll(async () => {
