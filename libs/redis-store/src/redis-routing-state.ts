@@ -138,14 +138,8 @@ export class RedisRoutingState implements RoutingStateStore {
       await this.snapshotCell(pool, 0, backends, blockHashes, snapshot);
       return snapshot;
     }
-    const byCell = new Map<number, BackendId[]>();
-    for (const backend of backends) {
-      const cell = this.cellOf(backend);
-      const members = byCell.get(cell);
-      if (members) members.push(backend);
-      else byCell.set(cell, [backend]);
-    }
-    await Promise.all([...byCell].map(([cell, members]) => this.snapshotCell(pool, cell, members, blockHashes, snapshot)));
+    const byCell = this.splitByCell(backends, (backend) => backend);
+    await Promise.all(byCell.map((members, cell) => (members.length === 0 ? undefined : this.snapshotCell(pool, cell, members, blockHashes, snapshot))));
     return snapshot;
   }
 
@@ -243,8 +237,7 @@ export class RedisRoutingState implements RoutingStateStore {
 
   /** `backends` split by cell, and the cells in the order the request tries them. */
   private cellsFor(request: RoutingRequest, backends: readonly BackendInfo[]): { members: CellMembers[]; order: number[] } {
-    const members: CellMembers[] = Array.from({ length: this.cells }, () => []);
-    for (const backend of backends) (members[this.cellOf(backend.id)] as CellMembers).push(backend);
+    const members = this.splitByCell(backends, (backend) => backend.id);
     return { members, order: requestCellOrder(cellKeyOf(request, this.options.cellKeyBytes ?? DEFAULT_CELL_KEY_BYTES), members.map((cell) => cell.length)) };
   }
 
@@ -503,6 +496,13 @@ export class RedisRoutingState implements RoutingStateStore {
       known.set(pool, keys);
     }
     return keys;
+  }
+
+  /** `items` per cell (index = cell; empty for a cell none is in), by their backend's cell. */
+  private splitByCell<T>(items: readonly T[], idOf: (item: T) => BackendId): T[][] {
+    const byCell: T[][] = Array.from({ length: this.cells }, () => []);
+    for (const item of items) (byCell[this.cellOf(idOf(item))] as T[]).push(item);
+    return byCell;
   }
 
   /** The cell holding a backend's leases and ownership (always 0 in a pool that is not split). */

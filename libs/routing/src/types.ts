@@ -85,7 +85,7 @@ export interface RoutingRequest {
    * its end. Absent for completions and chats without one. A turn past the routed part of a huge
    * prompt (maxRoutedBlocks) is reported at the cut: beyond every block, where the key is the last one.
    */
-  readonly firstTurnBytes?: { readonly start: number; readonly end: number };
+  readonly firstTurnBytes?: { readonly start: number; readonly end: number } | undefined;
   /** Affinity key from `X-Session-Id` or the body's `user`, when given. */
   readonly sessionKey: string | null;
   /** The body's `max_completion_tokens` or `max_tokens` × `n`, when given: the most tokens it may generate. */

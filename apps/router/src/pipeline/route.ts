@@ -137,10 +137,9 @@ export async function explainRoute(deps: RouteDeps, request: ParsedRequest, pool
   const policy = deps.policyFor(request.model, request.kind);
   const eligibility = eligibleBackends(pool, new Set(), deps.engineStates);
   if (eligibility.eligible.length === 0) return { policy, decision: { kind: 'rejected', reason: 'no-eligible-backend' }, cell: null };
-  const infos = eligibility.eligible.map((backend) => backend.info);
-  const scope = deps.state.decisionScope?.(request.model, request.routingRequest, infos) ?? { backends: infos, cell: null };
-  const input = { ...decideInput(deps, request, eligibility, policy, ''), backends: scope.backends };
-  return { policy, decision: await explainDecision(deps.state, input), cell: scope.cell };
+  const input = decideInput(deps, request, eligibility, policy, '');
+  const scope = deps.state.decisionScope?.(request.model, request.routingRequest, input.backends) ?? { backends: input.backends, cell: null };
+  return { policy, decision: await explainDecision(deps.state, { ...input, backends: scope.backends }), cell: scope.cell };
 }
 
 function decideInput(deps: RouteDeps, request: ParsedRequest, eligibility: Eligibility, policy: RoutingPolicy, leaseId: string): DecideInput {

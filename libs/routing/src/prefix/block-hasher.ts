@@ -33,7 +33,7 @@ export interface HashedRoutingText {
   /** The first block's hash, or (text shorter than one block) a hash of the whole text. */
   readonly headHash: BlockHash;
   /** UTF-8 offsets where the first turn starts and ends (RenderedRoutingText.firstTurnStartOffset); absent without one. */
-  readonly firstTurnBytes?: { readonly start: number; readonly end: number };
+  readonly firstTurnBytes?: { readonly start: number; readonly end: number } | undefined;
 }
 
 /** Bytes past the kept blocks worth encoding: a character straddling their end (UTF-8: at most 4 bytes) must not stop the encoder short of it. */
@@ -156,9 +156,9 @@ export class RoutingTextEncoder {
       blockHashes[block] = previous;
     }
     const headHash = blockHashes[0] ?? hashBytes53(view, 0, encodedBytes, CHAIN_SEED);
-    const hashed = { blockHashes, textBytes: this.textBytes + omittedBytes, contextBlocks: Math.min(Math.floor(this.contextBytes / blockSizeBytes), blockCount), headHash };
-    // Past the renderer's cut (maxUnits) pieces stop coming, so a mark there is at most the text written: still past every kept block.
-    return this.firstTurnStartBytes < 0 || this.firstTurnEndBytes < 0 ? hashed : { ...hashed, firstTurnBytes: { start: this.firstTurnStartBytes, end: this.firstTurnEndBytes } };
+    // One object, one shape whether or not the text has a first turn (this runs for every request).
+    const firstTurnBytes = this.firstTurnStartBytes < 0 || this.firstTurnEndBytes < 0 ? undefined : { start: this.firstTurnStartBytes, end: this.firstTurnEndBytes };
+    return { blockHashes, textBytes: this.textBytes + omittedBytes, contextBlocks: Math.min(Math.floor(this.contextBytes / blockSizeBytes), blockCount), headHash, firstTurnBytes };
   }
 
   private copyAscii(text: string): number {

@@ -39,7 +39,7 @@ export function buildRoutingRequest(body: ChatCompletionRequest | CompletionRequ
     textBytes: hashed.textBytes,
     contextBlocks: hashed.contextBlocks,
     headHash: hashed.headHash,
-    ...(hashed.firstTurnBytes === undefined ? {} : { firstTurnBytes: hashed.firstTurnBytes }),
+    firstTurnBytes: hashed.firstTurnBytes,
     sessionKey,
     maxTokens: maxTokensOf(body),
   };
