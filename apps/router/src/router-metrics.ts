@@ -1,3 +1,4 @@
+import type { ResponseUsage } from '@kvroute/protocols';
 import type { LearnedCalibration, PredictionCheck } from '@kvroute/routing';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
@@ -16,6 +17,8 @@ export interface RouterMetricsSources {
 }
 
 const LATENCY_BUCKETS_SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+/** Whole requests: a long non-streaming generation (reasoning, 32k tokens out) runs for many minutes; up to 30. */
+const DURATION_BUCKETS_SECONDS = [...LATENCY_BUCKETS_SECONDS, 300, 600, 1200, 1800];
 const DECISION_BUCKETS_SECONDS = [0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.0025, 0.005, 0.01];
 
 /** A series of one label set (prom-client's `labels(...)`), kept so the label object is hashed once. */
@@ -23,10 +26,11 @@ type MetricChild = { inc(value?: number): void } | { observe(value: number): voi
 
 export class RouterMetrics {
   readonly registry = new Registry();
-  private readonly requests: Counter<'backend' | 'policy' | 'reason' | 'status'>;
+  private readonly requests: Counter<'backend' | 'model' | 'policy' | 'reason' | 'status'>;
   private readonly rejected: Counter<'code'>;
-  private readonly ttft: Histogram<'backend'>;
-  private readonly duration: Histogram<'backend' | 'stream'>;
+  private readonly ttft: Histogram<'backend' | 'model'>;
+  private readonly duration: Histogram<'backend' | 'model' | 'stream'>;
+  private readonly tokens: Counter<'backend' | 'model' | 'kind'>;
   private readonly decision: Histogram<'policy'>;
   private readonly matchRatio: Histogram<'policy'>;
   private readonly retries: Counter<'backend' | 'cause'>;
@@ -55,8 +59,8 @@ export class RouterMetrics {
     collectDefaultMetrics({ register: this.registry, prefix: 'kvroute_router_' });
     this.requests = new Counter({
       name: 'kvroute_router_requests_total',
-      help: 'Requests routed, by chosen backend, policy, decision reason and response status.',
-      labelNames: ['backend', 'policy', 'reason', 'status'],
+      help: 'Requests routed, by chosen backend, model, policy, decision reason and response status.',
+      labelNames: ['backend', 'model', 'policy', 'reason', 'status'],
       registers,
     });
     this.rejected = new Counter({
@@ -67,16 +71,22 @@ export class RouterMetrics {
     });
     this.ttft = new Histogram({
       name: 'kvroute_router_time_to_first_token_seconds',
-      help: 'Time from request arrival to the first upstream event carrying output: text, reasoning or a tool call (streams), or the response headers of a successful non-streaming response.',
-      labelNames: ['backend'],
+      help: 'Streams only: time from request arrival to the first upstream event carrying output (text, reasoning or a tool call). A non-streaming response has no first token to see; its whole time is in kvroute_router_request_duration_seconds.',
+      labelNames: ['backend', 'model'],
       buckets: LATENCY_BUCKETS_SECONDS,
       registers,
     });
     this.duration = new Histogram({
       name: 'kvroute_router_request_duration_seconds',
-      help: 'Time from request arrival to the end of the relayed response.',
-      labelNames: ['backend', 'stream'],
-      buckets: LATENCY_BUCKETS_SECONDS,
+      help: 'Time from request arrival to the end of the relayed response (end to end), streamed or not.',
+      labelNames: ['backend', 'model', 'stream'],
+      buckets: DURATION_BUCKETS_SECONDS,
+      registers,
+    });
+    this.tokens = new Counter({
+      name: 'kvroute_router_tokens_total',
+      help: "Tokens of responses that reported usage, by backend, model and kind: prompt (the engine's prompt tokens), cached (of those, served from its prefix cache: usage.prompt_tokens_details.cached_tokens or its dialect's equivalent) and generated (completion tokens). Cache hit rate = cached / prompt.",
+      labelNames: ['backend', 'model', 'kind'],
       registers,
     });
     this.decision = new Histogram({
@@ -231,8 +241,9 @@ export class RouterMetrics {
     return found;
   }
 
-  recordRouted(backend: string, policy: string, reason: string, status: number): void {
-    this.child(`r\u0000${backend}\u0000${policy}\u0000${reason}\u0000${status}`, () => this.requests.labels({ backend, policy, reason, status: String(status) })).inc();
+  /** `model`: a model the pool serves (the request's was checked against the backends' lists before routing), so bounded. */
+  recordRouted(backend: string, model: string, policy: string, reason: string, status: number): void {
+    this.child(`r\u0000${backend}\u0000${model}\u0000${policy}\u0000${reason}\u0000${status}`, () => this.requests.labels({ backend, model, policy, reason, status: String(status) })).inc();
   }
 
   recordRejected(code: string): void {
@@ -244,12 +255,20 @@ export class RouterMetrics {
     this.child(`m\u0000${policy}`, () => this.matchRatio.labels({ policy })).observe(matchRatio);
   }
 
-  recordTtft(backend: string, seconds: number): void {
-    this.child(`t\u0000${backend}`, () => this.ttft.labels({ backend })).observe(seconds);
+  /** A stream's first output (callers never pass a non-streaming response: its headers come with its end). */
+  recordStreamTtft(backend: string, model: string, seconds: number): void {
+    this.child(`t\u0000${backend}\u0000${model}`, () => this.ttft.labels({ backend, model })).observe(seconds);
   }
 
-  recordDuration(backend: string, stream: boolean, seconds: number): void {
-    this.child(`e\u0000${backend}\u0000${stream}`, () => this.duration.labels({ backend, stream: stream ? 'true' : 'false' })).observe(seconds);
+  recordDuration(backend: string, model: string, stream: boolean, seconds: number): void {
+    this.child(`e\u0000${backend}\u0000${model}\u0000${stream}`, () => this.duration.labels({ backend, model, stream: stream ? 'true' : 'false' })).observe(seconds);
+  }
+
+  /** A response's usage: prompt, cached (when the engine reports it) and generated tokens (when it reports them). */
+  recordTokens(backend: string, model: string, usage: ResponseUsage): void {
+    this.child(`k\u0000${backend}\u0000${model}\u0000p`, () => this.tokens.labels({ backend, model, kind: 'prompt' })).inc(usage.promptTokens);
+    if (usage.cachedTokens !== null) this.child(`k\u0000${backend}\u0000${model}\u0000c`, () => this.tokens.labels({ backend, model, kind: 'cached' })).inc(usage.cachedTokens);
+    if (usage.completionTokens != null) this.child(`k\u0000${backend}\u0000${model}\u0000g`, () => this.tokens.labels({ backend, model, kind: 'generated' })).inc(usage.completionTokens);
   }
 
   recordRetry(backend: string, cause: string): void {

@@ -301,6 +301,7 @@ describe('requestStreamUsage off', () => {
           backend,
           reason: 'test',
           policyName: 'test',
+          model: 'm',
           path: '/v1/chat/completions',
           headers: request.headers,
           clientHop: { peerAddress: request.ip, proto: 'http' },

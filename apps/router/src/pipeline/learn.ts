@@ -119,14 +119,16 @@ export function createLearner(deps: LearnDeps): Learner {
     firstOutput(ticket, arrivedAtMs, streamed) {
       // A non-streaming response's headers come with its end: prefill-done rides on the release.
       ticket.lease.markPrefillDone(!streamed);
+      if (!streamed) return;
       const seconds = (performance.now() - arrivedAtMs) / 1000;
-      metrics.recordTtft(ticket.backend.id, seconds);
-      if (streamed) ttftMs.set(ticket, seconds * 1000);
+      metrics.recordStreamTtft(ticket.backend.id, ticket.routed.pool, seconds);
+      ttftMs.set(ticket, seconds * 1000);
     },
     responseEnded(ticket, tail) {
       if (tail === null) return;
       const usage = tail.usage();
       const backendId = ticket.backend.id;
+      if (usage !== null) metrics.recordTokens(backendId, ticket.routed.pool, usage);
       if (usage?.cachedTokens != null) reporting.add(backendId);
       metrics.recordFeedbackMode(backendId, reporting.has(backendId));
       const observed = usage !== null && usage.cachedTokens === null && reporting.has(backendId) ? { ...usage, cachedTokens: 0 } : usage;

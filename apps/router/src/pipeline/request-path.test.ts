@@ -509,7 +509,7 @@ describe('request path against scripted backends', () => {
       const result = await postChatText(prompt);
       expect(result.status).toBe(200);
       expect(result.text).toBe(pieces.join(''));
-      expect(await metricValue('kvroute_router_time_to_first_token_seconds_count{backend="b0"}')).toBe(1);
+      expect(await metricValue('kvroute_router_time_to_first_token_seconds_count{backend="b0",model="m"}')).toBe(1);
       const blocks = parseRoutingBlocks(prompt);
       const snapshot = await (harness as Harness).router.state.snapshot('m', ['b0'], blocks);
       expect(snapshot.matchBlocks.get('b0')).toBe(blocks.length);
@@ -547,6 +547,13 @@ describe('request path against scripted backends', () => {
       // Token-weighted precision over the three verified answers: one of three predictions held.
       expect(confirmedTokens / predicted).toBeGreaterThan(0.3);
       expect(confirmedTokens / predicted).toBeLessThan(0.36);
+      // Per-model token counters, from the four responses' usage: cached only where an engine said so.
+      expect(await metricValue('kvroute_router_tokens_total{backend="b0",model="m",kind="prompt"}')).toBe(4 * 2_100);
+      expect(await metricValue('kvroute_router_tokens_total{backend="b0",model="m",kind="cached"}')).toBe(2_080);
+      expect(await metricValue('kvroute_router_tokens_total{backend="b0",model="m",kind="generated"}')).toBe(4);
+      // Non-streaming: no time to first token (the whole answer came at once); end to end, four.
+      expect(await metricValue('kvroute_router_time_to_first_token_seconds_count{backend="b0",model="m"}')).toBe(0);
+      expect(await metricValue('kvroute_router_request_duration_seconds_count{backend="b0",model="m",stream="false"}')).toBe(4);
     });
 
     it('learns nothing from an error answer: no time to first token, no prefix ownership', async () => {
@@ -558,7 +565,7 @@ describe('request path against scripted backends', () => {
       expect(refused.status).toBe(400);
       const refusedBy = refused.headers['x-router-backend'] as string;
       await until(() => sum(leaseCounts((harness as Harness).router)) === 0, 'the lease to be released');
-      expect(await metricValue(`kvroute_router_time_to_first_token_seconds_count{backend="${refusedBy}"}`)).toBe(0);
+      expect(await metricValue(`kvroute_router_time_to_first_token_seconds_count{backend="${refusedBy}",model="m"}`)).toBe(0);
       // The backend that refused is not believed to hold the prompt it refused.
       const snapshot = await (harness as Harness).router.state.snapshot('m', ['b0', 'b1'], parseRoutingBlocks(longPrompt));
       expect(snapshot.matchBlocks.get(refusedBy) ?? 0).toBe(0);
@@ -571,12 +578,12 @@ describe('request path against scripted backends', () => {
       const roleOnly = await postChatText(STREAM_BODY);
       expect(roleOnly.headers['x-router-backend']).toBe('b0');
       expect(sseData(roleOnly.text)).toEqual([ROLE_CHUNK, '[DONE]']);
-      expect(await metricValue(`${ttftCount}{backend="b0"}`)).toBe(0);
+      expect(await metricValue(`${ttftCount}{backend="b0",model="m"}`)).toBe(0);
 
       const withText = await postChatText(STREAM_BODY);
       expect(withText.headers['x-router-backend']).toBe('b1');
       expect(sseData(withText.text)).toEqual([ROLE_CHUNK, textChunk('Hello'), textChunk(' world'), '[DONE]']);
-      expect(await metricValue(`${ttftCount}{backend="b1"}`)).toBe(1);
+      expect(await metricValue(`${ttftCount}{backend="b1",model="m"}`)).toBe(1);
     });
   });
 });

@@ -79,6 +79,7 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
           backend: ticket.backend,
           reason: ticket.decision.reason,
           policyName: ticket.policyName,
+          model: of.parsed.model,
           path: of.request.url,
           headers: of.request.headers,
           clientHop: clientHopOf(of.request),

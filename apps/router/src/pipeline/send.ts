@@ -24,6 +24,8 @@ export interface Shipment {
   readonly reason: string;
   /** The metrics' `policy`. */
   readonly policyName: string;
+  /** The metrics' `model`. */
+  readonly model: string;
   /** Path after the backend's base path, e.g. `/v1/chat/completions` (with query string). */
   readonly path: string;
   /** The client's headers (hop-by-hop ones, credentials and cookies are dropped here: proxy/header-hygiene.ts). */
@@ -56,6 +58,7 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
     response,
     events: shipment.events,
     backendId: backend.id,
+    model: shipment.model,
     policyName: shipment.policyName,
     reason: shipment.reason,
     requestId: shipment.requestId,

@@ -32,6 +32,8 @@ export interface RelayTarget {
   readonly response: ServerResponse;
   readonly events: RelayEvents;
   readonly backendId: string;
+  /** The metrics' `model`: the request's, which its pool serves. */
+  readonly model: string;
   readonly policyName: string;
   readonly reason: string;
   readonly requestId: string;
@@ -165,7 +167,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     // The strip parsed the usage event it took out: learn need not read the tail for it again.
     const usage = this.strip?.usage ?? null;
     if (usage !== null) this.tail?.knowUsage(usage);
-    this.target.metrics.recordRouted(this.target.backendId, this.target.policyName, this.target.reason, this.statusCode);
+    this.target.metrics.recordRouted(this.target.backendId, this.target.model, this.target.policyName, this.target.reason, this.statusCode);
     this.finish({ kind: 'done', clientWentAway: this.clientGone }, this.tail);
   }
 
@@ -192,7 +194,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     } else {
       target.response.destroy();
     }
-    target.metrics.recordRouted(target.backendId, target.policyName, target.reason, 502);
+    target.metrics.recordRouted(target.backendId, target.model, target.policyName, target.reason, 502);
     this.finish({ kind: 'done', clientWentAway: false });
   }
 
@@ -202,7 +204,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     target.response.off('drain', this.onDrain);
     target.events.finished(tail);
     if (outcome.kind === 'done' && this.mode === 'relay') {
-      target.metrics.recordDuration(target.backendId, this.isSse, (performance.now() - target.arrivedAtMs) / 1000);
+      target.metrics.recordDuration(target.backendId, target.model, this.isSse, (performance.now() - target.arrivedAtMs) / 1000);
     }
     this.settle(outcome);
   }
