@@ -3,6 +3,7 @@
 // container image (infra/docker) and the overhead benchmark use. Development runs the sources with tsx.
 import { build } from 'esbuild';
 import { join } from 'node:path';
+import { buildInfo } from '../libs/platform/src/build-info';
 
 const root = join(import.meta.dirname, '..');
 export const APP_ENTRIES = {
@@ -18,6 +19,8 @@ export async function buildApps(
   outDir: string = join(root, 'dist'),
 ): Promise<Record<string, string>> {
   const outputs: Record<string, string> = {};
+  // Written into every bundle: an installed package or an image has no checkout to read (build-info.ts).
+  const define = { __KVROUTE_BUILD__: JSON.stringify(buildInfo()) };
   for (const name of names) {
     const outfile = join(outDir, `${name}.mjs`);
     await build({
@@ -29,6 +32,7 @@ export async function buildApps(
       target: 'node20',
       sourcemap: true,
       logLevel: 'warning',
+      define,
       // Some bundled CommonJS dependencies call require(); give the ES module one.
       banner: { js: "import { createRequire as __kvrouteCreateRequire } from 'node:module'; const require = __kvrouteCreateRequire(import.meta.url);" },
     });

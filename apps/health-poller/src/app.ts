@@ -1,3 +1,4 @@
+import { buildInfo } from '@kvroute/platform';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { PollerMetrics } from './poller-metrics';
 
@@ -12,7 +13,7 @@ export interface PollerAppDeps {
 
 /**
  * The poller's own tiny HTTP server: `GET /healthz` (200 while its worker takes scrape jobs, 503 before
- * that and once shutting down) and `GET /metrics` (its Prometheus registry). Fastify, as every other
+ * that and once shutting down), `GET /version` (`{ version, commit }`) and `GET /metrics` (its Prometheus registry). Fastify, as every other
  * kvroute server: the same logger, error handling and `inject()` in tests.
  */
 export async function buildPollerApp(deps: PollerAppDeps): Promise<FastifyInstance> {
@@ -26,6 +27,7 @@ export async function buildPollerApp(deps: PollerAppDeps): Promise<FastifyInstan
     const working = deps.isWorking() && !deps.isClosing();
     return reply.code(working ? 200 : 503).send({ status: working ? 'ok' : deps.isClosing() ? 'closing' : 'starting' });
   });
+  app.get('/version', quiet, async () => buildInfo());
   app.get('/metrics', quiet, async (_request, reply) => reply.type(deps.metrics.registry.contentType).send(await deps.metrics.registry.metrics()));
   await app.ready();
   return app;

@@ -1,3 +1,4 @@
+import { buildInfo } from '@kvroute/platform';
 import type { FastifyInstance } from 'fastify';
 import type { BackendRegistry } from '../backends/backend-registry';
 
@@ -7,12 +8,14 @@ import type { BackendRegistry } from '../backends/backend-registry';
  * SIGTERM on it answers 503 while the replica still serves for its drain delay, which is how the
  * balancer learns to send new connections elsewhere. Its body also says, per backend, whether the
  * router's picture of its cache is checked by its responses (`feedback`: `cached-tokens` | `open-loop`).
+ * `GET /version`: which kvroute build answers (`{ version, commit }`).
  */
 export async function probesRoutes(
   app: FastifyInstance,
   options: { registry: BackendRegistry; isShuttingDown: () => boolean; reportsCachedTokens: (backendId: string) => boolean },
 ): Promise<void> {
   app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/version', async () => buildInfo());
   app.get('/readyz', async (_request, reply) => {
     const usable = options.registry.models().flatMap((model) => options.registry.poolFor(model)).filter((backend) => backend.breaker.isAvailable());
     const ready = !options.isShuttingDown() && usable.length > 0;

@@ -15,6 +15,7 @@ import { fileEnvName, listConfigOptions, type ConfigOption, type ConfigOptionNam
 import { coerceValue } from './coerce-value';
 import { parseConfigFlags } from './parse-config-flags';
 import { readConfigFile } from './read-config-file';
+import { buildInfo, versionLine } from '../build-info';
 import { renderConfigHelp } from './render-config-help';
 
 export interface LoadConfigOptions<S extends ConfigSchema> {
@@ -40,7 +41,7 @@ export interface LoadConfigOptions<S extends ConfigSchema> {
   sharedFile?: { readonly section: string; readonly otherSections: readonly string[] };
 }
 
-/** `help` when -h/--help was given (print `text`, exit 0); otherwise the validated config. */
+/** `help` when -h/--help or --version was given (print `text`, exit 0); otherwise the validated config. */
 export type LoadConfigResult<T> =
   | { kind: 'help'; text: string }
   /** `ignoredFileKeys`: keys of a shared file left to other apps (log them: a typo far from any key lands here). */
@@ -56,6 +57,7 @@ export function loadConfig<S extends ConfigSchema>(options: LoadConfigOptions<S>
   const configOptions = listConfigOptions(options.schema, naming);
 
   const flags = parseConfigFlags(options.argv, configOptions, naming.fileFlag);
+  if (flags.version) return { kind: 'help', text: versionLine(buildInfo()) };
   if (flags.help) {
     const text = renderConfigHelp(options.schema, {
       envPrefix: naming.envPrefix,

@@ -17,6 +17,8 @@ export interface ParsedFlag {
 
 export interface ParsedFlags {
   help: boolean;
+  /** `--version` was given: print the build (build-info.ts), nothing else. */
+  version: boolean;
   /** Value of the file flag (`--config`), if given. */
   filePath?: string;
   /** Keyed by schema key. */
@@ -30,7 +32,7 @@ export function parseConfigFlags(argv: readonly string[], options: readonly Conf
   const refused = new Map<string, ConfigOption>();
   for (const option of options) if (option.refusedFlag !== undefined) refused.set(option.refusedFlag.name, option);
 
-  const result: ParsedFlags = { help: false, values: new Map(), problems: [] };
+  const result: ParsedFlags = { help: false, version: false, values: new Map(), problems: [] };
   let index = 0;
   while (index < argv.length) {
     const token = argv[index] ?? '';
@@ -38,6 +40,10 @@ export function parseConfigFlags(argv: readonly string[], options: readonly Conf
     if (token === '--') continue;
     if (token === '-h' || token === '--help') {
       result.help = true;
+      continue;
+    }
+    if (token === '--version') {
+      result.version = true;
       continue;
     }
     if (!token.startsWith('--')) {
