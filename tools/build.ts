@@ -1,6 +1,7 @@
 // `npm run build`: one self-contained ES module per app in dist/ (esbuild, dependencies bundled),
 // run with plain `node dist/<app>.mjs`: no TypeScript transform at run time, which is what the
-// container image (infra/docker) and the overhead benchmark use. Development runs the sources with tsx.
+// container image (infra/docker), the packed `kvroute` package (tools/pack-kvroute.ts) and the
+// overhead benchmark use. Development runs the sources with tsx.
 import { build } from 'esbuild';
 import { join } from 'node:path';
 import { buildInfo } from '../libs/platform/src/build-info';
@@ -13,29 +14,35 @@ export const APP_ENTRIES = {
   'bare-proxy': 'bench/src/bare-proxy-main.ts',
 } as const;
 
+/** Bundles one entry (a path from the repository root) into `outfile`. */
+/** `external`: packages left out of the bundle (imported at run time, only on paths that need them). */
+export async function bundle(entry: string, outfile: string, options: { sourcemap?: boolean; external?: string[] } = {}): Promise<void> {
+  await build({
+    entryPoints: [join(root, entry)],
+    outfile,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    sourcemap: options.sourcemap ?? true,
+    logLevel: 'warning',
+    external: options.external ?? [],
+    // Written into every bundle: an installed package or an image has no checkout to read (build-info.ts).
+    define: { __KVROUTE_BUILD__: JSON.stringify(buildInfo()) },
+    // Some bundled CommonJS dependencies call require(); give the ES module one.
+    banner: { js: "import { createRequire as __kvrouteCreateRequire } from 'node:module'; const require = __kvrouteCreateRequire(import.meta.url);" },
+  });
+}
+
 /** Builds `names` (default: every app) into `outDir` (default `dist/`; tests build into a temporary folder). */
 export async function buildApps(
   names: ReadonlyArray<keyof typeof APP_ENTRIES> = Object.keys(APP_ENTRIES) as Array<keyof typeof APP_ENTRIES>,
   outDir: string = join(root, 'dist'),
 ): Promise<Record<string, string>> {
   const outputs: Record<string, string> = {};
-  // Written into every bundle: an installed package or an image has no checkout to read (build-info.ts).
-  const define = { __KVROUTE_BUILD__: JSON.stringify(buildInfo()) };
   for (const name of names) {
     const outfile = join(outDir, `${name}.mjs`);
-    await build({
-      entryPoints: [join(root, APP_ENTRIES[name])],
-      outfile,
-      bundle: true,
-      platform: 'node',
-      format: 'esm',
-      target: 'node20',
-      sourcemap: true,
-      logLevel: 'warning',
-      define,
-      // Some bundled CommonJS dependencies call require(); give the ES module one.
-      banner: { js: "import { createRequire as __kvrouteCreateRequire } from 'node:module'; const require = __kvrouteCreateRequire(import.meta.url);" },
-    });
+    await bundle(APP_ENTRIES[name], outfile);
     outputs[name] = outfile;
   }
   return outputs;

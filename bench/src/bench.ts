@@ -13,6 +13,7 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { resultsDir } from './app-process';
 import { terminalReport } from './report';
 import { LocalCluster } from './runner/local-cluster';
 import { ProgressBar } from './runner/progress';
@@ -46,6 +47,7 @@ const USAGE = `npm run bench -- --scenario NAME|FILE [options]
   --ignore-eos         send ignore_eos: true (real vLLM: every reply is exactly max_tokens long)`;
 
 const repoRoot = join(import.meta.dirname, '..', '..');
+const resultsRoot = resultsDir();
 
 const { values: args } = parseArgs({
   options: {
@@ -129,7 +131,7 @@ async function main(): Promise<void> {
       extraBody: args['ignore-eos'] ? { ignore_eos: true } : undefined,
       saltRuns: args['salt-runs'],
     });
-    const outDir = resolve(args.out ?? join(repoRoot, 'bench', 'results', `${scenario.name}-${new Date().toISOString().replace(/[:.]/g, '-')}`));
+    const outDir = resolve(args.out ?? join(resultsRoot, `${scenario.name}-${new Date().toISOString().replace(/[:.]/g, '-')}`));
     const written = await writeReports(outDir, scenario, results, { mode: args.router ? 'remote' : 'local' });
     process.stdout.write(`\n${terminalReport(written.summary)}`);
     log(`\nresults: ${written.json}\nreport:  ${written.markdown}, ${written.html}`);

@@ -8,6 +8,7 @@
  */
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { resultsDir } from './app-process';
 import { policyVerdict, terminalReport, type PolicySummary } from './report';
 import { LocalCluster } from './runner/local-cluster';
 import { ProgressBar } from './runner/progress';
@@ -20,13 +21,29 @@ const { values: args } = parseArgs({
   options: {
     policies: { type: 'string' },
     seed: { type: 'string', default: '1' },
-    out: { type: 'string', default: join(import.meta.dirname, '..', 'results', 'demo') },
+    out: { type: 'string', default: join(resultsDir(), 'demo') },
+    help: { type: 'boolean', short: 'h', default: false },
   },
 });
+
+const USAGE = `npm run demo -- [options]   (installed: kvroute demo [options])
+
+  Runs the demo scenario on this machine: Redis (KVROUTE_REDIS_URL, else a local redis-server, else
+  in-memory state with one router), 4 simulated vLLM backends, the health poller and 2 router replicas
+  per policy; the same multi-turn conversations through each policy; TTFT and KV-cache hits compared.
+
+  --policies a,b   only these policies (default: the scenario's)
+  --seed N         the workload's seed (default 1)
+  --out DIR        where report.html and results.json go (default ${join(resultsDir(), 'demo')})
+  -h, --help       this text`;
 
 const log = (line: string): void => void process.stderr.write(`${line}\n`);
 
 async function main(): Promise<void> {
+  if (args.help) {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
   const scenario = await loadScenario('demo');
   log(`kvroute demo: ${scenario.description}`);
   const cluster = await LocalCluster.start(scenario, { redisUrl: process.env['KVROUTE_REDIS_URL'], log });

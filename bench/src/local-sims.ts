@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { join } from 'node:path';
 import { findFreePort, findFreePorts } from '@kvroute/testing';
+import { nodeArgsFor } from './app-process';
 
 /** Starts vllm-sim processes on free loopback ports, for the demo and benchmarks. */
 export interface LocalSim {
@@ -8,14 +8,12 @@ export interface LocalSim {
   readonly process: ChildProcess;
 }
 
-const repoRoot = join(import.meta.dirname, '..', '..');
-
 export async function startLocalSims(count: number, simArgs: readonly string[], options: { pinToCore?: number } = {}): Promise<LocalSim[]> {
   const sims: LocalSim[] = [];
   // All ports at once (held open together, so distinct): one at a time, a port freed for a sim that has
   // not bound it yet can be handed out again (64 sims collided on one).
   for (const port of await findFreePorts(count)) {
-    const args = ['--import', 'tsx', join(repoRoot, 'apps/vllm-sim/src/main.ts'), '--port', String(port), '--log-level', 'warn', ...simArgs];
+    const args = [...nodeArgsFor('vllm-sim'), '--port', String(port), '--log-level', 'warn', ...simArgs];
     const child =
       options.pinToCore === undefined
         ? spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] })
@@ -70,7 +68,7 @@ export interface LocalRouter {
 /** Starts a kvroute router process over `backendUrls` and waits until it is ready. */
 export async function startLocalRouter(backendUrls: readonly string[], routerArgs: readonly string[], options: { pinToCore?: number } = {}): Promise<LocalRouter> {
   const port = await freePort();
-  const args = ['--import', 'tsx', join(repoRoot, 'apps/router/src/main.ts'), '--host', '127.0.0.1', '--port', String(port), '--backends', backendUrls.join(','), '--log-level', 'warn', '--shutdown-drain-delay-ms', '0', ...routerArgs];
+  const args = [...nodeArgsFor('router'), '--host', '127.0.0.1', '--port', String(port), '--backends', backendUrls.join(','), '--log-level', 'warn', '--shutdown-drain-delay-ms', '0', ...routerArgs];
   const child =
     options.pinToCore === undefined
       ? spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] })

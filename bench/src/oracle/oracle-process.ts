@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { join } from 'node:path';
+import { nodeArgsFor } from '../app-process';
 import { freePort, waitReady, type LocalRouter } from '../local-sims';
 
 /**
@@ -9,7 +9,7 @@ import { freePort, waitReady, type LocalRouter } from '../local-sims';
  */
 export async function startOracleProcess(backendUrls: readonly string[], args: readonly string[] = []): Promise<LocalRouter> {
   const port = await freePort();
-  const argv = ['--import', 'tsx', join(import.meta.dirname, 'main.ts'), '--host', '127.0.0.1', '--port', String(port), '--backends', backendUrls.join(','), ...args];
+  const argv = [...nodeArgsFor('oracle'), '--host', '127.0.0.1', '--port', String(port), '--backends', backendUrls.join(','), ...args];
   const child = spawn(process.execPath, argv, { stdio: ['ignore', 'ignore', 'inherit'] });
   const url = `http://127.0.0.1:${port}`;
   const exited = new Promise<never>((_resolve, reject) => child.once('exit', (code, signal) => reject(new Error(`oracle router exited (${signal ?? code}) before it was ready`))));

@@ -19,6 +19,7 @@ import { toFlagName } from '@kvroute/platform';
 import { clearPoolState, createRedis, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
 import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
 import type { Agent } from 'undici';
+import { nodeArgsFor } from '../app-process';
 import { freePort, startLocalRouter, startLocalSims, stopLocalProcess, stopLocalSims, waitReady, type LocalRouter, type LocalSim } from '../local-sims';
 import { CACHE_AWARE_SETTING_KEYS } from '../oracle/oracle-config';
 import { startOracleProcess } from '../oracle/oracle-process';
@@ -173,11 +174,9 @@ export class LocalCluster implements RunTarget {
   }
 }
 
-const repoRoot = join(import.meta.dirname, '..', '..', '..');
-
 async function startPoller(redisUrl: string, backendUrls: readonly string[]): Promise<ChildProcess> {
   const port = await freePort();
-  const args = ['--import', 'tsx', join(repoRoot, 'apps/health-poller/src/main.ts'), '--host', '127.0.0.1', '--port', String(port), '--redis-url', redisUrl, '--backends', backendUrls.join(','), '--log-level', 'warn'];
+  const args = [...nodeArgsFor('health-poller'), '--host', '127.0.0.1', '--port', String(port), '--redis-url', redisUrl, '--backends', backendUrls.join(','), '--log-level', 'warn'];
   const child = spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] });
   try {
     await waitReady(`http://127.0.0.1:${port}/healthz`);

@@ -8,6 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { scenarioDir } from '../app-process';
 import {
   AGENTIC_DEFAULTS,
   agentEvents,
@@ -173,7 +174,7 @@ export function parseScenario(text: string, source: string): Scenario {
   return parsed.data;
 }
 
-export const SCENARIO_DIR = join(import.meta.dirname, '..', '..', 'scenarios');
+export const SCENARIO_DIR = scenarioDir();
 
 /** A scenario by name (`bench/scenarios/<name>.yaml`) or by path. */
 export async function loadScenario(nameOrPath: string): Promise<Scenario> {

@@ -1,0 +1,91 @@
+/**
+ * Issue 16, acceptance 5: the `kvroute` package as a user gets it. `npm pack` of the package folder
+ * (tools/pack-kvroute.ts) → `npm install -g` into a temporary prefix (no registry: every dependency is
+ * bundled) → the installed `kvroute` command: --version, demo --help, and a simulated backend started
+ * from the installed bundles answering as vLLM does.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildInfo, versionLine } from '@kvroute/platform';
+import { packKvroute } from '../../tools/pack-kvroute';
+import { repoPath } from './stack-files';
+
+const work = mkdtempSync(join(tmpdir(), 'kvroute-package-'));
+const prefix = join(work, 'prefix');
+const kvroute = join(prefix, 'bin', 'kvroute');
+let tarball = '';
+let sim: ChildProcess | undefined;
+
+beforeAll(async () => {
+  tarball = await packKvroute(join(work, 'pack'));
+  const installed = spawnSync('npm', ['install', '--global', '--prefix', prefix, '--offline', '--no-audit', '--no-fund', tarball], { encoding: 'utf8', timeout: 120_000 });
+  if (installed.status !== 0) throw new Error(`npm install -g failed: ${installed.stderr}`);
+}, 180_000);
+
+afterAll(() => {
+  if (sim?.exitCode === null) sim.kill('SIGKILL');
+  rmSync(work, { recursive: true, force: true });
+});
+
+/** The installed command, run as a user runs it (its own shebang), from an empty folder. */
+function run(args: string[]) {
+  return spawnSync(kvroute, args, { cwd: work, encoding: 'utf8', timeout: 30_000 });
+}
+
+describe('the packed kvroute package, installed with npm install -g', () => {
+  it('packs a tarball named for the version, with no dependencies to fetch, under Apache-2.0', () => {
+    const { version } = JSON.parse(readFileSync(repoPath('package.json'), 'utf8')) as { version: string };
+    expect(tarball.endsWith(`kvroute-${version}.tgz`)).toBe(true);
+    const manifest = JSON.parse(readFileSync(join(prefix, 'lib', 'node_modules', 'kvroute', 'package.json'), 'utf8')) as Record<string, unknown>;
+    expect(manifest['dependencies']).toBeUndefined();
+    expect(manifest['license']).toBe('Apache-2.0');
+    expect(existsSync(join(prefix, 'lib', 'node_modules', 'kvroute', 'LICENSE'))).toBe(true);
+  });
+
+  it('kvroute --version names this build; every command takes --version too', () => {
+    const version = run(['--version']);
+    expect(version.status).toBe(0);
+    expect(version.stdout.trim()).toBe(versionLine(buildInfo()));
+    expect(run(['router', '--version']).stdout.trim()).toBe(versionLine(buildInfo()));
+  });
+
+  it('kvroute demo --help and kvroute --help describe themselves; an unknown command exits 2', () => {
+    const demo = run(['demo', '--help']);
+    expect(demo.status).toBe(0);
+    expect(demo.stdout).toMatch(/kvroute demo \[options\]/);
+    const help = run(['--help']);
+    expect(help.status).toBe(0);
+    for (const command of ['router', 'poller', 'sim', 'bench', 'demo']) expect(help.stdout).toMatch(new RegExp(`^  ${command} `, 'm'));
+    const unknown = run(['balancer']);
+    expect(unknown.status).toBe(2);
+    expect(unknown.stderr).toMatch(/unknown command 'balancer'/);
+  });
+
+  it('kvroute sim serves a simulated vLLM backend from the installed bundle', async () => {
+    const port = await freePort();
+    sim = spawn(kvroute, ['sim', '--host', '127.0.0.1', '--port', String(port), '--model', 'packed-model', '--log-level', 'warn'], { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] });
+    const deadline = Date.now() + 20_000;
+    let models: { data: Array<{ id: string }> } | null = null;
+    while (models === null && Date.now() < deadline) {
+      try {
+        const response = await fetch(`http://127.0.0.1:${port}/v1/models`);
+        if (response.ok) models = (await response.json()) as { data: Array<{ id: string }> };
+      } catch {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
+    expect(models?.data.map((model) => model.id)).toEqual(['packed-model']);
+  });
+});
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
