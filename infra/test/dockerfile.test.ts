@@ -51,7 +51,7 @@ describe('infra/docker/Dockerfile', () => {
 
   it('runs on a small Node image with the bundles only, not on the build stage', () => {
     const runtime = stage('runtime');
-    expect(baseImage(runtime)).toMatch(/^node:20[\w.-]*-(?:bookworm-slim|alpine)/);
+    expect(baseImage(runtime)).toMatch(/^node:22[\w.-]*-(?:bookworm-slim|alpine)/);
     const fromBuild = instructions(runtime, 'COPY').filter((copy) => copy.args.startsWith('--from=build'));
     const copiedBundles = fromBuild.flatMap((copy) => copy.args.split(/\s+/).slice(1, -1)).filter((path) => path.endsWith('.mjs'));
     const bundles = Object.values(APPS).flatMap((app) => (app.bundle === undefined ? [] : [`/app/dist/${app.bundle}`]));
