@@ -16,6 +16,23 @@ export type MetricSource = 'router' | 'poller' | 'backend' | 'prometheus';
 export interface MetricCatalog {
   /** Series name → where it comes from. */
   readonly series: ReadonlyMap<string, MetricSource>;
+  /**
+   * Series name → its label names, for the router's and the poller's series (the engines' are the
+   * engines' business); without the target labels Prometheus adds to every series (TARGET_LABELS).
+   */
+  readonly labels: ReadonlyMap<string, ReadonlySet<string>>;
+}
+
+/** Labels Prometheus attaches to every series of a target. */
+export const TARGET_LABELS: ReadonlySet<string> = new Set(['job', 'instance']);
+
+/** Label names of every series of a prom-client registry (a histogram's `_bucket` adds `le`). */
+function registryLabels(registry: { getMetricsAsArray(): Array<{ name: string; labelNames?: readonly string[] }> }, into: Map<string, ReadonlySet<string>>): void {
+  for (const metric of registry.getMetricsAsArray()) {
+    const names = new Set(metric.labelNames ?? []);
+    for (const series of [metric.name, `${metric.name}_sum`, `${metric.name}_count`]) into.set(series, names);
+    into.set(`${metric.name}_bucket`, new Set([...names, 'le']));
+  }
 }
 
 /** Series Prometheus adds to every scrape target. */
@@ -61,7 +78,10 @@ export async function loadMetricCatalog(): Promise<MetricCatalog> {
   for (const name of await registrySeries(router.registry)) series.set(name, 'router');
   for (const name of await registrySeries(poller.registry)) series.set(name, 'poller');
   for (const name of await simSeries()) series.set(name, 'backend');
-  return { series };
+  const labels = new Map<string, ReadonlySet<string>>();
+  registryLabels(router.registry, labels);
+  registryLabels(poller.registry, labels);
+  return { series, labels };
 }
 
 /** What is wrong with one expression: syntax errors and metric names no app defines. */

@@ -1,5 +1,5 @@
 import type { EngineRestartSign } from '@kvroute/engine-metrics';
-import type { ScrapeFailureCause } from '@kvroute/protocols';
+import type { BackendState, ScrapeFailureCause } from '@kvroute/protocols';
 import { buildInfo } from '@kvroute/platform';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
@@ -11,7 +11,24 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 export interface PollerMetricsSources {
   /** Backends this replica keeps a job scheduler for (read at scrape time). */
   readonly backends: () => number;
+  /** Clock of the per-backend gauges' freshness, ms (default Date.now). */
+  readonly nowMs?: () => number;
+  /**
+   * How long a backend's last scraped state is shown after this replica scraped it, ms (default 60 s:
+   * several scrape intervals). Scrapes are spread over the poller replicas, so each shows the
+   * backends it scraped lately; a dashboard takes `max by (backend)` over replicas.
+   */
+  readonly backendFreshForMs?: number;
 }
+
+/** The per-backend gauges' figures: the engine's own, in every dialect, as the poller normalised them (BackendState). */
+const BACKEND_GAUGES = [
+  ['kvroute_poller_backend_healthy', 'Whether the backend is healthy (1) or not (0), with hysteresis, as this replica last scraped it.', (state: BackendState) => (state.healthy ? 1 : 0)],
+  ['kvroute_poller_backend_kv_cache_usage_ratio', "The engine's KV-cache usage, 0-1 (vLLM V0/V1, SGLang, llama.cpp alike), at this replica's last scrape.", (state: BackendState) => state.kvUsage],
+  ['kvroute_poller_backend_requests_running', 'Requests in the engine\'s running batch at the last scrape.', (state: BackendState) => state.running],
+  ['kvroute_poller_backend_requests_waiting', "Requests queued in the engine (preempted ones included) at the last scrape.", (state: BackendState) => state.waiting],
+  ['kvroute_poller_backend_prefix_cache_hit_ratio', "The engine's prefix-cache hit rate, 0-1, between its last two scrapes (engines without counters: their own gauge).", (state: BackendState) => state.prefixCacheHitRate],
+] as const;
 
 const SCRAPE_BUCKETS_SECONDS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 const LAG_BUCKETS_SECONDS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -26,7 +43,13 @@ export class PollerMetrics {
   private readonly published: Counter<'backend'>;
   private readonly restarts: Counter<'backend' | 'sign'>;
 
+  /** Each backend's last state this replica scraped, and when (ms). */
+  private readonly lastStates = new Map<string, { state: BackendState; atMs: number }>();
+
   constructor(sources: PollerMetricsSources) {
+    const nowMs = sources.nowMs ?? Date.now;
+    const freshForMs = sources.backendFreshForMs ?? 60_000;
+    const lastStates = this.lastStates;
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry, prefix: 'kvroute_poller_' });
     const build = buildInfo();
@@ -77,6 +100,26 @@ export class PollerMetrics {
       labelNames: ['backend', 'sign'],
       registers,
     });
+    for (const [name, help, figure] of BACKEND_GAUGES) {
+      new Gauge({
+        name,
+        help,
+        labelNames: ['backend', 'engine'],
+        registers,
+        collect() {
+          this.reset();
+          const now = nowMs();
+          for (const [backend, { state, atMs }] of lastStates) {
+            if (now - atMs > freshForMs) {
+              lastStates.delete(backend);
+              continue;
+            }
+            const value = figure(state);
+            if (value !== null) this.set({ backend, engine: state.engine }, value);
+          }
+        },
+      });
+    }
     new Gauge({
       name: 'kvroute_poller_backends',
       help: 'Backends this replica keeps a job scheduler for (configured plus the shared backend set).',
@@ -99,6 +142,11 @@ export class PollerMetrics {
 
   recordStaleJob(): void {
     this.staleJobs.inc();
+  }
+
+  /** A scrape's resulting state (shown by the per-backend gauges while fresh). */
+  recordBackendState(state: BackendState, atMs: number): void {
+    this.lastStates.set(state.backendId, { state, atMs });
   }
 
   recordPublished(backend: string): void {

@@ -96,6 +96,7 @@ export async function runScrapeJob(data: ScrapeJobData, scheduledAtMs: number, d
     },
     { ...deps.hysteresis, ttlMs: deps.stateTtlMs },
   );
+  deps.metrics.recordBackendState(recorded.state, scrapedAtMs);
   if (recorded.published) deps.metrics.recordPublished(data.backendId);
   return { kind: 'scraped', state: recorded.state, published: recorded.published };
 }

@@ -1,0 +1,48 @@
+import type { BackendState } from '@kvroute/protocols';
+import { describe, expect, it } from 'vitest';
+import { PollerMetrics } from './poller-metrics';
+
+const state = (overrides: Partial<BackendState>): BackendState => ({
+  backendId: 'b1',
+  engine: 'sglang',
+  failure: null,
+  kvUsage: 0.42,
+  kvCapacityTokens: 100_000,
+  running: 3,
+  waiting: 1,
+  prefixCacheHitRate: 0.8,
+  preemptionsTotal: 0,
+  engineStartedAtMs: null,
+  healthy: true,
+  consecutiveFailures: 0,
+  consecutiveSuccesses: 3,
+  healthyChangedAtMs: 0,
+  scrapedAtMs: 0,
+  restartedAtMs: null,
+  ...overrides,
+});
+
+async function values(metrics: PollerMetrics, name: string): Promise<string[]> {
+  const metric = await metrics.registry.getSingleMetric(name)?.get();
+  return (metric?.values ?? []).map((value) => `${value.labels['backend']}/${value.labels['engine']}=${value.value}`);
+}
+
+describe('PollerMetrics: per-backend gauges', () => {
+  it("shows each backend's normalised engine figures while fresh, whatever its dialect; unknown figures are left out", async () => {
+    let now = 1_000;
+    const metrics = new PollerMetrics({ backends: () => 2, nowMs: () => now, backendFreshForMs: 5_000 });
+    metrics.recordBackendState(state({}), 1_000);
+    metrics.recordBackendState(state({ backendId: 'b2', engine: 'llamacpp', kvUsage: null, healthy: false, prefixCacheHitRate: null }), 1_000);
+    expect(await values(metrics, 'kvroute_poller_backend_kv_cache_usage_ratio')).toEqual(['b1/sglang=0.42']);
+    expect(await values(metrics, 'kvroute_poller_backend_healthy')).toEqual(['b1/sglang=1', 'b2/llamacpp=0']);
+    expect(await values(metrics, 'kvroute_poller_backend_requests_waiting')).toEqual(['b1/sglang=1', 'b2/llamacpp=1']);
+    expect(await values(metrics, 'kvroute_poller_backend_prefix_cache_hit_ratio')).toEqual(['b1/sglang=0.8']);
+
+    // b1 scraped again (another replica took b2's jobs): b2 goes once it is older than the window.
+    now = 5_500;
+    metrics.recordBackendState(state({ kvUsage: 0.5 }), 5_500);
+    now = 6_500;
+    expect(await values(metrics, 'kvroute_poller_backend_kv_cache_usage_ratio')).toEqual(['b1/sglang=0.5']);
+    expect(await values(metrics, 'kvroute_poller_backend_healthy')).toEqual(['b1/sglang=1']);
+  });
+});
