@@ -76,7 +76,8 @@ export default [
   },
   {
     // infra tests check the deployment files against the apps' own definitions (config schemas, metric
-    // registries, a sim's /metrics) and build the image's bundles with tools/build.ts. Tests only.
+    // registries, a sim's /metrics), build the image's bundles with tools/build.ts and pack the kvroute
+    // package with tools/pack-kvroute.ts. Tests only.
     files: ['infra/test/**/*.ts'],
     rules: {
       '@nx/enforce-module-boundaries': [
@@ -91,6 +92,7 @@ export default [
             '@kvroute/vllm-sim',
             '@kvroute/vllm-sim/config',
             '../../tools/build',
+            '../../tools/pack-kvroute',
           ],
           depConstraints: [{ sourceTag: 'type:app', onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'] }],
         },

@@ -14,7 +14,6 @@
  * processes) and `endRun` stops that run's routers. `close` stops everything in reverse order.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { join } from 'node:path';
 import { toFlagName } from '@kvroute/platform';
 import { clearPoolState, createRedis, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
 import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
