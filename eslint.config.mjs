@@ -93,6 +93,7 @@ export default [
             '@kvroute/vllm-sim/config',
             '../../tools/build',
             '../../tools/pack-kvroute',
+            '../../tools/generate-k8s-monitoring',
           ],
           depConstraints: [{ sourceTag: 'type:app', onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'] }],
         },
