@@ -27,7 +27,7 @@ describe('the prometheus-operator component', () => {
   it('scrapes the routers through their Service port and the pollers through their pods, by labels that select them', () => {
     const service = findObject(a100, 'Service', 'kvroute-router');
     const serviceMonitor = findObject(a100, 'ServiceMonitor', 'kvroute-router');
-    expect(Object.entries(serviceMonitor.spec.selector.matchLabels).every(([key, value]) => service.metadata.labels[key] === value)).toBe(true);
+    expect(Object.entries(serviceMonitor.spec.selector.matchLabels).every(([key, value]) => service.metadata.labels?.[key] === value)).toBe(true);
     for (const endpoint of serviceMonitor.spec.endpoints) expect(service.spec.ports.map((port: { name: string }) => port.name)).toContain(endpoint.port);
 
     const poller = findObject(a100, 'Deployment', 'kvroute-poller');
