@@ -60,7 +60,8 @@ describe('charts', () => {
     expect(chart.match(/<rect [^>]*><title>/g)).toHaveLength(3 * 2);
     expect(polylines(chart)).toEqual([
       { series: 'oracle', points: 2 },
-      { series: 'bound', points: 1 },
+      // Known at one point only: a segment across that point's bars (a line through one point draws nothing).
+      { series: 'bound', points: 2 },
     ]);
     expect(chart).toContain('cacheaware @ sessions = 4: 80.0 %');
     const withoutBound = hitRateChart(summarize({ ...FIXTURE, points: FIXTURE.points.map(({ bound: _bound, ...point }) => point) }));
@@ -73,6 +74,28 @@ describe('charts', () => {
     expect(chart).toContain('TTFT CDF at sessions = 8');
     expect(polylines(chart).map((line) => line.points)).toEqual([4, 4, 4, 4]);
     expect(polylines(ttftCdfChart(FIXTURE, 0)).map((line) => line.points)).toEqual([8, 4, 4, 4]);
+  });
+});
+
+describe('one sweep point (the demo)', () => {
+  const single: typeof FIXTURE = { ...FIXTURE, points: FIXTURE.points.slice(0, 1) };
+  const html = htmlReport(single);
+
+  it('draws every policy of the TTFT charts as a dot, and the hit chart’s reference lines across the bars', () => {
+    const dots = (chart: string) => [...chart.matchAll(/<circle data-series="([^"]*)"/g)].map((match) => match[1]);
+    for (const figure of ['ttftP50Ms', 'ttftP95Ms'] as const) {
+      const chart = ttftSweepChart(summarize(single), figure);
+      expect(polylines(chart)).toEqual([]);
+      expect(dots(chart)).toEqual(['roundrobin', 'leastloaded', 'cacheaware', 'oracle']);
+    }
+    const hits = hitRateChart(summarize(single));
+    expect(hits.match(/<rect [^>]*><title>/g)).toHaveLength(3);
+    expect(polylines(hits).every((line) => line.points === 2)).toBe(true);
+  });
+
+  it('has no slope table (a slope needs two points)', () => {
+    expect(html).not.toContain('TTFT slope');
+    assertBalanced(html);
   });
 });
 

@@ -1,7 +1,7 @@
 import { percentile } from '@kvroute/workloads';
 import { BOUND_ROW, POINT_COLUMNS, pointTableRows, span } from './render';
 import { ORACLE_POLICY, policyOrder, summarize, type ReportSummary, type ScenarioResults } from './summary';
-import { axes, DEFAULT_FRAME, escapeXml, formatTick, legend, linearScale, niceDomain, niceTicks, plotArea, polyline, rect, svg, type Frame, type LegendItem } from './svg';
+import { axes, DEFAULT_FRAME, escapeXml, formatTick, legend, linearScale, marker, niceDomain, niceTicks, plotArea, polyline, rect, svg, type Frame, type LegendItem } from './svg';
 
 /** The self-contained HTML report: inline SVG charts and tables, no scripts, no external resources. */
 
@@ -48,7 +48,14 @@ export function lineChart(options: LineChartOptions): string {
   const xTicks = (options.xTicks ?? niceTicks(xDomain[0], xDomain[1])).map((value) => ({ value, label: formatTick(value) }));
   const body = [
     axes(frame, { scale: x, ticks: xTicks, label: options.xLabel }, { scale: y, ticks: niceTicks(yDomain[0], yDomain[1]), label: options.yLabel }),
-    ...options.series.filter((series) => series.points.length > 0).map((series) => polyline(series.points.map(([px, py]) => [x(px), y(py)] as const), series.color, { dashed: series.dashed, label: series.label })),
+    ...options.series
+      .filter((series) => series.points.length > 0)
+      .map((series) => {
+        const [only] = series.points;
+        // One point (a sweep of one value): a dot, since a line through one point draws nothing.
+        if (series.points.length === 1 && only !== undefined) return marker(x(only[0]), y(only[1]), series.color, { label: series.label, title: `${series.label}: ${formatTick(only[1])}` });
+        return polyline(series.points.map(([px, py]) => [x(px), y(py)] as const), series.color, { dashed: series.dashed, label: series.label });
+      }),
     legend(
       frame,
       options.series.map((series): LegendItem => ({ label: series.label, color: series.color, kind: series.dashed ? 'dashed' : 'line' })),
@@ -113,10 +120,10 @@ export function hitRateChart(summary: ReportSummary, frame: Frame = DEFAULT_FRAM
       const value = hitOf(point.policies.find((entry) => entry.policy === ORACLE_POLICY));
       return value === undefined ? [] : [[center(index), y(value)] as const];
     });
-    parts.push(polyline(points, ORACLE_COLOR, { dashed: true, label: ORACLE_POLICY }));
+    parts.push(polyline(acrossOneGroup(points), ORACLE_COLOR, { dashed: true, label: ORACLE_POLICY }));
   }
   const boundPoints = summary.points.flatMap((point, index) => (point.bound ? [[center(index), y(point.bound.mean)] as const] : []));
-  if (boundPoints.length > 0) parts.push(polyline(boundPoints, BOUND_COLOR, { dashed: true, label: BOUND_ROW }));
+  if (boundPoints.length > 0) parts.push(polyline(acrossOneGroup(boundPoints), BOUND_COLOR, { dashed: true, label: BOUND_ROW }));
   parts.push(
     legend(frame, [
       ...barPolicies.map((policy): LegendItem => ({ label: policy, color: colors.get(policy) as string, kind: 'box' })),
@@ -125,6 +132,13 @@ export function hitRateChart(summary: ReportSummary, frame: Frame = DEFAULT_FRAM
     ]),
   );
   return svg(frame, `KV hit % per policy vs ${summary.sweepVariable}`, parts.join(''));
+
+  /** A reference line of one point (one sweep value) spans its group's bars: a line through one point draws nothing. */
+  function acrossOneGroup(points: ReadonlyArray<readonly [number, number]>): ReadonlyArray<readonly [number, number]> {
+    const [only] = points;
+    if (points.length !== 1 || only === undefined) return points;
+    return [[only[0] - groupWidth * 0.45, only[1]], [only[0] + groupWidth * 0.45, only[1]]];
+  }
 }
 
 /** Empirical CDF points (value, fraction ≤ value), at most `maxPoints` (nearest-rank quantiles beyond). */

@@ -105,6 +105,13 @@ export function polyline(points: readonly (readonly [number, number])[], color: 
   return `<polyline${label} points="${coords}" fill="none" stroke="${color}" stroke-width="2"${dash}/>`;
 }
 
+/** One data point as a dot: a series of one point has no line to draw (a one-point sweep). */
+export function marker(x: number, y: number, color: string, options: { label?: string; title?: string } = {}): string {
+  const label = options.label === undefined ? '' : ` data-series="${escapeXml(options.label)}"`;
+  const tooltip = options.title === undefined ? '' : `<title>${escapeXml(options.title)}</title>`;
+  return `<circle${label} cx="${num(x)}" cy="${num(y)}" r="5" fill="${color}">${tooltip}</circle>`;
+}
+
 export function rect(x: number, y: number, width: number, height: number, color: string, title?: string): string {
   const tooltip = title === undefined ? '' : `<title>${escapeXml(title)}</title>`;
   return `<rect x="${num(x)}" y="${num(y)}" width="${num(Math.max(0, width))}" height="${num(Math.max(0, height))}" fill="${color}">${tooltip}</rect>`;
