@@ -6,11 +6,11 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildInfo, versionLine } from '@kvroute/platform';
+import { findFreePort } from '@kvroute/testing';
 import { packKvroute } from '../../tools/pack-kvroute';
 import { repoPath } from './stack-files';
 
@@ -66,7 +66,7 @@ describe('the packed kvroute package, installed with npm install -g', () => {
   });
 
   it('kvroute sim serves a simulated vLLM backend from the installed bundle', async () => {
-    const port = await freePort();
+    const port = await findFreePort();
     sim = spawn(kvroute, ['sim', '--host', '127.0.0.1', '--port', String(port), '--model', 'packed-model', '--log-level', 'warn'], { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] });
     const deadline = Date.now() + 20_000;
     let models: { data: Array<{ id: string }> } | null = null;
@@ -82,10 +82,3 @@ describe('the packed kvroute package, installed with npm install -g', () => {
   });
 });
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}

@@ -1,6 +1,6 @@
 import type { EngineRestartSign } from '@kvroute/engine-metrics';
 import type { BackendState, ScrapeFailureCause } from '@kvroute/protocols';
-import { buildInfo } from '@kvroute/platform';
+import { registerBuildInfoGauge } from '@kvroute/platform';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 /**
@@ -52,13 +52,7 @@ export class PollerMetrics {
     const lastStates = this.lastStates;
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry, prefix: 'kvroute_poller_' });
-    const build = buildInfo();
-    new Gauge({
-      name: 'kvroute_build_info',
-      help: 'Always 1; its labels say which kvroute build this process runs (the same in every kvroute app: job tells them apart).',
-      labelNames: ['version', 'commit'],
-      registers,
-    }).set({ version: build.version, commit: build.commit }, 1);
+    registerBuildInfoGauge(this.registry);
     this.scrapes = new Counter({
       name: 'kvroute_poller_scrapes_total',
       help: 'Scrapes this replica ran, per backend (failed ones included).',

@@ -1,6 +1,6 @@
 import type { ResponseUsage } from '@kvroute/protocols';
 import type { LearnedCalibration, PredictionCheck } from '@kvroute/routing';
-import { buildInfo } from '@kvroute/platform';
+import { registerBuildInfoGauge } from '@kvroute/platform';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 /**
@@ -58,13 +58,7 @@ export class RouterMetrics {
     const sources = (): RouterMetricsSources => this.sources;
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry, prefix: 'kvroute_router_' });
-    const build = buildInfo();
-    new Gauge({
-      name: 'kvroute_build_info',
-      help: 'Always 1; its labels say which kvroute build this process runs (the same in every kvroute app: job tells them apart).',
-      labelNames: ['version', 'commit'],
-      registers,
-    }).set({ version: build.version, commit: build.commit }, 1);
+    registerBuildInfoGauge(this.registry);
     this.requests = new Counter({
       name: 'kvroute_router_requests_total',
       help: 'Requests routed, by chosen backend, model, policy, decision reason and response status.',

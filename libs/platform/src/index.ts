@@ -13,6 +13,7 @@ export { toEnvName, toFlagName } from './config/option-names';
 export { loadUpstreamKeys, UPSTREAM_KEY_SOURCE_FIELDS, upstreamKeyConfigFields, upstreamPlaceOf, UpstreamKeyError, UpstreamKeys, type UpstreamKeyConfig, type UpstreamKeyReaders, type UpstreamKeySource } from './config/upstream-keys';
 
 export { buildInfo, versionLine, type BuildInfo } from './build-info';
+export { registerBuildInfoGauge } from './metrics/build-info-gauge';
 
 export { createLogger, type CreateLoggerOptions } from './logging/create-logger';
 export { LOG_LEVELS, type LogLevel } from './logging/log-level';
