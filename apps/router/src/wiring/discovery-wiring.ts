@@ -1,4 +1,6 @@
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { Resolver } from 'node:dns/promises';
 import { hostname } from 'node:os';
 import type { FastifyBaseLogger } from 'fastify';
@@ -13,6 +15,8 @@ import { DiscoveryApplier } from '../discovery/discovery-applier';
 import { RedisDiscoveryLease, SOLE_REPLICA } from '../discovery/discovery-leader';
 import { parseDiscoveryTarget, type DiscoveryTarget } from '../discovery/discovery-target';
 import { DnsBackendSource } from '../discovery/dns-discovery';
+import { EndpointSliceSource } from '../discovery/kubernetes-discovery';
+import { Agent } from 'undici';
 import type { RouterMetrics } from '../router-metrics';
 
 export interface DiscoveryWiringDeps {
@@ -39,7 +43,7 @@ export function wireDiscovery(config: RouterConfig, deps: DiscoveryWiringDeps, c
   if (config.discovery === undefined) return null;
   const target = parseDiscoveryTarget(config.discovery, config.discoveryName);
   const logger = deps.logger?.child({ component: 'discovery', source: target.kind, name: target.name });
-  const source = createSource(target, config);
+  const source = createSource(target, config, deps, closers, logger);
   const leadership =
     deps.redis === null
       ? SOLE_REPLICA
@@ -66,11 +70,48 @@ export function wireDiscovery(config: RouterConfig, deps: DiscoveryWiringDeps, c
   return { start: () => applier.start() };
 }
 
-function createSource(target: DiscoveryTarget, config: RouterConfig): BackendSource {
-  if (target.kind === 'k8s') throw new Error('k8s discovery is not wired yet');
+/** Retries after a failed list or watch: 1 s, doubling, at most 30 s. */
+const K8S_RETRY_BASE_MS = 1_000;
+const K8S_RETRY_MAX_MS = 30_000;
+/** The API server ends each watch after this long (a new one starts from the last resourceVersion), s. */
+const K8S_WATCH_TIMEOUT_S = 300;
+const K8S_REQUEST_TIMEOUT_MS = 10_000;
+
+function createSource(target: DiscoveryTarget, config: RouterConfig, deps: DiscoveryWiringDeps, closers: ShutdownStack, logger: FastifyBaseLogger | undefined): BackendSource {
+  if (target.kind === 'k8s') {
+    const apiUrl = config.discoveryKubernetesApiUrl ?? apiUrlFromEnv(deps.env);
+    // Read at start: a pod without its service account (automountServiceAccountToken: false) fails here, clearly.
+    const namespace = target.namespace ?? readFileSync(config.discoveryKubernetesNamespaceFile, 'utf8').trim();
+    const dispatcher = new Agent(apiUrl.startsWith('https:') ? { connect: { ca: readFileSync(config.discoveryKubernetesCaFile, 'utf8') } } : {});
+    closers.push('kubernetes API connections', () => dispatcher.close());
+    return new EndpointSliceSource({
+      target,
+      namespace,
+      api: {
+        url: apiUrl.replace(/\/+$/, ''),
+        dispatcher,
+        // Projected tokens are rotated by the kubelet: read for every request. No file (outside a pod, a test): none sent.
+        token: async () => (await readFile(config.discoveryKubernetesTokenFile, 'utf8').catch(() => null))?.trim() ?? null,
+      },
+      scheme: config.discoveryScheme,
+      maxBackends: config.discoveryMaxBackends,
+      watchTimeoutSeconds: K8S_WATCH_TIMEOUT_S,
+      requestTimeoutMs: K8S_REQUEST_TIMEOUT_MS,
+      retryDelayMs: (attempt) => Math.min(K8S_RETRY_MAX_MS, K8S_RETRY_BASE_MS * 2 ** Math.min(attempt, 10)),
+      logger,
+    });
+  }
   // Queries go straight to the configured servers (or the system's): `tries: 1` so a server that does
   // not answer costs one timeout, and the look fails rather than waiting for c-ares' four tries.
   const resolver = new Resolver({ timeout: config.discoveryDnsTimeoutMs, tries: 1 });
   if (config.discoveryDnsServers.length > 0) resolver.setServers(config.discoveryDnsServers);
   return new DnsBackendSource({ target, resolver, scheme: config.discoveryScheme, maxBackends: config.discoveryMaxBackends, refreshMs: config.discoveryRefreshMs });
+}
+
+/** The in-cluster API server, as every pod's environment names it. */
+function apiUrlFromEnv(env: Readonly<Record<string, string | undefined>>): string {
+  const host = env.KUBERNETES_SERVICE_HOST;
+  const port = env.KUBERNETES_SERVICE_PORT ?? '443';
+  if (host === undefined || host === '') throw new Error('discovery k8s://: KUBERNETES_SERVICE_HOST is not set (not in a pod?); set discoveryKubernetesApiUrl');
+  return `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }
