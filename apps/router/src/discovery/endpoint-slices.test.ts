@@ -1,11 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { backendsFromSlices, parseSliceList, parseWatchLine, summarizeSlice, type SliceSummary } from './endpoint-slices';
+import { backendsFromSlices, parseSliceList, parseWatchLine, summarizeSlice, type SliceBackendsOptions, type SliceSummary } from './endpoint-slices';
 
 const fixture = (name: string): string => readFileSync(new URL(`../../test/fixtures/kubernetes/${name}`, import.meta.url), 'utf8');
-const OPTIONS = { sourceName: 'vllm', scheme: 'http', portName: null, maxBackends: 256 } as const;
+const OPTIONS: SliceBackendsOptions = { sourceName: 'vllm', scheme: 'http', portName: null, maxBackends: 256 };
 /** The backends as `id` (eligible) or `id (draining)`. */
-const describeBackends = (slices: Iterable<SliceSummary>, options: Partial<typeof OPTIONS> = {}): string[] =>
+const describeBackends = (slices: Iterable<SliceSummary>, options: Partial<SliceBackendsOptions> = {}): string[] =>
   backendsFromSlices(slices, { ...OPTIONS, ...options }).backends.map((backend) => (backend.draining ? `${backend.id} (draining)` : backend.id));
 
 describe('EndpointSlices (recorded API responses)', () => {
