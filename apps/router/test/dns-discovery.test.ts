@@ -288,4 +288,27 @@ describe('DNS discovery (A records) without Redis', () => {
       await dns.close();
     }
   });
+
+  it('does not take a second time an engine configured under another id', async () => {
+    const dns = await startLoopbackDns();
+    const sim = await createSimServer(SimConfig.parse({ host: '0.0.0.0', port: 0, profile: 'fast', model: MODEL, logLevel: 'silent' }));
+    const port = Number(new URL(await sim.listen()).port);
+    dns.zone.a.set('vllm-headless.kvroute.test', ['127.0.0.1', '127.0.0.2']);
+    const router = await createRouterServer(
+      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [`http://127.0.0.1:${port}`], discovery: `dns://vllm-headless.kvroute.test:${port}`, discoveryDnsServers: [dns.server], discoveryRefreshMs: REFRESH_MS }),
+    );
+    try {
+      await router.listen();
+      // 127.0.0.1 is the configured backend: only 127.0.0.2 is added by discovery.
+      expect(setIds(router)).toEqual([`127.0.0.1:${port}`, `vllm-headless@127.0.0.2:${port}`]);
+      // The configured one is not discovery's: an empty answer leaves it in the pool.
+      dns.zone.a.delete('vllm-headless.kvroute.test');
+      await waitFor(() => router.registry.isDrained(`vllm-headless@127.0.0.2:${port}`), REFRESH_MS * 10);
+      await waitFor(() => poolIds(router).join() === `127.0.0.1:${port}`, REFRESH_MS * 10);
+    } finally {
+      await router.close();
+      await sim.close();
+      await dns.close();
+    }
+  });
 });

@@ -228,3 +228,11 @@ describe('a router following EndpointSlices', () => {
     }
   });
 });
+
+describe('k8s discovery settings', () => {
+  it('a router outside a pod, or without its service account, fails to start saying what is missing', async () => {
+    await expect(createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, discovery: 'k8s://vllm' }), { logger: false, env: {} })).rejects.toThrow(/KUBERNETES_SERVICE_HOST/);
+    const config = RouterConfig.parse({ host: '127.0.0.1', port: 0, discovery: 'k8s://vllm', discoveryKubernetesNamespaceFile: '/nonexistent/namespace' });
+    await expect(createRouterServer(config, { logger: false, env: { KUBERNETES_SERVICE_HOST: '10.96.0.1', KUBERNETES_SERVICE_PORT: '443' } })).rejects.toThrow(/\/nonexistent\/namespace/);
+  });
+});

@@ -15,7 +15,7 @@ export interface DiscoveryApplierOptions {
   /** The admin API's path: the fleet's shared set with Redis, this replica's registry without. */
   readonly changes: BackendChanges;
   /** The set as this replica routes by it (it follows the shared set). */
-  readonly registry: Pick<BackendRegistry, 'backends' | 'isDrained'>;
+  readonly registry: Pick<BackendRegistry, 'backends' | 'isDrained' | 'findByUrl'>;
   readonly leadership: DiscoveryLeadership;
   /** The backend address policy (backendAllowlist, the SSRF denials), asked before a backend is added, as for an admin add. */
   readonly admitUrl: (url: string) => Promise<UrlVerdict>;
@@ -136,6 +136,13 @@ export class DiscoveryApplier {
       const verdict = await this.options.admitUrl(change.url);
       if (!verdict.allowed) {
         if (!this.refused.has(change.id)) this.options.logger?.warn({ backend: change.id, reason: verdict.reason }, "backend discovery: not adding a backend this replica's address policy refuses (backendAllowlist)");
+        this.refused.add(change.id);
+        return;
+      }
+      // The same engine configured or added by an admin under another id: taking it twice would double its share.
+      const same = this.options.registry.findByUrl(change.url);
+      if (same !== undefined && same.id !== change.id) {
+        if (!this.refused.has(change.id)) this.options.logger?.warn({ backend: change.id, existing: same.id }, 'backend discovery: not adding a backend already in the set under another id');
         this.refused.add(change.id);
         return;
       }

@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import { Resolver } from 'node:dns/promises';
+import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ShutdownStack } from '@kvroute/platform';
 import { DEFAULT_KEY_NAMESPACE, type RedisClient } from '@kvroute/redis-store';
+import { Agent } from 'undici';
 import type { BackendAddressPolicy } from '../admin/backend-address-policy';
 import type { BackendChanges } from '../backends/backend-changes';
 import type { BackendRegistry } from '../backends/backend-registry';
@@ -16,8 +16,28 @@ import { RedisDiscoveryLease, SOLE_REPLICA } from '../discovery/discovery-leader
 import { parseDiscoveryTarget, type DiscoveryTarget } from '../discovery/discovery-target';
 import { DnsBackendSource } from '../discovery/dns-discovery';
 import { EndpointSliceSource } from '../discovery/kubernetes-discovery';
-import { Agent } from 'undici';
 import type { RouterMetrics } from '../router-metrics';
+
+/**
+ * What discovery needs that can be missing or wrong (the target, the pod's namespace and the API
+ * server's CA): read by `readDiscoverySettings` before the router opens anything, so a bad value fails
+ * the start with nothing to close.
+ */
+export type DiscoverySettings =
+  | { readonly target: Extract<DiscoveryTarget, { kind: 'dns' | 'dns+srv' }> }
+  | { readonly target: Extract<DiscoveryTarget, { kind: 'k8s' }>; readonly apiUrl: string; readonly namespace: string; readonly ca: string | null };
+
+/** The discovery settings of a config (null: no `discovery`). Throws a message naming what is missing. */
+export function readDiscoverySettings(config: RouterConfig, env: Readonly<Record<string, string | undefined>>, readText: (path: string) => string): DiscoverySettings | null {
+  if (config.discovery === undefined) return null;
+  const target = parseDiscoveryTarget(config.discovery, config.discoveryName);
+  if (target.kind !== 'k8s') return { target };
+  const apiUrl = (config.discoveryKubernetesApiUrl ?? apiUrlFromEnv(env)).replace(/\/+$/, '');
+  // A pod without its service account (automountServiceAccountToken: false) fails here, saying which file.
+  const namespace = target.namespace ?? readText(config.discoveryKubernetesNamespaceFile).trim();
+  const ca = apiUrl.startsWith('https:') ? readText(config.discoveryKubernetesCaFile) : null;
+  return { target, apiUrl, namespace, ca };
+}
 
 export interface DiscoveryWiringDeps {
   readonly registry: BackendRegistry;
@@ -29,8 +49,6 @@ export interface DiscoveryWiringDeps {
   readonly metrics: Pick<RouterMetrics, 'recordDiscoveryFailure'>;
   readonly nowMs: () => number;
   readonly logger: FastifyBaseLogger | undefined;
-  /** Where the Kubernetes API server is named (`KUBERNETES_SERVICE_HOST`/`_PORT`). */
-  readonly env: Readonly<Record<string, string | undefined>>;
 }
 
 export interface DiscoveryParts {
@@ -38,12 +56,11 @@ export interface DiscoveryParts {
   start(): Promise<void>;
 }
 
-/** Backend discovery, if `discovery` is set: its source, its lease (with Redis) and the applier; its closer onto `closers`. */
-export function wireDiscovery(config: RouterConfig, deps: DiscoveryWiringDeps, closers: ShutdownStack): DiscoveryParts | null {
-  if (config.discovery === undefined) return null;
-  const target = parseDiscoveryTarget(config.discovery, config.discoveryName);
+/** Backend discovery: its source, its lease (with Redis) and the applier; closers onto `closers` as each opens. */
+export function wireDiscovery(settings: DiscoverySettings, config: RouterConfig, deps: DiscoveryWiringDeps, closers: ShutdownStack): DiscoveryParts {
+  const { target } = settings;
   const logger = deps.logger?.child({ component: 'discovery', source: target.kind, name: target.name });
-  const source = createSource(target, config, deps, closers, logger);
+  const source = createSource(settings, config, closers, logger);
   const leadership =
     deps.redis === null
       ? SOLE_REPLICA
@@ -77,18 +94,15 @@ const K8S_RETRY_MAX_MS = 30_000;
 const K8S_WATCH_TIMEOUT_S = 300;
 const K8S_REQUEST_TIMEOUT_MS = 10_000;
 
-function createSource(target: DiscoveryTarget, config: RouterConfig, deps: DiscoveryWiringDeps, closers: ShutdownStack, logger: FastifyBaseLogger | undefined): BackendSource {
-  if (target.kind === 'k8s') {
-    const apiUrl = config.discoveryKubernetesApiUrl ?? apiUrlFromEnv(deps.env);
-    // Read at start: a pod without its service account (automountServiceAccountToken: false) fails here, clearly.
-    const namespace = target.namespace ?? readFileSync(config.discoveryKubernetesNamespaceFile, 'utf8').trim();
-    const dispatcher = new Agent(apiUrl.startsWith('https:') ? { connect: { ca: readFileSync(config.discoveryKubernetesCaFile, 'utf8') } } : {});
+function createSource(settings: DiscoverySettings, config: RouterConfig, closers: ShutdownStack, logger: FastifyBaseLogger | undefined): BackendSource {
+  if (settings.target.kind === 'k8s' && 'apiUrl' in settings) {
+    const dispatcher = new Agent(settings.ca === null ? {} : { connect: { ca: settings.ca } });
     closers.push('kubernetes API connections', () => dispatcher.close());
     return new EndpointSliceSource({
-      target,
-      namespace,
+      target: settings.target,
+      namespace: settings.namespace,
       api: {
-        url: apiUrl.replace(/\/+$/, ''),
+        url: settings.apiUrl,
         dispatcher,
         // Projected tokens are rotated by the kubelet: read for every request. No file (outside a pod, a test): none sent.
         token: async () => (await readFile(config.discoveryKubernetesTokenFile, 'utf8').catch(() => null))?.trim() ?? null,
@@ -101,11 +115,12 @@ function createSource(target: DiscoveryTarget, config: RouterConfig, deps: Disco
       logger,
     });
   }
+  if (settings.target.kind === 'k8s') throw new Error('k8s discovery settings without the API server');
   // Queries go straight to the configured servers (or the system's): `tries: 1` so a server that does
   // not answer costs one timeout, and the look fails rather than waiting for c-ares' four tries.
   const resolver = new Resolver({ timeout: config.discoveryDnsTimeoutMs, tries: 1 });
   if (config.discoveryDnsServers.length > 0) resolver.setServers(config.discoveryDnsServers);
-  return new DnsBackendSource({ target, resolver, scheme: config.discoveryScheme, maxBackends: config.discoveryMaxBackends, refreshMs: config.discoveryRefreshMs });
+  return new DnsBackendSource({ target: settings.target, resolver, scheme: config.discoveryScheme, maxBackends: config.discoveryMaxBackends, refreshMs: config.discoveryRefreshMs });
 }
 
 /** The in-cluster API server, as every pod's environment names it. */
