@@ -1,3 +1,4 @@
+import { Resolver } from 'node:dns/promises';
 import { CALIBRATED_PARAMS, DEFAULT_MAX_ROUTED_BLOCKS, POLICY_NAMES, type CalibratedParam } from '@kvroute/routing';
 import { DEFAULT_GENERATION_LIMITS, type GenerationLimits } from '@kvroute/protocols';
 import { DEFAULT_CELL_KEY_BYTES, DEFAULT_SHORTLIST, MAX_POOL_CELLS, RECORD_BLOCKS_PER_CALL } from '@kvroute/redis-store';
@@ -191,6 +192,12 @@ export const RouterConfig = z.object({
     } catch (error) {
       context.addIssue({ code: 'custom', path: ['discovery'], message: (error as Error).message });
     }
+  }
+  try {
+    // The resolver's own check (IP, IP:PORT, [IPv6]:PORT), so a bad entry fails here, not once the router is half built.
+    new Resolver().setServers(config.discoveryDnsServers);
+  } catch (error) {
+    context.addIssue({ code: 'custom', path: ['discoveryDnsServers'], message: `${(error as Error).message} (IP or IP:PORT each)` });
   }
   if (config.adminToken !== undefined && config.adminTokenFile !== undefined) {
     context.addIssue({ code: 'custom', path: ['adminTokenFile'], message: 'set adminToken or adminTokenFile, not both' });

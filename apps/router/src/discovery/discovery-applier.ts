@@ -114,6 +114,9 @@ export class DiscoveryApplier {
       removeAfterMs: this.options.removeAfterMs,
     });
     this.absentSinceMs = plan.absentSinceMs;
+    // Refusals are logged once per backend while it is in the answers (bounded by the answer's size).
+    const found = new Set(answer.backends.map((backend) => backend.id));
+    for (const id of this.refused) if (!found.has(id)) this.refused.delete(id);
     let complete = true;
     for (const change of plan.changes) {
       if (this.stopped) return;

@@ -21,5 +21,7 @@ describe('parseDiscoveryTarget', () => {
     expect(bad.success).toBe(false);
     expect(bad.error?.issues[0]?.path).toEqual(['discovery']);
     expect(RouterConfig.safeParse({ discovery: 'dns://vllm:8000', discoveryName: 'has space' }).success).toBe(false);
+    expect(RouterConfig.safeParse({ discovery: 'dns://vllm:8000', discoveryDnsServers: ['127.0.0.1:5353', '[::1]:53', '10.96.0.10'] }).success).toBe(true);
+    expect(RouterConfig.safeParse({ discovery: 'dns://vllm:8000', discoveryDnsServers: ['kube-dns'] }).error?.issues[0]?.path).toEqual(['discoveryDnsServers']);
   });
 });
