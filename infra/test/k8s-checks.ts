@@ -29,7 +29,8 @@ import { Job } from 'kubernetes-models/batch/v1';
 import { PodMonitor, PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
-import { ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, Service } from 'kubernetes-models/v1';
+import { Role, RoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1';
+import { ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 import { parse as parseYaml } from 'yaml';
 import { unknownConfigKeys, unknownEnvVars, type KvrouteApp } from './config-keys';
 import { podSpecsOf, type K8sObject } from './k8s-kustomize';
@@ -83,6 +84,9 @@ const SCHEMAS: Record<string, new (data: any) => { validate(): void }> = {
   'monitoring.coreos.com/v1/ServiceMonitor': ServiceMonitor,
   'monitoring.coreos.com/v1/PodMonitor': PodMonitor,
   'monitoring.coreos.com/v1/PrometheusRule': PrometheusRule,
+  'v1/ServiceAccount': ServiceAccount,
+  'rbac.authorization.k8s.io/v1/Role': Role,
+  'rbac.authorization.k8s.io/v1/RoleBinding': RoleBinding,
 };
 
 const CLUSTER_SCOPED = new Set(['Namespace']);

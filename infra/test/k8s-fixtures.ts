@@ -55,6 +55,28 @@ export function findGenerated(objects: readonly K8sObject[], kind: string, prefi
 
 /** The local overlay with the managed-redis component, as a kustomization.yaml for writeKustomization. */
 export const LOCAL_WITH_MANAGED_REDIS = 'resources:\n  - {{k8s}}/overlays/local\ncomponents:\n  - {{k8s}}/components/managed-redis\n';
+/** overlays/local with EndpointSlice discovery, pointed at its Service `vllm-sim`. */
+export const LOCAL_WITH_DISCOVERY = [
+  'resources:',
+  '  - {{k8s}}/overlays/local',
+  'components:',
+  '  - {{k8s}}/components/endpointslice-discovery',
+  'patches:',
+  '  - patch: |-',
+  '      apiVersion: apps/v1',
+  '      kind: Deployment',
+  '      metadata:',
+  '        name: kvroute-router',
+  '      spec:',
+  '        template:',
+  '          spec:',
+  '            containers:',
+  '              - name: router',
+  '                env:',
+  '                  - name: KVROUTE_DISCOVERY',
+  '                    value: k8s://vllm-sim:http',
+  '',
+].join('\n');
 
 const DEPLOYMENT = `apiVersion: apps/v1
 kind: Deployment

@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { unknownConfigKeys, unknownEnvVars } from './config-keys';
 import { checkManifests, inspectManifests, KVROUTE_COMMANDS, KVROUTE_IMAGE } from './k8s-checks';
-import { findGenerated, findObject, K8S_DIR, LOCAL_WITH_MANAGED_REDIS, writeKustomization } from './k8s-fixtures';
+import { findGenerated, findObject, K8S_DIR, LOCAL_WITH_DISCOVERY, LOCAL_WITH_MANAGED_REDIS, writeKustomization } from './k8s-fixtures';
 import { buildKustomization, podSpecsOf, type K8sObject } from './k8s-kustomize';
 
 const build = (path: string): K8sObject[] => buildKustomization(join(K8S_DIR, path));
@@ -285,6 +285,41 @@ describe('infra/k8s/components/managed-redis', () => {
     expect(problems).toEqual([]);
     expect(containers.filter((entry) => entry.command === 'router' || entry.command === 'poller').map((entry) => entry.config?.['redisUrl'])).toEqual([MANAGED_REDIS_URL, MANAGED_REDIS_URL]);
     expect(checkManifests(objects)).toEqual(expect.arrayContaining([expect.stringContaining('Secret kvroute-redis (key url) is neither in the manifests nor given')]));
+  });
+});
+
+describe('infra/k8s/components/endpointslice-discovery', () => {
+  const fixture = writeKustomization({ 'kustomization.yaml': LOCAL_WITH_DISCOVERY });
+  afterAll(() => fixture.remove());
+  const objects = buildKustomization(fixture.dir);
+
+  it('passes every check, and the router loads with discovery and no static backends', () => {
+    const { problems, containers } = inspectManifests(objects, WITH_REDIS_SECRET);
+    expect(problems).toEqual([]);
+    const router = containers.find((entry) => entry.command === 'router');
+    expect(router?.config?.['discovery']).toBe('k8s://vllm-sim:http');
+    expect(router?.config?.['backends']).toEqual([]);
+    // The pollers keep their static list.
+    expect(containers.find((entry) => entry.command === 'poller')?.config?.['backends']).toHaveLength(4);
+  });
+
+  it("the router's service account may get, list and watch EndpointSlices, and nothing more; the named Service and port exist", () => {
+    const pod = podOf(findObject(objects, 'Deployment', 'kvroute-router'));
+    expect(pod.automountServiceAccountToken).toBe(true);
+    expect(findObject(objects, 'ServiceAccount', pod.serviceAccountName)).toBeDefined();
+    const binding = findObject(objects, 'RoleBinding', 'kvroute-router-endpointslices');
+    expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: pod.serviceAccountName, namespace: 'kvroute' }]);
+    const role = findObject(objects, 'Role', binding.roleRef.name);
+    expect(binding.roleRef.kind).toBe('Role');
+    expect(role.rules).toEqual([{ apiGroups: ['discovery.k8s.io'], resources: ['endpointslices'], verbs: ['get', 'list', 'watch'] }]);
+    // k8s://vllm-sim:http: the Service in the router's namespace, with a port of that name.
+    const discovery = containerOf(findObject(objects, 'Deployment', 'kvroute-router'), 'router').env.find((entry: any) => entry.name === 'KVROUTE_DISCOVERY').value as string;
+    const [, service, portName] = /^k8s:\/\/([^/:]+):(.+)$/.exec(discovery) as RegExpExecArray;
+    expect(findObject(objects, 'Service', service as string).spec.ports.map((port: any) => port.name)).toContain(portName);
+  });
+
+  it('the other overlays keep the token unmounted', () => {
+    expect(podOf(findObject(build('overlays/local'), 'Deployment', 'kvroute-router')).automountServiceAccountToken).toBe(false);
   });
 });
 

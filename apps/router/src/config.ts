@@ -1,8 +1,10 @@
+import { Resolver } from 'node:dns/promises';
 import { CALIBRATED_PARAMS, DEFAULT_MAX_ROUTED_BLOCKS, POLICY_NAMES, type CalibratedParam } from '@kvroute/routing';
 import { DEFAULT_GENERATION_LIMITS, type GenerationLimits } from '@kvroute/protocols';
 import { DEFAULT_CELL_KEY_BYTES, DEFAULT_SHORTLIST, MAX_POOL_CELLS, RECORD_BLOCKS_PER_CALL } from '@kvroute/redis-store';
 import { secretOption, UPSTREAM_KEY_SOURCE_FIELDS, upstreamKeyConfigFields } from '@kvroute/platform';
 import { z } from 'zod';
+import { parseDiscoveryTarget } from './discovery/discovery-target';
 import { policyConfigFields } from './routing/policy-params';
 import { TenantConfig } from './tenants/tenant-directory';
 
@@ -32,7 +34,25 @@ const BackendEntry = z.union([z.url({ protocol: /^https?$/ }).transform((url) =>
 export const RouterConfig = z.object({
   host: z.string().default('0.0.0.0').describe('address to listen on'),
   port: z.coerce.number().int().min(0).max(65_535).default(8080).describe('port to listen on'),
-  backends: z.array(BackendEntry).min(1).describe('backends: URLs (comma-separated on the command line) or {url,id,models,weight,apiKeyFile,apiKeyEnv} objects in a file'),
+  backends: z.array(BackendEntry).default([]).describe('backends: URLs (comma-separated on the command line) or {url,id,models,weight,apiKeyFile,apiKeyEnv} objects in a file; at least one unless `discovery` finds them'),
+  // Backend discovery (src/discovery/, docs/operations.md "Backend discovery").
+  discovery: z
+    .string()
+    .optional()
+    .describe(
+      "where backends are discovered, besides `backends`: dns://NAME:PORT (a headless Service's A/AAAA records, PORT on each address), dns+srv://_SERVICE._PROTO.NAME (its SRV records) or k8s://[NAMESPACE/]SERVICE[:PORT_NAME] (its EndpointSlices, watched with the pod's service account). Found backends are added, drained and removed through the admin API's path (with Redis: the fleet's shared set, changed by one replica at a time); their ids are `NAME@ADDRESS:PORT`",
+    ),
+  discoveryName: z.string().optional().describe('prefix of the discovered backends\' ids (default: the first label of the DNS name, or the Service name); the backends with this prefix are the ones discovery adds and removes'),
+  discoveryRefreshMs: z.coerce.number().int().min(100).default(5_000).describe('dns: how often the records are looked at again; all: how often the last answer is applied again (the lease renewed, removals due)'),
+  discoveryDnsServers: z.array(z.string().min(1)).default([]).describe("dns: the DNS servers asked, `IP` or `IP:PORT` (comma-separated); empty = the system's (/etc/resolv.conf)"),
+  discoveryDnsTimeoutMs: z.coerce.number().int().positive().default(2_000).describe('dns: how long one query may take before it is a failure (the last good answer stays)'),
+  discoveryScheme: z.enum(['http', 'https']).default('http').describe('scheme of the discovered backends\' URLs'),
+  discoveryMaxBackends: z.coerce.number().int().positive().max(10_000).default(256).describe('most backends taken from one answer (the first in id order; the rest left out, with a warning)'),
+  discoveryRemoveAfterMs: z.coerce.number().int().min(0).default(60_000).describe('a discovered backend whose record (or endpoint) is gone is drained at once and removed after this long; back before that, it is undrained and keeps what it was believed to cache'),
+  discoveryKubernetesApiUrl: z.url({ protocol: /^https?$/ }).optional().describe('k8s: the API server (default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)'),
+  discoveryKubernetesTokenFile: z.string().min(1).default('/var/run/secrets/kubernetes.io/serviceaccount/token').describe('k8s: the service account token, read again for every request (it is rotated)'),
+  discoveryKubernetesCaFile: z.string().min(1).default('/var/run/secrets/kubernetes.io/serviceaccount/ca.crt').describe("k8s: the CA bundle the API server's certificate is checked against"),
+  discoveryKubernetesNamespaceFile: z.string().min(1).default('/var/run/secrets/kubernetes.io/serviceaccount/namespace').describe("k8s: where the pod's namespace is read, when k8s:// names none"),
   ...upstreamKeyConfigFields('backends added at run time (admin API, the shared set in Redis)'),
   policy: z.enum(POLICY_NAMES).default('cacheaware').describe('routing policy for chat and text completions'),
   passthroughPolicy: z.enum(POLICY_NAMES).default('leastloaded').describe('policy for other POST /v1/* endpoints (embeddings, …)'),
@@ -163,6 +183,22 @@ export const RouterConfig = z.object({
   routingHeaders: z.enum(['auto', 'all', 'privileged']).default('auto').describe('who gets X-Router-Backend and X-Router-Reason: auto (everyone in open mode; with auth, admin and bench keys only), all (bench, demo), privileged'),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('log level'),
 }).superRefine((config, context) => {
+  if (config.backends.length === 0 && config.discovery === undefined) {
+    context.addIssue({ code: 'custom', path: ['backends'], message: 'at least one backend, or `discovery` to find them' });
+  }
+  if (config.discovery !== undefined) {
+    try {
+      parseDiscoveryTarget(config.discovery, config.discoveryName);
+    } catch (error) {
+      context.addIssue({ code: 'custom', path: ['discovery'], message: (error as Error).message });
+    }
+  }
+  try {
+    // The resolver's own check (IP, IP:PORT, [IPv6]:PORT), so a bad entry fails here, not once the router is half built.
+    new Resolver().setServers(config.discoveryDnsServers);
+  } catch (error) {
+    context.addIssue({ code: 'custom', path: ['discoveryDnsServers'], message: `${(error as Error).message} (IP or IP:PORT each)` });
+  }
   if (config.adminToken !== undefined && config.adminTokenFile !== undefined) {
     context.addIssue({ code: 'custom', path: ['adminTokenFile'], message: 'set adminToken or adminTokenFile, not both' });
   }

@@ -17,6 +17,7 @@ import { PolicyTable } from './routing/policy-table';
 import { RouterMetrics } from './router-metrics';
 import { HeldLeases } from './routing/held-leases';
 import { wireBackends } from './wiring/backends-wiring';
+import { readDiscoverySettings, wireDiscovery } from './wiring/discovery-wiring';
 import { wireState } from './wiring/state-wiring';
 import { wireTenants } from './wiring/tenants-wiring';
 
@@ -110,6 +111,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   // Upstream keys next: a named key file or variable that cannot be read fails the start before anything opens.
   const upstreamKeys = loadUpstreamKeys(config, { env: deps.env ?? {} });
   const adminToken = adminTokenOf(config, (path) => readFileSync(path, 'utf8'));
+  const discoverySettings = readDiscoverySettings(config, deps.env ?? {}, (path) => readFileSync(path, 'utf8'));
   const addressPolicy = new BackendAddressPolicy({ allowlist: config.backendAllowlist, redisUrl: config.redisUrl, resolve: deps.resolveHost ?? resolveAll });
   await refuseDeniedBackends(config, addressPolicy, logger);
   const closers = new ShutdownStack();
@@ -117,6 +119,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
 
   const state = wireState(config, { nowMs, logger, metrics, state: deps.state }, closers);
   const backends = wireBackends(config, { nowMs, logger, state: state.state, redis: state.redis, engineStates: state.engineStates, metrics, upstreamKeys, addressPolicy }, closers);
+  const discovery = discoverySettings && wireDiscovery(discoverySettings, config, { registry: backends.registry, changes: backends.changes, redis: state.redis, addressPolicy, metrics, nowMs, logger }, closers);
   metrics.readFrom({
     inflight: () => state.state.inflightCounts(),
     breakerStates: () => new Map(backends.registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),
@@ -290,6 +293,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       await state.start();
       await tenants.start();
       await backends.start();
+      await discovery?.start();
       const url = await app.listen({ host: config.host, port: config.port });
       if (adminApp !== null) {
         // An admin port already taken must not leave the public listener serving without it.

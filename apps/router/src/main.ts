@@ -13,7 +13,7 @@ async function main(): Promise<void> {
     env: process.env,
     envPrefix: ROUTER_ENV_PREFIX,
     sharedFile: ROUTER_CONFIG_FILE,
-    usage: 'npm run router -- --backends URL[,URL…] [options]\n\nkvroute: a KV-cache-aware OpenAI-compatible router.',
+    usage: 'npm run router -- --backends URL[,URL…] | --discovery dns://NAME:PORT|dns+srv://…|k8s://SERVICE [options]\n\nkvroute: a KV-cache-aware OpenAI-compatible router.',
   });
   if (loaded.kind === 'help') {
     process.stdout.write(`${loaded.text}\n`);

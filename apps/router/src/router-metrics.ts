@@ -50,6 +50,7 @@ export class RouterMetrics {
   private readonly learnedCostModel: Gauge<'pool' | 'figure'>;
   private readonly learnCalls: Counter<'result'>;
   private readonly backendRestarts: Counter<'backend'>;
+  private readonly discoveryFailures: Counter<'source'>;
 
   /** Where the scrape-time gauges read from; set by `readFrom` once the state and the backends exist (none until then). */
   private sources: RouterMetricsSources = { inflight: () => new Map(), breakerStates: () => new Map(), degraded: () => 0 };
@@ -229,6 +230,12 @@ export class RouterMetrics {
       labelNames: ['backend'],
       registers,
     });
+    this.discoveryFailures = new Counter({
+      name: 'kvroute_router_discovery_failures_total',
+      help: 'Looks at the backend discovery source that failed (DNS SERVFAIL or timeout, API server error), per source kind: the backends of the last good answer stayed.',
+      labelNames: ['source'],
+      registers,
+    });
   }
 
   /** Per-request series are looked up once per label set: prom-client hashes the label object on every call otherwise. */
@@ -336,5 +343,9 @@ export class RouterMetrics {
 
   recordBackendRestart(backend: string): void {
     this.backendRestarts.inc({ backend });
+  }
+
+  recordDiscoveryFailure(source: string): void {
+    this.discoveryFailures.inc({ source });
   }
 }
