@@ -18,3 +18,21 @@ describe('usageFromTail', () => {
     expect(usageFromTail('{"usage":null}')).toBeNull();
   });
 });
+
+describe('usageFromTail on Anthropic Messages usage', () => {
+  it('adds cache reads and writes to input_tokens (Anthropic leaves them out) and reports the reads as cached', () => {
+    const body = '{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":20,"output_tokens":4,"cache_read_input_tokens":160,"cache_creation_input_tokens":16}}';
+    expect(usageFromTail(body)).toEqual({ promptTokens: 196, cachedTokens: 160, completionTokens: 4 });
+    const stream =
+      'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n' +
+      'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":12,"cache_read_input_tokens":0,"output_tokens":7}}\n\n' +
+      'event: message_stop\ndata: {"type":"message_stop"}\n\n';
+    expect(usageFromTail(stream)).toEqual({ promptTokens: 12, cachedTokens: 0, completionTokens: 7 });
+  });
+
+  it("reads vLLM's Anthropic usage (input_tokens is the whole prompt, no cache fields) as the prompt with cached unknown", () => {
+    const vllm = 'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":300,"output_tokens":9}}\n\n';
+    expect(usageFromTail(vllm)).toEqual({ promptTokens: 300, cachedTokens: null, completionTokens: 9 });
+    expect(usageFromTail('{"usage":{"input_tokens":5,"output_tokens":1,"cache_read_input_tokens":null}}')).toEqual({ promptTokens: 5, cachedTokens: null, completionTokens: 1 });
+  });
+});

@@ -5,6 +5,12 @@
  *
  *   chat / completions   usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens
  *   Responses            usage.input_tokens,  usage.input_tokens_details.cached_tokens
+ *   Anthropic Messages   usage.input_tokens + cache_read_input_tokens + cache_creation_input_tokens,
+ *                        usage.cache_read_input_tokens (a stream's `message_delta` usage, the last one)
+ *
+ * Anthropic's `input_tokens` leave out the cached and cache-written tokens, so a usage with either cache
+ * field is read that way. vLLM's Anthropic endpoint sets only `input_tokens`, to the whole prompt, and
+ * no cache field (apps/vllm-sim/README.md, "Anthropic Messages"): read as the prompt, cached unknown.
  *
  * `cachedTokens` is what the engine found in its prefix cache for this prompt (vLLM:
  * `--enable-prompt-tokens-details`, block-aligned); null when the engine does not say (the field is
@@ -21,6 +27,8 @@ const USAGE_KEY = '"usage"';
 const PROMPT_TOKENS = /"(?:prompt_tokens|input_tokens)"\s*:\s*(\d+)/;
 const CACHED_TOKENS = /"cached_tokens"\s*:\s*(\d+)/;
 const COMPLETION_TOKENS = /"(?:completion_tokens|output_tokens)"\s*:\s*(\d+)/;
+const CACHE_READ_TOKENS = /"cache_read_input_tokens"\s*:\s*(\d+)/;
+const CACHE_CREATION_TOKENS = /"cache_creation_input_tokens"\s*:\s*(\d+)/;
 
 /** The usage in `tail` (the last bytes of a response body, as text), from its last `"usage"` on; null when there is none. */
 export function usageFromTail(tail: string): ResponseUsage | null {
@@ -29,7 +37,15 @@ export function usageFromTail(tail: string): ResponseUsage | null {
   const usage = tail.slice(at);
   const prompt = PROMPT_TOKENS.exec(usage);
   if (prompt === null) return null;
-  const cached = CACHED_TOKENS.exec(usage);
   const completion = COMPLETION_TOKENS.exec(usage);
-  return { promptTokens: Number(prompt[1]), cachedTokens: cached === null ? null : Number(cached[1]), completionTokens: completion === null ? null : Number(completion[1]) };
+  const completionTokens = completion === null ? null : Number(completion[1]);
+  const cacheRead = CACHE_READ_TOKENS.exec(usage);
+  const cacheCreation = CACHE_CREATION_TOKENS.exec(usage);
+  if (cacheRead !== null || cacheCreation !== null) {
+    const read = cacheRead === null ? 0 : Number(cacheRead[1]);
+    const created = cacheCreation === null ? 0 : Number(cacheCreation[1]);
+    return { promptTokens: Number(prompt[1]) + read + created, cachedTokens: cacheRead === null ? null : read, completionTokens };
+  }
+  const cached = CACHED_TOKENS.exec(usage);
+  return { promptTokens: Number(prompt[1]), cachedTokens: cached === null ? null : Number(cached[1]), completionTokens };
 }
