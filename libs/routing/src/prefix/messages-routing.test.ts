@@ -37,7 +37,7 @@ describe('buildMessagesRoutingRequest', () => {
     const base = buildMessagesRoutingRequest(conversation(1), options).blockHashes;
     const otherSystem = buildMessagesRoutingRequest({ ...conversation(1), system: 'Something else entirely.' }, options).blockHashes;
     const otherTools = buildMessagesRoutingRequest({ ...conversation(1), tools: [{ name: 'other' }] }, options).blockHashes;
-    expect(otherSystem.slice(0, 4)).not.toEqual(base.slice(0, 4));
+    expect(otherSystem.at(-1)).not.toBe(base.at(-1));
     expect(otherTools.slice(0, 2)).not.toEqual(base.slice(0, 2));
   });
 
