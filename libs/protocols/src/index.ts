@@ -7,3 +7,4 @@ export * from './engine-kinds';
 export * from './request-limits';
 export * from './stream-output';
 export * from './response-usage';
+export * from './multipart-form';
