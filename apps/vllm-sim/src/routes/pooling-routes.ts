@@ -30,7 +30,7 @@ const ModelField = { model: z.string().min(1).nullish() };
 const TokenizeBody = z.looseObject({ ...ModelField, prompt: z.string().optional(), messages: z.array(z.looseObject({ role: z.string(), content: z.any() })).optional() });
 const DetokenizeBody = z.looseObject({ ...ModelField, tokens: z.array(z.number().int().nonnegative()) });
 const TextInput = z.union([z.string(), z.array(z.string()), z.array(z.number().int()), z.array(z.array(z.number().int()))]);
-const EmbeddingsBody = z.looseObject({ ...ModelField, input: TextInput });
+const EmbeddingsBody = z.looseObject({ ...ModelField, input: TextInput, encoding_format: z.enum(['float', 'base64']).optional() });
 const ScoreBody = z.looseObject({ ...ModelField, text_1: z.union([z.string(), z.array(z.string())]), text_2: z.union([z.string(), z.array(z.string())]) });
 const RerankBody = z.looseObject({ ...ModelField, query: z.string(), documents: z.array(z.string()), top_n: z.number().int().positive().optional() });
 
@@ -60,7 +60,9 @@ export async function poolingRoutes(app: FastifyInstance, options: PoolingRoutes
       const body = parseBody(EmbeddingsBody, request.body);
       const model = modelOf(body.model);
       const inputs = tokenLists(body.input);
-      const data = inputs.map((tokens, index) => (object === 'embedding' ? { index, object, embedding: unitVector(tokens) } : { index, object, data: unitVector(tokens) }));
+      // `encoding_format: "base64"` (the openai client's default): the float32 vector's little-endian bytes, as vLLM sends it.
+      const encode = (vector: number[]): number[] | string => (body.encoding_format === 'base64' ? Buffer.from(Float32Array.from(vector).buffer).toString('base64') : vector);
+      const data = inputs.map((tokens, index) => (object === 'embedding' ? { index, object, embedding: encode(unitVector(tokens)) } : { index, object, data: encode(unitVector(tokens)) }));
       const promptTokens = inputs.reduce((sum, tokens) => sum + tokens.length, 0);
       return { id: `${idPrefix}-${randomId()}`, object: 'list', created: created(), model, data, usage: { prompt_tokens: promptTokens, total_tokens: promptTokens, completion_tokens: 0, prompt_tokens_details: null } };
     });
