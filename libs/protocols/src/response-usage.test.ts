@@ -34,5 +34,7 @@ describe('usageFromTail on Anthropic Messages usage', () => {
     const vllm = 'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":300,"output_tokens":9}}\n\n';
     expect(usageFromTail(vllm)).toEqual({ promptTokens: 300, cachedTokens: null, completionTokens: 9 });
     expect(usageFromTail('{"usage":{"input_tokens":5,"output_tokens":1,"cache_read_input_tokens":null}}')).toEqual({ promptTokens: 5, cachedTokens: null, completionTokens: 1 });
+    // An OpenAI usage that also names the Anthropic cache fields (LiteLLM): prompt_tokens already counts them.
+    expect(usageFromTail('{"usage":{"prompt_tokens":50,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":32},"cache_read_input_tokens":32}}')).toEqual({ promptTokens: 50, cachedTokens: 32, completionTokens: 2 });
   });
 });

@@ -41,7 +41,9 @@ export function usageFromTail(tail: string): ResponseUsage | null {
   const completionTokens = completion === null ? null : Number(completion[1]);
   const cacheRead = CACHE_READ_TOKENS.exec(usage);
   const cacheCreation = CACHE_CREATION_TOKENS.exec(usage);
-  if (cacheRead !== null || cacheCreation !== null) {
+  // Only with `input_tokens` (Anthropic's name): an OpenAI-shaped usage that also carries the cache
+  // fields (LiteLLM adds them) already counts them in `prompt_tokens`.
+  if ((cacheRead !== null || cacheCreation !== null) && prompt[0].includes('"input_tokens"')) {
     const read = cacheRead === null ? 0 : Number(cacheRead[1]);
     const created = cacheCreation === null ? 0 : Number(cacheCreation[1]);
     return { promptTokens: Number(prompt[1]) + read + created, cachedTokens: cacheRead === null ? null : read, completionTokens };
