@@ -16,7 +16,8 @@ declare module 'fastify' {
 /**
  * Stage 2 of the request path, **parse**: the body, bounded before anything costly looks at it.
  *
- * 1. The body parser (every content type is read as JSON, as engines do) keeps the raw bytes, which are
+ * 1. The body parser (every content type is read as JSON, as engines do, but `multipart/form-data`, kept
+ *    as bytes for vLLM's audio endpoints: its `model` is read from the form) keeps the raw bytes, which are
  *    what gets forwarded: a proxy must not re-serialise a body, engines accept fields we do not know.
  *    Before `JSON.parse` one pass over the bytes refuses nesting deeper than `maxJsonDepth` anywhere,
  *    known field or not, so no later step (validation, routing text) recurses on hostile depth.
@@ -24,7 +25,8 @@ declare module 'fastify' {
  *    validation: a body of 200,000 invalid messages is refused at its count, not after 200,000 issues.
  * 3. Validation (zod) reports its first few issues, capped in bytes.
  * 4. The routing request: the routing text's block hashes (at most `maxRoutedBlocks`), session key,
- *    generation budget.
+ *    generation budget; for Anthropic Messages, of their chat view (libs/routing messages-routing.ts). A
+ *    request without `model` takes the only served model (request-model.ts).
  * 5. The body to forward: the raw bytes, except for a stream whose client did not ask for usage
  *    (`requestStreamUsage`): that one asks the engine for it (forwardedBody), and send removes it again;
  *    and for a tenant's request (`cacheScope`): its `cache_salt` is the tenant's (tenants/cache-salt.ts),
