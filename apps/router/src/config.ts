@@ -35,7 +35,7 @@ export const RouterConfig = z.object({
   backends: z.array(BackendEntry).min(1).describe('backends: URLs (comma-separated on the command line) or {url,id,models,weight,apiKeyFile,apiKeyEnv} objects in a file'),
   ...upstreamKeyConfigFields('backends added at run time (admin API, the shared set in Redis)'),
   policy: z.enum(POLICY_NAMES).default('cacheaware').describe('routing policy for chat and text completions'),
-  passthroughPolicy: z.enum(POLICY_NAMES).default('leastloaded').describe('policy for other POST /v1/* endpoints (embeddings, …)'),
+  passthroughPolicy: z.enum(POLICY_NAMES).default('leastloaded').describe("policy for other POST /v1/* endpoints and vLLM's pass-through paths outside /v1/ (embeddings, tokenize, score, rerank, audio, …)"),
 
   blockSizeBytes: z.coerce.number().int().min(8).max(4096).default(256).describe('prefix block size of the routing text, bytes'),
   maxRoutedBlocks: z.coerce
