@@ -107,6 +107,10 @@ describe('Anthropic Messages through the router (official SDK, real Redis)', () 
     });
     expect(sumOf(metrics, 'kvroute_router_prefix_observed_cached_tokens_total')).toBe(reportedCached);
     expect(sumOf(metrics, 'kvroute_router_prefix_predictions_total', 'outcome="unverified"')).toBe(0);
+    // The routing text tracks the prompt the engine caches: every prediction confirmed, and the router
+    // predicted most of what the engines found (a routing text of the model alone would predict nothing).
+    expect(sumOf(metrics, 'kvroute_router_prefix_predictions_total', 'outcome="confirmed"')).toBe(12);
+    expect(sumOf(metrics, 'kvroute_router_prefix_confirmed_tokens_total')).toBeGreaterThan(0.8 * reportedCached);
   });
 
   it('non-streams a Messages request with the same text as the stream of the same prompt, and usage in Anthropic shape', async () => {
