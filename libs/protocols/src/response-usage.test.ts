@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { usageFromTail } from './response-usage';
+import { usageFromStreamStart, usageFromTail } from './response-usage';
 
 describe('usageFromTail', () => {
   it('reads a chat completion body, a stream tail with its usage chunk, and a Responses usage', () => {
@@ -36,5 +36,24 @@ describe('usageFromTail on Anthropic Messages usage', () => {
     expect(usageFromTail('{"usage":{"input_tokens":5,"output_tokens":1,"cache_read_input_tokens":null}}')).toEqual({ promptTokens: 5, cachedTokens: null, completionTokens: 1 });
     // An OpenAI usage that also names the Anthropic cache fields (LiteLLM): prompt_tokens already counts them.
     expect(usageFromTail('{"usage":{"prompt_tokens":50,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":32},"cache_read_input_tokens":32}}')).toEqual({ promptTokens: 50, cachedTokens: 32, completionTokens: 2 });
+  });
+});
+
+describe('usageFromStreamStart (Anthropic streams whose message_delta carries only output_tokens)', () => {
+  const head =
+    'event: ping\ndata: {"type":"ping"}\n\n' +
+    'event: message_start\ndata: {"type":"message_start","message":{"id":"m","content":[],"usage":{"input_tokens":10,"cache_read_input_tokens":96,"cache_creation_input_tokens":4,"output_tokens":1}}}\n\n' +
+    'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}\n\n';
+  const tail = 'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n';
+
+  it("takes the prompt's part from message_start and the generated tokens from the last usage", () => {
+    expect(usageFromTail(tail)).toBeNull();
+    expect(usageFromStreamStart(head, tail)).toEqual({ promptTokens: 110, cachedTokens: 96, completionTokens: 15 });
+  });
+
+  it('is null without a message_start usage, and reads only that event', () => {
+    expect(usageFromStreamStart('event: ping\ndata: {"type":"ping"}\n\n', tail)).toBeNull();
+    const withoutUsage = 'event: message_start\ndata: {"type":"message_start","message":{"id":"m"}}\n\nevent: message_delta\ndata: {"usage":{"input_tokens":5,"output_tokens":2}}\n\n';
+    expect(usageFromStreamStart(withoutUsage, tail)).toBeNull();
   });
 });

@@ -51,3 +51,26 @@ export function usageFromTail(tail: string): ResponseUsage | null {
   const cached = CACHED_TOKENS.exec(usage);
   return { promptTokens: Number(prompt[1]), cachedTokens: cached === null ? null : Number(cached[1]), completionTokens };
 }
+
+/** Bytes of a stream's start kept for its `message_start` (the event is ~300 B; a ping may come first). */
+export const STREAM_START_BYTES = 2048;
+const MESSAGE_START = '"message_start"';
+
+/**
+ * The usage of an Anthropic Messages stream whose last usage (`message_delta`) carries only
+ * `output_tokens`, as Anthropic's API first sent it: the prompt's part (`input_tokens` and the cache
+ * fields, mapped as in usageFromTail) is in the `message_start` event that opens the stream, found in
+ * `head` (the stream's first bytes); the generated tokens are the last usage's, in `tail`. Null when
+ * `head` holds no `message_start` with `input_tokens`.
+ */
+export function usageFromStreamStart(head: string, tail: string): ResponseUsage | null {
+  const at = head.indexOf(MESSAGE_START);
+  if (at === -1) return null;
+  // That event only: up to the blank line that ends it (any SSE line ending).
+  const end = head.slice(at).search(/\r?\n\r?\n|\r\r/);
+  const start = usageFromTail(end === -1 ? head.slice(at) : head.slice(at, at + end));
+  if (start === null) return null;
+  const last = tail.lastIndexOf(USAGE_KEY);
+  const completion = last === -1 ? null : COMPLETION_TOKENS.exec(tail.slice(last));
+  return { ...start, completionTokens: completion === null ? null : Number(completion[1]) };
+}
