@@ -45,7 +45,7 @@ describe('pass-through of vLLM endpoints, one model served', () => {
     expect(vector.map((value) => Math.fround(value))).toEqual(first.data[0]?.embedding);
   });
 
-  it('scores and reranks on every path vLLM serves them', async () => {
+  it('scores, reranks and classifies on every path vLLM serves them', async () => {
     for (const path of ['/score', '/v1/score']) {
       const scored = await post(`${cluster.routerUrl}${path}`, { model: 'test-model', text_1: 'query', text_2: ['a', 'b', 'c'] });
       expect(scored.status).toBe(200);
@@ -59,6 +59,9 @@ describe('pass-through of vLLM endpoints, one model served', () => {
     }
     expect(answers[1]).toEqual(answers[0]);
     expect(answers[0]).toHaveLength(2);
+    const classified = await post(`${cluster.routerUrl}/classify`, { model: 'test-model', input: ['good', 'bad'] });
+    expect(classified.status).toBe(200);
+    expect((classified.body.data as Array<{ probs: number[] }>).map((entry) => entry.probs.length)).toEqual([2, 2]);
   });
 
   it('forwards audio uploads (multipart/form-data) byte for byte, with the model from the form, via the official client', async () => {

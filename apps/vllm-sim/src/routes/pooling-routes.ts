@@ -17,7 +17,8 @@ export interface PoolingRoutesOptions {
 /**
  * vLLM's endpoints besides generation, minimal but in vLLM's response shapes, so a router can be tested
  * passing them through: `/tokenize` and `/detokenize` (the sim's real tokenizer), `/v1/embeddings` and
- * `/pooling` (a deterministic unit vector per input, from a hash of its tokens), `/score` and `/v1/score`,
+ * `/pooling` (a deterministic unit vector per input, from a hash of its tokens), `/classify` (two classes),
+ * `/score` and `/v1/score`,
  * `/rerank`, `/v1/rerank` and `/v2/rerank` (a deterministic score per pair), and
  * `/v1/audio/transcriptions` and `/translations` (multipart/form-data: the form's `model` is checked and
  * the answer names how many bytes the file part held, so a test can see the body arrived whole). They
@@ -68,6 +69,20 @@ export async function poolingRoutes(app: FastifyInstance, options: PoolingRoutes
     });
   embed('/v1/embeddings', 'embedding', 'embd');
   embed('/pooling', 'pooling', 'pool');
+
+  app.post('/classify', async (request) => {
+    const body = parseBody(EmbeddingsBody, request.body);
+    const model = modelOf(body.model);
+    const inputs = tokenLists(body.input);
+    // Two classes, probabilities from the input's vector: deterministic per input.
+    const data = inputs.map((tokens, index) => {
+      const positive = ((unitVector(tokens)[0] ?? 0) + 1) / 2;
+      const probs = [1 - positive, positive];
+      return { index, label: positive >= 0.5 ? 'LABEL_1' : 'LABEL_0', probs, num_classes: probs.length };
+    });
+    const promptTokens = inputs.reduce((sum, tokens) => sum + tokens.length, 0);
+    return { id: `classify-${randomId()}`, object: 'list', created: created(), model, data, usage: { prompt_tokens: promptTokens, total_tokens: promptTokens, completion_tokens: 0, prompt_tokens_details: null } };
+  });
 
   for (const route of ['/score', '/v1/score']) {
     app.post(route, async (request) => {
