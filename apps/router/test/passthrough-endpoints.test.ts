@@ -31,6 +31,10 @@ describe('pass-through of vLLM endpoints, one model served', () => {
     const detokenized = await post(`${cluster.routerUrl}/detokenize`, { tokens });
     expect(detokenized.status).toBe(200);
     expect(detokenized.body.prompt).toBe('Routing keeps caches warm.');
+    // A chat (`messages`) is tokenized through the template: more tokens than its text alone.
+    const chat = await post(`${cluster.routerUrl}/tokenize`, { model: 'test-model', messages: [{ role: 'user', content: 'Routing keeps caches warm.' }] });
+    expect(chat.status).toBe(200);
+    expect(chat.body.count).toBeGreaterThan(tokens.length);
   });
 
   it('embeds with the official client (the same vector for the same input, from either backend), and pools', async () => {

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
-import { multipartBoundaryOf, readFormField } from '@kvroute/protocols';
+import { ChatMessage, multipartBoundaryOf, readFormField } from '@kvroute/protocols';
 import { z } from 'zod';
 import { EngineError } from '../engine-errors';
 import { renderChatPrompt } from '../text/chat-template';
@@ -28,7 +28,7 @@ export interface PoolingRoutesOptions {
 const EMBEDDING_DIMENSIONS = 8;
 
 const ModelField = { model: z.string().min(1).nullish() };
-const TokenizeBody = z.looseObject({ ...ModelField, prompt: z.string().optional(), messages: z.array(z.looseObject({ role: z.string(), content: z.any() })).optional() });
+const TokenizeBody = z.looseObject({ ...ModelField, prompt: z.string().optional(), messages: z.array(ChatMessage).optional() });
 const DetokenizeBody = z.looseObject({ ...ModelField, tokens: z.array(z.number().int().nonnegative()) });
 const TextInput = z.union([z.string(), z.array(z.string()), z.array(z.number().int()), z.array(z.array(z.number().int()))]);
 const EmbeddingsBody = z.looseObject({ ...ModelField, input: TextInput, encoding_format: z.enum(['float', 'base64']).optional() });
@@ -46,7 +46,7 @@ export async function poolingRoutes(app: FastifyInstance, options: PoolingRoutes
   app.post('/tokenize', async (request) => {
     const body = parseBody(TokenizeBody, request.body);
     modelOf(body.model);
-    const tokens = body.messages !== undefined ? renderChatPrompt({ messages: body.messages as never }) : tokenize(body.prompt ?? '');
+    const tokens = body.messages !== undefined ? renderChatPrompt({ messages: body.messages }) : tokenize(body.prompt ?? '');
     return { count: tokens.length, max_model_len: options.maxModelLen, tokens, token_strs: null };
   });
 
