@@ -84,7 +84,7 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     done();
   });
   registerAdmit(app, { drain: deps.drain, maxInflightRequests: limits.maxInflightRequests, maxConnections: limits.maxConnections, authenticator: deps.authenticator });
-  registerBodyParser(app, limits.requestBodyLimitBytes, deps.requestPath.parse.maxJsonDepth);
+  registerBodyParser(app, limits.requestBodyLimitBytes, deps.requestPath.parse.maxJsonDepth, deps.requestPath.parse.multipartBodyLimitBytes);
   registerErrorHandler(app, deps.metrics);
 
   await app.register(generationRoutes, { handlerFor: createRequestPath(deps.requestPath) });

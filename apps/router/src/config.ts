@@ -55,7 +55,7 @@ export const RouterConfig = z.object({
   discoveryKubernetesNamespaceFile: z.string().min(1).default('/var/run/secrets/kubernetes.io/serviceaccount/namespace').describe("k8s: where the pod's namespace is read, when k8s:// names none"),
   ...upstreamKeyConfigFields('backends added at run time (admin API, the shared set in Redis)'),
   policy: z.enum(POLICY_NAMES).default('cacheaware').describe('routing policy for chat and text completions'),
-  passthroughPolicy: z.enum(POLICY_NAMES).default('leastloaded').describe('policy for other POST /v1/* endpoints (embeddings, …)'),
+  passthroughPolicy: z.enum(POLICY_NAMES).default('leastloaded').describe("policy for other POST /v1/* endpoints and vLLM's pass-through paths outside /v1/ (embeddings, tokenize, score, rerank, audio, …)"),
 
   blockSizeBytes: z.coerce.number().int().min(8).max(4096).default(256).describe('prefix block size of the routing text, bytes'),
   maxRoutedBlocks: z.coerce
@@ -132,6 +132,12 @@ export const RouterConfig = z.object({
   backendSetPollMs: z.coerce.number().int().min(50).default(500).describe("with Redis: how often the fleet's shared backend set is re-read, in case a change notice (pub/sub) was lost"),
 
   requestBodyLimitBytes: z.coerce.number().int().positive().default(16 * 1024 * 1024).describe('largest request body accepted'),
+  multipartBodyLimitBytes: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(26 * 1024 * 1024)
+    .describe("largest multipart/form-data body accepted (vLLM's /v1/audio/transcriptions and /translations: vLLM takes audio files up to 25 MB by default, VLLM_MAX_AUDIO_CLIP_FILESIZE_MB)"),
   connectTimeoutMs: z.coerce.number().int().positive().default(5_000).describe('upstream TCP connect timeout'),
   headersTimeoutMs: z.coerce.number().int().positive().default(300_000).describe('upstream time to response headers (covers queueing and prefill)'),
   idleTimeoutMs: z.coerce.number().int().positive().default(300_000).describe('upstream silence allowed between response chunks'),

@@ -159,6 +159,8 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       requestStreamUsage: config.requestStreamUsage,
       limits: generationLimitsOf(config),
       salter: tenants.salter,
+      servedModels: () => backends.registry.models(),
+      multipartBodyLimitBytes: config.multipartBodyLimitBytes,
     },
     route: {
       registry: backends.registry,

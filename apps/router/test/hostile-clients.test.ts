@@ -153,6 +153,30 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
     await expectSettled(outcome);
   }, 30_000);
 
+  it.each<[string, string, () => Buffer, string]>([
+    ['200,000 invalid Messages messages', '/v1/messages', () => Buffer.from(`{"model":"${MODEL}","max_tokens":4,"messages":[${'{"role":1},'.repeat(199_999)}{"role":1}]}`), 'application/json'],
+    ['20,000-deep nesting in a Messages tool_use block', '/v1/messages', () => Buffer.from(`{"model":"${MODEL}","max_tokens":4,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":${'['.repeat(20_000)}${']'.repeat(20_000)}}]}]}`), 'application/json'],
+    ['a 100,000-part form to an audio endpoint', '/v1/audio/transcriptions', () => Buffer.from(`${'--b\r\nContent-Disposition: form-data; name="x"\r\n\r\nv\r\n'.repeat(100_000)}--b--\r\n`), 'multipart/form-data; boundary=b'],
+    ['a form whose part headers never end', '/v1/audio/translations', () => Buffer.from(`--b\r\nContent-Disposition: form-data; name="file"\r\n${'X-Pad: a\r\n'.repeat(200_000)}`), 'multipart/form-data; boundary=b'],
+  ])('a2. %s: a small OpenAI-shaped 400, fast, nothing forwarded', async (_what, path, bodyOf, contentType) => {
+    const body = bodyOf();
+    await router.idle();
+    const forwardedBefore = engine.received;
+    const outcome = await watched(async () => {
+      const started = performance.now();
+      const answer = await postJson(`${router.url}${path}`, body, 10_000, contentType);
+      return { answer, elapsedMs: performance.now() - started };
+    });
+    const { answer, elapsedMs } = outcome.result;
+    console.info(`[hostile a2] ${answer.status}, ${answer.body.length} B in ${elapsedMs.toFixed(0)} ms (${(body.length / 1e6).toFixed(1)} MB sent)`);
+    expect.soft(answer.status, answer.error).toBe(400);
+    expect.soft(openAIErrorProblems(answer.body.toString('utf8'))).toEqual([]);
+    expect.soft(answer.body.length, 'response bytes').toBeLessThanOrEqual(BAD_INPUT_MAX_RESPONSE_BYTES);
+    expect.soft(elapsedMs, 'ms to the whole 400').toBeLessThan(BAD_INPUT_MAX_MS);
+    expect.soft(engine.received - forwardedBefore, 'requests forwarded').toBe(0);
+    await expectSettled(outcome);
+  }, 30_000);
+
   it('c. 20 slow bodies are each cut within the body timeout with a 408, while 20 normal requests get 200', async () => {
     await router.idle();
     const rssBefore = router.rssBytes();
@@ -340,9 +364,9 @@ interface Answer {
 }
 
 /** POSTs a JSON body; a failed request is an answer with status 0, so a case reports it with the rest. */
-async function postJson(url: string, body: string | Buffer, timeoutMs = 10_000): Promise<Answer> {
+async function postJson(url: string, body: string | Buffer, timeoutMs = 10_000, contentType = 'application/json'): Promise<Answer> {
   try {
-    const response = await request(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+    const response = await request(url, { method: 'POST', headers: { 'content-type': contentType }, body, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
     return { status: response.statusCode, body: Buffer.from(await response.body.arrayBuffer()) };
   } catch (error) {
     return { status: 0, body: Buffer.alloc(0), error: error instanceof Error ? error.message : String(error) };

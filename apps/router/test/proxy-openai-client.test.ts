@@ -79,7 +79,7 @@ describe('router with the official openai client, 3 vllm-sim backends', () => {
   });
 
   it('passes other POST /v1/* through unchanged (status and body from the backend)', async () => {
-    const response = await fetch(`${cluster.routerUrl}/v1/embeddings`, {
+    const response = await fetch(`${cluster.routerUrl}/v1/no-such-endpoint`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'test-model', input: 'hello' }),

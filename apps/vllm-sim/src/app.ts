@@ -7,8 +7,10 @@ import type { ResponseLatency } from './generation/response-latency';
 import type { CachedTokensReporting } from './generation/serve-generation';
 import type { MetricsDialect } from './metrics/render-metrics';
 import { generationRoutes } from './routes/generation-routes';
+import { messagesRoutes } from './routes/messages-routes';
 import { metricsRoutes } from './routes/metrics-routes';
 import { modelsRoutes } from './routes/models-routes';
+import { poolingRoutes } from './routes/pooling-routes';
 import { probesRoutes } from './routes/probes-routes';
 import { simControlRoutes } from './routes/sim-control-routes';
 
@@ -82,6 +84,20 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
       latency: deps.latency,
     },
   });
+  await app.register(messagesRoutes, {
+    servedModel: deps.servedModel,
+    limits,
+    faults: deps.faults,
+    generation: {
+      loop: deps.loop,
+      seed: deps.seed,
+      eosRandom: deps.eosRandom,
+      cachedTokensReporting: deps.cachedTokensReporting,
+      faults: deps.faults,
+      latency: deps.latency,
+    },
+  });
+  await app.register(poolingRoutes, { servedModel: deps.servedModel, maxModelLen: engine.maxModelLen, bodyLimitBytes: deps.bodyLimitBytes });
   await app.register(modelsRoutes, { servedModel: deps.servedModel, maxModelLen: engine.maxModelLen, createdUnixSeconds: deps.startedAtUnixSeconds });
   await app.register(probesRoutes, { dialect: deps.dialect, faults: deps.faults, version: ENGINE_VERSION[deps.dialect] });
   await app.register(metricsRoutes, { engine, dialect: deps.dialect, servedModel: deps.servedModel, startedAtUnixSeconds: deps.startedAtUnixSeconds, slots: deps.slots });

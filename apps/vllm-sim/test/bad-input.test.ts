@@ -13,9 +13,13 @@ describe('vllm-sim bad input', () => {
     ['invalid JSON', '/v1/chat/completions', '{"model": "test-model", "messages": [', 400, 'BadRequestError'],
     ['a JSON array body', '/v1/chat/completions', '[1,2]', 400, 'BadRequestError'],
     ['missing messages', '/v1/chat/completions', { model: 'test-model' }, 400, 'BadRequestError'],
-    ['missing model', '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }] }, 400, 'BadRequestError'],
+    // A missing model is the served one (vLLM); a model that is no string is refused.
+    ['a model that is not a string', '/v1/chat/completions', { model: 3, messages: [{ role: 'user', content: 'x' }] }, 400, 'BadRequestError'],
     ['messages of the wrong type', '/v1/chat/completions', { model: 'test-model', messages: 'hello' }, 400, 'BadRequestError'],
-    ['an unknown role', '/v1/chat/completions', { model: 'test-model', messages: [{ role: 'wizard', content: 'x' }] }, 400, 'BadRequestError'],
+    // Custom roles (`ipython`) are accepted, as vLLM does; an empty one is no role.
+    ['an empty role', '/v1/chat/completions', { model: 'test-model', messages: [{ role: '', content: 'x' }] }, 400, 'BadRequestError'],
+    ['Messages without max_tokens', '/v1/messages', { model: 'test-model', messages: [{ role: 'user', content: 'x' }] }, 400, 'BadRequestError'],
+    ['Messages for an unknown model', '/v1/messages', { model: 'nope', max_tokens: 2, messages: [{ role: 'user', content: 'x' }] }, 404, 'NotFoundError'],
     ['negative max_tokens', '/v1/completions', { model: 'test-model', prompt: 'x', max_tokens: -1 }, 400, 'BadRequestError'],
     ['missing prompt', '/v1/completions', { model: 'test-model' }, 400, 'BadRequestError'],
     ['an unknown model', '/v1/chat/completions', { model: 'nope', messages: [{ role: 'user', content: 'x' }] }, 404, 'NotFoundError'],

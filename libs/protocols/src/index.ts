@@ -1,4 +1,5 @@
 export * from './openai/chat-completions';
+export * from './anthropic/messages';
 export * from './openai/error-body';
 export * from './sse';
 export * from './backend-state';
@@ -6,3 +7,4 @@ export * from './engine-kinds';
 export * from './request-limits';
 export * from './stream-output';
 export * from './response-usage';
+export * from './multipart-form';

@@ -2,6 +2,7 @@ export * from './types';
 export { renderRoutingText, type RenderedRoutingText } from './prefix/routing-text';
 export { hashRoutingText, type HashedRoutingText } from './prefix/block-hasher';
 export { buildRoutingRequest, DEFAULT_MAX_ROUTED_BLOCKS, type RoutingRequestOptions } from './prefix/routing-request';
+export { buildMessagesRoutingRequest, messagesAsChat } from './prefix/messages-routing';
 export {
   chooseByBoundedLoadHash,
   chooseWithBoundedLoad,

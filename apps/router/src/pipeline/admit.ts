@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { RouterError } from '../errors';
 import type { RequestDrain } from '../http/request-drain';
 import type { Authenticator, Identity } from '../tenants/authenticate';
+import { isProxiedPath } from './passthrough-paths';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -58,7 +59,7 @@ export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void
     };
     const unsafe = unsafePathReason(request.raw.url ?? '/');
     if (unsafe !== null) return refuse(new RouterError('ROUTER_ERR_INVALID_PATH', `The request path is not accepted: ${unsafe}.`));
-    if (!request.url.startsWith('/v1/')) return done();
+    if (!isProxiedPath(request.url)) return done();
     if (request.method !== 'POST') return identify();
     if (options.drain.phase === 'aborting') return refuse(new RouterError('ROUTER_ERR_SHUTTING_DOWN', 'This router is shutting down; retry.', { retryAfterSeconds: 1 }));
     if (overCap.has(request.raw.socket)) {

@@ -1,9 +1,10 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { ChatCompletionRequest, checkGenerationLimits, CompletionRequest, measureJsonNesting, type GenerationLimits } from '@kvroute/protocols';
-import { buildRoutingRequest, type RoutingRequest } from '@kvroute/routing';
+import { ChatCompletionRequest, checkGenerationLimits, CompletionRequest, measureJsonNesting, MessagesRequest, type GenerationLimits } from '@kvroute/protocols';
+import { buildMessagesRoutingRequest, buildRoutingRequest, type RoutingRequest } from '@kvroute/routing';
 import { RouterError } from '../errors';
 import { validateBody } from '../http/validate-body';
 import type { CacheSalter } from '../tenants/cache-salt';
+import { modelOfForm, resolveModel } from './request-model';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -15,7 +16,8 @@ declare module 'fastify' {
 /**
  * Stage 2 of the request path, **parse**: the body, bounded before anything costly looks at it.
  *
- * 1. The body parser (every content type is read as JSON, as engines do) keeps the raw bytes, which are
+ * 1. The body parser (every content type is read as JSON, as engines do, but `multipart/form-data`, kept
+ *    as bytes for vLLM's audio endpoints: its `model` is read from the form) keeps the raw bytes, which are
  *    what gets forwarded: a proxy must not re-serialise a body, engines accept fields we do not know.
  *    Before `JSON.parse` one pass over the bytes refuses nesting deeper than `maxJsonDepth` anywhere,
  *    known field or not, so no later step (validation, routing text) recurses on hostile depth.
@@ -23,7 +25,8 @@ declare module 'fastify' {
  *    validation: a body of 200,000 invalid messages is refused at its count, not after 200,000 issues.
  * 3. Validation (zod) reports its first few issues, capped in bytes.
  * 4. The routing request: the routing text's block hashes (at most `maxRoutedBlocks`), session key,
- *    generation budget.
+ *    generation budget; for Anthropic Messages, of their chat view (libs/routing messages-routing.ts). A
+ *    request without `model` takes the only served model (request-model.ts).
  * 5. The body to forward: the raw bytes, except for a stream whose client did not ask for usage
  *    (`requestStreamUsage`): that one asks the engine for it (forwardedBody), and send removes it again;
  *    and for a tenant's request (`cacheScope`): its `cache_salt` is the tenant's (tenants/cache-salt.ts),
@@ -40,6 +43,10 @@ export interface ParseOptions {
   readonly requestStreamUsage?: boolean;
   /** Salts tenants' requests (absent or null: open mode, bodies' own `cache_salt` only). */
   readonly salter?: () => CacheSalter | null;
+  /** The models the backends serve now: a request without `model` takes the only one (request-model.ts). Absent: none known. */
+  readonly servedModels?: () => readonly string[];
+  /** Largest `multipart/form-data` body (audio uploads), bytes; absent: the JSON body limit. */
+  readonly multipartBodyLimitBytes?: number;
 }
 
 /** What the later stages need of a request: its model (the pool) and what the policy reads. */
@@ -54,7 +61,11 @@ export interface ParsedRequest {
   readonly stripsStreamUsage: boolean;
 }
 
-export type Endpoint = 'chat' | 'completions' | 'passthrough';
+/** `messages`: Anthropic Messages (`POST /v1/messages`), routed by prefix like chat. */
+export type Endpoint = 'chat' | 'completions' | 'messages' | 'passthrough';
+
+/** The parsed body of a `multipart/form-data` request: its bytes are in `rawBody`, forwarded as they came. */
+export const MULTIPART_BODY: Readonly<Record<string, never>> = Object.freeze({});
 
 /**
  * A body this large is parsed in steps, each its own turn of the event loop (decode, then
@@ -69,9 +80,16 @@ function nextTurn(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
 
-/** Registers the body parser (step 1). */
-export function registerBodyParser(app: FastifyInstance, bodyLimitBytes: number, maxJsonDepth: number): void {
+/**
+ * Registers the body parser (step 1). A `multipart/form-data` body (vLLM's audio endpoints) is not JSON:
+ * its bytes are kept, up to `multipartBodyLimitBytes`, for the form's `model` field and forwarding.
+ */
+export function registerBodyParser(app: FastifyInstance, bodyLimitBytes: number, maxJsonDepth: number, multipartBodyLimitBytes = bodyLimitBytes): void {
   app.removeAllContentTypeParsers();
+  app.addContentTypeParser('multipart/form-data', { parseAs: 'buffer', bodyLimit: multipartBodyLimitBytes }, (request, body, done) => {
+    request.rawBody = body as Buffer;
+    done(null, MULTIPART_BODY);
+  });
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: bodyLimitBytes }, (request, body, done) => {
     const raw = body as Buffer;
     request.rawBody = raw;
@@ -102,12 +120,18 @@ export function registerBodyParser(app: FastifyInstance, bodyLimitBytes: number,
 export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, options: ParseOptions, cacheScope: string | null = null): Promise<ParsedRequest> {
   if ((request.rawBody?.length ?? 0) >= LARGE_BODY_BYTES) await nextTurn();
   const body = request.body;
+  const servedModels = options.servedModels ?? noModels;
+  if (body === MULTIPART_BODY) {
+    if (endpoint !== 'passthrough') throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'This endpoint takes a JSON body, not multipart/form-data.');
+    const model = modelOfForm(request, rawBodyOf(request), servedModels);
+    return { model, kind: 'passthrough', routingRequest: passthroughRoutingRequest(model, sessionHeaderOf(request.headers), options.blockSizeBytes), body: rawBodyOf(request), stripsStreamUsage: false };
+  }
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
     throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'The request body must be a JSON object.');
   }
+  if (endpoint === 'messages') return parseMessages(request, body as Record<string, unknown>, options, cacheScope);
   if (endpoint === 'passthrough') {
-    const model = (body as { model?: unknown }).model;
-    if (typeof model !== 'string' || model === '') throw new RouterError('ROUTER_ERR_INVALID_REQUEST', '`model` is required.', { param: 'model' });
+    const model = resolveModel((body as { model?: unknown }).model, servedModels);
     return {
       model,
       kind: 'passthrough',
@@ -116,7 +140,7 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
       stripsStreamUsage: false,
     };
   }
-  const generation = validateGenerationBody(endpoint, body, options.limits);
+  const generation = validateGenerationBody(endpoint, withModel(body as Record<string, unknown>, servedModels), options.limits);
   const salter = cacheScope === null ? null : (options.salter?.() ?? null);
   const salt = salter === null || cacheScope === null ? null : salter.saltFor(cacheScope, generation.cache_salt ?? null);
   const routingRequest = buildRoutingRequest(salt === null ? generation : { ...generation, cache_salt: salt }, {
@@ -133,6 +157,37 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
     body: forwarded ?? rawBodyOf(request),
     stripsStreamUsage: asksUsage,
   };
+}
+
+/**
+ * An Anthropic Messages body: the same count limits as chat (`messages`, `tools`, each message's content
+ * blocks), the Messages schema, the routing text of system + tools + messages (libs/routing
+ * messages-routing.ts). No stream usage is asked for: vLLM's Anthropic endpoint always streams it
+ * (`message_delta` carries the usage). A tenant's salt goes in as on chat.
+ */
+function parseMessages(request: FastifyRequest, body: Record<string, unknown>, options: ParseOptions, cacheScope: string | null): ParsedRequest {
+  const overLimit = checkGenerationLimits(body, options.limits);
+  if (overLimit !== null) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
+  const messages = validateBody(MessagesRequest, body);
+  const salter = cacheScope === null ? null : (options.salter?.() ?? null);
+  const salt = salter === null || cacheScope === null ? null : salter.saltFor(cacheScope, messages.cache_salt ?? null);
+  const routingRequest = buildMessagesRoutingRequest(salt === null ? messages : { ...messages, cache_salt: salt }, {
+    blockSizeBytes: options.blockSizeBytes,
+    maxBlocks: options.maxRoutedBlocks,
+    sessionKey: sessionHeaderOf(request.headers),
+  });
+  const forwarded = forwardedBody(rawBodyOf(request), body, { asksUsage: false, salt });
+  return { model: messages.model, kind: 'generation', routingRequest, body: forwarded ?? rawBodyOf(request), stripsStreamUsage: false };
+}
+
+/** The body with the model request-model.ts resolves when it names none (the body itself when it does): validated and routed as if sent. */
+function withModel(body: Record<string, unknown>, servedModels: () => readonly string[]): Record<string, unknown> {
+  if (typeof body.model === 'string' && body.model !== '') return body;
+  return { ...body, model: resolveModel(body.model, servedModels) };
+}
+
+function noModels(): readonly string[] {
+  return [];
 }
 
 function rawBodyOf(request: FastifyRequest): Buffer {

@@ -1,4 +1,4 @@
-import { usageFromTail, type ResponseUsage } from '@kvroute/protocols';
+import { STREAM_START_BYTES, usageFromStreamStart, usageFromTail, type ResponseUsage } from '@kvroute/protocols';
 
 /**
  * The last `maxBytes` (or a little more) of a response body, kept as the relay passes the chunks on:
@@ -8,12 +8,22 @@ import { usageFromTail, type ResponseUsage } from '@kvroute/protocols';
 export class ResponseTail {
   private readonly chunks: Buffer[] = [];
   private bytes = 0;
+  /**
+   * The body's first chunks, up to STREAM_START_BYTES (referenced, not copied): where an Anthropic stream's
+   * `message_start` has the prompt's usage when its last usage (`message_delta`) has only `output_tokens`.
+   */
+  private readonly head: Buffer[] = [];
+  private headBytes = 0;
   /** The usage already read from the stream as it passed (the usage strip's usage event); undefined: not read. */
   private known: ResponseUsage | undefined;
 
   constructor(private readonly maxBytes: number) {}
 
   add(chunk: Buffer): void {
+    if (this.headBytes < STREAM_START_BYTES) {
+      this.head.push(chunk);
+      this.headBytes += chunk.length;
+    }
     this.chunks.push(chunk);
     this.bytes += chunk.length;
     // Drop whole chunks from the front while what is left still holds maxBytes.
@@ -29,7 +39,9 @@ export class ResponseTail {
 
   /** The response's usage: what `knowUsage` was told, else read from the kept bytes (null: none there). */
   usage(): ResponseUsage | null {
-    return this.known ?? usageFromTail(this.text());
+    if (this.known !== undefined) return this.known;
+    const tail = this.text();
+    return usageFromTail(tail) ?? usageFromStreamStart(Buffer.concat(this.head).subarray(0, STREAM_START_BYTES).toString('utf8'), tail);
   }
 
   /** The kept bytes as text (their first character may be cut: the tail is read from its end). */

@@ -22,6 +22,11 @@ export function prepareChatPrompts(request: ChatCompletionRequest, limits: Promp
   return Array.from({ length: request.n ?? 1 }, () => prompt);
 }
 
+/** An Anthropic Messages prompt (already templated) and its required `max_tokens`: vLLM's length rule. */
+export function prepareMessagesPrompt(tokens: number[], maxTokens: number, limits: PromptLimits): PreparedPrompt {
+  return checkLength(tokens, maxTokens, limits, 'messages');
+}
+
 /** Completion request → one prompt per entry of a batched `prompt` (times `n`). */
 export function prepareCompletionPrompts(request: CompletionRequest, limits: PromptLimits): PreparedPrompt[] {
   const requested = request.max_tokens ?? undefined;

@@ -25,7 +25,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
 
   app.post('/v1/chat/completions', async (request, reply) => {
     const receivedAtMs = performance.now();
-    const { body, cacheSalt } = parseSaltedBody(ChatCompletionRequest, request.body, engineVersion);
+    const { body, cacheSalt } = parseSaltedBody(ChatCompletionRequest, withServedModel(request.body, options.servedModel), engineVersion);
     checkModel(body.model, options.servedModel);
     const prompts = prepareChatPrompts(body, options.limits);
     const agentFields = parseBody(AgentTurnFields, body);
@@ -40,7 +40,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
 
   app.post('/v1/completions', async (request, reply) => {
     const receivedAtMs = performance.now();
-    const { body, cacheSalt } = parseSaltedBody(CompletionRequest, request.body, engineVersion);
+    const { body, cacheSalt } = parseSaltedBody(CompletionRequest, withServedModel(request.body, options.servedModel), engineVersion);
     checkModel(body.model, options.servedModel);
     const prompts = prepareCompletionPrompts(body, options.limits);
     await run(reply, 'text', body, cacheSalt, prompts, receivedAtMs, PLAIN_TURN);
@@ -102,6 +102,13 @@ export function parseBody<Schema extends z.ZodType>(schema: Schema, body: unknow
 export function parseSaltedBody<Schema extends z.ZodType>(schema: Schema, body: unknown, engineVersion: EngineVersion): { body: z.infer<Schema>; cacheSalt: string | undefined } {
   const cacheSalt = readCacheSalt(body, engineVersion);
   return { body: parseBody(schema, withoutNullCacheSalt(body)), cacheSalt };
+}
+
+/** A body without `model` (absent or null) names the served model: vLLM's protocol has `model: str | None = None` and serves such a request with its (first) served model. */
+export function withServedModel(body: unknown, servedModel: string): unknown {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) return body;
+  const model = (body as { model?: unknown }).model;
+  return model === undefined || model === null ? { ...body, model: servedModel } : body;
 }
 
 export function checkModel(model: string, servedModel: string): void {

@@ -1,4 +1,4 @@
-import { encode } from 'gpt-tokenizer/encoding/cl100k_base';
+import { decode, encode } from 'gpt-tokenizer/encoding/cl100k_base';
 
 /**
  * Text → token ids with a real BPE tokenizer: OpenAI's cl100k_base, shipped inside the `gpt-tokenizer`
@@ -18,6 +18,14 @@ const PLAIN_TEXT = { disallowedSpecial: new Set<string>() };
 export function tokenize(text: string): number[] {
   return encode(text, PLAIN_TEXT);
 }
+
+/** Token ids → text (`/detokenize`); ids outside cl100k's text range (the template's control tokens, unknown ids) are left out. */
+export function detokenize(tokens: readonly number[]): string {
+  return decode(tokens.filter((token) => Number.isInteger(token) && token >= 0 && token < CL100K_TEXT_TOKENS));
+}
+
+/** cl100k_base's ordinary tokens are ids 0…100255; its own specials follow. */
+const CL100K_TEXT_TOKENS = 100_256;
 
 /** Control tokens of the chat template (ids outside the cl100k text range, as in ChatML models). */
 export const SPECIAL_TOKENS = {

@@ -21,8 +21,13 @@ export const ToolCall = z.looseObject({
 });
 export type ToolCall = z.infer<typeof ToolCall>;
 
+/**
+ * `role` is any non-empty string: vLLM accepts custom roles (its `CustomChatCompletionMessageParam`,
+ * e.g. Llama's `ipython`) and hands them to the chat template, so the router must not refuse them; the
+ * routing text keeps the role as sent.
+ */
 export const ChatMessage = z.looseObject({
-  role: z.enum(['system', 'developer', 'user', 'assistant', 'tool', 'function']),
+  role: z.string().min(1),
   content: z.union([z.string(), z.array(ContentPart), z.null()]).optional(),
   name: z.string().optional(),
   tool_calls: z.array(ToolCall).optional(),

@@ -1,0 +1,45 @@
+import type { FastifyInstance } from 'fastify';
+import { checkGenerationLimits, MessagesRequest, DEFAULT_GENERATION_LIMITS } from '@kvroute/protocols';
+import { EngineError } from '../engine-errors';
+import type { FaultInjector } from '../faults';
+import { messagesAsChatPrompt } from '../generation/messages-prompt';
+import { prepareMessagesPrompt, type PromptLimits } from '../generation/prepare-prompts';
+import type { GenerationDeps } from '../generation/serve-generation';
+import { serveMessages } from '../generation/serve-messages';
+import { renderChatPrompt } from '../text/chat-template';
+import { checkModel, parseBody } from './generation-routes';
+
+export interface MessagesRoutesOptions {
+  readonly servedModel: string;
+  readonly limits: PromptLimits;
+  readonly generation: GenerationDeps;
+  readonly faults: FaultInjector;
+}
+
+/**
+ * `POST /v1/messages` (Anthropic Messages, as vLLM serves it): the body becomes the chat prompt vLLM
+ * would template (generation/messages-prompt.ts), so its prefix cache behaves as chat's; streamed or
+ * not (generation/serve-messages.ts). `cache_salt` is not read: vLLM's Anthropic request has no such
+ * field (pydantic drops it). Faults apply as on chat.
+ */
+export async function messagesRoutes(app: FastifyInstance, options: MessagesRoutesOptions): Promise<void> {
+  app.post('/v1/messages', async (request, reply) => {
+    const receivedAtMs = performance.now();
+    const overLimit = checkGenerationLimits(request.body, DEFAULT_GENERATION_LIMITS);
+    if (overLimit !== null) throw new EngineError('bad-request', overLimit.message);
+    const body = parseBody(MessagesRequest, request.body);
+    checkModel(body.model, options.servedModel);
+    const { messages, tools } = messagesAsChatPrompt(body);
+    const prompt = prepareMessagesPrompt(renderChatPrompt({ messages, tools }), body.max_tokens, options.limits);
+    const faults = options.faults;
+    if (faults.current.extraLatencyMs > 0) await new Promise((resolve) => setTimeout(resolve, faults.current.extraLatencyMs));
+    const action = faults.draw();
+    if (action === 'error') {
+      const status = faults.current.errorStatus;
+      throw new EngineError(status === 503 ? 'unavailable' : status >= 500 ? 'internal' : 'bad-request', 'Injected fault (vllm-sim).', status);
+    }
+    reply.hijack();
+    if (action === 'hang') return;
+    serveMessages(options.generation, { model: body.model, prompt, stream: body.stream === true, cacheSalt: undefined, receivedAtMs }, reply.raw);
+  });
+}
