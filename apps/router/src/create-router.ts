@@ -118,7 +118,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const metrics = new RouterMetrics();
 
   const state = wireState(config, { nowMs, logger, metrics, state: deps.state }, closers);
-  const backends = wireBackends(config, { nowMs, logger, state: state.state, redis: state.redis, engineStates: state.engineStates, metrics, upstreamKeys, addressPolicy }, closers);
+  const backends = wireBackends(config, { nowMs, random, logger, state: state.state, redis: state.redis, engineStates: state.engineStates, metrics, upstreamKeys, addressPolicy }, closers);
   const discovery = discoverySettings && wireDiscovery(discoverySettings, config, { registry: backends.registry, changes: backends.changes, redis: state.redis, addressPolicy, metrics, nowMs, logger }, closers);
   metrics.readFrom({
     inflight: () => state.state.inflightCounts(),

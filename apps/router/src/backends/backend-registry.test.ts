@@ -119,3 +119,91 @@ describe('BackendRegistry changes at run time', () => {
     expect(registry.findByUrl('http://h:2')).toBeUndefined();
   });
 });
+
+describe('BackendRegistry discovery at start', () => {
+  /** Timers stepped by hand: `due` lists the pending ones with their delays. */
+  function manualTimers() {
+    const due: Array<{ run: () => void; delayMs: number; cleared: boolean }> = [];
+    return {
+      due,
+      timers: {
+        set: (run: () => void, delayMs: number) => {
+          const entry = { run, delayMs, cleared: false };
+          due.push(entry);
+          return entry;
+        },
+        clear: (handle: unknown) => {
+          (handle as { cleared: boolean }).cleared = true;
+        },
+      },
+      /** Runs the pending timers (those set by the runs wait for the next call). */
+      fire() {
+        for (const entry of due.splice(0)) if (!entry.cleared) entry.run();
+      },
+    };
+  }
+
+  it('retries an unreachable backend on a growing backoff until it answers, then stops retrying', async () => {
+    let listening = false;
+    let reads = 0;
+    const clock = manualTimers();
+    const registry = new BackendRegistry([{ url: 'http://h:1', weight: 1 }], {
+      ...options(async () => {
+        reads++;
+        if (!listening) throw new Error('ECONNREFUSED');
+        return ['m'];
+      }),
+      random: () => 0,
+      timers: clock.timers,
+    });
+    expect(registry.discoveryPending()).toBe(true);
+    await registry.refreshModels();
+    const delays: number[] = [];
+    for (let round = 0; round < 3; round++) {
+      expect(clock.due).toHaveLength(1);
+      delays.push(clock.due[0]?.delayMs as number);
+      clock.fire();
+      await vi.waitFor(() => expect(reads).toBe(round + 2));
+      await vi.waitFor(() => expect(clock.due).toHaveLength(1));
+    }
+    expect(delays).toEqual([125, 250, 500]);
+    expect(registry.undiscovered().map((backend) => backend.id)).toEqual(['h:1']);
+    listening = true;
+    clock.fire();
+    await vi.waitFor(() => expect(registry.poolFor('m')).toHaveLength(1));
+    expect(registry.discoveryPending()).toBe(false);
+    // Discovered: no retry pending; a later failed refresh keeps the models and schedules nothing.
+    expect(clock.due).toHaveLength(0);
+    listening = false;
+    await registry.refreshModels();
+    expect(clock.due).toHaveLength(0);
+    expect(registry.poolFor('m')).toHaveLength(1);
+  });
+
+  it('counts configured backends as discovered, and a backend answering an empty list too', async () => {
+    const registry = new BackendRegistry([{ url: 'http://h:1', models: ['m'], weight: 1 }, { url: 'http://h:2', weight: 1 }], options(async () => []));
+    expect(registry.undiscovered().map((backend) => backend.id)).toEqual(['h:2']);
+    await registry.refreshModels();
+    expect(registry.discoveryPending()).toBe(false);
+  });
+
+  it('cancels the retry of a backend that leaves, and every retry on stop', async () => {
+    const clock = manualTimers();
+    const registry = new BackendRegistry([{ url: 'http://h:1', weight: 1 }, { url: 'http://h:2', weight: 1 }], {
+      ...options(async () => {
+        throw new Error('down');
+      }),
+      timers: clock.timers,
+    });
+    await registry.refreshModels();
+    expect(clock.due.filter((entry) => !entry.cleared)).toHaveLength(2);
+    registry.remove('h:1');
+    expect(clock.due.filter((entry) => !entry.cleared)).toHaveLength(1);
+    expect(registry.undiscovered().map((backend) => backend.id)).toEqual(['h:2']);
+    registry.stop();
+    expect(clock.due.filter((entry) => !entry.cleared)).toHaveLength(0);
+    // A read failing after stop schedules nothing.
+    await registry.refreshModels();
+    expect(clock.due.filter((entry) => !entry.cleared)).toHaveLength(0);
+  });
+});

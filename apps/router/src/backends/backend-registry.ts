@@ -1,5 +1,6 @@
 import type { BackendId, BackendInfo } from '@kvroute/routing';
 import { CircuitBreaker } from './circuit-breaker';
+import { DEFAULT_DISCOVERY_BACKOFF, discoveryRetryDelayMs, type DiscoveryBackoff } from './discovery-backoff';
 
 /** A backend as the router runs it: where it is, what it serves, whether its circuit is open. */
 export interface Backend {
@@ -48,6 +49,29 @@ export interface BackendRegistryOptions {
    * connection pool; what it was believed to cache, unless the same engine stays).
    */
   readonly onRemoved?: (backend: Backend, models: readonly string[], departure: BackendDeparture) => void;
+  /** Jitter of the discovery retries (discovery-backoff.ts); Math.random by default. */
+  readonly random?: () => number;
+  /** Where the discovery retries wait; the global timers by default. */
+  readonly timers?: RetryTimers;
+  /** Delays of the discovery retries; 250 ms doubling to 4 s by default. */
+  readonly discoveryBackoff?: DiscoveryBackoff;
+}
+
+/** One-shot timers, injected so that tests can step them. */
+export interface RetryTimers {
+  set(run: () => void, delayMs: number): unknown;
+  clear(handle: unknown): void;
+}
+
+const GLOBAL_TIMERS: RetryTimers = {
+  set: (run, delayMs) => setTimeout(run, delayMs).unref(),
+  clear: (handle) => clearTimeout(handle as NodeJS.Timeout),
+};
+
+/** An undiscovered backend's retries: how many reads failed so far, and the pending retry (null: none). */
+interface DiscoveryRetry {
+  failures: number;
+  timer: unknown;
 }
 
 /** The id a spec gets: its own, else the URL's host:port. */
@@ -65,6 +89,12 @@ export function backendIdOf(spec: BackendSpec): BackendId {
  * is in no pool, so no new request is routed to it. Models come from config or are discovered from
  * each backend and refreshed periodically (a backend that cannot be reached keeps its last known
  * models); a backend added without models is read at once.
+ *
+ * Discovery: a backend without configured models is *undiscovered* until it has answered GET /v1/models
+ * once. Until then it is asked again on a short, growing backoff (discovery-backoff.ts), not only on the
+ * periodic refresh: a router started together with its backends finds them within a fraction of a
+ * second of their listening. While any backend is undiscovered, a model no backend has reported may
+ * still exist (`discoveryPending`): the request path answers 503 + Retry-After for it, not 404.
  */
 export class BackendRegistry {
   private all: readonly Backend[] = [];
@@ -75,6 +105,11 @@ export class BackendRegistry {
   /** Models served by any backend, drained ones included. */
   private served = new Set<string>();
   private timer: NodeJS.Timeout | null = null;
+  /** Backend objects (not ids: a replaced backend starts over) that answered GET /v1/models at least once. */
+  private readonly discovered = new WeakSet<Backend>();
+  /** Undiscovered backends whose read failed: their retry schedule. */
+  private readonly discoveryRetries = new Map<Backend, DiscoveryRetry>();
+  private stopped = false;
 
   constructor(specs: readonly BackendSpec[], private readonly options: BackendRegistryOptions) {
     const seen = new Set<string>();
@@ -100,6 +135,19 @@ export class BackendRegistry {
   /** Whether any backend, drained or not, serves `model` (unknown model vs. nowhere to send it right now). */
   servesModel(model: string): boolean {
     return this.served.has(model);
+  }
+
+  /**
+   * Whether some registered backend has not yet told its models (not configured, never answered GET
+   * /v1/models): a model unknown now may be one it serves.
+   */
+  discoveryPending(): boolean {
+    return this.all.some((backend) => !this.isDiscovered(backend));
+  }
+
+  /** Registered backends that have not yet told their models, in registration order. */
+  undiscovered(): readonly Backend[] {
+    return this.all.filter((backend) => !this.isDiscovered(backend));
   }
 
   /** Every model served by at least one undrained backend. */
@@ -201,9 +249,16 @@ export class BackendRegistry {
     this.timer.unref();
   }
 
+  /** Stops the refresh and every discovery retry; nothing is read afterwards. */
   stop(): void {
+    this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
+    for (const backend of [...this.discoveryRetries.keys()]) this.cancelDiscoveryRetry(backend);
+  }
+
+  private isDiscovered(backend: Backend): boolean {
+    return backend.configuredModels !== null || this.discovered.has(backend);
   }
 
   private createBackend(spec: BackendSpec): Backend {
@@ -228,6 +283,7 @@ export class BackendRegistry {
     const models = this.modelsByBackend.get(backend.id) ?? [];
     this.modelsByBackend.delete(backend.id);
     this.drained.delete(backend.id);
+    this.cancelDiscoveryRetry(backend);
     this.options.onRemoved?.(backend, models, departure);
   }
 
@@ -239,13 +295,46 @@ export class BackendRegistry {
         try {
           const models = await this.options.fetchModels(backend);
           // The backend may have left (or been replaced) while its models were being read.
-          if (this.get(backend.id) === backend) this.modelsByBackend.set(backend.id, models);
+          if (this.get(backend.id) === backend) {
+            this.modelsByBackend.set(backend.id, models);
+            this.discovered.add(backend);
+            this.cancelDiscoveryRetry(backend);
+          }
         } catch (error) {
           this.options.onRefreshError?.(backend, error);
+          if (!this.discovered.has(backend)) this.scheduleDiscoveryRetry(backend);
         }
       }),
     );
     this.rebuildPools();
+  }
+
+  /**
+   * Asks an undiscovered backend again after the backoff, unless a retry is already pending (the
+   * periodic refresh may fail for it too), it left, or the registry stopped.
+   */
+  private scheduleDiscoveryRetry(backend: Backend): void {
+    if (this.stopped || this.get(backend.id) !== backend) return;
+    let retry = this.discoveryRetries.get(backend);
+    if (retry === undefined) {
+      retry = { failures: 0, timer: null };
+      this.discoveryRetries.set(backend, retry);
+    }
+    if (retry.timer !== null) return;
+    retry.failures += 1;
+    const pending = retry;
+    const delayMs = discoveryRetryDelayMs(retry.failures, this.options.random ?? Math.random, this.options.discoveryBackoff ?? DEFAULT_DISCOVERY_BACKOFF);
+    retry.timer = (this.options.timers ?? GLOBAL_TIMERS).set(() => {
+      pending.timer = null;
+      void this.readModels([backend]);
+    }, delayMs);
+  }
+
+  private cancelDiscoveryRetry(backend: Backend): void {
+    const retry = this.discoveryRetries.get(backend);
+    if (retry === undefined) return;
+    if (retry.timer !== null) (this.options.timers ?? GLOBAL_TIMERS).clear(retry.timer);
+    this.discoveryRetries.delete(backend);
   }
 
   private rebuildPools(): void {

@@ -70,9 +70,21 @@ export interface RoutedFigures {
   readonly pendingAheadTokens: number;
 }
 
-/** A request's pool: the backends serving its model. Throws (404, 503) before anything was sent. */
+/**
+ * A request's pool: the backends serving its model. Throws (404, 503) before anything was sent. A model
+ * no backend reports is 404 only once every backend has told its models: before, it may be served by
+ * one that is still starting (503 + Retry-After: a client retries it, and never sees a false 404).
+ */
 export function poolOf(registry: BackendRegistry, model: string): readonly Backend[] {
-  if (!registry.servesModel(model)) throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${model}\` does not exist.`, { param: 'model' });
+  if (!registry.servesModel(model)) {
+    if (registry.discoveryPending()) {
+      throw new RouterError('ROUTER_ERR_DISCOVERY_PENDING', `No backend has reported model \`${model}\` yet; some backends have not yet told their models. Retry shortly.`, {
+        param: 'model',
+        retryAfterSeconds: 1,
+      });
+    }
+    throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${model}\` does not exist.`, { param: 'model' });
+  }
   // Drained backends are in no pool: a model whose backends are all drained exists but has nowhere to go.
   const backends = registry.poolFor(model);
   if (backends.length === 0) throw new RouterError('ROUTER_ERR_NO_BACKEND', `No backend is available for model \`${model}\` right now.`, { retryAfterSeconds: 1 });

@@ -27,6 +27,8 @@ export interface BackendParts {
 
 export interface BackendsWiringDeps {
   readonly nowMs: () => number;
+  /** Jitter of the model-discovery retries. */
+  readonly random: () => number;
   readonly logger: FastifyBaseLogger | undefined;
   /** What a departing engine was believed to cache is forgotten here. */
   readonly state: RoutingStateStore;
@@ -57,6 +59,7 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     breakerFailureThreshold: config.breakerFailureThreshold,
     breakerCooldownMs: config.breakerCooldownMs,
     nowMs: deps.nowMs,
+    random: deps.random,
     // Through the backend's own pool: its connections are the checked, pinned ones.
     fetchModels: (backend) => fetchModels(backend, upstreams.for(backend), upstreams.authorizationOf(backend), config.connectTimeoutMs),
     onRefreshError: (backend, error) => logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models'),
