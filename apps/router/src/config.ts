@@ -139,7 +139,20 @@ export const RouterConfig = z.object({
     .default(26 * 1024 * 1024)
     .describe("largest multipart/form-data body accepted (vLLM's /v1/audio/transcriptions and /translations: vLLM takes audio files up to 25 MB by default, VLLM_MAX_AUDIO_CLIP_FILESIZE_MB)"),
   connectTimeoutMs: z.coerce.number().int().positive().default(5_000).describe('upstream TCP connect timeout'),
-  headersTimeoutMs: z.coerce.number().int().positive().default(300_000).describe('upstream time to response headers (covers queueing and prefill)'),
+  // A try's deadlines, from when its request went out (proxy/relay-handler.ts TryDeadline). Neither is
+  // retried elsewhere: the backend may be running the request (pipeline/retry-before-first-byte.ts).
+  streamFirstByteTimeoutMs: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(300_000)
+    .describe("a stream's time from being sent to its first body byte (queueing and prefill); past it the upstream request is aborted and the client gets 504 ROUTER_ERR_UPSTREAM_TIMEOUT (or, if the stream's headers were relayed, that error as its last event), never a retry on another backend"),
+  generationTimeoutMs: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(1_800_000)
+    .describe("a non-streaming request's time from being sent to its whole response (an engine answers only once generation ends); past it the upstream request is aborted and the client gets 504, never a retry. Above vLLM's own limits (it has no server-side generation timeout: max_tokens and max-model-len bound it)"),
   idleTimeoutMs: z.coerce.number().int().positive().default(300_000).describe('upstream silence allowed between response chunks'),
   requestStreamUsage: z.boolean().default(true).describe("ask engines for usage (`stream_options.include_usage`) on streams whose client did not, and take it out again before it reaches the client (which gets the engine's bytes as without it): the cached-token feedback (`kvroute_router_prefix_*`) needs every stream's usage"),
   maxAttempts: z.coerce.number().int().min(1).max(10).default(3).describe('tries per request across different backends, before the first byte'),

@@ -14,6 +14,7 @@ import type { RequestPathDeps } from './pipeline/request-path';
 import type { LearnedFigures } from './routes/debug-routes';
 import { createLearner } from './pipeline/learn';
 import { PolicyTable } from './routing/policy-table';
+import { NODE_TIMERS } from './one-shot-timers';
 import { RouterMetrics } from './router-metrics';
 import { HeldLeases } from './routing/held-leases';
 import { wireBackends } from './wiring/backends-wiring';
@@ -175,7 +176,14 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       metrics,
       logger: requestLogger.child({ component: 'route' }),
     },
-    send: { upstreams: backends.upstreams, metrics, logger: requestLogger.child({ component: 'proxy' }) },
+    send: {
+      upstreams: backends.upstreams,
+      streamFirstByteTimeoutMs: config.streamFirstByteTimeoutMs,
+      generationTimeoutMs: config.generationTimeoutMs,
+      timers: NODE_TIMERS,
+      metrics,
+      logger: requestLogger.child({ component: 'proxy' }),
+    },
     learn: learner,
     retry: { maxAttempts: config.maxAttempts, retryBackoffMs: config.retryBackoffMs, random },
     metrics,

@@ -4,13 +4,13 @@ import { startTestCluster, totalInflight, waitFor } from './start-test-cluster';
 /**
  * An in-flight slot is released exactly once on every path: a burst of mixed traffic (streams,
  * non-streams, client aborts mid-stream and before the first byte, retried 503s, hung backends timed
- * out, mid-stream upstream failures, bad input) leaves the count at 0, with nothing running upstream.
+ * out (504, not retried), mid-stream upstream failures, bad input) leaves the count at 0, with nothing running upstream.
  */
 describe('in-flight accounting under mixed traffic', () => {
   it('returns to 0 after every kind of ending', async () => {
     const cluster = await startTestCluster({
       sims: [{}, { profile: 'a100-7b', timeScale: 5 }, {}, {}],
-      router: { policy: 'roundrobin', headersTimeoutMs: 400, breakerFailureThreshold: 1000 },
+      router: { policy: 'roundrobin', streamFirstByteTimeoutMs: 400, generationTimeoutMs: 400, breakerFailureThreshold: 1000 },
     });
     try {
       const [, , erroring, flaky] = cluster.sims;
@@ -43,6 +43,8 @@ describe('in-flight accounting under mixed traffic', () => {
       expect(outcomes).toContain('200');
       expect(outcomes).toContain('400');
       expect(outcomes).toContain('AbortError');
+      // Hung requests hit their deadline (504, not retried): their leases were released too.
+      expect(outcomes).toContain('504');
       // Client aborts reached the backends as aborts (the upstream request was cancelled, not left running).
       const upstreamAborts = cluster.sims.reduce((sum, sim) => sum + sim.sim.engine.stats.requestSuccess.abort, 0);
       expect(upstreamAborts).toBeGreaterThan(0);

@@ -10,6 +10,7 @@ import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import type { Backend } from '../src/backends/backend-registry';
 import { CircuitBreaker } from '../src/backends/circuit-breaker';
+import { NODE_TIMERS } from '../src/one-shot-timers';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
 import { parseRequest, registerBodyParser, type Endpoint } from '../src/pipeline/parse';
@@ -265,7 +266,7 @@ describe('through the router to vllm-sim, against the same request sent directly
 describe('requestStreamUsage off', () => {
   let fake: FakeVllm;
   let app: FastifyInstance | undefined;
-  const pools = new UpstreamPools({ connectTimeoutMs: 1_000, headersTimeoutMs: 5_000, idleTimeoutMs: 5_000, keys: UpstreamKeys.none() });
+  const pools = new UpstreamPools({ connectTimeoutMs: 1_000, idleTimeoutMs: 5_000, keys: UpstreamKeys.none() });
   beforeAll(async () => {
     fake = await new FakeVllm('\n', () => [31, 200]).start();
   });
@@ -296,7 +297,7 @@ describe('requestStreamUsage off', () => {
       const parsed = await parseRequest('chat', request, { blockSizeBytes: 256, maxRoutedBlocks: 64, maxJsonDepth: 64, limits: DEFAULT_GENERATION_LIMITS, requestStreamUsage });
       reply.hijack();
       await send(
-        { upstreams: pools, metrics, logger: stages.log },
+        { upstreams: pools, streamFirstByteTimeoutMs: 5_000, generationTimeoutMs: 5_000, timers: NODE_TIMERS, metrics, logger: stages.log },
         {
           backend,
           reason: 'test',
@@ -309,6 +310,7 @@ describe('requestStreamUsage off', () => {
           requestId: 'r1',
           arrivedAtMs: performance.now(),
           mayRetryStatus: false,
+          streams: parsed.stream,
           readsUsage: true,
           stripsStreamUsage: parsed.stripsStreamUsage,
           showsRoutingHeaders: true,

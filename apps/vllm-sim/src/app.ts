@@ -33,6 +33,8 @@ export interface SimAppDeps {
   readonly bodyLimitBytes: number;
   readonly startedAtUnixSeconds: number;
   readonly logger: FastifyBaseLogger | false;
+  /** Counts valid generation requests as they arrive (createSimServer's `generationRequestsReceived`). */
+  readonly onGenerationRequest?: () => void;
   /** Lets `/sim/refuse-connections` stop the listener; null when the server was not started by main. */
   readonly connectionGate: () => ConnectionGate | null;
 }
@@ -75,6 +77,7 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     limits,
     faults: deps.faults,
     agent: { seed: deps.seed, toolCallProbability: deps.toolCallProbability, reasoningTokens: deps.reasoningTokens },
+    ...(deps.onGenerationRequest === undefined ? {} : { onGenerationRequest: deps.onGenerationRequest }),
     generation: {
       loop: deps.loop,
       seed: deps.seed,

@@ -14,6 +14,11 @@ export interface SimServer {
   readonly loop: EngineLoop;
   readonly faults: FaultInjector;
   readonly servedModel: string;
+  /**
+   * Valid generation requests received so far, whatever became of them (served, failed by a fault,
+   * hung, aborted): what a test reads to know whether a request was sent here once or again.
+   */
+  readonly generationRequestsReceived: number;
   /** Listens and returns the base URL (`http://host:port`). */
   listen(): Promise<string>;
   close(): Promise<void>;
@@ -40,6 +45,7 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
   const servedModel = config.model ?? profile.defaultModel;
   let gate: ConnectionGate | null = null;
   let refuseTimer: NodeJS.Timeout | null = null;
+  let generationRequestsReceived = 0;
 
   const app = await buildSimApp({
     loop,
@@ -58,6 +64,9 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
     startedAtUnixSeconds: (deps.nowUnixSeconds ?? (() => Date.now() / 1000))(),
     logger: deps.logger ?? false,
     connectionGate: () => gate,
+    onGenerationRequest: () => {
+      generationRequestsReceived += 1;
+    },
   });
 
   return {
@@ -66,6 +75,9 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
     loop,
     faults,
     servedModel,
+    get generationRequestsReceived() {
+      return generationRequestsReceived;
+    },
     async listen() {
       const address = await app.listen({ host: config.host, port: config.port });
       const port = (app.server.address() as { port: number }).port;

@@ -1,5 +1,6 @@
 import type { BackendId, BackendInfo } from '@kvroute/routing';
 import { CircuitBreaker } from './circuit-breaker';
+import { NODE_TIMERS, type OneShotTimers } from '../one-shot-timers';
 import { DEFAULT_DISCOVERY_BACKOFF, discoveryRetryDelayMs, type DiscoveryBackoff } from './discovery-backoff';
 
 /** A backend as the router runs it: where it is, what it serves, whether its circuit is open. */
@@ -52,21 +53,10 @@ export interface BackendRegistryOptions {
   /** Jitter of the discovery retries (discovery-backoff.ts); Math.random by default. */
   readonly random?: () => number;
   /** Where the discovery retries wait; the global timers by default. */
-  readonly timers?: RetryTimers;
+  readonly timers?: OneShotTimers;
   /** Delays of the discovery retries; 250 ms doubling to 4 s by default. */
   readonly discoveryBackoff?: DiscoveryBackoff;
 }
-
-/** One-shot timers, injected so that tests can step them. */
-export interface RetryTimers {
-  set(run: () => void, delayMs: number): unknown;
-  clear(handle: unknown): void;
-}
-
-const GLOBAL_TIMERS: RetryTimers = {
-  set: (run, delayMs) => setTimeout(run, delayMs).unref(),
-  clear: (handle) => clearTimeout(handle as NodeJS.Timeout),
-};
 
 /** An undiscovered backend's retries: how many reads failed so far, and the pending retry (null: none). */
 interface DiscoveryRetry {
@@ -324,7 +314,7 @@ export class BackendRegistry {
     retry.failures += 1;
     const pending = retry;
     const delayMs = discoveryRetryDelayMs(retry.failures, this.options.random ?? Math.random, this.options.discoveryBackoff ?? DEFAULT_DISCOVERY_BACKOFF);
-    retry.timer = (this.options.timers ?? GLOBAL_TIMERS).set(() => {
+    retry.timer = (this.options.timers ?? NODE_TIMERS).set(() => {
       pending.timer = null;
       void this.readModels([backend]);
     }, delayMs);
@@ -333,7 +323,7 @@ export class BackendRegistry {
   private cancelDiscoveryRetry(backend: Backend): void {
     const retry = this.discoveryRetries.get(backend);
     if (retry === undefined) return;
-    if (retry.timer !== null) (this.options.timers ?? GLOBAL_TIMERS).clear(retry.timer);
+    if (retry.timer !== null) (this.options.timers ?? NODE_TIMERS).clear(retry.timer);
     this.discoveryRetries.delete(backend);
   }
 

@@ -59,6 +59,8 @@ export interface ParsedRequest {
   readonly body: Buffer;
   /** The body asks for a stream's usage the client did not ask for: the relay removes what that adds (proxy/usage-strip.ts). */
   readonly stripsStreamUsage: boolean;
+  /** The body asks for a stream (`stream: true`): send bounds its time to the first byte, not to the whole response. */
+  readonly stream: boolean;
 }
 
 /** `messages`: Anthropic Messages (`POST /v1/messages`), routed by prefix like chat. */
@@ -138,6 +140,7 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
       routingRequest: passthroughRoutingRequest(model, sessionHeaderOf(request.headers), options.blockSizeBytes),
       body: rawBodyOf(request),
       stripsStreamUsage: false,
+      stream: (body as { stream?: unknown }).stream === true,
     };
   }
   const generation = validateGenerationBody(endpoint, withModel(body as Record<string, unknown>, servedModels), options.limits);
@@ -156,6 +159,7 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
     routingRequest,
     body: forwarded ?? rawBodyOf(request),
     stripsStreamUsage: asksUsage,
+    stream: generation.stream === true,
   };
 }
 

@@ -87,6 +87,7 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
           requestId: of.request.id,
           arrivedAtMs: of.request.arrivedAtMs,
           mayRetryStatus,
+          streams: of.parsed.stream,
           readsUsage: of.parsed.kind === 'generation',
           stripsStreamUsage: of.parsed.stripsStreamUsage,
           showsRoutingHeaders: of.showsRoutingHeaders,

@@ -7,14 +7,18 @@ import type { RouterMetrics } from '../router-metrics';
 import type { Ticket } from './route';
 
 /**
- * Retry before the first byte, wrapped around route and send as an undici interceptor wraps dispatch:
- * route a try (skipping the backends this request already tried), send it; if nothing reached the
- * client (connect error, timeout before the response headers, 429/502/503/504 while another try is
- * possible), the try's backend is excluded and, after a full-jitter exponential backoff, the next try
- * is routed. At most `maxAttempts` tries; never the same backend twice. The client going away ends it.
+ * Retry before the engine started, wrapped around route and send as an undici interceptor wraps
+ * dispatch: route a try (skipping the backends this request already tried), send it; if the backend
+ * never started it (connect error, or a 429/503 refusal while another try is possible), the try's
+ * backend is excluded and, after a full-jitter exponential backoff, the next try is routed. At most
+ * `maxAttempts` tries; never the same backend twice. The client going away ends it.
  *
- * Throws a RouterError only when nothing was sent to the client: the last transport failure, or
- * `ROUTER_ERR_NO_BACKEND` when no backend was left to try.
+ * A request that went out and then failed before anything reached the client (its deadline passed,
+ * the connection broke: `failed`) is not re-run: the backend may be running it still, or have run it
+ * for minutes, and another try would cost that again. Its error is answered at once (504, 502).
+ *
+ * Throws a RouterError only when nothing was sent to the client: a sent try's failure, the last
+ * connect failure, or `ROUTER_ERR_NO_BACKEND` when no backend was left to try.
  */
 export interface RetryOptions {
   readonly maxAttempts: number;
@@ -49,6 +53,10 @@ export function withRetryBeforeFirstByte<Request>(options: RetryOptions, routeTr
       const othersLeft = pool.backends.some((other) => other.id !== backendId && !tried.has(other.id) && other.breaker.isAvailable());
       const outcome = await sendTry(of, ticket, attempt < options.maxAttempts && othersLeft);
       if (outcome.kind === 'done') return;
+      if (outcome.kind === 'failed') {
+        options.logger.warn({ requestId, backend: backendId, err: outcome.error, attempt }, 'upstream try failed after it was sent: not retried');
+        throw failureOf(backendId, outcome.cause, outcome.error);
+      }
       options.metrics.recordRetry(backendId, outcome.cause);
       if (outcome.error) {
         options.logger.warn({ requestId, backend: backendId, err: outcome.error, attempt }, 'upstream try failed before the first byte');
@@ -63,9 +71,11 @@ export function withRetryBeforeFirstByte<Request>(options: RetryOptions, routeTr
 }
 
 function failureOf(backendId: BackendId, cause: string, error: Error): RouterError {
-  return cause === 'timeout'
-    ? new RouterError('ROUTER_ERR_UPSTREAM_TIMEOUT', `Backend ${backendId} did not answer in time.`, { cause: error })
-    : new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backendId} could not be reached (${(error as { code?: string }).code ?? 'transport error'}).`, { cause: error });
+  if (cause === 'timeout') return new RouterError('ROUTER_ERR_UPSTREAM_TIMEOUT', `Backend ${backendId} did not answer in time (${error.message}).`, { cause: error });
+  const code = (error as { code?: string }).code ?? 'transport error';
+  return cause === 'connect'
+    ? new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backendId} could not be reached (${code}).`, { cause: error })
+    : new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backendId} failed before answering (${code}).`, { cause: error });
 }
 
 /** Full-jitter exponential backoff; false if the client went away meanwhile. */

@@ -2,6 +2,7 @@ import type { ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Backend } from '../backends/backend-registry';
 import { upstreamRequestHeaders, type ClientHop } from '../proxy/header-hygiene';
+import type { OneShotTimers } from '../one-shot-timers';
 import { RelayHandler, type RelayEvents, type TryOutcome } from '../proxy/relay-handler';
 import type { UpstreamPools } from '../proxy/upstream-pool';
 import type { RouterMetrics } from '../router-metrics';
@@ -14,6 +15,11 @@ import type { RouterMetrics } from '../router-metrics';
  */
 export interface SendDeps {
   readonly upstreams: UpstreamPools;
+  /** A stream's time to its first body byte once sent, ms (config `streamFirstByteTimeoutMs`). */
+  readonly streamFirstByteTimeoutMs: number;
+  /** A non-streaming request's time to its whole response once sent, ms (config `generationTimeoutMs`). */
+  readonly generationTimeoutMs: number;
+  readonly timers: OneShotTimers;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger;
 }
@@ -36,8 +42,10 @@ export interface Shipment {
   readonly requestId: string;
   /** performance.now() when the request arrived. */
   readonly arrivedAtMs: number;
-  /** Whether a retryable status (429/502/503/504) may be retried elsewhere instead of relayed. */
+  /** Whether a refusal (429/503) may be retried elsewhere instead of relayed. */
   readonly mayRetryStatus: boolean;
+  /** The request asks for a stream (`stream: true`): its deadline is its first byte, else its whole response. */
+  readonly streams: boolean;
   /** Whether learn reads the response's usage (chat and text completions). */
   readonly readsUsage: boolean;
   /** The body asked for a stream's usage on the client's behalf: the relay removes what that adds (proxy/usage-strip.ts). */
@@ -68,13 +76,15 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
     streamUsageStrip: shipment.stripsStreamUsage ? { fingerprints: deps.upstreams.fingerprintMemoryOf(backend) } : null,
     showsRoutingHeaders: shipment.showsRoutingHeaders,
     extraHeaders: shipment.extraHeaders,
+    deadline: shipment.streams ? { until: 'first-byte', ms: deps.streamFirstByteTimeoutMs } : { until: 'end', ms: deps.generationTimeoutMs },
+    timers: deps.timers,
     metrics: deps.metrics,
     logger: deps.logger,
   });
   backend.breaker.onAttempt();
   deps.upstreams.for(backend).dispatch({ method: 'POST', path: backend.basePath + shipment.path, headers, body: shipment.body }, handler);
   const outcome = await handler.outcome;
-  if (outcome.kind === 'retry') backend.breaker.onFailure();
+  if (outcome.kind !== 'done') backend.breaker.onFailure();
   else if (!outcome.clientWentAway) {
     const status = response.statusCode;
     if (status >= 500 || status === 429) backend.breaker.onFailure();

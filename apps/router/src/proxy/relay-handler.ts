@@ -3,16 +3,45 @@ import type { FastifyBaseLogger } from 'fastify';
 import { encodeSseData, SSE_DONE } from '@kvroute/protocols';
 import type { Dispatcher } from 'undici';
 import { RouterError } from '../errors';
+import type { OneShotTimers } from '../one-shot-timers';
 import type { RouterMetrics } from '../router-metrics';
 import { FirstOutputWatch } from './first-output-watch';
 import { clientResponseHeaders } from './header-hygiene';
 import { ResponseTail } from './response-tail';
 import { StreamUsageStrip, type FingerprintMemory } from './usage-strip';
 
-/** How one try ended. `retry`: nothing reached the client, another backend may take the request. */
+/**
+ * How one try ended.
+ * - `retry`: the backend never started the request (it could not be connected to, or refused it at
+ *   once with 429/503) and nothing reached the client: another backend may take it.
+ * - `failed`: the request went out to the backend, which may be running it, and it failed before
+ *   anything reached the client (a deadline passed, the connection broke): never re-run elsewhere,
+ *   where it would run a second time (a long generation cut by a timeout would cost its GPU time
+ *   again on every try); the client gets 504 or 502.
+ * - `done`: the response (or its error event) reached the client.
+ */
 export type TryOutcome =
-  | { readonly kind: 'retry'; readonly cause: 'connect' | 'timeout' | `status-${number}`; readonly error: Error | null }
+  | { readonly kind: 'retry'; readonly cause: 'connect' | `status-${number}`; readonly error: Error | null }
+  | { readonly kind: 'failed'; readonly cause: 'timeout' | 'transport'; readonly error: Error }
   | { readonly kind: 'done'; readonly clientWentAway: boolean };
+
+/**
+ * A try's deadline, counted from when its request went out on a connection (connecting is bounded by
+ * `connectTimeoutMs` and retried): `first-byte`: until the response's first body byte (a stream:
+ * queueing and prefill); `end`: until the whole response (a non-streaming generation).
+ */
+export interface TryDeadline {
+  readonly until: 'first-byte' | 'end';
+  readonly ms: number;
+}
+
+/** What a try's deadline aborts its upstream request with. */
+export class UpstreamDeadlineError extends Error {
+  readonly code = 'KVROUTE_UPSTREAM_DEADLINE';
+  constructor(readonly deadline: TryDeadline) {
+    super(deadline.until === 'first-byte' ? `no response byte within ${deadline.ms} ms` : `no complete response within ${deadline.ms} ms`);
+  }
+}
 
 /** What the relay tells the stages after it (learn, release); it knows nothing of what they do. */
 export interface RelayEvents {
@@ -48,15 +77,21 @@ export interface RelayTarget {
   readonly showsRoutingHeaders: boolean;
   /** Headers of the router's own to add (the `x-ratelimit-*` of an admitted tenant request); null: none. */
   readonly extraHeaders: Readonly<Record<string, string>> | null;
+  readonly deadline: TryDeadline;
+  readonly timers: OneShotTimers;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger;
 }
 
-/** Upstream statuses that mean "this backend cannot take it now": try another one. */
-const RETRYABLE_STATUS = new Set([429, 502, 503, 504]);
+/**
+ * Upstream statuses that mean "this backend did not take it": try another one. Only refusals: a 502 or
+ * 504 comes from a gateway in front of the engine, which may have passed the request on and left it
+ * running there; they are relayed as they are.
+ */
+const RETRYABLE_STATUS = new Set([429, 503]);
 /** Bytes of a successful response's end kept for its usage: a usage chunk or object is ~200 B, and a stream's last content chunk and `[DONE]` come around it. */
 const USAGE_TAIL_BYTES = 4096;
-const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'KVROUTE_UPSTREAM_DEADLINE']);
 
 /**
  * An undici dispatch handler that relays one upstream response straight into the client's response:
@@ -71,8 +106,11 @@ const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_CONNECT_TIMEO
  *   the client through a StreamUsageStrip (the usage event out, the rest as the engine would have sent
  *   it without the option); the first-output watch and the tail read the engine's own chunks, so learn
  *   reads the usage the client does not get.
- * - Before anything is written, a connect error, a timeout or a retryable status resolves `retry`
- *   (a retryable response body is drained, keeping the connection reusable).
+ * - Before anything is written, a connect error or a refusal (429/503) resolves `retry` (a refusal's
+ *   body is drained, keeping the connection reusable); any other failure of a request that went out
+ *   (its deadline, a broken connection) resolves `failed`: the backend may be running it.
+ * - The deadline (TryDeadline) aborts the upstream request; once a stream's headers were relayed, it
+ *   ends the stream with the router's timeout error event and `[DONE]`.
  * - After the first byte, an upstream failure ends an SSE stream with an error event and `[DONE]`
  *   (a plain response is cut); a client that went away aborts the upstream request at once.
  * - `events.finished` runs exactly once, whatever happens.
@@ -93,6 +131,10 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   /** Takes out what the router's `include_usage` added (null: nothing to take out). */
   private strip: StreamUsageStrip | null = null;
   private clientGone = false;
+  /** The request went out on a connection (undici's onRequestStart): from here the backend may be running it. */
+  private sent = false;
+  private deadlineTimer: unknown = null;
+  private deadlinePassed = false;
   private readonly onClientClose = (): void => {
     if (this.target.response.writableFinished) return;
     this.clientGone = true;
@@ -110,7 +152,23 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     if (this.clientGone || this.target.response.destroyed) {
       this.clientGone = true;
       controller.abort(new Error('client went away'));
+      return;
     }
+    this.sent = true;
+    const { deadline, timers } = this.target;
+    this.deadlineTimer = timers.set(this.onDeadline, deadline.ms);
+  }
+
+  private readonly onDeadline = (): void => {
+    this.deadlineTimer = null;
+    this.deadlinePassed = true;
+    this.controller?.abort(new UpstreamDeadlineError(this.target.deadline));
+  };
+
+  private clearDeadline(): void {
+    if (this.deadlineTimer === null) return;
+    this.target.timers.clear(this.deadlineTimer);
+    this.deadlineTimer = null;
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
@@ -146,6 +204,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.target.deadline.until === 'first-byte') this.clearDeadline();
     if (this.mode !== 'relay') return;
     if (this.firstOutput !== null && this.firstOutput.feed(chunk)) {
       this.firstOutput = null;
@@ -178,28 +237,33 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       return this.finish({ kind: 'done', clientWentAway: true });
     }
     if (this.mode !== 'relay') {
+      // Not sent: the connection could not be made (refused, connect timeout): the engine never saw it.
+      if (!this.sent) return this.finish({ kind: 'retry', cause: 'connect', error });
       const code = (error as { code?: string }).code ?? '';
-      return this.finish({ kind: 'retry', cause: TIMEOUT_CODES.has(code) ? 'timeout' : 'connect', error });
+      return this.finish({ kind: 'failed', cause: this.deadlinePassed || TIMEOUT_CODES.has(code) ? 'timeout' : 'transport', error });
     }
     target.metrics.recordStreamError(target.backendId);
     target.logger.warn({ requestId: target.requestId, backend: target.backendId, err: error }, 'upstream failed after the first byte');
+    // The try's deadline passed after the headers were relayed (a stream that sent its headers, then
+    // nothing): the router's timeout, not the backend's failure.
+    const routerError = this.deadlinePassed
+      ? new RouterError('ROUTER_ERR_UPSTREAM_TIMEOUT', `Upstream backend ${target.backendId} sent no output in time (${error.message}).`)
+      : new RouterError('ROUTER_ERR_UPSTREAM_STREAM', `Upstream backend ${target.backendId} failed mid-stream.`);
     if (this.isSse && !target.response.destroyed) {
-      const message = `Upstream backend ${target.backendId} failed mid-stream.`;
       // What the strip still held goes first, as it would have without it.
       const rest = this.strip?.end() ?? null;
       if (rest !== null) target.response.write(rest);
-      target.response.end(
-        encodeSseData(JSON.stringify(new RouterError('ROUTER_ERR_UPSTREAM_STREAM', message).toBody())) + encodeSseData(SSE_DONE),
-      );
+      target.response.end(encodeSseData(JSON.stringify(routerError.toBody())) + encodeSseData(SSE_DONE));
     } else {
       target.response.destroy();
     }
-    target.metrics.recordRouted(target.backendId, target.model, target.policyName, target.reason, 502);
+    target.metrics.recordRouted(target.backendId, target.model, target.policyName, target.reason, routerError.status);
     this.finish({ kind: 'done', clientWentAway: false });
   }
 
   private finish(outcome: TryOutcome, tail: ResponseTail | null = null): void {
     const target = this.target;
+    this.clearDeadline();
     target.response.off('close', this.onClientClose);
     target.response.off('drain', this.onDrain);
     target.events.finished(tail);

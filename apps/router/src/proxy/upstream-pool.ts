@@ -6,7 +6,7 @@ import type { FingerprintMemory } from './usage-strip';
 
 export interface UpstreamPoolOptions {
   readonly connectTimeoutMs: number;
-  readonly headersTimeoutMs: number;
+  /** Silence allowed between response body chunks, ms (undici's bodyTimeout). */
   readonly idleTimeoutMs: number;
   /** The API keys the backends get (`Authorization: Bearer`), by their URL. */
   readonly keys: UpstreamKeys;
@@ -39,7 +39,9 @@ export class UpstreamPools {
       const lookup = this.options.lookupFor?.(backend);
       pool = new Pool(backend.origin, {
         connect: { timeout: this.options.connectTimeoutMs, ...(lookup === undefined ? {} : { lookup }) },
-        headersTimeout: this.options.headersTimeoutMs,
+        // No pool-wide headers timeout: each try's deadline (relay-handler.ts TryDeadline) bounds it, a
+        // stream to its first byte, a non-streaming generation (headers come with its end) to its end.
+        headersTimeout: 0,
         bodyTimeout: this.options.idleTimeoutMs,
         keepAliveTimeout: 30_000,
         pipelining: 1,

@@ -48,7 +48,6 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
   const { logger } = deps;
   const upstreams = new UpstreamPools({
     connectTimeoutMs: config.connectTimeoutMs,
-    headersTimeoutMs: config.headersTimeoutMs,
     idleTimeoutMs: config.idleTimeoutMs,
     keys: deps.upstreamKeys,
     // Every connection re-checks and pins the backend's addresses (DNS rebinding).

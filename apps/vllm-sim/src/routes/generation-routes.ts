@@ -17,6 +17,8 @@ export interface GenerationRoutesOptions {
   readonly faults: FaultInjector;
   /** Tool calls and reasoning for chat turns. */
   readonly agent: AgentSettings;
+  /** A valid generation request arrived (before faults are drawn): tests count what reached the backend. */
+  readonly onGenerationRequest?: () => void;
 }
 
 /** `POST /v1/chat/completions` and `POST /v1/completions`: validate, template, tokenize, run on the engine. */
@@ -55,6 +57,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
     receivedAtMs: number,
     turn: TurnPlan,
   ): Promise<void> {
+    options.onGenerationRequest?.();
     const faults = options.faults;
     if (faults.current.extraLatencyMs > 0) await delay(faults.current.extraLatencyMs);
     const action = faults.draw();
