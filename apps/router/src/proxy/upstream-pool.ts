@@ -43,7 +43,10 @@ export class UpstreamPools {
         // stream to its first byte, a non-streaming generation (headers come with its end) to its end.
         headersTimeout: 0,
         bodyTimeout: this.options.idleTimeoutMs,
-        keepAliveTimeout: 30_000,
+        // Below vLLM's own keep-alive (uvicorn's timeout_keep_alive, VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by
+        // default): an idle connection is let go before the engine closes it, so a request is never
+        // written onto a connection closing under it, a failure that is not retried (the request went out).
+        keepAliveTimeout: 4_000,
         pipelining: 1,
       });
       // After close/destroy nothing new goes out: a request sent now fails at once on its closed pool
