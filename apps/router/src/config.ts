@@ -146,7 +146,7 @@ export const RouterConfig = z.object({
     .int()
     .positive()
     .default(300_000)
-    .describe("a stream's time from being sent to its first body byte (queueing and prefill); past it the upstream request is aborted and the client gets 504 ROUTER_ERR_UPSTREAM_TIMEOUT (or, if the stream's headers were relayed, that error as its last event), never a retry on another backend"),
+    .describe("a stream's time from being sent to its first body byte (queueing and prefill); past it the upstream request is aborted and the client gets 504 ROUTER_ERR_UPSTREAM_TIMEOUT (or, if the stream's headers were relayed, that error as its last event), never a retry on another backend. Once an engine has sent the stream's headers (vLLM does at once), idleTimeoutMs also bounds the wait for its first chunk: keep this ≤ idleTimeoutMs"),
   generationTimeoutMs: z.coerce
     .number()
     .int()
