@@ -146,6 +146,7 @@ describe('BackendRegistry discovery at start', () => {
   it('retries an unreachable backend on a growing backoff until it answers, then stops retrying', async () => {
     let listening = false;
     let reads = 0;
+    const failures: number[] = [];
     const clock = manualTimers();
     const registry = new BackendRegistry([{ url: 'http://h:1', weight: 1 }], {
       ...options(async () => {
@@ -155,6 +156,7 @@ describe('BackendRegistry discovery at start', () => {
       }),
       random: () => 0,
       timers: clock.timers,
+      onRefreshError: (_backend, _error, discoveryFailures) => failures.push(discoveryFailures),
     });
     expect(registry.discoveryPending()).toBe(true);
     await registry.refreshModels();
@@ -178,6 +180,8 @@ describe('BackendRegistry discovery at start', () => {
     await registry.refreshModels();
     expect(clock.due).toHaveLength(0);
     expect(registry.poolFor('m')).toHaveLength(1);
+    // Failures in a row while undiscovered (the owner logs the first and then now and then), then a refresh's (0).
+    expect(failures).toEqual([1, 2, 3, 4, 0]);
   });
 
   it('counts configured backends as discovered, and a backend answering an empty list too', async () => {

@@ -43,7 +43,13 @@ export interface BackendRegistryOptions {
   readonly nowMs: () => number;
   /** Reads a backend's served model ids (GET /v1/models); injected so the registry does no I/O itself. */
   readonly fetchModels: (backend: Backend) => Promise<readonly string[]>;
-  readonly onRefreshError?: (backend: Backend, error: unknown) => void;
+  /**
+   * A read of a backend's models failed. `discoveryFailures`: how many reads of a backend not yet
+   * discovered have failed in a row, this one included (0: a discovered backend's refresh failed; it
+   * keeps its last known models). Lets the owner log the first and then only now and then, since an
+   * undiscovered backend is read again every few seconds.
+   */
+  readonly onRefreshError?: (backend: Backend, error: unknown, discoveryFailures: number) => void;
   /**
    * A backend object left the registry (see BackendDeparture). Its requests in flight hold their own
    * reference and finish; this is the place to let go of what only new requests would use (its upstream
@@ -291,8 +297,11 @@ export class BackendRegistry {
             this.cancelDiscoveryRetry(backend);
           }
         } catch (error) {
-          this.options.onRefreshError?.(backend, error);
-          if (!this.discovered.has(backend)) this.scheduleDiscoveryRetry(backend);
+          if (this.discovered.has(backend)) this.options.onRefreshError?.(backend, error, 0);
+          else {
+            this.scheduleDiscoveryRetry(backend);
+            this.options.onRefreshError?.(backend, error, this.discoveryRetries.get(backend)?.failures ?? 1);
+          }
         }
       }),
     );

@@ -13,6 +13,9 @@ import type { RouterConfig } from '../config';
 import type { RouterMetrics } from '../router-metrics';
 import { UpstreamPools } from '../proxy/upstream-pool';
 
+/** Failed discovery reads of one backend between two warnings: at the 4 s backoff cap, about a minute. */
+const DISCOVERY_WARN_EVERY = 15;
+
 /** The backends a replica routes over, their connection pools, and how the set changes at run time. */
 export interface BackendParts {
   readonly registry: BackendRegistry;
@@ -61,7 +64,14 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     random: deps.random,
     // Through the backend's own pool: its connections are the checked, pinned ones.
     fetchModels: (backend) => fetchModels(backend, upstreams.for(backend), upstreams.authorizationOf(backend), config.connectTimeoutMs),
-    onRefreshError: (backend, error) => logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models'),
+    onRefreshError: (backend, error, discoveryFailures) => {
+      if (discoveryFailures === 0) return logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models (keeping the last known)');
+      // Not discovered yet: asked again every few seconds (a backend still starting is normal at
+      // start). A warning on the first failure and then about once a minute; the rest at debug.
+      const details = { backend: backend.id, err: error, attempts: discoveryFailures };
+      if (discoveryFailures === 1 || discoveryFailures % DISCOVERY_WARN_EVERY === 0) logger?.warn(details, 'could not read the backend models yet: retrying');
+      else logger?.debug(details, 'could not read the backend models yet: retrying');
+    },
     // A departing backend's requests in flight keep their pool (closed once they finish). What it was
     // believed to cache is forgotten only if the engine itself went (a new weight keeps its cache).
     onRemoved: (backend, models, departure) => {
