@@ -468,6 +468,31 @@ describe('request path against scripted backends', () => {
       expect(await metricValue('kvroute_router_stream_errors_total{backend="b0"}')).toBe(1);
     });
 
+    it('ends a stream whose headers came but no event within streamFirstByteTimeoutMs with the timeout event, aborting it upstream, not retrying', async () => {
+      const { router } = await startHarness([scripts.sseThenHold([]), scripts.sse([textChunk('never')])], { streamFirstByteTimeoutMs: 150 });
+
+      const result = await postChatText(STREAM_BODY);
+
+      expect(result.status).toBe(200);
+      const data = sseData(result.text);
+      expect(JSON.parse(data[0] as string)).toEqual({
+        error: { message: expect.any(String), type: 'upstream_error', param: null, code: 'ROUTER_ERR_UPSTREAM_TIMEOUT' },
+      });
+      expect(data).toEqual([data[0], '[DONE]']);
+      await within((await backend('b0').nth(1)).aborted, 'the upstream request to be aborted');
+      await until(() => sum(leaseCounts(router)) === 0 && router.heldLeases === 0 && router.inflightRequests === 0, 'the lease and the request to end');
+      expect(backend('b1').received).toHaveLength(0);
+    });
+
+    it('lets a stream run past streamFirstByteTimeoutMs once its first byte came', async () => {
+      await startHarness([scripts.ssePieces([sseEvent(ROLE_CHUNK), sseEvent(textChunk('late')), sseEvent('[DONE]')], 250)], { streamFirstByteTimeoutMs: 100 });
+
+      const result = await postChatText(STREAM_BODY);
+
+      expect(result.status).toBe(200);
+      expect(sseData(result.text)).toEqual([ROLE_CHUNK, textChunk('late'), '[DONE]']);
+    });
+
     it('aborts the upstream request when the client goes away mid-stream, and returns its lease', async () => {
       const { router } = await startHarness([scripts.sseThenHold([ROLE_CHUNK, textChunk('Hel')]), scripts.sse([textChunk('never')])]);
       const controller = new AbortController();
