@@ -25,9 +25,9 @@ export const ROUTER_ERRORS = {
   /**
    * No backend has reported the model, but some backend has not yet told its models (it is not
    * listening yet, e.g. started together with the router): 503 with `Retry-After`, not a 404 that a
-   * client would take as final (backends/backend-registry.ts, discovery).
+   * client would take as final (backends/backend-registry.ts, models pending).
    */
-  ROUTER_ERR_DISCOVERY_PENDING: { status: 503, type: 'service_unavailable' },
+  ROUTER_ERR_MODELS_PENDING: { status: 503, type: 'service_unavailable' },
   /** Over `maxInflightRequests` or `maxConnections`: 503 with `Retry-After` (pipeline/admit.ts). */
   ROUTER_ERR_OVERLOADED: { status: 503, type: 'service_unavailable' },
   ROUTER_ERR_UPSTREAM_UNAVAILABLE: { status: 502, type: 'upstream_error' },

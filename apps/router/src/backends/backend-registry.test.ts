@@ -120,7 +120,7 @@ describe('BackendRegistry changes at run time', () => {
   });
 });
 
-describe('BackendRegistry discovery at start', () => {
+describe('BackendRegistry: models pending at start', () => {
   /** Timers stepped by hand: `due` lists the pending ones with their delays. */
   function manualTimers() {
     const due: Array<{ run: () => void; delayMs: number; cleared: boolean }> = [];
@@ -156,9 +156,9 @@ describe('BackendRegistry discovery at start', () => {
       }),
       random: () => 0,
       timers: clock.timers,
-      onRefreshError: (_backend, _error, discoveryFailures) => failures.push(discoveryFailures),
+      onRefreshError: (_backend, _error, modelsReadFailures) => failures.push(modelsReadFailures),
     });
-    expect(registry.discoveryPending()).toBe(true);
+    expect(registry.modelsPending()).toBe(true);
     await registry.refreshModels();
     const delays: number[] = [];
     for (let round = 0; round < 3; round++) {
@@ -169,26 +169,26 @@ describe('BackendRegistry discovery at start', () => {
       await vi.waitFor(() => expect(clock.due).toHaveLength(1));
     }
     expect(delays).toEqual([125, 250, 500]);
-    expect(registry.undiscovered().map((backend) => backend.id)).toEqual(['h:1']);
+    expect(registry.backendsWithModelsPending().map((backend) => backend.id)).toEqual(['h:1']);
     listening = true;
     clock.fire();
     await vi.waitFor(() => expect(registry.poolFor('m')).toHaveLength(1));
-    expect(registry.discoveryPending()).toBe(false);
-    // Discovered: no retry pending; a later failed refresh keeps the models and schedules nothing.
+    expect(registry.modelsPending()).toBe(false);
+    // Known: no retry pending; a later failed refresh keeps the models and schedules nothing.
     expect(clock.due).toHaveLength(0);
     listening = false;
     await registry.refreshModels();
     expect(clock.due).toHaveLength(0);
     expect(registry.poolFor('m')).toHaveLength(1);
-    // Failures in a row while undiscovered (the owner logs the first and then now and then), then a refresh's (0).
+    // Failures in a row while pending (the owner logs the first and then now and then), then a refresh's (0).
     expect(failures).toEqual([1, 2, 3, 4, 0]);
   });
 
-  it('counts configured backends as discovered, and a backend answering an empty list too', async () => {
+  it('counts configured backends as known, and a backend answering an empty list too', async () => {
     const registry = new BackendRegistry([{ url: 'http://h:1', models: ['m'], weight: 1 }, { url: 'http://h:2', weight: 1 }], options(async () => []));
-    expect(registry.undiscovered().map((backend) => backend.id)).toEqual(['h:2']);
+    expect(registry.backendsWithModelsPending().map((backend) => backend.id)).toEqual(['h:2']);
     await registry.refreshModels();
-    expect(registry.discoveryPending()).toBe(false);
+    expect(registry.modelsPending()).toBe(false);
   });
 
   it('cancels the retry of a backend that leaves, and every retry on stop', async () => {
@@ -203,7 +203,7 @@ describe('BackendRegistry discovery at start', () => {
     expect(clock.due.filter((entry) => !entry.cleared)).toHaveLength(2);
     registry.remove('h:1');
     expect(clock.due.filter((entry) => !entry.cleared)).toHaveLength(1);
-    expect(registry.undiscovered().map((backend) => backend.id)).toEqual(['h:2']);
+    expect(registry.backendsWithModelsPending().map((backend) => backend.id)).toEqual(['h:2']);
     registry.stop();
     expect(clock.due.filter((entry) => !entry.cleared)).toHaveLength(0);
     // A read failing after stop schedules nothing.

@@ -1,7 +1,7 @@
 import type { BackendId, BackendInfo } from '@kvroute/routing';
 import { CircuitBreaker } from './circuit-breaker';
 import { NODE_TIMERS, type OneShotTimers } from '../one-shot-timers';
-import { DEFAULT_DISCOVERY_BACKOFF, discoveryRetryDelayMs, type DiscoveryBackoff } from './discovery-backoff';
+import { DEFAULT_MODELS_RETRY_BACKOFF, modelsRetryDelayMs, type ModelsRetryBackoff } from './models-retry-backoff';
 
 /** A backend as the router runs it: where it is, what it serves, whether its circuit is open. */
 export interface Backend {
@@ -44,28 +44,28 @@ export interface BackendRegistryOptions {
   /** Reads a backend's served model ids (GET /v1/models); injected so the registry does no I/O itself. */
   readonly fetchModels: (backend: Backend) => Promise<readonly string[]>;
   /**
-   * A read of a backend's models failed. `discoveryFailures`: how many reads of a backend not yet
-   * discovered have failed in a row, this one included (0: a discovered backend's refresh failed; it
-   * keeps its last known models). Lets the owner log the first and then only now and then, since an
-   * undiscovered backend is read again every few seconds.
+   * A read of a backend's models failed. `modelsReadFailures`: how many reads of a backend whose models
+   * are still pending have failed in a row, this one included (0: the refresh of a backend whose models
+   * are known failed; it keeps them). Lets the owner log the first and then only now and then, since a
+   * pending backend is read again every few seconds.
    */
-  readonly onRefreshError?: (backend: Backend, error: unknown, discoveryFailures: number) => void;
+  readonly onRefreshError?: (backend: Backend, error: unknown, modelsReadFailures: number) => void;
   /**
    * A backend object left the registry (see BackendDeparture). Its requests in flight hold their own
    * reference and finish; this is the place to let go of what only new requests would use (its upstream
    * connection pool; what it was believed to cache, unless the same engine stays).
    */
   readonly onRemoved?: (backend: Backend, models: readonly string[], departure: BackendDeparture) => void;
-  /** Jitter of the discovery retries (discovery-backoff.ts); Math.random by default. */
+  /** Jitter of the retries of pending backends' models (models-retry-backoff.ts); Math.random by default. */
   readonly random?: () => number;
-  /** Where the discovery retries wait; the global timers by default. */
+  /** Where those retries wait; the global timers by default. */
   readonly timers?: OneShotTimers;
-  /** Delays of the discovery retries; 250 ms doubling to 4 s by default. */
-  readonly discoveryBackoff?: DiscoveryBackoff;
+  /** Delays of those retries; 250 ms doubling to 4 s by default. */
+  readonly modelsRetryBackoff?: ModelsRetryBackoff;
 }
 
-/** An undiscovered backend's retries: how many reads failed so far, and the pending retry (null: none). */
-interface DiscoveryRetry {
+/** A pending backend's retries: how many reads of its models failed so far, and the next retry (null: none). */
+interface ModelsRetry {
   failures: number;
   timer: unknown;
 }
@@ -86,11 +86,12 @@ export function backendIdOf(spec: BackendSpec): BackendId {
  * each backend and refreshed periodically (a backend that cannot be reached keeps its last known
  * models); a backend added without models is read at once.
  *
- * Discovery: a backend without configured models is *undiscovered* until it has answered GET /v1/models
- * once. Until then it is asked again on a short, growing backoff (discovery-backoff.ts), not only on the
- * periodic refresh: a router started together with its backends finds them within a fraction of a
- * second of their listening. While any backend is undiscovered, a model no backend has reported may
- * still exist (`discoveryPending`): the request path answers 503 + Retry-After for it, not 404.
+ * Models pending: a backend without configured models has its models *pending* until it has answered
+ * GET /v1/models once. Until then it is asked again on a short, growing backoff
+ * (models-retry-backoff.ts), not only on the periodic refresh: a router started together with its
+ * backends finds them within a fraction of a second of their listening. While any backend's models are
+ * pending, a model no backend has reported may still exist (`modelsPending`): the request path answers
+ * 503 + Retry-After for it, not 404.
  */
 export class BackendRegistry {
   private all: readonly Backend[] = [];
@@ -102,9 +103,9 @@ export class BackendRegistry {
   private served = new Set<string>();
   private timer: NodeJS.Timeout | null = null;
   /** Backend objects (not ids: a replaced backend starts over) that answered GET /v1/models at least once. */
-  private readonly discovered = new WeakSet<Backend>();
-  /** Undiscovered backends whose read failed: their retry schedule. */
-  private readonly discoveryRetries = new Map<Backend, DiscoveryRetry>();
+  private readonly answeredModels = new WeakSet<Backend>();
+  /** Pending backends whose read failed: their retry schedule. */
+  private readonly modelsRetries = new Map<Backend, ModelsRetry>();
   private stopped = false;
 
   constructor(specs: readonly BackendSpec[], private readonly options: BackendRegistryOptions) {
@@ -137,13 +138,13 @@ export class BackendRegistry {
    * Whether some registered backend has not yet told its models (not configured, never answered GET
    * /v1/models): a model unknown now may be one it serves.
    */
-  discoveryPending(): boolean {
-    return this.all.some((backend) => !this.isDiscovered(backend));
+  modelsPending(): boolean {
+    return this.all.some((backend) => !this.modelsKnown(backend));
   }
 
   /** Registered backends that have not yet told their models, in registration order. */
-  undiscovered(): readonly Backend[] {
-    return this.all.filter((backend) => !this.isDiscovered(backend));
+  backendsWithModelsPending(): readonly Backend[] {
+    return this.all.filter((backend) => !this.modelsKnown(backend));
   }
 
   /** Every model served by at least one undrained backend. */
@@ -245,16 +246,16 @@ export class BackendRegistry {
     this.timer.unref();
   }
 
-  /** Stops the refresh and every discovery retry; nothing is read afterwards. */
+  /** Stops the refresh and every retry of pending models; nothing is read afterwards. */
   stop(): void {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    for (const backend of [...this.discoveryRetries.keys()]) this.cancelDiscoveryRetry(backend);
+    for (const backend of [...this.modelsRetries.keys()]) this.cancelModelsRetry(backend);
   }
 
-  private isDiscovered(backend: Backend): boolean {
-    return backend.configuredModels !== null || this.discovered.has(backend);
+  private modelsKnown(backend: Backend): boolean {
+    return backend.configuredModels !== null || this.answeredModels.has(backend);
   }
 
   private createBackend(spec: BackendSpec): Backend {
@@ -279,7 +280,7 @@ export class BackendRegistry {
     const models = this.modelsByBackend.get(backend.id) ?? [];
     this.modelsByBackend.delete(backend.id);
     this.drained.delete(backend.id);
-    this.cancelDiscoveryRetry(backend);
+    this.cancelModelsRetry(backend);
     this.options.onRemoved?.(backend, models, departure);
   }
 
@@ -293,14 +294,14 @@ export class BackendRegistry {
           // The backend may have left (or been replaced) while its models were being read.
           if (this.get(backend.id) === backend) {
             this.modelsByBackend.set(backend.id, models);
-            this.discovered.add(backend);
-            this.cancelDiscoveryRetry(backend);
+            this.answeredModels.add(backend);
+            this.cancelModelsRetry(backend);
           }
         } catch (error) {
-          if (this.discovered.has(backend)) this.options.onRefreshError?.(backend, error, 0);
+          if (this.answeredModels.has(backend)) this.options.onRefreshError?.(backend, error, 0);
           else {
-            this.scheduleDiscoveryRetry(backend);
-            this.options.onRefreshError?.(backend, error, this.discoveryRetries.get(backend)?.failures ?? 1);
+            this.scheduleModelsRetry(backend);
+            this.options.onRefreshError?.(backend, error, this.modelsRetries.get(backend)?.failures ?? 1);
           }
         }
       }),
@@ -309,31 +310,31 @@ export class BackendRegistry {
   }
 
   /**
-   * Asks an undiscovered backend again after the backoff, unless a retry is already pending (the
+   * Asks a pending backend again after the backoff, unless a retry is already pending (the
    * periodic refresh may fail for it too), it left, or the registry stopped.
    */
-  private scheduleDiscoveryRetry(backend: Backend): void {
+  private scheduleModelsRetry(backend: Backend): void {
     if (this.stopped || this.get(backend.id) !== backend) return;
-    let retry = this.discoveryRetries.get(backend);
+    let retry = this.modelsRetries.get(backend);
     if (retry === undefined) {
       retry = { failures: 0, timer: null };
-      this.discoveryRetries.set(backend, retry);
+      this.modelsRetries.set(backend, retry);
     }
     if (retry.timer !== null) return;
     retry.failures += 1;
     const pending = retry;
-    const delayMs = discoveryRetryDelayMs(retry.failures, this.options.random ?? Math.random, this.options.discoveryBackoff ?? DEFAULT_DISCOVERY_BACKOFF);
+    const delayMs = modelsRetryDelayMs(retry.failures, this.options.random ?? Math.random, this.options.modelsRetryBackoff ?? DEFAULT_MODELS_RETRY_BACKOFF);
     retry.timer = (this.options.timers ?? NODE_TIMERS).set(() => {
       pending.timer = null;
       void this.readModels([backend]);
     }, delayMs);
   }
 
-  private cancelDiscoveryRetry(backend: Backend): void {
-    const retry = this.discoveryRetries.get(backend);
+  private cancelModelsRetry(backend: Backend): void {
+    const retry = this.modelsRetries.get(backend);
     if (retry === undefined) return;
     if (retry.timer !== null) (this.options.timers ?? NODE_TIMERS).clear(retry.timer);
-    this.discoveryRetries.delete(backend);
+    this.modelsRetries.delete(backend);
   }
 
   private rebuildPools(): void {

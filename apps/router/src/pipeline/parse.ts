@@ -126,7 +126,8 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
   if (body === MULTIPART_BODY) {
     if (endpoint !== 'passthrough') throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'This endpoint takes a JSON body, not multipart/form-data.');
     const model = modelOfForm(request, rawBodyOf(request), servedModels);
-    return { model, kind: 'passthrough', routingRequest: passthroughRoutingRequest(model, sessionHeaderOf(request.headers), options.blockSizeBytes), body: rawBodyOf(request), stripsStreamUsage: false };
+    // A form's `stream` field is not read (the body is forwarded as is): its deadline is the whole response's.
+    return { model, kind: 'passthrough', routingRequest: passthroughRoutingRequest(model, sessionHeaderOf(request.headers), options.blockSizeBytes), body: rawBodyOf(request), stripsStreamUsage: false, stream: false };
   }
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
     throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'The request body must be a JSON object.');
@@ -181,7 +182,7 @@ function parseMessages(request: FastifyRequest, body: Record<string, unknown>, o
     sessionKey: sessionHeaderOf(request.headers),
   });
   const forwarded = forwardedBody(rawBodyOf(request), body, { asksUsage: false, salt });
-  return { model: messages.model, kind: 'generation', routingRequest, body: forwarded ?? rawBodyOf(request), stripsStreamUsage: false };
+  return { model: messages.model, kind: 'generation', routingRequest, body: forwarded ?? rawBodyOf(request), stripsStreamUsage: false, stream: messages.stream === true };
 }
 
 /** The body with the model request-model.ts resolves when it names none (the body itself when it does): validated and routed as if sent. */

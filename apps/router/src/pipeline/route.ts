@@ -77,8 +77,8 @@ export interface RoutedFigures {
  */
 export function poolOf(registry: BackendRegistry, model: string): readonly Backend[] {
   if (!registry.servesModel(model)) {
-    if (registry.discoveryPending()) {
-      throw new RouterError('ROUTER_ERR_DISCOVERY_PENDING', `No backend has reported model \`${model}\` yet; some backends have not yet told their models. Retry shortly.`, {
+    if (registry.modelsPending()) {
+      throw new RouterError('ROUTER_ERR_MODELS_PENDING', `No backend has reported model \`${model}\` yet; some backends have not yet told their models. Retry shortly.`, {
         param: 'model',
         retryAfterSeconds: 1,
       });

@@ -5,7 +5,8 @@ import { RouterError } from '../errors';
 /**
  * `GET /v1/models`: the union of the models every pool serves, in the OpenAI list shape; and
  * `GET /v1/models/{id}`: one of them as an OpenAI model object, or a 404 in the OpenAI error shape
- * (`ROUTER_ERR_MODEL_NOT_FOUND`) for a model no backend serves. Answered by the router from what it
+ * (`ROUTER_ERR_MODEL_NOT_FOUND`) for a model no backend serves (503 `ROUTER_ERR_MODELS_PENDING` while
+ * some backend has not yet told its models). Answered by the router from what it
  * knows (vLLM has no such route; the OpenAI clients' `models.retrieve` calls it). Model ids may hold
  * `/` (`org/name`), so the id is the rest of the path.
  */
@@ -21,6 +22,13 @@ export async function modelsRoutes(app: FastifyInstance, options: { registry: Ba
   app.get<{ Params: { '*': string } }>('/v1/models/*', async (request) => {
     const id = request.params['*'];
     if (id === '' || !options.registry.models().includes(id)) {
+      // As for a request (pipeline/route.ts poolOf): not a 404 while a backend may still report it.
+      if (id !== '' && options.registry.modelsPending()) {
+        throw new RouterError('ROUTER_ERR_MODELS_PENDING', `No backend has reported model \`${id.slice(0, 256)}\` yet; some backends have not yet told their models. Retry shortly.`, {
+          param: 'model',
+          retryAfterSeconds: 1,
+        });
+      }
       throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${id.slice(0, 256)}\` does not exist.`, { param: 'model' });
     }
     return modelObject(id);

@@ -7,9 +7,9 @@ import type { BackendRegistry } from '../backends/backend-registry';
  * backend serves a model and has a closed (or probing) circuit. A load balancer uses readyz: from
  * SIGTERM on it answers 503 while the replica still serves for its drain delay, which is how the
  * balancer learns to send new connections elsewhere. At start it stays 503 until a backend has told its
- * models (discovery retries within a fraction of a second of the backends listening); it does not wait
+ * models (asked again within a fraction of a second of the backends listening); it does not wait
  * for every backend, since one that never comes up would keep the whole replica out of the balancer.
- * `undiscoveredBackends` names those not heard from yet. Its body also says, per backend, whether the
+ * `modelsPendingBackends` names those not heard from yet. Its body also says, per backend, whether the
  * router's picture of its cache is checked by its responses (`feedback`: `cached-tokens` | `open-loop`).
  * `GET /version`: which kvroute build answers (`{ version, commit }`).
  */
@@ -27,7 +27,7 @@ export async function probesRoutes(
       shuttingDown: options.isShuttingDown(),
       usableBackends: [...new Set(usable.map((backend) => backend.id))],
       // Backends that have not yet answered GET /v1/models (being retried): models they serve get 503 + Retry-After meanwhile.
-      undiscoveredBackends: options.registry.undiscovered().map((backend) => backend.id),
+      modelsPendingBackends: options.registry.backendsWithModelsPending().map((backend) => backend.id),
       // How the router learns what each backend's cache holds: from every response's cached tokens
       // (closed loop), or not at all (its engine does not report them: predictions go unchecked).
       feedback: Object.fromEntries(options.registry.backends.map((backend) => [backend.id, options.reportsCachedTokens(backend.id) ? 'cached-tokens' : 'open-loop'])),

@@ -13,8 +13,8 @@ import type { RouterConfig } from '../config';
 import type { RouterMetrics } from '../router-metrics';
 import { UpstreamPools } from '../proxy/upstream-pool';
 
-/** Failed discovery reads of one backend between two warnings: at the 4 s backoff cap, about a minute. */
-const DISCOVERY_WARN_EVERY = 15;
+/** Failed reads of one pending backend's models between two warnings: at the 4 s backoff cap, about a minute. */
+const MODELS_RETRY_WARN_EVERY = 15;
 
 /** The backends a replica routes over, their connection pools, and how the set changes at run time. */
 export interface BackendParts {
@@ -30,7 +30,7 @@ export interface BackendParts {
 
 export interface BackendsWiringDeps {
   readonly nowMs: () => number;
-  /** Jitter of the model-discovery retries. */
+  /** Jitter of the retries of pending backends' models. */
   readonly random: () => number;
   readonly logger: FastifyBaseLogger | undefined;
   /** What a departing engine was believed to cache is forgotten here. */
@@ -64,12 +64,12 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     random: deps.random,
     // Through the backend's own pool: its connections are the checked, pinned ones.
     fetchModels: (backend) => fetchModels(backend, upstreams.for(backend), upstreams.authorizationOf(backend), config.connectTimeoutMs),
-    onRefreshError: (backend, error, discoveryFailures) => {
-      if (discoveryFailures === 0) return logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models (keeping the last known)');
-      // Not discovered yet: asked again every few seconds (a backend still starting is normal at
+    onRefreshError: (backend, error, modelsReadFailures) => {
+      if (modelsReadFailures === 0) return logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models (keeping the last known)');
+      // Models still pending: asked again every few seconds (a backend still starting is normal at
       // start). A warning on the first failure and then about once a minute; the rest at debug.
-      const details = { backend: backend.id, err: error, attempts: discoveryFailures };
-      if (discoveryFailures === 1 || discoveryFailures % DISCOVERY_WARN_EVERY === 0) logger?.warn(details, 'could not read the backend models yet: retrying');
+      const details = { backend: backend.id, err: error, attempts: modelsReadFailures };
+      if (modelsReadFailures === 1 || modelsReadFailures % MODELS_RETRY_WARN_EVERY === 0) logger?.warn(details, 'could not read the backend models yet: retrying');
       else logger?.debug(details, 'could not read the backend models yet: retrying');
     },
     // A departing backend's requests in flight keep their pool (closed once they finish). What it was

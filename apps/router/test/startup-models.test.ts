@@ -9,7 +9,7 @@ import { waitFor } from './start-test-cluster';
 
 /**
  * Start-up as `docker compose up` or a rollout does it: the router comes up before its backends listen.
- * Its first GET /v1/models finds them not listening; discovery retries on a short backoff, so the first
+ * Its first GET /v1/models finds them not listening; it asks again on a short backoff, so the first
  * request is served within a second of the backends listening (the 30 s models refresh used to make
  * that ~30 s of 404s), and meanwhile a client only ever gets 503 + Retry-After, never a 404.
  */
@@ -95,9 +95,9 @@ describe('start-up with backends not listening yet', () => {
     const after = observed.slice(firstOk);
     // The window was seen (the client polled before the backends listened)…
     expect(before.length).toBeGreaterThan(0);
-    // …and in it only 503s with Retry-After, saying discovery is pending: never a 404.
+    // …and in it only 503s with Retry-After, saying models are pending: never a 404.
     expect(observed.filter((answer) => answer.status === 404)).toEqual([]);
-    for (const answer of before) expect(answer).toMatchObject({ status: 503, code: 'ROUTER_ERR_DISCOVERY_PENDING', retryAfter: '1' });
+    for (const answer of before) expect(answer).toMatchObject({ status: 503, code: 'ROUTER_ERR_MODELS_PENDING', retryAfter: '1' });
     expect(after.every((answer) => answer.status === 200)).toBe(true);
     // Within a second of the backends listening (the models refresh alone took up to 30 s).
     const firstOkAtMs = (observed[firstOk] as Observed).atMs;
@@ -112,7 +112,7 @@ describe('start-up with backends not listening yet', () => {
     expect(completion.choices[0]?.message.content).toEqual(expect.any(String));
 
     // Every backend has told its models: an unknown model is a 404 again.
-    await waitFor(() => !(router as RouterServer).registry.discoveryPending(), 5_000);
+    await waitFor(() => !(router as RouterServer).registry.modelsPending(), 5_000);
     expect(await post(routerUrl, 'no-such-model')).toMatchObject({ status: 404, code: 'ROUTER_ERR_MODEL_NOT_FOUND' });
   });
 
@@ -127,13 +127,16 @@ describe('start-up with backends not listening yet', () => {
     // Ready (a backend that never comes up must not keep the replica out of the balancer), naming the missing one.
     const probe = await fetch(`${routerUrl}/readyz`);
     expect(probe.status).toBe(200);
-    expect(((await probe.json()) as { undiscoveredBackends: string[] }).undiscoveredBackends).toEqual([lateId]);
-    // A model nobody reported may be the late backend's: 503 + Retry-After, not 404.
-    expect(await post(routerUrl, 'other-model')).toMatchObject({ status: 503, code: 'ROUTER_ERR_DISCOVERY_PENDING', retryAfter: '1' });
+    expect(((await probe.json()) as { modelsPendingBackends: string[] }).modelsPendingBackends).toEqual([lateId]);
+    // A model nobody reported may be the late backend's: 503 + Retry-After, not 404 (models.retrieve too).
+    expect(await post(routerUrl, 'other-model')).toMatchObject({ status: 503, code: 'ROUTER_ERR_MODELS_PENDING', retryAfter: '1' });
+    const retrieved = await fetch(`${routerUrl}/v1/models/other-model`);
+    expect([retrieved.status, retrieved.headers.get('retry-after')]).toEqual([503, '1']);
 
     await late.listen();
-    await waitFor(() => !(router as RouterServer).registry.discoveryPending(), 5_000);
+    await waitFor(() => !(router as RouterServer).registry.modelsPending(), 5_000);
     expect(await post(routerUrl, 'other-model')).toMatchObject({ status: 404, code: 'ROUTER_ERR_MODEL_NOT_FOUND' });
+    expect((await fetch(`${routerUrl}/v1/models/other-model`)).status).toBe(404);
     expect(router?.registry.poolFor('test-model')).toHaveLength(2);
   });
 });
