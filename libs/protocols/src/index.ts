@@ -1,4 +1,5 @@
 export * from './openai/chat-completions';
+export * from './openai/responses';
 export * from './openai/error-body';
 export * from './sse';
 export * from './backend-state';

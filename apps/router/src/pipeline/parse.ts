@@ -4,6 +4,7 @@ import { buildRoutingRequest, type RoutingRequest } from '@kvroute/routing';
 import { RouterError } from '../errors';
 import { validateBody } from '../http/validate-body';
 import type { CacheSalter } from '../tenants/cache-salt';
+import { parseResponsesBody, type ResponsesFacts } from './parse-responses';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -52,9 +53,11 @@ export interface ParsedRequest {
   readonly body: Buffer;
   /** The body asks for a stream's usage the client did not ask for: the relay removes what that adds (proxy/usage-strip.ts). */
   readonly stripsStreamUsage: boolean;
+  /** A Responses request's own facts (`POST /v1/responses`); absent for other endpoints. */
+  readonly responses?: ResponsesFacts;
 }
 
-export type Endpoint = 'chat' | 'completions' | 'passthrough';
+export type Endpoint = 'chat' | 'completions' | 'responses' | 'passthrough';
 
 /**
  * A body this large is parsed in steps, each its own turn of the event loop (decode, then
@@ -116,7 +119,8 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
       stripsStreamUsage: false,
     };
   }
-  const generation = validateGenerationBody(endpoint, body, options.limits);
+  const responses = endpoint === 'responses' ? parseResponsesBody(body, options.limits) : null;
+  const generation = responses?.routingBody ?? validateGenerationBody(endpoint as 'chat' | 'completions', body, options.limits);
   const salter = cacheScope === null ? null : (options.salter?.() ?? null);
   const salt = salter === null || cacheScope === null ? null : salter.saltFor(cacheScope, generation.cache_salt ?? null);
   const routingRequest = buildRoutingRequest(salt === null ? generation : { ...generation, cache_salt: salt }, {
@@ -124,7 +128,8 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
     maxBlocks: options.maxRoutedBlocks,
     sessionKey: sessionHeaderOf(request.headers),
   });
-  const asksUsage = options.requestStreamUsage !== false && generation.stream === true && generation.stream_options?.include_usage !== true;
+  // A Responses stream always ends with its usage (`response.completed`): nothing to ask for.
+  const asksUsage = responses === null && options.requestStreamUsage !== false && generation.stream === true && generation.stream_options?.include_usage !== true;
   const forwarded = forwardedBody(rawBodyOf(request), body as Record<string, unknown>, { asksUsage, salt });
   return {
     model: generation.model,
@@ -132,6 +137,7 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
     routingRequest,
     body: forwarded ?? rawBodyOf(request),
     stripsStreamUsage: asksUsage,
+    ...(responses === null ? {} : { responses: responses.facts }),
   };
 }
 

@@ -39,6 +39,7 @@ export interface RouteDeps {
 
 type RoutedDecision = Extract<RoutingDecision, { kind: 'routed' }>;
 
+
 /** One try's reservation: the chosen backend, why, and the lease held on it until `release`. */
 export interface Ticket {
   readonly backend: Backend;
@@ -79,9 +80,18 @@ export function poolOf(registry: BackendRegistry, model: string): readonly Backe
   return backends;
 }
 
-/** One try of `request` over `pool`, skipping `tried`: a ticket, or null when no backend is left. */
-export async function route(deps: RouteDeps, request: ParsedRequest, pool: readonly Backend[], tried: ReadonlySet<BackendId>, attempt: number, requestId: string): Promise<Ticket | null> {
-  const eligibility = eligibleBackends(pool, tried, deps.engineStates);
+/**
+ * One try of `request` over `pool`, skipping `tried`: a ticket, or null when no backend is left.
+ * `owner`: the backend that stored the response a Responses request continues (`previous_response_id`,
+ * pipeline/response-affinity.ts), or null. While it is eligible the try goes there (the policy decides
+ * over it alone, so the lease and ownership are taken as for any decision; reason `previous-response`);
+ * gone, drained, open or already tried, the request is routed as any other, reason
+ * `previous-response-fallback` (the engine it reaches will answer 404 unless storage is shared).
+ */
+export async function route(deps: RouteDeps, request: ParsedRequest, pool: readonly Backend[], tried: ReadonlySet<BackendId>, attempt: number, requestId: string, owner: BackendId | null = null): Promise<Ticket | null> {
+  const open = eligibleBackends(pool, tried, deps.engineStates);
+  const pinned = owner === null ? undefined : open.eligible.find((backend) => backend.id === owner);
+  const eligibility = pinned === undefined ? open : { ...open, eligible: [pinned] };
   if (eligibility.eligible.length === 0) return null;
   if (eligibility.failedOpen) {
     deps.metrics.recordFailOpen(request.model);
@@ -93,9 +103,11 @@ export async function route(deps: RouteDeps, request: ParsedRequest, pool: reado
   // streams sent with one id are ten requests in flight).
   const leaseId = randomUUID();
   const input = decideInput(deps, request, eligibility, policy, leaseId);
-  const { decision, candidates, conflicts, blocksAtFirstOutput } = await decide(deps.state, input);
+  const decided = await decide(deps.state, input);
+  const { candidates, conflicts, blocksAtFirstOutput } = decided;
   for (const conflicted of conflicts) deps.metrics.recordReserveConflict(conflicted);
-  if (decision.kind === 'rejected') return null;
+  if (decided.decision.kind === 'rejected') return null;
+  const decision: RoutedDecision = owner === null ? decided.decision : { ...decided.decision, reason: pinned === undefined ? 'previous-response-fallback' : 'previous-response' };
   const backend = eligibility.eligible.find((candidate) => candidate.id === decision.backendId) as Backend;
   const lease = new Lease({
     state: deps.state,

@@ -8,13 +8,14 @@ export interface GenerationRoutesOptions {
 }
 
 /**
- * `POST /v1/chat/completions` and `POST /v1/completions` (validated, routed by the configured policy)
+ * `POST /v1/chat/completions`, `POST /v1/completions` and `POST /v1/responses` (validated, routed by the configured policy)
  * and every other `POST /v1/*` (embeddings, …: passed through by the pass-through policy), each run
  * through the request path.
  */
 export async function generationRoutes(app: FastifyInstance, options: GenerationRoutesOptions): Promise<void> {
   app.post('/v1/chat/completions', options.handlerFor('chat'));
   app.post('/v1/completions', options.handlerFor('completions'));
+  app.post('/v1/responses', options.handlerFor('responses'));
   app.post('/v1/*', options.handlerFor('passthrough'));
 }
 
