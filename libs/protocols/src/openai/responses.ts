@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { ChatMessage, ContentPart } from './chat-completions';
 
 /**
  * OpenAI Responses API request bodies (`POST /v1/responses`), as OpenAI's spec (`CreateResponse`) and
@@ -52,3 +53,51 @@ export const ResponsesRequest = z.looseObject({
   cache_salt: z.string().min(1).max(128).nullish(),
 });
 export type ResponsesRequest = z.infer<typeof ResponsesRequest>;
+
+/**
+ * The chat messages a Responses request's `instructions` and `input` stand for, as vLLM builds them
+ * (`construct_input_messages`) before its chat template:
+ *
+ *   instructions          → { role: system }
+ *   input (a string)      → { role: user }
+ *   message items         → { role, content } (`input_text`/`output_text` parts as text parts,
+ *                           `input_image` as an image part, other parts as they are; a role chat does
+ *                           not know as `user`)
+ *   function_call         → { role: assistant, tool_calls: [{ name, arguments }] }
+ *   function_call_output  → { role: tool, content: output, tool_call_id: call_id }
+ *   other items           → { role: user } with the item as one part
+ *
+ * Appending input items only appends messages (the routing text's prefix stability).
+ */
+export function responsesChatMessages(instructions: string | null | undefined, input: ResponsesRequest['input']): ChatMessage[] {
+  const messages: ChatMessage[] = [];
+  if (typeof instructions === 'string' && instructions !== '') messages.push({ role: 'system', content: instructions });
+  if (typeof input === 'string') messages.push({ role: 'user', content: input });
+  else for (const item of input) messages.push(inputItemMessage(item));
+  return messages;
+}
+
+const CHAT_ROLES = new Set(['system', 'developer', 'user', 'assistant']);
+
+function inputItemMessage(item: ResponseInputItem): ChatMessage {
+  const type = item.type ?? 'message';
+  if (type === 'message') {
+    const role = (CHAT_ROLES.has(item.role ?? '') ? item.role : 'user') as ChatMessage['role'];
+    const content = typeof item.content === 'string' ? item.content : (item.content ?? []).map(inputPart);
+    return { role, content };
+  }
+  if (type === 'function_call') {
+    return { role: 'assistant', content: null, tool_calls: [{ type: 'function', function: { name: item.name ?? '', arguments: item.arguments ?? '' } }] };
+  }
+  if (type === 'function_call_output') {
+    const output = typeof item.output === 'string' ? item.output : JSON.stringify(item.output ?? null);
+    return { role: 'tool', content: output, ...(item.call_id === undefined ? {} : { tool_call_id: item.call_id }) };
+  }
+  return { role: 'user', content: [{ ...item, type } as ContentPart] };
+}
+
+function inputPart(part: ResponseInputPart): ContentPart {
+  if ((part.type === 'input_text' || part.type === 'output_text') && typeof part.text === 'string') return { type: 'text', text: part.text };
+  if (part.type === 'input_image' && typeof part.image_url === 'string') return { type: 'image_url', image_url: { url: part.image_url } };
+  return part as ContentPart;
+}
