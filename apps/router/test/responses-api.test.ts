@@ -1,0 +1,160 @@
+import OpenAI from 'openai';
+import { SimConfig } from '@kvroute/vllm-sim/config';
+import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
+import { startRedis, type TestRedis } from '@kvroute/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RouterConfig } from '../src/config';
+import { createRouterServer, type RouterServer } from '../src/create-router';
+
+/**
+ * Acceptance (issue 16): the Responses API through 3 router replicas sharing Redis, with the official
+ * openai client. Each sim stores only its own responses (another answers 404 to a
+ * `previous_response_id` it does not hold), so a follow-up succeeds only if the replica that routes it
+ * finds, in Redis, the backend that another replica learnt the id from.
+ */
+interface Cluster {
+  sims: Array<{ url: string; sim: SimServer; id: string }>;
+  routers: RouterServer[];
+  clients: OpenAI[];
+}
+
+async function startCluster(replicas: number, redisUrl: string | undefined): Promise<Cluster> {
+  const sims = await Promise.all(
+    Array.from({ length: 3 }, async () => {
+      const sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model' }));
+      const url = await sim.listen();
+      return { url, sim, id: new URL(url).host };
+    }),
+  );
+  const routers: RouterServer[] = [];
+  const clients: OpenAI[] = [];
+  for (let index = 0; index < replicas; index++) {
+    const router = await createRouterServer(
+      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: sims.map((sim) => sim.url), retryBackoffMs: 1, ...(redisUrl ? { redisUrl, redisTimeoutMs: 200 } : {}) }),
+    );
+    routers.push(router);
+    clients.push(new OpenAI({ baseURL: `${await router.listen()}/v1`, apiKey: 'unused', maxRetries: 0 }));
+  }
+  return { sims, routers, clients };
+}
+
+async function stopCluster(cluster: Cluster): Promise<void> {
+  for (const router of cluster.routers) await router.close();
+  await Promise.all(cluster.sims.map((sim) => sim.sim.close()));
+}
+
+/** A different long system prompt per conversation: its first turn is prefix-routed on it. */
+function instructionsOf(conversation: number): string {
+  return `Conversation ${conversation}: you are agent number ${conversation * 7919}. `.repeat(30);
+}
+
+describe('Responses API through 3 router replicas sharing Redis', () => {
+  let redis: TestRedis;
+  let cluster: Cluster;
+  beforeAll(async () => {
+    redis = await startRedis({ fresh: true });
+    cluster = await startCluster(3, redis.url);
+  });
+  afterAll(async () => {
+    await stopCluster(cluster);
+    await redis.stop();
+  });
+
+  it('create on one replica, previous_response_id follow-ups on the other two: same backend, every turn succeeds, GET works from any replica', async () => {
+    const { clients, sims } = cluster;
+    // Several conversations, so that their first turns spread over the backends and a follow-up's
+    // backend is not the only one there is.
+    const conversations = 6;
+    const firstBackends = new Set<string>();
+    for (let conversation = 0; conversation < conversations; conversation++) {
+      const first = await (clients[0] as OpenAI).responses.create({ model: 'test-model', instructions: instructionsOf(conversation), input: `Hello from ${conversation}`, max_output_tokens: 4 }).withResponse();
+      const backend = first.response.headers.get('x-router-backend') as string;
+      expect(sims.map((sim) => sim.id)).toContain(backend);
+      firstBackends.add(backend);
+      let previous = first.data;
+      // Follow-ups carry neither the instructions nor the earlier turns (the backend holds them): no
+      // prefix routes them; only the response-owner map does.
+      for (let turn = 1; turn <= 2; turn++) {
+        const client = clients[turn % 3] as OpenAI;
+        const next = await client.responses.create({ model: 'test-model', previous_response_id: previous.id, input: `turn ${turn}`, max_output_tokens: 4 }).withResponse();
+        expect(next.response.headers.get('x-router-backend')).toBe(backend);
+        expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
+        expect(next.data.previous_response_id).toBe(previous.id);
+        if (turn === 2) {
+          // The backend continued its stored conversation (instructions are not carried over, as in
+          // OpenAI's API): turn 2's prompt is turn 1's plus its answer and input, and turn 1's is cached.
+          const before = previous.usage?.input_tokens ?? 0;
+          expect(next.data.usage?.input_tokens).toBeGreaterThan(before);
+          expect(next.data.usage?.input_tokens_details.cached_tokens).toBeGreaterThanOrEqual(Math.floor((before - 1) / 16) * 16 - 16);
+        }
+        previous = next.data;
+      }
+      // GET of the first response through a replica that neither created nor continued it.
+      const fetched = await (clients[1] as OpenAI).responses.retrieve(first.data.id);
+      expect(fetched.id).toBe(first.data.id);
+      expect(fetched.output_text).toBe(first.data.output_text);
+    }
+    expect(firstBackends.size).toBeGreaterThan(1);
+  });
+
+  it('streams a create with the openai stream helper, learns its id from response.created, and continues it on another replica', async () => {
+    const { clients } = cluster;
+    const stream = (clients[2] as OpenAI).responses.stream({ model: 'test-model', instructions: instructionsOf(100), input: 'stream me', max_output_tokens: 6 });
+    let deltas = '';
+    for await (const event of stream) if (event.type === 'response.output_text.delta') deltas += event.delta;
+    const final = await stream.finalResponse();
+    expect(final.output_text).toBe(deltas);
+    expect(final.usage?.output_tokens).toBe(6);
+    const next = await (clients[0] as OpenAI).responses.create({ model: 'test-model', previous_response_id: final.id, input: 'and then?', max_output_tokens: 3 }).withResponse();
+    expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
+    expect(next.data.previous_response_id).toBe(final.id);
+    expect((await (clients[1] as OpenAI).responses.retrieve(final.id)).output_text).toBe(deltas);
+  });
+
+  it('DELETE through one replica goes to the owner and forgets the id for every replica', async () => {
+    const { clients } = cluster;
+    const created = await (clients[0] as OpenAI).responses.create({ model: 'test-model', input: 'delete me', max_output_tokens: 2 });
+    await (clients[1] as OpenAI).responses.delete(created.id);
+    await expect((clients[2] as OpenAI).responses.retrieve(created.id)).rejects.toMatchObject({ status: 404, error: { code: 'ROUTER_ERR_RESPONSE_NOT_FOUND' } });
+  });
+
+  it('an unknown previous_response_id is prefix-routed (the engine answers its 404); an unknown GET is the router 404; a bad id is a 400', async () => {
+    const { clients } = cluster;
+    const unknown = 'resp_ffffffffffffffffffffffffffffffff';
+    await expect((clients[0] as OpenAI).responses.create({ model: 'test-model', previous_response_id: unknown, input: 'hi' })).rejects.toMatchObject({ status: 404, error: { param: 'previous_response_id' } });
+    await expect((clients[1] as OpenAI).responses.retrieve(unknown)).rejects.toMatchObject({ status: 404, error: { type: 'invalid_request_error', param: 'response_id' } });
+    await expect((clients[1] as OpenAI).responses.create({ model: 'test-model', previous_response_id: 'x'.repeat(129), input: 'hi' })).rejects.toMatchObject({ status: 400 });
+    const badGet = await fetch(`${(clients[2] as OpenAI).baseURL}/responses/${'%22'.repeat(3)}`);
+    expect(badGet.status).toBe(400);
+  });
+
+  it('a store: false response is not remembered', async () => {
+    const { clients } = cluster;
+    const created = await (clients[0] as OpenAI).responses.create({ model: 'test-model', input: 'ephemeral', store: false, max_output_tokens: 2 });
+    await expect((clients[1] as OpenAI).responses.retrieve(created.id)).rejects.toMatchObject({ status: 404, error: { code: 'ROUTER_ERR_RESPONSE_NOT_FOUND' } });
+  });
+});
+
+describe('Responses API on one replica without Redis (local state)', () => {
+  it('keeps a chain on its backend through the in-memory map, and falls back to the policy when that backend is drained', async () => {
+    const cluster = await startCluster(1, undefined);
+    try {
+      const client = cluster.clients[0] as OpenAI;
+      const first = await client.responses.create({ model: 'test-model', instructions: instructionsOf(7), input: 'local', max_output_tokens: 3 }).withResponse();
+      const backend = first.response.headers.get('x-router-backend') as string;
+      const next = await client.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'again', max_output_tokens: 3 }).withResponse();
+      expect(next.response.headers.get('x-router-backend')).toBe(backend);
+      expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
+
+      const registry = (cluster.routers[0] as RouterServer).registry;
+      expect(registry.setDrained(backend, true)).toBe(true);
+      // The owner is drained: routed elsewhere, and the reason says why; that engine does not hold the id.
+      const moved = await client.responses.create({ model: 'test-model', previous_response_id: next.data.id, input: 'moved' }).withResponse().catch((error: unknown) => error);
+      expect(moved).toMatchObject({ status: 404, headers: expect.anything() });
+      expect((moved as { headers: Headers }).headers.get('x-router-reason')).toBe('previous-response-fallback');
+      expect((moved as { headers: Headers }).headers.get('x-router-backend')).not.toBe(backend);
+    } finally {
+      await stopCluster(cluster);
+    }
+  });
+});
