@@ -121,7 +121,7 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
     const parsed = await parseRequest(endpoint, request, deps.parse, cacheScope);
     const backends = poolOf(deps.route.registry, parsed.model);
     const scope = cacheScope ?? '';
-    const owner = await previousResponseOwner(deps.responses, parsed, scope);
+    const owner = await previousResponseOwner(deps.responses, parsed, scope, cacheScope !== null);
     const admission = identity !== null && deps.limit !== null ? await admitLimits(deps.limit, identity, parsed, randomUUID()) : null;
     reply.hijack();
     const of: InFlight = { request, parsed, backends, body: parsed.body, response: reply.raw, showsRoutingHeaders: showsRoutingHeaders(deps.routingHeaders, identity), admission, scope, owner, usedTokens: -1, sent: false };

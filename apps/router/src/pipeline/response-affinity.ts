@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { BackendId, ResponseOwnerStore } from '@kvroute/routing';
+import { RouterError } from '../errors';
 import { ResponseIdWatch } from '../proxy/response-id-watch';
 import type { ParsedRequest } from './parse';
 
@@ -16,10 +17,20 @@ export interface ResponseAffinityDeps {
   readonly logger: FastifyBaseLogger;
 }
 
-/** The backend that stored the response `request` continues; null when it names none, or the map does not know it (expired, never learnt, another scope). */
-export async function previousResponseOwner(deps: ResponseAffinityDeps, request: ParsedRequest, scope: string): Promise<BackendId | null> {
+/**
+ * The backend that stored the response `request` continues; null when it names none, or (open mode)
+ * the map does not know it (expired, never learnt): prefix routing then, and the engine answers.
+ *
+ * With tenants (`scoped`), an id the map does not know in the caller's scope is refused here (404),
+ * never forwarded: engines keep responses without any notion of tenant, so a prefix-routed guess could
+ * land on the backend holding another tenant's response, and that engine would continue it.
+ */
+export async function previousResponseOwner(deps: ResponseAffinityDeps, request: ParsedRequest, scope: string, scoped: boolean): Promise<BackendId | null> {
   const previous = request.responses?.previousResponseId ?? null;
-  return previous === null ? null : deps.owners.ownerOf(scope, previous);
+  if (previous === null) return null;
+  const owner = await deps.owners.ownerOf(scope, previous);
+  if (owner === null && scoped) throw new RouterError('ROUTER_ERR_RESPONSE_NOT_FOUND', `Response with id '${previous}' not found.`, { param: 'previous_response_id' });
+  return owner;
 }
 
 /**
