@@ -158,3 +158,38 @@ describe('Responses API on one replica without Redis (local state)', () => {
     }
   });
 });
+
+describe('Responses API while Redis is down', () => {
+  it("a replica keeps the chains it learnt itself (its local map); another replica prefix-routes them, and learns again once Redis is back", async () => {
+    const redis = await startRedis({ fresh: true });
+    const cluster = await startCluster(2, redis.url);
+    try {
+      const [here, there] = cluster.clients as [OpenAI, OpenAI];
+      await redis.kill();
+      const first = await here.responses.create({ model: 'test-model', instructions: instructionsOf(55), input: 'while down', max_output_tokens: 3 }).withResponse();
+      const next = await here.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'still here?', max_output_tokens: 3 }).withResponse();
+      expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
+      expect(next.response.headers.get('x-router-backend')).toBe(first.response.headers.get('x-router-backend'));
+      // The other replica never heard of it: routed by the policy (it may or may not reach the owner).
+      const elsewhere = await there.responses
+        .create({ model: 'test-model', previous_response_id: next.data.id, input: 'elsewhere' })
+        .withResponse()
+        .then((answer) => answer.response.headers, (error: { headers: Headers }) => error.headers);
+      expect(elsewhere.get('x-router-reason')).not.toBe('previous-response');
+
+      await redis.restart();
+      // Back: a new response is remembered in Redis, so the other replica finds it.
+      let learnt: string | null = null;
+      for (let attempt = 0; attempt < 50 && learnt === null; attempt++) {
+        const created = await here.responses.create({ model: 'test-model', input: `after ${attempt}`, max_output_tokens: 2 });
+        const answer = await there.responses.create({ model: 'test-model', previous_response_id: created.id, input: 'found?', max_output_tokens: 2 }).withResponse().catch(() => null);
+        if (answer?.response.headers.get('x-router-reason') === 'previous-response') learnt = created.id;
+        else await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect(learnt).not.toBeNull();
+    } finally {
+      await stopCluster(cluster);
+      await redis.stop();
+    }
+  });
+});

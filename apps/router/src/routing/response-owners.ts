@@ -5,6 +5,8 @@ export interface SharedResponseOwnersOptions {
   readonly timeoutMs: number;
   /** A shared call failed (for a debug log line); the request goes on with the local map. */
   readonly onError: (error: unknown) => void;
+  /** Whether Redis is known to be in trouble now (the routing state is degraded): the local map answers at once, no call waits out its deadline. */
+  readonly sharedDown?: () => boolean;
 }
 
 /**
@@ -17,8 +19,10 @@ export interface SharedResponseOwnersOptions {
  * - forget: both.
  *
  * A shared call never fails a request: an error or a call slower than `timeoutMs` is reported and
- * treated as "not known" (the request is prefix-routed: the fallback the map always has). With no
- * Redis (local state mode) `shared` is null and the local map is the whole map.
+ * treated as "not known" (the request is prefix-routed: the fallback the map always has); while the
+ * routing state is degraded (`sharedDown`) Redis is not called at all. With no Redis (local state
+ * mode) `shared` is null and the local map is the whole map. A response remembered while Redis was
+ * down stays in this replica's map only: other replicas prefix-route its follow-ups.
  */
 export class SharedResponseOwners implements ResponseOwnerStore {
   constructor(
@@ -29,17 +33,21 @@ export class SharedResponseOwners implements ResponseOwnerStore {
 
   async remember(scope: string, responseId: string, backendId: BackendId): Promise<void> {
     await this.local.remember(scope, responseId, backendId);
-    if (this.shared !== null) await this.withDeadline(this.shared.remember(scope, responseId, backendId));
+    if (this.usesShared()) await this.withDeadline((this.shared as ResponseOwnerStore).remember(scope, responseId, backendId));
   }
 
   async ownerOf(scope: string, responseId: string): Promise<BackendId | null> {
-    const shared = this.shared === null ? null : await this.withDeadline(this.shared.ownerOf(scope, responseId));
+    const shared = this.usesShared() ? await this.withDeadline((this.shared as ResponseOwnerStore).ownerOf(scope, responseId)) : null;
     return shared ?? (await this.local.ownerOf(scope, responseId));
   }
 
   async forget(scope: string, responseId: string): Promise<void> {
     await this.local.forget(scope, responseId);
-    if (this.shared !== null) await this.withDeadline(this.shared.forget(scope, responseId));
+    if (this.usesShared()) await this.withDeadline((this.shared as ResponseOwnerStore).forget(scope, responseId));
+  }
+
+  private usesShared(): boolean {
+    return this.shared !== null && this.options.sharedDown?.() !== true;
   }
 
   /** The call's value, or undefined (reported) when it failed or took longer than the deadline. */

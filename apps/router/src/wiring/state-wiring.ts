@@ -55,15 +55,16 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
     nowMs: deps.nowMs,
   });
   const localOwners = new InMemoryResponseOwners({ ttlMs: config.responseOwnerTtlMs, maxEntries: config.maxLocalResponseOwners, nowMs: deps.nowMs });
-  const ownersOver = (redis: RedisClient | null): SharedResponseOwners =>
+  const ownersOver = (redis: RedisClient | null, failover: FailoverRoutingState | null): SharedResponseOwners =>
     new SharedResponseOwners(redis === null ? null : new RedisResponseOwners({ redis, ttlMs: config.responseOwnerTtlMs }), localOwners, {
       // A lookup decides where a turn's conversation is, worth more than a routing call's 50 ms.
       timeoutMs: RESPONSE_OWNER_TIMEOUT_FACTOR * config.redisTimeoutMs,
       onError: (error) => logger?.debug({ err: error }, 'shared response-owner map call failed: using the local map'),
+      sharedDown: () => failover?.degraded === true,
     });
   if (config.redisUrl === undefined) {
     const state = deps.state ?? localState;
-    return { state, failover: null, redis: null, engineStates: null, leaseRenewIntervalMs: 0, prefillDoneDelayMs: 0, responseOwners: ownersOver(null), start: async () => undefined };
+    return { state, failover: null, redis: null, engineStates: null, leaseRenewIntervalMs: 0, prefillDoneDelayMs: 0, responseOwners: ownersOver(null, null), start: async () => undefined };
   }
   const redisUrl = config.redisUrl;
   // The failover's deadline (redisTimeoutMs) decides when a call is too slow, tolerating event-loop lag;
@@ -120,7 +121,7 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
     redis,
     engineStates,
     leaseRenewIntervalMs: Math.floor(config.leaseTtlMs / 3),
-    responseOwners: ownersOver(redis),
+    responseOwners: ownersOver(redis, failover),
     prefillDoneDelayMs: config.prefillDoneMergeMs,
     async start() {
       // Start on shared state when Redis is there; if it is not, start degraded rather than not at all.
