@@ -41,7 +41,7 @@ export function outputTextPart(text: string): Record<string, unknown> {
   return { type: 'output_text', text, annotations: [], logprobs: [] };
 }
 
-/** A response object; `usage` null until it is done. */
+/** A response object; without `usage` until it is done. */
 export function responseObject(frame: ResponseFrame, status: ResponseStatus, output: readonly unknown[], usage: ResponseUsageCounts | null): Record<string, unknown> {
   return {
     id: frame.id,
@@ -66,17 +66,20 @@ export function responseObject(frame: ResponseFrame, status: ResponseStatus, out
     tools: frame.tools,
     top_p: 1,
     truncation: 'disabled',
-    user: frame.user,
-    usage:
-      usage === null
-        ? null
-        : {
+    // Absent rather than null (the spec's types are not nullable): `user` when not given, `usage` until done.
+    ...(frame.user === null ? {} : { user: frame.user }),
+    ...(usage === null
+      ? {}
+      : {
+          usage: {
             input_tokens: usage.inputTokens,
-            input_tokens_details: { cached_tokens: usage.cachedTokens },
+            // `cache_write_tokens` is the spec's (required there; vLLM leaves it out): the prompt tokens computed now, which the prefix cache keeps.
+            input_tokens_details: { cached_tokens: usage.cachedTokens, cache_write_tokens: usage.inputTokens - usage.cachedTokens },
             output_tokens: usage.outputTokens,
             output_tokens_details: { reasoning_tokens: 0 },
             total_tokens: usage.inputTokens + usage.outputTokens,
           },
+        }),
   };
 }
 
