@@ -25,9 +25,9 @@ import { send, type SendDeps } from './send';
  * | 1 | admit   | admit.ts              | `onRequest`: path, shutdown, caps, identity (API key), before the body is read |
  * | 2 | parse   | parse.ts              | bounded JSON, limits, validation → the routing request (tenant's salt) |
  * | 3 | limit   | limit.ts              | the tenant's and key's limits: tokens reserved, one admission call |
- * | 4 | route   | route.ts              | eligible backends → decide (the policy once) + lease → a ticket |
+ * | 4 | route   | route.ts              | eligible backends (a Responses follow-up's owner first) → decide (the policy once) + lease → a ticket |
  * | 5 | send    | send.ts               | the ticket's request relayed to its backend |
- * | 6 | learn   | learn.ts              | what the response says: first output (TTFT, prefill done, ownership) |
+ * | 6 | learn   | learn.ts              | what the response says: first output (TTFT, prefill done, ownership); a stored Responses id (response-affinity.ts) |
  * | 7 | release | release.ts            | the ticket's lease, once; the limits settled from usage, once per request |
  *
  * Route and send are retried before the first byte by retry-before-first-byte.ts. Admit runs as a
