@@ -159,6 +159,26 @@ describe('Responses API on one replica without Redis (local state)', () => {
   });
 });
 
+describe('Responses API when the owner fails', () => {
+  it('a follow-up whose owner answers 503 is not sent to another engine (which would answer 404): the client gets a 503 to retry', async () => {
+    const cluster = await startCluster(1, undefined);
+    try {
+      const client = cluster.clients[0] as OpenAI;
+      const first = await client.responses.create({ model: 'test-model', instructions: instructionsOf(9), input: 'busy soon', max_output_tokens: 2 }).withResponse();
+      const owner = cluster.sims.find((sim) => sim.id === first.response.headers.get('x-router-backend'));
+      owner?.sim.faults.update({ errorRate: 1, errorStatus: 503 });
+      const failed = await client.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'now?' }).catch((error: unknown) => error);
+      // Another engine would have answered 404 (it does not hold the response).
+      expect(failed).toMatchObject({ status: 503, error: { code: 'ROUTER_ERR_NO_BACKEND' } });
+      owner?.sim.faults.clear();
+      const next = await client.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'now!', max_output_tokens: 2 });
+      expect(next.previous_response_id).toBe(first.data.id);
+    } finally {
+      await stopCluster(cluster);
+    }
+  });
+});
+
 describe('Responses API while Redis is down', () => {
   it("a replica keeps the chains it learnt itself (its local map); another replica prefix-routes them, and learns again once Redis is back", async () => {
     const redis = await startRedis({ fresh: true });

@@ -85,10 +85,14 @@ export function poolOf(registry: BackendRegistry, model: string): readonly Backe
  * `owner`: the backend that stored the response a Responses request continues (`previous_response_id`,
  * pipeline/response-affinity.ts), or null. While it is eligible the try goes there (the policy decides
  * over it alone, so the lease and ownership are taken as for any decision; reason `previous-response`);
- * gone, drained, open or already tried, the request is routed as any other, reason
- * `previous-response-fallback` (the engine it reaches will answer 404 unless storage is shared).
+ * gone, drained or its circuit open, the request is routed as any other, reason
+ * `previous-response-fallback` (the engine it reaches will answer 404 unless storage is shared); tried
+ * already by this request (it failed before the first byte), no other try is made.
  */
 export async function route(deps: RouteDeps, request: ParsedRequest, pool: readonly Backend[], tried: ReadonlySet<BackendId>, attempt: number, requestId: string, owner: BackendId | null = null): Promise<Ticket | null> {
+  // The owner was tried and failed before the first byte: no other engine holds the conversation (it
+  // would answer 404), so the try's own failure is the answer (a 502/504, or 503 for a busy owner).
+  if (owner !== null && tried.has(owner)) return null;
   const open = eligibleBackends(pool, tried, deps.engineStates);
   const pinned = owner === null ? undefined : open.eligible.find((backend) => backend.id === owner);
   const eligibility = pinned === undefined ? open : { ...open, eligible: [pinned] };
