@@ -99,12 +99,21 @@ describe('Responses API through 3 router replicas sharing Redis', () => {
 
   it('streams a create with the openai stream helper, learns its id from response.created, and continues it on another replica', async () => {
     const { clients } = cluster;
+    const metrics = (cluster.routers[2] as RouterServer).metrics.registry;
+    const countOf = async (name: string, filter: (labels: Partial<Record<string, string | number>>) => boolean): Promise<number> =>
+      ((await metrics.getSingleMetric(name)?.get())?.values ?? []).filter((value) => filter(value.labels)).reduce((sum, value) => sum + value.value, 0);
+    const ttftBefore = await countOf('kvroute_router_time_to_first_token_seconds', (labels) => labels.le === '+Inf');
+    const checkedBefore = await countOf('kvroute_router_prefix_predictions_total', (labels) => labels.outcome !== 'unverified');
     const stream = (clients[2] as OpenAI).responses.stream({ model: 'test-model', instructions: instructionsOf(100), input: 'stream me', max_output_tokens: 6 });
     let deltas = '';
     for await (const event of stream) if (event.type === 'response.output_text.delta') deltas += event.delta;
     const final = await stream.finalResponse();
     expect(final.output_text).toBe(deltas);
     expect(final.usage?.output_tokens).toBe(6);
+    // The relay read the stream: a first output (output_text.delta) timed, and the usage of
+    // response.completed (input_tokens, cached_tokens) checked against the routing prediction.
+    expect(await countOf('kvroute_router_time_to_first_token_seconds', (labels) => labels.le === '+Inf')).toBe(ttftBefore + 1);
+    expect(await countOf('kvroute_router_prefix_predictions_total', (labels) => labels.outcome !== 'unverified')).toBe(checkedBefore + 1);
     const next = await (clients[0] as OpenAI).responses.create({ model: 'test-model', previous_response_id: final.id, input: 'and then?', max_output_tokens: 3 }).withResponse();
     expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
     expect(next.data.previous_response_id).toBe(final.id);
