@@ -5,6 +5,7 @@ import { startRedis, type TestRedis } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
+import { startTestCluster } from './start-test-cluster';
 
 /**
  * Acceptance (issue 16): the Responses API through 3 router replicas sharing Redis, with the official
@@ -219,6 +220,39 @@ describe('Responses API while Redis is down', () => {
     } finally {
       await stopCluster(cluster);
       await redis.stop();
+    }
+  });
+});
+
+describe('Responses API prefix routing', () => {
+  it('routes by instructions, tools and input: an agent resending its conversation stays on the backend that holds it, and /debug/route explains it', async () => {
+    const cluster = await startTestCluster({ backends: 3, router: { debugRoutes: true } });
+    try {
+      const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+      const tools = [{ type: 'function' as const, name: 'read_file', description: 'Read a file', parameters: { type: 'object', properties: { path: { type: 'string' } } }, strict: false }];
+      const homes = new Set<string | null>();
+      for (let agent = 0; agent < 4; agent++) {
+        // store: false, no previous_response_id: the client resends the whole conversation each step.
+        const input: OpenAI.Responses.ResponseInput = [{ role: 'user', content: `Task ${agent}: fix the failing test in module ${agent}. ${'Context line. '.repeat(40)}` }];
+        const first = await client.responses.create({ model: 'test-model', instructions: instructionsOf(200 + agent), tools, input, store: false, max_output_tokens: 2 }).withResponse();
+        const home = first.response.headers.get('x-router-backend');
+        homes.add(home);
+        for (let step = 0; step < 3; step++) {
+          input.push({ type: 'function_call', call_id: `call_${step}`, name: 'read_file', arguments: `{"path":"src/m${agent}/f${step}.ts"}` });
+          input.push({ type: 'function_call_output', call_id: `call_${step}`, output: `file ${step} of module ${agent} `.repeat(10) });
+          const next = await client.responses.create({ model: 'test-model', instructions: instructionsOf(200 + agent), tools, input, store: false, max_output_tokens: 2 }).withResponse();
+          expect(next.response.headers.get('x-router-backend')).toBe(home);
+          expect(next.data.usage?.input_tokens_details.cached_tokens).toBeGreaterThan(0);
+        }
+        const explained = (await (await cluster.debugRoute(JSON.stringify({ model: 'test-model', instructions: instructionsOf(200 + agent), tools, input }))).json()) as {
+          decision: { backendId: string; scores: { backendId: string; matchBlocks: number }[] };
+        };
+        expect(explained.decision.backendId).toBe(home);
+        expect(explained.decision.scores.find((score) => score.backendId === home)?.matchBlocks).toBeGreaterThan(0);
+      }
+      expect(homes.size).toBeGreaterThan(1);
+    } finally {
+      await cluster.close();
     }
   });
 });
