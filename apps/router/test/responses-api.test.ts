@@ -256,3 +256,33 @@ describe('Responses API prefix routing', () => {
     }
   });
 });
+
+describe('Responses API bad input', () => {
+  it('answers bounded 4xx in the OpenAI shape, never a 500', async () => {
+    const cluster = await startTestCluster({ backends: 1, router: { maxMessages: 16 } });
+    try {
+      const post = (body: unknown): Promise<Response> => fetch(`${cluster.routerUrl}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const cases: Array<[unknown, string]> = [
+        [{ model: 'test-model' }, 'input'],
+        [{ model: 'test-model', input: 42 }, 'input'],
+        [{ model: 'test-model', input: [1, null, 'x'] }, 'input'],
+        [{ model: 'test-model', input: Array.from({ length: 17 }, () => ({ role: 'user', content: 'hi' })) }, 'input'],
+        [{ model: 'test-model', input: 'x', tools: [1] }, 'tools'],
+        [{ model: 'test-model', input: 'x', previous_response_id: 'a/b' }, 'previous_response_id'],
+        [{ model: 'test-model', input: 'x', instructions: { nested: true } }, 'instructions'],
+        [{ input: 'x' }, 'model'],
+      ];
+      for (const [body, param] of cases) {
+        const response = await post(body);
+        expect(response.status, JSON.stringify(body).slice(0, 80)).toBe(400);
+        const error = ((await response.json()) as { error: { type: string; param: string } }).error;
+        expect(error.type).toBe('invalid_request_error');
+        expect(error.param.startsWith(param), `${error.param} for ${JSON.stringify(body).slice(0, 80)}`).toBe(true);
+      }
+      expect((await fetch(`${cluster.routerUrl}/v1/responses/${'r'.repeat(100)}`)).status).toBe(404);
+      expect((await fetch(`${cluster.routerUrl}/v1/responses/resp_x`, { method: 'PUT' })).status).toBeLessThan(500);
+    } finally {
+      await cluster.close();
+    }
+  });
+});
