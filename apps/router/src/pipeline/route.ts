@@ -39,7 +39,6 @@ export interface RouteDeps {
 
 type RoutedDecision = Extract<RoutingDecision, { kind: 'routed' }>;
 
-
 /** One try's reservation: the chosen backend, why, and the lease held on it until `release`. */
 export interface Ticket {
   readonly backend: Backend;
