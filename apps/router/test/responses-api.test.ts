@@ -19,9 +19,9 @@ interface Cluster {
   clients: OpenAI[];
 }
 
-async function startCluster(replicas: number, redisUrl: string | undefined): Promise<Cluster> {
+async function startCluster(replicas: number, redisUrl: string | undefined, extra: Partial<RouterConfig> = {}, backends = 3): Promise<Cluster> {
   const sims = await Promise.all(
-    Array.from({ length: 3 }, async () => {
+    Array.from({ length: backends }, async () => {
       const sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model' }));
       const url = await sim.listen();
       return { url, sim, id: new URL(url).host };
@@ -31,7 +31,7 @@ async function startCluster(replicas: number, redisUrl: string | undefined): Pro
   const clients: OpenAI[] = [];
   for (let index = 0; index < replicas; index++) {
     const router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: sims.map((sim) => sim.url), retryBackoffMs: 1, ...(redisUrl ? { redisUrl, redisTimeoutMs: 200 } : {}) }),
+      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: sims.map((sim) => sim.url), retryBackoffMs: 1, ...(redisUrl ? { redisUrl, redisTimeoutMs: 200 } : {}), ...extra }),
     );
     routers.push(router);
     clients.push(new OpenAI({ baseURL: `${await router.listen()}/v1`, apiKey: 'unused', maxRetries: 0 }));
@@ -142,6 +142,26 @@ describe('Responses API through 3 router replicas sharing Redis', () => {
     const { clients } = cluster;
     const created = await (clients[0] as OpenAI).responses.create({ model: 'test-model', input: 'ephemeral', store: false, max_output_tokens: 2 });
     await expect((clients[1] as OpenAI).responses.retrieve(created.id)).rejects.toMatchObject({ status: 404, error: { code: 'ROUTER_ERR_RESPONSE_NOT_FOUND' } });
+  });
+});
+
+describe('Responses API with a pool split into cells', () => {
+  it('sends a follow-up to its owner whatever cell its routing text would pick', async () => {
+    const redis = await startRedis({ fresh: true });
+    const cluster = await startCluster(2, redis.url, { poolCells: 2 }, 4);
+    try {
+      const [one, two] = cluster.clients as [OpenAI, OpenAI];
+      for (let conversation = 0; conversation < 6; conversation++) {
+        const first = await one.responses.create({ model: 'test-model', instructions: instructionsOf(300 + conversation), input: 'open', max_output_tokens: 2 }).withResponse();
+        // A follow-up's own routing text (no instructions, another input) may hash to the other cell.
+        const next = await two.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: `a different opening ${conversation}`, max_output_tokens: 2 }).withResponse();
+        expect(next.response.headers.get('x-router-backend')).toBe(first.response.headers.get('x-router-backend'));
+        expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
+      }
+    } finally {
+      await stopCluster(cluster);
+      await redis.stop();
+    }
   });
 });
 
