@@ -46,6 +46,8 @@ export interface Shipment {
   readonly showsRoutingHeaders: boolean;
   /** Router headers to add to the response (the limit stage's `x-ratelimit-*`); null: none. */
   readonly extraHeaders: Readonly<Record<string, string>> | null;
+  /** Reads a successful response's first chunks (RelayTarget.headWatch); null: none. */
+  readonly headWatch?: ((chunk: Buffer) => boolean) | null;
   readonly events: RelayEvents;
 }
 
@@ -68,6 +70,7 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
     streamUsageStrip: shipment.stripsStreamUsage ? { fingerprints: deps.upstreams.fingerprintMemoryOf(backend) } : null,
     showsRoutingHeaders: shipment.showsRoutingHeaders,
     extraHeaders: shipment.extraHeaders,
+    headWatch: shipment.headWatch ?? null,
     metrics: deps.metrics,
     logger: deps.logger,
   });

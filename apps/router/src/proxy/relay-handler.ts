@@ -48,6 +48,8 @@ export interface RelayTarget {
   readonly showsRoutingHeaders: boolean;
   /** Headers of the router's own to add (the `x-ratelimit-*` of an admitted tenant request); null: none. */
   readonly extraHeaders: Readonly<Record<string, string>> | null;
+  /** Reads a successful response's body chunks, each before it is written to the client, until it returns true (a Responses id: response-id-watch.ts); null: none. */
+  readonly headWatch?: ((chunk: Buffer) => boolean) | null;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger;
 }
@@ -92,6 +94,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   private tail: ResponseTail | null = null;
   /** Takes out what the router's `include_usage` added (null: nothing to take out). */
   private strip: StreamUsageStrip | null = null;
+  /** RelayTarget.headWatch while a successful response's head is still wanted (null: not, or no more). */
+  private headWatch: ((chunk: Buffer) => boolean) | null = null;
   private clientGone = false;
   private readonly onClientClose = (): void => {
     if (this.target.response.writableFinished) return;
@@ -139,6 +143,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       this.target.events.firstOutput(false);
     }
     this.statusCode = statusCode;
+    if (statusCode < 300) this.headWatch = target.headWatch ?? null;
     if (statusCode < 300 && target.readsUsage) this.tail = new ResponseTail(USAGE_TAIL_BYTES);
     if (statusCode < 300 && this.isSse && target.streamUsageStrip !== null) this.strip = new StreamUsageStrip(target.streamUsageStrip.fingerprints);
     target.response.writeHead(statusCode, outgoing as OutgoingHttpHeaders);
@@ -152,6 +157,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       this.target.events.firstOutput(true);
     }
     this.tail?.add(chunk);
+    if (this.headWatch !== null && this.headWatch(chunk)) this.headWatch = null;
     const out = this.strip === null ? chunk : this.strip.feed(chunk);
     if (out !== null && !this.target.response.write(out)) {
       controller.pause();
