@@ -13,6 +13,7 @@ import { generationRoutes, requestIdFrom } from './routes/generation-routes';
 import { metricsRoutes } from './routes/metrics-routes';
 import { modelsRoutes } from './routes/models-routes';
 import { probesRoutes } from './routes/probes-routes';
+import { responsesRoutes } from './routes/responses-routes';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -88,6 +89,13 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
   registerErrorHandler(app, deps.metrics);
 
   await app.register(generationRoutes, { handlerFor: createRequestPath(deps.requestPath) });
+  await app.register(responsesRoutes, {
+    owners: deps.requestPath.responses.owners,
+    registry: deps.registry,
+    upstreams: deps.requestPath.send.upstreams,
+    tenants: deps.requestPath.tenants,
+    logger: deps.requestPath.responses.logger,
+  });
   await app.register(modelsRoutes, { registry: deps.registry, createdUnixSeconds: deps.startedAtUnixSeconds });
   await app.register(probesRoutes, { registry: deps.registry, isShuttingDown: () => deps.drain.isShuttingDown, reportsCachedTokens: (backendId) => deps.learned.reportsCachedTokens(backendId) });
   await app.register(metricsRoutes, { metrics: deps.metrics });

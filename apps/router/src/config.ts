@@ -127,6 +127,18 @@ export const RouterConfig = z.object({
     ),
   maxBlocksPerPool: z.coerce.number().int().positive().default(1_000_000).describe('with Redis: prefix blocks remembered per model pool (LRU by generation beyond; ~105 B each)'),
   leaseTtlMs: z.coerce.number().int().min(1000).default(15_000).describe('with Redis: an in-flight lease not renewed for this long stops counting (a dead replica heals)'),
+  responseOwnerTtlMs: z.coerce
+    .number()
+    .int()
+    .min(1_000)
+    .default(86_400_000)
+    .describe('Responses API: how long the router remembers which backend stored a response (previous_response_id, GET/DELETE /v1/responses/{id}), ms; in Redis with redisUrl, else in memory'),
+  maxLocalResponseOwners: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .default(100_000)
+    .describe("Responses API: most response ids this replica's in-memory map keeps (the whole map without Redis, the fallback while Redis is down); past it the oldest go"),
   redisTimeoutMs: z.coerce.number().int().positive().default(50).describe('with Redis: a state call slower than this makes the router route on local state (degraded)'),
   redisRetryAfterMs: z.coerce.number().int().positive().default(500).describe('with Redis: after a failure, how long to stay on local state before trying Redis again (doubles up to 10 s)'),
   backendSetPollMs: z.coerce.number().int().min(50).default(500).describe("with Redis: how often the fleet's shared backend set is re-read, in case a change notice (pub/sub) was lost"),

@@ -19,6 +19,8 @@ export const ROUTER_ERRORS = {
   ROUTER_ERR_UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error' },
   ROUTER_ERR_MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   ROUTER_ERR_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  /** `GET`/`DELETE /v1/responses/{id}` for an id the response-owner map does not know in the caller's scope (expired, another tenant's, never stored). */
+  ROUTER_ERR_RESPONSE_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   ROUTER_ERR_METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },
   ROUTER_ERR_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   ROUTER_ERR_NO_BACKEND: { status: 503, type: 'service_unavailable' },

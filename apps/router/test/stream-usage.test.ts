@@ -266,7 +266,7 @@ describe('through the router to vllm-sim, against the same request sent directly
 describe('requestStreamUsage off', () => {
   let fake: FakeVllm;
   let app: FastifyInstance | undefined;
-  const pools = new UpstreamPools({ connectTimeoutMs: 1_000, idleTimeoutMs: 5_000, keys: UpstreamKeys.none() });
+  const pools = new UpstreamPools({ connectTimeoutMs: 1_000, headersTimeoutMs: 5_000, idleTimeoutMs: 5_000, keys: UpstreamKeys.none() });
   beforeAll(async () => {
     fake = await new FakeVllm('\n', () => [31, 200]).start();
   });

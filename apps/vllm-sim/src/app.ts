@@ -12,6 +12,8 @@ import { metricsRoutes } from './routes/metrics-routes';
 import { modelsRoutes } from './routes/models-routes';
 import { poolingRoutes } from './routes/pooling-routes';
 import { probesRoutes } from './routes/probes-routes';
+import { ResponseStore } from './responses/response-store';
+import { responsesRoutes } from './routes/responses-routes';
 import { simControlRoutes } from './routes/sim-control-routes';
 
 /** Everything the HTTP layer needs, resolved from config by the caller. */
@@ -31,6 +33,8 @@ export interface SimAppDeps {
   readonly cachedTokensReporting: CachedTokensReporting;
   readonly slots: number;
   readonly bodyLimitBytes: number;
+  /** Responses API responses kept for `previous_response_id` and `GET` (0: none stored). */
+  readonly maxStoredResponses: number;
   readonly startedAtUnixSeconds: number;
   readonly logger: FastifyBaseLogger | false;
   /** Counts valid generation requests as they arrive (createSimServer's `generationRequestsReceived`). */
@@ -72,20 +76,21 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
   app.setNotFoundHandler((_request, reply) => reply.code(404).send({ detail: 'Not Found' }));
 
   const limits = { maxModelLen: engine.maxModelLen, defaultMaxTokens: deps.defaultMaxTokens };
+  const generation = {
+    loop: deps.loop,
+    seed: deps.seed,
+    eosRandom: deps.eosRandom,
+    cachedTokensReporting: deps.cachedTokensReporting,
+    faults: deps.faults,
+    latency: deps.latency,
+  };
   await app.register(generationRoutes, {
     servedModel: deps.servedModel,
     limits,
     faults: deps.faults,
     agent: { seed: deps.seed, toolCallProbability: deps.toolCallProbability, reasoningTokens: deps.reasoningTokens },
     ...(deps.onGenerationRequest === undefined ? {} : { onGenerationRequest: deps.onGenerationRequest }),
-    generation: {
-      loop: deps.loop,
-      seed: deps.seed,
-      eosRandom: deps.eosRandom,
-      cachedTokensReporting: deps.cachedTokensReporting,
-      faults: deps.faults,
-      latency: deps.latency,
-    },
+    generation,
   });
   await app.register(messagesRoutes, {
     servedModel: deps.servedModel,
@@ -101,6 +106,7 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     },
   });
   await app.register(poolingRoutes, { servedModel: deps.servedModel, maxModelLen: engine.maxModelLen, bodyLimitBytes: deps.bodyLimitBytes });
+  await app.register(responsesRoutes, { servedModel: deps.servedModel, limits, generation, faults: deps.faults, store: new ResponseStore(deps.maxStoredResponses) });
   await app.register(modelsRoutes, { servedModel: deps.servedModel, maxModelLen: engine.maxModelLen, createdUnixSeconds: deps.startedAtUnixSeconds });
   await app.register(probesRoutes, { dialect: deps.dialect, faults: deps.faults, version: ENGINE_VERSION[deps.dialect] });
   await app.register(metricsRoutes, { engine, dialect: deps.dialect, servedModel: deps.servedModel, startedAtUnixSeconds: deps.startedAtUnixSeconds, slots: deps.slots });

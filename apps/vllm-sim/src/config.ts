@@ -26,6 +26,12 @@ export const SimConfig = z.object({
   promptTokensDetails: z.boolean().default(true).describe('report usage.prompt_tokens_details.cached_tokens (vLLM --enable-prompt-tokens-details)'),
   alwaysIncludeCachedTokens: z.boolean().default(false).describe('report cached_tokens: 0 on a miss too (vLLM omits it)'),
   slots: z.coerce.number().int().positive().default(4).describe('llama.cpp dialect: parallel slots shown by /slots and /props'),
+  maxStoredResponses: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .default(10_000)
+    .describe('Responses API: stored responses kept in memory (oldest dropped past it); 0 = store nothing, as vLLM without VLLM_ENABLE_RESPONSES_API_STORE'),
   bodyLimitBytes: z.coerce.number().int().positive().default(32 * 1024 * 1024).describe('largest request body accepted'),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('log level'),
 });

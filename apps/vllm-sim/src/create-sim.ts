@@ -61,6 +61,7 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
     cachedTokensReporting: !config.promptTokensDetails ? 'off' : config.alwaysIncludeCachedTokens ? 'always' : 'on-hit',
     slots: config.slots,
     bodyLimitBytes: config.bodyLimitBytes,
+    maxStoredResponses: config.maxStoredResponses,
     startedAtUnixSeconds: (deps.nowUnixSeconds ?? (() => Date.now() / 1000))(),
     logger: deps.logger ?? false,
     connectionGate: () => gate,

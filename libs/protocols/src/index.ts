@@ -1,5 +1,6 @@
 export * from './openai/chat-completions';
 export * from './anthropic/messages';
+export * from './openai/responses';
 export * from './openai/error-body';
 export * from './sse';
 export * from './backend-state';

@@ -25,7 +25,8 @@ export {
   type RedisNodeAddress,
   type RedisRole,
 } from './connection';
-export { blockHashArg, DEFAULT_KEY_NAMESPACE, fleetKeys, type FleetKeys, cellHashTag, KEY_SUFFIX, MAX_POOL_CELLS, type PoolCell, PACKED_BLOCK_WIDTH, packBlockHashes, poolHashTag, poolKeys, type PoolKeys } from './keys';
+export { blockHashArg, DEFAULT_KEY_NAMESPACE, fleetKeys, type FleetKeys, cellHashTag, KEY_SUFFIX, MAX_POOL_CELLS, type PoolCell, PACKED_BLOCK_WIDTH, packBlockHashes, poolHashTag, poolKeys, type PoolKeys, responseOwnerKey } from './keys';
+export { RedisResponseOwners, type RedisResponseOwnersOptions } from './response-owners';
 export { clearPoolState } from './clear-pool-state';
 export { backendCell, cellKeyOf, DEFAULT_CELL_KEY_BYTES, requestCellOrder } from './pool-cells';
 export { DEFAULT_SHORTLIST, RECORD_BLOCKS_PER_CALL, RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';

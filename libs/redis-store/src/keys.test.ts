@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { CLUSTER_SLOT_COUNT, clusterKeySlot } from '@kvroute/testing';
-import { blockHashArg, cellHashTag, poolHashTag, poolKeys, PACKED_BLOCK_WIDTH, packBlockHashes } from './keys';
+import { blockHashArg, cellHashTag, poolHashTag, poolKeys, PACKED_BLOCK_WIDTH, packBlockHashes, responseOwnerKey } from './keys';
 
 /** The part of a key Redis Cluster hashes: the first `{…}` with something inside, else the whole key. */
 function clusterHashInput(key: string): string {
@@ -94,5 +94,20 @@ describe('poolKeys', () => {
     expect(packBlockHashes(chain)).toBe(packed);
     expect(packBlockHashes([])).toBe('');
     expect(() => packBlockHashes([2 ** 53])).toThrow(RangeError);
+  });
+});
+
+describe('responseOwnerKey', () => {
+  it("hashes on the response id's own tag, so responses spread over the slots, whatever the scope", () => {
+    const open = responseOwnerKey('', 'resp_1');
+    const tenant = responseOwnerKey('tenant\u0000acme', 'resp_1');
+    expect(open).toBe('kvr:v1:{resp:resp_1}:owner:open');
+    expect(clusterHashInput(tenant)).toBe('resp:resp_1');
+    expect(tenant).not.toBe(open);
+    expect(tenant).toMatch(/^kvr:v1:\{resp:resp_1\}:owner:[0-9a-f]{40}$/);
+    expect(responseOwnerKey('tenant\u0000other', 'resp_1')).not.toBe(tenant);
+    const slots = new Set(Array.from({ length: 50 }, (_, index) => clusterKeySlot(responseOwnerKey('', `resp_${index}`))));
+    expect(slots.size).toBeGreaterThan(40);
+    expect([...slots].every((slot) => slot >= 0 && slot < CLUSTER_SLOT_COUNT)).toBe(true);
   });
 });

@@ -251,3 +251,15 @@ export function apiKeyKeys(namespace: string = DEFAULT_KEY_NAMESPACE): ApiKeyKey
 export function routerReplicasKey(namespace: string = DEFAULT_KEY_NAMESPACE): string {
   return `${namespace}:{fleet}:router-replicas`;
 }
+
+/**
+ * STRING per stored Responses API response: the id of the backend that stored it (RedisResponseOwners;
+ * SET with PX, so it expires by itself). The hash tag is the response id's own (`{resp:<id>}`: a
+ * response id is letters, digits, `_.:-` only, RESPONSE_ID_PATTERN), so the entries spread over the
+ * shards and each read or write is one key in one slot; the cache scope (a tenant's or team's, empty in
+ * open mode) follows the tag, digested so that any scope string makes a short key of fixed shape.
+ */
+export function responseOwnerKey(scope: string, responseId: string, namespace: string = DEFAULT_KEY_NAMESPACE): string {
+  const scopeDigest = scope === '' ? 'open' : createHash('sha1').update(scope, 'utf8').digest('hex');
+  return `${namespace}:{resp:${responseId}}:owner:${scopeDigest}`;
+}

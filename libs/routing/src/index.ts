@@ -1,6 +1,7 @@
 export * from './types';
 export { renderRoutingText, type RenderedRoutingText } from './prefix/routing-text';
 export { hashRoutingText, type HashedRoutingText } from './prefix/block-hasher';
+export { responsesRoutingBody } from './prefix/responses-routing';
 export { buildRoutingRequest, DEFAULT_MAX_ROUTED_BLOCKS, type RoutingRequestOptions } from './prefix/routing-request';
 export { buildMessagesRoutingRequest, messagesAsChat } from './prefix/messages-routing';
 export {
@@ -84,3 +85,4 @@ export {
 } from './feedback/calibration';
 export { checkPrediction, ENGINE_BLOCK_TOKENS, PREDICTION_OUTCOMES, type Prediction, type PredictionCheck, type PredictionOutcome } from './feedback/prediction-accuracy';
 export { combineHash53, hashString53, weightedRendezvousScore } from './hash/hash53';
+export { InMemoryResponseOwners, type InMemoryResponseOwnersOptions, type ResponseOwnerStore } from './state/response-owners';

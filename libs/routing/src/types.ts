@@ -86,7 +86,7 @@ export interface RoutingRequest {
    * prompt (maxRoutedBlocks) is reported at the cut: beyond every block, where the key is the last one.
    */
   readonly firstTurnBytes?: { readonly start: number; readonly end: number } | undefined;
-  /** Affinity key from `X-Session-Id` or the body's `user`, when given. */
+  /** Affinity key from `X-Session-Id`, the body's `prompt_cache_key` or its `user` (that order), when given. */
   readonly sessionKey: string | null;
   /** The body's `max_completion_tokens` or `max_tokens` × `n`, when given: the most tokens it may generate. */
   readonly maxTokens?: number | null;
@@ -113,7 +113,11 @@ export type DecisionReason =
   | 'kv-fit'
   | 'kv-unknown'
   | 'kv-pressure'
-  | 'only-backend';
+  | 'only-backend'
+  /** A Responses request sent to the backend that stored the response it continues (`previous_response_id`). */
+  | 'previous-response'
+  /** That backend is known but not eligible now (removed, drained, failing, already tried): routed by the policy instead. */
+  | 'previous-response-fallback';
 
 /** Per-candidate figures behind a decision, for `/debug/route` and debug logs. */
 export interface CandidateScore {

@@ -4,6 +4,7 @@ import { buildMessagesRoutingRequest, buildRoutingRequest, type RoutingRequest }
 import { RouterError } from '../errors';
 import { validateBody } from '../http/validate-body';
 import type { CacheSalter } from '../tenants/cache-salt';
+import { parseResponsesBody, type ResponsesFacts } from './parse-responses';
 import { modelOfForm, resolveModel } from './request-model';
 
 declare module 'fastify' {
@@ -61,10 +62,12 @@ export interface ParsedRequest {
   readonly stripsStreamUsage: boolean;
   /** The body asks for a stream (`stream: true`): send bounds its time to the first byte, not to the whole response. */
   readonly stream: boolean;
+  /** A Responses request's own facts (`POST /v1/responses`); absent for other endpoints. */
+  readonly responses?: ResponsesFacts;
 }
 
-/** `messages`: Anthropic Messages (`POST /v1/messages`), routed by prefix like chat. */
-export type Endpoint = 'chat' | 'completions' | 'messages' | 'passthrough';
+/** `messages`: Anthropic Messages (`POST /v1/messages`); `responses`: OpenAI Responses (`POST /v1/responses`); both routed by prefix like chat. */
+export type Endpoint = 'chat' | 'completions' | 'messages' | 'responses' | 'passthrough';
 
 /** The parsed body of a `multipart/form-data` request: its bytes are in `rawBody`, forwarded as they came. */
 export const MULTIPART_BODY: Readonly<Record<string, never>> = Object.freeze({});
@@ -144,7 +147,8 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
       stream: (body as { stream?: unknown }).stream === true,
     };
   }
-  const generation = validateGenerationBody(endpoint, withModel(body as Record<string, unknown>, servedModels), options.limits);
+  const responses = endpoint === 'responses' ? parseResponsesBody(body, options.limits) : null;
+  const generation = responses?.routingBody ?? validateGenerationBody(endpoint as 'chat' | 'completions', withModel(body as Record<string, unknown>, servedModels), options.limits);
   const salter = cacheScope === null ? null : (options.salter?.() ?? null);
   const salt = salter === null || cacheScope === null ? null : salter.saltFor(cacheScope, generation.cache_salt ?? null);
   const routingRequest = buildRoutingRequest(salt === null ? generation : { ...generation, cache_salt: salt }, {
@@ -152,7 +156,8 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
     maxBlocks: options.maxRoutedBlocks,
     sessionKey: sessionHeaderOf(request.headers),
   });
-  const asksUsage = options.requestStreamUsage !== false && generation.stream === true && generation.stream_options?.include_usage !== true;
+  // A Responses stream always ends with its usage (`response.completed`): nothing to ask for.
+  const asksUsage = responses === null && options.requestStreamUsage !== false && generation.stream === true && generation.stream_options?.include_usage !== true;
   const forwarded = forwardedBody(rawBodyOf(request), body as Record<string, unknown>, { asksUsage, salt });
   return {
     model: generation.model,
@@ -160,7 +165,9 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
     routingRequest,
     body: forwarded ?? rawBodyOf(request),
     stripsStreamUsage: asksUsage,
-    stream: generation.stream === true,
+    // A Responses body's own `stream` (its routing body is a chat request without one).
+    stream: (responses === null ? generation.stream : (body as { stream?: unknown }).stream) === true,
+    ...(responses === null ? {} : { responses: responses.facts }),
   };
 }
 

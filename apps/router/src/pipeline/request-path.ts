@@ -12,6 +12,7 @@ import type { Learner } from './learn';
 import { admitLimits, settleLimits, type Admission, type LimitDeps } from './limit';
 import { parseRequest, type Endpoint, type ParsedRequest, type ParseOptions } from './parse';
 import { release } from './release';
+import { previousResponseOwner, responseIdWatch, type ResponseAffinityDeps } from './response-affinity';
 import { withRetryBeforeFirstByte, type RetryOptions } from './retry-before-first-byte';
 import { poolOf, route, type RouteDeps } from './route';
 import { send, type SendDeps } from './send';
@@ -24,9 +25,9 @@ import { send, type SendDeps } from './send';
  * | 1 | admit   | admit.ts              | `onRequest`: path, shutdown, caps, identity (API key), before the body is read |
  * | 2 | parse   | parse.ts              | bounded JSON, limits, validation → the routing request (tenant's salt) |
  * | 3 | limit   | limit.ts              | the tenant's and key's limits: tokens reserved, one admission call |
- * | 4 | route   | route.ts              | eligible backends → decide (the policy once) + lease → a ticket |
+ * | 4 | route   | route.ts              | eligible backends (a Responses follow-up's owner first) → decide (the policy once) + lease → a ticket |
  * | 5 | send    | send.ts               | the ticket's request relayed to its backend |
- * | 6 | learn   | learn.ts              | what the response says: first output (TTFT, prefill done, ownership) |
+ * | 6 | learn   | learn.ts              | what the response says: first output (TTFT, prefill done, ownership); a stored Responses id (response-affinity.ts) |
  * | 7 | release | release.ts            | the ticket's lease, once; the limits settled from usage, once per request |
  *
  * Route and send are retried before the first byte by retry-before-first-byte.ts. Admit runs as a
@@ -50,6 +51,8 @@ export interface RequestPathDeps {
   readonly tenants: TenantDirectory;
   /** `auto`: everyone in open mode, privileged keys (admin, bench) with tenants; `all`; `privileged`. */
   readonly routingHeaders: RoutingHeaders;
+  /** The Responses API's response-owner map (pipeline/response-affinity.ts). */
+  readonly responses: ResponseAffinityDeps;
 }
 
 /** One request between parse and the end of its response. */
@@ -61,6 +64,10 @@ interface InFlight {
   readonly response: ServerResponse;
   readonly showsRoutingHeaders: boolean;
   readonly admission: Admission | null;
+  /** The identity's cache scope ('' in open mode): where its Responses ids are remembered. */
+  readonly scope: string;
+  /** The backend holding the response this request continues (`previous_response_id`); null: none known. */
+  readonly owner: string | null;
   /** Prompt + completion tokens of the response's usage (−1: no response with usage yet). */
   usedTokens: number;
   /** A try reached a backend (its tokens count even without usage). */
@@ -71,7 +78,7 @@ interface InFlight {
 export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) => (request: FastifyRequest, reply: FastifyReply) => Promise<void> {
   const routeAndSend = withRetryBeforeFirstByte<InFlight>(
     { ...deps.retry, metrics: deps.metrics, logger: deps.send.logger },
-    (of, tried, attempt) => route(deps.route, of.parsed, of.backends, tried, attempt, of.request.id),
+    (of, tried, attempt) => route(deps.route, of.parsed, of.backends, tried, attempt, of.request.id, of.owner),
     (of, ticket, mayRetryStatus) =>
       send(
         deps.send,
@@ -92,6 +99,7 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
           stripsStreamUsage: of.parsed.stripsStreamUsage,
           showsRoutingHeaders: of.showsRoutingHeaders,
           extraHeaders: of.admission?.headers ?? null,
+          headWatch: responseIdWatch(deps.responses, of.parsed, of.scope, ticket.backend.id),
           events: {
             // The response's framing, not the request's flag: an engine may answer either way.
             firstOutput: (streamed) => deps.learn.firstOutput(ticket, of.request.arrivedAtMs, streamed),
@@ -111,11 +119,14 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
   );
   return (endpoint) => async (request, reply) => {
     const identity = request.identity;
-    const parsed = await parseRequest(endpoint, request, deps.parse, identity === null ? null : deps.tenants.cacheScopeOf(identity.tenant));
+    const cacheScope = identity === null ? null : deps.tenants.cacheScopeOf(identity.tenant);
+    const parsed = await parseRequest(endpoint, request, deps.parse, cacheScope);
     const backends = poolOf(deps.route.registry, parsed.model);
+    const scope = cacheScope ?? '';
+    const owner = await previousResponseOwner(deps.responses, parsed, scope, cacheScope !== null);
     const admission = identity !== null && deps.limit !== null ? await admitLimits(deps.limit, identity, parsed, randomUUID()) : null;
     reply.hijack();
-    const of: InFlight = { request, parsed, backends, body: parsed.body, response: reply.raw, showsRoutingHeaders: showsRoutingHeaders(deps.routingHeaders, identity), admission, usedTokens: -1, sent: false };
+    const of: InFlight = { request, parsed, backends, body: parsed.body, response: reply.raw, showsRoutingHeaders: showsRoutingHeaders(deps.routingHeaders, identity), admission, scope, owner, usedTokens: -1, sent: false };
     try {
       await routeAndSend(of, { model: parsed.model, backends }, request.id, reply.raw);
     } catch (error) {

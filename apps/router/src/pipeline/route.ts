@@ -91,9 +91,22 @@ export function poolOf(registry: BackendRegistry, model: string): readonly Backe
   return backends;
 }
 
-/** One try of `request` over `pool`, skipping `tried`: a ticket, or null when no backend is left. */
-export async function route(deps: RouteDeps, request: ParsedRequest, pool: readonly Backend[], tried: ReadonlySet<BackendId>, attempt: number, requestId: string): Promise<Ticket | null> {
-  const eligibility = eligibleBackends(pool, tried, deps.engineStates);
+/**
+ * One try of `request` over `pool`, skipping `tried`: a ticket, or null when no backend is left.
+ * `owner`: the backend that stored the response a Responses request continues (`previous_response_id`,
+ * pipeline/response-affinity.ts), or null. While it is eligible the try goes there (the policy decides
+ * over it alone, so the lease and ownership are taken as for any decision; reason `previous-response`);
+ * gone, drained or its circuit open, the request is routed as any other, reason
+ * `previous-response-fallback` (the engine it reaches will answer 404 unless storage is shared); tried
+ * already by this request (it failed before the first byte), no other try is made.
+ */
+export async function route(deps: RouteDeps, request: ParsedRequest, pool: readonly Backend[], tried: ReadonlySet<BackendId>, attempt: number, requestId: string, owner: BackendId | null = null): Promise<Ticket | null> {
+  // The owner was tried and failed before the first byte: no other engine holds the conversation (it
+  // would answer 404), so the try's own failure is the answer (a 502/504, or 503 for a busy owner).
+  if (owner !== null && tried.has(owner)) return null;
+  const open = eligibleBackends(pool, tried, deps.engineStates);
+  const pinned = owner === null ? undefined : open.eligible.find((backend) => backend.id === owner);
+  const eligibility = pinned === undefined ? open : { ...open, eligible: [pinned] };
   if (eligibility.eligible.length === 0) return null;
   if (eligibility.failedOpen) {
     deps.metrics.recordFailOpen(request.model);
@@ -105,9 +118,11 @@ export async function route(deps: RouteDeps, request: ParsedRequest, pool: reado
   // streams sent with one id are ten requests in flight).
   const leaseId = randomUUID();
   const input = decideInput(deps, request, eligibility, policy, leaseId);
-  const { decision, candidates, conflicts, blocksAtFirstOutput } = await decide(deps.state, input);
+  const decided = await decide(deps.state, input);
+  const { candidates, conflicts, blocksAtFirstOutput } = decided;
   for (const conflicted of conflicts) deps.metrics.recordReserveConflict(conflicted);
-  if (decision.kind === 'rejected') return null;
+  if (decided.decision.kind === 'rejected') return null;
+  const decision: RoutedDecision = owner === null ? decided.decision : { ...decided.decision, reason: pinned === undefined ? 'previous-response-fallback' : 'previous-response' };
   const backend = eligibility.eligible.find((candidate) => candidate.id === decision.backendId) as Backend;
   const lease = new Lease({
     state: deps.state,

@@ -54,6 +54,8 @@ export interface Shipment {
   readonly showsRoutingHeaders: boolean;
   /** Router headers to add to the response (the limit stage's `x-ratelimit-*`); null: none. */
   readonly extraHeaders: Readonly<Record<string, string>> | null;
+  /** Reads a successful response's first chunks (RelayTarget.headWatch); null: none. */
+  readonly headWatch?: ((chunk: Buffer) => boolean) | null;
   readonly events: RelayEvents;
 }
 
@@ -78,11 +80,13 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
     extraHeaders: shipment.extraHeaders,
     deadline: shipment.streams ? { until: 'first-byte', ms: deps.streamFirstByteTimeoutMs } : { until: 'end', ms: deps.generationTimeoutMs },
     timers: deps.timers,
+    headWatch: shipment.headWatch ?? null,
     metrics: deps.metrics,
     logger: deps.logger,
   });
   backend.breaker.onAttempt();
-  deps.upstreams.for(backend).dispatch({ method: 'POST', path: backend.basePath + shipment.path, headers, body: shipment.body }, handler);
+  // No undici headers timeout: the try's deadline bounds it (a non-streaming answer's headers come with its end).
+  deps.upstreams.for(backend).dispatch({ method: 'POST', path: backend.basePath + shipment.path, headers, body: shipment.body, headersTimeout: 0 }, handler);
   const outcome = await handler.outcome;
   if (outcome.kind !== 'done') backend.breaker.onFailure();
   else if (!outcome.clientWentAway) {

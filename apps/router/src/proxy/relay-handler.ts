@@ -79,6 +79,8 @@ export interface RelayTarget {
   readonly extraHeaders: Readonly<Record<string, string>> | null;
   readonly deadline: TryDeadline;
   readonly timers: OneShotTimers;
+  /** Reads a successful response's body chunks, each before it is written to the client, until it returns true (a Responses id: response-id-watch.ts); null: none. */
+  readonly headWatch?: ((chunk: Buffer) => boolean) | null;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger;
 }
@@ -130,6 +132,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   private tail: ResponseTail | null = null;
   /** Takes out what the router's `include_usage` added (null: nothing to take out). */
   private strip: StreamUsageStrip | null = null;
+  /** RelayTarget.headWatch while a successful response's head is still wanted (null: not, or no more). */
+  private headWatch: ((chunk: Buffer) => boolean) | null = null;
   private clientGone = false;
   /** The request went out on a connection (undici's onRequestStart): from here the backend may be running it. */
   private sent = false;
@@ -197,6 +201,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       this.target.events.firstOutput(false);
     }
     this.statusCode = statusCode;
+    if (statusCode < 300) this.headWatch = target.headWatch ?? null;
     if (statusCode < 300 && target.readsUsage) this.tail = new ResponseTail(USAGE_TAIL_BYTES);
     if (statusCode < 300 && this.isSse && target.streamUsageStrip !== null) this.strip = new StreamUsageStrip(target.streamUsageStrip.fingerprints);
     target.response.writeHead(statusCode, outgoing as OutgoingHttpHeaders);
@@ -211,6 +216,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       this.target.events.firstOutput(true);
     }
     this.tail?.add(chunk);
+    if (this.headWatch !== null && this.headWatch(chunk)) this.headWatch = null;
     const out = this.strip === null ? chunk : this.strip.feed(chunk);
     if (out !== null && !this.target.response.write(out)) {
       controller.pause();

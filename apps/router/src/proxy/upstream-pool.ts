@@ -6,6 +6,12 @@ import type { FingerprintMemory } from './usage-strip';
 
 export interface UpstreamPoolOptions {
   readonly connectTimeoutMs: number;
+  /**
+   * Time to the response headers of the router's own calls to a backend that bound it no other way (a
+   * stored response's GET or DELETE), ms. A relayed try disables it: its deadline (relay-handler.ts
+   * TryDeadline) bounds it, up to a whole non-streaming generation.
+   */
+  readonly headersTimeoutMs: number;
   /** Silence allowed between response body chunks, ms (undici's bodyTimeout). */
   readonly idleTimeoutMs: number;
   /** The API keys the backends get (`Authorization: Bearer`), by their URL. */
@@ -39,9 +45,7 @@ export class UpstreamPools {
       const lookup = this.options.lookupFor?.(backend);
       pool = new Pool(backend.origin, {
         connect: { timeout: this.options.connectTimeoutMs, ...(lookup === undefined ? {} : { lookup }) },
-        // No pool-wide headers timeout: each try's deadline (relay-handler.ts TryDeadline) bounds it, a
-        // stream to its first byte, a non-streaming generation (headers come with its end) to its end.
-        headersTimeout: 0,
+        headersTimeout: this.options.headersTimeoutMs,
         bodyTimeout: this.options.idleTimeoutMs,
         // Below vLLM's own keep-alive (uvicorn's timeout_keep_alive, VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by
         // default): an idle connection is let go before the engine closes it, so a request is never

@@ -22,8 +22,10 @@ export interface LearnedFigures {
 export async function debugRoutes(app: FastifyInstance, options: { route: RouteDeps; parse: ParseOptions; learned: LearnedFigures }): Promise<void> {
   app.post('/debug/route', async (request) => {
     const raw = request.body;
-    const isChat = raw !== null && typeof raw === 'object' && 'messages' in raw;
-    const parsed = await parseRequest(isChat ? 'chat' : 'completions', request, options.parse);
+    const isObject = raw !== null && typeof raw === 'object';
+    // A Responses body has `input` (and no `messages` or `prompt`); its owner map is not consulted here.
+    const endpoint = isObject && 'messages' in raw ? 'chat' : isObject && 'input' in raw && !('prompt' in raw) ? 'responses' : 'completions';
+    const parsed = await parseRequest(endpoint, request, options.parse);
     const backends = poolOf(options.route.registry, parsed.model);
     const { routingRequest } = parsed;
     // The same eligibility as a real request's first try: breakers, the health poller, fail-open.

@@ -9,15 +9,16 @@ export interface GenerationRoutesOptions {
 }
 
 /**
- * `POST /v1/chat/completions`, `POST /v1/completions` and `POST /v1/messages` (Anthropic; validated,
- * routed by the configured policy) and every other `POST /v1/*` plus vLLM's tokenizer and pooling
- * paths outside /v1/ (embeddings, audio, tokenize, …: passed through by the pass-through policy), each
- * run through the request path.
+ * `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/responses` (OpenAI Responses) and
+ * `POST /v1/messages` (Anthropic; validated, routed by the configured policy) and every other
+ * `POST /v1/*` plus vLLM's tokenizer and pooling paths outside /v1/ (embeddings, audio, tokenize, …:
+ * passed through by the pass-through policy), each run through the request path.
  */
 export async function generationRoutes(app: FastifyInstance, options: GenerationRoutesOptions): Promise<void> {
   app.post('/v1/chat/completions', options.handlerFor('chat'));
   app.post('/v1/completions', options.handlerFor('completions'));
   app.post('/v1/messages', options.handlerFor('messages'));
+  app.post('/v1/responses', options.handlerFor('responses'));
   app.post('/v1/*', options.handlerFor('passthrough'));
   // vLLM's tokenizer and pooling endpoints outside /v1/ (pipeline/passthrough-paths.ts).
   for (const path of ROOT_PASSTHROUGH_PATHS) app.post(path, options.handlerFor('passthrough'));

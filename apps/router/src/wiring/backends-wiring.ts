@@ -51,6 +51,8 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
   const { logger } = deps;
   const upstreams = new UpstreamPools({
     connectTimeoutMs: config.connectTimeoutMs,
+    // The router's other calls (stored responses) wait as long as a stream may for its first byte.
+    headersTimeoutMs: config.streamFirstByteTimeoutMs,
     idleTimeoutMs: config.idleTimeoutMs,
     keys: deps.upstreamKeys,
     // Every connection re-checks and pins the backend's addresses (DNS rebinding).

@@ -1,14 +1,17 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { ShutdownStack } from '@kvroute/platform';
-import { createRedis, quitRedis, RedisBackendStateStore, RedisRoutingState, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
-import { InMemoryRoutingState, type RoutingStateStore } from '@kvroute/routing';
+import { createRedis, quitRedis, RedisBackendStateStore, RedisResponseOwners, RedisRoutingState, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
+import { InMemoryResponseOwners, InMemoryRoutingState, type RoutingStateStore } from '@kvroute/routing';
 import { EngineStateView } from '../backends/engine-state-view';
 import type { RouterConfig } from '../config';
 import type { RouterMetrics } from '../router-metrics';
 import { FailoverRoutingState } from '../routing/failover-routing-state';
+import { SharedResponseOwners } from '../routing/response-owners';
 
 /** How long Redis may take to acknowledge QUIT. */
 const REDIS_QUIT_MS = 1_000;
+/** Response-owner calls get this many times `redisTimeoutMs` (a miss costs a lost conversation, not a slower decision). */
+const RESPONSE_OWNER_TIMEOUT_FACTOR = 4;
 
 /** The routing state a replica routes on, and what it follows of the health poller. */
 export interface StateParts {
@@ -23,6 +26,8 @@ export interface StateParts {
   readonly leaseRenewIntervalMs: number;
   /** How long a stream's prefill-done call waits to merge into its release (`prefillDoneMergeMs`); 0 for local state, whose calls cost no round trip. */
   readonly prefillDoneDelayMs: number;
+  /** Which backend stored each Responses API response: in Redis over this replica's map, or the local map alone. */
+  readonly responseOwners: SharedResponseOwners;
   /** Connects: Redis (degraded, not failed, if it is not there yet), then the poller's states. */
   start(): Promise<void>;
 }
@@ -49,9 +54,17 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
     minEvidenceAgeMs: config.evictionEvidenceMinAgeMs,
     nowMs: deps.nowMs,
   });
+  const localOwners = new InMemoryResponseOwners({ ttlMs: config.responseOwnerTtlMs, maxEntries: config.maxLocalResponseOwners, nowMs: deps.nowMs });
+  const ownersOver = (redis: RedisClient | null, failover: FailoverRoutingState | null): SharedResponseOwners =>
+    new SharedResponseOwners(redis === null ? null : new RedisResponseOwners({ redis, ttlMs: config.responseOwnerTtlMs }), localOwners, {
+      // A lookup decides where a turn's conversation is, worth more than a routing call's 50 ms.
+      timeoutMs: RESPONSE_OWNER_TIMEOUT_FACTOR * config.redisTimeoutMs,
+      onError: (error) => logger?.debug({ err: error }, 'shared response-owner map call failed: using the local map'),
+      sharedDown: () => failover?.degraded === true,
+    });
   if (config.redisUrl === undefined) {
     const state = deps.state ?? localState;
-    return { state, failover: null, redis: null, engineStates: null, leaseRenewIntervalMs: 0, prefillDoneDelayMs: 0, start: async () => undefined };
+    return { state, failover: null, redis: null, engineStates: null, leaseRenewIntervalMs: 0, prefillDoneDelayMs: 0, responseOwners: ownersOver(null, null), start: async () => undefined };
   }
   const redisUrl = config.redisUrl;
   // The failover's deadline (redisTimeoutMs) decides when a call is too slow, tolerating event-loop lag;
@@ -108,6 +121,7 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
     redis,
     engineStates,
     leaseRenewIntervalMs: Math.floor(config.leaseTtlMs / 3),
+    responseOwners: ownersOver(redis, failover),
     prefillDoneDelayMs: config.prefillDoneMergeMs,
     async start() {
       // Start on shared state when Redis is there; if it is not, start degraded rather than not at all.

@@ -46,6 +46,17 @@ describe('buildRoutingRequest', () => {
     expect(buildRoutingRequest(body, { blockSizeBytes: 64, sessionKey: header }).sessionKey).toBe(expected);
   });
 
+  it.each<[string, string | null, unknown, string | undefined, string | null]>([
+    ['the header over prompt_cache_key', 'sess-1', 'cache-key', 'user-7', 'sess-1'],
+    ['prompt_cache_key over the body user', null, 'cache-key', 'user-7', 'cache-key'],
+    ['prompt_cache_key alone', null, 'cache-key', undefined, 'cache-key'],
+    ['the body user when prompt_cache_key is empty', '', '', 'user-7', 'user-7'],
+    ['the body user when prompt_cache_key is not a string', null, 42, 'user-7', 'user-7'],
+  ])('takes as session key %s', (_label, header, cacheKey, user, expected) => {
+    const body = { ...conversation(1), user, prompt_cache_key: cacheKey };
+    expect(buildRoutingRequest(body, { blockSizeBytes: 64, sessionKey: header }).sessionKey).toBe(expected);
+  });
+
   it('fills every field from the body', () => {
     const request = buildRoutingRequest({ model: 'm', prompt: 'x'.repeat(130) }, { blockSizeBytes: 64 });
     expect(request).toMatchObject({ model: 'm', blockSizeBytes: 64, contextBlocks: 0, sessionKey: null });

@@ -15,13 +15,19 @@ export interface RoutingRequestOptions {
   readonly blockSizeBytes: number;
   /** Only the first this many blocks are hashed (integer ≥ 1; default DEFAULT_MAX_ROUTED_BLOCKS); `textBytes` stays the whole text's. */
   readonly maxBlocks?: number;
-  /** `X-Session-Id` header value, when sent; takes precedence over the body's `user`. */
+  /** `X-Session-Id` header value, when sent; takes precedence over the body's `prompt_cache_key` and `user`. */
   readonly sessionKey?: string | null;
 }
 
 /**
  * What a policy needs to know about a request body: render the routing text, hash its blocks, pick
  * the affinity key. Empty session keys count as absent (an empty header is not an identity).
+ *
+ * The affinity key, first found wins: `X-Session-Id` (the operator's or gateway's own header, the most
+ * deliberate), then the body's `prompt_cache_key` (OpenAI's hint for exactly this: requests that share
+ * a prefix), then `user` (an end-user id: one user's conversations, a coarser grouping). A
+ * `prompt_cache_key` that is not a string is ignored (engines ignore it; the router does not refuse
+ * what vLLM accepts).
  */
 export function buildRoutingRequest(body: ChatCompletionRequest | CompletionRequest, options: RoutingRequestOptions): RoutingRequest {
   const maxBlocks = options.maxBlocks ?? DEFAULT_MAX_ROUTED_BLOCKS;
@@ -31,7 +37,7 @@ export function buildRoutingRequest(body: ChatCompletionRequest | CompletionRequ
   const encoder = new RoutingTextEncoder(maxBlocks * options.blockSizeBytes + STRADDLE_BYTES);
   const rendered = renderRoutingTextInto(body, encoder, { maxUnits: routedTextUnits(maxBlocks, options.blockSizeBytes) });
   const hashed = encoder.hash(options.blockSizeBytes, maxBlocks, rendered.omittedBytes);
-  const sessionKey = nonEmpty(options.sessionKey) ?? nonEmpty(body.user) ?? null;
+  const sessionKey = nonEmpty(options.sessionKey) ?? nonEmpty(promptCacheKeyOf(body)) ?? nonEmpty(body.user) ?? null;
   return {
     model: body.model,
     blockHashes: hashed.blockHashes,
@@ -50,6 +56,11 @@ function maxTokensOf(body: ChatCompletionRequest | CompletionRequest): number | 
   const completionTokens = 'max_completion_tokens' in body ? body.max_completion_tokens : undefined;
   const perChoice = completionTokens ?? body.max_tokens;
   return typeof perChoice === 'number' ? perChoice * (body.n ?? 1) : null;
+}
+
+function promptCacheKeyOf(body: ChatCompletionRequest | CompletionRequest): string | undefined {
+  const key = (body as { prompt_cache_key?: unknown }).prompt_cache_key;
+  return typeof key === 'string' ? key : undefined;
 }
 
 function nonEmpty(value: string | null | undefined): string | undefined {

@@ -1,0 +1,62 @@
+import type { Socket } from 'node:net';
+import { pipeline } from 'node:stream/promises';
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { RESPONSE_ID_PATTERN } from '@kvroute/protocols';
+import type { ResponseOwnerStore } from '@kvroute/routing';
+import type { BackendRegistry } from '../backends/backend-registry';
+import { RouterError } from '../errors';
+import { clientResponseHeaders, upstreamRequestHeaders } from '../proxy/header-hygiene';
+import type { UpstreamPools } from '../proxy/upstream-pool';
+import type { TenantDirectory } from '../tenants/tenant-directory';
+
+export interface ResponsesRoutesOptions {
+  readonly owners: ResponseOwnerStore;
+  readonly registry: BackendRegistry;
+  readonly upstreams: UpstreamPools;
+  readonly tenants: TenantDirectory;
+  readonly logger: FastifyBaseLogger;
+}
+
+type ResponseMethod = 'GET' | 'DELETE' | 'POST';
+
+/**
+ * `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}` and `POST /v1/responses/{id}/cancel`: sent to
+ * the backend that stored the response, found in the response-owner map in the caller's cache scope
+ * (pipeline/response-affinity.ts). Nothing to route: no policy, lease or limit (a stored response is
+ * read, not generated). An id the map does not know, or whose backend is no longer in the fleet, is a
+ * 404 in the OpenAI error shape (vLLM's message): only that backend could have answered. A successful
+ * DELETE forgets the id.
+ */
+export async function responsesRoutes(app: FastifyInstance, options: ResponsesRoutesOptions): Promise<void> {
+  app.get('/v1/responses/:id', (request, reply) => forward(options, 'GET', request, reply));
+  app.delete('/v1/responses/:id', (request, reply) => forward(options, 'DELETE', request, reply));
+  app.post('/v1/responses/:id/cancel', (request, reply) => forward(options, 'POST', request, reply));
+}
+
+async function forward(options: ResponsesRoutesOptions, method: ResponseMethod, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  const id = (request.params as { id: string }).id;
+  if (!RESPONSE_ID_PATTERN.test(id)) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'The response id is 1 to 128 characters of letters, digits, `_`, `.`, `:` or `-`.', { param: 'response_id' });
+  const scope = request.identity === null ? '' : options.tenants.cacheScopeOf(request.identity.tenant);
+  const ownerId = await options.owners.ownerOf(scope, id);
+  const backend = ownerId === null ? undefined : options.registry.get(ownerId);
+  if (backend === undefined) throw new RouterError('ROUTER_ERR_RESPONSE_NOT_FOUND', `Response with id '${id}' not found.`, { param: 'response_id' });
+  const socket = request.raw.socket as Socket & { encrypted?: boolean };
+  const headers = upstreamRequestHeaders(request.headers, { peerAddress: socket.remoteAddress ?? 'unknown', proto: socket.encrypted === true ? 'https' : 'http' }, options.upstreams.authorizationOf(backend));
+  headers['x-request-id'] = request.id;
+  // The body (a cancel's, usually none) is forwarded as it came; GET and DELETE carry none.
+  const body = method === 'POST' ? (request.rawBody ?? null) : null;
+  const upstream = await options.upstreams
+    .for(backend)
+    .request({ method, path: backend.basePath + request.url, headers, body })
+    .catch((error: unknown) => {
+      throw new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backend.id}, which stored response '${id}', did not answer.`, { cause: error });
+    });
+  if (method === 'DELETE' && upstream.statusCode < 300) {
+    await options.owners.forget(scope, id).catch((error: unknown) => options.logger.debug({ err: error }, 'response owner not forgotten'));
+  }
+  reply.hijack();
+  const outgoing = clientResponseHeaders(upstream.headers as Record<string, string | string[] | undefined>);
+  outgoing['x-request-id'] = request.id;
+  reply.raw.writeHead(upstream.statusCode, outgoing);
+  await pipeline(upstream.body, reply.raw).catch((error: unknown) => options.logger.debug({ err: error, backend: backend.id }, 'stored response relay ended early'));
+}
