@@ -90,6 +90,10 @@ const scripts = {
   hang(): Script {
     return () => undefined;
   },
+  /** Takes the request, then closes the connection without a byte of answer (an engine killed mid-request). */
+  closeWithoutAnswer(): Script {
+    return (response) => response.socket?.destroy();
+  },
 };
 
 class ScriptedBackend {
@@ -416,6 +420,18 @@ describe('request path against scripted backends', () => {
       expect(backend('b1').received).toHaveLength(3);
       expect(await metricValue('kvroute_router_retries_total{backend="b0",cause="connect"}')).toBe(2);
       expect(await metricValue('kvroute_router_backend_circuit_state{backend="b0"}')).toBe(2);
+    });
+
+    it('sends a request to another backend when the one that took it closes the connection without answering (it is running nothing)', async () => {
+      await startHarness([scripts.closeWithoutAnswer(), scripts.json(200, { ok: true })]);
+
+      const result = await postChatText(CHAT_BODY);
+
+      expect(result.status).toBe(200);
+      expect(result.headers['x-router-backend']).toBe('b1');
+      expect(backend('b0').received).toHaveLength(1);
+      expect(backend('b1').received).toHaveLength(1);
+      expect(await metricValue('kvroute_router_retries_total{backend="b0",cause="connection-lost"}')).toBe(1);
     });
 
     it('answers 504 when a backend that took the request sends nothing in time, and does not send it to another one', async () => {

@@ -12,17 +12,19 @@ import { StreamUsageStrip, type FingerprintMemory } from './usage-strip';
 
 /**
  * How one try ended.
- * - `retry`: the backend never started the request (it could not be connected to, or refused it at
- *   once with 429/503) and nothing reached the client: another backend may take it.
- * - `failed`: the request went out to the backend, which may be running it, and it failed before
- *   anything reached the client (a deadline passed, the connection broke): never re-run elsewhere,
- *   where it would run a second time (a long generation cut by a timeout would cost its GPU time
- *   again on every try); the client gets 504 or 502.
+ * - `retry`: nothing reached the client and the backend is not running the request: it could not be
+ *   connected to, refused it at once with 429/503, or closed the connection before answering
+ *   (`connection-lost`: the engine died, or dropped the request with its connection, as vLLM aborts a
+ *   request whose client went away). Another backend may take it: re-running it duplicates no work, and
+ *   a backend killed under load must not fail the requests it held.
+ * - `failed`: the request's deadline passed before anything reached the client. The backend may still
+ *   be running it (the router's abort is the engine's only notice), and a re-run would cost its GPU time
+ *   again on every try, likely to time out again: never re-run elsewhere; the client gets 504.
  * - `done`: the response (or its error event) reached the client.
  */
 export type TryOutcome =
-  | { readonly kind: 'retry'; readonly cause: 'connect' | `status-${number}`; readonly error: Error | null }
-  | { readonly kind: 'failed'; readonly cause: 'timeout' | 'transport'; readonly error: Error }
+  | { readonly kind: 'retry'; readonly cause: 'connect' | 'connection-lost' | `status-${number}`; readonly error: Error | null }
+  | { readonly kind: 'failed'; readonly cause: 'timeout'; readonly error: Error }
   | { readonly kind: 'done'; readonly clientWentAway: boolean };
 
 /**
@@ -108,9 +110,9 @@ const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'
  *   the client through a StreamUsageStrip (the usage event out, the rest as the engine would have sent
  *   it without the option); the first-output watch and the tail read the engine's own chunks, so learn
  *   reads the usage the client does not get.
- * - Before anything is written, a connect error or a refusal (429/503) resolves `retry` (a refusal's
- *   body is drained, keeping the connection reusable); any other failure of a request that went out
- *   (its deadline, a broken connection) resolves `failed`: the backend may be running it.
+ * - Before anything is written, a connect error, a refusal (429/503) or a connection the backend closed
+ *   without answering resolves `retry` (a refusal's body is drained, keeping the connection reusable);
+ *   the try's deadline resolves `failed`: the backend may still be running it.
  * - The deadline (TryDeadline) aborts the upstream request; once a stream's headers were relayed, it
  *   ends the stream with the router's timeout error event and `[DONE]`.
  * - After the first byte, an upstream failure ends an SSE stream with an error event and `[DONE]`
@@ -246,7 +248,9 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       // Not sent: the connection could not be made (refused, connect timeout): the engine never saw it.
       if (!this.sent) return this.finish({ kind: 'retry', cause: 'connect', error });
       const code = (error as { code?: string }).code ?? '';
-      return this.finish({ kind: 'failed', cause: this.deadlinePassed || TIMEOUT_CODES.has(code) ? 'timeout' : 'transport', error });
+      if (this.deadlinePassed || TIMEOUT_CODES.has(code)) return this.finish({ kind: 'failed', cause: 'timeout', error });
+      // Sent, then the connection closed or reset with no answer: the engine is not running it any more.
+      return this.finish({ kind: 'retry', cause: 'connection-lost', error });
     }
     target.metrics.recordStreamError(target.backendId);
     target.logger.warn({ requestId: target.requestId, backend: target.backendId, err: error }, 'upstream failed after the first byte');
