@@ -92,19 +92,7 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     ...(deps.onGenerationRequest === undefined ? {} : { onGenerationRequest: deps.onGenerationRequest }),
     generation,
   });
-  await app.register(messagesRoutes, {
-    servedModel: deps.servedModel,
-    limits,
-    faults: deps.faults,
-    generation: {
-      loop: deps.loop,
-      seed: deps.seed,
-      eosRandom: deps.eosRandom,
-      cachedTokensReporting: deps.cachedTokensReporting,
-      faults: deps.faults,
-      latency: deps.latency,
-    },
-  });
+  await app.register(messagesRoutes, { servedModel: deps.servedModel, limits, faults: deps.faults, generation });
   await app.register(poolingRoutes, { servedModel: deps.servedModel, maxModelLen: engine.maxModelLen, bodyLimitBytes: deps.bodyLimitBytes });
   await app.register(responsesRoutes, { servedModel: deps.servedModel, limits, generation, faults: deps.faults, store: new ResponseStore(deps.maxStoredResponses) });
   await app.register(modelsRoutes, { servedModel: deps.servedModel, maxModelLen: engine.maxModelLen, createdUnixSeconds: deps.startedAtUnixSeconds });

@@ -1,4 +1,6 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import { z } from 'zod';
+import { EngineError } from './engine-errors';
 
 /**
  * Fault injection, switchable at run time through `/sim/faults` (off the OpenAI paths), so the router's
@@ -50,6 +52,21 @@ export class FaultInjector {
     if (errorRate > 0 && this.random() < errorRate) return 'error';
     if (hangRate > 0 && this.random() < hangRate) return 'hang';
     return 'serve';
+  }
+
+  /**
+   * The faults every generation endpoint (chat, completions, Messages, Responses) applies before it
+   * serves: the extra latency, then the draw. Throws the injected error (answered by the app's error
+   * handler); resolves `hang` (take the request, never answer) or `serve`.
+   */
+  async beforeServing(): Promise<'serve' | 'hang'> {
+    if (this.settings.extraLatencyMs > 0) await delay(this.settings.extraLatencyMs);
+    const action = this.draw();
+    if (action === 'error') {
+      const status = this.settings.errorStatus;
+      throw new EngineError(status === 503 ? 'unavailable' : status >= 500 ? 'internal' : 'bad-request', 'Injected fault (vllm-sim).', status);
+    }
+    return action;
   }
 
   shouldDropStream(): boolean {

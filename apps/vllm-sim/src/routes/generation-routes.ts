@@ -58,13 +58,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
     turn: TurnPlan,
   ): Promise<void> {
     options.onGenerationRequest?.();
-    const faults = options.faults;
-    if (faults.current.extraLatencyMs > 0) await delay(faults.current.extraLatencyMs);
-    const action = faults.draw();
-    if (action === 'error') {
-      const status = faults.current.errorStatus;
-      throw new EngineError(status === 503 ? 'unavailable' : status >= 500 ? 'internal' : 'bad-request', 'Injected fault (vllm-sim).', status);
-    }
+    const action = await options.faults.beforeServing();
     reply.hijack();
     if (action === 'hang') return; // never answered; the socket closes when the client gives up
     serveGeneration(
@@ -116,8 +110,4 @@ export function withServedModel(body: unknown, servedModel: string): unknown {
 
 export function checkModel(model: string, servedModel: string): void {
   if (model !== servedModel) throw new EngineError('not-found', `The model \`${model}\` does not exist.`);
-}
-
-function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

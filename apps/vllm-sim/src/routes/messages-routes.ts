@@ -31,13 +31,7 @@ export async function messagesRoutes(app: FastifyInstance, options: MessagesRout
     checkModel(body.model, options.servedModel);
     const { messages, tools } = messagesAsChatPrompt(body);
     const prompt = prepareMessagesPrompt(renderChatPrompt({ messages, tools }), body.max_tokens, options.limits);
-    const faults = options.faults;
-    if (faults.current.extraLatencyMs > 0) await new Promise((resolve) => setTimeout(resolve, faults.current.extraLatencyMs));
-    const action = faults.draw();
-    if (action === 'error') {
-      const status = faults.current.errorStatus;
-      throw new EngineError(status === 503 ? 'unavailable' : status >= 500 ? 'internal' : 'bad-request', 'Injected fault (vllm-sim).', status);
-    }
+    const action = await options.faults.beforeServing();
     reply.hijack();
     if (action === 'hang') return;
     serveMessages(options.generation, { model: body.model, prompt, stream: body.stream === true, cacheSalt: undefined, receivedAtMs }, reply.raw);

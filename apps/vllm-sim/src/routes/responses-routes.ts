@@ -1,6 +1,5 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { responsesChatMessages, ResponsesRequest, RESPONSE_ID_PATTERN, type ChatMessage } from '@kvroute/protocols';
-import { EngineError } from '../engine-errors';
 import type { FaultInjector } from '../faults';
 import { prepareChatPrompts, type PromptLimits } from '../generation/prepare-prompts';
 import type { GenerationDeps } from '../generation/serve-generation';
@@ -41,12 +40,7 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
       { model: body.model, messages, ...(body.tools === undefined ? {} : { tools: body.tools as never }), ...(body.max_output_tokens == null ? {} : { max_completion_tokens: body.max_output_tokens }) },
       options.limits,
     );
-    const faults = options.faults;
-    const action = faults.draw();
-    if (action === 'error') {
-      const status = faults.current.errorStatus;
-      throw new EngineError(status === 503 ? 'unavailable' : status >= 500 ? 'internal' : 'bad-request', 'Injected fault (vllm-sim).', status);
-    }
+    const action = await options.faults.beforeServing();
     reply.hijack();
     if (action === 'hang') return;
     serveResponse(
