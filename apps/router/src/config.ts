@@ -165,6 +165,12 @@ export const RouterConfig = z.object({
     .positive()
     .default(1_800_000)
     .describe("a non-streaming request's time from being sent to its whole response (an engine answers only once generation ends); past it the upstream request is aborted and the client gets 504, never a retry. Above vLLM's own limits (it has no server-side generation timeout: max_tokens and max-model-len bound it)"),
+  connectionLostRetryMs: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .default(2_000)
+    .describe("a backend that closes the connection without answering within this long of the request going out (killed under load, or it dropped the request) ran at most its start: the request is retried on another backend. Later, it may have run for long and the client gets 502 at once (a re-run would cost that GPU time again)"),
   idleTimeoutMs: z.coerce.number().int().positive().default(300_000).describe('upstream silence allowed between response chunks'),
   requestStreamUsage: z.boolean().default(true).describe("ask engines for usage (`stream_options.include_usage`) on streams whose client did not, and take it out again before it reaches the client (which gets the engine's bytes as without it): the cached-token feedback (`kvroute_router_prefix_*`) needs every stream's usage"),
   maxAttempts: z.coerce.number().int().min(1).max(10).default(3).describe('tries per request across different backends, before the first byte'),

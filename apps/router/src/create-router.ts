@@ -180,6 +180,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       upstreams: backends.upstreams,
       streamFirstByteTimeoutMs: config.streamFirstByteTimeoutMs,
       generationTimeoutMs: config.generationTimeoutMs,
+      connectionLostRetryMs: config.connectionLostRetryMs,
       timers: NODE_TIMERS,
       metrics,
       logger: requestLogger.child({ component: 'proxy' }),

@@ -297,7 +297,7 @@ describe('requestStreamUsage off', () => {
       const parsed = await parseRequest('chat', request, { blockSizeBytes: 256, maxRoutedBlocks: 64, maxJsonDepth: 64, limits: DEFAULT_GENERATION_LIMITS, requestStreamUsage });
       reply.hijack();
       await send(
-        { upstreams: pools, streamFirstByteTimeoutMs: 5_000, generationTimeoutMs: 5_000, timers: NODE_TIMERS, metrics, logger: stages.log },
+        { upstreams: pools, streamFirstByteTimeoutMs: 5_000, generationTimeoutMs: 5_000, connectionLostRetryMs: 2_000, timers: NODE_TIMERS, metrics, logger: stages.log },
         {
           backend,
           reason: 'test',

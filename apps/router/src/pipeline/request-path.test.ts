@@ -434,6 +434,17 @@ describe('request path against scripted backends', () => {
       expect(await metricValue('kvroute_router_retries_total{backend="b0",cause="connection-lost"}')).toBe(1);
     });
 
+    it('answers 502 at once, without another try, when the connection is lost later than connectionLostRetryMs after sending (it may have run for long)', async () => {
+      await startHarness([scripts.closeWithoutAnswer(), scripts.json(200, { ok: true })], { connectionLostRetryMs: 0 });
+
+      const result = await postChatText(CHAT_BODY);
+
+      expect(result.status).toBe(502);
+      expect(JSON.parse(result.text).error.code).toBe('ROUTER_ERR_UPSTREAM_UNAVAILABLE');
+      expect(backend('b1').received).toHaveLength(0);
+      expect(await metricValue('kvroute_router_retries_total{backend="b0",cause="connection-lost"}')).toBe(0);
+    });
+
     it('answers 504 when a backend that took the request sends nothing in time, and does not send it to another one', async () => {
       await startHarness([scripts.hang(), scripts.json(200, { ok: true })], { generationTimeoutMs: 100 });
 

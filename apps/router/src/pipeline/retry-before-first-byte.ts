@@ -9,13 +9,16 @@ import type { Ticket } from './route';
 /**
  * Retry before the engine started, wrapped around route and send as an undici interceptor wraps
  * dispatch: route a try (skipping the backends this request already tried), send it; if the backend
- * never started it (connect error, or a 429/503 refusal while another try is possible), the try's
+ * is not running it (connect error, a 429/503 refusal while another try is possible, a connection lost
+ * at once), the try's
  * backend is excluded and, after a full-jitter exponential backoff, the next try is routed. At most
  * `maxAttempts` tries; never the same backend twice. The client going away ends it.
  *
- * A request that went out and then failed before anything reached the client (its deadline passed,
- * the connection broke: `failed`) is not re-run: the backend may be running it still, or have run it
- * for minutes, and another try would cost that again. Its error is answered at once (504, 502).
+ * A backend that closed the connection without answering soon after the request went out
+ * (`connection-lost` within `connectionLostRetryMs`) is running nothing: that is retried too. A request
+ * that failed later before anything reached the client (its deadline passed, or the connection was lost
+ * after it may have run for long: `failed`) is not re-run: the backend may be running it still, or have
+ * run it for minutes, and another try would cost that again. Its error is answered at once (504, 502).
  *
  * Throws a RouterError only when nothing was sent to the client: a sent try's failure, the last
  * connect failure, or `ROUTER_ERR_NO_BACKEND` when no backend was left to try.

@@ -19,6 +19,8 @@ export interface SendDeps {
   readonly streamFirstByteTimeoutMs: number;
   /** A non-streaming request's time to its whole response once sent, ms (config `generationTimeoutMs`). */
   readonly generationTimeoutMs: number;
+  /** A connection lost without an answer within this long of sending is retried (config `connectionLostRetryMs`). */
+  readonly connectionLostRetryMs: number;
   readonly timers: OneShotTimers;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger;
@@ -79,6 +81,7 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
     showsRoutingHeaders: shipment.showsRoutingHeaders,
     extraHeaders: shipment.extraHeaders,
     deadline: shipment.streams ? { until: 'first-byte', ms: deps.streamFirstByteTimeoutMs } : { until: 'end', ms: deps.generationTimeoutMs },
+    connectionLostRetryMs: deps.connectionLostRetryMs,
     timers: deps.timers,
     headWatch: shipment.headWatch ?? null,
     metrics: deps.metrics,

@@ -12,19 +12,20 @@ import { StreamUsageStrip, type FingerprintMemory } from './usage-strip';
 
 /**
  * How one try ended.
- * - `retry`: nothing reached the client and the backend is not running the request: it could not be
- *   connected to, refused it at once with 429/503, or closed the connection before answering
- *   (`connection-lost`: the engine died, or dropped the request with its connection, as vLLM aborts a
- *   request whose client went away). Another backend may take it: re-running it duplicates no work, and
- *   a backend killed under load must not fail the requests it held.
- * - `failed`: the request's deadline passed before anything reached the client. The backend may still
- *   be running it (the router's abort is the engine's only notice), and a re-run would cost its GPU time
- *   again on every try, likely to time out again: never re-run elsewhere; the client gets 504.
+ * - `retry`: nothing reached the client and no engine is running the request, nor ran it for long: the
+ *   backend could not be connected to, refused it at once with 429/503, or closed the connection without
+ *   answering within `connectionLostRetryMs` of the request going out (`connection-lost`: the engine
+ *   died or dropped it, as vLLM aborts a request whose connection closes; at most its prefill had
+ *   started). Another backend takes it: a backend killed under load must not fail the requests it held.
+ * - `failed`: the request went out and failed before anything reached the client after the engine may
+ *   have worked on it for long: its deadline passed (the backend may still be running it; 504), or the
+ *   connection was lost later than `connectionLostRetryMs` after sending (502). Never re-run elsewhere:
+ *   a long generation would cost its GPU time again on every try.
  * - `done`: the response (or its error event) reached the client.
  */
 export type TryOutcome =
   | { readonly kind: 'retry'; readonly cause: 'connect' | 'connection-lost' | `status-${number}`; readonly error: Error | null }
-  | { readonly kind: 'failed'; readonly cause: 'timeout'; readonly error: Error }
+  | { readonly kind: 'failed'; readonly cause: 'timeout' | 'connection-lost'; readonly error: Error }
   | { readonly kind: 'done'; readonly clientWentAway: boolean };
 
 /**
@@ -80,6 +81,8 @@ export interface RelayTarget {
   /** Headers of the router's own to add (the `x-ratelimit-*` of an admitted tenant request); null: none. */
   readonly extraHeaders: Readonly<Record<string, string>> | null;
   readonly deadline: TryDeadline;
+  /** A connection the backend closes without answering within this long of the request going out is retried elsewhere (config `connectionLostRetryMs`). */
+  readonly connectionLostRetryMs: number;
   readonly timers: OneShotTimers;
   /** Reads a successful response's body chunks, each before it is written to the client, until it returns true (a Responses id: response-id-watch.ts); null: none. */
   readonly headWatch?: ((chunk: Buffer) => boolean) | null;
@@ -111,8 +114,8 @@ const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'
  *   it without the option); the first-output watch and the tail read the engine's own chunks, so learn
  *   reads the usage the client does not get.
  * - Before anything is written, a connect error, a refusal (429/503) or a connection the backend closed
- *   without answering resolves `retry` (a refusal's body is drained, keeping the connection reusable);
- *   the try's deadline resolves `failed`: the backend may still be running it.
+ *   without answering soon after sending resolves `retry` (a refusal's body is drained, keeping the
+ *   connection reusable); the try's deadline, or a connection lost later, resolves `failed`.
  * - The deadline (TryDeadline) aborts the upstream request; once a stream's headers were relayed, it
  *   ends the stream with the router's timeout error event and `[DONE]`.
  * - After the first byte, an upstream failure ends an SSE stream with an error event and `[DONE]`
@@ -139,6 +142,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   private clientGone = false;
   /** The request went out on a connection (undici's onRequestStart): from here the backend may be running it. */
   private sent = false;
+  /** performance.now() when the request went out (`sent`). */
+  private sentAtMs = 0;
   private deadlineTimer: unknown = null;
   private deadlinePassed = false;
   private readonly onClientClose = (): void => {
@@ -161,6 +166,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       return;
     }
     this.sent = true;
+    this.sentAtMs = performance.now();
     const { deadline, timers } = this.target;
     this.deadlineTimer = timers.set(this.onDeadline, deadline.ms);
   }
@@ -249,8 +255,10 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       if (!this.sent) return this.finish({ kind: 'retry', cause: 'connect', error });
       const code = (error as { code?: string }).code ?? '';
       if (this.deadlinePassed || TIMEOUT_CODES.has(code)) return this.finish({ kind: 'failed', cause: 'timeout', error });
-      // Sent, then the connection closed or reset with no answer: the engine is not running it any more.
-      return this.finish({ kind: 'retry', cause: 'connection-lost', error });
+      // Sent, then the connection closed or reset with no answer: the engine is not running it any more;
+      // soon after sending it had barely started, later it may have run for long (no re-run then).
+      const lostEarly = performance.now() - this.sentAtMs <= target.connectionLostRetryMs;
+      return this.finish({ kind: lostEarly ? 'retry' : 'failed', cause: 'connection-lost', error });
     }
     target.metrics.recordStreamError(target.backendId);
     target.logger.warn({ requestId: target.requestId, backend: target.backendId, err: error }, 'upstream failed after the first byte');
