@@ -46,6 +46,12 @@ describe('checkGenerationLimits', () => {
     expect(violation?.message).toMatch(message);
   });
 
+  it("bounds Anthropic Messages' own arrays: system blocks like a message's content, stop_sequences like stop", () => {
+    expect(checkGenerationLimits({ system: parts(3), stop_sequences: ['a', 'b'], messages: [user()] }, small)).toBeNull();
+    expect(checkGenerationLimits({ system: parts(4), messages: [user()] }, small)).toEqual({ message: '`system` has 4 content parts; at most 3 are accepted.', param: 'system' });
+    expect(checkGenerationLimits({ stop_sequences: ['a', 'b', 'c'] }, small)?.param).toBe('stop_sequences');
+  });
+
   it('reports top-level counts before per-message ones, and formats counts for people', () => {
     const body = { messages: Array.from({ length: 200_000 }, () => ({ role: 1 })), tools: Array.from({ length: 600 }, () => ({})) };
     expect(checkGenerationLimits(body)).toEqual({ message: '`messages` has 200,000 entries; at most 4,096 are accepted.', param: 'messages' });

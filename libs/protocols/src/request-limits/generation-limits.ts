@@ -77,8 +77,11 @@ const counts = new Intl.NumberFormat('en-US');
  */
 export function checkGenerationLimits(body: unknown, limits: GenerationLimits = DEFAULT_GENERATION_LIMITS): LimitViolation | null {
   if (!isRecord(body)) return null;
-  const { messages, tools, stop, prompt } = body;
+  // `system` (blocks) and `stop_sequences`: Anthropic Messages' own arrays, bounded like a message's content and `stop`.
+  const { messages, tools, stop, prompt, system, stop_sequences: stopSequences } = body;
   if (Array.isArray(messages) && messages.length > limits.maxMessages) return tooMany('messages', messages.length, limits.maxMessages, 'entries');
+  if (Array.isArray(system) && system.length > limits.maxContentPartsPerMessage) return tooMany('system', system.length, limits.maxContentPartsPerMessage, 'content parts');
+  if (Array.isArray(stopSequences) && stopSequences.length > limits.maxStopSequences) return tooMany('stop_sequences', stopSequences.length, limits.maxStopSequences, 'entries');
   if (Array.isArray(tools) && tools.length > limits.maxTools) return tooMany('tools', tools.length, limits.maxTools, 'entries');
   if (Array.isArray(stop) && stop.length > limits.maxStopSequences) return tooMany('stop', stop.length, limits.maxStopSequences, 'entries');
   const promptIsBatch = Array.isArray(prompt) && prompt.length > 0 && typeof prompt[0] !== 'number';
