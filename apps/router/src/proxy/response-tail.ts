@@ -9,7 +9,7 @@ export class ResponseTail {
   private readonly chunks: Buffer[] = [];
   private bytes = 0;
   /**
-   * The body's first chunks, up to STREAM_START_BYTES (referenced, not copied): where an Anthropic stream's
+   * The body's first bytes, up to STREAM_START_BYTES (small chunks referenced, a large one's start copied): where an Anthropic stream's
    * `message_start` has the prompt's usage when its last usage (`message_delta`) has only `output_tokens`.
    */
   private readonly head: Buffer[] = [];
@@ -21,8 +21,11 @@ export class ResponseTail {
 
   add(chunk: Buffer): void {
     if (this.headBytes < STREAM_START_BYTES) {
-      this.head.push(chunk);
-      this.headBytes += chunk.length;
+      // Only what the head needs is kept: a whole first chunk of a large answer would live as long as the response.
+      const wanted = STREAM_START_BYTES - this.headBytes;
+      const part = chunk.length <= wanted ? chunk : Buffer.from(chunk.subarray(0, wanted));
+      this.head.push(part);
+      this.headBytes += part.length;
     }
     this.chunks.push(chunk);
     this.bytes += chunk.length;
