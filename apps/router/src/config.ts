@@ -158,7 +158,7 @@ export const RouterConfig = z.object({
     .int()
     .positive()
     .default(300_000)
-    .describe("a stream's time from being sent to its first body byte (queueing and prefill); past it the upstream request is aborted and the client gets 504 ROUTER_ERR_UPSTREAM_TIMEOUT (or, if the stream's headers were relayed, that error as its last event), never a retry on another backend. Once an engine has sent the stream's headers (vLLM does at once), idleTimeoutMs also bounds the wait for its first chunk: keep this ≤ idleTimeoutMs"),
+    .describe("a stream's time from being sent to its first output event (text, reasoning or a tool call: queueing and prefill; the opening events Responses and Anthropic streams send before prefill do not count); past it the upstream request is aborted and the client gets 504 ROUTER_ERR_UPSTREAM_TIMEOUT (or, if the stream's headers were relayed, that error as its last event), never a retry on another backend. idleTimeoutMs also bounds each silence between chunks: keep this ≤ idleTimeoutMs"),
   generationTimeoutMs: z.coerce
     .number()
     .int()

@@ -511,13 +511,25 @@ describe('request path against scripted backends', () => {
       expect(backend('b1').received).toHaveLength(0);
     });
 
-    it('lets a stream run past streamFirstByteTimeoutMs once its first byte came', async () => {
+    it('lets a stream run past streamFirstByteTimeoutMs once its first output came', async () => {
+      await startHarness([scripts.ssePieces([sseEvent(textChunk('first')), sseEvent(textChunk('late')), sseEvent('[DONE]')], 250)], { streamFirstByteTimeoutMs: 100 });
+
+      const result = await postChatText(STREAM_BODY);
+
+      expect(result.status).toBe(200);
+      expect(sseData(result.text)).toEqual([textChunk('first'), textChunk('late'), '[DONE]']);
+    });
+
+    it('counts streamFirstByteTimeoutMs to the first output, not to opening events sent before prefill (a role chunk, response.created)', async () => {
       await startHarness([scripts.ssePieces([sseEvent(ROLE_CHUNK), sseEvent(textChunk('late')), sseEvent('[DONE]')], 250)], { streamFirstByteTimeoutMs: 100 });
 
       const result = await postChatText(STREAM_BODY);
 
       expect(result.status).toBe(200);
-      expect(sseData(result.text)).toEqual([ROLE_CHUNK, textChunk('late'), '[DONE]']);
+      const events = sseData(result.text);
+      expect(events[0]).toBe(ROLE_CHUNK);
+      expect(events.some((event) => event.includes('ROUTER_ERR_UPSTREAM_TIMEOUT'))).toBe(true);
+      expect(events).not.toContain(textChunk('late'));
     });
 
     it('aborts the upstream request when the client goes away mid-stream, and returns its lease', async () => {

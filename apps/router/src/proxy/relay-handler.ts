@@ -217,10 +217,14 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
-    if (this.target.deadline.until === 'first-byte') this.clearDeadline();
+    // A relayed stream's deadline runs to its first output event, not its first byte: Responses and
+    // Anthropic streams open with events (`response.created`, `message_start`) sent before prefill.
+    const streamDeadline = this.target.deadline.until === 'first-byte';
+    if (streamDeadline && (this.mode !== 'relay' || this.firstOutput === null)) this.clearDeadline();
     if (this.mode !== 'relay') return;
     if (this.firstOutput !== null && this.firstOutput.feed(chunk)) {
       this.firstOutput = null;
+      if (streamDeadline) this.clearDeadline();
       this.target.events.firstOutput(true);
     }
     this.tail?.add(chunk);
