@@ -64,6 +64,7 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     breakerCooldownMs: config.breakerCooldownMs,
     nowMs: deps.nowMs,
     random: deps.random,
+    modelsPendingMaxMs: config.modelsPendingMaxMs,
     // Through the backend's own pool: its connections are the checked, pinned ones.
     fetchModels: (backend) => fetchModels(backend, upstreams.for(backend), upstreams.authorizationOf(backend), config.connectTimeoutMs),
     onRefreshError: (backend, error, modelsReadFailures) => {
