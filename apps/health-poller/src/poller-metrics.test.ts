@@ -45,4 +45,20 @@ describe('PollerMetrics: per-backend gauges', () => {
     expect(await values(metrics, 'kvroute_poller_backend_kv_cache_usage_ratio')).toEqual(['b1/sglang=0.5']);
     expect(await values(metrics, 'kvroute_poller_backend_healthy')).toEqual(['b1/sglang=1']);
   });
+
+  it('drops stale backends as states are recorded, without any scrape of /metrics (pod churn stays bounded)', async () => {
+    let now = 0;
+    const metrics = new PollerMetrics({ backends: () => 1, nowMs: () => now, backendFreshForMs: 1_000 });
+    // A new pod every 10 ms for 100 s, one stable backend scraped all along; nobody scrapes /metrics.
+    for (let pod = 0; pod < 10_000; pod++) {
+      now = pod * 10;
+      metrics.recordBackendState(state({ backendId: `vllm@10.0.${Math.floor(pod / 250)}.${pod % 250}:8000` }), now);
+      if (pod % 50 === 0) metrics.recordBackendState(state({ backendId: 'stable' }), now);
+    }
+    // Only those recorded within the last second: 101 pods (1 000 ms / 10 ms, both ends) and the stable one.
+    expect(metrics.keptBackendStates).toBe(102);
+    const healthy = await values(metrics, 'kvroute_poller_backend_healthy');
+    expect(healthy).toContain('stable/sglang=1');
+    expect(healthy).toHaveLength(102);
+  });
 });

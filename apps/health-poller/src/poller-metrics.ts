@@ -43,12 +43,20 @@ export class PollerMetrics {
   private readonly published: Counter<'backend'>;
   private readonly restarts: Counter<'backend' | 'sign'>;
 
-  /** Each backend's last state this replica scraped, and when (ms). */
+  /**
+   * Each backend's last state this replica scraped, and when (ms), oldest record first (a record moves
+   * its backend to the end), so that stale entries are dropped from the front as states are recorded:
+   * without scrapes of /metrics it would otherwise keep every backend ever seen (discovered pods).
+   */
   private readonly lastStates = new Map<string, { state: BackendState; atMs: number }>();
+  private readonly nowMs: () => number;
+  private readonly freshForMs: number;
 
   constructor(sources: PollerMetricsSources) {
     const nowMs = sources.nowMs ?? Date.now;
     const freshForMs = sources.backendFreshForMs ?? 60_000;
+    this.nowMs = nowMs;
+    this.freshForMs = freshForMs;
     const lastStates = this.lastStates;
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry, prefix: 'kvroute_poller_' });
@@ -140,7 +148,19 @@ export class PollerMetrics {
 
   /** A scrape's resulting state (shown by the per-backend gauges while fresh). */
   recordBackendState(state: BackendState, atMs: number): void {
+    this.lastStates.delete(state.backendId);
     this.lastStates.set(state.backendId, { state, atMs });
+    // Oldest first: drop stale entries from the front until a fresh one (amortised O(1) per record).
+    const now = this.nowMs();
+    for (const [backend, entry] of this.lastStates) {
+      if (now - entry.atMs <= this.freshForMs) break;
+      this.lastStates.delete(backend);
+    }
+  }
+
+  /** How many backends' last states are kept (for tests: bounded by those scraped within the freshness window). */
+  get keptBackendStates(): number {
+    return this.lastStates.size;
   }
 
   recordPublished(backend: string): void {

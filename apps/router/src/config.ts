@@ -178,6 +178,12 @@ export const RouterConfig = z.object({
   breakerFailureThreshold: z.coerce.number().int().positive().default(5).describe('consecutive failures that open a backend circuit'),
   breakerCooldownMs: z.coerce.number().int().positive().default(10_000).describe('how long an open circuit waits before a half-open probe'),
   modelsRefreshMs: z.coerce.number().int().positive().default(30_000).describe("how often backends' GET /v1/models is re-read"),
+  modelsPendingMaxMs: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .default(60_000)
+    .describe("how long after it was added a backend that has not yet answered GET /v1/models makes models no backend reported answer 503 ROUTER_ERR_MODELS_PENDING + Retry-After instead of 404 (it may serve them once started); past it the backend is still asked every few seconds, but unknown models get 404 again (a mistyped URL or a crash-looping pod must not make clients retry forever). Drained backends never count"),
   debugRoutes: z.boolean().default(false).describe('serve POST /debug/route (explains a decision) on the admin listener, behind the admin token'),
   // The admin API and /debug/route have a listener of their own (admin-app.ts), loopback unless told.
   adminToken: secretOption(z.string().min(16, 'must be at least 16 characters').optional().describe('bearer token of the admin listener (/admin/backends, /debug/route); env or file only, never a flag (it would show in ps); unset (and no adminTokenFile) = no admin listener')),

@@ -122,7 +122,9 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const backends = wireBackends(config, { nowMs, random, logger, state: state.state, redis: state.redis, engineStates: state.engineStates, metrics, upstreamKeys, addressPolicy }, closers);
   const discovery = discoverySettings && wireDiscovery(discoverySettings, config, { registry: backends.registry, changes: backends.changes, redis: state.redis, addressPolicy, metrics, nowMs, logger }, closers);
   metrics.readFrom({
-    inflight: () => state.state.inflightCounts(),
+    // The state keeps a departed backend's count (0 once its requests ended): shown only while registered
+    // or still running requests, so discovered pods that left do not stay in /metrics forever.
+    inflight: () => new Map([...state.state.inflightCounts()].filter(([id, count]) => count > 0 || backends.registry.get(id) !== undefined)),
     breakerStates: () => new Map(backends.registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),
     degraded: () => (state.failover?.degraded ? 1 : 0),
   });

@@ -6,7 +6,8 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 /**
  * Every router metric, in one place, with intent-named recorders. Base units (seconds), `_total` on
  * counters, bounded labels: backend ids and models come from config, policies and reasons from fixed
- * lists, status as a class-preserving code.
+ * lists, status as a class-preserving code. Backend ids also come from discovery (one per pod), so a
+ * departed backend's series are removed (forgetBackend).
  */
 export interface RouterMetricsSources {
   /** In-flight leases per backend (read at scrape time). */
@@ -24,6 +25,14 @@ const DECISION_BUCKETS_SECONDS = [0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_
 
 /** A series of one label set (prom-client's `labels(...)`), kept so the label object is hashed once. */
 type MetricChild = { inc(value?: number): void } | { observe(value: number): void } | { set(value: number): void };
+type SeriesLabels = Readonly<Record<string, string>>;
+/** What forgetBackend needs of a metric: prom-client's removal of one exact label set. */
+interface RemovableMetric {
+  remove(labels: SeriesLabels): void;
+}
+interface LabelledMetric<T extends MetricChild> extends RemovableMetric {
+  labels(labels: SeriesLabels): T;
+}
 
 export class RouterMetrics {
   readonly registry = new Registry();
@@ -240,6 +249,12 @@ export class RouterMetrics {
 
   /** Per-request series are looked up once per label set: prom-client hashes the label object on every call otherwise. */
   private readonly children = new Map<string, MetricChild>();
+  /**
+   * Every series with a `backend` label, per backend: its children key (if cached) and the metric and
+   * label set to remove. Backend ids of discovered pods (`name@IP:port`) change with every pod, so a
+   * departed backend's series must go (forgetBackend), else /metrics and these maps grow forever.
+   */
+  private readonly seriesByBackend = new Map<string, Map<string, { readonly metric: RemovableMetric; readonly labels: SeriesLabels }>>();
 
   private child<T extends MetricChild>(key: string, create: () => T): T {
     let found = this.children.get(key) as T | undefined;
@@ -250,9 +265,44 @@ export class RouterMetrics {
     return found;
   }
 
+  /** A series labelled with a backend: cached as `child` does, and remembered for forgetBackend. */
+  private backendChild<T extends MetricChild>(key: string, metric: LabelledMetric<T>, labels: SeriesLabels & { readonly backend: string }): T {
+    let found = this.children.get(key) as T | undefined;
+    if (!found) {
+      found = metric.labels(labels);
+      this.children.set(key, found);
+      this.track(key, metric, labels);
+    }
+    return found;
+  }
+
+  private track(key: string, metric: RemovableMetric, labels: SeriesLabels & { readonly backend: string }): void {
+    let series = this.seriesByBackend.get(labels.backend);
+    if (!series) {
+      series = new Map();
+      this.seriesByBackend.set(labels.backend, series);
+    }
+    series.set(key, { metric, labels });
+  }
+
+  /**
+   * Removes every series labelled with `backend` (and their cached children). For a backend gone for
+   * good, once its requests in flight have ended (one recorded afterwards would bring a series back).
+   * The scrape-time gauges (in flight, circuit state) read the current backends and need nothing.
+   */
+  forgetBackend(backend: string): void {
+    const series = this.seriesByBackend.get(backend);
+    if (!series) return;
+    this.seriesByBackend.delete(backend);
+    for (const [key, { metric, labels }] of series) {
+      this.children.delete(key);
+      metric.remove(labels);
+    }
+  }
+
   /** `model`: a model the pool serves (the request's was checked against the backends' lists before routing), so bounded. */
   recordRouted(backend: string, model: string, policy: string, reason: string, status: number): void {
-    this.child(`r\u0000${backend}\u0000${model}\u0000${policy}\u0000${reason}\u0000${status}`, () => this.requests.labels({ backend, model, policy, reason, status: String(status) })).inc();
+    this.backendChild(`r\u0000${backend}\u0000${model}\u0000${policy}\u0000${reason}\u0000${status}`, this.requests, { backend, model, policy, reason, status: String(status) }).inc();
   }
 
   recordRejected(code: string): void {
@@ -266,30 +316,30 @@ export class RouterMetrics {
 
   /** A stream's first output (callers never pass a non-streaming response: its headers come with its end). */
   recordStreamTtft(backend: string, model: string, seconds: number): void {
-    this.child(`t\u0000${backend}\u0000${model}`, () => this.ttft.labels({ backend, model })).observe(seconds);
+    this.backendChild(`t\u0000${backend}\u0000${model}`, this.ttft, { backend, model }).observe(seconds);
   }
 
   recordDuration(backend: string, model: string, stream: boolean, seconds: number): void {
-    this.child(`e\u0000${backend}\u0000${model}\u0000${stream}`, () => this.duration.labels({ backend, model, stream: stream ? 'true' : 'false' })).observe(seconds);
+    this.backendChild(`e\u0000${backend}\u0000${model}\u0000${stream}`, this.duration, { backend, model, stream: stream ? 'true' : 'false' }).observe(seconds);
   }
 
   /** A response's usage: prompt, cached (when the engine reports it) and generated tokens (when it reports them). */
   recordTokens(backend: string, model: string, usage: ResponseUsage): void {
-    this.child(`k\u0000${backend}\u0000${model}\u0000p`, () => this.tokens.labels({ backend, model, kind: 'prompt' })).inc(usage.promptTokens);
-    if (usage.cachedTokens !== null) this.child(`k\u0000${backend}\u0000${model}\u0000c`, () => this.tokens.labels({ backend, model, kind: 'cached' })).inc(usage.cachedTokens);
-    if (usage.completionTokens != null) this.child(`k\u0000${backend}\u0000${model}\u0000g`, () => this.tokens.labels({ backend, model, kind: 'generated' })).inc(usage.completionTokens);
+    this.backendChild(`k\u0000${backend}\u0000${model}\u0000p`, this.tokens, { backend, model, kind: 'prompt' }).inc(usage.promptTokens);
+    if (usage.cachedTokens !== null) this.backendChild(`k\u0000${backend}\u0000${model}\u0000c`, this.tokens, { backend, model, kind: 'cached' }).inc(usage.cachedTokens);
+    if (usage.completionTokens != null) this.backendChild(`k\u0000${backend}\u0000${model}\u0000g`, this.tokens, { backend, model, kind: 'generated' }).inc(usage.completionTokens);
   }
 
   recordRetry(backend: string, cause: string): void {
-    this.retries.inc({ backend, cause });
+    this.backendChild(`y\u0000${backend}\u0000${cause}`, this.retries, { backend, cause }).inc();
   }
 
   recordStreamError(backend: string): void {
-    this.streamErrors.inc({ backend });
+    this.backendChild(`s\u0000${backend}`, this.streamErrors, { backend }).inc();
   }
 
   recordReserveConflict(backend: string): void {
-    this.reserveConflicts.inc({ backend });
+    this.backendChild(`c\u0000${backend}`, this.reserveConflicts, { backend }).inc();
   }
 
   recordFailOpen(model: string): void {
@@ -302,19 +352,19 @@ export class RouterMetrics {
 
   /** Whether `backend` has been seen reporting cached tokens (its feedback mode). */
   recordFeedbackMode(backend: string, reportsCachedTokens: boolean): void {
-    this.child(`f\u0000${backend}`, () => this.feedbackModes.labels({ backend })).set(reportsCachedTokens ? 1 : 0);
+    this.backendChild(`f\u0000${backend}`, this.feedbackModes, { backend }).set(reportsCachedTokens ? 1 : 0);
   }
 
   recordPrediction(backend: string, check: PredictionCheck): void {
-    this.child(`p\u0000${backend}\u0000${check.outcome}`, () => this.predictions.labels({ backend, outcome: check.outcome })).inc();
+    this.backendChild(`p\u0000${backend}\u0000${check.outcome}`, this.predictions, { backend, outcome: check.outcome }).inc();
     if (check.outcome === 'unverified') return;
-    this.child(`pt\u0000${backend}`, () => this.predictedTokens.labels({ backend })).inc(check.predictedTokens);
-    this.child(`ot\u0000${backend}`, () => this.observedCachedTokens.labels({ backend })).inc(check.observedTokens);
-    this.child(`ct\u0000${backend}`, () => this.confirmedTokens.labels({ backend })).inc(check.confirmedTokens);
+    this.backendChild(`pt\u0000${backend}`, this.predictedTokens, { backend }).inc(check.predictedTokens);
+    this.backendChild(`ot\u0000${backend}`, this.observedCachedTokens, { backend }).inc(check.observedTokens);
+    this.backendChild(`ct\u0000${backend}`, this.confirmedTokens, { backend }).inc(check.confirmedTokens);
   }
 
   recordRetention(backend: string, retentionMs: number): void {
-    this.retention.set({ backend }, retentionMs / 1000);
+    this.backendChild(`n\u0000${backend}`, this.retention, { backend }).set(retentionMs / 1000);
   }
 
   recordLearnedCostModel(pool: string, learned: LearnedCalibration): void {
@@ -338,11 +388,11 @@ export class RouterMetrics {
   }
 
   recordClientAbort(backend: string): void {
-    this.clientAborts.inc({ backend });
+    this.backendChild(`a\u0000${backend}`, this.clientAborts, { backend }).inc();
   }
 
   recordBackendRestart(backend: string): void {
-    this.backendRestarts.inc({ backend });
+    this.backendChild(`b\u0000${backend}`, this.backendRestarts, { backend }).inc();
   }
 
   recordDiscoveryFailure(source: string): void {

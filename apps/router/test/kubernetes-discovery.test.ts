@@ -141,6 +141,67 @@ describe('EndpointSliceSource against a stand-in API server', () => {
     expect(String((answers[0] as { error: unknown }).error)).toContain('403');
     expect(api.requests[0]?.authorization).toBeUndefined();
   });
+
+  it('waits, longer each time, before watching again after watches that end at once (a misbehaving proxy), not after a long one', async () => {
+    const list = fixture('endpointslices-list.json');
+    // Every watch ends at once, without an event.
+    const api = await startApiServer({ list: [json(list)], watch: [stream('')] });
+    cleanups.push(() => api.close());
+    const dispatcher = new Agent();
+    cleanups.push(() => dispatcher.close());
+    const delays: number[] = [];
+    const source = new EndpointSliceSource({
+      target: parseDiscoveryTarget('k8s://inference/vllm:http') as never,
+      namespace: 'inference',
+      api: { url: api.url, dispatcher, token: async () => null },
+      scheme: 'http',
+      maxBackends: 256,
+      watchTimeoutSeconds: 300,
+      requestTimeoutMs: 2_000,
+      minWatchMs: 1_000,
+      retryDelayMs: (attempt) => {
+        delays.push(attempt);
+        return 5 * (attempt + 1);
+      },
+    });
+    await source.start(async () => undefined);
+    cleanups.push(() => source.stop());
+    await waitFor(() => api.requests.filter((request) => request.query.get('watch') === '1').length >= 4, 5_000);
+    // Each quick end waited, on a growing backoff (no failure was reported: the attempts count quick ends).
+    expect(delays.slice(0, 3)).toEqual([0, 1, 2]);
+    const watches = api.requests.filter((request) => request.query.get('watch') === '1').length;
+    expect(delays.length).toBeGreaterThanOrEqual(watches - 1);
+  });
+
+  it('a list body beyond maxListBytes is a failure (the list is read whole into memory), never parsed', async () => {
+    const list = fixture('endpointslices-list.json');
+    const api = await startApiServer({ list: [json(list)], watch: [held] });
+    cleanups.push(() => api.close());
+    const dispatcher = new Agent();
+    cleanups.push(() => dispatcher.close());
+    const answers: DiscoveryAnswer[] = [];
+    const options = {
+      target: parseDiscoveryTarget('k8s://inference/vllm:http') as never,
+      namespace: 'inference',
+      api: { url: api.url, dispatcher, token: async () => null },
+      scheme: 'http' as const,
+      maxBackends: 256,
+      watchTimeoutSeconds: 300,
+      requestTimeoutMs: 2_000,
+      retryDelayMs: () => 5,
+    };
+    const small = new EndpointSliceSource({ ...options, maxListBytes: Buffer.byteLength(list) - 1 });
+    await small.start(async (answer) => void answers.push(answer));
+    await small.stop();
+    expect(answers[0]?.kind).toBe('failed');
+    expect(String((answers[0] as { error: unknown }).error)).toContain('larger than');
+    // The same body within the cap is read.
+    const fits: DiscoveryAnswer[] = [];
+    const enough = new EndpointSliceSource({ ...options, maxListBytes: Buffer.byteLength(list) });
+    await enough.start(async (answer) => void fits.push(answer));
+    await enough.stop();
+    expect(fits[0]?.kind).toBe('backends');
+  });
 });
 
 describe('a router following EndpointSlices', () => {

@@ -1,6 +1,23 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestCluster, totalInflight, waitFor, type TestCluster } from './start-test-cluster';
+import { startTestCluster, TEST_ADMIN_TOKEN, totalInflight, waitFor, type TestCluster } from './start-test-cluster';
+
+/** One sample line of the exposition: its series name, labels and value. */
+type Sample = { name: string; labels: Record<string, string>; value: number };
+async function scrapeAt(routerUrl: string): Promise<Sample[]> {
+  const text = await (await fetch(`${routerUrl}/metrics`)).text();
+  return text
+    .split('\n')
+    .filter((line) => line !== '' && !line.startsWith('#'))
+    .map((line) => {
+      const match = /^([\w:]+)(?:\{(.*)\})? (\S+)$/.exec(line);
+      const labels: Record<string, string> = {};
+      for (const pair of (match?.[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[pair[1] as string] = pair[2] as string;
+      return { name: match?.[1] ?? '', labels, value: Number(match?.[3]) };
+    });
+}
+const sumWhere = (all: Sample[], name: string, labels: Record<string, string>): number =>
+  all.filter((row) => row.name === name && Object.entries(labels).every(([key, value]) => row.labels[key] === value)).reduce((total, row) => total + row.value, 0);
 
 /**
  * Issue 16, acceptance 4 (router side): a fleet serving two models tells them apart in the router's
@@ -15,22 +32,7 @@ describe('router metrics per model, 2 models on 2 vllm-sim backends', () => {
   });
   afterAll(() => cluster.close());
 
-  /** One sample line of the exposition: its series name, labels and value. */
-  type Sample = { name: string; labels: Record<string, string>; value: number };
-  async function scrape(): Promise<Sample[]> {
-    const text = await (await fetch(`${cluster.routerUrl}/metrics`)).text();
-    return text
-      .split('\n')
-      .filter((line) => line !== '' && !line.startsWith('#'))
-      .map((line) => {
-        const match = /^([\w:]+)(?:\{(.*)\})? (\S+)$/.exec(line);
-        const labels: Record<string, string> = {};
-        for (const pair of (match?.[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[pair[1] as string] = pair[2] as string;
-        return { name: match?.[1] ?? '', labels, value: Number(match?.[3]) };
-      });
-  }
-  const sumWhere = (all: Sample[], name: string, labels: Record<string, string>): number =>
-    all.filter((row) => row.name === name && Object.entries(labels).every(([key, value]) => row.labels[key] === value)).reduce((total, row) => total + row.value, 0);
+  const scrape = () => scrapeAt(cluster.routerUrl);
 
   it('labels requests, TTFT and duration by model; TTFT counts only streams; tokens follow usage', async () => {
     const messages = [{ role: 'user' as const, content: 'Name three colours, and then three more.' }];
@@ -72,5 +74,62 @@ describe('router metrics per model, 2 models on 2 vllm-sim backends', () => {
     expect(version.version).toMatch(/^\d+\.\d+\.\d+/);
     const info = (await scrape()).filter((row) => row.name === 'kvroute_build_info');
     expect(info).toEqual([{ name: 'kvroute_build_info', labels: { version: version.version, commit: version.commit }, value: 1 }]);
+  });
+});
+
+/**
+ * With discovery every pod is a backend id of its own (`name@IP:port`): a departed backend's series must
+ * go from /metrics, else the exposition grows with every pod ever seen.
+ */
+describe('router metrics of a removed backend', () => {
+  let cluster: TestCluster;
+  beforeAll(async () => {
+    cluster = await startTestCluster({ backends: 2, router: { adminToken: TEST_ADMIN_TOKEN } });
+  });
+  afterAll(() => cluster.close());
+
+  const admin = (method: string, path: string, body?: unknown) =>
+    fetch(`${cluster.adminUrl}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  const chat = async (content: string) => {
+    const response = await fetch(`${cluster.routerUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content }], max_tokens: 3, stream: true, stream_options: { include_usage: true } }),
+    });
+    await response.text();
+    return response.status;
+  };
+  /** One request served by `id` alone (the other drained meanwhile). */
+  const servedBy = async (id: string, other: string) => {
+    expect((await admin('POST', `/admin/backends/${encodeURIComponent(other)}/drain`)).status).toBe(200);
+    expect(await chat(`for ${id}`)).toBe(200);
+    expect((await admin('POST', `/admin/backends/${encodeURIComponent(other)}/undrain`)).status).toBe(200);
+  };
+  const seriesOf = async (id: string) => (await scrapeAt(cluster.routerUrl)).filter((row) => row.labels['backend'] === id).map((row) => row.name);
+
+  it('removes every series labelled with the backend once it is deleted, and starts a returning id from zero', async () => {
+    const [gone, stays] = cluster.sims as TestCluster['sims'] & readonly [TestCluster['sims'][number], TestCluster['sims'][number]];
+    await servedBy(gone.id, stays.id);
+    await servedBy(stays.id, gone.id);
+    await waitFor(() => totalInflight(cluster.router) === 0);
+    const before = await seriesOf(gone.id);
+    // Per-request series of several metrics (single- and multi-label, counters and histograms).
+    expect(before).toEqual(expect.arrayContaining(['kvroute_router_requests_total', 'kvroute_router_tokens_total', 'kvroute_router_request_duration_seconds_count', 'kvroute_router_time_to_first_token_seconds_bucket']));
+    const staysBefore = await seriesOf(stays.id);
+
+    expect((await admin('DELETE', `/admin/backends/${encodeURIComponent(gone.id)}`)).status).toBe(200);
+    await waitFor(async () => (await seriesOf(gone.id)).length === 0);
+    // The other backend's series stay.
+    expect(await seriesOf(stays.id)).toEqual(staysBefore);
+
+    // The same id added again counts from zero (no stale cached series: a stale one would not show at all).
+    expect((await admin('POST', '/admin/backends', { url: gone.url, models: ['test-model'] })).status).toBe(201);
+    await servedBy(gone.id, stays.id);
+    const after = await scrapeAt(cluster.routerUrl);
+    expect(after.filter((row) => row.name === 'kvroute_router_requests_total' && row.labels['backend'] === gone.id).map((row) => row.value)).toEqual([1]);
   });
 });

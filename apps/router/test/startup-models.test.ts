@@ -42,11 +42,11 @@ describe('start-up with backends not listening yet', () => {
   });
 
   /** Sims built on ports fixed in advance (the router is configured with them), not listening yet. */
-  async function prepare(count: number): Promise<{ urls: string[] }> {
+  async function prepare(count: number, extra: Record<string, unknown> = {}): Promise<{ urls: string[] }> {
     const ports = await findFreePorts(count);
     sims = await Promise.all(ports.map((port) => createSimServer(SimConfig.parse({ host: '127.0.0.1', port, profile: 'fast', model: 'test-model' }))));
     const urls = ports.map((port) => `http://127.0.0.1:${port}`);
-    router = await createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: urls, redisUrl: redis.url, redisTimeoutMs: 500, retryBackoffMs: 1 }));
+    router = await createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: urls, redisUrl: redis.url, redisTimeoutMs: 500, retryBackoffMs: 1, ...extra }));
     return { urls };
   }
 
@@ -138,5 +138,37 @@ describe('start-up with backends not listening yet', () => {
     expect(await post(routerUrl, 'other-model')).toMatchObject({ status: 404, code: 'ROUTER_ERR_MODEL_NOT_FOUND' });
     expect((await fetch(`${routerUrl}/v1/models/other-model`)).status).toBe(404);
     expect(router?.registry.poolFor('test-model')).toHaveLength(2);
+  });
+
+  it('404s unknown models once modelsPendingMaxMs has passed for a backend that never listens, and still asks it', async () => {
+    const windowMs = 1_500;
+    const { urls } = await prepare(2, { modelsPendingMaxMs: windowMs });
+    const [up, never] = sims as [SimServer, SimServer];
+    await up.listen();
+    const routerUrl = await (router as RouterServer).listen();
+    const neverId = new URL(urls[1] as string).host;
+    type Pending = { backend: string; ageMs: number; holdsUnknownModels: boolean };
+    const readyz = async () => (await (await fetch(`${routerUrl}/readyz`)).json()) as { modelsPendingBackends: string[]; modelsPending: Pending[] };
+
+    await waitFor(async () => (await post(routerUrl, 'test-model')).status === 200, 5_000);
+    // Within the window: unknown models may be the missing backend's (503), as /readyz says.
+    const early = await readyz();
+    const unknownEarly = await post(routerUrl, 'other-model');
+    if ((early.modelsPending[0] as Pending).ageMs < windowMs - 200) expect(unknownEarly).toMatchObject({ status: 503, code: 'ROUTER_ERR_MODELS_PENDING' });
+    expect(early.modelsPending).toEqual([{ backend: neverId, ageMs: expect.any(Number), holdsUnknownModels: expect.any(Boolean) }]);
+
+    // After it: 404 (request and models.retrieve), while /readyz still names the backend, older than the window.
+    await waitFor(async () => (await post(routerUrl, 'other-model')).status === 404, 10_000);
+    expect(await post(routerUrl, 'other-model')).toMatchObject({ status: 404, code: 'ROUTER_ERR_MODEL_NOT_FOUND' });
+    expect((await fetch(`${routerUrl}/v1/models/other-model`)).status).toBe(404);
+    const late = await readyz();
+    expect(late.modelsPendingBackends).toEqual([neverId]);
+    expect(late.modelsPending).toEqual([{ backend: neverId, ageMs: expect.any(Number), holdsUnknownModels: false }]);
+    expect((late.modelsPending[0] as Pending).ageMs).toBeGreaterThanOrEqual(windowMs);
+
+    // It is still asked on its backoff: once it listens its models count.
+    await never.listen();
+    await waitFor(() => (router as RouterServer).registry.poolFor('test-model').length === 2, 10_000);
+    expect((await readyz()).modelsPending).toEqual([]);
   });
 });

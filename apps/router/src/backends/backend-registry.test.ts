@@ -210,4 +210,47 @@ describe('BackendRegistry: models pending at start', () => {
     await registry.refreshModels();
     expect(clock.due.filter((entry) => !entry.cleared)).toHaveLength(0);
   });
+
+  it('holds back unknown models only within modelsPendingMaxMs of a backend being added, and never for a drained one', async () => {
+    const clock = manualTimers();
+    let nowMs = 1_000;
+    let listening = false;
+    const registry = new BackendRegistry([{ url: 'http://h:1', weight: 1 }, { url: 'http://h:2', weight: 1 }], {
+      ...options(async () => {
+        if (!listening) throw new Error('ECONNREFUSED');
+        return ['m'];
+      }),
+      nowMs: () => nowMs,
+      timers: clock.timers,
+      modelsPendingMaxMs: 500,
+    });
+    await registry.refreshModels();
+    expect(registry.modelsPending()).toBe(true);
+    // Draining one leaves the other holding back; draining both, none does.
+    registry.setDrained('h:1', true);
+    expect(registry.modelsPending()).toBe(true);
+    registry.setDrained('h:2', true);
+    expect(registry.modelsPending()).toBe(false);
+    registry.setDrained('h:1', false);
+    registry.setDrained('h:2', false);
+    nowMs += 499;
+    expect(registry.modelsPending()).toBe(true);
+    nowMs += 1;
+    expect(registry.modelsPending()).toBe(false);
+    // Past the window both are still reported pending, with their ages, and still retried.
+    expect(registry.pendingModelsReport().map((entry) => [entry.backend.id, entry.ageMs, entry.holdsUnknownModels])).toEqual([
+      ['h:1', 500, false],
+      ['h:2', 500, false],
+    ]);
+    expect(clock.due.filter((entry) => !entry.cleared)).toHaveLength(2);
+    // A backend added later has a window of its own.
+    registry.add({ url: 'http://h:3', weight: 1 });
+    await vi.waitFor(() => expect(registry.backendsWithModelsPending()).toHaveLength(3));
+    expect(registry.modelsPending()).toBe(true);
+    expect(registry.pendingModelsReport().find((entry) => entry.backend.id === 'h:3')).toMatchObject({ ageMs: 0, holdsUnknownModels: true });
+    // The retries go on past the window: an answer makes the models count.
+    listening = true;
+    clock.fire();
+    await vi.waitFor(() => expect(registry.poolFor('m').length).toBeGreaterThan(0));
+  });
 });

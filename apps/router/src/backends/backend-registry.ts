@@ -62,6 +62,24 @@ export interface BackendRegistryOptions {
   readonly timers?: OneShotTimers;
   /** Delays of those retries; 250 ms doubling to 4 s by default. */
   readonly modelsRetryBackoff?: ModelsRetryBackoff;
+  /**
+   * How long after it was added a backend whose models are pending holds back unknown models (503 +
+   * Retry-After instead of 404); 60 s by default. Past it the backend is still asked on its backoff,
+   * but a model nobody reported is a 404 again: a mistyped URL or a crash-looping pod must not turn
+   * every unknown model into an endless retry for clients.
+   */
+  readonly modelsPendingMaxMs?: number;
+}
+
+export const DEFAULT_MODELS_PENDING_MAX_MS = 60_000;
+
+/** A backend whose models are pending, as /readyz shows it. */
+export interface PendingModelsBackend {
+  readonly backend: Backend;
+  /** Since it was added (registry's clock), ms. */
+  readonly ageMs: number;
+  /** Still within modelsPendingMaxMs and not drained: unknown models get 503 because of it. */
+  readonly holdsUnknownModels: boolean;
 }
 
 /** A pending backend's retries: how many reads of its models failed so far, and the next retry (null: none). */
@@ -89,9 +107,12 @@ export function backendIdOf(spec: BackendSpec): BackendId {
  * Models pending: a backend without configured models has its models *pending* until it has answered
  * GET /v1/models once. Until then it is asked again on a short, growing backoff
  * (models-retry-backoff.ts), not only on the periodic refresh: a router started together with its
- * backends finds them within a fraction of a second of their listening. While any backend's models are
- * pending, a model no backend has reported may still exist (`modelsPending`): the request path answers
- * 503 + Retry-After for it, not 404.
+ * backends finds them within a fraction of a second of their listening. While an undrained backend's
+ * models are pending, for at most `modelsPendingMaxMs` after it was added, a model no backend has
+ * reported may still exist (`modelsPending`): the request path answers 503 + Retry-After for it, not
+ * 404. After that window the backend is still asked on its backoff, but no longer holds back 404s (it
+ * is more likely mistyped or crash-looping than starting); a drained backend never holds them back
+ * (no request would be routed to it anyway).
  */
 export class BackendRegistry {
   private all: readonly Backend[] = [];
@@ -106,6 +127,8 @@ export class BackendRegistry {
   private readonly answeredModels = new WeakSet<Backend>();
   /** Pending backends whose read failed: their retry schedule. */
   private readonly modelsRetries = new Map<Backend, ModelsRetry>();
+  /** When each backend object was added (nowMs), for the pending window; an `updated` one keeps its predecessor's. */
+  private readonly addedAtMs = new WeakMap<Backend, number>();
   private stopped = false;
 
   constructor(specs: readonly BackendSpec[], private readonly options: BackendRegistryOptions) {
@@ -135,16 +158,27 @@ export class BackendRegistry {
   }
 
   /**
-   * Whether some registered backend has not yet told its models (not configured, never answered GET
-   * /v1/models): a model unknown now may be one it serves.
+   * Whether some undrained backend added less than `modelsPendingMaxMs` ago has not yet told its models
+   * (not configured, never answered GET /v1/models): a model unknown now may be one it serves.
    */
   modelsPending(): boolean {
-    return this.all.some((backend) => !this.modelsKnown(backend));
+    const nowMs = this.options.nowMs();
+    return this.all.some((backend) => this.holdsUnknownModels(backend, nowMs));
   }
 
-  /** Registered backends that have not yet told their models, in registration order. */
+  /** Registered backends that have not yet told their models (still asked on their backoff), in registration order. */
   backendsWithModelsPending(): readonly Backend[] {
     return this.all.filter((backend) => !this.modelsKnown(backend));
+  }
+
+  /** The backends of backendsWithModelsPending, with their ages and whether they still hold back unknown models. */
+  pendingModelsReport(): readonly PendingModelsBackend[] {
+    const nowMs = this.options.nowMs();
+    return this.backendsWithModelsPending().map((backend) => ({
+      backend,
+      ageMs: Math.max(0, nowMs - (this.addedAtMs.get(backend) ?? nowMs)),
+      holdsUnknownModels: this.holdsUnknownModels(backend, nowMs),
+    }));
   }
 
   /** Every model served by at least one undrained backend. */
@@ -211,8 +245,8 @@ export class BackendRegistry {
     const wanted = new Map(members.map((member) => [member.spec.id, member]));
     const next: Backend[] = [];
     const created: Backend[] = [];
-    const create = (member: BackendSetMember): void => {
-      const backend = this.createBackend(member.spec);
+    const create = (member: BackendSetMember, addedAtMs?: number): void => {
+      const backend = this.createBackend(member.spec, addedAtMs);
       next.push(backend);
       created.push(backend);
     };
@@ -221,8 +255,11 @@ export class BackendRegistry {
       wanted.delete(backend.id);
       if (!member) this.forget(backend, 'removed');
       else if (isSameBackend(backend, member.spec)) next.push(backend);
-      else {
-        this.forget(backend, isSamePlace(backend, member.spec) ? 'updated' : 'moved');
+      else if (isSamePlace(backend, member.spec)) {
+        this.forget(backend, 'updated');
+        create(member, this.addedAtMs.get(backend));
+      } else {
+        this.forget(backend, 'moved');
         create(member);
       }
     }
@@ -258,7 +295,14 @@ export class BackendRegistry {
     return backend.configuredModels !== null || this.answeredModels.has(backend);
   }
 
-  private createBackend(spec: BackendSpec): Backend {
+  private holdsUnknownModels(backend: Backend, nowMs: number): boolean {
+    if (this.modelsKnown(backend) || this.drained.has(backend.id)) return false;
+    const addedAtMs = this.addedAtMs.get(backend) ?? nowMs;
+    return nowMs - addedAtMs < (this.options.modelsPendingMaxMs ?? DEFAULT_MODELS_PENDING_MAX_MS);
+  }
+
+  /** `addedAtMs`: when its predecessor was added, for a backend replaced in place (new weight): the same engine, whose window goes on. */
+  private createBackend(spec: BackendSpec, addedAtMs?: number): Backend {
     const url = new URL(spec.url);
     const id = backendIdOf(spec);
     const backend: Backend = {
@@ -272,6 +316,7 @@ export class BackendRegistry {
     };
     if (backend.configuredModels) this.modelsByBackend.set(id, backend.configuredModels);
     else this.modelsByBackend.delete(id);
+    this.addedAtMs.set(backend, addedAtMs ?? this.options.nowMs());
     return backend;
   }
 

@@ -10,6 +10,17 @@ type BackendsAnswer = Extract<DiscoveryAnswer, { kind: 'backends' }>;
 
 type UrlVerdict = { readonly allowed: true } | { readonly allowed: false; readonly reason: string };
 
+/** A repeating timer, passed in so that a test can observe or step it. */
+export interface IntervalTimers {
+  every(run: () => void, periodMs: number): unknown;
+  cancel(handle: unknown): void;
+}
+
+const NODE_INTERVALS: IntervalTimers = {
+  every: (run, periodMs) => setInterval(run, periodMs).unref(),
+  cancel: (handle) => clearInterval(handle as NodeJS.Timeout),
+};
+
 export interface DiscoveryApplierOptions {
   readonly source: BackendSource;
   /** The admin API's path: the fleet's shared set with Redis, this replica's registry without. */
@@ -23,7 +34,15 @@ export interface DiscoveryApplierOptions {
   readonly removeAfterMs: number;
   /** How often the last answer is applied again (lease renewal, removals due, a replica taking over), ms. */
   readonly reapplyMs: number;
+  /**
+   * How long the source may fail before this replica stops re-applying its last answer, ms (about the
+   * lease's TTL). Re-applying renews the lease: a leader whose source fails would otherwise keep it
+   * forever, holding the fleet on a stale set while replicas whose source answers cannot take over.
+   */
+  readonly staleAfterMs: number;
   readonly nowMs: () => number;
+  /** Where the re-apply interval runs; Node's (unref'd) by default. */
+  readonly intervals?: IntervalTimers;
   /** A look at the source failed (`source` = its kind): the metric. */
   readonly onFailure: (source: string) => void;
   readonly logger?: FastifyBaseLogger | undefined;
@@ -39,12 +58,15 @@ export class DiscoveryApplier {
   private previous: Map<string, boolean> | null = null;
   private absentSinceMs = new Map<string, number>();
   private leading = false;
-  private failing = false;
+  /** Since when the source has failed without a good answer in between (nowMs); null while it answers. */
+  private failingSinceMs: number | null = null;
+  /** Re-applying stopped because the source has failed too long (logged once per failure run). */
+  private stale = false;
   private lastDropped = 0;
   private readonly refused = new Set<string>();
   private queued: BackendsAnswer | null = null;
   private applying: Promise<void> | null = null;
-  private timer: NodeJS.Timeout | null = null;
+  private timer: unknown = null;
   private stopped = false;
 
   constructor(private readonly options: DiscoveryApplierOptions) {}
@@ -52,15 +74,15 @@ export class DiscoveryApplier {
   /** Starts the source and resolves once its first answer is applied (so the router starts with its backends). */
   async start(): Promise<void> {
     await this.options.source.start((answer) => this.onAnswer(answer));
-    this.timer = setInterval(() => {
-      if (this.lastGood !== null) void this.onAnswer(this.lastGood);
-    }, this.options.reapplyMs);
-    this.timer.unref();
+    // stop() may have run while the source was starting: nothing may run after it.
+    if (this.stopped) return;
+    this.timer = (this.options.intervals ?? NODE_INTERVALS).every(() => this.reapply(), this.options.reapplyMs);
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.timer) clearInterval(this.timer);
+    if (this.timer !== null) (this.options.intervals ?? NODE_INTERVALS).cancel(this.timer);
+    this.timer = null;
     await this.options.source.stop();
     await this.applying;
     if (this.leading) await this.options.leadership.release();
@@ -70,13 +92,45 @@ export class DiscoveryApplier {
   onAnswer(answer: DiscoveryAnswer): Promise<void> {
     if (answer.kind === 'failed') {
       this.options.onFailure(this.options.source.kind);
-      if (!this.failing) this.options.logger?.warn({ source: this.options.source.kind, err: answer.error }, 'backend discovery: the source could not be read; keeping the backends of its last answer');
-      this.failing = true;
+      if (this.failingSinceMs === null) {
+        this.options.logger?.warn({ source: this.options.source.kind, err: answer.error }, 'backend discovery: the source could not be read; keeping the backends of its last answer');
+        this.failingSinceMs = this.options.nowMs();
+      }
       return this.applying ?? Promise.resolve();
     }
-    if (this.failing) this.options.logger?.info({ source: this.options.source.kind }, 'backend discovery: the source answers again');
-    this.failing = false;
+    if (this.failingSinceMs !== null) this.options.logger?.info({ source: this.options.source.kind }, 'backend discovery: the source answers again');
+    this.failingSinceMs = null;
+    this.stale = false;
     this.lastGood = answer;
+    return this.enqueue(answer);
+  }
+
+  /**
+   * The interval's re-apply of the last good answer (lease renewal, removals due, taking over from a
+   * leader that left). Not an answer from the source: the failure state stays as it is. Once the source
+   * has failed for staleAfterMs, not at all: the lease is not renewed and lapses, so a replica whose
+   * source answers takes over instead of the fleet following a stale set for as long as this one runs.
+   */
+  private reapply(): void {
+    if (this.lastGood === null || this.stopped) return;
+    if (this.failingSinceMs !== null && this.options.nowMs() - this.failingSinceMs >= this.options.staleAfterMs) {
+      if (!this.stale) {
+        this.options.logger?.warn(
+          { source: this.options.source.kind, failingForMs: this.options.nowMs() - this.failingSinceMs },
+          'backend discovery: the source has failed for too long; no longer applying its last answer (the lease lapses, a replica whose source answers takes over)',
+        );
+      }
+      this.stale = true;
+      // Whoever holds the lease next changes the set; if this replica takes it back later, it starts from the set as it is then.
+      this.leading = false;
+      this.previous = null;
+      this.absentSinceMs = new Map();
+      return;
+    }
+    void this.enqueue(this.lastGood);
+  }
+
+  private enqueue(answer: BackendsAnswer): Promise<void> {
     this.queued = answer;
     this.applying ??= this.drainQueue().finally(() => {
       this.applying = null;

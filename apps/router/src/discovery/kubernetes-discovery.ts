@@ -25,8 +25,14 @@ export interface EndpointSliceSourceOptions {
   readonly watchTimeoutSeconds: number;
   /** Headers of a list or watch request, ms. */
   readonly requestTimeoutMs: number;
-  /** Wait before retrying after the `attempt`-th failure in a row (0-based), ms. */
+  /** Wait before retrying after the `attempt`-th failure in a row (0-based), ms; also after the `attempt`-th watch in a row that ended at once. */
   readonly retryDelayMs: (attempt: number) => number;
+  /** A watch that ends (or expires) sooner than this after it started counts as ending at once, ms; 1 s by default. */
+  readonly minWatchMs?: number;
+  /** Largest list response body read, bytes; 8 MiB by default. */
+  readonly maxListBytes?: number;
+  /** Clock of minWatchMs; performance.now by default. */
+  readonly nowMs?: () => number;
   readonly logger?: FastifyBaseLogger | undefined;
 }
 
@@ -34,6 +40,10 @@ export interface EndpointSliceSourceOptions {
 const MAX_SLICES = 1_000;
 /** Longest watch event line, bytes: one slice of 100 endpoints is ~30 KiB. */
 const MAX_EVENT_BYTES = 4 * 1024 * 1024;
+/** Largest list body, bytes: MAX_SLICES slices of ~30 KiB would be ~30 MiB, but the list is read whole into memory; 8 MiB is ~270 full slices (~27k endpoints). */
+const DEFAULT_MAX_LIST_BYTES = 8 * 1024 * 1024;
+/** A watch shorter than this ended at once: the next one waits (a proxy ending every watch at once would be a hot loop). */
+const DEFAULT_MIN_WATCH_MS = 1_000;
 
 /** How a watch ended: the server closed it (normal, every watchTimeoutSeconds), 410 Gone (list again), or a failure. */
 type WatchEnd = { readonly kind: 'ended' | 'failed'; readonly resourceVersion: string; readonly error?: unknown } | { readonly kind: 'expired' };
@@ -76,6 +86,9 @@ export class EndpointSliceSource implements BackendSource {
   private async follow(first: string | null): Promise<void> {
     let resourceVersion = first;
     let failures = first === null ? 1 : 0;
+    // Watches in a row that ended (or expired) at once: each waits longer before the next one.
+    let quickEnds = 0;
+    const nowMs = this.options.nowMs ?? (() => performance.now());
     while (!this.stopped) {
       if (resourceVersion === null) {
         if (failures > 0 && !(await this.sleep(this.options.retryDelayMs(failures - 1)))) return;
@@ -83,7 +96,15 @@ export class EndpointSliceSource implements BackendSource {
         failures = resourceVersion === null ? failures + 1 : 0;
         continue;
       }
+      const startedAtMs = nowMs();
       const end = await this.watch(resourceVersion);
+      if (end.kind !== 'failed') {
+        // A normal end (or 410) comes after minutes; at once, again and again, it is a misbehaving
+        // proxy or API server, which must not get a list or watch request in a tight loop.
+        if (nowMs() - startedAtMs < (this.options.minWatchMs ?? DEFAULT_MIN_WATCH_MS)) {
+          if (!(await this.sleep(this.options.retryDelayMs(quickEnds++)))) return;
+        } else quickEnds = 0;
+      }
       if (end.kind === 'expired') {
         resourceVersion = null;
         continue;
@@ -107,7 +128,7 @@ export class EndpointSliceSource implements BackendSource {
         const text = await response.body.text().catch(() => '');
         throw new Error(`listing EndpointSlices answered ${response.statusCode}: ${text.slice(0, 300)}`);
       }
-      const list = parseSliceList(await response.body.json());
+      const list = parseSliceList(JSON.parse(await readCapped(response.body, this.options.maxListBytes ?? DEFAULT_MAX_LIST_BYTES)));
       if (list === null) throw new Error('listing EndpointSlices: not an EndpointSliceList');
       this.slices.clear();
       for (const slice of list.slices.slice(0, MAX_SLICES)) this.slices.set(slice.name, slice);
@@ -206,4 +227,19 @@ export class EndpointSliceSource implements BackendSource {
       headers: token === null ? { accept: 'application/json' } : { accept: 'application/json', authorization: `Bearer ${token}` },
     };
   }
+}
+
+/** A response body as text, failing (and dropping the connection) once it exceeds `maxBytes`: a list is read whole into memory. */
+async function readCapped(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<string> {
+  const chunks: Buffer[] = [];
+  let bytes = 0;
+  for await (const chunk of body) {
+    bytes += (chunk as Buffer).length;
+    if (bytes > maxBytes) {
+      body.destroy();
+      throw new Error(`listing EndpointSlices: a body larger than ${maxBytes} bytes`);
+    }
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
 }

@@ -74,6 +74,8 @@ export interface RoutedFigures {
  * A request's pool: the backends serving its model. Throws (404, 503) before anything was sent. A model
  * no backend reports is 404 only once every backend has told its models: before, it may be served by
  * one that is still starting (503 + Retry-After: a client retries it, and never sees a false 404).
+ * Only undrained backends added less than modelsPendingMaxMs ago count (registry.modelsPending): one
+ * that never answers (mistyped, crash-looping) must not turn every unknown model into endless retries.
  */
 export function poolOf(registry: BackendRegistry, model: string): readonly Backend[] {
   if (!registry.servesModel(model)) {

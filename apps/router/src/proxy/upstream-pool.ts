@@ -83,14 +83,14 @@ export class UpstreamPools {
 
   /**
    * A backend left the registry: its pool closes once its requests in flight have finished (undici's
-   * close is graceful), and its idle connections go.
+   * close is graceful), and its idle connections go. Resolves once they have (at once without a pool).
    */
-  retire(backend: Backend): void {
+  async retire(backend: Backend): Promise<void> {
     this.fingerprints.delete(backend);
     const pool = this.pools.get(backend);
     if (!pool) return;
     this.pools.delete(backend);
-    pool.close().catch(() => undefined);
+    await pool.close().catch(() => undefined);
   }
 
   /** Lets the requests in flight finish, then closes every connection; nothing new is sent afterwards. */

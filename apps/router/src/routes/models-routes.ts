@@ -6,7 +6,7 @@ import { RouterError } from '../errors';
  * `GET /v1/models`: the union of the models every pool serves, in the OpenAI list shape; and
  * `GET /v1/models/{id}`: one of them as an OpenAI model object, or a 404 in the OpenAI error shape
  * (`ROUTER_ERR_MODEL_NOT_FOUND`) for a model no backend serves (503 `ROUTER_ERR_MODELS_PENDING` while
- * some backend has not yet told its models). Answered by the router from what it
+ * some backend has not yet told its models, within modelsPendingMaxMs of its being added). Answered by the router from what it
  * knows (vLLM has no such route; the OpenAI clients' `models.retrieve` calls it). Model ids may hold
  * `/` (`org/name`), so the id is the rest of the path.
  */

@@ -39,7 +39,7 @@ export interface BackendsWiringDeps {
   readonly redis: RedisClient | null;
   /** The health poller's published states (null without Redis): an engine restart forgets what its backend was believed to cache. */
   readonly engineStates: EngineStateView | null;
-  readonly metrics: Pick<RouterMetrics, 'recordBackendRestart'>;
+  readonly metrics: Pick<RouterMetrics, 'recordBackendRestart' | 'forgetBackend'>;
   /** The API keys the backends get, on proxied requests and on model discovery alike. */
   readonly upstreamKeys: UpstreamKeys;
   /** The backend address policy, asked about every backend the shared set brings that is not configured here. */
@@ -64,6 +64,7 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     breakerCooldownMs: config.breakerCooldownMs,
     nowMs: deps.nowMs,
     random: deps.random,
+    modelsPendingMaxMs: config.modelsPendingMaxMs,
     // Through the backend's own pool: its connections are the checked, pinned ones.
     fetchModels: (backend) => fetchModels(backend, upstreams.for(backend), upstreams.authorizationOf(backend), config.connectTimeoutMs),
     onRefreshError: (backend, error, modelsReadFailures) => {
@@ -77,7 +78,17 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     // A departing backend's requests in flight keep their pool (closed once they finish). What it was
     // believed to cache is forgotten only if the engine itself went (a new weight keeps its cache).
     onRemoved: (backend, models, departure) => {
-      upstreams.retire(backend);
+      const retired = upstreams.retire(backend);
+      // Gone for good (not replaced under the same id): its metric series go too, once its requests in
+      // flight have ended and recorded (the next turn of the loop), unless the id came back meanwhile.
+      // Discovered pods get a new id each, so without this /metrics would grow with every pod ever seen.
+      if (departure === 'removed') {
+        void retired.then(() =>
+          setImmediate(() => {
+            if (registry.get(backend.id) === undefined) deps.metrics.forgetBackend(backend.id);
+          }),
+        );
+      }
       if (departure === 'updated') return;
       for (const model of models) deps.state.forgetBackend(model, backend.id).catch(() => undefined);
     },

@@ -61,6 +61,8 @@ export function wireDiscovery(settings: DiscoverySettings, config: RouterConfig,
   const { target } = settings;
   const logger = deps.logger?.child({ component: 'discovery', source: target.kind, name: target.name });
   const source = createSource(settings, config, closers, logger);
+  // Renewed every refresh: three missed renewals hand the lease to another replica.
+  const leaseTtlMs = 3 * config.discoveryRefreshMs;
   const leadership =
     deps.redis === null
       ? SOLE_REPLICA
@@ -68,8 +70,7 @@ export function wireDiscovery(settings: DiscoverySettings, config: RouterConfig,
           redis: deps.redis,
           key: `${DEFAULT_KEY_NAMESPACE}:discovery-lease:${target.name}`,
           holder: `${hostname()}:${process.pid}:${randomUUID()}`,
-          // Renewed every refresh: three missed renewals hand the lease to another replica.
-          ttlMs: 3 * config.discoveryRefreshMs,
+          ttlMs: leaseTtlMs,
         });
   const applier = new DiscoveryApplier({
     source,
@@ -79,6 +80,8 @@ export function wireDiscovery(settings: DiscoverySettings, config: RouterConfig,
     admitUrl: (url) => deps.addressPolicy.check(url),
     removeAfterMs: config.discoveryRemoveAfterMs,
     reapplyMs: config.discoveryRefreshMs,
+    // A source failing about as long as the lease lives: stop renewing it, so a replica whose source answers takes over.
+    staleAfterMs: leaseTtlMs,
     nowMs: deps.nowMs,
     onFailure: (kind) => deps.metrics.recordDiscoveryFailure(kind),
     logger,
