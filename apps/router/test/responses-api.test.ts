@@ -5,6 +5,7 @@ import { startRedis, type TestRedis } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
+import { FakeResponsesBackend } from './fake-responses-backend';
 import { startTestCluster } from './start-test-cluster';
 
 /**
@@ -190,7 +191,7 @@ describe('Responses API on one replica without Redis (local state)', () => {
 });
 
 describe('Responses API when the owner fails', () => {
-  it('a follow-up whose owner answers 503 is not sent to another engine (which would answer 404): the client gets a 503 to retry', async () => {
+  it("a follow-up whose owner answers 503 is not sent to another engine (which would answer 404): the client gets the owner's 503 to retry", async () => {
     const cluster = await startCluster(1, undefined);
     try {
       const client = cluster.clients[0] as OpenAI;
@@ -198,13 +199,42 @@ describe('Responses API when the owner fails', () => {
       const owner = cluster.sims.find((sim) => sim.id === first.response.headers.get('x-router-backend'));
       owner?.sim.faults.update({ errorRate: 1, errorStatus: 503 });
       const failed = await client.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'now?' }).catch((error: unknown) => error);
-      // Another engine would have answered 404 (it does not hold the response).
-      expect(failed).toMatchObject({ status: 503, error: { code: 'ROUTER_ERR_NO_BACKEND' } });
+      // Another engine would have answered 404 (it does not hold the response); the owner's own answer is relayed.
+      expect(failed).toMatchObject({ status: 503, error: { message: 'Injected fault (vllm-sim).' } });
       owner?.sim.faults.clear();
       const next = await client.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'now!', max_output_tokens: 2 });
       expect(next.previous_response_id).toBe(first.data.id);
     } finally {
       await stopCluster(cluster);
+    }
+  });
+});
+
+describe('Responses API when the owner refuses', () => {
+  it("relays the owner's 429 with its Retry-After and body, rather than the router's own 503", async () => {
+    const backends = await Promise.all([new FakeResponsesBackend().start(), new FakeResponsesBackend().start()]);
+    const router = await createRouterServer(
+      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: backends.map((backend) => ({ url: backend.url, models: ['test-model'] })), retryBackoffMs: 1 }),
+    );
+    try {
+      const url = `${await router.listen()}/v1/responses`;
+      const post = (body: unknown): Promise<Response> => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const created = await post({ model: 'test-model', input: 'first' });
+      const first = (await created.json()) as { id: string };
+      const ownerIndex = backends.findIndex((backend) => backend.requests('POST', '/v1/responses').length === 1);
+      const owner = backends[ownerIndex] as FakeResponsesBackend;
+      const other = backends[1 - ownerIndex] as FakeResponsesBackend;
+      owner.create = { kind: 'refuse', status: 429, retryAfter: '7' };
+      const refused = await post({ model: 'test-model', previous_response_id: first.id, input: 'next' });
+      expect(refused.status).toBe(429);
+      expect(refused.headers.get('retry-after')).toBe('7');
+      expect(((await refused.json()) as { error: { message: string } }).error.message).toBe('The engine is busy (fake backend).');
+      expect(refused.headers.get('x-router-reason')).toBe('previous-response');
+      // The other engine, which does not hold the conversation, was not tried.
+      expect(other.requests('POST', '/v1/responses')).toHaveLength(0);
+    } finally {
+      await router.close();
+      await Promise.all(backends.map((backend) => backend.close()));
     }
   });
 });

@@ -96,7 +96,10 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
           requestId: of.request.id,
           ...(of.upstreamRequestId === undefined ? {} : { upstreamRequestId: of.upstreamRequestId }),
           arrivedAtMs: of.request.arrivedAtMs,
-          mayRetryStatus,
+          // Pinned to the owner of `previous_response_id`: no other engine holds the conversation, so a
+          // refusal (429/503) is not retried elsewhere but relayed as the owner sent it, with its body
+          // and Retry-After (a retry could only end in the router's own 503, or another engine's 404).
+          mayRetryStatus: mayRetryStatus && ticket.backend.id !== of.owner,
           streams: of.parsed.stream,
           readsUsage: of.parsed.kind === 'generation',
           stripsStreamUsage: of.parsed.stripsStreamUsage,
