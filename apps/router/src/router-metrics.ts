@@ -49,6 +49,7 @@ export class RouterMetrics {
   private readonly retention: Gauge<'backend'>;
   private readonly learnedCostModel: Gauge<'pool' | 'figure'>;
   private readonly learnCalls: Counter<'result'>;
+  private readonly responseOwnerWrites: Counter<'result'>;
   private readonly backendRestarts: Counter<'backend'>;
   private readonly discoveryFailures: Counter<'source'>;
 
@@ -208,6 +209,12 @@ export class RouterMetrics {
       labelNames: ['result'],
       registers,
     });
+    this.responseOwnerWrites = new Counter({
+      name: 'kvroute_router_response_owner_writes_total',
+      help: "Stored responses' owners written to the response-owner map, by result: ok, or failed (Redis failed, too slow or degraded: only this replica knows the owner).",
+      labelNames: ['result'],
+      registers,
+    });
     this.degradedTransitions = new Counter({
       name: 'kvroute_router_state_degraded_transitions_total',
       help: 'Switches into (to="degraded") and out of (to="shared") degraded mode.',
@@ -326,6 +333,10 @@ export class RouterMetrics {
 
   recordLearnCall(ok: boolean): void {
     this.learnCalls.inc({ result: ok ? 'ok' : 'failed' });
+  }
+
+  recordResponseOwnerWrite(ok: boolean): void {
+    this.responseOwnerWrites.inc({ result: ok ? 'ok' : 'failed' });
   }
 
   /** The gauges read these at scrape time. */

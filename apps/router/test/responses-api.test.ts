@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
 import { FakeResponsesBackend } from './fake-responses-backend';
-import { startTestCluster } from './start-test-cluster';
+import { startTestCluster, waitFor } from './start-test-cluster';
 
 /**
  * Acceptance (issue 16): the Responses API through 3 router replicas sharing Redis, with the official
@@ -240,13 +240,22 @@ describe('Responses API when the owner refuses', () => {
 });
 
 describe('Responses API while Redis is down', () => {
-  it("a replica keeps the chains it learnt itself (its local map); another replica prefix-routes them, and learns again once Redis is back", async () => {
+  it("a replica keeps the chains it learnt itself (its local map); another prefix-routes their follow-ups, answers their GET 503, and learns again once Redis is back", async () => {
     const redis = await startRedis({ fresh: true });
     const cluster = await startCluster(2, redis.url);
     try {
       const [here, there] = cluster.clients as [OpenAI, OpenAI];
+      const writes = async (result: string): Promise<number> =>
+        ((await (cluster.routers[0] as RouterServer).metrics.registry.getSingleMetric('kvroute_router_response_owner_writes_total')?.get())?.values ?? [])
+          .filter((value) => value.labels.result === result)
+          .reduce((sum, value) => sum + value.value, 0);
+      const before = await here.responses.create({ model: 'test-model', input: 'before the outage', max_output_tokens: 2 });
+      await waitFor(async () => (await writes('ok')) === 1);
       await redis.kill();
       const first = await here.responses.create({ model: 'test-model', instructions: instructionsOf(55), input: 'while down', max_output_tokens: 3 }).withResponse();
+      // The write reached this replica's map only: counted as failed (and logged as a warning).
+      await waitFor(async () => (await writes('failed')) >= 1);
+      expect(await writes('ok')).toBe(1);
       const next = await here.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'still here?', max_output_tokens: 3 }).withResponse();
       expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
       expect(next.response.headers.get('x-router-backend')).toBe(first.response.headers.get('x-router-backend'));
@@ -256,6 +265,15 @@ describe('Responses API while Redis is down', () => {
         .withResponse()
         .then((answer) => answer.response.headers, (error: { headers: Headers }) => error.headers);
       expect(elsewhere.get('x-router-reason')).not.toBe('previous-response');
+      // A GET has no prefix to route on, and a 404 would be a guess: the other replica answers 503 to
+      // retry, for an id it cannot look up, whether Redis held it (`before`) or not; this one finds its own.
+      for (const id of [first.data.id, before.id]) {
+        const unavailable = await fetch(`${there.baseURL}/responses/${id}`);
+        expect(unavailable.status).toBe(503);
+        expect(unavailable.headers.get('retry-after')).toBe('1');
+        expect(((await unavailable.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_RESPONSE_OWNERS_UNAVAILABLE');
+      }
+      expect((await here.responses.retrieve(first.data.id)).id).toBe(first.data.id);
 
       await redis.restart();
       // Back: a new response is remembered in Redis, so the other replica finds it.

@@ -2,12 +2,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
+import { startRedis } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
 import { generateApiKey } from '../src/tenants/api-key';
 import { FakeResponsesBackend } from './fake-responses-backend';
-import { startTestCluster, type TestCluster } from './start-test-cluster';
+import { startTestCluster, waitFor, type TestCluster } from './start-test-cluster';
 
 /**
  * Responses API with tenants: the response-owner map is per cache scope (a tenant's, or its team's),
@@ -140,5 +141,66 @@ describe('Responses API with tenants: what reaches the engine', () => {
     expect(refused.status).toBe(400);
     expect(((await refused.json()) as { error: { param: string } }).error.param).toBe('request_id');
     expect(backend.requests('POST', '/v1/responses').length).toBe(before);
+  });
+});
+
+describe('Responses API with tenants while Redis is unusable', () => {
+  it("answers 503 with Retry-After, not a final 404, for an owner it cannot look up; a replica's own map still answers", async () => {
+    const redis = await startRedis({ fresh: true });
+    const dir = mkdtempSync(join(tmpdir(), 'kvroute-keys-'));
+    const file = join(dir, 'keys.yaml');
+    writeFileSync(file, `keys:\n  - id: a\n    tenant: tenant-a\n    sha256: ${keys.a.digest}\n`);
+    const cluster = await startTestCluster({ backends: 2 });
+    const routers: RouterServer[] = [];
+    try {
+      const clients: OpenAI[] = [];
+      for (let replica = 0; replica < 2; replica++) {
+        const router = await createRouterServer(
+          RouterConfig.parse({
+            host: '127.0.0.1',
+            port: 0,
+            backends: cluster.sims.map((sim) => sim.url),
+            retryBackoffMs: 1,
+            redisUrl: redis.url,
+            redisTimeoutMs: 200,
+            auth: 'api-keys',
+            apiKeysFile: file,
+            cacheSaltSecret: 'test-cache-salt-secret-0123456789',
+          }),
+        );
+        routers.push(router);
+        clients.push(new OpenAI({ apiKey: keys.a.secret, baseURL: `${await router.listen()}/v1`, maxRetries: 0 }));
+      }
+      const [here, there] = clients as [OpenAI, OpenAI];
+      const created = await here.responses.create({ model: 'test-model', input: 'remember me', max_output_tokens: 2 });
+      // Up: the other replica finds it in Redis.
+      await waitFor(async () => (await there.responses.retrieve(created.id).catch(() => null)) !== null);
+
+      await redis.kill();
+      const unavailable = { status: 503, error: { code: 'ROUTER_ERR_RESPONSE_OWNERS_UNAVAILABLE' } };
+      const followUp = await there.responses.create({ model: 'test-model', previous_response_id: created.id, input: 'still mine?' }).withResponse().catch((error: unknown) => error);
+      expect(followUp).toMatchObject({ ...unavailable, error: { param: 'previous_response_id' } });
+      expect((followUp as { headers: Headers }).headers.get('retry-after')).toBe('1');
+      await expect(there.responses.retrieve(created.id)).rejects.toMatchObject({ ...unavailable, error: { param: 'response_id' } });
+      await expect(there.responses.delete(created.id)).rejects.toMatchObject(unavailable);
+      // The replica that learnt it answers from its own map, Redis or not.
+      const next = await here.responses.create({ model: 'test-model', previous_response_id: created.id, input: 'yes', max_output_tokens: 2 });
+      expect(next.previous_response_id).toBe(created.id);
+
+      await redis.restart();
+      // Back (an empty Redis: the test server keeps nothing across a kill): once the other replica
+      // leaves degraded mode, an id nobody stored is a 404 again, not a 503…
+      await waitFor(async () => (await there.responses.retrieve('resp_ffffffffffffffffffffffffffffffff').catch((error: { status?: number }) => error.status)) === 404, 15_000);
+      // …and, once the creating replica writes to Redis again too, a response stored now is found from either.
+      await waitFor(async () => {
+        const after = await here.responses.create({ model: 'test-model', input: 'after', max_output_tokens: 2 });
+        return (await there.responses.retrieve(after.id).catch(() => null)) !== null;
+      }, 15_000);
+    } finally {
+      for (const router of routers) await router.close();
+      await cluster.close();
+      await redis.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

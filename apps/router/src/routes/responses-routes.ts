@@ -2,15 +2,16 @@ import type { Socket } from 'node:net';
 import { pipeline } from 'node:stream/promises';
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { RESPONSE_ID_PATTERN } from '@kvroute/protocols';
-import type { ResponseOwnerStore } from '@kvroute/routing';
 import type { BackendRegistry } from '../backends/backend-registry';
 import { RouterError } from '../errors';
+import { ownersUnavailable } from '../pipeline/response-affinity';
 import { clientResponseHeaders, upstreamRequestHeaders } from '../proxy/header-hygiene';
 import type { UpstreamPools } from '../proxy/upstream-pool';
+import type { ResponseOwnerMap } from '../routing/response-owners';
 import type { TenantDirectory } from '../tenants/tenant-directory';
 
 export interface ResponsesRoutesOptions {
-  readonly owners: ResponseOwnerStore;
+  readonly owners: ResponseOwnerMap;
   readonly registry: BackendRegistry;
   readonly upstreams: UpstreamPools;
   readonly tenants: TenantDirectory;
@@ -24,8 +25,10 @@ type ResponseMethod = 'GET' | 'DELETE' | 'POST';
  * the backend that stored the response, found in the response-owner map in the caller's cache scope
  * (pipeline/response-affinity.ts). Nothing to route: no policy, lease or limit (a stored response is
  * read, not generated). An id the map does not know, or whose backend is no longer in the fleet, is a
- * 404 in the OpenAI error shape (vLLM's message): only that backend could have answered. A successful
- * DELETE forgets the id.
+ * 404 in the OpenAI error shape (vLLM's message): only that backend could have answered. An id the map
+ * cannot look up now (Redis failed or degraded, and this replica never learnt it) is a 503 with
+ * Retry-After in every mode: there is no prefix to route a GET on, and a 404 would be a guess a client
+ * takes as final. A successful DELETE forgets the id.
  */
 export async function responsesRoutes(app: FastifyInstance, options: ResponsesRoutesOptions): Promise<void> {
   app.get('/v1/responses/:id', (request, reply) => forward(options, 'GET', request, reply));
@@ -37,8 +40,9 @@ async function forward(options: ResponsesRoutesOptions, method: ResponseMethod, 
   const id = (request.params as { id: string }).id;
   if (!RESPONSE_ID_PATTERN.test(id)) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'The response id is 1 to 128 characters of letters, digits, `_`, `.`, `:` or `-`.', { param: 'response_id' });
   const scope = request.identity === null ? '' : options.tenants.cacheScopeOf(request.identity.tenant);
-  const ownerId = await options.owners.ownerOf(scope, id);
-  const backend = ownerId === null ? undefined : options.registry.get(ownerId);
+  const found = await options.owners.lookup(scope, id);
+  if (found.kind === 'unknown') throw ownersUnavailable(id, 'response_id');
+  const backend = found.kind === 'absent' ? undefined : options.registry.get(found.backendId);
   if (backend === undefined) throw new RouterError('ROUTER_ERR_RESPONSE_NOT_FOUND', `Response with id '${id}' not found.`, { param: 'response_id' });
   const socket = request.raw.socket as Socket & { encrypted?: boolean };
   const headers = upstreamRequestHeaders(request.headers, { peerAddress: socket.remoteAddress ?? 'unknown', proto: socket.encrypted === true ? 'https' : 'http' }, options.upstreams.authorizationOf(backend));
