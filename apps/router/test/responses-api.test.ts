@@ -1,3 +1,4 @@
+import { request as httpRequest } from 'node:http';
 import OpenAI from 'openai';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
@@ -235,6 +236,44 @@ describe('Responses API when the owner refuses', () => {
     } finally {
       await router.close();
       await Promise.all(backends.map((backend) => backend.close()));
+    }
+  });
+});
+
+describe('Responses API: a stored response on an engine that does not answer', () => {
+  it('a client leaving aborts the upstream GET/DELETE; one that waits gets 504 after the headers timeout', async () => {
+    const backend = await new FakeResponsesBackend().start();
+    const routerWith = async (extra: Partial<RouterConfig>): Promise<RouterServer> =>
+      createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [{ url: backend.url, models: ['test-model'] }], ...extra }));
+    // Default timeouts (the stored-response calls' headers timeout: 30 s): only the client's leaving can end the call soon.
+    const patient = await routerWith({});
+    // A short streamFirstByteTimeoutMs caps that headers timeout too.
+    const hasty = await routerWith({ streamFirstByteTimeoutMs: 300 });
+    const create = async (base: string): Promise<string> =>
+      ((await (await fetch(base, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test-model', input: 'hi' }) })).json()) as { id: string }).id;
+    try {
+      const base = `${await patient.listen()}/v1/responses`;
+      const id = await create(base);
+      backend.stored = 'hang';
+      for (const method of ['GET', 'DELETE'] as const) {
+        // A client of its own connection (node:http, no pool), so that leaving closes it.
+        const leaving = httpRequest(`${base}/${id}`, { method, agent: false });
+        leaving.on('error', () => undefined);
+        leaving.end();
+        await waitFor(() => backend.requests(method, '/v1/responses/').length === 1);
+        leaving.destroy();
+        // The engine sees the router's call go away (no timeout of the router's would end it for 30 s).
+        await waitFor(() => backend.requests(method, '/v1/responses/')[0]?.abortedBeforeAnswer === true, 10_000);
+      }
+
+      const hastyBase = `${await hasty.listen()}/v1/responses`;
+      const waited = await fetch(`${hastyBase}/${await create(hastyBase)}`);
+      expect(waited.status).toBe(504);
+      expect(((await waited.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_UPSTREAM_TIMEOUT');
+    } finally {
+      await patient.close();
+      await hasty.close();
+      await backend.close();
     }
   });
 });

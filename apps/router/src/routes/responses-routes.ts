@@ -1,6 +1,7 @@
 import type { Socket } from 'node:net';
 import { pipeline } from 'node:stream/promises';
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Dispatcher } from 'undici';
 import { RESPONSE_ID_PATTERN } from '@kvroute/protocols';
 import type { BackendRegistry } from '../backends/backend-registry';
 import { RouterError } from '../errors';
@@ -16,7 +17,15 @@ export interface ResponsesRoutesOptions {
   readonly upstreams: UpstreamPools;
   readonly tenants: TenantDirectory;
   readonly logger: FastifyBaseLogger;
+  /** The longest the router waits for a backend's headers on these calls, ms (config `streamFirstByteTimeoutMs`); capped at STORED_RESPONSE_HEADERS_TIMEOUT_MS. */
+  readonly headersTimeoutMs: number;
 }
+
+/**
+ * A stored response's GET, DELETE or cancel is a dictionary read on the engine, answered at once unless
+ * the engine is stuck: it gets 30 s to its headers, not the minutes a stream's prefill may take.
+ */
+export const STORED_RESPONSE_HEADERS_TIMEOUT_MS = 30_000;
 
 type ResponseMethod = 'GET' | 'DELETE' | 'POST';
 
@@ -37,6 +46,13 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
 }
 
 async function forward(options: ResponsesRoutesOptions, method: ResponseMethod, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  // The client leaving (its connection closed before the response ended) aborts the upstream call, so
+  // no request is left running on the engine for nobody; a response already sent ends with no abort.
+  const clientGone = new AbortController();
+  const onClose = (): void => {
+    if (!reply.raw.writableFinished) clientGone.abort(new Error('the client went away'));
+  };
+  reply.raw.once('close', onClose);
   const id = (request.params as { id: string }).id;
   if (!RESPONSE_ID_PATTERN.test(id)) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'The response id is 1 to 128 characters of letters, digits, `_`, `.`, `:` or `-`.', { param: 'response_id' });
   const scope = request.identity === null ? '' : options.tenants.cacheScopeOf(request.identity.tenant);
@@ -49,12 +65,19 @@ async function forward(options: ResponsesRoutesOptions, method: ResponseMethod, 
   headers['x-request-id'] = request.id;
   // The body (a cancel's, usually none) is forwarded as it came; GET and DELETE carry none.
   const body = method === 'POST' ? (request.rawBody ?? null) : null;
-  const upstream = await options.upstreams
-    .for(backend)
-    .request({ method, path: backend.basePath + request.url, headers, body })
-    .catch((error: unknown) => {
-      throw new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backend.id}, which stored response '${id}', did not answer.`, { cause: error });
-    });
+  if (clientGone.signal.aborted) return void reply.hijack();
+  const headersTimeout = Math.min(options.headersTimeoutMs, STORED_RESPONSE_HEADERS_TIMEOUT_MS);
+  let upstream: Dispatcher.ResponseData;
+  try {
+    upstream = await options.upstreams.for(backend).request({ method, path: backend.basePath + request.url, headers, body, headersTimeout, signal: clientGone.signal });
+  } catch (error) {
+    // Nobody to answer: the abort was ours.
+    if (clientGone.signal.aborted) return void reply.hijack();
+    if ((error as { code?: string }).code === 'UND_ERR_HEADERS_TIMEOUT') {
+      throw new RouterError('ROUTER_ERR_UPSTREAM_TIMEOUT', `Backend ${backend.id}, which stored response '${id}', did not answer within ${headersTimeout} ms.`, { cause: error });
+    }
+    throw new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backend.id}, which stored response '${id}', did not answer.`, { cause: error });
+  }
   if (method === 'DELETE' && upstream.statusCode < 300) {
     await options.owners.forget(scope, id).catch((error: unknown) => options.logger.debug({ err: error }, 'response owner not forgotten'));
   }
