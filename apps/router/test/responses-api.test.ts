@@ -377,7 +377,8 @@ describe('Responses API bad input', () => {
         [{ model: 'test-model', input: 'x', tools: [1] }, 'tools'],
         [{ model: 'test-model', input: 'x', previous_response_id: 'a/b' }, 'previous_response_id'],
         [{ model: 'test-model', input: 'x', instructions: { nested: true } }, 'instructions'],
-        [{ input: 'x' }, 'model'],
+        [{ model: '', input: 'x' }, 'model'],
+        [{ model: 42, input: 'x' }, 'model'],
       ];
       for (const [body, param] of cases) {
         const response = await post(body);
@@ -386,6 +387,10 @@ describe('Responses API bad input', () => {
         expect(error.type).toBe('invalid_request_error');
         expect(error.param.startsWith(param), `${error.param} for ${JSON.stringify(body).slice(0, 80)}`).toBe(true);
       }
+      // No `model`, as chat and completions: the backends serve one model, and that is the request's (vLLM's own rule).
+      const modelless = await post({ input: 'x', max_output_tokens: 2 });
+      expect(modelless.status, await modelless.clone().text()).toBe(200);
+      expect(((await modelless.json()) as { model: string }).model).toBe('test-model');
       expect((await fetch(`${cluster.routerUrl}/v1/responses/${'r'.repeat(100)}`)).status).toBe(404);
       expect((await fetch(`${cluster.routerUrl}/v1/responses/resp_x`, { method: 'PUT' })).status).toBeLessThan(500);
     } finally {
