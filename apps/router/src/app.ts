@@ -95,6 +95,7 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     upstreams: deps.requestPath.send.upstreams,
     tenants: deps.requestPath.tenants,
     logger: deps.requestPath.responses.logger,
+    headersTimeoutMs: deps.requestPath.send.streamFirstByteTimeoutMs,
   });
   await app.register(modelsRoutes, { registry: deps.registry, createdUnixSeconds: deps.startedAtUnixSeconds });
   await app.register(probesRoutes, { registry: deps.registry, isShuttingDown: () => deps.drain.isShuttingDown, reportsCachedTokens: (backendId) => deps.learned.reportsCachedTokens(backendId) });

@@ -193,7 +193,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     limit: tenants.limit,
     tenants: tenants.tenants,
     routingHeaders: config.routingHeaders,
-    responses: { owners: state.responseOwners, logger: requestLogger.child({ component: 'responses' }) },
+    responses: { owners: state.responseOwners, logger: requestLogger.child({ component: 'responses' }), metrics },
   };
   const learned: LearnedFigures = { costModel: (pool) => policies.costModel(pool), retentionMs: (backendId) => learner.retentionMs(backendId), reportsCachedTokens: (backendId) => learner.reportsCachedTokens(backendId) };
   const app = await buildRouterApp({

@@ -21,6 +21,13 @@ export const ROUTER_ERRORS = {
   ROUTER_ERR_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   /** `GET`/`DELETE /v1/responses/{id}` for an id the response-owner map does not know in the caller's scope (expired, another tenant's, never stored). */
   ROUTER_ERR_RESPONSE_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  /**
+   * Whose a stored response is cannot be known now: Redis (the shared response-owner map) failed, is too
+   * slow or the routing state is degraded, and this replica's own map does not know the id. 503 with
+   * `Retry-After`, not the 404 a client would take as final (pipeline/response-affinity.ts,
+   * routes/responses-routes.ts).
+   */
+  ROUTER_ERR_RESPONSE_OWNERS_UNAVAILABLE: { status: 503, type: 'service_unavailable' },
   ROUTER_ERR_METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },
   ROUTER_ERR_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   ROUTER_ERR_NO_BACKEND: { status: 503, type: 'service_unavailable' },

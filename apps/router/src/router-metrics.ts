@@ -58,6 +58,7 @@ export class RouterMetrics {
   private readonly retention: Gauge<'backend'>;
   private readonly learnedCostModel: Gauge<'pool' | 'figure'>;
   private readonly learnCalls: Counter<'result'>;
+  private readonly responseOwnerWrites: Counter<'result'>;
   private readonly backendRestarts: Counter<'backend'>;
   private readonly discoveryFailures: Counter<'source'>;
 
@@ -214,6 +215,12 @@ export class RouterMetrics {
     this.learnCalls = new Counter({
       name: 'kvroute_router_learn_calls_total',
       help: 'Calls that wrote what responses taught (retention corrections, calibration batches) into the routing state, by result.',
+      labelNames: ['result'],
+      registers,
+    });
+    this.responseOwnerWrites = new Counter({
+      name: 'kvroute_router_response_owner_writes_total',
+      help: "Stored responses' owners written to the response-owner map, by result: ok, or failed (Redis failed, too slow or degraded: only this replica knows the owner).",
       labelNames: ['result'],
       registers,
     });
@@ -376,6 +383,10 @@ export class RouterMetrics {
 
   recordLearnCall(ok: boolean): void {
     this.learnCalls.inc({ result: ok ? 'ok' : 'failed' });
+  }
+
+  recordResponseOwnerWrite(ok: boolean): void {
+    this.responseOwnerWrites.inc({ result: ok ? 'ok' : 'failed' });
   }
 
   /** The gauges read these at scrape time. */

@@ -1,3 +1,4 @@
+import { request as httpRequest } from 'node:http';
 import OpenAI from 'openai';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
@@ -5,7 +6,8 @@ import { startRedis, type TestRedis } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
-import { startTestCluster } from './start-test-cluster';
+import { FakeResponsesBackend } from './fake-responses-backend';
+import { startTestCluster, waitFor } from './start-test-cluster';
 
 /**
  * Acceptance (issue 16): the Responses API through 3 router replicas sharing Redis, with the official
@@ -190,7 +192,7 @@ describe('Responses API on one replica without Redis (local state)', () => {
 });
 
 describe('Responses API when the owner fails', () => {
-  it('a follow-up whose owner answers 503 is not sent to another engine (which would answer 404): the client gets a 503 to retry', async () => {
+  it("a follow-up whose owner answers 503 is not sent to another engine (which would answer 404): the client gets the owner's 503 to retry", async () => {
     const cluster = await startCluster(1, undefined);
     try {
       const client = cluster.clients[0] as OpenAI;
@@ -198,8 +200,8 @@ describe('Responses API when the owner fails', () => {
       const owner = cluster.sims.find((sim) => sim.id === first.response.headers.get('x-router-backend'));
       owner?.sim.faults.update({ errorRate: 1, errorStatus: 503 });
       const failed = await client.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'now?' }).catch((error: unknown) => error);
-      // Another engine would have answered 404 (it does not hold the response).
-      expect(failed).toMatchObject({ status: 503, error: { code: 'ROUTER_ERR_NO_BACKEND' } });
+      // Another engine would have answered 404 (it does not hold the response); the owner's own answer is relayed.
+      expect(failed).toMatchObject({ status: 503, error: { message: 'Injected fault (vllm-sim).' } });
       owner?.sim.faults.clear();
       const next = await client.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'now!', max_output_tokens: 2 });
       expect(next.previous_response_id).toBe(first.data.id);
@@ -209,14 +211,90 @@ describe('Responses API when the owner fails', () => {
   });
 });
 
+describe('Responses API when the owner refuses', () => {
+  it("relays the owner's 429 with its Retry-After and body, rather than the router's own 503", async () => {
+    const backends = await Promise.all([new FakeResponsesBackend().start(), new FakeResponsesBackend().start()]);
+    const router = await createRouterServer(
+      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: backends.map((backend) => ({ url: backend.url, models: ['test-model'] })), retryBackoffMs: 1 }),
+    );
+    try {
+      const url = `${await router.listen()}/v1/responses`;
+      const post = (body: unknown): Promise<Response> => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const created = await post({ model: 'test-model', input: 'first' });
+      const first = (await created.json()) as { id: string };
+      const ownerIndex = backends.findIndex((backend) => backend.requests('POST', '/v1/responses').length === 1);
+      const owner = backends[ownerIndex] as FakeResponsesBackend;
+      const other = backends[1 - ownerIndex] as FakeResponsesBackend;
+      owner.create = { kind: 'refuse', status: 429, retryAfter: '7' };
+      const refused = await post({ model: 'test-model', previous_response_id: first.id, input: 'next' });
+      expect(refused.status).toBe(429);
+      expect(refused.headers.get('retry-after')).toBe('7');
+      expect(((await refused.json()) as { error: { message: string } }).error.message).toBe('The engine is busy (fake backend).');
+      expect(refused.headers.get('x-router-reason')).toBe('previous-response');
+      // The other engine, which does not hold the conversation, was not tried.
+      expect(other.requests('POST', '/v1/responses')).toHaveLength(0);
+    } finally {
+      await router.close();
+      await Promise.all(backends.map((backend) => backend.close()));
+    }
+  });
+});
+
+describe('Responses API: a stored response on an engine that does not answer', () => {
+  it('a client leaving aborts the upstream GET/DELETE; one that waits gets 504 after the headers timeout', async () => {
+    const backend = await new FakeResponsesBackend().start();
+    const routerWith = async (extra: Partial<RouterConfig>): Promise<RouterServer> =>
+      createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [{ url: backend.url, models: ['test-model'] }], ...extra }));
+    // Default timeouts (the stored-response calls' headers timeout: 30 s): only the client's leaving can end the call soon.
+    const patient = await routerWith({});
+    // A short streamFirstByteTimeoutMs caps that headers timeout too.
+    const hasty = await routerWith({ streamFirstByteTimeoutMs: 300 });
+    const create = async (base: string): Promise<string> =>
+      ((await (await fetch(base, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test-model', input: 'hi' }) })).json()) as { id: string }).id;
+    try {
+      const base = `${await patient.listen()}/v1/responses`;
+      const id = await create(base);
+      backend.stored = 'hang';
+      for (const method of ['GET', 'DELETE'] as const) {
+        // A client of its own connection (node:http, no pool), so that leaving closes it.
+        const leaving = httpRequest(`${base}/${id}`, { method, agent: false });
+        leaving.on('error', () => undefined);
+        leaving.end();
+        await waitFor(() => backend.requests(method, '/v1/responses/').length === 1);
+        leaving.destroy();
+        // The engine sees the router's call go away (no timeout of the router's would end it for 30 s).
+        await waitFor(() => backend.requests(method, '/v1/responses/')[0]?.abortedBeforeAnswer === true, 10_000);
+      }
+
+      const hastyBase = `${await hasty.listen()}/v1/responses`;
+      const waited = await fetch(`${hastyBase}/${await create(hastyBase)}`);
+      expect(waited.status).toBe(504);
+      expect(((await waited.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_UPSTREAM_TIMEOUT');
+    } finally {
+      await patient.close();
+      await hasty.close();
+      await backend.close();
+    }
+  });
+});
+
 describe('Responses API while Redis is down', () => {
-  it("a replica keeps the chains it learnt itself (its local map); another replica prefix-routes them, and learns again once Redis is back", async () => {
+  it("a replica keeps the chains it learnt itself (its local map); another prefix-routes their follow-ups, answers their GET 503, and learns again once Redis is back", async () => {
     const redis = await startRedis({ fresh: true });
     const cluster = await startCluster(2, redis.url);
     try {
       const [here, there] = cluster.clients as [OpenAI, OpenAI];
+      const writes = async (result: string): Promise<number> =>
+        ((await (cluster.routers[0] as RouterServer).metrics.registry.getSingleMetric('kvroute_router_response_owner_writes_total')?.get())?.values ?? [])
+          .filter((value) => value.labels.result === result)
+          .reduce((sum, value) => sum + value.value, 0);
+      const before = await here.responses.create({ model: 'test-model', input: 'before the outage', max_output_tokens: 2 });
+      await waitFor(async () => (await writes('ok')) === 1);
       await redis.kill();
       const first = await here.responses.create({ model: 'test-model', instructions: instructionsOf(55), input: 'while down', max_output_tokens: 3 }).withResponse();
+      // The write reached this replica's map only: counted as failed (and logged as a warning).
+      await waitFor(async () => (await writes('failed')) >= 1);
+      expect(await writes('ok')).toBe(1);
       const next = await here.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'still here?', max_output_tokens: 3 }).withResponse();
       expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
       expect(next.response.headers.get('x-router-backend')).toBe(first.response.headers.get('x-router-backend'));
@@ -226,6 +304,15 @@ describe('Responses API while Redis is down', () => {
         .withResponse()
         .then((answer) => answer.response.headers, (error: { headers: Headers }) => error.headers);
       expect(elsewhere.get('x-router-reason')).not.toBe('previous-response');
+      // A GET has no prefix to route on, and a 404 would be a guess: the other replica answers 503 to
+      // retry, for an id it cannot look up, whether Redis held it (`before`) or not; this one finds its own.
+      for (const id of [first.data.id, before.id]) {
+        const unavailable = await fetch(`${there.baseURL}/responses/${id}`);
+        expect(unavailable.status).toBe(503);
+        expect(unavailable.headers.get('retry-after')).toBe('1');
+        expect(((await unavailable.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_RESPONSE_OWNERS_UNAVAILABLE');
+      }
+      expect((await here.responses.retrieve(first.data.id)).id).toBe(first.data.id);
 
       await redis.restart();
       // Back: a new response is remembered in Redis, so the other replica finds it.
@@ -290,7 +377,8 @@ describe('Responses API bad input', () => {
         [{ model: 'test-model', input: 'x', tools: [1] }, 'tools'],
         [{ model: 'test-model', input: 'x', previous_response_id: 'a/b' }, 'previous_response_id'],
         [{ model: 'test-model', input: 'x', instructions: { nested: true } }, 'instructions'],
-        [{ input: 'x' }, 'model'],
+        [{ model: '', input: 'x' }, 'model'],
+        [{ model: 42, input: 'x' }, 'model'],
       ];
       for (const [body, param] of cases) {
         const response = await post(body);
@@ -299,6 +387,10 @@ describe('Responses API bad input', () => {
         expect(error.type).toBe('invalid_request_error');
         expect(error.param.startsWith(param), `${error.param} for ${JSON.stringify(body).slice(0, 80)}`).toBe(true);
       }
+      // No `model`, as chat and completions: the backends serve one model, and that is the request's (vLLM's own rule).
+      const modelless = await post({ input: 'x', max_output_tokens: 2 });
+      expect(modelless.status, await modelless.clone().text()).toBe(200);
+      expect(((await modelless.json()) as { model: string }).model).toBe('test-model');
       expect((await fetch(`${cluster.routerUrl}/v1/responses/${'r'.repeat(100)}`)).status).toBe(404);
       expect((await fetch(`${cluster.routerUrl}/v1/responses/resp_x`, { method: 'PUT' })).status).toBeLessThan(500);
     } finally {

@@ -15,8 +15,17 @@ export interface ResponsesFacts {
  * Part of the parse stage for `POST /v1/responses`: counts (`input` items and their parts, `tools`),
  * then the schema, then the chat body the routing text is built from (libs/routing
  * responses-routing.ts). Throws a RouterError (400) for what it refuses.
+ *
+ * `scoped` (the request has a tenant identity): a body with `request_id` is refused. vLLM's
+ * `ResponsesRequest.request_id` is client-settable and becomes the stored response's id, and the
+ * engine's store is a plain dict keyed by it: a tenant sending another tenant's response id there
+ * would overwrite that stored response on the engine that holds it (the owner map cannot help: the
+ * write happens on the engine). Open mode has no tenants to keep apart, so the field passes through.
  */
-export function parseResponsesBody(body: unknown, limits: GenerationLimits): { routingBody: ChatCompletionRequest; facts: ResponsesFacts } {
+export function parseResponsesBody(body: unknown, limits: GenerationLimits, scoped = false): { routingBody: ChatCompletionRequest; facts: ResponsesFacts } {
+  if (scoped && typeof body === 'object' && body !== null && Object.hasOwn(body, 'request_id')) {
+    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', '`request_id` cannot be set on a Responses request: the router assigns response ids.', { param: 'request_id' });
+  }
   const overLimit = checkResponsesLimits(body, limits);
   if (overLimit !== null) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
   const request = validateBody(ResponsesRequest, body);

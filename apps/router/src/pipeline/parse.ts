@@ -147,7 +147,9 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
       stream: (body as { stream?: unknown }).stream === true,
     };
   }
-  const responses = endpoint === 'responses' ? parseResponsesBody(body, options.limits) : null;
+  // A Responses body without `model` takes the only served model, as chat's and completions' do (vLLM's
+  // ResponsesRequest.model is optional too): validated and routed with it, forwarded as it came.
+  const responses = endpoint === 'responses' ? parseResponsesBody(withModel(body as Record<string, unknown>, servedModels), options.limits, cacheScope !== null) : null;
   const generation = responses?.routingBody ?? validateGenerationBody(endpoint as 'chat' | 'completions', withModel(body as Record<string, unknown>, servedModels), options.limits);
   const salter = cacheScope === null ? null : (options.salter?.() ?? null);
   const salt = salter === null || cacheScope === null ? null : salter.saltFor(cacheScope, generation.cache_salt ?? null);

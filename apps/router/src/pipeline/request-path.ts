@@ -68,6 +68,8 @@ interface InFlight {
   readonly scope: string;
   /** The backend holding the response this request continues (`previous_response_id`); null: none known. */
   readonly owner: string | null;
+  /** The `X-Request-Id` the backends get instead of the client's (send.ts Shipment.upstreamRequestId); undefined: the client's. */
+  readonly upstreamRequestId: string | undefined;
   /** Prompt + completion tokens of the response's usage (−1: no response with usage yet). */
   usedTokens: number;
   /** A try reached a backend (its tokens count even without usage). */
@@ -92,8 +94,12 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
           clientHop: clientHopOf(of.request),
           body: of.body,
           requestId: of.request.id,
+          ...(of.upstreamRequestId === undefined ? {} : { upstreamRequestId: of.upstreamRequestId }),
           arrivedAtMs: of.request.arrivedAtMs,
-          mayRetryStatus,
+          // Pinned to the owner of `previous_response_id`: no other engine holds the conversation, so a
+          // refusal (429/503) is not retried elsewhere but relayed as the owner sent it, with its body
+          // and Retry-After (a retry could only end in the router's own 503, or another engine's 404).
+          mayRetryStatus: mayRetryStatus && ticket.backend.id !== of.owner,
           streams: of.parsed.stream,
           readsUsage: of.parsed.kind === 'generation',
           stripsStreamUsage: of.parsed.stripsStreamUsage,
@@ -125,8 +131,25 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
     const scope = cacheScope ?? '';
     const owner = await previousResponseOwner(deps.responses, parsed, scope, cacheScope !== null);
     const admission = identity !== null && deps.limit !== null ? await admitLimits(deps.limit, identity, parsed, randomUUID()) : null;
+    // A tenant's Responses request: the engine may make the client's X-Request-Id the stored response's
+    // id (as it does a body's `request_id`, refused in parse), where it could replace another tenant's.
+    // The backend gets an id of the router's own; logs and the client's response keep the client's.
+    const upstreamRequestId = cacheScope !== null && endpoint === 'responses' ? `kvroute-${randomUUID()}` : undefined;
     reply.hijack();
-    const of: InFlight = { request, parsed, backends, body: parsed.body, response: reply.raw, showsRoutingHeaders: showsRoutingHeaders(deps.routingHeaders, identity), admission, scope, owner, usedTokens: -1, sent: false };
+    const of: InFlight = {
+      request,
+      parsed,
+      backends,
+      body: parsed.body,
+      response: reply.raw,
+      showsRoutingHeaders: showsRoutingHeaders(deps.routingHeaders, identity),
+      admission,
+      scope,
+      owner,
+      upstreamRequestId,
+      usedTokens: -1,
+      sent: false,
+    };
     try {
       await routeAndSend(of, { model: parsed.model, backends }, request.id, reply.raw);
     } catch (error) {

@@ -104,7 +104,8 @@ export function poolOf(registry: BackendRegistry, model: string): readonly Backe
  */
 export async function route(deps: RouteDeps, request: ParsedRequest, pool: readonly Backend[], tried: ReadonlySet<BackendId>, attempt: number, requestId: string, owner: BackendId | null = null): Promise<Ticket | null> {
   // The owner was tried and failed before the first byte: no other engine holds the conversation (it
-  // would answer 404), so the try's own failure is the answer (a 502/504, or 503 for a busy owner).
+  // would answer 404), so the try's own failure is the answer (a 502/504; a busy owner's 429/503 is
+  // relayed by send, which request-path.ts tells not to retry a refusal from the owner).
   if (owner !== null && tried.has(owner)) return null;
   const open = eligibleBackends(pool, tried, deps.engineStates);
   const pinned = owner === null ? undefined : open.eligible.find((backend) => backend.id === owner);

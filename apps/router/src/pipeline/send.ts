@@ -41,7 +41,14 @@ export interface Shipment {
   /** The client's connection, for `X-Forwarded-For` and `X-Forwarded-Proto`. */
   readonly clientHop: ClientHop;
   readonly body: Buffer;
+  /** The client's request id: logs, the relay, `X-Request-Id` on the response. */
   readonly requestId: string;
+  /**
+   * The `X-Request-Id` sent to the backend in place of `requestId` (absent: `requestId`). A tenant's
+   * Responses request gets one the router made: an engine may take the header as the request's id,
+   * and ids there must not be the client's to choose (request-path.ts).
+   */
+  readonly upstreamRequestId?: string;
   /** performance.now() when the request arrived. */
   readonly arrivedAtMs: number;
   /** Whether a refusal (429/503) may be retried elsewhere instead of relayed. */
@@ -65,7 +72,7 @@ export interface Shipment {
 export async function send(deps: SendDeps, shipment: Shipment, response: ServerResponse): Promise<TryOutcome> {
   const { backend } = shipment;
   const headers = upstreamRequestHeaders(shipment.headers, shipment.clientHop, deps.upstreams.authorizationOf(backend));
-  headers['x-request-id'] = shipment.requestId;
+  headers['x-request-id'] = shipment.upstreamRequestId ?? shipment.requestId;
   const handler = new RelayHandler({
     response,
     events: shipment.events,

@@ -10,21 +10,43 @@ export interface SharedResponseOwnersOptions {
 }
 
 /**
+ * What a lookup found out:
+ * - `found`: this backend stored it (in the shared map, or in this replica's);
+ * - `absent`: the whole map was asked and does not know it (expired, never stored, another scope's);
+ * - `unknown`: the shared map could not be asked (Redis failed, too slow, or degraded) and this
+ *   replica's map does not know it: another replica may have learnt it. Callers must not take this for
+ *   `absent` where that would be a final answer (a 404).
+ */
+export type OwnerLookup = { readonly kind: 'found'; readonly backendId: BackendId } | { readonly kind: 'absent' } | { readonly kind: 'unknown' };
+
+/** The response-owner map as the request path uses it: a three-way lookup besides the store's calls. */
+export interface ResponseOwnerMap extends ResponseOwnerStore {
+  lookup(scope: string, responseId: string): Promise<OwnerLookup>;
+}
+
+const ABSENT: OwnerLookup = { kind: 'absent' };
+const UNKNOWN: OwnerLookup = { kind: 'unknown' };
+
+/** A shared call's result: its value, or that it failed (error, deadline, or not made: Redis down). */
+type SharedResult<T> = { readonly ok: true; readonly value: T } | { readonly ok: false };
+const NOT_ASKED: SharedResult<never> = { ok: false };
+
+/**
  * The response-owner map a router replica uses: the shared one (Redis, every replica's) over this
  * replica's local one (libs/routing InMemoryResponseOwners), under one interface.
  *
- * - remember: local always (free, and what answers while Redis is down), and shared.
- * - ownerOf: shared first; unknown there or failed → local, so an id learnt while Redis was down is
- *   still found on the replica that learnt it.
+ * - remember: local always (free, and what answers while Redis is down), and shared. It rejects when
+ *   the shared write did not happen (failed, too slow, or skipped while degraded): the id is then known
+ *   to this replica only, which its caller reports (a warning and a counter).
+ * - lookup: shared first; unknown there or failed → local, so an id learnt while Redis was down is
+ *   still found on the replica that learnt it. A shared call that failed and a local miss make
+ *   `unknown`, not `absent` (OwnerLookup).
  * - forget: both.
  *
- * A shared call never fails a request: an error or a call slower than `timeoutMs` is reported and
- * treated as "not known" (the request is prefix-routed: the fallback the map always has); while the
- * routing state is degraded (`sharedDown`) Redis is not called at all. With no Redis (local state
- * mode) `shared` is null and the local map is the whole map. A response remembered while Redis was
- * down stays in this replica's map only: other replicas prefix-route its follow-ups.
+ * While the routing state is degraded (`sharedDown`) Redis is not called at all. With no Redis (local
+ * state mode) `shared` is null and the local map is the whole map: a local miss is `absent`.
  */
-export class SharedResponseOwners implements ResponseOwnerStore {
+export class SharedResponseOwners implements ResponseOwnerMap {
   constructor(
     private readonly shared: ResponseOwnerStore | null,
     private readonly local: ResponseOwnerStore,
@@ -33,39 +55,50 @@ export class SharedResponseOwners implements ResponseOwnerStore {
 
   async remember(scope: string, responseId: string, backendId: BackendId): Promise<void> {
     await this.local.remember(scope, responseId, backendId);
-    if (this.usesShared()) await this.withDeadline((this.shared as ResponseOwnerStore).remember(scope, responseId, backendId));
+    if (this.shared === null) return;
+    const asked = this.usesShared();
+    const written = asked ? await this.withDeadline(this.shared.remember(scope, responseId, backendId)) : NOT_ASKED;
+    if (!written.ok) throw new Error(asked ? 'the shared response-owner map did not take the write (failed or too slow)' : 'the shared response-owner map is not used while the routing state is degraded');
+  }
+
+  async lookup(scope: string, responseId: string): Promise<OwnerLookup> {
+    const shared = this.shared === null ? null : this.usesShared() ? await this.withDeadline(this.shared.ownerOf(scope, responseId)) : NOT_ASKED;
+    if (shared?.ok === true && shared.value !== null) return { kind: 'found', backendId: shared.value };
+    const local = await this.local.ownerOf(scope, responseId);
+    if (local !== null) return { kind: 'found', backendId: local };
+    return shared === null || shared.ok ? ABSENT : UNKNOWN;
   }
 
   async ownerOf(scope: string, responseId: string): Promise<BackendId | null> {
-    const shared = this.usesShared() ? await this.withDeadline((this.shared as ResponseOwnerStore).ownerOf(scope, responseId)) : null;
-    return shared ?? (await this.local.ownerOf(scope, responseId));
+    const found = await this.lookup(scope, responseId);
+    return found.kind === 'found' ? found.backendId : null;
   }
 
   async forget(scope: string, responseId: string): Promise<void> {
     await this.local.forget(scope, responseId);
-    if (this.usesShared()) await this.withDeadline((this.shared as ResponseOwnerStore).forget(scope, responseId));
+    if (this.shared !== null && this.usesShared()) await this.withDeadline(this.shared.forget(scope, responseId));
   }
 
   private usesShared(): boolean {
     return this.shared !== null && this.options.sharedDown?.() !== true;
   }
 
-  /** The call's value, or undefined (reported) when it failed or took longer than the deadline. */
-  private withDeadline<T>(call: Promise<T>): Promise<T | undefined> {
+  /** The call's value, or not ok (reported) when it failed or took longer than the deadline. */
+  private withDeadline<T>(call: Promise<T>): Promise<SharedResult<T>> {
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         this.options.onError(new Error(`response-owner call took longer than ${this.options.timeoutMs} ms`));
-        resolve(undefined);
+        resolve(NOT_ASKED);
       }, this.options.timeoutMs);
       call.then(
         (value) => {
           clearTimeout(timer);
-          resolve(value);
+          resolve({ ok: true, value });
         },
         (error: unknown) => {
           clearTimeout(timer);
           this.options.onError(error);
-          resolve(undefined);
+          resolve(NOT_ASKED);
         },
       );
     });

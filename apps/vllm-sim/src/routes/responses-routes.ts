@@ -5,7 +5,7 @@ import { prepareChatPrompts, type PromptLimits } from '../generation/prepare-pro
 import type { GenerationDeps } from '../generation/serve-generation';
 import type { ResponseStore } from '../responses/response-store';
 import { newResponseId, serveResponse } from '../responses/serve-response';
-import { checkModel, parseSaltedBody } from './generation-routes';
+import { checkModel, parseSaltedBody, withServedModel } from './generation-routes';
 
 export interface ResponsesRoutesOptions {
   readonly servedModel: string;
@@ -27,7 +27,8 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
   const engineVersion = options.generation.loop.engine.version;
 
   app.post('/v1/responses', async (request, reply) => {
-    const { body, cacheSalt } = parseSaltedBody(ResponsesRequest, request.body, engineVersion);
+    // `model` is optional, as in vLLM's ResponsesRequest: absent, the served model answers (as on chat).
+    const { body, cacheSalt } = parseSaltedBody(ResponsesRequest, withServedModel(request.body, options.servedModel), engineVersion);
     checkModel(body.model, options.servedModel);
     const previousId = body.previous_response_id ?? null;
     const previous = previousId === null ? undefined : options.store.get(previousId);

@@ -39,7 +39,8 @@ export const ResponseInputItem = z.looseObject({
 export type ResponseInputItem = z.infer<typeof ResponseInputItem>;
 
 export const ResponsesRequest = z.looseObject({
-  // Optional in OpenAI's spec; vLLM answers for its served model when absent. The router needs it for the pool.
+  // Optional in OpenAI's spec and vLLM's; the router needs it for the pool, so its parse stage fills in
+  // the only served model before validating a body without one (apps/router request-model.ts).
   model: z.string().min(1),
   input: z.union([z.string(), z.array(ResponseInputItem)]),
   instructions: z.string().nullish(),
