@@ -9,15 +9,15 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, copyFileSync, cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildInfo } from '../libs/platform/src/build-info';
-import { bundle } from './build';
+import { APP_ENTRIES, bundle } from './build';
 
 const root = join(import.meta.dirname, '..');
 
 /** Command bundles: file name in dist/ → entry. The names are the ones bench/src/app-process.ts starts. */
 const PACKAGE_BUNDLES: Readonly<Record<string, string>> = {
-  router: 'apps/router/src/main.ts',
-  'health-poller': 'apps/health-poller/src/main.ts',
-  'vllm-sim': 'apps/vllm-sim/src/main.ts',
+  router: APP_ENTRIES.router,
+  'health-poller': APP_ENTRIES['health-poller'],
+  'vllm-sim': APP_ENTRIES['vllm-sim'],
   bench: 'bench/src/bench.ts',
   demo: 'bench/src/demo.ts',
   oracle: 'bench/src/oracle/main.ts',

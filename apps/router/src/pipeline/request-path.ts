@@ -94,7 +94,7 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
           clientHop: clientHopOf(of.request),
           body: of.body,
           requestId: of.request.id,
-          ...(of.upstreamRequestId === undefined ? {} : { upstreamRequestId: of.upstreamRequestId }),
+          upstreamRequestId: of.upstreamRequestId,
           arrivedAtMs: of.request.arrivedAtMs,
           // Pinned to the owner of `previous_response_id`: no other engine holds the conversation, so a
           // refusal (429/503) is not retried elsewhere but relayed as the owner sent it, with its body
@@ -129,7 +129,8 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
     const parsed = await parseRequest(endpoint, request, deps.parse, cacheScope);
     const backends = poolOf(deps.route.registry, parsed.model);
     const scope = cacheScope ?? '';
-    const owner = await previousResponseOwner(deps.responses, parsed, scope, cacheScope !== null);
+    // Only a Responses follow-up looks its owner up: no await on every other request's path.
+    const owner = parsed.responses?.previousResponseId == null ? null : await previousResponseOwner(deps.responses, parsed, scope, cacheScope !== null);
     const admission = identity !== null && deps.limit !== null ? await admitLimits(deps.limit, identity, parsed, randomUUID()) : null;
     // A tenant's Responses request: the engine may make the client's X-Request-Id the stored response's
     // id (as it does a body's `request_id`, refused in parse), where it could replace another tenant's.

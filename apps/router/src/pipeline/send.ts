@@ -15,7 +15,7 @@ import type { RouterMetrics } from '../router-metrics';
  */
 export interface SendDeps {
   readonly upstreams: UpstreamPools;
-  /** A stream's time to its first body byte once sent, ms (config `streamFirstByteTimeoutMs`). */
+  /** A stream's time to its first output event once sent, ms (config `streamFirstByteTimeoutMs`). */
   readonly streamFirstByteTimeoutMs: number;
   /** A non-streaming request's time to its whole response once sent, ms (config `generationTimeoutMs`). */
   readonly generationTimeoutMs: number;
@@ -48,12 +48,12 @@ export interface Shipment {
    * Responses request gets one the router made: an engine may take the header as the request's id,
    * and ids there must not be the client's to choose (request-path.ts).
    */
-  readonly upstreamRequestId?: string;
+  readonly upstreamRequestId?: string | undefined;
   /** performance.now() when the request arrived. */
   readonly arrivedAtMs: number;
   /** Whether a refusal (429/503) may be retried elsewhere instead of relayed. */
   readonly mayRetryStatus: boolean;
-  /** The request asks for a stream (`stream: true`): its deadline is its first byte, else its whole response. */
+  /** The request asks for a stream (`stream: true`): its deadline is its first output, else its whole response. */
   readonly streams: boolean;
   /** Whether learn reads the response's usage (chat and text completions). */
   readonly readsUsage: boolean;
@@ -87,7 +87,7 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
     streamUsageStrip: shipment.stripsStreamUsage ? { fingerprints: deps.upstreams.fingerprintMemoryOf(backend) } : null,
     showsRoutingHeaders: shipment.showsRoutingHeaders,
     extraHeaders: shipment.extraHeaders,
-    deadline: shipment.streams ? { until: 'first-byte', ms: deps.streamFirstByteTimeoutMs } : { until: 'end', ms: deps.generationTimeoutMs },
+    deadline: shipment.streams ? { until: 'first-output', ms: deps.streamFirstByteTimeoutMs } : { until: 'end', ms: deps.generationTimeoutMs },
     connectionLostRetryMs: deps.connectionLostRetryMs,
     timers: deps.timers,
     headWatch: shipment.headWatch ?? null,

@@ -30,11 +30,12 @@ export type TryOutcome =
 
 /**
  * A try's deadline, counted from when its request went out on a connection (connecting is bounded by
- * `connectTimeoutMs` and retried): `first-byte`: until the response's first body byte (a stream:
- * queueing and prefill); `end`: until the whole response (a non-streaming generation).
+ * `connectTimeoutMs` and retried): `first-output`: until a stream's first output event (queueing and
+ * prefill; the first byte for a response that is not a relayed stream); `end`: until the whole response
+ * (a non-streaming generation).
  */
 export interface TryDeadline {
-  readonly until: 'first-byte' | 'end';
+  readonly until: 'first-output' | 'end';
   readonly ms: number;
 }
 
@@ -42,7 +43,7 @@ export interface TryDeadline {
 export class UpstreamDeadlineError extends Error {
   readonly code = 'KVROUTE_UPSTREAM_DEADLINE';
   constructor(readonly deadline: TryDeadline) {
-    super(deadline.until === 'first-byte' ? `no response byte within ${deadline.ms} ms` : `no complete response within ${deadline.ms} ms`);
+    super(deadline.until === 'first-output' ? `no output within ${deadline.ms} ms` : `no complete response within ${deadline.ms} ms`);
   }
 }
 
@@ -219,7 +220,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     // A relayed stream's deadline runs to its first output event, not its first byte: Responses and
     // Anthropic streams open with events (`response.created`, `message_start`) sent before prefill.
-    const streamDeadline = this.target.deadline.until === 'first-byte';
+    const streamDeadline = this.target.deadline.until === 'first-output';
     if (streamDeadline && (this.mode !== 'relay' || this.firstOutput === null)) this.clearDeadline();
     if (this.mode !== 'relay') return;
     if (this.firstOutput !== null && this.firstOutput.feed(chunk)) {

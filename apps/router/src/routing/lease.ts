@@ -1,5 +1,6 @@
 import type { BackendId, BlockHash, RoutingStateStore } from '@kvroute/routing';
 import type { HeldLeases } from './held-leases';
+import { NODE_TIMERS, type OneShotTimers } from '../one-shot-timers';
 
 export interface LeaseOptions {
   readonly state: RoutingStateStore;
@@ -20,19 +21,8 @@ export interface LeaseOptions {
    */
   readonly prefillDoneDelayMs?: number;
   /** Timers (tests give their own); default Node's, unref'd. */
-  readonly timers?: LeaseTimers;
+  readonly timers?: OneShotTimers;
 }
-
-/** What a lease needs of a clock: one-shot timers. */
-export interface LeaseTimers {
-  set(callback: () => void, ms: number): unknown;
-  clear(handle: unknown): void;
-}
-
-const NODE_TIMERS: LeaseTimers = {
-  set: (callback, ms) => setTimeout(callback, ms).unref(),
-  clear: (handle) => clearTimeout(handle as NodeJS.Timeout),
-};
 
 const NO_BLOCKS: readonly BlockHash[] = [];
 
@@ -55,7 +45,7 @@ export class Lease {
   /** A stream's deferred prefill-done (prefillDoneDelayMs), until it is sent or the release takes it over. */
   private prefillDoneTimer: unknown = null;
 
-  private readonly timers: LeaseTimers;
+  private readonly timers: OneShotTimers;
 
   constructor(private readonly options: LeaseOptions) {
     this.timers = options.timers ?? NODE_TIMERS;
