@@ -61,6 +61,7 @@ export class RouterMetrics {
   private readonly responseOwnerWrites: Counter<'result'>;
   private readonly backendRestarts: Counter<'backend'>;
   private readonly discoveryFailures: Counter<'source'>;
+  private readonly discoveryLeading: Gauge<'source'>;
 
   /** Where the scrape-time gauges read from; set by `readFrom` once the state and the backends exist (none until then). */
   private sources: RouterMetricsSources = { inflight: () => new Map(), breakerStates: () => new Map(), degraded: () => 0 };
@@ -252,6 +253,12 @@ export class RouterMetrics {
       labelNames: ['source'],
       registers,
     });
+    this.discoveryLeading = new Gauge({
+      name: 'kvroute_router_discovery_leader',
+      help: "1 while this replica holds the discovery lease and applies what the source finds to the fleet's backend set, else 0 (summed over the replicas: 1, or 0 for at most the lease's TTL).",
+      labelNames: ['source'],
+      registers,
+    });
   }
 
   /** Per-request series are looked up once per label set: prom-client hashes the label object on every call otherwise. */
@@ -408,5 +415,9 @@ export class RouterMetrics {
 
   recordDiscoveryFailure(source: string): void {
     this.discoveryFailures.inc({ source });
+  }
+
+  setDiscoveryLeading(source: string, leading: boolean): void {
+    this.discoveryLeading.set({ source }, leading ? 1 : 0);
   }
 }

@@ -99,6 +99,8 @@ const answerOf = (...ports: number[]): DiscoveryAnswer => ({
 function replica(source: BackendSource, leadership: DiscoveryLeadership, options: { reapplyMs: number; staleAfterMs: number; intervals?: IntervalTimers }) {
   const registry = new BackendRegistry([], { breakerFailureThreshold: 3, breakerCooldownMs: 1_000, nowMs: () => performance.now(), fetchModels: async () => ['m'] });
   const log = capturingLogger();
+  // What the applier last said through onLeadership (the metric's value).
+  const said = { leading: false };
   const applier = new DiscoveryApplier({
     source,
     changes: new LocalBackendChanges(registry),
@@ -111,9 +113,12 @@ function replica(source: BackendSource, leadership: DiscoveryLeadership, options
     nowMs: () => performance.now(),
     ...(options.intervals ? { intervals: options.intervals } : {}),
     onFailure: () => undefined,
+    onLeadership: (leading) => {
+      said.leading = leading;
+    },
     logger: log.logger,
   });
-  return { registry, applier, lines: log.lines };
+  return { registry, applier, lines: log.lines, says: said };
 }
 
 describe('DiscoveryApplier leadership', () => {
@@ -141,6 +146,7 @@ describe('DiscoveryApplier leadership', () => {
       await a.applier.start();
       await b.applier.start();
       expect(await connection.get(key)).toBe('a');
+      expect([a.says.leading, b.says.leading]).toEqual([true, false]);
       expect(a.registry.backends.map((backend) => backend.id)).toEqual(['vllm@127.0.0.1:9001']);
       // A's source fails (again and again); B's answers, with a new backend.
       await sourceA.push({ kind: 'failed', error: new Error('SERVFAIL') });
@@ -152,6 +158,7 @@ describe('DiscoveryApplier leadership', () => {
         // …then its lease lapses and B, re-applying its answer, takes it and applies it.
         await waitFor(async () => (await connection.get(key)) === 'b', 5_000);
         await waitFor(() => b.registry.get('vllm@127.0.0.1:9002') !== undefined, 2_000);
+        expect([a.says.leading, b.says.leading]).toEqual([false, true]);
         // Many reapply periods later, A has not taken it back.
         await new Promise((resolve) => setTimeout(resolve, 6 * timing.reapplyMs));
         expect(await connection.get(key)).toBe('b');
@@ -167,7 +174,9 @@ describe('DiscoveryApplier leadership', () => {
       await sourceA.push(answerOf(9001));
       expect(messages('info', 'answers again')).toBe(1);
       await b.applier.stop();
+      expect(b.says.leading).toBe(false);
       await waitFor(async () => (await connection.get(key)) === 'a', 5_000);
+      await waitFor(() => a.says.leading, 2_000);
     } finally {
       await a.applier.stop();
       await b.applier.stop();

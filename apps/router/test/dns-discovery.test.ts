@@ -239,26 +239,34 @@ describe('DNS discovery (SRV) with two replicas on one Redis', () => {
   });
 
   it('when the replica applying the changes stops, the other takes over', async () => {
-    const [first, second] = routers as [RouterServer, RouterServer];
     const connection = createRedis(redis.url, 'request-path');
+    // Which replica leads is not fixed: a source failing for the lease's TTL (the SERVFAIL case above)
+    // hands the lease to whichever replica's source answers first. Each replica says whether it leads.
+    const leads = async (url: string) => /kvroute_router_discovery_leader\{source="dns\+srv"\} 1/.test(await (await fetch(`${url}/metrics`)).text());
+    let leading: boolean[] = [];
+    // A replica learns it lost the lease at its next refresh: until then two may say they lead.
+    await waitFor(async () => (leading = await Promise.all(urls.map(leads))).filter(Boolean).length === 1, REFRESH_MS * 10);
+    const leaderIndex = leading.indexOf(true);
+    const leader = routers[leaderIndex] as RouterServer;
+    const other = routers[1 - leaderIndex] as RouterServer;
     try {
       await waitUntilReady(connection);
       const leaseKey = 'kvr:v1:discovery-lease:vllm';
       const holder = await connection.get(leaseKey);
       expect(holder).not.toBeNull();
-      // The first replica started first, and took the lease.
-      await first.close();
+      await leader.close();
       const added = sims[1] as Sim;
       publish(sims);
       // The lease is given up on close: the other replica takes it and applies the next answer.
-      await waitFor(() => poolIds(second).includes(added.id), REFRESH_MS * 20);
+      await waitFor(() => poolIds(other).includes(added.id), REFRESH_MS * 20);
       const next = await connection.get(leaseKey);
       expect(next).not.toBeNull();
       expect(next).not.toBe(holder);
+      expect(await leads(urls[1 - leaderIndex] as string)).toBe(true);
     } finally {
       connection.disconnect();
     }
-    expect((await chat(urls[1] as string)).status).toBe(200);
+    expect((await chat(urls[1 - leaderIndex] as string)).status).toBe(200);
   });
 });
 

@@ -45,6 +45,8 @@ export interface DiscoveryApplierOptions {
   readonly intervals?: IntervalTimers;
   /** A look at the source failed (`source` = its kind): the metric. */
   readonly onFailure: (source: string) => void;
+  /** Whether this replica applies the changes now (took or lost the lease, stopped): the metric. */
+  readonly onLeadership?: (leading: boolean) => void;
   readonly logger?: FastifyBaseLogger | undefined;
 }
 
@@ -86,6 +88,13 @@ export class DiscoveryApplier {
     await this.options.source.stop();
     await this.applying;
     if (this.leading) await this.options.leadership.release();
+    this.setLeading(false);
+  }
+
+  private setLeading(leading: boolean): void {
+    // Also called with the same value (every apply): the callback sets a gauge, idempotent.
+    this.leading = leading;
+    this.options.onLeadership?.(leading);
   }
 
   /** Hands an answer over; resolves once it (or a newer one) has been applied. Never rejects. */
@@ -122,7 +131,7 @@ export class DiscoveryApplier {
       }
       this.stale = true;
       // Whoever holds the lease next changes the set; if this replica takes it back later, it starts from the set as it is then.
-      this.leading = false;
+      this.setLeading(false);
       this.previous = null;
       this.absentSinceMs = new Map();
       return;
@@ -152,7 +161,7 @@ export class DiscoveryApplier {
     this.lastDropped = answer.dropped;
     const holds = await this.options.leadership.holds();
     if (holds !== this.leading) logger?.info({ source: source.kind, name: source.name }, holds ? 'backend discovery: this replica applies the changes now' : 'backend discovery: another replica applies the changes');
-    this.leading = holds;
+    this.setLeading(holds);
     if (!holds) {
       // Whoever takes over starts from the set as it is then.
       this.previous = null;

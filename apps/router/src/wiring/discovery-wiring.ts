@@ -46,7 +46,7 @@ export interface DiscoveryWiringDeps {
   /** The request-path Redis connection (the discovery lease lives there); null without Redis. */
   readonly redis: RedisClient | null;
   readonly addressPolicy: Pick<BackendAddressPolicy, 'check'>;
-  readonly metrics: Pick<RouterMetrics, 'recordDiscoveryFailure'>;
+  readonly metrics: Pick<RouterMetrics, 'recordDiscoveryFailure' | 'setDiscoveryLeading'>;
   readonly nowMs: () => number;
   readonly logger: FastifyBaseLogger | undefined;
 }
@@ -84,6 +84,7 @@ export function wireDiscovery(settings: DiscoverySettings, config: RouterConfig,
     staleAfterMs: leaseTtlMs,
     nowMs: deps.nowMs,
     onFailure: (kind) => deps.metrics.recordDiscoveryFailure(kind),
+    onLeadership: (leading) => deps.metrics.setDiscoveryLeading(target.kind, leading),
     logger,
   });
   closers.push('backend discovery', () => applier.stop());
