@@ -66,10 +66,10 @@ describe('Responses API through 3 router replicas sharing Redis', () => {
   it('create on one replica, previous_response_id follow-ups on the other two: same backend, every turn succeeds, GET works from any replica', async () => {
     const { clients, sims } = cluster;
     // Several conversations, so that their first turns spread over the backends and a follow-up's
-    // backend is not the only one there is.
-    const conversations = 6;
+    // backend is not the only one there is: a first turn's backend follows its head's rendezvous weight
+    // over ids with random ports, so 6 could share one (1 in 243); more run until two are seen.
     const firstBackends = new Set<string>();
-    for (let conversation = 0; conversation < conversations; conversation++) {
+    for (let conversation = 0; conversation < 12 && (conversation < 6 || firstBackends.size < 2); conversation++) {
       const first = await (clients[0] as OpenAI).responses.create({ model: 'test-model', instructions: instructionsOf(conversation), input: `Hello from ${conversation}`, max_output_tokens: 4 }).withResponse();
       const backend = first.response.headers.get('x-router-backend') as string;
       expect(sims.map((sim) => sim.id)).toContain(backend);
@@ -338,7 +338,10 @@ describe('Responses API prefix routing', () => {
       const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
       const tools = [{ type: 'function' as const, name: 'read_file', description: 'Read a file', parameters: { type: 'object', properties: { path: { type: 'string' } } }, strict: false }];
       const homes = new Set<string | null>();
-      for (let agent = 0; agent < 4; agent++) {
+      // New conversations spread: each one's home follows the rendezvous weight of its head over the
+      // backends' ids (random ports), so 4 agents may all land on one backend (1 in 27); more are run
+      // until two homes are seen (all 12 on one: ~1 in 180,000).
+      for (let agent = 0; agent < 12 && (agent < 4 || homes.size < 2); agent++) {
         // store: false, no previous_response_id: the client resends the whole conversation each step.
         const input: OpenAI.Responses.ResponseInput = [{ role: 'user', content: `Task ${agent}: fix the failing test in module ${agent}. ${'Context line. '.repeat(40)}` }];
         const first = await client.responses.create({ model: 'test-model', instructions: instructionsOf(200 + agent), tools, input, store: false, max_output_tokens: 2 }).withResponse();
