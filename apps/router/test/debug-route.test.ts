@@ -26,6 +26,33 @@ describe('POST /debug/route', () => {
     }
   });
 
+  it('explains an Anthropic Messages body on its own routing text (system included); ?endpoint= picks the parse, an unknown one is a 400', async () => {
+    const cluster = await startTestCluster({ backends: 3, router: { debugRoutes: true } });
+    try {
+      const system = `You are agent 7. ${'Follow the house rules for every change. '.repeat(40)}`;
+      const body = { model: 'test-model', max_tokens: 4, system, messages: [{ role: 'user', content: 'What changed?' }] };
+      const sent = await fetch(`${cluster.routerUrl}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01' }, body: JSON.stringify(body) });
+      await sent.text();
+      expect(sent.status).toBe(200);
+      const home = sent.headers.get('x-router-backend');
+      type Explained = { textBytes: number; decision: { backendId: string; scores: { backendId: string; matchBlocks: number }[] } };
+      // Guessed from the body (`system` beside `messages`) and asked for: the same answer.
+      for (const path of ['', '?endpoint=messages']) {
+        const explained = (await (await fetch(`${cluster.adminUrl}/debug/route${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${TEST_ADMIN_TOKEN}` }, body: JSON.stringify(body) })).json()) as Explained;
+        expect(explained.decision.backendId, path).toBe(home);
+        // The system prompt is the shared head: matched on the backend that served it.
+        expect(explained.decision.scores.find((score) => score.backendId === home)?.matchBlocks, path).toBeGreaterThan(0);
+        expect(explained.textBytes, path).toBeGreaterThan(system.length);
+      }
+      const unknown = await fetch(`${cluster.adminUrl}/debug/route?endpoint=embeddings`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${TEST_ADMIN_TOKEN}` }, body: JSON.stringify(body) });
+      expect(unknown.status).toBe(400);
+      expect(((await unknown.json()) as { error: { code: string; param: string } }).error).toMatchObject({ code: 'ROUTER_ERR_INVALID_REQUEST', param: 'endpoint' });
+      expect(totalInflight(cluster.router)).toBe(0);
+    } finally {
+      await cluster.close();
+    }
+  });
+
   it('answers a body that is no JSON object with a 400 in the OpenAI shape', async () => {
     const cluster = await startTestCluster({ backends: 1, router: { debugRoutes: true } });
     try {

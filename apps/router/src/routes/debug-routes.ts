@@ -1,5 +1,6 @@
-import type { FastifyInstance } from 'fastify';
-import { parseRequest, type ParseOptions } from '../pipeline/parse';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { RouterError } from '../errors';
+import { parseRequest, type Endpoint, type ParseOptions } from '../pipeline/parse';
 import { explainRoute, poolOf, type RouteDeps } from '../pipeline/route';
 import type { PoolCostModel } from '../routing/policy-table';
 
@@ -13,19 +14,37 @@ export interface LearnedFigures {
   reportsCachedTokens(backendId: string): boolean;
 }
 
+const DEBUG_ENDPOINTS: readonly Endpoint[] = ['chat', 'completions', 'responses', 'messages'];
+
+/**
+ * Which endpoint's parse a dry-run body goes through: `?endpoint=chat|completions|responses|messages`,
+ * else guessed from the body. Chat and Anthropic Messages bodies both carry `messages` but are routed on
+ * different text (Messages adds its top-level `system`), so a body with `system`, or a request with an
+ * `anthropic-version` header, is a Messages one. A Responses body has `input` (and no `prompt`); its owner
+ * map is not consulted here.
+ */
+function debugEndpointOf(request: FastifyRequest): Endpoint {
+  const asked = (request.query as Record<string, unknown> | undefined)?.['endpoint'];
+  if (asked !== undefined) {
+    if (typeof asked === 'string' && (DEBUG_ENDPOINTS as readonly string[]).includes(asked)) return asked as Endpoint;
+    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', `endpoint must be one of ${DEBUG_ENDPOINTS.join(', ')}.`, { param: 'endpoint' });
+  }
+  const raw = request.body;
+  if (raw === null || typeof raw !== 'object') return 'completions';
+  if ('messages' in raw) return 'system' in raw || request.headers['anthropic-version'] !== undefined ? 'messages' : 'chat';
+  return 'input' in raw && !('prompt' in raw) ? 'responses' : 'completions';
+}
+
 /**
  * `POST /debug/route` (only with `debugRoutes: true`): explains where a request body would go, without
  * sending it or changing any state: per-backend match, in-flight, score and exclusions, the cost-model
  * figures in use (configured or learned from responses) and each backend's learned retention. The body goes
- * through the request path's own parse stage, so it is routed on exactly what a real request is.
+ * through the request path's own parse stage, so it is routed on exactly what a real request is; which
+ * endpoint's parse, see `debugEndpointOf`.
  */
 export async function debugRoutes(app: FastifyInstance, options: { route: RouteDeps; parse: ParseOptions; learned: LearnedFigures }): Promise<void> {
   app.post('/debug/route', async (request) => {
-    const raw = request.body;
-    const isObject = raw !== null && typeof raw === 'object';
-    // A Responses body has `input` (and no `messages` or `prompt`); its owner map is not consulted here.
-    const endpoint = isObject && 'messages' in raw ? 'chat' : isObject && 'input' in raw && !('prompt' in raw) ? 'responses' : 'completions';
-    const parsed = await parseRequest(endpoint, request, options.parse);
+    const parsed = await parseRequest(debugEndpointOf(request), request, options.parse);
     const backends = poolOf(options.route.registry, parsed.model);
     const { routingRequest } = parsed;
     // The same eligibility as a real request's first try: breakers, the health poller, fail-open.
