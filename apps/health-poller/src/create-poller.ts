@@ -146,6 +146,8 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
   const schedules = new ScrapeSchedules({ queue, intervalMs: config.intervalMs, nowMs, logger: logger?.child({ component: 'schedules' }) });
   const reconcile = (): Promise<void> => {
     backends = mergeBackendLists(configured, shared);
+    // Every replica reads the same list: each drops the series of backends that left it.
+    void metrics.forgetDepartedBackends(new Set(backends.map((backend) => backend.id))).catch((error: unknown) => logger?.warn({ err: error }, 'could not drop the metrics of departed backends'));
     return schedules.reconcile(backends).then(
       () => undefined,
       (error: unknown) => logger?.warn({ err: error }, 'could not update the scrape schedulers (retrying at the next reconcile)'),

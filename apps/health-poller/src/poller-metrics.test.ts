@@ -61,4 +61,23 @@ describe('PollerMetrics: per-backend gauges', () => {
     expect(healthy).toContain('stable/sglang=1');
     expect(healthy).toHaveLength(102);
   });
+
+  it('forgets the series of backends that left the list: counters and gauges alike, the others untouched', async () => {
+    const metrics = new PollerMetrics({ backends: () => 2, nowMs: () => 0 });
+    for (const backend of ['stays', 'leaves']) {
+      metrics.recordScrape(backend, 0.01, null);
+      metrics.recordScrape(backend, 0.01, 'timeout');
+      metrics.recordPublished(backend);
+      metrics.recordEngineRestart(backend, 'start-time-changed');
+      metrics.recordBackendState(state({ backendId: backend }), 0);
+    }
+    const series = async (name: string) => ((await metrics.registry.getSingleMetric(name)?.get())?.values ?? []).map((value) => String(value.labels['backend'])).sort();
+    const names = ['kvroute_poller_scrapes_total', 'kvroute_poller_scrape_failures_total', 'kvroute_poller_state_changes_published_total', 'kvroute_poller_engine_restarts_total', 'kvroute_poller_backend_healthy'];
+    for (const name of names) expect(await series(name), name).toEqual(['leaves', 'stays']);
+    expect(await metrics.forgetDepartedBackends(new Set(['stays']))).toBe(4);
+    for (const name of names) expect(await series(name), name).toEqual(['stays']);
+    // The one that stays counts on from where it was.
+    metrics.recordScrape('stays', 0.01, null);
+    expect((await metrics.registry.getSingleMetric('kvroute_poller_scrapes_total')?.get())?.values.find((value) => value.labels['backend'] === 'stays')?.value).toBe(3);
+  });
 });

@@ -170,4 +170,23 @@ export class PollerMetrics {
   recordEngineRestart(backend: string, sign: EngineRestartSign): void {
     this.restarts.inc({ backend, sign: sign.replaceAll('-', '_') });
   }
+
+  /**
+   * Removes every per-backend series of backends no longer in the list (`current`: ids), so that a
+   * fleet whose pods come and go (discovery, an HPA) does not grow /metrics and these counters forever.
+   * A backend that comes back starts its counters from 0, which Prometheus' rate() reads as a reset.
+   * Returns how many series went.
+   */
+  async forgetDepartedBackends(current: ReadonlySet<string>): Promise<number> {
+    let removed = 0;
+    for (const counter of [this.scrapes, this.failures, this.published, this.restarts] as Array<Counter<string>>) {
+      for (const { labels } of (await counter.get()).values) {
+        if (current.has(String(labels['backend']))) continue;
+        counter.remove(labels);
+        removed += 1;
+      }
+    }
+    for (const backend of this.lastStates.keys()) if (!current.has(backend)) this.lastStates.delete(backend);
+    return removed;
+  }
 }
