@@ -7,6 +7,7 @@ import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
 import { startLoopbackDns, type LoopbackDns } from './loopback-dns';
 import { waitFor } from './start-test-cluster';
+import { chat as chatOnce, longStream as streamLong } from './chat-requests';
 
 /**
  * Acceptance 3 of issue 16: backends discovered from a headless Service's SRV records, on a real DNS
@@ -45,26 +46,8 @@ const received = (sim: Sim): number => sim.sim.engine.stats.requestParamsMaxToke
 const poolIds = (router: RouterServer): string[] => router.registry.poolFor(MODEL).map((backend) => backend.id);
 const setIds = (router: RouterServer): string[] => router.registry.backends.map((backend) => backend.id).sort();
 
-let sequence = 0;
-async function chat(baseUrl: string): Promise<{ status: number; backend: string | null }> {
-  const response = await fetch(`${baseUrl}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `question ${sequence++}` }], max_tokens: 2 }),
-  });
-  await response.text();
-  return { status: response.status, backend: response.headers.get('x-router-backend') };
-}
-
-async function longStream(baseUrl: string): Promise<{ backend: string; done: Promise<{ status: number; text: string; endedAtMs: number }> }> {
-  const response = await fetch(`${baseUrl}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `a long answer ${sequence++}` }], max_tokens: 400, stream: true }),
-  });
-  const done = response.text().then((text) => ({ status: response.status, text, endedAtMs: performance.now() }));
-  return { backend: response.headers.get('x-router-backend') as string, done };
-}
+const chat = (baseUrl: string) => chatOnce(baseUrl, MODEL);
+const longStream = (baseUrl: string) => streamLong(baseUrl, MODEL);
 
 /** A client load over both replicas until stopped: every status seen, and the backends that answered. */
 function startLoad(urls: readonly string[], concurrency: number): { stop(): Promise<{ statuses: Map<number, number>; backends: Set<string> }> } {

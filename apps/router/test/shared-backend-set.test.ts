@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
 import { startTestCluster, waitFor, type TestCluster } from './start-test-cluster';
+import { chat as chatOnce, longStream as streamLong } from './chat-requests';
 
 /**
  * The backend set shared through Redis: two router replicas (in this process) on one Redis and three
@@ -48,27 +49,8 @@ async function admin(publicUrl: string, method: string, path: string, options: {
   return { status: response.status, body: text ? JSON.parse(text) : null, headers: response.headers };
 }
 
-let sequence = 0;
-async function chat(baseUrl: string): Promise<{ status: number; backend: string | null }> {
-  const response = await fetch(`${baseUrl}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `question ${sequence++}` }], max_tokens: 2 }),
-  });
-  await response.text();
-  return { status: response.status, backend: response.headers.get('x-router-backend') };
-}
-
-/** A stream that runs for seconds; resolves with its backend once the headers are in, and with its text at the end. */
-async function longStream(baseUrl: string): Promise<{ backend: string; done: Promise<{ status: number; text: string; endedAtMs: number }> }> {
-  const response = await fetch(`${baseUrl}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `a long answer ${sequence++}` }], max_tokens: 400, stream: true }),
-  });
-  const done = response.text().then((text) => ({ status: response.status, text, endedAtMs: performance.now() }));
-  return { backend: response.headers.get('x-router-backend') as string, done };
-}
+const chat = (baseUrl: string) => chatOnce(baseUrl, MODEL);
+const longStream = (baseUrl: string) => streamLong(baseUrl, MODEL);
 
 /** Polls `check` every 2 ms; the ms it took. */
 async function msUntil(check: () => boolean, timeoutMs = 3000): Promise<number> {
