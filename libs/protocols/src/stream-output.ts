@@ -11,9 +11,13 @@
  *   `function.arguments` (streamed in pieces; the first piece carries id and name), or the legacy
  *   `function_call`. The opening chunk with only `role` and empty `content` is no output.
  * - OpenAI completions (`text_completion`): a non-empty `choices[i].text`.
- * - OpenAI Responses (`event: response.*`, the same name in `data.type`): `response.output_text.delta`,
- *   `response.function_call_arguments.delta`, `response.refusal.delta`, and every
- *   `response.reasoning*.delta` (`reasoning_text`, `reasoning_summary_text`).
+ * - OpenAI Responses (`event: response.*`, the same name in `data.type`): every `response.….delta`
+ *   (`output_text`, `function_call_arguments`, `refusal`, `reasoning_text`, `reasoning_summary_text`,
+ *   `mcp_call_arguments`, `custom_tool_call_input`, audio…: each carries a piece of what the model
+ *   generated); `response.output_item.added` of a tool call (`function_call`, `mcp_call`,
+ *   `custom_tool_call`…: it names the tool, so the model has produced it; a `message` or `reasoning`
+ *   item is added empty, its text follows in deltas); and `response.output_item.done` of any item (a
+ *   server that sends a whole item without deltas).
  * - Anthropic Messages: `content_block_delta` whose delta is a non-empty `text_delta`, `input_json_delta`
  *   or `thinking_delta`, and `content_block_start` of a `tool_use` block (it names the tool).
  *
@@ -27,7 +31,8 @@ export interface StreamEvent {
   readonly data: string;
 }
 
-const RESPONSES_OUTPUT_DELTAS = new Set(['response.output_text.delta', 'response.function_call_arguments.delta', 'response.refusal.delta']);
+/** Responses items added empty, before what fills them (their deltas are the output). */
+const RESPONSES_ITEMS_ADDED_EMPTY = new Set(['message', 'reasoning']);
 
 export function eventCarriesOutput(event: StreamEvent): boolean {
   const name = event.event;
@@ -64,17 +69,22 @@ const TOOL_CALL_MEMBER = /"(?:tool_calls|function_call)"[ \t\n\r]*:/;
 
 function namedEventCarriesOutput(name: string, data: string): boolean {
   if (isResponsesOutputDelta(name)) return true;
-  if (name !== 'content_block_delta' && name !== 'content_block_start') return false;
+  if (name !== 'content_block_delta' && name !== 'content_block_start' && name !== 'response.output_item.added' && name !== 'response.output_item.done') return false;
   const payload = parseObject(data);
   return payload !== null && typedPayloadCarriesOutput(name, payload);
 }
 
 function isResponsesOutputDelta(type: string): boolean {
-  return RESPONSES_OUTPUT_DELTAS.has(type) || (type.startsWith('response.reasoning') && type.endsWith('.delta'));
+  return type.startsWith('response.') && type.endsWith('.delta');
 }
 
 function typedPayloadCarriesOutput(type: string, payload: Record<string, unknown>): boolean {
   if (isResponsesOutputDelta(type)) return true;
+  if (type === 'response.output_item.done') return asObject(payload.item) !== null;
+  if (type === 'response.output_item.added') {
+    const item = asObject(payload.item);
+    return item !== null && typeof item.type === 'string' && !RESPONSES_ITEMS_ADDED_EMPTY.has(item.type);
+  }
   if (type === 'content_block_delta') {
     const delta = asObject(payload.delta);
     if (delta === null) return false;
