@@ -64,23 +64,32 @@ export type ResponsesRequest = z.infer<typeof ResponsesRequest>;
  *   message items         → { role, content } (`input_text`/`output_text` parts as text parts,
  *                           `input_image` as an image part, other parts as they are; a role chat does
  *                           not know as `user`)
- *   function_call         → { role: assistant, tool_calls: [{ name, arguments }] }
+ *   function_call         → { role: assistant, tool_calls: [{ id: call_id, name, arguments }] }
  *   function_call_output  → { role: tool, content: output, tool_call_id: call_id }
+ *   reasoning             → nothing: chat templates leave an earlier turn's reasoning out of the
+ *                           prompt, so a previous answer's reasoning item changes no prompt token
  *   other items           → { role: user } with the item as one part
  *
- * Appending input items only appends messages (the routing text's prefix stability).
+ * Appending input items only appends messages (the routing text's prefix stability). A response's
+ * `output` items map the same way, so the conversation a follow-up continues (its previous response's
+ * input and output) renders as the prefix the previous turn computed.
  */
 export function responsesChatMessages(instructions: string | null | undefined, input: ResponsesRequest['input']): ChatMessage[] {
   const messages: ChatMessage[] = [];
   if (typeof instructions === 'string' && instructions !== '') messages.push({ role: 'system', content: instructions });
   if (typeof input === 'string') messages.push({ role: 'user', content: input });
-  else for (const item of input) messages.push(inputItemMessage(item));
+  else {
+    for (const item of input) {
+      const message = inputItemMessage(item);
+      if (message !== null) messages.push(message);
+    }
+  }
   return messages;
 }
 
 const CHAT_ROLES = new Set(['system', 'developer', 'user', 'assistant']);
 
-function inputItemMessage(item: ResponseInputItem): ChatMessage {
+function inputItemMessage(item: ResponseInputItem): ChatMessage | null {
   const type = item.type ?? 'message';
   if (type === 'message') {
     const role = (CHAT_ROLES.has(item.role ?? '') ? item.role : 'user') as ChatMessage['role'];
@@ -88,8 +97,10 @@ function inputItemMessage(item: ResponseInputItem): ChatMessage {
     return { role, content };
   }
   if (type === 'function_call') {
-    return { role: 'assistant', content: null, tool_calls: [{ type: 'function', function: { name: item.name ?? '', arguments: item.arguments ?? '' } }] };
+    const id = item.call_id === undefined ? {} : { id: item.call_id };
+    return { role: 'assistant', content: null, tool_calls: [{ ...id, type: 'function', function: { name: item.name ?? '', arguments: item.arguments ?? '' } }] };
   }
+  if (type === 'reasoning') return null;
   if (type === 'function_call_output') {
     const output = typeof item.output === 'string' ? item.output : JSON.stringify(item.output ?? null);
     return { role: 'tool', content: output, ...(item.call_id === undefined ? {} : { tool_call_id: item.call_id }) };

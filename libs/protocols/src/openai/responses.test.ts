@@ -1,0 +1,35 @@
+import { describe, expect, it } from 'vitest';
+import { responsesChatMessages } from './responses';
+
+describe('responsesChatMessages', () => {
+  it('maps a function_call item to the assistant tool call (call_id as its id) and function_call_output to a tool message', () => {
+    const messages = responsesChatMessages('Be brief.', [
+      { role: 'user', content: 'weather in Paris?' },
+      { type: 'function_call', id: 'fc_1', call_id: 'call_1', name: 'get_weather', arguments: '{"city": "Paris"}', status: 'completed' },
+      { type: 'function_call_output', call_id: 'call_1', output: 'sunny' },
+    ]);
+    expect(messages).toEqual([
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'weather in Paris?' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }] },
+      { role: 'tool', content: 'sunny', tool_call_id: 'call_1' },
+    ]);
+  });
+
+  it('leaves reasoning items out of the prompt, as chat templates leave earlier reasoning out', () => {
+    const messages = responsesChatMessages(null, [
+      { role: 'user', content: 'hi' },
+      { type: 'reasoning', id: 'rs_1', summary: [], content: [{ type: 'reasoning_text', text: 'thinking about it' }] },
+      { type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'hello' }] },
+    ]);
+    expect(messages).toEqual([
+      { role: 'user', content: 'hi' },
+      { role: 'assistant', content: [{ type: 'text', text: 'hello' }] },
+    ]);
+  });
+
+  it('maps a function_call without call_id without inventing an id', () => {
+    const [message] = responsesChatMessages(null, [{ type: 'function_call', name: 'search', arguments: '{}' }]);
+    expect(message?.tool_calls?.[0]).toEqual({ type: 'function', function: { name: 'search', arguments: '{}' } });
+  });
+});
