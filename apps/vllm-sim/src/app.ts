@@ -84,17 +84,19 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     faults: deps.faults,
     latency: deps.latency,
   };
+  // One agent plan for chat, Responses and Messages turns (generation/agent-turn.ts).
+  const agent = { seed: deps.seed, toolCallProbability: deps.toolCallProbability, reasoningTokens: deps.reasoningTokens };
   await app.register(generationRoutes, {
     servedModel: deps.servedModel,
     limits,
     faults: deps.faults,
-    agent: { seed: deps.seed, toolCallProbability: deps.toolCallProbability, reasoningTokens: deps.reasoningTokens },
+    agent,
     ...(deps.onGenerationRequest === undefined ? {} : { onGenerationRequest: deps.onGenerationRequest }),
     generation,
   });
-  await app.register(messagesRoutes, { servedModel: deps.servedModel, limits, faults: deps.faults, generation });
+  await app.register(messagesRoutes, { servedModel: deps.servedModel, limits, faults: deps.faults, generation, agent });
   await app.register(poolingRoutes, { servedModel: deps.servedModel, maxModelLen: engine.maxModelLen, bodyLimitBytes: deps.bodyLimitBytes });
-  await app.register(responsesRoutes, { servedModel: deps.servedModel, limits, generation, faults: deps.faults, store: new ResponseStore(deps.maxStoredResponses) });
+  await app.register(responsesRoutes, { servedModel: deps.servedModel, limits, generation, faults: deps.faults, store: new ResponseStore(deps.maxStoredResponses), agent });
   await app.register(modelsRoutes, { servedModel: deps.servedModel, maxModelLen: engine.maxModelLen, createdUnixSeconds: deps.startedAtUnixSeconds });
   await app.register(probesRoutes, { dialect: deps.dialect, faults: deps.faults, version: ENGINE_VERSION[deps.dialect] });
   await app.register(metricsRoutes, { engine, dialect: deps.dialect, servedModel: deps.servedModel, startedAtUnixSeconds: deps.startedAtUnixSeconds, slots: deps.slots });

@@ -3,8 +3,11 @@ import { z } from 'zod';
 import { EngineError } from '../engine-errors';
 
 /**
- * What an "agent" chat turn produces, token by token: optional reasoning first, then either text or
- * one tool call. vLLM's shapes (apps/vllm-sim/README.md, "Agent turns"):
+ * What an "agent" turn produces, token by token: optional reasoning first, then either text or one
+ * tool call. One plan serves all three endpoints that answer turns (chat completions, Responses,
+ * Anthropic Messages): each maps its own `tools`/`tool_choice`/thinking switch onto a TurnRequest
+ * (`planTurn`), sizes the turn with `turnEnd`, and renders ChoiceTurn's pieces in its own wire shape.
+ * vLLM's chat shapes (apps/vllm-sim/README.md, "Agent turns"):
  *
  * - reasoning parsers (`--reasoning-parser`) put the thinking text in `delta.reasoning_content`
  *   (newer vLLM also `delta.reasoning`), non-streaming in `message.reasoning_content`;
@@ -64,6 +67,47 @@ export interface TurnRequest {
   readonly toolChoice: ToolChoice | null | undefined;
   readonly enableThinking: boolean | undefined;
   readonly promptTokens: readonly number[];
+}
+
+/**
+ * Responses `tools` are flat (`{type: "function", name, description?, parameters?}`); hosted tools
+ * (web search, …) are never called by the sim. `tool_choice` names a function flat too.
+ */
+export const ResponsesAgentFields = z.looseObject({
+  tools: z.array(z.looseObject({ type: z.string(), name: z.string().optional(), parameters: z.unknown().optional() })).nullish(),
+  tool_choice: z.union([z.enum(['none', 'auto', 'required']), z.looseObject({ type: z.string(), name: z.string().optional() })]).nullish(),
+});
+
+export function responsesTurnRequest(fields: z.infer<typeof ResponsesAgentFields>, promptTokens: readonly number[]): TurnRequest {
+  const tools = (fields.tools ?? []).filter((tool) => tool.type === 'function' && typeof tool.name === 'string').map((tool) => ({ type: 'function', function: { name: tool.name as string, parameters: tool.parameters } }));
+  const choice = fields.tool_choice;
+  // A named function is forced; another object (a hosted tool, `allowed_tools`) leaves the choice to the model.
+  const toolChoice: ToolChoice | null | undefined = typeof choice === 'object' && choice !== null ? (choice.type === 'function' && choice.name !== undefined ? { type: 'function', function: { name: choice.name } } : 'auto') : choice;
+  return { tools, toolChoice, enableThinking: undefined, promptTokens };
+}
+
+/** Anthropic's `tool_choice` and `thinking` (tools are read as the chat tools vLLM converts them into). */
+export const MessagesAgentFields = z.looseObject({
+  tool_choice: z.looseObject({ type: z.enum(['auto', 'any', 'tool', 'none']), name: z.string().optional() }).nullish(),
+  thinking: z.looseObject({ type: z.string() }).nullish(),
+});
+
+/** vLLM's Anthropic conversion: `auto` → "auto", `any` → "required", `tool` → that function, `none` → "none". */
+export function messagesTurnRequest(fields: z.infer<typeof MessagesAgentFields>, chatTools: readonly ToolDefinition[] | undefined, promptTokens: readonly number[]): TurnRequest {
+  const choice = fields.tool_choice;
+  const toolChoice: ToolChoice | undefined =
+    choice === null || choice === undefined ? undefined : choice.type === 'any' ? 'required' : choice.type === 'tool' ? { type: 'function', function: { name: choice.name ?? '' } } : choice.type;
+  return { tools: chatTools, toolChoice, enableThinking: fields.thinking?.type === 'disabled' ? false : undefined, promptTokens };
+}
+
+/**
+ * How a turn of `outputTokens` tokens (EOS drawn, at most `maxTokens`) ends for the engine: a tool call
+ * ends at EOS (the model stops after closing the call's JSON; the API then reports a tool-call finish),
+ * so does an output cut short of max_tokens; otherwise max_tokens cut it.
+ */
+export function turnEnd(plan: TurnPlan, outputTokens: number, maxTokens: number): 'stop' | 'length' {
+  const callsTool = plan.toolCall !== null && outputTokens > plan.reasoningTokens;
+  return callsTool || outputTokens < maxTokens ? 'stop' : 'length';
 }
 
 /** Decides the turn once per request (every choice of `n` makes the same decision). 400 on an inconsistent tool_choice, as vLLM does. */
@@ -136,8 +180,20 @@ export class ChoiceTurn {
     readonly plan: TurnPlan,
     /** Output tokens this choice will generate. */
     readonly outputTokens: number,
+    /** The call's id in the endpoint's form (chat `chatcmpl-tool-…`, Responses `call_…`, Anthropic `toolu_…`). */
+    newCallId: () => string = toolCallId,
   ) {
-    this.toolCallId = plan.toolCall ? toolCallId() : null;
+    this.toolCallId = plan.toolCall ? newCallId() : null;
+  }
+
+  /** Reasoning tokens generated so far (at most the plan's). */
+  reasoningCount(generated: number): number {
+    return Math.min(generated, this.plan.reasoningTokens);
+  }
+
+  /** True when the turn generates answer tokens after its reasoning (a cut inside the reasoning leaves none). */
+  get answers(): boolean {
+    return this.outputTokens > this.plan.reasoningTokens;
   }
 
   /** The API finish reason for an engine finish reason. */
@@ -182,8 +238,7 @@ export class ChoiceTurn {
         tool_calls: [{ id: this.toolCallId, type: 'function', function: { name: this.plan.toolCall.name, arguments: this.toolArguments } }],
       };
     }
-    const noAnswer = this.plan.reasoningTokens > 0 && this.outputTokens <= this.plan.reasoningTokens;
-    return { role: 'assistant', reasoning_content: reasoning, content: noAnswer ? null : this.content, tool_calls: [] };
+    return { role: 'assistant', reasoning_content: reasoning, content: this.answers ? this.content : null, tool_calls: [] };
   }
 }
 

@@ -1,4 +1,5 @@
 import type { ChatMessage, ContentPart, MessagesContentBlock, MessagesRequest } from '@kvroute/protocols';
+import type { ToolDefinition } from './agent-turn';
 
 /**
  * An Anthropic Messages request as the chat messages vLLM turns it into before applying the chat
@@ -12,7 +13,7 @@ import type { ChatMessage, ContentPart, MessagesContentBlock, MessagesRequest } 
  *   leave out of earlier turns).
  * - `tools` become function tools (name, description, parameters = input_schema).
  */
-export function messagesAsChatPrompt(body: MessagesRequest): { messages: ChatMessage[]; tools: unknown[] | undefined } {
+export function messagesAsChatPrompt(body: MessagesRequest): { messages: ChatMessage[]; tools: ToolDefinition[] | undefined } {
   const messages: ChatMessage[] = [];
   const system = typeof body.system === 'string' ? body.system : (body.system ?? []).map((block) => (block.type === 'text' ? (block.text ?? '') : '')).join('');
   if (system !== '') messages.push({ role: 'system', content: system });

@@ -8,7 +8,7 @@ import type { FaultInjector } from '../faults';
 import { OutputText } from '../text/output-text';
 import type { PreparedPrompt } from './prepare-prompts';
 import type { ResponseLatency } from './response-latency';
-import { ChoiceTurn, pieceDelta, type TurnPlan } from './agent-turn';
+import { ChoiceTurn, pieceDelta, turnEnd, type TurnPlan } from './agent-turn';
 import {
   buildUsage,
   chatDeltaChunk,
@@ -63,10 +63,7 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
     const output = new OutputText(deps.seed, prompt.tokens);
     const eosLength = deps.eosRandom && !request.ignoreEos ? 1 + Math.floor(output.fraction() * prompt.maxTokens) : prompt.maxTokens;
     const turn = new ChoiceTurn(request.turn, eosLength);
-    // Decided once: an output cut short of max_tokens ended at EOS; so did a tool call (the model
-    // stops after closing the call's JSON; the API then reports finish_reason "tool_calls").
-    const callsTool = request.turn.toolCall !== null && eosLength > request.turn.reasoningTokens;
-    const endReason: 'stop' | 'length' = callsTool || eosLength < prompt.maxTokens ? 'stop' : 'length';
+    const endReason = turnEnd(request.turn, eosLength, prompt.maxTokens);
     return { prompt, output, turn, outputTokens: eosLength, endReason, text: '', finishReason: null as FinishReason | null, sequence: null as Sequence | null };
   });
   let unfinished = choices.length;

@@ -22,6 +22,8 @@ export interface ResponseUsageCounts {
   readonly inputTokens: number;
   readonly cachedTokens: number;
   readonly outputTokens: number;
+  /** Of the output tokens, those spent reasoning. */
+  readonly reasoningTokens: number;
 }
 
 export type ResponseStatus = 'in_progress' | 'completed' | 'incomplete';
@@ -39,6 +41,22 @@ export function messageItem(id: string, text: string | null): Record<string, unk
 
 export function outputTextPart(text: string): Record<string, unknown> {
   return { type: 'output_text', text, annotations: [], logprobs: [] };
+}
+
+/** A reasoning item (vLLM's with a reasoning parser): empty while in progress, its text as one `reasoning_text` part once done. */
+export function reasoningItem(id: string, text: string | null): Record<string, unknown> {
+  return text === null
+    ? { id, type: 'reasoning', summary: [], status: 'in_progress' }
+    : { id, type: 'reasoning', summary: [], content: [reasoningTextPart(text)], status: 'completed' };
+}
+
+export function reasoningTextPart(text: string): Record<string, unknown> {
+  return { type: 'reasoning_text', text };
+}
+
+/** A function call item: `arguments` (a JSON string) empty while in progress, whole once done. */
+export function functionCallItem(id: string, callId: string, name: string, completedArguments: string | null): Record<string, unknown> {
+  return { id, type: 'function_call', call_id: callId, name, arguments: completedArguments ?? '', status: completedArguments === null ? 'in_progress' : 'completed' };
 }
 
 /** A response object; without `usage` until it is done. */
@@ -76,7 +94,7 @@ export function responseObject(frame: ResponseFrame, status: ResponseStatus, out
             // `cache_write_tokens` is the spec's (required there; vLLM leaves it out): the prompt tokens computed now, which the prefix cache keeps.
             input_tokens_details: { cached_tokens: usage.cachedTokens, cache_write_tokens: usage.inputTokens - usage.cachedTokens },
             output_tokens: usage.outputTokens,
-            output_tokens_details: { reasoning_tokens: 0 },
+            output_tokens_details: { reasoning_tokens: usage.reasoningTokens },
             total_tokens: usage.inputTokens + usage.outputTokens,
           },
         }),

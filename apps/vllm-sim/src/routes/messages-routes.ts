@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { checkGenerationLimits, MessagesRequest, DEFAULT_GENERATION_LIMITS } from '@kvroute/protocols';
 import { EngineError } from '../engine-errors';
 import type { FaultInjector } from '../faults';
+import { MessagesAgentFields, messagesTurnRequest, planTurn, type AgentSettings } from '../generation/agent-turn';
 import { messagesAsChatPrompt } from '../generation/messages-prompt';
 import { prepareMessagesPrompt, type PromptLimits } from '../generation/prepare-prompts';
 import type { GenerationDeps } from '../generation/serve-generation';
@@ -14,6 +15,8 @@ export interface MessagesRoutesOptions {
   readonly limits: PromptLimits;
   readonly generation: GenerationDeps;
   readonly faults: FaultInjector;
+  /** Tool calls and reasoning, as for chat turns. */
+  readonly agent: AgentSettings;
 }
 
 /**
@@ -31,9 +34,10 @@ export async function messagesRoutes(app: FastifyInstance, options: MessagesRout
     checkModel(body.model, options.servedModel);
     const { messages, tools } = messagesAsChatPrompt(body);
     const prompt = prepareMessagesPrompt(renderChatPrompt({ messages, tools }), body.max_tokens, options.limits);
+    const turn = planTurn(options.agent, messagesTurnRequest(parseBody(MessagesAgentFields, body), tools, prompt.tokens));
     const action = await options.faults.beforeServing();
     reply.hijack();
     if (action === 'hang') return;
-    serveMessages(options.generation, { model: body.model, prompt, stream: body.stream === true, cacheSalt: undefined, receivedAtMs }, reply.raw);
+    serveMessages(options.generation, { model: body.model, prompt, stream: body.stream === true, cacheSalt: undefined, turn, receivedAtMs }, reply.raw);
   });
 }

@@ -1,11 +1,12 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { responsesChatMessages, ResponsesRequest, RESPONSE_ID_PATTERN, type ChatMessage } from '@kvroute/protocols';
 import type { FaultInjector } from '../faults';
+import { planTurn, ResponsesAgentFields, responsesTurnRequest, type AgentSettings } from '../generation/agent-turn';
 import { prepareChatPrompts, type PromptLimits } from '../generation/prepare-prompts';
 import type { GenerationDeps } from '../generation/serve-generation';
 import type { ResponseStore } from '../responses/response-store';
 import { newResponseId, serveResponse } from '../responses/serve-response';
-import { checkModel, parseSaltedBody, withServedModel } from './generation-routes';
+import { checkModel, parseBody, parseSaltedBody, withServedModel } from './generation-routes';
 
 export interface ResponsesRoutesOptions {
   readonly servedModel: string;
@@ -13,6 +14,8 @@ export interface ResponsesRoutesOptions {
   readonly generation: GenerationDeps;
   readonly faults: FaultInjector;
   readonly store: ResponseStore;
+  /** Tool calls and reasoning, as for chat turns. */
+  readonly agent: AgentSettings;
 }
 
 /**
@@ -41,6 +44,7 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
       { model: body.model, messages, ...(body.tools === undefined ? {} : { tools: body.tools as never }), ...(body.max_output_tokens == null ? {} : { max_completion_tokens: body.max_output_tokens }) },
       options.limits,
     );
+    const turnPlan = planTurn(options.agent, responsesTurnRequest(parseBody(ResponsesAgentFields, body), prompt?.tokens ?? []));
     const action = await options.faults.beforeServing();
     reply.hijack();
     if (action === 'hang') return;
@@ -64,6 +68,7 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
         stream: body.stream === true,
         cacheSalt,
         ignoreEos: (body as { ignore_eos?: unknown }).ignore_eos === true,
+        turn: turnPlan,
         historyBefore,
         store: options.store,
       },
