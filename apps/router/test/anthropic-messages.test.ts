@@ -45,7 +45,8 @@ describe('Anthropic Messages through the router (official SDK, real Redis)', () 
   let reportedCached = 0;
   beforeAll(async () => {
     redis = await startRedis();
-    cluster = await startTestCluster({ backends: 3, sim: { seed: 11, promptTokensDetails: true }, router: { redisUrl: redis.url, policy: 'prefixaware' } });
+    // toolCallProbability 0: text turns (the offered tool is never called), each answer sent back as the next turn's context.
+    cluster = await startTestCluster({ backends: 3, sim: { seed: 11, promptTokensDetails: true, toolCallProbability: 0 }, router: { redisUrl: redis.url, policy: 'prefixaware' } });
     client = new Anthropic({ baseURL: cluster.routerUrl, apiKey: 'unused', maxRetries: 0 });
   });
   afterAll(async () => {
