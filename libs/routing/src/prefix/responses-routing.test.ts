@@ -48,8 +48,13 @@ describe('responsesRoutingBody', () => {
   });
 
   it('renders unknown item types and roles without failing', () => {
-    const body = responsesRoutingBody({ model: 'm', input: [{ type: 'reasoning', summary: [] } as never, { role: 'ipython', content: 'out' }] });
+    const body = responsesRoutingBody({ model: 'm', input: [{ type: 'web_search_call', status: 'completed' } as never, { role: 'ipython', content: 'out' }] });
     expect(body.messages.map((message) => message.role)).toEqual(['user', 'user']);
-    expect(renderRoutingText(body).text).toContain('reasoning');
+    expect(renderRoutingText(body).text).toContain('web_search_call');
+  });
+
+  it('leaves reasoning items out, as the engine leaves earlier reasoning out of the prompt', () => {
+    const body = responsesRoutingBody({ model: 'm', input: [{ role: 'user', content: 'hi' }, { type: 'reasoning', summary: [] } as never, { role: 'user', content: 'more' }] });
+    expect(body.messages.map((message) => message.content)).toEqual(['hi', 'more']);
   });
 });
