@@ -28,7 +28,7 @@ describe('vllm-sim Anthropic Messages agent turns', () => {
     const [thinking, toolUse] = message.content;
     if (thinking?.type !== 'thinking' || toolUse?.type !== 'tool_use') throw new Error('unexpected blocks');
     expect(thinking.thinking.trim().split(' ')).toHaveLength(3);
-    expect(thinking.signature).toBe('');
+    expect(thinking.signature).toMatch(/^[0-9a-f]{32}$/);
     expect(toolUse.id).toMatch(/^toolu_/);
     expect(toolUse.name).toBe('lookup_runbook');
     // 7 tokens: 3 thinking, the call's header, 3 argument pieces (the words of `section`).
@@ -48,6 +48,7 @@ describe('vllm-sim Anthropic Messages agent turns', () => {
       'content_block_delta',
       'content_block_delta',
       'content_block_delta',
+      'content_block_delta',
       'content_block_stop',
       'content_block_start',
       'content_block_delta',
@@ -62,7 +63,8 @@ describe('vllm-sim Anthropic Messages agent turns', () => {
       [1, 'tool_use'],
     ]);
     const deltaTypes = events.flatMap((event) => (event.type === 'content_block_delta' ? [event.delta.type] : []));
-    expect(deltaTypes).toEqual(['thinking_delta', 'thinking_delta', 'thinking_delta', 'input_json_delta', 'input_json_delta']);
+    expect(deltaTypes).toEqual(['thinking_delta', 'thinking_delta', 'thinking_delta', 'signature_delta', 'input_json_delta', 'input_json_delta']);
+    expect(final.content[0]).toMatchObject({ type: 'thinking', signature: expect.stringMatching(/^[0-9a-f]{32}$/) });
     expect(final.content.map((block) => block.type)).toEqual(['thinking', 'tool_use']);
     const toolUse = final.content[1];
     if (toolUse?.type !== 'tool_use') throw new Error('no tool_use');

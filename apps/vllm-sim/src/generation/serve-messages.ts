@@ -29,10 +29,11 @@ type BlockKind = 'thinking' | 'text' | 'tool_use';
  *   first token (after the prefill, when the cached tokens are known, as vLLM sends it with its first
  *   chunk); per block `content_block_start` (thinking `{thinking: ""}`, text `{text: ""}`, tool_use
  *   `{id, name, input: {}}` with the call's first token), one `content_block_delta` per token
- *   (`thinking_delta`, `text_delta`, `input_json_delta` with the argument piece), `content_block_stop`;
- *   then `message_delta` (stop_reason and the final usage), `message_stop`;
- * - otherwise one `message` object whose `content` holds the same blocks (thinking with an empty
- *   `signature`: vLLM signs nothing; tool_use with the parsed `input`).
+ *   (`thinking_delta`, `text_delta`, `input_json_delta` with the argument piece), `content_block_stop`
+ *   (a thinking block's preceded by its `signature_delta`); then `message_delta` (stop_reason and the final usage), `message_stop`;
+ * - otherwise one `message` object whose `content` holds the same blocks (thinking with its
+ *   `signature`; tool_use with the parsed `input`). vLLM's tool_use id is the chat tool call's
+ *   (`chatcmpl-tool-…`); the sim uses Anthropic's `toolu_` form, which clients see from Anthropic.
  *
  * Usage (apps/vllm-sim/README.md, "Anthropic Messages"): with prompt-token details off, as vLLM's
  * Anthropic endpoint reports it (`input_tokens` = the whole prompt, no cache fields); with them on, in
@@ -62,8 +63,12 @@ export function serveMessages(deps: GenerationDeps, request: MessagesGeneration,
   };
   const stopReason = (): string => (turn.toolCalled ? 'tool_use' : endReason === 'stop' ? 'end_turn' : 'max_tokens');
 
+  // vLLM signs a thinking block with a random 32-hex "signature" (it verifies none): non-streaming in
+  // the block, streaming as a `signature_delta` just before the block stops.
+  const thinkingSignature = randomUUID().replaceAll('-', '');
   const closeBlock = (): void => {
     if (openBlock === null) return;
+    if (openBlock === 'thinking') event('content_block_delta', { index: blockIndex, delta: { type: 'signature_delta', signature: thinkingSignature } });
     openBlock = null;
     event('content_block_stop', { index: blockIndex });
   };
@@ -94,7 +99,7 @@ export function serveMessages(deps: GenerationDeps, request: MessagesGeneration,
   };
   const contentBlocks = (): object[] => {
     const blocks: object[] = [];
-    if (turn.reasoning !== '') blocks.push({ type: 'thinking', thinking: turn.reasoning, signature: '' });
+    if (turn.reasoning !== '') blocks.push({ type: 'thinking', thinking: turn.reasoning, signature: thinkingSignature });
     if (turn.toolCalled && request.turn.toolCall) blocks.push({ type: 'tool_use', id: turn.toolCallId, name: request.turn.toolCall.name, input: JSON.parse(turn.toolArguments) as unknown });
     else if (turn.answers) blocks.push({ type: 'text', text: turn.content });
     return blocks;
