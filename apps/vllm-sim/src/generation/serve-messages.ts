@@ -30,7 +30,8 @@ type BlockKind = 'thinking' | 'text' | 'tool_use';
  *   chunk); per block `content_block_start` (thinking `{thinking: ""}`, text `{text: ""}`, tool_use
  *   `{id, name, input: {}}` with the call's first token), one `content_block_delta` per token
  *   (`thinking_delta`, `text_delta`, `input_json_delta` with the argument piece), `content_block_stop`
- *   (a thinking block's preceded by its `signature_delta`); then `message_delta` (stop_reason and the final usage), `message_stop`;
+ *   (a thinking block's preceded by its `signature_delta`); then `message_delta` (stop_reason and
+ *   the final usage), `message_stop`;
  * - otherwise one `message` object whose `content` holds the same blocks (thinking with its
  *   `signature`; tool_use with the parsed `input`). vLLM's tool_use id is the chat tool call's
  *   (`chatcmpl-tool-…`); the sim uses Anthropic's `toolu_` form, which clients see from Anthropic.
