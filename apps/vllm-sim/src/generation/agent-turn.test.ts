@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { EngineError } from '../engine-errors';
-import { ChoiceTurn, planTurn, type AgentSettings, type TurnRequest } from './agent-turn';
+import { ChoiceTurn, messagesTurnRequest, planTurn, responsesTurnRequest, turnEnd, type AgentSettings, type TurnRequest } from './agent-turn';
 
 const settings: AgentSettings = { seed: 0, toolCallProbability: 0.5, reasoningTokens: 0 };
 const tools = [
@@ -73,5 +73,39 @@ describe('ChoiceTurn', () => {
     expect(run(turn).every((piece) => piece.kind === 'reasoning')).toBe(true);
     expect(turn.finishReason('length')).toBe('length');
     expect(turn.message()).toMatchObject({ content: null, tool_calls: [] });
+  });
+});
+
+describe('one plan for every endpoint', () => {
+  const always = { ...settings, toolCallProbability: 1, reasoningTokens: 2 };
+  const flatTools = [
+    { type: 'function', name: 'search', parameters: { type: 'object', properties: { query: {} } } },
+    { type: 'web_search_preview' },
+    { type: 'function', name: 'get_weather', parameters: { type: 'object', properties: { city: {} }, required: ['city'] } },
+  ];
+
+  it('reads Responses tools (flat, hosted ones never called) and tool_choice into the same decision as chat', () => {
+    const named = planTurn(always, responsesTurnRequest({ tools: flatTools, tool_choice: { type: 'function', name: 'get_weather' } }, [1, 2, 3]));
+    expect(named).toEqual(planTurn(always, request({ toolChoice: { type: 'function', function: { name: 'get_weather' } } })));
+    expect(planTurn(always, responsesTurnRequest({ tools: flatTools, tool_choice: 'none' }, [1, 2, 3])).toolCall).toBeNull();
+    // A hosted tool's choice leaves the decision to the draw.
+    expect(planTurn(always, responsesTurnRequest({ tools: flatTools, tool_choice: { type: 'web_search_preview' } }, [1, 2, 3])).toolCall).not.toBeNull();
+    expect(() => planTurn(always, responsesTurnRequest({ tools: flatTools, tool_choice: { type: 'function', name: 'nope' } }, [1]))).toThrow(EngineError);
+  });
+
+  it("maps Anthropic's tool_choice as vLLM does (any → required, tool → named), and thinking disabled skips reasoning", () => {
+    expect(planTurn(always, messagesTurnRequest({ tool_choice: { type: 'any' } }, tools, [1, 2, 3])).toolCall?.name).toBe('search');
+    expect(planTurn(always, messagesTurnRequest({ tool_choice: { type: 'tool', name: 'get_weather' } }, tools, [1, 2, 3])).toolCall?.name).toBe('get_weather');
+    expect(planTurn(always, messagesTurnRequest({ tool_choice: { type: 'none' } }, tools, [1, 2, 3])).toolCall).toBeNull();
+    expect(planTurn(always, messagesTurnRequest({ thinking: { type: 'disabled' } }, tools, [1, 2, 3])).reasoningTokens).toBe(0);
+    expect(planTurn(always, messagesTurnRequest({ thinking: { type: 'enabled' } }, tools, [1, 2, 3])).reasoningTokens).toBe(2);
+  });
+
+  it('turnEnd: a call ends at EOS; text cut by max_tokens ends at length; a call cut inside the reasoning too', () => {
+    const call = { reasoningTokens: 2, toolCall: { name: 'search', argumentKey: 'query' } };
+    expect(turnEnd(call, 8, 8)).toBe('stop');
+    expect(turnEnd(call, 2, 2)).toBe('length');
+    expect(turnEnd({ reasoningTokens: 0, toolCall: null }, 8, 8)).toBe('length');
+    expect(turnEnd({ reasoningTokens: 0, toolCall: null }, 5, 8)).toBe('stop');
   });
 });
