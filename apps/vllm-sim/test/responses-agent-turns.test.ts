@@ -93,7 +93,7 @@ describe('vllm-sim /v1/responses agent turns', () => {
   });
 
   it('streams reasoning, then the function call, each event a ResponseStreamEvent; the openai client assembles the same output', async () => {
-    const request = { model: 'test-model', instructions, input: 'weather in Paris?', tools, tool_choice: { type: 'function', name: 'get_weather' }, max_output_tokens: 7 };
+    const request: Parameters<OpenAI['responses']['stream']>[0] = { model: 'test-model', instructions, input: 'weather in Paris?', tools, tool_choice: { type: 'function', name: 'get_weather' }, max_output_tokens: 7 };
     const events = await streamEvents(request);
     expect(events.map((event) => event.sequence_number)).toEqual(events.map((_event, index) => index));
     const types = events.map((event) => event.type);
@@ -126,7 +126,7 @@ describe('vllm-sim /v1/responses agent turns', () => {
     expect(completed.output[1]).toMatchObject({ type: 'function_call', name: 'get_weather', arguments: done?.arguments, status: 'completed' });
     expect(completed.usage.output_tokens_details.reasoning_tokens).toBe(3);
 
-    const stream = client.responses.stream(request as OpenAI.Responses.ResponseCreateParamsStreaming);
+    const stream = client.responses.stream(request);
     const final = await stream.finalResponse();
     expect(final.output.map((item) => item.type)).toEqual(['reasoning', 'function_call']);
     const call = final.output[1];
