@@ -1,8 +1,6 @@
-import { readFileSync } from 'node:fs';
-import Ajv from 'ajv';
 import OpenAI from 'openai';
-import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openAiSchemaChecker } from './openai-spec';
 import { startTestSim, type TestSim } from './start-test-sim';
 
 /**
@@ -10,7 +8,6 @@ import { startTestSim, type TestSim } from './start-test-sim';
  * against OpenAI's OpenAPI spec, as test/responses-openapi.test.ts checks the text events), and a
  * `previous_response_id` follow-up carrying the call's output that hits the prefix cache.
  */
-const SPEC_PATH = '/work/shared/data/openai-openapi/openapi.yaml';
 const EVENT_SCHEMAS: Record<string, string> = {
   'response.created': 'ResponseCreatedEvent',
   'response.in_progress': 'ResponseInProgressEvent',
@@ -42,22 +39,14 @@ interface StreamedEvent {
 describe('vllm-sim /v1/responses agent turns', () => {
   let sim: TestSim;
   let client: OpenAI;
-  let ajv: Ajv.Ajv;
+  let check: (schema: string, value: unknown) => void;
   beforeAll(async () => {
     sim = await startTestSim({ profile: 'fast', timeScale: 1, reasoningTokens: 3, toolCallProbability: 0 });
     client = new OpenAI({ baseURL: `${sim.url}/v1`, apiKey: 'unused', maxRetries: 0 });
-    const spec = parse(readFileSync(SPEC_PATH, 'utf8')) as { components: object };
-    ajv = new Ajv({ allErrors: true, unknownFormats: 'ignore', logger: false });
-    ajv.addSchema({ $id: 'openai', components: spec.components });
+    check = openAiSchemaChecker();
   });
   afterAll(() => sim.close());
 
-  const check = (schema: string, value: unknown): void => {
-    const validate = ajv.getSchema(`openai#/components/schemas/${schema}`);
-    if (validate === undefined) throw new Error(`no schema ${schema}`);
-    const valid = validate(value);
-    expect(valid ? null : { schema, errors: validate.errors?.slice(0, 5), value }).toBeNull();
-  };
   const post = (body: object): Promise<Response> => fetch(`${sim.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   const streamEvents = async (body: object): Promise<StreamedEvent[]> => {
     const text = await (await post({ ...body, stream: true })).text();

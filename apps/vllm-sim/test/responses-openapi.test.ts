@@ -1,11 +1,9 @@
-import { readFileSync } from 'node:fs';
-import Ajv from 'ajv';
-import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openAiSchemaChecker } from './openai-spec';
 import { startTestSim, type TestSim } from './start-test-sim';
 
 /**
- * The sim's Responses API shapes against OpenAI's own OpenAPI spec (shared/data/openai-openapi, a
+ * The sim's Responses API shapes against OpenAI's own OpenAPI spec (test-data/openai-openapi, a
  * pinned copy): the response object (`Response`), every stream event (`ResponseStreamEvent`) and the
  * 404 error (`ErrorResponse`). ajv 6 reads the spec's schemas as draft-07 (keywords it does not know,
  * such as `discriminator`, are ignored); that checks every required field, type and enum.
@@ -22,25 +20,16 @@ const EVENT_SCHEMAS: Record<string, string> = {
   'response.completed': 'ResponseCompletedEvent',
 };
 
-const SPEC_PATH = '/work/shared/data/openai-openapi/openapi.yaml';
 
 describe('vllm-sim Responses API against the OpenAPI spec', () => {
   let sim: TestSim;
-  let ajv: Ajv.Ajv;
+  let check: (schema: string, value: unknown) => void;
   beforeAll(async () => {
     sim = await startTestSim({ profile: 'fast', timeScale: 1 });
-    const spec = parse(readFileSync(SPEC_PATH, 'utf8')) as { components: object };
-    ajv = new Ajv({ allErrors: true, unknownFormats: 'ignore', logger: false });
-    ajv.addSchema({ $id: 'openai', components: spec.components });
+    check = openAiSchemaChecker();
   });
   afterAll(() => sim.close());
 
-  const check = (schema: string, value: unknown): void => {
-    const validate = ajv.getSchema(`openai#/components/schemas/${schema}`);
-    if (validate === undefined) throw new Error(`no schema ${schema}`);
-    const valid = validate(value);
-    expect(valid ? null : { schema, errors: validate.errors?.slice(0, 5), value }).toBeNull();
-  };
 
   const post = (body: object): Promise<Response> => fetch(`${sim.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 

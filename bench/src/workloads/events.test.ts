@@ -1,6 +1,7 @@
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import type { RequestEvent } from './events';
 import { byArrival, eventFromJsonLine, eventsFromJsonl, eventsToJsonl } from './events';
@@ -60,7 +61,7 @@ describe('JSONL trace', () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
-    const mooncake = await readMooncakeFile('/work/shared/data/mooncake/synthetic_trace.jsonl', { limit: 3 });
+    const mooncake = await readMooncakeFile(fileURLToPath(new URL('../../../test-data/mooncake/synthetic_trace.head.jsonl', import.meta.url)), { limit: 3 });
     expect(mooncake.map((event) => event.atMs)).toEqual([0, 0, 40]);
   });
 });

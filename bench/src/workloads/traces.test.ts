@@ -1,11 +1,16 @@
 import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { MOONCAKE_BLOCK_TOKENS, mooncakeBlockText, parseAzure, parseAzureTimestamp, parseMooncake } from './traces';
 
-const DATA = '/work/shared/data';
-/** The first `n` lines of a data file (the tests read only the head of the real traces). */
+/** The heads of the real traces, vendored in the checkout (test-data/README.md: sources, licenses). */
+const DATA = fileURLToPath(new URL('../../../test-data', import.meta.url));
+/** The first `n` lines of a vendored trace head (`path`: the trace's own name; the file is `….head.<ext>`). */
 function head(path: string, n: number): string {
-  return readFileSync(`${DATA}/${path}`, 'utf8').split('\n').slice(0, n).join('\n');
+  const file = path.replace(/\.(jsonl|csv)$/, '.head.$1');
+  const lines = readFileSync(`${DATA}/${file}`, 'utf8').split('\n');
+  if (lines.filter((line) => line !== '').length < n) throw new Error(`${file} has fewer than ${n} lines`);
+  return lines.slice(0, n).join('\n');
 }
 
 describe('mooncake trace', () => {
