@@ -81,6 +81,29 @@ describe('vllm-sim /v1/responses agent turns', () => {
     expect(body.usage.output_tokens_details.reasoning_tokens).toBe(3);
   });
 
+  it('renders flat function tools in the prompt as chat renders its tools (vLLM moves every field but type into `function`), hosted tools not at all; echoes tool_choice', async () => {
+    const parameters = { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] };
+    const chat = (await (
+      await fetch(`${sim.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: 'tools?' }], tools: [{ type: 'function', function: { name: 'search', description: 'Search the web', parameters, strict: false } }], tool_choice: 'none', max_tokens: 16 }),
+      })
+    ).json()) as { usage: { prompt_tokens: number } };
+    const flat = [{ type: 'function', name: 'search', description: 'Search the web', parameters, strict: false }, { type: 'web_search_preview' }];
+    const request = { model: 'test-model', input: 'tools?', tools: flat, tool_choice: 'none', max_output_tokens: 16, store: false };
+    check('CreateResponse', request);
+    const response = (await (await post(request)).json()) as any;
+    check('Response', response);
+    expect(response.usage.input_tokens).toBe(chat.usage.prompt_tokens);
+    expect(response.tool_choice).toBe('none');
+    // Without any function tool, no tools block: the same prompt as no tools at all.
+    const hostedOnly = (await (await post({ model: 'test-model', input: 'tools?', tools: [{ type: 'web_search_preview' }], max_output_tokens: 16, store: false })).json()) as any;
+    const none = (await (await post({ model: 'test-model', input: 'tools?', max_output_tokens: 16, store: false })).json()) as any;
+    expect(hostedOnly.usage.input_tokens).toBe(none.usage.input_tokens);
+    expect(hostedOnly.tool_choice).toBe('auto');
+  });
+
   it('streams reasoning, then the function call, each event a ResponseStreamEvent; the openai client assembles the same output', async () => {
     const request: Parameters<OpenAI['responses']['stream']>[0] = { model: 'test-model', instructions, input: 'weather in Paris?', tools, tool_choice: { type: 'function', name: 'get_weather' }, max_output_tokens: 7 };
     const events = await streamEvents(request);

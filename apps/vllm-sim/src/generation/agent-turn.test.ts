@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { EngineError } from '../engine-errors';
+import { responsesChatTools } from '@kvroute/protocols';
 import { ChoiceTurn, messagesTurnRequest, planTurn, responsesTurnRequest, turnEnd, type AgentSettings, type TurnRequest } from './agent-turn';
 
 const settings: AgentSettings = { seed: 0, toolCallProbability: 0.5, reasoningTokens: 0 };
@@ -85,12 +86,12 @@ describe('one plan for every endpoint', () => {
   ];
 
   it('reads Responses tools (flat, hosted ones never called) and tool_choice into the same decision as chat', () => {
-    const named = planTurn(always, responsesTurnRequest({ tools: flatTools, tool_choice: { type: 'function', name: 'get_weather' } }, [1, 2, 3]));
+    const named = planTurn(always, responsesTurnRequest({ tool_choice: { type: 'function', name: 'get_weather' } }, responsesChatTools(flatTools), [1, 2, 3]));
     expect(named).toEqual(planTurn(always, request({ toolChoice: { type: 'function', function: { name: 'get_weather' } } })));
-    expect(planTurn(always, responsesTurnRequest({ tools: flatTools, tool_choice: 'none' }, [1, 2, 3])).toolCall).toBeNull();
+    expect(planTurn(always, responsesTurnRequest({ tool_choice: 'none' }, responsesChatTools(flatTools), [1, 2, 3])).toolCall).toBeNull();
     // A hosted tool's choice leaves the decision to the draw.
-    expect(planTurn(always, responsesTurnRequest({ tools: flatTools, tool_choice: { type: 'web_search_preview' } }, [1, 2, 3])).toolCall).not.toBeNull();
-    expect(() => planTurn(always, responsesTurnRequest({ tools: flatTools, tool_choice: { type: 'function', name: 'nope' } }, [1]))).toThrow(EngineError);
+    expect(planTurn(always, responsesTurnRequest({ tool_choice: { type: 'web_search_preview' } }, responsesChatTools(flatTools), [1, 2, 3])).toolCall).not.toBeNull();
+    expect(() => planTurn(always, responsesTurnRequest({ tool_choice: { type: 'function', name: 'nope' } }, responsesChatTools(flatTools), [1]))).toThrow(EngineError);
   });
 
   it("maps Anthropic's tool_choice as vLLM does (any → required, tool → named), and thinking disabled skips reasoning", () => {

@@ -70,20 +70,19 @@ export interface TurnRequest {
 }
 
 /**
- * Responses `tools` are flat (`{type: "function", name, description?, parameters?}`); hosted tools
- * (web search, …) are never called by the sim. `tool_choice` names a function flat too.
+ * A Responses request's `tool_choice` (its `tools` are read as the chat tools vLLM converts them into:
+ * libs/protocols `responsesChatTools`; hosted tools are never called by the sim). A function is named
+ * flat: `{type: "function", name}`.
  */
 export const ResponsesAgentFields = z.looseObject({
-  tools: z.array(z.looseObject({ type: z.string(), name: z.string().optional(), parameters: z.unknown().optional() })).nullish(),
   tool_choice: z.union([z.enum(['none', 'auto', 'required']), z.looseObject({ type: z.string(), name: z.string().optional() })]).nullish(),
 });
 
-export function responsesTurnRequest(fields: z.infer<typeof ResponsesAgentFields>, promptTokens: readonly number[]): TurnRequest {
-  const tools = (fields.tools ?? []).filter((tool) => tool.type === 'function' && typeof tool.name === 'string').map((tool) => ({ type: 'function', function: { name: tool.name as string, parameters: tool.parameters } }));
+export function responsesTurnRequest(fields: z.infer<typeof ResponsesAgentFields>, chatTools: readonly ToolDefinition[] | undefined, promptTokens: readonly number[]): TurnRequest {
   const choice = fields.tool_choice;
   // A named function is forced; another object (a hosted tool, `allowed_tools`) leaves the choice to the model.
   const toolChoice: ToolChoice | null | undefined = typeof choice === 'object' && choice !== null ? (choice.type === 'function' && choice.name !== undefined ? { type: 'function', function: { name: choice.name } } : 'auto') : choice;
-  return { tools, toolChoice, enableThinking: undefined, promptTokens };
+  return { tools: chatTools, toolChoice, enableThinking: undefined, promptTokens };
 }
 
 /** Anthropic's `tool_choice` and `thinking` (tools are read as the chat tools vLLM converts them into). */

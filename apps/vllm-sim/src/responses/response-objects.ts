@@ -12,6 +12,8 @@ export interface ResponseFrame {
   readonly instructions: string | null;
   readonly previousResponseId: string | null;
   readonly tools: readonly unknown[];
+  /** The request's `tool_choice`, echoed as vLLM's response does (`auto` when not given). */
+  readonly toolChoice: unknown;
   readonly store: boolean;
   readonly maxOutputTokens: number | null;
   readonly metadata: unknown;
@@ -80,7 +82,7 @@ export function responseObject(frame: ResponseFrame, status: ResponseStatus, out
     store: frame.store,
     temperature: 1,
     text: { format: { type: 'text' } },
-    tool_choice: 'auto',
+    tool_choice: frame.toolChoice,
     tools: frame.tools,
     top_p: 1,
     truncation: 'disabled',

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { responsesChatMessages, ResponsesRequest, RESPONSE_ID_PATTERN, type ChatMessage } from '@kvroute/protocols';
+import { responsesChatMessages, responsesChatTools, ResponsesRequest, RESPONSE_ID_PATTERN, type ChatMessage } from '@kvroute/protocols';
 import type { FaultInjector } from '../faults';
 import { planTurn, ResponsesAgentFields, responsesTurnRequest, type AgentSettings } from '../generation/agent-turn';
 import { prepareChatPrompts, type PromptLimits } from '../generation/prepare-prompts';
@@ -40,11 +40,13 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
     const historyBefore: ChatMessage[] = [...(previous?.history ?? []), ...turn];
     const instructions = typeof body.instructions === 'string' && body.instructions !== '' ? body.instructions : null;
     const messages: ChatMessage[] = instructions === null ? historyBefore : [{ role: 'system', content: instructions }, ...historyBefore];
+    // vLLM renders the function tools in their chat form (responsesChatTools); hosted tools not at all.
+    const chatTools = responsesChatTools(body.tools);
     const [prompt] = prepareChatPrompts(
-      { model: body.model, messages, ...(body.tools === undefined ? {} : { tools: body.tools as never }), ...(body.max_output_tokens == null ? {} : { max_completion_tokens: body.max_output_tokens }) },
+      { model: body.model, messages, ...(chatTools === undefined ? {} : { tools: chatTools }), ...(body.max_output_tokens == null ? {} : { max_completion_tokens: body.max_output_tokens }) },
       options.limits,
     );
-    const turnPlan = planTurn(options.agent, responsesTurnRequest(parseBody(ResponsesAgentFields, body), prompt?.tokens ?? []));
+    const turnPlan = planTurn(options.agent, responsesTurnRequest(parseBody(ResponsesAgentFields, body), chatTools, prompt?.tokens ?? []));
     const action = await options.faults.beforeServing();
     reply.hijack();
     if (action === 'hang') return;
@@ -58,6 +60,7 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
           instructions,
           previousResponseId: previousId,
           tools: body.tools ?? [],
+          toolChoice: (body as { tool_choice?: unknown }).tool_choice ?? 'auto',
           // vLLM: `store` is honoured only with its store enabled (here: maxStoredResponses > 0).
           store: body.store !== false && options.store.enabled,
           maxOutputTokens: body.max_output_tokens ?? null,

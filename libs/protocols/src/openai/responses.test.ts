@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { responsesChatMessages } from './responses';
+import { responsesChatMessages, responsesChatTools } from './responses';
 
 describe('responsesChatMessages', () => {
   it('maps a function_call item to the assistant tool call (call_id as its id) and function_call_output to a tool message', () => {
@@ -31,5 +31,24 @@ describe('responsesChatMessages', () => {
   it('maps a function_call without call_id without inventing an id', () => {
     const [message] = responsesChatMessages(null, [{ type: 'function_call', name: 'search', arguments: '{}' }]);
     expect(message?.tool_calls?.[0]).toEqual({ type: 'function', function: { name: 'search', arguments: '{}' } });
+  });
+});
+
+describe('responsesChatTools', () => {
+  it("moves a flat function tool's fields but type into `function`, as vLLM converts them for the template; hosted tools are dropped", () => {
+    const parameters = { type: 'object', properties: { q: { type: 'string' } } };
+    expect(
+      responsesChatTools([
+        { type: 'function', name: 'search', description: 'Search', parameters, strict: false },
+        { type: 'web_search_preview' },
+        { type: 'function', description: 'a function without a name is no tool' },
+      ]),
+    ).toEqual([{ type: 'function', function: { name: 'search', description: 'Search', parameters, strict: false } }]);
+  });
+
+  it('is undefined without a function tool (no tools block)', () => {
+    expect(responsesChatTools(undefined)).toBeUndefined();
+    expect(responsesChatTools([])).toBeUndefined();
+    expect(responsesChatTools([{ type: 'file_search' }])).toBeUndefined();
   });
 });

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { ChatMessage, ContentPart } from './chat-completions';
+import type { ChatCompletionRequest, ChatMessage, ContentPart } from './chat-completions';
 
 /**
  * OpenAI Responses API request bodies (`POST /v1/responses`), as OpenAI's spec (`CreateResponse`) and
@@ -54,6 +54,24 @@ export const ResponsesRequest = z.looseObject({
   cache_salt: z.string().min(1).max(128).nullish(),
 });
 export type ResponsesRequest = z.infer<typeof ResponsesRequest>;
+
+/**
+ * A Responses request's `tools` as the chat tools its chat template renders, as vLLM converts them
+ * (`construct_tool_dicts` → `convert_tool_responses_to_completions_format`): a flat function tool
+ * `{type: "function", name, description?, parameters?, …}` becomes
+ * `{type: "function", function: {name, description?, parameters?, …}}` (every field but `type` moves
+ * in); other tool types (hosted tools: web search, file search, MCP…) are not rendered. Undefined when
+ * no function tool is left (the template then renders no tools block).
+ */
+export function responsesChatTools(tools: ResponsesRequest['tools']): ChatCompletionRequest['tools'] {
+  const functions: NonNullable<ChatCompletionRequest['tools']> = [];
+  for (const tool of tools ?? []) {
+    if (tool.type !== 'function' || typeof tool['name'] !== 'string') continue;
+    const { type: _type, ...definition } = tool;
+    functions.push({ type: 'function', function: definition as { name: string } });
+  }
+  return functions.length === 0 ? undefined : functions;
+}
 
 /**
  * The chat messages a Responses request's `instructions` and `input` stand for, as vLLM builds them

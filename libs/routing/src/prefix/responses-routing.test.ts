@@ -57,4 +57,17 @@ describe('responsesRoutingBody', () => {
     const body = responsesRoutingBody({ model: 'm', input: [{ role: 'user', content: 'hi' }, { type: 'reasoning', summary: [] } as never, { role: 'user', content: 'more' }] });
     expect(body.messages.map((message) => message.content)).toEqual(['hi', 'more']);
   });
+
+  it('renders function tools as the equivalent chat request does (the chat form vLLM converts them to); hosted tools add nothing', () => {
+    const responses = renderRoutingText(responsesRoutingBody({ model: 'm', input: 'hello', tools: [...TOOLS, { type: 'web_search_preview' }] })).text;
+    const chat = renderRoutingText({
+      model: 'm',
+      messages: [{ role: 'user', content: 'hello' }],
+      tools: [{ type: 'function', function: { name: 'read_file', description: 'Read a file', parameters: TOOLS[0]?.parameters } }],
+    }).text;
+    expect(responses).toBe(chat);
+    const hostedOnly = responsesRoutingBody({ model: 'm', input: 'hello', tools: [{ type: 'web_search_preview' }] });
+    expect(hostedOnly.tools).toBeUndefined();
+  });
 });
+
