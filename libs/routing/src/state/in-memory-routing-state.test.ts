@@ -190,4 +190,17 @@ describe('InMemoryRoutingState', () => {
     expect(snapshot.matchBlocks.get('a')).toBeUndefined();
     expect(snapshot.matchBlocks.get('b')).toBe(2);
   });
+
+  it('keeps no lease book for a forgotten backend with nothing in flight; one still running requests keeps its leases', async () => {
+    const { state } = createState();
+    await state.reserve('m', 'gone', 'l1', [1], 0);
+    await state.release('m', 'gone', 'l1');
+    await state.reserve('m', 'busy', 'l2', [1], 0);
+    await state.forgetBackend('m', 'gone');
+    await state.forgetBackend('m', 'busy');
+    expect([...state.inflightCounts().keys()]).toEqual(['busy']);
+    expect(await state.renew('m', 'busy', 'l2')).toBe(true);
+    await state.release('m', 'busy', 'l2');
+    expect(state.inflightCounts().get('busy')).toBe(0);
+  });
 });

@@ -103,9 +103,13 @@ export class InMemoryRoutingState implements RoutingStateStore {
   }
 
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {
+    // A lease book with nothing in flight goes too: discovered pods come and go, each under a new id,
+    // and would otherwise each leave one behind. A book still holding leases stays until they end.
+    if (this.leases.get(backendId)?.tokens.size === 0) this.leases.delete(backendId);
     const index = this.pools.get(pool);
     if (!index) return;
     index.blocksByBackend.delete(backendId);
+    index.lastIdleSweepMs.delete(backendId);
     index.forgottenAtMs.set(backendId, this.options.nowMs());
   }
 
