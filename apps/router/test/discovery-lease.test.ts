@@ -9,19 +9,21 @@ import { DiscoveryApplier, type IntervalTimers } from '../src/discovery/discover
 import { RedisDiscoveryLease, SOLE_REPLICA, type DiscoveryLeadership } from '../src/discovery/discovery-leader';
 import { waitFor } from './start-test-cluster';
 
+/** One Redis for the file's two suites (each key is unique per test). */
+let redis: TestRedis;
+let connection: RedisClient;
+beforeAll(async () => {
+  redis = await startRedis();
+  connection = createRedis(redis.url, 'request-path');
+  await waitUntilReady(connection);
+});
+afterAll(async () => {
+  connection.disconnect();
+  await redis.stop();
+});
+
 /** The lease that lets one replica at a time apply what discovery finds, on a real Redis. */
 describe('RedisDiscoveryLease', () => {
-  let redis: TestRedis;
-  let connection: RedisClient;
-  beforeAll(async () => {
-    redis = await startRedis();
-    connection = createRedis(redis.url, 'request-path');
-    await waitUntilReady(connection);
-  });
-  afterAll(async () => {
-    connection.disconnect();
-    await redis.stop();
-  });
 
   it('one holder at a time; renewing keeps it; release hands it over at once', async () => {
     const key = `${uniqueKeyPrefix('discovery-lease')}:lease`;
@@ -122,17 +124,6 @@ function replica(source: BackendSource, leadership: DiscoveryLeadership, options
 }
 
 describe('DiscoveryApplier leadership', () => {
-  let redis: TestRedis;
-  let connection: RedisClient;
-  beforeAll(async () => {
-    redis = await startRedis();
-    connection = createRedis(redis.url, 'request-path');
-    await waitUntilReady(connection);
-  });
-  afterAll(async () => {
-    connection.disconnect();
-    await redis.stop();
-  });
 
   it('a leader whose source keeps failing stops renewing the lease: a replica whose source answers takes over; the failure is logged once', async () => {
     const key = `${uniqueKeyPrefix('discovery-lease')}:lease`;

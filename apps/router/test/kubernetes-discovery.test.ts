@@ -59,6 +59,20 @@ const stream = (lines: string, hold = false) => (response: ServerResponse) => {
 };
 const held = (response: ServerResponse) => stream('', true)(response);
 
+/** A source on the stand-in at `url`: the options every test shares, then its own. */
+const sourceOn = (url: string, dispatcher: Agent, overrides: Partial<ConstructorParameters<typeof EndpointSliceSource>[0]> = {}): EndpointSliceSource =>
+  new EndpointSliceSource({
+    target: parseDiscoveryTarget('k8s://inference/vllm:http') as never,
+    namespace: 'inference',
+    api: { url, dispatcher, token: async () => null },
+    scheme: 'http',
+    maxBackends: 256,
+    watchTimeoutSeconds: 300,
+    requestTimeoutMs: 2_000,
+    retryDelayMs: () => 5,
+    ...overrides,
+  });
+
 const summary = (answer: DiscoveryAnswer): string[] | 'failed' => (answer.kind === 'failed' ? 'failed' : answer.backends.map((backend) => (backend.draining ? `${backend.id} (draining)` : backend.id)));
 
 describe('EndpointSliceSource against a stand-in API server', () => {
@@ -79,16 +93,7 @@ describe('EndpointSliceSource against a stand-in API server', () => {
     const dispatcher = new Agent();
     cleanups.push(() => dispatcher.close());
     const answers: DiscoveryAnswer[] = [];
-    const source = new EndpointSliceSource({
-      target: parseDiscoveryTarget('k8s://inference/vllm:http') as never,
-      namespace: 'inference',
-      api: { url: api.url, dispatcher, token: async () => 'sa-token-1' },
-      scheme: 'http',
-      maxBackends: 256,
-      watchTimeoutSeconds: 300,
-      requestTimeoutMs: 2_000,
-      retryDelayMs: () => 5,
-    });
+    const source = sourceOn(api.url, dispatcher, { api: { url: api.url, dispatcher, token: async () => 'sa-token-1' } });
     await source.start(async (answer) => void answers.push(answer));
     cleanups.push(() => source.stop());
     // After the first list, before any watch event.
@@ -124,16 +129,7 @@ describe('EndpointSliceSource against a stand-in API server', () => {
     const dispatcher = new Agent();
     cleanups.push(() => dispatcher.close());
     const answers: DiscoveryAnswer[] = [];
-    const source = new EndpointSliceSource({
-      target: parseDiscoveryTarget('k8s://inference/vllm') as never,
-      namespace: 'inference',
-      api: { url: api.url, dispatcher, token: async () => null },
-      scheme: 'http',
-      maxBackends: 256,
-      watchTimeoutSeconds: 300,
-      requestTimeoutMs: 2_000,
-      retryDelayMs: () => 5,
-    });
+    const source = sourceOn(api.url, dispatcher, { target: parseDiscoveryTarget('k8s://inference/vllm') as never });
     await source.start(async (answer) => void answers.push(answer));
     cleanups.push(() => source.stop());
     await waitFor(() => answers.length >= 3);
@@ -150,14 +146,7 @@ describe('EndpointSliceSource against a stand-in API server', () => {
     const dispatcher = new Agent();
     cleanups.push(() => dispatcher.close());
     const delays: number[] = [];
-    const source = new EndpointSliceSource({
-      target: parseDiscoveryTarget('k8s://inference/vllm:http') as never,
-      namespace: 'inference',
-      api: { url: api.url, dispatcher, token: async () => null },
-      scheme: 'http',
-      maxBackends: 256,
-      watchTimeoutSeconds: 300,
-      requestTimeoutMs: 2_000,
+    const source = sourceOn(api.url, dispatcher, {
       minWatchMs: 1_000,
       retryDelayMs: (attempt) => {
         delays.push(attempt);
@@ -180,24 +169,14 @@ describe('EndpointSliceSource against a stand-in API server', () => {
     const dispatcher = new Agent();
     cleanups.push(() => dispatcher.close());
     const answers: DiscoveryAnswer[] = [];
-    const options = {
-      target: parseDiscoveryTarget('k8s://inference/vllm:http') as never,
-      namespace: 'inference',
-      api: { url: api.url, dispatcher, token: async () => null },
-      scheme: 'http' as const,
-      maxBackends: 256,
-      watchTimeoutSeconds: 300,
-      requestTimeoutMs: 2_000,
-      retryDelayMs: () => 5,
-    };
-    const small = new EndpointSliceSource({ ...options, maxListBytes: Buffer.byteLength(list) - 1 });
+    const small = sourceOn(api.url, dispatcher, { maxListBytes: Buffer.byteLength(list) - 1 });
     await small.start(async (answer) => void answers.push(answer));
     await small.stop();
     expect(answers[0]?.kind).toBe('failed');
     expect(String((answers[0] as { error: unknown }).error)).toContain('larger than');
     // The same body within the cap is read.
     const fits: DiscoveryAnswer[] = [];
-    const enough = new EndpointSliceSource({ ...options, maxListBytes: Buffer.byteLength(list) });
+    const enough = sourceOn(api.url, dispatcher, { maxListBytes: Buffer.byteLength(list) });
     await enough.start(async (answer) => void fits.push(answer));
     await enough.stop();
     expect(fits[0]?.kind).toBe('backends');

@@ -1,12 +1,10 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import OpenAI from 'openai';
 import { startRedis } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
 import { generateApiKey } from '../src/tenants/api-key';
+import { writeTestKeyFile } from './api-key-file';
 import { FakeResponsesBackend } from './fake-responses-backend';
 import { startTestCluster, waitFor, type TestCluster } from './start-test-cluster';
 
@@ -20,22 +18,21 @@ const keys = { a: generateApiKey(), b: generateApiKey(), teamOne: generateApiKey
 
 describe('Responses API with tenants', () => {
   let cluster: TestCluster;
-  let dir: string;
+  let keyFile: ReturnType<typeof writeTestKeyFile>;
   const clientOf = (key: string): OpenAI => new OpenAI({ apiKey: key, baseURL: `${cluster.routerUrl}/v1`, maxRetries: 0 });
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'kvroute-keys-'));
-    const file = join(dir, 'keys.yaml');
-    const entry = (id: string, tenant: string, digest: string): string => `  - id: ${id}\n    tenant: ${tenant}\n    sha256: ${digest}\n`;
-    writeFileSync(
-      file,
-      ['keys:', entry('a', 'tenant-a', keys.a.digest), entry('b', 'tenant-b', keys.b.digest), entry('one', 'tenant-c', keys.teamOne.digest), entry('two', 'tenant-d', keys.teamTwo.digest)].join('\n'),
-    );
+    keyFile = writeTestKeyFile([
+      { id: 'a', tenant: 'tenant-a', digest: keys.a.digest },
+      { id: 'b', tenant: 'tenant-b', digest: keys.b.digest },
+      { id: 'one', tenant: 'tenant-c', digest: keys.teamOne.digest },
+      { id: 'two', tenant: 'tenant-d', digest: keys.teamTwo.digest },
+    ]);
     cluster = await startTestCluster({
       backends: 1,
       router: {
         auth: 'api-keys',
-        apiKeysFile: file,
+        apiKeysFile: keyFile.file,
         cacheSaltSecret: 'test-cache-salt-secret-0123456789',
         tenants: [
           { id: 'tenant-c', team: 'research' },
@@ -47,7 +44,7 @@ describe('Responses API with tenants', () => {
 
   afterAll(async () => {
     await cluster?.close();
-    rmSync(dir, { recursive: true, force: true });
+    keyFile?.remove();
   });
 
   it("a tenant cannot fetch, delete or continue another tenant's response, even on the one backend that holds it", async () => {
@@ -94,13 +91,11 @@ describe('Responses API with tenants: what reaches the engine', () => {
   let backend: FakeResponsesBackend;
   let router: RouterServer;
   let routerUrl: string;
-  let dir: string;
+  let keyFile: ReturnType<typeof writeTestKeyFile>;
 
   beforeAll(async () => {
     backend = await new FakeResponsesBackend().start();
-    dir = mkdtempSync(join(tmpdir(), 'kvroute-keys-'));
-    const file = join(dir, 'keys.yaml');
-    writeFileSync(file, `keys:\n  - id: a\n    tenant: tenant-a\n    sha256: ${keys.a.digest}\n`);
+    keyFile = writeTestKeyFile([{ id: 'a', tenant: 'tenant-a', digest: keys.a.digest }]);
     router = await createRouterServer(
       RouterConfig.parse({
         host: '127.0.0.1',
@@ -108,7 +103,7 @@ describe('Responses API with tenants: what reaches the engine', () => {
         backends: [{ url: backend.url, models: ['test-model'] }],
         retryBackoffMs: 1,
         auth: 'api-keys',
-        apiKeysFile: file,
+        apiKeysFile: keyFile.file,
         cacheSaltSecret: 'test-cache-salt-secret-0123456789',
       }),
     );
@@ -118,7 +113,7 @@ describe('Responses API with tenants: what reaches the engine', () => {
   afterAll(async () => {
     await router?.close();
     await backend?.close();
-    rmSync(dir, { recursive: true, force: true });
+    keyFile?.remove();
   });
 
   const post = (body: unknown, headers: Record<string, string> = {}): Promise<Response> =>
@@ -147,9 +142,7 @@ describe('Responses API with tenants: what reaches the engine', () => {
 describe('Responses API with tenants while Redis is unusable', () => {
   it("answers 503 with Retry-After, not a final 404, for an owner it cannot look up; a replica's own map still answers", async () => {
     const redis = await startRedis({ fresh: true });
-    const dir = mkdtempSync(join(tmpdir(), 'kvroute-keys-'));
-    const file = join(dir, 'keys.yaml');
-    writeFileSync(file, `keys:\n  - id: a\n    tenant: tenant-a\n    sha256: ${keys.a.digest}\n`);
+    const keyFile = writeTestKeyFile([{ id: 'a', tenant: 'tenant-a', digest: keys.a.digest }]);
     const cluster = await startTestCluster({ backends: 2 });
     const routers: RouterServer[] = [];
     try {
@@ -164,7 +157,7 @@ describe('Responses API with tenants while Redis is unusable', () => {
             redisUrl: redis.url,
             redisTimeoutMs: 200,
             auth: 'api-keys',
-            apiKeysFile: file,
+            apiKeysFile: keyFile.file,
             cacheSaltSecret: 'test-cache-salt-secret-0123456789',
           }),
         );
@@ -200,7 +193,7 @@ describe('Responses API with tenants while Redis is unusable', () => {
       for (const router of routers) await router.close();
       await cluster.close();
       await redis.stop();
-      rmSync(dir, { recursive: true, force: true });
+      keyFile.remove();
     }
   });
 });

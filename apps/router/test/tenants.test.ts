@@ -1,9 +1,7 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { digestOfApiKey, generateApiKey } from '../src/tenants/api-key';
+import { writeTestKeyFile } from './api-key-file';
 import { startTestCluster, type TestCluster } from './start-test-cluster';
 
 /**
@@ -30,30 +28,23 @@ const keys = {
 
 describe('tenants: API keys, per-tenant cache salts, limits (key file, local limits)', () => {
   let cluster: TestCluster;
-  let dir: string;
+  let keyFile: ReturnType<typeof writeTestKeyFile>;
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'kvroute-keys-'));
-    const file = join(dir, 'keys.yaml');
-    const entry = (id: string, tenant: string, digest: string, extra = ''): string => `  - id: ${id}\n    tenant: ${tenant}\n    sha256: ${digest}\n${extra}`;
-    writeFileSync(
-      file,
-      [
-        'keys:',
-        entry('victim', 'tenant-a', keys.victim.digest),
-        entry('attacker', 'tenant-b', keys.attacker.digest),
-        // A second attacker account with a bench key sees the X-Router-* headers: even the router's explanation of two probes is the same.
-        entry('attacker-bench', 'tenant-b2', keys.attackerBench.digest, '    role: bench\n'),
-        entry('team-one', 'tenant-c', keys.teamOne.digest),
-        entry('team-two', 'tenant-d', keys.teamTwo.digest),
-        entry('limited', 'tenant-e', keys.limited.digest, '    requestsPerMinute: 3\n'),
-      ].join('\n'),
-    );
+    keyFile = writeTestKeyFile([
+      { id: 'victim', tenant: 'tenant-a', digest: keys.victim.digest },
+      { id: 'attacker', tenant: 'tenant-b', digest: keys.attacker.digest },
+      // A second attacker account with a bench key sees the X-Router-* headers: even the router's explanation of two probes is the same.
+      { id: 'attacker-bench', tenant: 'tenant-b2', digest: keys.attackerBench.digest, extra: '    role: bench\n' },
+      { id: 'team-one', tenant: 'tenant-c', digest: keys.teamOne.digest },
+      { id: 'team-two', tenant: 'tenant-d', digest: keys.teamTwo.digest },
+      { id: 'limited', tenant: 'tenant-e', digest: keys.limited.digest, extra: '    requestsPerMinute: 3\n' },
+    ]);
     cluster = await startTestCluster({
       backends: 2,
       router: {
         auth: 'api-keys',
-        apiKeysFile: file,
+        apiKeysFile: keyFile.file,
         cacheSaltSecret: 'test-cache-salt-secret-0123456789',
         tenants: [
           { id: 'tenant-c', team: 'research' },
@@ -65,7 +56,7 @@ describe('tenants: API keys, per-tenant cache salts, limits (key file, local lim
 
   afterAll(async () => {
     await cluster?.close();
-    rmSync(dir, { recursive: true, force: true });
+    keyFile?.remove();
   });
 
   const clientOf = (key: string): OpenAI => new OpenAI({ apiKey: key, baseURL: `${cluster.routerUrl}/v1`, maxRetries: 0 });
