@@ -194,11 +194,19 @@ describe('GET|DELETE /v1/responses/{id} and POST /v1/responses/{id}/cancel, host
     });
   }
   it.each(ids)('POST …/cancel with %s', async (_name, id, status) => {
-    expectRouterError(await post(cluster.routerUrl, `/v1/responses/${id}/cancel`, '{}'), status);
+    // An id too long to be a path parameter is not matched as one: 404 for the path (never passed through).
+    const tooLong = id.length > 128 && !id.includes('%');
+    expectRouterError(await post(cluster.routerUrl, `/v1/responses/${id}/cancel`, '{}'), tooLong ? 404 : status);
   });
 
-  it('a cancel with an empty body or a body that is not JSON is refused or answered, never a 5xx', async () => {
-    expectRouterError(await post(cluster.routerUrl, '/v1/responses/resp_unknown/cancel', ''), 404);
+  it('POST under /v1/responses/ with extra segments is not passed through to a backend', async () => {
+    const answer = await post(cluster.routerUrl, '/v1/responses/resp_a/b/cancel', json({ model: MODEL }));
+    expectRouterError(answer, 404);
+    expect(answer.headers['x-router-backend']).toBe('none');
+  });
+
+  it('a cancel with an empty JSON body or a body that is not JSON is refused, never a 5xx', async () => {
+    expectRouterError(await post(cluster.routerUrl, '/v1/responses/resp_unknown/cancel', ''));
     expectRouterError(await post(cluster.routerUrl, '/v1/responses/resp_unknown/cancel', '{"a":', {}));
     expect(totalInflight(cluster.router)).toBe(0);
   });
@@ -329,6 +337,10 @@ describe('GET /v1/models/{id}, hostile ids', () => {
     ['an encoded lone surrogate', '/v1/models/%ED%A0%80', 400],
   ] as const)('%s', async (_name, path, status) => {
     expectRouterError(await request(cluster.routerUrl, 'GET', path), status);
+  });
+
+  it('a response id of 128 characters (the longest valid) reaches the owner lookup: 404, not refused by the path router', async () => {
+    expectRouterError(await request(cluster.routerUrl, 'GET', `/v1/responses/${'r'.repeat(128)}`), 404);
   });
 
   it('a served model is found', async () => {
