@@ -1,7 +1,8 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import { MAX_RESPONSE_ID_CHARS } from '@kvroute/protocols';
 import type { BackendRegistry } from './backends/backend-registry';
 import { createClientErrorHandler } from './http/client-error';
-import { registerErrorHandler } from './http/error-handler';
+import { createFrameworkErrorHandler, registerErrorHandler } from './http/error-handler';
 import type { RequestDrain } from './http/request-drain';
 import { registerAdmit } from './pipeline/admit';
 import { registerBodyParser } from './pipeline/parse';
@@ -68,6 +69,11 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
       connectionsCheckingInterval: Math.max(25, Math.min(1_000, Math.floor(limits.requestBodyTimeoutMs / 10))),
     },
     clientErrorHandler: createClientErrorHandler(deps.metrics),
+    // Paths Fastify's router refuses itself (bad escapes, over-long parameters) answered in the OpenAI shape.
+    frameworkErrors: createFrameworkErrorHandler(deps.metrics),
+    // The one path parameter is a response id (`/v1/responses/{id}`): as long as a valid one may be, so a
+    // 101–128 character id is served, and a longer one is refused (400) before the handler runs.
+    maxParamLength: MAX_RESPONSE_ID_CHARS,
     // While closing, requests already on an open connection are served (with `Connection: close`), not
     // answered 503: the balancer sent them before the replica left the rotation (RequestDrain).
     return503OnClosing: false,

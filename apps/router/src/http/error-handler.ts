@@ -1,4 +1,4 @@
-import type { FastifyError, FastifyInstance } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { RouterError } from '../errors';
 import type { RouterMetrics } from '../router-metrics';
 
@@ -34,4 +34,24 @@ function toRouterError(error: FastifyError | RouterError): RouterError {
   if (status === 415) return new RouterError('ROUTER_ERR_UNSUPPORTED_MEDIA_TYPE', error.message);
   if (status >= 400 && status < 500) return new RouterError('ROUTER_ERR_INVALID_REQUEST', error.message);
   return new RouterError('ROUTER_ERR_INTERNAL', 'Internal router error.', { cause: error });
+}
+
+/**
+ * Fastify's `frameworkErrors`: what its router refuses before any hook or handler runs, a path that does
+ * not percent-decode (`%ZZ`, an encoded lone surrogate: FST_ERR_BAD_URL) or a path parameter longer than
+ * `maxParamLength` (FST_ERR_MAX_PARAM_LENGTH, e.g. a 10 KB response id). Fastify's own answer is not the
+ * OpenAI error shape, echoes the whole path and says 414 for the second: both become a 400 here, with a
+ * message that does not repeat the path.
+ */
+export function createFrameworkErrorHandler(metrics: RouterMetrics): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
+  return (error, _request, reply) => {
+    const routerError =
+      error.code === 'FST_ERR_MAX_PARAM_LENGTH'
+        ? new RouterError('ROUTER_ERR_INVALID_PATH', 'The request path is not accepted: a path parameter (a response id) is too long.')
+        : error.code === 'FST_ERR_BAD_URL'
+          ? new RouterError('ROUTER_ERR_INVALID_PATH', 'The request path is not accepted: it is not valid percent-encoded UTF-8.')
+          : toRouterError(error);
+    metrics.recordRejected(routerError.code);
+    void reply.code(routerError.status).header('x-router-backend', 'none').header('x-router-reason', 'rejected').send(routerError.toBody());
+  };
 }

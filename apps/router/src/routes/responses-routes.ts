@@ -43,6 +43,14 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
   app.get('/v1/responses/:id', (request, reply) => forward(options, 'GET', request, reply));
   app.delete('/v1/responses/:id', (request, reply) => forward(options, 'DELETE', request, reply));
   app.post('/v1/responses/:id/cancel', (request, reply) => forward(options, 'POST', request, reply));
+  // Any other POST under /v1/responses/ (an id longer than a response id may be, which the path router
+  // does not match as `:id`; extra segments) would otherwise fall to the pass-through `/v1/*` and be
+  // prefix-routed to any backend, lease and all, past the owner map: refused here instead.
+  app.post('/v1/responses/*', async (request) => {
+    throw new RouterError('ROUTER_ERR_NOT_FOUND', `No route for POST ${request.url.split('?')[0]?.slice(0, 256)}: a stored response is cancelled at /v1/responses/{id}/cancel, its id 1 to 128 characters.`, {
+      param: 'response_id',
+    });
+  });
 }
 
 async function forward(options: ResponsesRoutesOptions, method: ResponseMethod, request: FastifyRequest, reply: FastifyReply): Promise<void> {
