@@ -205,9 +205,16 @@ describe('GET|DELETE /v1/responses/{id} and POST /v1/responses/{id}/cancel, host
     expect(answer.headers['x-router-backend']).toBe('none');
   });
 
-  it('a cancel with an empty JSON body or a body that is not JSON is refused, never a 5xx', async () => {
-    expectRouterError(await post(cluster.routerUrl, '/v1/responses/resp_unknown/cancel', ''));
-    expectRouterError(await post(cluster.routerUrl, '/v1/responses/resp_unknown/cancel', '{"a":', {}));
+  it('a cancel with an empty body is no body, even with a JSON content type (curl -X POST -H …); one that is not JSON is refused, never a 5xx', async () => {
+    // Takes no body: the unknown id is what is answered (404 from the owner map), not the empty body.
+    const empty = await post(cluster.routerUrl, '/v1/responses/resp_unknown/cancel', '');
+    expectRouterError(empty, 404);
+    expect((JSON.parse(empty.body) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_RESPONSE_NOT_FOUND');
+    expectRouterError(await post(cluster.routerUrl, '/v1/responses/resp_unknown/cancel', '{"a":', {}), 400);
+    // A generation route still wants its body.
+    const generation = await post(cluster.routerUrl, '/v1/responses', '');
+    expectRouterError(generation, 400);
+    expect((JSON.parse(generation.body) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_INVALID_JSON');
     expect(totalInflight(cluster.router)).toBe(0);
   });
 });

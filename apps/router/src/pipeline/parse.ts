@@ -12,6 +12,13 @@ declare module 'fastify' {
     /** The request body exactly as received: forwarded unchanged to the backend. */
     rawBody?: Buffer;
   }
+  interface FastifyContextConfig {
+    /**
+     * The route takes no body (a stored response's GET, DELETE and cancel): an empty one sent with a
+     * content type (`curl -X POST -H 'content-type: application/json'`) is no body, not a 400.
+     */
+    emptyBodyAllowed?: boolean;
+  }
 }
 
 /**
@@ -98,7 +105,10 @@ export function registerBodyParser(app: FastifyInstance, bodyLimitBytes: number,
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: bodyLimitBytes }, (request, body, done) => {
     const raw = body as Buffer;
     request.rawBody = raw;
-    if (raw.length === 0) return done(new RouterError('ROUTER_ERR_INVALID_JSON', 'The request body is empty; expected a JSON object.'), undefined);
+    if (raw.length === 0) {
+      if (request.routeOptions.config.emptyBodyAllowed === true) return done(null, undefined);
+      return done(new RouterError('ROUTER_ERR_INVALID_JSON', 'The request body is empty; expected a JSON object.'), undefined);
+    }
     const nesting = measureJsonNesting(raw, maxJsonDepth);
     if (nesting.tooDeep) {
       return done(new RouterError('ROUTER_ERR_INVALID_REQUEST', `The request body nests deeper than ${maxJsonDepth} levels (at byte ${nesting.offset}).`), undefined);

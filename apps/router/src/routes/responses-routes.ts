@@ -40,9 +40,11 @@ type ResponseMethod = 'GET' | 'DELETE' | 'POST';
  * takes as final. A successful DELETE forgets the id.
  */
 export async function responsesRoutes(app: FastifyInstance, options: ResponsesRoutesOptions): Promise<void> {
-  app.get('/v1/responses/:id', (request, reply) => forward(options, 'GET', request, reply));
-  app.delete('/v1/responses/:id', (request, reply) => forward(options, 'DELETE', request, reply));
-  app.post('/v1/responses/:id/cancel', (request, reply) => forward(options, 'POST', request, reply));
+  // None takes a body: an empty one with a content type is none (pipeline/parse.ts).
+  const noBody = { config: { emptyBodyAllowed: true } };
+  app.get('/v1/responses/:id', noBody, (request, reply) => forward(options, 'GET', request, reply));
+  app.delete('/v1/responses/:id', noBody, (request, reply) => forward(options, 'DELETE', request, reply));
+  app.post('/v1/responses/:id/cancel', noBody, (request, reply) => forward(options, 'POST', request, reply));
   // Any other POST under /v1/responses/ (an id longer than a response id may be, which the path router
   // does not match as `:id`; extra segments) would otherwise fall to the pass-through `/v1/*` and be
   // prefix-routed to any backend, lease and all, past the owner map: refused here instead.
