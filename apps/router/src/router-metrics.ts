@@ -279,10 +279,14 @@ export class RouterMetrics {
     return found;
   }
 
-  /** A series labelled with a backend: cached as `child` does, and remembered for forgetBackend. */
-  private backendChild<T extends MetricChild>(key: string, metric: LabelledMetric<T>, labels: SeriesLabels & { readonly backend: string }): T {
+  /**
+   * A series labelled with a backend: cached as `child` does, and remembered for forgetBackend. The
+   * labels are built only on a miss (a per-request recorder would otherwise allocate them every call).
+   */
+  private backendChild<T extends MetricChild>(key: string, metric: LabelledMetric<T>, labelsOf: () => SeriesLabels & { readonly backend: string }): T {
     let found = this.children.get(key) as T | undefined;
     if (!found) {
+      const labels = labelsOf();
       found = metric.labels(labels);
       this.children.set(key, found);
       this.track(key, metric, labels);
@@ -316,7 +320,7 @@ export class RouterMetrics {
 
   /** `model`: a model the pool serves (the request's was checked against the backends' lists before routing), so bounded. */
   recordRouted(backend: string, model: string, policy: string, reason: string, status: number): void {
-    this.backendChild(`r\u0000${backend}\u0000${model}\u0000${policy}\u0000${reason}\u0000${status}`, this.requests, { backend, model, policy, reason, status: String(status) }).inc();
+    this.backendChild(`r\u0000${backend}\u0000${model}\u0000${policy}\u0000${reason}\u0000${status}`, this.requests, () => ({ backend, model, policy, reason, status: String(status) })).inc();
   }
 
   recordRejected(code: string): void {
@@ -330,30 +334,30 @@ export class RouterMetrics {
 
   /** A stream's first output (callers never pass a non-streaming response: its headers come with its end). */
   recordStreamTtft(backend: string, model: string, seconds: number): void {
-    this.backendChild(`t\u0000${backend}\u0000${model}`, this.ttft, { backend, model }).observe(seconds);
+    this.backendChild(`t\u0000${backend}\u0000${model}`, this.ttft, () => ({ backend, model })).observe(seconds);
   }
 
   recordDuration(backend: string, model: string, stream: boolean, seconds: number): void {
-    this.backendChild(`e\u0000${backend}\u0000${model}\u0000${stream}`, this.duration, { backend, model, stream: stream ? 'true' : 'false' }).observe(seconds);
+    this.backendChild(`e\u0000${backend}\u0000${model}\u0000${stream}`, this.duration, () => ({ backend, model, stream: stream ? 'true' : 'false' })).observe(seconds);
   }
 
   /** A response's usage: prompt, cached (when the engine reports it) and generated tokens (when it reports them). */
   recordTokens(backend: string, model: string, usage: ResponseUsage): void {
-    this.backendChild(`k\u0000${backend}\u0000${model}\u0000p`, this.tokens, { backend, model, kind: 'prompt' }).inc(usage.promptTokens);
-    if (usage.cachedTokens !== null) this.backendChild(`k\u0000${backend}\u0000${model}\u0000c`, this.tokens, { backend, model, kind: 'cached' }).inc(usage.cachedTokens);
-    if (usage.completionTokens != null) this.backendChild(`k\u0000${backend}\u0000${model}\u0000g`, this.tokens, { backend, model, kind: 'generated' }).inc(usage.completionTokens);
+    this.backendChild(`k\u0000${backend}\u0000${model}\u0000p`, this.tokens, () => ({ backend, model, kind: 'prompt' })).inc(usage.promptTokens);
+    if (usage.cachedTokens !== null) this.backendChild(`k\u0000${backend}\u0000${model}\u0000c`, this.tokens, () => ({ backend, model, kind: 'cached' })).inc(usage.cachedTokens);
+    if (usage.completionTokens != null) this.backendChild(`k\u0000${backend}\u0000${model}\u0000g`, this.tokens, () => ({ backend, model, kind: 'generated' })).inc(usage.completionTokens);
   }
 
   recordRetry(backend: string, cause: string): void {
-    this.backendChild(`y\u0000${backend}\u0000${cause}`, this.retries, { backend, cause }).inc();
+    this.backendChild(`y\u0000${backend}\u0000${cause}`, this.retries, () => ({ backend, cause })).inc();
   }
 
   recordStreamError(backend: string): void {
-    this.backendChild(`s\u0000${backend}`, this.streamErrors, { backend }).inc();
+    this.backendChild(`s\u0000${backend}`, this.streamErrors, () => ({ backend })).inc();
   }
 
   recordReserveConflict(backend: string): void {
-    this.backendChild(`c\u0000${backend}`, this.reserveConflicts, { backend }).inc();
+    this.backendChild(`c\u0000${backend}`, this.reserveConflicts, () => ({ backend })).inc();
   }
 
   recordFailOpen(model: string): void {
@@ -366,19 +370,19 @@ export class RouterMetrics {
 
   /** Whether `backend` has been seen reporting cached tokens (its feedback mode). */
   recordFeedbackMode(backend: string, reportsCachedTokens: boolean): void {
-    this.backendChild(`f\u0000${backend}`, this.feedbackModes, { backend }).set(reportsCachedTokens ? 1 : 0);
+    this.backendChild(`f\u0000${backend}`, this.feedbackModes, () => ({ backend })).set(reportsCachedTokens ? 1 : 0);
   }
 
   recordPrediction(backend: string, check: PredictionCheck): void {
-    this.backendChild(`p\u0000${backend}\u0000${check.outcome}`, this.predictions, { backend, outcome: check.outcome }).inc();
+    this.backendChild(`p\u0000${backend}\u0000${check.outcome}`, this.predictions, () => ({ backend, outcome: check.outcome })).inc();
     if (check.outcome === 'unverified') return;
-    this.backendChild(`pt\u0000${backend}`, this.predictedTokens, { backend }).inc(check.predictedTokens);
-    this.backendChild(`ot\u0000${backend}`, this.observedCachedTokens, { backend }).inc(check.observedTokens);
-    this.backendChild(`ct\u0000${backend}`, this.confirmedTokens, { backend }).inc(check.confirmedTokens);
+    this.backendChild(`pt\u0000${backend}`, this.predictedTokens, () => ({ backend })).inc(check.predictedTokens);
+    this.backendChild(`ot\u0000${backend}`, this.observedCachedTokens, () => ({ backend })).inc(check.observedTokens);
+    this.backendChild(`ct\u0000${backend}`, this.confirmedTokens, () => ({ backend })).inc(check.confirmedTokens);
   }
 
   recordRetention(backend: string, retentionMs: number): void {
-    this.backendChild(`n\u0000${backend}`, this.retention, { backend }).set(retentionMs / 1000);
+    this.backendChild(`n\u0000${backend}`, this.retention, () => ({ backend })).set(retentionMs / 1000);
   }
 
   recordLearnedCostModel(pool: string, learned: LearnedCalibration): void {
@@ -393,7 +397,8 @@ export class RouterMetrics {
   }
 
   recordResponseOwnerWrite(ok: boolean): void {
-    this.responseOwnerWrites.inc({ result: ok ? 'ok' : 'failed' });
+    const result = ok ? 'ok' : 'failed';
+    this.child(`w\u0000${result}`, () => this.responseOwnerWrites.labels({ result })).inc();
   }
 
   /** The gauges read these at scrape time. */
@@ -406,11 +411,11 @@ export class RouterMetrics {
   }
 
   recordClientAbort(backend: string): void {
-    this.backendChild(`a\u0000${backend}`, this.clientAborts, { backend }).inc();
+    this.backendChild(`a\u0000${backend}`, this.clientAborts, () => ({ backend })).inc();
   }
 
   recordBackendRestart(backend: string): void {
-    this.backendChild(`b\u0000${backend}`, this.backendRestarts, { backend }).inc();
+    this.backendChild(`b\u0000${backend}`, this.backendRestarts, () => ({ backend })).inc();
   }
 
   recordDiscoveryFailure(source: string): void {
