@@ -98,14 +98,22 @@ export class InMemoryRoutingState implements RoutingStateStore {
   }
 
   async release(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
-    this.leases.get(backendId)?.delete(leaseId);
+    const backendLeases = this.leases.get(backendId);
+    if (backendLeases) {
+      backendLeases.delete(leaseId);
+      // The last lease of a forgotten backend: its book goes (see forgetBackend).
+      if (backendLeases.forgotten && backendLeases.tokens.size === 0) this.leases.delete(backendId);
+    }
     if (heldBlocks.length > 0) this.record(pool, backendId, heldBlocks);
   }
 
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {
-    // A lease book with nothing in flight goes too: discovered pods come and go, each under a new id,
-    // and would otherwise each leave one behind. A book still holding leases stays until they end.
-    if (this.leases.get(backendId)?.tokens.size === 0) this.leases.delete(backendId);
+    // Its lease book goes too, now or when its last lease is released: discovered pods come and go,
+    // each under a new id, and would otherwise each leave one behind. (A backend forgotten on an engine
+    // restart gets a new book at its next reserve.)
+    const backendLeases = this.leases.get(backendId);
+    if (backendLeases?.tokens.size === 0) this.leases.delete(backendId);
+    else if (backendLeases) backendLeases.forgotten = true;
     const index = this.pools.get(pool);
     if (!index) return;
     index.blocksByBackend.delete(backendId);
@@ -255,6 +263,8 @@ export class InMemoryRoutingState implements RoutingStateStore {
 class BackendLeases {
   readonly tokens = new Map<string, number>();
   pendingTokens = 0;
+  /** forgetBackend ran while leases were held: the book goes with the last of them. */
+  forgotten = false;
 
   set(leaseId: string, pending: number): void {
     this.pendingTokens += pending - (this.tokens.get(leaseId) ?? 0);
