@@ -312,6 +312,7 @@ describe('requestStreamUsage off', () => {
           mayRetryStatus: false,
           streams: parsed.stream,
           readsUsage: true,
+          readsUsageAtStart: false,
           stripsStreamUsage: parsed.stripsStreamUsage,
           showsRoutingHeaders: true,
           extraHeaders: null,

@@ -69,6 +69,8 @@ export interface ParsedRequest {
   readonly stripsStreamUsage: boolean;
   /** The body asks for a stream (`stream: true`): send bounds its time to the first byte, not to the whole response. */
   readonly stream: boolean;
+  /** An Anthropic Messages stream: its prompt's usage may be only in `message_start`, so the relay keeps the stream's first bytes. */
+  readonly usageAtStreamStart: boolean;
   /** A Responses request's own facts (`POST /v1/responses`); absent for other endpoints. */
   readonly responses?: ResponsesFacts;
 }
@@ -140,7 +142,7 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
     if (endpoint !== 'passthrough') throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'This endpoint takes a JSON body, not multipart/form-data.');
     const model = modelOfForm(request, rawBodyOf(request), servedModels);
     // A form's `stream` field is not read (the body is forwarded as is): its deadline is the whole response's.
-    return { model, kind: 'passthrough', routingRequest: passthroughRoutingRequest(model, sessionHeaderOf(request.headers), options.blockSizeBytes), body: rawBodyOf(request), stripsStreamUsage: false, stream: false };
+    return { model, kind: 'passthrough', routingRequest: passthroughRoutingRequest(model, sessionHeaderOf(request.headers), options.blockSizeBytes), body: rawBodyOf(request), stripsStreamUsage: false, stream: false, usageAtStreamStart: false };
   }
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
     throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'The request body must be a JSON object.');
@@ -155,14 +157,14 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
       body: rawBodyOf(request),
       stripsStreamUsage: false,
       stream: (body as { stream?: unknown }).stream === true,
+      usageAtStreamStart: false,
     };
   }
   // A Responses body without `model` takes the only served model, as chat's and completions' do (vLLM's
   // ResponsesRequest.model is optional too): validated and routed with it, forwarded as it came.
   const responses = endpoint === 'responses' ? parseResponsesBody(withModel(body as Record<string, unknown>, servedModels), options.limits, cacheScope !== null) : null;
   const generation = responses?.routingBody ?? validateGenerationBody(endpoint as 'chat' | 'completions', withModel(body as Record<string, unknown>, servedModels), options.limits);
-  const salter = cacheScope === null ? null : (options.salter?.() ?? null);
-  const salt = salter === null || cacheScope === null ? null : salter.saltFor(cacheScope, generation.cache_salt ?? null);
+  const salt = tenantSalt(options, cacheScope, generation.cache_salt);
   const routingRequest = buildRoutingRequest(salt === null ? generation : { ...generation, cache_salt: salt }, {
     blockSizeBytes: options.blockSizeBytes,
     maxBlocks: options.maxRoutedBlocks,
@@ -179,7 +181,8 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
     stripsStreamUsage: asksUsage,
     // A Responses body's own `stream` (its routing body is a chat request without one).
     stream: (responses === null ? generation.stream : (body as { stream?: unknown }).stream) === true,
-    ...(responses === null ? {} : { responses: responses.facts }),
+    usageAtStreamStart: false,
+    responses: responses?.facts,
   };
 }
 
@@ -193,15 +196,21 @@ function parseMessages(request: FastifyRequest, body: Record<string, unknown>, o
   const overLimit = checkGenerationLimits(body, options.limits);
   if (overLimit !== null) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
   const messages = validateBody(MessagesRequest, body);
-  const salter = cacheScope === null ? null : (options.salter?.() ?? null);
-  const salt = salter === null || cacheScope === null ? null : salter.saltFor(cacheScope, messages.cache_salt ?? null);
+  const salt = tenantSalt(options, cacheScope, messages.cache_salt);
   const routingRequest = buildMessagesRoutingRequest(salt === null ? messages : { ...messages, cache_salt: salt }, {
     blockSizeBytes: options.blockSizeBytes,
     maxBlocks: options.maxRoutedBlocks,
     sessionKey: sessionHeaderOf(request.headers),
   });
   const forwarded = forwardedBody(rawBodyOf(request), body, { asksUsage: false, salt });
-  return { model: messages.model, kind: 'generation', routingRequest, body: forwarded ?? rawBodyOf(request), stripsStreamUsage: false, stream: messages.stream === true };
+  return { model: messages.model, kind: 'generation', routingRequest, body: forwarded ?? rawBodyOf(request), stripsStreamUsage: false, stream: messages.stream === true, usageAtStreamStart: messages.stream === true };
+}
+
+/** The salt a tenant's request is routed and forwarded with (its scope's, over the body's own); null in open mode. */
+function tenantSalt(options: ParseOptions, cacheScope: string | null, bodySalt: string | null | undefined): string | null {
+  if (cacheScope === null) return null;
+  const salter = options.salter?.() ?? null;
+  return salter === null ? null : salter.saltFor(cacheScope, bodySalt ?? null);
 }
 
 /** The body with the model request-model.ts resolves when it names none (the body itself when it does): validated and routed as if sent. */

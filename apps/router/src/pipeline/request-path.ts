@@ -102,6 +102,7 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
           mayRetryStatus: mayRetryStatus && ticket.backend.id !== of.owner,
           streams: of.parsed.stream,
           readsUsage: of.parsed.kind === 'generation',
+          readsUsageAtStart: of.parsed.usageAtStreamStart,
           stripsStreamUsage: of.parsed.stripsStreamUsage,
           showsRoutingHeaders: of.showsRoutingHeaders,
           extraHeaders: of.admission?.headers ?? null,

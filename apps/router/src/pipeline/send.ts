@@ -57,6 +57,8 @@ export interface Shipment {
   readonly streams: boolean;
   /** Whether learn reads the response's usage (chat and text completions). */
   readonly readsUsage: boolean;
+  /** Its usage may be in the stream's first event (an Anthropic Messages stream). */
+  readonly readsUsageAtStart: boolean;
   /** The body asked for a stream's usage on the client's behalf: the relay removes what that adds (proxy/usage-strip.ts). */
   readonly stripsStreamUsage: boolean;
   /** Send the `X-Router-*` headers. */
@@ -84,6 +86,7 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
     arrivedAtMs: shipment.arrivedAtMs,
     mayRetryStatus: shipment.mayRetryStatus,
     readsUsage: shipment.readsUsage,
+    readsUsageAtStart: shipment.readsUsageAtStart,
     streamUsageStrip: shipment.stripsStreamUsage ? { fingerprints: deps.upstreams.fingerprintMemoryOf(backend) } : null,
     showsRoutingHeaders: shipment.showsRoutingHeaders,
     extraHeaders: shipment.extraHeaders,

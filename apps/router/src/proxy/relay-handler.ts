@@ -75,6 +75,8 @@ export interface RelayTarget {
   readonly mayRetryStatus: boolean;
   /** Keep a successful response's tail for its usage (generation endpoints; pass-through ones carry none worth reading). */
   readonly readsUsage: boolean;
+  /** Keep also the stream's first bytes: its usage may be in its first event (an Anthropic Messages stream's `message_start`). */
+  readonly readsUsageAtStart: boolean;
   /** The request asked for a stream's usage on the client's behalf: a successful SSE response loses what that added (usage-strip.ts); null: it did not. */
   readonly streamUsageStrip: { readonly fingerprints: FingerprintMemory } | null;
   /** Send `X-Router-Backend` and `X-Router-Reason` (config `routingHeaders`: to privileged keys only when tenants are on). */
@@ -211,7 +213,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     }
     this.statusCode = statusCode;
     if (statusCode < 300) this.headWatch = target.headWatch ?? null;
-    if (statusCode < 300 && target.readsUsage) this.tail = new ResponseTail(USAGE_TAIL_BYTES);
+    if (statusCode < 300 && target.readsUsage) this.tail = new ResponseTail(USAGE_TAIL_BYTES, target.readsUsageAtStart);
     if (statusCode < 300 && this.isSse && target.streamUsageStrip !== null) this.strip = new StreamUsageStrip(target.streamUsageStrip.fingerprints);
     target.response.writeHead(statusCode, outgoing as OutgoingHttpHeaders);
     if (this.isSse) target.response.flushHeaders();

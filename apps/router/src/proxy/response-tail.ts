@@ -14,13 +14,17 @@ export class ResponseTail {
    */
   private readonly head: Buffer[] = [];
   private headBytes = 0;
-  /** The usage already read from the stream as it passed (the usage strip's usage event); undefined: not read. */
-  private known: ResponseUsage | undefined;
+  /** The usage already read (the usage strip's usage event, or a first `usage()`); undefined: not read. */
+  private known: ResponseUsage | null | undefined;
 
-  constructor(private readonly maxBytes: number) {}
+  /** `keepsHead`: keep the first STREAM_START_BYTES too (only an Anthropic Messages stream needs them). */
+  constructor(
+    private readonly maxBytes: number,
+    private readonly keepsHead = false,
+  ) {}
 
   add(chunk: Buffer): void {
-    if (this.headBytes < STREAM_START_BYTES) {
+    if (this.keepsHead && this.headBytes < STREAM_START_BYTES) {
       // Only what the head needs is kept: a whole first chunk of a large answer would live as long as the response.
       const wanted = STREAM_START_BYTES - this.headBytes;
       const part = chunk.length <= wanted ? chunk : Buffer.from(chunk.subarray(0, wanted));
@@ -40,11 +44,13 @@ export class ResponseTail {
     this.known = usage;
   }
 
-  /** The response's usage: what `knowUsage` was told, else read from the kept bytes (null: none there). */
+  /** The response's usage: what `knowUsage` was told, else read once from the kept bytes (null: none there). */
   usage(): ResponseUsage | null {
-    if (this.known !== undefined) return this.known;
-    const tail = this.text();
-    return usageFromTail(tail) ?? usageFromStreamStart(Buffer.concat(this.head).subarray(0, STREAM_START_BYTES).toString('utf8'), tail);
+    if (this.known === undefined) {
+      const tail = this.text();
+      this.known = usageFromTail(tail) ?? (this.headBytes === 0 ? null : usageFromStreamStart(Buffer.concat(this.head).toString('utf8'), tail));
+    }
+    return this.known;
   }
 
   /** The kept bytes as text (their first character may be cut: the tail is read from its end). */
