@@ -106,11 +106,17 @@ beforeAll(async () => {
 });
 afterAll(() => cluster.close());
 
+/** Sent to a backend (not refused by the router), whose answer, whatever it is, is no 5xx. */
+function expectForwarded(answer: RawAnswer): void {
+  expect(answer.status, answer.body).toBeLessThan(500);
+  expect(cluster.sims.map((sim) => sim.id), answer.body).toContain(answer.headers['x-router-backend']);
+}
+
 /** Runs a table of bodies against one path: refused with their status, or forwarded and not a 5xx. */
 function runTable(path: string, cases: readonly Case[]): void {
   it.each(cases)('%s', async (_name, body, status) => {
     const answer = await post(cluster.routerUrl, path, body);
-    if (status === 'forwarded') expect(answer.status, answer.body).toBeLessThan(500);
+    if (status === 'forwarded') expectForwarded(answer);
     else expectRouterError(answer, status);
     await waitFor(() => totalInflight(cluster.router) === 0);
   });
@@ -321,7 +327,7 @@ describe('multipart /v1/audio/*, hostile forms', () => {
   ];
   it.each(cases)('%s', async (_name, body, contentType, status) => {
     const answer = await post(cluster.routerUrl, '/v1/audio/transcriptions', body, { 'content-type': contentType });
-    if (status === 'forwarded') expect(answer.status, answer.body).toBeLessThan(500);
+    if (status === 'forwarded') expectForwarded(answer);
     else expectRouterError(answer, status);
     await waitFor(() => totalInflight(cluster.router) === 0);
   });

@@ -455,7 +455,6 @@ describe('request path against scripted backends', () => {
       // The timed-out request was cancelled on the hanging backend, not left running, nor run again.
       await within((await backend('b0').nth(1)).aborted, 'the hanging request to be aborted');
       expect(backend('b1').received).toHaveLength(0);
-      expect(await metricValue('kvroute_router_retries_total{backend="b0",cause="timeout"}')).toBe(0);
     });
 
     it('answers 504 in the OpenAI error shape when every backend hangs', async () => {

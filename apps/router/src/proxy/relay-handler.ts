@@ -41,7 +41,6 @@ export interface TryDeadline {
 
 /** What a try's deadline aborts its upstream request with. */
 export class UpstreamDeadlineError extends Error {
-  readonly code = 'KVROUTE_UPSTREAM_DEADLINE';
   constructor(readonly deadline: TryDeadline) {
     super(deadline.until === 'first-output' ? `no output within ${deadline.ms} ms` : `no complete response within ${deadline.ms} ms`);
   }
@@ -101,7 +100,11 @@ export interface RelayTarget {
 const RETRYABLE_STATUS = new Set([429, 503]);
 /** Bytes of a successful response's end kept for its usage: a usage chunk or object is ~200 B, and a stream's last content chunk and `[DONE]` come around it. */
 const USAGE_TAIL_BYTES = 4096;
-const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'KVROUTE_UPSTREAM_DEADLINE']);
+/**
+ * undici's idle timeout between body chunks (`idleTimeoutMs`). No headers timeout can fire (send
+ * disables it: the try's deadline bounds the wait), and a passed deadline is known by `deadlinePassed`.
+ */
+const BODY_TIMEOUT_CODE = 'UND_ERR_BODY_TIMEOUT';
 
 /**
  * An undici dispatch handler that relays one upstream response straight into the client's response:
@@ -260,8 +263,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     if (this.mode !== 'relay') {
       // Not sent: the connection could not be made (refused, connect timeout): the engine never saw it.
       if (!this.sent) return this.finish({ kind: 'retry', cause: 'connect', error });
-      const code = (error as { code?: string }).code ?? '';
-      if (this.deadlinePassed || TIMEOUT_CODES.has(code)) return this.finish({ kind: 'failed', cause: 'timeout', error });
+      if (this.deadlinePassed || (error as { code?: string }).code === BODY_TIMEOUT_CODE) return this.finish({ kind: 'failed', cause: 'timeout', error });
       // Sent, then the connection closed or reset with no answer: the engine is not running it any more;
       // soon after sending it had barely started, later it may have run for long (no re-run then).
       const lostEarly = performance.now() - this.sentAtMs <= target.connectionLostRetryMs;
