@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { CacheSalt } from '../openai/chat-completions';
 
 /**
  * Anthropic Messages request bodies (`POST /v1/messages`), as vLLM's Anthropic endpoint accepts them
@@ -40,12 +41,8 @@ export const MessagesRequest = z.looseObject({
   /** Anthropic's end-user id: the request's affinity key when no `X-Session-Id` is sent. */
   metadata: z.looseObject({ user_id: z.string().nullish() }).nullish(),
   // The tenant's salt rides here as on chat (vLLM's Anthropic endpoint ignores the field today:
-  // docs in apps/router/README.md); the same rule as chat's, so a salt the router routes by is valid.
-  cache_salt: z
-    .string()
-    .min(1, "Parameter 'cache_salt' must be a non-empty string if provided.")
-    .refine((salt) => [...salt].length <= 128 && !/[@/\\\0]/.test(salt), "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\', or NUL.")
-    .nullish(),
+  // docs in apps/router/README.md), with chat's rule.
+  cache_salt: CacheSalt,
 });
 export type MessagesRequest = z.infer<typeof MessagesRequest>;
 

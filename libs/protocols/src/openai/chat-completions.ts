@@ -7,6 +7,18 @@ import { z } from 'zod';
  * forward bodies as they came.
  */
 
+/**
+ * vLLM's `cache_salt` rule (apps/vllm-sim/README.md, "cache_salt"): null is no salt, "" or a non-string
+ * is a 400; the newest vLLM also refuses over 128 characters (code points) and '@', '/', '\\', NUL.
+ * Checked on every endpoint that takes one (chat, completions, Responses, Messages), so a salt the
+ * router routes by is one every vLLM version accepts.
+ */
+export const CacheSalt = z
+  .string()
+  .min(1, "Parameter 'cache_salt' must be a non-empty string if provided.")
+  .refine((salt) => [...salt].length <= 128 && !/[@/\\\0]/.test(salt), "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\', or NUL.")
+  .nullish();
+
 export const ContentPart = z.looseObject({
   type: z.string(),
   text: z.string().optional(),
@@ -48,14 +60,7 @@ const SamplingFields = {
   max_tokens: z.number().int().positive().nullish(),
   n: z.number().int().min(1).max(128).optional(),
   ignore_eos: z.boolean().optional(),
-  // vLLM's rule (apps/vllm-sim/README.md, "cache_salt"): null is no salt, "" or a non-string is a 400;
-  // the newest vLLM also refuses over 128 characters (code points) and '@', '/', '\\', NUL. Checked
-  // here too, so a salt the router routes by is one every vLLM version accepts.
-  cache_salt: z
-    .string()
-    .min(1, "Parameter 'cache_salt' must be a non-empty string if provided.")
-    .refine((salt) => [...salt].length <= 128 && !/[@/\\\0]/.test(salt), "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\', or NUL.")
-    .nullish(),
+  cache_salt: CacheSalt,
   user: z.string().optional(),
 };
 

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { responsesChatMessages, responsesChatTools } from './responses';
+import { ResponsesRequest, responsesChatMessages, responsesChatTools } from './responses';
+import { MessagesRequest } from '../anthropic/messages';
+import { CompletionRequest } from './chat-completions';
 
 describe('responsesChatMessages', () => {
   it('maps a function_call item to the assistant tool call (call_id as its id) and function_call_output to a tool message', () => {
@@ -52,3 +54,18 @@ describe('responsesChatTools', () => {
     expect(responsesChatTools([{ type: 'file_search' }])).toBeUndefined();
   });
 });
+
+describe('cache_salt: one rule on every endpoint', () => {
+  it.each(['tenant/a', 'a@b', 'x'.repeat(129), ''])('refuses %j on Responses and Messages as on completions', (salt) => {
+    expect(CompletionRequest.safeParse({ model: 'm', prompt: 'p', cache_salt: salt }).success).toBe(false);
+    expect(ResponsesRequest.safeParse({ model: 'm', input: 'p', cache_salt: salt }).success).toBe(false);
+    expect(MessagesRequest.safeParse({ model: 'm', max_tokens: 1, messages: [{ role: 'user', content: 'p' }], cache_salt: salt }).success).toBe(false);
+  });
+
+  it('accepts a salt of 128 code points (256 UTF-16 units) everywhere', () => {
+    const salt = '😀'.repeat(128);
+    expect(ResponsesRequest.safeParse({ model: 'm', input: 'p', cache_salt: salt }).success).toBe(true);
+    expect(MessagesRequest.safeParse({ model: 'm', max_tokens: 1, messages: [{ role: 'user', content: 'p' }], cache_salt: salt }).success).toBe(true);
+  });
+});
+

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { ChatCompletionRequest, ChatMessage, ContentPart } from './chat-completions';
+import { CacheSalt, type ChatCompletionRequest, type ChatMessage, type ContentPart } from './chat-completions';
 
 /**
  * OpenAI Responses API request bodies (`POST /v1/responses`), as OpenAI's spec (`CreateResponse`) and
@@ -50,8 +50,8 @@ export const ResponsesRequest = z.looseObject({
   store: z.boolean().nullish(),
   max_output_tokens: z.number().int().positive().nullish(),
   user: z.string().optional(),
-  // vLLM's extension, as on chat completions (`cache_salt`).
-  cache_salt: z.string().min(1).max(128).nullish(),
+  // vLLM's extension, with chat's rule.
+  cache_salt: CacheSalt,
 });
 export type ResponsesRequest = z.infer<typeof ResponsesRequest>;
 
