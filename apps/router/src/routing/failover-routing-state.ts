@@ -1,4 +1,5 @@
 import type { AtomicOutcome, AtomicRouteInput, BackendId, BackendInfo, BlockHash, DecisionScope, LearnInput, LearnReply, RoutingRequest, RoutingSnapshot, RoutingStateStore } from '@kvroute/routing';
+import { withDeadline } from './with-deadline';
 
 export interface FailoverOptions {
   /** A shared-state call slower than this counts as a failure (the request goes on with local state). */
@@ -167,37 +168,8 @@ export class FailoverRoutingState implements RoutingStateStore {
     this.nextPrimaryTryMs = now + this.backoffMs;
   }
 
-  /**
-   * `promise`, or a rejection once it has taken longer than the deadline. A timer that fires late
-   * because this process was busy (a large body parsed on the event loop) is no sign of a slow Redis:
-   * the reply may be read already and waiting, so before giving up the deadline lets one poll phase
-   * run (setImmediate runs after it). `onLateValue` gets what the call resolved to after the deadline
-   * passed (a lease taken then is the caller's to give back).
-   */
+  /** `promise` within redisTimeoutMs (routing/with-deadline.ts). */
   private withDeadline<T>(promise: Promise<T>, onLateValue?: (value: T) => void): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      let state: 'pending' | 'settled' | 'timed-out' = 'pending';
-      const timer = setTimeout(() => {
-        setImmediate(() => {
-          if (state !== 'pending') return;
-          state = 'timed-out';
-          reject(new Error(`shared routing state did not answer within ${this.options.timeoutMs} ms`));
-        });
-      }, this.options.timeoutMs);
-      promise.then(
-        (value) => {
-          clearTimeout(timer);
-          if (state === 'timed-out') return onLateValue?.(value);
-          state = 'settled';
-          resolve(value);
-        },
-        (error: unknown) => {
-          clearTimeout(timer);
-          if (state === 'timed-out') return;
-          state = 'settled';
-          reject(error);
-        },
-      );
-    });
+    return withDeadline(promise, this.options.timeoutMs, 'shared routing state', onLateValue);
   }
 }

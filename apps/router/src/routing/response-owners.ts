@@ -1,4 +1,5 @@
 import type { BackendId, ResponseOwnerStore } from '@kvroute/routing';
+import { withDeadline } from './with-deadline';
 
 export interface SharedResponseOwnersOptions {
   /** A Redis call slower than this counts as failed: the local map answers instead, ms. */
@@ -83,24 +84,14 @@ export class SharedResponseOwners implements ResponseOwnerMap {
     return this.shared !== null && this.options.sharedDown?.() !== true;
   }
 
-  /** The call's value, or not ok (reported) when it failed or took longer than the deadline. */
+  /** The call's value, or not ok (reported) when it failed or took longer than the deadline (routing/with-deadline.ts). */
   private withDeadline<T>(call: Promise<T>): Promise<SharedResult<T>> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.options.onError(new Error(`response-owner call took longer than ${this.options.timeoutMs} ms`));
-        resolve(NOT_ASKED);
-      }, this.options.timeoutMs);
-      call.then(
-        (value) => {
-          clearTimeout(timer);
-          resolve({ ok: true, value });
-        },
-        (error: unknown) => {
-          clearTimeout(timer);
-          this.options.onError(error);
-          resolve(NOT_ASKED);
-        },
-      );
-    });
+    return withDeadline(call, this.options.timeoutMs, 'response-owner call').then(
+      (value): SharedResult<T> => ({ ok: true, value }),
+      (error: unknown) => {
+        this.options.onError(error);
+        return NOT_ASKED;
+      },
+    );
   }
 }
