@@ -77,16 +77,24 @@ export interface RoutedFigures {
  * Only undrained backends added less than modelsPendingMaxMs ago count (registry.modelsPending): one
  * that never answers (mistyped, crash-looping) must not turn every unknown model into endless retries.
  */
-export function poolOf(registry: BackendRegistry, model: string): readonly Backend[] {
-  if (!registry.servesModel(model)) {
-    if (registry.modelsPending()) {
-      throw new RouterError('ROUTER_ERR_MODELS_PENDING', `No backend has reported model \`${model}\` yet; some backends have not yet told their models. Retry shortly.`, {
-        param: 'model',
-        retryAfterSeconds: 1,
-      });
-    }
-    throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${model}\` does not exist.`, { param: 'model' });
+/**
+ * A model no backend serves: 503 with Retry-After while a backend may still report it (its models are
+ * pending), else 404. For a request (poolOf) and for `GET /v1/models/{id}` alike. The name is capped in
+ * the message (a hostile 10 KB id is not echoed).
+ */
+export function unknownModelError(registry: BackendRegistry, model: string): RouterError {
+  const name = model.slice(0, 256);
+  if (registry.modelsPending()) {
+    return new RouterError('ROUTER_ERR_MODELS_PENDING', `No backend has reported model \`${name}\` yet; some backends have not yet told their models. Retry shortly.`, {
+      param: 'model',
+      retryAfterSeconds: 1,
+    });
   }
+  return new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${name}\` does not exist.`, { param: 'model' });
+}
+
+export function poolOf(registry: BackendRegistry, model: string): readonly Backend[] {
+  if (!registry.servesModel(model)) throw unknownModelError(registry, model);
   // Drained backends are in no pool: a model whose backends are all drained exists but has nowhere to go.
   const backends = registry.poolFor(model);
   if (backends.length === 0) throw new RouterError('ROUTER_ERR_NO_BACKEND', `No backend is available for model \`${model}\` right now.`, { retryAfterSeconds: 1 });

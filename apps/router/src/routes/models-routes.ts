@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { BackendRegistry } from '../backends/backend-registry';
-import { RouterError } from '../errors';
+import { unknownModelError } from '../pipeline/route';
 
 /**
  * `GET /v1/models`: the union of the models every pool serves, in the OpenAI list shape; and
@@ -21,16 +21,8 @@ export async function modelsRoutes(app: FastifyInstance, options: { registry: Ba
   app.get('/v1/models', async () => ({ object: 'list', data: options.registry.models().map(modelObject) }));
   app.get<{ Params: { '*': string } }>('/v1/models/*', async (request) => {
     const id = request.params['*'];
-    if (id === '' || !options.registry.models().includes(id)) {
-      // As for a request (pipeline/route.ts poolOf): not a 404 while a backend may still report it.
-      if (id !== '' && options.registry.modelsPending()) {
-        throw new RouterError('ROUTER_ERR_MODELS_PENDING', `No backend has reported model \`${id.slice(0, 256)}\` yet; some backends have not yet told their models. Retry shortly.`, {
-          param: 'model',
-          retryAfterSeconds: 1,
-        });
-      }
-      throw new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${id.slice(0, 256)}\` does not exist.`, { param: 'model' });
-    }
+    // Listed models only (an undrained backend serves it); else as for a request: 503 while a backend may still report it.
+    if (options.registry.poolFor(id).length === 0) throw unknownModelError(options.registry, id);
     return modelObject(id);
   });
 }
