@@ -73,7 +73,7 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     frameworkErrors: createFrameworkErrorHandler(deps.metrics),
     // The one path parameter is a response id (`/v1/responses/{id}`): as long as a valid one may be, so a
     // 101–128 character id is served, and a longer one is refused (400) before the handler runs.
-    maxParamLength: MAX_RESPONSE_ID_CHARS,
+    routerOptions: { maxParamLength: MAX_RESPONSE_ID_CHARS },
     // While closing, requests already on an open connection are served (with `Connection: close`), not
     // answered 503: the balancer sent them before the replica left the rotation (RequestDrain).
     return503OnClosing: false,
