@@ -4,14 +4,41 @@
 import nx from '@nx/eslint-plugin';
 import tseslint from 'typescript-eslint';
 
-const IO_PACKAGES = ['ioredis', 'fastify', 'undici', 'bullmq', 'prom-client', 'pino', 'node:net', 'node:http', 'node:fs', 'fs', 'net', 'http'];
+const IO_PACKAGES = [
+  'ioredis',
+  'fastify',
+  'undici',
+  'bullmq',
+  'prom-client',
+  'pino',
+  'node:net',
+  'node:http',
+  'node:fs',
+  'fs',
+  'net',
+  'http',
+];
 
 /**
  * Node built-ins that do I/O or reach outside the process: the boundary rule's bannedExternalImports
  * does not see built-ins, so pure libs get them banned here (node:buffer, node:crypto stay allowed:
  * computation only).
  */
-const IO_BUILTINS = ['fs', 'fs/promises', 'net', 'http', 'https', 'http2', 'dgram', 'dns', 'child_process', 'cluster', 'worker_threads', 'tls', 'readline'].flatMap((name) => [name, `node:${name}`]);
+const IO_BUILTINS = [
+  'fs',
+  'fs/promises',
+  'net',
+  'http',
+  'https',
+  'http2',
+  'dgram',
+  'dns',
+  'child_process',
+  'cluster',
+  'worker_threads',
+  'tls',
+  'readline',
+].flatMap((name) => [name, `node:${name}`]);
 
 export default [
   { ignores: ['**/node_modules/**', '**/dist/**', '**/.nx/**', '**/test-reports/**', '**/coverage/**'] },
@@ -29,10 +56,21 @@ export default [
           enforceBuildableLibDependency: false,
           allow: [],
           depConstraints: [
-            { sourceTag: 'type:app', onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'] },
-            { sourceTag: 'type:data-access', onlyDependOnLibsWithTags: ['type:domain', 'type:util'], bannedExternalImports: ['fastify', 'undici'] },
+            {
+              sourceTag: 'type:app',
+              onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'],
+            },
+            {
+              sourceTag: 'type:data-access',
+              onlyDependOnLibsWithTags: ['type:domain', 'type:util'],
+              bannedExternalImports: ['fastify', 'undici'],
+            },
             { sourceTag: 'type:domain', onlyDependOnLibsWithTags: ['type:domain'], bannedExternalImports: IO_PACKAGES },
-            { sourceTag: 'type:util', onlyDependOnLibsWithTags: ['type:util', 'type:domain'], bannedExternalImports: ['ioredis', 'bullmq'] },
+            {
+              sourceTag: 'type:util',
+              onlyDependOnLibsWithTags: ['type:util', 'type:domain'],
+              bannedExternalImports: ['ioredis', 'bullmq'],
+            },
             { sourceTag: 'type:testing', onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util'] },
           ],
         },
@@ -54,7 +92,12 @@ export default [
         {
           enforceBuildableLibDependency: false,
           allow: ['@kvroute/vllm-sim', '@kvroute/vllm-sim/config'],
-          depConstraints: [{ sourceTag: 'type:app', onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'] }],
+          depConstraints: [
+            {
+              sourceTag: 'type:app',
+              onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'],
+            },
+          ],
         },
       ],
     },
@@ -69,7 +112,12 @@ export default [
         {
           enforceBuildableLibDependency: false,
           allow: ['@kvroute/vllm-sim', '@kvroute/vllm-sim/config', '@kvroute/router', '@kvroute/router/config'],
-          depConstraints: [{ sourceTag: 'type:app', onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'] }],
+          depConstraints: [
+            {
+              sourceTag: 'type:app',
+              onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'],
+            },
+          ],
         },
       ],
     },
@@ -95,7 +143,12 @@ export default [
             '../../tools/pack-kvroute',
             '../../tools/generate-k8s-monitoring',
           ],
-          depConstraints: [{ sourceTag: 'type:app', onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'] }],
+          depConstraints: [
+            {
+              sourceTag: 'type:app',
+              onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'],
+            },
+          ],
         },
       ],
     },
@@ -110,7 +163,11 @@ export default [
           enforceBuildableLibDependency: false,
           allow: [],
           depConstraints: [
-            { sourceTag: 'type:data-access', onlyDependOnLibsWithTags: ['type:domain', 'type:util', 'type:testing'], bannedExternalImports: ['fastify', 'undici'] },
+            {
+              sourceTag: 'type:data-access',
+              onlyDependOnLibsWithTags: ['type:domain', 'type:util', 'type:testing'],
+              bannedExternalImports: ['fastify', 'undici'],
+            },
           ],
         },
       ],
@@ -126,19 +183,45 @@ export default [
     files: ['**/src/**/*.ts'],
     ignores: ['**/*.test.ts', '**/test/**'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [{ group: ['@kvroute/testing', '@kvroute/testing/*'], message: '@kvroute/testing is for tests only.' }] }],
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            { group: ['@kvroute/testing', '@kvroute/testing/*'], message: '@kvroute/testing is for tests only.' },
+          ],
+        },
+      ],
     },
   },
   {
     // Benchmarks that need a private Redis start it as the tests do (startRedis({ fresh: true })), and pick
     // free ports with the tests' findFreePort(s) rather than a copy; bench:cells starts a local cluster (startRedisCluster); bench is never shipped.
-    files: ['bench/src/redis-decision.ts', 'bench/src/cells-decision.ts', 'bench/src/overhead.ts', 'bench/src/limits.ts', 'bench/src/router-instructions.ts', 'bench/src/poller-load.ts', 'bench/src/runner/local-cluster.ts', 'bench/src/local-sims.ts'],
+    files: [
+      'bench/src/redis-decision.ts',
+      'bench/src/cells-decision.ts',
+      'bench/src/overhead.ts',
+      'bench/src/limits.ts',
+      'bench/src/router-instructions.ts',
+      'bench/src/poller-load.ts',
+      'bench/src/runner/local-cluster.ts',
+      'bench/src/local-sims.ts',
+    ],
     rules: { 'no-restricted-imports': 'off' },
   },
   {
     // Pure libraries: no I/O from Node's built-ins either (tests may read fixtures).
-    files: ['libs/routing/src/**/*.ts', 'libs/protocols/src/**/*.ts', 'libs/workloads/src/**/*.ts', 'libs/engine-metrics/src/**/*.ts'],
+    files: [
+      'libs/routing/src/**/*.ts',
+      'libs/protocols/src/**/*.ts',
+      'libs/workloads/src/**/*.ts',
+      'libs/engine-metrics/src/**/*.ts',
+    ],
     ignores: ['**/*.test.ts'],
-    rules: { 'no-restricted-imports': ['error', { paths: IO_BUILTINS.map((name) => ({ name, message: 'pure (type:domain) libraries do no I/O' })) }] },
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { paths: IO_BUILTINS.map((name) => ({ name, message: 'pure (type:domain) libraries do no I/O' })) },
+      ],
+    },
   },
 ];

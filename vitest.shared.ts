@@ -22,7 +22,15 @@ export function createVitestConfig(projectName: string, options: { testTimeoutMs
         environment: 'node',
         testTimeout: options.testTimeoutMs ?? 20_000,
         hookTimeout: 30_000,
-        reporters: ['default', ['json', { outputFile: `${import.meta.dirname}/test-reports/${system ? 'test-system' : 'test'}/${projectName}.json` }]],
+        reporters: [
+          'default',
+          [
+            'json',
+            {
+              outputFile: `${import.meta.dirname}/test-reports/${system ? 'test-system' : 'test'}/${projectName}.json`,
+            },
+          ],
+        ],
       },
     };
   });

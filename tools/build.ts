@@ -16,7 +16,11 @@ export const APP_ENTRIES = {
 
 /** Bundles one entry (a path from the repository root) into `outfile`. */
 /** `external`: packages left out of the bundle (imported at run time, only on paths that need them). */
-export async function bundle(entry: string, outfile: string, options: { sourcemap?: boolean; external?: string[] } = {}): Promise<void> {
+export async function bundle(
+  entry: string,
+  outfile: string,
+  options: { sourcemap?: boolean; external?: string[] } = {},
+): Promise<void> {
   await build({
     entryPoints: [join(root, entry)],
     outfile,
@@ -30,7 +34,9 @@ export async function bundle(entry: string, outfile: string, options: { sourcema
     // Written into every bundle: an installed package or an image has no checkout to read (build-info.ts).
     define: { __KVROUTE_BUILD__: JSON.stringify(buildInfo()) },
     // Some bundled CommonJS dependencies call require(); give the ES module one.
-    banner: { js: "import { createRequire as __kvrouteCreateRequire } from 'node:module'; const require = __kvrouteCreateRequire(import.meta.url);" },
+    banner: {
+      js: "import { createRequire as __kvrouteCreateRequire } from 'node:module'; const require = __kvrouteCreateRequire(import.meta.url);",
+    },
   });
 }
 

@@ -25,11 +25,15 @@ function tsFiles(folder, found = []) {
 
 function resolveRelative(from, specifier) {
   const base = resolve(dirname(from), specifier);
-  const candidates = specifier.endsWith('.ts') ? [base] : [`${base}.ts`, join(base, 'index.ts'), base.replace(/\.js$/, '.ts')];
+  const candidates = specifier.endsWith('.ts')
+    ? [base]
+    : [`${base}.ts`, join(base, 'index.ts'), base.replace(/\.js$/, '.ts')];
   return candidates.find((candidate) => existsSync(candidate) && statSync(candidate).isFile()) ?? null;
 }
 
-const files = FOLDERS.filter((folder) => existsSync(join(root, folder))).flatMap((folder) => tsFiles(join(root, folder)));
+const files = FOLDERS.filter((folder) => existsSync(join(root, folder))).flatMap((folder) =>
+  tsFiles(join(root, folder)),
+);
 /** file → the files it imports (relative imports only). */
 const graph = new Map();
 for (const file of files) {
@@ -91,7 +95,13 @@ for (const start of graph.keys()) {
 
 if (cycles.length > 0) {
   process.stderr.write(`import cycles: ${cycles.length}\n`);
-  for (const cycle of cycles) process.stderr.write(`  ${cycle.map((file) => relative(root, file)).sort().join(' ↔ ')}\n`);
+  for (const cycle of cycles)
+    process.stderr.write(
+      `  ${cycle
+        .map((file) => relative(root, file))
+        .sort()
+        .join(' ↔ ')}\n`,
+    );
   process.exit(1);
 }
 process.stdout.write(`import cycles: none in ${files.length} files\n`);

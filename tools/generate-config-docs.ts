@@ -7,7 +7,14 @@ import { renderPollerConfigDoc } from '../apps/health-poller/src/config';
 import { renderRouterConfigDoc } from '../apps/router/src/config';
 import { renderSimConfigDoc } from '../apps/vllm-sim/src/config';
 
-const header = '# Configuration\n\nGenerated from the config schemas by `npm run docs:config`; do not edit by hand.\n\n';
-const text = header + [renderRouterConfigDoc(renderConfigMarkdown), renderSimConfigDoc(renderConfigMarkdown), renderPollerConfigDoc(renderConfigMarkdown)].join('\n');
+const header =
+  '# Configuration\n\nGenerated from the config schemas by `npm run docs:config`; do not edit by hand.\n\n';
+const text =
+  header +
+  [
+    renderRouterConfigDoc(renderConfigMarkdown),
+    renderSimConfigDoc(renderConfigMarkdown),
+    renderPollerConfigDoc(renderConfigMarkdown),
+  ].join('\n');
 writeFileSync(join(import.meta.dirname, '..', 'docs', 'configuration.md'), text);
 console.log('docs/configuration.md written');

@@ -30,7 +30,10 @@ const PACKAGE_BUNDLES: Readonly<Record<string, string>> = {
 const TEST_ONLY_PACKAGES = ['@testcontainers/redis', 'testcontainers'];
 
 /** Builds the package folder under `outDir` and packs it there; returns the tarball's path. */
-export async function packKvroute(outDir: string = join(root, 'dist'), log: (line: string) => void = () => {}): Promise<string> {
+export async function packKvroute(
+  outDir: string = join(root, 'dist'),
+  log: (line: string) => void = () => {},
+): Promise<string> {
   const packageDir = join(outDir, 'package');
   rmSync(packageDir, { recursive: true, force: true });
   mkdirSync(join(packageDir, 'bin'), { recursive: true });
@@ -44,7 +47,11 @@ export async function packKvroute(outDir: string = join(root, 'dist'), log: (lin
   for (const file of ['LICENSE', 'CHANGELOG.md']) copyFileSync(join(root, file), join(packageDir, file));
   const build = buildInfo();
   writeFileSync(join(packageDir, 'build.json'), `${JSON.stringify(build)}\n`);
-  const workspace = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string; description: string; engines: Record<string, string> };
+  const workspace = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
+    version: string;
+    description: string;
+    engines: Record<string, string>;
+  };
   const manifest = {
     name: 'kvroute',
     version: build.version,
@@ -61,10 +68,13 @@ export async function packKvroute(outDir: string = join(root, 'dist'), log: (lin
     `# kvroute ${build.version}\n\nA KV-cache-aware request router for LLM inference fleets (vLLM, SGLang, llama.cpp).\n\n` +
       '```\nkvroute demo          # the live comparison on this machine (needs redis-server, or runs in memory)\n' +
       'kvroute router --help  # the router and its flags; also: poller, sim, bench\nkvroute --version\n```\n\n' +
-      'Documentation: the repository\'s README.md and docs/.\n',
+      "Documentation: the repository's README.md and docs/.\n",
   );
   log('packing');
-  const packed = spawnSync('npm', ['pack', '--pack-destination', outDir, '--json'], { cwd: packageDir, encoding: 'utf8' });
+  const packed = spawnSync('npm', ['pack', '--pack-destination', outDir, '--json'], {
+    cwd: packageDir,
+    encoding: 'utf8',
+  });
   if (packed.status !== 0) throw new Error(`npm pack failed: ${packed.stderr}`);
   const [result] = JSON.parse(packed.stdout) as Array<{ filename: string }>;
   if (result === undefined) throw new Error('npm pack wrote no tarball');

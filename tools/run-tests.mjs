@@ -16,7 +16,14 @@ if (target === undefined) {
 }
 
 rmSync(join(ROOT, 'test-reports', target), { recursive: true, force: true });
-const nx = spawnSync(join(ROOT, 'node_modules', '.bin', 'nx'), ['run-many', '-t', target, '--outputStyle=stream'], { cwd: ROOT, stdio: 'inherit' });
-if (nx.status !== 0) console.log(`nx run-many -t ${target} failed (${nx.error?.message ?? `exit ${nx.status ?? nx.signal}`})`);
-const summary = spawnSync(process.execPath, [join(import.meta.dirname, 'test-summary.mjs'), target], { cwd: ROOT, stdio: 'inherit' });
+const nx = spawnSync(join(ROOT, 'node_modules', '.bin', 'nx'), ['run-many', '-t', target, '--outputStyle=stream'], {
+  cwd: ROOT,
+  stdio: 'inherit',
+});
+if (nx.status !== 0)
+  console.log(`nx run-many -t ${target} failed (${nx.error?.message ?? `exit ${nx.status ?? nx.signal}`})`);
+const summary = spawnSync(process.execPath, [join(import.meta.dirname, 'test-summary.mjs'), target], {
+  cwd: ROOT,
+  stdio: 'inherit',
+});
 process.exit(nx.status === 0 && summary.status === 0 ? 0 : 1);

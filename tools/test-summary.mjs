@@ -19,22 +19,33 @@ const targets = process.argv.length > 2 ? process.argv.slice(2) : ['test'];
 /** Workspace project folders (root package.json `workspaces`: folders and `folder/*` globs). */
 function projectDirs() {
   const { workspaces } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
-  return workspaces.flatMap((entry) => {
-    if (!entry.endsWith('/*')) return [join(ROOT, entry)];
-    const parent = join(ROOT, entry.slice(0, -2));
-    return readdirSync(parent, { withFileTypes: true }).filter((item) => item.isDirectory()).map((item) => join(parent, item.name));
-  }).filter((dir) => existsSync(join(dir, 'package.json')));
+  return workspaces
+    .flatMap((entry) => {
+      if (!entry.endsWith('/*')) return [join(ROOT, entry)];
+      const parent = join(ROOT, entry.slice(0, -2));
+      return readdirSync(parent, { withFileTypes: true })
+        .filter((item) => item.isDirectory())
+        .map((item) => join(parent, item.name));
+    })
+    .filter((dir) => existsSync(join(dir, 'package.json')));
 }
 
 /** Files under `dir` whose name ends with `suffix`, skipping node_modules and dot folders. */
 function filesEndingWith(dir, suffix) {
   return readdirSync(dir, { withFileTypes: true }).flatMap((item) => {
-    if (item.isDirectory()) return item.name === 'node_modules' || item.name.startsWith('.') ? [] : filesEndingWith(join(dir, item.name), suffix);
+    if (item.isDirectory())
+      return item.name === 'node_modules' || item.name.startsWith('.')
+        ? []
+        : filesEndingWith(join(dir, item.name), suffix);
     return item.name.endsWith(suffix) ? [join(dir, item.name)] : [];
   });
 }
 
-const projects = projectDirs().map((dir) => ({ dir, name: basename(dir), scripts: JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).scripts ?? {} }));
+const projects = projectDirs().map((dir) => ({
+  dir,
+  name: basename(dir),
+  scripts: JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).scripts ?? {},
+}));
 const total = { passed: 0, failed: 0, skipped: 0 };
 const perTarget = [];
 const lines = [];
@@ -67,7 +78,9 @@ for (const target of targets) {
     counts.passed += report.numPassedTests;
     counts.failed += failed;
     counts.skipped += skipped;
-    lines.push(`${targets.length > 1 ? `${target} ` : ''}${project.name}: ${report.numPassedTests} passed, ${failed} failed${skipped > 0 ? `, ${skipped} skipped` : ''}`);
+    lines.push(
+      `${targets.length > 1 ? `${target} ` : ''}${project.name}: ${report.numPassedTests} passed, ${failed} failed${skipped > 0 ? `, ${skipped} skipped` : ''}`,
+    );
   }
   perTarget.push(`${target}: ${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped`);
   for (const key of Object.keys(total)) total[key] += counts[key];
@@ -77,8 +90,15 @@ console.log(lines.join('\n'));
 if (targets.length > 1) console.log(perTarget.join('\n'));
 for (const line of [...skippedTests, ...failures]) console.log(line);
 if (targets.includes('test') && !targets.includes('test-system')) {
-  const systemTests = projects.flatMap((project) => filesEndingWith(project.dir, SYSTEM_TEST_SUFFIX)).map((path) => relative(ROOT, path)).sort();
-  if (systemTests.length > 0) console.log(`not run here: ${systemTests.length} system test files (they need haproxy, wrk, promtool, Compose or kubectl; npm run test:system runs them):\n  ${systemTests.join('\n  ')}`);
+  const systemTests = projects
+    .flatMap((project) => filesEndingWith(project.dir, SYSTEM_TEST_SUFFIX))
+    .map((path) => relative(ROOT, path))
+    .sort();
+  if (systemTests.length > 0)
+    console.log(
+      `not run here: ${systemTests.length} system test files (they need haproxy, wrk, promtool, Compose ` +
+        `or kubectl; npm run test:system runs them):\n  ${systemTests.join('\n  ')}`,
+    );
 }
 console.log(`${total.passed} passed, ${total.failed} failed, ${total.skipped} skipped`);
 process.exit(total.failed > 0 || total.passed === 0 ? 1 : 0);

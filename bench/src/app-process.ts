@@ -24,7 +24,10 @@ export function bundleDir(env: Readonly<Record<string, string | undefined>> = pr
 }
 
 /** Node's arguments before the app's own flags: `[bundle]` or `['--import', 'tsx', source]`. */
-export function nodeArgsFor(app: KvrouteProcess, env: Readonly<Record<string, string | undefined>> = process.env): string[] {
+export function nodeArgsFor(
+  app: KvrouteProcess,
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): string[] {
   const bundles = bundleDir(env);
   return bundles === null ? ['--import', 'tsx', join(repoRoot, SOURCES[app])] : [join(bundles, `${app}.mjs`)];
 }

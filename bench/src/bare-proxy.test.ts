@@ -73,7 +73,11 @@ describe('startBareProxy', () => {
       finish = () => res.end('data: [DONE]\n\n');
     });
     proxy = await startBareProxy({ upstream: await listen(upstream) });
-    const response = await request(`${proxy.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    const response = await request(`${proxy.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{}',
+    });
     expect(response.headers['content-type']).toBe('text/event-stream');
     const iterator = response.body[Symbol.asyncIterator]();
     const first = await iterator.next();

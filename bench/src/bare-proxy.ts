@@ -24,13 +24,32 @@ export interface BareProxy {
 }
 
 /** RFC 9110 §7.6.1 connection-specific headers, plus `host` (undici sets the upstream's) and `expect`. */
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
 export const NOT_FORWARDED_UP = new Set([...HOP_BY_HOP, 'host', 'expect']);
 
 /** Copies headers except those in `drop` and those named by the message's own `Connection` header. */
-export function endToEndHeaders(headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>, drop: ReadonlySet<string> = HOP_BY_HOP): Record<string, string | string[]> {
+export function endToEndHeaders(
+  headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>,
+  drop: ReadonlySet<string> = HOP_BY_HOP,
+): Record<string, string | string[]> {
   const connection = headers.connection;
-  const named = connection === undefined ? [] : String(connection).toLowerCase().split(',').map((token) => token.trim());
+  const named =
+    connection === undefined
+      ? []
+      : String(connection)
+          .toLowerCase()
+          .split(',')
+          .map((token) => token.trim());
   const result: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined) continue;
@@ -71,7 +90,11 @@ export async function startBareProxy(options: BareProxyOptions): Promise<BarePro
           response.destroy(error);
         } else {
           response.writeHead(502, { 'content-type': 'application/json' });
-          response.end(JSON.stringify({ error: { message: `bare proxy: upstream failed: ${error.message}`, type: 'bad_gateway' } }));
+          response.end(
+            JSON.stringify({
+              error: { message: `bare proxy: upstream failed: ${error.message}`, type: 'bad_gateway' },
+            }),
+          );
         }
       },
     );

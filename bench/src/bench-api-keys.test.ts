@@ -17,8 +17,19 @@ describe('bench API keys', () => {
       expect(text).not.toContain(a.secret);
       expect(parseYaml(text)).toEqual({
         keys: [
-          { id: 'rpm-tenant', tenant: 'rpm-tenant', sha256: createHash('sha256').update(a.secret).digest('hex'), requestsPerMinute: 600 },
-          { id: 'tpm-tenant', tenant: 'tpm-tenant', sha256: createHash('sha256').update(b.secret).digest('hex'), tokensPerMinute: 30_000, concurrentRequests: 8 },
+          {
+            id: 'rpm-tenant',
+            tenant: 'rpm-tenant',
+            sha256: createHash('sha256').update(a.secret).digest('hex'),
+            requestsPerMinute: 600,
+          },
+          {
+            id: 'tpm-tenant',
+            tenant: 'tpm-tenant',
+            sha256: createHash('sha256').update(b.secret).digest('hex'),
+            tokensPerMinute: 30_000,
+            concurrentRequests: 8,
+          },
         ],
       });
     } finally {

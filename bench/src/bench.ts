@@ -68,7 +68,11 @@ const { values: args } = parseArgs({
   },
 });
 
-const list = (text: string | undefined): string[] | undefined => text?.split(',').map((part) => part.trim()).filter(Boolean);
+const list = (text: string | undefined): string[] | undefined =>
+  text
+    ?.split(',')
+    .map((part) => part.trim())
+    .filter(Boolean);
 const numbers = (text: string | undefined, flag: string): number[] | undefined =>
   list(text)?.map((part) => {
     const value = Number(part);
@@ -84,15 +88,25 @@ async function main(): Promise<void> {
     if (!args.help) process.exitCode = 2;
     return;
   }
-  const routerRedisUrl = args['router-redis'] === undefined ? undefined : parseRedisUrl(args['router-redis'], '--router-redis');
-  if (routerRedisUrl && !args.router) throw new Error('--router-redis: only with --router (a local run clears its own Redis)');
+  const routerRedisUrl =
+    args['router-redis'] === undefined ? undefined : parseRedisUrl(args['router-redis'], '--router-redis');
+  if (routerRedisUrl && !args.router)
+    throw new Error('--router-redis: only with --router (a local run clears its own Redis)');
   const scenario = await loadScenario(args.scenario);
   const seeds = numbers(args.seeds, 'seeds');
   const sweep = numbers(args.sweep, 'sweep');
-  const workloadInputs = { timeScale: scenario.cluster.timeScale, dataDir: resolve(args['data-dir']), readText: (path: string) => readFile(path, 'utf8') };
+  const workloadInputs = {
+    timeScale: scenario.cluster.timeScale,
+    dataDir: resolve(args['data-dir']),
+    readText: (path: string) => readFile(path, 'utf8'),
+  };
 
   if (args['write-trace']) {
-    const workload = await workloadFor(scenario, { ...workloadInputs, seed: (seeds ?? scenario.seeds)[0] as number, sweepValue: (sweep ?? sweepValues(scenario))[0] as number });
+    const workload = await workloadFor(scenario, {
+      ...workloadInputs,
+      seed: (seeds ?? scenario.seeds)[0] as number,
+      sweepValue: (sweep ?? sweepValues(scenario))[0] as number,
+    });
     const events = workload.kind === 'sessions' ? sessionEvents(workload.sessions) : workload.events;
     await writeFile(args['write-trace'], eventsToJsonl(events));
     log(`${events.length} requests written to ${args['write-trace']}`);
@@ -104,7 +118,13 @@ async function main(): Promise<void> {
   if (args.router) {
     const backendUrls = list(args.backends) ?? [];
     if (backendUrls.length === 0) log('no --backends: hit rates come from the responses only (no backend counters)');
-    target = new RemoteTarget({ routers: parseRouterList(args.router), backendUrls, resetCache: args['reset-cache'], routerRedisUrl, log });
+    target = new RemoteTarget({
+      routers: parseRouterList(args.router),
+      backendUrls,
+      resetCache: args['reset-cache'],
+      routerRedisUrl,
+      log,
+    });
   } else {
     target = await LocalCluster.start(scenario, { redisUrl: process.env['KVROUTE_REDIS_URL'], log });
   }
@@ -122,7 +142,10 @@ async function main(): Promise<void> {
     const results = await runScenario(scenario, {
       target,
       agent,
-      progress: new ProgressBar({ isTTY: process.stderr.isTTY === true, write: (text) => void process.stderr.write(text) }),
+      progress: new ProgressBar({
+        isTTY: process.stderr.isTTY === true,
+        write: (text) => void process.stderr.write(text),
+      }),
       workloadInputs,
       log,
       policies: list(args.policies),
@@ -131,7 +154,9 @@ async function main(): Promise<void> {
       extraBody: args['ignore-eos'] ? { ignore_eos: true } : undefined,
       saltRuns: args['salt-runs'],
     });
-    const outDir = resolve(args.out ?? join(resultsRoot, `${scenario.name}-${new Date().toISOString().replace(/[:.]/g, '-')}`));
+    const outDir = resolve(
+      args.out ?? join(resultsRoot, `${scenario.name}-${new Date().toISOString().replace(/[:.]/g, '-')}`),
+    );
     const written = await writeReports(outDir, scenario, results, { mode: args.router ? 'remote' : 'local' });
     process.stdout.write(`\n${terminalReport(written.summary)}`);
     log(`\nresults: ${written.json}\nreport:  ${written.markdown}, ${written.html}`);

@@ -16,7 +16,9 @@ const BODY_BYTES = [2_000, 10_000, 40_000];
 const BACKENDS = ['a', 'b', 'c', 'd'];
 
 function conversation(bytes: number, seed: number): ChatCompletionRequest['messages'] {
-  const messages: ChatCompletionRequest['messages'] = [{ role: 'system', content: `System prompt shared by everyone. ${'Be helpful. '.repeat(50)}` }];
+  const messages: ChatCompletionRequest['messages'] = [
+    { role: 'system', content: `System prompt shared by everyone. ${'Be helpful. '.repeat(50)}` },
+  ];
   let size = 0;
   for (let turn = 0; size < bytes; turn++) {
     const content = `conversation ${seed} turn ${turn}: ${'question about the routing of tokens and caches '.repeat(4)}`;
@@ -37,7 +39,13 @@ async function main(): Promise<void> {
       for (let seed = 0; seed < 400; seed++) {
         const warmBody: ChatCompletionRequest = { model: 'm', messages: conversation(bodyBytes, seed) };
         const request = buildRoutingRequest(warmBody, { blockSizeBytes });
-        await state.reserve('m', BACKENDS[seed % 4] as string, `warm-${seed}`, request.blockHashes.slice(0, Math.ceil(50_000 / 100)), 0);
+        await state.reserve(
+          'm',
+          BACKENDS[seed % 4] as string,
+          `warm-${seed}`,
+          request.blockHashes.slice(0, Math.ceil(50_000 / 100)),
+          0,
+        );
       }
       const timings: number[] = [];
       let entries = 0;
@@ -48,15 +56,23 @@ async function main(): Promise<void> {
         const snapshot = await state.snapshot('m', BACKENDS, request.blockHashes);
         const decision = policy.choose(
           request,
-          BACKENDS.map((id) => ({ backend: { id, weight: 1 }, inflight: snapshot.inflight.get(id) ?? 0, matchBlocks: snapshot.matchBlocks.get(id) ?? 0, pendingPrefillTokens: 0 })),
+          BACKENDS.map((id) => ({
+            backend: { id, weight: 1 },
+            inflight: snapshot.inflight.get(id) ?? 0,
+            matchBlocks: snapshot.matchBlocks.get(id) ?? 0,
+            pendingPrefillTokens: 0,
+          })),
           { nowMs: 0, random: Math.random },
         );
-        if (decision.kind === 'routed') await state.reserve('m', decision.backendId, `r${iteration}`, request.blockHashes, 0);
+        if (decision.kind === 'routed')
+          await state.reserve('m', decision.backendId, `r${iteration}`, request.blockHashes, 0);
         await state.release('m', decision.kind === 'routed' ? decision.backendId : 'a', `r${iteration}`);
         if (iteration >= 50) timings.push((performance.now() - started) * 1000);
         entries = request.blockHashes.length;
       }
-      console.log(`| ${blockSizeBytes} | ${bodyBytes / 1000} kB | ${mean(timings).toFixed(1)} | ${entries} | ${(blockSizeBytes / 2).toFixed(0)} |`);
+      console.log(
+        `| ${blockSizeBytes} | ${bodyBytes / 1000} kB | ${mean(timings).toFixed(1)} | ${entries} | ${(blockSizeBytes / 2).toFixed(0)} |`,
+      );
     }
   }
 }

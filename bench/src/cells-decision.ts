@@ -26,7 +26,15 @@ import { createPolicy, decide, type BackendInfo, type RoutingPolicy, type Routin
 import { startRedisCluster, type TestRedisCluster } from '@kvroute/testing';
 import { percentile } from '@kvroute/workloads';
 import { Redis } from 'ioredis';
-import { backendInfos, buildWorkload, inBatches, POOL, scriptStats, serverCpuSeconds, STATE_DEFAULTS } from './decision-workload';
+import {
+  backendInfos,
+  buildWorkload,
+  inBatches,
+  POOL,
+  scriptStats,
+  serverCpuSeconds,
+  STATE_DEFAULTS,
+} from './decision-workload';
 
 const { values: args } = parseArgs({
   options: {
@@ -86,17 +94,39 @@ interface PassResult {
 
 /** One plain connection per master, for INFO, RESETSTAT and FLUSHALL (a cluster client would spread them). */
 function masterConnections(cluster: TestRedisCluster): Redis[] {
-  return cluster.nodes.filter((node) => node.role === 'master' && node.running).map((node) => new Redis({ host: node.host, port: node.port, lazyConnect: false, maxRetriesPerRequest: 1 }));
+  return cluster.nodes
+    .filter((node) => node.role === 'master' && node.running)
+    .map((node) => new Redis({ host: node.host, port: node.port, lazyConnect: false, maxRetriesPerRequest: 1 }));
 }
 
-async function routeTurn(state: RedisRoutingState, policy: RoutingPolicy, backends: readonly BackendInfo[], request: RoutingRequest, leaseId: string): Promise<string> {
-  const result = await decide(state, { pool: POOL, request, backends, policy, context: { nowMs: Date.now(), random: Math.random }, leaseId });
+async function routeTurn(
+  state: RedisRoutingState,
+  policy: RoutingPolicy,
+  backends: readonly BackendInfo[],
+  request: RoutingRequest,
+  leaseId: string,
+): Promise<string> {
+  const result = await decide(state, {
+    pool: POOL,
+    request,
+    backends,
+    policy,
+    context: { nowMs: Date.now(), random: Math.random },
+    leaseId,
+  });
   if (result.decision.kind !== 'routed') throw new Error(`policy rejected the request: ${result.decision.reason}`);
   await state.release(POOL, result.decision.backendId, leaseId, result.blocksAtFirstOutput);
   return result.decision.backendId;
 }
 
-async function pass(cluster: TestRedisCluster, client: RedisClient, masters: Redis[], backendCount: number, cells: number, workload: ReturnType<typeof buildWorkload>): Promise<PassResult> {
+async function pass(
+  cluster: TestRedisCluster,
+  client: RedisClient,
+  masters: Redis[],
+  backendCount: number,
+  cells: number,
+  workload: ReturnType<typeof buildWorkload>,
+): Promise<PassResult> {
   await Promise.all(masters.map((master) => master.flushall()));
   let spills = 0;
   const options = { redis: client, ...STATE_DEFAULTS, poolCells: cells };
@@ -112,9 +142,11 @@ async function pass(cluster: TestRedisCluster, client: RedisClient, masters: Red
   });
   const open = new RedisRoutingState({ ...options, leaseTtlMs: 600_000, nowMs: Date.now });
   await inBatches(backends, 16, async (backend) => {
-    for (let j = 0; j < inflightPerBackend; j++) await open.reserve(POOL, backend.id, `open-${backend.id}-${j}`, [], 500);
+    for (let j = 0; j < inflightPerBackend; j++)
+      await open.reserve(POOL, backend.id, `open-${backend.id}-${j}`, [], 500);
   });
-  for (let c = 0; c < warmup; c++) await routeTurn(state, policy, backends, workload.next[c] as RoutingRequest, `warm-${c}`);
+  for (let c = 0; c < warmup; c++)
+    await routeTurn(state, policy, backends, workload.next[c] as RoutingRequest, `warm-${c}`);
 
   await Promise.all(masters.map((master) => master.config('RESETSTAT')));
   const cpuBefore = await Promise.all(masters.map(async (master) => serverCpuSeconds(await master.info('cpu'))));
@@ -137,7 +169,10 @@ async function pass(cluster: TestRedisCluster, client: RedisClient, masters: Red
   const cpuAfter = await Promise.all(masters.map(async (master) => serverCpuSeconds(await master.info('cpu'))));
   const stats = await Promise.all(masters.map(async (master) => scriptStats(await master.info('commandstats'))));
 
-  const cellMasters = Array.from({ length: cells }, (_, index) => cluster.masterOf(poolKeys(POOL, undefined, { index, count: cells }).prefix).port);
+  const cellMasters = Array.from(
+    { length: cells },
+    (_, index) => cluster.masterOf(poolKeys(POOL, undefined, { index, count: cells }).prefix).port,
+  );
   const loads: MasterLoad[] = masters.map((master, k) => ({
     port: master.options.port as number,
     cells: cellMasters.filter((port) => port === master.options.port).length,
@@ -169,14 +204,19 @@ const whole = (value: number): string => Math.round(value).toLocaleString('en-US
 async function main(): Promise<void> {
   const startedAt = new Date();
   let source = '';
-  const cluster = await startRedisCluster({ masters: MASTERS, replicasPerMaster: 0, logger: (line) => (source = line) });
+  const cluster = await startRedisCluster({
+    masters: MASTERS,
+    replicasPerMaster: 0,
+    logger: (line) => (source = line),
+  });
   const masters = masterConnections(cluster);
   const client = createRedis(cluster.url, 'request-path', { commandTimeoutMs: 5_000 });
   const results: PassResult[] = [];
   try {
     await waitUntilReady(client);
     console.log(
-      `Cells: ${source.replace(/^\[testing\] /, '')}; cacheaware, ${promptTokens}-token conversations, ${samples} decisions per pass after ${warmup} warm-up, ` +
+      `Cells: ${source.replace(/^\[testing\] /, '')}; cacheaware, ${promptTokens}-token conversations, ` +
+        `${samples} decisions per pass after ${warmup} warm-up, ` +
         `${concurrency} in flight, ${inflightPerBackend} open leases per backend`,
     );
     const workload = buildWorkload(promptTokens, warmup + samples);
@@ -186,7 +226,8 @@ async function main(): Promise<void> {
         const result = await pass(cluster, client, masters, backendCount, cells, workload);
         results.push(result);
         console.log(
-          `[${results.length}/${total}] ${backendCount} backends, ${cells} cell(s) on ${result.mastersUsed} master(s): busiest master ${result.busiestUsecPerDecision.toFixed(0)} µs/decision → ` +
+          `[${results.length}/${total}] ${backendCount} backends, ${cells} cell(s) on ${result.mastersUsed} ` +
+            `master(s): busiest master ${result.busiestUsecPerDecision.toFixed(0)} µs/decision → ` +
             `ceiling ${whole(result.ceilingPerSecond)}/s; wall ${whole(result.wallPerSecond)}/s; to owner ${(100 * result.toOwnerFraction).toFixed(1)} %`,
         );
       }
@@ -198,12 +239,17 @@ async function main(): Promise<void> {
   }
 
   console.log(`\n### One pool on ${MASTERS} shards: whole (1 cell) vs split into cells\n`);
-  console.log('| backends | cells | masters used | script µs / decision (all) | busiest master µs / decision | ceiling decisions/s | × 1 cell | ceiling by process CPU | wall decisions/s here | decide + release p50 / p99 ms | to owner | spills |');
+  console.log(
+    '| backends | cells | masters used | script µs / decision (all) | busiest master µs / decision ' +
+      '| ceiling decisions/s | × 1 cell | ceiling by process CPU | wall decisions/s here | decide ' +
+      '+ release p50 / p99 ms | to owner | spills |',
+  );
   console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of results) {
     const single = results.find((other) => other.backends === r.backends && other.cells === 1);
     console.log(
-      `| ${r.backends} | ${r.cells} | ${r.mastersUsed} | ${r.scriptUsecPerDecision.toFixed(0)} | ${r.busiestUsecPerDecision.toFixed(0)} | ${whole(r.ceilingPerSecond)} | ` +
+      `| ${r.backends} | ${r.cells} | ${r.mastersUsed} | ${r.scriptUsecPerDecision.toFixed(0)} | ` +
+        `${r.busiestUsecPerDecision.toFixed(0)} | ${whole(r.ceilingPerSecond)} | ` +
         `${single ? `${(r.ceilingPerSecond / single.ceilingPerSecond).toFixed(2)}×` : '–'} | ${whole(r.ceilingByCpuPerSecond)} | ${whole(r.wallPerSecond)} | ` +
         `${r.decideMs.p50.toFixed(2)} / ${r.decideMs.p99.toFixed(2)} | ${(100 * r.toOwnerFraction).toFixed(1)} % | ${r.spills} |`,
     );
@@ -214,7 +260,27 @@ async function main(): Promise<void> {
   const file = `cells-${startedAt.toISOString().replaceAll(':', '-').slice(0, 19)}.json`;
   writeFileSync(
     join(outDir, file),
-    JSON.stringify({ startedAt: startedAt.toISOString(), cluster: source, node: process.version, settings: { pools, cellCounts, samples, warmup, concurrency, promptTokens, inflightPerBackend, turnGapMs, masters: MASTERS }, results }, null, 2),
+    JSON.stringify(
+      {
+        startedAt: startedAt.toISOString(),
+        cluster: source,
+        node: process.version,
+        settings: {
+          pools,
+          cellCounts,
+          samples,
+          warmup,
+          concurrency,
+          promptTokens,
+          inflightPerBackend,
+          turnGapMs,
+          masters: MASTERS,
+        },
+        results,
+      },
+      null,
+      2,
+    ),
   );
   console.log(`\nresults written to bench/results/${file}`);
 }

@@ -33,7 +33,10 @@ export function words(tokens: number, seed: number): string {
     .join(' ');
 }
 
-export const SYSTEM_PROMPT: ChatMessage = { role: 'system', content: `You are the assistant of a benchmark. ${words(SYSTEM_TOKENS - 8, 999)}` };
+export const SYSTEM_PROMPT: ChatMessage = {
+  role: 'system',
+  content: `You are the assistant of a benchmark. ${words(SYSTEM_TOKENS - 8, 999)}`,
+};
 
 export function body(messages: ChatMessage[]): ChatCompletionRequest {
   return { model: POOL, messages };
@@ -48,7 +51,10 @@ export function conversation(c: number, tokens: number): ChatMessage[] {
   const messages: ChatMessage[] = [SYSTEM_PROMPT];
   for (let used = SYSTEM_TOKENS, m = 0; used < tokens; m++) {
     const size = Math.min(TURN_TOKENS, tokens - used);
-    messages.push({ role: m % 2 === 0 ? 'user' : 'assistant', content: `conversation ${c} message ${m}: ${words(size - 4, c * 1000 + m + 1)}` });
+    messages.push({
+      role: m % 2 === 0 ? 'user' : 'assistant',
+      content: `conversation ${c} message ${m}: ${words(size - 4, c * 1000 + m + 1)}`,
+    });
     used += size;
   }
   return messages;
@@ -62,13 +68,24 @@ export function buildWorkload(promptTokens: number, count: number): Workload {
   for (let c = 0; c < count; c++) {
     const before = conversation(c, Math.max(SYSTEM_TOKENS + 1, promptTokens - TURN_TOKENS));
     previous.push(routingRequest(before));
-    const reply: ChatMessage = { role: 'assistant', content: `conversation ${c} reply: ${words((3 * TURN_TOKENS) / 4 - 4, c * 1000 + 998)}` };
-    const question: ChatMessage = { role: 'user', content: `conversation ${c} follow-up: ${words(TURN_TOKENS / 4 - 4, c * 1000 + 999)}` };
+    const reply: ChatMessage = {
+      role: 'assistant',
+      content: `conversation ${c} reply: ${words((3 * TURN_TOKENS) / 4 - 4, c * 1000 + 998)}`,
+    };
+    const question: ChatMessage = {
+      role: 'user',
+      content: `conversation ${c} follow-up: ${words(TURN_TOKENS / 4 - 4, c * 1000 + 999)}`,
+    };
     const nextMessages = [...before, reply, question];
     const started = performance.now();
     next.push(routingRequest(nextMessages));
     hashMs.push(performance.now() - started);
-    unique.push(routingRequest([SYSTEM_PROMPT, { role: 'user', content: `new prompt ${c}: ${words(promptTokens - SYSTEM_TOKENS - 4, 2_000_000 + c)}` }]));
+    unique.push(
+      routingRequest([
+        SYSTEM_PROMPT,
+        { role: 'user', content: `new prompt ${c}: ${words(promptTokens - SYSTEM_TOKENS - 4, 2_000_000 + c)}` },
+      ]),
+    );
   }
   return { previous, next, unique, hashMsMean: mean(hashMs) };
 }
@@ -99,7 +116,11 @@ export function backendInfos(count: number): BackendInfo[] {
 }
 
 /** Runs `tasks` with at most `concurrency` in flight (pipelined on one connection). */
-export async function inBatches<T>(items: readonly T[], concurrency: number, task: (item: T, index: number) => Promise<void>): Promise<void> {
+export async function inBatches<T>(
+  items: readonly T[],
+  concurrency: number,
+  task: (item: T, index: number) => Promise<void>,
+): Promise<void> {
   for (let from = 0; from < items.length; from += concurrency) {
     await Promise.all(items.slice(from, from + concurrency).map((item, k) => task(item, from + k)));
   }

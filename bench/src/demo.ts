@@ -57,21 +57,33 @@ async function main(): Promise<void> {
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
   try {
-    log(`routers per policy: ${cluster.routerCount}${cluster.redisUrl ? ` sharing Redis (${cluster.redisSource})` : ' (no Redis: in-memory state)'}`);
+    log(
+      `routers per policy: ${cluster.routerCount}${cluster.redisUrl ? ` sharing Redis (${cluster.redisSource})` : ' (no Redis: in-memory state)'}`,
+    );
     const results = await runScenario(scenario, {
       target: cluster,
       agent,
-      progress: new ProgressBar({ isTTY: process.stderr.isTTY === true, write: (text) => void process.stderr.write(text) }),
-      workloadInputs: { timeScale: scenario.cluster.timeScale, dataDir: '', readText: () => Promise.reject(new Error('the demo replays no trace')) },
+      progress: new ProgressBar({
+        isTTY: process.stderr.isTTY === true,
+        write: (text) => void process.stderr.write(text),
+      }),
+      workloadInputs: {
+        timeScale: scenario.cluster.timeScale,
+        dataDir: '',
+        readText: () => Promise.reject(new Error('the demo replays no trace')),
+      },
       log,
       policies: args.policies?.split(','),
       seeds: [Number(args.seed)],
     });
     const written = await writeReports(args.out, scenario, results, { mode: 'demo' });
     process.stdout.write(`\n${terminalReport(written.summary)}\n`);
-    process.stdout.write('TTFT: client-side, streaming, first content token. KV hit %: cached ÷ prompt tokens as the backends reported them.\n');
+    process.stdout.write(
+      'TTFT: client-side, streaming, first content token. KV hit %: cached ÷ prompt tokens as the backends reported them.\n',
+    );
     const point = written.summary.points[0];
-    const find = (policy: string): PolicySummary | undefined => point?.policies.find((summary) => summary.policy === policy);
+    const find = (policy: string): PolicySummary | undefined =>
+      point?.policies.find((summary) => summary.policy === policy);
     const verdict = policyVerdict(find('cacheaware'), find('roundrobin'));
     if (verdict) process.stdout.write(`${verdict}\n`);
     process.stdout.write(`\nreport: ${written.html}\n`);

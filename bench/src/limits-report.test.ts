@@ -8,8 +8,21 @@ const windows: LimitWindow[] = [
 const limits = { requestsPerMinute: 600, tokensPerMinute: 30_000 };
 
 /** `count` samples of one load spread evenly over [fromMs, toMs). */
-function spread(load: LimitSample['load'], count: number, fromMs: number, toMs: number, fields: Partial<LimitSample> = {}): LimitSample[] {
-  return Array.from({ length: count }, (_, index) => ({ load, atMs: fromMs + ((toMs - fromMs) * index) / count, status: 200, retryAfter: false, usageTokens: load === 'tokens' ? 250 : 20, ...fields }));
+function spread(
+  load: LimitSample['load'],
+  count: number,
+  fromMs: number,
+  toMs: number,
+  fields: Partial<LimitSample> = {},
+): LimitSample[] {
+  return Array.from({ length: count }, (_, index) => ({
+    load,
+    atMs: fromMs + ((toMs - fromMs) * index) / count,
+    status: 200,
+    retryAfter: false,
+    usageTokens: load === 'tokens' ? 250 : 20,
+    ...fields,
+  }));
 }
 
 describe('summarizeLimits', () => {
@@ -23,7 +36,11 @@ describe('summarizeLimits', () => {
     ];
     const summary = summarizeLimits(samples, windows, limits);
     const shared = summary.windows.filter((figure) => figure.window === 'shared');
-    expect(shared.find((figure) => figure.load === 'requests')).toMatchObject({ served: 610, refused: 3_000, perMinute: 610 });
+    expect(shared.find((figure) => figure.load === 'requests')).toMatchObject({
+      served: 610,
+      refused: 3_000,
+      perMinute: 610,
+    });
     expect(shared.find((figure) => figure.load === 'tokens')?.perMinute).toBe(116 * 250);
     // The burst window is shown, never checked: 400 in a second is the bucket's burst, not a broken limit.
     expect(summary.windows.find((figure) => figure.window === 'burst' && figure.load === 'requests')?.served).toBe(400);
@@ -48,15 +65,21 @@ describe('summarizeLimits', () => {
       'tokens key: every 429 carries Retry-After',
     ]);
     expect(summary.totals.requests.otherStatuses).toEqual({ '0': 1, '503': 2 });
-    expect(summary.checks.find((check) => check.name === 'requests key: no request failed for another reason')?.detail).toBe('1 × no response, 2 × 503');
-    expect(summary.checks.find((check) => check.name === 'tokens key: every 429 carries Retry-After')?.detail).toContain('never reached the limit');
+    expect(
+      summary.checks.find((check) => check.name === 'requests key: no request failed for another reason')?.detail,
+    ).toBe('1 × no response, 2 × 503');
+    expect(
+      summary.checks.find((check) => check.name === 'tokens key: every 429 carries Retry-After')?.detail,
+    ).toContain('never reached the limit');
   });
 
   it('renders both tables', () => {
     const samples = [...spread('requests', 600, 1_000, 61_000), ...spread('tokens', 120, 1_000, 61_000)];
     const markdown = renderLimitsMarkdown(summarizeLimits(samples, windows, limits), windows, limits, ['# run']);
     expect(markdown).toContain('| shared | Redis up | requests (limit 600/min) | 60 | 600 | 0 | 600 | 100.0 % |');
-    expect(markdown).toContain('| shared: tokens/min within ±5 % of the limit | pass | 30,000 tokens/min = 100.0 % of the limit |');
+    expect(markdown).toContain(
+      '| shared: tokens/min within ±5 % of the limit | pass | 30,000 tokens/min = 100.0 % of the limit |',
+    );
     expect(markdown).toContain('**FAIL**');
   });
 });

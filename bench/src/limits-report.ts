@@ -57,7 +57,18 @@ export interface WindowFigures {
 export interface LimitsSummary {
   readonly windows: readonly WindowFigures[];
   /** Over the whole run, per load. */
-  readonly totals: Readonly<Record<LoadId, { served: number; refused: number; refusedWithoutRetryAfter: number; otherFailures: number; otherStatuses: Readonly<Record<string, number>> }>>;
+  readonly totals: Readonly<
+    Record<
+      LoadId,
+      {
+        served: number;
+        refused: number;
+        refusedWithoutRetryAfter: number;
+        otherFailures: number;
+        otherStatuses: Readonly<Record<string, number>>;
+      }
+    >
+  >;
   readonly checks: readonly LimitCheck[];
 }
 
@@ -70,17 +81,32 @@ export interface LimitCheck {
 /** The tolerance of acceptance 2: the served rate within ±5 % of the limit. */
 export const RATE_TOLERANCE = 0.05;
 
-export function summarizeLimits(samples: readonly LimitSample[], windows: readonly LimitWindow[], limits: LoadLimits, tolerance = RATE_TOLERANCE): LimitsSummary {
+export function summarizeLimits(
+  samples: readonly LimitSample[],
+  windows: readonly LimitWindow[],
+  limits: LoadLimits,
+  tolerance = RATE_TOLERANCE,
+): LimitsSummary {
   const figures: WindowFigures[] = [];
   for (const window of windows) {
     const seconds = (window.toMs - window.fromMs) / 1_000;
     for (const load of LOAD_IDS) {
-      const inWindow = samples.filter((sample) => sample.load === load && sample.atMs >= window.fromMs && sample.atMs < window.toMs);
+      const inWindow = samples.filter(
+        (sample) => sample.load === load && sample.atMs >= window.fromMs && sample.atMs < window.toMs,
+      );
       const served = inWindow.filter((sample) => sample.status === 200);
       const amount = load === 'requests' ? served.length : served.reduce((sum, sample) => sum + sample.usageTokens, 0);
       const perMinute = seconds > 0 ? (amount * 60) / seconds : 0;
       const limit = load === 'requests' ? limits.requestsPerMinute : limits.tokensPerMinute;
-      figures.push({ window: window.name, load, seconds, served: served.length, refused: inWindow.filter((sample) => sample.status === 429).length, perMinute, ofLimit: perMinute / limit });
+      figures.push({
+        window: window.name,
+        load,
+        seconds,
+        served: served.length,
+        refused: inWindow.filter((sample) => sample.status === 429).length,
+        perMinute,
+        ofLimit: perMinute / limit,
+      });
     }
   }
   const totals = Object.fromEntries(
@@ -88,7 +114,8 @@ export function summarizeLimits(samples: readonly LimitSample[], windows: readon
       const mine = samples.filter((sample) => sample.load === load);
       const other = mine.filter((sample) => sample.status !== 200 && sample.status !== 429);
       const otherStatuses: Record<string, number> = {};
-      for (const sample of other) otherStatuses[String(sample.status)] = (otherStatuses[String(sample.status)] ?? 0) + 1;
+      for (const sample of other)
+        otherStatuses[String(sample.status)] = (otherStatuses[String(sample.status)] ?? 0) + 1;
       return [
         load,
         {
@@ -107,12 +134,31 @@ export function summarizeLimits(samples: readonly LimitSample[], windows: readon
     if (figure.seconds <= 0 || windows.find((window) => window.name === figure.window)?.checked === false) continue;
     const within = Math.abs(figure.ofLimit - 1) <= tolerance;
     const unit = figure.load === 'requests' ? 'requests/min' : 'tokens/min';
-    checks.push({ name: `${figure.window}: ${unit} within ±${Math.round(tolerance * 100)} % of the limit`, passed: within, detail: `${formatNumber(figure.perMinute)} ${unit} = ${formatPercent(figure.ofLimit)} of the limit` });
+    checks.push({
+      name: `${figure.window}: ${unit} within ±${Math.round(tolerance * 100)} % of the limit`,
+      passed: within,
+      detail: `${formatNumber(figure.perMinute)} ${unit} = ${formatPercent(figure.ofLimit)} of the limit`,
+    });
   }
   for (const load of LOAD_IDS) {
     const total = totals[load];
-    checks.push({ name: `${load} key: every 429 carries Retry-After`, passed: total.refusedWithoutRetryAfter === 0 && total.refused > 0, detail: `${total.refused} refused, ${total.refusedWithoutRetryAfter} without Retry-After${total.refused === 0 ? ' (no 429 at all: the load never reached the limit)' : ''}` });
-    checks.push({ name: `${load} key: no request failed for another reason`, passed: total.otherFailures === 0, detail: total.otherFailures === 0 ? 'none' : Object.entries(total.otherStatuses).map(([status, count]) => `${count} × ${status === '0' ? 'no response' : status}`).join(', ') });
+    checks.push({
+      name: `${load} key: every 429 carries Retry-After`,
+      passed: total.refusedWithoutRetryAfter === 0 && total.refused > 0,
+      detail:
+        `${total.refused} refused, ${total.refusedWithoutRetryAfter} without Retry-After` +
+        (total.refused === 0 ? ' (no 429 at all: the load never reached the limit)' : ''),
+    });
+    checks.push({
+      name: `${load} key: no request failed for another reason`,
+      passed: total.otherFailures === 0,
+      detail:
+        total.otherFailures === 0
+          ? 'none'
+          : Object.entries(total.otherStatuses)
+              .map(([status, count]) => `${count} × ${status === '0' ? 'no response' : status}`)
+              .join(', '),
+    });
   }
   return { windows: figures, totals, checks };
 }
@@ -128,15 +174,33 @@ export function perSecond(samples: readonly LimitSample[], load: LoadId, untilMs
   return buckets.map((value, index) => [index + 0.5, value]);
 }
 
-export function renderLimitsMarkdown(summary: LimitsSummary, windows: readonly LimitWindow[], limits: LoadLimits, header: readonly string[]): string {
-  const lines = [...header, '', '| window | what it shows | load | seconds | served | 429s | per minute | of the limit |', '|---|---|---|---:|---:|---:|---:|---:|'];
+export function renderLimitsMarkdown(
+  summary: LimitsSummary,
+  windows: readonly LimitWindow[],
+  limits: LoadLimits,
+  header: readonly string[],
+): string {
+  const lines = [
+    ...header,
+    '',
+    '| window | what it shows | load | seconds | served | 429s | per minute | of the limit |',
+    '|---|---|---|---:|---:|---:|---:|---:|',
+  ];
   for (const figure of summary.windows) {
     const window = windows.find((candidate) => candidate.name === figure.window);
-    const unit = figure.load === 'requests' ? `requests (limit ${formatNumber(limits.requestsPerMinute)}/min)` : `tokens (limit ${formatNumber(limits.tokensPerMinute)}/min)`;
-    lines.push(`| ${figure.window} | ${window?.description ?? ''} | ${unit} | ${figure.seconds.toFixed(0)} | ${figure.served} | ${figure.refused} | ${formatNumber(figure.perMinute)} | ${formatPercent(figure.ofLimit)} |`);
+    const unit =
+      figure.load === 'requests'
+        ? `requests (limit ${formatNumber(limits.requestsPerMinute)}/min)`
+        : `tokens (limit ${formatNumber(limits.tokensPerMinute)}/min)`;
+    lines.push(
+      `| ${figure.window} | ${window?.description ?? ''} | ${unit} | ${figure.seconds.toFixed(0)} ` +
+        `| ${figure.served} | ${figure.refused} | ${formatNumber(figure.perMinute)} | ${formatPercent(figure.ofLimit)} ` +
+        `|`,
+    );
   }
   lines.push('', '| check | result | detail |', '|---|---|---|');
-  for (const check of summary.checks) lines.push(`| ${check.name} | ${check.passed ? 'pass' : '**FAIL**'} | ${check.detail} |`);
+  for (const check of summary.checks)
+    lines.push(`| ${check.name} | ${check.passed ? 'pass' : '**FAIL**'} | ${check.detail} |`);
   return `${lines.join('\n')}\n`;
 }
 

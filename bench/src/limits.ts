@@ -27,7 +27,15 @@ import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
-import { LOAD_IDS, perSecond, renderLimitsMarkdown, summarizeLimits, type LimitSample, type LimitWindow, type LoadId } from './limits-report';
+import {
+  LOAD_IDS,
+  perSecond,
+  renderLimitsMarkdown,
+  summarizeLimits,
+  type LimitSample,
+  type LimitWindow,
+  type LoadId,
+} from './limits-report';
 import { newBenchKey, writeBenchKeyFile } from './bench-api-keys';
 import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
 import { haproxyVersion, startHaproxyProcess, startRouterProcess, type ProxyProcess } from './proxy-processes';
@@ -56,8 +64,14 @@ const sharedSeconds = positive('seconds', args.seconds);
 const settleSeconds = positive('settle-seconds', args['settle-seconds']);
 const outageSeconds = positive('outage-seconds', args['outage-seconds']);
 const recoveredSeconds = positive('recovered-seconds', args['recovered-seconds']);
-const limits = { requestsPerMinute: positive('requests-per-minute', args['requests-per-minute']), tokensPerMinute: positive('tokens-per-minute', args['tokens-per-minute']) };
-const clientCounts: Record<LoadId, number> = { requests: positive('clients', args.clients), tokens: positive('token-clients', args['token-clients']) };
+const limits = {
+  requestsPerMinute: positive('requests-per-minute', args['requests-per-minute']),
+  tokensPerMinute: positive('tokens-per-minute', args['tokens-per-minute']),
+};
+const clientCounts: Record<LoadId, number> = {
+  requests: positive('clients', args.clients),
+  tokens: positive('token-clients', args['token-clients']),
+};
 const replicaCount = positive('replicas', args.replicas);
 /**
  * After a change of mode (Redis stopped or back), how long before the next window opens, s: each
@@ -82,9 +96,25 @@ function timeline(): { windows: LimitWindow[]; stopRedisAtMs: number; restartRed
   const endMs = recoveredFrom + recoveredSeconds * 1_000;
   return {
     windows: [
-      { name: 'burst', description: 'the first second: the bucket’s burst (one period’s worth), not a rate', fromMs: 0, toMs: 1_000, checked: false },
-      { name: 'shared', description: 'Redis up: one bucket in Redis for all replicas', fromMs: sharedFrom, toMs: stopRedisAtMs },
-      { name: 'outage', description: `Redis stopped: each replica enforces limit ÷ ${replicaCount} in memory`, fromMs: outageFrom, toMs: restartRedisAtMs },
+      {
+        name: 'burst',
+        description: 'the first second: the bucket’s burst (one period’s worth), not a rate',
+        fromMs: 0,
+        toMs: 1_000,
+        checked: false,
+      },
+      {
+        name: 'shared',
+        description: 'Redis up: one bucket in Redis for all replicas',
+        fromMs: sharedFrom,
+        toMs: stopRedisAtMs,
+      },
+      {
+        name: 'outage',
+        description: `Redis stopped: each replica enforces limit ÷ ${replicaCount} in memory`,
+        fromMs: outageFrom,
+        toMs: restartRedisAtMs,
+      },
       { name: 'recovered', description: 'Redis back: shared again', fromMs: recoveredFrom, toMs: endMs },
     ],
     stopRedisAtMs,
@@ -104,7 +134,14 @@ interface ClientLoop {
   readonly client: number;
 }
 
-async function runClient(loop: ClientLoop, url: string, agent: Agent, startedAt: number, endMs: number, samples: LimitSample[]): Promise<void> {
+async function runClient(
+  loop: ClientLoop,
+  url: string,
+  agent: Agent,
+  startedAt: number,
+  endMs: number,
+  samples: LimitSample[],
+): Promise<void> {
   for (let sequence = 0; performance.now() - startedAt < endMs; sequence++) {
     let status = 0;
     let retryAfter = false;
@@ -115,7 +152,11 @@ async function runClient(loop: ClientLoop, url: string, agent: Agent, startedAt:
         method: 'POST',
         dispatcher: agent,
         headers: { 'content-type': 'application/json', authorization: `Bearer ${loop.key}` },
-        body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: prompt(loop.client, sequence) }], max_tokens: MAX_TOKENS }),
+        body: JSON.stringify({
+          model: MODEL,
+          messages: [{ role: 'user', content: prompt(loop.client, sequence) }],
+          max_tokens: MAX_TOKENS,
+        }),
         headersTimeout: 30_000,
         bodyTimeout: 30_000,
       });
@@ -169,7 +210,10 @@ async function main(): Promise<void> {
   const routers: ProxyProcess[] = [];
   const agent = new Agent({ connections: clientCounts.requests + clientCounts.tokens, keepAliveTimeout: 60_000 });
   try {
-    console.log(`bench:limits — ${replicaCount} router replicas behind ${haproxy}, limits ${limits.requestsPerMinute} requests/min and ${limits.tokensPerMinute} tokens/min`);
+    console.log(
+      `bench:limits — ${replicaCount} router replicas behind ${haproxy}, limits ${limits.requestsPerMinute} ` +
+        `requests/min and ${limits.tokensPerMinute} tokens/min`,
+    );
     redis = await startLocalRedisServer();
     const redisServer = redis;
     opened.push(() => redisServer.stop());
@@ -180,7 +224,10 @@ async function main(): Promise<void> {
     // The replicas agree on the cache-salt secret through Redis (SET NX), as a fleet without a configured one does.
     const routerArgs = ['--auth', 'api-keys', '--api-keys-file', keyFile, '--log-level', 'warn'];
     for (let index = 0; index < replicaCount; index++) {
-      const router = await startRouterProcess(sims.map((sim) => sim.url).join(','), { redisUrl: redis.url, extraArgs: routerArgs });
+      const router = await startRouterProcess(sims.map((sim) => sim.url).join(','), {
+        redisUrl: redis.url,
+        extraArgs: routerArgs,
+      });
       routers.push(router);
       opened.push(() => router.stop());
     }
@@ -189,15 +236,28 @@ async function main(): Promise<void> {
     const switchLogged = routers.map((router) => watchOutput(router, 'this replica enforces its share'));
     const balancer = await startHaproxyProcess(routers.map((router) => router.url));
     opened.push(() => balancer.stop());
-    console.log(`  ${routers.length} routers (${routers.map((router) => router.url).join(', ')}), HAProxy on ${balancer.url}`);
+    console.log(
+      `  ${routers.length} routers (${routers.map((router) => router.url).join(', ')}), HAProxy on ${balancer.url}`,
+    );
     // One heartbeat round (2 s) so that every replica counts all the others before Redis goes away.
     await new Promise((resolve) => setTimeout(resolve, 2_500));
 
     const samples: LimitSample[] = [];
     const startedAt = performance.now();
-    const loops: ClientLoop[] = LOAD_IDS.flatMap((load) => Array.from({ length: clientCounts[load] }, (_, client) => ({ load, key: load === 'requests' ? requestsKey.secret : tokensKey.secret, client })));
-    const running = Promise.all(loops.map((loop) => runClient(loop, balancer.url, agent, startedAt, plan.endMs, samples)));
-    console.log(`  ${loops.length} clients for ${(plan.endMs / 1_000).toFixed(0)} s: Redis stops at ${plan.stopRedisAtMs / 1_000} s and returns at ${plan.restartRedisAtMs / 1_000} s`);
+    const loops: ClientLoop[] = LOAD_IDS.flatMap((load) =>
+      Array.from({ length: clientCounts[load] }, (_, client) => ({
+        load,
+        key: load === 'requests' ? requestsKey.secret : tokensKey.secret,
+        client,
+      })),
+    );
+    const running = Promise.all(
+      loops.map((loop) => runClient(loop, balancer.url, agent, startedAt, plan.endMs, samples)),
+    );
+    console.log(
+      `  ${loops.length} clients for ${(plan.endMs / 1_000).toFixed(0)} s: Redis stops at ${plan.stopRedisAtMs / 1_000} ` +
+        `s and returns at ${plan.restartRedisAtMs / 1_000} s`,
+    );
 
     let redisStopped = false;
     let redisRestarted = false;
@@ -221,7 +281,8 @@ async function main(): Promise<void> {
         const line = LOAD_IDS.map((load) => {
           const mine = recent.filter((sample) => sample.load === load);
           const served = mine.filter((sample) => sample.status === 200);
-          const amount = load === 'requests' ? served.length : served.reduce((sum, sample) => sum + sample.usageTokens, 0);
+          const amount =
+            load === 'requests' ? served.length : served.reduce((sum, sample) => sum + sample.usageTokens, 0);
           return `${load} key ${Math.round(amount * 6)}/min (${mine.filter((sample) => sample.status === 429).length} × 429)`;
         });
         console.log(`  ${(elapsed / 1_000).toFixed(0)} s: last 10 s: ${line.join(', ')}`);
@@ -231,12 +292,20 @@ async function main(): Promise<void> {
 
     const summary = summarizeLimits(samples, plan.windows, limits);
     const logged = switchLogged.map((seen) => seen());
-    const checks = [...summary.checks, { name: 'every replica logged its switch to local shares', passed: logged.every(Boolean), detail: logged.map((seen, index) => `replica ${index + 1}: ${seen ? 'logged' : 'no log line'}`).join(', ') }];
+    const checks = [
+      ...summary.checks,
+      {
+        name: 'every replica logged its switch to local shares',
+        passed: logged.every(Boolean),
+        detail: logged.map((seen, index) => `replica ${index + 1}: ${seen ? 'logged' : 'no log line'}`).join(', '),
+      },
+    ];
     const header = [
       `# Tenant limits across replicas (${new Date().toISOString()})`,
       '',
       `${replicaCount} kvroute replicas behind HAProxy (TCP, round-robin), one private redis-server, 2 vllm-sim (fast profile).`,
-      `Requests key: ${limits.requestsPerMinute}/min, ${clientCounts.requests} clients. Tokens key: ${limits.tokensPerMinute} tokens/min (usage tokens), ${clientCounts.tokens} clients.`,
+      `Requests key: ${limits.requestsPerMinute}/min, ${clientCounts.requests} clients. Tokens key: ` +
+        `${limits.tokensPerMinute} tokens/min (usage tokens), ${clientCounts.tokens} clients.`,
       'Clients honour retry-after-ms. Windows open after the burst is spent: GCRA admits one period’s worth at once, then the rate.',
     ];
     const markdown = renderLimitsMarkdown({ ...summary, checks }, plan.windows, limits, header);
@@ -246,8 +315,16 @@ async function main(): Promise<void> {
       xLabel: 'seconds since start (Redis stopped and restarted at the window edges)',
       yLabel: 'per second',
       series: [
-        { label: `requests key (limit ${(limits.requestsPerMinute / 60).toFixed(1)}/s)`, color: PALETTE[0] as string, points: perSecond(samples, 'requests', plan.endMs) },
-        { label: `tokens key ÷ 50 (limit ${(limits.tokensPerMinute / 60 / 50).toFixed(1)}/s)`, color: PALETTE[1] as string, points: perSecond(samples, 'tokens', plan.endMs).map(([x, y]) => [x, y / 50] as [number, number]) },
+        {
+          label: `requests key (limit ${(limits.requestsPerMinute / 60).toFixed(1)}/s)`,
+          color: PALETTE[0] as string,
+          points: perSecond(samples, 'requests', plan.endMs),
+        },
+        {
+          label: `tokens key ÷ 50 (limit ${(limits.tokensPerMinute / 60 / 50).toFixed(1)}/s)`,
+          color: PALETTE[1] as string,
+          points: perSecond(samples, 'tokens', plan.endMs).map(([x, y]) => [x, y / 50] as [number, number]),
+        },
       ],
     });
     const stamp = new Date().toISOString().replace(/[:.]/g, '-');
@@ -255,12 +332,27 @@ async function main(): Promise<void> {
     mkdirSync(resultsDir, { recursive: true });
     writeFileSync(join(resultsDir, `limits-${stamp}.md`), markdown);
     writeFileSync(join(resultsDir, `limits-${stamp}.svg`), chart);
-    writeFileSync(join(resultsDir, `limits-${stamp}.json`), JSON.stringify({ limits, clients: clientCounts, replicas: replicaCount, windows: plan.windows, summary: { ...summary, checks }, samples }, null, 1));
+    writeFileSync(
+      join(resultsDir, `limits-${stamp}.json`),
+      JSON.stringify(
+        {
+          limits,
+          clients: clientCounts,
+          replicas: replicaCount,
+          windows: plan.windows,
+          summary: { ...summary, checks },
+          samples,
+        },
+        null,
+        1,
+      ),
+    );
     console.log(`results written to bench/results/limits-${stamp}.{md,svg,json}`);
     if (!checks.every((check) => check.passed)) process.exitCode = 1;
   } finally {
     await agent.close();
-    for (const close of opened.reverse()) await close().catch((error: unknown) => console.error(`close failed: ${String(error)}`));
+    for (const close of opened.reverse())
+      await close().catch((error: unknown) => console.error(`close failed: ${String(error)}`));
     rmSync(dirname(keyFile), { recursive: true, force: true });
   }
 }

@@ -53,7 +53,9 @@ export function processListeningOn(port: number, preferPids: readonly number[] =
   const targets = new Set([...inodes].map((inode) => `socket:[${inode}]`));
   let all: number[] = [];
   try {
-    all = readdirSync('/proc').filter((name) => /^\d+$/.test(name)).map(Number);
+    all = readdirSync('/proc')
+      .filter((name) => /^\d+$/.test(name))
+      .map(Number);
   } catch {
     return undefined;
   }
@@ -94,7 +96,11 @@ function childPids(pid: number): number[] {
   try {
     return readdirSync(`/proc/${pid}/task`).flatMap((tid) => {
       try {
-        return readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+        return readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8')
+          .trim()
+          .split(/\s+/)
+          .filter(Boolean)
+          .map(Number);
       } catch {
         return [];
       }
@@ -109,13 +115,24 @@ function childPids(pid: number): number[] {
  * background I/O threads besides its main one) and returns the process's allowed CPU list afterwards
  * (/proc/<pid>/status `Cpus_allowed_list`), or an error message.
  */
-export function pinRunningProcess(pid: number, core: number): { ok: true; cpus: string } | { ok: false; error: string } {
+export function pinRunningProcess(
+  pid: number,
+  core: number,
+): { ok: true; cpus: string } | { ok: false; error: string } {
   const result = spawnSync('taskset', ['-a', '-cp', String(core), String(pid)], { encoding: 'utf8' });
-  if (result.error || result.status !== 0) return { ok: false, error: (result.error?.message ?? result.stderr).trim() || `taskset exited with ${result.status}` };
+  if (result.error || result.status !== 0)
+    return {
+      ok: false,
+      error: (result.error?.message ?? result.stderr).trim() || `taskset exited with ${result.status}`,
+    };
   try {
-    const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((entry) => entry.startsWith('Cpus_allowed_list:'));
+    const line = readFileSync(`/proc/${pid}/status`, 'utf8')
+      .split('\n')
+      .find((entry) => entry.startsWith('Cpus_allowed_list:'));
     const cpus = line?.split(':')[1]?.trim() ?? '?';
-    return cpus === String(core) ? { ok: true, cpus } : { ok: false, error: `taskset ran, but the process may run on cores ${cpus}` };
+    return cpus === String(core)
+      ? { ok: true, cpus }
+      : { ok: false, error: `taskset ran, but the process may run on cores ${cpus}` };
   } catch (error) {
     return { ok: false, error: error instanceof Error ? error.message : String(error) };
   }

@@ -8,7 +8,11 @@ export interface LocalSim {
   readonly process: ChildProcess;
 }
 
-export async function startLocalSims(count: number, simArgs: readonly string[], options: { pinToCore?: number } = {}): Promise<LocalSim[]> {
+export async function startLocalSims(
+  count: number,
+  simArgs: readonly string[],
+  options: { pinToCore?: number } = {},
+): Promise<LocalSim[]> {
   const sims: LocalSim[] = [];
   // All ports at once (held open together, so distinct): one at a time, a port freed for a sim that has
   // not bound it yet can be handed out again (64 sims collided on one).
@@ -17,7 +21,9 @@ export async function startLocalSims(count: number, simArgs: readonly string[], 
     const child =
       options.pinToCore === undefined
         ? spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] })
-        : spawn('taskset', ['-c', String(options.pinToCore), process.execPath, ...args], { stdio: ['ignore', 'inherit', 'inherit'] });
+        : spawn('taskset', ['-c', String(options.pinToCore), process.execPath, ...args], {
+            stdio: ['ignore', 'inherit', 'inherit'],
+          });
     sims.push({ url: `http://127.0.0.1:${port}`, process: child });
   }
   await Promise.all(sims.map((sim) => waitReady(`${sim.url}/health`)));
@@ -66,13 +72,32 @@ export interface LocalRouter {
 }
 
 /** Starts a kvroute router process over `backendUrls` and waits until it is ready. */
-export async function startLocalRouter(backendUrls: readonly string[], routerArgs: readonly string[], options: { pinToCore?: number } = {}): Promise<LocalRouter> {
+export async function startLocalRouter(
+  backendUrls: readonly string[],
+  routerArgs: readonly string[],
+  options: { pinToCore?: number } = {},
+): Promise<LocalRouter> {
   const port = await freePort();
-  const args = [...nodeArgsFor('router'), '--host', '127.0.0.1', '--port', String(port), '--backends', backendUrls.join(','), '--log-level', 'warn', '--shutdown-drain-delay-ms', '0', ...routerArgs];
+  const args = [
+    ...nodeArgsFor('router'),
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--backends',
+    backendUrls.join(','),
+    '--log-level',
+    'warn',
+    '--shutdown-drain-delay-ms',
+    '0',
+    ...routerArgs,
+  ];
   const child =
     options.pinToCore === undefined
       ? spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] })
-      : spawn('taskset', ['-c', String(options.pinToCore), process.execPath, ...args], { stdio: ['ignore', 'inherit', 'inherit'] });
+      : spawn('taskset', ['-c', String(options.pinToCore), process.execPath, ...args], {
+          stdio: ['ignore', 'inherit', 'inherit'],
+        });
   const url = `http://127.0.0.1:${port}`;
   await waitReady(`${url}/readyz`);
   return { url, process: child };

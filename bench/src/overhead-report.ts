@@ -11,10 +11,22 @@ import type { WrkResult } from './wrk';
  * checkout, e.g. the commit before a change) runs right after the path it is compared with, so the
  * pair sees the same state of a drifting machine.
  */
-export const PATH_IDS = ['direct', 'bare', 'kvroute', 'kvroute-baseline', 'kvroute-redis', 'kvroute-redis-baseline', 'kvroute-redis-keys', 'haproxy'] as const;
+export const PATH_IDS = [
+  'direct',
+  'bare',
+  'kvroute',
+  'kvroute-baseline',
+  'kvroute-redis',
+  'kvroute-redis-baseline',
+  'kvroute-redis-keys',
+  'haproxy',
+] as const;
 export type PathId = (typeof PATH_IDS)[number];
 /** The paths measured only with `--baseline`, and the path each is compared with. */
-export const BASELINE_OF = { 'kvroute-baseline': 'kvroute', 'kvroute-redis-baseline': 'kvroute-redis' } as const satisfies Partial<Record<PathId, PathId>>;
+export const BASELINE_OF = {
+  'kvroute-baseline': 'kvroute',
+  'kvroute-redis-baseline': 'kvroute-redis',
+} as const satisfies Partial<Record<PathId, PathId>>;
 export type BaselinePathId = keyof typeof BASELINE_OF;
 
 export function isBaselinePath(path: PathId): path is BaselinePathId {
@@ -106,7 +118,9 @@ export function median(values: readonly number[]): number {
   if (values.length === 0) return Number.NaN;
   const sorted = [...values].sort((a, b) => a - b);
   const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? (sorted[middle] as number) : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2;
+  return sorted.length % 2 === 1
+    ? (sorted[middle] as number)
+    : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2;
 }
 
 /** Combines the paced rounds of one path: median of each percentile, sums of counts, CPU and time. */
@@ -114,12 +128,20 @@ export function combinePacedRounds(rounds: readonly PacedRound[]): PacedMeasurem
   const requests = rounds.reduce((sum, round) => sum + round.wrk.requests, 0);
   if (requests === 0) throw new Error('no request completed in the paced runs');
   const sum = (pick: (round: PacedRound) => number): number => rounds.reduce((total, round) => total + pick(round), 0);
-  const ms = (pick: (latency: WrkResult['latencyUs']) => number): number[] => rounds.map((round) => pick(round.wrk.latencyUs) / 1000);
+  const ms = (pick: (latency: WrkResult['latencyUs']) => number): number[] =>
+    rounds.map((round) => pick(round.wrk.latencyUs) / 1000);
   const hasProxy = rounds.every((round) => round.proxyCpuSeconds !== undefined);
   const simCpu = sum((round) => round.simCpuSeconds);
   const proxyCpu = sum((round) => round.proxyCpuSeconds ?? 0);
   const hasRedis = rounds.every((round) => round.redisCpuSeconds !== undefined);
-  const errors = sum((round) => round.wrk.errors.connect + round.wrk.errors.read + round.wrk.errors.write + round.wrk.errors.status + round.wrk.errors.timeout);
+  const errors = sum(
+    (round) =>
+      round.wrk.errors.connect +
+      round.wrk.errors.read +
+      round.wrk.errors.write +
+      round.wrk.errors.status +
+      round.wrk.errors.timeout,
+  );
   return {
     rounds: rounds.length,
     requests,
@@ -134,12 +156,18 @@ export function combinePacedRounds(rounds: readonly PacedRound[]): PacedMeasurem
     ...(hasProxy ? { proxyCpuUsPerRequest: (proxyCpu * 1e6) / requests } : {}),
     simCpuUsPerRequest: (simCpu * 1e6) / requests,
     ...(hasRedis ? { redisCpuUsPerRequest: (sum((round) => round.redisCpuSeconds ?? 0) * 1e6) / requests } : {}),
-    ...(rounds.some((round) => round.onLocalState !== undefined) ? { roundsOnLocalState: rounds.filter((round) => round.onLocalState === true).length } : {}),
+    ...(rounds.some((round) => round.onLocalState !== undefined)
+      ? { roundsOnLocalState: rounds.filter((round) => round.onLocalState === true).length }
+      : {}),
     sharedCoreBusy: (simCpu + (hasProxy ? proxyCpu : 0)) / sum((round) => round.wallSeconds),
-    ...(rounds.every((round) => round.foreignCpuCores !== undefined) ? { foreignCpuCoresMax: Math.max(...rounds.map((round) => round.foreignCpuCores ?? 0)) } : {}),
+    ...(rounds.every((round) => round.foreignCpuCores !== undefined)
+      ? { foreignCpuCoresMax: Math.max(...rounds.map((round) => round.foreignCpuCores ?? 0)) }
+      : {}),
     roundP50sMs: ms((latency) => latency.p50),
     roundP99sMs: ms((latency) => latency.p99),
-    roundProxyCpuUsPerRequest: hasProxy ? rounds.map((round) => ((round.proxyCpuSeconds ?? 0) * 1e6) / Math.max(1, round.wrk.requests)) : [],
+    roundProxyCpuUsPerRequest: hasProxy
+      ? rounds.map((round) => ((round.proxyCpuSeconds ?? 0) * 1e6) / Math.max(1, round.wrk.requests))
+      : [],
   };
 }
 
@@ -188,14 +216,22 @@ export interface Added {
 }
 
 /** What a path adds over the direct path, percentile by percentile (p99 of path − p99 of direct). */
-export function addedLatency(path: PacedMeasurement | undefined, direct: PacedMeasurement | undefined): Added | undefined {
+export function addedLatency(
+  path: PacedMeasurement | undefined,
+  direct: PacedMeasurement | undefined,
+): Added | undefined {
   if (!path || !direct) return undefined;
   return { p50Ms: path.p50Ms - direct.p50Ms, p99Ms: path.p99Ms - direct.p99Ms };
 }
 
 /** a / b, undefined when either is missing or b is too small to divide by meaningfully. */
-export function ratio(a: number | undefined, b: number | undefined, minDenominator = Number.EPSILON): number | undefined {
-  if (a === undefined || b === undefined || !Number.isFinite(a) || !Number.isFinite(b) || b < minDenominator) return undefined;
+export function ratio(
+  a: number | undefined,
+  b: number | undefined,
+  minDenominator = Number.EPSILON,
+): number | undefined {
+  if (a === undefined || b === undefined || !Number.isFinite(a) || !Number.isFinite(b) || b < minDenominator)
+    return undefined;
   return a / b;
 }
 
@@ -214,7 +250,12 @@ export interface WorkloadSummary {
   readonly kvrouteRedisVsKvroute?: Added;
   readonly redisCpuUsPerRequest?: number;
   /** true / false against TARGETS; undefined when a figure is missing. */
-  readonly meets: { readonly addedP50?: boolean; readonly addedP99?: boolean; readonly maxRate?: boolean; readonly redisAddedP50?: boolean };
+  readonly meets: {
+    readonly addedP50?: boolean;
+    readonly addedP99?: boolean;
+    readonly maxRate?: boolean;
+    readonly redisAddedP50?: boolean;
+  };
 }
 
 export function summarize(result: WorkloadResult, targets: Targets = TARGETS): WorkloadSummary {
@@ -249,7 +290,8 @@ export function summarize(result: WorkloadResult, targets: Targets = TARGETS): W
       addedP50: kvrouteAddedP50VsBare === undefined ? undefined : kvrouteAddedP50VsBare <= targets.addedP50VsBare,
       addedP99: kvrouteAddedP99Ms === undefined ? undefined : kvrouteAddedP99Ms <= targets.addedP99Ms,
       maxRate: kvrouteMaxRateVsBare === undefined ? undefined : kvrouteMaxRateVsBare >= targets.maxRateVsBare,
-      redisAddedP50: kvrouteRedisAddedP50Ms === undefined ? undefined : kvrouteRedisAddedP50Ms <= targets.redisAddedP50Ms,
+      redisAddedP50:
+        kvrouteRedisAddedP50Ms === undefined ? undefined : kvrouteRedisAddedP50Ms <= targets.redisAddedP50Ms,
     },
   };
 }
@@ -276,7 +318,9 @@ function mark(ok: boolean | undefined): string {
 /** One row per workload × path: the raw figures and what each path adds over direct. */
 export function resultsTable(results: readonly WorkloadResult[], rate: number): string {
   const lines = [
-    `| workload | path | achieved req/s (target ${rate}) | p50 ms | p99 ms | added p50 ms | added p99 ms | max req/s | max vs bare | proxy CPU µs/req | sim CPU µs/req | Redis CPU µs/req | proxy + sim CPU (of one core) | errors |`,
+    `| workload | path | achieved req/s (target ${rate}) | p50 ms | p99 ms | added p50 ms | added ` +
+      `p99 ms | max req/s | max vs bare | proxy CPU µs/req | sim CPU µs/req | Redis CPU µs/req | ` +
+      `proxy + sim CPU (of one core) | errors |`,
     '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const result of results) {
@@ -285,7 +329,9 @@ export function resultsTable(results: readonly WorkloadResult[], rate: number): 
     for (const path of result.paths) {
       const label = PATH_LABELS[path.path];
       if (!path.paced && !path.max) {
-        lines.push(`| ${result.workload.id} | ${label} | skipped: ${escapeCell(path.skipped ?? 'no data')} ||||||||||||`);
+        lines.push(
+          `| ${result.workload.id} | ${label} | skipped: ${escapeCell(path.skipped ?? 'no data')} ||||||||||||`,
+        );
         continue;
       }
       const paced = path.paced;
@@ -320,10 +366,15 @@ export function resultsTable(results: readonly WorkloadResult[], rate: number): 
  */
 export function targetsTable(results: readonly WorkloadResult[], targets: Targets = TARGETS): string {
   const lines = [
-    `| workload | kvroute added p50 ÷ bare's (≤ ${targets.addedP50VsBare}) | kvroute added p99 ms (≤ ${targets.addedP99Ms}) | kvroute max ÷ bare's (≥ ${targets.maxRateVsBare}) | kvroute + Redis added p50 ms (≤ ${targets.redisAddedP50Ms}) | kvroute + Redis added p99 ms | kvroute + Redis − kvroute p50 / p99 ms | Redis CPU µs/req | bare added p50 / p99 ms | HAProxy added p50 / p99 ms | HAProxy added p50 ÷ bare's | HAProxy max ÷ bare's |`,
+    `| workload | kvroute added p50 ÷ bare's (≤ ${targets.addedP50VsBare}) | kvroute added p99 ` +
+      `ms (≤ ${targets.addedP99Ms}) | kvroute max ÷ bare's (≥ ${targets.maxRateVsBare}) | kvroute ` +
+      `+ Redis added p50 ms (≤ ${targets.redisAddedP50Ms}) | kvroute + Redis added p99 ms | kvroute ` +
+      `+ Redis − kvroute p50 / p99 ms | Redis CPU µs/req | bare added p50 / p99 ms | HAProxy added ` +
+      `p50 / p99 ms | HAProxy added p50 ÷ bare's | HAProxy max ÷ bare's |`,
     '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
-  const pair = (value: Added | undefined): string => (value ? `${signedMs(value.p50Ms)} / ${signedMs(value.p99Ms)}` : DASH);
+  const pair = (value: Added | undefined): string =>
+    value ? `${signedMs(value.p50Ms)} / ${signedMs(value.p99Ms)}` : DASH;
   for (const result of results) {
     const summary = summarize(result, targets);
     const cells = [
@@ -356,7 +407,8 @@ export function baselineTable(results: readonly WorkloadResult[]): string {
     '| workload | path | proxy CPU µs/req: baseline → this | change (totals) | change, median of rounds [min, max] | added p50 ms: baseline → this |',
     '|---|---|---:|---:|---:|---:|',
   ];
-  const percent = (value: number | undefined): string => (value === undefined ? DASH : `${value >= 1 ? '+' : '−'}${Math.abs(100 * (value - 1)).toFixed(1)} %`);
+  const percent = (value: number | undefined): string =>
+    value === undefined ? DASH : `${value >= 1 ? '+' : '−'}${Math.abs(100 * (value - 1)).toFixed(1)} %`;
   for (const result of results) {
     const summary = summarize(result);
     const byPath = new Map(result.paths.map((path) => [path.path, path]));
@@ -372,7 +424,9 @@ export function baselineTable(results: readonly WorkloadResult[]): string {
         PATH_LABELS[comparedPath],
         `${baseline?.proxyCpuUsPerRequest?.toFixed(0) ?? DASH} → ${compared?.proxyCpuUsPerRequest?.toFixed(0) ?? DASH}`,
         percent(ratio(compared?.proxyCpuUsPerRequest, baseline?.proxyCpuUsPerRequest)),
-        roundRatios.length === 0 ? DASH : `${percent(median(roundRatios))} [${percent(Math.min(...roundRatios))}, ${percent(Math.max(...roundRatios))}]`,
+        roundRatios.length === 0
+          ? DASH
+          : `${percent(median(roundRatios))} [${percent(Math.min(...roundRatios))}, ${percent(Math.max(...roundRatios))}]`,
         `${signedMs(summary.added[baselinePath]?.p50Ms)} → ${signedMs(summary.added[comparedPath]?.p50Ms)}`,
       ];
       lines.push(`| ${cells.join(' | ')} |`);

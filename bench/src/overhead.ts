@@ -71,7 +71,14 @@ import {
 } from './overhead-report';
 import { machineBusyCores, machineCpuSeconds, ownCpuSeconds, processCpuSeconds } from './process-cpu';
 import { newBenchKey, writeBenchKeyFile } from './bench-api-keys';
-import { haproxyVersion, lastLines, startBareProxyProcess, startHaproxyProcess, startRouterProcess, type ProxyProcess } from './proxy-processes';
+import {
+  haproxyVersion,
+  lastLines,
+  startBareProxyProcess,
+  startHaproxyProcess,
+  startRouterProcess,
+  type ProxyProcess,
+} from './proxy-processes';
 import { errorCount, pacingDelayMs, requestRate, runWrk, type WrkResult, type WrkRun } from './wrk';
 
 const { values: args } = parseArgs({
@@ -105,7 +112,8 @@ const repoRoot = join(import.meta.dirname, '..', '..');
 /** Router flags for the baseline paths only (`--baseline-args="…"`, with '=': the value starts with a dash). */
 const baselineArgs = (args['baseline-args'] ?? '').split(/\s+/).filter(Boolean);
 /** The baseline's checkout: `--baseline DIR`, or this one when only `--baseline-args` is given (what a flag costs). */
-const baselineDir = args.baseline !== undefined ? resolve(args.baseline) : baselineArgs.length > 0 ? repoRoot : undefined;
+const baselineDir =
+  args.baseline !== undefined ? resolve(args.baseline) : baselineArgs.length > 0 ? repoRoot : undefined;
 const PROXY_CORE = 0;
 const CLIENT_CORE = 1;
 
@@ -114,16 +122,25 @@ function selectedPaths(): PathId[] {
   const unknown = wanted.filter((id) => !(PATH_IDS as readonly string[]).includes(id));
   if (unknown.length > 0) throw new Error(`unknown path(s) ${unknown.join(', ')}; choose from ${PATH_IDS.join(', ')}`);
   const baselines = wanted.filter((id) => isBaselinePath(id as PathId));
-  if (baselineDir === undefined && baselines.length > 0) throw new Error(`path(s) ${baselines.join(', ')} need --baseline DIR or --baseline-args`);
+  if (baselineDir === undefined && baselines.length > 0)
+    throw new Error(`path(s) ${baselines.join(', ')} need --baseline DIR or --baseline-args`);
   // Direct is the reference every added latency is measured against; a baseline comes with the path it is compared with.
-  return PATH_IDS.filter((id) => id === 'direct' || wanted.includes(id) || (baselineDir !== undefined && isBaselinePath(id) && wanted.includes(BASELINE_OF[id])));
+  return PATH_IDS.filter(
+    (id) =>
+      id === 'direct' ||
+      wanted.includes(id) ||
+      (baselineDir !== undefined && isBaselinePath(id) && wanted.includes(BASELINE_OF[id])),
+  );
 }
 
 function selectedWorkloads(): Workload[] {
   const wanted = args.workloads.split(',').map((id) => id.trim());
   const chosen = WORKLOADS.filter((workload) => wanted.includes(workload.id));
   const unknown = wanted.filter((id) => !WORKLOADS.some((workload) => workload.id === id));
-  if (unknown.length > 0 || chosen.length === 0) throw new Error(`unknown workload(s) ${unknown.join(', ')}; choose from ${WORKLOADS.map((workload) => workload.id).join(', ')}`);
+  if (unknown.length > 0 || chosen.length === 0)
+    throw new Error(
+      `unknown workload(s) ${unknown.join(', ')}; choose from ${WORKLOADS.map((workload) => workload.id).join(', ')}`,
+    );
   return chosen;
 }
 
@@ -159,12 +176,24 @@ interface BenchRedis {
 function locateRedis(redis: TestRedis, pinToCore: number | undefined): BenchRedis {
   const where = `redis-server on 127.0.0.1:${redis.port}`;
   if (redis.source !== 'local-redis-server') {
-    return { redis, placement: `Redis from ${redis.source} (port ${redis.port}): no local redis-server process, so not pinned and its CPU not measured (it counts as other processes' CPU)` };
+    return {
+      redis,
+      placement:
+        `Redis from ${redis.source} (port ${redis.port}): no local redis-server process, so not pinned ` +
+        `and its CPU not measured (it counts as other processes' CPU)`,
+    };
   }
   const found = processListeningOn(redis.port, [process.pid]);
-  if (!found) return { redis, placement: `${where}: its process was not found by port in /proc, so not pinned and its CPU not measured` };
+  if (!found)
+    return {
+      redis,
+      placement: `${where}: its process was not found by port in /proc, so not pinned and its CPU not measured`,
+    };
   if (found.command !== 'redis-server') {
-    return { redis, placement: `${where}: port held by ${found.command} (pid ${found.pid}), not a redis-server, so not pinned and its CPU not measured` };
+    return {
+      redis,
+      placement: `${where}: port held by ${found.command} (pid ${found.pid}), not a redis-server, so not pinned and its CPU not measured`,
+    };
   }
   const located = `${where} (pid ${found.pid}, found by its listening port in /proc)`;
   if (pinToCore === undefined) return { redis, pid: found.pid, placement: `${located}, not pinned` };
@@ -172,7 +201,9 @@ function locateRedis(redis: TestRedis, pinToCore: number | undefined): BenchRedi
   return {
     redis,
     pid: found.pid,
-    placement: pinnedTo.ok ? `${located} pinned to core ${pinToCore} with wrk (taskset -a -cp)` : `${located}, pinning to core ${pinToCore} failed: ${pinnedTo.error}`,
+    placement: pinnedTo.ok
+      ? `${located} pinned to core ${pinToCore} with wrk (taskset -a -cp)`
+      : `${located}, pinning to core ${pinToCore} failed: ${pinnedTo.error}`,
   };
 }
 
@@ -187,10 +218,16 @@ async function routerStateHealth(routerUrl: string): Promise<{ degraded: boolean
     const text = await response.text();
     if (!response.ok) return undefined;
     const lines = text.split('\n');
-    const value = (line: string | undefined): number => (line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1)));
+    const value = (line: string | undefined): number =>
+      line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
     return {
       degraded: value(lines.find((line) => line.startsWith('kvroute_router_state_degraded '))) === 1,
-      fallbacks: value(lines.find((line) => line.startsWith('kvroute_router_state_degraded_transitions_total{') && line.includes('to="degraded"'))),
+      fallbacks: value(
+        lines.find(
+          (line) =>
+            line.startsWith('kvroute_router_state_degraded_transitions_total{') && line.includes('to="degraded"'),
+        ),
+      ),
     };
   } catch {
     return undefined;
@@ -198,25 +235,41 @@ async function routerStateHealth(routerUrl: string): Promise<{ degraded: boolean
 }
 
 async function main(): Promise<void> {
-  for (const [flag, value] of Object.entries({ rate, seconds, 'paced-connections': pacedConnections, 'max-connections': maxConnections, rounds, 'max-tokens': maxTokens })) {
+  for (const [flag, value] of Object.entries({
+    rate,
+    seconds,
+    'paced-connections': pacedConnections,
+    'max-connections': maxConnections,
+    rounds,
+    'max-tokens': maxTokens,
+  })) {
     if (!(value > 0)) throw new Error(`--${flag} must be a positive number`);
   }
   if (!(warmupSeconds >= 0)) throw new Error('--warmup-seconds must be 0 or more');
   // wrk takes whole seconds.
-  if (!Number.isInteger(seconds) || !Number.isInteger(warmupSeconds)) throw new Error('--seconds and --warmup-seconds must be whole seconds');
+  if (!Number.isInteger(seconds) || !Number.isInteger(warmupSeconds))
+    throw new Error('--seconds and --warmup-seconds must be whole seconds');
   if (!Number.isInteger(rounds)) throw new Error('--rounds must be a whole number');
   const paths = selectedPaths();
   const workloads = selectedWorkloads();
   // Proxies run as deployed: production bundles (`npm run build`), no TypeScript transform at run time.
   console.log('Building production bundles (npm run build)…');
-  const built = spawnSync('npm', ['run', '--silent', 'build'], { cwd: join(import.meta.dirname, '..', '..'), stdio: ['ignore', 'ignore', 'inherit'] });
+  const built = spawnSync('npm', ['run', '--silent', 'build'], {
+    cwd: join(import.meta.dirname, '..', '..'),
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   if (built.status !== 0) throw new Error('npm run build failed');
   const baseline = baselineDir;
   if (baseline !== undefined && baseline !== repoRoot) {
-    if (!existsSync(join(baseline, 'node_modules'))) throw new Error(`--baseline ${baseline}: no node_modules there; run npm ci in it first`);
+    if (!existsSync(join(baseline, 'node_modules')))
+      throw new Error(`--baseline ${baseline}: no node_modules there; run npm ci in it first`);
     console.log(`Building the baseline's bundles in ${baseline} (${baselineCommit(baseline)}) …`);
-    const builtBaseline = spawnSync('npm', ['run', '--silent', 'build'], { cwd: baseline, stdio: ['ignore', 'ignore', 'inherit'] });
-    if (builtBaseline.status !== 0 || !existsSync(join(baseline, 'dist', 'router.mjs'))) throw new Error(`npm run build failed in ${baseline}`);
+    const builtBaseline = spawnSync('npm', ['run', '--silent', 'build'], {
+      cwd: baseline,
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    if (builtBaseline.status !== 0 || !existsSync(join(baseline, 'dist', 'router.mjs')))
+      throw new Error(`npm run build failed in ${baseline}`);
   }
   const wrkVersion = toolVersion('wrk', ['-v'])?.replace(/\s+Copyright.*$/, '');
   if (!wrkVersion?.startsWith('wrk')) throw new Error('wrk is not installed (Debian: apt-get install wrk)');
@@ -229,9 +282,14 @@ async function main(): Promise<void> {
   const notes: string[] = [];
   const startedAt = new Date();
 
-  console.log(`Proxy overhead: wrk → {${paths.join(' | ')}} → vllm-sim --profile fast (model ${model}), POST /v1/chat/completions, max_tokens ${maxTokens}`);
   console.log(
-    `paced: ${rate} req/s over ${pacedConnections} connections (each waits ${pacingDelayMs(rate, pacedConnections).toFixed(0)} ms ±50 % between requests), ${rounds} rounds of ${seconds} s per path, interleaved; max rate: closed loop over ${maxConnections} connections, ${seconds} s; ${warmupSeconds} s closed-loop warm-up per path and workload`,
+    `Proxy overhead: wrk → {${paths.join(' | ')}} → vllm-sim --profile fast (model ${model}), POST /v1/chat/completions, max_tokens ${maxTokens}`,
+  );
+  console.log(
+    `paced: ${rate} req/s over ${pacedConnections} connections (each waits ${pacingDelayMs(rate, pacedConnections).toFixed(0)} ` +
+      `ms ±50 % between requests), ${rounds} rounds of ${seconds} s per path, interleaved; max rate: ` +
+      `closed loop over ${maxConnections} connections, ${seconds} s; ${warmupSeconds} s closed-loop ` +
+      `warm-up per path and workload`,
   );
   console.log(`CPU placement: ${placement}`);
   // Nothing of ours runs yet: whatever uses CPU now competes with the benchmark.
@@ -241,7 +299,9 @@ async function main(): Promise<void> {
     notes.push(warning);
     console.log(`WARNING: ${warning}`);
   }
-  console.log(`prompts: every one different (per-request counter first, then filler), workloads ${workloads.map((workload) => workload.id).join(', ')}\n`);
+  console.log(
+    `prompts: every one different (per-request counter first, then filler), workloads ${workloads.map((workload) => workload.id).join(', ')}\n`,
+  );
 
   let sim: LocalSim | undefined;
   let benchRedis: BenchRedis | undefined;
@@ -284,9 +344,20 @@ async function main(): Promise<void> {
       'kvroute-baseline': () => startRouterProcess(simUrl, { ...coreOption, checkout: baseline, ...baselineExtraArgs }),
       'kvroute-redis': async () => startRouterProcess(simUrl, { ...coreOption, redisUrl: (await privateRedis()).url }),
       // Database 1: the two routers' keys never meet, and the one redis-server's CPU is measured for both.
-      'kvroute-redis-baseline': async () => startRouterProcess(simUrl, { ...coreOption, checkout: baseline, redisUrl: `${(await privateRedis()).url}/1`, ...baselineExtraArgs }),
+      'kvroute-redis-baseline': async () =>
+        startRouterProcess(simUrl, {
+          ...coreOption,
+          checkout: baseline,
+          redisUrl: `${(await privateRedis()).url}/1`,
+          ...baselineExtraArgs,
+        }),
       // Keys and limits on (issue 14): every request is looked up (cached) and admitted by admit-tenant.lua, in database 2.
-      'kvroute-redis-keys': async () => startRouterProcess(simUrl, { ...coreOption, redisUrl: `${(await privateRedis()).url}/2`, extraArgs: keysArgs() }),
+      'kvroute-redis-keys': async () =>
+        startRouterProcess(simUrl, {
+          ...coreOption,
+          redisUrl: `${(await privateRedis()).url}/2`,
+          extraArgs: keysArgs(),
+        }),
       haproxy: async () => {
         if (!haproxyVersion()) throw new Error('HAProxy is not installed (/usr/sbin/haproxy): skipped');
         return startHaproxyProcess(simUrl, coreOption);
@@ -297,7 +368,12 @@ async function main(): Promise<void> {
       console.log(`starting ${PATH_LABELS[path]} …`);
       try {
         const proxy = await starters[path]();
-        targets.set(path, { path, url: proxy.url, proxy, ...(path === 'kvroute-redis-keys' ? { apiKey: BENCH_KEY.secret } : {}) });
+        targets.set(path, {
+          path,
+          url: proxy.url,
+          proxy,
+          ...(path === 'kvroute-redis-keys' ? { apiKey: BENCH_KEY.secret } : {}),
+        });
       } catch (error) {
         const message = error instanceof Error ? error.message : String(error);
         unavailable.set(path, message);
@@ -314,24 +390,38 @@ async function main(): Promise<void> {
     let runId = 0;
     for (const [index, workload] of workloads.entries()) {
       console.log(`workload ${index + 1}/${workloads.length}: ${workload.id}`);
-      const pathResults = await measureWorkload(workload, paths, targets, unavailable, { sim, redisPid: benchRedis?.pid, clientCore, nextRunId: () => ++runId });
+      const pathResults = await measureWorkload(workload, paths, targets, unavailable, {
+        sim,
+        redisPid: benchRedis?.pid,
+        clientCore,
+        nextRunId: () => ++runId,
+      });
       // With Redis trouble (a call over --redis-timeout-ms, 50 ms) the router routes on local state: say so.
       if (redisRouter && !redisRouter.proxy?.exited()) {
         const fallbacks = (await routerStateHealth(redisRouter.url))?.fallbacks;
         const kept = pathResults.find((result) => result.path === 'kvroute-redis')?.paced?.roundsOnLocalState ?? 0;
-        if (fallbacks === undefined) notes.push(`${workload.id} × kvroute + Redis: could not read the router's /metrics to check it stayed on Redis state.`);
+        if (fallbacks === undefined)
+          notes.push(
+            `${workload.id} × kvroute + Redis: could not read the router's /metrics to check it stayed on Redis state.`,
+          );
         else if (fallbacks > (fallbacksSoFar ?? 0)) {
           notes.push(
-            `${workload.id} × kvroute + Redis: the router fell back to its local state ${fallbacks - (fallbacksSoFar ?? 0)} time(s) (a Redis call failed or took over 50 ms, --redis-timeout-ms), counting warm-up, repeated and max-rate runs; ${kept} of the paced rounds kept ran partly on local state, not Redis.`,
+            `${workload.id} × kvroute + Redis: the router fell back to its local state ${fallbacks - (fallbacksSoFar ?? 0)} ` +
+              `time(s) (a Redis call failed or took over 50 ms, --redis-timeout-ms), counting warm-up, repeated ` +
+              `and max-rate runs; ${kept} of the paced rounds kept ran partly on local state, not Redis.`,
           );
         }
         fallbacksSoFar = fallbacks ?? fallbacksSoFar;
       }
       for (const result of pathResults) {
-        if (result.skipped && targets.has(result.path)) notes.push(`${workload.id} × ${PATH_LABELS[result.path]}: ${result.skipped}`);
+        if (result.skipped && targets.has(result.path))
+          notes.push(`${workload.id} × ${PATH_LABELS[result.path]}: ${result.skipped}`);
         const foreign = result.paced?.foreignCpuCoresMax;
         if (foreign !== undefined && foreign > DISTURBED_CORES) {
-          notes.push(`${workload.id} × ${PATH_LABELS[result.path]}: other processes still used up to ${foreign.toFixed(2)} cores during a paced round after ${MAX_REPEATS} repeats; its figures are noisier.`);
+          notes.push(
+            `${workload.id} × ${PATH_LABELS[result.path]}: other processes still used up to ${foreign.toFixed(2)} ` +
+              `cores during a paced round after ${MAX_REPEATS} repeats; its figures are noisier.`,
+          );
         }
       }
       results.push({ workload, paths: pathResults });
@@ -341,19 +431,32 @@ async function main(): Promise<void> {
     const table = resultsTable(results, rate);
     const targetTable = targetsTable(results);
     const againstBaseline = baseline === undefined ? undefined : baselineTable(results);
-    const baselineLine = baseline === undefined ? undefined : `Baseline: the router of ${baseline} (${baselineCommit(baseline)})${baselineArgs.length > 0 ? ` with ${baselineArgs.join(' ')}` : ''}, measured in the same rounds next to the path it is compared with (after it in odd rounds, before it in even ones); change = this ÷ baseline − 1 (CPU per request: lower is better).`;
+    const baselineLine =
+      baseline === undefined
+        ? undefined
+        : `Baseline: the router of ${baseline} (${baselineCommit(baseline)})${baselineArgs.length > 0 ? ` with ${baselineArgs.join(' ')}` : ''}, ` +
+          `measured in the same rounds next to the path it is compared with (after it in odd rounds, ` +
+          `before it in even ones); change = this ÷ baseline − 1 (CPU per request: lower is better).`;
     const explanation = [
-      `p50/p99: median over ${rounds} interleaved paced rounds of wrk's percentile (request written → response complete, the whole stream for SSE). Added = the path's − the direct path's, at ${rate} req/s, ms.`,
-      `Targets (reported, not enforced): kvroute added p50 ≤ ${TARGETS.addedP50VsBare}× the bare proxy's, kvroute added p99 ≤ ${TARGETS.addedP99Ms} ms, kvroute max rate ≥ ${TARGETS.maxRateVsBare}× the bare proxy's; kvroute with Redis added p50 ≤ ${TARGETS.redisAddedP50Ms} ms at ${rate} req/s (kvroute + Redis − kvroute: what Redis state costs over local state).`,
+      `p50/p99: median over ${rounds} interleaved paced rounds of wrk's percentile (request written ` +
+        `→ response complete, the whole stream for SSE). Added = the path's − the direct path's, at ` +
+        `${rate} req/s, ms.`,
+      `Targets (reported, not enforced): kvroute added p50 ≤ ${TARGETS.addedP50VsBare}× the bare ` +
+        `proxy's, kvroute added p99 ≤ ${TARGETS.addedP99Ms} ms, kvroute max rate ≥ ${TARGETS.maxRateVsBare}× ` +
+        `the bare proxy's; kvroute with Redis added p50 ≤ ${TARGETS.redisAddedP50Ms} ms at ${rate} ` +
+        `req/s (kvroute + Redis − kvroute: what Redis state costs over local state).`,
       `Max rate: closed loop over ${maxConnections} connections; the sim shares core 0 with the proxy, so it is the rate of sim + proxy on one core.`,
-      `CPU µs/req: CPU time of the process during the paced runs ÷ requests (10 ms tick resolution); proxy + sim CPU = their CPU time ÷ wall time (when pinned: how busy core 0 was). Redis CPU: the private redis-server of kvroute + Redis, on the client core, not in that figure.`,
+      `CPU µs/req: CPU time of the process during the paced runs ÷ requests (10 ms tick resolution); ` +
+        `proxy + sim CPU = their CPU time ÷ wall time (when pinned: how busy core 0 was). Redis CPU: ` +
+        `the private redis-server of kvroute + Redis, on the client core, not in that figure.`,
       ...(benchRedis ? [`kvroute + Redis: ${benchRedis.placement}.`] : []),
     ];
     console.log('\n## Results\n');
     console.log(table);
     console.log('\n## Against the targets\n');
     console.log(targetTable);
-    if (againstBaseline !== undefined) console.log(`\n## Against the baseline\n\n${baselineLine}\n\n${againstBaseline}`);
+    if (againstBaseline !== undefined)
+      console.log(`\n## Against the baseline\n\n${baselineLine}\n\n${againstBaseline}`);
     console.log('');
     for (const line of explanation) console.log(line);
     if (notes.length > 0) {
@@ -368,21 +471,58 @@ async function main(): Promise<void> {
       wrk: wrkVersion,
       haproxy: haproxyVersion()?.replace(/\s+-\s+https?:.*$/, '') ?? 'HAProxy not installed',
       placement,
-      redis: benchRedis ? { source: benchRedis.redis.source, port: benchRedis.redis.port, pid: benchRedis.pid ?? null, placement: benchRedis.placement, version: toolVersion('redis-server', ['--version']) ?? null } : null,
+      redis: benchRedis
+        ? {
+            source: benchRedis.redis.source,
+            port: benchRedis.redis.port,
+            pid: benchRedis.pid ?? null,
+            placement: benchRedis.placement,
+            version: toolVersion('redis-server', ['--version']) ?? null,
+          }
+        : null,
       otherCpuCoresAtStart: busyBefore ?? null,
     };
-    const config = { rate, seconds, rounds, warmupSeconds, pacedConnections, pacedDelayMs: pacingDelayMs(rate, pacedConnections), maxConnections, maxTokens, model, paths, workloads, pinned, baseline: baseline === undefined ? null : { dir: baseline, commit: baselineCommit(baseline), args: baselineArgs } };
+    const config = {
+      rate,
+      seconds,
+      rounds,
+      warmupSeconds,
+      pacedConnections,
+      pacedDelayMs: pacingDelayMs(rate, pacedConnections),
+      maxConnections,
+      maxTokens,
+      model,
+      paths,
+      workloads,
+      pinned,
+      baseline: baseline === undefined ? null : { dir: baseline, commit: baselineCommit(baseline), args: baselineArgs },
+    };
     const outDir = join(repoRoot, 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
     const stamp = startedAt.toISOString().replaceAll(':', '-').slice(0, 19);
     writeFileSync(
       join(outDir, `overhead-${stamp}.json`),
-      JSON.stringify({ startedAt: startedAt.toISOString(), finishedAt: new Date().toISOString(), config, environment, targets: TARGETS, results, summaries, notes }, null, 2),
+      JSON.stringify(
+        {
+          startedAt: startedAt.toISOString(),
+          finishedAt: new Date().toISOString(),
+          config,
+          environment,
+          targets: TARGETS,
+          results,
+          summaries,
+          notes,
+        },
+        null,
+        2,
+      ),
     );
     const markdown = [
       `# Proxy overhead, ${startedAt.toISOString()}`,
       '',
-      `wrk → {${paths.join(' | ')}} → vllm-sim --profile fast; POST /v1/chat/completions, max_tokens ${maxTokens}; paced ${rate} req/s over ${pacedConnections} connections (${rounds} interleaved rounds), max rate closed loop over ${maxConnections} connections, ${seconds} s per run.`,
+      `wrk → {${paths.join(' | ')}} → vllm-sim --profile fast; POST /v1/chat/completions, max_tokens ` +
+        `${maxTokens}; paced ${rate} req/s over ${pacedConnections} connections (${rounds} interleaved ` +
+        `rounds), max rate closed loop over ${maxConnections} connections, ${seconds} s per run.`,
       '',
       `CPU placement: ${placement}. Node ${environment.node}, ${environment.cpu} × ${environment.cores}, ${environment.wrk}, ${environment.haproxy}.`,
       '',
@@ -431,7 +571,13 @@ interface PathRun {
  * that visit the paths in turn (so slow drift of the machine hits all paths alike), then one
  * closed-loop max-rate run per path.
  */
-async function measureWorkload(workload: Workload, paths: readonly PathId[], targets: ReadonlyMap<PathId, Target>, unavailable: ReadonlyMap<PathId, string>, context: MeasureContext): Promise<PathResult[]> {
+async function measureWorkload(
+  workload: Workload,
+  paths: readonly PathId[],
+  targets: ReadonlyMap<PathId, Target>,
+  unavailable: ReadonlyMap<PathId, string>,
+  context: MeasureContext,
+): Promise<PathResult[]> {
   const base = {
     workload: { model, promptBytes: workload.promptBytes, maxTokens, stream: workload.stream },
     ...(context.clientCore === undefined ? {} : { core: context.clientCore }),
@@ -466,7 +612,14 @@ async function measureWorkload(workload: Workload, paths: readonly PathId[], tar
   if (warmupSeconds > 0) {
     for (const run of live()) {
       await attempt(run, 'warm-up', async () => {
-        await runWrk({ ...base, url: chatUrl(run.target), ...keyOf(run.target), connections: maxConnections, seconds: warmupSeconds, runId: context.nextRunId() });
+        await runWrk({
+          ...base,
+          url: chatUrl(run.target),
+          ...keyOf(run.target),
+          connections: maxConnections,
+          seconds: warmupSeconds,
+          runId: context.nextRunId(),
+        });
       });
     }
   }
@@ -474,14 +627,28 @@ async function measureWorkload(workload: Workload, paths: readonly PathId[], tar
    * One wrk run with the CPU accounting of measuredRun, repeated (MAX_REPEATS times at most) while
    * other processes took more than DISTURBED_CORES of CPU meanwhile.
    */
-  const undisturbed = async (run: PathRun, what: string, wrkRun: Omit<WrkRun, 'url' | 'runId'>, describe: (round: PacedRound) => string): Promise<PacedRound> => {
+  const undisturbed = async (
+    run: PathRun,
+    what: string,
+    wrkRun: Omit<WrkRun, 'url' | 'runId'>,
+    describe: (round: PacedRound) => string,
+  ): Promise<PacedRound> => {
     for (let repeat = 0; ; repeat++) {
-      const measured = await measuredRun(run.target, { ...wrkRun, url: chatUrl(run.target), ...keyOf(run.target), runId: context.nextRunId() }, context);
+      const measured = await measuredRun(
+        run.target,
+        { ...wrkRun, url: chatUrl(run.target), ...keyOf(run.target), runId: context.nextRunId() },
+        context,
+      );
       const foreign = measured.foreignCpuCores ?? 0;
       // A kvroute + Redis round that ran (partly) on the router's local state did not measure Redis: repeat it too.
-      const why = [...(foreign > DISTURBED_CORES ? [`other processes used ${foreign.toFixed(2)} cores`] : []), ...(measured.onLocalState ? ['the router routed on local state (Redis degraded)'] : [])];
+      const why = [
+        ...(foreign > DISTURBED_CORES ? [`other processes used ${foreign.toFixed(2)} cores`] : []),
+        ...(measured.onLocalState ? ['the router routed on local state (Redis degraded)'] : []),
+      ];
       const again = why.length > 0 && repeat < MAX_REPEATS;
-      console.log(`${label(run.target.path)} ${what}: ${describe(measured)}${why.length > 0 ? ` — disturbed: ${why.join(', ')}${again ? ', repeating' : ''}` : ''}`);
+      console.log(
+        `${label(run.target.path)} ${what}: ${describe(measured)}${why.length > 0 ? ` — disturbed: ${why.join(', ')}${again ? ', repeating' : ''}` : ''}`,
+      );
       if (!again) return measured;
     }
   };
@@ -489,12 +656,21 @@ async function measureWorkload(workload: Workload, paths: readonly PathId[], tar
   for (let round = 1; round <= rounds; round++) {
     for (const run of visitOrder(live(), round)) {
       await attempt(run, `paced round ${round}`, async () => {
-        const measured = await undisturbed(run, `paced ${rate}/s, round ${round}/${rounds}`, { ...base, connections: pacedConnections, seconds, rate }, ({ wrk: result, proxyCpuSeconds, redisCpuSeconds }) => {
-          const perRequest = (cpuSeconds: number): string => ((cpuSeconds * 1e6) / Math.max(1, result.requests)).toFixed(0);
-          const proxyCpu = proxyCpuSeconds === undefined ? '' : `, proxy ${perRequest(proxyCpuSeconds)} µs CPU/req`;
-          const redisCpu = redisCpuSeconds === undefined ? '' : `, Redis ${perRequest(redisCpuSeconds)} µs CPU/req`;
-          return `${result.requests} req (${requestRate(result).toFixed(0)}/s), p50 ${(result.latencyUs.p50 / 1000).toFixed(3)} ms, p99 ${(result.latencyUs.p99 / 1000).toFixed(3)} ms, ${errorCount(result.errors)} errors${proxyCpu}${redisCpu}`;
-        });
+        const measured = await undisturbed(
+          run,
+          `paced ${rate}/s, round ${round}/${rounds}`,
+          { ...base, connections: pacedConnections, seconds, rate },
+          ({ wrk: result, proxyCpuSeconds, redisCpuSeconds }) => {
+            const perRequest = (cpuSeconds: number): string =>
+              ((cpuSeconds * 1e6) / Math.max(1, result.requests)).toFixed(0);
+            const proxyCpu = proxyCpuSeconds === undefined ? '' : `, proxy ${perRequest(proxyCpuSeconds)} µs CPU/req`;
+            const redisCpu = redisCpuSeconds === undefined ? '' : `, Redis ${perRequest(redisCpuSeconds)} µs CPU/req`;
+            return (
+              `${result.requests} req (${requestRate(result).toFixed(0)}/s), p50 ${(result.latencyUs.p50 / 1000).toFixed(3)} ` +
+              `ms, p99 ${(result.latencyUs.p99 / 1000).toFixed(3)} ms, ${errorCount(result.errors)} errors${proxyCpu}${redisCpu}`
+            );
+          },
+        );
         run.wrk.paced.push(measured.wrk);
         run.paced.push(measured);
       });
@@ -502,9 +678,20 @@ async function measureWorkload(workload: Workload, paths: readonly PathId[], tar
   }
   for (const run of live()) {
     await attempt(run, 'max-rate run', async () => {
-      const { wrk: result } = await undisturbed(run, 'max', { ...base, connections: maxConnections, seconds }, ({ wrk: max }) => `${requestRate(max).toFixed(0)} req/s (p50 ${(max.latencyUs.p50 / 1000).toFixed(2)} ms, ${errorCount(max.errors)} errors)`);
+      const { wrk: result } = await undisturbed(
+        run,
+        'max',
+        { ...base, connections: maxConnections, seconds },
+        ({ wrk: max }) =>
+          `${requestRate(max).toFixed(0)} req/s (p50 ${(max.latencyUs.p50 / 1000).toFixed(2)} ms, ${errorCount(max.errors)} errors)`,
+      );
       run.wrk.max = result;
-      run.max = { rate: requestRate(result), p50Ms: result.latencyUs.p50 / 1000, p99Ms: result.latencyUs.p99 / 1000, errors: errorCount(result.errors) };
+      run.max = {
+        rate: requestRate(result),
+        p50Ms: result.latencyUs.p50 / 1000,
+        p99Ms: result.latencyUs.p99 / 1000,
+        errors: errorCount(result.errors),
+      };
     });
   }
 
@@ -516,7 +703,13 @@ async function measureWorkload(workload: Workload, paths: readonly PathId[], tar
     if (!paced && !run.failure) run.failure = 'no request completed in the paced runs';
     const errors = (paced?.errors ?? 0) + (run.max?.errors ?? 0);
     const skipped = run.failure ?? (errors > 0 ? `${errors} wrk errors (status > 399, socket or timeout)` : undefined);
-    return { path, ...(paced ? { paced } : {}), ...(run.max ? { max: run.max } : {}), ...(skipped ? { skipped } : {}), wrk: run.wrk };
+    return {
+      path,
+      ...(paced ? { paced } : {}),
+      ...(run.max ? { max: run.max } : {}),
+      ...(skipped ? { skipped } : {}),
+      wrk: run.wrk,
+    };
   });
 }
 
@@ -570,9 +763,15 @@ async function measuredRun(target: Target, run: WrkRun, context: MeasureContext)
   const ours = simCpuSeconds + (proxyCpuSeconds ?? 0) + anyRedisCpuSeconds + (ownCpuSeconds() - ownBefore);
   const healthAfter = withRedis ? await routerStateHealth(target.url) : undefined;
   // Unknown (unreadable /metrics) counts as on Redis: the workload's note says /metrics could not be read.
-  const onLocalState = withRedis && healthBefore !== undefined && healthAfter !== undefined ? healthBefore.degraded || healthAfter.degraded || healthAfter.fallbacks > healthBefore.fallbacks : undefined;
+  const onLocalState =
+    withRedis && healthBefore !== undefined && healthAfter !== undefined
+      ? healthBefore.degraded || healthAfter.degraded || healthAfter.fallbacks > healthBefore.fallbacks
+      : undefined;
   const foreignCpuCores =
-    machineBefore && machineAfter ? Math.max(0, machineAfter.busy - machineBefore.busy - ours + (machineAfter.steal - machineBefore.steal)) / wallSeconds : undefined;
+    machineBefore && machineAfter
+      ? Math.max(0, machineAfter.busy - machineBefore.busy - ours + (machineAfter.steal - machineBefore.steal)) /
+        wallSeconds
+      : undefined;
   return {
     wrk: result,
     simCpuSeconds,
@@ -589,7 +788,11 @@ async function measuredRun(target: Target, run: WrkRun, context: MeasureContext)
  * of every kind (requests, tokens, concurrency) far above what the run sends, so that each is checked and
  * none refuses.
  */
-const BENCH_KEY = newBenchKey('bench', { requestsPerMinute: 100_000_000, tokensPerMinute: 1_000_000_000, concurrentRequests: 100_000 });
+const BENCH_KEY = newBenchKey('bench', {
+  requestsPerMinute: 100_000_000,
+  tokensPerMinute: 1_000_000_000,
+  concurrentRequests: 100_000,
+});
 
 function keysArgs(): string[] {
   return ['--auth', 'api-keys', '--api-keys-file', writeBenchKeyFile([BENCH_KEY]), '--routing-headers', 'all'];
@@ -613,17 +816,31 @@ function exitNote(target: Target): string | undefined {
 /** One request of the workload, JSON and SSE checked for shape, so a broken path is skipped, not measured. */
 async function preflight(baseUrl: string, workload: Workload, apiKey: string | undefined): Promise<string | undefined> {
   const content = `preflight ${'x'.repeat(Math.max(0, workload.promptBytes - 10))}`;
-  const body = JSON.stringify({ model, messages: [{ role: 'user', content }], max_tokens: maxTokens, stream: workload.stream });
+  const body = JSON.stringify({
+    model,
+    messages: [{ role: 'user', content }],
+    max_tokens: maxTokens,
+    stream: workload.stream,
+  });
   try {
-    const headers: Record<string, string> = { 'content-type': 'application/json', ...(apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` }) };
-    const response = await fetch(`${baseUrl}/v1/chat/completions`, { method: 'POST', headers, body, signal: AbortSignal.timeout(10_000) });
+    const headers: Record<string, string> = {
+      'content-type': 'application/json',
+      ...(apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` }),
+    };
+    const response = await fetch(`${baseUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers,
+      body,
+      signal: AbortSignal.timeout(10_000),
+    });
     const text = await response.text();
     if (response.status !== 200) return `preflight request answered ${response.status}: ${text.slice(0, 300)}`;
     if (workload.stream) {
       if (!text.includes('data: [DONE]')) return `preflight SSE response has no data: [DONE]: ${text.slice(0, 300)}`;
     } else {
       const parsed = JSON.parse(text) as { choices?: unknown[] };
-      if (!Array.isArray(parsed.choices) || parsed.choices.length === 0) return `preflight JSON response has no choices: ${text.slice(0, 300)}`;
+      if (!Array.isArray(parsed.choices) || parsed.choices.length === 0)
+        return `preflight JSON response has no choices: ${text.slice(0, 300)}`;
     }
     return undefined;
   } catch (error) {
@@ -634,7 +851,10 @@ async function preflight(baseUrl: string, workload: Workload, apiKey: string | u
 /** The baseline checkout's commit, short, with `+changes` when its tree differs from it. */
 function baselineCommit(dir: string): string {
   const head = spawnSync('git', ['-C', dir, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).stdout.trim();
-  const dirty = spawnSync('git', ['-C', dir, 'status', '--porcelain', '--untracked-files=no'], { encoding: 'utf8' }).stdout.trim() !== '';
+  const dirty =
+    spawnSync('git', ['-C', dir, 'status', '--porcelain', '--untracked-files=no'], {
+      encoding: 'utf8',
+    }).stdout.trim() !== '';
   return head === '' ? 'not a git checkout' : `${head}${dirty ? '+changes' : ''}`;
 }
 

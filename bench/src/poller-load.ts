@@ -37,16 +37,25 @@ async function scrapesCounted(metricsUrl: string): Promise<number> {
 }
 
 async function main(): Promise<void> {
-  if (!(backends >= 1 && intervalMs >= 100 && seconds >= 1)) throw new Error('--backends ≥ 1, --interval-ms ≥ 100, --seconds ≥ 1');
+  if (!(backends >= 1 && intervalMs >= 100 && seconds >= 1))
+    throw new Error('--backends ≥ 1, --interval-ms ≥ 100, --seconds ≥ 1');
   const redis = await startRedis({ fresh: true, logger: (line) => console.log(`  ${line}`) });
-  const redisPid = redis.source === 'local-redis-server' ? processListeningOn(redis.port, [process.pid])?.pid : undefined;
+  const redisPid =
+    redis.source === 'local-redis-server' ? processListeningOn(redis.port, [process.pid])?.pid : undefined;
   const sims = await startLocalSims(backends, ['--profile', 'fast', '--model', 'bench-model']);
   const port = await freePort();
   const poller = spawn(
     process.execPath,
     [
       ...nodeEntry('dist/health-poller.mjs', 'apps/health-poller/src/main.ts'),
-      ...['--redis-url', redis.url, '--backends', sims.map((sim) => sim.url).join(','), '--interval-ms', String(intervalMs)],
+      ...[
+        '--redis-url',
+        redis.url,
+        '--backends',
+        sims.map((sim) => sim.url).join(','),
+        '--interval-ms',
+        String(intervalMs),
+      ],
       ...['--scrape-timeout-ms', String(Math.max(50, intervalMs - 50)), '--port', String(port), '--log-level', 'warn'],
     ],
     { stdio: ['ignore', 'inherit', 'inherit'] },
@@ -54,7 +63,9 @@ async function main(): Promise<void> {
   const metricsUrl = `http://127.0.0.1:${port}/metrics`;
   try {
     await waitReady(`http://127.0.0.1:${port}/healthz`);
-    console.log(`${backends} sims, one poller every ${intervalMs} ms; warming up ${WARMUP_MS / 1000} s, then measuring ${seconds} s…`);
+    console.log(
+      `${backends} sims, one poller every ${intervalMs} ms; warming up ${WARMUP_MS / 1000} s, then measuring ${seconds} s…`,
+    );
     await new Promise((resolve) => setTimeout(resolve, WARMUP_MS));
     const cpu = (): { poller: number; redis: number; sims: number } => ({
       poller: processCpuSeconds(poller.pid as number),
@@ -71,12 +82,20 @@ async function main(): Promise<void> {
     if (scrapes <= 0) throw new Error(`the poller counted no scrape in ${seconds} s (see its log above)`);
     const perScrape = (key: 'poller' | 'redis' | 'sims'): string => {
       const value = ((after.cpu[key] - before.cpu[key]) * 1e6) / scrapes;
-      return Number.isFinite(value) ? `${Math.round(value).toLocaleString('en-US')} µs` : 'not measured (Redis is not a local redis-server)';
+      return Number.isFinite(value)
+        ? `${Math.round(value).toLocaleString('en-US')} µs`
+        : 'not measured (Redis is not a local redis-server)';
     };
-    console.log(`\n| backends | interval ms | scrapes in ${seconds} s | poller CPU / scrape | Redis CPU / scrape | sims' CPU / scrape |`);
+    console.log(
+      `\n| backends | interval ms | scrapes in ${seconds} s | poller CPU / scrape | Redis CPU / scrape | sims' CPU / scrape |`,
+    );
     console.log('|---:|---:|---:|---:|---:|---:|');
-    console.log(`| ${backends} | ${intervalMs} | ${scrapes} | ${perScrape('poller')} | ${perScrape('redis')} | ${perScrape('sims')} |`);
-    console.log(`\nOne poller core: ~${Math.round(1e6 / (((after.cpu.poller - before.cpu.poller) * 1e6) / scrapes))} scrapes/s.`);
+    console.log(
+      `| ${backends} | ${intervalMs} | ${scrapes} | ${perScrape('poller')} | ${perScrape('redis')} | ${perScrape('sims')} |`,
+    );
+    console.log(
+      `\nOne poller core: ~${Math.round(1e6 / (((after.cpu.poller - before.cpu.poller) * 1e6) / scrapes))} scrapes/s.`,
+    );
   } finally {
     await stopLocalProcess({ process: poller });
     await stopLocalSims(sims);

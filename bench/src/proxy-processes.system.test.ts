@@ -4,10 +4,19 @@ import { HAPROXY_PATH, haproxyVersion, startHaproxyProcess } from './proxy-proce
 
 /** System test (`npm run test:system`): needs HAProxy, which that command installs. */
 describe('HAProxy in front of a real vllm-sim', () => {
-  const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hello' }], max_tokens: 4, stream: true });
+  const body = JSON.stringify({
+    model: 'm',
+    messages: [{ role: 'user', content: 'hello' }],
+    max_tokens: 4,
+    stream: true,
+  });
 
   async function streamThrough(url: string): Promise<string> {
-    const response = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const response = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
     expect(response.status).toBe(200);
     return response.text();
   }

@@ -81,7 +81,9 @@ async function waitReady(proxy: ProxyProcess, ready: () => Promise<boolean>, tim
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
   await proxy.stop();
-  throw new Error(`${proxy.name} not ready after ${timeoutMs / 1000} s${proxy.output() ? `: ${lastLines(proxy.output(), 12)}` : ''}`);
+  throw new Error(
+    `${proxy.name} not ready after ${timeoutMs / 1000} s${proxy.output() ? `: ${lastLines(proxy.output(), 12)}` : ''}`,
+  );
 }
 
 export function lastLines(text: string, count: number): string {
@@ -121,7 +123,19 @@ export function nodeEntry(bundle: string, source: string): string[] {
 /** The bare proxy, built like the router (see nodeEntry). */
 export async function startBareProxyProcess(upstream: string, options: StartOptions = {}): Promise<ProxyProcess> {
   const port = await freePort();
-  const child = spawnPinned(process.execPath, [...nodeEntry('dist/bare-proxy.mjs', 'bench/src/bare-proxy-main.ts'), '--upstream', upstream, '--host', '127.0.0.1', '--port', String(port)], options.pinToCore);
+  const child = spawnPinned(
+    process.execPath,
+    [
+      ...nodeEntry('dist/bare-proxy.mjs', 'bench/src/bare-proxy-main.ts'),
+      '--upstream',
+      upstream,
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(port),
+    ],
+    options.pinToCore,
+  );
   const proxy = manage('bare proxy', `http://127.0.0.1:${port}`, child);
   await waitReady(proxy, () => tcpOpen(port), options.readyTimeoutMs ?? 30_000);
   return proxy;
@@ -132,11 +146,16 @@ export async function startBareProxyProcess(upstream: string, options: StartOpti
  * routing state in that Redis (`--redis-url`) and is named `kvroute + Redis`; ready either way once
  * `/readyz` answers 200 (the router connects to Redis, 2 s at most, before it listens).
  */
-export async function startRouterProcess(backend: string, options: StartOptions & { redisUrl?: string; checkout?: string; extraArgs?: readonly string[] } = {}): Promise<ProxyProcess> {
+export async function startRouterProcess(
+  backend: string,
+  options: StartOptions & { redisUrl?: string; checkout?: string; extraArgs?: readonly string[] } = {},
+): Promise<ProxyProcess> {
   const port = await freePort();
   const args = [
     // `checkout`: another working tree's production bundle (the overhead benchmark's --baseline).
-    ...(options.checkout === undefined ? nodeEntry('dist/router.mjs', 'apps/router/src/main.ts') : [join(options.checkout, 'dist', 'router.mjs')]),
+    ...(options.checkout === undefined
+      ? nodeEntry('dist/router.mjs', 'apps/router/src/main.ts')
+      : [join(options.checkout, 'dist', 'router.mjs')]),
     '--host',
     '127.0.0.1',
     '--port',
@@ -151,7 +170,10 @@ export async function startRouterProcess(backend: string, options: StartOptions 
     ...(options.extraArgs ?? []),
   ];
   const child = spawnPinned(process.execPath, args, options.pinToCore);
-  const name = `${options.redisUrl === undefined ? 'kvroute' : 'kvroute + Redis'}${options.checkout === undefined ? '' : ', baseline'}${options.extraArgs === undefined ? '' : ' (+ options)'}`;
+  const name =
+    (options.redisUrl === undefined ? 'kvroute' : 'kvroute + Redis') +
+    (options.checkout === undefined ? '' : ', baseline') +
+    (options.extraArgs === undefined ? '' : ' (+ options)');
   const proxy = manage(name, `http://127.0.0.1:${port}`, child);
   await waitReady(proxy, () => httpOk(`http://127.0.0.1:${port}/readyz`), options.readyTimeoutMs ?? 60_000);
   return proxy;
@@ -194,19 +216,32 @@ export function haproxyConfig(listenPort: number, backendHostPorts: string | rea
   ].join('\n');
 }
 
-export async function startHaproxyProcess(backendUrls: string | readonly string[], options: StartOptions & { haproxyPath?: string } = {}): Promise<ProxyProcess> {
+export async function startHaproxyProcess(
+  backendUrls: string | readonly string[],
+  options: StartOptions & { haproxyPath?: string } = {},
+): Promise<ProxyProcess> {
   const haproxy = options.haproxyPath ?? HAPROXY_PATH;
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'kvroute-overhead-haproxy-'));
   const configPath = join(dir, 'haproxy.cfg');
-  writeFileSync(configPath, haproxyConfig(port, (typeof backendUrls === 'string' ? [backendUrls] : backendUrls).map((url) => new URL(url).host)));
+  writeFileSync(
+    configPath,
+    haproxyConfig(
+      port,
+      (typeof backendUrls === 'string' ? [backendUrls] : backendUrls).map((url) => new URL(url).host),
+    ),
+  );
   const check = spawnSync(haproxy, ['-c', '-q', '-f', configPath], { encoding: 'utf8' });
   if (check.status !== 0) {
     rmSync(dir, { recursive: true, force: true });
-    throw new Error(`haproxy rejected its config: ${(check.stderr || check.stdout).trim()}\n${readFileSync(configPath, 'utf8')}`);
+    throw new Error(
+      `haproxy rejected its config: ${(check.stderr || check.stdout).trim()}\n${readFileSync(configPath, 'utf8')}`,
+    );
   }
   const child = spawnPinned(haproxy, ['-f', configPath, '-db'], options.pinToCore);
-  const proxy = manage('HAProxy', `http://127.0.0.1:${port}`, child, () => rmSync(dir, { recursive: true, force: true }));
+  const proxy = manage('HAProxy', `http://127.0.0.1:${port}`, child, () =>
+    rmSync(dir, { recursive: true, force: true }),
+  );
   await waitReady(proxy, () => tcpOpen(port), options.readyTimeoutMs ?? 10_000);
   return proxy;
 }

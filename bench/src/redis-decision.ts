@@ -39,8 +39,21 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { createRedis, poolKeys, RedisRoutingState, SCRIPTS, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
-import { createPolicy, decide as decideRoute, type BackendInfo, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
+import {
+  createRedis,
+  poolKeys,
+  RedisRoutingState,
+  SCRIPTS,
+  waitUntilReady,
+  type RedisClient,
+} from '@kvroute/redis-store';
+import {
+  createPolicy,
+  decide as decideRoute,
+  type BackendInfo,
+  type RoutingPolicy,
+  type RoutingRequest,
+} from '@kvroute/routing';
 import { startRedis, type TestRedis } from '@kvroute/testing';
 import { mean, percentile } from '@kvroute/workloads';
 import { Redis as SingleServerRedis } from 'ioredis';
@@ -85,14 +98,22 @@ const memoryBlocks = Number(args['memory-blocks']);
 const MEMORY_BACKENDS = 16;
 const MEMORY_CHAIN = 128;
 /** The issue's targets, at 16 backends and 8k-token prompts. */
-const TARGET = { backends: 16, promptTokens: 8192, roundTrips: 1, p50Ms: 0.3, p99Ms: 1, decisionsPerSecond: 10_000 } as const;
+const TARGET = {
+  backends: 16,
+  promptTokens: 8192,
+  roundTrips: 1,
+  p50Ms: 0.3,
+  p99Ms: 1,
+  decisionsPerSecond: 10_000,
+} as const;
 const repoRoot = join(import.meta.dirname, '..', '..');
 
 type Redis = ReturnType<typeof createRedis>;
 
 /** The benchmark's own redis-server (startRedis) is one server, so its connections are single-server clients; MONITOR needs one. */
 function singleServer(client: RedisClient): SingleServerRedis {
-  if (!(client instanceof SingleServerRedis)) throw new Error('bench:redis-decision runs on one redis-server, not a cluster');
+  if (!(client instanceof SingleServerRedis))
+    throw new Error('bench:redis-decision runs on one redis-server, not a cluster');
   return client;
 }
 type Traffic = 'conversation' | 'unique';
@@ -117,7 +138,10 @@ interface CellResult {
   scriptCallsPerDecision: number;
   /** EVALSHA + EVAL usec per decision (commandstats): the scripts' execution time. */
   redisUsecPerDecision: number;
-  /** Per script: calls per decision as the client made them; usec per call of release from a pass of releases alone (commandstats), route = the decisions' total minus that. */
+  /**
+   * Per script: calls per decision as the client made them; usec per call of release from a pass of releases alone
+   * (commandstats), route = the decisions' total minus that.
+   */
   perScript: Record<string, ScriptCost>;
   /** 1e6 / redisUsecPerDecision. */
   decisionsPerSecondPerRedis: number;
@@ -138,14 +162,33 @@ interface Timing {
   taken: boolean;
 }
 
-async function decide(state: RedisRoutingState, policy: RoutingPolicy, backends: readonly BackendInfo[], request: RoutingRequest, leaseId: string): Promise<Timing> {
+async function decide(
+  state: RedisRoutingState,
+  policy: RoutingPolicy,
+  backends: readonly BackendInfo[],
+  request: RoutingRequest,
+  leaseId: string,
+): Promise<Timing> {
   const started = performance.now();
-  const { decision } = await decideRoute(state, { pool: POOL, request, backends, policy, context: { nowMs: Date.now(), random: Math.random }, leaseId });
+  const { decision } = await decideRoute(state, {
+    pool: POOL,
+    request,
+    backends,
+    policy,
+    context: { nowMs: Date.now(), random: Math.random },
+    leaseId,
+  });
   const decided = performance.now();
   if (decision.kind !== 'routed') throw new Error(`policy rejected the request: ${decision.reason}`);
   await state.release(POOL, decision.backendId, leaseId);
   const released = performance.now();
-  return { forwardMs: decided - started, releaseMs: released - decided, decisionMs: released - started, backendId: decision.backendId, taken: true };
+  return {
+    forwardMs: decided - started,
+    releaseMs: released - decided,
+    decisionMs: released - started,
+    backendId: decision.backendId,
+    taken: true,
+  };
 }
 
 interface Cell {
@@ -156,9 +199,15 @@ interface Cell {
   readonly promptTokens: number;
 }
 
-async function measure(cell: Cell, traffic: Traffic, requests: readonly RoutingRequest[], owners: readonly string[] | null): Promise<CellResult> {
+async function measure(
+  cell: Cell,
+  traffic: Traffic,
+  requests: readonly RoutingRequest[],
+  owners: readonly string[] | null,
+): Promise<CellResult> {
   const { control, state, policy, backends } = cell;
-  for (let i = 0; i < warmup; i++) await decide(state, policy, backends, requests[i] as RoutingRequest, `${traffic}-warm-${i}`);
+  for (let i = 0; i < warmup; i++)
+    await decide(state, policy, backends, requests[i] as RoutingRequest, `${traffic}-warm-${i}`);
   const measured = requests.slice(warmup, warmup + samples);
 
   // The decisions.
@@ -182,7 +231,10 @@ async function measure(cell: Cell, traffic: Traffic, requests: readonly RoutingR
   const releaseStats = scriptStats(await control.info('commandstats'));
 
   const pick = (key: keyof Omit<Timing, 'backendId' | 'taken'>): number[] => timings.map((timing) => timing[key]);
-  const p = (values: number[]): { p50: number; p99: number } => ({ p50: percentile(values, 50), p99: percentile(values, 99) });
+  const p = (values: number[]): { p50: number; p99: number } => ({
+    p50: percentile(values, 50),
+    p99: percentile(values, 99),
+  });
   const released = timings.filter((timing) => timing.taken).length;
   const releaseUsec = releaseStats.usec / releaseStats.calls;
   const redisUsecPerDecision = stats.usec / samples;
@@ -220,7 +272,8 @@ async function prefill(control: Redis, backends: readonly BackendInfo[], workloa
   // Open leases outlive the cell (a long TTL): every snapshot purges, counts and sums them.
   const open = new RedisRoutingState({ redis: control, ...STATE_DEFAULTS, leaseTtlMs: 600_000, nowMs: Date.now });
   await inBatches(backends, 16, async (backend) => {
-    for (let j = 0; j < inflightPerBackend; j++) await open.reserve(POOL, backend.id, `open-${backend.id}-${j}`, [], 500);
+    for (let j = 0; j < inflightPerBackend; j++)
+      await open.reserve(POOL, backend.id, `open-${backend.id}-${j}`, [], 500);
   });
   return owners;
 }
@@ -228,10 +281,17 @@ async function prefill(control: Redis, backends: readonly BackendInfo[], workloa
 // --- Round trips (MONITOR) and memory --------------------------------------------------------------------
 
 /** Commands the request-path connection sends per decision, as MONITOR sees them (script-internal calls excluded). */
-async function monitorCommandsPerDecision(control: Redis, requestPath: Redis, state: RedisRoutingState, policy: RoutingPolicy): Promise<{ decisions: number; commandsPerDecision: number; commands: Record<string, number> }> {
+async function monitorCommandsPerDecision(
+  control: Redis,
+  requestPath: Redis,
+  state: RedisRoutingState,
+  policy: RoutingPolicy,
+): Promise<{ decisions: number; commandsPerDecision: number; commands: Record<string, number> }> {
   await control.flushall();
   const backends = backendInfos(TARGET.backends);
-  const requests = Array.from({ length: 20 }, (_, i) => routingRequest([SYSTEM_PROMPT, { role: 'user', content: `monitor check ${i}: ${words(2000, 3_000_000 + i)}` }]));
+  const requests = Array.from({ length: 20 }, (_, i) =>
+    routingRequest([SYSTEM_PROMPT, { role: 'user', content: `monitor check ${i}: ${words(2000, 3_000_000 + i)}` }]),
+  );
   const clientInfo = String(await requestPath.call('CLIENT', 'INFO'));
   const address = /addr=(\S+)/.exec(clientInfo)?.[1];
   const monitor = await singleServer(control).monitor();
@@ -279,7 +339,9 @@ async function measureMemory(): Promise<MemoryResult> {
     await redis.config('RESETSTAT');
     const before = infoNumber(await redis.info('memory'), 'used_memory');
     const backends = backendInfos(MEMORY_BACKENDS);
-    const chains = Array.from({ length: Math.ceil(memoryBlocks / MEMORY_CHAIN) }, (_, c) => Math.min(MEMORY_CHAIN, memoryBlocks - c * MEMORY_CHAIN));
+    const chains = Array.from({ length: Math.ceil(memoryBlocks / MEMORY_CHAIN) }, (_, c) =>
+      Math.min(MEMORY_CHAIN, memoryBlocks - c * MEMORY_CHAIN),
+    );
     const started = performance.now();
     let lastReport = started;
     await inBatches(chains, 16, async (length, c) => {
@@ -289,7 +351,9 @@ async function measureMemory(): Promise<MemoryResult> {
       await state.release(POOL, backend, `mem-${c}`);
       if (performance.now() - lastReport > 5000) {
         lastReport = performance.now();
-        console.log(`  memory: ${Math.min(memoryBlocks, (c + 1) * MEMORY_CHAIN).toLocaleString('en-US')} blocks recorded…`);
+        console.log(
+          `  memory: ${Math.min(memoryBlocks, (c + 1) * MEMORY_CHAIN).toLocaleString('en-US')} blocks recorded…`,
+        );
       }
     });
     const seconds = (performance.now() - started) / 1000;
@@ -330,20 +394,27 @@ function scriptUsec(result: CellResult, name: string): string {
 
 function progressLine(index: number, total: number, result: CellResult): string {
   return (
-    `[${index}/${total}] ${result.backends} backends, ${kilo(result.promptTokens)} tokens, ${result.traffic}: decision p50 ${ms(result.decisionMs.p50)} ms, p99 ${ms(result.decisionMs.p99)} ms; ` +
-    `Redis ${result.redisUsecPerDecision.toFixed(0)} µs/decision (${whole(result.decisionsPerSecondPerRedis)}/s), ${result.scriptCallsPerDecision.toFixed(2)} script calls`
+    `[${index}/${total}] ${result.backends} backends, ${kilo(result.promptTokens)} tokens, ${result.traffic}: ` +
+    `decision p50 ${ms(result.decisionMs.p50)} ms, p99 ${ms(result.decisionMs.p99)} ms; ` +
+    `Redis ${result.redisUsecPerDecision.toFixed(0)} µs/decision (${whole(result.decisionsPerSecondPerRedis)}/s), ` +
+    `${result.scriptCallsPerDecision.toFixed(2)} script calls`
   );
 }
 
 function cellTable(results: readonly CellResult[]): string[] {
   const lines = [
-    '| backends | prompt | blocks | traffic | decision p50 / p99 ms | to forward p50 / p99 ms | script calls | Redis µs / decision | route / release µs | decisions/s per Redis | redis-server CPU µs / decision | to owner |',
+    '| backends | prompt | blocks | traffic | decision p50 / p99 ms | to forward p50 / p99 ms | ' +
+      'script calls | Redis µs / decision | route / release µs | decisions/s per Redis | redis-server ' +
+      'CPU µs / decision | to owner |',
     '|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const r of results) {
     lines.push(
-      `| ${r.backends} | ${kilo(r.promptTokens)} | ${r.blocksPerRequest.toFixed(0)} | ${r.traffic} | ${ms(r.decisionMs.p50)} / ${ms(r.decisionMs.p99)} | ${ms(r.forwardMs.p50)} / ${ms(r.forwardMs.p99)} | ${r.scriptCallsPerDecision.toFixed(2)} | ` +
-        `${r.redisUsecPerDecision.toFixed(0)} | ${scriptUsec(r, 'route')} / ${scriptUsec(r, 'release')} | ${whole(r.decisionsPerSecondPerRedis)} | ${r.serverCpuUsecPerDecision.toFixed(0)} | ` +
+      `| ${r.backends} | ${kilo(r.promptTokens)} | ${r.blocksPerRequest.toFixed(0)} | ${r.traffic} ` +
+        `| ${ms(r.decisionMs.p50)} / ${ms(r.decisionMs.p99)} | ${ms(r.forwardMs.p50)} / ${ms(r.forwardMs.p99)} ` +
+        `| ${r.scriptCallsPerDecision.toFixed(2)} | ` +
+        `${r.redisUsecPerDecision.toFixed(0)} | ${scriptUsec(r, 'route')} / ${scriptUsec(r, 'release')} ` +
+        `| ${whole(r.decisionsPerSecondPerRedis)} | ${r.serverCpuUsecPerDecision.toFixed(0)} | ` +
         `${r.toOwnerFraction === null ? '–' : `${(100 * r.toOwnerFraction).toFixed(0)} %`} |`,
     );
   }
@@ -365,7 +436,9 @@ function roundTripsBeforeForward(result: CellResult): number {
 
 function targetRows(results: readonly CellResult[], monitored: { commandsPerDecision: number } | null): TargetRow[] {
   const at = (traffic: Traffic): CellResult | undefined =>
-    results.find((r) => r.backends === TARGET.backends && r.promptTokens === TARGET.promptTokens && r.traffic === traffic);
+    results.find(
+      (r) => r.backends === TARGET.backends && r.promptTokens === TARGET.promptTokens && r.traffic === traffic,
+    );
   const conversation = at('conversation');
   const unique = at('unique');
   const show = (r: CellResult | undefined, format: (r: CellResult) => string): string => (r ? format(r) : 'not run');
@@ -440,7 +513,8 @@ async function main(): Promise<void> {
     const policy = createPolicy('cacheaware');
     const total = prompts.length * pools.length * 2;
     console.log(
-      `Redis decision cost: redis ${redisVersion} (${source.replace(/^\[testing\] /, '')}), cacheaware, ${BLOCK_SIZE_BYTES}-byte blocks, ${samples} decisions per cell after ${warmup} warm-up, ` +
+      `Redis decision cost: redis ${redisVersion} (${source.replace(/^\[testing\] /, '')}), cacheaware, ` +
+        `${BLOCK_SIZE_BYTES}-byte blocks, ${samples} decisions per cell after ${warmup} warm-up, ` +
         `${inflightPerBackend} open leases per backend, previous turns recorded ${turnGapMs / 1000} s ago`,
     );
     for (const promptTokens of prompts) {
@@ -451,23 +525,35 @@ async function main(): Promise<void> {
         const owners = await prefill(control, backends, workload);
         const cell: Cell = { control, state, policy, backends, promptTokens };
         for (const traffic of ['conversation', 'unique'] as const) {
-          const result = await measure(cell, traffic, traffic === 'conversation' ? workload.next : workload.unique, traffic === 'conversation' ? owners : null);
+          const result = await measure(
+            cell,
+            traffic,
+            traffic === 'conversation' ? workload.next : workload.unique,
+            traffic === 'conversation' ? owners : null,
+          );
           results.push(result);
           console.log(progressLine(results.length, total, result));
         }
       }
     }
     monitored = await monitorCommandsPerDecision(control, requestPath, state, policy);
-    console.log(`round-trip check (MONITOR, ${monitored.decisions} decisions): ${monitored.commandsPerDecision.toFixed(2)} commands per decision from the request-path connection (${JSON.stringify(monitored.commands)})`);
+    console.log(
+      `round-trip check (MONITOR, ${monitored.decisions} decisions): ${monitored.commandsPerDecision.toFixed(2)} ` +
+        `commands per decision from the request-path connection (${JSON.stringify(monitored.commands)})`,
+    );
   } finally {
     await requestPath.quit();
     await control.quit();
     await server.stop();
   }
 
-  console.log(`memory: recording ${memoryBlocks.toLocaleString('en-US')} blocks across ${MEMORY_BACKENDS} backends on a fresh Redis…`);
+  console.log(
+    `memory: recording ${memoryBlocks.toLocaleString('en-US')} blocks across ${MEMORY_BACKENDS} backends on a fresh Redis…`,
+  );
   const memory = await measureMemory();
-  console.log(`memory: ${mb(memory.usedMemoryAfter - memory.usedMemoryBefore)} for ${whole(memory.blocks)} blocks in ${memory.seconds.toFixed(1)} s`);
+  console.log(
+    `memory: ${mb(memory.usedMemoryAfter - memory.usedMemoryBefore)} for ${whole(memory.blocks)} blocks in ${memory.seconds.toFixed(1)} s`,
+  );
 
   console.log('\n### Decision time and Redis cost per decision\n');
   for (const line of cellTable(results)) console.log(line);
@@ -481,14 +567,21 @@ async function main(): Promise<void> {
   const targets = targetRows(results, monitored);
   console.log('| metric | target | conversation | unique | met |');
   console.log('|---|---:|---:|---:|---|');
-  for (const row of targets) console.log(`| ${row.metric} | ${row.target} | ${row.conversation} | ${row.unique} | ${row.met} |`);
+  for (const row of targets)
+    console.log(`| ${row.metric} | ${row.target} | ${row.conversation} | ${row.unique} | ${row.met} |`);
 
-  console.log(`\n### Memory: ${whole(memory.blocks)} prefix blocks, ${memory.backends} backends, chains of ${memory.chainBlocks}\n`);
-  console.log('| used_memory before | after | delta | bytes / block | used_memory_peak | used_memory_rss | owner fields | keys | Redis µs / block |');
+  console.log(
+    `\n### Memory: ${whole(memory.blocks)} prefix blocks, ${memory.backends} backends, chains of ${memory.chainBlocks}\n`,
+  );
+  console.log(
+    '| used_memory before | after | delta | bytes / block | used_memory_peak | used_memory_rss | owner fields | keys | Redis µs / block |',
+  );
   console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   console.log(
-    `| ${mb(memory.usedMemoryBefore)} | ${mb(memory.usedMemoryAfter)} | ${mb(memory.usedMemoryAfter - memory.usedMemoryBefore)} | ${memory.bytesPerBlock.toFixed(0)} | ` +
-      `${mb(memory.usedMemoryPeak)} | ${mb(memory.usedMemoryRss)} | ${whole(memory.ownerFields)} | ${whole(memory.keys)} | ${memory.redisUsecPerBlock.toFixed(1)} |`,
+    `| ${mb(memory.usedMemoryBefore)} | ${mb(memory.usedMemoryAfter)} | ${mb(memory.usedMemoryAfter - memory.usedMemoryBefore)} ` +
+      `| ${memory.bytesPerBlock.toFixed(0)} | ` +
+      `${mb(memory.usedMemoryPeak)} | ${mb(memory.usedMemoryRss)} | ${whole(memory.ownerFields)} ` +
+      `| ${whole(memory.keys)} | ${memory.redisUsecPerBlock.toFixed(1)} |`,
   );
 
   const outDir = join(repoRoot, 'bench', 'results');
@@ -502,7 +595,19 @@ async function main(): Promise<void> {
         startedAt: startedAt.toISOString(),
         redis: { version: redisVersion, source },
         node: process.version,
-        settings: { pools, prompts, samples, warmup, inflightPerBackend, turnGapMs, blockSizeBytes: BLOCK_SIZE_BYTES, systemTokens: SYSTEM_TOKENS, turnTokens: TURN_TOKENS, state: STATE_DEFAULTS, policy: 'cacheaware' },
+        settings: {
+          pools,
+          prompts,
+          samples,
+          warmup,
+          inflightPerBackend,
+          turnGapMs,
+          blockSizeBytes: BLOCK_SIZE_BYTES,
+          systemTokens: SYSTEM_TOKENS,
+          turnTokens: TURN_TOKENS,
+          state: STATE_DEFAULTS,
+          policy: 'cacheaware',
+        },
         target: TARGET,
         cells: results,
         hashMsMean: hashMs,

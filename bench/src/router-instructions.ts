@@ -35,7 +35,16 @@
  * `callgrind_annotate --inclusive=yes` (V8's builtins and Node's C++ are named; JIT-compiled JavaScript is not).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -94,13 +103,26 @@ interface RunResult {
 /** Every prompt different and the unique part first, as bench/wrk/chat-completions.lua makes them. */
 function body(workload: Workload, run: string, index: number): string {
   const head = `r${run}n${index} `;
-  const filler = 'route the prefix cache block token queue batch decode prefill engine fleet '.repeat(Math.ceil(workload.promptBytes / 70) + 1);
+  const filler = 'route the prefix cache block token queue batch decode prefill engine fleet '.repeat(
+    Math.ceil(workload.promptBytes / 70) + 1,
+  );
   const content = (head + filler).slice(0, Math.max(workload.promptBytes, head.length));
-  return JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: MAX_TOKENS, stream: workload.stream });
+  return JSON.stringify({
+    model: MODEL,
+    messages: [{ role: 'user', content }],
+    max_tokens: MAX_TOKENS,
+    stream: workload.stream,
+  });
 }
 
 /** Sends `total` requests, `connections` at a time; counts those not answered 200 with a full body. */
-async function drive(url: string, workload: Workload, run: string, total: number, connections: number): Promise<number> {
+async function drive(
+  url: string,
+  workload: Workload,
+  run: string,
+  total: number,
+  connections: number,
+): Promise<number> {
   const pool = new Pool(url, { connections, pipelining: 1 });
   let next = 0;
   let failed = 0;
@@ -110,7 +132,14 @@ async function drive(url: string, workload: Workload, run: string, total: number
         while (next < total) {
           const index = next++;
           try {
-            const response = await pool.request({ path: '/v1/chat/completions', method: 'POST', headers: { 'content-type': 'application/json' }, body: body(workload, run, index), headersTimeout: 60_000, bodyTimeout: 60_000 });
+            const response = await pool.request({
+              path: '/v1/chat/completions',
+              method: 'POST',
+              headers: { 'content-type': 'application/json' },
+              body: body(workload, run, index),
+              headersTimeout: 60_000,
+              bodyTimeout: 60_000,
+            });
             const text = await response.body.text();
             if (response.statusCode !== 200 || (workload.stream && !text.includes('[DONE]'))) failed++;
           } catch {
@@ -127,7 +156,8 @@ async function drive(url: string, workload: Workload, run: string, total: number
 
 function callgrindControl(pid: number, option: string): void {
   const result = spawnSync('callgrind_control', [option, String(pid)], { encoding: 'utf8', timeout: 60_000 });
-  if (result.status !== 0) throw new Error(`callgrind_control ${option} ${pid} failed: ${(result.stderr || result.stdout).trim()}`);
+  if (result.status !== 0)
+    throw new Error(`callgrind_control ${option} ${pid} failed: ${(result.stderr || result.stdout).trim()}`);
 }
 
 /** Dumps the counters since the last zeroing and returns the total instructions (Ir) of that dump. */
@@ -145,7 +175,8 @@ function dumpInstructions(pid: number, outDir: string, dumpsSoFar: number): numb
 async function waitReady(url: string, child: ChildProcess, output: () => string): Promise<void> {
   const deadline = Date.now() + READY_TIMEOUT_MS;
   while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`router under valgrind exited (${child.exitCode}): ${output().slice(-2_000)}`);
+    if (child.exitCode !== null)
+      throw new Error(`router under valgrind exited (${child.exitCode}): ${output().slice(-2_000)}`);
     try {
       if ((await fetch(`${url}/readyz`)).status === 200) return;
     } catch {
@@ -156,13 +187,45 @@ async function waitReady(url: string, child: ChildProcess, output: () => string)
   throw new Error(`router under valgrind not ready in ${READY_TIMEOUT_MS / 1_000} s`);
 }
 
-async function measure(checkout: Checkout, path: PathId, workload: Workload, repeat: number, sim: LocalSim, redis: TestRedis | undefined, options: { requests: number; warmup: number; connections: number; keepProfilesIn?: string }): Promise<RunResult> {
+async function measure(
+  checkout: Checkout,
+  path: PathId,
+  workload: Workload,
+  repeat: number,
+  sim: LocalSim,
+  redis: TestRedis | undefined,
+  options: { requests: number; warmup: number; connections: number; keepProfilesIn?: string },
+): Promise<RunResult> {
   const bundle = join(checkout.dir, 'dist', 'router.mjs');
   if (!existsSync(bundle)) throw new Error(`${bundle} is missing: run npm run build in ${checkout.dir}`);
   const outDir = mkdtempSync(join(tmpdir(), 'kvroute-callgrind-'));
   const port = await freePort();
-  const routerArgs = ['--host', '127.0.0.1', '--port', String(port), '--backends', sim.url, '--policy', 'cacheaware', '--log-level', 'warn', ...(path === 'kvroute-redis' && redis ? ['--redis-url', `${redis.url}/${repeat % 8}`] : []), ...checkout.extraArgs];
-  const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', `--callgrind-out-file=${join(outDir, 'callgrind.out.%p')}`, process.execPath, bundle, ...routerArgs], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const routerArgs = [
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--backends',
+    sim.url,
+    '--policy',
+    'cacheaware',
+    '--log-level',
+    'warn',
+    ...(path === 'kvroute-redis' && redis ? ['--redis-url', `${redis.url}/${repeat % 8}`] : []),
+    ...checkout.extraArgs,
+  ];
+  const child = spawn(
+    'valgrind',
+    [
+      '--tool=callgrind',
+      '--instr-atstart=no',
+      `--callgrind-out-file=${join(outDir, 'callgrind.out.%p')}`,
+      process.execPath,
+      bundle,
+      ...routerArgs,
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   let output = '';
   const keep = (chunk: Buffer): void => void (output = (output + chunk.toString('utf8')).slice(-8_000));
   child.stdout?.on('data', keep);
@@ -184,7 +247,17 @@ async function measure(checkout: Checkout, path: PathId, workload: Workload, rep
     await new Promise((resolve) => setTimeout(resolve, loadMs));
     const idleInstructions = dumpInstructions(pid, outDir, 1);
     const served = options.requests - failed;
-    return { checkout: checkout.label, path, workload: workload.id, repeat, loadInstructions, idleInstructions, requests: options.requests, failed, instructionsPerRequest: served > 0 ? (loadInstructions - idleInstructions) / served : Number.NaN };
+    return {
+      checkout: checkout.label,
+      path,
+      workload: workload.id,
+      repeat,
+      loadInstructions,
+      idleInstructions,
+      requests: options.requests,
+      failed,
+      instructionsPerRequest: served > 0 ? (loadInstructions - idleInstructions) / served : Number.NaN,
+    };
   } finally {
     if (child.exitCode === null) {
       const exited = new Promise((resolve) => child.once('exit', resolve));
@@ -197,7 +270,13 @@ async function measure(checkout: Checkout, path: PathId, workload: Workload, rep
       // The load dump (…1) per run, named by side/path/workload/repeat: `callgrind_annotate` shows where the instructions went.
       mkdirSync(options.keepProfilesIn, { recursive: true });
       for (const name of readdirSync(outDir).filter((file) => file.endsWith('.1'))) {
-        copyFileSync(join(outDir, name), join(options.keepProfilesIn, `${checkout.label === 'baseline' ? 'baseline' : 'this'}-${path}-${workload.id}-${repeat}.callgrind`));
+        copyFileSync(
+          join(outDir, name),
+          join(
+            options.keepProfilesIn,
+            `${checkout.label === 'baseline' ? 'baseline' : 'this'}-${path}-${workload.id}-${repeat}.callgrind`,
+          ),
+        );
       }
     }
     rmSync(outDir, { recursive: true, force: true });
@@ -206,45 +285,80 @@ async function measure(checkout: Checkout, path: PathId, workload: Workload, rep
 
 /** The markdown table: per workload and path, instructions per request of each checkout (median, range) and their ratio. */
 function renderInstructions(results: readonly RunResult[], header: readonly string[]): string {
-  const lines = [...header, '', '| workload | path | this checkout, instructions/request | baseline | this ÷ baseline | runs |', '|---|---|---:|---:|---:|---:|'];
+  const lines = [
+    ...header,
+    '',
+    '| workload | path | this checkout, instructions/request | baseline | this ÷ baseline | runs |',
+    '|---|---|---:|---:|---:|---:|',
+  ];
   const keys = [...new Set(results.map((result) => `${result.workload}\u0000${result.path}`))];
   for (const key of keys) {
     const [workload, path] = key.split('\u0000') as [string, string];
-    const of = (checkout: RunResult['checkout']) => results.filter((result) => result.workload === workload && result.path === path && result.checkout === checkout).map((result) => result.instructionsPerRequest);
-    const cell = (values: readonly number[]) => (values.length === 0 ? '—' : `${Math.round(median(values)).toLocaleString('en-US')} (${values.map((value) => Math.round(value / 1_000)).join(', ')} k)`);
+    const of = (checkout: RunResult['checkout']) =>
+      results
+        .filter((result) => result.workload === workload && result.path === path && result.checkout === checkout)
+        .map((result) => result.instructionsPerRequest);
+    const cell = (values: readonly number[]) =>
+      values.length === 0
+        ? '—'
+        : `${Math.round(median(values)).toLocaleString('en-US')} (${values.map((value) => Math.round(value / 1_000)).join(', ')} k)`;
     const mine = of('this checkout');
     const theirs = of('baseline');
     const ratio = mine.length > 0 && theirs.length > 0 ? `${(median(mine) / median(theirs)).toFixed(3)}` : '—';
-    lines.push(`| ${workload} | ${path} | ${cell(mine)} | ${cell(theirs)} | ${ratio} | ${mine.length} + ${theirs.length} |`);
+    lines.push(
+      `| ${workload} | ${path} | ${cell(mine)} | ${cell(theirs)} | ${ratio} | ${mine.length} + ${theirs.length} |`,
+    );
   }
   return `${lines.join('\n')}\n`;
 }
 
 async function main(): Promise<void> {
   for (const tool of ['valgrind', 'callgrind_control']) {
-    if (spawnSync(tool, ['--version'], { encoding: 'utf8' }).status !== 0) throw new Error(`bench:instructions needs ${tool} (apt-get install -y valgrind)`);
+    if (spawnSync(tool, ['--version'], { encoding: 'utf8' }).status !== 0)
+      throw new Error(`bench:instructions needs ${tool} (apt-get install -y valgrind)`);
   }
   const paths = (args.paths ?? '').split(',').filter(Boolean) as PathId[];
   const unknownPath = paths.find((path) => !PATHS.includes(path));
   if (unknownPath !== undefined || paths.length === 0) throw new Error(`--paths: choose from ${PATHS.join(', ')}`);
-  const workloads = (args.workloads ?? '').split(',').map((id) => WORKLOADS.find((workload) => workload.id === id) ?? id);
+  const workloads = (args.workloads ?? '')
+    .split(',')
+    .map((id) => WORKLOADS.find((workload) => workload.id === id) ?? id);
   const unknownWorkload = workloads.find((workload) => typeof workload === 'string');
-  if (unknownWorkload !== undefined) throw new Error(`--workloads: unknown ${String(unknownWorkload)}; choose from ${WORKLOADS.map((workload) => workload.id).join(', ')}`);
-  const options = { requests: count('requests', args.requests), warmup: count('warmup', args.warmup), connections: count('connections', args.connections), keepProfilesIn: args['keep-profiles'] === undefined ? undefined : resolve(args['keep-profiles']) };
+  if (unknownWorkload !== undefined)
+    throw new Error(
+      `--workloads: unknown ${String(unknownWorkload)}; choose from ${WORKLOADS.map((workload) => workload.id).join(', ')}`,
+    );
+  const options = {
+    requests: count('requests', args.requests),
+    warmup: count('warmup', args.warmup),
+    connections: count('connections', args.connections),
+    keepProfilesIn: args['keep-profiles'] === undefined ? undefined : resolve(args['keep-profiles']),
+  };
   const repeats = count('repeats', args.repeats);
   const baselineArgs = (args['baseline-args'] ?? '').split(/\s+/).filter(Boolean);
   const measuredDir = args.checkout ? resolve(args.checkout) : repoRoot;
   const baselineDir = args.baseline ? resolve(args.baseline) : baselineArgs.length > 0 ? measuredDir : undefined;
-  const checkouts: Checkout[] = [{ label: 'this checkout', dir: measuredDir, extraArgs: [] }, ...(baselineDir === undefined ? [] : [{ label: 'baseline' as const, dir: baselineDir, extraArgs: baselineArgs }])];
+  const checkouts: Checkout[] = [
+    { label: 'this checkout', dir: measuredDir, extraArgs: [] },
+    ...(baselineDir === undefined ? [] : [{ label: 'baseline' as const, dir: baselineDir, extraArgs: baselineArgs }]),
+  ];
   const valgrindVersion = spawnSync('valgrind', ['--version'], { encoding: 'utf8' }).stdout.trim();
-  const commits = checkouts.map((checkout) => `${checkout.label}: ${spawnSync('git', ['-C', checkout.dir, 'log', '-1', '--format=%h %s'], { encoding: 'utf8' }).stdout.trim().slice(0, 100)}${checkout.extraArgs.length > 0 ? ` — with ${checkout.extraArgs.join(' ')}` : ''}`);
+  const commits = checkouts.map(
+    (checkout) =>
+      `${checkout.label}: ` +
+      spawnSync('git', ['-C', checkout.dir, 'log', '-1', '--format=%h %s'], { encoding: 'utf8' })
+        .stdout.trim()
+        .slice(0, 100) +
+      (checkout.extraArgs.length > 0 ? ` — with ${checkout.extraArgs.join(' ')}` : ''),
+  );
 
   const sims = await startLocalSims(1, ['--profile', 'fast', '--model', MODEL]);
   const sim = sims[0] as LocalSim;
   let redis: TestRedis | undefined;
   const results: RunResult[] = [];
   try {
-    if (paths.includes('kvroute-redis')) redis = await startRedis({ fresh: true, logger: (line) => console.log(`  ${line}`) });
+    if (paths.includes('kvroute-redis'))
+      redis = await startRedis({ fresh: true, logger: (line) => console.log(`  ${line}`) });
     const total = (workloads as Workload[]).length * paths.length * checkouts.length * repeats;
     let done = 0;
     for (let repeat = 1; repeat <= repeats; repeat++) {
@@ -256,7 +370,12 @@ async function main(): Promise<void> {
             const result = await measure(checkout, path, workload, repeat, sim, redis, options);
             results.push(result);
             done++;
-            console.log(`  [${done}/${total}] ${workload.id} ${path} ${checkout.label} #${repeat}: ${Math.round(result.instructionsPerRequest).toLocaleString('en-US')} instructions/request (idle ${(result.idleInstructions / 1e6).toFixed(0)} M of ${(result.loadInstructions / 1e6).toFixed(0)} M; ${result.failed} failed; ${((Date.now() - startedAt) / 1_000).toFixed(0)} s)`);
+            console.log(
+              `  [${done}/${total}] ${workload.id} ${path} ${checkout.label} #${repeat}: ` +
+                `${Math.round(result.instructionsPerRequest).toLocaleString('en-US')} ` +
+                `instructions/request (idle ${(result.idleInstructions / 1e6).toFixed(0)} M of ${(result.loadInstructions / 1e6).toFixed(0)} ` +
+                `M; ${result.failed} failed; ${((Date.now() - startedAt) / 1_000).toFixed(0)} s)`,
+            );
           }
         }
       }
@@ -268,7 +387,9 @@ async function main(): Promise<void> {
   const header = [
     `# Router instructions per request (${new Date().toISOString()})`,
     '',
-    `callgrind (${valgrindVersion}), Node ${process.version}; ${options.warmup} warm-up requests uninstrumented, then ${options.requests} at ${options.connections} at once, minus the same wall time idle. ${repeats} run(s) per cell: median (each run, thousands).`,
+    `callgrind (${valgrindVersion}), Node ${process.version}; ${options.warmup} warm-up requests ` +
+      `uninstrumented, then ${options.requests} at ${options.connections} at once, minus the same ` +
+      `wall time idle. ${repeats} run(s) per cell: median (each run, thousands).`,
     ...commits.map((line) => `- ${line}`),
   ];
   const markdown = renderInstructions(results, header);
@@ -277,7 +398,10 @@ async function main(): Promise<void> {
   const resultsDir = join(repoRoot, 'bench', 'results');
   mkdirSync(resultsDir, { recursive: true });
   writeFileSync(join(resultsDir, `router-instructions-${stamp}.md`), markdown);
-  writeFileSync(join(resultsDir, `router-instructions-${stamp}.json`), JSON.stringify({ options, repeats, commits, results }, null, 1));
+  writeFileSync(
+    join(resultsDir, `router-instructions-${stamp}.json`),
+    JSON.stringify({ options, repeats, commits, results }, null, 1),
+  );
   console.log(`results written to bench/results/router-instructions-${stamp}.{md,json}`);
   if (results.some((result) => result.failed > 0)) process.exitCode = 1;
 }

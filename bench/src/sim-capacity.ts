@@ -75,16 +75,26 @@ interface LevelResult {
 async function main(): Promise<void> {
   const hasTaskset = args.pin && spawnSync('taskset', ['--version']).status === 0;
   if (hasTaskset) spawnSync('taskset', ['-pc', '1', String(process.pid)]);
-  const [sim] = await startLocalSims(1, ['--profile', args.profile, '--model', 'bench-model', '--time-scale', args['time-scale']], hasTaskset ? { pinToCore: 0 } : {});
+  const [sim] = await startLocalSims(
+    1,
+    ['--profile', args.profile, '--model', 'bench-model', '--time-scale', args['time-scale']],
+    hasTaskset ? { pinToCore: 0 } : {},
+  );
   if (!sim) throw new Error('no sim started');
   const url = sim.url;
   try {
     const dispatcher = new Agent({ connections: 2048, pipelining: 1 });
     const results: LevelResult[] = [];
     console.log(
-      `vllm-sim capacity: profile ${args.profile}, time-scale ${args['time-scale']}, prompt ${sharedPrefix.length} shared + ${promptTokens} unique tokens, ${maxTokens} output tokens, ${windowMs / 1000} s per level${hasTaskset ? ', sim pinned to core 0' : ' (taskset missing: not pinned)'}`,
+      `vllm-sim capacity: profile ${args.profile}, time-scale ${args['time-scale']}, prompt ${sharedPrefix.length} ` +
+        `shared + ${promptTokens} unique tokens, ${maxTokens} output tokens, ${windowMs / 1000} s per ` +
+        `level${hasTaskset ? ', sim pinned to core 0' : ' (taskset missing: not pinned)'}`,
     );
-    console.log('| streams | requests | engine TTFT mean | sim wall TTFT mean | added by sim | sim admission | sim loop lag | sim CPU (cores) | client TTFT mean / p95 | client loop delay p99 | tokens/s |');
+    console.log(
+      '| streams | requests | engine TTFT mean | sim wall TTFT mean | added by sim | sim admission ' +
+        '| sim loop lag | sim CPU (cores) | client TTFT mean / p95 | client loop delay p99 | tokens/s ' +
+        '|',
+    );
     console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     let seed = 1;
     // Warm-up: JIT-compile the request path so the first level measures steady state, not compilation.
@@ -93,7 +103,11 @@ async function main(): Promise<void> {
       const result = await runLevel(url, dispatcher, sim.process.pid as number, concurrency, () => seed++, windowMs);
       results.push(result);
       console.log(
-        `| ${concurrency} | ${result.requests} | ${result.engineTtftMeanMs.toFixed(1)} ms | ${result.simWallTtftMeanMs.toFixed(1)} ms | ${(100 * result.overheadRatio).toFixed(1)} % | ${result.admissionMeanMs.toFixed(2)} ms | ${result.loopLagMeanMs.toFixed(2)} ms | ${result.simCpuCoreFraction.toFixed(2)} | ${result.clientTtftMeanMs.toFixed(1)} / ${result.clientTtftP95Ms.toFixed(1)} ms | ${result.clientLoopDelayP99Ms.toFixed(1)} ms | ${result.tokensPerSecond.toFixed(0)} |`,
+        `| ${concurrency} | ${result.requests} | ${result.engineTtftMeanMs.toFixed(1)} ms | ${result.simWallTtftMeanMs.toFixed(1)} ` +
+          `ms | ${(100 * result.overheadRatio).toFixed(1)} % | ${result.admissionMeanMs.toFixed(2)} ms ` +
+          `| ${result.loopLagMeanMs.toFixed(2)} ms | ${result.simCpuCoreFraction.toFixed(2)} | ${result.clientTtftMeanMs.toFixed(1)} ` +
+          `/ ${result.clientTtftP95Ms.toFixed(1)} ms | ${result.clientLoopDelayP99Ms.toFixed(1)} ms | ` +
+          `${result.tokensPerSecond.toFixed(0)} |`,
       );
       if (result.overheadRatio > 4 * threshold) break;
     }
@@ -108,7 +122,19 @@ async function main(): Promise<void> {
     const stamp = new Date().toISOString().replaceAll(':', '-').slice(0, 19);
     writeFileSync(
       join(outDir, `sim-capacity-${stamp}.json`),
-      JSON.stringify({ profile: args.profile, sharedPrefixTokens: sharedPrefix.length, promptTokens, maxTokens, windowMs, results, verdict }, null, 2),
+      JSON.stringify(
+        {
+          profile: args.profile,
+          sharedPrefixTokens: sharedPrefix.length,
+          promptTokens,
+          maxTokens,
+          windowMs,
+          results,
+          verdict,
+        },
+        null,
+        2,
+      ),
     );
     console.log(`results written to bench/results/sim-capacity-${stamp}.json`);
   } finally {
@@ -116,7 +142,14 @@ async function main(): Promise<void> {
   }
 }
 
-async function runLevel(url: string, dispatcher: Agent, simPid: number, concurrency: number, nextSeed: () => number, durationMs: number): Promise<LevelResult> {
+async function runLevel(
+  url: string,
+  dispatcher: Agent,
+  simPid: number,
+  concurrency: number,
+  nextSeed: () => number,
+  durationMs: number,
+): Promise<LevelResult> {
   const ttfts: number[] = [];
   let tokens = 0;
   const before = await simState(url);
@@ -131,9 +164,19 @@ async function runLevel(url: string, dispatcher: Agent, simPid: number, concurre
       while (performance.now() < deadline) {
         const seed = nextSeed();
         const outputTokens = Math.round(maxTokens * (0.5 + ((seed * 7919) % 1000) / 1000));
-        const body = JSON.stringify({ model: 'bench-model', prompt: [...sharedPrefix, ...tokenPrompt(promptTokens, seed)], max_tokens: outputTokens, stream: true });
+        const body = JSON.stringify({
+          model: 'bench-model',
+          prompt: [...sharedPrefix, ...tokenPrompt(promptTokens, seed)],
+          max_tokens: outputTokens,
+          stream: true,
+        });
         const sent = performance.now();
-        const response = await request(`${url}/v1/completions`, { method: 'POST', body, headers: { 'content-type': 'application/json' }, dispatcher });
+        const response = await request(`${url}/v1/completions`, {
+          method: 'POST',
+          body,
+          headers: { 'content-type': 'application/json' },
+          dispatcher,
+        });
         let first = true;
         // Cheap client: find the first content event, then only count bytes, so the client core is not the bottleneck.
         for await (const chunk of response.body) {
@@ -162,7 +205,8 @@ async function runLevel(url: string, dispatcher: Agent, simPid: number, concurre
     engineTtftMeanMs: engineMean,
     simWallTtftMeanMs: simWallMean,
     overheadRatio: (simWallMean - engineMean) / engineMean,
-    loopLagMeanMs: (after.loop_lag_ms_total - before.loop_lag_ms_total) / Math.max(1, after.loop_lag_steps - before.loop_lag_steps),
+    loopLagMeanMs:
+      (after.loop_lag_ms_total - before.loop_lag_ms_total) / Math.max(1, after.loop_lag_steps - before.loop_lag_steps),
     clientLoopDelayP99Ms: clientLoop.percentile(99) / 1e6,
     admissionMeanMs: (after.admission_ms_total - before.admission_ms_total) / simRequests,
     simCpuCoreFraction: cpuSeconds / elapsedSeconds,

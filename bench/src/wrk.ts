@@ -20,7 +20,16 @@ export interface WrkResult {
   readonly bytes: number;
   readonly errors: WrkErrors;
   /** Request written → response complete (the whole SSE stream for streaming requests), µs. */
-  readonly latencyUs: { readonly min: number; readonly mean: number; readonly stdev: number; readonly max: number; readonly p50: number; readonly p90: number; readonly p99: number; readonly p999: number };
+  readonly latencyUs: {
+    readonly min: number;
+    readonly mean: number;
+    readonly stdev: number;
+    readonly max: number;
+    readonly p50: number;
+    readonly p90: number;
+    readonly p99: number;
+    readonly p999: number;
+  };
 }
 
 export interface WrkWorkload {
@@ -53,7 +62,8 @@ export interface WrkRun {
  */
 export function pacingDelayMs(rate: number, connections: number): number {
   if (!(rate > 0) || !Number.isFinite(rate)) throw new Error(`rate must be a positive number, got ${rate}`);
-  if (!Number.isInteger(connections) || connections < 1) throw new Error(`connections must be a positive integer, got ${connections}`);
+  if (!Number.isInteger(connections) || connections < 1)
+    throw new Error(`connections must be a positive integer, got ${connections}`);
   return (1000 * connections) / rate;
 }
 
@@ -101,7 +111,8 @@ export function parseWrkOutput(stdout: string): WrkResult {
 }
 
 function asRecord(value: unknown, name: string): Record<string, unknown> {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error(`wrk result: ${name} is not an object`);
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new Error(`wrk result: ${name} is not an object`);
   return value as Record<string, unknown>;
 }
 
@@ -111,8 +122,20 @@ function asNumber(value: unknown, name: string): number {
 }
 
 /** Command line (program + args) and environment of one wrk run. */
-export function wrkCommand(run: WrkRun, wrkPath = 'wrk'): { command: string; args: string[]; env: Record<string, string> } {
-  const wrkArgs = ['-t1', `-c${run.connections}`, `-d${run.seconds}s`, `--timeout`, `${run.timeoutSeconds ?? 5}s`, '-s', WRK_CHAT_SCRIPT, run.url];
+export function wrkCommand(
+  run: WrkRun,
+  wrkPath = 'wrk',
+): { command: string; args: string[]; env: Record<string, string> } {
+  const wrkArgs = [
+    '-t1',
+    `-c${run.connections}`,
+    `-d${run.seconds}s`,
+    `--timeout`,
+    `${run.timeoutSeconds ?? 5}s`,
+    '-s',
+    WRK_CHAT_SCRIPT,
+    run.url,
+  ];
   const env = {
     BENCH_MODEL: run.workload.model,
     BENCH_PROMPT_BYTES: String(run.workload.promptBytes),
@@ -142,7 +165,8 @@ export function runWrk(run: WrkRun, wrkPath = 'wrk'): Promise<WrkResult> {
     });
     child.on('close', (code, signal) => {
       clearTimeout(killer);
-      if (code !== 0) return reject(new Error(`wrk exited with ${signal ?? code}: ${(stderr || stdout).trim().slice(-1000)}`));
+      if (code !== 0)
+        return reject(new Error(`wrk exited with ${signal ?? code}: ${(stderr || stdout).trim().slice(-1000)}`));
       try {
         resolve(parseWrkOutput(stdout));
       } catch (error) {

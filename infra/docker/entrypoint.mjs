@@ -7,7 +7,9 @@ import { USAGE, resolveApp } from './apps.mjs';
 
 const resolved = resolveApp(process.argv[2]);
 if (resolved === undefined) {
-  process.stderr.write(process.argv[2] === undefined ? USAGE : `unknown app ${JSON.stringify(process.argv[2])}\n${USAGE}`);
+  process.stderr.write(
+    process.argv[2] === undefined ? USAGE : `unknown app ${JSON.stringify(process.argv[2])}\n${USAGE}`,
+  );
   process.exit(64);
 }
 const { name, app } = resolved;
@@ -18,7 +20,9 @@ if (app.bundle !== undefined) {
 } else if (app.source !== undefined) {
   const source = fileURLToPath(new URL(`./${app.source}`, import.meta.url));
   if (!existsSync(source)) {
-    process.stderr.write(`${name} is not in this image: build the image with --target ${name} (it carries the sources and tsx)\n`);
+    process.stderr.write(
+      `${name} is not in this image: build the image with --target ${name} (it carries the sources and tsx)\n`,
+    );
     process.exit(64);
   }
   const { register } = await import('tsx/esm/api');

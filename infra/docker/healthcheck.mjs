@@ -51,7 +51,9 @@ function flagValue(args, flag) {
 const target = process.argv.length > 2 ? { args: process.argv.slice(2), env: process.env } : runningApp();
 const resolved = resolveApp(target?.args[0]);
 if (target === null || resolved === undefined || resolved.app.healthPath === undefined) {
-  process.stderr.write(`healthcheck: no kvroute app with a health endpoint found (${target === null ? 'no entrypoint.mjs process' : target.args[0]})\n`);
+  process.stderr.write(
+    `healthcheck: no kvroute app with a health endpoint found (${target === null ? 'no entrypoint.mjs process' : target.args[0]})\n`,
+  );
   process.exit(1);
 }
 const { name, app } = resolved;
@@ -61,6 +63,8 @@ try {
   if (!response.ok) process.stderr.write(`healthcheck: ${name} answered ${response.status}\n`);
   process.exit(response.ok ? 0 : 1);
 } catch (error) {
-  process.stderr.write(`healthcheck: ${name} on port ${port}: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.stderr.write(
+    `healthcheck: ${name} on port ${port}: ${error instanceof Error ? error.message : String(error)}\n`,
+  );
   process.exit(1);
 }

@@ -24,8 +24,13 @@ interface Workflow {
 }
 
 const workflow = readYaml<Workflow>('.github/workflows/ci.yml');
-const manifest = JSON.parse(readRepoFile('package.json')) as { scripts: Record<string, string>; engines: { node: string } };
-const runs = Object.values(workflow.jobs).flatMap((job) => job.steps.flatMap((step) => (step.run === undefined ? [] : [step.run])));
+const manifest = JSON.parse(readRepoFile('package.json')) as {
+  scripts: Record<string, string>;
+  engines: { node: string };
+};
+const runs = Object.values(workflow.jobs).flatMap((job) =>
+  job.steps.flatMap((step) => (step.run === undefined ? [] : [step.run])),
+);
 
 describe('.github/workflows/ci.yml', () => {
   it('is a workflow: triggers, and jobs with a runner, a time limit and steps', () => {
@@ -35,7 +40,10 @@ describe('.github/workflows/ci.yml', () => {
       expect(job['runs-on'], name).toMatch(/^ubuntu-/);
       expect(job['timeout-minutes'], name).toBeGreaterThan(0);
       expect(job.steps.length, name).toBeGreaterThan(0);
-      for (const step of job.steps) expect(step.uses !== undefined || step.run !== undefined, `${name}: a step that neither uses nor runs`).toBe(true);
+      for (const step of job.steps)
+        expect(step.uses !== undefined || step.run !== undefined, `${name}: a step that neither uses nor runs`).toBe(
+          true,
+        );
     }
   });
 
@@ -43,7 +51,10 @@ describe('.github/workflows/ci.yml', () => {
     const ciRun = readRepoFile('.ci/run');
     for (const command of ['npm ci', 'npm test', 'npm run test:system']) {
       expect(ciRun, command).toContain(command);
-      expect(runs.some((run) => run.includes(command)), command).toBe(true);
+      expect(
+        runs.some((run) => run.includes(command)),
+        command,
+      ).toBe(true);
     }
     const scripts = runs.flatMap((run) => [...run.matchAll(/npm run ([\w:-]+)/g)].map((match) => match[1] as string));
     expect(scripts.length).toBeGreaterThan(0);

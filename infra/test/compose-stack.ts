@@ -6,4 +6,5 @@ export const VLLMS = ['vllm-1', 'vllm-2', 'vllm-3', 'vllm-4'];
 export const BACKEND_ALIASES = ['backend-1', 'backend-2', 'backend-3', 'backend-4'];
 
 /** The backend list routers and pollers get: every backend-N alias on `port`. */
-export const backendList = (port: string): string => BACKEND_ALIASES.map((alias) => `http://${alias}:${port}`).join(',');
+export const backendList = (port: string): string =>
+  BACKEND_ALIASES.map((alias) => `http://${alias}:${port}`).join(',');

@@ -11,10 +11,16 @@ import { REPO_ROOT, composeVariables, readRepoFile, repoPath, type ComposeFile }
  */
 function findCompose(): { command: string[]; version: string } | { missing: string } {
   for (const command of [['docker', 'compose'], ['docker-compose']]) {
-    const result = spawnSync(command[0] as string, [...command.slice(1), 'version'], { encoding: 'utf8', timeout: 15_000 });
-    if (result.error === undefined && result.status === 0) return { command, version: result.stdout.trim().split('\n')[0] ?? '' };
+    const result = spawnSync(command[0] as string, [...command.slice(1), 'version'], {
+      encoding: 'utf8',
+      timeout: 15_000,
+    });
+    if (result.error === undefined && result.status === 0)
+      return { command, version: result.stdout.trim().split('\n')[0] ?? '' };
   }
-  return { missing: 'neither `docker compose` nor `docker-compose` works (npm run test:system installs docker-compose)' };
+  return {
+    missing: 'neither `docker compose` nor `docker-compose` works (npm run test:system installs docker-compose)',
+  };
 }
 const composeTool = findCompose();
 
@@ -25,7 +31,10 @@ const REDIS_PASSWORD = 'f00dfeed0123456789abcdef';
  * `compose [--profile P] config` in the repository, with none of the file's variables set (their
  * defaults apply) but `set` (REDIS_PASSWORD unless told otherwise).
  */
-function composeConfig(profiles: readonly string[], set: Readonly<Record<string, string>> = { REDIS_PASSWORD }): { status: number | null; stdout: string; stderr: string } {
+function composeConfig(
+  profiles: readonly string[],
+  set: Readonly<Record<string, string>> = { REDIS_PASSWORD },
+): { status: number | null; stdout: string; stderr: string } {
   if (!('command' in composeTool)) throw new Error(composeTool.missing);
   const env: Record<string, string | undefined> = { ...process.env };
   for (const name of composeVariables(readRepoFile('docker-compose.yml'))) delete env[name];
@@ -33,7 +42,13 @@ function composeConfig(profiles: readonly string[], set: Readonly<Record<string,
   delete env['COMPOSE_PROFILES'];
   delete env['COMPOSE_FILE'];
   const [command, ...prefix] = composeTool.command;
-  const args = [...prefix, '-f', repoPath('docker-compose.yml'), ...profiles.flatMap((profile) => ['--profile', profile]), 'config'];
+  const args = [
+    ...prefix,
+    '-f',
+    repoPath('docker-compose.yml'),
+    ...profiles.flatMap((profile) => ['--profile', profile]),
+    'config',
+  ];
   const result = spawnSync(command as string, args, { cwd: REPO_ROOT, env, encoding: 'utf8', timeout: 60_000 });
   return { status: result.status, stdout: result.stdout, stderr: result.stderr };
 }
@@ -51,12 +66,16 @@ describe(`docker compose config with ${'command' in composeTool ? `${composeTool
       expect(result.stderr).not.toMatch(/error|invalid/i);
       const resolved = parseYaml(result.stdout) as ComposeFile;
       const names = Object.keys(resolved.services);
-      expect(names).toEqual(expect.arrayContaining([...ROUTERS, ...POLLERS, ...backends, 'redis', 'haproxy', 'prometheus', 'grafana']));
+      expect(names).toEqual(
+        expect.arrayContaining([...ROUTERS, ...POLLERS, ...backends, 'redis', 'haproxy', 'prometheus', 'grafana']),
+      );
       // Compose 1.x prints every service whatever the profiles; 2.x only the active ones.
       if (!isV1) for (const name of absent) expect(names).not.toContain(name);
       for (const router of ROUTERS) {
         expect(resolved.services[router]?.environment?.['KVROUTE_BACKENDS']).toBe(backendList('8000'));
-        expect(resolved.services[router]?.environment?.['KVROUTE_REDIS_URL']).toBe(`redis://:${REDIS_PASSWORD}@redis:6379`);
+        expect(resolved.services[router]?.environment?.['KVROUTE_REDIS_URL']).toBe(
+          `redis://:${REDIS_PASSWORD}@redis:6379`,
+        );
       }
       expect(resolved.services['redis']?.environment?.['REDISCLI_AUTH']).toBe(REDIS_PASSWORD);
     }, 60_000);

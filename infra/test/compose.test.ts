@@ -22,7 +22,9 @@ const services = compose.services;
 
 describe('docker-compose.yml', () => {
   it('has the stack: 3 routers, 2 pollers, 4 sims, 4 vLLM (gpu), redis, haproxy, prometheus, grafana, bench', () => {
-    expect(Object.keys(services).sort()).toEqual([...ROUTERS, ...POLLERS, ...SIMS, ...VLLMS, 'redis', 'haproxy', 'prometheus', 'grafana', 'bench'].sort());
+    expect(Object.keys(services).sort()).toEqual(
+      [...ROUTERS, ...POLLERS, ...SIMS, ...VLLMS, 'redis', 'haproxy', 'prometheus', 'grafana', 'bench'].sort(),
+    );
     expect(servicesOf(compose, 'router').map(([name]) => name)).toEqual(ROUTERS);
     expect(servicesOf(compose, 'poller').map(([name]) => name)).toEqual(POLLERS);
     expect(servicesOf(compose, 'sim').map(([name]) => name)).toEqual(SIMS);
@@ -53,14 +55,20 @@ describe('docker-compose.yml', () => {
     const simPorts = new Set(SIMS.map((name) => serviceEnv(services[name] as ComposeService)['KVROUTE_SIM_PORT']));
     expect(simPorts.size).toBe(1);
     const simPort = [...simPorts][0] as string;
-    for (const name of ROUTERS) expect(serviceEnv(services[name] as ComposeService)['KVROUTE_BACKENDS'], name).toBe(backendList(simPort));
-    for (const name of POLLERS) expect(serviceEnv(services[name] as ComposeService)['KVROUTE_POLLER_BACKENDS'], name).toBe(backendList(simPort));
+    for (const name of ROUTERS)
+      expect(serviceEnv(services[name] as ComposeService)['KVROUTE_BACKENDS'], name).toBe(backendList(simPort));
+    for (const name of POLLERS)
+      expect(serviceEnv(services[name] as ComposeService)['KVROUTE_POLLER_BACKENDS'], name).toBe(backendList(simPort));
     // The backend list is a compose variable, so routers can be pointed at other servers.
     expect(String(services['router-1']?.environment?.['KVROUTE_BACKENDS'])).toMatch(/^\$\{BACKEND_URLS:-/);
     expect(String(services['poller-1']?.environment?.['KVROUTE_POLLER_BACKENDS'])).toMatch(/^\$\{BACKEND_URLS:-/);
     // Each alias is served exactly once per profile, on the same port.
-    expect(SIMS.map((name) => aliasesOf(services[name] as ComposeService))).toEqual(BACKEND_ALIASES.map((alias) => [alias]));
-    expect(VLLMS.map((name) => aliasesOf(services[name] as ComposeService))).toEqual(BACKEND_ALIASES.map((alias) => [alias]));
+    expect(SIMS.map((name) => aliasesOf(services[name] as ComposeService))).toEqual(
+      BACKEND_ALIASES.map((alias) => [alias]),
+    );
+    expect(VLLMS.map((name) => aliasesOf(services[name] as ComposeService))).toEqual(
+      BACKEND_ALIASES.map((alias) => [alias]),
+    );
     for (const name of VLLMS) expect(flagValue(services[name]?.command ?? [], '--port'), name).toBe(simPort);
   });
 
@@ -91,7 +99,9 @@ describe('docker-compose.yml', () => {
       const service = services[name] as ComposeService;
       expect(service.image).toMatch(/^vllm\/vllm-openai:/);
       const command = service.command ?? [];
-      expect(command).toEqual(expect.arrayContaining(['--enable-prefix-caching', '--enable-prompt-tokens-details', '--model']));
+      expect(command).toEqual(
+        expect.arrayContaining(['--enable-prefix-caching', '--enable-prompt-tokens-details', '--model']),
+      );
       expect(flagValue(command, '--model')).toMatch(/^\$\{VLLM_MODEL:-.+\}$/);
       const devices = service.deploy?.resources?.reservations?.devices ?? [];
       expect(devices).toHaveLength(1);
@@ -107,7 +117,9 @@ describe('docker-compose.yml', () => {
     for (const name of [...ROUTERS, ...POLLERS]) {
       const service = services[name] as ComposeService;
       const raw = service.environment ?? {};
-      expect(raw['KVROUTE_REDIS_URL'] ?? raw['KVROUTE_POLLER_REDIS_URL'], name).toBe('redis://:${REDIS_PASSWORD}@redis:6379');
+      expect(raw['KVROUTE_REDIS_URL'] ?? raw['KVROUTE_POLLER_REDIS_URL'], name).toBe(
+        'redis://:${REDIS_PASSWORD}@redis:6379',
+      );
       expect(service.depends_on, name).toEqual({ redis: { condition: 'service_healthy' } });
     }
     const redis = services['redis'] as ComposeService;
@@ -149,7 +161,9 @@ describe('docker-compose.yml', () => {
   it('substitutes only variables with a default, but for the Redis password, which Compose demands (`:?`) once and uses as given', () => {
     const text = readRepoFile('docker-compose.yml');
     // `$$NAME` is an escaped dollar (the container's shell expands it), not a Compose variable.
-    const bare = [...text.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}|(?<!\$)\$(?![${])([A-Za-z_][A-Za-z0-9_]*)/g)].map((match) => match[0]);
+    const bare = [...text.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}|(?<!\$)\$(?![${])([A-Za-z_][A-Za-z0-9_]*)/g)].map(
+      (match) => match[0],
+    );
     expect(new Set(bare)).toEqual(new Set(['${REDIS_PASSWORD}']));
     expect(text.match(/\$\{REDIS_PASSWORD:\?/g)).toHaveLength(1);
   });

@@ -10,7 +10,9 @@ describe('config keys of the apps (what deployment files may set)', () => {
   });
 
   it('flags misspelled or foreign variables and keys', () => {
-    expect(unknownEnvVars('router', ['KVROUTE_POLICY', 'KVROUTE_POLICIES', 'NODE_ENV', 'KVROUTE_SIM_PROFILE'])).toEqual(['KVROUTE_POLICIES', 'KVROUTE_SIM_PROFILE']);
+    expect(unknownEnvVars('router', ['KVROUTE_POLICY', 'KVROUTE_POLICIES', 'NODE_ENV', 'KVROUTE_SIM_PROFILE'])).toEqual(
+      ['KVROUTE_POLICIES', 'KVROUTE_SIM_PROFILE'],
+    );
     expect(unknownConfigKeys('poller', ['intervalMs', 'interval'])).toEqual(['interval']);
   });
 });

@@ -13,9 +13,14 @@ const stage = (name: string): DockerStage => {
   if (!found) throw new Error(`Dockerfile has no stage ${name}`);
   return found;
 };
-const instructions = (of: DockerStage, keyword: string) => of.instructions.filter((instruction) => instruction.keyword === keyword);
-const argDefault = (name: string) => args.find((instruction) => instruction.keyword === 'ARG' && instruction.args.startsWith(`${name}=`))?.args.slice(name.length + 1);
-const baseImage = (of: DockerStage) => of.from.replace(/^\$\{(\w+)\}$/, (_match, name: string) => argDefault(name) ?? '');
+const instructions = (of: DockerStage, keyword: string) =>
+  of.instructions.filter((instruction) => instruction.keyword === keyword);
+const argDefault = (name: string) =>
+  args
+    .find((instruction) => instruction.keyword === 'ARG' && instruction.args.startsWith(`${name}=`))
+    ?.args.slice(name.length + 1);
+const baseImage = (of: DockerStage) =>
+  of.from.replace(/^\$\{(\w+)\}$/, (_match, name: string) => argDefault(name) ?? '');
 
 /** Workspace folders of the root package.json (`apps/*` style globs expanded). */
 function workspaceFolders(): string[] {
@@ -23,7 +28,9 @@ function workspaceFolders(): string[] {
   return workspaces.flatMap((pattern) =>
     pattern.endsWith('/*')
       ? readdirSync(repoPath(pattern.slice(0, -2)), { withFileTypes: true })
-          .filter((entry) => entry.isDirectory() && existsSync(repoPath(pattern.slice(0, -2), entry.name, 'package.json')))
+          .filter(
+            (entry) => entry.isDirectory() && existsSync(repoPath(pattern.slice(0, -2), entry.name, 'package.json')),
+          )
           .map((entry) => `${pattern.slice(0, -2)}/${entry.name}`)
       : [pattern],
   );
@@ -32,7 +39,9 @@ function workspaceFolders(): string[] {
 describe('infra/docker/Dockerfile', () => {
   it('is multi-stage: deps (npm ci), build (npm run build), bench, and a runtime stage that is the default target', () => {
     expect(stages.map((candidate) => candidate.name)).toEqual(['deps', 'build', 'bench', 'runtime']);
-    expect(instructions(stage('deps'), 'RUN').map((run) => run.args)).toContainEqual(expect.stringMatching(/^npm ci\b/));
+    expect(instructions(stage('deps'), 'RUN').map((run) => run.args)).toContainEqual(
+      expect.stringMatching(/^npm ci\b/),
+    );
     expect(stage('build').from).toBe('deps');
     expect(instructions(stage('build'), 'RUN').map((run) => run.args)).toContain('npm run build');
     expect(stages.at(-1)?.name).toBe('runtime');
@@ -40,7 +49,9 @@ describe('infra/docker/Dockerfile', () => {
 
   it('installs with every workspace package.json copied first (else npm ci fails on the lockfile)', () => {
     const deps = stage('deps');
-    const npmCi = deps.instructions.findIndex((instruction) => instruction.keyword === 'RUN' && instruction.args.startsWith('npm ci'));
+    const npmCi = deps.instructions.findIndex(
+      (instruction) => instruction.keyword === 'RUN' && instruction.args.startsWith('npm ci'),
+    );
     const copied = deps.instructions
       .slice(0, npmCi)
       .filter((instruction) => instruction.keyword === 'COPY')
@@ -53,7 +64,9 @@ describe('infra/docker/Dockerfile', () => {
     const runtime = stage('runtime');
     expect(baseImage(runtime)).toMatch(/^node:22[\w.-]*-(?:bookworm-slim|alpine)/);
     const fromBuild = instructions(runtime, 'COPY').filter((copy) => copy.args.startsWith('--from=build'));
-    const copiedBundles = fromBuild.flatMap((copy) => copy.args.split(/\s+/).slice(1, -1)).filter((path) => path.endsWith('.mjs'));
+    const copiedBundles = fromBuild
+      .flatMap((copy) => copy.args.split(/\s+/).slice(1, -1))
+      .filter((path) => path.endsWith('.mjs'));
     const bundles = Object.values(APPS).flatMap((app) => (app.bundle === undefined ? [] : [`/app/dist/${app.bundle}`]));
     expect(copiedBundles.sort()).toEqual(bundles.sort());
   });
@@ -76,8 +89,15 @@ describe('infra/docker/Dockerfile', () => {
     expect(entrypoint.at(-1)).toBe('/app/entrypoint.mjs');
     expect(execForm(instructions(runtime, 'CMD')[0]?.args ?? '')).toEqual(['router']);
     const scripts = instructions(runtime, 'COPY').filter((copy) => copy.args.includes('infra/docker/'));
-    expect(scripts.flatMap((copy) => copy.args.split(/\s+/).slice(0, -1)).sort()).toEqual(['infra/docker/apps.mjs', 'infra/docker/entrypoint.mjs', 'infra/docker/healthcheck.mjs']);
-    expect(execForm(instructions(stage('bench'), 'ENTRYPOINT')[0]?.args ?? '')).toEqual(['node', '/app/entrypoint.mjs']);
+    expect(scripts.flatMap((copy) => copy.args.split(/\s+/).slice(0, -1)).sort()).toEqual([
+      'infra/docker/apps.mjs',
+      'infra/docker/entrypoint.mjs',
+      'infra/docker/healthcheck.mjs',
+    ]);
+    expect(execForm(instructions(stage('bench'), 'ENTRYPOINT')[0]?.args ?? '')).toEqual([
+      'node',
+      '/app/entrypoint.mjs',
+    ]);
   });
 });
 
@@ -88,7 +108,11 @@ describe('infra/docker/apps.mjs (what the entry point dispatches to)', () => {
 
   it('names bundles that `npm run build` produces (tools/build.ts) and a bench entry that exists', () => {
     for (const [name, app] of Object.entries(APPS)) {
-      if (app.bundle !== undefined) expect(Object.keys(APP_ENTRIES).map((entry) => `${entry}.mjs`), name).toContain(app.bundle);
+      if (app.bundle !== undefined)
+        expect(
+          Object.keys(APP_ENTRIES).map((entry) => `${entry}.mjs`),
+          name,
+        ).toContain(app.bundle);
       if (app.source !== undefined) expect(existsSync(repoPath(app.source)), app.source).toBe(true);
     }
   });

@@ -2,10 +2,25 @@ import { existsSync } from 'node:fs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { checkExpressions, loadMetricCatalog, TARGET_LABELS, type MetricCatalog } from './metric-catalog';
 import { parsePromql } from './promql';
-import { allPanels, bindMounts, dashboardExpressions, readCompose, readRepoFile, readYaml, repoPath, serviceEnv, type ComposeService, type GrafanaDashboard } from './stack-files';
+import {
+  allPanels,
+  bindMounts,
+  dashboardExpressions,
+  readCompose,
+  readRepoFile,
+  readYaml,
+  repoPath,
+  serviceEnv,
+  type ComposeService,
+  type GrafanaDashboard,
+} from './stack-files';
 
-const datasources = readYaml<{ datasources: Array<{ uid: string; type: string; url: string; isDefault?: boolean }> }>('infra/grafana/provisioning/datasources/prometheus.yml');
-const providers = readYaml<{ providers: Array<{ type: string; options: { path: string } }> }>('infra/grafana/provisioning/dashboards/kvroute.yml');
+const datasources = readYaml<{ datasources: Array<{ uid: string; type: string; url: string; isDefault?: boolean }> }>(
+  'infra/grafana/provisioning/datasources/prometheus.yml',
+);
+const providers = readYaml<{ providers: Array<{ type: string; options: { path: string } }> }>(
+  'infra/grafana/provisioning/dashboards/kvroute.yml',
+);
 const dashboard = JSON.parse(readRepoFile('infra/grafana/dashboards/kvroute.json')) as GrafanaDashboard;
 const compose = readCompose();
 const grafana = compose.services['grafana'] as ComposeService;
@@ -52,13 +67,17 @@ describe('infra/grafana/dashboards/kvroute.json', () => {
   it('queries the datasource variable in every panel, target and query variable; it picks a Prometheus (the provisioned default)', () => {
     const datasource = variables.find((variable) => variable.type === 'datasource');
     expect(datasource).toMatchObject({ name: 'datasource', query: 'prometheus' });
-    expect(datasources.datasources.filter((entry) => entry.isDefault).map((entry) => entry.type)).toEqual(['prometheus']);
+    expect(datasources.datasources.filter((entry) => entry.isDefault).map((entry) => entry.type)).toEqual([
+      'prometheus',
+    ]);
     for (const panel of panels) {
       expect(panel.datasource?.uid, panel.title).toBe('${datasource}');
       expect(panel.targets?.length, panel.title).toBeGreaterThan(0);
-      for (const target of panel.targets ?? []) expect(target.datasource?.uid, `${panel.title} ${target.refId}`).toBe('${datasource}');
+      for (const target of panel.targets ?? [])
+        expect(target.datasource?.uid, `${panel.title} ${target.refId}`).toBe('${datasource}');
     }
-    for (const variable of variables.filter((entry) => entry.type === 'query')) expect(variable.datasource?.uid, variable.name).toBe('${datasource}');
+    for (const variable of variables.filter((entry) => entry.type === 'query'))
+      expect(variable.datasource?.uid, variable.name).toBe('${datasource}');
   });
 
   it('has job, model and backend variables, each a label_values query that resolves: a real metric carrying that label', () => {
@@ -75,7 +94,8 @@ describe('infra/grafana/dashboards/kvroute.json', () => {
         const carries = TARGET_LABELS.has(label) || (catalog.labels.get(metric as string)?.has(label) ?? false);
         expect(carries, `${variable.name}: ${metric} has no label ${label}`).toBe(true);
         // Chained variables refer only to the ones before them.
-        for (const used of query.matchAll(/\$(\w+)/g)) expect(defined, `${variable.name} uses $${used[1]}`).toContain(used[1]);
+        for (const used of query.matchAll(/\$(\w+)/g))
+          expect(defined, `${variable.name} uses $${used[1]}`).toContain(used[1]);
       }
       defined.push(variable.name);
     }
@@ -122,11 +142,29 @@ describe('infra/grafana/dashboards/kvroute.json', () => {
     const selecting = (metric: string) => queries.filter((expr) => parsePromql(expr).metricNames.includes(metric));
     expect(selecting('kvroute_router_requests_total').some((expr) => /by \(backend, reason\)/.test(expr))).toBe(true);
     const ttft = selecting('kvroute_router_time_to_first_token_seconds_bucket');
-    for (const quantile of ['0.5', '0.95', '0.99']) expect(ttft.some((expr) => expr.startsWith(`histogram_quantile(${quantile},`)), quantile).toBe(true);
+    for (const quantile of ['0.5', '0.95', '0.99'])
+      expect(
+        ttft.some((expr) => expr.startsWith(`histogram_quantile(${quantile},`)),
+        quantile,
+      ).toBe(true);
     // KV panels read what every engine dialect yields: the responses' usage and the poller's normalised gauges.
-    expect(queries.some((expr) => /kvroute_router_tokens_total\{[^}]*kind="cached"[^}]*\}.*\/.*kvroute_router_tokens_total\{[^}]*kind="prompt"/s.test(expr))).toBe(true);
-    expect(queries.filter((expr) => parsePromql(expr).metricNames.some((name) => name.startsWith('vllm:')))).toEqual([]);
-    for (const metric of ['kvroute_router_inflight_requests', 'kvroute_poller_backend_kv_cache_usage_ratio', 'kvroute_poller_backend_requests_waiting', 'kvroute_router_state_degraded', 'kvroute_router_backend_circuit_state']) {
+    expect(
+      queries.some((expr) =>
+        /kvroute_router_tokens_total\{[^}]*kind="cached"[^}]*\}.*\/.*kvroute_router_tokens_total\{[^}]*kind="prompt"/s.test(
+          expr,
+        ),
+      ),
+    ).toBe(true);
+    expect(queries.filter((expr) => parsePromql(expr).metricNames.some((name) => name.startsWith('vllm:')))).toEqual(
+      [],
+    );
+    for (const metric of [
+      'kvroute_router_inflight_requests',
+      'kvroute_poller_backend_kv_cache_usage_ratio',
+      'kvroute_poller_backend_requests_waiting',
+      'kvroute_router_state_degraded',
+      'kvroute_router_backend_circuit_state',
+    ]) {
       expect(selecting(metric), metric).not.toEqual([]);
     }
   });

@@ -1,5 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import { bindMounts, haproxySection, parseHaproxyConfig, readCompose, readRepoFile, serviceEnv, servicesOf, type ComposeService } from './stack-files';
+import {
+  bindMounts,
+  haproxySection,
+  parseHaproxyConfig,
+  readCompose,
+  readRepoFile,
+  serviceEnv,
+  servicesOf,
+  type ComposeService,
+} from './stack-files';
 
 const sections = parseHaproxyConfig(readRepoFile('infra/haproxy/haproxy.cfg'));
 const compose = readCompose();
@@ -10,7 +19,11 @@ describe('infra/haproxy/haproxy.cfg', () => {
     expect(defaults.lines).toContain('mode tcp');
     expect(defaults.lines.some((line) => /^retries [1-9]/.test(line))).toBe(true);
     expect(defaults.lines.some((line) => /^option redispatch\b/.test(line))).toBe(true);
-    for (const timeout of ['connect', 'client', 'server']) expect(defaults.lines.some((line) => line.startsWith(`timeout ${timeout} `)), timeout).toBe(true);
+    for (const timeout of ['connect', 'client', 'server'])
+      expect(
+        defaults.lines.some((line) => line.startsWith(`timeout ${timeout} `)),
+        timeout,
+      ).toBe(true);
   });
 
   it('listens where compose publishes the OpenAI API and sends to the routers', () => {
@@ -18,19 +31,25 @@ describe('infra/haproxy/haproxy.cfg', () => {
     expect(frontend.lines).toContain('bind :8080');
     expect(frontend.lines).toContain('default_backend routers');
     expect(compose.services['haproxy']?.ports?.some((port) => port.endsWith(':8080'))).toBe(true);
-    expect(bindMounts(compose.services['haproxy'] as ComposeService)).toContainEqual({ source: 'infra/haproxy/haproxy.cfg', target: '/usr/local/etc/haproxy/haproxy.cfg' });
+    expect(bindMounts(compose.services['haproxy'] as ComposeService)).toContainEqual({
+      source: 'infra/haproxy/haproxy.cfg',
+      target: '/usr/local/etc/haproxy/haproxy.cfg',
+    });
   });
 
   it('lists exactly the router services of docker-compose.yml, on their KVROUTE_PORT', () => {
     const servers = haproxySection(sections, 'backend', 'routers')
       .lines.filter((line) => line.startsWith('server '))
       .map((line) => line.split(' ').slice(1, 3));
-    const routers = servicesOf(compose, 'router').map(([name, service]) => [name, `${name}:${serviceEnv(service)['KVROUTE_PORT']}`]);
+    const routers = servicesOf(compose, 'router').map(([name, service]) => [
+      name,
+      `${name}:${serviceEnv(service)['KVROUTE_PORT']}`,
+    ]);
     expect(routers).toHaveLength(3);
     expect(servers).toEqual(routers);
   });
 
-  it("takes a router out of rotation when its /readyz fails (draining), checking every second", () => {
+  it('takes a router out of rotation when its /readyz fails (draining), checking every second', () => {
     const backend = haproxySection(sections, 'backend', 'routers');
     expect(backend.lines).toContain('option httpchk');
     expect(backend.lines.find((line) => line.startsWith('http-check send'))).toMatch(/meth GET uri \/readyz\b/);

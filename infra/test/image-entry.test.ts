@@ -17,7 +17,8 @@ const started: ChildProcess[] = [];
 
 beforeAll(async () => {
   await buildApps(['router', 'health-poller', 'vllm-sim'], join(image, 'dist'));
-  for (const file of ['apps.mjs', 'entrypoint.mjs', 'healthcheck.mjs']) copyFileSync(repoPath('infra/docker', file), join(image, file));
+  for (const file of ['apps.mjs', 'entrypoint.mjs', 'healthcheck.mjs'])
+    copyFileSync(repoPath('infra/docker', file), join(image, file));
 }, 120_000);
 
 afterAll(() => {
@@ -32,11 +33,18 @@ function containerEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
 }
 
 function run(script: string, args: string[], env: Record<string, string> = {}) {
-  return spawnSync(process.execPath, [join(image, script), ...args], { env: containerEnv(env), encoding: 'utf8', timeout: 30_000 });
+  return spawnSync(process.execPath, [join(image, script), ...args], {
+    env: containerEnv(env),
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
 }
 
 function start(args: string[], env: Record<string, string>): ChildProcess {
-  const child = spawn(process.execPath, ['--enable-source-maps', join(image, 'entrypoint.mjs'), ...args], { env: containerEnv(env), stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(process.execPath, ['--enable-source-maps', join(image, 'entrypoint.mjs'), ...args], {
+    env: containerEnv(env),
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   started.push(child);
   return child;
 }
@@ -91,15 +99,29 @@ describe('image entry point (entrypoint.mjs)', () => {
 
   it('runs a sim and a router; the HEALTHCHECK finds the running app, its port, and fails when nothing answers', async () => {
     const simPort = await freePort();
-    const sim = start(['sim'], { KVROUTE_SIM_HOST: '127.0.0.1', KVROUTE_SIM_PORT: String(simPort), KVROUTE_SIM_PROFILE: 'fast', KVROUTE_SIM_LOG_LEVEL: 'warn' });
+    const sim = start(['sim'], {
+      KVROUTE_SIM_HOST: '127.0.0.1',
+      KVROUTE_SIM_PORT: String(simPort),
+      KVROUTE_SIM_PROFILE: 'fast',
+      KVROUTE_SIM_LOG_LEVEL: 'warn',
+    });
     // No argument: the healthcheck reads the app and its env from the process running entrypoint.mjs.
     await eventually(() => run('healthcheck.mjs', []).status === 0, 'the sim is healthy');
 
     const routerPort = await freePort();
-    const router = start(['router', '--port', String(routerPort), '--host', '127.0.0.1'], { KVROUTE_BACKENDS: `http://127.0.0.1:${simPort}`, KVROUTE_LOG_LEVEL: 'warn' });
-    await eventually(() => run('healthcheck.mjs', ['router', '--port', String(routerPort)]).status === 0, 'the router is alive');
+    const router = start(['router', '--port', String(routerPort), '--host', '127.0.0.1'], {
+      KVROUTE_BACKENDS: `http://127.0.0.1:${simPort}`,
+      KVROUTE_LOG_LEVEL: 'warn',
+    });
+    await eventually(
+      () => run('healthcheck.mjs', ['router', '--port', String(routerPort)]).status === 0,
+      'the router is alive',
+    );
     // What HAProxy checks: ready once the router knows the sim's model.
-    await eventually(async () => (await fetch(`http://127.0.0.1:${routerPort}/readyz`).catch(() => null))?.status === 200, 'the router is ready');
+    await eventually(
+      async () => (await fetch(`http://127.0.0.1:${routerPort}/readyz`).catch(() => null))?.status === 200,
+      'the router is ready',
+    );
 
     const closedPort = await freePort();
     const down = run('healthcheck.mjs', ['sim'], { KVROUTE_SIM_PORT: String(closedPort) });

@@ -26,11 +26,23 @@ import { SIM_ENV_PREFIX, SimConfig } from '@kvroute/vllm-sim/config';
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { Job } from 'kubernetes-models/batch/v1';
-import { PodMonitor, PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
+import {
+  PodMonitor,
+  PrometheusRule,
+  ServiceMonitor,
+} from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { Role, RoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1';
-import { ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
+import {
+  ConfigMap,
+  Namespace,
+  PersistentVolumeClaim,
+  Pod,
+  Secret,
+  Service,
+  ServiceAccount,
+} from 'kubernetes-models/v1';
 import { parse as parseYaml } from 'yaml';
 import { unknownConfigKeys, unknownEnvVars, type KvrouteApp } from './config-keys';
 import { podSpecsOf, type K8sObject } from './k8s-kustomize';
@@ -61,9 +73,27 @@ const BENCH_OPTIONS = {
 const BENCH_ENV = new Set(['KVROUTE_REDIS_URL']);
 
 /** How each app loads its configuration (as in its main.ts). */
-const APP_CONFIG: Record<KvrouteApp, { schema: ConfigSchema; envPrefix: string; sharedFile?: { section: string; otherSections: readonly string[] }; probes: { readiness: string; liveness: string } }> = {
-  router: { schema: RouterConfig, envPrefix: ROUTER_ENV_PREFIX, sharedFile: ROUTER_CONFIG_FILE, probes: { readiness: '/readyz', liveness: '/healthz' } },
-  poller: { schema: PollerConfig, envPrefix: POLLER_ENV_PREFIX, sharedFile: POLLER_CONFIG_FILE, probes: { readiness: '/healthz', liveness: '/healthz' } },
+const APP_CONFIG: Record<
+  KvrouteApp,
+  {
+    schema: ConfigSchema;
+    envPrefix: string;
+    sharedFile?: { section: string; otherSections: readonly string[] };
+    probes: { readiness: string; liveness: string };
+  }
+> = {
+  router: {
+    schema: RouterConfig,
+    envPrefix: ROUTER_ENV_PREFIX,
+    sharedFile: ROUTER_CONFIG_FILE,
+    probes: { readiness: '/readyz', liveness: '/healthz' },
+  },
+  poller: {
+    schema: PollerConfig,
+    envPrefix: POLLER_ENV_PREFIX,
+    sharedFile: POLLER_CONFIG_FILE,
+    probes: { readiness: '/healthz', liveness: '/healthz' },
+  },
   sim: { schema: SimConfig, envPrefix: SIM_ENV_PREFIX, probes: { readiness: '/health', liveness: '/health' } },
 };
 
@@ -115,14 +145,18 @@ export function checkManifests(objects: readonly K8sObject[], options: CheckOpti
 }
 
 /** The problems and the kvroute containers of `objects` (tests assert on the loaded configs too). */
-export function inspectManifests(objects: readonly K8sObject[], options: CheckOptions = {}): { problems: string[]; containers: KvrouteContainer[] } {
+export function inspectManifests(
+  objects: readonly K8sObject[],
+  options: CheckOptions = {},
+): { problems: string[]; containers: KvrouteContainer[] } {
   const index = new ObjectIndex(objects);
   const problems: string[] = [];
   for (const object of objects) problems.push(...checkSchema(object), ...checkNamespace(object, index));
   for (const object of objects) {
     if (object.kind === 'Service') problems.push(...checkService(object, index));
     if (object.kind === 'StatefulSet') problems.push(...checkStatefulSet(object, index));
-    if (object.kind === 'PodDisruptionBudget' || object.kind === 'NetworkPolicy') problems.push(...checkSelectsPods(object, index));
+    if (object.kind === 'PodDisruptionBudget' || object.kind === 'NetworkPolicy')
+      problems.push(...checkSelectsPods(object, index));
     if (object.kind === 'HorizontalPodAutoscaler') problems.push(...checkAutoscaler(object, index));
     if (object.kind === 'ConfigMap') problems.push(...checkSharedConfigFiles(object));
   }
@@ -148,7 +182,9 @@ class ObjectIndex {
   constructor(readonly objects: readonly K8sObject[]) {}
 
   find(kind: string, name: string, namespace: string | undefined): K8sObject | undefined {
-    return this.objects.find((object) => object.kind === kind && object.metadata.name === name && object.metadata.namespace === namespace);
+    return this.objects.find(
+      (object) => object.kind === kind && object.metadata.name === name && object.metadata.namespace === namespace,
+    );
   }
 
   namespaces(): Set<string> {
@@ -158,18 +194,26 @@ class ObjectIndex {
   /** Workloads whose pod template carries every label of `selector`. */
   workloadsSelectedBy(selector: Record<string, string> | undefined, namespace: string | undefined): K8sObject[] {
     if (selector === undefined || Object.keys(selector).length === 0) return [];
-    return this.objects.filter((object) => WORKLOAD_KINDS.has(object.kind) && object.metadata.namespace === namespace && matchesLabels(podLabelsOf(object), selector));
+    return this.objects.filter(
+      (object) =>
+        WORKLOAD_KINDS.has(object.kind) &&
+        object.metadata.namespace === namespace &&
+        matchesLabels(podLabelsOf(object), selector),
+    );
   }
 }
 
 function checkSchema(object: K8sObject): string[] {
   const Model = SCHEMAS[`${object.apiVersion}/${object.kind}`];
-  if (Model === undefined) return [`${object.kind}/${object.metadata.name}: no schema here for ${object.apiVersion} ${object.kind}`];
+  if (Model === undefined)
+    return [`${object.kind}/${object.metadata.name}: no schema here for ${object.apiVersion} ${object.kind}`];
   try {
     new Model(structuredClone(object)).validate();
     return [];
   } catch (error) {
-    return [`${object.kind}/${object.metadata.name}: schema: ${error instanceof Error ? error.message : String(error)}`];
+    return [
+      `${object.kind}/${object.metadata.name}: schema: ${error instanceof Error ? error.message : String(error)}`,
+    ];
   }
 }
 
@@ -177,7 +221,11 @@ function checkNamespace(object: K8sObject, index: ObjectIndex): string[] {
   const namespaces = index.namespaces();
   if (CLUSTER_SCOPED.has(object.kind) || namespaces.size === 0) return [];
   const namespace = object.metadata.namespace;
-  return namespace !== undefined && namespaces.has(namespace) ? [] : [`${object.kind}/${object.metadata.name}: namespace ${String(namespace)} is not one of the manifests' Namespaces`];
+  return namespace !== undefined && namespaces.has(namespace)
+    ? []
+    : [
+        `${object.kind}/${object.metadata.name}: namespace ${String(namespace)} is not one of the manifests' Namespaces`,
+      ];
 }
 
 function checkService(service: K8sObject, index: ObjectIndex): string[] {
@@ -188,8 +236,15 @@ function checkService(service: K8sObject, index: ObjectIndex): string[] {
   for (const port of service['spec']?.ports ?? []) {
     const target = port.targetPort ?? port.port;
     for (const workload of workloads) {
-      const found = podSpecsOf(workload).some((pod) => (pod.containers ?? []).some((container: any) => (container.ports ?? []).some((p: any) => p.name === target || p.containerPort === target)));
-      if (!found) problems.push(`${where}: targetPort ${String(target)} is no container port of ${workload.kind}/${workload.metadata.name}`);
+      const found = podSpecsOf(workload).some((pod) =>
+        (pod.containers ?? []).some((container: any) =>
+          (container.ports ?? []).some((p: any) => p.name === target || p.containerPort === target),
+        ),
+      );
+      if (!found)
+        problems.push(
+          `${where}: targetPort ${String(target)} is no container port of ${workload.kind}/${workload.metadata.name}`,
+        );
     }
   }
   return problems;
@@ -198,17 +253,26 @@ function checkService(service: K8sObject, index: ObjectIndex): string[] {
 function checkStatefulSet(statefulSet: K8sObject, index: ObjectIndex): string[] {
   const where = `StatefulSet/${statefulSet.metadata.name}`;
   const serviceName = statefulSet['spec']?.serviceName;
-  const service = typeof serviceName === 'string' ? index.find('Service', serviceName, statefulSet.metadata.namespace) : undefined;
-  if (service === undefined) return [`${where}: serviceName ${String(serviceName)} is no Service (pods get DNS names only through a headless Service)`];
+  const service =
+    typeof serviceName === 'string' ? index.find('Service', serviceName, statefulSet.metadata.namespace) : undefined;
+  if (service === undefined)
+    return [
+      `${where}: serviceName ${String(serviceName)} is no Service (pods get DNS names only through a headless Service)`,
+    ];
   const problems: string[] = [];
-  if (service['spec']?.clusterIP !== 'None') problems.push(`${where}: Service ${serviceName} is not headless (clusterIP: None)`);
-  if (!matchesLabels(podLabelsOf(statefulSet), service['spec']?.selector ?? {})) problems.push(`${where}: Service ${serviceName} does not select its pods`);
+  if (service['spec']?.clusterIP !== 'None')
+    problems.push(`${where}: Service ${serviceName} is not headless (clusterIP: None)`);
+  if (!matchesLabels(podLabelsOf(statefulSet), service['spec']?.selector ?? {}))
+    problems.push(`${where}: Service ${serviceName} does not select its pods`);
   return problems;
 }
 
 function checkSelectsPods(object: K8sObject, index: ObjectIndex): string[] {
-  const selector = object.kind === 'NetworkPolicy' ? object['spec']?.podSelector?.matchLabels : object['spec']?.selector?.matchLabels;
-  return index.workloadsSelectedBy(selector, object.metadata.namespace).length > 0 ? [] : [`${object.kind}/${object.metadata.name}: its selector matches no pod template`];
+  const selector =
+    object.kind === 'NetworkPolicy' ? object['spec']?.podSelector?.matchLabels : object['spec']?.selector?.matchLabels;
+  return index.workloadsSelectedBy(selector, object.metadata.namespace).length > 0
+    ? []
+    : [`${object.kind}/${object.metadata.name}: its selector matches no pod template`];
 }
 
 function checkAutoscaler(hpa: K8sObject, index: ObjectIndex): string[] {
@@ -217,15 +281,24 @@ function checkAutoscaler(hpa: K8sObject, index: ObjectIndex): string[] {
   const target = index.find(ref.kind, ref.name, hpa.metadata.namespace);
   if (target === undefined) return [`${where}: scaleTargetRef ${ref.kind}/${ref.name} does not exist`];
   const problems: string[] = [];
-  const scalesOnCpu = (hpa['spec']?.metrics ?? []).some((metric: any) => metric.type === 'Resource' && metric.resource?.name === 'cpu' && metric.resource?.target?.type === 'Utilization');
+  const scalesOnCpu = (hpa['spec']?.metrics ?? []).some(
+    (metric: any) =>
+      metric.type === 'Resource' && metric.resource?.name === 'cpu' && metric.resource?.target?.type === 'Utilization',
+  );
   if (scalesOnCpu) {
     for (const container of podSpecsOf(target).flatMap((pod) => pod.containers ?? [])) {
-      if (container.resources?.requests?.cpu === undefined) problems.push(`${where}: CPU utilization needs a CPU request on ${target.kind}/${target.metadata.name} ${container.name}`);
+      if (container.resources?.requests?.cpu === undefined)
+        problems.push(
+          `${where}: CPU utilization needs a CPU request on ${target.kind}/${target.metadata.name} ${container.name}`,
+        );
     }
   }
   const minReplicas = hpa['spec']?.minReplicas ?? 1;
   const replicas = target['spec']?.replicas ?? 1;
-  if (replicas < minReplicas) problems.push(`${where}: ${target.kind}/${target.metadata.name} has ${replicas} replicas, below minReplicas ${minReplicas}`);
+  if (replicas < minReplicas)
+    problems.push(
+      `${where}: ${target.kind}/${target.metadata.name} has ${replicas} replicas, below minReplicas ${minReplicas}`,
+    );
   return problems;
 }
 
@@ -247,9 +320,15 @@ function checkSharedConfigFiles(configMap: K8sObject): string[] {
       continue;
     }
     const { router, poller, ...common } = values as Record<string, unknown>;
-    const neither = unknownConfigKeys('router', Object.keys(common)).filter((name) => unknownConfigKeys('poller', [name]).length > 0);
-    if (neither.length > 0) problems.push(`${where}: top-level keys neither the router nor the poller has: ${neither.join(', ')}`);
-    for (const [app, section] of [['router', router], ['poller', poller]] as const) {
+    const neither = unknownConfigKeys('router', Object.keys(common)).filter(
+      (name) => unknownConfigKeys('poller', [name]).length > 0,
+    );
+    if (neither.length > 0)
+      problems.push(`${where}: top-level keys neither the router nor the poller has: ${neither.join(', ')}`);
+    for (const [app, section] of [
+      ['router', router],
+      ['poller', poller],
+    ] as const) {
       if (section === undefined) continue;
       if (typeof section !== 'object' || section === null || Array.isArray(section)) {
         problems.push(`${where}: ${app}: must be a mapping`);
@@ -266,21 +345,35 @@ function checkWorkload(workload: K8sObject, index: ObjectIndex): string[] {
   const where = `${workload.kind}/${workload.metadata.name}`;
   const problems: string[] = [];
   const selector = workload['spec']?.selector?.matchLabels;
-  if (workload.kind !== 'Pod' && selector !== undefined && !matchesLabels(podLabelsOf(workload), selector)) problems.push(`${where}: selector does not match the pod template's labels`);
-  const claimTemplates = new Set<string>((workload['spec']?.volumeClaimTemplates ?? []).map((template: any) => template.metadata?.name));
+  if (workload.kind !== 'Pod' && selector !== undefined && !matchesLabels(podLabelsOf(workload), selector))
+    problems.push(`${where}: selector does not match the pod template's labels`);
+  const claimTemplates = new Set<string>(
+    (workload['spec']?.volumeClaimTemplates ?? []).map((template: any) => template.metadata?.name),
+  );
   for (const pod of podSpecsOf(workload)) {
     for (const volume of pod.volumes ?? []) {
-      if (volume.configMap && !volume.configMap.optional && index.find('ConfigMap', volume.configMap.name, workload.metadata.namespace) === undefined) {
+      if (
+        volume.configMap &&
+        !volume.configMap.optional &&
+        index.find('ConfigMap', volume.configMap.name, workload.metadata.namespace) === undefined
+      ) {
         problems.push(`${where}: volume ${volume.name}: ConfigMap ${volume.configMap.name} does not exist`);
       }
-      if (volume.persistentVolumeClaim && index.find('PersistentVolumeClaim', volume.persistentVolumeClaim.claimName, workload.metadata.namespace) === undefined) {
-        problems.push(`${where}: volume ${volume.name}: PersistentVolumeClaim ${volume.persistentVolumeClaim.claimName} does not exist`);
+      if (
+        volume.persistentVolumeClaim &&
+        index.find('PersistentVolumeClaim', volume.persistentVolumeClaim.claimName, workload.metadata.namespace) ===
+          undefined
+      ) {
+        problems.push(
+          `${where}: volume ${volume.name}: PersistentVolumeClaim ${volume.persistentVolumeClaim.claimName} does not exist`,
+        );
       }
     }
     const volumeNames = new Set<string>([...(pod.volumes ?? []).map((volume: any) => volume.name), ...claimTemplates]);
     for (const container of [...(pod.initContainers ?? []), ...(pod.containers ?? [])]) {
       for (const mount of container.volumeMounts ?? []) {
-        if (!volumeNames.has(mount.name)) problems.push(`${where} ${container.name}: volumeMount ${mount.name} has no volume`);
+        if (!volumeNames.has(mount.name))
+          problems.push(`${where} ${container.name}: volumeMount ${mount.name} has no volume`);
       }
     }
   }
@@ -295,19 +388,30 @@ function checkContainer(container: any, where: string): string[] {
     const probe = container[probeName];
     const port = probe?.httpGet?.port ?? probe?.tcpSocket?.port;
     if (port === undefined) continue;
-    if (!ports.some((p) => p.name === port || p.containerPort === port)) problems.push(`${where}: ${probeName} port ${String(port)} is no container port`);
+    if (!ports.some((p) => p.name === port || p.containerPort === port))
+      problems.push(`${where}: ${probeName} port ${String(port)} is no container port`);
   }
   const envNames = new Set((container.env ?? []).map((env: any) => env.name));
   for (const word of [...(container.command ?? []), ...(container.args ?? [])] as string[]) {
     for (const match of String(word).matchAll(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g)) {
-      if (!envNames.has(match[1])) problems.push(`${where}: $(${match[1]}) in its arguments is not one of its env vars (Kubernetes would pass it literally)`);
+      if (!envNames.has(match[1]))
+        problems.push(
+          `${where}: $(${match[1]}) in its arguments is not one of its env vars (Kubernetes would pass it literally)`,
+        );
     }
   }
   return problems;
 }
 
 /** The container's env as the kubelet would set it (values of ConfigMap keys and given Secrets). */
-function resolveEnv(container: any, workload: K8sObject, index: ObjectIndex, options: CheckOptions, problems: string[], where: string): Map<string, string | undefined> {
+function resolveEnv(
+  container: any,
+  workload: K8sObject,
+  index: ObjectIndex,
+  options: CheckOptions,
+  problems: string[],
+  where: string,
+): Map<string, string | undefined> {
   const env = new Map<string, string | undefined>();
   const namespace = workload.metadata.namespace;
   for (const entry of container.env ?? []) {
@@ -316,7 +420,10 @@ function resolveEnv(container: any, workload: K8sObject, index: ObjectIndex, opt
       // The kubelet expands $(NAME) of variables defined earlier in the list and leaves others as written.
       env.set(
         entry.name,
-        String(entry.value).replace(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (written, name: string) => env.get(name) ?? written),
+        String(entry.value).replace(
+          /\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g,
+          (written, name: string) => env.get(name) ?? written,
+        ),
       );
       continue;
     }
@@ -325,12 +432,18 @@ function resolveEnv(container: any, workload: K8sObject, index: ObjectIndex, opt
     if (configMapRef) {
       const configMap = index.find('ConfigMap', configMapRef.name, namespace);
       const value = configMap?.['data']?.[configMapRef.key] as string | undefined;
-      if (value === undefined && !configMapRef.optional) problems.push(`${where}: env ${entry.name}: ConfigMap ${configMapRef.name} has no key ${configMapRef.key}`);
+      if (value === undefined && !configMapRef.optional)
+        problems.push(`${where}: env ${entry.name}: ConfigMap ${configMapRef.name} has no key ${configMapRef.key}`);
       env.set(entry.name, value);
     } else if (secretRef) {
-      const inManifests = index.find('Secret', secretRef.name, namespace)?.['stringData']?.[secretRef.key] as string | undefined;
+      const inManifests = index.find('Secret', secretRef.name, namespace)?.['stringData']?.[secretRef.key] as
+        | string
+        | undefined;
       const value = inManifests ?? options.secrets?.[`${secretRef.name}/${secretRef.key}`];
-      if (value === undefined && !secretRef.optional) problems.push(`${where}: env ${entry.name}: Secret ${secretRef.name} (key ${secretRef.key}) is neither in the manifests nor given`);
+      if (value === undefined && !secretRef.optional)
+        problems.push(
+          `${where}: env ${entry.name}: Secret ${secretRef.name} (key ${secretRef.key}) is neither in the manifests nor given`,
+        );
       env.set(entry.name, value);
     } else if (entry.valueFrom?.fieldRef || entry.valueFrom?.resourceFieldRef) {
       env.set(entry.name, undefined);
@@ -338,7 +451,8 @@ function resolveEnv(container: any, workload: K8sObject, index: ObjectIndex, opt
       problems.push(`${where}: env ${entry.name} has neither value nor valueFrom`);
     }
   }
-  for (const source of container.envFrom ?? []) problems.push(`${where}: envFrom (${JSON.stringify(source)}) hides which variables are set: list them under env`);
+  for (const source of container.envFrom ?? [])
+    problems.push(`${where}: envFrom (${JSON.stringify(source)}) hides which variables are set: list them under env`);
   return env;
 }
 
@@ -354,7 +468,8 @@ interface KvrouteContext {
 
 function checkKvrouteContainer(context: KvrouteContext): KvrouteContainer | undefined {
   const { container, where, problems, pod, env, workload } = context;
-  if (container.command !== undefined) problems.push(`${where}: sets command; the image's entrypoint picks the app from the first arg`);
+  if (container.command !== undefined)
+    problems.push(`${where}: sets command; the image's entrypoint picks the app from the first arg`);
   const command: unknown = container.args?.[0];
   if (!isKvrouteCommand(command)) {
     problems.push(`${where}: first arg ${JSON.stringify(command)} is not one of ${KVROUTE_COMMANDS.join(', ')}`);
@@ -371,27 +486,45 @@ function checkKvrouteContainer(context: KvrouteContext): KvrouteContainer | unde
 
   const ports = (container.ports ?? []) as { name?: string; containerPort: number }[];
   const listening = ports.find((port) => port.containerPort === config['port']);
-  if (listening === undefined) problems.push(`${where}: the ${app} listens on ${config['port']}, which is no container port`);
-  if (/^(127\.|localhost$|::1$)/.test(String(config['host']))) problems.push(`${where}: the ${app} listens on ${config['host']}, unreachable from outside the pod (set its host to 0.0.0.0)`);
+  if (listening === undefined)
+    problems.push(`${where}: the ${app} listens on ${config['port']}, which is no container port`);
+  if (/^(127\.|localhost$|::1$)/.test(String(config['host'])))
+    problems.push(
+      `${where}: the ${app} listens on ${config['host']}, unreachable from outside the pod (set its host to 0.0.0.0)`,
+    );
   const probes = APP_CONFIG[app].probes;
-  for (const [probeName, path] of [['readinessProbe', probes.readiness], ['livenessProbe', probes.liveness]] as const) {
+  for (const [probeName, path] of [
+    ['readinessProbe', probes.readiness],
+    ['livenessProbe', probes.liveness],
+  ] as const) {
     const probe = container[probeName]?.httpGet;
     if (probe === undefined) problems.push(`${where}: no HTTP ${probeName} (the ${app} serves ${path})`);
     else if (probe.path !== path) problems.push(`${where}: ${probeName} asks ${probe.path}, the ${app} serves ${path}`);
-    else if (probe.port !== config['port'] && probe.port !== listening?.name) problems.push(`${where}: ${probeName} port ${probe.port} is not the ${app}'s port ${config['port']}`);
+    else if (probe.port !== config['port'] && probe.port !== listening?.name)
+      problems.push(`${where}: ${probeName} port ${probe.port} is not the ${app}'s port ${config['port']}`);
   }
 
   if (app === 'router' || app === 'poller') {
-    if (typeof config['redisUrl'] === 'string') problems.push(...checkUrl(config['redisUrl'], context.index, workload.metadata.namespace, `${where}: redisUrl`));
-    for (const backend of backendUrls(config['backends'])) problems.push(...checkUrl(backend, context.index, workload.metadata.namespace, `${where}: backend`));
+    if (typeof config['redisUrl'] === 'string')
+      problems.push(...checkUrl(config['redisUrl'], context.index, workload.metadata.namespace, `${where}: redisUrl`));
+    for (const backend of backendUrls(config['backends']))
+      problems.push(...checkUrl(backend, context.index, workload.metadata.namespace, `${where}: backend`));
     const graceMs = (pod.terminationGracePeriodSeconds ?? 30) * 1000;
     const preStopMs = preStopSleepMs(container);
     // The router drains (readiness off, still serving) for shutdownDrainDelayMs, then gives in-flight requests shutdownGraceMs.
     const drainMs = app === 'router' ? ((config['shutdownDrainDelayMs'] as number | undefined) ?? 0) : 0;
     const needMs = (config['shutdownGraceMs'] as number) + drainMs + preStopMs;
-    if (graceMs <= needMs) problems.push(`${where}: terminationGracePeriodSeconds ${graceMs / 1000} s does not outlast preStop (${preStopMs / 1000} s) + shutdownDrainDelayMs (${drainMs} ms) + shutdownGraceMs (${config['shutdownGraceMs']} ms): the kubelet would kill in-flight requests`);
+    if (graceMs <= needMs)
+      problems.push(
+        `${where}: terminationGracePeriodSeconds ${graceMs / 1000} s does not outlast preStop (${preStopMs / 1000} ` +
+          `s) + shutdownDrainDelayMs (${drainMs} ms) + shutdownGraceMs (${config['shutdownGraceMs']} ` +
+          `ms): the kubelet would kill in-flight requests`,
+      );
   }
-  if (app === 'router' && preStopSleepMs(container) === 0) problems.push(`${where}: no preStop sleep: the load balancer may still send connections to a router that stopped accepting them`);
+  if (app === 'router' && preStopSleepMs(container) === 0)
+    problems.push(
+      `${where}: no preStop sleep: the load balancer may still send connections to a router that stopped accepting them`,
+    );
   return { workload, container, command, env, config };
 }
 
@@ -418,14 +551,22 @@ function loadAppConfig(app: KvrouteApp, context: KvrouteContext): Record<string,
       if (flagAt >= 0) argvForLoad[flagAt + 1] = localPath;
       else envForLoad[fileEnv] = localPath;
     }
-    const loaded = loadConfig({ schema: settings.schema, argv: argvForLoad, env: envForLoad, envPrefix: settings.envPrefix, sharedFile: settings.sharedFile });
+    const loaded = loadConfig({
+      schema: settings.schema,
+      argv: argvForLoad,
+      env: envForLoad,
+      envPrefix: settings.envPrefix,
+      sharedFile: settings.sharedFile,
+    });
     if (loaded.kind !== 'config') {
       problems.push(`${where}: its args ask for --help`);
       return undefined;
     }
     return loaded.config as Record<string, any>;
   } catch (error) {
-    problems.push(`${where}: the ${app}'s configuration does not load: ${error instanceof Error ? error.message.replaceAll(tempDir, '<mounted>') : String(error)}`);
+    problems.push(
+      `${where}: the ${app}'s configuration does not load: ${error instanceof Error ? error.message.replaceAll(tempDir, '<mounted>') : String(error)}`,
+    );
     return undefined;
   } finally {
     rmSync(tempDir, { recursive: true, force: true });
@@ -454,37 +595,52 @@ function checkBench(context: KvrouteContext): KvrouteContainer {
   if (foreign.length > 0) problems.push(`${where}: env vars the bench does not read: ${foreign.join(', ')}`);
   let values: Record<string, string | boolean | undefined>;
   try {
-    values = parseArgs({ args: (container.args ?? []).slice(1).map(String), options: BENCH_OPTIONS, strict: true, allowPositionals: false }).values;
+    values = parseArgs({
+      args: (container.args ?? []).slice(1).map(String),
+      options: BENCH_OPTIONS,
+      strict: true,
+      allowPositionals: false,
+    }).values;
   } catch (error) {
     problems.push(`${where}: bench args: ${error instanceof Error ? error.message : String(error)}`);
     return { workload, container, command: 'bench', env };
   }
   const scenario = values['scenario'];
   if (typeof scenario !== 'string') problems.push(`${where}: the bench needs --scenario`);
-  else if (!existsSync(repoPath('bench', 'scenarios', `${scenario}.yaml`))) problems.push(`${where}: scenario ${scenario} is not in bench/scenarios/`);
+  else if (!existsSync(repoPath('bench', 'scenarios', `${scenario}.yaml`)))
+    problems.push(`${where}: scenario ${scenario} is not in bench/scenarios/`);
   const namespace = workload.metadata.namespace;
   for (const entry of splitList(values['router'])) {
     const url = entry.replace(/^[a-z][a-z0-9-]*=/, '');
     problems.push(...checkUrl(url, index, namespace, `${where}: --router`));
   }
-  for (const url of splitList(values['backends'])) problems.push(...checkUrl(url, index, namespace, `${where}: --backends`));
+  for (const url of splitList(values['backends']))
+    problems.push(...checkUrl(url, index, namespace, `${where}: --backends`));
   const out = values['out'];
   if (typeof out !== 'string') problems.push(`${where}: no --out: the report would stay in the container`);
   else {
-    const mount = (container.volumeMounts ?? []).find((candidate: any) => out === candidate.mountPath || out.startsWith(`${candidate.mountPath}/`));
+    const mount = (container.volumeMounts ?? []).find(
+      (candidate: any) => out === candidate.mountPath || out.startsWith(`${candidate.mountPath}/`),
+    );
     const volume = (context.pod.volumes ?? []).find((candidate: any) => candidate.name === mount?.name);
-    if (volume?.persistentVolumeClaim === undefined) problems.push(`${where}: --out ${out} is not on a PersistentVolumeClaim: the report would go with the pod`);
+    if (volume?.persistentVolumeClaim === undefined)
+      problems.push(`${where}: --out ${out} is not on a PersistentVolumeClaim: the report would go with the pod`);
   }
   return { workload, container, command: 'bench', env, benchArgs: values };
 }
 
 /** The bench reads the backends' own counters: it must be given the backends the routers route to. */
 function checkBenchMatchesRouters(containers: readonly KvrouteContainer[]): string[] {
-  const routerBackends = containers.filter((entry) => entry.command === 'router' && entry.config !== undefined).map((entry) => backendUrls(entry.config?.['backends']).sort().join(','));
+  const routerBackends = containers
+    .filter((entry) => entry.command === 'router' && entry.config !== undefined)
+    .map((entry) => backendUrls(entry.config?.['backends']).sort().join(','));
   const problems: string[] = [];
   for (const bench of containers.filter((entry) => entry.command === 'bench' && entry.benchArgs !== undefined)) {
     const given = splitList(bench.benchArgs?.['backends']).sort().join(',');
-    if (routerBackends.length > 0 && !routerBackends.includes(given)) problems.push(`${bench.workload.kind}/${bench.workload.metadata.name} bench: --backends ${given} differ from the routers' backends ${routerBackends[0]}`);
+    if (routerBackends.length > 0 && !routerBackends.includes(given))
+      problems.push(
+        `${bench.workload.kind}/${bench.workload.metadata.name} bench: --backends ${given} differ from the routers' backends ${routerBackends[0]}`,
+      );
   }
   return problems;
 }
@@ -494,8 +650,10 @@ function checkHardening(container: any, pod: any, where: string): string[] {
   const problems: string[] = [];
   const runAsNonRoot = container.securityContext?.runAsNonRoot ?? pod.securityContext?.runAsNonRoot;
   if (runAsNonRoot !== true) problems.push(`${where}: runAsNonRoot is not set`);
-  if (container.securityContext?.readOnlyRootFilesystem !== true) problems.push(`${where}: root filesystem is writable`);
-  if (container.securityContext?.allowPrivilegeEscalation !== false) problems.push(`${where}: allowPrivilegeEscalation is not false`);
+  if (container.securityContext?.readOnlyRootFilesystem !== true)
+    problems.push(`${where}: root filesystem is writable`);
+  if (container.securityContext?.allowPrivilegeEscalation !== false)
+    problems.push(`${where}: allowPrivilegeEscalation is not false`);
   return problems;
 }
 
@@ -518,7 +676,8 @@ function checkUrl(text: string, index: ObjectIndex, namespace: string | undefine
   const namespaces = index.namespaces();
   const parts = url.hostname.replace(/\.svc(\.cluster\.local)?$/, '').split('.');
   if (parts.length > 1 && namespaces.has(parts[parts.length - 1] as string)) {
-    if (parts[parts.length - 1] !== namespace) return [`${where} ${text} is in namespace ${parts[parts.length - 1]}, not ${namespace}`];
+    if (parts[parts.length - 1] !== namespace)
+      return [`${where} ${text} is in namespace ${parts[parts.length - 1]}, not ${namespace}`];
     parts.pop();
   } else if (url.hostname.endsWith('.svc') || url.hostname.endsWith('.svc.cluster.local')) {
     return [`${where} ${text}: namespace ${parts[parts.length - 1]} is not in the manifests`];
@@ -526,20 +685,34 @@ function checkUrl(text: string, index: ObjectIndex, namespace: string | undefine
   if (parts.length === 1) {
     const service = index.find('Service', parts[0] as string, namespace);
     if (service === undefined) return [`${where} ${text}: no Service ${parts[0]}`];
-    if (!(service['spec']?.ports ?? []).some((p: any) => p.port === port)) return [`${where} ${text}: Service ${parts[0]} has no port ${port}`];
+    if (!(service['spec']?.ports ?? []).some((p: any) => p.port === port))
+      return [`${where} ${text}: Service ${parts[0]} has no port ${port}`];
     return [];
   }
   if (parts.length === 2) {
     const [podName, serviceName] = parts as [string, string];
     const service = index.find('Service', serviceName, namespace);
     if (service === undefined) return [`${where} ${text}: no Service ${serviceName} (for ${podName}.${serviceName})`];
-    const statefulSet = index.objects.find((object) => object.kind === 'StatefulSet' && object.metadata.namespace === namespace && object['spec']?.serviceName === serviceName && podName.startsWith(`${object.metadata.name}-`));
-    if (statefulSet === undefined) return [`${where} ${text}: ${podName} is no pod of a StatefulSet behind Service ${serviceName}`];
+    const statefulSet = index.objects.find(
+      (object) =>
+        object.kind === 'StatefulSet' &&
+        object.metadata.namespace === namespace &&
+        object['spec']?.serviceName === serviceName &&
+        podName.startsWith(`${object.metadata.name}-`),
+    );
+    if (statefulSet === undefined)
+      return [`${where} ${text}: ${podName} is no pod of a StatefulSet behind Service ${serviceName}`];
     const ordinal = Number(podName.slice(statefulSet.metadata.name.length + 1));
     const replicas = statefulSet['spec']?.replicas ?? 1;
-    if (!Number.isInteger(ordinal) || ordinal < 0 || ordinal >= replicas) return [`${where} ${text}: StatefulSet ${statefulSet.metadata.name} has ${replicas} pods, ${podName} is not one of them`];
-    const ports = podSpecsOf(statefulSet).flatMap((pod) => (pod.containers ?? []).flatMap((container: any) => container.ports ?? []));
-    if (!ports.some((p: any) => p.containerPort === port)) return [`${where} ${text}: the pods of StatefulSet ${statefulSet.metadata.name} listen on no port ${port}`];
+    if (!Number.isInteger(ordinal) || ordinal < 0 || ordinal >= replicas)
+      return [
+        `${where} ${text}: StatefulSet ${statefulSet.metadata.name} has ${replicas} pods, ${podName} is not one of them`,
+      ];
+    const ports = podSpecsOf(statefulSet).flatMap((pod) =>
+      (pod.containers ?? []).flatMap((container: any) => container.ports ?? []),
+    );
+    if (!ports.some((p: any) => p.containerPort === port))
+      return [`${where} ${text}: the pods of StatefulSet ${statefulSet.metadata.name} listen on no port ${port}`];
     return [];
   }
   return [];
@@ -560,7 +733,12 @@ function backendUrls(backends: unknown): string[] {
 }
 
 function splitList(value: string | boolean | undefined): string[] {
-  return typeof value === 'string' ? value.split(',').map((part) => part.trim()).filter(Boolean) : [];
+  return typeof value === 'string'
+    ? value
+        .split(',')
+        .map((part) => part.trim())
+        .filter(Boolean)
+    : [];
 }
 
 function isKvrouteCommand(value: unknown): value is KvrouteCommand {

@@ -16,14 +16,48 @@ describe('kustomize name suffix hash', () => {
 });
 
 describe('strategic merge', () => {
-  const target = { containers: [{ name: 'a', image: 'x', env: [{ name: 'A', value: '1' }, { name: 'B', value: '2' }], args: ['1', '2'] }, { name: 'b', image: 'y' }] };
+  const target = {
+    containers: [
+      {
+        name: 'a',
+        image: 'x',
+        env: [
+          { name: 'A', value: '1' },
+          { name: 'B', value: '2' },
+        ],
+        args: ['1', '2'],
+      },
+      { name: 'b', image: 'y' },
+    ],
+  };
 
   it('merges containers and env by name, patch items first, and replaces plain lists', () => {
-    const patch = { containers: [{ name: 'c', image: 'z' }, { name: 'a', env: [{ name: 'C', value: '3' }, { name: 'B', value: '22' }], args: ['q'] }] };
+    const patch = {
+      containers: [
+        { name: 'c', image: 'z' },
+        {
+          name: 'a',
+          env: [
+            { name: 'C', value: '3' },
+            { name: 'B', value: '22' },
+          ],
+          args: ['q'],
+        },
+      ],
+    };
     expect(strategicMerge(target, patch, [])).toEqual({
       containers: [
         { name: 'c', image: 'z' },
-        { name: 'a', image: 'x', env: [{ name: 'C', value: '3' }, { name: 'B', value: '22' }, { name: 'A', value: '1' }], args: ['q'] },
+        {
+          name: 'a',
+          image: 'x',
+          env: [
+            { name: 'C', value: '3' },
+            { name: 'B', value: '22' },
+            { name: 'A', value: '1' },
+          ],
+          args: ['q'],
+        },
         { name: 'b', image: 'y' },
       ],
     });
@@ -36,12 +70,20 @@ describe('strategic merge', () => {
   });
 
   it('refuses directives it does not implement', () => {
-    expect(() => strategicMerge(target, { containers: [{ name: 'a', $patch: 'delete' }] }, [])).toThrow(/\$patch: delete at containers is not implemented/);
+    expect(() => strategicMerge(target, { containers: [{ name: 'a', $patch: 'delete' }] }, [])).toThrow(
+      /\$patch: delete at containers is not implemented/,
+    );
   });
 });
 
 describe('JSON6902 patches', () => {
-  const object: K8sObject = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'x' }, data: { a: '1' }, list: ['p', 'q'] };
+  const object: K8sObject = {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: { name: 'x' },
+    data: { a: '1' },
+    list: ['p', 'q'],
+  };
 
   it('adds, appends, replaces and removes', () => {
     const patched = applyJson6902(
@@ -59,8 +101,12 @@ describe('JSON6902 patches', () => {
   });
 
   it('fails on a path that is not there', () => {
-    expect(() => applyJson6902(object, [{ op: 'replace', path: '/data/zz', value: '1' }], 'test')).toThrow(/nothing there/);
-    expect(() => applyJson6902(object, [{ op: 'add', path: '/spec/x', value: 1 }], 'test')).toThrow(/spec does not exist/);
+    expect(() => applyJson6902(object, [{ op: 'replace', path: '/data/zz', value: '1' }], 'test')).toThrow(
+      /nothing there/,
+    );
+    expect(() => applyJson6902(object, [{ op: 'add', path: '/spec/x', value: 1 }], 'test')).toThrow(
+      /spec does not exist/,
+    );
   });
 });
 
@@ -75,7 +121,9 @@ describe('building kustomizations', () => {
     expect(byKind('ConfigMap').metadata.name).toBe(name);
     const pod = byKind('Deployment')['spec'].template.spec;
     expect(pod.volumes[0].configMap.name).toBe(name);
-    expect(pod.containers[0].env.find((env: { name: string }) => env.name === 'CONFIG').valueFrom.configMapKeyRef.name).toBe(name);
+    expect(
+      pod.containers[0].env.find((env: { name: string }) => env.name === 'CONFIG').valueFrom.configMapKeyRef.name,
+    ).toBe(name);
   });
 
   it('applies components, patches, namespace (renaming the Namespace) and labels', () => {

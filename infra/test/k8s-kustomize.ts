@@ -36,9 +36,27 @@ interface Resource {
 }
 
 const KUSTOMIZATION_FILES = ['kustomization.yaml', 'kustomization.yml', 'Kustomization'];
-const SUPPORTED_FIELDS = new Set(['apiVersion', 'kind', 'namespace', 'labels', 'resources', 'components', 'configMapGenerator', 'patches']);
+const SUPPORTED_FIELDS = new Set([
+  'apiVersion',
+  'kind',
+  'namespace',
+  'labels',
+  'resources',
+  'components',
+  'configMapGenerator',
+  'patches',
+]);
 /** Kinds without a namespace (the ones a kvroute deployment could plausibly contain). */
-const CLUSTER_SCOPED = new Set(['Namespace', 'ClusterRole', 'ClusterRoleBinding', 'CustomResourceDefinition', 'PersistentVolume', 'StorageClass', 'PriorityClass', 'IngressClass']);
+const CLUSTER_SCOPED = new Set([
+  'Namespace',
+  'ClusterRole',
+  'ClusterRoleBinding',
+  'CustomResourceDefinition',
+  'PersistentVolume',
+  'StorageClass',
+  'PriorityClass',
+  'IngressClass',
+]);
 
 /** Builds the kustomization in `dir`, as `kubectl kustomize dir` prints it (object order aside). */
 export function buildKustomization(dir: string): K8sObject[] {
@@ -51,7 +69,8 @@ export function parseYamlObjects(text: string, source: string): K8sObject[] {
     if (document.errors.length > 0) throw new Error(`${source}: ${document.errors[0]?.message}`);
     const value = document.toJS() as unknown;
     if (value === null || value === undefined) return [];
-    if (!isMap(value) || typeof value['kind'] !== 'string' || !isMap(value['metadata'])) throw new Error(`${source}: a document is not a Kubernetes object`);
+    if (!isMap(value) || typeof value['kind'] !== 'string' || !isMap(value['metadata']))
+      throw new Error(`${source}: a document is not a Kubernetes object`);
     return [value as K8sObject];
   });
 }
@@ -60,20 +79,28 @@ export function parseYamlObjects(text: string, source: string): K8sObject[] {
  * Builds one kustomization (or component) directory. A component works on what its parent has
  * accumulated so far (`inherited`) plus its own resources; a kustomization starts from nothing.
  */
-function accumulate(dir: string, expectedKind: 'Kustomization' | 'Component', inherited: readonly Resource[]): Resource[] {
+function accumulate(
+  dir: string,
+  expectedKind: 'Kustomization' | 'Component',
+  inherited: readonly Resource[],
+): Resource[] {
   const file = KUSTOMIZATION_FILES.map((name) => join(dir, name)).find((path) => existsSync(path));
   if (file === undefined) throw new Error(`${dir}: no kustomization.yaml`);
   const kustomization = parseSingle(readFileSync(file, 'utf8'), file);
   const kind = (kustomization['kind'] as string | undefined) ?? 'Kustomization';
   if (kind !== expectedKind) throw new Error(`${file}: kind ${kind}, expected ${expectedKind}`);
   const unsupported = Object.keys(kustomization).filter((field) => !SUPPORTED_FIELDS.has(field));
-  if (unsupported.length > 0) throw new Error(`${file}: fields this test's kustomize does not implement: ${unsupported.join(', ')}`);
+  if (unsupported.length > 0)
+    throw new Error(`${file}: fields this test's kustomize does not implement: ${unsupported.join(', ')}`);
 
   let result: Resource[] = [...inherited];
   for (const entry of asList<string>(kustomization['resources'], file, 'resources')) {
     const path = resolve(dir, entry);
     if (statSync(path).isDirectory()) result.push(...accumulate(path, 'Kustomization', []));
-    else result.push(...parseYamlObjects(readFileSync(path, 'utf8'), path).map((object) => ({ object, generated: false })));
+    else
+      result.push(
+        ...parseYamlObjects(readFileSync(path, 'utf8'), path).map((object) => ({ object, generated: false })),
+      );
   }
   for (const entry of asList<string>(kustomization['components'], file, 'components')) {
     result = accumulate(resolve(dir, entry), 'Component', result);
@@ -82,15 +109,26 @@ function accumulate(dir: string, expectedKind: 'Kustomization' | 'Component', in
   result = runPatches(result, kustomization, dir, file);
   const namespace = kustomization['namespace'] as string | undefined;
   if (namespace !== undefined) for (const { object } of result) setNamespace(object, namespace);
-  for (const entry of asList<Record<string, unknown>>(kustomization['labels'], file, 'labels')) addLabels(result, entry, file);
+  for (const entry of asList<Record<string, unknown>>(kustomization['labels'], file, 'labels'))
+    addLabels(result, entry, file);
   return result;
 }
 
-function runGenerators(resources: Resource[], kustomization: Record<string, unknown>, dir: string, file: string): Resource[] {
+function runGenerators(
+  resources: Resource[],
+  kustomization: Record<string, unknown>,
+  dir: string,
+  file: string,
+): Resource[] {
   const result = [...resources];
-  for (const generator of asList<Record<string, unknown>>(kustomization['configMapGenerator'], file, 'configMapGenerator')) {
+  for (const generator of asList<Record<string, unknown>>(
+    kustomization['configMapGenerator'],
+    file,
+    'configMapGenerator',
+  )) {
     const unknown = Object.keys(generator).filter((key) => !['name', 'behavior', 'literals', 'files'].includes(key));
-    if (unknown.length > 0) throw new Error(`${file}: configMapGenerator fields not implemented: ${unknown.join(', ')}`);
+    if (unknown.length > 0)
+      throw new Error(`${file}: configMapGenerator fields not implemented: ${unknown.join(', ')}`);
     const name = generator['name'];
     if (typeof name !== 'string') throw new Error(`${file}: configMapGenerator without a name`);
     const data: Record<string, string> = {};
@@ -107,11 +145,14 @@ function runGenerators(resources: Resource[], kustomization: Record<string, unkn
     const behavior = (generator['behavior'] as string | undefined) ?? 'create';
     const existing = result.find(({ object }) => object.kind === 'ConfigMap' && object.metadata.name === name);
     if (behavior === 'create') {
-      if (existing !== undefined) throw new Error(`${file}: ConfigMap ${name} exists already (use behavior: merge or replace)`);
+      if (existing !== undefined)
+        throw new Error(`${file}: ConfigMap ${name} exists already (use behavior: merge or replace)`);
       result.push({ object: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name }, data }, generated: true });
     } else if (behavior === 'merge' || behavior === 'replace') {
-      if (existing === undefined) throw new Error(`${file}: configMapGenerator ${name} (behavior ${behavior}) found no ConfigMap to ${behavior}`);
-      existing.object['data'] = behavior === 'merge' ? { ...(existing.object['data'] as Record<string, string>), ...data } : data;
+      if (existing === undefined)
+        throw new Error(`${file}: configMapGenerator ${name} (behavior ${behavior}) found no ConfigMap to ${behavior}`);
+      existing.object['data'] =
+        behavior === 'merge' ? { ...(existing.object['data'] as Record<string, string>), ...data } : data;
     } else {
       throw new Error(`${file}: configMapGenerator behavior ${behavior} is not create, merge or replace`);
     }
@@ -119,7 +160,12 @@ function runGenerators(resources: Resource[], kustomization: Record<string, unkn
   return result;
 }
 
-function runPatches(resources: Resource[], kustomization: Record<string, unknown>, dir: string, file: string): Resource[] {
+function runPatches(
+  resources: Resource[],
+  kustomization: Record<string, unknown>,
+  dir: string,
+  file: string,
+): Resource[] {
   let result = [...resources];
   for (const entry of asList<Record<string, unknown>>(kustomization['patches'], file, 'patches')) {
     const unknown = Object.keys(entry).filter((key) => !['path', 'patch', 'target'].includes(key));
@@ -128,26 +174,42 @@ function runPatches(resources: Resource[], kustomization: Record<string, unknown
     const text = typeof entry['path'] === 'string' ? readFileSync(source, 'utf8') : entry['patch'];
     if (typeof text !== 'string') throw new Error(`${file}: a patch needs path or patch`);
     const target = entry['target'] as PatchTarget | undefined;
-    const documents = parseAllDocuments(text).map((document) => document.toJS() as unknown).filter((value) => value !== null);
+    const documents = parseAllDocuments(text)
+      .map((document) => document.toJS() as unknown)
+      .filter((value) => value !== null);
     if (documents.length === 1 && Array.isArray(documents[0])) {
       if (target === undefined) throw new Error(`${source}: a JSON6902 patch needs a target`);
-      for (const resource of matchTarget(result, target, source)) resource.object = applyJson6902(resource.object, documents[0] as JsonOperation[], source);
+      for (const resource of matchTarget(result, target, source))
+        resource.object = applyJson6902(resource.object, documents[0] as JsonOperation[], source);
       continue;
     }
     for (const patch of documents) {
-      if (!isMap(patch) || !isMap(patch['metadata'])) throw new Error(`${source}: a strategic-merge patch must be a Kubernetes object`);
+      if (!isMap(patch) || !isMap(patch['metadata']))
+        throw new Error(`${source}: a strategic-merge patch must be a Kubernetes object`);
       const matches =
         target !== undefined
           ? matchTarget(result, target, source)
-          : result.filter(({ object }) => object.kind === patch['kind'] && object.metadata.name === (patch['metadata'] as Record<string, unknown>)['name'] && object.apiVersion === patch['apiVersion']);
-      if (matches.length !== 1 && target === undefined) throw new Error(`${source}: found ${matches.length} targets for the patch of ${String(patch['kind'])} ${String((patch['metadata'] as Record<string, unknown>)['name'])}, expected 1`);
+          : result.filter(
+              ({ object }) =>
+                object.kind === patch['kind'] &&
+                object.metadata.name === (patch['metadata'] as Record<string, unknown>)['name'] &&
+                object.apiVersion === patch['apiVersion'],
+            );
+      if (matches.length !== 1 && target === undefined)
+        throw new Error(
+          `${source}: found ${matches.length} targets for the patch of ${String(patch['kind'])} ` +
+            `${String((patch['metadata'] as Record<string, unknown>)['name'])},` +
+            ` ` +
+            `expected 1`,
+        );
       if (patch['$patch'] === 'delete') {
         result = result.filter((resource) => !matches.includes(resource));
         continue;
       }
       // The patch's name only finds its target; the target keeps its own.
       const { name: _name, ...metadata } = patch['metadata'] as Record<string, unknown>;
-      for (const resource of matches) resource.object = strategicMerge(resource.object, { ...patch, metadata }, []) as K8sObject;
+      for (const resource of matches)
+        resource.object = strategicMerge(resource.object, { ...patch, metadata }, []) as K8sObject;
     }
   }
   return result;
@@ -174,13 +236,15 @@ function matchTarget(resources: Resource[], target: PatchTarget, source: string)
       (target.version === undefined || target.version === version)
     );
   });
-  if (matches.length === 0) throw new Error(`${source}: no resource matches the patch target ${JSON.stringify(target)}`);
+  if (matches.length === 0)
+    throw new Error(`${source}: no resource matches the patch target ${JSON.stringify(target)}`);
   return matches;
 }
 
 /** Merge keys of the associative lists our patches touch (Kubernetes' patchMergeKey). */
 function mergeKeyOf(field: string, items: readonly unknown[]): string | undefined {
-  if (['containers', 'initContainers', 'ephemeralContainers', 'env', 'volumes', 'imagePullSecrets'].includes(field)) return 'name';
+  if (['containers', 'initContainers', 'ephemeralContainers', 'env', 'volumes', 'imagePullSecrets'].includes(field))
+    return 'name';
   if (field === 'volumeMounts') return 'mountPath';
   if (field === 'ports') return items.some((item) => isMap(item) && 'containerPort' in item) ? 'containerPort' : 'port';
   return undefined;
@@ -198,7 +262,8 @@ export function strategicMerge(target: unknown, patch: unknown, path: readonly s
     const { $patch: _directive, ...rest } = patch;
     return structuredClone(rest);
   }
-  if (directive !== undefined) throw new Error(`$patch: ${String(directive)} at ${path.join('.') || '(root)'} is not implemented`);
+  if (directive !== undefined)
+    throw new Error(`$patch: ${String(directive)} at ${path.join('.') || '(root)'} is not implemented`);
   const result: Record<string, unknown> = structuredClone(target);
   for (const [key, value] of Object.entries(patch)) {
     if (key.startsWith('$')) throw new Error(`${key} at ${[...path, key].join('.')} is not implemented`);
@@ -239,17 +304,22 @@ export interface JsonOperation {
 export function applyJson6902(object: K8sObject, operations: readonly JsonOperation[], source: string): K8sObject {
   const result = structuredClone(object);
   for (const operation of operations) {
-    const tokens = operation.path.split('/').slice(1).map((token) => token.replace(/~1/g, '/').replace(/~0/g, '~'));
+    const tokens = operation.path
+      .split('/')
+      .slice(1)
+      .map((token) => token.replace(/~1/g, '/').replace(/~0/g, '~'));
     const last = tokens.pop();
     if (last === undefined) throw new Error(`${source}: ${operation.op} of the whole document is not implemented`);
     let parent: any = result;
     for (const token of tokens) {
       parent = Array.isArray(parent) ? parent[Number(token)] : parent?.[token];
-      if (parent === undefined || parent === null) throw new Error(`${source}: ${operation.path}: ${token} does not exist`);
+      if (parent === undefined || parent === null)
+        throw new Error(`${source}: ${operation.path}: ${token} does not exist`);
     }
     const exists = Array.isArray(parent) ? last === '-' || Number(last) < parent.length : last in parent;
     if (operation.op === 'add') {
-      if (Array.isArray(parent)) parent.splice(last === '-' ? parent.length : Number(last), 0, structuredClone(operation.value));
+      if (Array.isArray(parent))
+        parent.splice(last === '-' ? parent.length : Number(last), 0, structuredClone(operation.value));
       else parent[last] = structuredClone(operation.value);
     } else if (operation.op === 'replace' || operation.op === 'remove') {
       if (!exists) throw new Error(`${source}: ${operation.op} ${operation.path}: nothing there`);
@@ -269,8 +339,11 @@ function setNamespace(object: K8sObject, namespace: string): void {
 }
 
 function addLabels(resources: readonly Resource[], entry: Record<string, unknown>, file: string): void {
-  const unknown = Object.keys(entry).filter((key) => key !== 'pairs' && !(['includeSelectors', 'includeTemplates'].includes(key) && entry[key] === false));
-  if (unknown.length > 0) throw new Error(`${file}: labels options not implemented: ${unknown.join(', ')} (only metadata labels)`);
+  const unknown = Object.keys(entry).filter(
+    (key) => key !== 'pairs' && !(['includeSelectors', 'includeTemplates'].includes(key) && entry[key] === false),
+  );
+  if (unknown.length > 0)
+    throw new Error(`${file}: labels options not implemented: ${unknown.join(', ')} (only metadata labels)`);
   const pairs = entry['pairs'] as Record<string, string>;
   for (const { object } of resources) object.metadata.labels = { ...object.metadata.labels, ...pairs };
 }
@@ -297,13 +370,16 @@ function finalizeNames(resources: readonly Resource[]): K8sObject[] {
           if (ref && renamed.has(ref.name)) ref.name = renamed.get(ref.name);
         }
         for (const source of container.envFrom ?? []) {
-          if (source.configMapRef && renamed.has(source.configMapRef.name)) source.configMapRef.name = renamed.get(source.configMapRef.name);
+          if (source.configMapRef && renamed.has(source.configMapRef.name))
+            source.configMapRef.name = renamed.get(source.configMapRef.name);
         }
       }
       for (const volume of pod.volumes ?? []) {
-        if (volume.configMap && renamed.has(volume.configMap.name)) volume.configMap.name = renamed.get(volume.configMap.name);
+        if (volume.configMap && renamed.has(volume.configMap.name))
+          volume.configMap.name = renamed.get(volume.configMap.name);
         for (const source of volume.projected?.sources ?? []) {
-          if (source.configMap && renamed.has(source.configMap.name)) source.configMap.name = renamed.get(source.configMap.name);
+          if (source.configMap && renamed.has(source.configMap.name))
+            source.configMap.name = renamed.get(source.configMap.name);
         }
       }
     }
@@ -321,7 +397,10 @@ export function configMapHash(data: Record<string, string>): string {
 
 /** JSON as Go's encoding/json writes it: HTML characters and line/paragraph separators escaped. */
 function goJson(value: unknown): string {
-  return JSON.stringify(value).replace(/[<>&\u2028\u2029]/g, (char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  return JSON.stringify(value).replace(
+    /[<>&\u2028\u2029]/g,
+    (char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  );
 }
 
 /** The pod specs inside a workload object (Pod, Deployment, StatefulSet, DaemonSet, Job, CronJob). */

@@ -27,19 +27,31 @@ describe('the prometheus-operator component', () => {
   it('scrapes the routers through their Service port and the pollers through their pods, by labels that select them', () => {
     const service = findObject(a100, 'Service', 'kvroute-router');
     const serviceMonitor = findObject(a100, 'ServiceMonitor', 'kvroute-router');
-    expect(Object.entries(serviceMonitor.spec.selector.matchLabels).every(([key, value]) => service.metadata.labels?.[key] === value)).toBe(true);
-    for (const endpoint of serviceMonitor.spec.endpoints) expect(service.spec.ports.map((port: { name: string }) => port.name)).toContain(endpoint.port);
+    expect(
+      Object.entries(serviceMonitor.spec.selector.matchLabels).every(
+        ([key, value]) => service.metadata.labels?.[key] === value,
+      ),
+    ).toBe(true);
+    for (const endpoint of serviceMonitor.spec.endpoints)
+      expect(service.spec.ports.map((port: { name: string }) => port.name)).toContain(endpoint.port);
 
     const poller = findObject(a100, 'Deployment', 'kvroute-poller');
     const podMonitor = findObject(a100, 'PodMonitor', 'kvroute-poller');
     const podLabels = poller.spec.template.metadata.labels as Record<string, string>;
-    expect(Object.entries(podMonitor.spec.selector.matchLabels).every(([key, value]) => podLabels[key] === value)).toBe(true);
-    const portNames = podSpecsOf(poller).flatMap((pod) => pod.containers.flatMap((container: { ports?: Array<{ name: string }> }) => (container.ports ?? []).map((port) => port.name)));
+    expect(Object.entries(podMonitor.spec.selector.matchLabels).every(([key, value]) => podLabels[key] === value)).toBe(
+      true,
+    );
+    const portNames = podSpecsOf(poller).flatMap((pod) =>
+      pod.containers.flatMap((container: { ports?: Array<{ name: string }> }) =>
+        (container.ports ?? []).map((port) => port.name),
+      ),
+    );
     for (const endpoint of podMonitor.spec.podMetricsEndpoints) expect(portNames).toContain(endpoint.port);
   });
 
   it('is opt-in: the local overlay (a plain cluster, no operator CRDs) has none of its kinds', () => {
-    const operatorKinds = (objects: readonly K8sObject[]) => objects.filter((object) => object.apiVersion.startsWith('monitoring.coreos.com/')).map((object) => object.kind);
+    const operatorKinds = (objects: readonly K8sObject[]) =>
+      objects.filter((object) => object.apiVersion.startsWith('monitoring.coreos.com/')).map((object) => object.kind);
     expect(operatorKinds(local)).toEqual([]);
     expect(operatorKinds(a100).sort()).toEqual(['PodMonitor', 'PrometheusRule', 'ServiceMonitor']);
   });

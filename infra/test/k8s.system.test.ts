@@ -5,12 +5,21 @@
  */
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { FEATURE_OVERLAY, K8S_DIR, LOCAL_WITH_MANAGED_REDIS, kubectlKustomize, sortObjects, writeKustomization } from './k8s-fixtures';
+import {
+  FEATURE_OVERLAY,
+  K8S_DIR,
+  LOCAL_WITH_MANAGED_REDIS,
+  kubectlKustomize,
+  sortObjects,
+  writeKustomization,
+} from './k8s-fixtures';
 import { buildKustomization } from './k8s-kustomize';
 
 describe('kubectl kustomize builds the same objects as the tests’ loader', () => {
   it.each(['base', 'overlays/local', 'overlays/a100'])('%s', (path) => {
-    expect(sortObjects(buildKustomization(join(K8S_DIR, path)))).toEqual(sortObjects(kubectlKustomize(join(K8S_DIR, path))));
+    expect(sortObjects(buildKustomization(join(K8S_DIR, path)))).toEqual(
+      sortObjects(kubectlKustomize(join(K8S_DIR, path))),
+    );
   });
 
   it('overlays/local + components/managed-redis', () => {
@@ -25,7 +34,9 @@ describe('kubectl kustomize builds the same objects as the tests’ loader', () 
   it('the feature overlay of k8s-kustomize.test.ts (components, generators, patches, namespace, labels)', () => {
     const fixture = writeKustomization(FEATURE_OVERLAY);
     try {
-      expect(sortObjects(buildKustomization(`${fixture.dir}/overlay`))).toEqual(sortObjects(kubectlKustomize(`${fixture.dir}/overlay`)));
+      expect(sortObjects(buildKustomization(`${fixture.dir}/overlay`))).toEqual(
+        sortObjects(kubectlKustomize(`${fixture.dir}/overlay`)),
+      );
     } finally {
       fixture.remove();
     }

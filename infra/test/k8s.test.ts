@@ -10,7 +10,14 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { unknownConfigKeys, unknownEnvVars } from './config-keys';
 import { checkManifests, inspectManifests, KVROUTE_COMMANDS, KVROUTE_IMAGE } from './k8s-checks';
-import { findGenerated, findObject, K8S_DIR, LOCAL_WITH_DISCOVERY, LOCAL_WITH_MANAGED_REDIS, writeKustomization } from './k8s-fixtures';
+import {
+  findGenerated,
+  findObject,
+  K8S_DIR,
+  LOCAL_WITH_DISCOVERY,
+  LOCAL_WITH_MANAGED_REDIS,
+  writeKustomization,
+} from './k8s-fixtures';
 import { buildKustomization, podSpecsOf, type K8sObject } from './k8s-kustomize';
 
 const build = (path: string): K8sObject[] => buildKustomization(join(K8S_DIR, path));
@@ -21,7 +28,13 @@ const containerOf = (workload: K8sObject, name: string): any => {
   return container;
 };
 const kvrouteContainers = (objects: readonly K8sObject[]): { workload: K8sObject; container: any }[] =>
-  objects.flatMap((workload) => podSpecsOf(workload).flatMap((pod) => [...(pod.initContainers ?? []), ...(pod.containers ?? [])].filter((container: any) => String(container.image).startsWith(`${KVROUTE_IMAGE}:`)).map((container: any) => ({ workload, container }))));
+  objects.flatMap((workload) =>
+    podSpecsOf(workload).flatMap((pod) =>
+      [...(pod.initContainers ?? []), ...(pod.containers ?? [])]
+        .filter((container: any) => String(container.image).startsWith(`${KVROUTE_IMAGE}:`))
+        .map((container: any) => ({ workload, container })),
+    ),
+  );
 
 const SIM_BACKENDS = [0, 1, 2, 3].map((i) => `http://vllm-sim-${i}.vllm-sim:8000`);
 const VLLM_BACKENDS = [0, 1, 2, 3].map((i) => `http://vllm-${i}.vllm:8000`);
@@ -33,7 +46,8 @@ const WITH_REDIS_SECRET = { secrets: { 'kvroute-redis-auth/password': REDIS_PASS
 /** The shared platform every overlay keeps from the base. */
 function expectPlatform(objects: readonly K8sObject[], backends: readonly string[]): void {
   expect(findObject(objects, 'Namespace', 'kvroute')).toBeDefined();
-  for (const object of objects.filter((candidate) => candidate.kind !== 'Namespace')) expect(object.metadata.namespace, `${object.kind}/${object.metadata.name}`).toBe('kvroute');
+  for (const object of objects.filter((candidate) => candidate.kind !== 'Namespace'))
+    expect(object.metadata.namespace, `${object.kind}/${object.metadata.name}`).toBe('kvroute');
 
   const redis = findObject(objects, 'Deployment', 'redis');
   const redisContainer = containerOf(redis, 'redis');
@@ -46,7 +60,9 @@ function expectPlatform(objects: readonly K8sObject[], backends: readonly string
     { name: 'REDISCLI_AUTH', valueFrom: fromAuthSecret },
   ]);
   const startCommand = redisContainer.command.join(' ');
-  expect(startCommand).toMatch(/printf 'requirepass %s\\n' "\$REDIS_PASSWORD" > \/data\/auth\.conf && exec redis-server \/data\/auth\.conf /);
+  expect(startCommand).toMatch(
+    /printf 'requirepass %s\\n' "\$REDIS_PASSWORD" > \/data\/auth\.conf && exec redis-server \/data\/auth\.conf /,
+  );
   expect(startCommand).toContain('--maxmemory-policy noeviction');
   expect(redisContainer.args).toBeUndefined();
   expect(redisContainer.readinessProbe.exec.command.join(' ')).toContain('grep -q PONG');
@@ -54,21 +70,42 @@ function expectPlatform(objects: readonly K8sObject[], backends: readonly string
   const redisPolicy = findObject(objects, 'NetworkPolicy', 'redis');
   expect(redisPolicy.spec.ingress).toEqual([
     {
-      from: [{ podSelector: { matchExpressions: [{ key: 'app.kubernetes.io/name', operator: 'In', values: ['kvroute'] }, { key: 'app.kubernetes.io/component', operator: 'In', values: ['router', 'poller'] }] } }],
+      from: [
+        {
+          podSelector: {
+            matchExpressions: [
+              { key: 'app.kubernetes.io/name', operator: 'In', values: ['kvroute'] },
+              { key: 'app.kubernetes.io/component', operator: 'In', values: ['router', 'poller'] },
+            ],
+          },
+        },
+      ],
       ports: [{ port: 6379 }],
     },
   ]);
   const backendPolicy = findObject(objects, 'NetworkPolicy', 'backends');
   expect(backendPolicy.spec.podSelector).toEqual({ matchLabels: { 'app.kubernetes.io/component': 'backend' } });
   expect(backendPolicy.spec.policyTypes).toEqual(['Ingress']);
-  expect(backendPolicy.spec.ingress[0].from[0].podSelector.matchExpressions[1].values).toEqual(['router', 'poller', 'bench']);
+  expect(backendPolicy.spec.ingress[0].from[0].podSelector.matchExpressions[1].values).toEqual([
+    'router',
+    'poller',
+    'bench',
+  ]);
   // Prometheus only from one named namespace (a pod label alone can be set by anyone who can create pods).
   expect(backendPolicy.spec.ingress[1]).toEqual({
-    from: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } }, podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } } }],
+    from: [
+      {
+        namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } },
+        podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } },
+      },
+    ],
     ports: [{ port: 8000 }],
   });
   for (const workload of objects.filter((object) => object.kind === 'StatefulSet')) {
-    expect(podOf(workload).metadata?.labels ?? workload.spec.template.metadata.labels, workload.metadata.name).toMatchObject({ 'app.kubernetes.io/component': 'backend' });
+    expect(
+      podOf(workload).metadata?.labels ?? workload.spec.template.metadata.labels,
+      workload.metadata.name,
+    ).toMatchObject({ 'app.kubernetes.io/component': 'backend' });
   }
 
   const router = findObject(objects, 'Deployment', 'kvroute-router');
@@ -78,11 +115,20 @@ function expectPlatform(objects: readonly K8sObject[], backends: readonly string
   expect(routerContainer.readinessProbe.httpGet.path).toBe('/readyz');
   expect(routerContainer.livenessProbe.httpGet.path).toBe('/healthz');
   expect(routerContainer.lifecycle.preStop.sleep.seconds).toBeGreaterThan(0);
-  expect(podOf(router).terminationGracePeriodSeconds).toBeGreaterThan(30 + routerContainer.lifecycle.preStop.sleep.seconds);
-  expect(routerContainer.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false });
+  expect(podOf(router).terminationGracePeriodSeconds).toBeGreaterThan(
+    30 + routerContainer.lifecycle.preStop.sleep.seconds,
+  );
+  expect(routerContainer.securityContext).toMatchObject({
+    readOnlyRootFilesystem: true,
+    allowPrivilegeEscalation: false,
+  });
   expect(podOf(router).securityContext.runAsNonRoot).toBe(true);
   expect(routerContainer.resources.requests.cpu).toBeDefined();
-  expect(router.spec.template.metadata.annotations).toMatchObject({ 'prometheus.io/scrape': 'true', 'prometheus.io/port': '8080', 'prometheus.io/path': '/metrics' });
+  expect(router.spec.template.metadata.annotations).toMatchObject({
+    'prometheus.io/scrape': 'true',
+    'prometheus.io/port': '8080',
+    'prometheus.io/path': '/metrics',
+  });
 
   const service = findObject(objects, 'Service', 'kvroute-router');
   expect(service.spec).toMatchObject({ type: 'LoadBalancer', externalTrafficPolicy: 'Local', sessionAffinity: 'None' });
@@ -108,7 +154,10 @@ function expectPlatform(objects: readonly K8sObject[], backends: readonly string
   const { containers } = inspectManifests(objects, WITH_REDIS_SECRET);
   for (const command of ['router', 'poller']) {
     const loaded = containers.find((entry) => entry.command === command);
-    expect(loaded?.config?.['backends'].map((backend: { url: string }) => backend.url), command).toEqual(backends);
+    expect(
+      loaded?.config?.['backends'].map((backend: { url: string }) => backend.url),
+      command,
+    ).toEqual(backends);
     expect(loaded?.config?.['redisUrl'], command).toBe(`redis://:${REDIS_PASSWORD}@redis:6379`);
   }
   expect(containers.find((entry) => entry.command === 'router')?.config?.['policy']).toBe('cacheaware');
@@ -124,19 +173,34 @@ function expectKnownAppsAndEnv(objects: readonly K8sObject[]): void {
     expect(KVROUTE_COMMANDS, where).toContain(command);
     expect(container.command, where).toBeUndefined();
     const names = (container.env ?? []).map((env: { name: string }) => env.name);
-    if (command === 'router' || command === 'poller' || command === 'sim') expect(unknownEnvVars(command, names), where).toEqual([]);
-    else expect(names.filter((name: string) => name.startsWith('KVROUTE_')), where).toEqual([]);
+    if (command === 'router' || command === 'poller' || command === 'sim')
+      expect(unknownEnvVars(command, names), where).toEqual([]);
+    else
+      expect(
+        names.filter((name: string) => name.startsWith('KVROUTE_')),
+        where,
+      ).toEqual([]);
   }
 }
 
 /** kvroute.yaml: top-level keys of either app, `router:` router keys, `poller:` poller keys. */
 function expectSharedConfigKeys(objects: readonly K8sObject[]): void {
   const config = findGenerated(objects, 'ConfigMap', 'kvroute-config');
-  const { router, poller, ...common } = parseYaml(config['data']['kvroute.yaml']) as Record<string, Record<string, unknown>>;
-  expect(Object.keys(common).filter((key) => unknownConfigKeys('router', [key]).length > 0 && unknownConfigKeys('poller', [key]).length > 0)).toEqual([]);
+  const { router, poller, ...common } = parseYaml(config['data']['kvroute.yaml']) as Record<
+    string,
+    Record<string, unknown>
+  >;
+  expect(
+    Object.keys(common).filter(
+      (key) => unknownConfigKeys('router', [key]).length > 0 && unknownConfigKeys('poller', [key]).length > 0,
+    ),
+  ).toEqual([]);
   expect(unknownConfigKeys('router', Object.keys(router ?? {}))).toEqual([]);
   expect(unknownConfigKeys('poller', Object.keys(poller ?? {}))).toEqual([]);
-  for (const workload of [findObject(objects, 'Deployment', 'kvroute-router'), findObject(objects, 'Deployment', 'kvroute-poller')]) {
+  for (const workload of [
+    findObject(objects, 'Deployment', 'kvroute-router'),
+    findObject(objects, 'Deployment', 'kvroute-poller'),
+  ]) {
     expect(podOf(workload).volumes).toContainEqual({ name: 'config', configMap: { name: config.metadata.name } });
   }
 }
@@ -145,7 +209,9 @@ describe('infra/k8s/base', () => {
   const objects = build('base');
 
   it('holds the shared platform but no backends: an overlay must supply them', () => {
-    expect(objects.map((object) => `${object.kind}/${object.metadata.name.replace(/-[a-z0-9]{10}$/, '-<hash>')}`).sort()).toEqual(
+    expect(
+      objects.map((object) => `${object.kind}/${object.metadata.name.replace(/-[a-z0-9]{10}$/, '-<hash>')}`).sort(),
+    ).toEqual(
       [
         'ConfigMap/kvroute-backends-<hash>',
         'ConfigMap/kvroute-config-<hash>',
@@ -167,7 +233,9 @@ describe('infra/k8s/base', () => {
     // The backends' NetworkPolicy waits for the overlay's backends.
     expect(checkManifests(objects, WITH_REDIS_SECRET)).toEqual([
       'NetworkPolicy/backends: its selector matches no pod template',
-      expect.stringMatching(/^Deployment\/kvroute-router router: the router's configuration does not load: .*backends/s),
+      expect.stringMatching(
+        /^Deployment\/kvroute-router router: the router's configuration does not load: .*backends/s,
+      ),
     ]);
   });
 });
@@ -177,7 +245,12 @@ describe('infra/k8s/overlays/local', () => {
 
   it('passes every check (schemas, references, app configs) once the Redis password Secret exists', () => {
     expect(checkManifests(objects, WITH_REDIS_SECRET)).toEqual([]);
-    expect(checkManifests(objects)).toEqual([expect.stringContaining('Deployment/redis redis: env REDIS_PASSWORD: Secret kvroute-redis-auth (key password) is neither in the manifests nor given'), expect.stringContaining('REDISCLI_AUTH')]);
+    expect(checkManifests(objects)).toEqual([
+      expect.stringContaining(
+        'Deployment/redis redis: env REDIS_PASSWORD: Secret kvroute-redis-auth (key password) is neither in the manifests nor given',
+      ),
+      expect.stringContaining('REDISCLI_AUTH'),
+    ]);
   });
 
   it('runs Redis, 3 routers behind an L4 LoadBalancer with a PDB and a CPU autoscaler, and 2 health pollers', () => {
@@ -194,12 +267,22 @@ describe('infra/k8s/overlays/local', () => {
     const service = findObject(objects, 'Service', 'vllm-sim');
     expect(service.spec.clusterIP).toBe('None');
     const { containers } = inspectManifests(objects);
-    expect(containers.find((entry) => entry.command === 'sim')?.config).toMatchObject({ host: '0.0.0.0', port: 8000, profile: 'a100-14b' });
+    expect(containers.find((entry) => entry.command === 'sim')?.config).toMatchObject({
+      host: '0.0.0.0',
+      port: 8000,
+      profile: 'a100-14b',
+    });
   });
 
   it('gives routers and pollers small requests', () => {
-    expect(containerOf(findObject(objects, 'Deployment', 'kvroute-router'), 'router').resources.requests).toEqual({ cpu: '100m', memory: '128Mi' });
-    expect(containerOf(findObject(objects, 'Deployment', 'kvroute-poller'), 'poller').resources.requests).toEqual({ cpu: '50m', memory: '96Mi' });
+    expect(containerOf(findObject(objects, 'Deployment', 'kvroute-router'), 'router').resources.requests).toEqual({
+      cpu: '100m',
+      memory: '128Mi',
+    });
+    expect(containerOf(findObject(objects, 'Deployment', 'kvroute-poller'), 'poller').resources.requests).toEqual({
+      cpu: '50m',
+      memory: '96Mi',
+    });
   });
 
   it('runs only kvroute apps, each setting only env vars it reads, and a kvroute.yaml of known keys', () => {
@@ -213,7 +296,12 @@ describe('infra/k8s/overlays/a100', () => {
 
   it('passes every check (schemas, references, app configs) once the Redis password Secret exists', () => {
     expect(checkManifests(objects, WITH_REDIS_SECRET)).toEqual([]);
-    expect(checkManifests(objects)).toEqual([expect.stringContaining('Deployment/redis redis: env REDIS_PASSWORD: Secret kvroute-redis-auth (key password) is neither in the manifests nor given'), expect.stringContaining('REDISCLI_AUTH')]);
+    expect(checkManifests(objects)).toEqual([
+      expect.stringContaining(
+        'Deployment/redis redis: env REDIS_PASSWORD: Secret kvroute-redis-auth (key password) is neither in the manifests nor given',
+      ),
+      expect.stringContaining('REDISCLI_AUTH'),
+    ]);
   });
 
   it('keeps the platform, its routers and pollers pointed at the 4 vLLM pods', () => {
@@ -233,7 +321,15 @@ describe('infra/k8s/overlays/a100', () => {
     expect(container.image).toMatch(/^vllm\/vllm-openai:/);
     expect(container.resources.requests['nvidia.com/gpu']).toBe(1);
     expect(container.resources.limits['nvidia.com/gpu']).toBe(1);
-    expect(container.args.slice(0, 7)).toEqual(['--model', '$(MODEL)', '--enable-prefix-caching', '--enable-prompt-tokens-details', '--port', '8000', '--max-num-seqs']);
+    expect(container.args.slice(0, 7)).toEqual([
+      '--model',
+      '$(MODEL)',
+      '--enable-prefix-caching',
+      '--enable-prompt-tokens-details',
+      '--port',
+      '8000',
+      '--max-num-seqs',
+    ]);
     // No dev mode (its endpoints include /reset_prefix_cache): the bench starts runs cold with --salt-runs.
     expect(container.env.map((env: { name: string }) => env.name)).not.toContain('VLLM_SERVER_DEV_MODE');
     const model = container.env.find((env: { name: string }) => env.name === 'MODEL').valueFrom.configMapKeyRef;
@@ -249,9 +345,24 @@ describe('infra/k8s/overlays/a100', () => {
     const bench = containerOf(job, 'bench');
     // The runtime image ships the router, poller and sim bundles; the bench needs the Dockerfile's `bench` target.
     expect(bench.image).toBe(`${KVROUTE_IMAGE}:bench`);
-    expect(bench.args).toEqual(['bench', '--scenario', 'seed-cloud', '--router', 'cacheaware=http://kvroute-router', '--backends', VLLM_BACKENDS.join(','), '--salt-runs', '--ignore-eos', '--out', '/results/seed-cloud']);
+    expect(bench.args).toEqual([
+      'bench',
+      '--scenario',
+      'seed-cloud',
+      '--router',
+      'cacheaware=http://kvroute-router',
+      '--backends',
+      VLLM_BACKENDS.join(','),
+      '--salt-runs',
+      '--ignore-eos',
+      '--out',
+      '/results/seed-cloud',
+    ]);
     expect(bench.volumeMounts).toContainEqual({ name: 'results', mountPath: '/results' });
-    expect(podOf(job).volumes).toContainEqual({ name: 'results', persistentVolumeClaim: { claimName: 'bench-results' } });
+    expect(podOf(job).volumes).toContainEqual({
+      name: 'results',
+      persistentVolumeClaim: { claimName: 'bench-results' },
+    });
     expect(findObject(objects, 'PersistentVolumeClaim', 'bench-results').spec.resources.requests.storage).toBeDefined();
     expect(podOf(job).restartPolicy).toBe('Never');
   });
@@ -276,15 +387,29 @@ describe('infra/k8s/components/managed-redis', () => {
   it('drops the in-cluster Redis and reads the URL from the kvroute-redis Secret', () => {
     expect(objects.filter((object) => object.metadata.name === 'redis')).toEqual([]);
     const fromSecret = { secretKeyRef: { name: 'kvroute-redis', key: 'url' } };
-    expect(containerOf(findObject(objects, 'Deployment', 'kvroute-router'), 'router').env).toContainEqual({ name: 'KVROUTE_REDIS_URL', valueFrom: fromSecret });
-    expect(containerOf(findObject(objects, 'Deployment', 'kvroute-poller'), 'poller').env).toContainEqual({ name: 'KVROUTE_POLLER_REDIS_URL', valueFrom: fromSecret });
+    expect(containerOf(findObject(objects, 'Deployment', 'kvroute-router'), 'router').env).toContainEqual({
+      name: 'KVROUTE_REDIS_URL',
+      valueFrom: fromSecret,
+    });
+    expect(containerOf(findObject(objects, 'Deployment', 'kvroute-poller'), 'poller').env).toContainEqual({
+      name: 'KVROUTE_POLLER_REDIS_URL',
+      valueFrom: fromSecret,
+    });
   });
 
   it('passes every check once the Secret exists, and the apps load its URL over kvroute.yaml', () => {
     const { problems, containers } = inspectManifests(objects, { secrets: { 'kvroute-redis/url': MANAGED_REDIS_URL } });
     expect(problems).toEqual([]);
-    expect(containers.filter((entry) => entry.command === 'router' || entry.command === 'poller').map((entry) => entry.config?.['redisUrl'])).toEqual([MANAGED_REDIS_URL, MANAGED_REDIS_URL]);
-    expect(checkManifests(objects)).toEqual(expect.arrayContaining([expect.stringContaining('Secret kvroute-redis (key url) is neither in the manifests nor given')]));
+    expect(
+      containers
+        .filter((entry) => entry.command === 'router' || entry.command === 'poller')
+        .map((entry) => entry.config?.['redisUrl']),
+    ).toEqual([MANAGED_REDIS_URL, MANAGED_REDIS_URL]);
+    expect(checkManifests(objects)).toEqual(
+      expect.arrayContaining([
+        expect.stringContaining('Secret kvroute-redis (key url) is neither in the manifests nor given'),
+      ]),
+    );
   });
 });
 
@@ -311,15 +436,23 @@ describe('infra/k8s/components/endpointslice-discovery', () => {
     expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: pod.serviceAccountName, namespace: 'kvroute' }]);
     const role = findObject(objects, 'Role', binding.roleRef.name);
     expect(binding.roleRef.kind).toBe('Role');
-    expect(role.rules).toEqual([{ apiGroups: ['discovery.k8s.io'], resources: ['endpointslices'], verbs: ['get', 'list', 'watch'] }]);
+    expect(role.rules).toEqual([
+      { apiGroups: ['discovery.k8s.io'], resources: ['endpointslices'], verbs: ['get', 'list', 'watch'] },
+    ]);
     // k8s://vllm-sim:http: the Service in the router's namespace, with a port of that name.
-    const discovery = containerOf(findObject(objects, 'Deployment', 'kvroute-router'), 'router').env.find((entry: any) => entry.name === 'KVROUTE_DISCOVERY').value as string;
+    const discovery = containerOf(findObject(objects, 'Deployment', 'kvroute-router'), 'router').env.find(
+      (entry: any) => entry.name === 'KVROUTE_DISCOVERY',
+    ).value as string;
     const [, service, portName] = /^k8s:\/\/([^/:]+):(.+)$/.exec(discovery) as RegExpExecArray;
-    expect(findObject(objects, 'Service', service as string).spec.ports.map((port: any) => port.name)).toContain(portName);
+    expect(findObject(objects, 'Service', service as string).spec.ports.map((port: any) => port.name)).toContain(
+      portName,
+    );
   });
 
   it('the other overlays keep the token unmounted', () => {
-    expect(podOf(findObject(build('overlays/local'), 'Deployment', 'kvroute-router')).automountServiceAccountToken).toBe(false);
+    expect(
+      podOf(findObject(build('overlays/local'), 'Deployment', 'kvroute-router')).automountServiceAccountToken,
+    ).toBe(false);
   });
 });
 
@@ -348,8 +481,13 @@ describe('the checks catch broken manifests', () => {
         '',
       ].join('\n'),
       'broken-kvroute.yaml': 'redisUrl: redis://redis:6379\nbogusKey: 1\nrouter:\n  polcy: cacheaware\n',
-      'router-typo.yaml': 'apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: kvroute-router\nspec:\n  template:\n    spec:\n      containers:\n        - name: router\n          env:\n            - name: KVROUTE_POLICIES\n              value: cacheaware\n',
-      'poller-app.yaml': 'apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: kvroute-poller\nspec:\n  template:\n    spec:\n      containers:\n        - name: poller\n          args: ["pollr"]\n',
+      'router-typo.yaml':
+        'apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: kvroute-router\nspec:\n  template:\n ' +
+        '   spec:\n      containers:\n        - name: router\n          env:\n            - name: KVROUTE_POLICIES\n ' +
+        '             value: cacheaware\n',
+      'poller-app.yaml':
+        'apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: kvroute-poller\nspec:\n  template:\n ' +
+        '   spec:\n      containers:\n        - name: poller\n          args: ["pollr"]\n',
     });
     try {
       const problems = checkManifests(buildKustomization(fixture.dir));
@@ -361,15 +499,22 @@ describe('the checks catch broken manifests', () => {
         /kvroute\.yaml: router: keys the router does not have: polcy/,
         /kvroute-router router: the router's configuration does not load: .*polcy/s,
       ];
-      for (const pattern of expected) expect(problems, String(pattern)).toEqual(expect.arrayContaining([expect.stringMatching(pattern)]));
+      for (const pattern of expected)
+        expect(problems, String(pattern)).toEqual(expect.arrayContaining([expect.stringMatching(pattern)]));
       // The router does not load (polcy), so its backends are not reached; the poller's are not either (pollr).
       // Fix those two and the missing sim pod shows:
       const routerOnly = writeKustomization({
-        'kustomization.yaml': 'resources:\n  - {{k8s}}/overlays/local\nconfigMapGenerator:\n  - name: kvroute-backends\n    behavior: merge\n    literals:\n      - backends=http://vllm-sim-4.vllm-sim:8000\n',
+        'kustomization.yaml':
+          'resources:\n  - {{k8s}}/overlays/local\nconfigMapGenerator:\n  - name: kvroute-backends\n ' +
+          '   behavior: merge\n    literals:\n      - backends=http://vllm-sim-4.vllm-sim:8000\n',
       });
       try {
         expect(checkManifests(buildKustomization(routerOnly.dir))).toEqual(
-          expect.arrayContaining([expect.stringMatching(/kvroute-router router: backend http:\/\/vllm-sim-4\.vllm-sim:8000: StatefulSet vllm-sim has 4 pods, vllm-sim-4 is not one of them/)]),
+          expect.arrayContaining([
+            expect.stringMatching(
+              /kvroute-router router: backend http:\/\/vllm-sim-4\.vllm-sim:8000: StatefulSet vllm-sim has 4 pods, vllm-sim-4 is not one of them/,
+            ),
+          ]),
         );
       } finally {
         routerOnly.remove();
@@ -389,10 +534,24 @@ describe('the checks catch broken manifests', () => {
     const backends = findGenerated(objects, 'ConfigMap', 'kvroute-backends');
     backends['data'].backends = backends['data'].backends.replace('vllm-0.vllm', 'vllm-0.vlm');
     const bench = containerOf(findObject(objects, 'Job', 'kvroute-bench'), 'bench');
-    bench.args = ['bench', '--scenario', 'seed-clod', '--router', 'cacheaware=http://kvroute-routr', '--backends', VLLM_BACKENDS.slice(0, 3).join(','), '--out', '/tmp/seed-cloud', '--reset-cash'];
+    bench.args = [
+      'bench',
+      '--scenario',
+      'seed-clod',
+      '--router',
+      'cacheaware=http://kvroute-routr',
+      '--backends',
+      VLLM_BACKENDS.slice(0, 3).join(','),
+      '--out',
+      '/tmp/seed-cloud',
+      '--reset-cash',
+    ];
     const problems = checkManifests(objects);
     const expected = [
-      /kvroute-router router: terminationGracePeriodSeconds 30 s does not outlast preStop \(10 s\) \+ shutdownDrainDelayMs \(5000 ms\) \+ shutdownGraceMs \(30000 ms\)/,
+      new RegExp(
+        String.raw`kvroute-router router: terminationGracePeriodSeconds 30 s does not outlast preStop \(10 s\) ` +
+          String.raw`\+ shutdownDrainDelayMs \(5000 ms\) \+ shutdownGraceMs \(30000 ms\)`,
+      ),
       /kvroute-router router: readinessProbe asks \/healthz, the router serves \/readyz/,
       /Deployment\/kvroute-poller: schema: .*replicas must be integer/,
       /Service\/vllm: its selector matches no pod template/,
@@ -401,7 +560,8 @@ describe('the checks catch broken manifests', () => {
       /StatefulSet\/vllm: Service vllm does not select its pods/,
       /kvroute-bench bench: bench args: .*--reset-cash/,
     ];
-    for (const pattern of expected) expect(problems, String(pattern)).toEqual(expect.arrayContaining([expect.stringMatching(pattern)]));
+    for (const pattern of expected)
+      expect(problems, String(pattern)).toEqual(expect.arrayContaining([expect.stringMatching(pattern)]));
 
     bench.args = bench.args.slice(0, -1); // known flags again: the bench's values are checked
     const benchProblems = checkManifests(objects).filter((problem) => problem.includes('kvroute-bench'));
@@ -420,9 +580,14 @@ describe('the checks catch broken manifests', () => {
       'kustomization.yaml': 'resources:\n  - {{k8s}}/overlays/local\npatches:\n  - path: p.yaml\n',
       'p.yaml': 'apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: kvroute-routr\nspec:\n  replicas: 5\n',
     });
-    const unsupported = writeKustomization({ 'kustomization.yaml': 'resources:\n  - {{k8s}}/overlays/local\nimages:\n  - name: ghcr.io/kvroute/kvroute\n    newTag: v1\n' });
+    const unsupported = writeKustomization({
+      'kustomization.yaml':
+        'resources:\n  - {{k8s}}/overlays/local\nimages:\n  - name: ghcr.io/kvroute/kvroute\n    newTag: v1\n',
+    });
     try {
-      expect(() => buildKustomization(missingTarget.dir)).toThrow(/found 0 targets for the patch of Deployment kvroute-routr/);
+      expect(() => buildKustomization(missingTarget.dir)).toThrow(
+        /found 0 targets for the patch of Deployment kvroute-routr/,
+      );
       expect(() => buildKustomization(unsupported.dir)).toThrow(/does not implement: images/);
     } finally {
       missingTarget.remove();

@@ -27,7 +27,10 @@ export interface MetricCatalog {
 export const TARGET_LABELS: ReadonlySet<string> = new Set(['job', 'instance']);
 
 /** Label names of every series of a prom-client registry (a histogram's `_bucket` adds `le`). */
-function registryLabels(registry: { getMetricsAsArray(): Array<{ name: string; labelNames?: readonly string[] }> }, into: Map<string, ReadonlySet<string>>): void {
+function registryLabels(
+  registry: { getMetricsAsArray(): Array<{ name: string; labelNames?: readonly string[] }> },
+  into: Map<string, ReadonlySet<string>>,
+): void {
   for (const metric of registry.getMetricsAsArray()) {
     const names = new Set(metric.labelNames ?? []);
     for (const series of [metric.name, `${metric.name}_sum`, `${metric.name}_count`]) into.set(series, names);
@@ -36,7 +39,13 @@ function registryLabels(registry: { getMetricsAsArray(): Array<{ name: string; l
 }
 
 /** Series Prometheus adds to every scrape target. */
-const PROMETHEUS_SERIES = ['up', 'scrape_duration_seconds', 'scrape_samples_scraped', 'scrape_samples_post_metric_relabeling', 'scrape_series_added'];
+const PROMETHEUS_SERIES = [
+  'up',
+  'scrape_duration_seconds',
+  'scrape_samples_scraped',
+  'scrape_samples_post_metric_relabeling',
+  'scrape_series_added',
+];
 
 function seriesOf(name: string, type: string): string[] {
   if (type === 'histogram') return [`${name}_bucket`, `${name}_sum`, `${name}_count`];
@@ -44,7 +53,9 @@ function seriesOf(name: string, type: string): string[] {
   return [name];
 }
 
-async function registrySeries(registry: { getMetricsAsJSON(): Promise<Array<{ name: string; type: unknown }>> }): Promise<string[]> {
+async function registrySeries(registry: {
+  getMetricsAsJSON(): Promise<Array<{ name: string; type: unknown }>>;
+}): Promise<string[]> {
   return (await registry.getMetricsAsJSON()).flatMap((metric) => seriesOf(metric.name, String(metric.type)));
 }
 
@@ -93,7 +104,9 @@ export function expressionProblems(expression: string, catalog: MetricCatalog): 
     const histogramBase = /^(.*)_(?:bucket|sum|count)$/.exec(name)?.[1];
     const hint = catalog.series.has(`${name}_bucket`)
       ? ' (a histogram: use _bucket, _sum or _count)'
-      : histogramBase !== undefined && !catalog.series.has(`${histogramBase}_bucket`) && catalog.series.has(histogramBase)
+      : histogramBase !== undefined &&
+          !catalog.series.has(`${histogramBase}_bucket`) &&
+          catalog.series.has(histogramBase)
         ? ` (${histogramBase} is not a histogram)`
         : '';
     problems.push(`unknown metric ${name}${hint}`);
@@ -102,6 +115,11 @@ export function expressionProblems(expression: string, catalog: MetricCatalog): 
 }
 
 /** Problems of many labelled expressions, as `label: problem` lines (empty when all are fine). */
-export function checkExpressions(expressions: ReadonlyArray<{ readonly where: string; readonly expr: string }>, catalog: MetricCatalog): string[] {
-  return expressions.flatMap(({ where, expr }) => expressionProblems(expr, catalog).map((problem) => `${where}: ${problem}`));
+export function checkExpressions(
+  expressions: ReadonlyArray<{ readonly where: string; readonly expr: string }>,
+  catalog: MetricCatalog,
+): string[] {
+  return expressions.flatMap(({ where, expr }) =>
+    expressionProblems(expr, catalog).map((problem) => `${where}: ${problem}`),
+  );
 }

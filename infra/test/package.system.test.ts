@@ -22,7 +22,11 @@ let sim: ChildProcess | undefined;
 
 beforeAll(async () => {
   tarball = await packKvroute(join(work, 'pack'));
-  const installed = spawnSync('npm', ['install', '--global', '--prefix', prefix, '--offline', '--no-audit', '--no-fund', tarball], { encoding: 'utf8', timeout: 120_000 });
+  const installed = spawnSync(
+    'npm',
+    ['install', '--global', '--prefix', prefix, '--offline', '--no-audit', '--no-fund', tarball],
+    { encoding: 'utf8', timeout: 120_000 },
+  );
   if (installed.status !== 0) throw new Error(`npm install -g failed: ${installed.stderr}`);
 }, 180_000);
 
@@ -40,7 +44,9 @@ describe('the packed kvroute package, installed with npm install -g', () => {
   it('packs a tarball named for the version, with no dependencies to fetch, under Apache-2.0', () => {
     const { version } = JSON.parse(readFileSync(repoPath('package.json'), 'utf8')) as { version: string };
     expect(tarball.endsWith(`kvroute-${version}.tgz`)).toBe(true);
-    const manifest = JSON.parse(readFileSync(join(prefix, 'lib', 'node_modules', 'kvroute', 'package.json'), 'utf8')) as Record<string, unknown>;
+    const manifest = JSON.parse(
+      readFileSync(join(prefix, 'lib', 'node_modules', 'kvroute', 'package.json'), 'utf8'),
+    ) as Record<string, unknown>;
     expect(manifest['dependencies']).toBeUndefined();
     expect(manifest['license']).toBe('Apache-2.0');
     expect(existsSync(join(prefix, 'lib', 'node_modules', 'kvroute', 'LICENSE'))).toBe(true);
@@ -59,7 +65,8 @@ describe('the packed kvroute package, installed with npm install -g', () => {
     expect(demo.stdout).toMatch(/kvroute demo \[options\]/);
     const help = run(['--help']);
     expect(help.status).toBe(0);
-    for (const command of ['router', 'poller', 'sim', 'bench', 'demo']) expect(help.stdout).toMatch(new RegExp(`^  ${command} `, 'm'));
+    for (const command of ['router', 'poller', 'sim', 'bench', 'demo'])
+      expect(help.stdout).toMatch(new RegExp(`^  ${command} `, 'm'));
     const unknown = run(['balancer']);
     expect(unknown.status).toBe(2);
     expect(unknown.stderr).toMatch(/unknown command 'balancer'/);
@@ -67,7 +74,11 @@ describe('the packed kvroute package, installed with npm install -g', () => {
 
   it('kvroute sim serves a simulated vLLM backend from the installed bundle', async () => {
     const port = await findFreePort();
-    sim = spawn(kvroute, ['sim', '--host', '127.0.0.1', '--port', String(port), '--model', 'packed-model', '--log-level', 'warn'], { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] });
+    sim = spawn(
+      kvroute,
+      ['sim', '--host', '127.0.0.1', '--port', String(port), '--model', 'packed-model', '--log-level', 'warn'],
+      { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] },
+    );
     const deadline = Date.now() + 20_000;
     let models: { data: Array<{ id: string }> } | null = null;
     while (models === null && Date.now() < deadline) {
@@ -81,4 +92,3 @@ describe('the packed kvroute package, installed with npm install -g', () => {
     expect(models?.data.map((model) => model.id)).toEqual(['packed-model']);
   });
 });
-

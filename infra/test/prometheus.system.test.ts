@@ -8,7 +8,10 @@ import { repoPath } from './stack-files';
  */
 function promtool(...args: string[]): { status: number | null; output: string } {
   const result = spawnSync('promtool', args, { cwd: repoPath('infra/prometheus'), encoding: 'utf8', timeout: 60_000 });
-  expect(result.error, 'promtool is not installed (npm run test:system installs the prometheus package)').toBeUndefined();
+  expect(
+    result.error,
+    'promtool is not installed (npm run test:system installs the prometheus package)',
+  ).toBeUndefined();
   return { status: result.status, output: `${result.stdout}\n${result.stderr}` };
 }
 

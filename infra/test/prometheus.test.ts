@@ -17,7 +17,9 @@ import {
 const config = readYaml<PrometheusConfig>('infra/prometheus/prometheus.yml');
 const rules = readYaml<RuleFile>('infra/prometheus/alerts.yml');
 const compose = readCompose();
-const jobs = new Map(config.scrape_configs.map((job) => [job.job_name, job.static_configs?.flatMap((group) => group.targets) ?? []]));
+const jobs = new Map(
+  config.scrape_configs.map((job) => [job.job_name, job.static_configs?.flatMap((group) => group.targets) ?? []]),
+);
 const alerts = rules.groups.flatMap((group) => group.rules);
 
 let catalog: MetricCatalog;
@@ -27,9 +29,15 @@ beforeAll(async () => {
 
 describe('infra/prometheus/prometheus.yml', () => {
   it('scrapes every router, poller and backend of docker-compose.yml on its port', () => {
-    const routers = servicesOf(compose, 'router').map(([name, service]) => `${name}:${serviceEnv(service)['KVROUTE_PORT']}`);
-    const pollers = servicesOf(compose, 'poller').map(([name, service]) => `${name}:${serviceEnv(service)['KVROUTE_POLLER_PORT']}`);
-    const backends = servicesOf(compose, 'sim').map(([, service]) => `${aliasesOf(service)[0]}:${serviceEnv(service)['KVROUTE_SIM_PORT']}`);
+    const routers = servicesOf(compose, 'router').map(
+      ([name, service]) => `${name}:${serviceEnv(service)['KVROUTE_PORT']}`,
+    );
+    const pollers = servicesOf(compose, 'poller').map(
+      ([name, service]) => `${name}:${serviceEnv(service)['KVROUTE_POLLER_PORT']}`,
+    );
+    const backends = servicesOf(compose, 'sim').map(
+      ([, service]) => `${aliasesOf(service)[0]}:${serviceEnv(service)['KVROUTE_SIM_PORT']}`,
+    );
     expect(jobs.get('kvroute-router')).toEqual(routers);
     expect(jobs.get('kvroute-poller')).toEqual(pollers);
     expect(jobs.get('backends')).toEqual(backends);
@@ -53,7 +61,9 @@ describe('infra/prometheus/alerts.yml', () => {
   });
 
   it('names only scrape jobs that exist', () => {
-    const jobMatchers = alerts.flatMap((rule) => parsePromql(rule.expr).matchers.filter((matcher) => matcher.label === 'job'));
+    const jobMatchers = alerts.flatMap((rule) =>
+      parsePromql(rule.expr).matchers.filter((matcher) => matcher.label === 'job'),
+    );
     expect(jobMatchers.length).toBeGreaterThan(0);
     for (const matcher of jobMatchers) expect([...jobs.keys()], matcher.value).toContain(matcher.value);
   });
@@ -69,24 +79,38 @@ describe('infra/prometheus/alerts.yml', () => {
   });
 
   it('covers degraded state, backends down or broken, hot-spotting, TTFT and poller failures', () => {
-    const using = (metric: string) => alerts.filter((rule) => parsePromql(rule.expr).metricNames.includes(metric)).map((rule) => rule.alert);
+    const using = (metric: string) =>
+      alerts.filter((rule) => parsePromql(rule.expr).metricNames.includes(metric)).map((rule) => rule.alert);
     expect(using('kvroute_router_state_degraded')).not.toEqual([]);
     expect(using('kvroute_router_backend_circuit_state')).not.toEqual([]);
-    expect(alerts.some((rule) => parsePromql(rule.expr).matchers.some((matcher) => matcher.metric === 'up' && matcher.value === 'backends'))).toBe(true);
+    expect(
+      alerts.some((rule) =>
+        parsePromql(rule.expr).matchers.some((matcher) => matcher.metric === 'up' && matcher.value === 'backends'),
+      ),
+    ).toBe(true);
     expect(using('kvroute_router_inflight_requests')).toContain('KvrouteHotSpot');
     expect(using('kvroute_router_time_to_first_token_seconds_bucket')).not.toEqual([]);
     expect(using('kvroute_poller_scrape_failures_total')).not.toEqual([]);
   });
 
   it('has unit tests whose input series are real metric names', () => {
-    const tests = readYaml<{ rule_files: string[]; tests: Array<{ input_series: Array<{ series: string }>; alert_rule_test: Array<{ alertname: string }> }> }>(
-      'infra/prometheus/alerts.test.yml',
-    );
+    const tests = readYaml<{
+      rule_files: string[];
+      tests: Array<{ input_series: Array<{ series: string }>; alert_rule_test: Array<{ alertname: string }> }>;
+    }>('infra/prometheus/alerts.test.yml');
     expect(tests.rule_files).toEqual(['alerts.yml']);
-    const series = tests.tests.flatMap((test) => test.input_series.map((input, index) => ({ where: `alerts.test.yml series ${index}`, expr: input.series })));
+    const series = tests.tests.flatMap((test) =>
+      test.input_series.map((input, index) => ({ where: `alerts.test.yml series ${index}`, expr: input.series })),
+    );
     expect(checkExpressions(series, catalog)).toEqual([]);
     const tested = new Set(tests.tests.flatMap((test) => test.alert_rule_test.map((entry) => entry.alertname)));
-    for (const name of ['KvrouteHotSpot', 'KvrouteSharedStateDegraded', 'KvrouteBackendCircuitOpen', 'KvroutePollerScrapeFailures', 'KvrouteTtftP95High']) {
+    for (const name of [
+      'KvrouteHotSpot',
+      'KvrouteSharedStateDegraded',
+      'KvrouteBackendCircuitOpen',
+      'KvroutePollerScrapeFailures',
+      'KvrouteTtftP95High',
+    ]) {
       expect(tested, name).toContain(name);
     }
   });

@@ -28,7 +28,8 @@ type Node = NonNullable<ReturnType<ReturnType<typeof parser.parse>['topNode']['g
 export function parsePromql(expression: string): ParsedExpression {
   const text = expression.replace(GRAFANA_INTERVALS, '5m');
   const errors: string[] = [];
-  if (/\$/.test(text.replace(/"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`/g, ''))) errors.push('a template variable other than $__rate_interval, $__interval, $__range');
+  if (/\$/.test(text.replace(/"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`/g, '')))
+    errors.push('a template variable other than $__rate_interval, $__interval, $__range');
   const tree = parser.parse(text);
   const names: string[] = [];
   const matchers: LabelMatcher[] = [];
@@ -65,6 +66,7 @@ export function parsePromql(expression: string): ParsedExpression {
 /** The value of a PromQL string literal ("…", '…' or `…`). */
 function stringValue(literal: string): string {
   if (literal.startsWith('`')) return literal.slice(1, -1);
-  if (literal.startsWith("'")) return JSON.parse(`"${literal.slice(1, -1).replace(/\\'/g, "'").replace(/"/g, '\\"')}"`) as string;
+  if (literal.startsWith("'"))
+    return JSON.parse(`"${literal.slice(1, -1).replace(/\\'/g, "'").replace(/"/g, '\\"')}"`) as string;
   return JSON.parse(literal) as string;
 }

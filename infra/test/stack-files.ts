@@ -30,7 +30,13 @@ export interface ComposeService {
   readonly volumes?: string[];
   readonly depends_on?: string[] | Record<string, { condition?: string }>;
   readonly networks?: Record<string, { aliases?: string[] } | null>;
-  readonly deploy?: { resources?: { reservations?: { devices?: Array<{ driver?: string; device_ids?: string[]; count?: number | string; capabilities?: string[] }> } } };
+  readonly deploy?: {
+    resources?: {
+      reservations?: {
+        devices?: Array<{ driver?: string; device_ids?: string[]; count?: number | string; capabilities?: string[] }>;
+      };
+    };
+  };
   readonly healthcheck?: { test?: string[] };
 }
 
@@ -46,19 +52,28 @@ export const readCompose = (): ComposeFile => readYaml<ComposeFile>('docker-comp
  * the default, `${NAME}` and `$NAME` give '', `$$` is a literal `$`.
  */
 export function interpolateDefaults(value: string): string {
-  return value.replace(/\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)/g, (match, _braced: string | undefined, fallback: string | undefined) =>
-    match === '$$' ? '$' : (fallback ?? ''),
+  return value.replace(
+    /\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)/g,
+    (match, _braced: string | undefined, fallback: string | undefined) => (match === '$$' ? '$' : (fallback ?? '')),
   );
 }
 
 /** Variables the compose file substitutes (`${NAME…}`, `$NAME`). */
 export function composeVariables(text: string): string[] {
-  return [...new Set([...text.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)|\$(?!\$)([A-Za-z_][A-Za-z0-9_]*)/g)].map((match) => (match[1] ?? match[2]) as string))];
+  return [
+    ...new Set(
+      [...text.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)|\$(?!\$)([A-Za-z_][A-Za-z0-9_]*)/g)].map(
+        (match) => (match[1] ?? match[2]) as string,
+      ),
+    ),
+  ];
 }
 
 /** A service's environment with the defaults of its `${…}` values substituted. */
 export function serviceEnv(service: ComposeService): Record<string, string> {
-  return Object.fromEntries(Object.entries(service.environment ?? {}).map(([name, value]) => [name, interpolateDefaults(String(value ?? ''))]));
+  return Object.fromEntries(
+    Object.entries(service.environment ?? {}).map(([name, value]) => [name, interpolateDefaults(String(value ?? ''))]),
+  );
 }
 
 /** Which kvroute app a service runs (its command's first word), if it runs the kvroute image. */
@@ -183,12 +198,16 @@ export function allPanels(dashboard: GrafanaDashboard): GrafanaPanel[] {
 
 export function dashboardExpressions(dashboard: GrafanaDashboard): Array<{ where: string; expr: string }> {
   return allPanels(dashboard).flatMap((panel) =>
-    (panel.targets ?? []).filter((target) => target.expr !== undefined).map((target) => ({ where: `panel "${panel.title}" ${target.refId}`, expr: target.expr as string })),
+    (panel.targets ?? [])
+      .filter((target) => target.expr !== undefined)
+      .map((target) => ({ where: `panel "${panel.title}" ${target.refId}`, expr: target.expr as string })),
   );
 }
 
 export function alertExpressions(rules: RuleFile): Array<{ where: string; expr: string }> {
-  return rules.groups.flatMap((group) => group.rules.map((rule) => ({ where: `${group.name}/${rule.alert ?? rule.record}`, expr: rule.expr })));
+  return rules.groups.flatMap((group) =>
+    group.rules.map((rule) => ({ where: `${group.name}/${rule.alert ?? rule.record}`, expr: rule.expr })),
+  );
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -20,13 +20,17 @@ const [command, ...rest] = process.argv.slice(2);
 
 if (command === '--version' || command === '-V' || command === 'version') {
   const build = JSON.parse(readFileSync(join(packageDir, 'build.json'), 'utf8'));
-  process.stdout.write(`kvroute ${build.version} (commit ${build.commit === 'unknown' ? 'unknown' : build.commit.slice(0, 12)})\n`);
+  process.stdout.write(
+    `kvroute ${build.version} (commit ${build.commit === 'unknown' ? 'unknown' : build.commit.slice(0, 12)})\n`,
+  );
   process.exit(0);
 }
 if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
   const width = Math.max(...Object.keys(COMMANDS).map((name) => name.length));
   const lines = Object.entries(COMMANDS).map(([name, [, what]]) => `  ${name.padEnd(width)}  ${what}`);
-  const text = `Usage: kvroute <command> [flags]   (kvroute <command> --help for its flags)\n\n${lines.join('\n')}\n\n  --version  the version and commit of this build\n`;
+  const text =
+    `Usage: kvroute <command> [flags]   (kvroute <command> --help for its flags)\n\n${lines.join('\n')}\n\n ` +
+    ` --version  the version and commit of this build\n`;
   if (command === undefined) {
     process.stderr.write(text);
     process.exit(2);
@@ -36,7 +40,9 @@ if (command === undefined || command === '--help' || command === '-h' || command
 }
 const entry = COMMANDS[command];
 if (entry === undefined) {
-  process.stderr.write(`kvroute: unknown command '${command}' (one of: ${Object.keys(COMMANDS).join(', ')}; see kvroute --help)\n`);
+  process.stderr.write(
+    `kvroute: unknown command '${command}' (one of: ${Object.keys(COMMANDS).join(', ')}; see kvroute --help)\n`,
+  );
   process.exit(2);
 }
 const bundles = join(packageDir, 'dist');

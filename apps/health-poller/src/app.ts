@@ -28,7 +28,9 @@ export async function buildPollerApp(deps: PollerAppDeps): Promise<FastifyInstan
     return reply.code(working ? 200 : 503).send({ status: working ? 'ok' : deps.isClosing() ? 'closing' : 'starting' });
   });
   app.get('/version', quiet, async () => buildInfo());
-  app.get('/metrics', quiet, async (_request, reply) => reply.type(deps.metrics.registry.contentType).send(await deps.metrics.registry.metrics()));
+  app.get('/metrics', quiet, async (_request, reply) =>
+    reply.type(deps.metrics.registry.contentType).send(await deps.metrics.registry.metrics()),
+  );
   await app.ready();
   return app;
 }

@@ -27,8 +27,12 @@ export function configuredBackends(entries: PollerConfig['backends']): PolledBac
  * still run requests), by id, sorted. Where both name an id, the shared entry's URL wins (the routers
  * send to it) and the configured engine kind is kept.
  */
-export function mergeBackendLists(configured: readonly PolledBackend[], shared: readonly BackendEntry[]): PolledBackend[] {
+export function mergeBackendLists(
+  configured: readonly PolledBackend[],
+  shared: readonly BackendEntry[],
+): PolledBackend[] {
   const byId = new Map<string, PolledBackend>(configured.map((backend) => [backend.id, backend]));
-  for (const entry of shared) byId.set(entry.id, { id: entry.id, url: entry.url, engine: byId.get(entry.id)?.engine ?? null });
+  for (const entry of shared)
+    byId.set(entry.id, { id: entry.id, url: entry.url, engine: byId.get(entry.id)?.engine ?? null });
   return [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }

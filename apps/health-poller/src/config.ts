@@ -28,45 +28,110 @@ export const PollerConfig = z
       .string()
       .regex(/^rediss?(\+cluster)?:\/\//, 'must be a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL')
       .describe(
-        'Redis shared with the routers (scrape jobs, backend states, the backend set): redis[s]://[user:password@]host:port, or a Redis Cluster as redis[s]+cluster://[user:password@]host:port,host:port,… (seed nodes)',
+        'Redis shared with the routers (scrape jobs, backend states, the backend set): redis[s]://[user:password@]host:port, ' +
+          'or a Redis Cluster as redis[s]+cluster://[user:password@]host:port,host:port,… (seed nodes)',
       ),
     backends: z
       .array(BackendEntry)
       .default([])
-      .describe("backends to scrape: URLs (comma-separated on the command line) or {url,id,engine} objects in a file; the fleet's shared backend set in Redis is scraped too"),
-    ...upstreamKeyConfigFields("the shared set's backends that are not configured here (added through a router's admin API)"),
-    followSharedSet: z.boolean().default(true).describe("also scrape the fleet's shared backend set in Redis (the routers' admin API), following its changes"),
-    backendSetPollMs: z.coerce.number().int().min(50).default(500).describe('how often the shared backend set is re-read, in case a change notice (pub/sub) was lost'),
-    intervalMs: z.coerce.number().int().min(100).default(1000).describe('scrape every backend once per this interval (one BullMQ job scheduler per backend)'),
-    scrapeTimeoutMs: z.coerce.number().int().positive().default(500).describe('timeout of each request of a scrape (/health, /metrics, /slots): connect to last byte'),
-    failuresToUnhealthy: z.coerce.number().int().min(1).default(2).describe('consecutive failed health probes that mark a backend unhealthy'),
-    successesToHealthy: z.coerce.number().int().min(1).default(2).describe('consecutive passed health probes that mark an unhealthy backend healthy again'),
-    stateTtlIntervals: z.coerce.number().int().min(2).default(3).describe('a published state expires this many intervals after its scrape unless a newer one replaces it'),
+      .describe(
+        'backends to scrape: URLs (comma-separated on the command line) or {url,id,engine} objects ' +
+          "in a file; the fleet's shared backend set in Redis is scraped too",
+      ),
+    ...upstreamKeyConfigFields(
+      "the shared set's backends that are not configured here (added through a router's admin API)",
+    ),
+    followSharedSet: z
+      .boolean()
+      .default(true)
+      .describe("also scrape the fleet's shared backend set in Redis (the routers' admin API), following its changes"),
+    backendSetPollMs: z.coerce
+      .number()
+      .int()
+      .min(50)
+      .default(500)
+      .describe('how often the shared backend set is re-read, in case a change notice (pub/sub) was lost'),
+    intervalMs: z.coerce
+      .number()
+      .int()
+      .min(100)
+      .default(1000)
+      .describe('scrape every backend once per this interval (one BullMQ job scheduler per backend)'),
+    scrapeTimeoutMs: z.coerce
+      .number()
+      .int()
+      .positive()
+      .default(500)
+      .describe('timeout of each request of a scrape (/health, /metrics, /slots): connect to last byte'),
+    failuresToUnhealthy: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .default(2)
+      .describe('consecutive failed health probes that mark a backend unhealthy'),
+    successesToHealthy: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .default(2)
+      .describe('consecutive passed health probes that mark an unhealthy backend healthy again'),
+    stateTtlIntervals: z.coerce
+      .number()
+      .int()
+      .min(2)
+      .default(3)
+      .describe('a published state expires this many intervals after its scrape unless a newer one replaces it'),
     concurrency: z.coerce.number().int().min(1).default(16).describe('scrapes one poller runs at once'),
     jobLockMs: z.coerce
       .number()
       .int()
       .positive()
       .default(5000)
-      .describe('BullMQ lock of a running scrape job (renewed at half); a job whose poller died is taken back after this plus stalledCheckMs'),
-    stalledCheckMs: z.coerce.number().int().positive().default(5000).describe('how often each poller looks for jobs of dead pollers (BullMQ stalledInterval)'),
+      .describe(
+        'BullMQ lock of a running scrape job (renewed at half); a job whose poller died is taken back after this plus stalledCheckMs',
+      ),
+    stalledCheckMs: z.coerce
+      .number()
+      .int()
+      .positive()
+      .default(5000)
+      .describe('how often each poller looks for jobs of dead pollers (BullMQ stalledInterval)'),
     reconcileMs: z.coerce
       .number()
       .int()
       .min(100)
       .default(5000)
-      .describe('how often the job schedulers are checked against the backend list (a missing or changed one is (re)created, a departed one removed; stuck ones are looked for every quarter interval)'),
-    shutdownGraceMs: z.coerce.number().int().positive().default(10_000).describe('how long the running scrapes may take to finish on SIGTERM'),
-    logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('log level'),
+      .describe(
+        'how often the job schedulers are checked against the backend list (a missing or changed one ' +
+          'is (re)created, a departed one removed; stuck ones are looked for every quarter interval)',
+      ),
+    shutdownGraceMs: z.coerce
+      .number()
+      .int()
+      .positive()
+      .default(10_000)
+      .describe('how long the running scrapes may take to finish on SIGTERM'),
+    logLevel: z
+      .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
+      .default('info')
+      .describe('log level'),
   })
   .superRefine((config, context) => {
     if (config.scrapeTimeoutMs >= config.intervalMs) {
-      context.addIssue({ code: 'custom', path: ['scrapeTimeoutMs'], message: `must be below intervalMs (${config.intervalMs}): a scrape has to end before the next one starts` });
+      context.addIssue({
+        code: 'custom',
+        path: ['scrapeTimeoutMs'],
+        message: `must be below intervalMs (${config.intervalMs}): a scrape has to end before the next one starts`,
+      });
     }
     // A job makes at most two requests one after the other (llama.cpp's /slots once its engine is known)
     // plus two Redis calls: its lock must outlast that, with room for a slow event loop.
     if (config.jobLockMs < 2 * config.scrapeTimeoutMs + 1000) {
-      context.addIssue({ code: 'custom', path: ['jobLockMs'], message: `must be at least 2 × scrapeTimeoutMs + 1000 (${2 * config.scrapeTimeoutMs + 1000})` });
+      context.addIssue({
+        code: 'custom',
+        path: ['jobLockMs'],
+        message: `must be at least 2 × scrapeTimeoutMs + 1000 (${2 * config.scrapeTimeoutMs + 1000})`,
+      });
     }
   });
 export type PollerConfig = z.infer<typeof PollerConfig>;
@@ -74,12 +139,15 @@ export type PollerConfig = z.infer<typeof PollerConfig>;
 export const POLLER_ENV_PREFIX = 'KVROUTE_POLLER_';
 
 /** This app's section of docs/configuration.md (generated by `npm run docs:config`, checked by a test). */
-export function renderPollerConfigDoc(render: (schema: typeof PollerConfig, options: { title: string; envPrefix: string; intro: string }) => string): string {
+export function renderPollerConfigDoc(
+  render: (schema: typeof PollerConfig, options: { title: string; envPrefix: string; intro: string }) => string,
+): string {
   return render(PollerConfig, {
     title: 'Health poller (`npm run poller`)',
     envPrefix: POLLER_ENV_PREFIX,
     intro:
-      'Precedence: defaults < `--config FILE` (YAML or JSON) < env < flags. Lists (`backends`) are comma-separated in env and flags. Every poller replica of a fleet should have the same config.',
+      'Precedence: defaults < `--config FILE` (YAML or JSON) < env < flags. Lists (`backends`) are ' +
+      'comma-separated in env and flags. Every poller replica of a fleet should have the same config.',
   });
 }
 

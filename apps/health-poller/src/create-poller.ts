@@ -1,6 +1,15 @@
 import { detectEngineRestart, hitRateOverInterval, parseEngineMetrics } from '@kvroute/engine-metrics';
 import { loadUpstreamKeys, ShutdownStack, type ShutdownResult } from '@kvroute/platform';
-import { createRedis, DEFAULT_KEY_NAMESPACE, quitRedis, RedisBackendSet, RedisBackendStateStore, waitUntilReady, type BackendEntry, type BackendSetWatch } from '@kvroute/redis-store';
+import {
+  createRedis,
+  DEFAULT_KEY_NAMESPACE,
+  quitRedis,
+  RedisBackendSet,
+  RedisBackendStateStore,
+  waitUntilReady,
+  type BackendEntry,
+  type BackendSetWatch,
+} from '@kvroute/redis-store';
 import { Queue, Worker, type Job } from 'bullmq';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { Agent } from 'undici';
@@ -79,18 +88,32 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
   // All `worker` role: nobody waits on a scrape, so commands wait through an outage instead of failing.
   // A cluster URL makes each of them a Cluster client, BullMQ's included (its duplicates are too).
   const onRedisError = (error: Error): void => logger?.debug({ err: error }, 'Redis connection error');
-  const redis = createRedis(config.redisUrl, 'worker', { onError: onRedisError, overrides: { connectionName: 'kvroute-poller' } });
+  const redis = createRedis(config.redisUrl, 'worker', {
+    onError: onRedisError,
+    overrides: { connectionName: 'kvroute-poller' },
+  });
   shutdown.push('redis', () => quitRedis(redis));
-  const subscriber = createRedis(config.redisUrl, 'worker', { onError: onRedisError, overrides: { connectionName: 'kvroute-poller-subscriber' } });
+  const subscriber = createRedis(config.redisUrl, 'worker', {
+    onError: onRedisError,
+    overrides: { connectionName: 'kvroute-poller-subscriber' },
+  });
   shutdown.push('redis-subscriber', () => quitRedis(subscriber));
-  const bullRedis = createRedis(config.redisUrl, 'worker', { onError: onRedisError, overrides: { connectionName: 'kvroute-poller-bullmq' } });
+  const bullRedis = createRedis(config.redisUrl, 'worker', {
+    onError: onRedisError,
+    overrides: { connectionName: 'kvroute-poller-bullmq' },
+  });
   shutdown.push('bullmq-redis', () => quitRedis(bullRedis));
 
   const dispatcher = new Agent({ connect: { timeout: config.scrapeTimeoutMs }, connections: 4 });
   shutdown.push('http-client', () => dispatcher.close());
 
   const metrics = new PollerMetrics({ backends: () => backends.length });
-  const app = await buildPollerApp({ metrics, isClosing: () => closing, isWorking: () => working, logger: deps.logger ?? false });
+  const app = await buildPollerApp({
+    metrics,
+    isClosing: () => closing,
+    isWorking: () => working,
+    logger: deps.logger ?? false,
+  });
   shutdown.push('http-server', () => app.close());
 
   const store = new RedisBackendStateStore({ redis, keyNamespace: namespace });
@@ -124,7 +147,8 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
     async (job) => {
       const result = await runScrapeJob(job.data, plannedAtMs(job), jobDeps);
       deps.onJob?.(job.data.backendId, result);
-      if (result.kind === 'scraped' && result.published) logger?.debug({ state: result.state }, 'backend state changed');
+      if (result.kind === 'scraped' && result.published)
+        logger?.debug({ state: result.state }, 'backend state changed');
     },
     {
       connection: bullRedis,
@@ -143,14 +167,22 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
     await worker.close();
   });
 
-  const schedules = new ScrapeSchedules({ queue, intervalMs: config.intervalMs, nowMs, logger: logger?.child({ component: 'schedules' }) });
+  const schedules = new ScrapeSchedules({
+    queue,
+    intervalMs: config.intervalMs,
+    nowMs,
+    logger: logger?.child({ component: 'schedules' }),
+  });
   const reconcile = (): Promise<void> => {
     backends = mergeBackendLists(configured, shared);
     // Every replica reads the same list: each drops the series of backends that left it.
-    void metrics.forgetDepartedBackends(new Set(backends.map((backend) => backend.id))).catch((error: unknown) => logger?.warn({ err: error }, 'could not drop the metrics of departed backends'));
+    void metrics
+      .forgetDepartedBackends(new Set(backends.map((backend) => backend.id)))
+      .catch((error: unknown) => logger?.warn({ err: error }, 'could not drop the metrics of departed backends'));
     return schedules.reconcile(backends).then(
       () => undefined,
-      (error: unknown) => logger?.warn({ err: error }, 'could not update the scrape schedulers (retrying at the next reconcile)'),
+      (error: unknown) =>
+        logger?.warn({ err: error }, 'could not update the scrape schedulers (retrying at the next reconcile)'),
     );
   };
 
@@ -187,10 +219,12 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
           pollIntervalMs: config.backendSetPollMs,
           onChange: (list) => {
             shared = list.backends;
-            if (list.unreadable.length > 0) logger?.warn({ backends: list.unreadable }, 'shared backend set: ignoring entries that cannot be read');
+            if (list.unreadable.length > 0)
+              logger?.warn({ backends: list.unreadable }, 'shared backend set: ignoring entries that cannot be read');
             void reconcile();
           },
-          onError: (error) => logger?.warn({ err: error }, 'shared backend set unreachable: scraping the last set read'),
+          onError: (error) =>
+            logger?.warn({ err: error }, 'shared backend set unreachable: scraping the last set read'),
         });
         shutdown.push('backend-set-watch', () => watch?.stop());
         // Only once the shared set was read does the list hold every backend: an earlier reconcile
@@ -212,7 +246,10 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
       await worker.waitUntilReady();
       working = true;
       const url = await app.listen({ host: config.host, port: config.port });
-      logger?.info({ url, backends: backends.map((backend) => backend.id), intervalMs: config.intervalMs }, 'kvroute health poller running');
+      logger?.info(
+        { url, backends: backends.map((backend) => backend.id), intervalMs: config.intervalMs },
+        'kvroute health poller running',
+      );
       return url;
     },
     close() {

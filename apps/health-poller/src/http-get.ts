@@ -27,7 +27,12 @@ export class ScrapeRequestError extends Error {
   }
 }
 
-const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'ETIMEDOUT']);
+const TIMEOUT_CODES = new Set([
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'ETIMEDOUT',
+]);
 
 /**
  * GET through undici with one deadline for the whole exchange (connect, headers, body): `timeoutMs`
@@ -38,11 +43,22 @@ export function createHttpGet(options: { readonly dispatcher: Dispatcher; readon
   return async (url, headers) => {
     const signal = AbortSignal.timeout(timeoutMs);
     try {
-      const response = await request(url, { method: 'GET', dispatcher, signal, headersTimeout: timeoutMs, bodyTimeout: timeoutMs, ...(headers === undefined ? {} : { headers }) });
+      const response = await request(url, {
+        method: 'GET',
+        dispatcher,
+        signal,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
+        ...(headers === undefined ? {} : { headers }),
+      });
       return { status: response.statusCode, body: await response.body.text() };
     } catch (error) {
       const kind: RequestFailureKind = signal.aborted || TIMEOUT_CODES.has(codeOf(error)) ? 'timeout' : 'connect';
-      throw new ScrapeRequestError(kind, `GET ${url}: ${kind} (${codeOf(error) || (error instanceof Error ? error.message : String(error))})`, { cause: error });
+      throw new ScrapeRequestError(
+        kind,
+        `GET ${url}: ${kind} (${codeOf(error) || (error instanceof Error ? error.message : String(error))})`,
+        { cause: error },
+      );
     }
   };
 }

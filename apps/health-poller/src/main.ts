@@ -11,7 +11,8 @@ async function main(): Promise<void> {
     envPrefix: POLLER_ENV_PREFIX,
     sharedFile: POLLER_CONFIG_FILE,
     usage:
-      'npm run poller -- --redis-url redis://HOST:6379 [--backends URL[,URL…]] [options]\n\nkvroute health poller: scrapes every backend once per interval and publishes its state through Redis.',
+      'npm run poller -- --redis-url redis://HOST:6379 [--backends URL[,URL…]] [options]\n\nkvroute ' +
+      'health poller: scrapes every backend once per interval and publishes its state through Redis.',
   });
   if (loaded.kind === 'help') {
     process.stdout.write(`${loaded.text}\n`);
@@ -19,15 +20,27 @@ async function main(): Promise<void> {
   }
   const config = loaded.config;
   const logger = createLogger({ service: 'kvroute-poller', level: config.logLevel });
-  if (loaded.ignoredFileKeys.length > 0) logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
+  if (loaded.ignoredFileKeys.length > 0)
+    logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
   const poller = await createHealthPoller(config, { logger, env: process.env });
   let stopping = false;
   onTerminationSignal(
     async (signal) => {
       stopping = true;
-      logger.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down: finishing the running scrapes, then closing the worker, queue and Redis');
+      logger.info(
+        { signal, graceMs: config.shutdownGraceMs },
+        'shutting down: finishing the running scrapes, then closing the worker, queue and Redis',
+      );
       const result = await poller.close();
-      logger.info({ closed: result.closed, failed: result.failed.map((failure) => failure.name), timedOut: result.timedOut, elapsedMs: result.elapsedMs }, 'poller closed');
+      logger.info(
+        {
+          closed: result.closed,
+          failed: result.failed.map((failure) => failure.name),
+          timedOut: result.timedOut,
+          elapsedMs: result.elapsedMs,
+        },
+        'poller closed',
+      );
       process.exit(result.ok ? 0 : 1);
     },
     { onError: (error) => logger.fatal({ err: error }, 'shutdown failed') },

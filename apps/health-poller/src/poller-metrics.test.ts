@@ -32,7 +32,10 @@ describe('PollerMetrics: per-backend gauges', () => {
     let now = 1_000;
     const metrics = new PollerMetrics({ backends: () => 2, nowMs: () => now, backendFreshForMs: 5_000 });
     metrics.recordBackendState(state({}), 1_000);
-    metrics.recordBackendState(state({ backendId: 'b2', engine: 'llamacpp', kvUsage: null, healthy: false, prefixCacheHitRate: null }), 1_000);
+    metrics.recordBackendState(
+      state({ backendId: 'b2', engine: 'llamacpp', kvUsage: null, healthy: false, prefixCacheHitRate: null }),
+      1_000,
+    );
     expect(await values(metrics, 'kvroute_poller_backend_kv_cache_usage_ratio')).toEqual(['b1/sglang=0.42']);
     expect(await values(metrics, 'kvroute_poller_backend_healthy')).toEqual(['b1/sglang=1', 'b2/llamacpp=0']);
     expect(await values(metrics, 'kvroute_poller_backend_requests_waiting')).toEqual(['b1/sglang=1', 'b2/llamacpp=1']);
@@ -71,13 +74,26 @@ describe('PollerMetrics: per-backend gauges', () => {
       metrics.recordEngineRestart(backend, 'start-time-changed');
       metrics.recordBackendState(state({ backendId: backend }), 0);
     }
-    const series = async (name: string) => ((await metrics.registry.getSingleMetric(name)?.get())?.values ?? []).map((value) => String(value.labels['backend'])).sort();
-    const names = ['kvroute_poller_scrapes_total', 'kvroute_poller_scrape_failures_total', 'kvroute_poller_state_changes_published_total', 'kvroute_poller_engine_restarts_total', 'kvroute_poller_backend_healthy'];
+    const series = async (name: string) =>
+      ((await metrics.registry.getSingleMetric(name)?.get())?.values ?? [])
+        .map((value) => String(value.labels['backend']))
+        .sort();
+    const names = [
+      'kvroute_poller_scrapes_total',
+      'kvroute_poller_scrape_failures_total',
+      'kvroute_poller_state_changes_published_total',
+      'kvroute_poller_engine_restarts_total',
+      'kvroute_poller_backend_healthy',
+    ];
     for (const name of names) expect(await series(name), name).toEqual(['leaves', 'stays']);
     expect(await metrics.forgetDepartedBackends(new Set(['stays']))).toBe(4);
     for (const name of names) expect(await series(name), name).toEqual(['stays']);
     // The one that stays counts on from where it was.
     metrics.recordScrape('stays', 0.01, null);
-    expect((await metrics.registry.getSingleMetric('kvroute_poller_scrapes_total')?.get())?.values.find((value) => value.labels['backend'] === 'stays')?.value).toBe(3);
+    expect(
+      (await metrics.registry.getSingleMetric('kvroute_poller_scrapes_total')?.get())?.values.find(
+        (value) => value.labels['backend'] === 'stays',
+      )?.value,
+    ).toBe(3);
   });
 });

@@ -23,11 +23,31 @@ export interface PollerMetricsSources {
 
 /** The per-backend gauges' figures: the engine's own, in every dialect, as the poller normalised them (BackendState). */
 const BACKEND_GAUGES = [
-  ['kvroute_poller_backend_healthy', 'Whether the backend is healthy (1) or not (0), with hysteresis, as this replica last scraped it.', (state: BackendState) => (state.healthy ? 1 : 0)],
-  ['kvroute_poller_backend_kv_cache_usage_ratio', "The engine's KV-cache usage, 0-1 (vLLM V0/V1, SGLang, llama.cpp alike), at this replica's last scrape.", (state: BackendState) => state.kvUsage],
-  ['kvroute_poller_backend_requests_running', 'Requests in the engine\'s running batch at the last scrape.', (state: BackendState) => state.running],
-  ['kvroute_poller_backend_requests_waiting', "Requests queued in the engine (preempted ones included) at the last scrape.", (state: BackendState) => state.waiting],
-  ['kvroute_poller_backend_prefix_cache_hit_ratio', "The engine's prefix-cache hit rate, 0-1, between its last two scrapes (engines without counters: their own gauge).", (state: BackendState) => state.prefixCacheHitRate],
+  [
+    'kvroute_poller_backend_healthy',
+    'Whether the backend is healthy (1) or not (0), with hysteresis, as this replica last scraped it.',
+    (state: BackendState) => (state.healthy ? 1 : 0),
+  ],
+  [
+    'kvroute_poller_backend_kv_cache_usage_ratio',
+    "The engine's KV-cache usage, 0-1 (vLLM V0/V1, SGLang, llama.cpp alike), at this replica's last scrape.",
+    (state: BackendState) => state.kvUsage,
+  ],
+  [
+    'kvroute_poller_backend_requests_running',
+    "Requests in the engine's running batch at the last scrape.",
+    (state: BackendState) => state.running,
+  ],
+  [
+    'kvroute_poller_backend_requests_waiting',
+    'Requests queued in the engine (preempted ones included) at the last scrape.',
+    (state: BackendState) => state.waiting,
+  ],
+  [
+    'kvroute_poller_backend_prefix_cache_hit_ratio',
+    "The engine's prefix-cache hit rate, 0-1, between its last two scrapes (engines without counters: their own gauge).",
+    (state: BackendState) => state.prefixCacheHitRate,
+  ],
 ] as const;
 
 const SCRAPE_BUCKETS_SECONDS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
@@ -98,7 +118,10 @@ export class PollerMetrics {
     });
     this.restarts = new Counter({
       name: 'kvroute_poller_engine_restarts_total',
-      help: "Engine restarts this replica found, per backend and sign (start_time_changed, engine_changed, counter_went_down): the scrape's state carries restartedAtMs and routers forget the backend's prefix ownership.",
+      help:
+        'Engine restarts this replica found, per backend and sign (start_time_changed, engine_changed, ' +
+        "counter_went_down): the scrape's state carries restartedAtMs and routers forget the backend's " +
+        'prefix ownership.',
       labelNames: ['backend', 'sign'],
       registers,
     });

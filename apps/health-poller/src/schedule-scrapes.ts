@@ -6,7 +6,11 @@ import type { ScrapeJobData } from './scrape-job';
 /** The part of a BullMQ `Queue` this needs (tests can pass a fake). */
 export interface SchedulerQueue {
   /** The scheduler's next job (BullMQ's `Job`: its `delay` is how far ahead it is planned). */
-  upsertJobScheduler(id: string, repeat: { every: number }, template: { name: string; data: ScrapeJobData; opts: JobSchedulerTemplateOptions }): Promise<{ readonly delay?: number } | undefined>;
+  upsertJobScheduler(
+    id: string,
+    repeat: { every: number },
+    template: { name: string; data: ScrapeJobData; opts: JobSchedulerTemplateOptions },
+  ): Promise<{ readonly delay?: number } | undefined>;
   removeJobScheduler(id: string): Promise<boolean>;
   getJobSchedulers(start?: number, end?: number, asc?: boolean): Promise<JobSchedulerJson<ScrapeJobData>[]>;
   getJobState(jobId: string): Promise<JobState | 'unknown'>;
@@ -111,20 +115,35 @@ export class ScrapeSchedules {
       const state = await queue.getJobState(`repeat:${scheduler.key}:${slotMs}`);
       if (state !== 'active' && state !== 'unknown') continue;
       const data = jobDataOf(backend);
-      const next = await queue.upsertJobScheduler(backend.id, { every: intervalMs }, { name: SCRAPE_JOB_NAME, data, opts: JOB_OPTIONS });
+      const next = await queue.upsertJobScheduler(
+        backend.id,
+        { every: intervalMs },
+        { name: SCRAPE_JOB_NAME, data, opts: JOB_OPTIONS },
+      );
       // The re-planned slot comes an interval after the lost one, or (found late) the next aligned one.
       // Only when it is more than half an interval away is the lost slot worth a scrape of its own.
       const catchUp = (next?.delay ?? intervalMs) > intervalMs / 2;
-      if (catchUp) await queue.add(SCRAPE_JOB_NAME, data, { jobId: catchUpJobId(backend.id, slotMs), attempts: 1, removeOnComplete: { age: 60 }, removeOnFail: { age: 60 } });
+      if (catchUp)
+        await queue.add(SCRAPE_JOB_NAME, data, {
+          jobId: catchUpJobId(backend.id, slotMs),
+          attempts: 1,
+          removeOnComplete: { age: 60 },
+          removeOnFail: { age: 60 },
+        });
       replanned.push(backend.id);
-      this.options.logger?.warn({ backend: backend.id, plannedMs: slotMs, jobState: state, catchUp }, 'scrape scheduler lost its next job (a poller died): re-planned');
+      this.options.logger?.warn(
+        { backend: backend.id, plannedMs: slotMs, jobState: state, catchUp },
+        'scrape scheduler lost its next job (a poller died): re-planned',
+      );
     }
     return { replanned };
   }
 
   private async reconcileOnce(backends: readonly PolledBackend[]): Promise<ReconcileResult> {
     const { queue, intervalMs } = this.options;
-    const existing = new Map((await queue.getJobSchedulers(0, -1, true)).map((scheduler) => [scheduler.key, scheduler]));
+    const existing = new Map(
+      (await queue.getJobSchedulers(0, -1, true)).map((scheduler) => [scheduler.key, scheduler]),
+    );
     const wanted = new Set(backends.map((backend) => backend.id));
     const upserted: string[] = [];
     const removed: string[] = [];
@@ -132,7 +151,11 @@ export class ScrapeSchedules {
       const data = jobDataOf(backend);
       const scheduler = existing.get(backend.id);
       if (scheduler && scheduler.every === intervalMs && sameData(scheduler.template?.data, data)) continue;
-      await queue.upsertJobScheduler(backend.id, { every: intervalMs }, { name: SCRAPE_JOB_NAME, data, opts: JOB_OPTIONS });
+      await queue.upsertJobScheduler(
+        backend.id,
+        { every: intervalMs },
+        { name: SCRAPE_JOB_NAME, data, opts: JOB_OPTIONS },
+      );
       upserted.push(backend.id);
     }
     for (const id of existing.keys()) {
@@ -140,7 +163,8 @@ export class ScrapeSchedules {
       await queue.removeJobScheduler(id);
       removed.push(id);
     }
-    if (upserted.length > 0 || removed.length > 0) this.options.logger?.info({ upserted, removed }, 'scrape schedulers updated');
+    if (upserted.length > 0 || removed.length > 0)
+      this.options.logger?.info({ upserted, removed }, 'scrape schedulers updated');
     return { upserted, removed };
   }
 }
@@ -163,5 +187,10 @@ function jobDataOf(backend: PolledBackend): ScrapeJobData {
 }
 
 function sameData(stored: ScrapeJobData | undefined, wanted: ScrapeJobData): boolean {
-  return stored !== undefined && stored.backendId === wanted.backendId && stored.url === wanted.url && (stored.engine ?? null) === wanted.engine;
+  return (
+    stored !== undefined &&
+    stored.backendId === wanted.backendId &&
+    stored.url === wanted.url &&
+    (stored.engine ?? null) === wanted.engine
+  );
 }

@@ -26,7 +26,9 @@ export interface ScrapeDeps {
   readonly parse: ParseEngineMetrics;
 }
 
-type Settled = { readonly ok: true; readonly answer: HttpAnswer } | { readonly ok: false; readonly cause: ScrapeFailureCause };
+type Settled =
+  | { readonly ok: true; readonly answer: HttpAnswer }
+  | { readonly ok: false; readonly cause: ScrapeFailureCause };
 
 /**
  * One scrape of one backend: `GET /health` and `GET /metrics` at once (plus `GET /slots` for llama.cpp,
@@ -44,7 +46,13 @@ export async function scrapeBackend(target: ScrapeTarget, deps: ScrapeDeps): Pro
     withSlots ? settle(deps.get(`${base}/slots`)) : Promise.resolve(null),
   ]);
 
-  const healthFailure: ScrapeFailureCause | null = !health.ok ? health.cause : health.answer.status === 200 ? null : health.answer.status === 503 ? 'loading' : 'health_status';
+  const healthFailure: ScrapeFailureCause | null = !health.ok
+    ? health.cause
+    : health.answer.status === 200
+      ? null
+      : health.answer.status === 503
+        ? 'loading'
+        : 'health_status';
 
   let metricsFailure: ScrapeFailureCause | null = null;
   let figures: EngineMetrics | null = null;
@@ -56,7 +64,10 @@ export async function scrapeBackend(target: ScrapeTarget, deps: ScrapeDeps): Pro
     try {
       figures = deps.parse(text, { engine, llamaCppSlots: slotsBody(slots) });
       if (figures.engine === 'llamacpp' && !withSlots) {
-        figures = deps.parse(text, { engine: 'llamacpp', llamaCppSlots: slotsBody(await settle(deps.get(`${base}/slots`))) });
+        figures = deps.parse(text, {
+          engine: 'llamacpp',
+          llamaCppSlots: slotsBody(await settle(deps.get(`${base}/slots`))),
+        });
       }
     } catch {
       metricsFailure = 'unreadable';

@@ -38,7 +38,8 @@ function aStore() {
     async record(scrape: ScrapeRecord, _options: RecordScrapeOptions) {
       records.push(scrape);
       if (scrape.carry !== null) carry = scrape.carry;
-      if (scrape.restartedAtMs != null && (restartedAtMs === null || scrape.restartedAtMs > restartedAtMs)) restartedAtMs = scrape.restartedAtMs;
+      if (scrape.restartedAtMs != null && (restartedAtMs === null || scrape.restartedAtMs > restartedAtMs))
+        restartedAtMs = scrape.restartedAtMs;
       const state: BackendState = {
         ...scrape.observation,
         backendId: scrape.backendId,
@@ -75,13 +76,19 @@ function aJob(outcomes: ScrapeOutcome[]) {
     return result.state;
   };
   const restartsCounted = async (): Promise<string> =>
-    (await metrics.registry.getSingleMetric('kvroute_poller_engine_restarts_total')?.get())?.values.map((value) => `${value.labels.sign}=${value.value}`).join(',') ?? '';
+    (await metrics.registry.getSingleMetric('kvroute_poller_engine_restarts_total')?.get())?.values
+      .map((value) => `${value.labels.sign}=${value.value}`)
+      .join(',') ?? '';
   return { store, run, restartsCounted };
 }
 
 describe('runScrapeJob: engine restarts', () => {
   it('records restartedAtMs at the scrape that sees a new process start time, and publishes the start time', async () => {
-    const job = aJob([served(figures()), served(figures({ prefixCacheQueriesTotal: 2600, prefixCacheHitsTotal: 1100 })), served(figures({ engineStartedAtMs: 1_796_000_090_000, prefixCacheQueriesTotal: 300, prefixCacheHitsTotal: 0 }))]);
+    const job = aJob([
+      served(figures()),
+      served(figures({ prefixCacheQueriesTotal: 2600, prefixCacheHitsTotal: 1100 })),
+      served(figures({ engineStartedAtMs: 1_796_000_090_000, prefixCacheQueriesTotal: 300, prefixCacheHitsTotal: 0 })),
+    ]);
     const first = await job.run();
     expect(first).toMatchObject({ restartedAtMs: null, engineStartedAtMs: 1_796_000_000_000 });
     const second = await job.run();
@@ -96,7 +103,14 @@ describe('runScrapeJob: engine restarts', () => {
 
   it('sees a restart across failed scrapes (the engine was down): the last figures read are the baseline', async () => {
     const noStartTime = { engine: 'sglang', engineStartedAtMs: null } as const;
-    const job = aJob([served(figures(noStartTime)), refused, refused, served(figures({ ...noStartTime, generationTokensTotal: 20, prefixCacheQueriesTotal: 90, prefixCacheHitsTotal: 0 }))]);
+    const job = aJob([
+      served(figures(noStartTime)),
+      refused,
+      refused,
+      served(
+        figures({ ...noStartTime, generationTokensTotal: 20, prefixCacheQueriesTotal: 90, prefixCacheHitsTotal: 0 }),
+      ),
+    ]);
     await job.run();
     expect((await job.run()).restartedAtMs).toBeNull();
     expect((await job.run()).engineStartedAtMs).toBeNull();
@@ -106,7 +120,12 @@ describe('runScrapeJob: engine restarts', () => {
   });
 
   it('sees no restart at the first scrape of a backend, nor while the same process serves', async () => {
-    const job = aJob([served(figures()), served(figures({ generationTokensTotal: 900 })), refused, served(figures({ generationTokensTotal: 950 }))]);
+    const job = aJob([
+      served(figures()),
+      served(figures({ generationTokensTotal: 900 })),
+      refused,
+      served(figures({ generationTokensTotal: 950 })),
+    ]);
     for (let i = 0; i < 4; i++) expect((await job.run()).restartedAtMs).toBeNull();
     expect(await job.restartsCounted()).toBe('');
   });

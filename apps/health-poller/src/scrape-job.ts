@@ -31,7 +31,9 @@ export interface ScrapeJobDeps {
   readonly logger?: FastifyBaseLogger | undefined;
 }
 
-export type ScrapeJobResult = { readonly kind: 'stale'; readonly lagMs: number } | { readonly kind: 'scraped'; readonly state: BackendState; readonly published: boolean };
+export type ScrapeJobResult =
+  | { readonly kind: 'stale'; readonly lagMs: number }
+  | { readonly kind: 'scraped'; readonly state: BackendState; readonly published: boolean };
 
 /**
  * One scrape job: scrape the backend, then record the outcome in Redis, where the health hysteresis
@@ -51,7 +53,11 @@ export type ScrapeJobResult = { readonly kind: 'stale'; readonly lagMs: number }
  * before. Then the state records `restartedAtMs` = this scrape's time (routers forget the backend's
  * prefix ownership when it moves forward), and the hit rate has no interval behind it.
  */
-export async function runScrapeJob(data: ScrapeJobData, scheduledAtMs: number, deps: ScrapeJobDeps): Promise<ScrapeJobResult> {
+export async function runScrapeJob(
+  data: ScrapeJobData,
+  scheduledAtMs: number,
+  deps: ScrapeJobDeps,
+): Promise<ScrapeJobResult> {
   const startedAtMs = deps.nowMs();
   const lagMs = startedAtMs - scheduledAtMs;
   deps.metrics.recordJobLag(lagMs / 1000);
@@ -80,8 +86,10 @@ export async function runScrapeJob(data: ScrapeJobData, scheduledAtMs: number, d
     kvCapacityTokens: current?.kvCapacityTokens ?? null,
     running: current?.running ?? null,
     waiting: current?.waiting ?? null,
-    // The first scrape (or the first of a new process) has no interval behind it: only an engine's own gauge can answer (same figures twice → no counter delta).
-    prefixCacheHitRate: current === null ? null : deps.hitRate(restart === null ? (previous ?? current) : current, current),
+    // The first scrape (or the first of a new process) has no interval behind it: only an engine's own gauge can
+    // answer (same figures twice → no counter delta).
+    prefixCacheHitRate:
+      current === null ? null : deps.hitRate(restart === null ? (previous ?? current) : current, current),
     preemptionsTotal: current?.preemptionsTotal ?? null,
     engineStartedAtMs: current?.engineStartedAtMs ?? null,
   };
@@ -106,7 +114,9 @@ function decodeCarry(carry: string | null): EngineMetrics | null {
   if (carry === null) return null;
   try {
     const value = JSON.parse(carry) as Partial<EngineMetrics> | null;
-    return value !== null && typeof value === 'object' && (ENGINE_KINDS as readonly unknown[]).includes(value.engine) ? (value as EngineMetrics) : null;
+    return value !== null && typeof value === 'object' && (ENGINE_KINDS as readonly unknown[]).includes(value.engine)
+      ? (value as EngineMetrics)
+      : null;
   } catch {
     return null;
   }

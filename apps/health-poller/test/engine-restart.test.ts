@@ -30,7 +30,10 @@ const ADMIN_TOKEN = 'engine-restart-test-admin-token';
  * shared index holds: Redis calls get 1 s before they count as failed, on a busy machine; checked).
  */
 const INTERVAL_MS = 300;
-/** Beyond 2 intervals: BullMQ's 0–10 ms timer jitter at hz 100, one scrape, its script and PUBLISH, the router's subscriber and forget, a poll of /debug/route; and room for a busy event loop (everything runs in this process). */
+/**
+ * Beyond 2 intervals: BullMQ's 0–10 ms timer jitter at hz 100, one scrape, its script and PUBLISH, the router's
+ * subscriber and forget, a poll of /debug/route; and room for a busy event loop (everything runs in this process).
+ */
 const SLACK_MS = 300;
 const BOUND_MS = 2 * INTERVAL_MS + SLACK_MS;
 const POLLER = {
@@ -75,7 +78,10 @@ interface Checked {
 }
 
 interface Explained {
-  readonly decision: { readonly kind: string; readonly scores?: ReadonlyArray<{ readonly backendId: string; readonly matchBlocks: number }> };
+  readonly decision: {
+    readonly kind: string;
+    readonly scores?: ReadonlyArray<{ readonly backendId: string; readonly matchBlocks: number }>;
+  };
 }
 
 let env: TestEnv;
@@ -106,7 +112,10 @@ const hits = (checked: readonly Checked[]): Checked[] => checked.filter((entry) 
 describe('engine restart', () => {
   // Timing bounds of a few hundred ms on a shared 2-core machine: a run where the event loop stalls past
   // a scrape timeout is tried again, once. A behaviour that is really wrong fails both.
-  it('stops predicting hits on a restarted backend within 2 poll intervals under load, and its predictions are confirmed again after', { timeout: 60_000, retry: 1 }, async () => {
+  it('stops predicting hits on a restarted backend within 2 poll intervals under load, and its predictions are confirmed again after', {
+    timeout: 60_000,
+    retry: 1,
+  }, async () => {
     // A retry starts from nothing: no router, poller or sim of the try before, an empty Redis.
     await router?.close();
     router = undefined;
@@ -116,8 +125,16 @@ describe('engine restart', () => {
     for (let i = 0; i < 3; i++) sims.push(await startSim(SIM));
     // Every scrape job of the poller, for a failure's diagnosis (a busy machine delays jobs; one more than an interval late skips itself).
     const jobs: Array<{ backendId: string; atMs: number; result: ScrapeJobResult }> = [];
-    await env.startPoller({ ...POLLER, backends: sims.map((sim) => sim.url) }, { onJob: (backendId, result) => jobs.push({ backendId, atMs: Date.now(), result }) });
-    for (const sim of sims) await waitForValue(stateOf(env, sim.id), (state) => state?.healthy === true && state.engineStartedAtMs !== null, 5000);
+    await env.startPoller(
+      { ...POLLER, backends: sims.map((sim) => sim.url) },
+      { onJob: (backendId, result) => jobs.push({ backendId, atMs: Date.now(), result }) },
+    );
+    for (const sim of sims)
+      await waitForValue(
+        stateOf(env, sim.id),
+        (state) => state?.healthy === true && state.engineStartedAtMs !== null,
+        5000,
+      );
 
     router = await createRouterServer(
       RouterConfig.parse({
@@ -145,12 +162,17 @@ describe('engine restart', () => {
       const response = await fetch(`${adminUrl}/debug/route`, {
         method: 'POST',
         headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
-        body: JSON.stringify({ model: 'test-model', messages: messagesOf(prompt, 'a probe: which desk is this?'), max_tokens: 4 }),
+        body: JSON.stringify({
+          model: 'test-model',
+          messages: messagesOf(prompt, 'a probe: which desk is this?'),
+          max_tokens: 4,
+        }),
       });
       return (await response.json()) as Explained;
     };
     /** The leading blocks the router believes `backend` holds of `prompt`; null when the backend is not a candidate (unhealthy, say). */
-    const matchOn = async (prompt: number, backend: string): Promise<number | null> => (await explain(prompt)).decision.scores?.find((score) => score.backendId === backend)?.matchBlocks ?? null;
+    const matchOn = async (prompt: number, backend: string): Promise<number | null> =>
+      (await explain(prompt)).decision.scores?.find((score) => score.backendId === backend)?.matchBlocks ?? null;
 
     // What the router checked of its predictions, and when it handled a restart.
     const checked: Checked[] = [];
@@ -170,7 +192,10 @@ describe('engine restart', () => {
     const subscriber = createRedis(env.redis.url, 'worker');
     await waitUntilReady(subscriber);
     const published: Array<{ state: BackendState; atMs: number }> = [];
-    const subscription = env.store.subscribe({ subscriber, onState: (state) => published.push({ state, atMs: Date.now() }) });
+    const subscription = env.store.subscribe({
+      subscriber,
+      onState: (state) => published.push({ state, atMs: Date.now() }),
+    });
     expect(await subscription.ready).toBe(true);
 
     const openai = new OpenAI({ baseURL: `${routerUrl}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 10_000 });
@@ -186,7 +211,11 @@ describe('engine restart', () => {
         const startMs = Date.now();
         try {
           const { data, response } = await openai.chat.completions
-            .create({ model: 'test-model', messages: messagesOf(prompt, `client ${client} question ${i}: name a colour.`), max_tokens: 4 + ((client + i) % 5) })
+            .create({
+              model: 'test-model',
+              messages: messagesOf(prompt, `client ${client} question ${i}: name a colour.`),
+              max_tokens: 4 + ((client + i) % 5),
+            })
             .withResponse();
           if (!data.choices[0]?.message.content) throw new Error('a completion without content');
           samples.push({ prompt, startMs, endMs: Date.now(), backend: response.headers.get('x-router-backend') });
@@ -201,8 +230,11 @@ describe('engine restart', () => {
     try {
       // Steady state: every prompt answered several times, and the router's hit predictions confirmed.
       await waitForValue(
-        async () => Array.from({ length: PROMPTS }, (_, prompt) => samples.filter((sample) => sample.prompt === prompt).length),
-        (counts) => counts.every((count) => count >= 4) && hits(checked).filter((entry) => entry.check.outcome === 'confirmed').length >= 10,
+        async () =>
+          Array.from({ length: PROMPTS }, (_, prompt) => samples.filter((sample) => sample.prompt === prompt).length),
+        (counts) =>
+          counts.every((count) => count >= 4) &&
+          hits(checked).filter((entry) => entry.check.outcome === 'confirmed').length >= 10,
         15_000,
       );
       // Where the router believes each prompt lives (its deepest match), and the backend holding the most of them.
@@ -212,7 +244,8 @@ describe('engine restart', () => {
         const deepest = [...scores].sort((a, b) => b.matchBlocks - a.matchBlocks)[0];
         if (deepest !== undefined && deepest.matchBlocks > 0) homeOf.set(prompt, deepest.backendId);
       }
-      const promptsOn = (backend: string): number[] => [...homeOf].filter(([, home]) => home === backend).map(([prompt]) => prompt);
+      const promptsOn = (backend: string): number[] =>
+        [...homeOf].filter(([, home]) => home === backend).map(([prompt]) => prompt);
       const victim = [...sims].sort((a, b) => promptsOn(b.id).length - promptsOn(a.id).length)[0];
       if (victim === undefined) throw new Error('no backend');
       const [probe, ...othersOnVictim] = promptsOn(victim.id);
@@ -229,7 +262,7 @@ describe('engine restart', () => {
       timeline = () =>
         jobs
           .filter((job) => job.backendId === victim.id && job.atMs >= restartAtMs - INTERVAL_MS)
-          .map((job) => `${job.atMs - restartAtMs}: ${job.result.kind === 'stale' ? `stale (${job.result.lagMs} ms late)` : `${job.result.state.failure ?? 'ok'}${job.result.state.restartedAtMs !== null && job.result.state.restartedAtMs >= restartAtMs ? ' restart' : ''}`}`)
+          .map((job) => `${job.atMs - restartAtMs}: ${describeJob(job.result, restartAtMs)}`)
           .join('; ');
       await killSim(victim);
       sims.splice(sims.indexOf(victim), 1);
@@ -239,37 +272,67 @@ describe('engine restart', () => {
       const matchRightAfter = await matchOn(probe, victim.id);
 
       // Within 2 intervals of the new engine's start: the router no longer predicts the probe there.
-      const forgotten = await waitForValue(() => matchOn(probe, victim.id), (match) => match === 0, 5000);
+      const forgotten = await waitForValue(
+        () => matchOn(probe, victim.id),
+        (match) => match === 0,
+        5000,
+      );
       const forgottenAfterMs = forgotten.atMs - upAtMs;
-      const handledAt = (await waitForValue(async () => handled.find((entry) => entry.backend === victim.id), (entry) => entry !== undefined, 5000)).value;
-      const restartPublished = published.find((entry) => entry.state.backendId === victim.id && entry.state.restartedAtMs !== null && entry.state.restartedAtMs >= restartAtMs);
+      const handledAt = (
+        await waitForValue(
+          async () => handled.find((entry) => entry.backend === victim.id),
+          (entry) => entry !== undefined,
+          5000,
+        )
+      ).value;
+      const restartPublished = published.find(
+        (entry) =>
+          entry.state.backendId === victim.id &&
+          entry.state.restartedAtMs !== null &&
+          entry.state.restartedAtMs >= restartAtMs,
+      );
 
       // Afterwards the router learns the new engine's cache from the traffic, and what it predicts
       // there is confirmed again. Requests decided before the forget can still end after it: they are
       // left out (the longest request so far bounds how long they run).
       const longestMs = Math.max(...samples.map((sample) => sample.endMs - sample.startMs));
       const settledAtMs = (handledAt?.atMs ?? forgotten.atMs) + longestMs + 100;
-      const afterForget = (): Checked[] => hits(checked).filter((entry) => entry.backend === victim.id && entry.atMs > settledAtMs);
-      await waitForValue(async () => afterForget().filter((entry) => entry.check.outcome === 'confirmed').length, (confirmed) => confirmed >= 5, 15_000);
+      const afterForget = (): Checked[] =>
+        hits(checked).filter((entry) => entry.backend === victim.id && entry.atMs > settledAtMs);
+      await waitForValue(
+        async () => afterForget().filter((entry) => entry.check.outcome === 'confirmed').length,
+        (confirmed) => confirmed >= 5,
+        15_000,
+      );
       loadRunning = false;
       await Promise.all(clients);
 
       const matchAtEnd = await matchOn(probe, victim.id);
       const victimHitsAfter = afterForget();
       const precisionAfter = precisionOf(victimHitsAfter);
-      const staleWindow = hits(checked).filter((entry) => entry.backend === victim.id && entry.atMs >= restartAtMs && entry.atMs <= settledAtMs);
-      const metricValues = async (name: string) => (await router?.metrics.registry.getSingleMetric(name)?.get())?.values ?? [];
+      const staleWindow = hits(checked).filter(
+        (entry) => entry.backend === victim.id && entry.atMs >= restartAtMs && entry.atMs <= settledAtMs,
+      );
+      const metricValues = async (name: string) =>
+        (await router?.metrics.registry.getSingleMetric(name)?.get())?.values ?? [];
       const restartsMetric = await metricValues('kvroute_router_backend_restarts_total');
-      const degradedTransitions = (await metricValues('kvroute_router_state_degraded_transitions_total')).reduce((total, value) => total + value.value, 0);
-      const count = (entries: readonly Checked[], outcome: string): number => entries.filter((entry) => entry.check.outcome === outcome).length;
+      const degradedTransitions = (await metricValues('kvroute_router_state_degraded_transitions_total')).reduce(
+        (total, value) => total + value.value,
+        0,
+      );
+      const count = (entries: readonly Checked[], outcome: string): number =>
+        entries.filter((entry) => entry.check.outcome === outcome).length;
       const since = (atMs: number | undefined): number => (atMs ?? Number.NaN) - upAtMs;
       console.info(
-        `[engine-restart] interval ${INTERVAL_MS} ms, ${CLIENTS} clients, ${samples.length} requests (${failures.length} failed): victim ${victim.id} held prompts ${[probe, ...othersOnVictim].join(', ')}; ` +
-          `restart took ${upAtMs - restartAtMs} ms; probe match ${matchBefore} blocks before, ${matchRightAfter} right after the restart, 0 at ${forgottenAfterMs} ms after the new engine was up ` +
+        `[engine-restart] interval ${INTERVAL_MS} ms, ${CLIENTS} clients, ${samples.length} requests ` +
+          `(${failures.length} failed): victim ${victim.id} held prompts ${[probe, ...othersOnVictim].join(', ')}; ` +
+          `restart took ${upAtMs - restartAtMs} ms; probe match ${matchBefore} blocks before, ${matchRightAfter} ` +
+          `right after the restart, 0 at ${forgottenAfterMs} ms after the new engine was up ` +
           `(restart published at ${since(restartPublished?.atMs)} ms, handled by the router at ${since(handledAt?.atMs)} ms); ` +
           `victim hit predictions: before ${victimHitsBefore.length} (precision ${precisionBefore?.toFixed(3)}), ` +
           `between the restart and the forget ${staleWindow.length} (${count(staleWindow, 'overpredicted')} overpredicted), ` +
-          `after ${victimHitsAfter.length} (${count(victimHitsAfter, 'confirmed')} confirmed, precision ${precisionAfter?.toFixed(3)}); probe match at the end ${matchAtEnd}; ` +
+          `after ${victimHitsAfter.length} (${count(victimHitsAfter, 'confirmed')} confirmed, precision ` +
+          `${precisionAfter?.toFixed(3)}); probe match at the end ${matchAtEnd}; ` +
           `${degradedTransitions} degraded transitions`,
       );
 
@@ -296,3 +359,10 @@ describe('engine restart', () => {
     }
   });
 });
+
+/** One scrape job of the failure timeline: stale, or its failure (ok) and whether it saw the restart. */
+function describeJob(result: ScrapeJobResult, restartAtMs: number): string {
+  if (result.kind === 'stale') return `stale (${result.lagMs} ms late)`;
+  const restarted = result.state.restartedAtMs !== null && result.state.restartedAtMs >= restartAtMs;
+  return `${result.state.failure ?? 'ok'}${restarted ? ' restart' : ''}`;
+}

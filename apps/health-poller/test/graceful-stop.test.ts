@@ -18,7 +18,14 @@ import { openTestEnv, startSim, type TestEnv, type TestSim } from './poller-test
 const INTERVAL_MS = 1_000;
 /** The backend's /metrics answers this late, so that `close` lands in the middle of a scrape. */
 const METRICS_DELAY_MS = 600;
-const POLLER = { intervalMs: INTERVAL_MS, scrapeTimeoutMs: 900, jobLockMs: 3_000, stalledCheckMs: 3_000, reconcileMs: 1_000, backendSetPollMs: 200 };
+const POLLER = {
+  intervalMs: INTERVAL_MS,
+  scrapeTimeoutMs: 900,
+  jobLockMs: 3_000,
+  stalledCheckMs: 3_000,
+  reconcileMs: 1_000,
+  backendSetPollMs: 200,
+};
 
 let env: TestEnv;
 let sim: TestSim;
@@ -52,7 +59,8 @@ describe('poller graceful stop', () => {
     );
     // Wait for a scrape to be under way: its /metrics request has reached the backend, not answered yet.
     const deadline = Date.now() + 10_000;
-    while (slow.metricsStarts.length < 2 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
+    while (slow.metricsStarts.length < 2 && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 5));
     expect(slow.metricsStarts.length).toBeGreaterThanOrEqual(2);
     const jobsBefore = jobs.length;
     expect(String(await env.client.client('LIST'))).toMatch(/name=kvroute-poller/);
@@ -64,7 +72,17 @@ describe('poller graceful stop', () => {
     events.push('closed');
 
     expect(result.ok).toBe(true);
-    expect(result.closed).toEqual(['reconcile', 'backend-set-watch', 'worker', 'queue', 'http-server', 'http-client', 'bullmq-redis', 'redis-subscriber', 'redis']);
+    expect(result.closed).toEqual([
+      'reconcile',
+      'backend-set-watch',
+      'worker',
+      'queue',
+      'http-server',
+      'http-client',
+      'bullmq-redis',
+      'redis-subscriber',
+      'redis',
+    ]);
     // The scrape under way ran to its end (and published) before the worker closed.
     expect(jobs.length).toBe(jobsBefore + 1);
     expect(jobs.at(-1)?.kind).toBe('scraped');
@@ -79,7 +97,10 @@ describe('poller graceful stop', () => {
     await new Promise((resolve) => setTimeout(resolve, 2 * INTERVAL_MS));
     expect(slow.metricsStarts.length).toBe(scrapesAtClose);
     // The fleet's job scheduler for the backend is still there for the other replicas.
-    const queue = new Queue(SCRAPE_QUEUE_NAME, { connection: createRedis(env.redis.url, 'worker'), prefix: `${env.namespace}:{poller}` });
+    const queue = new Queue(SCRAPE_QUEUE_NAME, {
+      connection: createRedis(env.redis.url, 'worker'),
+      prefix: `${env.namespace}:{poller}`,
+    });
     try {
       expect((await queue.getJobSchedulers()).map((scheduler) => scheduler.key)).toEqual([new URL(slow.url).host]);
     } finally {
@@ -88,14 +109,32 @@ describe('poller graceful stop', () => {
     }
   });
 
-  it('on SIGTERM, a poller process finishes its scrape, disconnects from Redis and exits 0', { timeout: 60_000 }, async () => {
+  it('on SIGTERM, a poller process finishes its scrape, disconnects from Redis and exits 0', {
+    timeout: 60_000,
+  }, async () => {
     const port = await findFreePort();
     const child = spawn(
       process.execPath,
       [
-        '--import', 'tsx', join(import.meta.dirname, '../src/main.ts'),
-        '--host', '127.0.0.1', '--port', String(port), '--redis-url', env.redis.url, '--backends', slow.url,
-        '--interval-ms', String(INTERVAL_MS), '--scrape-timeout-ms', '900', '--job-lock-ms', '3000', '--log-level', 'warn',
+        '--import',
+        'tsx',
+        join(import.meta.dirname, '../src/main.ts'),
+        '--host',
+        '127.0.0.1',
+        '--port',
+        String(port),
+        '--redis-url',
+        env.redis.url,
+        '--backends',
+        slow.url,
+        '--interval-ms',
+        String(INTERVAL_MS),
+        '--scrape-timeout-ms',
+        '900',
+        '--job-lock-ms',
+        '3000',
+        '--log-level',
+        'warn',
       ],
       { stdio: 'ignore', cwd: join(import.meta.dirname, '../../..') },
     );
@@ -117,7 +156,6 @@ describe('poller graceful stop', () => {
     }
   });
 });
-
 
 /** A front for `target` whose /metrics answers METRICS_DELAY_MS late (everything else at once), noting when each /metrics request arrived. */
 async function startSlowFront(target: string): Promise<{ server: Server; url: string; metricsStarts: number[] }> {

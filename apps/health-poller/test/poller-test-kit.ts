@@ -21,7 +21,10 @@ export interface TestEnv {
   /** A connection for assertions and for changing the shared backend set. */
   readonly client: ReturnType<typeof createRedis>;
   /** Starts a poller replica on the current test's namespace. */
-  startPoller(config: Partial<z.input<typeof PollerConfig>>, deps?: Omit<HealthPollerDeps, 'keyNamespace'>): Promise<HealthPoller>;
+  startPoller(
+    config: Partial<z.input<typeof PollerConfig>>,
+    deps?: Omit<HealthPollerDeps, 'keyNamespace'>,
+  ): Promise<HealthPoller>;
   /** A new namespace (`namespace` to choose it): pollers of earlier tests keep running on theirs, unseen. */
   beginTest(label: string, namespace?: string): void;
   /** Closes the pollers still running. */
@@ -55,7 +58,13 @@ export async function openTestEnv(): Promise<TestEnv> {
       return store;
     },
     async startPoller(config, deps = {}) {
-      const parsed = PollerConfig.parse({ host: '127.0.0.1', port: 0, redisUrl: redis.url, logLevel: 'silent', ...config });
+      const parsed = PollerConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        redisUrl: redis.url,
+        logLevel: 'silent',
+        ...config,
+      });
       const poller = await createHealthPoller(parsed, { logger: false, ...deps, keyNamespace: namespace });
       pollers.push(poller);
       await poller.start();
@@ -84,7 +93,9 @@ export interface TestSim {
 }
 
 export async function startSim(overrides: Partial<SimConfig> = {}, port = 0): Promise<TestSim> {
-  const sim = await createSimServer(SimConfig.parse({ port, profile: 'fast', model: 'test-model', logLevel: 'silent', ...overrides }));
+  const sim = await createSimServer(
+    SimConfig.parse({ port, profile: 'fast', model: 'test-model', logLevel: 'silent', ...overrides }),
+  );
   const url = await sim.listen();
   const metricsScrapes: number[] = [];
   // Observes requests beside Fastify's own handler (a second 'request' listener only watches).
@@ -105,7 +116,11 @@ export async function killSim(sim: TestSim): Promise<void> {
 }
 
 /** Polls `read` every 10 ms until `check` accepts a value; the value and when. */
-export async function waitForValue<T>(read: () => Promise<T>, check: (value: T) => boolean, timeoutMs = 5000): Promise<{ value: T; atMs: number }> {
+export async function waitForValue<T>(
+  read: () => Promise<T>,
+  check: (value: T) => boolean,
+  timeoutMs = 5000,
+): Promise<{ value: T; atMs: number }> {
   const deadline = Date.now() + timeoutMs;
   let last: T | undefined;
   while (Date.now() < deadline) {

@@ -13,7 +13,14 @@ const INTERVAL_MS = 300;
 const TIMEOUT_MS = 200;
 /** "Within one interval": a new figure at the backend is published by the next scrape, which may take up to its timeout. */
 const WITHIN_ONE_INTERVAL_MS = INTERVAL_MS + TIMEOUT_MS;
-const POLLER = { intervalMs: INTERVAL_MS, scrapeTimeoutMs: TIMEOUT_MS, jobLockMs: 2000, stalledCheckMs: 2000, reconcileMs: 1000, backendSetPollMs: 200 };
+const POLLER = {
+  intervalMs: INTERVAL_MS,
+  scrapeTimeoutMs: TIMEOUT_MS,
+  jobLockMs: 2000,
+  stalledCheckMs: 2000,
+  reconcileMs: 1000,
+  backendSetPollMs: 200,
+};
 
 let env: TestEnv;
 beforeAll(async () => {
@@ -62,7 +69,12 @@ interface DialectCase {
 // and /sim/state read around it agree.
 const NUM_GPU_BLOCKS = 64;
 const MAX_MODEL_LEN = 4096;
-const SIM_LOAD: Partial<SimConfig> = { profile: 'a100-7b', timeScale: 0.02, numGpuBlocks: NUM_GPU_BLOCKS, maxModelLen: MAX_MODEL_LEN };
+const SIM_LOAD: Partial<SimConfig> = {
+  profile: 'a100-7b',
+  timeScale: 0.02,
+  numGpuBlocks: NUM_GPU_BLOCKS,
+  maxModelLen: MAX_MODEL_LEN,
+};
 const BLOCK_SIZE = 16;
 /** Requests sent, and how many of them fit in the 63 usable blocks at once (~300 prompt tokens each). */
 const LOAD_REQUESTS = 6;
@@ -70,7 +82,12 @@ const KV_ADMITS = 3;
 /** llama.cpp `--parallel`: fewer slots than the 3 sequences the KV cache admits, so slot semantics show. */
 const LLAMACPP_SLOTS = 2;
 
-const sameAsTruth = (truth: SimTruth): ExpectedLoad => ({ running: truth.running, waiting: truth.waiting, kvUsage: truth.kv_cache_usage, preemptionsTotal: truth.preemptions });
+const sameAsTruth = (truth: SimTruth): ExpectedLoad => ({
+  running: truth.running,
+  waiting: truth.waiting,
+  kvUsage: truth.kv_cache_usage,
+  preemptionsTotal: truth.preemptions,
+});
 
 const DIALECTS: readonly DialectCase[] = [
   {
@@ -125,7 +142,12 @@ const DIALECTS: readonly DialectCase[] = [
     // unknown; llama.cpp has no preemption counter either.
     expected: (truth) => {
       const processing = Math.min(truth.running, LLAMACPP_SLOTS);
-      return { running: processing, waiting: truth.waiting + truth.running - processing, kvUsage: null, preemptionsTotal: null };
+      return {
+        running: processing,
+        waiting: truth.waiting + truth.running - processing,
+        kvUsage: null,
+        preemptionsTotal: null,
+      };
     },
     idleHitRate: null,
     readsSlots: true,
@@ -178,7 +200,12 @@ function segmentsOf(samples: readonly Sample[], expected: DialectCase['expected'
     const want = expected(first.truth);
     const match = samples.slice(start, end + 1).find((sample) => shows(sample.state, want));
     const next = samples[end + 1];
-    segments.push({ truth: first.truth, fromMs: first.atMs, untilMs: next?.atMs ?? (samples[end] as Sample).atMs, publishedAfterMs: match === undefined ? null : match.atMs - first.atMs });
+    segments.push({
+      truth: first.truth,
+      fromMs: first.atMs,
+      untilMs: next?.atMs ?? (samples[end] as Sample).atMs,
+      publishedAfterMs: match === undefined ? null : match.atMs - first.atMs,
+    });
     start = end + 1;
   }
   return segments;
@@ -224,15 +251,23 @@ describe('health poller: published state', () => {
           samples.push({ atMs: Date.now(), truth, state });
           const loaded = truth.running === KV_ADMITS && truth.waiting === LOAD_REQUESTS - KV_ADMITS;
           if (loaded && shows(state, dialectCase.expected(truth))) break;
-          if (Date.now() > deadline) throw new Error(`the published state never showed the loaded sim (last sample ${JSON.stringify(samples.at(-1))})`);
+          if (Date.now() > deadline)
+            throw new Error(
+              `the published state never showed the loaded sim (last sample ${JSON.stringify(samples.at(-1))})`,
+            );
           await new Promise((resolve) => setTimeout(resolve, 10));
         }
         // Every figure the sim held for at least one interval (plus a scrape) was published within that
         // time of its first appearance at /sim/state; shorter ones may legitimately fall between scrapes.
         const segments = segmentsOf(samples, dialectCase.expected);
-        const checked = segments.filter((segment) => segment.publishedAfterMs !== null || segment.untilMs - segment.fromMs >= WITHIN_ONE_INTERVAL_MS);
+        const checked = segments.filter(
+          (segment) => segment.publishedAfterMs !== null || segment.untilMs - segment.fromMs >= WITHIN_ONE_INTERVAL_MS,
+        );
         for (const segment of checked) {
-          expect(segment.publishedAfterMs, `sim ${JSON.stringify(segment.truth)} held ${segment.untilMs - segment.fromMs} ms`).not.toBeNull();
+          expect(
+            segment.publishedAfterMs,
+            `sim ${JSON.stringify(segment.truth)} held ${segment.untilMs - segment.fromMs} ms`,
+          ).not.toBeNull();
           expect(segment.publishedAfterMs).toBeLessThanOrEqual(WITHIN_ONE_INTERVAL_MS);
         }
         // The load changed the figures: the idle ones and at least one loaded set were both checked.
@@ -245,9 +280,19 @@ describe('health poller: published state', () => {
         for (let attempt = 0; attempt < 8 && compared === 0; attempt += 1) {
           const t0 = Date.now();
           const before = await simState(sim);
-          const published = await waitForValue(stateOf(env, sim.id), (state) => state !== null && state.scrapedAtMs - TIMEOUT_MS > t0, 2 * INTERVAL_MS + TIMEOUT_MS);
+          const published = await waitForValue(
+            stateOf(env, sim.id),
+            (state) => state !== null && state.scrapedAtMs - TIMEOUT_MS > t0,
+            2 * INTERVAL_MS + TIMEOUT_MS,
+          );
           const after = await simState(sim);
-          if (before.running !== after.running || before.waiting !== after.waiting || before.kv_cache_usage !== after.kv_cache_usage || before.preemptions !== after.preemptions) continue;
+          if (
+            before.running !== after.running ||
+            before.waiting !== after.waiting ||
+            before.kv_cache_usage !== after.kv_cache_usage ||
+            before.preemptions !== after.preemptions
+          )
+            continue;
           const want = dialectCase.expected(after);
           expect(published.value).toMatchObject({
             engine: dialectCase.engine,
@@ -273,9 +318,15 @@ describe('health poller: published state', () => {
 
         const shown = checked.map(({ truth, publishedAfterMs }) => {
           const want = dialectCase.expected(truth);
-          return `${truth.running}/${truth.waiting} kv ${truth.kv_cache_usage.toFixed(3)} → ${want.running}/${want.waiting} kv ${want.kvUsage?.toFixed(3) ?? 'null'} after ${publishedAfterMs} ms`;
+          return (
+            `${truth.running}/${truth.waiting} kv ${truth.kv_cache_usage.toFixed(3)} → ${want.running}/${want.waiting} ` +
+            `kv ${want.kvUsage?.toFixed(3) ?? 'null'} after ${publishedAfterMs} ms`
+          );
         });
-        console.info(`[health-poller] ${dialectCase.dialect}: engine ${idle.value?.engine}, capacity ${idle.value?.kvCapacityTokens} tokens; sim running/waiting → published: ${shown.join('; ')}`);
+        console.info(
+          `[health-poller] ${dialectCase.dialect}: engine ${idle.value?.engine}, capacity ${idle.value?.kvCapacityTokens} ` +
+            `tokens; sim running/waiting → published: ${shown.join('; ')}`,
+        );
       } finally {
         load.abort();
         await sim.sim.close();
@@ -293,7 +344,10 @@ describe('health poller: published state', () => {
     const subscriber = createRedis(env.redis.url, 'worker');
     await waitUntilReady(subscriber);
     const published: Array<{ state: BackendState; atMs: number }> = [];
-    const subscription = env.store.subscribe({ subscriber, onState: (state) => published.push({ state, atMs: Date.now() }) });
+    const subscription = env.store.subscribe({
+      subscriber,
+      onState: (state) => published.push({ state, atMs: Date.now() }),
+    });
     expect(await subscription.ready).toBe(true);
     try {
       const killedAtMs = Date.now();
@@ -301,7 +355,12 @@ describe('health poller: published state', () => {
       const down = await waitForValue(stateOf(env, sim.id), (state) => state?.healthy === false, 5000);
       const downAfterMs = down.atMs - killedAtMs;
       // Not at the first failure (hysteresis), and by the N-th interval after the kill (+ slack for a scrape).
-      expect(down.value).toMatchObject({ consecutiveFailures: failuresToUnhealthy, failure: 'connect', running: null, kvUsage: null });
+      expect(down.value).toMatchObject({
+        consecutiveFailures: failuresToUnhealthy,
+        failure: 'connect',
+        running: null,
+        kvUsage: null,
+      });
       expect(downAfterMs).toBeGreaterThan((failuresToUnhealthy - 1) * INTERVAL_MS);
       expect(downAfterMs).toBeLessThanOrEqual(failuresToUnhealthy * INTERVAL_MS + TIMEOUT_MS);
       const firstFailure = published.find((entry) => entry.state.failure !== null);
@@ -318,11 +377,20 @@ describe('health poller: published state', () => {
       expect(upAfterMs).toBeLessThanOrEqual(successesToHealthy * INTERVAL_MS + TIMEOUT_MS);
       // Every health change was announced on the changes channel, in order. The message comes on the
       // subscriber's own connection, so it can arrive just after the read above saw the state.
-      await waitForValue(async () => published.at(-1)?.state.healthy, (healthy) => healthy === true, 1000);
-      expect(published.map((entry) => entry.state.healthy).filter((healthy, i, all) => i === 0 || healthy !== all[i - 1])).toEqual([true, false, true]);
+      await waitForValue(
+        async () => published.at(-1)?.state.healthy,
+        (healthy) => healthy === true,
+        1000,
+      );
+      expect(
+        published.map((entry) => entry.state.healthy).filter((healthy, i, all) => i === 0 || healthy !== all[i - 1]),
+      ).toEqual([true, false, true]);
       const lastDown = published.findLastIndex((entry) => !entry.state.healthy);
       expect(published[lastDown + 1]?.state).toMatchObject({ healthy: true, consecutiveSuccesses: successesToHealthy });
-      console.info(`[health-poller] unhealthy ${downAfterMs} ms after the kill, healthy ${upAfterMs} ms after the restart (interval ${INTERVAL_MS} ms, N=${failuresToUnhealthy}, M=${successesToHealthy})`);
+      console.info(
+        `[health-poller] unhealthy ${downAfterMs} ms after the kill, healthy ${upAfterMs} ms after ` +
+          `the restart (interval ${INTERVAL_MS} ms, N=${failuresToUnhealthy}, M=${successesToHealthy})`,
+      );
     } finally {
       await subscription.stop();
       subscriber.disconnect();
@@ -341,7 +409,11 @@ describe('health poller: published state', () => {
       expect(poller.backends.map((backend) => backend.id).sort()).toEqual([configured.id, added.id].sort());
 
       await set.remove(added.id);
-      await waitForValue(async () => poller.backends.map((backend) => backend.id), (ids) => !ids.includes(added.id), 3000);
+      await waitForValue(
+        async () => poller.backends.map((backend) => backend.id),
+        (ids) => !ids.includes(added.id),
+        3000,
+      );
       // Give a job already taken time to end, then no more scrapes of the removed backend.
       await new Promise((resolve) => setTimeout(resolve, INTERVAL_MS));
       const scrapesAtRemoval = added.metricsScrapes.length;
@@ -362,13 +434,25 @@ describe('health poller: published state', () => {
       const health = await poller.app.inject({ method: 'GET', url: '/healthz' });
       expect(health.statusCode).toBe(200);
       const text = (await poller.app.inject({ method: 'GET', url: '/metrics' })).body;
-      expect(text).toMatch(new RegExp(`kvroute_poller_scrapes_total\\{backend="${sim.id.replace(/\./g, '\\.')}"\\} [1-9]`));
+      expect(text).toMatch(
+        new RegExp(`kvroute_poller_scrapes_total\\{backend="${sim.id.replace(/\./g, '\\.')}"\\} [1-9]`),
+      );
       expect(text).toContain('kvroute_poller_scrape_duration_seconds_count');
       expect(text).toContain('kvroute_poller_job_lag_seconds_count');
       expect(text).toMatch(/kvroute_poller_backends [1-9]/);
       const result = await poller.close();
       expect(result.ok).toBe(true);
-      expect(result.closed).toEqual(['reconcile', 'backend-set-watch', 'worker', 'queue', 'http-server', 'http-client', 'bullmq-redis', 'redis-subscriber', 'redis']);
+      expect(result.closed).toEqual([
+        'reconcile',
+        'backend-set-watch',
+        'worker',
+        'queue',
+        'http-server',
+        'http-client',
+        'bullmq-redis',
+        'redis-subscriber',
+        'redis',
+      ]);
     } finally {
       await sim.sim.close();
     }

@@ -1,4 +1,11 @@
-import { createRedis, quitRedis, RedisBackendSet, RedisBackendStateStore, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
+import {
+  createRedis,
+  quitRedis,
+  RedisBackendSet,
+  RedisBackendStateStore,
+  waitUntilReady,
+  type RedisClient,
+} from '@kvroute/redis-store';
 import { startRedisCluster, uniqueKeyPrefix, type TestRedisCluster } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PollerConfig } from '../src/config';
@@ -11,7 +18,14 @@ import { startSim, waitForValue, type TestSim } from './poller-test-kit';
  * keys in the `{poller}` slot, scrapes are recorded and published, and a backend added to the shared
  * set (its change notice over cluster pub/sub) gets scraped too.
  */
-const POLLER = { intervalMs: 300, scrapeTimeoutMs: 200, jobLockMs: 2000, stalledCheckMs: 2000, reconcileMs: 1000, backendSetPollMs: 200 };
+const POLLER = {
+  intervalMs: 300,
+  scrapeTimeoutMs: 200,
+  jobLockMs: 2000,
+  stalledCheckMs: 2000,
+  reconcileMs: 1000,
+  backendSetPollMs: 200,
+};
 
 describe('health poller replicas on a Redis Cluster', () => {
   const namespace = uniqueKeyPrefix('health-poller-cluster');
@@ -29,8 +43,19 @@ describe('health poller replicas on a Redis Cluster', () => {
     await waitUntilReady(client, 10_000);
     pollers = await Promise.all(
       [0, 1].map(async (replica) => {
-        const config = PollerConfig.parse({ host: '127.0.0.1', port: 0, redisUrl: cluster.url, backends: [sims[0]?.url], logLevel: 'silent', ...POLLER });
-        const poller = await createHealthPoller(config, { logger: false, keyNamespace: namespace, onJob: () => (jobs[replica] = (jobs[replica] ?? 0) + 1) });
+        const config = PollerConfig.parse({
+          host: '127.0.0.1',
+          port: 0,
+          redisUrl: cluster.url,
+          backends: [sims[0]?.url],
+          logLevel: 'silent',
+          ...POLLER,
+        });
+        const poller = await createHealthPoller(config, {
+          logger: false,
+          keyNamespace: namespace,
+          onJob: () => (jobs[replica] = (jobs[replica] ?? 0) + 1),
+        });
         await poller.start();
         return poller;
       }),
@@ -48,9 +73,15 @@ describe('health poller replicas on a Redis Cluster', () => {
     const store = new RedisBackendStateStore({ redis: client, keyNamespace: namespace });
     const [configured, added] = sims as [TestSim, TestSim];
     const read = (id: string) => () => store.read(id);
-    expect((await waitForValue(read(configured.id), (state) => state?.healthy === true, 5_000)).value?.engine).toBe('vllm');
+    expect((await waitForValue(read(configured.id), (state) => state?.healthy === true, 5_000)).value?.engine).toBe(
+      'vllm',
+    );
 
-    await new RedisBackendSet({ redis: client, nowMs: Date.now, keyNamespace: namespace }).add({ id: added.id, url: added.url, weight: 1 });
+    await new RedisBackendSet({ redis: client, nowMs: Date.now, keyNamespace: namespace }).add({
+      id: added.id,
+      url: added.url,
+      weight: 1,
+    });
     await waitForValue(read(added.id), (state) => state?.healthy === true, 5_000);
 
     // Every key of the queue is in the `{poller}` slot, on its master.
@@ -64,7 +95,11 @@ describe('health poller replicas on a Redis Cluster', () => {
     }
     // The replicas share the jobs through the queue, and each backend is scraped once per interval
     // (both replicas created its job scheduler: BullMQ keeps one), ±1.
-    await waitForValue(async () => jobs, (counts) => counts.every((count) => count > 0), 5_000);
+    await waitForValue(
+      async () => jobs,
+      (counts) => counts.every((count) => count > 0),
+      5_000,
+    );
     const windowStart = Date.now();
     await new Promise((resolve) => setTimeout(resolve, 1_500));
     const scrapes = configured.metricsScrapes.filter((at) => at >= windowStart && at < windowStart + 1_500).length;

@@ -14,7 +14,13 @@ import { openTestEnv, startSim, waitForValue, type TestEnv, type TestSim } from 
  * replicas run, and when one goes away the others take its share at once.
  */
 const INTERVAL_MS = 300;
-const POLLER = { intervalMs: INTERVAL_MS, scrapeTimeoutMs: 200, jobLockMs: 2000, stalledCheckMs: 2000, reconcileMs: 1000 };
+const POLLER = {
+  intervalMs: INTERVAL_MS,
+  scrapeTimeoutMs: 200,
+  jobLockMs: 2000,
+  stalledCheckMs: 2000,
+  reconcileMs: 1000,
+};
 
 let env: TestEnv;
 let sims: TestSim[] = [];
@@ -63,12 +69,19 @@ function statsOf(times: readonly number[], fromMs: number, toMs: number): Scrape
   }
   const perWindow: Record<number, number> = {};
   for (const count of counts.values()) perWindow[count] = (perWindow[count] ?? 0) + 1;
-  return { scrapes: inRange.length, minGapMs: Math.min(...gaps), maxGapMs: Math.max(...gaps), shortGaps: gaps.filter((gap) => gap < INTERVAL_MS / 2).length, perWindow };
+  return {
+    scrapes: inRange.length,
+    minGapMs: Math.min(...gaps),
+    maxGapMs: Math.max(...gaps),
+    shortGaps: gaps.filter((gap) => gap < INTERVAL_MS / 2).length,
+    perWindow,
+  };
 }
 
 function report(label: string, stats: readonly ScrapeStats[]): string {
   const lines = stats.map(
-    (entry, i) => `  backend ${i + 1}: ${entry.scrapes} scrapes, gaps ${entry.minGapMs}–${entry.maxGapMs} ms, windows by scrape count ${JSON.stringify(entry.perWindow)}`,
+    (entry, i) =>
+      `  backend ${i + 1}: ${entry.scrapes} scrapes, gaps ${entry.minGapMs}–${entry.maxGapMs} ms, windows by scrape count ${JSON.stringify(entry.perWindow)}`,
   );
   return `[health-poller] ${label}\n${lines.join('\n')}`;
 }
@@ -78,7 +91,9 @@ describe('health poller: replicas', () => {
   // KVROUTE_POLLER_SOAK_MS=30000 npx vitest run test/replicas.test.ts (both replicas for the first 62 % of it).
   const soakMs = Number(process.env['KVROUTE_POLLER_SOAK_MS'] ?? 6500);
   const bothMs = Math.round(soakMs * (4000 / 6500));
-  it('scrapes each of 6 backends once per interval with two replicas, and goes on without a gap when one stops', { timeout: soakMs + 13_500 }, async () => {
+  it('scrapes each of 6 backends once per interval with two replicas, and goes on without a gap when one stops', {
+    timeout: soakMs + 13_500,
+  }, async () => {
     sims = await Promise.all(Array.from({ length: 6 }, () => startSim()));
     const backends = sims.map((sim) => sim.url);
     const byReplica = { a: 0, b: 0, bAfterStop: 0 };
@@ -87,7 +102,10 @@ describe('health poller: replicas', () => {
     const startMs = Date.now();
     const [a] = await Promise.all([
       env.startPoller({ ...POLLER, backends }, { onJob: () => (byReplica.a += 1) }),
-      env.startPoller({ ...POLLER, backends }, { onJob: () => (aStopped ? (byReplica.bAfterStop += 1) : (byReplica.b += 1)) }),
+      env.startPoller(
+        { ...POLLER, backends },
+        { onJob: () => (aStopped ? (byReplica.bAfterStop += 1) : (byReplica.b += 1)) },
+      ),
     ]);
     await sleep(bothMs - (Date.now() - startMs));
     const stopMs = Date.now();
@@ -101,7 +119,9 @@ describe('health poller: replicas', () => {
     const after = sims.map((sim) => statsOf(sim.metricsScrapes, stopMs, endMs));
     const whole = sims.map((sim) => statsOf(sim.metricsScrapes, startMs, endMs));
     console.info(report(`two replicas, ${stopMs - startMs} ms (jobs: A ${byReplica.a}, B ${byReplica.b})`, both));
-    console.info(report(`replica A stopped, B alone for ${endMs - stopMs} ms (jobs: B ${byReplica.bAfterStop})`, after));
+    console.info(
+      report(`replica A stopped, B alone for ${endMs - stopMs} ms (jobs: B ${byReplica.bAfterStop})`, after),
+    );
     console.info(report(`whole run, ${endMs - startMs} ms, across the stop`, whole));
 
     for (const stats of whole) {
@@ -123,7 +143,13 @@ describe('health poller: replicas', () => {
     sims = await Promise.all(Array.from({ length: 3 }, () => startSim()));
     await env.startPoller({ ...POLLER, backends: sims.map((sim) => sim.url) });
     // Two more queue clients on the poller's queue, as two replicas reconciling all the time would be.
-    const queues = [0, 1].map(() => new Queue<ScrapeJobData>(SCRAPE_QUEUE_NAME, { connection: createRedis(env.redis.url, 'worker'), prefix: `${env.namespace}:{poller}` }));
+    const queues = [0, 1].map(
+      () =>
+        new Queue<ScrapeJobData>(SCRAPE_QUEUE_NAME, {
+          connection: createRedis(env.redis.url, 'worker'),
+          prefix: `${env.namespace}:{poller}`,
+        }),
+    );
     let upserts = 0;
     const startMs = Date.now();
     try {
@@ -132,7 +158,15 @@ describe('health poller: replicas', () => {
           queues.flatMap((queue) =>
             sims.map((sim) => {
               upserts += 1;
-              return queue.upsertJobScheduler(sim.id, { every: INTERVAL_MS }, { name: SCRAPE_JOB_NAME, data: { backendId: sim.id, url: sim.url, engine: null }, opts: { removeOnComplete: true, removeOnFail: true } });
+              return queue.upsertJobScheduler(
+                sim.id,
+                { every: INTERVAL_MS },
+                {
+                  name: SCRAPE_JOB_NAME,
+                  data: { backendId: sim.id, url: sim.url, engine: null },
+                  opts: { removeOnComplete: true, removeOnFail: true },
+                },
+              );
             }),
           ),
         );
@@ -142,7 +176,12 @@ describe('health poller: replicas', () => {
       await Promise.all(queues.map((queue) => queue.close()));
     }
     const stats = sims.map((sim) => statsOf(sim.metricsScrapes, startMs, Date.now()));
-    console.info(report(`${upserts} upserts of the same 3 schedulers from 2 extra queue clients in ${Date.now() - startMs} ms`, stats));
+    console.info(
+      report(
+        `${upserts} upserts of the same 3 schedulers from 2 extra queue clients in ${Date.now() - startMs} ms`,
+        stats,
+      ),
+    );
     for (const entry of stats) {
       expect(entry.shortGaps).toBeLessThanOrEqual(1); // see the first test: late jobs
       expect(entry.maxGapMs).toBeLessThanOrEqual(2 * INTERVAL_MS);
@@ -174,10 +213,19 @@ describe('health poller: replicas', () => {
     try {
       const bJobTimes: number[] = [];
       await env.startPoller({ ...POLLER, backends }, { onJob: () => bJobTimes.push(Date.now()) });
-      const scrapesBetween = (fromMs: number, toMs: number): number => sims.reduce((total, sim) => total + sim.metricsScrapes.filter((time) => time >= fromMs && time < toMs).length, 0);
-      const jobsOfBBetween = (fromMs: number, toMs: number): number => bJobTimes.filter((time) => time >= fromMs && time < toMs).length;
+      const scrapesBetween = (fromMs: number, toMs: number): number =>
+        sims.reduce(
+          (total, sim) => total + sim.metricsScrapes.filter((time) => time >= fromMs && time < toMs).length,
+          0,
+        );
+      const jobsOfBBetween = (fromMs: number, toMs: number): number =>
+        bJobTimes.filter((time) => time >= fromMs && time < toMs).length;
       // Wait until the child takes a share of the jobs (it needs a second or two to start).
-      await waitForValue(async () => scrapesBetween(0, Infinity) - bJobTimes.length, (childJobs) => childJobs > 12, 10_000);
+      await waitForValue(
+        async () => scrapesBetween(0, Infinity) - bJobTimes.length,
+        (childJobs) => childJobs > 12,
+        10_000,
+      );
       const startMs = Date.now();
       await sleep(1500);
       const killMs = Date.now();
@@ -189,7 +237,12 @@ describe('health poller: replicas', () => {
       const childBefore = scrapesBetween(startMs, killMs) - jobsOfBBetween(startMs, killMs + 50);
       const bAfter = jobsOfBBetween(killMs + 50, endMs + 50);
       console.info(
-        report(`replica A (a process) SIGKILLed ${killMs - startMs} ms into a ${endMs - startMs} ms run; before the kill A ran ~${childBefore} of ${scrapesBetween(startMs, killMs)} scrapes, after it B ran ${bAfter} of ${scrapesBetween(killMs, endMs)}`, stats),
+        report(
+          `replica A (a process) SIGKILLed ${killMs - startMs} ms into a ${endMs - startMs} ms run; before ` +
+            `the kill A ran ~${childBefore} of ${scrapesBetween(startMs, killMs)} scrapes, after it B ran ` +
+            `${bAfter} of ${scrapesBetween(killMs, endMs)}`,
+          stats,
+        ),
       );
       expect(childBefore).toBeGreaterThan(0);
       for (const entry of stats) {

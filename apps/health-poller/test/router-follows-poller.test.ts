@@ -6,7 +6,15 @@ import { createRouterServer, type RouterServer } from '@kvroute/router';
 import { RouterConfig } from '@kvroute/router/config';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { ScrapeJobResult } from '../src/scrape-job';
-import { killSim as kill, openTestEnv, startSim, stateOf, waitForValue, type TestEnv, type TestSim } from './poller-test-kit';
+import {
+  killSim as kill,
+  openTestEnv,
+  startSim,
+  stateOf,
+  waitForValue,
+  type TestEnv,
+  type TestSim,
+} from './poller-test-kit';
 
 /**
  * Issue 5, acceptance 3, end to end on loopback: a fresh Redis, 3 vllm-sim backends, one health poller
@@ -101,12 +109,18 @@ describe('router follows the health poller', () => {
   // Timing bounds of a few hundred ms on a shared 2-core machine: a run where the event loop stalls past
   // a scrape timeout (seen at load average 6–8, 2 of 8 runs) is tried again, up to twice. A behaviour
   // that is really wrong fails all three.
-  it('stops sending to a backend killed under load within N intervals with no client error, and sends to it again within M intervals of its restart', { timeout: 30_000, retry: 2 }, async () => {
+  it('stops sending to a backend killed under load within N intervals with no client error, and sends to it again within M intervals of its restart', {
+    timeout: 30_000,
+    retry: 2,
+  }, async () => {
     for (let i = 0; i < 3; i++) sims.push(await startSim(SIM));
     const [first, victim, third] = sims as [TestSim, TestSim, TestSim];
     // Every scrape job of the poller: when it ended, and whether it scraped or skipped itself as stale.
     const jobs: Array<{ backendId: string; atMs: number; result: ScrapeJobResult }> = [];
-    await env.startPoller({ ...POLLER, backends: sims.map((sim) => sim.url) }, { onJob: (backendId, result) => jobs.push({ backendId, atMs: Date.now(), result }) });
+    await env.startPoller(
+      { ...POLLER, backends: sims.map((sim) => sim.url) },
+      { onJob: (backendId, result) => jobs.push({ backendId, atMs: Date.now(), result }) },
+    );
     for (const sim of sims) await waitForValue(stateOf(env, sim.id), (state) => state?.healthy === true, 5000);
 
     router = await createRouterServer(
@@ -138,7 +152,10 @@ describe('router follows the health poller', () => {
     const subscriber = createRedis(env.redis.url, 'worker');
     await waitUntilReady(subscriber);
     const published: Array<{ state: BackendState; atMs: number }> = [];
-    const subscription = env.store.subscribe({ subscriber, onState: (state) => state.backendId === victim.id && published.push({ state, atMs: Date.now() }) });
+    const subscription = env.store.subscribe({
+      subscriber,
+      onState: (state) => state.backendId === victim.id && published.push({ state, atMs: Date.now() }),
+    });
     expect(await subscription.ready).toBe(true);
 
     const lag = monitorEventLoopDelay({ resolution: 10 });
@@ -152,10 +169,20 @@ describe('router follows the health poller', () => {
         const startMs = Date.now();
         try {
           const { data, response } = await openai.chat.completions
-            .create({ model: 'test-model', messages: [{ role: 'user', content: `client ${client} request ${i}: name a colour.` }], max_tokens: maxTokens(client, i) })
+            .create({
+              model: 'test-model',
+              messages: [{ role: 'user', content: `client ${client} request ${i}: name a colour.` }],
+              max_tokens: maxTokens(client, i),
+            })
             .withResponse();
           if (!data.choices[0]?.message.content) throw new Error('a completion without content');
-          samples.push({ client, startMs, endMs: Date.now(), status: response.status, backend: response.headers.get('x-router-backend') });
+          samples.push({
+            client,
+            startMs,
+            endMs: Date.now(),
+            status: response.status,
+            backend: response.headers.get('x-router-backend'),
+          });
         } catch (error) {
           failures.push({ client, startMs, error: String(error) });
         }
@@ -178,7 +205,11 @@ describe('router follows the health poller', () => {
       marks.kill = killedAtMs;
       await kill(victim);
       sims.splice(sims.indexOf(victim), 1);
-      const down = await waitForValue(async () => published.find((entry) => entry.atMs >= killedAtMs && !entry.state.healthy) ?? null, (entry) => entry !== null, 5000);
+      const down = await waitForValue(
+        async () => published.find((entry) => entry.atMs >= killedAtMs && !entry.state.healthy) ?? null,
+        (entry) => entry !== null,
+        5000,
+      );
       const unhealthyAfterMs = (down.value?.atMs ?? Infinity) - killedAtMs;
       // The router keeps routing around it; 5 more intervals show that nothing goes there any more.
       await sleep(5 * INTERVAL_MS);
@@ -191,9 +222,17 @@ describe('router follows the health poller', () => {
       const restarted = await startSim(SIM, victim.port);
       sims.push(restarted);
       const arrivals = recordArrivals(restarted);
-      const back = await waitForValue(async () => arrivals[0] ?? null, (atMs) => atMs !== null, 5000);
+      const back = await waitForValue(
+        async () => arrivals[0] ?? null,
+        (atMs) => atMs !== null,
+        5000,
+      );
       const trafficBackAfterMs = (back.value ?? Infinity) - restartedAtMs;
-      const up = await waitForValue(async () => published.find((entry) => entry.atMs >= restartedAtMs && entry.state.healthy) ?? null, (entry) => entry !== null, 5000);
+      const up = await waitForValue(
+        async () => published.find((entry) => entry.atMs >= restartedAtMs && entry.state.healthy) ?? null,
+        (entry) => entry !== null,
+        5000,
+      );
       const healthyAfterMs = (up.value?.atMs ?? Infinity) - restartedAtMs;
       await sleep(1000);
       const backWindowMs = Date.now() - (back.value ?? 0);
@@ -222,12 +261,21 @@ describe('router follows the health poller', () => {
       // None once the router had the unhealthy state (it gets the same message as this test, give or take an event loop turn).
       expect(triesAtVictim.filter((entry) => entry.atMs > (down.value?.atMs ?? 0) + 100)).toEqual([]);
       // No response from the victim for a request sent after that bound, until its restart.
-      const lateFromVictim = samples.filter((sample) => sample.backend === victim.id && sample.startMs > killedAtMs + FAILURES_TO_UNHEALTHY * INTERVAL_MS + SLACK_MS && sample.startMs < restartedAtMs);
+      const lateFromVictim = samples.filter(
+        (sample) =>
+          sample.backend === victim.id &&
+          sample.startMs > killedAtMs + FAILURES_TO_UNHEALTHY * INTERVAL_MS + SLACK_MS &&
+          sample.startMs < restartedAtMs,
+      );
       expect(lateFromVictim).toEqual([]);
       // Not the breaker: still closed after every failed try (fewer than its threshold), and no fail-open.
       expect(victimBreakerState).toBe('closed');
       expect(triesAtVictim.length).toBeLessThan(BREAKER_FAILURE_THRESHOLD);
-      const failOpens = (await router.metrics.registry.getSingleMetric('kvroute_router_health_fail_open_total')?.get())?.values.reduce((sum, value) => sum + value.value, 0) ?? 0;
+      const failOpens =
+        (await router.metrics.registry.getSingleMetric('kvroute_router_health_fail_open_total')?.get())?.values.reduce(
+          (sum, value) => sum + value.value,
+          0,
+        ) ?? 0;
       expect(failOpens).toBe(0);
       // The others took the victim's share meanwhile.
       const duringDown = samples.filter((sample) => sample.startMs >= killedAtMs && sample.endMs <= downWindowEndMs);
@@ -238,7 +286,9 @@ describe('router follows the health poller', () => {
       expect(healthyAfterMs).toBeLessThanOrEqual(SUCCESSES_TO_HEALTHY * INTERVAL_MS + SLACK_MS);
       expect(trafficBackAfterMs).toBeLessThanOrEqual(SUCCESSES_TO_HEALTHY * INTERVAL_MS + SLACK_MS);
       expect(back.value ?? 0).toBeGreaterThanOrEqual(up.value?.state.scrapedAtMs ?? Infinity);
-      const servedAfterRestart = samples.filter((sample) => sample.backend === victim.id && sample.startMs >= restartedAtMs).length;
+      const servedAfterRestart = samples.filter(
+        (sample) => sample.backend === victim.id && sample.startMs >= restartedAtMs,
+      ).length;
       expect(servedAfterRestart).toBeGreaterThan(0);
 
       const retries = failedTries.length;
@@ -247,14 +297,20 @@ describe('router follows the health poller', () => {
       const causes = [...byCause].map(([cause, count]) => `${cause} ${count}`);
       const maxLagMs = Math.round(lag.max / 1e6);
       const latencies = samples.map((sample) => sample.endMs - sample.startMs).sort((a, b) => a - b);
-      const percentile = (q: number): number => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? 0;
+      const percentile = (q: number): number =>
+        latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? 0;
       console.info(
         `[router-follows-poller] interval ${INTERVAL_MS} ms, N=${FAILURES_TO_UNHEALTHY}, M=${SUCCESSES_TO_HEALTHY}, ${CLIENTS} clients: ` +
-          `unhealthy published ${unhealthyAfterMs} ms after the kill (${down.value?.state.consecutiveFailures} failures, ${down.value?.state.failure}), last try at the killed backend ${lastTryAfterMs} ms after it ` +
+          `unhealthy published ${unhealthyAfterMs} ms after the kill (${down.value?.state.consecutiveFailures} ` +
+          `failures, ${down.value?.state.failure}), last try at the killed backend ${lastTryAfterMs} ` +
+          `ms after it ` +
           `(${triesAtVictim.length} failed tries there: ${causes.join(', ')}; breaker ${victimBreakerState}); ` +
-          `healthy published ${healthyAfterMs} ms after the restart (${up.value?.state.consecutiveSuccesses} successes), traffic back ${trafficBackAfterMs} ms after it ` +
+          `healthy published ${healthyAfterMs} ms after the restart (${up.value?.state.consecutiveSuccesses} ` +
+          `successes), traffic back ${trafficBackAfterMs} ms after it ` +
           `(${servedAfterRestart} requests served there in the next ${backWindowMs} ms); ` +
-          `${samples.length} requests, all 200, ${failures.length} failed, ${retries} retries, latency p50 ${percentile(0.5)} ms p99 ${percentile(0.99)} ms; event loop lag p99 ${Math.round(lag.percentile(99) / 1e6)} ms, max ${maxLagMs} ms; ` +
+          `${samples.length} requests, all 200, ${failures.length} failed, ${retries} retries, latency ` +
+          `p50 ${percentile(0.5)} ms p99 ${percentile(0.99)} ms; event loop lag p99 ${Math.round(lag.percentile(99) / 1e6)} ` +
+          `ms, max ${maxLagMs} ms; ` +
           `${jobs.filter((job) => job.result.kind === 'stale').length} of ${jobs.length} scrape jobs skipped as stale`,
       );
       passed = true;
@@ -264,10 +320,17 @@ describe('router follows the health poller', () => {
         const t0 = jobs[0]?.atMs ?? 0;
         const timeline = jobs
           .filter((job) => job.backendId === victim.id)
-          .map((job) => (job.result.kind === 'stale' ? `${job.atMs - t0} stale (${job.result.lagMs} ms late)` : `${job.atMs - t0} ${job.result.state.healthy ? 'healthy' : 'unhealthy'} f${job.result.state.consecutiveFailures} s${job.result.state.consecutiveSuccesses}`));
+          .map((job) =>
+            job.result.kind === 'stale'
+              ? `${job.atMs - t0} stale (${job.result.lagMs} ms late)`
+              : `${job.atMs - t0} ${job.result.state.healthy ? 'healthy' : 'unhealthy'} f${job.result.state.consecutiveFailures} ` +
+                `s${job.result.state.consecutiveSuccesses}`,
+          );
         const at = (ms: number | undefined): string => (ms === undefined ? '-' : String(ms - t0));
         console.info(
-          `[router-follows-poller] scrape jobs of ${victim.id} (ms from the first job; killed at ${at(marks.kill)}, restarted at ${at(marks.restart)}): ${timeline.join('; ')}; event loop lag max ${Math.round(lag.max / 1e6)} ms`,
+          `[router-follows-poller] scrape jobs of ${victim.id} (ms from the first job; killed at ${at(marks.kill)}, ` +
+            `restarted at ${at(marks.restart)}): ${timeline.join('; ')}; event loop lag max ${Math.round(lag.max / 1e6)} ` +
+            `ms`,
         );
       }
       loadRunning = false;

@@ -15,7 +15,13 @@ import { openTestEnv, startSim, waitForValue, type TestEnv, type TestSim } from 
  */
 const INTERVAL_MS = 300;
 // Locks, stalled checks and reconciles far beyond the test: only the stuck check can repair.
-const POLLER = { intervalMs: INTERVAL_MS, scrapeTimeoutMs: 200, jobLockMs: 20_000, stalledCheckMs: 20_000, reconcileMs: 20_000 };
+const POLLER = {
+  intervalMs: INTERVAL_MS,
+  scrapeTimeoutMs: 200,
+  jobLockMs: 20_000,
+  stalledCheckMs: 20_000,
+  reconcileMs: 20_000,
+};
 
 let env: TestEnv;
 let sim: TestSim | null = null;
@@ -37,7 +43,11 @@ describe('health poller: a scheduler left without a next job', () => {
     const backend = await startSim();
     sim = backend;
     await Promise.all([0, 1].map(() => env.startPoller({ ...POLLER, backends: [backend.url] })));
-    await waitForValue(async () => backend.metricsScrapes.length, (count) => count >= 3, 5000);
+    await waitForValue(
+      async () => backend.metricsScrapes.length,
+      (count) => count >= 3,
+      5000,
+    );
 
     const connection = createRedis(env.redis.url, 'worker');
     const queue = new Queue<ScrapeJobData>(SCRAPE_QUEUE_NAME, { connection, prefix: `${env.namespace}:{poller}` });
@@ -45,7 +55,11 @@ describe('health poller: a scheduler left without a next job', () => {
       // Just after a scrape, the next job is planned about an interval ahead: delete it (BullMQ refuses
       // to remove a scheduler's job, so as its scripts would).
       const seen = backend.metricsScrapes.length;
-      await waitForValue(async () => backend.metricsScrapes.length, (count) => count > seen, 2000);
+      await waitForValue(
+        async () => backend.metricsScrapes.length,
+        (count) => count > seen,
+        2000,
+      );
       const [scheduler] = await queue.getJobSchedulers();
       const slotMs = scheduler?.next as number;
       const plannedJobId = `repeat:${backend.id}:${slotMs}`;
@@ -57,7 +71,9 @@ describe('health poller: a scheduler left without a next job', () => {
       await sleep(6 * INTERVAL_MS);
       const after = backend.metricsScrapes.filter((time) => time >= lastScrapeMs);
       const gaps = after.slice(1).map((time, i) => time - (after[i] as number));
-      console.info(`[health-poller] stuck scheduler (slot ${slotMs - lastScrapeMs} ms after the last scrape deleted): gaps since ${gaps.join(', ')} ms`);
+      console.info(
+        `[health-poller] stuck scheduler (slot ${slotMs - lastScrapeMs} ms after the last scrape deleted): gaps since ${gaps.join(', ')} ms`,
+      );
       // The lost slot: found a quarter interval late (checked every quarter interval), scraped at once
       // by a catch-up job, then the re-planned slot an interval after the lost one. Gaps of about 1.3
       // and 0.7 intervals, then one interval (measured: 379–415, 185–222, then 290–311 ms). The bound

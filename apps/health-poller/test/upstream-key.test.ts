@@ -13,7 +13,14 @@ import { openTestEnv, startSim, stateOf, waitForValue, type TestEnv, type TestSi
  * with the key it is configured with, and publish it healthy.
  */
 const KEY = 'scrape-key-0123456789abcdef';
-const POLLER = { intervalMs: 300, scrapeTimeoutMs: 200, jobLockMs: 2000, stalledCheckMs: 2000, reconcileMs: 1000, backendSetPollMs: 200 };
+const POLLER = {
+  intervalMs: 300,
+  scrapeTimeoutMs: 200,
+  jobLockMs: 2000,
+  stalledCheckMs: 2000,
+  reconcileMs: 1000,
+  backendSetPollMs: 200,
+};
 
 class KeyGuard {
   readonly authorizations: Array<string | undefined> = [];
@@ -42,7 +49,9 @@ class KeyGuard {
       return;
     }
     const upstream = await fetch(`${this.sim.url}${request.url ?? '/'}`);
-    response.writeHead(upstream.status, { 'content-type': upstream.headers.get('content-type') ?? 'text/plain' }).end(await upstream.text());
+    response
+      .writeHead(upstream.status, { 'content-type': upstream.headers.get('content-type') ?? 'text/plain' })
+      .end(await upstream.text());
   }
 }
 
@@ -73,21 +82,33 @@ describe('health poller against a backend that requires an API key', () => {
     const keyFile = join(tempDir, 'backend.key');
     writeFileSync(keyFile, `${KEY}\n`, { mode: 0o600 });
     await env.startPoller({ ...POLLER, backends: [{ url: guard.url, apiKeyFile: keyFile }] });
-    const { value } = await waitForValue(stateOf(env, new URL(guard.url).host), (state) => state?.healthy === true && state.failure === null);
+    const { value } = await waitForValue(
+      stateOf(env, new URL(guard.url).host),
+      (state) => state?.healthy === true && state.failure === null,
+    );
     expect(value).toMatchObject({ running: 0, engine: 'vllm' });
     expect(guard.authorizations.length).toBeGreaterThanOrEqual(2);
     expect(guard.authorizations.every((authorization) => authorization === `Bearer ${KEY}`)).toBe(true);
   });
 
   it('scrapes with the fleet key from the environment', async () => {
-    await env.startPoller({ ...POLLER, backends: [guard.url], upstreamApiKeyEnv: 'POLLER_TEST_KEY' }, { env: { POLLER_TEST_KEY: KEY } });
-    await waitForValue(stateOf(env, new URL(guard.url).host), (state) => state?.healthy === true && state.failure === null);
+    await env.startPoller(
+      { ...POLLER, backends: [guard.url], upstreamApiKeyEnv: 'POLLER_TEST_KEY' },
+      { env: { POLLER_TEST_KEY: KEY } },
+    );
+    await waitForValue(
+      stateOf(env, new URL(guard.url).host),
+      (state) => state?.healthy === true && state.failure === null,
+    );
     expect(guard.authorizations.every((authorization) => authorization === `Bearer ${KEY}`)).toBe(true);
   });
 
   it('without the key its scrapes fail (what the key fixes)', async () => {
     await env.startPoller({ ...POLLER, backends: [guard.url], failuresToUnhealthy: 1 });
-    const { value } = await waitForValue(stateOf(env, new URL(guard.url).host), (state) => state !== null && state.failure !== null);
+    const { value } = await waitForValue(
+      stateOf(env, new URL(guard.url).host),
+      (state) => state !== null && state.failure !== null,
+    );
     expect(value?.failure).toBe('health_status');
     expect(guard.authorizations.every((authorization) => authorization === undefined)).toBe(true);
   });

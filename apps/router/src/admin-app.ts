@@ -40,7 +40,9 @@ export async function buildAdminApp(deps: AdminAppDeps): Promise<FastifyInstance
     logController: new LogController({ disableRequestLogging: true }),
   };
   const app: FastifyInstance =
-    deps.logger === false ? Fastify({ ...serverOptions, logger: false }) : (Fastify({ ...serverOptions, loggerInstance: deps.logger }) as unknown as FastifyInstance);
+    deps.logger === false
+      ? Fastify({ ...serverOptions, logger: false })
+      : (Fastify({ ...serverOptions, loggerInstance: deps.logger }) as unknown as FastifyInstance);
   registerErrorHandler(app, deps.metrics);
   registerAdminAuth(app, { token: deps.token, limiter: deps.limiter, audit: deps.audit });
   await app.register(adminRoutes, { ...deps.admin, audit: deps.audit });

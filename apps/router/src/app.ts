@@ -77,12 +77,15 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     // While closing, requests already on an open connection are served (with `Connection: close`), not
     // answered 503: the balancer sent them before the replica left the rotation (RequestDrain).
     return503OnClosing: false,
-    genReqId: (request: { headers: Record<string, string | string[] | undefined> }) => requestIdFrom(request.headers['x-request-id']),
+    genReqId: (request: { headers: Record<string, string | string[] | undefined> }) =>
+      requestIdFrom(request.headers['x-request-id']),
     // Per-request access logs would cost more than routing; decisions are logged at debug.
     logController: new LogController({ disableRequestLogging: true }),
   };
   const app: FastifyInstance =
-    deps.logger === false ? Fastify({ ...serverOptions, logger: false }) : (Fastify({ ...serverOptions, loggerInstance: deps.logger }) as unknown as FastifyInstance);
+    deps.logger === false
+      ? Fastify({ ...serverOptions, logger: false })
+      : (Fastify({ ...serverOptions, loggerInstance: deps.logger }) as unknown as FastifyInstance);
 
   app.decorateRequest('arrivedAtMs', 0);
   app.addHook('onRequest', (request, reply, done) => {
@@ -90,8 +93,18 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     deps.drain.track(reply.raw);
     done();
   });
-  registerAdmit(app, { drain: deps.drain, maxInflightRequests: limits.maxInflightRequests, maxConnections: limits.maxConnections, authenticator: deps.authenticator });
-  registerBodyParser(app, limits.requestBodyLimitBytes, deps.requestPath.parse.maxJsonDepth, deps.requestPath.parse.multipartBodyLimitBytes);
+  registerAdmit(app, {
+    drain: deps.drain,
+    maxInflightRequests: limits.maxInflightRequests,
+    maxConnections: limits.maxConnections,
+    authenticator: deps.authenticator,
+  });
+  registerBodyParser(
+    app,
+    limits.requestBodyLimitBytes,
+    deps.requestPath.parse.maxJsonDepth,
+    deps.requestPath.parse.multipartBodyLimitBytes,
+  );
   registerErrorHandler(app, deps.metrics);
 
   await app.register(generationRoutes, { handlerFor: createRequestPath(deps.requestPath) });
@@ -104,7 +117,11 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     headersTimeoutMs: deps.requestPath.send.streamFirstByteTimeoutMs,
   });
   await app.register(modelsRoutes, { registry: deps.registry, createdUnixSeconds: deps.startedAtUnixSeconds });
-  await app.register(probesRoutes, { registry: deps.registry, isShuttingDown: () => deps.drain.isShuttingDown, reportsCachedTokens: (backendId) => deps.learned.reportsCachedTokens(backendId) });
+  await app.register(probesRoutes, {
+    registry: deps.registry,
+    isShuttingDown: () => deps.drain.isShuttingDown,
+    reportsCachedTokens: (backendId) => deps.learned.reportsCachedTokens(backendId),
+  });
   await app.register(metricsRoutes, { metrics: deps.metrics });
   // The admin API and /debug/route are not here: they have a listener of their own (admin-app.ts).
   return app;

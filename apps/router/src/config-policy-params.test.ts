@@ -24,7 +24,14 @@ import { policyConfigFields } from './routing/policy-params';
  * docs row and parameter mapping with nothing else written for it.
  */
 const TOY_PARAMS = {
-  slots: { default: 4, min: 1, integer: true, unit: 'requests', doc: 'requests a backend takes before the next one is tried', configKey: 'toySlots' },
+  slots: {
+    default: 4,
+    min: 1,
+    integer: true,
+    unit: 'requests',
+    doc: 'requests a backend takes before the next one is tried',
+    configKey: 'toySlots',
+  },
 } as const satisfies ParamTable;
 
 function createToyPolicy(params: Partial<ParamsOf<typeof TOY_PARAMS>> = {}): RoutingPolicy {
@@ -37,7 +44,12 @@ function createToyPolicy(params: Partial<ParamsOf<typeof TOY_PARAMS>> = {}): Rou
     choose(_request, candidates) {
       const chosen = candidates.find((candidate) => candidate.inflight < slots) ?? candidates[0];
       if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
-      const scores = candidates.map((candidate) => ({ backendId: candidate.backend.id, matchBlocks: candidate.matchBlocks, inflight: candidate.inflight, score: candidate.inflight }));
+      const scores = candidates.map((candidate) => ({
+        backendId: candidate.backend.id,
+        matchBlocks: candidate.matchBlocks,
+        inflight: candidate.inflight,
+        score: candidate.inflight,
+      }));
       return { kind: 'routed', backendId: chosen.backend.id, reason: 'least-loaded', scores };
     },
   };
@@ -49,7 +61,12 @@ describe('policy config keys come from the policies’ parameter tables', () => 
   it('a toy policy registered in a fixture gets its config key, flag, env var, range check and docs row', async () => {
     const schema = z.object({ backends: z.array(z.string()).min(1), ...policyConfigFields(TOY_DEFINITIONS) });
     const load = (argv: string[], env: Record<string, string> = {}) => {
-      const loaded = loadConfig({ schema, argv: ['--backends', 'http://a:1', ...argv], env, envPrefix: ROUTER_ENV_PREFIX });
+      const loaded = loadConfig({
+        schema,
+        argv: ['--backends', 'http://a:1', ...argv],
+        env,
+        envPrefix: ROUTER_ENV_PREFIX,
+      });
       if (loaded.kind !== 'config') throw new Error('help');
       return loaded.config;
     };
@@ -62,17 +79,38 @@ describe('policy config keys come from the policies’ parameter tables', () => 
     expect(params['toy']).toEqual({ slots: 1 });
     const policy = TOY_DEFINITIONS.toy.create(params['toy'] ?? {});
     const state = new InMemoryRoutingState({ maxBlocksPerBackend: 10, blockIdleTtlMs: 0, nowMs: () => 0 });
-    const request = { model: 'm', blockHashes: [], blockSizeBytes: 256, textBytes: 10, contextBlocks: 0, headHash: 1, sessionKey: null };
-    const backends = [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }];
+    const request = {
+      model: 'm',
+      blockHashes: [],
+      blockSizeBytes: 256,
+      textBytes: 10,
+      contextBlocks: 0,
+      headHash: 1,
+      sessionKey: null,
+    };
+    const backends = [
+      { id: 'a', weight: 1 },
+      { id: 'b', weight: 1 },
+    ];
     const routed = [];
     for (const leaseId of ['l1', 'l2']) {
-      const { decision } = await decide(state, { pool: 'm', request, backends, policy, context: { nowMs: 0, random: () => 0 }, leaseId });
+      const { decision } = await decide(state, {
+        pool: 'm',
+        request,
+        backends,
+        policy,
+        context: { nowMs: 0, random: () => 0 },
+        leaseId,
+      });
       routed.push(decision.kind === 'routed' ? decision.backendId : 'rejected');
     }
     expect(routed).toEqual(['a', 'b']); // one slot each
 
     const doc = renderConfigMarkdown(schema, { title: 'toy', envPrefix: ROUTER_ENV_PREFIX });
-    expect(doc).toContain('| `toySlots` | `--toy-slots` | `KVROUTE_TOY_SLOTS` | number | `4` | toy: requests a backend takes before the next one is tried (requests; an integer ≥ 1) |');
+    expect(doc).toContain(
+      '| `toySlots` | `--toy-slots` | `KVROUTE_TOY_SLOTS` | number | `4` | toy: requests a backend ' +
+        'takes before the next one is tried (requests; an integer ≥ 1) |',
+    );
   });
 
   it('keeps every policy key of the router with its default, and a shared key unset leaves each policy its own', () => {
@@ -106,12 +144,30 @@ describe('policy config keys come from the policies’ parameter tables', () => 
       { backend: { id: 'warm', weight: 1 }, inflight: 0, matchBlocks: 1, pendingPrefillTokens: 0 },
       { backend: { id: 'cold', weight: 1 }, inflight: 0, matchBlocks: 0, pendingPrefillTokens: 0 },
     ];
-    const request = { model: 'm', blockHashes: [1, 2, 3], blockSizeBytes: 256, textBytes: 800, contextBlocks: 0, headHash: 1, sessionKey: null };
-    expect(prefixaware.choose(request, candidates, { nowMs: 0, random: () => 0 })).toMatchObject({ reason: 'fallback-leastloaded' });
+    const request = {
+      model: 'm',
+      blockHashes: [1, 2, 3],
+      blockSizeBytes: 256,
+      textBytes: 800,
+      contextBlocks: 0,
+      headHash: 1,
+      sessionKey: null,
+    };
+    expect(prefixaware.choose(request, candidates, { nowMs: 0, random: () => 0 })).toMatchObject({
+      reason: 'fallback-leastloaded',
+    });
     // Set: both take it.
-    const set = policyParamsFromSettings(RouterConfig.parse({ backends: ['http://a:1'], minMatchBlocks: 1, ownershipAt: 'routing' }));
-    expect(set).toMatchObject({ prefixaware: { minMatchBlocks: 1 }, cacheaware: { minMatchBlocks: 1, ownershipAt: 'routing' } });
-    expect(createPolicy('prefixaware', set).choose(request, candidates, { nowMs: 0, random: () => 0 })).toMatchObject({ backendId: 'warm', reason: 'longest-prefix' });
+    const set = policyParamsFromSettings(
+      RouterConfig.parse({ backends: ['http://a:1'], minMatchBlocks: 1, ownershipAt: 'routing' }),
+    );
+    expect(set).toMatchObject({
+      prefixaware: { minMatchBlocks: 1 },
+      cacheaware: { minMatchBlocks: 1, ownershipAt: 'routing' },
+    });
+    expect(createPolicy('prefixaware', set).choose(request, candidates, { nowMs: 0, random: () => 0 })).toMatchObject({
+      backendId: 'warm',
+      reason: 'longest-prefix',
+    });
     expect(createPolicy('cacheaware', set).recordsOwnership).toBe('at-routing');
   });
 

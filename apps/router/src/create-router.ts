@@ -108,23 +108,64 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const logger = deps.logger === false ? undefined : deps.logger;
   const requestLogger = logger ?? createLogger({ service: 'kvroute-router', level: 'silent' });
   // Policies first: pure, and a parameter out of range fails here, before anything is opened.
-  const policies = new PolicyTable({ policy: config.policy, passthroughPolicy: config.passthroughPolicy, params: policyParamsFromSettings(config), calibratedFigures: config.calibrateCostModel ? config.calibratedFigures : [] });
+  const policies = new PolicyTable({
+    policy: config.policy,
+    passthroughPolicy: config.passthroughPolicy,
+    params: policyParamsFromSettings(config),
+    calibratedFigures: config.calibrateCostModel ? config.calibratedFigures : [],
+  });
   // Upstream keys next: a named key file or variable that cannot be read fails the start before anything opens.
   const upstreamKeys = loadUpstreamKeys(config, { env: deps.env ?? {} });
   const adminToken = adminTokenOf(config, (path) => readFileSync(path, 'utf8'));
   const discoverySettings = readDiscoverySettings(config, deps.env ?? {}, (path) => readFileSync(path, 'utf8'));
-  const addressPolicy = new BackendAddressPolicy({ allowlist: config.backendAllowlist, redisUrl: config.redisUrl, resolve: deps.resolveHost ?? resolveAll });
+  const addressPolicy = new BackendAddressPolicy({
+    allowlist: config.backendAllowlist,
+    redisUrl: config.redisUrl,
+    resolve: deps.resolveHost ?? resolveAll,
+  });
   await refuseDeniedBackends(config, addressPolicy, logger);
   const closers = new ShutdownStack();
   const metrics = new RouterMetrics();
 
   const state = wireState(config, { nowMs, logger, metrics, state: deps.state }, closers);
-  const backends = wireBackends(config, { nowMs, random, logger, state: state.state, redis: state.redis, engineStates: state.engineStates, metrics, upstreamKeys, addressPolicy }, closers);
-  const discovery = discoverySettings && wireDiscovery(discoverySettings, config, { registry: backends.registry, changes: backends.changes, redis: state.redis, addressPolicy, metrics, nowMs, logger }, closers);
+  const backends = wireBackends(
+    config,
+    {
+      nowMs,
+      random,
+      logger,
+      state: state.state,
+      redis: state.redis,
+      engineStates: state.engineStates,
+      metrics,
+      upstreamKeys,
+      addressPolicy,
+    },
+    closers,
+  );
+  const discovery =
+    discoverySettings &&
+    wireDiscovery(
+      discoverySettings,
+      config,
+      {
+        registry: backends.registry,
+        changes: backends.changes,
+        redis: state.redis,
+        addressPolicy,
+        metrics,
+        nowMs,
+        logger,
+      },
+      closers,
+    );
   metrics.readFrom({
     // The state keeps a departed backend's count (0 once its requests ended): shown only while registered
     // or still running requests, so discovered pods that left do not stay in /metrics forever.
-    inflight: () => new Map([...state.state.inflightCounts()].filter(([id, count]) => count > 0 || backends.registry.get(id) !== undefined)),
+    inflight: () =>
+      new Map(
+        [...state.state.inflightCounts()].filter(([id, count]) => count > 0 || backends.registry.get(id) !== undefined),
+      ),
     breakerStates: () => new Map(backends.registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),
     degraded: () => (state.failover?.degraded ? 1 : 0),
   });
@@ -195,7 +236,11 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     routingHeaders: config.routingHeaders,
     responses: { owners: state.responseOwners, logger: requestLogger.child({ component: 'responses' }), metrics },
   };
-  const learned: LearnedFigures = { costModel: (pool) => policies.costModel(pool), retentionMs: (backendId) => learner.retentionMs(backendId), reportsCachedTokens: (backendId) => learner.reportsCachedTokens(backendId) };
+  const learned: LearnedFigures = {
+    costModel: (pool) => policies.costModel(pool),
+    retentionMs: (backendId) => learner.retentionMs(backendId),
+    reportsCachedTokens: (backendId) => learner.reportsCachedTokens(backendId),
+  };
   const app = await buildRouterApp({
     registry: backends.registry,
     requestPath,
@@ -227,9 +272,22 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       ? null
       : await buildAdminApp({
           token: adminToken,
-          limiter: new AuthFailureLimiter({ maxFailures: config.adminMaxAuthFailures, windowMs: config.adminAuthWindowMs, maxPeers: ADMIN_MAX_TRACKED_PEERS, nowMs }),
+          limiter: new AuthFailureLimiter({
+            maxFailures: config.adminMaxAuthFailures,
+            windowMs: config.adminAuthWindowMs,
+            maxPeers: ADMIN_MAX_TRACKED_PEERS,
+            nowMs,
+          }),
           audit: requestLogger.child({ component: 'admin-audit' }),
-          admin: { addressPolicy, registry: backends.registry, changes: backends.changes, inflight: () => state.state.inflightCounts(), sharedVersion: backends.sharedVersion, apiKeys: tenants.apiKeys, nowMs },
+          admin: {
+            addressPolicy,
+            registry: backends.registry,
+            changes: backends.changes,
+            inflight: () => state.state.inflightCounts(),
+            sharedVersion: backends.sharedVersion,
+            apiKeys: tenants.apiKeys,
+            nowMs,
+          },
           debug: config.debugRoutes ? { route: requestPath.route, parse: requestPath.parse, learned } : null,
           metrics,
           logger: deps.logger ?? false,
@@ -285,7 +343,13 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     leasesReleasedAtDeadline += heldLeases.releaseAll();
     const releasesSettled = await heldLeases.settled(RELEASE_SETTLE_MS);
     await closers.closeAll({ deadlineMs: RESOURCES_CLOSE_MS, ...(logger ? { logger } : {}) });
-    return { inflightAtClose, aborted, leasesReleasedAtDeadline, releasesSettled, elapsedMs: Math.round(performance.now() - startedAt) };
+    return {
+      inflightAtClose,
+      aborted,
+      leasesReleasedAtDeadline,
+      releasesSettled,
+      elapsedMs: Math.round(performance.now() - startedAt),
+    };
   };
   let closing: Promise<RouterCloseReport> | undefined;
 
@@ -311,10 +375,12 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       const url = await app.listen({ host: config.host, port: config.port });
       if (adminApp !== null) {
         // An admin port already taken must not leave the public listener serving without it.
-        adminUrl = await adminApp.listen({ host: config.adminHost, port: config.adminPort }).catch(async (error: unknown) => {
-          await app.close();
-          throw error;
-        });
+        adminUrl = await adminApp
+          .listen({ host: config.adminHost, port: config.adminPort })
+          .catch(async (error: unknown) => {
+            await app.close();
+            throw error;
+          });
       }
       return url;
     },
@@ -332,18 +398,29 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
 }
 
 /** Every address of a name, as the system resolver (and so a connection) would see them. */
-const resolveAll: ResolveHost = async (hostname) => (await lookup(hostname, { all: true })).map((entry) => ({ address: entry.address, family: entry.family === 6 ? 6 : 4 }));
+const resolveAll: ResolveHost = async (hostname) =>
+  (await lookup(hostname, { all: true })).map((entry) => ({
+    address: entry.address,
+    family: entry.family === 6 ? 6 : 4,
+  }));
 
 /**
  * The configured backends pass the same address check as admin adds: a denied one fails the start before
  * anything connects. A name that does not resolve yet (DNS not ready at start) is let through, as before.
  */
-async function refuseDeniedBackends(config: RouterConfig, policy: BackendAddressPolicy, logger: FastifyBaseLogger | undefined): Promise<void> {
+async function refuseDeniedBackends(
+  config: RouterConfig,
+  policy: BackendAddressPolicy,
+  logger: FastifyBaseLogger | undefined,
+): Promise<void> {
   for (const backend of config.backends) {
     const verdict = await policy.check(backend.url);
     if (verdict.allowed) continue;
     if (verdict.unresolved === true) {
-      logger?.warn({ url: backend.url, reason: verdict.reason }, 'backend address not checked: it does not resolve yet');
+      logger?.warn(
+        { url: backend.url, reason: verdict.reason },
+        'backend address not checked: it does not resolve yet',
+      );
       continue;
     }
     throw new Error(`backends: ${backend.url} is not an allowed backend: ${verdict.reason} (backendAllowlist)`);

@@ -81,7 +81,12 @@ export class RouterError extends Error {
   constructor(
     readonly code: RouterErrorCode,
     message: string,
-    readonly options: { param?: string; retryAfterSeconds?: number; cause?: unknown; headers?: Readonly<Record<string, string>> } = {},
+    readonly options: {
+      param?: string;
+      retryAfterSeconds?: number;
+      cause?: unknown;
+      headers?: Readonly<Record<string, string>>;
+    } = {},
   ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
   }
@@ -91,6 +96,9 @@ export class RouterError extends Error {
   }
 
   toBody(): OpenAIErrorBody {
-    return createOpenAIErrorBody(this.message, ROUTER_ERRORS[this.code].type, { param: this.options.param ?? null, code: this.code });
+    return createOpenAIErrorBody(this.message, ROUTER_ERRORS[this.code].type, {
+      param: this.options.param ?? null,
+      code: this.code,
+    });
   }
 }

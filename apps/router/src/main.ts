@@ -13,7 +13,9 @@ async function main(): Promise<void> {
     env: process.env,
     envPrefix: ROUTER_ENV_PREFIX,
     sharedFile: ROUTER_CONFIG_FILE,
-    usage: 'npm run router -- --backends URL[,URL…] | --discovery dns://NAME:PORT|dns+srv://…|k8s://SERVICE [options]\n\nkvroute: a KV-cache-aware OpenAI-compatible router.',
+    usage:
+      'npm run router -- --backends URL[,URL…] | --discovery dns://NAME:PORT|dns+srv://…|k8s://SERVICE ' +
+      '[options]\n\nkvroute: a KV-cache-aware OpenAI-compatible router.',
   });
   if (loaded.kind === 'help') {
     process.stdout.write(`${loaded.text}\n`);
@@ -21,7 +23,8 @@ async function main(): Promise<void> {
   }
   const config = loaded.config;
   const logger = createLogger({ service: 'kvroute-router', level: config.logLevel });
-  if (loaded.ignoredFileKeys.length > 0) logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
+  if (loaded.ignoredFileKeys.length > 0)
+    logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
   const shutdown = new ShutdownStack();
   const router = await createRouterServer(config, { logger: logger.child({ component: 'http' }), env: process.env });
   const url = await router.listen();
@@ -30,15 +33,27 @@ async function main(): Promise<void> {
     logger.info(report, 'router closed');
   });
   logger.info(
-    { url, adminUrl: router.adminUrl, policy: config.policy, backends: router.registry.backends.map((backend) => backend.id), models: router.registry.models() },
+    {
+      url,
+      adminUrl: router.adminUrl,
+      policy: config.policy,
+      backends: router.registry.backends.map((backend) => backend.id),
+      models: router.registry.models(),
+    },
     'kvroute router listening',
   );
   onTerminationSignal(
     async (signal) => {
-      logger.info({ signal, drainDelayMs: config.shutdownDrainDelayMs, graceMs: config.shutdownGraceMs }, 'shutting down: readiness off, draining, then finishing in-flight requests');
+      logger.info(
+        { signal, drainDelayMs: config.shutdownDrainDelayMs, graceMs: config.shutdownGraceMs },
+        'shutting down: readiness off, draining, then finishing in-flight requests',
+      );
       // The router bounds its own steps (drain, grace, then abort and release); the stack's deadline is
       // the backstop beyond them.
-      const result = await shutdown.closeAll({ deadlineMs: config.shutdownDrainDelayMs + config.shutdownGraceMs + CLOSE_TAIL_MS, logger });
+      const result = await shutdown.closeAll({
+        deadlineMs: config.shutdownDrainDelayMs + config.shutdownGraceMs + CLOSE_TAIL_MS,
+        logger,
+      });
       process.exit(result.ok ? 0 : 1);
     },
     { onError: (error) => logger.fatal({ err: error }, 'shutdown failed') },

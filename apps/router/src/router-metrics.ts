@@ -21,7 +21,9 @@ export interface RouterMetricsSources {
 const LATENCY_BUCKETS_SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 /** Whole requests: a long non-streaming generation (reasoning, 32k tokens out) runs for many minutes; up to 30. */
 const DURATION_BUCKETS_SECONDS = [...LATENCY_BUCKETS_SECONDS, 300, 600, 1200, 1800];
-const DECISION_BUCKETS_SECONDS = [0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.0025, 0.005, 0.01];
+const DECISION_BUCKETS_SECONDS = [
+  0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.0025, 0.005, 0.01,
+];
 
 /** A series of one label set (prom-client's `labels(...)`), kept so the label object is hashed once. */
 type MetricChild = { inc(value?: number): void } | { observe(value: number): void } | { set(value: number): void };
@@ -64,7 +66,11 @@ export class RouterMetrics {
   private readonly discoveryLeading: Gauge<'source'>;
 
   /** Where the scrape-time gauges read from; set by `readFrom` once the state and the backends exist (none until then). */
-  private sources: RouterMetricsSources = { inflight: () => new Map(), breakerStates: () => new Map(), degraded: () => 0 };
+  private sources: RouterMetricsSources = {
+    inflight: () => new Map(),
+    breakerStates: () => new Map(),
+    degraded: () => 0,
+  };
 
   constructor() {
     const sources = (): RouterMetricsSources => this.sources;
@@ -85,7 +91,10 @@ export class RouterMetrics {
     });
     this.ttft = new Histogram({
       name: 'kvroute_router_time_to_first_token_seconds',
-      help: 'Streams only: time from request arrival to the first upstream event carrying output (text, reasoning or a tool call). A non-streaming response has no first token to see; its whole time is in kvroute_router_request_duration_seconds.',
+      help:
+        'Streams only: time from request arrival to the first upstream event carrying output (text, ' +
+        'reasoning or a tool call). A non-streaming response has no first token to see; its whole time ' +
+        'is in kvroute_router_request_duration_seconds.',
       labelNames: ['backend', 'model'],
       buckets: LATENCY_BUCKETS_SECONDS,
       registers,
@@ -99,7 +108,11 @@ export class RouterMetrics {
     });
     this.tokens = new Counter({
       name: 'kvroute_router_tokens_total',
-      help: "Tokens of responses that reported usage, by backend, model and kind: prompt (the engine's prompt tokens), cached (of those, served from its prefix cache: usage.prompt_tokens_details.cached_tokens or its dialect's equivalent) and generated (completion tokens). Cache hit rate = cached / prompt.",
+      help:
+        "Tokens of responses that reported usage, by backend, model and kind: prompt (the engine's " +
+        'prompt tokens), cached (of those, served from its prefix cache: usage.prompt_tokens_details.cached_tokens ' +
+        "or its dialect's equivalent) and generated (completion tokens). Cache hit rate = cached / " +
+        'prompt.',
       labelNames: ['backend', 'model', 'kind'],
       registers,
     });
@@ -155,7 +168,9 @@ export class RouterMetrics {
     });
     this.reserveConflicts = new Counter({
       name: 'kvroute_router_reserve_conflicts_total',
-      help: 'Reservations refused because the backend reached the in-flight cap the policy relied on (another replica got there first); the request was decided again.',
+      help:
+        'Reservations refused because the backend reached the in-flight cap the policy relied on (another ' +
+        'replica got there first); the request was decided again.',
       labelNames: ['backend'],
       registers,
     });
@@ -167,13 +182,16 @@ export class RouterMetrics {
     });
     this.cellSpills = new Counter({
       name: 'kvroute_router_cell_spills_total',
-      help: "Decisions of a pool split into cells (poolCells) whose cell had every backend saturated, so the next cell decided too (a second script call).",
+      help: 'Decisions of a pool split into cells (poolCells) whose cell had every backend saturated, so the next cell decided too (a second script call).',
       labelNames: ['model'],
       registers,
     });
     this.predictions = new Counter({
       name: 'kvroute_router_prefix_predictions_total',
-      help: "Responses whose engine-reported cached tokens were checked against the prefix the router believed the backend held: confirmed, overpredicted (the engine held less), underpredicted (it held more), unverified (no cached_tokens reported).",
+      help:
+        'Responses whose engine-reported cached tokens were checked against the prefix the router believed ' +
+        'the backend held: confirmed, overpredicted (the engine held less), underpredicted (it held ' +
+        'more), unverified (no cached_tokens reported).',
       labelNames: ['backend', 'outcome'],
       registers,
     });
@@ -197,19 +215,28 @@ export class RouterMetrics {
     });
     this.feedbackModes = new Gauge({
       name: 'kvroute_router_backend_reports_cached_tokens',
-      help: "1 once a backend's responses have carried usage.prompt_tokens_details.cached_tokens (the router's predictions for it are checked), 0 while none has (open loop: llama.cpp, SGLang or vLLM without the flag).",
+      help:
+        "1 once a backend's responses have carried usage.prompt_tokens_details.cached_tokens (the router's " +
+        'predictions for it are checked), 0 while none has (open loop: llama.cpp, SGLang or vLLM without ' +
+        'the flag).',
       labelNames: ['backend'],
       registers,
     });
     this.retention = new Gauge({
       name: 'kvroute_router_backend_retention_seconds',
-      help: "How long a backend's prefix entries are believed after their last recording, learned from responses whose engine no longer held what the index predicted (its LRU's reach under the load); absent until learned (entries then last the idle TTL).",
+      help:
+        "How long a backend's prefix entries are believed after their last recording, learned from " +
+        "responses whose engine no longer held what the index predicted (its LRU's reach under the " +
+        'load); absent until learned (entries then last the idle TTL).',
       labelNames: ['backend'],
       registers,
     });
     this.learnedCostModel = new Gauge({
       name: 'kvroute_router_cost_model_learned',
-      help: "cacheaware's cost-model figures learned from responses, per pool: bytes_per_token (routing-text bytes per engine token), prefill_seconds_per_token (per uncached token), queue_seconds_per_request (per request in flight ahead); used once backed by 20 samples.",
+      help:
+        "cacheaware's cost-model figures learned from responses, per pool: bytes_per_token (routing-text " +
+        'bytes per engine token), prefill_seconds_per_token (per uncached token), queue_seconds_per_request ' +
+        '(per request in flight ahead); used once backed by 20 samples.',
       labelNames: ['pool', 'figure'],
       registers,
     });
@@ -221,7 +248,9 @@ export class RouterMetrics {
     });
     this.responseOwnerWrites = new Counter({
       name: 'kvroute_router_response_owner_writes_total',
-      help: "Stored responses' owners written to the response-owner map, by result: ok, or failed (Redis failed, too slow or degraded: only this replica knows the owner).",
+      help:
+        "Stored responses' owners written to the response-owner map, by result: ok, or failed (Redis " +
+        'failed, too slow or degraded: only this replica knows the owner).',
       labelNames: ['result'],
       registers,
     });
@@ -243,19 +272,25 @@ export class RouterMetrics {
     });
     this.backendRestarts = new Counter({
       name: 'kvroute_router_backend_restarts_total',
-      help: "Engine restarts the health poller published that this replica handled, per backend: what the backend was believed to cache was forgotten in each of its pools.",
+      help:
+        'Engine restarts the health poller published that this replica handled, per backend: what the ' +
+        'backend was believed to cache was forgotten in each of its pools.',
       labelNames: ['backend'],
       registers,
     });
     this.discoveryFailures = new Counter({
       name: 'kvroute_router_discovery_failures_total',
-      help: 'Looks at the backend discovery source that failed (DNS SERVFAIL or timeout, API server error), per source kind: the backends of the last good answer stayed.',
+      help:
+        'Looks at the backend discovery source that failed (DNS SERVFAIL or timeout, API server error), ' +
+        'per source kind: the backends of the last good answer stayed.',
       labelNames: ['source'],
       registers,
     });
     this.discoveryLeading = new Gauge({
       name: 'kvroute_router_discovery_leader',
-      help: "1 while this replica holds the discovery lease and applies what the source finds to the fleet's backend set, else 0 (summed over the replicas: 1, or 0 for at most the lease's TTL).",
+      help:
+        "1 while this replica holds the discovery lease and applies what the source finds to the fleet's " +
+        "backend set, else 0 (summed over the replicas: 1, or 0 for at most the lease's TTL).",
       labelNames: ['source'],
       registers,
     });
@@ -268,7 +303,10 @@ export class RouterMetrics {
    * label set to remove. Backend ids of discovered pods (`name@IP:port`) change with every pod, so a
    * departed backend's series must go (forgetBackend), else /metrics and these maps grow forever.
    */
-  private readonly seriesByBackend = new Map<string, Map<string, { readonly metric: RemovableMetric; readonly labels: SeriesLabels }>>();
+  private readonly seriesByBackend = new Map<
+    string,
+    Map<string, { readonly metric: RemovableMetric; readonly labels: SeriesLabels }>
+  >();
 
   private child<T extends MetricChild>(key: string, create: () => T): T {
     let found = this.children.get(key) as T | undefined;
@@ -283,7 +321,11 @@ export class RouterMetrics {
    * A series labelled with a backend: cached as `child` does, and remembered for forgetBackend. The
    * labels are built only on a miss (a per-request recorder would otherwise allocate them every call).
    */
-  private backendChild<T extends MetricChild>(key: string, metric: LabelledMetric<T>, labelsOf: () => SeriesLabels & { readonly backend: string }): T {
+  private backendChild<T extends MetricChild>(
+    key: string,
+    metric: LabelledMetric<T>,
+    labelsOf: () => SeriesLabels & { readonly backend: string },
+  ): T {
     let found = this.children.get(key) as T | undefined;
     if (!found) {
       const labels = labelsOf();
@@ -320,7 +362,11 @@ export class RouterMetrics {
 
   /** `model`: a model the pool serves (the request's was checked against the backends' lists before routing), so bounded. */
   recordRouted(backend: string, model: string, policy: string, reason: string, status: number): void {
-    this.backendChild(`r\u0000${backend}\u0000${model}\u0000${policy}\u0000${reason}\u0000${status}`, this.requests, () => ({ backend, model, policy, reason, status: String(status) })).inc();
+    this.backendChild(
+      `r\u0000${backend}\u0000${model}\u0000${policy}\u0000${reason}\u0000${status}`,
+      this.requests,
+      () => ({ backend, model, policy, reason, status: String(status) }),
+    ).inc();
   }
 
   recordRejected(code: string): void {
@@ -338,14 +384,32 @@ export class RouterMetrics {
   }
 
   recordDuration(backend: string, model: string, stream: boolean, seconds: number): void {
-    this.backendChild(`e\u0000${backend}\u0000${model}\u0000${stream}`, this.duration, () => ({ backend, model, stream: stream ? 'true' : 'false' })).observe(seconds);
+    this.backendChild(`e\u0000${backend}\u0000${model}\u0000${stream}`, this.duration, () => ({
+      backend,
+      model,
+      stream: stream ? 'true' : 'false',
+    })).observe(seconds);
   }
 
   /** A response's usage: prompt, cached (when the engine reports it) and generated tokens (when it reports them). */
   recordTokens(backend: string, model: string, usage: ResponseUsage): void {
-    this.backendChild(`k\u0000${backend}\u0000${model}\u0000p`, this.tokens, () => ({ backend, model, kind: 'prompt' })).inc(usage.promptTokens);
-    if (usage.cachedTokens !== null) this.backendChild(`k\u0000${backend}\u0000${model}\u0000c`, this.tokens, () => ({ backend, model, kind: 'cached' })).inc(usage.cachedTokens);
-    if (usage.completionTokens != null) this.backendChild(`k\u0000${backend}\u0000${model}\u0000g`, this.tokens, () => ({ backend, model, kind: 'generated' })).inc(usage.completionTokens);
+    this.backendChild(`k\u0000${backend}\u0000${model}\u0000p`, this.tokens, () => ({
+      backend,
+      model,
+      kind: 'prompt',
+    })).inc(usage.promptTokens);
+    if (usage.cachedTokens !== null)
+      this.backendChild(`k\u0000${backend}\u0000${model}\u0000c`, this.tokens, () => ({
+        backend,
+        model,
+        kind: 'cached',
+      })).inc(usage.cachedTokens);
+    if (usage.completionTokens != null)
+      this.backendChild(`k\u0000${backend}\u0000${model}\u0000g`, this.tokens, () => ({
+        backend,
+        model,
+        kind: 'generated',
+      })).inc(usage.completionTokens);
   }
 
   recordRetry(backend: string, cause: string): void {
@@ -374,7 +438,10 @@ export class RouterMetrics {
   }
 
   recordPrediction(backend: string, check: PredictionCheck): void {
-    this.backendChild(`p\u0000${backend}\u0000${check.outcome}`, this.predictions, () => ({ backend, outcome: check.outcome })).inc();
+    this.backendChild(`p\u0000${backend}\u0000${check.outcome}`, this.predictions, () => ({
+      backend,
+      outcome: check.outcome,
+    })).inc();
     if (check.outcome === 'unverified') return;
     this.backendChild(`pt\u0000${backend}`, this.predictedTokens, () => ({ backend })).inc(check.predictedTokens);
     this.backendChild(`ot\u0000${backend}`, this.observedCachedTokens, () => ({ backend })).inc(check.observedTokens);
@@ -388,8 +455,10 @@ export class RouterMetrics {
   recordLearnedCostModel(pool: string, learned: LearnedCalibration): void {
     const { bytesPerToken, prefillMsPerToken, queueMsPerRequest } = learned;
     if (bytesPerToken) this.learnedCostModel.set({ pool, figure: 'bytes_per_token' }, bytesPerToken.value);
-    if (prefillMsPerToken) this.learnedCostModel.set({ pool, figure: 'prefill_seconds_per_token' }, prefillMsPerToken.value / 1000);
-    if (queueMsPerRequest) this.learnedCostModel.set({ pool, figure: 'queue_seconds_per_request' }, queueMsPerRequest.value / 1000);
+    if (prefillMsPerToken)
+      this.learnedCostModel.set({ pool, figure: 'prefill_seconds_per_token' }, prefillMsPerToken.value / 1000);
+    if (queueMsPerRequest)
+      this.learnedCostModel.set({ pool, figure: 'queue_seconds_per_request' }, queueMsPerRequest.value / 1000);
   }
 
   recordLearnCall(ok: boolean): void {

@@ -48,7 +48,7 @@ describe('the admin listener', () => {
     const table: Record<string, string[]> = {
       'metadata-alias.test': ['169.254.169.254'],
       'redis-alias.test': [redisUrl.hostname === 'localhost' ? '127.0.0.1' : redisUrl.hostname],
-      'localhost': ['127.0.0.1'],
+      localhost: ['127.0.0.1'],
     };
     const resolveHost = async (hostname: string): Promise<readonly ResolvedAddress[]> => {
       resolved.push(hostname);
@@ -92,7 +92,10 @@ describe('the admin listener', () => {
   const admin = (method: string, path: string, options: { body?: unknown; token?: string; peerUrl?: string } = {}) =>
     fetch(`${options.peerUrl ?? adminUrl}${path}`, {
       method,
-      headers: { authorization: `Bearer ${options.token ?? TOKEN}`, ...(options.body === undefined ? {} : { 'content-type': 'application/json' }) },
+      headers: {
+        authorization: `Bearer ${options.token ?? TOKEN}`,
+        ...(options.body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
       body: options.body === undefined ? undefined : JSON.stringify(options.body),
     });
 
@@ -102,16 +105,26 @@ describe('the admin listener', () => {
     expect((await admin('GET', '/admin/backends')).status).toBe(200);
     const onPublic = await admin('GET', '/admin/backends', { peerUrl: publicUrl });
     expect(onPublic.status).toBe(404);
-    expect(((await onPublic.json()) as { error: { code: string; type: string } }).error).toMatchObject({ code: 'ROUTER_ERR_NOT_FOUND', type: 'invalid_request_error' });
+    expect(((await onPublic.json()) as { error: { code: string; type: string } }).error).toMatchObject({
+      code: 'ROUTER_ERR_NOT_FOUND',
+      type: 'invalid_request_error',
+    });
   });
 
   it('refuses every SSRF candidate without a connection attempt', async () => {
     const redisPort = new URL(redis.url).port || '6379';
     const probe = createRedis(redis.url, 'worker');
-    const connectionsReceived = async () => Number(/total_connections_received:(\d+)/.exec(await probe.info('stats'))?.[1]);
+    const connectionsReceived = async () =>
+      Number(/total_connections_received:(\d+)/.exec(await probe.info('stats'))?.[1]);
     // The router's own connections (named kvroute-…) may reconnect on a loaded host (a request-path
     // command timing out): those are told apart by their client ids, so only a foreign connection counts.
-    const kvrouteClientIds = async () => new Set(String(await probe.client('LIST')).split('\n').filter((line) => / name=kvroute-/.test(line)).map((line) => /^id=(\d+)/.exec(line)?.[1]));
+    const kvrouteClientIds = async () =>
+      new Set(
+        String(await probe.client('LIST'))
+          .split('\n')
+          .filter((line) => / name=kvroute-/.test(line))
+          .map((line) => /^id=(\d+)/.exec(line)?.[1]),
+      );
     const redisConnectionsBefore = await connectionsReceived();
     const kvrouteClientsBefore = await kvrouteClientIds();
     const candidates = [
@@ -142,24 +155,39 @@ describe('the admin listener', () => {
     expect((await connectionsReceived()) - kvrouteReconnects).toBe(redisConnectionsBefore);
     await quitRedis(probe);
     expect(router.registry.backends.map((backend) => backend.url)).toEqual([simUrl]);
-    expect(logLines.filter((line) => line.includes('admin-audit') && line.includes('"action":"add"') && line.includes('"outcome":"refused"'))).toHaveLength(candidates.length);
+    expect(
+      logLines.filter(
+        (line) =>
+          line.includes('admin-audit') && line.includes('"action":"add"') && line.includes('"outcome":"refused"'),
+      ),
+    ).toHaveLength(candidates.length);
     // A URL with credentials is refused, and its password reaches neither the log nor the answer.
     expect(logLines.some((line) => line.includes('hunter2-secret'))).toBe(false);
   });
 
   it('adds an allowlisted loopback backend, and writes one audit line per change without the token', async () => {
-    const added = await admin('POST', '/admin/backends', { body: { url: simUrl.replace('127.0.0.1', 'localhost'), id: 'sim-by-name', models: ['test-model'] } });
+    const added = await admin('POST', '/admin/backends', {
+      body: { url: simUrl.replace('127.0.0.1', 'localhost'), id: 'sim-by-name', models: ['test-model'] },
+    });
     // `localhost` is neither named in the allowlist nor does its address match an entry for its port.
     expect(added.status).toBe(403);
     expect((await admin('DELETE', `/admin/backends/${new URL(simUrl).host}`)).status).toBe(200);
-    const readded = await admin('POST', '/admin/backends', { body: { url: simUrl, id: 'sim-again', models: ['test-model'] } });
+    const readded = await admin('POST', '/admin/backends', {
+      body: { url: simUrl, id: 'sim-again', models: ['test-model'] },
+    });
     expect(readded.status).toBe(201);
     expect((await admin('POST', '/admin/backends/sim-again/drain')).status).toBe(200);
     expect((await admin('POST', '/admin/backends/sim-again/undrain')).status).toBe(200);
-    const chat = await fetch(`${publicUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }) });
+    const chat = await fetch(`${publicUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+    });
     expect(chat.status).toBe(200);
     expect(chat.headers.get('x-router-backend')).toBe('sim-again');
-    const audit = logLines.filter((line) => line.includes('admin-audit') && line.includes('"outcome":"done"')).map((line) => JSON.parse(line) as Record<string, unknown>);
+    const audit = logLines
+      .filter((line) => line.includes('admin-audit') && line.includes('"outcome":"done"'))
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
     expect(audit.map((line) => line.action)).toEqual(['remove', 'add', 'drain', 'undrain']);
     for (const line of audit) expect(line.peer).toMatch(/127\.0\.0\.1/);
     expect(logLines.join('')).not.toContain(TOKEN);
@@ -173,7 +201,9 @@ describe('the admin listener', () => {
     const limited = await admin('GET', '/admin/backends', { token: 'wrong-token-again-0123456789' });
     expect(limited.status).toBe(429);
     expect(limited.headers.get('retry-after')).toBe('60');
-    expect(((await limited.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_ADMIN_AUTH_RATE_LIMITED');
+    expect(((await limited.json()) as { error: { code: string } }).error.code).toBe(
+      'ROUTER_ERR_ADMIN_AUTH_RATE_LIMITED',
+    );
     expect((await admin('GET', '/admin/backends')).status).toBe(429);
     now += 60_000;
     expect((await admin('GET', '/admin/backends')).status).toBe(200);

@@ -13,25 +13,45 @@ describe('agent turns through the router', () => {
     const cluster = await startTestCluster({ backends: 2, sim: { reasoningTokens: 3, toolCallProbability: 1 } });
     try {
       const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
-      const tools = [{ type: 'function' as const, function: { name: 'search_docs', parameters: { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] } } }];
+      const tools = [
+        {
+          type: 'function' as const,
+          function: {
+            name: 'search_docs',
+            parameters: { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] },
+          },
+        },
+      ];
       const conversations = 3;
       const turns = 3;
       const backendsByConversation: string[][] = [];
       for (let conversation = 0; conversation < conversations; conversation++) {
         const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [
-          { role: 'system', content: `You are agent ${conversation}. ${'Use the tools to answer precisely. '.repeat(30)}` },
+          {
+            role: 'system',
+            content: `You are agent ${conversation}. ${'Use the tools to answer precisely. '.repeat(30)}`,
+          },
           { role: 'user', content: `Question ${conversation}: where is the configuration documented?` },
         ];
         const homes: string[] = [];
         for (let turn = 0; turn < turns; turn++) {
           const { data: stream, response } = await client.chat.completions
-            .create({ model: 'test-model', messages, tools, stream: true, max_tokens: 8, stream_options: { include_usage: true } })
+            .create({
+              model: 'test-model',
+              messages,
+              tools,
+              stream: true,
+              max_tokens: 8,
+              stream_options: { include_usage: true },
+            })
             .withResponse();
           homes.push(response.headers.get('x-router-backend') ?? '');
           let firstOutput: 'reasoning' | 'tool call' | 'text' | null = null;
           const call = { id: '', name: '', arguments: '' };
           for await (const chunk of stream) {
-            const delta = chunk.choices[0]?.delta as (OpenAI.Chat.ChatCompletionChunk.Choice.Delta & { reasoning_content?: string }) | undefined;
+            const delta = chunk.choices[0]?.delta as
+              | (OpenAI.Chat.ChatCompletionChunk.Choice.Delta & { reasoning_content?: string })
+              | undefined;
             if (delta === undefined) continue;
             if (firstOutput === null && delta.reasoning_content) firstOutput = 'reasoning';
             const piece = delta.tool_calls?.[0];
@@ -45,8 +65,16 @@ describe('agent turns through the router', () => {
           }
           expect(firstOutput).toBe('reasoning');
           expect(call.name).toBe('search_docs');
-          messages.push({ role: 'assistant', content: null, tool_calls: [{ id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } }] });
-          messages.push({ role: 'tool', tool_call_id: call.id, content: `result ${turn}: docs/configuration.md lists every key.` });
+          messages.push({
+            role: 'assistant',
+            content: null,
+            tool_calls: [{ id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } }],
+          });
+          messages.push({
+            role: 'tool',
+            tool_call_id: call.id,
+            content: `result ${turn}: docs/configuration.md lists every key.`,
+          });
         }
         backendsByConversation.push(homes);
       }
@@ -67,7 +95,9 @@ describe('agent turns through the router', () => {
       const outcome = (name: string): number =>
         metrics
           .split('\n')
-          .filter((line) => line.startsWith('kvroute_router_prefix_predictions_total') && line.includes(`outcome="${name}"`))
+          .filter(
+            (line) => line.startsWith('kvroute_router_prefix_predictions_total') && line.includes(`outcome="${name}"`),
+          )
           .reduce((total, line) => total + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
       expect(outcome('confirmed') + outcome('unverified')).toBe(streams);
       expect(outcome('unverified')).toBeLessThanOrEqual(2);

@@ -11,7 +11,11 @@ import { startTestCluster, totalInflight, waitFor, type TestCluster } from './st
  */
 const SYSTEM = `You are the on-call assistant of a routing team. ${'Follow the runbook, answer in one sentence, cite the section. '.repeat(40)}`;
 const TOOLS: Anthropic.Messages.Tool[] = [
-  { name: 'lookup_runbook', description: 'Finds a runbook section.', input_schema: { type: 'object', properties: { section: { type: 'string' } }, required: ['section'] } },
+  {
+    name: 'lookup_runbook',
+    description: 'Finds a runbook section.',
+    input_schema: { type: 'object', properties: { section: { type: 'string' } }, required: ['section'] },
+  },
 ];
 
 interface TurnResult {
@@ -22,9 +26,21 @@ interface TurnResult {
 }
 
 /** One streamed turn through `client`; the backend from the routing header of the raw response. */
-async function streamTurn(client: Anthropic, messages: Anthropic.Messages.MessageParam[], conversation: number): Promise<TurnResult> {
+async function streamTurn(
+  client: Anthropic,
+  messages: Anthropic.Messages.MessageParam[],
+  conversation: number,
+): Promise<TurnResult> {
   const { data: stream, response } = await client.messages
-    .create({ model: 'test-model', max_tokens: 12, system: [{ type: 'text', text: SYSTEM }], tools: TOOLS, messages, stream: true, metadata: { user_id: `user-${conversation}` } })
+    .create({
+      model: 'test-model',
+      max_tokens: 12,
+      system: [{ type: 'text', text: SYSTEM }],
+      tools: TOOLS,
+      messages,
+      stream: true,
+      metadata: { user_id: `user-${conversation}` },
+    })
     .withResponse();
   let text = '';
   let usage: TurnResult['usage'] = null;
@@ -46,7 +62,11 @@ describe('Anthropic Messages through the router (official SDK, real Redis)', () 
   beforeAll(async () => {
     redis = await startRedis();
     // toolCallProbability 0: text turns (the offered tool is never called), each answer sent back as the next turn's context.
-    cluster = await startTestCluster({ backends: 3, sim: { seed: 11, promptTokensDetails: true, toolCallProbability: 0 }, router: { redisUrl: redis.url, policy: 'prefixaware' } });
+    cluster = await startTestCluster({
+      backends: 3,
+      sim: { seed: 11, promptTokensDetails: true, toolCallProbability: 0 },
+      router: { redisUrl: redis.url, policy: 'prefixaware' },
+    });
     client = new Anthropic({ baseURL: cluster.routerUrl, apiKey: 'unused', maxRetries: 0 });
   });
   afterAll(async () => {
@@ -62,7 +82,15 @@ describe('Anthropic Messages through the router (official SDK, real Redis)', () 
       const messages: Anthropic.Messages.MessageParam[] = [];
       const turns: TurnResult[] = [];
       for (let turn = 0; turn < turnsEach; turn++) {
-        messages.push({ role: 'user', content: [{ type: 'text', text: `Conversation ${conversation}, turn ${turn}: ${'what changed in section 4.2 and why? '.repeat(6)}` }] });
+        messages.push({
+          role: 'user',
+          content: [
+            {
+              type: 'text',
+              text: `Conversation ${conversation}, turn ${turn}: ${'what changed in section 4.2 and why? '.repeat(6)}`,
+            },
+          ],
+        });
         const result = await streamTurn(client, messages, conversation);
         turns.push(result);
         messages.push({ role: 'assistant', content: [{ type: 'text', text: result.text }] });
@@ -99,7 +127,9 @@ describe('Anthropic Messages through the router (official SDK, real Redis)', () 
   it("learns from Messages streams: the router's observed cached tokens equal what the sims reported, every response checked", async () => {
     expect(reportedCached).toBeGreaterThan(0);
     const sumOf = (metrics: string, name: string, filter = ''): number =>
-      [...metrics.matchAll(new RegExp(`^${name}\\{([^}]*)\\} (\\d+)`, 'gm'))].filter((match) => (match[1] ?? '').includes(filter)).reduce((sum, match) => sum + Number(match[2]), 0);
+      [...metrics.matchAll(new RegExp(`^${name}\\{([^}]*)\\} (\\d+)`, 'gm'))]
+        .filter((match) => (match[1] ?? '').includes(filter))
+        .reduce((sum, match) => sum + Number(match[2]), 0);
     let metrics = '';
     // Learn runs after each response has ended: wait for the last one's.
     await waitFor(async () => {
@@ -126,11 +156,15 @@ describe('Anthropic Messages through the router (official SDK, real Redis)', () 
   });
 
   it('answers a bad Messages request with a 400 the SDK raises as BadRequestError (the router keeps its OpenAI error shape)', async () => {
-    const error = await client.messages.create({ model: 'test-model', max_tokens: 0, messages: [{ role: 'user', content: 'x' }] }).catch((caught: unknown) => caught);
+    const error = await client.messages
+      .create({ model: 'test-model', max_tokens: 0, messages: [{ role: 'user', content: 'x' }] })
+      .catch((caught: unknown) => caught);
     expect(error).toBeInstanceOf(Anthropic.BadRequestError);
     expect((error as InstanceType<typeof Anthropic.BadRequestError>).status).toBe(400);
     expect(String((error as Error).message)).toContain('max_tokens');
-    const unknown = await client.messages.create({ model: 'no-such-model', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }).catch((caught: unknown) => caught);
+    const unknown = await client.messages
+      .create({ model: 'no-such-model', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] })
+      .catch((caught: unknown) => caught);
     expect(unknown).toBeInstanceOf(Anthropic.NotFoundError);
   });
 });

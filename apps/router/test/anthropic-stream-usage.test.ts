@@ -17,12 +17,46 @@ const DELTAS = 400;
 
 function anthropicApiStream(): string {
   const events = [
-    ['message_start', { type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', content: [], model: 'm', stop_reason: null, stop_sequence: null, usage: { input_tokens: 12, cache_read_input_tokens: CACHE_READ, cache_creation_input_tokens: 0, output_tokens: 1 } } }],
+    [
+      'message_start',
+      {
+        type: 'message_start',
+        message: {
+          id: 'msg_1',
+          type: 'message',
+          role: 'assistant',
+          content: [],
+          model: 'm',
+          stop_reason: null,
+          stop_sequence: null,
+          usage: {
+            input_tokens: 12,
+            cache_read_input_tokens: CACHE_READ,
+            cache_creation_input_tokens: 0,
+            output_tokens: 1,
+          },
+        },
+      },
+    ],
     ['content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }],
     ['ping', { type: 'ping' }],
-    ...Array.from({ length: DELTAS }, () => ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: ' word' } }] as const),
+    ...Array.from(
+      { length: DELTAS },
+      () =>
+        [
+          'content_block_delta',
+          { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: ' word' } },
+        ] as const,
+    ),
     ['content_block_stop', { type: 'content_block_stop', index: 0 }],
-    ['message_delta', { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: DELTAS } }],
+    [
+      'message_delta',
+      {
+        type: 'message_delta',
+        delta: { stop_reason: 'end_turn', stop_sequence: null },
+        usage: { output_tokens: DELTAS },
+      },
+    ],
     ['message_stop', { type: 'message_stop' }],
   ] as const;
   return events.map(([name, data]) => `event: ${name}\ndata: ${JSON.stringify(data)}\n\n`).join('');
@@ -50,7 +84,15 @@ describe('Anthropic stream usage from message_start (message_delta with output_t
         next();
       });
     });
-    router = await createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [{ url: engine.url, id: 'fake', models: ['m'] }], policy: 'prefixaware' }), { logger: false });
+    router = await createRouterServer(
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        backends: [{ url: engine.url, id: 'fake', models: ['m'] }],
+        policy: 'prefixaware',
+      }),
+      { logger: false },
+    );
     routerUrl = await router.listen();
   });
   afterAll(async () => {
@@ -60,7 +102,9 @@ describe('Anthropic stream usage from message_start (message_delta with output_t
 
   it("reads the cached tokens of message_start and the generated tokens of message_delta; the client gets the engine's stream", async () => {
     const client = new Anthropic({ baseURL: routerUrl, apiKey: 'unused', maxRetries: 0 });
-    const message = await client.messages.stream({ model: 'm', max_tokens: DELTAS, messages: [{ role: 'user', content: 'Go on.' }] }).finalMessage();
+    const message = await client.messages
+      .stream({ model: 'm', max_tokens: DELTAS, messages: [{ role: 'user', content: 'Go on.' }] })
+      .finalMessage();
     expect(message.content[0]).toMatchObject({ type: 'text', text: ' word'.repeat(DELTAS) });
     expect(message.usage.cache_read_input_tokens).toBe(CACHE_READ);
     expect(Buffer.byteLength(anthropicApiStream())).toBeGreaterThan(4 * 4096);
@@ -69,7 +113,9 @@ describe('Anthropic stream usage from message_start (message_delta with output_t
       metrics = await (await fetch(`${routerUrl}/metrics`)).text();
       return /kvroute_router_prefix_predictions_total\{[^}]*\} 1/.test(metrics);
     });
-    expect(metrics).toMatch(new RegExp(`kvroute_router_prefix_observed_cached_tokens_total\\{backend="fake"\\} ${CACHE_READ}\\b`));
+    expect(metrics).toMatch(
+      new RegExp(`kvroute_router_prefix_observed_cached_tokens_total\\{backend="fake"\\} ${CACHE_READ}\\b`),
+    );
     expect(metrics).not.toContain('outcome="unverified"');
   });
 });

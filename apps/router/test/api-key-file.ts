@@ -15,7 +15,9 @@ export interface TestKeyEntry {
 export function writeTestKeyFile(entries: readonly TestKeyEntry[]): { readonly file: string; remove(): void } {
   const dir = mkdtempSync(join(tmpdir(), 'kvroute-keys-'));
   const file = join(dir, 'keys.yaml');
-  const lines = entries.map((entry) => `  - id: ${entry.id}\n    tenant: ${entry.tenant}\n    sha256: ${entry.digest}\n${entry.extra ?? ''}`);
+  const lines = entries.map(
+    (entry) => `  - id: ${entry.id}\n    tenant: ${entry.tenant}\n    sha256: ${entry.digest}\n${entry.extra ?? ''}`,
+  );
   writeFileSync(file, ['keys:', ...lines].join('\n'));
   return { file, remove: () => rmSync(dir, { recursive: true, force: true }) };
 }

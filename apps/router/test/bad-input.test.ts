@@ -33,7 +33,12 @@ describe('router bad input', () => {
     // Custom roles (`ipython`) are vLLM's to judge; an empty one is no role.
     ['empty role', chat, json({ model: 'test-model', messages: [{ role: '', content: 'x' }] }), 400],
     ['content of the wrong type', chat, json({ model: 'test-model', messages: [{ role: 'user', content: 5 }] }), 400],
-    ['content part without type', chat, json({ model: 'test-model', messages: [{ role: 'user', content: [{ text: 'x' }] }] }), 400],
+    [
+      'content part without type',
+      chat,
+      json({ model: 'test-model', messages: [{ role: 'user', content: [{ text: 'x' }] }] }),
+      400,
+    ],
     ['max_tokens zero', chat, json({ ...ok, max_tokens: 0 }), 400],
     ['max_tokens negative', chat, json({ ...ok, max_tokens: -5 }), 400],
     ['max_tokens fractional', chat, json({ ...ok, max_tokens: 1.5 }), 400],
@@ -52,16 +57,64 @@ describe('router bad input', () => {
     ['pass-through with a model that is not a string', '/v1/embeddings', json({ model: ['x'], input: 'x' }), 400],
     ['root pass-through with an unknown model', '/tokenize', json({ model: 'nope', prompt: 'x' }), 404],
     ['root pass-through that is not JSON', '/rerank', '{"model":', 400],
-    ['messages without max_tokens', '/v1/messages', json({ model: 'test-model', messages: [{ role: 'user', content: 'x' }] }), 400],
-    ['messages without model (Anthropic requires it)', '/v1/messages', json({ max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }), 400],
-    ['messages content a number', '/v1/messages', json({ model: 'test-model', max_tokens: 4, messages: [{ role: 'user', content: 5 }] }), 400],
-    ['messages block without type', '/v1/messages', json({ model: 'test-model', max_tokens: 4, messages: [{ role: 'user', content: [{ text: 'x' }] }] }), 400],
-    ['messages system a number', '/v1/messages', json({ model: 'test-model', max_tokens: 4, system: 3, messages: [{ role: 'user', content: 'x' }] }), 400],
-    ['messages for an unknown model', '/v1/messages', json({ model: 'nope', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }), 404],
+    [
+      'messages without max_tokens',
+      '/v1/messages',
+      json({ model: 'test-model', messages: [{ role: 'user', content: 'x' }] }),
+      400,
+    ],
+    [
+      'messages without model (Anthropic requires it)',
+      '/v1/messages',
+      json({ max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }),
+      400,
+    ],
+    [
+      'messages content a number',
+      '/v1/messages',
+      json({ model: 'test-model', max_tokens: 4, messages: [{ role: 'user', content: 5 }] }),
+      400,
+    ],
+    [
+      'messages block without type',
+      '/v1/messages',
+      json({ model: 'test-model', max_tokens: 4, messages: [{ role: 'user', content: [{ text: 'x' }] }] }),
+      400,
+    ],
+    [
+      'messages system a number',
+      '/v1/messages',
+      json({ model: 'test-model', max_tokens: 4, system: 3, messages: [{ role: 'user', content: 'x' }] }),
+      400,
+    ],
+    [
+      'messages for an unknown model',
+      '/v1/messages',
+      json({ model: 'nope', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }),
+      404,
+    ],
     ['multipart without a boundary', '/v1/audio/transcriptions', 'x', 400, { 'content-type': 'multipart/form-data' }],
-    ['multipart that never closes its part', '/v1/audio/transcriptions', '--b\r\nContent-Disposition: form-data; name="model"\r\n\r\ntest-model', 400, { 'content-type': 'multipart/form-data; boundary=b' }],
-    ['multipart to a JSON endpoint', chat, '--b\r\nContent-Disposition: form-data; name="model"\r\n\r\ntest-model\r\n--b--\r\n', 400, { 'content-type': 'multipart/form-data; boundary=b' }],
-    ['multipart with an unknown model', '/v1/audio/translations', '--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nnope\r\n--b--\r\n', 404, { 'content-type': 'multipart/form-data; boundary=b' }],
+    [
+      'multipart that never closes its part',
+      '/v1/audio/transcriptions',
+      '--b\r\nContent-Disposition: form-data; name="model"\r\n\r\ntest-model',
+      400,
+      { 'content-type': 'multipart/form-data; boundary=b' },
+    ],
+    [
+      'multipart to a JSON endpoint',
+      chat,
+      '--b\r\nContent-Disposition: form-data; name="model"\r\n\r\ntest-model\r\n--b--\r\n',
+      400,
+      { 'content-type': 'multipart/form-data; boundary=b' },
+    ],
+    [
+      'multipart with an unknown model',
+      '/v1/audio/translations',
+      '--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nnope\r\n--b--\r\n',
+      404,
+      { 'content-type': 'multipart/form-data; boundary=b' },
+    ],
     ['pass-through with an unknown model', '/v1/embeddings', json({ model: 'nope', input: 'x' }), 404],
     ['a path that does not exist', '/v2/chat', json(ok), 404],
     ['an XML body sent as XML', chat, '<request model="test-model"/>', 400, { 'content-type': 'application/xml' }],
@@ -87,12 +140,23 @@ describe('router bad input', () => {
 });
 
 /** A raw HTTP/1.1 request, so malformed framing reaches the server as sent. */
-async function rawPost(baseUrl: string, path: string, body: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
+async function rawPost(
+  baseUrl: string,
+  path: string,
+  body: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: string }> {
   const { request } = await import('node:http');
   const url = new URL(path, baseUrl);
   return new Promise((resolve, reject) => {
     const outgoing = request(
-      { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), ...headers } },
+      {
+        host: url.hostname,
+        port: url.port,
+        path: url.pathname,
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), ...headers },
+      },
       (incoming) => {
         let text = '';
         incoming.setEncoding('utf8');

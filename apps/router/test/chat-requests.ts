@@ -16,11 +16,19 @@ export async function chat(baseUrl: string, model: string): Promise<{ status: nu
 }
 
 /** A stream that runs for seconds; resolves with its backend once the headers are in, and with its text (and when it ended, performance.now()) at the end. */
-export async function longStream(baseUrl: string, model: string): Promise<{ backend: string; done: Promise<{ status: number; text: string; endedAtMs: number }> }> {
+export async function longStream(
+  baseUrl: string,
+  model: string,
+): Promise<{ backend: string; done: Promise<{ status: number; text: string; endedAtMs: number }> }> {
   const response = await fetch(`${baseUrl}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model, messages: [{ role: 'user', content: `a long answer ${sequence++}` }], max_tokens: 400, stream: true }),
+    body: JSON.stringify({
+      model,
+      messages: [{ role: 'user', content: `a long answer ${sequence++}` }],
+      max_tokens: 400,
+      stream: true,
+    }),
   });
   const done = response.text().then((text) => ({ status: response.status, text, endedAtMs: performance.now() }));
   return { backend: response.headers.get('x-router-backend') as string, done };

@@ -28,7 +28,13 @@ export interface WorkloadShape {
 }
 
 /** Short context (~760 tokens), 8-token replies, one-line follow-ups, no pause: each turn adds ~28 tokens. */
-export const SHORT_CHAT: WorkloadShape = { contextRepeats: 150, maxTokens: 8, followUpSentences: 0, startIntervalMs: 15, thinkTimeMs: [0, 0] };
+export const SHORT_CHAT: WorkloadShape = {
+  contextRepeats: 150,
+  maxTokens: 8,
+  followUpSentences: 0,
+  startIntervalMs: 15,
+  thinkTimeMs: [0, 0],
+};
 
 /**
  * A conversation about material of its own: ~3,000 tokens of own context after the shared system
@@ -36,7 +42,13 @@ export const SHORT_CHAT: WorkloadShape = { contextRepeats: 150, maxTokens: 8, fo
  * grows ~400 tokens a turn, to ~5,600), and a pause of 150–300 ms (seconds of simulated time at the
  * tests' timeScale) before each follow-up. Why this shape: replica-comparison.ts.
  */
-export const CHAT_WITH_CONTEXT: WorkloadShape = { contextRepeats: 600, maxTokens: 200, followUpSentences: 30, startIntervalMs: 15, thinkTimeMs: [150, 300] };
+export const CHAT_WITH_CONTEXT: WorkloadShape = {
+  contextRepeats: 600,
+  maxTokens: 200,
+  followUpSentences: 30,
+  startIntervalMs: 15,
+  thinkTimeMs: [150, 300],
+};
 
 export interface RunOptions {
   /** `Connection: close` on every request, so an L4 balancer picks a replica per request. */
@@ -68,7 +80,10 @@ export async function runConversations(urls: readonly string[], options: RunOpti
       const random = seededRandom((options.seed ?? 0) * 1000 + conversation);
       const messages: Array<{ role: string; content: string }> = [
         { role: 'system', content: system },
-        { role: 'user', content: `Conversation${tag} ${conversation} context: ${`item ${conversation} detail; `.repeat(shape.contextRepeats)}` },
+        {
+          role: 'user',
+          content: `Conversation${tag} ${conversation} context: ${`item ${conversation} detail; `.repeat(shape.contextRepeats)}`,
+        },
       ];
       for (let turn = 0; turn < TURNS; turn++) {
         const thinkMs = turn === 0 ? 0 : minThinkMs + random() * (maxThinkMs - minThinkMs);
@@ -77,10 +92,16 @@ export async function runConversations(urls: readonly string[], options: RunOpti
         const response = await fetch(`${url}/v1/chat/completions`, {
           method: 'POST',
           // A new connection per request lets an L4 balancer spread the turns over replicas.
-          headers: { 'content-type': 'application/json', ...(options.newConnectionPerRequest ? { connection: 'close' } : {}) },
+          headers: {
+            'content-type': 'application/json',
+            ...(options.newConnectionPerRequest ? { connection: 'close' } : {}),
+          },
           body: JSON.stringify({ model: 'test-model', messages, max_tokens: shape.maxTokens }),
         });
-        const body = (await response.json()) as { choices: Array<{ message: { content: string } }>; usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens: number } | null } };
+        const body = (await response.json()) as {
+          choices: Array<{ message: { content: string } }>;
+          usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens: number } | null };
+        };
         turns.push({
           conversation,
           backend: response.headers.get('x-router-backend') ?? '',
@@ -88,13 +109,18 @@ export async function runConversations(urls: readonly string[], options: RunOpti
           prompt: body.usage.prompt_tokens,
           cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0,
         });
-        messages.push({ role: 'assistant', content: body.choices[0]?.message.content ?? '' }, { role: 'user', content: `Follow-up ${turn}: and item ${turn * 3}?${' Explain it in more detail.'.repeat(shape.followUpSentences)}` });
+        messages.push(
+          { role: 'assistant', content: body.choices[0]?.message.content ?? '' },
+          {
+            role: 'user',
+            content: `Follow-up ${turn}: and item ${turn * 3}?${' Explain it in more detail.'.repeat(shape.followUpSentences)}`,
+          },
+        );
       }
     }),
   );
   return turns;
 }
-
 
 export function hitRate(turns: readonly Turn[]): number {
   return turns.reduce((sum, turn) => sum + turn.cached, 0) / turns.reduce((sum, turn) => sum + turn.prompt, 0);

@@ -24,7 +24,6 @@ afterAll(async () => {
 
 /** The lease that lets one replica at a time apply what discovery finds, on a real Redis. */
 describe('RedisDiscoveryLease', () => {
-
   it('one holder at a time; renewing keeps it; release hands it over at once', async () => {
     const key = `${uniqueKeyPrefix('discovery-lease')}:lease`;
     const a = new RedisDiscoveryLease({ redis: connection, key, holder: 'a', ttlMs: 10_000 });
@@ -89,7 +88,15 @@ class ScriptedSource implements BackendSource {
 function capturingLogger(): { logger: FastifyBaseLogger; lines: Array<{ level: string; message: string }> } {
   const lines: Array<{ level: string; message: string }> = [];
   const at = (level: string) => (_details: unknown, message: string) => void lines.push({ level, message });
-  return { logger: { warn: at('warn'), info: at('info'), debug: at('debug'), error: at('error') } as unknown as FastifyBaseLogger, lines };
+  return {
+    logger: {
+      warn: at('warn'),
+      info: at('info'),
+      debug: at('debug'),
+      error: at('error'),
+    } as unknown as FastifyBaseLogger,
+    lines,
+  };
 }
 
 const answerOf = (...ports: number[]): DiscoveryAnswer => ({
@@ -98,8 +105,17 @@ const answerOf = (...ports: number[]): DiscoveryAnswer => ({
   dropped: 0,
 });
 
-function replica(source: BackendSource, leadership: DiscoveryLeadership, options: { reapplyMs: number; staleAfterMs: number; intervals?: IntervalTimers }) {
-  const registry = new BackendRegistry([], { breakerFailureThreshold: 3, breakerCooldownMs: 1_000, nowMs: () => performance.now(), fetchModels: async () => ['m'] });
+function replica(
+  source: BackendSource,
+  leadership: DiscoveryLeadership,
+  options: { reapplyMs: number; staleAfterMs: number; intervals?: IntervalTimers },
+) {
+  const registry = new BackendRegistry([], {
+    breakerFailureThreshold: 3,
+    breakerCooldownMs: 1_000,
+    nowMs: () => performance.now(),
+    fetchModels: async () => ['m'],
+  });
   const log = capturingLogger();
   // What the applier last said through onLeadership (the metric's value).
   const said = { leading: false };
@@ -124,7 +140,6 @@ function replica(source: BackendSource, leadership: DiscoveryLeadership, options
 }
 
 describe('DiscoveryApplier leadership', () => {
-
   it('a leader whose source keeps failing stops renewing the lease: a replica whose source answers takes over; the failure is logged once', async () => {
     const key = `${uniqueKeyPrefix('discovery-lease')}:lease`;
     const ttlMs = 300;
@@ -156,7 +171,8 @@ describe('DiscoveryApplier leadership', () => {
       } finally {
         clearInterval(failing);
       }
-      const messages = (level: string, text: string) => a.lines.filter((line) => line.level === level && line.message.includes(text)).length;
+      const messages = (level: string, text: string) =>
+        a.lines.filter((line) => line.level === level && line.message.includes(text)).length;
       // One warning for the whole run of failures (re-applying the last answer is no answer from the source), no "answers again".
       expect(messages('warn', 'could not be read')).toBe(1);
       expect(messages('warn', 'failed for too long')).toBe(1);
@@ -188,7 +204,11 @@ describe('DiscoveryApplier leadership', () => {
       },
       cancel: (handle) => clearInterval(handle as NodeJS.Timeout),
     };
-    const { applier, registry } = replica(new ScriptedSource(answerOf(9001), gate), SOLE_REPLICA, { reapplyMs: 20, staleAfterMs: 1_000, intervals });
+    const { applier, registry } = replica(new ScriptedSource(answerOf(9001), gate), SOLE_REPLICA, {
+      reapplyMs: 20,
+      staleAfterMs: 1_000,
+      intervals,
+    });
     const starting = applier.start();
     await applier.stop();
     open();

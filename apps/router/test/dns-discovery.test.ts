@@ -50,7 +50,10 @@ const chat = (baseUrl: string) => chatOnce(baseUrl, MODEL);
 const longStream = (baseUrl: string) => streamLong(baseUrl, MODEL);
 
 /** A client load over both replicas until stopped: every status seen, and the backends that answered. */
-function startLoad(urls: readonly string[], concurrency: number): { stop(): Promise<{ statuses: Map<number, number>; backends: Set<string> }> } {
+function startLoad(
+  urls: readonly string[],
+  concurrency: number,
+): { stop(): Promise<{ statuses: Map<number, number>; backends: Set<string> }> } {
   let running = true;
   const statuses = new Map<number, number>();
   const backends = new Set<string>();
@@ -81,7 +84,10 @@ describe('DNS discovery (SRV) with two replicas on one Redis', () => {
   let urls: string[];
 
   const publish = (members: readonly Sim[]): void => {
-    dns.zone.srv.set(SERVICE, members.map((sim) => ({ target: sim.target, port: sim.port })));
+    dns.zone.srv.set(
+      SERVICE,
+      members.map((sim) => ({ target: sim.target, port: sim.port })),
+    );
   };
 
   beforeAll(async () => {
@@ -121,7 +127,10 @@ describe('DNS discovery (SRV) with two replicas on one Redis', () => {
   });
 
   it('starts with the backends the records name, on every replica', async () => {
-    const expected = sims.slice(0, 2).map((sim) => sim.id).sort();
+    const expected = sims
+      .slice(0, 2)
+      .map((sim) => sim.id)
+      .sort();
     for (const router of routers) expect(setIds(router)).toEqual(expected);
     // Models are read from each backend's GET /v1/models once it is added.
     await waitFor(() => routers.every((router) => poolIds(router).length === 2), 3_000);
@@ -150,7 +159,9 @@ describe('DNS discovery (SRV) with two replicas on one Redis', () => {
     publish(sims);
     await waitFor(() => routers.every((router) => poolIds(router).includes(added.id)), REFRESH_MS * 10);
     const followedMs = performance.now() - started;
-    console.info(`record added: in both replicas' pools after ${followedMs.toFixed(0)} ms (refresh every ${REFRESH_MS} ms, then the backend's /v1/models)`);
+    console.info(
+      `record added: in both replicas' pools after ${followedMs.toFixed(0)} ms (refresh every ${REFRESH_MS} ms, then the backend's /v1/models)`,
+    );
     await waitFor(() => received(added) > 0, 3_000);
     const { statuses } = await load.stop();
     expect([...statuses.keys()]).toEqual([200]);
@@ -191,8 +202,12 @@ describe('DNS discovery (SRV) with two replicas on one Redis', () => {
       expect(result.endedAtMs).toBeGreaterThan(drainedAt);
     }
     // Drained, then removed from the set once `discoveryRemoveAfterMs` has passed.
-    for (const router of routers) expect(router.registry.isDrained(removed.id) || router.registry.get(removed.id) === undefined).toBe(true);
-    await waitFor(() => routers.every((router) => router.registry.get(removed.id) === undefined), REMOVE_AFTER_MS + REFRESH_MS * 10);
+    for (const router of routers)
+      expect(router.registry.isDrained(removed.id) || router.registry.get(removed.id) === undefined).toBe(true);
+    await waitFor(
+      () => routers.every((router) => router.registry.get(removed.id) === undefined),
+      REMOVE_AFTER_MS + REFRESH_MS * 10,
+    );
   });
 
   it('a failing DNS server (SERVFAIL, then no answer) removes nothing and is counted', async () => {
@@ -205,7 +220,9 @@ describe('DNS discovery (SRV) with two replicas on one Redis', () => {
     expect(routers.every((router) => poolIds(router).length === 2)).toBe(true);
     for (const url of urls) expect((await chat(url)).status).toBe(200);
     const metrics = await (await fetch(`${urls[0]}/metrics`)).text();
-    const failures = Number(/kvroute_router_discovery_failures_total\{source="dns\+srv"\} (\d+)/.exec(metrics)?.[1] ?? 0);
+    const failures = Number(
+      /kvroute_router_discovery_failures_total\{source="dns\+srv"\} (\d+)/.exec(metrics)?.[1] ?? 0,
+    );
     expect(failures).toBeGreaterThanOrEqual(2);
     dns.mode = 'records';
   });
@@ -225,10 +242,14 @@ describe('DNS discovery (SRV) with two replicas on one Redis', () => {
     const connection = createRedis(redis.url, 'request-path');
     // Which replica leads is not fixed: a source failing for the lease's TTL (the SERVFAIL case above)
     // hands the lease to whichever replica's source answers first. Each replica says whether it leads.
-    const leads = async (url: string) => /kvroute_router_discovery_leader\{source="dns\+srv"\} 1/.test(await (await fetch(`${url}/metrics`)).text());
+    const leads = async (url: string) =>
+      /kvroute_router_discovery_leader\{source="dns\+srv"\} 1/.test(await (await fetch(`${url}/metrics`)).text());
     let leading: boolean[] = [];
     // A replica learns it lost the lease at its next refresh: until then two may say they lead.
-    await waitFor(async () => (leading = await Promise.all(urls.map(leads))).filter(Boolean).length === 1, REFRESH_MS * 10);
+    await waitFor(
+      async () => (leading = await Promise.all(urls.map(leads))).filter(Boolean).length === 1,
+      REFRESH_MS * 10,
+    );
     const leaderIndex = leading.indexOf(true);
     const leader = routers[leaderIndex] as RouterServer;
     const other = routers[1 - leaderIndex] as RouterServer;
@@ -257,11 +278,21 @@ describe('DNS discovery (A records) without Redis', () => {
   it('one backend per address, following the records', async () => {
     const dns = await startLoopbackDns();
     // On every IPv4 loopback address: 127.0.0.1 and 127.0.0.2 are two backends of one engine.
-    const sim = await createSimServer(SimConfig.parse({ host: '0.0.0.0', port: 0, profile: 'fast', model: MODEL, logLevel: 'silent' }));
+    const sim = await createSimServer(
+      SimConfig.parse({ host: '0.0.0.0', port: 0, profile: 'fast', model: MODEL, logLevel: 'silent' }),
+    );
     const port = Number(new URL(await sim.listen()).port);
     dns.zone.a.set('vllm-headless.kvroute.test', ['127.0.0.1']);
     const router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, discovery: `dns://vllm-headless.kvroute.test:${port}`, discoveryDnsServers: [dns.server], discoveryRefreshMs: REFRESH_MS, discoveryRemoveAfterMs: 0, retryBackoffMs: 1 }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        discovery: `dns://vllm-headless.kvroute.test:${port}`,
+        discoveryDnsServers: [dns.server],
+        discoveryRefreshMs: REFRESH_MS,
+        discoveryRemoveAfterMs: 0,
+        retryBackoffMs: 1,
+      }),
     );
     try {
       const url = await router.listen();
@@ -282,11 +313,20 @@ describe('DNS discovery (A records) without Redis', () => {
 
   it('does not take a second time an engine configured under another id', async () => {
     const dns = await startLoopbackDns();
-    const sim = await createSimServer(SimConfig.parse({ host: '0.0.0.0', port: 0, profile: 'fast', model: MODEL, logLevel: 'silent' }));
+    const sim = await createSimServer(
+      SimConfig.parse({ host: '0.0.0.0', port: 0, profile: 'fast', model: MODEL, logLevel: 'silent' }),
+    );
     const port = Number(new URL(await sim.listen()).port);
     dns.zone.a.set('vllm-headless.kvroute.test', ['127.0.0.1', '127.0.0.2']);
     const router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [`http://127.0.0.1:${port}`], discovery: `dns://vllm-headless.kvroute.test:${port}`, discoveryDnsServers: [dns.server], discoveryRefreshMs: REFRESH_MS }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        backends: [`http://127.0.0.1:${port}`],
+        discovery: `dns://vllm-headless.kvroute.test:${port}`,
+        discoveryDnsServers: [dns.server],
+        discoveryRefreshMs: REFRESH_MS,
+      }),
     );
     try {
       await router.listen();

@@ -53,7 +53,10 @@ describe('DNS discovery lookups', () => {
     const answer = await look('dns+srv://_http._tcp.vllm.test');
     expect(answer.kind).toBe('backends');
     // A target without an address (NXDOMAIN) is no backend, and no failure.
-    expect(answer.kind === 'backends' && answer.backends.map((backend) => backend.id)).toEqual(['vllm@10.0.0.1:8000', 'vllm@10.0.0.2:8001']);
+    expect(answer.kind === 'backends' && answer.backends.map((backend) => backend.id)).toEqual([
+      'vllm@10.0.0.1:8000',
+      'vllm@10.0.0.2:8001',
+    ]);
   });
 
   it('an unknown name or a name without records is an empty answer', async () => {

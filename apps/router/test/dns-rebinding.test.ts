@@ -67,7 +67,8 @@ describe('a backend name that rebinds to a denied address', () => {
 
   it('connects to the checked address while the name is good, and to nothing once it rebinds', async () => {
     // Discovery went through the pinned lookup (the system resolver knows no rebind.test).
-    for (let attempt = 0; attempt < 100 && (await fetch(`${publicUrl}/readyz`)).status !== 200; attempt++) await new Promise((resolve) => setTimeout(resolve, 50));
+    for (let attempt = 0; attempt < 100 && (await fetch(`${publicUrl}/readyz`)).status !== 200; attempt++)
+      await new Promise((resolve) => setTimeout(resolve, 50));
     const first = await chat('while the name is good');
     expect(first.status).toBe(200);
     const lookupsWhileGood = lookups;

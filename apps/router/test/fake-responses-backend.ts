@@ -45,17 +45,30 @@ export class FakeResponsesBackend {
     const chunks: Buffer[] = [];
     incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
     incoming.on('end', () => {
-      const received: ReceivedRequest = { method: incoming.method ?? '', url: incoming.url ?? '', headers: incoming.headers, body: Buffer.concat(chunks).toString('utf8'), abortedBeforeAnswer: false };
+      const received: ReceivedRequest = {
+        method: incoming.method ?? '',
+        url: incoming.url ?? '',
+        headers: incoming.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+        abortedBeforeAnswer: false,
+      };
       this.received.push(received);
       response.on('close', () => {
         if (!response.writableEnded) received.abortedBeforeAnswer = true;
       });
       const path = received.url.split('?')[0] ?? '';
-      if (received.method === 'GET' && path === '/v1/models') return json(response, 200, { object: 'list', data: [{ id: 'test-model', object: 'model' }] });
+      if (received.method === 'GET' && path === '/v1/models')
+        return json(response, 200, { object: 'list', data: [{ id: 'test-model', object: 'model' }] });
       if (received.method === 'POST' && path === '/v1/responses') return this.answerCreate(response);
       if (path.startsWith('/v1/responses/')) {
         if (this.stored === 'hang') return;
-        return json(response, 200, { id: path.split('/')[3], object: 'response', status: 'completed', model: 'test-model', output: [] });
+        return json(response, 200, {
+          id: path.split('/')[3],
+          object: 'response',
+          status: 'completed',
+          model: 'test-model',
+          output: [],
+        });
       }
       return json(response, 404, { error: { message: 'not found', type: 'invalid_request_error' } });
     });
@@ -64,7 +77,9 @@ export class FakeResponsesBackend {
   private answerCreate(response: ServerResponse): void {
     if (this.create.kind === 'refuse') {
       response.setHeader('retry-after', this.create.retryAfter);
-      return json(response, this.create.status, { error: { message: 'The engine is busy (fake backend).', type: 'rate_limit_error', code: this.create.status } });
+      return json(response, this.create.status, {
+        error: { message: 'The engine is busy (fake backend).', type: 'rate_limit_error', code: this.create.status },
+      });
     }
     this.created += 1;
     const id = `resp_${String(this.created).padStart(32, '0')}`;
@@ -74,8 +89,22 @@ export class FakeResponsesBackend {
       created_at: 1_761_204_418,
       status: 'completed',
       model: 'test-model',
-      output: [{ type: 'message', id: `msg_${this.created}`, role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: 'ok', annotations: [] }] }],
-      usage: { input_tokens: 4, input_tokens_details: { cached_tokens: 0 }, output_tokens: 1, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 5 },
+      output: [
+        {
+          type: 'message',
+          id: `msg_${this.created}`,
+          role: 'assistant',
+          status: 'completed',
+          content: [{ type: 'output_text', text: 'ok', annotations: [] }],
+        },
+      ],
+      usage: {
+        input_tokens: 4,
+        input_tokens_details: { cached_tokens: 0 },
+        output_tokens: 1,
+        output_tokens_details: { reasoning_tokens: 0 },
+        total_tokens: 5,
+      },
     });
   }
 

@@ -13,12 +13,20 @@ describe('router faults', () => {
     JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content }], max_tokens: 4, ...extra });
 
   async function post(url: string, body: string): Promise<{ status: number; backend: string | null; text: string }> {
-    const response = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const response = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
     return { status: response.status, backend: response.headers.get('x-router-backend'), text: await response.text() };
   }
 
   async function setFaults(url: string, faults: object): Promise<void> {
-    await fetch(`${url}/sim/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(faults) });
+    await fetch(`${url}/sim/faults`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(faults),
+    });
   }
 
   it('retries elsewhere when a backend answers 503, with no client error', async () => {
@@ -31,14 +39,20 @@ describe('router faults', () => {
       expect(result.backend).not.toBe(failing.id);
     }
     const metrics = await (await fetch(`${cluster.routerUrl}/metrics`)).text();
-    expect(metrics).toMatch(new RegExp(`kvroute_router_retries_total\\{backend="${failing.id}",cause="status-503"\\} [1-9]`));
+    expect(metrics).toMatch(
+      new RegExp(`kvroute_router_retries_total\\{backend="${failing.id}",cause="status-503"\\} [1-9]`),
+    );
     expect(totalInflight(cluster.router)).toBe(0);
   });
 
   it('retries elsewhere when a backend refuses connections, and opens its circuit', async () => {
     cluster = await startTestCluster({ backends: 2, router: { policy: 'roundrobin', breakerFailureThreshold: 2 } });
     const refusing = cluster.sims[0] as TestCluster['sims'][number];
-    await fetch(`${refusing.url}/sim/refuse-connections`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ durationMs: 3000 }) });
+    await fetch(`${refusing.url}/sim/refuse-connections`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ durationMs: 3000 }),
+    });
     await new Promise((resolve) => setTimeout(resolve, 50));
     for (let i = 0; i < 6; i++) {
       const result = await post(cluster.routerUrl, chatBody(`r${i}`));
@@ -56,7 +70,9 @@ describe('router faults', () => {
     const results = [await post(cluster.routerUrl, chatBody('h0')), await post(cluster.routerUrl, chatBody('h1'))];
     // Round robin: one request to each. The hung one is answered 504, not sent again to the healthy one.
     expect(results.map((result) => result.status).sort()).toEqual([200, 504]);
-    expect(JSON.parse((results.find((result) => result.status === 504) as { text: string }).text).error.code).toBe('ROUTER_ERR_UPSTREAM_TIMEOUT');
+    expect(JSON.parse((results.find((result) => result.status === 504) as { text: string }).text).error.code).toBe(
+      'ROUTER_ERR_UPSTREAM_TIMEOUT',
+    );
     expect(hanging.sim.generationRequestsReceived).toBe(1);
     expect(healthy.sim.generationRequestsReceived).toBe(1);
     expect(totalInflight(cluster.router)).toBe(0);
@@ -72,12 +88,23 @@ describe('router faults', () => {
   });
 
   it('answers 503 with Retry-After when no backend is usable', async () => {
-    cluster = await startTestCluster({ backends: 1, router: { breakerFailureThreshold: 1, breakerCooldownMs: 60_000 } });
-    await fetch(`${cluster.sims[0]?.url}/sim/refuse-connections`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ durationMs: 3000 }) });
+    cluster = await startTestCluster({
+      backends: 1,
+      router: { breakerFailureThreshold: 1, breakerCooldownMs: 60_000 },
+    });
+    await fetch(`${cluster.sims[0]?.url}/sim/refuse-connections`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ durationMs: 3000 }),
+    });
     await new Promise((resolve) => setTimeout(resolve, 50));
     const first = await post(cluster.routerUrl, chatBody('x'));
     expect(first.status).toBe(502);
-    const response = await fetch(`${cluster.routerUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chatBody('y') });
+    const response = await fetch(`${cluster.routerUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: chatBody('y'),
+    });
     expect(response.status).toBe(503);
     expect(response.headers.get('retry-after')).toBe('1');
     expect(((await response.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_NO_BACKEND');

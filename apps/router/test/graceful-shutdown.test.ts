@@ -34,7 +34,11 @@ describe('router graceful shutdown', () => {
     redis = await startRedis({ fresh: true, logger: () => undefined });
     client = createRedis(redis.url, 'request-path', { commandTimeoutMs: 5_000 });
     await waitUntilReady(client);
-    sims = await Promise.all(Array.from({ length: 2 }, () => createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', model: MODEL, logLevel: 'silent' }))));
+    sims = await Promise.all(
+      Array.from({ length: 2 }, () =>
+        createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', model: MODEL, logLevel: 'silent' })),
+      ),
+    );
     backendUrls = await Promise.all(sims.map((sim) => sim.listen()));
   });
   afterEach(async () => {
@@ -49,7 +53,15 @@ describe('router graceful shutdown', () => {
 
   async function startRouter(overrides: Partial<RouterConfig> = {}): Promise<string> {
     router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: backendUrls, redisUrl: redis.url, redisTimeoutMs: 500, retryBackoffMs: 1, ...overrides }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        backends: backendUrls,
+        redisUrl: redis.url,
+        redisTimeoutMs: 500,
+        retryBackoffMs: 1,
+        ...overrides,
+      }),
     );
     return router.listen();
   }
@@ -114,7 +126,12 @@ describe('router graceful shutdown', () => {
     expect(text).toContain('"finish_reason":"length"');
     expect(text).not.toContain('ROUTER_ERR_');
     const report = await closing;
-    expect(report).toMatchObject({ inflightAtClose: 1, aborted: 0, leasesReleasedAtDeadline: 0, releasesSettled: true });
+    expect(report).toMatchObject({
+      inflightAtClose: 1,
+      aborted: 0,
+      leasesReleasedAtDeadline: 0,
+      releasesSettled: true,
+    });
     expect(await redisInflight()).toEqual({ counted: 0, leases: 0 });
     expect(router?.heldLeases).toBe(0);
   });
@@ -134,7 +151,9 @@ describe('router graceful shutdown', () => {
     // Each stream ends with the router's error event and [DONE] (or is cut), never hangs.
     for (const reader of readers) {
       const rest = await readRest(reader).catch(() => 'cut');
-      expect(rest === 'cut' || (rest.includes('ROUTER_ERR_UPSTREAM_STREAM') && rest.trimEnd().endsWith('data: [DONE]'))).toBe(true);
+      expect(
+        rest === 'cut' || (rest.includes('ROUTER_ERR_UPSTREAM_STREAM') && rest.trimEnd().endsWith('data: [DONE]')),
+      ).toBe(true);
     }
     expect(await redisInflight()).toEqual({ counted: 0, leases: 0 });
     expect(router?.heldLeases).toBe(0);
@@ -142,15 +161,33 @@ describe('router graceful shutdown', () => {
     await waitFor(() => sims.every((sim) => sim.engine.runningCount === 0 && sim.engine.waitingCount === 0), 5_000);
   });
 
-  it('on SIGTERM, a router process fails readiness at once, finishes its stream, releases its lease and exits 0', { timeout: 60_000 }, async () => {
+  it('on SIGTERM, a router process fails readiness at once, finishes its stream, releases its lease and exits 0', {
+    timeout: 60_000,
+  }, async () => {
     const port = await findFreePort();
     const url = `http://127.0.0.1:${port}`;
     const child = spawn(
       process.execPath,
       [
-        '--import', 'tsx', join(import.meta.dirname, '../src/main.ts'),
-        '--host', '127.0.0.1', '--port', String(port), '--backends', backendUrls.join(','), '--redis-url', redis.url,
-        '--redis-timeout-ms', '500', '--shutdown-drain-delay-ms', '1000', '--shutdown-grace-ms', '15000', '--log-level', 'warn',
+        '--import',
+        'tsx',
+        join(import.meta.dirname, '../src/main.ts'),
+        '--host',
+        '127.0.0.1',
+        '--port',
+        String(port),
+        '--backends',
+        backendUrls.join(','),
+        '--redis-url',
+        redis.url,
+        '--redis-timeout-ms',
+        '500',
+        '--shutdown-drain-delay-ms',
+        '1000',
+        '--shutdown-grace-ms',
+        '15000',
+        '--log-level',
+        'warn',
       ],
       { stdio: ['ignore', 'ignore', 'pipe'], cwd: join(import.meta.dirname, '../../..') },
     );
@@ -171,7 +208,9 @@ describe('router graceful shutdown', () => {
       expect(text).not.toContain('ROUTER_ERR_');
       expect(await exited).toBe(0);
       const exitedMs = performance.now() - signalledAt;
-      console.info(`SIGTERM → /readyz 503 in ${readinessOffMs.toFixed(0)} ms, process exited 0 after ${exitedMs.toFixed(0)} ms (drain delay 1000 ms)`);
+      console.info(
+        `SIGTERM → /readyz 503 in ${readinessOffMs.toFixed(0)} ms, process exited 0 after ${exitedMs.toFixed(0)} ms (drain delay 1000 ms)`,
+      );
       expect(exitedMs).toBeGreaterThanOrEqual(900);
       expect(await redisInflight()).toEqual({ counted: 0, leases: 0 });
     } finally {
@@ -186,7 +225,11 @@ function chat(url: string, options: { max_tokens: number; stream?: boolean }): P
   return fetch(`${url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `shutdown test ${Math.random()}` }], ...options }),
+    body: JSON.stringify({
+      model: MODEL,
+      messages: [{ role: 'user', content: `shutdown test ${Math.random()}` }],
+      ...options,
+    }),
   });
 }
 
@@ -201,17 +244,41 @@ async function readRest(reader: ReadableStreamDefaultReader<Uint8Array>): Promis
 }
 
 /** One non-streaming chat over node:http with `agent` (keep-alive): status, Connection header, the client's local port. */
-function nodeChat(url: string, agent: Agent): Promise<{ status: number; connection: string | undefined; localPort: number | undefined; socketClosed: Promise<void> }> {
+function nodeChat(
+  url: string,
+  agent: Agent,
+): Promise<{
+  status: number;
+  connection: string | undefined;
+  localPort: number | undefined;
+  socketClosed: Promise<void>;
+}> {
   const body = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'keep-alive' }], max_tokens: 3 });
   return new Promise((resolve, reject) => {
-    const request = httpRequest(`${url}/v1/chat/completions`, { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (response: IncomingMessage) => {
-      const socket = response.socket;
-      const socketClosed = new Promise<void>((resolveClosed) => (socket.destroyed ? resolveClosed() : socket.once('close', () => resolveClosed())));
-      response.resume();
-      response.once('end', () => resolve({ status: response.statusCode ?? 0, connection: response.headers.connection, localPort: socket.localPort, socketClosed }));
-    });
+    const request = httpRequest(
+      `${url}/v1/chat/completions`,
+      {
+        method: 'POST',
+        agent,
+        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      },
+      (response: IncomingMessage) => {
+        const socket = response.socket;
+        const socketClosed = new Promise<void>((resolveClosed) =>
+          socket.destroyed ? resolveClosed() : socket.once('close', () => resolveClosed()),
+        );
+        response.resume();
+        response.once('end', () =>
+          resolve({
+            status: response.statusCode ?? 0,
+            connection: response.headers.connection,
+            localPort: socket.localPort,
+            socketClosed,
+          }),
+        );
+      },
+    );
     request.once('error', reject);
     request.end(body);
   });
 }
-

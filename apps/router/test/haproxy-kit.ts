@@ -30,7 +30,8 @@ export interface RunningHaproxy {
  * picks a server per connection, and 60 s client/server timeouts outlast any streamed response.
  */
 export function startHaproxy(options: HaproxyOptions): RunningHaproxy {
-  if (spawnSync(HAPROXY, ['-v']).status !== 0) throw new Error(`${HAPROXY} does not run: install haproxy (npm run test:system does)`);
+  if (spawnSync(HAPROXY, ['-v']).status !== 0)
+    throw new Error(`${HAPROXY} does not run: install haproxy (npm run test:system does)`);
   const configDir = mkdtempSync(join(tmpdir(), 'kvroute-haproxy-'));
   const configPath = join(configDir, 'haproxy.cfg');
   const config = [

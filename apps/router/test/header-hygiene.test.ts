@@ -17,7 +17,14 @@ import { AddBackendBody } from '../src/routes/admin-routes';
  * hop-by-hop headers fetch will not send.
  */
 const MODEL = 'test-model';
-const CHAT_BODY = { id: 'chatcmpl-1', object: 'chat.completion', created: 0, model: MODEL, choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }], usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } };
+const CHAT_BODY = {
+  id: 'chatcmpl-1',
+  object: 'chat.completion',
+  created: 0,
+  model: MODEL,
+  choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }],
+  usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
+};
 
 interface Recorded {
   readonly method: string;
@@ -56,13 +63,17 @@ class RecordingBackend {
     request.resume();
     request.on('end', () => {
       if (this.requiredKey !== null && request.headers.authorization !== `Bearer ${this.requiredKey}`) {
-        response.writeHead(401, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'Unauthorized', type: 'invalid_request_error', code: 401 } }));
+        response
+          .writeHead(401, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ error: { message: 'Unauthorized', type: 'invalid_request_error', code: 401 } }));
         return;
       }
       // What an engine (or a gateway beside it) may add: none of it is the client's business.
       const upstreamOnly = { server: 'uvicorn', 'set-cookie': ['engine_session=s3cr3t; HttpOnly', 'affinity=b1'] };
       if (request.url === '/v1/models') {
-        response.writeHead(200, { 'content-type': 'application/json', ...upstreamOnly }).end(JSON.stringify({ object: 'list', data: [{ id: MODEL, object: 'model' }] }));
+        response
+          .writeHead(200, { 'content-type': 'application/json', ...upstreamOnly })
+          .end(JSON.stringify({ object: 'list', data: [{ id: MODEL, object: 'model' }] }));
         return;
       }
       response.writeHead(200, { 'content-type': 'application/json', ...upstreamOnly }).end(JSON.stringify(CHAT_BODY));
@@ -81,10 +92,20 @@ function keyFile(name: string, key: string): string {
 }
 
 /** A router with its logs captured (every line, debug level) to check no key reaches them. */
-async function startRouter(config: Record<string, unknown>, env: Record<string, string> = {}): Promise<{ router: RouterServer; url: string; logs: () => string }> {
+async function startRouter(
+  config: Record<string, unknown>,
+  env: Record<string, string> = {},
+): Promise<{ router: RouterServer; url: string; logs: () => string }> {
   const lines: string[] = [];
-  const logger = createLogger({ service: 'kvroute-router', level: 'debug', destination: { write: (line: string) => void lines.push(line) } });
-  const router = await createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, retryBackoffMs: 1, logLevel: 'debug', ...config }), { logger, env });
+  const logger = createLogger({
+    service: 'kvroute-router',
+    level: 'debug',
+    destination: { write: (line: string) => void lines.push(line) },
+  });
+  const router = await createRouterServer(
+    RouterConfig.parse({ host: '127.0.0.1', port: 0, retryBackoffMs: 1, logLevel: 'debug', ...config }),
+    { logger, env },
+  );
   const url = await router.listen();
   return { router, url, logs: () => lines.join('') };
 }
@@ -101,7 +122,20 @@ async function waitForStatus(url: string, status: number, timeoutMs = 5_000): Pr
 }
 
 /** What a backend must never see of the client's (`authorization` is checked apart: it gets the upstream key). */
-const CLIENT_ONLY_HEADERS = ['x-api-key', 'api-key', 'cookie', 'proxy-authorization', 'proxy-connection', 'proxy-x-anything', 'keep-alive', 'te', 'trailer', 'x-hop-secret', 'forwarded', 'x-real-ip'];
+const CLIENT_ONLY_HEADERS = [
+  'x-api-key',
+  'api-key',
+  'cookie',
+  'proxy-authorization',
+  'proxy-connection',
+  'proxy-x-anything',
+  'keep-alive',
+  'te',
+  'trailer',
+  'x-hop-secret',
+  'forwarded',
+  'x-real-ip',
+];
 
 /** `Connection` at the backend is the router's own hop (undici's keep-alive), never the client's tokens. */
 function expectOnlyTheRoutersConnection(headers: IncomingHttpHeaders): void {
@@ -139,7 +173,9 @@ describe('header hygiene through the router, against a recording backend', () =>
         'x-real-ip': '203.0.113.7',
       },
     });
-    const { data, response } = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hello' }] }).withResponse();
+    const { data, response } = await client.chat.completions
+      .create({ model: MODEL, messages: [{ role: 'user', content: 'hello' }] })
+      .withResponse();
     expect(data.choices[0]?.message.content).toBe('hi');
 
     const [received] = backend.generations();
@@ -240,11 +276,15 @@ describe('upstream keys: where they come from and who gets them', () => {
 
   it('the fleet key from an environment variable reaches every configured backend, and turns /readyz 200', async () => {
     const [first, second] = [await keyedBackend(), await keyedBackend()];
-    const { router, url } = await startRouter({ backends: [first?.url, second?.url], upstreamApiKeyEnv: 'TEST_FLEET_KEY' }, { TEST_FLEET_KEY: key });
+    const { router, url } = await startRouter(
+      { backends: [first?.url, second?.url], upstreamApiKeyEnv: 'TEST_FLEET_KEY' },
+      { TEST_FLEET_KEY: key },
+    );
     routers.push(router);
     await waitForStatus(`${url}/readyz`, 200);
     expect(router.registry.backends.map((backend) => router.registry.modelsOf(backend.id))).toEqual([[MODEL], [MODEL]]);
-    for (const backend of [first, second]) expect(backend?.requests.every((request) => request.headers.authorization === `Bearer ${key}`)).toBe(true);
+    for (const backend of [first, second])
+      expect(backend?.requests.every((request) => request.headers.authorization === `Bearer ${key}`)).toBe(true);
   });
 
   it('a backend added at run time gets the fleet key only when upstreamApiKeyForAddedBackends says so', async () => {
@@ -253,10 +293,15 @@ describe('upstream keys: where they come from and who gets them', () => {
     const closed = await startRouter({ backends: [configured?.url], upstreamApiKeyFile: fleetKeyFile });
     routers.push(closed.router);
     closed.router.registry.add({ url: added?.url ?? '', weight: 1 });
-    const open = await startRouter({ backends: [configured?.url], upstreamApiKeyFile: fleetKeyFile, upstreamApiKeyForAddedBackends: true });
+    const open = await startRouter({
+      backends: [configured?.url],
+      upstreamApiKeyFile: fleetKeyFile,
+      upstreamApiKeyForAddedBackends: true,
+    });
     routers.push(open.router);
     open.router.registry.add({ url: addedOptedIn?.url ?? '', weight: 1 });
-    const discoveryOf = (backend: RecordingBackend | undefined) => backend?.requests.find((request) => request.url === '/v1/models');
+    const discoveryOf = (backend: RecordingBackend | undefined) =>
+      backend?.requests.find((request) => request.url === '/v1/models');
     await waitForValue(() => discoveryOf(added) !== undefined && discoveryOf(addedOptedIn) !== undefined);
     expect(discoveryOf(added)?.headers.authorization).toBeUndefined();
     expect(discoveryOf(addedOptedIn)?.headers.authorization).toBe(`Bearer ${key}`);
@@ -264,13 +309,25 @@ describe('upstream keys: where they come from and who gets them', () => {
 
   it('fails the start when a named key file or variable cannot be read, naming the source and not a key', async () => {
     const missing = join(tempDir, 'no-such.key');
-    await expect(createRouterServer(RouterConfig.parse({ port: 0, backends: ['http://127.0.0.1:9'], upstreamApiKeyFile: missing }), { logger: false })).rejects.toThrow(missing);
-    await expect(createRouterServer(RouterConfig.parse({ port: 0, backends: [{ url: 'http://127.0.0.1:9', apiKeyEnv: 'UNSET_KEY_VAR' }] }), { logger: false, env: {} })).rejects.toThrow('UNSET_KEY_VAR');
+    await expect(
+      createRouterServer(
+        RouterConfig.parse({ port: 0, backends: ['http://127.0.0.1:9'], upstreamApiKeyFile: missing }),
+        { logger: false },
+      ),
+    ).rejects.toThrow(missing);
+    await expect(
+      createRouterServer(
+        RouterConfig.parse({ port: 0, backends: [{ url: 'http://127.0.0.1:9', apiKeyEnv: 'UNSET_KEY_VAR' }] }),
+        { logger: false, env: {} },
+      ),
+    ).rejects.toThrow('UNSET_KEY_VAR');
   });
 
   it('the admin API cannot name a key file or variable for a backend it adds', () => {
     expect(AddBackendBody.safeParse({ url: 'http://127.0.0.1:9', apiKeyFile: '/etc/shadow' }).success).toBe(false);
-    expect(AddBackendBody.safeParse({ url: 'http://127.0.0.1:9', apiKeyEnv: 'KVROUTE_ADMIN_TOKEN' }).success).toBe(false);
+    expect(AddBackendBody.safeParse({ url: 'http://127.0.0.1:9', apiKeyEnv: 'KVROUTE_ADMIN_TOKEN' }).success).toBe(
+      false,
+    );
   });
 });
 

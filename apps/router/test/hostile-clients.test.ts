@@ -65,7 +65,8 @@ const ROUTER_ENV: Record<string, string> = {
   shutdownGraceMs: '1000',
 };
 
-const chatBody = (content = 'hi') => JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 2 });
+const chatBody = (content = 'hi') =>
+  JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 2 });
 
 describe('hostile clients (issue 12, acceptance 3)', () => {
   let redis: TestRedis;
@@ -77,7 +78,8 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
     engine = await CountingEngine.start();
     router = await RouterProcess.start({ backendUrl: engine.url, redisUrl: redis.url, env: ROUTER_ENV });
     // A router in service is warm: a few ordinary requests first, so no case pays for compiling code paths.
-    for (let index = 0; index < 20; index++) await postJson(`${router.url}/v1/chat/completions`, chatBody(`warm-up ${index}`));
+    for (let index = 0; index < 20; index++)
+      await postJson(`${router.url}/v1/chat/completions`, chatBody(`warm-up ${index}`));
     await router.watchHealthz().stopAfter(500);
   }, 60_000);
   afterAll(async () => {
@@ -101,13 +103,26 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
   }
 
   /** Every /healthz answered in time, and in-flight back at 0 (with the router's log lines meanwhile, which say why not: degraded flips). */
-  async function expectSettled(outcome: { health: HealthzReport; logsFrom: number }, healthzMaxMs = HEALTHZ_MAX_MS): Promise<void> {
+  async function expectSettled(
+    outcome: { health: HealthzReport; logsFrom: number },
+    healthzMaxMs = HEALTHZ_MAX_MS,
+  ): Promise<void> {
     const { health } = outcome;
-    console.info(`[hostile] slowest /healthz ${health.maxMs} ms of ${health.polls} polls (test process stalled ${health.testLoopDelayMaxMs} ms at most; bound ${Math.round(healthzMaxMs)} ms)`);
+    console.info(
+      `[hostile] slowest /healthz ${health.maxMs} ms of ${health.polls} polls (test process stalled ` +
+        `${health.testLoopDelayMaxMs} ms at most; bound ${Math.round(healthzMaxMs)} ms)`,
+    );
     expect.soft(health.failures, '/healthz polls that failed').toEqual([]);
-    expect.soft(health.maxMs, `slowest /healthz of ${health.polls}, ms (this test process stalled ${health.testLoopDelayMaxMs} ms at most)`).toBeLessThan(healthzMaxMs);
+    expect
+      .soft(
+        health.maxMs,
+        `slowest /healthz of ${health.polls}, ms (this test process stalled ${health.testLoopDelayMaxMs} ms at most)`,
+      )
+      .toBeLessThan(healthzMaxMs);
     const lines = await router.logsSince(outcome.logsFrom, ['info', 'warn', 'error', 'fatal']);
-    expect.soft(await router.inflight(), `in flight after the case; router log lines meanwhile: ${JSON.stringify(lines)}`).toBe(0);
+    expect
+      .soft(await router.inflight(), `in flight after the case; router log lines meanwhile: ${JSON.stringify(lines)}`)
+      .toBe(0);
   }
 
   it('a. 200,000 invalid messages: a small OpenAI-shaped 400, fast, without growing RSS', async () => {
@@ -124,10 +139,18 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
     });
     const { answer, elapsedMs, rssGrowth } = outcome.result;
     const responseBytes = answer.body;
-    console.info(`[hostile a] ${answer.status}, ${responseBytes.length} B in ${elapsedMs.toFixed(0)} ms, router peak RSS +${(rssGrowth / 1e6).toFixed(1)} MB`);
+    console.info(
+      `[hostile a] ${answer.status}, ${responseBytes.length} B in ${elapsedMs.toFixed(0)} ms, router peak RSS +${(rssGrowth / 1e6).toFixed(1)} MB`,
+    );
 
     expect.soft(answer.status, answer.error).toBe(400);
-    expect.soft(openAIErrorProblems(responseBytes.subarray(0, 64 * 1024).toString('utf8'), { truncated: responseBytes.length > 64 * 1024 })).toEqual([]);
+    expect
+      .soft(
+        openAIErrorProblems(responseBytes.subarray(0, 64 * 1024).toString('utf8'), {
+          truncated: responseBytes.length > 64 * 1024,
+        }),
+      )
+      .toEqual([]);
     expect.soft(responseBytes.length, 'response bytes').toBeLessThanOrEqual(BAD_INPUT_MAX_RESPONSE_BYTES);
     expect.soft(elapsedMs, 'ms to the whole 400').toBeLessThan(BAD_INPUT_MAX_MS);
     expect.soft(rssGrowth, 'router peak RSS growth, bytes').toBeLessThan(MAX_RSS_GROWTH_BYTES);
@@ -136,70 +159,143 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
   }, 30_000);
 
   it.each([
-    ['tools', (deep: string) => `{"model":"${MODEL}","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":${deep}}}]}`],
-    ['a content part', (deep: string) => `{"model":"${MODEL}","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":${deep}}]}]}`],
-    ['an unknown top-level field', (deep: string) => `{"model":"${MODEL}","messages":[{"role":"user","content":"hi"}],"x_extension":${deep}}`],
-  ])('b. 20,000-deep nesting in %s: a 400, nothing forwarded, no error-level log', async (_where, bodyWith) => {
-    // 20,000 nested arrays: 40 KB.
-    const body = bodyWith('['.repeat(20_000) + ']'.repeat(20_000));
-    const forwardedBefore = engine.received;
-    const outcome = await watched(() => postJson(`${router.url}/v1/chat/completions`, body));
-    const answer = outcome.result;
+    [
+      'tools',
+      (deep: string) =>
+        `{"model":"${MODEL}","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":${deep}}}]}`,
+    ],
+    [
+      'a content part',
+      (deep: string) =>
+        `{"model":"${MODEL}","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":${deep}}]}]}`,
+    ],
+    [
+      'an unknown top-level field',
+      (deep: string) => `{"model":"${MODEL}","messages":[{"role":"user","content":"hi"}],"x_extension":${deep}}`,
+    ],
+  ])(
+    'b. 20,000-deep nesting in %s: a 400, nothing forwarded, no error-level log',
+    async (_where, bodyWith) => {
+      // 20,000 nested arrays: 40 KB.
+      const body = bodyWith('['.repeat(20_000) + ']'.repeat(20_000));
+      const forwardedBefore = engine.received;
+      const outcome = await watched(() => postJson(`${router.url}/v1/chat/completions`, body));
+      const answer = outcome.result;
 
-    expect.soft(answer.status, answer.error).toBe(400);
-    expect.soft(openAIErrorProblems(answer.body.toString('utf8'))).toEqual([]);
-    expect.soft(engine.received - forwardedBefore, 'requests forwarded').toBe(0);
-    expect.soft(await router.logsSince(outcome.logsFrom, ['error', 'fatal']), 'error-level log lines').toEqual([]);
-    await expectSettled(outcome);
-  }, 30_000);
+      expect.soft(answer.status, answer.error).toBe(400);
+      expect.soft(openAIErrorProblems(answer.body.toString('utf8'))).toEqual([]);
+      expect.soft(engine.received - forwardedBefore, 'requests forwarded').toBe(0);
+      expect.soft(await router.logsSince(outcome.logsFrom, ['error', 'fatal']), 'error-level log lines').toEqual([]);
+      await expectSettled(outcome);
+    },
+    30_000,
+  );
 
   it.each<[string, string, () => Buffer, string]>([
-    ['200,000 invalid Messages messages', '/v1/messages', () => Buffer.from(`{"model":"${MODEL}","max_tokens":4,"messages":[${'{"role":1},'.repeat(199_999)}{"role":1}]}`), 'application/json'],
-    ['20,000-deep nesting in a Messages tool_use block', '/v1/messages', () => Buffer.from(`{"model":"${MODEL}","max_tokens":4,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":${'['.repeat(20_000)}${']'.repeat(20_000)}}]}]}`), 'application/json'],
-    ['a 100,000-part form to an audio endpoint', '/v1/audio/transcriptions', () => Buffer.from(`${'--b\r\nContent-Disposition: form-data; name="x"\r\n\r\nv\r\n'.repeat(100_000)}--b--\r\n`), 'multipart/form-data; boundary=b'],
-    ['a form whose part headers never end', '/v1/audio/translations', () => Buffer.from(`--b\r\nContent-Disposition: form-data; name="file"\r\n${'X-Pad: a\r\n'.repeat(200_000)}`), 'multipart/form-data; boundary=b'],
-  ])('a2. %s: a small OpenAI-shaped 400, fast, nothing forwarded', async (_what, path, bodyOf, contentType) => {
-    const body = bodyOf();
-    await router.idle();
-    const forwardedBefore = engine.received;
-    const outcome = await watched(async () => {
-      const started = performance.now();
-      const answer = await postJson(`${router.url}${path}`, body, 10_000, contentType);
-      return { answer, elapsedMs: performance.now() - started };
-    });
-    const { answer, elapsedMs } = outcome.result;
-    console.info(`[hostile a2] ${answer.status}, ${answer.body.length} B in ${elapsedMs.toFixed(0)} ms (${(body.length / 1e6).toFixed(1)} MB sent)`);
-    expect.soft(answer.status, answer.error).toBe(400);
-    expect.soft(openAIErrorProblems(answer.body.toString('utf8'))).toEqual([]);
-    expect.soft(answer.body.length, 'response bytes').toBeLessThanOrEqual(BAD_INPUT_MAX_RESPONSE_BYTES);
-    expect.soft(elapsedMs, 'ms to the whole 400').toBeLessThan(BAD_INPUT_MAX_MS);
-    expect.soft(engine.received - forwardedBefore, 'requests forwarded').toBe(0);
-    await expectSettled(outcome);
-  }, 30_000);
+    [
+      '200,000 invalid Messages messages',
+      '/v1/messages',
+      () => Buffer.from(`{"model":"${MODEL}","max_tokens":4,"messages":[${'{"role":1},'.repeat(199_999)}{"role":1}]}`),
+      'application/json',
+    ],
+    [
+      '20,000-deep nesting in a Messages tool_use block',
+      '/v1/messages',
+      () =>
+        Buffer.from(
+          `{"model":"${MODEL}","max_tokens":4,"messages":[{"role":"assistant","content":[{"type":"tool_use",` +
+            `"id":"t","name":"f","input":${'['.repeat(20_000)}${']'.repeat(20_000)}}]}]}`,
+        ),
+      'application/json',
+    ],
+    [
+      'a 100,000-part form to an audio endpoint',
+      '/v1/audio/transcriptions',
+      () => Buffer.from(`${'--b\r\nContent-Disposition: form-data; name="x"\r\n\r\nv\r\n'.repeat(100_000)}--b--\r\n`),
+      'multipart/form-data; boundary=b',
+    ],
+    [
+      'a form whose part headers never end',
+      '/v1/audio/translations',
+      () => Buffer.from(`--b\r\nContent-Disposition: form-data; name="file"\r\n${'X-Pad: a\r\n'.repeat(200_000)}`),
+      'multipart/form-data; boundary=b',
+    ],
+  ])(
+    'a2. %s: a small OpenAI-shaped 400, fast, nothing forwarded',
+    async (_what, path, bodyOf, contentType) => {
+      const body = bodyOf();
+      await router.idle();
+      const forwardedBefore = engine.received;
+      const outcome = await watched(async () => {
+        const started = performance.now();
+        const answer = await postJson(`${router.url}${path}`, body, 10_000, contentType);
+        return { answer, elapsedMs: performance.now() - started };
+      });
+      const { answer, elapsedMs } = outcome.result;
+      console.info(
+        `[hostile a2] ${answer.status}, ${answer.body.length} B in ${elapsedMs.toFixed(0)} ms (${(body.length / 1e6).toFixed(1)} MB sent)`,
+      );
+      expect.soft(answer.status, answer.error).toBe(400);
+      expect.soft(openAIErrorProblems(answer.body.toString('utf8'))).toEqual([]);
+      expect.soft(answer.body.length, 'response bytes').toBeLessThanOrEqual(BAD_INPUT_MAX_RESPONSE_BYTES);
+      expect.soft(elapsedMs, 'ms to the whole 400').toBeLessThan(BAD_INPUT_MAX_MS);
+      expect.soft(engine.received - forwardedBefore, 'requests forwarded').toBe(0);
+      await expectSettled(outcome);
+    },
+    30_000,
+  );
 
   it('c. 20 slow bodies are each cut within the body timeout with a 408, while 20 normal requests get 200', async () => {
     await router.idle();
     const rssBefore = router.rssBytes();
     // Headers and the start of a 1,000-byte body, then silence.
-    const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model":"${MODEL}","messages":[`;
+    const head =
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ` +
+      `1000\r\n\r\n{"model":"${MODEL}","messages":[`;
     const outcome = await watched(async () => {
-      const slow = Array.from({ length: 20 }, () => rawExchange(router.port, head, { timeoutMs: REQUEST_BODY_TIMEOUT_MS + BODY_TIMEOUT_ALLOWANCE_MS + 2_000 }));
+      const slow = Array.from({ length: 20 }, () =>
+        rawExchange(router.port, head, { timeoutMs: REQUEST_BODY_TIMEOUT_MS + BODY_TIMEOUT_ALLOWANCE_MS + 2_000 }),
+      );
       await new Promise((resolve) => setTimeout(resolve, 100));
-      const normal = await Promise.all(Array.from({ length: 20 }, async (_, index) => (await postJson(`${router.url}/v1/chat/completions`, chatBody(`normal ${index}`))).status));
+      const normal = await Promise.all(
+        Array.from(
+          { length: 20 },
+          async (_, index) => (await postJson(`${router.url}/v1/chat/completions`, chatBody(`normal ${index}`))).status,
+        ),
+      );
       return { normal, exchanges: await Promise.all(slow) };
     });
     const { normal, exchanges } = outcome.result;
     const rssGrowth = router.rssBytes() - rssBefore;
-    console.info(`[hostile c] slow bodies closed after ${exchanges.map((exchange) => Math.round(exchange.closedAfterMs)).sort((x, y) => x - y).join(', ')} ms; RSS +${(rssGrowth / 1e6).toFixed(1)} MB`);
+    console.info(
+      `[hostile c] slow bodies closed after ${exchanges
+        .map((exchange) => Math.round(exchange.closedAfterMs))
+        .sort((x, y) => x - y)
+        .join(', ')} ms; RSS +${(rssGrowth / 1e6).toFixed(1)} MB`,
+    );
 
     expect.soft(normal, 'statuses of the normal requests').toEqual(Array.from({ length: 20 }, () => 200));
-    const cutLate = exchanges.filter((exchange) => !exchange.closedByServer || exchange.closedAfterMs > REQUEST_BODY_TIMEOUT_MS + BODY_TIMEOUT_ALLOWANCE_MS);
-    expect.soft(
-      cutLate.map((exchange) => (exchange.closedByServer ? `closed after ${Math.round(exchange.closedAfterMs)} ms` : `still open after ${Math.round(exchange.closedAfterMs)} ms`)),
-      `slow bodies not closed within ${REQUEST_BODY_TIMEOUT_MS} ms (+${BODY_TIMEOUT_ALLOWANCE_MS} ms allowance)`,
-    ).toEqual([]);
+    const cutLate = exchanges.filter(
+      (exchange) =>
+        !exchange.closedByServer || exchange.closedAfterMs > REQUEST_BODY_TIMEOUT_MS + BODY_TIMEOUT_ALLOWANCE_MS,
+    );
+    expect
+      .soft(
+        cutLate.map((exchange) =>
+          exchange.closedByServer
+            ? `closed after ${Math.round(exchange.closedAfterMs)} ms`
+            : `still open after ${Math.round(exchange.closedAfterMs)} ms`,
+        ),
+        `slow bodies not closed within ${REQUEST_BODY_TIMEOUT_MS} ms (+${BODY_TIMEOUT_ALLOWANCE_MS} ms allowance)`,
+      )
+      .toEqual([]);
     const answers = exchanges.map((exchange) => parseHttpResponse(exchange.received));
-    expect.soft(answers.map((answer) => answer?.status ?? 'no response'), 'what each slow body got').toEqual(Array.from({ length: 20 }, () => 408));
+    expect
+      .soft(
+        answers.map((answer) => answer?.status ?? 'no response'),
+        'what each slow body got',
+      )
+      .toEqual(Array.from({ length: 20 }, () => 408));
     const first = answers[0];
     if (first) expect.soft(openAIErrorProblems(first.body)).toEqual([]);
     expect.soft(rssGrowth, 'router RSS growth after the case, bytes').toBeLessThan(MAX_RSS_GROWTH_BYTES);
@@ -208,28 +304,42 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
 
   const okJson = chatBody('framing');
   const post = (path: string, extraHeaders = '', body = okJson) =>
-    `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+    `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ` +
+    `${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
   it.each<[string, string, readonly number[]]>([
-    ['Content-Length with Transfer-Encoding', `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, []],
-    ['two different Content-Lengths', `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}x`, []],
+    [
+      'Content-Length with Transfer-Encoding',
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ` +
+        `5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+      [],
+    ],
+    [
+      'two different Content-Lengths',
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}x`,
+      [],
+    ],
     ['a 20 KB header', post('/v1/chat/completions', `X-Padding: ${'a'.repeat(20 * 1024)}\r\n`), []],
     ['a malformed request line', 'THIS IS NOT HTTP\r\n\r\n', []],
     ['POST /v1/../x', post('/v1/../x'), [400, 404]],
     ['POST /v1/%2e%2e/x', post('/v1/%2e%2e/x'), [400, 404]],
     ['POST /v1//chat/completions', post('/v1//chat/completions'), [400, 404]],
-  ])('d. %s: an OpenAI-shaped 4xx with a ROUTER_ERR_* code, nothing forwarded', async (_attack, payload, statuses) => {
-    const forwardedBefore = engine.received;
-    const outcome = await watched(() => rawExchange(router.port, payload, { timeoutMs: 5_000 }));
-    const exchange = outcome.result;
+  ])(
+    'd. %s: an OpenAI-shaped 4xx with a ROUTER_ERR_* code, nothing forwarded',
+    async (_attack, payload, statuses) => {
+      const forwardedBefore = engine.received;
+      const outcome = await watched(() => rawExchange(router.port, payload, { timeoutMs: 5_000 }));
+      const exchange = outcome.result;
 
-    const answer = parseHttpResponse(exchange.received);
-    const status = answer?.status ?? 0;
-    if (statuses.length > 0) expect.soft(statuses, `status ${status}`).toContain(status);
-    else expect.soft(status >= 400 && status < 500, `status ${status}: a 4xx`).toBe(true);
-    expect.soft(openAIErrorProblems(answer?.body ?? '')).toEqual([]);
-    expect.soft(engine.received - forwardedBefore, 'requests forwarded').toBe(0);
-    await expectSettled(outcome);
-  }, 30_000);
+      const answer = parseHttpResponse(exchange.received);
+      const status = answer?.status ?? 0;
+      if (statuses.length > 0) expect.soft(statuses, `status ${status}`).toContain(status);
+      else expect.soft(status >= 400 && status < 500, `status ${status}: a 4xx`).toBe(true);
+      expect.soft(openAIErrorProblems(answer?.body ?? '')).toEqual([]);
+      expect.soft(engine.received - forwardedBefore, 'requests forwarded').toBe(0);
+      await expectSettled(outcome);
+    },
+    30_000,
+  );
 
   it('e. 10 streams sent with one X-Request-Id count 10 in flight, then 0, and each echoes the id', async () => {
     const requestId = 'one-id-for-ten-streams';
@@ -241,7 +351,12 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
             request(`${router.url}/v1/chat/completions`, {
               method: 'POST',
               headers: { 'content-type': 'application/json', 'x-request-id': requestId },
-              body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `stream ${index}` }], stream: true, max_tokens: 1000 }),
+              body: JSON.stringify({
+                model: MODEL,
+                messages: [{ role: 'user', content: `stream ${index}` }],
+                stream: true,
+                max_tokens: 1000,
+              }),
               headersTimeout: 10_000,
             }),
           ),
@@ -263,8 +378,12 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
       }
     });
 
-    expect.soft(outcome.result.responses.map((response) => response.statusCode)).toEqual(Array.from({ length: 10 }, () => 200));
-    expect.soft(outcome.result.responses.map((response) => response.headers['x-request-id'])).toEqual(Array.from({ length: 10 }, () => requestId));
+    expect
+      .soft(outcome.result.responses.map((response) => response.statusCode))
+      .toEqual(Array.from({ length: 10 }, () => 200));
+    expect
+      .soft(outcome.result.responses.map((response) => response.headers['x-request-id']))
+      .toEqual(Array.from({ length: 10 }, () => requestId));
     expect.soft(outcome.result.streamsHeld, 'streams open at the engine').toBe(10);
     expect.soft(outcome.result.inflightSeen, 'in flight while the ten streams run').toBe(10);
     await expectSettled(outcome);
@@ -274,7 +393,11 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
     // Built as Buffers (outside the JS heap), so this process's own GC has nothing large to move during the case.
     const text = bigPromptText(BIG_PROMPT_BYTES);
     const bigBodies = [1, 2, 3].map((index) =>
-      Buffer.concat([Buffer.from(`{"model":"${MODEL}","messages":[{"role":"user","content":"Document ${index}. `), text, Buffer.from('"}],"max_tokens":2}')]),
+      Buffer.concat([
+        Buffer.from(`{"model":"${MODEL}","messages":[{"role":"user","content":"Document ${index}. `),
+        text,
+        Buffer.from('"}],"max_tokens":2}'),
+      ]),
     );
     const admin = createRedis(redis.url, 'worker');
     try {
@@ -287,7 +410,11 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
         // Open loop at 50 req/s: one small request every 20 ms, whatever the answers take.
         const backgroundLoop = (async () => {
           for (let index = 0; sending; index++) {
-            background.push(postJson(`${router.url}/v1/chat/completions`, chatBody(`background ${index % 10}`)).then((answer) => answer.status));
+            background.push(
+              postJson(`${router.url}/v1/chat/completions`, chatBody(`background ${index % 10}`)).then(
+                (answer) => answer.status,
+              ),
+            );
             await new Promise((resolve) => setTimeout(resolve, 20));
           }
         })();
@@ -300,7 +427,8 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
         })();
         const bigStatuses: number[] = [];
         try {
-          for (const body of bigBodies) bigStatuses.push((await postJson(`${router.url}/v1/chat/completions`, body, 30_000)).status);
+          for (const body of bigBodies)
+            bigStatuses.push((await postJson(`${router.url}/v1/chat/completions`, body, 30_000)).status);
           await new Promise((resolve) => setTimeout(resolve, 200));
         } finally {
           sending = false;
@@ -310,7 +438,9 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
       });
       const { bigStatuses, backgroundStatuses, degradedSamples } = outcome.result;
       const slowSince = async (): Promise<string[]> =>
-        ((await admin.slowlog('GET', 128)) as SlowlogEntry[]).filter((entry) => entry[2] > REDIS_SLOWLOG_MAX_MICROS).map((entry) => `${String(entry[3][0])} ${String(entry[3][1] ?? '')} took ${entry[2]} µs`);
+        ((await admin.slowlog('GET', 128)) as SlowlogEntry[])
+          .filter((entry) => entry[2] > REDIS_SLOWLOG_MAX_MICROS)
+          .map((entry) => `${String(entry[3][0])} ${String(entry[3][1] ?? '')} took ${entry[2]} µs`);
       // SLOWLOG times a command by the wall clock: on a shared 2-core host a redis-server descheduled for
       // 10 ms shows up as a slow script whatever it did. Bounded work is slow every time; noise is not:
       // when this run logged one, the three big prompts go again (alone), twice, and the bound fails only
@@ -321,14 +451,22 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
         for (const body of bigBodies) await postJson(`${router.url}/v1/chat/completions`, body, 30_000);
         slowRuns.push(await slowSince());
       }
-      if (slowRuns.length > 1) console.info(`[hostile f] SLOWLOG over ${REDIS_SLOWLOG_MAX_MICROS / 1000} ms per run: ${JSON.stringify(slowRuns)}`);
+      if (slowRuns.length > 1)
+        console.info(
+          `[hostile f] SLOWLOG over ${REDIS_SLOWLOG_MAX_MICROS / 1000} ms per run: ${JSON.stringify(slowRuns)}`,
+        );
       const slowCommands = slowRuns.every((run) => run.length > 0) ? slowRuns.flat() : [];
 
       // The engine here accepts any length (it never tokenises), so a big prompt is answered 200 by it;
       // a real engine could answer its own 400 for the context length, which would also pass.
       expect.soft(bigStatuses, 'statuses of the 15 MB prompts').toEqual([200, 200, 200]);
       expect.soft(backgroundStatuses.length, 'background requests sent').toBeGreaterThan(10);
-      expect.soft(backgroundStatuses.filter((status) => status < 200 || status > 299), 'background requests not 2xx').toEqual([]);
+      expect
+        .soft(
+          backgroundStatuses.filter((status) => status < 200 || status > 299),
+          'background requests not 2xx',
+        )
+        .toEqual([]);
       expect.soft(Math.max(0, ...degradedSamples), 'kvroute_router_state_degraded during the case').toBe(0);
       expect.soft(await router.degradedTransitions(), 'transitions to degraded').toBe(degradedBefore);
       expect.soft(slowCommands, `Redis commands over ${REDIS_SLOWLOG_MAX_MICROS / 1000} ms (SLOWLOG)`).toEqual([]);
@@ -343,13 +481,19 @@ describe('hostile clients (issue 12, acceptance 3)', () => {
         });
         healthRuns.push(again.health);
       }
-      if (healthRuns.length > 1) console.info(`[hostile f] slowest /healthz per run: ${healthRuns.map((run) => `${run.maxMs} ms (test process stalled ${run.testLoopDelayMaxMs} ms)`).join(', ')}`);
+      if (healthRuns.length > 1)
+        console.info(
+          `[hostile f] slowest /healthz per run: ${healthRuns.map((run) => `${run.maxMs} ms (test process stalled ${run.testLoopDelayMaxMs} ms)`).join(', ')}`,
+        );
       const fastest = healthRuns.reduce((best, run) => (run.maxMs < best.maxMs ? run : best));
       // The bound scales with this machine: V8 decodes and parses a body each in one step, which no router
       // can split, so /healthz may wait for one of them (and the scheduling around it): 2.5 × the slower of
       // the two as this process times them on a body of the same size, and never less than the acceptance's
       // 100 ms (~50 ms a step on this 2-core machine, more when it is loaded).
-      await expectSettled({ health: { ...fastest, failures: healthRuns.flatMap((run) => run.failures) }, logsFrom: outcome.logsFrom }, Math.max(HEALTHZ_MAX_MS, 2.5 * atomicStepMs(bigBodies[0] as Buffer)));
+      await expectSettled(
+        { health: { ...fastest, failures: healthRuns.flatMap((run) => run.failures) }, logsFrom: outcome.logsFrom },
+        Math.max(HEALTHZ_MAX_MS, 2.5 * atomicStepMs(bigBodies[0] as Buffer)),
+      );
     } finally {
       await quitRedis(admin);
     }
@@ -364,9 +508,20 @@ interface Answer {
 }
 
 /** POSTs a JSON body; a failed request is an answer with status 0, so a case reports it with the rest. */
-async function postJson(url: string, body: string | Buffer, timeoutMs = 10_000, contentType = 'application/json'): Promise<Answer> {
+async function postJson(
+  url: string,
+  body: string | Buffer,
+  timeoutMs = 10_000,
+  contentType = 'application/json',
+): Promise<Answer> {
   try {
-    const response = await request(url, { method: 'POST', headers: { 'content-type': contentType }, body, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+    const response = await request(url, {
+      method: 'POST',
+      headers: { 'content-type': contentType },
+      body,
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+    });
     return { status: response.statusCode, body: Buffer.from(await response.body.arrayBuffer()) };
   } catch (error) {
     return { status: 0, body: Buffer.alloc(0), error: error instanceof Error ? error.message : String(error) };
@@ -387,10 +542,12 @@ function openAIErrorProblems(text: string, options: { truncated?: boolean } = {}
   const error = (parsed as { error?: Record<string, unknown> } | null)?.error;
   if (typeof error !== 'object' || error === null) return [`no error object: ${text.slice(0, 120)}`];
   const problems: string[] = [];
-  if (typeof error['message'] !== 'string' || error['message'] === '') problems.push('error.message is not a non-empty string');
+  if (typeof error['message'] !== 'string' || error['message'] === '')
+    problems.push('error.message is not a non-empty string');
   if (typeof error['type'] !== 'string') problems.push('error.type is not a string');
   if (!('param' in error)) problems.push('error.param is missing');
-  if (typeof error['code'] !== 'string' || !error['code'].startsWith('ROUTER_ERR_')) problems.push(`error.code is ${JSON.stringify(error['code'])}, not a ROUTER_ERR_* code`);
+  if (typeof error['code'] !== 'string' || !error['code'].startsWith('ROUTER_ERR_'))
+    problems.push(`error.code is ${JSON.stringify(error['code'])}, not a ROUTER_ERR_* code`);
   return problems;
 }
 
@@ -411,7 +568,8 @@ function atomicStepMs(body: Buffer): number {
 function bigPromptText(bytes: number): Buffer {
   const text = Buffer.alloc(bytes, ' ');
   let offset = 0;
-  for (let index = 0; offset < bytes; index++) offset += text.write(`Sentence ${index} of a very long document about topic ${index % 97}. `, offset, 'latin1');
+  for (let index = 0; offset < bytes; index++)
+    offset += text.write(`Sentence ${index} of a very long document about topic ${index % 97}. `, offset, 'latin1');
   return text;
 }
 
@@ -452,7 +610,12 @@ class HealthzWatch {
       this.ownLoopDelay.disable();
       await this.client.close();
     }
-    return { polls: this.polls, maxMs: Math.round(this.maxMs), failures: this.failures, testLoopDelayMaxMs: Math.round(this.ownLoopDelay.max / 1e6) };
+    return {
+      polls: this.polls,
+      maxMs: Math.round(this.maxMs),
+      failures: this.failures,
+      testLoopDelayMaxMs: Math.round(this.ownLoopDelay.max / 1e6),
+    };
   }
 
   private async run(): Promise<void> {
@@ -497,10 +660,20 @@ class RouterProcess {
     });
   }
 
-  static async start(options: { backendUrl: string; redisUrl: string; env: Record<string, string> }): Promise<RouterProcess> {
+  static async start(options: {
+    backendUrl: string;
+    redisUrl: string;
+    env: Record<string, string>;
+  }): Promise<RouterProcess> {
     const port = await findFreePort();
     const env: Record<string, string | undefined> = { ...process.env };
-    for (const [key, value] of Object.entries({ host: '127.0.0.1', port: String(port), backends: options.backendUrl, redisUrl: options.redisUrl, ...options.env })) {
+    for (const [key, value] of Object.entries({
+      host: '127.0.0.1',
+      port: String(port),
+      backends: options.backendUrl,
+      redisUrl: options.redisUrl,
+      ...options.env,
+    })) {
       env[toEnvName(key, ROUTER_ENV_PREFIX)] = value;
     }
     const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, '../src/main.ts')], {
@@ -521,7 +694,9 @@ class RouterProcess {
       }, 30_000);
     } catch (error) {
       child.kill('SIGKILL');
-      throw new Error(`the router did not become ready: ${error instanceof Error ? error.message : String(error)}; stderr: ${stderr}`);
+      throw new Error(
+        `the router did not become ready: ${error instanceof Error ? error.message : String(error)}; stderr: ${stderr}`,
+      );
     }
     return router;
   }
@@ -556,7 +731,8 @@ class RouterProcess {
   async inflight(): Promise<number> {
     const text = await this.metrics();
     let total = 0;
-    for (const match of text.matchAll(/^kvroute_router_inflight_requests(?:\{[^}]*\})? (\S+)$/gm)) total += Number(match[1]);
+    for (const match of text.matchAll(/^kvroute_router_inflight_requests(?:\{[^}]*\})? (\S+)$/gm))
+      total += Number(match[1]);
     return total;
   }
 
@@ -565,7 +741,9 @@ class RouterProcess {
   }
 
   async degradedTransitions(): Promise<number> {
-    return Number(/^kvroute_router_state_degraded_transitions_total\{to="degraded"\} (\S+)$/m.exec(await this.metrics())?.[1] ?? 0);
+    return Number(
+      /^kvroute_router_state_degraded_transitions_total\{to="degraded"\} (\S+)$/m.exec(await this.metrics())?.[1] ?? 0,
+    );
   }
 
   /** Until in-flight is 0 (bounded: 5 s; the case's own assertion then reports what is left). */
@@ -652,7 +830,9 @@ class CountingEngine {
 
   private handle(incoming: IncomingMessage, response: ServerResponse): void {
     if (incoming.method === 'GET' && incoming.url === '/v1/models') {
-      response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ object: 'list', data: [{ id: MODEL, object: 'model', owned_by: 'test' }] }));
+      response
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ object: 'list', data: [{ id: MODEL, object: 'model', owned_by: 'test' }] }));
       return;
     }
     this.received++;
@@ -697,7 +877,13 @@ class CountingEngine {
 }
 
 function chunk(content: string, finishReason: string | null): unknown {
-  return { id: 'cmpl-test', object: 'chat.completion.chunk', created: 0, model: MODEL, choices: [{ index: 0, delta: { content }, finish_reason: finishReason }] };
+  return {
+    id: 'cmpl-test',
+    object: 'chat.completion.chunk',
+    created: 0,
+    model: MODEL,
+    choices: [{ index: 0, delta: { content }, finish_reason: finishReason }],
+  };
 }
 
 interface RawExchange {

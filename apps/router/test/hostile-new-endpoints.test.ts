@@ -61,9 +61,20 @@ function raw(baseUrl: string, head: string, body: Buffer | string = ''): Promise
   });
 }
 
-function post(baseUrl: string, path: string, body: Buffer | string, headers: Record<string, string> = {}): Promise<RawAnswer> {
+function post(
+  baseUrl: string,
+  path: string,
+  body: Buffer | string,
+  headers: Record<string, string> = {},
+): Promise<RawAnswer> {
   const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
-  const all: Record<string, string> = { host: 'router', 'content-type': 'application/json', 'content-length': String(bytes.length), connection: 'close', ...headers };
+  const all: Record<string, string> = {
+    host: 'router',
+    'content-type': 'application/json',
+    'content-length': String(bytes.length),
+    connection: 'close',
+    ...headers,
+  };
   const head = `POST ${path} HTTP/1.1\r\n${Object.entries(all)
     .map(([name, value]) => `${name}: ${value}`)
     .join('\r\n')}\r\n\r\n`;
@@ -80,7 +91,9 @@ function expectRouterError(answer: RawAnswer, status?: number): void {
     expect(answer.status).toBeGreaterThanOrEqual(400);
     expect(answer.status).toBeLessThan(500);
   } else expect(answer.status).toBe(status);
-  const parsed = JSON.parse(answer.body) as { error: { message: unknown; type: unknown; param: unknown; code: unknown } };
+  const parsed = JSON.parse(answer.body) as {
+    error: { message: unknown; type: unknown; param: unknown; code: unknown };
+  };
   expect(typeof parsed.error.message).toBe('string');
   expect((parsed.error.message as string).length).toBeGreaterThan(0);
   // Bounded: a message never echoes a hostile megabyte back.
@@ -101,7 +114,11 @@ let cluster: TestCluster;
 beforeAll(async () => {
   cluster = await startTestCluster({
     backends: 2,
-    router: { requestBodyLimitBytes: BODY_LIMIT, multipartBodyLimitBytes: MULTIPART_LIMIT, requestBodyTimeoutMs: BODY_TIMEOUT_MS },
+    router: {
+      requestBodyLimitBytes: BODY_LIMIT,
+      multipartBodyLimitBytes: MULTIPART_LIMIT,
+      requestBodyTimeoutMs: BODY_TIMEOUT_MS,
+    },
   });
 });
 afterAll(() => cluster.close());
@@ -109,7 +126,10 @@ afterAll(() => cluster.close());
 /** Sent to a backend (not refused by the router), whose answer, whatever it is, is no 5xx. */
 function expectForwarded(answer: RawAnswer): void {
   expect(answer.status, answer.body).toBeLessThan(500);
-  expect(cluster.sims.map((sim) => sim.id), answer.body).toContain(answer.headers['x-router-backend']);
+  expect(
+    cluster.sims.map((sim) => sim.id),
+    answer.body,
+  ).toContain(answer.headers['x-router-backend']);
 }
 
 /** Runs a table of bodies against one path: refused with their status, or forwarded and not a 5xx. */
@@ -137,7 +157,11 @@ describe('POST /v1/responses, hostile bodies', () => {
     ['input item role a number', json({ ...ok, input: [{ role: 7, content: 'x' }] }), 400],
     ['input item type a number', json({ ...ok, input: [{ type: 3, content: 'x' }] }), 400],
     ['100k input items', `{"model":"${MODEL}","input":${many('{"role":"user","content":"x"}', 100_000)}}`, 400],
-    ['100k content parts in one item', `{"model":"${MODEL}","input":[{"role":"user","content":${many('{"type":"input_text","text":"x"}', 100_000)}}]}`, 400],
+    [
+      '100k content parts in one item',
+      `{"model":"${MODEL}","input":[{"role":"user","content":${many('{"type":"input_text","text":"x"}', 100_000)}}]}`,
+      400,
+    ],
     ['instructions an array', json({ ...ok, instructions: ['be brief'] }), 400],
     ['instructions a number', json({ ...ok, instructions: 1 }), 400],
     ['tools an object', json({ ...ok, tools: { type: 'function' } }), 400],
@@ -149,7 +173,11 @@ describe('POST /v1/responses, hostile bodies', () => {
     ['previous_response_id with slashes', json({ ...ok, previous_response_id: 'resp/../../admin' }), 400],
     ['previous_response_id a dot-dot', json({ ...ok, previous_response_id: '..' }), 'forwarded'],
     ['previous_response_id unicode', json({ ...ok, previous_response_id: 'résp_é' }), 400],
-    ['previous_response_id a lone surrogate', '{"model":"test-model","input":"x","previous_response_id":"resp_\\ud800"}', 400],
+    [
+      'previous_response_id a lone surrogate',
+      '{"model":"test-model","input":"x","previous_response_id":"resp_\\ud800"}',
+      400,
+    ],
     ['stream a string', json({ ...ok, stream: 'true' }), 400],
     ['store a string', json({ ...ok, store: 'no' }), 400],
     ['max_output_tokens negative', json({ ...ok, max_output_tokens: -1 }), 400],
@@ -162,15 +190,39 @@ describe('POST /v1/responses, hostile bodies', () => {
     ['a JSON array', '[1]', 400],
     ['JSON null', 'null', 400],
     ['truncated JSON', '{"model":"test-model","input":[', 400],
-    ['__proto__ carrying an unvalidated previous_response_id', '{"model":"test-model","input":"x","max_output_tokens":4,"__proto__":{"previous_response_id":"../x"}}', 'forwarded'],
-    ['constructor and prototype keys', '{"model":"test-model","input":"x","max_output_tokens":4,"constructor":{"prototype":{"polluted":true}}}', 'forwarded'],
-    ['invalid UTF-8 in a string', Buffer.concat([Buffer.from('{"model":"test-model","max_output_tokens":4,"input":"'), Buffer.from([0xff, 0xfe, 0xc3]), Buffer.from('"}')]).toString('latin1'), 'forwarded'],
+    [
+      '__proto__ carrying an unvalidated previous_response_id',
+      '{"model":"test-model","input":"x","max_output_tokens":4,"__proto__":{"previous_response_id":"../x"}}',
+      'forwarded',
+    ],
+    [
+      'constructor and prototype keys',
+      '{"model":"test-model","input":"x","max_output_tokens":4,"constructor":{"prototype":{"polluted":true}}}',
+      'forwarded',
+    ],
+    [
+      'invalid UTF-8 in a string',
+      Buffer.concat([
+        Buffer.from('{"model":"test-model","max_output_tokens":4,"input":"'),
+        Buffer.from([0xff, 0xfe, 0xc3]),
+        Buffer.from('"}'),
+      ]).toString('latin1'),
+      'forwarded',
+    ],
     ['a lone surrogate in input', '{"model":"test-model","max_output_tokens":4,"input":"a\\udc00b"}', 'forwarded'],
     // Parsed and validated in full, then refused: what a megabyte costs the router (not the sim's prefill of it).
-    ['a 1M-character input string beside a bad field', json({ ...ok, input: 'x'.repeat(1_000_000), stream: 'yes' }), 400],
+    [
+      'a 1M-character input string beside a bad field',
+      json({ ...ok, input: 'x'.repeat(1_000_000), stream: 'yes' }),
+      400,
+    ],
     ['1M-character instructions of the wrong type', json({ ...ok, instructions: ['x'.repeat(1_000_000)] }), 400],
     ['a custom role', json({ ...ok, input: [{ role: 'ipython', content: 'x' }] }), 'forwarded'],
-    ['an item of an unknown type', json({ ...ok, input: [{ type: 'mystery_item', payload: { a: [1, 2] } }] }), 'forwarded'],
+    [
+      'an item of an unknown type',
+      json({ ...ok, input: [{ type: 'mystery_item', payload: { a: [1, 2] } }] }),
+      'forwarded',
+    ],
     ['no model (the only served model)', json({ input: 'x', max_output_tokens: 4 }), 'forwarded'],
   ]);
 
@@ -238,12 +290,36 @@ describe('POST /v1/messages (Anthropic), hostile bodies', () => {
     ['message role empty', json({ ...ok, messages: [{ role: '', content: 'x' }] }), 400],
     ['message role a number', json({ ...ok, messages: [{ role: 1, content: 'x' }] }), 400],
     ['message content null', json({ ...ok, messages: [{ role: 'user', content: null }] }), 400],
-    ['message content an object', json({ ...ok, messages: [{ role: 'user', content: { type: 'text', text: 'x' } }] }), 400],
-    ['100k messages', `{"model":"${MODEL}","max_tokens":4,"messages":${many('{"role":"user","content":"x"}', 100_000)}}`, 400],
-    ['100k content blocks', `{"model":"${MODEL}","max_tokens":4,"messages":[{"role":"user","content":${many('{"type":"text","text":"x"}', 100_000)}}]}`, 400],
-    ['100k system blocks', `{"model":"${MODEL}","max_tokens":4,"system":${many('{"type":"text","text":"x"}', 100_000)},"messages":[{"role":"user","content":"x"}]}`, 400],
-    ['100k stop_sequences', `{"model":"${MODEL}","max_tokens":4,"stop_sequences":${many('"x"', 100_000)},"messages":[{"role":"user","content":"x"}]}`, 400],
-    ['100k tools', `{"model":"${MODEL}","max_tokens":4,"tools":${many('{"name":"f"}', 100_000)},"messages":[{"role":"user","content":"x"}]}`, 400],
+    [
+      'message content an object',
+      json({ ...ok, messages: [{ role: 'user', content: { type: 'text', text: 'x' } }] }),
+      400,
+    ],
+    [
+      '100k messages',
+      `{"model":"${MODEL}","max_tokens":4,"messages":${many('{"role":"user","content":"x"}', 100_000)}}`,
+      400,
+    ],
+    [
+      '100k content blocks',
+      `{"model":"${MODEL}","max_tokens":4,"messages":[{"role":"user","content":${many('{"type":"text","text":"x"}', 100_000)}}]}`,
+      400,
+    ],
+    [
+      '100k system blocks',
+      `{"model":"${MODEL}","max_tokens":4,"system":${many('{"type":"text","text":"x"}', 100_000)},"messages":[{"role":"user","content":"x"}]}`,
+      400,
+    ],
+    [
+      '100k stop_sequences',
+      `{"model":"${MODEL}","max_tokens":4,"stop_sequences":${many('"x"', 100_000)},"messages":[{"role":"user","content":"x"}]}`,
+      400,
+    ],
+    [
+      '100k tools',
+      `{"model":"${MODEL}","max_tokens":4,"tools":${many('{"name":"f"}', 100_000)},"messages":[{"role":"user","content":"x"}]}`,
+      400,
+    ],
     ['tools an object', json({ ...ok, tools: { name: 'f' } }), 400],
     ['tool without name', json({ ...ok, tools: [{ input_schema: {} }] }), 400],
     ['max_tokens negative', json({ ...ok, max_tokens: -1 }), 400],
@@ -257,16 +333,53 @@ describe('POST /v1/messages (Anthropic), hostile bodies', () => {
     ['cache_salt with a slash', json({ ...ok, cache_salt: 'a/b' }), 400],
     ['model missing', json({ max_tokens: 4, messages: ok.messages }), 400],
     ['model unknown', json({ ...ok, model: 'nope' }), 404],
-    ['deep nesting inside a tool schema', `{"model":"${MODEL}","max_tokens":4,"tools":[{"name":"f","input_schema":${nested(500)}}],"messages":[{"role":"user","content":"x"}]}`, 400],
-    ['__proto__ in a message', '{"model":"test-model","max_tokens":4,"messages":[{"role":"user","content":"x","__proto__":{"role":""}}]}', 'forwarded'],
-    ['content blocks of unknown types', json({ ...ok, messages: [{ role: 'user', content: [{ type: 'hologram', data: 1 }, { type: 'text', text: 'x' }] }] }), 'forwarded'],
+    [
+      'deep nesting inside a tool schema',
+      `{"model":"${MODEL}","max_tokens":4,"tools":[{"name":"f","input_schema":${nested(500)}}],"messages":[{"role":"user","content":"x"}]}`,
+      400,
+    ],
+    [
+      '__proto__ in a message',
+      '{"model":"test-model","max_tokens":4,"messages":[{"role":"user","content":"x","__proto__":{"role":""}}]}',
+      'forwarded',
+    ],
+    [
+      'content blocks of unknown types',
+      json({
+        ...ok,
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'hologram', data: 1 },
+              { type: 'text', text: 'x' },
+            ],
+          },
+        ],
+      }),
+      'forwarded',
+    ],
     ['a custom role', json({ ...ok, messages: [{ role: 'ctx', content: 'x' }] }), 'forwarded'],
-    ['a lone surrogate in text', '{"model":"test-model","max_tokens":4,"messages":[{"role":"user","content":"\\ud800"}]}', 'forwarded'],
+    [
+      'a lone surrogate in text',
+      '{"model":"test-model","max_tokens":4,"messages":[{"role":"user","content":"\\ud800"}]}',
+      'forwarded',
+    ],
   ]);
 });
 
 describe('pass-through endpoints, hostile bodies and framing', () => {
-  const paths = ['/tokenize', '/detokenize', '/pooling', '/classify', '/score', '/rerank', '/v2/rerank', '/v1/embeddings', '/v1/made-up'];
+  const paths = [
+    '/tokenize',
+    '/detokenize',
+    '/pooling',
+    '/classify',
+    '/score',
+    '/rerank',
+    '/v2/rerank',
+    '/v1/embeddings',
+    '/v1/made-up',
+  ];
   const cases: ReadonlyArray<readonly [name: string, body: string, headers: Record<string, string>]> = [
     ['an empty body', '', {}],
     ['a JSON array', '[1,2]', {}],
@@ -280,7 +393,10 @@ describe('pass-through endpoints, hostile bodies and framing', () => {
   ];
   for (const path of paths) {
     it.each(cases)(`${path}: %s`, async (_name, body, headers) => {
-      const all = headers['content-type'] === '' ? Object.fromEntries(Object.entries(headers).filter(([name]) => name !== 'content-type')) : headers;
+      const all =
+        headers['content-type'] === ''
+          ? Object.fromEntries(Object.entries(headers).filter(([name]) => name !== 'content-type'))
+          : headers;
       expectRouterError(await post(cluster.routerUrl, path, body, all));
       await waitFor(() => totalInflight(cluster.router) === 0);
     });
@@ -288,7 +404,11 @@ describe('pass-through endpoints, hostile bodies and framing', () => {
 
   it('a Content-Length longer than the body sent is cut by the body timeout (408), not left hanging', async () => {
     const url = new URL(cluster.routerUrl);
-    const answer = await raw(url.href, `POST /tokenize HTTP/1.1\r\nhost: router\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n`, '{"model":"test-model"');
+    const answer = await raw(
+      url.href,
+      `POST /tokenize HTTP/1.1\r\nhost: router\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n`,
+      '{"model":"test-model"',
+    );
     expect([400, 408]).toContain(answer.status);
     await waitFor(() => totalInflight(cluster.router) === 0);
   });
@@ -310,21 +430,39 @@ describe('pass-through endpoints, hostile bodies and framing', () => {
 
 describe('multipart /v1/audio/*, hostile forms', () => {
   const form = (parts: string, boundary = 'b'): string => `${parts}--${boundary}--\r\n`;
-  const field = (name: string, value: string, boundary = 'b'): string => `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`;
-  const file = (bytes: string, boundary = 'b'): string => `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n${bytes}\r\n`;
-  const cases: ReadonlyArray<readonly [name: string, body: string, contentType: string, status: number | 'forwarded']> = [
-    ['no boundary parameter', form(field('model', MODEL)), 'multipart/form-data', 400],
-    ['an empty boundary', form(field('model', MODEL)), 'multipart/form-data; boundary=', 400],
-    ['a boundary the body does not use', form(field('model', MODEL)), 'multipart/form-data; boundary=zzz', 400],
-    ['a truncated body', field('model', MODEL).slice(0, -6), 'multipart/form-data; boundary=b', 400],
-    ['an empty body', '', 'multipart/form-data; boundary=b', 400],
-    ['part headers that never end', `--b\r\nContent-Disposition: form-data; name="model"${'x'.repeat(9_000)}`, 'multipart/form-data; boundary=b', 400],
-    ['a model field of 4 KB', form(field('model', 'm'.repeat(4096))), 'multipart/form-data; boundary=b', 400],
-    ['an unknown model', form(field('model', 'nope') + file('RIFF')), 'multipart/form-data; boundary=b', 404],
-    ['100 parts before the model', form(Array.from({ length: 100 }, (_, index) => field(`f${index}`, 'x')).join('') + field('model', MODEL)), 'multipart/form-data; boundary=b', 400],
-    ['no model field (the only served model)', form(file('RIFF')), 'multipart/form-data; boundary=b', 'forwarded'],
-    ['a body over multipartBodyLimitBytes', form(field('model', MODEL) + file('x'.repeat(MULTIPART_LIMIT + 1024))), 'multipart/form-data; boundary=b', 413],
-  ];
+  const field = (name: string, value: string, boundary = 'b'): string =>
+    `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`;
+  const file = (bytes: string, boundary = 'b'): string =>
+    `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n${bytes}\r\n`;
+  const cases: ReadonlyArray<readonly [name: string, body: string, contentType: string, status: number | 'forwarded']> =
+    [
+      ['no boundary parameter', form(field('model', MODEL)), 'multipart/form-data', 400],
+      ['an empty boundary', form(field('model', MODEL)), 'multipart/form-data; boundary=', 400],
+      ['a boundary the body does not use', form(field('model', MODEL)), 'multipart/form-data; boundary=zzz', 400],
+      ['a truncated body', field('model', MODEL).slice(0, -6), 'multipart/form-data; boundary=b', 400],
+      ['an empty body', '', 'multipart/form-data; boundary=b', 400],
+      [
+        'part headers that never end',
+        `--b\r\nContent-Disposition: form-data; name="model"${'x'.repeat(9_000)}`,
+        'multipart/form-data; boundary=b',
+        400,
+      ],
+      ['a model field of 4 KB', form(field('model', 'm'.repeat(4096))), 'multipart/form-data; boundary=b', 400],
+      ['an unknown model', form(field('model', 'nope') + file('RIFF')), 'multipart/form-data; boundary=b', 404],
+      [
+        '100 parts before the model',
+        form(Array.from({ length: 100 }, (_, index) => field(`f${index}`, 'x')).join('') + field('model', MODEL)),
+        'multipart/form-data; boundary=b',
+        400,
+      ],
+      ['no model field (the only served model)', form(file('RIFF')), 'multipart/form-data; boundary=b', 'forwarded'],
+      [
+        'a body over multipartBodyLimitBytes',
+        form(field('model', MODEL) + file('x'.repeat(MULTIPART_LIMIT + 1024))),
+        'multipart/form-data; boundary=b',
+        413,
+      ],
+    ];
   it.each(cases)('%s', async (_name, body, contentType, status) => {
     const answer = await post(cluster.routerUrl, '/v1/audio/transcriptions', body, { 'content-type': contentType });
     if (status === 'forwarded') expectForwarded(answer);
@@ -334,7 +472,12 @@ describe('multipart /v1/audio/*, hostile forms', () => {
 
   it('multipart sent to the JSON endpoints is refused', async () => {
     for (const path of ['/v1/responses', '/v1/messages']) {
-      expectRouterError(await post(cluster.routerUrl, path, form(field('model', MODEL)), { 'content-type': 'multipart/form-data; boundary=b' }), 400);
+      expectRouterError(
+        await post(cluster.routerUrl, path, form(field('model', MODEL)), {
+          'content-type': 'multipart/form-data; boundary=b',
+        }),
+        400,
+      );
     }
   });
 });
@@ -365,14 +508,19 @@ describe('GET /v1/models/{id}, hostile ids', () => {
 describe('clients that leave early, on the new paths', () => {
   for (const [path, body] of [
     ['/v1/responses', json({ model: MODEL, input: 'hello there', max_output_tokens: 64, stream: true })],
-    ['/v1/messages', json({ model: MODEL, max_tokens: 64, stream: true, messages: [{ role: 'user', content: 'hello there' }] })],
+    [
+      '/v1/messages',
+      json({ model: MODEL, max_tokens: 64, stream: true, messages: [{ role: 'user', content: 'hello there' }] }),
+    ],
     ['/tokenize', json({ model: MODEL, prompt: 'hello there' })],
   ] as const) {
     it(`${path}: a client that disconnects mid-upload leaves no lease`, async () => {
       const url = new URL(cluster.routerUrl);
       const socket = net.connect({ host: url.hostname, port: Number(url.port) });
       await new Promise((resolve) => socket.once('connect', resolve));
-      socket.write(`POST ${path} HTTP/1.1\r\nhost: router\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body.slice(0, 10)}`);
+      socket.write(
+        `POST ${path} HTTP/1.1\r\nhost: router\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body.slice(0, 10)}`,
+      );
       await new Promise((resolve) => setTimeout(resolve, 50));
       socket.destroy();
       await waitFor(() => totalInflight(cluster.router) === 0);
@@ -383,11 +531,15 @@ describe('clients that leave early, on the new paths', () => {
       for (let attempt = 0; attempt < 5; attempt++) {
         const socket = net.connect({ host: url.hostname, port: Number(url.port) });
         await new Promise((resolve) => socket.once('connect', resolve));
-        socket.end(`POST ${path} HTTP/1.1\r\nhost: router\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
+        socket.end(
+          `POST ${path} HTTP/1.1\r\nhost: router\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
+        );
         socket.destroy();
       }
       await waitFor(() => totalInflight(cluster.router) === 0);
-      await waitFor(() => cluster.sims.every((sim) => sim.sim.engine.runningCount === 0 && sim.sim.engine.waitingCount === 0));
+      await waitFor(() =>
+        cluster.sims.every((sim) => sim.sim.engine.runningCount === 0 && sim.sim.engine.waitingCount === 0),
+      );
     });
   }
 });

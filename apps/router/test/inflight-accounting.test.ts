@@ -10,12 +10,21 @@ describe('in-flight accounting under mixed traffic', () => {
   it('returns to 0 after every kind of ending', async () => {
     const cluster = await startTestCluster({
       sims: [{}, { profile: 'a100-7b', timeScale: 5 }, {}, {}],
-      router: { policy: 'roundrobin', streamFirstByteTimeoutMs: 400, generationTimeoutMs: 400, breakerFailureThreshold: 1000 },
+      router: {
+        policy: 'roundrobin',
+        streamFirstByteTimeoutMs: 400,
+        generationTimeoutMs: 400,
+        breakerFailureThreshold: 1000,
+      },
     });
     try {
       const [, , erroring, flaky] = cluster.sims;
       const setFaults = (url: string, faults: object) =>
-        fetch(`${url}/sim/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(faults) });
+        fetch(`${url}/sim/faults`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(faults),
+        });
       await setFaults(erroring?.url as string, { errorRate: 0.5, errorStatus: 503, hangRate: 0.3 });
       await setFaults(flaky?.url as string, { dropStreamRate: 0.5 });
 
@@ -26,9 +35,22 @@ describe('in-flight accounting under mixed traffic', () => {
         const stream = kind !== 0;
         const controller = new AbortController();
         if (kind === 3) setTimeout(() => controller.abort(), 5 + (index % 7) * 10);
-        const body = kind === 4 ? '{"model": "test-model", "messages": [' : JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: `m${index}` }], max_tokens: 30, stream });
+        const body =
+          kind === 4
+            ? '{"model": "test-model", "messages": ['
+            : JSON.stringify({
+                model: 'test-model',
+                messages: [{ role: 'user', content: `m${index}` }],
+                max_tokens: 30,
+                stream,
+              });
         try {
-          const response = await fetch(`${cluster.routerUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: controller.signal });
+          const response = await fetch(`${cluster.routerUrl}/v1/chat/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body,
+            signal: controller.signal,
+          });
           await response.text();
           return String(response.status);
         } catch (error) {
@@ -38,7 +60,10 @@ describe('in-flight accounting under mixed traffic', () => {
       const outcomes = await Promise.all(Array.from({ length: 120 }, (_, index) => request(index)));
       clearInterval(sampler);
       await waitFor(() => totalInflight(cluster.router) === 0, 5_000);
-      await waitFor(() => cluster.sims.every((sim) => sim.sim.engine.runningCount === 0 && sim.sim.engine.waitingCount === 0), 5_000);
+      await waitFor(
+        () => cluster.sims.every((sim) => sim.sim.engine.runningCount === 0 && sim.sim.engine.waitingCount === 0),
+        5_000,
+      );
       expect(peak).toBeGreaterThan(0);
       expect(outcomes).toContain('200');
       expect(outcomes).toContain('400');

@@ -29,7 +29,10 @@ interface ApiRequest {
 }
 
 /** The stand-in: each list and watch request is answered by the next handler of its kind (the last one repeats). */
-async function startApiServer(script: { list: Array<(response: ServerResponse) => void>; watch: Array<(response: ServerResponse) => void> }): Promise<LoopbackServer & { requests: ApiRequest[] }> {
+async function startApiServer(script: {
+  list: Array<(response: ServerResponse) => void>;
+  watch: Array<(response: ServerResponse) => void>;
+}): Promise<LoopbackServer & { requests: ApiRequest[] }> {
   const requests: ApiRequest[] = [];
   const served = { list: 0, watch: 0 };
   const server = await startLoopbackServer((request: IncomingMessage, response: ServerResponse) => {
@@ -47,20 +50,28 @@ async function startApiServer(script: { list: Array<(response: ServerResponse) =
   return Object.assign(server, { requests });
 }
 
-const json = (body: string, status = 200) => (response: ServerResponse) => {
-  response.writeHead(status, { 'content-type': 'application/json' }).end(body);
-};
+const json =
+  (body: string, status = 200) =>
+  (response: ServerResponse) => {
+    response.writeHead(status, { 'content-type': 'application/json' }).end(body);
+  };
 /** A watch stream: the lines, then (unless held) the end of the watch. */
-const stream = (lines: string, hold = false) => (response: ServerResponse) => {
-  response.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
-  // One event per write, as the API server flushes them.
-  for (const line of lines.split('\n').filter((text) => text.trim() !== '')) response.write(`${line}\n`);
-  if (!hold) response.end();
-};
+const stream =
+  (lines: string, hold = false) =>
+  (response: ServerResponse) => {
+    response.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    // One event per write, as the API server flushes them.
+    for (const line of lines.split('\n').filter((text) => text.trim() !== '')) response.write(`${line}\n`);
+    if (!hold) response.end();
+  };
 const held = (response: ServerResponse) => stream('', true)(response);
 
 /** A source on the stand-in at `url`: the options every test shares, then its own. */
-const sourceOn = (url: string, dispatcher: Agent, overrides: Partial<ConstructorParameters<typeof EndpointSliceSource>[0]> = {}): EndpointSliceSource =>
+const sourceOn = (
+  url: string,
+  dispatcher: Agent,
+  overrides: Partial<ConstructorParameters<typeof EndpointSliceSource>[0]> = {},
+): EndpointSliceSource =>
   new EndpointSliceSource({
     target: parseDiscoveryTarget('k8s://inference/vllm:http') as never,
     namespace: 'inference',
@@ -73,7 +84,10 @@ const sourceOn = (url: string, dispatcher: Agent, overrides: Partial<Constructor
     ...overrides,
   });
 
-const summary = (answer: DiscoveryAnswer): string[] | 'failed' => (answer.kind === 'failed' ? 'failed' : answer.backends.map((backend) => (backend.draining ? `${backend.id} (draining)` : backend.id)));
+const summary = (answer: DiscoveryAnswer): string[] | 'failed' =>
+  answer.kind === 'failed'
+    ? 'failed'
+    : answer.backends.map((backend) => (backend.draining ? `${backend.id} (draining)` : backend.id));
 
 describe('EndpointSliceSource against a stand-in API server', () => {
   const cleanups: Array<() => Promise<unknown>> = [];
@@ -85,34 +99,56 @@ describe('EndpointSliceSource against a stand-in API server', () => {
     const list = fixture('endpointslices-list.json');
     const relisted = list.replace('"resourceVersion": "48211"', '"resourceVersion": "48300"');
     const api = await startApiServer({
-      list: [json(list), json(relisted), json('{"kind":"Status","code":500,"message":"etcd unavailable"}', 500), json(relisted)],
+      list: [
+        json(list),
+        json(relisted),
+        json('{"kind":"Status","code":500,"message":"etcd unavailable"}', 500),
+        json(relisted),
+      ],
       // 1: the recorded events, then the server ends the watch; 2: 410 as an event; 3: 410 as a status; 4: kept open.
-      watch: [stream(fixture('endpointslices-watch.jsonl')), stream(fixture('watch-expired.jsonl')), json('{"kind":"Status","code":410,"reason":"Gone"}', 410), held],
+      watch: [
+        stream(fixture('endpointslices-watch.jsonl')),
+        stream(fixture('watch-expired.jsonl')),
+        json('{"kind":"Status","code":410,"reason":"Gone"}', 410),
+        held,
+      ],
     });
     cleanups.push(() => api.close());
     const dispatcher = new Agent();
     cleanups.push(() => dispatcher.close());
     const answers: DiscoveryAnswer[] = [];
-    const source = sourceOn(api.url, dispatcher, { api: { url: api.url, dispatcher, token: async () => 'sa-token-1' } });
+    const source = sourceOn(api.url, dispatcher, {
+      api: { url: api.url, dispatcher, token: async () => 'sa-token-1' },
+    });
     await source.start(async (answer) => void answers.push(answer));
     cleanups.push(() => source.stop());
     // After the first list, before any watch event.
     expect(answers.map(summary)).toEqual([['vllm@10.244.1.5:8000', 'vllm@10.244.2.7:8000', 'vllm@10.244.4.2:8000']]);
     await waitFor(() => api.requests.filter((request) => request.query.get('watch') === '1').length === 4, 5_000);
 
-    const watches = api.requests.filter((request) => request.query.get('watch') === '1').map((request) => request.query.get('resourceVersion'));
+    const watches = api.requests
+      .filter((request) => request.query.get('watch') === '1')
+      .map((request) => request.query.get('resourceVersion'));
     // From the list; from the last event of the ended watch; after each 410 a list, then from the new list's version.
     expect(watches).toEqual(['48211', '48272', '48300', '48300']);
     expect(api.requests.filter((request) => request.query.get('watch') !== '1')).toHaveLength(4);
     expect(api.requests.every((request) => request.authorization === 'Bearer sa-token-1')).toBe(true);
-    expect(api.requests.find((request) => request.query.get('watch') === '1')?.query.get('allowWatchBookmarks')).toBe('true');
+    expect(api.requests.find((request) => request.query.get('watch') === '1')?.query.get('allowWatchBookmarks')).toBe(
+      'true',
+    );
 
     const steps = answers.map(summary);
     const listed = ['vllm@10.244.1.5:8000', 'vllm@10.244.2.7:8000', 'vllm@10.244.4.2:8000'];
     expect(steps).toEqual([
       listed,
       ['vllm@10.244.1.5:8000 (draining)', 'vllm@10.244.2.7:8000', 'vllm@10.244.3.9:8000', 'vllm@10.244.4.2:8000'],
-      ['vllm@10.244.1.5:8000 (draining)', 'vllm@10.244.2.7:8000', 'vllm@10.244.3.9:8000', 'vllm@10.244.4.2:8000', 'vllm@10.244.5.1:8000'],
+      [
+        'vllm@10.244.1.5:8000 (draining)',
+        'vllm@10.244.2.7:8000',
+        'vllm@10.244.3.9:8000',
+        'vllm@10.244.4.2:8000',
+        'vllm@10.244.5.1:8000',
+      ],
       ['vllm@10.244.1.5:8000 (draining)', 'vllm@10.244.2.7:8000', 'vllm@10.244.3.9:8000', 'vllm@10.244.5.1:8000'],
       ['vllm@10.244.2.7:8000', 'vllm@10.244.3.9:8000', 'vllm@10.244.5.1:8000'],
       // Re-listed after the 410 event: the list is the truth again.
@@ -124,7 +160,10 @@ describe('EndpointSliceSource against a stand-in API server', () => {
   });
 
   it('an API server that refuses (403: RBAC missing) is a failure, retried, never an empty set', async () => {
-    const api = await startApiServer({ list: [json('{"kind":"Status","code":403,"reason":"Forbidden"}', 403)], watch: [held] });
+    const api = await startApiServer({
+      list: [json('{"kind":"Status","code":403,"reason":"Forbidden"}', 403)],
+      watch: [held],
+    });
     cleanups.push(() => api.close());
     const dispatcher = new Agent();
     cleanups.push(() => dispatcher.close());
@@ -187,14 +226,21 @@ describe('a router following EndpointSlices', () => {
   it('routes to ready endpoints, drains a terminating one (its stream finishes), removes a deleted one', async () => {
     const sims: Array<{ sim: SimServer; port: number }> = [];
     for (let index = 0; index < 2; index++) {
-      const sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', model: 'test-model', logLevel: 'silent' }));
+      const sim = await createSimServer(
+        SimConfig.parse({ port: 0, profile: 'a100-7b', model: 'test-model', logLevel: 'silent' }),
+      );
       sims.push({ sim, port: Number(new URL(await sim.listen()).port) });
     }
     const [a, b] = sims as [(typeof sims)[0], (typeof sims)[0]];
     const slice = (name: string, port: number, conditions: object) => ({
       kind: 'EndpointSlice',
       apiVersion: 'discovery.k8s.io/v1',
-      metadata: { name, namespace: 'inference', resourceVersion: String(port), labels: { 'kubernetes.io/service-name': 'vllm' } },
+      metadata: {
+        name,
+        namespace: 'inference',
+        resourceVersion: String(port),
+        labels: { 'kubernetes.io/service-name': 'vllm' },
+      },
       addressType: 'IPv4',
       endpoints: [{ addresses: ['127.0.0.1'], conditions }],
       ports: [{ name: 'http', protocol: 'TCP', port }],
@@ -202,7 +248,16 @@ describe('a router following EndpointSlices', () => {
     const ready = { ready: true, serving: true, terminating: false };
     let watchResponse: ServerResponse | null = null;
     const api = await startApiServer({
-      list: [json(JSON.stringify({ kind: 'EndpointSliceList', apiVersion: 'discovery.k8s.io/v1', metadata: { resourceVersion: '100' }, items: [slice('vllm-a', a.port, ready), slice('vllm-b', b.port, ready)] }))],
+      list: [
+        json(
+          JSON.stringify({
+            kind: 'EndpointSliceList',
+            apiVersion: 'discovery.k8s.io/v1',
+            metadata: { resourceVersion: '100' },
+            items: [slice('vllm-a', a.port, ready), slice('vllm-b', b.port, ready)],
+          }),
+        ),
+      ],
       watch: [
         (response) => {
           watchResponse = response;
@@ -238,7 +293,12 @@ describe('a router following EndpointSlices', () => {
         const response = await fetch(`${url}/v1/chat/completions`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: `long ${attempt}` }], max_tokens: 400, stream: true }),
+          body: JSON.stringify({
+            model: 'test-model',
+            messages: [{ role: 'user', content: `long ${attempt}` }],
+            max_tokens: 400,
+            stream: true,
+          }),
         });
         if (response.headers.get('x-router-backend') === idA) streamOnA = response.text();
         else void response.text();
@@ -250,7 +310,15 @@ describe('a router following EndpointSlices', () => {
       expect(router.registry.poolFor('test-model').map((backend) => backend.id)).toEqual([idB]);
       const receivedByA = a.sim.engine.stats.requestParamsMaxTokens.count;
       for (let index = 0; index < 6; index++) {
-        const response = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: `q ${index}` }], max_tokens: 2 }) });
+        const response = await fetch(`${url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            model: 'test-model',
+            messages: [{ role: 'user', content: `q ${index}` }],
+            max_tokens: 2,
+          }),
+        });
         expect(response.status).toBe(200);
         expect(response.headers.get('x-router-backend')).toBe(idB);
         await response.text();
@@ -271,8 +339,23 @@ describe('a router following EndpointSlices', () => {
 
 describe('k8s discovery settings', () => {
   it('a router outside a pod, or without its service account, fails to start saying what is missing', async () => {
-    await expect(createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, discovery: 'k8s://vllm' }), { logger: false, env: {} })).rejects.toThrow(/KUBERNETES_SERVICE_HOST/);
-    const config = RouterConfig.parse({ host: '127.0.0.1', port: 0, discovery: 'k8s://vllm', discoveryKubernetesNamespaceFile: '/nonexistent/namespace' });
-    await expect(createRouterServer(config, { logger: false, env: { KUBERNETES_SERVICE_HOST: '10.96.0.1', KUBERNETES_SERVICE_PORT: '443' } })).rejects.toThrow(/\/nonexistent\/namespace/);
+    await expect(
+      createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, discovery: 'k8s://vllm' }), {
+        logger: false,
+        env: {},
+      }),
+    ).rejects.toThrow(/KUBERNETES_SERVICE_HOST/);
+    const config = RouterConfig.parse({
+      host: '127.0.0.1',
+      port: 0,
+      discovery: 'k8s://vllm',
+      discoveryKubernetesNamespaceFile: '/nonexistent/namespace',
+    });
+    await expect(
+      createRouterServer(config, {
+        logger: false,
+        env: { KUBERNETES_SERVICE_HOST: '10.96.0.1', KUBERNETES_SERVICE_PORT: '443' },
+      }),
+    ).rejects.toThrow(/\/nonexistent\/namespace/);
   });
 });

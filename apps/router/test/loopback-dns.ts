@@ -48,11 +48,22 @@ export async function startLoopbackDns(): Promise<LoopbackDns> {
       // TTL 0: nothing between the resolver and this server keeps an old answer.
       const base = { name: question.name, class: Packet.CLASS.IN, ttl: 0 };
       // dns2 encodes plain records (its typings ask for its Resource class).
-      const answer = (record: object): void => void response.answers.push(record as unknown as (typeof response.answers)[number]);
-      if (question.type === Packet.TYPE.A) for (const address of zone.a.get(name) ?? []) answer({ ...base, type: Packet.TYPE.A, address });
-      if (question.type === Packet.TYPE.AAAA) for (const address of zone.aaaa.get(name) ?? []) answer({ ...base, type: Packet.TYPE.AAAA, address });
+      const answer = (record: object): void =>
+        void response.answers.push(record as unknown as (typeof response.answers)[number]);
+      if (question.type === Packet.TYPE.A)
+        for (const address of zone.a.get(name) ?? []) answer({ ...base, type: Packet.TYPE.A, address });
+      if (question.type === Packet.TYPE.AAAA)
+        for (const address of zone.aaaa.get(name) ?? []) answer({ ...base, type: Packet.TYPE.AAAA, address });
       if (question.type === Packet.TYPE.SRV) {
-        for (const record of zone.srv.get(name) ?? []) answer({ ...base, type: Packet.TYPE.SRV, priority: record.priority ?? 0, weight: record.weight ?? 10, port: record.port, target: record.target });
+        for (const record of zone.srv.get(name) ?? [])
+          answer({
+            ...base,
+            type: Packet.TYPE.SRV,
+            priority: record.priority ?? 0,
+            weight: record.weight ?? 10,
+            port: record.port,
+            target: record.target,
+          });
       }
       send(response);
     },

@@ -12,12 +12,15 @@ async function scrapeAt(routerUrl: string): Promise<Sample[]> {
     .map((line) => {
       const match = /^([\w:]+)(?:\{(.*)\})? (\S+)$/.exec(line);
       const labels: Record<string, string> = {};
-      for (const pair of (match?.[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[pair[1] as string] = pair[2] as string;
+      for (const pair of (match?.[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g))
+        labels[pair[1] as string] = pair[2] as string;
       return { name: match?.[1] ?? '', labels, value: Number(match?.[3]) };
     });
 }
 const sumWhere = (all: Sample[], name: string, labels: Record<string, string>): number =>
-  all.filter((row) => row.name === name && Object.entries(labels).every(([key, value]) => row.labels[key] === value)).reduce((total, row) => total + row.value, 0);
+  all
+    .filter((row) => row.name === name && Object.entries(labels).every(([key, value]) => row.labels[key] === value))
+    .reduce((total, row) => total + row.value, 0);
 
 /**
  * Issue 16, acceptance 4 (router side): a fleet serving two models tells them apart in the router's
@@ -55,14 +58,18 @@ describe('router metrics per model, 2 models on 2 vllm-sim backends', () => {
     expect(sumWhere(all, durationCount, { model: 'model-a', stream: 'true' })).toBe(1);
     expect(sumWhere(all, durationCount, { model: 'model-b', stream: 'false' })).toBe(2);
     // Whole requests up to 30 minutes fall in a bucket of their own.
-    expect(all.some((row) => row.name === 'kvroute_router_request_duration_seconds_bucket' && row.labels['le'] === '1800')).toBe(true);
+    expect(
+      all.some((row) => row.name === 'kvroute_router_request_duration_seconds_bucket' && row.labels['le'] === '1800'),
+    ).toBe(true);
 
     const tokens = 'kvroute_router_tokens_total';
     const bPrompt = (whole.usage?.prompt_tokens ?? 0) + (again.usage?.prompt_tokens ?? 0);
     expect(sumWhere(all, tokens, { model: 'model-b', kind: 'prompt' })).toBe(bPrompt);
     expect(sumWhere(all, tokens, { model: 'model-b', kind: 'generated' })).toBe(14);
     // The second identical prompt found the first's prefix in the engine's cache.
-    const bCached = (whole.usage?.prompt_tokens_details?.cached_tokens ?? 0) + (again.usage?.prompt_tokens_details?.cached_tokens ?? 0);
+    const bCached =
+      (whole.usage?.prompt_tokens_details?.cached_tokens ?? 0) +
+      (again.usage?.prompt_tokens_details?.cached_tokens ?? 0);
     expect(bCached).toBeGreaterThan(0);
     expect(sumWhere(all, tokens, { model: 'model-b', kind: 'cached' })).toBe(bCached);
     // The stream's usage was asked for on the client's behalf (requestStreamUsage) and counted.
@@ -73,7 +80,9 @@ describe('router metrics per model, 2 models on 2 vllm-sim backends', () => {
     const version = (await (await fetch(`${cluster.routerUrl}/version`)).json()) as { version: string; commit: string };
     expect(version.version).toMatch(/^\d+\.\d+\.\d+/);
     const info = (await scrape()).filter((row) => row.name === 'kvroute_build_info');
-    expect(info).toEqual([{ name: 'kvroute_build_info', labels: { version: version.version, commit: version.commit }, value: 1 }]);
+    expect(info).toEqual([
+      { name: 'kvroute_build_info', labels: { version: version.version, commit: version.commit }, value: 1 },
+    ]);
   });
 });
 
@@ -91,14 +100,23 @@ describe('router metrics of a removed backend', () => {
   const admin = (method: string, path: string, body?: unknown) =>
     fetch(`${cluster.adminUrl}${path}`, {
       method,
-      headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      headers: {
+        authorization: `Bearer ${TEST_ADMIN_TOKEN}`,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
   const chat = async (content: string) => {
     const response = await fetch(`${cluster.routerUrl}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content }], max_tokens: 3, stream: true, stream_options: { include_usage: true } }),
+      body: JSON.stringify({
+        model: 'test-model',
+        messages: [{ role: 'user', content }],
+        max_tokens: 3,
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
     });
     await response.text();
     return response.status;
@@ -109,16 +127,25 @@ describe('router metrics of a removed backend', () => {
     expect(await chat(`for ${id}`)).toBe(200);
     expect((await admin('POST', `/admin/backends/${encodeURIComponent(other)}/undrain`)).status).toBe(200);
   };
-  const seriesOf = async (id: string) => (await scrapeAt(cluster.routerUrl)).filter((row) => row.labels['backend'] === id).map((row) => row.name);
+  const seriesOf = async (id: string) =>
+    (await scrapeAt(cluster.routerUrl)).filter((row) => row.labels['backend'] === id).map((row) => row.name);
 
   it('removes every series labelled with the backend once it is deleted, and starts a returning id from zero', async () => {
-    const [gone, stays] = cluster.sims as TestCluster['sims'] & readonly [TestCluster['sims'][number], TestCluster['sims'][number]];
+    const [gone, stays] = cluster.sims as TestCluster['sims'] &
+      readonly [TestCluster['sims'][number], TestCluster['sims'][number]];
     await servedBy(gone.id, stays.id);
     await servedBy(stays.id, gone.id);
     await waitFor(() => totalInflight(cluster.router) === 0);
     const before = await seriesOf(gone.id);
     // Per-request series of several metrics (single- and multi-label, counters and histograms).
-    expect(before).toEqual(expect.arrayContaining(['kvroute_router_requests_total', 'kvroute_router_tokens_total', 'kvroute_router_request_duration_seconds_count', 'kvroute_router_time_to_first_token_seconds_bucket']));
+    expect(before).toEqual(
+      expect.arrayContaining([
+        'kvroute_router_requests_total',
+        'kvroute_router_tokens_total',
+        'kvroute_router_request_duration_seconds_count',
+        'kvroute_router_time_to_first_token_seconds_bucket',
+      ]),
+    );
     const staysBefore = await seriesOf(stays.id);
 
     expect((await admin('DELETE', `/admin/backends/${encodeURIComponent(gone.id)}`)).status).toBe(200);
@@ -130,6 +157,10 @@ describe('router metrics of a removed backend', () => {
     expect((await admin('POST', '/admin/backends', { url: gone.url, models: ['test-model'] })).status).toBe(201);
     await servedBy(gone.id, stays.id);
     const after = await scrapeAt(cluster.routerUrl);
-    expect(after.filter((row) => row.name === 'kvroute_router_requests_total' && row.labels['backend'] === gone.id).map((row) => row.value)).toEqual([1]);
+    expect(
+      after
+        .filter((row) => row.name === 'kvroute_router_requests_total' && row.labels['backend'] === gone.id)
+        .map((row) => row.value),
+    ).toEqual([1]);
   });
 });

@@ -6,15 +6,33 @@ import { startTestCluster, totalInflight, waitFor } from './start-test-cluster';
  * is the first token: until then the engine has not computed the prefix, so a sibling sent there
  * would compute it again, queued behind the first. The seed routers record at routing.
  */
-type Explained = { decision: { kind: string; backendId: string; reason: string; scores: { backendId: string; matchBlocks: number }[] } };
+type Explained = {
+  decision: { kind: string; backendId: string; reason: string; scores: { backendId: string; matchBlocks: number }[] };
+};
 
-async function observeOwnership(ownershipAt: 'first-token' | 'routing'): Promise<{ whilePrefilling: number; afterFirstToken: number; home: string; next: { backend: string | null; reason: string | null } }> {
+async function observeOwnership(ownershipAt: 'first-token' | 'routing'): Promise<{
+  whilePrefilling: number;
+  afterFirstToken: number;
+  home: string;
+  next: { backend: string | null; reason: string | null };
+}> {
   // a100-7b at time-scale 1: the ~6k-token prompt takes ~0.4 s to prefill, ample time to look meanwhile.
-  const cluster = await startTestCluster({ backends: 2, sim: { profile: 'a100-7b', timeScale: 1 }, router: { debugRoutes: true, ownershipAt } });
+  const cluster = await startTestCluster({
+    backends: 2,
+    sim: { profile: 'a100-7b', timeScale: 1 },
+    router: { debugRoutes: true, ownershipAt },
+  });
   try {
     const prompt = `Summarise this log. ${'event ok latency normal; '.repeat(1000)}`;
-    const bodyOf = (question: string, stream: boolean) => JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: `${prompt}\n${question}` }], max_tokens: 4, stream });
-    const post = (path: string, body: string) => fetch(`${cluster.routerUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const bodyOf = (question: string, stream: boolean) =>
+      JSON.stringify({
+        model: 'test-model',
+        messages: [{ role: 'user', content: `${prompt}\n${question}` }],
+        max_tokens: 4,
+        stream,
+      });
+    const post = (path: string, body: string) =>
+      fetch(`${cluster.routerUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
     const heldBlocks = async (backend: string): Promise<number> => {
       const explained = (await (await cluster.debugRoute(bodyOf('probe', false))).json()) as Explained;
       return explained.decision.scores.find((score) => score.backendId === backend)?.matchBlocks ?? 0;
@@ -38,7 +56,12 @@ async function observeOwnership(ownershipAt: 'first-token' | 'routing'): Promise
     const second = await post('/v1/chat/completions', bodyOf('second', false));
     await second.text();
     expect(totalInflight(cluster.router)).toBe(0);
-    return { whilePrefilling, afterFirstToken, home, next: { backend: second.headers.get('x-router-backend'), reason: second.headers.get('x-router-reason') } };
+    return {
+      whilePrefilling,
+      afterFirstToken,
+      home,
+      next: { backend: second.headers.get('x-router-backend'), reason: second.headers.get('x-router-reason') },
+    };
   } finally {
     await cluster.close();
   }

@@ -8,9 +8,20 @@ import { startTestCluster, totalInflight, type TestCluster } from './start-test-
  * the router's own, and validation is no stricter than vLLM's: custom roles and requests without
  * `model` (when one model is served) go through.
  */
-async function post(url: string, body: unknown): Promise<{ status: number; body: Record<string, unknown>; backend: string | null }> {
-  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  return { status: response.status, body: (await response.json()) as Record<string, unknown>, backend: response.headers.get('x-router-backend') };
+async function post(
+  url: string,
+  body: unknown,
+): Promise<{ status: number; body: Record<string, unknown>; backend: string | null }> {
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return {
+    status: response.status,
+    body: (await response.json()) as Record<string, unknown>,
+    backend: response.headers.get('x-router-backend'),
+  };
 }
 
 describe('pass-through of vLLM endpoints, one model served', () => {
@@ -23,7 +34,10 @@ describe('pass-through of vLLM endpoints, one model served', () => {
   afterAll(() => cluster.close());
 
   it('tokenizes and detokenizes through the router, round trip, with and without model', async () => {
-    const tokenized = await post(`${cluster.routerUrl}/tokenize`, { model: 'test-model', prompt: 'Routing keeps caches warm.' });
+    const tokenized = await post(`${cluster.routerUrl}/tokenize`, {
+      model: 'test-model',
+      prompt: 'Routing keeps caches warm.',
+    });
     expect(tokenized.status).toBe(200);
     expect(cluster.sims.map((sim) => sim.id)).toContain(tokenized.backend);
     const tokens = tokenized.body.tokens as number[];
@@ -32,7 +46,10 @@ describe('pass-through of vLLM endpoints, one model served', () => {
     expect(detokenized.status).toBe(200);
     expect(detokenized.body.prompt).toBe('Routing keeps caches warm.');
     // A chat (`messages`) is tokenized through the template: more tokens than its text alone.
-    const chat = await post(`${cluster.routerUrl}/tokenize`, { model: 'test-model', messages: [{ role: 'user', content: 'Routing keeps caches warm.' }] });
+    const chat = await post(`${cluster.routerUrl}/tokenize`, {
+      model: 'test-model',
+      messages: [{ role: 'user', content: 'Routing keeps caches warm.' }],
+    });
     expect(chat.status).toBe(200);
     expect(chat.body.count).toBeGreaterThan(tokens.length);
   });
@@ -51,13 +68,21 @@ describe('pass-through of vLLM endpoints, one model served', () => {
 
   it('scores, reranks and classifies on every path vLLM serves them', async () => {
     for (const path of ['/score', '/v1/score']) {
-      const scored = await post(`${cluster.routerUrl}${path}`, { model: 'test-model', text_1: 'query', text_2: ['a', 'b', 'c'] });
+      const scored = await post(`${cluster.routerUrl}${path}`, {
+        model: 'test-model',
+        text_1: 'query',
+        text_2: ['a', 'b', 'c'],
+      });
       expect(scored.status).toBe(200);
       expect(scored.body.data).toHaveLength(3);
     }
     const answers = [];
     for (const path of ['/rerank', '/v1/rerank', '/v2/rerank']) {
-      const reranked = await post(`${cluster.routerUrl}${path}`, { query: 'cache', documents: ['one', 'two', 'three'], top_n: 2 });
+      const reranked = await post(`${cluster.routerUrl}${path}`, {
+        query: 'cache',
+        documents: ['one', 'two', 'three'],
+        top_n: 2,
+      });
       expect(reranked.status).toBe(200);
       answers.push(reranked.body.results);
     }
@@ -72,15 +97,23 @@ describe('pass-through of vLLM endpoints, one model served', () => {
     const audio = Buffer.alloc(200_000);
     for (let index = 0; index < audio.length; index++) audio[index] = (index * 31) % 251;
     const { createHash } = await import('node:crypto');
-    const transcription = (await client.audio.transcriptions.create({ model: 'test-model', file: await toFile(audio, 'clip.wav', { type: 'audio/wav' }) })) as unknown as { text: string; sim_file_sha256: string };
+    const transcription = (await client.audio.transcriptions.create({
+      model: 'test-model',
+      file: await toFile(audio, 'clip.wav', { type: 'audio/wav' }),
+    })) as unknown as { text: string; sim_file_sha256: string };
     expect(transcription.text).toBe(`sim transcription of ${audio.length} bytes`);
     expect(transcription.sim_file_sha256).toBe(createHash('sha256').update(audio).digest('hex'));
-    const translation = await client.audio.translations.create({ model: 'test-model', file: await toFile(audio.subarray(0, 1000), 'clip.wav') });
+    const translation = await client.audio.translations.create({
+      model: 'test-model',
+      file: await toFile(audio.subarray(0, 1000), 'clip.wav'),
+    });
     expect(translation.text).toBe('sim translation of 1000 bytes');
   });
 
   it('refuses an upload over multipartBodyLimitBytes with a 413 in the OpenAI error shape', async () => {
-    const error = await client.audio.transcriptions.create({ model: 'test-model', file: await toFile(Buffer.alloc(600 * 1024), 'big.wav') }).catch((caught: unknown) => caught);
+    const error = await client.audio.transcriptions
+      .create({ model: 'test-model', file: await toFile(Buffer.alloc(600 * 1024), 'big.wav') })
+      .catch((caught: unknown) => caught);
     expect(error).toBeInstanceOf(OpenAI.APIError);
     expect((error as InstanceType<typeof OpenAI.APIError>).status).toBe(413);
     expect(totalInflight(cluster.router)).toBe(0);
@@ -91,7 +124,9 @@ describe('pass-through of vLLM endpoints, one model served', () => {
     expect(model).toMatchObject({ id: 'test-model', object: 'model', owned_by: 'kvroute' });
     const missing = await client.models.retrieve('no-such-model').catch((caught: unknown) => caught);
     expect(missing).toBeInstanceOf(OpenAI.NotFoundError);
-    const body = (await (await fetch(`${cluster.routerUrl}/v1/models/org/no-such-model`)).json()) as { error: { code: string; message: string } };
+    const body = (await (await fetch(`${cluster.routerUrl}/v1/models/org/no-such-model`)).json()) as {
+      error: { code: string; message: string };
+    };
     expect(body.error.code).toBe('ROUTER_ERR_MODEL_NOT_FOUND');
     expect(body.error.message).toContain('org/no-such-model');
   });
@@ -106,10 +141,17 @@ describe('pass-through of vLLM endpoints, one model served', () => {
       ],
     });
     expect(custom.status).toBe(200);
-    const modelless = await post(`${cluster.routerUrl}/v1/chat/completions`, { max_tokens: 3, messages: [{ role: 'user', content: 'hi' }] });
+    const modelless = await post(`${cluster.routerUrl}/v1/chat/completions`, {
+      max_tokens: 3,
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     expect(modelless.status).toBe(200);
     expect(modelless.body.model).toBe('test-model');
-    const completion = await post(`${cluster.routerUrl}/v1/completions`, { prompt: 'Once', max_tokens: 2, stream: false });
+    const completion = await post(`${cluster.routerUrl}/v1/completions`, {
+      prompt: 'Once',
+      max_tokens: 2,
+      stream: false,
+    });
     expect(completion.status).toBe(200);
     const embedding = await post(`${cluster.routerUrl}/v1/embeddings`, { input: 'alpha' });
     expect(embedding.status).toBe(200);
@@ -124,9 +166,14 @@ describe('requests without model when several models are served', () => {
   afterAll(() => cluster.close());
 
   it('are a 400 naming the rule; with a model they route to its pool', async () => {
-    const modelless = await post(`${cluster.routerUrl}/v1/chat/completions`, { max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+    const modelless = await post(`${cluster.routerUrl}/v1/chat/completions`, {
+      max_tokens: 2,
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     expect(modelless.status).toBe(400);
-    expect((modelless.body.error as { message: string }).message).toContain('`model` is required: this router serves 2 models');
+    expect((modelless.body.error as { message: string }).message).toContain(
+      '`model` is required: this router serves 2 models',
+    );
     const tokenize = await post(`${cluster.routerUrl}/tokenize`, { prompt: 'x' });
     expect(tokenize.status).toBe(400);
     const named = await post(`${cluster.routerUrl}/tokenize`, { model: 'beta', prompt: 'x' });

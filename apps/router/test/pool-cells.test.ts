@@ -29,7 +29,10 @@ beforeAll(async () => {
     }
   }
   expect(ports).toHaveLength(6);
-  cluster = await startTestCluster({ sims: ports.map((port) => ({ port })), router: { debugRoutes: true, redisUrl: redis.url, poolCells: CELLS } });
+  cluster = await startTestCluster({
+    sims: ports.map((port) => ({ port })),
+    router: { debugRoutes: true, redisUrl: redis.url, poolCells: CELLS },
+  });
   expect(cluster.sims.map((sim) => backendCell(sim.id, CELLS)).sort()).toEqual([0, 0, 0, 1, 1, 1]);
 });
 
@@ -38,17 +41,26 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-const SYSTEM = { role: 'system' as const, content: `You are the assistant of a cells test. ${'Answer briefly and cite the routing rules. '.repeat(50)}` };
+const SYSTEM = {
+  role: 'system' as const,
+  content: `You are the assistant of a cells test. ${'Answer briefly and cite the routing rules. '.repeat(50)}`,
+};
 
 interface Explained {
   cell: number | null;
   decision: { kind: string; backendId: string };
 }
 
-async function turn(messages: readonly { role: 'system' | 'user' | 'assistant'; content: string }[]): Promise<{ backend: string; explained: Explained }> {
+async function turn(
+  messages: readonly { role: 'system' | 'user' | 'assistant'; content: string }[],
+): Promise<{ backend: string; explained: Explained }> {
   const body = JSON.stringify({ model: 'test-model', messages, max_tokens: 4 });
   const explained = (await (await cluster.debugRoute(body)).json()) as Explained;
-  const response = await fetch(`${cluster.routerUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+  const response = await fetch(`${cluster.routerUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body,
+  });
   expect(response.status).toBe(200);
   await response.text();
   return { backend: response.headers.get('x-router-backend') ?? '', explained };
@@ -58,14 +70,24 @@ describe('a pool split into cells, through the router', () => {
   it('decides each conversation in one cell, every turn in the same, and explains it in /debug/route', async () => {
     const cellsUsed = new Set<number>();
     for (let conversation = 0; conversation < 8; conversation++) {
-      const opening = [SYSTEM, { role: 'user' as const, content: `Conversation ${conversation}: plan the routing of ${'a long agent session '.repeat(8)}` }];
+      const opening = [
+        SYSTEM,
+        {
+          role: 'user' as const,
+          content: `Conversation ${conversation}: plan the routing of ${'a long agent session '.repeat(8)}`,
+        },
+      ];
       const first = await turn(opening);
       const cell = first.explained.cell as number;
       expect([0, 1]).toContain(cell);
       expect(first.explained.decision.backendId).toBe(first.backend);
       expect(backendCell(first.backend, CELLS)).toBe(cell);
       cellsUsed.add(cell);
-      const second = await turn([...opening, { role: 'assistant', content: 'Done: four steps.' }, { role: 'user', content: 'And the fifth?' }]);
+      const second = await turn([
+        ...opening,
+        { role: 'assistant', content: 'Done: four steps.' },
+        { role: 'user', content: 'And the fifth?' },
+      ]);
       expect(second.explained.cell).toBe(cell);
       expect(second.backend).toBe(first.backend);
     }

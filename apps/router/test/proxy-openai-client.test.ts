@@ -28,7 +28,13 @@ describe('router with the official openai client, 3 vllm-sim backends', () => {
 
   it('streams chat with the same text as a direct call', async () => {
     const collect = async (client: OpenAI) => {
-      const stream = await client.chat.completions.create({ model: 'test-model', messages, max_tokens: 9, stream: true, stream_options: { include_usage: true } });
+      const stream = await client.chat.completions.create({
+        model: 'test-model',
+        messages,
+        max_tokens: 9,
+        stream: true,
+        stream_options: { include_usage: true },
+      });
       let text = '';
       let usage: OpenAI.Completions.CompletionUsage | undefined;
       for await (const chunk of stream) {
@@ -44,10 +50,23 @@ describe('router with the official openai client, 3 vllm-sim backends', () => {
   });
 
   it('non-streams and streams text completions the same as direct', async () => {
-    const routed = await viaRouter.completions.create({ model: 'test-model', prompt: 'Once upon a time', max_tokens: 6 });
-    const expected = await direct.completions.create({ model: 'test-model', prompt: 'Once upon a time', max_tokens: 6 });
+    const routed = await viaRouter.completions.create({
+      model: 'test-model',
+      prompt: 'Once upon a time',
+      max_tokens: 6,
+    });
+    const expected = await direct.completions.create({
+      model: 'test-model',
+      prompt: 'Once upon a time',
+      max_tokens: 6,
+    });
     expect(routed.choices[0]?.text).toBe(expected.choices[0]?.text);
-    const stream = await viaRouter.completions.create({ model: 'test-model', prompt: 'Once upon a time', max_tokens: 6, stream: true });
+    const stream = await viaRouter.completions.create({
+      model: 'test-model',
+      prompt: 'Once upon a time',
+      max_tokens: 6,
+      stream: true,
+    });
     let text = '';
     for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
     expect(text).toBe(expected.choices[0]?.text);

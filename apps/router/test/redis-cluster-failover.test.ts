@@ -1,7 +1,15 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import { createRedis, DEFAULT_KEY_NAMESPACE, poolHashTag, quitRedis, RedisBackendStateStore, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
+import {
+  createRedis,
+  DEFAULT_KEY_NAMESPACE,
+  poolHashTag,
+  quitRedis,
+  RedisBackendStateStore,
+  waitUntilReady,
+  type RedisClient,
+} from '@kvroute/redis-store';
 import { findFreePort, startRedisCluster, type TestRedisCluster } from '@kvroute/testing';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
@@ -78,12 +86,17 @@ describe('router replicas and health pollers through a Redis Cluster master fail
     const masterOfModel = (model: string): number => cluster.masterOf(`{${poolHashTag(model)}}`).port;
     const first = CANDIDATE_MODELS.find((model) => masterOfModel(model) === queueMaster);
     const second = CANDIDATE_MODELS.find((model) => masterOfModel(model) !== queueMaster);
-    if (first === undefined || second === undefined) throw new Error(`no candidate model on the {poller} master and one off it: ${CANDIDATE_MODELS.map((m) => `${m}@${masterOfModel(m)}`).join(', ')}`);
+    if (first === undefined || second === undefined)
+      throw new Error(
+        `no candidate model on the {poller} master and one off it: ${CANDIDATE_MODELS.map((m) => `${m}@${masterOfModel(m)}`).join(', ')}`,
+      );
     models = [first, second];
 
     sims = await Promise.all(
       [first, first, second, second].map(async (model, index) => {
-        const sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model, seed: index, logLevel: 'silent' }));
+        const sim = await createSimServer(
+          SimConfig.parse({ port: 0, profile: 'fast', model, seed: index, logLevel: 'silent' }),
+        );
         const url = await sim.listen();
         const scrapes: number[] = [];
         // A second 'request' listener only watches; Fastify's own handler answers.
@@ -103,15 +116,41 @@ describe('router replicas and health pollers through a Redis Cluster master fail
         const child = spawn(
           process.execPath,
           [
-            '--import', 'tsx', join(import.meta.dirname, '../../health-poller/src/main.ts'),
-            '--host', '127.0.0.1', '--port', String(pollerPort), '--redis-url', cluster.url, '--backends', backendUrls.join(','),
-            '--interval-ms', String(POLL_INTERVAL_MS), '--scrape-timeout-ms', '250', '--job-lock-ms', '2000', '--stalled-check-ms', '2000',
-            '--reconcile-ms', '1000', '--backend-set-poll-ms', '200', '--log-level', 'warn',
+            '--import',
+            'tsx',
+            join(import.meta.dirname, '../../health-poller/src/main.ts'),
+            '--host',
+            '127.0.0.1',
+            '--port',
+            String(pollerPort),
+            '--redis-url',
+            cluster.url,
+            '--backends',
+            backendUrls.join(','),
+            '--interval-ms',
+            String(POLL_INTERVAL_MS),
+            '--scrape-timeout-ms',
+            '250',
+            '--job-lock-ms',
+            '2000',
+            '--stalled-check-ms',
+            '2000',
+            '--reconcile-ms',
+            '1000',
+            '--backend-set-poll-ms',
+            '200',
+            '--log-level',
+            'warn',
           ],
           { stdio: ['ignore', 'ignore', 'pipe'], cwd: join(import.meta.dirname, '../../..') },
         );
         child.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk.toString()));
-        return { child, url: `http://127.0.0.1:${pollerPort}`, exited: new Promise((resolve) => child.once('exit', resolve)), stderr };
+        return {
+          child,
+          url: `http://127.0.0.1:${pollerPort}`,
+          exited: new Promise((resolve) => child.once('exit', resolve)),
+          stderr,
+        };
       }),
     );
 
@@ -119,7 +158,16 @@ describe('router replicas and health pollers through a Redis Cluster master fail
       [0, 1, 2].map(() =>
         createRouterServer(
           // redisTimeoutMs as the other shared-state tests: a loaded test host must not flip a replica to local state.
-          RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: backendUrls, redisUrl: cluster.url, redisTimeoutMs: 200, routingHeaders: 'all', retryBackoffMs: 1, logLevel: 'silent' }),
+          RouterConfig.parse({
+            host: '127.0.0.1',
+            port: 0,
+            backends: backendUrls,
+            redisUrl: cluster.url,
+            redisTimeoutMs: 200,
+            routingHeaders: 'all',
+            retryBackoffMs: 1,
+            logLevel: 'silent',
+          }),
           { logger: false },
         ),
       ),
@@ -129,12 +177,17 @@ describe('router replicas and health pollers through a Redis Cluster master fail
     client = createRedis(cluster.url, 'worker');
     await waitUntilReady(client, 10_000);
     for (const poller of pollers) {
-      await waitFor(async () => (await fetch(`${poller.url}/healthz`).catch(() => null))?.status === 200, 25_000).catch(() => {
-        throw new Error(`a poller process did not become healthy: ${poller.stderr.join('').slice(-2_000)}`);
-      });
+      await waitFor(async () => (await fetch(`${poller.url}/healthz`).catch(() => null))?.status === 200, 25_000).catch(
+        () => {
+          throw new Error(`a poller process did not become healthy: ${poller.stderr.join('').slice(-2_000)}`);
+        },
+      );
     }
     const store = new RedisBackendStateStore({ redis: client });
-    await waitFor(async () => (await Promise.all(sims.map((sim) => store.read(sim.id)))).every((state) => state?.healthy === true), 5_000);
+    await waitFor(
+      async () => (await Promise.all(sims.map((sim) => store.read(sim.id)))).every((state) => state?.healthy === true),
+      5_000,
+    );
   }, 40_000);
 
   afterAll(async () => {
@@ -164,7 +217,8 @@ describe('router replicas and health pollers through a Redis Cluster master fail
     const counts = new Map<string, number>();
     for (const poller of pollers) {
       const text = await (await fetch(`${poller.url}/metrics`)).text();
-      for (const match of text.matchAll(/^kvroute_poller_scrapes_total\{backend="([^"]+)"\} (\d+)$/gm)) counts.set(match[1] as string, (counts.get(match[1] as string) ?? 0) + Number(match[2]));
+      for (const match of text.matchAll(/^kvroute_poller_scrapes_total\{backend="([^"]+)"\} (\d+)$/gm))
+        counts.set(match[1] as string, (counts.get(match[1] as string) ?? 0) + Number(match[2]));
     }
     return counts;
   };
@@ -174,11 +228,23 @@ describe('router replicas and health pollers through a Redis Cluster master fail
     const victim = cluster.masterOf(`{${poolHashTag(firstModel)}}`).port;
     const secondMaster = cluster.masterOf(`{${poolHashTag(secondModel)}}`).port;
     expect(secondMaster).not.toBe(victim);
-    const openai = urls.map((url) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 10_000 }));
-    const chat = async (replica: number, model: string, content: string): Promise<{ status: number; backend: string | null; reason: string | null }> => {
-      const { data, response } = await (openai[replica] as OpenAI).chat.completions.create({ model, messages: [{ role: 'user', content }], max_tokens: 2 }).withResponse();
+    const openai = urls.map(
+      (url) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 10_000 }),
+    );
+    const chat = async (
+      replica: number,
+      model: string,
+      content: string,
+    ): Promise<{ status: number; backend: string | null; reason: string | null }> => {
+      const { data, response } = await (openai[replica] as OpenAI).chat.completions
+        .create({ model, messages: [{ role: 'user', content }], max_tokens: 2 })
+        .withResponse();
       if (!data.choices[0]?.message.content) throw new Error('a completion without content');
-      return { status: response.status, backend: response.headers.get('x-router-backend'), reason: response.headers.get('x-router-reason') };
+      return {
+        status: response.status,
+        backend: response.headers.get('x-router-backend'),
+        reason: response.headers.get('x-router-reason'),
+      };
     };
 
     // The degraded gauge of both replicas (the value /metrics shows), every ~100 ms.
@@ -232,22 +298,36 @@ describe('router replicas and health pollers through a Redis Cluster master fail
       const countsAtOk = await pollerScrapes();
       const store = new RedisBackendStateStore({ redis: client as RedisClient });
       const pollerView = async (): Promise<string> => {
-        const states = await Promise.all(sims.map((sim) => store.read(sim.id).catch((error: unknown) => String(error))));
+        const states = await Promise.all(
+          sims.map((sim) => store.read(sim.id).catch((error: unknown) => String(error))),
+        );
         const counts = await pollerScrapes().catch((error: unknown) => String(error));
-        const scrapes = sims.map((sim) => sim.scrapes.filter((atMs) => atMs > killedAtMs - 1_000).map((atMs) => atMs - killedAtMs).join(','));
-        return `states ${JSON.stringify(states)}; scrape counters ${JSON.stringify([...(typeof counts === 'string' ? [] : counts)])} (at cluster ok ${JSON.stringify([...countsAtOk])}); /metrics scrapes (ms after the kill) ${scrapes.join(' | ')}`;
+        const scrapes = sims.map((sim) =>
+          sim.scrapes
+            .filter((atMs) => atMs > killedAtMs - 1_000)
+            .map((atMs) => atMs - killedAtMs)
+            .join(','),
+        );
+        return (
+          `states ${JSON.stringify(states)}; scrape counters ${JSON.stringify([...(typeof counts === 'string' ? [] : counts)])} ` +
+          `(at cluster ok ${JSON.stringify([...countsAtOk])}); /metrics scrapes (ms after the kill) ${scrapes.join(' | ')}`
+        );
       };
       await waitFor(async () => {
         const states = await Promise.all(sims.map((sim) => store.read(sim.id)));
         return states.every((state) => state !== null && state.healthy && state.scrapedAtMs > clusterOkAtMs);
       }, 6_000).catch(async () => {
-        throw new Error(`no fresh published state for every backend within 6 s of cluster ok (${clusterOkAtMs - killedAtMs} ms after the kill): ${await pollerView()}`);
+        throw new Error(
+          `no fresh published state for every backend within 6 s of cluster ok (${clusterOkAtMs - killedAtMs} ms after the kill): ${await pollerView()}`,
+        );
       });
       await waitFor(async () => {
         const counts = await pollerScrapes();
         return sims.every((sim) => (counts.get(sim.id) ?? 0) >= (countsAtOk.get(sim.id) ?? 0) + 3);
       }, 6_000).catch(async () => {
-        throw new Error(`the poller's scrape counters did not grow by 3 within 6 s of cluster ok: ${await pollerView()}`);
+        throw new Error(
+          `the poller's scrape counters did not grow by 3 within 6 s of cluster ok: ${await pollerView()}`,
+        );
       });
       const pollerBackAtMs = Date.now();
 
@@ -289,7 +369,8 @@ describe('router replicas and health pollers through a Redis Cluster master fail
         let total = 0;
         for (let index = 0; index + 1 < degradedSamples.length; index++) {
           const sample = degradedSamples[index] as { atMs: number; values: number[] };
-          if (sample.values[replica] === 1) total += (degradedSamples[index + 1] as { atMs: number }).atMs - sample.atMs;
+          if (sample.values[replica] === 1)
+            total += (degradedSamples[index + 1] as { atMs: number }).atMs - sample.atMs;
         }
         return total;
       });
@@ -308,7 +389,8 @@ describe('router replicas and health pollers through a Redis Cluster master fail
       const gaps = sims.map((sim) => {
         const inRun = sim.scrapes.filter((atMs) => atMs >= loadStartMs - 1_000 && atMs <= loadEndMs);
         let longest = 0;
-        for (let index = 1; index < inRun.length; index++) longest = Math.max(longest, (inRun[index] as number) - (inRun[index - 1] as number));
+        for (let index = 1; index < inRun.length; index++)
+          longest = Math.max(longest, (inRun[index] as number) - (inRun[index - 1] as number));
         return longest;
       });
       const scrapedAfterOk = sims.map((sim) => sim.scrapes.filter((atMs) => atMs > clusterOkAtMs).length);
@@ -316,12 +398,17 @@ describe('router replicas and health pollers through a Redis Cluster master fail
 
       const reasons = new Map<string, number>();
       for (const sample of samples) reasons.set(sample.reason ?? '-', (reasons.get(sample.reason ?? '-') ?? 0) + 1);
-      const slowest = (list: readonly Sample[]): number => Math.max(0, ...list.map((sample) => sample.endMs - sample.startMs));
+      const slowest = (list: readonly Sample[]): number =>
+        Math.max(0, ...list.map((sample) => sample.endMs - sample.startMs));
       console.info(
-        `[redis-cluster-failover] ${samples.length + failures.length} requests in ${loadEndMs - loadStartMs} ms (${CLIENTS} clients; ${during.length} between the kill and cluster ok), ${failures.length} failed, ` +
+        `[redis-cluster-failover] ${samples.length + failures.length} requests in ${loadEndMs - loadStartMs} ` +
+          `ms (${CLIENTS} clients; ${during.length} between the kill and cluster ok), ${failures.length} ` +
+          `failed, ` +
           `slowest ${slowest(samples)} ms (${slowest(during)} ms during the failover); ` +
-          `pools ${firstModel} (killed master ${victim} → ${promoted}) and ${secondModel} (master ${secondMaster}); failover ${clusterOkAtMs - killedAtMs} ms (kill → cluster ok); ` +
-          `degraded ${degradedMs.map((ms, replica) => `replica ${replica} ${ms} ms`).join(', ')} (transitions into/out of degraded ${transitions.join(', ')}); ` +
+          `pools ${firstModel} (killed master ${victim} → ${promoted}) and ${secondModel} (master ${secondMaster}); ` +
+          `failover ${clusterOkAtMs - killedAtMs} ms (kill → cluster ok); ` +
+          `degraded ${degradedMs.map((ms, replica) => `replica ${replica} ${ms} ms`).join(', ')} (transitions ` +
+          `into/out of degraded ${transitions.join(', ')}); ` +
           `poller: longest scrape gap ${gaps.join('/')} ms, scraping again ${pollerBackAtMs - clusterOkAtMs} ms after cluster ok; ` +
           `affinity after the failover ${affinity.join(', ')}; reasons ${[...reasons].map(([reason, count]) => `${reason} ${count}`).join(', ')}`,
       );
@@ -338,9 +425,21 @@ describe('router replicas and health pollers through a Redis Cluster master fail
           const before = degradedSamples[index - 1]?.values.join('') ?? '000';
           if (sample.values.join('') !== before) changes.push(`${sample.atMs - killedAtMs}:${sample.values.join('')}`);
         });
-        console.info(`[redis-cluster-failover] degraded gauges of replicas A, B and C (ms after the kill: values): ${changes.join(' ')}; cluster ok at ${clusterOkAtMs - killedAtMs}`);
-        if (failures.length > 0) console.info(`[redis-cluster-failover] failures (ms after the kill): ${failures.slice(0, 10).map((f) => `${f.atMs - killedAtMs} replica ${f.replica} ${f.model}: ${f.error}`).join('; ')}`);
-        const pollerLog = pollers.map((poller) => poller.stderr.join('').trim()).join('\n---\n').trim();
+        console.info(
+          `[redis-cluster-failover] degraded gauges of replicas A, B and C (ms after the kill: values): ` +
+            `${changes.join(' ')}; cluster ok at ${clusterOkAtMs - killedAtMs}`,
+        );
+        if (failures.length > 0)
+          console.info(
+            `[redis-cluster-failover] failures (ms after the kill): ${failures
+              .slice(0, 10)
+              .map((f) => `${f.atMs - killedAtMs} replica ${f.replica} ${f.model}: ${f.error}`)
+              .join('; ')}`,
+          );
+        const pollerLog = pollers
+          .map((poller) => poller.stderr.join('').trim())
+          .join('\n---\n')
+          .trim();
         if (pollerLog) console.info(`[redis-cluster-failover] poller stderr: ${pollerLog.slice(-2_000)}`);
       }
     }

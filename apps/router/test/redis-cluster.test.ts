@@ -22,11 +22,26 @@ describe('router replicas sharing state on a Redis Cluster', () => {
 
   beforeAll(async () => {
     cluster = await startRedisCluster({ logger: () => undefined });
-    sims = await Promise.all([0, 1].map(() => createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model', logLevel: 'silent' }))));
+    sims = await Promise.all(
+      [0, 1].map(() =>
+        createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model', logLevel: 'silent' })),
+      ),
+    );
     const simUrls = await Promise.all(sims.map((sim) => sim.listen()));
     routers = await Promise.all(
       // redisTimeoutMs as the other shared-state tests: a loaded test host must not flip a replica to local state.
-      [0, 1].map(() => createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: simUrls, redisUrl: cluster.url, redisTimeoutMs: 200, logLevel: 'silent' }))),
+      [0, 1].map(() =>
+        createRouterServer(
+          RouterConfig.parse({
+            host: '127.0.0.1',
+            port: 0,
+            backends: simUrls,
+            redisUrl: cluster.url,
+            redisTimeoutMs: 200,
+            logLevel: 'silent',
+          }),
+        ),
+      ),
     );
     urls = await Promise.all(routers.map((router) => router.listen()));
   }, 40_000);
@@ -37,14 +52,21 @@ describe('router replicas sharing state on a Redis Cluster', () => {
     await cluster?.stop();
   });
 
-  const chat = async (replica: number, content: string): Promise<{ status: number; backend: string | null; reason: string | null }> => {
+  const chat = async (
+    replica: number,
+    content: string,
+  ): Promise<{ status: number; backend: string | null; reason: string | null }> => {
     const response = await fetch(`${urls[replica]}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content }], max_tokens: 2 }),
     });
     await response.text();
-    return { status: response.status, backend: response.headers.get('x-router-backend'), reason: response.headers.get('x-router-reason') };
+    return {
+      status: response.status,
+      backend: response.headers.get('x-router-backend'),
+      reason: response.headers.get('x-router-reason'),
+    };
   };
 
   const metricsOf = (router: RouterServer): Promise<string> => router.metrics.registry.metrics();
@@ -90,15 +112,35 @@ describe('hit rate on a Redis Cluster against one Redis', () => {
   afterAll(() => cluster?.stop());
 
   async function hitRateWith(redisUrl: string, seed: number): Promise<number> {
-    const sims = await Promise.all([0, 1, 2, 3].map(() => createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', timeScale: 50, model: 'test-model', logLevel: 'silent' }))));
+    const sims = await Promise.all(
+      [0, 1, 2, 3].map(() =>
+        createSimServer(
+          SimConfig.parse({ port: 0, profile: 'a100-7b', timeScale: 50, model: 'test-model', logLevel: 'silent' }),
+        ),
+      ),
+    );
     const simUrls = await Promise.all(sims.map((sim) => sim.listen()));
     const routers = await Promise.all(
-      [0, 1, 2].map(() => createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: simUrls, redisUrl, redisTimeoutMs: 200, logLevel: 'silent' }))),
+      [0, 1, 2].map(() =>
+        createRouterServer(
+          RouterConfig.parse({
+            host: '127.0.0.1',
+            port: 0,
+            backends: simUrls,
+            redisUrl,
+            redisTimeoutMs: 200,
+            logLevel: 'silent',
+          }),
+        ),
+      ),
     );
     try {
       const urls = await Promise.all(routers.map((router) => router.listen()));
       const turns = await runConversations(urls, { seed });
-      for (const router of routers) expect(await router.metrics.registry.getSingleMetricAsString('kvroute_router_state_degraded')).toMatch(/^kvroute_router_state_degraded 0$/m);
+      for (const router of routers)
+        expect(await router.metrics.registry.getSingleMetricAsString('kvroute_router_state_degraded')).toMatch(
+          /^kvroute_router_state_degraded 0$/m,
+        );
       return hitRate(turns);
     } finally {
       await Promise.all(routers.map((router) => router.close()));
@@ -120,7 +162,11 @@ describe('hit rate on a Redis Cluster against one Redis', () => {
       await single.stop();
     }
     const mean = (values: readonly number[]): number => values.reduce((sum, value) => sum + value, 0) / values.length;
-    console.info(`[redis-cluster] hit rate, 3 replicas: one Redis ${onSingle.map((rate) => (100 * rate).toFixed(1)).join(', ')} %, cluster ${onCluster.map((rate) => (100 * rate).toFixed(1)).join(', ')} %; means ${(100 * mean(onSingle)).toFixed(1)} vs ${(100 * mean(onCluster)).toFixed(1)}`);
+    console.info(
+      `[redis-cluster] hit rate, 3 replicas: one Redis ${onSingle.map((rate) => (100 * rate).toFixed(1)).join(', ')} ` +
+        `%, cluster ${onCluster.map((rate) => (100 * rate).toFixed(1)).join(', ')} %; means ${(100 * mean(onSingle)).toFixed(1)} ` +
+        `vs ${(100 * mean(onCluster)).toFixed(1)}`,
+    );
     expect(mean(onCluster)).toBeGreaterThanOrEqual(mean(onSingle) - 0.05);
   }, 120_000);
 });

@@ -18,9 +18,15 @@ describe('Redis outage', () => {
 
   beforeAll(async () => {
     redis = await startRedis({ fresh: true });
-    sims = await Promise.all(Array.from({ length: 2 }, () => createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model' }))));
+    sims = await Promise.all(
+      Array.from({ length: 2 }, () =>
+        createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model' })),
+      ),
+    );
     const urls = await Promise.all(sims.map((sim) => sim.listen()));
-    router = await createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: urls, redisUrl: redis.url, redisRetryAfterMs: 200 }));
+    router = await createRouterServer(
+      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: urls, redisUrl: redis.url, redisRetryAfterMs: 200 }),
+    );
     routerUrl = await router.listen();
   });
   afterAll(async () => {
@@ -42,7 +48,11 @@ describe('Redis outage', () => {
         const response = await fetch(`${routerUrl}/v1/chat/completions`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: `steady ${index % 7} ${'context '.repeat(80)}` }], max_tokens: 2 }),
+          body: JSON.stringify({
+            model: 'test-model',
+            messages: [{ role: 'user', content: `steady ${index % 7} ${'context '.repeat(80)}` }],
+            max_tokens: 2,
+          }),
         }).catch(() => null);
         statuses.push(response?.status ?? 0);
         await response?.text();

@@ -113,7 +113,8 @@ export type ReplicaFront = 'haproxy' | 'client-rotation';
 /** The comparison above as one test, with the multi-replica setups reached through `front`. */
 export function describeReplicaComparison(front: ReplicaFront): void {
   const viaHaproxy = front === 'haproxy';
-  describe(`1 router vs 3 sharing Redis vs 3 isolated, ${viaHaproxy ? 'behind HAProxy (TCP round-robin)' : 'rotated per request by the client (no HAProxy)'}`, () => {
+  const spread = viaHaproxy ? 'behind HAProxy (TCP round-robin)' : 'rotated per request by the client (no HAProxy)';
+  describe(`1 router vs 3 sharing Redis vs 3 isolated, ${spread}`, () => {
     let redis: TestRedis;
     let sims: SimServer[] = [];
     let backendUrls: string[] = [];
@@ -124,14 +125,30 @@ export function describeReplicaComparison(front: ReplicaFront): void {
     let isolated: Setup;
 
     function spawnRouter(port: number, redisUrl: string | undefined): void {
-      const args = ['--import', 'tsx', join(import.meta.dirname, '../src/main.ts'), '--host', '127.0.0.1', '--port', String(port), '--backends', backendUrls.join(','), '--log-level', 'warn'];
+      const args = [
+        '--import',
+        'tsx',
+        join(import.meta.dirname, '../src/main.ts'),
+        '--host',
+        '127.0.0.1',
+        '--port',
+        String(port),
+        '--backends',
+        backendUrls.join(','),
+        '--log-level',
+        'warn',
+      ];
       if (redisUrl) args.push('--redis-url', redisUrl, '--redis-timeout-ms', '250');
       processes.push(spawn(process.execPath, args, { stdio: 'ignore', cwd: join(import.meta.dirname, '../../..') }));
     }
 
     beforeAll(async () => {
       redis = await startRedis({ fresh: true });
-      sims = await Promise.all(Array.from({ length: 4 }, () => createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', timeScale: TIME_SCALE, model: 'test-model' }))));
+      sims = await Promise.all(
+        Array.from({ length: 4 }, () =>
+          createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', timeScale: TIME_SCALE, model: 'test-model' })),
+        ),
+      );
       backendUrls = await Promise.all(sims.map((sim) => sim.listen()));
       const [singlePort, ...replicaPorts] = await findFreePorts(7);
       single = { name: '(a) 1 router', routerPorts: [singlePort as number], urls: [] };
@@ -141,8 +158,16 @@ export function describeReplicaComparison(front: ReplicaFront): void {
       for (const port of shared.routerPorts) spawnRouter(port, redis.url);
       for (const port of isolated.routerPorts) spawnRouter(port, undefined);
       const allPorts = [single, shared, isolated].flatMap((setup) => setup.routerPorts);
-      await Promise.all(allPorts.map((port) => waitFor(async () => (await fetch(`http://127.0.0.1:${port}/readyz`).catch(() => null))?.status === 200, 45_000)));
-      for (const setup of [single, shared, isolated]) setup.urls = setup.routerPorts.map((port) => `http://127.0.0.1:${port}`);
+      await Promise.all(
+        allPorts.map((port) =>
+          waitFor(
+            async () => (await fetch(`http://127.0.0.1:${port}/readyz`).catch(() => null))?.status === 200,
+            45_000,
+          ),
+        ),
+      );
+      for (const setup of [single, shared, isolated])
+        setup.urls = setup.routerPorts.map((port) => `http://127.0.0.1:${port}`);
       if (!viaHaproxy) return;
 
       // One HAProxy, one TCP round-robin frontend per multi-replica setup.
@@ -161,7 +186,11 @@ export function describeReplicaComparison(front: ReplicaFront): void {
       shared.urls = [`http://127.0.0.1:${frontPorts[0]}`];
       isolated.urls = [`http://127.0.0.1:${frontPorts[1]}`];
       for (const url of [...shared.urls, ...isolated.urls]) {
-        await waitFor(async () => (await fetch(`${url}/readyz`, { headers: { connection: 'close' } }).catch(() => null))?.status === 200, 10_000);
+        await waitFor(
+          async () =>
+            (await fetch(`${url}/readyz`, { headers: { connection: 'close' } }).catch(() => null))?.status === 200,
+          10_000,
+        );
       }
     }, 60_000);
 
@@ -181,7 +210,10 @@ export function describeReplicaComparison(front: ReplicaFront): void {
               const perReplica = await Promise.all(
                 setup.routerPorts.map(async (port) => {
                   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-                  return { routed: sumMetric(text, 'kvroute_router_requests_total'), degraded: sumMetric(text, 'kvroute_router_state_degraded_transitions_total') };
+                  return {
+                    routed: sumMetric(text, 'kvroute_router_requests_total'),
+                    degraded: sumMetric(text, 'kvroute_router_state_degraded_transitions_total'),
+                  };
                 }),
               );
               return [setup, perReplica] as const;
@@ -190,7 +222,8 @@ export function describeReplicaComparison(front: ReplicaFront): void {
         );
       const run = async (setup: Setup, seed: number): Promise<Turn[]> => {
         // A cold fleet for every run: no prefix cached on any sim.
-        for (const url of backendUrls) expect((await fetch(`${url}/sim/reset-cache`, { method: 'POST' })).status).toBe(200);
+        for (const url of backendUrls)
+          expect((await fetch(`${url}/sim/reset-cache`, { method: 'POST' })).status).toBe(200);
         return runConversations(setup.urls, { newConnectionPerRequest: true, shape: CHAT_WITH_CONTEXT, seed });
       };
       const warmUpStarted = Date.now();
@@ -212,27 +245,40 @@ export function describeReplicaComparison(front: ReplicaFront): void {
           setup,
           (atEnd.get(setup) ?? []).map((replica, index) => {
             const before = afterWarmUp.get(setup)?.[index];
-            return { routed: replica.routed - (before?.routed ?? 0), degraded: replica.degraded - (before?.degraded ?? 0) };
+            return {
+              routed: replica.routed - (before?.routed ?? 0),
+              degraded: replica.degraded - (before?.degraded ?? 0),
+            };
           }),
         ]),
       );
       const hit = (setup: Setup): number => mean(rates.get(setup) ?? []);
       const table = [
-        `KV hit rate (cached_tokens / prompt_tokens), ${viaHaproxy ? 'HAProxy TCP round-robin' : 'client rotates replicas per request (no HAProxy)'}, ${SEEDS.length} seeds in ${((Date.now() - started) / 1000).toFixed(1)} s:`,
+        `KV hit rate (cached_tokens / prompt_tokens), ${viaHaproxy ? 'HAProxy TCP round-robin' : 'client rotates replicas per request (no HAProxy)'}, ` +
+          `${SEEDS.length} seeds in ${((Date.now() - started) / 1000).toFixed(1)} s:`,
         `| setup | ${SEEDS.map((seed) => `seed ${seed}`).join(' | ')} | mean | unexplained moves | requests per replica (measured seeds) |`,
         `|---|${SEEDS.map(() => '---:|').join('')}---:|---|---|`,
         ...setups.map(
           (setup) =>
-            `| ${setup.name} | ${(rates.get(setup) ?? []).map((rate) => rate.toFixed(3)).join(' | ')} | ${hit(setup).toFixed(3)} | ${(moves.get(setup) ?? []).join(' ')} | ${(replicaMetrics.get(setup) ?? []).map((replica) => replica.routed).join(', ')} |`,
+            `| ${setup.name} | ${(rates.get(setup) ?? []).map((rate) => rate.toFixed(3)).join(' | ')} | ` +
+            `${hit(setup).toFixed(3)} | ${(moves.get(setup) ?? []).join(' ')} | ` +
+            `${(replicaMetrics.get(setup) ?? []).map((replica) => replica.routed).join(', ')} ` +
+            `|`,
         ),
-        `shared − single ${(hit(shared) - hit(single)).toFixed(3)}, isolated − single ${(hit(isolated) - hit(single)).toFixed(3)}; degraded transitions of the shared replicas: ${(replicaMetrics.get(shared) ?? []).map((replica) => replica.degraded).join(', ')}`,
-        `warm-up (seed ${WARM_UP_SEED}, not measured, ${warmUpSeconds.toFixed(1)} s): ${setups.map((setup) => `${setup.name.slice(0, 3)} ${(warmUpRates.get(setup) ?? 0).toFixed(3)}`).join(', ')}`,
+        `shared − single ${(hit(shared) - hit(single)).toFixed(3)}, isolated − single ${(hit(isolated) - hit(single)).toFixed(3)}; ` +
+          `degraded transitions of the shared replicas: ${(replicaMetrics.get(shared) ?? []).map((replica) => replica.degraded).join(', ')}`,
+        `warm-up (seed ${WARM_UP_SEED}, not measured, ${warmUpSeconds.toFixed(1)} s): ` +
+          setups.map((setup) => `${setup.name.slice(0, 3)} ${(warmUpRates.get(setup) ?? 0).toFixed(3)}`).join(', '),
       ].join('\n');
       console.info(table);
 
       for (const turns of [...runs.values()].flat()) expect(turns).toHaveLength(72);
       // Every replica of a multi-replica setup routed its share (HAProxy and the client rotate evenly).
-      for (const setup of [shared, isolated]) expect((replicaMetrics.get(setup) ?? []).every((replica) => replica.routed >= 10 * SEEDS.length), table).toBe(true);
+      for (const setup of [shared, isolated])
+        expect(
+          (replicaMetrics.get(setup) ?? []).every((replica) => replica.routed >= 10 * SEEDS.length),
+          table,
+        ).toBe(true);
       expect(moves.get(shared), table).toEqual(SEEDS.map(() => 0));
       expect(Math.abs(hit(shared) - hit(single)), table).toBeLessThanOrEqual(0.02);
       expect(hit(isolated), table).toBeLessThanOrEqual(hit(single) - 0.1);

@@ -23,10 +23,21 @@ describe('router replica crash', () => {
 
   beforeAll(async () => {
     redis = await startRedis({ fresh: true });
-    sims = await Promise.all(Array.from({ length: 2 }, () => createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', timeScale: 1, model: 'test-model' }))));
+    sims = await Promise.all(
+      Array.from({ length: 2 }, () =>
+        createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', timeScale: 1, model: 'test-model' })),
+      ),
+    );
     backendUrls = await Promise.all(sims.map((sim) => sim.listen()));
     survivor = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: backendUrls, redisUrl: redis.url, leaseTtlMs: LEASE_TTL_MS, redisTimeoutMs: 500 }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        backends: backendUrls,
+        redisUrl: redis.url,
+        leaseTtlMs: LEASE_TTL_MS,
+        redisTimeoutMs: 500,
+      }),
     );
     survivorUrl = await survivor.listen();
   });
@@ -37,7 +48,11 @@ describe('router replica crash', () => {
   });
 
   async function fleetInflight(): Promise<number> {
-    const snapshot = await survivor.state.snapshot('test-model', sims.map((_, index) => new URL(backendUrls[index] as string).host), []);
+    const snapshot = await survivor.state.snapshot(
+      'test-model',
+      sims.map((_, index) => new URL(backendUrls[index] as string).host),
+      [],
+    );
     let total = 0;
     for (const count of snapshot.inflight.values()) total += count;
     return total;
@@ -47,17 +62,41 @@ describe('router replica crash', () => {
     const port = await findFreePort();
     const doomed = spawn(
       process.execPath,
-      ['--import', 'tsx', join(import.meta.dirname, '../src/main.ts'), '--host', '127.0.0.1', '--port', String(port), '--backends', backendUrls.join(','), '--redis-url', redis.url, '--lease-ttl-ms', String(LEASE_TTL_MS), '--log-level', 'warn'],
+      [
+        '--import',
+        'tsx',
+        join(import.meta.dirname, '../src/main.ts'),
+        '--host',
+        '127.0.0.1',
+        '--port',
+        String(port),
+        '--backends',
+        backendUrls.join(','),
+        '--redis-url',
+        redis.url,
+        '--lease-ttl-ms',
+        String(LEASE_TTL_MS),
+        '--log-level',
+        'warn',
+      ],
       { stdio: 'ignore', cwd: join(import.meta.dirname, '../../..') },
     );
     try {
-      await waitFor(async () => (await fetch(`http://127.0.0.1:${port}/readyz`).catch(() => null))?.status === 200, 20_000);
+      await waitFor(
+        async () => (await fetch(`http://127.0.0.1:${port}/readyz`).catch(() => null))?.status === 200,
+        20_000,
+      );
       const controllers = Array.from({ length: 20 }, () => new AbortController());
       const streams = controllers.map((controller, index) =>
         fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: `long stream ${index}` }], max_tokens: 5000, stream: true }),
+          body: JSON.stringify({
+            model: 'test-model',
+            messages: [{ role: 'user', content: `long stream ${index}` }],
+            max_tokens: 5000,
+            stream: true,
+          }),
           signal: controller.signal,
         })
           .then((response) => response.body?.getReader().read())
@@ -71,7 +110,11 @@ describe('router replica crash', () => {
       const response = await fetch(`${survivorUrl}/v1/chat/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: 'still there?' }], max_tokens: 2 }),
+        body: JSON.stringify({
+          model: 'test-model',
+          messages: [{ role: 'user', content: 'still there?' }],
+          max_tokens: 2,
+        }),
       });
       expect(response.status).toBe(200);
       await waitFor(async () => (await fleetInflight()) === 0, LEASE_TTL_MS + 3_000);

@@ -21,7 +21,12 @@ interface Cluster {
   clients: OpenAI[];
 }
 
-async function startCluster(replicas: number, redisUrl: string | undefined, extra: Partial<RouterConfig> = {}, backends = 3): Promise<Cluster> {
+async function startCluster(
+  replicas: number,
+  redisUrl: string | undefined,
+  extra: Partial<RouterConfig> = {},
+  backends = 3,
+): Promise<Cluster> {
   const sims = await Promise.all(
     Array.from({ length: backends }, async () => {
       const sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model' }));
@@ -33,7 +38,14 @@ async function startCluster(replicas: number, redisUrl: string | undefined, extr
   const clients: OpenAI[] = [];
   for (let index = 0; index < replicas; index++) {
     const router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: sims.map((sim) => sim.url), retryBackoffMs: 1, ...(redisUrl ? { redisUrl, redisTimeoutMs: 200 } : {}), ...extra }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        backends: sims.map((sim) => sim.url),
+        retryBackoffMs: 1,
+        ...(redisUrl ? { redisUrl, redisTimeoutMs: 200 } : {}),
+        ...extra,
+      }),
     );
     routers.push(router);
     clients.push(new OpenAI({ baseURL: `${await router.listen()}/v1`, apiKey: 'unused', maxRetries: 0 }));
@@ -70,7 +82,14 @@ describe('Responses API through 3 router replicas sharing Redis', () => {
     // over ids with random ports, so 6 could share one (1 in 243); more run until two are seen.
     const firstBackends = new Set<string>();
     for (let conversation = 0; conversation < 12 && (conversation < 6 || firstBackends.size < 2); conversation++) {
-      const first = await (clients[0] as OpenAI).responses.create({ model: 'test-model', instructions: instructionsOf(conversation), input: `Hello from ${conversation}`, max_output_tokens: 4 }).withResponse();
+      const first = await (clients[0] as OpenAI).responses
+        .create({
+          model: 'test-model',
+          instructions: instructionsOf(conversation),
+          input: `Hello from ${conversation}`,
+          max_output_tokens: 4,
+        })
+        .withResponse();
       const backend = first.response.headers.get('x-router-backend') as string;
       expect(sims.map((sim) => sim.id)).toContain(backend);
       firstBackends.add(backend);
@@ -79,7 +98,14 @@ describe('Responses API through 3 router replicas sharing Redis', () => {
       // prefix routes them; only the response-owner map does.
       for (let turn = 1; turn <= 2; turn++) {
         const client = clients[turn % 3] as OpenAI;
-        const next = await client.responses.create({ model: 'test-model', previous_response_id: previous.id, input: `turn ${turn}`, max_output_tokens: 4 }).withResponse();
+        const next = await client.responses
+          .create({
+            model: 'test-model',
+            previous_response_id: previous.id,
+            input: `turn ${turn}`,
+            max_output_tokens: 4,
+          })
+          .withResponse();
         expect(next.response.headers.get('x-router-backend')).toBe(backend);
         expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
         expect(next.data.previous_response_id).toBe(previous.id);
@@ -88,7 +114,9 @@ describe('Responses API through 3 router replicas sharing Redis', () => {
           // OpenAI's API): turn 2's prompt is turn 1's plus its answer and input, and turn 1's is cached.
           const before = previous.usage?.input_tokens ?? 0;
           expect(next.data.usage?.input_tokens).toBeGreaterThan(before);
-          expect(next.data.usage?.input_tokens_details.cached_tokens).toBeGreaterThanOrEqual(Math.floor((before - 1) / 16) * 16 - 16);
+          expect(next.data.usage?.input_tokens_details.cached_tokens).toBeGreaterThanOrEqual(
+            Math.floor((before - 1) / 16) * 16 - 16,
+          );
         }
         previous = next.data;
       }
@@ -103,11 +131,24 @@ describe('Responses API through 3 router replicas sharing Redis', () => {
   it('streams a create with the openai stream helper, learns its id from response.created, and continues it on another replica', async () => {
     const { clients } = cluster;
     const metrics = (cluster.routers[2] as RouterServer).metrics.registry;
-    const countOf = async (name: string, filter: (labels: Partial<Record<string, string | number>>) => boolean): Promise<number> =>
-      ((await metrics.getSingleMetric(name)?.get())?.values ?? []).filter((value) => filter(value.labels)).reduce((sum, value) => sum + value.value, 0);
+    const countOf = async (
+      name: string,
+      filter: (labels: Partial<Record<string, string | number>>) => boolean,
+    ): Promise<number> =>
+      ((await metrics.getSingleMetric(name)?.get())?.values ?? [])
+        .filter((value) => filter(value.labels))
+        .reduce((sum, value) => sum + value.value, 0);
     const ttftBefore = await countOf('kvroute_router_time_to_first_token_seconds', (labels) => labels.le === '+Inf');
-    const checkedBefore = await countOf('kvroute_router_prefix_predictions_total', (labels) => labels.outcome !== 'unverified');
-    const stream = (clients[2] as OpenAI).responses.stream({ model: 'test-model', instructions: instructionsOf(100), input: 'stream me', max_output_tokens: 6 });
+    const checkedBefore = await countOf(
+      'kvroute_router_prefix_predictions_total',
+      (labels) => labels.outcome !== 'unverified',
+    );
+    const stream = (clients[2] as OpenAI).responses.stream({
+      model: 'test-model',
+      instructions: instructionsOf(100),
+      input: 'stream me',
+      max_output_tokens: 6,
+    });
     let deltas = '';
     for await (const event of stream) if (event.type === 'response.output_text.delta') deltas += event.delta;
     const final = await stream.finalResponse();
@@ -115,9 +156,15 @@ describe('Responses API through 3 router replicas sharing Redis', () => {
     expect(final.usage?.output_tokens).toBe(6);
     // The relay read the stream: a first output (output_text.delta) timed, and the usage of
     // response.completed (input_tokens, cached_tokens) checked against the routing prediction.
-    expect(await countOf('kvroute_router_time_to_first_token_seconds', (labels) => labels.le === '+Inf')).toBe(ttftBefore + 1);
-    expect(await countOf('kvroute_router_prefix_predictions_total', (labels) => labels.outcome !== 'unverified')).toBe(checkedBefore + 1);
-    const next = await (clients[0] as OpenAI).responses.create({ model: 'test-model', previous_response_id: final.id, input: 'and then?', max_output_tokens: 3 }).withResponse();
+    expect(await countOf('kvroute_router_time_to_first_token_seconds', (labels) => labels.le === '+Inf')).toBe(
+      ttftBefore + 1,
+    );
+    expect(await countOf('kvroute_router_prefix_predictions_total', (labels) => labels.outcome !== 'unverified')).toBe(
+      checkedBefore + 1,
+    );
+    const next = await (clients[0] as OpenAI).responses
+      .create({ model: 'test-model', previous_response_id: final.id, input: 'and then?', max_output_tokens: 3 })
+      .withResponse();
     expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
     expect(next.data.previous_response_id).toBe(final.id);
     expect((await (clients[1] as OpenAI).responses.retrieve(final.id)).output_text).toBe(deltas);
@@ -125,25 +172,51 @@ describe('Responses API through 3 router replicas sharing Redis', () => {
 
   it('DELETE through one replica goes to the owner and forgets the id for every replica', async () => {
     const { clients } = cluster;
-    const created = await (clients[0] as OpenAI).responses.create({ model: 'test-model', input: 'delete me', max_output_tokens: 2 });
+    const created = await (clients[0] as OpenAI).responses.create({
+      model: 'test-model',
+      input: 'delete me',
+      max_output_tokens: 2,
+    });
     await (clients[1] as OpenAI).responses.delete(created.id);
-    await expect((clients[2] as OpenAI).responses.retrieve(created.id)).rejects.toMatchObject({ status: 404, error: { code: 'ROUTER_ERR_RESPONSE_NOT_FOUND' } });
+    await expect((clients[2] as OpenAI).responses.retrieve(created.id)).rejects.toMatchObject({
+      status: 404,
+      error: { code: 'ROUTER_ERR_RESPONSE_NOT_FOUND' },
+    });
   });
 
   it('an unknown previous_response_id is prefix-routed (the engine answers its 404); an unknown GET is the router 404; a bad id is a 400', async () => {
     const { clients } = cluster;
     const unknown = 'resp_ffffffffffffffffffffffffffffffff';
-    await expect((clients[0] as OpenAI).responses.create({ model: 'test-model', previous_response_id: unknown, input: 'hi' })).rejects.toMatchObject({ status: 404, error: { param: 'previous_response_id' } });
-    await expect((clients[1] as OpenAI).responses.retrieve(unknown)).rejects.toMatchObject({ status: 404, error: { type: 'invalid_request_error', param: 'response_id' } });
-    await expect((clients[1] as OpenAI).responses.create({ model: 'test-model', previous_response_id: 'x'.repeat(129), input: 'hi' })).rejects.toMatchObject({ status: 400 });
+    await expect(
+      (clients[0] as OpenAI).responses.create({ model: 'test-model', previous_response_id: unknown, input: 'hi' }),
+    ).rejects.toMatchObject({ status: 404, error: { param: 'previous_response_id' } });
+    await expect((clients[1] as OpenAI).responses.retrieve(unknown)).rejects.toMatchObject({
+      status: 404,
+      error: { type: 'invalid_request_error', param: 'response_id' },
+    });
+    await expect(
+      (clients[1] as OpenAI).responses.create({
+        model: 'test-model',
+        previous_response_id: 'x'.repeat(129),
+        input: 'hi',
+      }),
+    ).rejects.toMatchObject({ status: 400 });
     const badGet = await fetch(`${(clients[2] as OpenAI).baseURL}/responses/${'%22'.repeat(3)}`);
     expect(badGet.status).toBe(400);
   });
 
   it('a store: false response is not remembered', async () => {
     const { clients } = cluster;
-    const created = await (clients[0] as OpenAI).responses.create({ model: 'test-model', input: 'ephemeral', store: false, max_output_tokens: 2 });
-    await expect((clients[1] as OpenAI).responses.retrieve(created.id)).rejects.toMatchObject({ status: 404, error: { code: 'ROUTER_ERR_RESPONSE_NOT_FOUND' } });
+    const created = await (clients[0] as OpenAI).responses.create({
+      model: 'test-model',
+      input: 'ephemeral',
+      store: false,
+      max_output_tokens: 2,
+    });
+    await expect((clients[1] as OpenAI).responses.retrieve(created.id)).rejects.toMatchObject({
+      status: 404,
+      error: { code: 'ROUTER_ERR_RESPONSE_NOT_FOUND' },
+    });
   });
 });
 
@@ -154,9 +227,23 @@ describe('Responses API with a pool split into cells', () => {
     try {
       const [one, two] = cluster.clients as [OpenAI, OpenAI];
       for (let conversation = 0; conversation < 6; conversation++) {
-        const first = await one.responses.create({ model: 'test-model', instructions: instructionsOf(300 + conversation), input: 'open', max_output_tokens: 2 }).withResponse();
+        const first = await one.responses
+          .create({
+            model: 'test-model',
+            instructions: instructionsOf(300 + conversation),
+            input: 'open',
+            max_output_tokens: 2,
+          })
+          .withResponse();
         // A follow-up's own routing text (no instructions, another input) may hash to the other cell.
-        const next = await two.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: `a different opening ${conversation}`, max_output_tokens: 2 }).withResponse();
+        const next = await two.responses
+          .create({
+            model: 'test-model',
+            previous_response_id: first.data.id,
+            input: `a different opening ${conversation}`,
+            max_output_tokens: 2,
+          })
+          .withResponse();
         expect(next.response.headers.get('x-router-backend')).toBe(first.response.headers.get('x-router-backend'));
         expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
       }
@@ -172,16 +259,23 @@ describe('Responses API on one replica without Redis (local state)', () => {
     const cluster = await startCluster(1, undefined);
     try {
       const client = cluster.clients[0] as OpenAI;
-      const first = await client.responses.create({ model: 'test-model', instructions: instructionsOf(7), input: 'local', max_output_tokens: 3 }).withResponse();
+      const first = await client.responses
+        .create({ model: 'test-model', instructions: instructionsOf(7), input: 'local', max_output_tokens: 3 })
+        .withResponse();
       const backend = first.response.headers.get('x-router-backend') as string;
-      const next = await client.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'again', max_output_tokens: 3 }).withResponse();
+      const next = await client.responses
+        .create({ model: 'test-model', previous_response_id: first.data.id, input: 'again', max_output_tokens: 3 })
+        .withResponse();
       expect(next.response.headers.get('x-router-backend')).toBe(backend);
       expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
 
       const registry = (cluster.routers[0] as RouterServer).registry;
       expect(registry.setDrained(backend, true)).toBe(true);
       // The owner is drained: routed elsewhere, and the reason says why; that engine does not hold the id.
-      const moved = await client.responses.create({ model: 'test-model', previous_response_id: next.data.id, input: 'moved' }).withResponse().catch((error: unknown) => error);
+      const moved = await client.responses
+        .create({ model: 'test-model', previous_response_id: next.data.id, input: 'moved' })
+        .withResponse()
+        .catch((error: unknown) => error);
       expect(moved).toMatchObject({ status: 404, headers: expect.anything() });
       expect((moved as { headers: Headers }).headers.get('x-router-reason')).toBe('previous-response-fallback');
       expect((moved as { headers: Headers }).headers.get('x-router-backend')).not.toBe(backend);
@@ -196,14 +290,23 @@ describe('Responses API when the owner fails', () => {
     const cluster = await startCluster(1, undefined);
     try {
       const client = cluster.clients[0] as OpenAI;
-      const first = await client.responses.create({ model: 'test-model', instructions: instructionsOf(9), input: 'busy soon', max_output_tokens: 2 }).withResponse();
+      const first = await client.responses
+        .create({ model: 'test-model', instructions: instructionsOf(9), input: 'busy soon', max_output_tokens: 2 })
+        .withResponse();
       const owner = cluster.sims.find((sim) => sim.id === first.response.headers.get('x-router-backend'));
       owner?.sim.faults.update({ errorRate: 1, errorStatus: 503 });
-      const failed = await client.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'now?' }).catch((error: unknown) => error);
+      const failed = await client.responses
+        .create({ model: 'test-model', previous_response_id: first.data.id, input: 'now?' })
+        .catch((error: unknown) => error);
       // Another engine would have answered 404 (it does not hold the response); the owner's own answer is relayed.
       expect(failed).toMatchObject({ status: 503, error: { message: 'Injected fault (vllm-sim).' } });
       owner?.sim.faults.clear();
-      const next = await client.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'now!', max_output_tokens: 2 });
+      const next = await client.responses.create({
+        model: 'test-model',
+        previous_response_id: first.data.id,
+        input: 'now!',
+        max_output_tokens: 2,
+      });
       expect(next.previous_response_id).toBe(first.data.id);
     } finally {
       await stopCluster(cluster);
@@ -215,11 +318,17 @@ describe('Responses API when the owner refuses', () => {
   it("relays the owner's 429 with its Retry-After and body, rather than the router's own 503", async () => {
     const backends = await Promise.all([new FakeResponsesBackend().start(), new FakeResponsesBackend().start()]);
     const router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: backends.map((backend) => ({ url: backend.url, models: ['test-model'] })), retryBackoffMs: 1 }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        backends: backends.map((backend) => ({ url: backend.url, models: ['test-model'] })),
+        retryBackoffMs: 1,
+      }),
     );
     try {
       const url = `${await router.listen()}/v1/responses`;
-      const post = (body: unknown): Promise<Response> => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const post = (body: unknown): Promise<Response> =>
+        fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
       const created = await post({ model: 'test-model', input: 'first' });
       const first = (await created.json()) as { id: string };
       const ownerIndex = backends.findIndex((backend) => backend.requests('POST', '/v1/responses').length === 1);
@@ -229,7 +338,9 @@ describe('Responses API when the owner refuses', () => {
       const refused = await post({ model: 'test-model', previous_response_id: first.id, input: 'next' });
       expect(refused.status).toBe(429);
       expect(refused.headers.get('retry-after')).toBe('7');
-      expect(((await refused.json()) as { error: { message: string } }).error.message).toBe('The engine is busy (fake backend).');
+      expect(((await refused.json()) as { error: { message: string } }).error.message).toBe(
+        'The engine is busy (fake backend).',
+      );
       expect(refused.headers.get('x-router-reason')).toBe('previous-response');
       // The other engine, which does not hold the conversation, was not tried.
       expect(other.requests('POST', '/v1/responses')).toHaveLength(0);
@@ -244,13 +355,28 @@ describe('Responses API: a stored response on an engine that does not answer', (
   it('a client leaving aborts the upstream GET/DELETE; one that waits gets 504 after the headers timeout', async () => {
     const backend = await new FakeResponsesBackend().start();
     const routerWith = async (extra: Partial<RouterConfig>): Promise<RouterServer> =>
-      createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [{ url: backend.url, models: ['test-model'] }], ...extra }));
+      createRouterServer(
+        RouterConfig.parse({
+          host: '127.0.0.1',
+          port: 0,
+          backends: [{ url: backend.url, models: ['test-model'] }],
+          ...extra,
+        }),
+      );
     // Default timeouts (the stored-response calls' headers timeout: 30 s): only the client's leaving can end the call soon.
     const patient = await routerWith({});
     // A short streamFirstByteTimeoutMs caps that headers timeout too.
     const hasty = await routerWith({ streamFirstByteTimeoutMs: 300 });
     const create = async (base: string): Promise<string> =>
-      ((await (await fetch(base, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test-model', input: 'hi' }) })).json()) as { id: string }).id;
+      (
+        (await (
+          await fetch(base, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ model: 'test-model', input: 'hi' }),
+          })
+        ).json()) as { id: string }
+      ).id;
     try {
       const base = `${await patient.listen()}/v1/responses`;
       const id = await create(base);
@@ -279,99 +405,187 @@ describe('Responses API: a stored response on an engine that does not answer', (
 });
 
 describe('Responses API while Redis is down', () => {
-  it("a replica keeps the chains it learnt itself (its local map); another prefix-routes their follow-ups, answers their GET 503, and learns again once Redis is back", async () => {
-    const redis = await startRedis({ fresh: true });
-    const cluster = await startCluster(2, redis.url);
-    try {
-      const [here, there] = cluster.clients as [OpenAI, OpenAI];
-      const writes = async (result: string): Promise<number> =>
-        ((await (cluster.routers[0] as RouterServer).metrics.registry.getSingleMetric('kvroute_router_response_owner_writes_total')?.get())?.values ?? [])
-          .filter((value) => value.labels.result === result)
-          .reduce((sum, value) => sum + value.value, 0);
-      const before = await here.responses.create({ model: 'test-model', input: 'before the outage', max_output_tokens: 2 });
-      await waitFor(async () => (await writes('ok')) === 1);
-      await redis.kill();
-      const first = await here.responses.create({ model: 'test-model', instructions: instructionsOf(55), input: 'while down', max_output_tokens: 3 }).withResponse();
-      // The write reached this replica's map only: counted as failed (and logged as a warning).
-      await waitFor(async () => (await writes('failed')) >= 1);
-      expect(await writes('ok')).toBe(1);
-      const next = await here.responses.create({ model: 'test-model', previous_response_id: first.data.id, input: 'still here?', max_output_tokens: 3 }).withResponse();
-      expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
-      expect(next.response.headers.get('x-router-backend')).toBe(first.response.headers.get('x-router-backend'));
-      // The other replica never heard of it: routed by the policy (it may or may not reach the owner).
-      const elsewhere = await there.responses
-        .create({ model: 'test-model', previous_response_id: next.data.id, input: 'elsewhere' })
-        .withResponse()
-        .then((answer) => answer.response.headers, (error: { headers: Headers }) => error.headers);
-      expect(elsewhere.get('x-router-reason')).not.toBe('previous-response');
-      // A GET has no prefix to route on, and a 404 would be a guess: the other replica answers 503 to
-      // retry, for an id it cannot look up, whether Redis held it (`before`) or not; this one finds its own.
-      for (const id of [first.data.id, before.id]) {
-        const unavailable = await fetch(`${there.baseURL}/responses/${id}`);
-        expect(unavailable.status).toBe(503);
-        expect(unavailable.headers.get('retry-after')).toBe('1');
-        expect(((await unavailable.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_RESPONSE_OWNERS_UNAVAILABLE');
-      }
-      expect((await here.responses.retrieve(first.data.id)).id).toBe(first.data.id);
+  it(
+    'a replica keeps the chains it learnt itself (its local map); another prefix-routes their follow-ups, ' +
+      'answers their GET 503, and learns again once Redis is back',
+    async () => {
+      const redis = await startRedis({ fresh: true });
+      const cluster = await startCluster(2, redis.url);
+      try {
+        const [here, there] = cluster.clients as [OpenAI, OpenAI];
+        const writes = async (result: string): Promise<number> =>
+          (
+            (
+              await (cluster.routers[0] as RouterServer).metrics.registry
+                .getSingleMetric('kvroute_router_response_owner_writes_total')
+                ?.get()
+            )?.values ?? []
+          )
+            .filter((value) => value.labels.result === result)
+            .reduce((sum, value) => sum + value.value, 0);
+        const before = await here.responses.create({
+          model: 'test-model',
+          input: 'before the outage',
+          max_output_tokens: 2,
+        });
+        await waitFor(async () => (await writes('ok')) === 1);
+        await redis.kill();
+        const first = await here.responses
+          .create({ model: 'test-model', instructions: instructionsOf(55), input: 'while down', max_output_tokens: 3 })
+          .withResponse();
+        // The write reached this replica's map only: counted as failed (and logged as a warning).
+        await waitFor(async () => (await writes('failed')) >= 1);
+        expect(await writes('ok')).toBe(1);
+        const next = await here.responses
+          .create({
+            model: 'test-model',
+            previous_response_id: first.data.id,
+            input: 'still here?',
+            max_output_tokens: 3,
+          })
+          .withResponse();
+        expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
+        expect(next.response.headers.get('x-router-backend')).toBe(first.response.headers.get('x-router-backend'));
+        // The other replica never heard of it: routed by the policy (it may or may not reach the owner).
+        const elsewhere = await there.responses
+          .create({ model: 'test-model', previous_response_id: next.data.id, input: 'elsewhere' })
+          .withResponse()
+          .then(
+            (answer) => answer.response.headers,
+            (error: { headers: Headers }) => error.headers,
+          );
+        expect(elsewhere.get('x-router-reason')).not.toBe('previous-response');
+        // A GET has no prefix to route on, and a 404 would be a guess: the other replica answers 503 to
+        // retry, for an id it cannot look up, whether Redis held it (`before`) or not; this one finds its own.
+        for (const id of [first.data.id, before.id]) {
+          const unavailable = await fetch(`${there.baseURL}/responses/${id}`);
+          expect(unavailable.status).toBe(503);
+          expect(unavailable.headers.get('retry-after')).toBe('1');
+          expect(((await unavailable.json()) as { error: { code: string } }).error.code).toBe(
+            'ROUTER_ERR_RESPONSE_OWNERS_UNAVAILABLE',
+          );
+        }
+        expect((await here.responses.retrieve(first.data.id)).id).toBe(first.data.id);
 
-      await redis.restart();
-      // Back: a new response is remembered in Redis, so the other replica finds it.
-      let learnt: string | null = null;
-      for (let attempt = 0; attempt < 50 && learnt === null; attempt++) {
-        const created = await here.responses.create({ model: 'test-model', input: `after ${attempt}`, max_output_tokens: 2 });
-        const answer = await there.responses.create({ model: 'test-model', previous_response_id: created.id, input: 'found?', max_output_tokens: 2 }).withResponse().catch(() => null);
-        if (answer?.response.headers.get('x-router-reason') === 'previous-response') learnt = created.id;
-        else await new Promise((resolve) => setTimeout(resolve, 100));
+        await redis.restart();
+        // Back: a new response is remembered in Redis, so the other replica finds it.
+        let learnt: string | null = null;
+        for (let attempt = 0; attempt < 50 && learnt === null; attempt++) {
+          const created = await here.responses.create({
+            model: 'test-model',
+            input: `after ${attempt}`,
+            max_output_tokens: 2,
+          });
+          const answer = await there.responses
+            .create({ model: 'test-model', previous_response_id: created.id, input: 'found?', max_output_tokens: 2 })
+            .withResponse()
+            .catch(() => null);
+          if (answer?.response.headers.get('x-router-reason') === 'previous-response') learnt = created.id;
+          else await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+        expect(learnt).not.toBeNull();
+      } finally {
+        await stopCluster(cluster);
+        await redis.stop();
       }
-      expect(learnt).not.toBeNull();
-    } finally {
-      await stopCluster(cluster);
-      await redis.stop();
-    }
-  });
+    },
+  );
 });
 
 describe('Responses API prefix routing', () => {
-  it('routes by instructions, tools and input: an agent resending its conversation stays on the backend that holds it, and /debug/route explains it', async () => {
-    const cluster = await startTestCluster({ backends: 3, router: { debugRoutes: true } });
-    try {
-      const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
-      const tools = [{ type: 'function' as const, name: 'read_file', description: 'Read a file', parameters: { type: 'object', properties: { path: { type: 'string' } } }, strict: false }];
-      const homes = new Set<string | null>();
-      // New conversations spread: each one's home follows the rendezvous weight of its head over the
-      // backends' ids (random ports), so 4 agents may all land on one backend (1 in 27); more are run
-      // until two homes are seen (all 12 on one: ~1 in 180,000).
-      for (let agent = 0; agent < 12 && (agent < 4 || homes.size < 2); agent++) {
-        // store: false, no previous_response_id: the client resends the whole conversation each step.
-        const input: OpenAI.Responses.ResponseInput = [{ role: 'user', content: `Task ${agent}: fix the failing test in module ${agent}. ${'Context line. '.repeat(40)}` }];
-        const first = await client.responses.create({ model: 'test-model', instructions: instructionsOf(200 + agent), tools, input, store: false, max_output_tokens: 2 }).withResponse();
-        const home = first.response.headers.get('x-router-backend');
-        homes.add(home);
-        for (let step = 0; step < 3; step++) {
-          input.push({ type: 'function_call', call_id: `call_${step}`, name: 'read_file', arguments: `{"path":"src/m${agent}/f${step}.ts"}` });
-          input.push({ type: 'function_call_output', call_id: `call_${step}`, output: `file ${step} of module ${agent} `.repeat(10) });
-          const next = await client.responses.create({ model: 'test-model', instructions: instructionsOf(200 + agent), tools, input, store: false, max_output_tokens: 2 }).withResponse();
-          expect(next.response.headers.get('x-router-backend')).toBe(home);
-          expect(next.data.usage?.input_tokens_details.cached_tokens).toBeGreaterThan(0);
+  it(
+    'routes by instructions, tools and input: an agent resending its conversation stays on the ' +
+      'backend that holds it, and /debug/route explains it',
+    async () => {
+      const cluster = await startTestCluster({ backends: 3, router: { debugRoutes: true } });
+      try {
+        const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+        const tools = [
+          {
+            type: 'function' as const,
+            name: 'read_file',
+            description: 'Read a file',
+            parameters: { type: 'object', properties: { path: { type: 'string' } } },
+            strict: false,
+          },
+        ];
+        const homes = new Set<string | null>();
+        // New conversations spread: each one's home follows the rendezvous weight of its head over the
+        // backends' ids (random ports), so 4 agents may all land on one backend (1 in 27); more are run
+        // until two homes are seen (all 12 on one: ~1 in 180,000).
+        for (let agent = 0; agent < 12 && (agent < 4 || homes.size < 2); agent++) {
+          // store: false, no previous_response_id: the client resends the whole conversation each step.
+          const input: OpenAI.Responses.ResponseInput = [
+            {
+              role: 'user',
+              content: `Task ${agent}: fix the failing test in module ${agent}. ${'Context line. '.repeat(40)}`,
+            },
+          ];
+          const first = await client.responses
+            .create({
+              model: 'test-model',
+              instructions: instructionsOf(200 + agent),
+              tools,
+              input,
+              store: false,
+              max_output_tokens: 2,
+            })
+            .withResponse();
+          const home = first.response.headers.get('x-router-backend');
+          homes.add(home);
+          for (let step = 0; step < 3; step++) {
+            input.push({
+              type: 'function_call',
+              call_id: `call_${step}`,
+              name: 'read_file',
+              arguments: `{"path":"src/m${agent}/f${step}.ts"}`,
+            });
+            input.push({
+              type: 'function_call_output',
+              call_id: `call_${step}`,
+              output: `file ${step} of module ${agent} `.repeat(10),
+            });
+            const next = await client.responses
+              .create({
+                model: 'test-model',
+                instructions: instructionsOf(200 + agent),
+                tools,
+                input,
+                store: false,
+                max_output_tokens: 2,
+              })
+              .withResponse();
+            expect(next.response.headers.get('x-router-backend')).toBe(home);
+            expect(next.data.usage?.input_tokens_details.cached_tokens).toBeGreaterThan(0);
+          }
+          const explained = (await (
+            await cluster.debugRoute(
+              JSON.stringify({ model: 'test-model', instructions: instructionsOf(200 + agent), tools, input }),
+            )
+          ).json()) as {
+            decision: { backendId: string; scores: { backendId: string; matchBlocks: number }[] };
+          };
+          expect(explained.decision.backendId).toBe(home);
+          expect(explained.decision.scores.find((score) => score.backendId === home)?.matchBlocks).toBeGreaterThan(0);
         }
-        const explained = (await (await cluster.debugRoute(JSON.stringify({ model: 'test-model', instructions: instructionsOf(200 + agent), tools, input }))).json()) as {
-          decision: { backendId: string; scores: { backendId: string; matchBlocks: number }[] };
-        };
-        expect(explained.decision.backendId).toBe(home);
-        expect(explained.decision.scores.find((score) => score.backendId === home)?.matchBlocks).toBeGreaterThan(0);
+        expect(homes.size).toBeGreaterThan(1);
+      } finally {
+        await cluster.close();
       }
-      expect(homes.size).toBeGreaterThan(1);
-    } finally {
-      await cluster.close();
-    }
-  });
+    },
+  );
 });
 
 describe('Responses API bad input', () => {
   it('answers bounded 4xx in the OpenAI shape, never a 500', async () => {
     const cluster = await startTestCluster({ backends: 1, router: { maxMessages: 16 } });
     try {
-      const post = (body: unknown): Promise<Response> => fetch(`${cluster.routerUrl}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const post = (body: unknown): Promise<Response> =>
+        fetch(`${cluster.routerUrl}/v1/responses`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        });
       const cases: Array<[unknown, string]> = [
         [{ model: 'test-model' }, 'input'],
         [{ model: 'test-model', input: 42 }, 'input'],

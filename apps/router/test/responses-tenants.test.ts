@@ -19,7 +19,8 @@ const keys = { a: generateApiKey(), b: generateApiKey(), teamOne: generateApiKey
 describe('Responses API with tenants', () => {
   let cluster: TestCluster;
   let keyFile: ReturnType<typeof writeTestKeyFile>;
-  const clientOf = (key: string): OpenAI => new OpenAI({ apiKey: key, baseURL: `${cluster.routerUrl}/v1`, maxRetries: 0 });
+  const clientOf = (key: string): OpenAI =>
+    new OpenAI({ apiKey: key, baseURL: `${cluster.routerUrl}/v1`, maxRetries: 0 });
 
   beforeAll(async () => {
     keyFile = writeTestKeyFile([
@@ -55,14 +56,21 @@ describe('Responses API with tenants', () => {
     await expect(other.responses.retrieve(created.id)).rejects.toMatchObject(notFound);
     await expect(other.responses.delete(created.id)).rejects.toMatchObject(notFound);
     // One backend: a prefix-routed guess would reach the engine that holds it; the router refuses instead.
-    await expect(other.responses.create({ model: 'test-model', previous_response_id: created.id, input: 'tell me' })).rejects.toMatchObject({ ...notFound, error: { param: 'previous_response_id' } });
+    await expect(
+      other.responses.create({ model: 'test-model', previous_response_id: created.id, input: 'tell me' }),
+    ).rejects.toMatchObject({ ...notFound, error: { param: 'previous_response_id' } });
     // Still there for its owner.
     expect((await owner.responses.retrieve(created.id)).id).toBe(created.id);
-    const next = await owner.responses.create({ model: 'test-model', previous_response_id: created.id, input: 'more', max_output_tokens: 2 });
+    const next = await owner.responses.create({
+      model: 'test-model',
+      previous_response_id: created.id,
+      input: 'more',
+      max_output_tokens: 2,
+    });
     expect(next.previous_response_id).toBe(created.id);
   });
 
-  it('refuses a body with request_id (the engine would store under that id, over another tenant\'s response) before sending it anywhere', async () => {
+  it("refuses a body with request_id (the engine would store under that id, over another tenant's response) before sending it anywhere", async () => {
     const owner = clientOf(keys.a.secret);
     const created = await owner.responses.create({ model: 'test-model', input: 'keep me', max_output_tokens: 2 });
     const sim = cluster.sims[0]?.sim;
@@ -73,16 +81,31 @@ describe('Responses API with tenants', () => {
       body: JSON.stringify({ model: 'test-model', input: 'overwrite', request_id: created.id }),
     });
     expect(hijack.status).toBe(400);
-    expect(((await hijack.json()) as { error: unknown }).error).toMatchObject({ type: 'invalid_request_error', param: 'request_id', code: 'ROUTER_ERR_INVALID_REQUEST' });
+    expect(((await hijack.json()) as { error: unknown }).error).toMatchObject({
+      type: 'invalid_request_error',
+      param: 'request_id',
+      code: 'ROUTER_ERR_INVALID_REQUEST',
+    });
     // Even a tenant's own id is refused: the router cannot tell whose an id will be on the engine.
-    await expect(owner.responses.create({ model: 'test-model', input: 'x', request_id: 'resp_mine' } as never)).rejects.toMatchObject({ status: 400, error: { param: 'request_id' } });
+    await expect(
+      owner.responses.create({ model: 'test-model', input: 'x', request_id: 'resp_mine' } as never),
+    ).rejects.toMatchObject({ status: 400, error: { param: 'request_id' } });
     expect(sim?.generationRequestsReceived).toBe(before);
     expect((await owner.responses.retrieve(created.id)).output_text).toBe(created.output_text);
   });
 
   it("tenants of one team share their responses, as they share the team's cache", async () => {
-    const created = await clientOf(keys.teamOne.secret).responses.create({ model: 'test-model', input: 'team notes', max_output_tokens: 2 });
-    const next = await clientOf(keys.teamTwo.secret).responses.create({ model: 'test-model', previous_response_id: created.id, input: 'and?', max_output_tokens: 2 });
+    const created = await clientOf(keys.teamOne.secret).responses.create({
+      model: 'test-model',
+      input: 'team notes',
+      max_output_tokens: 2,
+    });
+    const next = await clientOf(keys.teamTwo.secret).responses.create({
+      model: 'test-model',
+      previous_response_id: created.id,
+      input: 'and?',
+      max_output_tokens: 2,
+    });
     expect(next.previous_response_id).toBe(created.id);
   });
 });
@@ -117,7 +140,11 @@ describe('Responses API with tenants: what reaches the engine', () => {
   });
 
   const post = (body: unknown, headers: Record<string, string> = {}): Promise<Response> =>
-    fetch(`${routerUrl}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${keys.a.secret}`, ...headers }, body: JSON.stringify(body) });
+    fetch(`${routerUrl}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${keys.a.secret}`, ...headers },
+      body: JSON.stringify(body),
+    });
 
   it("sends the engine a router-made X-Request-Id, not the client's; the client's response keeps its own", async () => {
     const answer = await post({ model: 'test-model', input: 'hello' }, { 'x-request-id': 'resp_chosen_by_client' });
@@ -127,7 +154,9 @@ describe('Responses API with tenants: what reaches the engine', () => {
     expect(sent?.headers['x-request-id']).toMatch(/^kvroute-[0-9a-f-]{36}$/);
     // The next request gets another id: an engine keying anything by it sees no two requests share one.
     await post({ model: 'test-model', input: 'again' }, { 'x-request-id': 'resp_chosen_by_client' });
-    expect(backend.requests('POST', '/v1/responses').at(-1)?.headers['x-request-id']).not.toBe(sent?.headers['x-request-id']);
+    expect(backend.requests('POST', '/v1/responses').at(-1)?.headers['x-request-id']).not.toBe(
+      sent?.headers['x-request-id'],
+    );
   });
 
   it('a body with request_id never reaches the engine', async () => {
@@ -171,19 +200,36 @@ describe('Responses API with tenants while Redis is unusable', () => {
 
       await redis.kill();
       const unavailable = { status: 503, error: { code: 'ROUTER_ERR_RESPONSE_OWNERS_UNAVAILABLE' } };
-      const followUp = await there.responses.create({ model: 'test-model', previous_response_id: created.id, input: 'still mine?' }).withResponse().catch((error: unknown) => error);
+      const followUp = await there.responses
+        .create({ model: 'test-model', previous_response_id: created.id, input: 'still mine?' })
+        .withResponse()
+        .catch((error: unknown) => error);
       expect(followUp).toMatchObject({ ...unavailable, error: { param: 'previous_response_id' } });
       expect((followUp as { headers: Headers }).headers.get('retry-after')).toBe('1');
-      await expect(there.responses.retrieve(created.id)).rejects.toMatchObject({ ...unavailable, error: { param: 'response_id' } });
+      await expect(there.responses.retrieve(created.id)).rejects.toMatchObject({
+        ...unavailable,
+        error: { param: 'response_id' },
+      });
       await expect(there.responses.delete(created.id)).rejects.toMatchObject(unavailable);
       // The replica that learnt it answers from its own map, Redis or not.
-      const next = await here.responses.create({ model: 'test-model', previous_response_id: created.id, input: 'yes', max_output_tokens: 2 });
+      const next = await here.responses.create({
+        model: 'test-model',
+        previous_response_id: created.id,
+        input: 'yes',
+        max_output_tokens: 2,
+      });
       expect(next.previous_response_id).toBe(created.id);
 
       await redis.restart();
       // Back (an empty Redis: the test server keeps nothing across a kill): once the other replica
       // leaves degraded mode, an id nobody stored is a 404 again, not a 503…
-      await waitFor(async () => (await there.responses.retrieve('resp_ffffffffffffffffffffffffffffffff').catch((error: { status?: number }) => error.status)) === 404, 15_000);
+      await waitFor(
+        async () =>
+          (await there.responses
+            .retrieve('resp_ffffffffffffffffffffffffffffffff')
+            .catch((error: { status?: number }) => error.status)) === 404,
+        15_000,
+      );
       // …and, once the creating replica writes to Redis again too, a response stored now is found from either.
       await waitFor(async () => {
         const after = await here.responses.create({ model: 'test-model', input: 'after', max_output_tokens: 2 });

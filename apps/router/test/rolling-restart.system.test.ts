@@ -57,12 +57,27 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming l
     const child = spawn(
       process.execPath,
       [
-        '--import', 'tsx', join(ROOT, 'apps/router/src/main.ts'),
-        '--host', '127.0.0.1', '--port', String(port), '--backends', backendUrls.join(','), '--redis-url', redis.url,
+        '--import',
+        'tsx',
+        join(ROOT, 'apps/router/src/main.ts'),
+        '--host',
+        '127.0.0.1',
+        '--port',
+        String(port),
+        '--backends',
+        backendUrls.join(','),
+        '--redis-url',
+        redis.url,
         // A 2-core machine running 3 routers, 3 sims, Redis and HAProxy: a hiccup past the 50 ms default
         // would switch a replica to local state (the outage path, tested elsewhere).
-        '--redis-timeout-ms', '500',
-        '--shutdown-drain-delay-ms', String(DRAIN_DELAY_MS), '--shutdown-grace-ms', '15000', '--log-level', 'warn',
+        '--redis-timeout-ms',
+        '500',
+        '--shutdown-drain-delay-ms',
+        String(DRAIN_DELAY_MS),
+        '--shutdown-grace-ms',
+        '15000',
+        '--log-level',
+        'warn',
       ],
       { stdio: ['ignore', 'ignore', 'pipe'], cwd: ROOT },
     );
@@ -76,18 +91,29 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming l
     const csv = await (await fetch(`${statsUrl};csv`)).text();
     const [header, ...rows] = csv.trim().split('\n');
     const columns = (header ?? '').replace(/^# /, '').split(',');
-    const [proxy, server, status] = ['pxname', 'svname', 'status'].map((name) => columns.indexOf(name)) as [number, number, number];
+    const [proxy, server, status] = ['pxname', 'svname', 'status'].map((name) => columns.indexOf(name)) as [
+      number,
+      number,
+      number,
+    ];
     const states = new Map<string, string>();
     for (const row of rows) {
       const cells = row.split(',');
-      if (cells[proxy] === 'routers' && cells[server]?.startsWith('r')) states.set(cells[server] as string, cells[status] as string);
+      if (cells[proxy] === 'routers' && cells[server]?.startsWith('r'))
+        states.set(cells[server] as string, cells[status] as string);
     }
     return states;
   }
 
   beforeAll(async () => {
     redis = await startRedis({ fresh: true, logger: () => undefined });
-    sims = await Promise.all(Array.from({ length: 3 }, (_, index) => createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', model: MODEL, seed: index, logLevel: 'silent' }))));
+    sims = await Promise.all(
+      Array.from({ length: 3 }, (_, index) =>
+        createSimServer(
+          SimConfig.parse({ port: 0, profile: 'a100-7b', model: MODEL, seed: index, logLevel: 'silent' }),
+        ),
+      ),
+    );
     backendUrls = await Promise.all(sims.map((sim) => sim.listen()));
     const ports = await findFreePorts(ROUTERS + 2);
     routerPorts = ports.slice(0, ROUTERS);
@@ -129,7 +155,9 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming l
     await redis?.stop();
   });
 
-  it('restarts every router with SIGTERM under steady streaming load: zero failed requests, every stream complete, in-flight back to 0', { timeout: 75_000 }, async () => {
+  it('restarts every router with SIGTERM under steady streaming load: zero failed requests, every stream complete, in-flight back to 0', {
+    timeout: 75_000,
+  }, async () => {
     const startedAt = performance.now();
     // The official client, keep-alive, no retries; its fetch notes which responses carried `data: [DONE]`.
     const sawDone = new WeakMap<Response, boolean>();
@@ -162,15 +190,30 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming l
           }
           const done = sawDone.get(response) === true;
           const ok = finishReason !== null && completionTokens === MAX_TOKENS && done;
-          results.push({ ok, finishReason, completionTokens, sawDone: done, ...(ok ? {} : { error: 'incomplete stream' }) });
+          results.push({
+            ok,
+            finishReason,
+            completionTokens,
+            sawDone: done,
+            ...(ok ? {} : { error: 'incomplete stream' }),
+          });
         } catch (error) {
-          results.push({ ok: false, error: `${(error as Error).name}: ${(error as Error).message} ${String((error as { cause?: unknown }).cause ?? '')}` });
+          results.push({
+            ok: false,
+            error: `${(error as Error).name}: ${(error as Error).message} ${String((error as { cause?: unknown }).cause ?? '')}`,
+          });
         }
       }
     };
     const load = Promise.all(Array.from({ length: CONCURRENT_STREAMS }, (_, worker) => loop(worker)));
 
-    const restarts: { slot: number; exitCode: number | null; stopMs: number; backUpMs: number; completedDuring: number }[] = [];
+    const restarts: {
+      slot: number;
+      exitCode: number | null;
+      stopMs: number;
+      backUpMs: number;
+      completedDuring: number;
+    }[] = [];
     try {
       await sleep(2_000);
       for (let slot = 0; slot < ROUTERS; slot++) {
@@ -183,8 +226,17 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming l
         const stopMs = performance.now() - signalledAt;
         routers[slot] = null;
         startRouter(slot);
-        await waitFor(async () => (await serverStates().catch(() => new Map<string, string>())).get(`r${slot}`) === 'UP', 40_000);
-        restarts.push({ slot, exitCode, stopMs: Math.round(stopMs), backUpMs: Math.round(performance.now() - signalledAt), completedDuring: results.length - before });
+        await waitFor(
+          async () => (await serverStates().catch(() => new Map<string, string>())).get(`r${slot}`) === 'UP',
+          40_000,
+        );
+        restarts.push({
+          slot,
+          exitCode,
+          stopMs: Math.round(stopMs),
+          backUpMs: Math.round(performance.now() - signalledAt),
+          completedDuring: results.length - before,
+        });
         await sleep(1_000);
       }
     } finally {
@@ -211,15 +263,25 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming l
 
     const failures = results.filter((result) => !result.ok);
     const summary = [
-      `rolling restart: ${results.length} streams completed through HAProxy in ${((performance.now() - startedAt) / 1000).toFixed(1)} s (${CONCURRENT_STREAMS} concurrent, ${MAX_TOKENS} tokens each), ${failures.length} failed`,
-      ...restarts.map((restart) => `  r${restart.slot}: SIGTERM → exit ${restart.exitCode} in ${restart.stopMs} ms, back UP in HAProxy after ${restart.backUpMs} ms; ${restart.completedDuring} streams completed meanwhile`),
+      `rolling restart: ${results.length} streams completed through HAProxy in ${((performance.now() - startedAt) / 1000).toFixed(1)} ` +
+        `s (${CONCURRENT_STREAMS} concurrent, ${MAX_TOKENS} tokens each), ${failures.length} failed`,
+      ...restarts.map(
+        (restart) =>
+          `  r${restart.slot}: SIGTERM → exit ${restart.exitCode} in ${restart.stopMs} ms, back UP in ` +
+          `HAProxy after ${restart.backUpMs} ms; ${restart.completedDuring} streams completed meanwhile`,
+      ),
       `  Redis in-flight at the end: ${JSON.stringify(inflight)}, lease index ${leases}`,
       ...failures.slice(0, 5).map((failure) => `  failure: ${JSON.stringify(failure)}`),
     ].join('\n');
     console.info(summary);
-    if (failures.length > 0) for (const [port, text] of stderrOf) if (text.trim()) console.warn(`router :${port} stderr:\n${text.slice(-4_000)}`);
+    if (failures.length > 0)
+      for (const [port, text] of stderrOf)
+        if (text.trim()) console.warn(`router :${port} stderr:\n${text.slice(-4_000)}`);
 
-    expect(restarts.map((restart) => restart.exitCode), summary).toEqual([0, 0, 0]);
+    expect(
+      restarts.map((restart) => restart.exitCode),
+      summary,
+    ).toEqual([0, 0, 0]);
     expect(failures, summary).toEqual([]);
     expect(results.length, summary).toBeGreaterThanOrEqual(3 * CONCURRENT_STREAMS);
     // The load ran through every restart, not around it.
@@ -248,7 +310,6 @@ function watchForDone(response: Response, sawDone: WeakMap<Response, boolean>): 
   sawDone.set(watched, false);
   return watched;
 }
-
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));

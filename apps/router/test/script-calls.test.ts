@@ -32,9 +32,27 @@ beforeAll(async () => {
   const simUrl = await sim.listen();
   // Calibration off: its batches (one learn call per flush interval) are not per request.
   // A merge window of a second: a 4-token stream on a loaded machine still ends inside it.
-  router = await createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [simUrl], redisUrl: redis.url, calibrateCostModel: false, prefillDoneMergeMs: 1_000 }));
+  router = await createRouterServer(
+    RouterConfig.parse({
+      host: '127.0.0.1',
+      port: 0,
+      backends: [simUrl],
+      redisUrl: redis.url,
+      calibrateCostModel: false,
+      prefillDoneMergeMs: 1_000,
+    }),
+  );
   client = new OpenAI({ baseURL: `${await router.listen()}/v1`, apiKey: 'unused', maxRetries: 0 });
-  unmergedRouter = await createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [simUrl], redisUrl: redis.url, calibrateCostModel: false, prefillDoneMergeMs: 0 }));
+  unmergedRouter = await createRouterServer(
+    RouterConfig.parse({
+      host: '127.0.0.1',
+      port: 0,
+      backends: [simUrl],
+      redisUrl: redis.url,
+      calibrateCostModel: false,
+      prefillDoneMergeMs: 0,
+    }),
+  );
   unmergedClient = new OpenAI({ baseURL: `${await unmergedRouter.listen()}/v1`, apiKey: 'unused', maxRetries: 0 });
 });
 
@@ -49,7 +67,8 @@ afterAll(async () => {
 /** EVALSHA + EVAL calls the private Redis has served. */
 async function scriptCalls(): Promise<number> {
   let calls = 0;
-  for (const match of (await admin.info('commandstats')).matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)) calls += Number(match[1]);
+  for (const match of (await admin.info('commandstats')).matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm))
+    calls += Number(match[1]);
   return calls;
 }
 
@@ -57,7 +76,12 @@ async function scriptCalls(): Promise<number> {
 async function callsPerRequest(stream: boolean, count: number, tag: string, through: OpenAI = client): Promise<number> {
   const before = await scriptCalls();
   for (let index = 0; index < count; index++) {
-    const messages = [{ role: 'user' as const, content: `${tag} ${index}: a prompt of its own, long enough for a block or two of routing text` }];
+    const messages = [
+      {
+        role: 'user' as const,
+        content: `${tag} ${index}: a prompt of its own, long enough for a block or two of routing text`,
+      },
+    ];
     if (stream) {
       const chunks = await through.chat.completions.create({ model: 'm', messages, max_tokens: 4, stream: true });
       for await (const chunk of chunks) void chunk;

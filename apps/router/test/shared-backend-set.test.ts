@@ -37,7 +37,12 @@ const received = (sim: Sim): number => sim.sim.engine.stats.requestParamsMaxToke
 const adminUrlOf = new Map<string, string>();
 
 /** Calls the admin API of the replica whose public URL is `publicUrl` (its admin listener; the public port itself when it has none). */
-async function admin(publicUrl: string, method: string, path: string, options: { body?: unknown; token?: string | null; rawBody?: string } = {}): Promise<{ status: number; body: any; headers: Headers }> {
+async function admin(
+  publicUrl: string,
+  method: string,
+  path: string,
+  options: { body?: unknown; token?: string | null; rawBody?: string } = {},
+): Promise<{ status: number; body: any; headers: Headers }> {
   const baseUrl = adminUrlOf.get(publicUrl) ?? publicUrl;
   const headers: Record<string, string> = {};
   const token = options.token === undefined ? TOKEN : options.token;
@@ -116,9 +121,9 @@ describe('backend set shared through Redis', () => {
       expect(status).toBe(200);
       expect(body.source).toBe('shared');
       expect(body.version).toBeGreaterThan(0);
-      expect(body.data.map((backend: any) => [backend.id, backend.drained, backend.models, typeof backend.inflight])).toEqual(
-        sims.slice(0, 3).map((sim) => [sim.id, false, [MODEL], 'number']),
-      );
+      expect(
+        body.data.map((backend: any) => [backend.id, backend.drained, backend.models, typeof backend.inflight]),
+      ).toEqual(sims.slice(0, 3).map((sim) => [sim.id, false, [MODEL], 'number']));
     }
   });
 
@@ -138,7 +143,9 @@ describe('backend set shared through Redis', () => {
       expect(result.status).toBe(200);
       if (result.backend === fourth.id) servedAfterMs = performance.now() - started;
     }
-    console.info(`add through A: in B's pool after ${inPoolMs.toFixed(1)} ms, first request of B served by it ${servedAfterMs.toFixed(1)} ms after the admin call`);
+    console.info(
+      `add through A: in B's pool after ${inPoolMs.toFixed(1)} ms, first request of B served by it ${servedAfterMs.toFixed(1)} ms after the admin call`,
+    );
     expect(servedAfterMs).toBeGreaterThan(0);
     expect(servedAfterMs).toBeLessThan(1000);
     expect(received(fourth)).toBeGreaterThan(0);
@@ -156,7 +163,10 @@ describe('backend set shared through Redis', () => {
     expect(drained.body).toEqual({ id: target.id, drained: true });
     const propagatedMs = await msUntil(() => routers.every((router) => !poolIds(router).includes(target.id)));
     const drainedAtMs = performance.now();
-    console.info(`drain through A: out of both replicas' pools after ${(drainedAtMs - started).toFixed(1)} ms (B: ${propagatedMs.toFixed(1)} ms after the admin call returned)`);
+    console.info(
+      `drain through A: out of both replicas' pools after ${(drainedAtMs - started).toFixed(1)} ms ` +
+        `(B: ${propagatedMs.toFixed(1)} ms after the admin call returned)`,
+    );
     expect(drainedAtMs - started).toBeLessThan(1000);
 
     const before = received(target);
@@ -167,7 +177,9 @@ describe('backend set shared through Redis', () => {
     }
     expect(received(target)).toBe(before);
     for (const url of urls) {
-      const listed = (await admin(url, 'GET', '/admin/backends')).body.data.find((backend: any) => backend.id === target.id);
+      const listed = (await admin(url, 'GET', '/admin/backends')).body.data.find(
+        (backend: any) => backend.id === target.id,
+      );
       expect(listed.drained).toBe(true);
     }
 
@@ -179,7 +191,9 @@ describe('backend set shared through Redis', () => {
     const undrainStarted = performance.now();
     expect((await admin(urls[1] as string, 'POST', `/admin/backends/${target.id}/undrain`)).status).toBe(200);
     await msUntil(() => routers.every((router) => poolIds(router).includes(target.id)), 1000);
-    console.info(`undrain through B: back in both replicas' pools after ${(performance.now() - undrainStarted).toFixed(1)} ms`);
+    console.info(
+      `undrain through B: back in both replicas' pools after ${(performance.now() - undrainStarted).toFixed(1)} ms`,
+    );
     const backends = new Set<string | null>();
     for (let index = 0; index < 16; index++) backends.add((await chat(urls[index % 2] as string)).backend);
     expect(backends).toContain(target.id);
@@ -195,13 +209,20 @@ describe('backend set shared through Redis', () => {
     await msUntil(() => routers.every((router) => router.registry.get(target.id) === undefined), 1000);
     console.info(`remove through B: gone from both replicas after ${(performance.now() - started).toFixed(1)} ms`);
     const before = received(target);
-    for (let index = 0; index < 12; index++) expect((await chat(urls[index % 2] as string)).backend).not.toBe(target.id);
+    for (let index = 0; index < 12; index++)
+      expect((await chat(urls[index % 2] as string)).backend).not.toBe(target.id);
     expect(received(target)).toBe(before);
     expectCompletedStream(await stream.done);
 
     // A third replica starting with the old config seeds it, but the removal sticks.
     const latecomer = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: sims.slice(0, 3).map((sim) => sim.url), redisUrl: redis.url, redisTimeoutMs: 200 }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        backends: sims.slice(0, 3).map((sim) => sim.url),
+        redisUrl: redis.url,
+        redisTimeoutMs: 200,
+      }),
     );
     try {
       await latecomer.listen();
@@ -217,17 +238,39 @@ describe('backend set shared through Redis', () => {
 
   it('answers 401 without the bearer token or with a wrong one, in the OpenAI error shape', async () => {
     for (const token of [null, 'wrong-token-wrong-token', `${TOKEN}x`]) {
-      for (const [method, path] of [['GET', '/admin/backends'], ['POST', '/admin/backends'], ['POST', `/admin/backends/${(sims[0] as Sim).id}/drain`], ['DELETE', `/admin/backends/${(sims[0] as Sim).id}`]] as const) {
-        const response = await admin(urls[0] as string, method, path, { token, ...(method === 'POST' && path === '/admin/backends' ? { body: { url: 'http://127.0.0.1:1' } } : {}) });
+      for (const [method, path] of [
+        ['GET', '/admin/backends'],
+        ['POST', '/admin/backends'],
+        ['POST', `/admin/backends/${(sims[0] as Sim).id}/drain`],
+        ['DELETE', `/admin/backends/${(sims[0] as Sim).id}`],
+      ] as const) {
+        const response = await admin(urls[0] as string, method, path, {
+          token,
+          ...(method === 'POST' && path === '/admin/backends' ? { body: { url: 'http://127.0.0.1:1' } } : {}),
+        });
         expect(response.status, `${method} ${path} with ${token}`).toBe(401);
-        expect(response.body).toEqual({ error: { message: expect.any(String), type: 'invalid_request_error', param: null, code: 'ROUTER_ERR_UNAUTHORIZED' } });
+        expect(response.body).toEqual({
+          error: {
+            message: expect.any(String),
+            type: 'invalid_request_error',
+            param: null,
+            code: 'ROUTER_ERR_UNAUTHORIZED',
+          },
+        });
         expect(response.headers.get('www-authenticate')).toMatch(/^Bearer/);
       }
     }
-    const basic = await fetch(`${adminUrlOf.get(urls[0] as string)}/admin/backends`, { headers: { authorization: `Basic ${Buffer.from(`admin:${TOKEN}`).toString('base64')}` } });
+    const basic = await fetch(`${adminUrlOf.get(urls[0] as string)}/admin/backends`, {
+      headers: { authorization: `Basic ${Buffer.from(`admin:${TOKEN}`).toString('base64')}` },
+    });
     expect(basic.status).toBe(401);
     // Nothing changed.
-    expect(routers.every((router) => router.registry.get((sims[0] as Sim).id) !== undefined && !router.registry.isDrained((sims[0] as Sim).id))).toBe(true);
+    expect(
+      routers.every(
+        (router) =>
+          router.registry.get((sims[0] as Sim).id) !== undefined && !router.registry.isDrained((sims[0] as Sim).id),
+      ),
+    ).toBe(true);
   });
 
   it('answers 400 to bad input, 404 to an unknown backend and 409 to a taken id or URL', async () => {
@@ -255,15 +298,23 @@ describe('backend set shared through Redis', () => {
     expect(emptyBody.status).toBe(400);
     expect(emptyBody.body.error.code).toBe('ROUTER_ERR_INVALID_REQUEST');
     // Drain takes no body; an empty one sent as JSON is fine.
-    expect((await admin(url, 'POST', `/admin/backends/${(sims[2] as Sim).id}/undrain`, { rawBody: '' })).status).toBe(200);
+    expect((await admin(url, 'POST', `/admin/backends/${(sims[2] as Sim).id}/undrain`, { rawBody: '' })).status).toBe(
+      200,
+    );
     const unknown = await admin(url, 'POST', '/admin/backends/no-such-backend/drain');
     expect(unknown.status).toBe(404);
     expect(unknown.body.error.code).toBe('ROUTER_ERR_BACKEND_NOT_FOUND');
-    expect((await admin(url, 'DELETE', '/admin/backends/no-such-backend')).body.error.code).toBe('ROUTER_ERR_BACKEND_NOT_FOUND');
-    const sameId = await admin(url, 'POST', '/admin/backends', { body: { url: 'http://127.0.0.1:1', id: (sims[0] as Sim).id } });
+    expect((await admin(url, 'DELETE', '/admin/backends/no-such-backend')).body.error.code).toBe(
+      'ROUTER_ERR_BACKEND_NOT_FOUND',
+    );
+    const sameId = await admin(url, 'POST', '/admin/backends', {
+      body: { url: 'http://127.0.0.1:1', id: (sims[0] as Sim).id },
+    });
     expect(sameId.status).toBe(409);
     expect(sameId.body.error.code).toBe('ROUTER_ERR_BACKEND_EXISTS');
-    const sameUrl = await admin(url, 'POST', '/admin/backends', { body: { url: `${(sims[0] as Sim).url}/v1`, id: 'another-name' } });
+    const sameUrl = await admin(url, 'POST', '/admin/backends', {
+      body: { url: `${(sims[0] as Sim).url}/v1`, id: 'another-name' },
+    });
     expect(sameUrl.status).toBe(409);
     expect(routers.every((router) => router.registry.get('another-name') === undefined)).toBe(true);
   });
@@ -277,10 +328,16 @@ describe('backend set shared through Redis', () => {
       // Drained in Redis without PUBLISH, as if the message had been lost.
       const entry = JSON.parse((await connection.hget(keys.backends, target.id)) as string);
       const started = performance.now();
-      await connection.multi().hset(keys.backends, target.id, JSON.stringify({ ...entry, drained: true })).incr(keys.version).exec();
+      await connection
+        .multi()
+        .hset(keys.backends, target.id, JSON.stringify({ ...entry, drained: true }))
+        .incr(keys.version)
+        .exec();
       await msUntil(() => routers.every((router) => !poolIds(router).includes(target.id)), 1000);
       const elapsed = performance.now() - started;
-      console.info(`drain without a notice: out of both replicas' pools after ${elapsed.toFixed(1)} ms (poll every 500 ms)`);
+      console.info(
+        `drain without a notice: out of both replicas' pools after ${elapsed.toFixed(1)} ms (poll every 500 ms)`,
+      );
       expect(elapsed).toBeLessThan(1000);
       expect((await admin(urls[0] as string, 'POST', `/admin/backends/${target.id}/undrain`)).status).toBe(200);
       await waitFor(() => routers.every((router) => poolIds(router).includes(target.id)), 1000);
@@ -289,30 +346,38 @@ describe('backend set shared through Redis', () => {
     }
   });
 
-  it("does not route to a backend in the shared set that this replica's address policy refuses (written by a looser replica or straight into Redis)", async () => {
-    const connection = createRedis(redis.url, 'request-path');
-    try {
-      await waitUntilReady(connection);
-      const keys = fleetKeys();
-      const template = JSON.parse((await connection.hget(keys.backends, (sims[0] as Sim).id)) as string);
-      const metadata = { ...template, id: 'metadata', url: 'http://169.254.169.254:80', drained: false };
-      const [, [, version]] = (await connection.multi().hset(keys.backends, 'metadata', JSON.stringify(metadata)).incr(keys.version).exec()) as [unknown, [unknown, number]];
-      // Both replicas read that version (the poll, 500 ms), and left the entry out of what they route by.
-      await waitFor(async () => {
-        for (const url of urls) if ((await admin(url, 'GET', '/admin/backends')).body.version < version) return false;
-        return true;
-      }, 3000);
-      for (const url of urls) {
-        const listed = (await admin(url, 'GET', '/admin/backends')).body.data.map((backend: any) => backend.id);
-        expect(listed).not.toContain('metadata');
-        expect(listed).toContain((sims[0] as Sim).id);
+  it(
+    "does not route to a backend in the shared set that this replica's address policy refuses (written " +
+      'by a looser replica or straight into Redis)',
+    async () => {
+      const connection = createRedis(redis.url, 'request-path');
+      try {
+        await waitUntilReady(connection);
+        const keys = fleetKeys();
+        const template = JSON.parse((await connection.hget(keys.backends, (sims[0] as Sim).id)) as string);
+        const metadata = { ...template, id: 'metadata', url: 'http://169.254.169.254:80', drained: false };
+        const [, [, version]] = (await connection
+          .multi()
+          .hset(keys.backends, 'metadata', JSON.stringify(metadata))
+          .incr(keys.version)
+          .exec()) as [unknown, [unknown, number]];
+        // Both replicas read that version (the poll, 500 ms), and left the entry out of what they route by.
+        await waitFor(async () => {
+          for (const url of urls) if ((await admin(url, 'GET', '/admin/backends')).body.version < version) return false;
+          return true;
+        }, 3000);
+        for (const url of urls) {
+          const listed = (await admin(url, 'GET', '/admin/backends')).body.data.map((backend: any) => backend.id);
+          expect(listed).not.toContain('metadata');
+          expect(listed).toContain((sims[0] as Sim).id);
+        }
+        for (const router of routers) expect(poolIds(router)).not.toContain('metadata');
+      } finally {
+        await connection.multi().hdel(fleetKeys().backends, 'metadata').incr(fleetKeys().version).exec();
+        connection.disconnect();
       }
-      for (const router of routers) expect(poolIds(router)).not.toContain('metadata');
-    } finally {
-      await connection.multi().hdel(fleetKeys().backends, 'metadata').incr(fleetKeys().version).exec();
-      connection.disconnect();
-    }
-  });
+    },
+  );
 
   it('keeps routing on the last set while Redis is down, refuses admin changes, and recovers', async () => {
     const ids = routers.map((router) => router.registry.backends.map((backend) => backend.id));
@@ -328,9 +393,15 @@ describe('backend set shared through Redis', () => {
     } finally {
       await redis.restart(); // without its data: the replicas seed again what they route by
     }
-    await waitFor(async () => (await admin(urls[0] as string, 'POST', `/admin/backends/${(sims[0] as Sim).id}/drain`)).status === 200, 10_000);
+    await waitFor(
+      async () =>
+        (await admin(urls[0] as string, 'POST', `/admin/backends/${(sims[0] as Sim).id}/drain`)).status === 200,
+      10_000,
+    );
     await waitFor(() => routers.every((router) => router.registry.isDrained((sims[0] as Sim).id)), 1000);
-    expect(routers.map((router) => router.registry.backends.map((backend) => backend.id).sort())).toEqual(ids.map((list) => [...list].sort()));
+    expect(routers.map((router) => router.registry.backends.map((backend) => backend.id).sort())).toEqual(
+      ids.map((list) => [...list].sort()),
+    );
   }, 30_000);
 });
 
@@ -358,7 +429,13 @@ describe('admin API without Redis', () => {
     expect(nowhere.status).toBe(503);
     expect(((await nowhere.json()) as any).error.code).toBe('ROUTER_ERR_NO_BACKEND');
     expect((await admin(cluster.routerUrl, 'DELETE', `/admin/backends/${first.id}`)).status).toBe(200);
-    expect((await admin(cluster.routerUrl, 'POST', '/admin/backends', { body: { url: first.url, id: 'first-again', models: [MODEL] } })).status).toBe(201);
+    expect(
+      (
+        await admin(cluster.routerUrl, 'POST', '/admin/backends', {
+          body: { url: first.url, id: 'first-again', models: [MODEL] },
+        })
+      ).status,
+    ).toBe(201);
     expect((await admin(cluster.routerUrl, 'POST', `/admin/backends/${second.id}/undrain`)).status).toBe(200);
     const served = new Set<string | null>();
     for (let index = 0; index < 4; index++) served.add((await chat(cluster.routerUrl)).backend);

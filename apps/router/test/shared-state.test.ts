@@ -19,10 +19,16 @@ interface Cluster {
   urls: string[];
 }
 
-async function startCluster(replicas: number, redisUrl: string | undefined, policy: 'cacheaware' | 'prefixaware' = 'cacheaware'): Promise<Cluster> {
+async function startCluster(
+  replicas: number,
+  redisUrl: string | undefined,
+  policy: 'cacheaware' | 'prefixaware' = 'cacheaware',
+): Promise<Cluster> {
   const sims = await Promise.all(
     Array.from({ length: 4 }, async () => {
-      const sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', timeScale: 50, model: 'test-model' }));
+      const sim = await createSimServer(
+        SimConfig.parse({ port: 0, profile: 'a100-7b', timeScale: 50, model: 'test-model' }),
+      );
       return { url: await sim.listen(), sim };
     }),
   );
@@ -30,7 +36,13 @@ async function startCluster(replicas: number, redisUrl: string | undefined, poli
   const urls: string[] = [];
   for (let index = 0; index < replicas; index++) {
     const router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: sims.map((sim) => sim.url), policy, ...(redisUrl ? { redisUrl, redisTimeoutMs: 200 } : {}) }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        backends: sims.map((sim) => sim.url),
+        policy,
+        ...(redisUrl ? { redisUrl, redisTimeoutMs: 200 } : {}),
+      }),
     );
     routers.push(router);
     urls.push(await router.listen());
@@ -42,7 +54,13 @@ async function stopCluster(cluster: Cluster): Promise<void> {
   if (process.env.DEBUG_MOVES) {
     for (const router of cluster.routers) {
       const text = await router.metrics.registry.metrics();
-      console.info('degraded transitions:', text.split('\n').filter((line) => line.startsWith('kvroute_router_state_degraded_transitions_total')).join(' | ') || 'none');
+      console.info(
+        'degraded transitions:',
+        text
+          .split('\n')
+          .filter((line) => line.startsWith('kvroute_router_state_degraded_transitions_total'))
+          .join(' | ') || 'none',
+      );
     }
   }
   for (const router of cluster.routers) await router.close();
@@ -65,9 +83,16 @@ describe('router replicas sharing state in Redis', () => {
       const single = await startCluster(1, undefined);
       const singleTurns = await runConversations(single.urls).finally(() => stopCluster(single));
       const shared = await startCluster(3, redis.url);
-      const degradedBefore = await Promise.all(shared.routers.map((router) => router.metrics.registry.getSingleMetricAsString('kvroute_router_state_degraded')));
+      const degradedBefore = await Promise.all(
+        shared.routers.map((router) =>
+          router.metrics.registry.getSingleMetricAsString('kvroute_router_state_degraded'),
+        ),
+      );
       const sharedTurns = await runConversations(shared.urls).finally(() => stopCluster(shared));
-      console.info(`cacheaware hit rate: 1 replica ${hitRate(singleTurns).toFixed(3)}, 3 replicas sharing Redis ${hitRate(sharedTurns).toFixed(3)}; moves ${unexplainedMoves(sharedTurns)}`);
+      console.info(
+        `cacheaware hit rate: 1 replica ${hitRate(singleTurns).toFixed(3)}, 3 replicas sharing Redis ` +
+          `${hitRate(sharedTurns).toFixed(3)}; moves ${unexplainedMoves(sharedTurns)}`,
+      );
       expect(degradedBefore.every((text) => /^kvroute_router_state_degraded 0$/m.test(text))).toBe(true);
       expect(sharedTurns).toHaveLength(72);
       expect(unexplainedMoves(sharedTurns)).toBe(0);

@@ -15,29 +15,62 @@ import { createRouterServer, type RouterServer } from '../src/create-router';
  */
 async function burst(redisUrl: string | undefined): Promise<{ peakOnWarm: number; reasons: string[] }> {
   const sims: SimServer[] = await Promise.all(
-    Array.from({ length: 3 }, () => createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', timeScale: 2, model: 'test-model' }))),
+    Array.from({ length: 3 }, () =>
+      createSimServer(SimConfig.parse({ port: 0, profile: 'a100-7b', timeScale: 2, model: 'test-model' })),
+    ),
   );
   const backendUrls = await Promise.all(sims.map((sim) => sim.listen()));
   const routers: RouterServer[] = [];
   const urls: string[] = [];
   for (let index = 0; index < 3; index++) {
     const router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: backendUrls, policy: 'prefixaware', saturationInflight: 2, ...(redisUrl ? { redisUrl, redisTimeoutMs: 500 } : {}) }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        backends: backendUrls,
+        policy: 'prefixaware',
+        saturationInflight: 2,
+        ...(redisUrl ? { redisUrl, redisTimeoutMs: 500 } : {}),
+      }),
     );
     routers.push(router);
     urls.push(await router.listen());
   }
   const shared = `Shared context for the burst. ${'A long runbook paragraph. '.repeat(120)}`;
-  const body = (index: number) => JSON.stringify({ model: 'test-model', messages: [{ role: 'system', content: shared }, { role: 'user', content: `q${index}` }], max_tokens: 60 });
+  const body = (index: number) =>
+    JSON.stringify({
+      model: 'test-model',
+      messages: [
+        { role: 'system', content: shared },
+        { role: 'user', content: `q${index}` },
+      ],
+      max_tokens: 60,
+    });
   try {
     // Warm one backend with the shared prefix (every replica sees it once).
-    for (const url of urls) await (await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(-1) })).text();
-    const warm = sims.reduce((best, sim) => (sim.engine.stats.prefixQueryTokens > best.engine.stats.prefixQueryTokens ? sim : best));
+    for (const url of urls)
+      await (
+        await fetch(`${url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: body(-1),
+        })
+      ).text();
+    const warm = sims.reduce((best, sim) =>
+      sim.engine.stats.prefixQueryTokens > best.engine.stats.prefixQueryTokens ? sim : best,
+    );
     let peakOnWarm = 0;
-    const sampler = setInterval(() => (peakOnWarm = Math.max(peakOnWarm, warm.engine.runningCount + warm.engine.waitingCount)), 1);
+    const sampler = setInterval(
+      () => (peakOnWarm = Math.max(peakOnWarm, warm.engine.runningCount + warm.engine.waitingCount)),
+      1,
+    );
     const reasons = await Promise.all(
       Array.from({ length: 6 }, async (_, index) => {
-        const response = await fetch(`${urls[index % 3]}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(index) });
+        const response = await fetch(`${urls[index % 3]}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: body(index),
+        });
         await response.text();
         return response.headers.get('x-router-reason') ?? '';
       }),

@@ -22,23 +22,39 @@ export interface TestCluster {
   close(): Promise<void>;
 }
 
-export async function startTestCluster(options: {
-  backends?: number;
-  sim?: Partial<SimConfig>;
-  sims?: ReadonlyArray<Partial<SimConfig>>;
-  router?: Partial<RouterConfig>;
-} = {}): Promise<TestCluster> {
+export async function startTestCluster(
+  options: {
+    backends?: number;
+    sim?: Partial<SimConfig>;
+    sims?: ReadonlyArray<Partial<SimConfig>>;
+    router?: Partial<RouterConfig>;
+  } = {},
+): Promise<TestCluster> {
   const simConfigs = options.sims ?? Array.from({ length: options.backends ?? 3 }, () => options.sim ?? {});
   const sims = await Promise.all(
     simConfigs.map(async (overrides) => {
-      const sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model', ...options.sim, ...overrides }));
+      const sim = await createSimServer(
+        SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model', ...options.sim, ...overrides }),
+      );
       const url = await sim.listen();
       return { url, sim, id: new URL(url).host };
     }),
   );
-  const adminToken = options.router?.debugRoutes === true && options.router.adminToken === undefined ? { adminToken: TEST_ADMIN_TOKEN } : {};
+  const adminToken =
+    options.router?.debugRoutes === true && options.router.adminToken === undefined
+      ? { adminToken: TEST_ADMIN_TOKEN }
+      : {};
   const router = await createRouterServer(
-    RouterConfig.parse({ host: '127.0.0.1', port: 0, adminHost: '127.0.0.1', adminPort: 0, backends: sims.map((sim) => sim.url), retryBackoffMs: 1, ...adminToken, ...options.router }),
+    RouterConfig.parse({
+      host: '127.0.0.1',
+      port: 0,
+      adminHost: '127.0.0.1',
+      adminPort: 0,
+      backends: sims.map((sim) => sim.url),
+      retryBackoffMs: 1,
+      ...adminToken,
+      ...options.router,
+    }),
   );
   const routerUrl = await router.listen();
   const token = options.router?.adminToken ?? TEST_ADMIN_TOKEN;
@@ -46,7 +62,11 @@ export async function startTestCluster(options: {
     routerUrl,
     adminUrl: router.adminUrl,
     debugRoute: (body) =>
-      fetch(`${router.adminUrl ?? 'http://no-admin-listener.invalid'}/debug/route`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body }),
+      fetch(`${router.adminUrl ?? 'http://no-admin-listener.invalid'}/debug/route`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+        body,
+      }),
     router,
     sims,
     registry: () => router.registry,

@@ -21,7 +21,8 @@ interface Observed {
   readonly atMs: number;
 }
 
-const chatBody = (model: string) => JSON.stringify({ model, messages: [{ role: 'user', content: 'hello' }], max_tokens: 4 });
+const chatBody = (model: string) =>
+  JSON.stringify({ model, messages: [{ role: 'user', content: 'hello' }], max_tokens: 4 });
 const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('start-up with backends not listening yet', () => {
@@ -44,14 +45,32 @@ describe('start-up with backends not listening yet', () => {
   /** Sims built on ports fixed in advance (the router is configured with them), not listening yet. */
   async function prepare(count: number, extra: Record<string, unknown> = {}): Promise<{ urls: string[] }> {
     const ports = await findFreePorts(count);
-    sims = await Promise.all(ports.map((port) => createSimServer(SimConfig.parse({ host: '127.0.0.1', port, profile: 'fast', model: 'test-model' }))));
+    sims = await Promise.all(
+      ports.map((port) =>
+        createSimServer(SimConfig.parse({ host: '127.0.0.1', port, profile: 'fast', model: 'test-model' })),
+      ),
+    );
     const urls = ports.map((port) => `http://127.0.0.1:${port}`);
-    router = await createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: urls, redisUrl: redis.url, redisTimeoutMs: 500, retryBackoffMs: 1, ...extra }));
+    router = await createRouterServer(
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        backends: urls,
+        redisUrl: redis.url,
+        redisTimeoutMs: 500,
+        retryBackoffMs: 1,
+        ...extra,
+      }),
+    );
     return { urls };
   }
 
   async function post(routerUrl: string, model: string): Promise<Observed> {
-    const response = await fetch(`${routerUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chatBody(model) });
+    const response = await fetch(`${routerUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: chatBody(model),
+    });
     const text = await response.text();
     let code: string | null = null;
     try {
@@ -79,7 +98,11 @@ describe('start-up with backends not listening yet', () => {
     })();
     // And the official client, sent before the backends listen: its own retries follow Retry-After.
     const client = new OpenAI({ baseURL: `${routerUrl}/v1`, apiKey: 'unused', maxRetries: 5 });
-    const clientAnswer = client.chat.completions.create({ model: 'test-model', messages: [{ role: 'user', content: 'before the backends' }], max_tokens: 4 });
+    const clientAnswer = client.chat.completions.create({
+      model: 'test-model',
+      messages: [{ role: 'user', content: 'before the backends' }],
+      max_tokens: 4,
+    });
 
     // The backends come up a moment after the router (as containers started together do).
     await delay(200);
@@ -97,14 +120,17 @@ describe('start-up with backends not listening yet', () => {
     expect(before.length).toBeGreaterThan(0);
     // …and in it only 503s with Retry-After, saying models are pending: never a 404.
     expect(observed.filter((answer) => answer.status === 404)).toEqual([]);
-    for (const answer of before) expect(answer).toMatchObject({ status: 503, code: 'ROUTER_ERR_MODELS_PENDING', retryAfter: '1' });
+    for (const answer of before)
+      expect(answer).toMatchObject({ status: 503, code: 'ROUTER_ERR_MODELS_PENDING', retryAfter: '1' });
     expect(after.every((answer) => answer.status === 200)).toBe(true);
     // Within a second of the backends listening (the models refresh alone took up to 30 s).
     const firstOkAtMs = (observed[firstOk] as Observed).atMs;
     expect(firstOkAtMs - backendsListeningAtMs).toBeLessThan(1_000);
 
     // /readyz: 503 until then, 200 from the first success on.
-    expect(readyz.filter((probe) => probe.atMs < backendsListeningAtMs).every((probe) => probe.status === 503)).toBe(true);
+    expect(readyz.filter((probe) => probe.atMs < backendsListeningAtMs).every((probe) => probe.status === 503)).toBe(
+      true,
+    );
     expect(readyz.some((probe) => probe.atMs < backendsListeningAtMs)).toBe(true);
     expect(readyz.at(-1)?.status).toBe(200);
 
@@ -129,7 +155,11 @@ describe('start-up with backends not listening yet', () => {
     expect(probe.status).toBe(200);
     expect(((await probe.json()) as { modelsPendingBackends: string[] }).modelsPendingBackends).toEqual([lateId]);
     // A model nobody reported may be the late backend's: 503 + Retry-After, not 404 (models.retrieve too).
-    expect(await post(routerUrl, 'other-model')).toMatchObject({ status: 503, code: 'ROUTER_ERR_MODELS_PENDING', retryAfter: '1' });
+    expect(await post(routerUrl, 'other-model')).toMatchObject({
+      status: 503,
+      code: 'ROUTER_ERR_MODELS_PENDING',
+      retryAfter: '1',
+    });
     const retrieved = await fetch(`${routerUrl}/v1/models/other-model`);
     expect([retrieved.status, retrieved.headers.get('retry-after')]).toEqual([503, '1']);
 
@@ -148,14 +178,21 @@ describe('start-up with backends not listening yet', () => {
     const routerUrl = await (router as RouterServer).listen();
     const neverId = new URL(urls[1] as string).host;
     type Pending = { backend: string; ageMs: number; holdsUnknownModels: boolean };
-    const readyz = async () => (await (await fetch(`${routerUrl}/readyz`)).json()) as { modelsPendingBackends: string[]; modelsPending: Pending[] };
+    const readyz = async () =>
+      (await (await fetch(`${routerUrl}/readyz`)).json()) as {
+        modelsPendingBackends: string[];
+        modelsPending: Pending[];
+      };
 
     await waitFor(async () => (await post(routerUrl, 'test-model')).status === 200, 5_000);
     // Within the window: unknown models may be the missing backend's (503), as /readyz says.
     const early = await readyz();
     const unknownEarly = await post(routerUrl, 'other-model');
-    if ((early.modelsPending[0] as Pending).ageMs < windowMs - 200) expect(unknownEarly).toMatchObject({ status: 503, code: 'ROUTER_ERR_MODELS_PENDING' });
-    expect(early.modelsPending).toEqual([{ backend: neverId, ageMs: expect.any(Number), holdsUnknownModels: expect.any(Boolean) }]);
+    if ((early.modelsPending[0] as Pending).ageMs < windowMs - 200)
+      expect(unknownEarly).toMatchObject({ status: 503, code: 'ROUTER_ERR_MODELS_PENDING' });
+    expect(early.modelsPending).toEqual([
+      { backend: neverId, ageMs: expect.any(Number), holdsUnknownModels: expect.any(Boolean) },
+    ]);
 
     // After it: 404 (request and models.retrieve), while /readyz still names the backend, older than the window.
     await waitFor(async () => (await post(routerUrl, 'other-model')).status === 404, 10_000);

@@ -37,16 +37,28 @@ function vllmStream(kind: 'chat' | 'text', eol: string): { withUsage: string; wi
   const delta = (text: string): string =>
     kind === 'chat'
       ? `${head},"choices":[{"index":0,"delta":{"content":${JSON.stringify(text)}},"logprobs":null,"finish_reason":null,"token_ids":null}]}`
-      : `${head},"choices":[{"index":0,"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}`;
+      : `${head},"choices":[{"index":0,"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":null,` +
+        `"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}`;
   const terminal = (stamp: boolean): string => {
     const tail = stamp ? `,"system_fingerprint":"${FINGERPRINT}"` : '';
     return kind === 'chat'
       ? `${head},"choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":null,"token_ids":null}]${tail}}`
-      : `${head},"choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"length","stop_reason":null,"prompt_token_ids":null,"token_ids":null}]${tail}}`;
+      : `${head},"choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"length","stop_reason":null,` +
+          `"prompt_token_ids":null,"token_ids":null}]${tail}}`;
   };
-  const opening = kind === 'chat' ? [event(`${head},"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":null}`)] : [];
+  const opening =
+    kind === 'chat'
+      ? [
+          event(
+            `${head},"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":null}`,
+          ),
+        ]
+      : [];
   const deltas = ['The', ' "choices":[] of', ' a \\"usage\\" é ✓', ' day'].map((text) => event(delta(text)));
-  const usage = event(`${head},"choices":[],"usage":{"prompt_tokens":40,"total_tokens":44,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":32}},"system_fingerprint":"${FINGERPRINT}"}`);
+  const usage = event(
+    `${head},"choices":[],"usage":{"prompt_tokens":40,"total_tokens":44,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":32}},` +
+      `"system_fingerprint":"${FINGERPRINT}"}`,
+  );
   const done = event('[DONE]');
   return {
     withUsage: [...opening, ...deltas, event(terminal(false)), usage, done].join(''),
@@ -62,7 +74,9 @@ function vllmStream(kind: 'chat' | 'text', eol: string): { withUsage: string; wi
 class FakeVllm {
   readonly bodies: string[] = [];
   url = '';
-  private readonly server: Server = createServer((incoming: IncomingMessage, response: ServerResponse) => this.answer(incoming, response));
+  private readonly server: Server = createServer((incoming: IncomingMessage, response: ServerResponse) =>
+    this.answer(incoming, response),
+  );
 
   constructor(
     private readonly eol: string,
@@ -111,8 +125,16 @@ function awkwardCuts(eol: string): (length: number) => readonly number[] {
   };
 }
 
-async function post(url: string, path: string, body: string): Promise<{ status: number; text: string; headers: Headers }> {
-  const response = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+async function post(
+  url: string,
+  path: string,
+  body: string,
+): Promise<{ status: number; text: string; headers: Headers }> {
+  const response = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body,
+  });
   return { status: response.status, text: await response.text(), headers: response.headers };
 }
 
@@ -122,7 +144,12 @@ async function metric(routerUrl: string, series: string): Promise<number> {
   return line === undefined ? 0 : Number(line.slice(series.length + 1));
 }
 
-const CHAT = { model: 'm', messages: [{ role: 'user', content: 'Tell me about the day' }], max_tokens: 4, stream: true };
+const CHAT = {
+  model: 'm',
+  messages: [{ role: 'user', content: 'Tell me about the day' }],
+  max_tokens: 4,
+  stream: true,
+};
 const TEXT = { model: 'm', prompt: 'Once upon a time', max_tokens: 4, stream: true };
 
 describe.each([
@@ -134,7 +161,15 @@ describe.each([
   let routerUrl: string;
   beforeAll(async () => {
     fake = await new FakeVllm(eol, awkwardCuts(eol)).start();
-    router = await createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [{ url: fake.url, id: 'fake', models: ['m'] }], policy: 'leastloaded' }), { logger: false });
+    router = await createRouterServer(
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        backends: [{ url: fake.url, id: 'fake', models: ['m'] }],
+        policy: 'leastloaded',
+      }),
+      { logger: false },
+    );
     routerUrl = await router.listen();
   });
   afterAll(async () => {
@@ -145,23 +180,35 @@ describe.each([
   it.each<[string, Endpoint, string, object]>([
     ['chat', 'chat', '/v1/chat/completions', CHAT],
     ['completions', 'completions', '/v1/completions', TEXT],
-  ])('%s: asks for usage with the spliced member, and the client gets the bytes sent without it', async (kind, _endpoint, path, request) => {
-    const body = JSON.stringify(request);
-    const routed = await post(routerUrl, path, body);
-    expect(routed.status).toBe(200);
-    expect(fake.bodies.at(-1)).toBe(`{"stream_options":{"include_usage":true},${body.slice(1)}`);
-    const expected = vllmStream(kind === 'chat' ? 'chat' : 'text', eol);
-    expect(routed.text).toBe(expected.without);
-    expect(routed.text).not.toBe(expected.withUsage);
-    expect(routed.headers.get('x-router-backend')).toBe('fake');
-  });
+  ])(
+    '%s: asks for usage with the spliced member, and the client gets the bytes sent without it',
+    async (kind, _endpoint, path, request) => {
+      const body = JSON.stringify(request);
+      const routed = await post(routerUrl, path, body);
+      expect(routed.status).toBe(200);
+      expect(fake.bodies.at(-1)).toBe(`{"stream_options":{"include_usage":true},${body.slice(1)}`);
+      const expected = vllmStream(kind === 'chat' ? 'chat' : 'text', eol);
+      expect(routed.text).toBe(expected.without);
+      expect(routed.text).not.toBe(expected.withUsage);
+      expect(routed.headers.get('x-router-backend')).toBe('fake');
+    },
+  );
 
   it('re-serialises a stream_options without include_usage (continuous_usage_stats dropped, other keys kept)', async () => {
     const body = `{"model":"m",  "stream":true,"stream_options":{"continuous_usage_stats":true,"x_extra":1},"messages":[{"role":"user","content":"hi"}]}`;
     const routed = await post(routerUrl, '/v1/chat/completions', body);
-    expect(JSON.parse(fake.bodies.at(-1) as string)).toEqual({ model: 'm', stream: true, stream_options: { x_extra: 1, include_usage: true }, messages: [{ role: 'user', content: 'hi' }] });
+    expect(JSON.parse(fake.bodies.at(-1) as string)).toEqual({
+      model: 'm',
+      stream: true,
+      stream_options: { x_extra: 1, include_usage: true },
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     expect(routed.text).toBe(vllmStream('chat', eol).without);
-    await post(routerUrl, '/v1/chat/completions', '{"model":"m","stream":true,"stream_options":null,"messages":[{"role":"user","content":"hi"}]}');
+    await post(
+      routerUrl,
+      '/v1/chat/completions',
+      '{"model":"m","stream":true,"stream_options":null,"messages":[{"role":"user","content":"hi"}]}',
+    );
     expect(JSON.parse(fake.bodies.at(-1) as string).stream_options).toEqual({ include_usage: true });
   });
 
@@ -172,14 +219,24 @@ describe.each([
     expect(routed.text).toBe(vllmStream('chat', eol).withUsage);
 
     const client = new OpenAI({ baseURL: `${routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
-    const stream = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     let usage: OpenAI.Completions.CompletionUsage | null | undefined;
     let fingerprint: string | undefined;
     for await (const chunk of stream) {
       if (chunk.usage) usage = chunk.usage;
       if (chunk.system_fingerprint) fingerprint = chunk.system_fingerprint;
     }
-    expect(usage).toEqual({ prompt_tokens: 40, total_tokens: 44, completion_tokens: 4, prompt_tokens_details: { cached_tokens: 32 } });
+    expect(usage).toEqual({
+      prompt_tokens: 40,
+      total_tokens: 44,
+      completion_tokens: 4,
+      prompt_tokens_details: { cached_tokens: 32 },
+    });
     expect(fingerprint).toBe(FINGERPRINT);
   });
 
@@ -198,7 +255,10 @@ describe('through the router to vllm-sim, against the same request sent directly
   beforeAll(async () => {
     sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'm', seed: 11 }));
     simUrl = await sim.listen();
-    router = await createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [simUrl], policy: 'cacheaware' }), { logger: false });
+    router = await createRouterServer(
+      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [simUrl], policy: 'cacheaware' }),
+      { logger: false },
+    );
     routerUrl = await router.listen();
   });
   afterAll(async () => {
@@ -212,38 +272,64 @@ describe('through the router to vllm-sim, against the same request sent directly
    * depends on its step timing (the routed request meets a warm cache), what each choice sends does not.
    */
   const normalised = (text: string): string => {
-    const events = text.replace(/"id":"[^"]+"/g, '"id":"ID"').replace(/"created":\d+/g, '"created":0').split('\n\n');
+    const events = text
+      .replace(/"id":"[^"]+"/g, '"id":"ID"')
+      .replace(/"created":\d+/g, '"created":0')
+      .split('\n\n');
     const byChoice = new Map<string, string[]>();
     for (const event of events) {
       const choice = /"choices":\[\{"index":(\d+)/.exec(event)?.[1] ?? 'none';
       byChoice.set(choice, [...(byChoice.get(choice) ?? []), event]);
     }
-    return [...byChoice].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([choice, lines]) => `choice ${choice}:\n${lines.join('\n\n')}`).join('\n----\n');
+    return [...byChoice]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([choice, lines]) => `choice ${choice}:\n${lines.join('\n\n')}`)
+      .join('\n----\n');
   };
 
   // In order: the first stream's usage event teaches the router the sim's fingerprint, which the two-choice
   // stream needs for the choice that finishes first (usage-strip.ts, FingerprintMemory).
   it.each([
-    ['chat', '/v1/chat/completions', { ...CHAT, messages: [{ role: 'user', content: 'A sim-backed stream, byte for byte.' }], max_tokens: 6 }],
-    ['chat, two choices', '/v1/chat/completions', { ...CHAT, messages: [{ role: 'user', content: 'Two at once.' }], max_tokens: 5, n: 2, ignore_eos: true }],
+    [
+      'chat',
+      '/v1/chat/completions',
+      { ...CHAT, messages: [{ role: 'user', content: 'A sim-backed stream, byte for byte.' }], max_tokens: 6 },
+    ],
+    [
+      'chat, two choices',
+      '/v1/chat/completions',
+      { ...CHAT, messages: [{ role: 'user', content: 'Two at once.' }], max_tokens: 5, n: 2, ignore_eos: true },
+    ],
     ['completions', '/v1/completions', { ...TEXT, prompt: 'The router and the engine', max_tokens: 6 }],
-  ])('%s: the routed stream equals the direct one (the sim stamps its fingerprint, which comes back)', async (_name, path, request) => {
-    const body = JSON.stringify(request);
-    const direct = await post(simUrl, path, body);
-    const routed = await post(routerUrl, path, body);
-    expect(routed.status).toBe(200);
-    expect(direct.text).toContain('"system_fingerprint":"');
-    expect(direct.text).not.toContain('"choices":[]');
-    expect(normalised(routed.text)).toBe(normalised(direct.text));
-  });
+  ])(
+    '%s: the routed stream equals the direct one (the sim stamps its fingerprint, which comes back)',
+    async (_name, path, request) => {
+      const body = JSON.stringify(request);
+      const direct = await post(simUrl, path, body);
+      const routed = await post(routerUrl, path, body);
+      expect(routed.status).toBe(200);
+      expect(direct.text).toContain('"system_fingerprint":"');
+      expect(direct.text).not.toContain('"choices":[]');
+      expect(normalised(routed.text)).toBe(normalised(direct.text));
+    },
+  );
 
   it('learns from the stripped usage: a stream whose client did not ask for usage gets a verified prediction outcome', async () => {
     const backend = new URL(simUrl).host;
-    const series = (outcome: string) => `kvroute_router_prefix_predictions_total{backend="${backend}",outcome="${outcome}"}`;
+    const series = (outcome: string) =>
+      `kvroute_router_prefix_predictions_total{backend="${backend}",outcome="${outcome}"}`;
     const verified = async () =>
-      (await metric(routerUrl, series('confirmed'))) + (await metric(routerUrl, series('overpredicted'))) + (await metric(routerUrl, series('underpredicted')));
+      (await metric(routerUrl, series('confirmed'))) +
+      (await metric(routerUrl, series('overpredicted'))) +
+      (await metric(routerUrl, series('underpredicted')));
     const long = 'You are a careful assistant who answers in full sentences. '.repeat(30);
-    const body = JSON.stringify({ ...CHAT, messages: [{ role: 'system', content: long }, { role: 'user', content: 'First question.' }] });
+    const body = JSON.stringify({
+      ...CHAT,
+      messages: [
+        { role: 'system', content: long },
+        { role: 'user', content: 'First question.' },
+      ],
+    });
     // The first one fills the sim's cache (a miss reports no cached_tokens at all: "does not say").
     await post(routerUrl, '/v1/chat/completions', body);
     const before = { verified: await verified(), unverified: await metric(routerUrl, series('unverified')) };
@@ -266,7 +352,12 @@ describe('through the router to vllm-sim, against the same request sent directly
 describe('requestStreamUsage off', () => {
   let fake: FakeVllm;
   let app: FastifyInstance | undefined;
-  const pools = new UpstreamPools({ connectTimeoutMs: 1_000, headersTimeoutMs: 5_000, idleTimeoutMs: 5_000, keys: UpstreamKeys.none() });
+  const pools = new UpstreamPools({
+    connectTimeoutMs: 1_000,
+    headersTimeoutMs: 5_000,
+    idleTimeoutMs: 5_000,
+    keys: UpstreamKeys.none(),
+  });
   beforeAll(async () => {
     fake = await new FakeVllm('\n', () => [31, 200]).start();
   });
@@ -294,10 +385,24 @@ describe('requestStreamUsage off', () => {
     const stages = Fastify();
     registerBodyParser(stages, 1024 * 1024, 64);
     stages.post('/v1/chat/completions', async (request, reply) => {
-      const parsed = await parseRequest('chat', request, { blockSizeBytes: 256, maxRoutedBlocks: 64, maxJsonDepth: 64, limits: DEFAULT_GENERATION_LIMITS, requestStreamUsage });
+      const parsed = await parseRequest('chat', request, {
+        blockSizeBytes: 256,
+        maxRoutedBlocks: 64,
+        maxJsonDepth: 64,
+        limits: DEFAULT_GENERATION_LIMITS,
+        requestStreamUsage,
+      });
       reply.hijack();
       await send(
-        { upstreams: pools, streamFirstByteTimeoutMs: 5_000, generationTimeoutMs: 5_000, connectionLostRetryMs: 2_000, timers: NODE_TIMERS, metrics, logger: stages.log },
+        {
+          upstreams: pools,
+          streamFirstByteTimeoutMs: 5_000,
+          generationTimeoutMs: 5_000,
+          connectionLostRetryMs: 2_000,
+          timers: NODE_TIMERS,
+          metrics,
+          logger: stages.log,
+        },
         {
           backend,
           reason: 'test',

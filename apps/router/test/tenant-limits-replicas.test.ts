@@ -22,7 +22,9 @@ describe('tenant limits shared by three replicas through Redis', () => {
 
   beforeAll(async () => {
     redis = await startRedis({ fresh: true, logger: () => undefined });
-    sims = await Promise.all([0, 1].map(() => createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model' }))));
+    sims = await Promise.all(
+      [0, 1].map(() => createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model' }))),
+    );
     const simUrls = await Promise.all(sims.map((sim) => sim.listen()));
     routers = await Promise.all(
       [0, 1, 2].map(() =>
@@ -54,7 +56,11 @@ describe('tenant limits shared by three replicas through Redis', () => {
   });
 
   const admin = (index: number, method: string, path: string, body?: object) =>
-    fetch(`${routers[index]?.adminUrl}${path}`, { method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, ...(body ? { body: JSON.stringify(body) } : {}) });
+    fetch(`${routers[index]?.adminUrl}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      ...(body ? { body: JSON.stringify(body) } : {}),
+    });
   const generate = (index: number, key: string, content: string) =>
     fetch(`${urls[index % urls.length]}/v1/chat/completions`, {
       method: 'POST',
@@ -72,7 +78,13 @@ describe('tenant limits shared by three replicas through Redis', () => {
     expect(listed.data[0]?.key).toBeUndefined();
 
     // 60 requests at once over the three replicas: the burst of the limit passes, not one more.
-    const statuses = await Promise.all(Array.from({ length: 60 }, (_, index) => generate(index, key, `burst ${index}`).then(async (response) => (await response.arrayBuffer(), response.status))));
+    const statuses = await Promise.all(
+      Array.from({ length: 60 }, (_, index) =>
+        generate(index, key, `burst ${index}`).then(
+          async (response) => (await response.arrayBuffer(), response.status),
+        ),
+      ),
+    );
     expect(statuses.filter((status) => status === 200)).toHaveLength(30);
     expect(statuses.filter((status) => status === 429)).toHaveLength(30);
 
@@ -91,7 +103,13 @@ describe('tenant limits shared by three replicas through Redis', () => {
     await redis.stop();
     // Let every replica's key cache expire: a key seen before stays valid while Redis cannot be asked.
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const statuses = await Promise.all(Array.from({ length: 150 }, (_, index) => generate(index, key, `outage ${index}`).then(async (response) => (await response.arrayBuffer(), response.status))));
+    const statuses = await Promise.all(
+      Array.from({ length: 150 }, (_, index) =>
+        generate(index, key, `outage ${index}`).then(
+          async (response) => (await response.arrayBuffer(), response.status),
+        ),
+      ),
+    );
     const served = statuses.filter((status) => status === 200).length;
     expect(statuses.filter((status) => status !== 200 && status !== 429)).toEqual([]);
     // Three shares of 90 ÷ 3 = 30 each, fresh in memory (the shared bucket's 3 warm-ups are not known locally).

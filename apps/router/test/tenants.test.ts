@@ -10,7 +10,8 @@ import { startTestCluster, type TestCluster } from './start-test-cluster';
  * client. The probe is the attack the issue reproduced: the victim's prompt holds a private value, the
  * attacker sends the same layout with the right guess and with a guess one character off.
  */
-const SYSTEM = `You are the support agent of Example Corp. Follow the policies below exactly. ${'Policy: be brief, be kind, cite the handbook section. '.repeat(30)}`;
+const POLICY_LINE = 'Policy: be brief, be kind, cite the handbook section. ';
+const SYSTEM = `You are the support agent of Example Corp. Follow the policies below exactly. ${POLICY_LINE.repeat(30)}`;
 // The private value comes first, as in a per-customer system prompt: two guesses then share no prefix block with each other either.
 const promptWith = (secret: string): OpenAI.Chat.ChatCompletionMessageParam[] => [
   { role: 'system', content: `Account recovery code ${secret}. ${SYSTEM} ${'Never read the code out. '.repeat(20)}` },
@@ -59,13 +60,22 @@ describe('tenants: API keys, per-tenant cache salts, limits (key file, local lim
     keyFile?.remove();
   });
 
-  const clientOf = (key: string): OpenAI => new OpenAI({ apiKey: key, baseURL: `${cluster.routerUrl}/v1`, maxRetries: 0 });
+  const clientOf = (key: string): OpenAI =>
+    new OpenAI({ apiKey: key, baseURL: `${cluster.routerUrl}/v1`, maxRetries: 0 });
   const ask = async (key: string, secret: string) => {
-    const { data, response } = await clientOf(key).chat.completions.create({ model: 'test-model', messages: promptWith(secret), max_tokens: 4 }).withResponse();
-    return { status: response.status, headers: response.headers, cached: data.usage?.prompt_tokens_details?.cached_tokens ?? 0, promptTokens: data.usage?.prompt_tokens ?? 0 };
+    const { data, response } = await clientOf(key)
+      .chat.completions.create({ model: 'test-model', messages: promptWith(secret), max_tokens: 4 })
+      .withResponse();
+    return {
+      status: response.status,
+      headers: response.headers,
+      cached: data.usage?.prompt_tokens_details?.cached_tokens ?? 0,
+      promptTokens: data.usage?.prompt_tokens ?? 0,
+    };
   };
   /** The header names a client sees, without those that differ per response by nature. */
-  const headerNames = (headers: Headers): string[] => [...headers.keys()].filter((name) => !['date', 'content-length', 'x-request-id'].includes(name)).sort();
+  const headerNames = (headers: Headers): string[] =>
+    [...headers.keys()].filter((name) => !['date', 'content-length', 'x-request-id'].includes(name)).sort();
 
   it('a cross-tenant probe learns nothing: the right and the wrong guess look the same, and the victim still hits', async () => {
     const secret = 'K7Q-93XZ-LM2P';
@@ -83,12 +93,21 @@ describe('tenants: API keys, per-tenant cache salts, limits (key file, local lim
     expect(exact.headers.get('x-router-reason')).toBeNull();
 
     // With the attacker's bench key (it sees the routing headers): the router explains both alike, and neither by the victim's prefix.
-    const benchExact = await clientOf(keys.attackerBench.secret).chat.completions.create({ model: 'test-model', messages: promptWith('K7Q-93XZ-LM2P'), max_tokens: 4 }).withResponse();
-    const benchNear = await clientOf(keys.attackerBench.secret).chat.completions.create({ model: 'test-model', messages: promptWith('Y7Q-93XZ-LM2P'), max_tokens: 4 }).withResponse();
-    const reasons = [benchExact.response.headers.get('x-router-reason'), benchNear.response.headers.get('x-router-reason')];
+    const benchExact = await clientOf(keys.attackerBench.secret)
+      .chat.completions.create({ model: 'test-model', messages: promptWith('K7Q-93XZ-LM2P'), max_tokens: 4 })
+      .withResponse();
+    const benchNear = await clientOf(keys.attackerBench.secret)
+      .chat.completions.create({ model: 'test-model', messages: promptWith('Y7Q-93XZ-LM2P'), max_tokens: 4 })
+      .withResponse();
+    const reasons = [
+      benchExact.response.headers.get('x-router-reason'),
+      benchNear.response.headers.get('x-router-reason'),
+    ];
     expect(reasons[0]).not.toBeNull();
     expect(reasons[0]).toBe(reasons[1]);
-    expect(benchExact.data.usage?.prompt_tokens_details?.cached_tokens ?? 0).toBe(benchNear.data.usage?.prompt_tokens_details?.cached_tokens ?? 0);
+    expect(benchExact.data.usage?.prompt_tokens_details?.cached_tokens ?? 0).toBe(
+      benchNear.data.usage?.prompt_tokens_details?.cached_tokens ?? 0,
+    );
 
     const victimAgain = await ask(keys.victim.secret, secret);
     expect(victimAgain.cached).toBeGreaterThan(victimAgain.promptTokens / 2);
@@ -102,13 +121,28 @@ describe('tenants: API keys, per-tenant cache salts, limits (key file, local lim
   });
 
   it('refuses a request without a key, or with a wrong one, with 401 in the OpenAI shape', async () => {
-    const none = await fetch(`${cluster.routerUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: 'hi' }] }) });
+    const none = await fetch(`${cluster.routerUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: 'hi' }] }),
+    });
     expect(none.status).toBe(401);
-    expect(((await none.json()) as { error: { code: string; type: string } }).error).toMatchObject({ code: 'ROUTER_ERR_INVALID_API_KEY', type: 'invalid_request_error' });
-    await expect(clientOf(generateApiKey().secret).chat.completions.create({ model: 'test-model', messages: [{ role: 'user', content: 'hi' }] })).rejects.toBeInstanceOf(OpenAI.AuthenticationError);
+    expect(((await none.json()) as { error: { code: string; type: string } }).error).toMatchObject({
+      code: 'ROUTER_ERR_INVALID_API_KEY',
+      type: 'invalid_request_error',
+    });
+    await expect(
+      clientOf(generateApiKey().secret).chat.completions.create({
+        model: 'test-model',
+        messages: [{ role: 'user', content: 'hi' }],
+      }),
+    ).rejects.toBeInstanceOf(OpenAI.AuthenticationError);
     // GET /v1/models is for key holders too.
     expect((await fetch(`${cluster.routerUrl}/v1/models`)).status).toBe(401);
-    expect((await fetch(`${cluster.routerUrl}/v1/models`, { headers: { authorization: `Bearer ${keys.victim.secret}` } })).status).toBe(200);
+    expect(
+      (await fetch(`${cluster.routerUrl}/v1/models`, { headers: { authorization: `Bearer ${keys.victim.secret}` } }))
+        .status,
+    ).toBe(200);
     // Probes stay open: a balancer has no key.
     expect((await fetch(`${cluster.routerUrl}/healthz`)).status).toBe(200);
     expect(digestOfApiKey(keys.victim.secret)).toBe(keys.victim.digest);
@@ -117,7 +151,13 @@ describe('tenants: API keys, per-tenant cache salts, limits (key file, local lim
   it('a key over its requests-per-minute limit gets 429 with Retry-After and the x-ratelimit-* headers', async () => {
     const remaining: string[] = [];
     for (let index = 0; index < 3; index++) {
-      const { response } = await clientOf(keys.limited.secret).chat.completions.create({ model: 'test-model', messages: [{ role: 'user', content: `hello ${index}` }], max_tokens: 2 }).withResponse();
+      const { response } = await clientOf(keys.limited.secret)
+        .chat.completions.create({
+          model: 'test-model',
+          messages: [{ role: 'user', content: `hello ${index}` }],
+          max_tokens: 2,
+        })
+        .withResponse();
       expect(response.headers.get('x-ratelimit-limit-requests')).toBe('3');
       remaining.push(response.headers.get('x-ratelimit-remaining-requests') ?? '');
     }
@@ -133,7 +173,10 @@ describe('tenants: API keys, per-tenant cache salts, limits (key file, local lim
     expect(retryAfter).toBeLessThanOrEqual(20);
     expect(Number(refused.headers.get('retry-after-ms'))).toBeGreaterThan(0);
     expect(refused.headers.get('x-ratelimit-remaining-requests')).toBe('0');
-    expect(((await refused.json()) as { error: { type: string; code: string } }).error).toMatchObject({ type: 'rate_limit_error', code: 'ROUTER_ERR_RATE_LIMITED' });
+    expect(((await refused.json()) as { error: { type: string; code: string } }).error).toMatchObject({
+      type: 'rate_limit_error',
+      code: 'ROUTER_ERR_RATE_LIMITED',
+    });
     // Another tenant is not affected.
     expect((await ask(keys.victim.secret, 'unrelated')).status).toBe(200);
   });

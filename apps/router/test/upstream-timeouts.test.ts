@@ -38,7 +38,11 @@ describe('upstream timeouts', () => {
     });
     const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
 
-    const completion = await client.chat.completions.create({ model: 'test-model', messages: [{ role: 'user', content: 'write a very long story' }], max_tokens: 20_000 });
+    const completion = await client.chat.completions.create({
+      model: 'test-model',
+      messages: [{ role: 'user', content: 'write a very long story' }],
+      max_tokens: 20_000,
+    });
 
     expect(completion.usage?.completion_tokens).toBe(20_000);
     expect(completion.choices[0]?.finish_reason).toBe('length');
@@ -59,7 +63,10 @@ describe('upstream timeouts', () => {
 
     const failure = await client.chat.completions
       .create({ model: 'test-model', messages: [{ role: 'user', content: 'hello' }], max_tokens: 4, stream: true })
-      .then(() => null, (error: unknown) => error);
+      .then(
+        () => null,
+        (error: unknown) => error,
+      );
 
     expect(failure).toBeInstanceOf(APIError);
     expect((failure as APIError).status).toBe(504);
@@ -72,11 +79,20 @@ describe('upstream timeouts', () => {
   it('ends a stream whose first token does not come in time with the timeout error event, aborting it upstream, not retrying', async () => {
     // Headers at once (as vLLM sends them), then a prefill far longer than the first-byte timeout: a
     // 24k-token prompt on a 70B at full time scale takes seconds.
-    cluster = await startTestCluster({ backends: 2, sim: { profile: 'a100-70b-tp4', timeScale: 1, maxModelLen: 32_768 }, router: { policy: 'roundrobin', streamFirstByteTimeoutMs: 300 } });
+    cluster = await startTestCluster({
+      backends: 2,
+      sim: { profile: 'a100-70b-tp4', timeScale: 1, maxModelLen: 32_768 },
+      router: { policy: 'roundrobin', streamFirstByteTimeoutMs: 300 },
+    });
     const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
     const longPrompt = Array.from({ length: 12_000 }, (_, index) => `w${index % 97}`).join(' ');
 
-    const stream = await client.chat.completions.create({ model: 'test-model', messages: [{ role: 'user', content: longPrompt }], max_tokens: 4, stream: true });
+    const stream = await client.chat.completions.create({
+      model: 'test-model',
+      messages: [{ role: 'user', content: longPrompt }],
+      max_tokens: 4,
+      stream: true,
+    });
     const failure = await (async () => {
       for await (const _chunk of stream) {
         // No output is expected before the timeout.
@@ -88,17 +104,30 @@ describe('upstream timeouts', () => {
     expect((failure as APIError).code).toBe('ROUTER_ERR_UPSTREAM_TIMEOUT');
     expect(sum(received(cluster))).toBe(1);
     // The engine was told: the request was aborted there, not left computing.
-    await waitFor(() => cluster?.sims.every((sim) => sim.sim.engine.runningCount === 0 && sim.sim.engine.waitingCount === 0) === true, 5_000);
+    await waitFor(
+      () =>
+        cluster?.sims.every((sim) => sim.sim.engine.runningCount === 0 && sim.sim.engine.waitingCount === 0) === true,
+      5_000,
+    );
     expect(sum(cluster.sims.map((sim) => sim.sim.engine.stats.requestSuccess.abort))).toBe(1);
     expect(totalInflight(cluster.router)).toBe(0);
   });
 
   it('answers 504 to a non-streaming generation past its deadline, aborting it upstream, not retrying', async () => {
-    cluster = await startTestCluster({ backends: 2, sim: { profile: 'a100-70b-tp4', timeScale: 1 }, router: { policy: 'roundrobin', generationTimeoutMs: 300 } });
+    cluster = await startTestCluster({
+      backends: 2,
+      sim: { profile: 'a100-70b-tp4', timeScale: 1 },
+      router: { policy: 'roundrobin', generationTimeoutMs: 300 },
+    });
     const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
 
     // ~2,000 tokens at ~31 ms: about a minute of generation, far past 300 ms.
-    const failure = await client.chat.completions.create({ model: 'test-model', messages: [{ role: 'user', content: 'hello' }], max_tokens: 2_000 }).then(() => null, (error: unknown) => error);
+    const failure = await client.chat.completions
+      .create({ model: 'test-model', messages: [{ role: 'user', content: 'hello' }], max_tokens: 2_000 })
+      .then(
+        () => null,
+        (error: unknown) => error,
+      );
 
     expect((failure as APIError).status).toBe(504);
     expect((failure as APIError).code).toBe('ROUTER_ERR_UPSTREAM_TIMEOUT');
@@ -113,11 +142,15 @@ describe('upstream timeouts', () => {
     cluster = await startTestCluster({ backends: 1, router: { policy: 'roundrobin', breakerFailureThreshold: 100 } });
     const live = cluster.sims[0] as TestCluster['sims'][number];
     // A second backend where nothing listens, with its models configured (nothing to discover).
-    cluster.registry().add({ url: `http://127.0.0.1:${closedPort}`, id: 'refusing', models: ['test-model'], weight: 1 });
+    cluster
+      .registry()
+      .add({ url: `http://127.0.0.1:${closedPort}`, id: 'refusing', models: ['test-model'], weight: 1 });
     const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
 
     for (let index = 0; index < 4; index++) {
-      const { response } = await client.chat.completions.create({ model: 'test-model', messages: [{ role: 'user', content: `q${index}` }], max_tokens: 4 }).withResponse();
+      const { response } = await client.chat.completions
+        .create({ model: 'test-model', messages: [{ role: 'user', content: `q${index}` }], max_tokens: 4 })
+        .withResponse();
       expect(response.headers.get('x-router-backend')).toBe(live.id);
     }
 

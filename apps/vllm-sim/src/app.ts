@@ -66,11 +66,14 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     logController: new LogController({ disableRequestLogging: true }),
   };
   const app: FastifyInstance =
-    deps.logger === false ? Fastify({ ...serverOptions, logger: false }) : (Fastify({ ...serverOptions, loggerInstance: deps.logger }) as unknown as FastifyInstance);
+    deps.logger === false
+      ? Fastify({ ...serverOptions, logger: false })
+      : (Fastify({ ...serverOptions, loggerInstance: deps.logger }) as unknown as FastifyInstance);
 
   app.setErrorHandler((error: FastifyError | EngineError, request, reply) => {
     const engineError = toEngineError(error);
-    if (engineError.status >= 500 && !(error instanceof EngineError)) request.log.error({ err: error }, 'unexpected error');
+    if (engineError.status >= 500 && !(error instanceof EngineError))
+      request.log.error({ err: error }, 'unexpected error');
     return reply.code(engineError.status).send(engineErrorBody(deps.dialect, engineError));
   });
   app.setNotFoundHandler((_request, reply) => reply.code(404).send({ detail: 'Not Found' }));
@@ -85,7 +88,11 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     latency: deps.latency,
   };
   // One agent plan for chat, Responses and Messages turns (generation/agent-turn.ts).
-  const agent = { seed: deps.seed, toolCallProbability: deps.toolCallProbability, reasoningTokens: deps.reasoningTokens };
+  const agent = {
+    seed: deps.seed,
+    toolCallProbability: deps.toolCallProbability,
+    reasoningTokens: deps.reasoningTokens,
+  };
   await app.register(generationRoutes, {
     servedModel: deps.servedModel,
     limits,
@@ -95,11 +102,36 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     generation,
   });
   await app.register(messagesRoutes, { servedModel: deps.servedModel, limits, faults: deps.faults, generation, agent });
-  await app.register(poolingRoutes, { servedModel: deps.servedModel, maxModelLen: engine.maxModelLen, bodyLimitBytes: deps.bodyLimitBytes });
-  await app.register(responsesRoutes, { servedModel: deps.servedModel, limits, generation, faults: deps.faults, store: new ResponseStore(deps.maxStoredResponses), agent });
-  await app.register(modelsRoutes, { servedModel: deps.servedModel, maxModelLen: engine.maxModelLen, createdUnixSeconds: deps.startedAtUnixSeconds });
-  await app.register(probesRoutes, { dialect: deps.dialect, faults: deps.faults, version: ENGINE_VERSION[deps.dialect] });
-  await app.register(metricsRoutes, { engine, dialect: deps.dialect, servedModel: deps.servedModel, startedAtUnixSeconds: deps.startedAtUnixSeconds, slots: deps.slots });
+  await app.register(poolingRoutes, {
+    servedModel: deps.servedModel,
+    maxModelLen: engine.maxModelLen,
+    bodyLimitBytes: deps.bodyLimitBytes,
+  });
+  await app.register(responsesRoutes, {
+    servedModel: deps.servedModel,
+    limits,
+    generation,
+    faults: deps.faults,
+    store: new ResponseStore(deps.maxStoredResponses),
+    agent,
+  });
+  await app.register(modelsRoutes, {
+    servedModel: deps.servedModel,
+    maxModelLen: engine.maxModelLen,
+    createdUnixSeconds: deps.startedAtUnixSeconds,
+  });
+  await app.register(probesRoutes, {
+    dialect: deps.dialect,
+    faults: deps.faults,
+    version: ENGINE_VERSION[deps.dialect],
+  });
+  await app.register(metricsRoutes, {
+    engine,
+    dialect: deps.dialect,
+    servedModel: deps.servedModel,
+    startedAtUnixSeconds: deps.startedAtUnixSeconds,
+    slots: deps.slots,
+  });
   await app.register(simControlRoutes, {
     engine,
     loop: deps.loop,

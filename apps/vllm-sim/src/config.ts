@@ -12,35 +12,112 @@ export const SimConfig = z.object({
   port: z.coerce.number().int().min(0).max(65_535).default(8001).describe('port to listen on (0 = any free port)'),
   profile: z.enum(PROFILE_NAMES).default('a100-7b').describe('hardware × model timing and KV-capacity profile'),
   model: z.string().min(1).optional().describe("served model name (default: the profile's model)"),
-  timeScale: z.coerce.number().positive().default(1).describe('simulated time runs this many times faster than wall time'),
+  timeScale: z.coerce
+    .number()
+    .positive()
+    .default(1)
+    .describe('simulated time runs this many times faster than wall time'),
   seed: z.coerce.number().int().default(0).describe('seed for generated text and fault injection'),
-  metricsDialect: z.enum(ENGINE_KINDS).default('vllm').describe('which engine /metrics (and error bodies, /health) imitate'),
-  engineVersion: z.enum(['v1', 'v0']).optional().describe('scheduler: v1 (chunked prefill, mixed steps) or v0 (prefill-only steps); default v0 for --metrics-dialect vllm-v0, else v1'),
-  maxModelLen: z.coerce.number().int().positive().optional().describe("context limit in tokens (default: the profile's)"),
-  numGpuBlocks: z.coerce.number().int().min(2).optional().describe("KV-cache capacity in 16-token blocks (default: the profile's)"),
-  cacheAt: z.enum(['schedule', 'step-end']).default('schedule').describe('when a computed KV block becomes a prefix-cache hit for other requests: schedule (as vLLM: when the step that computes it is scheduled, so a request scheduled later in the same step or after hits it) or step-end (when that step ends: the sim before issue 13, for comparison)'),
-  defaultMaxTokens: z.coerce.number().int().positive().default(16).describe('output tokens when a request gives no max_tokens'),
-  eosRandom: z.boolean().default(false).describe('end outputs at a random length ≤ max_tokens with finish_reason "stop" (unless ignore_eos)'),
-  toolCallProbability: z.coerce.number().min(0).max(1).default(0.5).describe('chance that a chat, Responses or Messages request with tools and tool_choice "auto" (or none given) calls one; drawn from the prompt, so the same request always decides the same'),
-  reasoningTokens: z.coerce.number().int().min(0).default(0).describe('output tokens each chat, Responses and Messages answer first spends reasoning (a vLLM --reasoning-parser: reasoning_content, a reasoning item, a thinking block); 0 = off; chat_template_kwargs.enable_thinking=false (chat) or thinking.type=disabled (Messages) skips it per request'),
-  promptTokensDetails: z.boolean().default(true).describe('report usage.prompt_tokens_details.cached_tokens (vLLM --enable-prompt-tokens-details)'),
-  alwaysIncludeCachedTokens: z.boolean().default(false).describe('report cached_tokens: 0 on a miss too (vLLM omits it)'),
-  slots: z.coerce.number().int().positive().default(4).describe('llama.cpp dialect: parallel slots shown by /slots and /props'),
+  metricsDialect: z
+    .enum(ENGINE_KINDS)
+    .default('vllm')
+    .describe('which engine /metrics (and error bodies, /health) imitate'),
+  engineVersion: z
+    .enum(['v1', 'v0'])
+    .optional()
+    .describe(
+      'scheduler: v1 (chunked prefill, mixed steps) or v0 (prefill-only steps); default v0 for --metrics-dialect vllm-v0, else v1',
+    ),
+  maxModelLen: z.coerce
+    .number()
+    .int()
+    .positive()
+    .optional()
+    .describe("context limit in tokens (default: the profile's)"),
+  numGpuBlocks: z.coerce
+    .number()
+    .int()
+    .min(2)
+    .optional()
+    .describe("KV-cache capacity in 16-token blocks (default: the profile's)"),
+  cacheAt: z
+    .enum(['schedule', 'step-end'])
+    .default('schedule')
+    .describe(
+      'when a computed KV block becomes a prefix-cache hit for other requests: schedule (as vLLM: ' +
+        'when the step that computes it is scheduled, so a request scheduled later in the same step ' +
+        'or after hits it) or step-end (when that step ends: the sim before issue 13, for comparison)',
+    ),
+  defaultMaxTokens: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(16)
+    .describe('output tokens when a request gives no max_tokens'),
+  eosRandom: z
+    .boolean()
+    .default(false)
+    .describe('end outputs at a random length ≤ max_tokens with finish_reason "stop" (unless ignore_eos)'),
+  toolCallProbability: z.coerce
+    .number()
+    .min(0)
+    .max(1)
+    .default(0.5)
+    .describe(
+      'chance that a chat, Responses or Messages request with tools and tool_choice "auto" (or none ' +
+        'given) calls one; drawn from the prompt, so the same request always decides the same',
+    ),
+  reasoningTokens: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .default(0)
+    .describe(
+      'output tokens each chat, Responses and Messages answer first spends reasoning (a vLLM --reasoning-parser: ' +
+        'reasoning_content, a reasoning item, a thinking block); 0 = off; chat_template_kwargs.enable_thinking=false ' +
+        '(chat) or thinking.type=disabled (Messages) skips it per request',
+    ),
+  promptTokensDetails: z
+    .boolean()
+    .default(true)
+    .describe('report usage.prompt_tokens_details.cached_tokens (vLLM --enable-prompt-tokens-details)'),
+  alwaysIncludeCachedTokens: z
+    .boolean()
+    .default(false)
+    .describe('report cached_tokens: 0 on a miss too (vLLM omits it)'),
+  slots: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(4)
+    .describe('llama.cpp dialect: parallel slots shown by /slots and /props'),
   maxStoredResponses: z.coerce
     .number()
     .int()
     .min(0)
     .default(10_000)
-    .describe('Responses API: stored responses kept in memory (oldest dropped past it); 0 = store nothing, as vLLM without VLLM_ENABLE_RESPONSES_API_STORE'),
-  bodyLimitBytes: z.coerce.number().int().positive().default(32 * 1024 * 1024).describe('largest request body accepted'),
-  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info').describe('log level'),
+    .describe(
+      'Responses API: stored responses kept in memory (oldest dropped past it); 0 = store nothing, as vLLM without VLLM_ENABLE_RESPONSES_API_STORE',
+    ),
+  bodyLimitBytes: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(32 * 1024 * 1024)
+    .describe('largest request body accepted'),
+  logLevel: z
+    .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
+    .default('info')
+    .describe('log level'),
 });
 export type SimConfig = z.infer<typeof SimConfig>;
 
 export const SIM_ENV_PREFIX = 'KVROUTE_SIM_';
 
 /** This app's section of docs/configuration.md (generated by `npm run docs:config`, checked by a test). */
-export function renderSimConfigDoc(render: (schema: typeof SimConfig, options: { title: string; envPrefix: string; intro: string }) => string): string {
+export function renderSimConfigDoc(
+  render: (schema: typeof SimConfig, options: { title: string; envPrefix: string; intro: string }) => string,
+): string {
   return render(SimConfig, {
     title: 'Simulated backend (`npm run sim`)',
     envPrefix: SIM_ENV_PREFIX,

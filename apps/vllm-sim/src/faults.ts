@@ -64,7 +64,11 @@ export class FaultInjector {
     const action = this.draw();
     if (action === 'error') {
       const status = this.settings.errorStatus;
-      throw new EngineError(status === 503 ? 'unavailable' : status >= 500 ? 'internal' : 'bad-request', 'Injected fault (vllm-sim).', status);
+      throw new EngineError(
+        status === 503 ? 'unavailable' : status >= 500 ? 'internal' : 'bad-request',
+        'Injected fault (vllm-sim).',
+        status,
+      );
     }
     return action;
   }

@@ -25,7 +25,15 @@ async function main(): Promise<void> {
   const url = await sim.listen();
   shutdown.push('http server and engine', () => sim.close());
   logger.info(
-    { url, profile: config.profile, model: sim.servedModel, timeScale: config.timeScale, dialect: config.metricsDialect, engineVersion: sim.engine.version, numGpuBlocks: sim.engine.pool.numGpuBlocks },
+    {
+      url,
+      profile: config.profile,
+      model: sim.servedModel,
+      timeScale: config.timeScale,
+      dialect: config.metricsDialect,
+      engineVersion: sim.engine.version,
+      numGpuBlocks: sim.engine.pool.numGpuBlocks,
+    },
     'vllm-sim listening',
   );
   onTerminationSignal(async () => {

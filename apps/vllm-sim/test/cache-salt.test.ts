@@ -1,5 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CACHE_SALT_NOT_NON_EMPTY_STRING, CACHE_SALT_NOT_SUPPORTED_ON_V0, CACHE_SALT_TOO_LONG_OR_FORBIDDEN } from '../src/generation/cache-salt';
+import {
+  CACHE_SALT_NOT_NON_EMPTY_STRING,
+  CACHE_SALT_NOT_SUPPORTED_ON_V0,
+  CACHE_SALT_TOO_LONG_OR_FORBIDDEN,
+} from '../src/generation/cache-salt';
 import { postJson, startTestSim, tokenPrompt, type TestSim } from './start-test-sim';
 
 /** cached_tokens of one answer; the sim, like vLLM, omits prompt_tokens_details on a miss. */
@@ -19,7 +23,9 @@ describe('vllm-sim cache_salt', () => {
   function chat(topic: string, salt?: unknown): Record<string, unknown> {
     const body: Record<string, unknown> = {
       model: 'test-model',
-      messages: [{ role: 'user', content: `the private record of ${topic}: ${'account balance and notes '.repeat(20)}` }],
+      messages: [
+        { role: 'user', content: `the private record of ${topic}: ${'account balance and notes '.repeat(20)}` },
+      ],
       max_tokens: 2,
     };
     if (salt !== undefined) body.cache_salt = salt;
@@ -27,12 +33,19 @@ describe('vllm-sim cache_salt', () => {
   }
 
   /** Asks the oracle first, then sends the request: both numbers, and the prompt length. */
-  async function send(path: string, body: Record<string, unknown>): Promise<{ cached: number; predicted: number; prompt: number }> {
+  async function send(
+    path: string,
+    body: Record<string, unknown>,
+  ): Promise<{ cached: number; predicted: number; prompt: number }> {
     const oracle = await postJson(sim.url, '/sim/match', body);
     expect(oracle.status).toBe(200);
     const answer = await postJson(sim.url, path, body);
     expect(answer.status).toBe(200);
-    return { cached: cachedTokensOf(answer.json), predicted: oracle.json.cached_tokens, prompt: answer.json.usage.prompt_tokens };
+    return {
+      cached: cachedTokensOf(answer.json),
+      predicted: oracle.json.cached_tokens,
+      prompt: answer.json.usage.prompt_tokens,
+    };
   }
 
   it('shares blocks between requests with the same salt, and none across salts or with unsalted requests', async () => {
@@ -49,7 +62,9 @@ describe('vllm-sim cache_salt', () => {
       expect(result).toMatchObject({ cached: 0, predicted: 0 });
     }
     // The owner still hits after the probes (they cached their own copies, not touched the owner's).
-    expect((await send('/v1/chat/completions', chat('tenant A', 'salt-of-tenant-a-0123456789'))).cached).toBe(repeat.cached);
+    expect((await send('/v1/chat/completions', chat('tenant A', 'salt-of-tenant-a-0123456789'))).cached).toBe(
+      repeat.cached,
+    );
   });
 
   it('keeps unsalted requests sharing as before, and a salted request misses their blocks', async () => {
@@ -68,17 +83,27 @@ describe('vllm-sim cache_salt', () => {
 
   it('salts text completions too, batched prompts included', async () => {
     const prompt = tokenPrompt(200, 77);
-    const body = (salt: string): Record<string, unknown> => ({ model: 'test-model', prompt, max_tokens: 1, cache_salt: salt });
+    const body = (salt: string): Record<string, unknown> => ({
+      model: 'test-model',
+      prompt,
+      max_tokens: 1,
+      cache_salt: salt,
+    });
     await send('/v1/completions', body('completion-salt'));
     expect((await send('/v1/completions', body('completion-salt'))).cached).toBe(192);
     expect(await send('/v1/completions', body('completion-salT'))).toMatchObject({ cached: 0, predicted: 0 });
-    const batch = await postJson(sim.url, '/sim/match', { model: 'test-model', prompt: [prompt, prompt], cache_salt: 'completion-salt' });
+    const batch = await postJson(sim.url, '/sim/match', {
+      model: 'test-model',
+      prompt: [prompt, prompt],
+      cache_salt: 'completion-salt',
+    });
     expect(batch.json.prompts.map((entry: { cached_tokens: number }) => entry.cached_tokens)).toEqual([192, 192]);
   });
 
   it('counts salted requests in the prefix-cache counters like any other', async () => {
     type PrefixCounters = { prefix_cache_queries_tokens: number; prefix_cache_hits_tokens: number };
-    const stateOf = async (): Promise<PrefixCounters> => (await (await fetch(`${sim.url}/sim/state`)).json()) as PrefixCounters;
+    const stateOf = async (): Promise<PrefixCounters> =>
+      (await (await fetch(`${sim.url}/sim/state`)).json()) as PrefixCounters;
     const before = await stateOf();
     const first = await send('/v1/chat/completions', chat('counters', 'counter-salt'));
     const second = await send('/v1/chat/completions', chat('counters', 'counter-salt'));
@@ -98,21 +123,28 @@ describe('vllm-sim cache_salt', () => {
     ['a NUL', 'tenant\u0000a', CACHE_SALT_TOO_LONG_OR_FORBIDDEN],
   ];
 
-  it.each(invalid)('rejects %s with 400 and vLLM’s message, on both endpoints and the oracle', async (_name, salt, message) => {
-    const bodies: Array<[string, Record<string, unknown>]> = [
-      ['/v1/chat/completions', chat('invalid', salt)],
-      ['/v1/completions', { model: 'test-model', prompt: 'hello there', cache_salt: salt }],
-      ['/sim/match', chat('invalid', salt)],
-    ];
-    for (const [path, body] of bodies) {
-      const response = await postJson(sim.url, path, body);
-      expect(response.status).toBe(400);
-      expect(response.json).toEqual({ error: { message, type: 'BadRequestError', param: null, code: 400 } });
-    }
-  });
+  it.each(invalid)(
+    'rejects %s with 400 and vLLM’s message, on both endpoints and the oracle',
+    async (_name, salt, message) => {
+      const bodies: Array<[string, Record<string, unknown>]> = [
+        ['/v1/chat/completions', chat('invalid', salt)],
+        ['/v1/completions', { model: 'test-model', prompt: 'hello there', cache_salt: salt }],
+        ['/sim/match', chat('invalid', salt)],
+      ];
+      for (const [path, body] of bodies) {
+        const response = await postJson(sim.url, path, body);
+        expect(response.status).toBe(400);
+        expect(response.json).toEqual({ error: { message, type: 'BadRequestError', param: null, code: 400 } });
+      }
+    },
+  );
 
   it('reports a bad salt before other field errors, as vLLM’s model validator runs first', async () => {
-    const response = await postJson(sim.url, '/v1/chat/completions', { model: 'test-model', messages: 'not a list', cache_salt: '' });
+    const response = await postJson(sim.url, '/v1/chat/completions', {
+      model: 'test-model',
+      messages: 'not a list',
+      cache_salt: '',
+    });
     expect(response.json.error.message).toBe(CACHE_SALT_NOT_NON_EMPTY_STRING);
   });
 
@@ -129,7 +161,12 @@ describe('vllm-sim cache_salt', () => {
       for (const path of ['/v1/chat/completions', '/sim/match']) {
         const refused = await postJson(v0.url, path, chat('v0', 'any-salt'));
         expect(refused.status).toBe(400);
-        expect(refused.json).toMatchObject({ object: 'error', message: CACHE_SALT_NOT_SUPPORTED_ON_V0, type: 'BadRequestError', code: 400 });
+        expect(refused.json).toMatchObject({
+          object: 'error',
+          message: CACHE_SALT_NOT_SUPPORTED_ON_V0,
+          type: 'BadRequestError',
+          code: 400,
+        });
       }
       expect((await postJson(v0.url, '/v1/chat/completions', chat('v0', null))).status).toBe(200);
     } finally {

@@ -68,7 +68,9 @@ describe('vllm-sim faults and client aborts', () => {
 
   it('cuts streams after the first token when dropStreamRate is 1', async () => {
     await setFaults(sim.url, { dropStreamRate: 1 });
-    const result = await postStream(sim.url, '/v1/completions', { ...body, max_tokens: 50 }).catch((error: Error) => error);
+    const result = await postStream(sim.url, '/v1/completions', { ...body, max_tokens: 50 }).catch(
+      (error: Error) => error,
+    );
     const events = result instanceof Error ? [] : result.events;
     expect(events.includes('data: [DONE]')).toBe(false);
     await waitFor(async () => sim.sim.engine.runningCount === 0);

@@ -26,7 +26,11 @@ describe('vllm-sim /metrics follows the requests', () => {
     expect(sampleValue(after, 'vllm:generation_tokens_total')).toBe(4);
     expect(sampleValue(after, 'vllm:kv_cache_usage_perc')).toBe(0);
 
-    const longRequest = postJson(sim.url, '/v1/completions', { model: 'test-model', prompt: tokenPrompt(6000, 43), max_tokens: 400 });
+    const longRequest = postJson(sim.url, '/v1/completions', {
+      model: 'test-model',
+      prompt: tokenPrompt(6000, 43),
+      max_tokens: 400,
+    });
     let sawUsage = 0;
     let sawRunning = 0;
     for (let attempt = 0; attempt < 100 && sawUsage === 0; attempt++) {

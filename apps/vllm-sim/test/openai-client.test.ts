@@ -18,7 +18,11 @@ describe('vllm-sim with the official openai client', () => {
   });
 
   it('answers a non-streaming chat completion with exactly max_tokens tokens', async () => {
-    const completion = await client.chat.completions.create({ model: 'test-model', messages: [{ role: 'user', content: 'hello' }], max_tokens: 7 });
+    const completion = await client.chat.completions.create({
+      model: 'test-model',
+      messages: [{ role: 'user', content: 'hello' }],
+      max_tokens: 7,
+    });
     expect(completion.object).toBe('chat.completion');
     expect(completion.choices[0]?.message.role).toBe('assistant');
     expect(completion.choices[0]?.finish_reason).toBe('length');
@@ -58,7 +62,12 @@ describe('vllm-sim with the official openai client', () => {
     expect(batch.usage?.completion_tokens).toBe(4);
     const ids = await client.completions.create({ model: 'test-model', prompt: tokenPrompt(40, 1), max_tokens: 2 });
     expect(ids.usage?.prompt_tokens).toBe(40);
-    const stream = await client.completions.create({ model: 'test-model', prompt: 'stream me', max_tokens: 4, stream: true });
+    const stream = await client.completions.create({
+      model: 'test-model',
+      prompt: 'stream me',
+      max_tokens: 4,
+      stream: true,
+    });
     let text = '';
     for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
     expect(text.trim().split(' ')).toHaveLength(4);

@@ -16,13 +16,17 @@ describe('vllm-sim options', () => {
   it('omits prompt_tokens_details on a miss by default, and reports the hit on a repeat', async () => {
     await withSim({}, async (url) => {
       expect((await postJson(url, '/v1/completions', body)).json.usage.prompt_tokens_details).toBeNull();
-      expect((await postJson(url, '/v1/completions', body)).json.usage.prompt_tokens_details).toEqual({ cached_tokens: 96 });
+      expect((await postJson(url, '/v1/completions', body)).json.usage.prompt_tokens_details).toEqual({
+        cached_tokens: 96,
+      });
     });
   });
 
   it('--always-include-cached-tokens reports cached_tokens: 0 on a miss', async () => {
     await withSim({ alwaysIncludeCachedTokens: true }, async (url) => {
-      expect((await postJson(url, '/v1/completions', body)).json.usage.prompt_tokens_details).toEqual({ cached_tokens: 0 });
+      expect((await postJson(url, '/v1/completions', body)).json.usage.prompt_tokens_details).toEqual({
+        cached_tokens: 0,
+      });
     });
   });
 
@@ -38,14 +42,23 @@ describe('vllm-sim options', () => {
       const reasons = new Set<string>();
       const lengths: number[] = [];
       for (let seed = 0; seed < 20; seed++) {
-        const response = await postJson(url, '/v1/completions', { model: 'test-model', prompt: tokenPrompt(20, seed), max_tokens: 40 });
+        const response = await postJson(url, '/v1/completions', {
+          model: 'test-model',
+          prompt: tokenPrompt(20, seed),
+          max_tokens: 40,
+        });
         reasons.add(response.json.choices[0].finish_reason);
         lengths.push(response.json.usage.completion_tokens);
       }
       expect(reasons.has('stop')).toBe(true);
       expect(Math.min(...lengths)).toBeLessThan(40);
       expect(Math.max(...lengths)).toBeLessThanOrEqual(40);
-      const ignored = await postJson(url, '/v1/completions', { model: 'test-model', prompt: tokenPrompt(20, 1), max_tokens: 40, ignore_eos: true });
+      const ignored = await postJson(url, '/v1/completions', {
+        model: 'test-model',
+        prompt: tokenPrompt(20, 1),
+        max_tokens: 40,
+        ignore_eos: true,
+      });
       expect(ignored.json.usage.completion_tokens).toBe(40);
       expect(ignored.json.choices[0].finish_reason).toBe('length');
     });

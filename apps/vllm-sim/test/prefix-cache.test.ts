@@ -21,7 +21,9 @@ describe('vllm-sim prefix cache through the OpenAI API', () => {
 
   const systemPrompt = 'You are a careful assistant for a routing team. '.repeat(40);
 
-  async function ask(messages: Message[]): Promise<{ answer: string; prompt: number; cached: number; predicted: number }> {
+  async function ask(
+    messages: Message[],
+  ): Promise<{ answer: string; prompt: number; cached: number; predicted: number }> {
     const oracle = await postJson(sim.url, '/sim/match', { model: 'test-model', messages });
     const completion = await client.chat.completions.create({ model: 'test-model', messages, max_tokens: 24 });
     return {
@@ -36,7 +38,10 @@ describe('vllm-sim prefix cache through the OpenAI API', () => {
     const messages: Message[] = [{ role: 'system', content: systemPrompt }];
     const hits: number[] = [];
     for (let turn = 1; turn <= 8; turn++) {
-      messages.push({ role: 'user', content: `turn ${turn}: tell me about prefix number ${turn * 7919} and its cache.` });
+      messages.push({
+        role: 'user',
+        content: `turn ${turn}: tell me about prefix number ${turn * 7919} and its cache.`,
+      });
       const result = await ask(messages);
       messages.push({ role: 'assistant', content: result.answer });
       expect(result.cached).toBe(result.predicted);
@@ -60,11 +65,16 @@ describe('vllm-sim prefix cache through the OpenAI API', () => {
   });
 
   it('evicts the least recently used conversation when other prompts fill the cache, which then misses', async () => {
-    const conversation: Message[] = [{ role: 'system', content: systemPrompt }, { role: 'user', content: 'remember me' }];
+    const conversation: Message[] = [
+      { role: 'system', content: systemPrompt },
+      { role: 'user', content: 'remember me' },
+    ];
     await ask(conversation);
     expect((await ask(conversation)).cached).toBeGreaterThan(0);
     for (let other = 0; other < 8; other++) {
-      await ask([{ role: 'user', content: `unrelated document ${other}: ${'lorem ipsum dolor sit amet '.repeat(200)}` }]);
+      await ask([
+        { role: 'user', content: `unrelated document ${other}: ${'lorem ipsum dolor sit amet '.repeat(200)}` },
+      ]);
     }
     const state = (await (await fetch(`${sim.url}/sim/state`)).json()) as { evicted_blocks: number };
     expect(state.evicted_blocks).toBeGreaterThan(0);

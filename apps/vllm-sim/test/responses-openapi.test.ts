@@ -20,7 +20,6 @@ const EVENT_SCHEMAS: Record<string, string> = {
   'response.completed': 'ResponseCompletedEvent',
 };
 
-
 describe('vllm-sim Responses API against the OpenAPI spec', () => {
   let sim: TestSim;
   let check: (schema: string, value: unknown) => void;
@@ -30,15 +29,21 @@ describe('vllm-sim Responses API against the OpenAPI spec', () => {
   });
   afterAll(() => sim.close());
 
-
-  const post = (body: object): Promise<Response> => fetch(`${sim.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const post = (body: object): Promise<Response> =>
+    fetch(`${sim.url}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
 
   it('answers a Response, and a follow-up, GET and DELETE in the spec shape', async () => {
     const request = { model: 'test-model', instructions: 'Be brief.', input: 'hi', max_output_tokens: 16 };
     check('CreateResponse', request);
     const first = (await (await post(request)).json()) as { id: string };
     check('Response', first);
-    const second = await (await post({ model: 'test-model', previous_response_id: first.id, input: 'more', max_output_tokens: 20 })).json();
+    const second = await (
+      await post({ model: 'test-model', previous_response_id: first.id, input: 'more', max_output_tokens: 20 })
+    ).json();
     check('Response', second);
     check('Response', await (await fetch(`${sim.url}/v1/responses/${first.id}`)).json());
     const deleted = await fetch(`${sim.url}/v1/responses/${first.id}`, { method: 'DELETE' });

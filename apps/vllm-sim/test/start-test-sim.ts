@@ -22,7 +22,13 @@ export interface MetricFamily {
   name: string;
   help: string;
   type: string;
-  metrics: Array<{ value?: string; labels?: Record<string, string>; buckets?: Record<string, string>; count?: string; sum?: string }>;
+  metrics: Array<{
+    value?: string;
+    labels?: Record<string, string>;
+    buckets?: Record<string, string>;
+    count?: string;
+    sum?: string;
+  }>;
 }
 
 export async function scrapeMetrics(url: string): Promise<Map<string, MetricFamily>> {
@@ -45,7 +51,9 @@ export function sampleValue(families: Map<string, MetricFamily>, name: string): 
 export async function histogramTotals(url: string, name: string): Promise<{ sum: number; count: number }> {
   const text = await (await fetch(`${url}/metrics`)).text();
   const read = (suffix: string): number => {
-    const line = text.split('\n').find((candidate) => candidate.startsWith(`${name}${suffix}{`) || candidate.startsWith(`${name}${suffix} `));
+    const line = text
+      .split('\n')
+      .find((candidate) => candidate.startsWith(`${name}${suffix}{`) || candidate.startsWith(`${name}${suffix} `));
     if (!line) throw new Error(`${name}${suffix} missing`);
     return Number(line.slice(line.lastIndexOf(' ') + 1));
   };

@@ -53,10 +53,18 @@ describe('vllm-sim queueing', () => {
   afterAll(() => sim.close());
 
   it('gives 16 concurrent cold 2k-token prompts a higher median TTFT than one alone', async () => {
-    const alone = await postStream(sim.url, '/v1/completions', { model: 'test-model', prompt: tokenPrompt(2000, 100), max_tokens: 4 });
+    const alone = await postStream(sim.url, '/v1/completions', {
+      model: 'test-model',
+      prompt: tokenPrompt(2000, 100),
+      max_tokens: 4,
+    });
     const concurrent = await Promise.all(
       Array.from({ length: 16 }, (_, index) =>
-        postStream(sim.url, '/v1/completions', { model: 'test-model', prompt: tokenPrompt(2000, 200 + index), max_tokens: 4 }),
+        postStream(sim.url, '/v1/completions', {
+          model: 'test-model',
+          prompt: tokenPrompt(2000, 200 + index),
+          max_tokens: 4,
+        }),
       ),
     );
     const concurrentMedian = median(concurrent.map((result) => result.ttftMs));

@@ -16,7 +16,9 @@ async function main(): Promise<void> {
     env: process.env,
     envPrefix: ORACLE_ENV_PREFIX,
     usage:
-      'tsx bench/src/oracle/main.ts --backends URL,URL [options]\n\nBenchmarks only: routes each completion by what the vllm-sim backends say they hold (their POST /sim/match): to the largest true hit (--rule oracle), or by cacheaware\'s cost rule fed those true matches (--rule oracle-cost).',
+      'tsx bench/src/oracle/main.ts --backends URL,URL [options]\n\nBenchmarks only: routes each ' +
+      'completion by what the vllm-sim backends say they hold (their POST /sim/match): to the largest ' +
+      "true hit (--rule oracle), or by cacheaware's cost rule fed those true matches (--rule oracle-cost).",
   });
   if (loaded.kind === 'help') {
     process.stdout.write(`${loaded.text}\n`);

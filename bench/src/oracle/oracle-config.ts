@@ -1,4 +1,12 @@
-import { CACHE_AWARE_PARAMS, isChoiceParam, policySettingKeys, POLICIES, resolveParams, type CacheAwareParams, type PolicySettings } from '@kvroute/routing';
+import {
+  CACHE_AWARE_PARAMS,
+  isChoiceParam,
+  policySettingKeys,
+  POLICIES,
+  resolveParams,
+  type CacheAwareParams,
+  type PolicySettings,
+} from '@kvroute/routing';
 import { z } from 'zod';
 
 /** The oracle router's two rules: `oracle` (oracle-choice.ts) and `oracle-cost` (oracle-cost-choice.ts). */
@@ -6,7 +14,10 @@ export const ORACLE_RULES = ['oracle', 'oracle-cost'] as const;
 export type OracleRule = (typeof ORACLE_RULES)[number];
 
 /** cacheaware's router config keys (prefillMsPerToken, spreadAbs, …), from its parameter table: oracle-cost takes the same. */
-const CACHE_AWARE_SETTINGS = policySettingKeys({ cacheaware: POLICIES.cacheaware }).map(({ key, rows }) => ({ key, param: rows[0]?.param as keyof CacheAwareParams }));
+const CACHE_AWARE_SETTINGS = policySettingKeys({ cacheaware: POLICIES.cacheaware }).map(({ key, rows }) => ({
+  key,
+  param: rows[0]?.param as keyof CacheAwareParams,
+}));
 
 function cacheAwareFields(): Record<string, z.ZodType> {
   const fields: Record<string, z.ZodType> = {};
@@ -29,11 +40,35 @@ function cacheAwareFields(): Record<string, z.ZodType> {
 export const OracleConfig = z.object({
   host: z.string().default('127.0.0.1').describe('address to listen on (loopback: the oracle is a benchmark tool)'),
   port: z.coerce.number().int().min(0).max(65_535).default(0).describe('port to listen on (0: any free port)'),
-  backends: z.array(z.url()).min(1).describe('vllm-sim backend URLs (comma-separated on the command line); each must answer POST /sim/match'),
-  rule: z.enum(ORACLE_RULES).default('oracle').describe("oracle: the largest true match; oracle-cost: cacheaware's cost rule fed the true matches"),
-  matchTimeoutMs: z.coerce.number().int().positive().default(500).describe("how long to wait for each backend's POST /sim/match before counting it as holding nothing, ms"),
-  bodyLimitBytes: z.coerce.number().int().positive().default(64 * 1024 * 1024).describe('largest request body accepted (it is held in memory to be asked about and relayed), bytes'),
-  blockSizeBytes: z.coerce.number().int().min(8).max(4096).default(256).describe("oracle-cost: the routers' routing block size (the unit of minMatchBlocks; the head hash ties are broken by), bytes"),
+  backends: z
+    .array(z.url())
+    .min(1)
+    .describe('vllm-sim backend URLs (comma-separated on the command line); each must answer POST /sim/match'),
+  rule: z
+    .enum(ORACLE_RULES)
+    .default('oracle')
+    .describe("oracle: the largest true match; oracle-cost: cacheaware's cost rule fed the true matches"),
+  matchTimeoutMs: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(500)
+    .describe("how long to wait for each backend's POST /sim/match before counting it as holding nothing, ms"),
+  bodyLimitBytes: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(64 * 1024 * 1024)
+    .describe('largest request body accepted (it is held in memory to be asked about and relayed), bytes'),
+  blockSizeBytes: z.coerce
+    .number()
+    .int()
+    .min(8)
+    .max(4096)
+    .default(256)
+    .describe(
+      "oracle-cost: the routers' routing block size (the unit of minMatchBlocks; the head hash ties are broken by), bytes",
+    ),
   ...cacheAwareFields(),
 });
 

@@ -25,7 +25,13 @@
  * holding nothing. Reasons: cacheaware's (`prefix-affinity`, `least-loaded`, `spilled-from-saturated`,
  * `load-guard`, `cold-hash`).
  */
-import { evaluateCost, type CacheAwareParams, type Candidate, type CostReason, type RoutingRequest } from '@kvroute/routing';
+import {
+  evaluateCost,
+  type CacheAwareParams,
+  type Candidate,
+  type CostReason,
+  type RoutingRequest,
+} from '@kvroute/routing';
 import type { OracleCandidate } from './oracle-choice';
 
 /** The request as oracle-cost weighs it. */
@@ -49,7 +55,11 @@ export interface OracleCostChoice {
 }
 
 /** The candidates and request cacheaware's rule sees when the matches are true (see the header). */
-export function oracleCostInputs(request: OracleCostRequest, candidates: readonly OracleCandidate[], params: CacheAwareParams): { request: RoutingRequest; candidates: Candidate[] } {
+export function oracleCostInputs(
+  request: OracleCostRequest,
+  candidates: readonly OracleCandidate[],
+  params: CacheAwareParams,
+): { request: RoutingRequest; candidates: Candidate[] } {
   const bytesPerToken = params.bytesPerToken;
   const routingRequest: RoutingRequest = {
     model: request.model,
@@ -66,7 +76,8 @@ export function oracleCostInputs(request: OracleCostRequest, candidates: readonl
     candidates: candidates.map((candidate) => ({
       backend: { id: candidate.backendId, weight: 1 },
       inflight: candidate.inflight,
-      matchBlocks: (Math.min(candidate.trueMatchTokens ?? 0, request.promptTokens) * bytesPerToken) / request.blockSizeBytes,
+      matchBlocks:
+        (Math.min(candidate.trueMatchTokens ?? 0, request.promptTokens) * bytesPerToken) / request.blockSizeBytes,
       pendingPrefillTokens: candidate.pendingPrefillTokens,
       engine: null,
     })),
@@ -74,7 +85,11 @@ export function oracleCostInputs(request: OracleCostRequest, candidates: readonl
 }
 
 /** oracle-cost's pick among `candidates`, or undefined when there are none. */
-export function chooseOracleCostBackend(request: OracleCostRequest, candidates: readonly OracleCandidate[], params: CacheAwareParams): OracleCostChoice | undefined {
+export function chooseOracleCostBackend(
+  request: OracleCostRequest,
+  candidates: readonly OracleCandidate[],
+  params: CacheAwareParams,
+): OracleCostChoice | undefined {
   if (candidates.length === 0) return undefined;
   const inputs = oracleCostInputs(request, candidates, params);
   const outcome = evaluateCost(inputs.request, inputs.candidates, params);

@@ -17,7 +17,11 @@ describe('startOracleProcess', () => {
   it('starts a ready oracle router over the given backends and stops on SIGTERM', async () => {
     const oracle = await startOracleProcess([simUrl], ['--match-timeout-ms', '1000']);
     try {
-      const response = await fetch(`${oracle.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test-model', prompt: 'hello', max_tokens: 2 }) });
+      const response = await fetch(`${oracle.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'test-model', prompt: 'hello', max_tokens: 2 }),
+      });
       expect(response.status).toBe(200);
       expect(response.headers.get('x-router-backend')).toBe(new URL(simUrl).host);
       expect(response.headers.get('x-router-reason')).toBe('least-loaded');
@@ -29,9 +33,16 @@ describe('startOracleProcess', () => {
   });
 
   it("runs oracle-cost with cacheaware's keys as flags", async () => {
-    const oracle = await startOracleProcess([simUrl], ['--rule', 'oracle-cost', '--prefill-ms-per-token', '0.1', '--spread-abs', '4', '--block-size-bytes', '128']);
+    const oracle = await startOracleProcess(
+      [simUrl],
+      ['--rule', 'oracle-cost', '--prefill-ms-per-token', '0.1', '--spread-abs', '4', '--block-size-bytes', '128'],
+    );
     try {
-      const response = await fetch(`${oracle.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test-model', prompt: 'hello', max_tokens: 2 }) });
+      const response = await fetch(`${oracle.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'test-model', prompt: 'hello', max_tokens: 2 }),
+      });
       expect(response.status).toBe(200);
       // A cold prompt on the only backend: cacheaware's reason, not the oracle's.
       expect(response.headers.get('x-router-reason')).toBe('least-loaded');
@@ -44,7 +55,11 @@ describe('startOracleProcess', () => {
   });
 
   it('fails fast, naming the exit, on a configuration it rejects', async () => {
-    await expect(startOracleProcess([simUrl], ['--match-timeout-ms', 'soon'])).rejects.toThrow(/exited \(1\) before it was ready/);
-    await expect(startOracleProcess([simUrl], ['--rule', 'oracle-cost', '--spread-rel', '0.5'])).rejects.toThrow(/exited \(1\) before it was ready/);
+    await expect(startOracleProcess([simUrl], ['--match-timeout-ms', 'soon'])).rejects.toThrow(
+      /exited \(1\) before it was ready/,
+    );
+    await expect(startOracleProcess([simUrl], ['--rule', 'oracle-cost', '--spread-rel', '0.5'])).rejects.toThrow(
+      /exited \(1\) before it was ready/,
+    );
   });
 });

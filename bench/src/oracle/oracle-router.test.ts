@@ -1,4 +1,10 @@
-import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import { SimConfig } from '@kvroute/vllm-sim/config';
@@ -10,7 +16,11 @@ import { startOracleRouter, type OracleRouter } from './oracle-router';
 const MODEL = 'test-model';
 
 async function postJson(url: string, body: unknown): Promise<{ response: Response; json: Record<string, any> }> {
-  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   return { response, json: (await response.json()) as Record<string, any> };
 }
 
@@ -42,14 +52,21 @@ describe('oracle router over vllm-sim', () => {
     oracle = await startOracleRouter({ backends: sims.map((sim) => sim.url) });
   });
   beforeEach(async () => {
-    await Promise.all(sims.map((sim) => fetch(`${sim.url}/sim/reset-cache`, { method: 'POST' }).then((response) => response.text())));
+    await Promise.all(
+      sims.map((sim) => fetch(`${sim.url}/sim/reset-cache`, { method: 'POST' }).then((response) => response.text())),
+    );
   });
   afterAll(async () => {
     await oracle?.close();
     await Promise.all((sims ?? []).map((sim) => sim.sim.close()));
   });
 
-  const bodyOf = (topic: string, extra: Record<string, unknown> = {}) => ({ model: MODEL, messages: [{ role: 'user', content: `${topic}: ${'tell me what this long shared prompt is about. '.repeat(40)}` }], max_tokens: 4, ...extra });
+  const bodyOf = (topic: string, extra: Record<string, unknown> = {}) => ({
+    model: MODEL,
+    messages: [{ role: 'user', content: `${topic}: ${'tell me what this long shared prompt is about. '.repeat(40)}` }],
+    max_tokens: 4,
+    ...extra,
+  });
 
   it('sends a prompt to the sim that holds it, though nothing routed it there', async () => {
     const body = bodyOf('warmed behind the oracle');
@@ -76,12 +93,20 @@ describe('oracle router over vllm-sim', () => {
   });
 
   it('streams completions through as SSE, and keeps a conversation where its prefix is', async () => {
-    const first = await fetch(`${oracle.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'x '.repeat(400), max_tokens: 3, stream: true }) });
+    const first = await fetch(`${oracle.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: 'x '.repeat(400), max_tokens: 3, stream: true }),
+    });
     expect(first.headers.get('content-type')).toContain('text/event-stream');
     const text = await first.text();
     expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
     const home = first.headers.get('x-router-backend');
-    const again = await postJson(`${oracle.url}/v1/completions`, { model: MODEL, prompt: 'x '.repeat(400) + 'and more', max_tokens: 3 });
+    const again = await postJson(`${oracle.url}/v1/completions`, {
+      model: MODEL,
+      prompt: 'x '.repeat(400) + 'and more',
+      max_tokens: 3,
+    });
     expect(again.response.headers.get('x-router-backend')).toBe(home);
     expect(again.response.headers.get('x-router-reason')).toBe('cache-hit');
     expect(inflightOf(oracle)).toEqual([0, 0]);
@@ -94,7 +119,9 @@ describe('oracle router over vllm-sim', () => {
     expect((await fetch(`${oracle.url}/healthz`)).status).toBe(200);
     const missing = await fetch(`${oracle.url}/v1/embeddings`, { method: 'POST', body: '{}' });
     expect(missing.status).toBe(404);
-    expect(await missing.json()).toMatchObject({ error: { code: 'ORACLE_ERR_NOT_FOUND', type: 'invalid_request_error' } });
+    expect(await missing.json()).toMatchObject({
+      error: { code: 'ORACLE_ERR_NOT_FOUND', type: 'invalid_request_error' },
+    });
     expect((await fetch(`${oracle.url}/v1/chat/completions`)).status).toBe(405);
   });
 });
@@ -106,7 +133,10 @@ interface FakeBackend {
   readonly server: Server;
 }
 
-async function fakeBackend(options: { match?: () => { cached_tokens: number; prompt_tokens: number } | undefined; complete: (request: IncomingMessage, response: ServerResponse, body: Buffer) => void }): Promise<FakeBackend> {
+async function fakeBackend(options: {
+  match?: () => { cached_tokens: number; prompt_tokens: number } | undefined;
+  complete: (request: IncomingMessage, response: ServerResponse, body: Buffer) => void;
+}): Promise<FakeBackend> {
   const server = createServer((request, response) => {
     const chunks: Buffer[] = [];
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -154,7 +184,11 @@ describe('oracle router with scripted backends', () => {
       await fakeBackend({
         complete: (request, response, body) => {
           seen = { method: request.method, url: request.url, headers: request.headers, body };
-          response.writeHead(201, { 'content-type': 'application/json', 'x-upstream': 'yes', 'keep-alive': 'timeout=5' });
+          response.writeHead(201, {
+            'content-type': 'application/json',
+            'x-upstream': 'yes',
+            'keep-alive': 'timeout=5',
+          });
           response.end('{"answer": 42}');
         },
       }),
@@ -163,7 +197,12 @@ describe('oracle router with scripted backends', () => {
     const sent = Buffer.from('{"model":  "m",\n "messages": [ {"role":"user","content":"héllo"} ] }  ');
     const response = await request(`${oracle.url}/v1/chat/completions?api-version=1`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-client': 'c', 'proxy-authorization': 'secret', authorization: 'Bearer t' },
+      headers: {
+        'content-type': 'application/json',
+        'x-client': 'c',
+        'proxy-authorization': 'secret',
+        authorization: 'Bearer t',
+      },
       body: sent,
     });
     expect(response.statusCode).toBe(201);
@@ -175,15 +214,25 @@ describe('oracle router with scripted backends', () => {
     expect(seen.method).toBe('POST');
     expect(seen.url).toBe('/v1/chat/completions?api-version=1');
     expect(seen.body?.equals(sent)).toBe(true);
-    expect(seen.headers).toMatchObject({ 'content-type': 'application/json', 'x-client': 'c', authorization: 'Bearer t' });
+    expect(seen.headers).toMatchObject({
+      'content-type': 'application/json',
+      'x-client': 'c',
+      authorization: 'Bearer t',
+    });
     expect(seen.headers?.['proxy-authorization']).toBeUndefined();
   });
 
   it('counts a backend that does not answer /sim/match in time, or is down, as holding nothing, and never fails the request for it', async () => {
     let holds = 100;
-    backends = [await fakeBackend({ match: () => undefined, complete: answerOk }), await fakeBackend({ match: () => ({ cached_tokens: holds, prompt_tokens: 200 }), complete: answerOk })];
+    backends = [
+      await fakeBackend({ match: () => undefined, complete: answerOk }),
+      await fakeBackend({ match: () => ({ cached_tokens: holds, prompt_tokens: 200 }), complete: answerOk }),
+    ];
     const down = `http://127.0.0.1:${await freePort()}`;
-    oracle = await startOracleRouter({ backends: [...backends.map((backend) => backend.url), down], matchTimeoutMs: 100 });
+    oracle = await startOracleRouter({
+      backends: [...backends.map((backend) => backend.url), down],
+      matchTimeoutMs: 100,
+    });
     const started = performance.now();
     const hit = await postJson(`${oracle.url}/v1/completions`, { prompt: 'p' });
     expect(performance.now() - started).toBeLessThan(1_000);
@@ -216,10 +265,17 @@ describe('oracle router with scripted backends', () => {
     const router = oracle;
 
     const aborter = new AbortController();
-    const first = await request(`${router.url}/v1/completions`, { method: 'POST', body: '{"prompt":"p","stream":true}', signal: aborter.signal });
+    const first = await request(`${router.url}/v1/completions`, {
+      method: 'POST',
+      body: '{"prompt":"p","stream":true}',
+      signal: aborter.signal,
+    });
     expect(first.headers['x-router-backend']).toBe(backends[0]!.id);
     expect(inflightOf(router)).toEqual([1, 0]);
-    const second = await request(`${router.url}/v1/completions`, { method: 'POST', body: '{"prompt":"p","stream":true}' });
+    const second = await request(`${router.url}/v1/completions`, {
+      method: 'POST',
+      body: '{"prompt":"p","stream":true}',
+    });
     expect(second.headers['x-router-backend']).toBe(backends[1]!.id);
     expect(inflightOf(router)).toEqual([1, 1]);
 
@@ -258,7 +314,10 @@ describe('oracle router with scripted backends', () => {
     ];
     oracle = await startOracleRouter({ backends: backends.map((backend) => backend.url) });
     const router = oracle;
-    const response = await request(`${router.url}/v1/completions`, { method: 'POST', body: '{"prompt":"p","stream":true}' });
+    const response = await request(`${router.url}/v1/completions`, {
+      method: 'POST',
+      body: '{"prompt":"p","stream":true}',
+    });
     expect(response.statusCode).toBe(200);
     // Nobody reads the body: the backend must stall long before its cap.
     await waitFor(() => written > 0 && performance.now() - lastWriteAt > 300, 10_000);
@@ -284,16 +343,24 @@ describe('oracle router with scripted backends', () => {
     const held: ServerResponse[] = [];
     let phase = 1;
     // Phase 1: a 20000-token prompt, 16 tokens of it cached on a. Phase 2: a 5000-token prompt, 4000 cached on a.
-    const matchA = () => (phase === 1 ? { cached_tokens: 16, prompt_tokens: 20_000 } : { cached_tokens: 4000, prompt_tokens: 5000 });
-    const matchB = () => (phase === 1 ? { cached_tokens: 0, prompt_tokens: 20_000 } : { cached_tokens: 0, prompt_tokens: 5000 });
+    const matchA = () =>
+      phase === 1 ? { cached_tokens: 16, prompt_tokens: 20_000 } : { cached_tokens: 4000, prompt_tokens: 5000 };
+    const matchB = () =>
+      phase === 1 ? { cached_tokens: 0, prompt_tokens: 20_000 } : { cached_tokens: 0, prompt_tokens: 5000 };
     const holdSilent = (_request: IncomingMessage, response: ServerResponse) => void held.push(response);
-    backends = [await fakeBackend({ match: matchA, complete: holdSilent }), await fakeBackend({ match: matchB, complete: answerOk })];
+    backends = [
+      await fakeBackend({ match: matchA, complete: holdSilent }),
+      await fakeBackend({ match: matchB, complete: answerOk }),
+    ];
     oracle = await startOracleRouter({ backends: backends.map((backend) => backend.url), rule: 'oracle-cost' });
     const router = oracle;
     expect(router.state().rule).toBe('oracle-cost');
 
     // The first goes to a (16 tokens fewer to prefill) and produces no byte: 19984 tokens of backlog there.
-    const first = request(`${router.url}/v1/completions`, { method: 'POST', body: JSON.stringify({ model: 'm', prompt: 'first', max_tokens: 4 }) });
+    const first = request(`${router.url}/v1/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ model: 'm', prompt: 'first', max_tokens: 4 }),
+    });
     first.catch(() => undefined); // a failed assertion closes the backends under it
     await waitFor(() => inflightOf(router)[0] === 1);
     expect(router.state().backends.map((backend) => backend.pendingPrefillTokens)).toEqual([19_984, 0]);
@@ -314,8 +381,10 @@ describe('oracle router with scripted backends', () => {
     expect(router.state().backends.map((backend) => backend.pendingPrefillTokens)).toEqual([0, 0]);
   });
 
-  it("oracle-cost: refuses cacheaware parameters its table rejects, at start", async () => {
+  it('oracle-cost: refuses cacheaware parameters its table rejects, at start', async () => {
     backends = [await fakeBackend({ complete: answerOk })];
-    await expect(startOracleRouter({ backends: [backends[0]!.url], rule: 'oracle-cost', prefillMsPerToken: -1 })).rejects.toThrow(/prefillMsPerToken/);
+    await expect(
+      startOracleRouter({ backends: [backends[0]!.url], rule: 'oracle-cost', prefillMsPerToken: -1 }),
+    ).rejects.toThrow(/prefillMsPerToken/);
   });
 });

@@ -92,7 +92,12 @@ class OracleBackend {
     const parsed = new URL(url);
     this.id = parsed.host;
     this.basePath = parsed.pathname.replace(/\/+$/, '');
-    this.pool = new Pool(parsed.origin, { pipelining: 1, keepAliveTimeout: 30_000, headersTimeout: 600_000, bodyTimeout: 600_000 });
+    this.pool = new Pool(parsed.origin, {
+      pipelining: 1,
+      keepAliveTimeout: 30_000,
+      headersTimeout: 600_000,
+      bodyTimeout: 600_000,
+    });
   }
 
   /** Counts one request until `release`; its uncached prompt tokens count as prefill backlog until `firstByte`. */
@@ -121,7 +126,8 @@ export async function startOracleRouter(options: OracleRouterOptions): Promise<O
   const matchTimeoutMs = options.matchTimeoutMs ?? 500;
   const bodyLimitBytes = options.bodyLimitBytes ?? 64 * 1024 * 1024;
   const backends = options.backends.map((url) => new OracleBackend(url));
-  if (new Set(backends.map((backend) => backend.id)).size !== backends.length) throw new Error('oracle: two backends share a host:port');
+  if (new Set(backends.map((backend) => backend.id)).size !== backends.length)
+    throw new Error('oracle: two backends share a host:port');
   const rule = options.rule ?? 'oracle';
   // oracle-cost: cacheaware's parameters, checked by its table now (a bad value fails at start, not per request).
   const costParams = rule === 'oracle-cost' ? oracleCostParams(options) : undefined;
@@ -139,11 +145,22 @@ export async function startOracleRouter(options: OracleRouterOptions): Promise<O
     try {
       body = await readBody(request, bodyLimitBytes);
     } catch (error) {
-      if (error instanceof BodyTooLarge) sendError(response, 'ORACLE_ERR_BODY_TOO_LARGE', `request body over ${bodyLimitBytes} bytes`, { close: true });
+      if (error instanceof BodyTooLarge)
+        sendError(response, 'ORACLE_ERR_BODY_TOO_LARGE', `request body over ${bodyLimitBytes} bytes`, { close: true });
       return; // else the client went away mid-body
     }
 
-    const matches = await Promise.all(backends.map((backend) => askSimMatch({ upstream: backend.pool, basePath: backend.basePath, body, timeoutMs: matchTimeoutMs, signal: abort.signal })));
+    const matches = await Promise.all(
+      backends.map((backend) =>
+        askSimMatch({
+          upstream: backend.pool,
+          basePath: backend.basePath,
+          body,
+          timeoutMs: matchTimeoutMs,
+          signal: abort.signal,
+        }),
+      ),
+    );
     if (abort.signal.aborted) return;
     unansweredMatches += matches.filter((match) => match === null).length;
     const candidates: OracleCandidate[] = backends.map((backend, index) => ({
@@ -152,7 +169,9 @@ export async function startOracleRouter(options: OracleRouterOptions): Promise<O
       inflight: backend.inflight,
       pendingPrefillTokens: backend.pendingPrefillTokens,
     }));
-    const choice = costParams ? chooseByCost(body, matches, candidates, costParams, blockSizeBytes) : chooseOracleBackend(candidates);
+    const choice = costParams
+      ? chooseByCost(body, matches, candidates, costParams, blockSizeBytes)
+      : chooseOracleBackend(candidates);
     if (!choice) return sendError(response, 'ORACLE_ERR_NOT_READY', 'no backend');
     const index = backends.findIndex((backend) => backend.id === choice.backendId);
     const backend = backends[index] as OracleBackend;
@@ -170,29 +189,41 @@ export async function startOracleRouter(options: OracleRouterOptions): Promise<O
         body,
         signal: abort.signal,
       });
-      response.writeHead(upstream.statusCode, { ...(endToEndHeaders(upstream.headers) as OutgoingHttpHeaders), 'x-router-backend': backend.id, 'x-router-reason': choice.reason });
+      response.writeHead(upstream.statusCode, {
+        ...(endToEndHeaders(upstream.headers) as OutgoingHttpHeaders),
+        'x-router-backend': backend.id,
+        'x-router-reason': choice.reason,
+      });
       upstream.body.once('data', lease.firstByte);
       await pipeline(upstream.body, response);
     } catch (error) {
       if (abort.signal.aborted) return; // the client went away: nothing to answer
       if (response.headersSent) response.destroy(error as Error);
-      else sendError(response, 'ORACLE_ERR_UPSTREAM_UNAVAILABLE', `backend ${backend.id} failed: ${(error as Error).message}`);
+      else
+        sendError(
+          response,
+          'ORACLE_ERR_UPSTREAM_UNAVAILABLE',
+          `backend ${backend.id} failed: ${(error as Error).message}`,
+        );
     }
   }
 
   async function handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
     const path = new URL(request.url ?? '/', 'http://oracle').pathname;
     if (COMPLETION_PATHS.has(path)) {
-      if (request.method !== 'POST') return sendError(response, 'ORACLE_ERR_METHOD_NOT_ALLOWED', `${request.method} ${path}: use POST`);
+      if (request.method !== 'POST')
+        return sendError(response, 'ORACLE_ERR_METHOD_NOT_ALLOWED', `${request.method} ${path}: use POST`);
       if (closing) return sendError(response, 'ORACLE_ERR_NOT_READY', 'shutting down', { close: true });
       return route(request, response);
     }
-    if (request.method !== 'GET') return sendError(response, 'ORACLE_ERR_NOT_FOUND', `${request.method} ${path} does not exist here`);
+    if (request.method !== 'GET')
+      return sendError(response, 'ORACLE_ERR_NOT_FOUND', `${request.method} ${path} does not exist here`);
     switch (path) {
       case '/healthz':
         return sendJson(response, 200, { status: 'ok' });
       case '/readyz':
-        if (!closing && (await someBackendAnswers(backends, '/health'))) return sendJson(response, 200, { status: 'ready' });
+        if (!closing && (await someBackendAnswers(backends, '/health')))
+          return sendJson(response, 200, { status: 'ready' });
         return sendError(response, 'ORACLE_ERR_NOT_READY', closing ? 'shutting down' : 'no backend answers /health');
       case '/v1/models':
         return relayModels(backends, response);
@@ -205,7 +236,12 @@ export async function startOracleRouter(options: OracleRouterOptions): Promise<O
 
   function state(): OracleState {
     return {
-      backends: backends.map((backend) => ({ id: backend.id, url: backend.url, inflight: backend.inflight, pendingPrefillTokens: backend.pendingPrefillTokens })),
+      backends: backends.map((backend) => ({
+        id: backend.id,
+        url: backend.url,
+        inflight: backend.inflight,
+        pendingPrefillTokens: backend.pendingPrefillTokens,
+      })),
       rule,
       decisions: { ...decisions },
       unansweredMatches,
@@ -244,21 +280,37 @@ export async function startOracleRouter(options: OracleRouterOptions): Promise<O
 }
 
 /** oracle-cost's choice: the prompt's token count from the sims' answers, the head hash and max_tokens as the router reads them. */
-function chooseByCost(body: Buffer, matches: readonly (SimMatch | null)[], candidates: readonly OracleCandidate[], params: CacheAwareParams, blockSizeBytes: number) {
+function chooseByCost(
+  body: Buffer,
+  matches: readonly (SimMatch | null)[],
+  candidates: readonly OracleCandidate[],
+  params: CacheAwareParams,
+  blockSizeBytes: number,
+) {
   const promptTokens = Math.max(0, ...matches.map((match) => match?.promptTokens ?? 0));
   const routing = routingFacts(body, blockSizeBytes);
-  return chooseOracleCostBackend({ model: routing.model, promptTokens, headHash: routing.headHash, maxTokens: routing.maxTokens, blockSizeBytes }, candidates, params);
+  return chooseOracleCostBackend(
+    { model: routing.model, promptTokens, headHash: routing.headHash, maxTokens: routing.maxTokens, blockSizeBytes },
+    candidates,
+    params,
+  );
 }
 
 /** The router's head hash (its first routing block) and max_tokens of a body; 0 and null for a body the router would not parse. */
-function routingFacts(body: Buffer, blockSizeBytes: number): { model: string; headHash: number; maxTokens: number | null } {
+function routingFacts(
+  body: Buffer,
+  blockSizeBytes: number,
+): { model: string; headHash: number; maxTokens: number | null } {
   let json: unknown;
   try {
     json = JSON.parse(body.toString('utf8'));
   } catch {
     return { model: '', headHash: 0, maxTokens: null };
   }
-  const parsed = json !== null && typeof json === 'object' && 'messages' in json ? ChatCompletionRequest.safeParse(json) : CompletionRequest.safeParse(json);
+  const parsed =
+    json !== null && typeof json === 'object' && 'messages' in json
+      ? ChatCompletionRequest.safeParse(json)
+      : CompletionRequest.safeParse(json);
   if (!parsed.success) return { model: '', headHash: 0, maxTokens: null };
   const request = buildRoutingRequest(parsed.data, { blockSizeBytes, maxBlocks: 1 });
   return { model: request.model, headHash: request.headHash, maxTokens: request.maxTokens ?? null };
@@ -281,7 +333,11 @@ async function someBackendAnswers(backends: readonly OracleBackend[], path: stri
   const answers = await Promise.all(
     backends.map(async (backend) => {
       try {
-        const response = await backend.pool.request({ method: 'GET', path: `${backend.basePath}${path}`, signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
+        const response = await backend.pool.request({
+          method: 'GET',
+          path: `${backend.basePath}${path}`,
+          signal: AbortSignal.timeout(PROBE_TIMEOUT_MS),
+        });
         await response.body.dump();
         return response.statusCode >= 200 && response.statusCode < 300;
       } catch {
@@ -296,7 +352,11 @@ async function someBackendAnswers(backends: readonly OracleBackend[], path: stri
 async function relayModels(backends: readonly OracleBackend[], response: ServerResponse): Promise<void> {
   for (const backend of backends) {
     try {
-      const upstream = await backend.pool.request({ method: 'GET', path: `${backend.basePath}/v1/models`, signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
+      const upstream = await backend.pool.request({
+        method: 'GET',
+        path: `${backend.basePath}/v1/models`,
+        signal: AbortSignal.timeout(PROBE_TIMEOUT_MS),
+      });
       const text = await upstream.body.text();
       if (upstream.statusCode === 200) {
         response.writeHead(200, { 'content-type': 'application/json' });
@@ -312,11 +372,25 @@ async function relayModels(backends: readonly OracleBackend[], response: ServerR
 
 function sendJson(response: ServerResponse, status: number, value: unknown, headers: OutgoingHttpHeaders = {}): void {
   const text = JSON.stringify(value);
-  response.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
+  response.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+    ...headers,
+  });
   response.end(text);
 }
 
-function sendError(response: ServerResponse, code: OracleErrorCode, message: string, options: { close?: boolean } = {}): void {
+function sendError(
+  response: ServerResponse,
+  code: OracleErrorCode,
+  message: string,
+  options: { close?: boolean } = {},
+): void {
   const { status, type } = ORACLE_ERRORS[code];
-  sendJson(response, status, createOpenAIErrorBody(`oracle: ${message}`, type, { code }), options.close ? { connection: 'close' } : {});
+  sendJson(
+    response,
+    status,
+    createOpenAIErrorBody(`oracle: ${message}`, type, { code }),
+    options.close ? { connection: 'close' } : {},
+  );
 }

@@ -22,7 +22,10 @@ function assertBalanced(markup: string): void {
 }
 
 function polylines(svg: string): { series: string; points: number }[] {
-  return [...svg.matchAll(/<polyline data-series="([^"]*)" points="([^"]*)"/g)].map((match) => ({ series: match[1]!, points: match[2]!.split(' ').filter(Boolean).length }));
+  return [...svg.matchAll(/<polyline data-series="([^"]*)" points="([^"]*)"/g)].map((match) => ({
+    series: match[1]!,
+    points: match[2]!.split(' ').filter(Boolean).length,
+  }));
 }
 
 describe('svg helpers', () => {
@@ -52,7 +55,9 @@ describe('svg helpers', () => {
 describe('charts', () => {
   it('TTFT vs sweep: one polyline per policy, one point per sweep point', () => {
     const chart = ttftSweepChart(summary, 'ttftP50Ms');
-    expect(polylines(chart)).toEqual(['roundrobin', 'leastloaded', 'cacheaware', 'oracle'].map((series) => ({ series, points: 2 })));
+    expect(polylines(chart)).toEqual(
+      ['roundrobin', 'leastloaded', 'cacheaware', 'oracle'].map((series) => ({ series, points: 2 })),
+    );
   });
 
   it('hit rate: a bar per non-oracle policy and point, the oracle and the bound as lines (the bound only where its replay did not evict)', () => {
@@ -64,7 +69,9 @@ describe('charts', () => {
       { series: 'bound', points: 2 },
     ]);
     expect(chart).toContain('cacheaware @ sessions = 4: 80.0 %');
-    const withoutBound = hitRateChart(summarize({ ...FIXTURE, points: FIXTURE.points.map(({ bound: _bound, ...point }) => point) }));
+    const withoutBound = hitRateChart(
+      summarize({ ...FIXTURE, points: FIXTURE.points.map(({ bound: _bound, ...point }) => point) }),
+    );
     expect(polylines(withoutBound).map((line) => line.series)).toEqual(['oracle']);
     expect(withoutBound).not.toContain('>bound<');
   });
@@ -115,7 +122,14 @@ describe('htmlReport', () => {
   it('escapes every label', () => {
     expect(html).toContain('seed-cloud &lt;test&gt; &amp; &quot;x&quot;');
     expect(html).not.toContain('<test>');
-    const odd = htmlReport({ ...FIXTURE, sweepVariable: 'a<b', points: FIXTURE.points.map((point) => ({ ...point, policies: point.policies.map((entry) => ({ ...entry, policy: `${entry.policy}"<x>` })) })) });
+    const odd = htmlReport({
+      ...FIXTURE,
+      sweepVariable: 'a<b',
+      points: FIXTURE.points.map((point) => ({
+        ...point,
+        policies: point.policies.map((entry) => ({ ...entry, policy: `${entry.policy}"<x>` })),
+      })),
+    });
     expect(odd).not.toContain('<x>');
     expect(odd).not.toContain('a<b');
     expect(odd).toContain('cacheaware&quot;&lt;x&gt;');

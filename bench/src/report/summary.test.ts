@@ -61,7 +61,8 @@ describe('stat, ratio, slope', () => {
 
 describe('summarize', () => {
   const summary = summarize(FIXTURE);
-  const at = (pointIndex: number, policy: string) => summary.points[pointIndex]!.policies.find((entry) => entry.policy === policy)!;
+  const at = (pointIndex: number, policy: string) =>
+    summary.points[pointIndex]!.policies.find((entry) => entry.policy === policy)!;
 
   it('averages over seeds with stddev', () => {
     const rr = at(0, 'roundrobin');
@@ -94,11 +95,17 @@ describe('summarize', () => {
   });
 
   it('has no baseline ratio or oracle share when those policies did not run', () => {
-    const only = summarize({ scenario: 's', sweepVariable: 'sessions', points: [{ value: 1, policies: [FIXTURE.points[0]!.policies[2]!] }] });
+    const only = summarize({
+      scenario: 's',
+      sweepVariable: 'sessions',
+      points: [{ value: 1, policies: [FIXTURE.points[0]!.policies[2]!] }],
+    });
     expect(only.points[0]!.baseline).toBeUndefined();
     expect(only.points[0]!.policies[0]!.vsBaseline).toBeUndefined();
     expect(only.points[0]!.policies[0]!.kvHitPctOfOracle).toBeUndefined();
-    expect(only.slopes).toEqual([{ policy: 'cacheaware', ttftP50MsPerUnit: undefined, ttftP95MsPerUnit: undefined, e2eP50MsPerUnit: undefined }]);
+    expect(only.slopes).toEqual([
+      { policy: 'cacheaware', ttftP50MsPerUnit: undefined, ttftP95MsPerUnit: undefined, e2eP50MsPerUnit: undefined },
+    ]);
   });
 
   it('computes the TTFT slope from the first to the last sweep point', () => {
@@ -115,7 +122,8 @@ describe('summarize', () => {
 
 describe('the compulsory-miss bound', () => {
   const summary = summarize(FIXTURE);
-  const at = (pointIndex: number, policy: string) => summary.points[pointIndex]!.policies.find((entry) => entry.policy === policy)!;
+  const at = (pointIndex: number, policy: string) =>
+    summary.points[pointIndex]!.policies.find((entry) => entry.policy === policy)!;
 
   it('is Σ cached ÷ Σ prompt tokens of the replay, per seed, and bounds nothing when the replay cache evicted', () => {
     expect(boundPct(bound(1, 400, 380))).toBe(95);
@@ -138,7 +146,25 @@ describe('the compulsory-miss bound', () => {
     const countersOnly = summarize({
       scenario: 's',
       sweepVariable: 'sessions',
-      points: [{ value: 1, policies: [{ policy: 'p', runs: [{ seed: 1, wallMs: 1, requests: [], backends: [{ backend: 'b', prefixCacheHitsDelta: 45, prefixCacheQueriesDelta: 100 }] }] }], bound: [bound(1, 100, 90)] }],
+      points: [
+        {
+          value: 1,
+          policies: [
+            {
+              policy: 'p',
+              runs: [
+                {
+                  seed: 1,
+                  wallMs: 1,
+                  requests: [],
+                  backends: [{ backend: 'b', prefixCacheHitsDelta: 45, prefixCacheQueriesDelta: 100 }],
+                },
+              ],
+            },
+          ],
+          bound: [bound(1, 100, 90)],
+        },
+      ],
     });
     expect(countersOnly.points[0]!.policies[0]!.hitPctOfBound).toBe(50);
   });
@@ -146,10 +172,15 @@ describe('the compulsory-miss bound', () => {
 
 describe('prediction precision and recall', () => {
   const summary = summarize(FIXTURE);
-  const at = (pointIndex: number, policy: string) => summary.points[pointIndex]!.policies.find((entry) => entry.policy === policy)!;
+  const at = (pointIndex: number, policy: string) =>
+    summary.points[pointIndex]!.policies.find((entry) => entry.policy === policy)!;
 
   it('is confirmed ÷ predicted and confirmed ÷ observed tokens, token-weighted, and the unverified share of predictions', () => {
-    const figures = seedFigures(run(1, 1000, [1], [0], { prediction: prediction(300, 320, 240, { confirmed: 2, overpredicted: 1, unverified: 1 }) }));
+    const figures = seedFigures(
+      run(1, 1000, [1], [0], {
+        prediction: prediction(300, 320, 240, { confirmed: 2, overpredicted: 1, unverified: 1 }),
+      }),
+    );
     expect(figures.precisionPct).toBe(80);
     expect(figures.recallPct).toBe(75);
     expect(figures.unverifiedPct).toBe(25);

@@ -237,7 +237,8 @@ export function stat(values: readonly (number | undefined)[]): Stat | undefined 
   const defined = values.filter((value): value is number => value !== undefined && Number.isFinite(value));
   if (defined.length === 0) return undefined;
   const m = mean(defined);
-  const variance = defined.length < 2 ? 0 : defined.reduce((sum, value) => sum + (value - m) ** 2, 0) / (defined.length - 1);
+  const variance =
+    defined.length < 2 ? 0 : defined.reduce((sum, value) => sum + (value - m) ** 2, 0) / (defined.length - 1);
   return { mean: m, stddev: Math.sqrt(variance), n: defined.length };
 }
 
@@ -249,7 +250,8 @@ export function ratio(a: number | undefined, b: number | undefined): number | un
 
 function summarizePolicy(policy: PolicyRuns): PolicySummary {
   const figures = policy.runs.map(seedFigures);
-  const of = (key: Exclude<keyof SeedFigures, 'requests'>): Stat | undefined => stat(figures.map((figure) => figure[key]));
+  const of = (key: Exclude<keyof SeedFigures, 'requests'>): Stat | undefined =>
+    stat(figures.map((figure) => figure[key]));
   return {
     policy: policy.policy,
     seeds: policy.runs.length,
@@ -269,8 +271,13 @@ function summarizePolicy(policy: PolicyRuns): PolicySummary {
 
 export function summarizePoint(point: SweepPoint): PointSummary {
   const raw = point.policies.map(summarizePolicy);
-  const baselines = raw.filter((summary) => (BASELINE_POLICIES as readonly string[]).includes(summary.policy) && summary.ttftP50Ms !== undefined);
-  const baseline = baselines.reduce<PolicySummary | undefined>((best, summary) => (!best || summary.ttftP50Ms!.mean < best.ttftP50Ms!.mean ? summary : best), undefined);
+  const baselines = raw.filter(
+    (summary) => (BASELINE_POLICIES as readonly string[]).includes(summary.policy) && summary.ttftP50Ms !== undefined,
+  );
+  const baseline = baselines.reduce<PolicySummary | undefined>(
+    (best, summary) => (!best || summary.ttftP50Ms!.mean < best.ttftP50Ms!.mean ? summary : best),
+    undefined,
+  );
   const oracle = raw.find((summary) => summary.policy === ORACLE_POLICY);
   const bound = stat((point.bound ?? []).map(boundPct));
   const policies = raw.map((summary) => ({
@@ -295,7 +302,9 @@ function percentOf(a: number | undefined, b: number | undefined): number | undef
 }
 
 /** Policies in order of first appearance over the sweep. */
-export function policyOrder(points: readonly { readonly policies: readonly { readonly policy: string }[] }[]): string[] {
+export function policyOrder(
+  points: readonly { readonly policies: readonly { readonly policy: string }[] }[],
+): string[] {
   const order: string[] = [];
   for (const point of points) for (const { policy } of point.policies) if (!order.includes(policy)) order.push(policy);
   return order;
@@ -311,15 +320,22 @@ export function summarize(results: ScenarioResults): ReportSummary {
   const points = results.points.map(summarizePoint);
   const first = points[0];
   const last = points[points.length - 1];
-  const find = (point: PointSummary | undefined, policy: string): PolicySummary | undefined => point?.policies.find((summary) => summary.policy === policy);
+  const find = (point: PointSummary | undefined, policy: string): PolicySummary | undefined =>
+    point?.policies.find((summary) => summary.policy === policy);
   const slopes = policyOrder(points).map((policy) => {
     const a = find(first, policy);
     const b = find(last, policy);
     if (!first || !last) return { policy };
     return {
       policy,
-      ttftP50MsPerUnit: slope({ value: first.value, y: a?.ttftP50Ms?.mean }, { value: last.value, y: b?.ttftP50Ms?.mean }),
-      ttftP95MsPerUnit: slope({ value: first.value, y: a?.ttftP95Ms?.mean }, { value: last.value, y: b?.ttftP95Ms?.mean }),
+      ttftP50MsPerUnit: slope(
+        { value: first.value, y: a?.ttftP50Ms?.mean },
+        { value: last.value, y: b?.ttftP50Ms?.mean },
+      ),
+      ttftP95MsPerUnit: slope(
+        { value: first.value, y: a?.ttftP95Ms?.mean },
+        { value: last.value, y: b?.ttftP95Ms?.mean },
+      ),
       e2eP50MsPerUnit: slope({ value: first.value, y: a?.e2eP50Ms?.mean }, { value: last.value, y: b?.e2eP50Ms?.mean }),
     };
   });

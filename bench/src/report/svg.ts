@@ -4,7 +4,12 @@
  */
 
 export function escapeXml(text: string): string {
-  return text.replaceAll('&', '&amp;').replaceAll('<', '&lt;').replaceAll('>', '&gt;').replaceAll('"', '&quot;').replaceAll("'", '&#39;');
+  return text
+    .replaceAll('&', '&amp;')
+    .replaceAll('<', '&lt;')
+    .replaceAll('>', '&gt;')
+    .replaceAll('"', '&quot;')
+    .replaceAll("'", '&#39;');
 }
 
 /** Coordinates rounded to 0.1 px (short, stable output). */
@@ -19,9 +24,11 @@ export function niceTicks(min: number, max: number, count = 5): number[] {
   if (max === min) return [min];
   const raw = (max - min) / Math.max(1, count);
   const power = 10 ** Math.floor(Math.log10(raw));
-  const step = ([1, 2, 5, 10].map((factor) => factor * power).find((candidate) => candidate >= raw) ?? 10 * power) as number;
+  const step = ([1, 2, 5, 10].map((factor) => factor * power).find((candidate) => candidate >= raw) ??
+    10 * power) as number;
   const ticks: number[] = [];
-  for (let value = Math.ceil(min / step - 1e-9) * step; value <= max + step * 1e-9; value += step) ticks.push(Number(value.toPrecision(12)));
+  for (let value = Math.ceil(min / step - 1e-9) * step; value <= max + step * 1e-9; value += step)
+    ticks.push(Number(value.toPrecision(12)));
   return ticks;
 }
 
@@ -80,8 +87,12 @@ export function axes(
 ): string {
   const area = plotArea(frame);
   const parts = [`<g class="axes" font-size="11" fill="#333">`];
-  parts.push(`<line x1="${num(area.x0)}" y1="${num(area.y0)}" x2="${num(area.x1)}" y2="${num(area.y0)}" stroke="#333"/>`);
-  parts.push(`<line x1="${num(area.x0)}" y1="${num(area.y0)}" x2="${num(area.x0)}" y2="${num(area.y1)}" stroke="#333"/>`);
+  parts.push(
+    `<line x1="${num(area.x0)}" y1="${num(area.y0)}" x2="${num(area.x1)}" y2="${num(area.y0)}" stroke="#333"/>`,
+  );
+  parts.push(
+    `<line x1="${num(area.x0)}" y1="${num(area.y0)}" x2="${num(area.x0)}" y2="${num(area.y1)}" stroke="#333"/>`,
+  );
   for (const tick of x.ticks) {
     const px = x.scale(tick.value);
     parts.push(`<line x1="${num(px)}" y1="${num(area.y0)}" x2="${num(px)}" y2="${num(area.y0 + 4)}" stroke="#333"/>`);
@@ -93,12 +104,23 @@ export function axes(
     parts.push(text(area.x0 - 6, py + 4, formatTick(tick), 'text-anchor="end"'));
   }
   parts.push(text((area.x0 + area.x1) / 2, frame.height - 10, x.label, 'text-anchor="middle"'));
-  parts.push(text(14, (area.y0 + area.y1) / 2, y.label, `text-anchor="middle" transform="rotate(-90 14 ${num((area.y0 + area.y1) / 2)})"`));
+  parts.push(
+    text(
+      14,
+      (area.y0 + area.y1) / 2,
+      y.label,
+      `text-anchor="middle" transform="rotate(-90 14 ${num((area.y0 + area.y1) / 2)})"`,
+    ),
+  );
   parts.push('</g>');
   return parts.join('');
 }
 
-export function polyline(points: readonly (readonly [number, number])[], color: string, options: { dashed?: boolean; label?: string } = {}): string {
+export function polyline(
+  points: readonly (readonly [number, number])[],
+  color: string,
+  options: { dashed?: boolean; label?: string } = {},
+): string {
   const coords = points.map(([px, py]) => `${num(px)},${num(py)}`).join(' ');
   const dash = options.dashed ? ' stroke-dasharray="6 4"' : '';
   const label = options.label === undefined ? '' : ` data-series="${escapeXml(options.label)}"`;
@@ -130,7 +152,11 @@ export function legend(frame: Frame, items: readonly LegendItem[]): string {
   items.forEach((item, index) => {
     const y = frame.top + 8 + index * 18;
     if (item.kind === 'box') parts.push(rect(x, y - 6, 16, 10, item.color));
-    else parts.push(`<line x1="${num(x)}" y1="${num(y)}" x2="${num(x + 16)}" y2="${num(y)}" stroke="${item.color}" stroke-width="2"${item.kind === 'dashed' ? ' stroke-dasharray="6 4"' : ''}/>`);
+    else
+      parts.push(
+        `<line x1="${num(x)}" y1="${num(y)}" x2="${num(x + 16)}" y2="${num(y)}" stroke="${item.color}" ` +
+          `stroke-width="2"${item.kind === 'dashed' ? ' stroke-dasharray="6 4"' : ''}/>`,
+      );
     parts.push(text(x + 22, y + 4, item.label));
   });
   parts.push('</g>');
@@ -139,7 +165,8 @@ export function legend(frame: Frame, items: readonly LegendItem[]): string {
 
 export function svg(frame: Frame, title: string, body: string): string {
   return (
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${frame.width}" height="${frame.height}" viewBox="0 0 ${frame.width} ${frame.height}" role="img" aria-label="${escapeXml(title)}">` +
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${frame.width}" height="${frame.height}" viewBox="0 ` +
+    `0 ${frame.width} ${frame.height}" role="img" aria-label="${escapeXml(title)}">` +
     `<title>${escapeXml(title)}</title>` +
     text(frame.left, 20, title, 'font-size="14" font-weight="bold" fill="#111"') +
     body +

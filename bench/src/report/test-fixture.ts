@@ -2,14 +2,34 @@ import type { PredictionTotals, RequestRecord, ScenarioResults, SeedBound, SeedR
 
 /** Hand-computable fixture shared by the report tests (prompt 100 tokens, e2e = 10 × TTFT). */
 export function req(ttftMs: number, cachedTokens: number, status = 200): RequestRecord {
-  return { ttftMs, e2eMs: 10 * ttftMs, itlMs: [1, 2], status, backend: 'b0', reason: 'test', promptTokens: 100, cachedTokens };
+  return {
+    ttftMs,
+    e2eMs: 10 * ttftMs,
+    itlMs: [1, 2],
+    status,
+    backend: 'b0',
+    reason: 'test',
+    promptTokens: 100,
+    cachedTokens,
+  };
 }
 
-export function run(seed: number, wallMs: number, ttfts: readonly number[], cached: readonly number[], extra: Partial<SeedRun> = {}): SeedRun {
+export function run(
+  seed: number,
+  wallMs: number,
+  ttfts: readonly number[],
+  cached: readonly number[],
+  extra: Partial<SeedRun> = {},
+): SeedRun {
   return { seed, wallMs, requests: ttfts.map((ttft, index) => req(ttft, cached[index] ?? 0)), ...extra };
 }
 
-export function prediction(predictedTokens: number, observedTokens: number, confirmedTokens: number, predictions: Record<string, number>): PredictionTotals {
+export function prediction(
+  predictedTokens: number,
+  observedTokens: number,
+  confirmedTokens: number,
+  predictions: Record<string, number>,
+): PredictionTotals {
   return { predictedTokens, observedTokens, confirmedTokens, predictions };
 }
 
@@ -28,20 +48,38 @@ export const FIXTURE: ScenarioResults = {
           policy: 'roundrobin',
           runs: [
             // Predicted nothing (precision undefined), the engines still hit 100 tokens: recall 0.
-            run(1, 2000, [10, 20, 30, 40], [0, 0, 50, 50], { prediction: prediction(0, 100, 0, { confirmed: 0, underpredicted: 4, overpredicted: 0, unverified: 0 }) }),
-            run(2, 4000, [20, 30, 40, 50], [0, 50, 50, 50], { prediction: prediction(100, 150, 50, { confirmed: 2, underpredicted: 2 }) }),
+            run(1, 2000, [10, 20, 30, 40], [0, 0, 50, 50], {
+              prediction: prediction(0, 100, 0, { confirmed: 0, underpredicted: 4, overpredicted: 0, unverified: 0 }),
+            }),
+            run(2, 4000, [20, 30, 40, 50], [0, 50, 50, 50], {
+              prediction: prediction(100, 150, 50, { confirmed: 2, underpredicted: 2 }),
+            }),
           ],
         },
         {
           policy: 'leastloaded',
-          runs: [{ seed: 1, wallMs: 2000, requests: [...run(1, 2000, [5, 15, 25, 35], [0, 0, 0, 0]).requests, { e2eMs: 3, itlMs: [], status: 503, promptTokens: 100 }] }],
+          runs: [
+            {
+              seed: 1,
+              wallMs: 2000,
+              requests: [
+                ...run(1, 2000, [5, 15, 25, 35], [0, 0, 0, 0]).requests,
+                { e2eMs: 3, itlMs: [], status: 503, promptTokens: 100 },
+              ],
+            },
+          ],
         },
         {
           policy: 'cacheaware',
           runs: [
             run(1, 2000, [6, 9, 12, 15], [80, 80, 80, 80], {
               backends: [{ backend: 'b0', prefixCacheHitsDelta: 30, prefixCacheQueriesDelta: 40 }],
-              prediction: prediction(300, 320, 240, { confirmed: 2, overpredicted: 1, underpredicted: 0, unverified: 1 }),
+              prediction: prediction(300, 320, 240, {
+                confirmed: 2,
+                overpredicted: 1,
+                underpredicted: 0,
+                unverified: 1,
+              }),
             }),
           ],
         },

@@ -15,7 +15,10 @@ import { parseScenario, workloadFor } from './scenario';
 const scenario = parseScenario(
   `name: agentic-run
 cluster: { backends: 2, profile: fast, sim: { reasoningTokens: 4 }, redis: false, poller: false }
-workload: { kind: agentic, sessions: 3, turns: 3, systemPromptBytes: 2048, taskBytes: 1024, userTurnBytes: 40, toolRounds: [1, 3], toolResultBytes: [100, 600], toolCallTokens: 6, answerTokens: 8, reasoningProbability: 0.5, reasoningTokens: 4, startJitterMs: 10, thinkMs: 5, toolMs: 5 }
+workload:
+  { kind: agentic, sessions: 3, turns: 3, systemPromptBytes: 2048, taskBytes: 1024, userTurnBytes: 40, toolRounds: [1, 3],
+    toolResultBytes: [100, 600], toolCallTokens: 6, answerTokens: 8, reasoningProbability: 0.5, reasoningTokens: 4,
+    startJitterMs: 10, thinkMs: 5, toolMs: 5 }
 policies: [cacheaware]
 `,
   'agentic-run',
@@ -28,7 +31,13 @@ let total: number;
 const plans = new Map<string, AgentRequest>();
 
 beforeAll(async () => {
-  const workload = await workloadFor(scenario, { seed: 4, sweepValue: 3, timeScale: 1, dataDir: '', readText: () => Promise.reject(new Error('no traces')) });
+  const workload = await workloadFor(scenario, {
+    seed: 4,
+    sweepValue: 3,
+    timeScale: 1,
+    dataDir: '',
+    readText: () => Promise.reject(new Error('no traces')),
+  });
   if (workload.kind !== 'agentic') throw new Error(`expected an agentic workload, got ${workload.kind}`);
   sessions = workload.sessions;
   total = requestCount(workload);
@@ -37,7 +46,13 @@ beforeAll(async () => {
   const agent = createClientAgent();
   try {
     const routers = await cluster.startRun('cacheaware');
-    result = await driveWorkload(workload, { routers, model: await servedModel(routers[0] as string), agent, maxRunMs: 60_000, maxInflight: 16 });
+    result = await driveWorkload(workload, {
+      routers,
+      model: await servedModel(routers[0] as string),
+      agent,
+      maxRunMs: 60_000,
+      maxInflight: 16,
+    });
   } finally {
     await agent.close();
   }
@@ -47,7 +62,8 @@ afterAll(async () => {
   await cluster?.close();
 }, 30_000);
 
-const inOrder = (session: AgentSession): RunRequestRecord[] => result.requests.filter((record) => record.id.startsWith(`${session.id}-`)).sort((a, b) => a.sentAtMs - b.sentAtMs);
+const inOrder = (session: AgentSession): RunRequestRecord[] =>
+  result.requests.filter((record) => record.id.startsWith(`${session.id}-`)).sort((a, b) => a.sentAtMs - b.sentAtMs);
 
 describe('an agentic workload through a router to vllm-sim', () => {
   it('gets a streamed call in every tool round and an answer at the end of every turn, each with TTFT', () => {
@@ -65,8 +81,11 @@ describe('an agentic workload through a router to vllm-sim', () => {
   it('reasons only where the workload asks: the reasoning requests spend their extra tokens and still call', () => {
     const reasoning = result.requests.filter((record) => plans.get(record.id)?.agent.thinking === true);
     expect(reasoning.length).toBeGreaterThan(0);
-    for (const record of reasoning) expect(record).toMatchObject({ completionTokens: 6 + 4, finishReason: 'tool_calls' });
-    const plain = result.requests.filter((record) => plans.get(record.id)?.agent.thinking === false && !plans.get(record.id)?.isAnswer);
+    for (const record of reasoning)
+      expect(record).toMatchObject({ completionTokens: 6 + 4, finishReason: 'tool_calls' });
+    const plain = result.requests.filter(
+      (record) => plans.get(record.id)?.agent.thinking === false && !plans.get(record.id)?.isAnswer,
+    );
     for (const record of plain) expect(record.completionTokens).toBe(6);
   });
 

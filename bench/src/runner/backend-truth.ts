@@ -20,7 +20,11 @@ export async function readPrefixCounters(agent: Agent, backendUrls: readonly str
   return Promise.all(
     backendUrls.map(async (url): Promise<PrefixCounters> => {
       try {
-        const response = await request(new URL('/metrics', url), { dispatcher: agent, headersTimeout: 5_000, bodyTimeout: 5_000 });
+        const response = await request(new URL('/metrics', url), {
+          dispatcher: agent,
+          headersTimeout: 5_000,
+          bodyTimeout: 5_000,
+        });
         const text = await response.body.text();
         if (response.statusCode !== 200) return { backend: url, hits: null, queries: null };
         const metrics = parseEngineMetrics(text);
@@ -33,7 +37,10 @@ export async function readPrefixCounters(agent: Agent, backendUrls: readonly str
 }
 
 /** Per backend: after − before; backends missing a counter on either side are left out. */
-export function prefixCounterDeltas(before: readonly PrefixCounters[], after: readonly PrefixCounters[]): BackendTruth[] {
+export function prefixCounterDeltas(
+  before: readonly PrefixCounters[],
+  after: readonly PrefixCounters[],
+): BackendTruth[] {
   const truths: BackendTruth[] = [];
   for (const end of after) {
     const begin = before.find((counters) => counters.backend === end.backend);

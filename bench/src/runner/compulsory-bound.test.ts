@@ -3,7 +3,15 @@ import { SimConfig } from '@kvroute/vllm-sim/config';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { generateSessions, SEED_SESSIONS, wordText, type CompletionEvent } from '../workloads';
 import { boundPct } from '../report';
-import { BOUND_SIM_TIME_SCALE, boundTotals, CompulsoryBound, MIN_BOUND_BLOCKS, estimateBoundBlocks, textBoundBlocks, type BoundSimHandle } from './compulsory-bound';
+import {
+  BOUND_SIM_TIME_SCALE,
+  boundTotals,
+  CompulsoryBound,
+  MIN_BOUND_BLOCKS,
+  estimateBoundBlocks,
+  textBoundBlocks,
+  type BoundSimHandle,
+} from './compulsory-bound';
 import { driveWorkload } from './drive-workload';
 import { createClientAgent } from './request-client';
 import type { Workload } from './scenario';
@@ -12,7 +20,9 @@ import type { Workload } from './scenario';
 const started: number[] = [];
 const stopped: number[] = [];
 async function startSim(numGpuBlocks: number): Promise<BoundSimHandle> {
-  const sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'm', numGpuBlocks, timeScale: BOUND_SIM_TIME_SCALE }));
+  const sim = await createSimServer(
+    SimConfig.parse({ port: 0, profile: 'fast', model: 'm', numGpuBlocks, timeScale: BOUND_SIM_TIME_SCALE }),
+  );
   const url = await sim.listen();
   started.push(numGpuBlocks);
   return {
@@ -42,25 +52,48 @@ function completion(id: string, prompt: string, atMs: number, maxTokens = 4): Co
 }
 
 describe('the compulsory-miss bound', () => {
-  it("counts, per request, the full 16-token blocks some earlier request had, as the sim counts hits (a fully cached prompt still computes its last token)", async () => {
-    bound = new CompulsoryBound({ startSim, agent, log: (line) => void logs.push(line) });
-    const shared = wordText(160, 1); // exactly 160 tokens: 10 blocks
-    const workload: Workload = {
-      kind: 'events',
-      events: [
-        completion('a', shared, 0), // cold: 0 of 160
-        completion('b', shared + wordText(40, 2), 5_000), // a's 10 blocks: 160 of 200
-        completion('c', shared, 9_000), // all cached, but the last token is computed: 9 blocks, 144 of 160
-        completion('d', wordText(100, 3), 9_500), // nothing shared: 0 of 100
-      ],
-    };
-    const result = await bound.compute(workload, 7);
-    expect(result).toEqual({ seed: 7, requests: 4, failed: 0, promptTokens: 620, cachedTokens: 304, evictedBlocks: 0, numGpuBlocks: MIN_BOUND_BLOCKS });
-    expect(boundPct(result)).toBeCloseTo((100 * 304) / 620, 10);
-  });
+  it(
+    'counts, per request, the full 16-token blocks some earlier request had, as the sim counts ' +
+      'hits (a fully cached prompt still computes its last token)',
+    async () => {
+      bound = new CompulsoryBound({ startSim, agent, log: (line) => void logs.push(line) });
+      const shared = wordText(160, 1); // exactly 160 tokens: 10 blocks
+      const workload: Workload = {
+        kind: 'events',
+        events: [
+          completion('a', shared, 0), // cold: 0 of 160
+          completion('b', shared + wordText(40, 2), 5_000), // a's 10 blocks: 160 of 200
+          completion('c', shared, 9_000), // all cached, but the last token is computed: 9 blocks, 144 of 160
+          completion('d', wordText(100, 3), 9_500), // nothing shared: 0 of 100
+        ],
+      };
+      const result = await bound.compute(workload, 7);
+      expect(result).toEqual({
+        seed: 7,
+        requests: 4,
+        failed: 0,
+        promptTokens: 620,
+        cachedTokens: 304,
+        evictedBlocks: 0,
+        numGpuBlocks: MIN_BOUND_BLOCKS,
+      });
+      expect(boundPct(result)).toBeCloseTo((100 * 304) / 620, 10);
+    },
+  );
 
   it('is reached by no placement: the same sessions driven concurrently through that very sim hit less or as much', async () => {
-    const sessions = generateSessions({ ...SEED_SESSIONS, sessions: 3, turns: 3, systemPromptBytes: 1024, codeContextBytes: 0, maxTokens: 8, filler: 'words', startJitterMs: 0, thinkMs: 0, seed: 3 });
+    const sessions = generateSessions({
+      ...SEED_SESSIONS,
+      sessions: 3,
+      turns: 3,
+      systemPromptBytes: 1024,
+      codeContextBytes: 0,
+      maxTokens: 8,
+      filler: 'words',
+      startJitterMs: 0,
+      thinkMs: 0,
+      seed: 3,
+    });
     const workload: Workload = { kind: 'sessions', sessions };
     bound = new CompulsoryBound({ startSim, agent, log: (line) => void logs.push(line) });
     const result = await bound.compute(workload, 3);
@@ -71,7 +104,13 @@ describe('the compulsory-miss bound', () => {
 
     const sim = await startSim(MIN_BOUND_BLOCKS);
     try {
-      const driven = await driveWorkload(workload, { routers: [sim.url], model: 'm', agent, maxRunMs: 60_000, maxInflight: 16 });
+      const driven = await driveWorkload(workload, {
+        routers: [sim.url],
+        model: 'm',
+        agent,
+        maxRunMs: 60_000,
+        maxInflight: 16,
+      });
       const concurrent = boundTotals(driven.requests);
       expect(concurrent.promptTokens).toBe(result.promptTokens); // the same requests, replies included
       expect(concurrent.cachedTokens).toBeLessThanOrEqual(result.cachedTokens);
@@ -81,7 +120,10 @@ describe('the compulsory-miss bound', () => {
   });
 
   it('checks that its cache was infinite: a replay that evicted runs again with 4× the blocks, and reports what still evicted', async () => {
-    const workload: Workload = { kind: 'events', events: [0, 1, 2, 3, 4].map((index) => completion(`e${index}`, wordText(200, 10 + index), index)) };
+    const workload: Workload = {
+      kind: 'events',
+      events: [0, 1, 2, 3, 4].map((index) => completion(`e${index}`, wordText(200, 10 + index), index)),
+    };
     bound = new CompulsoryBound({ startSim, agent, log: (line) => void logs.push(line), sizeBlocks: () => 40 });
     const result = await bound.compute(workload, 1);
     // 5 distinct 200-token prompts need 65 blocks: 39 usable blocks evict, 159 do not.
@@ -90,7 +132,13 @@ describe('the compulsory-miss bound', () => {
     expect(result).toMatchObject({ evictedBlocks: 0, numGpuBlocks: 160, cachedTokens: 0, promptTokens: 1000 });
     expect(logs.join('\n')).toMatch(/evicted \d+ blocks with 40: again with 160/);
 
-    const capped = new CompulsoryBound({ startSim, agent, log: (line) => void logs.push(line), sizeBlocks: () => 40, maxBlocks: 40 });
+    const capped = new CompulsoryBound({
+      startSim,
+      agent,
+      log: (line) => void logs.push(line),
+      sizeBlocks: () => 40,
+      maxBlocks: 40,
+    });
     try {
       const evicting = await capped.compute(workload, 2);
       expect(evicting.evictedBlocks).toBeGreaterThan(0);
@@ -111,7 +159,10 @@ describe('the compulsory-miss bound', () => {
 });
 
 describe('estimateBoundBlocks', () => {
-  const events = (prompts: readonly string[]): Workload => ({ kind: 'events', events: prompts.map((prompt, index) => completion(`e${index}`, prompt, index, 16)) });
+  const events = (prompts: readonly string[]): Workload => ({
+    kind: 'events',
+    events: prompts.map((prompt, index) => completion(`e${index}`, prompt, index, 16)),
+  });
 
   it('counts a shared prefix once and every request apart for its generation and partial blocks', () => {
     const prefix = wordText(20_000, 1); // 80 kB

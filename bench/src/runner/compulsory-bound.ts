@@ -76,7 +76,9 @@ export interface BoundReplayHooks {
 }
 
 /** Σ over the replay's records: requests, failures (non-2xx), and prompt and cached tokens of the successful ones. */
-export function boundTotals(records: readonly RunRequestRecord[]): Pick<SeedBound, 'requests' | 'failed' | 'promptTokens' | 'cachedTokens'> {
+export function boundTotals(
+  records: readonly RunRequestRecord[],
+): Pick<SeedBound, 'requests' | 'failed' | 'promptTokens' | 'cachedTokens'> {
   let failed = 0;
   let promptTokens = 0;
   let cachedTokens = 0;
@@ -98,7 +100,12 @@ function eventsOf(workload: Workload): readonly RequestEvent[] {
 
 function eventText(event: RequestEvent): string {
   if (event.kind === 'completion') return event.prompt;
-  return event.messages.map((message) => `${message.role}\n${message.content ?? ''}${message.tool_calls ? JSON.stringify(message.tool_calls) : ''}`).join('\n');
+  return event.messages
+    .map(
+      (message) =>
+        `${message.role}\n${message.content ?? ''}${message.tool_calls ? JSON.stringify(message.tool_calls) : ''}`,
+    )
+    .join('\n');
 }
 
 /** 53-bit string hash (cyrb53), seeded: chains chunk hashes so equal hash ⇒ equal text up to that chunk. */
@@ -186,13 +193,23 @@ export class CompulsoryBound {
         onDone: hooks.onDone,
       });
       const evicted = (await evictedBlocks(sim.url)) - evictedBefore;
-      const bound: SeedBound = { seed, ...boundTotals(driven.requests), evictedBlocks: evicted, numGpuBlocks: sim.numGpuBlocks };
+      const bound: SeedBound = {
+        seed,
+        ...boundTotals(driven.requests),
+        evictedBlocks: evicted,
+        numGpuBlocks: sim.numGpuBlocks,
+      };
       if (evicted === 0 || attempt >= 1 || sim.numGpuBlocks >= cap) {
-        if (evicted > 0) this.options.log(`  bound, seed ${seed}: the replay sim evicted ${evicted} blocks with ${sim.numGpuBlocks}: no bound for this seed`);
+        if (evicted > 0)
+          this.options.log(
+            `  bound, seed ${seed}: the replay sim evicted ${evicted} blocks with ${sim.numGpuBlocks}: no bound for this seed`,
+          );
         return bound;
       }
       blocks = Math.min(cap, 4 * sim.numGpuBlocks);
-      this.options.log(`  bound, seed ${seed}: the replay sim evicted ${evicted} blocks with ${sim.numGpuBlocks}: again with ${blocks}`);
+      this.options.log(
+        `  bound, seed ${seed}: the replay sim evicted ${evicted} blocks with ${sim.numGpuBlocks}: again with ${blocks}`,
+      );
     }
   }
 

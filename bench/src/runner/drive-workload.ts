@@ -15,7 +15,16 @@
  * - After `maxRunMs` nothing new is sent; what is in flight finishes.
  */
 import type { Agent } from 'undici';
-import { agentRequest, agentRequestCount, sessionMessages, type AgentSession, type AgentTurnTranscript, type RequestEvent, type Session, type WorkloadToolCall } from '../workloads';
+import {
+  agentRequest,
+  agentRequestCount,
+  sessionMessages,
+  type AgentSession,
+  type AgentTurnTranscript,
+  type RequestEvent,
+  type Session,
+  type WorkloadToolCall,
+} from '../workloads';
 import type { Workload } from './scenario';
 import { sendStreaming, type RunRequestRecord, type SendInput, type SendResult } from './request-client';
 
@@ -75,13 +84,34 @@ export async function driveWorkload(workload: Workload, options: DriveOptions): 
   const deadlinePassed = (): boolean => clock.now() - start >= options.maxRunMs;
 
   /** `expectsToolCall`: a 2xx stream without a call is recorded with an error (the conversation cannot use it). */
-  const send = async (id: string, body: SendInput['body'], maxTokens: number, expectsToolCall = false): Promise<SendResult> => {
+  const send = async (
+    id: string,
+    body: SendInput['body'],
+    maxTokens: number,
+    expectsToolCall = false,
+  ): Promise<SendResult> => {
     const router = nextRouter;
     nextRouter = (nextRouter + 1) % options.routers.length;
     const sentAtMs = clock.now() - start;
-    const result = await sendStreaming(options.agent, { baseUrl: options.routers[router] as string, model: options.model, body, maxTokens, extraBody: options.extraBody }, () => clock.now());
+    const result = await sendStreaming(
+      options.agent,
+      {
+        baseUrl: options.routers[router] as string,
+        model: options.model,
+        body,
+        maxTokens,
+        extraBody: options.extraBody,
+      },
+      () => clock.now(),
+    );
     const missingCall = expectsToolCall && result.record.error === undefined && result.toolCalls.length === 0;
-    const full: RunRequestRecord = { id, router, sentAtMs, ...result.record, ...(missingCall ? { error: 'the stream carried no tool call' } : {}) };
+    const full: RunRequestRecord = {
+      id,
+      router,
+      sentAtMs,
+      ...result.record,
+      ...(missingCall ? { error: 'the stream carried no tool call' } : {}),
+    };
     requests.push(full);
     options.onDone?.(full);
     return result;
@@ -97,7 +127,11 @@ export async function driveWorkload(workload: Workload, options: DriveOptions): 
           skipped += session.steps.length - step.turn;
           return;
         }
-        const { text: reply } = await send(`${session.id}-t${step.turn}`, { kind: 'chat', messages: sessionMessages(session, step.turn, replies) }, step.maxTokens);
+        const { text: reply } = await send(
+          `${session.id}-t${step.turn}`,
+          { kind: 'chat', messages: sessionMessages(session, step.turn, replies) },
+          step.maxTokens,
+        );
         // An empty reply (failed request) keeps the placeholder, so the conversation stays well-formed.
         replies.push(reply === '' ? step.placeholderReply : reply);
       }
@@ -119,7 +153,12 @@ export async function driveWorkload(workload: Workload, options: DriveOptions): 
             return;
           }
           unsent--;
-          const reply = await send(request.id, { kind: 'chat', messages: request.messages, agent: request.agent }, request.maxTokens, !request.isAnswer);
+          const reply = await send(
+            request.id,
+            { kind: 'chat', messages: request.messages, agent: request.agent },
+            request.maxTokens,
+            !request.isAnswer,
+          );
           // A hole in the transcript is the round's placeholder (agentRequest fills it in).
           if (!request.isAnswer) got.calls[round] = reply.toolCalls[0];
           else if (reply.text !== '') got.answer = reply.text;
@@ -139,7 +178,9 @@ export async function driveWorkload(workload: Workload, options: DriveOptions): 
         break;
       }
       sent++;
-      const pending: Promise<unknown> = send(event.id, eventBody(event), event.maxTokens).finally(() => inflight.delete(pending));
+      const pending: Promise<unknown> = send(event.id, eventBody(event), event.maxTokens).finally(() =>
+        inflight.delete(pending),
+      );
       inflight.add(pending);
     }
     await Promise.all(inflight);
@@ -148,7 +189,11 @@ export async function driveWorkload(workload: Workload, options: DriveOptions): 
 }
 
 /** All sessions at once (closed loop, as clients would), or one after another. */
-async function eachSession<S>(sessions: readonly S[], run: (session: S) => Promise<void>, serial: boolean): Promise<void> {
+async function eachSession<S>(
+  sessions: readonly S[],
+  run: (session: S) => Promise<void>,
+  serial: boolean,
+): Promise<void> {
   if (!serial) {
     await Promise.all(sessions.map(run));
     return;
@@ -158,5 +203,7 @@ async function eachSession<S>(sessions: readonly S[], run: (session: S) => Promi
 
 /** The request body of an open-loop event, as the driver sends it. */
 export function eventBody(event: RequestEvent): SendInput['body'] {
-  return event.kind === 'chat' ? { kind: 'chat', messages: event.messages, agent: event.agent } : { kind: 'completion', prompt: event.prompt };
+  return event.kind === 'chat'
+    ? { kind: 'chat', messages: event.messages, agent: event.agent }
+    : { kind: 'completion', prompt: event.prompt };
 }

@@ -34,7 +34,10 @@ const logs: string[] = [];
 const progress: string[] = [];
 
 beforeAll(async () => {
-  cluster = await LocalCluster.start(scenario, { redisUrl: process.env['KVROUTE_REDIS_URL'], log: (line) => void logs.push(line) });
+  cluster = await LocalCluster.start(scenario, {
+    redisUrl: process.env['KVROUTE_REDIS_URL'],
+    log: (line) => void logs.push(line),
+  });
   const agent = createClientAgent();
   try {
     results = await runScenario(scenario, {
@@ -66,13 +69,25 @@ describe('runScenario on a local cluster', () => {
       const run = runs[0] as RecordedSeedRun;
       expect(run.requests).toHaveLength(9);
       expect(run.skipped).toBe(0);
-      expect(new Set(run.requests.map((request) => request.router))).toEqual(new Set(policy.startsWith('oracle') ? [0] : [0, 1]));
+      expect(new Set(run.requests.map((request) => request.router))).toEqual(
+        new Set(policy.startsWith('oracle') ? [0] : [0, 1]),
+      );
       for (const request of run.requests) {
         expect(request.status).toBe(200);
         expect(request.ttftMs).toBeGreaterThan(0);
         expect(backendIds).toContain(request.backend);
       }
-      expect(run.requests.map((request) => request.id).sort()).toEqual(['s0-t0', 's0-t1', 's0-t2', 's1-t0', 's1-t1', 's1-t2', 's2-t0', 's2-t1', 's2-t2']);
+      expect(run.requests.map((request) => request.id).sort()).toEqual([
+        's0-t0',
+        's0-t1',
+        's0-t2',
+        's1-t0',
+        's1-t1',
+        's1-t2',
+        's2-t0',
+        's2-t1',
+        's2-t2',
+      ]);
     }
     expect(progress.at(-1)).toContain('9/9 100 %');
   });
@@ -88,7 +103,9 @@ describe('runScenario on a local cluster', () => {
       expect(queries).toBe(prompt);
       expect(hits).toBe(cached);
       // Cold start: the first turn of the first session cannot hit.
-      expect(run.requests.find((request) => request.id === 's0-t0')?.cachedTokens ?? 0).toBeLessThan(run.requests.find((request) => request.id === 's0-t0')!.promptTokens);
+      expect(run.requests.find((request) => request.id === 's0-t0')?.cachedTokens ?? 0).toBeLessThan(
+        run.requests.find((request) => request.id === 's0-t0')!.promptTokens,
+      );
     }
   });
 
@@ -108,7 +125,10 @@ describe('runScenario on a local cluster', () => {
     const run = results.points[0]!.policies.find((entry) => entry.policy === 'oracle-cost')!.runs[0] as RecordedSeedRun;
     const reasons = new Set(run.requests.map((request) => request.reason));
     expect(reasons.has('cache-hit')).toBe(false);
-    for (const reason of reasons) expect(['prefix-affinity', 'least-loaded', 'spilled-from-saturated', 'load-guard', 'cold-hash']).toContain(reason);
+    for (const reason of reasons)
+      expect(['prefix-affinity', 'least-loaded', 'spilled-from-saturated', 'load-guard', 'cold-hash']).toContain(
+        reason,
+      );
   });
 
   it('computes the compulsory-miss bound once for the workload, on a cache that did not evict, and no run beats it', () => {
@@ -120,7 +140,9 @@ describe('runScenario on a local cluster', () => {
       const run = runs[0] as RecordedSeedRun;
       // The same requests, replies included: the same prompt tokens.
       expect(run.requests.reduce((sum, request) => sum + request.promptTokens, 0)).toBe(bound.promptTokens);
-      expect(run.requests.reduce((sum, request) => sum + (request.cachedTokens ?? 0), 0)).toBeLessThanOrEqual(bound.cachedTokens);
+      expect(run.requests.reduce((sum, request) => sum + (request.cachedTokens ?? 0), 0)).toBeLessThanOrEqual(
+        bound.cachedTokens,
+      );
     }
     expect(progress.some((line) => line.includes('bound') && line.includes('9/9'))).toBe(true);
   });
@@ -143,7 +165,11 @@ describe('runScenario on a local cluster', () => {
   it('writes results.json, report.md and an HTML report with the charts', async () => {
     const written = await writeReports(outDir, scenario, results, { mode: 'test' });
     const json = JSON.parse(await readFile(written.json, 'utf8'));
-    expect(json).toMatchObject({ mode: 'test', scenario: { name: 'runner-e2e' }, results: { scenario: 'runner-e2e', sweepVariable: 'sessions' } });
+    expect(json).toMatchObject({
+      mode: 'test',
+      scenario: { name: 'runner-e2e' },
+      results: { scenario: 'runner-e2e', sweepVariable: 'sessions' },
+    });
     const markdown = await readFile(written.markdown, 'utf8');
     expect(markdown).toContain('| oracle |');
     expect(markdown).toContain('| oracle-cost |');

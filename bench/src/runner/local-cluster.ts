@@ -19,7 +19,16 @@ import { clearPoolState, createRedis, waitUntilReady, type RedisClient } from '@
 import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
 import type { Agent } from 'undici';
 import { nodeArgsFor } from '../app-process';
-import { freePort, startLocalRouter, startLocalSims, stopLocalProcess, stopLocalSims, waitReady, type LocalRouter, type LocalSim } from '../local-sims';
+import {
+  freePort,
+  startLocalRouter,
+  startLocalSims,
+  stopLocalProcess,
+  stopLocalSims,
+  waitReady,
+  type LocalRouter,
+  type LocalSim,
+} from '../local-sims';
 import { CACHE_AWARE_SETTING_KEYS } from '../oracle/oracle-config';
 import { startOracleProcess } from '../oracle/oracle-process';
 import { ORACLE_COST_POLICY, ORACLE_POLICIES, type SeedBound } from '../report';
@@ -31,7 +40,9 @@ type Scalar = string | number | boolean;
 
 /** `{ timeScale: 2, debugRoutes: false }` → `['--time-scale', '2', '--debug-routes=false']` (a boolean flag takes no separate value). */
 export function configFlags(values: Readonly<Record<string, Scalar>>): string[] {
-  return Object.entries(values).flatMap(([key, value]) => (typeof value === 'boolean' ? [`--${toFlagName(key)}=${value}`] : [`--${toFlagName(key)}`, String(value)]));
+  return Object.entries(values).flatMap(([key, value]) =>
+    typeof value === 'boolean' ? [`--${toFlagName(key)}=${value}`] : [`--${toFlagName(key)}`, String(value)],
+  );
 }
 
 export type RedisSource = 'env' | 'local-redis-server' | 'none';
@@ -52,7 +63,8 @@ export function oracleFlags(scenario: Scenario, policy: string): string[] {
   const inherited: Record<string, Scalar> = {};
   if (policy === ORACLE_COST_POLICY) {
     for (const source of [router, routerByPolicy['cacheaware'] ?? {}]) {
-      for (const [key, value] of Object.entries(source)) if (key === 'blockSizeBytes' || CACHE_AWARE_SETTING_KEYS.includes(key)) inherited[key] = value;
+      for (const [key, value] of Object.entries(source))
+        if (key === 'blockSizeBytes' || CACHE_AWARE_SETTING_KEYS.includes(key)) inherited[key] = value;
     }
   }
   return ['--rule', policy, ...configFlags({ ...inherited, ...routerByPolicy[policy] })];
@@ -90,13 +102,24 @@ export class LocalCluster implements RunTarget {
           redisUrl = redisServer.url;
           redisSource = 'local-redis-server';
         } catch (error) {
-          options.log(`no Redis (KVROUTE_REDIS_URL unset, redis-server failed: ${(error as Error).message}): one router with in-memory state`);
+          options.log(
+            `no Redis (KVROUTE_REDIS_URL unset, redis-server failed: ${(error as Error).message}): one router with in-memory state`,
+          );
         }
       }
     }
     const routerCount = redisUrl ? cluster.routers : 1;
-    const simArgs = ['--profile', cluster.profile, '--time-scale', String(cluster.timeScale), ...configFlags(cluster.sim)];
-    options.log(`starting ${cluster.backends} vllm-sim backends (${cluster.profile}, time-scale ${cluster.timeScale})${redisUrl ? `, Redis ${redisSource === 'env' ? redisUrl : '(local redis-server)'}` : ''}`);
+    const simArgs = [
+      '--profile',
+      cluster.profile,
+      '--time-scale',
+      String(cluster.timeScale),
+      ...configFlags(cluster.sim),
+    ];
+    options.log(
+      `starting ${cluster.backends} vllm-sim backends (${cluster.profile}, time-scale ${cluster.timeScale})` +
+        (redisUrl ? `, Redis ${redisSource === 'env' ? redisUrl : '(local redis-server)'}` : ''),
+    );
     const sims = await startLocalSims(cluster.backends, simArgs);
     let redis: RedisClient | undefined;
     let poller: ChildProcess | undefined;
@@ -104,7 +127,11 @@ export class LocalCluster implements RunTarget {
       if (redisUrl) {
         redis = createRedis(redisUrl, 'worker');
         await waitUntilReady(redis);
-        if (cluster.poller) poller = await startPoller(redisUrl, sims.map((sim) => sim.url));
+        if (cluster.poller)
+          poller = await startPoller(
+            redisUrl,
+            sims.map((sim) => sim.url),
+          );
       }
     } catch (error) {
       redis?.disconnect();
@@ -112,7 +139,17 @@ export class LocalCluster implements RunTarget {
       await redisServer?.stop();
       throw error;
     }
-    return new LocalCluster(scenario, sims, redisUrl, redisSource, redisServer, redis, poller, routerCount, options.log);
+    return new LocalCluster(
+      scenario,
+      sims,
+      redisUrl,
+      redisSource,
+      redisServer,
+      redis,
+      poller,
+      routerCount,
+      options.log,
+    );
   }
 
   get backendUrls(): string[] {
@@ -125,32 +162,51 @@ export class LocalCluster implements RunTarget {
   }
 
   /** The compulsory-miss bound of `workload` (its replay through the bound sim, started on first use). */
-  async compulsoryBound(workload: Workload, seed: number, hooks: BoundReplayHooks & { readonly agent: Agent }): Promise<SeedBound> {
-    this.bound ??= new CompulsoryBound({ startSim: (blocks) => this.startBoundSim(blocks), agent: hooks.agent, log: this.log });
+  async compulsoryBound(
+    workload: Workload,
+    seed: number,
+    hooks: BoundReplayHooks & { readonly agent: Agent },
+  ): Promise<SeedBound> {
+    this.bound ??= new CompulsoryBound({
+      startSim: (blocks) => this.startBoundSim(blocks),
+      agent: hooks.agent,
+      log: this.log,
+    });
     return this.bound.compute(workload, seed, hooks);
   }
 
   /** The bound's replay sim: the backends' profile and sim keys, `numGpuBlocks` KV blocks, BOUND_SIM_TIME_SCALE. */
   private async startBoundSim(numGpuBlocks: number): Promise<BoundSimHandle> {
     const { cluster } = this.scenario;
-    const [sim] = await startLocalSims(1, ['--profile', cluster.profile, ...configFlags({ ...cluster.sim, timeScale: BOUND_SIM_TIME_SCALE, numGpuBlocks })]);
+    const [sim] = await startLocalSims(1, [
+      '--profile',
+      cluster.profile,
+      ...configFlags({ ...cluster.sim, timeScale: BOUND_SIM_TIME_SCALE, numGpuBlocks }),
+    ]);
     if (!sim) throw new Error('the bound sim did not start');
     return { url: sim.url, numGpuBlocks, stop: () => stopLocalSims([sim]) };
   }
 
   /** Cold caches and fresh routers with `policy` (for `oracle` and `oracle-cost`: one oracle router); returns the router URLs. */
   async startRun(policy: string, routers: number = this.routerCount): Promise<string[]> {
-    await Promise.all(this.sims.map(async (sim) => {
-      const response = await fetch(`${sim.url}/sim/reset-cache`, { method: 'POST' });
-      if (!response.ok) throw new Error(`${sim.url}/sim/reset-cache answered ${response.status}`);
-    }));
+    await Promise.all(
+      this.sims.map(async (sim) => {
+        const response = await fetch(`${sim.url}/sim/reset-cache`, { method: 'POST' });
+        if (!response.ok) throw new Error(`${sim.url}/sim/reset-cache answered ${response.status}`);
+      }),
+    );
     if (ORACLE_POLICIES.includes(policy)) {
       // One replica whatever the scenario asks: the oracle counts in-flight requests in its own process.
       this.routers.push(await startOracleProcess(this.backendUrls, oracleFlags(this.scenario, policy)));
       return this.routers.map((router) => router.url);
     }
     if (this.redis) await clearPoolState(this.redis);
-    const args = ['--policy', policy, ...(this.redisUrl ? ['--redis-url', this.redisUrl] : []), ...configFlags({ ...this.scenario.cluster.router, ...this.scenario.cluster.routerByPolicy[policy] })];
+    const args = [
+      '--policy',
+      policy,
+      ...(this.redisUrl ? ['--redis-url', this.redisUrl] : []),
+      ...configFlags({ ...this.scenario.cluster.router, ...this.scenario.cluster.routerByPolicy[policy] }),
+    ];
     // One at a time: several tsx processes compiling at once on two cores only slow each other down.
     const count = this.redisUrl ? routers : 1;
     for (let index = 0; index < count; index++) this.routers.push(await startLocalRouter(this.backendUrls, args));
@@ -175,7 +231,19 @@ export class LocalCluster implements RunTarget {
 
 async function startPoller(redisUrl: string, backendUrls: readonly string[]): Promise<ChildProcess> {
   const port = await freePort();
-  const args = [...nodeArgsFor('health-poller'), '--host', '127.0.0.1', '--port', String(port), '--redis-url', redisUrl, '--backends', backendUrls.join(','), '--log-level', 'warn'];
+  const args = [
+    ...nodeArgsFor('health-poller'),
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--redis-url',
+    redisUrl,
+    '--backends',
+    backendUrls.join(','),
+    '--log-level',
+    'warn',
+  ];
   const child = spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] });
   try {
     await waitReady(`http://127.0.0.1:${port}/healthz`);

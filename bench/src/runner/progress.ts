@@ -47,7 +47,10 @@ export class ProgressBar {
     const filled = Math.round(ratio * this.width);
     const elapsedS = Math.floor((this.now() - this.startedAt) / 1000);
     const clock = `${Math.floor(elapsedS / 60)}:${String(elapsedS % 60).padStart(2, '0')}`;
-    return `[${'#'.repeat(filled)}${'·'.repeat(this.width - filled)}] ${this.done}/${this.total} ${String(Math.floor(ratio * 100)).padStart(3)} %  ${this.label}  ${clock}`;
+    return (
+      `[${'#'.repeat(filled)}${'·'.repeat(this.width - filled)}] ${this.done}/${this.total} ${String(Math.floor(ratio * 100)).padStart(3)} ` +
+      `%  ${this.label}  ${clock}`
+    );
   }
 
   private draw(): void {

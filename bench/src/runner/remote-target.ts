@@ -19,7 +19,10 @@ export const ANY_POLICY = '*';
 /** `cacheaware=http://a,cacheaware=http://b,http://c` → { cacheaware: [a, b], '*': [c] }. */
 export function parseRouterList(text: string): Map<string, string[]> {
   const byPolicy = new Map<string, string[]>();
-  for (const entry of text.split(',').map((part) => part.trim()).filter(Boolean)) {
+  for (const entry of text
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)) {
     const match = /^([a-z][a-z0-9-]*)=(.+)$/.exec(entry);
     const [policy, url] = match ? [match[1] as string, match[2] as string] : [ANY_POLICY, entry];
     if (!/^https?:\/\//.test(url)) throw new Error(`--router: ${JSON.stringify(entry)} is not URL or policy=URL`);
@@ -47,7 +50,14 @@ export class RemoteTarget implements RunTarget {
   private readonly routerState: RouterStateReset | undefined;
 
   constructor(private readonly options: RemoteTargetOptions) {
-    this.routerState = options.routerRedisUrl === undefined ? undefined : new RouterStateReset({ url: options.routerRedisUrl, namespace: options.routerRedisNamespace, log: options.log });
+    this.routerState =
+      options.routerRedisUrl === undefined
+        ? undefined
+        : new RouterStateReset({
+            url: options.routerRedisUrl,
+            namespace: options.routerRedisNamespace,
+            log: options.log,
+          });
   }
 
   get backendUrls(): readonly string[] {
@@ -65,7 +75,9 @@ export class RemoteTarget implements RunTarget {
     if (this.routerState) await this.routerState.clear();
     else if (!this.warnedRouterState) {
       this.warnedRouterState = true;
-      this.options.log("routers' shared routing state in Redis is not cleared between runs (pass --router-redis URL): later runs inherit earlier runs' prefix ownership");
+      this.options.log(
+        "routers' shared routing state in Redis is not cleared between runs (pass --router-redis URL): later runs inherit earlier runs' prefix ownership",
+      );
     }
     if (this.options.resetCache) await Promise.all(this.options.backendUrls.map((url) => this.resetBackend(url)));
     else if (!this.warnedWarm) {
@@ -94,6 +106,8 @@ export class RemoteTarget implements RunTarget {
         // try the next one
       }
     }
-    this.options.log(`${url}: could not reset its prefix cache (vLLM needs VLLM_SERVER_DEV_MODE=1 for POST /reset_prefix_cache)`);
+    this.options.log(
+      `${url}: could not reset its prefix cache (vLLM needs VLLM_SERVER_DEV_MODE=1 for POST /reset_prefix_cache)`,
+    );
   }
 }

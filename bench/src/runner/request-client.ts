@@ -51,12 +51,18 @@ export function createClientAgent(): Agent {
   return new Agent({ connections: 512, keepAliveTimeout: 10_000, headersTimeout: 600_000, bodyTimeout: 600_000 });
 }
 
-export async function sendStreaming(agent: Agent, input: SendInput, now: () => number = () => performance.now()): Promise<SendResult> {
+export async function sendStreaming(
+  agent: Agent,
+  input: SendInput,
+  now: () => number = () => performance.now(),
+): Promise<SendResult> {
   const started = now();
   const path = input.body.kind === 'chat' ? '/v1/chat/completions' : '/v1/completions';
   const payload = {
     model: input.model,
-    ...(input.body.kind === 'chat' ? { messages: input.body.messages, ...agentBody(input.body.agent) } : { prompt: input.body.prompt }),
+    ...(input.body.kind === 'chat'
+      ? { messages: input.body.messages, ...agentBody(input.body.agent) }
+      : { prompt: input.body.prompt }),
     max_tokens: input.maxTokens,
     stream: true,
     stream_options: { include_usage: true },
@@ -78,7 +84,19 @@ export async function sendStreaming(agent: Agent, input: SendInput, now: () => n
     reason = headerValue(response.headers['x-router-reason']);
     if (status < 200 || status >= 300) {
       const text = await response.body.text();
-      return { record: { e2eMs: now() - started, itlMs: [], status, backend, reason, promptTokens: 0, error: errorMessage(text) }, text: '', toolCalls: [] };
+      return {
+        record: {
+          e2eMs: now() - started,
+          itlMs: [],
+          status,
+          backend,
+          reason,
+          promptTokens: 0,
+          error: errorMessage(text),
+        },
+        text: '',
+        toolCalls: [],
+      };
     }
     const parser = new SseParser();
     const decoder = new TextDecoder();
@@ -120,14 +138,30 @@ export async function sendStreaming(agent: Agent, input: SendInput, now: () => n
     };
   } catch (error) {
     // Transport error (status 0) or a broken stream after a 200: the request failed either way.
-    return { record: { e2eMs: now() - started, itlMs: [], status: status >= 200 && status < 300 ? 0 : status, backend, reason, promptTokens: 0, error: (error as Error).message }, text: '', toolCalls: [] };
+    return {
+      record: {
+        e2eMs: now() - started,
+        itlMs: [],
+        status: status >= 200 && status < 300 ? 0 : status,
+        backend,
+        reason,
+        promptTokens: 0,
+        error: (error as Error).message,
+      },
+      text: '',
+      toolCalls: [],
+    };
   }
 }
 
 /** An agent request's fields in the wire's names. */
 function agentBody(agent: AgentFields | undefined): Record<string, unknown> {
   if (agent === undefined) return {};
-  return { tools: agent.tools, tool_choice: agent.toolChoice, chat_template_kwargs: { enable_thinking: agent.thinking } };
+  return {
+    tools: agent.tools,
+    tool_choice: agent.toolChoice,
+    chat_template_kwargs: { enable_thinking: agent.thinking },
+  };
 }
 
 interface ToolCallDelta {
@@ -205,7 +239,8 @@ export function promptTextBytesOf(body: SendInput['body']): number {
     const content = message.content;
     if (typeof content === 'string') bytes += Buffer.byteLength(content, 'utf8');
     else if (Array.isArray(content)) {
-      for (const part of content as { type?: string; text?: unknown }[]) if (part.type === 'text' && typeof part.text === 'string') bytes += Buffer.byteLength(part.text, 'utf8');
+      for (const part of content as { type?: string; text?: unknown }[])
+        if (part.type === 'text' && typeof part.text === 'string') bytes += Buffer.byteLength(part.text, 'utf8');
     }
   }
   return bytes;

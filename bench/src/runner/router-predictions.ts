@@ -39,7 +39,8 @@ export function predictionTotalsOf(text: string): PredictionTotals | null {
   const predictions: Record<string, number> = {};
   const learned: number[] = [];
   for (const sample of exposition.samples) {
-    if (sample.name === PREDICTION_METRICS.learnedCostModel && sample.labels['figure'] === 'bytes_per_token') learned.push(sample.value);
+    if (sample.name === PREDICTION_METRICS.learnedCostModel && sample.labels['figure'] === 'bytes_per_token')
+      learned.push(sample.value);
     else if (sample.name === PREDICTION_METRICS.predictedTokens) predictedTokens += sample.value;
     else if (sample.name === PREDICTION_METRICS.observedTokens) observedTokens += sample.value;
     else if (sample.name === PREDICTION_METRICS.confirmedTokens) confirmedTokens += sample.value;
@@ -53,14 +54,18 @@ export function predictionTotalsOf(text: string): PredictionTotals | null {
 
 /** `{ learnedBytesPerToken }` as the mean of `values`, or nothing when there are none. */
 function learnedOf(values: readonly number[]): { learnedBytesPerToken?: number } {
-  return values.length === 0 ? {} : { learnedBytesPerToken: values.reduce((sum, value) => sum + value, 0) / values.length };
+  return values.length === 0
+    ? {}
+    : { learnedBytesPerToken: values.reduce((sum, value) => sum + value, 0) / values.length };
 }
 
 /** after − before, per figure; a figure that went down (the router restarted) counts from zero. */
 export function predictionDelta(before: PredictionTotals | null, after: PredictionTotals): PredictionTotals {
-  const minus = (end: number, begin: number | undefined): number => (begin === undefined || end < begin ? end : end - begin);
+  const minus = (end: number, begin: number | undefined): number =>
+    begin === undefined || end < begin ? end : end - begin;
   const predictions: Record<string, number> = {};
-  for (const [outcome, count] of Object.entries(after.predictions)) predictions[outcome] = minus(count, before?.predictions[outcome]);
+  for (const [outcome, count] of Object.entries(after.predictions))
+    predictions[outcome] = minus(count, before?.predictions[outcome]);
   return {
     predictedTokens: minus(after.predictedTokens, before?.predictedTokens),
     observedTokens: minus(after.observedTokens, before?.observedTokens),
@@ -74,13 +79,17 @@ export function predictionDelta(before: PredictionTotals | null, after: Predicti
 /** Σ over replicas. */
 export function sumPredictionTotals(totals: readonly PredictionTotals[]): PredictionTotals {
   const predictions: Record<string, number> = {};
-  for (const total of totals) for (const [outcome, count] of Object.entries(total.predictions)) predictions[outcome] = (predictions[outcome] ?? 0) + count;
+  for (const total of totals)
+    for (const [outcome, count] of Object.entries(total.predictions))
+      predictions[outcome] = (predictions[outcome] ?? 0) + count;
   return {
     predictedTokens: totals.reduce((sum, total) => sum + total.predictedTokens, 0),
     observedTokens: totals.reduce((sum, total) => sum + total.observedTokens, 0),
     confirmedTokens: totals.reduce((sum, total) => sum + total.confirmedTokens, 0),
     predictions,
-    ...learnedOf(totals.flatMap((total) => (total.learnedBytesPerToken === undefined ? [] : [total.learnedBytesPerToken]))),
+    ...learnedOf(
+      totals.flatMap((total) => (total.learnedBytesPerToken === undefined ? [] : [total.learnedBytesPerToken])),
+    ),
   };
 }
 
@@ -89,11 +98,18 @@ export function predictionCount(totals: PredictionTotals): number {
 }
 
 /** Each router's prediction counters (null: no answer, or not a kvroute router), in `routerUrls` order. */
-export async function scrapePredictionCounters(agent: Agent, routerUrls: readonly string[]): Promise<(PredictionTotals | null)[]> {
+export async function scrapePredictionCounters(
+  agent: Agent,
+  routerUrls: readonly string[],
+): Promise<(PredictionTotals | null)[]> {
   return Promise.all(
     routerUrls.map(async (url) => {
       try {
-        const response = await request(new URL('/metrics', url), { dispatcher: agent, headersTimeout: 5_000, bodyTimeout: 5_000 });
+        const response = await request(new URL('/metrics', url), {
+          dispatcher: agent,
+          headersTimeout: 5_000,
+          bodyTimeout: 5_000,
+        });
         const text = await response.body.text();
         return response.statusCode === 200 ? predictionTotalsOf(text) : null;
       } catch {
@@ -113,13 +129,19 @@ export async function runPredictionTotals(
   agent: Agent,
   routerUrls: readonly string[],
   before: readonly (PredictionTotals | null)[],
-  options: { readonly expectedPredictions: number; readonly settleMs?: number; readonly sleep?: (ms: number) => Promise<void> },
+  options: {
+    readonly expectedPredictions: number;
+    readonly settleMs?: number;
+    readonly sleep?: (ms: number) => Promise<void>;
+  },
 ): Promise<PredictionTotals | undefined> {
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   const deadline = performance.now() + (options.settleMs ?? 1_000);
   for (;;) {
     const after = await scrapePredictionCounters(agent, routerUrls);
-    const deltas = after.flatMap((totals, index) => (totals === null ? [] : [predictionDelta(before[index] ?? null, totals)]));
+    const deltas = after.flatMap((totals, index) =>
+      totals === null ? [] : [predictionDelta(before[index] ?? null, totals)],
+    );
     if (deltas.length === 0) return undefined;
     const sum = sumPredictionTotals(deltas);
     if (predictionCount(sum) >= options.expectedPredictions || performance.now() >= deadline) return sum;

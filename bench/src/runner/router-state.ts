@@ -6,7 +6,16 @@
  * poller's keys (`{fleet}`, `{poller}`) stay. Only between runs: routers serving meanwhile would lose
  * their in-flight counts.
  */
-import { clearPoolState, createRedis, DEFAULT_KEY_NAMESPACE, isClusterUrl, parseClusterUrl, quitRedis, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
+import {
+  clearPoolState,
+  createRedis,
+  DEFAULT_KEY_NAMESPACE,
+  isClusterUrl,
+  parseClusterUrl,
+  quitRedis,
+  waitUntilReady,
+  type RedisClient,
+} from '@kvroute/redis-store';
 
 /** `--router-redis` as given: a redis:// or rediss:// URL with a host, or a cluster's seeds (redis+cluster://…), else a clear error naming `flag`. */
 export function parseRedisUrl(text: string, flag: string): string {
@@ -26,7 +35,9 @@ export function parseRedisUrl(text: string, flag: string): string {
     url = undefined;
   }
   if (!url || (url.protocol !== 'redis:' && url.protocol !== 'rediss:') || url.hostname === '') {
-    throw new Error(`${flag}: ${JSON.stringify(redisUrlForLog(trimmed))} is not a redis://, rediss:// or redis+cluster:// URL (e.g. redis://redis.internal:6379)`);
+    throw new Error(
+      `${flag}: ${JSON.stringify(redisUrlForLog(trimmed))} is not a redis://, rediss:// or redis+cluster:// URL (e.g. redis://redis.internal:6379)`,
+    );
   }
   return trimmed;
 }
@@ -37,7 +48,10 @@ export function redisUrlForLog(text: string): string {
     // new URL() cannot read a host list: the log names the seeds, built from the parsed nodes only.
     try {
       const cluster = parseClusterUrl(text);
-      return `${cluster.tls ? 'rediss' : 'redis'}+cluster://${cluster.nodes.map((node) => `${node.host.includes(':') ? `[${node.host}]` : node.host}:${node.port}`).join(',')}`;
+      const seeds = cluster.nodes.map(
+        (node) => `${node.host.includes(':') ? `[${node.host}]` : node.host}:${node.port}`,
+      );
+      return `${cluster.tls ? 'rediss' : 'redis'}+cluster://${seeds.join(',')}`;
     } catch {
       return 'redis+cluster://(unreadable URL)';
     }
@@ -74,7 +88,9 @@ export class RouterStateReset {
   async clear(): Promise<number> {
     const redis = await this.connect();
     const deleted = await clearPoolState(redis, this.namespace);
-    this.options.log(`router state: ${deleted} keys deleted from ${redisUrlForLog(this.options.url)} (namespace ${this.namespace})`);
+    this.options.log(
+      `router state: ${deleted} keys deleted from ${redisUrlForLog(this.options.url)} (namespace ${this.namespace})`,
+    );
     return deleted;
   }
 
@@ -94,7 +110,9 @@ export class RouterStateReset {
     } catch {
       redis.disconnect();
       const cause = this.lastError ? `: ${this.lastError.message}` : '';
-      throw new Error(`--router-redis ${redisUrlForLog(this.options.url)}: not ready within ${timeoutMs / 1000} s${cause}`);
+      throw new Error(
+        `--router-redis ${redisUrlForLog(this.options.url)}: not ready within ${timeoutMs / 1000} s${cause}`,
+      );
     }
     this.redis = redis;
     return redis;

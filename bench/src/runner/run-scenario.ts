@@ -14,7 +14,15 @@ import { runPredictionTotals, scrapePredictionCounters } from './router-predicti
 import { driveWorkload, requestCount } from './drive-workload';
 import type { ProgressBar } from './progress';
 import { servedModel, type RunRequestRecord } from './request-client';
-import { ROUTERS_SWEEP, sweepValues, sweepVariable, workloadFor, type Scenario, type Workload, type WorkloadInputs } from './scenario';
+import {
+  ROUTERS_SWEEP,
+  sweepValues,
+  sweepVariable,
+  workloadFor,
+  type Scenario,
+  type Workload,
+  type WorkloadInputs,
+} from './scenario';
 
 /** Where runs happen. */
 export interface RunTarget {
@@ -25,7 +33,11 @@ export interface RunTarget {
   startRun(policy: string, routers?: number): Promise<string[]>;
   endRun(): Promise<void>;
   /** The compulsory-miss bound of a workload and seed, where the target can replay it (the local cluster); absent elsewhere. */
-  compulsoryBound?(workload: Workload, seed: number, hooks: BoundReplayHooks & { readonly agent: Agent }): Promise<SeedBound>;
+  compulsoryBound?(
+    workload: Workload,
+    seed: number,
+    hooks: BoundReplayHooks & { readonly agent: Agent },
+  ): Promise<SeedBound>;
 }
 
 export interface RunScenarioOptions {
@@ -82,7 +94,8 @@ export async function runScenario(scenario: Scenario, options: RunScenarioOption
       const workload = await workloadFor(scenario, { ...options.workloadInputs, seed, sweepValue: value });
       const total = requestCount(workload);
       const cached = variable === ROUTERS_SWEEP ? boundsBySeed.get(seed) : undefined;
-      const bound = cached ?? (await compulsoryBound(options, workload, seed, `${variable}=${value} seed ${seed}`, total));
+      const bound =
+        cached ?? (await compulsoryBound(options, workload, seed, `${variable}=${value} seed ${seed}`, total));
       if (bound) {
         bounds.push(bound);
         if (variable === ROUTERS_SWEEP) boundsBySeed.set(seed, bound);
@@ -101,15 +114,23 @@ export async function runScenario(scenario: Scenario, options: RunScenarioOption
             agent: options.agent,
             maxRunMs: scenario.maxRunSeconds * 1000,
             maxInflight: scenario.maxInflight,
-            extraBody: options.saltRuns ? { ...options.extraBody, cache_salt: runCacheSalt(runIndex) } : options.extraBody,
+            extraBody: options.saltRuns
+              ? { ...options.extraBody, cache_salt: runCacheSalt(runIndex) }
+              : options.extraBody,
             onDone: () => options.progress.tick(),
           });
           options.progress.end();
           const after = await readPrefixCounters(options.agent, options.target.backendUrls);
           const succeeded = driven.requests.filter((request) => request.status >= 200 && request.status < 300).length;
-          const prediction = await runPredictionTotals(options.agent, routers, predictionsBefore, { expectedPredictions: succeeded });
-          if (prediction?.learnedBytesPerToken !== undefined) options.log(`  ${bytesPerTokenLine(prediction.learnedBytesPerToken, driven.requests)}`);
-          if (driven.skipped > 0) options.log(`  ${driven.skipped} requests not sent: the run hit maxRunSeconds (${scenario.maxRunSeconds} s)`);
+          const prediction = await runPredictionTotals(options.agent, routers, predictionsBefore, {
+            expectedPredictions: succeeded,
+          });
+          if (prediction?.learnedBytesPerToken !== undefined)
+            options.log(`  ${bytesPerTokenLine(prediction.learnedBytesPerToken, driven.requests)}`);
+          if (driven.skipped > 0)
+            options.log(
+              `  ${driven.skipped} requests not sent: the run hit maxRunSeconds (${scenario.maxRunSeconds} s)`,
+            );
           const run: RecordedSeedRun = {
             seed,
             policy,
@@ -126,19 +147,34 @@ export async function runScenario(scenario: Scenario, options: RunScenarioOption
         }
       }
     }
-    points.push({ value, policies: policies.map((policy): PolicyRuns => ({ policy, runs: byPolicy.get(policy) ?? [] })), ...(bounds.length > 0 ? { bound: bounds } : {}) });
+    points.push({
+      value,
+      policies: policies.map((policy): PolicyRuns => ({ policy, runs: byPolicy.get(policy) ?? [] })),
+      ...(bounds.length > 0 ? { bound: bounds } : {}),
+    });
   }
   return { scenario: scenario.name, sweepVariable: variable, points };
 }
 
 /** The target's compulsory-miss bound of one workload and seed, with progress; undefined where it has none or it failed (said in the log). */
-async function compulsoryBound(options: RunScenarioOptions, workload: Workload, seed: number, label: string, total: number): Promise<SeedBound | undefined> {
+async function compulsoryBound(
+  options: RunScenarioOptions,
+  workload: Workload,
+  seed: number,
+  label: string,
+  total: number,
+): Promise<SeedBound | undefined> {
   const target = options.target;
   if (!target.compulsoryBound) return undefined;
   options.progress.begin(`bound  ${label} (replay on an infinite cache)`, total);
   try {
-    const bound = await target.compulsoryBound(workload, seed, { agent: options.agent, extraBody: options.extraBody, onDone: () => options.progress.tick() });
-    if (bound.failed > 0) options.log(`  bound, ${label}: ${bound.failed} of ${bound.requests} replayed requests failed (left out)`);
+    const bound = await target.compulsoryBound(workload, seed, {
+      agent: options.agent,
+      extraBody: options.extraBody,
+      onDone: () => options.progress.tick(),
+    });
+    if (bound.failed > 0)
+      options.log(`  bound, ${label}: ${bound.failed} of ${bound.requests} replayed requests failed (left out)`);
     return bound;
   } catch (error) {
     options.log(`  bound, ${label}: not computed (${(error as Error).message})`);
@@ -152,7 +188,10 @@ async function compulsoryBound(options: RunScenarioOptions, workload: Workload, 
  * The routers' learned bytes per token against the prompts' own: Σ prompt text bytes ÷ Σ prompt tokens
  * the engines counted, over the run's answered requests (what the cost model's bytesPerToken stands for).
  */
-export function bytesPerTokenLine(learned: number, requests: readonly { readonly promptTokens: number; readonly promptTextBytes?: number }[]): string {
+export function bytesPerTokenLine(
+  learned: number,
+  requests: readonly { readonly promptTokens: number; readonly promptTextBytes?: number }[],
+): string {
   let bytes = 0;
   let tokens = 0;
   for (const request of requests) {

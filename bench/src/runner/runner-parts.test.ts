@@ -53,14 +53,26 @@ describe('prefixCounterDeltas', () => {
 
 describe('configFlags', () => {
   it('spells config keys as the apps’ flags', () => {
-    expect(configFlags({ saturationInflight: 4, redisURL: 'redis://x', debug: true })).toEqual(['--saturation-inflight', '4', '--redis-url', 'redis://x', '--debug=true']);
+    expect(configFlags({ saturationInflight: 4, redisURL: 'redis://x', debug: true })).toEqual([
+      '--saturation-inflight',
+      '4',
+      '--redis-url',
+      'redis://x',
+      '--debug=true',
+    ]);
   });
 });
 
 describe('real deployment target', () => {
   it('parses plain URLs and policy=URL pairs; several URLs for one policy are its replicas', () => {
-    const routers = parseRouterList('cacheaware=http://a:8080/,cacheaware=http://b:8080, roundrobin=http://c:8080,http://d');
-    expect(Object.fromEntries(routers)).toEqual({ cacheaware: ['http://a:8080', 'http://b:8080'], roundrobin: ['http://c:8080'], [ANY_POLICY]: ['http://d'] });
+    const routers = parseRouterList(
+      'cacheaware=http://a:8080/,cacheaware=http://b:8080, roundrobin=http://c:8080,http://d',
+    );
+    expect(Object.fromEntries(routers)).toEqual({
+      cacheaware: ['http://a:8080', 'http://b:8080'],
+      roundrobin: ['http://c:8080'],
+      [ANY_POLICY]: ['http://d'],
+    });
     expect(() => parseRouterList('cacheaware=ftp://x')).toThrow(/not URL or policy=URL/);
     expect(() => parseRouterList(' , ')).toThrow(/no router URL/);
   });
@@ -69,18 +81,40 @@ describe('real deployment target', () => {
     const calls: string[] = [];
     const fakeFetch = (async (url: URL | string) => {
       calls.push(String(url));
-      return new Response('', { status: String(url).endsWith('/reset_prefix_cache') && String(url).includes('b1') ? 200 : 404 });
+      return new Response('', {
+        status: String(url).endsWith('/reset_prefix_cache') && String(url).includes('b1') ? 200 : 404,
+      });
     }) as typeof fetch;
     const logs: string[] = [];
-    const target = new RemoteTarget({ routers: parseRouterList('cacheaware=http://r1'), backendUrls: ['http://b1:8000', 'http://b2:8000'], resetCache: true, log: (line) => void logs.push(line), fetch: fakeFetch });
+    const target = new RemoteTarget({
+      routers: parseRouterList('cacheaware=http://r1'),
+      backendUrls: ['http://b1:8000', 'http://b2:8000'],
+      resetCache: true,
+      log: (line) => void logs.push(line),
+      fetch: fakeFetch,
+    });
     expect(target.supports('cacheaware')).toBe(true);
     expect(target.supports('roundrobin')).toBe(false);
     expect(target.supports('oracle')).toBe(false);
     expect(target.supports('oracle-cost')).toBe(false);
-    expect(new RemoteTarget({ routers: parseRouterList('http://r1'), backendUrls: [], resetCache: false, log: () => undefined }).supports('oracle-cost')).toBe(false);
+    expect(
+      new RemoteTarget({
+        routers: parseRouterList('http://r1'),
+        backendUrls: [],
+        resetCache: false,
+        log: () => undefined,
+      }).supports('oracle-cost'),
+    ).toBe(false);
     expect(await target.startRun('cacheaware')).toEqual(['http://r1']);
-    expect(calls.sort()).toEqual(['http://b1:8000/reset_prefix_cache', 'http://b2:8000/reset_prefix_cache', 'http://b2:8000/sim/reset-cache']);
-    expect(logs).toEqual([expect.stringContaining('not cleared between runs (pass --router-redis URL)'), expect.stringContaining('http://b2:8000: could not reset its prefix cache')]);
+    expect(calls.sort()).toEqual([
+      'http://b1:8000/reset_prefix_cache',
+      'http://b2:8000/reset_prefix_cache',
+      'http://b2:8000/sim/reset-cache',
+    ]);
+    expect(logs).toEqual([
+      expect.stringContaining('not cleared between runs (pass --router-redis URL)'),
+      expect.stringContaining('http://b2:8000: could not reset its prefix cache'),
+    ]);
   });
 });
 

@@ -1,6 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ScenarioResults, SeedRun } from '../report';
-import { startLocalRouter, startLocalSims, stopLocalProcess, stopLocalSims, type LocalRouter, type LocalSim } from '../local-sims';
+import {
+  startLocalRouter,
+  startLocalSims,
+  stopLocalProcess,
+  stopLocalSims,
+  type LocalRouter,
+  type LocalSim,
+} from '../local-sims';
 import { ProgressBar } from './progress';
 import { RemoteTarget } from './remote-target';
 import { createClientAgent } from './request-client';
@@ -43,7 +50,12 @@ async function twoRuns(saltRuns: boolean): Promise<SeedRun[]> {
   const agent = createClientAgent();
   try {
     // Two policy labels, one deployed router: the second run meets what the first left in the caches.
-    const target = new RemoteTarget({ routers: new Map([['*', [router.url]]]), backendUrls: sims.map((sim) => sim.url), resetCache: false, log: () => undefined });
+    const target = new RemoteTarget({
+      routers: new Map([['*', [router.url]]]),
+      backendUrls: sims.map((sim) => sim.url),
+      resetCache: false,
+      log: () => undefined,
+    });
     const results: ScenarioResults = await runScenario(scenario, {
       target,
       agent,

@@ -40,7 +40,10 @@ const Cluster = z.strictObject({
   routers: z.number().int().min(1).max(8).default(1).describe('router replicas; more than one needs redis'),
   redis: z.boolean().default(true).describe('routers share state in Redis (else each keeps its own in memory)'),
   poller: z.boolean().default(true).describe('run the health poller (needs redis): engine load reaches the routers'),
-  router: z.record(z.string(), Scalar).default({}).describe('extra router config keys (camelCase), e.g. saturationInflight'),
+  router: z
+    .record(z.string(), Scalar)
+    .default({})
+    .describe('extra router config keys (camelCase), e.g. saturationInflight'),
   routerByPolicy: z
     .record(z.string(), z.record(z.string(), Scalar))
     .default({})
@@ -50,7 +53,13 @@ const Cluster = z.strictObject({
 const Length = z.union([
   z.strictObject({ kind: z.literal('fixed'), value: z.number().int().min(1) }),
   z.strictObject({ kind: z.literal('uniform'), min: z.number().int().min(1), max: z.number().int().min(1) }),
-  z.strictObject({ kind: z.literal('lognormal'), median: z.number().positive(), sigma: z.number().min(0), min: z.number().int().min(1).optional(), max: z.number().int().min(1).optional() }),
+  z.strictObject({
+    kind: z.literal('lognormal'),
+    median: z.number().positive(),
+    sigma: z.number().min(0),
+    min: z.number().int().min(1).optional(),
+    max: z.number().int().min(1).optional(),
+  }),
 ]);
 
 const SessionsWorkload = z.strictObject({
@@ -65,14 +74,21 @@ const SessionsWorkload = z.strictObject({
   toolResultBytes: z.number().int().min(0).default(SEED_SESSIONS.toolResultBytes),
   maxTokens: z.number().int().min(1).default(SEED_SESSIONS.maxTokens),
   startJitterMs: z.number().min(0).default(SEED_SESSIONS.startJitterMs),
-  thinkMs: z.union([z.number().min(0), z.tuple([z.number().min(0), z.number().min(0)])]).default(SEED_SESSIONS.thinkMs as number),
+  thinkMs: z
+    .union([z.number().min(0), z.tuple([z.number().min(0), z.number().min(0)])])
+    .default(SEED_SESSIONS.thinkMs as number),
   filler: z.enum(['seed', 'words']).default(SEED_SESSIONS.filler),
   placeholderReply: z.enum(['ack', 'max-tokens']).default(SEED_SESSIONS.placeholderReply),
 });
 
 /** One value, or an inclusive range [min, max] drawn uniformly. */
 const IntRange = (min: number) =>
-  z.union([z.number().int().min(min), z.tuple([z.number().int().min(min), z.number().int().min(min)]).refine(([low, high]) => low <= high, 'a range is [min, max] with min ≤ max')]);
+  z.union([
+    z.number().int().min(min),
+    z
+      .tuple([z.number().int().min(min), z.number().int().min(min)])
+      .refine(([low, high]) => low <= high, 'a range is [min, max] with min ≤ max'),
+  ]);
 
 const AgenticWorkload = z.strictObject({
   kind: z.literal('agentic'),
@@ -124,7 +140,10 @@ export const Scenario = z
     description: z.string().default(''),
     cluster: Cluster.prefault({}),
     workload: Workload,
-    policies: z.array(z.string().min(1)).min(1).default(['roundrobin', 'leastloaded', 'prefixaware', 'cacheaware', 'oracle']),
+    policies: z
+      .array(z.string().min(1))
+      .min(1)
+      .default(['roundrobin', 'leastloaded', 'prefixaware', 'cacheaware', 'oracle']),
     seeds: z.array(z.number().int().min(0)).min(1).default([1]),
     /**
      * Run once per value, setting the numeric workload key `variable` to it, or with `variable: routers`
@@ -137,16 +156,40 @@ export const Scenario = z
     maxInflight: z.number().int().min(1).default(256),
   })
   .superRefine((scenario, context) => {
-    if (scenario.cluster.routers > 1 && !scenario.cluster.redis) context.addIssue({ code: 'custom', path: ['cluster', 'routers'], message: 'more than one router needs redis: true (they share state there)' });
+    if (scenario.cluster.routers > 1 && !scenario.cluster.redis)
+      context.addIssue({
+        code: 'custom',
+        path: ['cluster', 'routers'],
+        message: 'more than one router needs redis: true (they share state there)',
+      });
     if (scenario.sweep && scenario.sweep.variable === ROUTERS_SWEEP) {
-      if (!scenario.cluster.redis) context.addIssue({ code: 'custom', path: ['sweep', 'variable'], message: 'sweeping routers needs redis: true' });
+      if (!scenario.cluster.redis)
+        context.addIssue({
+          code: 'custom',
+          path: ['sweep', 'variable'],
+          message: 'sweeping routers needs redis: true',
+        });
     } else if (scenario.sweep && !(scenario.sweep.variable in scenario.workload)) {
-      context.addIssue({ code: 'custom', path: ['sweep', 'variable'], message: `the ${scenario.workload.kind} workload has no key ${JSON.stringify(scenario.sweep.variable)}` });
+      context.addIssue({
+        code: 'custom',
+        path: ['sweep', 'variable'],
+        message: `the ${scenario.workload.kind} workload has no key ${JSON.stringify(scenario.sweep.variable)}`,
+      });
     }
     // The sims reason for their own reasoningTokens; a request's max_tokens must leave room for the call after it.
     const { workload, cluster } = scenario;
-    if (workload.kind === 'agentic' && workload.reasoningProbability > 0 && cluster.sim['reasoningTokens'] !== workload.reasoningTokens) {
-      context.addIssue({ code: 'custom', path: ['cluster', 'sim', 'reasoningTokens'], message: `reasoning turns need the sims to reason for workload.reasoningTokens (${workload.reasoningTokens}) tokens: set cluster.sim.reasoningTokens to it` });
+    if (
+      workload.kind === 'agentic' &&
+      workload.reasoningProbability > 0 &&
+      cluster.sim['reasoningTokens'] !== workload.reasoningTokens
+    ) {
+      context.addIssue({
+        code: 'custom',
+        path: ['cluster', 'sim', 'reasoningTokens'],
+        message:
+          `reasoning turns need the sims to reason for workload.reasoningTokens (${workload.reasoningTokens}) ` +
+          `tokens: set cluster.sim.reasoningTokens to it`,
+      });
     }
   });
 export type Scenario = z.infer<typeof Scenario>;
@@ -178,7 +221,8 @@ export const SCENARIO_DIR = scenarioDir();
 
 /** A scenario by name (`bench/scenarios/<name>.yaml`) or by path. */
 export async function loadScenario(nameOrPath: string): Promise<Scenario> {
-  const path = nameOrPath.endsWith('.yaml') || nameOrPath.includes('/') ? nameOrPath : join(SCENARIO_DIR, `${nameOrPath}.yaml`);
+  const path =
+    nameOrPath.endsWith('.yaml') || nameOrPath.includes('/') ? nameOrPath : join(SCENARIO_DIR, `${nameOrPath}.yaml`);
   let text: string;
   try {
     text = await readFile(path, 'utf8');
@@ -196,7 +240,10 @@ export function sweepValues(scenario: Scenario): number[] {
 }
 
 export function sweepVariable(scenario: Scenario): string {
-  return scenario.sweep?.variable ?? (scenario.workload.kind === 'sessions' || scenario.workload.kind === 'agentic' ? 'sessions' : 'point');
+  return (
+    scenario.sweep?.variable ??
+    (scenario.workload.kind === 'sessions' || scenario.workload.kind === 'agentic' ? 'sessions' : 'point')
+  );
 }
 
 /**
@@ -249,10 +296,24 @@ export async function workloadFor(scenario: Scenario, inputs: WorkloadInputs): P
     case 'trace': {
       const path = isAbsolute(config.file) ? config.file : join(inputs.dataDir, config.file);
       const text = await inputs.readText(path);
-      const options = { timeScale: inputs.timeScale, rateMultiplier: config.rateMultiplier, limit: config.limit, seed: inputs.seed };
-      const events = config.format === 'mooncake' ? parseMooncake(text, options) : config.format === 'azure' ? parseAzure(text, options) : eventsFromJsonl(text).slice(0, config.limit);
+      const options = {
+        timeScale: inputs.timeScale,
+        rateMultiplier: config.rateMultiplier,
+        limit: config.limit,
+        seed: inputs.seed,
+      };
+      const events =
+        config.format === 'mooncake'
+          ? parseMooncake(text, options)
+          : config.format === 'azure'
+            ? parseAzure(text, options)
+            : eventsFromJsonl(text).slice(0, config.limit);
       const cap = config.maxOutputTokens;
-      return { kind: 'events', events: cap === undefined ? events : events.map((event) => ({ ...event, maxTokens: Math.min(event.maxTokens, cap) })) };
+      return {
+        kind: 'events',
+        events:
+          cap === undefined ? events : events.map((event) => ({ ...event, maxTokens: Math.min(event.maxTokens, cap) })),
+      };
     }
   }
 }

@@ -14,11 +14,23 @@ export interface WrittenReports {
  * Writes a scenario's results to `outDir`: results.json (the scenario as run, every request's record,
  * backend counter deltas), report.md (tables) and report.html (self-contained, SVG charts).
  */
-export async function writeReports(outDir: string, scenario: Scenario, results: ScenarioResults, meta: Readonly<Record<string, unknown>> = {}): Promise<WrittenReports> {
+export async function writeReports(
+  outDir: string,
+  scenario: Scenario,
+  results: ScenarioResults,
+  meta: Readonly<Record<string, unknown>> = {},
+): Promise<WrittenReports> {
   await mkdir(outDir, { recursive: true });
   const summary = summarize(results);
-  const paths = { json: join(outDir, 'results.json'), markdown: join(outDir, 'report.md'), html: join(outDir, 'report.html') };
-  await writeFile(paths.json, `${JSON.stringify({ generatedAt: new Date().toISOString(), ...meta, scenario, results })}\n`);
+  const paths = {
+    json: join(outDir, 'results.json'),
+    markdown: join(outDir, 'report.md'),
+    html: join(outDir, 'report.html'),
+  };
+  await writeFile(
+    paths.json,
+    `${JSON.stringify({ generatedAt: new Date().toISOString(), ...meta, scenario, results })}\n`,
+  );
   await writeFile(paths.markdown, markdownReport(summary));
   await writeFile(paths.html, htmlReport(results, summary));
   return { summary, ...paths };

@@ -1,6 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import type { AgenticOptions, AgentSession } from './agentic';
-import { AGENT_TOOLS, AGENTIC_DEFAULTS, agentEvents, agentRequest, agentRequestCount, agentRequests, generateAgentSessions } from './agentic';
+import {
+  AGENT_TOOLS,
+  AGENTIC_DEFAULTS,
+  agentEvents,
+  agentRequest,
+  agentRequestCount,
+  agentRequests,
+  generateAgentSessions,
+} from './agentic';
 import { eventsFromJsonl, eventsToJsonl, type WorkloadMessage, type WorkloadToolCall } from './events';
 
 const OPTIONS: AgenticOptions = { ...AGENTIC_DEFAULTS, seed: 5, sessions: 4, turns: 4 };
@@ -14,7 +22,8 @@ const only = (sessions: AgentSession[]): AgentSession => {
 /** Every assistant message with tool_calls is followed by one tool message per call, answering it by id. */
 function expectCallsAnswered(messages: readonly WorkloadMessage[]): void {
   messages.forEach((message, index) => {
-    if (message.role === 'tool') expect(messages[index - 1]?.tool_calls?.map((call) => call.id)).toContain(message.tool_call_id);
+    if (message.role === 'tool')
+      expect(messages[index - 1]?.tool_calls?.map((call) => call.id)).toContain(message.tool_call_id);
     if (message.tool_calls === undefined) return;
     expect(message).toMatchObject({ role: 'assistant', content: null });
     expect(message.tool_calls).toHaveLength(1);
@@ -43,7 +52,11 @@ describe('agentic sessions', () => {
     expect(events.every((event) => event.agent?.tools === AGENT_TOOLS && event.kind === 'chat')).toBe(true);
     const tasks = sessions.map((session) => session.turns[0]?.user ?? '');
     expect(new Set(tasks).size).toBe(sessions.length);
-    expect(tasks.every((task, index) => task.startsWith(`task ${index}: `) && task.length === `task ${index}: `.length + 8192)).toBe(true);
+    expect(
+      tasks.every(
+        (task, index) => task.startsWith(`task ${index}: `) && task.length === `task ${index}: `.length + 8192,
+      ),
+    ).toBe(true);
   });
 
   it('makes each turn K tool rounds, each a call then its result, then an answer; every request carries the whole history', () => {
@@ -77,7 +90,10 @@ describe('agentic sessions', () => {
           }
           if (round < roundCount) {
             expect(request.isAnswer).toBe(false);
-            expect(request.agent.toolChoice).toEqual({ type: 'function', function: { name: turn.rounds[round]?.tool } });
+            expect(request.agent.toolChoice).toEqual({
+              type: 'function',
+              function: { name: turn.rounds[round]?.tool },
+            });
             expect(request.id).toBe(`${session.id}-t${turn.turn}-c${round}`);
           } else {
             expect(request.isAnswer).toBe(true);
@@ -92,13 +108,31 @@ describe('agentic sessions', () => {
 
   it("puts the run's calls, with the ids the model streamed, and its answers into the history", () => {
     const session = only(generateAgentSessions({ ...OPTIONS, sessions: 1, toolRounds: 2 }));
-    const call = (id: string): WorkloadToolCall => ({ id, type: 'function', function: { name: 'read_file', arguments: '{"path": "a b"}' } });
-    const transcript = [{ calls: [call('chatcmpl-tool-1'), call('chatcmpl-tool-2')], answer: 'real answer' }, { calls: [call('chatcmpl-tool-3')] }];
+    const call = (id: string): WorkloadToolCall => ({
+      id,
+      type: 'function',
+      function: { name: 'read_file', arguments: '{"path": "a b"}' },
+    });
+    const transcript = [
+      { calls: [call('chatcmpl-tool-1'), call('chatcmpl-tool-2')], answer: 'real answer' },
+      { calls: [call('chatcmpl-tool-3')] },
+    ];
     const request = agentRequest(session, 1, 1, transcript);
     expectCallsAnswered(request.messages);
     const ids = request.messages.flatMap((m) => (m.role === 'tool' ? [m.tool_call_id] : []));
     expect(ids).toEqual(['chatcmpl-tool-1', 'chatcmpl-tool-2', 'chatcmpl-tool-3']);
-    expect(request.messages.map((m) => m.role)).toEqual(['system', 'user', 'assistant', 'tool', 'assistant', 'tool', 'assistant', 'user', 'assistant', 'tool']);
+    expect(request.messages.map((m) => m.role)).toEqual([
+      'system',
+      'user',
+      'assistant',
+      'tool',
+      'assistant',
+      'tool',
+      'assistant',
+      'user',
+      'assistant',
+      'tool',
+    ]);
     expect(request.messages[6]).toEqual({ role: 'assistant', content: 'real answer' });
     // A hole (a round that brought no call) is the round's placeholder.
     const holed = agentRequest(session, 0, 2, [{ calls: [undefined, call('chatcmpl-tool-2')] }]);
@@ -108,7 +142,15 @@ describe('agentic sessions', () => {
   });
 
   it('reasons first in the given share of turns: only their first request asks for thinking, with room for the reasoning', () => {
-    const sessions = generateAgentSessions({ ...OPTIONS, sessions: 200, turns: 10, reasoningProbability: 0.3, systemPromptBytes: 100, taskBytes: 100, toolResultBytes: 50 });
+    const sessions = generateAgentSessions({
+      ...OPTIONS,
+      sessions: 200,
+      turns: 10,
+      reasoningProbability: 0.3,
+      systemPromptBytes: 100,
+      taskBytes: 100,
+      toolResultBytes: 50,
+    });
     const turns = sessions.flatMap((session) => session.turns);
     const share = turns.filter((turn) => turn.reasoning).length / turns.length;
     expect(share).toBeGreaterThan(0.26);
@@ -127,13 +169,28 @@ describe('agentic sessions', () => {
   });
 
   it('draws rounds, result sizes, tools and pauses from their ranges, each value reachable', () => {
-    const sessions = generateAgentSessions({ ...OPTIONS, sessions: 100, taskBytes: 100, toolRounds: [1, 4], toolResultBytes: [300, 3000], toolMs: [50, 400], thinkMs: [1000, 3000] });
+    const sessions = generateAgentSessions({
+      ...OPTIONS,
+      sessions: 100,
+      taskBytes: 100,
+      toolRounds: [1, 4],
+      toolResultBytes: [300, 3000],
+      toolMs: [50, 400],
+      thinkMs: [1000, 3000],
+    });
     const turns = sessions.flatMap((session) => session.turns);
     expect(new Set(turns.map((turn) => turn.rounds.length))).toEqual(new Set([1, 2, 3, 4]));
     const rounds = turns.flatMap((turn) => turn.rounds);
-    expect(rounds.every((round) => round.result.length >= 300 && round.result.length <= 3000 && round.toolMs >= 50 && round.toolMs <= 400)).toBe(true);
+    expect(
+      rounds.every(
+        (round) =>
+          round.result.length >= 300 && round.result.length <= 3000 && round.toolMs >= 50 && round.toolMs <= 400,
+      ),
+    ).toBe(true);
     expect(new Set(rounds.map((round) => round.tool))).toEqual(new Set(AGENT_TOOLS.map((tool) => tool.function.name)));
-    expect(turns.every((turn) => (turn.turn === 0 ? turn.thinkMs === 0 : turn.thinkMs >= 1000 && turn.thinkMs <= 3000))).toBe(true);
+    expect(
+      turns.every((turn) => (turn.turn === 0 ? turn.thinkMs === 0 : turn.thinkMs >= 1000 && turn.thinkMs <= 3000)),
+    ).toBe(true);
   });
 
   it('times requests for a serial replay: start jitter, then think or tool time before each', () => {
@@ -144,7 +201,8 @@ describe('agentic sessions', () => {
       expect(own.map((event) => event.session?.turn)).toEqual(own.map((_, index) => index));
       expect(own[0]?.atMs).toBe(session.startMs);
       const pauses = agentRequests(session).map((request) => request.pauseMs);
-      for (let index = 1; index < own.length; index++) expect(own[index]?.atMs).toBe((own[index - 1]?.atMs ?? 0) + (pauses[index] ?? -1));
+      for (let index = 1; index < own.length; index++)
+        expect(own[index]?.atMs).toBe((own[index - 1]?.atMs ?? 0) + (pauses[index] ?? -1));
     }
     expect(events.map((event) => event.atMs)).toEqual([...events.map((event) => event.atMs)].sort((a, b) => a - b));
   });

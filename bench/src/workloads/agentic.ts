@@ -85,7 +85,14 @@ export const AGENT_TOOLS: readonly ToolDefinition[] = [
     function: {
       name: 'search_code',
       description: 'Search the repository for code matching a query; returns file paths with matching lines.',
-      parameters: { type: 'object', properties: { query: stringProperty('what to look for'), path_glob: stringProperty('only files matching this glob') }, required: ['query'] },
+      parameters: {
+        type: 'object',
+        properties: {
+          query: stringProperty('what to look for'),
+          path_glob: stringProperty('only files matching this glob'),
+        },
+        required: ['query'],
+      },
     },
   },
   {
@@ -93,7 +100,15 @@ export const AGENT_TOOLS: readonly ToolDefinition[] = [
     function: {
       name: 'read_file',
       description: 'Read a file of the repository, optionally a range of lines.',
-      parameters: { type: 'object', properties: { path: stringProperty('file path from the repository root'), start_line: { type: 'integer' }, end_line: { type: 'integer' } }, required: ['path'] },
+      parameters: {
+        type: 'object',
+        properties: {
+          path: stringProperty('file path from the repository root'),
+          start_line: { type: 'integer' },
+          end_line: { type: 'integer' },
+        },
+        required: ['path'],
+      },
     },
   },
   {
@@ -101,7 +116,11 @@ export const AGENT_TOOLS: readonly ToolDefinition[] = [
     function: {
       name: 'run_tests',
       description: 'Run the test suite, or the tests of one target, and return the failures with their output.',
-      parameters: { type: 'object', properties: { target: stringProperty('test file, folder or project') }, required: ['target'] },
+      parameters: {
+        type: 'object',
+        properties: { target: stringProperty('test file, folder or project') },
+        required: ['target'],
+      },
     },
   },
   {
@@ -109,7 +128,11 @@ export const AGENT_TOOLS: readonly ToolDefinition[] = [
     function: {
       name: 'web_search',
       description: 'Search the web and return the top results with a short excerpt each.',
-      parameters: { type: 'object', properties: { query: stringProperty('search terms'), max_results: { type: 'integer' } }, required: ['query'] },
+      parameters: {
+        type: 'object',
+        properties: { query: stringProperty('search terms'), max_results: { type: 'integer' } },
+        required: ['query'],
+      },
     },
   },
 ];
@@ -171,7 +194,9 @@ export interface AgentRequest {
 
 export function generateAgentSessions(options: AgenticOptions): AgentSession[] {
   const head = 'system: you are a coding agent. use the tools to inspect the repository before you answer. ';
-  const system = (head + wordBytes(Math.max(0, options.systemPromptBytes - head.length), mixSeed(options.seed, 20))).slice(0, options.systemPromptBytes);
+  const system = (
+    head + wordBytes(Math.max(0, options.systemPromptBytes - head.length), mixSeed(options.seed, 20))
+  ).slice(0, options.systemPromptBytes);
   return Array.from({ length: options.sessions }, (_, index) => generateAgentSession(options, index, system));
 }
 
@@ -191,9 +216,17 @@ function generateAgentSession(options: AgenticOptions, index: number, system: st
       const tool = AGENT_TOOLS[Math.floor(random() * AGENT_TOOLS.length)] as ToolDefinition;
       const resultHead = `${tool.function.name} result ${turn}.${round}:`;
       const resultBytes = Math.max(resultHead.length, drawInt(options.toolResultBytes, random));
-      const result = resultHead + wordBytes(resultBytes - resultHead.length, mixSeed(options.seed, 23, index, turn, round));
-      const words = wordText(Math.max(1, options.toolCallTokens - 1), mixSeed(options.seed, 24, index, turn, round)).trimStart();
-      const placeholderCall: WorkloadToolCall = { id: `call-s${index}-t${turn}-c${round}`, type: 'function', function: { name: tool.function.name, arguments: JSON.stringify({ [firstRequired(tool)]: words }) } };
+      const result =
+        resultHead + wordBytes(resultBytes - resultHead.length, mixSeed(options.seed, 23, index, turn, round));
+      const words = wordText(
+        Math.max(1, options.toolCallTokens - 1),
+        mixSeed(options.seed, 24, index, turn, round),
+      ).trimStart();
+      const placeholderCall: WorkloadToolCall = {
+        id: `call-s${index}-t${turn}-c${round}`,
+        type: 'function',
+        function: { name: tool.function.name, arguments: JSON.stringify({ [firstRequired(tool)]: words }) },
+      };
       rounds.push({ tool: tool.function.name, result, toolMs: drawInt(options.toolMs, random), placeholderCall });
     }
     const placeholderAnswer = wordText(options.answerTokens, mixSeed(options.seed, 25, index, turn)).trimStart();
@@ -247,9 +280,15 @@ function roundMessages(call: WorkloadToolCall, round: AgentRound): WorkloadMessa
  * every earlier turn (user message, its rounds, its answer), this turn's user message and its rounds
  * before `round`. Calls and answers come from `transcript` where it has them, else placeholders.
  */
-export function agentRequest(session: AgentSession, turn: number, round: number, transcript: readonly AgentTurnTranscript[] = []): AgentRequest {
+export function agentRequest(
+  session: AgentSession,
+  turn: number,
+  round: number,
+  transcript: readonly AgentTurnTranscript[] = [],
+): AgentRequest {
   const spec = turnOf(session, turn);
-  if (round < 0 || round > spec.rounds.length) throw new RangeError(`session ${session.id} turn ${turn} has no request ${round}`);
+  if (round < 0 || round > spec.rounds.length)
+    throw new RangeError(`session ${session.id} turn ${turn} has no request ${round}`);
   const messages: WorkloadMessage[] = [{ role: 'system', content: session.system }];
   for (let earlier = 0; earlier <= turn; earlier++) {
     const past = turnOf(session, earlier);
@@ -259,13 +298,17 @@ export function agentRequest(session: AgentSession, turn: number, round: number,
       const spec = past.rounds[r] as AgentRound;
       messages.push(...roundMessages(transcript[earlier]?.calls[r] ?? spec.placeholderCall, spec));
     }
-    if (earlier < turn) messages.push({ role: 'assistant', content: transcript[earlier]?.answer ?? past.placeholderAnswer });
+    if (earlier < turn)
+      messages.push({ role: 'assistant', content: transcript[earlier]?.answer ?? past.placeholderAnswer });
   }
   const isAnswer = round === spec.rounds.length;
   const thinking = spec.reasoning && round === 0;
   const pauseMs = round === 0 ? spec.thinkMs : (spec.rounds[round - 1] as AgentRound).toolMs;
-  const toolChoice = isAnswer ? ('none' as const) : { type: 'function' as const, function: { name: (spec.rounds[round] as AgentRound).tool } };
-  const maxTokens = (isAnswer ? session.answerTokens : session.toolCallTokens) + (thinking ? session.reasoningTokens : 0);
+  const toolChoice = isAnswer
+    ? ('none' as const)
+    : { type: 'function' as const, function: { name: (spec.rounds[round] as AgentRound).tool } };
+  const maxTokens =
+    (isAnswer ? session.answerTokens : session.toolCallTokens) + (thinking ? session.reasoningTokens : 0);
   return {
     id: `${session.id}-t${turn}-${isAnswer ? 'a' : `c${round}`}`,
     turn,
@@ -280,7 +323,9 @@ export function agentRequest(session: AgentSession, turn: number, round: number,
 
 /** Every request of a session, in order, with placeholder calls and answers. */
 export function agentRequests(session: AgentSession): AgentRequest[] {
-  return session.turns.flatMap((turn) => Array.from({ length: turn.rounds.length + 1 }, (_, round) => agentRequest(session, turn.turn, round)));
+  return session.turns.flatMap((turn) =>
+    Array.from({ length: turn.rounds.length + 1 }, (_, round) => agentRequest(session, turn.turn, round)),
+  );
 }
 
 /**

@@ -30,11 +30,19 @@ export interface WorkloadToolCall {
 /** An OpenAI `tools` entry. */
 export interface ToolDefinition {
   readonly type: 'function';
-  readonly function: { readonly name: string; readonly description: string; readonly parameters: Readonly<Record<string, unknown>> };
+  readonly function: {
+    readonly name: string;
+    readonly description: string;
+    readonly parameters: Readonly<Record<string, unknown>>;
+  };
 }
 
 /** `tool_choice`: never call, let the model decide, call some tool, or call this one. */
-export type ToolChoice = 'none' | 'auto' | 'required' | { readonly type: 'function'; readonly function: { readonly name: string } };
+export type ToolChoice =
+  | 'none'
+  | 'auto'
+  | 'required'
+  | { readonly type: 'function'; readonly function: { readonly name: string } };
 
 /** The request fields of an agent turn (sent as `tools`, `tool_choice`, `chat_template_kwargs.enable_thinking`). */
 export interface AgentFields {
@@ -88,10 +96,21 @@ export function byArrival(events: readonly RequestEvent[]): RequestEvent[] {
 
 /** One JSON line per event, keys in a fixed order; optional keys only when set. */
 export function eventToJsonLine(event: RequestEvent): string {
-  const ordered: Record<string, unknown> = { id: event.id, atMs: event.atMs, kind: event.kind, maxTokens: event.maxTokens };
-  if (event.session !== undefined) ordered['session'] = { id: event.session.id, turn: event.session.turn, thinkMs: event.session.thinkMs };
+  const ordered: Record<string, unknown> = {
+    id: event.id,
+    atMs: event.atMs,
+    kind: event.kind,
+    maxTokens: event.maxTokens,
+  };
+  if (event.session !== undefined)
+    ordered['session'] = { id: event.session.id, turn: event.session.turn, thinkMs: event.session.thinkMs };
   if (event.kind === 'chat') {
-    if (event.agent !== undefined) ordered['agent'] = { tools: event.agent.tools, toolChoice: event.agent.toolChoice, thinking: event.agent.thinking };
+    if (event.agent !== undefined)
+      ordered['agent'] = {
+        tools: event.agent.tools,
+        toolChoice: event.agent.toolChoice,
+        thinking: event.agent.thinking,
+      };
     ordered['messages'] = event.messages.map(messageToJson);
   } else ordered['prompt'] = event.prompt;
   return JSON.stringify(ordered);
@@ -100,7 +119,12 @@ export function eventToJsonLine(event: RequestEvent): string {
 function messageToJson(message: WorkloadMessage): Record<string, unknown> {
   const ordered: Record<string, unknown> = { role: message.role, content: message.content };
   if (message.name !== undefined) ordered['name'] = message.name;
-  if (message.tool_calls !== undefined) ordered['tool_calls'] = message.tool_calls.map((call) => ({ id: call.id, type: call.type, function: { name: call.function.name, arguments: call.function.arguments } }));
+  if (message.tool_calls !== undefined)
+    ordered['tool_calls'] = message.tool_calls.map((call) => ({
+      id: call.id,
+      type: call.type,
+      function: { name: call.function.name, arguments: call.function.arguments },
+    }));
   if (message.tool_call_id !== undefined) ordered['tool_call_id'] = message.tool_call_id;
   return ordered;
 }
@@ -127,14 +151,27 @@ export function eventFromJsonLine(line: string, lineNumber = 1): RequestEvent {
   const { id, atMs, kind, maxTokens, session } = value;
   if (typeof id !== 'string') fail('id must be a string');
   if (typeof atMs !== 'number' || !Number.isFinite(atMs) || atMs < 0) fail('atMs must be a number ≥ 0');
-  if (typeof maxTokens !== 'number' || !Number.isInteger(maxTokens) || maxTokens < 1) fail('maxTokens must be an integer ≥ 1');
+  if (typeof maxTokens !== 'number' || !Number.isInteger(maxTokens) || maxTokens < 1)
+    fail('maxTokens must be an integer ≥ 1');
   let sessionRef: SessionRef | undefined;
   if (session !== undefined) {
     const s = session as Record<string, unknown>;
-    if (typeof s !== 'object' || s === null || typeof s['id'] !== 'string' || typeof s['turn'] !== 'number' || typeof s['thinkMs'] !== 'number') fail('session must be {id, turn, thinkMs}');
+    if (
+      typeof s !== 'object' ||
+      s === null ||
+      typeof s['id'] !== 'string' ||
+      typeof s['turn'] !== 'number' ||
+      typeof s['thinkMs'] !== 'number'
+    )
+      fail('session must be {id, turn, thinkMs}');
     sessionRef = { id: s['id'] as string, turn: s['turn'] as number, thinkMs: s['thinkMs'] as number };
   }
-  const base = { id: id as string, atMs: atMs as number, maxTokens: maxTokens as number, ...(sessionRef ? { session: sessionRef } : {}) };
+  const base = {
+    id: id as string,
+    atMs: atMs as number,
+    maxTokens: maxTokens as number,
+    ...(sessionRef ? { session: sessionRef } : {}),
+  };
   if (kind === 'completion') {
     if (typeof value['prompt'] !== 'string') fail('prompt must be a string');
     return { ...base, kind, prompt: value['prompt'] as string };
@@ -143,7 +180,12 @@ export function eventFromJsonLine(line: string, lineNumber = 1): RequestEvent {
   if (!Array.isArray(value['messages'])) return fail('messages must be an array');
   const messages = (value['messages'] as unknown[]).map((entry) => messageFromJson(entry) ?? fail('bad message'));
   if (value['agent'] === undefined) return { ...base, kind, messages };
-  return { ...base, kind, agent: agentFromJson(value['agent']) ?? fail('agent must be {tools, toolChoice, thinking}'), messages };
+  return {
+    ...base,
+    kind,
+    agent: agentFromJson(value['agent']) ?? fail('agent must be {tools, toolChoice, thinking}'),
+    messages,
+  };
 }
 
 function messageFromJson(entry: unknown): WorkloadMessage | null {
@@ -159,8 +201,18 @@ function messageFromJson(entry: unknown): WorkloadMessage | null {
     toolCalls = [];
     for (const call of calls as unknown[]) {
       const c = call as { id?: unknown; type?: unknown; function?: { name?: unknown; arguments?: unknown } } | null;
-      if (typeof c?.id !== 'string' || c.type !== 'function' || typeof c.function?.name !== 'string' || typeof c.function.arguments !== 'string') return null;
-      toolCalls.push({ id: c.id, type: 'function', function: { name: c.function.name, arguments: c.function.arguments } });
+      if (
+        typeof c?.id !== 'string' ||
+        c.type !== 'function' ||
+        typeof c.function?.name !== 'string' ||
+        typeof c.function.arguments !== 'string'
+      )
+        return null;
+      toolCalls.push({
+        id: c.id,
+        type: 'function',
+        function: { name: c.function.name, arguments: c.function.arguments },
+      });
     }
   }
   return {
@@ -184,7 +236,9 @@ function agentFromJson(raw: unknown): AgentFields | null {
     return t?.type === 'function' && typeof t.function?.name === 'string';
   });
   const named = toolChoice as { type?: unknown; function?: { name?: unknown } } | null;
-  const choiceOk = (typeof toolChoice === 'string' && TOOL_CHOICES.has(toolChoice)) || (named?.type === 'function' && typeof named.function?.name === 'string');
+  const choiceOk =
+    (typeof toolChoice === 'string' && TOOL_CHOICES.has(toolChoice)) ||
+    (named?.type === 'function' && typeof named.function?.name === 'string');
   if (!toolsOk || !choiceOk) return null;
   return { tools: tools as ToolDefinition[], toolChoice: toolChoice as ToolChoice, thinking };
 }

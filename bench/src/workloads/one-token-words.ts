@@ -95,4 +95,6 @@ export const ONE_TOKEN_WORDS: readonly string[] = [
   'xor xsi xxx xyz yak yan yap yaw yay yaz ydk yen yer yes yet yii yog yok yol you yrs yum yup yyn',
   'zab zad zag zaj zak zal zam zap zar zaw zen zer zie zig zij zip zmq zoo zou zug zum zun zur zus',
   'zwe zza',
-].join(' ').split(' ');
+]
+  .join(' ')
+  .split(' ');

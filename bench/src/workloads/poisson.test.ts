@@ -57,7 +57,11 @@ describe('poisson', () => {
   });
 
   it('draws prompt and output lengths from the distributions (4-byte word tokens)', () => {
-    const { events } = generatePoisson({ ...OPTIONS, count: 300, promptTokens: { kind: 'uniform', min: 100, max: 400 } });
+    const { events } = generatePoisson({
+      ...OPTIONS,
+      count: 300,
+      promptTokens: { kind: 'uniform', min: 100, max: 400 },
+    });
     for (const event of events) {
       expect(event.prompt.length % 4).toBe(0);
       expect(event.prompt.length / 4).toBeGreaterThanOrEqual(100);
@@ -75,7 +79,9 @@ describe('poisson', () => {
     expect(sampleLength({ kind: 'fixed', value: 5 }, random)).toBe(5);
     const uniform = Array.from({ length: 1000 }, () => sampleLength({ kind: 'uniform', min: 3, max: 6 }, random));
     expect(new Set(uniform)).toEqual(new Set([3, 4, 5, 6]));
-    const lognormal = Array.from({ length: 4000 }, () => sampleLength({ kind: 'lognormal', median: 1000, sigma: 0.8, max: 5000 }, random)).sort((a, b) => a - b);
+    const lognormal = Array.from({ length: 4000 }, () =>
+      sampleLength({ kind: 'lognormal', median: 1000, sigma: 0.8, max: 5000 }, random),
+    ).sort((a, b) => a - b);
     const median = lognormal[2000] ?? 0;
     expect(median).toBeGreaterThan(900);
     expect(median).toBeLessThan(1100);

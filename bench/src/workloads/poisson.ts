@@ -12,7 +12,13 @@ export type LengthDistribution =
   | { readonly kind: 'fixed'; readonly value: number }
   | { readonly kind: 'uniform'; readonly min: number; readonly max: number }
   /** Log-normal: median e^μ, spread σ; clamped to [min, max] when given. */
-  | { readonly kind: 'lognormal'; readonly median: number; readonly sigma: number; readonly min?: number; readonly max?: number };
+  | {
+      readonly kind: 'lognormal';
+      readonly median: number;
+      readonly sigma: number;
+      readonly min?: number;
+      readonly max?: number;
+    };
 
 /** An integer ≥ 1 drawn from the distribution. */
 export function sampleLength(distribution: LengthDistribution, random: () => number): number {
@@ -60,7 +66,9 @@ export function generatePoisson(options: PoissonOptions): PoissonWorkload {
   if (!(options.ratePerS > 0)) throw new RangeError('ratePerS must be > 0');
   const random = seededRandom(mixSeed(options.seed, 10));
   const poolRandom = seededRandom(mixSeed(options.seed, 11));
-  const pool = Array.from({ length: options.poolSize }, (_, index) => wordText(sampleLength(options.prefixTokens, poolRandom), mixSeed(options.seed, 12, index)));
+  const pool = Array.from({ length: options.poolSize }, (_, index) =>
+    wordText(sampleLength(options.prefixTokens, poolRandom), mixSeed(options.seed, 12, index)),
+  );
   const events: CompletionEvent[] = [];
   const prefixOf: number[] = [];
   let atMs = 0;
@@ -68,12 +76,20 @@ export function generatePoisson(options: PoissonOptions): PoissonWorkload {
     if (index > 0) atMs += (-Math.log(1 - random()) / options.ratePerS) * 1000;
     const reuse = pool.length > 0 && random() < options.reuseRatio;
     const prefixIndex = reuse ? Math.floor(random() * pool.length) : -1;
-    const prefix = reuse ? (pool[prefixIndex] as string) : wordText(sampleLength(options.prefixTokens, random), mixSeed(options.seed, 13, index));
+    const prefix = reuse
+      ? (pool[prefixIndex] as string)
+      : wordText(sampleLength(options.prefixTokens, random), mixSeed(options.seed, 13, index));
     const promptTokens = sampleLength(options.promptTokens, random);
     const maxTokens = sampleLength(options.outputTokens, random);
     const prefixBytes = Math.min(prefix.length, promptTokens * 4);
     const suffix = wordText(promptTokens - prefixBytes / 4, mixSeed(options.seed, 14, index));
-    events.push({ id: `p${index}`, atMs: Math.round(atMs * 1000) / 1000, kind: 'completion', maxTokens, prompt: prefix.slice(0, prefixBytes) + suffix });
+    events.push({
+      id: `p${index}`,
+      atMs: Math.round(atMs * 1000) / 1000,
+      kind: 'completion',
+      maxTokens,
+      prompt: prefix.slice(0, prefixBytes) + suffix,
+    });
     prefixOf.push(prefixIndex);
   }
   return { events, prefixOf };

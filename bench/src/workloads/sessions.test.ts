@@ -91,7 +91,14 @@ describe('sessions', () => {
   });
 
   it('words filler: shared system prompt of exactly L bytes, code contexts of their own, max_tokens-long placeholders', () => {
-    const sessions = generateSessions({ ...OPTIONS, filler: 'words', placeholderReply: 'max-tokens', codeContextProbability: 1, systemPromptBytes: 1000, codeContextBytes: 500 });
+    const sessions = generateSessions({
+      ...OPTIONS,
+      filler: 'words',
+      placeholderReply: 'max-tokens',
+      codeContextProbability: 1,
+      systemPromptBytes: 1000,
+      codeContextBytes: 500,
+    });
     const system = sessions[0]?.prefix[0]?.content ?? '';
     expect(system).toHaveLength(1000);
     expect(system).not.toMatch(/s{10}/);

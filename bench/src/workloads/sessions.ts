@@ -80,10 +80,14 @@ export interface Session {
 }
 
 export function generateSessions(options: SessionsOptions): Session[] {
-  const system = options.filler === 'seed'
-    ? padTo('system: be helpful and concise. ', options.systemPromptBytes, 's')
-    : padTo('system: be helpful and concise. ', 32, ' ') + wordBytes(options.systemPromptBytes - 32, mixSeed(options.seed, 1));
-  return Array.from({ length: options.sessions }, (_, index) => generateSession(options, index, system.slice(0, options.systemPromptBytes)));
+  const system =
+    options.filler === 'seed'
+      ? padTo('system: be helpful and concise. ', options.systemPromptBytes, 's')
+      : padTo('system: be helpful and concise. ', 32, ' ') +
+        wordBytes(options.systemPromptBytes - 32, mixSeed(options.seed, 1));
+  return Array.from({ length: options.sessions }, (_, index) =>
+    generateSession(options, index, system.slice(0, options.systemPromptBytes)),
+  );
 }
 
 function generateSession(options: SessionsOptions, index: number, system: string): Session {
@@ -92,19 +96,31 @@ function generateSession(options: SessionsOptions, index: number, system: string
   const prefix: WorkloadMessage[] = [{ role: 'system', content: system }];
   if (options.codeContextBytes > 0 && random() < options.codeContextProbability) {
     const head = '// code context\n';
-    const content = options.filler === 'seed'
-      ? padTo(head, options.codeContextBytes, 'c')
-      : (head + wordBytes(options.codeContextBytes, mixSeed(options.seed, 3, index))).slice(0, options.codeContextBytes);
+    const content =
+      options.filler === 'seed'
+        ? padTo(head, options.codeContextBytes, 'c')
+        : (head + wordBytes(options.codeContextBytes, mixSeed(options.seed, 3, index))).slice(
+            0,
+            options.codeContextBytes,
+          );
     prefix.push({ role: 'user', content });
   }
   const steps: SessionStep[] = [];
   for (let turn = 0; turn < options.turns; turn++) {
     const thinkMs = turn === 0 ? 0 : drawThink(options.thinkMs, random);
-    const messages: WorkloadMessage[] = [{ role: 'user', content: `turn ${turn}: ${randomChars(options.userTurnBytes, random)}` }];
+    const messages: WorkloadMessage[] = [
+      { role: 'user', content: `turn ${turn}: ${randomChars(options.userTurnBytes, random)}` },
+    ];
     if (random() < options.toolLoopProbability) {
-      messages.push({ role: 'assistant', content: `calling tool[${turn}]` }, { role: 'tool', name: 'search', content: randomChars(options.toolResultBytes, random) });
+      messages.push(
+        { role: 'assistant', content: `calling tool[${turn}]` },
+        { role: 'tool', name: 'search', content: randomChars(options.toolResultBytes, random) },
+      );
     }
-    const placeholderReply = options.placeholderReply === 'ack' ? `ack t${turn}` : wordText(options.maxTokens, mixSeed(options.seed, 4, index, turn)).trimStart();
+    const placeholderReply =
+      options.placeholderReply === 'ack'
+        ? `ack t${turn}`
+        : wordText(options.maxTokens, mixSeed(options.seed, 4, index, turn)).trimStart();
     steps.push({ turn, thinkMs, messages, maxTokens: options.maxTokens, placeholderReply });
   }
   return { id: `s${index}`, startMs, prefix, steps };

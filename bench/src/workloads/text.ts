@@ -29,7 +29,8 @@ export function mixSeed(...parts: readonly number[]): number {
 export function wordText(tokens: number, seed: number): string {
   const random = seededRandom(seed);
   let text = '';
-  for (let i = 0; i < tokens; i++) text += ` ${ONE_TOKEN_WORDS[Math.floor(random() * ONE_TOKEN_WORDS.length)] as string}`;
+  for (let i = 0; i < tokens; i++)
+    text += ` ${ONE_TOKEN_WORDS[Math.floor(random() * ONE_TOKEN_WORDS.length)] as string}`;
   return text;
 }
 

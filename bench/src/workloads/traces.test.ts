@@ -15,7 +15,12 @@ function head(path: string, n: number): string {
 
 describe('mooncake trace', () => {
   const text = head('mooncake/synthetic_trace.jsonl', 50);
-  const records = text.split('\n').map((line) => JSON.parse(line) as { timestamp: number; input_length: number; output_length: number; hash_ids: number[] });
+  const records = text
+    .split('\n')
+    .map(
+      (line) =>
+        JSON.parse(line) as { timestamp: number; input_length: number; output_length: number; hash_ids: number[] },
+    );
 
   it('turns each record into a completion at its timestamp with input_length tokens and output_length max_tokens', () => {
     const events = parseMooncake(text);
@@ -51,7 +56,9 @@ describe('mooncake trace', () => {
   });
 
   it('rejects malformed records with their line number', () => {
-    expect(() => parseMooncake('{"timestamp": 0, "input_length": 1000, "output_length": 1, "hash_ids": [1]}')).toThrow(/line 1: 1 hash ids for 1000 tokens/);
+    expect(() => parseMooncake('{"timestamp": 0, "input_length": 1000, "output_length": 1, "hash_ids": [1]}')).toThrow(
+      /line 1: 1 hash ids for 1000 tokens/,
+    );
     expect(() => parseMooncake('\n{"timestamp": 0}')).toThrow(/line 2/);
   });
 });
@@ -60,12 +67,17 @@ describe('azure trace', () => {
   const text = head('azure-llm-2023/AzureLLMInferenceTrace_conv.csv', 51);
 
   it('parses the 7-digit fractional timestamps', () => {
-    expect(parseAzureTimestamp('2023-11-16 18:15:50.9951690') - parseAzureTimestamp('2023-11-16 18:15:46.6805900')).toBeCloseTo(4314.579, 3);
+    expect(
+      parseAzureTimestamp('2023-11-16 18:15:50.9951690') - parseAzureTimestamp('2023-11-16 18:15:46.6805900'),
+    ).toBeCloseTo(4314.579, 3);
     expect(() => parseAzureTimestamp('yesterday')).toThrow(/bad Azure timestamp/);
   });
 
   it('turns each row into a fresh completion at its offset from the first row, with its lengths', () => {
-    const rows = text.split('\n').slice(1).map((line) => line.split(','));
+    const rows = text
+      .split('\n')
+      .slice(1)
+      .map((line) => line.split(','));
     const events = parseAzure(text);
     expect(events).toHaveLength(50);
     expect(events[0]?.atMs).toBe(0);

@@ -48,12 +48,23 @@ export interface MooncakeRecord {
 
 export function parseMooncakeRecord(line: string, lineNumber: number): MooncakeRecord {
   const raw = JSON.parse(line) as Partial<MooncakeRecord>;
-  const ok = typeof raw.timestamp === 'number' && typeof raw.input_length === 'number' && raw.input_length >= 1
-    && typeof raw.output_length === 'number' && Array.isArray(raw.hash_ids) && raw.hash_ids.length >= 1 && raw.hash_ids.every((id) => Number.isInteger(id));
-  if (!ok) throw new Error(`mooncake line ${lineNumber}: expected {timestamp, input_length ≥ 1, output_length, hash_ids: [int, …]}`);
+  const ok =
+    typeof raw.timestamp === 'number' &&
+    typeof raw.input_length === 'number' &&
+    raw.input_length >= 1 &&
+    typeof raw.output_length === 'number' &&
+    Array.isArray(raw.hash_ids) &&
+    raw.hash_ids.length >= 1 &&
+    raw.hash_ids.every((id) => Number.isInteger(id));
+  if (!ok)
+    throw new Error(
+      `mooncake line ${lineNumber}: expected {timestamp, input_length ≥ 1, output_length, hash_ids: [int, …]}`,
+    );
   const record = raw as MooncakeRecord;
   if (record.hash_ids.length !== Math.ceil(record.input_length / MOONCAKE_BLOCK_TOKENS)) {
-    throw new Error(`mooncake line ${lineNumber}: ${record.hash_ids.length} hash ids for ${record.input_length} tokens (expected ceil(input_length / 512))`);
+    throw new Error(
+      `mooncake line ${lineNumber}: ${record.hash_ids.length} hash ids for ${record.input_length} tokens (expected ceil(input_length / 512))`,
+    );
   }
   return record;
 }
@@ -81,7 +92,13 @@ export function parseMooncake(text: string, options: TraceOptions = {}): Complet
     ids.forEach((id, position) => {
       prompt += position === ids.length - 1 ? block(id).slice(0, lastTokens * 4) : block(id);
     });
-    events.push({ id: `m${index + 1}`, atMs: round3((record.timestamp - first) / scale), kind: 'completion', maxTokens: Math.max(1, record.output_length), prompt });
+    events.push({
+      id: `m${index + 1}`,
+      atMs: round3((record.timestamp - first) / scale),
+      kind: 'completion',
+      maxTokens: Math.max(1, record.output_length),
+      prompt,
+    });
   }
   return events;
 }
@@ -90,15 +107,27 @@ export function parseMooncake(text: string, options: TraceOptions = {}): Complet
 export function parseAzureTimestamp(value: string): number {
   const match = /^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?$/.exec(value.trim());
   if (match === null) throw new Error(`bad Azure timestamp ${JSON.stringify(value)}`);
-  const [, y, mo, d, h, mi, s, fraction = '0'] = match.map((part) => part ?? '0') as [string, string, string, string, string, string, string, string?];
-  return Date.UTC(Number(y), Number(mo) - 1, Number(d), Number(h), Number(mi), Number(s)) + Number(`0.${fraction}`) * 1000;
+  const [, y, mo, d, h, mi, s, fraction = '0'] = match.map((part) => part ?? '0') as [
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string?,
+  ];
+  return (
+    Date.UTC(Number(y), Number(mo) - 1, Number(d), Number(h), Number(mi), Number(s)) + Number(`0.${fraction}`) * 1000
+  );
 }
 
 export function parseAzure(text: string, options: TraceOptions = {}): CompletionEvent[] {
   const scale = divisor(options);
   const seed = options.seed ?? 0;
   const lines = text.split('\n');
-  if (lines[0]?.trim() !== 'TIMESTAMP,ContextTokens,GeneratedTokens') throw new Error('azure trace: expected header TIMESTAMP,ContextTokens,GeneratedTokens');
+  if (lines[0]?.trim() !== 'TIMESTAMP,ContextTokens,GeneratedTokens')
+    throw new Error('azure trace: expected header TIMESTAMP,ContextTokens,GeneratedTokens');
   const events: CompletionEvent[] = [];
   let first: number | undefined;
   for (let index = 1; index < lines.length && events.length < (options.limit ?? Infinity); index++) {
@@ -107,10 +136,17 @@ export function parseAzure(text: string, options: TraceOptions = {}): Completion
     const [stamp = '', context = '', generated = ''] = line.split(',');
     const contextTokens = Number(context);
     const generatedTokens = Number(generated);
-    if (!Number.isInteger(contextTokens) || contextTokens < 1 || !Number.isInteger(generatedTokens)) throw new Error(`azure line ${index + 1}: bad token counts`);
+    if (!Number.isInteger(contextTokens) || contextTokens < 1 || !Number.isInteger(generatedTokens))
+      throw new Error(`azure line ${index + 1}: bad token counts`);
     const at = parseAzureTimestamp(stamp);
     first ??= at;
-    events.push({ id: `a${index + 1}`, atMs: round3((at - first) / scale), kind: 'completion', maxTokens: Math.max(1, generatedTokens), prompt: wordText(contextTokens, mixSeed(seed, 30, index)) });
+    events.push({
+      id: `a${index + 1}`,
+      atMs: round3((at - first) / scale),
+      kind: 'completion',
+      maxTokens: Math.max(1, generatedTokens),
+      prompt: wordText(contextTokens, mixSeed(seed, 30, index)),
+    });
   }
   return events;
 }

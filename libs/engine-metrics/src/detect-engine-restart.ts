@@ -21,26 +21,38 @@ import type { EngineMetrics } from './engine-metrics';
 export type EngineRestartSign = 'start-time-changed' | 'engine-changed' | 'counter-went-down';
 
 /** The counters read for sign 3. */
-export const RESTART_COUNTERS = ['prefixCacheQueriesTotal', 'prefixCacheHitsTotal', 'generationTokensTotal', 'preemptionsTotal'] as const;
+export const RESTART_COUNTERS = [
+  'prefixCacheQueriesTotal',
+  'prefixCacheHitsTotal',
+  'generationTokensTotal',
+  'preemptionsTotal',
+] as const;
 export type RestartCounter = (typeof RESTART_COUNTERS)[number];
 
 export type EngineRestart =
   | { readonly sign: 'start-time-changed'; readonly previousStartedAtMs: number; readonly startedAtMs: number }
   | { readonly sign: 'engine-changed' }
-  | { readonly sign: 'counter-went-down'; readonly counter: RestartCounter; readonly previous: number; readonly current: number };
+  | {
+      readonly sign: 'counter-went-down';
+      readonly counter: RestartCounter;
+      readonly previous: number;
+      readonly current: number;
+    };
 
 /** The restart between `previous` and `current` (two scrapes of one backend, in that order), or null if none is visible. */
 export function detectEngineRestart(previous: EngineMetrics, current: EngineMetrics): EngineRestart | null {
   const before = previous.engineStartedAtMs;
   const now = current.engineStartedAtMs;
-  if (before !== null && now !== null) return before === now ? null : { sign: 'start-time-changed', previousStartedAtMs: before, startedAtMs: now };
+  if (before !== null && now !== null)
+    return before === now ? null : { sign: 'start-time-changed', previousStartedAtMs: before, startedAtMs: now };
   if (previous.engine !== current.engine) return { sign: 'engine-changed' };
   const sameUnit = previous.prefixCacheCounterUnit === current.prefixCacheCounterUnit;
   for (const counter of RESTART_COUNTERS) {
     if (!sameUnit && (counter === 'prefixCacheQueriesTotal' || counter === 'prefixCacheHitsTotal')) continue;
     const was = previous[counter];
     const is = current[counter];
-    if (was !== null && is !== null && is < was) return { sign: 'counter-went-down', counter, previous: was, current: is };
+    if (was !== null && is !== null && is < was)
+      return { sign: 'counter-went-down', counter, previous: was, current: is };
   }
   return null;
 }

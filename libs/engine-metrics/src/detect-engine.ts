@@ -10,7 +10,11 @@ const VLLM_V1_MARKERS: ReadonlySet<string> = new Set([
 ]);
 
 /** Names only the V0 engine prints. */
-const VLLM_V0_MARKERS: ReadonlySet<string> = new Set(['vllm:gpu_prefix_cache_hit_rate', 'vllm:num_requests_swapped', 'vllm:cpu_cache_usage_perc']);
+const VLLM_V0_MARKERS: ReadonlySet<string> = new Set([
+  'vllm:gpu_prefix_cache_hit_rate',
+  'vllm:num_requests_swapped',
+  'vllm:cpu_cache_usage_perc',
+]);
 
 const PREFIXES = [
   ['vllm:', 'vllm'],
@@ -25,7 +29,9 @@ const PREFIXES = [
  * null when no sample has any of these namespaces.
  */
 export function detectEngineKind(exposition: PrometheusExposition): EngineKind | null {
-  const counts = PREFIXES.map(([prefix]) => exposition.samples.filter((sample) => sample.name.startsWith(prefix)).length);
+  const counts = PREFIXES.map(
+    ([prefix]) => exposition.samples.filter((sample) => sample.name.startsWith(prefix)).length,
+  );
   const best = Math.max(...counts);
   if (best === 0) return null;
   const kind = PREFIXES[counts.indexOf(best)]?.[1] ?? null;

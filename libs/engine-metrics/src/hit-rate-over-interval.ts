@@ -13,7 +13,12 @@ export function hitRateOverInterval(previous: EngineMetrics, current: EngineMetr
   const before = countersOf(previous);
   const now = countersOf(current);
   if (now === null) return before === null ? current.prefixCacheHitRate : null;
-  if (before === null || previous.engine !== current.engine || previous.prefixCacheCounterUnit !== current.prefixCacheCounterUnit) return null;
+  if (
+    before === null ||
+    previous.engine !== current.engine ||
+    previous.prefixCacheCounterUnit !== current.prefixCacheCounterUnit
+  )
+    return null;
   const queries = now.queries - before.queries;
   const hits = now.hits - before.hits;
   if (queries < 0 || hits < 0 || queries === 0) return null;

@@ -43,7 +43,8 @@ describe('parseEngineMetrics: vLLM V1', () => {
       prefixCacheHitRate: null,
       engineStartedAtMs: null,
     });
-    for (const value of Object.values(metrics)) if (typeof value === 'number') expect(Number.isFinite(value)).toBe(true);
+    for (const value of Object.values(metrics))
+      if (typeof value === 'number') expect(Number.isFinite(value)).toBe(true);
   });
 
   it('falls back to the pre-0.11 names: gpu_cache_usage_perc and gpu_prefix_cache_* counted in blocks', () => {
@@ -72,11 +73,18 @@ describe('parseEngineMetrics: vLLM V1', () => {
       'vllm:gpu_prefix_cache_hits_total{engine="0",model_name="m"} 20.0',
     ].join('\n');
     // prefix_cache_hits_total is missing, so the whole new pair is unusable: the old pair is read.
-    expect(parseEngineMetrics(text)).toMatchObject({ kvUsage: 0.6, prefixCacheQueriesTotal: 50, prefixCacheHitsTotal: 20, prefixCacheCounterUnit: 'blocks' });
+    expect(parseEngineMetrics(text)).toMatchObject({
+      kvUsage: 0.6,
+      prefixCacheQueriesTotal: 50,
+      prefixCacheHitsTotal: 20,
+      prefixCacheCounterUnit: 'blocks',
+    });
   });
 
   it('reads kv_cache_size_tokens when num_gpu_blocks is not a number', () => {
-    const text = 'vllm:cache_config_info{block_size="16",engine="0",kv_cache_size_tokens="50000",num_gpu_blocks="None"} 1.0\nvllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.1';
+    const text =
+      'vllm:cache_config_info{block_size="16",engine="0",kv_cache_size_tokens="50000",num_gpu_blocks="None"} ' +
+      '1.0\nvllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.1';
     expect(parseEngineMetrics(text).kvCapacityTokens).toBe(50_000);
   });
 });
@@ -100,7 +108,10 @@ describe('parseEngineMetrics: vLLM V0', () => {
   });
 
   it('reads a hit rate of -1 (prefix caching off) as unknown', () => {
-    const text = vllmV0.replace('vllm:gpu_prefix_cache_hit_rate{model_name="qwen2.5-7b"} 0.9137', 'vllm:gpu_prefix_cache_hit_rate{model_name="qwen2.5-7b"} -1.0');
+    const text = vllmV0.replace(
+      'vllm:gpu_prefix_cache_hit_rate{model_name="qwen2.5-7b"} 0.9137',
+      'vllm:gpu_prefix_cache_hit_rate{model_name="qwen2.5-7b"} -1.0',
+    );
     expect(parseEngineMetrics(text).prefixCacheHitRate).toBeNull();
   });
 });
@@ -132,12 +143,25 @@ describe('parseEngineMetrics: SGLang', () => {
       'sglang:cached_tokens_total{cache_source="host",model_name="m"} 100.0',
       'sglang:generation_tokens_total{model_name="m"} 250.0',
     ].join('\n');
-    expect(parseEngineMetrics(text)).toMatchObject({ preemptionsTotal: 3, prefixCacheQueriesTotal: 1000, prefixCacheHitsTotal: 700, generationTokensTotal: 250 });
+    expect(parseEngineMetrics(text)).toMatchObject({
+      preemptionsTotal: 3,
+      prefixCacheQueriesTotal: 1000,
+      prefixCacheHitsTotal: 700,
+      generationTokensTotal: 250,
+    });
   });
 
   it('falls back to the rounded token_usage gauge without the token counts', () => {
-    const text = 'sglang:token_usage{model_name="m",tp_rank="0"} 0.41\nsglang:num_running_reqs{model_name="m",tp_rank="0"} 1.0';
-    expect(parseEngineMetrics(text)).toMatchObject({ kvUsage: 0.41, kvCapacityTokens: null, running: 1, waiting: null, prefixCacheQueriesTotal: null, prefixCacheCounterUnit: null });
+    const text =
+      'sglang:token_usage{model_name="m",tp_rank="0"} 0.41\nsglang:num_running_reqs{model_name="m",tp_rank="0"} 1.0';
+    expect(parseEngineMetrics(text)).toMatchObject({
+      kvUsage: 0.41,
+      kvCapacityTokens: null,
+      running: 1,
+      waiting: null,
+      prefixCacheQueriesTotal: null,
+      prefixCacheCounterUnit: null,
+    });
   });
 });
 
@@ -166,27 +190,46 @@ describe('parseEngineMetrics: llama.cpp', () => {
 
   it('derives usage from kv_cache_tokens and the slots when the ratio gauge is missing', () => {
     const text = 'llamacpp:kv_cache_tokens 4096\nllamacpp:requests_processing 1\nllamacpp:requests_deferred 0';
-    expect(parseEngineMetrics(text, { llamaCppSlots: slots })).toMatchObject({ kvUsage: 0.25, kvCapacityTokens: 16_384 });
+    expect(parseEngineMetrics(text, { llamaCppSlots: slots })).toMatchObject({
+      kvUsage: 0.25,
+      kvCapacityTokens: 16_384,
+    });
     expect(parseEngineMetrics(text)).toMatchObject({ kvUsage: null, kvCapacityTokens: null });
   });
 
   it('counts busy slots as running when /metrics is off, and ignores slot entries it cannot read', () => {
     const body = [...slots, { id: 2, n_ctx: 'big', is_processing: true }, null, 7];
-    expect(normaliseEngineMetrics(parsePrometheusText(''), { llamaCppSlots: body })).toMatchObject({ engine: 'llamacpp', running: 1, waiting: null, kvCapacityTokens: 16_384 });
-    expect(parseEngineMetrics('', { engine: 'llamacpp', llamaCppSlots: { not: 'an array' } })).toMatchObject({ running: null, kvCapacityTokens: null });
+    expect(normaliseEngineMetrics(parsePrometheusText(''), { llamaCppSlots: body })).toMatchObject({
+      engine: 'llamacpp',
+      running: 1,
+      waiting: null,
+      kvCapacityTokens: 16_384,
+    });
+    expect(parseEngineMetrics('', { engine: 'llamacpp', llamaCppSlots: { not: 'an array' } })).toMatchObject({
+      running: null,
+      kvCapacityTokens: null,
+    });
   });
 });
 
 describe('parseEngineMetrics: process start time', () => {
   it('reads process_start_time_seconds for any engine, in ms, and the newest of several series', () => {
-    expect(parseEngineMetrics('process_start_time_seconds 1.76120439127e+09\nsglang:num_running_reqs{model_name="m"} 1.0').engineStartedAtMs).toBe(1_761_204_391_270);
-    const merged = 'process_start_time_seconds{pid="1"} 1.7e+09\nprocess_start_time_seconds{pid="2"} 1.7000000125e+09\nvllm:num_requests_running{engine="0",model_name="m"} 0.0';
+    expect(
+      parseEngineMetrics('process_start_time_seconds 1.76120439127e+09\nsglang:num_running_reqs{model_name="m"} 1.0')
+        .engineStartedAtMs,
+    ).toBe(1_761_204_391_270);
+    const merged =
+      'process_start_time_seconds{pid="1"} 1.7e+09\nprocess_start_time_seconds{pid="2"} 1.7000000125e+09\nvllm:num_requests_running{engine="0",' +
+      'model_name="m"} ' +
+      '0.0';
     expect(parseEngineMetrics(merged).engineStartedAtMs).toBe(1_700_000_012_500);
   });
 
   it('is unknown when absent, not a positive finite number', () => {
     for (const value of ['NaN', '+Inf', '0.0', '-5.0']) {
-      expect(parseEngineMetrics(`process_start_time_seconds ${value}\nllamacpp:requests_processing 1`).engineStartedAtMs).toBeNull();
+      expect(
+        parseEngineMetrics(`process_start_time_seconds ${value}\nllamacpp:requests_processing 1`).engineStartedAtMs,
+      ).toBeNull();
     }
     expect(parseEngineMetrics(vllmV0).engineStartedAtMs).toBeNull();
   });
@@ -194,7 +237,11 @@ describe('parseEngineMetrics: process start time', () => {
 
 describe('parseEngineMetrics: engine choice', () => {
   it('reads the exposition as the engine given, ignoring other engines’ names', () => {
-    expect(parseEngineMetrics(sglangDp2Tp2, { engine: 'vllm' })).toMatchObject({ engine: 'vllm', running: null, kvUsage: null });
+    expect(parseEngineMetrics(sglangDp2Tp2, { engine: 'vllm' })).toMatchObject({
+      engine: 'vllm',
+      running: null,
+      kvUsage: null,
+    });
   });
 
   it('throws ENGINE_METRICS_ERR_UNKNOWN_ENGINE when no engine can be told', () => {

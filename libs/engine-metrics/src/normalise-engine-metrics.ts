@@ -19,8 +19,12 @@ export interface EngineMetricsOptions {
  * is read as llama.cpp. Throws `EngineMetricsError` (`ENGINE_METRICS_ERR_UNKNOWN_ENGINE`) when no
  * engine can be told.
  */
-export function normaliseEngineMetrics(exposition: PrometheusExposition, options: EngineMetricsOptions = {}): EngineMetrics {
-  const engine = options.engine ?? detectEngineKind(exposition) ?? (options.llamaCppSlots !== undefined ? 'llamacpp' : null);
+export function normaliseEngineMetrics(
+  exposition: PrometheusExposition,
+  options: EngineMetricsOptions = {},
+): EngineMetrics {
+  const engine =
+    options.engine ?? detectEngineKind(exposition) ?? (options.llamaCppSlots !== undefined ? 'llamacpp' : null);
   switch (engine) {
     case 'vllm':
     case 'vllm-v0':
@@ -30,7 +34,10 @@ export function normaliseEngineMetrics(exposition: PrometheusExposition, options
     case 'llamacpp':
       return normaliseLlamaCpp(new SeriesReader(exposition), options.llamaCppSlots);
     case null:
-      throw new EngineMetricsError('ENGINE_METRICS_ERR_UNKNOWN_ENGINE', 'no vllm:, sglang: or llamacpp: metric in the exposition');
+      throw new EngineMetricsError(
+        'ENGINE_METRICS_ERR_UNKNOWN_ENGINE',
+        'no vllm:, sglang: or llamacpp: metric in the exposition',
+      );
   }
 }
 

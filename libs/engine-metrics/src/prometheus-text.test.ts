@@ -12,12 +12,24 @@ describe('parsePrometheusText', () => {
       ].join('\n'),
     );
     expect(issues).toEqual([]);
-    expect(metadata.get('vllm:kv_cache_usage_perc')).toEqual({ type: 'gauge', help: 'KV-cache usage. 1 means 100 percent usage.' });
-    expect(samples).toEqual([{ name: 'vllm:kv_cache_usage_perc', labels: { engine: '0', model_name: 'qwen2.5-7b' }, value: 0.0731, timestampMs: null }]);
+    expect(metadata.get('vllm:kv_cache_usage_perc')).toEqual({
+      type: 'gauge',
+      help: 'KV-cache usage. 1 means 100 percent usage.',
+    });
+    expect(samples).toEqual([
+      {
+        name: 'vllm:kv_cache_usage_perc',
+        labels: { engine: '0', model_name: 'qwen2.5-7b' },
+        value: 0.0731,
+        timestampMs: null,
+      },
+    ]);
   });
 
   it('unescapes backslash, double quote and newline in label values and keeps unknown escapes as written', () => {
-    const { samples, issues } = parsePrometheusText(String.raw`m{path="C:\\dir\\",quote="say \"hi\"",nl="a\nb",other="tab\there"} 1` + '\n');
+    const { samples, issues } = parsePrometheusText(
+      String.raw`m{path="C:\\dir\\",quote="say \"hi\"",nl="a\nb",other="tab\there"} 1` + '\n',
+    );
     expect(issues).toEqual([]);
     expect(samples[0]?.labels).toEqual({ path: 'C:\\dir\\', quote: 'say "hi"', nl: 'a\nb', other: 'tab\\there' });
   });
@@ -29,14 +41,30 @@ describe('parsePrometheusText', () => {
   });
 
   it('parses NaN, +Inf, -Inf and the lower-case forms llama.cpp prints', () => {
-    const { samples, issues } = parsePrometheusText(['a NaN', 'b +Inf', 'c -Inf', 'd nan', 'e inf', 'f -inf', 'g Inf'].join('\n'));
+    const { samples, issues } = parsePrometheusText(
+      ['a NaN', 'b +Inf', 'c -Inf', 'd nan', 'e inf', 'f -inf', 'g Inf'].join('\n'),
+    );
     expect(issues).toEqual([]);
-    expect(samples.map((sample) => String(sample.value))).toEqual(['NaN', 'Infinity', '-Infinity', 'NaN', 'Infinity', '-Infinity', 'Infinity']);
+    expect(samples.map((sample) => String(sample.value))).toEqual([
+      'NaN',
+      'Infinity',
+      '-Infinity',
+      'NaN',
+      'Infinity',
+      '-Infinity',
+      'Infinity',
+    ]);
   });
 
   it('parses the number forms of prometheus_client and C++ streams', () => {
-    const { samples } = parsePrometheusText(['a 7.0', 'b 2.417733e+06', 'c 1e-05', 'd -0.0', 'e .5', 'f 1.7612044183526373e+09', 'g 13959.6', 'h 1E3'].join('\n'));
-    expect(samples.map((sample) => sample.value)).toEqual([7, 2_417_733, 0.00001, -0, 0.5, 1_761_204_418.3526373, 13959.6, 1000]);
+    const { samples } = parsePrometheusText(
+      ['a 7.0', 'b 2.417733e+06', 'c 1e-05', 'd -0.0', 'e .5', 'f 1.7612044183526373e+09', 'g 13959.6', 'h 1E3'].join(
+        '\n',
+      ),
+    );
+    expect(samples.map((sample) => sample.value)).toEqual([
+      7, 2_417_733, 0.00001, -0, 0.5, 1_761_204_418.3526373, 13959.6, 1000,
+    ]);
   });
 
   it('reads a millisecond timestamp after the value, negative ones included', () => {
@@ -47,7 +75,11 @@ describe('parsePrometheusText', () => {
 
   it('skips an OpenMetrics exemplar after the value or the timestamp', () => {
     const { samples, issues } = parsePrometheusText(
-      ['h_bucket{le="0.5"} 4 # {trace_id="abc def"} 0.43 1700000000.1', 'h_bucket{le="1"} 5 1700000000000 # {trace_id="x"} 0.9', '# EOF'].join('\n'),
+      [
+        'h_bucket{le="0.5"} 4 # {trace_id="abc def"} 0.43 1700000000.1',
+        'h_bucket{le="1"} 5 1700000000000 # {trace_id="x"} 0.9',
+        '# EOF',
+      ].join('\n'),
     );
     expect(issues).toEqual([]);
     expect(samples).toEqual([
@@ -81,7 +113,13 @@ describe('parsePrometheusText', () => {
 
   it('keeps summary quantiles as samples with a quantile label', () => {
     const { samples, metadata } = parsePrometheusText(
-      ['# TYPE rpc summary', 'rpc{quantile="0.5"} 0.05', 'rpc{quantile="0.99"} NaN', 'rpc_sum 12.0', 'rpc_count 300'].join('\n'),
+      [
+        '# TYPE rpc summary',
+        'rpc{quantile="0.5"} 0.05',
+        'rpc{quantile="0.99"} NaN',
+        'rpc_sum 12.0',
+        'rpc_count 300',
+      ].join('\n'),
     );
     expect(metadata.get('rpc')?.type).toBe('summary');
     expect(samples.map((sample) => [sample.name, sample.labels['quantile'] ?? null])).toEqual([
@@ -94,7 +132,12 @@ describe('parsePrometheusText', () => {
 
   it('reads _created lines as ordinary samples of their own family', () => {
     const { samples, metadata } = parsePrometheusText(
-      ['# TYPE c_total counter', 'c_total{a="1"} 3.0', '# TYPE c_created gauge', 'c_created{a="1"} 1.7612044183526373e+09'].join('\n'),
+      [
+        '# TYPE c_total counter',
+        'c_total{a="1"} 3.0',
+        '# TYPE c_created gauge',
+        'c_created{a="1"} 1.7612044183526373e+09',
+      ].join('\n'),
     );
     expect(metadata.get('c_created')?.type).toBe('gauge');
     expect(samples.map((sample) => sample.name)).toEqual(['c_total', 'c_created']);
@@ -115,7 +158,14 @@ describe('parsePrometheusText', () => {
 
   it('ignores plain comments and # EOF, unescapes HELP text and allows an empty HELP', () => {
     const { samples, metadata, issues } = parsePrometheusText(
-      ['# just a comment', '#no space comment', String.raw`# HELP a Line one\nline two with a \\ backslash and "quotes"`, '# HELP b', 'a 1', '# EOF'].join('\n'),
+      [
+        '# just a comment',
+        '#no space comment',
+        String.raw`# HELP a Line one\nline two with a \\ backslash and "quotes"`,
+        '# HELP b',
+        'a 1',
+        '# EOF',
+      ].join('\n'),
     );
     expect(issues).toEqual([]);
     expect(samples).toHaveLength(1);
@@ -185,6 +235,7 @@ describe('parsePrometheusValue', () => {
     expect(parsePrometheusValue('NAN')).toBeNaN();
     expect(parsePrometheusValue('+3.5e-2')).toBe(0.035);
     expect(parsePrometheusValue('1.')).toBe(1);
-    for (const text of ['', 'abc', '1,5', '0x10', '1e', '--1', 'Infinite', '1_000']) expect(parsePrometheusValue(text)).toBeNull();
+    for (const text of ['', 'abc', '1,5', '0x10', '1e', '--1', 'Infinite', '1_000'])
+      expect(parsePrometheusValue(text)).toBeNull();
   });
 });

@@ -58,7 +58,13 @@ export interface PrometheusExposition {
   readonly issues: readonly PrometheusParseIssue[];
 }
 
-const METRIC_TYPES: ReadonlySet<string> = new Set<PrometheusMetricType>(['counter', 'gauge', 'histogram', 'summary', 'untyped']);
+const METRIC_TYPES: ReadonlySet<string> = new Set<PrometheusMetricType>([
+  'counter',
+  'gauge',
+  'histogram',
+  'summary',
+  'untyped',
+]);
 const METRIC_NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*/;
 const LABEL_NAME = /^[a-zA-Z_][a-zA-Z0-9_]*/;
 const DECIMAL_FLOAT = /^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$/;
@@ -97,7 +103,10 @@ export function parsePrometheusValue(text: string): number | null {
 }
 
 /** HELP/TYPE lines update `metadata` and return null; other comments return null; errors return a reason. */
-function readCommentLine(line: string, metadata: Map<string, { type: PrometheusMetricType | null; help: string | null }>): string | null {
+function readCommentLine(
+  line: string,
+  metadata: Map<string, { type: PrometheusMetricType | null; help: string | null }>,
+): string | null {
   const match = /^#[ \t]+(HELP|TYPE)[ \t]+(\S+)(?:[ \t]+(.*))?$/.exec(line);
   if (!match) return null; // a plain comment
   const [, keyword, name = '', rest = ''] = match;

@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { parsePrometheusText } from './prometheus-text';
 import { clampRatio, SeriesReader } from './series-reader';
 
-const reader = (text: string, replicaLabels: readonly string[] = []) => new SeriesReader(parsePrometheusText(text), replicaLabels);
+const reader = (text: string, replicaLabels: readonly string[] = []) =>
+  new SeriesReader(parsePrometheusText(text), replicaLabels);
 
 describe('SeriesReader', () => {
   it('sums distinct series and averages them for mean', () => {

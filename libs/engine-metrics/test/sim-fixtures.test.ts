@@ -8,7 +8,13 @@ import vllmV0Prom from './fixtures/sim-vllm-v0.prom?raw';
 import vllmV0State from './fixtures/sim-vllm-v0.state.json';
 import vllmProm from './fixtures/sim-vllm.prom?raw';
 import vllmState from './fixtures/sim-vllm.state.json';
-import { detectEngineKind, hitRateOverInterval, parseEngineMetrics, parsePrometheusText, type EngineMetrics } from '../src/index';
+import {
+  detectEngineKind,
+  hitRateOverInterval,
+  parseEngineMetrics,
+  parsePrometheusText,
+  type EngineMetrics,
+} from '../src/index';
 
 /**
  * Expositions captured from the real apps/vllm-sim (capture-sim-fixtures.sh): KV cache of 96 blocks,
@@ -75,7 +81,11 @@ describe('vllm-sim expositions', () => {
       // Block hit rate: 24 hit blocks of 123 full blocks looked up.
       prefixCacheHitRate: 0.1951219512195122,
     });
-    expect(metrics).toMatchObject({ kvUsage: vllmV0State.kv_cache_usage, running: vllmV0State.running, waiting: vllmV0State.waiting });
+    expect(metrics).toMatchObject({
+      kvUsage: vllmV0State.kv_cache_usage,
+      running: vllmV0State.running,
+      waiting: vllmV0State.waiting,
+    });
     expect(hitRateOverInterval(metrics, metrics)).toBe(0.1951219512195122);
   });
 
@@ -99,7 +109,10 @@ describe('vllm-sim expositions', () => {
       engineStartedAtMs: null,
     });
     // The sim's pool has num_gpu_blocks − 1 usable blocks.
-    expect(metrics).toMatchObject({ kvUsage: sglangState.kv_cache_usage, kvCapacityTokens: (sglangState.num_gpu_blocks - 1) * 16 });
+    expect(metrics).toMatchObject({
+      kvUsage: sglangState.kv_cache_usage,
+      kvCapacityTokens: (sglangState.num_gpu_blocks - 1) * 16,
+    });
   });
 
   it('llamacpp, with and without /slots', () => {
@@ -117,6 +130,10 @@ describe('vllm-sim expositions', () => {
       prefixCacheHitRate: null,
       engineStartedAtMs: null,
     });
-    expect(parseEngineMetrics(llamaCppProm)).toMatchObject({ kvCapacityTokens: null, running: llamaCppState.running, waiting: llamaCppState.waiting });
+    expect(parseEngineMetrics(llamaCppProm)).toMatchObject({
+      kvCapacityTokens: null,
+      running: llamaCppState.running,
+      waiting: llamaCppState.waiting,
+    });
   });
 });

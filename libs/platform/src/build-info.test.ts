@@ -15,7 +15,17 @@ function checkout(): { root: string; commit: string } {
   const root = mkdtempSync(join(tmpdir(), 'kvroute-build-info-'));
   temporary.push(root);
   writeFileSync(join(root, 'package.json'), JSON.stringify({ name: 'x', version: '9.8.7', workspaces: [] }));
-  const git = (...args: string[]): string => execFileSync('git', ['-C', root, ...args], { encoding: 'utf8', env: { ...process.env, GIT_AUTHOR_NAME: 't', GIT_AUTHOR_EMAIL: 't@t', GIT_COMMITTER_NAME: 't', GIT_COMMITTER_EMAIL: 't@t' } }).trim();
+  const git = (...args: string[]): string =>
+    execFileSync('git', ['-C', root, ...args], {
+      encoding: 'utf8',
+      env: {
+        ...process.env,
+        GIT_AUTHOR_NAME: 't',
+        GIT_AUTHOR_EMAIL: 't@t',
+        GIT_COMMITTER_NAME: 't',
+        GIT_COMMITTER_EMAIL: 't@t',
+      },
+    }).trim();
   git('init', '-q');
   git('add', 'package.json');
   git('commit', '-qm', 'one');

@@ -22,7 +22,9 @@ declare const __KVROUTE_BUILD__: BuildInfo | undefined;
 let cached: BuildInfo | null = null;
 
 export function buildInfo(env: Readonly<Record<string, string | undefined>> = process.env): BuildInfo {
-  if (cached === null) cached = typeof __KVROUTE_BUILD__ === 'undefined' ? fromCheckout(findRepoRoot(import.meta.dirname)) : __KVROUTE_BUILD__;
+  if (cached === null)
+    cached =
+      typeof __KVROUTE_BUILD__ === 'undefined' ? fromCheckout(findRepoRoot(import.meta.dirname)) : __KVROUTE_BUILD__;
   const commit = env['KVROUTE_COMMIT'];
   return commit !== undefined && /^[0-9a-f]{7,40}$/.test(commit) ? { ...cached, commit } : cached;
 }
@@ -54,7 +56,14 @@ export function fromCheckout(root: string | null): BuildInfo {
  */
 function commitOf(dotGit: string): string {
   try {
-    const gitDir = statSync(dotGit).isFile() ? resolve(dirname(dotGit), readFileSync(dotGit, 'utf8').replace(/^gitdir:\s*/, '').trim()) : dotGit;
+    const gitDir = statSync(dotGit).isFile()
+      ? resolve(
+          dirname(dotGit),
+          readFileSync(dotGit, 'utf8')
+            .replace(/^gitdir:\s*/, '')
+            .trim(),
+        )
+      : dotGit;
     const head = readFileSync(join(gitDir, 'HEAD'), 'utf8').trim();
     if (!head.startsWith('ref: ')) return head;
     const ref = head.slice('ref: '.length);

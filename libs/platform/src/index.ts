@@ -10,7 +10,17 @@ export type { ConfigSchema, EnvMap } from './config/config-options';
 export { secretOption } from './config/secret-option';
 export { readConfigFile } from './config/read-config-file';
 export { toEnvName, toFlagName } from './config/option-names';
-export { loadUpstreamKeys, UPSTREAM_KEY_SOURCE_FIELDS, upstreamKeyConfigFields, upstreamPlaceOf, UpstreamKeyError, UpstreamKeys, type UpstreamKeyConfig, type UpstreamKeyReaders, type UpstreamKeySource } from './config/upstream-keys';
+export {
+  loadUpstreamKeys,
+  UPSTREAM_KEY_SOURCE_FIELDS,
+  upstreamKeyConfigFields,
+  upstreamPlaceOf,
+  UpstreamKeyError,
+  UpstreamKeys,
+  type UpstreamKeyConfig,
+  type UpstreamKeyReaders,
+  type UpstreamKeySource,
+} from './config/upstream-keys';
 
 export { buildInfo, versionLine, type BuildInfo } from './build-info';
 export { registerBuildInfoGauge } from './metrics/build-info-gauge';

@@ -21,7 +21,14 @@ export type BackendEngine = z.infer<typeof BackendEngine>;
  * - `metrics_status`: `/metrics` answered non-200; `unreadable`: `/metrics` is no engine's exposition.
  * The first four fail the health probe; the last two only leave the load figures unknown.
  */
-export const SCRAPE_FAILURE_CAUSES = ['connect', 'timeout', 'loading', 'health_status', 'metrics_status', 'unreadable'] as const;
+export const SCRAPE_FAILURE_CAUSES = [
+  'connect',
+  'timeout',
+  'loading',
+  'health_status',
+  'metrics_status',
+  'unreadable',
+] as const;
 export const ScrapeFailureCause = z.enum(SCRAPE_FAILURE_CAUSES);
 export type ScrapeFailureCause = z.infer<typeof ScrapeFailureCause>;
 

@@ -28,7 +28,12 @@ export function multipartBoundaryOf(contentType: string | undefined): string | n
   return (match[1] ?? match[2]) as string;
 }
 
-export function readFormField(body: Buffer, boundary: string, name: string, options: { readonly maxParts: number; readonly maxValueBytes: number }): FormFieldResult {
+export function readFormField(
+  body: Buffer,
+  boundary: string,
+  name: string,
+  options: { readonly maxParts: number; readonly maxValueBytes: number },
+): FormFieldResult {
   const delimiter = Buffer.from(`--${boundary}`);
   // Parts are separated by CRLF + delimiter; the first delimiter may open the body without the CRLF.
   const separator = Buffer.concat([CRLF, delimiter]);
@@ -38,15 +43,21 @@ export function readFormField(body: Buffer, boundary: string, name: string, opti
   for (let part = 0; part < options.maxParts; part++) {
     // After a delimiter: `--` ends the form; otherwise CRLF and the part's headers.
     if (body[at] === 0x2d && body[at + 1] === 0x2d) return { kind: 'absent' };
-    if (body[at] !== 0x0d || body[at + 1] !== 0x0a) return { kind: 'malformed', reason: 'a multipart delimiter is not followed by CRLF' };
+    if (body[at] !== 0x0d || body[at + 1] !== 0x0a)
+      return { kind: 'malformed', reason: 'a multipart delimiter is not followed by CRLF' };
     const headersStart = at + 2;
     const headersEnd = body.indexOf(HEADER_END, headersStart);
-    if (headersEnd === -1 || headersEnd - headersStart > MAX_PART_HEADER_BYTES) return { kind: 'malformed', reason: 'a multipart part has no end of headers within 8 KiB' };
+    if (headersEnd === -1 || headersEnd - headersStart > MAX_PART_HEADER_BYTES)
+      return { kind: 'malformed', reason: 'a multipart part has no end of headers within 8 KiB' };
     const contentStart = headersEnd + HEADER_END.length;
     const next = body.indexOf(separator, contentStart);
     if (next === -1) return { kind: 'malformed', reason: 'a multipart part is not closed by a boundary' };
     if (partName(body.toString('latin1', headersStart, headersEnd)) === name) {
-      if (next - contentStart > options.maxValueBytes) return { kind: 'malformed', reason: `the form field \`${name}\` is longer than ${options.maxValueBytes} bytes` };
+      if (next - contentStart > options.maxValueBytes)
+        return {
+          kind: 'malformed',
+          reason: `the form field \`${name}\` is longer than ${options.maxValueBytes} bytes`,
+        };
       return { kind: 'found', value: body.toString('utf8', contentStart, next) };
     }
     at = next + separator.length;

@@ -46,10 +46,18 @@ export function usageFromTail(tail: string): ResponseUsage | null {
   if ((cacheRead !== null || cacheCreation !== null) && prompt[0].includes('"input_tokens"')) {
     const read = cacheRead === null ? 0 : Number(cacheRead[1]);
     const created = cacheCreation === null ? 0 : Number(cacheCreation[1]);
-    return { promptTokens: Number(prompt[1]) + read + created, cachedTokens: cacheRead === null ? null : read, completionTokens };
+    return {
+      promptTokens: Number(prompt[1]) + read + created,
+      cachedTokens: cacheRead === null ? null : read,
+      completionTokens,
+    };
   }
   const cached = CACHED_TOKENS.exec(usage);
-  return { promptTokens: Number(prompt[1]), cachedTokens: cached === null ? null : Number(cached[1]), completionTokens };
+  return {
+    promptTokens: Number(prompt[1]),
+    cachedTokens: cached === null ? null : Number(cached[1]),
+    completionTokens,
+  };
 }
 
 /** Bytes of a stream's start kept for its `message_start` (the event is ~300 B; a ping may come first). */

@@ -69,7 +69,13 @@ const TOOL_CALL_MEMBER = /"(?:tool_calls|function_call)"[ \t\n\r]*:/;
 
 function namedEventCarriesOutput(name: string, data: string): boolean {
   if (isResponsesOutputDelta(name)) return true;
-  if (name !== 'content_block_delta' && name !== 'content_block_start' && name !== 'response.output_item.added' && name !== 'response.output_item.done') return false;
+  if (
+    name !== 'content_block_delta' &&
+    name !== 'content_block_start' &&
+    name !== 'response.output_item.added' &&
+    name !== 'response.output_item.done'
+  )
+    return false;
   const payload = parseObject(data);
   return payload !== null && typedPayloadCarriesOutput(name, payload);
 }
@@ -105,7 +111,13 @@ function choicesCarryOutput(choices: unknown): boolean {
     if (nonEmpty(entry.text)) return true;
     const delta = asObject(entry.delta);
     if (delta === null) continue;
-    if (nonEmpty(delta.content) || nonEmpty(delta.reasoning_content) || nonEmpty(delta.reasoning) || nonEmpty(delta.refusal)) return true;
+    if (
+      nonEmpty(delta.content) ||
+      nonEmpty(delta.reasoning_content) ||
+      nonEmpty(delta.reasoning) ||
+      nonEmpty(delta.refusal)
+    )
+      return true;
     if (Array.isArray(delta.tool_calls) && delta.tool_calls.some(toolCallCarriesOutput)) return true;
     if (toolCallFunctionCarriesOutput(delta.function_call)) return true;
   }
@@ -133,7 +145,9 @@ function parseObject(data: string): Record<string, unknown> | null {
 }
 
 function asObject(value: unknown): Record<string, unknown> | null {
-  return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : null;
+  return value !== null && typeof value === 'object' && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : null;
 }
 
 function nonEmpty(value: unknown): boolean {

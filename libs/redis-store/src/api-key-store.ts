@@ -32,12 +32,30 @@ export class RedisApiKeyStore {
   /** Stores a new key; false when its id or digest exists already. */
   async add(id: string, digest: string, recordJson: string): Promise<boolean> {
     if (!DIGEST.test(digest)) throw new RangeError('an API key digest is 64 lower-case hex characters (SHA-256)');
-    return Number(await runScript(this.#redis, SCRIPTS.changeApiKeys, [this.#keys.byDigest, this.#keys.byId], ['add', id, digest, recordJson])) === 1;
+    return (
+      Number(
+        await runScript(
+          this.#redis,
+          SCRIPTS.changeApiKeys,
+          [this.#keys.byDigest, this.#keys.byId],
+          ['add', id, digest, recordJson],
+        ),
+      ) === 1
+    );
   }
 
   /** Revokes a key by id; false when there was no such key. */
   async revoke(id: string): Promise<boolean> {
-    return Number(await runScript(this.#redis, SCRIPTS.changeApiKeys, [this.#keys.byDigest, this.#keys.byId], ['revoke', id, '', ''])) === 1;
+    return (
+      Number(
+        await runScript(
+          this.#redis,
+          SCRIPTS.changeApiKeys,
+          [this.#keys.byDigest, this.#keys.byId],
+          ['revoke', id, '', ''],
+        ),
+      ) === 1
+    );
   }
 
   /**

@@ -120,7 +120,11 @@ export class RedisBackendSet {
   /** Adds each backend the set does not have, unless it was removed through `remove`. Never overwrites an entry. */
   async seed(specs: readonly BackendEntrySpec[]): Promise<BackendSetChange> {
     const now = this.options.nowMs();
-    return this.change('seed', now, specs.flatMap((spec) => [spec.id, encodeEntry(spec, now)]));
+    return this.change(
+      'seed',
+      now,
+      specs.flatMap((spec) => [spec.id, encodeEntry(spec, now)]),
+    );
   }
 
   /** Adds a backend (undrained unless the spec says so) unless its id is taken (`existed` true, nothing changed). */
@@ -147,7 +151,12 @@ export class RedisBackendSet {
   /** The whole set and its version, read together (one MULTI: no change can fall between the two). */
   async list(): Promise<BackendSetList> {
     const replies = await this.options.redis.multi().get(this.keys.version).hgetall(this.keys.backends).exec();
-    if (!replies || replies.length !== 2) throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', 'backend-set', 'reading the backend set returned no reply');
+    if (!replies || replies.length !== 2)
+      throw new RedisStoreError(
+        'REDIS_STORE_ERR_BAD_REPLY',
+        'backend-set',
+        'reading the backend set returned no reply',
+      );
     const [versionReply, entriesReply] = replies as [[Error | null, unknown], [Error | null, unknown]];
     if (versionReply[0]) throw versionReply[0];
     if (entriesReply[0]) throw entriesReply[0];
@@ -168,13 +177,17 @@ export class RedisBackendSet {
   }
 
   private async change(operation: string, now: number, args: readonly string[]): Promise<BackendSetChange> {
-    const reply = await runScript(this.options.redis, SCRIPTS.changeBackendSet, [this.keys.backends, this.keys.version, this.keys.removed], [
-      operation,
-      now,
-      this.keys.changes,
-      ...args,
-    ]);
-    const [version, changed, existed] = integerArrayReply(SCRIPTS.changeBackendSet, reply, 3) as [number, number, number];
+    const reply = await runScript(
+      this.options.redis,
+      SCRIPTS.changeBackendSet,
+      [this.keys.backends, this.keys.version, this.keys.removed],
+      [operation, now, this.keys.changes, ...args],
+    );
+    const [version, changed, existed] = integerArrayReply(SCRIPTS.changeBackendSet, reply, 3) as [
+      number,
+      number,
+      number,
+    ];
     return { version, changed, existed: existed === 1 };
   }
 }
@@ -257,7 +270,12 @@ class BackendSetWatcher implements BackendSetWatch {
 function parseVersion(reply: unknown): number {
   if (reply === null || reply === undefined) return 0;
   const version = Number(reply);
-  if (!Number.isSafeInteger(version) || version < 0) throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', 'backend-set', `backend set version is ${JSON.stringify(reply)}`);
+  if (!Number.isSafeInteger(version) || version < 0)
+    throw new RedisStoreError(
+      'REDIS_STORE_ERR_BAD_REPLY',
+      'backend-set',
+      `backend set version is ${JSON.stringify(reply)}`,
+    );
   return version;
 }
 
@@ -269,9 +287,12 @@ function requireId(id: string): string {
 /** The entry JSON of a new backend; checks the spec, since every replica will route by it. */
 function encodeEntry(spec: BackendEntrySpec, now: number): string {
   requireId(spec.id);
-  if (!isHttpUrl(spec.url)) throw new RangeError(`backend ${spec.id}: url must be http(s), got ${JSON.stringify(spec.url)}`);
-  if (!Number.isFinite(spec.weight) || spec.weight <= 0) throw new RangeError(`backend ${spec.id}: weight must be a positive number, got ${spec.weight}`);
-  if (spec.models !== undefined && !isModelList(spec.models)) throw new RangeError(`backend ${spec.id}: models must be a non-empty list of non-empty names`);
+  if (!isHttpUrl(spec.url))
+    throw new RangeError(`backend ${spec.id}: url must be http(s), got ${JSON.stringify(spec.url)}`);
+  if (!Number.isFinite(spec.weight) || spec.weight <= 0)
+    throw new RangeError(`backend ${spec.id}: weight must be a positive number, got ${spec.weight}`);
+  if (spec.models !== undefined && !isModelList(spec.models))
+    throw new RangeError(`backend ${spec.id}: models must be a non-empty list of non-empty names`);
   const entry: BackendEntry = {
     id: spec.id,
     url: spec.url,
@@ -312,5 +333,7 @@ function isHttpUrl(url: unknown): url is string {
 }
 
 function isModelList(models: unknown): models is readonly string[] {
-  return Array.isArray(models) && models.length > 0 && models.every((model) => typeof model === 'string' && model.length > 0);
+  return (
+    Array.isArray(models) && models.length > 0 && models.every((model) => typeof model === 'string' && model.length > 0)
+  );
 }

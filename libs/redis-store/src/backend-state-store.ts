@@ -95,23 +95,42 @@ export class RedisBackendStateStore {
     requireTimestamp('scrapedAtMs', scrape.scrapedAtMs);
     const restartedAtMs = scrape.restartedAtMs ?? null;
     if (restartedAtMs !== null) requireTimestamp('restartedAtMs', restartedAtMs);
-    const reply = await runScript(this.options.redis, SCRIPTS.recordBackendScrape, [this.keys.state(id), this.keys.index], [
-      id,
-      scrape.scrapedAtMs,
-      scrape.healthPassed ? '1' : '0',
-      options.failuresToUnhealthy,
-      options.successesToHealthy,
-      options.ttlMs,
-      this.keys.changes,
-      JSON.stringify(observationOf(scrape.observation)),
-      scrape.carry ?? '',
-      restartedAtMs ?? '',
-    ]);
-    if (!Array.isArray(reply) || reply.length !== 2 || typeof reply[0] !== 'string' || (reply[1] !== 0 && reply[1] !== 1)) {
-      throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.recordBackendScrape.name, `${SCRIPTS.recordBackendScrape.name}.lua returned an unexpected reply`);
+    const reply = await runScript(
+      this.options.redis,
+      SCRIPTS.recordBackendScrape,
+      [this.keys.state(id), this.keys.index],
+      [
+        id,
+        scrape.scrapedAtMs,
+        scrape.healthPassed ? '1' : '0',
+        options.failuresToUnhealthy,
+        options.successesToHealthy,
+        options.ttlMs,
+        this.keys.changes,
+        JSON.stringify(observationOf(scrape.observation)),
+        scrape.carry ?? '',
+        restartedAtMs ?? '',
+      ],
+    );
+    if (
+      !Array.isArray(reply) ||
+      reply.length !== 2 ||
+      typeof reply[0] !== 'string' ||
+      (reply[1] !== 0 && reply[1] !== 1)
+    ) {
+      throw new RedisStoreError(
+        'REDIS_STORE_ERR_BAD_REPLY',
+        SCRIPTS.recordBackendScrape.name,
+        `${SCRIPTS.recordBackendScrape.name}.lua returned an unexpected reply`,
+      );
     }
     const state = decodeState(reply[0]);
-    if (state === null) throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.recordBackendScrape.name, `${SCRIPTS.recordBackendScrape.name}.lua returned a state that does not parse`);
+    if (state === null)
+      throw new RedisStoreError(
+        'REDIS_STORE_ERR_BAD_REPLY',
+        SCRIPTS.recordBackendScrape.name,
+        `${SCRIPTS.recordBackendScrape.name}.lua returned a state that does not parse`,
+      );
     return { state, published: reply[1] === 1 };
   }
 
@@ -148,7 +167,14 @@ export class RedisBackendStateStore {
       if (from !== channel) return;
       const state = decodeState(message);
       if (state) options.onState(state);
-      else options.onError?.(new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.recordBackendScrape.name, 'a published backend state does not parse'));
+      else
+        options.onError?.(
+          new RedisStoreError(
+            'REDIS_STORE_ERR_BAD_REPLY',
+            SCRIPTS.recordBackendScrape.name,
+            'a published backend state does not parse',
+          ),
+        );
     };
     options.subscriber.on('message', onMessage);
     const ready = options.subscriber.subscribe(channel).then(
@@ -202,9 +228,11 @@ function requireId(id: string): string {
 }
 
 function requireTimestamp(name: string, value: number): void {
-  if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${name} must be a non-negative integer, got ${value}`);
+  if (!Number.isSafeInteger(value) || value < 0)
+    throw new RangeError(`${name} must be a non-negative integer, got ${value}`);
 }
 
 function requireCount(name: string, value: number): void {
-  if (!Number.isSafeInteger(value) || value < 1) throw new RangeError(`${name} must be a positive integer, got ${value}`);
+  if (!Number.isSafeInteger(value) || value < 1)
+    throw new RangeError(`${name} must be a positive integer, got ${value}`);
 }

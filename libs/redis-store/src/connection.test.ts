@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { clusterOptionsFor, isClusterUrl, parseClusterUrl, reconnectDelayMs, redisOptionsFor, redisUrlNodes, REQUEST_PATH_COMMAND_TIMEOUT_MS } from './connection';
+import {
+  clusterOptionsFor,
+  isClusterUrl,
+  parseClusterUrl,
+  reconnectDelayMs,
+  redisOptionsFor,
+  redisUrlNodes,
+  REQUEST_PATH_COMMAND_TIMEOUT_MS,
+} from './connection';
 
 describe('redisOptionsFor', () => {
   it('makes request-path connections fail fast', () => {
@@ -27,7 +35,9 @@ describe('redisOptionsFor', () => {
 
 describe('reconnectDelayMs', () => {
   it('doubles from the step up to the cap', () => {
-    expect([1, 2, 3, 4, 5, 6, 7].map((attempt) => reconnectDelayMs(attempt, 50, 2000))).toEqual([50, 100, 200, 400, 800, 1600, 2000]);
+    expect([1, 2, 3, 4, 5, 6, 7].map((attempt) => reconnectDelayMs(attempt, 50, 2000))).toEqual([
+      50, 100, 200, 400, 800, 1600, 2000,
+    ]);
     expect(reconnectDelayMs(10_000, 50, 2000)).toBe(2000);
   });
 });
@@ -57,7 +67,11 @@ describe('parseClusterUrl', () => {
       password: 'p@ss',
     });
     // The userinfo ends at the last '@': unencoded '@' and '/' in a password still parse.
-    expect(parseClusterUrl('redis+cluster://:a@b/c@h:1')).toMatchObject({ username: undefined, password: 'a@b/c', nodes: [{ host: 'h', port: 1 }] });
+    expect(parseClusterUrl('redis+cluster://:a@b/c@h:1')).toMatchObject({
+      username: undefined,
+      password: 'a@b/c',
+      nodes: [{ host: 'h', port: 1 }],
+    });
   });
 
   it('refuses a malformed URL without quoting it (it may hold a password)', () => {
@@ -127,7 +141,9 @@ describe('clusterOptionsFor', () => {
   });
 
   it('worker: queues, waits through a failover, and keeps maxRetriesPerRequest null for BullMQ', () => {
-    const options = clusterOptionsFor('worker', parseClusterUrl('redis+cluster://a:7000'), { overrides: { connectionName: 'poller' } });
+    const options = clusterOptionsFor('worker', parseClusterUrl('redis+cluster://a:7000'), {
+      overrides: { connectionName: 'poller' },
+    });
     expect(options.enableOfflineQueue).toBe(true);
     expect(options.clusterRetryStrategy?.(100)).toBe(5000);
     expect((options.maxRedirections ?? 0) * (options.retryDelayOnFailover ?? 0)).toBeGreaterThanOrEqual(20_000);

@@ -104,7 +104,10 @@ export function parseClusterUrl(url: string): ClusterUrl {
   const end = afterUserinfo.search(/[/?#]/);
   const hostList = end < 0 ? afterUserinfo : afterUserinfo.slice(0, end);
   const tail = end < 0 ? '' : afterUserinfo.slice(end);
-  if (tail !== '' && tail !== '/' && tail !== '/0') throw clusterUrlError('it has a path, query or fragment (a cluster has one database, 0, and takes no options in the URL)');
+  if (tail !== '' && tail !== '/' && tail !== '/0')
+    throw clusterUrlError(
+      'it has a path, query or fragment (a cluster has one database, 0, and takes no options in the URL)',
+    );
 
   let username: string | undefined;
   let password: string | undefined;
@@ -134,7 +137,8 @@ function parseNode(entry: string, position: number): RedisNodeAddress {
   const portPart = colon < 0 ? null : entry.slice(colon + 1);
   const v6 = IPV6_IN_BRACKETS.exec(hostPart);
   const host = v6 ? (v6[1] as string) : hostPart;
-  if (!v6 && !HOST_NAME.test(host)) throw clusterUrlError(`node ${position} has no valid host (a name, an IPv4 address or an [IPv6] address)`);
+  if (!v6 && !HOST_NAME.test(host))
+    throw clusterUrlError(`node ${position} has no valid host (a name, an IPv4 address or an [IPv6] address)`);
   const port = portPart === null ? DEFAULT_PORT : /^\d{1,5}$/.test(portPart) ? Number(portPart) : Number.NaN;
   if (!(port >= 1 && port <= 65_535)) throw clusterUrlError(`node ${position} has no valid port (1..65535)`);
   return { host: host.toLowerCase(), port };
@@ -185,8 +189,21 @@ export function redisUrlNodes(url: string): RedisNodeAddress[] {
  * by that much before the next node is asked.
  */
 const CLUSTER_ROLE_OPTIONS: Record<RedisRole, ClusterOptions> = {
-  'request-path': { maxRedirections: 4, retryDelayOnFailover: 10, retryDelayOnClusterDown: 10, retryDelayOnTryAgain: 10, slotsRefreshTimeout: 1000 },
-  worker: { maxRedirections: 64, retryDelayOnFailover: 500, retryDelayOnClusterDown: 500, retryDelayOnTryAgain: 100, slotsRefreshTimeout: 2000, enableReadyCheck: false },
+  'request-path': {
+    maxRedirections: 4,
+    retryDelayOnFailover: 10,
+    retryDelayOnClusterDown: 10,
+    retryDelayOnTryAgain: 10,
+    slotsRefreshTimeout: 1000,
+  },
+  worker: {
+    maxRedirections: 64,
+    retryDelayOnFailover: 500,
+    retryDelayOnClusterDown: 500,
+    retryDelayOnTryAgain: 100,
+    slotsRefreshTimeout: 2000,
+    enableReadyCheck: false,
+  },
 };
 
 /**
@@ -203,7 +220,8 @@ export function clusterOptionsFor(role: RedisRole, url: ClusterUrl, options: Cre
   const enableOfflineQueue = nodeOptions.enableOfflineQueue ?? true;
   const retryStrategy = nodeOptions.retryStrategy;
   // What a node connection must not set itself: the cluster owns addressing, queueing and reconnection.
-  for (const owned of ['host', 'port', 'path', 'sentinels', 'retryStrategy', 'enableOfflineQueue', 'readOnly'] as const) delete nodeOptions[owned];
+  for (const owned of ['host', 'port', 'path', 'sentinels', 'retryStrategy', 'enableOfflineQueue', 'readOnly'] as const)
+    delete nodeOptions[owned];
   if (url.username !== undefined) nodeOptions.username = url.username;
   if (url.password !== undefined) nodeOptions.password = url.password;
   if (url.tls) nodeOptions.tls = nodeOptions.tls ?? {};

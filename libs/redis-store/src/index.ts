@@ -25,11 +25,31 @@ export {
   type RedisNodeAddress,
   type RedisRole,
 } from './connection';
-export { blockHashArg, DEFAULT_KEY_NAMESPACE, fleetKeys, type FleetKeys, cellHashTag, KEY_SUFFIX, MAX_POOL_CELLS, type PoolCell, PACKED_BLOCK_WIDTH, packBlockHashes, poolHashTag, poolKeys, type PoolKeys, responseOwnerKey } from './keys';
+export {
+  blockHashArg,
+  DEFAULT_KEY_NAMESPACE,
+  fleetKeys,
+  type FleetKeys,
+  cellHashTag,
+  KEY_SUFFIX,
+  MAX_POOL_CELLS,
+  type PoolCell,
+  PACKED_BLOCK_WIDTH,
+  packBlockHashes,
+  poolHashTag,
+  poolKeys,
+  type PoolKeys,
+  responseOwnerKey,
+} from './keys';
 export { RedisResponseOwners, type RedisResponseOwnersOptions } from './response-owners';
 export { clearPoolState } from './clear-pool-state';
 export { backendCell, cellKeyOf, DEFAULT_CELL_KEY_BYTES, requestCellOrder } from './pool-cells';
-export { DEFAULT_SHORTLIST, RECORD_BLOCKS_PER_CALL, RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';
+export {
+  DEFAULT_SHORTLIST,
+  RECORD_BLOCKS_PER_CALL,
+  RedisRoutingState,
+  type RedisRoutingStateOptions,
+} from './redis-routing-state';
 export { RedisStoreError, type RedisStoreErrorCode } from './redis-store-error';
 export { SCRIPTS, type LuaScript, type RedisClient } from './scripts';
 export {
@@ -42,7 +62,24 @@ export {
   type ScrapeRecord,
   type SubscribeBackendStatesOptions,
 } from './backend-state-store';
-export { apiKeyKeys, type ApiKeyKeys, backendStateKeys, type BackendStateKeys, routerReplicasKey, tenantKeys, type TenantKeys } from './keys';
+export {
+  apiKeyKeys,
+  type ApiKeyKeys,
+  backendStateKeys,
+  type BackendStateKeys,
+  routerReplicasKey,
+  tenantKeys,
+  type TenantKeys,
+} from './keys';
 export { RedisApiKeyStore, type ApiKeyStoreOptions } from './api-key-store';
 export { RouterReplicas, type RouterReplicasOptions } from './router-replicas';
-export { TenantLimits, type AdmitOutcome, type AdmitRequest, type LimitScope, type RateLimit, type RateState, type RateUnit, type TenantLimitsOptions } from './tenant-limits';
+export {
+  TenantLimits,
+  type AdmitOutcome,
+  type AdmitRequest,
+  type LimitScope,
+  type RateLimit,
+  type RateState,
+  type RateUnit,
+  type TenantLimitsOptions,
+} from './tenant-limits';

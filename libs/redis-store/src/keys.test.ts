@@ -1,6 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { CLUSTER_SLOT_COUNT, clusterKeySlot } from '@kvroute/testing';
-import { blockHashArg, cellHashTag, poolHashTag, poolKeys, PACKED_BLOCK_WIDTH, packBlockHashes, responseOwnerKey } from './keys';
+import {
+  blockHashArg,
+  cellHashTag,
+  poolHashTag,
+  poolKeys,
+  PACKED_BLOCK_WIDTH,
+  packBlockHashes,
+  responseOwnerKey,
+} from './keys';
 
 /** The part of a key Redis Cluster hashes: the first `{…}` with something inside, else the whole key. */
 function clusterHashInput(key: string): string {
@@ -25,16 +33,31 @@ describe('poolKeys', () => {
     expect(poolKeys('m', 'test:ns').ownersOld).toBe('test:ns:{m}:owners:old');
   });
 
-  it.each(['llama-3-8b', 'org/model:Q4', 'odd{name}', '}{', '', 'a'.repeat(40), 'da39a3ee5e6b4b0d3255bfef95601890afd80709'])(
-    'puts every key of pool %j in one cluster slot, whatever its backend ids',
-    (pool) => {
-      const keys = poolKeys(pool);
-      const all = [keys.ownersNew, keys.ownersOld, keys.generation, keys.forgotten, keys.prefill('b{1}'), keys.prefill('}x{'), keys.leaseDeadlines, keys.inflight, keys.pending];
-      const inputs = new Set(all.map(clusterHashInput));
-      expect(inputs.size).toBe(1);
-      expect([...inputs][0]).toBe(poolHashTag(pool));
-    },
-  );
+  it.each([
+    'llama-3-8b',
+    'org/model:Q4',
+    'odd{name}',
+    '}{',
+    '',
+    'a'.repeat(40),
+    'da39a3ee5e6b4b0d3255bfef95601890afd80709',
+  ])('puts every key of pool %j in one cluster slot, whatever its backend ids', (pool) => {
+    const keys = poolKeys(pool);
+    const all = [
+      keys.ownersNew,
+      keys.ownersOld,
+      keys.generation,
+      keys.forgotten,
+      keys.prefill('b{1}'),
+      keys.prefill('}x{'),
+      keys.leaseDeadlines,
+      keys.inflight,
+      keys.pending,
+    ];
+    const inputs = new Set(all.map(clusterHashInput));
+    expect(inputs.size).toBe(1);
+    expect([...inputs][0]).toBe(poolHashTag(pool));
+  });
 
   it('uses the model name as the tag when it can, else its SHA-1, and never maps two pools to one tag', () => {
     expect(poolHashTag('llama-3-8b')).toBe('llama-3-8b');
@@ -106,7 +129,9 @@ describe('responseOwnerKey', () => {
     expect(tenant).not.toBe(open);
     expect(tenant).toMatch(/^kvr:v1:\{resp:resp_1\}:owner:[0-9a-f]{40}$/);
     expect(responseOwnerKey('tenant\u0000other', 'resp_1')).not.toBe(tenant);
-    const slots = new Set(Array.from({ length: 50 }, (_, index) => clusterKeySlot(responseOwnerKey('', `resp_${index}`))));
+    const slots = new Set(
+      Array.from({ length: 50 }, (_, index) => clusterKeySlot(responseOwnerKey('', `resp_${index}`))),
+    );
     expect(slots.size).toBeGreaterThan(40);
     expect([...slots].every((slot) => slot >= 0 && slot < CLUSTER_SLOT_COUNT)).toBe(true);
   });

@@ -70,8 +70,10 @@ const cellTags = new Map<string, string>();
  */
 export function cellHashTag(pool: string, cell: PoolCell): string {
   const { index, count } = cell;
-  if (!Number.isInteger(count) || count < 1 || count > MAX_POOL_CELLS) throw new RangeError(`cells must be an integer in [1, ${MAX_POOL_CELLS}], got ${count}`);
-  if (!Number.isInteger(index) || index < 0 || index >= count) throw new RangeError(`cell must be an integer in [0, ${count}), got ${index}`);
+  if (!Number.isInteger(count) || count < 1 || count > MAX_POOL_CELLS)
+    throw new RangeError(`cells must be an integer in [1, ${MAX_POOL_CELLS}], got ${count}`);
+  if (!Number.isInteger(index) || index < 0 || index >= count)
+    throw new RangeError(`cell must be an integer in [0, ${count}), got ${index}`);
   const tag = poolHashTag(pool);
   if (count === 1) return tag;
   const known = `${index}/${count}/${tag}`;
@@ -88,7 +90,9 @@ export function cellHashTag(pool: string, cell: PoolCell): string {
       return candidate;
     }
   }
-  throw new Error(`no tag of cell ${index} of ${count} for ${JSON.stringify(pool)} found in ${MAX_CELL_TAG_TRIES} tries`);
+  throw new Error(
+    `no tag of cell ${index} of ${count} for ${JSON.stringify(pool)} found in ${MAX_CELL_TAG_TRIES} tries`,
+  );
 }
 
 /** A bound that a uniform hash never reaches for a range of 254+ slots out of 16384 (p < 1e-100). */
@@ -128,7 +132,11 @@ export interface PoolKeys {
 }
 
 /** The keys of one pool, or of one cell of a split pool. */
-export function poolKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE, cell: PoolCell = { index: 0, count: 1 }): PoolKeys {
+export function poolKeys(
+  pool: string,
+  namespace: string = DEFAULT_KEY_NAMESPACE,
+  cell: PoolCell = { index: 0, count: 1 },
+): PoolKeys {
   const prefix = `${namespace}:{${cellHashTag(pool, cell)}}:`;
   return {
     prefix,
@@ -146,7 +154,8 @@ export function poolKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE
 
 /** A block hash as it appears in the owner index's fields: the decimal integer (exact: block hashes are 53-bit). */
 export function blockHashArg(blockHash: BlockHash): string {
-  if (!Number.isSafeInteger(blockHash) || blockHash < 0) throw new RangeError(`block hash must be a non-negative safe integer, got ${blockHash}`);
+  if (!Number.isSafeInteger(blockHash) || blockHash < 0)
+    throw new RangeError(`block hash must be a non-negative safe integer, got ${blockHash}`);
   return String(blockHash);
 }
 
@@ -207,7 +216,11 @@ export interface BackendStateKeys {
 
 export function backendStateKeys(namespace: string = DEFAULT_KEY_NAMESPACE): BackendStateKeys {
   const index = `${namespace}:{fleet}:backend-states`;
-  return { state: (backendId) => `${namespace}:{fleet}:backend-state:${backendId}`, index, changes: `${index}:changes` };
+  return {
+    state: (backendId) => `${namespace}:{fleet}:backend-state:${backendId}`,
+    index,
+    changes: `${index}:changes`,
+  };
 }
 
 /**
@@ -226,7 +239,11 @@ export interface TenantKeys {
 
 export function tenantKeys(tenant: string, namespace: string = DEFAULT_KEY_NAMESPACE): TenantKeys {
   const prefix = `${namespace}:{tenant:${poolHashTag(tenant)}}:`;
-  return { rates: `${prefix}rates`, tenantLeases: `${prefix}leases:tenant`, keyLeases: (keyId) => `${prefix}leases:key:${keyId}` };
+  return {
+    rates: `${prefix}rates`,
+    tenantLeases: `${prefix}leases:tenant`,
+    keyLeases: (keyId) => `${prefix}leases:key:${keyId}`,
+  };
 }
 
 /**

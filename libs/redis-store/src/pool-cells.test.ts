@@ -30,7 +30,7 @@ describe('requestCellOrder', () => {
     expect(requestCellOrder(42, [0, 0])).toEqual([]);
   });
 
-  it("sends each cell a share of the cell keys that follows its share of the backends", () => {
+  it('sends each cell a share of the cell keys that follows its share of the backends', () => {
     const sizes = [10, 20, 30];
     const firsts = [0, 0, 0];
     const heads = 6_000;
@@ -52,20 +52,54 @@ describe('cellKeyOf', () => {
   it('keys a completion (no first turn) by its head hash, whatever its length: its prompt grows, its head stays', () => {
     expect(cellKeyOf({ blockHashes: chain, blockSizeBytes: 256, headHash: 7 }, 16_384)).toBe(7);
     expect(cellKeyOf({ blockHashes: chain.slice(0, 10), blockSizeBytes: 256, headHash: 7 }, 16_384)).toBe(7);
-    expect(cellKeyOf({ blockHashes: [], blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 0, end: 100 } }, 16_384)).toBe(7);
+    expect(
+      cellKeyOf({ blockHashes: [], blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 0, end: 100 } }, 16_384),
+    ).toBe(7);
   });
 
   it('keys a first turn shorter than a block by the block it ends in, and a text shorter than the key point by its last block', () => {
-    expect(cellKeyOf({ blockHashes: chain, blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 10, end: 100 } }, 16_384)).toBe(chain[0]);
-    expect(cellKeyOf({ blockHashes: chain.slice(0, 5), blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 10, end: 20_000 } }, 16_384)).toBe(chain[4]);
+    expect(
+      cellKeyOf(
+        { blockHashes: chain, blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 10, end: 100 } },
+        16_384,
+      ),
+    ).toBe(chain[0]);
+    expect(
+      cellKeyOf(
+        {
+          blockHashes: chain.slice(0, 5),
+          blockSizeBytes: 256,
+          headHash: 7,
+          firstTurnBytes: { start: 10, end: 20_000 },
+        },
+        16_384,
+      ),
+    ).toBe(chain[4]);
     // A first turn past the routed blocks (maxRoutedBlocks cut a huge prompt): the last block routed.
-    expect(cellKeyOf({ blockHashes: chain.slice(0, 10), blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 5_000, end: 6_000 } }, 16_384)).toBe(chain[9]);
+    expect(
+      cellKeyOf(
+        {
+          blockHashes: chain.slice(0, 10),
+          blockSizeBytes: 256,
+          headHash: 7,
+          firstTurnBytes: { start: 5_000, end: 6_000 },
+        },
+        16_384,
+      ),
+    ).toBe(chain[9]);
   });
 
   it('keys a chat at the end of its first turn, or keyBytes into it: the same for every later turn of the conversation', () => {
     const firstTurnBytes = { start: 1_024, end: 3_000 };
-    const turns = [12, 40, 100].map((length) => cellKeyOf({ blockHashes: chain.slice(0, length), blockSizeBytes: 256, headHash: 7, firstTurnBytes }, 16_384));
+    const turns = [12, 40, 100].map((length) =>
+      cellKeyOf({ blockHashes: chain.slice(0, length), blockSizeBytes: 256, headHash: 7, firstTurnBytes }, 16_384),
+    );
     expect(turns).toEqual([chain[10], chain[10], chain[10]]);
-    expect(cellKeyOf({ blockHashes: chain, blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 1_024, end: 20_000 } }, 2_048)).toBe(chain[11]);
+    expect(
+      cellKeyOf(
+        { blockHashes: chain, blockSizeBytes: 256, headHash: 7, firstTurnBytes: { start: 1_024, end: 20_000 } },
+        2_048,
+      ),
+    ).toBe(chain[11]);
   });
 });

@@ -1,4 +1,11 @@
-import { combineHash53, hashString53, weightedRendezvousScore, type BackendId, type BlockHash, type RoutingRequest } from '@kvroute/routing';
+import {
+  combineHash53,
+  hashString53,
+  weightedRendezvousScore,
+  type BackendId,
+  type BlockHash,
+  type RoutingRequest,
+} from '@kvroute/routing';
 
 /**
  * A pool split into cells (docs/adr/0007): each cell is its own hash slot (keys.ts, `poolKeys(pool,
@@ -22,7 +29,10 @@ export const DEFAULT_CELL_KEY_BYTES = 16_384;
  * turn, is keyed by its head hash (its first block): nothing else is known to stay the same as its
  * prompt grows, so completions that share a first block share a cell.
  */
-export function cellKeyOf(request: Pick<RoutingRequest, 'blockHashes' | 'blockSizeBytes' | 'headHash' | 'firstTurnBytes'>, keyBytes: number): BlockHash {
+export function cellKeyOf(
+  request: Pick<RoutingRequest, 'blockHashes' | 'blockSizeBytes' | 'headHash' | 'firstTurnBytes'>,
+  keyBytes: number,
+): BlockHash {
   const { blockHashes, blockSizeBytes, firstTurnBytes } = request;
   if (blockHashes.length === 0 || blockSizeBytes <= 0 || firstTurnBytes === undefined) return request.headHash;
   const keyEnd = Math.min(firstTurnBytes.start + keyBytes, firstTurnBytes.end);
@@ -63,7 +73,11 @@ export function backendCell(backendId: BackendId, cells: number): number {
 export function requestCellOrder(cellKey: BlockHash, sizes: readonly number[]): number[] {
   const scored: { cell: number; score: number }[] = [];
   sizes.forEach((size, cell) => {
-    if (size > 0) scored.push({ cell, score: weightedRendezvousScore(combineHash53(combineHash53(cellKey, CELL_SEED), cell), size) });
+    if (size > 0)
+      scored.push({
+        cell,
+        score: weightedRendezvousScore(combineHash53(combineHash53(cellKey, CELL_SEED), cell), size),
+      });
   });
   return scored.sort((a, b) => b.score - a.score || a.cell - b.cell).map((entry) => entry.cell);
 }

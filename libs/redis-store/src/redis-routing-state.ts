@@ -126,20 +126,34 @@ export class RedisRoutingState implements RoutingStateStore {
     requireInteger('leaseTtlMs', options.leaseTtlMs, 1);
     this.cells = options.poolCells ?? 1;
     requireInteger('poolCells', this.cells, 1);
-    if (this.cells > MAX_POOL_CELLS) throw new RangeError(`poolCells must be at most ${MAX_POOL_CELLS}, got ${this.cells}`);
+    if (this.cells > MAX_POOL_CELLS)
+      throw new RangeError(`poolCells must be at most ${MAX_POOL_CELLS}, got ${this.cells}`);
   }
 
   /** One read per cell the backends are in (one in a pool that is not split). */
-  async snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot> {
+  async snapshot(
+    pool: string,
+    backends: readonly BackendId[],
+    blockHashes: readonly BlockHash[],
+  ): Promise<RoutingSnapshot> {
     backends.forEach((backend) => this.requireIndexableId(backend));
-    const snapshot = { matchBlocks: new Map<BackendId, number>(), matchRecordedAtMs: new Map<BackendId, number>(), inflight: new Map<BackendId, number>(), pendingPrefillTokens: new Map<BackendId, number>() };
+    const snapshot = {
+      matchBlocks: new Map<BackendId, number>(),
+      matchRecordedAtMs: new Map<BackendId, number>(),
+      inflight: new Map<BackendId, number>(),
+      pendingPrefillTokens: new Map<BackendId, number>(),
+    };
     if (backends.length === 0) return snapshot;
     if (this.cells === 1) {
       await this.snapshotCell(pool, 0, backends, blockHashes, snapshot);
       return snapshot;
     }
     const byCell = this.splitByCell(backends, (backend) => backend);
-    await Promise.all(byCell.map((members, cell) => (members.length === 0 ? undefined : this.snapshotCell(pool, cell, members, blockHashes, snapshot))));
+    await Promise.all(
+      byCell.map((members, cell) =>
+        members.length === 0 ? undefined : this.snapshotCell(pool, cell, members, blockHashes, snapshot),
+      ),
+    );
     return snapshot;
   }
 
@@ -149,7 +163,12 @@ export class RedisRoutingState implements RoutingStateStore {
     cell: number,
     backends: readonly BackendId[],
     blockHashes: readonly BlockHash[],
-    into: { matchBlocks: Map<BackendId, number>; matchRecordedAtMs: Map<BackendId, number>; inflight: Map<BackendId, number>; pendingPrefillTokens: Map<BackendId, number> },
+    into: {
+      matchBlocks: Map<BackendId, number>;
+      matchRecordedAtMs: Map<BackendId, number>;
+      inflight: Map<BackendId, number>;
+      pendingPrefillTokens: Map<BackendId, number>;
+    },
   ): Promise<void> {
     const { matchBlocks, matchRecordedAtMs, inflight, pendingPrefillTokens } = into;
     const keys = this.keys(pool, cell);
@@ -210,7 +229,11 @@ export class RedisRoutingState implements RoutingStateStore {
     if (first === undefined) throw new RangeError('routeAtomically needs at least one backend');
     // Only the cost rule spills: it records after the choice is final.
     const recordAfter = input.recordOwnership && input.rule.kind === 'cost' && input.blockHashes.length > 0;
-    const inCell = (cell: number): Promise<AtomicOutcome> => this.routeInCell({ ...input, backends: members[cell] as CellMembers, recordOwnership: input.recordOwnership && !recordAfter }, cell);
+    const inCell = (cell: number): Promise<AtomicOutcome> =>
+      this.routeInCell(
+        { ...input, backends: members[cell] as CellMembers, recordOwnership: input.recordOwnership && !recordAfter },
+        cell,
+      );
     let kept = await inCell(first);
     if (kept.kind === 'cost' && kept.valveLifted && next !== undefined) {
       this.options.onCellSpill?.(input.pool);
@@ -218,12 +241,14 @@ export class RedisRoutingState implements RoutingStateStore {
       if (spilled !== null) {
         const [better, dropped] = spilled.kind === 'cost' && !spilled.valveLifted ? [spilled, kept] : [kept, spilled];
         const droppedBackend = dropped.candidates[dropped.chosen]?.backend.id;
-        if (droppedBackend !== undefined) this.release(input.pool, droppedBackend, input.leaseId).catch(() => undefined);
+        if (droppedBackend !== undefined)
+          this.release(input.pool, droppedBackend, input.leaseId).catch(() => undefined);
         kept = better;
       }
     }
     const keptBackend = kept.candidates[kept.chosen]?.backend.id;
-    if (recordAfter && keptBackend !== undefined) await this.recordRestOfTaken(input.pool, keptBackend, input.blockHashes, 0);
+    if (recordAfter && keptBackend !== undefined)
+      await this.recordRestOfTaken(input.pool, keptBackend, input.blockHashes, 0);
     return kept;
   }
 
@@ -236,9 +261,18 @@ export class RedisRoutingState implements RoutingStateStore {
   }
 
   /** `backends` split by cell, and the cells in the order the request tries them. */
-  private cellsFor(request: RoutingRequest, backends: readonly BackendInfo[]): { members: CellMembers[]; order: number[] } {
+  private cellsFor(
+    request: RoutingRequest,
+    backends: readonly BackendInfo[],
+  ): { members: CellMembers[]; order: number[] } {
     const members = this.splitByCell(backends, (backend) => backend.id);
-    return { members, order: requestCellOrder(cellKeyOf(request, this.options.cellKeyBytes ?? DEFAULT_CELL_KEY_BYTES), members.map((cell) => cell.length)) };
+    return {
+      members,
+      order: requestCellOrder(
+        cellKeyOf(request, this.options.cellKeyBytes ?? DEFAULT_CELL_KEY_BYTES),
+        members.map((cell) => cell.length),
+      ),
+    };
   }
 
   /** routeAtomically within one cell: `input.backends` are all of cell `cell`. */
@@ -257,7 +291,13 @@ export class RedisRoutingState implements RoutingStateStore {
       rule,
       candidates: backends.map((backend) => {
         const engine = input.engine?.get(backend.id) ?? null;
-        return { id: backend.id, weight: backend.weight, rank: ranks.get(backend.id) ?? 0, waiting: engineWaiting(engine), freeTokens: engineReportedFreeTokens(engine) };
+        return {
+          id: backend.id,
+          weight: backend.weight,
+          rank: ranks.get(backend.id) ?? 0,
+          waiting: engineWaiting(engine),
+          freeTokens: engineReportedFreeTokens(engine),
+        };
       }),
       leaseId: input.leaseId,
       blockHashes: input.blockHashes,
@@ -265,7 +305,10 @@ export class RedisRoutingState implements RoutingStateStore {
       // Least-loaded reads no depths: its lease carries the whole prompt, as on the snapshot path.
       prefillTokens: estimatePrefillTokens(request, 0),
       record: input.recordOwnership && input.blockHashes.length > 0,
-      shortlist: rule.kind === 'cost' && backends.length > (this.options.shortlistAbove ?? DEFAULT_SHORTLIST.above) ? this.shortlistPicks(input.pool, backends, order, input.leaseId) : null,
+      shortlist:
+        rule.kind === 'cost' && backends.length > (this.options.shortlistAbove ?? DEFAULT_SHORTLIST.above)
+          ? this.shortlistPicks(input.pool, backends, order, input.leaseId)
+          : null,
     });
     // The participants, in configuration order: every backend, or the shortlist's.
     const candidates: Candidate[] = reply.participants.map((index, participant) => {
@@ -273,9 +316,22 @@ export class RedisRoutingState implements RoutingStateStore {
       return { backend, ...(reply.figures[participant] as Figures), engine: input.engine?.get(backend.id) ?? null };
     });
     const chosen = reply.chosen - 1;
-    if (input.recordOwnership) await this.recordRestOfTaken(input.pool, (candidates[chosen] as Candidate).backend.id, input.blockHashes, reply.recordedTo);
+    if (input.recordOwnership)
+      await this.recordRestOfTaken(
+        input.pool,
+        (candidates[chosen] as Candidate).backend.id,
+        input.blockHashes,
+        reply.recordedTo,
+      );
     if (rule.kind === 'least-loaded') return { kind: 'least-loaded', candidates, chosen, reason: 'least-loaded' };
-    return { kind: 'cost', candidates, chosen, reason: costReason(reply.reason), valveLifted: reply.valveLifted, lines: costLines(reply.lines, candidates.length) };
+    return {
+      kind: 'cost',
+      candidates,
+      chosen,
+      reason: costReason(reply.reason),
+      valveLifted: reply.valveLifted,
+      lines: costLines(reply.lines, candidates.length),
+    };
   }
 
   /**
@@ -284,10 +340,17 @@ export class RedisRoutingState implements RoutingStateStore {
    * it has not seen yet count as idle), and a few spread by the lease id. The script adds the deepest
    * owners. O(backends) here, in the router, where it is spread over replicas; O(1) in Redis.
    */
-  private shortlistPicks(pool: string, backends: readonly { readonly id: BackendId }[], order: readonly number[], leaseId: string): { owners: number; picks: number[] } {
+  private shortlistPicks(
+    pool: string,
+    backends: readonly { readonly id: BackendId }[],
+    order: readonly number[],
+    leaseId: string,
+  ): { owners: number; picks: number[] } {
     const picks = new Set<number>(order.slice(0, DEFAULT_SHORTLIST.rendezvous));
     const seen = this.inflightSeen.get(pool);
-    const byLoad = backends.map((backend, index) => ({ index, inflight: seen?.get(backend.id) ?? 0 })).sort((a, b) => a.inflight - b.inflight || a.index - b.index);
+    const byLoad = backends
+      .map((backend, index) => ({ index, inflight: seen?.get(backend.id) ?? 0 }))
+      .sort((a, b) => a.inflight - b.inflight || a.index - b.index);
     let added = 0;
     for (const { index } of byLoad) {
       if (added === DEFAULT_SHORTLIST.leastLoaded) break;
@@ -328,10 +391,31 @@ export class RedisRoutingState implements RoutingStateStore {
       packBlockHashes(call.blockHashes),
     ];
     const [records, starts] = packCandidates(call.candidates);
-    args.push(records, call.shortlist === null ? '' : `${call.shortlist.owners};${call.shortlist.picks.map((index) => index + 1).join(',')}`, starts);
-    const reply = await runScript(this.redis, SCRIPTS.route, [keys.forgotten, keys.leaseDeadlines, keys.inflight, keys.pending, keys.ownersNew, keys.ownersOld, keys.generation], args, 'buffers');
+    args.push(
+      records,
+      call.shortlist === null
+        ? ''
+        : `${call.shortlist.owners};${call.shortlist.picks.map((index) => index + 1).join(',')}`,
+      starts,
+    );
+    const reply = await runScript(
+      this.redis,
+      SCRIPTS.route,
+      [
+        keys.forgotten,
+        keys.leaseDeadlines,
+        keys.inflight,
+        keys.pending,
+        keys.ownersNew,
+        keys.ownersOld,
+        keys.generation,
+      ],
+      args,
+      'buffers',
+    );
     const decoded = decodeRouteReply(reply, call.candidates.length);
-    const idOf = (participant: number): BackendId => (call.candidates[decoded.participants[participant] as number] as RouteCandidate).id;
+    const idOf = (participant: number): BackendId =>
+      (call.candidates[decoded.participants[participant] as number] as RouteCandidate).id;
     decoded.figures.forEach((figures, participant) => this.sawInflight(pool, idOf(participant), figures.inflight));
     if (decoded.chosen > 0) this.sawInflight(pool, idOf(decoded.chosen - 1), decoded.inflightAfter);
     return decoded;
@@ -348,14 +432,27 @@ export class RedisRoutingState implements RoutingStateStore {
     return integerReply(SCRIPTS.renew, reply) === 1;
   }
 
-  async prefillDone(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
+  async prefillDone(
+    pool: string,
+    backendId: BackendId,
+    leaseId: string,
+    heldBlocks: readonly BlockHash[] = [],
+  ): Promise<void> {
     if (heldBlocks.length > 0) this.requireIndexableId(backendId);
     const keys = this.keys(pool, this.cellOf(backendId));
     const reply = await runScript(
       this.redis,
       SCRIPTS.prefillDone,
       [keys.prefill(backendId), keys.pending, keys.forgotten, keys.ownersNew, keys.ownersOld, keys.generation],
-      [leaseId, backendId, this.options.nowMs(), this.options.blockIdleTtlMs, this.options.maxBlocksPerPool, packBlockHashes(heldBlocks), RECORD_BLOCKS_PER_CALL],
+      [
+        leaseId,
+        backendId,
+        this.options.nowMs(),
+        this.options.blockIdleTtlMs,
+        this.options.maxBlocksPerPool,
+        packBlockHashes(heldBlocks),
+        RECORD_BLOCKS_PER_CALL,
+      ],
     );
     const [, recordedTo] = integerArrayReply(SCRIPTS.prefillDone, reply, 2) as [number, number];
     await this.recordRest(pool, backendId, heldBlocks, recordedTo);
@@ -366,7 +463,12 @@ export class RedisRoutingState implements RoutingStateStore {
    * owner is a hint), so a failed call costs the next request's match, never this request's lease —
    * which a rejection here would strand in Redis until its TTL while the caller routed elsewhere.
    */
-  private async recordRestOfTaken(pool: string, backendId: BackendId, blockHashes: readonly BlockHash[], heldTo: number): Promise<void> {
+  private async recordRestOfTaken(
+    pool: string,
+    backendId: BackendId,
+    blockHashes: readonly BlockHash[],
+    heldTo: number,
+  ): Promise<void> {
     await this.recordRest(pool, backendId, blockHashes, heldTo).catch(() => undefined);
   }
 
@@ -376,7 +478,12 @@ export class RedisRoutingState implements RoutingStateStore {
    * the backend must still hold (else a turn or a forget came in between and the chain starts over:
    * bounded all the same).
    */
-  private async recordRest(pool: string, backendId: BackendId, blockHashes: readonly BlockHash[], heldTo: number): Promise<void> {
+  private async recordRest(
+    pool: string,
+    backendId: BackendId,
+    blockHashes: readonly BlockHash[],
+    heldTo: number,
+  ): Promise<void> {
     const keys = this.keys(pool, this.cellOf(backendId));
     const maxCalls = 2 * Math.ceil(blockHashes.length / RECORD_BLOCKS_PER_CALL) + 2;
     let held = heldTo;
@@ -387,21 +494,51 @@ export class RedisRoutingState implements RoutingStateStore {
         this.redis,
         SCRIPTS.recordOwnership,
         [keys.forgotten, keys.ownersNew, keys.ownersOld, keys.generation],
-        [backendId, this.options.nowMs(), this.options.blockIdleTtlMs, this.options.maxBlocksPerPool, anchor, packBlockHashes(next), RECORD_BLOCKS_PER_CALL],
+        [
+          backendId,
+          this.options.nowMs(),
+          this.options.blockIdleTtlMs,
+          this.options.maxBlocksPerPool,
+          anchor,
+          packBlockHashes(next),
+          RECORD_BLOCKS_PER_CALL,
+        ],
       );
       const recorded = integerReply(SCRIPTS.recordOwnership, reply);
       held = recorded < 0 ? 0 : held + recorded;
     }
   }
 
-  async release(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
+  async release(
+    pool: string,
+    backendId: BackendId,
+    leaseId: string,
+    heldBlocks: readonly BlockHash[] = [],
+  ): Promise<void> {
     if (heldBlocks.length > 0) this.requireIndexableId(backendId);
     const keys = this.keys(pool, this.cellOf(backendId));
     const reply = await runScript(
       this.redis,
       SCRIPTS.release,
-      [keys.prefill(backendId), keys.leaseDeadlines, keys.inflight, keys.pending, keys.forgotten, keys.ownersNew, keys.ownersOld, keys.generation],
-      [leaseId, backendId, this.options.nowMs(), this.options.blockIdleTtlMs, this.options.maxBlocksPerPool, packBlockHashes(heldBlocks), RECORD_BLOCKS_PER_CALL],
+      [
+        keys.prefill(backendId),
+        keys.leaseDeadlines,
+        keys.inflight,
+        keys.pending,
+        keys.forgotten,
+        keys.ownersNew,
+        keys.ownersOld,
+        keys.generation,
+      ],
+      [
+        leaseId,
+        backendId,
+        this.options.nowMs(),
+        this.options.blockIdleTtlMs,
+        this.options.maxBlocksPerPool,
+        packBlockHashes(heldBlocks),
+        RECORD_BLOCKS_PER_CALL,
+      ],
     );
     const [, count, recordedTo] = integerArrayReply(SCRIPTS.release, reply, 3) as [number, number, number];
     this.sawInflight(pool, backendId, count);
@@ -410,7 +547,12 @@ export class RedisRoutingState implements RoutingStateStore {
   }
 
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {
-    const reply = await runScript(this.redis, SCRIPTS.forgetBackend, [this.keys(pool, this.cellOf(backendId)).forgotten], [this.options.nowMs(), backendId, this.options.blockIdleTtlMs]);
+    const reply = await runScript(
+      this.redis,
+      SCRIPTS.forgetBackend,
+      [this.keys(pool, this.cellOf(backendId)).forgotten],
+      [this.options.nowMs(), backendId, this.options.blockIdleTtlMs],
+    );
     integerReply(SCRIPTS.forgetBackend, reply);
   }
 
@@ -428,14 +570,24 @@ export class RedisRoutingState implements RoutingStateStore {
       .join(';');
     const correctionCell = correction === null ? 0 : this.cellOf(correction.backendId);
     if (correctionCell === 0 || batch === '') return this.learnInCell(pool, correctionCell, correction, batch);
-    const [corrected, calibrated] = await Promise.all([this.learnInCell(pool, correctionCell, correction, ''), this.learnInCell(pool, 0, null, batch)]);
+    const [corrected, calibrated] = await Promise.all([
+      this.learnInCell(pool, correctionCell, correction, ''),
+      this.learnInCell(pool, 0, null, batch),
+    ]);
     return { retentionMs: corrected.retentionMs, calibration: calibrated.calibration };
   }
 
-  private async learnInCell(pool: string, cell: number, correction: LearnInput['correction'], batch: string): Promise<LearnReply> {
+  private async learnInCell(
+    pool: string,
+    cell: number,
+    correction: LearnInput['correction'],
+    batch: string,
+  ): Promise<LearnReply> {
     const keys = this.keys(pool, cell);
     const minEvidenceAgeMs = this.options.minEvidenceAgeMs ?? DEFAULT_MIN_EVIDENCE_AGE_MS;
-    const maxRetentionMs = this.options.maxRetentionMs ?? (this.options.blockIdleTtlMs > 0 ? this.options.blockIdleTtlMs : DEFAULT_MAX_RETENTION_MS);
+    const maxRetentionMs =
+      this.options.maxRetentionMs ??
+      (this.options.blockIdleTtlMs > 0 ? this.options.blockIdleTtlMs : DEFAULT_MAX_RETENTION_MS);
     const reply = await runScript(
       this.redis,
       SCRIPTS.learn,
@@ -455,17 +607,29 @@ export class RedisRoutingState implements RoutingStateStore {
         maxRetentionMs,
       ],
     );
-    if (!Array.isArray(reply) || reply.length < 2 || (reply.length - 2) % 3 !== 0 || !Number.isInteger(reply[0]) || !Number.isInteger(reply[1])) {
-      throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.learn.name, `learn.lua returned ${JSON.stringify(reply)?.slice(0, 120)}`);
+    if (
+      !Array.isArray(reply) ||
+      reply.length < 2 ||
+      (reply.length - 2) % 3 !== 0 ||
+      !Number.isInteger(reply[0]) ||
+      !Number.isInteger(reply[1])
+    ) {
+      throw new RedisStoreError(
+        'REDIS_STORE_ERR_BAD_REPLY',
+        SCRIPTS.learn.name,
+        `learn.lua returned ${JSON.stringify(reply)?.slice(0, 120)}`,
+      );
     }
     const calibration: Partial<Record<CalibratedParam, { value: number; samples: number }>> = {};
     for (let at = 2; at < reply.length; at += 3) {
       const name = String(reply[at]) as CalibratedParam;
       const value = Number(String(reply[at + 1]));
-      if (CALIBRATED_PARAMS.includes(name) && Number.isFinite(value)) calibration[name] = { value, samples: Number(reply[at + 2]) };
+      if (CALIBRATED_PARAMS.includes(name) && Number.isFinite(value))
+        calibration[name] = { value, samples: Number(reply[at + 2]) };
     }
     const recordedTo = reply[1] as number;
-    if (correction !== null && recordedTo > 0) await this.recordRestOfTaken(pool, correction.backendId, correction.blockHashes, recordedTo);
+    if (correction !== null && recordedTo > 0)
+      await this.recordRestOfTaken(pool, correction.backendId, correction.blockHashes, recordedTo);
     return { retentionMs: (reply[0] as number) < 0 ? null : (reply[0] as number), calibration };
   }
 
@@ -484,7 +648,8 @@ export class RedisRoutingState implements RoutingStateStore {
    */
   private requireIndexableId(id: BackendId): void {
     if (this.indexableIds.has(id)) return;
-    if (/[\u0000-\u001f\u007f]/.test(id)) throw new RangeError(`backend id must not contain control characters: ${JSON.stringify(id)}`);
+    if (/[\u0000-\u001f\u007f]/.test(id))
+      throw new RangeError(`backend id must not contain control characters: ${JSON.stringify(id)}`);
     this.indexableIds.add(id);
   }
 
@@ -574,11 +739,24 @@ interface RouteReply {
 
 /** route.lua's reply (see its header): 7 header fields (the last: which candidates took part), then 4 integers per participant. */
 function decodeRouteReply(reply: unknown, candidateTotal: number): RouteReply {
-  const bad = (expected: string) => new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.route.name, `route.lua returned an unexpected reply: ${expected}`);
-  if (!Array.isArray(reply) || reply.length < ROUTE_REPLY_HEADER) throw bad(`expected at least ${ROUTE_REPLY_HEADER} values`);
+  const bad = (expected: string) =>
+    new RedisStoreError(
+      'REDIS_STORE_ERR_BAD_REPLY',
+      SCRIPTS.route.name,
+      `route.lua returned an unexpected reply: ${expected}`,
+    );
+  if (!Array.isArray(reply) || reply.length < ROUTE_REPLY_HEADER)
+    throw bad(`expected at least ${ROUTE_REPLY_HEADER} values`);
   const [chosen, inflightAfter, reason, valveLifted, lines, recordedTo, positions] = reply as unknown[];
-  if (!Number.isInteger(chosen) || !Number.isInteger(inflightAfter) || !Number.isInteger(valveLifted) || !Number.isInteger(recordedTo)) throw bad('non-integer header');
-  if (!Buffer.isBuffer(reason) || !Buffer.isBuffer(lines) || !Buffer.isBuffer(positions)) throw bad('reason, lines and participants must be strings');
+  if (
+    !Number.isInteger(chosen) ||
+    !Number.isInteger(inflightAfter) ||
+    !Number.isInteger(valveLifted) ||
+    !Number.isInteger(recordedTo)
+  )
+    throw bad('non-integer header');
+  if (!Buffer.isBuffer(reason) || !Buffer.isBuffer(lines) || !Buffer.isBuffer(positions))
+    throw bad('reason, lines and participants must be strings');
   const participants =
     positions.length === 0
       ? Array.from({ length: candidateTotal }, (_, index) => index)
@@ -586,27 +764,66 @@ function decodeRouteReply(reply: unknown, candidateTotal: number): RouteReply {
           .toString('latin1')
           .split(',')
           .map((position) => Number(position) - 1);
-  if (participants.some((index) => !Number.isInteger(index) || index < 0 || index >= candidateTotal)) throw bad(`participants ${positions.toString('latin1').slice(0, 80)} of ${candidateTotal}`);
+  if (participants.some((index) => !Number.isInteger(index) || index < 0 || index >= candidateTotal))
+    throw bad(`participants ${positions.toString('latin1').slice(0, 80)} of ${candidateTotal}`);
   const candidateCount = participants.length;
-  if (reply.length !== ROUTE_REPLY_HEADER + 4 * candidateCount) throw bad(`expected ${ROUTE_REPLY_HEADER + 4 * candidateCount} values`);
+  if (reply.length !== ROUTE_REPLY_HEADER + 4 * candidateCount)
+    throw bad(`expected ${ROUTE_REPLY_HEADER + 4 * candidateCount} values`);
   const figures: Figures[] = [];
   for (let index = 0; index < candidateCount; index++) {
     const at = ROUTE_REPLY_HEADER + 4 * index;
-    const [inflight, pendingPrefillTokens, matchBlocks, recordedAt] = [reply[at], reply[at + 1], reply[at + 2], reply[at + 3]] as unknown[];
-    if (!Number.isInteger(inflight) || !Number.isInteger(pendingPrefillTokens) || !Number.isInteger(matchBlocks) || !Number.isInteger(recordedAt)) {
+    const [inflight, pendingPrefillTokens, matchBlocks, recordedAt] = [
+      reply[at],
+      reply[at + 1],
+      reply[at + 2],
+      reply[at + 3],
+    ] as unknown[];
+    if (
+      !Number.isInteger(inflight) ||
+      !Number.isInteger(pendingPrefillTokens) ||
+      !Number.isInteger(matchBlocks) ||
+      !Number.isInteger(recordedAt)
+    ) {
       throw bad(`non-integer figures of participant ${index + 1}`);
     }
-    const matchRecordedAtMs = (matchBlocks as number) > 0 && (recordedAt as number) >= 0 ? (recordedAt as number) : null;
-    figures.push({ inflight: inflight as number, pendingPrefillTokens: pendingPrefillTokens as number, matchBlocks: matchBlocks as number, matchRecordedAtMs });
+    const matchRecordedAtMs =
+      (matchBlocks as number) > 0 && (recordedAt as number) >= 0 ? (recordedAt as number) : null;
+    figures.push({
+      inflight: inflight as number,
+      pendingPrefillTokens: pendingPrefillTokens as number,
+      matchBlocks: matchBlocks as number,
+      matchRecordedAtMs,
+    });
   }
-  if ((chosen as number) < 0 || (chosen as number) > candidateCount) throw bad(`chosen ${String(chosen)} of ${candidateCount}`);
-  return { chosen: chosen as number, inflightAfter: inflightAfter as number, reason: reason.toString('utf8'), valveLifted: valveLifted === 1, lines, recordedTo: recordedTo as number, participants, figures };
+  if ((chosen as number) < 0 || (chosen as number) > candidateCount)
+    throw bad(`chosen ${String(chosen)} of ${candidateCount}`);
+  return {
+    chosen: chosen as number,
+    inflightAfter: inflightAfter as number,
+    reason: reason.toString('utf8'),
+    valveLifted: valveLifted === 1,
+    lines,
+    recordedTo: recordedTo as number,
+    participants,
+    figures,
+  };
 }
 
-const COST_REASONS: Readonly<Record<CostReason, true>> = { 'prefix-affinity': true, 'spilled-from-saturated': true, 'least-loaded': true, 'load-guard': true, 'cold-hash': true };
+const COST_REASONS: Readonly<Record<CostReason, true>> = {
+  'prefix-affinity': true,
+  'spilled-from-saturated': true,
+  'least-loaded': true,
+  'load-guard': true,
+  'cold-hash': true,
+};
 
 function costReason(reason: string): CostReason {
-  if (!Object.hasOwn(COST_REASONS, reason)) throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.route.name, `route.lua returned an unknown cost reason ${JSON.stringify(reason)}`);
+  if (!Object.hasOwn(COST_REASONS, reason))
+    throw new RedisStoreError(
+      'REDIS_STORE_ERR_BAD_REPLY',
+      SCRIPTS.route.name,
+      `route.lua returned an unknown cost reason ${JSON.stringify(reason)}`,
+    );
   return reason as CostReason;
 }
 
@@ -616,21 +833,37 @@ const EXCLUSIONS: readonly CostLine['excluded'][] = [undefined, 'saturated', 'lo
 
 function costLines(packed: Buffer, candidateCount: number): CostLine[] {
   if (packed.length !== 8 * COST_LINE_DOUBLES * candidateCount) {
-    throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', SCRIPTS.route.name, `route.lua returned ${packed.length} bytes of cost lines for ${candidateCount} candidates`);
+    throw new RedisStoreError(
+      'REDIS_STORE_ERR_BAD_REPLY',
+      SCRIPTS.route.name,
+      `route.lua returned ${packed.length} bytes of cost lines for ${candidateCount} candidates`,
+    );
   }
   const lines: CostLine[] = [];
   for (let index = 0, at = 0; index < candidateCount; index++, at += 8 * COST_LINE_DOUBLES) {
     const read = (field: number): number => packed.readDoubleLE(at + 8 * field);
     const excluded = EXCLUSIONS[read(6)];
     const hashRank = read(7);
-    const line: CostLine = { prefillMs: read(0), backlogMs: read(1), queueMs: read(2), waitingMs: read(3), kvMs: read(4), totalMs: read(5) };
-    lines.push({ ...line, ...(excluded === undefined ? {} : { excluded }), ...(hashRank < 0 ? {} : { cold: { hashRank, bound: read(8) } }) });
+    const line: CostLine = {
+      prefillMs: read(0),
+      backlogMs: read(1),
+      queueMs: read(2),
+      waitingMs: read(3),
+      kvMs: read(4),
+      totalMs: read(5),
+    };
+    lines.push({
+      ...line,
+      ...(excluded === undefined ? {} : { excluded }),
+      ...(hashRank < 0 ? {} : { cold: { hashRank, bound: read(8) } }),
+    });
   }
   return lines;
 }
 
 function requireInteger(name: string, value: number, min: number): void {
-  if (!Number.isSafeInteger(value) || value < min) throw new RangeError(`${name} must be an integer >= ${min}, got ${value}`);
+  if (!Number.isSafeInteger(value) || value < min)
+    throw new RangeError(`${name} must be an integer >= ${min}, got ${value}`);
 }
 
 /** Width of one record start in route.lua's ARGV[18]: a position below 10^10. */

@@ -1,7 +1,21 @@
 import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import { RedisStoreError } from './redis-store-error';
-import { ADMIT_TENANT_LUA, CHANGE_API_KEYS_LUA, CHANGE_BACKEND_SET_LUA, FORGET_BACKEND_LUA, LEARN_LUA, PREFILL_DONE_LUA, RECORD_BACKEND_SCRAPE_LUA, RECORD_OWNERSHIP_LUA, RELEASE_LUA, RENEW_LUA, ROUTE_LUA, SETTLE_TENANT_LUA, SNAPSHOT_LUA } from './lua/scripts.generated';
+import {
+  ADMIT_TENANT_LUA,
+  CHANGE_API_KEYS_LUA,
+  CHANGE_BACKEND_SET_LUA,
+  FORGET_BACKEND_LUA,
+  LEARN_LUA,
+  PREFILL_DONE_LUA,
+  RECORD_BACKEND_SCRAPE_LUA,
+  RECORD_OWNERSHIP_LUA,
+  RELEASE_LUA,
+  RENEW_LUA,
+  ROUTE_LUA,
+  SETTLE_TENANT_LUA,
+  SNAPSHOT_LUA,
+} from './lua/scripts.generated';
 
 /** A single Redis or a Cluster client: both route EVALSHA by its first key. */
 export type RedisClient = Redis | Cluster;
@@ -66,9 +80,14 @@ export async function runScript(
       return await send('eval', script.lua);
     }
   } catch (error) {
-    throw new RedisStoreError('REDIS_STORE_ERR_SCRIPT_FAILED', script.name, `${script.name}.lua failed: ${error instanceof Error ? error.message : String(error)}`, {
-      cause: error,
-    });
+    throw new RedisStoreError(
+      'REDIS_STORE_ERR_SCRIPT_FAILED',
+      script.name,
+      `${script.name}.lua failed: ${error instanceof Error ? error.message : String(error)}`,
+      {
+        cause: error,
+      },
+    );
   }
 }
 
@@ -78,8 +97,16 @@ function isNoScriptError(error: unknown): boolean {
 
 /** A reply that must be an array of `length` integers (Lua tables of numbers arrive as such). */
 export function integerArrayReply(script: LuaScript, reply: unknown, length: number): number[] {
-  if (!Array.isArray(reply) || reply.length !== length || !reply.every((value): value is number => Number.isInteger(value))) {
-    throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', script.name, `${script.name}.lua returned ${describe(reply)}, expected ${length} integers`);
+  if (
+    !Array.isArray(reply) ||
+    reply.length !== length ||
+    !reply.every((value): value is number => Number.isInteger(value))
+  ) {
+    throw new RedisStoreError(
+      'REDIS_STORE_ERR_BAD_REPLY',
+      script.name,
+      `${script.name}.lua returned ${describe(reply)}, expected ${length} integers`,
+    );
   }
   return reply;
 }
@@ -87,7 +114,11 @@ export function integerArrayReply(script: LuaScript, reply: unknown, length: num
 /** A reply that must be one integer. */
 export function integerReply(script: LuaScript, reply: unknown): number {
   if (typeof reply !== 'number' || !Number.isInteger(reply)) {
-    throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', script.name, `${script.name}.lua returned ${describe(reply)}, expected an integer`);
+    throw new RedisStoreError(
+      'REDIS_STORE_ERR_BAD_REPLY',
+      script.name,
+      `${script.name}.lua returned ${describe(reply)}, expected an integer`,
+    );
   }
   return reply;
 }

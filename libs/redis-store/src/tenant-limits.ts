@@ -55,7 +55,9 @@ export type AdmitOutcome =
       /** When to try again, ms; null = never (the request alone exceeds a limit). */
       readonly retryAfterMs: number | null;
       /** The first limit that refused it. */
-      readonly refusedBy: { readonly kind: 'rate'; readonly limit: RateLimit } | { readonly kind: 'concurrency'; readonly scope: LimitScope };
+      readonly refusedBy:
+        | { readonly kind: 'rate'; readonly limit: RateLimit }
+        | { readonly kind: 'concurrency'; readonly scope: LimitScope };
       readonly rates: readonly RateState[];
     };
 
@@ -66,13 +68,16 @@ function bucketField(limit: RateLimit, keyId: string): string {
 
 function checkLimit(limit: RateLimit): void {
   if (!Number.isInteger(limit.limit) || limit.limit < 1 || !Number.isInteger(limit.periodMs) || limit.periodMs < 1) {
-    throw new RangeError(`a rate limit needs a whole limit ≥ 1 per a whole periodMs ≥ 1, got ${limit.limit} per ${limit.periodMs} ms`);
+    throw new RangeError(
+      `a rate limit needs a whole limit ≥ 1 per a whole periodMs ≥ 1, got ${limit.limit} per ${limit.periodMs} ms`,
+    );
   }
 }
 
 /** Token counts and times reach Lua as numbers: NaN would fail the script, a negative count would give credit. */
 function checkCount(name: string, value: number): void {
-  if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${name} must be a whole number ≥ 0, got ${value}`);
+  if (!Number.isSafeInteger(value) || value < 0)
+    throw new RangeError(`${name} must be a whole number ≥ 0, got ${value}`);
 }
 
 export interface TenantLimitsOptions {
@@ -101,7 +106,12 @@ export class TenantLimits {
     checkCount('reservedTokens', request.reservedTokens);
     checkCount('nowMs', request.nowMs);
     checkCount('leaseTtlMs', request.leaseTtlMs);
-    const buckets = request.rates.map((limit) => ({ f: bucketField(limit, request.keyId), n: limit.unit === 'tokens' ? request.reservedTokens : 1, p: limit.periodMs, l: limit.limit }));
+    const buckets = request.rates.map((limit) => ({
+      f: bucketField(limit, request.keyId),
+      n: limit.unit === 'tokens' ? request.reservedTokens : 1,
+      p: limit.periodMs,
+      l: limit.limit,
+    }));
     const reply = await runScript(this.#redis, SCRIPTS.admitTenant, this.#keys(request.tenant, request.keyId), [
       request.nowMs,
       request.leaseId,
@@ -110,13 +120,25 @@ export class TenantLimits {
       request.concurrency?.tenant ?? 0,
       request.concurrency?.key ?? 0,
     ]);
-    if (!Array.isArray(reply) || reply.length !== 3 + 2 * buckets.length) throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', 'admit-tenant', `admit-tenant.lua answered ${JSON.stringify(reply)}`);
+    if (!Array.isArray(reply) || reply.length !== 3 + 2 * buckets.length)
+      throw new RedisStoreError(
+        'REDIS_STORE_ERR_BAD_REPLY',
+        'admit-tenant',
+        `admit-tenant.lua answered ${JSON.stringify(reply)}`,
+      );
     const numbers = reply.map(Number);
-    const rates = request.rates.map((limit, index) => ({ limit, remaining: numbers[3 + 2 * index] as number, resetMs: numbers[4 + 2 * index] as number }));
+    const rates = request.rates.map((limit, index) => ({
+      limit,
+      remaining: numbers[3 + 2 * index] as number,
+      resetMs: numbers[4 + 2 * index] as number,
+    }));
     if (numbers[0] === 1) return { admitted: true, rates };
     const refusedIndex = (numbers[2] as number) - 1;
     const refusedLimit = request.rates[refusedIndex];
-    const refusedBy = refusedLimit !== undefined ? ({ kind: 'rate', limit: refusedLimit } as const) : ({ kind: 'concurrency', scope: refusedIndex === request.rates.length ? 'tenant' : 'key' } as const);
+    const refusedBy =
+      refusedLimit !== undefined
+        ? ({ kind: 'rate', limit: refusedLimit } as const)
+        : ({ kind: 'concurrency', scope: refusedIndex === request.rates.length ? 'tenant' : 'key' } as const);
     const retryAfterMs = numbers[1] as number;
     return { admitted: false, retryAfterMs: retryAfterMs < 0 ? null : retryAfterMs, refusedBy, rates };
   }
@@ -125,17 +147,40 @@ export class TenantLimits {
    * The request is over: its concurrency leases go, and its token buckets are corrected by what it
    * used (`usedTokens`, from usage) against what was reserved. Returns how many leases were removed.
    */
-  async release(request: Pick<AdmitRequest, 'tenant' | 'keyId' | 'leaseId' | 'nowMs' | 'rates' | 'reservedTokens'> & { readonly usedTokens: number }): Promise<number> {
+  async release(
+    request: Pick<AdmitRequest, 'tenant' | 'keyId' | 'leaseId' | 'nowMs' | 'rates' | 'reservedTokens'> & {
+      readonly usedTokens: number;
+    },
+  ): Promise<number> {
     checkCount('usedTokens', request.usedTokens);
     checkCount('reservedTokens', request.reservedTokens);
     const corrections = request.rates
       .filter((limit) => limit.unit === 'tokens')
-      .map((limit) => ({ f: bucketField(limit, request.keyId), d: request.usedTokens - request.reservedTokens, p: limit.periodMs, l: limit.limit }));
-    return Number(await runScript(this.#redis, SCRIPTS.settleTenant, this.#keys(request.tenant, request.keyId), [request.nowMs, request.leaseId, 'release', JSON.stringify(corrections)]));
+      .map((limit) => ({
+        f: bucketField(limit, request.keyId),
+        d: request.usedTokens - request.reservedTokens,
+        p: limit.periodMs,
+        l: limit.limit,
+      }));
+    return Number(
+      await runScript(this.#redis, SCRIPTS.settleTenant, this.#keys(request.tenant, request.keyId), [
+        request.nowMs,
+        request.leaseId,
+        'release',
+        JSON.stringify(corrections),
+      ]),
+    );
   }
 
   /** A long request is still running: its concurrency leases live `leaseTtlMs` more. Returns how many were renewed. */
   async renew(request: Pick<AdmitRequest, 'tenant' | 'keyId' | 'leaseId' | 'nowMs' | 'leaseTtlMs'>): Promise<number> {
-    return Number(await runScript(this.#redis, SCRIPTS.settleTenant, this.#keys(request.tenant, request.keyId), [request.nowMs, request.leaseId, 'renew', request.leaseTtlMs]));
+    return Number(
+      await runScript(this.#redis, SCRIPTS.settleTenant, this.#keys(request.tenant, request.keyId), [
+        request.nowMs,
+        request.leaseId,
+        'renew',
+        request.leaseTtlMs,
+      ]),
+    );
   }
 }

@@ -26,9 +26,20 @@ export {
 } from './policies/policy-params';
 export { createRoundRobinPolicy, ROUND_ROBIN_PARAMS, type RoundRobinParams } from './policies/round-robin';
 export { createRandomPolicy, RANDOM_PARAMS, type RandomParams } from './policies/random';
-export { createLeastLoadedPolicy, explainLeastLoadedOutcome, LEAST_LOADED_PARAMS, type LeastLoadedParams } from './policies/least-loaded';
+export {
+  createLeastLoadedPolicy,
+  explainLeastLoadedOutcome,
+  LEAST_LOADED_PARAMS,
+  type LeastLoadedParams,
+} from './policies/least-loaded';
 export { createPrefixAwarePolicy, PREFIX_AWARE_PARAMS, type PrefixAwareParams } from './policies/prefix-aware';
-export { createKvAwarePolicy, DEFAULT_KV_AWARE_PARAMS, KV_AWARE_PARAMS, kvDemandTokens, type KvAwareParams } from './policies/kv-aware';
+export {
+  createKvAwarePolicy,
+  DEFAULT_KV_AWARE_PARAMS,
+  KV_AWARE_PARAMS,
+  kvDemandTokens,
+  type KvAwareParams,
+} from './policies/kv-aware';
 export { createKvRouterPolicy, KV_ROUTER_PARAMS, type KvRouterParams } from './policies/kv-router';
 export { createSessionPolicy, SESSION_PARAMS, type SessionParams } from './policies/session';
 export { createChwblPolicy, CHWBL_PARAMS, type ChwblParams } from './policies/chwbl';
@@ -73,7 +84,12 @@ export type {
 } from './state/routing-state';
 export { CALIBRATED_PARAMS, CALIBRATION_WINDOW, correctedRetention, mergeCalibration } from './state/routing-state';
 export { candidatesOf, decide, explainDecision, MAX_RESERVE_CONFLICTS } from './state/decide';
-export { DEFAULT_MAX_RETENTION_MS, DEFAULT_MIN_EVIDENCE_AGE_MS, InMemoryRoutingState, type InMemoryRoutingStateOptions } from './state/in-memory-routing-state';
+export {
+  DEFAULT_MAX_RETENTION_MS,
+  DEFAULT_MIN_EVIDENCE_AGE_MS,
+  InMemoryRoutingState,
+  type InMemoryRoutingStateOptions,
+} from './state/in-memory-routing-state';
 export { DEFAULT_BYTES_PER_TOKEN, estimatePrefillTokens } from './prefix/prefill-estimate';
 export {
   CALIBRATION_BOUNDS,
@@ -83,6 +99,17 @@ export {
   MIN_CALIBRATION_SAMPLES,
   type ResponseObservation,
 } from './feedback/calibration';
-export { checkPrediction, ENGINE_BLOCK_TOKENS, PREDICTION_OUTCOMES, type Prediction, type PredictionCheck, type PredictionOutcome } from './feedback/prediction-accuracy';
+export {
+  checkPrediction,
+  ENGINE_BLOCK_TOKENS,
+  PREDICTION_OUTCOMES,
+  type Prediction,
+  type PredictionCheck,
+  type PredictionOutcome,
+} from './feedback/prediction-accuracy';
 export { combineHash53, hashString53, weightedRendezvousScore } from './hash/hash53';
-export { InMemoryResponseOwners, type InMemoryResponseOwnersOptions, type ResponseOwnerStore } from './state/response-owners';
+export {
+  InMemoryResponseOwners,
+  type InMemoryResponseOwnersOptions,
+  type ResponseOwnerStore,
+} from './state/response-owners';

@@ -211,8 +211,15 @@ export type AtomicOutcome =
  *   order of the request's head hash (`rendezvousOrder`).
  */
 export type AtomicRule =
-  | { readonly kind: 'least-loaded'; explain(outcome: Extract<AtomicOutcome, { kind: 'least-loaded' }>): RoutingDecision }
-  | { readonly kind: 'cost'; readonly packedParams: string; explain(outcome: Extract<AtomicOutcome, { kind: 'cost' }>): RoutingDecision };
+  | {
+      readonly kind: 'least-loaded';
+      explain(outcome: Extract<AtomicOutcome, { kind: 'least-loaded' }>): RoutingDecision;
+    }
+  | {
+      readonly kind: 'cost';
+      readonly packedParams: string;
+      explain(outcome: Extract<AtomicOutcome, { kind: 'cost' }>): RoutingDecision;
+    };
 
 /** Clock and randomness come from here, never from globals. */
 export interface PolicyContext {

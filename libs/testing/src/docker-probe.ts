@@ -11,9 +11,7 @@ export interface DockerProbeOptions {
   timeoutMs?: number;
 }
 
-type Endpoint =
-  | { kind: 'unix'; socketPath: string }
-  | { kind: 'tcp'; host: string; port: number };
+type Endpoint = { kind: 'unix'; socketPath: string } | { kind: 'tcp'; host: string; port: number };
 
 /** Parses a Docker host string; `undefined` for forms we cannot probe (npipe, ssh, garbage). */
 export function parseDockerHost(dockerHost: string): Endpoint | undefined {
@@ -74,7 +72,13 @@ export function probeDocker(options: DockerProbeOptions = {}): Promise<boolean> 
     try {
       const target: http.RequestOptions =
         endpoint.kind === 'unix' ? { socketPath: endpoint.socketPath } : { host: endpoint.host, port: endpoint.port };
-      const base: http.RequestOptions = { ...target, method: 'GET', path: '/_ping', agent: false, headers: { host: 'docker' } };
+      const base: http.RequestOptions = {
+        ...target,
+        method: 'GET',
+        path: '/_ping',
+        agent: false,
+        headers: { host: 'docker' },
+      };
       const tls = endpoint.kind === 'tcp' ? tlsOptions() : undefined;
       const onResponse = (response: http.IncomingMessage): void => {
         response.resume();

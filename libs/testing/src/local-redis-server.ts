@@ -147,7 +147,10 @@ class LocalRedis implements LocalRedisServer {
   readonly url: string;
   private child: ChildProcess | undefined;
 
-  constructor(readonly port: number, private readonly extraArgs: readonly string[]) {
+  constructor(
+    readonly port: number,
+    private readonly extraArgs: readonly string[],
+  ) {
     this.url = `redis://127.0.0.1:${port}`;
   }
 
@@ -158,7 +161,17 @@ class LocalRedis implements LocalRedisServer {
   async start(): Promise<void> {
     if (this.child) throw new Error(`redis-server on port ${this.port} is already running`);
     installExitHook();
-    const args = ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...this.extraArgs];
+    const args = [
+      '--port',
+      String(this.port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      ...this.extraArgs,
+    ];
     const child = spawn(REDIS_SERVER_BIN, args, { cwd: tmpdir(), stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
     const collect = (chunk: Buffer): void => {
@@ -198,7 +211,9 @@ class LocalRedis implements LocalRedisServer {
       if (Date.now() > deadline) {
         child.kill('SIGKILL');
         await waitForExit(child);
-        throw new Error(`redis-server on port ${this.port} did not answer PING within ${READY_TIMEOUT_MS} ms\n${output.trim()}`);
+        throw new Error(
+          `redis-server on port ${this.port} did not answer PING within ${READY_TIMEOUT_MS} ms\n${output.trim()}`,
+        );
       }
       await delay(10);
     }

@@ -10,7 +10,9 @@ export interface LoopbackServer {
 }
 
 /** Starts `handler` on a free loopback port. */
-export async function startLoopbackServer(handler: (request: IncomingMessage, response: ServerResponse) => void): Promise<LoopbackServer> {
+export async function startLoopbackServer(
+  handler: (request: IncomingMessage, response: ServerResponse) => void,
+): Promise<LoopbackServer> {
   const server = createServer(handler);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

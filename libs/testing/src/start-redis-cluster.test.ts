@@ -17,7 +17,14 @@ const clients: Array<Redis | Cluster> = [];
 
 /** A client of one node that fails fast instead of reconnecting or following redirects, so MOVED shows up as an error. */
 function nodeClient(port: number): Redis {
-  const client = new Redis({ host: '127.0.0.1', port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0, connectTimeout: 1_000 });
+  const client = new Redis({
+    host: '127.0.0.1',
+    port,
+    lazyConnect: true,
+    retryStrategy: () => null,
+    maxRetriesPerRequest: 0,
+    connectTimeout: 1_000,
+  });
   clients.push(client);
   return client;
 }
@@ -41,7 +48,8 @@ async function replicaLink(port: number): Promise<{ masterPort: number; link: st
   return { masterPort: Number(role[2]), link: String(role[3]) };
 }
 
-const withRole = (role: RedisClusterNode['role']): RedisClusterNode[] => redisCluster.nodes.filter((node) => node.role === role && node.running);
+const withRole = (role: RedisClusterNode['role']): RedisClusterNode[] =>
+  redisCluster.nodes.filter((node) => node.role === role && node.running);
 
 beforeAll(async () => {
   redisCluster = await startRedisCluster({ nodeTimeoutMs: NODE_TIMEOUT_MS, logger: (line) => logLines.push(line) });
@@ -75,14 +83,28 @@ describe('startRedisCluster', () => {
     }
 
     expect(logLines).toHaveLength(1);
-    expect(logLines[0]).toMatch(/^\[testing\] Redis Cluster: 3 masters \+ 3 replicas of local redis-server \(.*\/_ping.*\)$/);
+    expect(logLines[0]).toMatch(
+      /^\[testing\] Redis Cluster: 3 masters \+ 3 replicas of local redis-server \(.*\/_ping.*\)$/,
+    );
   }, 10_000);
 
   it('computes key slots as Redis does (hash tags included) and masterOf names the node that serves them', async () => {
     // 0x31c3 is the published CRC16/XMODEM check value of "123456789".
     expect(clusterKeySlot('123456789')).toBe(0x31c3);
     const prefix = uniqueKeyPrefix('cluster slots');
-    const keys = ['', 'a', '{user1000}.following', '{user1000}.followers', 'foo{}{bar}', 'foo{{bar}}zap', 'foo{bar}{zap}', '{', '}{x}', 'ключ{Ω}', '🔑'];
+    const keys = [
+      '',
+      'a',
+      '{user1000}.following',
+      '{user1000}.followers',
+      'foo{}{bar}',
+      'foo{{bar}}zap',
+      'foo{bar}{zap}',
+      '{',
+      '}{x}',
+      'ключ{Ω}',
+      '🔑',
+    ];
     for (let index = 0; index < 20; index++) keys.push(`${prefix}:${index}`);
 
     const anyNode = await connectedNodeClient(redisCluster.nodes[0]!.port);
@@ -98,7 +120,9 @@ describe('startRedisCluster', () => {
     expect(owner.role).toBe('master');
     expect(await (await connectedNodeClient(owner.port)).set(key, 'direct')).toBe('OK');
     const other = withRole('master').find((node) => node.port !== owner.port)!;
-    await expect((await connectedNodeClient(other.port)).get(key)).rejects.toThrow(`MOVED ${clusterKeySlot(key)} 127.0.0.1:${owner.port}`);
+    await expect((await connectedNodeClient(other.port)).get(key)).rejects.toThrow(
+      `MOVED ${clusterKeySlot(key)} 127.0.0.1:${owner.port}`,
+    );
     expect(() => redisCluster.masterOf(CLUSTER_SLOT_COUNT)).toThrow(RangeError);
   }, 10_000);
 
@@ -106,13 +130,16 @@ describe('startRedisCluster', () => {
     const prefix = uniqueKeyPrefix('cluster set get');
     const keys = Array.from({ length: 30 }, (_, index) => `${prefix}:${index}`);
     expect(new Set(keys.map((key) => clusterKeySlot(key))).size).toBeGreaterThan(20);
-    expect(new Set(keys.map((key) => redisCluster.masterOf(key).port))).toEqual(new Set(withRole('master').map((node) => node.port)));
+    expect(new Set(keys.map((key) => redisCluster.masterOf(key).port))).toEqual(
+      new Set(withRole('master').map((node) => node.port)),
+    );
 
     const cluster = clusterClient();
     for (const key of keys) expect(await cluster.set(key, `value of ${key}`)).toBe('OK');
     for (const key of keys) expect(await cluster.get(key)).toBe(`value of ${key}`);
     // Each value is on the master masterOf names: a plain client of that node reads it without a redirect.
-    for (const key of keys) expect(await (await connectedNodeClient(redisCluster.masterOf(key).port)).get(key)).toBe(`value of ${key}`);
+    for (const key of keys)
+      expect(await (await connectedNodeClient(redisCluster.masterOf(key).port)).get(key)).toBe(`value of ${key}`);
   }, 10_000);
 
   it('keys sharing a hash tag land in one slot on one master; keys without one cannot be written together', async () => {
@@ -134,7 +161,9 @@ describe('startRedisCluster', () => {
     expect(await owner.mget(...tagged)).toEqual(['1', '2', '3']);
 
     const first = `${prefix}:x`;
-    const elsewhere = Array.from({ length: 10 }, (_, index) => `${prefix}:y${index}`).find((key) => clusterKeySlot(key) !== clusterKeySlot(first))!;
+    const elsewhere = Array.from({ length: 10 }, (_, index) => `${prefix}:y${index}`).find(
+      (key) => clusterKeySlot(key) !== clusterKeySlot(first),
+    )!;
     await expect(cluster.mset(first, '1', elsewhere, '2')).rejects.toThrow(/CROSSSLOT/);
   }, 10_000);
 
@@ -157,7 +186,9 @@ describe('startRedisCluster', () => {
 
     await redisCluster.waitForClusterOk(FAILOVER_BOUND_MS);
     const failoverMs = Date.now() - killedAt;
-    console.info(`start-redis-cluster.test: port ${heir.port} took over from killed master ${victim.port} after ${failoverMs} ms`);
+    console.info(
+      `start-redis-cluster.test: port ${heir.port} took over from killed master ${victim.port} after ${failoverMs} ms`,
+    );
     expect(failoverMs).toBeLessThan(FAILOVER_BOUND_MS + 2_000);
     expect(redisCluster.masterOf(key)).toBe(heir);
     expect(heir.role).toBe('master');

@@ -6,7 +6,12 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { CLUSTER_SLOT_COUNT, clusterKeySlot } from './cluster-key-slot';
 import { probeDocker } from './docker-probe';
-import { findFreePorts, killChildOnProcessExit, startLocalRedisServer, type LocalRedisServer } from './local-redis-server';
+import {
+  findFreePorts,
+  killChildOnProcessExit,
+  startLocalRedisServer,
+  type LocalRedisServer,
+} from './local-redis-server';
 
 /** Binary that forms the cluster (`redis-cli --cluster create`); override with env `REDIS_CLI_BIN`. */
 export const REDIS_CLI_BIN = process.env['REDIS_CLI_BIN'] ?? 'redis-cli';
@@ -111,26 +116,39 @@ const errorText = (error: unknown): string => (error instanceof Error ? error.me
 /** Flags that make a plain local redis-server a cluster node whose state lives in `dir`. */
 function clusterNodeArgs(dir: string, busPort: number, nodeTimeoutMs: number): string[] {
   return [
-    '--cluster-enabled', 'yes',
-    '--cluster-config-file', join(dir, 'nodes.conf'),
-    '--cluster-node-timeout', String(nodeTimeoutMs),
+    '--cluster-enabled',
+    'yes',
+    '--cluster-config-file',
+    join(dir, 'nodes.conf'),
+    '--cluster-node-timeout',
+    String(nodeTimeoutMs),
     // Explicit, because the default (port + 10000) overflows 65535 for the high ports findFreePorts hands out.
-    '--cluster-port', String(busPort),
+    '--cluster-port',
+    String(busPort),
     // A replica may always fail over: tests kill masters at any moment, however long a replica's link was down.
-    '--cluster-replica-validity-factor', '0',
+    '--cluster-replica-validity-factor',
+    '0',
     // A (re)joining replica syncs at once; the default waits 5 s for more replicas to share one transfer.
-    '--repl-diskless-sync-delay', '0',
+    '--repl-diskless-sync-delay',
+    '0',
     // CLUSTER SLOTS (what waitForClusterOk and cluster clients read) omits a replica until its replication offset
     // leaves 0, which on an idle master happens at the master's first replication PING: 10 s by default.
-    '--repl-ping-replica-period', '1',
+    '--repl-ping-replica-period',
+    '1',
     // stop() signals masters and replicas together; a master must not wait for replicas that are exiting too.
-    '--shutdown-timeout', '0',
-    '--dir', dir,
+    '--shutdown-timeout',
+    '0',
+    '--dir',
+    dir,
   ];
 }
 
 /** One cluster node in `dir`: on the given ports first, then on fresh ones if those were taken meanwhile. */
-async function startClusterNode(dir: string, ports: { port: number; busPort: number }, nodeTimeoutMs: number): Promise<LocalRedisServer> {
+async function startClusterNode(
+  dir: string,
+  ports: { port: number; busPort: number },
+  nodeTimeoutMs: number,
+): Promise<LocalRedisServer> {
   let lastError: unknown;
   let { port, busPort } = ports;
   for (let attempt = 0; attempt < NODE_START_ATTEMPTS; attempt++) {
@@ -149,15 +167,30 @@ async function startClusterNode(dir: string, ports: { port: number; busPort: num
  * which replicate them; roles are read back from the nodes afterwards, never assumed from the order.
  */
 function formCluster(ports: readonly number[], replicasPerMaster: number, timeoutMs: number): Promise<void> {
-  const args = ['--cluster', 'create', ...ports.map((port) => `${HOST}:${port}`), '--cluster-replicas', String(replicasPerMaster), '--cluster-yes'];
+  const args = [
+    '--cluster',
+    'create',
+    ...ports.map((port) => `${HOST}:${port}`),
+    '--cluster-replicas',
+    String(replicasPerMaster),
+    '--cluster-yes',
+  ];
   return new Promise((resolve, reject) => {
-    const child = execFile(REDIS_CLI_BIN, args, { timeout: timeoutMs, killSignal: 'SIGKILL' }, (error, stdout, stderr) => {
-      if (!error) return resolve();
-      const output = `${stdout}${stderr}`.trim().slice(-OUTPUT_TAIL_CHARS);
-      const hint = (error as NodeJS.ErrnoException).code === 'ENOENT' ? ' (is redis-cli installed? set REDIS_CLI_BIN to its path)' : '';
-      const why = error.killed ? `did not finish within ${timeoutMs} ms` : `failed: ${error.message}${hint}`;
-      reject(new Error(`redis-cli --cluster create ${why}\n${output}`));
-    });
+    const child = execFile(
+      REDIS_CLI_BIN,
+      args,
+      { timeout: timeoutMs, killSignal: 'SIGKILL' },
+      (error, stdout, stderr) => {
+        if (!error) return resolve();
+        const output = `${stdout}${stderr}`.trim().slice(-OUTPUT_TAIL_CHARS);
+        const hint =
+          (error as NodeJS.ErrnoException).code === 'ENOENT'
+            ? ' (is redis-cli installed? set REDIS_CLI_BIN to its path)'
+            : '';
+        const why = error.killed ? `did not finish within ${timeoutMs} ms` : `failed: ${error.message}${hint}`;
+        reject(new Error(`redis-cli --cluster create ${why}\n${output}`));
+      },
+    );
     killChildOnProcessExit(child);
   });
 }
@@ -244,7 +277,8 @@ async function checkCluster(runningPorts: readonly number[]): Promise<CheckOutco
   const settled = await Promise.allSettled(runningPorts.map((port) => reportOf(port)));
   const reports: NodeReport[] = [];
   for (const [index, result] of settled.entries()) {
-    if (result.status === 'rejected') return { ok: false, reason: `port ${runningPorts[index]} did not answer: ${errorText(result.reason)}` };
+    if (result.status === 'rejected')
+      return { ok: false, reason: `port ${runningPorts[index]} did not answer: ${errorText(result.reason)}` };
     reports.push(result.value);
   }
 
@@ -252,19 +286,26 @@ async function checkCluster(runningPorts: readonly number[]): Promise<CheckOutco
     const state = report.info.get('cluster_state');
     const slotsOk = Number(report.info.get('cluster_slots_ok') ?? 0);
     if (state !== 'ok' || slotsOk !== CLUSTER_SLOT_COUNT) {
-      return { ok: false, reason: `port ${report.port} says cluster_state:${state}, ${slotsOk} of ${CLUSTER_SLOT_COUNT} slots ok` };
+      return {
+        ok: false,
+        reason: `port ${report.port} says cluster_state:${state}, ${slotsOk} of ${CLUSTER_SLOT_COUNT} slots ok`,
+      };
     }
   }
 
   const [reference, ...others] = reports as [NodeReport, ...NodeReport[]];
   const signature = slotMapSignature(reference.ranges);
   const disagreeing = others.find((report) => slotMapSignature(report.ranges) !== signature);
-  if (disagreeing) return { ok: false, reason: `ports ${reference.port} and ${disagreeing.port} report different slot maps` };
+  if (disagreeing)
+    return { ok: false, reason: `ports ${reference.port} and ${disagreeing.port} report different slot maps` };
 
   const running = new Set(runningPorts);
   const deadOwner = reference.ranges.find((range) => !running.has(range.masterPort));
   if (deadOwner) {
-    return { ok: false, reason: `slots ${deadOwner.first}-${deadOwner.last} still on port ${deadOwner.masterPort}, which is not running` };
+    return {
+      ok: false,
+      reason: `slots ${deadOwner.first}-${deadOwner.last} still on port ${deadOwner.masterPort}, which is not running`,
+    };
   }
 
   const roles = new Map<number, RedisClusterRole>();
@@ -275,9 +316,16 @@ async function checkCluster(runningPorts: readonly number[]): Promise<CheckOutco
         return { ok: false, reason: `port ${report.port} says it is a master but serves no slots in the agreed map` };
       }
     } else {
-      if (own.link !== 'connected') return { ok: false, reason: `port ${report.port} replicates port ${own.masterPort}, link ${own.link}` };
-      const underItsMaster = reference.ranges.some((range) => range.masterPort === own.masterPort && range.replicaPorts.includes(report.port));
-      if (!underItsMaster) return { ok: false, reason: `port ${report.port} replicates port ${own.masterPort}, which the slot map does not show yet` };
+      if (own.link !== 'connected')
+        return { ok: false, reason: `port ${report.port} replicates port ${own.masterPort}, link ${own.link}` };
+      const underItsMaster = reference.ranges.some(
+        (range) => range.masterPort === own.masterPort && range.replicaPorts.includes(report.port),
+      );
+      if (!underItsMaster)
+        return {
+          ok: false,
+          reason: `port ${report.port} replicates port ${own.masterPort}, which the slot map does not show yet`,
+        };
     }
     roles.set(report.port, own.role);
   }
@@ -331,7 +379,8 @@ class LocalRedisCluster implements TestRedisCluster {
 
   masterOf(slotOrKey: number | string): RedisClusterNode {
     const slot = typeof slotOrKey === 'string' ? clusterKeySlot(slotOrKey) : slotOrKey;
-    if (!Number.isInteger(slot) || slot < 0 || slot >= CLUSTER_SLOT_COUNT) throw new RangeError(`not a slot (0..${CLUSTER_SLOT_COUNT - 1}): ${slot}`);
+    if (!Number.isInteger(slot) || slot < 0 || slot >= CLUSTER_SLOT_COUNT)
+      throw new RangeError(`not a slot (0..${CLUSTER_SLOT_COUNT - 1}): ${slot}`);
     const range = this.ranges.find((candidate) => candidate.first <= slot && slot <= candidate.last);
     if (!range) throw new Error(`slot ${slot} has no master in the last observed slot map`);
     return this.memberAt(range.masterPort);
@@ -374,7 +423,10 @@ class LocalRedisCluster implements TestRedisCluster {
 
   private memberAt(port: number): ClusterMember {
     const member = this.members.find((candidate) => candidate.port === port);
-    if (!member) throw new Error(`no node of this cluster on port ${port} (its ports: ${this.members.map((m) => m.port).join(', ')})`);
+    if (!member)
+      throw new Error(
+        `no node of this cluster on port ${port} (its ports: ${this.members.map((m) => m.port).join(', ')})`,
+      );
     return member;
   }
 
@@ -384,7 +436,8 @@ class LocalRedisCluster implements TestRedisCluster {
 }
 
 function checkedCount(name: string, value: number, min: number): number {
-  if (!Number.isInteger(value) || value < min) throw new RangeError(`startRedisCluster: ${name} must be an integer >= ${min}, got ${value}`);
+  if (!Number.isInteger(value) || value < min)
+    throw new RangeError(`startRedisCluster: ${name} must be an integer >= ${min}, got ${value}`);
   return value;
 }
 
@@ -398,7 +451,11 @@ function checkedCount(name: string, value: number, min: number): number {
 export async function startRedisCluster(options: StartRedisClusterOptions = {}): Promise<TestRedisCluster> {
   const log = options.logger ?? ((line: string) => console.info(line));
   const masters = checkedCount('masters', options.masters ?? DEFAULT_MASTERS, 3);
-  const replicasPerMaster = checkedCount('replicasPerMaster', options.replicasPerMaster ?? DEFAULT_REPLICAS_PER_MASTER, 0);
+  const replicasPerMaster = checkedCount(
+    'replicasPerMaster',
+    options.replicasPerMaster ?? DEFAULT_REPLICAS_PER_MASTER,
+    0,
+  );
   const nodeTimeoutMs = checkedCount('nodeTimeoutMs', options.nodeTimeoutMs ?? DEFAULT_NODE_TIMEOUT_MS, 1);
   const readyTimeoutMs = checkedCount('readyTimeoutMs', options.readyTimeoutMs ?? DEFAULT_READY_TIMEOUT_MS, 1);
   const nodeCount = masters * (1 + replicasPerMaster);
@@ -418,7 +475,11 @@ export async function startRedisCluster(options: StartRedisClusterOptions = {}):
       Array.from({ length: nodeCount }, async (_, index) => {
         const nodeDir = join(dir, `node-${index}`);
         await mkdir(nodeDir);
-        return startClusterNode(nodeDir, { port: ports[index] as number, busPort: ports[nodeCount + index] as number }, nodeTimeoutMs);
+        return startClusterNode(
+          nodeDir,
+          { port: ports[index] as number, busPort: ports[nodeCount + index] as number },
+          nodeTimeoutMs,
+        );
       }),
     );
     for (const result of started) if (result.status === 'fulfilled') servers.push(result.value);
@@ -427,11 +488,19 @@ export async function startRedisCluster(options: StartRedisClusterOptions = {}):
 
     // At least 1 ms: execFile reads a timeout of 0 as none.
     const readyBudgetLeftMs = (): number => Math.max(1, readyTimeoutMs - (Date.now() - startedAt));
-    await formCluster(servers.map((server) => server.port), replicasPerMaster, readyBudgetLeftMs());
+    await formCluster(
+      servers.map((server) => server.port),
+      replicasPerMaster,
+      readyBudgetLeftMs(),
+    );
     const cluster = new LocalRedisCluster(servers, dir, nodeTimeoutMs);
     await cluster.waitForClusterOk(readyBudgetLeftMs());
 
-    const portsWith = (role: RedisClusterRole): string => cluster.nodes.filter((node) => node.role === role).map((node) => node.port).join(', ');
+    const portsWith = (role: RedisClusterRole): string =>
+      cluster.nodes
+        .filter((node) => node.role === role)
+        .map((node) => node.port)
+        .join(', ');
     const why = (await dockerAnswered)
       ? 'a Docker engine answered /_ping, but nodes in containers would announce addresses a host client cannot follow'
       : 'no Docker engine answered /_ping';

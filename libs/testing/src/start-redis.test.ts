@@ -9,7 +9,12 @@ import { uniqueKeyPrefix } from './unique-key-prefix';
 
 /** A client that fails fast instead of reconnecting, so a dead server shows up as an error. */
 function client(url: string): Redis {
-  return new Redis(url, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0, connectTimeout: 1_000 });
+  return new Redis(url, {
+    lazyConnect: true,
+    retryStrategy: () => null,
+    maxRetriesPerRequest: 0,
+    connectTimeout: 1_000,
+  });
 }
 
 const started: TestRedis[] = [];
@@ -170,8 +175,14 @@ describe('probeDocker', () => {
   });
 
   it('parses DOCKER_HOST forms and rejects the ones it cannot probe', () => {
-    expect(parseDockerHost('unix:///var/run/docker.sock')).toEqual({ kind: 'unix', socketPath: '/var/run/docker.sock' });
-    expect(parseDockerHost('/run/user/1000/docker.sock')).toEqual({ kind: 'unix', socketPath: '/run/user/1000/docker.sock' });
+    expect(parseDockerHost('unix:///var/run/docker.sock')).toEqual({
+      kind: 'unix',
+      socketPath: '/var/run/docker.sock',
+    });
+    expect(parseDockerHost('/run/user/1000/docker.sock')).toEqual({
+      kind: 'unix',
+      socketPath: '/run/user/1000/docker.sock',
+    });
     expect(parseDockerHost('tcp://10.0.0.5:2375')).toEqual({ kind: 'tcp', host: '10.0.0.5', port: 2375 });
     expect(parseDockerHost('tcp://[::1]:2375')).toEqual({ kind: 'tcp', host: '::1', port: 2375 });
     expect(parseDockerHost('npipe:////./pipe/docker_engine')).toBeUndefined();

@@ -25,7 +25,10 @@ export interface StartRedisOptions {
 export const TESTCONTAINERS_REDIS_IMAGE = 'redis:7';
 
 function unsupported(source: TestRedisSource, operation: string): () => Promise<never> {
-  return () => Promise.reject(new Error(`${operation}() is not supported for a Redis from ${source}; use startRedis({ fresh: true })`));
+  return () =>
+    Promise.reject(
+      new Error(`${operation}() is not supported for a Redis from ${source}; use startRedis({ fresh: true })`),
+    );
 }
 
 function portOf(url: string): number {

@@ -9,18 +9,28 @@ import { limitedPeerOf, type AuthFailureLimiter } from './auth-failure-limiter';
  * a failure. Unknown paths are gated too, so the listener does not tell which routes exist. The token is
  * never logged: failures log the peer and the outcome only.
  */
-export function registerAdminAuth(app: FastifyInstance, options: { token: string; limiter: AuthFailureLimiter; audit: FastifyBaseLogger }): void {
+export function registerAdminAuth(
+  app: FastifyInstance,
+  options: { token: string; limiter: AuthFailureLimiter; audit: FastifyBaseLogger },
+): void {
   const expectedDigest = digest(options.token);
   app.addHook('onRequest', async (request, reply) => {
     const peer = peerOf(request);
     const limitedAs = limitedPeerOf(peer);
     const blockedForSeconds = options.limiter.retryAfterSeconds(limitedAs);
     if (blockedForSeconds !== null) {
-      throw new RouterError('ROUTER_ERR_ADMIN_AUTH_RATE_LIMITED', 'Too many wrong admin tokens from this address; try again later.', { retryAfterSeconds: blockedForSeconds });
+      throw new RouterError(
+        'ROUTER_ERR_ADMIN_AUTH_RATE_LIMITED',
+        'Too many wrong admin tokens from this address; try again later.',
+        { retryAfterSeconds: blockedForSeconds },
+      );
     }
     if (isAuthorized(request, expectedDigest)) return;
     options.limiter.recordFailure(limitedAs);
-    options.audit.warn({ peer, method: request.method, path: request.url.split('?')[0], outcome: 'unauthorized' }, 'admin: wrong or missing token');
+    options.audit.warn(
+      { peer, method: request.method, path: request.url.split('?')[0], outcome: 'unauthorized' },
+      'admin: wrong or missing token',
+    );
     reply.header('www-authenticate', 'Bearer realm="kvroute-admin"');
     throw new RouterError('ROUTER_ERR_UNAUTHORIZED', 'The admin API needs `Authorization: Bearer <adminToken>`.');
   });

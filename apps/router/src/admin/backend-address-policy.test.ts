@@ -22,7 +22,11 @@ const TABLE = {
 };
 
 describe('BackendAddressPolicy', () => {
-  const open = new BackendAddressPolicy({ allowlist: [], redisUrl: 'redis://redis.internal:6379', resolve: resolverOf(TABLE).resolve });
+  const open = new BackendAddressPolicy({
+    allowlist: [],
+    redisUrl: 'redis://redis.internal:6379',
+    resolve: resolverOf(TABLE).resolve,
+  });
 
   it.each([
     ['http://169.254.169.254/latest/meta-data', /metadata/],
@@ -49,11 +53,19 @@ describe('BackendAddressPolicy', () => {
 
   it('accepts other addresses when no allowlist is set, with the addresses it checked', async () => {
     expect(await open.check('http://10.0.0.9:8000')).toMatchObject({ allowed: true });
-    expect(await open.check('http://engine.test:8000')).toEqual({ allowed: true, hostname: 'engine.test', addresses: [{ address: '10.0.0.7', family: 4 }] });
+    expect(await open.check('http://engine.test:8000')).toEqual({
+      allowed: true,
+      hostname: 'engine.test',
+      addresses: [{ address: '10.0.0.7', family: 4 }],
+    });
   });
 
   it('denies every node a Redis Cluster URL names, by name or address, and only on its port', async () => {
-    const cluster = new BackendAddressPolicy({ allowlist: [], redisUrl: 'redis+cluster://:secret@redis.internal:7000,10.0.0.20:7001', resolve: resolverOf(TABLE).resolve });
+    const cluster = new BackendAddressPolicy({
+      allowlist: [],
+      redisUrl: 'redis+cluster://:secret@redis.internal:7000,10.0.0.20:7001',
+      resolve: resolverOf(TABLE).resolve,
+    });
     for (const url of ['http://redis.internal:7000', 'http://10.0.0.9:7000', 'http://10.0.0.20:7001']) {
       const verdict = await cluster.check(url);
       expect(!verdict.allowed && verdict.reason).toMatch(/own Redis/);
@@ -63,7 +75,11 @@ describe('BackendAddressPolicy', () => {
   });
 
   it('with an allowlist, accepts only listed names and addresses in listed CIDRs', async () => {
-    const policy = new BackendAddressPolicy({ allowlist: ['10.0.0.0/30', 'engine.test'], redisUrl: undefined, resolve: resolverOf(TABLE).resolve });
+    const policy = new BackendAddressPolicy({
+      allowlist: ['10.0.0.0/30', 'engine.test'],
+      redisUrl: undefined,
+      resolve: resolverOf(TABLE).resolve,
+    });
     expect((await policy.check('http://10.0.0.2:8000')).allowed).toBe(true);
     expect((await policy.check('http://engine.test:8000')).allowed).toBe(true);
     const outside = await policy.check('http://10.0.0.9:8000');
@@ -71,16 +87,28 @@ describe('BackendAddressPolicy', () => {
   });
 
   it('lifts a denial only for an entry naming the denied address or a range inside it', async () => {
-    const broad = new BackendAddressPolicy({ allowlist: ['0.0.0.0/0'], redisUrl: undefined, resolve: resolverOf(TABLE).resolve });
+    const broad = new BackendAddressPolicy({
+      allowlist: ['0.0.0.0/0'],
+      redisUrl: undefined,
+      resolve: resolverOf(TABLE).resolve,
+    });
     expect((await broad.check('http://169.254.169.254/')).allowed).toBe(false);
-    const named = new BackendAddressPolicy({ allowlist: ['169.254.169.254/32', '10.0.0.9:6379'], redisUrl: 'redis://10.0.0.9:6379', resolve: resolverOf(TABLE).resolve });
+    const named = new BackendAddressPolicy({
+      allowlist: ['169.254.169.254/32', '10.0.0.9:6379'],
+      redisUrl: 'redis://10.0.0.9:6379',
+      resolve: resolverOf(TABLE).resolve,
+    });
     expect((await named.check('http://169.254.169.254/')).allowed).toBe(true);
     expect((await named.check('http://169.254.1.1/')).allowed).toBe(false);
     expect((await named.check('http://10.0.0.9:6379/')).allowed).toBe(true);
   });
 
   it('opens a metadata address only for an entry of exactly that address, not for the link-local range around it', async () => {
-    const linkLocal = new BackendAddressPolicy({ allowlist: ['169.254.0.0/16'], redisUrl: undefined, resolve: resolverOf(TABLE).resolve });
+    const linkLocal = new BackendAddressPolicy({
+      allowlist: ['169.254.0.0/16'],
+      redisUrl: undefined,
+      resolve: resolverOf(TABLE).resolve,
+    });
     expect((await linkLocal.check('http://169.254.20.10:53/')).allowed).toBe(true);
     expect((await linkLocal.check('http://169.254.169.254/')).allowed).toBe(false);
     expect((await linkLocal.check('http://[64:ff9b::a9fe:a9fe]/')).allowed).toBe(false);
@@ -98,15 +126,27 @@ describe('BackendAddressPolicy', () => {
 
 describe('BackendAddressPolicy.connectLookup (DNS rebinding)', () => {
   type Answer = { error: NodeJS.ErrnoException | null; address: unknown; family?: number };
-  const lookUp = (lookup: ReturnType<BackendAddressPolicy['connectLookup']>, options: Parameters<typeof lookup>[1]): Promise<Answer> =>
-    new Promise((resolve) => lookup('ignored-the-url-decides', options, (error, address, family) => resolve({ error, address, family })));
+  const lookUp = (
+    lookup: ReturnType<BackendAddressPolicy['connectLookup']>,
+    options: Parameters<typeof lookup>[1],
+  ): Promise<Answer> =>
+    new Promise((resolve) =>
+      lookup('ignored-the-url-decides', options, (error, address, family) => resolve({ error, address, family })),
+    );
 
   it('resolves at every connect, hands the socket exactly the addresses it checked, and refuses a name that turned bad', async () => {
     const table: Record<string, string[]> = { 'rebind.test': ['10.0.0.7', 'fd00::7'] };
     const resolver = resolverOf(table);
     const policy = new BackendAddressPolicy({ allowlist: [], redisUrl: undefined, resolve: resolver.resolve });
     const lookup = policy.connectLookup('http://rebind.test:8000/v1');
-    expect(await lookUp(lookup, { all: true })).toEqual({ error: null, address: [{ address: '10.0.0.7', family: 4 }, { address: 'fd00::7', family: 6 }], family: undefined });
+    expect(await lookUp(lookup, { all: true })).toEqual({
+      error: null,
+      address: [
+        { address: '10.0.0.7', family: 4 },
+        { address: 'fd00::7', family: 6 },
+      ],
+      family: undefined,
+    });
     expect(await lookUp(lookup, { family: 6 })).toEqual({ error: null, address: 'fd00::7', family: 6 });
     expect(await lookUp(lookup, {})).toEqual({ error: null, address: '10.0.0.7', family: 4 });
 
@@ -122,8 +162,12 @@ describe('BackendAddressPolicy.connectLookup (DNS rebinding)', () => {
   it('fails a connection whose name no longer resolves, or has no address of the family asked', async () => {
     const table: Record<string, string[]> = { 'v4only.test': ['10.0.0.8'] };
     const policy = new BackendAddressPolicy({ allowlist: [], redisUrl: undefined, resolve: resolverOf(table).resolve });
-    expect((await lookUp(policy.connectLookup('http://v4only.test:8000'), { family: 6 })).error?.code).toBe('ENOTFOUND');
+    expect((await lookUp(policy.connectLookup('http://v4only.test:8000'), { family: 6 })).error?.code).toBe(
+      'ENOTFOUND',
+    );
     delete table['v4only.test'];
-    expect((await lookUp(policy.connectLookup('http://v4only.test:8000'), {})).error?.code).toBe('ROUTER_BACKEND_ADDRESS_DENIED');
+    expect((await lookUp(policy.connectLookup('http://v4only.test:8000'), {})).error?.code).toBe(
+      'ROUTER_BACKEND_ADDRESS_DENIED',
+    );
   });
 });

@@ -97,14 +97,18 @@ export class BackendAddressPolicy {
       if (cidr !== null) {
         this.allowed.addSubnet(cidr.address, cidr.prefix, cidr.type);
         if (cidr.prefix === (cidr.type === 'ipv4' ? 32 : 128)) this.allowedExactly.addAddress(cidr.address, cidr.type);
-        if (deniedRangeOf(cidr.address) !== null && cidr.prefix >= deniedPrefixOf(cidr.address)) this.allowedInsideDenied.addSubnet(cidr.address, cidr.prefix, cidr.type);
+        if (deniedRangeOf(cidr.address) !== null && cidr.prefix >= deniedPrefixOf(cidr.address))
+          this.allowedInsideDenied.addSubnet(cidr.address, cidr.prefix, cidr.type);
       } else if (/^[a-z0-9.-]+:\d+$/.test(entry) || /^\[[0-9a-f:.]+\]:\d+$/.test(entry)) {
         this.allowedHostPorts.add(entry);
       } else {
         this.allowedNames.add(entry.replace(/\.$/, ''));
       }
     }
-    this.redisNodes = options.redisUrl === undefined ? [] : redisUrlNodes(options.redisUrl).map((node) => ({ host: node.host, port: String(node.port) }));
+    this.redisNodes =
+      options.redisUrl === undefined
+        ? []
+        : redisUrlNodes(options.redisUrl).map((node) => ({ host: node.host, port: String(node.port) }));
   }
 
   /** Checks one backend URL; resolves names, connects to nothing. */
@@ -115,13 +119,19 @@ export class BackendAddressPolicy {
     } catch {
       return { allowed: false, reason: 'not a URL' };
     }
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') return { allowed: false, reason: 'only http and https backends' };
-    if (url.username !== '' || url.password !== '') return { allowed: false, reason: 'credentials in a backend URL are not accepted' };
-    const hostname = url.hostname.replace(/^\[|\]$/g, '').toLowerCase().replace(/\.$/, '');
+    if (url.protocol !== 'http:' && url.protocol !== 'https:')
+      return { allowed: false, reason: 'only http and https backends' };
+    if (url.username !== '' || url.password !== '')
+      return { allowed: false, reason: 'credentials in a backend URL are not accepted' };
+    const hostname = url.hostname
+      .replace(/^\[|\]$/g, '')
+      .toLowerCase()
+      .replace(/\.$/, '');
     const port = url.port || (url.protocol === 'https:' ? '443' : '80');
     const hostPort = `${isIP(hostname) === 6 ? `[${hostname}]` : hostname}:${port}`;
     const namedInAllowlist = this.allowedNames.has(hostname) || this.allowedHostPorts.has(hostPort);
-    if (DENIED_NAMES.has(hostname) && !namedInAllowlist) return { allowed: false, reason: `${hostname} is a cloud metadata service` };
+    if (DENIED_NAMES.has(hostname) && !namedInAllowlist)
+      return { allowed: false, reason: `${hostname} is a cloud metadata service` };
 
     let addresses: readonly ResolvedAddress[];
     const literal = isIP(hostname);
@@ -131,7 +141,11 @@ export class BackendAddressPolicy {
       try {
         addresses = await this.options.resolve(hostname);
       } catch (error) {
-        return { allowed: false, reason: `${hostname} does not resolve (${(error as NodeJS.ErrnoException).code ?? 'error'})`, unresolved: true };
+        return {
+          allowed: false,
+          reason: `${hostname} does not resolve (${(error as NodeJS.ErrnoException).code ?? 'error'})`,
+          unresolved: true,
+        };
       }
       if (addresses.length === 0) return { allowed: false, reason: `${hostname} does not resolve`, unresolved: true };
     }
@@ -144,12 +158,20 @@ export class BackendAddressPolicy {
         return { allowed: false, reason: `${hostPort} is the router's own Redis` };
       }
       const denied = deniedRangeOf(plain);
-      const lifted = isMetadataAddress(plain) ? this.allowedExactly.check(plain, type) : this.allowedInsideDenied.check(plain, type);
+      const lifted = isMetadataAddress(plain)
+        ? this.allowedExactly.check(plain, type)
+        : this.allowedInsideDenied.check(plain, type);
       if (denied !== null && !lifted) {
-        return { allowed: false, reason: `${hostname === plain ? plain : `${hostname} resolves to ${plain}, which`} is ${denied}` };
+        return {
+          allowed: false,
+          reason: `${hostname === plain ? plain : `${hostname} resolves to ${plain}, which`} is ${denied}`,
+        };
       }
       if (this.hasAllowlist && !namedInAllowlist && !this.allowed.check(plain, type)) {
-        return { allowed: false, reason: `${hostname === plain ? plain : `${hostname} (${plain})`} is not in backendAllowlist` };
+        return {
+          allowed: false,
+          reason: `${hostname === plain ? plain : `${hostname} (${plain})`} is not in backendAllowlist`,
+        };
       }
     }
     return { allowed: true, hostname, addresses };
@@ -163,28 +185,47 @@ export class BackendAddressPolicy {
    */
   connectLookup(backendUrl: string): ConnectLookup {
     return (_hostname, options, callback) => {
-      this.check(backendUrl).then(
-        (verdict) => {
-          if (!verdict.allowed) {
-            callback(Object.assign(new Error(`backend address refused at connect: ${verdict.reason}`), { code: 'ROUTER_BACKEND_ADDRESS_DENIED' }), '', 0);
-            return;
-          }
-          const family = options.family === 'IPv4' ? 4 : options.family === 'IPv6' ? 6 : options.family;
-          const usable = family === 4 || family === 6 ? verdict.addresses.filter((entry) => entry.family === family) : verdict.addresses;
-          const first = usable[0];
-          if (first === undefined) {
-            callback(Object.assign(new Error(`backend ${verdict.hostname} has no IPv${String(family)} address`), { code: 'ENOTFOUND' }), '', 0);
-          } else if (options.all === true) {
-            callback(null, usable.map((entry): LookupAddress => ({ address: entry.address, family: entry.family })));
-          } else {
-            callback(null, first.address, first.family);
-          }
-        },
-        (error: unknown) => callback(error instanceof Error ? error : new Error(String(error)), '', 0),
-      )
-      // A callback that throws (net's never does) must not become an unhandled rejection, which would end
-      // the process; the connection it belonged to is the socket's business then.
-      .catch(() => undefined);
+      this.check(backendUrl)
+        .then(
+          (verdict) => {
+            if (!verdict.allowed) {
+              callback(
+                Object.assign(new Error(`backend address refused at connect: ${verdict.reason}`), {
+                  code: 'ROUTER_BACKEND_ADDRESS_DENIED',
+                }),
+                '',
+                0,
+              );
+              return;
+            }
+            const family = options.family === 'IPv4' ? 4 : options.family === 'IPv6' ? 6 : options.family;
+            const usable =
+              family === 4 || family === 6
+                ? verdict.addresses.filter((entry) => entry.family === family)
+                : verdict.addresses;
+            const first = usable[0];
+            if (first === undefined) {
+              callback(
+                Object.assign(new Error(`backend ${verdict.hostname} has no IPv${String(family)} address`), {
+                  code: 'ENOTFOUND',
+                }),
+                '',
+                0,
+              );
+            } else if (options.all === true) {
+              callback(
+                null,
+                usable.map((entry): LookupAddress => ({ address: entry.address, family: entry.family })),
+              );
+            } else {
+              callback(null, first.address, first.family);
+            }
+          },
+          (error: unknown) => callback(error instanceof Error ? error : new Error(String(error)), '', 0),
+        )
+        // A callback that throws (net's never does) must not become an unhandled rejection, which would end
+        // the process; the connection it belonged to is the socket's business then.
+        .catch(() => undefined);
     };
   }
 
@@ -252,6 +293,7 @@ function parseCidr(entry: string): { address: string; prefix: number; type: 'ipv
   if (family === 0) return null;
   const max = family === 4 ? 32 : 128;
   const prefix = prefixText === undefined ? max : Number(prefixText);
-  if (!Number.isInteger(prefix) || prefix < 0 || prefix > max) throw new Error(`backendAllowlist: bad prefix length in ${entry}`);
+  if (!Number.isInteger(prefix) || prefix < 0 || prefix > max)
+    throw new Error(`backendAllowlist: bad prefix length in ${entry}`);
   return { address: plain, prefix, type: family === 4 ? 'ipv4' : 'ipv6' };
 }

@@ -29,10 +29,13 @@ describe('BackendRegistry', () => {
 
   it('keeps the last known models of a backend that cannot be reached', async () => {
     let reachable = true;
-    const registry = new BackendRegistry([{ url: 'http://127.0.0.1:8001', weight: 1 }], options(async () => {
-      if (!reachable) throw new Error('down');
-      return ['m'];
-    }));
+    const registry = new BackendRegistry(
+      [{ url: 'http://127.0.0.1:8001', weight: 1 }],
+      options(async () => {
+        if (!reachable) throw new Error('down');
+        return ['m'];
+      }),
+    );
     await registry.refreshModels();
     reachable = false;
     await registry.refreshModels();
@@ -40,7 +43,16 @@ describe('BackendRegistry', () => {
   });
 
   it('rejects duplicate ids', () => {
-    expect(() => new BackendRegistry([{ url: 'http://a:1', weight: 1 }, { url: 'http://a:1', weight: 1 }], options(async () => []))).toThrow(/duplicate/);
+    expect(
+      () =>
+        new BackendRegistry(
+          [
+            { url: 'http://a:1', weight: 1 },
+            { url: 'http://a:1', weight: 1 },
+          ],
+          options(async () => []),
+        ),
+    ).toThrow(/duplicate/);
   });
 });
 
@@ -48,7 +60,10 @@ describe('BackendRegistry changes at run time', () => {
   const configured = (url: string, id: string, models = ['m']) => ({ url, id, models, weight: 1 });
 
   it('keeps a drained backend registered but out of every pool, and brings it back on undrain', () => {
-    const registry = new BackendRegistry([configured('http://h:1', 'a'), configured('http://h:2', 'b')], options(async () => []));
+    const registry = new BackendRegistry(
+      [configured('http://h:1', 'a'), configured('http://h:2', 'b')],
+      options(async () => []),
+    );
     expect(registry.setDrained('a', true)).toBe(true);
     expect(registry.poolFor('m').map((backend) => backend.id)).toEqual(['b']);
     expect(registry.backends.map((backend) => backend.id)).toEqual(['a', 'b']);
@@ -85,10 +100,13 @@ describe('BackendRegistry changes at run time', () => {
 
   it('replaceAll keeps unchanged backends (object, circuit), replaces changed ones in place, drops gone ones and appends new ones', () => {
     const removed: string[] = [];
-    const registry = new BackendRegistry([configured('http://h:1', 'a'), configured('http://h:2', 'b'), configured('http://h:3', 'c')], {
-      ...options(async () => []),
-      onRemoved: (backend, _models, departure) => removed.push(`${backend.id}@${backend.origin} ${departure}`),
-    });
+    const registry = new BackendRegistry(
+      [configured('http://h:1', 'a'), configured('http://h:2', 'b'), configured('http://h:3', 'c')],
+      {
+        ...options(async () => []),
+        onRemoved: (backend, _models, departure) => removed.push(`${backend.id}@${backend.origin} ${departure}`),
+      },
+    );
     const [a, b] = registry.backends;
     registry.replaceAll([
       { spec: configured('http://h:9', 'z'), drained: false },
@@ -113,7 +131,10 @@ describe('BackendRegistry changes at run time', () => {
   });
 
   it('finds a backend by URL whatever its id', () => {
-    const registry = new BackendRegistry([configured('http://h:1/v1', 'a')], options(async () => []));
+    const registry = new BackendRegistry(
+      [configured('http://h:1/v1', 'a')],
+      options(async () => []),
+    );
     expect(registry.findByUrl('http://h:1')?.id).toBe('a');
     expect(registry.findByUrl('http://h:1/v1/')?.id).toBe('a');
     expect(registry.findByUrl('http://h:2')).toBeUndefined();
@@ -185,7 +206,13 @@ describe('BackendRegistry: models pending at start', () => {
   });
 
   it('counts configured backends as known, and a backend answering an empty list too', async () => {
-    const registry = new BackendRegistry([{ url: 'http://h:1', models: ['m'], weight: 1 }, { url: 'http://h:2', weight: 1 }], options(async () => []));
+    const registry = new BackendRegistry(
+      [
+        { url: 'http://h:1', models: ['m'], weight: 1 },
+        { url: 'http://h:2', weight: 1 },
+      ],
+      options(async () => []),
+    );
     expect(registry.backendsWithModelsPending().map((backend) => backend.id)).toEqual(['h:2']);
     await registry.refreshModels();
     expect(registry.modelsPending()).toBe(false);
@@ -193,12 +220,18 @@ describe('BackendRegistry: models pending at start', () => {
 
   it('cancels the retry of a backend that leaves, and every retry on stop', async () => {
     const clock = manualTimers();
-    const registry = new BackendRegistry([{ url: 'http://h:1', weight: 1 }, { url: 'http://h:2', weight: 1 }], {
-      ...options(async () => {
-        throw new Error('down');
-      }),
-      timers: clock.timers,
-    });
+    const registry = new BackendRegistry(
+      [
+        { url: 'http://h:1', weight: 1 },
+        { url: 'http://h:2', weight: 1 },
+      ],
+      {
+        ...options(async () => {
+          throw new Error('down');
+        }),
+        timers: clock.timers,
+      },
+    );
     await registry.refreshModels();
     expect(clock.due.filter((entry) => !entry.cleared)).toHaveLength(2);
     registry.remove('h:1');
@@ -215,15 +248,21 @@ describe('BackendRegistry: models pending at start', () => {
     const clock = manualTimers();
     let nowMs = 1_000;
     let listening = false;
-    const registry = new BackendRegistry([{ url: 'http://h:1', weight: 1 }, { url: 'http://h:2', weight: 1 }], {
-      ...options(async () => {
-        if (!listening) throw new Error('ECONNREFUSED');
-        return ['m'];
-      }),
-      nowMs: () => nowMs,
-      timers: clock.timers,
-      modelsPendingMaxMs: 500,
-    });
+    const registry = new BackendRegistry(
+      [
+        { url: 'http://h:1', weight: 1 },
+        { url: 'http://h:2', weight: 1 },
+      ],
+      {
+        ...options(async () => {
+          if (!listening) throw new Error('ECONNREFUSED');
+          return ['m'];
+        }),
+        nowMs: () => nowMs,
+        timers: clock.timers,
+        modelsPendingMaxMs: 500,
+      },
+    );
     await registry.refreshModels();
     expect(registry.modelsPending()).toBe(true);
     // Draining one leaves the other holding back; draining both, none does.
@@ -238,7 +277,9 @@ describe('BackendRegistry: models pending at start', () => {
     nowMs += 1;
     expect(registry.modelsPending()).toBe(false);
     // Past the window both are still reported pending, with their ages, and still retried.
-    expect(registry.pendingModelsReport().map((entry) => [entry.backend.id, entry.ageMs, entry.holdsUnknownModels])).toEqual([
+    expect(
+      registry.pendingModelsReport().map((entry) => [entry.backend.id, entry.ageMs, entry.holdsUnknownModels]),
+    ).toEqual([
       ['h:1', 500, false],
       ['h:2', 500, false],
     ]);
@@ -247,7 +288,10 @@ describe('BackendRegistry: models pending at start', () => {
     registry.add({ url: 'http://h:3', weight: 1 });
     await vi.waitFor(() => expect(registry.backendsWithModelsPending()).toHaveLength(3));
     expect(registry.modelsPending()).toBe(true);
-    expect(registry.pendingModelsReport().find((entry) => entry.backend.id === 'h:3')).toMatchObject({ ageMs: 0, holdsUnknownModels: true });
+    expect(registry.pendingModelsReport().find((entry) => entry.backend.id === 'h:3')).toMatchObject({
+      ageMs: 0,
+      holdsUnknownModels: true,
+    });
     // The retries go on past the window: an answer makes the models count.
     listening = true;
     clock.fire();

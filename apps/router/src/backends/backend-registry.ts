@@ -131,7 +131,10 @@ export class BackendRegistry {
   private readonly addedAtMs = new WeakMap<Backend, number>();
   private stopped = false;
 
-  constructor(specs: readonly BackendSpec[], private readonly options: BackendRegistryOptions) {
+  constructor(
+    specs: readonly BackendSpec[],
+    private readonly options: BackendRegistryOptions,
+  ) {
     const seen = new Set<string>();
     for (const spec of specs) {
       const id = backendIdOf(spec);
@@ -312,7 +315,11 @@ export class BackendRegistry {
       basePath: basePathOf(url),
       info: { id, weight: spec.weight },
       configuredModels: spec.models ? [...spec.models] : null,
-      breaker: new CircuitBreaker({ failureThreshold: this.options.breakerFailureThreshold, cooldownMs: this.options.breakerCooldownMs, nowMs: this.options.nowMs }),
+      breaker: new CircuitBreaker({
+        failureThreshold: this.options.breakerFailureThreshold,
+        cooldownMs: this.options.breakerCooldownMs,
+        nowMs: this.options.nowMs,
+      }),
     };
     if (backend.configuredModels) this.modelsByBackend.set(id, backend.configuredModels);
     else this.modelsByBackend.delete(id);
@@ -368,7 +375,11 @@ export class BackendRegistry {
     if (retry.timer !== null) return;
     retry.failures += 1;
     const pending = retry;
-    const delayMs = modelsRetryDelayMs(retry.failures, this.options.random ?? Math.random, this.options.modelsRetryBackoff ?? DEFAULT_MODELS_RETRY_BACKOFF);
+    const delayMs = modelsRetryDelayMs(
+      retry.failures,
+      this.options.random ?? Math.random,
+      this.options.modelsRetryBackoff ?? DEFAULT_MODELS_RETRY_BACKOFF,
+    );
     retry.timer = (this.options.timers ?? NODE_TIMERS).set(() => {
       pending.timer = null;
       void this.readModels([backend]);
@@ -418,6 +429,8 @@ function isSameBackend(backend: Backend, spec: BackendSpec): boolean {
   return (
     isSamePlace(backend, spec) &&
     spec.weight === backend.info.weight &&
-    (models === null ? backend.configuredModels === null : backend.configuredModels !== null && models.join('\u0000') === backend.configuredModels.join('\u0000'))
+    (models === null
+      ? backend.configuredModels === null
+      : backend.configuredModels !== null && models.join('\u0000') === backend.configuredModels.join('\u0000'))
   );
 }

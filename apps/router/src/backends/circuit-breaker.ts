@@ -44,7 +44,8 @@ export class CircuitBreaker {
     this.consecutiveFailures++;
     const probeFailed = this.probeInFlight;
     this.probeInFlight = false;
-    if (probeFailed || this.consecutiveFailures >= this.options.failureThreshold) this.openedAtMs = this.options.nowMs();
+    if (probeFailed || this.consecutiveFailures >= this.options.failureThreshold)
+      this.openedAtMs = this.options.nowMs();
   }
 
   /** 0 closed, 1 half-open, 2 open (for the breaker-state gauge). */

@@ -20,7 +20,11 @@ export interface Eligibility {
  * stale one, must not take backends out). If the poller would leave nothing, fail open to the
  * breaker's view.
  */
-export function eligibleBackends(backends: readonly Backend[], excluded: ReadonlySet<BackendId>, view: EngineStateView | null): Eligibility {
+export function eligibleBackends(
+  backends: readonly Backend[],
+  excluded: ReadonlySet<BackendId>,
+  view: EngineStateView | null,
+): Eligibility {
   const available = backends.filter((backend) => !excluded.has(backend.id) && backend.breaker.isAvailable());
   const engine = new Map<BackendId, EngineLoad>();
   if (view === null) return { eligible: available, failedOpen: false, engine };

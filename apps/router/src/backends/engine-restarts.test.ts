@@ -45,7 +45,11 @@ describe('createRestartForgetter', () => {
   });
 
   it('survives a store that cannot forget right now (the next restart, or the idle TTL, takes over)', async () => {
-    const forget = createRestartForgetter({ registry: aRegistry(), state: { forgetBackend: async () => Promise.reject(new Error('redis away')) }, recordRestart: () => undefined });
+    const forget = createRestartForgetter({
+      registry: aRegistry(),
+      state: { forgetBackend: async () => Promise.reject(new Error('redis away')) },
+      recordRestart: () => undefined,
+    });
     expect(() => forget('b', 1)).not.toThrow();
     await new Promise((resolve) => setImmediate(resolve));
   });

@@ -33,9 +33,19 @@ export function createRestartForgetter(deps: RestartForgetterDeps): RestartListe
     const known = deps.registry.modelsOf(backendId);
     const pools = known.length > 0 ? known : deps.registry.models();
     deps.recordRestart(backendId);
-    deps.logger?.info({ backend: backendId, restartedAtMs, pools: pools.length }, 'backend engine restarted: forgetting what it was believed to cache');
+    deps.logger?.info(
+      { backend: backendId, restartedAtMs, pools: pools.length },
+      'backend engine restarted: forgetting what it was believed to cache',
+    );
     for (const pool of pools) {
-      deps.state.forgetBackend(pool, backendId).catch((error: unknown) => deps.logger?.warn({ backend: backendId, pool, err: error }, 'could not forget what a restarted backend was believed to cache'));
+      deps.state
+        .forgetBackend(pool, backendId)
+        .catch((error: unknown) =>
+          deps.logger?.warn(
+            { backend: backendId, pool, err: error },
+            'could not forget what a restarted backend was believed to cache',
+          ),
+        );
     }
   };
 }

@@ -28,7 +28,9 @@ function aState(backendId: string, fields: Partial<BackendState> = {}): BackendS
 }
 
 /** A source that answers readAll from a list and lets the test publish messages. */
-function aSource(initial: BackendState[]): BackendStateSource & { publish(state: BackendState): void; all: BackendState[] } {
+function aSource(
+  initial: BackendState[],
+): BackendStateSource & { publish(state: BackendState): void; all: BackendState[] } {
   let listener: ((state: BackendState) => void) | null = null;
   const source = {
     all: initial,
@@ -43,7 +45,15 @@ function aSource(initial: BackendState[]): BackendStateSource & { publish(state:
 }
 
 function aBackend(id: string): Backend {
-  return { id, url: `http://${id}`, origin: `http://${id}`, basePath: '', info: { id, weight: 1 }, configuredModels: null, breaker: new CircuitBreaker({ failureThreshold: 3, cooldownMs: 1000, nowMs: () => 0 }) };
+  return {
+    id,
+    url: `http://${id}`,
+    origin: `http://${id}`,
+    basePath: '',
+    info: { id, weight: 1 },
+    configuredModels: null,
+    breaker: new CircuitBreaker({ failureThreshold: 3, cooldownMs: 1000, nowMs: () => 0 }),
+  };
 }
 
 describe('EngineStateView', () => {
@@ -52,7 +62,10 @@ describe('EngineStateView', () => {
     const source = aSource([aState('a'), aState('b', { healthy: false })]);
     const view = new EngineStateView({ source, maxAgeMs: 2_000, refreshMs: 60_000, nowMs: () => now });
     await view.start();
-    expect(view.verdict('a')).toEqual({ kind: 'healthy', load: { kvUsage: 0.25, kvCapacityTokens: 10_000, running: 2, waiting: 1 } });
+    expect(view.verdict('a')).toEqual({
+      kind: 'healthy',
+      load: { kvUsage: 0.25, kvCapacityTokens: 10_000, running: 2, waiting: 1 },
+    });
     expect(view.verdict('b')).toEqual({ kind: 'unhealthy' });
     expect(view.verdict('never-scraped')).toEqual({ kind: 'unknown' });
     source.publish(aState('b', { scrapedAtMs: 1_400 }));
@@ -65,11 +78,25 @@ describe('EngineStateView', () => {
   });
 
   it('gives no load for a healthy backend whose metrics could not be read, and the queue without KV usage where only that is missing', async () => {
-    const unread = { kvUsage: null, kvCapacityTokens: null, running: null, waiting: null, failure: 'metrics_status' as const };
-    const view = new EngineStateView({ source: aSource([aState('a', unread), aState('llama', { kvUsage: null, running: 2, waiting: 4 })]), maxAgeMs: 5_000, refreshMs: 60_000, nowMs: () => 1_000 });
+    const unread = {
+      kvUsage: null,
+      kvCapacityTokens: null,
+      running: null,
+      waiting: null,
+      failure: 'metrics_status' as const,
+    };
+    const view = new EngineStateView({
+      source: aSource([aState('a', unread), aState('llama', { kvUsage: null, running: 2, waiting: 4 })]),
+      maxAgeMs: 5_000,
+      refreshMs: 60_000,
+      nowMs: () => 1_000,
+    });
     await view.start();
     expect(view.verdict('a')).toEqual({ kind: 'healthy', load: null });
-    expect(view.verdict('llama')).toEqual({ kind: 'healthy', load: { kvUsage: null, kvCapacityTokens: 10_000, running: 2, waiting: 4 } });
+    expect(view.verdict('llama')).toEqual({
+      kind: 'healthy',
+      load: { kvUsage: null, kvCapacityTokens: 10_000, running: 2, waiting: 4 },
+    });
     await view.stop();
   });
 });
@@ -84,7 +111,10 @@ describe('EngineStateView: engine restarts', () => {
     source.publish(aState('a', { scrapedAtMs: 10_100, restartedAtMs: 10_100 }));
     // The same restart again: in the next states, and in a full read.
     source.publish(aState('a', { scrapedAtMs: 10_200, restartedAtMs: 10_100 }));
-    source.all = [aState('a', { scrapedAtMs: 10_300, restartedAtMs: 10_100 }), aState('b', { scrapedAtMs: 10_300, restartedAtMs: 10_250 })];
+    source.all = [
+      aState('a', { scrapedAtMs: 10_300, restartedAtMs: 10_100 }),
+      aState('b', { scrapedAtMs: 10_300, restartedAtMs: 10_250 }),
+    ];
     await view.refresh();
     source.publish(aState('a', { scrapedAtMs: 10_900, restartedAtMs: 10_900 }));
     expect(told).toEqual([
@@ -96,7 +126,10 @@ describe('EngineStateView: engine restarts', () => {
   });
 
   it('leaves restarts published well before its start to the replicas that were up, takes recent ones, and tells them to a late listener', async () => {
-    const source = aSource([aState('old', { scrapedAtMs: 9_900, restartedAtMs: 4_000 }), aState('recent', { scrapedAtMs: 9_900, restartedAtMs: 8_500 })]);
+    const source = aSource([
+      aState('old', { scrapedAtMs: 9_900, restartedAtMs: 4_000 }),
+      aState('recent', { scrapedAtMs: 9_900, restartedAtMs: 8_500 }),
+    ]);
     const view = new EngineStateView({ source, maxAgeMs: 2_000, refreshMs: 60_000, nowMs: () => 10_000 });
     await view.start();
     const told: string[] = [];
@@ -110,7 +143,13 @@ describe('EngineStateView: engine restarts', () => {
   it('keeps following when a listener throws, and reports the error', async () => {
     const errors: unknown[] = [];
     const source = aSource([aState('a')]);
-    const view = new EngineStateView({ source, maxAgeMs: 2_000, refreshMs: 60_000, nowMs: () => 1_000, onError: (error) => errors.push(error) });
+    const view = new EngineStateView({
+      source,
+      maxAgeMs: 2_000,
+      refreshMs: 60_000,
+      nowMs: () => 1_000,
+      onError: (error) => errors.push(error),
+    });
     await view.start();
     view.followRestarts(() => {
       throw new Error('listener failed');
@@ -124,7 +163,12 @@ describe('EngineStateView: engine restarts', () => {
 
 describe('eligibleBackends', () => {
   it('drops unhealthy backends, keeps unknown ones, and hands the fresh loads on', async () => {
-    const view = new EngineStateView({ source: aSource([aState('a'), aState('b', { healthy: false })]), maxAgeMs: 5_000, refreshMs: 60_000, nowMs: () => 1_000 });
+    const view = new EngineStateView({
+      source: aSource([aState('a'), aState('b', { healthy: false })]),
+      maxAgeMs: 5_000,
+      refreshMs: 60_000,
+      nowMs: () => 1_000,
+    });
     await view.start();
     const backends = ['a', 'b', 'c'].map(aBackend);
     const result = eligibleBackends(backends, new Set(), view);
@@ -132,12 +176,20 @@ describe('eligibleBackends', () => {
     expect(result.failedOpen).toBe(false);
     expect([...result.engine.keys()]).toEqual(['a']);
     // Only b left for a retry: the poller would leave nothing, so the try fails open to b.
-    expect(eligibleBackends(backends, new Set(['a', 'c']), view)).toMatchObject({ failedOpen: true, eligible: [{ id: 'b' }] });
+    expect(eligibleBackends(backends, new Set(['a', 'c']), view)).toMatchObject({
+      failedOpen: true,
+      eligible: [{ id: 'b' }],
+    });
     await view.stop();
   });
 
   it('fails open to the breaker’s view when the poller calls every backend unhealthy', async () => {
-    const view = new EngineStateView({ source: aSource([aState('a', { healthy: false }), aState('b', { healthy: false })]), maxAgeMs: 5_000, refreshMs: 60_000, nowMs: () => 1_000 });
+    const view = new EngineStateView({
+      source: aSource([aState('a', { healthy: false }), aState('b', { healthy: false })]),
+      maxAgeMs: 5_000,
+      refreshMs: 60_000,
+      nowMs: () => 1_000,
+    });
     await view.start();
     const result = eligibleBackends(['a', 'b'].map(aBackend), new Set(), view);
     expect(result.failedOpen).toBe(true);

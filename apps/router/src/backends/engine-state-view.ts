@@ -4,7 +4,10 @@ import type { BackendId, EngineLoad } from '@kvroute/routing';
 /** Where the health poller's published states come from (`RedisBackendStateStore` in production). */
 export interface BackendStateSource {
   readAll(): Promise<BackendState[]>;
-  subscribe(options: { readonly onState: (state: BackendState) => void; readonly onError?: (error: unknown) => void }): {
+  subscribe(options: {
+    readonly onState: (state: BackendState) => void;
+    readonly onError?: (error: unknown) => void;
+  }): {
     readonly ready: Promise<boolean>;
     stop(): Promise<void>;
   };
@@ -63,7 +66,10 @@ export class EngineStateView {
   /** Subscribes (not awaited: a Redis that is down must not hold up the router's start) and reads once. */
   async start(): Promise<void> {
     this.restartHorizonMs = this.options.nowMs() - this.options.maxAgeMs;
-    this.subscription = this.options.source.subscribe({ onState: (state) => this.accept(state), onError: this.options.onError });
+    this.subscription = this.options.source.subscribe({
+      onState: (state) => this.accept(state),
+      onError: this.options.onError,
+    });
     await this.refresh();
     this.timer = setInterval(() => void this.refresh(), this.options.refreshMs);
     this.timer.unref();
@@ -112,7 +118,10 @@ export class EngineStateView {
     if (known !== undefined && state.scrapedAtMs < known.state.scrapedAtMs) return;
     const { kvUsage, running, waiting } = state;
     // The queue figures are the load; KV usage may be missing (llama.cpp's newer metrics) and stays null.
-    const load = running === null || waiting === null ? null : { kvUsage, kvCapacityTokens: state.kvCapacityTokens, running, waiting };
+    const load =
+      running === null || waiting === null
+        ? null
+        : { kvUsage, kvCapacityTokens: state.kvCapacityTokens, running, waiting };
     this.states.set(state.backendId, { state, load });
     const { restartedAtMs } = state;
     if (restartedAtMs !== null && restartedAtMs > (this.restarts.get(state.backendId) ?? this.restartHorizonMs)) {

@@ -19,7 +19,11 @@ export interface ModelsRetryBackoff {
 export const DEFAULT_MODELS_RETRY_BACKOFF: ModelsRetryBackoff = { firstMs: 250, maxMs: 4_000 };
 
 /** Delay before the next attempt after `failures` (≥ 1) failed ones, ms; `random` in [0, 1). */
-export function modelsRetryDelayMs(failures: number, random: () => number, backoff: ModelsRetryBackoff = DEFAULT_MODELS_RETRY_BACKOFF): number {
+export function modelsRetryDelayMs(
+  failures: number,
+  random: () => number,
+  backoff: ModelsRetryBackoff = DEFAULT_MODELS_RETRY_BACKOFF,
+): number {
   // The exponent is bounded before the power: 2^1000 is finite, 2^1100 is not.
   const exponent = Math.min(Math.max(failures, 1) - 1, 30);
   const capMs = Math.min(backoff.maxMs, backoff.firstMs * 2 ** exponent);

@@ -1,5 +1,12 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { BackendEntrySpec, BackendSetChange, BackendSetList, BackendSetWatch, RedisBackendSet, RedisClient } from '@kvroute/redis-store';
+import type {
+  BackendEntrySpec,
+  BackendSetChange,
+  BackendSetList,
+  BackendSetWatch,
+  RedisBackendSet,
+  RedisClient,
+} from '@kvroute/redis-store';
 import type { BackendChangeOutcome, BackendChanges } from './backend-changes';
 import { backendIdOf, type BackendRegistry, type BackendSpec } from './backend-registry';
 
@@ -23,7 +30,9 @@ export interface SharedBackendSetOptions {
 }
 
 /** An address policy's answer (admin/backend-address-policy.ts); `unresolved`: the name does not resolve yet. */
-type UrlVerdict = { readonly allowed: true } | { readonly allowed: false; readonly reason: string; readonly unresolved?: true };
+type UrlVerdict =
+  | { readonly allowed: true }
+  | { readonly allowed: false; readonly reason: string; readonly unresolved?: true };
 
 /** While Redis stays unreachable, one log line per this interval, not one per poll. */
 const UNAVAILABLE_LOG_INTERVAL_MS = 30_000;
@@ -33,7 +42,8 @@ const UNAVAILABLE_LOG_INTERVAL_MS = 30_000;
  * and this replica's registry follows it (pub/sub notices, plus a version poll every `pollIntervalMs`
  * for notices lost while a connection was down). At start the configured backends are seeded into it
  * (HSETNX semantics: what the fleet already has wins, and a backend removed through the admin API stays
- * removed); if Redis later loses its data, the set this replica last applied is seeded again. Admin changes are written to Redis, then read back at once so this replica routes by them
+ * removed); if Redis later loses its data, the set this replica last applied is seeded again. Admin changes are
+ * written to Redis, then read back at once so this replica routes by them
  * before answering; the other replicas apply them when their notice or poll arrives.
  *
  * Redis being away never touches request handling: reads fail, the registry keeps the last set it
@@ -63,7 +73,12 @@ export class SharedBackendSet implements BackendChanges {
       seed: () => this.routedSet(),
       onChange: (list) => {
         // Never a rejection left unawaited: a set that cannot be applied is logged, the last one stays.
-        this.applying = this.apply(list).catch((error: unknown) => this.options.logger?.error({ err: error }, 'shared backend set: could not apply it, routing on the last set applied'));
+        this.applying = this.apply(list).catch((error: unknown) =>
+          this.options.logger?.error(
+            { err: error },
+            'shared backend set: could not apply it, routing on the last set applied',
+          ),
+        );
       },
       onError: (error) => this.reportUnavailable(error),
     });
@@ -77,7 +92,12 @@ export class SharedBackendSet implements BackendChanges {
   }
 
   async add(spec: BackendSpec): Promise<BackendChangeOutcome> {
-    const change = await this.options.set.add({ id: backendIdOf(spec), url: spec.url, models: spec.models, weight: spec.weight });
+    const change = await this.options.set.add({
+      id: backendIdOf(spec),
+      url: spec.url,
+      models: spec.models,
+      weight: spec.weight,
+    });
     return change.existed ? 'exists' : this.applied(change);
   }
 
@@ -119,14 +139,24 @@ export class SharedBackendSet implements BackendChanges {
   private async apply(list: BackendSetList): Promise<void> {
     const seq = ++this.readSeq;
     const logger = this.options.logger;
-    if (list.unreadable.length > 0) logger?.warn({ backends: list.unreadable }, 'shared backend set: ignoring entries that cannot be read');
+    if (list.unreadable.length > 0)
+      logger?.warn({ backends: list.unreadable }, 'shared backend set: ignoring entries that cannot be read');
     const entries = await this.admitted(list.backends);
     // A newer set was read while these checks ran: it is applied instead.
     if (seq !== this.readSeq) return;
-    this.options.registry.replaceAll(entries.map((entry) => ({ spec: { id: entry.id, url: entry.url, models: entry.models, weight: entry.weight }, drained: entry.drained })));
+    this.options.registry.replaceAll(
+      entries.map((entry) => ({
+        spec: { id: entry.id, url: entry.url, models: entry.models, weight: entry.weight },
+        drained: entry.drained,
+      })),
+    );
     const drained = entries.filter((entry) => entry.drained).map((entry) => entry.id);
-    logger?.info({ version: list.version, backends: entries.map((entry) => entry.id), drained }, 'shared backend set applied');
-    if (drained.length === entries.length) logger?.warn('shared backend set has no undrained backend: nothing to route to');
+    logger?.info(
+      { version: list.version, backends: entries.map((entry) => entry.id), drained },
+      'shared backend set applied',
+    );
+    if (drained.length === entries.length)
+      logger?.warn('shared backend set has no undrained backend: nothing to route to');
   }
 
   /** The entries this replica may route to: the configured ones, and the others its address policy allows. */
@@ -134,17 +164,27 @@ export class SharedBackendSet implements BackendChanges {
     const { admitUrl, configuredUrls, logger } = this.options;
     if (admitUrl === undefined) return entries;
     const verdicts = await Promise.all(
-      entries.map(async (entry) => (configuredUrls?.has(entry.url) === true ? ({ allowed: true } as UrlVerdict) : admitUrl(entry.url).catch((error: unknown): UrlVerdict => ({ allowed: false, reason: String(error) })))),
+      entries.map(async (entry) =>
+        configuredUrls?.has(entry.url) === true
+          ? ({ allowed: true } as UrlVerdict)
+          : admitUrl(entry.url).catch((error: unknown): UrlVerdict => ({ allowed: false, reason: String(error) })),
+      ),
     );
     return entries.filter((entry, index) => {
       const verdict = verdicts[index] as UrlVerdict;
       if (verdict.allowed) return true;
       // As at start: a name that does not resolve yet is not refused for it (it cannot be connected to either).
       if (verdict.unresolved === true) {
-        logger?.warn({ backend: entry.id, reason: verdict.reason }, 'shared backend set: backend address not checked, it does not resolve yet');
+        logger?.warn(
+          { backend: entry.id, reason: verdict.reason },
+          'shared backend set: backend address not checked, it does not resolve yet',
+        );
         return true;
       }
-      logger?.warn({ backend: entry.id, reason: verdict.reason }, 'shared backend set: not routing to a backend this replica\'s address policy refuses (backendAllowlist)');
+      logger?.warn(
+        { backend: entry.id, reason: verdict.reason },
+        "shared backend set: not routing to a backend this replica's address policy refuses (backendAllowlist)",
+      );
       return false;
     });
   }
@@ -153,6 +193,9 @@ export class SharedBackendSet implements BackendChanges {
     const now = this.options.nowMs();
     if (now - this.lastUnavailableLogMs < UNAVAILABLE_LOG_INTERVAL_MS) return;
     this.lastUnavailableLogMs = now;
-    this.options.logger?.warn({ err: error, backends: this.options.registry.backends.length }, 'shared backend set unreachable: routing on the last set applied');
+    this.options.logger?.warn(
+      { err: error, backends: this.options.registry.backends.length },
+      'shared backend set unreachable: routing on the last set applied',
+    );
   }
 }

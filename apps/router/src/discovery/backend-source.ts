@@ -19,7 +19,11 @@ export interface DiscoveredBackend {
  *   backends, so the applier keeps what it applied last.
  */
 export type DiscoveryAnswer =
-  | { readonly kind: 'backends'; readonly backends: readonly DiscoveredBackend[]; /** Found beyond the cap, left out. */ readonly dropped: number }
+  | {
+      readonly kind: 'backends';
+      readonly backends: readonly DiscoveredBackend[] /** Found beyond the cap, left out. */;
+      readonly dropped: number;
+    }
   | { readonly kind: 'failed'; readonly error: unknown };
 
 /** A source of the backend list: pushes a whole answer whenever it has one (each refresh, each watch event). */
@@ -47,7 +51,10 @@ export function discoveredUrl(scheme: 'http' | 'https', address: string, port: n
  * Keeps the first `max` backends in id order (ids sort the same on every replica, so every replica
  * keeps the same ones), dropping duplicates of an id.
  */
-export function capBackends(backends: readonly DiscoveredBackend[], max: number): { backends: DiscoveredBackend[]; dropped: number } {
+export function capBackends(
+  backends: readonly DiscoveredBackend[],
+  max: number,
+): { backends: DiscoveredBackend[]; dropped: number } {
   const byId = new Map<string, DiscoveredBackend>();
   for (const backend of backends) {
     const seen = byId.get(backend.id);

@@ -102,12 +102,16 @@ export class DiscoveryApplier {
     if (answer.kind === 'failed') {
       this.options.onFailure(this.options.source.kind);
       if (this.failingSinceMs === null) {
-        this.options.logger?.warn({ source: this.options.source.kind, err: answer.error }, 'backend discovery: the source could not be read; keeping the backends of its last answer');
+        this.options.logger?.warn(
+          { source: this.options.source.kind, err: answer.error },
+          'backend discovery: the source could not be read; keeping the backends of its last answer',
+        );
         this.failingSinceMs = this.options.nowMs();
       }
       return this.applying ?? Promise.resolve();
     }
-    if (this.failingSinceMs !== null) this.options.logger?.info({ source: this.options.source.kind }, 'backend discovery: the source answers again');
+    if (this.failingSinceMs !== null)
+      this.options.logger?.info({ source: this.options.source.kind }, 'backend discovery: the source answers again');
     this.failingSinceMs = null;
     this.stale = false;
     this.lastGood = answer;
@@ -126,7 +130,8 @@ export class DiscoveryApplier {
       if (!this.stale) {
         this.options.logger?.warn(
           { source: this.options.source.kind, failingForMs: this.options.nowMs() - this.failingSinceMs },
-          'backend discovery: the source has failed for too long; no longer applying its last answer (the lease lapses, a replica whose source answers takes over)',
+          'backend discovery: the source has failed for too long; no longer applying its last answer ' +
+            '(the lease lapses, a replica whose source answers takes over)',
         );
       }
       this.stale = true;
@@ -151,16 +156,28 @@ export class DiscoveryApplier {
     while (this.queued !== null && !this.stopped) {
       const answer = this.queued;
       this.queued = null;
-      await this.apply(answer).catch((error: unknown) => this.options.logger?.error({ err: error }, 'backend discovery: could not apply an answer'));
+      await this.apply(answer).catch((error: unknown) =>
+        this.options.logger?.error({ err: error }, 'backend discovery: could not apply an answer'),
+      );
     }
   }
 
   private async apply(answer: BackendsAnswer): Promise<void> {
     const { logger, source } = this.options;
-    if (answer.dropped !== this.lastDropped && answer.dropped > 0) logger?.warn({ dropped: answer.dropped, kept: answer.backends.length }, 'backend discovery: more backends than discoveryMaxBackends, the rest left out');
+    if (answer.dropped !== this.lastDropped && answer.dropped > 0)
+      logger?.warn(
+        { dropped: answer.dropped, kept: answer.backends.length },
+        'backend discovery: more backends than discoveryMaxBackends, the rest left out',
+      );
     this.lastDropped = answer.dropped;
     const holds = await this.options.leadership.holds();
-    if (holds !== this.leading) logger?.info({ source: source.kind, name: source.name }, holds ? 'backend discovery: this replica applies the changes now' : 'backend discovery: another replica applies the changes');
+    if (holds !== this.leading)
+      logger?.info(
+        { source: source.kind, name: source.name },
+        holds
+          ? 'backend discovery: this replica applies the changes now'
+          : 'backend discovery: another replica applies the changes',
+      );
     this.setLeading(holds);
     if (!holds) {
       // Whoever takes over starts from the set as it is then.
@@ -187,10 +204,17 @@ export class DiscoveryApplier {
         await this.run(change);
       } catch (error) {
         complete = false;
-        logger?.warn({ err: error, change }, 'backend discovery: a change could not be made (the shared set unreachable?); tried again at the next answer');
+        logger?.warn(
+          { err: error, change },
+          'backend discovery: a change could not be made (the shared set unreachable?); tried again at the next answer',
+        );
       }
     }
-    if (plan.changes.length > 0) logger?.info({ changes: plan.changes, backends: answer.backends.length }, 'backend discovery: backend set changed');
+    if (plan.changes.length > 0)
+      logger?.info(
+        { changes: plan.changes, backends: answer.backends.length },
+        'backend discovery: backend set changed',
+      );
     // A change that failed is retried from the state as found (every flag), not from this answer's edges.
     this.previous = complete ? new Map(answer.backends.map((backend) => [backend.id, backend.draining])) : null;
   }
@@ -201,14 +225,22 @@ export class DiscoveryApplier {
     if (change.op === 'add') {
       const verdict = await this.options.admitUrl(change.url);
       if (!verdict.allowed) {
-        if (!this.refused.has(change.id)) this.options.logger?.warn({ backend: change.id, reason: verdict.reason }, "backend discovery: not adding a backend this replica's address policy refuses (backendAllowlist)");
+        if (!this.refused.has(change.id))
+          this.options.logger?.warn(
+            { backend: change.id, reason: verdict.reason },
+            "backend discovery: not adding a backend this replica's address policy refuses (backendAllowlist)",
+          );
         this.refused.add(change.id);
         return;
       }
       // The same engine configured or added by an admin under another id: taking it twice would double its share.
       const same = this.options.registry.findByUrl(change.url);
       if (same !== undefined && same.id !== change.id) {
-        if (!this.refused.has(change.id)) this.options.logger?.warn({ backend: change.id, existing: same.id }, 'backend discovery: not adding a backend already in the set under another id');
+        if (!this.refused.has(change.id))
+          this.options.logger?.warn(
+            { backend: change.id, existing: same.id },
+            'backend discovery: not adding a backend already in the set under another id',
+          );
         this.refused.add(change.id);
         return;
       }
@@ -227,6 +259,8 @@ export class DiscoveryApplier {
   private owned(): OwnedBackend[] {
     const prefix = `${this.options.source.name}@`;
     const { registry } = this.options;
-    return registry.backends.filter((backend) => backend.id.startsWith(prefix)).map((backend) => ({ id: backend.id, url: backend.url, drained: registry.isDrained(backend.id) }));
+    return registry.backends
+      .filter((backend) => backend.id.startsWith(prefix))
+      .map((backend) => ({ id: backend.id, url: backend.url, drained: registry.isDrained(backend.id) }));
   }
 }

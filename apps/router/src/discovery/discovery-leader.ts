@@ -52,7 +52,17 @@ export class RedisDiscoveryLease implements DiscoveryLeadership {
 
   async holds(): Promise<boolean> {
     try {
-      return Number(await this.options.redis.eval(HOLD_SCRIPT, 1, this.options.key, this.options.holder, String(this.options.ttlMs))) === 1;
+      return (
+        Number(
+          await this.options.redis.eval(
+            HOLD_SCRIPT,
+            1,
+            this.options.key,
+            this.options.holder,
+            String(this.options.ttlMs),
+          ),
+        ) === 1
+      );
     } catch {
       return false;
     }

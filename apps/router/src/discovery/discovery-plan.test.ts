@@ -1,10 +1,26 @@
 import { describe, expect, it } from 'vitest';
 import { planDiscoveryChanges, type DiscoveryPlanInput } from './discovery-plan';
 
-const backend = (n: number, draining = false) => ({ id: `vllm@10.0.0.${n}:8000`, url: `http://10.0.0.${n}:8000`, draining });
-const owned = (n: number, drained = false) => ({ id: `vllm@10.0.0.${n}:8000`, url: `http://10.0.0.${n}:8000`, drained });
+const backend = (n: number, draining = false) => ({
+  id: `vllm@10.0.0.${n}:8000`,
+  url: `http://10.0.0.${n}:8000`,
+  draining,
+});
+const owned = (n: number, drained = false) => ({
+  id: `vllm@10.0.0.${n}:8000`,
+  url: `http://10.0.0.${n}:8000`,
+  drained,
+});
 const plan = (input: Partial<DiscoveryPlanInput>) =>
-  planDiscoveryChanges({ current: [], discovered: [], previous: null, absentSinceMs: new Map(), nowMs: 10_000, removeAfterMs: 5_000, ...input });
+  planDiscoveryChanges({
+    current: [],
+    discovered: [],
+    previous: null,
+    absentSinceMs: new Map(),
+    nowMs: 10_000,
+    removeAfterMs: 5_000,
+    ...input,
+  });
 
 describe('planDiscoveryChanges', () => {
   it('adds what is new (drained if leaving) and leaves what is there as it is', () => {
@@ -15,12 +31,26 @@ describe('planDiscoveryChanges', () => {
   });
 
   it('drains a backend missing from the answer, then removes it once removeAfterMs has passed', () => {
-    const first = plan({ current: [owned(1), owned(2)], discovered: [backend(1)], previous: new Map([[backend(1).id, false]]) });
+    const first = plan({
+      current: [owned(1), owned(2)],
+      discovered: [backend(1)],
+      previous: new Map([[backend(1).id, false]]),
+    });
     expect(first.changes).toEqual([{ op: 'drain', id: 'vllm@10.0.0.2:8000' }]);
     expect(first.absentSinceMs.get('vllm@10.0.0.2:8000')).toBe(10_000);
-    const later = plan({ current: [owned(1), owned(2, true)], discovered: [backend(1)], absentSinceMs: first.absentSinceMs, nowMs: 14_999 });
+    const later = plan({
+      current: [owned(1), owned(2, true)],
+      discovered: [backend(1)],
+      absentSinceMs: first.absentSinceMs,
+      nowMs: 14_999,
+    });
     expect(later.changes).toEqual([]);
-    const due = plan({ current: [owned(1), owned(2, true)], discovered: [backend(1)], absentSinceMs: first.absentSinceMs, nowMs: 15_000 });
+    const due = plan({
+      current: [owned(1), owned(2, true)],
+      discovered: [backend(1)],
+      absentSinceMs: first.absentSinceMs,
+      nowMs: 15_000,
+    });
     expect(due.changes).toEqual([{ op: 'remove', id: 'vllm@10.0.0.2:8000' }]);
     expect(due.absentSinceMs.size).toBe(0);
   });
@@ -33,17 +63,26 @@ describe('planDiscoveryChanges', () => {
   });
 
   it('undrains a backend whose record came back', () => {
-    expect(plan({ current: [owned(2, true)], discovered: [backend(2)], previous: new Map(), absentSinceMs: new Map([['vllm@10.0.0.2:8000', 9_000]]) }).changes).toEqual([
-      { op: 'undrain', id: 'vllm@10.0.0.2:8000' },
-    ]);
+    expect(
+      plan({
+        current: [owned(2, true)],
+        discovered: [backend(2)],
+        previous: new Map(),
+        absentSinceMs: new Map([['vllm@10.0.0.2:8000', 9_000]]),
+      }).changes,
+    ).toEqual([{ op: 'undrain', id: 'vllm@10.0.0.2:8000' }]);
   });
 
   it("an admin drain of a discovered backend holds until the source's flag changes; the first apply sets every flag", () => {
     const previous = new Map([[backend(1).id, false]]);
     expect(plan({ current: [owned(1, true)], discovered: [backend(1)], previous }).changes).toEqual([]);
-    expect(plan({ current: [owned(1, true)], discovered: [backend(1)], previous: null }).changes).toEqual([{ op: 'undrain', id: 'vllm@10.0.0.1:8000' }]);
+    expect(plan({ current: [owned(1, true)], discovered: [backend(1)], previous: null }).changes).toEqual([
+      { op: 'undrain', id: 'vllm@10.0.0.1:8000' },
+    ]);
     // Terminating now: drained by the source (already drained here: nothing to do), and undrained when it is ready again.
-    expect(plan({ current: [owned(1)], discovered: [backend(1, true)], previous }).changes).toEqual([{ op: 'drain', id: 'vllm@10.0.0.1:8000' }]);
+    expect(plan({ current: [owned(1)], discovered: [backend(1, true)], previous }).changes).toEqual([
+      { op: 'drain', id: 'vllm@10.0.0.1:8000' },
+    ]);
   });
 
   it('replaces a backend whose URL changed (another scheme)', () => {

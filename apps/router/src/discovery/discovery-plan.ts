@@ -56,11 +56,15 @@ export function planDiscoveryChanges(input: DiscoveryPlanInput): DiscoveryPlan {
       continue;
     }
     if (owned.url !== backend.url) {
-      changes.push({ op: 'remove', id: backend.id }, { op: 'add', id: backend.id, url: backend.url, drained: backend.draining });
+      changes.push(
+        { op: 'remove', id: backend.id },
+        { op: 'add', id: backend.id, url: backend.url, drained: backend.draining },
+      );
       continue;
     }
     const before = input.previous?.get(backend.id);
-    if (before !== backend.draining && owned.drained !== backend.draining) changes.push({ op: backend.draining ? 'drain' : 'undrain', id: backend.id });
+    if (before !== backend.draining && owned.drained !== backend.draining)
+      changes.push({ op: backend.draining ? 'drain' : 'undrain', id: backend.id });
   }
   const absentSinceMs = new Map<string, number>();
   for (const owned of input.current) {

@@ -4,13 +4,44 @@ import { parseDiscoveryTarget } from './discovery-target';
 
 describe('parseDiscoveryTarget', () => {
   it('parses the three kinds, with the id prefix taken from the name', () => {
-    expect(parseDiscoveryTarget('dns://vllm-headless.default.svc.cluster.local:8000')).toEqual({ kind: 'dns', host: 'vllm-headless.default.svc.cluster.local', port: 8000, name: 'vllm-headless' });
-    expect(parseDiscoveryTarget('dns+srv://_http._tcp.vllm.default.svc.cluster.local')).toEqual({ kind: 'dns+srv', service: '_http._tcp.vllm.default.svc.cluster.local', name: 'vllm' });
-    expect(parseDiscoveryTarget('k8s://vllm')).toEqual({ kind: 'k8s', namespace: null, service: 'vllm', portName: null, name: 'vllm' });
-    expect(parseDiscoveryTarget('k8s://inference/vllm:http', 'gpu')).toEqual({ kind: 'k8s', namespace: 'inference', service: 'vllm', portName: 'http', name: 'gpu' });
+    expect(parseDiscoveryTarget('dns://vllm-headless.default.svc.cluster.local:8000')).toEqual({
+      kind: 'dns',
+      host: 'vllm-headless.default.svc.cluster.local',
+      port: 8000,
+      name: 'vllm-headless',
+    });
+    expect(parseDiscoveryTarget('dns+srv://_http._tcp.vllm.default.svc.cluster.local')).toEqual({
+      kind: 'dns+srv',
+      service: '_http._tcp.vllm.default.svc.cluster.local',
+      name: 'vllm',
+    });
+    expect(parseDiscoveryTarget('k8s://vllm')).toEqual({
+      kind: 'k8s',
+      namespace: null,
+      service: 'vllm',
+      portName: null,
+      name: 'vllm',
+    });
+    expect(parseDiscoveryTarget('k8s://inference/vllm:http', 'gpu')).toEqual({
+      kind: 'k8s',
+      namespace: 'inference',
+      service: 'vllm',
+      portName: 'http',
+      name: 'gpu',
+    });
   });
 
-  it.each(['vllm:8000', 'dns://vllm', 'dns://vllm:0', 'dns://vllm:70000', 'dns+srv://vllm.default', 'k8s://Vllm', 'k8s://a/b/c', 'consul://vllm', 'dns://bad name:80'])('refuses %s', (value) => {
+  it.each([
+    'vllm:8000',
+    'dns://vllm',
+    'dns://vllm:0',
+    'dns://vllm:70000',
+    'dns+srv://vllm.default',
+    'k8s://Vllm',
+    'k8s://a/b/c',
+    'consul://vllm',
+    'dns://bad name:80',
+  ])('refuses %s', (value) => {
     expect(() => parseDiscoveryTarget(value)).toThrow();
   });
 
@@ -21,7 +52,15 @@ describe('parseDiscoveryTarget', () => {
     expect(bad.success).toBe(false);
     expect(bad.error?.issues[0]?.path).toEqual(['discovery']);
     expect(RouterConfig.safeParse({ discovery: 'dns://vllm:8000', discoveryName: 'has space' }).success).toBe(false);
-    expect(RouterConfig.safeParse({ discovery: 'dns://vllm:8000', discoveryDnsServers: ['127.0.0.1:5353', '[::1]:53', '10.96.0.10'] }).success).toBe(true);
-    expect(RouterConfig.safeParse({ discovery: 'dns://vllm:8000', discoveryDnsServers: ['kube-dns'] }).error?.issues[0]?.path).toEqual(['discoveryDnsServers']);
+    expect(
+      RouterConfig.safeParse({
+        discovery: 'dns://vllm:8000',
+        discoveryDnsServers: ['127.0.0.1:5353', '[::1]:53', '10.96.0.10'],
+      }).success,
+    ).toBe(true);
+    expect(
+      RouterConfig.safeParse({ discovery: 'dns://vllm:8000', discoveryDnsServers: ['kube-dns'] }).error?.issues[0]
+        ?.path,
+    ).toEqual(['discoveryDnsServers']);
   });
 });

@@ -11,10 +11,17 @@
 export type DiscoveryTarget =
   | { readonly kind: 'dns'; readonly host: string; readonly port: number; readonly name: string }
   | { readonly kind: 'dns+srv'; readonly service: string; readonly name: string }
-  | { readonly kind: 'k8s'; readonly namespace: string | null; readonly service: string; readonly portName: string | null; readonly name: string };
+  | {
+      readonly kind: 'k8s';
+      readonly namespace: string | null;
+      readonly service: string;
+      readonly portName: string | null;
+      readonly name: string;
+    };
 
 /** A DNS name: labels of letters, digits, `-` and `_` (SRV labels), dots between, an optional final dot. */
-const DNS_NAME = /^(?=.{1,253}\.?$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?)*\.?$/;
+const DNS_NAME =
+  /^(?=.{1,253}\.?$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?)*\.?$/;
 /** A Kubernetes object name (RFC 1123 label; Services and namespaces both are). */
 const K8S_NAME = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 /** A backend id prefix: what backend ids allow, short. */
@@ -22,20 +29,26 @@ const SOURCE_NAME = /^[A-Za-z0-9._-]{1,63}$/;
 
 /** Parses a `discovery` value; throws an Error that says what is wrong. `name` overrides the id prefix. */
 export function parseDiscoveryTarget(value: string, name?: string): DiscoveryTarget {
-  if (name !== undefined && !SOURCE_NAME.test(name)) throw new Error(`discoveryName ${JSON.stringify(name)}: letters, digits and ._- only (1-63)`);
+  if (name !== undefined && !SOURCE_NAME.test(name))
+    throw new Error(`discoveryName ${JSON.stringify(name)}: letters, digits and ._- only (1-63)`);
   const match = /^([a-z0-9+]+):\/\/(.*)$/.exec(value);
-  if (!match) throw new Error(`${JSON.stringify(value)} is not dns://NAME:PORT, dns+srv://_SERVICE._PROTO.NAME or k8s://[NAMESPACE/]SERVICE[:PORT_NAME]`);
+  if (!match)
+    throw new Error(
+      `${JSON.stringify(value)} is not dns://NAME:PORT, dns+srv://_SERVICE._PROTO.NAME or k8s://[NAMESPACE/]SERVICE[:PORT_NAME]`,
+    );
   const [, scheme, rest] = match as unknown as [string, string, string];
   if (scheme === 'dns') {
     const hostPort = /^([^:/]+):(\d{1,5})$/.exec(rest);
-    if (!hostPort || !DNS_NAME.test(hostPort[1] as string)) throw new Error(`dns://NAME:PORT expected, got ${JSON.stringify(value)} (the port is required)`);
+    if (!hostPort || !DNS_NAME.test(hostPort[1] as string))
+      throw new Error(`dns://NAME:PORT expected, got ${JSON.stringify(value)} (the port is required)`);
     const port = Number(hostPort[2]);
     if (port < 1 || port > 65_535) throw new Error(`port ${port} out of range`);
     const host = hostPort[1] as string;
     return { kind: 'dns', host, port, name: name ?? firstLabel(host) };
   }
   if (scheme === 'dns+srv') {
-    if (!DNS_NAME.test(rest) || !/^_[^.]+\._[^.]+\.[^.]/.test(rest)) throw new Error(`dns+srv://_SERVICE._PROTO.NAME expected, got ${JSON.stringify(value)}`);
+    if (!DNS_NAME.test(rest) || !/^_[^.]+\._[^.]+\.[^.]/.test(rest))
+      throw new Error(`dns+srv://_SERVICE._PROTO.NAME expected, got ${JSON.stringify(value)}`);
     // `_http._tcp.vllm.default.svc.cluster.local` → `vllm`.
     return { kind: 'dns+srv', service: rest, name: name ?? firstLabel(rest.split('.').slice(2).join('.')) };
   }
@@ -44,8 +57,16 @@ export function parseDiscoveryTarget(value: string, name?: string): DiscoveryTar
     const namespace = parts?.[1] ?? null;
     const service = parts?.[2];
     const portName = parts?.[3] ?? null;
-    if (!parts || service === undefined || !K8S_NAME.test(service) || (namespace !== null && !K8S_NAME.test(namespace)) || (portName !== null && !K8S_NAME.test(portName))) {
-      throw new Error(`k8s://[NAMESPACE/]SERVICE[:PORT_NAME] expected (lower-case names), got ${JSON.stringify(value)}`);
+    if (
+      !parts ||
+      service === undefined ||
+      !K8S_NAME.test(service) ||
+      (namespace !== null && !K8S_NAME.test(namespace)) ||
+      (portName !== null && !K8S_NAME.test(portName))
+    ) {
+      throw new Error(
+        `k8s://[NAMESPACE/]SERVICE[:PORT_NAME] expected (lower-case names), got ${JSON.stringify(value)}`,
+      );
     }
     return { kind: 'k8s', namespace, service, portName, name: name ?? service };
   }

@@ -1,5 +1,12 @@
 import { isIP } from 'node:net';
-import { capBackends, discoveredId, discoveredUrl, type BackendSource, type DiscoveredBackend, type DiscoveryAnswer } from './backend-source';
+import {
+  capBackends,
+  discoveredId,
+  discoveredUrl,
+  type BackendSource,
+  type DiscoveredBackend,
+  type DiscoveryAnswer,
+} from './backend-source';
 import type { DiscoveryTarget } from './discovery-target';
 
 /** What DNS discovery asks of a resolver: node:dns/promises `Resolver` (its servers set by the caller). */
@@ -47,18 +54,40 @@ export interface DnsLookOptions {
 /** One look at the records: the backends they name now, or why they could not be read. Never throws. */
 export async function lookUpDnsBackends(options: DnsLookOptions): Promise<DiscoveryAnswer> {
   const { target, resolver, scheme, maxBackends } = options;
-  const backend = (address: string, port: number): DiscoveredBackend => ({ id: discoveredId(target.name, address, port), url: discoveredUrl(scheme, address, port), draining: false });
+  const backend = (address: string, port: number): DiscoveredBackend => ({
+    id: discoveredId(target.name, address, port),
+    url: discoveredUrl(scheme, address, port),
+    draining: false,
+  });
   try {
     if (target.kind === 'dns') {
       const addresses = await addressesOf(resolver, target.host);
-      return { kind: 'backends', ...capBackends(addresses.map((address) => backend(address, target.port)), maxBackends) };
+      return {
+        kind: 'backends',
+        ...capBackends(
+          addresses.map((address) => backend(address, target.port)),
+          maxBackends,
+        ),
+      };
     }
-    const srv = (await records(resolver.resolveSrv(target.service.replace(/\.$/, '')))).filter((record) => Number.isInteger(record.port) && record.port > 0 && record.port < 65_536 && typeof record.name === 'string' && record.name !== '' && record.name !== '.');
+    const srv = (await records(resolver.resolveSrv(target.service.replace(/\.$/, '')))).filter(
+      (record) =>
+        Number.isInteger(record.port) &&
+        record.port > 0 &&
+        record.port < 65_536 &&
+        typeof record.name === 'string' &&
+        record.name !== '' &&
+        record.name !== '.',
+    );
     // SRV priority and weight are not used: every target is a backend, the router balances by load.
     // Bounded: at most maxBackends targets are looked up, the same ones on every replica.
     const targets = srv.sort((a, b) => (a.name === b.name ? a.port - b.port : a.name < b.name ? -1 : 1));
     const looked = targets.slice(0, maxBackends);
-    const found = await Promise.all(looked.map(async (record) => (await addressesOf(resolver, record.name)).map((address) => backend(address, record.port))));
+    const found = await Promise.all(
+      looked.map(async (record) =>
+        (await addressesOf(resolver, record.name)).map((address) => backend(address, record.port)),
+      ),
+    );
     const capped = capBackends(found.flat(), maxBackends);
     return { kind: 'backends', backends: capped.backends, dropped: capped.dropped + (targets.length - looked.length) };
   } catch (error) {

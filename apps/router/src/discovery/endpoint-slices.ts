@@ -12,23 +12,40 @@ export interface SliceSummary {
   readonly name: string;
   readonly addressType: string;
   readonly ports: ReadonlyArray<{ readonly name: string | null; readonly port: number }>;
-  readonly endpoints: ReadonlyArray<{ readonly address: string; readonly ready: boolean; readonly serving: boolean; readonly terminating: boolean }>;
+  readonly endpoints: ReadonlyArray<{
+    readonly address: string;
+    readonly ready: boolean;
+    readonly serving: boolean;
+    readonly terminating: boolean;
+  }>;
 }
 
 /** A watch event: a slice added, changed or deleted; a bookmark (a newer resourceVersion); `expired` (410 Gone: list again). */
 export type WatchEvent =
-  | { readonly type: 'ADDED' | 'MODIFIED' | 'DELETED'; readonly slice: SliceSummary; readonly resourceVersion: string | null }
+  | {
+      readonly type: 'ADDED' | 'MODIFIED' | 'DELETED';
+      readonly slice: SliceSummary;
+      readonly resourceVersion: string | null;
+    }
   | { readonly type: 'BOOKMARK'; readonly resourceVersion: string }
   | { readonly type: 'expired' }
   | { readonly type: 'error'; readonly message: string };
 
-const isObject = (value: unknown): value is Record<string, unknown> => value !== null && typeof value === 'object' && !Array.isArray(value);
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === 'object' && !Array.isArray(value);
 
 /** A slice as the API server sends it, reduced to what discovery uses; null if it is not one. */
 export function summarizeSlice(value: unknown): SliceSummary | null {
   if (!isObject(value) || !isObject(value.metadata) || typeof value.metadata.name !== 'string') return null;
   const ports = (Array.isArray(value.ports) ? value.ports : []).flatMap((port: unknown) => {
-    if (!isObject(port) || typeof port.port !== 'number' || !Number.isInteger(port.port) || port.port < 1 || port.port > 65_535) return [];
+    if (
+      !isObject(port) ||
+      typeof port.port !== 'number' ||
+      !Number.isInteger(port.port) ||
+      port.port < 1 ||
+      port.port > 65_535
+    )
+      return [];
     if (port.protocol !== undefined && port.protocol !== 'TCP') return [];
     return [{ name: typeof port.name === 'string' && port.name !== '' ? port.name : null, port: port.port }];
   });
@@ -44,13 +61,27 @@ export function summarizeSlice(value: unknown): SliceSummary | null {
     const terminating = typeof conditions.terminating === 'boolean' ? conditions.terminating : false;
     return [{ address, ready, serving, terminating }];
   });
-  return { name: value.metadata.name, addressType: typeof value.addressType === 'string' ? value.addressType : '', ports, endpoints };
+  return {
+    name: value.metadata.name,
+    addressType: typeof value.addressType === 'string' ? value.addressType : '',
+    ports,
+    endpoints,
+  };
 }
 
 /** A list body: its slices and the resourceVersion to watch from; null if it is not an EndpointSliceList. */
 export function parseSliceList(body: unknown): { slices: SliceSummary[]; resourceVersion: string } | null {
-  if (!isObject(body) || !Array.isArray(body.items) || !isObject(body.metadata) || typeof body.metadata.resourceVersion !== 'string') return null;
-  return { slices: body.items.map(summarizeSlice).filter((slice): slice is SliceSummary => slice !== null), resourceVersion: body.metadata.resourceVersion };
+  if (
+    !isObject(body) ||
+    !Array.isArray(body.items) ||
+    !isObject(body.metadata) ||
+    typeof body.metadata.resourceVersion !== 'string'
+  )
+    return null;
+  return {
+    slices: body.items.map(summarizeSlice).filter((slice): slice is SliceSummary => slice !== null),
+    resourceVersion: body.metadata.resourceVersion,
+  };
 }
 
 /** One line of a watch stream; null for a line that is not an event discovery knows (skipped). */
@@ -63,7 +94,10 @@ export function parseWatchLine(line: string): WatchEvent | null {
   }
   if (!isObject(event) || !isObject(event.object)) return null;
   const object = event.object;
-  const resourceVersion = isObject(object.metadata) && typeof object.metadata.resourceVersion === 'string' ? object.metadata.resourceVersion : null;
+  const resourceVersion =
+    isObject(object.metadata) && typeof object.metadata.resourceVersion === 'string'
+      ? object.metadata.resourceVersion
+      : null;
   switch (event.type) {
     case 'ADDED':
     case 'MODIFIED':
@@ -94,7 +128,10 @@ export interface SliceBackendsOptions {
  * The backends the slices name: a ready endpoint is a backend; a terminating one still serving is a
  * draining backend (its requests finish, no new ones); any other (not ready, not serving) is none.
  */
-export function backendsFromSlices(slices: Iterable<SliceSummary>, options: SliceBackendsOptions): { backends: DiscoveredBackend[]; dropped: number } {
+export function backendsFromSlices(
+  slices: Iterable<SliceSummary>,
+  options: SliceBackendsOptions,
+): { backends: DiscoveredBackend[]; dropped: number } {
   const found: DiscoveredBackend[] = [];
   for (const slice of slices) {
     if (slice.addressType !== 'IPv4' && slice.addressType !== 'IPv6') continue;
@@ -104,7 +141,11 @@ export function backendsFromSlices(slices: Iterable<SliceSummary>, options: Slic
       const eligible = endpoint.ready && !endpoint.terminating;
       const draining = endpoint.terminating && endpoint.serving;
       if (!eligible && !draining) continue;
-      found.push({ id: discoveredId(options.sourceName, endpoint.address, port), url: discoveredUrl(options.scheme, endpoint.address, port), draining: !eligible });
+      found.push({
+        id: discoveredId(options.sourceName, endpoint.address, port),
+        url: discoveredUrl(options.scheme, endpoint.address, port),
+        draining: !eligible,
+      });
     }
   }
   return capBackends(found, options.maxBackends);

@@ -40,13 +40,18 @@ export interface EndpointSliceSourceOptions {
 const MAX_SLICES = 1_000;
 /** Longest watch event line, bytes: one slice of 100 endpoints is ~30 KiB. */
 const MAX_EVENT_BYTES = 4 * 1024 * 1024;
-/** Largest list body, bytes: MAX_SLICES slices of ~30 KiB would be ~30 MiB, but the list is read whole into memory; 8 MiB is ~270 full slices (~27k endpoints). */
+/**
+ * Largest list body, bytes: MAX_SLICES slices of ~30 KiB would be ~30 MiB, but the list is read whole into memory; 8
+ * MiB is ~270 full slices (~27k endpoints).
+ */
 const DEFAULT_MAX_LIST_BYTES = 8 * 1024 * 1024;
 /** A watch shorter than this ended at once: the next one waits (a proxy ending every watch at once would be a hot loop). */
 const DEFAULT_MIN_WATCH_MS = 1_000;
 
 /** How a watch ended: the server closed it (normal, every watchTimeoutSeconds), 410 Gone (list again), or a failure. */
-type WatchEnd = { readonly kind: 'ended' | 'failed'; readonly resourceVersion: string; readonly error?: unknown } | { readonly kind: 'expired' };
+type WatchEnd =
+  | { readonly kind: 'ended' | 'failed'; readonly resourceVersion: string; readonly error?: unknown }
+  | { readonly kind: 'expired' };
 
 /**
  * Follows a Service's EndpointSlices through the API server: list them (labelSelector
@@ -128,7 +133,9 @@ export class EndpointSliceSource implements BackendSource {
         const text = await response.body.text().catch(() => '');
         throw new Error(`listing EndpointSlices answered ${response.statusCode}: ${text.slice(0, 300)}`);
       }
-      const list = parseSliceList(JSON.parse(await readCapped(response.body, this.options.maxListBytes ?? DEFAULT_MAX_LIST_BYTES)));
+      const list = parseSliceList(
+        JSON.parse(await readCapped(response.body, this.options.maxListBytes ?? DEFAULT_MAX_LIST_BYTES)),
+      );
       if (list === null) throw new Error('listing EndpointSlices: not an EndpointSliceList');
       this.slices.clear();
       for (const slice of list.slices.slice(0, MAX_SLICES)) this.slices.set(slice.name, slice);
@@ -144,7 +151,12 @@ export class EndpointSliceSource implements BackendSource {
     let current = resourceVersion;
     try {
       const response = await request(
-        this.urlOf({ watch: '1', resourceVersion: current, allowWatchBookmarks: 'true', timeoutSeconds: String(this.options.watchTimeoutSeconds) }),
+        this.urlOf({
+          watch: '1',
+          resourceVersion: current,
+          allowWatchBookmarks: 'true',
+          timeoutSeconds: String(this.options.watchTimeoutSeconds),
+        }),
         // Bookmarks come about once a minute; the server ends the watch after timeoutSeconds: silence beyond both is a dead connection.
         { ...(await this.requestOptions()), bodyTimeout: (this.options.watchTimeoutSeconds + 60) * 1000 },
       );
@@ -177,10 +189,14 @@ export class EndpointSliceSource implements BackendSource {
           }
           if (event.resourceVersion !== null) current = event.resourceVersion;
           if (event.type === 'DELETED') this.slices.delete(event.slice.name);
-          else if (this.slices.has(event.slice.name) || this.slices.size < MAX_SLICES) this.slices.set(event.slice.name, event.slice);
+          else if (this.slices.has(event.slice.name) || this.slices.size < MAX_SLICES)
+            this.slices.set(event.slice.name, event.slice);
           else if (!this.loggedFull) {
             this.loggedFull = true;
-            this.options.logger?.warn({ slices: this.slices.size }, 'kubernetes discovery: too many EndpointSlices, new ones ignored');
+            this.options.logger?.warn(
+              { slices: this.slices.size },
+              'kubernetes discovery: too many EndpointSlices, new ones ignored',
+            );
           }
           await this.answer();
         }
@@ -194,7 +210,15 @@ export class EndpointSliceSource implements BackendSource {
 
   private async answer(): Promise<void> {
     const { target, scheme, maxBackends } = this.options;
-    await this.onAnswer({ kind: 'backends', ...backendsFromSlices(this.slices.values(), { sourceName: target.name, scheme, portName: target.portName, maxBackends }) });
+    await this.onAnswer({
+      kind: 'backends',
+      ...backendsFromSlices(this.slices.values(), {
+        sourceName: target.name,
+        scheme,
+        portName: target.portName,
+        maxBackends,
+      }),
+    });
   }
 
   private async report(error: unknown): Promise<void> {
@@ -217,14 +241,23 @@ export class EndpointSliceSource implements BackendSource {
     return `${api.url}/apis/discovery.k8s.io/v1/namespaces/${encodeURIComponent(namespace)}/endpointslices?${params.toString()}`;
   }
 
-  private async requestOptions(): Promise<{ dispatcher: Dispatcher; signal: AbortSignal; headersTimeout: number; bodyTimeout: number; headers: Record<string, string> }> {
+  private async requestOptions(): Promise<{
+    dispatcher: Dispatcher;
+    signal: AbortSignal;
+    headersTimeout: number;
+    bodyTimeout: number;
+    headers: Record<string, string>;
+  }> {
     const token = await this.options.api.token();
     return {
       dispatcher: this.options.api.dispatcher,
       signal: this.abort.signal,
       headersTimeout: this.options.requestTimeoutMs,
       bodyTimeout: this.options.requestTimeoutMs,
-      headers: token === null ? { accept: 'application/json' } : { accept: 'application/json', authorization: `Bearer ${token}` },
+      headers:
+        token === null
+          ? { accept: 'application/json' }
+          : { accept: 'application/json', authorization: `Bearer ${token}` },
     };
   }
 }

@@ -9,7 +9,9 @@ import type { RouterMetrics } from '../router-metrics';
  * closes the connection: after a framing error nothing more on it can be trusted. The request never
  * reaches a route, so nothing is forwarded.
  */
-export function createClientErrorHandler(metrics: RouterMetrics): (error: Error & { code?: string }, socket: Socket) => void {
+export function createClientErrorHandler(
+  metrics: RouterMetrics,
+): (error: Error & { code?: string }, socket: Socket) => void {
   return (error, socket) => {
     if (error.code === 'ECONNRESET' || socket.destroyed) return;
     const routerError = toRouterError(error.code);
@@ -22,11 +24,11 @@ export function createClientErrorHandler(metrics: RouterMetrics): (error: Error 
     }
     const body = JSON.stringify(routerError.toBody());
     socket.end(
-        `HTTP/1.1 ${routerError.status} ${STATUS_CODES[routerError.status] ?? ''}\r\n` +
-          'content-type: application/json; charset=utf-8\r\n' +
-          `content-length: ${Buffer.byteLength(body)}\r\n` +
-          'x-router-backend: none\r\nx-router-reason: rejected\r\nconnection: close\r\n\r\n' +
-          body,
+      `HTTP/1.1 ${routerError.status} ${STATUS_CODES[routerError.status] ?? ''}\r\n` +
+        'content-type: application/json; charset=utf-8\r\n' +
+        `content-length: ${Buffer.byteLength(body)}\r\n` +
+        'x-router-backend: none\r\nx-router-reason: rejected\r\nconnection: close\r\n\r\n' +
+        body,
     );
     // A client that does not read its answer does not keep the socket.
     const cut = setTimeout(() => socket.destroy(), CLOSE_AFTER_ANSWER_MS).unref();
@@ -45,5 +47,8 @@ const MESSAGES: Record<string, [RouterErrorCode, string]> = {
 function toRouterError(code: string | undefined): RouterError {
   const known = code === undefined ? undefined : MESSAGES[code];
   if (known) return new RouterError(known[0], known[1]);
-  return new RouterError('ROUTER_ERR_BAD_FRAMING', `The HTTP request is malformed${code?.startsWith('HPE_') ? ` (${code})` : ''}.`);
+  return new RouterError(
+    'ROUTER_ERR_BAD_FRAMING',
+    `The HTTP request is malformed${code?.startsWith('HPE_') ? ` (${code})` : ''}.`,
+  );
 }

@@ -12,7 +12,8 @@ export function registerErrorHandler(app: FastifyInstance, metrics: RouterMetric
     const routerError = toRouterError(error);
     if (routerError.code === 'ROUTER_ERR_INTERNAL') request.log.error({ err: error }, 'unexpected error');
     metrics.recordRejected(routerError.code);
-    if (routerError.options.retryAfterSeconds !== undefined) reply.header('retry-after', String(routerError.options.retryAfterSeconds));
+    if (routerError.options.retryAfterSeconds !== undefined)
+      reply.header('retry-after', String(routerError.options.retryAfterSeconds));
     if (routerError.options.headers !== undefined) reply.headers(routerError.options.headers);
     return reply
       .code(routerError.status)
@@ -21,16 +22,24 @@ export function registerErrorHandler(app: FastifyInstance, metrics: RouterMetric
       .send(routerError.toBody());
   });
   app.setNotFoundHandler((request, reply) => {
-    const error = new RouterError('ROUTER_ERR_NOT_FOUND', `No route for ${request.method} ${request.url.split('?')[0]}.`);
+    const error = new RouterError(
+      'ROUTER_ERR_NOT_FOUND',
+      `No route for ${request.method} ${request.url.split('?')[0]}.`,
+    );
     metrics.recordRejected(error.code);
-    return reply.code(404).header('x-router-backend', 'none').header('x-router-reason', 'rejected').send(error.toBody());
+    return reply
+      .code(404)
+      .header('x-router-backend', 'none')
+      .header('x-router-reason', 'rejected')
+      .send(error.toBody());
   });
 }
 
 function toRouterError(error: FastifyError | RouterError): RouterError {
   if (error instanceof RouterError) return error;
   const status = error.statusCode ?? 500;
-  if (status === 413) return new RouterError('ROUTER_ERR_BODY_TOO_LARGE', 'The request body is larger than this router accepts.');
+  if (status === 413)
+    return new RouterError('ROUTER_ERR_BODY_TOO_LARGE', 'The request body is larger than this router accepts.');
   if (status === 415) return new RouterError('ROUTER_ERR_UNSUPPORTED_MEDIA_TYPE', error.message);
   if (status >= 400 && status < 500) return new RouterError('ROUTER_ERR_INVALID_REQUEST', error.message);
   return new RouterError('ROUTER_ERR_INTERNAL', 'Internal router error.', { cause: error });
@@ -43,15 +52,27 @@ function toRouterError(error: FastifyError | RouterError): RouterError {
  * OpenAI error shape, echoes the whole path and says 414 for the second: both become a 400 here, with a
  * message that does not repeat the path.
  */
-export function createFrameworkErrorHandler(metrics: RouterMetrics): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
+export function createFrameworkErrorHandler(
+  metrics: RouterMetrics,
+): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
   return (error, _request, reply) => {
     const routerError =
       error.code === 'FST_ERR_MAX_PARAM_LENGTH'
-        ? new RouterError('ROUTER_ERR_INVALID_PATH', 'The request path is not accepted: a path parameter (a response id) is too long.')
+        ? new RouterError(
+            'ROUTER_ERR_INVALID_PATH',
+            'The request path is not accepted: a path parameter (a response id) is too long.',
+          )
         : error.code === 'FST_ERR_BAD_URL'
-          ? new RouterError('ROUTER_ERR_INVALID_PATH', 'The request path is not accepted: it is not valid percent-encoded UTF-8.')
+          ? new RouterError(
+              'ROUTER_ERR_INVALID_PATH',
+              'The request path is not accepted: it is not valid percent-encoded UTF-8.',
+            )
           : toRouterError(error);
     metrics.recordRejected(routerError.code);
-    void reply.code(routerError.status).header('x-router-backend', 'none').header('x-router-reason', 'rejected').send(routerError.toBody());
+    void reply
+      .code(routerError.status)
+      .header('x-router-backend', 'none')
+      .header('x-router-reason', 'rejected')
+      .send(routerError.toBody());
   };
 }

@@ -8,11 +8,24 @@ import { unsafePathReason } from './admit';
 
 describe('unsafePathReason', () => {
   it('accepts plain paths, whatever the query holds', () => {
-    for (const path of ['/v1/chat/completions', '/v1/embeddings?x=%2e%2e/../', '/healthz', '/v1/models/']) expect(unsafePathReason(path)).toBeNull();
+    for (const path of ['/v1/chat/completions', '/v1/embeddings?x=%2e%2e/../', '/healthz', '/v1/models/'])
+      expect(unsafePathReason(path)).toBeNull();
   });
 
   it('refuses dot segments, empty segments, backslashes and encoded separators', () => {
-    for (const path of ['/v1/../x', '/v1/./x', '/v1/..', '/v1//chat/completions', '//v1/x', '/v1/%2e%2e/x', '/v1/%2E/x', '/v1/a%2fb', '/v1/a%5Cb', '/v1/a\\b', 'v1/x']) {
+    for (const path of [
+      '/v1/../x',
+      '/v1/./x',
+      '/v1/..',
+      '/v1//chat/completions',
+      '//v1/x',
+      '/v1/%2e%2e/x',
+      '/v1/%2E/x',
+      '/v1/a%2fb',
+      '/v1/a%5Cb',
+      '/v1/a\\b',
+      'v1/x',
+    ]) {
       expect(unsafePathReason(path), path).not.toBeNull();
     }
   });
@@ -28,7 +41,10 @@ describe('admit caps', () => {
     backend = createServer(() => undefined);
     await new Promise<void>((resolve) => backend.listen(0, '127.0.0.1', resolve));
     const url = `http://127.0.0.1:${(backend.address() as AddressInfo).port}`;
-    router = await createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [{ url, id: 'b0', models: ['m'] }], ...overrides }), { logger: false });
+    router = await createRouterServer(
+      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [{ url, id: 'b0', models: ['m'] }], ...overrides }),
+      { logger: false },
+    );
     agent = new Agent({ connections: 16 });
     return router.listen();
   }
@@ -46,11 +62,22 @@ describe('admit caps', () => {
     const base = await start({ maxInflightRequests: 2 });
     const held = [0, 1].map(() => {
       const controller = new AbortController();
-      const done = request(`${base}/v1/chat/completions`, { method: 'POST', body: chat, headers: { 'content-type': 'application/json' }, dispatcher: agent, signal: controller.signal }).catch(() => undefined);
+      const done = request(`${base}/v1/chat/completions`, {
+        method: 'POST',
+        body: chat,
+        headers: { 'content-type': 'application/json' },
+        dispatcher: agent,
+        signal: controller.signal,
+      }).catch(() => undefined);
       return { controller, done };
     });
     await waitUntil(() => router.inflightRequests >= 2);
-    const refused = await request(`${base}/v1/chat/completions`, { method: 'POST', body: chat, headers: { 'content-type': 'application/json' }, dispatcher: agent });
+    const refused = await request(`${base}/v1/chat/completions`, {
+      method: 'POST',
+      body: chat,
+      headers: { 'content-type': 'application/json' },
+      dispatcher: agent,
+    });
     const body = (await refused.body.json()) as { error: { code: string; type: string } };
     expect(refused.statusCode).toBe(503);
     expect(refused.headers['retry-after']).toBe('1');
@@ -72,7 +99,12 @@ describe('admit caps', () => {
     try {
       const health = await request(`${base}/healthz`, { dispatcher: first }); // holds the one connection (keep-alive)
       await health.body.dump();
-      const refused = await request(`${base}/v1/chat/completions`, { method: 'POST', body: chat, headers: { 'content-type': 'application/json' }, dispatcher: second });
+      const refused = await request(`${base}/v1/chat/completions`, {
+        method: 'POST',
+        body: chat,
+        headers: { 'content-type': 'application/json' },
+        dispatcher: second,
+      });
       expect(refused.statusCode).toBe(503);
       expect(refused.headers.connection).toBe('close');
       expect(((await refused.body.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_OVERLOADED');

@@ -58,15 +58,29 @@ export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void
       done(error);
     };
     const unsafe = unsafePathReason(request.raw.url ?? '/');
-    if (unsafe !== null) return refuse(new RouterError('ROUTER_ERR_INVALID_PATH', `The request path is not accepted: ${unsafe}.`));
+    if (unsafe !== null)
+      return refuse(new RouterError('ROUTER_ERR_INVALID_PATH', `The request path is not accepted: ${unsafe}.`));
     if (!isProxiedPath(request.url)) return done();
     if (request.method !== 'POST') return identify();
-    if (options.drain.phase === 'aborting') return refuse(new RouterError('ROUTER_ERR_SHUTTING_DOWN', 'This router is shutting down; retry.', { retryAfterSeconds: 1 }));
+    if (options.drain.phase === 'aborting')
+      return refuse(
+        new RouterError('ROUTER_ERR_SHUTTING_DOWN', 'This router is shutting down; retry.', { retryAfterSeconds: 1 }),
+      );
     if (overCap.has(request.raw.socket)) {
-      return refuse(new RouterError('ROUTER_ERR_OVERLOADED', `This router serves at most ${options.maxConnections} connections; retry.`, { retryAfterSeconds: 1 }));
+      return refuse(
+        new RouterError(
+          'ROUTER_ERR_OVERLOADED',
+          `This router serves at most ${options.maxConnections} connections; retry.`,
+          { retryAfterSeconds: 1 },
+        ),
+      );
     }
     if (inflight >= options.maxInflightRequests) {
-      return refuse(new RouterError('ROUTER_ERR_OVERLOADED', `This router has ${inflight} requests in flight, its limit; retry.`, { retryAfterSeconds: 1 }));
+      return refuse(
+        new RouterError('ROUTER_ERR_OVERLOADED', `This router has ${inflight} requests in flight, its limit; retry.`, {
+          retryAfterSeconds: 1,
+        }),
+      );
     }
     inflight++;
     reply.raw.once('close', () => {
@@ -81,7 +95,12 @@ export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void
           request.identity = identity;
           done();
         },
-        (error: unknown) => refuse(error instanceof RouterError ? error : new RouterError('ROUTER_ERR_INTERNAL', 'Internal router error.', { cause: error })),
+        (error: unknown) =>
+          refuse(
+            error instanceof RouterError
+              ? error
+              : new RouterError('ROUTER_ERR_INTERNAL', 'Internal router error.', { cause: error }),
+          ),
       );
     }
   });

@@ -11,8 +11,15 @@ describe('forwardedBody', () => {
   it("splices the tenant's salt (and the usage request) in front, keeping the client's bytes", () => {
     const raw = Buffer.from('{ "model":"m",  "stream":true }');
     const out = forwardedBody(raw, { model: 'm', stream: true }, { asksUsage: true, salt: 'SALT' });
-    expect(out?.toString()).toBe('{"stream_options":{"include_usage":true},"cache_salt":"SALT", "model":"m",  "stream":true }');
-    expect(JSON.parse(out!.toString())).toEqual({ model: 'm', stream: true, stream_options: { include_usage: true }, cache_salt: 'SALT' });
+    expect(out?.toString()).toBe(
+      '{"stream_options":{"include_usage":true},"cache_salt":"SALT", "model":"m",  "stream":true }',
+    );
+    expect(JSON.parse(out!.toString())).toEqual({
+      model: 'm',
+      stream: true,
+      stream_options: { include_usage: true },
+      cache_salt: 'SALT',
+    });
   });
 
   it("replaces a client's own cache_salt (duplicates included) by the tenant's", () => {

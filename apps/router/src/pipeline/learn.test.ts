@@ -15,7 +15,8 @@ function tail(text: string): ResponseTail {
   return kept;
 }
 
-const usage = (prompt: number, cached: number) => `{"usage":{"prompt_tokens":${prompt},"prompt_tokens_details":{"cached_tokens":${cached}}}}`;
+const usage = (prompt: number, cached: number) =>
+  `{"usage":{"prompt_tokens":${prompt},"prompt_tokens_details":{"cached_tokens":${cached}}}}`;
 
 function setup(overrides: Partial<LearnDeps> = {}) {
   const state = new InMemoryRoutingState({ maxBlocksPerBackend: 1000, blockIdleTtlMs: 0, nowMs: () => 0 });
@@ -37,14 +38,35 @@ function setup(overrides: Partial<LearnDeps> = {}) {
     lastRestartMs: () => null,
     ...overrides,
   });
-  const ticket = (matchBlocks: number, atMs = 50_000, matchRecordedAtMs: number | null = matchBlocks > 0 ? atMs - 5_000 : null): Ticket => ({
+  const ticket = (
+    matchBlocks: number,
+    atMs = 50_000,
+    matchRecordedAtMs: number | null = matchBlocks > 0 ? atMs - 5_000 : null,
+  ): Ticket => ({
     backend: { id: 'a' } as Backend,
-    decision: { kind: 'routed', backendId: 'a', reason: 'prefix-affinity', scores: [] } as unknown as Extract<RoutingDecision, { kind: 'routed' }>,
+    decision: { kind: 'routed', backendId: 'a', reason: 'prefix-affinity', scores: [] } as unknown as Extract<
+      RoutingDecision,
+      { kind: 'routed' }
+    >,
     policyName: 'cacheaware',
-    lease: new Lease({ state, pool: 'm', backendId: 'a', leaseId: 'l', onError: () => undefined, blocksAtFirstOutput: [] }),
+    lease: new Lease({
+      state,
+      pool: 'm',
+      backendId: 'a',
+      leaseId: 'l',
+      onError: () => undefined,
+      blocksAtFirstOutput: [],
+    }),
     // 4 bytes a token, 64 tokens a routing block.
     prediction: { matchBlocks, blockSizeBytes: 256, textBytes: 10_240 },
-    routed: { pool: 'm', atMs, blockHashes: Array.from({ length: 40 }, (_, i) => i + 1), matchRecordedAtMs, inflightAhead: 0, pendingAheadTokens: 0 },
+    routed: {
+      pool: 'm',
+      atMs,
+      blockHashes: Array.from({ length: 40 }, (_, i) => i + 1),
+      matchRecordedAtMs,
+      inflightAhead: 0,
+      pendingAheadTokens: 0,
+    },
   });
   return { learner, calls, ticket, advance: (ms: number) => (clock += ms) };
 }
@@ -69,7 +91,11 @@ describe('the learn stage', () => {
   it("sends the evidence time the decision read (its deepest matched block's entry), not one read after the request's own recording", async () => {
     const { learner, calls, ticket } = setup();
     learner.responseEnded(ticket(30, 50_000, 41_000), tail(usage(2_560, 0)));
-    expect(calls[0]?.correction).toMatchObject({ outcome: 'overpredicted', routedAtMs: 50_000, matchRecordedAtMs: 41_000 });
+    expect(calls[0]?.correction).toMatchObject({
+      outcome: 'overpredicted',
+      routedAtMs: 50_000,
+      matchRecordedAtMs: 41_000,
+    });
     // The store answers from it alone: its index holds nothing of that chain (here: never recorded).
     await new Promise((resolve) => setImmediate(resolve));
     expect(learner.retentionMs('a')).toBe(9_000);

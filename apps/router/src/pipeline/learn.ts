@@ -131,7 +131,10 @@ export function createLearner(deps: LearnDeps): Learner {
       if (usage !== null) metrics.recordTokens(backendId, ticket.routed.pool, usage);
       if (usage?.cachedTokens != null) reporting.add(backendId);
       metrics.recordFeedbackMode(backendId, reporting.has(backendId));
-      const observed = usage !== null && usage.cachedTokens === null && reporting.has(backendId) ? { ...usage, cachedTokens: 0 } : usage;
+      const observed =
+        usage !== null && usage.cachedTokens === null && reporting.has(backendId)
+          ? { ...usage, cachedTokens: 0 }
+          : usage;
       const check = checkPrediction(ticket.prediction, observed);
       metrics.recordPrediction(backendId, check);
       if (observed === null) return;
@@ -143,7 +146,8 @@ export function createLearner(deps: LearnDeps): Learner {
       if (correction?.outcome === 'underpredicted' && retention.get(backendId) === NO_RETENTION) correction = null;
       // A request routed before its engine's last restart found an empty cache: a restart (the
       // restart handler forgets the backend), no lesson about how long this engine keeps things.
-      if (correction?.outcome === 'overpredicted' && routed.atMs <= (deps.lastRestartMs(backendId) ?? -Infinity)) correction = null;
+      if (correction?.outcome === 'overpredicted' && routed.atMs <= (deps.lastRestartMs(backendId) ?? -Infinity))
+        correction = null;
       let batch = null;
       if (deps.calibrate) {
         const pool = poolSamples(routed.pool);

@@ -36,10 +36,18 @@ export interface Admission {
 }
 
 /** Admits one request of `identity`; null when neither the tenant nor the key has a limit. Throws 429 (or 400). */
-export async function admitLimits(deps: LimitDeps, identity: Identity, parsed: ParsedRequest, leaseId: string): Promise<Admission | null> {
+export async function admitLimits(
+  deps: LimitDeps,
+  identity: Identity,
+  parsed: ParsedRequest,
+  leaseId: string,
+): Promise<Admission | null> {
   const tenantLimits = deps.tenants.limitsOf(identity.tenant);
   const rates = rateLimitsOf(tenantLimits, identity.keyLimits);
-  const concurrency = { tenant: tenantLimits?.concurrentRequests ?? 0, key: identity.keyLimits.concurrentRequests ?? 0 };
+  const concurrency = {
+    tenant: tenantLimits?.concurrentRequests ?? 0,
+    key: identity.keyLimits.concurrentRequests ?? 0,
+  };
   if (rates.length === 0 && concurrency.tenant === 0 && concurrency.key === 0) return null;
   const reservedTokens = reservedTokensOf(deps, parsed);
   const outcome = await deps.gate.admit({
@@ -55,9 +63,16 @@ export async function admitLimits(deps: LimitDeps, identity: Identity, parsed: P
   const headers = rateLimitHeaders(outcome.rates);
   if (!outcome.admitted) {
     if (outcome.retryAfterMs === null) {
-      throw new RouterError('ROUTER_ERR_REQUEST_OVER_LIMIT', `This request reserves ${reservedTokens} tokens, more than a tokens-per-minute limit allows; lower max_tokens or the prompt.`, { param: 'max_tokens', headers });
+      throw new RouterError(
+        'ROUTER_ERR_REQUEST_OVER_LIMIT',
+        `This request reserves ${reservedTokens} tokens, more than a tokens-per-minute limit allows; lower max_tokens or the prompt.`,
+        { param: 'max_tokens', headers },
+      );
     }
-    const what = outcome.refusedBy.kind === 'rate' ? `${outcome.refusedBy.limit.unit} per minute of this ${outcome.refusedBy.limit.scope === 'key' ? 'API key' : 'tenant'}` : `requests in flight of this ${outcome.refusedBy.scope === 'key' ? 'API key' : 'tenant'}`;
+    const what =
+      outcome.refusedBy.kind === 'rate'
+        ? `${outcome.refusedBy.limit.unit} per minute of this ${outcome.refusedBy.limit.scope === 'key' ? 'API key' : 'tenant'}`
+        : `requests in flight of this ${outcome.refusedBy.scope === 'key' ? 'API key' : 'tenant'}`;
     const retryAfterMs = Math.max(1, outcome.retryAfterMs);
     throw new RouterError('ROUTER_ERR_RATE_LIMITED', `Rate limit reached: ${what}. Retry in ${retryAfterMs} ms.`, {
       retryAfterSeconds: Math.max(1, Math.ceil(retryAfterMs / 1000)),
@@ -65,7 +80,10 @@ export async function admitLimits(deps: LimitDeps, identity: Identity, parsed: P
     });
   }
   const ticket = outcome.ticket as GateTicket;
-  const renewTimer = concurrency.tenant > 0 || concurrency.key > 0 ? setInterval(() => void deps.gate.renew(ticket, deps.nowMs()), Math.max(1_000, Math.floor(deps.leaseTtlMs / 3))) : null;
+  const renewTimer =
+    concurrency.tenant > 0 || concurrency.key > 0
+      ? setInterval(() => void deps.gate.renew(ticket, deps.nowMs()), Math.max(1_000, Math.floor(deps.leaseTtlMs / 3)))
+      : null;
   renewTimer?.unref();
   return { headers, ticket, reservedTokens, renewTimer };
 }
@@ -94,7 +112,8 @@ export function rateLimitHeaders(rates: readonly RateState[]): Record<string, st
   const headers: Record<string, string> = {};
   for (const unit of ['requests', 'tokens'] as const) {
     let tightest: RateState | null = null;
-    for (const rate of rates) if (rate.limit.unit === unit && (tightest === null || rate.remaining < tightest.remaining)) tightest = rate;
+    for (const rate of rates)
+      if (rate.limit.unit === unit && (tightest === null || rate.remaining < tightest.remaining)) tightest = rate;
     if (tightest === null) continue;
     headers[`x-ratelimit-limit-${unit}`] = String(tightest.limit.limit);
     headers[`x-ratelimit-remaining-${unit}`] = String(tightest.remaining);

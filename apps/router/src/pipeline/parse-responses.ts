@@ -1,4 +1,9 @@
-import { checkResponsesLimits, ResponsesRequest, type ChatCompletionRequest, type GenerationLimits } from '@kvroute/protocols';
+import {
+  checkResponsesLimits,
+  ResponsesRequest,
+  type ChatCompletionRequest,
+  type GenerationLimits,
+} from '@kvroute/protocols';
 import { responsesRoutingBody } from '@kvroute/routing';
 import { RouterError } from '../errors';
 import { validateBody } from '../http/validate-body';
@@ -22,12 +27,21 @@ export interface ResponsesFacts {
  * would overwrite that stored response on the engine that holds it (the owner map cannot help: the
  * write happens on the engine). Open mode has no tenants to keep apart, so the field passes through.
  */
-export function parseResponsesBody(body: unknown, limits: GenerationLimits, scoped = false): { routingBody: ChatCompletionRequest; facts: ResponsesFacts } {
+export function parseResponsesBody(
+  body: unknown,
+  limits: GenerationLimits,
+  scoped = false,
+): { routingBody: ChatCompletionRequest; facts: ResponsesFacts } {
   if (scoped && typeof body === 'object' && body !== null && Object.hasOwn(body, 'request_id')) {
-    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', '`request_id` cannot be set on a Responses request: the router assigns response ids.', { param: 'request_id' });
+    throw new RouterError(
+      'ROUTER_ERR_INVALID_REQUEST',
+      '`request_id` cannot be set on a Responses request: the router assigns response ids.',
+      { param: 'request_id' },
+    );
   }
   const overLimit = checkResponsesLimits(body, limits);
-  if (overLimit !== null) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
+  if (overLimit !== null)
+    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
   const request = validateBody(ResponsesRequest, body);
   return {
     routingBody: responsesRoutingBody(request),

@@ -1,5 +1,12 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { ChatCompletionRequest, checkGenerationLimits, CompletionRequest, measureJsonNesting, MessagesRequest, type GenerationLimits } from '@kvroute/protocols';
+import {
+  ChatCompletionRequest,
+  checkGenerationLimits,
+  CompletionRequest,
+  measureJsonNesting,
+  MessagesRequest,
+  type GenerationLimits,
+} from '@kvroute/protocols';
 import { buildMessagesRoutingRequest, buildRoutingRequest, type RoutingRequest } from '@kvroute/routing';
 import { RouterError } from '../errors';
 import { validateBody } from '../http/validate-body';
@@ -98,28 +105,52 @@ function nextTurn(): Promise<void> {
  * Registers the body parser (step 1). A `multipart/form-data` body (vLLM's audio endpoints) is not JSON:
  * its bytes are kept, up to `multipartBodyLimitBytes`, for the form's `model` field and forwarding.
  */
-export function registerBodyParser(app: FastifyInstance, bodyLimitBytes: number, maxJsonDepth: number, multipartBodyLimitBytes = bodyLimitBytes): void {
+export function registerBodyParser(
+  app: FastifyInstance,
+  bodyLimitBytes: number,
+  maxJsonDepth: number,
+  multipartBodyLimitBytes = bodyLimitBytes,
+): void {
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('multipart/form-data', { parseAs: 'buffer', bodyLimit: multipartBodyLimitBytes }, (request, body, done) => {
-    request.rawBody = body as Buffer;
-    done(null, MULTIPART_BODY);
-  });
+  app.addContentTypeParser(
+    'multipart/form-data',
+    { parseAs: 'buffer', bodyLimit: multipartBodyLimitBytes },
+    (request, body, done) => {
+      request.rawBody = body as Buffer;
+      done(null, MULTIPART_BODY);
+    },
+  );
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: bodyLimitBytes }, (request, body, done) => {
     const raw = body as Buffer;
     request.rawBody = raw;
     if (raw.length === 0) {
       if (request.routeOptions.config.emptyBodyAllowed === true) return done(null, undefined);
-      return done(new RouterError('ROUTER_ERR_INVALID_JSON', 'The request body is empty; expected a JSON object.'), undefined);
+      return done(
+        new RouterError('ROUTER_ERR_INVALID_JSON', 'The request body is empty; expected a JSON object.'),
+        undefined,
+      );
     }
     const nesting = measureJsonNesting(raw, maxJsonDepth);
     if (nesting.tooDeep) {
-      return done(new RouterError('ROUTER_ERR_INVALID_REQUEST', `The request body nests deeper than ${maxJsonDepth} levels (at byte ${nesting.offset}).`), undefined);
+      return done(
+        new RouterError(
+          'ROUTER_ERR_INVALID_REQUEST',
+          `The request body nests deeper than ${maxJsonDepth} levels (at byte ${nesting.offset}).`,
+        ),
+        undefined,
+      );
     }
     const parse = (text: string): void => {
       try {
         done(null, JSON.parse(text));
       } catch (error) {
-        done(new RouterError('ROUTER_ERR_INVALID_JSON', `The request body is not valid JSON: ${(error as Error).message.slice(0, 200)}`), undefined);
+        done(
+          new RouterError(
+            'ROUTER_ERR_INVALID_JSON',
+            `The request body is not valid JSON: ${(error as Error).message.slice(0, 200)}`,
+          ),
+          undefined,
+        );
       }
     };
     if (raw.length < LARGE_BODY_BYTES) return parse(raw.toString('utf8'));
@@ -134,15 +165,29 @@ export function registerBodyParser(app: FastifyInstance, bodyLimitBytes: number,
  * Steps 2–5 for one request of `endpoint`; `cacheScope`: the tenant's (or team's) cache partition, null
  * in open mode. Throws a RouterError (400) for what it refuses.
  */
-export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, options: ParseOptions, cacheScope: string | null = null): Promise<ParsedRequest> {
+export async function parseRequest(
+  endpoint: Endpoint,
+  request: FastifyRequest,
+  options: ParseOptions,
+  cacheScope: string | null = null,
+): Promise<ParsedRequest> {
   if ((request.rawBody?.length ?? 0) >= LARGE_BODY_BYTES) await nextTurn();
   const body = request.body;
   const servedModels = options.servedModels ?? noModels;
   if (body === MULTIPART_BODY) {
-    if (endpoint !== 'passthrough') throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'This endpoint takes a JSON body, not multipart/form-data.');
+    if (endpoint !== 'passthrough')
+      throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'This endpoint takes a JSON body, not multipart/form-data.');
     const model = modelOfForm(request, rawBodyOf(request), servedModels);
     // A form's `stream` field is not read (the body is forwarded as is): its deadline is the whole response's.
-    return { model, kind: 'passthrough', routingRequest: passthroughRoutingRequest(model, sessionHeaderOf(request.headers), options.blockSizeBytes), body: rawBodyOf(request), stripsStreamUsage: false, stream: false, usageAtStreamStart: false };
+    return {
+      model,
+      kind: 'passthrough',
+      routingRequest: passthroughRoutingRequest(model, sessionHeaderOf(request.headers), options.blockSizeBytes),
+      body: rawBodyOf(request),
+      stripsStreamUsage: false,
+      stream: false,
+      usageAtStreamStart: false,
+    };
   }
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
     throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'The request body must be a JSON object.');
@@ -162,8 +207,21 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
   }
   // A Responses body without `model` takes the only served model, as chat's and completions' do (vLLM's
   // ResponsesRequest.model is optional too): validated and routed with it, forwarded as it came.
-  const responses = endpoint === 'responses' ? parseResponsesBody(withModel(body as Record<string, unknown>, servedModels), options.limits, cacheScope !== null) : null;
-  const generation = responses?.routingBody ?? validateGenerationBody(endpoint as 'chat' | 'completions', withModel(body as Record<string, unknown>, servedModels), options.limits);
+  const responses =
+    endpoint === 'responses'
+      ? parseResponsesBody(
+          withModel(body as Record<string, unknown>, servedModels),
+          options.limits,
+          cacheScope !== null,
+        )
+      : null;
+  const generation =
+    responses?.routingBody ??
+    validateGenerationBody(
+      endpoint as 'chat' | 'completions',
+      withModel(body as Record<string, unknown>, servedModels),
+      options.limits,
+    );
   const salt = tenantSalt(options, cacheScope, generation.cache_salt);
   const routingRequest = buildRoutingRequest(salt === null ? generation : { ...generation, cache_salt: salt }, {
     blockSizeBytes: options.blockSizeBytes,
@@ -171,7 +229,11 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
     sessionKey: sessionHeaderOf(request.headers),
   });
   // A Responses stream always ends with its usage (`response.completed`): nothing to ask for.
-  const asksUsage = responses === null && options.requestStreamUsage !== false && generation.stream === true && generation.stream_options?.include_usage !== true;
+  const asksUsage =
+    responses === null &&
+    options.requestStreamUsage !== false &&
+    generation.stream === true &&
+    generation.stream_options?.include_usage !== true;
   const forwarded = forwardedBody(rawBodyOf(request), body as Record<string, unknown>, { asksUsage, salt });
   return {
     model: generation.model,
@@ -192,9 +254,15 @@ export async function parseRequest(endpoint: Endpoint, request: FastifyRequest, 
  * messages-routing.ts). No stream usage is asked for: vLLM's Anthropic endpoint always streams it
  * (`message_delta` carries the usage). A tenant's salt goes in as on chat.
  */
-function parseMessages(request: FastifyRequest, body: Record<string, unknown>, options: ParseOptions, cacheScope: string | null): ParsedRequest {
+function parseMessages(
+  request: FastifyRequest,
+  body: Record<string, unknown>,
+  options: ParseOptions,
+  cacheScope: string | null,
+): ParsedRequest {
   const overLimit = checkGenerationLimits(body, options.limits);
-  if (overLimit !== null) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
+  if (overLimit !== null)
+    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
   const messages = validateBody(MessagesRequest, body);
   const salt = tenantSalt(options, cacheScope, messages.cache_salt);
   const routingRequest = buildMessagesRoutingRequest(salt === null ? messages : { ...messages, cache_salt: salt }, {
@@ -203,11 +271,23 @@ function parseMessages(request: FastifyRequest, body: Record<string, unknown>, o
     sessionKey: sessionHeaderOf(request.headers),
   });
   const forwarded = forwardedBody(rawBodyOf(request), body, { asksUsage: false, salt });
-  return { model: messages.model, kind: 'generation', routingRequest, body: forwarded ?? rawBodyOf(request), stripsStreamUsage: false, stream: messages.stream === true, usageAtStreamStart: messages.stream === true };
+  return {
+    model: messages.model,
+    kind: 'generation',
+    routingRequest,
+    body: forwarded ?? rawBodyOf(request),
+    stripsStreamUsage: false,
+    stream: messages.stream === true,
+    usageAtStreamStart: messages.stream === true,
+  };
 }
 
 /** The salt a tenant's request is routed and forwarded with (its scope's, over the body's own); null in open mode. */
-function tenantSalt(options: ParseOptions, cacheScope: string | null, bodySalt: string | null | undefined): string | null {
+function tenantSalt(
+  options: ParseOptions,
+  cacheScope: string | null,
+  bodySalt: string | null | undefined,
+): string | null {
   if (cacheScope === null) return null;
   const salter = options.salter?.() ?? null;
   return salter === null ? null : salter.saltFor(cacheScope, bodySalt ?? null);
@@ -256,10 +336,12 @@ export interface BodyChanges {
 export function forwardedBody(raw: Buffer, parsed: Record<string, unknown>, changes: BodyChanges): Buffer | null {
   const { asksUsage, salt } = changes;
   if (!asksUsage && salt === null) return null;
-  const splices = (!asksUsage || !Object.hasOwn(parsed, 'stream_options')) && (salt === null || !Object.hasOwn(parsed, 'cache_salt'));
+  const splices =
+    (!asksUsage || !Object.hasOwn(parsed, 'stream_options')) && (salt === null || !Object.hasOwn(parsed, 'cache_salt'));
   if (splices) {
     const brace = raw.indexOf(0x7b);
-    const members = (asksUsage ? STREAM_USAGE_MEMBER : '') + (salt === null ? '' : `"cache_salt":${JSON.stringify(salt)},`);
+    const members =
+      (asksUsage ? STREAM_USAGE_MEMBER : '') + (salt === null ? '' : `"cache_salt":${JSON.stringify(salt)},`);
     return Buffer.concat([raw.subarray(0, brace + 1), Buffer.from(members), raw.subarray(brace + 1)]);
   }
   const changed: Record<string, unknown> = { ...parsed };
@@ -272,9 +354,14 @@ export function forwardedBody(raw: Buffer, parsed: Record<string, unknown>, chan
 }
 
 /** Counts, then the schema: the validated chat or completion body. */
-function validateGenerationBody(endpoint: 'chat' | 'completions', body: unknown, limits: GenerationLimits): ChatCompletionRequest | CompletionRequest {
+function validateGenerationBody(
+  endpoint: 'chat' | 'completions',
+  body: unknown,
+  limits: GenerationLimits,
+): ChatCompletionRequest | CompletionRequest {
   const overLimit = checkGenerationLimits(body, limits);
-  if (overLimit !== null) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
+  if (overLimit !== null)
+    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
   return endpoint === 'chat' ? validateBody(ChatCompletionRequest, body) : validateBody(CompletionRequest, body);
 }
 

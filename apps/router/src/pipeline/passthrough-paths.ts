@@ -4,7 +4,15 @@
  * "Endpoints"). `/v1/*` needs no list: every `POST /v1/*` is proxied. They are admitted like `/v1/*`
  * (identity, in-flight caps: admit.ts), since they cost the backends as much.
  */
-export const ROOT_PASSTHROUGH_PATHS = ['/tokenize', '/detokenize', '/pooling', '/classify', '/score', '/rerank', '/v2/rerank'] as const;
+export const ROOT_PASSTHROUGH_PATHS = [
+  '/tokenize',
+  '/detokenize',
+  '/pooling',
+  '/classify',
+  '/score',
+  '/rerank',
+  '/v2/rerank',
+] as const;
 
 const ROOT_PASSTHROUGH = new Set<string>(ROOT_PASSTHROUGH_PATHS);
 

@@ -15,13 +15,22 @@ import { RouterError } from '../errors';
  */
 export function resolveModel(given: unknown, servedModels: () => readonly string[], param = 'model'): string {
   if (typeof given === 'string' && given !== '') return given;
-  if (given !== undefined && given !== null) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', '`model` must be a non-empty string.', { param });
+  if (given !== undefined && given !== null)
+    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', '`model` must be a non-empty string.', { param });
   const models = servedModels();
   if (models.length === 1) return models[0] as string;
   if (models.length === 0) {
-    throw new RouterError('ROUTER_ERR_NO_BACKEND', 'The request names no `model` and no backend has reported its models yet; retry.', { retryAfterSeconds: 1 });
+    throw new RouterError(
+      'ROUTER_ERR_NO_BACKEND',
+      'The request names no `model` and no backend has reported its models yet; retry.',
+      { retryAfterSeconds: 1 },
+    );
   }
-  throw new RouterError('ROUTER_ERR_INVALID_REQUEST', `\`model\` is required: this router serves ${models.length} models (GET /v1/models lists them).`, { param });
+  throw new RouterError(
+    'ROUTER_ERR_INVALID_REQUEST',
+    `\`model\` is required: this router serves ${models.length} models (GET /v1/models lists them).`,
+    { param },
+  );
 }
 
 /** Parts of a form read before giving up on finding `model` (a transcription form has ~10 fields). */
@@ -36,8 +45,19 @@ const MAX_FORM_MODEL_BYTES = 1024;
 export function modelOfForm(request: FastifyRequest, raw: Buffer, servedModels: () => readonly string[]): string {
   const contentType = request.headers['content-type'];
   const boundary = multipartBoundaryOf(typeof contentType === 'string' ? contentType : undefined);
-  if (boundary === null) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'A multipart/form-data body needs a `boundary` parameter in its Content-Type.');
-  const field = readFormField(raw, boundary, 'model', { maxParts: MAX_FORM_PARTS, maxValueBytes: MAX_FORM_MODEL_BYTES });
-  if (field.kind === 'malformed') throw new RouterError('ROUTER_ERR_INVALID_REQUEST', `The multipart/form-data body is not accepted: ${field.reason}.`);
+  if (boundary === null)
+    throw new RouterError(
+      'ROUTER_ERR_INVALID_REQUEST',
+      'A multipart/form-data body needs a `boundary` parameter in its Content-Type.',
+    );
+  const field = readFormField(raw, boundary, 'model', {
+    maxParts: MAX_FORM_PARTS,
+    maxValueBytes: MAX_FORM_MODEL_BYTES,
+  });
+  if (field.kind === 'malformed')
+    throw new RouterError(
+      'ROUTER_ERR_INVALID_REQUEST',
+      `The multipart/form-data body is not accepted: ${field.reason}.`,
+    );
   return resolveModel(field.kind === 'found' ? field.value : undefined, servedModels);
 }

@@ -1,5 +1,11 @@
 import { once } from 'node:events';
-import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Readable } from 'node:stream';
 import { Agent, request } from 'undici';
@@ -41,15 +47,24 @@ type Script = (response: ServerResponse, received: ReceivedRequest) => void;
 
 const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' };
 const sseEvent = (data: string): string => `data: ${data}\n\n`;
-const ROLE_CHUNK = JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { role: 'assistant', content: '' } }] });
-const textChunk = (text: string): string => JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: text } }] });
+const ROLE_CHUNK = JSON.stringify({
+  id: 'c1',
+  object: 'chat.completion.chunk',
+  choices: [{ index: 0, delta: { role: 'assistant', content: '' } }],
+});
+const textChunk = (text: string): string =>
+  JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: text } }] });
 
 const scripts = {
   /** Answers `status` with a JSON body. */
   json(status: number, body: unknown, headers: Record<string, string> = {}): Script {
     const text = JSON.stringify(body);
     return (response) => {
-      response.writeHead(status, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)), ...headers });
+      response.writeHead(status, {
+        'content-type': 'application/json',
+        'content-length': String(Buffer.byteLength(text)),
+        ...headers,
+      });
       response.end(text);
     };
   },
@@ -113,11 +128,19 @@ class ScriptedBackend {
     await once(server, 'listening');
     const backend = new ScriptedBackend(id, `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server);
     server.on('request', (incoming: IncomingMessage, response: ServerResponse) => {
-      const aborted = new Promise<void>((resolve) => response.once('close', () => (response.writableEnded ? undefined : resolve())));
+      const aborted = new Promise<void>((resolve) =>
+        response.once('close', () => (response.writableEnded ? undefined : resolve())),
+      );
       const chunks: Buffer[] = [];
       incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
       incoming.on('end', () => {
-        const received = { method: incoming.method ?? '', url: incoming.url ?? '', headers: incoming.headers, body: Buffer.concat(chunks).toString('utf8'), aborted };
+        const received = {
+          method: incoming.method ?? '',
+          url: incoming.url ?? '',
+          headers: incoming.headers,
+          body: Buffer.concat(chunks).toString('utf8'),
+          aborted,
+        };
         backend.received.push(received);
         for (const wake of [...backend.waiters]) wake();
         script(response, received);
@@ -197,7 +220,10 @@ type BackendScript = Script | 'refuse';
 
 let harness: Harness | undefined;
 
-async function startHarness(backendScripts: readonly BackendScript[], router: Record<string, unknown> = {}): Promise<Harness> {
+async function startHarness(
+  backendScripts: readonly BackendScript[],
+  router: Record<string, unknown> = {},
+): Promise<Harness> {
   const backends: ScriptedBackend[] = [];
   const specs: { url: string; id: string; models: string[] }[] = [];
   for (const [index, script] of backendScripts.entries()) {
@@ -213,7 +239,14 @@ async function startHarness(backendScripts: readonly BackendScript[], router: Re
   let server: RouterServer | undefined;
   try {
     server = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: specs, policy: 'leastloaded', retryBackoffMs: 0, ...router }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        backends: specs,
+        policy: 'leastloaded',
+        retryBackoffMs: 0,
+        ...router,
+      }),
       { logger: false },
     );
     const routerUrl = await server.listen();
@@ -245,7 +278,10 @@ afterEach(async () => {
   if (!current) return;
   try {
     // Exactly-once release on every path: nothing left held, nothing released twice (no count below 0).
-    await until(() => sum(leaseCounts(current.router)) === 0 && current.router.heldLeases === 0, 'every lease to be released');
+    await until(
+      () => sum(leaseCounts(current.router)) === 0 && current.router.heldLeases === 0,
+      'every lease to be released',
+    );
     expect(leaseCounts(current.router).every((count) => count === 0)).toBe(true);
     expect(current.router.heldLeases).toBe(0);
   } finally {
@@ -256,7 +292,12 @@ afterEach(async () => {
 });
 
 const CHAT_BODY = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Hello there' }], max_tokens: 8 });
-const STREAM_BODY = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Stream to me' }], max_tokens: 8, stream: true });
+const STREAM_BODY = JSON.stringify({
+  model: 'm',
+  messages: [{ role: 'user', content: 'Stream to me' }],
+  max_tokens: 8,
+  stream: true,
+});
 
 function postChat(body: string, options: { signal?: AbortSignal } = {}) {
   const current = harness as Harness;
@@ -320,7 +361,11 @@ function sseData(text: string): string[] {
 
 describe('request path against scripted backends', () => {
   it('forwards the body byte for byte and relays a JSON 200 with the routing headers', async () => {
-    const answer = { id: 'x', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'hi' } }] };
+    const answer = {
+      id: 'x',
+      object: 'chat.completion',
+      choices: [{ index: 0, message: { role: 'assistant', content: 'hi' } }],
+    };
     await startHarness([scripts.json(200, answer), scripts.json(200, { other: true })]);
 
     const result = await postChatText(CHAT_BODY);
@@ -339,7 +384,10 @@ describe('request path against scripted backends', () => {
   describe('retry before the first byte', () => {
     it.each([429, 503])('answers from the second backend when the first refuses with %i', async (status) => {
       const answer = { id: 'from-b1', choices: [] };
-      await startHarness([scripts.json(status, { error: { message: 'busy', type: 'x', code: status } }), scripts.json(200, answer)]);
+      await startHarness([
+        scripts.json(status, { error: { message: 'busy', type: 'x', code: status } }),
+        scripts.json(200, answer),
+      ]);
 
       const result = await postChatText(CHAT_BODY);
 
@@ -356,7 +404,11 @@ describe('request path against scripted backends', () => {
     it('relays the last possible try’s 503 as is (status, headers, body), and tries no more than maxAttempts backends', async () => {
       const lastBody = { error: { message: 'b1 is full', type: 'server_error', param: null, code: 'b1-full' } };
       await startHarness(
-        [scripts.json(503, { error: { message: 'b0 is full' } }), scripts.json(503, lastBody, { 'retry-after': '7' }), scripts.json(200, { never: true })],
+        [
+          scripts.json(503, { error: { message: 'b0 is full' } }),
+          scripts.json(503, lastBody, { 'retry-after': '7' }),
+          scripts.json(200, { never: true }),
+        ],
         { maxAttempts: 2 },
       );
 
@@ -372,20 +424,25 @@ describe('request path against scripted backends', () => {
     });
 
     // A gateway's 502 or 504 may come after it passed the request on to an engine that is running it.
-    it.each([502, 504])('relays a %i from the backend as is, without running the request again elsewhere', async (status) => {
-      const gatewayError = { error: { message: 'gateway', type: 'x', code: status } };
-      await startHarness([scripts.json(status, gatewayError), scripts.json(200, { never: true })]);
+    it.each([502, 504])(
+      'relays a %i from the backend as is, without running the request again elsewhere',
+      async (status) => {
+        const gatewayError = { error: { message: 'gateway', type: 'x', code: status } };
+        await startHarness([scripts.json(status, gatewayError), scripts.json(200, { never: true })]);
 
-      const result = await postChatText(CHAT_BODY);
+        const result = await postChatText(CHAT_BODY);
 
-      expect(result.status).toBe(status);
-      expect(result.text).toBe(JSON.stringify(gatewayError));
-      expect(backend('b0').received).toHaveLength(1);
-      expect(backend('b1').received).toHaveLength(0);
-    });
+        expect(result.status).toBe(status);
+        expect(result.text).toBe(JSON.stringify(gatewayError));
+        expect(backend('b0').received).toHaveLength(1);
+        expect(backend('b1').received).toHaveLength(0);
+      },
+    );
 
     it('relays a 400 from the backend as is, without retrying', async () => {
-      const invalid = { error: { message: 'max_tokens is too large', type: 'invalid_request_error', param: 'max_tokens', code: null } };
+      const invalid = {
+        error: { message: 'max_tokens is too large', type: 'invalid_request_error', param: 'max_tokens', code: null },
+      };
       await startHarness([scripts.json(400, invalid), scripts.json(200, { never: true })]);
 
       const result = await postChatText(CHAT_BODY);
@@ -400,7 +457,10 @@ describe('request path against scripted backends', () => {
     });
 
     it('serves from another backend when one refuses connections, and opens the refusing one’s circuit after breakerFailureThreshold failures', async () => {
-      const { router } = await startHarness(['refuse', scripts.json(200, { ok: true })], { breakerFailureThreshold: 2, breakerCooldownMs: 60_000 });
+      const { router } = await startHarness(['refuse', scripts.json(200, { ok: true })], {
+        breakerFailureThreshold: 2,
+        breakerCooldownMs: 60_000,
+      });
       const breakerOfB0 = () => router.registry.get('b0')?.breaker.state;
 
       const first = await postChatText(CHAT_BODY);
@@ -434,16 +494,22 @@ describe('request path against scripted backends', () => {
       expect(await metricValue('kvroute_router_retries_total{backend="b0",cause="connection-lost"}')).toBe(1);
     });
 
-    it('answers 502 at once, without another try, when the connection is lost later than connectionLostRetryMs after sending (it may have run for long)', async () => {
-      await startHarness([scripts.closeWithoutAnswer(), scripts.json(200, { ok: true })], { connectionLostRetryMs: 0 });
+    it(
+      'answers 502 at once, without another try, when the connection is lost later than connectionLostRetryMs ' +
+        'after sending (it may have run for long)',
+      async () => {
+        await startHarness([scripts.closeWithoutAnswer(), scripts.json(200, { ok: true })], {
+          connectionLostRetryMs: 0,
+        });
 
-      const result = await postChatText(CHAT_BODY);
+        const result = await postChatText(CHAT_BODY);
 
-      expect(result.status).toBe(502);
-      expect(JSON.parse(result.text).error.code).toBe('ROUTER_ERR_UPSTREAM_UNAVAILABLE');
-      expect(backend('b1').received).toHaveLength(0);
-      expect(await metricValue('kvroute_router_retries_total{backend="b0",cause="connection-lost"}')).toBe(0);
-    });
+        expect(result.status).toBe(502);
+        expect(JSON.parse(result.text).error.code).toBe('ROUTER_ERR_UPSTREAM_UNAVAILABLE');
+        expect(backend('b1').received).toHaveLength(0);
+        expect(await metricValue('kvroute_router_retries_total{backend="b0",cause="connection-lost"}')).toBe(0);
+      },
+    );
 
     it('answers 504 when a backend that took the request sends nothing in time, and does not send it to another one', async () => {
       await startHarness([scripts.hang(), scripts.json(200, { ok: true })], { generationTimeoutMs: 100 });
@@ -466,7 +532,12 @@ describe('request path against scripted backends', () => {
       expect(result.status).toBe(504);
       expect(result.headers['x-router-backend']).toBe('none');
       expect(JSON.parse(result.text)).toEqual({
-        error: { message: expect.any(String), type: 'upstream_error', param: null, code: 'ROUTER_ERR_UPSTREAM_TIMEOUT' },
+        error: {
+          message: expect.any(String),
+          type: 'upstream_error',
+          param: null,
+          code: 'ROUTER_ERR_UPSTREAM_TIMEOUT',
+        },
       });
       expect(backend('b0').received).toHaveLength(1);
       await within((await backend('b0').nth(1)).aborted, 'the hanging request to be aborted');
@@ -495,23 +566,36 @@ describe('request path against scripted backends', () => {
     });
 
     it('ends a stream whose headers came but no event within streamFirstByteTimeoutMs with the timeout event, aborting it upstream, not retrying', async () => {
-      const { router } = await startHarness([scripts.sseThenHold([]), scripts.sse([textChunk('never')])], { streamFirstByteTimeoutMs: 150 });
+      const { router } = await startHarness([scripts.sseThenHold([]), scripts.sse([textChunk('never')])], {
+        streamFirstByteTimeoutMs: 150,
+      });
 
       const result = await postChatText(STREAM_BODY);
 
       expect(result.status).toBe(200);
       const data = sseData(result.text);
       expect(JSON.parse(data[0] as string)).toEqual({
-        error: { message: expect.any(String), type: 'upstream_error', param: null, code: 'ROUTER_ERR_UPSTREAM_TIMEOUT' },
+        error: {
+          message: expect.any(String),
+          type: 'upstream_error',
+          param: null,
+          code: 'ROUTER_ERR_UPSTREAM_TIMEOUT',
+        },
       });
       expect(data).toEqual([data[0], '[DONE]']);
       await within((await backend('b0').nth(1)).aborted, 'the upstream request to be aborted');
-      await until(() => sum(leaseCounts(router)) === 0 && router.heldLeases === 0 && router.inflightRequests === 0, 'the lease and the request to end');
+      await until(
+        () => sum(leaseCounts(router)) === 0 && router.heldLeases === 0 && router.inflightRequests === 0,
+        'the lease and the request to end',
+      );
       expect(backend('b1').received).toHaveLength(0);
     });
 
     it('lets a stream run past streamFirstByteTimeoutMs once its first output came', async () => {
-      await startHarness([scripts.ssePieces([sseEvent(textChunk('first')), sseEvent(textChunk('late')), sseEvent('[DONE]')], 250)], { streamFirstByteTimeoutMs: 100 });
+      await startHarness(
+        [scripts.ssePieces([sseEvent(textChunk('first')), sseEvent(textChunk('late')), sseEvent('[DONE]')], 250)],
+        { streamFirstByteTimeoutMs: 100 },
+      );
 
       const result = await postChatText(STREAM_BODY);
 
@@ -520,7 +604,10 @@ describe('request path against scripted backends', () => {
     });
 
     it('counts streamFirstByteTimeoutMs to the first output, not to opening events sent before prefill (a role chunk, response.created)', async () => {
-      await startHarness([scripts.ssePieces([sseEvent(ROLE_CHUNK), sseEvent(textChunk('late')), sseEvent('[DONE]')], 250)], { streamFirstByteTimeoutMs: 100 });
+      await startHarness(
+        [scripts.ssePieces([sseEvent(ROLE_CHUNK), sseEvent(textChunk('late')), sseEvent('[DONE]')], 250)],
+        { streamFirstByteTimeoutMs: 100 },
+      );
 
       const result = await postChatText(STREAM_BODY);
 
@@ -532,7 +619,10 @@ describe('request path against scripted backends', () => {
     });
 
     it('aborts the upstream request when the client goes away mid-stream, and returns its lease', async () => {
-      const { router } = await startHarness([scripts.sseThenHold([ROLE_CHUNK, textChunk('Hel')]), scripts.sse([textChunk('never')])]);
+      const { router } = await startHarness([
+        scripts.sseThenHold([ROLE_CHUNK, textChunk('Hel')]),
+        scripts.sse([textChunk('never')]),
+      ]);
       const controller = new AbortController();
 
       const response = await postChat(STREAM_BODY, { signal: controller.signal });
@@ -546,7 +636,10 @@ describe('request path against scripted backends', () => {
       await within(clientError, 'the client stream to error');
 
       await within((await backend('b0').nth(1)).aborted, 'the upstream request to be aborted');
-      await until(() => sum(leaseCounts(router)) === 0 && router.heldLeases === 0 && router.inflightRequests === 0, 'the lease and the request to end');
+      await until(
+        () => sum(leaseCounts(router)) === 0 && router.heldLeases === 0 && router.inflightRequests === 0,
+        'the lease and the request to end',
+      );
       expect(backend('b1').received).toHaveLength(0);
       expect(await metricValue('kvroute_router_client_aborts_total{backend="b0"}')).toBe(1);
     });
@@ -565,30 +658,67 @@ describe('request path against scripted backends', () => {
 
       expect(await within(pending, 'the client request to end')).toBe('AbortError');
       await within(received.aborted, 'the upstream request to be aborted');
-      await until(() => sum(leaseCounts(router)) === 0 && router.heldLeases === 0 && router.inflightRequests === 0, 'the lease and the request to end');
+      await until(
+        () => sum(leaseCounts(router)) === 0 && router.heldLeases === 0 && router.inflightRequests === 0,
+        'the lease and the request to end',
+      );
       expect(backend('b1').received).toHaveLength(0);
     });
   });
 
   describe('first output', () => {
     it.each([
-      ['a tool call', JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { tool_calls: [{ index: 0, id: 'chatcmpl-tool-1', type: 'function', function: { name: 'lookup', arguments: '' } }] } }] })],
-      ['reasoning', JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { reasoning_content: 'First, the user wants' } }] })],
-    ])('takes a stream whose first output is %s, split across chunks, as started: TTFT and prefix ownership recorded', async (_what, firstOutput) => {
-      // The first output event arrives in three chunks, cut inside its JSON and between its two newlines.
-      const event = sseEvent(firstOutput);
-      const pieces = [sseEvent(ROLE_CHUNK) + event.slice(0, 40), event.slice(40, -1), event.slice(-1) + sseEvent('[DONE]')];
-      await startHarness([scripts.ssePieces(pieces)], { policy: 'cacheaware' });
-      const prompt = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'an agent turn with a long history. '.repeat(40) }] });
+      [
+        'a tool call',
+        JSON.stringify({
+          id: 'c1',
+          object: 'chat.completion.chunk',
+          choices: [
+            {
+              index: 0,
+              delta: {
+                tool_calls: [
+                  { index: 0, id: 'chatcmpl-tool-1', type: 'function', function: { name: 'lookup', arguments: '' } },
+                ],
+              },
+            },
+          ],
+        }),
+      ],
+      [
+        'reasoning',
+        JSON.stringify({
+          id: 'c1',
+          object: 'chat.completion.chunk',
+          choices: [{ index: 0, delta: { reasoning_content: 'First, the user wants' } }],
+        }),
+      ],
+    ])(
+      'takes a stream whose first output is %s, split across chunks, as started: TTFT and prefix ownership recorded',
+      async (_what, firstOutput) => {
+        // The first output event arrives in three chunks, cut inside its JSON and between its two newlines.
+        const event = sseEvent(firstOutput);
+        const pieces = [
+          sseEvent(ROLE_CHUNK) + event.slice(0, 40),
+          event.slice(40, -1),
+          event.slice(-1) + sseEvent('[DONE]'),
+        ];
+        await startHarness([scripts.ssePieces(pieces)], { policy: 'cacheaware' });
+        const prompt = JSON.stringify({
+          model: 'm',
+          stream: true,
+          messages: [{ role: 'user', content: 'an agent turn with a long history. '.repeat(40) }],
+        });
 
-      const result = await postChatText(prompt);
-      expect(result.status).toBe(200);
-      expect(result.text).toBe(pieces.join(''));
-      expect(await metricValue('kvroute_router_time_to_first_token_seconds_count{backend="b0",model="m"}')).toBe(1);
-      const blocks = parseRoutingBlocks(prompt);
-      const snapshot = await (harness as Harness).router.state.snapshot('m', ['b0'], blocks);
-      expect(snapshot.matchBlocks.get('b0')).toBe(blocks.length);
-    });
+        const result = await postChatText(prompt);
+        expect(result.status).toBe(200);
+        expect(result.text).toBe(pieces.join(''));
+        expect(await metricValue('kvroute_router_time_to_first_token_seconds_count{backend="b0",model="m"}')).toBe(1);
+        const blocks = parseRoutingBlocks(prompt);
+        const snapshot = await (harness as Harness).router.state.snapshot('m', ['b0'], blocks);
+        expect(snapshot.matchBlocks.get('b0')).toBe(blocks.length);
+      },
+    );
 
     it('checks every response’s cached tokens against the prefix the router predicted: unverified, confirmed, overpredicted', async () => {
       // The engine's answers, in order: no figure (a backend never seen reporting one: unverified), warm
@@ -598,13 +728,25 @@ describe('request path against scripted backends', () => {
       const usageAnswer: Script = (response) => {
         const next = cached.shift();
         const details = next === null || next === undefined ? {} : { prompt_tokens_details: { cached_tokens: next } };
-        const body = JSON.stringify({ id: 'x', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage: { prompt_tokens: 2_100, completion_tokens: 1, total_tokens: 2_101, ...details } });
-        response.writeHead(200, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) });
+        const body = JSON.stringify({
+          id: 'x',
+          object: 'chat.completion',
+          choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+          usage: { prompt_tokens: 2_100, completion_tokens: 1, total_tokens: 2_101, ...details },
+        });
+        response.writeHead(200, {
+          'content-type': 'application/json',
+          'content-length': String(Buffer.byteLength(body)),
+        });
         response.end(body);
       };
       await startHarness([usageAnswer], { policy: 'cacheaware' });
-      const prompt = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'a conversation long enough for several blocks. '.repeat(180) }] });
-      const outcome = (name: string) => metricValue(`kvroute_router_prefix_predictions_total{backend="b0",outcome="${name}"}`);
+      const prompt = JSON.stringify({
+        model: 'm',
+        messages: [{ role: 'user', content: 'a conversation long enough for several blocks. '.repeat(180) }],
+      });
+      const outcome = (name: string) =>
+        metricValue(`kvroute_router_prefix_predictions_total{backend="b0",outcome="${name}"}`);
 
       await postChatText(prompt); // cold, and the backend has never reported cached tokens
       expect(await outcome('unverified')).toBe(1);
@@ -628,26 +770,47 @@ describe('request path against scripted backends', () => {
       expect(await metricValue('kvroute_router_tokens_total{backend="b0",model="m",kind="generated"}')).toBe(4);
       // Non-streaming: no time to first token (the whole answer came at once); end to end, four.
       expect(await metricValue('kvroute_router_time_to_first_token_seconds_count{backend="b0",model="m"}')).toBe(0);
-      expect(await metricValue('kvroute_router_request_duration_seconds_count{backend="b0",model="m",stream="false"}')).toBe(4);
+      expect(
+        await metricValue('kvroute_router_request_duration_seconds_count{backend="b0",model="m",stream="false"}'),
+      ).toBe(4);
     });
 
     it('learns nothing from an error answer: no time to first token, no prefix ownership', async () => {
-      const failure = { error: { message: 'This model maximum context length is 8 tokens', type: 'BadRequestError', param: null, code: 400 } };
+      const failure = {
+        error: {
+          message: 'This model maximum context length is 8 tokens',
+          type: 'BadRequestError',
+          param: null,
+          code: 400,
+        },
+      };
       await startHarness([scripts.json(400, failure), scripts.json(200, { ok: true })], { policy: 'cacheaware' });
-      const longPrompt = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'a long prompt that fills several prefix blocks. '.repeat(40) }] });
+      const longPrompt = JSON.stringify({
+        model: 'm',
+        messages: [{ role: 'user', content: 'a long prompt that fills several prefix blocks. '.repeat(40) }],
+      });
 
       const refused = await postChatText(longPrompt);
       expect(refused.status).toBe(400);
       const refusedBy = refused.headers['x-router-backend'] as string;
       await until(() => sum(leaseCounts((harness as Harness).router)) === 0, 'the lease to be released');
-      expect(await metricValue(`kvroute_router_time_to_first_token_seconds_count{backend="${refusedBy}",model="m"}`)).toBe(0);
+      expect(
+        await metricValue(`kvroute_router_time_to_first_token_seconds_count{backend="${refusedBy}",model="m"}`),
+      ).toBe(0);
       // The backend that refused is not believed to hold the prompt it refused.
-      const snapshot = await (harness as Harness).router.state.snapshot('m', ['b0', 'b1'], parseRoutingBlocks(longPrompt));
+      const snapshot = await (harness as Harness).router.state.snapshot(
+        'm',
+        ['b0', 'b1'],
+        parseRoutingBlocks(longPrompt),
+      );
       expect(snapshot.matchBlocks.get(refusedBy) ?? 0).toBe(0);
     });
 
     it('records the time to first token at the first event carrying text, not at the role chunk', async () => {
-      await startHarness([scripts.sse([ROLE_CHUNK]), scripts.sse([ROLE_CHUNK, textChunk('Hello'), textChunk(' world')])], { policy: 'roundrobin' });
+      await startHarness(
+        [scripts.sse([ROLE_CHUNK]), scripts.sse([ROLE_CHUNK, textChunk('Hello'), textChunk(' world')])],
+        { policy: 'roundrobin' },
+      );
       const ttftCount = 'kvroute_router_time_to_first_token_seconds_count';
 
       const roleOnly = await postChatText(STREAM_BODY);

@@ -77,7 +77,9 @@ interface InFlight {
 }
 
 /** A Fastify handler per endpoint that runs the request path. */
-export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) => (request: FastifyRequest, reply: FastifyReply) => Promise<void> {
+export function createRequestPath(
+  deps: RequestPathDeps,
+): (endpoint: Endpoint) => (request: FastifyRequest, reply: FastifyReply) => Promise<void> {
   const routeAndSend = withRetryBeforeFirstByte<InFlight>(
     { ...deps.retry, metrics: deps.metrics, logger: deps.send.logger },
     (of, tried, attempt) => route(deps.route, of.parsed, of.backends, tried, attempt, of.request.id, of.owner),
@@ -131,8 +133,12 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
     const backends = poolOf(deps.route.registry, parsed.model);
     const scope = cacheScope ?? '';
     // Only a Responses follow-up looks its owner up: no await on every other request's path.
-    const owner = parsed.responses?.previousResponseId == null ? null : await previousResponseOwner(deps.responses, parsed, scope, cacheScope !== null);
-    const admission = identity !== null && deps.limit !== null ? await admitLimits(deps.limit, identity, parsed, randomUUID()) : null;
+    const owner =
+      parsed.responses?.previousResponseId == null
+        ? null
+        : await previousResponseOwner(deps.responses, parsed, scope, cacheScope !== null);
+    const admission =
+      identity !== null && deps.limit !== null ? await admitLimits(deps.limit, identity, parsed, randomUUID()) : null;
     // A tenant's Responses request: the engine may make the client's X-Request-Id the stored response's
     // id (as it does a body's `request_id`, refused in parse), where it could replace another tenant's.
     // The backend gets an id of the router's own; logs and the client's response keep the client's.
@@ -155,13 +161,17 @@ export function createRequestPath(deps: RequestPathDeps): (endpoint: Endpoint) =
     try {
       await routeAndSend(of, { model: parsed.model, backends }, request.id, reply.raw);
     } catch (error) {
-      const routerError = error instanceof RouterError ? error : new RouterError('ROUTER_ERR_INTERNAL', 'Internal router error.', { cause: error });
+      const routerError =
+        error instanceof RouterError
+          ? error
+          : new RouterError('ROUTER_ERR_INTERNAL', 'Internal router error.', { cause: error });
       deps.metrics.recordRejected(routerError.code);
       writeErrorAfterHijack(reply, routerError, of.showsRoutingHeaders);
       if (!(error instanceof RouterError)) request.log.error({ err: error }, 'unexpected error while forwarding');
     } finally {
       // Usage known: what was used; a response without usage: what was reserved; never sent: nothing.
-      if (admission !== null && deps.limit !== null) settleLimits(deps.limit, admission, of.usedTokens >= 0 ? of.usedTokens : of.sent ? null : 0);
+      if (admission !== null && deps.limit !== null)
+        settleLimits(deps.limit, admission, of.usedTokens >= 0 ? of.usedTokens : of.sent ? null : 0);
     }
   };
 }

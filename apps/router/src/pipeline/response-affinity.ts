@@ -35,22 +35,33 @@ const OWNERS_RETRY_AFTER_SECONDS = 1;
  * map cannot be asked (`unknown`), the id may well be the caller's, learnt by another replica: a 503
  * with Retry-After, which a client retries, not a 404 it would take as final.
  */
-export async function previousResponseOwner(deps: ResponseAffinityDeps, request: ParsedRequest, scope: string, scoped: boolean): Promise<BackendId | null> {
+export async function previousResponseOwner(
+  deps: ResponseAffinityDeps,
+  request: ParsedRequest,
+  scope: string,
+  scoped: boolean,
+): Promise<BackendId | null> {
   const previous = request.responses?.previousResponseId ?? null;
   if (previous === null) return null;
   const found = await deps.owners.lookup(scope, previous);
   if (found.kind === 'found') return found.backendId;
   if (!scoped) return null;
   if (found.kind === 'unknown') throw ownersUnavailable(previous, 'previous_response_id');
-  throw new RouterError('ROUTER_ERR_RESPONSE_NOT_FOUND', `Response with id '${previous}' not found.`, { param: 'previous_response_id' });
+  throw new RouterError('ROUTER_ERR_RESPONSE_NOT_FOUND', `Response with id '${previous}' not found.`, {
+    param: 'previous_response_id',
+  });
 }
 
 /** The 503 for a response whose owner cannot be looked up now (Redis failed or degraded). */
 export function ownersUnavailable(responseId: string, param: string): RouterError {
-  return new RouterError('ROUTER_ERR_RESPONSE_OWNERS_UNAVAILABLE', `Which backend stored response '${responseId}' cannot be looked up right now; retry shortly.`, {
-    param,
-    retryAfterSeconds: OWNERS_RETRY_AFTER_SECONDS,
-  });
+  return new RouterError(
+    'ROUTER_ERR_RESPONSE_OWNERS_UNAVAILABLE',
+    `Which backend stored response '${responseId}' cannot be looked up right now; retry shortly.`,
+    {
+      param,
+      retryAfterSeconds: OWNERS_RETRY_AFTER_SECONDS,
+    },
+  );
 }
 
 /**
@@ -60,7 +71,12 @@ export function ownersUnavailable(responseId: string, param: string): RouterErro
  * the id, so a follow-up sent to any replica at once finds it (Redis runs one connection's commands in
  * order, and the follow-up's read comes after the client read the id).
  */
-export function responseIdWatch(deps: ResponseAffinityDeps, request: ParsedRequest, scope: string, backendId: BackendId): ((chunk: Buffer) => boolean) | null {
+export function responseIdWatch(
+  deps: ResponseAffinityDeps,
+  request: ParsedRequest,
+  scope: string,
+  backendId: BackendId,
+): ((chunk: Buffer) => boolean) | null {
   if (request.responses?.stores !== true) return null;
   const watch = new ResponseIdWatch((responseId) => {
     deps.owners.remember(scope, responseId, backendId).then(
@@ -69,7 +85,10 @@ export function responseIdWatch(deps: ResponseAffinityDeps, request: ParsedReque
         deps.metrics.recordResponseOwnerWrite(false);
         // A warning: the client holds an id other replicas cannot find (with tenants they answer its
         // follow-ups 503 while Redis is away and 404 after; in open mode they prefix-route them).
-        deps.logger.warn({ err: error, backend: backendId, responseId }, 'response owner not written to the shared map: only this replica knows it');
+        deps.logger.warn(
+          { err: error, backend: backendId, responseId },
+          'response owner not written to the shared map: only this replica knows it',
+        );
       },
     );
   });

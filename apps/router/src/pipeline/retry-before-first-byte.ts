@@ -44,8 +44,17 @@ export interface RetryPool {
 }
 
 /** Built once; the returned function runs per request (no closures per request on the hot path). */
-export function withRetryBeforeFirstByte<Request>(options: RetryOptions, routeTry: RouteTry<Request>, sendTry: SendTry<Request>) {
-  return async function routeAndSend(of: Request, pool: RetryPool, requestId: string, response: ServerResponse): Promise<void> {
+export function withRetryBeforeFirstByte<Request>(
+  options: RetryOptions,
+  routeTry: RouteTry<Request>,
+  sendTry: SendTry<Request>,
+) {
+  return async function routeAndSend(
+    of: Request,
+    pool: RetryPool,
+    requestId: string,
+    response: ServerResponse,
+  ): Promise<void> {
     const tried = new Set<BackendId>();
     let lastFailure: RouterError | null = null;
     for (let attempt = 1; attempt <= options.maxAttempts; attempt++) {
@@ -53,32 +62,51 @@ export function withRetryBeforeFirstByte<Request>(options: RetryOptions, routeTr
       const ticket = await routeTry(of, tried, attempt);
       if (ticket === null) break;
       const backendId = ticket.backend.id;
-      const othersLeft = pool.backends.some((other) => other.id !== backendId && !tried.has(other.id) && other.breaker.isAvailable());
+      const othersLeft = pool.backends.some(
+        (other) => other.id !== backendId && !tried.has(other.id) && other.breaker.isAvailable(),
+      );
       const outcome = await sendTry(of, ticket, attempt < options.maxAttempts && othersLeft);
       if (outcome.kind === 'done') return;
       if (outcome.kind === 'failed') {
-        options.logger.warn({ requestId, backend: backendId, err: outcome.error, attempt }, 'upstream try failed after it was sent: not retried');
+        options.logger.warn(
+          { requestId, backend: backendId, err: outcome.error, attempt },
+          'upstream try failed after it was sent: not retried',
+        );
         throw failureOf(backendId, outcome.cause, outcome.error);
       }
       options.metrics.recordRetry(backendId, outcome.cause);
       if (outcome.error) {
-        options.logger.warn({ requestId, backend: backendId, err: outcome.error, attempt }, 'upstream try failed before the first byte');
+        options.logger.warn(
+          { requestId, backend: backendId, err: outcome.error, attempt },
+          'upstream try failed before the first byte',
+        );
         lastFailure = failureOf(backendId, outcome.cause, outcome.error);
       }
       tried.add(backendId);
       if (!(await backoff(options, attempt, response))) return;
     }
     if (lastFailure) throw lastFailure;
-    throw new RouterError('ROUTER_ERR_NO_BACKEND', `No backend is available for model \`${pool.model}\` right now.`, { retryAfterSeconds: 1 });
+    throw new RouterError('ROUTER_ERR_NO_BACKEND', `No backend is available for model \`${pool.model}\` right now.`, {
+      retryAfterSeconds: 1,
+    });
   };
 }
 
 function failureOf(backendId: BackendId, cause: string, error: Error): RouterError {
-  if (cause === 'timeout') return new RouterError('ROUTER_ERR_UPSTREAM_TIMEOUT', `Backend ${backendId} did not answer in time (${error.message}).`, { cause: error });
+  if (cause === 'timeout')
+    return new RouterError(
+      'ROUTER_ERR_UPSTREAM_TIMEOUT',
+      `Backend ${backendId} did not answer in time (${error.message}).`,
+      { cause: error },
+    );
   const code = (error as { code?: string }).code ?? 'transport error';
   return cause === 'connect'
-    ? new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backendId} could not be reached (${code}).`, { cause: error })
-    : new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backendId} failed before answering (${code}).`, { cause: error });
+    ? new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backendId} could not be reached (${code}).`, {
+        cause: error,
+      })
+    : new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backendId} failed before answering (${code}).`, {
+        cause: error,
+      });
 }
 
 /** Full-jitter exponential backoff; false if the client went away meanwhile. */

@@ -1,6 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
-import { decide, explainDecision, type Prediction, type BackendId, type BlockHash, type DecideInput, type RoutingDecision, type RoutingPolicy, type RoutingStateStore } from '@kvroute/routing';
+import {
+  decide,
+  explainDecision,
+  type Prediction,
+  type BackendId,
+  type BlockHash,
+  type DecideInput,
+  type RoutingDecision,
+  type RoutingPolicy,
+  type RoutingStateStore,
+} from '@kvroute/routing';
 import type { Backend, BackendRegistry } from '../backends/backend-registry';
 import { eligibleBackends, type Eligibility } from '../backends/eligible-backends';
 import type { EngineStateView } from '../backends/engine-state-view';
@@ -85,10 +95,14 @@ export interface RoutedFigures {
 export function unknownModelError(registry: BackendRegistry, model: string): RouterError {
   const name = model.slice(0, 256);
   if (registry.modelsPending()) {
-    return new RouterError('ROUTER_ERR_MODELS_PENDING', `No backend has reported model \`${name}\` yet; some backends have not yet told their models. Retry shortly.`, {
-      param: 'model',
-      retryAfterSeconds: 1,
-    });
+    return new RouterError(
+      'ROUTER_ERR_MODELS_PENDING',
+      `No backend has reported model \`${name}\` yet; some backends have not yet told their models. Retry shortly.`,
+      {
+        param: 'model',
+        retryAfterSeconds: 1,
+      },
+    );
   }
   return new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${name}\` does not exist.`, { param: 'model' });
 }
@@ -97,7 +111,10 @@ export function poolOf(registry: BackendRegistry, model: string): readonly Backe
   if (!registry.servesModel(model)) throw unknownModelError(registry, model);
   // Drained backends are in no pool: a model whose backends are all drained exists but has nowhere to go.
   const backends = registry.poolFor(model);
-  if (backends.length === 0) throw new RouterError('ROUTER_ERR_NO_BACKEND', `No backend is available for model \`${model}\` right now.`, { retryAfterSeconds: 1 });
+  if (backends.length === 0)
+    throw new RouterError('ROUTER_ERR_NO_BACKEND', `No backend is available for model \`${model}\` right now.`, {
+      retryAfterSeconds: 1,
+    });
   return backends;
 }
 
@@ -110,7 +127,15 @@ export function poolOf(registry: BackendRegistry, model: string): readonly Backe
  * `previous-response-fallback` (the engine it reaches will answer 404 unless storage is shared); tried
  * already by this request (it failed before the first byte), no other try is made.
  */
-export async function route(deps: RouteDeps, request: ParsedRequest, pool: readonly Backend[], tried: ReadonlySet<BackendId>, attempt: number, requestId: string, owner: BackendId | null = null): Promise<Ticket | null> {
+export async function route(
+  deps: RouteDeps,
+  request: ParsedRequest,
+  pool: readonly Backend[],
+  tried: ReadonlySet<BackendId>,
+  attempt: number,
+  requestId: string,
+  owner: BackendId | null = null,
+): Promise<Ticket | null> {
   // The owner was tried and failed before the first byte: no other engine holds the conversation (it
   // would answer 404), so the try's own failure is the answer (a 502/504; a busy owner's 429/503 is
   // relayed by send, which request-path.ts tells not to retry a refusal from the owner).
@@ -121,7 +146,10 @@ export async function route(deps: RouteDeps, request: ParsedRequest, pool: reado
   if (eligibility.eligible.length === 0) return null;
   if (eligibility.failedOpen) {
     deps.metrics.recordFailOpen(request.model);
-    deps.logger.warn({ requestId, pool: request.model }, 'the health poller reports every available backend unhealthy: routing on the circuit breakers alone');
+    deps.logger.warn(
+      { requestId, pool: request.model },
+      'the health poller reports every available backend unhealthy: routing on the circuit breakers alone',
+    );
   }
   const policy = deps.policyFor(request.model, request.kind);
   const decidedAt = performance.now();
@@ -133,7 +161,10 @@ export async function route(deps: RouteDeps, request: ParsedRequest, pool: reado
   const { candidates, conflicts, blocksAtFirstOutput } = decided;
   for (const conflicted of conflicts) deps.metrics.recordReserveConflict(conflicted);
   if (decided.decision.kind === 'rejected') return null;
-  const decision: RoutedDecision = owner === null ? decided.decision : { ...decided.decision, reason: pinned === undefined ? 'previous-response-fallback' : 'previous-response' };
+  const decision: RoutedDecision =
+    owner === null
+      ? decided.decision
+      : { ...decided.decision, reason: pinned === undefined ? 'previous-response-fallback' : 'previous-response' };
   const backend = eligibility.eligible.find((candidate) => candidate.id === decision.backendId) as Backend;
   const lease = new Lease({
     state: deps.state,
@@ -148,12 +179,31 @@ export async function route(deps: RouteDeps, request: ParsedRequest, pool: reado
   lease.startRenewing(deps.leaseRenewIntervalMs);
   const totalBlocks = request.routingRequest.blockHashes.length;
   const chosen = candidates.find((candidate) => candidate.backend.id === backend.id);
-  deps.metrics.recordDecision(policy.name, (performance.now() - decidedAt) / 1000, totalBlocks === 0 ? 0 : (chosen?.matchBlocks ?? 0) / totalBlocks);
+  deps.metrics.recordDecision(
+    policy.name,
+    (performance.now() - decidedAt) / 1000,
+    totalBlocks === 0 ? 0 : (chosen?.matchBlocks ?? 0) / totalBlocks,
+  );
   // Built only when debug is on: this runs for every request.
   if (deps.logger.level === 'debug' || deps.logger.level === 'trace') {
-    deps.logger.debug({ requestId, policy: policy.name, backend: backend.id, reason: decision.reason, attempt, conflicts: conflicts.length, scores: decision.scores }, 'routing decision');
+    deps.logger.debug(
+      {
+        requestId,
+        policy: policy.name,
+        backend: backend.id,
+        reason: decision.reason,
+        attempt,
+        conflicts: conflicts.length,
+        scores: decision.scores,
+      },
+      'routing decision',
+    );
   }
-  const prediction = { matchBlocks: chosen?.matchBlocks ?? 0, blockSizeBytes: request.routingRequest.blockSizeBytes, textBytes: request.routingRequest.textBytes };
+  const prediction = {
+    matchBlocks: chosen?.matchBlocks ?? 0,
+    blockSizeBytes: request.routingRequest.blockSizeBytes,
+    textBytes: request.routingRequest.textBytes,
+  };
   const routed = {
     pool: request.model,
     atMs: input.context.nowMs,
@@ -171,16 +221,34 @@ export async function route(deps: RouteDeps, request: ParsedRequest, pool: reado
  * Over the backends the store would decide over (`decisionScope`: a pool split into cells, the
  * request's cell, named in `cell`).
  */
-export async function explainRoute(deps: RouteDeps, request: ParsedRequest, pool: readonly Backend[]): Promise<{ policy: RoutingPolicy; decision: RoutingDecision; cell: number | null }> {
+export async function explainRoute(
+  deps: RouteDeps,
+  request: ParsedRequest,
+  pool: readonly Backend[],
+): Promise<{ policy: RoutingPolicy; decision: RoutingDecision; cell: number | null }> {
   const policy = deps.policyFor(request.model, request.kind);
   const eligibility = eligibleBackends(pool, new Set(), deps.engineStates);
-  if (eligibility.eligible.length === 0) return { policy, decision: { kind: 'rejected', reason: 'no-eligible-backend' }, cell: null };
+  if (eligibility.eligible.length === 0)
+    return { policy, decision: { kind: 'rejected', reason: 'no-eligible-backend' }, cell: null };
   const input = decideInput(deps, request, eligibility, policy, '');
-  const scope = deps.state.decisionScope?.(request.model, request.routingRequest, input.backends) ?? { backends: input.backends, cell: null };
-  return { policy, decision: await explainDecision(deps.state, { ...input, backends: scope.backends }), cell: scope.cell };
+  const scope = deps.state.decisionScope?.(request.model, request.routingRequest, input.backends) ?? {
+    backends: input.backends,
+    cell: null,
+  };
+  return {
+    policy,
+    decision: await explainDecision(deps.state, { ...input, backends: scope.backends }),
+    cell: scope.cell,
+  };
 }
 
-function decideInput(deps: RouteDeps, request: ParsedRequest, eligibility: Eligibility, policy: RoutingPolicy, leaseId: string): DecideInput {
+function decideInput(
+  deps: RouteDeps,
+  request: ParsedRequest,
+  eligibility: Eligibility,
+  policy: RoutingPolicy,
+  leaseId: string,
+): DecideInput {
   return {
     pool: request.model,
     request: request.routingRequest,

@@ -90,7 +90,9 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
     streamUsageStrip: shipment.stripsStreamUsage ? { fingerprints: deps.upstreams.fingerprintMemoryOf(backend) } : null,
     showsRoutingHeaders: shipment.showsRoutingHeaders,
     extraHeaders: shipment.extraHeaders,
-    deadline: shipment.streams ? { until: 'first-output', ms: deps.streamFirstByteTimeoutMs } : { until: 'end', ms: deps.generationTimeoutMs },
+    deadline: shipment.streams
+      ? { until: 'first-output', ms: deps.streamFirstByteTimeoutMs }
+      : { until: 'end', ms: deps.generationTimeoutMs },
     connectionLostRetryMs: deps.connectionLostRetryMs,
     timers: deps.timers,
     headWatch: shipment.headWatch ?? null,
@@ -99,7 +101,12 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
   });
   backend.breaker.onAttempt();
   // No undici headers timeout: the try's deadline bounds it (a non-streaming answer's headers come with its end).
-  deps.upstreams.for(backend).dispatch({ method: 'POST', path: backend.basePath + shipment.path, headers, body: shipment.body, headersTimeout: 0 }, handler);
+  deps.upstreams
+    .for(backend)
+    .dispatch(
+      { method: 'POST', path: backend.basePath + shipment.path, headers, body: shipment.body, headersTimeout: 0 },
+      handler,
+    );
   const outcome = await handler.outcome;
   if (outcome.kind !== 'done') backend.breaker.onFailure();
   else if (!outcome.clientWentAway) {

@@ -1,8 +1,23 @@
 import { describe, expect, it } from 'vitest';
 import { FirstOutputWatch } from './first-output-watch';
 
-const role = JSON.stringify({ object: 'chat.completion.chunk', choices: [{ index: 0, delta: { role: 'assistant', content: '' } }] });
-const toolCall = JSON.stringify({ object: 'chat.completion.chunk', choices: [{ index: 0, delta: { tool_calls: [{ index: 0, id: 'chatcmpl-tool-1', type: 'function', function: { name: 'look_up_café', arguments: '' } }] } }] });
+const role = JSON.stringify({
+  object: 'chat.completion.chunk',
+  choices: [{ index: 0, delta: { role: 'assistant', content: '' } }],
+});
+const toolCall = JSON.stringify({
+  object: 'chat.completion.chunk',
+  choices: [
+    {
+      index: 0,
+      delta: {
+        tool_calls: [
+          { index: 0, id: 'chatcmpl-tool-1', type: 'function', function: { name: 'look_up_café', arguments: '' } },
+        ],
+      },
+    },
+  ],
+});
 const text = JSON.stringify({ object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: 'é' } }] });
 
 /** Feeds `body` cut at `cuts` (byte offsets); the index of the piece for which feed said true, or -1 (and how often it did). */
@@ -26,7 +41,9 @@ describe('FirstOutputWatch', () => {
     ['\r\n', '\r\n\r\n'],
     ['\r', '\r\r'],
   ])('finds a tool-call-first stream wherever its bytes are cut (line ending %j)', (newline, end) => {
-    const body = Buffer.from(`data: ${role}${end}: keep-alive${newline}${newline}data: ${toolCall}${end}data: [DONE]${end}`);
+    const body = Buffer.from(
+      `data: ${role}${end}: keep-alive${newline}${newline}data: ${toolCall}${end}data: [DONE]${end}`,
+    );
     const firstOutputEnds = body.indexOf(Buffer.from(`data: [DONE]`));
     for (let cut = 1; cut < body.length; cut++) {
       const { at, times } = feedInPieces(body, [cut]);

@@ -34,7 +34,11 @@ export interface ClientHop {
  * ones, the forwarding chain extended, and the backend's upstream key when it has one.
  * `authorization`: `Bearer <key>` or null (none).
  */
-export function upstreamRequestHeaders(clientHeaders: Record<string, string | string[] | undefined>, hop: ClientHop, authorization: string | null): Record<string, string | string[]> {
+export function upstreamRequestHeaders(
+  clientHeaders: Record<string, string | string[] | undefined>,
+  hop: ClientHop,
+  authorization: string | null,
+): Record<string, string | string[]> {
   const headers = endToEndHeaders(clientHeaders, isDroppedRequestHeader);
   headers['x-forwarded-for'] = appended(headers['x-forwarded-for'], hop.peerAddress);
   headers['x-forwarded-proto'] = appended(headers['x-forwarded-proto'], hop.proto);
@@ -43,7 +47,9 @@ export function upstreamRequestHeaders(clientHeaders: Record<string, string | st
 }
 
 /** The upstream response headers the client gets: end-to-end ones minus the dropped ones. */
-export function clientResponseHeaders(upstreamHeaders: Record<string, string | string[] | undefined>): Record<string, string | string[]> {
+export function clientResponseHeaders(
+  upstreamHeaders: Record<string, string | string[] | undefined>,
+): Record<string, string | string[]> {
   return endToEndHeaders(upstreamHeaders, isDroppedResponseHeader);
 }
 

@@ -22,7 +22,10 @@ const HOP_BY_HOP = new Set([
  * says (lower-case name; header-hygiene.ts: credentials, cookies, address claims), in one pass: no
  * second walk over the copy, no `delete` (which turns the object into a slow dictionary).
  */
-export function endToEndHeaders(headers: Record<string, string | string[] | undefined>, alsoDrop?: (lowerName: string) => boolean): Record<string, string | string[]> {
+export function endToEndHeaders(
+  headers: Record<string, string | string[] | undefined>,
+  alsoDrop?: (lowerName: string) => boolean,
+): Record<string, string | string[]> {
   const connectionTokens = String(headers.connection ?? '')
     .toLowerCase()
     .split(',')

@@ -24,7 +24,11 @@ import { StreamUsageStrip, type FingerprintMemory } from './usage-strip';
  * - `done`: the response (or its error event) reached the client.
  */
 export type TryOutcome =
-  | { readonly kind: 'retry'; readonly cause: 'connect' | 'connection-lost' | `status-${number}`; readonly error: Error | null }
+  | {
+      readonly kind: 'retry';
+      readonly cause: 'connect' | 'connection-lost' | `status-${number}`;
+      readonly error: Error | null;
+    }
   | { readonly kind: 'failed'; readonly cause: 'timeout' | 'connection-lost'; readonly error: Error }
   | { readonly kind: 'done'; readonly clientWentAway: boolean };
 
@@ -42,7 +46,11 @@ export interface TryDeadline {
 /** What a try's deadline aborts its upstream request with. */
 export class UpstreamDeadlineError extends Error {
   constructor(readonly deadline: TryDeadline) {
-    super(deadline.until === 'first-output' ? `no output within ${deadline.ms} ms` : `no complete response within ${deadline.ms} ms`);
+    super(
+      deadline.until === 'first-output'
+        ? `no output within ${deadline.ms} ms`
+        : `no complete response within ${deadline.ms} ms`,
+    );
   }
 }
 
@@ -86,7 +94,10 @@ export interface RelayTarget {
   /** A connection the backend closes without answering within this long of the request going out is retried elsewhere (config `connectionLostRetryMs`). */
   readonly connectionLostRetryMs: number;
   readonly timers: OneShotTimers;
-  /** Reads a successful response's body chunks, each before it is written to the client, until it returns true (a Responses id: response-id-watch.ts); null: none. */
+  /**
+   * Reads a successful response's body chunks, each before it is written to the client, until it returns true (a
+   * Responses id: response-id-watch.ts); null: none.
+   */
   readonly headWatch?: ((chunk: Buffer) => boolean) | null;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger;
@@ -98,7 +109,10 @@ export interface RelayTarget {
  * running there; they are relayed as they are.
  */
 const RETRYABLE_STATUS = new Set([429, 503]);
-/** Bytes of a successful response's end kept for its usage: a usage chunk or object is ~200 B, and a stream's last content chunk and `[DONE]` come around it. */
+/**
+ * Bytes of a successful response's end kept for its usage: a usage chunk or object is ~200 B, and a stream's last
+ * content chunk and `[DONE]` come around it.
+ */
 const USAGE_TAIL_BYTES = 4096;
 /**
  * undici's idle timeout between body chunks (`idleTimeoutMs`). No headers timeout can fire (send
@@ -217,7 +231,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     this.statusCode = statusCode;
     if (statusCode < 300) this.headWatch = target.headWatch ?? null;
     if (statusCode < 300 && target.readsUsage) this.tail = new ResponseTail(USAGE_TAIL_BYTES, target.readsUsageAtStart);
-    if (statusCode < 300 && this.isSse && target.streamUsageStrip !== null) this.strip = new StreamUsageStrip(target.streamUsageStrip.fingerprints);
+    if (statusCode < 300 && this.isSse && target.streamUsageStrip !== null)
+      this.strip = new StreamUsageStrip(target.streamUsageStrip.fingerprints);
     target.response.writeHead(statusCode, outgoing as OutgoingHttpHeaders);
     if (this.isSse) target.response.flushHeaders();
   }
@@ -250,7 +265,13 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     // The strip parsed the usage event it took out: learn need not read the tail for it again.
     const usage = this.strip?.usage ?? null;
     if (usage !== null) this.tail?.knowUsage(usage);
-    this.target.metrics.recordRouted(this.target.backendId, this.target.model, this.target.policyName, this.target.reason, this.statusCode);
+    this.target.metrics.recordRouted(
+      this.target.backendId,
+      this.target.model,
+      this.target.policyName,
+      this.target.reason,
+      this.statusCode,
+    );
     this.finish({ kind: 'done', clientWentAway: this.clientGone }, this.tail);
   }
 
@@ -263,18 +284,25 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     if (this.mode !== 'relay') {
       // Not sent: the connection could not be made (refused, connect timeout): the engine never saw it.
       if (!this.sent) return this.finish({ kind: 'retry', cause: 'connect', error });
-      if (this.deadlinePassed || (error as { code?: string }).code === BODY_TIMEOUT_CODE) return this.finish({ kind: 'failed', cause: 'timeout', error });
+      if (this.deadlinePassed || (error as { code?: string }).code === BODY_TIMEOUT_CODE)
+        return this.finish({ kind: 'failed', cause: 'timeout', error });
       // Sent, then the connection closed or reset with no answer: the engine is not running it any more;
       // soon after sending it had barely started, later it may have run for long (no re-run then).
       const lostEarly = performance.now() - this.sentAtMs <= target.connectionLostRetryMs;
       return this.finish({ kind: lostEarly ? 'retry' : 'failed', cause: 'connection-lost', error });
     }
     target.metrics.recordStreamError(target.backendId);
-    target.logger.warn({ requestId: target.requestId, backend: target.backendId, err: error }, 'upstream failed after the first byte');
+    target.logger.warn(
+      { requestId: target.requestId, backend: target.backendId, err: error },
+      'upstream failed after the first byte',
+    );
     // The try's deadline passed after the headers were relayed (a stream that sent its headers, then
     // nothing): the router's timeout, not the backend's failure.
     const routerError = this.deadlinePassed
-      ? new RouterError('ROUTER_ERR_UPSTREAM_TIMEOUT', `Upstream backend ${target.backendId} sent no output in time (${error.message}).`)
+      ? new RouterError(
+          'ROUTER_ERR_UPSTREAM_TIMEOUT',
+          `Upstream backend ${target.backendId} sent no output in time (${error.message}).`,
+        )
       : new RouterError('ROUTER_ERR_UPSTREAM_STREAM', `Upstream backend ${target.backendId} failed mid-stream.`);
     if (this.isSse && !target.response.destroyed) {
       // What the strip still held goes first, as it would have without it.
@@ -295,7 +323,12 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     target.response.off('drain', this.onDrain);
     target.events.finished(tail);
     if (outcome.kind === 'done' && this.mode === 'relay') {
-      target.metrics.recordDuration(target.backendId, target.model, this.isSse, (performance.now() - target.arrivedAtMs) / 1000);
+      target.metrics.recordDuration(
+        target.backendId,
+        target.model,
+        this.isSse,
+        (performance.now() - target.arrivedAtMs) / 1000,
+      );
     }
     this.settle(outcome);
   }

@@ -13,8 +13,12 @@ function watchAll(chunks: readonly string[]): { ids: string[]; doneAt: number } 
 
 describe('ResponseIdWatch', () => {
   it("finds a JSON body's id, and a stream's in response.created, across chunk boundaries", () => {
-    expect(watchAll(['{"id":"resp_abc","object":"response","output":[{"id":"msg_1"}]}'])).toEqual({ ids: ['resp_abc'], doneAt: 0 });
-    const event = 'event: response.created\ndata: {"type":"response.created","sequence_number":0,"response":{"id":"resp_0123","object":"response"}}\n\n';
+    expect(watchAll(['{"id":"resp_abc","object":"response","output":[{"id":"msg_1"}]}'])).toEqual({
+      ids: ['resp_abc'],
+      doneAt: 0,
+    });
+    const event =
+      'event: response.created\ndata: {"type":"response.created","sequence_number":0,"response":{"id":"resp_0123","object":"response"}}\n\n';
     const pieces = [event.slice(0, 80), event.slice(80, 95), event.slice(95)];
     expect(watchAll(pieces)).toEqual({ ids: ['resp_0123'], doneAt: 2 });
   });

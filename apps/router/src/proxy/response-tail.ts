@@ -48,7 +48,9 @@ export class ResponseTail {
   usage(): ResponseUsage | null {
     if (this.known === undefined) {
       const tail = this.text();
-      this.known = usageFromTail(tail) ?? (this.headBytes === 0 ? null : usageFromStreamStart(Buffer.concat(this.head).toString('utf8'), tail));
+      this.known =
+        usageFromTail(tail) ??
+        (this.headBytes === 0 ? null : usageFromStreamStart(Buffer.concat(this.head).toString('utf8'), tail));
     }
     return this.known;
   }

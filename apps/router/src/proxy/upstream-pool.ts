@@ -96,7 +96,9 @@ export class UpstreamPools {
   /** Lets the requests in flight finish, then closes every connection; nothing new is sent afterwards. */
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.all([...this.pools.values()].map((pool) => (pool.closed || pool.destroyed ? undefined : pool.close())));
+    await Promise.all(
+      [...this.pools.values()].map((pool) => (pool.closed || pool.destroyed ? undefined : pool.close())),
+    );
   }
 
   /**

@@ -13,7 +13,9 @@ interface StreamPair {
 
 const FINGERPRINT = 'vllm-0.19.1-tp2-8c3e1f0a';
 
-function chatStream(options: { eol?: string; choices?: number; fingerprint?: string | null; texts?: readonly string[] } = {}): StreamPair {
+function chatStream(
+  options: { eol?: string; choices?: number; fingerprint?: string | null; texts?: readonly string[] } = {},
+): StreamPair {
   const eol = options.eol ?? '\n';
   const choices = options.choices ?? 1;
   const fingerprint = options.fingerprint === undefined ? FINGERPRINT : options.fingerprint;
@@ -22,19 +24,36 @@ function chatStream(options: { eol?: string; choices?: number; fingerprint?: str
   const event = (json: string): string => `data: ${json}${eol}${eol}`;
   const body = (stamp: boolean): string[] => {
     const events: string[] = [];
-    for (let i = 0; i < choices; i++) events.push(event(`${head},"choices":[{"index":${i},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":null}`));
+    for (let i = 0; i < choices; i++)
+      events.push(
+        event(
+          `${head},"choices":[{"index":${i},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":null}`,
+        ),
+      );
     for (const text of texts) {
-      for (let i = 0; i < choices; i++) events.push(event(`${head},"choices":[{"index":${i},"delta":{"content":${JSON.stringify(text)}},"logprobs":null,"finish_reason":null,"token_ids":null}]}`));
+      for (let i = 0; i < choices; i++)
+        events.push(
+          event(
+            `${head},"choices":[{"index":${i},"delta":{"content":${JSON.stringify(text)}},"logprobs":null,"finish_reason":null,"token_ids":null}]}`,
+          ),
+        );
     }
     for (let i = 0; i < choices; i++) {
       const tail = stamp && fingerprint !== null ? `,"system_fingerprint":${JSON.stringify(fingerprint)}` : '';
-      events.push(event(`${head},"choices":[{"index":${i},"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":null,"token_ids":null}]${tail}}`));
+      events.push(
+        event(
+          `${head},"choices":[{"index":${i},"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":null,"token_ids":null}]${tail}}`,
+        ),
+      );
     }
     return events;
   };
-  const usage = `${head},"choices":[],"usage":{"prompt_tokens":31,"total_tokens":${31 + texts.length * choices},"completion_tokens":${texts.length * choices},"prompt_tokens_details":{"cached_tokens":16}}${
-    fingerprint === null ? '' : `,"system_fingerprint":${JSON.stringify(fingerprint)}`
-  }}`;
+  const completionTokens = texts.length * choices;
+  const usageFigures =
+    `"usage":{"prompt_tokens":31,"total_tokens":${31 + completionTokens},"completion_tokens":${completionTokens},` +
+    `"prompt_tokens_details":{"cached_tokens":16}}`;
+  const fingerprintField = fingerprint === null ? '' : `,"system_fingerprint":${JSON.stringify(fingerprint)}`;
+  const usage = `${head},"choices":[],${usageFigures}${fingerprintField}}`;
   const done = event('[DONE]');
   return { withUsage: [...body(false), event(usage), done].join(''), without: [...body(true), done].join('') };
 }
@@ -79,14 +98,18 @@ describe('StreamUsageStrip', () => {
     ['two choices finishing in the same step', chatStream({ choices: 2 })],
     ['an engine without a fingerprint', chatStream({ fingerprint: null })],
     ['a fingerprint with escapes', chatStream({ fingerprint: 'custom "fp" \\ é' })],
-    ['text that looks like the keys', chatStream({ texts: ['{"choices":[],"usage":{"prompt_tokens":1}}', '"finish_reason":"stop"', ' é ✓ 😀'] })],
+    [
+      'text that looks like the keys',
+      chatStream({ texts: ['{"choices":[],"usage":{"prompt_tokens":1}}', '"finish_reason":"stop"', ' é ✓ 😀'] }),
+    ],
   ];
 
   it.each(cases)('%s: every single cut gives exactly the stream without the option', (_name, pair) => {
     const input = Buffer.from(pair.withUsage);
     const expected = Buffer.from(pair.without);
     expect(run(input, []).output.toString()).toBe(pair.without);
-    for (let cut = 1; cut < input.length; cut++) expect(run(input, [cut]).output.equals(expected), `cut at ${cut}`).toBe(true);
+    for (let cut = 1; cut < input.length; cut++)
+      expect(run(input, [cut]).output.equals(expected), `cut at ${cut}`).toBe(true);
   });
 
   it.each(cases)('%s: random chunkings (many cuts, several events per chunk) give the same', (_name, pair) => {
@@ -144,7 +167,11 @@ describe('StreamUsageStrip', () => {
     }
     // Nothing taken out (the engine reported usage by itself): nothing kept; learn reads the tail.
     const forced = new StreamUsageStrip();
-    forced.feed(Buffer.from('data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}],"usage":{"prompt_tokens":3}}\n\n'));
+    forced.feed(
+      Buffer.from(
+        'data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}],"usage":{"prompt_tokens":3}}\n\n',
+      ),
+    );
     expect(forced.usage).toBeNull();
   });
 
@@ -157,9 +184,12 @@ describe('StreamUsageStrip', () => {
 
   it('stamps a terminal event released early (a choice finished before the others) with the fingerprint remembered from the backend', () => {
     const head = 'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":';
-    const terminal = (index: number, stamp: boolean) => `${head}${index},"delta":{"content":""},"finish_reason":"stop"}]${stamp ? `,"system_fingerprint":"${FINGERPRINT}"` : ''}}\n\n`;
+    const terminal = (index: number, stamp: boolean) =>
+      `${head}${index},"delta":{"content":""},"finish_reason":"stop"}]${stamp ? `,"system_fingerprint":"${FINGERPRINT}"` : ''}}\n\n`;
     const delta = (index: number) => `${head}${index},"delta":{"content":"x"},"finish_reason":null}]}\n\n`;
-    const usage = `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":3,"total_tokens":5,"completion_tokens":2},"system_fingerprint":"${FINGERPRINT}"}\n\n`;
+    const usage =
+      `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":3,` +
+      `"total_tokens":5,"completion_tokens":2},"system_fingerprint":"${FINGERPRINT}"}\n\n`;
     const withUsage = [terminal(0, false), delta(1), terminal(1, false), usage, 'data: [DONE]\n\n'].join('');
     const without = [terminal(0, true), delta(1), terminal(1, true), 'data: [DONE]\n\n'].join('');
     const feedAll = (strip: StreamUsageStrip): string => {
@@ -176,8 +206,10 @@ describe('StreamUsageStrip', () => {
 
   it('leaves a stream alone when the engine reports usage on every chunk anyway (forced or continuous usage)', () => {
     const stream = [
-      'data: {"id":"c","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}],"usage":{"prompt_tokens":5,"total_tokens":6,"completion_tokens":1}}\n\n',
-      'data: {"id":"c","choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"total_tokens":6,"completion_tokens":1}}\n\n',
+      'data: {"id":"c","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}],"usage":{"prompt_tokens":5,' +
+        '"total_tokens":6,"completion_tokens":1}}\n\n',
+      'data: {"id":"c","choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,' +
+        '"total_tokens":6,"completion_tokens":1}}\n\n',
       'data: {"id":"c","choices":[],"usage":{"prompt_tokens":5,"total_tokens":6,"completion_tokens":1}}\n\n',
       'data: [DONE]\n\n',
     ].join('');
@@ -189,7 +221,8 @@ describe('StreamUsageStrip', () => {
       'data: {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "length"}]}\n\n' +
       'data: {"choices": [ ],\ndata:  "usage": {"prompt_tokens": 3, "completion_tokens": 1}, "system_fingerprint": "fp-1"}\n\n' +
       'data: [DONE]\n\n';
-    const without = 'data: {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "length"}],"system_fingerprint":"fp-1"}\n\ndata: [DONE]\n\n';
+    const without =
+      'data: {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "length"}],"system_fingerprint":"fp-1"}\n\ndata: [DONE]\n\n';
     expect(run(Buffer.from(withUsage), [30]).output.toString()).toBe(without);
   });
 

@@ -53,7 +53,10 @@ export class StreamUsageStrip {
   private dropLeadingLf = false;
   /** The last byte of the complete events already looked at (0: none): a LF opening the next event belongs to a CR before it. */
   private lastByte = 0;
-  /** The usage event's usage, once it was taken out (null: not seen, or not a usable one): the learn stage reads it from here instead of parsing the response's tail again. */
+  /**
+   * The usage event's usage, once it was taken out (null: not seen, or not a usable one): the learn stage reads it
+   * from here instead of parsing the response's tail again.
+   */
   usage: ResponseUsage | null = null;
 
   constructor(private readonly memory: FingerprintMemory | null = null) {}
@@ -117,7 +120,13 @@ export class StreamUsageStrip {
         if (start > at) out.push(complete.subarray(at, start));
       }
       const end = endOfEventAt(text, start, patterns);
-      this.look(complete.subarray(start, end), text.slice(start, end), start === 0 ? this.lastByte : (complete[start - 1] as number), end === complete.length, out);
+      this.look(
+        complete.subarray(start, end),
+        text.slice(start, end),
+        start === 0 ? this.lastByte : (complete[start - 1] as number),
+        end === complete.length,
+        out,
+      );
       at = end;
     }
     if (this.done) {
@@ -170,7 +179,9 @@ export class StreamUsageStrip {
   /** The held terminal events, given `fingerprint` (the raw JSON string of the usage event's) when there is one. */
   private releaseHeld(out: Buffer[], fingerprint: Buffer | null): void {
     if (this.held === null) return;
-    this.held.forEach((event, index) => out.push(fingerprint === null || this.heldStamped[index] ? event : withFingerprint(event, fingerprint)));
+    this.held.forEach((event, index) =>
+      out.push(fingerprint === null || this.heldStamped[index] ? event : withFingerprint(event, fingerprint)),
+    );
     this.held = null;
   }
 
@@ -218,7 +229,12 @@ const CR_CR = Buffer.from('\r\r');
 function endOfCompleteEvents(data: Buffer): number {
   const length = data.length;
   // vLLM writes one whole event per write: a chunk nearly always ends at a boundary.
-  if (length >= 2 && data[length - 1] === LF && (data[length - 2] === LF || (length >= 4 && data[length - 2] === CR && data[length - 3] === LF && data[length - 4] === CR))) {
+  if (
+    length >= 2 &&
+    data[length - 1] === LF &&
+    (data[length - 2] === LF ||
+      (length >= 4 && data[length - 2] === CR && data[length - 3] === LF && data[length - 4] === CR))
+  ) {
     return length;
   }
   let end = 0;

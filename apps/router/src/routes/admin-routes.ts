@@ -73,7 +73,11 @@ const BackendIdParams = z.strictObject({ id: z.string().regex(BACKEND_ID, 'not a
 export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOptions): Promise<void> {
   const { audit } = options;
   /** Runs one change and writes its audit line whatever the outcome (done, refused, failed). */
-  const audited = async <T>(request: FastifyRequest, what: Record<string, unknown>, run: () => Promise<T>): Promise<T> => {
+  const audited = async <T>(
+    request: FastifyRequest,
+    what: Record<string, unknown>,
+    run: () => Promise<T>,
+  ): Promise<T> => {
     const entry = { peer: peerOf(request), source: options.changes.source, ...what };
     try {
       const result = await run();
@@ -81,7 +85,10 @@ export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOpti
       return result;
     } catch (error) {
       const code = error instanceof RouterError ? error.code : 'ROUTER_ERR_INTERNAL';
-      audit.warn({ ...entry, outcome: 'refused', code, reason: error instanceof Error ? error.message : String(error) }, `admin: ${String(what.action)} refused`);
+      audit.warn(
+        { ...entry, outcome: 'refused', code, reason: error instanceof Error ? error.message : String(error) },
+        `admin: ${String(what.action)} refused`,
+      );
       throw error;
     }
   };
@@ -94,7 +101,10 @@ export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOpti
     try {
       done(null, JSON.parse(text));
     } catch (error) {
-      done(new RouterError('ROUTER_ERR_INVALID_JSON', `The request body is not valid JSON: ${(error as Error).message}`), undefined);
+      done(
+        new RouterError('ROUTER_ERR_INVALID_JSON', `The request body is not valid JSON: ${(error as Error).message}`),
+        undefined,
+      );
     }
   });
 
@@ -123,11 +133,23 @@ export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOpti
     return audited(request, { action: 'add', backend: id, url: withoutCredentials(spec.url) }, async () => {
       // Before anything else touches the URL: a refused one gets no connection attempt (not even model discovery).
       const verdict = await options.addressPolicy.check(spec.url);
-      if (!verdict.allowed) throw new RouterError('ROUTER_ERR_BACKEND_NOT_ALLOWED', `${withoutCredentials(spec.url)} is not an allowed backend: ${verdict.reason}.`, { param: 'url' });
+      if (!verdict.allowed)
+        throw new RouterError(
+          'ROUTER_ERR_BACKEND_NOT_ALLOWED',
+          `${withoutCredentials(spec.url)} is not an allowed backend: ${verdict.reason}.`,
+          { param: 'url' },
+        );
       const sameUrl = options.registry.findByUrl(spec.url);
-      if (sameUrl) throw new RouterError('ROUTER_ERR_BACKEND_EXISTS', `${spec.url} is already in the backend set as \`${sameUrl.id}\`.`, { param: 'url' });
+      if (sameUrl)
+        throw new RouterError(
+          'ROUTER_ERR_BACKEND_EXISTS',
+          `${spec.url} is already in the backend set as \`${sameUrl.id}\`.`,
+          { param: 'url' },
+        );
       expectDone(await change(() => options.changes.add(spec)), id);
-      return reply.code(201).send({ id, url: spec.url, models: spec.models ?? null, weight: spec.weight, drained: false });
+      return reply
+        .code(201)
+        .send({ id, url: spec.url, models: spec.models ?? null, weight: spec.weight, drained: false });
     });
   });
 
@@ -140,14 +162,22 @@ export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOpti
   });
 
   const keyStore = (): AdminKeyStore => {
-    if (options.apiKeys === null) throw new RouterError('ROUTER_ERR_KEYS_UNAVAILABLE', 'API keys are managed here only with Redis (redisUrl); without it, use apiKeysFile.');
+    if (options.apiKeys === null)
+      throw new RouterError(
+        'ROUTER_ERR_KEYS_UNAVAILABLE',
+        'API keys are managed here only with Redis (redisUrl); without it, use apiKeysFile.',
+      );
     return options.apiKeys;
   };
   const storeCall = async <T>(run: () => Promise<T>): Promise<T> => {
     try {
       return await run();
     } catch (error) {
-      throw new RouterError('ROUTER_ERR_KEYS_UNAVAILABLE', 'The API keys cannot be changed right now (Redis unreachable); nothing was changed.', { retryAfterSeconds: 1, cause: error });
+      throw new RouterError(
+        'ROUTER_ERR_KEYS_UNAVAILABLE',
+        'The API keys cannot be changed right now (Redis unreachable); nothing was changed.',
+        { retryAfterSeconds: 1, cause: error },
+      );
     }
   };
 
@@ -169,10 +199,15 @@ export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOpti
     const store = keyStore();
     const { secret, digest } = generateApiKey();
     const record: ApiKeyRecord = { ...spec, id: spec.id ?? `key-${digest.slice(0, 12)}`, createdAtMs: options.nowMs() };
-    return audited(request, { action: 'add-key', key: record.id, tenant: record.tenant, role: record.role }, async () => {
-      if (!(await storeCall(() => store.add(record.id, digest, JSON.stringify(record))))) throw new RouterError('ROUTER_ERR_KEY_EXISTS', `A key \`${record.id}\` already exists.`, { param: 'id' });
-      return reply.code(201).send({ ...record, key: secret });
-    });
+    return audited(
+      request,
+      { action: 'add-key', key: record.id, tenant: record.tenant, role: record.role },
+      async () => {
+        if (!(await storeCall(() => store.add(record.id, digest, JSON.stringify(record)))))
+          throw new RouterError('ROUTER_ERR_KEY_EXISTS', `A key \`${record.id}\` already exists.`, { param: 'id' });
+        return reply.code(201).send({ ...record, key: secret });
+      },
+    );
   });
 
   app.delete('/admin/keys/:id', async (request) => {
@@ -181,12 +216,16 @@ export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOpti
     const { id } = parsed.data;
     const store = keyStore();
     return audited(request, { action: 'revoke-key', key: id }, async () => {
-      if (!(await storeCall(() => store.revoke(id)))) throw new RouterError('ROUTER_ERR_KEY_NOT_FOUND', `There is no key \`${id}\`.`, { param: 'id' });
+      if (!(await storeCall(() => store.revoke(id))))
+        throw new RouterError('ROUTER_ERR_KEY_NOT_FOUND', `There is no key \`${id}\`.`, { param: 'id' });
       return { id, revoked: true };
     });
   });
 
-  for (const [action, drained] of [['drain', true], ['undrain', false]] as const) {
+  for (const [action, drained] of [
+    ['drain', true],
+    ['undrain', false],
+  ] as const) {
     app.post(`/admin/backends/:id/${action}`, async (request) => {
       const { id } = parseParams(request.params);
       return audited(request, { action, backend: id }, async () => {
@@ -202,21 +241,30 @@ async function change(run: () => Promise<BackendChangeOutcome>): Promise<Backend
   try {
     return await run();
   } catch (error) {
-    throw new RouterError('ROUTER_ERR_BACKEND_SET_UNAVAILABLE', 'The shared backend set cannot be changed right now (Redis unreachable); nothing was changed.', {
-      retryAfterSeconds: 1,
-      cause: error,
-    });
+    throw new RouterError(
+      'ROUTER_ERR_BACKEND_SET_UNAVAILABLE',
+      'The shared backend set cannot be changed right now (Redis unreachable); nothing was changed.',
+      {
+        retryAfterSeconds: 1,
+        cause: error,
+      },
+    );
   }
 }
 
 function expectDone(outcome: BackendChangeOutcome, id: string): void {
-  if (outcome === 'unknown') throw new RouterError('ROUTER_ERR_BACKEND_NOT_FOUND', `There is no backend \`${id}\`.`, { param: 'id' });
-  if (outcome === 'exists') throw new RouterError('ROUTER_ERR_BACKEND_EXISTS', `A backend \`${id}\` already exists.`, { param: 'id' });
+  if (outcome === 'unknown')
+    throw new RouterError('ROUTER_ERR_BACKEND_NOT_FOUND', `There is no backend \`${id}\`.`, { param: 'id' });
+  if (outcome === 'exists')
+    throw new RouterError('ROUTER_ERR_BACKEND_EXISTS', `A backend \`${id}\` already exists.`, { param: 'id' });
 }
 
 function parseParams(params: unknown): z.infer<typeof BackendIdParams> {
   const result = BackendIdParams.safeParse(params);
-  if (!result.success) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'Invalid backend id: letters, digits and ._:@- only (1-128).', { param: 'id' });
+  if (!result.success)
+    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'Invalid backend id: letters, digits and ._:@- only (1-128).', {
+      param: 'id',
+    });
   return result.data;
 }
 

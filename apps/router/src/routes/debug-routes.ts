@@ -27,11 +27,14 @@ function debugEndpointOf(request: FastifyRequest): Endpoint {
   const asked = (request.query as Record<string, unknown> | undefined)?.['endpoint'];
   if (asked !== undefined) {
     if (typeof asked === 'string' && (DEBUG_ENDPOINTS as readonly string[]).includes(asked)) return asked as Endpoint;
-    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', `endpoint must be one of ${DEBUG_ENDPOINTS.join(', ')}.`, { param: 'endpoint' });
+    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', `endpoint must be one of ${DEBUG_ENDPOINTS.join(', ')}.`, {
+      param: 'endpoint',
+    });
   }
   const raw = request.body;
   if (raw === null || typeof raw !== 'object') return 'completions';
-  if ('messages' in raw) return 'system' in raw || request.headers['anthropic-version'] !== undefined ? 'messages' : 'chat';
+  if ('messages' in raw)
+    return 'system' in raw || request.headers['anthropic-version'] !== undefined ? 'messages' : 'chat';
   return 'input' in raw && !('prompt' in raw) ? 'responses' : 'completions';
 }
 
@@ -42,7 +45,10 @@ function debugEndpointOf(request: FastifyRequest): Endpoint {
  * through the request path's own parse stage, so it is routed on exactly what a real request is; which
  * endpoint's parse, see `debugEndpointOf`.
  */
-export async function debugRoutes(app: FastifyInstance, options: { route: RouteDeps; parse: ParseOptions; learned: LearnedFigures }): Promise<void> {
+export async function debugRoutes(
+  app: FastifyInstance,
+  options: { route: RouteDeps; parse: ParseOptions; learned: LearnedFigures },
+): Promise<void> {
   app.post('/debug/route', async (request) => {
     const parsed = await parseRequest(debugEndpointOf(request), request, options.parse);
     const backends = poolOf(options.route.registry, parsed.model);

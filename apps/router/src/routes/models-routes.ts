@@ -10,7 +10,10 @@ import { unknownModelError } from '../pipeline/route';
  * knows (vLLM has no such route; the OpenAI clients' `models.retrieve` calls it). Model ids may hold
  * `/` (`org/name`), so the id is the rest of the path.
  */
-export async function modelsRoutes(app: FastifyInstance, options: { registry: BackendRegistry; createdUnixSeconds: number }): Promise<void> {
+export async function modelsRoutes(
+  app: FastifyInstance,
+  options: { registry: BackendRegistry; createdUnixSeconds: number },
+): Promise<void> {
   const modelObject = (id: string) => ({
     id,
     object: 'model',

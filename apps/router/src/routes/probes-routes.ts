@@ -16,12 +16,19 @@ import type { BackendRegistry } from '../backends/backend-registry';
  */
 export async function probesRoutes(
   app: FastifyInstance,
-  options: { registry: BackendRegistry; isShuttingDown: () => boolean; reportsCachedTokens: (backendId: string) => boolean },
+  options: {
+    registry: BackendRegistry;
+    isShuttingDown: () => boolean;
+    reportsCachedTokens: (backendId: string) => boolean;
+  },
 ): Promise<void> {
   app.get('/healthz', async () => ({ status: 'ok' }));
   app.get('/version', async () => buildInfo());
   app.get('/readyz', async (_request, reply) => {
-    const usable = options.registry.models().flatMap((model) => options.registry.poolFor(model)).filter((backend) => backend.breaker.isAvailable());
+    const usable = options.registry
+      .models()
+      .flatMap((model) => options.registry.poolFor(model))
+      .filter((backend) => backend.breaker.isAvailable());
     const ready = !options.isShuttingDown() && usable.length > 0;
     const pending = options.registry.pendingModelsReport();
     return reply.code(ready ? 200 : 503).send({
@@ -32,10 +39,19 @@ export async function probesRoutes(
       modelsPendingBackends: pending.map((entry) => entry.backend.id),
       // Their ages (ms since added) and whether unknown models still get 503 because of them (for
       // modelsPendingMaxMs after they were added, undrained only; 404 after that, retries go on).
-      modelsPending: pending.map((entry) => ({ backend: entry.backend.id, ageMs: Math.round(entry.ageMs), holdsUnknownModels: entry.holdsUnknownModels })),
+      modelsPending: pending.map((entry) => ({
+        backend: entry.backend.id,
+        ageMs: Math.round(entry.ageMs),
+        holdsUnknownModels: entry.holdsUnknownModels,
+      })),
       // How the router learns what each backend's cache holds: from every response's cached tokens
       // (closed loop), or not at all (its engine does not report them: predictions go unchecked).
-      feedback: Object.fromEntries(options.registry.backends.map((backend) => [backend.id, options.reportsCachedTokens(backend.id) ? 'cached-tokens' : 'open-loop'])),
+      feedback: Object.fromEntries(
+        options.registry.backends.map((backend) => [
+          backend.id,
+          options.reportsCachedTokens(backend.id) ? 'cached-tokens' : 'open-loop',
+        ]),
+      ),
     });
   });
 }

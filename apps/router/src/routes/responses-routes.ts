@@ -17,7 +17,10 @@ export interface ResponsesRoutesOptions {
   readonly upstreams: UpstreamPools;
   readonly tenants: TenantDirectory;
   readonly logger: FastifyBaseLogger;
-  /** The longest the router waits for a backend's headers on these calls, ms (config `streamFirstByteTimeoutMs`); capped at STORED_RESPONSE_HEADERS_TIMEOUT_MS. */
+  /**
+   * The longest the router waits for a backend's headers on these calls, ms (config `streamFirstByteTimeoutMs`);
+   * capped at STORED_RESPONSE_HEADERS_TIMEOUT_MS.
+   */
   readonly headersTimeoutMs: number;
 }
 
@@ -49,13 +52,22 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
   // does not match as `:id`; extra segments) would otherwise fall to the pass-through `/v1/*` and be
   // prefix-routed to any backend, lease and all, past the owner map: refused here instead.
   app.post('/v1/responses/*', async (request) => {
-    throw new RouterError('ROUTER_ERR_NOT_FOUND', `No route for POST ${request.url.split('?')[0]?.slice(0, 256)}: a stored response is cancelled at /v1/responses/{id}/cancel, its id 1 to 128 characters.`, {
-      param: 'response_id',
-    });
+    throw new RouterError(
+      'ROUTER_ERR_NOT_FOUND',
+      `No route for POST ${request.url.split('?')[0]?.slice(0, 256)}: a stored response is cancelled at /v1/responses/{id}/cancel, its id 1 to 128 characters.`,
+      {
+        param: 'response_id',
+      },
+    );
   });
 }
 
-async function forward(options: ResponsesRoutesOptions, method: ResponseMethod, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+async function forward(
+  options: ResponsesRoutesOptions,
+  method: ResponseMethod,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): Promise<void> {
   // The client leaving (its connection closed before the response ended) aborts the upstream call, so
   // no request is left running on the engine for nobody; a response already sent ends with no abort.
   const clientGone = new AbortController();
@@ -64,14 +76,26 @@ async function forward(options: ResponsesRoutesOptions, method: ResponseMethod, 
   };
   reply.raw.once('close', onClose);
   const id = (request.params as { id: string }).id;
-  if (!RESPONSE_ID_PATTERN.test(id)) throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'The response id is 1 to 128 characters of letters, digits, `_`, `.`, `:` or `-`.', { param: 'response_id' });
+  if (!RESPONSE_ID_PATTERN.test(id))
+    throw new RouterError(
+      'ROUTER_ERR_INVALID_REQUEST',
+      'The response id is 1 to 128 characters of letters, digits, `_`, `.`, `:` or `-`.',
+      { param: 'response_id' },
+    );
   const scope = request.identity === null ? '' : options.tenants.cacheScopeOf(request.identity.tenant);
   const found = await options.owners.lookup(scope, id);
   if (found.kind === 'unknown') throw ownersUnavailable(id, 'response_id');
   const backend = found.kind === 'absent' ? undefined : options.registry.get(found.backendId);
-  if (backend === undefined) throw new RouterError('ROUTER_ERR_RESPONSE_NOT_FOUND', `Response with id '${id}' not found.`, { param: 'response_id' });
+  if (backend === undefined)
+    throw new RouterError('ROUTER_ERR_RESPONSE_NOT_FOUND', `Response with id '${id}' not found.`, {
+      param: 'response_id',
+    });
   const socket = request.raw.socket as Socket & { encrypted?: boolean };
-  const headers = upstreamRequestHeaders(request.headers, { peerAddress: socket.remoteAddress ?? 'unknown', proto: socket.encrypted === true ? 'https' : 'http' }, options.upstreams.authorizationOf(backend));
+  const headers = upstreamRequestHeaders(
+    request.headers,
+    { peerAddress: socket.remoteAddress ?? 'unknown', proto: socket.encrypted === true ? 'https' : 'http' },
+    options.upstreams.authorizationOf(backend),
+  );
   headers['x-request-id'] = request.id;
   // The body (a cancel's, usually none) is forwarded as it came; GET and DELETE carry none.
   const body = method === 'POST' ? (request.rawBody ?? null) : null;
@@ -79,21 +103,40 @@ async function forward(options: ResponsesRoutesOptions, method: ResponseMethod, 
   const headersTimeout = Math.min(options.headersTimeoutMs, STORED_RESPONSE_HEADERS_TIMEOUT_MS);
   let upstream: Dispatcher.ResponseData;
   try {
-    upstream = await options.upstreams.for(backend).request({ method, path: backend.basePath + request.url, headers, body, headersTimeout, signal: clientGone.signal });
+    upstream = await options.upstreams.for(backend).request({
+      method,
+      path: backend.basePath + request.url,
+      headers,
+      body,
+      headersTimeout,
+      signal: clientGone.signal,
+    });
   } catch (error) {
     // Nobody to answer: the abort was ours.
     if (clientGone.signal.aborted) return void reply.hijack();
     if ((error as { code?: string }).code === 'UND_ERR_HEADERS_TIMEOUT') {
-      throw new RouterError('ROUTER_ERR_UPSTREAM_TIMEOUT', `Backend ${backend.id}, which stored response '${id}', did not answer within ${headersTimeout} ms.`, { cause: error });
+      throw new RouterError(
+        'ROUTER_ERR_UPSTREAM_TIMEOUT',
+        `Backend ${backend.id}, which stored response '${id}', did not answer within ${headersTimeout} ms.`,
+        { cause: error },
+      );
     }
-    throw new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backend.id}, which stored response '${id}', did not answer.`, { cause: error });
+    throw new RouterError(
+      'ROUTER_ERR_UPSTREAM_UNAVAILABLE',
+      `Backend ${backend.id}, which stored response '${id}', did not answer.`,
+      { cause: error },
+    );
   }
   if (method === 'DELETE' && upstream.statusCode < 300) {
-    await options.owners.forget(scope, id).catch((error: unknown) => options.logger.debug({ err: error }, 'response owner not forgotten'));
+    await options.owners
+      .forget(scope, id)
+      .catch((error: unknown) => options.logger.debug({ err: error }, 'response owner not forgotten'));
   }
   reply.hijack();
   const outgoing = clientResponseHeaders(upstream.headers as Record<string, string | string[] | undefined>);
   outgoing['x-request-id'] = request.id;
   reply.raw.writeHead(upstream.statusCode, outgoing);
-  await pipeline(upstream.body, reply.raw).catch((error: unknown) => options.logger.debug({ err: error, backend: backend.id }, 'stored response relay ended early'));
+  await pipeline(upstream.body, reply.raw).catch((error: unknown) =>
+    options.logger.debug({ err: error, backend: backend.id }, 'stored response relay ended early'),
+  );
 }

@@ -1,4 +1,12 @@
-import { createCacheAwarePolicy, decide, evaluateCost, InMemoryRoutingState, type AtomicRouteInput, type DecideInput, type RoutingStateStore } from '@kvroute/routing';
+import {
+  createCacheAwarePolicy,
+  decide,
+  evaluateCost,
+  InMemoryRoutingState,
+  type AtomicRouteInput,
+  type DecideInput,
+  type RoutingStateStore,
+} from '@kvroute/routing';
 import { createServer, connect, type AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { FailoverRoutingState } from './failover-routing-state';
@@ -8,7 +16,11 @@ function flakyStore(nowMs: () => number) {
   const inner = new InMemoryRoutingState({ maxBlocksPerBackend: 1000, blockIdleTtlMs: 0, nowMs });
   let mode: 'up' | 'down' | 'slow' = 'up';
   const gate = <T>(call: () => Promise<T>): Promise<T> =>
-    mode === 'up' ? call() : mode === 'down' ? Promise.reject(new Error('connection refused')) : new Promise<T>(() => undefined);
+    mode === 'up'
+      ? call()
+      : mode === 'down'
+        ? Promise.reject(new Error('connection refused'))
+        : new Promise<T>(() => undefined);
   const store: RoutingStateStore = {
     snapshot: (...args) => gate(() => inner.snapshot(...args)),
     reserve: (...args) => gate(() => inner.reserve(...args)),
@@ -26,8 +38,19 @@ function flakyStore(nowMs: () => number) {
 function cacheAwareInput(leaseId: string): DecideInput {
   return {
     pool: 'm',
-    request: { model: 'm', blockHashes: [1, 2], blockSizeBytes: 256, textBytes: 600, contextBlocks: 0, headHash: 1, sessionKey: null },
-    backends: [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }],
+    request: {
+      model: 'm',
+      blockHashes: [1, 2],
+      blockSizeBytes: 256,
+      textBytes: 600,
+      contextBlocks: 0,
+      headHash: 1,
+      sessionKey: null,
+    },
+    backends: [
+      { id: 'a', weight: 1 },
+      { id: 'b', weight: 1 },
+    ],
     policy: createCacheAwarePolicy(),
     context: { nowMs: 0, random: () => 0.5 },
     leaseId,
@@ -127,7 +150,11 @@ describe('FailoverRoutingState', () => {
       ...shared.store,
       routeAtomically: async (input: AtomicRouteInput) => {
         calls.push('shared.routeAtomically');
-        const snapshot = await shared.store.snapshot(input.pool, input.backends.map((backend) => backend.id), input.blockHashes);
+        const snapshot = await shared.store.snapshot(
+          input.pool,
+          input.backends.map((backend) => backend.id),
+          input.blockHashes,
+        );
         const candidates = input.backends.map((backend) => ({
           backend,
           inflight: snapshot.inflight.get(backend.id) ?? 0,
@@ -154,7 +181,13 @@ describe('FailoverRoutingState', () => {
       learn: (...args) => local.learn(...args),
       inflightCounts: () => local.inflightCounts(),
     };
-    const state = new FailoverRoutingState(atomicShared, localCalls, { timeoutMs: 20, retryAfterMs: 100, maxRetryAfterMs: 1000, nowMs, onDegradedChange: () => undefined });
+    const state = new FailoverRoutingState(atomicShared, localCalls, {
+      timeoutMs: 20,
+      retryAfterMs: 100,
+      maxRetryAfterMs: 1000,
+      nowMs,
+      onDegradedChange: () => undefined,
+    });
 
     expect((await decide(state, cacheAwareInput('l1'))).decision.kind).toBe('routed');
     expect(calls.splice(0)).toEqual(['shared.routeAtomically']);
@@ -178,7 +211,16 @@ describe('FailoverRoutingState', () => {
   it('refuses a backoff below 1 ms (it keeps the snapshot after a failed atomic call local)', () => {
     const nowMs = () => 0;
     const store = new InMemoryRoutingState({ maxBlocksPerBackend: 10, blockIdleTtlMs: 0, nowMs });
-    expect(() => new FailoverRoutingState(store, store, { timeoutMs: 20, retryAfterMs: 0, maxRetryAfterMs: 1000, nowMs, onDegradedChange: () => undefined })).toThrow(RangeError);
+    expect(
+      () =>
+        new FailoverRoutingState(store, store, {
+          timeoutMs: 20,
+          retryAfterMs: 0,
+          maxRetryAfterMs: 1000,
+          nowMs,
+          onDegradedChange: () => undefined,
+        }),
+    ).toThrow(RangeError);
   });
 
   it('does not count as slow a reply that waited while this process was busy past the deadline', async () => {

@@ -1,4 +1,16 @@
-import type { AtomicOutcome, AtomicRouteInput, BackendId, BackendInfo, BlockHash, DecisionScope, LearnInput, LearnReply, RoutingRequest, RoutingSnapshot, RoutingStateStore } from '@kvroute/routing';
+import type {
+  AtomicOutcome,
+  AtomicRouteInput,
+  BackendId,
+  BackendInfo,
+  BlockHash,
+  DecisionScope,
+  LearnInput,
+  LearnReply,
+  RoutingRequest,
+  RoutingSnapshot,
+  RoutingStateStore,
+} from '@kvroute/routing';
 import { withDeadline } from './with-deadline';
 
 export interface FailoverOptions {
@@ -36,7 +48,8 @@ export class FailoverRoutingState implements RoutingStateStore {
     private readonly options: FailoverOptions,
   ) {
     // A backoff of at least 1 ms is what keeps the snapshot after a failed routeAtomically local.
-    if (!Number.isInteger(options.retryAfterMs) || options.retryAfterMs < 1) throw new RangeError(`retryAfterMs must be an integer >= 1, got ${options.retryAfterMs}`);
+    if (!Number.isInteger(options.retryAfterMs) || options.retryAfterMs < 1)
+      throw new RangeError(`retryAfterMs must be an integer >= 1, got ${options.retryAfterMs}`);
     this.backoffMs = options.retryAfterMs;
   }
 
@@ -67,7 +80,11 @@ export class FailoverRoutingState implements RoutingStateStore {
     }
   }
 
-  async snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot> {
+  async snapshot(
+    pool: string,
+    backends: readonly BackendId[],
+    blockHashes: readonly BlockHash[],
+  ): Promise<RoutingSnapshot> {
     if (this.shouldTryPrimary()) {
       try {
         const snapshot = await this.withDeadline(this.primary.snapshot(pool, backends, blockHashes));
@@ -80,12 +97,22 @@ export class FailoverRoutingState implements RoutingStateStore {
     return this.fallback.snapshot(pool, backends, blockHashes);
   }
 
-  async reserve(pool: string, backendId: BackendId, leaseId: string, blockHashes: readonly BlockHash[], prefillTokens: number, maxInflight?: number): Promise<boolean> {
+  async reserve(
+    pool: string,
+    backendId: BackendId,
+    leaseId: string,
+    blockHashes: readonly BlockHash[],
+    prefillTokens: number,
+    maxInflight?: number,
+  ): Promise<boolean> {
     if (this.shouldTryPrimary()) {
       try {
-        const reserved = await this.withDeadline(this.primary.reserve(pool, backendId, leaseId, blockHashes, prefillTokens, maxInflight), (late) => {
-          if (late) this.primary.release(pool, backendId, leaseId).catch(() => undefined);
-        });
+        const reserved = await this.withDeadline(
+          this.primary.reserve(pool, backendId, leaseId, blockHashes, prefillTokens, maxInflight),
+          (late) => {
+            if (late) this.primary.release(pool, backendId, leaseId).catch(() => undefined);
+          },
+        );
         this.recovered();
         // The local state is not kept warm in parallel (that would index every request twice): an
         // outage starts with a cold local index, where cacheaware places prompts by rendezvous hashing
@@ -107,18 +134,33 @@ export class FailoverRoutingState implements RoutingStateStore {
       .catch(() => false);
   }
 
-  async prefillDone(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
-    await this.storeOf(leaseId).prefillDone(pool, backendId, leaseId, heldBlocks).catch(() => undefined);
+  async prefillDone(
+    pool: string,
+    backendId: BackendId,
+    leaseId: string,
+    heldBlocks: readonly BlockHash[] = [],
+  ): Promise<void> {
+    await this.storeOf(leaseId)
+      .prefillDone(pool, backendId, leaseId, heldBlocks)
+      .catch(() => undefined);
   }
 
-  async release(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
+  async release(
+    pool: string,
+    backendId: BackendId,
+    leaseId: string,
+    heldBlocks: readonly BlockHash[] = [],
+  ): Promise<void> {
     const store = this.storeOf(leaseId);
     this.fallbackLeases.delete(leaseId);
     await store.release(pool, backendId, leaseId, heldBlocks).catch(() => undefined);
   }
 
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {
-    await Promise.allSettled([this.primary.forgetBackend(pool, backendId), this.fallback.forgetBackend(pool, backendId)]);
+    await Promise.allSettled([
+      this.primary.forgetBackend(pool, backendId),
+      this.fallback.forgetBackend(pool, backendId),
+    ]);
   }
 
   /** What responses taught goes where routing reads now: Redis, or the local state while degraded (no deadline: nothing waits on it). */

@@ -23,7 +23,16 @@ function recordingStore(): { state: RoutingStateStore; calls: string[]; store: I
 
 async function leaseOn(state: RoutingStateStore): Promise<Lease> {
   await state.reserve('m', 'a', 'l1', [], 500);
-  return new Lease({ state, pool: 'm', backendId: 'a', leaseId: 'l1', onError: (error) => { throw error; }, blocksAtFirstOutput: BLOCKS });
+  return new Lease({
+    state,
+    pool: 'm',
+    backendId: 'a',
+    leaseId: 'l1',
+    onError: (error) => {
+      throw error;
+    },
+    blocksAtFirstOutput: BLOCKS,
+  });
 }
 
 describe('Lease', () => {
@@ -55,11 +64,18 @@ describe('Lease', () => {
 
   describe('a stream with prefillDoneDelayMs', () => {
     /** Timers the test fires by hand. */
-    function manualTimers(): { timers: { set: (callback: () => void) => number; clear: (handle: unknown) => void }; fire: () => void; pending: () => number } {
+    function manualTimers(): {
+      timers: { set: (callback: () => void) => number; clear: (handle: unknown) => void };
+      fire: () => void;
+      pending: () => number;
+    } {
       const waiting = new Map<number, () => void>();
       let next = 0;
       return {
-        timers: { set: (callback) => (waiting.set(++next, callback), next), clear: (handle) => waiting.delete(handle as number) },
+        timers: {
+          set: (callback) => (waiting.set(++next, callback), next),
+          clear: (handle) => waiting.delete(handle as number),
+        },
         fire: () => {
           for (const [handle, callback] of [...waiting]) {
             waiting.delete(handle);
@@ -69,9 +85,23 @@ describe('Lease', () => {
         pending: () => waiting.size,
       };
     }
-    async function deferredLease(state: RoutingStateStore, timers: ReturnType<typeof manualTimers>['timers']): Promise<Lease> {
+    async function deferredLease(
+      state: RoutingStateStore,
+      timers: ReturnType<typeof manualTimers>['timers'],
+    ): Promise<Lease> {
       await state.reserve('m', 'a', 'l1', [], 500);
-      return new Lease({ state, pool: 'm', backendId: 'a', leaseId: 'l1', onError: (error) => { throw error; }, blocksAtFirstOutput: BLOCKS, prefillDoneDelayMs: 20, timers });
+      return new Lease({
+        state,
+        pool: 'm',
+        backendId: 'a',
+        leaseId: 'l1',
+        onError: (error) => {
+          throw error;
+        },
+        blocksAtFirstOutput: BLOCKS,
+        prefillDoneDelayMs: 20,
+        timers,
+      });
     }
 
     it('ends before the delay: prefill-done rides on the release (one call, which records the blocks), and the timer is gone', async () => {
@@ -86,7 +116,11 @@ describe('Lease', () => {
       await Promise.resolve();
       expect(calls).toEqual(['release']);
       const after = await store.snapshot('m', ['a'], BLOCKS);
-      expect([after.matchBlocks.get('a'), after.inflight.get('a') ?? 0, after.pendingPrefillTokens.get('a') ?? 0]).toEqual([3, 0, 0]);
+      expect([
+        after.matchBlocks.get('a'),
+        after.inflight.get('a') ?? 0,
+        after.pendingPrefillTokens.get('a') ?? 0,
+      ]).toEqual([3, 0, 0]);
     });
 
     it('outlives the delay: prefill-done is sent when it passes, and the release records nothing again', async () => {

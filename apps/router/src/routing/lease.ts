@@ -89,7 +89,9 @@ export class Lease {
 
   private sendPrefillDone(): void {
     this.ownershipAtRelease = false;
-    this.options.state.prefillDone(this.pool, this.backendId, this.leaseId, this.options.blocksAtFirstOutput).catch(this.options.onError);
+    this.options.state
+      .prefillDone(this.pool, this.backendId, this.leaseId, this.options.blocksAtFirstOutput)
+      .catch(this.options.onError);
   }
 
   /** Idempotent. */
@@ -102,7 +104,9 @@ export class Lease {
       this.prefillDoneTimer = null;
     }
     const heldBlocks = this.ownershipAtRelease ? this.options.blocksAtFirstOutput : NO_BLOCKS;
-    const call = this.options.state.release(this.pool, this.backendId, this.leaseId, heldBlocks).catch(this.options.onError);
+    const call = this.options.state
+      .release(this.pool, this.backendId, this.leaseId, heldBlocks)
+      .catch(this.options.onError);
     this.options.book?.released(this, call);
   }
 }

@@ -18,10 +18,14 @@ import { z } from 'zod';
  * (`minMatchBlocks`, `saturationInflight`, `loadFactor`) sets each of their parameters, and left
  * unset keeps each policy's own default (it has a default of its own only when they all agree).
  */
-export type PolicyConfigShape<D extends PolicyDefinitions> = { readonly [K in keyof PolicySettings<D>]-?: z.ZodType<PolicySettings<D>[K], unknown> };
+export type PolicyConfigShape<D extends PolicyDefinitions> = {
+  readonly [K in keyof PolicySettings<D>]-?: z.ZodType<PolicySettings<D>[K], unknown>;
+};
 
 /** The zod fields for RouterConfig, one per config key the tables of `definitions` name, in table order. */
-export function policyConfigFields<D extends PolicyDefinitions = typeof POLICIES>(definitions?: D): PolicyConfigShape<D> {
+export function policyConfigFields<D extends PolicyDefinitions = typeof POLICIES>(
+  definitions?: D,
+): PolicyConfigShape<D> {
   const fields: Record<string, z.ZodType> = {};
   for (const entry of policySettingKeys(definitions ?? POLICIES)) fields[entry.key] = configField(entry);
   return fields as unknown as PolicyConfigShape<D>;
@@ -31,12 +35,20 @@ function configField({ key, rows }: PolicySettingKey): z.ZodType {
   const specs = rows.map((row) => row.spec);
   const defaults = new Set(specs.map((spec) => spec.default));
   const shared = defaults.size === 1 ? specs[0]?.default : undefined;
-  const doc = rows.length === 1
-    ? `${rows[0]?.policy}: ${rows[0]?.spec.doc}`
-    : `${rows.map((row) => `${row.policy}${row.param === key ? '' : ` (${row.param})`}: ${row.spec.doc}${shared === undefined ? ` (default ${row.spec.default})` : ''}`).join('; ')}${shared === undefined ? "; unset = each policy's own default" : ''}`;
+  const doc =
+    rows.length === 1
+      ? `${rows[0]?.policy}: ${rows[0]?.spec.doc}`
+      : rows
+          .map((row) => {
+            const param = row.param === key ? '' : ` (${row.param})`;
+            const fallback = shared === undefined ? ` (default ${row.spec.default})` : '';
+            return `${row.policy}${param}: ${row.spec.doc}${fallback}`;
+          })
+          .join('; ') + (shared === undefined ? "; unset = each policy's own default" : '');
   if (specs.every(isChoiceParam)) {
     const values = (specs[0] as ChoiceParamSpec).values;
-    if (specs.some((spec) => spec.values.join() !== values.join())) throw new TypeError(`config key ${key}: its parameters take different values`);
+    if (specs.some((spec) => spec.values.join() !== values.join()))
+      throw new TypeError(`config key ${key}: its parameters take different values`);
     const field = z.enum(values);
     return (shared === undefined ? field.optional() : field.default(shared as never)).describe(doc);
   }
@@ -55,9 +67,17 @@ function configField({ key, rows }: PolicySettingKey): z.ZodType {
 function strictest(specs: readonly NumberParamSpec[]): NumberParamSpec {
   let range: NumberParamSpec = { default: 0, min: Number.NEGATIVE_INFINITY, unit: '', doc: '' };
   for (const spec of specs) {
-    const min = spec.min > range.min || (spec.min === range.min && spec.exclusiveMin === true) ? { min: spec.min, exclusiveMin: spec.exclusiveMin } : { min: range.min, exclusiveMin: range.exclusiveMin };
+    const min =
+      spec.min > range.min || (spec.min === range.min && spec.exclusiveMin === true)
+        ? { min: spec.min, exclusiveMin: spec.exclusiveMin }
+        : { min: range.min, exclusiveMin: range.exclusiveMin };
     const max = spec.max === undefined ? range.max : Math.min(spec.max, range.max ?? Number.POSITIVE_INFINITY);
-    range = { ...range, ...min, ...(max === undefined ? {} : { max }), ...(spec.integer === true || range.integer === true ? { integer: true } : {}) };
+    range = {
+      ...range,
+      ...min,
+      ...(max === undefined ? {} : { max }),
+      ...(spec.integer === true || range.integer === true ? { integer: true } : {}),
+    };
   }
   return range;
 }

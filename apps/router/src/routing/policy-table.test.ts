@@ -1,11 +1,20 @@
 import { describe, expect, it } from 'vitest';
 import { PolicyTable } from './policy-table';
 
-const learned = { bytesPerToken: { value: 2, samples: 50 }, prefillMsPerToken: { value: 0.126, samples: 30 }, queueMsPerRequest: { value: 0.5, samples: 500 } };
+const learned = {
+  bytesPerToken: { value: 2, samples: 50 },
+  prefillMsPerToken: { value: 0.126, samples: 30 },
+  queueMsPerRequest: { value: 0.5, samples: 500 },
+};
 
 describe('PolicyTable calibration', () => {
   it('routes on the learned figures it is told to, keeps the configured others, and rebuilds the pool policy only then', () => {
-    const table = new PolicyTable({ policy: 'cacheaware', passthroughPolicy: 'leastloaded', params: { cacheaware: { queueMsPerRequest: 3 } }, calibratedFigures: ['bytesPerToken', 'prefillMsPerToken'] });
+    const table = new PolicyTable({
+      policy: 'cacheaware',
+      passthroughPolicy: 'leastloaded',
+      params: { cacheaware: { queueMsPerRequest: 3 } },
+      calibratedFigures: ['bytesPerToken', 'prefillMsPerToken'],
+    });
     const before = table.policyFor('m', 'generation');
     table.applyLearned('m', learned);
     const after = table.policyFor('m', 'generation');
@@ -25,7 +34,12 @@ describe('PolicyTable calibration', () => {
   });
 
   it('with no figures to use, learns and shows them but routes on the configured ones', () => {
-    const table = new PolicyTable({ policy: 'cacheaware', passthroughPolicy: 'leastloaded', params: {}, calibratedFigures: [] });
+    const table = new PolicyTable({
+      policy: 'cacheaware',
+      passthroughPolicy: 'leastloaded',
+      params: {},
+      calibratedFigures: [],
+    });
     const before = table.policyFor('m', 'generation');
     table.applyLearned('m', learned);
     expect(table.policyFor('m', 'generation')).toBe(before);

@@ -1,4 +1,14 @@
-import { CACHE_AWARE_PARAMS, CALIBRATED_PARAMS, calibratedOverrides, createPolicy, POLICIES, type CalibratedParam, type LearnedCalibration, type PolicyName, type RoutingPolicy } from '@kvroute/routing';
+import {
+  CACHE_AWARE_PARAMS,
+  CALIBRATED_PARAMS,
+  calibratedOverrides,
+  createPolicy,
+  POLICIES,
+  type CalibratedParam,
+  type LearnedCalibration,
+  type PolicyName,
+  type RoutingPolicy,
+} from '@kvroute/routing';
 
 /** The prefill rate assumed for queue samples when the generation policy has none of its own (cacheaware's default). */
 const DEFAULT_PREFILL_MS_PER_TOKEN = CACHE_AWARE_PARAMS.prefillMsPerToken.default;
@@ -100,11 +110,21 @@ export class PolicyTable {
 
   /** The prefill rate a pool's generation policy uses (ms per token), for the learn stage's queue samples (per response: no allocation). */
   prefillMsPerToken(pool: string): number {
-    return this.overrides.get(pool)?.prefillMsPerToken ?? (this.configuredPrefillMsPerToken ??= this.costModel('').configured.prefillMsPerToken ?? DEFAULT_PREFILL_MS_PER_TOKEN);
+    return (
+      this.overrides.get(pool)?.prefillMsPerToken ??
+      (this.configuredPrefillMsPerToken ??=
+        this.costModel('').configured.prefillMsPerToken ?? DEFAULT_PREFILL_MS_PER_TOKEN)
+    );
   }
 
-  private paramsFor(name: PolicyName, overrides: Partial<Record<CalibratedParam, number>> | undefined): Record<string, Record<string, unknown>> {
-    const params: Record<string, Record<string, unknown>> = { ...this.options.params } as Record<string, Record<string, unknown>>;
+  private paramsFor(
+    name: PolicyName,
+    overrides: Partial<Record<CalibratedParam, number>> | undefined,
+  ): Record<string, Record<string, unknown>> {
+    const params: Record<string, Record<string, unknown>> = { ...this.options.params } as Record<
+      string,
+      Record<string, unknown>
+    >;
     if (overrides === undefined) return params;
     const table = POLICIES[name].params as Readonly<Record<string, unknown>>;
     const own: Record<string, unknown> = { ...(params[name] ?? {}) };

@@ -18,7 +18,10 @@ export interface SharedResponseOwnersOptions {
  *   replica's map does not know it: another replica may have learnt it. Callers must not take this for
  *   `absent` where that would be a final answer (a 404).
  */
-export type OwnerLookup = { readonly kind: 'found'; readonly backendId: BackendId } | { readonly kind: 'absent' } | { readonly kind: 'unknown' };
+export type OwnerLookup =
+  | { readonly kind: 'found'; readonly backendId: BackendId }
+  | { readonly kind: 'absent' }
+  | { readonly kind: 'unknown' };
 
 /** The response-owner map as the request path uses it: a three-way lookup besides the store's calls. */
 export interface ResponseOwnerMap extends ResponseOwnerStore {
@@ -59,11 +62,21 @@ export class SharedResponseOwners implements ResponseOwnerMap {
     if (this.shared === null) return;
     const asked = this.usesShared();
     const written = asked ? await this.withDeadline(this.shared.remember(scope, responseId, backendId)) : NOT_ASKED;
-    if (!written.ok) throw new Error(asked ? 'the shared response-owner map did not take the write (failed or too slow)' : 'the shared response-owner map is not used while the routing state is degraded');
+    if (!written.ok)
+      throw new Error(
+        asked
+          ? 'the shared response-owner map did not take the write (failed or too slow)'
+          : 'the shared response-owner map is not used while the routing state is degraded',
+      );
   }
 
   async lookup(scope: string, responseId: string): Promise<OwnerLookup> {
-    const shared = this.shared === null ? null : this.usesShared() ? await this.withDeadline(this.shared.ownerOf(scope, responseId)) : NOT_ASKED;
+    const shared =
+      this.shared === null
+        ? null
+        : this.usesShared()
+          ? await this.withDeadline(this.shared.ownerOf(scope, responseId))
+          : NOT_ASKED;
     if (shared?.ok === true && shared.value !== null) return { kind: 'found', backendId: shared.value };
     const local = await this.local.ownerOf(scope, responseId);
     if (local !== null) return { kind: 'found', backendId: local };

@@ -5,7 +5,12 @@
  * deadline lets one poll phase run (setImmediate runs after it). `onLateValue` gets what the call
  * resolved to after the deadline passed (a lease taken then is the caller's to give back).
  */
-export function withDeadline<T>(promise: Promise<T>, timeoutMs: number, what: string, onLateValue?: (value: T) => void): Promise<T> {
+export function withDeadline<T>(
+  promise: Promise<T>,
+  timeoutMs: number,
+  what: string,
+  onLateValue?: (value: T) => void,
+): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     let state: 'pending' | 'settled' | 'timed-out' = 'pending';
     const timer = setTimeout(() => {

@@ -15,8 +15,18 @@ export type ApiKeyRole = (typeof API_KEY_ROLES)[number];
 
 /** A tenant's or a key's limits; absent = no limit of that kind. */
 export const LimitFields = {
-  requestsPerMinute: z.number().int().positive().optional().describe('requests admitted per minute (a burst of this many, then one every 60 s ÷ it)'),
-  tokensPerMinute: z.number().int().positive().optional().describe('tokens per minute: reserved at admission (prompt estimate + max_tokens), settled from usage'),
+  requestsPerMinute: z
+    .number()
+    .int()
+    .positive()
+    .optional()
+    .describe('requests admitted per minute (a burst of this many, then one every 60 s ÷ it)'),
+  tokensPerMinute: z
+    .number()
+    .int()
+    .positive()
+    .optional()
+    .describe('tokens per minute: reserved at admission (prompt estimate + max_tokens), settled from usage'),
   concurrentRequests: z.number().int().positive().optional().describe('requests in flight at once'),
 };
 export const Limits = z.strictObject(LimitFields);
@@ -41,7 +51,10 @@ export function digestOfApiKey(secret: string): string {
 }
 
 /** A new random key and its digest. The secret is shown once, to whoever asked for it. */
-export function generateApiKey(random: (bytes: number) => Buffer = randomBytes): { readonly secret: string; readonly digest: string } {
+export function generateApiKey(random: (bytes: number) => Buffer = randomBytes): {
+  readonly secret: string;
+  readonly digest: string;
+} {
   const secret = API_KEY_PREFIX + random(32).toString('base64url');
   return { secret, digest: digestOfApiKey(secret) };
 }

@@ -47,21 +47,31 @@ export class Authenticator {
   }
 
   /** The request's identity; null in open mode. Throws 401, 429 or 503 RouterErrors. */
-  async authenticate(headers: Readonly<Record<string, string | string[] | undefined>>, peer: string): Promise<Identity | null> {
+  async authenticate(
+    headers: Readonly<Record<string, string | string[] | undefined>>,
+    peer: string,
+  ): Promise<Identity | null> {
     const { mode } = this.#options;
     if (mode === 'none') return null;
     if (mode === 'gateway-header') {
       const tenant = headers[this.#options.identityHeader];
-      if (typeof tenant !== 'string' || !TENANT_NAME.test(tenant)) throw unauthorized(`This router needs the ${this.#options.identityHeader} header its gateway sets.`);
+      if (typeof tenant !== 'string' || !TENANT_NAME.test(tenant))
+        throw unauthorized(`This router needs the ${this.#options.identityHeader} header its gateway sets.`);
       return { tenant, keyId: 'gateway', role: 'user', keyLimits: {} };
     }
     const blockedForSeconds = this.#options.failures.retryAfterSeconds(peer);
     const credential = credentialOf(headers);
-    if (credential === null) return this.#refuse(peer, blockedForSeconds, 'You must send an API key (Authorization: Bearer <key>).');
-    const found = this.#options.keys === null ? null : await this.#options.keys.lookup(digestOfApiKey(credential), blockedForSeconds !== null);
+    if (credential === null)
+      return this.#refuse(peer, blockedForSeconds, 'You must send an API key (Authorization: Bearer <key>).');
+    const found =
+      this.#options.keys === null
+        ? null
+        : await this.#options.keys.lookup(digestOfApiKey(credential), blockedForSeconds !== null);
     if (found === 'unavailable') {
       if (blockedForSeconds !== null) throw rateLimited(blockedForSeconds);
-      throw new RouterError('ROUTER_ERR_AUTH_UNAVAILABLE', 'API keys cannot be checked right now; retry.', { retryAfterSeconds: 1 });
+      throw new RouterError('ROUTER_ERR_AUTH_UNAVAILABLE', 'API keys cannot be checked right now; retry.', {
+        retryAfterSeconds: 1,
+      });
     }
     if (found === null) return this.#refuse(peer, blockedForSeconds, 'Incorrect API key provided.');
     return { tenant: found.tenant, keyId: found.id, role: found.role, keyLimits: found };
@@ -79,5 +89,9 @@ function unauthorized(message: string): RouterError {
 }
 
 function rateLimited(seconds: number): RouterError {
-  return new RouterError('ROUTER_ERR_AUTH_RATE_LIMITED', 'Too many requests with a wrong API key from this address; retry later.', { retryAfterSeconds: seconds });
+  return new RouterError(
+    'ROUTER_ERR_AUTH_RATE_LIMITED',
+    'Too many requests with a wrong API key from this address; retry later.',
+    { retryAfterSeconds: seconds },
+  );
 }

@@ -18,7 +18,13 @@ const request = (nowMs: number, leaseId: string, extra: Partial<AdmitRequest> = 
 
 describe('LimitGate', () => {
   it('enforces the whole limit in memory without Redis: a burst of the limit, then one per period ÷ limit', async () => {
-    const gate = new LimitGate({ shared: null, liveReplicas: () => 3, retryAfterMs: 500, clockMs: () => 0, logger: silent });
+    const gate = new LimitGate({
+      shared: null,
+      liveReplicas: () => 3,
+      retryAfterMs: 500,
+      clockMs: () => 0,
+      logger: silent,
+    });
     let admitted = 0;
     for (let index = 0; index < 70; index++) if ((await gate.admit(request(1_000, `l${index}`))).admitted) admitted++;
     expect(admitted).toBe(60);
@@ -39,7 +45,13 @@ describe('LimitGate', () => {
       renew: async () => 0,
     };
     let clock = 0;
-    const gate = new LimitGate({ shared: failing, liveReplicas: () => 3, retryAfterMs: 500, clockMs: () => clock, logger: { ...silentLogger, warn: (...args: unknown[]) => warnings.push(String(args.at(-1))) } as never });
+    const gate = new LimitGate({
+      shared: failing,
+      liveReplicas: () => 3,
+      retryAfterMs: 500,
+      clockMs: () => clock,
+      logger: { ...silentLogger, warn: (...args: unknown[]) => warnings.push(String(args.at(-1))) } as never,
+    });
     let admitted = 0;
     for (let index = 0; index < 40; index++) {
       const outcome = await gate.admit(request(1_000, `l${index}`));
@@ -58,21 +70,36 @@ describe('LimitGate', () => {
   it('settles in Redis only what holds something: tokens or concurrency, not requests-only limits', async () => {
     const released: string[] = [];
     const shared = {
-      admit: async (request: AdmitRequest) => ({ admitted: true as const, rates: request.rates.map((limit) => ({ limit, remaining: 1, resetMs: 0 })) }),
+      admit: async (request: AdmitRequest) => ({
+        admitted: true as const,
+        rates: request.rates.map((limit) => ({ limit, remaining: 1, resetMs: 0 })),
+      }),
       release: async (request: { readonly leaseId: string }) => (released.push(request.leaseId), 1),
       renew: async () => 0,
     };
     const gate = new LimitGate({ shared, liveReplicas: () => 1, retryAfterMs: 500, clockMs: () => 0, logger: silent });
     const requestsOnly = await gate.admit(request(1_000, 'requests-only'));
-    const withTokens = await gate.admit(request(1_000, 'tokens', { rates: [{ scope: 'tenant', unit: 'tokens', limit: 100, periodMs: 60_000 }] }));
+    const withTokens = await gate.admit(
+      request(1_000, 'tokens', { rates: [{ scope: 'tenant', unit: 'tokens', limit: 100, periodMs: 60_000 }] }),
+    );
     const capped = await gate.admit(request(1_000, 'capped', { rates: [], concurrency: { tenant: 5 } }));
     for (const outcome of [requestsOnly, withTokens, capped]) await gate.release(outcome.ticket!, 10, 2_000);
     expect(released).toEqual(['tokens', 'capped']);
   });
 
   it('settles tokens where they were reserved: a refund makes room again', async () => {
-    const gate = new LimitGate({ shared: null, liveReplicas: () => 1, retryAfterMs: 500, clockMs: () => 0, logger: silent });
-    const tokens = (leaseId: string) => request(1_000, leaseId, { rates: [{ scope: 'tenant', unit: 'tokens', limit: 100, periodMs: 60_000 }], reservedTokens: 100 });
+    const gate = new LimitGate({
+      shared: null,
+      liveReplicas: () => 1,
+      retryAfterMs: 500,
+      clockMs: () => 0,
+      logger: silent,
+    });
+    const tokens = (leaseId: string) =>
+      request(1_000, leaseId, {
+        rates: [{ scope: 'tenant', unit: 'tokens', limit: 100, periodMs: 60_000 }],
+        reservedTokens: 100,
+      });
     const first = await gate.admit(tokens('a'));
     expect(first.admitted).toBe(true);
     expect((await gate.admit(tokens('b'))).admitted).toBe(false);
@@ -81,7 +108,13 @@ describe('LimitGate', () => {
   });
 
   it('caps requests in flight and frees the slot at release', async () => {
-    const gate = new LimitGate({ shared: null, liveReplicas: () => 1, retryAfterMs: 500, clockMs: () => 0, logger: silent });
+    const gate = new LimitGate({
+      shared: null,
+      liveReplicas: () => 1,
+      retryAfterMs: 500,
+      clockMs: () => 0,
+      logger: silent,
+    });
     const capped = (leaseId: string) => request(1_000, leaseId, { rates: [], concurrency: { key: 2 } });
     const one = await gate.admit(capped('a'));
     await gate.admit(capped('b'));
@@ -107,6 +140,11 @@ describe('x-ratelimit headers', () => {
       'x-ratelimit-remaining-tokens': '9000',
       'x-ratelimit-reset-tokens': '6s',
     });
-    expect([durationText(120), durationText(1_500), durationText(360_000), durationText(61_250)]).toEqual(['120ms', '1.5s', '6m0s', '1m1.25s']);
+    expect([durationText(120), durationText(1_500), durationText(360_000), durationText(61_250)]).toEqual([
+      '120ms',
+      '1.5s',
+      '6m0s',
+      '1m1.25s',
+    ]);
   });
 });

@@ -67,7 +67,8 @@ export class LimitGate {
   async release(ticket: GateTicket, usedTokens: number, nowMs: number): Promise<void> {
     // Requests-only limits hold nothing to give back: no call (one script per request instead of two).
     const { concurrency, rates } = ticket.request;
-    if (!(concurrency?.tenant ?? 0) && !(concurrency?.key ?? 0) && !rates.some((rate) => rate.unit === 'tokens')) return;
+    if (!(concurrency?.tenant ?? 0) && !(concurrency?.key ?? 0) && !rates.some((rate) => rate.unit === 'tokens'))
+      return;
     const request = { ...ticket.request, nowMs, usedTokens };
     if (ticket.where === 'local' || this.#options.shared === null) {
       this.#local.release(request);
@@ -104,6 +105,12 @@ export class LimitGate {
 function shareOf(request: AdmitRequest, share: number): AdmitRequest {
   const cut = (value: number): number => Math.max(1, Math.floor(value / share));
   const rates: RateLimit[] = request.rates.map((limit) => ({ ...limit, limit: cut(limit.limit) }));
-  const concurrency = request.concurrency === undefined ? undefined : { tenant: request.concurrency.tenant ? cut(request.concurrency.tenant) : 0, key: request.concurrency.key ? cut(request.concurrency.key) : 0 };
+  const concurrency =
+    request.concurrency === undefined
+      ? undefined
+      : {
+          tenant: request.concurrency.tenant ? cut(request.concurrency.tenant) : 0,
+          key: request.concurrency.key ? cut(request.concurrency.key) : 0,
+        };
   return { ...request, rates, ...(concurrency === undefined ? {} : { concurrency }) };
 }

@@ -57,11 +57,18 @@ export class LocalTenantLimits {
       const interval = limit.periodMs / limit.limit;
       const tat = Math.max(this.#tats.get(this.#field(request, index)) ?? now, now);
       const after = admitted ? (next[index] as number) : tat;
-      return { limit, remaining: Math.max(0, Math.floor((limit.periodMs - (after - now)) / interval + 1e-3 / interval)), resetMs: Math.max(0, Math.ceil(after - now)) };
+      return {
+        limit,
+        remaining: Math.max(0, Math.floor((limit.periodMs - (after - now)) / interval + 1e-3 / interval)),
+        resetMs: Math.max(0, Math.ceil(after - now)),
+      };
     });
     if (!admitted) {
       const refusedLimit = request.rates[refusedIndex];
-      const refusedBy = refusedLimit !== undefined ? ({ kind: 'rate', limit: refusedLimit } as const) : ({ kind: 'concurrency', scope: refusedIndex === request.rates.length ? 'tenant' : 'key' } as const);
+      const refusedBy =
+        refusedLimit !== undefined
+          ? ({ kind: 'rate', limit: refusedLimit } as const)
+          : ({ kind: 'concurrency', scope: refusedIndex === request.rates.length ? 'tenant' : 'key' } as const);
       return { admitted: false, retryAfterMs, refusedBy, rates };
     }
     if (this.#tats.size >= this.#maxBuckets) this.#sweep(now);
@@ -76,7 +83,11 @@ export class LocalTenantLimits {
   }
 
   /** The request is over: its leases go, its token buckets are corrected by used − reserved (as settle-tenant.lua). */
-  release(request: Pick<AdmitRequest, 'tenant' | 'keyId' | 'leaseId' | 'nowMs' | 'rates' | 'reservedTokens'> & { readonly usedTokens: number }): void {
+  release(
+    request: Pick<AdmitRequest, 'tenant' | 'keyId' | 'leaseId' | 'nowMs' | 'rates' | 'reservedTokens'> & {
+      readonly usedTokens: number;
+    },
+  ): void {
     for (const scope of [`${request.tenant}\u0000tenant`, `${request.tenant}\u0000key:${request.keyId}`]) {
       const leases = this.#leases.get(scope);
       leases?.delete(request.leaseId);
@@ -86,7 +97,10 @@ export class LocalTenantLimits {
       if (limit.unit !== 'tokens') return;
       const field = this.#field(request, index);
       const tat = Math.max(this.#tats.get(field) ?? request.nowMs, request.nowMs);
-      const corrected = Math.max(request.nowMs, tat + ((request.usedTokens - request.reservedTokens) * limit.periodMs) / limit.limit);
+      const corrected = Math.max(
+        request.nowMs,
+        tat + ((request.usedTokens - request.reservedTokens) * limit.periodMs) / limit.limit,
+      );
       if (corrected > request.nowMs) this.#tats.set(field, corrected);
       else this.#tats.delete(field);
     });

@@ -29,11 +29,16 @@ const parsed = ApiKeyRecord.safeParse({
 });
 if (!parsed.success) {
   const issue = parsed.error.issues[0];
-  console.error(`api-key: ${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'} (usage: npm run api-key -- --tenant NAME [--id ID] [--role user|bench|admin] [--requests-per-minute N] …)`);
+  console.error(
+    `api-key: ${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'} (usage: npm run api-key ` +
+      `-- --tenant NAME [--id ID] [--role user|bench|admin] [--requests-per-minute N] …)`,
+  );
   process.exit(2);
 }
 const entry = Object.entries({ ...parsed.data, sha256: digest })
   .filter(([, value]) => value !== undefined)
   .map(([name, value], index) => `${index === 0 ? '  - ' : '    '}${name}: ${String(value)}`)
   .join('\n');
-console.log(`The key (shown once; give it to the tenant, keep it nowhere else):\n\n  ${secret}\n\nThe key file entry (under \`keys:\`):\n\n${entry}\n`);
+console.log(
+  `The key (shown once; give it to the tenant, keep it nowhere else):\n\n  ${secret}\n\nThe key file entry (under \`keys:\`):\n\n${entry}\n`,
+);

@@ -9,7 +9,11 @@ import { LimitFields, type Limits } from './api-key';
  */
 export const TenantConfig = z.strictObject({
   id: z.string().min(1).describe('tenant id, as API key records name it'),
-  team: z.string().min(1).optional().describe("tenants with the same team share one prefix-cache partition (one salt); absent = the tenant's own"),
+  team: z
+    .string()
+    .min(1)
+    .optional()
+    .describe("tenants with the same team share one prefix-cache partition (one salt); absent = the tenant's own"),
   ...LimitFields,
 });
 export type TenantConfig = z.infer<typeof TenantConfig>;
@@ -20,8 +24,10 @@ const MINUTE_MS = 60_000;
 export function rateLimitsOf(tenant: Limits | undefined, key: Limits): RateLimit[] {
   const rates: RateLimit[] = [];
   const add = (scope: RateLimit['scope'], limits: Limits | undefined): void => {
-    if (limits?.requestsPerMinute !== undefined) rates.push({ scope, unit: 'requests', limit: limits.requestsPerMinute, periodMs: MINUTE_MS });
-    if (limits?.tokensPerMinute !== undefined) rates.push({ scope, unit: 'tokens', limit: limits.tokensPerMinute, periodMs: MINUTE_MS });
+    if (limits?.requestsPerMinute !== undefined)
+      rates.push({ scope, unit: 'requests', limit: limits.requestsPerMinute, periodMs: MINUTE_MS });
+    if (limits?.tokensPerMinute !== undefined)
+      rates.push({ scope, unit: 'tokens', limit: limits.tokensPerMinute, periodMs: MINUTE_MS });
   };
   add('tenant', tenant);
   add('key', key);

@@ -66,13 +66,19 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     random: deps.random,
     modelsPendingMaxMs: config.modelsPendingMaxMs,
     // Through the backend's own pool: its connections are the checked, pinned ones.
-    fetchModels: (backend) => fetchModels(backend, upstreams.for(backend), upstreams.authorizationOf(backend), config.connectTimeoutMs),
+    fetchModels: (backend) =>
+      fetchModels(backend, upstreams.for(backend), upstreams.authorizationOf(backend), config.connectTimeoutMs),
     onRefreshError: (backend, error, modelsReadFailures) => {
-      if (modelsReadFailures === 0) return logger?.warn({ backend: backend.id, err: error }, 'could not read the backend models (keeping the last known)');
+      if (modelsReadFailures === 0)
+        return logger?.warn(
+          { backend: backend.id, err: error },
+          'could not read the backend models (keeping the last known)',
+        );
       // Models still pending: asked again every few seconds (a backend still starting is normal at
       // start). A warning on the first failure and then about once a minute; the rest at debug.
       const details = { backend: backend.id, err: error, attempts: modelsReadFailures };
-      if (modelsReadFailures === 1 || modelsReadFailures % MODELS_RETRY_WARN_EVERY === 0) logger?.warn(details, 'could not read the backend models yet: retrying');
+      if (modelsReadFailures === 1 || modelsReadFailures % MODELS_RETRY_WARN_EVERY === 0)
+        logger?.warn(details, 'could not read the backend models yet: retrying');
       else logger?.debug(details, 'could not read the backend models yet: retrying');
     },
     // A departing backend's requests in flight keep their pool (closed once they finish). What it was
@@ -98,11 +104,22 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
   const startRegistry = async (): Promise<void> => {
     await registry.start(config.modelsRefreshMs);
     deps.engineStates?.followRestarts(
-      createRestartForgetter({ registry, state: deps.state, recordRestart: (id) => deps.metrics.recordBackendRestart(id), logger: logger?.child({ component: 'engine-restarts' }) }),
+      createRestartForgetter({
+        registry,
+        state: deps.state,
+        recordRestart: (id) => deps.metrics.recordBackendRestart(id),
+        logger: logger?.child({ component: 'engine-restarts' }),
+      }),
     );
   };
   if (deps.redis === null || config.redisUrl === undefined) {
-    return { registry, upstreams, changes: new LocalBackendChanges(registry), sharedVersion: () => null, start: startRegistry };
+    return {
+      registry,
+      upstreams,
+      changes: new LocalBackendChanges(registry),
+      sharedVersion: () => null,
+      start: startRegistry,
+    };
   }
   // With Redis the backend set is the fleet's: seeded from config, changed through any replica's admin API.
   const subscriber = createRedis(config.redisUrl, 'worker');
@@ -131,7 +148,12 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
 }
 
 /** `authorization`: the backend's upstream key header (an engine started with `--api-key` answers 401 without it). */
-async function fetchModels(backend: Backend, pool: Dispatcher, authorization: string | null, timeoutMs: number): Promise<readonly string[]> {
+async function fetchModels(
+  backend: Backend,
+  pool: Dispatcher,
+  authorization: string | null,
+  timeoutMs: number,
+): Promise<readonly string[]> {
   const response = await undiciRequest(`${backend.origin}${backend.basePath}/v1/models`, {
     dispatcher: pool,
     headersTimeout: timeoutMs,

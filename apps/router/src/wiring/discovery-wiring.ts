@@ -25,10 +25,19 @@ import type { RouterMetrics } from '../router-metrics';
  */
 export type DiscoverySettings =
   | { readonly target: Extract<DiscoveryTarget, { kind: 'dns' | 'dns+srv' }> }
-  | { readonly target: Extract<DiscoveryTarget, { kind: 'k8s' }>; readonly apiUrl: string; readonly namespace: string; readonly ca: string | null };
+  | {
+      readonly target: Extract<DiscoveryTarget, { kind: 'k8s' }>;
+      readonly apiUrl: string;
+      readonly namespace: string;
+      readonly ca: string | null;
+    };
 
 /** The discovery settings of a config (null: no `discovery`). Throws a message naming what is missing. */
-export function readDiscoverySettings(config: RouterConfig, env: Readonly<Record<string, string | undefined>>, readText: (path: string) => string): DiscoverySettings | null {
+export function readDiscoverySettings(
+  config: RouterConfig,
+  env: Readonly<Record<string, string | undefined>>,
+  readText: (path: string) => string,
+): DiscoverySettings | null {
   if (config.discovery === undefined) return null;
   const target = parseDiscoveryTarget(config.discovery, config.discoveryName);
   if (target.kind !== 'k8s') return { target };
@@ -57,7 +66,12 @@ export interface DiscoveryParts {
 }
 
 /** Backend discovery: its source, its lease (with Redis) and the applier; closers onto `closers` as each opens. */
-export function wireDiscovery(settings: DiscoverySettings, config: RouterConfig, deps: DiscoveryWiringDeps, closers: ShutdownStack): DiscoveryParts {
+export function wireDiscovery(
+  settings: DiscoverySettings,
+  config: RouterConfig,
+  deps: DiscoveryWiringDeps,
+  closers: ShutdownStack,
+): DiscoveryParts {
   const { target } = settings;
   const logger = deps.logger?.child({ component: 'discovery', source: target.kind, name: target.name });
   const source = createSource(settings, config, closers, logger);
@@ -98,7 +112,12 @@ const K8S_RETRY_MAX_MS = 30_000;
 const K8S_WATCH_TIMEOUT_S = 300;
 const K8S_REQUEST_TIMEOUT_MS = 10_000;
 
-function createSource(settings: DiscoverySettings, config: RouterConfig, closers: ShutdownStack, logger: FastifyBaseLogger | undefined): BackendSource {
+function createSource(
+  settings: DiscoverySettings,
+  config: RouterConfig,
+  closers: ShutdownStack,
+  logger: FastifyBaseLogger | undefined,
+): BackendSource {
   if (settings.target.kind === 'k8s' && 'apiUrl' in settings) {
     const dispatcher = new Agent(settings.ca === null ? {} : { connect: { ca: settings.ca } });
     closers.push('kubernetes API connections', () => dispatcher.close());
@@ -109,7 +128,8 @@ function createSource(settings: DiscoverySettings, config: RouterConfig, closers
         url: settings.apiUrl,
         dispatcher,
         // Projected tokens are rotated by the kubelet: read for every request. No file (outside a pod, a test): none sent.
-        token: async () => (await readFile(config.discoveryKubernetesTokenFile, 'utf8').catch(() => null))?.trim() ?? null,
+        token: async () =>
+          (await readFile(config.discoveryKubernetesTokenFile, 'utf8').catch(() => null))?.trim() ?? null,
       },
       scheme: config.discoveryScheme,
       maxBackends: config.discoveryMaxBackends,
@@ -124,13 +144,22 @@ function createSource(settings: DiscoverySettings, config: RouterConfig, closers
   // not answer costs one timeout, and the look fails rather than waiting for c-ares' four tries.
   const resolver = new Resolver({ timeout: config.discoveryDnsTimeoutMs, tries: 1 });
   if (config.discoveryDnsServers.length > 0) resolver.setServers(config.discoveryDnsServers);
-  return new DnsBackendSource({ target: settings.target, resolver, scheme: config.discoveryScheme, maxBackends: config.discoveryMaxBackends, refreshMs: config.discoveryRefreshMs });
+  return new DnsBackendSource({
+    target: settings.target,
+    resolver,
+    scheme: config.discoveryScheme,
+    maxBackends: config.discoveryMaxBackends,
+    refreshMs: config.discoveryRefreshMs,
+  });
 }
 
 /** The in-cluster API server, as every pod's environment names it. */
 function apiUrlFromEnv(env: Readonly<Record<string, string | undefined>>): string {
   const host = env.KUBERNETES_SERVICE_HOST;
   const port = env.KUBERNETES_SERVICE_PORT ?? '443';
-  if (host === undefined || host === '') throw new Error('discovery k8s://: KUBERNETES_SERVICE_HOST is not set (not in a pod?); set discoveryKubernetesApiUrl');
+  if (host === undefined || host === '')
+    throw new Error(
+      'discovery k8s://: KUBERNETES_SERVICE_HOST is not set (not in a pod?); set discoveryKubernetesApiUrl',
+    );
   return `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }

@@ -1,6 +1,14 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { ShutdownStack } from '@kvroute/platform';
-import { createRedis, quitRedis, RedisBackendStateStore, RedisResponseOwners, RedisRoutingState, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
+import {
+  createRedis,
+  quitRedis,
+  RedisBackendStateStore,
+  RedisResponseOwners,
+  RedisRoutingState,
+  waitUntilReady,
+  type RedisClient,
+} from '@kvroute/redis-store';
 import { InMemoryResponseOwners, InMemoryRoutingState, type RoutingStateStore } from '@kvroute/routing';
 import { EngineStateView } from '../backends/engine-state-view';
 import type { RouterConfig } from '../config';
@@ -54,17 +62,34 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
     minEvidenceAgeMs: config.evictionEvidenceMinAgeMs,
     nowMs: deps.nowMs,
   });
-  const localOwners = new InMemoryResponseOwners({ ttlMs: config.responseOwnerTtlMs, maxEntries: config.maxLocalResponseOwners, nowMs: deps.nowMs });
+  const localOwners = new InMemoryResponseOwners({
+    ttlMs: config.responseOwnerTtlMs,
+    maxEntries: config.maxLocalResponseOwners,
+    nowMs: deps.nowMs,
+  });
   const ownersOver = (redis: RedisClient | null, failover: FailoverRoutingState | null): SharedResponseOwners =>
-    new SharedResponseOwners(redis === null ? null : new RedisResponseOwners({ redis, ttlMs: config.responseOwnerTtlMs }), localOwners, {
-      // A lookup decides where a turn's conversation is, worth more than a routing call's 50 ms.
-      timeoutMs: RESPONSE_OWNER_TIMEOUT_FACTOR * config.redisTimeoutMs,
-      onError: (error) => logger?.debug({ err: error }, 'shared response-owner map call failed: using the local map'),
-      sharedDown: () => failover?.degraded === true,
-    });
+    new SharedResponseOwners(
+      redis === null ? null : new RedisResponseOwners({ redis, ttlMs: config.responseOwnerTtlMs }),
+      localOwners,
+      {
+        // A lookup decides where a turn's conversation is, worth more than a routing call's 50 ms.
+        timeoutMs: RESPONSE_OWNER_TIMEOUT_FACTOR * config.redisTimeoutMs,
+        onError: (error) => logger?.debug({ err: error }, 'shared response-owner map call failed: using the local map'),
+        sharedDown: () => failover?.degraded === true,
+      },
+    );
   if (config.redisUrl === undefined) {
     const state = deps.state ?? localState;
-    return { state, failover: null, redis: null, engineStates: null, leaseRenewIntervalMs: 0, prefillDoneDelayMs: 0, responseOwners: ownersOver(null, null), start: async () => undefined };
+    return {
+      state,
+      failover: null,
+      redis: null,
+      engineStates: null,
+      leaseRenewIntervalMs: 0,
+      prefillDoneDelayMs: 0,
+      responseOwners: ownersOver(null, null),
+      start: async () => undefined,
+    };
   }
   const redisUrl = config.redisUrl;
   // The failover's deadline (redisTimeoutMs) decides when a call is too slow, tolerating event-loop lag;
@@ -94,7 +119,8 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
       nowMs: () => Date.now(),
       onDegradedChange: (degraded, error) => {
         metrics.recordDegradedChange(degraded);
-        if (degraded) logger?.warn({ err: error }, 'shared routing state unavailable: routing on local state (degraded)');
+        if (degraded)
+          logger?.warn({ err: error }, 'shared routing state unavailable: routing on local state (degraded)');
         else logger?.info('shared routing state is back: routing on shared state');
       },
     },
@@ -125,7 +151,9 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
     prefillDoneDelayMs: config.prefillDoneMergeMs,
     async start() {
       // Start on shared state when Redis is there; if it is not, start degraded rather than not at all.
-      await waitUntilReady(redis, 2_000).catch((error: unknown) => logger?.warn({ err: error }, 'Redis not reachable at start: routing on local state until it is'));
+      await waitUntilReady(redis, 2_000).catch((error: unknown) =>
+        logger?.warn({ err: error }, 'Redis not reachable at start: routing on local state until it is'),
+      );
       await engineStates.start();
     },
   };

@@ -53,20 +53,44 @@ export function wireTenants(config: RouterConfig, deps: TenantsWiringDeps, close
   const sources: KeyLookup[] = [];
   if (config.auth === 'api-keys') {
     if (config.apiKeysFile !== undefined) sources.push(loadKeyFile(config.apiKeysFile));
-    if (apiKeys !== null) sources.push(new CachedRedisKeys({ store: apiKeys, cacheMs: config.apiKeyCacheMs, maxEntries: MAX_CACHED_KEYS, nowMs: clockMs, logger }));
+    if (apiKeys !== null)
+      sources.push(
+        new CachedRedisKeys({
+          store: apiKeys,
+          cacheMs: config.apiKeyCacheMs,
+          maxEntries: MAX_CACHED_KEYS,
+          nowMs: clockMs,
+          logger,
+        }),
+      );
   }
   const authenticator = new Authenticator({
     mode: config.auth,
     keys: sources.length === 0 ? null : keyLookupChain(sources),
     identityHeader: config.identityHeader,
-    failures: new AuthFailureLimiter({ maxFailures: config.maxAuthFailures, windowMs: config.authFailureWindowMs, maxPeers: MAX_TRACKED_PEERS, nowMs: clockMs }),
+    failures: new AuthFailureLimiter({
+      maxFailures: config.maxAuthFailures,
+      windowMs: config.authFailureWindowMs,
+      maxPeers: MAX_TRACKED_PEERS,
+      nowMs: clockMs,
+    }),
   });
   const tenants = new TenantDirectory(config.tenants);
-  if (config.auth === 'none') return { authenticator, tenants, limit: null, salter: () => null, apiKeys, start: async () => undefined };
+  if (config.auth === 'none')
+    return { authenticator, tenants, limit: null, salter: () => null, apiKeys, start: async () => undefined };
 
   let liveReplicas = 1;
-  const replicas = redis === null ? null : new RouterReplicas({ redis, replicaId: randomUUID(), staleAfterMs: 3 * REPLICA_HEARTBEAT_MS });
-  const gate = new LimitGate({ shared: redis === null ? null : new TenantLimits({ redis }), liveReplicas: () => liveReplicas, retryAfterMs: config.redisRetryAfterMs, clockMs, logger });
+  const replicas =
+    redis === null
+      ? null
+      : new RouterReplicas({ redis, replicaId: randomUUID(), staleAfterMs: 3 * REPLICA_HEARTBEAT_MS });
+  const gate = new LimitGate({
+    shared: redis === null ? null : new TenantLimits({ redis }),
+    liveReplicas: () => liveReplicas,
+    retryAfterMs: config.redisRetryAfterMs,
+    clockMs,
+    logger,
+  });
   const limit: LimitDeps = {
     gate,
     tenants,
@@ -75,9 +99,13 @@ export function wireTenants(config: RouterConfig, deps: TenantsWiringDeps, close
     leaseTtlMs: config.tenantLeaseTtlMs,
     nowMs: deps.nowMs,
   };
-  const configuredSecret = config.cacheSaltSecret ?? (config.cacheSaltSecretFile === undefined ? undefined : deps.readFile(config.cacheSaltSecretFile).trim());
-  if (configuredSecret !== undefined && configuredSecret.length < 16) throw new Error('cacheSaltSecretFile: the secret must be at least 16 characters');
-  let salter: CacheSalter | null = configuredSecret === undefined ? null : new CacheSalter(Buffer.from(configuredSecret, 'utf8'));
+  const configuredSecret =
+    config.cacheSaltSecret ??
+    (config.cacheSaltSecretFile === undefined ? undefined : deps.readFile(config.cacheSaltSecretFile).trim());
+  if (configuredSecret !== undefined && configuredSecret.length < 16)
+    throw new Error('cacheSaltSecretFile: the secret must be at least 16 characters');
+  let salter: CacheSalter | null =
+    configuredSecret === undefined ? null : new CacheSalter(Buffer.from(configuredSecret, 'utf8'));
 
   return {
     authenticator,
@@ -111,13 +139,18 @@ export function wireTenants(config: RouterConfig, deps: TenantsWiringDeps, close
 async function sharedOrOwnSecret(apiKeys: RedisApiKeyStore | null, logger: FastifyBaseLogger): Promise<string> {
   const own = randomBytes(32).toString('base64url');
   if (apiKeys === null) {
-    logger.info('cache salts use a secret of this process (no cacheSaltSecret, no Redis): fine for one replica; set cacheSaltSecret for several');
+    logger.info(
+      'cache salts use a secret of this process (no cacheSaltSecret, no Redis): fine for one replica; set cacheSaltSecret for several',
+    );
     return own;
   }
   try {
     return await apiKeys.sharedCacheSaltSecret(own);
   } catch (error) {
-    logger.warn({ err: error }, 'cache salts: Redis could not share the secret at start; this replica uses its own until restarted (set cacheSaltSecret to avoid this)');
+    logger.warn(
+      { err: error },
+      'cache salts: Redis could not share the secret at start; this replica uses its own until restarted (set cacheSaltSecret to avoid this)',
+    );
     return own;
   }
 }

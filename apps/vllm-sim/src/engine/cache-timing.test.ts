@@ -47,7 +47,7 @@ describe('cacheAt: a sibling scheduled in the same step as the chunk that comput
   });
 });
 
-describe('cacheAt: a sibling that arrives during the first request\'s first chunk', () => {
+describe("cacheAt: a sibling that arrives during the first request's first chunk", () => {
   // The first request's 5,000-token prompt takes three steps at 2,048 per step (2,048 + 2,048 + 904);
   // the sibling (the same 4,960-token prefix, 310 blocks) arrives during step 1 and is admitted in
   // step 3 with the budget the first one leaves, before the first one's prefill has ended.
@@ -69,7 +69,11 @@ describe('cacheAt: a sibling that arrives during the first request\'s first chun
       now = plan.startMs + plan.durationMs;
     }
     const admittedAt = b?.sequence.admittedAtMs as number;
-    return { hit: b?.sequence.cachedTokens ?? null, prefillEndedBeforeSibling: (a.trace.firstTokenAtMs ?? Infinity) <= admittedAt, steps };
+    return {
+      hit: b?.sequence.cachedTokens ?? null,
+      prefillEndedBeforeSibling: (a.trace.firstTokenAtMs ?? Infinity) <= admittedAt,
+      steps,
+    };
   }
 
   it('schedule: hits the whole shared prefix, the chunk being computed in its own step included', () => {
@@ -93,7 +97,11 @@ describe('cacheAt: a 6k-token prefix under a 2,048-token step budget', () => {
   const tokens = prompt(6010, 7);
   const probe = [...tokens, ...prompt(100, 8)];
 
-  function hittableAfterEachPlanAndStep(cacheAt: CacheAt): { afterPlan: number[]; afterStep: number[]; firstTokenStep: number } {
+  function hittableAfterEachPlanAndStep(cacheAt: CacheAt): {
+    afterPlan: number[];
+    afterStep: number[];
+    firstTokenStep: number;
+  } {
     const engine = engineWith(cacheAt);
     const a = addTraced(engine, tokens, 0, 4);
     const afterPlan: number[] = [];
@@ -111,7 +119,7 @@ describe('cacheAt: a 6k-token prefix under a 2,048-token step budget', () => {
     return { afterPlan, afterStep, firstTokenStep };
   }
 
-  it('schedule: hittable chunk by chunk as each step is scheduled, capped at the prompt\'s whole blocks', () => {
+  it("schedule: hittable chunk by chunk as each step is scheduled, capped at the prompt's whole blocks", () => {
     const result = hittableAfterEachPlanAndStep('schedule');
     expect(result.afterPlan).toEqual([2048, 4096, 6000]);
     expect(result.afterStep).toEqual([2048, 4096, 6000]);
@@ -130,11 +138,18 @@ describe('cacheAt: a 6k-token prefix under a 2,048-token step budget', () => {
 describe('cacheAt: step-end keeps the engine as it was', () => {
   // A burst of 12 requests over one 3,100-token system prompt (like seed-cloud's), a100-14b, V1.
   // The expected figures are what the engine gave before cacheAt existed (commit 6defe8a).
-  function burst(cacheAt: CacheAt): { cached: Array<number | null>; ttftMs: number[]; steps: number; hitTokens: number } {
+  function burst(cacheAt: CacheAt): {
+    cached: Array<number | null>;
+    ttftMs: number[];
+    steps: number;
+    hitTokens: number;
+  } {
     const engine = engineWith(cacheAt, 'v1', 'a100-14b');
     const system = prompt(3100, 1);
     const arrivals = [0, 1, 7, 15, 30, 60, 90, 140, 200, 260, 400, 405];
-    const requests = arrivals.map((at, i) => addTraced(engine, [...system, ...prompt(50 + 7 * i, 100 + i)], at, 20 + (i % 3) * 10));
+    const requests = arrivals.map((at, i) =>
+      addTraced(engine, [...system, ...prompt(50 + 7 * i, 100 + i)], at, 20 + (i % 3) * 10),
+    );
     runToIdle(engine);
     return {
       cached: requests.map((request) => request.sequence.cachedTokens),
@@ -147,7 +162,9 @@ describe('cacheAt: step-end keeps the engine as it was', () => {
   it('step-end reproduces the earlier engine: the second request hits only the first chunk', () => {
     const result = burst('step-end');
     expect(result.cached).toEqual([0, 2048, ...Array<number>(10).fill(3088)]);
-    const before = [559.296, 735.964, 729.964, 721.964, 706.964, 676.964, 646.964, 596.964, 536.964, 476.964, 336.964, 331.964];
+    const before = [
+      559.296, 735.964, 729.964, 721.964, 706.964, 676.964, 646.964, 596.964, 536.964, 476.964, 336.964, 331.964,
+    ];
     result.ttftMs.forEach((ttft, i) => expect(ttft).toBeCloseTo(before[i] as number, 2));
     expect(result.steps).toBe(42);
     expect(result.hitTokens).toBe(32_928);
@@ -163,7 +180,7 @@ describe('cacheAt: step-end keeps the engine as it was', () => {
 });
 
 describe('cacheAt with the V0 scheduler (vLLM 0.6: mark_blocks_as_computed after the scheduling pass)', () => {
-  it('registers a prefill step\'s blocks once the pass is planned, with no hits inside the pass', () => {
+  it("registers a prefill step's blocks once the pass is planned, with no hits inside the pass", () => {
     for (const cacheAt of ['schedule', 'step-end'] as const) {
       const engine = engineWith(cacheAt, 'v0');
       const shared = prompt(800, 9);

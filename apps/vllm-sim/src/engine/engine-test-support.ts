@@ -60,7 +60,12 @@ export function traced(promptTokens: number[], outputTokens: number, trace: Trac
 }
 
 /** Adds one traced request arriving at `arrivalMs`. */
-export function addTraced(engine: Engine, promptTokens: number[], arrivalMs: number, outputTokens = 1): { trace: Trace; sequence: Sequence } {
+export function addTraced(
+  engine: Engine,
+  promptTokens: number[],
+  arrivalMs: number,
+  outputTokens = 1,
+): { trace: Trace; sequence: Sequence } {
   const trace: Trace = { tokens: 0 };
   const sequence = engine.add(traced(promptTokens, outputTokens, trace), arrivalMs);
   return { trace, sequence };

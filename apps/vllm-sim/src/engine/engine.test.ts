@@ -4,7 +4,12 @@ import { runToIdle, traced as spec, type Trace } from './engine-test-support';
 import { syntheticTokenPrompt as prompt } from '@kvroute/workloads';
 import { getProfile, type EngineProfile } from './profiles';
 
-function runOne(engine: Engine, tokens: number[], outputTokens = 1, startMs = 0): { trace: Trace; sequence: Sequence; endMs: number } {
+function runOne(
+  engine: Engine,
+  tokens: number[],
+  outputTokens = 1,
+  startMs = 0,
+): { trace: Trace; sequence: Sequence; endMs: number } {
   const trace: Trace = { tokens: 0 };
   const sequence = engine.add(spec(tokens, outputTokens, trace), startMs);
   const endMs = runToIdle(engine, startMs);

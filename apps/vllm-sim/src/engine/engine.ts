@@ -96,7 +96,10 @@ export class Sequence {
   /** Extends `blockHashes` to cover every full block of `tokens` up to `tokenCount`. */
   hashBlocksUpTo(tokenCount: number): void {
     const fullBlocks = Math.floor(tokenCount / BLOCK_SIZE_TOKENS);
-    let parent = this.blockHashes.length === 0 ? rootHash(this.spec.cacheSalt) : (this.blockHashes[this.blockHashes.length - 1] as number);
+    let parent =
+      this.blockHashes.length === 0
+        ? rootHash(this.spec.cacheSalt)
+        : (this.blockHashes[this.blockHashes.length - 1] as number);
     for (let block = this.blockHashes.length; block < fullBlocks; block++) {
       parent = hashBlock(parent, this.tokens, block * BLOCK_SIZE_TOKENS);
       this.blockHashes.push(parent);
@@ -171,7 +174,8 @@ export class Engine {
   /** Earliest time a waiting request becomes schedulable, or null if none waits. */
   nextReadyAtMs(): number | null {
     let earliest: number | null = null;
-    for (const sequence of this.waiting) if (earliest === null || sequence.readyAtMs < earliest) earliest = sequence.readyAtMs;
+    for (const sequence of this.waiting)
+      if (earliest === null || sequence.readyAtMs < earliest) earliest = sequence.readyAtMs;
     return earliest;
   }
 

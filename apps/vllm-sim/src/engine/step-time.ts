@@ -31,10 +31,5 @@ export function computeStepMs(profile: EngineProfile, step: StepShape): number {
     attentionPairs += chunk.queryTokens * chunk.keysBefore + (chunk.queryTokens * chunk.queryTokens) / 2;
   }
   const linearMs = Math.max(profile.tWeightsMs, profile.cTokenMs * (step.decodeSequences + newTokens));
-  return (
-    profile.tFixedMs +
-    linearMs +
-    profile.cAttentionMs * attentionPairs +
-    profile.cKvMs * step.decodeContextTokens
-  );
+  return profile.tFixedMs + linearMs + profile.cAttentionMs * attentionPairs + profile.cKvMs * step.decodeContextTokens;
 }

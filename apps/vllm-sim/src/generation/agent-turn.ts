@@ -75,13 +75,24 @@ export interface TurnRequest {
  * flat: `{type: "function", name}`.
  */
 export const ResponsesAgentFields = z.looseObject({
-  tool_choice: z.union([z.enum(['none', 'auto', 'required']), z.looseObject({ type: z.string(), name: z.string().optional() })]).nullish(),
+  tool_choice: z
+    .union([z.enum(['none', 'auto', 'required']), z.looseObject({ type: z.string(), name: z.string().optional() })])
+    .nullish(),
 });
 
-export function responsesTurnRequest(fields: z.infer<typeof ResponsesAgentFields>, chatTools: readonly ToolDefinition[] | undefined, promptTokens: readonly number[]): TurnRequest {
+export function responsesTurnRequest(
+  fields: z.infer<typeof ResponsesAgentFields>,
+  chatTools: readonly ToolDefinition[] | undefined,
+  promptTokens: readonly number[],
+): TurnRequest {
   const choice = fields.tool_choice;
   // A named function is forced; another object (a hosted tool, `allowed_tools`) leaves the choice to the model.
-  const toolChoice: ToolChoice | null | undefined = typeof choice === 'object' && choice !== null ? (choice.type === 'function' && choice.name !== undefined ? { type: 'function', function: { name: choice.name } } : 'auto') : choice;
+  const toolChoice: ToolChoice | null | undefined =
+    typeof choice === 'object' && choice !== null
+      ? choice.type === 'function' && choice.name !== undefined
+        ? { type: 'function', function: { name: choice.name } }
+        : 'auto'
+      : choice;
   return { tools: chatTools, toolChoice, enableThinking: undefined, promptTokens };
 }
 
@@ -92,11 +103,26 @@ export const MessagesAgentFields = z.looseObject({
 });
 
 /** vLLM's Anthropic conversion: `auto` → "auto", `any` → "required", `tool` → that function, `none` → "none". */
-export function messagesTurnRequest(fields: z.infer<typeof MessagesAgentFields>, chatTools: readonly ToolDefinition[] | undefined, promptTokens: readonly number[]): TurnRequest {
+export function messagesTurnRequest(
+  fields: z.infer<typeof MessagesAgentFields>,
+  chatTools: readonly ToolDefinition[] | undefined,
+  promptTokens: readonly number[],
+): TurnRequest {
   const choice = fields.tool_choice;
   const toolChoice: ToolChoice | undefined =
-    choice === null || choice === undefined ? undefined : choice.type === 'any' ? 'required' : choice.type === 'tool' ? { type: 'function', function: { name: choice.name ?? '' } } : choice.type;
-  return { tools: chatTools, toolChoice, enableThinking: fields.thinking?.type === 'disabled' ? false : undefined, promptTokens };
+    choice === null || choice === undefined
+      ? undefined
+      : choice.type === 'any'
+        ? 'required'
+        : choice.type === 'tool'
+          ? { type: 'function', function: { name: choice.name ?? '' } }
+          : choice.type;
+  return {
+    tools: chatTools,
+    toolChoice,
+    enableThinking: fields.thinking?.type === 'disabled' ? false : undefined,
+    promptTokens,
+  };
 }
 
 /**
@@ -121,14 +147,21 @@ export function planTurn(settings: AgentSettings, request: TurnRequest): TurnPla
   let tool: ToolDefinition | undefined;
   if (typeof choice === 'object') {
     tool = tools.find((candidate) => candidate.function.name === choice.function.name);
-    if (!tool) throw new EngineError('bad-request', `The tool specified in \`tool_choice\` (${choice.function.name}) does not match any of the specified \`tools\`.`);
+    if (!tool)
+      throw new EngineError(
+        'bad-request',
+        `The tool specified in \`tool_choice\` (${choice.function.name}) does not match any of the specified \`tools\`.`,
+      );
   } else if (choice === 'required') {
     tool = tools[0];
   } else if (promptFraction(settings.seed, request.promptTokens) < settings.toolCallProbability) {
     tool = tools[Math.floor(promptFraction(settings.seed + 1, request.promptTokens) * tools.length)];
   }
   if (!tool) return { reasoningTokens, toolCall: null };
-  return { reasoningTokens, toolCall: { name: tool.function.name, argumentKey: argumentKeyOf(tool.function.parameters) } };
+  return {
+    reasoningTokens,
+    toolCall: { name: tool.function.name, argumentKey: argumentKeyOf(tool.function.parameters) },
+  };
 }
 
 /** A number in [0, 1) from (seed, every prompt token): FNV-1a over the ids, then a murmur3 finaliser. */
@@ -146,7 +179,9 @@ export function promptFraction(seed: number, tokens: readonly number[]): number 
 /** The first required property of the tool's JSON schema, else its first property, else "query". */
 function argumentKeyOf(parameters: unknown): string {
   const schema = parameters as { required?: unknown; properties?: unknown } | null | undefined;
-  const required = Array.isArray(schema?.required) ? schema.required.find((key): key is string => typeof key === 'string') : undefined;
+  const required = Array.isArray(schema?.required)
+    ? schema.required.find((key): key is string => typeof key === 'string')
+    : undefined;
   if (required) return required;
   const properties = schema?.properties;
   const first = properties && typeof properties === 'object' ? Object.keys(properties)[0] : undefined;
@@ -234,10 +269,21 @@ export class ChoiceTurn {
         role: 'assistant',
         reasoning_content: reasoning,
         content: null,
-        tool_calls: [{ id: this.toolCallId, type: 'function', function: { name: this.plan.toolCall.name, arguments: this.toolArguments } }],
+        tool_calls: [
+          {
+            id: this.toolCallId,
+            type: 'function',
+            function: { name: this.plan.toolCall.name, arguments: this.toolArguments },
+          },
+        ],
       };
     }
-    return { role: 'assistant', reasoning_content: reasoning, content: this.answers ? this.content : null, tool_calls: [] };
+    return {
+      role: 'assistant',
+      reasoning_content: reasoning,
+      content: this.answers ? this.content : null,
+      tool_calls: [],
+    };
   }
 }
 
@@ -247,7 +293,9 @@ export function pieceDelta(piece: Exclude<TurnPiece, { kind: 'content' }>): obje
     case 'reasoning':
       return { reasoning_content: piece.text, reasoning: piece.text };
     case 'tool-start':
-      return { tool_calls: [{ index: 0, id: piece.id, type: 'function', function: { name: piece.name, arguments: '' } }] };
+      return {
+        tool_calls: [{ index: 0, id: piece.id, type: 'function', function: { name: piece.name, arguments: '' } }],
+      };
     case 'tool-arguments':
       return { tool_calls: [{ index: 0, function: { arguments: piece.text } }] };
   }

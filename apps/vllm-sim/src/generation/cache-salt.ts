@@ -17,9 +17,11 @@ const MAX_SALT_CODE_POINTS = 128;
 /** Characters vLLM refuses in a salt: separators of the KV-offload backends' keys and file names. */
 const FORBIDDEN_SALT_CHARS = /[@/\\\0]/;
 
-export const CACHE_SALT_NOT_SUPPORTED_ON_V0 = "Parameter 'cache_salt' is not supported with this instance of vLLM, which uses engine V0.";
+export const CACHE_SALT_NOT_SUPPORTED_ON_V0 =
+  "Parameter 'cache_salt' is not supported with this instance of vLLM, which uses engine V0.";
 export const CACHE_SALT_NOT_NON_EMPTY_STRING = "Parameter 'cache_salt' must be a non-empty string if provided.";
-export const CACHE_SALT_TOO_LONG_OR_FORBIDDEN = "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\', or NUL.";
+export const CACHE_SALT_TOO_LONG_OR_FORBIDDEN =
+  "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\', or NUL.";
 
 /**
  * The request's salt, validated; undefined when it has none. Run on the raw body before the request
@@ -31,7 +33,8 @@ export function readCacheSalt(body: unknown, engineVersion: EngineVersion): stri
   const salt = (body as { cache_salt?: unknown }).cache_salt;
   if (salt === undefined || salt === null) return undefined;
   if (engineVersion === 'v0') throw new EngineError('bad-request', CACHE_SALT_NOT_SUPPORTED_ON_V0);
-  if (typeof salt !== 'string' || salt.length === 0) throw new EngineError('bad-request', CACHE_SALT_NOT_NON_EMPTY_STRING);
+  if (typeof salt !== 'string' || salt.length === 0)
+    throw new EngineError('bad-request', CACHE_SALT_NOT_NON_EMPTY_STRING);
   if (countCodePoints(salt) > MAX_SALT_CODE_POINTS || FORBIDDEN_SALT_CHARS.test(salt)) {
     throw new EngineError('bad-request', CACHE_SALT_TOO_LONG_OR_FORBIDDEN);
   }

@@ -13,9 +13,15 @@ import type { ToolDefinition } from './agent-turn';
  *   leave out of earlier turns).
  * - `tools` become function tools (name, description, parameters = input_schema).
  */
-export function messagesAsChatPrompt(body: MessagesRequest): { messages: ChatMessage[]; tools: ToolDefinition[] | undefined } {
+export function messagesAsChatPrompt(body: MessagesRequest): {
+  messages: ChatMessage[];
+  tools: ToolDefinition[] | undefined;
+} {
   const messages: ChatMessage[] = [];
-  const system = typeof body.system === 'string' ? body.system : (body.system ?? []).map((block) => (block.type === 'text' ? (block.text ?? '') : '')).join('');
+  const system =
+    typeof body.system === 'string'
+      ? body.system
+      : (body.system ?? []).map((block) => (block.type === 'text' ? (block.text ?? '') : '')).join('');
   if (system !== '') messages.push({ role: 'system', content: system });
   for (const message of body.messages) {
     if (typeof message.content === 'string') {
@@ -27,14 +33,27 @@ export function messagesAsChatPrompt(body: MessagesRequest): { messages: ChatMes
     for (const block of message.content) {
       if (block.type === 'text' && block.text) parts.push({ type: 'text', text: block.text });
       else if (block.type === 'image') parts.push({ type: 'image_url', image_url: { url: imageUrlOf(block) } });
-      else if (block.type === 'tool_use') toolCalls.push({ id: stringField(block, 'id'), type: 'function', function: { name: stringField(block, 'name'), arguments: JSON.stringify(block.input ?? {}) } });
-      else if (block.type === 'tool_result' && message.role === 'user') messages.push({ role: 'tool', tool_call_id: stringField(block, 'tool_use_id'), content: toolResultText(block) });
+      else if (block.type === 'tool_use')
+        toolCalls.push({
+          id: stringField(block, 'id'),
+          type: 'function',
+          function: { name: stringField(block, 'name'), arguments: JSON.stringify(block.input ?? {}) },
+        });
+      else if (block.type === 'tool_result' && message.role === 'user')
+        messages.push({
+          role: 'tool',
+          tool_call_id: stringField(block, 'tool_use_id'),
+          content: toolResultText(block),
+        });
     }
     if (parts.length > 0 || toolCalls.length > 0) {
       messages.push({ role: message.role, content: parts, ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}) });
     }
   }
-  const tools = body.tools?.map((tool) => ({ type: 'function', function: { name: tool.name, description: tool.description, parameters: tool.input_schema } }));
+  const tools = body.tools?.map((tool) => ({
+    type: 'function',
+    function: { name: tool.name, description: tool.description, parameters: tool.input_schema },
+  }));
   return { messages, tools };
 }
 
@@ -47,7 +66,11 @@ function toolResultText(block: MessagesContentBlock): string {
   const content = block.content;
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return '';
-  return content.map((item: { type?: unknown; text?: unknown }) => (item?.type === 'text' && typeof item.text === 'string' ? item.text : '')).join('\n');
+  return content
+    .map((item: { type?: unknown; text?: unknown }) =>
+      item?.type === 'text' && typeof item.text === 'string' ? item.text : '',
+    )
+    .join('\n');
 }
 
 function imageUrlOf(block: MessagesContentBlock): string {

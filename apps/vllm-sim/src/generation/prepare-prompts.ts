@@ -48,7 +48,12 @@ function promptTokenLists(prompt: CompletionRequest['prompt']): number[][] {
 }
 
 /** vLLM's context-length rule: prompt + max_tokens ≤ max_model_len, else 400 with its message. */
-function checkLength(tokens: number[], requested: number | undefined, limits: PromptLimits, where: 'messages' | 'prompt'): PreparedPrompt {
+function checkLength(
+  tokens: number[],
+  requested: number | undefined,
+  limits: PromptLimits,
+  where: 'messages' | 'prompt',
+): PreparedPrompt {
   if (tokens.length === 0) throw new EngineError('bad-request', 'The prompt is empty.');
   const maxTokens = requested ?? Math.min(limits.defaultMaxTokens, limits.maxModelLen - tokens.length);
   if (tokens.length >= limits.maxModelLen || tokens.length + maxTokens > limits.maxModelLen) {

@@ -73,7 +73,13 @@ function stampOf(finishReason: string | null, terminalFingerprint: string | null
  * A chat chunk with any delta (reasoning, tool calls); the last one of a choice carries `finish_reason`,
  * `stop_reason` and `terminalFingerprint` (terminalFingerprintOf).
  */
-export function chatDeltaChunk(identity: ResponseIdentity, index: number, delta: object, finishReason: string | null, terminalFingerprint: string | null): object {
+export function chatDeltaChunk(
+  identity: ResponseIdentity,
+  index: number,
+  delta: object,
+  finishReason: string | null,
+  terminalFingerprint: string | null,
+): object {
   const finish = finishReason === null ? { finish_reason: null } : { finish_reason: finishReason, stop_reason: null };
   return {
     id: identity.id,
@@ -86,7 +92,14 @@ export function chatDeltaChunk(identity: ResponseIdentity, index: number, delta:
 }
 
 /** A content delta; the last one of a choice carries `finish_reason`, `stop_reason` and `terminalFingerprint` (terminalFingerprintOf). */
-export function deltaChunk(kind: EndpointKind, identity: ResponseIdentity, index: number, text: string, finishReason: string | null, terminalFingerprint: string | null): object {
+export function deltaChunk(
+  kind: EndpointKind,
+  identity: ResponseIdentity,
+  index: number,
+  text: string,
+  finishReason: string | null,
+  terminalFingerprint: string | null,
+): object {
   const finish = finishReason === null ? { finish_reason: null } : { finish_reason: finishReason, stop_reason: null };
   if (kind === 'chat') {
     return {
@@ -133,7 +146,12 @@ export interface FinishedChoice {
   readonly message?: object;
 }
 
-export function completeResponse(kind: EndpointKind, identity: ResponseIdentity, choices: readonly FinishedChoice[], usage: Usage): object {
+export function completeResponse(
+  kind: EndpointKind,
+  identity: ResponseIdentity,
+  choices: readonly FinishedChoice[],
+  usage: Usage,
+): object {
   if (kind === 'chat') {
     return {
       id: identity.id,
@@ -178,9 +196,15 @@ export function completeResponse(kind: EndpointKind, identity: ResponseIdentity,
  * token, so this is the simulator's hottest path. Byte-identical to
  * `data: ${JSON.stringify(deltaChunk(…, terminalFingerprint))}\n\n` (checked in response-format.test.ts).
  */
-export function createDeltaEventEncoder(kind: EndpointKind, identity: ResponseIdentity, terminalFingerprint: string | null): (index: number, text: string, finishReason: string | null) => string {
+export function createDeltaEventEncoder(
+  kind: EndpointKind,
+  identity: ResponseIdentity,
+  terminalFingerprint: string | null,
+): (index: number, text: string, finishReason: string | null) => string {
   const object = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
-  const prefix = `data: {"id":${JSON.stringify(identity.id)},"object":"${object}","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":[{"index":`;
+  const prefix =
+    `data: {"id":${JSON.stringify(identity.id)},"object":"${object}","created":${identity.created},` +
+    `"model":${JSON.stringify(identity.model)},"choices":[{"index":`;
   const stamp = terminalFingerprint === null ? '' : `,"system_fingerprint":${JSON.stringify(terminalFingerprint)}`;
   if (kind === 'chat') {
     return (index, text, finishReason) =>

@@ -61,10 +61,20 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
   };
   const choices = request.prompts.map((prompt) => {
     const output = new OutputText(deps.seed, prompt.tokens);
-    const eosLength = deps.eosRandom && !request.ignoreEos ? 1 + Math.floor(output.fraction() * prompt.maxTokens) : prompt.maxTokens;
+    const eosLength =
+      deps.eosRandom && !request.ignoreEos ? 1 + Math.floor(output.fraction() * prompt.maxTokens) : prompt.maxTokens;
     const turn = new ChoiceTurn(request.turn, eosLength);
     const endReason = turnEnd(request.turn, eosLength, prompt.maxTokens);
-    return { prompt, output, turn, outputTokens: eosLength, endReason, text: '', finishReason: null as FinishReason | null, sequence: null as Sequence | null };
+    return {
+      prompt,
+      output,
+      turn,
+      outputTokens: eosLength,
+      endReason,
+      text: '',
+      finishReason: null as FinishReason | null,
+      sequence: null as Sequence | null,
+    };
   });
   let unfinished = choices.length;
   let clientGone = false;
@@ -80,7 +90,10 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
     const usage = buildUsage({
       promptTokens: choices.reduce((sum, choice) => sum + choice.prompt.tokens.length, 0),
       completionTokens: choices.reduce((sum, choice) => sum + (choice.sequence?.outputCount ?? 0), 0),
-      cachedTokens: reportedCachedTokens(deps.cachedTokensReporting, choices.reduce((sum, choice) => sum + (choice.sequence?.cachedTokens ?? 0), 0)),
+      cachedTokens: reportedCachedTokens(
+        deps.cachedTokensReporting,
+        choices.reduce((sum, choice) => sum + (choice.sequence?.cachedTokens ?? 0), 0),
+      ),
     });
     if (request.stream) {
       if (request.includeUsage) send(usageChunk(request.kind, identity, usage));
@@ -93,7 +106,11 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
         identity,
         choices.map((choice) =>
           request.kind === 'chat'
-            ? { text: '', finishReason: choice.turn.finishReason(choice.finishReason ?? 'abort'), message: choice.turn.message() }
+            ? {
+                text: '',
+                finishReason: choice.turn.finishReason(choice.finishReason ?? 'abort'),
+                message: choice.turn.message(),
+              }
             : { text: choice.text, finishReason: choice.finishReason ?? 'abort' },
         ),
         usage,
@@ -104,7 +121,11 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
   };
 
   if (request.stream) {
-    response.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    response.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      connection: 'keep-alive',
+    });
     response.flushHeaders();
   }
 
@@ -142,7 +163,8 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
         } else {
           const pieces = choice.turn.pieces(outputIndex, piece);
           pieces.forEach((turnPiece, pieceIndex) => {
-            const finish = isLast && pieceIndex === pieces.length - 1 ? choice.turn.finishReason(choice.endReason) : null;
+            const finish =
+              isLast && pieceIndex === pieces.length - 1 ? choice.turn.finishReason(choice.endReason) : null;
             if (turnPiece.kind === 'content') response.write(encodeDelta(index, turnPiece.text, finish));
             else send(chatDeltaChunk(identity, index, pieceDelta(turnPiece), finish, terminalFingerprint));
           });

@@ -49,7 +49,11 @@ export function serveMessages(deps: GenerationDeps, request: MessagesGeneration,
   const outputTokens = deps.eosRandom ? 1 + Math.floor(output.fraction() * prompt.maxTokens) : prompt.maxTokens;
   const endReason = turnEnd(request.turn, outputTokens, prompt.maxTokens);
   // Anthropic's tool-use ids: `toolu_` and base62-ish characters (hex here).
-  const turn = new ChoiceTurn(request.turn, outputTokens, () => `toolu_${randomUUID().replaceAll('-', '').slice(0, 24)}`);
+  const turn = new ChoiceTurn(
+    request.turn,
+    outputTokens,
+    () => `toolu_${randomUUID().replaceAll('-', '').slice(0, 24)}`,
+  );
   let clientGone = false;
   let finished = false;
   /** The block being streamed and its index. */
@@ -58,7 +62,12 @@ export function serveMessages(deps: GenerationDeps, request: MessagesGeneration,
   const usageOf = (cachedTokens: number, generated: number): MessagesUsage =>
     deps.cachedTokensReporting === 'off'
       ? { input_tokens: prompt.tokens.length, output_tokens: generated }
-      : { input_tokens: prompt.tokens.length - cachedTokens, cache_creation_input_tokens: 0, cache_read_input_tokens: cachedTokens, output_tokens: generated };
+      : {
+          input_tokens: prompt.tokens.length - cachedTokens,
+          cache_creation_input_tokens: 0,
+          cache_read_input_tokens: cachedTokens,
+          output_tokens: generated,
+        };
   const event = (name: string, data: object): void => {
     response.write(`event: ${name}\ndata: ${JSON.stringify({ type: name, ...data })}\n\n`);
   };
@@ -69,7 +78,11 @@ export function serveMessages(deps: GenerationDeps, request: MessagesGeneration,
   const thinkingSignature = randomUUID().replaceAll('-', '');
   const closeBlock = (): void => {
     if (openBlock === null) return;
-    if (openBlock === 'thinking') event('content_block_delta', { index: blockIndex, delta: { type: 'signature_delta', signature: thinkingSignature } });
+    if (openBlock === 'thinking')
+      event('content_block_delta', {
+        index: blockIndex,
+        delta: { type: 'signature_delta', signature: thinkingSignature },
+      });
     openBlock = null;
     event('content_block_stop', { index: blockIndex });
   };
@@ -94,20 +107,34 @@ export function serveMessages(deps: GenerationDeps, request: MessagesGeneration,
         openBlockFor('tool_use', { type: 'tool_use', id: piece.id, name: piece.name, input: {} });
         return;
       case 'tool-arguments':
-        event('content_block_delta', { index: blockIndex, delta: { type: 'input_json_delta', partial_json: piece.text } });
+        event('content_block_delta', {
+          index: blockIndex,
+          delta: { type: 'input_json_delta', partial_json: piece.text },
+        });
         return;
     }
   };
   const contentBlocks = (): object[] => {
     const blocks: object[] = [];
-    if (turn.reasoning !== '') blocks.push({ type: 'thinking', thinking: turn.reasoning, signature: thinkingSignature });
-    if (turn.toolCalled && request.turn.toolCall) blocks.push({ type: 'tool_use', id: turn.toolCallId, name: request.turn.toolCall.name, input: JSON.parse(turn.toolArguments) as unknown });
+    if (turn.reasoning !== '')
+      blocks.push({ type: 'thinking', thinking: turn.reasoning, signature: thinkingSignature });
+    if (turn.toolCalled && request.turn.toolCall)
+      blocks.push({
+        type: 'tool_use',
+        id: turn.toolCallId,
+        name: request.turn.toolCall.name,
+        input: JSON.parse(turn.toolArguments) as unknown,
+      });
     else if (turn.answers) blocks.push({ type: 'text', text: turn.content });
     return blocks;
   };
 
   if (request.stream) {
-    response.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    response.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      connection: 'keep-alive',
+    });
     response.flushHeaders();
   }
   response.on('close', () => {
@@ -128,7 +155,16 @@ export function serveMessages(deps: GenerationDeps, request: MessagesGeneration,
       const pieces = turn.pieces(outputIndex, output.textAt(outputIndex));
       if (!request.stream || clientGone) return;
       if (outputIndex === 0) {
-        const message = { id, type: 'message', role: 'assistant', content: [], model: request.model, stop_reason: null, stop_sequence: null, usage: usageOf(current.cachedTokens ?? 0, 0) };
+        const message = {
+          id,
+          type: 'message',
+          role: 'assistant',
+          content: [],
+          model: request.model,
+          stop_reason: null,
+          stop_sequence: null,
+          usage: usageOf(current.cachedTokens ?? 0, 0),
+        };
         event('message_start', { message });
       }
       for (const piece of pieces) streamPiece(piece);
@@ -144,7 +180,16 @@ export function serveMessages(deps: GenerationDeps, request: MessagesGeneration,
         response.end();
         return;
       }
-      const body = JSON.stringify({ id, type: 'message', role: 'assistant', content: contentBlocks(), model: request.model, stop_reason: stopReason(), stop_sequence: null, usage });
+      const body = JSON.stringify({
+        id,
+        type: 'message',
+        role: 'assistant',
+        content: contentBlocks(),
+        model: request.model,
+        stop_reason: stopReason(),
+        stop_sequence: null,
+        usage,
+      });
       response.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
       response.end(body);
     },

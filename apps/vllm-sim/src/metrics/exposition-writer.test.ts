@@ -99,7 +99,14 @@ describe('ExpositionWriter', () => {
   it('writes family headers and samples with labels in the given order, newline-terminated', () => {
     const writer = new ExpositionWriter(formatPythonClientValue);
     writer.family('x:requests_total', 'counter', 'Requests.\nSecond line');
-    writer.sample('x:requests_total', [['zone', 'b"1'], ['app', 'a']], 3);
+    writer.sample(
+      'x:requests_total',
+      [
+        ['zone', 'b"1'],
+        ['app', 'a'],
+      ],
+      3,
+    );
     writer.sample('x:requests_total', [], 2417733);
     expect(writer.text()).toBe(
       [

@@ -24,7 +24,8 @@ export class ExpositionWriter {
 
   /** One sample line; labels are printed in the given order, `{}` omitted when there are none. */
   sample(name: string, labels: LabelPairs, value: number): void {
-    const labelText = labels.length === 0 ? '' : `{${labels.map(([label, text]) => `${label}="${escapeLabelValue(text)}"`).join(',')}}`;
+    const labelText =
+      labels.length === 0 ? '' : `{${labels.map(([label, text]) => `${label}="${escapeLabelValue(text)}"`).join(',')}}`;
     this.lines.push(`${name}${labelText} ${this.formatValue(value)}`);
   }
 
@@ -135,7 +136,8 @@ function roundHalfEvenToSignificant(value: number, precision: number): { digits:
   const significant = all.slice(first).replace(/0+$/, '');
   let kept = significant.slice(0, precision).padEnd(precision, '0');
   const rest = significant.slice(precision);
-  const roundUp = rest !== '' && (rest[0] as string) >= '5' && (rest !== '5' || Number(kept[kept.length - 1]) % 2 === 1);
+  const roundUp =
+    rest !== '' && (rest[0] as string) >= '5' && (rest !== '5' || Number(kept[kept.length - 1]) % 2 === 1);
   if (roundUp) {
     const incremented = (BigInt(kept) + 1n).toString();
     if (incremented.length > precision) {

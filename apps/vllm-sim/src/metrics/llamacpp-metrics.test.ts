@@ -1,5 +1,16 @@
 import { describe, expect, it } from 'vitest';
-import { addRequest, familyShapes, newEngine, parseSamples, prefixTotals, rawValue, renderDialect, runMixedWorkload, runSteps, tokenPrompt } from './metrics-test-support';
+import {
+  addRequest,
+  familyShapes,
+  newEngine,
+  parseSamples,
+  prefixTotals,
+  rawValue,
+  renderDialect,
+  runMixedWorkload,
+  runSteps,
+  tokenPrompt,
+} from './metrics-test-support';
 
 /** Reference §3 and llama.cpp tools/server: counters first, then gauges; no labels. */
 const EXPECTED: Array<[string, string]> = [
@@ -30,7 +41,9 @@ describe('llama.cpp /metrics', () => {
     expect(familyShapes(text)).toEqual(new Map(EXPECTED.map(([name, type]) => [name, { type, labelNames: [] }])));
     expect(parseSamples(text).map((sample) => sample.name)).toEqual(EXPECTED.map(([name]) => name));
     expect(text).not.toContain('{');
-    expect(text).toContain('# HELP llamacpp:prompt_seconds_total Prompt process time\n# TYPE llamacpp:prompt_seconds_total counter\n');
+    expect(text).toContain(
+      '# HELP llamacpp:prompt_seconds_total Prompt process time\n# TYPE llamacpp:prompt_seconds_total counter\n',
+    );
   });
 
   it('prints values like a C++ stream: integers bare, at most 6 significant digits', () => {

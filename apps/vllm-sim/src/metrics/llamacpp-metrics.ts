@@ -47,9 +47,21 @@ export function renderLlamaCppMetrics(source: MetricsSource): string {
       'counter',
       [
         { name: 'prompt_tokens_total', help: 'Number of prompt tokens processed.', value: promptTokensProcessed },
-        { name: 'prompt_seconds_total', help: 'Prompt process time', value: truncatedSeconds(stats.prefillBusySeconds) },
-        { name: 'tokens_predicted_total', help: 'Number of generation tokens processed.', value: stats.generationTokens },
-        { name: 'tokens_predicted_seconds_total', help: 'Predict process time', value: truncatedSeconds(stats.decodeBusySeconds) },
+        {
+          name: 'prompt_seconds_total',
+          help: 'Prompt process time',
+          value: truncatedSeconds(stats.prefillBusySeconds),
+        },
+        {
+          name: 'tokens_predicted_total',
+          help: 'Number of generation tokens processed.',
+          value: stats.generationTokens,
+        },
+        {
+          name: 'tokens_predicted_seconds_total',
+          help: 'Predict process time',
+          value: truncatedSeconds(stats.decodeBusySeconds),
+        },
         { name: 'n_decode_total', help: 'Total number of llama_decode() calls', value: stats.steps },
         {
           name: 'n_busy_slots_per_decode',
@@ -63,8 +75,16 @@ export function renderLlamaCppMetrics(source: MetricsSource): string {
       'gauge',
       [
         // Rates divide by the untruncated times, as llama.cpp divides by its millisecond doubles.
-        { name: 'prompt_tokens_seconds', help: 'Average prompt throughput in tokens/s.', value: rate(promptTokensProcessed, stats.prefillBusySeconds) },
-        { name: 'predicted_tokens_seconds', help: 'Average generation throughput in tokens/s.', value: rate(stats.generationTokens, stats.decodeBusySeconds) },
+        {
+          name: 'prompt_tokens_seconds',
+          help: 'Average prompt throughput in tokens/s.',
+          value: rate(promptTokensProcessed, stats.prefillBusySeconds),
+        },
+        {
+          name: 'predicted_tokens_seconds',
+          help: 'Average generation throughput in tokens/s.',
+          value: rate(stats.generationTokens, stats.decodeBusySeconds),
+        },
         { name: 'requests_processing', help: 'Number of requests processing.', value: processing },
         { name: 'requests_deferred', help: 'Number of requests deferred.', value: deferred },
       ],

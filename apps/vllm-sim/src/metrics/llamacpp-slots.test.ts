@@ -15,17 +15,30 @@ describe('llama.cpp /slots and /props', () => {
       n_ctx: 32_768,
       speculative: false,
       params: { n_predict: 400 },
-      next_token: { has_next_token: true, n_decoded: workload.long.outputCount, n_remain: 400 - workload.long.outputCount },
+      next_token: {
+        has_next_token: true,
+        n_decoded: workload.long.outputCount,
+        n_remain: 400 - workload.long.outputCount,
+      },
     });
     expect(workload.long.outputCount).toBeGreaterThan(0);
-    expect(idle).toMatchObject({ id_task: -1, is_processing: false, params: { n_predict: -1 }, next_token: { n_remain: -1, n_decoded: 0 } });
+    expect(idle).toMatchObject({
+      id_task: -1,
+      is_processing: false,
+      params: { n_predict: -1 },
+      next_token: { n_remain: -1, n_decoded: 0 },
+    });
     expect(JSON.stringify(idle?.params)).toContain('"temperature":0.800000011920929');
     expect(renderLlamaCppSlots(workload.engine)).toHaveLength(256);
     expect(renderLlamaCppSlots(workload.engine, 10_000)).toHaveLength(256);
   });
 
   it('reports total_slots in /props', () => {
-    expect(renderLlamaCppProps(workload.engine, MODEL_NAME, 4)).toMatchObject({ total_slots: 4, model_path: MODEL_NAME, default_generation_settings: { n_ctx: 32_768 } });
+    expect(renderLlamaCppProps(workload.engine, MODEL_NAME, 4)).toMatchObject({
+      total_slots: 4,
+      model_path: MODEL_NAME,
+      default_generation_settings: { n_ctx: 32_768 },
+    });
     expect(renderLlamaCppProps(workload.engine, MODEL_NAME).total_slots).toBe(256);
   });
 });

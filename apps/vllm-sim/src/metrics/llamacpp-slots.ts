@@ -82,7 +82,12 @@ function busySlot(id: number, sequence: Sequence, nCtx: number): LlamaCppSlot {
     is_processing: true,
     // `stream` is not known to the engine; true, as most router traffic streams.
     params: { ...defaultParams(), n_predict: nPredict, max_tokens: nPredict },
-    next_token: { has_next_token: true, has_new_line: false, n_remain: nPredict - sequence.outputCount, n_decoded: sequence.outputCount },
+    next_token: {
+      has_next_token: true,
+      has_new_line: false,
+      n_remain: nPredict - sequence.outputCount,
+      n_decoded: sequence.outputCount,
+    },
   };
 }
 

@@ -13,7 +13,10 @@ export const MODEL_NAME = 'Qwen/Qwen2.5-7B-Instruct';
 /** A realistic start time whose floatToGoString is `1.7612044183526373e+09`. */
 export const STARTED_AT_UNIX_SECONDS = 1761204418.3526373;
 
-export function newEngine(version: 'v1' | 'v0', overrides: Partial<Pick<EngineOptions, 'numGpuBlocks' | 'maxModelLen'>> = {}): Engine {
+export function newEngine(
+  version: 'v1' | 'v0',
+  overrides: Partial<Pick<EngineOptions, 'numGpuBlocks' | 'maxModelLen'>> = {},
+): Engine {
   return new Engine({ profile: getProfile('a100-7b'), version, ...overrides });
 }
 
@@ -21,8 +24,17 @@ export function newEngine(version: 'v1' | 'v0', overrides: Partial<Pick<EngineOp
  * `engine`'s exposition in `dialect`, always under MODEL_NAME and STARTED_AT_UNIX_SECONDS because the
  * dialect tests assert on both; `options` carries what a test varies (llama.cpp `slots`).
  */
-export function renderDialect(dialect: MetricsDialect, engine: Engine, options: Pick<MetricsSource, 'slots'> = {}): string {
-  return renderMetrics(dialect, { engine, modelName: MODEL_NAME, startedAtUnixSeconds: STARTED_AT_UNIX_SECONDS, ...options });
+export function renderDialect(
+  dialect: MetricsDialect,
+  engine: Engine,
+  options: Pick<MetricsSource, 'slots'> = {},
+): string {
+  return renderMetrics(dialect, {
+    engine,
+    modelName: MODEL_NAME,
+    startedAtUnixSeconds: STARTED_AT_UNIX_SECONDS,
+    ...options,
+  });
 }
 
 import { syntheticTokenPrompt as tokenPrompt } from '@kvroute/workloads';
@@ -142,7 +154,10 @@ export function familyShapes(text: string): Map<string, FamilyShape> {
     labelNames.set(sample.family, names);
   }
   return new Map(
-    parsePrometheusTextFormat(text).map((family) => [family.name, { type: family.type, labelNames: [...(labelNames.get(family.name) ?? [])].sort() }]),
+    parsePrometheusTextFormat(text).map((family) => [
+      family.name,
+      { type: family.type, labelNames: [...(labelNames.get(family.name) ?? [])].sort() },
+    ]),
   );
 }
 

@@ -73,6 +73,7 @@ export class PythonClientExposition {
   private createdFamily(base: string, help: string, series: ReadonlyArray<{ readonly labels: LabelSet }>): void {
     if (this.processModel.kind !== 'single-process') return;
     this.writer.family(`${base}_created`, 'gauge', help);
-    for (const { labels } of series) this.writer.sample(`${base}_created`, sortedLabels(labels), this.processModel.createdUnixSeconds);
+    for (const { labels } of series)
+      this.writer.sample(`${base}_created`, sortedLabels(labels), this.processModel.createdUnixSeconds);
   }
 }

@@ -1,5 +1,17 @@
 import { describe, expect, it } from 'vitest';
-import { addRequest, familyShapes, MODEL_NAME, newEngine, parseSamples, prefixTotals, rawValue, renderDialect, runMixedWorkload, runSteps, tokenPrompt } from './metrics-test-support';
+import {
+  addRequest,
+  familyShapes,
+  MODEL_NAME,
+  newEngine,
+  parseSamples,
+  prefixTotals,
+  rawValue,
+  renderDialect,
+  runMixedWorkload,
+  runSteps,
+  tokenPrompt,
+} from './metrics-test-support';
 
 /** Scheduler gauges carry the scheduler's labels; tokenizer-manager counters and histograms `model_name` only (reference §2). */
 const SCHEDULER = ['engine_type', 'model_name', 'pp_rank', 'tp_rank'];
@@ -25,18 +37,26 @@ describe('SGLang /metrics', () => {
   const text = renderDialect('sglang', workload.engine);
 
   it('has exactly the expected families, with their types and label names', () => {
-    expect(familyShapes(text)).toEqual(new Map(EXPECTED.map(([name, type, labelNames]) => [name, { type, labelNames }])));
+    expect(familyShapes(text)).toEqual(
+      new Map(EXPECTED.map(([name, type, labelNames]) => [name, { type, labelNames }])),
+    );
   });
 
   it('has no _created families and prints histograms _sum first (multiprocess mode)', () => {
     expect(text).not.toContain('_created');
     const lines = text.split('\n');
     const type = lines.indexOf('# TYPE sglang:e2e_request_latency_seconds histogram');
-    expect(lines[type + 1]?.startsWith(`sglang:e2e_request_latency_seconds_sum{model_name="${MODEL_NAME}"} `)).toBe(true);
-    expect(lines[type + 2]?.startsWith(`sglang:e2e_request_latency_seconds_bucket{le="0.1",model_name="${MODEL_NAME}"} `)).toBe(true);
+    expect(lines[type + 1]?.startsWith(`sglang:e2e_request_latency_seconds_sum{model_name="${MODEL_NAME}"} `)).toBe(
+      true,
+    );
+    expect(
+      lines[type + 2]?.startsWith(`sglang:e2e_request_latency_seconds_bucket{le="0.1",model_name="${MODEL_NAME}"} `),
+    ).toBe(true);
     const count = lines.findIndex((line) => line.startsWith('sglang:e2e_request_latency_seconds_count{'));
     expect(lines[count - 1]?.startsWith('sglang:e2e_request_latency_seconds_bucket{le="+Inf",')).toBe(true);
-    expect(text).toContain(`sglang:num_running_reqs{engine_type="unified",model_name="${MODEL_NAME}",pp_rank="0",tp_rank="0"} 1.0\n`);
+    expect(text).toContain(
+      `sglang:num_running_reqs{engine_type="unified",model_name="${MODEL_NAME}",pp_rank="0",tp_rank="0"} 1.0\n`,
+    );
   });
 
   it('uses SGLang bucket bounds', () => {
@@ -46,7 +66,13 @@ describe('SGLang /metrics', () => {
         .map((sample) => sample.labels.le);
     expect(bounds('sglang:time_to_first_token_seconds').slice(0, 3)).toEqual(['0.1', '0.2', '0.4']);
     expect(bounds('sglang:time_to_first_token_seconds').slice(-2)).toEqual(['400.0', '+Inf']);
-    expect(bounds('sglang:e2e_request_latency_seconds').slice(-5)).toEqual(['600.0', '1200.0', '1800.0', '2400.0', '+Inf']);
+    expect(bounds('sglang:e2e_request_latency_seconds').slice(-5)).toEqual([
+      '600.0',
+      '1200.0',
+      '1800.0',
+      '2400.0',
+      '+Inf',
+    ]);
     expect(bounds('sglang:inter_token_latency_seconds').slice(0, 2)).toEqual(['0.002', '0.004']);
     expect(bounds('sglang:inter_token_latency_seconds').slice(-2)).toEqual(['8.0', '+Inf']);
   });

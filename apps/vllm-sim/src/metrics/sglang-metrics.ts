@@ -26,26 +26,57 @@ export function renderSglangMetrics(source: MetricsSource): string {
 
   const maxTotalTokens = pool.usableBlocks * BLOCK_SIZE_TOKENS;
   const usedTokens = (pool.usableBlocks - pool.freeCount) * BLOCK_SIZE_TOKENS;
-  out.gauge('sglang:num_running_reqs', 'The number of running requests.', [{ labels: scheduler, value: engine.runningCount }]);
+  out.gauge('sglang:num_running_reqs', 'The number of running requests.', [
+    { labels: scheduler, value: engine.runningCount },
+  ]);
   out.gauge('sglang:num_used_tokens', 'The number of used tokens.', [{ labels: scheduler, value: usedTokens }]);
   // The scheduler rounds the ratio to two decimals before setting the gauge.
-  out.gauge('sglang:token_usage', 'The token usage.', [{ labels: scheduler, value: roundToHundredthsLikePython(usedTokens / maxTotalTokens) }]);
-  out.gauge('sglang:num_queue_reqs', 'The number of requests in the waiting queue.', [{ labels: scheduler, value: engine.waitingCount }]);
+  out.gauge('sglang:token_usage', 'The token usage.', [
+    { labels: scheduler, value: roundToHundredthsLikePython(usedTokens / maxTotalTokens) },
+  ]);
+  out.gauge('sglang:num_queue_reqs', 'The number of requests in the waiting queue.', [
+    { labels: scheduler, value: engine.waitingCount },
+  ]);
   // Hit ratio of the most recent prefill batch only (not cumulative).
-  out.gauge('sglang:cache_hit_rate', 'The prefix cache hit rate.', [{ labels: scheduler, value: stats.lastPrefillBatchHitRate }]);
-  out.gauge('sglang:max_total_num_tokens', 'Maximum total number of tokens in the KV cache pool.', [{ labels: scheduler, value: maxTotalTokens }]);
+  out.gauge('sglang:cache_hit_rate', 'The prefix cache hit rate.', [
+    { labels: scheduler, value: stats.lastPrefillBatchHitRate },
+  ]);
+  out.gauge('sglang:max_total_num_tokens', 'Maximum total number of tokens in the KV cache pool.', [
+    { labels: scheduler, value: maxTotalTokens },
+  ]);
 
   // SGLang adds prompt/generation tokens when a request finishes: the finished-request histograms hold
   // exactly those sums.
-  out.counter('sglang:prompt_tokens_total', 'Number of prefill tokens processed.', [{ labels: tokenizer, value: stats.requestPromptTokens.sum }]);
-  out.counter('sglang:generation_tokens_total', 'Number of generation tokens processed.', [{ labels: tokenizer, value: stats.requestGenerationTokens.sum }]);
-  out.counter('sglang:cached_tokens_total', 'Number of cached prompt tokens.', [{ labels: tokenizer, value: stats.prefixHitTokens }]);
+  out.counter('sglang:prompt_tokens_total', 'Number of prefill tokens processed.', [
+    { labels: tokenizer, value: stats.requestPromptTokens.sum },
+  ]);
+  out.counter('sglang:generation_tokens_total', 'Number of generation tokens processed.', [
+    { labels: tokenizer, value: stats.requestGenerationTokens.sum },
+  ]);
+  out.counter('sglang:cached_tokens_total', 'Number of cached prompt tokens.', [
+    { labels: tokenizer, value: stats.prefixHitTokens },
+  ]);
   const finished = stats.requestSuccess.stop + stats.requestSuccess.length + stats.requestSuccess.abort;
   out.counter('sglang:num_requests_total', 'Number of requests processed.', [{ labels: tokenizer, value: finished }]);
 
-  out.histogram('sglang:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', BUCKETS.sglangTtftSeconds, [{ labels: tokenizer, histogram: stats.ttftSeconds }]);
-  out.histogram('sglang:inter_token_latency_seconds', 'Histogram of inter-token latency in seconds.', BUCKETS.sglangItlSeconds, [{ labels: tokenizer, histogram: stats.interTokenSeconds }]);
-  out.histogram('sglang:e2e_request_latency_seconds', 'Histogram of End-to-end request latency in seconds', BUCKETS.sglangE2eSeconds, [{ labels: tokenizer, histogram: stats.e2eSeconds }]);
+  out.histogram(
+    'sglang:time_to_first_token_seconds',
+    'Histogram of time to first token in seconds.',
+    BUCKETS.sglangTtftSeconds,
+    [{ labels: tokenizer, histogram: stats.ttftSeconds }],
+  );
+  out.histogram(
+    'sglang:inter_token_latency_seconds',
+    'Histogram of inter-token latency in seconds.',
+    BUCKETS.sglangItlSeconds,
+    [{ labels: tokenizer, histogram: stats.interTokenSeconds }],
+  );
+  out.histogram(
+    'sglang:e2e_request_latency_seconds',
+    'Histogram of End-to-end request latency in seconds',
+    BUCKETS.sglangE2eSeconds,
+    [{ labels: tokenizer, histogram: stats.e2eSeconds }],
+  );
   return out.text();
 }
 

@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { familyShapes, MODEL_NAME, parseSamples, prefixTotals, rawValue, renderDialect, runMixedWorkload } from './metrics-test-support';
+import {
+  familyShapes,
+  MODEL_NAME,
+  parseSamples,
+  prefixTotals,
+  rawValue,
+  renderDialect,
+  runMixedWorkload,
+} from './metrics-test-support';
 
 const M = ['model_name'];
 
@@ -55,7 +63,9 @@ describe('vLLM V0 (0.6.x) /metrics', () => {
   const text = renderDialect('vllm-v0', workload.engine);
 
   it('has exactly the V0 families, with their types and label names', () => {
-    expect(familyShapes(text)).toEqual(new Map(EXPECTED.map(([name, type, labelNames]) => [name, { type, labelNames }])));
+    expect(familyShapes(text)).toEqual(
+      new Map(EXPECTED.map(([name, type, labelNames]) => [name, { type, labelNames }])),
+    );
   });
 
   it('has no _created families (multiprocess mode)', () => {
@@ -65,7 +75,9 @@ describe('vLLM V0 (0.6.x) /metrics', () => {
   it('prints model_name only, sorted after le, and histograms as _sum, buckets, _count', () => {
     const lines = text.split('\n');
     const sum = lines.findIndex((line) => line.startsWith('vllm:time_to_first_token_seconds_sum{'));
-    expect(lines[sum]).toMatch(new RegExp(`^vllm:time_to_first_token_seconds_sum\\{model_name="${MODEL_NAME}"\\} \\d+\\.\\d+`));
+    expect(lines[sum]).toMatch(
+      new RegExp(`^vllm:time_to_first_token_seconds_sum\\{model_name="${MODEL_NAME}"\\} \\d+\\.\\d+`),
+    );
     expect(lines[sum + 1]).toBe(`vllm:time_to_first_token_seconds_bucket{le="0.001",model_name="${MODEL_NAME}"} 0.0`);
     expect(lines[sum + 16]?.startsWith(`vllm:time_to_first_token_seconds_bucket{le="10.0",`)).toBe(true);
     expect(lines[sum + 17]?.startsWith(`vllm:time_to_first_token_seconds_bucket{le="+Inf",`)).toBe(true);
@@ -102,6 +114,11 @@ describe('vLLM V0 (0.6.x) /metrics', () => {
 
   it('reports cache_config_info without engine or model_name, with swap_space_bytes', () => {
     const [info] = parseSamples(text).filter((sample) => sample.name === 'vllm:cache_config_info');
-    expect(info?.labels).toMatchObject({ block_size: '16', num_gpu_blocks: '63680', enable_prefix_caching: 'True', swap_space_bytes: '0' });
+    expect(info?.labels).toMatchObject({
+      block_size: '16',
+      num_gpu_blocks: '63680',
+      enable_prefix_caching: 'True',
+      swap_space_bytes: '0',
+    });
   });
 });

@@ -42,25 +42,75 @@ export function renderVllmV0Metrics(source: MetricsSource): string {
   out.counter('vllm:num_preemptions_total', 'Cumulative number of preemption from the engine.', one(stats.preemptions));
   out.counter('vllm:prompt_tokens_total', 'Number of prefill tokens processed.', one(stats.promptTokens));
   out.counter('vllm:generation_tokens_total', 'Number of generation tokens processed.', one(stats.generationTokens));
-  out.counter('vllm:tokens_total', 'Number of prefill plus generation tokens processed.', one(stats.promptTokens + stats.generationTokens));
+  out.counter(
+    'vllm:tokens_total',
+    'Number of prefill plus generation tokens processed.',
+    one(stats.promptTokens + stats.generationTokens),
+  );
   // V0 enforce-eager buckets are 1 … 4096, 8096; the stored histogram has V1's bounds (… 4096, 8192,
   // 16384), so those are printed: identical up to 4096.
-  out.histogram('vllm:iteration_tokens_total', 'Histogram of number of tokens per engine_step.', BUCKETS.vllmIterationTokens, [{ labels, histogram: stats.iterationTokens }]);
-  out.histogram('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', V0_TTFT_BOUNDS, [{ labels, histogram: stats.ttftSeconds }]);
-  out.histogram('vllm:time_per_output_token_seconds', 'Histogram of time per output token in seconds.', V0_TPOT_BOUNDS, [{ labels, histogram: stats.interTokenSeconds }]);
+  out.histogram(
+    'vllm:iteration_tokens_total',
+    'Histogram of number of tokens per engine_step.',
+    BUCKETS.vllmIterationTokens,
+    [{ labels, histogram: stats.iterationTokens }],
+  );
+  out.histogram('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', V0_TTFT_BOUNDS, [
+    { labels, histogram: stats.ttftSeconds },
+  ]);
+  out.histogram(
+    'vllm:time_per_output_token_seconds',
+    'Histogram of time per output token in seconds.',
+    V0_TPOT_BOUNDS,
+    [{ labels, histogram: stats.interTokenSeconds }],
+  );
 
   const request = (histogram: Histogram) => [{ labels, histogram }];
-  out.histogram('vllm:e2e_request_latency_seconds', 'Histogram of end to end request latency in seconds.', V0_REQUEST_BOUNDS, request(stats.e2eSeconds));
-  out.histogram('vllm:request_queue_time_seconds', 'Histogram of time spent in WAITING phase for request.', V0_REQUEST_BOUNDS, request(stats.queueSeconds));
-  out.histogram('vllm:request_inference_time_seconds', 'Histogram of time spent in RUNNING phase for request.', V0_REQUEST_BOUNDS, request(stats.inferenceSeconds));
-  out.histogram('vllm:request_prefill_time_seconds', 'Histogram of time spent in PREFILL phase for request.', V0_REQUEST_BOUNDS, request(stats.prefillSeconds));
-  out.histogram('vllm:request_decode_time_seconds', 'Histogram of time spent in DECODE phase for request.', V0_REQUEST_BOUNDS, request(stats.decodeSeconds));
+  out.histogram(
+    'vllm:e2e_request_latency_seconds',
+    'Histogram of end to end request latency in seconds.',
+    V0_REQUEST_BOUNDS,
+    request(stats.e2eSeconds),
+  );
+  out.histogram(
+    'vllm:request_queue_time_seconds',
+    'Histogram of time spent in WAITING phase for request.',
+    V0_REQUEST_BOUNDS,
+    request(stats.queueSeconds),
+  );
+  out.histogram(
+    'vllm:request_inference_time_seconds',
+    'Histogram of time spent in RUNNING phase for request.',
+    V0_REQUEST_BOUNDS,
+    request(stats.inferenceSeconds),
+  );
+  out.histogram(
+    'vllm:request_prefill_time_seconds',
+    'Histogram of time spent in PREFILL phase for request.',
+    V0_REQUEST_BOUNDS,
+    request(stats.prefillSeconds),
+  );
+  out.histogram(
+    'vllm:request_decode_time_seconds',
+    'Histogram of time spent in DECODE phase for request.',
+    V0_REQUEST_BOUNDS,
+    request(stats.decodeSeconds),
+  );
   // Same quantity as the queue time (arrival → first scheduled), under V0's older name.
-  out.histogram('vllm:time_in_queue_requests', 'Histogram of time the request spent in the queue in seconds.', V0_REQUEST_BOUNDS, request(stats.queueSeconds));
+  out.histogram(
+    'vllm:time_in_queue_requests',
+    'Histogram of time the request spent in the queue in seconds.',
+    V0_REQUEST_BOUNDS,
+    request(stats.queueSeconds),
+  );
 
   const tokenBounds = stats.tokenBuckets;
-  out.histogram('vllm:request_prompt_tokens', 'Number of prefill tokens processed.', tokenBounds, [{ labels, histogram: stats.requestPromptTokens }]);
-  out.histogram('vllm:request_generation_tokens', 'Number of generation tokens processed.', tokenBounds, [{ labels, histogram: stats.requestGenerationTokens }]);
+  out.histogram('vllm:request_prompt_tokens', 'Number of prefill tokens processed.', tokenBounds, [
+    { labels, histogram: stats.requestPromptTokens },
+  ]);
+  out.histogram('vllm:request_generation_tokens', 'Number of generation tokens processed.', tokenBounds, [
+    { labels, histogram: stats.requestGenerationTokens },
+  ]);
   // n = 1 only: a request's max over its samples is its own generation length.
   out.histogram(
     'vllm:request_max_num_generation_tokens',
@@ -68,13 +118,20 @@ export function renderVllmV0Metrics(source: MetricsSource): string {
     tokenBounds,
     [{ labels, histogram: stats.requestGenerationTokens }],
   );
-  out.histogram('vllm:request_params_n', 'Histogram of the n request parameter.', BUCKETS.vllmParamsN, [{ labels, histogram: stats.requestParamsN }]);
-  out.histogram('vllm:request_params_max_tokens', 'Histogram of the max_tokens request parameter.', tokenBounds, [{ labels, histogram: stats.requestParamsMaxTokens }]);
+  out.histogram('vllm:request_params_n', 'Histogram of the n request parameter.', BUCKETS.vllmParamsN, [
+    { labels, histogram: stats.requestParamsN },
+  ]);
+  out.histogram('vllm:request_params_max_tokens', 'Histogram of the max_tokens request parameter.', tokenBounds, [
+    { labels, histogram: stats.requestParamsMaxTokens },
+  ]);
   // V0 counts finished sequence groups; aborted requests leave the scheduler without a finish reason.
   out.counter(
     'vllm:request_success_total',
     'Count of successfully processed requests.',
-    (['stop', 'length'] as const).map((reason) => ({ labels: { ...labels, finished_reason: reason }, value: stats.requestSuccess[reason] })),
+    (['stop', 'length'] as const).map((reason) => ({
+      labels: { ...labels, finished_reason: reason },
+      value: stats.requestSuccess[reason],
+    })),
   );
 
   // CacheConfig.__dict__ of 0.6.4, str()-ed; no engine or model_name label. swap_space 0 because the

@@ -1,5 +1,17 @@
 import { describe, expect, it } from 'vitest';
-import { addRequest, familyShapes, MODEL_NAME, newEngine, parseSamples, prefixTotals, rawValue, renderDialect, runMixedWorkload, runSteps, tokenPrompt } from './metrics-test-support';
+import {
+  addRequest,
+  familyShapes,
+  MODEL_NAME,
+  newEngine,
+  parseSamples,
+  prefixTotals,
+  rawValue,
+  renderDialect,
+  runMixedWorkload,
+  runSteps,
+  tokenPrompt,
+} from './metrics-test-support';
 
 const BASE = ['engine', 'model_name'];
 
@@ -54,7 +66,8 @@ const CACHE_CONFIG_LABELS = [
 function expectedShapes(): Map<string, { type: string; labelNames: string[] }> {
   const shapes = new Map<string, { type: string; labelNames: string[] }>();
   shapes.set('process_start_time_seconds', { type: 'GAUGE', labelNames: [] });
-  for (const name of ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc']) shapes.set(name, { type: 'GAUGE', labelNames: BASE });
+  for (const name of ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc'])
+    shapes.set(name, { type: 'GAUGE', labelNames: BASE });
   for (const [base, labelNames] of COUNTERS) {
     shapes.set(`${base}_total`, { type: 'COUNTER', labelNames });
     shapes.set(`${base}_created`, { type: 'GAUGE', labelNames });
@@ -109,20 +122,26 @@ describe('vLLM V1 /metrics', () => {
 
   it('opens with the process start time, as the process collector of prometheus_client prints it', () => {
     // Start 1.7612044183526373e+09 s (metrics-test-support), Python float repr in Go style.
-    expect(text.startsWith(
-      [
-        '# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.',
-        '# TYPE process_start_time_seconds gauge',
-        'process_start_time_seconds 1.7612044183526373e+09',
-        '# HELP vllm:num_requests_running ',
-      ].join('\n'),
-    )).toBe(true);
+    expect(
+      text.startsWith(
+        [
+          '# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.',
+          '# TYPE process_start_time_seconds gauge',
+          'process_start_time_seconds 1.7612044183526373e+09',
+          '# HELP vllm:num_requests_running ',
+        ].join('\n'),
+      ),
+    ).toBe(true);
   });
 
   it('prints labels sorted, le between engine and model_name', () => {
-    expect(text).toContain(`vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="${MODEL_NAME}"} `);
+    expect(text).toContain(
+      `vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="${MODEL_NAME}"} `,
+    );
     expect(text).toContain(`vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="${MODEL_NAME}"} `);
-    expect(text).toContain(`vllm:request_success_total{engine="0",finished_reason="stop",model_name="${MODEL_NAME}"} 7.0\n`);
+    expect(text).toContain(
+      `vllm:request_success_total{engine="0",finished_reason="stop",model_name="${MODEL_NAME}"} 7.0\n`,
+    );
     for (const sample of parseSamples(text)) expect(sample.labelNames).toEqual([...sample.labelNames].sort());
     const bucket = parseSamples(text).find((sample) => sample.name === 'vllm:e2e_request_latency_seconds_bucket');
     expect(bucket?.labelNames).toEqual(['engine', 'le', 'model_name']);
@@ -144,7 +163,9 @@ describe('vLLM V1 /metrics', () => {
 
   it('prints a histogram as buckets, _count, _sum with Python float formatting', () => {
     const lines = text.split('\n');
-    const inf = lines.findIndex((line) => line.startsWith(`vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf"`));
+    const inf = lines.findIndex((line) =>
+      line.startsWith(`vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf"`),
+    );
     expect(lines[inf + 1]).toBe(`vllm:e2e_request_latency_seconds_count{${labels}} 8.0`);
     expect(lines[inf + 2]?.startsWith(`vllm:e2e_request_latency_seconds_sum{${labels}} `)).toBe(true);
     expect(text).toContain(`le="2560.0"`);
@@ -178,7 +199,13 @@ describe('vLLM V1 /metrics', () => {
   it('reports the cache config of the simulated pool', () => {
     const [info] = parseSamples(text).filter((sample) => sample.name === 'vllm:cache_config_info');
     expect(info?.value).toBe('1.0');
-    expect(info?.labels).toMatchObject({ block_size: '16', num_gpu_blocks: '63680', enable_prefix_caching: 'True', prefix_caching_hash_algo: 'sha256', engine: '0' });
+    expect(info?.labels).toMatchObject({
+      block_size: '16',
+      num_gpu_blocks: '63680',
+      enable_prefix_caching: 'True',
+      prefix_caching_hash_algo: 'sha256',
+      engine: '0',
+    });
     expect(info?.labels.model_name).toBeUndefined();
   });
 

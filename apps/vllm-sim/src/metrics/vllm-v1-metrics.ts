@@ -24,14 +24,24 @@ export function renderVllmV1Metrics(source: MetricsSource): string {
   const labels: LabelSet = { model_name: modelName, engine: '0' };
   const one = (value: number) => [{ labels, value }];
 
-  out.gauge('process_start_time_seconds', 'Start time of the process since unix epoch in seconds.', [{ labels: {}, value: source.startedAtUnixSeconds }]);
+  out.gauge('process_start_time_seconds', 'Start time of the process since unix epoch in seconds.', [
+    { labels: {}, value: source.startedAtUnixSeconds },
+  ]);
   out.gauge('vllm:num_requests_running', 'Number of requests in model execution batches.', one(engine.runningCount));
   out.gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', one(engine.waitingCount));
   // 1 − free / (num_gpu_blocks − 1); evictable cached blocks count as free.
   out.gauge('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', one(engine.pool.usage()));
   // Prompt tokens looked up / found in the prefix cache (tokens since 0.9).
-  out.counter('vllm:prefix_cache_queries', 'Prefix cache queries, in terms of number of queried tokens.', one(stats.prefixQueryTokens));
-  out.counter('vllm:prefix_cache_hits', 'Prefix cache hits, in terms of number of cached tokens.', one(stats.prefixHitTokens));
+  out.counter(
+    'vllm:prefix_cache_queries',
+    'Prefix cache queries, in terms of number of queried tokens.',
+    one(stats.prefixQueryTokens),
+  );
+  out.counter(
+    'vllm:prefix_cache_hits',
+    'Prefix cache hits, in terms of number of cached tokens.',
+    one(stats.prefixHitTokens),
+  );
   out.counter('vllm:num_preemptions', 'Cumulative number of preemption from the engine.', one(stats.preemptions));
   out.counter('vllm:prompt_tokens', 'Number of prefill tokens processed.', one(stats.promptTokens));
   out.counter('vllm:generation_tokens', 'Number of generation tokens processed.', one(stats.generationTokens));
@@ -39,13 +49,25 @@ export function renderVllmV1Metrics(source: MetricsSource): string {
   out.counter(
     'vllm:request_success',
     'Count of successfully processed requests.',
-    (['stop', 'length', 'abort'] as const).map((reason) => ({ labels: { ...labels, finished_reason: reason }, value: stats.requestSuccess[reason] })),
+    (['stop', 'length', 'abort'] as const).map((reason) => ({
+      labels: { ...labels, finished_reason: reason },
+      value: stats.requestSuccess[reason],
+    })),
   );
 
   const tokenBounds = stats.tokenBuckets;
-  out.histogram('vllm:request_prompt_tokens', 'Number of prefill tokens processed.', tokenBounds, [{ labels, histogram: stats.requestPromptTokens }]);
-  out.histogram('vllm:request_generation_tokens', 'Number of generation tokens processed.', tokenBounds, [{ labels, histogram: stats.requestGenerationTokens }]);
-  out.histogram('vllm:iteration_tokens_total', 'Histogram of number of tokens per engine_step.', BUCKETS.vllmIterationTokens, [{ labels, histogram: stats.iterationTokens }]);
+  out.histogram('vllm:request_prompt_tokens', 'Number of prefill tokens processed.', tokenBounds, [
+    { labels, histogram: stats.requestPromptTokens },
+  ]);
+  out.histogram('vllm:request_generation_tokens', 'Number of generation tokens processed.', tokenBounds, [
+    { labels, histogram: stats.requestGenerationTokens },
+  ]);
+  out.histogram(
+    'vllm:iteration_tokens_total',
+    'Histogram of number of tokens per engine_step.',
+    BUCKETS.vllmIterationTokens,
+    [{ labels, histogram: stats.iterationTokens }],
+  );
   // With n = 1 (the only value the simulator serves) the max over a request's samples is its own length.
   out.histogram(
     'vllm:request_max_num_generation_tokens',
@@ -53,17 +75,31 @@ export function renderVllmV1Metrics(source: MetricsSource): string {
     tokenBounds,
     [{ labels, histogram: stats.requestGenerationTokens }],
   );
-  out.histogram('vllm:request_params_n', 'Histogram of the n request parameter.', BUCKETS.vllmParamsN, [{ labels, histogram: stats.requestParamsN }]);
-  out.histogram('vllm:request_params_max_tokens', 'Histogram of the max_tokens request parameter.', tokenBounds, [{ labels, histogram: stats.requestParamsMaxTokens }]);
+  out.histogram('vllm:request_params_n', 'Histogram of the n request parameter.', BUCKETS.vllmParamsN, [
+    { labels, histogram: stats.requestParamsN },
+  ]);
+  out.histogram('vllm:request_params_max_tokens', 'Histogram of the max_tokens request parameter.', tokenBounds, [
+    { labels, histogram: stats.requestParamsMaxTokens },
+  ]);
 
-  out.histogram('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', BUCKETS.vllmTtftSeconds, [{ labels, histogram: stats.ttftSeconds }]);
+  out.histogram(
+    'vllm:time_to_first_token_seconds',
+    'Histogram of time to first token in seconds.',
+    BUCKETS.vllmTtftSeconds,
+    [{ labels, histogram: stats.ttftSeconds }],
+  );
   out.histogram(
     'vllm:time_per_output_token_seconds',
     'Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.',
     BUCKETS.vllmItlSeconds,
     [{ labels, histogram: stats.interTokenSeconds }],
   );
-  out.histogram('vllm:inter_token_latency_seconds', 'Histogram of inter-token latency in seconds.', BUCKETS.vllmItlSeconds, [{ labels, histogram: stats.interTokenSeconds }]);
+  out.histogram(
+    'vllm:inter_token_latency_seconds',
+    'Histogram of inter-token latency in seconds.',
+    BUCKETS.vllmItlSeconds,
+    [{ labels, histogram: stats.interTokenSeconds }],
+  );
   out.histogram(
     'vllm:request_time_per_output_token_seconds',
     'Histogram of time_per_output_token_seconds per request.',
@@ -71,11 +107,33 @@ export function renderVllmV1Metrics(source: MetricsSource): string {
     [{ labels, histogram: stats.requestTimePerOutputTokenSeconds }],
   );
   const requestBounds = BUCKETS.vllmRequestSeconds;
-  out.histogram('vllm:e2e_request_latency_seconds', 'Histogram of e2e request latency in seconds.', requestBounds, [{ labels, histogram: stats.e2eSeconds }]);
-  out.histogram('vllm:request_queue_time_seconds', 'Histogram of time spent in WAITING phase for request.', requestBounds, [{ labels, histogram: stats.queueSeconds }]);
-  out.histogram('vllm:request_inference_time_seconds', 'Histogram of time spent in RUNNING phase for request.', requestBounds, [{ labels, histogram: stats.inferenceSeconds }]);
-  out.histogram('vllm:request_prefill_time_seconds', 'Histogram of time spent in PREFILL phase for request.', requestBounds, [{ labels, histogram: stats.prefillSeconds }]);
-  out.histogram('vllm:request_decode_time_seconds', 'Histogram of time spent in DECODE phase for request.', requestBounds, [{ labels, histogram: stats.decodeSeconds }]);
+  out.histogram('vllm:e2e_request_latency_seconds', 'Histogram of e2e request latency in seconds.', requestBounds, [
+    { labels, histogram: stats.e2eSeconds },
+  ]);
+  out.histogram(
+    'vllm:request_queue_time_seconds',
+    'Histogram of time spent in WAITING phase for request.',
+    requestBounds,
+    [{ labels, histogram: stats.queueSeconds }],
+  );
+  out.histogram(
+    'vllm:request_inference_time_seconds',
+    'Histogram of time spent in RUNNING phase for request.',
+    requestBounds,
+    [{ labels, histogram: stats.inferenceSeconds }],
+  );
+  out.histogram(
+    'vllm:request_prefill_time_seconds',
+    'Histogram of time spent in PREFILL phase for request.',
+    requestBounds,
+    [{ labels, histogram: stats.prefillSeconds }],
+  );
+  out.histogram(
+    'vllm:request_decode_time_seconds',
+    'Histogram of time spent in DECODE phase for request.',
+    requestBounds,
+    [{ labels, histogram: stats.decodeSeconds }],
+  );
 
   // Registered once the engine is initialised (after every other family): CacheConfig fields as
   // `str()`-ed Python values, plus `engine`; no `model_name`.

@@ -57,12 +57,29 @@ export function reasoningTextPart(text: string): Record<string, unknown> {
 }
 
 /** A function call item: `arguments` (a JSON string) empty while in progress, whole once done. */
-export function functionCallItem(id: string, callId: string, name: string, completedArguments: string | null): Record<string, unknown> {
-  return { id, type: 'function_call', call_id: callId, name, arguments: completedArguments ?? '', status: completedArguments === null ? 'in_progress' : 'completed' };
+export function functionCallItem(
+  id: string,
+  callId: string,
+  name: string,
+  completedArguments: string | null,
+): Record<string, unknown> {
+  return {
+    id,
+    type: 'function_call',
+    call_id: callId,
+    name,
+    arguments: completedArguments ?? '',
+    status: completedArguments === null ? 'in_progress' : 'completed',
+  };
 }
 
 /** A response object; without `usage` until it is done. */
-export function responseObject(frame: ResponseFrame, status: ResponseStatus, output: readonly unknown[], usage: ResponseUsageCounts | null): Record<string, unknown> {
+export function responseObject(
+  frame: ResponseFrame,
+  status: ResponseStatus,
+  output: readonly unknown[],
+  usage: ResponseUsageCounts | null,
+): Record<string, unknown> {
   return {
     id: frame.id,
     object: 'response',
@@ -94,7 +111,10 @@ export function responseObject(frame: ResponseFrame, status: ResponseStatus, out
           usage: {
             input_tokens: usage.inputTokens,
             // `cache_write_tokens` is the spec's (required there; vLLM leaves it out): the prompt tokens computed now, which the prefix cache keeps.
-            input_tokens_details: { cached_tokens: usage.cachedTokens, cache_write_tokens: usage.inputTokens - usage.cachedTokens },
+            input_tokens_details: {
+              cached_tokens: usage.cachedTokens,
+              cache_write_tokens: usage.inputTokens - usage.cachedTokens,
+            },
             output_tokens: usage.outputTokens,
             output_tokens_details: { reasoning_tokens: usage.reasoningTokens },
             total_tokens: usage.inputTokens + usage.outputTokens,

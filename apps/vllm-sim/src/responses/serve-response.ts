@@ -5,7 +5,16 @@ import { ChoiceTurn, turnEnd, type TurnPiece, type TurnPlan } from '../generatio
 import type { GenerationDeps } from '../generation/serve-generation';
 import type { PreparedPrompt } from '../generation/prepare-prompts';
 import { OutputText } from '../text/output-text';
-import { functionCallItem, messageItem, outputTextPart, reasoningItem, reasoningTextPart, responseEvent, responseObject, type ResponseFrame } from './response-objects';
+import {
+  functionCallItem,
+  messageItem,
+  outputTextPart,
+  reasoningItem,
+  reasoningTextPart,
+  responseEvent,
+  responseObject,
+  type ResponseFrame,
+} from './response-objects';
 import type { ResponseStore } from './response-store';
 
 export interface ResponseRun {
@@ -57,9 +66,14 @@ type OutputItemKind = 'reasoning' | 'message' | 'function_call';
  */
 export function serveResponse(deps: GenerationDeps, run: ResponseRun, response: ServerResponse): void {
   const { frame, prompt } = run;
-  const itemIds: Record<OutputItemKind, string> = { reasoning: `rs_${hex32()}`, message: `msg_${hex32()}`, function_call: `fc_${hex32()}` };
+  const itemIds: Record<OutputItemKind, string> = {
+    reasoning: `rs_${hex32()}`,
+    message: `msg_${hex32()}`,
+    function_call: `fc_${hex32()}`,
+  };
   const output = new OutputText(deps.seed, prompt.tokens);
-  const outputTokens = deps.eosRandom && !run.ignoreEos ? 1 + Math.floor(output.fraction() * prompt.maxTokens) : prompt.maxTokens;
+  const outputTokens =
+    deps.eosRandom && !run.ignoreEos ? 1 + Math.floor(output.fraction() * prompt.maxTokens) : prompt.maxTokens;
   const endReason = turnEnd(run.turn, outputTokens, prompt.maxTokens);
   const turn = new ChoiceTurn(run.turn, outputTokens, () => `call_${hex32()}`);
   let sequenceNumber = 0;
@@ -75,7 +89,10 @@ export function serveResponse(deps: GenerationDeps, run: ResponseRun, response: 
   const completedItems = (): Record<string, unknown>[] => {
     const items: Record<string, unknown>[] = [];
     if (turn.reasoning !== '') items.push(reasoningItem(itemIds.reasoning, turn.reasoning));
-    if (turn.toolCalled && run.turn.toolCall) items.push(functionCallItem(itemIds.function_call, turn.toolCallId as string, run.turn.toolCall.name, turn.toolArguments));
+    if (turn.toolCalled && run.turn.toolCall)
+      items.push(
+        functionCallItem(itemIds.function_call, turn.toolCallId as string, run.turn.toolCall.name, turn.toolArguments),
+      );
     else if (turn.answers) items.push(messageItem(itemIds.message, turn.content));
     return items;
   };
@@ -88,15 +105,24 @@ export function serveResponse(deps: GenerationDeps, run: ResponseRun, response: 
     if (item === 'reasoning') {
       emit('response.reasoning_text.done', { ...at, content_index: 0, text: turn.reasoning });
       emit('response.content_part.done', { ...at, content_index: 0, part: reasoningTextPart(turn.reasoning) });
-      emit('response.output_item.done', { output_index: outputIndex, item: reasoningItem(itemIds.reasoning, turn.reasoning) });
+      emit('response.output_item.done', {
+        output_index: outputIndex,
+        item: reasoningItem(itemIds.reasoning, turn.reasoning),
+      });
     } else if (item === 'message') {
       emit('response.output_text.done', { ...at, content_index: 0, text: turn.content, logprobs: [] });
       emit('response.content_part.done', { ...at, content_index: 0, part: outputTextPart(turn.content) });
-      emit('response.output_item.done', { output_index: outputIndex, item: messageItem(itemIds.message, turn.content) });
+      emit('response.output_item.done', {
+        output_index: outputIndex,
+        item: messageItem(itemIds.message, turn.content),
+      });
     } else {
       const name = run.turn.toolCall?.name ?? '';
       emit('response.function_call_arguments.done', { ...at, name, arguments: turn.toolArguments });
-      emit('response.output_item.done', { output_index: outputIndex, item: functionCallItem(itemIds.function_call, turn.toolCallId as string, name, turn.toolArguments) });
+      emit('response.output_item.done', {
+        output_index: outputIndex,
+        item: functionCallItem(itemIds.function_call, turn.toolCallId as string, name, turn.toolArguments),
+      });
     }
   };
 
@@ -113,7 +139,10 @@ export function serveResponse(deps: GenerationDeps, run: ResponseRun, response: 
       emit('response.output_item.added', { output_index: outputIndex, item: messageItem(itemIds.message, null) });
       emit('response.content_part.added', { ...at, part: outputTextPart('') });
     } else if (piece.kind === 'tool-start') {
-      emit('response.output_item.added', { output_index: outputIndex, item: functionCallItem(itemIds.function_call, piece.id, piece.name, null) });
+      emit('response.output_item.added', {
+        output_index: outputIndex,
+        item: functionCallItem(itemIds.function_call, piece.id, piece.name, null),
+      });
     }
   };
 
@@ -121,23 +150,42 @@ export function serveResponse(deps: GenerationDeps, run: ResponseRun, response: 
     switch (piece.kind) {
       case 'reasoning':
         openItemFor('reasoning', piece);
-        emit('response.reasoning_text.delta', { item_id: itemIds.reasoning, output_index: outputIndex, content_index: 0, delta: piece.text });
+        emit('response.reasoning_text.delta', {
+          item_id: itemIds.reasoning,
+          output_index: outputIndex,
+          content_index: 0,
+          delta: piece.text,
+        });
         return;
       case 'content':
         openItemFor('message', piece);
-        emit('response.output_text.delta', { item_id: itemIds.message, output_index: outputIndex, content_index: 0, delta: piece.text, logprobs: [] });
+        emit('response.output_text.delta', {
+          item_id: itemIds.message,
+          output_index: outputIndex,
+          content_index: 0,
+          delta: piece.text,
+          logprobs: [],
+        });
         return;
       case 'tool-start':
         openItemFor('function_call', piece);
         return;
       case 'tool-arguments':
-        emit('response.function_call_arguments.delta', { item_id: itemIds.function_call, output_index: outputIndex, delta: piece.text });
+        emit('response.function_call_arguments.delta', {
+          item_id: itemIds.function_call,
+          output_index: outputIndex,
+          delta: piece.text,
+        });
         return;
     }
   };
 
   if (run.stream) {
-    response.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    response.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      connection: 'keep-alive',
+    });
     emit('response.created', { response: responseObject(frame, 'in_progress', [], null) });
     emit('response.in_progress', { response: responseObject(frame, 'in_progress', [], null) });
   }
@@ -159,11 +207,20 @@ export function serveResponse(deps: GenerationDeps, run: ResponseRun, response: 
         finished = true;
         if (response.destroyed) return;
         const items = completedItems();
-        const usage = { inputTokens: prompt.tokens.length, cachedTokens: done.cachedTokens ?? 0, outputTokens: done.outputCount, reasoningTokens: turn.reasoningCount(done.outputCount) };
+        const usage = {
+          inputTokens: prompt.tokens.length,
+          cachedTokens: done.cachedTokens ?? 0,
+          outputTokens: done.outputCount,
+          reasoningTokens: turn.reasoningCount(done.outputCount),
+        };
         // vLLM's Responses status: `incomplete` when max_output_tokens cut the answer.
         const status = reason === 'length' ? 'incomplete' : 'completed';
         const body = responseObject(frame, status, items, usage);
-        if (frame.store) run.store.put(frame.id, { response: body, history: [...run.historyBefore, ...responsesChatMessages(null, items as ResponseInputItem[])] });
+        if (frame.store)
+          run.store.put(frame.id, {
+            response: body,
+            history: [...run.historyBefore, ...responsesChatMessages(null, items as ResponseInputItem[])],
+          });
         if (!run.stream) {
           const json = JSON.stringify(body);
           response.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) });

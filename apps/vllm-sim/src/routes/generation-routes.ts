@@ -6,7 +6,12 @@ import type { FaultInjector } from '../faults';
 import type { EngineVersion } from '../engine/engine';
 import { AgentTurnFields, PLAIN_TURN, planTurn, type AgentSettings, type TurnPlan } from '../generation/agent-turn';
 import { readCacheSalt, withoutNullCacheSalt } from '../generation/cache-salt';
-import { prepareChatPrompts, prepareCompletionPrompts, type PreparedPrompt, type PromptLimits } from '../generation/prepare-prompts';
+import {
+  prepareChatPrompts,
+  prepareCompletionPrompts,
+  type PreparedPrompt,
+  type PromptLimits,
+} from '../generation/prepare-prompts';
 import type { EndpointKind } from '../generation/response-format';
 import { serveGeneration, type GenerationDeps } from '../generation/serve-generation';
 
@@ -27,7 +32,11 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
 
   app.post('/v1/chat/completions', async (request, reply) => {
     const receivedAtMs = performance.now();
-    const { body, cacheSalt } = parseSaltedBody(ChatCompletionRequest, withServedModel(request.body, options.servedModel), engineVersion);
+    const { body, cacheSalt } = parseSaltedBody(
+      ChatCompletionRequest,
+      withServedModel(request.body, options.servedModel),
+      engineVersion,
+    );
     checkModel(body.model, options.servedModel);
     const prompts = prepareChatPrompts(body, options.limits);
     const agentFields = parseBody(AgentTurnFields, body);
@@ -42,7 +51,11 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
 
   app.post('/v1/completions', async (request, reply) => {
     const receivedAtMs = performance.now();
-    const { body, cacheSalt } = parseSaltedBody(CompletionRequest, withServedModel(request.body, options.servedModel), engineVersion);
+    const { body, cacheSalt } = parseSaltedBody(
+      CompletionRequest,
+      withServedModel(request.body, options.servedModel),
+      engineVersion,
+    );
     checkModel(body.model, options.servedModel);
     const prompts = prepareCompletionPrompts(body, options.limits);
     await run(reply, 'text', body, cacheSalt, prompts, receivedAtMs, PLAIN_TURN);
@@ -85,7 +98,9 @@ export function parseBody<Schema extends z.ZodType>(schema: Schema, body: unknow
   }
   const result = schema.safeParse(body);
   if (!result.success) {
-    const details = result.error.issues.map((issue) => `${issue.path.join('.') || 'body'}: ${issue.message}`).join('; ');
+    const details = result.error.issues
+      .map((issue) => `${issue.path.join('.') || 'body'}: ${issue.message}`)
+      .join('; ');
     throw new EngineError('bad-request', `Invalid request: ${details}`);
   }
   return result.data;
@@ -96,12 +111,19 @@ export function parseBody<Schema extends z.ZodType>(schema: Schema, body: unknow
  * The salt is checked first, as vLLM does (generation/cache-salt.ts); the schema then sees the body
  * without a null salt, which vLLM takes as no salt.
  */
-export function parseSaltedBody<Schema extends z.ZodType>(schema: Schema, body: unknown, engineVersion: EngineVersion): { body: z.infer<Schema>; cacheSalt: string | undefined } {
+export function parseSaltedBody<Schema extends z.ZodType>(
+  schema: Schema,
+  body: unknown,
+  engineVersion: EngineVersion,
+): { body: z.infer<Schema>; cacheSalt: string | undefined } {
   const cacheSalt = readCacheSalt(body, engineVersion);
   return { body: parseBody(schema, withoutNullCacheSalt(body)), cacheSalt };
 }
 
-/** A body without `model` (absent or null) names the served model: vLLM's protocol has `model: str | None = None` and serves such a request with its (first) served model. */
+/**
+ * A body without `model` (absent or null) names the served model: vLLM's protocol has `model: str | None = None` and
+ * serves such a request with its (first) served model.
+ */
 export function withServedModel(body: unknown, servedModel: string): unknown {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) return body;
   const model = (body as { model?: unknown }).model;

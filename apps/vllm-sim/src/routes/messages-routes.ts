@@ -34,10 +34,17 @@ export async function messagesRoutes(app: FastifyInstance, options: MessagesRout
     checkModel(body.model, options.servedModel);
     const { messages, tools } = messagesAsChatPrompt(body);
     const prompt = prepareMessagesPrompt(renderChatPrompt({ messages, tools }), body.max_tokens, options.limits);
-    const turn = planTurn(options.agent, messagesTurnRequest(parseBody(MessagesAgentFields, body), tools, prompt.tokens));
+    const turn = planTurn(
+      options.agent,
+      messagesTurnRequest(parseBody(MessagesAgentFields, body), tools, prompt.tokens),
+    );
     const action = await options.faults.beforeServing();
     reply.hijack();
     if (action === 'hang') return;
-    serveMessages(options.generation, { model: body.model, prompt, stream: body.stream === true, cacheSalt: undefined, turn, receivedAtMs }, reply.raw);
+    serveMessages(
+      options.generation,
+      { model: body.model, prompt, stream: body.stream === true, cacheSalt: undefined, turn, receivedAtMs },
+      reply.raw,
+    );
   });
 }

@@ -28,12 +28,34 @@ export interface PoolingRoutesOptions {
 const EMBEDDING_DIMENSIONS = 8;
 
 const ModelField = { model: z.string().min(1).nullish() };
-const TokenizeBody = z.looseObject({ ...ModelField, prompt: z.string().optional(), messages: z.array(ChatMessage).optional() });
+const TokenizeBody = z.looseObject({
+  ...ModelField,
+  prompt: z.string().optional(),
+  messages: z.array(ChatMessage).optional(),
+});
 const DetokenizeBody = z.looseObject({ ...ModelField, tokens: z.array(z.number().int().nonnegative()) });
-const TextInput = z.union([z.string(), z.array(z.string()), z.array(z.number().int()), z.array(z.array(z.number().int()))]);
-const EmbeddingsBody = z.looseObject({ ...ModelField, input: TextInput, encoding_format: z.enum(['float', 'base64']).optional() });
-const ScoreBody = z.looseObject({ ...ModelField, text_1: z.union([z.string(), z.array(z.string())]), text_2: z.union([z.string(), z.array(z.string())]) });
-const RerankBody = z.looseObject({ ...ModelField, query: z.string(), documents: z.array(z.string()), top_n: z.number().int().positive().optional() });
+const TextInput = z.union([
+  z.string(),
+  z.array(z.string()),
+  z.array(z.number().int()),
+  z.array(z.array(z.number().int())),
+]);
+const EmbeddingsBody = z.looseObject({
+  ...ModelField,
+  input: TextInput,
+  encoding_format: z.enum(['float', 'base64']).optional(),
+});
+const ScoreBody = z.looseObject({
+  ...ModelField,
+  text_1: z.union([z.string(), z.array(z.string())]),
+  text_2: z.union([z.string(), z.array(z.string())]),
+});
+const RerankBody = z.looseObject({
+  ...ModelField,
+  query: z.string(),
+  documents: z.array(z.string()),
+  top_n: z.number().int().positive().optional(),
+});
 
 export async function poolingRoutes(app: FastifyInstance, options: PoolingRoutesOptions): Promise<void> {
   const modelOf = (model: string | null | undefined): string => {
@@ -46,7 +68,8 @@ export async function poolingRoutes(app: FastifyInstance, options: PoolingRoutes
   app.post('/tokenize', async (request) => {
     const body = parseBody(TokenizeBody, request.body);
     modelOf(body.model);
-    const tokens = body.messages !== undefined ? renderChatPrompt({ messages: body.messages }) : tokenize(body.prompt ?? '');
+    const tokens =
+      body.messages !== undefined ? renderChatPrompt({ messages: body.messages }) : tokenize(body.prompt ?? '');
     return { count: tokens.length, max_model_len: options.maxModelLen, tokens, token_strs: null };
   });
 
@@ -62,10 +85,27 @@ export async function poolingRoutes(app: FastifyInstance, options: PoolingRoutes
       const model = modelOf(body.model);
       const inputs = tokenLists(body.input);
       // `encoding_format: "base64"` (the openai client's default): the float32 vector's little-endian bytes, as vLLM sends it.
-      const encode = (vector: number[]): number[] | string => (body.encoding_format === 'base64' ? Buffer.from(Float32Array.from(vector).buffer).toString('base64') : vector);
-      const data = inputs.map((tokens, index) => (object === 'embedding' ? { index, object, embedding: encode(unitVector(tokens)) } : { index, object, data: encode(unitVector(tokens)) }));
+      const encode = (vector: number[]): number[] | string =>
+        body.encoding_format === 'base64' ? Buffer.from(Float32Array.from(vector).buffer).toString('base64') : vector;
+      const data = inputs.map((tokens, index) =>
+        object === 'embedding'
+          ? { index, object, embedding: encode(unitVector(tokens)) }
+          : { index, object, data: encode(unitVector(tokens)) },
+      );
       const promptTokens = inputs.reduce((sum, tokens) => sum + tokens.length, 0);
-      return { id: `${idPrefix}-${randomId()}`, object: 'list', created: created(), model, data, usage: { prompt_tokens: promptTokens, total_tokens: promptTokens, completion_tokens: 0, prompt_tokens_details: null } };
+      return {
+        id: `${idPrefix}-${randomId()}`,
+        object: 'list',
+        created: created(),
+        model,
+        data,
+        usage: {
+          prompt_tokens: promptTokens,
+          total_tokens: promptTokens,
+          completion_tokens: 0,
+          prompt_tokens_details: null,
+        },
+      };
     });
   embed('/v1/embeddings', 'embedding', 'embd');
   embed('/pooling', 'pooling', 'pool');
@@ -81,7 +121,19 @@ export async function poolingRoutes(app: FastifyInstance, options: PoolingRoutes
       return { index, label: positive >= 0.5 ? 'LABEL_1' : 'LABEL_0', probs, num_classes: probs.length };
     });
     const promptTokens = inputs.reduce((sum, tokens) => sum + tokens.length, 0);
-    return { id: `classify-${randomId()}`, object: 'list', created: created(), model, data, usage: { prompt_tokens: promptTokens, total_tokens: promptTokens, completion_tokens: 0, prompt_tokens_details: null } };
+    return {
+      id: `classify-${randomId()}`,
+      object: 'list',
+      created: created(),
+      model,
+      data,
+      usage: {
+        prompt_tokens: promptTokens,
+        total_tokens: promptTokens,
+        completion_tokens: 0,
+        prompt_tokens_details: null,
+      },
+    };
   });
 
   for (const route of ['/score', '/v1/score']) {
@@ -90,10 +142,19 @@ export async function poolingRoutes(app: FastifyInstance, options: PoolingRoutes
       const model = modelOf(body.model);
       const lefts = [body.text_1].flat();
       const rights = [body.text_2].flat();
-      const pairs = rights.map((right, index) => [lefts.length === 1 ? (lefts[0] as string) : (lefts[index] ?? ''), right] as const);
+      const pairs = rights.map(
+        (right, index) => [lefts.length === 1 ? (lefts[0] as string) : (lefts[index] ?? ''), right] as const,
+      );
       const data = pairs.map(([left, right], index) => ({ index, object: 'score', score: pairScore(left, right) }));
       const tokens = pairs.reduce((sum, [left, right]) => sum + tokenize(left).length + tokenize(right).length, 0);
-      return { id: `score-${randomId()}`, object: 'list', created: created(), model, data, usage: { prompt_tokens: tokens, total_tokens: tokens, completion_tokens: 0, prompt_tokens_details: null } };
+      return {
+        id: `score-${randomId()}`,
+        object: 'list',
+        created: created(),
+        model,
+        data,
+        usage: { prompt_tokens: tokens, total_tokens: tokens, completion_tokens: 0, prompt_tokens_details: null },
+      };
     });
   }
 
@@ -111,18 +172,26 @@ export async function poolingRoutes(app: FastifyInstance, options: PoolingRoutes
   }
 
   // Audio: multipart bodies, kept as bytes (this plugin's parser only: Fastify scopes it to these routes).
-  app.addContentTypeParser('multipart/form-data', { parseAs: 'buffer', bodyLimit: options.bodyLimitBytes }, (_request, body, done) => done(null, body));
+  app.addContentTypeParser(
+    'multipart/form-data',
+    { parseAs: 'buffer', bodyLimit: options.bodyLimitBytes },
+    (_request, body, done) => done(null, body),
+  );
   for (const route of ['/v1/audio/transcriptions', '/v1/audio/translations']) {
     app.post(route, async (request) => {
       const raw = request.body;
       const boundary = multipartBoundaryOf(request.headers['content-type']);
-      if (!Buffer.isBuffer(raw) || boundary === null) throw new EngineError('bad-request', 'Expected a multipart/form-data body.');
+      if (!Buffer.isBuffer(raw) || boundary === null)
+        throw new EngineError('bad-request', 'Expected a multipart/form-data body.');
       const model = readFormField(raw, boundary, 'model', { maxParts: 64, maxValueBytes: 1024 });
       if (model.kind === 'malformed') throw new EngineError('bad-request', `Invalid form: ${model.reason}`);
       modelOf(model.kind === 'found' ? model.value : undefined);
       const file = fileBytes(raw, boundary);
       if (file === null) throw new EngineError('bad-request', 'The form has no `file` part.');
-      return { text: `sim ${route.endsWith('translations') ? 'translation' : 'transcription'} of ${file.length} bytes`, sim_file_sha256: createHash('sha256').update(file).digest('hex') };
+      return {
+        text: `sim ${route.endsWith('translations') ? 'translation' : 'transcription'} of ${file.length} bytes`,
+        sim_file_sha256: createHash('sha256').update(file).digest('hex'),
+      };
     });
   }
 }

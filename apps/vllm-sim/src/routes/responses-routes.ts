@@ -1,5 +1,11 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { responsesChatMessages, responsesChatTools, ResponsesRequest, RESPONSE_ID_PATTERN, type ChatMessage } from '@kvroute/protocols';
+import {
+  responsesChatMessages,
+  responsesChatTools,
+  ResponsesRequest,
+  RESPONSE_ID_PATTERN,
+  type ChatMessage,
+} from '@kvroute/protocols';
 import type { FaultInjector } from '../faults';
 import { planTurn, ResponsesAgentFields, responsesTurnRequest, type AgentSettings } from '../generation/agent-turn';
 import { prepareChatPrompts, type PromptLimits } from '../generation/prepare-prompts';
@@ -31,7 +37,11 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
 
   app.post('/v1/responses', async (request, reply) => {
     // `model` is optional, as in vLLM's ResponsesRequest: absent, the served model answers (as on chat).
-    const { body, cacheSalt } = parseSaltedBody(ResponsesRequest, withServedModel(request.body, options.servedModel), engineVersion);
+    const { body, cacheSalt } = parseSaltedBody(
+      ResponsesRequest,
+      withServedModel(request.body, options.servedModel),
+      engineVersion,
+    );
     checkModel(body.model, options.servedModel);
     const previousId = body.previous_response_id ?? null;
     const previous = previousId === null ? undefined : options.store.get(previousId);
@@ -39,14 +49,23 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
     const turn = responsesChatMessages(null, body.input);
     const historyBefore: ChatMessage[] = [...(previous?.history ?? []), ...turn];
     const instructions = typeof body.instructions === 'string' && body.instructions !== '' ? body.instructions : null;
-    const messages: ChatMessage[] = instructions === null ? historyBefore : [{ role: 'system', content: instructions }, ...historyBefore];
+    const messages: ChatMessage[] =
+      instructions === null ? historyBefore : [{ role: 'system', content: instructions }, ...historyBefore];
     // vLLM renders the function tools in their chat form (responsesChatTools); hosted tools not at all.
     const chatTools = responsesChatTools(body.tools);
     const [prompt] = prepareChatPrompts(
-      { model: body.model, messages, ...(chatTools === undefined ? {} : { tools: chatTools }), ...(body.max_output_tokens == null ? {} : { max_completion_tokens: body.max_output_tokens }) },
+      {
+        model: body.model,
+        messages,
+        ...(chatTools === undefined ? {} : { tools: chatTools }),
+        ...(body.max_output_tokens == null ? {} : { max_completion_tokens: body.max_output_tokens }),
+      },
       options.limits,
     );
-    const turnPlan = planTurn(options.agent, responsesTurnRequest(parseBody(ResponsesAgentFields, body), chatTools, prompt?.tokens ?? []));
+    const turnPlan = planTurn(
+      options.agent,
+      responsesTurnRequest(parseBody(ResponsesAgentFields, body), chatTools, prompt?.tokens ?? []),
+    );
     const action = await options.faults.beforeServing();
     reply.hijack();
     if (action === 'hang') return;
@@ -96,5 +115,12 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
 
 /** vLLM's answer for an id it does not hold (`_make_not_found_error`): 404, `invalid_request_error`. */
 function notFound(reply: FastifyReply, id: string, param: string): FastifyReply {
-  return reply.code(404).send({ error: { message: `Response with id '${id.slice(0, 128)}' not found.`, type: 'invalid_request_error', param, code: 404 } });
+  return reply.code(404).send({
+    error: {
+      message: `Response with id '${id.slice(0, 128)}' not found.`,
+      type: 'invalid_request_error',
+      param,
+      code: 404,
+    },
+  });
 }

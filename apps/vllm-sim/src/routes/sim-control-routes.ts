@@ -4,7 +4,12 @@ import type { Engine } from '../engine/engine';
 import type { EngineLoop } from '../engine/engine-loop';
 import type { ResponseLatency } from '../generation/response-latency';
 import { FaultSettings, type ConnectionGate, type FaultInjector } from '../faults';
-import { prepareChatPrompts, prepareCompletionPrompts, type PreparedPrompt, type PromptLimits } from '../generation/prepare-prompts';
+import {
+  prepareChatPrompts,
+  prepareCompletionPrompts,
+  type PreparedPrompt,
+  type PromptLimits,
+} from '../generation/prepare-prompts';
 import { EngineError } from '../engine-errors';
 import { checkModel, parseSaltedBody } from './generation-routes';
 
@@ -93,7 +98,11 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
   app.get('/sim/faults', async () => options.faults.current);
   app.post('/sim/faults', async (request) => {
     const patch = FaultSettings.partial().safeParse(request.body ?? {});
-    if (!patch.success) throw new EngineError('bad-request', `Invalid fault settings: ${patch.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')}`);
+    if (!patch.success)
+      throw new EngineError(
+        'bad-request',
+        `Invalid fault settings: ${patch.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')}`,
+      );
     return options.faults.update(patch.data);
   });
   app.delete('/sim/faults', async () => {
@@ -106,7 +115,8 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
     if (!Number.isFinite(durationMs) || durationMs <= 0 || durationMs > 600_000) {
       throw new EngineError('bad-request', 'durationMs must be a number of milliseconds in (0, 600000].');
     }
-    if (!options.connectionGate) throw new EngineError('bad-request', 'This server cannot stop listening (not started by main).');
+    if (!options.connectionGate)
+      throw new EngineError('bad-request', 'This server cannot stop listening (not started by main).');
     // Answer first, then stop listening: the caller learns it worked.
     reply.raw.once('finish', () => void options.connectionGate?.refuseFor(durationMs));
     return { status: 'refusing', durationMs };

@@ -28,7 +28,8 @@ export class OutputText {
 
   constructor(seed: number, promptTokens: readonly number[]) {
     let hash = (seed ^ 0x9e3779b9) >>> 0;
-    for (let i = 0; i < promptTokens.length; i += 7) hash = Math.imul(hash ^ (promptTokens[i] as number), 2654435761) >>> 0;
+    for (let i = 0; i < promptTokens.length; i += 7)
+      hash = Math.imul(hash ^ (promptTokens[i] as number), 2654435761) >>> 0;
     this.state = (hash ^ promptTokens.length) >>> 0 || 1;
   }
 

@@ -39,7 +39,8 @@ export function readLlamaCppSlots(body: unknown): LlamaCppSlotView[] {
   for (const entry of body as unknown[]) {
     if (typeof entry !== 'object' || entry === null) continue;
     const { n_ctx: nCtx, is_processing: isProcessing } = entry as Record<string, unknown>;
-    if (typeof nCtx === 'number' && Number.isFinite(nCtx) && nCtx >= 0 && typeof isProcessing === 'boolean') slots.push({ nCtx, isProcessing });
+    if (typeof nCtx === 'number' && Number.isFinite(nCtx) && nCtx >= 0 && typeof isProcessing === 'boolean')
+      slots.push({ nCtx, isProcessing });
   }
   return slots;
 }
@@ -52,7 +53,8 @@ export function normaliseLlamaCpp(series: SeriesReader, slotsBody: unknown): Eng
   const slots = readLlamaCppSlots(slotsBody);
   const capacity = slots.length === 0 ? null : slots.reduce((total, slot) => total + slot.nCtx, 0);
   const kvTokens = series.sum(N.kvTokens);
-  const kvUsage = series.mean(N.kvUsage) ?? (kvTokens !== null && capacity !== null && capacity > 0 ? kvTokens / capacity : null);
+  const kvUsage =
+    series.mean(N.kvUsage) ?? (kvTokens !== null && capacity !== null && capacity > 0 ? kvTokens / capacity : null);
   const busySlots = slots.length === 0 ? null : slots.filter((slot) => slot.isProcessing).length;
   return {
     engine: 'llamacpp',

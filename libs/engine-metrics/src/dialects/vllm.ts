@@ -54,7 +54,9 @@ export function normaliseVllm(series: SeriesReader, engine: 'vllm' | 'vllm-v0'):
   };
 }
 
-function prefixCounters(series: SeriesReader): Pick<EngineMetrics, 'prefixCacheQueriesTotal' | 'prefixCacheHitsTotal' | 'prefixCacheCounterUnit'> {
+function prefixCounters(
+  series: SeriesReader,
+): Pick<EngineMetrics, 'prefixCacheQueriesTotal' | 'prefixCacheHitsTotal' | 'prefixCacheCounterUnit'> {
   const pairs = [
     [N.prefixQueries, N.prefixHits, 'tokens'],
     [N.prefixQueriesOld, N.prefixHitsOld, 'blocks'],
@@ -62,14 +64,18 @@ function prefixCounters(series: SeriesReader): Pick<EngineMetrics, 'prefixCacheQ
   for (const [queriesName, hitsName, unit] of pairs) {
     const queries = series.sum(queriesName);
     const hits = series.sum(hitsName);
-    if (queries !== null && hits !== null) return { prefixCacheQueriesTotal: queries, prefixCacheHitsTotal: hits, prefixCacheCounterUnit: unit };
+    if (queries !== null && hits !== null)
+      return { prefixCacheQueriesTotal: queries, prefixCacheHitsTotal: hits, prefixCacheCounterUnit: unit };
   }
   return { prefixCacheQueriesTotal: null, prefixCacheHitsTotal: null, prefixCacheCounterUnit: null };
 }
 
 /** Mean of the V0 gauge over series in [0, 1]; -1 (caching off) and anything else out of range are unknown. */
 function v0HitRate(series: SeriesReader): number | null {
-  const values = series.samples(N.prefixHitRate).map((sample) => sample.value).filter((value) => value >= 0 && value <= 1);
+  const values = series
+    .samples(N.prefixHitRate)
+    .map((sample) => sample.value)
+    .filter((value) => value >= 0 && value <= 1);
   return values.length === 0 ? null : values.reduce((total, value) => total + value, 0) / values.length;
 }
 
@@ -85,7 +91,10 @@ function kvCapacityTokens(series: SeriesReader): number | null {
     if (perEngine.has(engine)) continue;
     const blocks = positiveInteger(labels['num_gpu_blocks']);
     const blockSize = positiveInteger(labels['block_size']);
-    perEngine.set(engine, blocks !== null && blockSize !== null ? blocks * blockSize : positiveInteger(labels['kv_cache_size_tokens']));
+    perEngine.set(
+      engine,
+      blocks !== null && blockSize !== null ? blocks * blockSize : positiveInteger(labels['kv_cache_size_tokens']),
+    );
   }
   if (perEngine.size === 0) return null;
   let total = 0;

@@ -15,7 +15,11 @@ describe('config errors never echo credentials', () => {
   });
 
   it('describes an env or flag source with the value masked', () => {
-    expect(describeSource({ kind: 'env', name: 'KVROUTE_REDIS_URL', raw: 'http://:hunter2@redis:6379' })).toBe('from env KVROUTE_REDIS_URL="http://***@redis:6379"');
-    expect(describeSource({ kind: 'flag', name: 'backends', raw: 'http://a:b@h:1' })).toBe('from flag --backends="http://***@h:1"');
+    expect(describeSource({ kind: 'env', name: 'KVROUTE_REDIS_URL', raw: 'http://:hunter2@redis:6379' })).toBe(
+      'from env KVROUTE_REDIS_URL="http://***@redis:6379"',
+    );
+    expect(describeSource({ kind: 'flag', name: 'backends', raw: 'http://a:b@h:1' })).toBe(
+      'from flag --backends="http://***@h:1"',
+    );
   });
 });

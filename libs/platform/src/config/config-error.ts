@@ -30,7 +30,8 @@ export class ConfigError extends Error {
 }
 
 function formatProblems(problems: readonly ConfigProblem[]): string {
-  const heading = problems.length === 1 ? 'Invalid configuration:' : `Invalid configuration (${problems.length} problems):`;
+  const heading =
+    problems.length === 1 ? 'Invalid configuration:' : `Invalid configuration (${problems.length} problems):`;
   const lines = problems.map((problem) => {
     const origin = problem.source === undefined ? '' : ` (${describeSource(problem.source)})`;
     const hint = problem.hint === undefined ? '' : ` → ${problem.hint}`;

@@ -53,7 +53,8 @@ export function listConfigOptions(schema: ConfigSchema, naming: ConfigOptionNami
     }
     const env = settable ? (naming.envMap[key] ?? toEnvName(key, naming.envPrefix)) : null;
     const option: ConfigOption = { key, flag, env, shape };
-    if (settable && refusedBecause !== undefined) option.refusedFlag = { name: toFlagName(key), reason: refusedBecause };
+    if (settable && refusedBecause !== undefined)
+      option.refusedFlag = { name: toFlagName(key), reason: refusedBecause };
     options.push(option);
   }
   return options;

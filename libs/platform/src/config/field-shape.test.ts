@@ -10,7 +10,11 @@ describe('describeField', () => {
       optional: true,
       description: 'outer',
     });
-    expect(describeField(z.string().describe('inner').optional())).toMatchObject({ kind: 'string', optional: true, description: 'inner' });
+    expect(describeField(z.string().describe('inner').optional())).toMatchObject({
+      kind: 'string',
+      optional: true,
+      description: 'inner',
+    });
   });
 
   it('marks a bare field as required with no default', () => {
@@ -21,7 +25,11 @@ describe('describeField', () => {
 
   it('reports enum values, array element kinds and nested objects', () => {
     expect(describeField(z.enum(['a', 'b']))).toMatchObject({ kind: 'enum', enumValues: ['a', 'b'] });
-    expect(describeField(z.array(z.enum(['x', 'y'])))).toMatchObject({ kind: 'array', elementKind: 'enum', enumValues: ['x', 'y'] });
+    expect(describeField(z.array(z.enum(['x', 'y'])))).toMatchObject({
+      kind: 'array',
+      elementKind: 'enum',
+      enumValues: ['x', 'y'],
+    });
     expect(describeField(z.object({ url: z.string() }))).toMatchObject({ kind: 'object' });
   });
 

@@ -45,7 +45,10 @@ function loadError(options: Partial<LoadConfigOptions<typeof SimConfig>>): Confi
 
 describe('loadConfig precedence', () => {
   const yamlPath = writeTemp('sim.yaml', 'port: 9000\ntimeScale: 2\npolicy: cacheaware\nmodelName: from-file\n');
-  const jsonPath = writeTemp('sim.json', JSON.stringify({ port: 9100, timeScale: 3, redis: { url: 'redis://file:6379' } }));
+  const jsonPath = writeTemp(
+    'sim.json',
+    JSON.stringify({ port: 9100, timeScale: 3, redis: { url: 'redis://file:6379' } }),
+  );
 
   it('uses schema defaults when nothing else is set', () => {
     expect(load()).toEqual({
@@ -62,7 +65,13 @@ describe('loadConfig precedence', () => {
 
   it('lets a YAML file named by --config override defaults', () => {
     const config = load({ argv: ['--config', yamlPath] });
-    expect(config).toMatchObject({ port: 9000, timeScale: 2, policy: 'cacheaware', modelName: 'from-file', verbose: false });
+    expect(config).toMatchObject({
+      port: 9000,
+      timeScale: 2,
+      policy: 'cacheaware',
+      modelName: 'from-file',
+      verbose: false,
+    });
   });
 
   it('reads a JSON file named by the <PREFIX>CONFIG env var, nested sections included', () => {
@@ -89,7 +98,10 @@ describe('loadConfig precedence', () => {
   });
 
   it('uses an envMap entry instead of the derived env name', () => {
-    const config = load({ envMap: { modelName: 'MODEL' }, env: { MODEL: 'mapped', KVROUTE_SIM_MODEL_NAME: 'derived' } });
+    const config = load({
+      envMap: { modelName: 'MODEL' },
+      env: { MODEL: 'mapped', KVROUTE_SIM_MODEL_NAME: 'derived' },
+    });
     expect(config.modelName).toBe('mapped');
   });
 
@@ -121,9 +133,17 @@ describe('loadConfig coercion', () => {
   });
 
   it('accepts --key=value, --flag and --no-flag, and negative numbers as separate values', () => {
-    const schema = z.object({ offsetMs: z.number(), verbose: z.boolean().default(true), dryRun: z.boolean().default(false) });
+    const schema = z.object({
+      offsetMs: z.number(),
+      verbose: z.boolean().default(true),
+      dryRun: z.boolean().default(false),
+    });
     const result = loadConfig({ schema, argv: ['--offset-ms', '-5', '--no-verbose', '--dry-run'], env: {} });
-    expect(result).toEqual({ kind: 'config', config: { offsetMs: -5, verbose: false, dryRun: true }, ignoredFileKeys: [] });
+    expect(result).toEqual({
+      kind: 'config',
+      config: { offsetMs: -5, verbose: false, dryRun: true },
+      ignoredFileKeys: [],
+    });
   });
 
   it('accepts explicit boolean values with =', () => {
@@ -148,11 +168,16 @@ describe('loadConfig errors', () => {
 
   it('reports every bad field with its own source', () => {
     const filePath = writeTemp('bad.yaml', 'redis:\n  url: 42\n');
-    const error = loadError({ argv: ['--config', filePath, '--port', 'eighty'], env: { KVROUTE_SIM_TIME_SCALE: '-1' } });
+    const error = loadError({
+      argv: ['--config', filePath, '--port', 'eighty'],
+      env: { KVROUTE_SIM_TIME_SCALE: '-1' },
+    });
     expect(error.problems.map((problem) => problem.path).sort()).toEqual(['port', 'redis.url', 'timeScale']);
     expect(error.message).toContain('flag --port="eighty"');
     expect(error.message).toContain('env KVROUTE_SIM_TIME_SCALE="-1"');
-    expect(error.message).toContain(`redis.url: Invalid input: expected string, received number (from config file ${filePath})`);
+    expect(error.message).toContain(
+      `redis.url: Invalid input: expected string, received number (from config file ${filePath})`,
+    );
   });
 
   it('says how to set a required field that nothing set', () => {
@@ -164,7 +189,9 @@ describe('loadConfig errors', () => {
 
   it('rejects an unknown flag by name and suggests the spelling it resembles', () => {
     expect(() => load({ argv: ['--bogus', '1'] })).toThrow(/--bogus: unknown flag/);
-    expect(() => load({ argv: ['--timeScale', '2'] })).toThrow(/--timeScale: unknown flag \(did you mean --time-scale\?\)/);
+    expect(() => load({ argv: ['--timeScale', '2'] })).toThrow(
+      /--timeScale: unknown flag \(did you mean --time-scale\?\)/,
+    );
   });
 
   it('rejects a value flag with no value and a stray positional argument', () => {
@@ -181,36 +208,59 @@ describe('loadConfig errors', () => {
 
   it('rejects unknown keys in the config file', () => {
     const filePath = writeTemp('typo.yaml', 'time_scale: 2\n');
-    expect(() => load({ argv: ['--config', filePath] })).toThrow(/time_scale: unknown option \(did you mean "timeScale"\?\)/);
+    expect(() => load({ argv: ['--config', filePath] })).toThrow(
+      /time_scale: unknown option \(did you mean "timeScale"\?\)/,
+    );
   });
 
   it('keeps unknown file keys when the schema is a looseObject', () => {
     const filePath = writeTemp('extra.yaml', 'port: 1\nextra: true\n');
     const schema = z.looseObject({ port: z.number() });
-    expect(loadConfig({ schema, argv: ['--config', filePath], env: {} })).toEqual({ kind: 'config', config: { port: 1, extra: true }, ignoredFileKeys: [] });
+    expect(loadConfig({ schema, argv: ['--config', filePath], env: {} })).toEqual({
+      kind: 'config',
+      config: { port: 1, extra: true },
+      ignoredFileKeys: [],
+    });
   });
 
   it('reads a shared file: common keys, its own section over them, other apps’ keys and sections ignored, typos still caught', () => {
     // `intervalMs` belongs to another app; `policy` is common; `port` differs per app.
-    const filePath = writeTemp('kvroute.yaml', 'port: 1\nintervalMs: 500\npolicy: cacheaware\nmodelName: m\nsim:\n  port: 2\nrouter:\n  port: 3\n');
+    const filePath = writeTemp(
+      'kvroute.yaml',
+      'port: 1\nintervalMs: 500\npolicy: cacheaware\nmodelName: m\nsim:\n  port: 2\nrouter:\n  port: 3\n',
+    );
     const shared = { section: 'sim', otherSections: ['router', 'poller'] };
-    expect(load({ argv: ['--config', filePath], sharedFile: shared })).toMatchObject({ port: 2, policy: 'cacheaware', modelName: 'm' });
+    expect(load({ argv: ['--config', filePath], sharedFile: shared })).toMatchObject({
+      port: 2,
+      policy: 'cacheaware',
+      modelName: 'm',
+    });
     const typo = writeTemp('typo-shared.yaml', 'time_scale: 2\nintervalMs: 500\n');
-    expect(() => load({ argv: ['--config', typo], sharedFile: shared })).toThrow(/time_scale: unknown option \(did you mean "timeScale"\?\)/);
+    expect(() => load({ argv: ['--config', typo], sharedFile: shared })).toThrow(
+      /time_scale: unknown option \(did you mean "timeScale"\?\)/,
+    );
     const badSection = writeTemp('bad-section.yaml', 'sim: 3\n');
     expect(() => load({ argv: ['--config', badSection], sharedFile: shared })).toThrow(/sim: must be a mapping/);
   });
 
   it('reports an unreadable or malformed file', () => {
     expect(() => load({ argv: ['--config', join(tempDir, 'missing.yaml')] })).toThrow(/cannot read config file/);
-    expect(() => load({ argv: ['--config', writeTemp('broken.json', '{"port":')] })).toThrow(/cannot parse config file/);
+    expect(() => load({ argv: ['--config', writeTemp('broken.json', '{"port":')] })).toThrow(
+      /cannot parse config file/,
+    );
     expect(() => load({ argv: ['--config', writeTemp('list.yaml', '- 1\n- 2\n')] })).toThrow(/must contain a mapping/);
   });
 });
 
 describe('loadConfig --help', () => {
   it('returns help text instead of a config, even next to otherwise bad flags', () => {
-    const result = loadConfig({ schema: SimConfig, argv: ['--bogus', '-h'], env: {}, envPrefix: 'KVROUTE_SIM_', usage: 'Usage: vllm-sim [options]' });
+    const result = loadConfig({
+      schema: SimConfig,
+      argv: ['--bogus', '-h'],
+      env: {},
+      envPrefix: 'KVROUTE_SIM_',
+      usage: 'Usage: vllm-sim [options]',
+    });
     expect(result.kind).toBe('help');
     if (result.kind !== 'help') return;
     expect(result.text.startsWith('Usage: vllm-sim [options]')).toBe(true);

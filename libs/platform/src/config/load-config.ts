@@ -11,7 +11,14 @@
  */
 import type { z } from 'zod';
 import { ConfigError, type ConfigProblem, type ConfigSource } from './config-error';
-import { fileEnvName, listConfigOptions, type ConfigOption, type ConfigOptionNaming, type ConfigSchema, type EnvMap } from './config-options';
+import {
+  fileEnvName,
+  listConfigOptions,
+  type ConfigOption,
+  type ConfigOptionNaming,
+  type ConfigSchema,
+  type EnvMap,
+} from './config-options';
 import { coerceValue } from './coerce-value';
 import { parseConfigFlags } from './parse-config-flags';
 import { readConfigFile } from './read-config-file';
@@ -76,8 +83,12 @@ export function loadConfig<S extends ConfigSchema>(options: LoadConfigOptions<S>
   const filePath = flags.filePath ?? nonEmpty(options.env[fileEnvName(naming)]);
   if (filePath !== undefined) {
     const rawValues = readConfigFile(filePath);
-    const fileValues = options.sharedFile === undefined ? rawValues : sectionValues(rawValues, options.sharedFile, configOptions, filePath);
-    const sections = options.sharedFile === undefined ? [] : [options.sharedFile.section, ...options.sharedFile.otherSections];
+    const fileValues =
+      options.sharedFile === undefined
+        ? rawValues
+        : sectionValues(rawValues, options.sharedFile, configOptions, filePath);
+    const sections =
+      options.sharedFile === undefined ? [] : [options.sharedFile.section, ...options.sharedFile.otherSections];
     ignoredFileKeys = Object.keys(rawValues).filter((key) => !(key in fileValues) && !sections.includes(key));
     const unknownKeys = findUnknownFileKeys(options.schema, configOptions, fileValues, filePath);
     if (unknownKeys.length > 0) throw new ConfigError(unknownKeys);
@@ -105,7 +116,10 @@ export function loadConfig<S extends ConfigSchema>(options: LoadConfigOptions<S>
   const result = options.schema.safeParse(merged);
   if (!result.success) {
     const byKey = new Map(configOptions.map((option) => [option.key, option]));
-    throw new ConfigError(result.error.issues.map((issue) => toProblem(issue, sources, byKey)), { cause: result.error });
+    throw new ConfigError(
+      result.error.issues.map((issue) => toProblem(issue, sources, byKey)),
+      { cause: result.error },
+    );
   }
   return { kind: 'config', config: result.data, ignoredFileKeys };
 }
@@ -125,7 +139,13 @@ function sectionValues(
   const squashedKnown = new Set([...known].map(squash));
   const own = fileValues[shared.section];
   if (own !== undefined && (typeof own !== 'object' || own === null || Array.isArray(own))) {
-    throw new ConfigError([{ path: shared.section, message: 'must be a mapping of this app\'s options', source: { kind: 'file', path: filePath } }]);
+    throw new ConfigError([
+      {
+        path: shared.section,
+        message: "must be a mapping of this app's options",
+        source: { kind: 'file', path: filePath },
+      },
+    ]);
   }
   const values: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(fileValues)) {

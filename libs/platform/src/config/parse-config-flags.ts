@@ -26,7 +26,11 @@ export interface ParsedFlags {
   problems: ConfigProblem[];
 }
 
-export function parseConfigFlags(argv: readonly string[], options: readonly ConfigOption[], fileFlag: string): ParsedFlags {
+export function parseConfigFlags(
+  argv: readonly string[],
+  options: readonly ConfigOption[],
+  fileFlag: string,
+): ParsedFlags {
   const byFlag = new Map<string, ConfigOption>();
   for (const option of options) if (option.flag !== null) byFlag.set(option.flag, option);
   const refused = new Map<string, ConfigOption>();
@@ -91,9 +95,16 @@ export function parseConfigFlags(argv: readonly string[], options: readonly Conf
     const secret = refused.get(name);
     if (secret?.refusedFlag !== undefined) {
       // Refused without echoing the value; skip a separate value so it is not reported as a stray argument.
-      if (inlineValue === undefined && argv[index] !== undefined && !(argv[index] as string).startsWith('--')) index += 1;
-      const how = secret.env === null ? `"${secret.key}" in the config file` : `${secret.env} or "${secret.key}" in the config file`;
-      result.problems.push({ path: `--${name}`, message: `is refused: ${secret.refusedFlag.reason}; set ${how} instead` });
+      if (inlineValue === undefined && argv[index] !== undefined && !(argv[index] as string).startsWith('--'))
+        index += 1;
+      const how =
+        secret.env === null
+          ? `"${secret.key}" in the config file`
+          : `${secret.env} or "${secret.key}" in the config file`;
+      result.problems.push({
+        path: `--${name}`,
+        message: `is refused: ${secret.refusedFlag.reason}; set ${how} instead`,
+      });
       continue;
     }
 

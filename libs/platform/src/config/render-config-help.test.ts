@@ -19,15 +19,25 @@ describe('renderConfigHelp', () => {
   });
 
   it('lists every option with its flag, env var, type, default and description', () => {
-    expect(text).toContain('--port <number>\n      Port the router listens on.\n      key: port   env: KVROUTE_PORT   default: 8080');
-    expect(text).toContain('--policy <roundrobin|cacheaware>\n      Routing policy.\n      key: policy   env: KVROUTE_POLICY   default: cacheaware');
-    expect(text).toContain('--redis-url <string>\n      Redis connection URL.\n      key: redisUrl   env: REDIS_URL   required');
-    expect(text).toContain('--[no-]debug-decisions\n      key: debugDecisions   env: KVROUTE_DEBUG_DECISIONS   default: false');
+    expect(text).toContain(
+      '--port <number>\n      Port the router listens on.\n      key: port   env: KVROUTE_PORT   default: 8080',
+    );
+    expect(text).toContain(
+      '--policy <roundrobin|cacheaware>\n      Routing policy.\n      key: policy   env: KVROUTE_POLICY   default: cacheaware',
+    );
+    expect(text).toContain(
+      '--redis-url <string>\n      Redis connection URL.\n      key: redisUrl   env: REDIS_URL   required',
+    );
+    expect(text).toContain(
+      '--[no-]debug-decisions\n      key: debugDecisions   env: KVROUTE_DEBUG_DECISIONS   default: false',
+    );
     expect(text).toContain('--models <a|b,...>\n      key: models   env: KVROUTE_MODELS   optional');
   });
 
   it('lists nested objects as config-file only, without flag or env', () => {
-    expect(text).toContain('Config file only (nested sections):\n  upstream <object>\n      Upstream pool settings.\n      key: upstream   required');
+    expect(text).toContain(
+      'Config file only (nested sections):\n  upstream <object>\n      Upstream pool settings.\n      key: upstream   required',
+    );
     expect(text).not.toContain('KVROUTE_UPSTREAM');
   });
 

@@ -62,10 +62,10 @@ function renderOption(option: ConfigOption): string[] {
     option.refusedFlag !== undefined
       ? `${INDENT}${option.key} <${typeLabel(shape)}>`
       : option.flag === null
-      ? `${INDENT}${option.key} <object>`
-      : shape.kind === 'boolean'
-        ? `${INDENT}--[no-]${option.flag}`
-        : `${INDENT}--${option.flag} <${typeLabel(shape)}>`;
+        ? `${INDENT}${option.key} <object>`
+        : shape.kind === 'boolean'
+          ? `${INDENT}--[no-]${option.flag}`
+          : `${INDENT}--${option.flag} <${typeLabel(shape)}>`;
 
   const facts = [`key: ${option.key}`];
   if (option.env !== null) facts.push(`env: ${option.env}`);

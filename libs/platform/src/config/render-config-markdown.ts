@@ -8,7 +8,10 @@ import { flagRefusedBecause } from './secret-option';
  * description. docs/configuration.md is generated from it, and each app has a test that fails when
  * the checked-in doc no longer matches its schema.
  */
-export function renderConfigMarkdown(schema: ConfigSchema, options: { title: string; envPrefix: string; intro?: string }): string {
+export function renderConfigMarkdown(
+  schema: ConfigSchema,
+  options: { title: string; envPrefix: string; intro?: string },
+): string {
   const lines = [`## ${options.title}`, ''];
   if (options.intro) lines.push(options.intro, '');
   lines.push('| key (file) | flag | env | type | default | meaning |', '|---|---|---|---|---|---|');
@@ -24,11 +27,18 @@ export function renderConfigMarkdown(schema: ConfigSchema, options: { title: str
             : shape.kind === 'other'
               ? 'value'
               : shape.kind;
-    const defaultText = shape.defaultValue ? `\`${JSON.stringify(shape.defaultValue.value)}\`` : shape.optional ? 'unset' : '**required**';
+    const defaultText = shape.defaultValue
+      ? `\`${JSON.stringify(shape.defaultValue.value)}\``
+      : shape.optional
+        ? 'unset'
+        : '**required**';
     const secret = flagRefusedBecause(field as Parameters<typeof describeField>[0]) !== undefined;
-    const flag = shape.kind === 'object' ? '' : secret ? 'refused (secret: env or file only)' : `\`--${toFlagName(key)}\``;
+    const flag =
+      shape.kind === 'object' ? '' : secret ? 'refused (secret: env or file only)' : `\`--${toFlagName(key)}\``;
     const env = shape.kind === 'object' ? '' : `\`${toEnvName(key, options.envPrefix)}\``;
-    lines.push(`| \`${key}\` | ${flag} | ${env} | ${type} | ${defaultText} | ${(shape.description ?? '').replaceAll('|', '\\|')} |`);
+    lines.push(
+      `| \`${key}\` | ${flag} | ${env} | ${type} | ${defaultText} | ${(shape.description ?? '').replaceAll('|', '\\|')} |`,
+    );
   }
   return `${lines.join('\n')}\n`;
 }

@@ -17,7 +17,8 @@ const Config = z.object({
 const tempDir = mkdtempSync(join(tmpdir(), 'platform-secret-option-'));
 afterAll(() => rmSync(tempDir, { recursive: true, force: true }));
 
-const load = (argv: string[], env: Record<string, string> = {}) => loadConfig({ schema: Config, argv, env, envPrefix: 'APP_' });
+const load = (argv: string[], env: Record<string, string> = {}) =>
+  loadConfig({ schema: Config, argv, env, envPrefix: 'APP_' });
 
 /** The ConfigError loading `argv` throws. */
 function loadError(argv: string[]): ConfigError {
@@ -45,7 +46,11 @@ describe('secretOption', () => {
   });
 
   it('does not echo the value of a misspelt secret flag either (the schema key typed as a flag)', () => {
-    for (const argv of [['--adminToken', 'sixteen-chars-secret'], ['--adminToken=sixteen-chars-secret'], ['--admin-tokn', 'sixteen-chars-secret']]) {
+    for (const argv of [
+      ['--adminToken', 'sixteen-chars-secret'],
+      ['--adminToken=sixteen-chars-secret'],
+      ['--admin-tokn', 'sixteen-chars-secret'],
+    ]) {
       const error = loadError(argv);
       expect(error.message).not.toContain('sixteen-chars-secret');
       expect(error.problems).toHaveLength(1);

@@ -8,7 +8,8 @@ import { z } from 'zod';
 /** Why the flag is refused: the loader quotes it in its error. */
 const secretOptions = z.registry<{ flagRefusedBecause: string }>();
 
-const DEFAULT_REASON = 'command-line arguments are visible to every local user (ps, /proc/<pid>/cmdline) and stay in shell history';
+const DEFAULT_REASON =
+  'command-line arguments are visible to every local user (ps, /proc/<pid>/cmdline) and stay in shell history';
 
 /** Marks a top-level config field as secret: its `--flag` is refused with `reason`; env and file still set it. */
 export function secretOption<T extends z.core.$ZodType>(field: T, reason: string = DEFAULT_REASON): T {

@@ -28,8 +28,16 @@ const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
  * one `kvroute.yaml` serves both.
  */
 export const UPSTREAM_KEY_SOURCE_FIELDS = {
-  apiKeyFile: z.string().min(1).optional().describe('file holding the API key sent to this backend as `Authorization: Bearer` (vLLM `--api-key`)'),
-  apiKeyEnv: z.string().regex(ENV_NAME, 'must be an environment variable name').optional().describe('environment variable holding that key instead'),
+  apiKeyFile: z
+    .string()
+    .min(1)
+    .optional()
+    .describe('file holding the API key sent to this backend as `Authorization: Bearer` (vLLM `--api-key`)'),
+  apiKeyEnv: z
+    .string()
+    .regex(ENV_NAME, 'must be an environment variable name')
+    .optional()
+    .describe('environment variable holding that key instead'),
 };
 
 /** The fleet key's config fields; `addedBackends` says which backends count as added at run time for this app. */
@@ -39,9 +47,20 @@ export function upstreamKeyConfigFields(addedBackends: string) {
       .string()
       .min(1)
       .optional()
-      .describe("file holding the API key sent as `Authorization: Bearer` to every configured backend without its own `apiKeyFile`/`apiKeyEnv` (vLLM `--api-key`); a client's own `Authorization` is never forwarded"),
-    upstreamApiKeyEnv: z.string().regex(ENV_NAME, 'must be an environment variable name').optional().describe('name of the environment variable holding that key instead of a file'),
-    upstreamApiKeyForAddedBackends: z.boolean().default(false).describe(`also send that key to ${addedBackends}: whoever can add a backend can then receive the key`),
+      .describe(
+        'file holding the API key sent as `Authorization: Bearer` to every configured backend without ' +
+          "its own `apiKeyFile`/`apiKeyEnv` (vLLM `--api-key`); a client's own `Authorization` is never " +
+          'forwarded',
+      ),
+    upstreamApiKeyEnv: z
+      .string()
+      .regex(ENV_NAME, 'must be an environment variable name')
+      .optional()
+      .describe('name of the environment variable holding that key instead of a file'),
+    upstreamApiKeyForAddedBackends: z
+      .boolean()
+      .default(false)
+      .describe(`also send that key to ${addedBackends}: whoever can add a backend can then receive the key`),
   };
 }
 
@@ -108,8 +127,16 @@ export class UpstreamKeys {
   }
 
   /** How many backends have a key of their own, and whether there is a fleet key: safe to log. */
-  summary(): { readonly backendsWithOwnKey: number; readonly fleetKey: boolean; readonly fleetKeyForAddedBackends: boolean } {
-    return { backendsWithOwnKey: [...this.#byPlace.values()].filter((key) => key !== null).length, fleetKey: this.#fleetKey !== null, fleetKeyForAddedBackends: this.#forAddedBackends };
+  summary(): {
+    readonly backendsWithOwnKey: number;
+    readonly fleetKey: boolean;
+    readonly fleetKeyForAddedBackends: boolean;
+  } {
+    return {
+      backendsWithOwnKey: [...this.#byPlace.values()].filter((key) => key !== null).length,
+      fleetKey: this.#fleetKey !== null,
+      fleetKeyForAddedBackends: this.#forAddedBackends,
+    };
   }
 }
 
@@ -117,20 +144,27 @@ export class UpstreamKeys {
 export function loadUpstreamKeys(config: UpstreamKeyConfig, readers: UpstreamKeyReaders): UpstreamKeys {
   const readFile = readers.readFile ?? ((path: string) => readFileSync(path, 'utf8'));
   const read = (source: UpstreamKeySource, what: string): string | null => {
-    if (source.apiKeyFile !== undefined && source.apiKeyEnv !== undefined) throw new UpstreamKeyError(`${what}: name a key file or an environment variable, not both`);
+    if (source.apiKeyFile !== undefined && source.apiKeyEnv !== undefined)
+      throw new UpstreamKeyError(`${what}: name a key file or an environment variable, not both`);
     if (source.apiKeyFile !== undefined) {
       let text: string;
       try {
         text = readFile(source.apiKeyFile);
       } catch (error) {
-        throw new UpstreamKeyError(`${what}: cannot read the key file ${source.apiKeyFile} (${(error as { code?: string }).code ?? 'error'})`);
+        throw new UpstreamKeyError(
+          `${what}: cannot read the key file ${source.apiKeyFile} (${(error as { code?: string }).code ?? 'error'})`,
+        );
       }
       return nonEmptyKey(text, `${what}: the key file ${source.apiKeyFile}`);
     }
-    if (source.apiKeyEnv !== undefined) return nonEmptyKey(readers.env[source.apiKeyEnv] ?? '', `${what}: the environment variable ${source.apiKeyEnv}`);
+    if (source.apiKeyEnv !== undefined)
+      return nonEmptyKey(readers.env[source.apiKeyEnv] ?? '', `${what}: the environment variable ${source.apiKeyEnv}`);
     return null;
   };
-  const fleetKey = read({ apiKeyFile: config.upstreamApiKeyFile, apiKeyEnv: config.upstreamApiKeyEnv }, 'upstreamApiKeyFile/upstreamApiKeyEnv');
+  const fleetKey = read(
+    { apiKeyFile: config.upstreamApiKeyFile, apiKeyEnv: config.upstreamApiKeyEnv },
+    'upstreamApiKeyFile/upstreamApiKeyEnv',
+  );
   const byPlace = new Map<string, string | null>();
   for (const entry of config.backends) {
     const backend = typeof entry === 'string' ? { url: entry } : entry;

@@ -26,7 +26,13 @@ describe('ShutdownStack', () => {
     const result = await stack.closeAll({ deadlineMs: 1_000 });
 
     expect(events).toEqual(['http', 'worker:start', 'worker:end', 'redis']);
-    expect(result).toMatchObject({ ok: true, closed: ['http', 'worker', 'redis'], failed: [], timedOut: [], skipped: [] });
+    expect(result).toMatchObject({
+      ok: true,
+      closed: ['http', 'worker', 'redis'],
+      failed: [],
+      timedOut: [],
+      skipped: [],
+    });
   });
 
   it('logs and collects a failing closer and still runs the rest', async () => {
@@ -47,7 +53,10 @@ describe('ShutdownStack', () => {
     expect(result.closed).toEqual(['redis']);
     expect(result.failed.map((failure) => failure.name)).toEqual(['http', 'queue']);
     expect(result.failed[0]?.error).toBe(rejection);
-    expect(logger.error).toHaveBeenCalledWith(expect.objectContaining({ closer: 'http', err: rejection }), 'closer failed');
+    expect(logger.error).toHaveBeenCalledWith(
+      expect.objectContaining({ closer: 'http', err: rejection }),
+      'closer failed',
+    );
     expect(logger.info).toHaveBeenCalledWith(expect.objectContaining({ closer: 'redis' }), 'closed');
   });
 
@@ -67,7 +76,10 @@ describe('ShutdownStack', () => {
     expect(redis).not.toHaveBeenCalled();
     expect(elapsed).toBeGreaterThanOrEqual(45);
     expect(elapsed).toBeLessThan(1_000);
-    expect(logger.warn).toHaveBeenCalledWith(expect.objectContaining({ closer: 'worker', deadlineMs: 50 }), expect.any(String));
+    expect(logger.warn).toHaveBeenCalledWith(
+      expect.objectContaining({ closer: 'worker', deadlineMs: 50 }),
+      expect.any(String),
+    );
   });
 
   it('applies the deadline under fake timers too', async () => {

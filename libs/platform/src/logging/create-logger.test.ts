@@ -18,7 +18,14 @@ describe('createLogger', () => {
     logger.child({ component: 'proxy' }).info({ backend: 'b1' }, 'upstream connected');
 
     const [record] = parseLines(destination.lines);
-    expect(record).toMatchObject({ service: 'router', version: '1.2.3', component: 'proxy', level: 'info', backend: 'b1', msg: 'upstream connected' });
+    expect(record).toMatchObject({
+      service: 'router',
+      version: '1.2.3',
+      component: 'proxy',
+      level: 'info',
+      backend: 'b1',
+      msg: 'upstream connected',
+    });
     expect(record?.['time']).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
     expect(record).not.toHaveProperty('pid');
   });
@@ -37,11 +44,22 @@ describe('createLogger', () => {
     const secretPrompt = 'my secret system prompt about project Falcon';
 
     logger.info({ prompt: secretPrompt }, 'completion');
-    logger.child({ component: 'routing' }).debug(
-      { request: { model: 'llama', prompt: secretPrompt, messages: [{ role: 'user', content: secretPrompt }] } },
-      'decision',
+    logger
+      .child({ component: 'routing' })
+      .debug(
+        { request: { model: 'llama', prompt: secretPrompt, messages: [{ role: 'user', content: secretPrompt }] } },
+        'decision',
+      );
+    logger.info(
+      {
+        req: {
+          method: 'POST',
+          headers: { authorization: 'Bearer sk-live-123', 'x-api-key': 'k-456' },
+          body: { prompt: secretPrompt },
+        },
+      },
+      'request',
     );
-    logger.info({ req: { method: 'POST', headers: { authorization: 'Bearer sk-live-123', 'x-api-key': 'k-456' }, body: { prompt: secretPrompt } } }, 'request');
     logger.info({ body: secretPrompt }, 'raw body');
 
     const output = destination.lines.join('');
@@ -52,7 +70,11 @@ describe('createLogger', () => {
     const [completion, decision, request] = parseLines(destination.lines);
     expect(completion?.['prompt']).toBe('[Redacted]');
     expect(decision?.['request']).toEqual({ model: 'llama', prompt: '[Redacted]', messages: '[Redacted]' });
-    expect(request?.['req']).toMatchObject({ method: 'POST', headers: { authorization: '[Redacted]' }, body: '[Redacted]' });
+    expect(request?.['req']).toMatchObject({
+      method: 'POST',
+      headers: { authorization: '[Redacted]' },
+      body: '[Redacted]',
+    });
   });
 
   it('formats readable lines in pretty mode, still redacted', () => {
@@ -61,6 +83,8 @@ describe('createLogger', () => {
     logger.child({ component: 'engine' }).info({ prompt: 'hidden words', queued: 3 }, 'batch step');
 
     expect(destination.lines).toHaveLength(1);
-    expect(destination.lines[0]).toMatch(/^\d{2}:\d{2}:\d{2}\.\d{3} INFO  vllm-sim\/engine: batch step {2}prompt="\[Redacted\]" queued=3\n$/);
+    expect(destination.lines[0]).toMatch(
+      /^\d{2}:\d{2}:\d{2}\.\d{3} INFO  vllm-sim\/engine: batch step {2}prompt="\[Redacted\]" queued=3\n$/,
+    );
   });
 });

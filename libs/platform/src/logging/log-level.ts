@@ -4,6 +4,14 @@
  */
 import type { LevelWithSilent } from 'pino';
 
-export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const satisfies readonly LevelWithSilent[];
+export const LOG_LEVELS = [
+  'fatal',
+  'error',
+  'warn',
+  'info',
+  'debug',
+  'trace',
+  'silent',
+] as const satisfies readonly LevelWithSilent[];
 
 export type LogLevel = (typeof LOG_LEVELS)[number];

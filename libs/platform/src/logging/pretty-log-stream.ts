@@ -33,7 +33,9 @@ function formatLine(line: string): string {
     return line.endsWith('\n') ? line : `${line}\n`;
   }
   const time = typeof record['time'] === 'string' ? record['time'].slice(11, 23) : '';
-  const level = String(record['level'] ?? '').toUpperCase().padEnd(5);
+  const level = String(record['level'] ?? '')
+    .toUpperCase()
+    .padEnd(5);
   const origin = [record['service'], record['component']].filter((part) => part !== undefined).join('/');
   const rest = Object.entries(record)
     .filter(([key]) => !PREFIX_KEYS.has(key))

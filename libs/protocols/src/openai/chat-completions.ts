@@ -16,7 +16,10 @@ import { z } from 'zod';
 export const CacheSalt = z
   .string()
   .min(1, "Parameter 'cache_salt' must be a non-empty string if provided.")
-  .refine((salt) => [...salt].length <= 128 && !/[@/\\\0]/.test(salt), "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\', or NUL.")
+  .refine(
+    (salt) => [...salt].length <= 128 && !/[@/\\\0]/.test(salt),
+    "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\', or NUL.",
+  )
   .nullish();
 
 export const ContentPart = z.looseObject({

@@ -7,13 +7,26 @@ describe('responsesChatMessages', () => {
   it('maps a function_call item to the assistant tool call (call_id as its id) and function_call_output to a tool message', () => {
     const messages = responsesChatMessages('Be brief.', [
       { role: 'user', content: 'weather in Paris?' },
-      { type: 'function_call', id: 'fc_1', call_id: 'call_1', name: 'get_weather', arguments: '{"city": "Paris"}', status: 'completed' },
+      {
+        type: 'function_call',
+        id: 'fc_1',
+        call_id: 'call_1',
+        name: 'get_weather',
+        arguments: '{"city": "Paris"}',
+        status: 'completed',
+      },
       { type: 'function_call_output', call_id: 'call_1', output: 'sunny' },
     ]);
     expect(messages).toEqual([
       { role: 'system', content: 'Be brief.' },
       { role: 'user', content: 'weather in Paris?' },
-      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } },
+        ],
+      },
       { role: 'tool', content: 'sunny', tool_call_id: 'call_1' },
     ]);
   });
@@ -56,16 +69,32 @@ describe('responsesChatTools', () => {
 });
 
 describe('cache_salt: one rule on every endpoint', () => {
-  it.each(['tenant/a', 'a@b', 'x'.repeat(129), ''])('refuses %j on Responses and Messages as on completions', (salt) => {
-    expect(CompletionRequest.safeParse({ model: 'm', prompt: 'p', cache_salt: salt }).success).toBe(false);
-    expect(ResponsesRequest.safeParse({ model: 'm', input: 'p', cache_salt: salt }).success).toBe(false);
-    expect(MessagesRequest.safeParse({ model: 'm', max_tokens: 1, messages: [{ role: 'user', content: 'p' }], cache_salt: salt }).success).toBe(false);
-  });
+  it.each(['tenant/a', 'a@b', 'x'.repeat(129), ''])(
+    'refuses %j on Responses and Messages as on completions',
+    (salt) => {
+      expect(CompletionRequest.safeParse({ model: 'm', prompt: 'p', cache_salt: salt }).success).toBe(false);
+      expect(ResponsesRequest.safeParse({ model: 'm', input: 'p', cache_salt: salt }).success).toBe(false);
+      expect(
+        MessagesRequest.safeParse({
+          model: 'm',
+          max_tokens: 1,
+          messages: [{ role: 'user', content: 'p' }],
+          cache_salt: salt,
+        }).success,
+      ).toBe(false);
+    },
+  );
 
   it('accepts a salt of 128 code points (256 UTF-16 units) everywhere', () => {
     const salt = '😀'.repeat(128);
     expect(ResponsesRequest.safeParse({ model: 'm', input: 'p', cache_salt: salt }).success).toBe(true);
-    expect(MessagesRequest.safeParse({ model: 'm', max_tokens: 1, messages: [{ role: 'user', content: 'p' }], cache_salt: salt }).success).toBe(true);
+    expect(
+      MessagesRequest.safeParse({
+        model: 'm',
+        max_tokens: 1,
+        messages: [{ role: 'user', content: 'p' }],
+        cache_salt: salt,
+      }).success,
+    ).toBe(true);
   });
 });
-

@@ -17,7 +17,12 @@ export const MAX_RESPONSE_ID_CHARS = 128;
 /** What a response id may look like: no separators, quotes or path characters (it is used in paths and Redis keys). */
 export const RESPONSE_ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
 
-export const ResponseId = z.string().regex(RESPONSE_ID_PATTERN, `A response id is 1 to ${MAX_RESPONSE_ID_CHARS} characters of letters, digits, '_', '.', ':' or '-'.`);
+export const ResponseId = z
+  .string()
+  .regex(
+    RESPONSE_ID_PATTERN,
+    `A response id is 1 to ${MAX_RESPONSE_ID_CHARS} characters of letters, digits, '_', '.', ':' or '-'.`,
+  );
 
 export const ResponseInputPart = z.looseObject({
   type: z.string(),
@@ -92,7 +97,10 @@ export function responsesChatTools(tools: ResponsesRequest['tools']): ChatComple
  * `output` items map the same way, so the conversation a follow-up continues (its previous response's
  * input and output) renders as the prefix the previous turn computed.
  */
-export function responsesChatMessages(instructions: string | null | undefined, input: ResponsesRequest['input']): ChatMessage[] {
+export function responsesChatMessages(
+  instructions: string | null | undefined,
+  input: ResponsesRequest['input'],
+): ChatMessage[] {
   const messages: ChatMessage[] = [];
   if (typeof instructions === 'string' && instructions !== '') messages.push({ role: 'system', content: instructions });
   if (typeof input === 'string') messages.push({ role: 'user', content: input });
@@ -116,7 +124,11 @@ function inputItemMessage(item: ResponseInputItem): ChatMessage | null {
   }
   if (type === 'function_call') {
     const id = item.call_id === undefined ? {} : { id: item.call_id };
-    return { role: 'assistant', content: null, tool_calls: [{ ...id, type: 'function', function: { name: item.name ?? '', arguments: item.arguments ?? '' } }] };
+    return {
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ ...id, type: 'function', function: { name: item.name ?? '', arguments: item.arguments ?? '' } }],
+    };
   }
   if (type === 'reasoning') return null;
   if (type === 'function_call_output') {
@@ -127,7 +139,9 @@ function inputItemMessage(item: ResponseInputItem): ChatMessage | null {
 }
 
 function inputPart(part: ResponseInputPart): ContentPart {
-  if ((part.type === 'input_text' || part.type === 'output_text') && typeof part.text === 'string') return { type: 'text', text: part.text };
-  if (part.type === 'input_image' && typeof part.image_url === 'string') return { type: 'image_url', image_url: { url: part.image_url } };
+  if ((part.type === 'input_text' || part.type === 'output_text') && typeof part.text === 'string')
+    return { type: 'text', text: part.text };
+  if (part.type === 'input_image' && typeof part.image_url === 'string')
+    return { type: 'image_url', image_url: { url: part.image_url } };
   return part as ContentPart;
 }

@@ -24,22 +24,70 @@ describe('checkGenerationLimits', () => {
       stop: ['a', 'b'],
     };
     expect(checkGenerationLimits(chat, small)).toBeNull();
-    expect(checkGenerationLimits({ model: 'm', prompt: [[1, 2], [3, 4], [5, 6]] }, small)).toBeNull();
+    expect(
+      checkGenerationLimits(
+        {
+          model: 'm',
+          prompt: [
+            [1, 2],
+            [3, 4],
+            [5, 6],
+          ],
+        },
+        small,
+      ),
+    ).toBeNull();
     expect(checkGenerationLimits({ model: 'm', prompt: [1, 2, 3, 4, 5, 6] }, small)).toBeNull();
     expect(checkGenerationLimits({ model: 'm', prompt: ['a', 'b', 'c'] }, small)).toBeNull();
   });
 
   it.each<[string, unknown, string, RegExp]>([
-    ['messages', { messages: [user(), user(), user(), user(), user()] }, 'messages', /`messages` has 5 entries; at most 4 are accepted/],
+    [
+      'messages',
+      { messages: [user(), user(), user(), user(), user()] },
+      'messages',
+      /`messages` has 5 entries; at most 4 are accepted/,
+    ],
     ['tools', { messages: [user()], tools: [{}, {}, {}] }, 'tools', /`tools` has 3 entries; at most 2/],
     ['stop sequences', { prompt: 'x', stop: ['a', 'b', 'c'] }, 'stop', /`stop` has 3 entries/],
     ['prompt entries', { prompt: ['a', 'b', 'c', 'd'] }, 'prompt', /`prompt` has 4 entries/],
     ['token-id lists in a batch', { prompt: [[1], [2], [3], [4]] }, 'prompt', /`prompt` has 4 entries/],
-    ['content parts of one message', { messages: [user(), user(parts(4))] }, 'messages[1].content', /`messages\[1\].content` has 4 content parts; at most 3/],
-    ['content parts in total', { messages: [user(parts(3)), user(), user(parts(3))] }, 'messages[2].content', /more than 5 content parts in total/],
-    ['tool calls in total', { messages: [{ role: 'assistant', tool_calls: calls(2) }, { role: 'assistant', tool_calls: calls(2) }] }, 'messages[1].tool_calls', /more than 3 tool calls/],
+    [
+      'content parts of one message',
+      { messages: [user(), user(parts(4))] },
+      'messages[1].content',
+      /`messages\[1\].content` has 4 content parts; at most 3/,
+    ],
+    [
+      'content parts in total',
+      { messages: [user(parts(3)), user(), user(parts(3))] },
+      'messages[2].content',
+      /more than 5 content parts in total/,
+    ],
+    [
+      'tool calls in total',
+      {
+        messages: [
+          { role: 'assistant', tool_calls: calls(2) },
+          { role: 'assistant', tool_calls: calls(2) },
+        ],
+      },
+      'messages[1].tool_calls',
+      /more than 3 tool calls/,
+    ],
     ['token ids of one prompt', { prompt: [1, 2, 3, 4, 5, 6, 7] }, 'prompt', /`prompt` has 7 token ids; at most 6/],
-    ['token ids of a batch', { prompt: [[1, 2, 3], [4, 5], [6, 7]] }, 'prompt[2]', /more than 6 token ids in total/],
+    [
+      'token ids of a batch',
+      {
+        prompt: [
+          [1, 2, 3],
+          [4, 5],
+          [6, 7],
+        ],
+      },
+      'prompt[2]',
+      /more than 6 token ids in total/,
+    ],
   ])('reports too many %s with its param', (_label, body, param, message) => {
     const violation = checkGenerationLimits(body, small);
     expect(violation?.param).toBe(param);
@@ -47,14 +95,25 @@ describe('checkGenerationLimits', () => {
   });
 
   it("bounds Anthropic Messages' own arrays: system blocks like a message's content, stop_sequences like stop", () => {
-    expect(checkGenerationLimits({ system: parts(3), stop_sequences: ['a', 'b'], messages: [user()] }, small)).toBeNull();
-    expect(checkGenerationLimits({ system: parts(4), messages: [user()] }, small)).toEqual({ message: '`system` has 4 content parts; at most 3 are accepted.', param: 'system' });
+    expect(
+      checkGenerationLimits({ system: parts(3), stop_sequences: ['a', 'b'], messages: [user()] }, small),
+    ).toBeNull();
+    expect(checkGenerationLimits({ system: parts(4), messages: [user()] }, small)).toEqual({
+      message: '`system` has 4 content parts; at most 3 are accepted.',
+      param: 'system',
+    });
     expect(checkGenerationLimits({ stop_sequences: ['a', 'b', 'c'] }, small)?.param).toBe('stop_sequences');
   });
 
   it('reports top-level counts before per-message ones, and formats counts for people', () => {
-    const body = { messages: Array.from({ length: 200_000 }, () => ({ role: 1 })), tools: Array.from({ length: 600 }, () => ({})) };
-    expect(checkGenerationLimits(body)).toEqual({ message: '`messages` has 200,000 entries; at most 4,096 are accepted.', param: 'messages' });
+    const body = {
+      messages: Array.from({ length: 200_000 }, () => ({ role: 1 })),
+      tools: Array.from({ length: 600 }, () => ({})),
+    };
+    expect(checkGenerationLimits(body)).toEqual({
+      message: '`messages` has 200,000 entries; at most 4,096 are accepted.',
+      param: 'messages',
+    });
   });
 
   it.each<[string, unknown]>([
@@ -69,7 +128,12 @@ describe('checkGenerationLimits', () => {
   });
 
   it('uses the proposed defaults when given no limits', () => {
-    expect(checkGenerationLimits({ messages: Array.from({ length: DEFAULT_GENERATION_LIMITS.maxMessages }, () => user()) })).toBeNull();
-    expect(checkGenerationLimits({ tools: Array.from({ length: DEFAULT_GENERATION_LIMITS.maxTools + 1 }, () => ({})) })?.param).toBe('tools');
+    expect(
+      checkGenerationLimits({ messages: Array.from({ length: DEFAULT_GENERATION_LIMITS.maxMessages }, () => user()) }),
+    ).toBeNull();
+    expect(
+      checkGenerationLimits({ tools: Array.from({ length: DEFAULT_GENERATION_LIMITS.maxTools + 1 }, () => ({})) })
+        ?.param,
+    ).toBe('tools');
   });
 });

@@ -75,17 +75,26 @@ const counts = new Intl.NumberFormat('en-US');
  * validation reports). Order: top-level array lengths (`messages`, `tools`, `stop`, `prompt` entries),
  * then per message (content parts, its own and the running total; tool calls), then prompt token ids.
  */
-export function checkGenerationLimits(body: unknown, limits: GenerationLimits = DEFAULT_GENERATION_LIMITS): LimitViolation | null {
+export function checkGenerationLimits(
+  body: unknown,
+  limits: GenerationLimits = DEFAULT_GENERATION_LIMITS,
+): LimitViolation | null {
   if (!isRecord(body)) return null;
   // `system` (blocks) and `stop_sequences`: Anthropic Messages' own arrays, bounded like a message's content and `stop`.
   const { messages, tools, stop, prompt, system, stop_sequences: stopSequences } = body;
-  if (Array.isArray(messages) && messages.length > limits.maxMessages) return tooMany('messages', messages.length, limits.maxMessages, 'entries');
-  if (Array.isArray(system) && system.length > limits.maxContentPartsPerMessage) return tooMany('system', system.length, limits.maxContentPartsPerMessage, 'content parts');
-  if (Array.isArray(stopSequences) && stopSequences.length > limits.maxStopSequences) return tooMany('stop_sequences', stopSequences.length, limits.maxStopSequences, 'entries');
-  if (Array.isArray(tools) && tools.length > limits.maxTools) return tooMany('tools', tools.length, limits.maxTools, 'entries');
-  if (Array.isArray(stop) && stop.length > limits.maxStopSequences) return tooMany('stop', stop.length, limits.maxStopSequences, 'entries');
+  if (Array.isArray(messages) && messages.length > limits.maxMessages)
+    return tooMany('messages', messages.length, limits.maxMessages, 'entries');
+  if (Array.isArray(system) && system.length > limits.maxContentPartsPerMessage)
+    return tooMany('system', system.length, limits.maxContentPartsPerMessage, 'content parts');
+  if (Array.isArray(stopSequences) && stopSequences.length > limits.maxStopSequences)
+    return tooMany('stop_sequences', stopSequences.length, limits.maxStopSequences, 'entries');
+  if (Array.isArray(tools) && tools.length > limits.maxTools)
+    return tooMany('tools', tools.length, limits.maxTools, 'entries');
+  if (Array.isArray(stop) && stop.length > limits.maxStopSequences)
+    return tooMany('stop', stop.length, limits.maxStopSequences, 'entries');
   const promptIsBatch = Array.isArray(prompt) && prompt.length > 0 && typeof prompt[0] !== 'number';
-  if (promptIsBatch && prompt.length > limits.maxPromptEntries) return tooMany('prompt', prompt.length, limits.maxPromptEntries, 'entries');
+  if (promptIsBatch && prompt.length > limits.maxPromptEntries)
+    return tooMany('prompt', prompt.length, limits.maxPromptEntries, 'entries');
   if (Array.isArray(messages)) {
     const violation = checkMessages(messages, limits);
     if (violation) return violation;
@@ -112,7 +121,8 @@ function checkMessages(messages: readonly unknown[], limits: GenerationLimits): 
     }
     if (Array.isArray(calls)) {
       toolCalls += calls.length;
-      if (toolCalls > limits.maxToolCalls) return totalTooLarge(`messages[${index}].tool_calls`, 'tool calls', limits.maxToolCalls);
+      if (toolCalls > limits.maxToolCalls)
+        return totalTooLarge(`messages[${index}].tool_calls`, 'tool calls', limits.maxToolCalls);
     }
   }
   return null;
@@ -132,11 +142,17 @@ function checkPromptTokenIds(prompt: readonly unknown[], isBatch: boolean, maxTo
 }
 
 function tooMany(param: string, count: number, max: number, what: string): LimitViolation {
-  return { message: `\`${param}\` has ${counts.format(count)} ${what}; at most ${counts.format(max)} are accepted.`, param };
+  return {
+    message: `\`${param}\` has ${counts.format(count)} ${what}; at most ${counts.format(max)} are accepted.`,
+    param,
+  };
 }
 
 function totalTooLarge(param: string, what: string, max: number): LimitViolation {
-  return { message: `The request holds more than ${counts.format(max)} ${what} in total (the limit is passed at \`${param}\`).`, param };
+  return {
+    message: `The request holds more than ${counts.format(max)} ${what} in total (the limit is passed at \`${param}\`).`,
+    param,
+  };
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

@@ -13,7 +13,8 @@ function parsedDepth(value: unknown): number {
 function randomJson(seed: number): unknown {
   const random = seededRandom(seed);
   const alphabet = ['a', '[', ']', '{', '}', '"', '\\', '\\"', 'é', '✨', '😀', '\n', ':', ','];
-  const text = (): string => Array.from({ length: Math.floor(random() * 8) }, () => alphabet[Math.floor(random() * alphabet.length)]).join('');
+  const text = (): string =>
+    Array.from({ length: Math.floor(random() * 8) }, () => alphabet[Math.floor(random() * alphabet.length)]).join('');
   const value = (depth: number): unknown => {
     const pick = random();
     if (depth > 6 || pick < 0.3) return [text(), 1.5, true, null][Math.floor(random() * 4)];
@@ -67,7 +68,11 @@ describe('measureJsonNesting', () => {
 
   it('refuses a 20,000-deep body at depth maxDepth + 1, at its byte offset', () => {
     const deep = Buffer.from(`{"model":"m","tools":${'['.repeat(20_000)}${']'.repeat(20_000)}}`);
-    expect(measureJsonNesting(deep, 64)).toEqual({ tooDeep: true, depth: 65, offset: '{"model":"m","tools":'.length + 63 });
+    expect(measureJsonNesting(deep, 64)).toEqual({
+      tooDeep: true,
+      depth: 65,
+      offset: '{"model":"m","tools":'.length + 63,
+    });
   });
 
   it('reports offsets of a string argument in its UTF-8 encoding', () => {

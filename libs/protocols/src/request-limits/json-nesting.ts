@@ -51,7 +51,8 @@ const SHORT_STRING_BYTES = 16;
  * for a Buffer (a string is encoded to UTF-8 first; the router holds the body as a Buffer).
  */
 export function measureJsonNesting(body: Buffer | string, maxDepth: number): JsonNesting {
-  if (!Number.isInteger(maxDepth) || maxDepth < 0) throw new RangeError(`maxDepth must be a non-negative integer, got ${maxDepth}`);
+  if (!Number.isInteger(maxDepth) || maxDepth < 0)
+    throw new RangeError(`maxDepth must be a non-negative integer, got ${maxDepth}`);
   const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
   const length = bytes.length;
   let depth = 0;

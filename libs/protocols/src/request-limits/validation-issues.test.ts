@@ -1,20 +1,33 @@
 import { describe, expect, it } from 'vitest';
 import { ChatCompletionRequest, CompletionRequest } from '../openai/chat-completions';
-import { formatIssuePath, formatValidationIssues, safeParseFirstIssue, truncateUtf8, type ValidationIssue } from './validation-issues';
+import {
+  formatIssuePath,
+  formatValidationIssues,
+  safeParseFirstIssue,
+  truncateUtf8,
+  type ValidationIssue,
+} from './validation-issues';
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 const bytes = (text: string) => Buffer.byteLength(text, 'utf8');
 const issue = (path: PropertyKey[], message = 'Invalid input'): ValidationIssue => ({ path, message });
-const roleIssues = (count: number) => Array.from({ length: count }, (_, index) => issue(['messages', index, 'role'], 'Invalid option: expected one of "system"|"user"'));
+const roleIssues = (count: number) =>
+  Array.from({ length: count }, (_, index) =>
+    issue(['messages', index, 'role'], 'Invalid option: expected one of "system"|"user"'),
+  );
 
 describe('formatValidationIssues', () => {
   it('spells out the first issues and counts the others', () => {
     expect(formatValidationIssues(roleIssues(200_000))).toBe(
       'Invalid request: ' +
-        [0, 1, 2, 3, 4].map((index) => `messages[${index}].role: Invalid option: expected one of "system"|"user"`).join('; ') +
+        [0, 1, 2, 3, 4]
+          .map((index) => `messages[${index}].role: Invalid option: expected one of "system"|"user"`)
+          .join('; ') +
         ' (and 199,995 more issues)',
     );
-    expect(formatValidationIssues([issue(['model'], 'Required'), issue([], 'Bad')], { maxIssues: 1 })).toBe('Invalid request: model: Required (and 1 more issue)');
+    expect(formatValidationIssues([issue(['model'], 'Required'), issue([], 'Bad')], { maxIssues: 1 })).toBe(
+      'Invalid request: model: Required (and 1 more issue)',
+    );
     expect(formatValidationIssues([issue(['model'], 'Required')])).toBe('Invalid request: model: Required');
     expect(formatValidationIssues([])).toBe('Invalid request.');
     expect(formatValidationIssues(roleIssues(3), { maxIssues: 0 })).toBe('Invalid request (3 issues).');
@@ -33,7 +46,9 @@ describe('formatValidationIssues', () => {
       expect(text).toMatch(/^Invalid request: model: (😀)*… \(and 1 more issue\)$/u);
       expect(text).not.toMatch(LONE_SURROGATE);
     }
-    expect(bytes(formatValidationIssues([issue(['model'], 'x'.repeat(100))], { maxBytes: 10 }))).toBeLessThanOrEqual(10);
+    expect(bytes(formatValidationIssues([issue(['model'], 'x'.repeat(100))], { maxBytes: 10 }))).toBeLessThanOrEqual(
+      10,
+    );
   });
 
   it('caps keys and paths a client chose, so one huge key cannot fill the message', () => {
@@ -117,8 +132,19 @@ describe('safeParseFirstIssue', () => {
       model: 'm',
       messages: [
         { role: 'system', content: 'be brief' },
-        { role: 'user', content: [{ type: 'text', text: 'hi' }, { type: 'image_url', image_url: { url: 'https://x/y.png' } }], extra: { a: [1] } },
-        { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'hi' },
+            { type: 'image_url', image_url: { url: 'https://x/y.png' } },
+          ],
+          extra: { a: [1] },
+        },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } }],
+        },
       ],
       tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }],
       stream: true,

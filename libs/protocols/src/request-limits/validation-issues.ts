@@ -43,7 +43,10 @@ const STOP_AT_FIRST_ISSUE: z.core.ParseContextInternal<z.core.$ZodIssue> = Objec
  * the path to it: an invalid union lists its branches' first issues) rather than all of them. The
  * result of a successful parse is the same.
  */
-export function safeParseFirstIssue<Schema extends z.ZodType>(schema: Schema, input: unknown): z.ZodSafeParseResult<z.output<Schema>> {
+export function safeParseFirstIssue<Schema extends z.ZodType>(
+  schema: Schema,
+  input: unknown,
+): z.ZodSafeParseResult<z.output<Schema>> {
   return schema.safeParse(input, STOP_AT_FIRST_ISSUE);
 }
 
@@ -62,7 +65,10 @@ const counts = new Intl.NumberFormat('en-US');
  * (issues that do not fit join the count; a single one that does not fit is cut, never inside a
  * surrogate pair). Reads only the issues it shows, so a long list costs nothing more.
  */
-export function formatValidationIssues(issues: readonly ValidationIssue[], options: FormatValidationIssuesOptions = {}): string {
+export function formatValidationIssues(
+  issues: readonly ValidationIssue[],
+  options: FormatValidationIssuesOptions = {},
+): string {
   const maxIssues = options.maxIssues ?? 5;
   const maxBytes = options.maxBytes ?? 1024;
   if (issues.length === 0) return truncateUtf8('Invalid request.', maxBytes);

@@ -15,7 +15,10 @@ export const GENERATED_FILE = join(LUA_DIR, 'scripts.generated.ts');
 
 /** `forget-backend.lua` → `FORGET_BACKEND_LUA`. */
 export function constantNameOf(fileName: string): string {
-  return `${fileName.replace(/\.lua$/, '').replace(/[^A-Za-z0-9]+/g, '_').toUpperCase()}_LUA`;
+  return `${fileName
+    .replace(/\.lua$/, '')
+    .replace(/[^A-Za-z0-9]+/g, '_')
+    .toUpperCase()}_LUA`;
 }
 
 /**
@@ -24,7 +27,9 @@ export function constantNameOf(fileName: string): string {
  * here. Files under lib/ are not scripts of their own (the directory is not listed).
  */
 export function expandIncludes(source: string, luaDir: string = LUA_DIR): string {
-  return source.replace(/^--#include (\S+)$/gm, (_line, path: string) => readFileSync(join(luaDir, path), 'utf8').trimEnd());
+  return source.replace(/^--#include (\S+)$/gm, (_line, path: string) =>
+    readFileSync(join(luaDir, path), 'utf8').trimEnd(),
+  );
 }
 
 /** The generated module's text for the `.lua` files in `luaDir` (sorted by name, so the output is stable). */

@@ -42,9 +42,24 @@ describe('RedisApiKeyStore', () => {
 
 describe('RouterReplicas', () => {
   it('counts the replicas heard from recently, and forgets one that left or went quiet', async () => {
-    const one = new RouterReplicas({ redis: ctx.redis, replicaId: 'r1', staleAfterMs: 6_000, keyNamespace: ctx.namespace });
-    const two = new RouterReplicas({ redis: ctx.redis, replicaId: 'r2', staleAfterMs: 6_000, keyNamespace: ctx.namespace });
-    const three = new RouterReplicas({ redis: ctx.redis, replicaId: 'r3', staleAfterMs: 6_000, keyNamespace: ctx.namespace });
+    const one = new RouterReplicas({
+      redis: ctx.redis,
+      replicaId: 'r1',
+      staleAfterMs: 6_000,
+      keyNamespace: ctx.namespace,
+    });
+    const two = new RouterReplicas({
+      redis: ctx.redis,
+      replicaId: 'r2',
+      staleAfterMs: 6_000,
+      keyNamespace: ctx.namespace,
+    });
+    const three = new RouterReplicas({
+      redis: ctx.redis,
+      replicaId: 'r3',
+      staleAfterMs: 6_000,
+      keyNamespace: ctx.namespace,
+    });
     expect(await one.heartbeat(10_000)).toBe(1);
     expect(await two.heartbeat(10_000)).toBe(2);
     expect(await three.heartbeat(11_000)).toBe(3);

@@ -1,5 +1,10 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { RedisBackendSet, type BackendEntrySpec, type BackendSetList, type BackendSetWatch } from '../../src/backend-set';
+import {
+  RedisBackendSet,
+  type BackendEntrySpec,
+  type BackendSetList,
+  type BackendSetWatch,
+} from '../../src/backend-set';
 import { createRedis, waitUntilReady } from '../../src/connection';
 import type { RedisClient } from '../../src/scripts';
 import { fleetKeys } from '../../src/keys';
@@ -20,7 +25,12 @@ afterEach(async () => {
 });
 afterAll(() => ctx.close());
 
-const spec = (id: string, extra: Partial<BackendEntrySpec> = {}): BackendEntrySpec => ({ id, url: `http://10.0.0.${id.length}:8000`, weight: 1, ...extra });
+const spec = (id: string, extra: Partial<BackendEntrySpec> = {}): BackendEntrySpec => ({
+  id,
+  url: `http://10.0.0.${id.length}:8000`,
+  weight: 1,
+  ...extra,
+});
 
 function createSet(nowMs: () => number = Date.now): RedisBackendSet {
   return new RedisBackendSet({ redis: ctx.redis, nowMs, keyNamespace: ctx.namespace });
@@ -40,7 +50,10 @@ async function listen(set: RedisBackendSet): Promise<string[]> {
 }
 
 /** Follows the set the way a router replica does: seeding with the config first, later with the last set it applied. */
-async function watchSet(set: RedisBackendSet, options: { pollIntervalMs: number; seed: BackendEntrySpec[] }): Promise<{ watch: BackendSetWatch; lists: BackendSetList[]; errors: unknown[] }> {
+async function watchSet(
+  set: RedisBackendSet,
+  options: { pollIntervalMs: number; seed: BackendEntrySpec[] },
+): Promise<{ watch: BackendSetWatch; lists: BackendSetList[]; errors: unknown[] }> {
   const subscriber = createRedis(ctx.server.url, 'worker');
   subscribers.push(subscriber);
   const lists: BackendSetList[] = [];
@@ -73,12 +86,23 @@ describe('RedisBackendSet changes', () => {
     const clock = manualClock(1_760_000_000_000);
     const set = createSet(clock.nowMs);
     expect(await set.list()).toEqual({ version: 0, backends: [], unreadable: [] });
-    expect(await set.seed([spec('gpu-b', { models: ['m1', 'm2'], weight: 2.5 }), spec('gpu-a')])).toEqual({ version: 1_760_000_000_000, changed: 2, existed: false });
+    expect(await set.seed([spec('gpu-b', { models: ['m1', 'm2'], weight: 2.5 }), spec('gpu-a')])).toEqual({
+      version: 1_760_000_000_000,
+      changed: 2,
+      existed: false,
+    });
     expect(await set.list()).toEqual({
       version: 1_760_000_000_000,
       backends: [
         { id: 'gpu-a', url: 'http://10.0.0.5:8000', weight: 1, drained: false, updatedAtMs: 1_760_000_000_000 },
-        { id: 'gpu-b', url: 'http://10.0.0.5:8000', models: ['m1', 'm2'], weight: 2.5, drained: false, updatedAtMs: 1_760_000_000_000 },
+        {
+          id: 'gpu-b',
+          url: 'http://10.0.0.5:8000',
+          models: ['m1', 'm2'],
+          weight: 2.5,
+          drained: false,
+          updatedAtMs: 1_760_000_000_000,
+        },
       ],
       unreadable: [],
     });
@@ -119,7 +143,14 @@ describe('RedisBackendSet changes', () => {
     expect(await set.setDrained('nope', true)).toEqual({ version: v0 + 2, changed: 0, existed: false });
     const drained = (await set.list()).backends.find((entry) => entry.id === 'b');
     // The script rewrote the JSON: every field survives, the models list stays a list.
-    expect(drained).toEqual({ id: 'b', url: 'http://10.0.0.1:8000', models: ['m'], weight: 1, drained: true, updatedAtMs: 1_760_000_000_020 });
+    expect(drained).toEqual({
+      id: 'b',
+      url: 'http://10.0.0.1:8000',
+      models: ['m'],
+      weight: 1,
+      drained: true,
+      updatedAtMs: 1_760_000_000_020,
+    });
     expect(await set.setDrained('b', false)).toEqual({ version: v0 + 3, changed: 1, existed: true });
     expect(await set.remove('a')).toEqual({ version: v0 + 4, changed: 1, existed: true });
     expect(await set.remove('a')).toEqual({ version: v0 + 4, changed: 0, existed: false });
@@ -146,7 +177,8 @@ describe('RedisBackendSet changes', () => {
     await set.remove('b');
     const keys = fleetKeys(ctx.namespace);
     expect(await ctx.keysOfTest()).toEqual([keys.backends, keys.removed, keys.version].sort());
-    for (const key of [keys.backends, keys.removed, keys.version, keys.changes]) expect(key.startsWith(`${ctx.namespace}:{fleet}:`)).toBe(true);
+    for (const key of [keys.backends, keys.removed, keys.version, keys.changes])
+      expect(key.startsWith(`${ctx.namespace}:{fleet}:`)).toBe(true);
     expect(await ctx.redis.type(keys.backends)).toBe('hash');
     expect(await ctx.redis.type(keys.version)).toBe('string');
     expect(await ctx.redis.type(keys.removed)).toBe('hash');
@@ -155,7 +187,13 @@ describe('RedisBackendSet changes', () => {
   it('leaves out and reports an entry it cannot read', async () => {
     const set = createSet();
     await set.seed([spec('a')]);
-    await ctx.redis.hset(set.keys.backends, 'broken', '{"id":"broken","url":1}', 'mislabelled', JSON.stringify({ id: 'other', url: 'http://x:1', weight: 1, drained: false, updatedAtMs: 1 }));
+    await ctx.redis.hset(
+      set.keys.backends,
+      'broken',
+      '{"id":"broken","url":1}',
+      'mislabelled',
+      JSON.stringify({ id: 'other', url: 'http://x:1', weight: 1, drained: false, updatedAtMs: 1 }),
+    );
     const list = await set.list();
     expect(list.backends.map((entry) => entry.id)).toEqual(['a']);
     expect([...list.unreadable].sort()).toEqual(['broken', 'mislabelled']);
@@ -196,7 +234,11 @@ describe('RedisBackendSet.watch', () => {
     // A change whose message was lost: written without PUBLISH.
     await ctx.redis
       .multi()
-      .hset(set.keys.backends, 'z', JSON.stringify({ id: 'z', url: 'http://10.0.0.9:8000', weight: 1, drained: false, updatedAtMs: 1 }))
+      .hset(
+        set.keys.backends,
+        'z',
+        JSON.stringify({ id: 'z', url: 'http://10.0.0.9:8000', weight: 1, drained: false, updatedAtMs: 1 }),
+      )
       .incr(set.keys.version)
       .exec();
     const elapsed = await until(() => lists.length === 2, 1000);

@@ -53,7 +53,11 @@ async function scrape(
   store: RedisBackendStateStore,
   id: string,
   passed: boolean,
-  options: Partial<RecordScrapeOptions> & { carry?: string | null; observation?: BackendObservation; restartedAtMs?: number | null } = {},
+  options: Partial<RecordScrapeOptions> & {
+    carry?: string | null;
+    observation?: BackendObservation;
+    restartedAtMs?: number | null;
+  } = {},
 ) {
   clock = Math.max(clock + 1, Date.now());
   return store.record(
@@ -92,9 +96,24 @@ describe('RedisBackendStateStore', () => {
     const store = createStore();
     const up = await scrape(store, 'up', true);
     const down = await scrape(store, 'down', false);
-    expect(up.state).toMatchObject({ backendId: 'up', healthy: true, consecutiveSuccesses: 1, consecutiveFailures: 0, running: 3, kvUsage: 0.25, engine: 'vllm' });
+    expect(up.state).toMatchObject({
+      backendId: 'up',
+      healthy: true,
+      consecutiveSuccesses: 1,
+      consecutiveFailures: 0,
+      running: 3,
+      kvUsage: 0.25,
+      engine: 'vllm',
+    });
     expect(up.state.healthyChangedAtMs).toBe(up.state.scrapedAtMs);
-    expect(down.state).toMatchObject({ backendId: 'down', healthy: false, consecutiveSuccesses: 0, consecutiveFailures: 1, failure: 'connect', running: null });
+    expect(down.state).toMatchObject({
+      backendId: 'down',
+      healthy: false,
+      consecutiveSuccesses: 0,
+      consecutiveFailures: 1,
+      failure: 'connect',
+      running: null,
+    });
     expect(up.published && down.published).toBe(true);
   });
 
@@ -104,7 +123,8 @@ describe('RedisBackendStateStore', () => {
     const first = await scrape(store, 'b', true);
     healthyTrail.push(first.state.healthy);
     // Interrupted failure streaks do not count: F S F stays healthy.
-    for (const passed of [false, true, false, false, true, true, false, true, true, true]) healthyTrail.push((await scrape(store, 'b', passed)).state.healthy);
+    for (const passed of [false, true, false, false, true, true, false, true, true, true])
+      healthyTrail.push((await scrape(store, 'b', passed)).state.healthy);
     expect(healthyTrail).toEqual([true, true, true, true, false, false, false, false, false, false, true]);
     const state = await store.read('b');
     expect(state).toMatchObject({ healthy: true, consecutiveSuccesses: 3, consecutiveFailures: 0 });
@@ -157,7 +177,11 @@ describe('RedisBackendStateStore', () => {
     expect(restart.state.restartedAtMs).toBe(restart.state.scrapedAtMs);
     // Later scrapes carry it, failed ones too, and are not published for it again.
     const after = [await scrape(store, 'b', true), await scrape(store, 'b', false), await scrape(store, 'b', false)];
-    expect(after.map((outcome) => outcome.state.restartedAtMs)).toEqual([restart.state.scrapedAtMs, restart.state.scrapedAtMs, restart.state.scrapedAtMs]);
+    expect(after.map((outcome) => outcome.state.restartedAtMs)).toEqual([
+      restart.state.scrapedAtMs,
+      restart.state.scrapedAtMs,
+      restart.state.scrapedAtMs,
+    ]);
     expect(after[0]?.published).toBe(false);
     // An older restart (a late scrape of another replica) does not move it back, nor is it news.
     const late = await scrape(store, 'b', false, { restartedAtMs: restart.state.scrapedAtMs - 5 });
@@ -167,7 +191,13 @@ describe('RedisBackendStateStore', () => {
     expect(next.published).toBe(true);
     expect(await store.read('b')).toMatchObject({ restartedAtMs: next.state.scrapedAtMs });
     await until(() => received.length === 5);
-    expect(received.map((state) => state.restartedAtMs)).toEqual([null, restart.state.scrapedAtMs, restart.state.scrapedAtMs, restart.state.scrapedAtMs, next.state.scrapedAtMs]);
+    expect(received.map((state) => state.restartedAtMs)).toEqual([
+      null,
+      restart.state.scrapedAtMs,
+      restart.state.scrapedAtMs,
+      restart.state.scrapedAtMs,
+      next.state.scrapedAtMs,
+    ]);
   });
 
   it('refuses a restart time that is not a whole non-negative ms count', async () => {
@@ -185,14 +215,21 @@ describe('RedisBackendStateStore', () => {
     expect(await store.read('short')).toBeNull();
     expect((await store.readAll()).map((state) => state.backendId)).toEqual(['long']);
     // Expired history is no history: the next scrape decides alone.
-    expect((await scrape(store, 'short', false, { ttlMs: 150 })).state).toMatchObject({ healthy: false, consecutiveFailures: 1 });
+    expect((await scrape(store, 'short', false, { ttlMs: 150 })).state).toMatchObject({
+      healthy: false,
+      consecutiveFailures: 1,
+    });
   });
 
   it('keeps its keys under the {fleet} hash tag, one hash per backend plus the index', async () => {
     const store = createStore();
     await scrape(store, 'b1', true);
     await scrape(store, '10.0.0.2:8000', true);
-    expect(await ctx.keysOfTest()).toEqual([`${ctx.namespace}:{fleet}:backend-state:10.0.0.2:8000`, `${ctx.namespace}:{fleet}:backend-state:b1`, `${ctx.namespace}:{fleet}:backend-states`]);
+    expect(await ctx.keysOfTest()).toEqual([
+      `${ctx.namespace}:{fleet}:backend-state:10.0.0.2:8000`,
+      `${ctx.namespace}:{fleet}:backend-state:b1`,
+      `${ctx.namespace}:{fleet}:backend-states`,
+    ]);
     expect(await ctx.redis.pttl(store.keys.index)).toBeGreaterThan(59_000);
   });
 

@@ -23,7 +23,12 @@ const CELLS = 3;
 const BACKENDS = Array.from({ length: 12 }, (_, index) => ({ id: `backend-${index}`, weight: 1 }));
 
 /** A chat turn of `blocks` blocks whose first turn is its first 4 blocks (the same in every turn of the conversation). */
-function inputOf(conversation: number, blocks: number, leaseId: string, policy: RoutingPolicy = createCacheAwarePolicy()): DecideInput {
+function inputOf(
+  conversation: number,
+  blocks: number,
+  leaseId: string,
+  policy: RoutingPolicy = createCacheAwarePolicy(),
+): DecideInput {
   const blockHashes = Array.from({ length: blocks }, (_, index) => conversation * 10_000 + index + 1);
   return {
     pool: 'm',
@@ -45,7 +50,8 @@ function inputOf(conversation: number, blocks: number, leaseId: string, policy: 
   };
 }
 
-const routedTo = (result: Awaited<ReturnType<typeof decide>>): string => (result.decision.kind === 'routed' ? result.decision.backendId : '');
+const routedTo = (result: Awaited<ReturnType<typeof decide>>): string =>
+  result.decision.kind === 'routed' ? result.decision.backendId : '';
 
 describe('a pool split into cells (poolCells)', () => {
   it("keeps a lease and its ownership in the chosen backend's cell, and a conversation finds its owner there", async () => {
@@ -57,7 +63,8 @@ describe('a pool split into cells (poolCells)', () => {
     expect(first.candidates.every((candidate) => backendCell(candidate.backend.id, CELLS) === cell)).toBe(true);
     const keys = poolKeys('m', ctx.namespace, { index: cell, count: CELLS });
     expect(await ctx.redis.hget(keys.inflight, owner)).toBe('1');
-    for (const other of [0, 1, 2].filter((c) => c !== cell)) expect(await ctx.redis.exists(poolKeys('m', ctx.namespace, { index: other, count: CELLS }).inflight)).toBe(0);
+    for (const other of [0, 1, 2].filter((c) => c !== cell))
+      expect(await ctx.redis.exists(poolKeys('m', ctx.namespace, { index: other, count: CELLS }).inflight)).toBe(0);
     await state.release('m', owner, 'turn-1', first.blocksAtFirstOutput);
     expect(await ctx.redis.hexists(keys.ownersNew, String(7 * 10_000 + 20))).toBe(1);
 
@@ -79,7 +86,11 @@ describe('a pool split into cells (poolCells)', () => {
       await state.release('m', routedTo(result), `c-${conversation}`, result.blocksAtFirstOutput);
     }
     expect(cellsUsed.size).toBe(CELLS);
-    const snapshot = await state.snapshot('m', BACKENDS.map((backend) => backend.id), inputOf(5, 8, 'x').request.blockHashes);
+    const snapshot = await state.snapshot(
+      'm',
+      BACKENDS.map((backend) => backend.id),
+      inputOf(5, 8, 'x').request.blockHashes,
+    );
     expect([...snapshot.matchBlocks]).toEqual([[owners[4], 8]]);
   });
 
@@ -90,7 +101,10 @@ describe('a pool split into cells (poolCells)', () => {
       const input = inputOf(conversation, 80, `s-${conversation}`);
       // Blocks 1..16 (4 KiB) the same for every conversation; chained hashes differ after.
       const blockHashes = input.request.blockHashes.map((hash, index) => (index < 16 ? 500 + index : hash));
-      const result = await decide(state, { ...input, request: { ...input.request, blockHashes, headHash: 500, firstTurnBytes: { start: 16 * 256, end: 20 * 256 } } });
+      const result = await decide(state, {
+        ...input,
+        request: { ...input.request, blockHashes, headHash: 500, firstTurnBytes: { start: 16 * 256, end: 20 * 256 } },
+      });
       cellsUsed.add(backendCell(routedTo(result), CELLS));
       await state.release('m', routedTo(result), `s-${conversation}`);
     }
@@ -106,7 +120,8 @@ describe('a pool split into cells (poolCells)', () => {
     await state.release('m', routedTo(probe), 'probe');
     // Fill every backend of the home cell to the valve.
     const homeBackends = BACKENDS.filter((backend) => backendCell(backend.id, CELLS) === home);
-    for (const backend of homeBackends) expect(await state.reserve('m', backend.id, `fill-${backend.id}`, [], 0)).toBe(true);
+    for (const backend of homeBackends)
+      expect(await state.reserve('m', backend.id, `fill-${backend.id}`, [], 0)).toBe(true);
 
     const spilled = await decide(state, inputOf(3, 8, 'spilled', policy));
     expect(spills).toEqual(['m']);
@@ -127,7 +142,10 @@ describe('a pool split into cells (poolCells)', () => {
       get(target, name, receiver) {
         const value = Reflect.get(target, name, receiver) as unknown;
         if (name !== 'callBuffer' || typeof value !== 'function') return value;
-        return (...args: unknown[]) => (++routeCalls === 2 ? Promise.reject(new Error('CLUSTERDOWN injected')) : (value as (...a: unknown[]) => unknown).apply(target, args));
+        return (...args: unknown[]) =>
+          ++routeCalls === 2
+            ? Promise.reject(new Error('CLUSTERDOWN injected'))
+            : (value as (...a: unknown[]) => unknown).apply(target, args);
       },
     });
     const state = ctx.createState({ poolCells: CELLS, redis: failing });
@@ -147,7 +165,8 @@ describe('a pool split into cells (poolCells)', () => {
     // Its lease is held (not released as a passed-over one), and nothing was taken elsewhere.
     expect(await ctx.redis.zcard(homeKeys.leaseDeadlines)).toBe(homeBackends.length + 1);
     expect(await ctx.redis.zscore(homeKeys.leaseDeadlines, `${kept.length}:${kept}spill-fails`)).not.toBeNull();
-    for (const cell of others) expect(await ctx.redis.zcard(poolKeys('m', ctx.namespace, { index: cell, count: CELLS }).leaseDeadlines)).toBe(0);
+    for (const cell of others)
+      expect(await ctx.redis.zcard(poolKeys('m', ctx.namespace, { index: cell, count: CELLS }).leaseDeadlines)).toBe(0);
   });
 
   it('records ownership at routing only for the backend kept after a spill, never for the one passed over', async () => {
@@ -163,10 +182,19 @@ describe('a pool split into cells (poolCells)', () => {
     const kept = routedTo(spilled);
     expect(backendCell(kept, CELLS)).not.toBe(home);
     const lastBlock = String(4 * 10_000 + 8);
-    expect(await ctx.redis.hexists(poolKeys('m', ctx.namespace, { index: home, count: CELLS }).ownersNew, lastBlock)).toBe(0);
-    expect(await ctx.redis.hget(poolKeys('m', ctx.namespace, { index: backendCell(kept, CELLS), count: CELLS }).ownersNew, lastBlock)).toContain(kept);
+    expect(
+      await ctx.redis.hexists(poolKeys('m', ctx.namespace, { index: home, count: CELLS }).ownersNew, lastBlock),
+    ).toBe(0);
+    expect(
+      await ctx.redis.hget(
+        poolKeys('m', ctx.namespace, { index: backendCell(kept, CELLS), count: CELLS }).ownersNew,
+        lastBlock,
+      ),
+    ).toContain(kept);
     // The passed-over lease's release is not awaited, but it went out on this connection before the read below.
-    expect(await ctx.redis.zcard(poolKeys('m', ctx.namespace, { index: home, count: CELLS }).leaseDeadlines)).toBe(homeBackends.length);
+    expect(await ctx.redis.zcard(poolKeys('m', ctx.namespace, { index: home, count: CELLS }).leaseDeadlines)).toBe(
+      homeBackends.length,
+    );
     await state.release('m', kept, 'spilled');
     for (const backend of homeBackends) await state.release('m', backend.id, `fill-${backend.id}`);
   });
@@ -176,12 +204,20 @@ describe('a pool split into cells (poolCells)', () => {
     const backend = BACKENDS.find((candidate) => backendCell(candidate.id, CELLS) !== 0)?.id as string;
     const cell = backendCell(backend, CELLS);
     const reply = await state.learn('m', {
-      correction: { backendId: backend, outcome: 'overpredicted', blockHashes: [1, 2, 3], routedAtMs: Date.now(), matchRecordedAtMs: Date.now() - 60_000 },
+      correction: {
+        backendId: backend,
+        outcome: 'overpredicted',
+        blockHashes: [1, 2, 3],
+        routedAtMs: Date.now(),
+        matchRecordedAtMs: Date.now() - 60_000,
+      },
       calibration: { prefillMsPerToken: { samples: 4, sum: 0.2 } },
     });
     expect(reply.retentionMs).not.toBeNull();
     expect(reply.calibration.prefillMsPerToken?.samples).toBe(4);
-    expect(await ctx.redis.hget(poolKeys('m', ctx.namespace, { index: cell, count: CELLS }).forgotten, backend)).toContain('|');
+    expect(
+      await ctx.redis.hget(poolKeys('m', ctx.namespace, { index: cell, count: CELLS }).forgotten, backend),
+    ).toContain('|');
     expect(await ctx.redis.exists(poolKeys('m', ctx.namespace, { index: 0, count: CELLS }).calibration)).toBe(1);
     expect(await ctx.redis.exists(poolKeys('m', ctx.namespace, { index: cell, count: CELLS }).calibration)).toBe(0);
   });

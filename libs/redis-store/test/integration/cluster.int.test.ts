@@ -32,7 +32,9 @@ beforeAll(async () => {
   cluster = await startRedisCluster({ logger: () => undefined });
   const masterOfPool = (pool: string): number => cluster.masterOf(poolKeys(pool, namespace).prefix).port;
   const first = 'model-a';
-  const other = Array.from({ length: 64 }, (_, index) => `model-${index}`).find((pool) => masterOfPool(pool) !== masterOfPool(first));
+  const other = Array.from({ length: 64 }, (_, index) => `model-${index}`).find(
+    (pool) => masterOfPool(pool) !== masterOfPool(first),
+  );
   if (other === undefined) throw new Error('no model name among 64 hashes to another master than model-a');
   pools = [first, other];
 }, 40_000);
@@ -60,7 +62,14 @@ async function node(url: string): Promise<Redis> {
 }
 
 function createState(redis: RedisClient): RedisRoutingState {
-  return new RedisRoutingState({ redis, maxBlocksPerPool: 100_000, blockIdleTtlMs: 60_000, leaseTtlMs: 30_000, nowMs: Date.now, keyNamespace: namespace });
+  return new RedisRoutingState({
+    redis,
+    maxBlocksPerPool: 100_000,
+    blockIdleTtlMs: 60_000,
+    leaseTtlMs: 30_000,
+    nowMs: Date.now,
+    keyNamespace: namespace,
+  });
 }
 
 /** A chain longer than one call records, so record-ownership.lua runs too. */
@@ -68,7 +77,15 @@ const LONG_CHAIN: BlockHash[] = Array.from({ length: RECORD_BLOCKS_PER_CALL + 18
 
 const decideInput = (pool: string, leaseId: string): DecideInput => ({
   pool,
-  request: { model: pool, blockHashes: [11, 12, 13, 14], blockSizeBytes: 256, textBytes: 1100, contextBlocks: 0, headHash: 7, sessionKey: null },
+  request: {
+    model: pool,
+    blockHashes: [11, 12, 13, 14],
+    blockSizeBytes: 256,
+    textBytes: 1100,
+    contextBlocks: 0,
+    headHash: 7,
+    sessionKey: null,
+  },
   backends: [
     { id: 'a', weight: 1 },
     { id: 'b', weight: 1 },
@@ -89,13 +106,21 @@ async function exerciseRoutingState(state: RedisRoutingState, pool: string, tag:
   expect(snapshot.pendingPrefillTokens.get('b')).toBe(100);
   expect(await state.renew(pool, 'b', `${tag}-long`)).toBe(true); // renew.lua
   await state.prefillDone(pool, 'b', `${tag}-long`, LONG_CHAIN); // prefill-done.lua
-  const learned = await state.learn(pool, { correction: null, calibration: { bytesPerToken: { samples: 4, sum: 16 } } }); // learn.lua
+  const learned = await state.learn(pool, {
+    correction: null,
+    calibration: { bytesPerToken: { samples: 4, sum: 16 } },
+  }); // learn.lua
   expect(learned.calibration.bytesPerToken?.value).toBe(4);
   await state.release(pool, 'b', `${tag}-long`); // release.lua
   await state.release(pool, chosen, `${tag}-routed`);
   await state.forgetBackend(pool, 'a'); // forget-backend.lua
   const after = await state.snapshot(pool, ['a', 'b'], LONG_CHAIN);
-  expect(after.inflight).toEqual(new Map([['a', 0], ['b', 0]]));
+  expect(after.inflight).toEqual(
+    new Map([
+      ['a', 0],
+      ['b', 0],
+    ]),
+  );
   expect(after.matchBlocks.get('b')).toBe(LONG_CHAIN.length);
   return chosen;
 }
@@ -116,7 +141,10 @@ let scrapedAt = 0;
 /** One scrape of `backendId` whose observation differs from the last one's, so the script publishes it. */
 function recordScrape(store: RedisBackendStateStore, backendId: string, running: number) {
   scrapedAt = Math.max(scrapedAt + 1, Date.now());
-  return store.record({ backendId, healthPassed: true, observation: observation(running), scrapedAtMs: scrapedAt, carry: null }, { failuresToUnhealthy: 1, successesToHealthy: 1, ttlMs: 60_000 });
+  return store.record(
+    { backendId, healthPassed: true, observation: observation(running), scrapedAtMs: scrapedAt, carry: null },
+    { failuresToUnhealthy: 1, successesToHealthy: 1, ttlMs: 60_000 },
+  );
 }
 
 /** Polls `check` every 50 ms until it holds; fails with `what` after `timeoutMs`. */
@@ -177,7 +205,16 @@ describe('the store on a Redis Cluster', () => {
     ]); // ZRANGE, then a pipeline of HGETs
 
     const limits = new TenantLimits({ redis, keyNamespace: namespace });
-    const admission = { tenant: 'acme', keyId: 'k1', leaseId: 'l1', nowMs: Date.now(), leaseTtlMs: 30_000, rates: [{ scope: 'key', unit: 'tokens', limit: 1000, periodMs: 60_000 }] as const, reservedTokens: 100, concurrency: { tenant: 2, key: 1 } };
+    const admission = {
+      tenant: 'acme',
+      keyId: 'k1',
+      leaseId: 'l1',
+      nowMs: Date.now(),
+      leaseTtlMs: 30_000,
+      rates: [{ scope: 'key', unit: 'tokens', limit: 1000, periodMs: 60_000 }] as const,
+      reservedTokens: 100,
+      concurrency: { tenant: 2, key: 1 },
+    };
     expect((await limits.admit(admission)).admitted).toBe(true); // admit-tenant.lua
     expect((await limits.admit({ ...admission, leaseId: 'l2' })).admitted).toBe(false); // the key's concurrency cap
     expect(await limits.renew(admission)).toBe(2); // settle-tenant.lua
@@ -198,7 +235,10 @@ describe('the store on a Redis Cluster', () => {
     const redis = await open('request-path');
     const states = new RedisBackendStateStore({ redis, keyNamespace: namespace });
     const received: BackendState[] = [];
-    const subscription = states.subscribe({ subscriber: await open('worker'), onState: (state) => received.push(state) });
+    const subscription = states.subscribe({
+      subscriber: await open('worker'),
+      onState: (state) => received.push(state),
+    });
     expect(await subscription.ready).toBe(true);
 
     // The premise of classic pub/sub on a cluster: a message published on the channel's master reaches
@@ -212,17 +252,29 @@ describe('the store on a Redis Cluster', () => {
     await plain.subscribe(channel);
 
     await recordScrape(states, 'pubsub-1', 7);
-    await eventually('the state reached the cluster subscriber', () => received.some((state) => state.backendId === 'pubsub-1' && state.running === 7), 5_000);
+    await eventually(
+      'the state reached the cluster subscriber',
+      () => received.some((state) => state.backendId === 'pubsub-1' && state.running === 7),
+      5_000,
+    );
     await eventually('the state reached a subscriber on another node', () => heardElsewhere.length > 0, 5_000);
 
     // The backend set's watch with its poll out of the way: only the change notice can deliver.
     const set = new RedisBackendSet({ redis, nowMs: Date.now, keyNamespace: namespace });
     const lists: BackendSetList[] = [];
-    const watch = set.watch({ subscriber: await open('worker'), pollIntervalMs: 60_000, onChange: (list) => lists.push(list) });
+    const watch = set.watch({
+      subscriber: await open('worker'),
+      pollIntervalMs: 60_000,
+      onChange: (list) => lists.push(list),
+    });
     try {
       await new Promise((resolve) => setTimeout(resolve, 200)); // the SUBSCRIBE is under way
       const change = await set.add({ id: 'pubsub-backend', url: 'http://127.0.0.1:2', weight: 1 });
-      await eventually('the change notice reached the watch', () => lists.some((list) => list.version === change.version), 5_000);
+      await eventually(
+        'the change notice reached the watch',
+        () => lists.some((list) => list.version === change.version),
+        5_000,
+      );
     } finally {
       await watch.stop();
       await subscription.stop();
@@ -235,7 +287,10 @@ describe('the store on a Redis Cluster', () => {
     const state = createState(requestPath);
     const states = new RedisBackendStateStore({ redis: requestPath, keyNamespace: namespace });
     const received: BackendState[] = [];
-    const subscription = states.subscribe({ subscriber: await open('worker'), onState: (published) => received.push(published) });
+    const subscription = states.subscribe({
+      subscriber: await open('worker'),
+      onState: (published) => received.push(published),
+    });
     expect(await subscription.ready).toBe(true);
 
     // State recorded before the failover, and on the replica before the kill (WAIT), so it survives it.
@@ -254,9 +309,19 @@ describe('the store on a Redis Cluster', () => {
 
     // The client learns the new slot map from a MOVED or its refresh: calls may fail for a moment, not longer.
     const started = Date.now();
-    await eventually('snapshot on the promoted master', () => state.snapshot(poolA, ['a'], LONG_CHAIN).then(() => true, () => false), 10_000);
+    await eventually(
+      'snapshot on the promoted master',
+      () =>
+        state.snapshot(poolA, ['a'], LONG_CHAIN).then(
+          () => true,
+          () => false,
+        ),
+      10_000,
+    );
     const recoveredMs = Date.now() - started;
-    console.info(`cluster failover: master ${oldMaster.port} killed, ${newMaster.port} promoted; the store's calls worked again after ${recoveredMs} ms`);
+    console.info(
+      `cluster failover: master ${oldMaster.port} killed, ${newMaster.port} promoted; the store's calls worked again after ${recoveredMs} ms`,
+    );
     const after = await state.snapshot(poolA, ['a', 'b'], LONG_CHAIN);
     expect(after.matchBlocks.get('a')).toBe(LONG_CHAIN.length); // replicated before the kill
     await exerciseRoutingState(state, poolA, 'a-after');

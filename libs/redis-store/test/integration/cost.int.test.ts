@@ -40,7 +40,11 @@ describe('owner index cost', () => {
     // bracket in the current one for depth 37 (1).
     expect(await readsFor(backends)).toBe(5);
     // A backend that holds the chain's first block in the previous generation.
-    await ctx.redis.hset(poolKeys('m', ctx.namespace).ownersOld, String(chain[0]), `\x01${backends[0] as string}\x02${Date.now()}`);
+    await ctx.redis.hset(
+      poolKeys('m', ctx.namespace).ownersOld,
+      String(chain[0]),
+      `\x01${backends[0] as string}\x02${Date.now()}`,
+    );
     const all = await readsFor(backends);
     // In-flight and backlog (2), the ladder of each generation (2), one bracket per generation for depth 37 (2).
     expect(all).toBe(6);

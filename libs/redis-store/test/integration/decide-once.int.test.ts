@@ -1,4 +1,11 @@
-import { createCacheAwarePolicy, createLeastLoadedPolicy, createPrefixAwarePolicy, decide, type DecideInput, type RoutingPolicy } from '@kvroute/routing';
+import {
+  createCacheAwarePolicy,
+  createLeastLoadedPolicy,
+  createPrefixAwarePolicy,
+  decide,
+  type DecideInput,
+  type RoutingPolicy,
+} from '@kvroute/routing';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
@@ -36,8 +43,20 @@ async function scriptCalls(): Promise<number> {
 
 const inputOf = (policy: RoutingPolicy, leaseId: string): DecideInput => ({
   pool: 'm',
-  request: { model: 'm', blockHashes: [1, 2, 3, 4], blockSizeBytes: 256, textBytes: 1100, contextBlocks: 0, headHash: 7, sessionKey: null },
-  backends: [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }, { id: 'c', weight: 1 }],
+  request: {
+    model: 'm',
+    blockHashes: [1, 2, 3, 4],
+    blockSizeBytes: 256,
+    textBytes: 1100,
+    contextBlocks: 0,
+    headHash: 7,
+    sessionKey: null,
+  },
+  backends: [
+    { id: 'a', weight: 1 },
+    { id: 'b', weight: 1 },
+    { id: 'c', weight: 1 },
+  ],
   policy,
   context: { nowMs: 0, random: () => 0.5 },
   leaseId,
@@ -62,7 +81,9 @@ describe('decide on the Redis store evaluates the policy once', () => {
     expect(await scriptCalls()).toBe(5);
     // The decision is the one choose would have made on the figures the script read.
     const result = await decide(state, inputOf(policy, 'last'));
-    expect(result.decision).toStrictEqual(make().choose(inputOf(policy, '').request, result.candidates, inputOf(policy, '').context));
+    expect(result.decision).toStrictEqual(
+      make().choose(inputOf(policy, '').request, result.candidates, inputOf(policy, '').context),
+    );
   });
 
   it('prefixaware (no atomic rule): choose once per decision, on one snapshot, then one reservation', async () => {

@@ -1,4 +1,11 @@
-import { createCacheAwarePolicy, decide, InMemoryRoutingState, type BlockHash, type OwnershipCorrection, type RoutingStateStore } from '@kvroute/routing';
+import {
+  createCacheAwarePolicy,
+  decide,
+  InMemoryRoutingState,
+  type BlockHash,
+  type OwnershipCorrection,
+  type RoutingStateStore,
+} from '@kvroute/routing';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { manualClock, openRedisTestContext, type ManualClock, type RedisTestContext } from './redis-test-context';
 
@@ -15,9 +22,27 @@ afterAll(() => ctx.close());
 const IDLE_TTL_MS = 600_000;
 const stores: [string, (clock: ManualClock) => RoutingStateStore][] = [
   ['redis', (clock) => ctx.createState({ nowMs: clock.nowMs, blockIdleTtlMs: IDLE_TTL_MS })],
-  ['in-memory', (clock) => new InMemoryRoutingState({ maxBlocksPerBackend: 10_000, blockIdleTtlMs: IDLE_TTL_MS, refreshGranularityMs: 1000, nowMs: clock.nowMs })],
+  [
+    'in-memory',
+    (clock) =>
+      new InMemoryRoutingState({
+        maxBlocksPerBackend: 10_000,
+        blockIdleTtlMs: IDLE_TTL_MS,
+        refreshGranularityMs: 1000,
+        nowMs: clock.nowMs,
+      }),
+  ],
   // The router's default (blockRefreshMs): a learned retention, not the granularity, must then decide when an entry is refreshed.
-  ['in-memory, refreshed at 60 s,', (clock) => new InMemoryRoutingState({ maxBlocksPerBackend: 10_000, blockIdleTtlMs: IDLE_TTL_MS, refreshGranularityMs: 60_000, nowMs: clock.nowMs })],
+  [
+    'in-memory, refreshed at 60 s,',
+    (clock) =>
+      new InMemoryRoutingState({
+        maxBlocksPerBackend: 10_000,
+        blockIdleTtlMs: IDLE_TTL_MS,
+        refreshGranularityMs: 60_000,
+        nowMs: clock.nowMs,
+      }),
+  ],
 ];
 
 const chainA = [11, 12, 13, 14];
@@ -32,7 +57,12 @@ async function depthOn(store: RoutingStateStore, backend: string, chain: readonl
  * The correction of a response routed to `backend` now whose engine held less of `chain` than
  * predicted: the evidence time as a routing read (the snapshot) saw it.
  */
-async function overprediction(store: RoutingStateStore, clock: ManualClock, backend: string, chain: readonly BlockHash[]): Promise<OwnershipCorrection> {
+async function overprediction(
+  store: RoutingStateStore,
+  clock: ManualClock,
+  backend: string,
+  chain: readonly BlockHash[],
+): Promise<OwnershipCorrection> {
   const snapshot = await store.snapshot('m', [backend], chain);
   return {
     backendId: backend,
@@ -48,11 +78,25 @@ async function overprediction(store: RoutingStateStore, clock: ManualClock, back
  * records it (at routing, or at its first output: `prefillDone`), as the router does before the
  * response ends; answers the correction of a response whose engine held nothing of it.
  */
-async function routeThenEvicted(store: RoutingStateStore, clock: ManualClock, ownershipAt: 'routing' | 'first-token', chain: readonly BlockHash[], leaseId: string): Promise<OwnershipCorrection> {
+async function routeThenEvicted(
+  store: RoutingStateStore,
+  clock: ManualClock,
+  ownershipAt: 'routing' | 'first-token',
+  chain: readonly BlockHash[],
+  leaseId: string,
+): Promise<OwnershipCorrection> {
   const routedAtMs = clock.nowMs();
   const result = await decide(store, {
     pool: 'm',
-    request: { model: 'm', blockHashes: chain, blockSizeBytes: 256, textBytes: 256 * chain.length, contextBlocks: 0, headHash: chain[0] as BlockHash, sessionKey: null },
+    request: {
+      model: 'm',
+      blockHashes: chain,
+      blockSizeBytes: 256,
+      textBytes: 256 * chain.length,
+      contextBlocks: 0,
+      headHash: chain[0] as BlockHash,
+      sessionKey: null,
+    },
     backends: [{ id: 'a', weight: 1 }],
     policy: createCacheAwarePolicy({ ownershipAt }),
     context: { nowMs: routedAtMs, random: () => 0.5 },
@@ -79,10 +123,17 @@ describe.each(stores)('learn on the %s store', (_name, make) => {
     clock.advance(4_000);
     await store.reserve('m', 'a', 'l3', chainC, 0); // t0 + 9 s
     clock.advance(1_000);
-    expect([await depthOn(store, 'a', chainA), await depthOn(store, 'a', chainB), await depthOn(store, 'a', chainC)]).toEqual([4, 3, 2]);
+    expect([
+      await depthOn(store, 'a', chainA),
+      await depthOn(store, 'a', chainB),
+      await depthOn(store, 'a', chainC),
+    ]).toEqual([4, 3, 2]);
 
     // A request for B routed now found only B's first block cached: block 2, recorded 5 s ago, was gone.
-    const reply = await store.learn('m', { correction: await overprediction(store, clock, 'a', chainB), calibration: null });
+    const reply = await store.learn('m', {
+      correction: await overprediction(store, clock, 'a', chainB),
+      calibration: null,
+    });
     expect(reply.retentionMs).toBe(5_000);
     expect(await depthOn(store, 'a', chainA)).toBe(0); // older than the evidence: believed gone
     expect(await depthOn(store, 'a', chainB)).toBe(3); // the engine computed it again for this request
@@ -96,7 +147,10 @@ describe.each(stores)('learn on the %s store', (_name, make) => {
     const store = make(clock);
     await store.reserve('m', 'a', 'l1', chainA, 0);
     clock.advance(200);
-    const reply = await store.learn('m', { correction: await overprediction(store, clock, 'a', chainA), calibration: null });
+    const reply = await store.learn('m', {
+      correction: await overprediction(store, clock, 'a', chainA),
+      calibration: null,
+    });
     expect(reply.retentionMs).toBeNull();
     clock.advance(60_000);
     expect(await depthOn(store, 'a', chainA)).toBe(4);
@@ -105,7 +159,13 @@ describe.each(stores)('learn on the %s store', (_name, make) => {
   it('an underprediction grows a learned retention by a quarter, and only a learned one', async () => {
     const clock = manualClock(1_000_000);
     const store = make(clock);
-    const under = { backendId: 'a', outcome: 'underpredicted' as const, blockHashes: chainA, routedAtMs: clock.nowMs(), matchRecordedAtMs: null };
+    const under = {
+      backendId: 'a',
+      outcome: 'underpredicted' as const,
+      blockHashes: chainA,
+      routedAtMs: clock.nowMs(),
+      matchRecordedAtMs: null,
+    };
     expect((await store.learn('m', { correction: under, calibration: null })).retentionMs).toBeNull();
     await store.reserve('m', 'a', 'l1', chainA, 0);
     clock.advance(8_000);
@@ -131,70 +191,91 @@ describe.each(stores)('learn on the %s store', (_name, make) => {
   // response, the request's own recording has rewritten that entry (Redis: once older than half the
   // retention; in memory: once older than the 1 s refresh granularity), so a time read at learn
   // time lost all evidence older than that and the retention could only ratchet down.
-  describe.each(['routing', 'first-token'] as const)('with ownership recorded at %s, the evidence is read at routing', (ownershipAt) => {
-    /** A retention of 10 s, learned from chain A evicted 10 s after it was recorded. */
-    async function learnTenSeconds(store: RoutingStateStore, clock: ManualClock): Promise<void> {
-      await store.reserve('m', 'a', 'seed', chainA, 0);
-      clock.advance(10_000);
-      const reply = await store.learn('m', { correction: await routeThenEvicted(store, clock, ownershipAt, chainA, 'evicted-a'), calibration: null });
-      expect(reply.retentionMs).toBe(10_000);
-    }
+  describe.each(['routing', 'first-token'] as const)(
+    'with ownership recorded at %s, the evidence is read at routing',
+    (ownershipAt) => {
+      /** A retention of 10 s, learned from chain A evicted 10 s after it was recorded. */
+      async function learnTenSeconds(store: RoutingStateStore, clock: ManualClock): Promise<void> {
+        await store.reserve('m', 'a', 'seed', chainA, 0);
+        clock.advance(10_000);
+        const reply = await store.learn('m', {
+          correction: await routeThenEvicted(store, clock, ownershipAt, chainA, 'evicted-a'),
+          calibration: null,
+        });
+        expect(reply.retentionMs).toBe(10_000);
+      }
 
-    it("a backend learns a retention although the request's own recording refreshed the evicted entry", async () => {
-      const clock = manualClock(1_000_000);
-      await learnTenSeconds(make(clock), clock);
-    });
+      it("a backend learns a retention although the request's own recording refreshed the evicted entry", async () => {
+        const clock = manualClock(1_000_000);
+        await learnTenSeconds(make(clock), clock);
+      });
 
-    it('evidence older than half the retention still counts', async () => {
-      const clock = manualClock(1_000_000);
-      const store = make(clock);
-      await learnTenSeconds(store, clock);
-      await store.reserve('m', 'a', 'b', chainB, 0);
-      clock.advance(8_000); // past half the retention: routing it rewrites the entry
-      const reply = await store.learn('m', { correction: await routeThenEvicted(store, clock, ownershipAt, chainB, 'evicted-b'), calibration: null });
-      expect(reply.retentionMs).toBe(9_400); // 0.7 · 10 s + 0.3 · 8 s
-    });
+      it('evidence older than half the retention still counts', async () => {
+        const clock = manualClock(1_000_000);
+        const store = make(clock);
+        await learnTenSeconds(store, clock);
+        await store.reserve('m', 'a', 'b', chainB, 0);
+        clock.advance(8_000); // past half the retention: routing it rewrites the entry
+        const reply = await store.learn('m', {
+          correction: await routeThenEvicted(store, clock, ownershipAt, chainB, 'evicted-b'),
+          calibration: null,
+        });
+        expect(reply.retentionMs).toBe(9_400); // 0.7 · 10 s + 0.3 · 8 s
+      });
 
-    it('a retention lowered by young evidence moves back up on older evidence: no ratchet', async () => {
-      const clock = manualClock(1_000_000);
-      const store = make(clock);
-      await learnTenSeconds(store, clock);
-      await store.reserve('m', 'a', 'b', chainB, 0);
-      clock.advance(6_000);
-      await store.reserve('m', 'a', 'c', chainC, 0);
-      clock.advance(2_000);
-      // Both routed now; C's response comes back first.
-      const evictedB = await routeThenEvicted(store, clock, ownershipAt, chainB, 'evicted-b'); // 8 s old
-      const evictedC = await routeThenEvicted(store, clock, ownershipAt, chainC, 'evicted-c'); // 2 s old
-      expect((await store.learn('m', { correction: evictedC, calibration: null })).retentionMs).toBe(7_600);
-      expect((await store.learn('m', { correction: evictedB, calibration: null })).retentionMs).toBe(7_720); // 0.7 · 7.6 s + 0.3 · 8 s
-    });
+      it('a retention lowered by young evidence moves back up on older evidence: no ratchet', async () => {
+        const clock = manualClock(1_000_000);
+        const store = make(clock);
+        await learnTenSeconds(store, clock);
+        await store.reserve('m', 'a', 'b', chainB, 0);
+        clock.advance(6_000);
+        await store.reserve('m', 'a', 'c', chainC, 0);
+        clock.advance(2_000);
+        // Both routed now; C's response comes back first.
+        const evictedB = await routeThenEvicted(store, clock, ownershipAt, chainB, 'evicted-b'); // 8 s old
+        const evictedC = await routeThenEvicted(store, clock, ownershipAt, chainC, 'evicted-c'); // 2 s old
+        expect((await store.learn('m', { correction: evictedC, calibration: null })).retentionMs).toBe(7_600);
+        expect((await store.learn('m', { correction: evictedB, calibration: null })).retentionMs).toBe(7_720); // 0.7 · 7.6 s + 0.3 · 8 s
+      });
 
-    it('evidence from before the backend was forgotten (a restart between routing and the response) teaches nothing', async () => {
-      const clock = manualClock(1_000_000);
-      const store = make(clock);
-      await store.reserve('m', 'a', 'seed', chainA, 0);
-      clock.advance(5_000);
-      const evicted = await routeThenEvicted(store, clock, ownershipAt, chainA, 'evicted-a');
-      clock.advance(10);
-      await store.forgetBackend('m', 'a');
-      expect((await store.learn('m', { correction: evicted, calibration: null })).retentionMs).toBeNull();
-    });
-  });
+      it('evidence from before the backend was forgotten (a restart between routing and the response) teaches nothing', async () => {
+        const clock = manualClock(1_000_000);
+        const store = make(clock);
+        await store.reserve('m', 'a', 'seed', chainA, 0);
+        clock.advance(5_000);
+        const evicted = await routeThenEvicted(store, clock, ownershipAt, chainA, 'evicted-a');
+        clock.advance(10);
+        await store.forgetBackend('m', 'a');
+        expect((await store.learn('m', { correction: evicted, calibration: null })).retentionMs).toBeNull();
+      });
+    },
+  );
 
   it('calibration batches merge into one learned figure per pool: a running mean, then a moving one', async () => {
     const clock = manualClock(1_000_000);
     const store = make(clock);
-    const first = await store.learn('m', { correction: null, calibration: { bytesPerToken: { samples: 4, sum: 8 }, prefillMsPerToken: { samples: 1, sum: 0.125 } } });
+    const first = await store.learn('m', {
+      correction: null,
+      calibration: { bytesPerToken: { samples: 4, sum: 8 }, prefillMsPerToken: { samples: 1, sum: 0.125 } },
+    });
     expect(first.calibration.bytesPerToken).toEqual({ value: 2, samples: 4 });
-    const second = await store.learn('m', { correction: null, calibration: { bytesPerToken: { samples: 4, sum: 16 } } });
+    const second = await store.learn('m', {
+      correction: null,
+      calibration: { bytesPerToken: { samples: 4, sum: 16 } },
+    });
     expect(second.calibration.bytesPerToken?.value).toBeCloseTo(3, 5);
     expect(second.calibration.bytesPerToken?.samples).toBe(8);
     expect(second.calibration.prefillMsPerToken?.value).toBeCloseTo(0.125, 5);
     // A batch larger than the window replaces the value: it never overshoots (to below 0, say).
-    const busy = await store.learn('m', { correction: null, calibration: { queueMsPerRequest: { samples: 1_000, sum: 500 } } });
+    const busy = await store.learn('m', {
+      correction: null,
+      calibration: { queueMsPerRequest: { samples: 1_000, sum: 500 } },
+    });
     expect(busy.calibration.queueMsPerRequest?.value).toBeCloseTo(0.5, 5);
-    const busier = await store.learn('m', { correction: null, calibration: { queueMsPerRequest: { samples: 5_000, sum: 0 } } });
+    const busier = await store.learn('m', {
+      correction: null,
+      calibration: { queueMsPerRequest: { samples: 5_000, sum: 0 } },
+    });
     expect(busier.calibration.queueMsPerRequest?.value).toBe(0);
     // Another pool learns on its own.
     expect((await store.learn('other', { correction: null, calibration: null })).calibration).toEqual({});
@@ -210,10 +291,16 @@ describe('learn on the redis store is shared', () => {
     clock.advance(3_000);
     await one.reserve('m', 'a', 'l2', chainB, 0);
     clock.advance(3_000);
-    await one.learn('m', { correction: await overprediction(one, clock, 'a', chainB), calibration: { bytesPerToken: { samples: 30, sum: 60 } } });
+    await one.learn('m', {
+      correction: await overprediction(one, clock, 'a', chainB),
+      calibration: { bytesPerToken: { samples: 30, sum: 60 } },
+    });
     expect(await depthOn(two, 'a', chainA)).toBe(0);
     expect(await depthOn(two, 'a', chainB)).toBe(3);
-    expect((await two.learn('m', { correction: null, calibration: null })).calibration.bytesPerToken).toEqual({ value: 2, samples: 30 });
+    expect((await two.learn('m', { correction: null, calibration: null })).calibration.bytesPerToken).toEqual({
+      value: 2,
+      samples: 30,
+    });
   });
 
   it('forgetting a backend (a restart) keeps its learned retention', async () => {
@@ -254,7 +341,8 @@ describe.each(stores)('ageing keeps prefix closure on the %s store', (_name, mak
     clock.advance(3_000);
     await store.reserve('m', 'x', 'l4', bLong, 0); // b's block 3 (t0) is stale: rewritten, the tail with it
     clock.advance(6_500); // t0 + 14.5 s: what was recorded at t0 is hidden
-    const depth = async (chain: readonly number[]) => (await store.snapshot('m', ['x'], chain)).matchBlocks.get('x') ?? 0;
+    const depth = async (chain: readonly number[]) =>
+      (await store.snapshot('m', ['x'], chain)).matchBlocks.get('x') ?? 0;
     const shallow = await depth(b);
     const deep = await depth(bLong);
     // Whatever is visible is a prefix: the longer chain never matches deeper than its visible start allows.

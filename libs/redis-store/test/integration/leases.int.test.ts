@@ -129,7 +129,9 @@ describe('route.lua (rule fixed): maxInflight', () => {
   it('lets exactly maxInflight of 20 concurrent reservations from 20 clients through', async () => {
     const clients: Redis[] = await Promise.all(Array.from({ length: 20 }, () => ctx.connect()));
     const states = clients.map((redis) => ctx.createState({ redis }));
-    const results = await Promise.all(states.map((state, i) => state.reserve('m', 'hot', `lease-${i}`, [1, 2, 3], 100, 4)));
+    const results = await Promise.all(
+      states.map((state, i) => state.reserve('m', 'hot', `lease-${i}`, [1, 2, 3], 100, 4)),
+    );
     expect(results.filter(Boolean)).toHaveLength(4);
     const snapshot = await ctx.createState().snapshot('m', ['hot'], []);
     expect(snapshot.inflight.get('hot')).toBe(4);
@@ -165,7 +167,10 @@ describe('inflightCounts (local cache)', () => {
 
 describe('pool-level lease accounting (lease-deadlines, inflight, pending)', () => {
   /** The counters as stored, and as recounted from the per-backend prefill hashes: they must agree. */
-  async function accounting(pool: string, backends: readonly string[]): Promise<{ inflight: Record<string, string>; pending: Record<string, string> }> {
+  async function accounting(
+    pool: string,
+    backends: readonly string[],
+  ): Promise<{ inflight: Record<string, string>; pending: Record<string, string> }> {
     const keys = poolKeys(pool, ctx.namespace);
     const inflight = await ctx.redis.hgetall(keys.inflight);
     const pending = await ctx.redis.hgetall(keys.pending);
@@ -178,7 +183,8 @@ describe('pool-level lease accounting (lease-deadlines, inflight, pending)', () 
       leases += count;
     }
     expect(await ctx.redis.zcard(keys.leaseDeadlines)).toBe(leases);
-    for (const value of [...Object.values(inflight), ...Object.values(pending)]) expect(Number(value)).toBeGreaterThanOrEqual(0);
+    for (const value of [...Object.values(inflight), ...Object.values(pending)])
+      expect(Number(value)).toBeGreaterThanOrEqual(0);
     return { inflight, pending };
   }
 
@@ -200,7 +206,12 @@ describe('pool-level lease accounting (lease-deadlines, inflight, pending)', () 
     const both = await state.snapshot('m', ['a', 'b'], []);
     expect([both.inflight.get('b'), both.pendingPrefillTokens.get('b')]).toEqual([1, 40]);
     clock.advance(1000); // everything expired: the counters' fields go with the last lease
-    expect((await state.snapshot('m', ['a', 'b'], [])).inflight).toEqual(new Map([['a', 0], ['b', 0]]));
+    expect((await state.snapshot('m', ['a', 'b'], [])).inflight).toEqual(
+      new Map([
+        ['a', 0],
+        ['b', 0],
+      ]),
+    );
     expect(await ctx.redis.exists(keys.inflight, keys.pending, keys.leaseDeadlines)).toBe(0);
   });
 
@@ -211,7 +222,10 @@ describe('pool-level lease accounting (lease-deadlines, inflight, pending)', () 
     clock.advance(600);
     await setup.reserve('m', 'a', 'alive', [], 7);
     clock.advance(500); // the 10 'dead-' leases have expired, and no script has purged them yet
-    expect(await accounting('m', ['a', 'b'])).toEqual({ inflight: { a: '6', b: '5' }, pending: { a: String(7 + 100 + 102 + 104 + 106 + 108), b: String(101 + 103 + 105 + 107 + 109) } });
+    expect(await accounting('m', ['a', 'b'])).toEqual({
+      inflight: { a: '6', b: '5' },
+      pending: { a: String(7 + 100 + 102 + 104 + 106 + 108), b: String(101 + 103 + 105 + 107 + 109) },
+    });
 
     const clients: Redis[] = await Promise.all(Array.from({ length: 20 }, () => ctx.connect()));
     const states = clients.map((redis) => ctx.createState({ redis, leaseTtlMs: 1000, nowMs: clock.nowMs }));
@@ -238,7 +252,10 @@ describe('pool-level lease accounting (lease-deadlines, inflight, pending)', () 
     const snapshot = await setup.snapshot('m', ['a', 'b', 'c'], []);
     expect(Object.fromEntries(snapshot.inflight)).toEqual({ a: 1, b: 0, c: 4 });
     expect(Object.fromEntries(snapshot.pendingPrefillTokens)).toEqual({ a: 7, b: 0, c: 40 });
-    expect(await accounting('m', ['a', 'b', 'c'])).toEqual({ inflight: { a: '1', c: '4' }, pending: { a: '7', c: '40' } });
+    expect(await accounting('m', ['a', 'b', 'c'])).toEqual({
+      inflight: { a: '1', c: '4' },
+      pending: { a: '7', c: '40' },
+    });
   });
 
   it('keeps the counters exact through prefill-done, re-reserving a lease id, and double releases', async () => {
@@ -292,7 +309,8 @@ describe('pool-level lease accounting (lease-deadlines, inflight, pending)', () 
     const state = ctx.createState({ leaseTtlMs: 150 });
     const keys = poolKeys('m', ctx.namespace);
     await state.reserve('m', 'gone', 'l1', [], 10);
-    for (const key of [keys.leaseDeadlines, keys.inflight, keys.pending]) expect(await ctx.redis.pttl(key)).toBeGreaterThan(150);
+    for (const key of [keys.leaseDeadlines, keys.inflight, keys.pending])
+      expect(await ctx.redis.pttl(key)).toBeGreaterThan(150);
     await sleep(350);
     expect(await ctx.redis.exists(keys.leaseDeadlines, keys.inflight, keys.pending)).toBe(0);
   });

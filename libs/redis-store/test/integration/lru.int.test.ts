@@ -68,7 +68,13 @@ describe('route.lua: owner generations (LRU with a cap)', () => {
     const clock = manualClock();
     const state = ctx.createState({ maxBlocksPerPool: 1_000_000, blockIdleTtlMs: 1000, nowMs: clock.nowMs });
     const keys = poolKeys('m', ctx.namespace);
-    await state.reserve('m', 'a', 'l1', Array.from({ length: 500 }, (_, i) => i + 1), 0);
+    await state.reserve(
+      'm',
+      'a',
+      'l1',
+      Array.from({ length: 500 }, (_, i) => i + 1),
+      0,
+    );
     await ctx.redis.config('RESETSTAT');
     clock.advance(1000); // one idle TTL: the generation turns on the next recording
     await state.reserve('m', 'a', 'l2', [9999], 0);

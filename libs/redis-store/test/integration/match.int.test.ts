@@ -15,7 +15,6 @@ beforeEach(() => ctx.beginTest('match'));
 afterEach(() => ctx.cleanup());
 afterAll(() => ctx.close());
 
-
 describe('snapshot.lua: match depth', () => {
   it('matches the longest recorded prefix per backend and stops at the first miss', async () => {
     const state = ctx.createState();
@@ -71,7 +70,10 @@ describe('snapshot.lua: match depth', () => {
     const backends = ['a', 'b', 'c', 'd', 'e', 'f'];
     // One long chain; each backend holds a random prefix of it, some hold two diverging branches.
     const trunk = Array.from({ length: 300 }, (_, i) => 1000 + i);
-    const branch = (from: number, length: number): number[] => [...trunk.slice(0, from), ...Array.from({ length }, (_, i) => 500_000 + from * 1000 + i)];
+    const branch = (from: number, length: number): number[] => [
+      ...trunk.slice(0, from),
+      ...Array.from({ length }, (_, i) => 500_000 + from * 1000 + i),
+    ];
     const held = new Map<string, Set<number>>();
     let lease = 0;
     for (const backend of backends) {
@@ -79,7 +81,10 @@ describe('snapshot.lua: match depth', () => {
       held.set(backend, set);
       const recordings = 1 + Math.floor(random() * 3);
       for (let r = 0; r < recordings; r++) {
-        const chain = random() < 0.5 ? trunk.slice(0, Math.floor(random() * (trunk.length + 1))) : branch(Math.floor(random() * 200), 1 + Math.floor(random() * 50));
+        const chain =
+          random() < 0.5
+            ? trunk.slice(0, Math.floor(random() * (trunk.length + 1)))
+            : branch(Math.floor(random() * 200), 1 + Math.floor(random() * 50));
         await state.reserve('m', backend, `l${lease++}`, chain, 0);
         for (const hash of chain) set.add(hash);
       }
@@ -91,10 +96,15 @@ describe('snapshot.lua: match depth', () => {
       return depth;
     };
     for (let query = 0; query < 60; query++) {
-      const request = random() < 0.5 ? trunk.slice(0, 1 + Math.floor(random() * trunk.length)) : branch(Math.floor(random() * 200), 1 + Math.floor(random() * 60));
+      const request =
+        random() < 0.5
+          ? trunk.slice(0, 1 + Math.floor(random() * trunk.length))
+          : branch(Math.floor(random() * 200), 1 + Math.floor(random() * 60));
       const snapshot = await state.snapshot('m', backends, request);
       for (const backend of backends) {
-        expect(snapshot.matchBlocks.get(backend) ?? 0, `query ${query}, backend ${backend}`).toBe(linearDepth(backend, request));
+        expect(snapshot.matchBlocks.get(backend) ?? 0, `query ${query}, backend ${backend}`).toBe(
+          linearDepth(backend, request),
+        );
       }
     }
   });
@@ -116,43 +126,71 @@ describe('snapshot.lua: match depth', () => {
     expect(snapshot.matchBlocks.get('a')).toBe(1);
   });
 
-  it("answers when each backend's deepest matched block was recorded, from the generation whose entry counts, on the snapshot and the atomic path alike", async () => {
-    const clock = manualClock(1_000_000);
-    const state = ctx.createState({ nowMs: clock.nowMs, blockIdleTtlMs: 10_000 });
-    const request = Array.from({ length: 40 }, (_, i) => 500 + i);
-    await state.reserve('m', 'a', 'la', request.slice(0, 4), 0); // t0
-    clock.advance(10_000); // the next recording turns the generation: a's entries are in `old`
-    await state.reserve('m', 'b', 'lb', request.slice(0, 30), 0); // t0 + 10 s, a depth between two rungs
-    clock.advance(2_000);
-    await state.reserve('m', 'c', 'lc', request, 0); // t0 + 12 s, the whole chain
-    clock.advance(1_000);
-    const expected = { a: 1_000_000, b: 1_010_000, c: 1_012_000 };
-    const snapshot = await state.snapshot('m', ['a', 'b', 'c', 'd'], request);
-    expect(Object.fromEntries(snapshot.matchBlocks)).toEqual({ a: 4, b: 30, c: 40 });
-    expect(Object.fromEntries(snapshot.matchRecordedAtMs ?? [])).toEqual(expected);
-    // route.lua reads the same, before its own recording (the chosen backend's entries are then rewritten or extended).
-    const routed = await decide(state, {
-      pool: 'm',
-      request: { model: 'm', blockHashes: request, blockSizeBytes: 256, textBytes: 256 * 40, contextBlocks: 0, headHash: 500, sessionKey: null },
-      backends: ['a', 'b', 'c', 'd'].map((id) => ({ id, weight: 1 })),
-      policy: createCacheAwarePolicy({ ownershipAt: 'routing' }),
-      context: { nowMs: clock.nowMs(), random: () => 0 },
-      leaseId: 'routed',
-    });
-    expect(routed.candidates.map((candidate) => candidate.matchRecordedAtMs)).toEqual([expected.a, expected.b, expected.c, null]);
-    // Re-recorded in the current generation, a's entry there is the one that counts.
-    clock.advance(1_000);
-    await state.reserve('m', 'a', 'la2', request.slice(0, 4), 0);
-    expect((await state.snapshot('m', ['a'], request)).matchRecordedAtMs?.get('a')).toBe(1_014_000);
-  });
+  it(
+    "answers when each backend's deepest matched block was recorded, from the generation whose " +
+      'entry counts, on the snapshot and the atomic path alike',
+    async () => {
+      const clock = manualClock(1_000_000);
+      const state = ctx.createState({ nowMs: clock.nowMs, blockIdleTtlMs: 10_000 });
+      const request = Array.from({ length: 40 }, (_, i) => 500 + i);
+      await state.reserve('m', 'a', 'la', request.slice(0, 4), 0); // t0
+      clock.advance(10_000); // the next recording turns the generation: a's entries are in `old`
+      await state.reserve('m', 'b', 'lb', request.slice(0, 30), 0); // t0 + 10 s, a depth between two rungs
+      clock.advance(2_000);
+      await state.reserve('m', 'c', 'lc', request, 0); // t0 + 12 s, the whole chain
+      clock.advance(1_000);
+      const expected = { a: 1_000_000, b: 1_010_000, c: 1_012_000 };
+      const snapshot = await state.snapshot('m', ['a', 'b', 'c', 'd'], request);
+      expect(Object.fromEntries(snapshot.matchBlocks)).toEqual({ a: 4, b: 30, c: 40 });
+      expect(Object.fromEntries(snapshot.matchRecordedAtMs ?? [])).toEqual(expected);
+      // route.lua reads the same, before its own recording (the chosen backend's entries are then rewritten or extended).
+      const routed = await decide(state, {
+        pool: 'm',
+        request: {
+          model: 'm',
+          blockHashes: request,
+          blockSizeBytes: 256,
+          textBytes: 256 * 40,
+          contextBlocks: 0,
+          headHash: 500,
+          sessionKey: null,
+        },
+        backends: ['a', 'b', 'c', 'd'].map((id) => ({ id, weight: 1 })),
+        policy: createCacheAwarePolicy({ ownershipAt: 'routing' }),
+        context: { nowMs: clock.nowMs(), random: () => 0 },
+        leaseId: 'routed',
+      });
+      expect(routed.candidates.map((candidate) => candidate.matchRecordedAtMs)).toEqual([
+        expected.a,
+        expected.b,
+        expected.c,
+        null,
+      ]);
+      // Re-recorded in the current generation, a's entry there is the one that counts.
+      clock.advance(1_000);
+      await state.reserve('m', 'a', 'la2', request.slice(0, 4), 0);
+      expect((await state.snapshot('m', ['a'], request)).matchRecordedAtMs?.get('a')).toBe(1_014_000);
+    },
+  );
 });
 
 describe('decide / prefill-done.lua: when ownership is recorded', () => {
-  const backends = [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }];
+  const backends = [
+    { id: 'a', weight: 1 },
+    { id: 'b', weight: 1 },
+  ];
   const blocks = [11, 12, 13];
   const inputOf = (policy: DecideInput['policy'], leaseId: string): DecideInput => ({
     pool: 'm',
-    request: { model: 'm', blockHashes: blocks, blockSizeBytes: 256, textBytes: 800, contextBlocks: 0, headHash: 11, sessionKey: null },
+    request: {
+      model: 'm',
+      blockHashes: blocks,
+      blockSizeBytes: 256,
+      textBytes: 800,
+      contextBlocks: 0,
+      headHash: 11,
+      sessionKey: null,
+    },
     backends,
     policy,
     context: { nowMs: 0, random: () => 0 },
@@ -252,7 +290,8 @@ describe('long chains: recorded RECORD_BLOCKS_PER_CALL blocks per script call, p
     const state = ctx.createState();
     const scriptCalls = async (): Promise<number> => {
       let calls = 0;
-      for (const match of (await ctx.redis.info('commandstats')).matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)) calls += Number(match[1]);
+      for (const match of (await ctx.redis.info('commandstats')).matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm))
+        calls += Number(match[1]);
       return calls;
     };
     const before = await scriptCalls();
@@ -269,7 +308,12 @@ describe('long chains: recorded RECORD_BLOCKS_PER_CALL blocks per script call, p
     const state = ctx.createState();
     const keys = poolKeys('m', ctx.namespace);
     const run = (anchor: string, blocks: readonly number[]) =>
-      runScript(ctx.redis, SCRIPTS.recordOwnership, [keys.forgotten, keys.ownersNew, keys.ownersOld, keys.generation], ['a', Date.now(), 60_000, 10_000, anchor, packBlockHashes(blocks), RECORD_BLOCKS_PER_CALL]);
+      runScript(
+        ctx.redis,
+        SCRIPTS.recordOwnership,
+        [keys.forgotten, keys.ownersNew, keys.ownersOld, keys.generation],
+        ['a', Date.now(), 60_000, 10_000, anchor, packBlockHashes(blocks), RECORD_BLOCKS_PER_CALL],
+      );
     // Not held: nothing written.
     expect(await run(String(chain[9]), chain.slice(10, 20))).toBe(-1);
     expect(await ctx.redis.hlen(keys.ownersNew)).toBe(0);

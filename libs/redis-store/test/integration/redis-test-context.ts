@@ -20,7 +20,9 @@ export function manualClock(startMs: number = Date.now()): ManualClock {
   };
 }
 
-export type StateOptions = Partial<Omit<RedisRoutingStateOptions, 'redis' | 'keyNamespace'>> & { readonly redis?: Redis };
+export type StateOptions = Partial<Omit<RedisRoutingStateOptions, 'redis' | 'keyNamespace'>> & {
+  readonly redis?: Redis;
+};
 
 /**
  * One test file's Redis: `startRedis()` from @kvroute/testing (REDIS_URL when set, else a Redis of its

@@ -1,5 +1,14 @@
 import { seededRandom } from '@kvroute/workloads';
-import { createCacheAwarePolicy, createLeastLoadedPolicy, decide, type BackendInfo, type CacheAwareParams, type EngineLoad, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
+import {
+  createCacheAwarePolicy,
+  createLeastLoadedPolicy,
+  decide,
+  type BackendInfo,
+  type CacheAwareParams,
+  type EngineLoad,
+  type RoutingPolicy,
+  type RoutingRequest,
+} from '@kvroute/routing';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { poolKeys } from '../../src/keys';
 import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
@@ -23,7 +32,6 @@ beforeEach(() => ctx.beginTest('parity'));
 afterEach(() => ctx.cleanup());
 afterAll(() => ctx.close());
 
-
 interface Case {
   backends: BackendInfo[];
   inflight: number[];
@@ -40,7 +48,10 @@ function drawCase(random: () => number, index: number): Case {
   const pick = <T>(values: readonly T[]): T => values[Math.floor(random() * values.length)] as T;
   const count = 1 + Math.floor(random() * 8);
   const blocks = pick([0, 1, 3, 12, 40]);
-  const backends = Array.from({ length: count }, (_, j) => ({ id: `10.0.${index % 256}.${j}:8000`, weight: pick([1, 1, 1, 0.5, 2, 3]) }));
+  const backends = Array.from({ length: count }, (_, j) => ({
+    id: `10.0.${index % 256}.${j}:8000`,
+    weight: pick([1, 1, 1, 0.5, 2, 3]),
+  }));
   const request: RoutingRequest = {
     model: 'm',
     blockHashes: Array.from({ length: blocks }, (_, i) => 1_000_000 * (index + 1) + i),
@@ -55,11 +66,18 @@ function drawCase(random: () => number, index: number): Case {
     backends,
     inflight: backends.map(() => pick([0, 0, 1, 2, 3, 4, 6, 9, 14])),
     pending: backends.map(() => pick([0, 0, 0, 500, 1200, 8000])),
-    depths: backends.map(() => (blocks === 0 || random() < 0.4 ? 0 : pick([blocks, Math.floor(random() * (blocks + 1))]))),
+    depths: backends.map(() =>
+      blocks === 0 || random() < 0.4 ? 0 : pick([blocks, Math.floor(random() * (blocks + 1))]),
+    ),
     engines: backends.map(() =>
       random() < 0.3
         ? null
-        : { kvUsage: pick([0, 0.5, 0.9, 0.97, 0.99, 1, null]), kvCapacityTokens: pick([null, 2000, 20_000, 123_457]), running: pick([0, 3]), waiting: pick([0, 0, 1, 4, 30]) },
+        : {
+            kvUsage: pick([0, 0.5, 0.9, 0.97, 0.99, 1, null]),
+            kvCapacityTokens: pick([null, 2000, 20_000, 123_457]),
+            running: pick([0, 3]),
+            waiting: pick([0, 0, 1, 4, 30]),
+          },
     ),
     request,
   };
@@ -100,7 +118,11 @@ async function plant(pool: string, c: Case, recordedAtMs: number): Promise<void>
   await write.exec();
 }
 
-async function checkParity(policyOf: (random: () => number) => RoutingPolicy, cases: number, seed: number): Promise<Record<string, number>> {
+async function checkParity(
+  policyOf: (random: () => number) => RoutingPolicy,
+  cases: number,
+  seed: number,
+): Promise<Record<string, number>> {
   const random = seededRandom(seed);
   const now = Date.now();
   const state = ctx.createState({ nowMs: () => now });
@@ -110,14 +132,33 @@ async function checkParity(policyOf: (random: () => number) => RoutingPolicy, ca
     const policy = policyOf(random);
     const pool = `pool-${index}`;
     await plant(pool, c, now - 1);
-    const engine = new Map(c.backends.flatMap((backend, j) => (c.engines[j] ? [[backend.id, c.engines[j]] as const] : [])));
+    const engine = new Map(
+      c.backends.flatMap((backend, j) => (c.engines[j] ? [[backend.id, c.engines[j]] as const] : [])),
+    );
     const context = { nowMs: now, random };
-    const result = await decide(state, { pool, request: c.request, backends: c.backends, policy, context, leaseId: `lease-${index}`, engine });
+    const result = await decide(state, {
+      pool,
+      request: c.request,
+      backends: c.backends,
+      policy,
+      context,
+      leaseId: `lease-${index}`,
+      engine,
+    });
     const where = `seed ${seed}, case ${index}`;
     expect(result.decision, where).toStrictEqual(policy.choose(c.request, result.candidates, context));
-    expect(result.candidates.map((candidate) => candidate.inflight), where).toEqual(c.inflight);
-    expect(result.candidates.map((candidate) => candidate.pendingPrefillTokens), where).toEqual(c.pending);
-    expect(result.candidates.map((candidate) => candidate.matchBlocks), where).toEqual(policy.usesPrefixMatch ? c.depths : c.depths.map(() => 0));
+    expect(
+      result.candidates.map((candidate) => candidate.inflight),
+      where,
+    ).toEqual(c.inflight);
+    expect(
+      result.candidates.map((candidate) => candidate.pendingPrefillTokens),
+      where,
+    ).toEqual(c.pending);
+    expect(
+      result.candidates.map((candidate) => candidate.matchBlocks),
+      where,
+    ).toEqual(policy.usesPrefixMatch ? c.depths : c.depths.map(() => 0));
     if (result.decision.kind === 'routed') reasons[result.decision.reason] = (reasons[result.decision.reason] ?? 0) + 1;
   }
   return reasons;

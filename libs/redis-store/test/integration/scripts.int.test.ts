@@ -31,14 +31,25 @@ describe('script loading', () => {
     const everyScript = async (): Promise<void> => {
       await state.reserve('m', 'a', 'l1', [1, 2], 10);
       // A chain longer than one call records: record-ownership.lua records the rest.
-      await state.prefillDone('m', 'b', 'none', Array.from({ length: RECORD_BLOCKS_PER_CALL + 1 }, (_, i) => 1000 + i));
+      await state.prefillDone(
+        'm',
+        'b',
+        'none',
+        Array.from({ length: RECORD_BLOCKS_PER_CALL + 1 }, (_, i) => 1000 + i),
+      );
       await state.renew('m', 'a', 'l1');
       await state.prefillDone('m', 'a', 'l1');
       await state.snapshot('m', ['a'], [1, 2]);
       await state.release('m', 'a', 'l1');
       await state.forgetBackend('m', 'b');
       await state.learn('m', {
-        correction: { backendId: 'a', outcome: 'overpredicted', blockHashes: [1, 2], routedAtMs: clock.nowMs(), matchRecordedAtMs: clock.nowMs() },
+        correction: {
+          backendId: 'a',
+          outcome: 'overpredicted',
+          blockHashes: [1, 2],
+          routedAtMs: clock.nowMs(),
+          matchRecordedAtMs: clock.nowMs(),
+        },
         calibration: { bytesPerToken: { samples: 2, sum: 7 } },
       }); // learn.lua
       await new RedisBackendSet({ redis: ctx.redis, nowMs: clock.nowMs, keyNamespace: ctx.namespace }).remove('none'); // change-backend-set.lua, writes nothing
@@ -46,14 +57,33 @@ describe('script loading', () => {
         {
           backendId: 'polled',
           healthPassed: true,
-          observation: { engine: 'vllm', failure: null, kvUsage: 0.5, kvCapacityTokens: 100, running: 1, waiting: 0, prefixCacheHitRate: null, preemptionsTotal: 0, engineStartedAtMs: null },
+          observation: {
+            engine: 'vllm',
+            failure: null,
+            kvUsage: 0.5,
+            kvCapacityTokens: 100,
+            running: 1,
+            waiting: 0,
+            prefixCacheHitRate: null,
+            preemptionsTotal: 0,
+            engineStartedAtMs: null,
+          },
           scrapedAtMs: clock.nowMs(),
           carry: null,
         },
         { failuresToUnhealthy: 2, successesToHealthy: 2, ttlMs: 60_000 },
       ); // record-backend-scrape.lua
       const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
-      const admission = { tenant: 't', keyId: 'k', leaseId: 'tl', nowMs: clock.nowMs(), leaseTtlMs: 1000, rates: [], reservedTokens: 0, concurrency: { key: 1 } };
+      const admission = {
+        tenant: 't',
+        keyId: 'k',
+        leaseId: 'tl',
+        nowMs: clock.nowMs(),
+        leaseTtlMs: 1000,
+        rates: [],
+        reservedTokens: 0,
+        concurrency: { key: 1 },
+      };
       await limits.admit(admission); // admit-tenant.lua
       await limits.release({ ...admission, usedTokens: 0 }); // settle-tenant.lua
       await new RedisApiKeyStore({ redis: ctx.redis, keyNamespace: ctx.namespace }).revoke('none'); // change-api-keys.lua, writes nothing
@@ -84,7 +114,9 @@ describe('script loading', () => {
   });
 
   it('rejects a reply of the wrong shape as REDIS_STORE_ERR_BAD_REPLY', () => {
-    expect(() => integerArrayReply(SCRIPTS.release, [1, 'x'], 2)).toThrow(expect.objectContaining({ code: 'REDIS_STORE_ERR_BAD_REPLY' }));
+    expect(() => integerArrayReply(SCRIPTS.release, [1, 'x'], 2)).toThrow(
+      expect.objectContaining({ code: 'REDIS_STORE_ERR_BAD_REPLY' }),
+    );
     expect(() => integerArrayReply(SCRIPTS.release, [1], 2)).toThrow(RedisStoreError);
     expect(integerArrayReply(SCRIPTS.release, [1, 0], 2)).toEqual([1, 0]);
   });

@@ -26,7 +26,15 @@ function inputOf(conversation: number, blocks: number, leaseId: string): DecideI
   const blockHashes = [1, ...Array.from({ length: blocks - 1 }, (_, index) => conversation * 10_000 + index + 2)];
   return {
     pool: 'm',
-    request: { model: 'm', blockHashes, blockSizeBytes: 256, textBytes: blocks * 256 + 100, contextBlocks: blocks - 2, headHash: 1_000 + conversation, sessionKey: null },
+    request: {
+      model: 'm',
+      blockHashes,
+      blockSizeBytes: 256,
+      textBytes: blocks * 256 + 100,
+      contextBlocks: blocks - 2,
+      headHash: 1_000 + conversation,
+      sessionKey: null,
+    },
     backends: BACKENDS,
     policy,
     context: { nowMs: 0, random: () => 0.5 },
@@ -48,7 +56,11 @@ describe('route.lua shortlist (pools of more than 32 backends)', () => {
     const next = await decide(state, inputOf(7, 48, 'turn-2'));
     expect(next.decision).toMatchObject({ kind: 'routed', backendId: owner });
     const considered = next.candidates.length;
-    const bound = DEFAULT_SHORTLIST.owners + DEFAULT_SHORTLIST.rendezvous + DEFAULT_SHORTLIST.leastLoaded + DEFAULT_SHORTLIST.spread;
+    const bound =
+      DEFAULT_SHORTLIST.owners +
+      DEFAULT_SHORTLIST.rendezvous +
+      DEFAULT_SHORTLIST.leastLoaded +
+      DEFAULT_SHORTLIST.spread;
     expect(considered).toBeGreaterThan(1);
     expect(considered).toBeLessThanOrEqual(bound);
     await state.release('m', owner, 'turn-2');
@@ -84,13 +96,20 @@ describe('route.lua shortlist (pools of more than 32 backends)', () => {
       expect(b.decision).toMatchObject({ kind: 'routed', backendId: chosen });
       await fullScan.release('m', chosen, `full-${conversation}`);
     }
-    const snapshot = await shortlisted.snapshot('m', BACKENDS.map((backend) => backend.id), []);
+    const snapshot = await shortlisted.snapshot(
+      'm',
+      BACKENDS.map((backend) => backend.id),
+      [],
+    );
     expect([...snapshot.inflight.values()].reduce((sum, count) => sum + count, 0)).toBe(0);
   });
 
   it('reads ids of any length and any (non-control) characters out of the one ids argument', async () => {
     const state = ctx.createState();
-    const backends = Array.from({ length: 60 }, (_, index) => ({ id: index % 3 === 0 ? `bäckend-${'é'.repeat(index)}-${index}` : `b${index}`, weight: 1 }));
+    const backends = Array.from({ length: 60 }, (_, index) => ({
+      id: index % 3 === 0 ? `bäckend-${'é'.repeat(index)}-${index}` : `b${index}`,
+      weight: 1,
+    }));
     const owner = (backends[45] as { id: string }).id;
     const turn = { ...inputOf(11, 20, 'x'), backends };
     await state.reserve('m', owner, 'turn-1', turn.request.blockHashes, 0);
@@ -98,7 +117,9 @@ describe('route.lua shortlist (pools of more than 32 backends)', () => {
     const next = await decide(state, { ...inputOf(11, 24, 'turn-2'), backends });
     expect(next.decision).toMatchObject({ kind: 'routed', backendId: owner });
     // Every participant's figures belong to the backend named (its lease is where the decision says).
-    expect(next.candidates.every((candidate) => backends.some((backend) => backend.id === candidate.backend.id))).toBe(true);
+    expect(next.candidates.every((candidate) => backends.some((backend) => backend.id === candidate.backend.id))).toBe(
+      true,
+    );
     expect((await state.snapshot('m', [owner], [])).inflight.get(owner)).toBe(1);
   });
 

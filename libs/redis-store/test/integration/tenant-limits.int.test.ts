@@ -19,7 +19,16 @@ const T0 = 1_800_000_000_000;
 let leaseCounter = 0;
 function request(overrides: Partial<AdmitRequest> = {}): AdmitRequest {
   leaseCounter += 1;
-  return { tenant: 'acme', keyId: 'k1', leaseId: `lease-${leaseCounter}`, nowMs: T0, leaseTtlMs: 30_000, rates: [REQUESTS_600], reservedTokens: 100, ...overrides };
+  return {
+    tenant: 'acme',
+    keyId: 'k1',
+    leaseId: `lease-${leaseCounter}`,
+    nowMs: T0,
+    leaseTtlMs: 30_000,
+    rates: [REQUESTS_600],
+    reservedTokens: 100,
+    ...overrides,
+  };
 }
 
 describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas', () => {
@@ -30,15 +39,23 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
     expect(admitted).toBe(600);
     const refused = await limits.admit(request());
     // The next unit is due 100 ms (60 000 / 600) after the burst's first.
-    expect(refused).toMatchObject({ admitted: false, retryAfterMs: 100, refusedBy: { kind: 'rate', limit: REQUESTS_600 } });
+    expect(refused).toMatchObject({
+      admitted: false,
+      retryAfterMs: 100,
+      refusedBy: { kind: 'rate', limit: REQUESTS_600 },
+    });
     expect((await limits.admit(request({ nowMs: T0 + 99 }))).admitted).toBe(false);
     expect((await limits.admit(request({ nowMs: T0 + 100 }))).admitted).toBe(true);
     expect((await limits.admit(request({ nowMs: T0 + 100 }))).admitted).toBe(false);
   });
 
   it('is exact under concurrent admissions from several connections (three router replicas)', async () => {
-    const replicas = await Promise.all([ctx.connect(), ctx.connect(), ctx.connect()]).then((clients) => clients.map((redis) => new TenantLimits({ redis, keyNamespace: ctx.namespace })));
-    const outcomes = await Promise.all(Array.from({ length: 900 }, (_, i) => (replicas[i % 3] as TenantLimits).admit(request())));
+    const replicas = await Promise.all([ctx.connect(), ctx.connect(), ctx.connect()]).then((clients) =>
+      clients.map((redis) => new TenantLimits({ redis, keyNamespace: ctx.namespace })),
+    );
+    const outcomes = await Promise.all(
+      Array.from({ length: 900 }, (_, i) => (replicas[i % 3] as TenantLimits).admit(request())),
+    );
     expect(outcomes.filter((outcome) => outcome.admitted)).toHaveLength(600);
   });
 
@@ -56,7 +73,10 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
 
   it('refuses for good a request that alone exceeds a limit', async () => {
     const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
-    expect(await limits.admit(request({ rates: [TOKENS_10K], reservedTokens: 10_001 }))).toMatchObject({ admitted: false, retryAfterMs: null });
+    expect(await limits.admit(request({ rates: [TOKENS_10K], reservedTokens: 10_001 }))).toMatchObject({
+      admitted: false,
+      retryAfterMs: null,
+    });
     expect((await limits.admit(request({ rates: [TOKENS_10K], reservedTokens: 10_000 }))).admitted).toBe(true);
   });
 
@@ -80,9 +100,15 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
     const a = request({ ...capped });
     const b = request({ ...capped });
     expect((await limits.admit(a)).admitted && (await limits.admit(b)).admitted).toBe(true);
-    expect(await limits.admit(request({ ...capped }))).toMatchObject({ admitted: false, refusedBy: { kind: 'concurrency', scope: 'key' } });
+    expect(await limits.admit(request({ ...capped }))).toMatchObject({
+      admitted: false,
+      refusedBy: { kind: 'concurrency', scope: 'key' },
+    });
     expect((await limits.admit(request({ ...capped, keyId: 'k2' }))).admitted).toBe(true);
-    expect(await limits.admit(request({ ...capped, keyId: 'k3' }))).toMatchObject({ admitted: false, refusedBy: { kind: 'concurrency', scope: 'tenant' } });
+    expect(await limits.admit(request({ ...capped, keyId: 'k3' }))).toMatchObject({
+      admitted: false,
+      refusedBy: { kind: 'concurrency', scope: 'tenant' },
+    });
     expect(await limits.release({ ...a, usedTokens: 0 })).toBe(2);
     expect((await limits.admit(request({ ...capped }))).admitted).toBe(true);
     // b's replica died: its leases expire and stop counting, renewing them fails.
@@ -99,7 +125,8 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
       const rate: RateLimit = { scope: 'tenant', unit: 'requests', limit, periodMs: MINUTE };
       for (const nowMs of [T0 + 1, T0 + 123_456_789]) {
         const outcomes = [];
-        for (let i = 0; i <= limit; i++) outcomes.push((await limits.admit(request({ tenant: `t${limit}-${nowMs}`, rates: [rate], nowMs }))).admitted);
+        for (let i = 0; i <= limit; i++)
+          outcomes.push((await limits.admit(request({ tenant: `t${limit}-${nowMs}`, rates: [rate], nowMs }))).admitted);
         expect(outcomes).toEqual([...Array.from({ length: limit }, () => true), false]);
       }
     }
@@ -123,19 +150,27 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
     for (const one of admitted) expect((await limits.admit(one)).admitted).toBe(true);
     for (const one of admitted) await limits.release({ ...one, usedTokens: 1_000 });
     expect(await ctx.redis.pttl(keys.rates)).toBeGreaterThan(9 * MINUTE);
-    expect(await limits.admit(request({ rates: [small], reservedTokens: 1, nowMs: T0 + 5 * MINUTE }))).toMatchObject({ admitted: false });
+    expect(await limits.admit(request({ rates: [small], reservedTokens: 1, nowMs: T0 + 5 * MINUTE }))).toMatchObject({
+      admitted: false,
+    });
   });
 
   it('refuses counts that would break the script or give credit, before calling Redis', async () => {
     const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
-    await expect(limits.admit(request({ rates: [TOKENS_10K], reservedTokens: Number.NaN }))).rejects.toThrow(RangeError);
+    await expect(limits.admit(request({ rates: [TOKENS_10K], reservedTokens: Number.NaN }))).rejects.toThrow(
+      RangeError,
+    );
     await expect(limits.admit(request({ rates: [{ ...TOKENS_10K, limit: 0.5 }] }))).rejects.toThrow(RangeError);
     await expect(limits.release({ ...request({ rates: [TOKENS_10K] }), usedTokens: -5 })).rejects.toThrow(RangeError);
   });
 
-  it('keeps a tenant\'s keys on one hash tag, apart from pools and other tenants', () => {
+  it("keeps a tenant's keys on one hash tag, apart from pools and other tenants", () => {
     const acme = tenantKeys('acme', 'ns');
-    expect([acme.rates, acme.tenantLeases, acme.keyLeases('k1')]).toEqual(['ns:{tenant:acme}:rates', 'ns:{tenant:acme}:leases:tenant', 'ns:{tenant:acme}:leases:key:k1']);
+    expect([acme.rates, acme.tenantLeases, acme.keyLeases('k1')]).toEqual([
+      'ns:{tenant:acme}:rates',
+      'ns:{tenant:acme}:leases:tenant',
+      'ns:{tenant:acme}:leases:key:k1',
+    ]);
     expect(tenantKeys('a}b', 'ns').rates).toMatch(/^ns:\{tenant:[0-9a-f]{40}\}:rates$/);
   });
 });

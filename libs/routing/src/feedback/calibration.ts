@@ -48,14 +48,19 @@ export interface ResponseObservation {
 }
 
 /** The samples one response gives, given the prefill rate in use (for the queue sample). */
-export function calibrationSamplesOf(observation: ResponseObservation, prefillMsPerToken: number): Partial<Record<CalibratedParam, number>> {
+export function calibrationSamplesOf(
+  observation: ResponseObservation,
+  prefillMsPerToken: number,
+): Partial<Record<CalibratedParam, number>> {
   const samples: Partial<Record<CalibratedParam, number>> = {};
   const { textBytes, promptTokens, cachedTokens, ttftMs } = observation;
-  if (promptTokens >= MIN_RATIO_SAMPLE_TOKENS && textBytes > 0) samples.bytesPerToken = clampSample('bytesPerToken', textBytes / promptTokens);
+  if (promptTokens >= MIN_RATIO_SAMPLE_TOKENS && textBytes > 0)
+    samples.bytesPerToken = clampSample('bytesPerToken', textBytes / promptTokens);
   if (ttftMs === null || cachedTokens === null) return samples;
   const uncached = Math.max(0, promptTokens - cachedTokens);
   if (observation.inflightAhead === 0 && observation.pendingAheadTokens === 0) {
-    if (uncached >= MIN_PREFILL_SAMPLE_TOKENS) samples.prefillMsPerToken = clampSample('prefillMsPerToken', ttftMs / uncached);
+    if (uncached >= MIN_PREFILL_SAMPLE_TOKENS)
+      samples.prefillMsPerToken = clampSample('prefillMsPerToken', ttftMs / uncached);
   } else if (observation.inflightAhead > 0) {
     const queued = ttftMs - prefillMsPerToken * (uncached + observation.pendingAheadTokens);
     samples.queueMsPerRequest = clampSample('queueMsPerRequest', queued / observation.inflightAhead);
@@ -101,7 +106,8 @@ export function calibratedOverrides(learned: LearnedCalibration): Partial<Record
   const overrides: Partial<Record<CalibratedParam, number>> = {};
   for (const [name, figure] of Object.entries(learned) as [CalibratedParam, { value: number; samples: number }][]) {
     // Clamped again: a figure read from shared state must not put a policy parameter out of its range.
-    if (figure.samples >= MIN_CALIBRATION_SAMPLES && Number.isFinite(figure.value) && name in CALIBRATION_BOUNDS) overrides[name] = clampSample(name, figure.value);
+    if (figure.samples >= MIN_CALIBRATION_SAMPLES && Number.isFinite(figure.value) && name in CALIBRATION_BOUNDS)
+      overrides[name] = clampSample(name, figure.value);
   }
   return overrides;
 }

@@ -22,7 +22,12 @@
 export const ENGINE_BLOCK_TOKENS = 16;
 
 export type PredictionOutcome = 'confirmed' | 'overpredicted' | 'underpredicted' | 'unverified';
-export const PREDICTION_OUTCOMES: readonly PredictionOutcome[] = ['confirmed', 'overpredicted', 'underpredicted', 'unverified'];
+export const PREDICTION_OUTCOMES: readonly PredictionOutcome[] = [
+  'confirmed',
+  'overpredicted',
+  'underpredicted',
+  'unverified',
+];
 
 export interface Prediction {
   /** Leading routing blocks the chosen backend was believed to hold. */
@@ -42,7 +47,10 @@ export interface PredictionCheck {
   readonly confirmedTokens: number;
 }
 
-export function checkPrediction(prediction: Prediction, usage: { readonly promptTokens: number; readonly cachedTokens: number | null } | null): PredictionCheck {
+export function checkPrediction(
+  prediction: Prediction,
+  usage: { readonly promptTokens: number; readonly cachedTokens: number | null } | null,
+): PredictionCheck {
   if (usage === null || usage.cachedTokens === null || usage.promptTokens <= 0 || prediction.textBytes <= 0) {
     return { outcome: 'unverified', predictedTokens: 0, observedTokens: 0, confirmedTokens: 0 };
   }
@@ -52,6 +60,10 @@ export function checkPrediction(prediction: Prediction, usage: { readonly prompt
   const observedTokens = Math.min(usage.cachedTokens, usage.promptTokens);
   const within = prediction.blockSizeBytes * tokensPerByte + ENGINE_BLOCK_TOKENS;
   const outcome: PredictionOutcome =
-    Math.abs(observedTokens - predictedTokens) <= within ? 'confirmed' : observedTokens < predictedTokens ? 'overpredicted' : 'underpredicted';
+    Math.abs(observedTokens - predictedTokens) <= within
+      ? 'confirmed'
+      : observedTokens < predictedTokens
+        ? 'overpredicted'
+        : 'underpredicted';
   return { outcome, predictedTokens, observedTokens, confirmedTokens: Math.min(predictedTokens, observedTokens) };
 }

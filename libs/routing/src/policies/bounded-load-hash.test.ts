@@ -54,19 +54,34 @@ describe('chooseWithBoundedLoad', () => {
   it('takes the first preference while it is within its bound', () => {
     const candidates = [aCandidate('a', { inflight: 3 }), aCandidate('b', { inflight: 0 })];
     // bound = ceil(1.25 · 4 / 2) = 3: a at 3 may still take it.
-    expect(chooseWithBoundedLoad([0, 1], candidates, 1.25)).toMatchObject({ index: 0, isFirstPreference: true, bounds: [3, 3], ranks: [0, 1] });
+    expect(chooseWithBoundedLoad([0, 1], candidates, 1.25)).toMatchObject({
+      index: 0,
+      isFirstPreference: true,
+      bounds: [3, 3],
+      ranks: [0, 1],
+    });
   });
 
   it('spills to the next preference once the first is over its bound', () => {
-    const candidates = [aCandidate('a', { inflight: 5 }), aCandidate('b', { inflight: 0 }), aCandidate('c', { inflight: 0 })];
+    const candidates = [
+      aCandidate('a', { inflight: 5 }),
+      aCandidate('b', { inflight: 0 }),
+      aCandidate('c', { inflight: 0 }),
+    ];
     // bound = ceil(1.25 · 6 / 3) = 3 < 5.
-    expect(chooseWithBoundedLoad([0, 2, 1], candidates, 1.25)).toMatchObject({ index: 2, isFirstPreference: false, ranks: [0, 2, 1] });
+    expect(chooseWithBoundedLoad([0, 2, 1], candidates, 1.25)).toMatchObject({
+      index: 2,
+      isFirstPreference: false,
+      ranks: [0, 2, 1],
+    });
   });
 
   it('is the same choice for the same key on every call', () => {
     const candidates = someCandidates(4);
     for (const key of keys.slice(0, 50)) {
-      expect(chooseByBoundedLoadHash(key, candidates, 1.25).index).toBe(chooseByBoundedLoadHash(key, candidates, 1.25).index);
+      expect(chooseByBoundedLoadHash(key, candidates, 1.25).index).toBe(
+        chooseByBoundedLoadHash(key, candidates, 1.25).index,
+      );
     }
   });
 });

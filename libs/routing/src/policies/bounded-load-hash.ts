@@ -66,14 +66,20 @@ function compareIds(a: Candidate | undefined, b: Candidate | undefined): number 
  * load bound. If none is (only possible with loadFactor < 1 or non-positive weights), takes the
  * least-loaded one.
  */
-export function chooseWithBoundedLoad(order: readonly number[], candidates: readonly Candidate[], loadFactor: number): BoundedLoadChoice {
+export function chooseWithBoundedLoad(
+  order: readonly number[],
+  candidates: readonly Candidate[],
+  loadFactor: number,
+): BoundedLoadChoice {
   let totalInflight = 0;
   let totalWeight = 0;
   for (const candidate of candidates) {
     totalInflight += candidate.inflight;
     totalWeight += candidate.backend.weight;
   }
-  const bounds = candidates.map((candidate) => loadBound(loadFactor, totalInflight, candidate.backend.weight, totalWeight));
+  const bounds = candidates.map((candidate) =>
+    loadBound(loadFactor, totalInflight, candidate.backend.weight, totalWeight),
+  );
   const ranks = new Array<number>(candidates.length).fill(candidates.length);
   for (const [rank, index] of order.entries()) ranks[index] = rank;
 
@@ -88,7 +94,11 @@ export function chooseWithBoundedLoad(order: readonly number[], candidates: read
 }
 
 /** Rendezvous order for `key`, then the first candidate within its load bound. */
-export function chooseByBoundedLoadHash(key: number, candidates: readonly Candidate[], loadFactor: number): BoundedLoadChoice {
+export function chooseByBoundedLoadHash(
+  key: number,
+  candidates: readonly Candidate[],
+  loadFactor: number,
+): BoundedLoadChoice {
   return chooseWithBoundedLoad(rendezvousOrder(key, candidates), candidates, loadFactor);
 }
 
@@ -110,5 +120,10 @@ export function boundedLoadDecision(
       excluded: candidate.inflight > bound ? 'over-load-bound' : undefined,
     });
   });
-  return { kind: 'routed', backendId: chosen.backend.id, reason: choice.isFirstPreference ? reasons.first : reasons.spilled, scores };
+  return {
+    kind: 'routed',
+    backendId: chosen.backend.id,
+    reason: choice.isFirstPreference ? reasons.first : reasons.spilled,
+    scores,
+  };
 }

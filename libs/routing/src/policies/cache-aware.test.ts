@@ -6,7 +6,8 @@ import { createCacheAwarePolicy } from './cache-aware';
 // Defaults: 64-byte blocks, 4 bytes/token, 0.07 ms/token → 1.12 ms of prefill per block; 15 ms per request in flight.
 const LONG = aRequest({ blocks: 400 }); // 6 400 tokens: 448 ms of prefill
 const SHORT = aRequest({ blocks: 40 }); // 640 tokens: 44.8 ms of prefill
-const routedTo = (decision: RoutingDecision) => (decision.kind === 'routed' ? `${decision.backendId} ${decision.reason}` : 'rejected');
+const routedTo = (decision: RoutingDecision) =>
+  decision.kind === 'routed' ? `${decision.backendId} ${decision.reason}` : 'rejected';
 
 describe('cacheaware', () => {
   // The arithmetic in these cases uses 15 ms per request in flight (the pre-backlog default) and no
@@ -17,17 +18,41 @@ describe('cacheaware', () => {
     ['long prompt: warm with 5 in flight (75 ms) beats cold idle (448 ms)', LONG, 5, 'warm prefix-affinity'],
     ['long prompt: warm with 8 in flight (120 ms) still wins', LONG, 8, 'warm prefix-affinity'],
     ['short prompt: warm with 2 in flight (30 ms) beats cold idle (44.8 ms)', SHORT, 2, 'warm prefix-affinity'],
-    ['short prompt: warm with 3 in flight (45 ms) loses to cold idle (44.8 ms): a spill', SHORT, 3, 'cold spilled-from-saturated'],
+    [
+      'short prompt: warm with 3 in flight (45 ms) loses to cold idle (44.8 ms): a spill',
+      SHORT,
+      3,
+      'cold spilled-from-saturated',
+    ],
   ])('%s', (_label, request, warmInflight, expected) => {
-    const candidates = [aCandidate('warm', { matchBlocks: request.blockHashes.length, inflight: warmInflight }), aCandidate('cold')];
+    const candidates = [
+      aCandidate('warm', { matchBlocks: request.blockHashes.length, inflight: warmInflight }),
+      aCandidate('cold'),
+    ];
     expect(routedTo(policy.choose(request, candidates, aContext()))).toBe(expected);
   });
 
   it('explains the cost of every candidate in milliseconds', () => {
-    const decision = policy.choose(SHORT, [aCandidate('warm', { matchBlocks: 30, inflight: 1 }), aCandidate('cold', { inflight: 2 })], aContext());
+    const decision = policy.choose(
+      SHORT,
+      [aCandidate('warm', { matchBlocks: 30, inflight: 1 }), aCandidate('cold', { inflight: 2 })],
+      aContext(),
+    );
     expect(decision.kind === 'routed' && decision.scores).toEqual([
-      { backendId: 'warm', matchBlocks: 30, inflight: 1, score: expect.closeTo(11.2 + 15, 6), parts: { prefillMs: expect.closeTo(11.2, 6), workMs: 0, backlogMs: 0, queueMs: 15, waitingMs: 0, kvMs: 0 } },
-      { backendId: 'cold', matchBlocks: 0, inflight: 2, score: expect.closeTo(44.8 + 30, 6), parts: { prefillMs: expect.closeTo(44.8, 6), workMs: 0, backlogMs: 0, queueMs: 30, waitingMs: 0, kvMs: 0 } },
+      {
+        backendId: 'warm',
+        matchBlocks: 30,
+        inflight: 1,
+        score: expect.closeTo(11.2 + 15, 6),
+        parts: { prefillMs: expect.closeTo(11.2, 6), workMs: 0, backlogMs: 0, queueMs: 15, waitingMs: 0, kvMs: 0 },
+      },
+      {
+        backendId: 'cold',
+        matchBlocks: 0,
+        inflight: 2,
+        score: expect.closeTo(44.8 + 30, 6),
+        parts: { prefillMs: expect.closeTo(44.8, 6), workMs: 0, backlogMs: 0, queueMs: 30, waitingMs: 0, kvMs: 0 },
+      },
     ]);
   });
 
@@ -48,8 +73,15 @@ describe('cacheaware', () => {
 
     it('shows the work as its own part, in ms, and counts it in the score', () => {
       const weighted = createCacheAwarePolicy({ queueMsPerRequest: 0, prefillWorkWeight: 2 });
-      const decision = weighted.choose(SHORT, [aCandidate('warm', { matchBlocks: 30 }), aCandidate('cold')], aContext());
-      expect(decision.kind === 'routed' && decision.scores.map((score) => [score.backendId, score.score, score.parts?.['workMs']])).toEqual([
+      const decision = weighted.choose(
+        SHORT,
+        [aCandidate('warm', { matchBlocks: 30 }), aCandidate('cold')],
+        aContext(),
+      );
+      expect(
+        decision.kind === 'routed' &&
+          decision.scores.map((score) => [score.backendId, score.score, score.parts?.['workMs']]),
+      ).toEqual([
         ['warm', expect.closeTo(11.2 * 3, 6), expect.closeTo(22.4, 6)],
         ['cold', expect.closeTo(44.8 * 3, 6), expect.closeTo(89.6, 6)],
       ]);
@@ -63,17 +95,34 @@ describe('cacheaware', () => {
       // (× (1 + prefillWorkWeight 2) = 1 344 ms).
       const warm = aCandidate('warm', { matchBlocks: 399, engine: anEngine({ waiting: 40 }) });
       const cold = aCandidate('cold', { engine: anEngine({ waiting: 0 }) });
-      expect(routedTo(createCacheAwarePolicy().choose(LONG, [warm, cold], aContext()))).toBe('cold spilled-from-saturated');
+      expect(routedTo(createCacheAwarePolicy().choose(LONG, [warm, cold], aContext()))).toBe(
+        'cold spilled-from-saturated',
+      );
       // Without the engine's figures the same backend stays home.
-      expect(routedTo(createCacheAwarePolicy().choose(LONG, [aCandidate('warm', { matchBlocks: 399 }), aCandidate('cold')], aContext()))).toBe('warm prefix-affinity');
+      expect(
+        routedTo(
+          createCacheAwarePolicy().choose(
+            LONG,
+            [aCandidate('warm', { matchBlocks: 399 }), aCandidate('cold')],
+            aContext(),
+          ),
+        ),
+      ).toBe('warm prefix-affinity');
     });
 
     it('takes the larger of the router’s backlog and the engine’s queue, never both', () => {
-      const candidate = aCandidate('a', { matchBlocks: 1, pendingPrefillTokens: 1000, engine: anEngine({ waiting: 1 }) });
+      const candidate = aCandidate('a', {
+        matchBlocks: 1,
+        pendingPrefillTokens: 1000,
+        engine: anEngine({ waiting: 1 }),
+      });
       const decision = createCacheAwarePolicy().choose(LONG, [candidate], aContext());
       const parts = decision.kind === 'routed' ? decision.scores[0]?.parts : undefined;
       expect(parts).toMatchObject({ backlogMs: expect.closeTo(70, 6), waitingMs: 40 });
-      expect(decision.kind === 'routed' && decision.scores[0]?.score).toBeCloseTo((parts?.prefillMs ?? 0) + (parts?.workMs ?? 0) + 70, 6);
+      expect(decision.kind === 'routed' && decision.scores[0]?.score).toBeCloseTo(
+        (parts?.prefillMs ?? 0) + (parts?.workMs ?? 0) + 70,
+        6,
+      );
     });
 
     it('charges kvFullMs where the request’s KV would not fit, and nothing for an unknown engine', () => {
@@ -89,12 +138,20 @@ describe('cacheaware', () => {
     it('sends a new conversation away from a backend busy prefilling others, though it holds the shared prompt', () => {
       // LONG: 6 400 tokens (448 ms cold). 'shared' holds its first block (a system prompt) but has
       // 15 000 tokens of prefill queued (1 050 ms); 'idle' holds nothing and has nothing queued.
-      const candidates = [aCandidate('shared', { matchBlocks: 1, inflight: 3, pendingPrefillTokens: 15_000 }), aCandidate('idle')];
-      expect(routedTo(createCacheAwarePolicy().choose(LONG, candidates, aContext()))).toBe('idle spilled-from-saturated');
+      const candidates = [
+        aCandidate('shared', { matchBlocks: 1, inflight: 3, pendingPrefillTokens: 15_000 }),
+        aCandidate('idle'),
+      ];
+      expect(routedTo(createCacheAwarePolicy().choose(LONG, candidates, aContext()))).toBe(
+        'idle spilled-from-saturated',
+      );
     });
 
     it('keeps a follow-up turn home: a short backlog (21 ms) costs less than re-prefilling the conversation (448 ms)', () => {
-      const candidates = [aCandidate('home', { matchBlocks: 390, inflight: 2, pendingPrefillTokens: 300 }), aCandidate('idle')];
+      const candidates = [
+        aCandidate('home', { matchBlocks: 390, inflight: 2, pendingPrefillTokens: 300 }),
+        aCandidate('idle'),
+      ];
       expect(routedTo(createCacheAwarePolicy().choose(LONG, candidates, aContext()))).toBe('home prefix-affinity');
     });
   });
@@ -107,10 +164,15 @@ describe('cacheaware', () => {
 
     it('overrules the cost when the warm backend runs far ahead of the least-loaded one', () => {
       // Cost alone would pick hot (12 · 15 = 180 ms < 448 ms); 12 > max(0 + 8, 0 · 2) excludes it.
-      expect(routedTo(createCacheAwarePolicy({ spreadAbs: 0 }).choose(LONG, hotAndIdle(12), aContext()))).toBe('hot prefix-affinity');
+      expect(routedTo(createCacheAwarePolicy({ spreadAbs: 0 }).choose(LONG, hotAndIdle(12), aContext()))).toBe(
+        'hot prefix-affinity',
+      );
       const decision = policy.choose(LONG, hotAndIdle(12), aContext());
       expect(routedTo(decision)).toBe('idle load-guard');
-      expect(decision.kind === 'routed' && decision.scores[0]).toMatchObject({ backendId: 'hot', excluded: 'load-spread' });
+      expect(decision.kind === 'routed' && decision.scores[0]).toMatchObject({
+        backendId: 'hot',
+        excluded: 'load-spread',
+      });
     });
 
     it.each<[number, number, string]>([
@@ -127,7 +189,11 @@ describe('cacheaware', () => {
     const valve = createCacheAwarePolicy({ saturationInflight: 4 });
 
     it('excludes backends at the cap', () => {
-      const decision = valve.choose(LONG, [aCandidate('warm', { matchBlocks: 400, inflight: 4 }), aCandidate('cold', { inflight: 3 })], aContext());
+      const decision = valve.choose(
+        LONG,
+        [aCandidate('warm', { matchBlocks: 400, inflight: 4 }), aCandidate('cold', { inflight: 3 })],
+        aContext(),
+      );
       expect(routedTo(decision)).toBe('cold least-loaded');
       expect(decision.kind === 'routed' && decision.scores[0]?.excluded).toBe('saturated');
     });
@@ -139,7 +205,10 @@ describe('cacheaware', () => {
       expect(routedTo(decision)).toBe('warm prefix-affinity');
       expect(decision).not.toHaveProperty('inflightCap');
       // A backlog on the warm one larger than what it saves sends the request to the cold one.
-      const backlogged = [aCandidate('warm', { matchBlocks: 400, inflight: 6, pendingPrefillTokens: 40_000 }), aCandidate('cold', { inflight: 5 })];
+      const backlogged = [
+        aCandidate('warm', { matchBlocks: 400, inflight: 6, pendingPrefillTokens: 40_000 }),
+        aCandidate('cold', { inflight: 5 }),
+      ];
       expect(routedTo(valve.choose(LONG, backlogged, aContext()))).toBe('cold spilled-from-saturated');
     });
   });
@@ -171,7 +240,9 @@ describe('cacheaware', () => {
     it('move to the next preference when the preferred backend is over its bound', () => {
       const request = aRequest({ headHash: heads[3] ?? 0 });
       const home = routedTo(policy.choose(request, someCandidates(3), aContext())).split(' ')[0] ?? '';
-      const loaded = someCandidates(3).map((candidate) => (candidate.backend.id === home ? aCandidate(home, { inflight: 5 }) : candidate));
+      const loaded = someCandidates(3).map((candidate) =>
+        candidate.backend.id === home ? aCandidate(home, { inflight: 5 }) : candidate,
+      );
       const decision = policy.choose(request, loaded, aContext());
       expect(decision).toMatchObject({ reason: 'cold-hash' });
       expect(decision.kind === 'routed' && decision.backendId).not.toBe(home);
@@ -180,13 +251,15 @@ describe('cacheaware', () => {
         parts: { hashRank: 0, bound: 3 },
       });
     });
-
   });
 
   describe('cold prompts by default (minMatchBlocks 0): placed by cost', () => {
     it('go where the prefill backlog in tokens is smallest, not where fewest requests are, and say least-loaded', () => {
       // 'a' has 1 request in flight but 6 000 tokens of prefill ahead (420 ms); 'b' has 3 short ones (200 tokens, 14 ms + 45 ms queue).
-      const candidates = [aCandidate('a', { inflight: 1, pendingPrefillTokens: 6_000 }), aCandidate('b', { inflight: 3, pendingPrefillTokens: 200 })];
+      const candidates = [
+        aCandidate('a', { inflight: 1, pendingPrefillTokens: 6_000 }),
+        aCandidate('b', { inflight: 3, pendingPrefillTokens: 200 }),
+      ];
       expect(routedTo(policy.choose(LONG, candidates, aContext()))).toBe('b least-loaded');
       expect(routedTo(policy.choose(LONG, [...candidates].reverse(), aContext()))).toBe('b least-loaded');
     });
@@ -204,11 +277,16 @@ describe('cacheaware', () => {
   });
 
   it('breaks cost ties by the head hash, not by candidate order', () => {
-    const twins = [aCandidate('x', { matchBlocks: 400, inflight: 1 }), aCandidate('y', { matchBlocks: 400, inflight: 1 })];
+    const twins = [
+      aCandidate('x', { matchBlocks: 400, inflight: 1 }),
+      aCandidate('y', { matchBlocks: 400, inflight: 1 }),
+    ];
     const chosen = new Set<string>();
     for (const headHash of [1, 2, 3, 4, 5, 6, 7, 8]) {
       const forward = routedTo(policy.choose(aRequest({ blocks: 400, headHash }), twins, aContext()));
-      expect(routedTo(policy.choose(aRequest({ blocks: 400, headHash }), [...twins].reverse(), aContext()))).toBe(forward);
+      expect(routedTo(policy.choose(aRequest({ blocks: 400, headHash }), [...twins].reverse(), aContext()))).toBe(
+        forward,
+      );
       chosen.add(forward);
     }
     expect(chosen.size).toBe(2);

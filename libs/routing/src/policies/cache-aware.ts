@@ -78,7 +78,16 @@
  * Reasons: `prefix-affinity`, `spilled-from-saturated`, `least-loaded`, `load-guard`, `cold-hash`.
  */
 
-import type { AtomicOutcome, Candidate, CostLine, CostReason, EngineLoad, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
+import type {
+  AtomicOutcome,
+  Candidate,
+  CostLine,
+  CostReason,
+  EngineLoad,
+  RoutingDecision,
+  RoutingPolicy,
+  RoutingRequest,
+} from '../types';
 import { chooseByBoundedLoadHash, rendezvousWeight } from './bounded-load-hash';
 import { estimatePrefillTokens } from '../prefix/prefill-estimate';
 import { candidateScore } from './candidate-score';
@@ -86,16 +95,36 @@ import { indexOfLeastLoaded } from './least-loaded';
 import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
 export const CACHE_AWARE_PARAMS = {
-  bytesPerToken: { default: 4, min: 0, exclusiveMin: true, unit: 'bytes', doc: 'routing-text bytes per engine token (0.5 … 16 sensible)' },
-  prefillMsPerToken: { default: 0.07, min: 0, unit: 'ms', doc: 'prefill cost of one uncached token (0.07 ≈ 14 k tokens/s)', configKey: 'prefillMsPerToken' },
+  bytesPerToken: {
+    default: 4,
+    min: 0,
+    exclusiveMin: true,
+    unit: 'bytes',
+    doc: 'routing-text bytes per engine token (0.5 … 16 sensible)',
+  },
+  prefillMsPerToken: {
+    default: 0.07,
+    min: 0,
+    unit: 'ms',
+    doc: 'prefill cost of one uncached token (0.07 ≈ 14 k tokens/s)',
+    configKey: 'prefillMsPerToken',
+  },
   prefillWorkWeight: {
     default: 2,
     min: 0,
     unit: '',
-    doc: "weight of a request's own uncached prefill beyond its wait: the requests after it on that backend wait for it too, and it evicts cached prefixes there (0 = only its own wait)",
+    doc:
+      "weight of a request's own uncached prefill beyond its wait: the requests after it on that " +
+      'backend wait for it too, and it evicts cached prefixes there (0 = only its own wait)',
     configKey: 'prefillWorkWeight',
   },
-  queueMsPerRequest: { default: 5, min: 0, unit: 'ms', doc: 'cost of one request already in flight beyond its prefill backlog', configKey: 'queueMsPerRequest' },
+  queueMsPerRequest: {
+    default: 5,
+    min: 0,
+    unit: 'ms',
+    doc: 'cost of one request already in flight beyond its prefill backlog',
+    configKey: 'queueMsPerRequest',
+  },
   minMatchBlocks: {
     default: 0,
     min: 0,
@@ -104,16 +133,50 @@ export const CACHE_AWARE_PARAMS = {
     doc: 'blocks a backend must hold to count as warm: 0 = every prompt by cost, ≥ 1 places colder prompts by bounded-load hashing',
     configKey: 'minMatchBlocks',
   },
-  saturationInflight: { default: 0, min: 0, integer: true, unit: 'requests', doc: 'in-flight at which a backend is skipped (a hard cap per backend); 0 = off', configKey: 'saturationInflight' },
-  spreadAbs: { default: 8, min: 0, unit: 'requests', doc: 'load-spread guard: in-flight above min + this … (0 = guard off)', configKey: 'spreadAbs' },
+  saturationInflight: {
+    default: 0,
+    min: 0,
+    integer: true,
+    unit: 'requests',
+    doc: 'in-flight at which a backend is skipped (a hard cap per backend); 0 = off',
+    configKey: 'saturationInflight',
+  },
+  spreadAbs: {
+    default: 8,
+    min: 0,
+    unit: 'requests',
+    doc: 'load-spread guard: in-flight above min + this … (0 = guard off)',
+    configKey: 'spreadAbs',
+  },
   spreadRel: { default: 2, min: 1, unit: '', doc: '… and above min × this is excluded', configKey: 'spreadRel' },
-  coldLoadFactor: { default: 1.25, min: 1, unit: '', doc: 'bounded-load factor of cold placement (with minMatchBlocks ≥ 1)', configKey: 'loadFactor' },
-  engineWaitingMs: { default: 40, min: 0, unit: 'ms', doc: "start delay per request waiting in a backend engine's own queue, when the health poller reports it", configKey: 'engineWaitingMs' },
-  kvFullMs: { default: 250, min: 0, unit: 'ms', doc: 'cost of a backend whose engine has too little free KV for the request', configKey: 'kvFullMs' },
+  coldLoadFactor: {
+    default: 1.25,
+    min: 1,
+    unit: '',
+    doc: 'bounded-load factor of cold placement (with minMatchBlocks ≥ 1)',
+    configKey: 'loadFactor',
+  },
+  engineWaitingMs: {
+    default: 40,
+    min: 0,
+    unit: 'ms',
+    doc: "start delay per request waiting in a backend engine's own queue, when the health poller reports it",
+    configKey: 'engineWaitingMs',
+  },
+  kvFullMs: {
+    default: 250,
+    min: 0,
+    unit: 'ms',
+    doc: 'cost of a backend whose engine has too little free KV for the request',
+    configKey: 'kvFullMs',
+  },
   ownershipAt: {
     default: 'first-token',
     values: ['first-token', 'routing'],
-    doc: "when a backend starts to count as holding a request's prefix: at its first token (the prefix is computed; siblings arriving before are placed by load) or at routing (speculative, the seed routers' way)",
+    doc:
+      "when a backend starts to count as holding a request's prefix: at its first token (the prefix " +
+      'is computed; siblings arriving before are placed by load) or at routing (speculative, the ' +
+      "seed routers' way)",
     configKey: 'ownershipAt',
   },
 } as const satisfies ParamTable;
@@ -177,15 +240,22 @@ function costLines(request: RoutingRequest, candidates: readonly Candidate[], p:
  * would exclude every candidate is lifted (`valveLifted`): the request waits somewhere anyway, and the
  * cost rule still knows where it waits least (its prefill saved, its queue) where least-loaded would not.
  */
-function findExclusions(candidates: readonly Candidate[], p: CacheAwareParams): { excluded: Exclusion[]; valveLifted: boolean } {
-  let result: Exclusion[] = candidates.map((c) => (p.saturationInflight > 0 && c.inflight >= p.saturationInflight ? 'saturated' : undefined));
+function findExclusions(
+  candidates: readonly Candidate[],
+  p: CacheAwareParams,
+): { excluded: Exclusion[]; valveLifted: boolean } {
+  let result: Exclusion[] = candidates.map((c) =>
+    p.saturationInflight > 0 && c.inflight >= p.saturationInflight ? 'saturated' : undefined,
+  );
   const valveLifted = result.length > 0 && result.every((exclusion) => exclusion === 'saturated');
   if (valveLifted) result = candidates.map(() => undefined);
   if (p.spreadAbs === 0) return { excluded: result, valveLifted };
   let minInflight = Number.POSITIVE_INFINITY;
-  for (const [index, c] of candidates.entries()) if (result[index] === undefined) minInflight = Math.min(minInflight, c.inflight);
+  for (const [index, c] of candidates.entries())
+    if (result[index] === undefined) minInflight = Math.min(minInflight, c.inflight);
   const limit = Math.max(minInflight + p.spreadAbs, minInflight * p.spreadRel);
-  for (const [index, c] of candidates.entries()) if (result[index] === undefined && c.inflight > limit) result[index] = 'load-spread';
+  for (const [index, c] of candidates.entries())
+    if (result[index] === undefined && c.inflight > limit) result[index] = 'load-spread';
   return { excluded: result, valveLifted };
 }
 
@@ -193,7 +263,12 @@ function findExclusions(candidates: readonly Candidate[], p: CacheAwareParams): 
  * The cheapest of `indices` (candidate indices); costs within COST_EPSILON_MS tie, and ties go to
  * the highest rendezvous weight for `key`. -1 when `indices` is empty.
  */
-function indexOfCheapest(indices: readonly number[], lines: readonly CostLine[], candidates: readonly Candidate[], key: number): number {
+function indexOfCheapest(
+  indices: readonly number[],
+  lines: readonly CostLine[],
+  candidates: readonly Candidate[],
+  key: number,
+): number {
   let best = -1;
   let bestCost = Number.POSITIVE_INFINITY;
   let bestWeight: number | undefined;
@@ -225,7 +300,11 @@ function indicesWhere(count: number, keep: (index: number) => boolean): number[]
 }
 
 /** The cost rule (steps 1–5 of the header) in TypeScript: what `choose` decides on. */
-export function evaluateCost(request: RoutingRequest, candidates: readonly Candidate[], p: CacheAwareParams): CostOutcome {
+export function evaluateCost(
+  request: RoutingRequest,
+  candidates: readonly Candidate[],
+  p: CacheAwareParams,
+): CostOutcome {
   const costs = costLines(request, candidates, p);
   const { excluded, valveLifted } = findExclusions(candidates, p);
   const lines: CostLine[] = costs.map((line, index) => {
@@ -233,7 +312,14 @@ export function evaluateCost(request: RoutingRequest, candidates: readonly Candi
     return exclusion === undefined ? line : { ...line, excluded: exclusion };
   });
   const eligible = indicesWhere(candidates.length, (index) => excluded[index] === undefined);
-  const outcome = (chosen: number, reason: CostReason): CostOutcome => ({ kind: 'cost', candidates, chosen, reason, valveLifted, lines });
+  const outcome = (chosen: number, reason: CostReason): CostOutcome => ({
+    kind: 'cost',
+    candidates,
+    chosen,
+    reason,
+    valveLifted,
+    lines,
+  });
 
   // 3. Nothing left (cannot happen with the guard keeping the least-loaded): still serve.
   if (eligible.length === 0) return outcome(indexOfLeastLoaded(candidates), 'least-loaded');
@@ -244,7 +330,11 @@ export function evaluateCost(request: RoutingRequest, candidates: readonly Candi
     const choice = chooseByBoundedLoadHash(request.headHash, pool, p.coldLoadFactor);
     eligible.forEach((index, position) => {
       const line = lines[index];
-      if (line !== undefined) lines[index] = { ...line, cold: { hashRank: choice.ranks[position] ?? 0, bound: choice.bounds[position] ?? 0 } };
+      if (line !== undefined)
+        lines[index] = {
+          ...line,
+          cold: { hashRank: choice.ranks[position] ?? 0, bound: choice.bounds[position] ?? 0 },
+        };
     });
     return outcome(eligible[choice.index] ?? -1, 'cold-hash');
   }
@@ -257,11 +347,15 @@ export function evaluateCost(request: RoutingRequest, candidates: readonly Candi
   // The warmest backend the valve kept: if the request does not go there, say why it left.
   let deepestMatch = Number.NEGATIVE_INFINITY;
   for (const index of keptByValve) deepestMatch = Math.max(deepestMatch, candidates[index]?.matchBlocks ?? 0);
-  const deepestGuarded = keptByValve.some((index) => candidates[index]?.matchBlocks === deepestMatch && excluded[index] === 'load-spread');
+  const deepestGuarded = keptByValve.some(
+    (index) => candidates[index]?.matchBlocks === deepestMatch && excluded[index] === 'load-spread',
+  );
   let reason: CostReason = 'least-loaded';
-  if (chosenCandidate !== undefined && chosenCandidate.matchBlocks < deepestMatch) reason = deepestGuarded ? 'load-guard' : 'spilled-from-saturated';
+  if (chosenCandidate !== undefined && chosenCandidate.matchBlocks < deepestMatch)
+    reason = deepestGuarded ? 'load-guard' : 'spilled-from-saturated';
   else if (excluded[cheapestUnguarded] === 'load-spread') reason = 'load-guard';
-  else if (chosenCandidate !== undefined && chosenCandidate.matchBlocks >= Math.max(1, p.minMatchBlocks)) reason = 'prefix-affinity';
+  else if (chosenCandidate !== undefined && chosenCandidate.matchBlocks >= Math.max(1, p.minMatchBlocks))
+    reason = 'prefix-affinity';
   return outcome(chosen, reason);
 }
 
@@ -279,17 +373,33 @@ export function explainCostOutcome(outcome: CostOutcome, p: CacheAwareParams): R
   const scores = candidates.map((candidate, index) => {
     const line = lines[index] as CostLine;
     // workMs is not carried on the line (the Lua rule returns the same five terms): it is prefillMs · weight.
-    const parts: Record<string, number> = { prefillMs: line.prefillMs, workMs: line.prefillMs * p.prefillWorkWeight, backlogMs: line.backlogMs, queueMs: line.queueMs, waitingMs: line.waitingMs, kvMs: line.kvMs };
+    const parts: Record<string, number> = {
+      prefillMs: line.prefillMs,
+      workMs: line.prefillMs * p.prefillWorkWeight,
+      backlogMs: line.backlogMs,
+      queueMs: line.queueMs,
+      waitingMs: line.waitingMs,
+      kvMs: line.kvMs,
+    };
     if (line.cold !== undefined) {
       parts['hashRank'] = line.cold.hashRank;
       parts['bound'] = line.cold.bound;
     }
     const overBound = line.cold !== undefined && candidate.inflight > line.cold.bound;
-    return candidateScore(candidate, line.totalMs, { parts, excluded: line.excluded ?? (overBound ? 'over-load-bound' : undefined) });
+    return candidateScore(candidate, line.totalMs, {
+      parts,
+      excluded: line.excluded ?? (overBound ? 'over-load-bound' : undefined),
+    });
   });
   // Choices made among valve-kept candidates promise to stay below the valve; see types.ts.
   const capped = p.saturationInflight > 0 && !outcome.valveLifted && chosenLine.excluded === undefined;
-  return { kind: 'routed', backendId: chosen.backend.id, reason: outcome.reason, scores, ...(capped ? { inflightCap: p.saturationInflight } : {}) };
+  return {
+    kind: 'routed',
+    backendId: chosen.backend.id,
+    reason: outcome.reason,
+    scores,
+    ...(capped ? { inflightCap: p.saturationInflight } : {}),
+  };
 }
 
 export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): RoutingPolicy {

@@ -8,7 +8,8 @@ const backendOf = (decision: RoutingDecision): string => (decision.kind === 'rou
 
 describe('chwbl', () => {
   const policy = createChwblPolicy();
-  const route = (headHash: number, candidates: readonly Candidate[]) => policy.choose(aRequest({ headHash }), candidates, aContext());
+  const route = (headHash: number, candidates: readonly Candidate[]) =>
+    policy.choose(aRequest({ headHash }), candidates, aContext());
 
   it('sends equal heads to the same backend, also from another instance (another replica)', () => {
     const other = createChwblPolicy();
@@ -16,7 +17,9 @@ describe('chwbl', () => {
       const decision = route(head, someCandidates(4));
       expect(decision).toMatchObject({ reason: 'consistent-hash' });
       expect(backendOf(route(head, someCandidates(4)))).toBe(backendOf(decision));
-      expect(backendOf(other.choose(aRequest({ headHash: head }), someCandidates(4), aContext()))).toBe(backendOf(decision));
+      expect(backendOf(other.choose(aRequest({ headHash: head }), someCandidates(4), aContext()))).toBe(
+        backendOf(decision),
+      );
     }
   });
 
@@ -41,12 +44,17 @@ describe('chwbl', () => {
   it('spills to the next backend on the ring when the owner is over its bound', () => {
     const head = heads[5] ?? 0;
     const owner = backendOf(route(head, someCandidates(3)));
-    const loaded = someCandidates(3).map((candidate) => (candidate.backend.id === owner ? aCandidate(owner, { inflight: 4 }) : candidate));
+    const loaded = someCandidates(3).map((candidate) =>
+      candidate.backend.id === owner ? aCandidate(owner, { inflight: 4 }) : candidate,
+    );
     // bound = ceil(1.25 · 5 / 3) = 3 < 4.
     const spilled = route(head, loaded);
     expect(spilled).toMatchObject({ reason: 'consistent-hash-spilled' });
     expect(backendOf(spilled)).not.toBe(owner);
-    expect(spilled.kind === 'routed' && spilled.scores.find((score) => score.backendId === owner)).toMatchObject({ score: 0, excluded: 'over-load-bound' });
+    expect(spilled.kind === 'routed' && spilled.scores.find((score) => score.backendId === owner)).toMatchObject({
+      score: 0,
+      excluded: 'over-load-bound',
+    });
   });
 
   it('gives heavier backends more heads', () => {

@@ -24,8 +24,22 @@ import { boundedLoadDecision, chooseWithBoundedLoad } from './bounded-load-hash'
 import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
 export const CHWBL_PARAMS = {
-  loadFactor: { default: 1.25, min: 1, unit: '', doc: 'how far above its fair share a backend keeps its heads (bounded load)', configKey: 'loadFactor' },
-  vnodesPerWeight: { default: 160, min: 1, max: 10_000, integer: true, unit: '', doc: 'virtual nodes per unit weight on the ring (more = smoother key split, bigger ring)', configKey: 'chwblVirtualNodes' },
+  loadFactor: {
+    default: 1.25,
+    min: 1,
+    unit: '',
+    doc: 'how far above its fair share a backend keeps its heads (bounded load)',
+    configKey: 'loadFactor',
+  },
+  vnodesPerWeight: {
+    default: 160,
+    min: 1,
+    max: 10_000,
+    integer: true,
+    unit: '',
+    doc: 'virtual nodes per unit weight on the ring (more = smoother key split, bigger ring)',
+    configKey: 'chwblVirtualNodes',
+  },
 } as const satisfies ParamTable;
 
 export type ChwblParams = ParamsOf<typeof CHWBL_PARAMS>;
@@ -51,11 +65,15 @@ function buildRing(candidates: readonly Candidate[], vnodesPerWeight: number): H
   for (const [owner, candidate] of candidates.entries()) {
     const idHash = hashString53(candidate.backend.id);
     const count = Math.max(1, Math.round(vnodesPerWeight * candidate.backend.weight));
-    for (let vnode = 0; vnode < count; vnode++) entries.push({ point: combineHash53(idHash, vnode), owner, id: candidate.backend.id });
+    for (let vnode = 0; vnode < count; vnode++)
+      entries.push({ point: combineHash53(idHash, vnode), owner, id: candidate.backend.id });
   }
   // Equal points (practically impossible) are ordered by id, never by candidate order.
   entries.sort((a, b) => a.point - b.point || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-  return { points: Float64Array.from(entries, (entry) => entry.point), owners: Int32Array.from(entries, (entry) => entry.owner) };
+  return {
+    points: Float64Array.from(entries, (entry) => entry.point),
+    owners: Int32Array.from(entries, (entry) => entry.owner),
+  };
 }
 
 /** Index of the first point ≥ key (points.length when none: the walk wraps to 0). */

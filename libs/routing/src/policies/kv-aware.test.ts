@@ -19,7 +19,11 @@ describe('kvaware', () => {
     ];
     const decision = createKvAwarePolicy().choose(request, candidates, aContext());
     expect(decision).toMatchObject({ kind: 'routed', backendId: 'tight', reason: 'kv-fit' });
-    const queuedFirst = createKvAwarePolicy().choose(request, [candidates[2]!, aCandidate('busy', { engine: anEngine({ kvUsage: 0.5, waiting: 1 }) })], aContext());
+    const queuedFirst = createKvAwarePolicy().choose(
+      request,
+      [candidates[2]!, aCandidate('busy', { engine: anEngine({ kvUsage: 0.5, waiting: 1 }) })],
+      aContext(),
+    );
     expect(queuedFirst).toMatchObject({ backendId: 'busy', reason: 'kv-fit' });
   });
 
@@ -28,31 +32,52 @@ describe('kvaware', () => {
       aCandidate('a', { engine: anEngine({ kvUsage: 0.9 }), pendingPrefillTokens: 800 }), // 200 free: too little
       aCandidate('b', { engine: anEngine({ kvUsage: 0.5 }) }),
     ];
-    expect(createKvAwarePolicy().choose(request, candidates, aContext())).toMatchObject({ backendId: 'b', reason: 'kv-fit' });
+    expect(createKvAwarePolicy().choose(request, candidates, aContext())).toMatchObject({
+      backendId: 'b',
+      reason: 'kv-fit',
+    });
   });
 
   it('prefers a backend of unknown state to one known to be short of KV, but never to one where it fits', () => {
     const short = aCandidate('short', { engine: anEngine({ kvUsage: 0.99 }) });
     const unknown = aCandidate('unknown', { engine: null, inflight: 2 });
     const unknownIdle = aCandidate('unknown-idle', { inflight: 0 });
-    expect(createKvAwarePolicy().choose(request, [short, unknown, unknownIdle], aContext())).toMatchObject({ backendId: 'unknown-idle', reason: 'kv-unknown' });
+    expect(createKvAwarePolicy().choose(request, [short, unknown, unknownIdle], aContext())).toMatchObject({
+      backendId: 'unknown-idle',
+      reason: 'kv-unknown',
+    });
     // An engine that reports its queue but not its KV usage (llama.cpp) counts as unknown.
     const noUsage = aCandidate('no-usage', { engine: anEngine({ kvUsage: null }), inflight: 1 });
-    expect(createKvAwarePolicy().choose(request, [short, noUsage], aContext())).toMatchObject({ backendId: 'no-usage', reason: 'kv-unknown' });
+    expect(createKvAwarePolicy().choose(request, [short, noUsage], aContext())).toMatchObject({
+      backendId: 'no-usage',
+      reason: 'kv-unknown',
+    });
     const fits = aCandidate('fits', { engine: anEngine({ kvUsage: 0.5, waiting: 5 }), inflight: 9 });
-    expect(createKvAwarePolicy().choose(request, [unknownIdle, fits], aContext())).toMatchObject({ backendId: 'fits', reason: 'kv-fit' });
+    expect(createKvAwarePolicy().choose(request, [unknownIdle, fits], aContext())).toMatchObject({
+      backendId: 'fits',
+      reason: 'kv-fit',
+    });
   });
 
   it('when every backend is short of KV, takes the one with the most free, and says so', () => {
-    const candidates = [aCandidate('a', { engine: anEngine({ kvUsage: 0.99 }) }), aCandidate('b', { engine: anEngine({ kvUsage: 0.98, waiting: 4 }) })];
+    const candidates = [
+      aCandidate('a', { engine: anEngine({ kvUsage: 0.99 }) }),
+      aCandidate('b', { engine: anEngine({ kvUsage: 0.98, waiting: 4 }) }),
+    ];
     const decision = createKvAwarePolicy().choose(request, candidates, aContext());
     expect(decision).toMatchObject({ backendId: 'b', reason: 'kv-pressure' });
     expect(decision.kind === 'routed' && decision.scores.map((score) => score.score)).toEqual([2, 2]);
   });
 
   it('ranks by usage against an assumed capacity when the engine reports none, and keeps config order on ties', () => {
-    const candidates = [aCandidate('x', { engine: anEngine({ kvUsage: 0.2, kvCapacityTokens: null }) }), aCandidate('y', { engine: anEngine({ kvUsage: 0.2, kvCapacityTokens: null }) })];
-    expect(createKvAwarePolicy().choose(request, candidates, aContext())).toMatchObject({ backendId: 'x', reason: 'kv-fit' });
+    const candidates = [
+      aCandidate('x', { engine: anEngine({ kvUsage: 0.2, kvCapacityTokens: null }) }),
+      aCandidate('y', { engine: anEngine({ kvUsage: 0.2, kvCapacityTokens: null }) }),
+    ];
+    expect(createKvAwarePolicy().choose(request, candidates, aContext())).toMatchObject({
+      backendId: 'x',
+      reason: 'kv-fit',
+    });
   });
 
   it('rejects out-of-range parameters at creation', () => {

@@ -32,8 +32,22 @@ import { defaultsOf, resolveParams, type ParamsOf, type ParamTable } from './pol
 
 export const KV_AWARE_PARAMS = {
   bytesPerToken: { default: 4, min: 0, exclusiveMin: true, unit: 'bytes', doc: 'routing-text bytes per engine token' },
-  defaultMaxTokens: { default: 256, min: 0, integer: true, unit: 'tokens', doc: 'generation budget assumed when a request sets no max_tokens', configKey: 'kvawareDefaultMaxTokens' },
-  assumedCapacityTokens: { default: 65_536, min: 1, integer: true, unit: 'tokens', doc: 'KV capacity assumed for an engine whose metrics report none', configKey: 'kvawareAssumedCapacityTokens' },
+  defaultMaxTokens: {
+    default: 256,
+    min: 0,
+    integer: true,
+    unit: 'tokens',
+    doc: 'generation budget assumed when a request sets no max_tokens',
+    configKey: 'kvawareDefaultMaxTokens',
+  },
+  assumedCapacityTokens: {
+    default: 65_536,
+    min: 1,
+    integer: true,
+    unit: 'tokens',
+    doc: 'KV capacity assumed for an engine whose metrics report none',
+    configKey: 'kvawareAssumedCapacityTokens',
+  },
 } as const satisfies ParamTable;
 
 export type KvAwareParams = ParamsOf<typeof KV_AWARE_PARAMS>;
@@ -60,7 +74,8 @@ export function kvDemandTokens(request: RoutingRequest, p: KvAwareParams): numbe
 function assess(candidate: Candidate, demandTokens: number, p: KvAwareParams): Assessment {
   const engine = candidate.engine;
   // Without a usage figure the KV is unknown, even if the queue is known.
-  if (engine === undefined || engine === null || engine.kvUsage === null) return { tier: Tier.Unknown, leftTokens: Number.NaN, freeTokens: -1, waiting: engine?.waiting ?? -1 };
+  if (engine === undefined || engine === null || engine.kvUsage === null)
+    return { tier: Tier.Unknown, leftTokens: Number.NaN, freeTokens: -1, waiting: engine?.waiting ?? -1 };
   const capacity = engine.kvCapacityTokens ?? p.assumedCapacityTokens;
   const usage = Math.min(1, Math.max(0, engine.kvUsage));
   const freeTokens = capacity * (1 - usage) - candidate.pendingPrefillTokens;
@@ -85,7 +100,8 @@ export function createKvAwarePolicy(params: Partial<KvAwareParams> = {}): Routin
   const p = resolveParams(KV_AWARE_PARAMS, params);
   return {
     name: 'kvaware',
-    scoreDirection: 'lower is better: tier 0 (free KV fits the request), 1 (engine state unknown), 2 (short of KV), [0, 2]',
+    scoreDirection:
+      'lower is better: tier 0 (free KV fits the request), 1 (engine state unknown), 2 (short of KV), [0, 2]',
     usesPrefixMatch: false,
     recordsOwnership: 'at-routing',
     choose(request, candidates) {
@@ -94,16 +110,28 @@ export function createKvAwarePolicy(params: Partial<KvAwareParams> = {}): Routin
       let best = -1;
       for (let index = 0; index < candidates.length; index++) {
         // Strictly better only: ties keep the earlier candidate (configuration order).
-        if (best < 0 || compare(candidates[index] as Candidate, candidates[best] as Candidate, assessments[index] as Assessment, assessments[best] as Assessment) < 0) best = index;
+        if (
+          best < 0 ||
+          compare(
+            candidates[index] as Candidate,
+            candidates[best] as Candidate,
+            assessments[index] as Assessment,
+            assessments[best] as Assessment,
+          ) < 0
+        )
+          best = index;
       }
       const chosen = candidates[best];
       const assessment = assessments[best];
       if (chosen === undefined || assessment === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
       const scores = candidates.map((candidate, index) => {
         const a = assessments[index] as Assessment;
-        return candidateScore(candidate, a.tier, { parts: { demandTokens, freeTokens: Math.round(a.freeTokens), waiting: a.waiting } });
+        return candidateScore(candidate, a.tier, {
+          parts: { demandTokens, freeTokens: Math.round(a.freeTokens), waiting: a.waiting },
+        });
       });
-      const reason = assessment.tier === Tier.Fits ? 'kv-fit' : assessment.tier === Tier.Unknown ? 'kv-unknown' : 'kv-pressure';
+      const reason =
+        assessment.tier === Tier.Fits ? 'kv-fit' : assessment.tier === Tier.Unknown ? 'kv-unknown' : 'kv-pressure';
       return { kind: 'routed', backendId: chosen.backend.id, reason, scores };
     },
   };

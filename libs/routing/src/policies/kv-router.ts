@@ -20,8 +20,20 @@ import { candidateScore } from './candidate-score';
 import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
 export const KV_ROUTER_PARAMS = {
-  cacheHitBonus: { default: 100, min: 0, unit: '', doc: 'score bonus of a backend holding the conversation', configKey: 'kvrouterCacheHitBonus' },
-  loadWeight: { default: 10, min: 0, unit: '', doc: 'score penalty per in-flight request', configKey: 'kvrouterLoadWeight' },
+  cacheHitBonus: {
+    default: 100,
+    min: 0,
+    unit: '',
+    doc: 'score bonus of a backend holding the conversation',
+    configKey: 'kvrouterCacheHitBonus',
+  },
+  loadWeight: {
+    default: 10,
+    min: 0,
+    unit: '',
+    doc: 'score penalty per in-flight request',
+    configKey: 'kvrouterLoadWeight',
+  },
 } as const satisfies ParamTable;
 
 export type KvRouterParams = ParamsOf<typeof KV_ROUTER_PARAMS>;
@@ -35,7 +47,9 @@ export function createKvRouterPolicy(params: Partial<KvRouterParams> = {}): Rout
     usesPrefixMatch: true,
     recordsOwnership: 'at-routing',
     choose(request, candidates, context) {
-      const isCached = candidates.map((candidate) => request.contextBlocks > 0 && candidate.matchBlocks >= request.contextBlocks);
+      const isCached = candidates.map(
+        (candidate) => request.contextBlocks > 0 && candidate.matchBlocks >= request.contextBlocks,
+      );
       const scores = candidates.map((candidate, index) => {
         const cacheBonus = isCached[index] === true ? cacheHitBonus : 0;
         const loadPenalty = loadWeight * candidate.inflight;
@@ -54,7 +68,12 @@ export function createKvRouterPolicy(params: Partial<KvRouterParams> = {}): Rout
       const pick = tied[Math.min(Math.floor(context.random() * tied.length), tied.length - 1)];
       const chosen = pick === undefined ? undefined : candidates[pick];
       if (pick === undefined || chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
-      return { kind: 'routed', backendId: chosen.backend.id, reason: isCached[pick] === true ? 'cache-hit' : 'cache-miss', scores };
+      return {
+        kind: 'routed',
+        backendId: chosen.backend.id,
+        reason: isCached[pick] === true ? 'cache-hit' : 'cache-miss',
+        scores,
+      };
     },
   };
 }

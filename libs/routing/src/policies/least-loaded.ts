@@ -20,7 +20,10 @@ export type LeastLoadedParams = ParamsOf<typeof LEAST_LOADED_PARAMS>;
  * Index of the least-loaded candidate, considering only indices for which `isEligible` holds
  * (all by default). -1 when none is eligible.
  */
-export function indexOfLeastLoaded(candidates: readonly Candidate[], isEligible: (index: number) => boolean = () => true): number {
+export function indexOfLeastLoaded(
+  candidates: readonly Candidate[],
+  isEligible: (index: number) => boolean = () => true,
+): number {
   let best = -1;
   let bestInflight = Number.POSITIVE_INFINITY;
   for (const [index, candidate] of candidates.entries()) {
@@ -58,5 +61,10 @@ export function explainLeastLoadedOutcome(outcome: Extract<AtomicOutcome, { kind
 
 /** The least-loaded candidate as a decision (score = in-flight), shared by policies that fall back to it. */
 export function leastLoadedDecision(candidates: readonly Candidate[]): RoutingDecision {
-  return explainLeastLoadedOutcome({ kind: 'least-loaded', candidates, chosen: indexOfLeastLoaded(candidates), reason: 'least-loaded' });
+  return explainLeastLoadedOutcome({
+    kind: 'least-loaded',
+    candidates,
+    chosen: indexOfLeastLoaded(candidates),
+    reason: 'least-loaded',
+  });
 }

@@ -78,12 +78,18 @@ export function resolveParams<T extends ParamTable>(table: T, overrides: Partial
 /** Throws a RangeError naming the parameter unless `value` is within its row. */
 export function checkParam(name: string, spec: ParamSpec, value: unknown): void {
   if (isChoiceParam(spec)) {
-    if (typeof value !== 'string' || !spec.values.includes(value)) throw new RangeError(`${name} must be one of ${spec.values.join(', ')}, got ${String(value)}`);
+    if (typeof value !== 'string' || !spec.values.includes(value))
+      throw new RangeError(`${name} must be one of ${spec.values.join(', ')}, got ${String(value)}`);
     return;
   }
   const max = spec.max ?? Number.POSITIVE_INFINITY;
   const aboveMin = typeof value === 'number' && (spec.exclusiveMin === true ? value > spec.min : value >= spec.min);
-  const valid = typeof value === 'number' && Number.isFinite(value) && aboveMin && value <= max && (spec.integer !== true || Number.isInteger(value));
+  const valid =
+    typeof value === 'number' &&
+    Number.isFinite(value) &&
+    aboveMin &&
+    value <= max &&
+    (spec.integer !== true || Number.isInteger(value));
   if (!valid) throw new RangeError(`${name} must be ${describeRange(spec)}, got ${String(value)}`);
 }
 

@@ -46,7 +46,9 @@ export type PolicyParamsByName = { readonly [N in PolicyName]: ParamsOf<(typeof 
 /** Optional overrides, one object per policy name; what is left out takes the default. */
 export type PolicyParams = { readonly [N in PolicyName]?: Partial<PolicyParamsByName[N]> };
 
-export const DEFAULT_POLICY_PARAMS = Object.fromEntries(Object.entries(POLICIES).map(([name, definition]) => [name, defaultsOf(definition.params)])) as unknown as {
+export const DEFAULT_POLICY_PARAMS = Object.fromEntries(
+  Object.entries(POLICIES).map(([name, definition]) => [name, defaultsOf(definition.params)]),
+) as unknown as {
   readonly [N in PolicyName]: PolicyParamsByName[N];
 };
 
@@ -95,8 +97,14 @@ export function policySettingKeys(definitions: PolicyDefinitions = POLICIES): Po
  * own default.
  */
 export function policyParamsFromSettings(settings: Readonly<Record<string, unknown>>): PolicyParams;
-export function policyParamsFromSettings(settings: Readonly<Record<string, unknown>>, definitions: PolicyDefinitions): Record<string, Record<string, unknown>>;
-export function policyParamsFromSettings(settings: Readonly<Record<string, unknown>>, definitions: PolicyDefinitions = POLICIES): Record<string, Record<string, unknown>> {
+export function policyParamsFromSettings(
+  settings: Readonly<Record<string, unknown>>,
+  definitions: PolicyDefinitions,
+): Record<string, Record<string, unknown>>;
+export function policyParamsFromSettings(
+  settings: Readonly<Record<string, unknown>>,
+  definitions: PolicyDefinitions = POLICIES,
+): Record<string, Record<string, unknown>> {
   const params: Record<string, Record<string, unknown>> = {};
   for (const { key, rows } of policySettingKeys(definitions)) {
     const value = settings[key];

@@ -4,8 +4,10 @@ import { aCandidate, aContext, aRequest, scriptedContext } from '../test-support
 import { createPrefixAwarePolicy } from './prefix-aware';
 
 /** [matchBlocks, inflight] per backend b0, b1, … */
-const pool = (...specs: [number, number][]): Candidate[] => specs.map(([matchBlocks, inflight], index) => aCandidate(`b${index}`, { matchBlocks, inflight }));
-const routedTo = (decision: RoutingDecision) => (decision.kind === 'routed' ? `${decision.backendId} ${decision.reason}` : 'rejected');
+const pool = (...specs: [number, number][]): Candidate[] =>
+  specs.map(([matchBlocks, inflight], index) => aCandidate(`b${index}`, { matchBlocks, inflight }));
+const routedTo = (decision: RoutingDecision) =>
+  decision.kind === 'routed' ? `${decision.backendId} ${decision.reason}` : 'rejected';
 
 describe('prefixaware (seed llm-router rules)', () => {
   it.each<[string, Candidate[], string]>([
@@ -13,7 +15,11 @@ describe('prefixaware (seed llm-router rules)', () => {
     ['equal match: fewer in flight wins', pool([6, 5], [6, 2], [1, 0]), 'b1 longest-prefix'],
     ['best match below minMatchBlocks: least-loaded', pool([1, 4], [1, 2], [0, 3]), 'b1 fallback-leastloaded'],
     ['fallback ties go to list order', pool([0, 1], [1, 0], [0, 0]), 'b1 fallback-leastloaded'],
-    ['saturated best spills to the next warm one below the valve', pool([9, 8], [5, 7], [2, 0]), 'b1 spilled-from-saturated'],
+    [
+      'saturated best spills to the next warm one below the valve',
+      pool([9, 8], [5, 7], [2, 0]),
+      'b1 spilled-from-saturated',
+    ],
     ['spill skips warm ones that are saturated too', pool([9, 8], [7, 9], [5, 3], [0, 0]), 'b2 spilled-from-saturated'],
     ['no warm one below the valve: least-loaded', pool([9, 8], [1, 0], [5, 10]), 'b1 spilled-fallback-leastloaded'],
     ['below the valve the best keeps it, however loaded', pool([9, 7], [0, 0]), 'b0 longest-prefix'],
@@ -34,7 +40,9 @@ describe('prefixaware (seed llm-router rules)', () => {
   it('breaks ties with a shuffle (Fisher–Yates from the end, as Go’s rand.Shuffle)', () => {
     const tied = pool([4, 1], [4, 1], [4, 1]);
     // random() = 0, 0: swap(2, 0) → [2, 1, 0], swap(1, 0) → [1, 2, 0].
-    expect(routedTo(createPrefixAwarePolicy().choose(aRequest(), tied, scriptedContext([0, 0])))).toBe('b1 longest-prefix');
+    expect(routedTo(createPrefixAwarePolicy().choose(aRequest(), tied, scriptedContext([0, 0])))).toBe(
+      'b1 longest-prefix',
+    );
     const counts = new Map<string, number>();
     const policy = createPrefixAwarePolicy();
     const context = aContext(7);
@@ -64,7 +72,11 @@ describe('prefixaware inflight cap', () => {
   it('promises the valve for warm choices only, so the store can hold it across replicas', () => {
     const policy = createPrefixAwarePolicy({ saturationInflight: 4 });
     const request = aRequest({ blocks: 10 });
-    const warm = policy.choose(request, [aCandidate('a', { matchBlocks: 10, inflight: 1 }), aCandidate('b')], aContext());
+    const warm = policy.choose(
+      request,
+      [aCandidate('a', { matchBlocks: 10, inflight: 1 }), aCandidate('b')],
+      aContext(),
+    );
     expect(warm.kind === 'routed' && warm.reason === 'longest-prefix' && warm.inflightCap).toBe(4);
     const cold = policy.choose(aRequest({ blocks: 10 }), [aCandidate('a'), aCandidate('b')], aContext());
     expect(cold.kind === 'routed' && cold.reason).toBe('fallback-leastloaded');

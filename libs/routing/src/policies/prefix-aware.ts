@@ -28,8 +28,22 @@ import { indexOfLeastLoaded } from './least-loaded';
 import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
 export const PREFIX_AWARE_PARAMS = {
-  minMatchBlocks: { default: 2, min: 0, integer: true, unit: 'blocks', doc: 'matched blocks needed to pin (0 always pins)', configKey: 'minMatchBlocks' },
-  saturationInflight: { default: 8, min: 0, integer: true, unit: 'requests', doc: 'in-flight at which the best backend counts as saturated (the valve); 0 = off', configKey: 'saturationInflight' },
+  minMatchBlocks: {
+    default: 2,
+    min: 0,
+    integer: true,
+    unit: 'blocks',
+    doc: 'matched blocks needed to pin (0 always pins)',
+    configKey: 'minMatchBlocks',
+  },
+  saturationInflight: {
+    default: 8,
+    min: 0,
+    integer: true,
+    unit: 'requests',
+    doc: 'in-flight at which the best backend counts as saturated (the valve); 0 = off',
+    configKey: 'saturationInflight',
+  },
 } as const satisfies ParamTable;
 
 export type PrefixAwareParams = ParamsOf<typeof PREFIX_AWARE_PARAMS>;
@@ -51,10 +65,20 @@ export function createPrefixAwarePolicy(params: Partial<PrefixAwareParams> = {})
   const { minMatchBlocks, saturationInflight } = resolveParams(PREFIX_AWARE_PARAMS, params);
   const valveOn = saturationInflight > 0;
 
-  function routed(chosen: Candidate, reason: 'longest-prefix' | 'fallback-leastloaded' | 'spilled-from-saturated' | 'spilled-fallback-leastloaded', scores: readonly CandidateScore[]): RoutingDecision {
+  function routed(
+    chosen: Candidate,
+    reason: 'longest-prefix' | 'fallback-leastloaded' | 'spilled-from-saturated' | 'spilled-fallback-leastloaded',
+    scores: readonly CandidateScore[],
+  ): RoutingDecision {
     // The valve's promise ("below saturationInflight") holds for the warm choices; the fallbacks make none.
     const capped = valveOn && (reason === 'longest-prefix' || reason === 'spilled-from-saturated');
-    return { kind: 'routed', backendId: chosen.backend.id, reason, scores, ...(capped ? { inflightCap: saturationInflight } : {}) };
+    return {
+      kind: 'routed',
+      backendId: chosen.backend.id,
+      reason,
+      scores,
+      ...(capped ? { inflightCap: saturationInflight } : {}),
+    };
   }
 
   return {
@@ -70,7 +94,8 @@ export function createPrefixAwarePolicy(params: Partial<PrefixAwareParams> = {})
         .sort((a, b) => b.matchBlocks - a.matchBlocks || a.inflight - b.inflight);
       const best = sorted[0];
       if (best === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
-      const plainScores = (): CandidateScore[] => candidates.map((candidate) => candidateScore(candidate, candidate.matchBlocks));
+      const plainScores = (): CandidateScore[] =>
+        candidates.map((candidate) => candidateScore(candidate, candidate.matchBlocks));
       const leastLoaded = (): Candidate => candidates[indexOfLeastLoaded(candidates)] ?? best;
 
       if (best.matchBlocks < minMatchBlocks) return routed(leastLoaded(), 'fallback-leastloaded', plainScores());
@@ -79,7 +104,11 @@ export function createPrefixAwarePolicy(params: Partial<PrefixAwareParams> = {})
         const scores = candidates.map((candidate) =>
           candidateScore(candidate, candidate.matchBlocks, {
             excluded:
-              candidate.inflight >= saturationInflight ? 'saturated' : candidate.matchBlocks < minMatchBlocks ? 'below-min-match' : undefined,
+              candidate.inflight >= saturationInflight
+                ? 'saturated'
+                : candidate.matchBlocks < minMatchBlocks
+                  ? 'below-min-match'
+                  : undefined,
           }),
         );
         for (const next of sorted.slice(1)) {

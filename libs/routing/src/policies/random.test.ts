@@ -8,7 +8,10 @@ describe('random', () => {
     [0.34, 'b1'],
     [0.99, 'b2'],
   ])('maps random() = %f onto %s', (value, expected) => {
-    expect(createRandomPolicy().choose(aRequest(), someCandidates(3), scriptedContext([value]))).toMatchObject({ backendId: expected, reason: 'random' });
+    expect(createRandomPolicy().choose(aRequest(), someCandidates(3), scriptedContext([value]))).toMatchObject({
+      backendId: expected,
+      reason: 'random',
+    });
   });
 
   it('reaches every candidate over many draws from a seeded source', () => {

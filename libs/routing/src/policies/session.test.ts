@@ -8,7 +8,8 @@ const backendOf = (decision: RoutingDecision): string => (decision.kind === 'rou
 
 describe('session', () => {
   const policy = createSessionPolicy();
-  const route = (sessionKey: string | null, candidates: readonly Candidate[]) => policy.choose(aRequest({ sessionKey }), candidates, aContext());
+  const route = (sessionKey: string | null, candidates: readonly Candidate[]) =>
+    policy.choose(aRequest({ sessionKey }), candidates, aContext());
 
   it('sends every request of a session to the same backend, whatever the candidate order', () => {
     const candidates = someCandidates(4);
@@ -42,21 +43,31 @@ describe('session', () => {
     const key = 'session-42';
     const home = backendOf(route(key, someCandidates(3)));
     // 6 in flight on home: bound = ceil(1.25 · 7 / 3) = 3.
-    const loaded = someCandidates(3).map((candidate) => (candidate.backend.id === home ? aCandidate(home, { inflight: 6 }) : candidate));
+    const loaded = someCandidates(3).map((candidate) =>
+      candidate.backend.id === home ? aCandidate(home, { inflight: 6 }) : candidate,
+    );
     const spilled = route(key, loaded);
     expect(spilled).toMatchObject({ kind: 'routed', reason: 'session-spilled' });
     expect(backendOf(spilled)).not.toBe(home);
     expect(backendOf(route(key, loaded))).toBe(backendOf(spilled));
-    expect(spilled.kind === 'routed' && spilled.scores.find((score) => score.backendId === home)).toMatchObject({ score: 0, excluded: 'over-load-bound', parts: { bound: 3 } });
+    expect(spilled.kind === 'routed' && spilled.scores.find((score) => score.backendId === home)).toMatchObject({
+      score: 0,
+      excluded: 'over-load-bound',
+      parts: { bound: 3 },
+    });
   });
 
   it('keeps the home backend while it is within its bound', () => {
     const key = 'session-42';
     const home = backendOf(route(key, someCandidates(3)));
-    const loaded = someCandidates(3).map((candidate) => (candidate.backend.id === home ? aCandidate(home, { inflight: 3 }) : candidate));
+    const loaded = someCandidates(3).map((candidate) =>
+      candidate.backend.id === home ? aCandidate(home, { inflight: 3 }) : candidate,
+    );
     // bound = ceil(1.25 · 4 / 3) = 2 < 3 → spills; with loadFactor 2: ceil(2 · 4 / 3) = 3 → stays.
     expect(route(key, loaded)).toMatchObject({ reason: 'session-spilled' });
-    expect(createSessionPolicy({ loadFactor: 2 }).choose(aRequest({ sessionKey: key }), loaded, aContext())).toMatchObject({ backendId: home, reason: 'session-affinity' });
+    expect(
+      createSessionPolicy({ loadFactor: 2 }).choose(aRequest({ sessionKey: key }), loaded, aContext()),
+    ).toMatchObject({ backendId: home, reason: 'session-affinity' });
   });
 
   it('sends requests without a session key to the least-loaded backend', () => {

@@ -20,7 +20,13 @@ import { leastLoadedDecision } from './least-loaded';
 import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
 export const SESSION_PARAMS = {
-  loadFactor: { default: 1.25, min: 1, unit: '', doc: 'how far above its fair share a backend keeps its sessions (bounded load)', configKey: 'loadFactor' },
+  loadFactor: {
+    default: 1.25,
+    min: 1,
+    unit: '',
+    doc: 'how far above its fair share a backend keeps its sessions (bounded load)',
+    configKey: 'loadFactor',
+  },
 } as const satisfies ParamTable;
 
 export type SessionParams = ParamsOf<typeof SESSION_PARAMS>;

@@ -5,7 +5,8 @@ import { buildRoutingRequest } from './routing-request';
 import { renderRoutingText } from './routing-text';
 
 const plain = (text: string, contextEndOffset = 0) => ({ text, contextEndOffset });
-const ascii = (length: number, seed = 0) => Array.from({ length }, (_v, i) => String.fromCharCode(97 + ((i * 7 + seed) % 26))).join('');
+const ascii = (length: number, seed = 0) =>
+  Array.from({ length }, (_v, i) => String.fromCharCode(97 + ((i * 7 + seed) % 26))).join('');
 
 describe('hashRoutingText', () => {
   it('hashes only full blocks, counting UTF-8 bytes', () => {
@@ -16,16 +17,19 @@ describe('hashRoutingText', () => {
     expect(hashRoutingText(plain(''), 8)).toMatchObject({ blockHashes: [], textBytes: 0 });
   });
 
-  it.each([0, 1, 5, 9])('changes hashes from block %i on, never before, when one byte of that block changes', (block) => {
-    const blockSize = 32;
-    const text = ascii(blockSize * 10 + 5);
-    const at = block * blockSize + 17;
-    const changed = text.slice(0, at) + (text[at] === 'z' ? 'y' : 'z') + text.slice(at + 1);
-    const a = hashRoutingText(plain(text), blockSize).blockHashes;
-    const b = hashRoutingText(plain(changed), blockSize).blockHashes;
-    expect(b.slice(0, block)).toEqual(a.slice(0, block));
-    for (let i = block; i < a.length; i++) expect(b[i]).not.toBe(a[i]);
-  });
+  it.each([0, 1, 5, 9])(
+    'changes hashes from block %i on, never before, when one byte of that block changes',
+    (block) => {
+      const blockSize = 32;
+      const text = ascii(blockSize * 10 + 5);
+      const at = block * blockSize + 17;
+      const changed = text.slice(0, at) + (text[at] === 'z' ? 'y' : 'z') + text.slice(at + 1);
+      const a = hashRoutingText(plain(text), blockSize).blockHashes;
+      const b = hashRoutingText(plain(changed), blockSize).blockHashes;
+      expect(b.slice(0, block)).toEqual(a.slice(0, block));
+      for (let i = block; i < a.length; i++) expect(b[i]).not.toBe(a[i]);
+    },
+  );
 
   it('produces 53-bit integers, distinct across many blocks', () => {
     const { blockHashes } = hashRoutingText(plain(ascii(64 * 5000, 3)), 64);
@@ -65,7 +69,9 @@ describe('hashRoutingText', () => {
   });
 
   it('keeps its hash values across releases (they key the shared prefix index)', () => {
-    expect(hashRoutingText(plain('The quick brown fox jumps over the lazy dog'), 16).blockHashes).toEqual([8935389778710330, 3619617509281854]);
+    expect(hashRoutingText(plain('The quick brown fox jumps over the lazy dog'), 16).blockHashes).toEqual([
+      8935389778710330, 3619617509281854,
+    ]);
   });
 
   it('rejects a block size that is not a positive integer', () => {
@@ -101,13 +107,17 @@ describe('hashRoutingText with maxBlocks', () => {
   it('hashes the last kept block whole when a multi-byte character straddles its end', () => {
     // 'é' is 2 bytes: 63 ASCII bytes then 'é' puts the character across the end of block 0.
     const straddling = 'a'.repeat(63) + 'é'.repeat(200);
-    expect(hashRoutingText(plain(straddling), 64, 1).blockHashes).toEqual(hashRoutingText(plain(straddling), 64).blockHashes.slice(0, 1));
+    expect(hashRoutingText(plain(straddling), 64, 1).blockHashes).toEqual(
+      hashRoutingText(plain(straddling), 64).blockHashes.slice(0, 1),
+    );
     const rocket = 'b'.repeat(62) + '🚀'.repeat(100);
-    expect(hashRoutingText(plain(rocket), 64, 2).blockHashes).toEqual(hashRoutingText(plain(rocket), 64).blockHashes.slice(0, 2));
+    expect(hashRoutingText(plain(rocket), 64, 2).blockHashes).toEqual(
+      hashRoutingText(plain(rocket), 64).blockHashes.slice(0, 2),
+    );
   });
 
   it('costs a bounded time on a huge text', () => {
-    const huge = 'abcdefghijklmnop'.repeat(1024 * 1024 * 15 / 16);
+    const huge = 'abcdefghijklmnop'.repeat((1024 * 1024 * 15) / 16);
     const started = performance.now();
     const hashed = hashRoutingText(plain(huge, 10 * 1024 * 1024), 16, 2048);
     expect(performance.now() - started).toBeLessThan(200);
@@ -135,9 +145,19 @@ describe('the request path (rendered straight into bytes) against the rendered t
   }
 
   it('buildRoutingRequest hashes exactly what hashRoutingText does on renderRoutingText, whatever the cap', () => {
-    for (const [kb, maxBlocks] of [[10, 2048], [200, 2048], [200, 300], [600, 2048], [600, 7]] as const) {
+    for (const [kb, maxBlocks] of [
+      [10, 2048],
+      [200, 2048],
+      [200, 300],
+      [600, 2048],
+      [600, 7],
+    ] as const) {
       const body = longChat(kb * 1024, kb);
-      const fromText = hashRoutingText(renderRoutingText(body, { maxUnits: routedTextUnits(maxBlocks, 256) }), 256, maxBlocks);
+      const fromText = hashRoutingText(
+        renderRoutingText(body, { maxUnits: routedTextUnits(maxBlocks, 256) }),
+        256,
+        maxBlocks,
+      );
       const request = buildRoutingRequest(body, { blockSizeBytes: 256, maxBlocks });
       const { blockHashes, textBytes, contextBlocks, headHash, firstTurnBytes } = request;
       expect({ blockHashes, textBytes, contextBlocks, headHash, firstTurnBytes }).toEqual(fromText);
@@ -148,7 +168,9 @@ describe('the request path (rendered straight into bytes) against the rendered t
   it('keeps the hashes of earlier versions (replicas of two versions must agree during a rolling upgrade)', () => {
     // Figures computed by the single-string implementation this replaced (60c9993), on the same body.
     const request = buildRoutingRequest(longChat(200 * 1024, 200), { blockSizeBytes: 256 });
-    expect([request.blockHashes.length, request.textBytes, request.contextBlocks, request.headHash]).toEqual([1378, 353_019, 818, 7_304_932_293_665_390]);
+    expect([request.blockHashes.length, request.textBytes, request.contextBlocks, request.headHash]).toEqual([
+      1378, 353_019, 818, 7_304_932_293_665_390,
+    ]);
     expect(request.blockHashes.reduce((folded, hash) => (folded * 31 + hash) % 1e15, 0)).toBe(272_601_509_908_728);
   });
 });

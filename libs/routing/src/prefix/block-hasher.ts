@@ -55,7 +55,8 @@ export function assertBlockSize(blockSizeBytes: number): void {
 
 /** maxBlocks: an integer ≥ 1, or Infinity (no limit). */
 export function assertMaxBlocks(maxBlocks: number): void {
-  if (!(maxBlocks >= 1) || (Number.isFinite(maxBlocks) && !Number.isInteger(maxBlocks))) throw new RangeError(`maxBlocks must be an integer >= 1, got ${maxBlocks}`);
+  if (!(maxBlocks >= 1) || (Number.isFinite(maxBlocks) && !Number.isInteger(maxBlocks)))
+    throw new RangeError(`maxBlocks must be an integer >= 1, got ${maxBlocks}`);
 }
 
 /**
@@ -65,7 +66,11 @@ export function assertMaxBlocks(maxBlocks: number): void {
  * whole text's length (prefill estimates need it), `contextBlocks` at most the blocks kept. The same
  * hashes as rendering straight into a `RoutingTextEncoder` (`buildRoutingRequest`, the request path).
  */
-export function hashRoutingText(rendered: RenderedRoutingText, blockSizeBytes: number, maxBlocks: number = Number.POSITIVE_INFINITY): HashedRoutingText {
+export function hashRoutingText(
+  rendered: RenderedRoutingText,
+  blockSizeBytes: number,
+  maxBlocks: number = Number.POSITIVE_INFINITY,
+): HashedRoutingText {
   assertBlockSize(blockSizeBytes);
   assertMaxBlocks(maxBlocks);
   const { text, contextEndOffset, firstTurnStartOffset, firstTurnEndOffset } = rendered;
@@ -75,7 +80,10 @@ export function hashRoutingText(rendered: RenderedRoutingText, blockSizeBytes: n
   const marks: { offset: number; mark: () => void }[] = [];
   if (contextEndOffset > 0) marks.push({ offset: contextEndOffset, mark: () => encoder.contextEnds() });
   if (firstTurnStartOffset !== undefined && firstTurnEndOffset !== undefined) {
-    marks.push({ offset: firstTurnStartOffset, mark: () => encoder.firstTurnEdge('start') }, { offset: firstTurnEndOffset, mark: () => encoder.firstTurnEdge('end') });
+    marks.push(
+      { offset: firstTurnStartOffset, mark: () => encoder.firstTurnEdge('start') },
+      { offset: firstTurnEndOffset, mark: () => encoder.firstTurnEdge('end') },
+    );
   }
   let encodedTo = 0;
   for (const { offset, mark } of marks.sort((a, b) => a.offset - b.offset)) {
@@ -157,8 +165,17 @@ export class RoutingTextEncoder {
     }
     const headHash = blockHashes[0] ?? hashBytes53(view, 0, encodedBytes, CHAIN_SEED);
     // One object, one shape whether or not the text has a first turn (this runs for every request).
-    const firstTurnBytes = this.firstTurnStartBytes < 0 || this.firstTurnEndBytes < 0 ? undefined : { start: this.firstTurnStartBytes, end: this.firstTurnEndBytes };
-    return { blockHashes, textBytes: this.textBytes + omittedBytes, contextBlocks: Math.min(Math.floor(this.contextBytes / blockSizeBytes), blockCount), headHash, firstTurnBytes };
+    const firstTurnBytes =
+      this.firstTurnStartBytes < 0 || this.firstTurnEndBytes < 0
+        ? undefined
+        : { start: this.firstTurnStartBytes, end: this.firstTurnEndBytes };
+    return {
+      blockHashes,
+      textBytes: this.textBytes + omittedBytes,
+      contextBlocks: Math.min(Math.floor(this.contextBytes / blockSizeBytes), blockCount),
+      headHash,
+      firstTurnBytes,
+    };
   }
 
   private copyAscii(text: string): number {
@@ -189,6 +206,7 @@ let keptBuffer: Buffer | null = null;
  */
 function encodeBuffer(bytes: number): Buffer {
   if (bytes > KEPT_BUFFER_BYTES) return Buffer.allocUnsafeSlow(bytes);
-  if (keptBuffer === null || keptBuffer.length < bytes) keptBuffer = Buffer.allocUnsafeSlow(Math.min(KEPT_BUFFER_BYTES, Math.max(bytes, 2 * (keptBuffer?.length ?? 0))));
+  if (keptBuffer === null || keptBuffer.length < bytes)
+    keptBuffer = Buffer.allocUnsafeSlow(Math.min(KEPT_BUFFER_BYTES, Math.max(bytes, 2 * (keptBuffer?.length ?? 0))));
   return keptBuffer;
 }

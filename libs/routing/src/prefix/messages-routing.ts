@@ -1,4 +1,10 @@
-import type { ChatCompletionRequest, ChatMessage, ContentPart, MessagesContentBlock, MessagesRequest } from '@kvroute/protocols';
+import type {
+  ChatCompletionRequest,
+  ChatMessage,
+  ContentPart,
+  MessagesContentBlock,
+  MessagesRequest,
+} from '@kvroute/protocols';
 import type { RoutingRequest } from '../types';
 import { buildRoutingRequest, type RoutingRequestOptions } from './routing-request';
 
@@ -33,7 +39,10 @@ export function messagesAsChat(body: MessagesRequest): ChatCompletionRequest {
     messages.push({ role: 'system', content: typeof system === 'string' ? system : system.map(asPart) });
   }
   for (const message of body.messages) {
-    messages.push({ role: message.role, content: typeof message.content === 'string' ? message.content : message.content.map(asPart) });
+    messages.push({
+      role: message.role,
+      content: typeof message.content === 'string' ? message.content : message.content.map(asPart),
+    });
   }
   return {
     model: body.model,
@@ -41,7 +50,9 @@ export function messagesAsChat(body: MessagesRequest): ChatCompletionRequest {
     max_tokens: body.max_tokens,
     ...(typeof body.cache_salt === 'string' ? { cache_salt: body.cache_salt } : {}),
     // Rendered as JSON by the chat renderer, whatever each tool holds (name, description, input_schema).
-    ...(Array.isArray(body.tools) && body.tools.length > 0 ? { tools: body.tools as unknown as ChatCompletionRequest['tools'] } : {}),
+    ...(Array.isArray(body.tools) && body.tools.length > 0
+      ? { tools: body.tools as unknown as ChatCompletionRequest['tools'] }
+      : {}),
   };
 }
 

@@ -8,6 +8,10 @@ export const DEFAULT_BYTES_PER_TOKEN = 4;
  * estimated from the routing text (the router has no tokenizer; the estimate only needs to rank
  * backends and size their backlog, not to be exact).
  */
-export function estimatePrefillTokens(request: RoutingRequest, matchBlocks: number, bytesPerToken = DEFAULT_BYTES_PER_TOKEN): number {
+export function estimatePrefillTokens(
+  request: RoutingRequest,
+  matchBlocks: number,
+  bytesPerToken = DEFAULT_BYTES_PER_TOKEN,
+): number {
   return Math.ceil(Math.max(0, request.textBytes - matchBlocks * request.blockSizeBytes) / bytesPerToken);
 }

@@ -1,4 +1,9 @@
-import { responsesChatMessages, responsesChatTools, type ChatCompletionRequest, type ResponsesRequest } from '@kvroute/protocols';
+import {
+  responsesChatMessages,
+  responsesChatTools,
+  type ChatCompletionRequest,
+  type ResponsesRequest,
+} from '@kvroute/protocols';
 
 /**
  * The routing body of a Responses request (`POST /v1/responses`): the chat request an engine renders
@@ -13,7 +18,10 @@ import { responsesChatMessages, responsesChatTools, type ChatCompletionRequest, 
  * them, which the router's response-owner map finds (prefix routing is the fallback).
  */
 export function responsesRoutingBody(body: ResponsesRequest): ChatCompletionRequest {
-  const chat: ChatCompletionRequest = { model: body.model, messages: responsesChatMessages(body.instructions, body.input) };
+  const chat: ChatCompletionRequest = {
+    model: body.model,
+    messages: responsesChatMessages(body.instructions, body.input),
+  };
   const tools = responsesChatTools(body.tools);
   if (tools !== undefined) chat.tools = tools;
   if (typeof body.cache_salt === 'string') chat.cache_salt = body.cache_salt;

@@ -7,7 +7,8 @@ const SYSTEM_PROMPT = 'You are a meticulous assistant. '.repeat(20);
 function conversation(turns: number): ChatCompletionRequest {
   const messages: ChatMessage[] = [{ role: 'system', content: SYSTEM_PROMPT }];
   for (let turn = 0; turn < turns; turn++) {
-    if (turn > 0) messages.push({ role: 'assistant', content: `Here is answer number ${turn}, with some detail. `.repeat(3) });
+    if (turn > 0)
+      messages.push({ role: 'assistant', content: `Here is answer number ${turn}, with some detail. `.repeat(3) });
     messages.push({ role: 'user', content: `Follow-up question ${turn}: what about the next step? ` });
   }
   return { model: 'llama-3-8b', messages, user: 'user-7' };
@@ -25,10 +26,16 @@ describe('buildRoutingRequest', () => {
     }
   });
 
-  it("counts as context the blocks a previous turn already sent", () => {
+  it('counts as context the blocks a previous turn already sent', () => {
     const previousTurn = buildRoutingRequest(conversation(3), { blockSizeBytes: 64 });
     const asked = conversation(3);
-    const next = buildRoutingRequest({ ...asked, messages: [...asked.messages, { role: 'assistant', content: 'ok' }, { role: 'user', content: 'and then?' }] }, { blockSizeBytes: 64 });
+    const next = buildRoutingRequest(
+      {
+        ...asked,
+        messages: [...asked.messages, { role: 'assistant', content: 'ok' }, { role: 'user', content: 'and then?' }],
+      },
+      { blockSizeBytes: 64 },
+    );
     // The context ends where the new user message starts, after the previous turn's text and the reply.
     expect(next.contextBlocks).toBeGreaterThanOrEqual(previousTurn.blockHashes.length);
     expect(next.contextBlocks).toBeLessThanOrEqual(next.blockHashes.length);
@@ -94,7 +101,11 @@ describe('buildRoutingRequest: the routed prefix is capped', () => {
       messages: [
         { role: 'system', content: long },
         { role: 'user', content: [{ type: 'text', text: long }] },
-        { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'lookup', arguments: long } }] },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [{ id: 'c1', type: 'function', function: { name: 'lookup', arguments: long } }],
+        },
         { role: 'user', content: 'and now?' },
       ],
     };
@@ -116,7 +127,17 @@ describe('the first turn (what keys a pool cell)', () => {
   it('is the first message after the instructions, at the same bytes in every later turn of the conversation', () => {
     const turn1 = buildRoutingRequest({ model: 'm', messages: [system, first] }, options);
     const turn3 = buildRoutingRequest(
-      { model: 'm', messages: [system, first, { role: 'assistant', content: 'Day 1: …' }, { role: 'user', content: 'Cheaper, please.' }, { role: 'assistant', content: 'Sure.' }, { role: 'user', content: 'And day 2?' }] },
+      {
+        model: 'm',
+        messages: [
+          system,
+          first,
+          { role: 'assistant', content: 'Day 1: …' },
+          { role: 'user', content: 'Cheaper, please.' },
+          { role: 'assistant', content: 'Sure.' },
+          { role: 'user', content: 'And day 2?' },
+        ],
+      },
       options,
     );
     expect(turn1.firstTurnBytes).toBeDefined();

@@ -29,13 +29,18 @@ export interface RoutingRequestOptions {
  * `prompt_cache_key` that is not a string is ignored (engines ignore it; the router does not refuse
  * what vLLM accepts).
  */
-export function buildRoutingRequest(body: ChatCompletionRequest | CompletionRequest, options: RoutingRequestOptions): RoutingRequest {
+export function buildRoutingRequest(
+  body: ChatCompletionRequest | CompletionRequest,
+  options: RoutingRequestOptions,
+): RoutingRequest {
   const maxBlocks = options.maxBlocks ?? DEFAULT_MAX_ROUTED_BLOCKS;
   assertBlockSize(options.blockSizeBytes);
   assertMaxBlocks(maxBlocks);
   // Rendered straight into bytes: only what the kept blocks need is encoded, the rest is measured.
   const encoder = new RoutingTextEncoder(maxBlocks * options.blockSizeBytes + STRADDLE_BYTES);
-  const rendered = renderRoutingTextInto(body, encoder, { maxUnits: routedTextUnits(maxBlocks, options.blockSizeBytes) });
+  const rendered = renderRoutingTextInto(body, encoder, {
+    maxUnits: routedTextUnits(maxBlocks, options.blockSizeBytes),
+  });
   const hashed = encoder.hash(options.blockSizeBytes, maxBlocks, rendered.omittedBytes);
   const sessionKey = nonEmpty(options.sessionKey) ?? nonEmpty(promptCacheKeyOf(body)) ?? nonEmpty(body.user) ?? null;
   return {

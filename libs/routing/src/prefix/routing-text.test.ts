@@ -4,9 +4,16 @@ import { seededRandom } from '@kvroute/workloads';
 import { renderRoutingText } from './routing-text';
 
 const SYSTEM: ChatMessage = { role: 'system', content: 'You are a helpful assistant.' };
-const chat = (messages: ChatMessage[], extra: Partial<ChatCompletionRequest> = {}): ChatCompletionRequest => ({ model: 'llama-3-8b', messages, ...extra });
+const chat = (messages: ChatMessage[], extra: Partial<ChatCompletionRequest> = {}): ChatCompletionRequest => ({
+  model: 'llama-3-8b',
+  messages,
+  ...extra,
+});
 const part = (value: Record<string, unknown>) => value as unknown as ContentPart;
-const tool = (parameters: unknown): NonNullable<ChatCompletionRequest['tools']>[number] => ({ type: 'function', function: { name: 'f', parameters } });
+const tool = (parameters: unknown): NonNullable<ChatCompletionRequest['tools']>[number] => ({
+  type: 'function',
+  function: { name: 'f', parameters },
+});
 /** `depth` nested arrays around nothing, built without recursion. */
 function nestedArrays(depth: number): unknown[] {
   let value: unknown[] = [];
@@ -16,7 +23,19 @@ function nestedArrays(depth: number): unknown[] {
 /** Deterministic pseudo-random JSON values (mulberry32): unicode, escapes, odd numbers, integer-like keys. */
 function randomJsonValue(seed: number): unknown {
   const random = seededRandom(seed);
-  const strings = ['', 'a', '"quoted"', 'back\\slash', 'line\nbreak', '\u001e\u001f', 'é✨😀', '\ud800', '10', '2', '__proto__'];
+  const strings = [
+    '',
+    'a',
+    '"quoted"',
+    'back\\slash',
+    'line\nbreak',
+    '\u001e\u001f',
+    'é✨😀',
+    '\ud800',
+    '10',
+    '2',
+    '__proto__',
+  ];
   const scalars = [0, -0, 1.5, 1e21, 5e-324, -42, true, false, null, 'text', '\u2028'];
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
   const value = (depth: number): unknown => {
@@ -30,16 +49,29 @@ function randomJsonValue(seed: number): unknown {
   };
   return value(0);
 }
-const completion = (prompt: CompletionRequest['prompt'], extra: Partial<CompletionRequest> = {}): CompletionRequest => ({ model: 'llama-3-8b', prompt, ...extra });
+const completion = (
+  prompt: CompletionRequest['prompt'],
+  extra: Partial<CompletionRequest> = {},
+): CompletionRequest => ({ model: 'llama-3-8b', prompt, ...extra });
 
 describe('renderRoutingText', () => {
   it('only appends text when a conversation grows by a turn', () => {
     const messages: ChatMessage[] = [SYSTEM, { role: 'user', content: 'Hi' }];
     let previous = renderRoutingText(chat(messages)).text;
     for (let turn = 0; turn < 5; turn++) {
-      messages.push({ role: 'assistant', content: `Answer ${turn}`, tool_calls: [{ function: { name: 'lookup', arguments: `{"q":${turn}}` } }] });
+      messages.push({
+        role: 'assistant',
+        content: `Answer ${turn}`,
+        tool_calls: [{ function: { name: 'lookup', arguments: `{"q":${turn}}` } }],
+      });
       messages.push({ role: 'tool', content: 'result', tool_call_id: `call-${turn}` });
-      messages.push({ role: 'user', content: [{ type: 'text', text: `Question ${turn}` }, { type: 'image_url', image_url: { url: `https://x/${turn}.png` } }] });
+      messages.push({
+        role: 'user',
+        content: [
+          { type: 'text', text: `Question ${turn}` },
+          { type: 'image_url', image_url: { url: `https://x/${turn}.png` } },
+        ],
+      });
       const next = renderRoutingText(chat(messages)).text;
       expect(next.startsWith(previous)).toBe(true);
       expect(next.length).toBeGreaterThan(previous.length);
@@ -54,11 +86,16 @@ describe('renderRoutingText', () => {
     ['role', chat([{ ...SYSTEM, role: 'developer' }])],
     ['name', chat([{ ...SYSTEM, name: 'alice' }])],
     ['content', chat([{ ...SYSTEM, content: 'You are a terse assistant.' }])],
-    ['tool call arguments', chat([{ role: 'assistant', content: null, tool_calls: [{ function: { name: 'f', arguments: '{"a":2}' } }] }])],
+    [
+      'tool call arguments',
+      chat([{ role: 'assistant', content: null, tool_calls: [{ function: { name: 'f', arguments: '{"a":2}' } }] }]),
+    ],
     ['tool_call_id', chat([{ role: 'tool', content: 'r', tool_call_id: 'c2' }])],
   ])('changes with %s', (_field, variant) => {
     const bases: Record<string, ChatCompletionRequest> = {
-      'tool call arguments': chat([{ role: 'assistant', content: null, tool_calls: [{ function: { name: 'f', arguments: '{"a":1}' } }] }]),
+      'tool call arguments': chat([
+        { role: 'assistant', content: null, tool_calls: [{ function: { name: 'f', arguments: '{"a":1}' } }] },
+      ]),
       tool_call_id: chat([{ role: 'tool', content: 'r', tool_call_id: 'c1' }]),
     };
     const base = bases[_field] ?? chat([SYSTEM]);
@@ -66,7 +103,16 @@ describe('renderRoutingText', () => {
   });
 
   it('changes with an image URL and keeps the text around it', () => {
-    const withImage = (url: string) => chat([{ role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_url', image_url: { url } }] }]);
+    const withImage = (url: string) =>
+      chat([
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'What is this?' },
+            { type: 'image_url', image_url: { url } },
+          ],
+        },
+      ]);
     const a = renderRoutingText(withImage('https://img/a.png')).text;
     expect(a).not.toBe(renderRoutingText(withImage('https://img/b.png')).text);
     expect(a).toContain('What is this?');
@@ -88,7 +134,10 @@ describe('renderRoutingText', () => {
     // Without escaping, one message whose content embeds "end of field, start of message, role user"
     // would render exactly like two messages.
     const forged = chat([{ role: 'user', content: 'a\u001e\u001dr\u001fuser\u001e' }]);
-    const real = chat([{ role: 'user', content: 'a' }, { role: 'user', content: '' }]);
+    const real = chat([
+      { role: 'user', content: 'a' },
+      { role: 'user', content: '' },
+    ]);
     expect(renderRoutingText(forged).text).not.toBe(renderRoutingText(real).text);
     expect(renderRoutingText(chat([{ role: 'user', content: '\u001b\u001e' }])).text).not.toBe(
       renderRoutingText(chat([{ role: 'user', content: '\u001b^' }])).text,
@@ -100,7 +149,9 @@ describe('renderRoutingText', () => {
     const reply: ChatMessage = { role: 'assistant', content: 'Hello! ✨' };
     const last: ChatMessage = { role: 'user', content: 'Tell me more' };
     const rendered = renderRoutingText(chat([SYSTEM, first, reply, last]));
-    expect(rendered.text.slice(0, rendered.contextEndOffset)).toBe(renderRoutingText(chat([SYSTEM, first, reply])).text);
+    expect(rendered.text.slice(0, rendered.contextEndOffset)).toBe(
+      renderRoutingText(chat([SYSTEM, first, reply])).text,
+    );
     expect(renderRoutingText(chat([first])).contextEndOffset).toBe(0);
     expect(renderRoutingText(completion('Once upon a time')).contextEndOffset).toBe(0);
   });
@@ -109,7 +160,14 @@ describe('renderRoutingText', () => {
     ['text', 'Once upon a time', 'Once upon a time'],
     ['a batch of texts', ['first', 'second'], 'second'],
     ['token ids as decimal text', [101, 7592, 2088], '101,7592,2088'],
-    ['a batch of token-id lists', [[1, 2], [30, 40]], '30,40'],
+    [
+      'a batch of token-id lists',
+      [
+        [1, 2],
+        [30, 40],
+      ],
+      '30,40',
+    ],
   ])('renders a completion prompt given as %s', (_label, prompt, expected) => {
     const rendered = renderRoutingText(completion(prompt, { cache_salt: 's' }));
     expect(rendered.text).toContain(expected);
@@ -118,7 +176,9 @@ describe('renderRoutingText', () => {
 
   it('renders a null cache_salt as no salt, as vLLM treats it', () => {
     expect(renderRoutingText(chat([SYSTEM], { cache_salt: null })).text).toBe(renderRoutingText(chat([SYSTEM])).text);
-    expect(renderRoutingText(chat([SYSTEM], { cache_salt: 'a' })).text).not.toBe(renderRoutingText(chat([SYSTEM])).text);
+    expect(renderRoutingText(chat([SYSTEM], { cache_salt: 'a' })).text).not.toBe(
+      renderRoutingText(chat([SYSTEM])).text,
+    );
   });
 
   it('tells token ids from the same digits sent as text', () => {
@@ -129,15 +189,26 @@ describe('renderRoutingText', () => {
     const body = chat(
       [
         { role: 'system', content: 'Be brief.' },
-        { role: 'user', name: 'ann', content: [{ type: 'text', text: 'Hi' }, part({ type: 'input_audio', input_audio: { data: 'AA==', format: 'wav' } })] },
+        {
+          role: 'user',
+          name: 'ann',
+          content: [
+            { type: 'text', text: 'Hi' },
+            part({ type: 'input_audio', input_audio: { data: 'AA==', format: 'wav' } }),
+          ],
+        },
         { role: 'assistant', content: null, tool_calls: [{ function: { name: 'get', arguments: '{"q":1}' } }] },
         { role: 'tool', content: 'ok', tool_call_id: 'c1' },
       ],
-      { cache_salt: 's', tools: [tool({ type: 'object', properties: { q: { type: 'integer', enum: [1, 2] } }, required: ['q'] })] },
+      {
+        cache_salt: 's',
+        tools: [tool({ type: 'object', properties: { q: { type: 'integer', enum: [1, 2] } }, required: ['q'] })],
+      },
     );
     expect(renderRoutingText(body).text).toBe(
       'M\u001fllama-3-8b\u001eS\u001fs\u001e' +
-        'T\u001f[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"q":{"type":"integer","enum":[1,2]}},"required":["q"]}}}]\u001e' +
+        'T\u001f[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"q":{"type":"integer",' +
+        '"enum":[1,2]}},"required":["q"]}}}]\u001e' +
         '\u001dr\u001fsystem\u001ec\u001fBe brief.\u001e' +
         '\u001dr\u001fuser\u001en\u001fann\u001ec\u001fHi\u001ex\u001f{"type":"input_audio","input_audio":{"data":"AA==","format":"wav"}}\u001e' +
         '\u001dr\u001fassistant\u001ef\u001fget\u001ea\u001f{"q":1}\u001e' +
@@ -153,23 +224,40 @@ describe('renderRoutingText', () => {
     for (let level = 1; level < 100_000; level++) wrapped = [wrapped];
     expect(() => JSON.stringify(wrapped)).toThrow(RangeError);
     const json = `${'['.repeat(100_000)}${values.map((value) => JSON.stringify(value) ?? 'null').join(',')}${']'.repeat(100_000)}`;
-    const rendered = renderRoutingText(chat([{ role: 'user', content: [part({ type: 'custom', wrapped })] }], { tools: [tool(wrapped)] })).text;
-    expect(rendered).toBe(`M\u001fllama-3-8b\u001eT\u001f[{"type":"function","function":{"name":"f","parameters":${json}}}]\u001e\u001dr\u001fuser\u001ex\u001f{"type":"custom","wrapped":${json}}\u001e`);
+    const rendered = renderRoutingText(
+      chat([{ role: 'user', content: [part({ type: 'custom', wrapped })] }], { tools: [tool(wrapped)] }),
+    ).text;
+    expect(rendered).toBe(
+      `M\u001fllama-3-8b\u001eT\u001f[{"type":"function","function":{"name":"f","parameters":${json}}}]\u001e\u001dr\u001fuser\u001ex\u001f{"type":"custom",` +
+        `"wrapped":${json}}\u001e`,
+    );
   });
 
   it('follows JSON.stringify on undefined, functions, symbols, holes and toJSON, at any depth', () => {
-    const odd = { a: undefined, b: () => 1, c: Symbol('s'), d: [undefined, () => 1, Symbol('t'), , 1], e: new Date(0), f: { toJSON: (key: string) => `key ${key}` } };
+    const odd = {
+      a: undefined,
+      b: () => 1,
+      c: Symbol('s'),
+      d: [undefined, () => 1, Symbol('t'), , 1],
+      e: new Date(0),
+      f: { toJSON: (key: string) => `key ${key}` },
+    };
     const deep = nestedArrays(100_000);
     const rendered = renderRoutingText(chat([{ role: 'user', content: [part({ type: 'custom', odd, deep })] }])).text;
-    expect(rendered).toContain(`x\u001f${JSON.stringify({ type: 'custom', odd }).slice(0, -1)},"deep":${'['.repeat(100_000)}`);
+    expect(rendered).toContain(
+      `x\u001f${JSON.stringify({ type: 'custom', odd }).slice(0, -1)},"deep":${'['.repeat(100_000)}`,
+    );
   });
 
   it('renders tools and content parts 20,000 levels deep (the hostile body of issue 12)', () => {
     const deep = nestedArrays(20_000);
-    const rendered = renderRoutingText(chat([{ role: 'user', content: [part({ type: 'custom', deep })] }], { tools: [tool(deep)] })).text;
+    const rendered = renderRoutingText(
+      chat([{ role: 'user', content: [part({ type: 'custom', deep })] }], { tools: [tool(deep)] }),
+    ).text;
     const json = '['.repeat(20_000) + ']'.repeat(20_000);
     expect(rendered).toBe(
-      `M\u001fllama-3-8b\u001eT\u001f[{"type":"function","function":{"name":"f","parameters":${json}}}]\u001e` + `\u001dr\u001fuser\u001ex\u001f{"type":"custom","deep":${json}}\u001e`,
+      `M\u001fllama-3-8b\u001eT\u001f[{"type":"function","function":{"name":"f","parameters":${json}}}]\u001e` +
+        `\u001dr\u001fuser\u001ex\u001f{"type":"custom","deep":${json}}\u001e`,
     );
   });
 

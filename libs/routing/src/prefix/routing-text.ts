@@ -104,7 +104,9 @@ export interface RoutingTextSink {
 }
 
 /** `${tag}${TAG_END}` per tag, made once: a field's opening costs no string building. */
-const FIELD_OPENING: Readonly<Record<string, string>> = Object.fromEntries(Object.values(Tag).map((tag) => [tag, `${tag}${TAG_END}`]));
+const FIELD_OPENING: Readonly<Record<string, string>> = Object.fromEntries(
+  Object.values(Tag).map((tag) => [tag, `${tag}${TAG_END}`]),
+);
 
 /**
  * Sends fields to a sink until the rendering holds `maxUnits` UTF-16 units; past that it only counts
@@ -351,7 +353,11 @@ export interface RenderedSize {
  * comment for the format): the request path encodes the pieces as they come (block-hasher.ts), so no
  * string of the whole rendering is ever built.
  */
-export function renderRoutingTextInto(body: ChatCompletionRequest | CompletionRequest, sink: RoutingTextSink, options: RenderOptions = {}): RenderedSize {
+export function renderRoutingTextInto(
+  body: ChatCompletionRequest | CompletionRequest,
+  sink: RoutingTextSink,
+  options: RenderOptions = {},
+): RenderedSize {
   const out = new TextWriter(sink, options.maxUnits ?? Number.POSITIVE_INFINITY);
   renderHeader(out, body);
   if (!isChatRequest(body)) {
@@ -375,9 +381,19 @@ export function renderRoutingTextInto(body: ChatCompletionRequest | CompletionRe
 }
 
 /** Renders a validated chat or completion request body as one string; see the module comment for the format. */
-export function renderRoutingText(body: ChatCompletionRequest | CompletionRequest, options: RenderOptions = {}): RenderedRoutingText {
+export function renderRoutingText(
+  body: ChatCompletionRequest | CompletionRequest,
+  options: RenderOptions = {},
+): RenderedRoutingText {
   const collector = new TextCollector();
   const { omittedBytes } = renderRoutingTextInto(body, collector, options);
   const { contextEndOffset, firstTurnStartOffset, firstTurnEndOffset } = collector;
-  return { text: collector.text(), contextEndOffset, omittedBytes, ...(firstTurnStartOffset === undefined || firstTurnEndOffset === undefined ? {} : { firstTurnStartOffset, firstTurnEndOffset }) };
+  return {
+    text: collector.text(),
+    contextEndOffset,
+    omittedBytes,
+    ...(firstTurnStartOffset === undefined || firstTurnEndOffset === undefined
+      ? {}
+      : { firstTurnStartOffset, firstTurnEndOffset }),
+  };
 }

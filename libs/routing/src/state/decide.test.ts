@@ -27,7 +27,11 @@ const request = aRequest({ blocks: 8, blockSizeBytes: 256 });
 const inputOf = (policy: RoutingPolicy, leaseId: string): DecideInput => ({
   pool: 'm',
   request,
-  backends: [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }, { id: 'c', weight: 1 }],
+  backends: [
+    { id: 'a', weight: 1 },
+    { id: 'b', weight: 1 },
+    { id: 'c', weight: 1 },
+  ],
   policy,
   context: { nowMs: 0, random: () => 0.5 },
   leaseId,
@@ -42,7 +46,11 @@ function atomicStore(answer: 'evaluate' | 'unavailable') {
     async routeAtomically(input: AtomicRouteInput) {
       calls.routeAtomically++;
       if (answer === 'unavailable' || input.rule.kind !== 'cost') return null;
-      const snapshot = await inner.snapshot(input.pool, input.backends.map((backend) => backend.id), input.blockHashes);
+      const snapshot = await inner.snapshot(
+        input.pool,
+        input.backends.map((backend) => backend.id),
+        input.blockHashes,
+      );
       const candidates = input.backends.map((backend) => ({
         backend,
         inflight: snapshot.inflight.get(backend.id) ?? 0,
@@ -52,7 +60,14 @@ function atomicStore(answer: 'evaluate' | 'unavailable') {
       }));
       const outcome = evaluateCost(input.request, candidates, JSON.parse(input.rule.packedParams));
       const chosen = candidates[outcome.chosen];
-      if (chosen) await inner.reserve(input.pool, chosen.backend.id, input.leaseId, input.recordOwnership ? input.blockHashes : [], 0);
+      if (chosen)
+        await inner.reserve(
+          input.pool,
+          chosen.backend.id,
+          input.leaseId,
+          input.recordOwnership ? input.blockHashes : [],
+          0,
+        );
       return outcome;
     },
     snapshot: (...args) => {
@@ -78,15 +93,18 @@ describe('decide evaluates the policy once', () => {
     ['cacheaware', () => createCacheAwarePolicy()],
     ['leastloaded', () => createLeastLoadedPolicy()],
     ['prefixaware', () => createPrefixAwarePolicy()],
-  ])('%s on a store without routeAtomically: one snapshot, one choose, one reserve per decision', async (_name, make) => {
-    const { policy, calls } = counted(make());
-    const state = inMemory();
-    for (let k = 1; k <= 5; k++) {
-      const result = await decide(state, inputOf(policy, `l${k}`));
-      expect(result.decision.kind).toBe('routed');
-      expect(calls()).toBe(k);
-    }
-  });
+  ])(
+    '%s on a store without routeAtomically: one snapshot, one choose, one reserve per decision',
+    async (_name, make) => {
+      const { policy, calls } = counted(make());
+      const state = inMemory();
+      for (let k = 1; k <= 5; k++) {
+        const result = await decide(state, inputOf(policy, `l${k}`));
+        expect(result.decision.kind).toBe('routed');
+        expect(calls()).toBe(k);
+      }
+    },
+  );
 
   it('with a store that evaluates the atomic rule: choose never runs, and the decision is the store’s outcome', async () => {
     const { policy, calls } = counted(createCacheAwarePolicy({ saturationInflight: 4 }));
@@ -96,7 +114,9 @@ describe('decide evaluates the policy once', () => {
     expect(calls()).toBe(0);
     expect(storeCalls).toEqual({ routeAtomically: 1, snapshot: 0, reserve: 0 });
     // The decision names the backend the store took the lease on (its outcome, explained), not one of decide's own.
-    const leased = [...inner.inflightCounts()].filter(([backend, count]) => count > (backend === 'a' ? 1 : 0)).map(([backend]) => backend);
+    const leased = [...inner.inflightCounts()]
+      .filter(([backend, count]) => count > (backend === 'a' ? 1 : 0))
+      .map(([backend]) => backend);
     expect(leased).toHaveLength(1);
     expect(result.decision).toMatchObject({ kind: 'routed', backendId: leased[0], inflightCap: 4 });
   });
@@ -135,7 +155,10 @@ describe('decide: what is recorded when', () => {
   it('passes the atomic store what to record: nothing for at-first-output, the blocks for at-routing', async () => {
     const seen: AtomicRouteInput[] = [];
     const { store } = atomicStore('evaluate');
-    const spy: RoutingStateStore = { ...store, routeAtomically: (input) => (seen.push(input), store.routeAtomically?.(input) ?? Promise.resolve(null)) };
+    const spy: RoutingStateStore = {
+      ...store,
+      routeAtomically: (input) => (seen.push(input), store.routeAtomically?.(input) ?? Promise.resolve(null)),
+    };
     await decide(spy, inputOf(createCacheAwarePolicy(), 'l1'));
     await decide(spy, inputOf(createCacheAwarePolicy({ ownershipAt: 'routing' }), 'l2'));
     expect(seen.map((input) => [input.blockHashes.length, input.recordOwnership])).toEqual([

@@ -56,7 +56,12 @@ export async function decide(store: RoutingStateStore, input: DecideInput): Prom
     });
     if (outcome !== null) {
       const decision = explainOutcome(rule, outcome);
-      return { decision, candidates: outcome.candidates, conflicts: [], blocksAtFirstOutput: decision.kind === 'routed' ? blocksAtFirstOutput : [] };
+      return {
+        decision,
+        candidates: outcome.candidates,
+        conflicts: [],
+        blocksAtFirstOutput: decision.kind === 'routed' ? blocksAtFirstOutput : [],
+      };
     }
   }
 
@@ -73,7 +78,14 @@ export async function decide(store: RoutingStateStore, input: DecideInput): Prom
     if (decision.kind === 'rejected') return { decision, candidates, conflicts, blocksAtFirstOutput: [] };
     const chosen = candidates.find((candidate) => candidate.backend.id === decision.backendId);
     const cap = conflicts.length < MAX_RESERVE_CONFLICTS ? (decision.inflightCap ?? 0) : 0;
-    const taken = await store.reserve(pool, decision.backendId, leaseId, recorded, estimatePrefillTokens(request, chosen?.matchBlocks ?? 0), cap);
+    const taken = await store.reserve(
+      pool,
+      decision.backendId,
+      leaseId,
+      recorded,
+      estimatePrefillTokens(request, chosen?.matchBlocks ?? 0),
+      cap,
+    );
     if (taken) return { decision, candidates, conflicts, blocksAtFirstOutput };
     conflicts.push(decision.backendId);
   }

@@ -7,7 +7,11 @@ import { InMemoryRoutingState } from './in-memory-routing-state';
 
 function createState(options: Partial<{ maxBlocksPerBackend: number; blockIdleTtlMs: number }> = {}) {
   let now = 1_000;
-  const state = new InMemoryRoutingState({ maxBlocksPerBackend: options.maxBlocksPerBackend ?? 1000, blockIdleTtlMs: options.blockIdleTtlMs ?? 0, nowMs: () => now });
+  const state = new InMemoryRoutingState({
+    maxBlocksPerBackend: options.maxBlocksPerBackend ?? 1000,
+    blockIdleTtlMs: options.blockIdleTtlMs ?? 0,
+    nowMs: () => now,
+  });
   return { state, advance: (ms: number) => (now += ms) };
 }
 
@@ -50,13 +54,25 @@ describe('InMemoryRoutingState', () => {
     const { state } = createState();
     const inputOf = (policy: DecideInput['policy'], leaseId: string): DecideInput => ({
       pool: 'm',
-      request: { model: 'm', blockHashes: [1, 2, 3], blockSizeBytes: 256, textBytes: 800, contextBlocks: 0, headHash: 1, sessionKey: null },
-      backends: [{ id: 'a', weight: 1 }, { id: 'b', weight: 1 }],
+      request: {
+        model: 'm',
+        blockHashes: [1, 2, 3],
+        blockSizeBytes: 256,
+        textBytes: 800,
+        contextBlocks: 0,
+        headHash: 1,
+        sessionKey: null,
+      },
+      backends: [
+        { id: 'a', weight: 1 },
+        { id: 'b', weight: 1 },
+      ],
       policy,
       context: { nowMs: 0, random: () => 0 },
       leaseId,
     });
-    const depthOf = async (id: string): Promise<number> => (await state.snapshot('m', [id], [1, 2, 3])).matchBlocks.get(id) ?? 0;
+    const depthOf = async (id: string): Promise<number> =>
+      (await state.snapshot('m', [id], [1, 2, 3])).matchBlocks.get(id) ?? 0;
     const first = await decide(state, inputOf(createCacheAwarePolicy(), 'l1'));
     const chosen = first.decision.kind === 'routed' ? first.decision.backendId : '';
     expect(await depthOf(chosen)).toBe(0);

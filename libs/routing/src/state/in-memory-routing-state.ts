@@ -1,5 +1,13 @@
 import type { BackendId, BlockHash } from '../types';
-import { correctedRetention, mergeCalibration, type CalibratedParam, type LearnInput, type LearnReply, type RoutingSnapshot, type RoutingStateStore } from './routing-state';
+import {
+  correctedRetention,
+  mergeCalibration,
+  type CalibratedParam,
+  type LearnInput,
+  type LearnReply,
+  type RoutingSnapshot,
+  type RoutingStateStore,
+} from './routing-state';
 
 export interface InMemoryRoutingStateOptions {
   /** Most prefix blocks remembered per backend; least recently recorded evicted first. */
@@ -53,7 +61,11 @@ export class InMemoryRoutingState implements RoutingStateStore {
 
   constructor(private readonly options: InMemoryRoutingStateOptions) {}
 
-  async snapshot(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[]): Promise<RoutingSnapshot> {
+  async snapshot(
+    pool: string,
+    backends: readonly BackendId[],
+    blockHashes: readonly BlockHash[],
+  ): Promise<RoutingSnapshot> {
     const inflight = new Map<BackendId, number>();
     const pendingPrefillTokens = new Map<BackendId, number>();
     for (const backend of backends) {
@@ -91,13 +103,23 @@ export class InMemoryRoutingState implements RoutingStateStore {
     return this.leases.get(backendId)?.tokens.has(leaseId) ?? false;
   }
 
-  async prefillDone(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
+  async prefillDone(
+    pool: string,
+    backendId: BackendId,
+    leaseId: string,
+    heldBlocks: readonly BlockHash[] = [],
+  ): Promise<void> {
     const backendLeases = this.leases.get(backendId);
     if (backendLeases?.tokens.has(leaseId)) backendLeases.set(leaseId, 0);
     if (heldBlocks.length > 0) this.record(pool, backendId, heldBlocks);
   }
 
-  async release(pool: string, backendId: BackendId, leaseId: string, heldBlocks: readonly BlockHash[] = []): Promise<void> {
+  async release(
+    pool: string,
+    backendId: BackendId,
+    leaseId: string,
+    heldBlocks: readonly BlockHash[] = [],
+  ): Promise<void> {
     const backendLeases = this.leases.get(backendId);
     if (backendLeases) {
       backendLeases.delete(leaseId);
@@ -132,15 +154,22 @@ export class InMemoryRoutingState implements RoutingStateStore {
       // or half the retention, so reading it now would find no evidence. Evidence from before the
       // backend was last forgotten (a restart) teaches nothing, as in the Redis store.
       const recordedAt = correction.matchRecordedAtMs;
-      const evidenceAgeMs = recordedAt === null || recordedAt <= (index.forgottenAtMs.get(correction.backendId) ?? -Infinity) ? null : correction.routedAtMs - recordedAt;
+      const evidenceAgeMs =
+        recordedAt === null || recordedAt <= (index.forgottenAtMs.get(correction.backendId) ?? -Infinity)
+          ? null
+          : correction.routedAtMs - recordedAt;
       retentionMs = correctedRetention(previous, correction.outcome, evidenceAgeMs, this.retentionBounds());
       if (retentionMs !== null && retentionMs !== previous) {
         index.retentionMs.set(correction.backendId, retentionMs);
         // The engine computed this chain for the request: it holds it now, whatever the shorter retention hides.
-        if (correction.outcome === 'overpredicted' && correction.blockHashes.length > 0) this.record(pool, correction.backendId, correction.blockHashes, true);
+        if (correction.outcome === 'overpredicted' && correction.blockHashes.length > 0)
+          this.record(pool, correction.backendId, correction.blockHashes, true);
       }
     }
-    for (const [name, batch] of Object.entries(input.calibration ?? {}) as [CalibratedParam, { samples: number; sum: number }][]) {
+    for (const [name, batch] of Object.entries(input.calibration ?? {}) as [
+      CalibratedParam,
+      { samples: number; sum: number },
+    ][]) {
       if (batch.samples > 0) index.calibration[name] = mergeCalibration(index.calibration[name], batch);
     }
     return { retentionMs, calibration: { ...index.calibration } };
@@ -148,7 +177,12 @@ export class InMemoryRoutingState implements RoutingStateStore {
 
   private retentionBounds(): { minMs: number; maxMs: number } {
     const minMs = this.options.minEvidenceAgeMs ?? DEFAULT_MIN_EVIDENCE_AGE_MS;
-    return { minMs, maxMs: this.options.maxRetentionMs ?? (this.options.blockIdleTtlMs > 0 ? this.options.blockIdleTtlMs : DEFAULT_MAX_RETENTION_MS) };
+    return {
+      minMs,
+      maxMs:
+        this.options.maxRetentionMs ??
+        (this.options.blockIdleTtlMs > 0 ? this.options.blockIdleTtlMs : DEFAULT_MAX_RETENTION_MS),
+    };
   }
 
   inflightCounts(): ReadonlyMap<BackendId, number> {
@@ -166,7 +200,13 @@ export class InMemoryRoutingState implements RoutingStateStore {
    * Fills `depths` with each backend's match depth (absent = 0) and `recordedAtMs` with when its
    * deepest matched block was recorded: the oldest entry of the matched prefix (see the invariant).
    */
-  private match(pool: string, backends: readonly BackendId[], blockHashes: readonly BlockHash[], depths: Map<BackendId, number>, recordedAtMs: Map<BackendId, number>): void {
+  private match(
+    pool: string,
+    backends: readonly BackendId[],
+    blockHashes: readonly BlockHash[],
+    depths: Map<BackendId, number>,
+    recordedAtMs: Map<BackendId, number>,
+  ): void {
     const index = this.pools.get(pool);
     if (!index) return;
     const now = this.options.nowMs();
@@ -218,7 +258,10 @@ export class InMemoryRoutingState implements RoutingStateStore {
     // A learned retention hides entries older than it: one older than half of it is refreshed, so a
     // chain in steady use never ages out between uses (as in the Redis store).
     const retention = index.retentionMs.get(backendId);
-    const granularity = Math.min(this.options.refreshGranularityMs ?? 1000, retention === undefined ? Infinity : Math.floor(retention / 2));
+    const granularity = Math.min(
+      this.options.refreshGranularityMs ?? 1000,
+      retention === undefined ? Infinity : Math.floor(retention / 2),
+    );
     const refreshBefore = refreshAll ? Infinity : now - granularity;
     // Shallowest first, the time each block gets (undefined: kept as it is): a kept block keeps its
     // time, a written one gets the time of the block before it when that is older than now, so times
@@ -247,7 +290,8 @@ export class InMemoryRoutingState implements RoutingStateStore {
     // every record would cost time quadratic in the evictions.
     const cap = this.options.maxBlocksPerBackend;
     const overCap = blocks.size > cap;
-    const idleSweepDue = this.options.blockIdleTtlMs > 0 && now - (index.lastIdleSweepMs.get(backendId) ?? -Infinity) >= 1000;
+    const idleSweepDue =
+      this.options.blockIdleTtlMs > 0 && now - (index.lastIdleSweepMs.get(backendId) ?? -Infinity) >= 1000;
     if (!overCap && !idleSweepDue) return;
     if (idleSweepDue) index.lastIdleSweepMs.set(backendId, now);
     const target = overCap ? cap - Math.floor(cap / 16) : cap;

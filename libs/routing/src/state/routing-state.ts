@@ -1,4 +1,16 @@
-import type { AtomicOutcome, AtomicRule, BackendId, BackendInfo, BlockHash, Candidate, EngineLoad, PolicyContext, RoutingDecision, RoutingPolicy, RoutingRequest } from '../types';
+import type {
+  AtomicOutcome,
+  AtomicRule,
+  BackendId,
+  BackendInfo,
+  BlockHash,
+  Candidate,
+  EngineLoad,
+  PolicyContext,
+  RoutingDecision,
+  RoutingPolicy,
+  RoutingRequest,
+} from '../types';
 
 /**
  * Where routing state lives: which backend holds which prefix blocks, and how many requests each
@@ -189,13 +201,21 @@ export interface OwnershipCorrection {
 
 /** The cost-model figures learned from responses (cacheaware's parameters of the same names). */
 export type CalibratedParam = 'bytesPerToken' | 'prefillMsPerToken' | 'queueMsPerRequest';
-export const CALIBRATED_PARAMS: readonly CalibratedParam[] = ['bytesPerToken', 'prefillMsPerToken', 'queueMsPerRequest'];
+export const CALIBRATED_PARAMS: readonly CalibratedParam[] = [
+  'bytesPerToken',
+  'prefillMsPerToken',
+  'queueMsPerRequest',
+];
 
 /** Samples of some calibrated figures: how many, and their sum (their mean is what is merged). */
-export type CalibrationBatch = Readonly<Partial<Record<CalibratedParam, { readonly samples: number; readonly sum: number }>>>;
+export type CalibrationBatch = Readonly<
+  Partial<Record<CalibratedParam, { readonly samples: number; readonly sum: number }>>
+>;
 
 /** A pool's learned figures: each value and how many samples it was learned from. */
-export type LearnedCalibration = Readonly<Partial<Record<CalibratedParam, { readonly value: number; readonly samples: number }>>>;
+export type LearnedCalibration = Readonly<
+  Partial<Record<CalibratedParam, { readonly value: number; readonly samples: number }>>
+>;
 
 export interface LearnInput {
   readonly correction: OwnershipCorrection | null;
@@ -215,7 +235,10 @@ export interface LearnReply {
  */
 export const CALIBRATION_WINDOW = 200;
 
-export function mergeCalibration(current: { readonly value: number; readonly samples: number } | undefined, batch: { readonly samples: number; readonly sum: number }): { value: number; samples: number } {
+export function mergeCalibration(
+  current: { readonly value: number; readonly samples: number } | undefined,
+  batch: { readonly samples: number; readonly sum: number },
+): { value: number; samples: number } {
   const mean = batch.sum / batch.samples;
   if (current === undefined || current.samples === 0) return { value: mean, samples: batch.samples };
   // At most the whole step: a batch larger than the window (a busy replica's second) replaces the value, never overshoots it.
@@ -228,10 +251,18 @@ export const RETENTION_EVIDENCE_WEIGHT = 0.3;
 export const RETENTION_GROWTH = 1.25;
 
 /** The retention after one correction (null: none learned yet and this is no evidence). */
-export function correctedRetention(retentionMs: number | null, outcome: OwnershipCorrection['outcome'], evidenceAgeMs: number | null, bounds: { readonly minMs: number; readonly maxMs: number }): number | null {
+export function correctedRetention(
+  retentionMs: number | null,
+  outcome: OwnershipCorrection['outcome'],
+  evidenceAgeMs: number | null,
+  bounds: { readonly minMs: number; readonly maxMs: number },
+): number | null {
   let learned = retentionMs;
   if (outcome === 'overpredicted' && evidenceAgeMs !== null && evidenceAgeMs >= bounds.minMs) {
-    learned = retentionMs === null ? evidenceAgeMs : Math.floor((1 - RETENTION_EVIDENCE_WEIGHT) * retentionMs + RETENTION_EVIDENCE_WEIGHT * evidenceAgeMs);
+    learned =
+      retentionMs === null
+        ? evidenceAgeMs
+        : Math.floor((1 - RETENTION_EVIDENCE_WEIGHT) * retentionMs + RETENTION_EVIDENCE_WEIGHT * evidenceAgeMs);
   } else if (outcome === 'underpredicted' && retentionMs !== null) {
     learned = Math.floor(retentionMs * RETENTION_GROWTH);
   }

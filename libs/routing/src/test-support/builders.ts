@@ -5,7 +5,13 @@ import { seededRandom } from '@kvroute/workloads';
 
 export function aCandidate(
   id: string,
-  fields: { inflight?: number; matchBlocks?: number; weight?: number; pendingPrefillTokens?: number; engine?: EngineLoad | null } = {},
+  fields: {
+    inflight?: number;
+    matchBlocks?: number;
+    weight?: number;
+    pendingPrefillTokens?: number;
+    engine?: EngineLoad | null;
+  } = {},
 ): Candidate {
   return {
     backend: { id, weight: fields.weight ?? 1 },
@@ -18,7 +24,12 @@ export function aCandidate(
 
 /** An engine's reported load: idle with 10,000 tokens of KV unless told otherwise. */
 export function anEngine(fields: Partial<EngineLoad> = {}): EngineLoad {
-  return { kvUsage: fields.kvUsage === undefined ? 0 : fields.kvUsage, kvCapacityTokens: fields.kvCapacityTokens === undefined ? 10_000 : fields.kvCapacityTokens, running: fields.running ?? 0, waiting: fields.waiting ?? 0 };
+  return {
+    kvUsage: fields.kvUsage === undefined ? 0 : fields.kvUsage,
+    kvCapacityTokens: fields.kvCapacityTokens === undefined ? 10_000 : fields.kvCapacityTokens,
+    running: fields.running ?? 0,
+    waiting: fields.waiting ?? 0,
+  };
 }
 
 /** Candidates `b0 … b{count−1}`, idle, holding nothing. */
