@@ -7,6 +7,7 @@ import type { RequestDrain } from './http/request-drain';
 import { registerAdmit } from './pipeline/admit';
 import { registerBodyParser } from './pipeline/parse';
 import { createRequestPath, type RequestPathDeps } from './pipeline/request-path';
+import { createStoredResponsePath } from './pipeline/stored-response';
 import type { RouterMetrics } from './router-metrics';
 import type { LearnedFigures } from './routes/debug-routes';
 import type { Authenticator } from './tenants/authenticate';
@@ -109,12 +110,15 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
 
   await app.register(generationRoutes, { handlerFor: createRequestPath(deps.requestPath) });
   await app.register(responsesRoutes, {
-    owners: deps.requestPath.responses.owners,
-    registry: deps.registry,
-    upstreams: deps.requestPath.send.upstreams,
-    tenants: deps.requestPath.tenants,
-    logger: deps.requestPath.responses.logger,
-    headersTimeoutMs: deps.requestPath.send.streamFirstByteTimeoutMs,
+    handlerFor: createStoredResponsePath({
+      owners: deps.requestPath.responses.owners,
+      registry: deps.registry,
+      tenants: deps.requestPath.tenants,
+      send: deps.requestPath.send,
+      deadline: deps.requestPath.deadlines.storedResponse,
+      metrics: deps.metrics,
+      logger: deps.requestPath.responses.logger,
+    }),
   });
   await app.register(modelsRoutes, { registry: deps.registry, createdUnixSeconds: deps.startedAtUnixSeconds });
   await app.register(probesRoutes, {

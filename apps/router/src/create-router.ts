@@ -13,6 +13,7 @@ import { RequestDrain, type ShutdownPhase } from './http/request-drain';
 import type { RequestPathDeps } from './pipeline/request-path';
 import type { LearnedFigures } from './routes/debug-routes';
 import { createLearner } from './pipeline/learn';
+import { STORED_RESPONSE_HEADERS_TIMEOUT_MS } from './pipeline/stored-response';
 import { PolicyTable } from './routing/policy-table';
 import { NODE_TIMERS } from './one-shot-timers';
 import { RouterMetrics } from './router-metrics';
@@ -221,12 +222,18 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     },
     send: {
       upstreams: backends.upstreams,
-      streamFirstByteTimeoutMs: config.streamFirstByteTimeoutMs,
-      generationTimeoutMs: config.generationTimeoutMs,
       connectionLostRetryMs: config.connectionLostRetryMs,
       timers: NODE_TIMERS,
       metrics,
       logger: requestLogger.child({ component: 'proxy' }),
+    },
+    deadlines: {
+      stream: { until: 'first-output', ms: config.streamFirstByteTimeoutMs },
+      whole: { until: 'end', ms: config.generationTimeoutMs },
+      storedResponse: {
+        until: 'headers',
+        ms: Math.min(config.streamFirstByteTimeoutMs, STORED_RESPONSE_HEADERS_TIMEOUT_MS),
+      },
     },
     learn: learner,
     retry: { maxAttempts: config.maxAttempts, retryBackoffMs: config.retryBackoffMs, random },

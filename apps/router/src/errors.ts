@@ -25,7 +25,7 @@ export const ROUTER_ERRORS = {
    * Whose a stored response is cannot be known now: Redis (the shared response-owner map) failed, is too
    * slow or the routing state is degraded, and this replica's own map does not know the id. 503 with
    * `Retry-After`, not the 404 a client would take as final (pipeline/response-affinity.ts,
-   * routes/responses-routes.ts).
+   * pipeline/stored-response.ts).
    */
   ROUTER_ERR_RESPONSE_OWNERS_UNAVAILABLE: { status: 503, type: 'service_unavailable' },
   ROUTER_ERR_METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },

@@ -15,17 +15,17 @@ export interface ReceivedRequest {
 /**
  * A Responses API backend on loopback for what vllm-sim cannot be made to do: answer a create with a
  * fixed, vLLM-shaped stored response (its id first, as vLLM's body has it), refuse with a chosen
- * status and `Retry-After`, or take a stored response's GET/DELETE/cancel and never answer it. It
- * records every request (headers, body) and whether the router abandoned it. Give it to the router
- * with `models` in its backend entry (no discovery call is needed).
+ * status and `Retry-After`, or take a stored response's GET/DELETE/cancel and never answer it (or fail
+ * it with a 500). It records every request (headers, body) and whether the router abandoned it. Give it
+ * to the router with `models` in its backend entry (no discovery call is needed).
  */
 export class FakeResponsesBackend {
   url = '';
   readonly received: ReceivedRequest[] = [];
   /** What `POST /v1/responses` gets: a stored response, or this status with `Retry-After`. */
   create: { kind: 'store' } | { kind: 'refuse'; status: number; retryAfter: string } = { kind: 'store' };
-  /** What a stored response's GET/DELETE/cancel gets: `hang` takes it and never answers. */
-  stored: 'answer' | 'hang' = 'answer';
+  /** What a stored response's GET/DELETE/cancel gets: `hang` takes it and never answers; `fail` answers 500. */
+  stored: 'answer' | 'hang' | 'fail' = 'answer';
   private created = 0;
   private readonly server: Server = createServer((incoming, response) => this.answer(incoming, response));
 
@@ -62,6 +62,8 @@ export class FakeResponsesBackend {
       if (received.method === 'POST' && path === '/v1/responses') return this.answerCreate(response);
       if (path.startsWith('/v1/responses/')) {
         if (this.stored === 'hang') return;
+        if (this.stored === 'fail')
+          return json(response, 500, { error: { message: 'Engine failure (fake backend).', type: 'server_error' } });
         return json(response, 200, {
           id: path.split('/')[3],
           object: 'response',

@@ -1,26 +1,7 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { scrapeAt, sumWhere } from './metrics-scrape';
 import { startTestCluster, TEST_ADMIN_TOKEN, totalInflight, waitFor, type TestCluster } from './start-test-cluster';
-
-/** One sample line of the exposition: its series name, labels and value. */
-type Sample = { name: string; labels: Record<string, string>; value: number };
-async function scrapeAt(routerUrl: string): Promise<Sample[]> {
-  const text = await (await fetch(`${routerUrl}/metrics`)).text();
-  return text
-    .split('\n')
-    .filter((line) => line !== '' && !line.startsWith('#'))
-    .map((line) => {
-      const match = /^([\w:]+)(?:\{(.*)\})? (\S+)$/.exec(line);
-      const labels: Record<string, string> = {};
-      for (const pair of (match?.[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g))
-        labels[pair[1] as string] = pair[2] as string;
-      return { name: match?.[1] ?? '', labels, value: Number(match?.[3]) };
-    });
-}
-const sumWhere = (all: Sample[], name: string, labels: Record<string, string>): number =>
-  all
-    .filter((row) => row.name === name && Object.entries(labels).every(([key, value]) => row.labels[key] === value))
-    .reduce((total, row) => total + row.value, 0);
 
 /**
  * Issue 16, acceptance 4 (router side): a fleet serving two models tells them apart in the router's

@@ -396,8 +396,6 @@ describe('requestStreamUsage off', () => {
       await send(
         {
           upstreams: pools,
-          streamFirstByteTimeoutMs: 5_000,
-          generationTimeoutMs: 5_000,
           connectionLostRetryMs: 2_000,
           timers: NODE_TIMERS,
           metrics,
@@ -405,6 +403,7 @@ describe('requestStreamUsage off', () => {
         },
         {
           backend,
+          method: 'POST',
           reason: 'test',
           policyName: 'test',
           model: 'm',
@@ -415,7 +414,7 @@ describe('requestStreamUsage off', () => {
           requestId: 'r1',
           arrivedAtMs: performance.now(),
           mayRetryStatus: false,
-          streams: parsed.stream,
+          deadline: parsed.stream ? { until: 'first-output', ms: 5_000 } : { until: 'end', ms: 5_000 },
           readsUsage: true,
           readsUsageAtStart: false,
           stripsStreamUsage: parsed.stripsStreamUsage,

@@ -76,3 +76,39 @@ export function createFrameworkErrorHandler(
       .send(routerError.toBody());
   };
 }
+
+/**
+ * Answers an error on a reply handed over to the proxy (hijacked: Fastify's error handler no longer
+ * sees it) as that handler would: counted by code, in the OpenAI shape, anything unexpected a logged
+ * 500. Nothing is written once the response has started (its relay ended it) or the client has gone.
+ */
+export function answerHijackedError(
+  reply: FastifyReply,
+  error: unknown,
+  metrics: RouterMetrics,
+  showsRoutingHeaders: boolean,
+): void {
+  const routerError =
+    error instanceof RouterError
+      ? error
+      : new RouterError('ROUTER_ERR_INTERNAL', 'Internal router error.', { cause: error });
+  if (!(error instanceof RouterError)) reply.request.log.error({ err: error }, 'unexpected error while forwarding');
+  metrics.recordRejected(routerError.code);
+  const response = reply.raw;
+  if (response.headersSent || response.destroyed) return;
+  const body = JSON.stringify(routerError.toBody());
+  const headers: Record<string, string> = {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': String(Buffer.byteLength(body)),
+    'x-request-id': reply.request.id,
+  };
+  if (showsRoutingHeaders) {
+    headers['x-router-backend'] = 'none';
+    headers['x-router-reason'] = 'rejected';
+  }
+  const { retryAfterSeconds, headers: extraHeaders } = routerError.options;
+  if (retryAfterSeconds !== undefined) headers['retry-after'] = String(retryAfterSeconds);
+  if (extraHeaders !== undefined) Object.assign(headers, extraHeaders);
+  response.writeHead(routerError.status, headers);
+  response.end(body);
+}

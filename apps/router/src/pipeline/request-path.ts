@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
-import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Backend } from '../backends/backend-registry';
-import { RouterError } from '../errors';
-import type { ClientHop } from '../proxy/header-hygiene';
+import { answerHijackedError } from '../http/error-handler';
+import { clientHopOf } from '../proxy/header-hygiene';
 import type { RouterMetrics } from '../router-metrics';
 import type { Identity } from '../tenants/authenticate';
 import type { TenantDirectory } from '../tenants/tenant-directory';
@@ -15,7 +14,7 @@ import { release } from './release';
 import { previousResponseOwner, responseIdWatch, type ResponseAffinityDeps } from './response-affinity';
 import { withRetryBeforeFirstByte, type RetryOptions } from './retry-before-first-byte';
 import { poolOf, route, type RouteDeps } from './route';
-import { send, type SendDeps } from './send';
+import { send, type SendDeps, type TryDeadlines } from './send';
 
 /**
  * The request path of every proxied request, in order: each stage one file with one job.
@@ -42,6 +41,8 @@ export interface RequestPathDeps {
   readonly parse: ParseOptions;
   readonly route: RouteDeps;
   readonly send: SendDeps;
+  /** Each try's deadline by what the request waits for (built once from config). */
+  readonly deadlines: TryDeadlines;
   readonly learn: Learner;
   readonly retry: Omit<RetryOptions, 'metrics' | 'logger'>;
   readonly metrics: RouterMetrics;
@@ -88,12 +89,13 @@ export function createRequestPath(
         deps.send,
         {
           backend: ticket.backend,
+          method: 'POST',
           reason: ticket.decision.reason,
           policyName: ticket.policyName,
           model: of.parsed.model,
           path: of.request.url,
           headers: of.request.headers,
-          clientHop: clientHopOf(of.request),
+          clientHop: clientHopOf(of.request.raw),
           body: of.body,
           requestId: of.request.id,
           upstreamRequestId: of.upstreamRequestId,
@@ -102,7 +104,7 @@ export function createRequestPath(
           // refusal (429/503) is not retried elsewhere but relayed as the owner sent it, with its body
           // and Retry-After (a retry could only end in the router's own 503, or another engine's 404).
           mayRetryStatus: mayRetryStatus && ticket.backend.id !== of.owner,
-          streams: of.parsed.stream,
+          deadline: of.parsed.stream ? deps.deadlines.stream : deps.deadlines.whole,
           readsUsage: of.parsed.kind === 'generation',
           readsUsageAtStart: of.parsed.usageAtStreamStart,
           stripsStreamUsage: of.parsed.stripsStreamUsage,
@@ -161,13 +163,7 @@ export function createRequestPath(
     try {
       await routeAndSend(of, { model: parsed.model, backends }, request.id, reply.raw);
     } catch (error) {
-      const routerError =
-        error instanceof RouterError
-          ? error
-          : new RouterError('ROUTER_ERR_INTERNAL', 'Internal router error.', { cause: error });
-      deps.metrics.recordRejected(routerError.code);
-      writeErrorAfterHijack(reply, routerError, of.showsRoutingHeaders);
-      if (!(error instanceof RouterError)) request.log.error({ err: error }, 'unexpected error while forwarding');
+      answerHijackedError(reply, error, deps.metrics, of.showsRoutingHeaders);
     } finally {
       // Usage known: what was used; a response without usage: what was reserved; never sent: nothing.
       if (admission !== null && deps.limit !== null)
@@ -180,34 +176,4 @@ function showsRoutingHeaders(mode: RoutingHeaders, identity: Identity | null): b
   if (mode === 'all') return true;
   if (identity === null) return mode === 'auto';
   return identity.role === 'admin' || identity.role === 'bench';
-}
-
-/**
- * The client's connection as the socket saw it: the peer address, never a header's claim (Fastify's
- * `request.ip` would follow `X-Forwarded-For` if `trustProxy` were ever set). A socket already closed
- * has no address: `unknown`, as RFC 7239 spells an unknown node.
- */
-function clientHopOf(request: FastifyRequest): ClientHop {
-  const socket = request.raw.socket as Socket & { encrypted?: boolean };
-  return { peerAddress: socket.remoteAddress ?? 'unknown', proto: socket.encrypted === true ? 'https' : 'http' };
-}
-
-/** The reply was handed over to the proxy; errors found before anything was sent are written here. */
-function writeErrorAfterHijack(reply: FastifyReply, error: RouterError, showsRoutingHeaders: boolean): void {
-  const response = reply.raw;
-  if (response.headersSent || response.destroyed) return;
-  const body = JSON.stringify(error.toBody());
-  const headers: Record<string, string> = {
-    'content-type': 'application/json; charset=utf-8',
-    'content-length': String(Buffer.byteLength(body)),
-    'x-request-id': reply.request.id,
-  };
-  if (showsRoutingHeaders) {
-    headers['x-router-backend'] = 'none';
-    headers['x-router-reason'] = 'rejected';
-  }
-  if (error.options.retryAfterSeconds !== undefined) headers['retry-after'] = String(error.options.retryAfterSeconds);
-  if (error.options.headers !== undefined) Object.assign(headers, error.options.headers);
-  response.writeHead(error.status, headers);
-  response.end(body);
 }

@@ -65,7 +65,7 @@ export function ownersUnavailable(responseId: string, param: string): RouterErro
 }
 
 /**
- * A head watch (RelayTarget.headWatch) that remembers which backend stored the response, for a
+ * A head watch (RelayedRequest.headWatch) that remembers which backend stored the response, for a
  * Responses request that asks for storing; null otherwise. The map's write starts while the chunk that
  * holds the id is still on its way to the client: on Redis it is queued before the client can have read
  * the id, so a follow-up sent to any replica at once finds it (Redis runs one connection's commands in

@@ -72,7 +72,7 @@ export function withRetryBeforeFirstByte<Request>(
           { requestId, backend: backendId, err: outcome.error, attempt },
           'upstream try failed after it was sent: not retried',
         );
-        throw failureOf(backendId, outcome.cause, outcome.error);
+        throw upstreamFailureError(backendId, outcome.cause, outcome.error);
       }
       options.metrics.recordRetry(backendId, outcome.cause);
       if (outcome.error) {
@@ -80,7 +80,7 @@ export function withRetryBeforeFirstByte<Request>(
           { requestId, backend: backendId, err: outcome.error, attempt },
           'upstream try failed before the first byte',
         );
-        lastFailure = failureOf(backendId, outcome.cause, outcome.error);
+        lastFailure = upstreamFailureError(backendId, outcome.cause, outcome.error);
       }
       tried.add(backendId);
       if (!(await backoff(options, attempt, response))) return;
@@ -92,7 +92,8 @@ export function withRetryBeforeFirstByte<Request>(
   };
 }
 
-function failureOf(backendId: BackendId, cause: string, error: Error): RouterError {
+/** The answer to a try that failed before anything reached the client: 504 for its deadline, 502 else. */
+export function upstreamFailureError(backendId: BackendId, cause: string, error: Error): RouterError {
   if (cause === 'timeout')
     return new RouterError(
       'ROUTER_ERR_UPSTREAM_TIMEOUT',

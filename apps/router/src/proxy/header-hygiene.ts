@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import { endToEndHeaders } from './hop-by-hop';
 
 /**
@@ -27,6 +28,17 @@ export interface ClientHop {
   /** The socket peer's address (`socket.remoteAddress`), e.g. `127.0.0.1` or `::1`. */
   readonly peerAddress: string;
   readonly proto: 'http' | 'https';
+}
+
+/**
+ * The client's hop as the socket saw it: the peer address, never a header's claim (Fastify's
+ * `request.ip` would follow `X-Forwarded-For` if `trustProxy` were ever set). A socket already closed
+ * has no address: `unknown`, as RFC 7239 spells an unknown node.
+ */
+export function clientHopOf(request: IncomingMessage): ClientHop {
+  // A TLS socket says `encrypted: true`; a plain one has no such property.
+  const socket = request.socket as IncomingMessage['socket'] & { readonly encrypted?: boolean };
+  return { peerAddress: socket.remoteAddress ?? 'unknown', proto: socket.encrypted === true ? 'https' : 'http' };
 }
 
 /**

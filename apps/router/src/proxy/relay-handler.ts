@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerResponse } from 'n
 import type { FastifyBaseLogger } from 'fastify';
 import { encodeSseData, SSE_DONE } from '@kvroute/protocols';
 import type { Dispatcher } from 'undici';
+import type { Backend } from '../backends/backend-registry';
 import { RouterError } from '../errors';
 import type { OneShotTimers } from '../one-shot-timers';
 import type { RouterMetrics } from '../router-metrics';
@@ -36,21 +37,24 @@ export type TryOutcome =
  * A try's deadline, counted from when its request went out on a connection (connecting is bounded by
  * `connectTimeoutMs` and retried): `first-output`: until a stream's first output event (queueing and
  * prefill; the first byte for a response that is not a relayed stream); `end`: until the whole response
- * (a non-streaming generation).
+ * (a non-streaming generation); `headers`: until the response's headers (a stored response's GET,
+ * DELETE or cancel: a dictionary read on the engine, whose answer, if it is a stream, may run long).
  */
 export interface TryDeadline {
-  readonly until: 'first-output' | 'end';
+  readonly until: 'first-output' | 'end' | 'headers';
   readonly ms: number;
 }
+
+const DEADLINE_MESSAGES: Readonly<Record<TryDeadline['until'], string>> = {
+  'first-output': 'no output',
+  end: 'no complete response',
+  headers: 'no response headers',
+};
 
 /** What a try's deadline aborts its upstream request with. */
 export class UpstreamDeadlineError extends Error {
   constructor(readonly deadline: TryDeadline) {
-    super(
-      deadline.until === 'first-output'
-        ? `no output within ${deadline.ms} ms`
-        : `no complete response within ${deadline.ms} ms`,
-    );
+    super(`${DEADLINE_MESSAGES[deadline.until]} within ${deadline.ms} ms`);
   }
 }
 
@@ -68,39 +72,56 @@ export interface RelayEvents {
   finished(tail: ResponseTail | null): void;
 }
 
-export interface RelayTarget {
-  readonly response: ServerResponse;
-  readonly events: RelayEvents;
-  readonly backendId: string;
-  /** The metrics' `model`: the request's, which its pool serves. */
-  readonly model: string;
-  readonly policyName: string;
+/**
+ * What one try's relay is told of its request, set once per try by the request path (pipeline/send.ts:
+ * its Shipment is this plus what goes upstream). The relay reads it where it is; nothing copies it.
+ */
+export interface RelayedRequest {
+  readonly backend: Backend;
+  /** `X-Router-Reason`, and the metrics' `reason`. */
   readonly reason: string;
+  /** The metrics' `policy`. */
+  readonly policyName: string;
+  /** The metrics' `model`: the request's, which its pool serves ('' for a call that names none: a stored response's). */
+  readonly model: string;
+  /** The client's request id: logs, `X-Request-Id` on the response. */
   readonly requestId: string;
+  /** performance.now() when the request arrived. */
   readonly arrivedAtMs: number;
-  /** Whether a retryable status (429/502/503/504) may be retried elsewhere instead of relayed. */
+  /** Whether a refusal (429/503) may be retried elsewhere instead of relayed. */
   readonly mayRetryStatus: boolean;
+  readonly deadline: TryDeadline;
   /** Keep a successful response's tail for its usage (generation endpoints; pass-through ones carry none worth reading). */
   readonly readsUsage: boolean;
   /** Keep also the stream's first bytes: its usage may be in its first event (an Anthropic Messages stream's `message_start`). */
   readonly readsUsageAtStart: boolean;
-  /** The request asked for a stream's usage on the client's behalf: a successful SSE response loses what that added (usage-strip.ts); null: it did not. */
-  readonly streamUsageStrip: { readonly fingerprints: FingerprintMemory } | null;
   /** Send `X-Router-Backend` and `X-Router-Reason` (config `routingHeaders`: to privileged keys only when tenants are on). */
   readonly showsRoutingHeaders: boolean;
-  /** Headers of the router's own to add (the `x-ratelimit-*` of an admitted tenant request); null: none. */
+  /** Headers of the router's own to add (the limit stage's `x-ratelimit-*` of an admitted tenant request); null: none. */
   readonly extraHeaders: Readonly<Record<string, string>> | null;
-  readonly deadline: TryDeadline;
-  /** A connection the backend closes without answering within this long of the request going out is retried elsewhere (config `connectionLostRetryMs`). */
-  readonly connectionLostRetryMs: number;
-  readonly timers: OneShotTimers;
   /**
    * Reads a successful response's body chunks, each before it is written to the client, until it returns true (a
    * Responses id: response-id-watch.ts); null: none.
    */
   readonly headWatch?: ((chunk: Buffer) => boolean) | null;
+  readonly events: RelayEvents;
+}
+
+/** What every relay of a router shares (pipeline/send.ts SendDeps is this plus the upstream pools). */
+export interface RelaySettings {
+  /** A connection the backend closes without answering within this long of the request going out is retried elsewhere (config `connectionLostRetryMs`). */
+  readonly connectionLostRetryMs: number;
+  readonly timers: OneShotTimers;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger;
+}
+
+export interface RelayTarget {
+  readonly request: RelayedRequest;
+  readonly response: ServerResponse;
+  /** The request asked for a stream's usage on the client's behalf: a successful SSE response loses what that added (usage-strip.ts); null: it did not. */
+  readonly streamUsageStrip: { readonly fingerprints: FingerprintMemory } | null;
+  readonly settings: RelaySettings;
 }
 
 /**
@@ -145,6 +166,9 @@ const BODY_TIMEOUT_CODE = 'UND_ERR_BODY_TIMEOUT';
 export class RelayHandler implements Dispatcher.DispatchHandler {
   readonly outcome: Promise<TryOutcome>;
   private settle!: (outcome: TryOutcome) => void;
+  private readonly request: RelayedRequest;
+  private readonly response: ServerResponse;
+  private readonly settings: RelaySettings;
   private controller: Dispatcher.DispatchController | null = null;
   private mode: 'pending' | 'discard' | 'relay' = 'pending';
   private discardCause: TryOutcome | null = null;
@@ -157,7 +181,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   private tail: ResponseTail | null = null;
   /** Takes out what the router's `include_usage` added (null: nothing to take out). */
   private strip: StreamUsageStrip | null = null;
-  /** RelayTarget.headWatch while a successful response's head is still wanted (null: not, or no more). */
+  /** RelayedRequest.headWatch while a successful response's head is still wanted (null: not, or no more). */
   private headWatch: ((chunk: Buffer) => boolean) | null = null;
   private clientGone = false;
   /** The request went out on a connection (undici's onRequestStart): from here the backend may be running it. */
@@ -167,45 +191,48 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   private deadlineTimer: unknown = null;
   private deadlinePassed = false;
   private readonly onClientClose = (): void => {
-    if (this.target.response.writableFinished) return;
+    if (this.response.writableFinished) return;
     this.clientGone = true;
     this.controller?.abort(new Error('client went away'));
   };
   private readonly onDrain = (): void => this.controller?.resume();
 
   constructor(private readonly target: RelayTarget) {
+    this.request = target.request;
+    this.response = target.response;
+    this.settings = target.settings;
     this.outcome = new Promise((resolve) => (this.settle = resolve));
     target.response.once('close', this.onClientClose);
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
-    if (this.clientGone || this.target.response.destroyed) {
+    if (this.clientGone || this.response.destroyed) {
       this.clientGone = true;
       controller.abort(new Error('client went away'));
       return;
     }
     this.sent = true;
     this.sentAtMs = performance.now();
-    const { deadline, timers } = this.target;
-    this.deadlineTimer = timers.set(this.onDeadline, deadline.ms);
+    this.deadlineTimer = this.settings.timers.set(this.onDeadline, this.request.deadline.ms);
   }
 
   private readonly onDeadline = (): void => {
     this.deadlineTimer = null;
     this.deadlinePassed = true;
-    this.controller?.abort(new UpstreamDeadlineError(this.target.deadline));
+    this.controller?.abort(new UpstreamDeadlineError(this.request.deadline));
   };
 
   private clearDeadline(): void {
     if (this.deadlineTimer === null) return;
-    this.target.timers.clear(this.deadlineTimer);
+    this.settings.timers.clear(this.deadlineTimer);
     this.deadlineTimer = null;
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
-    const target = this.target;
-    if (RETRYABLE_STATUS.has(statusCode) && target.mayRetryStatus) {
+    const request = this.request;
+    if (request.deadline.until === 'headers') this.clearDeadline();
+    if (RETRYABLE_STATUS.has(statusCode) && request.mayRetryStatus) {
       this.mode = 'discard';
       this.discardCause = { kind: 'retry', cause: `status-${statusCode}`, error: null };
       return;
@@ -213,12 +240,12 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     this.mode = 'relay';
     const outgoing = clientResponseHeaders(headers as Record<string, string | string[] | undefined>);
     this.isSse = String(outgoing['content-type'] ?? '').startsWith('text/event-stream');
-    if (target.showsRoutingHeaders) {
-      outgoing['x-router-backend'] = target.backendId;
-      outgoing['x-router-reason'] = target.reason;
+    if (request.showsRoutingHeaders) {
+      outgoing['x-router-backend'] = request.backend.id;
+      outgoing['x-router-reason'] = request.reason;
     }
-    if (target.extraHeaders !== null) Object.assign(outgoing, target.extraHeaders);
-    outgoing['x-request-id'] = target.requestId;
+    if (request.extraHeaders !== null) Object.assign(outgoing, request.extraHeaders);
+    outgoing['x-request-id'] = request.requestId;
     if (this.isSse) {
       this.firstOutput = new FirstOutputWatch();
       outgoing['x-accel-buffering'] = 'no';
@@ -226,59 +253,62 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     } else if (statusCode < 300) {
       // A non-streaming engine answers once generation is done: the prefill is long finished. An
       // error answer (a context-length 400, a 500) is no output: nothing was computed to learn from.
-      this.target.events.firstOutput(false);
+      request.events.firstOutput(false);
     }
     this.statusCode = statusCode;
-    if (statusCode < 300) this.headWatch = target.headWatch ?? null;
-    if (statusCode < 300 && target.readsUsage) this.tail = new ResponseTail(USAGE_TAIL_BYTES, target.readsUsageAtStart);
-    if (statusCode < 300 && this.isSse && target.streamUsageStrip !== null)
-      this.strip = new StreamUsageStrip(target.streamUsageStrip.fingerprints);
-    target.response.writeHead(statusCode, outgoing as OutgoingHttpHeaders);
-    if (this.isSse) target.response.flushHeaders();
+    if (statusCode < 300) this.headWatch = request.headWatch ?? null;
+    if (statusCode < 300 && request.readsUsage)
+      this.tail = new ResponseTail(USAGE_TAIL_BYTES, request.readsUsageAtStart);
+    if (statusCode < 300 && this.isSse && this.target.streamUsageStrip !== null)
+      this.strip = new StreamUsageStrip(this.target.streamUsageStrip.fingerprints);
+    this.response.writeHead(statusCode, outgoing as OutgoingHttpHeaders);
+    if (this.isSse) this.response.flushHeaders();
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     // A relayed stream's deadline runs to its first output event, not its first byte: Responses and
     // Anthropic streams open with events (`response.created`, `message_start`) sent before prefill.
-    const streamDeadline = this.target.deadline.until === 'first-output';
+    const streamDeadline = this.request.deadline.until === 'first-output';
     if (streamDeadline && (this.mode !== 'relay' || this.firstOutput === null)) this.clearDeadline();
     if (this.mode !== 'relay') return;
     if (this.firstOutput !== null && this.firstOutput.feed(chunk)) {
       this.firstOutput = null;
       if (streamDeadline) this.clearDeadline();
-      this.target.events.firstOutput(true);
+      this.request.events.firstOutput(true);
     }
     this.tail?.add(chunk);
     if (this.headWatch !== null && this.headWatch(chunk)) this.headWatch = null;
     const out = this.strip === null ? chunk : this.strip.feed(chunk);
-    if (out !== null && !this.target.response.write(out)) {
+    if (out !== null && !this.response.write(out)) {
       controller.pause();
-      this.target.response.once('drain', this.onDrain);
+      this.response.once('drain', this.onDrain);
     }
   }
 
   onResponseEnd(): void {
     if (this.mode === 'discard') return this.finish(this.discardCause as TryOutcome);
     const rest = this.strip?.end() ?? null;
-    if (rest === null) this.target.response.end();
-    else this.target.response.end(rest);
+    if (rest === null) this.response.end();
+    else this.response.end(rest);
     // The strip parsed the usage event it took out: learn need not read the tail for it again.
     const usage = this.strip?.usage ?? null;
     if (usage !== null) this.tail?.knowUsage(usage);
-    this.target.metrics.recordRouted(
-      this.target.backendId,
-      this.target.model,
-      this.target.policyName,
-      this.target.reason,
+    const request = this.request;
+    this.settings.metrics.recordRouted(
+      request.backend.id,
+      request.model,
+      request.policyName,
+      request.reason,
       this.statusCode,
     );
     this.finish({ kind: 'done', clientWentAway: this.clientGone }, this.tail);
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
-    const target = this.target;
+    const { request, response, settings } = this;
+    const backendId = request.backend.id;
     if (this.clientGone) {
-      target.metrics.recordClientAbort(target.backendId);
+      settings.metrics.recordClientAbort(backendId);
       return this.finish({ kind: 'done', clientWentAway: true });
     }
     if (this.mode !== 'relay') {
@@ -288,12 +318,12 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
         return this.finish({ kind: 'failed', cause: 'timeout', error });
       // Sent, then the connection closed or reset with no answer: the engine is not running it any more;
       // soon after sending it had barely started, later it may have run for long (no re-run then).
-      const lostEarly = performance.now() - this.sentAtMs <= target.connectionLostRetryMs;
+      const lostEarly = performance.now() - this.sentAtMs <= settings.connectionLostRetryMs;
       return this.finish({ kind: lostEarly ? 'retry' : 'failed', cause: 'connection-lost', error });
     }
-    target.metrics.recordStreamError(target.backendId);
-    target.logger.warn(
-      { requestId: target.requestId, backend: target.backendId, err: error },
+    settings.metrics.recordStreamError(backendId);
+    settings.logger.warn(
+      { requestId: request.requestId, backend: backendId, err: error },
       'upstream failed after the first byte',
     );
     // The try's deadline passed after the headers were relayed (a stream that sent its headers, then
@@ -301,33 +331,33 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     const routerError = this.deadlinePassed
       ? new RouterError(
           'ROUTER_ERR_UPSTREAM_TIMEOUT',
-          `Upstream backend ${target.backendId} sent no output in time (${error.message}).`,
+          `Upstream backend ${backendId} sent no output in time (${error.message}).`,
         )
-      : new RouterError('ROUTER_ERR_UPSTREAM_STREAM', `Upstream backend ${target.backendId} failed mid-stream.`);
-    if (this.isSse && !target.response.destroyed) {
+      : new RouterError('ROUTER_ERR_UPSTREAM_STREAM', `Upstream backend ${backendId} failed mid-stream.`);
+    if (this.isSse && !response.destroyed) {
       // What the strip still held goes first, as it would have without it.
       const rest = this.strip?.end() ?? null;
-      if (rest !== null) target.response.write(rest);
-      target.response.end(encodeSseData(JSON.stringify(routerError.toBody())) + encodeSseData(SSE_DONE));
+      if (rest !== null) response.write(rest);
+      response.end(encodeSseData(JSON.stringify(routerError.toBody())) + encodeSseData(SSE_DONE));
     } else {
-      target.response.destroy();
+      response.destroy();
     }
-    target.metrics.recordRouted(target.backendId, target.model, target.policyName, target.reason, routerError.status);
+    settings.metrics.recordRouted(backendId, request.model, request.policyName, request.reason, routerError.status);
     this.finish({ kind: 'done', clientWentAway: false });
   }
 
   private finish(outcome: TryOutcome, tail: ResponseTail | null = null): void {
-    const target = this.target;
+    const request = this.request;
     this.clearDeadline();
-    target.response.off('close', this.onClientClose);
-    target.response.off('drain', this.onDrain);
-    target.events.finished(tail);
+    this.response.off('close', this.onClientClose);
+    this.response.off('drain', this.onDrain);
+    request.events.finished(tail);
     if (outcome.kind === 'done' && this.mode === 'relay') {
-      target.metrics.recordDuration(
-        target.backendId,
-        target.model,
+      this.settings.metrics.recordDuration(
+        request.backend.id,
+        request.model,
         this.isSse,
-        (performance.now() - target.arrivedAtMs) / 1000,
+        (performance.now() - request.arrivedAtMs) / 1000,
       );
     }
     this.settle(outcome);

@@ -7,9 +7,9 @@ import type { FingerprintMemory } from './usage-strip';
 export interface UpstreamPoolOptions {
   readonly connectTimeoutMs: number;
   /**
-   * Time to the response headers of the router's own calls to a backend that bound it no other way, ms
-   * (a stored response's GET, DELETE or cancel caps it lower: routes/responses-routes.ts). A relayed try
-   * disables it: its deadline (relay-handler.ts TryDeadline) bounds it, up to a whole non-streaming generation.
+   * Time to the response headers of a call that sets no bound of its own, ms. Every call today sets one:
+   * a relayed try disables it (its deadline, relay-handler.ts TryDeadline, bounds it: up to a whole
+   * non-streaming generation, or the headers of a stored response's call), model discovery has its own.
    */
   readonly headersTimeoutMs: number;
   /** Silence allowed between response body chunks, ms (undici's bodyTimeout). */

@@ -51,7 +51,7 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
   const { logger } = deps;
   const upstreams = new UpstreamPools({
     connectTimeoutMs: config.connectTimeoutMs,
-    // The router's other calls (stored responses) wait as long as a stream may for its first byte.
+    // A call setting no bound of its own (none does: UpstreamPoolOptions) waits as long as a stream may for its first byte.
     headersTimeoutMs: config.streamFirstByteTimeoutMs,
     idleTimeoutMs: config.idleTimeoutMs,
     keys: deps.upstreamKeys,
