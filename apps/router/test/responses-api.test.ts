@@ -458,6 +458,49 @@ describe("Responses API: a stored response's calls go through the send stage", (
   });
 });
 
+describe('Responses API: a half-open probe whose client leaves', () => {
+  it('frees the probe slot: the next call probes the owner again instead of finding its circuit stuck', async () => {
+    const backend = await new FakeResponsesBackend().start();
+    const router = await createRouterServer(
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        backends: [{ url: backend.url, models: ['test-model'] }],
+        breakerFailureThreshold: 1,
+        breakerCooldownMs: 100,
+      }),
+    );
+    try {
+      const base = `${await router.listen()}/v1/responses`;
+      const created = await fetch(base, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'test-model', input: 'hi' }),
+      });
+      const id = ((await created.json()) as { id: string }).id;
+      backend.stored = 'fail';
+      expect((await fetch(`${base}/${id}`)).status).toBe(500);
+      expect((await fetch(`${base}/${id}`)).status).toBe(503);
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      // Half-open: this GET is the probe; its client leaves before the engine answers.
+      backend.stored = 'hang';
+      const leaving = httpRequest(`${base}/${id}`, { agent: false });
+      leaving.on('error', () => undefined);
+      leaving.end();
+      await waitFor(() => backend.requests('GET', '/v1/responses/').length === 2);
+      leaving.destroy();
+      await waitFor(() => backend.requests('GET', '/v1/responses/')[1]?.abortedBeforeAnswer === true, 10_000);
+      backend.stored = 'answer';
+      const probe = await fetch(`${base}/${id}`);
+      expect(probe.status).toBe(200);
+      expect(router.registry.get(new URL(backend.url).host)?.breaker.state).toBe('closed');
+    } finally {
+      await router.close();
+      await backend.close();
+    }
+  });
+});
+
 describe('Responses API while Redis is down', () => {
   it(
     'a replica keeps the chains it learnt itself (its local map); another prefix-routes their follow-ups, ' +

@@ -37,4 +37,15 @@ describe('CircuitBreaker', () => {
     expect(breaker.state).toBe('closed');
     expect(breaker.isAvailable()).toBe(true);
   });
+
+  it('a probe abandoned without a verdict (its client left) frees the probe slot for the next request', () => {
+    const { breaker, advance } = createBreaker();
+    for (let i = 0; i < 3; i++) breaker.onFailure();
+    advance(1000);
+    breaker.onAttempt();
+    expect(breaker.isAvailable()).toBe(false);
+    breaker.onAbandoned();
+    expect(breaker.state).toBe('half-open');
+    expect(breaker.isAvailable()).toBe(true);
+  });
 });

@@ -34,6 +34,15 @@ export class CircuitBreaker {
     if (this.state === 'half-open') this.probeInFlight = true;
   }
 
+  /**
+   * The request ended with no verdict on the backend (its client went away first): a half-open probe's
+   * slot is free again, so the next request probes; without this the circuit would stay half-open with
+   * its one probe slot taken, and the backend would never be tried again.
+   */
+  onAbandoned(): void {
+    this.probeInFlight = false;
+  }
+
   onSuccess(): void {
     this.consecutiveFailures = 0;
     this.openedAtMs = null;

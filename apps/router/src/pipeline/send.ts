@@ -65,21 +65,20 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
   });
   backend.breaker.onAttempt();
   // No undici headers timeout: the try's deadline bounds it (a non-streaming answer's headers come with its end).
-  deps.upstreams
-    .for(backend)
-    .dispatch(
-      {
-        method: shipment.method,
-        path: backend.basePath + shipment.path,
-        headers,
-        body: shipment.body,
-        headersTimeout: 0,
-      },
-      handler,
-    );
+  deps.upstreams.for(backend).dispatch(
+    {
+      method: shipment.method,
+      path: backend.basePath + shipment.path,
+      headers,
+      body: shipment.body,
+      headersTimeout: 0,
+    },
+    handler,
+  );
   const outcome = await handler.outcome;
   if (outcome.kind !== 'done') backend.breaker.onFailure();
-  else if (!outcome.clientWentAway) {
+  else if (outcome.clientWentAway) backend.breaker.onAbandoned();
+  else {
     const status = response.statusCode;
     if (status >= 500 || status === 429) backend.breaker.onFailure();
     else backend.breaker.onSuccess();
