@@ -44,12 +44,11 @@ export {
 export { RedisResponseOwners, type RedisResponseOwnersOptions } from './response-owners';
 export { clearPoolState } from './clear-pool-state';
 export { backendCell, cellKeyOf, DEFAULT_CELL_KEY_BYTES, requestCellOrder } from './pool-cells';
-export {
-  DEFAULT_SHORTLIST,
-  RECORD_BLOCKS_PER_CALL,
-  RedisRoutingState,
-  type RedisRoutingStateOptions,
-} from './redis-routing-state';
+export { RECORD_BLOCKS_PER_CALL } from './pool-leases';
+export { ENGINE_FIGURES_PER_CALL, MEMBER_SET_TTL_MS } from './pool-members';
+export { routeScriptOf } from './route-call';
+export { DEFAULT_SHORTLIST } from './shortlist';
+export { RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';
 export { RedisStoreError, type RedisStoreErrorCode } from './redis-store-error';
 export { SCRIPTS, type LuaScript, type RedisClient } from './scripts';
 export {

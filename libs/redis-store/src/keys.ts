@@ -29,6 +29,8 @@ export const KEY_SUFFIX = {
   pending: 'pending',
   forgotten: 'forgotten',
   calibration: 'calibration',
+  members: 'members:',
+  engine: 'engine',
 } as const;
 
 const DIGEST_LIKE = /^[0-9a-f]{40}$/;
@@ -129,6 +131,13 @@ export interface PoolKeys {
   readonly pending: string;
   /** HASH lease id → prefill tokens still pending, one field per lease of one backend in this pool. */
   prefill(backendId: BackendId): string;
+  /**
+   * HASH, one member set of the pool under its version (a digest of its ids and weights: pool-members.ts):
+   * `n` → count, `#<position>` → `<id>\t<weight>`, `@<id>` → position; expires when no router uses it.
+   */
+  members(version: string): string;
+  /** HASH backend id → `<waiting> <free KV tokens>`: the engines' own figures, as routers last saw them. */
+  readonly engine: string;
 }
 
 /** The keys of one pool, or of one cell of a split pool. */
@@ -149,6 +158,8 @@ export function poolKeys(
     inflight: prefix + KEY_SUFFIX.inflight,
     pending: prefix + KEY_SUFFIX.pending,
     prefill: (backendId) => prefix + KEY_SUFFIX.prefill + backendId,
+    members: (version) => prefix + KEY_SUFFIX.members + version,
+    engine: prefix + KEY_SUFFIX.engine,
   };
 }
 

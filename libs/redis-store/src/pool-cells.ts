@@ -6,6 +6,7 @@ import {
   type BlockHash,
   type RoutingRequest,
 } from '@kvroute/routing';
+import { MAX_POOL_CELLS, poolKeys, type PoolKeys } from './keys';
 
 /**
  * A pool split into cells (docs/adr/0007): each cell is its own hash slot (keys.ts, `poolKeys(pool,
@@ -80,4 +81,52 @@ export function requestCellOrder(cellKey: BlockHash, sizes: readonly number[]): 
       });
   });
   return scored.sort((a, b) => b.score - a.score || a.cell - b.cell).map((entry) => entry.cell);
+}
+
+/**
+ * Where one store's pools live: the number of cells each is split into, each backend's cell (cached:
+ * a fleet has a bounded number of ids), and each cell's keys (cached per pool and cell).
+ */
+export class PoolLayout {
+  /** cell → pool → its keys. */
+  private readonly keysByCell: Map<string, PoolKeys>[] = [];
+  private readonly cellByBackend = new Map<BackendId, number>();
+
+  constructor(
+    readonly cells: number,
+    private readonly namespace: string,
+  ) {
+    if (!Number.isSafeInteger(cells) || cells < 1 || cells > MAX_POOL_CELLS) {
+      throw new RangeError(`poolCells must be an integer in [1, ${MAX_POOL_CELLS}], got ${cells}`);
+    }
+  }
+
+  /** The keys of one cell of a pool (the pool's own keys when it is not split). */
+  keys(pool: string, cell: number): PoolKeys {
+    const known = (this.keysByCell[cell] ??= new Map());
+    let keys = known.get(pool);
+    if (!keys) {
+      keys = poolKeys(pool, this.namespace, { index: cell, count: this.cells });
+      known.set(pool, keys);
+    }
+    return keys;
+  }
+
+  /** The cell holding a backend's leases and ownership (always 0 in a pool that is not split). */
+  cellOf(backendId: BackendId): number {
+    if (this.cells === 1) return 0;
+    let cell = this.cellByBackend.get(backendId);
+    if (cell === undefined) {
+      cell = backendCell(backendId, this.cells);
+      this.cellByBackend.set(backendId, cell);
+    }
+    return cell;
+  }
+
+  /** `items` per cell (index = cell; empty for a cell none is in), by their backend's cell. */
+  splitByCell<T>(items: readonly T[], idOf: (item: T) => BackendId): T[][] {
+    const byCell: T[][] = Array.from({ length: this.cells }, () => []);
+    for (const item of items) (byCell[this.cellOf(idOf(item))] as T[]).push(item);
+    return byCell;
+  }
 }

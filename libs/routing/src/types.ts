@@ -177,49 +177,78 @@ export interface CostLine {
  * What evaluating an atomic rule produced, whoever evaluated it (the policy's TypeScript, or a state
  * store next to its state): the figures it read, its choice and its reasons. The policy turns an
  * outcome into its RoutingDecision (`AtomicRule.explain`), so a decision reads the same whichever
- * side evaluated the rule.
+ * side evaluated the rule. Every rule's outcome has these two fields; the rest is the rule's own.
  */
-export type AtomicOutcome =
-  | {
-      readonly kind: 'least-loaded';
-      /** The figures the rule read, in the order of the candidates it was given. */
-      readonly candidates: readonly Candidate[];
-      /** Index of the chosen candidate; -1 = none (never with candidates). */
-      readonly chosen: number;
-      readonly reason: 'least-loaded';
-    }
-  | {
-      readonly kind: 'cost';
-      readonly candidates: readonly Candidate[];
-      readonly chosen: number;
-      readonly reason: CostReason;
-      /** The saturation valve would have excluded every candidate, so it was lifted (no in-flight cap is promised). */
-      readonly valveLifted: boolean;
-      /** One line per candidate, in order. */
-      readonly lines: readonly CostLine[];
-    };
+export interface AtomicOutcomeBase {
+  /** The figures the rule read, in the order of the candidates it was given. */
+  readonly candidates: readonly Candidate[];
+  /** Index of the chosen candidate; -1 = none (never with candidates). */
+  readonly chosen: number;
+}
+
+/** The least-loaded rule's outcome (rules/least-loaded.ts). */
+export interface LeastLoadedOutcome extends AtomicOutcomeBase {
+  readonly kind: 'least-loaded';
+  readonly reason: 'least-loaded';
+}
+
+/** The cost rule's outcome (rules/cost.ts). */
+export interface CostOutcome extends AtomicOutcomeBase {
+  readonly kind: 'cost';
+  readonly reason: CostReason;
+  /** The saturation valve would have excluded every candidate, so it was lifted (no in-flight cap is promised). */
+  readonly valveLifted: boolean;
+  /** One line per candidate, in order. */
+  readonly lines: readonly CostLine[];
+}
+
+/** The outcomes of the rules kvroute ships. */
+export type AtomicOutcome = LeastLoadedOutcome | CostOutcome;
+
+/** A rule's own part of one evaluation by a state store (`AtomicRule.encode`). */
+export interface AtomicRuleCall {
+  /** The argument of the rule's Lua twin: its parameters and the request's figures it reads, one string. */
+  readonly argument: string;
+  /**
+   * Backends the rule wants among the participants when a big pool decides over a shortlist, as
+   * indices into the backends given, most wanted first (the cost rule: the first of the rendezvous order).
+   */
+  readonly preferred: readonly number[];
+}
+
+/** What a state store's evaluation returned for the rule (`AtomicRule.decode`). */
+export interface AtomicRuleReply {
+  /** The backends that took part (a big pool: the shortlist), in configuration order, with the figures read. */
+  readonly candidates: readonly Candidate[];
+  /** Index of the chosen one in `candidates`. */
+  readonly chosen: number;
+  /** The values the Lua twin returned as its detail, in order (bulk strings as bytes). */
+  readonly detail: readonly Buffer[];
+}
 
 /**
  * A policy's choice as a rule a state store can evaluate itself, next to its state (the Redis store:
- * in Lua, route.lua), so that reading the figures, choosing, taking the lease and recording ownership
- * are one atomic step. A store must choose exactly what the policy's `choose` chooses on the same
- * figures and return the same explanation (libs/redis-store's rule-parity test checks both on
- * random cases); `explain` turns the store's outcome into the decision, so `choose` never runs again.
- * - `least-loaded`: the fewest in flight, ties to the earlier candidate (leastloaded).
- * - `cost`: cacheaware's rule with its parameters (`packedParams`: the policy's resolved parameters
- *   as one JSON object, built once per policy instance); ties and cold placement use the rendezvous
- *   order of the request's head hash (`rendezvousOrder`).
+ * in Lua, inside route.lua), so that reading the figures, choosing, taking the lease and recording
+ * ownership are one atomic step. The rule owns both halves of that call: its Lua twin (`lua`, the
+ * file of the same base name under rules/) and the codec of its argument and detail. A store must
+ * choose exactly what the policy's `choose` chooses on the same figures and return the same explanation
+ * (libs/redis-store's rule-parity test checks both on random cases); `explain` turns the store's
+ * outcome into the decision, so `choose` never runs again. The store knows no rule by name.
  */
-export type AtomicRule =
-  | {
-      readonly kind: 'least-loaded';
-      explain(outcome: Extract<AtomicOutcome, { kind: 'least-loaded' }>): RoutingDecision;
-    }
-  | {
-      readonly kind: 'cost';
-      readonly packedParams: string;
-      explain(outcome: Extract<AtomicOutcome, { kind: 'cost' }>): RoutingDecision;
-    };
+export interface AtomicRule<Outcome extends AtomicOutcomeBase = AtomicOutcomeBase> {
+  /** The rule's name: its files' base name (rules/<name>.ts, rules/<name>.lua) and its script's suffix. */
+  readonly name: string;
+  /** The Lua twin's source: defines `evaluateRule(candidates, argument)` (contract: rules/README.md). */
+  readonly lua: string;
+  /** The rule reads match depths, so the store searches the owner index for every participant. */
+  readonly readsDepths: boolean;
+  /** This decision's argument for the Lua twin, over `backends` (the eligible ones, configuration order). */
+  encode(request: RoutingRequest, backends: readonly BackendInfo[]): AtomicRuleCall;
+  /** The outcome of a store's evaluation, from the Lua twin's detail. */
+  decode(reply: AtomicRuleReply): Outcome;
+  /** The policy's decision of an outcome (the same whichever side evaluated the rule). */
+  explain(outcome: Outcome): RoutingDecision;
+}
 
 /** Clock and randomness come from here, never from globals. */
 export interface PolicyContext {

@@ -1,7 +1,7 @@
 --[[
   snapshot: the figures a policy decides on, for every candidate backend of one pool, in one round
   trip, without taking a lease or recording anything: for policies whose choice is not an atomic rule
-  (route.lua with rule 'fixed' then takes the lease) and for dry runs (/debug/route). Purges the
+  (reserve.lua then takes the lease) and for dry runs (/debug/route). Purges the
   pool's expired leases first, then reads each backend's leases in flight and pending prefill tokens
   (one HMGET each for all backends) and its match depth by binary search over the owner index
   (lib/owner-index.lua): O(log(blocks) x distinct depths) block reads, not backends x blocks; and when
@@ -22,7 +22,7 @@
     [4j-3] leases in flight (unexpired), [4j-2] pending prefill tokens, [4j-1] matched blocks (0..N),
     [4j] ms its deepest matched block was recorded (-1 when it matches none): the oldest entry of the
     matched prefix, the learn stage's eviction evidence (learn.lua), read before the request's own
-    recording (route.lua 'fixed', prefill-done.lua) can rewrite it
+    recording (reserve.lua, prefill-done.lua) can rewrite it
 ]]
 
 --#include lib/batched.lua

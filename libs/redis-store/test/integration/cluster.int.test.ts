@@ -1,5 +1,5 @@
 import type { BackendObservation, BackendState } from '@kvroute/protocols';
-import { createCacheAwarePolicy, decide, type BlockHash, type DecideInput } from '@kvroute/routing';
+import { createCacheAwarePolicy, decide, type AtomicRule, type BlockHash, type DecideInput } from '@kvroute/routing';
 import { startRedisCluster, uniqueKeyPrefix, type TestRedisCluster } from '@kvroute/testing';
 import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -9,7 +9,9 @@ import { RedisBackendStateStore } from '../../src/backend-state-store';
 import { clearPoolState } from '../../src/clear-pool-state';
 import { createRedis, waitUntilReady, type RedisRole } from '../../src/connection';
 import { backendStateKeys, poolKeys } from '../../src/keys';
-import { RECORD_BLOCKS_PER_CALL, RedisRoutingState } from '../../src/redis-routing-state';
+import { RECORD_BLOCKS_PER_CALL } from '../../src/pool-leases';
+import { RedisRoutingState } from '../../src/redis-routing-state';
+import { routeScriptOf } from '../../src/route-call';
 import { RouterReplicas } from '../../src/router-replicas';
 import { SCRIPTS, type RedisClient } from '../../src/scripts';
 import { TenantLimits } from '../../src/tenant-limits';
@@ -21,6 +23,9 @@ import { TenantLimits } from '../../src/tenant-limits';
  * pool was killed and its replica promoted (which never saw a script: EVALSHA answers NOSCRIPT there,
  * and the EVAL fallback loads it). A MOVED, ASK or CROSSSLOT the client did not handle fails a call.
  */
+
+/** route.lua composed with cacheaware's rule, the script these tests' decisions run. */
+const costRouteScript = routeScriptOf(createCacheAwarePolicy().atomicRule as AtomicRule);
 
 let cluster: TestRedisCluster;
 const clients: RedisClient[] = [];
@@ -305,7 +310,7 @@ describe('the store on a Redis Cluster', () => {
     expect(newMaster.port).not.toBe(oldMaster.port);
     const promoted = await node(newMaster.url);
     // Scripts replicate as their effects, so the promoted replica has never cached one.
-    expect(await promoted.script('EXISTS', SCRIPTS.snapshot.sha1, SCRIPTS.route.sha1)).toEqual([0, 0]);
+    expect(await promoted.script('EXISTS', SCRIPTS.snapshot.sha1, costRouteScript.sha1)).toEqual([0, 0]);
 
     // The client learns the new slot map from a MOVED or its refresh: calls may fail for a moment, not longer.
     const started = Date.now();
@@ -326,7 +331,7 @@ describe('the store on a Redis Cluster', () => {
     expect(after.matchBlocks.get('a')).toBe(LONG_CHAIN.length); // replicated before the kill
     await exerciseRoutingState(state, poolA, 'a-after');
     await exerciseRoutingState(state, poolB, 'b-after');
-    expect(await promoted.script('EXISTS', SCRIPTS.snapshot.sha1, SCRIPTS.route.sha1)).toEqual([1, 1]); // loaded by the EVAL fallback
+    expect(await promoted.script('EXISTS', SCRIPTS.snapshot.sha1, costRouteScript.sha1)).toEqual([1, 1]); // loaded by the EVAL fallback
     expect(recoveredMs).toBeLessThan(10_000);
 
     // Pub/sub still delivers (the subscriber moves to another node if its own was the one killed).

@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { RedisBackendSet } from '../../src/backend-set';
 import { RedisBackendStateStore } from '../../src/backend-state-store';
 import { KEY_SUFFIX, poolKeys } from '../../src/keys';
-import { RECORD_BLOCKS_PER_CALL } from '../../src/redis-routing-state';
+import { RECORD_BLOCKS_PER_CALL } from '../../src/pool-leases';
 import { RedisStoreError } from '../../src/redis-store-error';
 import { integerArrayReply, runScript, SCRIPTS } from '../../src/scripts';
 import { TenantLimits } from '../../src/tenant-limits';
@@ -105,11 +105,13 @@ describe('script loading', () => {
   });
 
   it('reports a failing script as REDIS_STORE_ERR_SCRIPT_FAILED with the Redis error as cause', async () => {
-    const keys = Array.from({ length: SCRIPTS.route.numberOfKeys }, (_, i) => `k${i + 1}`);
-    const error = await runScript(ctx.redis, SCRIPTS.route, keys, ['not-a-number']).catch((caught: unknown) => caught);
+    const keys = Array.from({ length: SCRIPTS.reserve.numberOfKeys }, (_, i) => `k${i + 1}`);
+    const error = await runScript(ctx.redis, SCRIPTS.reserve, keys, ['not-a-number']).catch(
+      (caught: unknown) => caught,
+    );
     expect(error).toBeInstanceOf(RedisStoreError);
     expect((error as RedisStoreError).code).toBe('REDIS_STORE_ERR_SCRIPT_FAILED');
-    expect((error as RedisStoreError).script).toBe('route');
+    expect((error as RedisStoreError).script).toBe('reserve');
     expect((error as RedisStoreError).cause).toBeInstanceOf(Error);
   });
 

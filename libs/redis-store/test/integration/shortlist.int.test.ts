@@ -1,6 +1,6 @@
 import { createCacheAwarePolicy, decide, type DecideInput } from '@kvroute/routing';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { DEFAULT_SHORTLIST } from '../../src/redis-routing-state';
+import { DEFAULT_SHORTLIST } from '../../src/shortlist';
 import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 /**
@@ -57,10 +57,7 @@ describe('route.lua shortlist (pools of more than 32 backends)', () => {
     expect(next.decision).toMatchObject({ kind: 'routed', backendId: owner });
     const considered = next.candidates.length;
     const bound =
-      DEFAULT_SHORTLIST.owners +
-      DEFAULT_SHORTLIST.rendezvous +
-      DEFAULT_SHORTLIST.leastLoaded +
-      DEFAULT_SHORTLIST.spread;
+      DEFAULT_SHORTLIST.owners + DEFAULT_SHORTLIST.preferred + DEFAULT_SHORTLIST.leastLoaded + DEFAULT_SHORTLIST.spread;
     expect(considered).toBeGreaterThan(1);
     expect(considered).toBeLessThanOrEqual(bound);
     await state.release('m', owner, 'turn-2');

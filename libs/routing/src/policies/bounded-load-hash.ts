@@ -18,7 +18,7 @@
  * loadFactor: [1, ∞); 1.25 is the common default (Vimeo/HAProxy, KubeAI, SMG); larger = stickier.
  */
 
-import type { Candidate, DecisionReason, RoutingDecision } from '../types';
+import type { BackendInfo, Candidate, DecisionReason, RoutingDecision } from '../types';
 import { candidateScore } from './candidate-score';
 import { combineHash53, hashString53, weightedRendezvousScore } from '../hash/hash53';
 import { indexOfLeastLoaded } from './least-loaded';
@@ -42,22 +42,47 @@ export function loadBound(loadFactor: number, totalInflight: number, weight: num
   return Math.ceil((loadFactor * (totalInflight + 1) * weight) / totalWeight - BOUND_EPSILON);
 }
 
+/** hashString53 of each backend id, kept per BackendInfo (they live as long as their backend's entry). */
+const idHashes = new WeakMap<BackendInfo, number>();
+
+function idHashOf(backend: BackendInfo): number {
+  let hash = idHashes.get(backend);
+  if (hash === undefined) {
+    hash = hashString53(backend.id);
+    idHashes.set(backend, hash);
+  }
+  return hash;
+}
+
 /** Rendezvous weight of one backend for a key; higher = more preferred. Weight must be > 0. */
+export function backendRendezvousWeight(key: number, backend: BackendInfo): number {
+  return weightedRendezvousScore(combineHash53(key, idHashOf(backend)), backend.weight);
+}
+
+/** Rendezvous weight of one candidate's backend for a key (backendRendezvousWeight). */
 export function rendezvousWeight(key: number, candidate: Candidate): number {
-  return weightedRendezvousScore(combineHash53(key, hashString53(candidate.backend.id)), candidate.backend.weight);
+  return backendRendezvousWeight(key, candidate.backend);
+}
+
+/** Backend indices, most preferred first, by weighted rendezvous hashing of `key`. */
+export function backendRendezvousOrder(key: number, backends: readonly BackendInfo[]): number[] {
+  const weights = backends.map((backend) => backendRendezvousWeight(key, backend));
+  const order = backends.map((_backend, index) => index);
+  // Ties (practically impossible) fall back to the backend id, never to backend order.
+  return order.sort((a, b) => (weights[b] ?? 0) - (weights[a] ?? 0) || compareIds(backends[a], backends[b]));
 }
 
 /** Candidate indices, most preferred first, by weighted rendezvous hashing of `key`. */
 export function rendezvousOrder(key: number, candidates: readonly Candidate[]): number[] {
-  const weights = candidates.map((candidate) => rendezvousWeight(key, candidate));
-  const order = candidates.map((_candidate, index) => index);
-  // Ties (practically impossible) fall back to the backend id, never to candidate order.
-  return order.sort((a, b) => (weights[b] ?? 0) - (weights[a] ?? 0) || compareIds(candidates[a], candidates[b]));
+  return backendRendezvousOrder(
+    key,
+    candidates.map((candidate) => candidate.backend),
+  );
 }
 
-function compareIds(a: Candidate | undefined, b: Candidate | undefined): number {
-  const idA = a?.backend.id ?? '';
-  const idB = b?.backend.id ?? '';
+function compareIds(a: BackendInfo | undefined, b: BackendInfo | undefined): number {
+  const idA = a?.id ?? '';
+  const idB = b?.id ?? '';
   return idA < idB ? -1 : idA > idB ? 1 : 0;
 }
 

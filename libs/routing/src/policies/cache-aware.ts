@@ -70,7 +70,7 @@
  * docs/adr/0005-ownership-at-first-token.md and docs/results.md.
  *
  * The rule runs in two places, with one result: here (`evaluateCost`, for `choose`) and next to the
- * Redis state (libs/redis-store, lib/choose-backend.lua, the atomic rule `cost`); both produce a
+ * Redis state (libs/redis-store; the atomic rule `cost`, rules/cost.ts and its Lua twin rules/cost.lua); both produce a
  * CostOutcome, which `explainCostOutcome` turns into the decision, so a decision reads the same
  * whichever side evaluated it (libs/redis-store's rule-parity test compares them).
  *
@@ -79,17 +79,18 @@
  */
 
 import type {
-  AtomicOutcome,
+  CostOutcome,
   Candidate,
   CostLine,
   CostReason,
-  EngineLoad,
   RoutingDecision,
   RoutingPolicy,
   RoutingRequest,
 } from '../types';
 import { chooseByBoundedLoadHash, rendezvousWeight } from './bounded-load-hash';
 import { estimatePrefillTokens } from '../prefix/prefill-estimate';
+import { engineReportedFreeTokens, engineWaiting } from '../state/engine-figures';
+import { costRule } from '../rules/cost';
 import { candidateScore } from './candidate-score';
 import { indexOfLeastLoaded } from './least-loaded';
 import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
@@ -183,20 +184,6 @@ export const CACHE_AWARE_PARAMS = {
 
 export type CacheAwareParams = ParamsOf<typeof CACHE_AWARE_PARAMS>;
 
-/** Usage at or above which an engine that reports no KV capacity counts as full. */
-const KV_FULL_USAGE = 0.98;
-
-/**
- * The engine's free KV in tokens as it reports it, an integer: -1 = no limit known (no fresh engine
- * state, no usage reported, or no capacity reported and usage below KV_FULL_USAGE), 0 = full. The Redis store passes this
- * same number to its Lua rule, so both decide on one figure.
- */
-export function engineReportedFreeTokens(engine: EngineLoad | null | undefined): number {
-  if (engine === undefined || engine === null || engine.kvUsage === null) return -1;
-  if (engine.kvCapacityTokens === null) return engine.kvUsage >= KV_FULL_USAGE ? 0 : -1;
-  return Math.max(0, Math.floor(engine.kvCapacityTokens * (1 - Math.min(1, Math.max(0, engine.kvUsage)))));
-}
-
 /**
  * Free KV for cacheaware's KV term: the reported free tokens minus the prefills sent there and not
  * started (not in the engine's usage yet); -1 = no limit known.
@@ -206,15 +193,9 @@ function engineFreeTokens(candidate: Candidate): number {
   return reported < 0 ? -1 : Math.max(0, reported - candidate.pendingPrefillTokens);
 }
 
-/** Requests waiting in the engine's own queue; 0 when unknown. */
-export function engineWaiting(engine: EngineLoad | null | undefined): number {
-  return engine?.waiting ?? 0;
-}
-
 /** Costs closer than this (ms) are equal: float noise must not decide between two backends. */
 const COST_EPSILON_MS = 1e-9;
 
-type CostOutcome = Extract<AtomicOutcome, { kind: 'cost' }>;
 type Exclusion = CostLine['excluded'];
 
 /** Each candidate's cost terms, in candidate order (excluded candidates too: the explanation shows them). */
@@ -229,7 +210,7 @@ function costLines(request: RoutingRequest, candidates: readonly Candidate[], p:
     const waitingMs = engineWaiting(c.engine) * p.engineWaitingMs;
     const free = engineFreeTokens(c);
     const kvMs = free >= 0 && free < prefillTokens + generation ? p.kvFullMs : 0;
-    // Summed in this order in lib/choose-backend.lua too: float addition is not associative.
+    // Summed in this order in rules/cost.lua too: float addition is not associative.
     const totalMs = prefillMs + workMs + queueMs + Math.max(backlogMs, waitingMs) + kvMs;
     return { prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs };
   });
@@ -409,7 +390,7 @@ export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): 
     scoreDirection: 'lower is better: estimated start cost in ms (prefill of unmatched tokens + queue), [0, ∞)',
     usesPrefixMatch: true,
     recordsOwnership: p.ownershipAt === 'first-token' ? 'at-first-output' : 'at-routing',
-    atomicRule: { kind: 'cost', packedParams: JSON.stringify(p), explain: (outcome) => explainCostOutcome(outcome, p) },
+    atomicRule: costRule(p, (outcome) => explainCostOutcome(outcome, p)),
     choose: (request, candidates) => explainCostOutcome(evaluateCost(request, candidates, p), p),
   };
 }

@@ -9,7 +9,8 @@
  * `indexOfLeastLoaded` is also the fallback of every other policy that "falls back to least-loaded".
  */
 
-import type { AtomicOutcome, Candidate, RoutingDecision, RoutingPolicy } from '../types';
+import { leastLoadedRule } from '../rules/least-loaded';
+import type { Candidate, LeastLoadedOutcome, RoutingDecision, RoutingPolicy } from '../types';
 import { candidateScore } from './candidate-score';
 import { resolveParams, type ParamsOf, type ParamTable } from './policy-params';
 
@@ -42,13 +43,13 @@ export function createLeastLoadedPolicy(params: Partial<LeastLoadedParams> = {})
     scoreDirection: 'lower is better: in-flight requests, [0, ∞)',
     usesPrefixMatch: false,
     recordsOwnership: 'at-routing',
-    atomicRule: { kind: 'least-loaded', explain: explainLeastLoadedOutcome },
+    atomicRule: leastLoadedRule(explainLeastLoadedOutcome),
     choose: (_request, candidates) => leastLoadedDecision(candidates),
   };
 }
 
 /** The decision of a least-loaded outcome, whoever evaluated the rule: every candidate scored by its in-flight count. */
-export function explainLeastLoadedOutcome(outcome: Extract<AtomicOutcome, { kind: 'least-loaded' }>): RoutingDecision {
+export function explainLeastLoadedOutcome(outcome: LeastLoadedOutcome): RoutingDecision {
   const chosen = outcome.candidates[outcome.chosen];
   if (chosen === undefined) return { kind: 'rejected', reason: 'no-eligible-backend' };
   return {

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { createCacheAwarePolicy, evaluateCost } from '../policies/cache-aware';
+import {
+  CACHE_AWARE_PARAMS,
+  createCacheAwarePolicy,
+  evaluateCost,
+  type CacheAwareParams,
+} from '../policies/cache-aware';
+import { resolveParams } from '../policies/policy-params';
 import { createLeastLoadedPolicy } from '../policies/least-loaded';
 import { createPrefixAwarePolicy } from '../policies/prefix-aware';
 import { aRequest } from '../test-support/builders';
@@ -39,13 +45,13 @@ const inputOf = (policy: RoutingPolicy, leaseId: string): DecideInput => ({
 const inMemory = () => new InMemoryRoutingState({ maxBlocksPerBackend: 1000, blockIdleTtlMs: 0, nowMs: () => 1000 });
 
 /** An in-memory store that also evaluates atomic rules itself (as the Redis store does in Lua), counting its calls. */
-function atomicStore(answer: 'evaluate' | 'unavailable') {
+function atomicStore(answer: 'evaluate' | 'unavailable', params: Partial<CacheAwareParams> = {}) {
   const inner = inMemory();
   const calls = { routeAtomically: 0, snapshot: 0, reserve: 0 };
   const store: RoutingStateStore = {
     async routeAtomically(input: AtomicRouteInput) {
       calls.routeAtomically++;
-      if (answer === 'unavailable' || input.rule.kind !== 'cost') return null;
+      if (answer === 'unavailable' || input.rule.name !== 'cost') return null;
       const snapshot = await inner.snapshot(
         input.pool,
         input.backends.map((backend) => backend.id),
@@ -58,7 +64,7 @@ function atomicStore(answer: 'evaluate' | 'unavailable') {
         pendingPrefillTokens: snapshot.pendingPrefillTokens.get(backend.id) ?? 0,
         engine: null,
       }));
-      const outcome = evaluateCost(input.request, candidates, JSON.parse(input.rule.packedParams));
+      const outcome = evaluateCost(input.request, candidates, resolveParams(CACHE_AWARE_PARAMS, params));
       const chosen = candidates[outcome.chosen];
       if (chosen)
         await inner.reserve(
@@ -108,7 +114,7 @@ describe('decide evaluates the policy once', () => {
 
   it('with a store that evaluates the atomic rule: choose never runs, and the decision is the store’s outcome', async () => {
     const { policy, calls } = counted(createCacheAwarePolicy({ saturationInflight: 4 }));
-    const { store, calls: storeCalls, inner } = atomicStore('evaluate');
+    const { store, calls: storeCalls, inner } = atomicStore('evaluate', { saturationInflight: 4 });
     await inner.reserve('m', 'a', 'busy', request.blockHashes, 900);
     const result = await decide(store, inputOf(policy, 'l1'));
     expect(calls()).toBe(0);

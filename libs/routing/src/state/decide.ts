@@ -1,5 +1,5 @@
 import { estimatePrefillTokens } from '../prefix/prefill-estimate';
-import type { AtomicOutcome, AtomicRule, BackendId, BlockHash, Candidate, RoutingDecision } from '../types';
+import type { BackendId, BlockHash, Candidate, RoutingDecision } from '../types';
 import type { DecideInput, DecideResult, RoutingSnapshot, RoutingStateStore } from './routing-state';
 
 /**
@@ -55,7 +55,7 @@ export async function decide(store: RoutingStateStore, input: DecideInput): Prom
       recordOwnership: recordAtRouting && blockHashes.length > 0,
     });
     if (outcome !== null) {
-      const decision = explainOutcome(rule, outcome);
+      const decision = rule.explain(outcome);
       return {
         decision,
         candidates: outcome.candidates,
@@ -102,11 +102,4 @@ export async function explainDecision(store: RoutingStateStore, input: DecideInp
     input.policy.usesPrefixMatch ? input.request.blockHashes : [],
   );
   return input.policy.choose(input.request, candidatesOf(input, snapshot), input.context);
-}
-
-/** The decision the policy makes of a store's outcome; an outcome of another rule is a store bug. */
-function explainOutcome(rule: AtomicRule, outcome: AtomicOutcome): RoutingDecision {
-  if (rule.kind === 'cost' && outcome.kind === 'cost') return rule.explain(outcome);
-  if (rule.kind === 'least-loaded' && outcome.kind === 'least-loaded') return rule.explain(outcome);
-  throw new TypeError(`the state store answered the ${rule.kind} rule with a ${outcome.kind} outcome`);
 }

@@ -1,5 +1,5 @@
 import type {
-  AtomicOutcome,
+  AtomicOutcomeBase,
   AtomicRule,
   BackendId,
   BackendInfo,
@@ -106,7 +106,7 @@ export interface RoutingStateStore {
    * without it (the in-memory one: snapshot + reserve is already atomic in one process) is always
    * decided on by snapshot.
    */
-  routeAtomically?(input: AtomicRouteInput): Promise<AtomicOutcome | null>;
+  routeAtomically?(input: AtomicRouteInput): Promise<AtomicOutcomeBase | null>;
   /**
    * The backends a decision for `request` runs over, of the eligible `backends` given, and the pool's
    * cell they are in (null: the whole pool). Optional: a store without it decides over every backend.

@@ -1,0 +1,63 @@
+-- Shared helpers, inlined by embed-lua.ts wherever a script has an include line for this file
+-- (after lib/batched.lua, whose helpers they use).
+--
+-- A pool's member set and its engines' figures, as route.lua reads them (src/pool-members.ts writes
+-- the arguments). A member set is one HASH per version: 'n' = the count, '#<position>' = '<id>\t<weight>'
+-- (position 1-based, configuration order), '@<id>' = its position; a version is a digest of the set,
+-- so every replica with the same eligible backends uses the same key, and a set no one uses expires.
+
+-- Stores the member set `records` ('<id>\t<weight>\n' per member) at `key`, replacing it, for `ttl` ms.
+local function storeMembers(key, records, ttl)
+  redis.call('DEL', key)
+  local fields, count, position = {}, 0, 0
+  for id, weight in string.gmatch(records, '([^\t\n]*)\t([^\n]*)\n') do
+    position = position + 1
+    fields[count + 1], fields[count + 2] = '#' .. position, id .. '\t' .. weight
+    fields[count + 3], fields[count + 4] = '@' .. id, position
+    count = count + 4
+    if count >= 2 * CHUNK then
+      redis.call('HSET', key, unpack(fields, 1, count))
+      count = 0
+    end
+  end
+  fields[count + 1], fields[count + 2] = 'n', position
+  redis.call('HSET', key, unpack(fields, 1, count + 2))
+  redis.call('PEXPIRE', key, ttl)
+end
+
+-- The members at `positions` (one HMGET): candidates { id, weight, position } and their ids, in order.
+local function membersAt(key, positions)
+  local fields = {}
+  for k = 1, #positions do fields[k] = '#' .. positions[k] end
+  local records = hmgetAll(key, fields)
+  local candidates, ids = {}, {}
+  for k = 1, #positions do
+    local record = records[k]
+    local tab = string.find(record, '\t', 1, true)
+    local id = string.sub(record, 1, tab - 1)
+    candidates[k] = { id = id, weight = tonumber(string.sub(record, tab + 1)), position = positions[k] }
+    ids[k] = id
+  end
+  return candidates, ids
+end
+
+-- Stores engine figures: '<id>\t<waiting> <free KV tokens>\n' per backend, one HSET per CHUNK.
+local function storeEngineFigures(key, figures)
+  local fields, count = {}, 0
+  for id, value in string.gmatch(figures, '([^\t\n]*)\t([^\n]*)\n') do
+    fields[count + 1], fields[count + 2] = id, value
+    count = count + 2
+    if count >= 2 * CHUNK then
+      redis.call('HSET', key, unpack(fields, 1, count))
+      count = 0
+    end
+  end
+  if count > 0 then redis.call('HSET', key, unpack(fields, 1, count)) end
+end
+
+-- An engine's figures from its field ('<waiting> <free KV tokens>', false = unknown): waiting, free tokens.
+local function engineFigures(value)
+  if not value then return 0, -1 end
+  local space = string.find(value, ' ', 1, true)
+  return tonumber(string.sub(value, 1, space - 1)), tonumber(string.sub(value, space + 1))
+end

@@ -1,0 +1,110 @@
+import {
+  engineReportedFreeTokens,
+  engineWaiting,
+  hashString53,
+  type BackendId,
+  type BackendInfo,
+  type EngineLoad,
+} from '@kvroute/routing';
+
+/**
+ * What a decision tells route.lua about its candidates without shipping them every call. The
+ * candidates (ids and weights, configuration order) are a member set stored once in the pool's slot
+ * under its version, a digest of the set, so a call names the version only; replicas with the same
+ * eligible backends share the stored set, and one whose set differs (a breaker open here only) stores
+ * its own. The engines' own figures (requests waiting, free KV: the health poller's, as this replica
+ * sees them) live in the pool's slot too, and a call carries only the figures that changed since this
+ * replica last sent them. At 1,024 backends a decision's arguments went from ~40 KB to the block hashes
+ * and a few hundred bytes (docs/results.md).
+ */
+
+/** A member set as route.lua stores it: records `<id>\t<weight>\n` in configuration order, and its version. */
+export interface MemberSet {
+  readonly version: string;
+  readonly records: string;
+}
+
+/** How long a stored member set lives, ms: a set no replica uses any more goes; one in use is stored again when it does. */
+export const MEMBER_SET_TTL_MS = 600_000;
+
+/** Engine figures one call carries at most (each ~30 bytes): a replica's first calls spread its initial ones. */
+export const ENGINE_FIGURES_PER_CALL = 128;
+
+/** One replica's view of one pool cell: its member set and the engine figures it has sent there. */
+export class PoolMembers {
+  private backends: readonly BackendInfo[] = [];
+  private memberSet: MemberSet = { version: '', records: '' };
+  /**
+   * Whether a call of this replica's stored the current member set or found it stored: until then calls
+   * bring it along (a new set costs no extra round trip), after that only when Redis lost it.
+   */
+  storedHere = false;
+  /** backend → the engine load whose figures this replica last sent (undefined: none known, sent as unknown). */
+  private readonly sent = new Map<BackendId, EngineLoad | undefined>();
+  /** Figures of each engine load, computed once per load object (a poller update is a new object). */
+  private readonly figuresOf = new WeakMap<EngineLoad, string>();
+
+  /** The member set of `backends`; recomputed only when the ids or weights changed since the last call. */
+  membersOf(backends: readonly BackendInfo[]): MemberSet {
+    if (!sameMembers(backends, this.backends)) {
+      let records = '';
+      for (const backend of backends) records += `${backend.id}\t${backend.weight}\n`;
+      const version = hashString53(records).toString(36);
+      if (version !== this.memberSet.version) this.storedHere = false;
+      this.memberSet = { version, records };
+      this.backends = backends;
+    }
+    return this.memberSet;
+  }
+
+  /**
+   * The engine figures of `backends` this replica has not sent yet (`<id>\t<waiting> <free>\n` each, at
+   * most ENGINE_FIGURES_PER_CALL), marked sent. `everything`: as if none were sent (Redis lost them).
+   */
+  engineFiguresToSend(
+    backends: readonly BackendInfo[],
+    engine: ReadonlyMap<BackendId, EngineLoad> | undefined,
+    everything: boolean,
+  ): string {
+    if (everything) this.sent.clear();
+    let figures = '';
+    let count = 0;
+    for (const backend of backends) {
+      const load = engine?.get(backend.id);
+      if (this.sent.has(backend.id) && this.sent.get(backend.id) === load) continue;
+      if (count === ENGINE_FIGURES_PER_CALL) break;
+      figures += `${backend.id}\t${load === undefined ? '0 -1' : this.figuresOfLoad(load)}\n`;
+      this.sent.set(backend.id, load);
+      count++;
+    }
+    return figures;
+  }
+
+  /** Forgets what was sent for a call that failed: its figures may not have been stored. */
+  unsend(figures: string): void {
+    for (const line of figures.split('\n')) {
+      const tab = line.indexOf('\t');
+      if (tab > 0) this.sent.delete(line.slice(0, tab));
+    }
+  }
+
+  private figuresOfLoad(load: EngineLoad): string {
+    let figures = this.figuresOf.get(load);
+    if (figures === undefined) {
+      figures = `${engineWaiting(load)} ${engineReportedFreeTokens(load)}`;
+      this.figuresOf.set(load, figures);
+    }
+    return figures;
+  }
+}
+
+function sameMembers(a: readonly BackendInfo[], b: readonly BackendInfo[]): boolean {
+  if (a === b) return true;
+  if (a.length !== b.length) return false;
+  for (let index = 0; index < a.length; index++) {
+    const x = a[index] as BackendInfo;
+    const y = b[index] as BackendInfo;
+    if (x !== y && (x.id !== y.id || x.weight !== y.weight)) return false;
+  }
+  return true;
+}

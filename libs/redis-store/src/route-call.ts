@@ -1,0 +1,183 @@
+import type { AtomicRule, BlockHash, Candidate } from '@kvroute/routing';
+import { packBlockHashes, type PoolKeys } from './keys';
+import { ROUTE_LUA } from './lua/scripts.generated';
+import { MEMBER_SET_TTL_MS, type MemberSet } from './pool-members';
+import { RedisStoreError } from './redis-store-error';
+import { defineScript, runScript, type LuaScript, type RedisClient } from './scripts';
+import type { Shortlist } from './shortlist';
+
+/**
+ * route.lua's call and reply (its header has the contract). The store knows no rule: each rule's Lua
+ * twin is spliced into route.lua at its '--#rule' line, one script per rule, and its argument and
+ * detail pass through as the rule's codec made them.
+ */
+
+/** Where route.lua takes its rule. */
+const RULE_LINE = /^--#rule$/m;
+/** route.lua composed with each rule's Lua twin, by the twin's source. */
+const routeScripts = new Map<string, LuaScript>();
+
+/** The route script of `rule`: route.lua with the rule's Lua twin in place of its '--#rule' line. */
+export function routeScriptOf(rule: AtomicRule): LuaScript {
+  let script = routeScripts.get(rule.lua);
+  if (script === undefined) {
+    script = defineScript(
+      `route:${rule.name}`,
+      ROUTE_LUA.replace(RULE_LINE, () => rule.lua.trimEnd()),
+      9,
+    );
+    routeScripts.set(rule.lua, script);
+  }
+  return script;
+}
+
+/** The store's settings a route call carries. */
+export interface RouteSettings {
+  readonly nowMs: number;
+  readonly blockIdleTtlMs: number;
+  readonly maxBlocksPerPool: number;
+  readonly leaseTtlMs: number;
+}
+
+/** One decision's call. */
+export interface RouteCall {
+  readonly keys: PoolKeys;
+  readonly rule: AtomicRule;
+  readonly ruleArgument: string;
+  readonly leaseId: string;
+  readonly blockHashes: readonly BlockHash[];
+  /** Record the chosen backend's ownership of the blocks, at most this many new ones (0: do not). */
+  readonly recordAtMost: number;
+  /** null: every member takes part. */
+  readonly shortlist: Shortlist | null;
+  readonly members: MemberSet;
+  /** Store the member set first (it is not stored, or may not be). */
+  readonly storeMembers: boolean;
+  /** Engine figures to store first (PoolMembers.engineFiguresToSend). */
+  readonly engineFigures: string;
+}
+
+/** A participant's figures as route.lua read them. */
+export type Figures = Pick<Candidate, 'inflight' | 'matchBlocks' | 'pendingPrefillTokens' | 'matchRecordedAtMs'>;
+
+export type RouteReply =
+  /** The member set named is not stored: nothing was done; call again with it. */
+  | { readonly kind: 'members-unknown' }
+  | {
+      readonly kind: 'decided';
+      /** 0-based, among the participants. */
+      readonly chosen: number;
+      readonly inflightAfter: number;
+      /** The rule reported every participant saturated. */
+      readonly saturated: boolean;
+      /** When recording: the leading blocks the chosen backend now holds in the current generation. */
+      readonly recordedTo: number;
+      /** The members (0-based, ascending) that took part; `chosen` and `figures` are theirs. */
+      readonly participants: readonly number[];
+      readonly detail: readonly Buffer[];
+      readonly figures: readonly Figures[];
+    };
+
+/** Runs route.lua for one decision. */
+export async function runRoute(redis: RedisClient, settings: RouteSettings, call: RouteCall): Promise<RouteReply> {
+  const { keys, shortlist } = call;
+  const script = routeScriptOf(call.rule);
+  const args: (string | number)[] = [
+    settings.nowMs,
+    keys.prefix,
+    settings.blockIdleTtlMs,
+    settings.maxBlocksPerPool,
+    call.leaseId,
+    settings.leaseTtlMs,
+    call.recordAtMost,
+    packBlockHashes(call.blockHashes),
+    call.rule.readsDepths ? 1 : 0,
+    call.ruleArgument,
+    shortlist === null ? '' : `${shortlist.owners};${shortlist.picks.map((index) => index + 1).join(',')}`,
+    call.storeMembers ? call.members.records : '',
+    MEMBER_SET_TTL_ARG,
+    call.engineFigures,
+  ];
+  const routeKeys = [
+    keys.forgotten,
+    keys.leaseDeadlines,
+    keys.inflight,
+    keys.pending,
+    keys.ownersNew,
+    keys.ownersOld,
+    keys.generation,
+    keys.members(call.members.version),
+    keys.engine,
+  ];
+  const reply = await runScript(redis, script, routeKeys, args, 'buffers');
+  return decodeRouteReply(script, reply, memberCount(call.members));
+}
+
+/** Passed as text like every argument. */
+const MEMBER_SET_TTL_ARG = String(MEMBER_SET_TTL_MS);
+
+function memberCount(members: MemberSet): number {
+  let count = 0;
+  for (let at = members.records.indexOf('\n'); at !== -1; at = members.records.indexOf('\n', at + 1)) count++;
+  return count;
+}
+
+const HEADER = 6;
+
+function decodeRouteReply(script: LuaScript, reply: unknown, memberTotal: number): RouteReply {
+  const bad = (expected: string) =>
+    new RedisStoreError(
+      'REDIS_STORE_ERR_BAD_REPLY',
+      script.name,
+      `${script.name} returned an unexpected reply: ${expected}`,
+    );
+  if (Array.isArray(reply) && reply.length === 1 && reply[0] === -1) return { kind: 'members-unknown' };
+  if (!Array.isArray(reply) || reply.length < HEADER) throw bad(`expected at least ${HEADER} values`);
+  const [chosen, inflightAfter, saturated, recordedTo, positions, detailCount] = reply as unknown[];
+  if (![chosen, inflightAfter, saturated, recordedTo, detailCount].every(Number.isInteger))
+    throw bad('non-integer header');
+  if (!Buffer.isBuffer(positions)) throw bad('participants must be a string');
+  const participants =
+    positions.length === 0
+      ? Array.from({ length: memberTotal }, (_, index) => index)
+      : positions
+          .toString('latin1')
+          .split(',')
+          .map((position) => Number(position) - 1);
+  if (participants.some((index) => !Number.isInteger(index) || index < 0 || index >= memberTotal)) {
+    throw bad(`participants ${positions.toString('latin1').slice(0, 80)} of ${memberTotal}`);
+  }
+  const detailEnd = HEADER + (detailCount as number);
+  const detail = reply
+    .slice(HEADER, detailEnd)
+    .map((value: unknown) => (Buffer.isBuffer(value) ? value : Buffer.from(String(value))));
+  if (reply.length !== detailEnd + 4 * participants.length)
+    throw bad(`expected ${detailEnd + 4 * participants.length} values`);
+  const figures: Figures[] = [];
+  for (let at = detailEnd; at < reply.length; at += 4) {
+    const [inflight, pendingPrefillTokens, matchBlocks, recordedAt] = reply.slice(at, at + 4) as number[];
+    if (![inflight, pendingPrefillTokens, matchBlocks, recordedAt].every(Number.isInteger)) {
+      throw bad(`non-integer figures of participant ${figures.length + 1}`);
+    }
+    const matchRecordedAtMs =
+      (matchBlocks as number) > 0 && (recordedAt as number) >= 0 ? (recordedAt as number) : null;
+    figures.push({
+      inflight: inflight as number,
+      pendingPrefillTokens: pendingPrefillTokens as number,
+      matchBlocks: matchBlocks as number,
+      matchRecordedAtMs,
+    });
+  }
+  if ((chosen as number) < 1 || (chosen as number) > participants.length)
+    throw bad(`chosen ${String(chosen)} of ${participants.length}`);
+  return {
+    kind: 'decided',
+    chosen: (chosen as number) - 1,
+    inflightAfter: inflightAfter as number,
+    saturated: saturated === 1,
+    recordedTo: recordedTo as number,
+    participants,
+    detail,
+    figures,
+  };
+}

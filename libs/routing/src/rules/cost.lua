@@ -1,0 +1,227 @@
+-- The cost rule (rules/cost.ts, the `cacheaware` policy): the Lua twin of evaluateCost in
+-- libs/routing/src/policies/cache-aware.ts, evaluated next to the data inside route.lua so that
+-- deciding, reserving and recording are one step. It returns what its TypeScript twin returns on the
+-- same figures (the choice, the reason and every candidate's cost terms), which the policy turns into
+-- its decision without running again: libs/redis-store's rule-parity.int.test.ts compares the
+-- decisions on thousands of random cases.
+--
+-- argument (rules/cost.ts encodeCostArgument), three lines:
+--   1. the policy's parameters, one JSON object (CACHE_AWARE_PARAMS by name; others ignored);
+--   2. '<text bytes> <block size bytes> <generation budget tokens, 0 = none>';
+--   3. the first RANKED_BACKENDS of the request's rendezvous order, as positions among the backends
+--      given (1-based, comma-separated, most preferred first): a participant listed k-th has rank k - 1,
+--      one not listed ranks after them all, by position (only a pool bigger than RANKED_BACKENDS has any).
+-- Contract of evaluateRule: rules/README.md.
+
+--#include prefill-tokens.lua
+
+-- Index of the least-loaded candidate among those `keep` accepts; ties go to the earlier one. 0 if none.
+local function indexOfLeastLoaded(candidates, keep)
+  local best, bestInflight = 0, math.huge
+  for j, c in ipairs(candidates) do
+    if c.inflight < bestInflight and (keep == nil or keep(j)) then
+      best, bestInflight = j, c.inflight
+    end
+  end
+  return best
+end
+
+-- Exclusion codes of a cost line (CostLine.excluded in libs/routing): 0 none, 1 saturated, 2 load-spread.
+local SATURATED, LOAD_SPREAD = 1, 2
+
+-- Costs closer than this (ms) are equal; keeps float noise from raising a load bound by one.
+local COST_EPSILON_MS = 1e-9
+local BOUND_EPSILON = 1e-9
+
+-- A cost line per candidate, in one flat array of numbers (one table for all candidates: this runs for
+-- every candidate of every decision): candidate j's field f is lines[(j - 1) * LINE + f].
+local PREFILL_MS, BACKLOG_MS, QUEUE_MS, WAITING_MS, KV_MS, TOTAL_MS, EXCLUDED, HASH_RANK, BOUND = 1, 2, 3, 4, 5, 6, 7, 8, 9
+local LINE = 9
+
+-- The cheapest of `indices` by total cost; costs within COST_EPSILON_MS tie, and the better rendezvous
+-- rank wins. 0 when `indices` is empty.
+local function indexOfCheapest(indices, candidates, lines)
+  local best, bestCost, bestRank = 0, math.huge, nil
+  for _, j in ipairs(indices) do
+    local cost = lines[(j - 1) * LINE + TOTAL_MS]
+    if cost <= bestCost + COST_EPSILON_MS then
+      if cost < bestCost - COST_EPSILON_MS or best == 0 then
+        best, bestCost, bestRank = j, cost, candidates[j].rank
+      elseif candidates[j].rank < bestRank then
+        best, bestRank = j, candidates[j].rank
+      end
+    end
+  end
+  return best
+end
+
+-- `cacheaware` (libs/routing/src/policies/cache-aware.ts `evaluateCost`, whose comment explains the
+-- rule): every candidate's cost terms, the valve, the load-spread guard, cold placement by bounded-load
+-- rendezvous hashing, else the cheapest candidate in ms with rendezvous rank breaking ties; and the
+-- reason. p = the policy's parameters (its JSON, decoded); request = { textBytes, blockSizeBytes,
+-- maxTokens }; each candidate has its `rank`. Returns chosen index, reason, valveLifted and the cost lines (see LINE:
+-- prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs, excluded code, hashRank and bound, the last
+-- two -1 unless cold placement ran and the candidate took part). workMs (prefillMs · prefillWorkWeight)
+-- is in totalMs but not on the line: the explanation derives it from the parameters.
+local function evaluateCost(candidates, p, request)
+  local count = #candidates
+  local max, ceil = math.max, math.ceil
+  local lines = {}
+  local textBytes, blockSizeBytes, generation = request.textBytes, request.blockSizeBytes, request.maxTokens
+  local bytesPerToken, prefillMsPerToken, queueMsPerRequest = p.bytesPerToken, p.prefillMsPerToken,
+    p.queueMsPerRequest
+  local prefillWorkWeight = p.prefillWorkWeight
+  local engineWaitingMs, kvFullMs = p.engineWaitingMs, p.kvFullMs
+  for j = 1, count do
+    local c, at = candidates[j], (j - 1) * LINE
+    local tokens = prefillTokens(textBytes, blockSizeBytes, c.depth, bytesPerToken)
+    local prefill = tokens * prefillMsPerToken
+    local work = prefill * prefillWorkWeight
+    local backlog = c.pending * prefillMsPerToken
+    local queue = c.inflight * queueMsPerRequest
+    local waiting = c.waiting * engineWaitingMs
+    local kv = 0
+    if c.freeTokens >= 0 and max(0, c.freeTokens - c.pending) < tokens + generation then kv = kvFullMs end
+    lines[at + PREFILL_MS], lines[at + BACKLOG_MS], lines[at + QUEUE_MS] = prefill, backlog, queue
+    lines[at + WAITING_MS], lines[at + KV_MS] = waiting, kv
+    -- The same terms in the same order as cache-aware.ts (float addition is not associative).
+    lines[at + TOTAL_MS] = prefill + work + queue + max(backlog, waiting) + kv
+    lines[at + EXCLUDED], lines[at + HASH_RANK], lines[at + BOUND] = 0, -1, -1
+  end
+
+  -- 1. Valve; one that would exclude every candidate is lifted.
+  local saturated = 0
+  if p.saturationInflight > 0 then
+    for j = 1, count do
+      if candidates[j].inflight >= p.saturationInflight then
+        lines[(j - 1) * LINE + EXCLUDED] = SATURATED
+        saturated = saturated + 1
+      end
+    end
+  end
+  local valveLifted = saturated == count and count > 0
+  if valveLifted then
+    for j = 1, count do lines[(j - 1) * LINE + EXCLUDED] = 0 end
+  end
+  -- 2. Load-spread guard, over what the valve kept.
+  local guarded = false
+  if p.spreadAbs ~= 0 then
+    local minInflight = math.huge
+    for j = 1, count do
+      if lines[(j - 1) * LINE + EXCLUDED] == 0 and candidates[j].inflight < minInflight then
+        minInflight = candidates[j].inflight
+      end
+    end
+    local limit = max(minInflight + p.spreadAbs, minInflight * p.spreadRel)
+    for j = 1, count do
+      local at = (j - 1) * LINE + EXCLUDED
+      if lines[at] == 0 and candidates[j].inflight > limit then
+        lines[at] = LOAD_SPREAD
+        guarded = true
+      end
+    end
+  end
+  -- Without a guard exclusion, the candidates the valve kept are the eligible ones.
+  local eligible, keptByValve = {}, nil
+  for j = 1, count do
+    if lines[(j - 1) * LINE + EXCLUDED] == 0 then eligible[#eligible + 1] = j end
+  end
+  if guarded then
+    keptByValve = {}
+    for j = 1, count do
+      if lines[(j - 1) * LINE + EXCLUDED] ~= SATURATED then keptByValve[#keptByValve + 1] = j end
+    end
+  else
+    keptByValve = eligible
+  end
+  -- 3. Nothing left (cannot happen with the guard keeping the least-loaded): still serve.
+  if #eligible == 0 then return indexOfLeastLoaded(candidates), 'least-loaded', valveLifted, lines end
+
+  -- 4. Cold prompt: the first eligible candidate in rendezvous order within its load bound.
+  local anyWarm = false
+  for j = 1, count do
+    if candidates[j].depth >= p.minMatchBlocks then anyWarm = true end
+  end
+  if p.minMatchBlocks > 0 and not anyWarm then
+    local totalInflight, totalWeight = 0, 0
+    for _, j in ipairs(eligible) do
+      totalInflight = totalInflight + candidates[j].inflight
+      totalWeight = totalWeight + candidates[j].weight
+    end
+    local byRank = {}
+    for _, j in ipairs(eligible) do byRank[#byRank + 1] = j end
+    table.sort(byRank, function(a, b) return candidates[a].rank < candidates[b].rank end)
+    local chosen = 0
+    for position, j in ipairs(byRank) do
+      local c, at = candidates[j], (j - 1) * LINE
+      local b = ceil((p.coldLoadFactor * (totalInflight + 1) * c.weight) / totalWeight - BOUND_EPSILON)
+      lines[at + HASH_RANK], lines[at + BOUND] = position - 1, b
+      if chosen == 0 and c.inflight <= b then chosen = j end
+    end
+    if chosen == 0 then
+      local inEligible = {}
+      for _, j in ipairs(eligible) do inEligible[j] = true end
+      chosen = indexOfLeastLoaded(candidates, function(j) return inEligible[j] end)
+    end
+    return chosen, 'cold-hash', valveLifted, lines
+  end
+
+  -- 5. The cheapest eligible candidate, and why it is not the warmest one the valve kept.
+  local chosen = indexOfCheapest(eligible, candidates, lines)
+  local cheapestUnguarded = guarded and indexOfCheapest(keptByValve, candidates, lines) or chosen
+  local deepestMatch, deepestGuarded = -math.huge, false
+  for _, j in ipairs(keptByValve) do
+    local d, spread = candidates[j].depth, lines[(j - 1) * LINE + EXCLUDED] == LOAD_SPREAD
+    if d > deepestMatch then
+      deepestMatch, deepestGuarded = d, spread
+    elseif d == deepestMatch and spread then
+      deepestGuarded = true
+    end
+  end
+  local reason = 'least-loaded'
+  local depth = candidates[chosen].depth
+  if depth < deepestMatch then
+    reason = deepestGuarded and 'load-guard' or 'spilled-from-saturated'
+  elseif lines[(cheapestUnguarded - 1) * LINE + EXCLUDED] == LOAD_SPREAD then
+    reason = 'load-guard'
+  elseif depth >= max(1, p.minMatchBlocks) then
+    reason = 'prefix-affinity'
+  end
+  return chosen, reason, valveLifted, lines
+end
+
+-- The cost lines as one binary string: per candidate its LINE fields as little-endian doubles, in the
+-- order above. Redis turns Lua numbers in a reply into integers; a packed double travels exact, for
+-- ~0.25 µs per candidate (a decimal string by string.format('%.17g') costs ~1.3 µs per number).
+local function packCostLines(lines, count)
+  local pack, parts = struct.pack, {}
+  for j = 1, count do
+    local at = (j - 1) * LINE
+    parts[j] = pack('<ddddddddd', lines[at + 1], lines[at + 2], lines[at + 3], lines[at + 4], lines[at + 5],
+      lines[at + 6], lines[at + 7], lines[at + 8], lines[at + 9])
+  end
+  return table.concat(parts)
+end
+
+-- The rule's entry point (rules/README.md): parses the argument, ranks the participants, evaluates.
+-- Detail: the reason, the packed cost lines and '1' when the valve was lifted, else '0'; saturated = the valve was lifted (every participant at
+-- its in-flight limit), which lets a split pool try its next cell.
+local function evaluateRule(candidates, argument)
+  local find, sub = string.find, string.sub
+  local first = find(argument, '\n', 1, true)
+  local second = find(argument, '\n', first + 1, true)
+  local p = cjson.decode(sub(argument, 1, first - 1))
+  local textBytes, blockSizeBytes, maxTokens = string.match(sub(argument, first + 1, second - 1), '^(%S+) (%S+) (%S+)$')
+  local request = { textBytes = tonumber(textBytes), blockSizeBytes = tonumber(blockSizeBytes), maxTokens = tonumber(maxTokens) }
+  local rankOf, ranked = {}, 0
+  for position in string.gmatch(sub(argument, second + 1), '%d+') do
+    rankOf[tonumber(position)] = ranked
+    ranked = ranked + 1
+  end
+  for _, c in ipairs(candidates) do
+    c.rank = rankOf[c.position] or (ranked + c.position)
+  end
+  local chosen, reason, valveLifted, lines = evaluateCost(candidates, p, request)
+  local leaseTokens = prefillTokens(request.textBytes, request.blockSizeBytes, candidates[chosen].depth, p.bytesPerToken)
+  return chosen, leaseTokens, valveLifted, { reason, packCostLines(lines, #candidates), valveLifted and '1' or '0' }
+end

@@ -1,0 +1,25 @@
+import type { EngineLoad } from '../types';
+
+/**
+ * An engine's own load as the two integers the atomic rules read (the cost rule's waiting and KV
+ * terms), whoever evaluates them: the policy in TypeScript on a snapshot, or a state store next to its
+ * state (the Redis store keeps these figures in the pool's slot, so a decision does not ship them).
+ */
+
+/** Usage at or above which an engine that reports no KV capacity counts as full. */
+const KV_FULL_USAGE = 0.98;
+
+/**
+ * The engine's free KV in tokens as it reports it, an integer: -1 = no limit known (no fresh engine
+ * state, no usage reported, or no capacity reported and usage below KV_FULL_USAGE), 0 = full.
+ */
+export function engineReportedFreeTokens(engine: EngineLoad | null | undefined): number {
+  if (engine === undefined || engine === null || engine.kvUsage === null) return -1;
+  if (engine.kvCapacityTokens === null) return engine.kvUsage >= KV_FULL_USAGE ? 0 : -1;
+  return Math.max(0, Math.floor(engine.kvCapacityTokens * (1 - Math.min(1, Math.max(0, engine.kvUsage)))));
+}
+
+/** Requests waiting in the engine's own queue; 0 when unknown. */
+export function engineWaiting(engine: EngineLoad | null | undefined): number {
+  return engine?.waiting ?? 0;
+}
