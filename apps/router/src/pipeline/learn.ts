@@ -14,7 +14,7 @@ import type { RouterMetrics } from '../router-metrics';
 import type { Ticket } from './route';
 
 /**
- * Stage 5 of the request path, **learn**: what a response tells the router about its backend.
+ * Stage 6 of the request path, **learn**: what a response tells the router about its backend.
  * - The first output: the request's time to first token, the end of its prefill (it leaves the
  *   backend's backlog), and, for policies that record ownership at first output, that the backend now
  *   holds the request's prefix (the blocks `decide` handed to the lease).

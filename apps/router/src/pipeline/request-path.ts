@@ -8,9 +8,9 @@ import type { RouterMetrics } from '../router-metrics';
 import type { Identity } from '../tenants/authenticate';
 import type { TenantDirectory } from '../tenants/tenant-directory';
 import type { Learner } from './learn';
-import { admitLimits, settleLimits, type Admission, type LimitDeps } from './limit';
+import { admitLimits, type Admission, type LimitDeps } from './limit';
 import { parseRequest, type Endpoint, type ParsedRequest, type ParseOptions } from './parse';
-import { release } from './release';
+import { releaseLease, releaseLimits } from './release';
 import { previousResponseOwner, responseIdWatch, type ResponseAffinityDeps } from './response-affinity';
 import { withRetryBeforeFirstByte, type RetryOptions } from './retry-before-first-byte';
 import { poolOf, route, type RouteDeps } from './route';
@@ -27,10 +27,12 @@ import { send, type SendDeps, type TryDeadlines } from './send';
  * | 4 | route   | route.ts              | eligible backends (a Responses follow-up's owner first) → decide (the policy once) + lease → a ticket |
  * | 5 | send    | send.ts               | the ticket's request relayed to its backend |
  * | 6 | learn   | learn.ts              | what the response says: first output (TTFT, prefill done, ownership); a stored Responses id (response-affinity.ts) |
- * | 7 | release | release.ts            | the ticket's lease, once; the limits settled from usage, once per request |
+ * | 7 | release | release.ts            | the ticket's lease, once per try; the request's limits settled from its usage, once |
  *
  * Route and send are retried before the first byte by retry-before-first-byte.ts. Admit runs as a
- * hook (app.ts registers it first); this file runs stages 2–7 for one request.
+ * hook (app.ts registers it first); this file runs stages 2–7 for one request. This list is the one
+ * the stage files' headers (`Stage N of the request path, **name**`), the router README and
+ * docs/architecture.md number: request-path-doc.test.ts holds them to it.
  */
 export const REQUEST_PATH_STAGES = ['admit', 'parse', 'limit', 'route', 'send', 'learn', 'release'] as const;
 
@@ -115,7 +117,7 @@ export function createRequestPath(
             // The response's framing, not the request's flag: an engine may answer either way.
             firstOutput: (streamed) => deps.learn.firstOutput(ticket, of.request.arrivedAtMs, streamed),
             finished: (tail) => {
-              release(ticket);
+              releaseLease(ticket);
               deps.learn.responseEnded(ticket, tail);
               of.sent = true;
               if (of.admission !== null && tail !== null) {
@@ -165,9 +167,7 @@ export function createRequestPath(
     } catch (error) {
       answerHijackedError(reply, error, deps.metrics, of.showsRoutingHeaders);
     } finally {
-      // Usage known: what was used; a response without usage: what was reserved; never sent: nothing.
-      if (admission !== null && deps.limit !== null)
-        settleLimits(deps.limit, admission, of.usedTokens >= 0 ? of.usedTokens : of.sent ? null : 0);
+      if (admission !== null && deps.limit !== null) releaseLimits(deps.limit, admission, of.usedTokens, of.sent);
     }
   };
 }
