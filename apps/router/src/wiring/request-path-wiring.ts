@@ -1,0 +1,118 @@
+import type { FastifyBaseLogger } from 'fastify';
+import { generationLimitsOf, type RouterConfig } from '../config';
+import { NODE_TIMERS } from '../one-shot-timers';
+import { createLearner, type Learner } from '../pipeline/learn';
+import type { RequestPathDeps } from '../pipeline/request-path';
+import type { TryDeadlines } from '../pipeline/send';
+import { STORED_RESPONSE_HEADERS_TIMEOUT_MS } from '../pipeline/stored-response';
+import type { RouterMetrics } from '../router-metrics';
+import type { LearnedFigures } from '../routes/debug-routes';
+import { HeldLeases } from '../routing/held-leases';
+import type { PolicyTable } from '../routing/policy-table';
+import type { BackendParts } from './backends-wiring';
+import type { StateParts } from './state-wiring';
+import type { TenantParts } from './tenants-wiring';
+
+export interface RequestPathWiringDeps {
+  readonly state: StateParts;
+  readonly backends: BackendParts;
+  readonly tenants: TenantParts;
+  readonly policies: PolicyTable;
+  readonly metrics: RouterMetrics;
+  /** The request path's logger; each stage logs as a child (`component`). */
+  readonly logger: FastifyBaseLogger;
+  /** Wall-clock ms (the shared state's clock). */
+  readonly nowMs: () => number;
+  readonly random: () => number;
+}
+
+/** The request path's stages, wired; and what its learn stage taught, as /debug/route shows it. */
+export interface RequestPathParts {
+  readonly requestPath: RequestPathDeps;
+  readonly learned: LearnedFigures;
+  /** The leases the request path holds, which the shutdown releases at its deadline. */
+  readonly heldLeases: HeldLeases;
+}
+
+/** The request path (pipeline/request-path.ts), each stage given its part of the config and of the replica. */
+export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDeps): RequestPathParts {
+  const { state, backends, tenants, metrics, logger } = deps;
+  const learner = wireLearner(config, deps);
+  const heldLeases = new HeldLeases();
+  const requestPath: RequestPathDeps = {
+    parse: {
+      blockSizeBytes: config.blockSizeBytes,
+      maxRoutedBlocks: config.maxRoutedBlocks,
+      maxJsonDepth: config.maxJsonDepth,
+      requestStreamUsage: config.requestStreamUsage,
+      limits: generationLimitsOf(config),
+      salter: tenants.salter,
+      servedModels: () => backends.registry.models(),
+      multipartBodyLimitBytes: config.multipartBodyLimitBytes,
+    },
+    route: {
+      registry: backends.registry,
+      state: state.state,
+      policyFor: deps.policies.policyFor,
+      nowMs: deps.nowMs,
+      random: deps.random,
+      leaseRenewIntervalMs: state.leaseRenewIntervalMs,
+      prefillDoneDelayMs: state.prefillDoneDelayMs,
+      engineStates: state.engineStates,
+      heldLeases,
+      metrics,
+      logger: logger.child({ component: 'route' }),
+    },
+    send: {
+      upstreams: backends.upstreams,
+      connectionLostRetryMs: config.connectionLostRetryMs,
+      timers: NODE_TIMERS,
+      metrics,
+      logger: logger.child({ component: 'proxy' }),
+    },
+    deadlines: tryDeadlinesOf(config),
+    learn: learner,
+    retry: { maxAttempts: config.maxAttempts, retryBackoffMs: config.retryBackoffMs, random: deps.random },
+    metrics,
+    limit: tenants.limit,
+    tenants: tenants.tenants,
+    routingHeaders: config.routingHeaders,
+    responses: { owners: state.responseOwners, logger: logger.child({ component: 'responses' }), metrics },
+  };
+  const learned: LearnedFigures = {
+    costModel: (pool) => deps.policies.costModel(pool),
+    retentionMs: (backendId) => learner.retentionMs(backendId),
+    reportsCachedTokens: (backendId) => learner.reportsCachedTokens(backendId),
+  };
+  return { requestPath, learned, heldLeases };
+}
+
+/** The learn stage: what responses say corrects the routing state and calibrates the policies' cost model. */
+function wireLearner(config: RouterConfig, deps: RequestPathWiringDeps): Learner {
+  const { policies, state } = deps;
+  return createLearner({
+    metrics: deps.metrics,
+    state: state.state,
+    logger: deps.logger.child({ component: 'learn' }),
+    clockMs: () => performance.now(),
+    correctOwnership: config.learnFromResponses,
+    calibrate: config.calibrateCostModel,
+    calibrationFlushMs: config.calibrationFlushMs,
+    prefillMsPerToken: (pool) => policies.prefillMsPerToken(pool),
+    onLearned: (pool, learned) => policies.applyLearned(pool, learned),
+    lastRestartMs: (backendId) => state.engineStates?.lastRestartMs(backendId) ?? null,
+  });
+}
+
+/** Each try's deadline by what it waits for, built once (a request picks one, allocating nothing). */
+function tryDeadlinesOf(config: RouterConfig): TryDeadlines {
+  return {
+    stream: { until: 'first-output', ms: config.streamFirstByteTimeoutMs },
+    whole: { until: 'end', ms: config.generationTimeoutMs },
+    // A stored response's call bounded like a stream's first byte, but a dictionary read needs no more than 30 s.
+    storedResponse: {
+      until: 'headers',
+      ms: Math.min(config.streamFirstByteTimeoutMs, STORED_RESPONSE_HEADERS_TIMEOUT_MS),
+    },
+  };
+}
