@@ -1,78 +1,32 @@
-import { request as httpRequest } from 'node:http';
-import OpenAI from 'openai';
-import { SimConfig } from '@kvroute/vllm-sim/config';
-import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
+import type OpenAI from 'openai';
 import { startRedis, type TestRedis } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RouterConfig } from '../src/config';
-import { createRouterServer, type RouterServer } from '../src/create-router';
-import { FakeResponsesBackend } from './fake-responses-backend';
-import { scrapeAt, sumWhere } from './metrics-scrape';
-import { startTestCluster, waitFor } from './start-test-cluster';
+import type { RouterServer } from '../src/create-router';
+import {
+  instructionsOf,
+  startResponsesCluster,
+  stopResponsesCluster,
+  type ResponsesCluster,
+} from './responses-cluster';
+import { waitFor } from './start-test-cluster';
 
 /**
  * Acceptance (issue 16): the Responses API through 3 router replicas sharing Redis, with the official
  * openai client. Each sim stores only its own responses (another answers 404 to a
  * `previous_response_id` it does not hold), so a follow-up succeeds only if the replica that routes it
- * finds, in Redis, the backend that another replica learnt the id from.
+ * finds, in Redis, the backend that another replica learnt the id from. Stored responses' own calls:
+ * stored-responses.test.ts; follow-ups to a failing owner, prefix routing and bad input:
+ * responses-routing.test.ts.
  */
-interface Cluster {
-  sims: Array<{ url: string; sim: SimServer; id: string }>;
-  routers: RouterServer[];
-  clients: OpenAI[];
-}
-
-async function startCluster(
-  replicas: number,
-  redisUrl: string | undefined,
-  extra: Partial<RouterConfig> = {},
-  backends = 3,
-): Promise<Cluster> {
-  const sims = await Promise.all(
-    Array.from({ length: backends }, async () => {
-      const sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model' }));
-      const url = await sim.listen();
-      return { url, sim, id: new URL(url).host };
-    }),
-  );
-  const routers: RouterServer[] = [];
-  const clients: OpenAI[] = [];
-  for (let index = 0; index < replicas; index++) {
-    const router = await createRouterServer(
-      RouterConfig.parse({
-        host: '127.0.0.1',
-        port: 0,
-        backends: sims.map((sim) => sim.url),
-        retryBackoffMs: 1,
-        ...(redisUrl ? { redisUrl, redisTimeoutMs: 200 } : {}),
-        ...extra,
-      }),
-    );
-    routers.push(router);
-    clients.push(new OpenAI({ baseURL: `${await router.listen()}/v1`, apiKey: 'unused', maxRetries: 0 }));
-  }
-  return { sims, routers, clients };
-}
-
-async function stopCluster(cluster: Cluster): Promise<void> {
-  for (const router of cluster.routers) await router.close();
-  await Promise.all(cluster.sims.map((sim) => sim.sim.close()));
-}
-
-/** A different long system prompt per conversation: its first turn is prefix-routed on it. */
-function instructionsOf(conversation: number): string {
-  return `Conversation ${conversation}: you are agent number ${conversation * 7919}. `.repeat(30);
-}
-
 describe('Responses API through 3 router replicas sharing Redis', () => {
   let redis: TestRedis;
-  let cluster: Cluster;
+  let cluster: ResponsesCluster;
   beforeAll(async () => {
     redis = await startRedis({ fresh: true });
-    cluster = await startCluster(3, redis.url);
+    cluster = await startResponsesCluster(3, redis.url);
   });
   afterAll(async () => {
-    await stopCluster(cluster);
+    await stopResponsesCluster(cluster);
     await redis.stop();
   });
 
@@ -224,7 +178,7 @@ describe('Responses API through 3 router replicas sharing Redis', () => {
 describe('Responses API with a pool split into cells', () => {
   it('sends a follow-up to its owner whatever cell its routing text would pick', async () => {
     const redis = await startRedis({ fresh: true });
-    const cluster = await startCluster(2, redis.url, { poolCells: 2 }, 4);
+    const cluster = await startResponsesCluster(2, redis.url, { poolCells: 2 }, 4);
     try {
       const [one, two] = cluster.clients as [OpenAI, OpenAI];
       for (let conversation = 0; conversation < 6; conversation++) {
@@ -249,7 +203,7 @@ describe('Responses API with a pool split into cells', () => {
         expect(next.response.headers.get('x-router-reason')).toBe('previous-response');
       }
     } finally {
-      await stopCluster(cluster);
+      await stopResponsesCluster(cluster);
       await redis.stop();
     }
   });
@@ -257,7 +211,7 @@ describe('Responses API with a pool split into cells', () => {
 
 describe('Responses API on one replica without Redis (local state)', () => {
   it('keeps a chain on its backend through the in-memory map, and falls back to the policy when that backend is drained', async () => {
-    const cluster = await startCluster(1, undefined);
+    const cluster = await startResponsesCluster(1, undefined);
     try {
       const client = cluster.clients[0] as OpenAI;
       const first = await client.responses
@@ -281,222 +235,7 @@ describe('Responses API on one replica without Redis (local state)', () => {
       expect((moved as { headers: Headers }).headers.get('x-router-reason')).toBe('previous-response-fallback');
       expect((moved as { headers: Headers }).headers.get('x-router-backend')).not.toBe(backend);
     } finally {
-      await stopCluster(cluster);
-    }
-  });
-});
-
-describe('Responses API when the owner fails', () => {
-  it("a follow-up whose owner answers 503 is not sent to another engine (which would answer 404): the client gets the owner's 503 to retry", async () => {
-    const cluster = await startCluster(1, undefined);
-    try {
-      const client = cluster.clients[0] as OpenAI;
-      const first = await client.responses
-        .create({ model: 'test-model', instructions: instructionsOf(9), input: 'busy soon', max_output_tokens: 2 })
-        .withResponse();
-      const owner = cluster.sims.find((sim) => sim.id === first.response.headers.get('x-router-backend'));
-      owner?.sim.faults.update({ errorRate: 1, errorStatus: 503 });
-      const failed = await client.responses
-        .create({ model: 'test-model', previous_response_id: first.data.id, input: 'now?' })
-        .catch((error: unknown) => error);
-      // Another engine would have answered 404 (it does not hold the response); the owner's own answer is relayed.
-      expect(failed).toMatchObject({ status: 503, error: { message: 'Injected fault (vllm-sim).' } });
-      owner?.sim.faults.clear();
-      const next = await client.responses.create({
-        model: 'test-model',
-        previous_response_id: first.data.id,
-        input: 'now!',
-        max_output_tokens: 2,
-      });
-      expect(next.previous_response_id).toBe(first.data.id);
-    } finally {
-      await stopCluster(cluster);
-    }
-  });
-});
-
-describe('Responses API when the owner refuses', () => {
-  it("relays the owner's 429 with its Retry-After and body, rather than the router's own 503", async () => {
-    const backends = await Promise.all([new FakeResponsesBackend().start(), new FakeResponsesBackend().start()]);
-    const router = await createRouterServer(
-      RouterConfig.parse({
-        host: '127.0.0.1',
-        port: 0,
-        backends: backends.map((backend) => ({ url: backend.url, models: ['test-model'] })),
-        retryBackoffMs: 1,
-      }),
-    );
-    try {
-      const url = `${await router.listen()}/v1/responses`;
-      const post = (body: unknown): Promise<Response> =>
-        fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-      const created = await post({ model: 'test-model', input: 'first' });
-      const first = (await created.json()) as { id: string };
-      const ownerIndex = backends.findIndex((backend) => backend.requests('POST', '/v1/responses').length === 1);
-      const owner = backends[ownerIndex] as FakeResponsesBackend;
-      const other = backends[1 - ownerIndex] as FakeResponsesBackend;
-      owner.create = { kind: 'refuse', status: 429, retryAfter: '7' };
-      const refused = await post({ model: 'test-model', previous_response_id: first.id, input: 'next' });
-      expect(refused.status).toBe(429);
-      expect(refused.headers.get('retry-after')).toBe('7');
-      expect(((await refused.json()) as { error: { message: string } }).error.message).toBe(
-        'The engine is busy (fake backend).',
-      );
-      expect(refused.headers.get('x-router-reason')).toBe('previous-response');
-      // The other engine, which does not hold the conversation, was not tried.
-      expect(other.requests('POST', '/v1/responses')).toHaveLength(0);
-    } finally {
-      await router.close();
-      await Promise.all(backends.map((backend) => backend.close()));
-    }
-  });
-});
-
-describe('Responses API: a stored response on an engine that does not answer', () => {
-  it('a client leaving aborts the upstream GET/DELETE; one that waits gets 504 after the headers timeout', async () => {
-    const backend = await new FakeResponsesBackend().start();
-    const routerWith = async (extra: Partial<RouterConfig>): Promise<RouterServer> =>
-      createRouterServer(
-        RouterConfig.parse({
-          host: '127.0.0.1',
-          port: 0,
-          backends: [{ url: backend.url, models: ['test-model'] }],
-          ...extra,
-        }),
-      );
-    // Default timeouts (the stored-response calls' headers timeout: 30 s): only the client's leaving can end the call soon.
-    const patient = await routerWith({});
-    // A short streamFirstByteTimeoutMs caps that headers timeout too.
-    const hasty = await routerWith({ streamFirstByteTimeoutMs: 300 });
-    const create = async (base: string): Promise<string> =>
-      (
-        (await (
-          await fetch(base, {
-            method: 'POST',
-            headers: { 'content-type': 'application/json' },
-            body: JSON.stringify({ model: 'test-model', input: 'hi' }),
-          })
-        ).json()) as { id: string }
-      ).id;
-    try {
-      const base = `${await patient.listen()}/v1/responses`;
-      const id = await create(base);
-      backend.stored = 'hang';
-      for (const method of ['GET', 'DELETE'] as const) {
-        // A client of its own connection (node:http, no pool), so that leaving closes it.
-        const leaving = httpRequest(`${base}/${id}`, { method, agent: false });
-        leaving.on('error', () => undefined);
-        leaving.end();
-        await waitFor(() => backend.requests(method, '/v1/responses/').length === 1);
-        leaving.destroy();
-        // The engine sees the router's call go away (no timeout of the router's would end it for 30 s).
-        await waitFor(() => backend.requests(method, '/v1/responses/')[0]?.abortedBeforeAnswer === true, 10_000);
-      }
-
-      const hastyBase = `${await hasty.listen()}/v1/responses`;
-      const waited = await fetch(`${hastyBase}/${await create(hastyBase)}`);
-      expect(waited.status).toBe(504);
-      expect(((await waited.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_UPSTREAM_TIMEOUT');
-    } finally {
-      await patient.close();
-      await hasty.close();
-      await backend.close();
-    }
-  });
-});
-
-describe("Responses API: a stored response's calls go through the send stage", () => {
-  it("a failing owner's GET, cancel and DELETE count in its circuit breaker, which then refuses them (503) before they reach it, and in the request metrics", async () => {
-    const backend = await new FakeResponsesBackend().start();
-    const backendId = new URL(backend.url).host;
-    const router = await createRouterServer(
-      RouterConfig.parse({
-        host: '127.0.0.1',
-        port: 0,
-        backends: [{ url: backend.url, models: ['test-model'] }],
-        breakerFailureThreshold: 3,
-        // No half-open probe during the test: the circuit stays open once opened.
-        breakerCooldownMs: 600_000,
-      }),
-    );
-    try {
-      const routerUrl = await router.listen();
-      const client = new OpenAI({ baseURL: `${routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
-      const created = await client.responses.create({ model: 'test-model', input: 'keep me' });
-      expect((await client.responses.retrieve(created.id)).id).toBe(created.id);
-      backend.stored = 'fail';
-      // The engine's 500s are relayed as it sent them, and each is a failure of that backend.
-      await expect(client.responses.retrieve(created.id)).rejects.toMatchObject({ status: 500 });
-      await expect(client.responses.cancel(created.id)).rejects.toMatchObject({ status: 500 });
-      await expect(client.responses.delete(created.id)).rejects.toMatchObject({ status: 500 });
-      expect(router.registry.get(backendId)?.breaker.state).toBe('open');
-      // Open: refused by the router, and the engine does not see the call.
-      await expect(client.responses.retrieve(created.id)).rejects.toMatchObject({
-        status: 503,
-        error: { code: 'ROUTER_ERR_NO_BACKEND' },
-      });
-      expect(backend.requests('GET', '/v1/responses/')).toHaveLength(2);
-      // The same breaker as generation's: a create finds no backend either.
-      await expect(client.responses.create({ model: 'test-model', input: 'more' })).rejects.toMatchObject({
-        status: 503,
-      });
-      expect(backend.requests('POST', '/v1/responses')).toHaveLength(2);
-
-      const samples = await scrapeAt(routerUrl);
-      const stored = { backend: backendId, model: '', policy: 'none', reason: 'response-owner' };
-      expect(sumWhere(samples, 'kvroute_router_requests_total', { ...stored, status: '200' })).toBe(1);
-      expect(sumWhere(samples, 'kvroute_router_requests_total', { ...stored, status: '500' })).toBe(3);
-      expect(
-        sumWhere(samples, 'kvroute_router_request_duration_seconds_count', { backend: backendId, model: '' }),
-      ).toBe(4);
-      expect(sumWhere(samples, 'kvroute_router_backend_circuit_state', { backend: backendId })).toBe(2);
-      expect(sumWhere(samples, 'kvroute_router_rejected_requests_total', { code: 'ROUTER_ERR_NO_BACKEND' })).toBe(2);
-    } finally {
-      await router.close();
-      await backend.close();
-    }
-  });
-});
-
-describe('Responses API: a half-open probe whose client leaves', () => {
-  it('frees the probe slot: the next call probes the owner again instead of finding its circuit stuck', async () => {
-    const backend = await new FakeResponsesBackend().start();
-    const router = await createRouterServer(
-      RouterConfig.parse({
-        host: '127.0.0.1',
-        port: 0,
-        backends: [{ url: backend.url, models: ['test-model'] }],
-        breakerFailureThreshold: 1,
-        breakerCooldownMs: 100,
-      }),
-    );
-    try {
-      const base = `${await router.listen()}/v1/responses`;
-      const created = await fetch(base, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'test-model', input: 'hi' }),
-      });
-      const id = ((await created.json()) as { id: string }).id;
-      backend.stored = 'fail';
-      expect((await fetch(`${base}/${id}`)).status).toBe(500);
-      expect((await fetch(`${base}/${id}`)).status).toBe(503);
-      await new Promise((resolve) => setTimeout(resolve, 150));
-      // Half-open: this GET is the probe; its client leaves before the engine answers.
-      backend.stored = 'hang';
-      const leaving = httpRequest(`${base}/${id}`, { agent: false });
-      leaving.on('error', () => undefined);
-      leaving.end();
-      await waitFor(() => backend.requests('GET', '/v1/responses/').length === 2);
-      leaving.destroy();
-      await waitFor(() => backend.requests('GET', '/v1/responses/')[1]?.abortedBeforeAnswer === true, 10_000);
-      backend.stored = 'answer';
-      const probe = await fetch(`${base}/${id}`);
-      expect(probe.status).toBe(200);
-      expect(router.registry.get(new URL(backend.url).host)?.breaker.state).toBe('closed');
-    } finally {
-      await router.close();
-      await backend.close();
+      await stopResponsesCluster(cluster);
     }
   });
 });
@@ -507,7 +246,7 @@ describe('Responses API while Redis is down', () => {
       'answers their GET 503, and learns again once Redis is back',
     async () => {
       const redis = await startRedis({ fresh: true });
-      const cluster = await startCluster(2, redis.url);
+      const cluster = await startResponsesCluster(2, redis.url);
       try {
         const [here, there] = cluster.clients as [OpenAI, OpenAI];
         const writes = async (result: string): Promise<number> =>
@@ -582,133 +321,9 @@ describe('Responses API while Redis is down', () => {
         }
         expect(learnt).not.toBeNull();
       } finally {
-        await stopCluster(cluster);
+        await stopResponsesCluster(cluster);
         await redis.stop();
       }
     },
   );
-});
-
-describe('Responses API prefix routing', () => {
-  it(
-    'routes by instructions, tools and input: an agent resending its conversation stays on the ' +
-      'backend that holds it, and /debug/route explains it',
-    async () => {
-      const cluster = await startTestCluster({ backends: 3, router: { debugRoutes: true } });
-      try {
-        const client = new OpenAI({ baseURL: `${cluster.routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
-        const tools = [
-          {
-            type: 'function' as const,
-            name: 'read_file',
-            description: 'Read a file',
-            parameters: { type: 'object', properties: { path: { type: 'string' } } },
-            strict: false,
-          },
-        ];
-        const homes = new Set<string | null>();
-        // New conversations spread: each one's home follows the rendezvous weight of its head over the
-        // backends' ids (random ports), so 4 agents may all land on one backend (1 in 27); more are run
-        // until two homes are seen (all 12 on one: ~1 in 180,000).
-        for (let agent = 0; agent < 12 && (agent < 4 || homes.size < 2); agent++) {
-          // store: false, no previous_response_id: the client resends the whole conversation each step.
-          const input: OpenAI.Responses.ResponseInput = [
-            {
-              role: 'user',
-              content: `Task ${agent}: fix the failing test in module ${agent}. ${'Context line. '.repeat(40)}`,
-            },
-          ];
-          const first = await client.responses
-            .create({
-              model: 'test-model',
-              instructions: instructionsOf(200 + agent),
-              tools,
-              input,
-              store: false,
-              max_output_tokens: 2,
-            })
-            .withResponse();
-          const home = first.response.headers.get('x-router-backend');
-          homes.add(home);
-          for (let step = 0; step < 3; step++) {
-            input.push({
-              type: 'function_call',
-              call_id: `call_${step}`,
-              name: 'read_file',
-              arguments: `{"path":"src/m${agent}/f${step}.ts"}`,
-            });
-            input.push({
-              type: 'function_call_output',
-              call_id: `call_${step}`,
-              output: `file ${step} of module ${agent} `.repeat(10),
-            });
-            const next = await client.responses
-              .create({
-                model: 'test-model',
-                instructions: instructionsOf(200 + agent),
-                tools,
-                input,
-                store: false,
-                max_output_tokens: 2,
-              })
-              .withResponse();
-            expect(next.response.headers.get('x-router-backend')).toBe(home);
-            expect(next.data.usage?.input_tokens_details.cached_tokens).toBeGreaterThan(0);
-          }
-          const explained = (await (
-            await cluster.debugRoute(
-              JSON.stringify({ model: 'test-model', instructions: instructionsOf(200 + agent), tools, input }),
-            )
-          ).json()) as {
-            decision: { backendId: string; scores: { backendId: string; matchBlocks: number }[] };
-          };
-          expect(explained.decision.backendId).toBe(home);
-          expect(explained.decision.scores.find((score) => score.backendId === home)?.matchBlocks).toBeGreaterThan(0);
-        }
-        expect(homes.size).toBeGreaterThan(1);
-      } finally {
-        await cluster.close();
-      }
-    },
-  );
-});
-
-describe('Responses API bad input', () => {
-  it('answers bounded 4xx in the OpenAI shape, never a 500', async () => {
-    const cluster = await startTestCluster({ backends: 1, router: { maxMessages: 16 } });
-    try {
-      const post = (body: unknown): Promise<Response> =>
-        fetch(`${cluster.routerUrl}/v1/responses`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(body),
-        });
-      const cases: Array<[unknown, string]> = [
-        [{ model: 'test-model' }, 'input'],
-        [{ model: 'test-model', input: 42 }, 'input'],
-        [{ model: 'test-model', input: [1, null, 'x'] }, 'input'],
-        [{ model: 'test-model', input: Array.from({ length: 17 }, () => ({ role: 'user', content: 'hi' })) }, 'input'],
-        [{ model: 'test-model', input: 'x', tools: [1] }, 'tools'],
-        [{ model: 'test-model', input: 'x', previous_response_id: 'a/b' }, 'previous_response_id'],
-        [{ model: 'test-model', input: 'x', instructions: { nested: true } }, 'instructions'],
-        [{ model: '', input: 'x' }, 'model'],
-        [{ model: 42, input: 'x' }, 'model'],
-      ];
-      for (const [body, param] of cases) {
-        const response = await post(body);
-        expect(response.status, JSON.stringify(body).slice(0, 80)).toBe(400);
-        const error = ((await response.json()) as { error: { type: string; param: string } }).error;
-        expect(error.type).toBe('invalid_request_error');
-        expect(error.param.startsWith(param), `${error.param} for ${JSON.stringify(body).slice(0, 80)}`).toBe(true);
-      }
-      // No `model`, as chat and completions: the backends serve one model, and that is the request's (vLLM's own rule).
-      const modelless = await post({ input: 'x', max_output_tokens: 2 });
-      expect(modelless.status, await modelless.clone().text()).toBe(200);
-      expect(((await modelless.json()) as { model: string }).model).toBe('test-model');
-      expect((await fetch(`${cluster.routerUrl}/v1/responses/${'r'.repeat(100)}`)).status).toBe(404);
-      expect((await fetch(`${cluster.routerUrl}/v1/responses/resp_x`, { method: 'PUT' })).status).toBeLessThan(500);
-    } finally {
-      await cluster.close();
-    }
-  });
 });
