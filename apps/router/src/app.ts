@@ -57,32 +57,7 @@ export interface RouterAppDeps {
  */
 export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstance> {
   const { limits } = deps;
-  const serverOptions = {
-    bodyLimit: limits.requestBodyLimitBytes,
-    // Node's requestTimeout bounds receiving the request (headers and body), not the response: streams
-    // last as long as generation does, bounded by the upstream timeouts.
-    requestTimeout: limits.requestBodyTimeoutMs,
-    keepAliveTimeout: limits.keepAliveTimeoutMs,
-    http: {
-      headersTimeout: Math.min(limits.requestHeadersTimeoutMs, limits.requestBodyTimeoutMs),
-      maxHeaderSize: limits.maxHeaderBytes,
-      // How often Node checks those two timeouts (its default, 30 s, would let a slow body overstay by that much).
-      connectionsCheckingInterval: Math.max(25, Math.min(1_000, Math.floor(limits.requestBodyTimeoutMs / 10))),
-    },
-    clientErrorHandler: createClientErrorHandler(deps.metrics),
-    // Paths Fastify's router refuses itself (bad escapes, over-long parameters) answered in the OpenAI shape.
-    frameworkErrors: createFrameworkErrorHandler(deps.metrics),
-    // The one path parameter is a response id (`/v1/responses/{id}`): as long as a valid one may be, so a
-    // 101–128 character id is served, and a longer one is refused (400) before the handler runs.
-    routerOptions: { maxParamLength: MAX_RESPONSE_ID_CHARS },
-    // While closing, requests already on an open connection are served (with `Connection: close`), not
-    // answered 503: the balancer sent them before the replica left the rotation (RequestDrain).
-    return503OnClosing: false,
-    genReqId: (request: { headers: Record<string, string | string[] | undefined> }) =>
-      requestIdFrom(request.headers['x-request-id']),
-    // Per-request access logs would cost more than routing; decisions are logged at debug.
-    logController: new LogController({ disableRequestLogging: true }),
-  };
+  const serverOptions = serverOptionsOf(deps);
   const app: FastifyInstance =
     deps.logger === false
       ? Fastify({ ...serverOptions, logger: false })
@@ -129,4 +104,35 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
   await app.register(metricsRoutes, { metrics: deps.metrics });
   // The admin API and /debug/route are not here: they have a listener of their own (admin-app.ts).
   return app;
+}
+
+/** The public server's options: every bound a client could stretch, errors in the OpenAI shape, request ids. */
+function serverOptionsOf(deps: RouterAppDeps) {
+  const { limits } = deps;
+  return {
+    bodyLimit: limits.requestBodyLimitBytes,
+    // Node's requestTimeout bounds receiving the request (headers and body), not the response: streams
+    // last as long as generation does, bounded by the upstream timeouts.
+    requestTimeout: limits.requestBodyTimeoutMs,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
+    http: {
+      headersTimeout: Math.min(limits.requestHeadersTimeoutMs, limits.requestBodyTimeoutMs),
+      maxHeaderSize: limits.maxHeaderBytes,
+      // How often Node checks those two timeouts (its default, 30 s, would let a slow body overstay by that much).
+      connectionsCheckingInterval: Math.max(25, Math.min(1_000, Math.floor(limits.requestBodyTimeoutMs / 10))),
+    },
+    clientErrorHandler: createClientErrorHandler(deps.metrics),
+    // Paths Fastify's router refuses itself (bad escapes, over-long parameters) answered in the OpenAI shape.
+    frameworkErrors: createFrameworkErrorHandler(deps.metrics),
+    // The one path parameter is a response id (`/v1/responses/{id}`): as long as a valid one may be, so a
+    // 101–128 character id is served, and a longer one is refused (400) before the handler runs.
+    routerOptions: { maxParamLength: MAX_RESPONSE_ID_CHARS },
+    // While closing, requests already on an open connection are served (with `Connection: close`), not
+    // answered 503: the balancer sent them before the replica left the rotation (RequestDrain).
+    return503OnClosing: false,
+    genReqId: (request: { headers: Record<string, string | string[] | undefined> }) =>
+      requestIdFrom(request.headers['x-request-id']),
+    // Per-request access logs would cost more than routing; decisions are logged at debug.
+    logController: new LogController({ disableRequestLogging: true }),
+  };
 }

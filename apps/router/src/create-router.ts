@@ -62,12 +62,7 @@ export interface RouterServerDeps {
  * drains HTTP, then runs the stack (http/graceful-close.ts).
  */
 export async function createRouterServer(config: RouterConfig, deps: RouterServerDeps = {}): Promise<RouterServer> {
-  const nowMs = deps.nowMs ?? (() => Date.now());
-  const random = deps.random ?? Math.random;
-  const logger = deps.logger === false ? undefined : deps.logger;
-  const requestLogger = logger ?? createLogger({ service: 'kvroute-router', level: 'silent' });
-  const readText = (path: string): string => readFileSync(path, 'utf8');
-  const env = deps.env ?? {};
+  const { nowMs, random, logger, requestLogger, readText, env } = runtimeOf(deps);
   const inputs = await readStartInputs(config, { env, resolveHost: deps.resolveHost, readText, logger });
   const { policies, upstreamKeys, adminToken, addressPolicy } = inputs;
   const closers = new ShutdownStack();
@@ -81,14 +76,8 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     closers,
   );
   const { registry, changes } = backends;
-  const discovery =
-    inputs.discovery &&
-    wireDiscovery(
-      inputs.discovery,
-      config,
-      { registry, changes, redis, addressPolicy, metrics, nowMs, logger },
-      closers,
-    );
+  const discoveryDeps = { registry, changes, redis, addressPolicy, metrics, nowMs, logger };
+  const discovery = inputs.discovery && wireDiscovery(inputs.discovery, config, discoveryDeps, closers);
   readGaugesFrom(metrics, state, backends);
   // A pool's prompt estimate for the token limits: the routing text's bytes per token the policy uses now.
   const bytesPerToken = (pool: string): number =>
@@ -126,6 +115,31 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     closers,
   );
   return routerServerOf(config, { apps, state, backends, tenants, discovery, paths, metrics, closers, logger });
+}
+
+/** What a replica runs on (RouterServerDeps with their defaults). */
+interface Runtime {
+  /** Wall-clock ms. */
+  readonly nowMs: () => number;
+  readonly random: () => number;
+  /** The router's own lines (start, shutdown); undefined: none. */
+  readonly logger: FastifyBaseLogger | undefined;
+  /** The request path's and the background parts' lines: the router's logger, or a silent one. */
+  readonly requestLogger: FastifyBaseLogger;
+  readonly readText: (path: string) => string;
+  readonly env: Readonly<Record<string, string | undefined>>;
+}
+
+function runtimeOf(deps: RouterServerDeps): Runtime {
+  const logger = deps.logger === false ? undefined : deps.logger;
+  return {
+    nowMs: deps.nowMs ?? (() => Date.now()),
+    random: deps.random ?? Math.random,
+    logger,
+    requestLogger: logger ?? createLogger({ service: 'kvroute-router', level: 'silent' }),
+    readText: (path) => readFileSync(path, 'utf8'),
+    env: deps.env ?? {},
+  };
 }
 
 /** The gauges /metrics reads when scraped: leases in flight, breaker states, whether the state is degraded. */

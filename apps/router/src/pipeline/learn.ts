@@ -3,12 +3,14 @@ import {
   CalibrationSamples,
   calibrationSamplesOf,
   checkPrediction,
+  type CalibrationBatch,
   type LearnedCalibration,
   type LearnInput,
   type OwnershipCorrection,
   type PredictionCheck,
   type RoutingStateStore,
 } from '@kvroute/routing';
+import type { ResponseUsage } from '@kvroute/protocols';
 import type { ResponseTail } from '../proxy/response-tail';
 import type { RouterMetrics } from '../router-metrics';
 import type { Ticket } from './route';
@@ -73,113 +75,135 @@ interface PoolSamples {
 }
 
 export function createLearner(deps: LearnDeps): Learner {
-  const { metrics } = deps;
+  return new ResponseLearner(deps);
+}
+
+/** The learner of one replica: what it has heard of each backend, and each pool's samples not yet sent. */
+class ResponseLearner implements Learner {
   /**
    * Backends seen reporting cached tokens. vLLM leaves `prompt_tokens_details` out when it found
    * nothing in its cache (`if enable_prompt_tokens_details and num_cached_tokens:` in its serving code),
    * so an absent figure means 0 from a backend that has reported one before, and "does not say" from
    * one that never has (llama.cpp, SGLang or vLLM without the flag).
    */
-  const reporting = new Set<string>();
+  private readonly reporting = new Set<string>();
   /** Streams' TTFT, ms, until their response ends. */
-  const ttftMs = new WeakMap<Ticket, number>();
-  const pools = new Map<string, PoolSamples>();
-  const retention = new Map<string, number>();
+  private readonly ttftMs = new WeakMap<Ticket, number>();
+  private readonly pools = new Map<string, PoolSamples>();
+  /** Per backend, the retention its last learn reply said (ms), or NO_RETENTION. */
+  private readonly retention = new Map<string, number>();
 
-  const poolSamples = (pool: string): PoolSamples => {
-    let found = pools.get(pool);
+  constructor(private readonly deps: LearnDeps) {}
+
+  firstOutput(ticket: Ticket, arrivedAtMs: number, streamed: boolean): void {
+    // A non-streaming response's headers come with its end: prefill-done rides on the release.
+    ticket.lease.markPrefillDone(!streamed);
+    if (!streamed) return;
+    const seconds = (performance.now() - arrivedAtMs) / 1000;
+    this.deps.metrics.recordStreamTtft(ticket.backend.id, ticket.routed.pool, seconds);
+    this.ttftMs.set(ticket, seconds * 1000);
+  }
+
+  responseEnded(ticket: Ticket, tail: ResponseTail | null): void {
+    if (tail === null) return;
+    const { metrics } = this.deps;
+    const usage = tail.usage();
+    const backendId = ticket.backend.id;
+    if (usage !== null) metrics.recordTokens(backendId, ticket.routed.pool, usage);
+    if (usage?.cachedTokens != null) this.reporting.add(backendId);
+    metrics.recordFeedbackMode(backendId, this.reporting.has(backendId));
+    const observed =
+      usage !== null && usage.cachedTokens === null && this.reporting.has(backendId)
+        ? { ...usage, cachedTokens: 0 }
+        : usage;
+    const check = checkPrediction(ticket.prediction, observed);
+    metrics.recordPrediction(backendId, check);
+    if (observed === null) return;
+    const correction = this.correctionFor(ticket, check);
+    const batch = this.deps.calibrate ? this.calibrationBatch(ticket, observed) : null;
+    if (correction !== null || batch !== null) this.learn(ticket.routed.pool, { correction, calibration: batch });
+  }
+
+  retentionMs(backendId: string): number | null {
+    const known = this.retention.get(backendId);
+    return known === undefined || known === NO_RETENTION ? null : known;
+  }
+
+  reportsCachedTokens(backendId: string): boolean {
+    return this.reporting.has(backendId);
+  }
+
+  /** The correction a checked response calls for, unless it teaches nothing about this backend. */
+  private correctionFor(ticket: Ticket, check: PredictionCheck): OwnershipCorrection | null {
+    if (!this.deps.correctOwnership) return null;
+    const correction = correctionOf(ticket, check);
+    const backendId = ticket.backend.id;
+    // Underprediction only moves a learned retention; another replica may have learned it, so only
+    // a backend no replica has reported a retention for (this one's last reply said none) is skipped.
+    if (correction?.outcome === 'underpredicted' && this.retention.get(backendId) === NO_RETENTION) return null;
+    // A request routed before its engine's last restart found an empty cache: a restart (the
+    // restart handler forgets the backend), no lesson about how long this engine keeps things.
+    if (
+      correction?.outcome === 'overpredicted' &&
+      ticket.routed.atMs <= (this.deps.lastRestartMs(backendId) ?? -Infinity)
+    )
+      return null;
+    return correction;
+  }
+
+  /** Adds the response's calibration samples to its pool's; the pool's batch when one is due (null: not yet). */
+  private calibrationBatch(ticket: Ticket, observed: ResponseUsage): CalibrationBatch | null {
+    const { routed } = ticket;
+    const pool = this.poolSamples(routed.pool);
+    pool.samples.add(
+      calibrationSamplesOf(
+        {
+          textBytes: ticket.prediction.textBytes,
+          promptTokens: observed.promptTokens,
+          cachedTokens: observed.cachedTokens,
+          ttftMs: this.ttftMs.get(ticket) ?? null,
+          inflightAhead: routed.inflightAhead,
+          pendingAheadTokens: routed.pendingAheadTokens,
+        },
+        this.deps.prefillMsPerToken(routed.pool),
+      ),
+    );
+    const now = this.deps.clockMs();
+    if (pool.samples.isEmpty || now - pool.lastFlushMs < this.deps.calibrationFlushMs) return null;
+    pool.lastFlushMs = now;
+    return pool.samples.take();
+  }
+
+  private poolSamples(pool: string): PoolSamples {
+    let found = this.pools.get(pool);
     if (!found) {
-      found = { samples: new CalibrationSamples(), lastFlushMs: deps.clockMs() };
-      pools.set(pool, found);
+      found = { samples: new CalibrationSamples(), lastFlushMs: this.deps.clockMs() };
+      this.pools.set(pool, found);
     }
     return found;
-  };
+  }
 
-  const send = (pool: string, input: LearnInput): void => {
-    deps.state.learn(pool, input).then(
+  /** One learn call, after the response and never in its way: a failure is counted and forgotten. */
+  private learn(pool: string, input: LearnInput): void {
+    const { metrics } = this.deps;
+    this.deps.state.learn(pool, input).then(
       (reply) => {
         metrics.recordLearnCall(true);
         if (input.correction !== null) {
-          retention.set(input.correction.backendId, reply.retentionMs ?? NO_RETENTION);
+          this.retention.set(input.correction.backendId, reply.retentionMs ?? NO_RETENTION);
           if (reply.retentionMs !== null) metrics.recordRetention(input.correction.backendId, reply.retentionMs);
         }
         if (Object.keys(reply.calibration).length > 0) {
           metrics.recordLearnedCostModel(pool, reply.calibration);
-          deps.onLearned(pool, reply.calibration);
+          this.deps.onLearned(pool, reply.calibration);
         }
       },
       (error: unknown) => {
         metrics.recordLearnCall(false);
-        deps.logger.debug({ err: error, pool }, 'learn call failed');
+        this.deps.logger.debug({ err: error, pool }, 'learn call failed');
       },
     );
-  };
-
-  return {
-    firstOutput(ticket, arrivedAtMs, streamed) {
-      // A non-streaming response's headers come with its end: prefill-done rides on the release.
-      ticket.lease.markPrefillDone(!streamed);
-      if (!streamed) return;
-      const seconds = (performance.now() - arrivedAtMs) / 1000;
-      metrics.recordStreamTtft(ticket.backend.id, ticket.routed.pool, seconds);
-      ttftMs.set(ticket, seconds * 1000);
-    },
-    responseEnded(ticket, tail) {
-      if (tail === null) return;
-      const usage = tail.usage();
-      const backendId = ticket.backend.id;
-      if (usage !== null) metrics.recordTokens(backendId, ticket.routed.pool, usage);
-      if (usage?.cachedTokens != null) reporting.add(backendId);
-      metrics.recordFeedbackMode(backendId, reporting.has(backendId));
-      const observed =
-        usage !== null && usage.cachedTokens === null && reporting.has(backendId)
-          ? { ...usage, cachedTokens: 0 }
-          : usage;
-      const check = checkPrediction(ticket.prediction, observed);
-      metrics.recordPrediction(backendId, check);
-      if (observed === null) return;
-
-      const { routed } = ticket;
-      let correction = deps.correctOwnership ? correctionOf(ticket, check) : null;
-      // Underprediction only moves a learned retention; another replica may have learned it, so only
-      // a backend no replica has reported a retention for (this one's last reply said none) is skipped.
-      if (correction?.outcome === 'underpredicted' && retention.get(backendId) === NO_RETENTION) correction = null;
-      // A request routed before its engine's last restart found an empty cache: a restart (the
-      // restart handler forgets the backend), no lesson about how long this engine keeps things.
-      if (correction?.outcome === 'overpredicted' && routed.atMs <= (deps.lastRestartMs(backendId) ?? -Infinity))
-        correction = null;
-      let batch = null;
-      if (deps.calibrate) {
-        const pool = poolSamples(routed.pool);
-        pool.samples.add(
-          calibrationSamplesOf(
-            {
-              textBytes: ticket.prediction.textBytes,
-              promptTokens: observed.promptTokens,
-              cachedTokens: observed.cachedTokens,
-              ttftMs: ttftMs.get(ticket) ?? null,
-              inflightAhead: routed.inflightAhead,
-              pendingAheadTokens: routed.pendingAheadTokens,
-            },
-            deps.prefillMsPerToken(routed.pool),
-          ),
-        );
-        const now = deps.clockMs();
-        if (!pool.samples.isEmpty && now - pool.lastFlushMs >= deps.calibrationFlushMs) {
-          pool.lastFlushMs = now;
-          batch = pool.samples.take();
-        }
-      }
-      if (correction !== null || batch !== null) send(routed.pool, { correction, calibration: batch });
-    },
-    retentionMs(backendId) {
-      const known = retention.get(backendId);
-      return known === undefined || known === NO_RETENTION ? null : known;
-    },
-    reportsCachedTokens(backendId) {
-      return reporting.has(backendId);
-    },
-  };
+  }
 }
 
 /** The correction a checked response calls for (null: it confirmed the prediction, or said nothing). */

@@ -59,46 +59,7 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     lookupFor: (backend) => deps.addressPolicy.connectLookup(backend.url),
   });
   closers.push('upstream pools', () => upstreams.close());
-  const registry = new BackendRegistry(config.backends, {
-    breakerFailureThreshold: config.breakerFailureThreshold,
-    breakerCooldownMs: config.breakerCooldownMs,
-    nowMs: deps.nowMs,
-    random: deps.random,
-    modelsPendingMaxMs: config.modelsPendingMaxMs,
-    // Through the backend's own pool: its connections are the checked, pinned ones.
-    fetchModels: (backend) =>
-      fetchModels(backend, upstreams.for(backend), upstreams.authorizationOf(backend), config.connectTimeoutMs),
-    onRefreshError: (backend, error, modelsReadFailures) => {
-      if (modelsReadFailures === 0)
-        return logger?.warn(
-          { backend: backend.id, err: error },
-          'could not read the backend models (keeping the last known)',
-        );
-      // Models still pending: asked again every few seconds (a backend still starting is normal at
-      // start). A warning on the first failure and then about once a minute; the rest at debug.
-      const details = { backend: backend.id, err: error, attempts: modelsReadFailures };
-      if (modelsReadFailures === 1 || modelsReadFailures % MODELS_RETRY_WARN_EVERY === 0)
-        logger?.warn(details, 'could not read the backend models yet: retrying');
-      else logger?.debug(details, 'could not read the backend models yet: retrying');
-    },
-    // A departing backend's requests in flight keep their pool (closed once they finish). What it was
-    // believed to cache is forgotten only if the engine itself went (a new weight keeps its cache).
-    onRemoved: (backend, models, departure) => {
-      const retired = upstreams.retire(backend);
-      // Gone for good (not replaced under the same id): its metric series go too, once its requests in
-      // flight have ended and recorded (the next turn of the loop), unless the id came back meanwhile.
-      // Discovered pods get a new id each, so without this /metrics would grow with every pod ever seen.
-      if (departure === 'removed') {
-        void retired.then(() =>
-          setImmediate(() => {
-            if (registry.get(backend.id) === undefined) deps.metrics.forgetBackend(backend.id);
-          }),
-        );
-      }
-      if (departure === 'updated') return;
-      for (const model of models) deps.state.forgetBackend(model, backend.id).catch(() => undefined);
-    },
-  });
+  const registry = createRegistry(config, deps, upstreams);
   closers.push('backend registry', () => registry.stop());
   // After the first model discovery, so a restart published before the start forgets in the right pools.
   const startRegistry = async (): Promise<void> => {
@@ -145,6 +106,56 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
       await startRegistry();
     },
   };
+}
+
+/**
+ * The registry of this replica's backends: their breakers, model discovery through each backend's own
+ * pool, and what a departing backend takes with it (its pool; its metric series and, if the engine
+ * itself went, what it was believed to cache).
+ */
+function createRegistry(config: RouterConfig, deps: BackendsWiringDeps, upstreams: UpstreamPools): BackendRegistry {
+  const { logger } = deps;
+  const registry: BackendRegistry = new BackendRegistry(config.backends, {
+    breakerFailureThreshold: config.breakerFailureThreshold,
+    breakerCooldownMs: config.breakerCooldownMs,
+    nowMs: deps.nowMs,
+    random: deps.random,
+    modelsPendingMaxMs: config.modelsPendingMaxMs,
+    // Through the backend's own pool: its connections are the checked, pinned ones.
+    fetchModels: (backend) =>
+      fetchModels(backend, upstreams.for(backend), upstreams.authorizationOf(backend), config.connectTimeoutMs),
+    onRefreshError: (backend, error, modelsReadFailures) => {
+      if (modelsReadFailures === 0)
+        return logger?.warn(
+          { backend: backend.id, err: error },
+          'could not read the backend models (keeping the last known)',
+        );
+      // Models still pending: asked again every few seconds (a backend still starting is normal at
+      // start). A warning on the first failure and then about once a minute; the rest at debug.
+      const details = { backend: backend.id, err: error, attempts: modelsReadFailures };
+      if (modelsReadFailures === 1 || modelsReadFailures % MODELS_RETRY_WARN_EVERY === 0)
+        logger?.warn(details, 'could not read the backend models yet: retrying');
+      else logger?.debug(details, 'could not read the backend models yet: retrying');
+    },
+    // A departing backend's requests in flight keep their pool (closed once they finish). What it was
+    // believed to cache is forgotten only if the engine itself went (a new weight keeps its cache).
+    onRemoved: (backend, models, departure) => {
+      const retired = upstreams.retire(backend);
+      // Gone for good (not replaced under the same id): its metric series go too, once its requests in
+      // flight have ended and recorded (the next turn of the loop), unless the id came back meanwhile.
+      // Discovered pods get a new id each, so without this /metrics would grow with every pod ever seen.
+      if (departure === 'removed') {
+        void retired.then(() =>
+          setImmediate(() => {
+            if (registry.get(backend.id) === undefined) deps.metrics.forgetBackend(backend.id);
+          }),
+        );
+      }
+      if (departure === 'updated') return;
+      for (const model of models) deps.state.forgetBackend(model, backend.id).catch(() => undefined);
+    },
+  });
+  return registry;
 }
 
 /** `authorization`: the backend's upstream key header (an engine started with `--api-key` answers 401 without it). */
