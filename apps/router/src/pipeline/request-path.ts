@@ -13,8 +13,8 @@ import { parseRequest, type Endpoint, type ParsedRequest, type ParseOptions } fr
 import { releaseLease, releaseLimits } from './release';
 import { previousResponseOwner, responseIdWatch, type ResponseAffinityDeps } from './response-affinity';
 import { withRetryBeforeFirstByte, type RetryOptions } from './retry-before-first-byte';
-import { poolOf, route, type RouteDeps } from './route';
-import { send, type SendDeps, type TryDeadlines } from './send';
+import { poolOf, route, type RouteDeps, type Ticket } from './route';
+import { send, type SendDeps, type Shipment, type TryDeadlines } from './send';
 
 /**
  * The request path of every proxied request, in order: each stage one file with one job.
@@ -86,49 +86,7 @@ export function createRequestPath(
   const routeAndSend = withRetryBeforeFirstByte<InFlight>(
     { ...deps.retry, metrics: deps.metrics, logger: deps.send.logger },
     (of, tried, attempt) => route(deps.route, of.parsed, of.backends, tried, attempt, of.request.id, of.owner),
-    (of, ticket, mayRetryStatus) =>
-      send(
-        deps.send,
-        {
-          backend: ticket.backend,
-          method: 'POST',
-          reason: ticket.decision.reason,
-          policyName: ticket.policyName,
-          model: of.parsed.model,
-          path: of.request.url,
-          headers: of.request.headers,
-          clientHop: clientHopOf(of.request.raw),
-          body: of.body,
-          requestId: of.request.id,
-          upstreamRequestId: of.upstreamRequestId,
-          arrivedAtMs: of.request.arrivedAtMs,
-          // Pinned to the owner of `previous_response_id`: no other engine holds the conversation, so a
-          // refusal (429/503) is not retried elsewhere but relayed as the owner sent it, with its body
-          // and Retry-After (a retry could only end in the router's own 503, or another engine's 404).
-          mayRetryStatus: mayRetryStatus && ticket.backend.id !== of.owner,
-          deadline: of.parsed.stream ? deps.deadlines.stream : deps.deadlines.whole,
-          readsUsage: of.parsed.kind === 'generation',
-          readsUsageAtStart: of.parsed.usageAtStreamStart,
-          stripsStreamUsage: of.parsed.stripsStreamUsage,
-          showsRoutingHeaders: of.showsRoutingHeaders,
-          extraHeaders: of.admission?.headers ?? null,
-          headWatch: responseIdWatch(deps.responses, of.parsed, of.scope, ticket.backend.id),
-          events: {
-            // The response's framing, not the request's flag: an engine may answer either way.
-            firstOutput: (streamed) => deps.learn.firstOutput(ticket, of.request.arrivedAtMs, streamed),
-            finished: (tail) => {
-              releaseLease(ticket);
-              deps.learn.responseEnded(ticket, tail);
-              of.sent = true;
-              if (of.admission !== null && tail !== null) {
-                const usage = tail.usage();
-                if (usage !== null) of.usedTokens = usage.promptTokens + (usage.completionTokens ?? 0);
-              }
-            },
-          },
-        },
-        of.response,
-      ),
+    (of, ticket, mayRetryStatus) => send(deps.send, shipmentOf(deps, of, ticket, mayRetryStatus), of.response),
   );
   return (endpoint) => async (request, reply) => {
     const identity = request.identity;
@@ -169,6 +127,49 @@ export function createRequestPath(
     } finally {
       if (admission !== null && deps.limit !== null) releaseLimits(deps.limit, admission, of.usedTokens, of.sent);
     }
+  };
+}
+
+/** One try of `of` as the send stage takes it: the ticket's backend and labels, and what the later stages hear. */
+function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetryStatus: boolean): Shipment {
+  const { parsed, request } = of;
+  return {
+    backend: ticket.backend,
+    method: 'POST',
+    reason: ticket.decision.reason,
+    policyName: ticket.policyName,
+    model: parsed.model,
+    path: request.url,
+    headers: request.headers,
+    clientHop: clientHopOf(request.raw),
+    body: of.body,
+    requestId: request.id,
+    upstreamRequestId: of.upstreamRequestId,
+    arrivedAtMs: request.arrivedAtMs,
+    // Pinned to the owner of `previous_response_id`: no other engine holds the conversation, so a
+    // refusal (429/503) is not retried elsewhere but relayed as the owner sent it, with its body
+    // and Retry-After (a retry could only end in the router's own 503, or another engine's 404).
+    mayRetryStatus: mayRetryStatus && ticket.backend.id !== of.owner,
+    deadline: parsed.stream ? deps.deadlines.stream : deps.deadlines.whole,
+    readsUsage: parsed.kind === 'generation',
+    readsUsageAtStart: parsed.usageAtStreamStart,
+    stripsStreamUsage: parsed.stripsStreamUsage,
+    showsRoutingHeaders: of.showsRoutingHeaders,
+    extraHeaders: of.admission?.headers ?? null,
+    headWatch: responseIdWatch(deps.responses, parsed, of.scope, ticket.backend.id),
+    events: {
+      // The response's framing, not the request's flag: an engine may answer either way.
+      firstOutput: (streamed) => deps.learn.firstOutput(ticket, request.arrivedAtMs, streamed),
+      finished: (tail) => {
+        releaseLease(ticket);
+        deps.learn.responseEnded(ticket, tail);
+        of.sent = true;
+        if (of.admission !== null && tail !== null) {
+          const usage = tail.usage();
+          if (usage !== null) of.usedTokens = usage.promptTokens + (usage.completionTokens ?? 0);
+        }
+      },
+    },
   };
 }
 

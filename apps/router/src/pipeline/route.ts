@@ -81,13 +81,6 @@ export interface RoutedFigures {
 }
 
 /**
- * A request's pool: the backends serving its model. Throws (404, 503) before anything was sent. A model
- * no backend reports is 404 only once every backend has told its models: before, it may be served by
- * one that is still starting (503 + Retry-After: a client retries it, and never sees a false 404).
- * Only undrained backends added less than modelsPendingMaxMs ago count (registry.modelsPending): one
- * that never answers (mistyped, crash-looping) must not turn every unknown model into endless retries.
- */
-/**
  * A model no backend serves: 503 with Retry-After while a backend may still report it (its models are
  * pending), else 404. For a request (poolOf) and for `GET /v1/models/{id}` alike. The name is capped in
  * the message (a hostile 10 KB id is not echoed).
@@ -107,6 +100,13 @@ export function unknownModelError(registry: BackendRegistry, model: string): Rou
   return new RouterError('ROUTER_ERR_MODEL_NOT_FOUND', `The model \`${name}\` does not exist.`, { param: 'model' });
 }
 
+/**
+ * A request's pool: the backends serving its model. Throws (404, 503) before anything was sent. A model
+ * no backend reports is 404 only once every backend has told its models: before, it may be served by
+ * one that is still starting (503 + Retry-After: a client retries it, and never sees a false 404).
+ * Only undrained backends added less than modelsPendingMaxMs ago count (registry.modelsPending): one
+ * that never answers (mistyped, crash-looping) must not turn every unknown model into endless retries.
+ */
 export function poolOf(registry: BackendRegistry, model: string): readonly Backend[] {
   if (!registry.servesModel(model)) throw unknownModelError(registry, model);
   // Drained backends are in no pool: a model whose backends are all drained exists but has nowhere to go.
@@ -140,17 +140,8 @@ export async function route(
   // would answer 404), so the try's own failure is the answer (a 502/504; a busy owner's 429/503 is
   // relayed by send, which request-path.ts tells not to retry a refusal from the owner).
   if (owner !== null && tried.has(owner)) return null;
-  const open = eligibleBackends(pool, tried, deps.engineStates);
-  const pinned = owner === null ? undefined : open.eligible.find((backend) => backend.id === owner);
-  const eligibility = pinned === undefined ? open : { ...open, eligible: [pinned] };
+  const { eligibility, pinned } = tryEligibility(deps, request.model, pool, tried, owner, requestId);
   if (eligibility.eligible.length === 0) return null;
-  if (eligibility.failedOpen) {
-    deps.metrics.recordFailOpen(request.model);
-    deps.logger.warn(
-      { requestId, pool: request.model },
-      'the health poller reports every available backend unhealthy: routing on the circuit breakers alone',
-    );
-  }
   const policy = deps.policyFor(request.model, request.kind);
   const decidedAt = performance.now();
   // A lease id of the router's own per try: a client's X-Request-Id is the client's to choose (ten
@@ -166,17 +157,7 @@ export async function route(
       ? decided.decision
       : { ...decided.decision, reason: pinned === undefined ? 'previous-response-fallback' : 'previous-response' };
   const backend = eligibility.eligible.find((candidate) => candidate.id === decision.backendId) as Backend;
-  const lease = new Lease({
-    state: deps.state,
-    pool: request.model,
-    backendId: backend.id,
-    leaseId,
-    onError: (error) => deps.logger.warn({ err: error, backend: backend.id }, 'lease call failed'),
-    book: deps.heldLeases,
-    blocksAtFirstOutput,
-    prefillDoneDelayMs: deps.prefillDoneDelayMs,
-  });
-  lease.startRenewing(deps.leaseRenewIntervalMs);
+  const lease = heldLease(deps, request.model, backend.id, leaseId, blocksAtFirstOutput);
   const totalBlocks = request.routingRequest.blockHashes.length;
   const chosen = candidates.find((candidate) => candidate.backend.id === backend.id);
   deps.metrics.recordDecision(
@@ -199,20 +180,82 @@ export async function route(
       'routing decision',
     );
   }
-  const prediction = {
-    matchBlocks: chosen?.matchBlocks ?? 0,
-    blockSizeBytes: request.routingRequest.blockSizeBytes,
-    textBytes: request.routingRequest.textBytes,
+  return { backend, decision, policyName: policy.name, lease, ...learnFiguresOf(request, chosen, input.context.nowMs) };
+}
+
+/**
+ * The backends a try may use (eligible-backends.ts), narrowed to `owner` while it is eligible; `pinned`:
+ * the owner, when it is. A fail-open (the poller reports every available backend unhealthy) is counted
+ * and logged here.
+ */
+function tryEligibility(
+  deps: RouteDeps,
+  pool: string,
+  backends: readonly Backend[],
+  tried: ReadonlySet<BackendId>,
+  owner: BackendId | null,
+  requestId: string,
+): { readonly eligibility: Eligibility; readonly pinned: Backend | undefined } {
+  const open = eligibleBackends(backends, tried, deps.engineStates);
+  const pinned = owner === null ? undefined : open.eligible.find((backend) => backend.id === owner);
+  const eligibility = pinned === undefined ? open : { ...open, eligible: [pinned] };
+  if (eligibility.eligible.length > 0 && eligibility.failedOpen) {
+    deps.metrics.recordFailOpen(pool);
+    deps.logger.warn(
+      { requestId, pool },
+      'the health poller reports every available backend unhealthy: routing on the circuit breakers alone',
+    );
+  }
+  return { eligibility, pinned };
+}
+
+/** The try's lease on its backend, held (HeldLeases) and renewed until released. */
+function heldLease(
+  deps: RouteDeps,
+  pool: string,
+  backendId: BackendId,
+  leaseId: string,
+  blocksAtFirstOutput: readonly BlockHash[],
+): Lease {
+  const lease = new Lease({
+    state: deps.state,
+    pool,
+    backendId,
+    leaseId,
+    onError: (error) => deps.logger.warn({ err: error, backend: backendId }, 'lease call failed'),
+    book: deps.heldLeases,
+    blocksAtFirstOutput,
+    prefillDoneDelayMs: deps.prefillDoneDelayMs,
+  });
+  lease.startRenewing(deps.leaseRenewIntervalMs);
+  return lease;
+}
+
+/** A candidate as the decision returned it (match depth, load). */
+type DecidedCandidate = Awaited<ReturnType<typeof decide>>['candidates'][number];
+
+/** What learn compares the response with (Ticket): the prefix the decision believed `chosen` holds, and its figures then. */
+function learnFiguresOf(
+  request: ParsedRequest,
+  chosen: DecidedCandidate | undefined,
+  atMs: number,
+): Pick<Ticket, 'prediction' | 'routed'> {
+  const { routingRequest } = request;
+  return {
+    prediction: {
+      matchBlocks: chosen?.matchBlocks ?? 0,
+      blockSizeBytes: routingRequest.blockSizeBytes,
+      textBytes: routingRequest.textBytes,
+    },
+    routed: {
+      pool: request.model,
+      atMs,
+      blockHashes: routingRequest.blockHashes,
+      matchRecordedAtMs: chosen?.matchRecordedAtMs ?? null,
+      inflightAhead: chosen?.inflight ?? 0,
+      pendingAheadTokens: chosen?.pendingPrefillTokens ?? 0,
+    },
   };
-  const routed = {
-    pool: request.model,
-    atMs: input.context.nowMs,
-    blockHashes: request.routingRequest.blockHashes,
-    matchRecordedAtMs: chosen?.matchRecordedAtMs ?? null,
-    inflightAhead: chosen?.inflight ?? 0,
-    pendingAheadTokens: chosen?.pendingPrefillTokens ?? 0,
-  };
-  return { backend, decision, policyName: policy.name, lease, prediction, routed };
 }
 
 /**
