@@ -162,8 +162,10 @@ describe('FailoverRoutingState', () => {
           pendingPrefillTokens: snapshot.pendingPrefillTokens.get(backend.id) ?? 0,
           engine: null,
         }));
-        if (input.rule.kind !== 'cost') return null;
-        const outcome = evaluateCost(input.request, candidates, JSON.parse(input.rule.packedParams));
+        if (input.rule.name !== 'cost') return null;
+        // The cost rule's argument opens with the policy's parameters as JSON (libs/routing rules/cost.ts).
+        const [packedParams] = input.rule.encode(input.request, input.backends).argument.split('\n');
+        const outcome = evaluateCost(input.request, candidates, JSON.parse(packedParams as string));
         await shared.inner.reserve(input.pool, candidates[outcome.chosen]?.backend.id ?? '', input.leaseId, [], 0);
         return outcome;
       },

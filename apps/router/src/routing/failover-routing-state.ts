@@ -1,5 +1,5 @@
 import type {
-  AtomicOutcome,
+  AtomicOutcomeBase,
   AtomicRouteInput,
   BackendId,
   BackendInfo,
@@ -63,7 +63,7 @@ export class FailoverRoutingState implements RoutingStateStore {
     return this.primary.decisionScope(pool, request, backends);
   }
 
-  async routeAtomically(input: AtomicRouteInput): Promise<AtomicOutcome | null> {
+  async routeAtomically(input: AtomicRouteInput): Promise<AtomicOutcomeBase | null> {
     const primary = this.primary;
     if (primary.routeAtomically === undefined || !this.shouldTryPrimary()) return null;
     try {
