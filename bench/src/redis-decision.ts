@@ -32,25 +32,35 @@
  *   assistant reply and a user message), so all but the last few blocks are already recorded.
  * - unique: each request is a new conversation (shares only the system prompt): all blocks are new.
  *
+ * Engines: every backend has engine figures (the health poller's, as the router passes them), and before each
+ * decision `--engine-updates` (1) backends get a new one, round-robin: a poller's updates arriving between decisions.
+ *
+ * Arguments: the bytes a decision's script calls carry (keys and arguments, as the client writes them), counted on
+ * the request-path connection around `decide` (the release is not counted).
+ *
  * Usage: npm run bench:redis-decision -- [--pools 4,16,64] [--prompts 1024,8192,32768] [--samples 400]
  *        [--warmup 25] [--inflight-per-backend 4] [--turn-gap-ms 30000] [--memory-blocks 1000000]
+ *        [--engine-updates 1]
  * Writes bench/results/redis-decision-<time>.json.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import * as redisStore from '@kvroute/redis-store';
 import {
   createRedis,
   poolKeys,
   RedisRoutingState,
   SCRIPTS,
   waitUntilReady,
+  type LuaScript,
   type RedisClient,
 } from '@kvroute/redis-store';
 import {
   createPolicy,
   decide as decideRoute,
   type BackendInfo,
+  type EngineLoad,
   type RoutingPolicy,
   type RoutingRequest,
 } from '@kvroute/routing';
@@ -63,6 +73,7 @@ import {
   buildWorkload,
   inBatches,
   infoNumber,
+  raiseRedisPriority,
   POOL,
   routingRequest,
   scriptStats,
@@ -84,6 +95,7 @@ const { values: args } = parseArgs({
     'inflight-per-backend': { type: 'string', default: '4' },
     'turn-gap-ms': { type: 'string', default: '30000' },
     'memory-blocks': { type: 'string', default: '1000000' },
+    'engine-updates': { type: 'string', default: '1' },
   },
 });
 const pools = args.pools.split(',').map(Number);
@@ -93,6 +105,7 @@ const warmup = Number(args.warmup);
 const inflightPerBackend = Number(args['inflight-per-backend']);
 const turnGapMs = Number(args['turn-gap-ms']);
 const memoryBlocks = Number(args['memory-blocks']);
+const engineUpdates = Number(args['engine-updates']);
 
 /** Memory pass: backends and chain length (128 blocks = an 8k-token prompt). */
 const MEMORY_BACKENDS = 16;
@@ -150,6 +163,8 @@ interface CellResult {
   /** conversation traffic: share of decisions routed to the backend that holds the conversation. */
   toOwnerFraction: number | null;
   conflicts: number;
+  /** Bytes of keys and arguments the decision's script calls carried (release not counted): per decision, per call. */
+  decideArgumentBytes: { perDecision: number; perCall: number };
 }
 
 // --- Decisions -------------------------------------------------------------------------------------------
@@ -162,6 +177,45 @@ interface Timing {
   taken: boolean;
 }
 
+/** Engine figures per backend, as the router would pass them: replaced for `engineUpdates` backends per decision. */
+const engineLoads = new Map<string, EngineLoad>();
+let nextEngineUpdate = 0;
+
+function engineFor(backends: readonly BackendInfo[]): ReadonlyMap<string, EngineLoad> {
+  for (const backend of backends) {
+    if (!engineLoads.has(backend.id)) engineLoads.set(backend.id, engineLoad(backend.id, 0));
+  }
+  for (let k = 0; k < engineUpdates; k++) {
+    const backend = backends[nextEngineUpdate++ % backends.length] as BackendInfo;
+    engineLoads.set(backend.id, engineLoad(backend.id, nextEngineUpdate));
+  }
+  return engineLoads;
+}
+
+function engineLoad(id: string, update: number): EngineLoad {
+  return { kvUsage: ((update * 7 + id.length) % 90) / 100, kvCapacityTokens: 100_000, running: 4, waiting: update % 3 };
+}
+
+/** Bytes the request-path connection's script calls carried while counting (countArgumentBytes). */
+const argumentBytes = { counting: false, bytes: 0, calls: 0 };
+
+/** `client` with the bytes of its `call`/`callBuffer` arguments counted while argumentBytes.counting. */
+function countArgumentBytes(client: Redis): Redis {
+  return new Proxy(client, {
+    get(target, name, receiver) {
+      const value = Reflect.get(target, name, receiver) as unknown;
+      if ((name !== 'call' && name !== 'callBuffer') || typeof value !== 'function') return value;
+      return (command: string, argv: readonly (string | number)[]) => {
+        if (argumentBytes.counting) {
+          argumentBytes.calls++;
+          for (const arg of argv) argumentBytes.bytes += Buffer.byteLength(String(arg));
+        }
+        return (value as (...a: unknown[]) => unknown).call(target, command, argv);
+      };
+    },
+  });
+}
+
 async function decide(
   state: RedisRoutingState,
   policy: RoutingPolicy,
@@ -169,7 +223,9 @@ async function decide(
   request: RoutingRequest,
   leaseId: string,
 ): Promise<Timing> {
+  const engine = engineFor(backends);
   const started = performance.now();
+  argumentBytes.counting = true;
   const { decision } = await decideRoute(state, {
     pool: POOL,
     request,
@@ -177,7 +233,8 @@ async function decide(
     policy,
     context: { nowMs: Date.now(), random: Math.random },
     leaseId,
-  });
+    engine,
+  }).finally(() => (argumentBytes.counting = false));
   const decided = performance.now();
   if (decision.kind !== 'routed') throw new Error(`policy rejected the request: ${decision.reason}`);
   await state.release(POOL, decision.backendId, leaseId);
@@ -211,6 +268,8 @@ async function measure(
   const measured = requests.slice(warmup, warmup + samples);
 
   // The decisions.
+  argumentBytes.bytes = 0;
+  argumentBytes.calls = 0;
   await control.config('RESETSTAT');
   const cpuBefore = serverCpuSeconds(await control.info('cpu'));
   const timings: Timing[] = [];
@@ -222,6 +281,10 @@ async function measure(
   }
   const cpuAfter = serverCpuSeconds(await control.info('cpu'));
   const stats = scriptStats(await control.info('commandstats'));
+  const decideArgumentBytes = {
+    perDecision: argumentBytes.bytes / samples,
+    perCall: argumentBytes.bytes / argumentBytes.calls,
+  };
 
   // The releases alone: as many leases (no blocks) taken, then released.
   const owner = (k: number): string => (backends[k % backends.length] as BackendInfo).id;
@@ -257,6 +320,7 @@ async function measure(
     serverCpuUsecPerDecision: ((cpuAfter - cpuBefore) * 1e6) / samples,
     toOwnerFraction: owners ? toOwner / samples : null,
     conflicts: samples - released,
+    decideArgumentBytes,
   };
 }
 
@@ -278,6 +342,14 @@ async function prefill(control: Redis, backends: readonly BackendInfo[], workloa
   return owners;
 }
 
+/** The route scripts of `policy`'s rule (none before the store composed route.lua per rule). */
+function routeScripts(policy: RoutingPolicy): LuaScript[] {
+  const compose = (redisStore as Record<string, unknown>)['routeScriptOf'];
+  return typeof compose === 'function' && policy.atomicRule !== undefined
+    ? [compose(policy.atomicRule) as LuaScript]
+    : [];
+}
+
 // --- Round trips (MONITOR) and memory --------------------------------------------------------------------
 
 /** Commands the request-path connection sends per decision, as MONITOR sees them (script-internal calls excluded). */
@@ -296,7 +368,8 @@ async function monitorCommandsPerDecision(
   const address = /addr=(\S+)/.exec(clientInfo)?.[1];
   const monitor = await singleServer(control).monitor();
   const commands: Record<string, number> = {};
-  const scriptBySha = new Map(Object.values(SCRIPTS).map((script) => [script.sha1, script.name]));
+  const scripts = [...Object.values(SCRIPTS), ...routeScripts(policy)];
+  const scriptBySha = new Map(scripts.map((script) => [script.sha1, script.name]));
   monitor.on('monitor', (_time: string, commandArgs: string[], source: string) => {
     if (source !== address) return;
     const command = String(commandArgs[0]).toLowerCase();
@@ -397,7 +470,8 @@ function progressLine(index: number, total: number, result: CellResult): string 
     `[${index}/${total}] ${result.backends} backends, ${kilo(result.promptTokens)} tokens, ${result.traffic}: ` +
     `decision p50 ${ms(result.decisionMs.p50)} ms, p99 ${ms(result.decisionMs.p99)} ms; ` +
     `Redis ${result.redisUsecPerDecision.toFixed(0)} µs/decision (${whole(result.decisionsPerSecondPerRedis)}/s), ` +
-    `${result.scriptCallsPerDecision.toFixed(2)} script calls`
+    `${result.scriptCallsPerDecision.toFixed(2)} script calls, ` +
+    `${(result.decideArgumentBytes.perCall / 1024).toFixed(2)} KB arguments per decision call`
   );
 }
 
@@ -405,8 +479,8 @@ function cellTable(results: readonly CellResult[]): string[] {
   const lines = [
     '| backends | prompt | blocks | traffic | decision p50 / p99 ms | to forward p50 / p99 ms | ' +
       'script calls | Redis µs / decision | route / release µs | decisions/s per Redis | redis-server ' +
-      'CPU µs / decision | to owner |',
-    '|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+      'CPU µs / decision | to owner | decision call arguments |',
+    '|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const r of results) {
     lines.push(
@@ -415,7 +489,8 @@ function cellTable(results: readonly CellResult[]): string[] {
         `| ${r.scriptCallsPerDecision.toFixed(2)} | ` +
         `${r.redisUsecPerDecision.toFixed(0)} | ${scriptUsec(r, 'route')} / ${scriptUsec(r, 'release')} ` +
         `| ${whole(r.decisionsPerSecondPerRedis)} | ${r.serverCpuUsecPerDecision.toFixed(0)} | ` +
-        `${r.toOwnerFraction === null ? '–' : `${(100 * r.toOwnerFraction).toFixed(0)} %`} |`,
+        `${r.toOwnerFraction === null ? '–' : `${(100 * r.toOwnerFraction).toFixed(0)} %`} | ` +
+        `${(r.decideArgumentBytes.perCall / 1024).toFixed(2)} KB |`,
     );
   }
   return lines;
@@ -500,7 +575,7 @@ async function main(): Promise<void> {
   let source = '';
   const server: TestRedis = await startRedis({ fresh: true, logger: (line) => (source = line) });
   const control = createRedis(server.url, 'worker');
-  const requestPath = createRedis(server.url, 'request-path');
+  const requestPath = countArgumentBytes(createRedis(server.url, 'request-path'));
   const results: CellResult[] = [];
   const hashMs: Record<string, number> = {};
   let monitored: Awaited<ReturnType<typeof monitorCommandsPerDecision>> | null = null;
@@ -508,7 +583,9 @@ async function main(): Promise<void> {
   try {
     await waitUntilReady(control);
     await waitUntilReady(requestPath);
-    redisVersion = /^redis_version:(\S+)/m.exec(await control.info('server'))?.[1] ?? '?';
+    const serverInfo = await control.info('server');
+    redisVersion = /^redis_version:(\S+)/m.exec(serverInfo)?.[1] ?? '?';
+    if (await raiseRedisPriority(serverInfo)) source += ', reniced to -20';
     const state = new RedisRoutingState({ redis: requestPath, ...STATE_DEFAULTS, nowMs: Date.now });
     const policy = createPolicy('cacheaware');
     const total = prompts.length * pools.length * 2;

@@ -50,7 +50,7 @@ export { routeScriptOf } from './route-call';
 export { DEFAULT_SHORTLIST } from './shortlist';
 export { RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';
 export { RedisStoreError, type RedisStoreErrorCode } from './redis-store-error';
-export { SCRIPTS, type LuaScript, type RedisClient } from './scripts';
+export { defineScript, SCRIPTS, type LuaScript, type RedisClient } from './scripts';
 export {
   RedisBackendStateStore,
   type BackendStateSubscription,

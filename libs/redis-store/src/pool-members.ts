@@ -73,7 +73,7 @@ export class PoolMembers {
       const load = engine?.get(backend.id);
       if (this.sent.has(backend.id) && this.sent.get(backend.id) === load) continue;
       if (count === ENGINE_FIGURES_PER_CALL) break;
-      figures += `${backend.id}\t${load === undefined ? '0 -1' : this.figuresOfLoad(load)}\n`;
+      figures += `${backend.id}\t${load === undefined ? '0 0' : this.figuresOfLoad(load)}\n`;
       this.sent.set(backend.id, load);
       count++;
     }
@@ -91,7 +91,8 @@ export class PoolMembers {
   private figuresOfLoad(load: EngineLoad): string {
     let figures = this.figuresOf.get(load);
     if (figures === undefined) {
-      figures = `${engineWaiting(load)} ${engineReportedFreeTokens(load)}`;
+      // Base 36, free + 1 (so -1 = unknown is 0): route.lua reads them with strtoul (lib/pool-members.lua engineFigures).
+      figures = `${engineWaiting(load).toString(36)} ${(engineReportedFreeTokens(load) + 1).toString(36)}`;
       this.figuresOf.set(load, figures);
     }
     return figures;

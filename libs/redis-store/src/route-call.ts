@@ -155,7 +155,9 @@ function decodeRouteReply(script: LuaScript, reply: unknown, memberTotal: number
     throw bad(`expected ${detailEnd + 4 * participants.length} values`);
   const figures: Figures[] = [];
   for (let at = detailEnd; at < reply.length; at += 4) {
-    const [inflight, pendingPrefillTokens, matchBlocks, recordedAt] = reply.slice(at, at + 4) as number[];
+    const [inflight, pendingPrefillTokens, matchBlocks, recordedAtValue] = reply.slice(at, at + 4) as unknown[];
+    // The ms travels as the decimal string the owner index stores (no conversion in Lua), or -1.
+    const recordedAt = Buffer.isBuffer(recordedAtValue) ? Number(recordedAtValue.toString('latin1')) : recordedAtValue;
     if (![inflight, pendingPrefillTokens, matchBlocks, recordedAt].every(Number.isInteger)) {
       throw bad(`non-integer figures of participant ${figures.length + 1}`);
     }

@@ -70,9 +70,12 @@
   unless ARGV[7] stopped it), else 0, [5] with a shortlist, the participants' positions among the
   members, comma-separated, ascending; '' when every member took part, [6] D = the rule's detail
   values, [7 .. 6+D] the detail, then per participant k: leases in flight, pending prefill tokens,
-  matched blocks, ms its deepest matched block was recorded (-1 when it matches none, or the rule
-  reads no depths), all as read before the lease was taken and before this call's own recording
+  matched blocks, ms its deepest matched block was recorded (a decimal string; -1 when it matches none,
+  or the rule reads no depths), all as read before the lease was taken and before this call's own recording
   rewrote anything (the learn stage's eviction evidence: learn.lua).
+
+  The '--#stage <name>' lines mark where each step ends, for `npm run bench:route-stages`, which times
+  the script cut at each of them; to Redis they are comments.
 ]]
 
 --#include lib/batched.lua
@@ -100,9 +103,11 @@ if ARGV[12] ~= '' then storeMembers(membersKey, ARGV[12], tonumber(ARGV[13])) en
 local memberCount = tonumber(redis.call('HGET', membersKey, 'n'))
 if memberCount == nil then return { -1 } end
 if ARGV[14] ~= '' then storeEngineFigures(engineKey, ARGV[14]) end
+--#stage members
 
 -- 2. Expired leases.
 purgeExpiredLeases(prefix, KEYS[2], KEYS[3], KEYS[4], now)
+--#stage purge
 
 -- The owner index, before the participants are known: its forget thresholds are filled in below,
 -- before anything reads them (index.depths, index.record).
@@ -137,9 +142,10 @@ else
   end
 end
 local candidateCount = #positions
+--#stage participants
 
 -- 4. Figures of those taking part.
-local candidates, ids = membersAt(membersKey, positions)
+local ids, weights = membersAt(membersKey, positions)
 -- Forget marks are rare: skip reading them when there are none.
 local marks = {}
 if redis.call('HLEN', KEYS[1]) > 0 then marks = hmgetAll(KEYS[1], ids) end
@@ -148,18 +154,26 @@ local pending = hmgetAll(KEYS[4], ids)
 local engine = hmgetAll(engineKey, ids)
 local found = forgetThresholds(ids, marks, now)
 thresholds.lookup, thresholds.record = found.lookup, found.record
+--#stage figures
 local depths, matchRecordedAt = {}, {}
 if readsDepths then depths, matchRecordedAt = index.depths(ids) end
-for j, c in ipairs(candidates) do
-  c.inflight = tonumber(inflight[j]) or 0
-  c.pending = tonumber(pending[j]) or 0
-  c.depth = depths[c.id] or 0
-  c.waiting, c.freeTokens = engineFigures(engine[j])
+--#stage depths
+-- Each candidate's table made once, with every field the rules read (`rank`: the cost rule's), so no
+-- field added later grows it.
+local candidates = {}
+for k = 1, candidateCount do
+  local id = ids[k]
+  local waiting, freeTokens = engineFigures(engine[k])
+  candidates[k] = {
+    id = id, weight = weights[k], position = positions[k], inflight = numberOf[inflight[k]] or 0,
+    pending = numberOf[pending[k]] or 0, depth = depths[id] or 0, waiting = waiting, freeTokens = freeTokens, rank = 0,
+  }
 end
 
 -- 5. Rule.
 local chosen, leaseTokens, saturated, detail = evaluateRule(candidates, ARGV[10])
 local c = candidates[chosen]
+--#stage rule
 
 local result = { chosen, 0, saturated and 1 or 0, 0, shortlist == '' and '' or table.concat(positions, ','), #detail }
 for k = 1, #detail do result[6 + k] = detail[k] end
@@ -168,9 +182,11 @@ for j, p in ipairs(candidates) do
   result[at + 1], result[at + 2], result[at + 3], result[at + 4] = p.inflight, p.pending, p.depth, matchRecordedAt[p.id] or -1
   at = at + 4
 end
+--#stage reply
 
 -- 6. Lease.
 result[2] = takeLease(prefix .. 'prefill:' .. c.id, KEYS[2], KEYS[3], KEYS[4], c.id, leaseId, leaseTokens, leaseTtl, now)
+--#stage lease
 
 -- 7. Ownership.
 if recordAtMost > 0 and blockCount > 0 then

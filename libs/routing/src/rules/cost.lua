@@ -9,7 +9,7 @@
 --   1. the policy's parameters, one JSON object (CACHE_AWARE_PARAMS by name; others ignored);
 --   2. '<text bytes> <block size bytes> <generation budget tokens, 0 = none>';
 --   3. the first RANKED_BACKENDS of the request's rendezvous order, as positions among the backends
---      given (1-based, comma-separated, most preferred first): a participant listed k-th has rank k - 1,
+--      given (1-based, base 36, comma-separated, most preferred first): a participant listed k-th has rank k - 1,
 --      one not listed ranks after them all, by position (only a pool bigger than RANKED_BACKENDS has any).
 -- Contract of evaluateRule: rules/README.md.
 
@@ -214,8 +214,8 @@ local function evaluateRule(candidates, argument)
   local textBytes, blockSizeBytes, maxTokens = string.match(sub(argument, first + 1, second - 1), '^(%S+) (%S+) (%S+)$')
   local request = { textBytes = tonumber(textBytes), blockSizeBytes = tonumber(blockSizeBytes), maxTokens = tonumber(maxTokens) }
   local rankOf, ranked = {}, 0
-  for position in string.gmatch(sub(argument, second + 1), '%d+') do
-    rankOf[tonumber(position)] = ranked
+  for position in string.gmatch(sub(argument, second + 1), '%w+') do
+    rankOf[tonumber(position, 36)] = ranked
     ranked = ranked + 1
   end
   for _, c in ipairs(candidates) do

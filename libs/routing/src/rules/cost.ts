@@ -44,8 +44,10 @@ export function costRule(
     encode(request, backends) {
       const ranked = backendRendezvousOrder(request.headHash, backends).slice(0, RANKED_BACKENDS);
       const figures = `${request.textBytes} ${request.blockSizeBytes} ${request.maxTokens ?? 0}`;
+      // Positions in base 36: cost.lua reads them with strtoul, not strtod (~40 % of the instructions).
+      const positions = ranked.map((index) => (index + 1).toString(36)).join(',');
       return {
-        argument: `${packedParams}\n${figures}\n${ranked.map((index) => index + 1).join(',')}`,
+        argument: `${packedParams}\n${figures}\n${positions}`,
         preferred: ranked,
       };
     },

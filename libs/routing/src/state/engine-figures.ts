@@ -19,7 +19,7 @@ export function engineReportedFreeTokens(engine: EngineLoad | null | undefined):
   return Math.max(0, Math.floor(engine.kvCapacityTokens * (1 - Math.min(1, Math.max(0, engine.kvUsage)))));
 }
 
-/** Requests waiting in the engine's own queue; 0 when unknown. */
+/** Requests waiting in the engine's own queue, a whole number (a scraped gauge may read 3.0); 0 when unknown. */
 export function engineWaiting(engine: EngineLoad | null | undefined): number {
-  return engine?.waiting ?? 0;
+  return Math.max(0, Math.round(engine?.waiting ?? 0));
 }

@@ -218,7 +218,8 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
   end
 
   -- Leading blocks of the chain each of `ids` holds, in either generation: { [id] = depth }, and
-  -- when each one's deepest held block was recorded: { [id] = ms } (absent at depth 0). Times never
+  -- when each one's deepest held block was recorded: { [id] = ms, the decimal string stored, not converted:
+  -- the caller only passes it on } (absent at depth 0). Times never
   -- increase along a chain (index.record), so that is the oldest entry of the matched prefix: the
   -- first an LRU engine evicts, whose age the router's learn stage takes as eviction evidence
   -- (learn.lua), read here because the request's own recording may rewrite it later.
@@ -239,7 +240,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
           value = oldValues[depth]
           at = value and string.find(value, marker, 1, true)
         end
-        if at then recordedAt[id] = tonumber(string.match(value, '^%d+', at + #marker)) end
+        if at then recordedAt[id] = string.match(value, '^%d+', at + #marker) end
       end
     end
     return depths, recordedAt

@@ -25,23 +25,22 @@ local function storeMembers(key, records, ttl)
   redis.call('PEXPIRE', key, ttl)
 end
 
--- The members at `positions` (one HMGET): candidates { id, weight, position } and their ids, in order.
+-- The members at `positions` (one HMGET): their ids and weights, in order.
 local function membersAt(key, positions)
   local fields = {}
   for k = 1, #positions do fields[k] = '#' .. positions[k] end
   local records = hmgetAll(key, fields)
-  local candidates, ids = {}, {}
+  local ids, weights = {}, {}
+  local find, sub = string.find, string.sub
   for k = 1, #positions do
     local record = records[k]
-    local tab = string.find(record, '\t', 1, true)
-    local id = string.sub(record, 1, tab - 1)
-    candidates[k] = { id = id, weight = tonumber(string.sub(record, tab + 1)), position = positions[k] }
-    ids[k] = id
+    local tab = find(record, '\t', 1, true)
+    ids[k], weights[k] = sub(record, 1, tab - 1), numberOf[sub(record, tab + 1)]
   end
-  return candidates, ids
+  return ids, weights
 end
 
--- Stores engine figures: '<id>\t<waiting> <free KV tokens>\n' per backend, one HSET per CHUNK.
+-- Stores engine figures: '<id>\t<field>\n' per backend (engineFigures has the field), one HSET per CHUNK.
 local function storeEngineFigures(key, figures)
   local fields, count = {}, 0
   for id, value in string.gmatch(figures, '([^\t\n]*)\t([^\n]*)\n') do
@@ -55,9 +54,11 @@ local function storeEngineFigures(key, figures)
   if count > 0 then redis.call('HSET', key, unpack(fields, 1, count)) end
 end
 
--- An engine's figures from its field ('<waiting> <free KV tokens>', false = unknown): waiting, free tokens.
+-- An engine's figures from its field (false = unknown): waiting, free KV tokens (-1 = no limit known).
+-- The field is '<waiting> <free KV tokens + 1>' in base 36 (pool-members.ts), which tonumber reads
+-- with strtoul, at ~40 % of a decimal's strtod.
 local function engineFigures(value)
   if not value then return 0, -1 end
-  local space = string.find(value, ' ', 1, true)
-  return tonumber(string.sub(value, 1, space - 1)), tonumber(string.sub(value, space + 1))
+  local waiting, free = string.match(value, '^(%w+) (%w+)$')
+  return tonumber(waiting, 36), tonumber(free, 36) - 1
 end
