@@ -156,3 +156,49 @@ describe('key schema', () => {
     expect(await ctx.redis.type(keys.pending)).toBe('hash');
   });
 });
+
+describe('popular blocks (owner lists most of a big pool is on)', () => {
+  it('mirrors a long owner list in its own hash, and depths read through it as through the list', async () => {
+    const clock = manualClock();
+    const state = ctx.createState({ nowMs: clock.nowMs });
+    const pool = 'big-pool';
+    const keys = poolKeys(pool, ctx.namespace);
+    // 150 backends hold blocks 1-2 (a shared head: ~30 bytes an entry, so the lists pass 2 KB on the way);
+    // every third also holds block 3. One backend is forgotten after recording.
+    const backends = Array.from({ length: 150 }, (_, i) => `10.1.${Math.floor(i / 200)}.${i}:8000`);
+    for (const [i, backend] of backends.entries()) {
+      const chain = i % 3 === 0 ? [101, 102, 103] : [101, 102];
+      await state.reserve(pool, backend, `l-${i}`, chain, 0);
+      await state.release(pool, backend, `l-${i}`);
+    }
+    const mirrored = await ctx.redis.hgetall(keys.ownersNewPopular);
+    // Blocks 1 and 2 turned popular: every owner of each is in the mirror, under '<block>\x01<id>'.
+    for (const backend of backends) {
+      expect(mirrored[`101\x01${backend}`], backend).toMatch(/^\d+$/);
+      expect(mirrored[`102\x01${backend}`], backend).toMatch(/^\d+$/);
+    }
+    expect(Object.keys(mirrored).some((field) => field.startsWith('103\x01'))).toBe(false);
+    expect((await ctx.redis.hget(keys.ownersNew, '101'))?.length).toBeGreaterThan(2048);
+
+    clock.advance(10);
+    await state.forgetBackend(pool, backends[3] as string);
+    const snapshot = await state.snapshot(pool, backends, [101, 102, 103, 104]);
+    for (const [i, backend] of backends.entries()) {
+      const expected = i === 3 ? undefined : i % 3 === 0 ? 3 : 2;
+      expect(snapshot.matchBlocks.get(backend), backend).toBe(expected);
+    }
+    // A backend not in the pool's lists matches nothing, whatever the mirror holds of others.
+    expect(
+      (await state.snapshot(pool, ['10.9.9.9:8000'], [101, 102])).matchBlocks.get('10.9.9.9:8000'),
+    ).toBeUndefined();
+
+    // The mirror turns with its generation.
+    await ctx
+      .createState({ nowMs: clock.nowMs, maxBlocksPerPool: 2 })
+      .reserve(pool, backends[0] as string, 'turn', [201], 0);
+    expect(await ctx.redis.exists(keys.ownersNewPopular)).toBe(0);
+    expect(await ctx.redis.hlen(keys.ownersOldPopular)).toBeGreaterThanOrEqual(300);
+    const afterTurn = await state.snapshot(pool, [backends[1] as string], [101, 102]);
+    expect(afterTurn.matchBlocks.get(backends[1] as string)).toBe(2);
+  });
+});
