@@ -67,56 +67,60 @@ describe('Responses API: a stored response on an engine that does not answer', (
 });
 
 describe("Responses API: a stored response's calls go through the send stage", () => {
-  it("a failing owner's GET, cancel and DELETE count in its circuit breaker, which then refuses them (503) before they reach it, and in the request metrics", async () => {
-    const backend = await new FakeResponsesBackend().start();
-    const backendId = new URL(backend.url).host;
-    const router = await createRouterServer(
-      RouterConfig.parse({
-        host: '127.0.0.1',
-        port: 0,
-        backends: [{ url: backend.url, models: ['test-model'] }],
-        breakerFailureThreshold: 3,
-        // No half-open probe during the test: the circuit stays open once opened.
-        breakerCooldownMs: 600_000,
-      }),
-    );
-    try {
-      const routerUrl = await router.listen();
-      const client = new OpenAI({ baseURL: `${routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
-      const created = await client.responses.create({ model: 'test-model', input: 'keep me' });
-      expect((await client.responses.retrieve(created.id)).id).toBe(created.id);
-      backend.stored = 'fail';
-      // The engine's 500s are relayed as it sent them, and each is a failure of that backend.
-      await expect(client.responses.retrieve(created.id)).rejects.toMatchObject({ status: 500 });
-      await expect(client.responses.cancel(created.id)).rejects.toMatchObject({ status: 500 });
-      await expect(client.responses.delete(created.id)).rejects.toMatchObject({ status: 500 });
-      expect(router.registry.get(backendId)?.breaker.state).toBe('open');
-      // Open: refused by the router, and the engine does not see the call.
-      await expect(client.responses.retrieve(created.id)).rejects.toMatchObject({
-        status: 503,
-        error: { code: 'ROUTER_ERR_NO_BACKEND' },
-      });
-      expect(backend.requests('GET', '/v1/responses/')).toHaveLength(2);
-      // The same breaker as generation's: a create finds no backend either.
-      await expect(client.responses.create({ model: 'test-model', input: 'more' })).rejects.toMatchObject({
-        status: 503,
-      });
-      expect(backend.requests('POST', '/v1/responses')).toHaveLength(2);
+  it(
+    "a failing owner's GET, cancel and DELETE count in its circuit breaker, which then refuses them (503) " +
+      'before they reach it, and in the request metrics',
+    async () => {
+      const backend = await new FakeResponsesBackend().start();
+      const backendId = new URL(backend.url).host;
+      const router = await createRouterServer(
+        RouterConfig.parse({
+          host: '127.0.0.1',
+          port: 0,
+          backends: [{ url: backend.url, models: ['test-model'] }],
+          breakerFailureThreshold: 3,
+          // No half-open probe during the test: the circuit stays open once opened.
+          breakerCooldownMs: 600_000,
+        }),
+      );
+      try {
+        const routerUrl = await router.listen();
+        const client = new OpenAI({ baseURL: `${routerUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+        const created = await client.responses.create({ model: 'test-model', input: 'keep me' });
+        expect((await client.responses.retrieve(created.id)).id).toBe(created.id);
+        backend.stored = 'fail';
+        // The engine's 500s are relayed as it sent them, and each is a failure of that backend.
+        await expect(client.responses.retrieve(created.id)).rejects.toMatchObject({ status: 500 });
+        await expect(client.responses.cancel(created.id)).rejects.toMatchObject({ status: 500 });
+        await expect(client.responses.delete(created.id)).rejects.toMatchObject({ status: 500 });
+        expect(router.registry.get(backendId)?.breaker.state).toBe('open');
+        // Open: refused by the router, and the engine does not see the call.
+        await expect(client.responses.retrieve(created.id)).rejects.toMatchObject({
+          status: 503,
+          error: { code: 'ROUTER_ERR_NO_BACKEND' },
+        });
+        expect(backend.requests('GET', '/v1/responses/')).toHaveLength(2);
+        // The same breaker as generation's: a create finds no backend either.
+        await expect(client.responses.create({ model: 'test-model', input: 'more' })).rejects.toMatchObject({
+          status: 503,
+        });
+        expect(backend.requests('POST', '/v1/responses')).toHaveLength(2);
 
-      const samples = await scrapeAt(routerUrl);
-      const stored = { backend: backendId, model: '', policy: 'none', reason: 'response-owner' };
-      expect(sumWhere(samples, 'kvroute_router_requests_total', { ...stored, status: '200' })).toBe(1);
-      expect(sumWhere(samples, 'kvroute_router_requests_total', { ...stored, status: '500' })).toBe(3);
-      expect(
-        sumWhere(samples, 'kvroute_router_request_duration_seconds_count', { backend: backendId, model: '' }),
-      ).toBe(4);
-      expect(sumWhere(samples, 'kvroute_router_backend_circuit_state', { backend: backendId })).toBe(2);
-      expect(sumWhere(samples, 'kvroute_router_rejected_requests_total', { code: 'ROUTER_ERR_NO_BACKEND' })).toBe(2);
-    } finally {
-      await router.close();
-      await backend.close();
-    }
-  });
+        const samples = await scrapeAt(routerUrl);
+        const stored = { backend: backendId, model: '', policy: 'none', reason: 'response-owner' };
+        expect(sumWhere(samples, 'kvroute_router_requests_total', { ...stored, status: '200' })).toBe(1);
+        expect(sumWhere(samples, 'kvroute_router_requests_total', { ...stored, status: '500' })).toBe(3);
+        expect(
+          sumWhere(samples, 'kvroute_router_request_duration_seconds_count', { backend: backendId, model: '' }),
+        ).toBe(4);
+        expect(sumWhere(samples, 'kvroute_router_backend_circuit_state', { backend: backendId })).toBe(2);
+        expect(sumWhere(samples, 'kvroute_router_rejected_requests_total', { code: 'ROUTER_ERR_NO_BACKEND' })).toBe(2);
+      } finally {
+        await router.close();
+        await backend.close();
+      }
+    },
+  );
 });
 
 describe('Responses API: a half-open probe whose client leaves', () => {
