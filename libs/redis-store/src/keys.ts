@@ -22,9 +22,6 @@ export const DEFAULT_KEY_NAMESPACE = 'kvr:v1';
 export const KEY_SUFFIX = {
   ownersNew: 'owners:new',
   ownersOld: 'owners:old',
-  /** The popular owner lists' mirrors (src/lua/lib/owner-index.lua): built by the scripts from the generations' keys. */
-  ownersNewPopular: 'owners:new:popular',
-  ownersOldPopular: 'owners:old:popular',
   generation: 'generation',
   prefill: 'prefill:',
   leaseDeadlines: 'lease-deadlines',
@@ -114,13 +111,6 @@ export interface PoolKeys {
   readonly ownersNew: string;
   /** HASH, the same for the previous generation; dropped whole when the current one turns. */
   readonly ownersOld: string;
-  /**
-   * HASH `<block hash>\x01<id>` → ms recorded, for the blocks whose owner list is long (a block most of
-   * a big pool holds): the current generation's mirror, one HGET per lookup (src/lua/lib/owner-index.lua).
-   */
-  readonly ownersNewPopular: string;
-  /** HASH, the previous generation's mirror; turns with it. */
-  readonly ownersOldPopular: string;
   /** STRING: ms the current owner generation started. */
   readonly generation: string;
   /**
@@ -161,8 +151,6 @@ export function poolKeys(
     prefix,
     ownersNew: prefix + KEY_SUFFIX.ownersNew,
     ownersOld: prefix + KEY_SUFFIX.ownersOld,
-    ownersNewPopular: prefix + KEY_SUFFIX.ownersNewPopular,
-    ownersOldPopular: prefix + KEY_SUFFIX.ownersOldPopular,
     generation: prefix + KEY_SUFFIX.generation,
     forgotten: prefix + KEY_SUFFIX.forgotten,
     calibration: prefix + KEY_SUFFIX.calibration,

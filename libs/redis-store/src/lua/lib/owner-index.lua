@@ -61,42 +61,12 @@ end
 -- the number of candidates and blocks: on the machines we measure, a script's cost is its commands
 -- and its Lua steps, not the bytes it reads.
 local LADDER_RUNGS = 16
--- Popular blocks: an owner list longer than POPULAR_BYTES (~85 entries: a block most of a big pool
--- holds, a shared system prompt's) is mirrored entry by entry in a hash of its generation's own,
--- '<owners key>:popular', field '<block hash>\1<id>' = ms recorded (keys.ts KEY_SUFFIX.ownersNewPopular),
--- so that finding one owner there is one HGET, where a plain find scans the list (~22 KB at 1,024
--- backends, ~25k instructions a search; an HGET costs ~6k). Shorter lists are searched: up to ~1.5 KB
--- a find is the cheaper. The mirror is written by index.record, the lists' only writer, and turns and
--- expires with its generation.
-local POPULAR_BYTES = 2048
-local POPULAR_SUFFIX = ':popular'
 -- Bytes of an owner list's head parsed per owner wanted (index.deepestOwners): an entry is \1<id>\2<13-digit ms>.
 local OWNER_HEAD_BYTES = 96
 
 local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
   local raw = { [newKey] = {}, [oldKey] = {} }
   local index = {}
-  local popularKeys = { [newKey] = newKey .. POPULAR_SUFFIX, [oldKey] = oldKey .. POPULAR_SUFFIX }
-  local popularRead = { [newKey] = {}, [oldKey] = {} }
-
-  -- The entry of `id` (`marker` = '\1'..id..'\2') in block i's owner list `value` of generation `key`:
-  -- the ms it was recorded, the decimal string stored, or nil. A popular list is looked up in its
-  -- mirror (each field read once per call), a short one searched.
-  local function entryOf(key, value, i, id, marker)
-    if not value then return nil end
-    if #value > POPULAR_BYTES then
-      local field = blockAt(i) .. '\1' .. id
-      local known = popularRead[key]
-      local ms = known[field]
-      if ms == nil then
-        ms = redis.call('HGET', popularKeys[key], field)
-        known[field] = ms
-      end
-      return ms or nil
-    end
-    local at = string.find(value, marker, 1, true)
-    return at and string.match(value, '^%d+', at + #marker) or nil
-  end
 
   -- Reads the fields at `positions` of `key` not read yet (one HMGET); false = no field.
   local function read(key, positions)
@@ -134,30 +104,17 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
     end
     local newValues, oldValues = raw[newKey], raw[oldKey]
     local find, match = string.find, string.match
-    -- Whether `id` (`marker` = "\1<id>\2", forgotten at `forgot` or never) holds block i in `key`'s
-    -- generation, whose list is `value`. A short list: an inlined find, the ms decoded only to compare
-    -- with a forget mark; this runs (candidates x log(blocks)) times per decision.
-    local function holdsIn(key, value, i, id, marker, forgot)
-      if not value then return false end
-      if #value > POPULAR_BYTES then
-        local ms = entryOf(key, value, i, id, marker)
-        return ms ~= nil and (forgot == nil or tonumber(ms) > forgot)
+    -- Whether the backend of `marker` ("\1<id>\2", forgotten at `forgot` or never) holds block i.
+    -- Inlined finds, no decoding: this runs (candidates x log(blocks)) times per decision.
+    local function holds(marker, forgot, i)
+      local value = newValues[i]
+      local at = value and find(value, marker, 1, true)
+      if not at and withOld then
+        value = oldValues[i]
+        at = value and find(value, marker, 1, true)
       end
-      local at = find(value, marker, 1, true)
       if not at then return false end
       return forgot == nil or tonumber(match(value, '^%d+', at + #marker)) > forgot
-    end
-    -- Whether the backend of `marker` holds block i, in `new` or, when withOld, in `old`. The short
-    -- list in `new` inlined: the common case, and a Lua call costs about what a short find does.
-    local function holds(id, marker, forgot, i)
-      local value = newValues[i]
-      if value and #value <= POPULAR_BYTES then
-        local at = find(value, marker, 1, true)
-        if at then return forgot == nil or tonumber(match(value, '^%d+', at + #marker)) > forgot end
-      elseif holdsIn(newKey, value, i, id, marker, forgot) then
-        return true
-      end
-      return withOld and holdsIn(oldKey, oldValues[i], i, id, marker, forgot)
     end
 
     local rungs = ladder()
@@ -169,7 +126,9 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
       local first, any = oldValues[1], false
       if first then
         for k = 1, #ids do
-          if holdsIn(oldKey, first, 1, ids[k], '\1' .. ids[k] .. '\2', forgottenAt[ids[k]]) then
+          local marker, forgot = '\1' .. ids[k] .. '\2', forgottenAt[ids[k]]
+          local at = find(first, marker, 1, true)
+          if at and (forgot == nil or tonumber(match(first, '^%d+', at + #marker)) > forgot) then
             any = true
             break
           end
@@ -184,10 +143,10 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
       local id = ids[k]
       local marker, forgot = '\1' .. id .. '\2', forgottenAt[id]
       -- Block 1 first: a backend that lacks it matches nothing, whatever it holds further on.
-      local low, high = 0, holds(id, marker, forgot, 1) and #rungs or 0
+      local low, high = 0, holds(marker, forgot, 1) and #rungs or 0
       while low < high do
         local middle = math.floor((low + high + 1) / 2)
-        if holds(id, marker, forgot, rungs[middle]) then low = middle else high = middle - 1 end
+        if holds(marker, forgot, rungs[middle]) then low = middle else high = middle - 1 end
       end
       if low == 0 then
         depths[id] = 0
@@ -216,7 +175,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
         local low, high = rungs[r], last
         while low < high do
           local middle = math.floor((low + high + 1) / 2)
-          if holds(id, marker, forgot, middle) then low = middle else high = middle - 1 end
+          if holds(marker, forgot, middle) then low = middle else high = middle - 1 end
         end
         depths[id] = low
       end
@@ -276,13 +235,12 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
       if depth > 0 then
         local marker = '\1' .. id .. '\2'
         local value = newValues[depth]
-        -- A short list in `new` inlined, as in holds.
-        local at = value and #value <= POPULAR_BYTES and string.find(value, marker, 1, true)
-        if at then
-          recordedAt[id] = string.match(value, '^%d+', at + #marker)
-        else
-          recordedAt[id] = entryOf(newKey, value, depth, id, marker) or entryOf(oldKey, oldValues[depth], depth, id, marker)
+        local at = value and string.find(value, marker, 1, true)
+        if not at then
+          value = oldValues[depth]
+          at = value and string.find(value, marker, 1, true)
         end
+        if at then recordedAt[id] = string.match(value, '^%d+', at + #marker) end
       end
     end
     return depths, recordedAt
@@ -308,7 +266,9 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
     local before = ceiling
     if from > 1 then
       read(newKey, { from - 1 })
-      before = tonumber(entryOf(newKey, raw[newKey][from - 1], from - 1, id, marker))
+      local value = raw[newKey][from - 1]
+      local at = value and string.find(value, marker, 1, true)
+      before = at and tonumber(string.match(value, '^%d+', at + #marker)) or nil
     end
     if before ~= nil and before < stamp then stamp = before end
     local entry = marker .. stamp
@@ -322,10 +282,9 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
         fields[count] = blockAt(i)
       end
       local current = redis.call('HMGET', newKey, unpack(fields))
-      local pairsToWrite, popularPairs = {}, {}
+      local pairsToWrite = {}
       for k = 1, count do
         local value = current[k]
-        local wasPopular = value and #value > POPULAR_BYTES
         if value then
           -- An entry from before a forget (or aged past half the retention) is replaced, not duplicated.
           local at = find(value, marker, 1, true)
@@ -341,21 +300,8 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
           value = entry
         end
         pairsToWrite[2 * k - 1], pairsToWrite[2 * k] = fields[k], value
-        if wasPopular then
-          popularPairs[#popularPairs + 1], popularPairs[#popularPairs + 2] = fields[k] .. '\1' .. id, stamp
-        elseif #value > POPULAR_BYTES then
-          -- Just became popular: its mirror gets every entry, once.
-          for owner, ms in string.gmatch(value, '\1([^\1\2]*)\2(%d+)') do
-            popularPairs[#popularPairs + 1], popularPairs[#popularPairs + 2] = fields[k] .. '\1' .. owner, ms
-          end
-        end
       end
       added = added + redis.call('HSET', newKey, unpack(pairsToWrite))
-      for at = 1, #popularPairs, 2 * CHUNK do
-        redis.call('HSET', popularKeys[newKey], unpack(popularPairs, at, math.min(at + 2 * CHUNK - 1, #popularPairs)))
-      end
-      -- Cached reads of the mirror would be stale now.
-      popularRead[newKey] = {}
     end
     return added, to
   end
@@ -373,10 +319,8 @@ local function rotateGenerations(newKey, oldKey, generationKey, now, idleTtl, ca
     return false
   end
   if (idleTtl > 0 and now - started >= idleTtl) or redis.call('HLEN', newKey) >= math.max(1, math.floor(cap / 2)) then
-    for _, key in ipairs({ '', POPULAR_SUFFIX }) do
-      redis.call('UNLINK', oldKey .. key)
-      if redis.call('EXISTS', newKey .. key) == 1 then redis.call('RENAME', newKey .. key, oldKey .. key) end
-    end
+    redis.call('UNLINK', oldKey)
+    if redis.call('EXISTS', newKey) == 1 then redis.call('RENAME', newKey, oldKey) end
     redis.call('SET', generationKey, now)
     return true
   end
@@ -384,14 +328,12 @@ local function rotateGenerations(newKey, oldKey, generationKey, now, idleTtl, ca
 end
 
 -- After recording: the index keys live two idle TTLs after the last recording (never with 0), within
--- one idle TTL: they are extended (all five: the generations, their popular mirrors, the generation
--- key) only when the generation key has less than one idle TTL left, so a recording usually costs one
--- PTTL here. `force` after a turn (the new `new` has no TTL). A mirror made between two extensions
--- (a list just turned popular) gets its TTL at the next one, within an idle TTL.
+-- one idle TTL: they are extended (all three) only when the generation key has less than one idle TTL
+-- left, so a recording usually costs one PTTL here. `force` after a turn (the new `new` has no TTL).
 local function keepIndexAlive(newKey, oldKey, generationKey, idleTtl, force)
   if idleTtl <= 0 then return end
   if not force and redis.call('PTTL', generationKey) >= idleTtl then return end
-  for _, key in ipairs({ newKey, oldKey, newKey .. POPULAR_SUFFIX, oldKey .. POPULAR_SUFFIX, generationKey }) do
+  for _, key in ipairs({ newKey, oldKey, generationKey }) do
     redis.call('PEXPIRE', key, 2 * idleTtl)
   end
 end
