@@ -1,11 +1,4 @@
-import {
-  engineReportedFreeTokens,
-  engineWaiting,
-  hashString53,
-  type BackendId,
-  type BackendInfo,
-  type EngineLoad,
-} from '@kvroute/routing';
+import { engineFigures, hashString53, type BackendId, type BackendInfo, type EngineLoad } from '@kvroute/routing';
 
 /**
  * What a decision tells route.lua about its candidates without shipping them every call. The
@@ -92,7 +85,8 @@ export class PoolMembers {
     let figures = this.figuresOf.get(load);
     if (figures === undefined) {
       // Base 36, free + 1 (so -1 = unknown is 0): route.lua reads them with strtoul (lib/pool-members.lua engineFigures).
-      figures = `${engineWaiting(load).toString(36)} ${(engineReportedFreeTokens(load) + 1).toString(36)}`;
+      const { waiting, freeTokens } = engineFigures(load);
+      figures = `${waiting.toString(36)} ${(freeTokens + 1).toString(36)}`;
       this.figuresOf.set(load, figures);
     }
     return figures;

@@ -4,7 +4,7 @@ export { hashRoutingText, type HashedRoutingText } from './prefix/block-hasher';
 export { responsesRoutingBody } from './prefix/responses-routing';
 export { buildRoutingRequest, DEFAULT_MAX_ROUTED_BLOCKS, type RoutingRequestOptions } from './prefix/routing-request';
 export { buildMessagesRoutingRequest, messagesAsChat } from './prefix/messages-routing';
-export { engineReportedFreeTokens, engineWaiting } from './state/engine-figures';
+export { engineFigures, engineReportedFreeTokens, engineWaiting } from './state/engine-figures';
 export { costRule, RANKED_BACKENDS } from './rules/cost';
 export { leastLoadedRule } from './rules/least-loaded';
 export { PREFILL_TOKENS_LUA } from './rules/rules-lua.generated';

@@ -23,3 +23,8 @@ export function engineReportedFreeTokens(engine: EngineLoad | null | undefined):
 export function engineWaiting(engine: EngineLoad | null | undefined): number {
   return Math.max(0, Math.round(engine?.waiting ?? 0));
 }
+
+/** An engine's load as the two integers a state store keeps for the rules (route.lua reads them per candidate). */
+export function engineFigures(engine: EngineLoad | null | undefined): { waiting: number; freeTokens: number } {
+  return { waiting: engineWaiting(engine), freeTokens: engineReportedFreeTokens(engine) };
+}
