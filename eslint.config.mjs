@@ -198,6 +198,7 @@ export default [
     // free ports with the tests' findFreePort(s) rather than a copy; bench:cells starts a local cluster (startRedisCluster); bench is never shipped.
     files: [
       'bench/src/redis-decision.ts',
+      'bench/src/route-stages.ts',
       'bench/src/cells-decision.ts',
       'bench/src/overhead.ts',
       'bench/src/limits.ts',
