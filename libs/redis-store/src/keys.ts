@@ -140,6 +140,22 @@ export interface PoolKeys {
   readonly engine: string;
 }
 
+/**
+ * The keys a decision reads and writes, in the order reserve.lua and route.lua take them as KEYS[1..7]
+ * (route.lua adds its member set and engine figures).
+ */
+export function decisionKeys(keys: PoolKeys): string[] {
+  return [
+    keys.forgotten,
+    keys.leaseDeadlines,
+    keys.inflight,
+    keys.pending,
+    keys.ownersNew,
+    keys.ownersOld,
+    keys.generation,
+  ];
+}
+
 /** The keys of one pool, or of one cell of a split pool. */
 export function poolKeys(
   pool: string,

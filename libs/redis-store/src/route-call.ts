@@ -1,5 +1,5 @@
 import type { AtomicRule, BlockHash, Candidate } from '@kvroute/routing';
-import { packBlockHashes, type PoolKeys } from './keys';
+import { decisionKeys, packBlockHashes, type PoolKeys } from './keys';
 import { ROUTE_LUA } from './lua/scripts.generated';
 import { MEMBER_SET_TTL_MS, type MemberSet } from './pool-members';
 import { RedisStoreError } from './redis-store-error';
@@ -98,17 +98,7 @@ export async function runRoute(redis: RedisClient, settings: RouteSettings, call
     MEMBER_SET_TTL_ARG,
     call.engineFigures,
   ];
-  const routeKeys = [
-    keys.forgotten,
-    keys.leaseDeadlines,
-    keys.inflight,
-    keys.pending,
-    keys.ownersNew,
-    keys.ownersOld,
-    keys.generation,
-    keys.members(call.members.version),
-    keys.engine,
-  ];
+  const routeKeys = [...decisionKeys(keys), keys.members(call.members.version), keys.engine];
   const reply = await runScript(redis, script, routeKeys, args, 'buffers');
   return decodeRouteReply(script, reply, memberCount(call.members));
 }
