@@ -1,5 +1,5 @@
 import type { BackendId, BlockHash, RoutingSnapshot } from '@kvroute/routing';
-import { blockHashArg, packBlockHashes } from './keys';
+import { blockHashArg, decisionKeys, packBlockHashes } from './keys';
 import type { PoolLayout } from './pool-cells';
 import { integerArrayReply, integerReply, runScript, SCRIPTS, type RedisClient } from './scripts';
 
@@ -100,32 +100,19 @@ export class PoolLeases {
   ): Promise<boolean> {
     const { options } = this;
     const keys = options.layout.keys(pool, options.layout.cellOf(backendId));
-    const reply = await runScript(
-      options.redis,
-      SCRIPTS.reserve,
-      [
-        keys.forgotten,
-        keys.leaseDeadlines,
-        keys.inflight,
-        keys.pending,
-        keys.ownersNew,
-        keys.ownersOld,
-        keys.generation,
-      ],
-      [
-        options.nowMs(),
-        keys.prefix,
-        options.blockIdleTtlMs,
-        options.maxBlocksPerPool,
-        leaseId,
-        options.leaseTtlMs,
-        blockHashes.length > 0 ? RECORD_BLOCKS_PER_CALL : 0,
-        backendId,
-        maxInflight,
-        Math.max(0, Math.round(prefillTokens)),
-        packBlockHashes(blockHashes),
-      ],
-    );
+    const reply = await runScript(options.redis, SCRIPTS.reserve, decisionKeys(keys), [
+      options.nowMs(),
+      keys.prefix,
+      options.blockIdleTtlMs,
+      options.maxBlocksPerPool,
+      leaseId,
+      options.leaseTtlMs,
+      blockHashes.length > 0 ? RECORD_BLOCKS_PER_CALL : 0,
+      backendId,
+      maxInflight,
+      Math.max(0, Math.round(prefillTokens)),
+      packBlockHashes(blockHashes),
+    ]);
     const [taken, inflight, heldTo] = integerArrayReply(SCRIPTS.reserve, reply, 3) as [number, number, number];
     options.sawInflight(pool, backendId, inflight);
     if (taken === 1) await this.recordRestOfTaken(pool, backendId, blockHashes, heldTo);
@@ -156,15 +143,7 @@ export class PoolLeases {
       options.redis,
       SCRIPTS.prefillDone,
       [keys.prefill(backendId), keys.pending, keys.forgotten, keys.ownersNew, keys.ownersOld, keys.generation],
-      [
-        leaseId,
-        backendId,
-        options.nowMs(),
-        options.blockIdleTtlMs,
-        options.maxBlocksPerPool,
-        packBlockHashes(heldBlocks),
-        RECORD_BLOCKS_PER_CALL,
-      ],
+      this.heldChainArgs(leaseId, backendId, heldBlocks),
     );
     const [, recordedTo] = integerArrayReply(SCRIPTS.prefillDone, reply, 2) as [number, number];
     await this.recordRest(pool, backendId, heldBlocks, recordedTo);
@@ -186,20 +165,26 @@ export class PoolLeases {
         keys.ownersOld,
         keys.generation,
       ],
-      [
-        leaseId,
-        backendId,
-        options.nowMs(),
-        options.blockIdleTtlMs,
-        options.maxBlocksPerPool,
-        packBlockHashes(heldBlocks),
-        RECORD_BLOCKS_PER_CALL,
-      ],
+      this.heldChainArgs(leaseId, backendId, heldBlocks),
     );
     const [, count, recordedTo] = integerArrayReply(SCRIPTS.release, reply, 3) as [number, number, number];
     options.sawInflight(pool, backendId, count);
     // The lease is gone whatever happens to the rest of the chain (an owner is a hint).
     if (heldBlocks.length > 0) await this.recordRestOfTaken(pool, backendId, heldBlocks, recordedTo);
+  }
+
+  /** prefill-done.lua's and release.lua's arguments: the lease, and the chain its first output proved held. */
+  private heldChainArgs(leaseId: string, backendId: BackendId, heldBlocks: readonly BlockHash[]): (string | number)[] {
+    const { options } = this;
+    return [
+      leaseId,
+      backendId,
+      options.nowMs(),
+      options.blockIdleTtlMs,
+      options.maxBlocksPerPool,
+      packBlockHashes(heldBlocks),
+      RECORD_BLOCKS_PER_CALL,
+    ];
   }
 
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {
