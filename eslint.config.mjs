@@ -199,6 +199,7 @@ export default [
     files: [
       'bench/src/redis-decision.ts',
       'bench/src/route-stages.ts',
+      'bench/src/decision-instructions.ts',
       'bench/src/cells-decision.ts',
       'bench/src/overhead.ts',
       'bench/src/limits.ts',
