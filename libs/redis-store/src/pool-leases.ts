@@ -189,10 +189,11 @@ export class PoolLeases {
 
   async forgetBackend(pool: string, backendId: BackendId): Promise<void> {
     const { options } = this;
+    const keys = options.layout.keys(pool, options.layout.cellOf(backendId));
     const reply = await runScript(
       options.redis,
       SCRIPTS.forgetBackend,
-      [options.layout.keys(pool, options.layout.cellOf(backendId)).forgotten],
+      [keys.forgotten, keys.engine],
       [options.nowMs(), backendId, options.blockIdleTtlMs],
     );
     integerReply(SCRIPTS.forgetBackend, reply);

@@ -44,6 +44,9 @@ export class PoolMembers {
       for (const backend of backends) records += `${backend.id}\t${backend.weight}\n`;
       const version = hashString53(records).toString(36);
       if (version !== this.memberSet.version) this.storedHere = false;
+      // Backends that left keep no entry here (discovered pods come and go).
+      const members = new Set(backends.map((backend) => backend.id));
+      for (const id of this.sent.keys()) if (!members.has(id)) this.sent.delete(id);
       this.memberSet = { version, records };
       this.backends = backends;
     }
@@ -71,6 +74,11 @@ export class PoolMembers {
       count++;
     }
     return figures;
+  }
+
+  /** Forgets that `backendId`'s figures were sent (Redis dropped them: forget-backend.lua). */
+  forgetSent(backendId: BackendId): void {
+    this.sent.delete(backendId);
   }
 
   /** Forgets what was sent for a call that failed: its figures may not have been stored. */

@@ -309,8 +309,10 @@ export class RedisRoutingState implements RoutingStateStore {
     return this.leases.release(pool, backendId, leaseId, heldBlocks);
   }
 
-  forgetBackend(pool: string, backendId: BackendId): Promise<void> {
-    return this.leases.forgetBackend(pool, backendId);
+  async forgetBackend(pool: string, backendId: BackendId): Promise<void> {
+    await this.leases.forgetBackend(pool, backendId);
+    // Its engine figures went with it: the next decision sends them again.
+    this.members.get(this.layout.keys(pool, this.layout.cellOf(backendId)).prefix)?.forgetSent(backendId);
   }
 
   async learn(pool: string, input: LearnInput): Promise<LearnReply> {

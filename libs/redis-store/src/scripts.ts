@@ -43,7 +43,7 @@ export const SCRIPTS = {
   renew: defineScript('renew', RENEW_LUA, 4),
   prefillDone: defineScript('prefill-done', PREFILL_DONE_LUA, 6),
   recordOwnership: defineScript('record-ownership', RECORD_OWNERSHIP_LUA, 4),
-  forgetBackend: defineScript('forget-backend', FORGET_BACKEND_LUA, 1),
+  forgetBackend: defineScript('forget-backend', FORGET_BACKEND_LUA, 2),
   learn: defineScript('learn', LEARN_LUA, 5),
   changeBackendSet: defineScript('change-backend-set', CHANGE_BACKEND_SET_LUA, 3),
   recordBackendScrape: defineScript('record-backend-scrape', RECORD_BACKEND_SCRAPE_LUA, 2),

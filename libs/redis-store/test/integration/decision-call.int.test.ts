@@ -180,6 +180,12 @@ describe('engine figures', () => {
     engine.delete(backends[0]?.id as string);
     await decide(state, inputOf(backends, requestOf(2, 4), 'l4', engine));
     expect(calls[3]?.args[ARG.engine]).toBe(`${backends[0]?.id}\t0 0\n`);
+    // A forgotten backend (removed, restarted) leaves no figures behind, and the next call sends its figures again.
+    await state.forgetBackend('m', backends[1]?.id as string);
+    expect(await ctx.redis.hexists(keys.engine, backends[1]?.id as string)).toBe(0);
+    await decide(state, inputOf(backends, requestOf(2, 5), 'l5', engine));
+    expect(calls[4]?.args[ARG.engine]).toBe(`${backends[1]?.id}\t0 ${(101).toString(36)}\n`);
+    expect(await ctx.redis.hget(keys.engine, backends[1]?.id as string)).toBe(`0 ${(101).toString(36)}`);
   });
 });
 
