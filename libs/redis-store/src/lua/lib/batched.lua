@@ -52,3 +52,18 @@ local numberOf = setmetatable({}, {
     return value
   end,
 })
+
+-- HSET of any number of pairs, CHUNK pairs a call: writer.add(field, value) as they come, then writer.flush().
+local function chunkedHset(key)
+  local fields, count, writer = {}, 0, {}
+  function writer.flush()
+    if count > 0 then redis.call('HSET', key, unpack(fields, 1, count)) end
+    count = 0
+  end
+  function writer.add(field, value)
+    fields[count + 1], fields[count + 2] = field, value
+    count = count + 2
+    if count >= 2 * CHUNK then writer.flush() end
+  end
+  return writer
+end

@@ -9,19 +9,14 @@
 -- Stores the member set `records` ('<id>\t<weight>\n' per member) at `key`, replacing it, for `ttl` ms.
 local function storeMembers(key, records, ttl)
   redis.call('DEL', key)
-  local fields, count, position = {}, 0, 0
+  local writer, position = chunkedHset(key), 0
   for id, weight in string.gmatch(records, '([^\t\n]*)\t([^\n]*)\n') do
     position = position + 1
-    fields[count + 1], fields[count + 2] = '#' .. position, id .. '\t' .. weight
-    fields[count + 3], fields[count + 4] = '@' .. id, position
-    count = count + 4
-    if count >= 2 * CHUNK then
-      redis.call('HSET', key, unpack(fields, 1, count))
-      count = 0
-    end
+    writer.add('#' .. position, id .. '\t' .. weight)
+    writer.add('@' .. id, position)
   end
-  fields[count + 1], fields[count + 2] = 'n', position
-  redis.call('HSET', key, unpack(fields, 1, count + 2))
+  writer.add('n', position)
+  writer.flush()
   redis.call('PEXPIRE', key, ttl)
 end
 
@@ -42,16 +37,9 @@ end
 
 -- Stores engine figures: '<id>\t<field>\n' per backend (engineFigures has the field), one HSET per CHUNK.
 local function storeEngineFigures(key, figures)
-  local fields, count = {}, 0
-  for id, value in string.gmatch(figures, '([^\t\n]*)\t([^\n]*)\n') do
-    fields[count + 1], fields[count + 2] = id, value
-    count = count + 2
-    if count >= 2 * CHUNK then
-      redis.call('HSET', key, unpack(fields, 1, count))
-      count = 0
-    end
-  end
-  if count > 0 then redis.call('HSET', key, unpack(fields, 1, count)) end
+  local writer = chunkedHset(key)
+  for id, value in string.gmatch(figures, '([^\t\n]*)\t([^\n]*)\n') do writer.add(id, value) end
+  writer.flush()
 end
 
 -- An engine's figures from its field (false = unknown): waiting, free KV tokens (-1 = no limit known).
