@@ -15,6 +15,8 @@ import { engineFigures, hashString53, type BackendId, type BackendInfo, type Eng
 export interface MemberSet {
   readonly version: string;
   readonly records: string;
+  /** How many members (records). */
+  readonly count: number;
 }
 
 /** How long a stored member set lives, ms: a set no replica uses any more goes; one in use is stored again when it does. */
@@ -26,7 +28,7 @@ export const ENGINE_FIGURES_PER_CALL = 128;
 /** One replica's view of one pool cell: its member set and the engine figures it has sent there. */
 export class PoolMembers {
   private backends: readonly BackendInfo[] = [];
-  private memberSet: MemberSet = { version: '', records: '' };
+  private memberSet: MemberSet = { version: '', records: '', count: 0 };
   /**
    * Whether a call of this replica's stored the current member set or found it stored: until then calls
    * bring it along (a new set costs no extra round trip), after that only when Redis lost it.
@@ -47,7 +49,7 @@ export class PoolMembers {
       // Backends that left keep no entry here (discovered pods come and go).
       const members = new Set(backends.map((backend) => backend.id));
       for (const id of this.sent.keys()) if (!members.has(id)) this.sent.delete(id);
-      this.memberSet = { version, records };
+      this.memberSet = { version, records, count: backends.length };
       this.backends = backends;
     }
     return this.memberSet;

@@ -100,17 +100,11 @@ export async function runRoute(redis: RedisClient, settings: RouteSettings, call
   ];
   const routeKeys = [...decisionKeys(keys), keys.members(call.members.version), keys.engine];
   const reply = await runScript(redis, script, routeKeys, args, 'buffers');
-  return decodeRouteReply(script, reply, memberCount(call.members));
+  return decodeRouteReply(script, reply, call.members.count);
 }
 
 /** Passed as text like every argument. */
 const MEMBER_SET_TTL_ARG = String(MEMBER_SET_TTL_MS);
-
-function memberCount(members: MemberSet): number {
-  let count = 0;
-  for (let at = members.records.indexOf('\n'); at !== -1; at = members.records.indexOf('\n', at + 1)) count++;
-  return count;
-}
 
 const HEADER = 6;
 
