@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
+import { processWide } from './process-wide';
 
 /** Binary to spawn; override with env `REDIS_SERVER_BIN`. */
 export const REDIS_SERVER_BIN = process.env['REDIS_SERVER_BIN'] ?? 'redis-server';
@@ -10,23 +11,19 @@ const STOP_GRACE_MS = 5_000;
 const OUTPUT_TAIL_CHARS = 4_000;
 
 /** Every redis-server this process spawned and has not seen exit; SIGKILLed if the process exits first. */
-const liveChildren = new Set<ChildProcess>();
-let exitHookInstalled = false;
-
-function installExitHook(): void {
-  if (exitHookInstalled) return;
-  exitHookInstalled = true;
+const liveChildren = processWide('live-children', () => {
+  const children = new Set<ChildProcess>();
   process.on('exit', () => {
-    for (const child of liveChildren) child.kill('SIGKILL');
+    for (const child of children) child.kill('SIGKILL');
   });
-}
+  return children;
+});
 
 /**
  * Puts a child this process spawned (a helper's tool such as `redis-cli`) under the same exit hook as the servers:
  * SIGKILLed if this process exits first, forgotten once it exits or fails to spawn.
  */
 export function killChildOnProcessExit(child: ChildProcess): void {
-  installExitHook();
   if (child.exitCode !== null || child.signalCode !== null) return;
   liveChildren.add(child);
   const forget = (): void => {
@@ -160,7 +157,6 @@ class LocalRedis implements LocalRedisServer {
 
   async start(): Promise<void> {
     if (this.child) throw new Error(`redis-server on port ${this.port} is already running`);
-    installExitHook();
     const args = [
       '--port',
       String(this.port),

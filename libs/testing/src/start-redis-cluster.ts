@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { CLUSTER_SLOT_COUNT, clusterKeySlot } from './cluster-key-slot';
 import { probeDocker } from './docker-probe';
+import { processWide } from './process-wide';
 import {
   findFreePorts,
   killChildOnProcessExit,
@@ -92,14 +93,10 @@ export interface StartRedisClusterOptions {
 }
 
 /** Temp dirs of clusters not yet stopped; removed if the process exits first (after the exit hook killed the nodes). */
-const liveClusterDirs = new Set<string>();
-let dirExitHookInstalled = false;
-
-function removeDirsOnProcessExit(): void {
-  if (dirExitHookInstalled) return;
-  dirExitHookInstalled = true;
+const liveClusterDirs = processWide('live-cluster-dirs', () => {
+  const dirs = new Set<string>();
   process.on('exit', () => {
-    for (const dir of liveClusterDirs) {
+    for (const dir of dirs) {
       try {
         rmSync(dir, { recursive: true, force: true });
       } catch {
@@ -107,7 +104,8 @@ function removeDirsOnProcessExit(): void {
       }
     }
   });
-}
+  return dirs;
+});
 
 const delay = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -465,7 +463,6 @@ export async function startRedisCluster(options: StartRedisClusterOptions = {}):
   const dockerAnswered = probeDocker();
   const dir = await mkdtemp(join(tmpdir(), 'kvroute-redis-cluster-'));
   liveClusterDirs.add(dir);
-  removeDirsOnProcessExit();
 
   const servers: LocalRedisServer[] = [];
   try {
