@@ -6,10 +6,12 @@
 //   node tools/test-summary.mjs test-system        # after `nx run-many -t test-system` (npm run test:system)
 //   node tools/test-summary.mjs test test-system   # both (.ci/run)
 //
-// Reports are test-reports/<target>/<project>.json (vitest.shared.ts). "failed" counts failing tests,
-// plus each test file that failed to run and each project whose target wrote no report. Exits 1 if
-// anything failed or no test passed.
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+// Reports are test-reports/<target>/*.json: one for the whole workspace (vitest.config.ts, when
+// tools/run-tests.mjs runs the target) or one per project (vitest.shared.ts, when Nx runs it); test files
+// are counted by the project folder they are in. "failed" counts failing tests, plus each test file that
+// failed to run and each project with no test file in any report. Exits 1 if anything failed or no test
+// passed.
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { basename, join, relative } from 'node:path';
 
 const ROOT = join(import.meta.dirname, '..');
@@ -52,34 +54,58 @@ const lines = [];
 const skippedTests = [];
 const failures = [];
 
+/**
+ * Every test file result in the JSON reports of `target`, by absolute path. One report per project (an Nx run of
+ * the target) or one for the whole workspace (tools/run-tests.mjs): either way each file counts once, from the
+ * newest report that has it.
+ */
+function fileResults(target) {
+  const dir = join(ROOT, 'test-reports', target);
+  if (!existsSync(dir)) return new Map();
+  const reports = readdirSync(dir)
+    .filter((name) => name.endsWith('.json'))
+    .map((name) => join(dir, name))
+    .sort((a, b) => statSync(a).mtimeMs - statSync(b).mtimeMs);
+  const files = new Map();
+  for (const report of reports)
+    for (const file of JSON.parse(readFileSync(report, 'utf8')).testResults) files.set(file.name, file);
+  return files;
+}
+
 for (const target of targets) {
   const counts = { passed: 0, failed: 0, skipped: 0 };
+  const files = [...fileResults(target).values()];
   for (const project of projects.filter((candidate) => candidate.scripts[target] !== undefined)) {
-    const reportPath = join(ROOT, 'test-reports', target, `${project.name}.json`);
-    if (!existsSync(reportPath)) {
+    const own = files.filter((file) => file.name.startsWith(`${project.dir}/`));
+    if (own.length === 0) {
       counts.failed += 1;
-      failures.push(`no report: ${project.name} (its ${target} target wrote no ${relative(ROOT, reportPath)})`);
+      failures.push(
+        `no report: ${project.name} (no test file of it in ${relative(ROOT, join(ROOT, 'test-reports', target))}/*.json)`,
+      );
       continue;
     }
-    const report = JSON.parse(readFileSync(reportPath, 'utf8'));
-    const skipped = report.numPendingTests + (report.numTodoTests ?? 0);
-    let failed = report.numFailedTests;
-    for (const file of report.testResults) {
+    const projectCounts = { passed: 0, failed: 0, skipped: 0 };
+    for (const file of own) {
       const path = relative(ROOT, file.name);
       for (const test of file.assertionResults) {
-        if (test.status === 'failed') failures.push(`failed: ${path} › ${test.fullName}`);
-        else if (test.status !== 'passed') skippedTests.push(`${test.status}: ${path} › ${test.fullName}`);
+        if (test.status === 'passed') projectCounts.passed += 1;
+        else if (test.status === 'failed') {
+          projectCounts.failed += 1;
+          failures.push(`failed: ${path} › ${test.fullName}`);
+        } else {
+          projectCounts.skipped += 1;
+          skippedTests.push(`${test.status}: ${path} › ${test.fullName}`);
+        }
       }
       if (file.status === 'failed' && !file.assertionResults.some((test) => test.status === 'failed')) {
-        failed += 1;
+        projectCounts.failed += 1;
         failures.push(`failed to run: ${path}: ${file.message.split('\n')[0]}`);
       }
     }
-    counts.passed += report.numPassedTests;
-    counts.failed += failed;
-    counts.skipped += skipped;
+    for (const key of Object.keys(counts)) counts[key] += projectCounts[key];
     lines.push(
-      `${targets.length > 1 ? `${target} ` : ''}${project.name}: ${report.numPassedTests} passed, ${failed} failed${skipped > 0 ? `, ${skipped} skipped` : ''}`,
+      `${targets.length > 1 ? `${target} ` : ''}${project.name}: ${projectCounts.passed} passed, ${projectCounts.failed} failed` +
+        `${projectCounts.skipped > 0 ? `, ${projectCounts.skipped} skipped` : ''}`,
     );
   }
   perTarget.push(`${target}: ${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped`);

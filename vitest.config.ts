@@ -1,0 +1,122 @@
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { basename, join, relative } from 'node:path';
+import { defineConfig } from 'vitest/config';
+import { BaseSequencer, type TestSpecification } from 'vitest/node';
+import { projectTestOptions } from './vitest.shared.ts';
+
+const ROOT = import.meta.dirname;
+
+/** `npm test`'s workers: most test files wait on loopback I/O and timers, not the CPU, so 3 keep 2 cores busy. */
+const WORKERS = 3;
+
+/**
+ * Test files that assert a latency or a speed on the wall clock: they run at the end, one at a time, with no other
+ * test file taking the CPU from them (an unrelated file's burst would decide their bound, not the code they test).
+ */
+const RUN_ALONE = [
+  // Issue 12's acceptance 3: a router child process answers /healthz within 100 ms and a hostile body's 400 within
+  // 200 ms, with 15 MB prompts and 200,000-message bodies going through it.
+  'apps/router/test/hostile-clients.test.ts',
+  // The sim's timing model: a prompt's engine time within ±30 % of the reference, warm ≥ 5× faster than cold.
+  'apps/vllm-sim/test/timing.test.ts',
+  // Hashing a 15 MB text into 2048 blocks within 200 ms.
+  'libs/routing/src/prefix/block-hasher.test.ts',
+  // Health pollers scraping every 300 ms: each backend once per interval, a replica's share taken over, a state
+  // published, a dead backend left by the router, all within an interval or two.
+  'apps/health-poller/test/replicas.test.ts',
+  'apps/health-poller/test/published-state.test.ts',
+  'apps/health-poller/test/router-follows-poller.test.ts',
+];
+
+/**
+ * The longest test files (10–40 s each on a 2-core machine, most of it waiting on the processes, sims and timers
+ * they start), started first so none of them is the last one running. Vitest would order a fresh clone's files by
+ * size, and these are short files; later runs it orders by the durations it cached. The ones that keep a core busy
+ * (router and sim processes) alternate with the ones that mostly wait.
+ */
+const START_FIRST = [
+  'apps/router/test/multi-replica.test.ts',
+  'apps/health-poller/test/engine-restart.test.ts',
+  'bench/src/runner/local-cluster.test.ts',
+  'apps/router/test/redis-cluster-failover.test.ts',
+  'apps/router/test/shared-backend-set.test.ts',
+  'infra/test/image-entry.test.ts',
+  'apps/router/test/redis-cluster.test.ts',
+  'apps/router/test/dns-discovery.test.ts',
+  'apps/router/test/graceful-shutdown.test.ts',
+];
+
+/** Vitest's order (group, project, then cached durations or size), with START_FIRST moved to the front of its group. */
+class LongestFirst extends BaseSequencer {
+  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
+    const rank = (spec: TestSpecification): number => {
+      const index = START_FIRST.indexOf(relative(ROOT, spec.moduleId));
+      return index === -1 ? START_FIRST.length : index;
+    };
+    return (await super.sort(files)).sort(
+      (a, b) => a.project.config.sequence.groupOrder - b.project.config.sequence.groupOrder || rank(a) - rank(b),
+    );
+  }
+}
+
+/**
+ * Workspace project folders (package.json `workspaces`) whose package.json has the script `target`: the projects
+ * `nx run-many -t <target>` would run.
+ */
+function projectsWithScript(target: string): string[] {
+  const { workspaces } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { workspaces: string[] };
+  return workspaces
+    .flatMap((entry) =>
+      entry.endsWith('/*')
+        ? readdirSync(join(ROOT, entry.slice(0, -2)), { withFileTypes: true })
+            .filter((item) => item.isDirectory())
+            .map((item) => `${entry.slice(0, -2)}/${item.name}`)
+        : [entry],
+    )
+    .filter((dir) => {
+      const manifest = join(ROOT, dir, 'package.json');
+      return existsSync(manifest) && JSON.parse(readFileSync(manifest, 'utf8')).scripts?.[target] !== undefined;
+    });
+}
+
+/**
+ * Every project's tests in one vitest run (tools/run-tests.mjs): one process and one pool of workers for the whole
+ * workspace, where Nx ran one vitest per project, one after another. Each project gets the options its own
+ * vitest.config.ts has (projectTestOptions); a project with RUN_ALONE files is two projects here, `<name>` without
+ * them and `<name> (alone)` with them only, in a later group of one worker. One JSON report,
+ * test-reports/<target>/workspace.json, which tools/test-summary.mjs splits by project folder.
+ */
+export default defineConfig(({ mode }) => {
+  const system = mode === 'system';
+  const target = system ? 'test-system' : 'test';
+  return {
+    test: {
+      projects: projectsWithScript(target).flatMap((dir) => {
+        const root = join(ROOT, dir);
+        const options = projectTestOptions(basename(dir), mode);
+        const alone = system
+          ? []
+          : RUN_ALONE.filter((file) => file.startsWith(`${dir}/`)).map((file) => relative(dir, file));
+        const own = { root, test: { ...options, exclude: [...options.exclude, ...alone] } };
+        if (alone.length === 0) return [own];
+        return [
+          own,
+          {
+            root,
+            test: {
+              ...options,
+              name: `${options.name} (alone)`,
+              include: alone,
+              maxWorkers: 1,
+              sequence: { groupOrder: 1 },
+            },
+          },
+        ];
+      }),
+      // The system tests start fleets of processes each: one file at a time, as before.
+      maxWorkers: system ? 1 : WORKERS,
+      sequence: { sequencer: LongestFirst },
+      reporters: ['default', ['json', { outputFile: join(ROOT, 'test-reports', target, 'workspace.json') }]],
+    },
+  };
+});
