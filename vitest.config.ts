@@ -26,6 +26,10 @@ const RUN_ALONE = [
   'apps/health-poller/test/replicas.test.ts',
   'apps/health-poller/test/published-state.test.ts',
   'apps/health-poller/test/router-follows-poller.test.ts',
+  // A scheduler re-planned within half an interval (300 ms) by two poller replicas.
+  'apps/health-poller/test/stuck-scheduler.test.ts',
+  // A SIGKILLed replica's in-flight counts healed within the lease TTL (a 3 s bound with router processes).
+  'apps/router/test/replica-crash.test.ts',
 ];
 
 /**
