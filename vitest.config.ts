@@ -34,7 +34,8 @@ const RUN_ALONE = [
   // A SIGKILLed replica's in-flight counts healed within the lease TTL (a 3 s bound with router processes).
   'apps/router/test/replica-crash.test.ts',
   // A restarted engine's predictions stopped within 2 poll intervals, under load from its own clients.
-  'apps/health-poller/test/engine-restart.test.ts', // A Redis Cluster master killed under load: every request 200, degraded at most 10 s.
+  'apps/health-poller/test/engine-restart.test.ts',
+  // A Redis Cluster master killed under load: every request 200, degraded at most 10 s.
   'apps/router/test/redis-cluster-failover.test.ts',
 ];
 
@@ -91,7 +92,7 @@ function projectsWithScript(target: string): string[] {
  * Every project's tests in one vitest run (tools/run-tests.mjs): one process and one pool of workers for the whole
  * workspace, where Nx ran one vitest per project, one after another. Each project gets the options its own
  * vitest.config.ts has (projectTestOptions); a project with RUN_ALONE files is two projects here, `<name>` without
- * them and `<name> (alone)` with them only, in a later group of one worker. One JSON report,
+ * them and `<name> (alone)` with them only, in a later group of one worker and a process per file. One JSON report,
  * test-reports/<target>/workspace.json, which tools/test-summary.mjs splits by project folder.
  */
 export default defineConfig(({ mode }) => {
@@ -115,6 +116,8 @@ export default defineConfig(({ mode }) => {
               ...options,
               name: `${options.name} (alone)`,
               include: alone,
+              // A process of its own as well: nothing an earlier file left running (a timer, a server) takes its CPU.
+              isolate: true,
               maxWorkers: 1,
               sequence: { groupOrder: 1 },
             },
