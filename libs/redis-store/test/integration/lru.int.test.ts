@@ -4,7 +4,9 @@ import { manualClock, openRedisTestContext, type RedisTestContext } from './redi
 
 let ctx: RedisTestContext;
 beforeAll(async () => {
-  ctx = await openRedisTestContext({ label: 'redis-store-lru' });
+  // A Redis of its own: the generation test counts the server's RENAME and UNLINK calls (CONFIG RESETSTAT, INFO
+  // commandstats), which other test files running at the same time on a shared REDIS_URL would add to.
+  ctx = await openRedisTestContext({ label: 'redis-store-lru', fresh: true });
 });
 beforeEach(() => ctx.beginTest('lru'));
 afterEach(() => ctx.cleanup());
