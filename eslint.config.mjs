@@ -123,6 +123,26 @@ export default [
     },
   },
   {
+    // bench:indexer drives the health poller's KV-event indexer in its own process, so its CPU is the one
+    // measured (bench is never shipped).
+    files: ['bench/src/indexer-load.ts'],
+    rules: {
+      '@nx/enforce-module-boundaries': [
+        'error',
+        {
+          enforceBuildableLibDependency: false,
+          allow: ['@kvroute/health-poller/kv-events/indexer', '@kvroute/health-poller/metrics'],
+          depConstraints: [
+            {
+              sourceTag: 'type:app',
+              onlyDependOnLibsWithTags: ['type:domain', 'type:data-access', 'type:util', 'type:testing'],
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // infra tests check the deployment files against the apps' own definitions (config schemas, metric
     // registries, a sim's /metrics), build the image's bundles with tools/build.ts and pack the kvroute
     // package with tools/pack-kvroute.ts. Tests only.
@@ -203,8 +223,10 @@ export default [
       'bench/src/cells-decision.ts',
       'bench/src/overhead.ts',
       'bench/src/limits.ts',
+      'bench/src/admission.ts',
       'bench/src/router-instructions.ts',
       'bench/src/poller-load.ts',
+      'bench/src/indexer-load.ts',
       'bench/src/runner/local-cluster.ts',
       'bench/src/local-sims.ts',
     ],

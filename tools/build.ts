@@ -14,8 +14,19 @@ export const APP_ENTRIES = {
   'bare-proxy': 'bench/src/bare-proxy-main.ts',
 } as const;
 
+/**
+ * Packages no bundle can hold, left out of every app bundle and imported at run time, only on the paths
+ * that need them (`await import(…)`): zeromq's native addon is found next to its own files (KV events:
+ * the sim's publisher, the poller's indexer), piscina starts its workers from its own files (token mode's
+ * large prompts). The container image copies them beside the bundles (infra/docker/Dockerfile).
+ */
+export const RUNTIME_EXTERNALS = ['zeromq', 'piscina'];
+
+/** The tokenizer pool's worker, bundled beside the apps: a bundled router passes it as the pool's workerFile. */
+export const TOKENIZER_WORKER_ENTRY = 'libs/tokenization/src/tokenizer-worker.ts';
+
 /** Bundles one entry (a path from the repository root) into `outfile`. */
-/** `external`: packages left out of the bundle (imported at run time, only on paths that need them). */
+/** `external`: packages left out of the bundle beside RUNTIME_EXTERNALS. */
 export async function bundle(
   entry: string,
   outfile: string,
@@ -30,7 +41,7 @@ export async function bundle(
     target: 'node20',
     sourcemap: options.sourcemap ?? true,
     logLevel: 'warning',
-    external: options.external ?? [],
+    external: [...RUNTIME_EXTERNALS, ...(options.external ?? [])],
     // Written into every bundle: an installed package or an image has no checkout to read (build-info.ts).
     define: { __KVROUTE_BUILD__: JSON.stringify(buildInfo()) },
     // Some bundled CommonJS dependencies call require(); give the ES module one.
@@ -51,6 +62,7 @@ export async function buildApps(
     await bundle(APP_ENTRIES[name], outfile);
     outputs[name] = outfile;
   }
+  if (names.includes('router')) await bundle(TOKENIZER_WORKER_ENTRY, join(outDir, 'tokenizer-worker.mjs'));
   return outputs;
 }
 

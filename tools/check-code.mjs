@@ -12,29 +12,16 @@
 // the boundary rule reads), so a second run checks only what changed. Exits 1 if either fails.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import ts from 'typescript';
+import { workspaceProjectDirs } from './workspace-projects.mjs';
 
 const ROOT = join(import.meta.dirname, '..');
 const BIN = join(ROOT, 'node_modules', '.bin');
 const CACHE = join(ROOT, 'node_modules', '.cache', 'kvroute');
 const WORKSPACE_TSCONFIG = 'tsconfig.workspace.json';
 const LINTED = ['apps', 'libs', 'bench', 'infra', 'vitest.config.ts', 'vitest.shared.ts'];
-
-/** Workspace project folders (root package.json `workspaces`: folders and `folder/*` globs). */
-function projectDirs() {
-  const { workspaces } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
-  return workspaces
-    .flatMap((entry) => {
-      if (!entry.endsWith('/*')) return [join(ROOT, entry)];
-      const parent = join(ROOT, entry.slice(0, -2));
-      return readdirSync(parent, { withFileTypes: true })
-        .filter((item) => item.isDirectory())
-        .map((item) => join(parent, item.name));
-    })
-    .filter((dir) => existsSync(join(dir, 'package.json')));
-}
 
 function parseTsconfig(path) {
   const host = {
@@ -51,7 +38,7 @@ function workspaceProgramGaps() {
   const workspace = parseTsconfig(join(ROOT, WORKSPACE_TSCONFIG));
   const files = new Set(workspace.fileNames);
   const gaps = [];
-  for (const dir of projectDirs()) {
+  for (const dir of workspaceProjectDirs(ROOT)) {
     const path = join(dir, 'tsconfig.json');
     if (!existsSync(path)) continue;
     const project = parseTsconfig(path);
@@ -82,7 +69,7 @@ function run(name, args) {
 /** The boundary rule reads the projects' tags and dependencies: a change to any manifest starts a new lint cache. */
 function lintCacheKey() {
   const hash = createHash('sha256');
-  for (const dir of [ROOT, ...projectDirs()]) hash.update(readFileSync(join(dir, 'package.json')));
+  for (const dir of [ROOT, ...workspaceProjectDirs(ROOT)]) hash.update(readFileSync(join(dir, 'package.json')));
   hash.update(readFileSync(join(ROOT, 'nx.json')));
   return hash.digest('hex').slice(0, 16);
 }

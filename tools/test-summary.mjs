@@ -13,24 +13,11 @@
 // passed.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { basename, join, relative } from 'node:path';
+import { workspaceProjectDirs } from './workspace-projects.mjs';
 
 const ROOT = join(import.meta.dirname, '..');
 const SYSTEM_TEST_SUFFIX = '.system.test.ts';
 const targets = process.argv.length > 2 ? process.argv.slice(2) : ['test'];
-
-/** Workspace project folders (root package.json `workspaces`: folders and `folder/*` globs). */
-function projectDirs() {
-  const { workspaces } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
-  return workspaces
-    .flatMap((entry) => {
-      if (!entry.endsWith('/*')) return [join(ROOT, entry)];
-      const parent = join(ROOT, entry.slice(0, -2));
-      return readdirSync(parent, { withFileTypes: true })
-        .filter((item) => item.isDirectory())
-        .map((item) => join(parent, item.name));
-    })
-    .filter((dir) => existsSync(join(dir, 'package.json')));
-}
 
 /** Files under `dir` whose name ends with `suffix`, skipping node_modules and dot folders. */
 function filesEndingWith(dir, suffix) {
@@ -43,7 +30,7 @@ function filesEndingWith(dir, suffix) {
   });
 }
 
-const projects = projectDirs().map((dir) => ({
+const projects = workspaceProjectDirs(ROOT).map((dir) => ({
   dir,
   name: basename(dir),
   scripts: JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).scripts ?? {},

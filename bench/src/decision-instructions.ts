@@ -15,7 +15,7 @@
  * Portable across commits: a checkout whose store predates route.lua's composition per rule is measured
  * as it is (no stages), so a `git worktree` of an older commit can run this file for a before/after.
  *
- * Usage: npm run bench:decision-instructions -- [--pools 16,1024] [--calls 100] [--prompt-tokens 8192] [--stages]
+ * Usage: npm run bench:decision-instructions -- [--pools 16,1024] [--calls 100] [--prompt-tokens 8192] [--stages] [--keep]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -33,12 +33,13 @@ const { values: args } = parseArgs({
     calls: { type: 'string', default: '100' },
     'prompt-tokens': { type: 'string', default: '8192' },
     stages: { type: 'boolean', default: false },
+    keep: { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
 if (args.help) {
   console.log(
-    'npm run bench:decision-instructions -- [--pools 16,1024] [--calls 100] [--prompt-tokens 8192] [--stages]',
+    'npm run bench:decision-instructions -- [--pools 16,1024] [--calls 100] [--prompt-tokens 8192] [--stages] [--keep]',
   );
   process.exit(0);
 }
@@ -87,7 +88,9 @@ async function startInstrumentedRedis(): Promise<{
     },
     stop: () => {
       server.kill('SIGKILL');
-      rmSync(dir, { recursive: true, force: true });
+      // --keep: the dumps stay for `callgrind_annotate <dir>/out.<pid>.2` (where a decision's instructions go, by function).
+      if (args.keep) console.log(`callgrind dumps kept in ${dir}`);
+      else rmSync(dir, { recursive: true, force: true });
     },
   };
 }

@@ -6,25 +6,37 @@ import { nodeArgsFor } from './app-process';
 export interface LocalSim {
   readonly url: string;
   readonly process: ChildProcess;
+  /** Its KV-event PUB and replay ROUTER ports (`kvEvents`); absent: it publishes none. */
+  readonly kvEvents?: { readonly port: number; readonly replayPort: number };
 }
 
 export async function startLocalSims(
   count: number,
   simArgs: readonly string[],
-  options: { pinToCore?: number } = {},
+  options: { pinToCore?: number; kvEvents?: boolean } = {},
 ): Promise<LocalSim[]> {
   const sims: LocalSim[] = [];
   // All ports at once (held open together, so distinct): one at a time, a port freed for a sim that has
   // not bound it yet can be handed out again (64 sims collided on one).
-  for (const port of await findFreePorts(count)) {
-    const args = [...nodeArgsFor('vllm-sim'), '--port', String(port), '--log-level', 'warn', ...simArgs];
+  const ports = await findFreePorts(options.kvEvents === true ? 3 * count : count);
+  for (let index = 0; index < count; index++) {
+    const port = ports[index] as number;
+    const kvEvents =
+      options.kvEvents === true
+        ? { port: ports[count + 2 * index] as number, replayPort: ports[count + 2 * index + 1] as number }
+        : undefined;
+    const eventArgs =
+      kvEvents === undefined
+        ? []
+        : ['--kv-events-port', String(kvEvents.port), '--kv-events-replay-port', String(kvEvents.replayPort)];
+    const args = [...nodeArgsFor('vllm-sim'), '--port', String(port), '--log-level', 'warn', ...eventArgs, ...simArgs];
     const child =
       options.pinToCore === undefined
         ? spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] })
         : spawn('taskset', ['-c', String(options.pinToCore), process.execPath, ...args], {
             stdio: ['ignore', 'inherit', 'inherit'],
           });
-    sims.push({ url: `http://127.0.0.1:${port}`, process: child });
+    sims.push({ url: `http://127.0.0.1:${port}`, process: child, ...(kvEvents === undefined ? {} : { kvEvents }) });
   }
   await Promise.all(sims.map((sim) => waitReady(`${sim.url}/health`)));
   return sims;
@@ -51,8 +63,12 @@ export async function stopLocalSims(sims: readonly LocalSim[]): Promise<void> {
   );
 }
 
+/**
+ * Polls `probeUrl` every 50 ms until it answers 200, for up to 30 s: a bound, not a wait. An app started
+ * from its sources under tsx on 2 busy cores (the whole suite at once) has taken over 15 s to listen.
+ */
 export async function waitReady(probeUrl: string): Promise<void> {
-  for (let attempt = 0; attempt < 300; attempt++) {
+  for (let attempt = 0; attempt < 600; attempt++) {
     try {
       if ((await fetch(probeUrl)).ok) return;
     } catch {
@@ -71,7 +87,10 @@ export interface LocalRouter {
   readonly process: ChildProcess;
 }
 
-/** Starts a kvroute router process over `backendUrls` and waits until it is ready. */
+/**
+ * Starts a kvroute router process over `backendUrls` and waits until it is ready. An empty list passes no
+ * `--backends` (the router's `--config` file in `routerArgs` names them, e.g. with their data-parallel ranks).
+ */
 export async function startLocalRouter(
   backendUrls: readonly string[],
   routerArgs: readonly string[],
@@ -84,8 +103,7 @@ export async function startLocalRouter(
     '127.0.0.1',
     '--port',
     String(port),
-    '--backends',
-    backendUrls.join(','),
+    ...(backendUrls.length === 0 ? [] : ['--backends', backendUrls.join(',')]),
     '--log-level',
     'warn',
     '--shutdown-drain-delay-ms',

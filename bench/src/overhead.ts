@@ -72,6 +72,7 @@ import {
 import { machineBusyCores, machineCpuSeconds, ownCpuSeconds, processCpuSeconds } from './process-cpu';
 import { newBenchKey, writeBenchKeyFile } from './bench-api-keys';
 import {
+  buildBundles,
   haproxyVersion,
   lastLines,
   startBareProxyProcess,
@@ -254,22 +255,15 @@ async function main(): Promise<void> {
   const workloads = selectedWorkloads();
   // Proxies run as deployed: production bundles (`npm run build`), no TypeScript transform at run time.
   console.log('Building production bundles (npm run build)…');
-  const built = spawnSync('npm', ['run', '--silent', 'build'], {
-    cwd: join(import.meta.dirname, '..', '..'),
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
-  if (built.status !== 0) throw new Error('npm run build failed');
+  buildBundles();
   const baseline = baselineDir;
   if (baseline !== undefined && baseline !== repoRoot) {
     if (!existsSync(join(baseline, 'node_modules')))
       throw new Error(`--baseline ${baseline}: no node_modules there; run npm ci in it first`);
     console.log(`Building the baseline's bundles in ${baseline} (${baselineCommit(baseline)}) …`);
-    const builtBaseline = spawnSync('npm', ['run', '--silent', 'build'], {
-      cwd: baseline,
-      stdio: ['ignore', 'ignore', 'inherit'],
-    });
-    if (builtBaseline.status !== 0 || !existsSync(join(baseline, 'dist', 'router.mjs')))
-      throw new Error(`npm run build failed in ${baseline}`);
+    buildBundles(baseline);
+    if (!existsSync(join(baseline, 'dist', 'router.mjs')))
+      throw new Error(`npm run build made no router in ${baseline}`);
   }
   const wrkVersion = toolVersion('wrk', ['-v'])?.replace(/\s+Copyright.*$/, '');
   if (!wrkVersion?.startsWith('wrk')) throw new Error('wrk is not installed (Debian: apt-get install wrk)');

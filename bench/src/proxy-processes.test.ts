@@ -1,6 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { startLocalSims, stopLocalSims } from './local-sims';
-import { haproxyConfig, startBareProxyProcess } from './proxy-processes';
+import {
+  BENCH_HAPROXY_SOURCE,
+  haproxyConfig,
+  ROUTER_PROXY_PROTOCOL_FLAGS,
+  startBareProxyProcess,
+} from './proxy-processes';
 
 describe('haproxyConfig', () => {
   it('is a one-server TCP pass-through on the given port', () => {
@@ -17,6 +22,14 @@ describe('haproxyConfig', () => {
     expect(config).toContain('balance roundrobin');
     expect(config.match(/^ {2}server /gm)).toHaveLength(3);
     expect(config).toContain('server sim3 127.0.0.1:9003');
+    expect(config).not.toContain('send-proxy');
+  });
+
+  it('sends PROXY protocol v2 from its own address when asked (routers started with ROUTER_PROXY_PROTOCOL_FLAGS)', () => {
+    const config = haproxyConfig(8123, ['127.0.0.1:9001', '127.0.0.1:9002'], { proxyProtocol: true });
+    expect(config).toContain('default-server send-proxy-v2');
+    expect(config).toContain(`source ${BENCH_HAPROXY_SOURCE}`);
+    expect(ROUTER_PROXY_PROTOCOL_FLAGS).toEqual(['--proxy-protocol-from', BENCH_HAPROXY_SOURCE]);
   });
 });
 

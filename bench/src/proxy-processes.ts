@@ -120,6 +120,15 @@ export function nodeEntry(bundle: string, source: string): string[] {
   return existsSync(bundlePath) ? [bundlePath] : ['--import', 'tsx', join(repoRoot, source)];
 }
 
+/**
+ * Builds the production bundles of the checkout at `root` (`npm run build`), so what nodeEntry starts is
+ * this tree's code: a bundle left by an earlier build would otherwise run instead of the sources.
+ */
+export function buildBundles(root = repoRoot): void {
+  const built = spawnSync('npm', ['run', '--silent', 'build'], { cwd: root, stdio: ['ignore', 'ignore', 'inherit'] });
+  if (built.status !== 0) throw new Error(`npm run build failed in ${root}`);
+}
+
 /** The bare proxy, built like the router (see nodeEntry). */
 export async function startBareProxyProcess(upstream: string, options: StartOptions = {}): Promise<ProxyProcess> {
   const port = await freePort();
@@ -189,10 +198,27 @@ export function haproxyVersion(path = HAPROXY_PATH): string | undefined {
 }
 
 /**
+ * HAProxy's address towards the routers when it sends PROXY protocol (`proxyProtocol`): start the
+ * routers with `--proxy-protocol-from` it (`ROUTER_PROXY_PROTOCOL_FLAGS`). The bench's own connections
+ * to a router (readiness, metrics) come from 127.0.0.1 and stay plain.
+ */
+export const BENCH_HAPROXY_SOURCE = '127.0.0.9';
+export const ROUTER_PROXY_PROTOCOL_FLAGS: readonly string[] = ['--proxy-protocol-from', BENCH_HAPROXY_SOURCE];
+
+export interface HaproxyConfigOptions {
+  /** Start each connection to a server with a PROXY v2 header naming the client, from `BENCH_HAPROXY_SOURCE` (as the shipped config does). */
+  readonly proxyProtocol?: boolean;
+}
+
+/**
  * A TCP pass-through: no HTTP parsing at all, one upstream connection per client connection. With
  * several servers (router replicas, as the L4 balancer in front of them), connections go round-robin.
  */
-export function haproxyConfig(listenPort: number, backendHostPorts: string | readonly string[]): string {
+export function haproxyConfig(
+  listenPort: number,
+  backendHostPorts: string | readonly string[],
+  options: HaproxyConfigOptions = {},
+): string {
   const servers = typeof backendHostPorts === 'string' ? [backendHostPorts] : backendHostPorts;
   return [
     'global',
@@ -204,6 +230,7 @@ export function haproxyConfig(listenPort: number, backendHostPorts: string | rea
     '  timeout connect 5s',
     '  timeout client 120s',
     '  timeout server 120s',
+    ...(options.proxyProtocol === true ? [`  source ${BENCH_HAPROXY_SOURCE}`, '  default-server send-proxy-v2'] : []),
     '',
     'frontend bench',
     `  bind 127.0.0.1:${listenPort}`,
@@ -218,7 +245,7 @@ export function haproxyConfig(listenPort: number, backendHostPorts: string | rea
 
 export async function startHaproxyProcess(
   backendUrls: string | readonly string[],
-  options: StartOptions & { haproxyPath?: string } = {},
+  options: StartOptions & HaproxyConfigOptions & { haproxyPath?: string } = {},
 ): Promise<ProxyProcess> {
   const haproxy = options.haproxyPath ?? HAPROXY_PATH;
   const port = await freePort();
@@ -229,6 +256,7 @@ export async function startHaproxyProcess(
     haproxyConfig(
       port,
       (typeof backendUrls === 'string' ? [backendUrls] : backendUrls).map((url) => new URL(url).host),
+      { proxyProtocol: options.proxyProtocol },
     ),
   );
   const check = spawnSync(haproxy, ['-c', '-q', '-f', configPath], { encoding: 'utf8' });

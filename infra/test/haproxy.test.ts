@@ -1,7 +1,10 @@
+import { BlockList } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import {
   bindMounts,
   haproxySection,
+  interpolateDefaults,
+  networksOf,
   parseHaproxyConfig,
   readCompose,
   readRepoFile,
@@ -61,5 +64,28 @@ describe('infra/haproxy/haproxy.cfg', () => {
     expect(defaultServer).toMatch(/\binit-addr \S*none\b/);
     expect(defaultServer).toMatch(/\bresolvers docker\b/);
     haproxySection(sections, 'resolvers', 'docker');
+  });
+
+  it('sends each connection’s real client (PROXY v2) to routers that take the header from HAProxy’s address only', () => {
+    const defaultServer =
+      haproxySection(sections, 'backend', 'routers').lines.find((line) => line.startsWith('default-server')) ?? '';
+    expect(defaultServer).toMatch(/\bsend-proxy-v2\b/);
+    const haproxy = compose.services['haproxy'] as ComposeService;
+    // HAProxy is on the balancer network alone, at a fixed address inside its fixed subnet.
+    expect(networksOf(haproxy)).toEqual(['balancer']);
+    const networks = haproxy.networks as Record<string, { ipv4_address?: string }>;
+    const address = interpolateDefaults(networks['balancer']?.ipv4_address ?? '');
+    const subnet = interpolateDefaults(compose.networks?.['balancer']?.ipam?.config?.[0]?.subnet ?? '');
+    const [base = '', prefix = ''] = subnet.split('/');
+    const inSubnet = new BlockList();
+    inSubnet.addSubnet(base, Number(prefix), 'ipv4');
+    expect(inSubnet.check(address, 'ipv4'), `${address} in ${subnet}`).toBe(true);
+    // Every router trusts exactly that address, and is on the balancer network (and the default one, for Redis,
+    // the backends and Prometheus, whose connections carry no header).
+    const routers = servicesOf(compose, 'router');
+    for (const [name, router] of routers) {
+      expect(serviceEnv(router)['KVROUTE_PROXY_PROTOCOL_FROM'], name).toBe(address);
+      expect(networksOf(router).sort(), name).toEqual(['balancer', 'default']);
+    }
   });
 });

@@ -29,7 +29,8 @@ export interface ComposeService {
   readonly ports?: string[];
   readonly volumes?: string[];
   readonly depends_on?: string[] | Record<string, { condition?: string }>;
-  readonly networks?: Record<string, { aliases?: string[] } | null>;
+  /** A list of network names, or each network's settings. */
+  readonly networks?: string[] | Record<string, { aliases?: string[]; ipv4_address?: string } | null>;
   readonly deploy?: {
     resources?: {
       reservations?: {
@@ -43,6 +44,7 @@ export interface ComposeService {
 export interface ComposeFile {
   readonly services: Record<string, ComposeService>;
   readonly volumes?: Record<string, unknown>;
+  readonly networks?: Record<string, { ipam?: { config?: Array<{ subnet?: string }> } } | null>;
 }
 
 export const readCompose = (): ComposeFile => readYaml<ComposeFile>('docker-compose.yml');
@@ -88,7 +90,16 @@ export function servicesOf(compose: ComposeFile, app: KvrouteApp): Array<[string
 }
 
 export function aliasesOf(service: ComposeService): string[] {
-  return Object.values(service.networks ?? {}).flatMap((network) => network?.aliases ?? []);
+  const { networks } = service;
+  if (networks === undefined || Array.isArray(networks)) return [];
+  return Object.values(networks).flatMap((network) => network?.aliases ?? []);
+}
+
+/** The networks a service is on (none listed: compose's `default`). */
+export function networksOf(service: ComposeService): string[] {
+  const { networks } = service;
+  if (networks === undefined) return ['default'];
+  return Array.isArray(networks) ? networks : Object.keys(networks);
 }
 
 /** `./infra/x:/etc/y:ro` → { source: 'infra/x', target: '/etc/y' } for bind mounts. */

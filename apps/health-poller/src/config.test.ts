@@ -38,7 +38,9 @@ describe('PollerConfig', () => {
         '10.0.0.1:8000',
         '10.0.0.2:8000',
       ]);
-      expect(loaded.ignoredFileKeys).toEqual(['policy', 'maxBlocksPerPool']);
+      // maxBlocksPerPool is the routers' and the KV-event indexer's alike (the owner index's cap).
+      expect(loaded.ignoredFileKeys).toEqual(['policy']);
+      expect(loaded.config.maxBlocksPerPool).toBe(500_000);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -91,14 +93,14 @@ describe('PollerConfig', () => {
     ).toEqual(['jobLockMs']);
   });
 
-  it('accepts a router backend list from a file (models and weight ignored) and refuses duplicate ids', () => {
+  it('accepts a router backend list from a file (weight ignored, models kept for KV events) and refuses duplicate ids', () => {
     const config = PollerConfig.parse({
       redisUrl: 'redis://r',
       backends: [{ url: 'http://a:1', id: 'gpu-0', models: ['m'], weight: 2, engine: 'sglang' }, 'http://b:2'],
     });
     expect(configuredBackends(config.backends)).toEqual([
-      { id: 'gpu-0', url: 'http://a:1', engine: 'sglang' },
-      { id: 'b:2', url: 'http://b:2', engine: null },
+      { id: 'gpu-0', url: 'http://a:1', engine: 'sglang', models: ['m'], kvEvents: undefined },
+      { id: 'b:2', url: 'http://b:2', engine: null, models: undefined, kvEvents: undefined },
     ]);
     expect(() =>
       configuredBackends(
@@ -123,5 +125,17 @@ describe('mergeBackendLists', () => {
       { id: 'b', url: 'http://new:1', engine: 'vllm' },
       { id: 'c', url: 'http://c:1', engine: null },
     ]);
+  });
+
+  it("takes a backend's KV-event endpoints from the shared set unless the poller's own config names them", () => {
+    const fromSet = { endpoint: 'tcp://a:5557', model: 'm' };
+    const configured = [{ id: 'b', url: 'http://b:1', engine: null, kvEvents: { endpoint: 'tcp://b:6000' } }];
+    const shared = [
+      { id: 'a', url: 'http://a:1', weight: 1, drained: false, updatedAtMs: 0, kvEvents: fromSet },
+      { id: 'b', url: 'http://b:1', weight: 1, drained: false, updatedAtMs: 0, kvEvents: fromSet },
+    ];
+    const merged = mergeBackendLists(configured, shared);
+    expect(merged.find((backend) => backend.id === 'a')?.kvEvents).toEqual(fromSet);
+    expect(merged.find((backend) => backend.id === 'b')?.kvEvents).toEqual({ endpoint: 'tcp://b:6000' });
   });
 });

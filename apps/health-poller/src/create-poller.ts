@@ -1,8 +1,12 @@
 import { detectEngineRestart, hitRateOverInterval, parseEngineMetrics } from '@kvroute/engine-metrics';
 import { loadUpstreamKeys, ShutdownStack, type ShutdownResult } from '@kvroute/platform';
+import { hostname } from 'node:os';
+import { randomUUID } from 'node:crypto';
 import {
   createRedis,
   DEFAULT_KEY_NAMESPACE,
+  KvEventsIndex,
+  KvEventsLeases,
   quitRedis,
   RedisBackendSet,
   RedisBackendStateStore,
@@ -17,6 +21,8 @@ import { buildPollerApp } from './app';
 import { configuredBackends, mergeBackendLists, type PolledBackend } from './backend-list';
 import type { PollerConfig } from './config';
 import { createHttpGet } from './http-get';
+import { rankStreams, type KvEventsDefaults, type RankStream } from './kv-events/endpoints';
+import { KvEventsIndexer } from './kv-events/indexer';
 import { PollerMetrics } from './poller-metrics';
 import { scrapeBackend, type ParseEngineMetrics } from './scrape-backend';
 import { runScrapeJob, type ScrapeJobData, type ScrapeJobResult } from './scrape-job';
@@ -27,6 +33,8 @@ export interface HealthPoller {
   readonly metrics: PollerMetrics;
   /** The backends this replica keeps job schedulers for, as last reconciled. */
   readonly backends: readonly PolledBackend[];
+  /** The KV-event indexer: the backend ranks' event streams this replica reads (kv-events/indexer.ts). */
+  readonly kvEvents: KvEventsIndexer;
   /** Connects, follows the backend set, reconciles the job schedulers, starts the worker, listens; returns the base URL. */
   start(): Promise<string>;
   /**
@@ -50,6 +58,8 @@ export interface HealthPollerDeps {
   readonly env?: Readonly<Record<string, string | undefined>>;
   /** Called after each job (tests, diagnostics). */
   readonly onJob?: (backendId: string, result: ScrapeJobResult) => void;
+  /** This replica's id among the pollers sharing the KV-event streams (default host:pid:random). */
+  readonly replicaId?: string;
 }
 
 /** The BullMQ queue of scrape jobs; its keys are `<ns>:{poller}:scrapes:*`, one hash tag (one Redis Cluster slot). */
@@ -103,6 +113,14 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
     overrides: { connectionName: 'kvroute-poller-bullmq' },
   });
   shutdown.push('bullmq-redis', () => quitRedis(bullRedis));
+
+  // The KV-event indexer's writes (one script per event batch) on a connection of their own, so a burst
+  // of them never queues the scrapes' state writes.
+  const kvRedis = createRedis(config.redisUrl, 'worker', {
+    onError: onRedisError,
+    overrides: { connectionName: 'kvroute-poller-kv-events' },
+  });
+  shutdown.push('kv-events-redis', () => quitRedis(kvRedis));
 
   const dispatcher = new Agent({ connect: { timeout: config.scrapeTimeoutMs }, connections: 4 });
   shutdown.push('http-client', () => dispatcher.close());
@@ -167,14 +185,31 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
     await worker.close();
   });
 
+  const kvEvents = createKvEventsIndexer(config, {
+    redis: kvRedis,
+    nowMs,
+    namespace,
+    metrics,
+    replicaId: deps.replicaId ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`,
+    logger: logger?.child({ component: 'kv-events' }),
+  });
+
   const schedules = new ScrapeSchedules({
     queue,
     intervalMs: config.intervalMs,
     nowMs,
     logger: logger?.child({ component: 'schedules' }),
   });
+  const kvDefaults: KvEventsDefaults = {
+    port: config.kvEventsPort === 0 ? null : config.kvEventsPort,
+    replayPort: config.kvEventsReplayPort === 0 ? null : config.kvEventsReplayPort,
+    replay: config.kvEventsReplay,
+    dataParallelSize: config.kvEventsDataParallelSize,
+    model: config.kvEventsModel ?? null,
+  };
   const reconcile = (): Promise<void> => {
     backends = mergeBackendLists(configured, shared);
+    kvEvents.setStreams(kvEventStreams(backends, kvDefaults, logger));
     // Every replica reads the same list: each drops the series of backends that left it.
     void metrics
       .forgetDepartedBackends(new Set(backends.map((backend) => backend.id)))
@@ -211,6 +246,7 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
     get backends() {
       return backends;
     },
+    kvEvents,
     async start() {
       await waitUntilReady(redis, 10_000);
       if (config.followSharedSet) {
@@ -242,6 +278,8 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
         await schedules.settled();
         await repairing;
       });
+      kvEvents.start();
+      shutdown.push('kv-events', () => kvEvents.close());
       void worker.run().catch((error: unknown) => logger?.error({ err: error }, 'scrape worker stopped'));
       await worker.waitUntilReady();
       working = true;
@@ -266,4 +304,66 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
 function plannedAtMs(job: Job<ScrapeJobData>): number {
   const planned = Number(job.id?.slice(job.id.lastIndexOf(':') + 1));
   return Number.isSafeInteger(planned) && planned > 0 ? planned : job.timestamp + (job.delay ?? 0);
+}
+
+/** The indexer of this replica: its writer (KvEventsIndex), its leases, and the wire's caps from the config. */
+function createKvEventsIndexer(
+  config: PollerConfig,
+  deps: {
+    redis: ReturnType<typeof createRedis>;
+    nowMs: () => number;
+    namespace: string;
+    metrics: PollerMetrics;
+    replicaId: string;
+    logger: FastifyBaseLogger | undefined;
+  },
+): KvEventsIndexer {
+  const index = new KvEventsIndex({
+    redis: deps.redis,
+    nowMs: deps.nowMs,
+    blockIdleTtlMs: config.blockIdleTtlMs,
+    maxBlocksPerPool: config.maxBlocksPerPool,
+    poolCells: config.poolCells,
+    keyNamespace: deps.namespace,
+  });
+  const leases = new KvEventsLeases({
+    redis: deps.redis,
+    replicaId: deps.replicaId,
+    leaseTtlMs: config.kvEventsLeaseMs,
+    keyNamespace: deps.namespace,
+  });
+  return new KvEventsIndexer({
+    replicaId: deps.replicaId,
+    leases,
+    apply: (pool, rankId, batch) => index.apply(pool, rankId, batch),
+    nowMs: deps.nowMs,
+    leaseTtlMs: config.kvEventsLeaseMs,
+    topic: config.kvEventsTopic,
+    limits: {
+      maxBatchEvents: config.kvEventsMaxBatchEvents,
+      maxBatchBlocks: config.kvEventsMaxBatchBlocks,
+      maxBatchBytes: config.kvEventsMaxMessageBytes,
+    },
+    maxQueuedBatches: config.kvEventsMaxQueuedBatches,
+    replayTimeoutMs: config.kvEventsReplayTimeoutMs,
+    namesPerRank: config.kvEventsNamesPerRank,
+    metrics: deps.metrics,
+    logger: deps.logger,
+  });
+}
+
+/** Every backend's rank streams; a backend whose endpoint cannot be offset per rank is left out (logged). */
+function kvEventStreams(
+  backends: readonly PolledBackend[],
+  defaults: KvEventsDefaults,
+  logger: FastifyBaseLogger | undefined,
+): RankStream[] {
+  return backends.flatMap((backend) => {
+    try {
+      return rankStreams(backend, defaults);
+    } catch (error) {
+      logger?.warn({ backend: backend.id, err: error }, 'KV events: cannot resolve the endpoints of this backend');
+      return [];
+    }
+  });
 }

@@ -2,6 +2,7 @@ import type { EngineRestartSign } from '@kvroute/engine-metrics';
 import type { BackendState, ScrapeFailureCause } from '@kvroute/protocols';
 import { registerBuildInfoGauge } from '@kvroute/platform';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { KvEventsMetricsSink, KvEventsProblem } from './kv-events/rank-subscription';
 
 /**
  * Every health-poller metric, in one place, with intent-named recorders. Base units (seconds), `_total`
@@ -53,8 +54,13 @@ const BACKEND_GAUGES = [
 const SCRAPE_BUCKETS_SECONDS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 const LAG_BUCKETS_SECONDS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
-export class PollerMetrics {
+export class PollerMetrics implements KvEventsMetricsSink {
   readonly registry = new Registry();
+  private readonly kvBatches: Counter<'outcome'>;
+  private readonly kvProblems: Counter<'problem'>;
+  private readonly kvBlocks: Counter<'op'>;
+  private readonly kvResyncs: Counter<'reason'>;
+  private readonly kvSubscriptions: Gauge;
   private readonly scrapes: Counter<'backend'>;
   private readonly scrapeDuration: Histogram;
   private readonly failures: Counter<'backend' | 'cause'>;
@@ -125,6 +131,47 @@ export class PollerMetrics {
       labelNames: ['backend', 'sign'],
       registers,
     });
+    this.kvBatches = new Counter({
+      name: 'kvroute_poller_kv_event_batches_total',
+      help:
+        "KV-event batches taken off the engines' streams by this replica, per outcome: applied (to the owner " +
+        'index), named_only (a replay of batches applied before a takeover, warming the block names), ' +
+        'duplicate (delivered twice: replay and live), dropped (the queue was full; found as a gap and replayed).',
+      labelNames: ['outcome'],
+      registers,
+    });
+    this.kvProblems = new Counter({
+      name: 'kvroute_poller_kv_event_problems_total',
+      help:
+        'Bad or lost KV-event input, skipped and counted (never thrown): malformed_batch (frames or msgpack), ' +
+        'oversized_batch (over kvEventsMaxBatchEvents/Blocks/MessageBytes, dropped whole), malformed_event, unknown_event, ' +
+        'ignored_event (another medium than GPU, or KV-cache group), queue_overflow, unknown_hash (a removed ' +
+        'block never named here), orphan_block (a stored block whose parent has no name), sequence_gap, ' +
+        'sequence_backwards (publisher restart), replay_short (the buffer no longer reached back), ' +
+        'replay_timeout, apply_failed (Redis), subscribe_failed (zeromq refused the endpoint: left unread), ' +
+        'lease_expired (a batch held back past the last renewal + TTL).',
+      labelNames: ['problem'],
+      registers,
+    });
+    this.kvBlocks = new Counter({
+      name: 'kvroute_poller_kv_event_blocks_total',
+      help: 'Blocks written into the owner index from KV events: stored (recorded as held), removed (owner entries deleted).',
+      labelNames: ['op'],
+      registers,
+    });
+    this.kvResyncs = new Counter({
+      name: 'kvroute_poller_kv_event_resyncs_total',
+      help:
+        "A rank's ownership forgotten at once because of its stream: cleared (AllBlocksCleared), restart " +
+        '(the sequence went backwards), gap (lost batches no replay could bring back).',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.kvSubscriptions = new Gauge({
+      name: 'kvroute_poller_kv_event_subscriptions',
+      help: "Backend ranks' KV-event streams this replica reads (holds the lease of).",
+      registers,
+    });
     for (const [name, help, figure] of BACKEND_GAUGES) {
       new Gauge({
         name,
@@ -192,6 +239,38 @@ export class PollerMetrics {
 
   recordEngineRestart(backend: string, sign: EngineRestartSign): void {
     this.restarts.inc({ backend, sign: sign.replaceAll('-', '_') });
+  }
+
+  recordKvBatch(outcome: 'applied' | 'named_only' | 'duplicate' | 'dropped'): void {
+    this.kvBatches.inc({ outcome });
+  }
+
+  recordKvProblem(problem: KvEventsProblem, count = 1): void {
+    this.kvProblems.inc({ problem }, count);
+  }
+
+  recordKvBlocks(op: 'stored' | 'removed', count: number): void {
+    this.kvBlocks.inc({ op }, count);
+  }
+
+  recordKvResync(reason: 'cleared' | 'restart' | 'gap'): void {
+    this.kvResyncs.inc({ reason });
+  }
+
+  setKvSubscriptions(count: number): void {
+    this.kvSubscriptions.set(count);
+  }
+
+  /** A KV-event counter's value (tests, the bench). */
+  async kvCount(name: 'batches' | 'problems' | 'blocks' | 'resyncs', label: string): Promise<number> {
+    const counter = {
+      batches: this.kvBatches,
+      problems: this.kvProblems,
+      blocks: this.kvBlocks,
+      resyncs: this.kvResyncs,
+    }[name] as Counter<string>;
+    const found = (await counter.get()).values.find((value) => Object.values(value.labels).includes(label));
+    return found?.value ?? 0;
   }
 
   /**

@@ -73,12 +73,14 @@ describe('poller graceful stop', () => {
 
     expect(result.ok).toBe(true);
     expect(result.closed).toEqual([
+      'kv-events',
       'reconcile',
       'backend-set-watch',
       'worker',
       'queue',
       'http-server',
       'http-client',
+      'kv-events-redis',
       'bullmq-redis',
       'redis-subscriber',
       'redis',

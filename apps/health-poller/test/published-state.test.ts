@@ -443,12 +443,14 @@ describe('health poller: published state', () => {
       const result = await poller.close();
       expect(result.ok).toBe(true);
       expect(result.closed).toEqual([
+        'kv-events',
         'reconcile',
         'backend-set-watch',
         'worker',
         'queue',
         'http-server',
         'http-client',
+        'kv-events-redis',
         'bullmq-redis',
         'redis-subscriber',
         'redis',

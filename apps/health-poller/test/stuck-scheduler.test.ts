@@ -68,8 +68,13 @@ describe('health poller: a scheduler left without a next job', () => {
       await connection.del(queue.toKey(plannedJobId));
       const lastScrapeMs = backend.metricsScrapes.at(-1) as number;
 
-      await sleep(6 * INTERVAL_MS);
-      const after = backend.metricsScrapes.filter((time) => time >= lastScrapeMs);
+      // Six slots follow the deleted one within 6.5 intervals of the last scrape (the scheduler is fixed-rate,
+      // anchored on its slots); the window ends half an interval from any slot, so a scrape a little early or
+      // late does not change the count (a sleep of exactly 6 intervals ended on the sixth slot, and the count
+      // depended on which came first on a busy CI machine).
+      const windowEndMs = lastScrapeMs + 6.5 * INTERVAL_MS;
+      await sleep(windowEndMs - Date.now() + 50);
+      const after = backend.metricsScrapes.filter((time) => time >= lastScrapeMs && time <= windowEndMs);
       const gaps = after.slice(1).map((time, i) => time - (after[i] as number));
       console.info(
         `[health-poller] stuck scheduler (slot ${slotMs - lastScrapeMs} ms after the last scrape deleted): gaps since ${gaps.join(', ')} ms`,

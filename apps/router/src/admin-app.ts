@@ -1,5 +1,6 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { registerAdminAuth } from './admin/admin-auth';
+import type { FlowControl } from './flow/flow-control';
 import type { AuthFailureLimiter } from './admin/auth-failure-limiter';
 import { registerErrorHandler } from './http/error-handler';
 import { registerBodyParser } from './pipeline/parse';
@@ -20,6 +21,8 @@ export interface AdminAppDeps {
   readonly debug: { readonly route: RouteDeps; readonly parse: ParseOptions; readonly learned: LearnedFigures } | null;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger | false;
+  /** Flow control, for `GET /debug/flow`; null: off (not served). */
+  readonly flow: FlowControl | null;
 }
 
 /** An admin body is one backend spec, a debug body one generation request: the public limit would do, but this listener need not accept 16 MiB. */
@@ -46,6 +49,9 @@ export async function buildAdminApp(deps: AdminAppDeps): Promise<FastifyInstance
   registerErrorHandler(app, deps.metrics);
   registerAdminAuth(app, { token: deps.token, limiter: deps.limiter, audit: deps.audit });
   await app.register(adminRoutes, { ...deps.admin, audit: deps.audit });
+  const flow = deps.flow;
+  // Flow control's queues, read only: served whenever flow control is on (the admin token guards it).
+  if (flow !== null) app.get('/debug/flow', () => flow.describe());
   const debug = deps.debug;
   if (debug !== null) {
     // The request path's own body parser, so /debug/route parses exactly what a real request would.

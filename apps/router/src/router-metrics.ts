@@ -1,6 +1,8 @@
 import type { ResponseUsage } from '@kvroute/protocols';
 import type { LearnedCalibration, PredictionCheck } from '@kvroute/routing';
 import { registerBuildInfoGauge } from '@kvroute/platform';
+import { CACHE_VIEWS, type CacheView } from './backends/cache-views';
+import type { ByteModeFallback } from './routing/token-routing';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 /**
@@ -16,7 +18,14 @@ export interface RouterMetricsSources {
   readonly breakerStates: () => ReadonlyMap<string, number>;
   /** 1 while shared routing state (Redis) is unusable and the router routes on local state. */
   readonly degraded: () => number;
+  /** Each backend's cache view (backends/cache-views.ts); absent: none shown. */
+  readonly cacheViews?: () => ReadonlyMap<string, CacheView>;
+  /** Requests and body bytes waiting in flow control's queue on this replica, per model (absent: flow control off). */
+  readonly flowQueues?: () => ReadonlyMap<string, { readonly requests: number; readonly bytes: number }>;
 }
+
+/** Flow control's priority classes as labels (index = class). */
+const FLOW_CLASSES = ['high', 'normal', 'low'] as const;
 
 const LATENCY_BUCKETS_SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 /** Whole requests: a long non-streaming generation (reasoning, 32k tokens out) runs for many minutes; up to 30. */
@@ -48,10 +57,12 @@ export class RouterMetrics {
   private readonly retries: Counter<'backend' | 'cause'>;
   private readonly streamErrors: Counter<'backend'>;
   private readonly clientAborts: Counter<'backend'>;
+  private readonly clientConnectionsClosed: Counter<'reason'>;
   private readonly degradedTransitions: Counter<'to'>;
   private readonly reserveConflicts: Counter<'backend'>;
   private readonly failOpens: Counter<'model'>;
   private readonly cellSpills: Counter<'model'>;
+  private readonly byteModeFallbacks: Counter<'reason'>;
   private readonly predictions: Counter<'backend' | 'outcome'>;
   private readonly predictedTokens: Counter<'backend'>;
   private readonly observedCachedTokens: Counter<'backend'>;
@@ -64,6 +75,10 @@ export class RouterMetrics {
   private readonly backendRestarts: Counter<'backend'>;
   private readonly discoveryFailures: Counter<'source'>;
   private readonly discoveryLeading: Gauge<'source'>;
+  private readonly flowAdmitted: Counter<'model' | 'class' | 'queued'>;
+  private readonly flowWait: Histogram<'model' | 'class'>;
+  private readonly flowShed: Counter<'model' | 'class' | 'reason'>;
+  private readonly flowShared: Gauge;
 
   /** Where the scrape-time gauges read from; set by `readFrom` once the state and the backends exist (none until then). */
   private sources: RouterMetricsSources = {
@@ -148,6 +163,15 @@ export class RouterMetrics {
       labelNames: ['backend'],
       registers,
     });
+    this.clientConnectionsClosed = new Counter({
+      name: 'kvroute_router_client_connections_closed_total',
+      help:
+        'Client connections the router closed itself, by reason: proxy_header (from a proxyProtocolFrom balancer ' +
+        'without a valid PROXY header in time) and idle_for_room (an idle keep-alive connection closed so a new ' +
+        'one fits under maxConnections or maxConnectionsPerPeer).',
+      labelNames: ['reason'],
+      registers,
+    });
     new Gauge({
       name: 'kvroute_router_inflight_requests',
       help: 'Requests in flight per backend (leases held).',
@@ -184,6 +208,15 @@ export class RouterMetrics {
       name: 'kvroute_router_cell_spills_total',
       help: 'Decisions of a pool split into cells (poolCells) whose cell had every backend saturated, so the next cell decided too (a second script call).',
       labelNames: ['model'],
+      registers,
+    });
+    this.byteModeFallbacks = new Counter({
+      name: 'kvroute_router_byte_mode_fallbacks_total',
+      help:
+        'Requests of a model in token mode routed in byte mode all the same, by reason: template-failed (its chat ' +
+        'template could not render the request), prompt-batch (a completion with several prompts), tokenizer-failed ' +
+        "(the tokenizer's worker threads could not take it: their queue full, a worker gone).",
+      labelNames: ['reason'],
       registers,
     });
     this.predictions = new Counter({
@@ -259,6 +292,64 @@ export class RouterMetrics {
       help: 'Switches into (to="degraded") and out of (to="shared") degraded mode.',
       labelNames: ['to'],
       registers,
+    });
+    new Gauge({
+      name: 'kvroute_router_cache_view',
+      help:
+        "1 for the way the router knows each backend's KV cache, 0 for the others: events (the engine's KV " +
+        "events, followed by the poller), closed-loop (responses' cached tokens correct the router's record), " +
+        'open-loop (the record is unchecked).',
+      labelNames: ['backend', 'view'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [backend, view] of sources().cacheViews?.() ?? [])
+          for (const each of CACHE_VIEWS) this.set({ backend, view: each }, each === view ? 1 : 0);
+      },
+    });
+    this.flowAdmitted = new Counter({
+      name: 'kvroute_router_flow_admitted_total',
+      help: 'Flow control: requests admitted to their pool, by model, priority class and whether they waited in the queue.',
+      labelNames: ['model', 'class', 'queued'],
+      registers,
+    });
+    this.flowWait = new Histogram({
+      name: 'kvroute_router_flow_queue_wait_seconds',
+      help: 'Flow control: time an admitted request waited in the queue (0 for those admitted at once).',
+      labelNames: ['model', 'class'],
+      buckets: LATENCY_BUCKETS_SECONDS,
+      registers,
+    });
+    this.flowShed = new Counter({
+      name: 'kvroute_router_flow_shed_total',
+      help: 'Flow control: requests refused with 429 because their pool was saturated, by reason: queue-full, predicted-wait (could not start in time), deadline (waited the longest allowed).',
+      labelNames: ['model', 'class', 'reason'],
+      registers,
+    });
+    this.flowShared = new Gauge({
+      name: 'kvroute_router_flow_shared',
+      help: 'Flow control: 1 while the queues are shared in Redis (fair across replicas), 0 while this replica queues on its own.',
+      registers,
+    });
+    new Gauge({
+      name: 'kvroute_router_flow_queued_requests',
+      help: 'Flow control: requests waiting in the queue on this replica, per model.',
+      labelNames: ['model'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [model, queue] of sources().flowQueues?.() ?? []) this.set({ model }, queue.requests);
+      },
+    });
+    new Gauge({
+      name: 'kvroute_router_flow_queued_bytes',
+      help: 'Flow control: request body bytes held by waiting requests on this replica, per model.',
+      labelNames: ['model'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [model, queue] of sources().flowQueues?.() ?? []) this.set({ model }, queue.bytes);
+      },
     });
     new Gauge({
       name: 'kvroute_router_backend_circuit_state',
@@ -432,6 +523,10 @@ export class RouterMetrics {
     this.cellSpills.inc({ model });
   }
 
+  recordByteModeFallback(reason: ByteModeFallback): void {
+    this.byteModeFallbacks.inc({ reason });
+  }
+
   /** Whether `backend` has been seen reporting cached tokens (its feedback mode). */
   recordFeedbackMode(backend: string, reportsCachedTokens: boolean): void {
     this.backendChild(`f\u0000${backend}`, this.feedbackModes, () => ({ backend })).set(reportsCachedTokens ? 1 : 0);
@@ -479,6 +574,10 @@ export class RouterMetrics {
     this.degradedTransitions.inc({ to: degraded ? 'degraded' : 'shared' });
   }
 
+  recordClientConnectionClosed(reason: 'proxy_header' | 'idle_for_room'): void {
+    this.clientConnectionsClosed.inc({ reason });
+  }
+
   recordClientAbort(backend: string): void {
     this.backendChild(`a\u0000${backend}`, this.clientAborts, () => ({ backend })).inc();
   }
@@ -493,5 +592,19 @@ export class RouterMetrics {
 
   setDiscoveryLeading(source: string, leading: boolean): void {
     this.discoveryLeading.set({ source }, leading ? 1 : 0);
+  }
+
+  recordFlowAdmitted(model: string, priorityClass: number, queued: boolean, waitSeconds: number): void {
+    const labels = { model, class: FLOW_CLASSES[priorityClass] ?? 'normal' };
+    this.flowAdmitted.inc({ ...labels, queued: queued ? 'true' : 'false' });
+    this.flowWait.observe(labels, waitSeconds);
+  }
+
+  recordFlowShed(model: string, priorityClass: number, reason: string): void {
+    this.flowShed.inc({ model, class: FLOW_CLASSES[priorityClass] ?? 'normal', reason });
+  }
+
+  recordFlowShared(shared: boolean): void {
+    this.flowShared.set(shared ? 1 : 0);
   }
 }

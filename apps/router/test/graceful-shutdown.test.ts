@@ -91,6 +91,37 @@ describe('router graceful shutdown', () => {
     await expect(fetch(`${url}/healthz`)).rejects.toThrow();
   });
 
+  it('marks every response after SIGTERM Connection: close: generation, stream, errors, probes, metrics (issue 30)', async () => {
+    const url = await startRouter();
+    const closing = router?.close({ drainDelayMs: 1_500 });
+    // Each body read as soon as its headers arrive: undici asserts when a connection ends (the FIN after a
+    // `Connection: close` answer) under a body nobody reads.
+    const read = async (pending: Promise<Response>) => {
+      const response = await pending;
+      await response.arrayBuffer();
+      return response;
+    };
+    const responses = await Promise.all(
+      [
+        chat(url, { max_tokens: 2 }),
+        chat(url, { max_tokens: 2, stream: true }),
+        fetch(`${url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: '{',
+        }),
+        fetch(`${url}/v1/nowhere`),
+        fetch(`${url}/healthz`),
+        fetch(`${url}/readyz`),
+        fetch(`${url}/metrics`),
+        fetch(`${url}/v1/models`),
+      ].map(read),
+    );
+    expect(responses.map((response) => response.status)).toEqual([200, 200, 400, 404, 200, 503, 200, 200]);
+    for (const response of responses) expect(response.headers.get('connection'), response.url).toBe('close');
+    await closing;
+  });
+
   it('answers a request sent on an existing keep-alive connection during the drain with Connection: close, then that connection closes', async () => {
     const url = await startRouter();
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
@@ -107,6 +138,44 @@ describe('router graceful shutdown', () => {
       await during.socketClosed;
       expect(router?.phase).toBe('draining');
       await closing;
+    } finally {
+      agent.destroy();
+    }
+  });
+
+  it('keeps an idle keep-alive connection open while its client sends on it after the listener closed: served with Connection: close (issue 30)', async () => {
+    // The connection a stream started before SIGTERM leaves behind: its client sends the next request on
+    // it right away. Closing idle connections with the listener closed this one under the client.
+    const url = await startRouter();
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      const before = await nodeChat(url, agent);
+      expect(before.connection).toBe('keep-alive');
+      const closing = router?.close({ drainDelayMs: 0, graceMs: 10_000 });
+      expect(router?.phase).toBe('closing');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const after = await nodeChat(url, agent);
+      expect(after.localPort).toBe(before.localPort);
+      expect(after.status).toBe(200);
+      expect(after.connection).toBe('close');
+      await after.socketClosed;
+      expect(await closing).toMatchObject({ aborted: 0 });
+    } finally {
+      agent.destroy();
+    }
+  });
+
+  it('closes a keep-alive connection that stays quiet once the listener closed, well before the grace ends', async () => {
+    const url = await startRouter();
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      const before = await nodeChat(url, agent);
+      const startedAt = performance.now();
+      const report = await router?.close({ drainDelayMs: 0, graceMs: 10_000 });
+      expect(report).toMatchObject({ aborted: 0 });
+      // About the quiet period (1 s), not the 10 s grace: the idle connection did not hold the shutdown.
+      expect(performance.now() - startedAt).toBeLessThan(5_000);
+      await before.socketClosed;
     } finally {
       agent.destroy();
     }

@@ -10,6 +10,16 @@ import { join } from 'node:path';
  */
 export const HAPROXY = '/usr/sbin/haproxy';
 
+/**
+ * HAProxy connects to the routers from this loopback address, starting every connection (health checks
+ * included) with a PROXY protocol v2 header naming the real client, as the shipped config does
+ * (infra/haproxy/haproxy.cfg). A test's own direct connections come from 127.0.0.1, so they stay plain.
+ */
+export const HAPROXY_SOURCE_ADDRESS = '127.0.0.9';
+
+/** The router flags that take PROXY headers from this kit's HAProxy (and from nobody else). */
+export const ROUTER_PROXY_PROTOCOL_ARGS: readonly string[] = ['--proxy-protocol-from', HAPROXY_SOURCE_ADDRESS];
+
 export interface HaproxyOptions {
   /** Connection attempts per request; with `option redispatch 1` each retry may go to another server. */
   readonly retries: number;
@@ -27,7 +37,9 @@ export interface RunningHaproxy {
 /**
  * Starts HAProxy in the foreground (`-db`) on a config written to a fresh temp directory. Every test
  * shares the TCP-mode `global`/`defaults` preamble: the routers speak HTTP themselves, so HAProxy only
- * picks a server per connection, and 60 s client/server timeouts outlast any streamed response.
+ * picks a server per connection, and 60 s client/server timeouts outlast any streamed response. Every
+ * server gets `send-proxy-v2` from `HAPROXY_SOURCE_ADDRESS`: start the routers with
+ * `ROUTER_PROXY_PROTOCOL_ARGS`.
  */
 export function startHaproxy(options: HaproxyOptions): RunningHaproxy {
   if (spawnSync(HAPROXY, ['-v']).status !== 0)
@@ -42,6 +54,8 @@ export function startHaproxy(options: HaproxyOptions): RunningHaproxy {
     '  timeout connect 2s',
     '  timeout client 60s',
     '  timeout server 60s',
+    `  source ${HAPROXY_SOURCE_ADDRESS}`,
+    '  default-server send-proxy-v2',
     ...(options.defaults ?? []),
     `  retries ${options.retries}`,
     '  option redispatch 1',

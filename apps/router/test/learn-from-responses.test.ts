@@ -163,9 +163,16 @@ describe('learning from responses', () => {
       for (let request = 0; request < 6; request++)
         await client.chat.completions.create({ model: 'test-model', messages, max_tokens: 4 });
       const [reporting, silent] = cluster.sims.map((sim) => sim.id) as [string, string];
-      const ready = (await (await fetch(`${cluster.routerUrl}/readyz`)).json()) as { feedback: Record<string, string> };
+      const ready = (await (await fetch(`${cluster.routerUrl}/readyz`)).json()) as {
+        feedback: Record<string, string>;
+        cacheView: Record<string, string>;
+      };
       expect(ready.feedback).toEqual({ [reporting]: 'cached-tokens', [silent]: 'open-loop' });
+      expect(ready.cacheView).toEqual({ [reporting]: 'closed-loop', [silent]: 'open-loop' });
       const metrics = await (await fetch(`${cluster.routerUrl}/metrics`)).text();
+      expect(metrics).toContain(`kvroute_router_cache_view{backend="${reporting}",view="closed-loop"} 1`);
+      expect(metrics).toContain(`kvroute_router_cache_view{backend="${silent}",view="open-loop"} 1`);
+      expect(metrics).toContain(`kvroute_router_cache_view{backend="${silent}",view="events"} 0`);
       expect(metrics).toContain(`kvroute_router_backend_reports_cached_tokens{backend="${reporting}"} 1`);
       expect(metrics).toContain(`kvroute_router_backend_reports_cached_tokens{backend="${silent}"} 0`);
       expect(metrics).toContain(`kvroute_router_prefix_predictions_total{backend="${silent}",outcome="unverified"} 3`);

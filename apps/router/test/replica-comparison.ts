@@ -5,7 +5,7 @@ import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import { findFreePorts, startRedis, type TestRedis } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CHAT_WITH_CONTEXT, hitRate, runConversations, unexplainedMoves, type Turn } from './conversation-workload';
-import { startHaproxy, type RunningHaproxy } from './haproxy-kit';
+import { ROUTER_PROXY_PROTOCOL_ARGS, startHaproxy, type RunningHaproxy } from './haproxy-kit';
 import { waitFor } from './start-test-cluster';
 
 /**
@@ -139,6 +139,7 @@ export function describeReplicaComparison(front: ReplicaFront): void {
         'warn',
       ];
       if (redisUrl) args.push('--redis-url', redisUrl, '--redis-timeout-ms', '250');
+      if (viaHaproxy) args.push(...ROUTER_PROXY_PROTOCOL_ARGS);
       processes.push(spawn(process.execPath, args, { stdio: 'ignore', cwd: join(import.meta.dirname, '../../..') }));
     }
 

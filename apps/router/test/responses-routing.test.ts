@@ -24,8 +24,9 @@ describe('Responses API when the owner fails', () => {
       const failed = await client.responses
         .create({ model: 'test-model', previous_response_id: first.data.id, input: 'now?' })
         .catch((error: unknown) => error);
-      // Another engine would have answered 404 (it does not hold the response); the owner's own answer is relayed.
-      expect(failed).toMatchObject({ status: 503, error: { message: 'Injected fault (vllm-sim).' } });
+      // Another engine would have answered 404 (it does not hold the response); the owner's own status is
+      // relayed (its 5xx body replaced by the router's error: issue 30).
+      expect(failed).toMatchObject({ status: 503, error: { code: 'ROUTER_ERR_UPSTREAM_ERROR' } });
       owner?.sim.faults.clear();
       const next = await client.responses.create({
         model: 'test-model',

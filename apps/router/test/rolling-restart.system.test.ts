@@ -6,13 +6,14 @@ import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startHaproxy, type RunningHaproxy } from './haproxy-kit';
+import { ROUTER_PROXY_PROTOCOL_ARGS, startHaproxy, type RunningHaproxy } from './haproxy-kit';
 import { waitFor } from './start-test-cluster';
 
 /**
  * Acceptance: 3 router processes behind HAProxy (TCP mode, health check `GET /readyz` every 200 ms,
- * `fall 1 rise 2`, `retries 3` + `option redispatch`) under steady streaming load from the official
- * `openai` client (keep-alive connections, `maxRetries: 0`: a failure is a failure), restarted one by
+ * `fall 1 rise 2`, `retries 3` + `option redispatch`) under steady streaming and plain (non-streaming)
+ * load from the official `openai` client (keep-alive connections, `maxRetries: 0`: a failure is a
+ * failure; the plain requests' short answers reuse each connection many times), restarted one by
  * one with SIGTERM (wait for the exit, start a new process on the same port, wait until HAProxy has it
  * up again): zero failed client requests, every stream complete (finish_reason, usage, `[DONE]`), and
  * the pool's in-flight counts in Redis back to 0 at the end.
@@ -30,10 +31,14 @@ const MODEL = 'test-model';
 const ROUTERS = 3;
 const CONCURRENT_STREAMS = 6;
 const MAX_TOKENS = 24;
+/** Plain (non-streaming) requests beside the streams: short answers, so each keep-alive connection carries many. */
+const CONCURRENT_PLAIN = 6;
+const PLAIN_MAX_TOKENS = 4;
 const DRAIN_DELAY_MS = 1_500;
 const ROOT = join(import.meta.dirname, '../../..');
 
 interface StreamResult {
+  readonly kind: 'stream' | 'plain';
   readonly ok: boolean;
   readonly error?: string;
   readonly finishReason?: string | null;
@@ -41,7 +46,7 @@ interface StreamResult {
   readonly sawDone?: boolean;
 }
 
-describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming load`, () => {
+describe(`rolling restart of ${ROUTERS} routers behind HAProxy under plain and streaming load`, () => {
   let redis: TestRedis;
   let sims: SimServer[] = [];
   let backendUrls: string[] = [];
@@ -78,6 +83,7 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming l
         '15000',
         '--log-level',
         'warn',
+        ...ROUTER_PROXY_PROTOCOL_ARGS,
       ],
       { stdio: ['ignore', 'ignore', 'pipe'], cwd: ROOT },
     );
@@ -155,7 +161,7 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming l
     await redis?.stop();
   });
 
-  it('restarts every router with SIGTERM under steady streaming load: zero failed requests, every stream complete, in-flight back to 0', {
+  it('restarts every router with SIGTERM under steady plain and streaming load: zero failed requests, every stream complete, in-flight back to 0', {
     timeout: 75_000,
   }, async () => {
     const startedAt = performance.now();
@@ -191,6 +197,7 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming l
           const done = sawDone.get(response) === true;
           const ok = finishReason !== null && completionTokens === MAX_TOKENS && done;
           results.push({
+            kind: 'stream',
             ok,
             finishReason,
             completionTokens,
@@ -198,14 +205,31 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming l
             ...(ok ? {} : { error: 'incomplete stream' }),
           });
         } catch (error) {
-          results.push({
-            ok: false,
-            error: `${(error as Error).name}: ${(error as Error).message} ${String((error as { cause?: unknown }).cause ?? '')}`,
-          });
+          results.push({ kind: 'stream', ok: false, error: describeError(error) });
         }
       }
     };
-    const load = Promise.all(Array.from({ length: CONCURRENT_STREAMS }, (_, worker) => loop(worker)));
+    const plainLoop = async (worker: number): Promise<void> => {
+      for (let turn = 0; !stopping; turn++) {
+        try {
+          const completion = await client.chat.completions.create({
+            model: MODEL,
+            messages: [{ role: 'user', content: `plain ${worker}-${turn}: say something short` }],
+            max_tokens: PLAIN_MAX_TOKENS,
+          });
+          const finishReason = completion.choices[0]?.finish_reason ?? null;
+          const completionTokens = completion.usage?.completion_tokens ?? 0;
+          const ok = finishReason !== null && completionTokens === PLAIN_MAX_TOKENS;
+          results.push({ kind: 'plain', ok, finishReason, completionTokens, ...(ok ? {} : { error: 'incomplete' }) });
+        } catch (error) {
+          results.push({ kind: 'plain', ok: false, error: describeError(error) });
+        }
+      }
+    };
+    const load = Promise.all([
+      ...Array.from({ length: CONCURRENT_STREAMS }, (_, worker) => loop(worker)),
+      ...Array.from({ length: CONCURRENT_PLAIN }, (_, worker) => plainLoop(worker)),
+    ]);
 
     const restarts: {
       slot: number;
@@ -262,13 +286,16 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming l
     }
 
     const failures = results.filter((result) => !result.ok);
+    const count = (kind: StreamResult['kind'], ok?: boolean) =>
+      results.filter((result) => result.kind === kind && (ok === undefined || result.ok === ok)).length;
     const summary = [
-      `rolling restart: ${results.length} streams completed through HAProxy in ${((performance.now() - startedAt) / 1000).toFixed(1)} ` +
-        `s (${CONCURRENT_STREAMS} concurrent, ${MAX_TOKENS} tokens each), ${failures.length} failed`,
+      `rolling restart: ${results.length} requests through HAProxy in ${((performance.now() - startedAt) / 1000).toFixed(1)} s: ` +
+        `${count('stream')} streams (${CONCURRENT_STREAMS} concurrent, ${MAX_TOKENS} tokens each, ${count('stream', false)} failed), ` +
+        `${count('plain')} plain (${CONCURRENT_PLAIN} concurrent, ${PLAIN_MAX_TOKENS} tokens each, ${count('plain', false)} failed)`,
       ...restarts.map(
         (restart) =>
           `  r${restart.slot}: SIGTERM → exit ${restart.exitCode} in ${restart.stopMs} ms, back UP in ` +
-          `HAProxy after ${restart.backUpMs} ms; ${restart.completedDuring} streams completed meanwhile`,
+          `HAProxy after ${restart.backUpMs} ms; ${restart.completedDuring} requests completed meanwhile`,
       ),
       `  Redis in-flight at the end: ${JSON.stringify(inflight)}, lease index ${leases}`,
       ...failures.slice(0, 5).map((failure) => `  failure: ${JSON.stringify(failure)}`),
@@ -283,13 +310,18 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under streaming l
       summary,
     ).toEqual([0, 0, 0]);
     expect(failures, summary).toEqual([]);
-    expect(results.length, summary).toBeGreaterThanOrEqual(3 * CONCURRENT_STREAMS);
+    expect(count('stream'), summary).toBeGreaterThanOrEqual(3 * CONCURRENT_STREAMS);
+    expect(count('plain'), summary).toBeGreaterThanOrEqual(3 * CONCURRENT_PLAIN);
     // The load ran through every restart, not around it.
     for (const restart of restarts) expect(restart.completedDuring, summary).toBeGreaterThan(0);
     expect(inflight, summary).toEqual({});
     expect(leases, summary).toBe(0);
   });
 });
+
+function describeError(error: unknown): string {
+  return `${(error as Error).name}: ${(error as Error).message} ${String((error as { cause?: unknown }).cause ?? '')}`;
+}
 
 /** Passes the response through, noting in `sawDone` whether its body carried `data: [DONE]`. */
 function watchForDone(response: Response, sawDone: WeakMap<Response, boolean>): Response {

@@ -89,7 +89,7 @@ describe("Responses API: a stored response's calls go through the send stage", (
         const created = await client.responses.create({ model: 'test-model', input: 'keep me' });
         expect((await client.responses.retrieve(created.id)).id).toBe(created.id);
         backend.stored = 'fail';
-        // The engine's 500s are relayed as it sent them, and each is a failure of that backend.
+        // The engine's 500s keep their status (their bodies replaced), and each is a failure of that backend.
         await expect(client.responses.retrieve(created.id)).rejects.toMatchObject({ status: 500 });
         await expect(client.responses.cancel(created.id)).rejects.toMatchObject({ status: 500 });
         await expect(client.responses.delete(created.id)).rejects.toMatchObject({ status: 500 });

@@ -47,6 +47,10 @@ describe('requestStreamUsage off', () => {
       info: { id: 'fake', weight: 1 },
       configuredModels: ['m'],
       breaker: new CircuitBreaker({ failureThreshold: 5, cooldownMs: 1_000, nowMs: () => Date.now() }),
+      engineId: 'fake',
+      dataParallel: null,
+      dataParallelRank: null,
+      kvEvents: null,
     };
     const metrics = new RouterMetrics();
     const stages = Fastify();

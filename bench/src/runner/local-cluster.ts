@@ -14,6 +14,9 @@
  * processes) and `endRun` stops that run's routers. `close` stops everything in reverse order.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { toFlagName } from '@kvroute/platform';
 import { clearPoolState, createRedis, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
 import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
@@ -114,24 +117,21 @@ export class LocalCluster implements RunTarget {
       cluster.profile,
       '--time-scale',
       String(cluster.timeScale),
+      ...(cluster.tokenizer === undefined ? [] : ['--tokenizer', cluster.tokenizer]),
       ...configFlags(cluster.sim),
     ];
     options.log(
       `starting ${cluster.backends} vllm-sim backends (${cluster.profile}, time-scale ${cluster.timeScale})` +
         (redisUrl ? `, Redis ${redisSource === 'env' ? redisUrl : '(local redis-server)'}` : ''),
     );
-    const sims = await startLocalSims(cluster.backends, simArgs);
+    const sims = await startLocalSims(cluster.backends, simArgs, { kvEvents: cluster.kvEvents });
     let redis: RedisClient | undefined;
     let poller: ChildProcess | undefined;
     try {
       if (redisUrl) {
         redis = createRedis(redisUrl, 'worker');
         await waitUntilReady(redis);
-        if (cluster.poller)
-          poller = await startPoller(
-            redisUrl,
-            sims.map((sim) => sim.url),
-          );
+        if (cluster.poller) poller = await startPoller(redisUrl, sims);
       }
     } catch (error) {
       redis?.disconnect();
@@ -181,7 +181,8 @@ export class LocalCluster implements RunTarget {
     const [sim] = await startLocalSims(1, [
       '--profile',
       cluster.profile,
-      ...configFlags({ ...cluster.sim, timeScale: BOUND_SIM_TIME_SCALE, numGpuBlocks }),
+      // One engine: the bound is what one infinite cache would hit, whatever ranks the backends have.
+      ...configFlags({ ...cluster.sim, dataParallelSize: 1, timeScale: BOUND_SIM_TIME_SCALE, numGpuBlocks }),
     ]);
     if (!sim) throw new Error('the bound sim did not start');
     return { url: sim.url, numGpuBlocks, stop: () => stopLocalSims([sim]) };
@@ -201,16 +202,32 @@ export class LocalCluster implements RunTarget {
       return this.routers.map((router) => router.url);
     }
     if (this.redis) await clearPoolState(this.redis);
+    const { tokenizer: simTokenizer, tokenMode } = this.scenario.cluster;
+    const tokenizer = tokenMode ? simTokenizer : undefined;
     const args = [
       '--policy',
       policy,
       ...(this.redisUrl ? ['--redis-url', this.redisUrl] : []),
+      ...(tokenizer === undefined ? [] : ['--tokenizer', tokenizer]),
       ...configFlags({ ...this.scenario.cluster.router, ...this.scenario.cluster.routerByPolicy[policy] }),
     ];
+    // Sims serving data-parallel ranks (sim key dataParallelSize): the router routes to each rank, which
+    // only a config file can say of a backend.
+    const ranks = this.scenario.cluster.routeRanks ? Number(this.scenario.cluster.sim['dataParallelSize'] ?? 1) : 1;
+    const backendUrls = ranks > 1 ? [] : this.backendUrls;
+    if (ranks > 1) args.push('--config', this.dataParallelConfigFile(ranks));
     // One at a time: several tsx processes compiling at once on two cores only slow each other down.
     const count = this.redisUrl ? routers : 1;
-    for (let index = 0; index < count; index++) this.routers.push(await startLocalRouter(this.backendUrls, args));
+    for (let index = 0; index < count; index++) this.routers.push(await startLocalRouter(backendUrls, args));
     return this.routers.map((router) => router.url);
+  }
+
+  /** A router config file naming every sim with its `ranks` data-parallel ranks (written once, in the OS temp dir). */
+  private dataParallelConfigFile(ranks: number): string {
+    const file = join(tmpdir(), `kvroute-bench-dp-${process.pid}.json`);
+    const backends = this.backendUrls.map((url) => ({ url, dataParallel: { size: ranks } }));
+    writeFileSync(file, JSON.stringify({ backends }));
+    return file;
   }
 
   async endRun(): Promise<void> {
@@ -229,7 +246,7 @@ export class LocalCluster implements RunTarget {
   }
 }
 
-async function startPoller(redisUrl: string, backendUrls: readonly string[]): Promise<ChildProcess> {
+async function startPoller(redisUrl: string, sims: readonly LocalSim[]): Promise<ChildProcess> {
   const port = await freePort();
   const args = [
     ...nodeArgsFor('health-poller'),
@@ -239,8 +256,7 @@ async function startPoller(redisUrl: string, backendUrls: readonly string[]): Pr
     String(port),
     '--redis-url',
     redisUrl,
-    '--backends',
-    backendUrls.join(','),
+    ...(await pollerBackendArgs(sims)),
     '--log-level',
     'warn',
   ];
@@ -252,4 +268,29 @@ async function startPoller(redisUrl: string, backendUrls: readonly string[]): Pr
     throw error;
   }
   return child;
+}
+
+/**
+ * The poller's backends: their URLs, or, when the sims publish KV events, a config file naming each one's
+ * event endpoints and the pool its blocks go in (the sims' served model, asked of the first).
+ */
+async function pollerBackendArgs(sims: readonly LocalSim[]): Promise<string[]> {
+  if (!sims.some((sim) => sim.kvEvents !== undefined)) return ['--backends', sims.map((sim) => sim.url).join(',')];
+  const models = (await (await fetch(`${sims[0]?.url}/v1/models`)).json()) as { data: { id: string }[] };
+  const model = models.data[0]?.id;
+  const backends = sims.map((sim) => ({
+    url: sim.url,
+    ...(sim.kvEvents === undefined
+      ? {}
+      : {
+          kvEvents: {
+            endpoint: `tcp://127.0.0.1:${sim.kvEvents.port}`,
+            replayEndpoint: `tcp://127.0.0.1:${sim.kvEvents.replayPort}`,
+            model,
+          },
+        }),
+  }));
+  const file = join(tmpdir(), `kvroute-bench-poller-${process.pid}.json`);
+  writeFileSync(file, JSON.stringify({ backends }));
+  return ['--config', file];
 }

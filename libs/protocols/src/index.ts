@@ -1,5 +1,6 @@
 export * from './openai/chat-completions';
 export * from './anthropic/messages';
+export * from './anthropic/messages-as-chat';
 export * from './openai/responses';
 export * from './openai/error-body';
 export * from './sse';

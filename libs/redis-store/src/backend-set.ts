@@ -35,14 +35,43 @@ export interface BackendEntry {
   readonly models?: readonly string[];
   /** Relative capacity. */
   readonly weight: number;
+  /**
+   * Data-parallel engine ranks behind the URL (vLLM --data-parallel-size): routers route to each rank
+   * (`<id>@<rank>`, X-data-parallel-rank); absent: one engine.
+   */
+  readonly dataParallel?: BackendDataParallel;
+  /**
+   * Where its engine publishes vLLM's KV events (the health poller's indexer follows them): rank 0's PUB
+   * and replay endpoints (`tcp://host:port`; replay null = none) and the model pool of its blocks; absent:
+   * the poller's defaults (its `kvEventsPort`).
+   */
+  readonly kvEvents?: BackendKvEvents;
   /** Drained: no new requests go to it; those already running finish. */
   readonly drained: boolean;
   /** ms (wall clock of the replica that made the change) of the entry's last change. */
   readonly updatedAtMs: number;
 }
 
+/** A backend's data-parallel ranks (apps/router backends/data-parallel.ts has their meaning). */
+export interface BackendDataParallel {
+  readonly size: number;
+  readonly startRank: number;
+  readonly hybridLb: boolean;
+}
+
+/** A backend's KV-event endpoints as the shared set carries them (BackendEntry.kvEvents). */
+export interface BackendKvEvents {
+  readonly endpoint?: string;
+  readonly replayEndpoint?: string | null;
+  readonly model?: string;
+}
+
 /** What a new entry needs; it starts undrained unless `drained` says otherwise (a set re-seeded from what a replica last knew). */
-export type BackendEntrySpec = Pick<BackendEntry, 'id' | 'url' | 'models' | 'weight'> & { readonly drained?: boolean };
+export type BackendEntrySpec = Pick<BackendEntry, 'id' | 'url' | 'models' | 'weight'> & {
+  readonly drained?: boolean;
+  readonly dataParallel?: BackendDataParallel | undefined;
+  readonly kvEvents?: BackendKvEvents | undefined;
+};
 
 export interface BackendSetList {
   /** 0 = the set was never written (or Redis lost it). */
@@ -293,11 +322,19 @@ function encodeEntry(spec: BackendEntrySpec, now: number): string {
     throw new RangeError(`backend ${spec.id}: weight must be a positive number, got ${spec.weight}`);
   if (spec.models !== undefined && !isModelList(spec.models))
     throw new RangeError(`backend ${spec.id}: models must be a non-empty list of non-empty names`);
+  if (spec.dataParallel !== undefined && !isDataParallel(spec.dataParallel))
+    throw new RangeError(`backend ${spec.id}: dataParallel must be {size ≥ 1, startRank ≥ 0, hybridLb}`);
+  if (spec.kvEvents !== undefined && !isKvEvents(spec.kvEvents))
+    throw new RangeError(
+      `backend ${spec.id}: kvEvents must be {endpoint?, replayEndpoint?, model?} with tcp://host:port endpoints`,
+    );
   const entry: BackendEntry = {
     id: spec.id,
     url: spec.url,
     ...(spec.models === undefined ? {} : { models: [...spec.models] }),
     weight: spec.weight,
+    ...(spec.dataParallel === undefined ? {} : { dataParallel: { ...spec.dataParallel } }),
+    ...(spec.kvEvents === undefined ? {} : { kvEvents: { ...spec.kvEvents } }),
     drained: spec.drained ?? false,
     updatedAtMs: now,
   };
@@ -317,11 +354,15 @@ function decodeEntry(id: string, raw: string): BackendEntry | null {
   if (entry.id !== id || !isHttpUrl(entry.url) || typeof entry.weight !== 'number' || !(entry.weight > 0)) return null;
   if (typeof entry.drained !== 'boolean' || typeof entry.updatedAtMs !== 'number') return null;
   if (entry.models !== undefined && !isModelList(entry.models)) return null;
+  if (entry.dataParallel !== undefined && !isDataParallel(entry.dataParallel)) return null;
+  if (entry.kvEvents !== undefined && !isKvEvents(entry.kvEvents)) return null;
   return {
     id,
     url: entry.url,
     ...(entry.models === undefined ? {} : { models: entry.models as string[] }),
     weight: entry.weight,
+    ...(entry.dataParallel === undefined ? {} : { dataParallel: entry.dataParallel as BackendDataParallel }),
+    ...(entry.kvEvents === undefined ? {} : { kvEvents: entry.kvEvents as BackendKvEvents }),
     drained: entry.drained,
     updatedAtMs: entry.updatedAtMs,
   };
@@ -335,5 +376,34 @@ function isHttpUrl(url: unknown): url is string {
 function isModelList(models: unknown): models is readonly string[] {
   return (
     Array.isArray(models) && models.length > 0 && models.every((model) => typeof model === 'string' && model.length > 0)
+  );
+}
+
+/** A data-parallel setting every replica can route by: integer size ≥ 1 and start rank ≥ 0, a boolean. */
+function isDataParallel(value: unknown): value is BackendDataParallel {
+  if (value === null || typeof value !== 'object') return false;
+  const { size, startRank, hybridLb } = value as Record<string, unknown>;
+  return (
+    Number.isInteger(size) &&
+    (size as number) >= 1 &&
+    Number.isInteger(startRank) &&
+    (startRank as number) >= 0 &&
+    typeof hybridLb === 'boolean'
+  );
+}
+
+const TCP_ENDPOINT = /^tcp:\/\/[^\s/]+:\d{1,5}$/;
+
+/** KV-event endpoints every poller can connect to: tcp://host:port strings (replay may be null), a model name. */
+function isKvEvents(value: unknown): value is BackendKvEvents {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
+  const { endpoint, replayEndpoint, model, ...rest } = value as Record<string, unknown>;
+  return (
+    Object.keys(rest).length === 0 &&
+    (endpoint === undefined || (typeof endpoint === 'string' && TCP_ENDPOINT.test(endpoint))) &&
+    (replayEndpoint === undefined ||
+      replayEndpoint === null ||
+      (typeof replayEndpoint === 'string' && TCP_ENDPOINT.test(replayEndpoint))) &&
+    (model === undefined || (typeof model === 'string' && model !== ''))
   );
 }

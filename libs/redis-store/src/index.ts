@@ -1,8 +1,10 @@
+export { probeRedisAuth, type RedisAuthProbe } from './auth-probe';
 export {
   DEFAULT_BACKEND_SET_POLL_MS,
   RedisBackendSet,
   type BackendEntry,
   type BackendEntrySpec,
+  type BackendKvEvents,
   type BackendSetChange,
   type BackendSetList,
   type BackendSetWatch,
@@ -29,6 +31,8 @@ export {
   blockHashArg,
   DEFAULT_KEY_NAMESPACE,
   fleetKeys,
+  flowKeys,
+  type FlowKeys,
   type FleetKeys,
   cellHashTag,
   KEY_SUFFIX,
@@ -41,6 +45,17 @@ export {
   type PoolKeys,
   responseOwnerKey,
 } from './keys';
+export {
+  KvEventsIndex,
+  KvEventsLeases,
+  readFollowedKvEventStreams,
+  type AppliedKvEvents,
+  type KvEventOp,
+  type KvEventsBatch,
+  type KvEventsIndexOptions,
+  type KvEventsLeaseState,
+  type KvEventsLeasesOptions,
+} from './kv-events-index';
 export { RedisResponseOwners, type RedisResponseOwnersOptions } from './response-owners';
 export { clearPoolState } from './clear-pool-state';
 export { backendCell, cellKeyOf, DEFAULT_CELL_KEY_BYTES, requestCellOrder } from './pool-cells';
@@ -64,6 +79,8 @@ export {
 export {
   apiKeyKeys,
   type ApiKeyKeys,
+  kvEventsKeys,
+  type KvEventsKeys,
   backendStateKeys,
   type BackendStateKeys,
   routerReplicasKey,
@@ -82,3 +99,10 @@ export {
   type RateUnit,
   type TenantLimitsOptions,
 } from './tenant-limits';
+export {
+  RedisFlowQueue,
+  type FlowCapacity,
+  type FlowEntry,
+  type FlowQueueStore,
+  type FlowReply,
+} from './flow-queue';

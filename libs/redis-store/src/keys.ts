@@ -307,3 +307,60 @@ export function responseOwnerKey(scope: string, responseId: string, namespace: s
   const scopeDigest = scope === '' ? 'open' : createHash('sha1').update(scope, 'utf8').digest('hex');
   return `${namespace}:{resp:${responseId}}:owner:${scopeDigest}`;
 }
+
+/**
+ * The keys of the KV-event indexer's subscriptions (the health poller; kv-events-lease.lua): which
+ * poller replica reads each backend rank's event stream, and the last sequence number applied from it.
+ * All carry the hash tag `{kv-events}` (one slot: a lease and its cursor change in one script). A
+ * subscription id is the rank id (`<backend id>` or `<backend id>@<rank>`), after the tag, so a brace
+ * in it cannot move the key to another slot.
+ */
+export interface KvEventsKeys {
+  /** STRING per subscription: the replica id holding it, with the lease TTL. */
+  lease(subscription: string): string;
+  /** STRING per subscription: the last applied sequence number (decimal u64), expiring a while after its last write. */
+  cursor(subscription: string): string;
+  /** ZSET replica id → ms it last said it was alive: the replicas the subscriptions are shared over. */
+  readonly replicas: string;
+}
+
+export function kvEventsKeys(namespace: string = DEFAULT_KEY_NAMESPACE): KvEventsKeys {
+  const prefix = `${namespace}:{kv-events}:`;
+  return {
+    lease: (subscription) => `${prefix}lease:${subscription}`,
+    cursor: (subscription) => `${prefix}cursor:${subscription}`,
+    replicas: `${prefix}replicas`,
+  };
+}
+
+/**
+ * The keys of one pool's flow-control queue (flow-queue.lua; issue 30). All carry the hash tag
+ * `{flow:<pool tag>}`: one admission, poll or leave is one script on one Redis Cluster slot, and pools
+ * spread over the shards apart from their routing keys (a queued request reads nothing of the index).
+ */
+export interface FlowKeys {
+  /** ZSET request id → lease deadline ms: the pool's admitted requests. */
+  readonly inflight: string;
+  /** ZSET request id → class × 2^48 + start tag: the requests waiting, in dispatch order. */
+  readonly queue: string;
+  /** ZSET request id → ms after which a waiting request is dropped (its replica gave up or died). */
+  readonly queueDeadlines: string;
+  /** HASH `v` virtual time, `f:<flow>` each flow's last finish tag. */
+  readonly state: string;
+  /** HASH `n:<flow>` each flow's admitted requests, `w:<flow>` its weight (flows with one admitted). */
+  readonly flows: string;
+  /** HASH request id → `<weight>:<flow>`, queued or admitted. */
+  readonly owners: string;
+}
+
+export function flowKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE): FlowKeys {
+  const prefix = `${namespace}:{flow:${poolHashTag(pool)}}:`;
+  return {
+    inflight: `${prefix}inflight`,
+    queue: `${prefix}queue`,
+    queueDeadlines: `${prefix}queue-deadlines`,
+    state: `${prefix}state`,
+    flows: `${prefix}flows`,
+    owners: `${prefix}owners`,
+  };
+}

@@ -3,9 +3,12 @@ import type { Cluster, Redis } from 'ioredis';
 import { RedisStoreError } from './redis-store-error';
 import {
   ADMIT_TENANT_LUA,
+  APPLY_KV_EVENTS_LUA,
   CHANGE_API_KEYS_LUA,
   CHANGE_BACKEND_SET_LUA,
+  FLOW_QUEUE_LUA,
   FORGET_BACKEND_LUA,
+  KV_EVENTS_LEASE_LUA,
   LEARN_LUA,
   PREFILL_DONE_LUA,
   RECORD_BACKEND_SCRAPE_LUA,
@@ -50,6 +53,9 @@ export const SCRIPTS = {
   admitTenant: defineScript('admit-tenant', ADMIT_TENANT_LUA, 3),
   settleTenant: defineScript('settle-tenant', SETTLE_TENANT_LUA, 3),
   changeApiKeys: defineScript('change-api-keys', CHANGE_API_KEYS_LUA, 2),
+  applyKvEvents: defineScript('apply-kv-events', APPLY_KV_EVENTS_LUA, 4),
+  kvEventsLease: defineScript('kv-events-lease', KV_EVENTS_LEASE_LUA, 2),
+  flowQueue: defineScript('flow-queue', FLOW_QUEUE_LUA, 6),
 } as const satisfies Record<string, LuaScript>;
 
 /**

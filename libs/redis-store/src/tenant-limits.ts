@@ -4,6 +4,11 @@
  * admission is one script (`admit-tenant.lua`) on the tenant's slot, and each request's end is one
  * more (`settle-tenant.lua`). The router's admit stage reserves tokens (prompt estimate + max_tokens)
  * and its release stage settles them from the response's usage.
+ *
+ * Time is Redis's own (`TIME` in the scripts): a bucket's TAT and a lease's deadline written by one
+ * replica are read by another, so one clock must say what "now" is; a replica whose clock runs ahead
+ * would otherwise see every bucket full again (and admit a second burst), one running behind would see
+ * them still empty. Tests that move time pass `clock: 'caller'` and the requests' `nowMs`.
  */
 import { tenantKeys } from './keys';
 import { RedisStoreError } from './redis-store-error';
@@ -29,6 +34,7 @@ export interface AdmitRequest {
   readonly keyId: string;
   /** Unique per request: the concurrency leases are held under it until `release`. */
   readonly leaseId: string;
+  /** The caller's wall clock, ms: what the local limits (and `clock: 'caller'`) count by; Redis uses its own TIME. */
   readonly nowMs: number;
   /** How long a concurrency lease lives without `renew`, ms (> 0). */
   readonly leaseTtlMs: number;
@@ -84,15 +90,27 @@ export interface TenantLimitsOptions {
   readonly redis: RedisClient;
   /** Key namespace (keys.ts); the default `kvr:v1`. */
   readonly keyNamespace?: string;
+  /**
+   * Whose clock says "now": `redis` (default: Redis TIME, one clock for every replica) or `caller` (the
+   * requests' `nowMs`: tests that move time only).
+   */
+  readonly clock?: 'redis' | 'caller';
 }
 
 export class TenantLimits {
   readonly #redis: RedisClient;
   readonly #namespace: string | undefined;
+  readonly #callerClock: boolean;
 
   constructor(options: TenantLimitsOptions) {
     this.#redis = options.redis;
     this.#namespace = options.keyNamespace;
+    this.#callerClock = options.clock === 'caller';
+  }
+
+  /** The scripts' ARGV[1]: '' for Redis TIME, or the caller's ms (tests). */
+  #now(nowMs: number): number | '' {
+    return this.#callerClock ? nowMs : '';
   }
 
   #keys(tenant: string, keyId: string): string[] {
@@ -113,7 +131,7 @@ export class TenantLimits {
       l: limit.limit,
     }));
     const reply = await runScript(this.#redis, SCRIPTS.admitTenant, this.#keys(request.tenant, request.keyId), [
-      request.nowMs,
+      this.#now(request.nowMs),
       request.leaseId,
       request.leaseTtlMs,
       JSON.stringify(buckets),
@@ -164,7 +182,7 @@ export class TenantLimits {
       }));
     return Number(
       await runScript(this.#redis, SCRIPTS.settleTenant, this.#keys(request.tenant, request.keyId), [
-        request.nowMs,
+        this.#now(request.nowMs),
         request.leaseId,
         'release',
         JSON.stringify(corrections),
@@ -176,7 +194,7 @@ export class TenantLimits {
   async renew(request: Pick<AdmitRequest, 'tenant' | 'keyId' | 'leaseId' | 'nowMs' | 'leaseTtlMs'>): Promise<number> {
     return Number(
       await runScript(this.#redis, SCRIPTS.settleTenant, this.#keys(request.tenant, request.keyId), [
-        request.nowMs,
+        this.#now(request.nowMs),
         request.leaseId,
         'renew',
         request.leaseTtlMs,

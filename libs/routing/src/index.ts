@@ -3,6 +3,12 @@ export { renderRoutingText, type RenderedRoutingText } from './prefix/routing-te
 export { hashRoutingText, type HashedRoutingText } from './prefix/block-hasher';
 export { responsesRoutingBody } from './prefix/responses-routing';
 export { buildRoutingRequest, DEFAULT_MAX_ROUTED_BLOCKS, type RoutingRequestOptions } from './prefix/routing-request';
+export {
+  buildTokenRoutingRequest,
+  DEFAULT_BLOCK_SIZE_TOKENS,
+  DEFAULT_MAX_ROUTED_TOKEN_BLOCKS,
+  type TokenRoutingRequestOptions,
+} from './prefix/token-routing-request';
 export { buildMessagesRoutingRequest, messagesAsChat } from './prefix/messages-routing';
 export { engineFigures, engineReportedFreeTokens, engineWaiting } from './state/engine-figures';
 export { costRule, RANKED_BACKENDS } from './rules/cost';
@@ -93,7 +99,7 @@ export {
   InMemoryRoutingState,
   type InMemoryRoutingStateOptions,
 } from './state/in-memory-routing-state';
-export { DEFAULT_BYTES_PER_TOKEN, estimatePrefillTokens } from './prefix/prefill-estimate';
+export { DEFAULT_BYTES_PER_TOKEN, estimatePrefillTokens, unitsPerToken } from './prefix/prefill-estimate';
 export {
   CALIBRATION_BOUNDS,
   calibratedOverrides,
@@ -110,7 +116,14 @@ export {
   type PredictionCheck,
   type PredictionOutcome,
 } from './feedback/prediction-accuracy';
-export { combineHash53, hashString53, weightedRendezvousScore } from './hash/hash53';
+export {
+  combineHash53,
+  hashString53,
+  hashTokenBlock53,
+  TOKEN_CHAIN_ROOT,
+  tokenBlockExtra,
+  weightedRendezvousScore,
+} from './hash/hash53';
 export {
   InMemoryResponseOwners,
   type InMemoryResponseOwnersOptions,

@@ -68,10 +68,16 @@ export interface RoutingRequest {
   readonly model: string;
   /** Chained hashes of the routing text's full blocks, in order (may be empty for tiny prompts). */
   readonly blockHashes: readonly BlockHash[];
-  /** Block size in bytes that produced `blockHashes`. */
+  /** Block size in bytes that produced `blockHashes` (in tokens when `unit` is 'tokens'). */
   readonly blockSizeBytes: number;
-  /** Routing text length in bytes (≈ 4 bytes per token for English). */
+  /** Routing text length in bytes (≈ 4 bytes per token for English); the prompt's tokens when `unit` is 'tokens'. */
   readonly textBytes: number;
+  /**
+   * What `textBytes` and `blockSizeBytes` count: bytes of the routing text (byte mode, the default when
+   * absent), or the prompt's tokens as the engine tokenizes it (token mode: buildTokenRoutingRequest),
+   * where a token is a token and no bytes-per-token ratio applies.
+   */
+  readonly unit?: 'bytes' | 'tokens';
   /**
    * Leading full blocks that cover everything before the last message (chat) — the part a previous
    * turn of the same conversation already sent. 0 for completions and single-message chats.

@@ -34,15 +34,16 @@ export class AuthFailureLimiter {
     return Math.max(1, Math.ceil((entry.windowEndsAtMs - this.options.nowMs()) / 1000));
   }
 
-  /** Counts one wrong token from `peer`. */
-  recordFailure(peer: string): void {
+  /** Counts one wrong token from `peer`; returns its failures in the current window, this one included. */
+  recordFailure(peer: string): number {
     const entry = this.current(peer);
     if (entry !== null) {
       entry.count += 1;
-      return;
+      return entry.count;
     }
     this.makeRoom();
     this.peers.set(peer, { count: 1, windowEndsAtMs: this.options.nowMs() + this.options.windowMs });
+    return 1;
   }
 
   /** Peers tracked now (bounded by `maxPeers`). */

@@ -171,3 +171,69 @@ describe('BackendAddressPolicy.connectLookup (DNS rebinding)', () => {
     );
   });
 });
+
+describe('BackendAddressPolicy: canonical addresses (issue 30)', () => {
+  const local = {
+    'localhost.test': ['::1'],
+    'lan-name.test': ['10.1.2.3'],
+  };
+
+  it.each([
+    'http://[::1]:6379',
+    'http://[0:0:0:0:0:0:0:1]:6379',
+    'http://[::ffff:127.0.0.1]:6379',
+    'http://[::ffff:7f00:1]:6379',
+    'http://127.0.0.2:6379',
+    'http://10.1.2.3:6379',
+    'http://localhost.test:6379',
+    'http://lan-name.test:6379',
+  ])('denies %s: every spelling of this host is the Redis at 127.0.0.1:6379', async (url) => {
+    const policy = new BackendAddressPolicy({
+      allowlist: [],
+      redisUrl: 'redis://127.0.0.1:6379',
+      resolve: resolverOf(local).resolve,
+      localAddresses: ['10.1.2.3', 'fe80::1%eth0'],
+    });
+    const verdict = await policy.check(url);
+    expect(!verdict.allowed && verdict.reason).toMatch(/own Redis/);
+  });
+
+  it('denies a Redis named by an IPv6 spelling through its IPv4 and loopback twins', async () => {
+    const policy = new BackendAddressPolicy({
+      allowlist: [],
+      redisUrl: 'redis://[0:0:0:0:0:0:0:1]:6380',
+      resolve: resolverOf(local).resolve,
+    });
+    for (const url of ['http://127.0.0.1:6380', 'http://[::1]:6380']) {
+      const verdict = await policy.check(url);
+      expect(!verdict.allowed && verdict.reason, url).toMatch(/own Redis/);
+    }
+    expect((await policy.check('http://[::1]:8000')).allowed).toBe(true);
+  });
+
+  it("denies the router's own listeners, configured and bound, in every spelling and whatever the allowlist", async () => {
+    const policy = new BackendAddressPolicy({
+      allowlist: ['127.0.0.0/8', '::1/128', '127.0.0.1:8080'],
+      redisUrl: undefined,
+      resolve: resolverOf(local).resolve,
+      ownListeners: [
+        { address: '0.0.0.0', port: 8080 },
+        { address: '127.0.0.1', port: 0 },
+      ],
+    });
+    policy.denyOwnListeners([{ address: '127.0.0.1', port: 41_234 }]);
+    for (const url of [
+      'http://127.0.0.1:8080',
+      'http://[::1]:8080',
+      'http://localhost.test:41234',
+      'http://[::ffff:7f00:1]:41234',
+      'http://127.0.0.1:41234/v1',
+    ]) {
+      const verdict = await policy.check(url);
+      expect(!verdict.allowed && verdict.reason, url).toMatch(/own listener/);
+    }
+    expect((await policy.check('http://127.0.0.1:8000')).allowed).toBe(true);
+    // Port 0 (not bound yet) denies nothing.
+    expect((await policy.check('http://127.0.0.1:80')).allowed).toBe(true);
+  });
+});

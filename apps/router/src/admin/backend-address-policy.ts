@@ -27,6 +27,7 @@
 import type { LookupAddress, LookupOptions } from 'node:dns';
 import { BlockList, isIP } from 'node:net';
 import { redisUrlNodes } from '@kvroute/redis-store';
+import { AddressCanon, unmapIpv4 } from './canonical-address';
 
 export interface ResolvedAddress {
   readonly address: string;
@@ -54,6 +55,19 @@ export interface BackendAddressPolicyOptions {
   /** The router's Redis URL, if any: every host:port it names is denied as a backend. */
   readonly redisUrl: string | undefined;
   readonly resolve: ResolveHost;
+  /**
+   * This host's interface addresses (wiring: os.networkInterfaces()): with loopback and the unspecified
+   * addresses they are one address, this host, when compared with Redis and the router's own listeners.
+   */
+  readonly localAddresses?: readonly string[];
+  /** The router's own listeners known before listen (configured ports; port 0 is skipped): a loop, always denied. */
+  readonly ownListeners?: readonly Listener[];
+}
+
+/** A listening socket: the address it is bound to and its port. */
+export interface Listener {
+  readonly address: string;
+  readonly port: number;
 }
 
 const DENIED_NAMES = new Set(['metadata.google.internal', 'metadata', 'metadata.goog']);
@@ -88,9 +102,14 @@ export class BackendAddressPolicy {
   private readonly hasAllowlist: boolean;
   /** The router's Redis nodes as its URL names them (none without Redis). */
   private readonly redisNodes: ReadonlyArray<{ readonly host: string; readonly port: string }>;
+  private readonly canon: AddressCanon;
+  /** `canonical|port` of each of the router's own listeners (public, admin): never a backend, whatever the allowlist. */
+  private readonly ownEndpoints = new Set<string>();
 
   constructor(private readonly options: BackendAddressPolicyOptions) {
     this.hasAllowlist = options.allowlist.length > 0;
+    this.canon = new AddressCanon(options.localAddresses ?? []);
+    this.denyOwnListeners(options.ownListeners ?? []);
     for (const raw of options.allowlist) {
       const entry = raw.trim().toLowerCase();
       const cidr = parseCidr(entry);
@@ -109,6 +128,15 @@ export class BackendAddressPolicy {
       options.redisUrl === undefined
         ? []
         : redisUrlNodes(options.redisUrl).map((node) => ({ host: node.host, port: String(node.port) }));
+  }
+
+  /**
+   * The router's own listeners, once bound (wiring, after listen: the ports 0 chose): a backend there
+   * would send the router its own requests, a loop. Port 0 (not bound yet) is skipped.
+   */
+  denyOwnListeners(listeners: readonly Listener[]): void {
+    for (const listener of listeners)
+      if (listener.port !== 0) this.ownEndpoints.add(this.canon.endpoint(listener.address, listener.port));
   }
 
   /** Checks one backend URL; resolves names, connects to nothing. */
@@ -154,7 +182,10 @@ export class BackendAddressPolicy {
     for (const { address } of addresses) {
       const plain = unmapIpv4(address);
       const type = isIP(plain) === 6 ? 'ipv6' : 'ipv4';
-      if (redisAddresses.has(plain) && !this.allowedHostPorts.has(hostPort)) {
+      const canonical = this.canon.of(plain);
+      if (this.ownEndpoints.has(this.canon.endpoint(plain, port)))
+        return { allowed: false, reason: `${hostPort} is this router's own listener (a loop)` };
+      if (redisAddresses.has(canonical) && !this.allowedHostPorts.has(hostPort)) {
         return { allowed: false, reason: `${hostPort} is the router's own Redis` };
       }
       const denied = deniedRangeOf(plain);
@@ -229,39 +260,26 @@ export class BackendAddressPolicy {
     };
   }
 
-  /** The addresses of the Redis nodes listening on `port` (a name is resolved at every check: it may move). */
+  /**
+   * The canonical addresses of the Redis nodes listening on `port` (a name is resolved at every check: it
+   * may move). Any address of this host stands for all of them (canonical-address.ts).
+   */
   private async redisAddressesOn(port: string): Promise<ReadonlySet<string>> {
     const addresses = new Set<string>();
     for (const node of this.redisNodes) {
       if (node.port !== port) continue;
       if (isIP(node.host) !== 0) {
-        addresses.add(unmapIpv4(node.host));
+        addresses.add(this.canon.of(node.host));
         continue;
       }
       try {
-        for (const entry of await this.options.resolve(node.host)) addresses.add(unmapIpv4(entry.address));
+        for (const entry of await this.options.resolve(node.host)) addresses.add(this.canon.of(entry.address));
       } catch {
         // A Redis name that does not resolve now denies nothing: the backend's own addresses are still checked.
       }
     }
     return addresses;
   }
-}
-
-/**
- * IPv4 embedded in IPv6 → the IPv4 address: IPv4-mapped `::ffff:a.b.c.d`, SIIT `::ffff:0:a.b.c.d` and
- * NAT64 `64:ff9b::a.b.c.d`, each also in the hex spelling `…:hhhh:hhhh` (as URL normalises it).
- */
-function unmapIpv4(address: string): string {
-  const dotted = /^(?:::ffff:|::ffff:0:|64:ff9b::)(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  if (dotted) return dotted[1] as string;
-  const hex = /^(?:::ffff:|::ffff:0:|64:ff9b::)([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i.exec(address);
-  if (hex) {
-    const high = Number.parseInt(hex[1] as string, 16);
-    const low = Number.parseInt(hex[2] as string, 16);
-    return `${high >> 8}.${high & 255}.${low >> 8}.${low & 255}`;
-  }
-  return address.toLowerCase();
 }
 
 const DENIED = (() => {

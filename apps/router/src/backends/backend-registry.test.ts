@@ -86,7 +86,7 @@ describe('BackendRegistry changes at run time', () => {
     });
     const before = registry.poolFor('m');
     const added = registry.add({ url: 'http://h:3', weight: 2 });
-    expect(added.id).toBe('h:3');
+    expect(added.map((backend) => backend.id)).toEqual(['h:3']);
     expect(() => registry.add({ url: 'http://other:3', id: 'h:3', weight: 1 })).toThrow(/duplicate/);
     await vi.waitFor(() => expect(registry.poolFor('m2').map((backend) => backend.id)).toEqual(['h:3']));
     expect(registry.poolFor('m').map((backend) => backend.id)).toEqual(['a', 'h:3']);

@@ -1,5 +1,7 @@
+import type { BackendKvEvents } from '@kvroute/redis-store';
 import type { BackendId, BackendInfo } from '@kvroute/routing';
 import { CircuitBreaker } from './circuit-breaker';
+import { type DataParallel, type DataParallelRank, rankIdOf, ranksOf, sameDataParallel } from './data-parallel';
 import { NODE_TIMERS, type OneShotTimers } from '../one-shot-timers';
 import { DEFAULT_MODELS_RETRY_BACKOFF, modelsRetryDelayMs, type ModelsRetryBackoff } from './models-retry-backoff';
 
@@ -16,6 +18,17 @@ export interface Backend {
   /** Models from config; null = discovered from the backend's GET /v1/models. */
   readonly configuredModels: readonly string[] | null;
   readonly breaker: CircuitBreaker;
+  /**
+   * The engine's id as configured: what the health poller and the shared set know it by. The backend's
+   * own `id` unless it is one rank of a data-parallel backend (`<engineId>@<rank>`, data-parallel.ts).
+   */
+  readonly engineId: BackendId;
+  /** The data-parallel ranks its URL serves (every rank's backend carries it); null: one engine. */
+  readonly dataParallel: DataParallel | null;
+  /** The rank this backend is, sent as `X-data-parallel-rank`; null: the URL's only engine. */
+  readonly dataParallelRank: DataParallelRank | null;
+  /** Where its engine publishes KV events, as configured (carried to the poller in the shared set); null: not said. */
+  readonly kvEvents: BackendKvEvents | null;
 }
 
 export interface BackendSpec {
@@ -23,6 +36,10 @@ export interface BackendSpec {
   readonly id?: string | undefined;
   readonly models?: readonly string[] | undefined;
   readonly weight: number;
+  /** Data-parallel ranks behind the URL: the backend is routed as one backend per rank (data-parallel.ts). */
+  readonly dataParallel?: DataParallel | undefined;
+  /** Where its engine publishes KV events (for the poller: the router only carries it). */
+  readonly kvEvents?: BackendKvEvents | undefined;
 }
 
 /** One backend of a whole set handed to `replaceAll` (the fleet's shared set): its spec, id resolved, and whether it is drained. */
@@ -41,8 +58,8 @@ export interface BackendRegistryOptions {
   readonly breakerFailureThreshold: number;
   readonly breakerCooldownMs: number;
   readonly nowMs: () => number;
-  /** Reads a backend's served model ids (GET /v1/models); injected so the registry does no I/O itself. */
-  readonly fetchModels: (backend: Backend) => Promise<readonly string[]>;
+  /** Reads a backend's served model ids (GET /v1/models), with adapters' bases; injected so the registry does no I/O itself. */
+  readonly fetchModels: (backend: Backend) => Promise<readonly string[] | ModelListing>;
   /**
    * A read of a backend's models failed. `modelsReadFailures`: how many reads of a backend whose models
    * are still pending have failed in a row, this one included (0: the refresh of a backend whose models
@@ -72,6 +89,13 @@ export interface BackendRegistryOptions {
 }
 
 export const DEFAULT_MODELS_PENDING_MAX_MS = 60_000;
+
+/** A backend's GET /v1/models: its model ids, and each adapter's base model (vLLM's `parent` of a LoRA entry). */
+export interface ModelListing {
+  readonly ids: readonly string[];
+  /** adapter id → its base model's id. */
+  readonly parents: ReadonlyMap<string, string>;
+}
 
 /** A backend whose models are pending, as /readyz shows it. */
 export interface PendingModelsBackend {
@@ -122,6 +146,9 @@ export class BackendRegistry {
   private pools = new Map<string, readonly Backend[]>();
   /** Models served by any backend, drained ones included. */
   private served = new Set<string>();
+  /** adapter → its base model, as the backends that serve it said (GET /v1/models `parent`). */
+  private readonly parentsByBackend = new Map<BackendId, ReadonlyMap<string, string>>();
+  private bases = new Map<string, string>();
   private timer: NodeJS.Timeout | null = null;
   /** Backend objects (not ids: a replaced backend starts over) that answered GET /v1/models at least once. */
   private readonly answeredModels = new WeakSet<Backend>();
@@ -137,17 +164,23 @@ export class BackendRegistry {
   ) {
     const seen = new Set<string>();
     for (const spec of specs) {
-      const id = backendIdOf(spec);
-      if (seen.has(id)) throw new Error(`duplicate backend id "${id}" (give backends distinct ids)`);
-      seen.add(id);
+      for (const id of [backendIdOf(spec), ...routedIdsOf(spec)]) {
+        if (seen.has(id)) throw new Error(`duplicate backend id "${id}" (give backends distinct ids)`);
+        seen.add(id);
+      }
     }
-    this.all = specs.map((spec) => this.createBackend(spec));
+    this.all = specs.flatMap((spec) => this.createBackends(spec));
     this.rebuildPools();
   }
 
   /** Every registered backend, drained ones included, in registration order. */
   get backends(): readonly Backend[] {
     return this.all;
+  }
+
+  /** The base model of adapter `model` (a LoRA its backends list with a `parent`); null: not an adapter known as one. */
+  baseModelOf(model: string): string | null {
+    return this.bases.get(model) ?? null;
   }
 
   /** The undrained backends serving `model`, in registration order (empty if none). */
@@ -198,6 +231,11 @@ export class BackendRegistry {
     return this.all.find((backend) => backend.id === id);
   }
 
+  /** The backends of the engine `engineId`: itself, or each of its data-parallel ranks. */
+  ofEngine(engineId: BackendId): readonly Backend[] {
+    return this.all.filter((backend) => backend.engineId === engineId);
+  }
+
   /** The backend at `url` (same origin and API path), whatever its id. */
   findByUrl(url: string): Backend | undefined {
     const parsed = new URL(url);
@@ -209,34 +247,54 @@ export class BackendRegistry {
     return this.drained.has(id);
   }
 
-  /** Registers a backend (undrained); its models are read at once if not given. Throws if the id is taken. */
-  add(spec: BackendSpec): Backend {
-    const id = backendIdOf(spec);
-    if (this.get(id)) throw new Error(`duplicate backend id "${id}" (give backends distinct ids)`);
-    const backend = this.createBackend(spec);
-    this.all = [...this.all, backend];
+  /**
+   * Registers a backend (undrained), as one backend per data-parallel rank if it has them; its models are
+   * read at once if not given. Returns the backends registered. Throws if an id is taken.
+   */
+  add(spec: BackendSpec): readonly Backend[] {
+    for (const id of [backendIdOf(spec), ...routedIdsOf(spec)]) {
+      if (this.get(id) || this.ofEngine(id).length > 0)
+        throw new Error(`duplicate backend id "${id}" (give backends distinct ids)`);
+    }
+    const added = this.createBackends(spec);
+    this.all = [...this.all, ...added];
     this.rebuildPools();
-    void this.readModels([backend]);
-    return backend;
+    void this.readModels(added);
+    return added;
   }
 
-  /** Unregisters a backend: no new requests; those in flight finish. False if there is none with that id. */
+  /**
+   * Unregisters a backend (by its id or its engine's: every rank of a data-parallel one): no new
+   * requests; those in flight finish. False if there is none with that id.
+   */
   remove(id: BackendId): boolean {
-    const backend = this.get(id);
-    if (!backend) return false;
-    this.all = this.all.filter((other) => other !== backend);
-    this.forget(backend, 'removed');
+    const leaving = this.matching(id);
+    if (leaving.length === 0) return false;
+    this.all = this.all.filter((other) => !leaving.includes(other));
+    for (const backend of leaving) this.forget(backend, 'removed');
     this.rebuildPools();
     return true;
   }
 
-  /** Drains (no new requests; those in flight finish) or undrains a backend. False if there is none with that id. */
+  /**
+   * Drains (no new requests; those in flight finish) or undrains a backend, by its id or its engine's
+   * (every rank). False if there is none with that id.
+   */
   setDrained(id: BackendId, drained: boolean): boolean {
-    if (!this.get(id)) return false;
-    if (drained) this.drained.add(id);
-    else this.drained.delete(id);
+    const matched = this.matching(id);
+    if (matched.length === 0) return false;
+    for (const backend of matched) {
+      if (drained) this.drained.add(backend.id);
+      else this.drained.delete(backend.id);
+    }
     this.rebuildPools();
     return true;
+  }
+
+  /** The backend `id`, or the backends of the engine `id`. */
+  private matching(id: BackendId): readonly Backend[] {
+    const exact = this.get(id);
+    return exact === undefined ? this.ofEngine(id) : [exact];
   }
 
   /**
@@ -244,7 +302,8 @@ export class BackendRegistry {
    * models are unchanged keeps its object and circuit; one that changed gets a new object in its place;
    * new ones go last, in the order given. Backends without configured models are read at once.
    */
-  replaceAll(members: readonly BackendSetMember[]): void {
+  replaceAll(engines: readonly BackendSetMember[]): void {
+    const members = engines.flatMap(routedMembersOf);
     const wanted = new Map(members.map((member) => [member.spec.id, member]));
     const next: Backend[] = [];
     const created: Backend[] = [];
@@ -304,12 +363,23 @@ export class BackendRegistry {
     return nowMs - addedAtMs < (this.options.modelsPendingMaxMs ?? DEFAULT_MODELS_PENDING_MAX_MS);
   }
 
+  /** The backends a spec is routed as: itself, or one per data-parallel rank. */
+  private createBackends(spec: BackendSpec): Backend[] {
+    return routedMembersOf({ spec: { ...spec, id: backendIdOf(spec) }, drained: false }).map((member) =>
+      this.createBackend(member.spec),
+    );
+  }
+
   /** `addedAtMs`: when its predecessor was added, for a backend replaced in place (new weight): the same engine, whose window goes on. */
-  private createBackend(spec: BackendSpec, addedAtMs?: number): Backend {
+  private createBackend(spec: RoutedSpec, addedAtMs?: number): Backend {
     const url = new URL(spec.url);
     const id = backendIdOf(spec);
     const backend: Backend = {
       id,
+      engineId: spec.engineId ?? id,
+      dataParallel: spec.dataParallel ?? null,
+      dataParallelRank: spec.rank ?? null,
+      kvEvents: spec.kvEvents ?? null,
       url: spec.url,
       origin: url.origin,
       basePath: basePathOf(url),
@@ -323,6 +393,7 @@ export class BackendRegistry {
     };
     if (backend.configuredModels) this.modelsByBackend.set(id, backend.configuredModels);
     else this.modelsByBackend.delete(id);
+    this.parentsByBackend.delete(id);
     this.addedAtMs.set(backend, addedAtMs ?? this.options.nowMs());
     return backend;
   }
@@ -331,6 +402,7 @@ export class BackendRegistry {
   private forget(backend: Backend, departure: BackendDeparture): void {
     const models = this.modelsByBackend.get(backend.id) ?? [];
     this.modelsByBackend.delete(backend.id);
+    this.parentsByBackend.delete(backend.id);
     this.drained.delete(backend.id);
     this.cancelModelsRetry(backend);
     this.options.onRemoved?.(backend, models, departure);
@@ -342,10 +414,12 @@ export class BackendRegistry {
     await Promise.all(
       discovered.map(async (backend) => {
         try {
-          const models = await this.options.fetchModels(backend);
+          const listing = await this.options.fetchModels(backend);
+          const models = 'ids' in listing ? listing.ids : listing;
           // The backend may have left (or been replaced) while its models were being read.
           if (this.get(backend.id) === backend) {
             this.modelsByBackend.set(backend.id, models);
+            if ('parents' in listing) this.parentsByBackend.set(backend.id, listing.parents);
             this.answeredModels.add(backend);
             this.cancelModelsRetry(backend);
           }
@@ -410,6 +484,10 @@ export class BackendRegistry {
     }
     this.pools = pools;
     this.served = served;
+    const bases = new Map<string, string>();
+    for (const backend of this.all)
+      for (const [adapter, base] of this.parentsByBackend.get(backend.id) ?? []) bases.set(adapter, base);
+    this.bases = bases;
   }
 }
 
@@ -423,14 +501,39 @@ function isSamePlace(backend: Backend, spec: BackendSpec): boolean {
   return url.origin === backend.origin && basePathOf(url) === backend.basePath;
 }
 
-/** Whether a spec describes the backend as it runs: same place, weight and configured models. */
+/** Whether a spec describes the backend as it runs: same place, weight, configured models and ranks. */
 function isSameBackend(backend: Backend, spec: BackendSpec): boolean {
   const models = spec.models ?? null;
   return (
     isSamePlace(backend, spec) &&
+    sameDataParallel(backend.dataParallel, spec.dataParallel) &&
+    JSON.stringify(backend.kvEvents) === JSON.stringify(spec.kvEvents ?? null) &&
     spec.weight === backend.info.weight &&
     (models === null
       ? backend.configuredModels === null
       : backend.configuredModels !== null && models.join('\u0000') === backend.configuredModels.join('\u0000'))
   );
+}
+
+/** A spec as the registry holds it: one backend, or one rank of a data-parallel engine. */
+interface RoutedSpec extends BackendSpec {
+  readonly id: string;
+  readonly engineId?: BackendId;
+  readonly rank?: DataParallelRank;
+}
+
+/** A member of the set as the backends it is routed as: itself, or one per data-parallel rank. */
+function routedMembersOf(member: BackendSetMember): { spec: RoutedSpec; drained: boolean }[] {
+  const ranks = ranksOf(member.spec.dataParallel);
+  if (ranks === null) return [member];
+  return ranks.map((rank) => ({
+    spec: { ...member.spec, id: rankIdOf(member.spec.id, rank.global), engineId: member.spec.id, rank },
+    drained: member.drained,
+  }));
+}
+
+/** The ids a spec's ranks take (none without data parallelism). */
+function routedIdsOf(spec: BackendSpec): BackendId[] {
+  const engineId = backendIdOf(spec);
+  return (ranksOf(spec.dataParallel) ?? []).map((rank) => rankIdOf(engineId, rank.global));
 }

@@ -30,10 +30,12 @@ export function eligibleBackends(
   if (view === null) return { eligible: available, failedOpen: false, engine };
   const healthy: Backend[] = [];
   for (const backend of available) {
-    const verdict = view.verdict(backend.id);
+    // The poller watches the engine (its URL); a data-parallel rank shares its health, not its load.
+    const verdict = view.verdict(backend.engineId);
     if (verdict.kind === 'unhealthy') continue;
     healthy.push(backend);
-    if (verdict.kind === 'healthy' && verdict.load !== null) engine.set(backend.id, verdict.load);
+    if (verdict.kind === 'healthy' && verdict.load !== null && backend.dataParallelRank === null)
+      engine.set(backend.id, verdict.load);
   }
   if (healthy.length === 0 && available.length > 0) return { eligible: available, failedOpen: true, engine };
   return { eligible: healthy, failedOpen: false, engine };

@@ -4,7 +4,7 @@ import type { BackendRegistry } from './backend-registry';
 import type { RestartListener } from './engine-state-view';
 
 export interface RestartForgetterDeps {
-  readonly registry: Pick<BackendRegistry, 'get' | 'modelsOf' | 'models'>;
+  readonly registry: Pick<BackendRegistry, 'ofEngine' | 'modelsOf' | 'models'>;
   readonly state: Pick<RoutingStateStore, 'forgetBackend'>;
   /** `RouterMetrics.recordBackendRestart`. */
   readonly recordRestart: (backendId: BackendId) => void;
@@ -29,23 +29,27 @@ export interface RestartForgetterDeps {
  */
 export function createRestartForgetter(deps: RestartForgetterDeps): RestartListener {
   return (backendId, restartedAtMs) => {
-    if (deps.registry.get(backendId) === undefined) return;
-    const known = deps.registry.modelsOf(backendId);
-    const pools = known.length > 0 ? known : deps.registry.models();
+    // The poller reports the engine (its URL): every data-parallel rank of it restarted with it.
+    const backends = deps.registry.ofEngine(backendId);
+    if (backends.length === 0) return;
     deps.recordRestart(backendId);
-    deps.logger?.info(
-      { backend: backendId, restartedAtMs, pools: pools.length },
-      'backend engine restarted: forgetting what it was believed to cache',
-    );
-    for (const pool of pools) {
-      deps.state
-        .forgetBackend(pool, backendId)
-        .catch((error: unknown) =>
-          deps.logger?.warn(
-            { backend: backendId, pool, err: error },
-            'could not forget what a restarted backend was believed to cache',
-          ),
-        );
+    for (const { id } of backends) {
+      const known = deps.registry.modelsOf(id);
+      const pools = known.length > 0 ? known : deps.registry.models();
+      deps.logger?.info(
+        { backend: id, restartedAtMs, pools: pools.length },
+        'backend engine restarted: forgetting what it was believed to cache',
+      );
+      for (const pool of pools) {
+        deps.state
+          .forgetBackend(pool, id)
+          .catch((error: unknown) =>
+            deps.logger?.warn(
+              { backend: id, pool, err: error },
+              'could not forget what a restarted backend was believed to cache',
+            ),
+          );
+      }
     }
   };
 }

@@ -53,6 +53,10 @@ function aBackend(id: string): Backend {
     info: { id, weight: 1 },
     configuredModels: null,
     breaker: new CircuitBreaker({ failureThreshold: 3, cooldownMs: 1000, nowMs: () => 0 }),
+    engineId: id,
+    dataParallel: null,
+    dataParallelRank: null,
+    kvEvents: null,
   };
 }
 

@@ -97,6 +97,8 @@ export class SharedBackendSet implements BackendChanges {
       url: spec.url,
       models: spec.models,
       weight: spec.weight,
+      dataParallel: spec.dataParallel,
+      kvEvents: spec.kvEvents,
     });
     return change.existed ? 'exists' : this.applied(change);
   }
@@ -118,13 +120,21 @@ export class SharedBackendSet implements BackendChanges {
    */
   private routedSet(): BackendEntrySpec[] {
     const registry = this.options.registry;
-    return registry.backends.map((backend) => ({
-      id: backend.id,
-      url: backend.url,
-      models: backend.configuredModels ?? undefined,
-      weight: backend.info.weight,
-      drained: registry.isDrained(backend.id),
-    }));
+    const entries = new Map<string, BackendEntrySpec>();
+    // One entry per engine: a data-parallel backend's ranks are one entry (its first rank speaks for it).
+    for (const backend of registry.backends) {
+      if (entries.has(backend.engineId)) continue;
+      entries.set(backend.engineId, {
+        id: backend.engineId,
+        url: backend.url,
+        models: backend.configuredModels ?? undefined,
+        weight: backend.info.weight,
+        drained: registry.isDrained(backend.id),
+        dataParallel: backend.dataParallel ?? undefined,
+        kvEvents: backend.kvEvents ?? undefined,
+      });
+    }
+    return [...entries.values()];
   }
 
   /** The change is in Redis: read it back so this replica routes by it before the caller hears "done". */
@@ -146,7 +156,14 @@ export class SharedBackendSet implements BackendChanges {
     if (seq !== this.readSeq) return;
     this.options.registry.replaceAll(
       entries.map((entry) => ({
-        spec: { id: entry.id, url: entry.url, models: entry.models, weight: entry.weight },
+        spec: {
+          id: entry.id,
+          url: entry.url,
+          models: entry.models,
+          weight: entry.weight,
+          dataParallel: entry.dataParallel,
+          kvEvents: entry.kvEvents,
+        },
         drained: entry.drained,
       })),
     );

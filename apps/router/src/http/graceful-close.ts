@@ -2,6 +2,7 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { settlesWithin, type ShutdownStack } from '@kvroute/platform';
 import type { UpstreamPools } from '../proxy/upstream-pool';
 import type { HeldLeases } from '../routing/held-leases';
+import type { ClientConnections } from './client-connections';
 import type { RequestDrain } from './request-drain';
 
 export interface RouterCloseOptions {
@@ -27,6 +28,8 @@ export interface RouterCloseReport {
 export interface ClosingParts {
   readonly app: FastifyInstance;
   readonly drain: RequestDrain;
+  /** The public app's client connections: closed once quiet, never under a client sending. */
+  readonly connections: ClientConnections;
   readonly upstreams: UpstreamPools;
   readonly heldLeases: HeldLeases;
   /** Background loops, pools, the admin listener, Redis: everything the wiring opened. */
@@ -40,8 +43,8 @@ export interface ClosingParts {
 const RELEASE_SETTLE_MS = 2_000;
 /** After the deadline's abort: how long aborted streams get to write their error event before their connections are cut. */
 const ABORT_FLUSH_MS = 250;
-/** A connection whose response just ended may carry one more request: how long no request must run before the idle ones close. */
-const QUIET_BEFORE_CLOSE_MS = 200;
+/** After the last connection closed: how long the listener's close may take to report it. */
+const LISTENER_CLOSE_MS = 200;
 /** What the background loops and connections get to close, after the requests (see CLOSE_TAIL_MS). */
 export const RESOURCES_CLOSE_MS = 2_500;
 
@@ -57,8 +60,10 @@ export const CLOSE_TAIL_MS = 5_000;
  * 1. drain: /readyz answers 503 at once and every response carries `Connection: close`, while
  *    requests are still served for `drainDelayMs`, long enough for the balancer's health check to take
  *    the replica out and for active keep-alive clients to move to other replicas;
- * 2. the listener closes (idle connections with it); requests under way, and any a client sends on a
- *    connection still open, are served to their end for up to `graceMs`;
+ * 2. the listener closes; requests under way, and any a client sends on a connection still open, are
+ *    served to their end (with `Connection: close`) for up to `graceMs`; a connection is closed once
+ *    no request is on it and nothing arrived on it for a while (client-connections.ts), never under a
+ *    client that is sending;
  * 3. at that deadline, what still runs is aborted (streams end with the router's error event and
  *    `[DONE]`) and every lease left is released;
  * 4. the lease releases under way are awaited (bounded), then the closers stack runs: background
@@ -73,15 +78,12 @@ export async function closeGracefully(parts: ClosingParts, options: RouterCloseO
   if (drainDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, drainDelayMs));
   drain.beginClosing();
   const inflightAtClose = drain.inflight;
+  // The listener only: the open connections are ClientConnections', closed as they fall quiet.
   const serverClosed = app.close();
   const graceEndsAt = performance.now() + graceMs;
-  let finished = await drain.waitUntilIdle(graceMs, QUIET_BEFORE_CLOSE_MS);
-  if (finished) {
-    // Every connection left is idle: close them (a request arriving meanwhile keeps its connection
-    // open, and is served until the deadline).
-    app.server.closeIdleConnections();
-    finished = await settlesWithin(serverClosed, Math.max(graceEndsAt - performance.now(), QUIET_BEFORE_CLOSE_MS));
-  }
+  let finished = await parts.connections.closeWhenQuiet(graceMs);
+  if (finished)
+    finished = await settlesWithin(serverClosed, Math.max(graceEndsAt - performance.now(), LISTENER_CLOSE_MS));
   let aborted = 0;
   let leasesReleasedAtDeadline = 0;
   if (!finished) {

@@ -1,5 +1,5 @@
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo, type Socket } from 'node:net';
 import { Agent, request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RouterConfig } from '../config';
@@ -60,13 +60,15 @@ describe('admit caps', () => {
 
   it('answers 503 with Retry-After beyond maxInflightRequests, before reading the body, and probes still answer', async () => {
     const base = await start({ maxInflightRequests: 2 });
-    const held = [0, 1].map(() => {
+    // Two callers (client addresses), each within its share (one of two), fill the router.
+    const peers = ['127.0.0.1', '127.0.0.2'].map((localAddress) => new Agent({ connections: 4, localAddress }));
+    const held = peers.map((dispatcher) => {
       const controller = new AbortController();
       const done = request(`${base}/v1/chat/completions`, {
         method: 'POST',
         body: chat,
         headers: { 'content-type': 'application/json' },
-        dispatcher: agent,
+        dispatcher,
         signal: controller.signal,
       }).catch(() => undefined);
       return { controller, done };
@@ -89,16 +91,61 @@ describe('admit caps', () => {
       controller.abort();
       await done;
     }
+    await Promise.all(peers.map((peer) => peer.close()));
     await waitUntil(() => router.heldLeases === 0 && router.inflightRequests === 0);
   });
 
-  it('answers 503 and closes the connection for requests on connections beyond maxConnections', async () => {
-    const base = await start({ maxConnections: 1 });
-    const first = new Agent({ connections: 1 });
-    const second = new Agent({ connections: 1 });
+  /**
+   * Issue 30's finding: one caller opened maxInflightRequests requests whose bodies never came, and every
+   * other client got 503 for the whole body timeout. Now a caller holds at most its share (half by default),
+   * refused with 429 before its body is read, and another caller still gets through.
+   */
+  it('keeps one caller that never sends its bodies to its share: another caller is still served', async () => {
+    const base = await start({ maxInflightRequests: 4, requestBodyTimeoutMs: 30_000 });
+    const port = Number(new URL(base).port);
+    const stalled = await Promise.all([0, 1, 2, 3].map(() => openStalledRequest(port, '127.0.0.1')));
     try {
-      const health = await request(`${base}/healthz`, { dispatcher: first }); // holds the one connection (keep-alive)
-      await health.body.dump();
+      // Its first two wait for their bodies; the other two are refused at once, before their bodies.
+      const answers = await Promise.all(stalled.map((socket) => firstBytes(socket, 1_000)));
+      const refused = answers.filter((text) => text.startsWith('HTTP/1.1 429'));
+      expect(refused).toHaveLength(2);
+      for (const text of refused) expect(text).toContain('ROUTER_ERR_CALLER_INFLIGHT');
+      expect(router.inflightRequests).toBe(2);
+      const other = new Agent({ connections: 1, localAddress: '127.0.0.2' });
+      const controller = new AbortController();
+      const served = request(`${base}/v1/chat/completions`, {
+        method: 'POST',
+        body: chat,
+        headers: { 'content-type': 'application/json' },
+        dispatcher: other,
+        signal: controller.signal,
+      }).catch(() => undefined);
+      // It reached the backend (which holds every request open): in flight, not refused.
+      await waitUntil(() => router.inflightRequests === 3 && router.heldLeases === 1);
+      controller.abort();
+      await served;
+      await other.close();
+    } finally {
+      for (const socket of stalled) socket.destroy();
+    }
+    await waitUntil(() => router.heldLeases === 0 && router.inflightRequests === 0);
+  });
+
+  it('answers 503 and closes the connection for requests on connections beyond maxConnections, all busy', async () => {
+    const base = await start({ maxConnections: 1 });
+    const first = new Agent({ connections: 1, localAddress: '127.0.0.1' });
+    const second = new Agent({ connections: 1, localAddress: '127.0.0.2' });
+    const controller = new AbortController();
+    try {
+      // Holds the one connection with a request in progress (an idle one would be closed to make room).
+      const held = request(`${base}/v1/chat/completions`, {
+        method: 'POST',
+        body: chat,
+        headers: { 'content-type': 'application/json' },
+        dispatcher: first,
+        signal: controller.signal,
+      }).catch(() => undefined);
+      await waitUntil(() => router.inflightRequests === 1);
       const refused = await request(`${base}/v1/chat/completions`, {
         method: 'POST',
         body: chat,
@@ -108,12 +155,39 @@ describe('admit caps', () => {
       expect(refused.statusCode).toBe(503);
       expect(refused.headers.connection).toBe('close');
       expect(((await refused.body.json()) as { error: { code: string } }).error.code).toBe('ROUTER_ERR_OVERLOADED');
+      controller.abort();
+      await held;
     } finally {
       await first.close();
       await second.close();
     }
   });
 });
+
+/** A request whose headers promise 1000 bytes of body, of which only the first few are sent. */
+async function openStalledRequest(port: number, localAddress: string): Promise<Socket> {
+  const socket = connect({ port, host: '127.0.0.1', localAddress });
+  await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+  socket.write(
+    'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model":"m"',
+  );
+  return socket;
+}
+
+/** What `socket` receives within `ms` (empty: nothing). */
+function firstBytes(socket: Socket, ms: number): Promise<string> {
+  return new Promise((resolve) => {
+    let text = '';
+    const timer = setTimeout(() => resolve(text), ms);
+    socket.on('data', (chunk: Buffer) => {
+      text += chunk.toString('utf8');
+    });
+    socket.once('close', () => {
+      clearTimeout(timer);
+      resolve(text);
+    });
+  });
+}
 
 async function waitUntil(check: () => boolean, timeoutMs = 2_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

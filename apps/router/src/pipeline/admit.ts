@@ -3,7 +3,8 @@ import type { FastifyInstance } from 'fastify';
 import { RouterError } from '../errors';
 import type { RequestDrain } from '../http/request-drain';
 import type { Authenticator, Identity } from '../tenants/authenticate';
-import { isProxiedPath } from './passthrough-paths';
+import { ConnectionCaps, type ConnectionRefusal } from './connection-caps';
+import { isPassthroughGet, isProxiedPath, passthroughAllows } from './passthrough-paths';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -21,12 +22,21 @@ declare module 'fastify' {
  *   (`%2e`, `%2f`, `%5c`). The router forwards paths as they are, so it must never forward one whose
  *   meaning depends on who normalises it.
  * - Once the shutdown grace has passed, new requests are refused (503, retry elsewhere).
- * - Caps (503 + `Retry-After`, before the body is read): at most `maxInflightRequests` proxied requests
- *   in flight, and requests arriving on a connection beyond the first `maxConnections` open ones (that
- *   connection is closed after the answer). Probes and metrics are never capped: a busy router must
+ * - Caps (before the body is read): at most `maxInflightRequests` proxied requests in flight (503 +
+ *   `Retry-After`), and connections (connection-caps.ts): `maxConnections` in all, `maxConnectionsPerPeer`
+ *   from one client address, idle keep-alive connections closed first to make room; a proxied request
+ *   on a connection no cap could make room for gets 503 (the router's cap) or 429 (its client's), and
+ *   that connection is closed after the answer. Probes and metrics are never capped: a busy router must
  *   still say it is alive.
  * - Identity, for every `/v1/*` request (tenants/authenticate.ts): 401 without a valid API key (or
  *   gateway identity) when `auth` is not `none`; the identity rides on the request to the limit stage.
+ * - The pass-through allow-list per role (passthrough-paths.ts): engine control endpoints are for admin
+ *   keys only (403 `ROUTER_ERR_ENDPOINT_NOT_ALLOWED` for anyone else, open mode included).
+ * - Per caller (429 + `Retry-After`, still before the body is read): one caller (a tenant; its client
+ *   address in open mode) has at most `maxInflightPerCaller` of this replica's proxied requests in flight,
+ *   fewer if its tenant's or key's `concurrentRequests` says so (the limit stage holds those exactly
+ *   across replicas, after parse). So a caller that opens requests and never sends their bodies holds
+ *   its own share, never the whole replica.
  */
 export interface AdmitOptions {
   readonly drain: RequestDrain;
@@ -34,22 +44,25 @@ export interface AdmitOptions {
   readonly maxInflightRequests: number;
   /** Open client connections served; requests on later ones get 503 and `Connection: close`. */
   readonly maxConnections: number;
+  /** Open connections served per client address (< maxConnections); beyond it 429 and `Connection: close`. */
+  readonly maxConnectionsPerPeer: number;
+  /** Called for each idle connection closed to make room under a connection cap. */
+  readonly onIdleConnectionClosed?: () => void;
   readonly authenticator: Authenticator;
+  /** Proxied requests in flight per caller on this replica (< maxInflightRequests). */
+  readonly maxInflightPerCaller: number;
+  /** A tenant's own `concurrentRequests`, if configured. */
+  readonly tenantConcurrency: (tenant: string) => number | undefined;
 }
 
 /** Registers the admit stage (an `onRequest` hook, the first thing that runs for a request). */
 export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void {
   app.decorateRequest('identity', null);
   let inflight = 0;
-  let connections = 0;
-  const overCap = new WeakSet<Socket>();
-  app.server.on('connection', (socket: Socket) => {
-    connections++;
-    if (connections > options.maxConnections) overCap.add(socket);
-    socket.once('close', () => {
-      connections--;
-    });
-  });
+  /** Requests in flight per caller (callerSlotsOf's keys); a caller with none has no entry. */
+  const callers = new Map<string, number>();
+  const connections = new ConnectionCaps({ ...options, onIdleClosed: options.onIdleConnectionClosed });
+  app.server.on('connection', (socket: Socket) => connections.connected(socket));
 
   app.addHook('onRequest', (request, reply, done) => {
     // A refused request's body is never read, so its connection cannot carry another request: close it.
@@ -60,21 +73,36 @@ export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void
     const unsafe = unsafePathReason(request.raw.url ?? '/');
     if (unsafe !== null)
       return refuse(new RouterError('ROUTER_ERR_INVALID_PATH', `The request path is not accepted: ${unsafe}.`));
-    if (!isProxiedPath(request.url)) return done();
-    if (request.method !== 'POST') return identify();
+    const socket = request.raw.socket;
+    // What this request holds, given back by one listener when its response closes: its connection's busy
+    // mark (busy connections are never closed to make room), its in-flight count, its callers' slots.
+    let countsInflight = false;
+    let callerSlots: readonly (readonly [string, number])[] = [];
+    const holdUntilClose = (): void => {
+      reply.raw.once('close', () => {
+        connections.ended(socket);
+        if (countsInflight) inflight--;
+        for (const [caller] of callerSlots) {
+          const left = (callers.get(caller) ?? 1) - 1;
+          if (left === 0) callers.delete(caller);
+          else callers.set(caller, left);
+        }
+      });
+    };
+    const proxiedPath = isProxiedPath(request.url);
+    // POST, and GET pass-through (files, batches), are admitted in full; other methods only identified.
+    if (!proxiedPath || (request.method !== 'POST' && !isPassthroughGet(request.method, request.url))) {
+      connections.started(socket, false);
+      holdUntilClose();
+      return proxiedPath ? identify(false) : done();
+    }
     if (options.drain.phase === 'aborting')
       return refuse(
         new RouterError('ROUTER_ERR_SHUTTING_DOWN', 'This router is shutting down; retry.', { retryAfterSeconds: 1 }),
       );
-    if (overCap.has(request.raw.socket)) {
-      return refuse(
-        new RouterError(
-          'ROUTER_ERR_OVERLOADED',
-          `This router serves at most ${options.maxConnections} connections; retry.`,
-          { retryAfterSeconds: 1 },
-        ),
-      );
-    }
+    const overCap = connections.started(socket, true);
+    if (overCap !== null) return refuse(connectionCapError(overCap, options));
+    holdUntilClose();
     if (inflight >= options.maxInflightRequests) {
       return refuse(
         new RouterError('ROUTER_ERR_OVERLOADED', `This router has ${inflight} requests in flight, its limit; retry.`, {
@@ -83,17 +111,17 @@ export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void
       );
     }
     inflight++;
-    reply.raw.once('close', () => {
-      inflight--;
-    });
-    identify();
+    countsInflight = true;
+    if (options.authenticator.mode === 'none') return takeCallerSlots(null);
+    identify(true);
 
-    function identify(): void {
+    function identify(proxied: boolean): void {
       if (options.authenticator.mode === 'none') return done();
       options.authenticator.authenticate(request.headers, request.raw.socket.remoteAddress ?? 'unknown').then(
         (identity) => {
           request.identity = identity;
-          done();
+          if (proxied) takeCallerSlots(identity);
+          else done();
         },
         (error: unknown) =>
           refuse(
@@ -103,7 +131,61 @@ export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void
           ),
       );
     }
+
+    /** The caller's share of the replica's in-flight requests: its tenant's and key's, or its address's. */
+    function takeCallerSlots(identity: Identity | null): void {
+      if (!passthroughAllows(request.url, identity?.role ?? 'open')) return refuse(endpointNotAllowed(request.url));
+      const slots = callerSlotsOf(identity, request.raw.socket.remoteAddress ?? 'unknown', options);
+      for (const [caller, cap] of slots) {
+        const held = callers.get(caller) ?? 0;
+        if (held >= cap) {
+          return refuse(
+            new RouterError(
+              'ROUTER_ERR_CALLER_INFLIGHT',
+              `This ${caller.startsWith('p:') ? 'client address' : caller.startsWith('k:') ? 'API key' : 'tenant'} has ${held} requests in flight on this router, its limit; retry when one ends.`,
+              { retryAfterSeconds: 1 },
+            ),
+          );
+        }
+      }
+      for (const [caller] of slots) callers.set(caller, (callers.get(caller) ?? 0) + 1);
+      callerSlots = slots;
+      done();
+    }
   });
+}
+
+/** A path the caller's role may not reach (passthrough-paths.ts: engine control is for admin keys). */
+function endpointNotAllowed(url: string): RouterError {
+  const path = url.split('?')[0]?.slice(0, 256) ?? '';
+  return new RouterError('ROUTER_ERR_ENDPOINT_NOT_ALLOWED', `${path} is not available to this API key.`);
+}
+
+function connectionCapError(cap: ConnectionRefusal, options: AdmitOptions): RouterError {
+  return cap === 'router'
+    ? new RouterError(
+        'ROUTER_ERR_OVERLOADED',
+        `This router serves at most ${options.maxConnections} connections; retry.`,
+        {
+          retryAfterSeconds: 1,
+        },
+      )
+    : new RouterError(
+        'ROUTER_ERR_CALLER_CONNECTIONS',
+        `This client address has ${options.maxConnectionsPerPeer} connections open to this router, its limit, all in use; reuse one or retry when one closes.`,
+        { retryAfterSeconds: 1 },
+      );
+}
+
+/** The in-flight counters a request takes (`t:` tenant, `k:` key, `p:` client address) and each one's cap. */
+function callerSlotsOf(identity: Identity | null, peer: string, options: AdmitOptions): [string, number][] {
+  const share = options.maxInflightPerCaller;
+  if (identity === null) return [[`p:${peer}`, share]];
+  const tenantCap = Math.min(share, options.tenantConcurrency(identity.tenant) ?? share);
+  const slots: [string, number][] = [[`t:${identity.tenant}`, tenantCap]];
+  const keyCap = identity.keyLimits.concurrentRequests;
+  if (keyCap !== undefined && keyCap < tenantCap) slots.push([`k:${identity.tenant}\u0000${identity.keyId}`, keyCap]);
+  return slots;
 }
 
 /** Encoded `.`, `/` or `\`: a backend that decodes before routing would see another path. */

@@ -16,7 +16,7 @@ import type { RouterMetrics } from '../router-metrics';
 import type { Ticket } from './route';
 
 /**
- * Stage 6 of the request path, **learn**: what a response tells the router about its backend.
+ * Stage 7 of the request path, **learn**: what a response tells the router about its backend.
  * - The first output: the request's time to first token, the end of its prefill (it leaves the
  *   backend's backlog), and, for policies that record ownership at first output, that the backend now
  *   holds the request's prefix (the blocks `decide` handed to the lease).
@@ -119,6 +119,21 @@ class ResponseLearner implements Learner {
     const check = checkPrediction(ticket.prediction, observed);
     metrics.recordPrediction(backendId, check);
     if (observed === null) return;
+    // "Is the cache hit real?": each miss of the prediction, for whoever runs at debug (no prompt in it).
+    if (check.outcome === 'overpredicted' || check.outcome === 'underpredicted')
+      this.deps.logger.debug(
+        {
+          backend: backendId,
+          pool: ticket.routed.pool,
+          outcome: check.outcome,
+          predictedTokens: check.predictedTokens,
+          cachedTokens: check.observedTokens,
+          promptTokens: observed.promptTokens,
+          matchAgeMs:
+            ticket.routed.matchRecordedAtMs === null ? null : ticket.routed.atMs - ticket.routed.matchRecordedAtMs,
+        },
+        'prefix prediction missed',
+      );
     const correction = this.correctionFor(ticket, check);
     const batch = this.deps.calibrate ? this.calibrationBatch(ticket, observed) : null;
     if (correction !== null || batch !== null) this.learn(ticket.routed.pool, { correction, calibration: batch });
@@ -159,6 +174,7 @@ class ResponseLearner implements Learner {
       calibrationSamplesOf(
         {
           textBytes: ticket.prediction.textBytes,
+          unit: ticket.prediction.unit,
           promptTokens: observed.promptTokens,
           cachedTokens: observed.cachedTokens,
           ttftMs: this.ttftMs.get(ticket) ?? null,

@@ -1,4 +1,5 @@
 import type { RateState } from '@kvroute/redis-store';
+import { unitsPerToken } from '@kvroute/routing';
 import { RouterError } from '../errors';
 import type { Identity } from '../tenants/authenticate';
 import type { GateTicket, LimitGate } from '../tenants/limit-gate';
@@ -99,9 +100,26 @@ export function settleLimits(deps: LimitDeps, admission: Admission, usedTokens: 
 }
 
 function reservedTokensOf(deps: LimitDeps, parsed: ParsedRequest): number {
+  return estimatedTokensOf(parsed, deps.bytesPerToken(parsed.model), deps.reservedCompletionTokens);
+}
+
+/**
+ * A request's tokens before its response: the prompt (token mode counts it; byte mode estimates it at the
+ * pool's bytes per token) plus its generation budget (`max_tokens`, else `reservedCompletionTokens`).
+ * A JSON pass-through (embeddings, pooling, tokenize, …) is charged by its size: its body's bytes at the
+ * pool's bytes per token, plus the `max_tokens` it names; its response's usage is not read, so this is
+ * also what it is settled at.
+ */
+export function estimatedTokensOf(
+  parsed: ParsedRequest,
+  bytesPerToken: number,
+  reservedCompletionTokens: number,
+): number {
+  const charge = parsed.passthroughCharge;
+  if (charge !== undefined) return Math.ceil(charge.bytes / Math.max(0.5, bytesPerToken)) + charge.maxTokens;
   const request = parsed.routingRequest;
-  const prompt = Math.ceil(request.textBytes / Math.max(0.5, deps.bytesPerToken(parsed.model)));
-  return prompt + (request.maxTokens ?? deps.reservedCompletionTokens);
+  const prompt = Math.ceil(request.textBytes / unitsPerToken(request, Math.max(0.5, bytesPerToken)));
+  return prompt + (request.maxTokens ?? reservedCompletionTokens);
 }
 
 /**

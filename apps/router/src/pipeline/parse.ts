@@ -4,14 +4,17 @@ import {
   checkGenerationLimits,
   CompletionRequest,
   measureJsonNesting,
+  messagesAsChat,
   MessagesRequest,
   type GenerationLimits,
 } from '@kvroute/protocols';
 import { buildMessagesRoutingRequest, buildRoutingRequest, type RoutingRequest } from '@kvroute/routing';
+import { tokenRoutingRequest, type TokenRoutingDeps } from '../routing/token-routing';
 import { RouterError } from '../errors';
 import { validateBody } from '../http/validate-body';
 import type { CacheSalter } from '../tenants/cache-salt';
 import { parseResponsesBody, type ResponsesFacts } from './parse-responses';
+import { isPoolingPath } from './passthrough-paths';
 import { modelOfForm, resolveModel } from './request-model';
 
 declare module 'fastify' {
@@ -46,7 +49,8 @@ declare module 'fastify' {
  *    (`requestStreamUsage`): that one asks the engine for it (forwardedBody), and send removes it again;
  *    and for a tenant's request (`cacheScope`): its `cache_salt` is the tenant's (tenants/cache-salt.ts),
  *    in the body forwarded and in the routing text, so the engine's cache and the router's index are
- *    partitioned by tenant.
+ *    partitioned by tenant. A tenant's pooling request (embeddings, score, rerank, classify, pooling) is
+ *    salted the same way: its prompt fills the same cache.
  */
 export interface ParseOptions {
   readonly blockSizeBytes: number;
@@ -62,6 +66,8 @@ export interface ParseOptions {
   readonly servedModels?: () => readonly string[];
   /** Largest `multipart/form-data` body (audio uploads), bytes; absent: the JSON body limit. */
   readonly multipartBodyLimitBytes?: number;
+  /** Token mode (routing/token-routing.ts): the models with a tokenizer are routed on token blocks; absent: byte mode. */
+  readonly tokenRouting?: TokenRoutingDeps;
 }
 
 /** What the later stages need of a request: its model (the pool) and what the policy reads. */
@@ -80,6 +86,12 @@ export interface ParsedRequest {
   readonly usageAtStreamStart: boolean;
   /** A Responses request's own facts (`POST /v1/responses`); absent for other endpoints. */
   readonly responses?: ResponsesFacts;
+  /**
+   * A JSON pass-through body's size, what the limit stage charges it by (limit.ts estimatedTokensOf):
+   * its bytes, and the `max_tokens` it names (0 when none: pooling and tokenizer calls generate
+   * nothing). Absent for generation and for form uploads (audio: bytes of sound are not tokens).
+   */
+  readonly passthroughCharge?: { readonly bytes: number; readonly maxTokens: number };
 }
 
 /** `messages`: Anthropic Messages (`POST /v1/messages`); `responses`: OpenAI Responses (`POST /v1/responses`); both routed by prefix like chat. */
@@ -174,6 +186,7 @@ export async function parseRequest(
   if ((request.rawBody?.length ?? 0) >= LARGE_BODY_BYTES) await nextTurn();
   const body = request.body;
   const servedModels = options.servedModels ?? noModels;
+  if (request.method === 'GET') return parseGet(request, servedModels, options.blockSizeBytes);
   if (body === MULTIPART_BODY) {
     if (endpoint !== 'passthrough')
       throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'This endpoint takes a JSON body, not multipart/form-data.');
@@ -195,14 +208,23 @@ export async function parseRequest(
   if (endpoint === 'messages') return parseMessages(request, body as Record<string, unknown>, options, cacheScope);
   if (endpoint === 'passthrough') {
     const model = resolveModel((body as { model?: unknown }).model, servedModels);
+    // A tenant's pooling request is salted as its generation requests are (the same prefix cache).
+    const salt = isPoolingPath(request.url)
+      ? tenantSalt(options, cacheScope, saltOf((body as { cache_salt?: unknown }).cache_salt))
+      : null;
+    const forwarded =
+      salt === null
+        ? null
+        : forwardedBody(rawBodyOf(request), body as Record<string, unknown>, { asksUsage: false, salt });
     return {
       model,
       kind: 'passthrough',
       routingRequest: passthroughRoutingRequest(model, sessionHeaderOf(request.headers), options.blockSizeBytes),
-      body: rawBodyOf(request),
+      body: forwarded ?? rawBodyOf(request),
       stripsStreamUsage: false,
       stream: (body as { stream?: unknown }).stream === true,
       usageAtStreamStart: false,
+      passthroughCharge: { bytes: rawBodyOf(request).length, maxTokens: maxTokensOf(body as Record<string, unknown>) },
     };
   }
   // A Responses body without `model` takes the only served model, as chat's and completions' do (vLLM's
@@ -223,18 +245,29 @@ export async function parseRequest(
       options.limits,
     );
   const salt = tenantSalt(options, cacheScope, generation.cache_salt);
-  const routingRequest = buildRoutingRequest(salt === null ? generation : { ...generation, cache_salt: salt }, {
-    blockSizeBytes: options.blockSizeBytes,
-    maxBlocks: options.maxRoutedBlocks,
-    sessionKey: sessionHeaderOf(request.headers),
-  });
+  const routed = salt === null ? generation : { ...generation, cache_salt: salt };
+  const sessionKey = sessionHeaderOf(request.headers);
+  const routingRequest =
+    (options.tokenRouting === undefined ? null : await tokenRoutingRequest(options.tokenRouting, routed, sessionKey)) ??
+    buildRoutingRequest(routed, {
+      blockSizeBytes: options.blockSizeBytes,
+      maxBlocks: options.maxRoutedBlocks,
+      sessionKey,
+    });
   // A Responses stream always ends with its usage (`response.completed`): nothing to ask for.
   const asksUsage =
     responses === null &&
     options.requestStreamUsage !== false &&
     generation.stream === true &&
     generation.stream_options?.include_usage !== true;
-  const forwarded = forwardedBody(rawBodyOf(request), body as Record<string, unknown>, { asksUsage, salt });
+  // The engine's request id is the router's to make (request-path.ts): a chat or completion body's own
+  // `request_id` is not forwarded (vLLM takes it as the engine request's id; duplicates fail or hang
+  // engines before Nov 2025). A Responses body's is refused for tenants (parse-responses.ts).
+  const forwarded = forwardedBody(rawBodyOf(request), body as Record<string, unknown>, {
+    asksUsage,
+    salt,
+    dropsRequestId: responses === null,
+  });
   return {
     model: generation.model,
     kind: 'generation',
@@ -254,22 +287,28 @@ export async function parseRequest(
  * messages-routing.ts). No stream usage is asked for: vLLM's Anthropic endpoint always streams it
  * (`message_delta` carries the usage). A tenant's salt goes in as on chat.
  */
-function parseMessages(
+async function parseMessages(
   request: FastifyRequest,
   body: Record<string, unknown>,
   options: ParseOptions,
   cacheScope: string | null,
-): ParsedRequest {
+): Promise<ParsedRequest> {
   const overLimit = checkGenerationLimits(body, options.limits);
   if (overLimit !== null)
     throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
   const messages = validateBody(MessagesRequest, body);
   const salt = tenantSalt(options, cacheScope, messages.cache_salt);
-  const routingRequest = buildMessagesRoutingRequest(salt === null ? messages : { ...messages, cache_salt: salt }, {
-    blockSizeBytes: options.blockSizeBytes,
-    maxBlocks: options.maxRoutedBlocks,
-    sessionKey: sessionHeaderOf(request.headers),
-  });
+  const routed = salt === null ? messages : { ...messages, cache_salt: salt };
+  const sessionKey = sessionHeaderOf(request.headers);
+  const routingRequest =
+    (options.tokenRouting === undefined
+      ? null
+      : await messagesTokenRoutingRequest(options.tokenRouting, routed, sessionKey)) ??
+    buildMessagesRoutingRequest(routed, {
+      blockSizeBytes: options.blockSizeBytes,
+      maxBlocks: options.maxRoutedBlocks,
+      sessionKey,
+    });
   const forwarded = forwardedBody(rawBodyOf(request), body, { asksUsage: false, salt });
   return {
     model: messages.model,
@@ -280,6 +319,38 @@ function parseMessages(
     stream: messages.stream === true,
     usageAtStreamStart: messages.stream === true,
   };
+}
+
+/** Token mode's routing request of a Messages body, through its chat view; null (byte mode, counted) when that cannot be built. */
+async function messagesTokenRoutingRequest(
+  deps: TokenRoutingDeps,
+  body: MessagesRequest,
+  sessionKey: string | null,
+): Promise<RoutingRequest | null> {
+  let chat: ChatCompletionRequest;
+  try {
+    chat = messagesChatView(body);
+  } catch {
+    deps.onFallback('template-failed');
+    return null;
+  }
+  return tokenRoutingRequest(deps, chat, sessionKey);
+}
+
+/**
+ * A Messages request as the chat request vLLM's Anthropic endpoint turns it into (token mode tokenizes
+ * that), with its `metadata.user_id` as the chat's `user`: the affinity key byte mode takes from it.
+ */
+function messagesChatView(body: MessagesRequest): ChatCompletionRequest {
+  const { messages, tools } = messagesAsChat(body);
+  const userId = body.metadata?.user_id;
+  return {
+    model: body.model,
+    messages,
+    ...(tools === undefined ? {} : { tools }),
+    ...(typeof body.cache_salt === 'string' ? { cache_salt: body.cache_salt } : {}),
+    ...(typeof userId === 'string' ? { user: userId } : {}),
+  } as ChatCompletionRequest;
 }
 
 /** The salt a tenant's request is routed and forwarded with (its scope's, over the body's own); null in open mode. */
@@ -316,6 +387,8 @@ export interface BodyChanges {
   readonly asksUsage: boolean;
   /** The tenant's `cache_salt`, in place of the client's (null: the body's own). */
   readonly salt: string | null;
+  /** Leave out the body's `request_id` (chat and completions: the engine's id is the router's); absent: false. */
+  readonly dropsRequestId?: boolean;
 }
 
 /**
@@ -328,16 +401,19 @@ export interface BodyChanges {
  * - Neither member is in the body (most clients): the members are spliced in after the opening `{` (the
  *   body parsed as a JSON object, so its first non-blank byte is that brace, and it is not empty:
  *   validation required `model`); the client's bytes are kept as they came.
- * - Otherwise the body is re-serialised from the parsed one (its keys in their order), with
+ * - Otherwise (or when `request_id` is to be left out) the body is re-serialised from the parsed one (its keys in their order), with
  *   `include_usage: true` and without `continuous_usage_stats` (which vLLM honours only together with
  *   `include_usage`: kept, it would put usage on every chunk), and the salt. A client's duplicate keys
  *   are gone with it: JSON.parse kept the last, as engines would.
  */
 export function forwardedBody(raw: Buffer, parsed: Record<string, unknown>, changes: BodyChanges): Buffer | null {
   const { asksUsage, salt } = changes;
-  if (!asksUsage && salt === null) return null;
+  const dropsRequestId = changes.dropsRequestId === true && Object.hasOwn(parsed, 'request_id');
+  if (!asksUsage && salt === null && !dropsRequestId) return null;
   const splices =
-    (!asksUsage || !Object.hasOwn(parsed, 'stream_options')) && (salt === null || !Object.hasOwn(parsed, 'cache_salt'));
+    !dropsRequestId &&
+    (!asksUsage || !Object.hasOwn(parsed, 'stream_options')) &&
+    (salt === null || !Object.hasOwn(parsed, 'cache_salt'));
   if (splices) {
     const brace = raw.indexOf(0x7b);
     const members =
@@ -350,6 +426,7 @@ export function forwardedBody(raw: Buffer, parsed: Record<string, unknown>, chan
     changed.stream_options = { ...options, include_usage: true };
   }
   if (salt !== null) changed.cache_salt = salt;
+  if (dropsRequestId) delete changed.request_id;
   return Buffer.from(JSON.stringify(changed));
 }
 
@@ -363,6 +440,44 @@ function validateGenerationBody(
   if (overLimit !== null)
     throw new RouterError('ROUTER_ERR_INVALID_REQUEST', overLimit.message, { param: overLimit.param });
   return endpoint === 'chat' ? validateBody(ChatCompletionRequest, body) : validateBody(CompletionRequest, body);
+}
+
+/**
+ * A pass-through `GET /v1/*` (files, batches: no body, no model): its pool is the `model` its query
+ * names, else the first model the caller may use (any of the caller's backends can answer a list).
+ */
+function parseGet(
+  request: FastifyRequest,
+  servedModels: () => readonly string[],
+  blockSizeBytes: number,
+): ParsedRequest {
+  const named = (request.query as Record<string, unknown> | undefined)?.model;
+  const model = typeof named === 'string' && named !== '' ? named : servedModels()[0];
+  if (model === undefined)
+    throw new RouterError('ROUTER_ERR_NO_BACKEND', 'No backend has reported its models yet; retry.', {
+      retryAfterSeconds: 1,
+    });
+  return {
+    model,
+    kind: 'passthrough',
+    routingRequest: passthroughRoutingRequest(model, sessionHeaderOf(request.headers), blockSizeBytes),
+    body: Buffer.alloc(0),
+    stripsStreamUsage: false,
+    stream: false,
+    usageAtStreamStart: false,
+    passthroughCharge: { bytes: 0, maxTokens: 0 },
+  };
+}
+
+/** A body's own `cache_salt` when it is a string (anything else: none, and the engine refuses it as it would). */
+function saltOf(given: unknown): string | null {
+  return typeof given === 'string' ? given : null;
+}
+
+/** A pass-through body's generation budget: its `max_tokens` (or `max_completion_tokens`) when a positive integer, else 0. */
+function maxTokensOf(body: Record<string, unknown>): number {
+  const given = body.max_tokens ?? body.max_completion_tokens;
+  return typeof given === 'number' && Number.isSafeInteger(given) && given > 0 ? given : 0;
 }
 
 function passthroughRoutingRequest(model: string, sessionKey: string | null, blockSizeBytes: number): RoutingRequest {

@@ -2,7 +2,7 @@ import { settleLimits, type Admission, type LimitDeps } from './limit';
 import type { Ticket } from './route';
 
 /**
- * Stage 7 of the request path, **release**: what a request holds goes back, each thing exactly once.
+ * Stage 8 of the request path, **release**: what a request holds goes back, each thing exactly once.
  * - A try's lease (`releaseLease`), on whichever path ended the try (response end, upstream error,
  *   client abort, timeout, retry elsewhere). The shutdown's deadline releases whatever a request left
  *   (HeldLeases). Idempotent, like the lease itself.

@@ -5,15 +5,18 @@ import type { Backend } from '../backends/backend-registry';
 import { answerHijackedError } from '../http/error-handler';
 import { clientHopOf } from '../proxy/header-hygiene';
 import type { RouterMetrics } from '../router-metrics';
+import type { FlowSlot } from '../flow/flow-control';
 import type { Identity } from '../tenants/authenticate';
+import type { ModelAccess } from '../tenants/model-access';
 import type { TenantDirectory } from '../tenants/tenant-directory';
 import type { Learner } from './learn';
 import { admitLimits, type Admission, type LimitDeps } from './limit';
 import { parseRequest, type Endpoint, type ParsedRequest, type ParseOptions } from './parse';
 import { releaseLease, releaseLimits } from './release';
+import { queueRequest, type QueueDeps } from './queue';
 import { previousResponseOwner, responseIdWatch, type ResponseAffinityDeps } from './response-affinity';
 import { withRetryBeforeFirstByte, type RetryOptions } from './retry-before-first-byte';
-import { poolOf, route, type RouteDeps, type Ticket } from './route';
+import { poolOf, route, unknownModelError, type RouteDeps, type Ticket } from './route';
 import { send, type SendDeps, type Shipment, type TryDeadlines } from './send';
 
 /**
@@ -24,17 +27,18 @@ import { send, type SendDeps, type Shipment, type TryDeadlines } from './send';
  * | 1 | admit   | admit.ts              | `onRequest`: path, shutdown, caps, identity (API key), before the body is read |
  * | 2 | parse   | parse.ts              | bounded JSON, limits, validation → the routing request (tenant's salt) |
  * | 3 | limit   | limit.ts              | the tenant's and key's limits: tokens reserved, one admission call |
- * | 4 | route   | route.ts              | eligible backends (a Responses follow-up's owner first) → decide (the policy once) + lease → a ticket |
- * | 5 | send    | send.ts               | the ticket's request relayed to its backend |
- * | 6 | learn   | learn.ts              | what the response says: first output (TTFT, prefill done, ownership); a stored Responses id (response-affinity.ts) |
- * | 7 | release | release.ts            | the ticket's lease, once per try; the request's limits settled from its usage, once |
+ * | 4 | queue   | queue.ts              | flow control: a saturated pool's requests wait in a fair, shared queue, or are shed (429) |
+ * | 5 | route   | route.ts              | eligible backends (a Responses follow-up's owner first) → decide (the policy once) + lease → a ticket |
+ * | 6 | send    | send.ts               | the ticket's request relayed to its backend |
+ * | 7 | learn   | learn.ts              | what the response says: first output (TTFT, prefill done, ownership); a stored Responses id (response-affinity.ts) |
+ * | 8 | release | release.ts            | the ticket's lease, once per try; the request's limits settled and its queue slot freed, once |
  *
  * Route and send are retried before the first byte by retry-before-first-byte.ts. Admit runs as a
- * hook (app.ts registers it first); this file runs stages 2–7 for one request. This list is the one
+ * hook (app.ts registers it first); this file runs stages 2–8 for one request. This list is the one
  * the stage files' headers (`Stage N of the request path, **name**`), the router README and
  * docs/architecture.md number: request-path-doc.test.ts holds them to it.
  */
-export const REQUEST_PATH_STAGES = ['admit', 'parse', 'limit', 'route', 'send', 'learn', 'release'] as const;
+export const REQUEST_PATH_STAGES = ['admit', 'parse', 'limit', 'queue', 'route', 'send', 'learn', 'release'] as const;
 
 /** Who sees `X-Router-Backend` and `X-Router-Reason` (config `routingHeaders`). */
 export type RoutingHeaders = 'auto' | 'all' | 'privileged';
@@ -50,8 +54,12 @@ export interface RequestPathDeps {
   readonly metrics: RouterMetrics;
   /** Tenant limits (null: none, open mode). */
   readonly limit: LimitDeps | null;
+  /** Flow control (null: off, `flowControl`). */
+  readonly queue: QueueDeps | null;
   /** Tenants' cache partitions (teams). */
   readonly tenants: TenantDirectory;
+  /** The models each caller may name (tenants/model-access.ts): another is answered as a model that does not exist. */
+  readonly models: ModelAccess;
   /** `auto`: everyone in open mode, privileged keys (admin, bench) with tenants; `all`; `privileged`. */
   readonly routingHeaders: RoutingHeaders;
   /** The Responses API's response-owner map (pipeline/response-affinity.ts). */
@@ -71,7 +79,7 @@ interface InFlight {
   readonly scope: string;
   /** The backend holding the response this request continues (`previous_response_id`); null: none known. */
   readonly owner: string | null;
-  /** The `X-Request-Id` the backends get instead of the client's (send.ts Shipment.upstreamRequestId); undefined: the client's. */
+  /** The `X-Request-Id` the backends get instead of `request.id` (send.ts Shipment.upstreamRequestId; upstreamRequestIdOf); undefined: `request.id`, the router's own. */
   readonly upstreamRequestId: string | undefined;
   /** Prompt + completion tokens of the response's usage (−1: no response with usage yet). */
   usedTokens: number;
@@ -91,7 +99,8 @@ export function createRequestPath(
   return (endpoint) => async (request, reply) => {
     const identity = request.identity;
     const cacheScope = identity === null ? null : deps.tenants.cacheScopeOf(identity.tenant);
-    const parsed = await parseRequest(endpoint, request, deps.parse, cacheScope);
+    const parsed = await parseRequest(endpoint, request, parseOptionsOf(deps, identity), cacheScope);
+    if (!deps.models.allows(identity, parsed.model)) throw unknownModelError(deps.route.registry, parsed.model);
     const backends = poolOf(deps.route.registry, parsed.model);
     const scope = cacheScope ?? '';
     // Only a Responses follow-up looks its owner up: no await on every other request's path.
@@ -101,10 +110,9 @@ export function createRequestPath(
         : await previousResponseOwner(deps.responses, parsed, scope, cacheScope !== null);
     const admission =
       identity !== null && deps.limit !== null ? await admitLimits(deps.limit, identity, parsed, randomUUID()) : null;
-    // A tenant's Responses request: the engine may make the client's X-Request-Id the stored response's
-    // id (as it does a body's `request_id`, refused in parse), where it could replace another tenant's.
-    // The backend gets an id of the router's own; logs and the client's response keep the client's.
-    const upstreamRequestId = cacheScope !== null && endpoint === 'responses' ? `kvroute-${randomUUID()}` : undefined;
+    const slot =
+      deps.queue === null ? null : await queued(deps, deps.queue, request, reply, parsed, backends, admission);
+    const upstreamRequestId = upstreamRequestIdOf(request, cacheScope !== null && endpoint === 'responses');
     reply.hijack();
     const of: InFlight = {
       request,
@@ -126,8 +134,52 @@ export function createRequestPath(
       answerHijackedError(reply, error, deps.metrics, of.showsRoutingHeaders);
     } finally {
       if (admission !== null && deps.limit !== null) releaseLimits(deps.limit, admission, of.usedTokens, of.sent);
+      slot?.release();
     }
   };
+}
+
+/**
+ * The `X-Request-Id` the backends get, when not the request's own id (undefined: `request.id`, which the
+ * router made). The engine takes that header as its request's id, so it is never the client's choice:
+ * vLLM releases before Nov 2025 fail, hang or crash on a duplicate id, which a client could send on
+ * purpose or by retrying with the same id; and a tenant's Responses request's id may become the stored
+ * response's id, where it could replace another tenant's (so those always get one of the router's own).
+ * Logs and the client's response keep the client's id.
+ */
+function upstreamRequestIdOf(request: FastifyRequest, always: boolean): string | undefined {
+  const clientChose = request.headers['x-request-id'] === request.id;
+  return always || clientChose ? `kvroute-${randomUUID()}` : undefined;
+}
+
+/** The parse options for `identity`: a request naming no model takes the only one it may use (request-model.ts). */
+function parseOptionsOf(deps: RequestPathDeps, identity: Identity | null): ParseOptions {
+  const served = deps.parse.servedModels;
+  if (identity === null || served === undefined) return deps.parse;
+  return { ...deps.parse, servedModels: () => deps.models.visible(identity, served()) };
+}
+
+/** The queue stage, for a request already admitted by its limits: shed, it gives its admission back. */
+async function queued(
+  deps: RequestPathDeps,
+  queue: QueueDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  parsed: ParsedRequest,
+  backends: readonly Backend[],
+  admission: Admission | null,
+): Promise<FlowSlot> {
+  const gone = new AbortController();
+  const onClose = (): void => gone.abort();
+  reply.raw.once('close', onClose);
+  try {
+    return await queueRequest(queue, request, request.identity, parsed, backends, gone.signal);
+  } catch (error) {
+    if (admission !== null && deps.limit !== null) releaseLimits(deps.limit, admission, -1, false);
+    throw error;
+  } finally {
+    reply.raw.off('close', onClose);
+  }
 }
 
 /** One try of `of` as the send stage takes it: the ticket's backend and labels, and what the later stages hear. */
@@ -135,14 +187,15 @@ function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetr
   const { parsed, request } = of;
   return {
     backend: ticket.backend,
-    method: 'POST',
+    method: request.method === 'GET' ? 'GET' : 'POST',
     reason: ticket.decision.reason,
     policyName: ticket.policyName,
     model: parsed.model,
     path: request.url,
     headers: request.headers,
     clientHop: clientHopOf(request.raw),
-    body: of.body,
+    // A pass-through GET has no body (and must not send one: Content-Length 0 on a GET upsets some servers).
+    body: request.method === 'GET' ? null : of.body,
     requestId: request.id,
     upstreamRequestId: of.upstreamRequestId,
     arrivedAtMs: request.arrivedAtMs,
@@ -155,7 +208,7 @@ function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetr
     readsUsageAtStart: parsed.usageAtStreamStart,
     stripsStreamUsage: parsed.stripsStreamUsage,
     showsRoutingHeaders: of.showsRoutingHeaders,
-    extraHeaders: of.admission?.headers ?? null,
+    extraHeaders: extraHeadersOf(of),
     headWatch: responseIdWatch(deps.responses, parsed, of.scope, ticket.backend.id),
     events: {
       // The response's framing, not the request's flag: an engine may answer either way.
@@ -171,6 +224,17 @@ function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetr
       },
     },
   };
+}
+
+/**
+ * The router's own response headers: an admitted tenant request's `x-ratelimit-*`, and where the routing
+ * headers are shown, in token mode, `X-Router-Prompt-Tokens`: the prompt's tokens as the router counted them.
+ */
+function extraHeadersOf(of: InFlight): Readonly<Record<string, string>> | null {
+  const limits = of.admission?.headers ?? null;
+  const routed = of.parsed.routingRequest;
+  if (!of.showsRoutingHeaders || routed.unit !== 'tokens') return limits;
+  return { ...limits, 'x-router-prompt-tokens': String(routed.textBytes) };
 }
 
 function showsRoutingHeaders(mode: RoutingHeaders, identity: Identity | null): boolean {

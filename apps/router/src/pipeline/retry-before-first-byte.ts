@@ -72,7 +72,7 @@ export function withRetryBeforeFirstByte<Request>(
           { requestId, backend: backendId, err: outcome.error, attempt },
           'upstream try failed after it was sent: not retried',
         );
-        throw upstreamFailureError(backendId, outcome.cause, outcome.error);
+        throw upstreamFailureError(outcome.cause, outcome.error);
       }
       options.metrics.recordRetry(backendId, outcome.cause);
       if (outcome.error) {
@@ -80,7 +80,7 @@ export function withRetryBeforeFirstByte<Request>(
           { requestId, backend: backendId, err: outcome.error, attempt },
           'upstream try failed before the first byte',
         );
-        lastFailure = upstreamFailureError(backendId, outcome.cause, outcome.error);
+        lastFailure = upstreamFailureError(outcome.cause, outcome.error);
       }
       tried.add(backendId);
       if (!(await backoff(options, attempt, response))) return;
@@ -92,20 +92,25 @@ export function withRetryBeforeFirstByte<Request>(
   };
 }
 
-/** The answer to a try that failed before anything reached the client: 504 for its deadline, 502 else. */
-export function upstreamFailureError(backendId: BackendId, cause: string, error: Error): RouterError {
+/**
+ * The answer to a try that failed before anything reached the client: 504 for its deadline, 502 else.
+ * The message names no backend (ids are the operator's: the try's log line carries it).
+ */
+export function upstreamFailureError(cause: string, error: Error): RouterError {
   if (cause === 'timeout')
     return new RouterError(
       'ROUTER_ERR_UPSTREAM_TIMEOUT',
-      `Backend ${backendId} did not answer in time (${error.message}).`,
-      { cause: error },
+      `The model server did not answer in time (${error.message}).`,
+      {
+        cause: error,
+      },
     );
   const code = (error as { code?: string }).code ?? 'transport error';
   return cause === 'connect'
-    ? new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backendId} could not be reached (${code}).`, {
+    ? new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `The model server could not be reached (${code}).`, {
         cause: error,
       })
-    : new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `Backend ${backendId} failed before answering (${code}).`, {
+    : new RouterError('ROUTER_ERR_UPSTREAM_UNAVAILABLE', `The model server failed before answering (${code}).`, {
         cause: error,
       });
 }

@@ -21,7 +21,7 @@ import { Lease } from '../routing/lease';
 import type { ParsedRequest } from './parse';
 
 /**
- * Stage 4 of the request path, **route**: where one try goes. It decides and reserves, and hands back
+ * Stage 5 of the request path, **route**: where one try goes. It decides and reserves, and hands back
  * one ticket; it sends nothing (send does, knowing nothing of routing).
  *
  * One try: eligible backends (the pool minus backends this request already tried, open circuits and
@@ -246,6 +246,7 @@ function learnFiguresOf(
       matchBlocks: chosen?.matchBlocks ?? 0,
       blockSizeBytes: routingRequest.blockSizeBytes,
       textBytes: routingRequest.textBytes,
+      unit: routingRequest.unit,
     },
     routed: {
       pool: request.model,

@@ -10,7 +10,7 @@ import {
 import type { UpstreamPools } from '../proxy/upstream-pool';
 
 /**
- * Stage 5 of the request path, **send**: one try's request to one backend, its response relayed to the
+ * Stage 6 of the request path, **send**: one try's request to one backend, its response relayed to the
  * client (proxy/relay-handler.ts: an undici dispatch handler, backpressure, client abort → upstream
  * abort). It knows nothing of routing: it is told where, and labels to show, and tells `events` what
  * happened. The backend's circuit breaker counts the try's outcome here, where it is seen. Every call
@@ -43,9 +43,9 @@ export interface Shipment extends RelayedRequest {
   /** Forwarded as it came; null: none (a GET or DELETE). */
   readonly body: Buffer | null;
   /**
-   * The `X-Request-Id` sent to the backend in place of `requestId` (absent: `requestId`). A tenant's
-   * Responses request gets one the router made: an engine may take the header as the request's id,
-   * and ids there must not be the client's to choose (request-path.ts).
+   * The `X-Request-Id` sent to the backend in place of `requestId` (absent: `requestId`). A request whose
+   * id the client chose, and a tenant's Responses request, get one the router made: an engine takes the
+   * header as the request's id, and ids there must not be the client's to choose (request-path.ts).
    */
   readonly upstreamRequestId?: string | undefined;
   /** The body asked for a stream's usage on the client's behalf: the relay removes what that adds (proxy/usage-strip.ts). */
@@ -57,6 +57,7 @@ export async function send(deps: SendDeps, shipment: Shipment, response: ServerR
   const { backend } = shipment;
   const headers = upstreamRequestHeaders(shipment.headers, shipment.clientHop, deps.upstreams.authorizationOf(backend));
   headers['x-request-id'] = shipment.upstreamRequestId ?? shipment.requestId;
+  if (backend.dataParallelRank !== null) headers['x-data-parallel-rank'] = String(backend.dataParallelRank.header);
   const handler = new RelayHandler({
     request: shipment,
     response,

@@ -11,6 +11,7 @@ import type { TenantDirectory } from '../tenants/tenant-directory';
 import { ownersUnavailable } from './response-affinity';
 import { upstreamFailureError } from './retry-before-first-byte';
 import { send, type SendDeps } from './send';
+import { searchStoredResponse, type StoredResponseSearch } from './stored-response-search';
 
 /**
  * A stored response's GET, DELETE or cancel is a dictionary read on the engine, answered at once unless
@@ -39,6 +40,8 @@ export interface StoredResponseDeps {
   readonly deadline: TryDeadline;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger;
+  /** Open mode's search of the backends for an id the map does not know (stored-response-search.ts); absent: none, 404. */
+  readonly search?: StoredResponseSearch;
 }
 
 /** Nothing to learn from a GET's or cancel's answer. */
@@ -55,7 +58,8 @@ const NO_EVENTS: RelayEvents = { firstOutput: () => undefined, finished: () => u
  * limit (a stored response is read, not generated), and only its owner could answer, so no retry.
  *
  * An id the map does not know, or whose backend is no longer in the fleet, is a 404 in the OpenAI error
- * shape (vLLM's message). An id the map cannot look up now (Redis failed or degraded, and this replica
+ * shape (vLLM's message); in open mode, the backends are asked first (stored-response-search.ts: the
+ * first to answer 200 is the owner, remembered in the map). An id the map cannot look up now (Redis failed or degraded, and this replica
  * never learnt it) is a 503 with Retry-After in every mode: there is no prefix to route a GET on, and a
  * 404 would be a guess a client takes as final. A successful DELETE forgets the id.
  */
@@ -71,7 +75,7 @@ export function createStoredResponsePath(
         { param: 'response_id' },
       );
     const scope = request.identity === null ? '' : deps.tenants.cacheScopeOf(request.identity.tenant);
-    const backend = await ownerOf(deps, scope, id);
+    const backend = await ownerOf(deps, scope, id, request.identity === null);
     reply.hijack();
     const outcome = await send(
       deps.send,
@@ -102,15 +106,23 @@ export function createStoredResponsePath(
     );
     if (outcome.kind === 'done') return;
     const error = outcome.error ?? new Error(`the backend refused it (${outcome.cause})`);
-    answerHijackedError(reply, upstreamFailureError(backend.id, outcome.cause, error), deps.metrics, false);
+    answerHijackedError(reply, upstreamFailureError(outcome.cause, error), deps.metrics, false);
   };
 }
 
 /** The backend that stored response `id` in `scope`, if it is in the fleet and its circuit lets a call through; else throws (404, 503). */
-async function ownerOf(deps: StoredResponseDeps, scope: string, id: string): Promise<Backend> {
+async function ownerOf(deps: StoredResponseDeps, scope: string, id: string, openMode: boolean): Promise<Backend> {
   const found = await deps.owners.lookup(scope, id);
   if (found.kind === 'unknown') throw ownersUnavailable(id, 'response_id');
-  const backend = found.kind === 'absent' ? undefined : deps.registry.get(found.backendId);
+  let backend = found.kind === 'absent' ? undefined : deps.registry.get(found.backendId);
+  if (backend === undefined && openMode && deps.search !== undefined) {
+    backend = (await searchStoredResponse(deps.search, searchableBackends(deps.registry), id)) ?? undefined;
+    // Found: remembered, so the next call (on any replica sharing the map) goes straight there.
+    if (backend !== undefined)
+      deps.owners
+        .remember(scope, id, backend.id)
+        .catch((error: unknown) => deps.logger.debug({ err: error }, 'searched response owner not remembered'));
+  }
   if (backend === undefined)
     throw new RouterError('ROUTER_ERR_RESPONSE_NOT_FOUND', `Response with id '${id}' not found.`, {
       param: 'response_id',
@@ -118,10 +130,15 @@ async function ownerOf(deps: StoredResponseDeps, scope: string, id: string): Pro
   if (!backend.breaker.isAvailable())
     throw new RouterError(
       'ROUTER_ERR_NO_BACKEND',
-      `Backend ${backend.id}, which stored response '${id}', is failing (its circuit is open); retry shortly.`,
+      `The model server that stored response '${id}' is failing (its circuit is open); retry shortly.`,
       { retryAfterSeconds: OPEN_CIRCUIT_RETRY_AFTER_SECONDS },
     );
   return backend;
+}
+
+/** The backends a search asks: undrained, their circuit closed (an open one could not be sent to anyway). */
+function searchableBackends(registry: BackendRegistry): readonly Backend[] {
+  return registry.backends.filter((backend) => !registry.isDrained(backend.id) && backend.breaker.isAvailable());
 }
 
 /**

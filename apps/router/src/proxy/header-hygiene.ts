@@ -20,12 +20,25 @@ import { endToEndHeaders } from './hop-by-hop';
  * Backend → client, dropped: `set-cookie` (an engine or a gateway beside it must not plant state in the
  * client under the router's origin) and `server` (names the engine and its version to every client).
  */
-const DROPPED_REQUEST_HEADERS = new Set(['authorization', 'x-api-key', 'api-key', 'cookie', 'forwarded', 'x-real-ip']);
+// `x-data-parallel-rank` picks an engine rank inside a backend: the router's decision, never a client's
+// (it is set again for a rank backend: pipeline/send.ts).
+const DROPPED_REQUEST_HEADERS = new Set([
+  'authorization',
+  'x-api-key',
+  'api-key',
+  'cookie',
+  'forwarded',
+  'x-real-ip',
+  'x-data-parallel-rank',
+]);
 const DROPPED_RESPONSE_HEADERS = new Set(['set-cookie', 'server']);
 
 /** The hop from the client to the router, as the router's socket saw it. */
 export interface ClientHop {
-  /** The socket peer's address (`socket.remoteAddress`), e.g. `127.0.0.1` or `::1`. */
+  /**
+   * The socket peer's address (`socket.remoteAddress`), e.g. `127.0.0.1` or `::1`: behind a
+   * `proxyProtocolFrom` balancer, the client its PROXY header names (http/proxy-protocol.ts).
+   */
   readonly peerAddress: string;
   readonly proto: 'http' | 'https';
 }

@@ -9,6 +9,7 @@ import type { RouterMetrics } from '../router-metrics';
 import { FirstOutputWatch } from './first-output-watch';
 import { clientResponseHeaders } from './header-hygiene';
 import { ResponseTail } from './response-tail';
+import { UpstreamErrorAnswer } from './upstream-error-answer';
 import { StreamUsageStrip, type FingerprintMemory } from './usage-strip';
 
 /**
@@ -170,7 +171,10 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   private readonly response: ServerResponse;
   private readonly settings: RelaySettings;
   private controller: Dispatcher.DispatchController | null = null;
-  private mode: 'pending' | 'discard' | 'relay' = 'pending';
+  /** `replace`: a 5xx answer, read to its end and answered with the router's error (upstream-error-answer.ts). */
+  private mode: 'pending' | 'discard' | 'relay' | 'replace' = 'pending';
+  /** The 5xx answer being replaced, and the headers the client will get with it (null: not replacing). */
+  private replaced: { readonly answer: UpstreamErrorAnswer; readonly headers: OutgoingHttpHeaders } | null = null;
   private discardCause: TryOutcome | null = null;
   /** The relayed response's status (0 until its headers arrive). */
   private statusCode = 0;
@@ -237,15 +241,14 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       this.discardCause = { kind: 'retry', cause: `status-${statusCode}`, error: null };
       return;
     }
+    this.statusCode = statusCode;
+    if (statusCode >= 500) return this.startReplacing(headers);
     this.mode = 'relay';
-    const outgoing = clientResponseHeaders(headers as Record<string, string | string[] | undefined>);
+    // clientResponseHeaders makes a new object: the router's headers go into it, no copy.
+    const outgoing = this.addRouterHeaders(
+      clientResponseHeaders(headers as Record<string, string | string[] | undefined>) as OutgoingHttpHeaders,
+    );
     this.isSse = String(outgoing['content-type'] ?? '').startsWith('text/event-stream');
-    if (request.showsRoutingHeaders) {
-      outgoing['x-router-backend'] = request.backend.id;
-      outgoing['x-router-reason'] = request.reason;
-    }
-    if (request.extraHeaders !== null) Object.assign(outgoing, request.extraHeaders);
-    outgoing['x-request-id'] = request.requestId;
     if (this.isSse) {
       this.firstOutput = new FirstOutputWatch();
       outgoing['x-accel-buffering'] = 'no';
@@ -255,21 +258,75 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       // error answer (a context-length 400, a 500) is no output: nothing was computed to learn from.
       request.events.firstOutput(false);
     }
-    this.statusCode = statusCode;
     if (statusCode < 300) this.headWatch = request.headWatch ?? null;
     if (statusCode < 300 && request.readsUsage)
       this.tail = new ResponseTail(USAGE_TAIL_BYTES, request.readsUsageAtStart);
     if (statusCode < 300 && this.isSse && this.target.streamUsageStrip !== null)
       this.strip = new StreamUsageStrip(this.target.streamUsageStrip.fingerprints);
-    this.response.writeHead(statusCode, outgoing as OutgoingHttpHeaders);
+    this.response.writeHead(statusCode, outgoing);
     if (this.isSse) this.response.flushHeaders();
+  }
+
+  /** Adds the router's own headers to `into` (routing if shown, limits, the request id) and returns it. */
+  private addRouterHeaders(into: OutgoingHttpHeaders): OutgoingHttpHeaders {
+    const request = this.request;
+    if (request.showsRoutingHeaders) {
+      into['x-router-backend'] = request.backend.id;
+      into['x-router-reason'] = request.reason;
+    }
+    if (request.extraHeaders !== null) Object.assign(into, request.extraHeaders);
+    into['x-request-id'] = request.requestId;
+    return into;
+  }
+
+  /** A 5xx: nothing is written until its body ended (or failed); then the router's error goes out instead. */
+  private startReplacing(headers: IncomingHttpHeaders): void {
+    this.mode = 'replace';
+    const retryAfter = headers['retry-after'];
+    this.replaced = {
+      answer: new UpstreamErrorAnswer(this.statusCode, typeof retryAfter === 'string' ? retryAfter : undefined),
+      headers: this.addRouterHeaders({}),
+    };
+  }
+
+  /** Answers a replaced 5xx (its body read, or failed midway) and logs what the backend said. */
+  private answerReplaced(replaced: {
+    readonly answer: UpstreamErrorAnswer;
+    readonly headers: OutgoingHttpHeaders;
+  }): void {
+    const { request, settings } = this;
+    settings.logger.warn(
+      {
+        requestId: request.requestId,
+        backend: request.backend.id,
+        status: this.statusCode,
+        ...replaced.answer.logged(),
+      },
+      'upstream error answer replaced',
+    );
+    const { headers, body } = replaced.answer.answer(replaced.headers);
+    if (!this.response.destroyed) {
+      this.response.writeHead(this.statusCode, headers);
+      this.response.end(body);
+    }
+    settings.metrics.recordRouted(
+      request.backend.id,
+      request.model,
+      request.policyName,
+      request.reason,
+      this.statusCode,
+    );
+    this.finish({ kind: 'done', clientWentAway: this.clientGone });
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     // A relayed stream's deadline runs to its first output event, not its first byte: Responses and
     // Anthropic streams open with events (`response.created`, `message_start`) sent before prefill.
     const streamDeadline = this.request.deadline.until === 'first-output';
-    if (streamDeadline && (this.mode !== 'relay' || this.firstOutput === null)) this.clearDeadline();
+    // A replaced 5xx keeps its deadline to its end: nothing reaches the client before, so it bounds the wait.
+    if (streamDeadline && (this.mode === 'discard' || (this.mode === 'relay' && this.firstOutput === null)))
+      this.clearDeadline();
+    if (this.mode === 'replace') return this.replaced?.answer.add(chunk);
     if (this.mode !== 'relay') return;
     if (this.firstOutput !== null && this.firstOutput.feed(chunk)) {
       this.firstOutput = null;
@@ -287,6 +344,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
 
   onResponseEnd(): void {
     if (this.mode === 'discard') return this.finish(this.discardCause as TryOutcome);
+    if (this.replaced !== null) return this.answerReplaced(this.replaced);
     const rest = this.strip?.end() ?? null;
     if (rest === null) this.response.end();
     else this.response.end(rest);
@@ -311,6 +369,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       settings.metrics.recordClientAbort(backendId);
       return this.finish({ kind: 'done', clientWentAway: true });
     }
+    // A 5xx whose body failed (or outlived the deadline) midway: the backend's status was known, so answer it.
+    if (this.replaced !== null) return this.answerReplaced(this.replaced);
     if (this.mode !== 'relay') {
       // Not sent: the connection could not be made (refused, connect timeout): the engine never saw it.
       if (!this.sent) return this.finish({ kind: 'retry', cause: 'connect', error });
@@ -329,11 +389,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     // The try's deadline passed after the headers were relayed (a stream that sent its headers, then
     // nothing): the router's timeout, not the backend's failure.
     const routerError = this.deadlinePassed
-      ? new RouterError(
-          'ROUTER_ERR_UPSTREAM_TIMEOUT',
-          `Upstream backend ${backendId} sent no output in time (${error.message}).`,
-        )
-      : new RouterError('ROUTER_ERR_UPSTREAM_STREAM', `Upstream backend ${backendId} failed mid-stream.`);
+      ? new RouterError('ROUTER_ERR_UPSTREAM_TIMEOUT', `The model server sent no output in time (${error.message}).`)
+      : new RouterError('ROUTER_ERR_UPSTREAM_STREAM', 'The model server failed mid-stream.');
     if (this.isSse && !response.destroyed) {
       // What the strip still held goes first, as it would have without it.
       const rest = this.strip?.end() ?? null;
@@ -352,7 +409,7 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     this.response.off('close', this.onClientClose);
     this.response.off('drain', this.onDrain);
     request.events.finished(tail);
-    if (outcome.kind === 'done' && this.mode === 'relay') {
+    if (outcome.kind === 'done' && (this.mode === 'relay' || this.mode === 'replace')) {
       this.settings.metrics.recordDuration(
         request.backend.id,
         request.model,

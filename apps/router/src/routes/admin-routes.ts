@@ -51,7 +51,15 @@ export const AddBackendBody = BackendConfig.extend({
 /** An admin body is one backend spec: a few hundred bytes. */
 const ADMIN_BODY_LIMIT_BYTES = 64 * 1024;
 
-const BackendIdParams = z.strictObject({ id: z.string().regex(BACKEND_ID, 'not a backend id') });
+/**
+ * A backend id in a path: a chosen id, or the default one (the URL's host:port), which for an IPv6 backend
+ * is bracketed (`[::1]:8000`, sent as `%5B::1%5D:8000`): whatever add accepts, delete, drain and undrain
+ * must name.
+ */
+const DEFAULT_IPV6_ID = /^\[[0-9A-Fa-f:.]{2,45}\](?::\d{1,5})?$/;
+const BackendIdParams = z.strictObject({
+  id: z.string().refine((id) => BACKEND_ID.test(id) || DEFAULT_IPV6_ID.test(id), 'not a backend id'),
+});
 
 /**
  * The admin API, on the admin listener (admin-app.ts), whose gate checks `Authorization: Bearer
@@ -63,7 +71,7 @@ const BackendIdParams = z.strictObject({ id: z.string().regex(BACKEND_ID, 'not a
  * - `POST /admin/backends/:id/drain`, `/undrain`: no new requests / new requests again.
  *
  * - `GET /admin/keys`: the client API keys in Redis (records, never secrets or digests).
- * - `POST /admin/keys` `{tenant, id?, role?, requestsPerMinute?, tokensPerMinute?, concurrentRequests?}`:
+ * - `POST /admin/keys` `{tenant, id?, role?, requestsPerMinute?, tokensPerMinute?, concurrentRequests?, models?}`:
  *   a new key; the answer (201) carries its secret, the only time it is ever shown.
  * - `DELETE /admin/keys/:id`: revokes a key; every replica stops taking it within `apiKeyCacheMs`.
  *
@@ -262,9 +270,13 @@ function expectDone(outcome: BackendChangeOutcome, id: string): void {
 function parseParams(params: unknown): z.infer<typeof BackendIdParams> {
   const result = BackendIdParams.safeParse(params);
   if (!result.success)
-    throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'Invalid backend id: letters, digits and ._:@- only (1-128).', {
-      param: 'id',
-    });
+    throw new RouterError(
+      'ROUTER_ERR_INVALID_REQUEST',
+      'Invalid backend id: letters, digits and ._:@- only (1-128), or a bracketed IPv6 host:port.',
+      {
+        param: 'id',
+      },
+    );
   return result.data;
 }
 

@@ -1,31 +1,45 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { BackendRegistry } from '../backends/backend-registry';
 import { unknownModelError } from '../pipeline/route';
+import type { ModelAccess } from '../tenants/model-access';
 
 /**
  * `GET /v1/models`: the union of the models every pool serves, in the OpenAI list shape; and
  * `GET /v1/models/{id}`: one of them as an OpenAI model object, or a 404 in the OpenAI error shape
  * (`ROUTER_ERR_MODEL_NOT_FOUND`) for a model no backend serves (503 `ROUTER_ERR_MODELS_PENDING` while
- * some backend has not yet told its models, within modelsPendingMaxMs of its being added). Answered by the router from what it
- * knows (vLLM has no such route; the OpenAI clients' `models.retrieve` calls it). Model ids may hold
- * `/` (`org/name`), so the id is the rest of the path.
+ * some backend has not yet told its models, within modelsPendingMaxMs of its being added). Answered by
+ * the router from what it knows (vLLM has no such route; the OpenAI clients' `models.retrieve` calls
+ * it). Model ids may hold `/` (`org/name`), so the id is the rest of the path.
+ *
+ * A caller sees only the models it may use (tenants/model-access.ts): another is left out of the list
+ * and is a 404 here, as a model that does not exist. Each model's `backends` (the ids of the backends
+ * serving it) is shown to privileged keys (roles admin, bench) only: never to user keys, nor in open mode.
  */
 export async function modelsRoutes(
   app: FastifyInstance,
-  options: { registry: BackendRegistry; createdUnixSeconds: number },
+  options: { registry: BackendRegistry; createdUnixSeconds: number; access: ModelAccess },
 ): Promise<void> {
-  const modelObject = (id: string) => ({
+  const modelObject = (id: string, request: FastifyRequest) => ({
     id,
     object: 'model',
     created: options.createdUnixSeconds,
     owned_by: 'kvroute',
-    backends: options.registry.poolFor(id).map((backend) => backend.id),
+    ...(isPrivileged(request) ? { backends: options.registry.poolFor(id).map((backend) => backend.id) } : {}),
   });
-  app.get('/v1/models', async () => ({ object: 'list', data: options.registry.models().map(modelObject) }));
+  app.get('/v1/models', async (request) => ({
+    object: 'list',
+    data: options.access.visible(request.identity, options.registry.models()).map((id) => modelObject(id, request)),
+  }));
   app.get<{ Params: { '*': string } }>('/v1/models/*', async (request) => {
     const id = request.params['*'];
     // Listed models only (an undrained backend serves it); else as for a request: 503 while a backend may still report it.
-    if (options.registry.poolFor(id).length === 0) throw unknownModelError(options.registry, id);
-    return modelObject(id);
+    if (options.registry.poolFor(id).length === 0 || !options.access.allows(request.identity, id))
+      throw unknownModelError(options.registry, id);
+    return modelObject(id, request);
   });
+}
+
+function isPrivileged(request: FastifyRequest): boolean {
+  const role = request.identity?.role;
+  return role === 'admin' || role === 'bench';
 }

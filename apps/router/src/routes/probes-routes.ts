@@ -1,6 +1,7 @@
 import { buildInfo } from '@kvroute/platform';
 import type { FastifyInstance } from 'fastify';
 import type { BackendRegistry } from '../backends/backend-registry';
+import type { CacheView } from '../backends/cache-views';
 
 /**
  * `GET /healthz`: the process is alive. `GET /readyz`: it can route: not shutting down, and at least one
@@ -11,7 +12,8 @@ import type { BackendRegistry } from '../backends/backend-registry';
  * for every backend, since one that never comes up would keep the whole replica out of the balancer.
  * `modelsPendingBackends` names those not heard from yet; `modelsPending` gives each one's age and whether it
  * still makes unknown models answer 503 (within modelsPendingMaxMs of being added). Its body also says, per backend, whether the
- * router's picture of its cache is checked by its responses (`feedback`: `cached-tokens` | `open-loop`).
+ * router's picture of its cache is checked by its responses (`feedback`: `cached-tokens` | `open-loop`), and where
+ * that picture comes from (`cacheView`: `events` | `closed-loop` | `open-loop`, backends/cache-views.ts).
  * `GET /version`: which kvroute build answers (`{ version, commit }`).
  */
 export async function probesRoutes(
@@ -20,6 +22,7 @@ export async function probesRoutes(
     registry: BackendRegistry;
     isShuttingDown: () => boolean;
     reportsCachedTokens: (backendId: string) => boolean;
+    cacheViewOf: (backendId: string) => CacheView;
   },
 ): Promise<void> {
   app.get('/healthz', async () => ({ status: 'ok' }));
@@ -51,6 +54,11 @@ export async function probesRoutes(
           backend.id,
           options.reportsCachedTokens(backend.id) ? 'cached-tokens' : 'open-loop',
         ]),
+      ),
+      // What the router's picture of each backend's cache comes from: the engine's KV events (followed
+      // by the poller's indexer), its responses' cached tokens (closed loop), or nothing (open loop).
+      cacheView: Object.fromEntries(
+        options.registry.backends.map((backend) => [backend.id, options.cacheViewOf(backend.id)]),
       ),
     });
   });

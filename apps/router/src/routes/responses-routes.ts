@@ -31,4 +31,18 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
       },
     );
   });
+  // Likewise for GET (`/v1/responses/{id}/input_items`, …), which the pass-through `GET /v1/*` would
+  // send to any backend: there it could read another tenant's stored response past the owner map.
+  app.get<{ Params: { '*': string } }>('/v1/responses/*', async (request) => {
+    // One segment here is an id too long for the `:id` route: refused as an invalid id, as the path router did.
+    if (!request.params['*'].includes('/'))
+      throw new RouterError('ROUTER_ERR_INVALID_REQUEST', 'The response id is 1 to 128 characters.', {
+        param: 'response_id',
+      });
+    throw new RouterError(
+      'ROUTER_ERR_NOT_FOUND',
+      `No route for GET ${request.url.split('?')[0]?.slice(0, 256)}: a stored response is read at /v1/responses/{id}, its id 1 to 128 characters.`,
+      { param: 'response_id' },
+    );
+  });
 }

@@ -14,6 +14,10 @@ export const API_KEY_ROLES = ['user', 'bench', 'admin'] as const;
 export type ApiKeyRole = (typeof API_KEY_ROLES)[number];
 
 /** A tenant's or a key's limits; absent = no limit of that kind. */
+/** Flow control's priority classes, served in this order (flow/flow-control.ts). */
+export const FLOW_PRIORITIES = ['high', 'normal', 'low'] as const;
+export type FlowPriority = (typeof FLOW_PRIORITIES)[number];
+
 export const LimitFields = {
   requestsPerMinute: z
     .number()
@@ -28,6 +32,24 @@ export const LimitFields = {
     .optional()
     .describe('tokens per minute: reserved at admission (prompt estimate + max_tokens), settled from usage'),
   concurrentRequests: z.number().int().positive().optional().describe('requests in flight at once'),
+  priority: z
+    .enum(FLOW_PRIORITIES)
+    .optional()
+    .describe('flow control: the priority class its requests queue in (high goes first; default normal)'),
+  weight: z
+    .number()
+    .positive()
+    .max(1_000)
+    .optional()
+    .describe("flow control: its share of a saturated pool's tokens against other tenants' (default 1)"),
+  models: z
+    .array(z.string().min(1).max(256))
+    .min(1)
+    .max(1_000)
+    .optional()
+    .describe(
+      'the models its requests may name (an adapter whose base model is listed comes with it); others are 404 as if they did not exist; absent: every model',
+    ),
 };
 export const Limits = z.strictObject(LimitFields);
 export type Limits = z.infer<typeof Limits>;

@@ -1,4 +1,4 @@
-import type { AuthFailureLimiter } from '../admin/auth-failure-limiter';
+import { type AuthFailureLimiter, limitedPeerOf } from '../admin/auth-failure-limiter';
 import { RouterError } from '../errors';
 import { credentialOf, digestOfApiKey, type ApiKeyRole, type Limits } from './api-key';
 import type { KeyLookup } from './key-directory';
@@ -8,14 +8,27 @@ import type { KeyLookup } from './key-directory';
  * body is read:
  * - `none` (open mode): nobody in particular; no limits, no salt. Single-tenant and local use.
  * - `api-keys`: `Authorization: Bearer <key>` (or `x-api-key`), looked up by its SHA-256 in the key file
- *   and in Redis. A missing or unknown key is 401 and counts against the peer: past
- *   `maxAuthFailures` wrong keys in the window, the peer's unknown keys are 429 without a lookup (a
- *   flood of random keys costs no Redis call), while keys this replica already knows still pass (behind
- *   an L4 balancer every client may share one peer address).
+ *   and in Redis. A missing or unknown key is 401 and counts against the client (the real client
+ *   address behind a PROXY-protocol balancer, an IPv6 client by its /64: limitedPeerOf) and the key's
+ *   first `KEY_PREFIX_CHARS` characters from that client:
+ *   - the same wrong key sent again (a client with a revoked or mistyped key, retrying) counts against
+ *     that key prefix only: past `maxAuthFailures` that prefix from that client is 429 without a lookup,
+ *     and nobody else is affected, even clients sharing the address (a balancer without PROXY protocol);
+ *   - each different wrong key (guessing) also counts against the client: past `maxAuthFailures`
+ *     distinct wrong keys in the window, the client's unknown keys are 429 without a lookup (a flood of
+ *     random keys costs no Redis call), while keys this replica already knows still pass.
+ *   Without PROXY protocol behind an L4 balancer every client shares the balancer's address, so a
+ *   guesser there still locks out new keys for all: send the PROXY header (`proxyProtocolFrom`).
  * - `gateway-header`: a gateway in front has authenticated the client and names its tenant in
  *   `identityHeader`; the router trusts it (only deploy this behind such a gateway). Missing: 401.
  */
 export type AuthMode = 'none' | 'api-keys' | 'gateway-header';
+
+/** What a wrong key counts against: its client, and its key prefix from that client. */
+interface CountedAs {
+  readonly client: string;
+  readonly keyPrefix: string;
+}
 
 export interface Identity {
   readonly tenant: string;
@@ -34,6 +47,8 @@ export interface AuthenticatorOptions {
 }
 
 const TENANT_NAME = /^[A-Za-z0-9._:@-]{1,64}$/;
+/** A wrong key is told apart from others by its first characters: `kvr_` and 8 random ones (48 bits). */
+export const KEY_PREFIX_CHARS = 12;
 
 export class Authenticator {
   readonly #options: AuthenticatorOptions;
@@ -59,10 +74,12 @@ export class Authenticator {
         throw unauthorized(`This router needs the ${this.#options.identityHeader} header its gateway sets.`);
       return { tenant, keyId: 'gateway', role: 'user', keyLimits: {} };
     }
-    const blockedForSeconds = this.#options.failures.retryAfterSeconds(peer);
     const credential = credentialOf(headers);
+    const client = limitedPeerOf(peer);
+    const counted = { client, keyPrefix: `${client}\u0000${credential?.slice(0, KEY_PREFIX_CHARS) ?? ''}` };
+    const blockedForSeconds = this.#blockedForSeconds(counted);
     if (credential === null)
-      return this.#refuse(peer, blockedForSeconds, 'You must send an API key (Authorization: Bearer <key>).');
+      return this.#refuse(counted, blockedForSeconds, 'You must send an API key (Authorization: Bearer <key>).');
     const found =
       this.#options.keys === null
         ? null
@@ -73,13 +90,23 @@ export class Authenticator {
         retryAfterSeconds: 1,
       });
     }
-    if (found === null) return this.#refuse(peer, blockedForSeconds, 'Incorrect API key provided.');
+    if (found === null) return this.#refuse(counted, blockedForSeconds, 'Incorrect API key provided.');
     return { tenant: found.tenant, keyId: found.id, role: found.role, keyLimits: found };
   }
 
-  #refuse(peer: string, blockedForSeconds: number | null, message: string): never {
+  /** Seconds until the client, or this key prefix from it, may send unknown keys again; null if neither is blocked. */
+  #blockedForSeconds(counted: CountedAs): number | null {
+    const { failures } = this.#options;
+    const seconds = [failures.retryAfterSeconds(counted.client), failures.retryAfterSeconds(counted.keyPrefix)];
+    const blocked = seconds.filter((value): value is number => value !== null);
+    return blocked.length === 0 ? null : Math.max(...blocked);
+  }
+
+  #refuse(counted: CountedAs, blockedForSeconds: number | null, message: string): never {
     if (blockedForSeconds !== null) throw rateLimited(blockedForSeconds);
-    this.#options.failures.recordFailure(peer);
+    // A key prefix's first failure in the window is a new wrong key: it counts against the client too.
+    if (this.#options.failures.recordFailure(counted.keyPrefix) === 1)
+      this.#options.failures.recordFailure(counted.client);
     throw unauthorized(message);
   }
 }
@@ -91,7 +118,7 @@ function unauthorized(message: string): RouterError {
 function rateLimited(seconds: number): RouterError {
   return new RouterError(
     'ROUTER_ERR_AUTH_RATE_LIMITED',
-    'Too many requests with a wrong API key from this address; retry later.',
+    'Too many requests with a wrong API key from this address (or this key); retry later.',
     { retryAfterSeconds: seconds },
   );
 }

@@ -14,6 +14,7 @@ import { FileKeys } from './key-directory';
  *       sha256: 3f5c…(64 hex)
  *       role: user            # user | bench | admin
  *       requestsPerMinute: 600
+ *       models: [llama-3-8b]  # optional: the only models it may name (its adapters come with it)
  */
 const KeyFileEntry = ApiKeyRecord.extend({
   sha256: z.string().regex(/^[0-9a-f]{64}$/, 'must be the SHA-256 of the key, 64 lower-case hex characters'),

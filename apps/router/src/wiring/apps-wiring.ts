@@ -6,11 +6,13 @@ import type { BackendAddressPolicy } from '../admin/backend-address-policy';
 import { buildRouterApp, type ClientLimits } from '../app';
 import type { RouterConfig } from '../config';
 import { RESOURCES_CLOSE_MS } from '../http/graceful-close';
+import { ClientConnections } from '../http/client-connections';
 import { RequestDrain } from '../http/request-drain';
 import type { RouterMetrics } from '../router-metrics';
 import type { BackendParts } from './backends-wiring';
 import type { RequestPathParts } from './request-path-wiring';
 import type { StateParts } from './state-wiring';
+import { cacheViewOf } from '../backends/cache-views';
 import type { TenantParts } from './tenants-wiring';
 
 /** Peers whose wrong admin tokens are remembered at once (admin/auth-failure-limiter.ts): ~100 B each. */
@@ -38,6 +40,8 @@ export interface AppParts {
   readonly app: FastifyInstance;
   /** The public app's shutdown phase and requests in flight (readiness, `Connection: close` while draining). */
   readonly drain: RequestDrain;
+  /** The public app's client connections (closed at shutdown once quiet). */
+  readonly connections: ClientConnections;
   /** The admin listener (admin API, /debug/route); null without an admin token. */
   readonly adminApp: FastifyInstance | null;
 }
@@ -51,6 +55,7 @@ export interface AppParts {
 export async function wireApps(config: RouterConfig, deps: AppsWiringDeps, closers: ShutdownStack): Promise<AppParts> {
   const { paths, backends, metrics } = deps;
   const drain = new RequestDrain();
+  const connections = new ClientConnections();
   const closeAndThrow = async (error: unknown): Promise<never> => {
     await closers.closeAll({ deadlineMs: RESOURCES_CLOSE_MS });
     throw error;
@@ -61,12 +66,15 @@ export async function wireApps(config: RouterConfig, deps: AppsWiringDeps, close
     metrics,
     limits: clientLimitsOf(config),
     learned: paths.learned,
+    cacheViewOf: (backendId) =>
+      cacheViewOf(backends.eventStreams?.isFollowed(backendId) ?? false, paths.learned.reportsCachedTokens(backendId)),
     authenticator: deps.tenants.authenticator,
     logger: deps.logger,
     drain,
+    connections,
     startedAtUnixSeconds: Math.floor(Date.now() / 1000),
   }).catch(closeAndThrow);
-  if (deps.adminToken === null) return { app, drain, adminApp: null };
+  if (deps.adminToken === null) return { app, drain, connections, adminApp: null };
   const adminApp = await buildAdminApp({
     token: deps.adminToken,
     limiter: new AuthFailureLimiter({
@@ -88,6 +96,7 @@ export async function wireApps(config: RouterConfig, deps: AppsWiringDeps, close
     debug: config.debugRoutes
       ? { route: paths.requestPath.route, parse: paths.requestPath.parse, learned: paths.learned }
       : null,
+    flow: paths.flow,
     metrics,
     logger: deps.logger,
   }).catch(async (error: unknown) => {
@@ -95,7 +104,7 @@ export async function wireApps(config: RouterConfig, deps: AppsWiringDeps, close
     return closeAndThrow(error);
   });
   closers.push('admin listener', () => adminApp.close());
-  return { app, drain, adminApp };
+  return { app, drain, connections, adminApp };
 }
 
 /** The public server's bounds on its clients (app.ts ClientLimits), from config. */
@@ -107,6 +116,24 @@ function clientLimitsOf(config: RouterConfig): ClientLimits {
     keepAliveTimeoutMs: config.keepAliveTimeoutMs,
     maxHeaderBytes: config.maxHeaderBytes,
     maxConnections: config.maxConnections,
+    maxConnectionsPerPeer: connectionsPerPeerOf(config),
     maxInflightRequests: config.maxInflightRequests,
+    maxInflightPerCaller: inflightPerCallerOf(config),
+    proxyProtocolFrom: config.proxyProtocolFrom,
+    proxyProtocolTimeoutMs: config.proxyProtocolTimeoutMs,
   };
+}
+
+/** A caller's share of the replica's in-flight requests: as configured, else half (at least one). */
+export function inflightPerCallerOf(config: RouterConfig): number {
+  return config.maxInflightPerCaller > 0
+    ? config.maxInflightPerCaller
+    : Math.max(1, Math.floor(config.maxInflightRequests / 2));
+}
+
+/** Connections one client address may hold: as configured, else a quarter of maxConnections (at least one). */
+export function connectionsPerPeerOf(config: RouterConfig): number {
+  return config.maxConnectionsPerPeer > 0
+    ? config.maxConnectionsPerPeer
+    : Math.max(1, Math.floor(config.maxConnections / 4));
 }

@@ -1,14 +1,15 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { ShutdownStack, UpstreamKeys } from '@kvroute/platform';
-import { createRedis, RedisBackendSet, type RedisClient } from '@kvroute/redis-store';
+import { createRedis, readFollowedKvEventStreams, RedisBackendSet, type RedisClient } from '@kvroute/redis-store';
 import type { RoutingStateStore } from '@kvroute/routing';
 import { request as undiciRequest, type Dispatcher } from 'undici';
 import { LocalBackendChanges, type BackendChanges } from '../backends/backend-changes';
-import { BackendRegistry, type Backend } from '../backends/backend-registry';
+import { BackendRegistry, type Backend, type ModelListing } from '../backends/backend-registry';
 import { createRestartForgetter } from '../backends/engine-restarts';
 import type { EngineStateView } from '../backends/engine-state-view';
 import type { BackendAddressPolicy } from '../admin/backend-address-policy';
 import { SharedBackendSet } from '../backends/shared-backend-set';
+import { EventStreamsWatch } from '../backends/cache-views';
 import type { RouterConfig } from '../config';
 import type { RouterMetrics } from '../router-metrics';
 import { UpstreamPools } from '../proxy/upstream-pool';
@@ -17,6 +18,9 @@ import { UpstreamPools } from '../proxy/upstream-pool';
 const MODELS_RETRY_WARN_EVERY = 15;
 
 /** The backends a replica routes over, their connection pools, and how the set changes at run time. */
+/** How often a replica reads which backends' KV events the indexer follows (their cache view), ms. */
+const EVENT_STREAMS_READ_MS = 5_000;
+
 export interface BackendParts {
   readonly registry: BackendRegistry;
   readonly upstreams: UpstreamPools;
@@ -24,6 +28,8 @@ export interface BackendParts {
   readonly changes: BackendChanges;
   /** The shared set's version; null without Redis. */
   readonly sharedVersion: () => number | null;
+  /** Which backends' KV events the poller's indexer follows (their cache view `events`); null without Redis. */
+  readonly eventStreams: EventStreamsWatch | null;
   /** Follows the shared set (with Redis), then discovers models and starts refreshing them, then follows engine restarts. */
   start(): Promise<void>;
 }
@@ -79,9 +85,18 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
       upstreams,
       changes: new LocalBackendChanges(registry),
       sharedVersion: () => null,
+      eventStreams: null,
       start: startRegistry,
     };
   }
+  const redis = deps.redis;
+  const eventStreams = new EventStreamsWatch({
+    read: (ids) => readFollowedKvEventStreams(redis, ids),
+    backendIds: () => registry.backends.map((backend) => backend.id),
+    intervalMs: EVENT_STREAMS_READ_MS,
+    onError: (error) => logger?.debug({ err: error }, 'could not read which KV-event streams are followed'),
+  });
+  closers.push('KV-event streams watch', () => eventStreams.stop());
   // With Redis the backend set is the fleet's: seeded from config, changed through any replica's admin API.
   const subscriber = createRedis(config.redisUrl, 'worker');
   closers.push('backend-set subscriber', () => subscriber.disconnect());
@@ -101,9 +116,11 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     upstreams,
     changes: shared,
     sharedVersion: () => shared.version,
+    eventStreams,
     async start() {
       await shared.start();
       await startRegistry();
+      await eventStreams.start();
     },
   };
 }
@@ -164,7 +181,7 @@ async function fetchModels(
   pool: Dispatcher,
   authorization: string | null,
   timeoutMs: number,
-): Promise<readonly string[]> {
+): Promise<ModelListing> {
   const response = await undiciRequest(`${backend.origin}${backend.basePath}/v1/models`, {
     dispatcher: pool,
     headersTimeout: timeoutMs,
@@ -175,6 +192,15 @@ async function fetchModels(
     await response.body.dump();
     throw new Error(`GET /v1/models answered ${response.statusCode}`);
   }
-  const body = (await response.body.json()) as { data?: Array<{ id?: unknown }> };
-  return (body.data ?? []).map((model) => model.id).filter((id): id is string => typeof id === 'string');
+  const body = (await response.body.json()) as { data?: Array<{ id?: unknown; parent?: unknown }> };
+  const ids: string[] = [];
+  // vLLM lists a LoRA adapter with `parent`: its base model (a tenant allowed the base may use it).
+  const parents = new Map<string, string>();
+  for (const model of body.data ?? []) {
+    if (typeof model.id !== 'string') continue;
+    ids.push(model.id);
+    if (typeof model.parent === 'string' && model.parent !== '' && model.parent !== model.id)
+      parents.set(model.id, model.parent);
+  }
+  return { ids, parents };
 }

@@ -1,7 +1,12 @@
+import { RedisFlowQueue } from '@kvroute/redis-store';
 import type { FastifyBaseLogger } from 'fastify';
 import { generationLimitsOf, type RouterConfig } from '../config';
 import { NODE_TIMERS } from '../one-shot-timers';
+import type { FlowSettings } from '../flow/flow-config';
+import { FlowControl } from '../flow/flow-control';
+import { LocalFlowQueue } from '../flow/local-flow-queue';
 import { createLearner, type Learner } from '../pipeline/learn';
+import type { QueueDeps } from '../pipeline/queue';
 import type { RequestPathDeps } from '../pipeline/request-path';
 import type { TryDeadlines } from '../pipeline/send';
 import { STORED_RESPONSE_HEADERS_TIMEOUT_MS } from '../pipeline/stored-response';
@@ -9,6 +14,8 @@ import type { RouterMetrics } from '../router-metrics';
 import type { LearnedFigures } from '../routes/debug-routes';
 import { HeldLeases } from '../routing/held-leases';
 import type { PolicyTable } from '../routing/policy-table';
+import type { TokenRoutingDeps } from '../routing/token-routing';
+import { ModelAccess } from '../tenants/model-access';
 import type { BackendParts } from './backends-wiring';
 import type { StateParts } from './state-wiring';
 import type { TenantParts } from './tenants-wiring';
@@ -24,6 +31,10 @@ export interface RequestPathWiringDeps {
   /** Wall-clock ms (the shared state's clock). */
   readonly nowMs: () => number;
   readonly random: () => number;
+  /** Token mode's tokenizers (wiring/token-routing-wiring.ts); absent: byte mode. */
+  readonly tokenRouting?: TokenRoutingDeps | undefined;
+  /** A pool's bytes per token (the prompt estimate of limits and flow control). */
+  readonly bytesPerToken: (pool: string) => number;
 }
 
 /** The request path's stages, wired; and what its learn stage taught, as /debug/route shows it. */
@@ -32,6 +43,8 @@ export interface RequestPathParts {
   readonly learned: LearnedFigures;
   /** The leases the request path holds, which the shutdown releases at its deadline. */
   readonly heldLeases: HeldLeases;
+  /** Flow control (`/debug/flow`); null when off. */
+  readonly flow: FlowControl | null;
 }
 
 /** The request path (pipeline/request-path.ts), each stage given its part of the config and of the replica. */
@@ -39,6 +52,7 @@ export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDep
   const { state, backends, tenants, metrics, logger } = deps;
   const learner = wireLearner(config, deps);
   const heldLeases = new HeldLeases();
+  const queue = config.flowControl ? wireQueue(config, deps) : null;
   const requestPath: RequestPathDeps = {
     parse: {
       blockSizeBytes: config.blockSizeBytes,
@@ -49,6 +63,7 @@ export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDep
       salter: tenants.salter,
       servedModels: () => backends.registry.models(),
       multipartBodyLimitBytes: config.multipartBodyLimitBytes,
+      ...(deps.tokenRouting === undefined ? {} : { tokenRouting: deps.tokenRouting }),
     },
     route: {
       registry: backends.registry,
@@ -75,7 +90,9 @@ export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDep
     retry: { maxAttempts: config.maxAttempts, retryBackoffMs: config.retryBackoffMs, random: deps.random },
     metrics,
     limit: tenants.limit,
+    queue,
     tenants: tenants.tenants,
+    models: new ModelAccess(tenants.tenants, (model) => backends.registry.baseModelOf(model)),
     routingHeaders: config.routingHeaders,
     responses: { owners: state.responseOwners, logger: logger.child({ component: 'responses' }), metrics },
   };
@@ -84,7 +101,44 @@ export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDep
     retentionMs: (backendId) => learner.retentionMs(backendId),
     reportsCachedTokens: (backendId) => learner.reportsCachedTokens(backendId),
   };
-  return { requestPath, learned, heldLeases };
+  return { requestPath, learned, heldLeases, flow: queue?.flow ?? null };
+}
+
+/**
+ * Flow control (`flowControl`; flow/flow-control.ts): the pools' queues shared in Redis (the request
+ * path's connection), with this replica's own queue while Redis is away, or alone without Redis.
+ */
+function wireQueue(config: RouterConfig, deps: RequestPathWiringDeps): QueueDeps {
+  const settings: FlowSettings = {
+    maxInflightPerBackend: config.flowMaxInflightPerBackend,
+    expressShare: config.flowExpressShare,
+    saturationWaiting: config.flowSaturationWaiting,
+    saturationKvUsage: config.flowSaturationKvUsage,
+    maxQueueWaitMs: config.flowMaxQueueWaitMs,
+    maxQueuedRequests: config.flowMaxQueuedRequests,
+    maxQueuedBytes: config.flowMaxQueuedBytes,
+    pollMs: config.flowPollMs,
+    leaseTtlMs: config.leaseTtlMs,
+    sharedRetryMs: 1_000,
+  };
+  const clockMs = (): number => performance.now();
+  const flow = new FlowControl({
+    settings,
+    shared: deps.state.redis === null ? null : new RedisFlowQueue({ redis: deps.state.redis }),
+    local: new LocalFlowQueue(clockMs),
+    nowMs: clockMs,
+    metrics: deps.metrics,
+    logger: deps.logger.child({ component: 'queue' }),
+    liveReplicas: deps.tenants.liveReplicas,
+  });
+  return {
+    flow,
+    settings,
+    engineStates: deps.state.engineStates,
+    tenants: deps.tenants.tenants,
+    bytesPerToken: deps.bytesPerToken,
+    reservedCompletionTokens: config.reservedCompletionTokens,
+  };
 }
 
 /** The learn stage: what responses say corrects the routing state and calibrates the policies' cost model. */

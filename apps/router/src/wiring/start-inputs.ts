@@ -1,4 +1,5 @@
 import { lookup } from 'node:dns/promises';
+import { networkInterfaces } from 'node:os';
 import type { FastifyBaseLogger } from 'fastify';
 import { loadUpstreamKeys, type UpstreamKeys } from '@kvroute/platform';
 import { policyParamsFromSettings } from '@kvroute/routing';
@@ -47,9 +48,21 @@ export async function readStartInputs(config: RouterConfig, deps: StartInputsDep
     allowlist: config.backendAllowlist,
     redisUrl: config.redisUrl,
     resolve: deps.resolveHost ?? resolveAll,
+    localAddresses: localAddresses(),
+    // The configured ports deny the loop before the configured backends are checked; after listen the
+    // wiring adds the bound ones (port 0 picks one then).
+    ownListeners: [
+      { address: config.host, port: config.port },
+      ...(adminToken === null ? [] : [{ address: config.adminHost, port: config.adminPort }]),
+    ],
   });
   await refuseDeniedBackends(config, addressPolicy, deps.logger);
   return { policies, upstreamKeys, adminToken, discovery, addressPolicy };
+}
+
+/** This host's interface addresses: with loopback, what the address guard counts as this host. */
+function localAddresses(): string[] {
+  return Object.values(networkInterfaces()).flatMap((entries) => (entries ?? []).map((entry) => entry.address));
 }
 
 /** Every address of a name, as the system resolver (and so a connection) would see them. */

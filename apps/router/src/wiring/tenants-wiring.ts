@@ -1,7 +1,14 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ShutdownStack } from '@kvroute/platform';
-import { RedisApiKeyStore, RouterReplicas, TenantLimits, type RedisClient } from '@kvroute/redis-store';
+import {
+  probeRedisAuth,
+  RedisApiKeyStore,
+  redisUrlNodes,
+  RouterReplicas,
+  TenantLimits,
+  type RedisClient,
+} from '@kvroute/redis-store';
 import { AuthFailureLimiter } from '../admin/auth-failure-limiter';
 import type { RouterConfig } from '../config';
 import type { LimitDeps } from '../pipeline/limit';
@@ -28,6 +35,11 @@ export interface TenantParts {
   readonly salter: () => CacheSalter | null;
   /** The admin API's key store; null without Redis. */
   readonly apiKeys: RedisApiKeyStore | null;
+  /**
+   * Replicas alive in the fleet by their Redis heartbeats (1 without Redis; the last count while Redis is
+   * away): what each replica's share is while it enforces limits or queues on its own.
+   */
+  readonly liveReplicas: () => number;
   /** Resolves the salt secret (from Redis if it is shared there), starts the replica heartbeat. */
   start(): Promise<void>;
 }
@@ -76,17 +88,21 @@ export function wireTenants(config: RouterConfig, deps: TenantsWiringDeps, close
     }),
   });
   const tenants = new TenantDirectory(config.tenants);
+  const replicas = replicaCounter(redis, deps.nowMs, closers);
   if (config.auth === 'none')
-    return { authenticator, tenants, limit: null, salter: () => null, apiKeys, start: async () => undefined };
+    return {
+      authenticator,
+      tenants,
+      limit: null,
+      salter: () => null,
+      apiKeys,
+      liveReplicas: replicas.live,
+      start: async () => replicas.start(),
+    };
 
-  let liveReplicas = 1;
-  const replicas =
-    redis === null
-      ? null
-      : new RouterReplicas({ redis, replicaId: randomUUID(), staleAfterMs: 3 * REPLICA_HEARTBEAT_MS });
   const gate = new LimitGate({
     shared: redis === null ? null : new TenantLimits({ redis }),
-    liveReplicas: () => liveReplicas,
+    liveReplicas: replicas.live,
     retryAfterMs: config.redisRetryAfterMs,
     clockMs,
     logger,
@@ -114,12 +130,30 @@ export function wireTenants(config: RouterConfig, deps: TenantsWiringDeps, close
     salter: () => salter,
     apiKeys,
     async start() {
+      if (config.redisUrl !== undefined) await warnIfRedisOpen(config.redisUrl, config.auth, logger);
       if (salter === null) salter = new CacheSalter(Buffer.from(await sharedOrOwnSecret(apiKeys, logger), 'utf8'));
-      if (replicas === null) return;
+      replicas.start();
+    },
+    liveReplicas: replicas.live,
+  };
+}
+
+/** The fleet's live replicas by heartbeat in Redis; `start` begins beating (and registers its closer). */
+function replicaCounter(
+  redis: RedisClient | null,
+  nowMs: () => number,
+  closers: ShutdownStack,
+): { live: () => number; start: () => void } {
+  let live = 1;
+  if (redis === null) return { live: () => live, start: () => undefined };
+  const replicas = new RouterReplicas({ redis, replicaId: randomUUID(), staleAfterMs: 3 * REPLICA_HEARTBEAT_MS });
+  return {
+    live: () => live,
+    start() {
       const beat = (): void => {
-        replicas.heartbeat(deps.nowMs()).then(
+        replicas.heartbeat(nowMs()).then(
           (count) => {
-            liveReplicas = count;
+            live = count;
           },
           () => undefined, // Redis away: the last count stands (that is the point of it).
         );
@@ -133,6 +167,21 @@ export function wireTenants(config: RouterConfig, deps: TenantsWiringDeps, close
       });
     },
   };
+}
+
+/**
+ * With tenants on, Redis holds what they rely on (key digests, limits, the cache-salt secret, the backend
+ * set): a Redis that answers without a password lets anyone who reaches its port mint keys or lift limits.
+ * Started anyway (a private network may be the operator's choice), with a warning.
+ */
+async function warnIfRedisOpen(redisUrl: string, auth: string, logger: FastifyBaseLogger): Promise<void> {
+  if ((await probeRedisAuth(redisUrl)) !== 'open') return;
+  const nodes = redisUrlNodes(redisUrl).map((node) => `${node.host}:${node.port}`);
+  logger.warn(
+    { auth, redis: nodes[0] },
+    'Redis accepts commands without a password while auth is on: anyone who reaches it can add API keys and ' +
+      'lift limits; set requirepass (or an ACL user) and put the password in KVROUTE_REDIS_URL',
+  );
 }
 
 /** The salt secret shared through Redis, or (no Redis, or Redis away at start) this process's own, with a warning. */

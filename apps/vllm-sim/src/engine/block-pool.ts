@@ -1,5 +1,23 @@
 import { BLOCK_SIZE_TOKENS } from './profiles';
 
+/** What the KV events need of a cached block (kv-events/kv-event-recorder.ts fills it while events are on). */
+export interface BlockEventInfo {
+  /** vLLM's 32-byte block hash (sha256_cbor) of the prefix ending with this block. */
+  readonly digest: Uint8Array;
+  /** The parent block's digest; null for a prompt's first block. */
+  readonly parent: Uint8Array | null;
+  /** The block's token ids. */
+  readonly tokens: readonly number[];
+}
+
+/** Pool changes the KV events report (vLLM's BlockPool queues BlockRemoved and AllBlocksCleared itself). */
+export interface PoolEventSink {
+  /** A cached block is about to lose its hash because allocation reuses it (LRU eviction). */
+  blockEvicted(block: KvBlock): void;
+  /** Every cached prefix was forgotten. */
+  cacheCleared(): void;
+}
+
 /**
  * The KV-cache block pool with automatic prefix caching, modelled on vLLM V1's BlockPool
  * (`vllm/v1/core/block_pool.py`, read for this; see README "Cache timing"):
@@ -24,6 +42,8 @@ export class KvBlock {
   prev: KvBlock | null = null;
   next: KvBlock | null = null;
   inFreeQueue = false;
+  /** Set while the block is cached and KV events are on; cleared with `hash`. */
+  event: BlockEventInfo | null = null;
   constructor(readonly id: number) {}
 }
 
@@ -39,7 +59,10 @@ export class BlockPool {
   /** Cached blocks evicted to make room, since start. */
   evictions = 0;
 
-  constructor(readonly numGpuBlocks: number) {
+  constructor(
+    readonly numGpuBlocks: number,
+    private readonly events: PoolEventSink | null = null,
+  ) {
     if (numGpuBlocks < 2) throw new Error('numGpuBlocks must be at least 2');
     this.blocks = [];
     for (let id = 1; id < numGpuBlocks; id++) {
@@ -104,6 +127,7 @@ export class BlockPool {
       const block = this.head as KvBlock;
       this.removeFree(block);
       if (block.hash !== null) {
+        this.events?.blockEvicted(block);
         this.uncache(block, block.hash);
         this.evictions++;
       }
@@ -122,6 +146,7 @@ export class BlockPool {
   cacheFullBlock(block: KvBlock, hash: number): void {
     if (block.hash !== null) return;
     block.hash = hash;
+    block.event = null;
     if (!this.cachedByHash.has(hash)) {
       this.cachedByHash.set(hash, block);
       return;
@@ -152,15 +177,25 @@ export class BlockPool {
 
   /** Forgets every cached prefix (vLLM's reset_prefix_cache); referenced blocks stay allocated. */
   resetCache(): void {
-    for (const block of this.cachedByHash.values()) block.hash = null;
-    for (const duplicates of this.duplicatesByHash.values()) for (const block of duplicates) block.hash = null;
+    for (const block of this.cachedBlocks()) {
+      block.hash = null;
+      block.event = null;
+    }
     this.cachedByHash.clear();
     this.duplicatesByHash.clear();
+    this.events?.cacheCleared();
+  }
+
+  /** Every block holding a cached prefix, duplicates included (what a hit or an eviction can touch). */
+  *cachedBlocks(): IterableIterator<KvBlock> {
+    yield* this.cachedByHash.values();
+    for (const duplicates of this.duplicatesByHash.values()) yield* duplicates;
   }
 
   /** Removes `block` from the cache; if it was the block hits take, the next registered copy takes over. */
   private uncache(block: KvBlock, hash: number): void {
     block.hash = null;
+    block.event = null;
     const duplicates = this.duplicatesByHash.get(hash);
     if (this.cachedByHash.get(hash) === block) {
       const next = duplicates?.shift();

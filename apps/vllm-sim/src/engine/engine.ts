@@ -1,5 +1,5 @@
 import { hashBlock, hashFullBlocks, rootHash } from './block-hash';
-import { BlockPool, blocksFor, type KvBlock } from './block-pool';
+import { BlockPool, blocksFor, type KvBlock, type PoolEventSink } from './block-pool';
 import { EngineStats, type FinishReason } from './engine-stats';
 import { BLOCK_SIZE_TOKENS, type EngineProfile } from './profiles';
 import { computeStepMs, type PrefillChunk } from './step-time';
@@ -42,6 +42,18 @@ export interface SequenceListener {
   onFinish(sequence: Sequence, reason: FinishReason, nowMs: number): void;
 }
 
+/**
+ * Receives the prefix-cache changes vLLM reports as KV events (kv-events/kv-event-recorder.ts): stores as the
+ * engine registers blocks (`cache_full_blocks`), evictions and resets from the pool, and the end of each
+ * step, when vLLM publishes the step's events as one batch.
+ */
+export interface KvCacheEventSink extends PoolEventSink {
+  /** Blocks `[first, end)` of `sequence` were just registered in the prefix cache, in one call. */
+  blocksStored(sequence: Sequence, first: number, end: number): void;
+  /** Publishes what was recorded since the last flush (end of a step, or a cache reset). */
+  flush(): void;
+}
+
 export interface SequenceSpec {
   readonly id: string;
   readonly promptTokens: readonly number[];
@@ -66,6 +78,8 @@ export class Sequence {
   readonly promptLength: number;
   /** Chained hashes of the full blocks of `tokens` computed so far. */
   readonly blockHashes: number[] = [];
+  /** vLLM's block hashes (sha256_cbor digests) of leading blocks, filled only while KV events are on. */
+  readonly eventDigests: Uint8Array[] = [];
   blocks: KvBlock[] = [];
   /** Tokens whose KV is computed (cache hits included). */
   numComputed = 0;
@@ -127,6 +141,8 @@ export interface EngineOptions {
   readonly numGpuBlocks?: number;
   /** When computed blocks become hittable (default `schedule`, as vLLM). */
   readonly cacheAt?: CacheAt;
+  /** KV events (`--kv-events-port`); none when off. */
+  readonly kvEvents?: KvCacheEventSink;
 }
 
 export class Engine {
@@ -137,13 +153,15 @@ export class Engine {
   private readonly waiting: Sequence[] = [];
   private readonly running: Sequence[] = [];
   private admissions = 0;
+  private readonly events: KvCacheEventSink | null;
   /** Start of the step being planned: the admission time of requests admitted in it. */
   private currentPlanStartMs = 0;
 
   constructor(private readonly options: EngineOptions) {
     this.maxModelLen = options.maxModelLen ?? options.profile.maxModelLen;
     this.cacheAt = options.cacheAt ?? 'schedule';
-    this.pool = new BlockPool(options.numGpuBlocks ?? options.profile.numGpuBlocks);
+    this.events = options.kvEvents ?? null;
+    this.pool = new BlockPool(options.numGpuBlocks ?? options.profile.numGpuBlocks, this.events);
     this.stats = new EngineStats(this.maxModelLen);
   }
 
@@ -245,11 +263,15 @@ export class Engine {
     this.stats.iterationTokens.observe(iterationTokens);
     if (prefilled) this.stats.prefillBusySeconds += stepSeconds;
     else this.stats.decodeBusySeconds += stepSeconds;
+    // vLLM publishes a step's KV events once its output is processed (Scheduler.update_from_output).
+    this.events?.flush();
   }
 
   /** Forgets every cached prefix (blocks in use stay allocated). */
   resetPrefixCache(): void {
     this.pool.resetCache();
+    // Published at once, even when idle (vLLM would send it with its next step's batch).
+    this.events?.flush();
   }
 
   private planV1(startMs: number): ScheduledWork[] {
@@ -386,6 +408,7 @@ export class Engine {
       const kvBlock = sequence.blocks[block];
       if (kvBlock) this.pool.cacheFullBlock(kvBlock, sequence.blockHashes[block] as number);
     }
+    this.events?.blocksStored(sequence, sequence.registeredBlocks, fullBlocks);
     sequence.registeredBlocks = fullBlocks;
   }
 

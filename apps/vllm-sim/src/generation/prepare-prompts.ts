@@ -1,7 +1,6 @@
 import type { ChatCompletionRequest, CompletionRequest } from '@kvroute/protocols';
 import { EngineError } from '../engine-errors';
-import { renderChatPrompt } from '../text/chat-template';
-import { tokenize } from '../text/tokenizer';
+import { chatPromptRequestOf, type PromptCodec } from '../text/prompt-codec';
 
 /** One generation the engine will run: a prompt and how many tokens it may produce. */
 export interface PreparedPrompt {
@@ -14,9 +13,16 @@ export interface PromptLimits {
   readonly defaultMaxTokens: number;
 }
 
-/** Chat request → one prompt per choice (`n`), after the template. */
-export function prepareChatPrompts(request: ChatCompletionRequest, limits: PromptLimits): PreparedPrompt[] {
-  const tokens = renderChatPrompt({ messages: request.messages, tools: request.tools });
+/**
+ * Chat request → one prompt per choice (`n`), after the template (with the request's tools and vLLM's chat
+ * fields add_generation_prompt, continue_final_message, chat_template_kwargs).
+ */
+export function prepareChatPrompts(
+  codec: PromptCodec,
+  request: ChatCompletionRequest,
+  limits: PromptLimits,
+): PreparedPrompt[] {
+  const tokens = codec.chatPromptTokens(chatPromptRequestOf(request));
   const requested = request.max_completion_tokens ?? request.max_tokens ?? undefined;
   const prompt = checkLength(tokens, requested, limits, 'messages');
   return Array.from({ length: request.n ?? 1 }, () => prompt);
@@ -28,22 +34,27 @@ export function prepareMessagesPrompt(tokens: number[], maxTokens: number, limit
 }
 
 /** Completion request → one prompt per entry of a batched `prompt` (times `n`). */
-export function prepareCompletionPrompts(request: CompletionRequest, limits: PromptLimits): PreparedPrompt[] {
+export function prepareCompletionPrompts(
+  codec: PromptCodec,
+  request: CompletionRequest,
+  limits: PromptLimits,
+): PreparedPrompt[] {
   const requested = request.max_tokens ?? undefined;
   const prompts: PreparedPrompt[] = [];
-  for (const tokens of promptTokenLists(request.prompt)) {
+  for (const tokens of promptTokenLists(codec, request.prompt)) {
     const prompt = checkLength(tokens, requested, limits, 'prompt');
     for (let copy = 0; copy < (request.n ?? 1); copy++) prompts.push(prompt);
   }
   return prompts;
 }
 
-function promptTokenLists(prompt: CompletionRequest['prompt']): number[][] {
-  if (typeof prompt === 'string') return [tokenize(prompt)];
+/** Texts get the codec's special tokens (vLLM's completions default); token ids are taken as given. */
+function promptTokenLists(codec: PromptCodec, prompt: CompletionRequest['prompt']): number[][] {
+  if (typeof prompt === 'string') return [codec.completionPromptTokens(prompt)];
   if (prompt.length === 0) return [];
   const first = prompt[0];
   if (typeof first === 'number') return [prompt as number[]];
-  if (typeof first === 'string') return (prompt as string[]).map((text) => tokenize(text));
+  if (typeof first === 'string') return (prompt as string[]).map((text) => codec.completionPromptTokens(text));
   return (prompt as number[][]).map((tokens) => tokens.slice());
 }
 

@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import type { ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { encodeSseData, SSE_DONE } from '@kvroute/protocols';
 import type { Sequence, SequenceListener } from '../engine/engine';
-import type { EngineLoop } from '../engine/engine-loop';
+import { DATA_PARALLEL_RANK_HEADER, type DataParallelRanks, type SequenceRunner } from '../engine/data-parallel';
 import type { FinishReason } from '../engine/engine-stats';
 import type { FaultInjector } from '../faults';
 import { OutputText } from '../text/output-text';
+import type { PromptCodec } from '../text/prompt-codec';
 import type { PreparedPrompt } from './prepare-prompts';
 import type { ResponseLatency } from './response-latency';
 import { ChoiceTurn, pieceDelta, turnEnd, type TurnPlan } from './agent-turn';
@@ -25,7 +26,11 @@ import {
 export type CachedTokensReporting = 'off' | 'on-hit' | 'always';
 
 export interface GenerationDeps {
-  readonly loop: EngineLoop;
+  /** Where sequences run: the balancer over the data-parallel ranks, or one rank (withRequestedRank). */
+  readonly loop: SequenceRunner;
+  readonly ranks: DataParallelRanks;
+  /** The sim's tokenizer and template: prompts, and the words generated text is made of. */
+  readonly codec: PromptCodec;
   readonly seed: number;
   readonly eosRandom: boolean;
   readonly cachedTokensReporting: CachedTokensReporting;
@@ -47,6 +52,12 @@ export interface GenerationRequest {
   readonly receivedAtMs: number;
 }
 
+/** The deps for one request: its `X-data-parallel-rank` rank, or the balancer (400 when out of range). */
+export function withRequestedRank(deps: GenerationDeps, headers: IncomingHttpHeaders): GenerationDeps {
+  const loop = deps.ranks.runnerFor(headers[DATA_PARALLEL_RANK_HEADER]);
+  return loop === deps.loop ? deps : { ...deps, loop };
+}
+
 /**
  * Runs one OpenAI request on the engine and writes the answer to `response` (Fastify has handed the
  * raw response over). Streams send one SSE event per generated token as the step that produced it
@@ -60,7 +71,7 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
     systemFingerprint: SIM_SYSTEM_FINGERPRINT,
   };
   const choices = request.prompts.map((prompt) => {
-    const output = new OutputText(deps.seed, prompt.tokens);
+    const output = new OutputText(deps.codec.outputWords, deps.seed, prompt.tokens);
     const eosLength =
       deps.eosRandom && !request.ignoreEos ? 1 + Math.floor(output.fraction() * prompt.maxTokens) : prompt.maxTokens;
     const turn = new ChoiceTurn(request.turn, eosLength);

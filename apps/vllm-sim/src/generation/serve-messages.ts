@@ -45,7 +45,7 @@ type BlockKind = 'thinking' | 'text' | 'tool_use';
 export function serveMessages(deps: GenerationDeps, request: MessagesGeneration, response: ServerResponse): void {
   const id = `msg_${randomUUID().replaceAll('-', '')}`;
   const { prompt } = request;
-  const output = new OutputText(deps.seed, prompt.tokens);
+  const output = new OutputText(deps.codec.outputWords, deps.seed, prompt.tokens);
   const outputTokens = deps.eosRandom ? 1 + Math.floor(output.fraction() * prompt.maxTokens) : prompt.maxTokens;
   const endReason = turnEnd(request.turn, outputTokens, prompt.maxTokens);
   // Anthropic's tool-use ids: `toolu_` and base62-ish characters (hex here).

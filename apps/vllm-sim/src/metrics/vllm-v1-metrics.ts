@@ -1,4 +1,6 @@
-import { BUCKETS } from '../engine/engine-stats';
+import type { Engine } from '../engine/engine';
+import { BUCKETS, type EngineStats } from '../engine/engine-stats';
+import type { Histogram } from '../engine/histogram';
 import { BLOCK_SIZE_TOKENS } from '../engine/profiles';
 import type { MetricsSource } from './metrics-source';
 import { PythonClientExposition, type LabelSet } from './python-client-exposition';
@@ -6,7 +8,8 @@ import { PythonClientExposition, type LabelSet } from './python-client-expositio
 /**
  * vLLM V1 `/metrics` as 0.11.0 prints it with one API server (`vllm/v1/metrics/loggers.py`,
  * PrometheusStatLogger), families in registration order. Every series carries
- * `{engine="0",model_name="<served name>"}` (DP rank 0). Deprecated names hidden in 0.11
+ * `{engine="<rank>",model_name="<served name>"}`: one series per data-parallel rank, in rank order
+ * (`make_per_engine`; `request_success` loops reasons outside ranks, as vLLM creates its children). Deprecated names hidden in 0.11
  * (`gpu_cache_usage_perc`, `gpu_prefix_cache_*`) are absent; `time_per_output_token_seconds`, deprecated
  * in 0.11 but still shown, is present with the same observations as `inter_token_latency_seconds`.
  * Optional families (LoRA, speculative decoding, multimodal cache, KV connector) are absent, as on a
@@ -18,127 +21,173 @@ import { PythonClientExposition, type LabelSet } from './python-client-expositio
  * as a restarted vLLM does); the others would describe the Node process, not an engine.
  */
 export function renderVllmV1Metrics(source: MetricsSource): string {
-  const { engine, modelName } = source;
-  const stats = engine.stats;
+  const { modelName } = source;
+  const engines = source.engines ?? [source.engine];
   const out = new PythonClientExposition({ kind: 'single-process', createdUnixSeconds: source.startedAtUnixSeconds });
-  const labels: LabelSet = { model_name: modelName, engine: '0' };
-  const one = (value: number) => [{ labels, value }];
+  const labelsOf = (rank: number): LabelSet => ({ model_name: modelName, engine: String(rank) });
+  const one = (value: (engine: Engine, stats: EngineStats) => number) =>
+    engines.map((engine, rank) => ({ labels: labelsOf(rank), value: value(engine, engine.stats) }));
+  const perRank = (histogram: (stats: EngineStats) => Histogram) =>
+    engines.map((engine, rank) => ({ labels: labelsOf(rank), histogram: histogram(engine.stats) }));
+  const tokenBounds = (engines[0] as Engine).stats.tokenBuckets;
 
   out.gauge('process_start_time_seconds', 'Start time of the process since unix epoch in seconds.', [
     { labels: {}, value: source.startedAtUnixSeconds },
   ]);
-  out.gauge('vllm:num_requests_running', 'Number of requests in model execution batches.', one(engine.runningCount));
-  out.gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', one(engine.waitingCount));
+  out.gauge(
+    'vllm:num_requests_running',
+    'Number of requests in model execution batches.',
+    one((engine) => engine.runningCount),
+  );
+  out.gauge(
+    'vllm:num_requests_waiting',
+    'Number of requests waiting to be processed.',
+    one((engine) => engine.waitingCount),
+  );
   // 1 − free / (num_gpu_blocks − 1); evictable cached blocks count as free.
-  out.gauge('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', one(engine.pool.usage()));
+  out.gauge(
+    'vllm:kv_cache_usage_perc',
+    'KV-cache usage. 1 means 100 percent usage.',
+    one((engine) => engine.pool.usage()),
+  );
   // Prompt tokens looked up / found in the prefix cache (tokens since 0.9).
   out.counter(
     'vllm:prefix_cache_queries',
     'Prefix cache queries, in terms of number of queried tokens.',
-    one(stats.prefixQueryTokens),
+    one((_, stats) => stats.prefixQueryTokens),
   );
   out.counter(
     'vllm:prefix_cache_hits',
     'Prefix cache hits, in terms of number of cached tokens.',
-    one(stats.prefixHitTokens),
+    one((_, stats) => stats.prefixHitTokens),
   );
-  out.counter('vllm:num_preemptions', 'Cumulative number of preemption from the engine.', one(stats.preemptions));
-  out.counter('vllm:prompt_tokens', 'Number of prefill tokens processed.', one(stats.promptTokens));
-  out.counter('vllm:generation_tokens', 'Number of generation tokens processed.', one(stats.generationTokens));
+  out.counter(
+    'vllm:num_preemptions',
+    'Cumulative number of preemption from the engine.',
+    one((_, stats) => stats.preemptions),
+  );
+  out.counter(
+    'vllm:prompt_tokens',
+    'Number of prefill tokens processed.',
+    one((_, stats) => stats.promptTokens),
+  );
+  out.counter(
+    'vllm:generation_tokens',
+    'Number of generation tokens processed.',
+    one((_, stats) => stats.generationTokens),
+  );
   // One series per FinishReason, in enum order, created at start (so zeros are present).
   out.counter(
     'vllm:request_success',
     'Count of successfully processed requests.',
-    (['stop', 'length', 'abort'] as const).map((reason) => ({
-      labels: { ...labels, finished_reason: reason },
-      value: stats.requestSuccess[reason],
-    })),
+    (['stop', 'length', 'abort'] as const).flatMap((reason) =>
+      engines.map((engine, rank) => ({
+        labels: { ...labelsOf(rank), finished_reason: reason },
+        value: engine.stats.requestSuccess[reason],
+      })),
+    ),
   );
 
-  const tokenBounds = stats.tokenBuckets;
-  out.histogram('vllm:request_prompt_tokens', 'Number of prefill tokens processed.', tokenBounds, [
-    { labels, histogram: stats.requestPromptTokens },
-  ]);
-  out.histogram('vllm:request_generation_tokens', 'Number of generation tokens processed.', tokenBounds, [
-    { labels, histogram: stats.requestGenerationTokens },
-  ]);
+  out.histogram(
+    'vllm:request_prompt_tokens',
+    'Number of prefill tokens processed.',
+    tokenBounds,
+    perRank((stats) => stats.requestPromptTokens),
+  );
+  out.histogram(
+    'vllm:request_generation_tokens',
+    'Number of generation tokens processed.',
+    tokenBounds,
+    perRank((stats) => stats.requestGenerationTokens),
+  );
   out.histogram(
     'vllm:iteration_tokens_total',
     'Histogram of number of tokens per engine_step.',
     BUCKETS.vllmIterationTokens,
-    [{ labels, histogram: stats.iterationTokens }],
+    perRank((stats) => stats.iterationTokens),
   );
   // With n = 1 (the only value the simulator serves) the max over a request's samples is its own length.
   out.histogram(
     'vllm:request_max_num_generation_tokens',
     'Histogram of maximum number of requested generation tokens.',
     tokenBounds,
-    [{ labels, histogram: stats.requestGenerationTokens }],
+    perRank((stats) => stats.requestGenerationTokens),
   );
-  out.histogram('vllm:request_params_n', 'Histogram of the n request parameter.', BUCKETS.vllmParamsN, [
-    { labels, histogram: stats.requestParamsN },
-  ]);
-  out.histogram('vllm:request_params_max_tokens', 'Histogram of the max_tokens request parameter.', tokenBounds, [
-    { labels, histogram: stats.requestParamsMaxTokens },
-  ]);
+  out.histogram(
+    'vllm:request_params_n',
+    'Histogram of the n request parameter.',
+    BUCKETS.vllmParamsN,
+    perRank((stats) => stats.requestParamsN),
+  );
+  out.histogram(
+    'vllm:request_params_max_tokens',
+    'Histogram of the max_tokens request parameter.',
+    tokenBounds,
+    perRank((stats) => stats.requestParamsMaxTokens),
+  );
 
   out.histogram(
     'vllm:time_to_first_token_seconds',
     'Histogram of time to first token in seconds.',
     BUCKETS.vllmTtftSeconds,
-    [{ labels, histogram: stats.ttftSeconds }],
+    perRank((stats) => stats.ttftSeconds),
   );
   out.histogram(
     'vllm:time_per_output_token_seconds',
     'Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.',
     BUCKETS.vllmItlSeconds,
-    [{ labels, histogram: stats.interTokenSeconds }],
+    perRank((stats) => stats.interTokenSeconds),
   );
   out.histogram(
     'vllm:inter_token_latency_seconds',
     'Histogram of inter-token latency in seconds.',
     BUCKETS.vllmItlSeconds,
-    [{ labels, histogram: stats.interTokenSeconds }],
+    perRank((stats) => stats.interTokenSeconds),
   );
   out.histogram(
     'vllm:request_time_per_output_token_seconds',
     'Histogram of time_per_output_token_seconds per request.',
     BUCKETS.vllmItlSeconds,
-    [{ labels, histogram: stats.requestTimePerOutputTokenSeconds }],
+    perRank((stats) => stats.requestTimePerOutputTokenSeconds),
   );
   const requestBounds = BUCKETS.vllmRequestSeconds;
-  out.histogram('vllm:e2e_request_latency_seconds', 'Histogram of e2e request latency in seconds.', requestBounds, [
-    { labels, histogram: stats.e2eSeconds },
-  ]);
+  out.histogram(
+    'vllm:e2e_request_latency_seconds',
+    'Histogram of e2e request latency in seconds.',
+    requestBounds,
+    perRank((stats) => stats.e2eSeconds),
+  );
   out.histogram(
     'vllm:request_queue_time_seconds',
     'Histogram of time spent in WAITING phase for request.',
     requestBounds,
-    [{ labels, histogram: stats.queueSeconds }],
+    perRank((stats) => stats.queueSeconds),
   );
   out.histogram(
     'vllm:request_inference_time_seconds',
     'Histogram of time spent in RUNNING phase for request.',
     requestBounds,
-    [{ labels, histogram: stats.inferenceSeconds }],
+    perRank((stats) => stats.inferenceSeconds),
   );
   out.histogram(
     'vllm:request_prefill_time_seconds',
     'Histogram of time spent in PREFILL phase for request.',
     requestBounds,
-    [{ labels, histogram: stats.prefillSeconds }],
+    perRank((stats) => stats.prefillSeconds),
   );
   out.histogram(
     'vllm:request_decode_time_seconds',
     'Histogram of time spent in DECODE phase for request.',
     requestBounds,
-    [{ labels, histogram: stats.decodeSeconds }],
+    perRank((stats) => stats.decodeSeconds),
   );
 
   // Registered once the engine is initialised (after every other family): CacheConfig fields as
   // `str()`-ed Python values, plus `engine`; no `model_name`.
-  out.gauge('vllm:cache_config_info', 'Information of the LLMEngine CacheConfig', [
-    {
+  out.gauge(
+    'vllm:cache_config_info',
+    'Information of the LLMEngine CacheConfig',
+    engines.map((engine, rank) => ({
       labels: {
         block_size: String(BLOCK_SIZE_TOKENS),
         gpu_memory_utilization: '0.9',
@@ -158,10 +207,10 @@ export function renderVllmV1Metrics(source: MetricsSource): string {
         kv_cache_memory_bytes: 'None',
         num_gpu_blocks: String(engine.pool.numGpuBlocks),
         num_cpu_blocks: '0',
-        engine: '0',
+        engine: String(rank),
       },
       value: 1,
-    },
-  ]);
+    })),
+  );
   return out.text();
 }

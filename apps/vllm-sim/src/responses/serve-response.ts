@@ -71,7 +71,7 @@ export function serveResponse(deps: GenerationDeps, run: ResponseRun, response: 
     message: `msg_${hex32()}`,
     function_call: `fc_${hex32()}`,
   };
-  const output = new OutputText(deps.seed, prompt.tokens);
+  const output = new OutputText(deps.codec.outputWords, deps.seed, prompt.tokens);
   const outputTokens =
     deps.eosRandom && !run.ignoreEos ? 1 + Math.floor(output.fraction() * prompt.maxTokens) : prompt.maxTokens;
   const endReason = turnEnd(run.turn, outputTokens, prompt.maxTokens);

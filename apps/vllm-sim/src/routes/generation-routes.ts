@@ -13,7 +13,7 @@ import {
   type PromptLimits,
 } from '../generation/prepare-prompts';
 import type { EndpointKind } from '../generation/response-format';
-import { serveGeneration, type GenerationDeps } from '../generation/serve-generation';
+import { serveGeneration, withRequestedRank, type GenerationDeps } from '../generation/serve-generation';
 
 export interface GenerationRoutesOptions {
   readonly servedModel: string;
@@ -38,7 +38,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
       engineVersion,
     );
     checkModel(body.model, options.servedModel);
-    const prompts = prepareChatPrompts(body, options.limits);
+    const prompts = prepareChatPrompts(options.generation.codec, body, options.limits);
     const agentFields = parseBody(AgentTurnFields, body);
     const turn = planTurn(options.agent, {
       tools: body.tools,
@@ -57,7 +57,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
       engineVersion,
     );
     checkModel(body.model, options.servedModel);
-    const prompts = prepareCompletionPrompts(body, options.limits);
+    const prompts = prepareCompletionPrompts(options.generation.codec, body, options.limits);
     await run(reply, 'text', body, cacheSalt, prompts, receivedAtMs, PLAIN_TURN);
   });
 
@@ -70,12 +70,13 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
     receivedAtMs: number,
     turn: TurnPlan,
   ): Promise<void> {
+    const generation = withRequestedRank(options.generation, reply.request.headers);
     options.onGenerationRequest?.();
     const action = await options.faults.beforeServing();
     reply.hijack();
     if (action === 'hang') return; // never answered; the socket closes when the client gives up
     serveGeneration(
-      options.generation,
+      generation,
       {
         kind,
         model: body.model,

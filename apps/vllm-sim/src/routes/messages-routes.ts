@@ -1,13 +1,11 @@
 import type { FastifyInstance } from 'fastify';
-import { checkGenerationLimits, MessagesRequest, DEFAULT_GENERATION_LIMITS } from '@kvroute/protocols';
+import { checkGenerationLimits, MessagesRequest, DEFAULT_GENERATION_LIMITS, messagesAsChat } from '@kvroute/protocols';
 import { EngineError } from '../engine-errors';
 import type { FaultInjector } from '../faults';
 import { MessagesAgentFields, messagesTurnRequest, planTurn, type AgentSettings } from '../generation/agent-turn';
-import { messagesAsChatPrompt } from '../generation/messages-prompt';
 import { prepareMessagesPrompt, type PromptLimits } from '../generation/prepare-prompts';
-import type { GenerationDeps } from '../generation/serve-generation';
+import { withRequestedRank, type GenerationDeps } from '../generation/serve-generation';
 import { serveMessages } from '../generation/serve-messages';
-import { renderChatPrompt } from '../text/chat-template';
 import { checkModel, parseBody } from './generation-routes';
 
 export interface MessagesRoutesOptions {
@@ -21,7 +19,7 @@ export interface MessagesRoutesOptions {
 
 /**
  * `POST /v1/messages` (Anthropic Messages, as vLLM serves it): the body becomes the chat prompt vLLM
- * would template (generation/messages-prompt.ts), so its prefix cache behaves as chat's; streamed or
+ * would template (@kvroute/protocols messages-as-chat.ts), so its prefix cache behaves as chat's; streamed or
  * not (generation/serve-messages.ts). `cache_salt` is not read: vLLM's Anthropic request has no such
  * field (pydantic drops it). Faults apply as on chat.
  */
@@ -32,17 +30,20 @@ export async function messagesRoutes(app: FastifyInstance, options: MessagesRout
     if (overLimit !== null) throw new EngineError('bad-request', overLimit.message);
     const body = parseBody(MessagesRequest, request.body);
     checkModel(body.model, options.servedModel);
-    const { messages, tools } = messagesAsChatPrompt(body);
-    const prompt = prepareMessagesPrompt(renderChatPrompt({ messages, tools }), body.max_tokens, options.limits);
+    const { messages, tools } = messagesAsChat(body);
+    // vLLM's Anthropic endpoint renders the chat request it converts the body into, with chat's defaults.
+    const tokens = options.generation.codec.chatPromptTokens({ messages, tools });
+    const prompt = prepareMessagesPrompt(tokens, body.max_tokens, options.limits);
     const turn = planTurn(
       options.agent,
       messagesTurnRequest(parseBody(MessagesAgentFields, body), tools, prompt.tokens),
     );
+    const generation = withRequestedRank(options.generation, request.headers);
     const action = await options.faults.beforeServing();
     reply.hijack();
     if (action === 'hang') return;
     serveMessages(
-      options.generation,
+      generation,
       { model: body.model, prompt, stream: body.stream === true, cacheSalt: undefined, turn, receivedAtMs },
       reply.raw,
     );

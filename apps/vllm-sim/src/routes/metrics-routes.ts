@@ -4,7 +4,8 @@ import { renderLlamaCppProps, renderLlamaCppSlots } from '../metrics/llamacpp-sl
 import { metricsContentType, renderMetrics, type MetricsDialect } from '../metrics/render-metrics';
 
 export interface MetricsRoutesOptions {
-  readonly engine: Engine;
+  /** One per data-parallel rank (vLLM dialect only above one). */
+  readonly engines: readonly Engine[];
   readonly dialect: MetricsDialect;
   readonly servedModel: string;
   readonly startedAtUnixSeconds: number;
@@ -18,7 +19,8 @@ export interface MetricsRoutesOptions {
 export async function metricsRoutes(app: FastifyInstance, options: MetricsRoutesOptions): Promise<void> {
   app.get('/metrics', async (_request, reply) => {
     const text = renderMetrics(options.dialect, {
-      engine: options.engine,
+      engine: options.engines[0] as Engine,
+      engines: options.engines,
       modelName: options.servedModel,
       startedAtUnixSeconds: options.startedAtUnixSeconds,
       slots: options.slots,
@@ -26,6 +28,7 @@ export async function metricsRoutes(app: FastifyInstance, options: MetricsRoutes
     return reply.type(metricsContentType(options.dialect)).send(text);
   });
   if (options.dialect !== 'llamacpp') return;
-  app.get('/slots', async () => renderLlamaCppSlots(options.engine, options.slots));
-  app.get('/props', async () => renderLlamaCppProps(options.engine, options.servedModel, options.slots));
+  const engine = options.engines[0] as Engine;
+  app.get('/slots', async () => renderLlamaCppSlots(engine, options.slots));
+  app.get('/props', async () => renderLlamaCppProps(engine, options.servedModel, options.slots));
 }

@@ -3,20 +3,22 @@ import type { FastifyInstance } from 'fastify';
 import { ChatMessage, multipartBoundaryOf, readFormField } from '@kvroute/protocols';
 import { z } from 'zod';
 import { EngineError } from '../engine-errors';
-import { renderChatPrompt } from '../text/chat-template';
-import { detokenize, tokenize } from '../text/tokenizer';
+import { chatPromptRequestOf, type PromptCodec } from '../text/prompt-codec';
 import { checkModel, parseBody } from './generation-routes';
 
 export interface PoolingRoutesOptions {
   readonly servedModel: string;
   readonly maxModelLen: number;
+  /** The sim's tokenizer and template (the same ids generation uses). */
+  readonly codec: PromptCodec;
   /** Largest multipart body (audio uploads), bytes. */
   readonly bodyLimitBytes: number;
 }
 
 /**
  * vLLM's endpoints besides generation, minimal but in vLLM's response shapes, so a router can be tested
- * passing them through: `/tokenize` and `/detokenize` (the sim's real tokenizer), `/v1/embeddings` and
+ * passing them through: `/tokenize` and `/detokenize` (the sim's tokenizer: a chat as the chat endpoints
+ * render it, a prompt with special tokens unless `add_special_tokens: false`, vLLM's defaults), `/v1/embeddings` and
  * `/pooling` (a deterministic unit vector per input, from a hash of its tokens), `/classify` (two classes),
  * `/score` and `/v1/score`,
  * `/rerank`, `/v1/rerank` and `/v2/rerank` (a deterministic score per pair), and
@@ -32,6 +34,8 @@ const TokenizeBody = z.looseObject({
   ...ModelField,
   prompt: z.string().optional(),
   messages: z.array(ChatMessage).optional(),
+  tools: z.array(z.unknown()).optional(),
+  add_special_tokens: z.boolean().optional(),
 });
 const DetokenizeBody = z.looseObject({ ...ModelField, tokens: z.array(z.number().int().nonnegative()) });
 const TextInput = z.union([
@@ -64,19 +68,29 @@ export async function poolingRoutes(app: FastifyInstance, options: PoolingRoutes
     return name;
   };
   const created = () => Math.floor(Date.now() / 1000);
+  const { codec } = options;
+  const tokenLists = (input: z.infer<typeof TextInput>): number[][] => tokenListsOf(codec, input);
 
   app.post('/tokenize', async (request) => {
     const body = parseBody(TokenizeBody, request.body);
     modelOf(body.model);
+    const prompt = body.prompt ?? '';
     const tokens =
-      body.messages !== undefined ? renderChatPrompt({ messages: body.messages }) : tokenize(body.prompt ?? '');
+      body.messages !== undefined
+        ? codec.chatPromptTokens(chatPromptRequestOf({ ...body, messages: body.messages }))
+        : body.add_special_tokens === false
+          ? codec.textTokens(prompt)
+          : codec.completionPromptTokens(prompt);
     return { count: tokens.length, max_model_len: options.maxModelLen, tokens, token_strs: null };
   });
 
   app.post('/detokenize', async (request) => {
     const body = parseBody(DetokenizeBody, request.body);
     modelOf(body.model);
-    return { prompt: detokenize(body.tokens) };
+    const prompt = codec.detokenize(body.tokens);
+    if (prompt === null)
+      throw new EngineError('internal', `/detokenize is not served with --tokenizer (${codec.name}): no decoder.`, 501);
+    return { prompt };
   });
 
   const embed = (route: string, object: 'embedding' | 'pooling', idPrefix: string) =>
@@ -146,7 +160,10 @@ export async function poolingRoutes(app: FastifyInstance, options: PoolingRoutes
         (right, index) => [lefts.length === 1 ? (lefts[0] as string) : (lefts[index] ?? ''), right] as const,
       );
       const data = pairs.map(([left, right], index) => ({ index, object: 'score', score: pairScore(left, right) }));
-      const tokens = pairs.reduce((sum, [left, right]) => sum + tokenize(left).length + tokenize(right).length, 0);
+      const tokens = pairs.reduce(
+        (sum, [left, right]) => sum + codec.textTokens(left).length + codec.textTokens(right).length,
+        0,
+      );
       return {
         id: `score-${randomId()}`,
         object: 'list',
@@ -166,7 +183,10 @@ export async function poolingRoutes(app: FastifyInstance, options: PoolingRoutes
         .map((text, index) => ({ index, document: { text }, relevance_score: pairScore(body.query, text) }))
         .sort((a, b) => b.relevance_score - a.relevance_score)
         .slice(0, body.top_n ?? body.documents.length);
-      const tokens = body.documents.reduce((sum, text) => sum + tokenize(body.query).length + tokenize(text).length, 0);
+      const tokens = body.documents.reduce(
+        (sum, text) => sum + codec.textTokens(body.query).length + codec.textTokens(text).length,
+        0,
+      );
       return { id: `rerank-${randomId()}`, model, usage: { total_tokens: tokens }, results };
     });
   }
@@ -196,10 +216,11 @@ export async function poolingRoutes(app: FastifyInstance, options: PoolingRoutes
   }
 }
 
-function tokenLists(input: z.infer<typeof TextInput>): number[][] {
-  if (typeof input === 'string') return [tokenize(input)];
+/** Inputs' ids: texts with special tokens (vLLM's pooling default), token ids as given. */
+function tokenListsOf(codec: PromptCodec, input: z.infer<typeof TextInput>): number[][] {
+  if (typeof input === 'string') return [codec.completionPromptTokens(input)];
   if (input.length === 0) return [];
-  if (typeof input[0] === 'string') return (input as string[]).map((text) => tokenize(text));
+  if (typeof input[0] === 'string') return (input as string[]).map((text) => codec.completionPromptTokens(text));
   if (typeof input[0] === 'number') return [input as number[]];
   return input as number[][];
 }

@@ -9,7 +9,7 @@ import {
 import type { FaultInjector } from '../faults';
 import { planTurn, ResponsesAgentFields, responsesTurnRequest, type AgentSettings } from '../generation/agent-turn';
 import { prepareChatPrompts, type PromptLimits } from '../generation/prepare-prompts';
-import type { GenerationDeps } from '../generation/serve-generation';
+import { withRequestedRank, type GenerationDeps } from '../generation/serve-generation';
 import type { ResponseStore } from '../responses/response-store';
 import { newResponseId, serveResponse } from '../responses/serve-response';
 import { checkModel, parseBody, parseSaltedBody, withServedModel } from './generation-routes';
@@ -54,6 +54,7 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
     // vLLM renders the function tools in their chat form (responsesChatTools); hosted tools not at all.
     const chatTools = responsesChatTools(body.tools);
     const [prompt] = prepareChatPrompts(
+      options.generation.codec,
       {
         model: body.model,
         messages,
@@ -66,11 +67,12 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
       options.agent,
       responsesTurnRequest(parseBody(ResponsesAgentFields, body), chatTools, prompt?.tokens ?? []),
     );
+    const generation = withRequestedRank(options.generation, request.headers);
     const action = await options.faults.beforeServing();
     reply.hijack();
     if (action === 'hang') return;
     serveResponse(
-      options.generation,
+      generation,
       {
         frame: {
           id: newResponseId(),

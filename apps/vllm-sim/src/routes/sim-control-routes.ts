@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { ChatCompletionRequest, CompletionRequest } from '@kvroute/protocols';
-import type { Engine } from '../engine/engine';
+import { DATA_PARALLEL_RANK_HEADER, parseRankHeader, type DataParallelRanks } from '../engine/data-parallel';
 import type { EngineLoop } from '../engine/engine-loop';
 import type { ResponseLatency } from '../generation/response-latency';
 import { FaultSettings, type ConnectionGate, type FaultInjector } from '../faults';
@@ -11,14 +11,16 @@ import {
   type PromptLimits,
 } from '../generation/prepare-prompts';
 import { EngineError } from '../engine-errors';
+import type { PromptCodec } from '../text/prompt-codec';
 import { checkModel, parseSaltedBody } from './generation-routes';
 
 export interface SimControlRoutesOptions {
-  readonly engine: Engine;
-  readonly loop: EngineLoop;
+  readonly ranks: DataParallelRanks;
   readonly latency: ResponseLatency;
   readonly servedModel: string;
   readonly limits: PromptLimits;
+  /** The sim's tokenizer and template (`/sim/match` prepares prompts as generation does). */
+  readonly codec: PromptCodec;
   readonly faults: FaultInjector;
   readonly connectionGate: ConnectionGate | null;
 }
@@ -29,13 +31,15 @@ export interface SimControlRoutesOptions {
  *   prompt tokens this backend would serve from its cache right now (what `cached_tokens` of the same
  *   request would say if it were sent now): the true match a placement can be chosen on. (The most
  *   reuse any placement could get is the bench's compulsory-miss bound, not this.)
- * - `GET /sim/state`: queue, KV and cache figures as JSON.
- * - `POST /sim/reset-cache`: forget every cached prefix (a cold start without a restart).
+ *   With data-parallel ranks: the rank `X-data-parallel-rank` names, else the best rank (`ranks` lists each).
+ * - `GET /sim/state`: queue, KV and cache figures as JSON (summed over ranks, each in `data_parallel_ranks`).
+ * - `POST /sim/reset-cache`: forget every cached prefix on every rank (a cold start without a restart).
  * - `GET|POST|DELETE /sim/faults`: read, change (partial update) or clear fault injection.
  * - `POST /sim/refuse-connections` `{ "durationMs": N }`: stop listening for N ms (connection refused).
  */
 export async function simControlRoutes(app: FastifyInstance, options: SimControlRoutesOptions): Promise<void> {
-  const { engine } = options;
+  const { ranks } = options;
+  const engine = ranks.engine;
 
   app.post('/sim/match', async (request) => {
     const body = request.body as Record<string, unknown> | undefined;
@@ -46,52 +50,47 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
     let salt: string | undefined;
     if (body && 'messages' in body) {
       const parsed = parseSaltedBody(ChatCompletionRequest, body, engine.version);
-      prompts = prepareChatPrompts(parsed.body, options.limits);
+      prompts = prepareChatPrompts(options.codec, parsed.body, options.limits);
       salt = parsed.cacheSalt;
     } else {
       const parsed = parseSaltedBody(CompletionRequest, body, engine.version);
-      prompts = prepareCompletionPrompts(parsed.body, options.limits);
+      prompts = prepareCompletionPrompts(options.codec, parsed.body, options.limits);
       salt = parsed.cacheSalt;
     }
-    const perPrompt = prompts.map((prompt) => ({
-      prompt_tokens: prompt.tokens.length,
-      cached_tokens: engine.matchPrefixTokens(prompt.tokens, salt),
-    }));
+    const requested = parseRankHeader(request.headers[DATA_PARALLEL_RANK_HEADER]);
+    if (requested !== null) ranks.runnerFor(String(requested)); // 400 when out of range
+    const perRank = ranks.loops.map((loop) =>
+      prompts.map((prompt) => loop.engine.matchPrefixTokens(prompt.tokens, salt)),
+    );
+    const total = (cached: number[]) => cached.reduce((sum, tokens) => sum + tokens, 0);
+    const totals = perRank.map(total);
+    const chosen = requested ?? totals.indexOf(Math.max(...totals));
+    const cached = perRank[chosen] as number[];
     return {
-      prompt_tokens: perPrompt.reduce((sum, entry) => sum + entry.prompt_tokens, 0),
-      cached_tokens: perPrompt.reduce((sum, entry) => sum + entry.cached_tokens, 0),
-      prompts: perPrompt,
+      prompt_tokens: prompts.reduce((sum, prompt) => sum + prompt.tokens.length, 0),
+      cached_tokens: total(cached),
+      prompts: prompts.map((prompt, index) => ({ prompt_tokens: prompt.tokens.length, cached_tokens: cached[index] })),
+      ...(ranks.size > 1 ? { data_parallel_rank: chosen, ranks: totals } : {}),
     };
   });
 
-  app.get('/sim/state', async () => ({
-    profile: engine.profile.name,
-    engine_version: engine.version,
-    running: engine.runningCount,
-    waiting: engine.waitingCount,
-    kv_cache_usage: engine.pool.usage(),
-    num_gpu_blocks: engine.pool.numGpuBlocks,
-    free_blocks: engine.pool.freeCount,
-    cached_blocks: engine.pool.cachedBlockCount,
-    evicted_blocks: engine.pool.evictions,
-    prefix_cache_queries_tokens: engine.stats.prefixQueryTokens,
-    prefix_cache_hits_tokens: engine.stats.prefixHitTokens,
-    preemptions: engine.stats.preemptions,
-    steps: engine.stats.steps,
-    // Wall ms by which step results came out after their deadline (timers + this process's CPU).
-    loop_lag_steps: options.loop.lag.steps,
-    loop_lag_ms_total: options.loop.lag.totalMs,
-    loop_lag_ms_mean: options.loop.lag.steps === 0 ? 0 : options.loop.lag.totalMs / options.loop.lag.steps,
-    loop_lag_ms_max: options.loop.lag.maxMs,
-    // Handler entry → first token written (wall ms), and the engine's TTFT for the same requests.
-    ttft_requests: options.latency.requests,
-    ttft_wall_ms_total: options.latency.wallTtftMsTotal,
-    ttft_engine_ms_total: options.latency.engineTtftMsTotal,
-    admission_ms_total: options.latency.admissionMsTotal,
-  }));
+  app.get('/sim/state', async () => {
+    const states = ranks.loops.map(rankState);
+    return {
+      profile: engine.profile.name,
+      engine_version: engine.version,
+      ...(states.length === 1 ? states[0] : sumRankStates(states)),
+      // Handler entry → first token written (wall ms), and the engine's TTFT for the same requests.
+      ttft_requests: options.latency.requests,
+      ttft_wall_ms_total: options.latency.wallTtftMsTotal,
+      ttft_engine_ms_total: options.latency.engineTtftMsTotal,
+      admission_ms_total: options.latency.admissionMsTotal,
+      ...(states.length === 1 ? {} : { data_parallel_ranks: states }),
+    };
+  });
 
   app.post('/sim/reset-cache', async () => {
-    engine.resetPrefixCache();
+    for (const loop of ranks.loops) loop.engine.resetPrefixCache();
     return { status: 'ok' };
   });
 
@@ -121,4 +120,40 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
     reply.raw.once('finish', () => void options.connectionGate?.refuseFor(durationMs));
     return { status: 'refusing', durationMs };
   });
+}
+
+type RankState = ReturnType<typeof rankState>;
+
+/** One rank's queue, KV and cache figures, and its loop's lag. */
+function rankState(loop: EngineLoop) {
+  const { engine, lag } = loop;
+  return {
+    running: engine.runningCount,
+    waiting: engine.waitingCount,
+    kv_cache_usage: engine.pool.usage(),
+    num_gpu_blocks: engine.pool.numGpuBlocks,
+    free_blocks: engine.pool.freeCount,
+    cached_blocks: engine.pool.cachedBlockCount,
+    evicted_blocks: engine.pool.evictions,
+    prefix_cache_queries_tokens: engine.stats.prefixQueryTokens,
+    prefix_cache_hits_tokens: engine.stats.prefixHitTokens,
+    preemptions: engine.stats.preemptions,
+    steps: engine.stats.steps,
+    // Wall ms by which step results came out after their deadline (timers + this process's CPU).
+    loop_lag_steps: lag.steps,
+    loop_lag_ms_total: lag.totalMs,
+    loop_lag_ms_mean: lag.steps === 0 ? 0 : lag.totalMs / lag.steps,
+    loop_lag_ms_max: lag.maxMs,
+  };
+}
+
+/** The ranks together: counts summed, KV usage and mean lag averaged, the largest lag kept. */
+function sumRankStates(states: readonly RankState[]): RankState {
+  const sum = { ...(states[0] as RankState) };
+  for (const state of states.slice(1))
+    for (const key of Object.keys(sum) as Array<keyof RankState>) sum[key] += state[key];
+  sum.kv_cache_usage /= states.length;
+  sum.loop_lag_ms_mean = sum.loop_lag_steps === 0 ? 0 : sum.loop_lag_ms_total / sum.loop_lag_steps;
+  sum.loop_lag_ms_max = Math.max(...states.map((state) => state.loop_lag_ms_max));
+  return sum;
 }

@@ -5,7 +5,7 @@
 import type { z } from 'zod';
 import { describeField, type FieldShape } from './field-shape';
 import { toEnvName, toFlagName } from './option-names';
-import { flagRefusedBecause } from './secret-option';
+import { flagRefusedBecause, refusesSecretInUrlFlag } from './secret-option';
 
 /** Any zod object schema; the loader only reads its `shape`. */
 export type ConfigSchema = z.ZodObject<z.core.$ZodLooseShape, z.core.$ZodObjectConfig>;
@@ -19,6 +19,8 @@ export interface ConfigOption {
   flag: string | null;
   /** A secret (secret-option.ts): the flag it would have, refused, and why. */
   refusedFlag?: { readonly name: string; readonly reason: string };
+  /** A URL whose flag is refused when the URL carries a password (secret-option.ts urlWithSecretOffFlags). */
+  refusesSecretInUrl?: true;
   /** Env var name; null for nested objects. */
   env: string | null;
   shape: FieldShape;
@@ -55,6 +57,7 @@ export function listConfigOptions(schema: ConfigSchema, naming: ConfigOptionNami
     const option: ConfigOption = { key, flag, env, shape };
     if (settable && refusedBecause !== undefined)
       option.refusedFlag = { name: toFlagName(key), reason: refusedBecause };
+    if (flag !== null && refusesSecretInUrlFlag(field as z.core.$ZodType)) option.refusesSecretInUrl = true;
     options.push(option);
   }
   return options;

@@ -8,6 +8,7 @@
  */
 import type { ConfigProblem } from './config-error';
 import type { ConfigOption } from './config-options';
+import { SECRET_IN_URL_REASON, urlCarriesSecret } from './secret-option';
 
 export interface ParsedFlag {
   /** Flag name as the user typed it, without dashes (`no-verbose` for a negation). */
@@ -86,6 +87,10 @@ export function parseConfigFlags(
       }
       const value = takeValue();
       if (value === undefined) continue;
+      if (option.refusesSecretInUrl === true && urlCarriesSecret(value)) {
+        result.problems.push({ path: `--${name}`, message: secretInUrlMessage(option) });
+        continue;
+      }
       const previous = result.values.get(option.key);
       const raw = option.shape.kind === 'array' && previous !== undefined ? `${previous.raw},${value}` : value;
       result.values.set(option.key, { name, raw });
@@ -121,6 +126,13 @@ export function parseConfigFlags(
     result.problems.push({ path: `--${name}`, message: unknownFlagMessage(name, byFlag, fileFlag) });
   }
   return result;
+}
+
+/** Why a URL flag with a password is refused, and where to put it instead; never the value. */
+function secretInUrlMessage(option: ConfigOption): string {
+  const where =
+    option.env === null ? `"${option.key}" in the config file` : `${option.env} or "${option.key}" in the config file`;
+  return `is refused with a password in the URL: ${SECRET_IN_URL_REASON}; set ${where} instead`;
 }
 
 function unknownFlagMessage(name: string, byFlag: ReadonlyMap<string, ConfigOption>, fileFlag: string): string {

@@ -7,7 +7,7 @@ import { ConfigError } from './config-error';
 import { loadConfig } from './load-config';
 import { renderConfigHelp } from './render-config-help';
 import { renderConfigMarkdown } from './render-config-markdown';
-import { secretOption } from './secret-option';
+import { secretOption, urlCarriesSecret, urlWithSecretOffFlags } from './secret-option';
 
 const Config = z.object({
   port: z.number().int().default(8080),
@@ -74,5 +74,52 @@ describe('secretOption', () => {
     const markdown = renderConfigMarkdown(Config, { title: 'App', envPrefix: 'APP_' });
     expect(markdown).not.toContain('--admin-token');
     expect(markdown).toContain('`APP_ADMIN_TOKEN`');
+  });
+});
+
+describe('urlWithSecretOffFlags (issue 30)', () => {
+  const WithRedis = z.object({ redisUrl: urlWithSecretOffFlags(z.string().optional().describe('Redis URL')) });
+  const loadRedis = (argv: string[], env: Record<string, string> = {}) =>
+    loadConfig({ schema: WithRedis, argv, env, envPrefix: 'APP_' });
+
+  it('refuses a Redis URL with a password as a flag, without echoing it, and says where to put it', () => {
+    for (const argv of [
+      ['--redis-url', 'redis://:hunter2pw@10.0.0.9:6379'],
+      ['--redis-url=rediss://default:hunter2pw@redis.internal:6380/0'],
+      ['--redis-url', 'redis+cluster://:hunter2pw@10.0.0.1:7000,10.0.0.2:7001'],
+      ['--redis-url', 'redis://10.0.0.9:6379/?password=hunter2pw'],
+    ]) {
+      let caught: unknown;
+      try {
+        loadRedis(argv);
+      } catch (error) {
+        caught = error;
+      }
+      expect(caught, argv.join(' ')).toBeInstanceOf(ConfigError);
+      const error = caught as ConfigError;
+      expect(error.message).toContain('--redis-url');
+      expect(error.message).toContain('APP_REDIS_URL');
+      expect(error.message).not.toContain('hunter2pw');
+      expect(error.problems).toHaveLength(1);
+    }
+  });
+
+  it('takes a URL without a password as a flag, and any URL from the environment', () => {
+    const flagged = loadRedis(['--redis-url', 'redis://user@10.0.0.9:6379']);
+    expect(flagged.kind === 'config' && flagged.config.redisUrl).toBe('redis://user@10.0.0.9:6379');
+    const fromEnv = loadRedis([], { APP_REDIS_URL: 'redis://:hunter2pw@10.0.0.9:6379' });
+    expect(fromEnv.kind === 'config' && fromEnv.config.redisUrl).toBe('redis://:hunter2pw@10.0.0.9:6379');
+  });
+
+  it.each([
+    ['redis://:pw@h:1', true],
+    ['redis://u:pw@h:1', true],
+    ['redis://u:@h:1', false],
+    ['redis://u@h:1', false],
+    ['redis://h:1/0', false],
+    ['redis://h:1/0?password=x', true],
+    ['redis+cluster://h:1,h:2', false],
+  ])('urlCarriesSecret(%s) is %s', (url, carries) => {
+    expect(urlCarriesSecret(url)).toBe(carries);
   });
 });

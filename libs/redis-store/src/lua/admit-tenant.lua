@@ -13,7 +13,9 @@
   KEYS[1]  <ns>:{tenant:<tag>}:rates            HASH bucket field -> TAT ms
   KEYS[2]  <ns>:{tenant:<tag>}:leases:tenant    ZSET lease id -> deadline ms, the tenant's requests in flight
   KEYS[3]  <ns>:{tenant:<tag>}:leases:key:<id>  ZSET lease id -> deadline ms, the key's requests in flight
-  ARGV[1]  now, ms since the Unix epoch
+  ARGV[1]  '' in production: now is Redis's own TIME, so replicas whose clocks disagree share one
+           timeline; a number (ms since the Unix epoch) only from tests that move time
+           (TenantLimits `clock: 'caller'`)
   ARGV[2]  lease id (unique per request)
   ARGV[3]  lease TTL, ms (> 0)
   ARGV[4]  rate buckets, one JSON array of {f: field, n: units, p: period ms, l: limit per period}
@@ -27,6 +29,10 @@
 ]]
 
 local now = tonumber(ARGV[1])
+if now == nil then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
 local leaseId = ARGV[2]
 local leaseTtl = tonumber(ARGV[3])
 local buckets = cjson.decode(ARGV[4])

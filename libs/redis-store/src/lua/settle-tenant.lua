@@ -11,7 +11,9 @@
   KEYS[1]  <ns>:{tenant:<tag>}:rates            HASH bucket field -> TAT ms
   KEYS[2]  <ns>:{tenant:<tag>}:leases:tenant    ZSET lease id -> deadline ms
   KEYS[3]  <ns>:{tenant:<tag>}:leases:key:<id>  ZSET lease id -> deadline ms
-  ARGV[1]  now, ms since the Unix epoch
+  ARGV[1]  '' in production: now is Redis's own TIME, so replicas whose clocks disagree share one
+           timeline; a number (ms since the Unix epoch) only from tests that move time
+           (TenantLimits `clock: 'caller'`)
   ARGV[2]  lease id
   ARGV[3]  'release' | 'renew'
   ARGV[4]  release: corrections, one JSON array of {f: field, d: units used − units reserved, p: period
@@ -21,6 +23,10 @@
 ]]
 
 local now = tonumber(ARGV[1])
+if now == nil then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
 local leaseId = ARGV[2]
 local count = 0
 

@@ -204,8 +204,21 @@ describe('RedisBackendSet changes', () => {
     await expect(set.add(spec('a', { url: 'ftp://x' }))).rejects.toThrow(RangeError);
     await expect(set.add(spec('a', { weight: 0 }))).rejects.toThrow(RangeError);
     await expect(set.add(spec('a', { models: [] }))).rejects.toThrow(RangeError);
+    await expect(set.add({ ...spec('a'), dataParallel: { size: 0, startRank: 0, hybridLb: false } })).rejects.toThrow(
+      RangeError,
+    );
+    await expect(set.add({ ...spec('a'), kvEvents: { endpoint: 'http://x:1' } })).rejects.toThrow(RangeError);
     await expect(set.remove('')).rejects.toThrow(RangeError);
     expect(await set.version()).toBe(0);
+  });
+
+  it("carries a backend's data-parallel ranks and KV-event endpoints to every replica and poller", async () => {
+    const set = createSet();
+    const dataParallel = { size: 4, startRank: 0, hybridLb: false };
+    const kvEvents = { endpoint: 'tcp://10.0.0.5:5557', replayEndpoint: 'tcp://10.0.0.5:5561', model: 'm' };
+    await set.add({ ...spec('dp'), dataParallel, kvEvents });
+    const [entry] = (await set.list()).backends;
+    expect(entry).toMatchObject({ id: 'dp', dataParallel, kvEvents });
   });
 });
 

@@ -2,6 +2,8 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { RedisBackendSet } from '../../src/backend-set';
 import { RedisBackendStateStore } from '../../src/backend-state-store';
 import { KEY_SUFFIX, poolKeys } from '../../src/keys';
+import { RedisFlowQueue } from '../../src/flow-queue';
+import { KvEventsIndex, KvEventsLeases } from '../../src/kv-events-index';
 import { RECORD_BLOCKS_PER_CALL } from '../../src/pool-leases';
 import { RedisStoreError } from '../../src/redis-store-error';
 import { integerArrayReply, runScript, SCRIPTS } from '../../src/scripts';
@@ -87,6 +89,26 @@ describe('script loading', () => {
       await limits.admit(admission); // admit-tenant.lua
       await limits.release({ ...admission, usedTokens: 0 }); // settle-tenant.lua
       await new RedisApiKeyStore({ redis: ctx.redis, keyNamespace: ctx.namespace }).revoke('none'); // change-api-keys.lua, writes nothing
+      await new KvEventsIndex({
+        redis: ctx.redis,
+        nowMs: clock.nowMs,
+        blockIdleTtlMs: 0,
+        maxBlocksPerPool: 10,
+        keyNamespace: ctx.namespace,
+      }).apply('m', 'a', { clear: false, ops: [{ kind: 'removed', blocks: [1] }] }); // apply-kv-events.lua
+      await new KvEventsLeases({
+        redis: ctx.redis,
+        replicaId: 'r',
+        leaseTtlMs: 1000,
+        keyNamespace: ctx.namespace,
+      }).renew('none'); // kv-events-lease.lua, writes nothing
+      const flow = new RedisFlowQueue({ redis: ctx.redis, keyNamespace: ctx.namespace });
+      await flow.enter(
+        'm',
+        { id: 'f', flow: 't', costTokens: 1, weight: 1, priorityClass: 1 },
+        { capacity: 1, enginesSaturated: false, leaseTtlMs: 1000, expressSlots: 0 },
+        1000,
+      ); // flow-queue.lua
     };
     await everyScript();
     const shas = Object.values(SCRIPTS).map((script) => script.sha1);

@@ -33,7 +33,7 @@ function request(overrides: Partial<AdmitRequest> = {}): AdmitRequest {
 
 describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas', () => {
   it('admits a burst of exactly the limit, then one more every period / limit (GCRA)', async () => {
-    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace, clock: 'caller' });
     let admitted = 0;
     for (let i = 0; i < 650; i++) if ((await limits.admit(request())).admitted) admitted += 1;
     expect(admitted).toBe(600);
@@ -51,7 +51,7 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
 
   it('is exact under concurrent admissions from several connections (three router replicas)', async () => {
     const replicas = await Promise.all([ctx.connect(), ctx.connect(), ctx.connect()]).then((clients) =>
-      clients.map((redis) => new TenantLimits({ redis, keyNamespace: ctx.namespace })),
+      clients.map((redis) => new TenantLimits({ redis, keyNamespace: ctx.namespace, clock: 'caller' })),
     );
     const outcomes = await Promise.all(
       Array.from({ length: 900 }, (_, i) => (replicas[i % 3] as TenantLimits).admit(request())),
@@ -60,7 +60,7 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
   });
 
   it('takes nothing from any limit when one of them refuses', async () => {
-    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace, clock: 'caller' });
     const both = [REQUESTS_600, TOKENS_10K];
     expect((await limits.admit(request({ rates: both, reservedTokens: 9_000 }))).admitted).toBe(true);
     const refused = await limits.admit(request({ rates: both, reservedTokens: 2_000 }));
@@ -72,7 +72,7 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
   });
 
   it('refuses for good a request that alone exceeds a limit', async () => {
-    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace, clock: 'caller' });
     expect(await limits.admit(request({ rates: [TOKENS_10K], reservedTokens: 10_001 }))).toMatchObject({
       admitted: false,
       retryAfterMs: null,
@@ -81,7 +81,7 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
   });
 
   it('settles tokens from usage: an unused reservation comes back, an overdraft is paid by the next requests', async () => {
-    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace, clock: 'caller' });
     const first = request({ rates: [TOKENS_10K], reservedTokens: 8_000 });
     expect((await limits.admit(first)).admitted).toBe(true);
     expect((await limits.admit(request({ rates: [TOKENS_10K], reservedTokens: 5_000 }))).admitted).toBe(false);
@@ -95,7 +95,7 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
   });
 
   it('caps requests in flight per tenant and per key, and a crashed holder leaks nothing', async () => {
-    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace, clock: 'caller' });
     const capped = { rates: [], concurrency: { tenant: 3, key: 2 } };
     const a = request({ ...capped });
     const b = request({ ...capped });
@@ -120,7 +120,7 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
   it('admits a full burst when period / limit is not exact in binary (9 and 14 per minute at a real clock)', async () => {
     // At these clocks, adding 60 000 / L L times ends a rounding error past 60 000 ms for L = 9 and 14
     // (checked in doubles, as Lua computes): without the script's EPSILON_MS the last unit is refused.
-    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace, clock: 'caller' });
     for (const limit of [9, 14]) {
       const rate: RateLimit = { scope: 'tenant', unit: 'requests', limit, periodMs: MINUTE };
       for (const nowMs of [T0 + 1, T0 + 123_456_789]) {
@@ -133,7 +133,7 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
   });
 
   it('keeps a renewed lease past twice its TTL, and a settled debt past the expiry its admission set', async () => {
-    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace, clock: 'caller' });
     const keys = tenantKeys('acme', ctx.namespace);
     // A long stream: 1 in flight allowed, lease TTL 1 s, renewed every 500 ms for 3 s.
     const stream = request({ rates: [], leaseTtlMs: 1_000, concurrency: { key: 1 } });
@@ -156,7 +156,7 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
   });
 
   it('refuses counts that would break the script or give credit, before calling Redis', async () => {
-    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace });
+    const limits = new TenantLimits({ redis: ctx.redis, keyNamespace: ctx.namespace, clock: 'caller' });
     await expect(limits.admit(request({ rates: [TOKENS_10K], reservedTokens: Number.NaN }))).rejects.toThrow(
       RangeError,
     );
@@ -172,5 +172,31 @@ describe('admit-tenant.lua / settle-tenant.lua: limits that hold across replicas
       'ns:{tenant:acme}:leases:key:k1',
     ]);
     expect(tenantKeys('a}b', 'ns').rates).toMatch(/^ns:\{tenant:[0-9a-f]{40}\}:rates$/);
+  });
+
+  it('counts by Redis TIME: two replicas whose clocks disagree by minutes share one timeline (issue 30)', async () => {
+    // Replica B's clock runs 5 minutes ahead of A's. By its own clock every bucket A filled would be full
+    // again and every lease A holds long expired: a second burst would pass, and the caps with it.
+    const [a, b] = await Promise.all([ctx.connect(), ctx.connect()]).then((clients) =>
+      clients.map((redis) => new TenantLimits({ redis, keyNamespace: ctx.namespace })),
+    );
+    const ten: RateLimit = { scope: 'tenant', unit: 'requests', limit: 10, periodMs: MINUTE };
+    const onA = () => request({ tenant: 'skew', rates: [ten], nowMs: Date.now() });
+    const onB = () => request({ tenant: 'skew', rates: [ten], nowMs: Date.now() + 5 * MINUTE });
+    let admitted = 0;
+    for (let i = 0; i < 10; i++) if ((await (a as TenantLimits).admit(onA())).admitted) admitted += 1;
+    for (let i = 0; i < 10; i++) if ((await (b as TenantLimits).admit(onB())).admitted) admitted += 1;
+    expect(admitted).toBe(10);
+    const refused = await (b as TenantLimits).admit(onB());
+    expect(refused).toMatchObject({ admitted: false });
+    // Retry-After is the real wait (~6 s for 10 a minute), not 5 minutes off.
+    expect(!refused.admitted && refused.retryAfterMs).toBeLessThanOrEqual(6_000);
+
+    const capped = (nowMs: number) =>
+      request({ tenant: 'skew-cap', rates: [], concurrency: { tenant: 2 }, leaseTtlMs: 30_000, nowMs });
+    expect((await (a as TenantLimits).admit(capped(Date.now()))).admitted).toBe(true);
+    expect((await (a as TenantLimits).admit(capped(Date.now()))).admitted).toBe(true);
+    // A's leases live 30 s by Redis's clock: B, 5 minutes ahead, must not purge them as expired.
+    expect((await (b as TenantLimits).admit(capped(Date.now() + 5 * MINUTE))).admitted).toBe(false);
   });
 });

@@ -17,6 +17,15 @@ describe('calibrationSamplesOf', () => {
     ).toEqual({ bytesPerToken: 2 });
   });
 
+  it('takes no bytes per token from a request counted in tokens (token mode), its timing still', () => {
+    const samples = calibrationSamplesOf(
+      { textBytes: 4_000, unit: 'tokens', promptTokens: 4_000, cachedTokens: 1_000, ttftMs: 378, ...idle },
+      0.07,
+    );
+    expect(samples.bytesPerToken).toBeUndefined();
+    expect(samples.prefillMsPerToken).toBeCloseTo(0.126, 6);
+  });
+
   it('takes the prefill rate from a stream that started on an idle backend with enough uncached tokens', () => {
     const samples = calibrationSamplesOf(
       { textBytes: 8_000, promptTokens: 4_000, cachedTokens: 1_000, ttftMs: 378, ...idle },

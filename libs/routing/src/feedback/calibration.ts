@@ -34,8 +34,10 @@ export const MIN_RATIO_SAMPLE_TOKENS = 64;
 
 /** What one response showed, for calibration. */
 export interface ResponseObservation {
-  /** The request's routing text, bytes. */
+  /** The request's routing text, bytes (its tokens in token mode). */
   readonly textBytes: number;
+  /** RoutingRequest.unit: a request counted in tokens has no bytes-per-token ratio to sample. */
+  readonly unit?: 'bytes' | 'tokens';
   readonly promptTokens: number;
   /** Null when the engine does not report it. */
   readonly cachedTokens: number | null;
@@ -54,7 +56,7 @@ export function calibrationSamplesOf(
 ): Partial<Record<CalibratedParam, number>> {
   const samples: Partial<Record<CalibratedParam, number>> = {};
   const { textBytes, promptTokens, cachedTokens, ttftMs } = observation;
-  if (promptTokens >= MIN_RATIO_SAMPLE_TOKENS && textBytes > 0)
+  if (observation.unit !== 'tokens' && promptTokens >= MIN_RATIO_SAMPLE_TOKENS && textBytes > 0)
     samples.bytesPerToken = clampSample('bytesPerToken', textBytes / promptTokens);
   if (ttftMs === null || cachedTokens === null) return samples;
   const uncached = Math.max(0, promptTokens - cachedTokens);

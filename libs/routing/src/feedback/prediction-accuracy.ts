@@ -33,8 +33,10 @@ export interface Prediction {
   /** Leading routing blocks the chosen backend was believed to hold. */
   readonly matchBlocks: number;
   readonly blockSizeBytes: number;
-  /** The request's routing text, bytes. */
+  /** The request's routing text, bytes (tokens in token mode, where the check's ratio comes out ~1). */
   readonly textBytes: number;
+  /** RoutingRequest.unit: in token mode there is no bytes-per-token ratio to learn. */
+  readonly unit?: 'bytes' | 'tokens';
 }
 
 export interface PredictionCheck {

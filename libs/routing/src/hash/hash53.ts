@@ -94,6 +94,62 @@ export function hashBytes53(view: DataView, start: number, length: number, previ
   return finalizeLanes(h1, h2, length);
 }
 
+const TOKENS_LANE1_SEED = 0x452821e6;
+const TOKENS_LANE2_SEED = 0x38d01377;
+
+/**
+ * The chain seed of a request's first token block: a token chain starts here (byte chains start at 0),
+ * so the two kinds never share a hash.
+ */
+export const TOKEN_CHAIN_ROOT = 0x0b6a6c5e2f1d;
+
+/**
+ * Hashes one block of token ids, `tokens[start .. start + count)`, chained on `previous` (the block
+ * before's hash, or TOKEN_CHAIN_ROOT for the first), with `extra` mixed in first: a 53-bit hash of the
+ * block's extra keys as vLLM keys them (the LoRA adapter, multimodal inputs, `cache_salt` on block 0),
+ * 0 for none. A token id is one 32-bit word. The router hashes a request's prompt with it and the
+ * KV-event indexer an engine's stored blocks (from their `token_ids`), so both name a block the same
+ * way whatever hash the engine uses.
+ */
+export function hashTokenBlock53(
+  tokens: ArrayLike<number>,
+  start: number,
+  count: number,
+  previous: number,
+  extra = 0,
+): number {
+  let h1 = lowLane(previous) ^ TOKENS_LANE1_SEED;
+  let h2 = highLane(previous) ^ TOKENS_LANE2_SEED;
+  if (extra !== 0) {
+    h1 = mixLane1(mixLane1(h1, lowLane(extra)), highLane(extra));
+    h2 = mixLane2(mixLane2(h2, lowLane(extra)), highLane(extra));
+  }
+  const end = start + count;
+  for (let i = start; i < end; i++) {
+    const token = tokens[i] as number;
+    h1 = mixLane1(h1, token);
+    h2 = mixLane2(h2, token);
+  }
+  return finalizeLanes(h1, h2, count);
+}
+
+/**
+ * The `extra` of hashTokenBlock53 for a block, from the keys vLLM adds to a block's hash
+ * (vllm/v1/core/kv_cache_utils.py generate_block_hash_extra_keys): the LoRA adapter's name on every
+ * block, the request's `cache_salt` on the chain's first block only; 0 for neither. The router (a
+ * request's salt and adapter) and the KV-event indexer (a BlockStored's lora_name and block 0's extra
+ * keys) compute it the same way, so a salted or adapter's block has one name on both sides.
+ */
+export function tokenBlockExtra(loraName: string | null, cacheSalt: string | null, firstBlock: boolean): number {
+  const lora = loraName === null || loraName === '' ? 0 : hashString53(loraName, LORA_EXTRA_SEED);
+  if (!firstBlock || cacheSalt === null || cacheSalt === '') return lora;
+  const salt = hashString53(cacheSalt, SALT_EXTRA_SEED);
+  return lora === 0 ? salt : combineHash53(lora, salt);
+}
+
+const LORA_EXTRA_SEED = 0x1f83d9abfb41;
+const SALT_EXTRA_SEED = 0x5be0cd19137e;
+
 /** Hashes two 53-bit values into one (order matters): rendezvous weights, ring points. */
 export function combineHash53(a: number, b: number): number {
   let h1 = mixLane1(lowLane(a), lowLane(b));

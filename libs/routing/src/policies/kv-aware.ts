@@ -26,6 +26,7 @@
  * Reasons: `kv-fit`, `kv-unknown`, `kv-pressure`.
  */
 
+import { unitsPerToken } from '../prefix/prefill-estimate';
 import type { Candidate, RoutingPolicy, RoutingRequest } from '../types';
 import { candidateScore } from './candidate-score';
 import { defaultsOf, resolveParams, type ParamsOf, type ParamTable } from './policy-params';
@@ -68,7 +69,9 @@ interface Assessment {
 }
 
 export function kvDemandTokens(request: RoutingRequest, p: KvAwareParams): number {
-  return Math.ceil(request.textBytes / p.bytesPerToken) + (request.maxTokens ?? p.defaultMaxTokens);
+  return (
+    Math.ceil(request.textBytes / unitsPerToken(request, p.bytesPerToken)) + (request.maxTokens ?? p.defaultMaxTokens)
+  );
 }
 
 function assess(candidate: Candidate, demandTokens: number, p: KvAwareParams): Assessment {

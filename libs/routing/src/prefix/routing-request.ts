@@ -42,7 +42,7 @@ export function buildRoutingRequest(
     maxUnits: routedTextUnits(maxBlocks, options.blockSizeBytes),
   });
   const hashed = encoder.hash(options.blockSizeBytes, maxBlocks, rendered.omittedBytes);
-  const sessionKey = nonEmpty(options.sessionKey) ?? nonEmpty(promptCacheKeyOf(body)) ?? nonEmpty(body.user) ?? null;
+  const sessionKey = sessionKeyOf(body, options.sessionKey);
   return {
     model: body.model,
     blockHashes: hashed.blockHashes,
@@ -56,8 +56,16 @@ export function buildRoutingRequest(
   };
 }
 
+/** The affinity key: `X-Session-Id`, else the body's `prompt_cache_key`, else its `user` (first non-empty wins). */
+export function sessionKeyOf(
+  body: ChatCompletionRequest | CompletionRequest,
+  sessionHeader: string | null | undefined,
+): string | null {
+  return nonEmpty(sessionHeader) ?? nonEmpty(promptCacheKeyOf(body)) ?? nonEmpty(body.user) ?? null;
+}
+
 /** Most tokens the request may generate over all its choices; null when the body does not bound it. */
-function maxTokensOf(body: ChatCompletionRequest | CompletionRequest): number | null {
+export function maxTokensOf(body: ChatCompletionRequest | CompletionRequest): number | null {
   const completionTokens = 'max_completion_tokens' in body ? body.max_completion_tokens : undefined;
   const perChoice = completionTokens ?? body.max_tokens;
   return typeof perChoice === 'number' ? perChoice * (body.n ?? 1) : null;

@@ -37,6 +37,8 @@ export function costRule(
   explain: (outcome: CostOutcome) => RoutingDecision,
 ): AtomicRule<CostOutcome> {
   const packedParams = JSON.stringify(params);
+  // Token mode's requests count tokens (RoutingRequest.unit): cost.lua divides by one token per token.
+  const packedTokenParams = JSON.stringify({ ...params, bytesPerToken: 1 });
   return {
     name: 'cost',
     lua: COST_LUA,
@@ -47,7 +49,7 @@ export function costRule(
       // Positions in base 36: cost.lua reads them with strtoul, not strtod (~40 % of the instructions).
       const positions = ranked.map((index) => (index + 1).toString(36)).join(',');
       return {
-        argument: `${packedParams}\n${figures}\n${positions}`,
+        argument: `${request.unit === 'tokens' ? packedTokenParams : packedParams}\n${figures}\n${positions}`,
         preferred: ranked,
       };
     },

@@ -55,11 +55,13 @@ end
 -- read at most once per generation.
 --
 -- Depth search, for all candidates at once: read a ladder of ~16 evenly spaced blocks (one HMGET per
--- generation), binary-search each candidate's last rung, then read the blocks between that rung and
--- the next once per distinct bracket and binary-search them. Holding is monotone along the chain
--- (prefix closure), so this is exact, and costs 1 + (distinct brackets) reads per generation whatever
--- the number of candidates and blocks: on the machines we measure, a script's cost is its commands
--- and its Lua steps, not the bytes it reads.
+-- generation); where two neighbouring rungs' owner lists differ, read the blocks between them (one more
+-- HMGET per generation for all such gaps). That splits the chain into runs of equal owner lists, over
+-- which every backend's holding is constant (prefix closure makes holding monotone), so each candidate's
+-- depth is a binary search over the runs, usually two or three: the shared system prompt, a
+-- conversation's earlier turns, its latest, the unrecorded tail. Exact, at 2 reads per generation
+-- whatever the number of candidates and blocks, and a few string finds per candidate (issue 28:
+-- searching each candidate over the blocks cost ~8 finds each).
 local LADDER_RUNGS = 16
 -- Bytes of an owner list's head parsed per owner wanted (index.deepestOwners): an entry is \1<id>\2<13-digit ms>.
 local OWNER_HEAD_BYTES = 96
@@ -95,34 +97,38 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
   end
 
   -- { [id] = largest d such that id holds blocks 1..d }, in `new` or, when withOld, in either generation,
-  -- counting the entries recorded after forgottenAt[id].
+  -- counting the entries recorded after forgottenAt[id]; and { [id] = when its entry on block d was
+  -- recorded, the decimal string stored } (absent at depth 0).
   local function deepest(ids, withOld, forgottenAt)
-    local depths = {}
+    local depths, recordedAt = {}, {}
     if blockCount == 0 then
       for k = 1, #ids do depths[ids[k]] = 0 end
-      return depths
+      return depths, recordedAt
     end
     local newValues, oldValues = raw[newKey], raw[oldKey]
     local find, match = string.find, string.match
-    -- Whether the backend of `marker` ("\1<id>\2", forgotten at `forgot` or never) holds block i.
-    -- Inlined finds, no decoding: this runs (candidates x log(blocks)) times per decision.
-    local function holds(marker, forgot, i)
+    -- Where the backend of `marker` ("\1<id>\2", forgotten at `forgot` or never) has the entry that
+    -- makes it hold block i: the owner list and the entry's offset in it; nil when it does not hold it.
+    -- Inlined finds, no decoding: this runs (candidates x log(runs)) times per decision.
+    local function holding(marker, forgot, i)
       local value = newValues[i]
       local at = value and find(value, marker, 1, true)
       if not at and withOld then
         value = oldValues[i]
         at = value and find(value, marker, 1, true)
       end
-      if not at then return false end
-      return forgot == nil or tonumber(match(value, '^%d+', at + #marker)) > forgot
+      if not at then return nil end
+      if forgot ~= nil and tonumber(match(value, '^%d+', at + #marker)) <= forgot then return nil end
+      return value, at
     end
 
     local rungs = ladder()
     read(newKey, rungs)
     if withOld then
-      read(oldKey, rungs)
       -- A backend that does not hold block 1 in the previous generation holds nothing there (prefix
-      -- closure): when none of `ids` does, that generation is read no further.
+      -- closure): when none of `ids` does, that generation is read no further (block 1 alone first:
+      -- one command more when it is needed, the rest of its ladder saved when not).
+      read(oldKey, { 1 })
       local first, any = oldValues[1], false
       if first then
         for k = 1, #ids do
@@ -135,52 +141,56 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
         end
       end
       withOld = any
+      if withOld then read(oldKey, rungs) end
     end
 
-    -- 1. Each id's last held rung r (0 = not even block 1); brackets[r] = ids with depth in [rungs[r], rungs[r+1]).
-    local brackets = {}
+    -- 1. The runs: stretches of the chain whose owner lists are the same in the generations searched,
+    -- over which every backend's holding is therefore constant (a backend holds all of a run or none
+    -- of it: holding is monotone, and equal lists give equal answers at both ends). Two rungs with
+    -- equal lists bound one run; between two that differ, the inner blocks are read (one HMGET per
+    -- generation for all such gaps) and compared one by one. ends = each run's last block, ascending.
+    local function same(i, j)
+      return newValues[i] == newValues[j] and (not withOld or oldValues[i] == oldValues[j])
+    end
+    local inner = {}
+    for r = 1, #rungs - 1 do
+      if rungs[r + 1] > rungs[r] + 1 and not same(rungs[r], rungs[r + 1]) then
+        for i = rungs[r] + 1, rungs[r + 1] - 1 do inner[#inner + 1] = i end
+      end
+    end
+    if #inner > 0 then
+      read(newKey, inner)
+      if withOld then read(oldKey, inner) end
+    end
+    local ends = {}
+    for r = 1, #rungs - 1 do
+      if not same(rungs[r], rungs[r + 1]) then
+        for i = rungs[r], rungs[r + 1] - 1 do
+          if not same(i, i + 1) then ends[#ends + 1] = i end
+        end
+      end
+    end
+    ends[#ends + 1] = blockCount
+
+    -- 2. Each id's depth: the end of the last run it holds, by binary search over the runs (typically
+    -- a handful: the shared system prompt, a conversation's earlier turns, its latest, the unrecorded tail).
     for k = 1, #ids do
       local id = ids[k]
       local marker, forgot = '\1' .. id .. '\2', forgottenAt[id]
-      -- Block 1 first: a backend that lacks it matches nothing, whatever it holds further on.
-      local low, high = 0, holds(marker, forgot, 1) and #rungs or 0
+      local low, high, heldValue, heldAt = 0, #ends, nil, nil
       while low < high do
         local middle = math.floor((low + high + 1) / 2)
-        if holds(marker, forgot, rungs[middle]) then low = middle else high = middle - 1 end
-      end
-      if low == 0 then
-        depths[id] = 0
-      elseif low == #rungs or rungs[low + 1] == rungs[low] + 1 then
-        depths[id] = rungs[low]
-      else
-        local bracket = brackets[low]
-        if bracket == nil then
-          bracket = {}
-          brackets[low] = bracket
+        local value, at = holding(marker, forgot, ends[middle])
+        if value then
+          low, heldValue, heldAt = middle, value, at
+        else
+          high = middle - 1
         end
-        bracket[#bracket + 1] = id
       end
+      depths[id] = low == 0 and 0 or ends[low]
+      if heldValue then recordedAt[id] = match(heldValue, '^%d+', heldAt + #marker) end
     end
-
-    -- 2. Within a bracket: read its blocks once, binary-search each member.
-    for r, members in pairs(brackets) do
-      local first, last = rungs[r] + 1, rungs[r + 1] - 1
-      local between = {}
-      for i = first, last do between[#between + 1] = i end
-      read(newKey, between)
-      if withOld then read(oldKey, between) end
-      for k = 1, #members do
-        local id = members[k]
-        local marker, forgot = '\1' .. id .. '\2', forgottenAt[id]
-        local low, high = rungs[r], last
-        while low < high do
-          local middle = math.floor((low + high + 1) / 2)
-          if holds(marker, forgot, middle) then low = middle else high = middle - 1 end
-        end
-        depths[id] = low
-      end
-    end
-    return depths
+    return depths, recordedAt
   end
 
   -- Up to `limit` distinct backends with entries on the chain's deepest recorded blocks that `accept`
@@ -218,32 +228,13 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
   end
 
   -- Leading blocks of the chain each of `ids` holds, in either generation: { [id] = depth }, and
-  -- when each one's deepest held block was recorded: { [id] = ms, the decimal string stored, not converted:
-  -- the caller only passes it on } (absent at depth 0). Times never
-  -- increase along a chain (index.record), so that is the oldest entry of the matched prefix: the
-  -- first an LRU engine evicts, whose age the router's learn stage takes as eviction evidence
-  -- (learn.lua), read here because the request's own recording may rewrite it later.
-  -- No extra command: the depth search has read block `depth` of every id, in the generation whose
-  -- entry counted (`new` first, as `holds` reads them).
+  -- when each one's deepest held block was recorded: { [id] = ms, the decimal string stored, not
+  -- converted: the caller only passes it on } (absent at depth 0). Times never increase along a chain
+  -- (index.record), so that is the oldest entry of the matched prefix: the first an LRU engine evicts,
+  -- whose age the router's learn stage takes as eviction evidence (learn.lua), read here because the
+  -- request's own recording may rewrite it later. The search finds it: its last probe that held.
   function index.depths(ids)
-    local depths = deepest(ids, true, thresholds.lookup)
-    local recordedAt = {}
-    local newValues, oldValues = raw[newKey], raw[oldKey]
-    for k = 1, #ids do
-      local id = ids[k]
-      local depth = depths[id]
-      if depth > 0 then
-        local marker = '\1' .. id .. '\2'
-        local value = newValues[depth]
-        local at = value and string.find(value, marker, 1, true)
-        if not at then
-          value = oldValues[depth]
-          at = value and string.find(value, marker, 1, true)
-        end
-        if at then recordedAt[id] = string.match(value, '^%d+', at + #marker) end
-      end
-    end
-    return depths, recordedAt
+    return deepest(ids, true, thresholds.lookup)
   end
 
   -- Records that backend `id` holds the chain: writes `now` into `new` for the blocks past its depth

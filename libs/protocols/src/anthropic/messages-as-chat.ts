@@ -1,10 +1,21 @@
-import type { ChatMessage, ContentPart, MessagesContentBlock, MessagesRequest } from '@kvroute/protocols';
-import type { ToolDefinition } from './agent-turn';
+import type { ChatMessage, ContentPart } from '../openai/chat-completions';
+import type { MessagesContentBlock, MessagesRequest } from './messages';
+
+/** A function tool as chat requests carry it. */
+export interface ChatFunctionTool {
+  readonly type: string;
+  readonly function: {
+    readonly name: string;
+    readonly description?: unknown;
+    readonly parameters?: unknown;
+  };
+}
 
 /**
  * An Anthropic Messages request as the chat messages vLLM turns it into before applying the chat
  * template (vllm/entrypoints/anthropic/serving.py, `_convert_anthropic_to_openai_request`), so the sim's
- * prompt tokens, and so its prefix cache, follow what vLLM would compute:
+ * prompt tokens, and so its prefix cache, follow what vLLM would compute, and so that a router in token
+ * mode tokenizes a Messages request as the engine will:
  *
  * - `system` (a string, or its text blocks joined) becomes the first, `system` message;
  * - a string content stays a string; blocks: `text` → a text part, `image` → an image_url part,
@@ -13,9 +24,9 @@ import type { ToolDefinition } from './agent-turn';
  *   leave out of earlier turns).
  * - `tools` become function tools (name, description, parameters = input_schema).
  */
-export function messagesAsChatPrompt(body: MessagesRequest): {
+export function messagesAsChat(body: MessagesRequest): {
   messages: ChatMessage[];
-  tools: ToolDefinition[] | undefined;
+  tools: ChatFunctionTool[] | undefined;
 } {
   const messages: ChatMessage[] = [];
   const system =
@@ -75,6 +86,8 @@ function toolResultText(block: MessagesContentBlock): string {
 
 function imageUrlOf(block: MessagesContentBlock): string {
   const source = (block.source ?? {}) as { type?: unknown; url?: unknown; media_type?: unknown; data?: unknown };
-  if (source.type === 'url') return String(source.url ?? '');
-  return `data:${String(source.media_type ?? 'image/jpeg')};base64,${String(source.data ?? '')}`;
+  // Strings only: a hostile object's toString must not run (or throw) here.
+  const text = (value: unknown, otherwise: string): string => (typeof value === 'string' ? value : otherwise);
+  if (source.type === 'url') return text(source.url, '');
+  return `data:${text(source.media_type, 'image/jpeg')};base64,${text(source.data, '')}`;
 }

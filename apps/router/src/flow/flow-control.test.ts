@@ -1,0 +1,328 @@
+import {
+  createRedis,
+  RedisFlowQueue,
+  waitUntilReady,
+  type FlowCapacity,
+  type FlowEntry,
+  type FlowQueueStore,
+} from '@kvroute/redis-store';
+import { startRedis, uniqueKeyPrefix, type TestRedis } from '@kvroute/testing';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RouterError } from '../errors';
+import type { FlowSettings } from './flow-config';
+import { FlowControl, type FlowMetricsSink, type FlowShedReason, type FlowSlot } from './flow-control';
+import { LocalFlowQueue } from './local-flow-queue';
+
+const SETTINGS: FlowSettings = {
+  maxInflightPerBackend: 1,
+  expressShare: 0,
+  saturationWaiting: 5,
+  saturationKvUsage: 0.95,
+  maxQueueWaitMs: 2_000,
+  maxQueuedRequests: 100,
+  maxQueuedBytes: 1_000_000,
+  pollMs: 5,
+  leaseTtlMs: 10_000,
+  sharedRetryMs: 200,
+};
+
+interface Recorded {
+  admitted: { queued: boolean }[];
+  shed: FlowShedReason[];
+  shared: boolean[];
+}
+
+function recorder(): FlowMetricsSink & Recorded {
+  const recorded: Recorded = { admitted: [], shed: [], shared: [] };
+  return {
+    ...recorded,
+    recordFlowAdmitted: (_model, _class, queued) => recorded.admitted.push({ queued }),
+    recordFlowShed: (_model, _class, reason) => recorded.shed.push(reason),
+    recordFlowShared: (shared) => recorded.shared.push(shared),
+  };
+}
+
+const clock = (): number => performance.now();
+const silent = pino({ level: 'silent' });
+
+function control(
+  shared: FlowQueueStore | null,
+  settings: Partial<FlowSettings> = {},
+  metrics = recorder(),
+): FlowControl {
+  return new FlowControl({
+    settings: { ...SETTINGS, ...settings },
+    shared,
+    local: new LocalFlowQueue(clock),
+    nowMs: clock,
+    metrics,
+    logger: silent,
+  });
+}
+
+let counter = 0;
+const entry = (flow: string, costTokens = 100, priorityClass: 0 | 1 | 2 = 1): FlowEntry => ({
+  id: `${flow}-${++counter}`,
+  flow,
+  costTokens,
+  weight: 1,
+  priorityClass,
+});
+const capacity =
+  (slots: number, enginesSaturated = false): (() => FlowCapacity) =>
+  () => ({ capacity: slots, enginesSaturated, leaseTtlMs: 10_000, expressSlots: 0 });
+
+/** Admits `entries` in order (each awaited to its queued state), and records the flows in their admission order. */
+function admitAll(
+  flow: FlowControl,
+  pool: string,
+  entries: FlowEntry[],
+  slots: number,
+  order: string[],
+): Promise<FlowSlot>[] {
+  return entries.map((one) =>
+    flow.admit(pool, one, 10, capacity(slots)).then((slot) => {
+      order.push(one.flow);
+      return slot;
+    }),
+  );
+}
+
+/** Ends each request as soon as it is admitted, whichever comes next (on whichever replica). */
+async function releaseAsAdmitted(pending: Promise<FlowSlot>[]): Promise<void> {
+  const left = [...pending];
+  for (let done = 0; done < pending.length; done++) {
+    const next = await Promise.race(left.map((one, index) => one.then(() => index)));
+    const slot = await (left[next] as Promise<FlowSlot>);
+    left[next] = new Promise(() => undefined);
+    slot.release();
+  }
+}
+
+/** A shared queue whose Redis does not answer: every call fails. */
+function unreachableStore(): FlowQueueStore {
+  const down = (): Promise<never> => Promise.reject(new Error('redis down'));
+  return { enter: down, poll: down, renew: down, leave: down, inspect: down };
+}
+
+const settle = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('FlowControl on this replica’s queue', () => {
+  it('admits at once under capacity, queues beyond it, and the next goes when a slot is released', async () => {
+    const flow = control(null);
+    const first = await flow.admit('m', entry('a'), 10, capacity(1));
+    expect(first.waitedMs).toBe(0);
+    let second: FlowSlot | null = null;
+    const waiting = flow.admit('m', entry('a'), 10, capacity(1)).then((slot) => {
+      second = slot;
+      return slot;
+    });
+    await settle(30);
+    expect(second).toBeNull();
+    expect(flow.waiting().get('m')).toMatchObject({ requests: 1, bytes: 10 });
+    first.release();
+    (await waiting).release();
+    expect(second).not.toBeNull();
+    expect(flow.waiting().get('m')?.requests ?? 0).toBe(0);
+  });
+
+  it('lets a tenant below its fair share past a greedy one’s queue into the express slots, at once', async () => {
+    const flow = control(null);
+    const pool = (): FlowCapacity => ({ capacity: 2, enginesSaturated: false, leaseTtlMs: 10_000, expressSlots: 1 });
+    const greedy = [await flow.admit('m', entry('greedy'), 10, pool), await flow.admit('m', entry('greedy'), 10, pool)];
+    const greedyWaiting = flow.admit('m', entry('greedy'), 10, pool);
+    await settle(20);
+    const light = await flow.admit('m', entry('light'), 10, pool);
+    expect(light.waitedMs).toBe(0);
+    // Capacity + express reached: the next light request waits like anyone.
+    const lightWaiting = flow.admit('m', entry('light'), 10, pool);
+    await settle(20);
+    expect(flow.waiting().get('m')?.requests).toBe(2);
+    for (const slot of [...greedy, light]) slot.release();
+    for (const slot of await Promise.all([greedyWaiting, lightWaiting])) slot.release();
+  });
+
+  it("serves a light tenant's requests before a greedy tenant's backlog (fair by tokens)", async () => {
+    const flow = control(null);
+    const holder = await flow.admit('m', entry('x'), 10, capacity(1));
+    const order: string[] = [];
+    const greedy = admitAll(
+      flow,
+      'm',
+      Array.from({ length: 8 }, () => entry('greedy')),
+      1,
+      order,
+    );
+    await settle(10);
+    const light = admitAll(flow, 'm', [entry('light'), entry('light')], 1, order);
+    await settle(10);
+    holder.release();
+    await releaseAsAdmitted([...greedy, ...light]);
+    expect(order).toHaveLength(10);
+    expect(order.slice(0, 4).filter((flowId) => flowId === 'light')).toHaveLength(2);
+  });
+
+  it('sheds at once, with 429 and Retry-After, a request whose predicted wait exceeds the longest', async () => {
+    const metrics = recorder();
+    const flow = control(null, { maxQueueWaitMs: 300 }, metrics);
+    // One request took 100 ms: the pool's mean service time.
+    const measured = await flow.admit('m', entry('a'), 10, capacity(1));
+    await settle(100);
+    measured.release();
+    const holder = await flow.admit('m', entry('a'), 10, capacity(1));
+    const queued = [0, 1, 2].map(() => flow.admit('m', entry('a'), 10, capacity(1)).catch((error: unknown) => error));
+    await settle(5);
+    const startedAt = performance.now();
+    // The same tenant's fourth in line: 4 × 100 ms ahead of it, more than 300.
+    const shed = await flow.admit('m', entry('a'), 10, capacity(1)).catch((error: unknown) => error);
+    expect(performance.now() - startedAt).toBeLessThan(50);
+    expect(shed).toBeInstanceOf(RouterError);
+    expect((shed as RouterError).status).toBe(429);
+    expect((shed as RouterError).options.retryAfterSeconds).toBeGreaterThanOrEqual(1);
+    expect(metrics.shed).toContain('predicted-wait');
+    holder.release();
+    for (const one of queued) {
+      const slot = await one;
+      if (!(slot instanceof Error)) (slot as FlowSlot).release();
+    }
+  });
+
+  it('sheds a request that waited the longest allowed, and one whose client left, and frees their places', async () => {
+    const metrics = recorder();
+    const flow = control(null, { maxQueueWaitMs: 100 }, metrics);
+    const holder = await flow.admit('m', entry('a'), 10, capacity(1));
+    const timedOut = await flow.admit('m', entry('a'), 10, capacity(1)).catch((error: unknown) => error);
+    expect((timedOut as RouterError).code).toBe('ROUTER_ERR_POOL_SATURATED');
+    expect(metrics.shed).toContain('deadline');
+    const gone = new AbortController();
+    const leaving = flow.admit('m', entry('a'), 10, capacity(1), gone.signal).catch((error: unknown) => error);
+    await settle(10);
+    gone.abort();
+    expect(((await leaving) as RouterError).code).toBe('ROUTER_ERR_CLIENT_GONE');
+    expect(flow.waiting().get('m')?.requests ?? 0).toBe(0);
+    holder.release();
+    await settle(10);
+    // Nothing was left holding a slot: the next request is admitted at once.
+    expect((await flow.admit('m', entry('a'), 10, capacity(1))).waitedMs).toBe(0);
+  });
+
+  it('refuses beyond the queue bounds (requests, bytes) without waiting', async () => {
+    const metrics = recorder();
+    const flow = control(null, { maxQueuedRequests: 2, maxQueuedBytes: 25 }, metrics);
+    const holder = await flow.admit('m', entry('a'), 10, capacity(1));
+    const queued = [flow.admit('m', entry('a'), 10, capacity(1)), flow.admit('m', entry('a'), 10, capacity(1))];
+    await settle(10);
+    expect(flow.waiting().get('m')?.requests).toBe(2);
+    const full = await flow.admit('m', entry('b'), 1, capacity(1)).catch((error: unknown) => error);
+    expect((full as RouterError).status).toBe(429);
+    expect(metrics.shed).toEqual(['queue-full']);
+    holder.release();
+    for (const one of queued) (await one).release();
+  });
+
+  it('holds requests while the engines say they are saturated, and lets them go when they are not', async () => {
+    const flow = control(null, { maxInflightPerBackend: 0 });
+    let saturated = true;
+    const pool = (): FlowCapacity => ({
+      capacity: 1_000,
+      enginesSaturated: saturated,
+      leaseTtlMs: 10_000,
+      expressSlots: 0,
+    });
+    const running = await flow.admit('m', entry('a'), 10, pool);
+    let admitted = false;
+    const waiting = flow.admit('m', entry('a'), 10, pool).then((slot) => {
+      admitted = true;
+      return slot;
+    });
+    await settle(40);
+    expect(admitted).toBe(false);
+    saturated = false;
+    const slot = await waiting;
+    expect(admitted).toBe(true);
+    running.release();
+    slot.release();
+  });
+});
+
+describe('FlowControl shared by two replicas in Redis', () => {
+  let redis: TestRedis;
+  beforeAll(async () => {
+    redis = await startRedis();
+  });
+  afterAll(() => redis.stop());
+
+  it("keeps a greedy tenant on one replica behind a light tenant's requests on the other", async () => {
+    const namespace = uniqueKeyPrefix('flow-control');
+    const connections = [createRedis(redis.url, 'request-path'), createRedis(redis.url, 'request-path')];
+    try {
+      await Promise.all(connections.map((connection) => waitUntilReady(connection)));
+      const [one, two] = connections.map((connection) =>
+        control(new RedisFlowQueue({ redis: connection, keyNamespace: namespace })),
+      ) as [FlowControl, FlowControl];
+      const holder = await one.admit('m', entry('x'), 10, capacity(1));
+      expect(one.sharesQueue && two.sharesQueue).toBe(true);
+      const order: string[] = [];
+      const greedy = admitAll(
+        one,
+        'm',
+        Array.from({ length: 8 }, () => entry('greedy')),
+        1,
+        order,
+      );
+      await settle(30);
+      const light = admitAll(two, 'm', [entry('light'), entry('light')], 1, order);
+      await settle(30);
+      holder.release();
+      await releaseAsAdmitted([...greedy, ...light]);
+      expect(order, order.join(' ')).toHaveLength(10);
+      expect(
+        order.slice(0, 4).filter((flowId) => flowId === 'light'),
+        order.join(' '),
+      ).toHaveLength(2);
+      expect(one.sharesQueue && two.sharesQueue).toBe(true);
+    } finally {
+      for (const connection of connections) connection.disconnect();
+    }
+  });
+
+  it('queues on its own replica while Redis fails, says so, and shares again once it answers', async () => {
+    const failing = unreachableStore();
+    const metrics = recorder();
+    const flow = control(failing, { sharedRetryMs: 50 }, metrics);
+    expect(flow.sharesQueue).toBe(true);
+    const slot = await flow.admit('m', entry('a'), 10, capacity(1));
+    expect(flow.sharesQueue).toBe(false);
+    expect(metrics.shared).toEqual([true, false]);
+    slot.release();
+  });
+
+  it('admits only its share of the pool (capacity ÷ live replicas) while it queues on its own', async () => {
+    const failing = unreachableStore();
+    const flow = new FlowControl({
+      settings: SETTINGS,
+      shared: failing,
+      local: new LocalFlowQueue(clock),
+      nowMs: clock,
+      metrics: recorder(),
+      logger: silent,
+      liveReplicas: () => 3,
+    });
+    // A pool of 6 over 3 replicas: 2 here.
+    const slots = [
+      await flow.admit('m', entry('a'), 10, capacity(6)),
+      await flow.admit('m', entry('a'), 10, capacity(6)),
+    ];
+    let third: FlowSlot | null = null;
+    const waiting = flow.admit('m', entry('a'), 10, capacity(6)).then((slot) => {
+      third = slot;
+      return slot;
+    });
+    await settle(30);
+    expect(third).toBeNull();
+    (slots[0] as FlowSlot).release();
+    (await waiting).release();
+    (slots[1] as FlowSlot).release();
+  });
+});

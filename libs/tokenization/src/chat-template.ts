@@ -1,0 +1,149 @@
+/**
+ * A model's chat template, rendered as transformers' `apply_chat_template(tokenize=False)` renders it for vLLM
+ * (README.md, "What we read in vLLM"), through @huggingface/jinja (the Jinja subset HF templates use, with
+ * trim_blocks and lstrip_blocks, `tojson` as Python's json.dumps with ensure_ascii=False, raise_exception and
+ * strftime_now).
+ *
+ * The template's variables: the tokenizer's special tokens (`bos_token`, `eos_token`, … from
+ * tokenizer_config.json, as strings), then the request's chat_template_kwargs (they win), then `messages`,
+ * `tools`, `documents` and `add_generation_prompt`. vLLM passes on only the kwargs the template reads (or that
+ * apply_chat_template takes): a kwarg the template does not read changes nothing, so passing all is the same
+ * rendering; `chat_template` and `tokenize` are refused, as vLLM refuses them.
+ *
+ * continue_final_message: the rendering is cut right after the final message's text (transformers' rule), so
+ * the model continues it.
+ */
+
+import { Template } from '@huggingface/jinja';
+import { type ContentFormat, detectContentFormat } from './content-format';
+import { ChatTemplateError } from './errors';
+import type { ConversationMessage } from './chat-messages';
+
+export interface RenderTemplateOptions {
+  readonly tools: Record<string, unknown>[] | null;
+  readonly addGenerationPrompt: boolean;
+  readonly continueFinalMessage: boolean;
+  /** The request's chat_template_kwargs. */
+  readonly templateKwargs?: Readonly<Record<string, unknown>>;
+}
+
+/** The special-token attributes transformers puts in `special_tokens_map` (those that are set). */
+const SPECIAL_TOKEN_KEYS = ['bos_token', 'eos_token', 'unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token'];
+/** apply_chat_template's own parameters: consumed by it, not template variables (besides those it passes on). */
+const APPLY_PARAMETERS = new Set([
+  'conversation',
+  'tools',
+  'documents',
+  'chat_template',
+  'add_generation_prompt',
+  'continue_final_message',
+  'tokenize',
+  'padding',
+  'truncation',
+  'max_length',
+  'return_tensors',
+  'return_dict',
+  'return_assistant_tokens_mask',
+  'tokenizer_kwargs',
+]);
+/** Python's str.strip() whitespace (JS's trim() differs on U+001C–U+001F, U+0085 and U+FEFF). */
+const PY_SPACE =
+  '[\\t\\n\\u000b\\f\\r\\u001c-\\u001f \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]';
+const LEADING_SPACE = new RegExp(`^${PY_SPACE}+`);
+const TRAILING_SPACE = new RegExp(`${PY_SPACE}+$`);
+
+export class ChatTemplate {
+  readonly contentFormat: ContentFormat;
+  private readonly template: Template;
+
+  constructor(
+    readonly source: string,
+    private readonly specialTokens: Readonly<Record<string, unknown>>,
+  ) {
+    try {
+      this.template = new Template(source);
+    } catch (error) {
+      throw new ChatTemplateError('render', `The chat template does not parse: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
+    this.contentFormat = detectContentFormat(source);
+  }
+
+  render(conversation: ConversationMessage[], options: RenderTemplateOptions): string {
+    const kwargs = { ...options.templateKwargs };
+    for (const refused of ['chat_template', 'tokenize', 'messages'])
+      if (refused in kwargs)
+        throw new ChatTemplateError(
+          'invalid-request',
+          `Found unexpected chat template kwargs from request: ${refused}`,
+        );
+    if (options.addGenerationPrompt && options.continueFinalMessage)
+      throw new ChatTemplateError(
+        'invalid-request',
+        'Cannot set both `continue_final_message` and `add_generation_prompt` to True.',
+      );
+    const documents = kwargs['documents'] ?? null;
+    for (const name of APPLY_PARAMETERS) delete kwargs[name];
+    let rendered: string;
+    try {
+      rendered = this.template.render({
+        ...this.specialTokens,
+        ...kwargs,
+        messages: conversation,
+        tools: options.tools,
+        documents,
+        add_generation_prompt: options.addGenerationPrompt,
+      });
+    } catch (error) {
+      throw new ChatTemplateError('render', `The chat template failed: ${(error as Error).message}`, { cause: error });
+    }
+    return options.continueFinalMessage ? cutAfterFinalMessage(rendered, conversation) : rendered;
+  }
+}
+
+/** The template variables transformers' special_tokens_map gives, from tokenizer_config.json (AddedToken objects as their content). */
+export function specialTokensMap(config: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const map: Record<string, unknown> = {};
+  for (const key of SPECIAL_TOKEN_KEYS) {
+    const token = tokenContent(config[key]);
+    if (token) map[key] = token;
+  }
+  const additional = config['additional_special_tokens'];
+  if (Array.isArray(additional) && additional.length > 0)
+    map['additional_special_tokens'] = additional.map(tokenContent);
+  return map;
+}
+
+function tokenContent(value: unknown): string | null {
+  if (typeof value === 'string') return value;
+  if (typeof value === 'object' && value !== null && typeof (value as { content?: unknown }).content === 'string')
+    return (value as { content: string }).content;
+  return null;
+}
+
+/** transformers' continue_final_message: keep the rendering up to the end of the final message's text. */
+function cutAfterFinalMessage(rendered: string, conversation: ConversationMessage[]): string {
+  const content = conversation.at(-1)?.['content'];
+  let final: string | undefined;
+  if (typeof content === 'string') final = content;
+  else if (Array.isArray(content)) {
+    const part = content.findLast((block) => typeof (block as { text?: unknown }).text === 'string');
+    final = (part as { text: string } | undefined)?.text;
+  }
+  if (final === undefined)
+    throw new ChatTemplateError(
+      'render',
+      'continue_final_message is set but the final message has no text to continue.',
+    );
+  const stripped = final.replace(LEADING_SPACE, '').replace(TRAILING_SPACE, '');
+  const at = rendered.lastIndexOf(stripped);
+  if (at < 0)
+    throw new ChatTemplateError(
+      'render',
+      'continue_final_message is set but the final message does not appear in the rendering.',
+    );
+  const leftStripped = final.replace(LEADING_SPACE, '');
+  if (rendered.slice(at, at + leftStripped.length) === final) return rendered.slice(0, at + leftStripped.length);
+  return rendered.slice(0, at + stripped.length);
+}

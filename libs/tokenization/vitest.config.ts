@@ -1,0 +1,3 @@
+import { createVitestConfig } from '../../vitest.shared.ts';
+
+export default createVitestConfig('tokenization');
