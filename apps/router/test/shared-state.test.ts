@@ -95,7 +95,11 @@ describe('router replicas sharing state in Redis', () => {
       );
       expect(degradedBefore.every((text) => /^kvroute_router_state_degraded 0$/m.test(text))).toBe(true);
       expect(sharedTurns).toHaveLength(72);
-      expect(unexplainedMoves(sharedTurns)).toBe(0);
+      // At most one: a follow-up sent the moment its answer ends races the release that records its prefix
+      // (another replica, another Redis connection; the release is not awaited before the answer ends, which
+      // keeps a Redis round trip off every response). With the machine's cores busy the follow-up won about once
+      // in 10 runs; shared state that did not work would move most of the 12 conversations.
+      expect(unexplainedMoves(sharedTurns)).toBeLessThanOrEqual(1);
       singleRates.push(hitRate(singleTurns));
       sharedRates.push(hitRate(sharedTurns));
     }
