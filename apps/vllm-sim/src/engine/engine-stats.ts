@@ -53,6 +53,11 @@ export class EngineStats {
   /** SGLang's `cache_hit_rate`: hit ratio of the last prefill batch. */
   lastPrefillBatchHitRate = 0;
   preemptions = 0;
+  /**
+   * Prompt tokens by where their KV came from, counted once per request at its first schedule (vLLM's
+   * `vllm:prompt_tokens_by_source_total{source}`): computed here, hit in the prefix cache, pulled from a prefill instance.
+   */
+  readonly promptTokensBySource = { local_compute: 0, local_cache_hit: 0, external_kv_transfer: 0 };
   readonly requestSuccess: Record<FinishReason, number> = { stop: 0, length: 0, abort: 0 };
   /** Forward passes run, and decode-only ones (llama.cpp `n_decode_total`). */
   steps = 0;
@@ -74,6 +79,13 @@ export class EngineStats {
   readonly requestParamsMaxTokens: Histogram;
   readonly requestParamsN = new Histogram(BUCKETS.vllmParamsN);
   readonly tokenBuckets: readonly number[];
+
+  /** One request's prompt of `total` tokens: `cached` from the prefix cache, `pulled` over the KV link, the rest computed. */
+  countPromptSources(total: number, cached: number, pulled: number): void {
+    this.promptTokensBySource.local_cache_hit += cached;
+    this.promptTokensBySource.external_kv_transfer += pulled;
+    this.promptTokensBySource.local_compute += total - cached - pulled;
+  }
 
   constructor(maxModelLen: number) {
     this.tokenBuckets = oneTwoFiveBuckets(maxModelLen);

@@ -1,6 +1,7 @@
 import { hashBlock, hashFullBlocks, rootHash } from './block-hash';
 import { BlockPool, blocksFor, type KvBlock, type PoolEventSink } from './block-pool';
 import { EngineStats, type FinishReason } from './engine-stats';
+import { KvHolds, KvTransferLink, type KvTransferLinkOptions } from './kv-transfer';
 import { BLOCK_SIZE_TOKENS, type EngineProfile } from './profiles';
 import { computeStepMs, type PrefillChunk } from './step-time';
 
@@ -67,6 +68,13 @@ export interface SequenceSpec {
   /** Request-level parameters, for the `request_params_*` histograms. */
   readonly maxTokensParam: number;
   readonly listener: SequenceListener;
+  /**
+   * Prefill/decode, decode side (`kv_transfer_params.do_remote_prefill`): a prefill instance computed this many
+   * prompt tokens; the ones this engine does not hold are pulled over the link instead of computed.
+   */
+  readonly remotePrefillTokens?: number;
+  /** Prefill/decode, prefill side (`do_remote_decode`): its blocks are held for the decode side when it finishes. */
+  readonly holdForRemoteDecode?: boolean;
 }
 
 export type SequenceStatus = 'waiting' | 'running' | 'finished';
@@ -89,6 +97,12 @@ export class Sequence {
   /** Prompt tokens served from the prefix cache at first admission (`cached_tokens`). */
   cachedTokens: number | null = null;
   admittedAtMs: number | null = null;
+  /** A pull of remote KV in progress: when it completes (simulated ms); null when none is. */
+  transferDoneAtMs: number | null = null;
+  /** Prompt tokens pulled from a prefill instance (`external_kv_transfer`). */
+  externalTokens = 0;
+  /** Prefill side: when the blocks held for the decode instance are freed unless it read them first. */
+  holdExpiresAtMs: number | null = null;
   firstTokenAtMs: number | null = null;
   lastTokenAtMs: number | null = null;
   admissionOrder = 0;
@@ -143,6 +157,8 @@ export interface EngineOptions {
   readonly cacheAt?: CacheAt;
   /** KV events (`--kv-events-port`); none when off. */
   readonly kvEvents?: KvCacheEventSink;
+  /** Prefill/decode KV transfer (`--pd-role`): the pull link and the prefill side's lease; none when off. */
+  readonly kvTransfer?: { readonly link: Omit<KvTransferLinkOptions, 'bytesPerToken'>; readonly leaseMs: number };
 }
 
 export class Engine {
@@ -154,6 +170,10 @@ export class Engine {
   private readonly running: Sequence[] = [];
   private admissions = 0;
   private readonly events: KvCacheEventSink | null;
+  /** The decode side's pull link; null without `kvTransfer`. */
+  readonly link: KvTransferLink | null;
+  /** The prefill side's blocks held for decode instances. */
+  readonly holds: KvHolds;
   /** Start of the step being planned: the admission time of requests admitted in it. */
   private currentPlanStartMs = 0;
 
@@ -163,6 +183,12 @@ export class Engine {
     this.events = options.kvEvents ?? null;
     this.pool = new BlockPool(options.numGpuBlocks ?? options.profile.numGpuBlocks, this.events);
     this.stats = new EngineStats(this.maxModelLen);
+    const transfer = options.kvTransfer;
+    this.link =
+      transfer === undefined
+        ? null
+        : new KvTransferLink({ ...transfer.link, bytesPerToken: options.profile.kvBytesPerToken });
+    this.holds = new KvHolds(transfer?.leaseMs ?? 30_000, (blocks) => this.pool.release(blocks));
   }
 
   get profile(): EngineProfile {
@@ -189,11 +215,15 @@ export class Engine {
     return this.running.length > 0 || this.waiting.length > 0;
   }
 
-  /** Earliest time a waiting request becomes schedulable, or null if none waits. */
+  /** Earliest time a waiting request becomes schedulable or a pull completes, or null if none will. */
   nextReadyAtMs(): number | null {
     let earliest: number | null = null;
     for (const sequence of this.waiting)
       if (earliest === null || sequence.readyAtMs < earliest) earliest = sequence.readyAtMs;
+    for (const sequence of this.running) {
+      const doneAt = sequence.transferDoneAtMs;
+      if (doneAt !== null && (earliest === null || doneAt < earliest)) earliest = doneAt;
+    }
     return earliest;
   }
 
@@ -221,6 +251,7 @@ export class Engine {
   /** Chooses the next step's work starting at `startMs`; null when nothing can run. */
   planStep(startMs: number): StepPlan | null {
     this.currentPlanStartMs = startMs;
+    this.holds.expire(startMs);
     const work = this.version === 'v0' ? this.planV0(startMs) : this.planV1(startMs);
     if (work.length === 0) return null;
     let decodeSequences = 0;
@@ -283,6 +314,10 @@ export class Engine {
     let index = 0;
     while (index < this.running.length && budget > 0) {
       const sequence = this.running[index] as Sequence;
+      if (!this.transferComplete(sequence, startMs)) {
+        index++;
+        continue;
+      }
       const tokens = Math.min(sequence.tokens.length - sequence.numComputed, budget);
       if (tokens > 0 && this.growOrPreempt(sequence, tokens)) {
         work.push({ sequence, tokens });
@@ -297,6 +332,8 @@ export class Engine {
       if (!sequence || sequence.readyAtMs > startMs) break;
       const tokens = this.admit(sequence, budget, 0);
       if (tokens === null) break;
+      // Admitted with a pull of remote KV in flight: it runs once the pull completes.
+      if (tokens === 0) continue;
       work.push({ sequence, tokens });
       budget -= tokens;
       this.registerScheduled(sequence, tokens);
@@ -339,8 +376,11 @@ export class Engine {
     const hitTokens = hitBlocks * BLOCK_SIZE_TOKENS;
     const newTokens = total - hitTokens;
     if (wholePrompt && newTokens > budget) return null;
-    const tokens = Math.min(newTokens, budget);
-    const neededBlocks = blocksFor(hitTokens + tokens) - hitBlocks;
+    // Decode side of prefill/decode: what the prefill instance computed and this engine lacks is pulled, all
+    // but the last prompt token, which is computed here (vLLM's NIXL connector: prompt − 1 − local hits).
+    const pulled = this.pulledTokens(sequence, hitTokens);
+    const tokens = pulled > 0 ? 0 : Math.min(newTokens, budget);
+    const neededBlocks = blocksFor(pulled > 0 ? total : hitTokens + tokens) - hitBlocks;
     const freeTakenByHits = this.pool.countFreeAmongCached(sequence.blockHashes, hitBlocks);
     if (this.pool.freeCount - freeTakenByHits - reserveBlocks < neededBlocks) return null;
     const cached = this.pool.touchCached(sequence.blockHashes, hitBlocks);
@@ -350,7 +390,13 @@ export class Engine {
     sequence.registeredBlocks = hitBlocks;
     sequence.status = 'running';
     sequence.admissionOrder = ++this.admissions;
-    if (sequence.cachedTokens === null) sequence.cachedTokens = hitTokens;
+    if (pulled > 0) {
+      sequence.externalTokens = pulled;
+      sequence.transferDoneAtMs = (this.link as KvTransferLink).pull(pulled, this.currentPlanStartMs);
+    } else if (sequence.cachedTokens === null) {
+      sequence.cachedTokens = hitTokens;
+      this.stats.countPromptSources(total, hitTokens, 0);
+    }
     if (sequence.admittedAtMs === null) {
       sequence.admittedAtMs = Math.max(sequence.readyAtMs, this.currentPlanStartMs);
       this.stats.queueSeconds.observe((sequence.admittedAtMs - sequence.arrivalMs) / 1000);
@@ -383,6 +429,8 @@ export class Engine {
 
   private preempt(sequence: Sequence): void {
     removeFrom(this.running, sequence);
+    // A pull in flight is abandoned with the blocks it was filling; readmission pulls again.
+    sequence.transferDoneAtMs = null;
     this.pool.release(sequence.blocks);
     sequence.blocks = [];
     sequence.numComputed = 0;
@@ -390,6 +438,36 @@ export class Engine {
     sequence.status = 'waiting';
     this.stats.preemptions++;
     this.waiting.unshift(sequence);
+  }
+
+  /**
+   * Prompt tokens `sequence` pulls from a prefill instance instead of computing, given `hitTokens` held here:
+   * 0 unless it carries remote prefill params, this engine has a link and the V1 scheduler (NIXL is V1-only).
+   */
+  private pulledTokens(sequence: Sequence, hitTokens: number): number {
+    const remote = sequence.spec.remotePrefillTokens;
+    if (remote === undefined || this.link === null || this.version !== 'v1' || sequence.outputCount > 0) return 0;
+    return Math.max(0, Math.min(remote, sequence.promptLength - 1) - hitTokens);
+  }
+
+  /**
+   * Whether `sequence` may be scheduled at `startMs`: no pull in flight, or one that completed by then. A completed
+   * pull makes the pulled tokens computed and their full blocks hittable (vLLM caches them once received), and
+   * counts them as cached for `cached_tokens`, as vLLM's scheduler does at the request's first schedule.
+   */
+  private transferComplete(sequence: Sequence, startMs: number): boolean {
+    const doneAt = sequence.transferDoneAtMs;
+    if (doneAt === null) return true;
+    if (doneAt > startMs) return false;
+    sequence.transferDoneAtMs = null;
+    const localTokens = sequence.numComputed;
+    sequence.numComputed += sequence.externalTokens;
+    this.registerFullBlocks(sequence, sequence.numComputed);
+    if (sequence.cachedTokens === null) {
+      sequence.cachedTokens = sequence.numComputed;
+      this.stats.countPromptSources(sequence.promptLength, localTokens, sequence.externalTokens);
+    }
+    return true;
   }
 
   /** `schedule` mode: registers the full blocks that `tokens` more scheduled tokens will complete. */
@@ -432,7 +510,11 @@ export class Engine {
   }
 
   private finish(sequence: Sequence, reason: FinishReason, nowMs: number): void {
-    this.pool.release(sequence.blocks);
+    if (sequence.spec.holdForRemoteDecode === true && reason !== 'abort') {
+      sequence.holdExpiresAtMs = this.holds.hold(sequence.id, sequence.blocks, nowMs);
+    } else {
+      this.pool.release(sequence.blocks);
+    }
     sequence.blocks = [];
     sequence.status = 'finished';
     const stats = this.stats;

@@ -29,6 +29,11 @@ export interface EngineProfile {
   readonly maxModelLen: number;
   /** HTTP + tokenisation time before a request reaches the scheduler (reference: ~3 ms). */
   readonly apiOverheadMs: number;
+  /**
+   * KV-cache bytes of one token, the whole model (2 × layers × KV heads × head dim × 2 bytes, bf16): what a
+   * decode instance pulls per token from a prefill instance (README "Prefill/decode").
+   */
+  readonly kvBytesPerToken: number;
 }
 
 export const BLOCK_SIZE_TOKENS = 16;
@@ -50,6 +55,7 @@ const PROFILE_LIST: readonly EngineProfile[] = [
     ...A100_BUDGET,
     maxModelLen: 32_768,
     apiOverheadMs: 3,
+    kvBytesPerToken: 57_344, // Qwen2.5-7B: 28 layers × 4 KV heads × 128
   },
   {
     name: 'a100-8b',
@@ -64,6 +70,7 @@ const PROFILE_LIST: readonly EngineProfile[] = [
     ...A100_BUDGET,
     maxModelLen: 8_192,
     apiOverheadMs: 3,
+    kvBytesPerToken: 131_072, // Llama-3-8B: 32 layers × 8 KV heads × 128
   },
   {
     name: 'a100-14b',
@@ -78,6 +85,7 @@ const PROFILE_LIST: readonly EngineProfile[] = [
     ...A100_BUDGET,
     maxModelLen: 32_768,
     apiOverheadMs: 3,
+    kvBytesPerToken: 196_608, // Qwen2.5-14B: 48 layers × 8 KV heads × 128
   },
   {
     name: 'h100-8b',
@@ -92,6 +100,7 @@ const PROFILE_LIST: readonly EngineProfile[] = [
     ...H100_BUDGET,
     maxModelLen: 8_192,
     apiOverheadMs: 3,
+    kvBytesPerToken: 131_072, // Llama-3-8B: 32 layers × 8 KV heads × 128
   },
   {
     name: 'h100-14b',
@@ -106,6 +115,7 @@ const PROFILE_LIST: readonly EngineProfile[] = [
     ...H100_BUDGET,
     maxModelLen: 32_768,
     apiOverheadMs: 3,
+    kvBytesPerToken: 196_608, // Qwen2.5-14B: 48 layers × 8 KV heads × 128
   },
   {
     name: 'a100-70b-tp4',
@@ -120,6 +130,7 @@ const PROFILE_LIST: readonly EngineProfile[] = [
     ...A100_BUDGET,
     maxModelLen: 8_192,
     apiOverheadMs: 3,
+    kvBytesPerToken: 327_680, // Llama-3-70B: 80 layers × 8 KV heads × 128
   },
   {
     name: 'h100-70b-tp4',
@@ -134,6 +145,7 @@ const PROFILE_LIST: readonly EngineProfile[] = [
     ...H100_BUDGET,
     maxModelLen: 8_192,
     apiOverheadMs: 3,
+    kvBytesPerToken: 327_680, // Llama-3-70B: 80 layers × 8 KV heads × 128
   },
   {
     name: 'h100-70b-tp8',
@@ -148,6 +160,7 @@ const PROFILE_LIST: readonly EngineProfile[] = [
     ...H100_BUDGET,
     maxModelLen: 8_192,
     apiOverheadMs: 3,
+    kvBytesPerToken: 327_680, // Llama-3-70B: 80 layers × 8 KV heads × 128
   },
   {
     name: 'fast',
@@ -163,6 +176,7 @@ const PROFILE_LIST: readonly EngineProfile[] = [
     maxNumSeqs: 4_096,
     maxModelLen: 32_768,
     apiOverheadMs: 0,
+    kvBytesPerToken: 1_024, // a token model
   },
 ];
 

@@ -1,0 +1,98 @@
+import type { KvBlock } from './block-pool';
+import { Histogram } from './histogram';
+
+/**
+ * Prefill/decode disaggregation inside one simulated engine (vLLM's NixlConnector, README "Prefill/decode"):
+ * the link a decode instance pulls remote KV over, and the blocks a prefill instance holds for the decode
+ * side until it has read them or their lease ran out.
+ *
+ * Times are simulated ms; sizes bytes.
+ */
+
+/** vLLM's NIXL histograms are per transfer; these bounds cover µs-scale RDMA reads to multi-second pulls. */
+const XFER_SECONDS_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const XFER_BYTES_BUCKETS = [2 ** 16, 2 ** 20, 2 ** 22, 2 ** 24, 2 ** 26, 2 ** 28, 2 ** 30, 2 ** 32];
+
+export interface KvTransferLinkOptions {
+  /** KV bytes of one token on this model (2 × layers × KV heads × head dim × dtype bytes). */
+  readonly bytesPerToken: number;
+  /** Link bandwidth, bytes per simulated ms (1 GB/s = 1e6 bytes/ms). */
+  readonly bytesPerMs: number;
+  /** Fixed cost of one transfer (handshake, descriptor posting), ms. */
+  readonly setupMs: number;
+}
+
+/**
+ * The decode side's link: one pull at a time, first come first served, so concurrent pulls queue behind each
+ * other as they do on one NIC. A pull of n tokens takes setupMs + n × bytesPerToken ÷ bytesPerMs.
+ */
+export class KvTransferLink {
+  #freeAtMs = 0;
+  readonly transferSeconds = new Histogram(XFER_SECONDS_BUCKETS);
+  readonly transferBytes = new Histogram(XFER_BYTES_BUCKETS);
+  /** Pulls that could not complete (the prefill side no longer held the blocks); vLLM's `nixl_num_failed_transfers`. */
+  failedTransfers = 0;
+
+  constructor(readonly options: KvTransferLinkOptions) {}
+
+  /** Starts a pull of `tokens` tokens no earlier than `startMs`; returns when it completes (simulated ms). */
+  pull(tokens: number, startMs: number): number {
+    const bytes = tokens * this.options.bytesPerToken;
+    const begin = Math.max(startMs, this.#freeAtMs);
+    const end = begin + this.options.setupMs + bytes / this.options.bytesPerMs;
+    this.#freeAtMs = end;
+    this.transferSeconds.observe((end - begin) / 1000);
+    this.transferBytes.observe(bytes);
+    return end;
+  }
+}
+
+interface Hold {
+  readonly blocks: readonly KvBlock[];
+  readonly expiresAtMs: number;
+}
+
+/**
+ * The prefill side: a finished request whose KV a decode instance will pull keeps its blocks allocated
+ * (referenced, so neither freed nor evicted) until the decode side says it has read them, or until the lease
+ * (`kv_lease_duration`, 30 s by default in vLLM's NIXL lease design) runs out: a decode side that died frees
+ * them that late, and they count as expired (`nixl_kv_expired_reqs`).
+ */
+export class KvHolds {
+  readonly #holds = new Map<string, Hold>();
+  expiredRequests = 0;
+
+  constructor(
+    private readonly leaseMs: number,
+    private readonly release: (blocks: readonly KvBlock[]) => void,
+  ) {}
+
+  get count(): number {
+    return this.#holds.size;
+  }
+
+  hold(requestId: string, blocks: readonly KvBlock[], nowMs: number): number {
+    const expiresAtMs = nowMs + this.leaseMs;
+    this.#holds.set(requestId, { blocks, expiresAtMs });
+    return expiresAtMs;
+  }
+
+  /** The decode side read them: freed (they stay in the prefix cache, evictable). False if none were held. */
+  done(requestId: string): boolean {
+    const hold = this.#holds.get(requestId);
+    if (hold === undefined) return false;
+    this.#holds.delete(requestId);
+    this.release(hold.blocks);
+    return true;
+  }
+
+  /** Frees every hold whose lease ran out by `nowMs`. */
+  expire(nowMs: number): void {
+    for (const [requestId, hold] of this.#holds) {
+      if (hold.expiresAtMs > nowMs) continue;
+      this.#holds.delete(requestId);
+      this.release(hold.blocks);
+      this.expiredRequests++;
+    }
+  }
+}
