@@ -7,6 +7,7 @@ import type { ConnectionGate, FaultInjector } from './faults';
 import type { ResponseLatency } from './generation/response-latency';
 import type { CachedTokensReporting } from './generation/serve-generation';
 import type { MetricsDialect } from './metrics/render-metrics';
+import type { PdRole, SideChannel } from './generation/kv-transfer-params';
 import { generationRoutes } from './routes/generation-routes';
 import { messagesRoutes } from './routes/messages-routes';
 import { metricsRoutes } from './routes/metrics-routes';
@@ -49,6 +50,9 @@ export interface SimAppDeps {
   readonly onGenerationRequest?: () => void;
   /** Lets `/sim/refuse-connections` stop the listener; null when the server was not started by main. */
   readonly connectionGate: () => ConnectionGate | null;
+  /** Prefill/decode role (`--pd-role`) and how a prefill instance names itself to the decode side. */
+  readonly pdRole: PdRole;
+  readonly sideChannel: SideChannel;
 }
 
 /** Engine version string reported by `GET /version`, per dialect. */
@@ -97,6 +101,7 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     cachedTokensReporting: deps.cachedTokensReporting,
     faults: deps.faults,
     latency: deps.latency,
+    sideChannel: deps.sideChannel,
   };
   // One agent plan for chat, Responses and Messages turns (generation/agent-turn.ts).
   const agent = {
@@ -109,6 +114,7 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     limits,
     faults: deps.faults,
     agent,
+    pdRole: deps.pdRole,
     ...(deps.onGenerationRequest === undefined ? {} : { onGenerationRequest: deps.onGenerationRequest }),
     generation,
   });

@@ -168,6 +168,31 @@ export const SimConfig = z.object({
       "seed of the KV events' NONE_HASH (sha256_cbor of this string), as vLLM reads PYTHONHASHSEED; main.ts " +
         'falls back to env PYTHONHASHSEED; unset: 32 random bytes',
     ),
+  pdRole: z
+    .enum(['none', 'prefill', 'decode', 'both'])
+    .default('none')
+    .describe(
+      "prefill/decode disaggregation as vLLM's NixlConnector: prefill answers a do_remote_decode request with " +
+        "kv_transfer_params and holds its blocks for the decode side; decode pulls a do_remote_prefill request's " +
+        'KV over the link; both: either; none: kv_transfer_params ignored (no connector)',
+    ),
+  kvTransferGbps: z.coerce
+    .number()
+    .positive()
+    .default(25)
+    .describe('decode side: bandwidth of the link KV is pulled over, GB/s (RDMA between nodes: 12–50)'),
+  kvTransferSetupMs: z.coerce
+    .number()
+    .min(0)
+    .default(1)
+    .describe('decode side: fixed cost of one pull (handshake, descriptors), ms'),
+  kvLeaseSeconds: z.coerce
+    .number()
+    .positive()
+    .default(30)
+    .describe(
+      "prefill side: how long a finished request's blocks are held for the decode side (vLLM kv_lease_duration)",
+    ),
   bodyLimitBytes: z.coerce
     .number()
     .int()

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { buildSimApp } from './app';
 import type { SimConfig } from './config';
@@ -79,6 +80,15 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
       ...(config.numGpuBlocks === undefined ? {} : { numGpuBlocks: config.numGpuBlocks }),
       cacheAt: config.cacheAt,
       ...(events ? { kvEvents: events.recorder } : {}),
+      ...(config.pdRole === 'none'
+        ? {}
+        : {
+            kvTransfer: {
+              // GB/s → bytes per simulated ms.
+              link: { bytesPerMs: config.kvTransferGbps * 1e6, setupMs: config.kvTransferSetupMs },
+              leaseMs: config.kvLeaseSeconds * 1000,
+            },
+          }),
     });
     loops.push(new EngineLoop(engine, deps.clock ?? realClock, config.timeScale));
   }
@@ -89,6 +99,7 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
   const servedModel = config.model ?? profile.defaultModel;
   const codec = deps.codec ?? promptCodecFor(config.tokenizer);
   let gate: ConnectionGate | null = null;
+  let boundPort = config.port;
   let refuseTimer: NodeJS.Timeout | null = null;
   let generationRequestsReceived = 0;
 
@@ -112,6 +123,12 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
     startedAtUnixSeconds: nowUnixSeconds(),
     logger: deps.logger ?? false,
     connectionGate: () => gate,
+    pdRole: config.pdRole,
+    sideChannel: {
+      engineId: randomUUID(),
+      // The decode side reaches this sim where it listens (a wildcard bind is named by loopback).
+      address: () => ({ host: reachableHost(config.host), port: boundPort }),
+    },
     onGenerationRequest: () => {
       generationRequestsReceived += 1;
     },
@@ -139,6 +156,7 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
         throw error;
       }
       const port = (app.server.address() as { port: number }).port;
+      boundPort = port;
       gate = {
         // Stop accepting (new connections are refused), drop idle keep-alive ones, listen again later.
         refuseFor: async (durationMs) => {
@@ -174,4 +192,11 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
  */
 function promptCodecFor(source: string | undefined): PromptCodec {
   return source === undefined ? createDefaultPromptCodec() : createModelPromptCodec(loadModelTokenizer(source));
+}
+
+/** The host a peer on this machine reaches a listener bound on `host` at (a wildcard bind is reached on loopback). */
+function reachableHost(host: string): string {
+  if (host === '0.0.0.0') return '127.0.0.1';
+  if (host === '::') return '::1';
+  return host;
 }

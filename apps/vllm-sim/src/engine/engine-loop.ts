@@ -68,6 +68,11 @@ export class EngineLoop {
     this.engine.abort(sequence, this.simNowMs());
   }
 
+  /** Something outside a step freed KV (a decode side read held blocks): plan again if idle. */
+  nudge(): void {
+    this.wake();
+  }
+
   /** Stops scheduling steps (shutdown). Sequences in flight get no more tokens. */
   stop(): void {
     this.stopped = true;

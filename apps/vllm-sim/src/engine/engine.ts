@@ -174,6 +174,11 @@ export class Engine {
   readonly link: KvTransferLink | null;
   /** The prefill side's blocks held for decode instances. */
   readonly holds: KvHolds;
+  /**
+   * The last plan left the head of the queue waiting for free blocks. With nothing running, only a pull completing,
+   * held blocks freed (a decode side's notice, a lease running out) can change that: the loop waits for those.
+   */
+  private blockedOnKv = false;
   /** Start of the step being planned: the admission time of requests admitted in it. */
   private currentPlanStartMs = 0;
 
@@ -217,9 +222,10 @@ export class Engine {
 
   /** Earliest time a waiting request becomes schedulable or a pull completes, or null if none will. */
   nextReadyAtMs(): number | null {
-    let earliest: number | null = null;
-    for (const sequence of this.waiting)
-      if (earliest === null || sequence.readyAtMs < earliest) earliest = sequence.readyAtMs;
+    let earliest: number | null = this.blockedOnKv ? this.holds.nextExpiryMs() : null;
+    if (!this.blockedOnKv)
+      for (const sequence of this.waiting)
+        if (earliest === null || sequence.readyAtMs < earliest) earliest = sequence.readyAtMs;
     for (const sequence of this.running) {
       const doneAt = sequence.transferDoneAtMs;
       if (doneAt !== null && (earliest === null || doneAt < earliest)) earliest = doneAt;
@@ -252,6 +258,7 @@ export class Engine {
   planStep(startMs: number): StepPlan | null {
     this.currentPlanStartMs = startMs;
     this.holds.expire(startMs);
+    this.blockedOnKv = false;
     const work = this.version === 'v0' ? this.planV0(startMs) : this.planV1(startMs);
     if (work.length === 0) return null;
     let decodeSequences = 0;
@@ -331,7 +338,10 @@ export class Engine {
       const sequence = this.waiting[0];
       if (!sequence || sequence.readyAtMs > startMs) break;
       const tokens = this.admit(sequence, budget, 0);
-      if (tokens === null) break;
+      if (tokens === null) {
+        this.blockedOnKv = true;
+        break;
+      }
       // Admitted with a pull of remote KV in flight: it runs once the pull completes.
       if (tokens === 0) continue;
       work.push({ sequence, tokens });

@@ -9,9 +9,11 @@ import { Histogram } from './histogram';
  * Times are simulated ms; sizes bytes.
  */
 
-/** vLLM's NIXL histograms are per transfer; these bounds cover µs-scale RDMA reads to multi-second pulls. */
-const XFER_SECONDS_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
-const XFER_BYTES_BUCKETS = [2 ** 16, 2 ** 20, 2 ** 22, 2 ** 24, 2 ** 26, 2 ** 28, 2 ** 30, 2 ** 32];
+/** Bucket bounds of the NIXL histograms (one observation per pull): ms-scale RDMA reads to multi-second pulls. */
+export const KV_TRANSFER_BUCKETS = {
+  seconds: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+  bytes: [2 ** 16, 2 ** 20, 2 ** 22, 2 ** 24, 2 ** 26, 2 ** 28, 2 ** 30, 2 ** 32],
+} as const;
 
 export interface KvTransferLinkOptions {
   /** KV bytes of one token on this model (2 × layers × KV heads × head dim × dtype bytes). */
@@ -28,8 +30,8 @@ export interface KvTransferLinkOptions {
  */
 export class KvTransferLink {
   #freeAtMs = 0;
-  readonly transferSeconds = new Histogram(XFER_SECONDS_BUCKETS);
-  readonly transferBytes = new Histogram(XFER_BYTES_BUCKETS);
+  readonly transferSeconds = new Histogram(KV_TRANSFER_BUCKETS.seconds);
+  readonly transferBytes = new Histogram(KV_TRANSFER_BUCKETS.bytes);
   /** Pulls that could not complete (the prefill side no longer held the blocks); vLLM's `nixl_num_failed_transfers`. */
   failedTransfers = 0;
 
@@ -71,6 +73,11 @@ export class KvHolds {
     return this.#holds.size;
   }
 
+  /** The ids of the blocks held for `requestId` (what the decode side pulls), or null if none are. */
+  blockIds(requestId: string): number[] | null {
+    return this.#holds.get(requestId)?.blocks.map((block) => block.id) ?? null;
+  }
+
   hold(requestId: string, blocks: readonly KvBlock[], nowMs: number): number {
     const expiresAtMs = nowMs + this.leaseMs;
     this.#holds.set(requestId, { blocks, expiresAtMs });
@@ -84,6 +91,14 @@ export class KvHolds {
     this.#holds.delete(requestId);
     this.release(hold.blocks);
     return true;
+  }
+
+  /** When the next lease runs out (simulated ms), or null when nothing is held. */
+  nextExpiryMs(): number | null {
+    let earliest: number | null = null;
+    for (const hold of this.#holds.values())
+      if (earliest === null || hold.expiresAtMs < earliest) earliest = hold.expiresAtMs;
+    return earliest;
   }
 
   /** Frees every hold whose lease ran out by `nowMs`. */

@@ -151,6 +151,8 @@ export function completeResponse(
   identity: ResponseIdentity,
   choices: readonly FinishedChoice[],
   usage: Usage,
+  /** A prefill instance's answer to a `do_remote_decode` request (kv-transfer-params.ts); else null, as vLLM prints it. */
+  kvTransferParams: Record<string, unknown> | null = null,
 ): object {
   if (kind === 'chat') {
     return {
@@ -168,7 +170,7 @@ export function completeResponse(
       system_fingerprint: identity.systemFingerprint,
       usage,
       prompt_logprobs: null,
-      kv_transfer_params: null,
+      kv_transfer_params: kvTransferParams,
     };
   }
   return {
@@ -186,7 +188,7 @@ export function completeResponse(
     })),
     system_fingerprint: identity.systemFingerprint,
     usage,
-    kv_transfer_params: null,
+    kv_transfer_params: kvTransferParams,
   };
 }
 

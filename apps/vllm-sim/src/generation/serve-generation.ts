@@ -7,6 +7,7 @@ import type { FinishReason } from '../engine/engine-stats';
 import type { FaultInjector } from '../faults';
 import { OutputText } from '../text/output-text';
 import type { PromptCodec } from '../text/prompt-codec';
+import { notifyPrefillDone, prefillAnswerParams, type KvTransferPlan, type SideChannel } from './kv-transfer-params';
 import type { PreparedPrompt } from './prepare-prompts';
 import type { ResponseLatency } from './response-latency';
 import { ChoiceTurn, pieceDelta, turnEnd, type TurnPlan } from './agent-turn';
@@ -36,6 +37,8 @@ export interface GenerationDeps {
   readonly cachedTokensReporting: CachedTokensReporting;
   readonly faults: FaultInjector;
   readonly latency: ResponseLatency;
+  /** Prefill/decode (`--pd-role`): how a prefill instance names itself in its answer's params. */
+  readonly sideChannel?: SideChannel;
 }
 
 export interface GenerationRequest {
@@ -50,6 +53,8 @@ export interface GenerationRequest {
   readonly turn: TurnPlan;
   /** `performance.now()` when the route handler started (before fault delays). */
   readonly receivedAtMs: number;
+  /** Its part in prefill/decode (`kv_transfer_params`); null or absent: none. Served for one choice (n = 1) only. */
+  readonly kvTransfer?: KvTransferPlan | null;
 }
 
 /** The deps for one request: its `X-data-parallel-rank` rank, or the balancer (400 when out of range). */
@@ -88,6 +93,7 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
     };
   });
   let unfinished = choices.length;
+  const kvTransfer = choices.length === 1 ? (request.kvTransfer ?? null) : null;
   let clientGone = false;
   let dropAfterFirstToken = request.stream && deps.faults.shouldDropStream();
 
@@ -125,6 +131,7 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
             : { text: choice.text, finishReason: choice.finishReason ?? 'abort' },
         ),
         usage,
+        kvTransfer?.kind === 'prefill' ? prefillParamsOf(deps, choices[0]?.sequence ?? null) : null,
       ),
     );
     response.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
@@ -151,6 +158,8 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
     const listener: SequenceListener = {
       onToken(sequence, outputIndex, nowMs) {
         if (outputIndex === 0 && index === 0) {
+          // The pull is done once the first token exists: the prefill side may free its blocks.
+          notifyPrefillDone(kvTransfer);
           const wallNow = performance.now();
           deps.latency.record({
             wallTtftMs: wallNow - request.receivedAtMs,
@@ -199,6 +208,10 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
       outputTokenAt: (outputIndex) => choice.output.tokenAt(outputIndex),
       maxTokensParam: choice.prompt.maxTokens,
       ...(request.cacheSalt === undefined ? {} : { cacheSalt: request.cacheSalt }),
+      ...(kvTransfer?.kind === 'prefill' ? { holdForRemoteDecode: true } : {}),
+      ...(kvTransfer?.kind === 'decode'
+        ? { remotePrefillTokens: kvTransfer.remoteTokens ?? choice.prompt.tokens.length }
+        : {}),
       listener,
     });
   });
@@ -209,4 +222,14 @@ function reportedCachedTokens(reporting: CachedTokensReporting, cachedTokens: nu
   if (reporting === 'off') return null;
   if (reporting === 'on-hit' && cachedTokens === 0) return null;
   return cachedTokens;
+}
+
+/** The params a prefill instance answers for its finished `sequence`, from the rank that holds its blocks. */
+function prefillParamsOf(deps: GenerationDeps, sequence: Sequence | null): Record<string, unknown> | null {
+  if (sequence === null || deps.sideChannel === undefined) return null;
+  for (const loop of deps.ranks.loops) {
+    const params = prefillAnswerParams(loop.engine, sequence, deps.sideChannel, Date.now() / 1000);
+    if (params !== null) return params;
+  }
+  return null;
 }

@@ -1,6 +1,7 @@
 import type { Engine } from '../engine/engine';
 import { BUCKETS, type EngineStats } from '../engine/engine-stats';
 import type { Histogram } from '../engine/histogram';
+import { KV_TRANSFER_BUCKETS, type KvTransferLink } from '../engine/kv-transfer';
 import { BLOCK_SIZE_TOKENS } from '../engine/profiles';
 import type { MetricsSource } from './metrics-source';
 import { PythonClientExposition, type LabelSet } from './python-client-exposition';
@@ -182,6 +183,8 @@ export function renderVllmV1Metrics(source: MetricsSource): string {
     perRank((stats) => stats.decodeSeconds),
   );
 
+  if (engines.every((engine) => engine.link !== null)) renderKvConnectorMetrics(out, engines, labelsOf);
+
   // Registered once the engine is initialised (after every other family): CacheConfig fields as
   // `str()`-ed Python values, plus `engine`; no `model_name`.
   out.gauge(
@@ -213,4 +216,48 @@ export function renderVllmV1Metrics(source: MetricsSource): string {
     })),
   );
   return out.text();
+}
+
+/**
+ * The KV-connector families of an engine with a NIXL connector (`--pd-role`; docs/features/nixl_connector_metrics.md
+ * and the prompt-token sources): a decode instance's pulled tokens show as `external_kv_transfer`.
+ */
+function renderKvConnectorMetrics(
+  out: PythonClientExposition,
+  engines: readonly Engine[],
+  labelsOf: (rank: number) => LabelSet,
+): void {
+  const link = (engine: Engine): KvTransferLink => engine.link as KvTransferLink;
+  out.counter(
+    'vllm:prompt_tokens_by_source',
+    'Number of prompt tokens by source.',
+    (['local_compute', 'local_cache_hit', 'external_kv_transfer'] as const).flatMap((source) =>
+      engines.map((engine, rank) => ({
+        labels: { ...labelsOf(rank), source },
+        value: engine.stats.promptTokensBySource[source],
+      })),
+    ),
+  );
+  out.histogram(
+    'vllm:nixl_xfer_time_seconds',
+    'Histogram of transfer duration for NIXL KV Cache transfers.',
+    KV_TRANSFER_BUCKETS.seconds,
+    engines.map((engine, rank) => ({ labels: labelsOf(rank), histogram: link(engine).transferSeconds })),
+  );
+  out.histogram(
+    'vllm:nixl_bytes_transferred',
+    'Histogram of bytes transferred per NIXL KV Cache transfers.',
+    KV_TRANSFER_BUCKETS.bytes,
+    engines.map((engine, rank) => ({ labels: labelsOf(rank), histogram: link(engine).transferBytes })),
+  );
+  out.counter(
+    'vllm:nixl_num_failed_transfers',
+    'Number of failed NIXL KV Cache transfers.',
+    engines.map((engine, rank) => ({ labels: labelsOf(rank), value: link(engine).failedTransfers })),
+  );
+  out.counter(
+    'vllm:nixl_num_kv_expired_reqs',
+    'Number of requests that had their KV expire before the remote side read it.',
+    engines.map((engine, rank) => ({ labels: labelsOf(rank), value: engine.holds.expiredRequests })),
+  );
 }

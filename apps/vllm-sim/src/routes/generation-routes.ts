@@ -6,6 +6,7 @@ import type { FaultInjector } from '../faults';
 import type { EngineVersion } from '../engine/engine';
 import { AgentTurnFields, PLAIN_TURN, planTurn, type AgentSettings, type TurnPlan } from '../generation/agent-turn';
 import { readCacheSalt, withoutNullCacheSalt } from '../generation/cache-salt';
+import { kvTransferPlanOf, type KvTransferPlan, type PdRole } from '../generation/kv-transfer-params';
 import {
   prepareChatPrompts,
   prepareCompletionPrompts,
@@ -22,6 +23,8 @@ export interface GenerationRoutesOptions {
   readonly faults: FaultInjector;
   /** Tool calls and reasoning for chat turns. */
   readonly agent: AgentSettings;
+  /** Prefill/decode role: which `kv_transfer_params` it acts on (kv-transfer-params.ts). */
+  readonly pdRole: PdRole;
   /** A valid generation request arrived (before faults are drawn): tests count what reached the backend. */
   readonly onGenerationRequest?: () => void;
 }
@@ -46,7 +49,16 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
       enableThinking: agentFields.chat_template_kwargs?.enable_thinking,
       promptTokens: prompts[0]?.tokens ?? [],
     });
-    await run(reply, 'chat', body, cacheSalt, prompts, receivedAtMs, turn);
+    await run(
+      reply,
+      'chat',
+      body,
+      cacheSalt,
+      prompts,
+      receivedAtMs,
+      turn,
+      kvTransferPlanOf(request.body, options.pdRole),
+    );
   });
 
   app.post('/v1/completions', async (request, reply) => {
@@ -58,7 +70,8 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
     );
     checkModel(body.model, options.servedModel);
     const prompts = prepareCompletionPrompts(options.generation.codec, body, options.limits);
-    await run(reply, 'text', body, cacheSalt, prompts, receivedAtMs, PLAIN_TURN);
+    const plan = kvTransferPlanOf(request.body, options.pdRole);
+    await run(reply, 'text', body, cacheSalt, prompts, receivedAtMs, PLAIN_TURN, plan);
   });
 
   async function run(
@@ -69,6 +82,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
     prompts: PreparedPrompt[],
     receivedAtMs: number,
     turn: TurnPlan,
+    kvTransfer: KvTransferPlan | null,
   ): Promise<void> {
     const generation = withRequestedRank(options.generation, reply.request.headers);
     options.onGenerationRequest?.();
@@ -87,6 +101,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
         cacheSalt,
         turn,
         receivedAtMs,
+        kvTransfer,
       },
       reply.raw,
     );

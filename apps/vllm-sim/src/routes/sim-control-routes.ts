@@ -89,6 +89,15 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
     };
   });
 
+  // Prefill/decode side channel: the decode sim read the blocks of `remote_request_id` (kv-transfer-params.ts).
+  app.post('/sim/kv-transfer/done', async (request) => {
+    const id = (request.body as { remote_request_id?: unknown } | null)?.remote_request_id;
+    if (typeof id !== 'string') throw new EngineError('bad-request', 'remote_request_id must be a string');
+    const holder = options.ranks.loops.find((loop) => loop.engine.holds.done(id));
+    holder?.nudge();
+    return { released: holder !== undefined };
+  });
+
   app.post('/sim/reset-cache', async () => {
     for (const loop of ranks.loops) loop.engine.resetPrefixCache();
     return { status: 'ok' };
