@@ -658,6 +658,23 @@ describe('the checks catch broken manifests', () => {
     );
   });
 
+  it('reports a router probed on its API port, or without an ops port for its metrics and readiness', () => {
+    const onApiPort = structuredClone(build('overlays/local'));
+    containerOf(findObject(onApiPort, 'Deployment', 'kvroute-router'), 'router').livenessProbe.httpGet.port = 'http';
+    expect(checkManifests(onApiPort, WITH_REDIS_SECRET)).toEqual([
+      "Deployment/kvroute-router router: livenessProbe port http is not the router's ops port 9464",
+    ]);
+    const noOpsPort = structuredClone(build('overlays/local'));
+    const router = containerOf(findObject(noOpsPort, 'Deployment', 'kvroute-router'), 'router');
+    router.ports = router.ports.filter((port: { name: string }) => port.name !== 'ops');
+    expect(checkManifests(noOpsPort, WITH_REDIS_SECRET)).toEqual(
+      expect.arrayContaining([
+        "Deployment/kvroute-router router: the router's ops listener (metrics, readiness) is on 9464, which is no container port",
+        'Deployment/kvroute-router router: readinessProbe port ops is no container port',
+      ]),
+    );
+  });
+
   it('refuses kustomizations it cannot build faithfully', () => {
     const missingTarget = writeKustomization({
       'kustomization.yaml': 'resources:\n  - {{k8s}}/overlays/local\npatches:\n  - path: p.yaml\n',
