@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { POLLERS, ROUTERS, SIMS, VLLMS, backendList } from './compose-stack';
-import { REPO_ROOT, composeVariables, readRepoFile, repoPath, type ComposeFile } from './stack-files';
+import { ENV_EXAMPLE_FILE, REPO_ROOT, composeVariables, readRepoFile, repoPath, type ComposeFile } from './stack-files';
 
 /**
  * docker-compose.yml as Compose itself resolves it (system test: needs the docker CLI's `compose`
@@ -24,12 +24,13 @@ function findCompose(): { command: string[]; version: string } | { missing: stri
 }
 const composeTool = findCompose();
 
-/** The one variable without a default: the stack's Redis password (the README's setup writes it into .env). */
+/** The one variable without a default: the stack's Redis password (the README's setup appends it to .env). */
 const REDIS_PASSWORD = 'f00dfeed0123456789abcdef';
 
 /**
  * `compose [--profile P] config` in the repository, with none of the file's variables set (their
- * defaults apply) but `set` (REDIS_PASSWORD unless told otherwise).
+ * defaults apply) but `set` (REDIS_PASSWORD unless told otherwise), and `.env.example` as the env file:
+ * the `.env` the README's setup copies from it, whatever a developer's own untracked `.env` holds.
  */
 function composeConfig(
   profiles: readonly string[],
@@ -44,6 +45,8 @@ function composeConfig(
   const [command, ...prefix] = composeTool.command;
   const args = [
     ...prefix,
+    '--env-file',
+    repoPath(ENV_EXAMPLE_FILE),
     '-f',
     repoPath('docker-compose.yml'),
     ...profiles.flatMap((profile) => ['--profile', profile]),
@@ -57,7 +60,7 @@ describe(`docker compose config with ${'command' in composeTool ? `${composeTool
   const isV1 = 'command' in composeTool && /version 1\./.test(composeTool.version);
 
   for (const [label, profiles, backends, absent] of [
-    ['default profiles (.env: sim)', [], SIMS, VLLMS],
+    ['default profiles (.env.example: sim)', [], SIMS, VLLMS],
     ['--profile gpu', ['gpu'], VLLMS, SIMS],
   ] as const) {
     it(`accepts the file with ${label}`, () => {

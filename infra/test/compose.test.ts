@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { BACKEND_ALIASES, POLLERS, ROUTERS, SIMS, VLLMS, backendList } from './compose-stack';
@@ -9,7 +10,8 @@ import {
   interpolateDefaults,
   kvrouteApp,
   readCompose,
-  readDotEnv,
+  readEnvExample,
+  REPO_ROOT,
   readRepoFile,
   repoPath,
   serviceEnv,
@@ -21,9 +23,20 @@ const compose = readCompose();
 const services = compose.services;
 
 describe('docker-compose.yml', () => {
-  it('has the stack: 3 routers, 2 pollers, 4 sims, 4 vLLM (gpu), redis, haproxy, prometheus, grafana, bench', () => {
+  it('has the stack: 3 routers, 2 pollers, 4 sims, 4 vLLM (gpu), redis and its exporter, haproxy, prometheus, grafana, bench', () => {
     expect(Object.keys(services).sort()).toEqual(
-      [...ROUTERS, ...POLLERS, ...SIMS, ...VLLMS, 'redis', 'haproxy', 'prometheus', 'grafana', 'bench'].sort(),
+      [
+        ...ROUTERS,
+        ...POLLERS,
+        ...SIMS,
+        ...VLLMS,
+        'redis',
+        'redis-exporter',
+        'haproxy',
+        'prometheus',
+        'grafana',
+        'bench',
+      ].sort(),
     );
     expect(servicesOf(compose, 'router').map(([name]) => name)).toEqual(ROUTERS);
     expect(servicesOf(compose, 'poller').map(([name]) => name)).toEqual(POLLERS);
@@ -72,10 +85,10 @@ describe('docker-compose.yml', () => {
     for (const name of VLLMS) expect(flagValue(services[name]?.command ?? [], '--port'), name).toBe(simPort);
   });
 
-  it('runs the sims (profile sim, the default through .env) or vLLM (profile gpu), never both', () => {
+  it('runs the sims (profile sim, the default through .env.example) or vLLM (profile gpu), never both', () => {
     for (const name of SIMS) expect(services[name]?.profiles, name).toEqual(['sim']);
     for (const name of VLLMS) expect(services[name]?.profiles, name).toEqual(['gpu']);
-    const dotEnv = readDotEnv();
+    const dotEnv = readEnvExample();
     expect(dotEnv['COMPOSE_PROFILES']).toBe('sim');
     expect(dotEnv['COMPOSE_PROJECT_NAME']).toBe('kvroute');
     for (const [name, service] of Object.entries(services)) {
@@ -134,6 +147,31 @@ describe('docker-compose.yml', () => {
     // redis-cli exits 0 on NOAUTH: the health check must look at the answer.
     expect(redis.healthcheck?.test).toEqual(['CMD-SHELL', 'redis-cli ping | grep -q PONG']);
     expect(redis.user).toBe('999:999');
+  });
+
+  it("keeps Redis's data across restarts: an append-only file on a named volume, capped memory, noeviction", () => {
+    const redis = services['redis'] as ComposeService;
+    const command = interpolateDefaults((redis.command ?? []).join(' '));
+    expect(command).toContain('--dir /data');
+    expect(command).toContain('--appendonly yes --appendfsync everysec');
+    expect(command).not.toContain('--appendonly no');
+    expect(command).toMatch(/--maxmemory \d+[gm]b --maxmemory-policy noeviction/);
+    expect(redis.volumes).toContain('redis-data:/data');
+    expect(Object.keys(compose.volumes ?? {})).toContain('redis-data');
+    // Its memory for the alerts: the exporter reads the same Redis with the same password, from env.
+    const exporter = services['redis-exporter'] as ComposeService;
+    expect(exporter.image).toMatch(/^oliver006\/redis_exporter:v\d/);
+    expect(exporter.environment).toEqual({ REDIS_ADDR: 'redis://redis:6379', REDIS_PASSWORD: '${REDIS_PASSWORD}' });
+    expect(exporter.command).toBeUndefined();
+  });
+
+  it('ships .env.example, and keeps .env (where the setup writes the Redis password) out of git', () => {
+    expect(existsSync(repoPath('.env.example'))).toBe(true);
+    expect(readEnvExample()['REDIS_PASSWORD']).toBeUndefined();
+    const git = (...args: string[]) => spawnSync('git', args, { cwd: REPO_ROOT, encoding: 'utf8' });
+    expect(git('ls-files', '--', '.env').stdout).toBe('');
+    expect(git('check-ignore', '-q', '--no-index', '.env').status).toBe(0);
+    expect(readRepoFile('.dockerignore').split('\n')).toContain('.env');
   });
 
   it('mounts the infra files that exist, where the images read them', () => {

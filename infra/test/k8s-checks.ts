@@ -46,7 +46,7 @@ import {
 import { parse as parseYaml } from 'yaml';
 import { unknownConfigKeys, unknownEnvVars, type KvrouteApp } from './config-keys';
 import { podSpecsOf, type K8sObject } from './k8s-kustomize';
-import { repoPath } from './stack-files';
+import { repoPath, ROUTER_OPS_PORT_DEFAULT } from './stack-files';
 
 export const KVROUTE_IMAGE = 'ghcr.io/kvroute/kvroute';
 export const KVROUTE_COMMANDS = ['router', 'poller', 'sim', 'bench'] as const;
@@ -79,22 +79,31 @@ const APP_CONFIG: Record<
     schema: ConfigSchema;
     envPrefix: string;
     sharedFile?: { section: string; otherSections: readonly string[] };
-    probes: { readiness: string; liveness: string };
+    /**
+     * The paths the probes ask, and the listener serving them: `main` (the app's `host`/`port`) or `ops`
+     * (the router's operations listener, `opsHost`/`opsPort`: /metrics and the detailed /readyz, kept
+     * off the API port).
+     */
+    probes: { readiness: string; liveness: string; listener: 'main' | 'ops' };
   }
 > = {
   router: {
     schema: RouterConfig,
     envPrefix: ROUTER_ENV_PREFIX,
     sharedFile: ROUTER_CONFIG_FILE,
-    probes: { readiness: '/readyz', liveness: '/healthz' },
+    probes: { readiness: '/readyz', liveness: '/healthz', listener: 'ops' },
   },
   poller: {
     schema: PollerConfig,
     envPrefix: POLLER_ENV_PREFIX,
     sharedFile: POLLER_CONFIG_FILE,
-    probes: { readiness: '/healthz', liveness: '/healthz' },
+    probes: { readiness: '/healthz', liveness: '/healthz', listener: 'main' },
   },
-  sim: { schema: SimConfig, envPrefix: SIM_ENV_PREFIX, probes: { readiness: '/health', liveness: '/health' } },
+  sim: {
+    schema: SimConfig,
+    envPrefix: SIM_ENV_PREFIX,
+    probes: { readiness: '/health', liveness: '/health', listener: 'main' },
+  },
 };
 
 const SCHEMAS: Record<string, new (data: any) => { validate(): void }> = {
@@ -162,7 +171,7 @@ export function inspectManifests(
   }
   const containers: KvrouteContainer[] = [];
   for (const workload of objects.filter((object) => WORKLOAD_KINDS.has(object.kind))) {
-    problems.push(...checkWorkload(workload, index));
+    problems.push(...checkWorkload(workload, index, options));
     for (const pod of podSpecsOf(workload)) {
       for (const container of [...(pod.initContainers ?? []), ...(pod.containers ?? [])]) {
         const where = `${workload.kind}/${workload.metadata.name} ${container.name}`;
@@ -341,7 +350,7 @@ function checkSharedConfigFiles(configMap: K8sObject): string[] {
   return problems;
 }
 
-function checkWorkload(workload: K8sObject, index: ObjectIndex): string[] {
+function checkWorkload(workload: K8sObject, index: ObjectIndex, options: CheckOptions): string[] {
   const where = `${workload.kind}/${workload.metadata.name}`;
   const problems: string[] = [];
   const selector = workload['spec']?.selector?.matchLabels;
@@ -358,6 +367,25 @@ function checkWorkload(workload: K8sObject, index: ObjectIndex): string[] {
         index.find('ConfigMap', volume.configMap.name, workload.metadata.namespace) === undefined
       ) {
         problems.push(`${where}: volume ${volume.name}: ConfigMap ${volume.configMap.name} does not exist`);
+      }
+      // A Secret volume (created by hand, as kvroute-api-keys): each key it mounts must be in the
+      // manifests or given, or the pod waits in ContainerCreating.
+      if (volume.secret && !volume.secret.optional) {
+        const inManifests = index.find('Secret', volume.secret.secretName, workload.metadata.namespace);
+        const keys = (volume.secret.items ?? []).map((item: { key: string }) => item.key);
+        if (keys.length === 0 && inManifests === undefined)
+          problems.push(
+            `${where}: volume ${volume.name}: Secret ${volume.secret.secretName} is neither in the manifests nor given`,
+          );
+        for (const key of keys)
+          if (
+            inManifests?.['stringData']?.[key] === undefined &&
+            inManifests?.['data']?.[key] === undefined &&
+            options.secrets?.[`${volume.secret.secretName}/${key}`] === undefined
+          )
+            problems.push(
+              `${where}: volume ${volume.name}: Secret ${volume.secret.secretName} (key ${key}) is neither in the manifests nor given`,
+            );
       }
       if (
         volume.persistentVolumeClaim &&
@@ -378,6 +406,14 @@ function checkWorkload(workload: K8sObject, index: ObjectIndex): string[] {
     }
   }
   return problems;
+}
+
+/**
+ * The router's operations listener (/metrics, /readyz, /healthz): `opsHost`/`opsPort` of its config,
+ * defaulting to the API's host and to the router's default port when they are not set.
+ */
+function opsListener(config: Record<string, any>): { host: unknown; port: unknown } {
+  return { host: config['opsHost'] ?? config['host'], port: config['opsPort'] ?? ROUTER_OPS_PORT_DEFAULT };
 }
 
 /** Generic container checks: probe ports, `$(VAR)` references. */
@@ -493,6 +529,20 @@ function checkKvrouteContainer(context: KvrouteContext): KvrouteContainer | unde
       `${where}: the ${app} listens on ${config['host']}, unreachable from outside the pod (set its host to 0.0.0.0)`,
     );
   const probes = APP_CONFIG[app].probes;
+  const probed = probes.listener === 'ops' ? opsListener(config) : { host: config['host'], port: config['port'] };
+  const probedPort = ports.find((port) => port.containerPort === probed.port);
+  if (probes.listener === 'ops') {
+    if (probedPort === undefined)
+      problems.push(
+        `${where}: the ${app}'s ops listener (metrics, readiness) is on ${probed.port}, which is no container port`,
+      );
+    else if (probedPort.name !== 'ops')
+      problems.push(`${where}: the ${app}'s ops port ${probed.port} is named ${String(probedPort.name)}, not ops`);
+    if (/^(127\.|localhost$|::1$)/.test(String(probed.host)))
+      problems.push(
+        `${where}: the ${app}'s ops listener is on ${probed.host}: the kubelet and Prometheus cannot reach it`,
+      );
+  }
   for (const [probeName, path] of [
     ['readinessProbe', probes.readiness],
     ['livenessProbe', probes.liveness],
@@ -500,8 +550,10 @@ function checkKvrouteContainer(context: KvrouteContext): KvrouteContainer | unde
     const probe = container[probeName]?.httpGet;
     if (probe === undefined) problems.push(`${where}: no HTTP ${probeName} (the ${app} serves ${path})`);
     else if (probe.path !== path) problems.push(`${where}: ${probeName} asks ${probe.path}, the ${app} serves ${path}`);
-    else if (probe.port !== config['port'] && probe.port !== listening?.name)
-      problems.push(`${where}: ${probeName} port ${probe.port} is not the ${app}'s port ${config['port']}`);
+    else if (probe.port !== probed.port && probe.port !== probedPort?.name)
+      problems.push(
+        `${where}: ${probeName} port ${probe.port} is not the ${app}'s ${probes.listener === 'ops' ? 'ops ' : ''}port ${probed.port}`,
+      );
   }
 
   if (app === 'router' || app === 'poller') {

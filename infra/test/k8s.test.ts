@@ -64,6 +64,24 @@ function expectPlatform(objects: readonly K8sObject[], backends: readonly string
     /printf 'requirepass %s\\n' "\$REDIS_PASSWORD" > \/data\/auth\.conf && exec redis-server \/data\/auth\.conf /,
   );
   expect(startCommand).toContain('--maxmemory-policy noeviction');
+  // Durable: admin-made API keys and the cache-salt secret live here, so an append-only file on a claim
+  // outlives the pod, and the cap sits below the container's memory limit (room for the AOF rewrite).
+  expect(startCommand).toContain('--appendonly yes --appendfsync everysec');
+  expect(startCommand).not.toContain('--appendonly no');
+  const maxmemoryMb = Number(/--maxmemory (\d+)gb/.exec(startCommand)?.[1]) * 1024;
+  expect(maxmemoryMb).toBeGreaterThanOrEqual(2048);
+  expect(Number(/^(\d+)Gi$/.exec(redisContainer.resources.limits.memory)?.[1]) * 1024).toBeGreaterThan(maxmemoryMb);
+  const dataVolume = podOf(redis).volumes.find((volume: any) => volume.name === 'data');
+  expect(dataVolume.persistentVolumeClaim.claimName).toBe('redis-data');
+  expect(redisContainer.volumeMounts).toContainEqual({ name: 'data', mountPath: '/data' });
+  expect(findObject(objects, 'PersistentVolumeClaim', 'redis-data').spec.accessModes).toEqual(['ReadWriteOnce']);
+  expect(redis.spec.strategy.type).toBe('Recreate');
+  // Its memory for the alert: an exporter beside it, with the password from env, its port only to Prometheus.
+  const exporter = containerOf(redis, 'exporter');
+  expect(exporter.env).toContainEqual({ name: 'REDIS_PASSWORD', valueFrom: fromAuthSecret });
+  expect(exporter.args).toBeUndefined();
+  expect(exporter.ports).toEqual([{ name: 'metrics', containerPort: 9121 }]);
+  expect(redis.spec.template.metadata.labels['kvroute.io/scrape-job']).toBe('redis');
   expect(redisContainer.args).toBeUndefined();
   expect(redisContainer.readinessProbe.exec.command.join(' ')).toContain('grep -q PONG');
   // Only routers and pollers reach Redis; only they, the bench and Prometheus reach the backends.
@@ -81,6 +99,15 @@ function expectPlatform(objects: readonly K8sObject[], backends: readonly string
         },
       ],
       ports: [{ port: 6379 }],
+    },
+    {
+      from: [
+        {
+          namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } },
+          podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } },
+        },
+      ],
+      ports: [{ port: 9121 }],
     },
   ]);
   const backendPolicy = findObject(objects, 'NetworkPolicy', 'backends');
@@ -112,8 +139,10 @@ function expectPlatform(objects: readonly K8sObject[], backends: readonly string
   expect(router.spec.replicas).toBe(3);
   const routerContainer = containerOf(router, 'router');
   expect(routerContainer.args).toEqual(['router']);
-  expect(routerContainer.readinessProbe.httpGet.path).toBe('/readyz');
-  expect(routerContainer.livenessProbe.httpGet.path).toBe('/healthz');
+  // Probes and scrapes on the ops port; the API port serves neither /metrics nor the detailed /readyz.
+  expect(routerContainer.readinessProbe.httpGet).toEqual({ path: '/readyz', port: 'ops' });
+  expect(routerContainer.livenessProbe.httpGet).toEqual({ path: '/healthz', port: 'ops' });
+  expect(routerContainer.ports).toContainEqual({ name: 'ops', containerPort: 9464 });
   expect(routerContainer.lifecycle.preStop.sleep.seconds).toBeGreaterThan(0);
   expect(podOf(router).terminationGracePeriodSeconds).toBeGreaterThan(
     30 + routerContainer.lifecycle.preStop.sleep.seconds,
@@ -126,13 +155,20 @@ function expectPlatform(objects: readonly K8sObject[], backends: readonly string
   expect(routerContainer.resources.requests.cpu).toBeDefined();
   expect(router.spec.template.metadata.annotations).toMatchObject({
     'prometheus.io/scrape': 'true',
-    'prometheus.io/port': '8080',
+    'prometheus.io/port': '9464',
     'prometheus.io/path': '/metrics',
   });
 
+  // Internal by default: the base runs in open mode (auth: none), so nothing outside the cluster reaches it.
   const service = findObject(objects, 'Service', 'kvroute-router');
-  expect(service.spec).toMatchObject({ type: 'LoadBalancer', externalTrafficPolicy: 'Local', sessionAffinity: 'None' });
+  expect(service.spec).toMatchObject({ type: 'ClusterIP', sessionAffinity: 'None' });
+  expect(service.spec.externalTrafficPolicy).toBeUndefined();
   expect(service.spec.ports).toEqual([{ name: 'http', port: 80, targetPort: 'http', protocol: 'TCP' }]);
+  expect(
+    objects.filter(
+      (object) => object.kind === 'Service' && ['LoadBalancer', 'NodePort'].includes(object['spec']?.type),
+    ),
+  ).toEqual([]);
   expect(routerContainer.ports).toContainEqual({ name: 'http', containerPort: 8080 });
 
   const budget = findObject(objects, 'PodDisruptionBudget', 'kvroute-router');
@@ -223,6 +259,7 @@ describe('infra/k8s/base', () => {
         'NetworkPolicy/backends',
         'NetworkPolicy/redis',
         'PodDisruptionBudget/kvroute-poller',
+        'PersistentVolumeClaim/redis-data',
         'PodDisruptionBudget/kvroute-router',
         'Service/kvroute-router',
         'Service/redis',
@@ -250,10 +287,11 @@ describe('infra/k8s/overlays/local', () => {
         'Deployment/redis redis: env REDIS_PASSWORD: Secret kvroute-redis-auth (key password) is neither in the manifests nor given',
       ),
       expect.stringContaining('REDISCLI_AUTH'),
+      expect.stringContaining('Deployment/redis exporter: env REDIS_PASSWORD'),
     ]);
   });
 
-  it('runs Redis, 3 routers behind an L4 LoadBalancer with a PDB and a CPU autoscaler, and 2 health pollers', () => {
+  it('runs Redis, 3 routers behind an internal Service with a PDB and a CPU autoscaler, and 2 health pollers', () => {
     expectPlatform(objects, SIM_BACKENDS);
   });
 
@@ -301,6 +339,7 @@ describe('infra/k8s/overlays/a100', () => {
         'Deployment/redis redis: env REDIS_PASSWORD: Secret kvroute-redis-auth (key password) is neither in the manifests nor given',
       ),
       expect.stringContaining('REDISCLI_AUTH'),
+      expect.stringContaining('Deployment/redis exporter: env REDIS_PASSWORD'),
     ]);
   });
 
@@ -376,6 +415,50 @@ describe('infra/k8s/overlays/a100', () => {
     const pod = parseYaml(readFileSync(join(K8S_DIR, 'overlays/a100/bench-results-reader.yaml'), 'utf8')) as K8sObject;
     expect(checkManifests([...objects, pod], WITH_REDIS_SECRET)).toEqual([]);
     expect(pod.spec.volumes[0].persistentVolumeClaim.claimName).toBe('bench-results');
+  });
+});
+
+describe('infra/k8s/overlays/public (components/public-api)', () => {
+  const objects = build('overlays/public');
+  const secrets = {
+    ...WITH_REDIS_SECRET.secrets,
+    'kvroute-api-keys/keys.yaml': 'keys: []\n',
+    'kvroute-cache-salt/secret': '0123456789abcdef0123456789abcdef',
+  };
+
+  it('passes every check once its three Secrets exist, and says which ones are missing otherwise', () => {
+    expect(checkManifests(objects, { secrets })).toEqual([]);
+    expect(checkManifests(objects, WITH_REDIS_SECRET)).toEqual([
+      'Deployment/kvroute-router: volume api-keys: Secret kvroute-api-keys (key keys.yaml) is neither in the manifests nor given',
+      'Deployment/kvroute-router: volume cache-salt: Secret kvroute-cache-salt (key secret) is neither in the manifests nor given',
+    ]);
+  });
+
+  it('runs the routers with API keys and the cache-salt secret read from the mounted Secrets', () => {
+    const router = inspectManifests(objects, { secrets }).containers.find((entry) => entry.command === 'router');
+    expect(router?.config).toMatchObject({ auth: 'api-keys' });
+    const deployment = findObject(objects, 'Deployment', 'kvroute-router');
+    const container = containerOf(deployment, 'router');
+    const secretFileOf = (path: string): string | undefined => {
+      const mount = container.volumeMounts.find((candidate: any) => path.startsWith(`${candidate.mountPath}/`));
+      const volume = podOf(deployment).volumes.find((candidate: any) => candidate.name === mount?.name);
+      const item = volume?.secret?.items?.find((candidate: any) => `${mount.mountPath}/${candidate.path}` === path);
+      return item === undefined ? undefined : `${volume.secret.secretName}/${item.key}`;
+    };
+    expect(secretFileOf(router?.config?.['apiKeysFile'])).toBe('kvroute-api-keys/keys.yaml');
+    expect(secretFileOf(router?.config?.['cacheSaltSecretFile'])).toBe('kvroute-cache-salt/secret');
+  });
+
+  it('exposes only the API port publicly, and keeps the internal Service', () => {
+    const publicServices = objects.filter(
+      (object) => object.kind === 'Service' && ['LoadBalancer', 'NodePort'].includes(object['spec']?.type),
+    );
+    expect(publicServices.map((service) => service.metadata.name)).toEqual(['kvroute-router-public']);
+    const [service] = publicServices as [K8sObject];
+    expect(service.metadata.namespace).toBe('kvroute');
+    expect(service['spec']).toMatchObject({ externalTrafficPolicy: 'Local', sessionAffinity: 'None' });
+    expect(service['spec'].ports).toEqual([{ name: 'https', port: 443, targetPort: 'http', protocol: 'TCP' }]);
+    expect(findObject(objects, 'Service', 'kvroute-router').spec.type).toBe('ClusterIP');
   });
 });
 
@@ -571,6 +654,23 @@ describe('the checks catch broken manifests', () => {
         expect.stringMatching(/--router http:\/\/kvroute-routr: no Service kvroute-routr/),
         expect.stringMatching(/--out \/tmp\/seed-cloud is not on a PersistentVolumeClaim/),
         expect.stringMatching(/--backends .* differ from the routers' backends/),
+      ]),
+    );
+  });
+
+  it('reports a router probed on its API port, or without an ops port for its metrics and readiness', () => {
+    const onApiPort = structuredClone(build('overlays/local'));
+    containerOf(findObject(onApiPort, 'Deployment', 'kvroute-router'), 'router').livenessProbe.httpGet.port = 'http';
+    expect(checkManifests(onApiPort, WITH_REDIS_SECRET)).toEqual([
+      "Deployment/kvroute-router router: livenessProbe port http is not the router's ops port 9464",
+    ]);
+    const noOpsPort = structuredClone(build('overlays/local'));
+    const router = containerOf(findObject(noOpsPort, 'Deployment', 'kvroute-router'), 'router');
+    router.ports = router.ports.filter((port: { name: string }) => port.name !== 'ops');
+    expect(checkManifests(noOpsPort, WITH_REDIS_SECRET)).toEqual(
+      expect.arrayContaining([
+        "Deployment/kvroute-router router: the router's ops listener (metrics, readiness) is on 9464, which is no container port",
+        'Deployment/kvroute-router router: readinessProbe port ops is no container port',
       ]),
     );
   });

@@ -2,7 +2,8 @@
  * Every metric series name the stack's dashboards and alerts may use, from the apps' own definitions:
  * the router's and the poller's prom-client registries (RouterMetrics, PollerMetrics, built as the apps
  * build them) and the `/metrics` text of a vllm-sim in the vLLM dialect (the names vLLM itself
- * exports, which the gpu profile's real engines serve). Histograms contribute `_bucket`, `_sum` and
+ * exports, which the gpu profile's real engines serve), and the few Redis exporter series the alerts
+ * read (REDIS_EXPORTER_SERIES). Histograms contribute `_bucket`, `_sum` and
  * `_count` series, not their bare name, as Prometheus stores them.
  */
 import { PollerMetrics } from '@kvroute/health-poller/metrics';
@@ -11,7 +12,7 @@ import { createSimServer } from '@kvroute/vllm-sim';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { parsePromql } from './promql';
 
-export type MetricSource = 'router' | 'poller' | 'backend' | 'prometheus';
+export type MetricSource = 'router' | 'poller' | 'backend' | 'redis' | 'prometheus';
 
 export interface MetricCatalog {
   /** Series name → where it comes from. */
@@ -46,6 +47,12 @@ const PROMETHEUS_SERIES = [
   'scrape_samples_post_metric_relabeling',
   'scrape_series_added',
 ];
+
+/**
+ * Series of the Redis exporter (oliver006/redis_exporter, the version pinned in docker-compose.yml and
+ * infra/k8s/base/redis.yaml) that the alerts use: not ours to derive, so listed by hand, and only these.
+ */
+export const REDIS_EXPORTER_SERIES = ['redis_up', 'redis_memory_used_bytes', 'redis_memory_max_bytes'];
 
 function seriesOf(name: string, type: string): string[] {
   if (type === 'histogram') return [`${name}_bucket`, `${name}_sum`, `${name}_count`];
@@ -86,6 +93,7 @@ export async function loadMetricCatalog(): Promise<MetricCatalog> {
   const poller = new PollerMetrics({ backends: () => 0 });
   const series = new Map<string, MetricSource>();
   for (const name of PROMETHEUS_SERIES) series.set(name, 'prometheus');
+  for (const name of REDIS_EXPORTER_SERIES) series.set(name, 'redis');
   for (const name of await registrySeries(router.registry)) series.set(name, 'router');
   for (const name of await registrySeries(poller.registry)) series.set(name, 'poller');
   for (const name of await simSeries()) series.set(name, 'backend');

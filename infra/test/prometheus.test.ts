@@ -11,6 +11,7 @@ import {
   servicesOf,
   type ComposeService,
   type PrometheusConfig,
+  ROUTER_OPS_PORT_DEFAULT,
   type RuleFile,
 } from './stack-files';
 
@@ -29,9 +30,12 @@ beforeAll(async () => {
 
 describe('infra/prometheus/prometheus.yml', () => {
   it('scrapes every router, poller and backend of docker-compose.yml on its port', () => {
+    // The routers' ops listener: their API port (KVROUTE_PORT) no longer serves /metrics.
     const routers = servicesOf(compose, 'router').map(
-      ([name, service]) => `${name}:${serviceEnv(service)['KVROUTE_PORT']}`,
+      ([name, service]) => `${name}:${serviceEnv(service)['KVROUTE_OPS_PORT'] ?? ROUTER_OPS_PORT_DEFAULT}`,
     );
+    for (const [name, service] of servicesOf(compose, 'router'))
+      expect(serviceEnv(service)['KVROUTE_PORT'], name).not.toBe(String(ROUTER_OPS_PORT_DEFAULT));
     const pollers = servicesOf(compose, 'poller').map(
       ([name, service]) => `${name}:${serviceEnv(service)['KVROUTE_POLLER_PORT']}`,
     );
@@ -41,6 +45,8 @@ describe('infra/prometheus/prometheus.yml', () => {
     expect(jobs.get('kvroute-router')).toEqual(routers);
     expect(jobs.get('kvroute-poller')).toEqual(pollers);
     expect(jobs.get('backends')).toEqual(backends);
+    expect(jobs.get('redis')).toEqual(['redis-exporter:9121']);
+    expect(compose.services['redis-exporter']?.environment?.['REDIS_ADDR']).toBe('redis://redis:6379');
     // The vLLM services of the gpu profile answer on the same aliases and port.
     const vllmTargets = ['vllm-1', 'vllm-2', 'vllm-3', 'vllm-4'].map((name) => {
       const service = compose.services[name] as ComposeService;

@@ -7,6 +7,12 @@ import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { KvrouteApp } from './config-keys';
 
+/**
+ * The port of the router's ops listener (/metrics, the detailed /readyz) when `opsPort` is not set: the
+ * router's default, which the compose stack and the manifests rely on.
+ */
+export const ROUTER_OPS_PORT_DEFAULT = 9464;
+
 export const REPO_ROOT = join(import.meta.dirname, '..', '..');
 export const repoPath = (...parts: string[]): string => join(REPO_ROOT, ...parts);
 export const readRepoFile = (...parts: string[]): string => readFileSync(repoPath(...parts), 'utf8');
@@ -118,9 +124,15 @@ export function flagValue(command: readonly string[], flag: string): string | un
   return at < 0 ? undefined : command[at + 1];
 }
 
-export function readDotEnv(): Record<string, string> {
+/**
+ * The Compose defaults shipped as `.env.example`, which the README's setup copies to `.env` (untracked:
+ * the setup appends the Redis password to it).
+ */
+export const ENV_EXAMPLE_FILE = '.env.example';
+
+export function readEnvExample(): Record<string, string> {
   return Object.fromEntries(
-    readRepoFile('.env')
+    readRepoFile(ENV_EXAMPLE_FILE)
       .split('\n')
       .map((line) => line.trim())
       .filter((line) => line !== '' && !line.startsWith('#'))
@@ -274,4 +286,28 @@ export function parseDockerfile(text: string): { args: DockerInstruction[]; stag
 export function execForm(args: string): string[] {
   const start = args.indexOf('[');
   return JSON.parse(args.slice(start)) as string[];
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Docs
+
+/** GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to hyphens. */
+export function headingAnchor(heading: string): string {
+  return heading
+    .trim()
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+    .replace(/\s/g, '-');
+}
+
+/** The anchors of every heading of a Markdown file of the repository (outside code fences). */
+export function markdownAnchors(path: string): Set<string> {
+  const anchors = new Set<string>();
+  let fenced = false;
+  for (const line of readRepoFile(path).split('\n')) {
+    if (/^\s*(```|~~~)/.test(line)) fenced = !fenced;
+    const heading = fenced ? null : /^#{1,6}\s+(.*)$/.exec(line);
+    if (heading?.[1] !== undefined) anchors.add(headingAnchor(heading[1]));
+  }
+  return anchors;
 }
