@@ -10,3 +10,4 @@ export * from './request-limits';
 export * from './stream-output';
 export * from './response-usage';
 export * from './multipart-form';
+export * from './pd/disaggregated-legs';
