@@ -7,6 +7,7 @@ import type { ConnectionGate, FaultInjector } from './faults';
 import type { ResponseLatency } from './generation/response-latency';
 import type { CachedTokensReporting } from './generation/serve-generation';
 import type { MetricsDialect } from './metrics/render-metrics';
+import type { BootstrapRooms } from './generation/bootstrap-rooms';
 import type { PdRole, SideChannel } from './generation/kv-transfer-params';
 import { generationRoutes } from './routes/generation-routes';
 import { messagesRoutes } from './routes/messages-routes';
@@ -53,6 +54,7 @@ export interface SimAppDeps {
   /** Prefill/decode role (`--pd-role`) and how a prefill instance names itself to the decode side. */
   readonly pdRole: PdRole;
   readonly sideChannel: SideChannel;
+  readonly bootstrapRooms: BootstrapRooms;
 }
 
 /** Engine version string reported by `GET /version`, per dialect. */
@@ -102,6 +104,7 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     faults: deps.faults,
     latency: deps.latency,
     sideChannel: deps.sideChannel,
+    bootstrapRooms: deps.bootstrapRooms,
   };
   // One agent plan for chat, Responses and Messages turns (generation/agent-turn.ts).
   const agent = {
@@ -158,6 +161,7 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     limits,
     codec: deps.codec,
     faults: deps.faults,
+    bootstrapRooms: deps.bootstrapRooms,
     get connectionGate() {
       return deps.connectionGate();
     },

@@ -8,6 +8,7 @@ import { EngineLoop, realClock, type LoopClock } from './engine/engine-loop';
 import { getProfile } from './engine/profiles';
 import { seededRandom } from '@kvroute/workloads';
 import { FaultInjector, type ConnectionGate } from './faults';
+import { BootstrapRooms } from './generation/bootstrap-rooms';
 import { ResponseLatency } from './generation/response-latency';
 import { checkKvEventPorts, createRankKvEvents, type RankKvEvents } from './kv-events/kv-events-setup';
 import { noneHashFor, VllmBlockHasher } from './kv-events/vllm-block-hash';
@@ -99,6 +100,7 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
   const servedModel = config.model ?? profile.defaultModel;
   const codec = deps.codec ?? promptCodecFor(config.tokenizer);
   let gate: ConnectionGate | null = null;
+  const bootstrapRooms = new BootstrapRooms(config.kvLeaseSeconds * 1000);
   let boundPort = config.port;
   let refuseTimer: NodeJS.Timeout | null = null;
   let generationRequestsReceived = 0;
@@ -124,6 +126,7 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
     logger: deps.logger ?? false,
     connectionGate: () => gate,
     pdRole: config.pdRole,
+    bootstrapRooms,
     sideChannel: {
       engineId: randomUUID(),
       // The decode side reaches this sim where it listens (a wildcard bind is named by loopback).
@@ -180,6 +183,7 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
         app.server.listen({ host: config.host, port: 0 });
       }
       for (const rankLoop of loops) rankLoop.stop();
+      bootstrapRooms.close();
       for (const events of kvEvents ?? []) events.publisher.close();
       await app.close();
     },

@@ -132,6 +132,29 @@ describe('vllm-sim prefill/decode (NIXL)', () => {
     expect(transfers).toBeDefined();
   });
 
+  it('SGLang: the same body to a prefill and a decode sim at once; the decode sim waits for the room and pulls', async () => {
+    const body = conversation(5);
+    const bootstrap = {
+      bootstrap_host: '127.0.0.1',
+      bootstrap_port: Number(new URL(prefill.url).port),
+      bootstrap_room: 2 ** 52 + 7,
+    };
+    const decodeBefore = await histogramTotals(decode.url, 'vllm:time_to_first_token_seconds');
+    const [fromPrefill, fromDecode] = await Promise.all([
+      postJson(prefill.url, '/v1/chat/completions', { ...body, ...bootstrap }),
+      postJson(decode.url, '/v1/chat/completions', { ...body, ...bootstrap }),
+    ]);
+    expect(fromPrefill.status).toBe(200);
+    expect(fromPrefill.json.usage.completion_tokens).toBe(1);
+    expect(fromDecode.status).toBe(200);
+    expect(fromDecode.json.usage.completion_tokens).toBe(8);
+    expect(fromDecode.json.usage.prompt_tokens_details.cached_tokens).toBe(fromDecode.json.usage.prompt_tokens - 1);
+    const decodeAfter = await histogramTotals(decode.url, 'vllm:time_to_first_token_seconds');
+    expect(decodeAfter.count - decodeBefore.count).toBe(1);
+    const missing = await postJson(decode.url, '/v1/chat/completions', { ...body, ...bootstrap, bootstrap_room: -1 });
+    expect(missing.status).toBe(400);
+  });
+
   it('refuses kv_transfer_params that are not an object with a 400, and the side channel refuses a bad notice', async () => {
     const bad = await postJson(prefill.url, '/v1/chat/completions', {
       ...conversation(4),

@@ -18,6 +18,10 @@ export type PdRole = 'none' | 'prefill' | 'decode' | 'both';
 
 export type KvTransferPlan =
   | { readonly kind: 'prefill' }
+  /** SGLang, prefill side: one output token, blocks held, the room opened when done (bootstrap-rooms.ts). */
+  | { readonly kind: 'bootstrap-prefill'; readonly room: string }
+  /** SGLang, decode side: ask the prefill sim for the room, then pull as NIXL's decode side does. */
+  | { readonly kind: 'bootstrap-decode'; readonly roomUrl: string; readonly doneUrl: string }
   | {
       readonly kind: 'decode';
       /** Prompt tokens the prefill side computed (`remote_num_tokens`); undefined: the whole prompt. */
@@ -31,7 +35,7 @@ export type KvTransferPlan =
 export function kvTransferPlanOf(body: unknown, role: PdRole): KvTransferPlan | null {
   if (role === 'none' || body === null || typeof body !== 'object') return null;
   const params = (body as { kv_transfer_params?: unknown }).kv_transfer_params;
-  if (params === undefined || params === null) return null;
+  if (params === undefined || params === null) return bootstrapPlanOf(body as Record<string, unknown>, role);
   if (typeof params !== 'object' || Array.isArray(params)) {
     throw new EngineError('bad-request', 'Invalid request: kv_transfer_params: Input should be a valid dictionary');
   }
@@ -51,6 +55,56 @@ export function kvTransferPlanOf(body: unknown, role: PdRole): KvTransferPlan | 
     doneUrl: host === null || port === null ? null : `http://${hostForUrl(host)}:${port}/sim/kv-transfer/done`,
     remoteRequestId: typeof fields.remote_request_id === 'string' ? fields.remote_request_id : null,
   };
+}
+
+/**
+ * SGLang's bootstrap fields: a prefill or decode sim takes part (a sim of role `both` cannot tell which it is, and
+ * serves the request whole). Malformed fields are a 400, as SGLang's request schema refuses them.
+ */
+function bootstrapPlanOf(body: Record<string, unknown>, role: PdRole): KvTransferPlan | null {
+  const { bootstrap_room: room, bootstrap_host: host, bootstrap_port: port } = body;
+  if (room === undefined || room === null) return null;
+  if (!Number.isSafeInteger(room) || (room as number) < 0 || typeof host !== 'string' || !Number.isInteger(port)) {
+    throw new EngineError(
+      'bad-request',
+      'Invalid request: bootstrap_room must be a non-negative integer, with bootstrap_host and bootstrap_port',
+    );
+  }
+  if (role === 'prefill') return { kind: 'bootstrap-prefill', room: String(room) };
+  if (role !== 'decode') return null;
+  const base = `http://${hostForUrl(host)}:${port as number}`;
+  return {
+    kind: 'bootstrap-decode',
+    roomUrl: `${base}/sim/bootstrap/rooms/${room}`,
+    doneUrl: `${base}/sim/kv-transfer/done`,
+  };
+}
+
+/**
+ * A decode side's bootstrap plan made a pull plan: the prefill sim's room once it opens (waiting up to `timeoutMs`),
+ * or null when it never does (the decode sim then prefills locally).
+ */
+export async function bootstrapDecodePlan(
+  plan: Extract<KvTransferPlan, { kind: 'bootstrap-decode' }>,
+  timeoutMs: number,
+): Promise<KvTransferPlan | null> {
+  try {
+    const response = await fetch(plan.roomUrl, { signal: AbortSignal.timeout(timeoutMs) });
+    if (response.status !== 200) {
+      await response.body?.cancel();
+      return null;
+    }
+    const room = (await response.json()) as { remote_request_id?: unknown; tokens?: unknown };
+    if (typeof room.remote_request_id !== 'string' || typeof room.tokens !== 'number') return null;
+    return {
+      kind: 'decode',
+      remoteTokens: room.tokens,
+      doneUrl: plan.doneUrl,
+      remoteRequestId: room.remote_request_id,
+    };
+  } catch {
+    return null;
+  }
 }
 
 function hostForUrl(host: string): string {

@@ -7,6 +7,7 @@ import type { FinishReason } from '../engine/engine-stats';
 import type { FaultInjector } from '../faults';
 import { OutputText } from '../text/output-text';
 import type { PromptCodec } from '../text/prompt-codec';
+import type { BootstrapRooms } from './bootstrap-rooms';
 import { notifyPrefillDone, prefillAnswerParams, type KvTransferPlan, type SideChannel } from './kv-transfer-params';
 import type { PreparedPrompt } from './prepare-prompts';
 import type { ResponseLatency } from './response-latency';
@@ -39,6 +40,8 @@ export interface GenerationDeps {
   readonly latency: ResponseLatency;
   /** Prefill/decode (`--pd-role`): how a prefill instance names itself in its answer's params. */
   readonly sideChannel?: SideChannel;
+  /** SGLang prefill/decode: the rooms a prefill sim opens for decode sims. */
+  readonly bootstrapRooms?: BootstrapRooms;
 }
 
 export interface GenerationRequest {
@@ -75,10 +78,15 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
     model: request.model,
     systemFingerprint: SIM_SYSTEM_FINGERPRINT,
   };
+  // An SGLang prefill engine computes the prompt and its first token; the decode engine generates the rest.
+  const bootstrapPrefill = request.prompts.length === 1 && request.kvTransfer?.kind === 'bootstrap-prefill';
   const choices = request.prompts.map((prompt) => {
     const output = new OutputText(deps.codec.outputWords, deps.seed, prompt.tokens);
-    const eosLength =
-      deps.eosRandom && !request.ignoreEos ? 1 + Math.floor(output.fraction() * prompt.maxTokens) : prompt.maxTokens;
+    const eosLength = bootstrapPrefill
+      ? 1
+      : deps.eosRandom && !request.ignoreEos
+        ? 1 + Math.floor(output.fraction() * prompt.maxTokens)
+        : prompt.maxTokens;
     const turn = new ChoiceTurn(request.turn, eosLength);
     const endReason = turnEnd(request.turn, eosLength, prompt.maxTokens);
     return {
@@ -194,8 +202,11 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
           response.destroy();
         }
       },
-      onFinish(_sequence, reason) {
+      onFinish(sequence, reason) {
         choice.finishReason = reason;
+        if (kvTransfer?.kind === 'bootstrap-prefill' && reason !== 'abort') {
+          deps.bootstrapRooms?.open(kvTransfer.room, { requestId: sequence.id, tokens: sequence.promptLength });
+        }
         unfinished--;
         if (unfinished === 0 && !clientGone) finishResponse();
       },
@@ -208,7 +219,9 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
       outputTokenAt: (outputIndex) => choice.output.tokenAt(outputIndex),
       maxTokensParam: choice.prompt.maxTokens,
       ...(request.cacheSalt === undefined ? {} : { cacheSalt: request.cacheSalt }),
-      ...(kvTransfer?.kind === 'prefill' ? { holdForRemoteDecode: true } : {}),
+      ...(kvTransfer?.kind === 'prefill' || kvTransfer?.kind === 'bootstrap-prefill'
+        ? { holdForRemoteDecode: true }
+        : {}),
       ...(kvTransfer?.kind === 'decode'
         ? { remotePrefillTokens: kvTransfer.remoteTokens ?? choice.prompt.tokens.length }
         : {}),

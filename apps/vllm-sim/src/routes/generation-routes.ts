@@ -6,7 +6,15 @@ import type { FaultInjector } from '../faults';
 import type { EngineVersion } from '../engine/engine';
 import { AgentTurnFields, PLAIN_TURN, planTurn, type AgentSettings, type TurnPlan } from '../generation/agent-turn';
 import { readCacheSalt, withoutNullCacheSalt } from '../generation/cache-salt';
-import { kvTransferPlanOf, type KvTransferPlan, type PdRole } from '../generation/kv-transfer-params';
+import {
+  bootstrapDecodePlan,
+  kvTransferPlanOf,
+  type KvTransferPlan,
+  type PdRole,
+} from '../generation/kv-transfer-params';
+
+/** How long an SGLang decode sim waits for the prefill sim's room before it prefills locally, ms. */
+const BOOTSTRAP_WAIT_MS = 30_000;
 import {
   prepareChatPrompts,
   prepareCompletionPrompts,
@@ -82,8 +90,10 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
     prompts: PreparedPrompt[],
     receivedAtMs: number,
     turn: TurnPlan,
-    kvTransfer: KvTransferPlan | null,
+    plan: KvTransferPlan | null,
   ): Promise<void> {
+    // An SGLang decode engine waits for the prefill engine's room before it can pull (bootstrap-rooms.ts).
+    const kvTransfer = plan?.kind === 'bootstrap-decode' ? await bootstrapDecodePlan(plan, BOOTSTRAP_WAIT_MS) : plan;
     const generation = withRequestedRank(options.generation, reply.request.headers);
     options.onGenerationRequest?.();
     const action = await options.faults.beforeServing();

@@ -11,6 +11,7 @@ import {
   type PromptLimits,
 } from '../generation/prepare-prompts';
 import { EngineError } from '../engine-errors';
+import type { BootstrapRooms } from '../generation/bootstrap-rooms';
 import type { PromptCodec } from '../text/prompt-codec';
 import { checkModel, parseSaltedBody } from './generation-routes';
 
@@ -23,7 +24,12 @@ export interface SimControlRoutesOptions {
   readonly codec: PromptCodec;
   readonly faults: FaultInjector;
   readonly connectionGate: ConnectionGate | null;
+  /** SGLang prefill/decode rooms this sim opens (a prefill role); absent: none. */
+  readonly bootstrapRooms?: BootstrapRooms;
 }
+
+/** How long a decode sim's room request waits for the room to open, ms (its own wait is as long). */
+const BOOTSTRAP_WAIT_MS = 30_000;
 
 /**
  * Simulator-only endpoints under `/sim/…`, off the OpenAI paths:
@@ -96,6 +102,15 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
     const holder = options.ranks.loops.find((loop) => loop.engine.holds.done(id));
     holder?.nudge();
     return { released: holder !== undefined };
+  });
+
+  // SGLang prefill/decode: a decode sim waits here for this prefill sim's room (bootstrap-rooms.ts).
+  app.get('/sim/bootstrap/rooms/:room', async (request, reply) => {
+    const { room } = request.params as { room: string };
+    const open =
+      options.bootstrapRooms === undefined ? null : await options.bootstrapRooms.wait(room, BOOTSTRAP_WAIT_MS);
+    if (open === null) return reply.code(404).send({ detail: `room ${room} was not opened here` });
+    return { remote_request_id: open.requestId, tokens: open.tokens };
   });
 
   app.post('/sim/reset-cache', async () => {
