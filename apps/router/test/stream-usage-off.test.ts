@@ -51,6 +51,8 @@ describe('requestStreamUsage off', () => {
       dataParallel: null,
       dataParallelRank: null,
       kvEvents: null,
+      role: 'both',
+      bootstrapPort: null,
     };
     const metrics = new RouterMetrics();
     const stages = Fastify();

@@ -29,7 +29,17 @@ export interface Backend {
   readonly dataParallelRank: DataParallelRank | null;
   /** Where its engine publishes KV events, as configured (carried to the poller in the shared set); null: not said. */
   readonly kvEvents: BackendKvEvents | null;
+  /**
+   * Its part in prefill/decode disaggregation: `prefill` and `decode` engines serve one leg each, `both` serve whole
+   * requests or either leg. A model with a prefill-capable and a decode-capable backend is disaggregated.
+   */
+  readonly role: BackendRole;
+  /** SGLang prefill engines: the bootstrap server's port (`--disaggregation-bootstrap-port`); null: 8998. */
+  readonly bootstrapPort: number | null;
 }
+
+export const BACKEND_ROLES = ['both', 'prefill', 'decode'] as const;
+export type BackendRole = (typeof BACKEND_ROLES)[number];
 
 export interface BackendSpec {
   readonly url: string;
@@ -40,6 +50,10 @@ export interface BackendSpec {
   readonly dataParallel?: DataParallel | undefined;
   /** Where its engine publishes KV events (for the poller: the router only carries it). */
   readonly kvEvents?: BackendKvEvents | undefined;
+  /** Prefill/decode role (Backend.role); absent: `both`. */
+  readonly role?: BackendRole | undefined;
+  /** SGLang prefill engines' bootstrap port (Backend.bootstrapPort). */
+  readonly bootstrapPort?: number | undefined;
 }
 
 /** One backend of a whole set handed to `replaceAll` (the fleet's shared set): its spec, id resolved, and whether it is drained. */
@@ -380,6 +394,8 @@ export class BackendRegistry {
       dataParallel: spec.dataParallel ?? null,
       dataParallelRank: spec.rank ?? null,
       kvEvents: spec.kvEvents ?? null,
+      role: spec.role ?? 'both',
+      bootstrapPort: spec.bootstrapPort ?? null,
       url: spec.url,
       origin: url.origin,
       basePath: basePathOf(url),
@@ -508,6 +524,8 @@ function isSameBackend(backend: Backend, spec: BackendSpec): boolean {
     isSamePlace(backend, spec) &&
     sameDataParallel(backend.dataParallel, spec.dataParallel) &&
     JSON.stringify(backend.kvEvents) === JSON.stringify(spec.kvEvents ?? null) &&
+    backend.role === (spec.role ?? 'both') &&
+    backend.bootstrapPort === (spec.bootstrapPort ?? null) &&
     spec.weight === backend.info.weight &&
     (models === null
       ? backend.configuredModels === null

@@ -57,6 +57,8 @@ function aBackend(id: string): Backend {
     dataParallel: null,
     dataParallelRank: null,
     kvEvents: null,
+    role: 'both',
+    bootstrapPort: null,
   };
 }
 
