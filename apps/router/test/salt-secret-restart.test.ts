@@ -69,7 +69,6 @@ describe('cache salts across a Redis restart without persistence', () => {
         redisTimeoutMs: 500,
         auth: 'api-keys',
         apiKeysFile: keyFile.file,
-        logRequests: false,
         ...overrides,
       }),
       { logger },
@@ -118,9 +117,18 @@ describe('cache salts across a Redis restart without persistence', () => {
     expect(await cachedTokens(second.url, 'What does plan C cost?')).toBeGreaterThanOrEqual(warm);
     expect(first.lines.join('')).toMatch(/the secret was missing from Redis/);
     expect(second.lines.join('')).not.toMatch(/minted one/);
-    // Neither replica ever wrote the secret into a log.
+    // The request lines name the tenant and the key's id; neither the salt secret nor the API key is in any line.
+    const requestLine = second.lines.find((line) => line.includes('"msg":"request"'));
+    expect(JSON.parse(requestLine as string)).toMatchObject({
+      tenant: 'tenant-billing',
+      keyId: 'billing',
+      status: 200,
+    });
     const stored = await readSecret(redis.url);
-    expect([...first.lines, ...second.lines].join('')).not.toContain(stored);
+    const output = [...first.lines, ...second.lines].join('');
+    expect(stored).not.toBe('');
+    expect(output).not.toContain(stored);
+    expect(output).not.toContain(key.secret);
   }, 60_000);
 
   it('with cacheSaltSecretFile (a mounted Secret) the file is the only copy: Redis never holds it, a restart changes nothing', async () => {

@@ -29,20 +29,22 @@ export class RequestLine {
  */
 export type RequestLineStarter = (
   requestId: string,
-  tenant: string | null,
+  /** Who sent it (null: open mode): the tenant, and the key's id (never the key), which a key rotation watches. */
+  caller: { readonly tenant: string; readonly keyId: string } | null,
   arrivedAtMs: number,
   response: ServerResponse,
 ) => RequestLine;
 
 export function requestLineStarter(logger: FastifyBaseLogger, enabled: boolean): RequestLineStarter | null {
   if (!enabled || !INFO_OR_FINER.has(logger.level)) return null;
-  return (requestId, tenant, arrivedAtMs, response) => {
+  return (requestId, caller, arrivedAtMs, response) => {
     const line = new RequestLine();
     response.once('close', () => {
       logger.info(
         {
           requestId,
-          tenant,
+          tenant: caller?.tenant ?? null,
+          keyId: caller?.keyId ?? null,
           model: line.model,
           backend: line.backend,
           reason: line.reason,

@@ -104,7 +104,7 @@ export function createRequestPath(
   return (endpoint) => async (request, reply) => {
     const identity = request.identity;
     // Started first, so that a request refused at parse, limit or queue leaves its line too.
-    const line = deps.requestLine?.(request.id, identity?.tenant ?? null, request.arrivedAtMs, reply.raw) ?? null;
+    const line = deps.requestLine?.(request.id, identity, request.arrivedAtMs, reply.raw) ?? null;
     const cacheScope = identity === null ? null : deps.tenants.cacheScopeOf(identity.tenant);
     const parsed = await parseRequest(endpoint, request, parseOptionsOf(deps, identity), cacheScope);
     if (line !== null) {
