@@ -6,6 +6,10 @@
  *
  * It formats lines pino has already redacted, so redaction holds in pretty mode too. Not for production: it parses
  * every line again, which is the cost pino's JSON output exists to avoid.
+ *
+ * Apps select it with `--log-format pretty`. It is plain code in the same module graph, so `npm run build` bundles it
+ * into every app and an installed `kvroute` needs nothing more; pino-pretty would run as a pino transport, a worker
+ * thread that resolves its module from node_modules at run time, which an esbuild bundle does not carry.
  */
 import type { DestinationStream } from 'pino';
 
