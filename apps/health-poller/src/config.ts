@@ -1,5 +1,6 @@
 import { ENGINE_KINDS } from '@kvroute/engine-metrics';
 import {
+  LOG_FORMATS,
   portOption,
   urlWithSecretOffFlags,
   UPSTREAM_KEY_SOURCE_FIELDS,
@@ -252,6 +253,10 @@ export const PollerConfig = z
       .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
       .default('info')
       .describe('log level'),
+    logFormat: z
+      .enum(LOG_FORMATS)
+      .default('json')
+      .describe('log lines as JSON (one object per line, for a log store) or pretty (for a person at a terminal)'),
   })
   .superRefine((config, context) => {
     if (config.scrapeTimeoutMs >= config.intervalMs) {

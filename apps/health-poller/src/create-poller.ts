@@ -130,7 +130,7 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
     metrics,
     isClosing: () => closing,
     isWorking: () => working,
-    logger: deps.logger ?? false,
+    logger: logger?.child({ component: 'http' }) ?? false,
   });
   shutdown.push('http-server', () => app.close());
 

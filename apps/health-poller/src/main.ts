@@ -19,7 +19,11 @@ async function main(): Promise<void> {
     return;
   }
   const config = loaded.config;
-  const logger = createLogger({ service: 'kvroute-poller', level: config.logLevel });
+  const logger = createLogger({
+    service: 'kvroute-poller',
+    level: config.logLevel,
+    pretty: config.logFormat === 'pretty',
+  });
   if (loaded.ignoredFileKeys.length > 0)
     logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
   const poller = await createHealthPoller(config, { logger, env: process.env });

@@ -17,6 +17,7 @@ import {
   RECORD_BLOCKS_PER_CALL,
 } from '@kvroute/redis-store';
 import {
+  LOG_FORMATS,
   secretOption,
   urlWithSecretOffFlags,
   UPSTREAM_KEY_SOURCE_FIELDS,
@@ -800,6 +801,16 @@ export const RouterConfig = z
       .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
       .default('info')
       .describe('log level'),
+    logFormat: z
+      .enum(LOG_FORMATS)
+      .default('json')
+      .describe('log lines as JSON (one object per line, for a log store) or pretty (for a person at a terminal)'),
+    logRequests: z
+      .boolean()
+      .default(true)
+      .describe(
+        'one info line per proxied request at its end: id, tenant, model, backend, reason, status, TTFT, duration (never the prompt or credentials); off for very high rates',
+      ),
   })
   .superRefine((config, context) => {
     if (config.backends.length === 0 && config.discovery === undefined) {

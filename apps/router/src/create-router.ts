@@ -114,7 +114,8 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
       metrics,
       adminToken,
       addressPolicy,
-      logger: deps.logger ?? false,
+      // The servers' own lines (Fastify's, errors answered) as `http`; the root logger has no component.
+      logger: logger?.child({ component: 'http' }) ?? false,
       requestLogger,
       nowMs,
     },

@@ -22,11 +22,16 @@ async function main(): Promise<void> {
     return;
   }
   const config = loaded.config;
-  const logger = createLogger({ service: 'kvroute-router', level: config.logLevel });
+  const logger = createLogger({
+    service: 'kvroute-router',
+    level: config.logLevel,
+    pretty: config.logFormat === 'pretty',
+  });
   if (loaded.ignoredFileKeys.length > 0)
     logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
   const shutdown = new ShutdownStack();
-  const router = await createRouterServer(config, { logger: logger.child({ component: 'http' }), env: process.env });
+  // The root logger: each part adds its own `component` (a child of a child would write the key twice).
+  const router = await createRouterServer(config, { logger, env: process.env });
   const url = await router.listen();
   shutdown.push('router', async () => {
     const report = await router.close({ drainDelayMs: config.shutdownDrainDelayMs, graceMs: config.shutdownGraceMs });

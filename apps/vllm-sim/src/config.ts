@@ -1,5 +1,5 @@
 import { ENGINE_KINDS } from '@kvroute/protocols';
-import { portOption } from '@kvroute/platform';
+import { LOG_FORMATS, portOption } from '@kvroute/platform';
 import { z } from 'zod';
 import { PROFILE_NAMES } from './engine/profiles';
 
@@ -203,6 +203,10 @@ export const SimConfig = z.object({
     .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
     .default('info')
     .describe('log level'),
+  logFormat: z
+    .enum(LOG_FORMATS)
+    .default('json')
+    .describe('log lines as JSON (one object per line, for a log store) or pretty (for a person at a terminal)'),
 });
 export type SimConfig = z.infer<typeof SimConfig>;
 

@@ -21,7 +21,7 @@ async function main(): Promise<void> {
   // vLLM reads NONE_HASH's seed from PYTHONHASHSEED; the sim's own option wins when both are set.
   const pythonHashSeed = loaded.config.pythonHashSeed ?? process.env.PYTHONHASHSEED;
   const config = pythonHashSeed === undefined ? loaded.config : { ...loaded.config, pythonHashSeed };
-  const logger = createLogger({ service: 'vllm-sim', level: config.logLevel });
+  const logger = createLogger({ service: 'vllm-sim', level: config.logLevel, pretty: config.logFormat === 'pretty' });
   const shutdown = new ShutdownStack();
   const sim = await createSimServer(config, { logger: logger.child({ component: 'http' }) });
   const url = await sim.listen();

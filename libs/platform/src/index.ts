@@ -27,7 +27,7 @@ export { buildInfo, versionLine, type BuildInfo } from './build-info';
 export { registerBuildInfoGauge } from './metrics/build-info-gauge';
 
 export { createLogger, type CreateLoggerOptions } from './logging/create-logger';
-export { LOG_LEVELS, type LogLevel } from './logging/log-level';
+export { LOG_FORMATS, LOG_LEVELS, type LogFormat, type LogLevel } from './logging/log-level';
 export { REDACT_PATHS, REDACTED } from './logging/redact-paths';
 
 export {

@@ -59,14 +59,18 @@ export class RedisApiKeyStore {
   }
 
   /**
-   * The fleet's shared cache-salt secret: `candidate` if none was stored yet (SET NX), else the stored
-   * one, so that every replica started without a configured secret derives the same salts.
+   * The fleet's shared cache-salt secret: `candidate` if none was stored (SET NX; `stored: true`: this call
+   * put it there), else the stored one, so that every replica started without a configured secret derives
+   * the same salts. A replica calls it again with the secret it uses, so that a Redis that lost its data
+   * gets that secret back rather than a new one from the next replica to start.
    */
-  async sharedCacheSaltSecret(candidate: string): Promise<string> {
-    await this.#redis.set(this.#keys.cacheSaltSecret, candidate, 'NX');
+  async sharedCacheSaltSecret(candidate: string): Promise<{ readonly secret: string; readonly stored: boolean }> {
+    if ((await this.#redis.set(this.#keys.cacheSaltSecret, candidate, 'NX')) === 'OK')
+      return { secret: candidate, stored: true };
     const stored = await this.#redis.get(this.#keys.cacheSaltSecret);
-    if (stored === null) throw new Error('the shared cache-salt secret vanished right after it was set');
-    return stored;
+    // Deleted between the two calls (an operator's DEL, a flush): the next call stores it again.
+    if (stored === null) throw new Error('the shared cache-salt secret vanished between SET NX and GET');
+    return { secret: stored, stored: false };
   }
 
   /** Every stored record (JSON), in no particular order; for the admin API's list. */

@@ -1,5 +1,6 @@
 export * from './cluster-key-slot';
 export * from './docker-probe';
+export * from './json-duplicate-keys';
 export * from './local-redis-server';
 export * from './loopback-server';
 export * from './process-wide';

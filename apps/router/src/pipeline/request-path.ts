@@ -13,6 +13,7 @@ import type { Learner } from './learn';
 import { admitLimits, type Admission, type LimitDeps } from './limit';
 import { parseRequest, type Endpoint, type ParsedRequest, type ParseOptions } from './parse';
 import { releaseLease, releaseLimits } from './release';
+import type { RequestLine, RequestLineStarter } from './request-log';
 import { queueRequest, type QueueDeps } from './queue';
 import { previousResponseOwner, responseIdWatch, type ResponseAffinityDeps } from './response-affinity';
 import { withRetryBeforeFirstByte, type RetryOptions } from './retry-before-first-byte';
@@ -64,6 +65,8 @@ export interface RequestPathDeps {
   readonly routingHeaders: RoutingHeaders;
   /** The Responses API's response-owner map (pipeline/response-affinity.ts). */
   readonly responses: ResponseAffinityDeps;
+  /** Starts each request's info line (request-log.ts); null: off (`logRequests: false`, or a level above info). */
+  readonly requestLine: RequestLineStarter | null;
 }
 
 /** One request between parse and the end of its response. */
@@ -85,6 +88,8 @@ interface InFlight {
   usedTokens: number;
   /** A try reached a backend (its tokens count even without usage). */
   sent: boolean;
+  /** The request's log line, filled in by each try (null: request lines off). */
+  readonly line: RequestLine | null;
 }
 
 /** A Fastify handler per endpoint that runs the request path. */
@@ -98,8 +103,14 @@ export function createRequestPath(
   );
   return (endpoint) => async (request, reply) => {
     const identity = request.identity;
+    // Started first, so that a request refused at parse, limit or queue leaves its line too.
+    const line = deps.requestLine?.(request.id, identity, request.arrivedAtMs, reply.raw) ?? null;
     const cacheScope = identity === null ? null : deps.tenants.cacheScopeOf(identity.tenant);
     const parsed = await parseRequest(endpoint, request, parseOptionsOf(deps, identity), cacheScope);
+    if (line !== null) {
+      line.model = parsed.model;
+      line.stream = parsed.stream;
+    }
     if (!deps.models.allows(identity, parsed.model)) throw unknownModelError(deps.route.registry, parsed.model);
     const backends = poolOf(deps.route.registry, parsed.model);
     const scope = cacheScope ?? '';
@@ -127,6 +138,7 @@ export function createRequestPath(
       upstreamRequestId,
       usedTokens: -1,
       sent: false,
+      line,
     };
     try {
       await routeAndSend(of, { model: parsed.model, backends }, request.id, reply.raw);
@@ -184,7 +196,12 @@ async function queued(
 
 /** One try of `of` as the send stage takes it: the ticket's backend and labels, and what the later stages hear. */
 function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetryStatus: boolean): Shipment {
-  const { parsed, request } = of;
+  const { parsed, request, line } = of;
+  if (line !== null) {
+    line.backend = ticket.backend.id;
+    line.reason = ticket.decision.reason;
+    line.tries += 1;
+  }
   return {
     backend: ticket.backend,
     method: request.method === 'GET' ? 'GET' : 'POST',
@@ -212,7 +229,10 @@ function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetr
     headWatch: responseIdWatch(deps.responses, parsed, of.scope, ticket.backend.id),
     events: {
       // The response's framing, not the request's flag: an engine may answer either way.
-      firstOutput: (streamed) => deps.learn.firstOutput(ticket, request.arrivedAtMs, streamed),
+      firstOutput: (streamed) => {
+        if (streamed && line !== null) line.ttftMs = performance.now() - request.arrivedAtMs;
+        deps.learn.firstOutput(ticket, request.arrivedAtMs, streamed);
+      },
       finished: (tail) => {
         releaseLease(ticket);
         deps.learn.responseEnded(ticket, tail);

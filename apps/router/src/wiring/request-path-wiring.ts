@@ -7,6 +7,7 @@ import { FlowControl } from '../flow/flow-control';
 import { LocalFlowQueue } from '../flow/local-flow-queue';
 import { createLearner, type Learner } from '../pipeline/learn';
 import type { QueueDeps } from '../pipeline/queue';
+import { requestLineStarter } from '../pipeline/request-log';
 import type { RequestPathDeps } from '../pipeline/request-path';
 import type { TryDeadlines } from '../pipeline/send';
 import { STORED_RESPONSE_HEADERS_TIMEOUT_MS } from '../pipeline/stored-response';
@@ -94,6 +95,7 @@ export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDep
     tenants: tenants.tenants,
     models: new ModelAccess(tenants.tenants, (model) => backends.registry.baseModelOf(model)),
     routingHeaders: config.routingHeaders,
+    requestLine: requestLineStarter(logger.child({ component: 'requests' }), config.logRequests),
     responses: { owners: state.responseOwners, logger: logger.child({ component: 'responses' }), metrics },
   };
   const learned: LearnedFigures = {

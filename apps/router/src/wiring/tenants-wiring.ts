@@ -14,6 +14,7 @@ import type { RouterConfig } from '../config';
 import type { LimitDeps } from '../pipeline/limit';
 import { Authenticator } from '../tenants/authenticate';
 import { CacheSalter } from '../tenants/cache-salt';
+import { SaltSecretKeeper } from '../tenants/salt-secret';
 import { CachedRedisKeys, keyLookupChain, type KeyLookup } from '../tenants/key-directory';
 import { loadKeyFile } from '../tenants/key-file';
 import { LimitGate } from '../tenants/limit-gate';
@@ -25,6 +26,11 @@ const MAX_TRACKED_PEERS = 10_000;
 const MAX_CACHED_KEYS = 50_000;
 /** How often a replica tells Redis it is alive (the divisor of limits during an outage); stale after 3. */
 const REPLICA_HEARTBEAT_MS = 2_000;
+/**
+ * How often a replica without a configured salt secret checks Redis still holds it (one SET NX): the window
+ * after a Redis data loss in which a starting replica would mint another secret.
+ */
+const SALT_SECRET_CHECK_MS = 2_000;
 
 export interface TenantParts {
   readonly authenticator: Authenticator;
@@ -120,21 +126,56 @@ export function wireTenants(config: RouterConfig, deps: TenantsWiringDeps, close
     (config.cacheSaltSecretFile === undefined ? undefined : deps.readFile(config.cacheSaltSecretFile).trim());
   if (configuredSecret !== undefined && configuredSecret.length < 16)
     throw new Error('cacheSaltSecretFile: the secret must be at least 16 characters');
-  let salter: CacheSalter | null =
-    configuredSecret === undefined ? null : new CacheSalter(Buffer.from(configuredSecret, 'utf8'));
+  // A configured secret (a mounted Secret, the env) is the only one: Redis never holds nor overrides it.
+  const configured = configuredSecret === undefined ? null : new CacheSalter(Buffer.from(configuredSecret, 'utf8'));
+  const salt = configured === null ? processOrSharedSalt(apiKeys, logger, closers) : null;
 
   return {
     authenticator,
     tenants,
     limit,
-    salter: () => salter,
+    salter: () => configured ?? salt?.salter() ?? null,
     apiKeys,
     async start() {
       if (config.redisUrl !== undefined) await warnIfRedisOpen(config.redisUrl, config.auth, logger);
-      if (salter === null) salter = new CacheSalter(Buffer.from(await sharedOrOwnSecret(apiKeys, logger), 'utf8'));
+      await salt?.start();
       replicas.start();
     },
     liveReplicas: replicas.live,
+  };
+}
+
+/**
+ * The salt secret of a replica configured with none: shared through Redis and kept there (SaltSecretKeeper,
+ * checked every SALT_SECRET_CHECK_MS), or without Redis, this process's own.
+ */
+function processOrSharedSalt(
+  apiKeys: RedisApiKeyStore | null,
+  logger: FastifyBaseLogger,
+  closers: ShutdownStack,
+): { salter: () => CacheSalter | null; start: () => Promise<void> } {
+  const mint = (): string => randomBytes(32).toString('base64url');
+  if (apiKeys === null) {
+    let own: CacheSalter | null = null;
+    return {
+      salter: () => own,
+      async start() {
+        logger.info(
+          'cache salts use a secret of this process (no cacheSaltSecret, no Redis): fine for one replica; set cacheSaltSecretFile for several',
+        );
+        own = new CacheSalter(Buffer.from(mint(), 'utf8'));
+      },
+    };
+  }
+  const keeper = new SaltSecretKeeper({ shared: apiKeys, mint, logger });
+  return {
+    salter: () => keeper.salter,
+    async start() {
+      await keeper.start();
+      const timer = setInterval(() => void keeper.check(), SALT_SECRET_CHECK_MS);
+      timer.unref();
+      closers.push('cache-salt secret check', async () => clearInterval(timer));
+    },
   };
 }
 
@@ -182,24 +223,4 @@ async function warnIfRedisOpen(redisUrl: string, auth: string, logger: FastifyBa
     'Redis accepts commands without a password while auth is on: anyone who reaches it can add API keys and ' +
       'lift limits; set requirepass (or an ACL user) and put the password in KVROUTE_REDIS_URL',
   );
-}
-
-/** The salt secret shared through Redis, or (no Redis, or Redis away at start) this process's own, with a warning. */
-async function sharedOrOwnSecret(apiKeys: RedisApiKeyStore | null, logger: FastifyBaseLogger): Promise<string> {
-  const own = randomBytes(32).toString('base64url');
-  if (apiKeys === null) {
-    logger.info(
-      'cache salts use a secret of this process (no cacheSaltSecret, no Redis): fine for one replica; set cacheSaltSecret for several',
-    );
-    return own;
-  }
-  try {
-    return await apiKeys.sharedCacheSaltSecret(own);
-  } catch (error) {
-    logger.warn(
-      { err: error },
-      'cache salts: Redis could not share the secret at start; this replica uses its own until restarted (set cacheSaltSecret to avoid this)',
-    );
-    return own;
-  }
 }

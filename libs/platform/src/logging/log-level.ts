@@ -15,3 +15,11 @@ export const LOG_LEVELS = [
 ] as const satisfies readonly LevelWithSilent[];
 
 export type LogLevel = (typeof LOG_LEVELS)[number];
+
+/**
+ * Log line formats as config values (`logFormat: z.enum(LOG_FORMATS).default('json')`): JSON for log stores, one
+ * object per line; `pretty` for a person at a terminal (pretty-log-stream.ts, the same redacted fields).
+ */
+export const LOG_FORMATS = ['json', 'pretty'] as const;
+
+export type LogFormat = (typeof LOG_FORMATS)[number];

@@ -6,6 +6,11 @@
  *
  * It formats lines pino has already redacted, so redaction holds in pretty mode too. Not for production: it parses
  * every line again, which is the cost pino's JSON output exists to avoid.
+ *
+ * Apps select it with `--log-format pretty`. It is plain code in the same module graph, so `npm run build` bundles it
+ * into every app and an installed `kvroute` needs nothing more. pino-pretty as a transport (its documented use) runs
+ * in a worker thread that loads the module from node_modules at run time, which an esbuild bundle does not carry;
+ * as a stream it would bundle, but it brings a dependency tree for what this file does for these lines.
  */
 import type { DestinationStream } from 'pino';
 

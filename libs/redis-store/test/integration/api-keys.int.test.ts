@@ -36,7 +36,16 @@ describe('RedisApiKeyStore', () => {
     const store = new RedisApiKeyStore({ redis: ctx.redis, keyNamespace: ctx.namespace });
     const first = await store.sharedCacheSaltSecret('secret-of-replica-one');
     const second = await store.sharedCacheSaltSecret('secret-of-replica-two');
-    expect([first, second]).toEqual(['secret-of-replica-one', 'secret-of-replica-one']);
+    expect([first, second]).toEqual([
+      { secret: 'secret-of-replica-one', stored: true },
+      { secret: 'secret-of-replica-one', stored: false },
+    ]);
+    // Lost (a Redis restarted without persistence): the next call, with the secret in use, puts it back.
+    await ctx.redis.del(apiKeyKeys(ctx.namespace).cacheSaltSecret);
+    expect(await store.sharedCacheSaltSecret('secret-of-replica-one')).toEqual({
+      secret: 'secret-of-replica-one',
+      stored: true,
+    });
   });
 });
 
