@@ -5,7 +5,7 @@ import { DEFAULT_BYTES_PER_TOKEN, type RoutingStateStore } from '@kvroute/routin
 import type { BackendAddressPolicy, Listener, ResolveHost } from './admin/backend-address-policy';
 import type { BackendRegistry } from './backends/backend-registry';
 import { cacheViewOf } from './backends/cache-views';
-import type { RouterConfig } from './config';
+import { opsHostOf, type RouterConfig } from './config';
 import { closeGracefully, type RouterCloseOptions, type RouterCloseReport } from './http/graceful-close';
 import type { ShutdownPhase } from './http/request-drain';
 import { RouterMetrics } from './router-metrics';
@@ -32,10 +32,12 @@ export interface RouterServer {
   readonly inflightRequests: number;
   /** In-flight leases this replica holds. */
   readonly heldLeases: number;
-  /** Starts model discovery, then listens (public, then admin listener); returns the public base URL. */
+  /** Starts model discovery, then listens (public, then ops, then admin listener); returns the public base URL. */
   listen(): Promise<string>;
   /** The admin listener's base URL once listening; null without an admin token, or before `listen`. */
   readonly adminUrl: string | null;
+  /** The ops listener's base URL (/metrics, the full /readyz) once listening; null before `listen`. */
+  readonly opsUrl: string | null;
   /**
    * Readiness fails from now on and every response carries `Connection: close`; requests are still
    * served. `close` starts with this.
@@ -212,10 +214,11 @@ function boundListener(app: FastifyInstance): Listener[] {
 }
 
 function routerServerOf(config: RouterConfig, replica: WiredReplica): RouterServer {
-  const { app, adminApp, drain } = replica.apps;
+  const { app, opsApp, adminApp, drain } = replica.apps;
   const { heldLeases } = replica.paths;
   const closing = { ...replica.apps, heldLeases, upstreams: replica.backends.upstreams, closers: replica.closers };
   let adminUrl: string | null = null;
+  let opsUrl: string | null = null;
   let closed: Promise<RouterCloseReport> | undefined;
   return {
     app,
@@ -238,20 +241,25 @@ function routerServerOf(config: RouterConfig, replica: WiredReplica): RouterServ
       await replica.backends.start();
       await replica.discovery?.start();
       const url = await app.listen({ host: config.host, port: config.port });
-      if (adminApp !== null) {
-        // An admin port already taken must not leave the public listener serving without it.
-        adminUrl = await adminApp
-          .listen({ host: config.adminHost, port: config.adminPort })
-          .catch(async (error: unknown) => {
-            await app.close();
-            throw error;
-          });
-      }
-      replica.addressPolicy.denyOwnListeners([app, ...(adminApp === null ? [] : [adminApp])].flatMap(boundListener));
+      // A port already taken must not leave the public listener serving without its ops or admin listener
+      // (no probes, no metrics): the listeners opened so far close, and the start fails.
+      const closeOpened = async (error: unknown): Promise<never> => {
+        await app.close();
+        if (opsUrl !== null) await opsApp.close();
+        throw error;
+      };
+      opsUrl = await opsApp.listen({ host: opsHostOf(config), port: config.opsPort }).catch(closeOpened);
+      if (adminApp !== null)
+        adminUrl = await adminApp.listen({ host: config.adminHost, port: config.adminPort }).catch(closeOpened);
+      const listeners = [app, opsApp, ...(adminApp === null ? [] : [adminApp])];
+      replica.addressPolicy.denyOwnListeners(listeners.flatMap(boundListener));
       return url;
     },
     get adminUrl() {
       return adminUrl;
+    },
+    get opsUrl() {
+      return opsUrl;
     },
     beginDraining() {
       drain.beginDraining();
