@@ -15,6 +15,8 @@ import { RouterStateReset } from './router-state';
 import type { RunTarget } from './run-scenario';
 
 export const ANY_POLICY = '*';
+/** The router's `opsPort` default (apps/router config.ts). */
+const DEFAULT_ROUTER_OPS_PORT = 9464;
 
 /** `cacheaware=http://a,cacheaware=http://b,http://c` → { cacheaware: [a, b], '*': [c] }. */
 export function parseRouterList(text: string): Map<string, string[]> {
@@ -40,6 +42,8 @@ export interface RemoteTargetOptions {
   readonly routerRedisUrl?: string;
   /** The routers' key namespace in that Redis (default `kvr:v1`, what routers use). */
   readonly routerRedisNamespace?: string;
+  /** The routers' ops port (`--router-ops-port`, default 9464): their /metrics is there, not on the URL requests go to. */
+  readonly routerOpsPort?: number;
   readonly log: (line: string) => void;
   readonly fetch?: typeof fetch;
 }
@@ -85,6 +89,13 @@ export class RemoteTarget implements RunTarget {
       this.options.log('caches are not reset between runs (pass --reset-cache): later runs start warm');
     }
     return [...routers];
+  }
+
+  /** The router's host on its ops port: reachable from the bench only where the deployment lets it (else no prediction counters). */
+  metricsUrlOf(routerUrl: string): string {
+    const url = new URL(routerUrl);
+    url.port = String(this.options.routerOpsPort ?? DEFAULT_ROUTER_OPS_PORT);
+    return url.origin;
   }
 
   async endRun(): Promise<void> {

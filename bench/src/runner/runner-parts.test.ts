@@ -106,6 +106,17 @@ describe('real deployment target', () => {
       }).supports('oracle-cost'),
     ).toBe(false);
     expect(await target.startRun('cacheaware')).toEqual(['http://r1']);
+    // A router's /metrics is on its ops listener (9464 unless --router-ops-port says otherwise).
+    expect(target.metricsUrlOf('http://r1')).toBe('http://r1:9464');
+    expect(
+      new RemoteTarget({
+        routers: parseRouterList('http://r1:8080'),
+        backendUrls: [],
+        resetCache: false,
+        routerOpsPort: 9100,
+        log: () => undefined,
+      }).metricsUrlOf('https://r1:8080'),
+    ).toBe('https://r1:9100');
     expect(calls.sort()).toEqual([
       'http://b1:8000/reset_prefix_cache',
       'http://b2:8000/reset_prefix_cache',
