@@ -42,7 +42,8 @@ const USAGE = `npm run bench -- --scenario NAME|FILE [options]
   --salt-runs          every run's requests carry a cache_salt of their own, so each run starts cold
                        on the engines (vLLM's prefix cache is partitioned by salt) and in the routers'
                        index (the salt is in the routing text) without any development endpoint
-  --router-ops-port N  real deployment: the routers' ops port, where their /metrics is (default 9464)
+  --router-ops-port N[,N…]  real deployment: the routers' ops ports, where their /metrics is: one for all,
+                       or one per --router URL in its order (default 9464)
   --router-redis URL   real deployment: the Redis the routers share (redis://, rediss:// or redis+cluster://); their
                        routing state (prefix ownership, leases) is deleted there before each run
   --ignore-eos         send ignore_eos: true (real vLLM: every reply is exactly max_tokens long)`;
@@ -132,7 +133,9 @@ async function main(): Promise<void> {
       backendUrls,
       resetCache: args['reset-cache'],
       routerRedisUrl,
-      ...(args['router-ops-port'] === undefined ? {} : { routerOpsPort: portOf(args['router-ops-port']) }),
+      ...(args['router-ops-port'] === undefined
+        ? {}
+        : { routerOpsPorts: (list(args['router-ops-port']) ?? []).map((port) => portOf(port)) }),
       log,
     });
   } else {

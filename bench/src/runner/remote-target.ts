@@ -43,7 +43,11 @@ export interface RemoteTargetOptions {
   /** The routers' key namespace in that Redis (default `kvr:v1`, what routers use). */
   readonly routerRedisNamespace?: string;
   /** The routers' ops port (`--router-ops-port`, default 9464): their /metrics is there, not on the URL requests go to. */
-  readonly routerOpsPort?: number;
+  /**
+   * The routers' ops ports (`--router-ops-port`), where their /metrics is: one for every router, or one
+   * per router URL in the order `routers` lists them (several routers on one host); default 9464.
+   */
+  readonly routerOpsPorts?: readonly number[];
   readonly log: (line: string) => void;
   readonly fetch?: typeof fetch;
 }
@@ -52,8 +56,17 @@ export class RemoteTarget implements RunTarget {
   private warnedWarm = false;
   private warnedRouterState = false;
   private readonly routerState: RouterStateReset | undefined;
+  /** Each router URL's ops port. */
+  private readonly opsPorts = new Map<string, number>();
 
   constructor(private readonly options: RemoteTargetOptions) {
+    const urls = [...options.routers.values()].flat();
+    const ports = options.routerOpsPorts ?? [DEFAULT_ROUTER_OPS_PORT];
+    if (ports.length !== 1 && ports.length !== urls.length)
+      throw new Error(
+        `--router-ops-port: ${ports.length} ports for ${urls.length} routers (give one for all, or one per router in --router's order)`,
+      );
+    urls.forEach((url, index) => this.opsPorts.set(url, (ports.length === 1 ? ports[0] : ports[index]) as number));
     this.routerState =
       options.routerRedisUrl === undefined
         ? undefined
@@ -94,7 +107,7 @@ export class RemoteTarget implements RunTarget {
   /** The router's host on its ops port: reachable from the bench only where the deployment lets it (else no prediction counters). */
   metricsUrlOf(routerUrl: string): string {
     const url = new URL(routerUrl);
-    url.port = String(this.options.routerOpsPort ?? DEFAULT_ROUTER_OPS_PORT);
+    url.port = String(this.opsPorts.get(routerUrl) ?? DEFAULT_ROUTER_OPS_PORT);
     return url.origin;
   }
 
