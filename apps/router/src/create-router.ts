@@ -207,6 +207,11 @@ interface WiredReplica {
   readonly addressPolicy: BackendAddressPolicy;
 }
 
+/** A listen failure saying which listener failed (the cause kept). */
+function listenerError(listener: string, error: unknown): Error {
+  return new Error(`${listener}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+}
+
 /** The socket an app listens on (none if it is not listening). */
 function boundListener(app: FastifyInstance): Listener[] {
   const bound = app.server.address();
@@ -248,7 +253,10 @@ function routerServerOf(config: RouterConfig, replica: WiredReplica): RouterServ
         if (opsUrl !== null) await opsApp.close();
         throw error;
       };
-      opsUrl = await opsApp.listen({ host: opsHostOf(config), port: config.opsPort }).catch(closeOpened);
+      // Named, since 9464 is also the poller's default: `listen EADDRINUSE` alone would not say which listener.
+      opsUrl = await opsApp
+        .listen({ host: opsHostOf(config), port: config.opsPort })
+        .catch((error: unknown) => closeOpened(listenerError('ops listener (opsPort)', error)));
       if (adminApp !== null)
         adminUrl = await adminApp.listen({ host: config.adminHost, port: config.adminPort }).catch(closeOpened);
       const listeners = [app, opsApp, ...(adminApp === null ? [] : [adminApp])];
