@@ -32,7 +32,7 @@ export interface RouterServer {
   readonly inflightRequests: number;
   /** In-flight leases this replica holds. */
   readonly heldLeases: number;
-  /** Starts model discovery, then listens (public, then ops, then admin listener); returns the public base URL. */
+  /** Starts model discovery, then listens (ops, then public, then admin listener); returns the public base URL. */
   listen(): Promise<string>;
   /** The admin listener's base URL once listening; null without an admin token, or before `listen`. */
   readonly adminUrl: string | null;
@@ -245,18 +245,21 @@ function routerServerOf(config: RouterConfig, replica: WiredReplica): RouterServ
       await replica.tenants.start();
       await replica.backends.start();
       await replica.discovery?.start();
-      const url = await app.listen({ host: config.host, port: config.port });
-      // A port already taken must not leave the public listener serving without its ops or admin listener
-      // (no probes, no metrics): the listeners opened so far close, and the start fails.
-      const closeOpened = async (error: unknown): Promise<never> => {
-        await app.close();
-        if (opsUrl !== null) await opsApp.close();
-        throw error;
-      };
-      // Named, since 9464 is also the poller's default: `listen EADDRINUSE` alone would not say which listener.
+      // The ops listener first: probes and metrics are there by the time the public port takes traffic
+      // (readiness stays 503 until the public listener is up: routes/readiness.ts). A port already
+      // taken must not leave a listener serving without the others: those opened so far close, and
+      // the start fails. Named, since 9464 is also the poller's default: `listen EADDRINUSE` alone
+      // would not say which listener.
       opsUrl = await opsApp
         .listen({ host: opsHostOf(config), port: config.opsPort })
-        .catch((error: unknown) => closeOpened(listenerError('ops listener (opsPort)', error)));
+        .catch((error: unknown) => Promise.reject(listenerError('ops listener (opsPort)', error)));
+      const opened: FastifyInstance[] = [opsApp];
+      const closeOpened = async (error: unknown): Promise<never> => {
+        for (const listener of opened) await listener.close();
+        throw error;
+      };
+      const url = await app.listen({ host: config.host, port: config.port }).catch(closeOpened);
+      opened.push(app);
       if (adminApp !== null)
         adminUrl = await adminApp.listen({ host: config.adminHost, port: config.adminPort }).catch(closeOpened);
       const listeners = [app, opsApp, ...(adminApp === null ? [] : [adminApp])];

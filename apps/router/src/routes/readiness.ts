@@ -5,6 +5,8 @@ import type { CacheView } from '../backends/cache-views';
 export interface ReadinessSources {
   readonly registry: BackendRegistry;
   readonly isShuttingDown: () => boolean;
+  /** Whether the public listener is up: the ops listener opens first, and must not call the replica ready before. */
+  readonly isListening: () => boolean;
   readonly reportsCachedTokens: (backendId: string) => boolean;
   readonly cacheViewOf: (backendId: string) => CacheView;
   /**
@@ -25,7 +27,7 @@ export interface ReadinessReport {
 }
 
 /**
- * Ready: not shutting down, and at least one backend serves a model and has a closed (or probing)
+ * Ready: listening on the public port, not shutting down, and at least one backend serves a model and has a closed (or probing)
  * circuit. A balancer reads this: from SIGTERM on it is 503 while the replica still serves for its
  * drain delay. At start it stays 503 until a backend has told its models; it does not wait for every
  * backend, since one that never comes up would keep the whole replica out of the balancer.
@@ -42,7 +44,7 @@ export function readinessReport(sources: ReadinessSources): ReadinessReport {
     .flatMap((model) => registry.poolFor(model))
     .filter((backend) => backend.breaker.isAvailable());
   const shuttingDown = sources.isShuttingDown();
-  const ready = !shuttingDown && usable.length > 0;
+  const ready = sources.isListening() && !shuttingDown && usable.length > 0;
   const reasons = sources.degradedReasons();
   const status = { status: ready ? 'ready' : 'not-ready', degraded: reasons.length > 0 } as const;
   const pending = registry.pendingModelsReport();

@@ -69,6 +69,8 @@ export async function wireApps(config: RouterConfig, deps: AppsWiringDeps, close
     readinessReport({
       registry: backends.registry,
       isShuttingDown: () => drain.isShuttingDown,
+      // `app` is assigned below, before anything can ask (the listeners open after wireApps returns).
+      isListening: () => app.server.listening,
       reportsCachedTokens: (backendId) => paths.learned.reportsCachedTokens(backendId),
       cacheViewOf: (backendId) =>
         cacheViewOf(
