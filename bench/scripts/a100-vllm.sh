@@ -40,17 +40,21 @@ BACKENDS=$(IFS=','; echo "${backends[*]}")
 for url in "${backends[@]}"; do wait_ready "$url/health"; done
 
 routers=()
+ops_ports=()
 index=0
 for policy in "${POLICIES[@]}"; do
   port=$((9001 + index))
+  ops_port=$((9101 + index)) # each router's /metrics and full /readyz, apart from the API port
   extra=()
   [[ $policy == prefixaware ]] && extra=(--saturation-inflight 4) # the seed's valve for its policy
-  npx tsx apps/router/src/main.ts --port "$port" --backends "$BACKENDS" --policy "$policy" "${extra[@]}" >"$LOG_DIR/router-$policy.log" 2>&1 &
+  npx tsx apps/router/src/main.ts --port "$port" --ops-port "$ops_port" --backends "$BACKENDS" --policy "$policy" "${extra[@]}" >"$LOG_DIR/router-$policy.log" 2>&1 &
   pids+=($!)
   routers+=("$policy=http://127.0.0.1:$port")
+  ops_ports+=("$ops_port")
   wait_ready "http://127.0.0.1:$port/readyz"
   index=$((index + 1))
 done
 ROUTERS=$(IFS=','; echo "${routers[*]}")
+OPS_PORTS=$(IFS=','; echo "${ops_ports[*]}")
 
-npm run bench -- --scenario "$SCENARIO" --router "$ROUTERS" --backends "$BACKENDS" --salt-runs --ignore-eos "$@"
+npm run bench -- --scenario "$SCENARIO" --router "$ROUTERS" --router-ops-port "$OPS_PORTS" --backends "$BACKENDS" --salt-runs --ignore-eos "$@"

@@ -1,7 +1,7 @@
 import { parsePrometheusText, type PrometheusSample } from '@kvroute/engine-metrics';
 
 /**
- * What the admission benchmark reads of the routers' own /metrics: how many requests wait in flow
+ * What the admission benchmark reads of the routers' own /metrics (each URL: a router's ops listener): how many requests wait in flow
  * control's queue on each replica, and how many admitted requests waited longer than the deadline.
  */
 async function samplesOf(routerUrl: string): Promise<readonly PrometheusSample[]> {

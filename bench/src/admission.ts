@@ -107,6 +107,9 @@ const MAX_OUTSTANDING = 3_000;
 const SIM_ARGS = ['--profile', 'a100-70b-tp4', '--model', MODEL, '--num-gpu-blocks', '260', '--max-model-len', '2048'];
 
 /** ~600 tokens, distinct from the first word so no two requests share a cached prefix. */
+/** A router process's /metrics base: its ops listener (proxy-processes.ts), not the URL requests go to. */
+const metricsUrlOf = (router: ProxyProcess): string => router.metricsUrl ?? router.url;
+
 function promptOf(load: AdmissionLoad, sequence: number): string {
   return `${load} ${sequence} ${Math.random()}: ${'the quick brown fox jumps over the lazy dog '.repeat(66)}`;
 }
@@ -181,6 +184,7 @@ interface Run {
   readonly samples: AdmissionSample[];
   sequence: number;
   /** The flow-controlled routers, whose sheds are counted per window by reason. */
+  /** Where the flow-control replicas' /metrics are (their ops listeners). */
   readonly flowRouters: readonly string[];
   readonly shedReasons: Map<string, Map<string, number>>;
 }
@@ -303,12 +307,12 @@ async function main(): Promise<void> {
       startedAt: performance.now(),
       samples: [],
       sequence: 0,
-      flowRouters: on.routers.map((router) => router.url),
+      flowRouters: on.routers.map(metricsUrlOf),
       shedReasons: new Map(),
     };
     const maxQueued = { value: 0 };
     const watchQueues = async (): Promise<void> => {
-      const gauges = await scrapeFlowGauges(on.routers.map((router) => router.url));
+      const gauges = await scrapeFlowGauges(on.routers.map(metricsUrlOf));
       maxQueued.value = Math.max(maxQueued.value, ...gauges.map((gauge) => gauge.queuedRequests));
     };
 
@@ -356,19 +360,13 @@ async function main(): Promise<void> {
       );
     }
     if (scenario !== 'noisy-neighbour') {
-      const waitsBefore = await queueWaitsPast(
-        on.routers.map((router) => router.url),
-        queueWaitMs / 1_000,
-      );
+      const waitsBefore = await queueWaitsPast(on.routers.map(metricsUrlOf), queueWaitMs / 1_000);
       const plan = (rate: number): LoadPlan[] => [{ load: 'load', key: keys.load, rate, stream: true }];
       await runWindow(run, 'unloaded', flowOn, plan(0.3 * throughput), windowMs);
       await runWindow(run, 'overload-off', flowOff, plan(2 * throughput), windowMs);
       maxQueued.value = 0;
       await runWindow(run, 'overload', flowOn, plan(2 * throughput), windowMs, watchQueues);
-      const waitsAfter = await queueWaitsPast(
-        on.routers.map((router) => router.url),
-        queueWaitMs / 1_000,
-      );
+      const waitsAfter = await queueWaitsPast(on.routers.map(metricsUrlOf), queueWaitMs / 1_000);
       windows.push('unloaded', 'overload-off', 'overload');
       describe.set('unloaded', 'one tenant at 0.3 × capacity');
       describe.set('overload-off', '2 × capacity, flow control **off** (today)');

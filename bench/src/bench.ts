@@ -42,6 +42,8 @@ const USAGE = `npm run bench -- --scenario NAME|FILE [options]
   --salt-runs          every run's requests carry a cache_salt of their own, so each run starts cold
                        on the engines (vLLM's prefix cache is partitioned by salt) and in the routers'
                        index (the salt is in the routing text) without any development endpoint
+  --router-ops-port N[,N…]  real deployment: the routers' ops ports, where their /metrics is: one for all,
+                       or one per --router URL in its order (default 9464)
   --router-redis URL   real deployment: the Redis the routers share (redis://, rediss:// or redis+cluster://); their
                        routing state (prefix ownership, leases) is deleted there before each run
   --ignore-eos         send ignore_eos: true (real vLLM: every reply is exactly max_tokens long)`;
@@ -63,6 +65,7 @@ const { values: args } = parseArgs({
     'reset-cache': { type: 'boolean', default: false },
     'salt-runs': { type: 'boolean', default: false },
     'router-redis': { type: 'string' },
+    'router-ops-port': { type: 'string' },
     'ignore-eos': { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -73,6 +76,13 @@ const list = (text: string | undefined): string[] | undefined =>
     ?.split(',')
     .map((part) => part.trim())
     .filter(Boolean);
+/** A TCP port flag's value (1–65535), or a one-line error naming the flag. */
+function portOf(text: string, flag = '--router-ops-port'): number {
+  const port = Number(text);
+  if (!Number.isInteger(port) || port < 1 || port > 65_535)
+    throw new Error(`${flag}: ${JSON.stringify(text)} is not a port (1-65535)`);
+  return port;
+}
 const numbers = (text: string | undefined, flag: string): number[] | undefined =>
   list(text)?.map((part) => {
     const value = Number(part);
@@ -123,6 +133,9 @@ async function main(): Promise<void> {
       backendUrls,
       resetCache: args['reset-cache'],
       routerRedisUrl,
+      ...(args['router-ops-port'] === undefined
+        ? {}
+        : { routerOpsPorts: (list(args['router-ops-port']) ?? []).map((port) => portOf(port)) }),
       log,
     });
   } else {

@@ -81,9 +81,13 @@ export async function waitReady(probeUrl: string): Promise<void> {
 
 /** The bench's name for @kvroute/testing's findFreePort, which bench/src/runner and the proxies import from here. */
 export const freePort = findFreePort;
+/** Likewise findFreePorts: `count` distinct free ports, held open together until all are known. */
+export const freePorts = findFreePorts;
 
 export interface LocalRouter {
   readonly url: string;
+  /** Its ops listener (/metrics, the full /readyz); absent for a router that has none (the bench's oracle). */
+  readonly opsUrl?: string;
   readonly process: ChildProcess;
 }
 
@@ -96,13 +100,17 @@ export async function startLocalRouter(
   routerArgs: readonly string[],
   options: { pinToCore?: number } = {},
 ): Promise<LocalRouter> {
-  const port = await freePort();
+  // Both at once (held together, so distinct): several routers run side by side, and the ops default
+  // (9464) would clash between them and with the poller.
+  const [port, opsPort] = (await findFreePorts(2)) as [number, number];
   const args = [
     ...nodeArgsFor('router'),
     '--host',
     '127.0.0.1',
     '--port',
     String(port),
+    '--ops-port',
+    String(opsPort),
     ...(backendUrls.length === 0 ? [] : ['--backends', backendUrls.join(',')]),
     '--log-level',
     'warn',
@@ -118,7 +126,7 @@ export async function startLocalRouter(
         });
   const url = `http://127.0.0.1:${port}`;
   await waitReady(`${url}/readyz`);
-  return { url, process: child };
+  return { url, opsUrl: `http://127.0.0.1:${opsPort}`, process: child };
 }
 
 export async function stopLocalProcess(target: { readonly process: ChildProcess }): Promise<void> {

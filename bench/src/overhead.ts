@@ -213,9 +213,9 @@ function locateRedis(redis: TestRedis, pinToCore: number | undefined): BenchRedi
  * call failed or took over --redis-timeout-ms) and how often it fell back so far
  * (`kvroute_router_state_degraded_transitions_total{to="degraded"}`), from its /metrics; undefined if unreadable.
  */
-async function routerStateHealth(routerUrl: string): Promise<{ degraded: boolean; fallbacks: number } | undefined> {
+async function routerStateHealth(metricsUrl: string): Promise<{ degraded: boolean; fallbacks: number } | undefined> {
   try {
-    const response = await fetch(`${routerUrl}/metrics`, { signal: AbortSignal.timeout(5_000) });
+    const response = await fetch(`${metricsUrl}/metrics`, { signal: AbortSignal.timeout(5_000) });
     const text = await response.text();
     if (!response.ok) return undefined;
     const lines = text.split('\n');
@@ -739,7 +739,8 @@ async function measuredRun(target: Target, run: WrkRun, context: MeasureContext)
   const proxyBefore = proxyPid === undefined ? 0 : processCpuSeconds(proxyPid);
   // Read before the CPU snapshots and after, so the router's work on /metrics is outside the figures.
   const withRedis = usesRedis(target.path) && target.proxy !== undefined;
-  const healthBefore = withRedis ? await routerStateHealth(target.url) : undefined;
+  const metricsUrl = target.proxy?.metricsUrl ?? target.url;
+  const healthBefore = withRedis ? await routerStateHealth(metricsUrl) : undefined;
   const redisBefore = redisPid === undefined ? 0 : processCpuSeconds(redisPid);
   const ownBefore = ownCpuSeconds();
   const machineBefore = machineCpuSeconds();
@@ -755,7 +756,7 @@ async function measuredRun(target: Target, run: WrkRun, context: MeasureContext)
   const anyRedisCpuSeconds = redisPid === undefined ? 0 : processCpuSeconds(redisPid) - redisBefore;
   const redisCpuSeconds = usesRedis(target.path) && redisPid !== undefined ? anyRedisCpuSeconds : undefined;
   const ours = simCpuSeconds + (proxyCpuSeconds ?? 0) + anyRedisCpuSeconds + (ownCpuSeconds() - ownBefore);
-  const healthAfter = withRedis ? await routerStateHealth(target.url) : undefined;
+  const healthAfter = withRedis ? await routerStateHealth(metricsUrl) : undefined;
   // Unknown (unreadable /metrics) counts as on Redis: the workload's note says /metrics could not be read.
   const onLocalState =
     withRedis && healthBefore !== undefined && healthAfter !== undefined

@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort } from './local-sims';
+import { freePort, freePorts } from './local-sims';
 
 /**
  * The proxies under test in the overhead benchmark, each as its own process (optionally pinned to a
@@ -13,6 +13,8 @@ import { freePort } from './local-sims';
 export interface ProxyProcess {
   readonly name: string;
   readonly url: string;
+  /** Where a kvroute router serves /metrics (its ops listener); absent for the other proxies. */
+  readonly metricsUrl?: string;
   readonly process: ChildProcess;
   /** Last lines the process wrote (stdout and stderr), for error notes. */
   output(): string;
@@ -29,10 +31,15 @@ export interface StartOptions {
   readonly readyTimeoutMs?: number;
 }
 
-function spawnPinned(command: string, args: readonly string[], pinToCore: number | undefined): ChildProcess {
+function spawnPinned(
+  command: string,
+  args: readonly string[],
+  pinToCore: number | undefined,
+  env: NodeJS.ProcessEnv = process.env,
+): ChildProcess {
   return pinToCore === undefined
-    ? spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] })
-    : spawn('taskset', ['-c', String(pinToCore), command, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    ? spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], env })
+    : spawn('taskset', ['-c', String(pinToCore), command, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env });
 }
 
 function manage(name: string, url: string, child: ChildProcess, cleanup: () => void = () => undefined): ProxyProcess {
@@ -159,7 +166,7 @@ export async function startRouterProcess(
   backend: string,
   options: StartOptions & { redisUrl?: string; checkout?: string; extraArgs?: readonly string[] } = {},
 ): Promise<ProxyProcess> {
-  const port = await freePort();
+  const [port, opsPort] = (await freePorts(2)) as [number, number];
   const args = [
     // `checkout`: another working tree's production bundle (the overhead benchmark's --baseline).
     ...(options.checkout === undefined
@@ -178,14 +185,18 @@ export async function startRouterProcess(
     ...(options.redisUrl === undefined ? [] : ['--redis-url', options.redisUrl]),
     ...(options.extraArgs ?? []),
   ];
-  const child = spawnPinned(process.execPath, args, options.pinToCore);
+  // The ops port by env, not flag: a baseline checkout from before the ops listener ignores the variable
+  // (it would refuse an unknown flag), and serves /metrics on its public port instead.
+  const env = { ...process.env, KVROUTE_OPS_PORT: String(opsPort) };
+  const child = spawnPinned(process.execPath, args, options.pinToCore, env);
   const name =
     (options.redisUrl === undefined ? 'kvroute' : 'kvroute + Redis') +
     (options.checkout === undefined ? '' : ', baseline') +
     (options.extraArgs === undefined ? '' : ' (+ options)');
   const proxy = manage(name, `http://127.0.0.1:${port}`, child);
   await waitReady(proxy, () => httpOk(`http://127.0.0.1:${port}/readyz`), options.readyTimeoutMs ?? 60_000);
-  return proxy;
+  const opsUrl = `http://127.0.0.1:${opsPort}`;
+  return { ...proxy, metricsUrl: (await httpOk(`${opsUrl}/metrics`)) ? opsUrl : proxy.url };
 }
 
 export const HAPROXY_PATH = '/usr/sbin/haproxy';

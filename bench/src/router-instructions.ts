@@ -49,8 +49,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
-import { startRedis, type TestRedis } from '@kvroute/testing';
-import { freePort, startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
+import { findFreePorts, startRedis, type TestRedis } from '@kvroute/testing';
+import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
 import { median, WORKLOADS, type Workload } from './overhead-report';
 
 const { values: args } = parseArgs({
@@ -199,7 +199,7 @@ async function measure(
   const bundle = join(checkout.dir, 'dist', 'router.mjs');
   if (!existsSync(bundle)) throw new Error(`${bundle} is missing: run npm run build in ${checkout.dir}`);
   const outDir = mkdtempSync(join(tmpdir(), 'kvroute-callgrind-'));
-  const port = await freePort();
+  const [port, opsPort] = (await findFreePorts(2)) as [number, number];
   const routerArgs = [
     '--host',
     '127.0.0.1',
@@ -224,7 +224,8 @@ async function measure(
       bundle,
       ...routerArgs,
     ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
+    // The ops port by env: a checkout from before the ops listener ignores it (an unknown flag would stop it).
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVROUTE_OPS_PORT: String(opsPort) } },
   );
   let output = '';
   const keep = (chunk: Buffer): void => void (output = (output + chunk.toString('utf8')).slice(-8_000));

@@ -109,10 +109,15 @@ describe('image entry point (entrypoint.mjs)', () => {
     await eventually(() => run('healthcheck.mjs', []).status === 0, 'the sim is healthy');
 
     const routerPort = await freePort();
-    const router = start(['router', '--port', String(routerPort), '--host', '127.0.0.1'], {
-      KVROUTE_BACKENDS: `http://127.0.0.1:${simPort}`,
-      KVROUTE_LOG_LEVEL: 'warn',
-    });
+    // A free ops port too: the default (9464) is the poller's as well, and may be taken on a shared host.
+    const opsPort = await freePort();
+    const router = start(
+      ['router', '--port', String(routerPort), '--ops-port', String(opsPort), '--host', '127.0.0.1'],
+      {
+        KVROUTE_BACKENDS: `http://127.0.0.1:${simPort}`,
+        KVROUTE_LOG_LEVEL: 'warn',
+      },
+    );
     await eventually(
       () => run('healthcheck.mjs', ['router', '--port', String(routerPort)]).status === 0,
       'the router is alive',

@@ -24,6 +24,7 @@ import { createHttpGet } from './http-get';
 import { rankStreams, type KvEventsDefaults, type RankStream } from './kv-events/endpoints';
 import { KvEventsIndexer } from './kv-events/indexer';
 import { PollerMetrics } from './poller-metrics';
+import { RedisReachability } from './redis-reachability';
 import { scrapeBackend, type ParseEngineMetrics } from './scrape-backend';
 import { runScrapeJob, type ScrapeJobData, type ScrapeJobResult } from './scrape-job';
 import { ScrapeSchedules, stuckCheckMs } from './schedule-scrapes';
@@ -97,11 +98,14 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
   // change notices, one for BullMQ (queue and worker share it; the worker adds its blocking duplicate).
   // All `worker` role: nobody waits on a scrape, so commands wait through an outage instead of failing.
   // A cluster URL makes each of them a Cluster client, BullMQ's included (its duplicates are too).
-  const onRedisError = (error: Error): void => logger?.debug({ err: error }, 'Redis connection error');
+  // One warning per outage and one line when Redis is back (redis-reachability.ts), followed on the main
+  // connection; the other connections' errors (the same outage, retried on their own) go to debug.
+  const reachability = new RedisReachability(logger);
+  const onRedisError = (error: Error): void => reachability.failed(error, 'Redis connection error');
   const redis = createRedis(config.redisUrl, 'worker', {
-    onError: onRedisError,
     overrides: { connectionName: 'kvroute-poller' },
   });
+  reachability.watch(redis);
   shutdown.push('redis', () => quitRedis(redis));
   const subscriber = createRedis(config.redisUrl, 'worker', {
     onError: onRedisError,
@@ -140,7 +144,7 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
   // which the hash tag in the prefix gives every key of the queue (BullMQ's documented requirement).
   const prefix = `${namespace}:{poller}`;
   const queue = new Queue<ScrapeJobData>(SCRAPE_QUEUE_NAME, { connection: bullRedis, prefix });
-  queue.on('error', (error) => logger?.warn({ err: error }, 'scrape queue error'));
+  queue.on('error', (error) => reachability.failed(error, 'scrape queue error'));
   shutdown.push('queue', () => queue.close());
 
   const get = createHttpGet({ dispatcher, timeoutMs: config.scrapeTimeoutMs });
@@ -178,8 +182,10 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
       maxStalledCount: 1,
     },
   );
-  worker.on('error', (error) => logger?.warn({ err: error }, 'scrape worker error'));
-  worker.on('failed', (job, error) => logger?.warn({ backend: job?.data.backendId, err: error }, 'scrape job failed'));
+  worker.on('error', (error) => reachability.failed(error, 'scrape worker error'));
+  worker.on('failed', (job, error) =>
+    reachability.failed(error, 'scrape job failed', { backend: job?.data.backendId }),
+  );
   shutdown.push('worker', async () => {
     working = false;
     await worker.close();
@@ -217,7 +223,7 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
     return schedules.reconcile(backends).then(
       () => undefined,
       (error: unknown) =>
-        logger?.warn({ err: error }, 'could not update the scrape schedulers (retrying at the next reconcile)'),
+        reachability.failed(error, 'could not update the scrape schedulers (retrying at the next reconcile)'),
     );
   };
 
@@ -229,7 +235,7 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
       .repairStuck(backends)
       .then(
         () => undefined,
-        (error: unknown) => logger?.warn({ err: error }, 'could not check the scrape schedulers for stuck ones'),
+        (error: unknown) => reachability.failed(error, 'could not check the scrape schedulers for stuck ones'),
       )
       .finally(() => {
         repairing = null;
@@ -259,8 +265,7 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
               logger?.warn({ backends: list.unreadable }, 'shared backend set: ignoring entries that cannot be read');
             void reconcile();
           },
-          onError: (error) =>
-            logger?.warn({ err: error }, 'shared backend set unreachable: scraping the last set read'),
+          onError: (error) => reachability.failed(error, 'shared backend set unreachable: scraping the last set read'),
         });
         shutdown.push('backend-set-watch', () => watch?.stop());
         // Only once the shared set was read does the list hold every backend: an earlier reconcile

@@ -140,6 +140,7 @@ describe('engine restart', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: sims.map((sim) => sim.url),
         redisUrl: env.redis.url,
         // /debug/route lives on the admin listener, behind its token.

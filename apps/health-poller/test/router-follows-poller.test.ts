@@ -127,6 +127,7 @@ describe('router follows the health poller', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: sims.map((sim) => sim.url),
         redisUrl: env.redis.url,
         breakerFailureThreshold: BREAKER_FAILURE_THRESHOLD,

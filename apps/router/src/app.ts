@@ -17,13 +17,11 @@ import {
   STORED_RESPONSE_SEARCH_TIMEOUT_MS,
 } from './pipeline/stored-response-search';
 import type { RouterMetrics } from './router-metrics';
-import type { LearnedFigures } from './routes/debug-routes';
 import type { Authenticator } from './tenants/authenticate';
 import { generationRoutes, requestIdFrom } from './routes/generation-routes';
-import { metricsRoutes } from './routes/metrics-routes';
 import { modelsRoutes } from './routes/models-routes';
 import { probesRoutes } from './routes/probes-routes';
-import type { CacheView } from './backends/cache-views';
+import type { ReadinessReport } from './routes/readiness';
 import { responsesRoutes } from './routes/responses-routes';
 
 declare module 'fastify' {
@@ -57,10 +55,8 @@ export interface RouterAppDeps {
   readonly requestPath: RequestPathDeps;
   readonly metrics: RouterMetrics;
   readonly limits: ClientLimits;
-  /** What responses taught (readiness reads whether a backend reports cached tokens). */
-  readonly learned: LearnedFigures;
-  /** How the router knows each backend's cache (backends/cache-views.ts), for /readyz. */
-  readonly cacheViewOf: (backendId: string) => CacheView;
+  /** Readiness (routes/readiness.ts): the public /readyz answers its status only. */
+  readonly readiness: () => ReadinessReport;
   /** Who a `/v1/*` request is (admit stage). */
   readonly authenticator: Authenticator;
   readonly logger: FastifyBaseLogger | false;
@@ -143,13 +139,9 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     createdUnixSeconds: deps.startedAtUnixSeconds,
     access: deps.requestPath.models,
   });
-  await app.register(probesRoutes, {
-    registry: deps.registry,
-    isShuttingDown: () => deps.drain.isShuttingDown,
-    reportsCachedTokens: (backendId) => deps.learned.reportsCachedTokens(backendId),
-    cacheViewOf: deps.cacheViewOf,
-  });
-  await app.register(metricsRoutes, { metrics: deps.metrics });
+  // /healthz and a /readyz with its status only: what an L4 balancer checks. The full readiness and
+  // /metrics are on the ops listener (ops-app.ts): backend addresses and load stay off the public port.
+  await app.register(probesRoutes, { readiness: deps.readiness, detail: 'status' });
   // The admin API and /debug/route are not here: they have a listener of their own (admin-app.ts).
   return app;
 }

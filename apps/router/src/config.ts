@@ -96,6 +96,19 @@ export const RouterConfig = z
   .object({
     host: z.string().default('0.0.0.0').describe('address to listen on'),
     port: z.coerce.number().int().min(0).max(65_535).default(8080).describe('port to listen on'),
+    opsHost: z
+      .string()
+      .optional()
+      .describe('address the ops listener (/metrics, the full /readyz, /healthz) binds; default: `host`'),
+    opsPort: z.coerce
+      .number()
+      .int()
+      .min(0)
+      .max(65_535)
+      .default(9464)
+      .describe(
+        'port of the ops listener: Prometheus scrapes and orchestrator probes, off the public port (which keeps /healthz and a status-only /readyz)',
+      ),
     backends: z
       .array(BackendEntry)
       .default([])
@@ -859,6 +872,21 @@ export const RouterConfig = z
         message: `must be below maxConnections (${config.maxConnections}): one client alone must never fill the router`,
       });
     }
+    // 0 picks a free port each, so only fixed ports can clash (listen would fail with EADDRINUSE, less clearly).
+    if (config.opsPort !== 0 && config.opsPort === config.port) {
+      context.addIssue({ code: 'custom', path: ['opsPort'], message: `must differ from port (${config.port})` });
+    }
+    if (
+      config.opsPort !== 0 &&
+      config.opsPort === config.adminPort &&
+      (config.adminToken !== undefined || config.adminTokenFile !== undefined)
+    ) {
+      context.addIssue({
+        code: 'custom',
+        path: ['opsPort'],
+        message: `must differ from adminPort (${config.adminPort})`,
+      });
+    }
     if (config.adminToken !== undefined && config.adminTokenFile !== undefined) {
       context.addIssue({
         code: 'custom',
@@ -940,6 +968,11 @@ export function adminTokenOf(
   if (token.length < 16)
     throw new Error(`adminTokenFile ${config.adminTokenFile}: the token must be at least 16 characters`);
   return token;
+}
+
+/** Where the ops listener binds: `opsHost`, else the public `host`. */
+export function opsHostOf(config: Pick<RouterConfig, 'host' | 'opsHost'>): string {
+  return config.opsHost ?? config.host;
 }
 
 export const ROUTER_ENV_PREFIX = 'KVROUTE_';

@@ -5,7 +5,7 @@ import { DEFAULT_BYTES_PER_TOKEN, type RoutingStateStore } from '@kvroute/routin
 import type { BackendAddressPolicy, Listener, ResolveHost } from './admin/backend-address-policy';
 import type { BackendRegistry } from './backends/backend-registry';
 import { cacheViewOf } from './backends/cache-views';
-import type { RouterConfig } from './config';
+import { opsHostOf, type RouterConfig } from './config';
 import { closeGracefully, type RouterCloseOptions, type RouterCloseReport } from './http/graceful-close';
 import type { ShutdownPhase } from './http/request-drain';
 import { RouterMetrics } from './router-metrics';
@@ -32,10 +32,12 @@ export interface RouterServer {
   readonly inflightRequests: number;
   /** In-flight leases this replica holds. */
   readonly heldLeases: number;
-  /** Starts model discovery, then listens (public, then admin listener); returns the public base URL. */
+  /** Starts model discovery, then listens (ops, then public, then admin listener); returns the public base URL. */
   listen(): Promise<string>;
   /** The admin listener's base URL once listening; null without an admin token, or before `listen`. */
   readonly adminUrl: string | null;
+  /** The ops listener's base URL (/metrics, the full /readyz) once listening; null before `listen`. */
+  readonly opsUrl: string | null;
   /**
    * Readiness fails from now on and every response carries `Connection: close`; requests are still
    * served. `close` starts with this.
@@ -206,6 +208,11 @@ interface WiredReplica {
   readonly addressPolicy: BackendAddressPolicy;
 }
 
+/** A listen failure saying which listener failed (the cause kept). */
+function listenerError(listener: string, error: unknown): Error {
+  return new Error(`${listener}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+}
+
 /** The socket an app listens on (none if it is not listening). */
 function boundListener(app: FastifyInstance): Listener[] {
   const bound = app.server.address();
@@ -213,10 +220,11 @@ function boundListener(app: FastifyInstance): Listener[] {
 }
 
 function routerServerOf(config: RouterConfig, replica: WiredReplica): RouterServer {
-  const { app, adminApp, drain } = replica.apps;
+  const { app, opsApp, adminApp, drain } = replica.apps;
   const { heldLeases } = replica.paths;
   const closing = { ...replica.apps, heldLeases, upstreams: replica.backends.upstreams, closers: replica.closers };
   let adminUrl: string | null = null;
+  let opsUrl: string | null = null;
   let closed: Promise<RouterCloseReport> | undefined;
   return {
     app,
@@ -238,21 +246,32 @@ function routerServerOf(config: RouterConfig, replica: WiredReplica): RouterServ
       await replica.tenants.start();
       await replica.backends.start();
       await replica.discovery?.start();
-      const url = await app.listen({ host: config.host, port: config.port });
-      if (adminApp !== null) {
-        // An admin port already taken must not leave the public listener serving without it.
-        adminUrl = await adminApp
-          .listen({ host: config.adminHost, port: config.adminPort })
-          .catch(async (error: unknown) => {
-            await app.close();
-            throw error;
-          });
-      }
-      replica.addressPolicy.denyOwnListeners([app, ...(adminApp === null ? [] : [adminApp])].flatMap(boundListener));
+      // The ops listener first: probes and metrics are there by the time the public port takes traffic
+      // (readiness stays 503 until the public listener is up: routes/readiness.ts). A port already
+      // taken must not leave a listener serving without the others: those opened so far close, and
+      // the start fails. Named, since 9464 is also the poller's default: `listen EADDRINUSE` alone
+      // would not say which listener.
+      opsUrl = await opsApp
+        .listen({ host: opsHostOf(config), port: config.opsPort })
+        .catch((error: unknown) => Promise.reject(listenerError('ops listener (opsPort)', error)));
+      const opened: FastifyInstance[] = [opsApp];
+      const closeOpened = async (error: unknown): Promise<never> => {
+        for (const listener of opened) await listener.close();
+        throw error;
+      };
+      const url = await app.listen({ host: config.host, port: config.port }).catch(closeOpened);
+      opened.push(app);
+      if (adminApp !== null)
+        adminUrl = await adminApp.listen({ host: config.adminHost, port: config.adminPort }).catch(closeOpened);
+      const listeners = [app, opsApp, ...(adminApp === null ? [] : [adminApp])];
+      replica.addressPolicy.denyOwnListeners(listeners.flatMap(boundListener));
       return url;
     },
     get adminUrl() {
       return adminUrl;
+    },
+    get opsUrl() {
+      return opsUrl;
     },
     beginDraining() {
       drain.beginDraining();

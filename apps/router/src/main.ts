@@ -40,6 +40,7 @@ async function main(): Promise<void> {
   logger.info(
     {
       url,
+      opsUrl: router.opsUrl,
       adminUrl: router.adminUrl,
       policy: config.policy,
       backends: router.registry.backends.map((backend) => backend.id),

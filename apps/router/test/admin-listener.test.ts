@@ -67,6 +67,7 @@ describe('the admin listener', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         adminPort: 0,
         backends: [simUrl],
         redisUrl: redis.url,

@@ -23,7 +23,7 @@ describe('Responses and Messages agent turns through the router', () => {
   afterAll(() => cluster?.close());
 
   const ttftCount = async (): Promise<number> => {
-    const metrics = await (await fetch(`${cluster.routerUrl}/metrics`)).text();
+    const metrics = await (await fetch(`${cluster.opsUrl}/metrics`)).text();
     return metrics
       .split('\n')
       .filter((line) => line.startsWith('kvroute_router_time_to_first_token_seconds_count'))

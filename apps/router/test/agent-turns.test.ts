@@ -79,7 +79,7 @@ describe('agent turns through the router', () => {
         backendsByConversation.push(homes);
       }
       const streams = conversations * turns;
-      const metrics = await (await fetch(`${cluster.routerUrl}/metrics`)).text();
+      const metrics = await (await fetch(`${cluster.opsUrl}/metrics`)).text();
       const sum = (name: string): number =>
         metrics
           .split('\n')

@@ -133,7 +133,7 @@ describe('Anthropic Messages through the router (official SDK, real Redis)', () 
     let metrics = '';
     // Learn runs after each response has ended: wait for the last one's.
     await waitFor(async () => {
-      metrics = await (await fetch(`${cluster.routerUrl}/metrics`)).text();
+      metrics = await (await fetch(`${cluster.opsUrl}/metrics`)).text();
       return sumOf(metrics, 'kvroute_router_prefix_predictions_total') >= 12;
     });
     expect(sumOf(metrics, 'kvroute_router_prefix_observed_cached_tokens_total')).toBe(reportedCached);

@@ -88,6 +88,7 @@ describe('Anthropic stream usage from message_start (message_delta with output_t
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: [{ url: engine.url, id: 'fake', models: ['m'] }],
         policy: 'prefixaware',
       }),
@@ -110,7 +111,7 @@ describe('Anthropic stream usage from message_start (message_delta with output_t
     expect(Buffer.byteLength(anthropicApiStream())).toBeGreaterThan(4 * 4096);
     let metrics = '';
     await waitFor(async () => {
-      metrics = await (await fetch(`${routerUrl}/metrics`)).text();
+      metrics = await (await fetch(`${router.opsUrl}/metrics`)).text();
       return /kvroute_router_prefix_predictions_total\{[^}]*\} 1/.test(metrics);
     });
     expect(metrics).toMatch(

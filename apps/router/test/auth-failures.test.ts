@@ -39,6 +39,7 @@ describe('API-key failures count against the real client and the key, not the ba
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         adminHost: '127.0.0.1',
         adminPort: 0,
         adminToken: ADMIN_TOKEN,

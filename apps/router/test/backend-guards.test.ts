@@ -32,6 +32,7 @@ describe('backend address guard: canonical addresses', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         adminPort: 0,
         backends: [simUrl],
         redisUrl: redis.url,

@@ -25,7 +25,13 @@ describe('a body too large', () => {
     sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'test-model' }));
     const simUrl = await sim.listen();
     router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [simUrl], requestBodyLimitBytes: 1 * MIB }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        opsPort: 0,
+        backends: [simUrl],
+        requestBodyLimitBytes: 1 * MIB,
+      }),
       { logger: false },
     );
     routerUrl = await router.listen();

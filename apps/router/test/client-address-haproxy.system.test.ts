@@ -50,6 +50,7 @@ describe('client addresses behind HAProxy with PROXY protocol', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         adminHost: '127.0.0.1',
         adminPort: 0,
         adminToken: ADMIN_TOKEN,

@@ -103,6 +103,7 @@ describe('DNS discovery (SRV) with two replicas on one Redis', () => {
         RouterConfig.parse({
           host: '127.0.0.1',
           port: 0,
+          opsPort: 0,
           discovery: `dns+srv://${SERVICE}`,
           discoveryDnsServers: [dns.server],
           discoveryRefreshMs: REFRESH_MS,
@@ -219,7 +220,7 @@ describe('DNS discovery (SRV) with two replicas on one Redis', () => {
     expect(routers.map(setIds)).toEqual(before);
     expect(routers.every((router) => poolIds(router).length === 2)).toBe(true);
     for (const url of urls) expect((await chat(url)).status).toBe(200);
-    const metrics = await (await fetch(`${urls[0]}/metrics`)).text();
+    const metrics = await (await fetch(`${routers[0]?.opsUrl}/metrics`)).text();
     const failures = Number(
       /kvroute_router_discovery_failures_total\{source="dns\+srv"\} (\d+)/.exec(metrics)?.[1] ?? 0,
     );
@@ -242,12 +243,14 @@ describe('DNS discovery (SRV) with two replicas on one Redis', () => {
     const connection = createRedis(redis.url, 'request-path');
     // Which replica leads is not fixed: a source failing for the lease's TTL (the SERVFAIL case above)
     // hands the lease to whichever replica's source answers first. Each replica says whether it leads.
-    const leads = async (url: string) =>
-      /kvroute_router_discovery_leader\{source="dns\+srv"\} 1/.test(await (await fetch(`${url}/metrics`)).text());
+    const leads = async (router: RouterServer) =>
+      /kvroute_router_discovery_leader\{source="dns\+srv"\} 1/.test(
+        await (await fetch(`${router.opsUrl}/metrics`)).text(),
+      );
     let leading: boolean[] = [];
     // A replica learns it lost the lease at its next refresh: until then two may say they lead.
     await waitFor(
-      async () => (leading = await Promise.all(urls.map(leads))).filter(Boolean).length === 1,
+      async () => (leading = await Promise.all(routers.map(leads))).filter(Boolean).length === 1,
       REFRESH_MS * 10,
     );
     const leaderIndex = leading.indexOf(true);
@@ -266,7 +269,7 @@ describe('DNS discovery (SRV) with two replicas on one Redis', () => {
       const next = await connection.get(leaseKey);
       expect(next).not.toBeNull();
       expect(next).not.toBe(holder);
-      expect(await leads(urls[1 - leaderIndex] as string)).toBe(true);
+      expect(await leads(other)).toBe(true);
     } finally {
       connection.disconnect();
     }
@@ -287,6 +290,7 @@ describe('DNS discovery (A records) without Redis', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         discovery: `dns://vllm-headless.kvroute.test:${port}`,
         discoveryDnsServers: [dns.server],
         discoveryRefreshMs: REFRESH_MS,
@@ -322,6 +326,7 @@ describe('DNS discovery (A records) without Redis', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: [`http://127.0.0.1:${port}`],
         discovery: `dns://vllm-headless.kvroute.test:${port}`,
         discoveryDnsServers: [dns.server],

@@ -42,6 +42,7 @@ describe('a backend name that rebinds to a denied address', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: [`http://rebind.test:${port}`],
         backendAllowlist: ['127.0.0.2/32'],
         retryBackoffMs: 1,

@@ -19,6 +19,7 @@ async function startRouter(
     RouterConfig.parse({
       host: '127.0.0.1',
       port: 0,
+      opsPort: 0,
       backends: engines.map((engine) => engine.url),
       retryBackoffMs: 1,
       ...overrides,

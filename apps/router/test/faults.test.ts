@@ -38,7 +38,7 @@ describe('router faults', () => {
       expect(result.status).toBe(200);
       expect(result.backend).not.toBe(failing.id);
     }
-    const metrics = await (await fetch(`${cluster.routerUrl}/metrics`)).text();
+    const metrics = await (await fetch(`${cluster.opsUrl}/metrics`)).text();
     expect(metrics).toMatch(
       new RegExp(`kvroute_router_retries_total\\{backend="${failing.id}",cause="status-503"\\} [1-9]`),
     );

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { Agent, request as httpRequest, type IncomingMessage } from 'node:http';
 import { join } from 'node:path';
 import { createRedis, poolKeys, waitUntilReady } from '@kvroute/redis-store';
-import { findFreePort, startRedis, type TestRedis } from '@kvroute/testing';
+import { findFreePorts, startRedis, type TestRedis } from '@kvroute/testing';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -56,6 +56,7 @@ describe('router graceful shutdown', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: backendUrls,
         redisUrl: redis.url,
         redisTimeoutMs: 500,
@@ -80,18 +81,25 @@ describe('router graceful shutdown', () => {
     expect(router?.phase).toBe('draining');
     const readiness = await fetch(`${url}/readyz`);
     expect(readiness.status).toBe(503);
-    expect(await readiness.json()).toMatchObject({ status: 'not-ready', shuttingDown: true });
+    expect(await readiness.json()).toEqual({ status: 'not-ready', degraded: false });
+    // The ops listener says the same, in full, and is still scraped through the drain.
+    const opsUrl = router?.opsUrl as string;
+    const opsReadiness = await fetch(`${opsUrl}/readyz`);
+    expect(opsReadiness.status).toBe(503);
+    expect(await opsReadiness.json()).toMatchObject({ status: 'not-ready', shuttingDown: true });
+    expect((await fetch(`${opsUrl}/metrics`)).status).toBe(200);
     // A new connection during the drain (a balancer that has not noticed yet) is still served.
     const response = await chat(url, { max_tokens: 3 });
     expect(response.status).toBe(200);
     expect(response.headers.get('connection')).toBe('close');
     const report = await closing;
     expect(report).toMatchObject({ aborted: 0, leasesReleasedAtDeadline: 0, releasesSettled: true });
-    // The listener closed after the drain delay.
+    // The listener closed after the drain delay; the ops listener with the other resources, before close resolved.
     await expect(fetch(`${url}/healthz`)).rejects.toThrow();
+    await expect(fetch(`${opsUrl}/healthz`)).rejects.toThrow();
   });
 
-  it('marks every response after SIGTERM Connection: close: generation, stream, errors, probes, metrics (issue 30)', async () => {
+  it('marks every response after SIGTERM Connection: close: generation, stream, errors, probes (issue 30)', async () => {
     const url = await startRouter();
     const closing = router?.close({ drainDelayMs: 1_500 });
     // Each body read as soon as its headers arrive: undici asserts when a connection ends (the FIN after a
@@ -117,7 +125,8 @@ describe('router graceful shutdown', () => {
         fetch(`${url}/v1/models`),
       ].map(read),
     );
-    expect(responses.map((response) => response.status)).toEqual([200, 200, 400, 404, 200, 503, 200, 200]);
+    // /metrics is on the ops listener (issue 31): here a 404 like any unknown path, closing too.
+    expect(responses.map((response) => response.status)).toEqual([200, 200, 400, 404, 200, 503, 404, 200]);
     for (const response of responses) expect(response.headers.get('connection'), response.url).toBe('close');
     await closing;
   });
@@ -233,7 +242,7 @@ describe('router graceful shutdown', () => {
   it('on SIGTERM, a router process fails readiness at once, finishes its stream, releases its lease and exits 0', {
     timeout: 60_000,
   }, async () => {
-    const port = await findFreePort();
+    const [port, opsPort] = (await findFreePorts(2)) as [number, number];
     const url = `http://127.0.0.1:${port}`;
     const child = spawn(
       process.execPath,
@@ -245,6 +254,8 @@ describe('router graceful shutdown', () => {
         '127.0.0.1',
         '--port',
         String(port),
+        '--ops-port',
+        String(opsPort),
         '--backends',
         backendUrls.join(','),
         '--redis-url',

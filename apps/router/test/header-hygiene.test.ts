@@ -103,7 +103,7 @@ async function startRouter(
     destination: { write: (line: string) => void lines.push(line) },
   });
   const router = await createRouterServer(
-    RouterConfig.parse({ host: '127.0.0.1', port: 0, retryBackoffMs: 1, logLevel: 'debug', ...config }),
+    RouterConfig.parse({ host: '127.0.0.1', port: 0, opsPort: 0, retryBackoffMs: 1, logLevel: 'debug', ...config }),
     { logger, env },
   );
   const url = await router.listen();
@@ -243,8 +243,8 @@ describe('header hygiene through the router, against a recording backend', () =>
   });
 
   it('writes no key to its logs or metrics', async () => {
-    const metrics = await (await fetch(`${started.url}/metrics`)).text();
-    const readyz = await (await fetch(`${started.url}/readyz`)).text();
+    const metrics = await (await fetch(`${started.router.opsUrl}/metrics`)).text();
+    const readyz = await (await fetch(`${started.router.opsUrl}/readyz`)).text();
     for (const text of [started.logs(), metrics, readyz]) {
       expect(text).not.toContain(upstreamKey);
       expect(text).not.toContain('client-key-must-not-leak');
@@ -311,13 +311,17 @@ describe('upstream keys: where they come from and who gets them', () => {
     const missing = join(tempDir, 'no-such.key');
     await expect(
       createRouterServer(
-        RouterConfig.parse({ port: 0, backends: ['http://127.0.0.1:9'], upstreamApiKeyFile: missing }),
+        RouterConfig.parse({ port: 0, opsPort: 0, backends: ['http://127.0.0.1:9'], upstreamApiKeyFile: missing }),
         { logger: false },
       ),
     ).rejects.toThrow(missing);
     await expect(
       createRouterServer(
-        RouterConfig.parse({ port: 0, backends: [{ url: 'http://127.0.0.1:9', apiKeyEnv: 'UNSET_KEY_VAR' }] }),
+        RouterConfig.parse({
+          port: 0,
+          opsPort: 0,
+          backends: [{ url: 'http://127.0.0.1:9', apiKeyEnv: 'UNSET_KEY_VAR' }],
+        }),
         { logger: false, env: {} },
       ),
     ).rejects.toThrow('UNSET_KEY_VAR');

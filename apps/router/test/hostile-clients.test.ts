@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 import { toEnvName } from '@kvroute/platform';
 import { createRedis, quitRedis } from '@kvroute/redis-store';
-import { findFreePort, startRedis, type TestRedis } from '@kvroute/testing';
+import { findFreePorts, startRedis, type TestRedis } from '@kvroute/testing';
 import { Client, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROUTER_ENV_PREFIX } from '../src/config';
@@ -642,6 +642,8 @@ class RouterProcess {
   private constructor(
     private readonly child: ChildProcess,
     readonly port: number,
+    /** The ops listener's port (/metrics). */
+    readonly opsPort: number,
   ) {
     let pending = '';
     child.stdout?.setEncoding('utf8');
@@ -665,11 +667,12 @@ class RouterProcess {
     redisUrl: string;
     env: Record<string, string>;
   }): Promise<RouterProcess> {
-    const port = await findFreePort();
+    const [port, opsPort] = (await findFreePorts(2)) as [number, number];
     const env: Record<string, string | undefined> = { ...process.env };
     for (const [key, value] of Object.entries({
       host: '127.0.0.1',
       port: String(port),
+      opsPort: String(opsPort),
       backends: options.backendUrl,
       redisUrl: options.redisUrl,
       ...options.env,
@@ -684,7 +687,7 @@ class RouterProcess {
     let stderr = '';
     child.stderr?.setEncoding('utf8');
     child.stderr?.on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-4_000)));
-    const router = new RouterProcess(child, port);
+    const router = new RouterProcess(child, port, opsPort);
     try {
       await waitFor(async () => {
         if (child.exitCode !== null) throw new Error(`the router exited (${child.exitCode}): ${stderr}`);
@@ -774,7 +777,10 @@ class RouterProcess {
   }
 
   private async metrics(): Promise<string> {
-    const response = await request(`${this.url}/metrics`, { headersTimeout: 5_000, bodyTimeout: 5_000 });
+    const response = await request(`http://127.0.0.1:${this.opsPort}/metrics`, {
+      headersTimeout: 5_000,
+      bodyTimeout: 5_000,
+    });
     return response.body.text();
   }
 

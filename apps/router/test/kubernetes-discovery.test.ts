@@ -271,6 +271,7 @@ describe('a router following EndpointSlices', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         discovery: 'k8s://inference/vllm:http',
         discoveryKubernetesApiUrl: api.url,
         discoveryKubernetesTokenFile: join(directory, 'token'),
@@ -340,7 +341,7 @@ describe('a router following EndpointSlices', () => {
 describe('k8s discovery settings', () => {
   it('a router outside a pod, or without its service account, fails to start saying what is missing', async () => {
     await expect(
-      createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, discovery: 'k8s://vllm' }), {
+      createRouterServer(RouterConfig.parse({ host: '127.0.0.1', port: 0, opsPort: 0, discovery: 'k8s://vllm' }), {
         logger: false,
         env: {},
       }),
@@ -348,6 +349,7 @@ describe('k8s discovery settings', () => {
     const config = RouterConfig.parse({
       host: '127.0.0.1',
       port: 0,
+      opsPort: 0,
       discovery: 'k8s://vllm',
       discoveryKubernetesNamespaceFile: '/nonexistent/namespace',
     });

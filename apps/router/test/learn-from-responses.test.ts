@@ -43,7 +43,7 @@ interface DebugRoute {
 }
 
 async function predictionOutcomes(cluster: TestCluster): Promise<Record<string, number>> {
-  const metrics = await (await fetch(`${cluster.routerUrl}/metrics`)).text();
+  const metrics = await (await fetch(`${cluster.opsUrl}/metrics`)).text();
   const outcomes: Record<string, number> = {};
   for (const line of metrics.split('\n')) {
     const match = /^kvroute_router_prefix_predictions_total\{.*outcome="(\w+)".*\} (\d+)/.exec(line);
@@ -163,13 +163,13 @@ describe('learning from responses', () => {
       for (let request = 0; request < 6; request++)
         await client.chat.completions.create({ model: 'test-model', messages, max_tokens: 4 });
       const [reporting, silent] = cluster.sims.map((sim) => sim.id) as [string, string];
-      const ready = (await (await fetch(`${cluster.routerUrl}/readyz`)).json()) as {
+      const ready = (await (await fetch(`${cluster.opsUrl}/readyz`)).json()) as {
         feedback: Record<string, string>;
         cacheView: Record<string, string>;
       };
       expect(ready.feedback).toEqual({ [reporting]: 'cached-tokens', [silent]: 'open-loop' });
       expect(ready.cacheView).toEqual({ [reporting]: 'closed-loop', [silent]: 'open-loop' });
-      const metrics = await (await fetch(`${cluster.routerUrl}/metrics`)).text();
+      const metrics = await (await fetch(`${cluster.opsUrl}/metrics`)).text();
       expect(metrics).toContain(`kvroute_router_cache_view{backend="${reporting}",view="closed-loop"} 1`);
       expect(metrics).toContain(`kvroute_router_cache_view{backend="${silent}",view="open-loop"} 1`);
       expect(metrics).toContain(`kvroute_router_cache_view{backend="${silent}",view="events"} 0`);

@@ -16,7 +16,7 @@ describe('router metrics per model, 2 models on 2 vllm-sim backends', () => {
   });
   afterAll(() => cluster.close());
 
-  const scrape = () => scrapeAt(cluster.routerUrl);
+  const scrape = () => scrapeAt(cluster.opsUrl);
 
   it('labels requests, TTFT and duration by model; TTFT counts only streams; tokens follow usage', async () => {
     const messages = [{ role: 'user' as const, content: 'Name three colours, and then three more.' }];
@@ -109,7 +109,7 @@ describe('router metrics of a removed backend', () => {
     expect((await admin('POST', `/admin/backends/${encodeURIComponent(other)}/undrain`)).status).toBe(200);
   };
   const seriesOf = async (id: string) =>
-    (await scrapeAt(cluster.routerUrl)).filter((row) => row.labels['backend'] === id).map((row) => row.name);
+    (await scrapeAt(cluster.opsUrl)).filter((row) => row.labels['backend'] === id).map((row) => row.name);
 
   it('removes every series labelled with the backend once it is deleted, and starts a returning id from zero', async () => {
     const [gone, stays] = cluster.sims as TestCluster['sims'] &
@@ -137,7 +137,7 @@ describe('router metrics of a removed backend', () => {
     // The same id added again counts from zero (no stale cached series: a stale one would not show at all).
     expect((await admin('POST', '/admin/backends', { url: gone.url, models: ['test-model'] })).status).toBe(201);
     await servedBy(gone.id, stays.id);
-    const after = await scrapeAt(cluster.routerUrl);
+    const after = await scrapeAt(cluster.opsUrl);
     expect(
       after
         .filter((row) => row.name === 'kvroute_router_requests_total' && row.labels['backend'] === gone.id)

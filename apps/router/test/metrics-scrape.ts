@@ -1,9 +1,9 @@
 /** One sample line of the exposition: its series name, labels and value. */
 export type Sample = { name: string; labels: Record<string, string>; value: number };
 
-/** Every sample a router's `GET /metrics` shows now. */
-export async function scrapeAt(routerUrl: string): Promise<Sample[]> {
-  const text = await (await fetch(`${routerUrl}/metrics`)).text();
+/** Every sample a router's `GET /metrics` shows now (`opsUrl`: its ops listener). */
+export async function scrapeAt(opsUrl: string): Promise<Sample[]> {
+  const text = await (await fetch(`${opsUrl}/metrics`)).text();
   return text
     .split('\n')
     .filter((line) => line !== '' && !line.startsWith('#'))

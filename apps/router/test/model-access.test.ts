@@ -50,6 +50,7 @@ describe('allowed models per key and tenant', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         adminHost: '127.0.0.1',
         adminPort: 0,
         adminToken: ADMIN_TOKEN,
@@ -167,7 +168,7 @@ describe('/v1/models in open mode', () => {
   beforeAll(async () => {
     engine = await new FakeEngine(MODELS).start();
     router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [engine.url], retryBackoffMs: 1 }),
+      RouterConfig.parse({ host: '127.0.0.1', port: 0, opsPort: 0, backends: [engine.url], retryBackoffMs: 1 }),
     );
     url = await router.listen();
     await router.registry.refreshModels();

@@ -22,7 +22,14 @@ async function startRouter(
   overrides: Partial<RouterConfig>,
 ): Promise<{ router: RouterServer; url: string }> {
   const router = await createRouterServer(
-    RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [engine.url], retryBackoffMs: 1, ...overrides }),
+    RouterConfig.parse({
+      host: '127.0.0.1',
+      port: 0,
+      opsPort: 0,
+      backends: [engine.url],
+      retryBackoffMs: 1,
+      ...overrides,
+    }),
   );
   const url = await router.listen();
   await router.registry.refreshModels();

@@ -92,7 +92,7 @@ describe('a pool split into cells, through the router', () => {
       expect(second.backend).toBe(first.backend);
     }
     expect(cellsUsed.size).toBe(CELLS);
-    const metrics = await (await fetch(`${cluster.routerUrl}/metrics`)).text();
+    const metrics = await (await fetch(`${cluster.opsUrl}/metrics`)).text();
     expect(metrics).toContain('kvroute_router_cell_spills_total');
   });
 });

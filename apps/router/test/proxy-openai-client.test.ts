@@ -91,7 +91,7 @@ describe('router with the official openai client, 3 vllm-sim backends', () => {
     expect(models.data.map((model) => model.id)).toEqual(['test-model']);
     expect((await fetch(`${cluster.routerUrl}/healthz`)).status).toBe(200);
     expect((await fetch(`${cluster.routerUrl}/readyz`)).status).toBe(200);
-    const metrics = await (await fetch(`${cluster.routerUrl}/metrics`)).text();
+    const metrics = await (await fetch(`${cluster.opsUrl}/metrics`)).text();
     expect(metrics).toContain('kvroute_router_requests_total{');
     expect(metrics).toContain('kvroute_router_time_to_first_token_seconds_bucket');
     expect(totalInflight(cluster.router)).toBe(0);

@@ -45,6 +45,7 @@ describe('PROXY protocol on the public listener', () => {
       RouterConfig.parse({
         host: '0.0.0.0',
         port: 0,
+        opsPort: 0,
         backends: [{ url, id: 'b0', models: ['m'] }],
         proxyProtocolFrom: ['127.0.0.1/32'],
         proxyProtocolTimeoutMs: PROXY_TIMEOUT_MS,
@@ -98,7 +99,7 @@ describe('PROXY protocol on the public listener', () => {
 
   it('closes a connection from the balancer that does not start with a PROXY header, answering nothing', async () => {
     expect(await exchange(port, '127.0.0.1', [request])).toBe('');
-    const metrics = (await router.app.inject({ url: '/metrics' })).body;
+    const metrics = await router.metrics.registry.metrics();
     expect(metrics).toMatch(/kvroute_router_client_connections_closed_total\{reason="proxy_header"\} [1-9]/);
   });
 
@@ -132,6 +133,7 @@ describe('per-caller in-flight caps behind the balancer', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: [{ url: 'http://127.0.0.1:9', id: 'b0', models: ['m'] }],
         maxInflightRequests: 4,
         requestBodyTimeoutMs: 30_000,

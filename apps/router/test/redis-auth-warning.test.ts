@@ -42,6 +42,7 @@ describe('startup warning: auth on, Redis unauthenticated', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: [{ url: 'http://127.0.0.1:9', models: ['m'] }],
         redisUrl,
         auth,

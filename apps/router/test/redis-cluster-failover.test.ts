@@ -161,6 +161,7 @@ describe('router replicas and health pollers through a Redis Cluster master fail
           RouterConfig.parse({
             host: '127.0.0.1',
             port: 0,
+            opsPort: 0,
             backends: backendUrls,
             redisUrl: cluster.url,
             redisTimeoutMs: 200,
@@ -376,8 +377,8 @@ describe('router replicas and health pollers through a Redis Cluster master fail
       });
       for (const total of degradedMs) expect(total).toBeLessThanOrEqual(MAX_DEGRADED_MS);
       const transitions: string[] = [];
-      for (const url of urls) {
-        const text = await (await fetch(`${url}/metrics`)).text();
+      for (const router of routers) {
+        const text = await (await fetch(`${router.opsUrl}/metrics`)).text();
         expect(text).toMatch(/^kvroute_router_state_degraded 0$/m);
         const into = /^kvroute_router_state_degraded_transitions_total\{to="degraded"\} (\d+)$/m.exec(text)?.[1] ?? '0';
         const out = /^kvroute_router_state_degraded_transitions_total\{to="shared"\} (\d+)$/m.exec(text)?.[1] ?? '0';

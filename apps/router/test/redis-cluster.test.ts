@@ -35,6 +35,7 @@ describe('router replicas sharing state on a Redis Cluster', () => {
           RouterConfig.parse({
             host: '127.0.0.1',
             port: 0,
+            opsPort: 0,
             backends: simUrls,
             redisUrl: cluster.url,
             redisTimeoutMs: 200,
@@ -126,6 +127,7 @@ describe('hit rate on a Redis Cluster against one Redis', () => {
           RouterConfig.parse({
             host: '127.0.0.1',
             port: 0,
+            opsPort: 0,
             backends: simUrls,
             redisUrl,
             redisTimeoutMs: 200,

@@ -25,7 +25,14 @@ describe('Redis outage', () => {
     );
     const urls = await Promise.all(sims.map((sim) => sim.listen()));
     router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: urls, redisUrl: redis.url, redisRetryAfterMs: 200 }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        opsPort: 0,
+        backends: urls,
+        redisUrl: redis.url,
+        redisRetryAfterMs: 200,
+      }),
     );
     routerUrl = await router.listen();
   });

@@ -124,6 +124,9 @@ export function describeReplicaComparison(front: ReplicaFront): void {
     let shared: Setup;
     let isolated: Setup;
 
+    /** Each router's ops listener port (its /metrics), by its public port. */
+    const opsPorts = new Map<number, number>();
+
     function spawnRouter(port: number, redisUrl: string | undefined): void {
       const args = [
         '--import',
@@ -133,6 +136,8 @@ export function describeReplicaComparison(front: ReplicaFront): void {
         '127.0.0.1',
         '--port',
         String(port),
+        '--ops-port',
+        String(opsPorts.get(port)),
         '--backends',
         backendUrls.join(','),
         '--log-level',
@@ -151,7 +156,9 @@ export function describeReplicaComparison(front: ReplicaFront): void {
         ),
       );
       backendUrls = await Promise.all(sims.map((sim) => sim.listen()));
-      const [singlePort, ...replicaPorts] = await findFreePorts(7);
+      const ports = await findFreePorts(14);
+      for (let index = 0; index < 7; index++) opsPorts.set(ports[index] as number, ports[index + 7] as number);
+      const [singlePort, ...replicaPorts] = ports.slice(0, 7);
       single = { name: '(a) 1 router', routerPorts: [singlePort as number], urls: [] };
       shared = { name: '(b) 3 routers, shared Redis', routerPorts: replicaPorts.slice(0, 3), urls: [] };
       isolated = { name: '(c) 3 routers, isolated', routerPorts: replicaPorts.slice(3), urls: [] };
@@ -210,7 +217,7 @@ export function describeReplicaComparison(front: ReplicaFront): void {
             setups.map(async (setup) => {
               const perReplica = await Promise.all(
                 setup.routerPorts.map(async (port) => {
-                  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+                  const text = await (await fetch(`http://127.0.0.1:${opsPorts.get(port)}/metrics`)).text();
                   return {
                     routed: sumMetric(text, 'kvroute_router_requests_total'),
                     degraded: sumMetric(text, 'kvroute_router_state_degraded_transitions_total'),

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
-import { findFreePort, startRedis, type TestRedis } from '@kvroute/testing';
+import { findFreePorts, startRedis, type TestRedis } from '@kvroute/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
@@ -35,6 +35,7 @@ describe('router replica crash', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: backendUrls,
         redisUrl: redis.url,
         leaseTtlMs: LEASE_TTL_MS,
@@ -61,7 +62,7 @@ describe('router replica crash', () => {
   }
 
   it('heals the in-flight counts of a SIGKILLed replica within the lease TTL', async () => {
-    const port = await findFreePort();
+    const [port, opsPort] = (await findFreePorts(2)) as [number, number];
     const doomed = spawn(
       process.execPath,
       [
@@ -72,6 +73,8 @@ describe('router replica crash', () => {
         '127.0.0.1',
         '--port',
         String(port),
+        '--ops-port',
+        String(opsPort),
         '--backends',
         backendUrls.join(','),
         '--redis-url',

@@ -36,6 +36,7 @@ export async function startResponsesCluster(
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: sims.map((sim) => sim.url),
         retryBackoffMs: 1,
         ...(redisUrl ? { redisUrl, redisTimeoutMs: 200 } : {}),

@@ -48,6 +48,7 @@ describe('Responses API when the owner refuses', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: backends.map((backend) => ({ url: backend.url, models: ['test-model'] })),
         retryBackoffMs: 1,
       }),

@@ -123,6 +123,7 @@ describe('Responses API with tenants: what reaches the engine', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: [{ url: backend.url, models: ['test-model'] }],
         retryBackoffMs: 1,
         auth: 'api-keys',
@@ -181,6 +182,7 @@ describe('Responses API with tenants while Redis is unusable', () => {
           RouterConfig.parse({
             host: '127.0.0.1',
             port: 0,
+            opsPort: 0,
             backends: cluster.sims.map((sim) => sim.url),
             retryBackoffMs: 1,
             redisUrl: redis.url,

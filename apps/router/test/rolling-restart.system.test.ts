@@ -51,6 +51,8 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under plain and s
   let sims: SimServer[] = [];
   let backendUrls: string[] = [];
   let routerPorts: number[] = [];
+  /** Each slot's ops listener port (a restarted router takes its slot's again). */
+  let opsPorts: number[] = [];
   const routers: (ChildProcess | null)[] = [];
   const stderrOf = new Map<number, string>();
   let haproxy: RunningHaproxy | undefined;
@@ -69,6 +71,8 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under plain and s
         '127.0.0.1',
         '--port',
         String(port),
+        '--ops-port',
+        String(opsPorts[slot]),
         '--backends',
         backendUrls.join(','),
         '--redis-url',
@@ -121,9 +125,10 @@ describe(`rolling restart of ${ROUTERS} routers behind HAProxy under plain and s
       ),
     );
     backendUrls = await Promise.all(sims.map((sim) => sim.listen()));
-    const ports = await findFreePorts(ROUTERS + 2);
+    const ports = await findFreePorts(2 * ROUTERS + 2);
     routerPorts = ports.slice(0, ROUTERS);
-    const [frontPort, statsPort] = ports.slice(ROUTERS) as [number, number];
+    opsPorts = ports.slice(ROUTERS + 2);
+    const [frontPort, statsPort] = ports.slice(ROUTERS, ROUTERS + 2) as [number, number];
     for (let slot = 0; slot < ROUTERS; slot++) startRouter(slot);
 
     haproxy = startHaproxy({

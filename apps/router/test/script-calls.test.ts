@@ -36,6 +36,7 @@ beforeAll(async () => {
     RouterConfig.parse({
       host: '127.0.0.1',
       port: 0,
+      opsPort: 0,
       backends: [simUrl],
       redisUrl: redis.url,
       calibrateCostModel: false,
@@ -47,6 +48,7 @@ beforeAll(async () => {
     RouterConfig.parse({
       host: '127.0.0.1',
       port: 0,
+      opsPort: 0,
       backends: [simUrl],
       redisUrl: redis.url,
       calibrateCostModel: false,

@@ -92,6 +92,7 @@ describe('backend set shared through Redis', () => {
         RouterConfig.parse({
           host: '127.0.0.1',
           port: 0,
+          opsPort: 0,
           backends: sims.slice(0, 3).map((sim) => sim.url),
           policy: 'roundrobin',
           redisUrl: redis.url,
@@ -219,6 +220,7 @@ describe('backend set shared through Redis', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: sims.slice(0, 3).map((sim) => sim.url),
         redisUrl: redis.url,
         redisTimeoutMs: 200,

@@ -39,6 +39,7 @@ async function startCluster(
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: sims.map((sim) => sim.url),
         policy,
         ...(redisUrl ? { redisUrl, redisTimeoutMs: 200 } : {}),

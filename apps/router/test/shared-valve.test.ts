@@ -27,6 +27,7 @@ async function burst(redisUrl: string | undefined): Promise<{ peakOnWarm: number
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: backendUrls,
         policy: 'prefixaware',
         saturationInflight: 2,

@@ -12,6 +12,8 @@ export const TEST_ADMIN_TOKEN = 'test-admin-token-0123456789';
 
 export interface TestCluster {
   readonly routerUrl: string;
+  /** The ops listener (/metrics, the full /readyz), on its own loopback port. */
+  readonly opsUrl: string;
   /** The admin listener (admin API, /debug/route), on its own loopback port; null without an admin token. */
   readonly adminUrl: string | null;
   /** POST /debug/route on the admin listener, with the admin token. */
@@ -48,6 +50,7 @@ export async function startTestCluster(
     RouterConfig.parse({
       host: '127.0.0.1',
       port: 0,
+      opsPort: 0,
       adminHost: '127.0.0.1',
       adminPort: 0,
       backends: sims.map((sim) => sim.url),
@@ -60,6 +63,7 @@ export async function startTestCluster(
   const token = options.router?.adminToken ?? TEST_ADMIN_TOKEN;
   return {
     routerUrl,
+    opsUrl: router.opsUrl as string,
     adminUrl: router.adminUrl,
     debugRoute: (body) =>
       fetch(`${router.adminUrl ?? 'http://no-admin-listener.invalid'}/debug/route`, {

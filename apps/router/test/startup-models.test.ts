@@ -55,6 +55,7 @@ describe('start-up with backends not listening yet', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: urls,
         redisUrl: redis.url,
         redisTimeoutMs: 500,
@@ -151,7 +152,7 @@ describe('start-up with backends not listening yet', () => {
 
     await waitFor(async () => (await post(routerUrl, 'test-model')).status === 200, 5_000);
     // Ready (a backend that never comes up must not keep the replica out of the balancer), naming the missing one.
-    const probe = await fetch(`${routerUrl}/readyz`);
+    const probe = await fetch(`${(router as RouterServer).opsUrl}/readyz`);
     expect(probe.status).toBe(200);
     expect(((await probe.json()) as { modelsPendingBackends: string[] }).modelsPendingBackends).toEqual([lateId]);
     // A model nobody reported may be the late backend's: 503 + Retry-After, not 404 (models.retrieve too).
@@ -179,7 +180,7 @@ describe('start-up with backends not listening yet', () => {
     const neverId = new URL(urls[1] as string).host;
     type Pending = { backend: string; ageMs: number; holdsUnknownModels: boolean };
     const readyz = async () =>
-      (await (await fetch(`${routerUrl}/readyz`)).json()) as {
+      (await (await fetch(`${(router as RouterServer).opsUrl}/readyz`)).json()) as {
         modelsPendingBackends: string[];
         modelsPending: Pending[];
       };

@@ -21,6 +21,7 @@ describe('Responses API: a stored response on an engine that does not answer', (
         RouterConfig.parse({
           host: '127.0.0.1',
           port: 0,
+          opsPort: 0,
           backends: [{ url: backend.url, models: ['test-model'] }],
           ...extra,
         }),
@@ -77,6 +78,7 @@ describe("Responses API: a stored response's calls go through the send stage", (
         RouterConfig.parse({
           host: '127.0.0.1',
           port: 0,
+          opsPort: 0,
           backends: [{ url: backend.url, models: ['test-model'] }],
           breakerFailureThreshold: 3,
           // No half-open probe during the test: the circuit stays open once opened.
@@ -106,7 +108,7 @@ describe("Responses API: a stored response's calls go through the send stage", (
         });
         expect(backend.requests('POST', '/v1/responses')).toHaveLength(2);
 
-        const samples = await scrapeAt(routerUrl);
+        const samples = await scrapeAt(router.opsUrl as string);
         const stored = { backend: backendId, model: '', policy: 'none', reason: 'response-owner' };
         expect(sumWhere(samples, 'kvroute_router_requests_total', { ...stored, status: '200' })).toBe(1);
         expect(sumWhere(samples, 'kvroute_router_requests_total', { ...stored, status: '500' })).toBe(3);
@@ -130,6 +132,7 @@ describe('Responses API: a half-open probe whose client leaves', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: [{ url: backend.url, models: ['test-model'] }],
         breakerFailureThreshold: 1,
         breakerCooldownMs: 100,

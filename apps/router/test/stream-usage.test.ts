@@ -15,8 +15,8 @@ import { awkwardCuts, CHAT, FakeVllm, FINGERPRINT, post, TEXT, vllmStream } from
  * With the option off: stream-usage-off.test.ts.
  */
 
-async function metric(routerUrl: string, series: string): Promise<number> {
-  const text = await (await fetch(`${routerUrl}/metrics`)).text();
+async function metric(opsUrl: string, series: string): Promise<number> {
+  const text = await (await fetch(`${opsUrl}/metrics`)).text();
   const line = text.split('\n').find((candidate) => candidate.startsWith(`${series} `));
   return line === undefined ? 0 : Number(line.slice(series.length + 1));
 }
@@ -34,6 +34,7 @@ describe.each([
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: [{ url: fake.url, id: 'fake', models: ['m'] }],
         policy: 'leastloaded',
       }),
@@ -125,7 +126,7 @@ describe('through the router to vllm-sim, against the same request sent directly
     sim = await createSimServer(SimConfig.parse({ port: 0, profile: 'fast', model: 'm', seed: 11 }));
     simUrl = await sim.listen();
     router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [simUrl], policy: 'cacheaware' }),
+      RouterConfig.parse({ host: '127.0.0.1', port: 0, opsPort: 0, backends: [simUrl], policy: 'cacheaware' }),
       { logger: false },
     );
     routerUrl = await router.listen();
@@ -188,9 +189,9 @@ describe('through the router to vllm-sim, against the same request sent directly
     const series = (outcome: string) =>
       `kvroute_router_prefix_predictions_total{backend="${backend}",outcome="${outcome}"}`;
     const verified = async () =>
-      (await metric(routerUrl, series('confirmed'))) +
-      (await metric(routerUrl, series('overpredicted'))) +
-      (await metric(routerUrl, series('underpredicted')));
+      (await metric(router.opsUrl as string, series('confirmed'))) +
+      (await metric(router.opsUrl as string, series('overpredicted'))) +
+      (await metric(router.opsUrl as string, series('underpredicted')));
     const long = 'You are a careful assistant who answers in full sentences. '.repeat(30);
     const body = JSON.stringify({
       ...CHAT,
@@ -201,14 +202,19 @@ describe('through the router to vllm-sim, against the same request sent directly
     });
     // The first one fills the sim's cache (a miss reports no cached_tokens at all: "does not say").
     await post(routerUrl, '/v1/chat/completions', body);
-    const before = { verified: await verified(), unverified: await metric(routerUrl, series('unverified')) };
+    const before = {
+      verified: await verified(),
+      unverified: await metric(router.opsUrl as string, series('unverified')),
+    };
     for (let i = 0; i < 2; i++) {
       const routed = await post(routerUrl, '/v1/chat/completions', body);
       expect(routed.text).not.toContain('"usage"');
     }
     expect((await verified()) - before.verified).toBe(2);
-    expect((await metric(routerUrl, series('unverified'))) - before.unverified).toBe(0);
-    expect(await metric(routerUrl, series('confirmed'))).toBeGreaterThanOrEqual(1);
-    expect(await metric(routerUrl, `kvroute_router_backend_reports_cached_tokens{backend="${backend}"}`)).toBe(1);
+    expect((await metric(router.opsUrl as string, series('unverified'))) - before.unverified).toBe(0);
+    expect(await metric(router.opsUrl as string, series('confirmed'))).toBeGreaterThanOrEqual(1);
+    expect(
+      await metric(router.opsUrl as string, `kvroute_router_backend_reports_cached_tokens{backend="${backend}"}`),
+    ).toBe(1);
   });
 });

@@ -29,6 +29,7 @@ describe('tenant limits across replicas whose clocks disagree', () => {
           RouterConfig.parse({
             host: '127.0.0.1',
             port: 0,
+            opsPort: 0,
             adminPort: 0,
             adminToken: ADMIN_TOKEN,
             backends: [simUrl],

@@ -32,6 +32,7 @@ describe('tenant limits shared by three replicas through Redis', () => {
           RouterConfig.parse({
             host: '127.0.0.1',
             port: 0,
+            opsPort: 0,
             adminHost: '127.0.0.1',
             adminPort: 0,
             adminToken: ADMIN_TOKEN,

@@ -148,7 +148,7 @@ describe.each(TOKENIZERS)('token parity with %s', (tokenizer) => {
   });
 
   it('a chat the template cannot render in the router is served in byte mode and counted', async () => {
-    const before = sumWhere(await scrapeAt(cluster.routerUrl), 'kvroute_router_byte_mode_fallbacks_total', {
+    const before = sumWhere(await scrapeAt(cluster.opsUrl), 'kvroute_router_byte_mode_fallbacks_total', {
       reason: 'template-failed',
     });
     // The tokenization library refuses media parts; the sim serves them (an image placeholder).
@@ -170,7 +170,7 @@ describe.each(TOKENIZERS)('token parity with %s', (tokenizer) => {
     expect(response.status).toBe(200);
     expect(data.usage?.prompt_tokens).toBeGreaterThan(5);
     expect(response.headers.get('x-router-prompt-tokens')).toBeNull();
-    const after = sumWhere(await scrapeAt(cluster.routerUrl), 'kvroute_router_byte_mode_fallbacks_total', {
+    const after = sumWhere(await scrapeAt(cluster.opsUrl), 'kvroute_router_byte_mode_fallbacks_total', {
       reason: 'template-failed',
     });
     expect(after - before).toBe(1);

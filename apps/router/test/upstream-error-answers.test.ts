@@ -50,6 +50,7 @@ describe('upstream 5xx answers', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: [
           { url: engine.url, id: 'engine-secret-id', models: ['m'] },
           { url: `http://127.0.0.1:${deadPort}`, id: 'dead-secret-id', models: ['dead'] },

@@ -155,7 +155,7 @@ describe('upstream timeouts', () => {
     }
 
     expect(live.sim.generationRequestsReceived).toBe(4);
-    const metrics = await (await fetch(`${cluster.routerUrl}/metrics`)).text();
+    const metrics = await (await fetch(`${cluster.opsUrl}/metrics`)).text();
     expect(metrics).toMatch(/kvroute_router_retries_total\{backend="refusing",cause="connect"\} [1-9]/);
     expect(totalInflight(cluster.router)).toBe(0);
   });

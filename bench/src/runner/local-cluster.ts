@@ -230,6 +230,10 @@ export class LocalCluster implements RunTarget {
     return file;
   }
 
+  metricsUrlOf(routerUrl: string): string {
+    return this.routers.find((router) => router.url === routerUrl)?.opsUrl ?? routerUrl;
+  }
+
   async endRun(): Promise<void> {
     const routers = this.routers;
     this.routers = [];

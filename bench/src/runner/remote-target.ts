@@ -15,6 +15,8 @@ import { RouterStateReset } from './router-state';
 import type { RunTarget } from './run-scenario';
 
 export const ANY_POLICY = '*';
+/** The router's `opsPort` default (apps/router config.ts). */
+const DEFAULT_ROUTER_OPS_PORT = 9464;
 
 /** `cacheaware=http://a,cacheaware=http://b,http://c` → { cacheaware: [a, b], '*': [c] }. */
 export function parseRouterList(text: string): Map<string, string[]> {
@@ -40,6 +42,12 @@ export interface RemoteTargetOptions {
   readonly routerRedisUrl?: string;
   /** The routers' key namespace in that Redis (default `kvr:v1`, what routers use). */
   readonly routerRedisNamespace?: string;
+  /** The routers' ops port (`--router-ops-port`, default 9464): their /metrics is there, not on the URL requests go to. */
+  /**
+   * The routers' ops ports (`--router-ops-port`), where their /metrics is: one for every router, or one
+   * per router URL in the order `routers` lists them (several routers on one host); default 9464.
+   */
+  readonly routerOpsPorts?: readonly number[];
   readonly log: (line: string) => void;
   readonly fetch?: typeof fetch;
 }
@@ -48,8 +56,17 @@ export class RemoteTarget implements RunTarget {
   private warnedWarm = false;
   private warnedRouterState = false;
   private readonly routerState: RouterStateReset | undefined;
+  /** Each router URL's ops port. */
+  private readonly opsPorts = new Map<string, number>();
 
   constructor(private readonly options: RemoteTargetOptions) {
+    const urls = [...options.routers.values()].flat();
+    const ports = options.routerOpsPorts ?? [DEFAULT_ROUTER_OPS_PORT];
+    if (ports.length !== 1 && ports.length !== urls.length)
+      throw new Error(
+        `--router-ops-port: ${ports.length} ports for ${urls.length} routers (give one for all, or one per router in --router's order)`,
+      );
+    urls.forEach((url, index) => this.opsPorts.set(url, (ports.length === 1 ? ports[0] : ports[index]) as number));
     this.routerState =
       options.routerRedisUrl === undefined
         ? undefined
@@ -85,6 +102,13 @@ export class RemoteTarget implements RunTarget {
       this.options.log('caches are not reset between runs (pass --reset-cache): later runs start warm');
     }
     return [...routers];
+  }
+
+  /** The router's host on its ops port: reachable from the bench only where the deployment lets it (else no prediction counters). */
+  metricsUrlOf(routerUrl: string): string {
+    const url = new URL(routerUrl);
+    url.port = String(this.opsPorts.get(routerUrl) ?? DEFAULT_ROUTER_OPS_PORT);
+    return url.origin;
   }
 
   async endRun(): Promise<void> {

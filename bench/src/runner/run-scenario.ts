@@ -31,6 +31,8 @@ export interface RunTarget {
   supports(policy: string): boolean;
   /** Cold caches, routers with `policy` (`routers` replicas when given, else the scenario's); the routers' base URLs. */
   startRun(policy: string, routers?: number): Promise<string[]>;
+  /** Where a router of the run serves /metrics (a kvroute router: its ops listener, not the URL requests go to). */
+  metricsUrlOf(routerUrl: string): string;
   endRun(): Promise<void>;
   /** The compulsory-miss bound of a workload and seed, where the target can replay it (the local cluster); absent elsewhere. */
   compulsoryBound?(
@@ -106,7 +108,8 @@ export async function runScenario(scenario: Scenario, options: RunScenarioOption
         try {
           const model = await servedModel(routers[0] as string);
           const before = await readPrefixCounters(options.agent, options.target.backendUrls);
-          const predictionsBefore = await scrapePredictionCounters(options.agent, routers);
+          const metricsUrls = routers.map((url) => options.target.metricsUrlOf(url));
+          const predictionsBefore = await scrapePredictionCounters(options.agent, metricsUrls);
           options.progress.begin(`run ${runIndex}/${totalRuns}  ${variable}=${value} seed ${seed} ${policy}`, total);
           const driven = await driveWorkload(workload, {
             routers,
@@ -122,7 +125,7 @@ export async function runScenario(scenario: Scenario, options: RunScenarioOption
           options.progress.end();
           const after = await readPrefixCounters(options.agent, options.target.backendUrls);
           const succeeded = driven.requests.filter((request) => request.status >= 200 && request.status < 300).length;
-          const prediction = await runPredictionTotals(options.agent, routers, predictionsBefore, {
+          const prediction = await runPredictionTotals(options.agent, metricsUrls, predictionsBefore, {
             expectedPredictions: succeeded,
           });
           if (prediction?.learnedBytesPerToken !== undefined)

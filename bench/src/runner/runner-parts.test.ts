@@ -106,6 +106,39 @@ describe('real deployment target', () => {
       }).supports('oracle-cost'),
     ).toBe(false);
     expect(await target.startRun('cacheaware')).toEqual(['http://r1']);
+    // A router's /metrics is on its ops listener (9464 unless --router-ops-port says otherwise).
+    expect(target.metricsUrlOf('http://r1')).toBe('http://r1:9464');
+    expect(
+      new RemoteTarget({
+        routers: parseRouterList('https://r1:8080'),
+        backendUrls: [],
+        resetCache: false,
+        routerOpsPorts: [9100],
+        log: () => undefined,
+      }).metricsUrlOf('https://r1:8080'),
+    ).toBe('https://r1:9100');
+    // Several routers on one host: one ops port each, in --router's order.
+    const perRouter = new RemoteTarget({
+      routers: parseRouterList('roundrobin=http://h:9001,cacheaware=http://h:9002'),
+      backendUrls: [],
+      resetCache: false,
+      routerOpsPorts: [9101, 9102],
+      log: () => undefined,
+    });
+    expect(['http://h:9001', 'http://h:9002'].map((url) => perRouter.metricsUrlOf(url))).toEqual([
+      'http://h:9101',
+      'http://h:9102',
+    ]);
+    expect(
+      () =>
+        new RemoteTarget({
+          routers: parseRouterList('http://h:9001,http://h:9002,http://h:9003'),
+          backendUrls: [],
+          resetCache: false,
+          routerOpsPorts: [9101, 9102],
+          log: () => undefined,
+        }),
+    ).toThrow(/2 ports for 3 routers/);
     expect(calls.sort()).toEqual([
       'http://b1:8000/reset_prefix_cache',
       'http://b2:8000/reset_prefix_cache',

@@ -42,7 +42,13 @@ describe('admit caps', () => {
     await new Promise<void>((resolve) => backend.listen(0, '127.0.0.1', resolve));
     const url = `http://127.0.0.1:${(backend.address() as AddressInfo).port}`;
     router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [{ url, id: 'b0', models: ['m'] }], ...overrides }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        opsPort: 0,
+        backends: [{ url, id: 'b0', models: ['m'] }],
+        ...overrides,
+      }),
       { logger: false },
     );
     agent = new Agent({ connections: 16 });

@@ -33,7 +33,13 @@ describe('connection caps', () => {
     await once(backend, 'listening');
     const url = `http://127.0.0.1:${(backend.address() as AddressInfo).port}`;
     router = await createRouterServer(
-      RouterConfig.parse({ host: '127.0.0.1', port: 0, backends: [{ url, id: 'b0', models: ['m'] }], ...overrides }),
+      RouterConfig.parse({
+        host: '127.0.0.1',
+        port: 0,
+        opsPort: 0,
+        backends: [{ url, id: 'b0', models: ['m'] }],
+        ...overrides,
+      }),
       { logger: false },
     );
     port = Number(new URL(await router.listen()).port);
@@ -82,7 +88,7 @@ describe('connection caps', () => {
     // The oldest idle connection made room; the others are still open.
     await waitUntil(() => idle[0]?.destroyed === true || idle[0]?.readableEnded === true);
     expect(idle.slice(1).every((socket) => !socket.readableEnded && !socket.destroyed)).toBe(true);
-    const metrics = (await router.app.inject({ url: '/metrics' })).body;
+    const metrics = await router.metrics.registry.metrics();
     expect(metrics).toMatch(/kvroute_router_client_connections_closed_total\{reason="idle_for_room"\} 1\b/);
   });
 

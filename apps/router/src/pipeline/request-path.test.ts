@@ -242,6 +242,7 @@ async function startHarness(
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: specs,
         policy: 'leastloaded',
         retryBackoffMs: 0,
@@ -323,7 +324,7 @@ function parseRoutingBlocks(body: string): readonly number[] {
 /** A sample of the router's /metrics (0 when the series does not exist yet). */
 async function metricValue(series: string): Promise<number> {
   const current = harness as Harness;
-  const response = await request(`${current.routerUrl}/metrics`, { dispatcher: current.client });
+  const response = await request(`${current.router.opsUrl}/metrics`, { dispatcher: current.client });
   const text = await response.body.text();
   const line = text.split('\n').find((candidate) => candidate.startsWith(`${series} `));
   return line === undefined ? 0 : Number(line.slice(series.length + 1));

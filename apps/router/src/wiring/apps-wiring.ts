@@ -4,6 +4,8 @@ import { buildAdminApp } from '../admin-app';
 import { AuthFailureLimiter } from '../admin/auth-failure-limiter';
 import type { BackendAddressPolicy } from '../admin/backend-address-policy';
 import { buildRouterApp, type ClientLimits } from '../app';
+import { buildOpsApp } from '../ops-app';
+import { readinessReport, type ReadinessReport } from '../routes/readiness';
 import type { RouterConfig } from '../config';
 import { RESOURCES_CLOSE_MS } from '../http/graceful-close';
 import { ClientConnections } from '../http/client-connections';
@@ -42,15 +44,18 @@ export interface AppParts {
   readonly drain: RequestDrain;
   /** The public app's client connections (closed at shutdown once quiet). */
   readonly connections: ClientConnections;
+  /** The ops listener (/metrics, the full /readyz, /healthz): always there, on `opsHost`:`opsPort`. */
+  readonly opsApp: FastifyInstance;
   /** The admin listener (admin API, /debug/route); null without an admin token. */
   readonly adminApp: FastifyInstance | null;
 }
 
 /**
- * The public app, then the admin listener, which is its own server: it closes with the other resources
- * (pushed onto `closers`), after the public requests, so an operator can still drain or inspect during
- * the shutdown. If either fails to build, what the wiring opened (Redis connections, pools) is closed
- * before the error goes on: it must not outlive a router that never started.
+ * The public app, then the ops listener and the admin listener, each its own server: they close with
+ * the other resources (pushed onto `closers`, so the admin listener first, then ops), after the public
+ * requests, so an operator can still drain or inspect and Prometheus still scrape during the shutdown.
+ * If one fails to build, what the wiring opened (Redis connections, pools) is closed before the error
+ * goes on: it must not outlive a router that never started.
  */
 export async function wireApps(config: RouterConfig, deps: AppsWiringDeps, closers: ShutdownStack): Promise<AppParts> {
   const { paths, backends, metrics } = deps;
@@ -60,21 +65,38 @@ export async function wireApps(config: RouterConfig, deps: AppsWiringDeps, close
     await closers.closeAll({ deadlineMs: RESOURCES_CLOSE_MS });
     throw error;
   };
+  const readiness = (): ReadinessReport =>
+    readinessReport({
+      registry: backends.registry,
+      isShuttingDown: () => drain.isShuttingDown,
+      // `app` is assigned below, before anything can ask (the listeners open after wireApps returns).
+      isListening: () => app.server.listening,
+      reportsCachedTokens: (backendId) => paths.learned.reportsCachedTokens(backendId),
+      cacheViewOf: (backendId) =>
+        cacheViewOf(
+          backends.eventStreams?.isFollowed(backendId) ?? false,
+          paths.learned.reportsCachedTokens(backendId),
+        ),
+      degradedReasons: () => deps.state.degradedReasons(),
+    });
   const app = await buildRouterApp({
     registry: backends.registry,
     requestPath: paths.requestPath,
     metrics,
     limits: clientLimitsOf(config),
-    learned: paths.learned,
-    cacheViewOf: (backendId) =>
-      cacheViewOf(backends.eventStreams?.isFollowed(backendId) ?? false, paths.learned.reportsCachedTokens(backendId)),
+    readiness,
     authenticator: deps.tenants.authenticator,
     logger: deps.logger,
     drain,
     connections,
     startedAtUnixSeconds: Math.floor(Date.now() / 1000),
   }).catch(closeAndThrow);
-  if (deps.adminToken === null) return { app, drain, connections, adminApp: null };
+  const opsApp = await buildOpsApp({ metrics, readiness, logger: deps.logger }).catch(async (error: unknown) => {
+    await app.close();
+    return closeAndThrow(error);
+  });
+  closers.push('ops listener', () => opsApp.close());
+  if (deps.adminToken === null) return { app, drain, connections, opsApp, adminApp: null };
   const adminApp = await buildAdminApp({
     token: deps.adminToken,
     limiter: new AuthFailureLimiter({
@@ -104,7 +126,7 @@ export async function wireApps(config: RouterConfig, deps: AppsWiringDeps, close
     return closeAndThrow(error);
   });
   closers.push('admin listener', () => adminApp.close());
-  return { app, drain, connections, adminApp };
+  return { app, drain, connections, opsApp, adminApp };
 }
 
 /** The public server's bounds on its clients (app.ts ClientLimits), from config. */

@@ -4,7 +4,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { loadUpstreamKeys, type UpstreamKeys } from '@kvroute/platform';
 import { policyParamsFromSettings } from '@kvroute/routing';
 import { BackendAddressPolicy, type ResolveHost } from '../admin/backend-address-policy';
-import { adminTokenOf, type RouterConfig } from '../config';
+import { adminTokenOf, opsHostOf, type RouterConfig } from '../config';
 import { PolicyTable } from '../routing/policy-table';
 import { readDiscoverySettings, type DiscoverySettings } from './discovery-wiring';
 
@@ -53,6 +53,7 @@ export async function readStartInputs(config: RouterConfig, deps: StartInputsDep
     // wiring adds the bound ones (port 0 picks one then).
     ownListeners: [
       { address: config.host, port: config.port },
+      { address: opsHostOf(config), port: config.opsPort },
       ...(adminToken === null ? [] : [{ address: config.adminHost, port: config.adminPort }]),
     ],
   });

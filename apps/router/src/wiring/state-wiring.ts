@@ -36,6 +36,11 @@ export interface StateParts {
   readonly prefillDoneDelayMs: number;
   /** Which backend stored each Responses API response: in Redis over this replica's map, or the local map alone. */
   readonly responseOwners: SharedResponseOwners;
+  /**
+   * Why routing runs on less than the shared state now, for /readyz; empty: not degraded (and always
+   * without Redis, where local state is all there is).
+   */
+  degradedReasons(): string[];
   /** Connects: Redis (degraded, not failed, if it is not there yet), then the poller's states. */
   start(): Promise<void>;
 }
@@ -88,6 +93,7 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
       leaseRenewIntervalMs: 0,
       prefillDoneDelayMs: 0,
       responseOwners: ownersOver(null, null),
+      degradedReasons: () => [],
       start: async () => undefined,
     };
   }
@@ -149,6 +155,7 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
     leaseRenewIntervalMs: Math.floor(config.leaseTtlMs / 3),
     responseOwners: ownersOver(redis, failover),
     prefillDoneDelayMs: config.prefillDoneMergeMs,
+    degradedReasons: () => degradedReasonsOf(redis, failover),
     async start() {
       // Start on shared state when Redis is there; if it is not, start degraded rather than not at all.
       await waitUntilReady(redis, 2_000).catch((error: unknown) =>
@@ -157,4 +164,18 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
       await engineStates.start();
     },
   };
+}
+
+/**
+ * Two signals, either one enough: the failover has switched to local state (a shared call failed or
+ * was too slow; it stays there until a call after the backoff succeeds, which needs a request), or the
+ * request-path connection is not up (so the next request will switch it: this one tells even while no
+ * request comes). Neither names Redis's address: the ops /readyz is read by people and tools alike.
+ */
+function degradedReasonsOf(redis: RedisClient, failover: FailoverRoutingState): string[] {
+  const reasons: string[] = [];
+  if (failover.degraded)
+    reasons.push("shared routing state in Redis unreachable: routing on this replica's local state");
+  if (redis.status !== 'ready') reasons.push(`Redis connection ${redis.status}`);
+  return reasons;
 }
