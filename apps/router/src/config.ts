@@ -1,4 +1,6 @@
+import { BACKEND_ROLES } from './backends/backend-role';
 import { FLOW_CONFIG_FIELDS } from './flow/flow-config';
+import { PD_CONFIG_FIELDS } from './pd/pd-config';
 import { CONNECTION_CONFIG_FIELDS } from './http/connection-config';
 import { Resolver } from 'node:dns/promises';
 import {
@@ -77,6 +79,19 @@ export const BackendConfig = z.strictObject({
     .describe(
       "where the engine publishes vLLM's KV events, for the health poller's indexer (carried in the fleet's shared set); absent: the poller's kvEventsPort",
     ),
+  role: z
+    .enum(BACKEND_ROLES)
+    .optional()
+    .describe(
+      'prefill/decode disaggregation: prefill or decode serves one leg of a disaggregated request; both (default) serves whole requests or either leg',
+    ),
+  bootstrapPort: z
+    .number()
+    .int()
+    .min(1)
+    .max(65_535)
+    .optional()
+    .describe("SGLang prefill engines: the bootstrap server's port (--disaggregation-bootstrap-port; default 8998)"),
 });
 export type BackendConfig = z.infer<typeof BackendConfig>;
 
@@ -668,6 +683,7 @@ export const RouterConfig = z
         'proxied requests (POST /v1/*) in flight at once; beyond it 503 + Retry-After, before the body is read',
       ),
     ...FLOW_CONFIG_FIELDS,
+    ...PD_CONFIG_FIELDS,
     ...CONNECTION_CONFIG_FIELDS,
     maxJsonDepth: z.coerce
       .number()
@@ -826,7 +842,8 @@ export const RouterConfig = z
       ),
   })
   .superRefine((config, context) => {
-    if (config.backends.length === 0 && config.discovery === undefined) {
+    const backendCount = config.backends.length + config.prefillBackends.length + config.decodeBackends.length;
+    if (backendCount === 0 && config.discovery === undefined) {
       context.addIssue({
         code: 'custom',
         path: ['backends'],

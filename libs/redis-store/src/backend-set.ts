@@ -46,11 +46,17 @@ export interface BackendEntry {
    * the poller's defaults (its `kvEventsPort`).
    */
   readonly kvEvents?: BackendKvEvents;
+  /** Its prefill/decode role (`prefill`, `decode`); absent: `both`, whole requests or either leg. */
+  readonly role?: BackendPdRole;
+  /** SGLang prefill engines: the bootstrap server's port; absent: SGLang's default (8998). */
+  readonly bootstrapPort?: number;
   /** Drained: no new requests go to it; those already running finish. */
   readonly drained: boolean;
   /** ms (wall clock of the replica that made the change) of the entry's last change. */
   readonly updatedAtMs: number;
 }
+
+export type BackendPdRole = 'both' | 'prefill' | 'decode';
 
 /** A backend's data-parallel ranks (apps/router backends/data-parallel.ts has their meaning). */
 export interface BackendDataParallel {
@@ -71,6 +77,8 @@ export type BackendEntrySpec = Pick<BackendEntry, 'id' | 'url' | 'models' | 'wei
   readonly drained?: boolean;
   readonly dataParallel?: BackendDataParallel | undefined;
   readonly kvEvents?: BackendKvEvents | undefined;
+  readonly role?: BackendPdRole | undefined;
+  readonly bootstrapPort?: number | undefined;
 };
 
 export interface BackendSetList {
@@ -328,6 +336,10 @@ function encodeEntry(spec: BackendEntrySpec, now: number): string {
     throw new RangeError(
       `backend ${spec.id}: kvEvents must be {endpoint?, replayEndpoint?, model?} with tcp://host:port endpoints`,
     );
+  if (spec.role !== undefined && !isPdRole(spec.role))
+    throw new RangeError(`backend ${spec.id}: role must be both, prefill or decode, got ${JSON.stringify(spec.role)}`);
+  if (spec.bootstrapPort !== undefined && !isPort(spec.bootstrapPort))
+    throw new RangeError(`backend ${spec.id}: bootstrapPort must be a port (1–65535), got ${spec.bootstrapPort}`);
   const entry: BackendEntry = {
     id: spec.id,
     url: spec.url,
@@ -335,6 +347,8 @@ function encodeEntry(spec: BackendEntrySpec, now: number): string {
     weight: spec.weight,
     ...(spec.dataParallel === undefined ? {} : { dataParallel: { ...spec.dataParallel } }),
     ...(spec.kvEvents === undefined ? {} : { kvEvents: { ...spec.kvEvents } }),
+    ...(spec.role === undefined || spec.role === 'both' ? {} : { role: spec.role }),
+    ...(spec.bootstrapPort === undefined ? {} : { bootstrapPort: spec.bootstrapPort }),
     drained: spec.drained ?? false,
     updatedAtMs: now,
   };
@@ -356,6 +370,8 @@ function decodeEntry(id: string, raw: string): BackendEntry | null {
   if (entry.models !== undefined && !isModelList(entry.models)) return null;
   if (entry.dataParallel !== undefined && !isDataParallel(entry.dataParallel)) return null;
   if (entry.kvEvents !== undefined && !isKvEvents(entry.kvEvents)) return null;
+  if (entry.role !== undefined && !isPdRole(entry.role)) return null;
+  if (entry.bootstrapPort !== undefined && !isPort(entry.bootstrapPort)) return null;
   return {
     id,
     url: entry.url,
@@ -363,9 +379,19 @@ function decodeEntry(id: string, raw: string): BackendEntry | null {
     weight: entry.weight,
     ...(entry.dataParallel === undefined ? {} : { dataParallel: entry.dataParallel as BackendDataParallel }),
     ...(entry.kvEvents === undefined ? {} : { kvEvents: entry.kvEvents as BackendKvEvents }),
+    ...(entry.role === undefined ? {} : { role: entry.role as BackendPdRole }),
+    ...(entry.bootstrapPort === undefined ? {} : { bootstrapPort: entry.bootstrapPort as number }),
     drained: entry.drained,
     updatedAtMs: entry.updatedAtMs,
   };
+}
+
+function isPdRole(value: unknown): value is BackendPdRole {
+  return value === 'both' || value === 'prefill' || value === 'decode';
+}
+
+function isPort(value: unknown): value is number {
+  return Number.isInteger(value) && (value as number) >= 1 && (value as number) <= 65_535;
 }
 
 /** Routable: an absolute http(s) URL (every replica parses it into an upstream origin). */

@@ -1,3 +1,4 @@
+import type { BackendRole } from './backend-role';
 import type { BackendKvEvents } from '@kvroute/redis-store';
 import type { BackendId, BackendInfo } from '@kvroute/routing';
 import { CircuitBreaker } from './circuit-breaker';
@@ -29,17 +30,11 @@ export interface Backend {
   readonly dataParallelRank: DataParallelRank | null;
   /** Where its engine publishes KV events, as configured (carried to the poller in the shared set); null: not said. */
   readonly kvEvents: BackendKvEvents | null;
-  /**
-   * Its part in prefill/decode disaggregation: `prefill` and `decode` engines serve one leg each, `both` serve whole
-   * requests or either leg. A model with a prefill-capable and a decode-capable backend is disaggregated.
-   */
+  /** Its part in prefill/decode disaggregation (backend-role.ts). */
   readonly role: BackendRole;
   /** SGLang prefill engines: the bootstrap server's port (`--disaggregation-bootstrap-port`); null: 8998. */
   readonly bootstrapPort: number | null;
 }
-
-export const BACKEND_ROLES = ['both', 'prefill', 'decode'] as const;
-export type BackendRole = (typeof BACKEND_ROLES)[number];
 
 export interface BackendSpec {
   readonly url: string;

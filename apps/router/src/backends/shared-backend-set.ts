@@ -99,6 +99,8 @@ export class SharedBackendSet implements BackendChanges {
       weight: spec.weight,
       dataParallel: spec.dataParallel,
       kvEvents: spec.kvEvents,
+      role: spec.role,
+      bootstrapPort: spec.bootstrapPort,
     });
     return change.existed ? 'exists' : this.applied(change);
   }
@@ -132,6 +134,8 @@ export class SharedBackendSet implements BackendChanges {
         drained: registry.isDrained(backend.id),
         dataParallel: backend.dataParallel ?? undefined,
         kvEvents: backend.kvEvents ?? undefined,
+        role: backend.role,
+        bootstrapPort: backend.bootstrapPort ?? undefined,
       });
     }
     return [...entries.values()];
@@ -163,6 +167,8 @@ export class SharedBackendSet implements BackendChanges {
           weight: entry.weight,
           dataParallel: entry.dataParallel,
           kvEvents: entry.kvEvents,
+          role: entry.role,
+          bootstrapPort: entry.bootstrapPort,
         },
         drained: entry.drained,
       })),

@@ -7,6 +7,7 @@ import {
   messagesAsChat,
   MessagesRequest,
   type GenerationLimits,
+  disaggregationFieldsIn,
 } from '@kvroute/protocols';
 import { buildMessagesRoutingRequest, buildRoutingRequest, type RoutingRequest } from '@kvroute/routing';
 import { tokenRoutingRequest, type TokenRoutingDeps } from '../routing/token-routing';
@@ -92,6 +93,11 @@ export interface ParsedRequest {
    * nothing). Absent for generation and for form uploads (audio: bytes of sound are not tokens).
    */
   readonly passthroughCharge?: { readonly bytes: number; readonly maxTokens: number };
+  /**
+   * Prefill/decode fields the client set itself (`kv_transfer_params`, `bootstrap_*`: @kvroute/protocols): they steer
+   * transfers between engines, the router's to set; request-path.ts refuses them unless the key is privileged.
+   */
+  readonly disaggregationFields?: readonly string[];
 }
 
 /** `messages`: Anthropic Messages (`POST /v1/messages`); `responses`: OpenAI Responses (`POST /v1/responses`); both routed by prefix like chat. */
@@ -278,6 +284,7 @@ export async function parseRequest(
     stream: (responses === null ? generation.stream : (body as { stream?: unknown }).stream) === true,
     usageAtStreamStart: false,
     responses: responses?.facts,
+    disaggregationFields: disaggregationFieldsIn(body as Record<string, unknown>),
   };
 }
 
@@ -318,6 +325,7 @@ async function parseMessages(
     stripsStreamUsage: false,
     stream: messages.stream === true,
     usageAtStreamStart: messages.stream === true,
+    disaggregationFields: disaggregationFieldsIn(body),
   };
 }
 

@@ -1,3 +1,4 @@
+import { backendsWithRoles } from '../pd/pd-config';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ShutdownStack, UpstreamKeys } from '@kvroute/platform';
 import { createRedis, readFollowedKvEventStreams, RedisBackendSet, type RedisClient } from '@kvroute/redis-store';
@@ -108,7 +109,7 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     nowMs: () => Date.now(),
     logger: logger?.child({ component: 'backend-set' }),
     admitUrl: (url) => deps.addressPolicy.check(url),
-    configuredUrls: new Set(config.backends.map((backend) => backend.url)),
+    configuredUrls: new Set(backendsWithRoles(config).map((backend) => backend.url)),
   });
   closers.push('shared backend set', () => shared.stop());
   return {
@@ -132,7 +133,7 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
  */
 function createRegistry(config: RouterConfig, deps: BackendsWiringDeps, upstreams: UpstreamPools): BackendRegistry {
   const { logger } = deps;
-  const registry: BackendRegistry = new BackendRegistry(config.backends, {
+  const registry: BackendRegistry = new BackendRegistry(backendsWithRoles(config), {
     breakerFailureThreshold: config.breakerFailureThreshold,
     breakerCooldownMs: config.breakerCooldownMs,
     nowMs: deps.nowMs,

@@ -1,3 +1,4 @@
+import { backendsWithRoles } from '../pd/pd-config';
 import { lookup } from 'node:dns/promises';
 import { networkInterfaces } from 'node:os';
 import type { FastifyBaseLogger } from 'fastify';
@@ -82,7 +83,7 @@ async function refuseDeniedBackends(
   policy: BackendAddressPolicy,
   logger: FastifyBaseLogger | undefined,
 ): Promise<void> {
-  for (const backend of config.backends) {
+  for (const backend of backendsWithRoles(config)) {
     const verdict = await policy.check(backend.url);
     if (verdict.allowed) continue;
     if (verdict.unresolved === true) {
