@@ -6,6 +6,13 @@ import { renderConfigMarkdown } from '@kvroute/platform';
 import { renderPollerConfigDoc } from '../apps/health-poller/src/config';
 import { renderRouterConfigDoc } from '../apps/router/src/config';
 import { renderSimConfigDoc } from '../apps/vllm-sim/src/config';
+import { parseCommandLine } from '../libs/platform/src/command-line/parse-command-line';
+
+parseCommandLine({
+  usage: 'npm run docs:config',
+  summary: "Writes docs/configuration.md from the apps' config schemas (every option, its flag, env var and default).",
+  options: {},
+});
 
 const header =
   '# Configuration\n\nGenerated from the config schemas by `npm run docs:config`; do not edit by hand.\n\n';

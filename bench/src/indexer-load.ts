@@ -14,9 +14,9 @@
  *
  * Usage: npx tsx bench/src/indexer-load.ts [--backends 1000] [--blocks-per-s 50] [--seconds 20]
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { parseArgs } from 'node:util';
 // The bench drives the poller's indexer in process (its CPU is this process's: eslint.config allows it).
 import { KvEventsIndexer } from '@kvroute/health-poller/kv-events/indexer';
 import { PollerMetrics } from '@kvroute/health-poller/metrics';
@@ -26,11 +26,13 @@ import { startRedis } from '@kvroute/testing';
 import { Packr } from 'msgpackr';
 import { Publisher } from 'zeromq';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:indexer -- [options]',
+  summary: "The KV-event indexer's CPU over many backends publishing blocks.",
   options: {
-    backends: { type: 'string', default: '1000' },
-    'blocks-per-s': { type: 'string', default: '50' },
-    seconds: { type: 'string', default: '20' },
+    backends: { type: 'string', default: '1000', value: 'number' },
+    'blocks-per-s': { type: 'string', default: '50', value: 'number' },
+    seconds: { type: 'string', default: '20', value: 'number' },
     publishers: { type: 'boolean', default: false },
   },
 });

@@ -39,11 +39,11 @@
  * --request-stream-usage=false"` measures what those features cost, the same code on both sides.
  * Writes bench/results/overhead-<time>.{json,md}.
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
 // A private Redis, started as the tests and bench:redis-decision do (bench is never shipped; eslint.config.mjs allows it here).
 import { startRedis, type TestRedis } from '@kvroute/testing';
 import { pinRunningProcess, processListeningOn } from './listening-process';
@@ -82,16 +82,19 @@ import {
 } from './proxy-processes';
 import { errorCount, pacingDelayMs, requestRate, runWrk, type WrkResult, type WrkRun } from './wrk';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:overhead -- [options]',
+  summary:
+    "What the router adds to a request's latency and CPU, path by path (direct, bare proxy, kvroute,\nkvroute with Redis, HAProxy). Writes bench/results/overhead-<time>.json.",
   allowNegative: true,
   options: {
-    rate: { type: 'string', default: '500' },
-    seconds: { type: 'string', default: '3' },
-    'warmup-seconds': { type: 'string', default: '1' },
-    'paced-connections': { type: 'string', default: '50' },
-    'max-connections': { type: 'string', default: '32' },
-    rounds: { type: 'string', default: '3' },
-    'max-tokens': { type: 'string', default: '16' },
+    rate: { type: 'string', default: '500', value: 'number' },
+    seconds: { type: 'string', default: '3', value: 'number' },
+    'warmup-seconds': { type: 'string', default: '1', value: 'number' },
+    'paced-connections': { type: 'string', default: '50', value: 'number' },
+    'max-connections': { type: 'string', default: '32', value: 'number' },
+    rounds: { type: 'string', default: '3', value: 'number' },
+    'max-tokens': { type: 'string', default: '16', value: 'number' },
     model: { type: 'string', default: 'bench-model' },
     paths: { type: 'string', default: PATH_IDS.join(',') },
     workloads: { type: 'string', default: DEFAULT_WORKLOAD_IDS.join(',') },

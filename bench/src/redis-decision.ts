@@ -43,9 +43,9 @@
  *        [--engine-updates 1]
  * Writes bench/results/redis-decision-<time>.json.
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import * as redisStore from '@kvroute/redis-store';
 import {
   createRedis,
@@ -86,16 +86,19 @@ import {
   type Workload,
 } from './decision-workload';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:redis-decision -- [options]',
+  summary:
+    'What one routing decision costs in Redis (one Lua script), by pool size and prompt length.\nWrites bench/results/redis-decision-<time>.json.',
   options: {
-    pools: { type: 'string', default: '4,16,64' },
-    prompts: { type: 'string', default: '1024,8192,32768' },
-    samples: { type: 'string', default: '400' },
-    warmup: { type: 'string', default: '25' },
-    'inflight-per-backend': { type: 'string', default: '4' },
-    'turn-gap-ms': { type: 'string', default: '30000' },
-    'memory-blocks': { type: 'string', default: '1000000' },
-    'engine-updates': { type: 'string', default: '1' },
+    pools: { type: 'string', default: '4,16,64', value: 'numbers' },
+    prompts: { type: 'string', default: '1024,8192,32768', value: 'numbers' },
+    samples: { type: 'string', default: '400', value: 'number' },
+    warmup: { type: 'string', default: '25', value: 'number' },
+    'inflight-per-backend': { type: 'string', default: '4', value: 'number' },
+    'turn-gap-ms': { type: 'string', default: '30000', value: 'number' },
+    'memory-blocks': { type: 'string', default: '1000000', value: 'number' },
+    'engine-updates': { type: 'string', default: '1', value: 'number' },
   },
 });
 const pools = args.pools.split(',').map(Number);

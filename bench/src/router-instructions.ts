@@ -34,6 +34,7 @@
  * `--keep-profiles DIR` keeps each run's load dump as DIR/<side>-<path>-<workload>-<repeat>.callgrind, for
  * `callgrind_annotate --inclusive=yes` (V8's builtins and Node's C++ are named; JIT-compiled JavaScript is not).
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import {
   copyFileSync,
@@ -47,23 +48,24 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 import { startRedis, type TestRedis } from '@kvroute/testing';
 import { freePort, startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
 import { median, WORKLOADS, type Workload } from './overhead-report';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:instructions -- [options]',
+  summary: 'CPU instructions per request (callgrind) of the router, against a baseline checkout.\nNeeds valgrind.',
   options: {
     checkout: { type: 'string' },
     baseline: { type: 'string' },
     'baseline-args': { type: 'string' },
     paths: { type: 'string', default: 'kvroute,kvroute-redis' },
     workloads: { type: 'string', default: 'small-json,small-sse' },
-    repeats: { type: 'string', default: '2' },
-    requests: { type: 'string', default: '600' },
-    warmup: { type: 'string', default: '400' },
-    connections: { type: 'string', default: '4' },
+    repeats: { type: 'string', default: '2', value: 'number' },
+    requests: { type: 'string', default: '600', value: 'number' },
+    warmup: { type: 'string', default: '400', value: 'number' },
+    connections: { type: 'string', default: '4', value: 'number' },
     'keep-profiles': { type: 'string' },
   },
 });

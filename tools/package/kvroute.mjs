@@ -13,6 +13,7 @@ const COMMANDS = {
   sim: ['vllm-sim', 'a simulated vLLM backend (no GPU)'],
   bench: ['bench', 'compare routing policies on a scenario (local sims, or a real deployment)'],
   demo: ['demo', 'the live comparison on this machine, in about a minute'],
+  'api-key': ['api-key', "a new tenant API key: its secret, shown once, and the key file's entry"],
 };
 
 const packageDir = join(dirname(fileURLToPath(import.meta.url)), '..');

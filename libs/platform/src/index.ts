@@ -44,3 +44,14 @@ export {
   type TerminationProcess,
   type TerminationSignalOptions,
 } from './lifecycle/termination-signal';
+
+export {
+  closestName,
+  editDistance,
+  interpretCommandLine,
+  parseCommandLine,
+  type CommandLineOutcome,
+  type CommandLineSpec,
+  type CommandOption,
+  type CommandOptions,
+} from './command-line/parse-command-line';
