@@ -17,7 +17,9 @@ import {
   RECORD_BLOCKS_PER_CALL,
 } from '@kvroute/redis-store';
 import {
+  KVROUTE_FILE_KEYS,
   secretOption,
+  type SharedConfigFile,
   urlWithSecretOffFlags,
   UPSTREAM_KEY_SOURCE_FIELDS,
   upstreamKeyConfigFields,
@@ -946,4 +948,8 @@ export function renderRouterConfigDoc(
 }
 
 /** One kvroute.yaml serves routers and pollers: common keys at the top, this app's own under `router:`. */
-export const ROUTER_CONFIG_FILE = { section: 'router', otherSections: ['poller'] } as const;
+export const ROUTER_CONFIG_FILE = {
+  section: 'router',
+  otherSections: ['poller'],
+  otherAppKeys: KVROUTE_FILE_KEYS.poller,
+} as const satisfies SharedConfigFile;

@@ -1,4 +1,4 @@
-import { createLogger, loadConfig, onTerminationSignal, ShutdownStack } from '@kvroute/platform';
+import { createLogger, exitOnStartFailure, loadConfig, onTerminationSignal, ShutdownStack } from '@kvroute/platform';
 import { ROUTER_ENV_PREFIX, ROUTER_CONFIG_FILE, RouterConfig } from './config';
 import { CLOSE_TAIL_MS, createRouterServer } from './create-router';
 
@@ -25,6 +25,11 @@ async function main(): Promise<void> {
   const logger = createLogger({ service: 'kvroute-router', level: config.logLevel });
   if (loaded.ignoredFileKeys.length > 0)
     logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
+  for (const variable of loaded.unknownEnv)
+    logger.warn(
+      { variable: variable.name, didYouMean: variable.didYouMean },
+      'environment variable matches no option: ignored',
+    );
   const shutdown = new ShutdownStack();
   const router = await createRouterServer(config, { logger: logger.child({ component: 'http' }), env: process.env });
   const url = await router.listen();
@@ -60,7 +65,4 @@ async function main(): Promise<void> {
   );
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`kvroute router: ${error instanceof Error ? error.message : String(error)}\n`);
-  process.exit(1);
-});
+main().catch((error: unknown) => exitOnStartFailure('kvroute router', error));

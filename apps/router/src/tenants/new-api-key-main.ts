@@ -4,7 +4,7 @@
  * nowhere) and the entry to paste into the key file (`apiKeysFile`), which holds only its SHA-256.
  * For keys in Redis, use the admin API instead (`POST /admin/keys`).
  */
-import { parseCommandLine, toFlagName } from '@kvroute/platform';
+import { parseCommandLine, readableIssueMap, toFlagName } from '@kvroute/platform';
 import { ApiKeyRecord, generateApiKey } from './api-key';
 
 const values = parseCommandLine(
@@ -26,18 +26,21 @@ const values = parseCommandLine(
 );
 const number = (text: string | undefined): number | undefined => (text === undefined ? undefined : Number(text));
 const { secret, digest } = generateApiKey();
-const parsed = ApiKeyRecord.safeParse({
-  id: values.id ?? `${values.tenant ?? 'key'}-${digest.slice(0, 8)}`,
-  tenant: values.tenant,
-  role: values.role,
-  requestsPerMinute: number(values['requests-per-minute']),
-  tokensPerMinute: number(values['tokens-per-minute']),
-  concurrentRequests: number(values['concurrent-requests']),
-});
+const parsed = ApiKeyRecord.safeParse(
+  {
+    id: values.id ?? `${values.tenant ?? 'key'}-${digest.slice(0, 8)}`,
+    tenant: values.tenant,
+    role: values.role,
+    requestsPerMinute: number(values['requests-per-minute']),
+    tokensPerMinute: number(values['tokens-per-minute']),
+    concurrentRequests: number(values['concurrent-requests']),
+  },
+  { error: readableIssueMap() },
+);
 if (!parsed.success) {
   const issue = parsed.error.issues[0];
   const flag = issue === undefined ? '' : `--${toFlagName(String(issue.path[0] ?? ''))}`;
-  console.error(`api-key: ${flag}: ${issue?.message ?? 'invalid'} (see --help)`);
+  console.error(`api-key: ${flag}: ${issue?.message ?? 'is not valid'} (see --help)`);
   process.exit(2);
 }
 const entry = Object.entries({ ...parsed.data, sha256: digest })
