@@ -59,13 +59,34 @@ describe('the packed kvroute package, installed with npm install -g', () => {
     expect(run(['router', '--version']).stdout.trim()).toBe(versionLine(buildInfo()));
   });
 
+  it('every kvroute command answers --help (its usage first), --version, and refuses an unknown flag in one line', () => {
+    const listed = [...run(['--help']).stdout.matchAll(/^ {2}([a-z][a-z-]*) {2}/gm)].map((match) => match[1] as string);
+    expect(listed).toEqual(['router', 'poller', 'sim', 'bench', 'demo', 'api-key']);
+    for (const command of listed) {
+      const help = run([command, '--help']);
+      expect(help.status, `${command} --help: ${help.stderr}`).toBe(0);
+      expect(help.stdout.split('\n')[0], command).toMatch(new RegExp(`^kvroute ${command}( |$)`));
+      expect(run([command, '--version']).stdout.trim(), command).toBe(versionLine(buildInfo()));
+      const unknown = run([command, '--definitely-not-a-flag']);
+      expect(unknown.status, `${command}: ${unknown.stderr}`).toBe(2);
+      expect(unknown.stderr.trimEnd().split('\n'), command).toHaveLength(1);
+    }
+  });
+
+  it('kvroute api-key makes a key: its secret and the key file entry', () => {
+    const made = run(['api-key', '--tenant', 'acme']);
+    expect(made.status, made.stderr).toBe(0);
+    expect(made.stdout).toMatch(/tenant: acme/);
+    expect(made.stdout).toMatch(/sha256: [0-9a-f]{64}/);
+  });
+
   it('kvroute demo --help and kvroute --help describe themselves; an unknown command exits 2', () => {
     const demo = run(['demo', '--help']);
     expect(demo.status).toBe(0);
     expect(demo.stdout).toMatch(/kvroute demo \[options\]/);
     const help = run(['--help']);
     expect(help.status).toBe(0);
-    for (const command of ['router', 'poller', 'sim', 'bench', 'demo'])
+    for (const command of ['router', 'poller', 'sim', 'bench', 'demo', 'api-key'])
       expect(help.stdout).toMatch(new RegExp(`^  ${command} `, 'm'));
     const unknown = run(['balancer']);
     expect(unknown.status).toBe(2);

@@ -49,6 +49,8 @@ if (entry === undefined) {
 const bundles = join(packageDir, 'dist');
 const script = join(bundles, `${entry[0]}.mjs`);
 process.env.KVROUTE_BUNDLE_DIR = bundles;
+// Usage lines say `kvroute <command>` rather than the checkout's `npm run <script> --` (parse-command-line.ts).
+process.env.KVROUTE_LAUNCHED_AS = `kvroute ${command}`;
 // The bundle reads its flags from process.argv.slice(2), as when started on its own.
 process.argv = [process.argv[0], script, ...rest];
 await import(pathToFileURL(script).href);

@@ -61,6 +61,7 @@ export {
   editDistance,
   interpretCommandLine,
   parseCommandLine,
+  usageAsLaunched,
   type CommandLineOutcome,
   type CommandLineSpec,
   type CommandOption,

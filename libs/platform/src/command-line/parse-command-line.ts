@@ -97,11 +97,28 @@ export function interpretCommandLine<T extends CommandOptions>(
  * `name` defaults to the usage line's command (`npm run bench:limits`).
  */
 export function parseCommandLine<T extends CommandOptions>(spec: CommandLineSpec<T>, name?: string): ParsedValues<T> {
-  const outcome = interpretCommandLine(name ?? commandName(spec.usage), spec);
+  const launched = {
+    ...spec,
+    usage: usageAsLaunched(spec.usage),
+    ...(spec.helpText === undefined ? {} : { helpText: usageAsLaunched(spec.helpText) }),
+  };
+  const outcome = interpretCommandLine(name ?? commandName(launched.usage), launched);
   if (outcome.kind === 'values') return outcome.values;
   if (outcome.stdout !== undefined) process.stdout.write(outcome.stdout);
   if (outcome.stderr !== undefined) process.stderr.write(outcome.stderr);
   process.exit(outcome.code);
+}
+
+/**
+ * The installed package's launcher (tools/package/kvroute.mjs) runs the same bundles as `kvroute <command>` and says
+ * so in KVROUTE_LAUNCHED_AS: a usage line that starts `npm run demo --` then reads `kvroute demo`.
+ */
+export function usageAsLaunched(
+  usage: string,
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): string {
+  const launchedAs = env['KVROUTE_LAUNCHED_AS'];
+  return launchedAs === undefined || launchedAs === '' ? usage : usage.replace(/^npm run \S+( --)?/, launchedAs);
 }
 
 /** `npm run bench:limits -- [options]` → `npm run bench:limits`; `kvroute demo [options]` → `kvroute demo`. */

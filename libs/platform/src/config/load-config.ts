@@ -26,7 +26,7 @@ import { buildInfo, versionLine } from '../build-info';
 import { renderConfigHelp } from './render-config-help';
 import { readableIssueMap, unknownKeysMessage } from './readable-issue';
 import { flagRefusedBecause } from './secret-option';
-import { closestName } from '../command-line/parse-command-line';
+import { closestName, usageAsLaunched } from '../command-line/parse-command-line';
 
 export interface LoadConfigOptions<S extends ConfigSchema> {
   schema: S;
@@ -64,7 +64,7 @@ export interface SharedConfigFile {
  */
 const ENV_OWNED_ELSEWHERE = {
   prefixes: ['KVROUTE_POLLER_', 'KVROUTE_SIM_', 'KVROUTE_ORACLE_'],
-  names: ['KVROUTE_COMMIT', 'KVROUTE_BUNDLE_DIR'],
+  names: ['KVROUTE_COMMIT', 'KVROUTE_BUNDLE_DIR', 'KVROUTE_LAUNCHED_AS'],
 } as const;
 
 /** An environment variable under the app's prefix that no option reads (a typo, or an option since renamed). */
@@ -105,7 +105,7 @@ export function loadConfig<S extends ConfigSchema>(options: LoadConfigOptions<S>
       envPrefix: naming.envPrefix,
       envMap: options.envMap,
       fileFlag: naming.fileFlag,
-      usage: options.usage,
+      usage: options.usage === undefined ? undefined : usageAsLaunched(options.usage, options.env),
     });
     return { kind: 'help', text };
   }
