@@ -17,7 +17,17 @@ parseCommandLine({
 });
 
 const header =
-  '# Configuration\n\nGenerated from the config schemas by `npm run docs:config`; do not edit by hand.\n\n';
+  '# Configuration\n\nGenerated from the config schemas by `npm run docs:config`; do not edit by hand.\n\n' +
+  '**Strict.** A config file key no kvroute app knows is refused at start, at any depth, with the nearest known ' +
+  'key (`polcy in kvroute.yaml: unknown key "polcy" (did you mean "policy"?)`). In the shared `kvroute.yaml`, a ' +
+  "top-level key only the other app knows (the poller's `intervalMs` for a router) is left to it. Each mistake is " +
+  'one line naming the flag, env var or file key and what was expected (`--backends: "127.0.0.1:8001" is not a ' +
+  'URL; expected http://host:port`), and the process exits with code 2.\n\n' +
+  "**Environment.** A variable under an app's prefix that no option reads (`KVROUTE_POLCY`) is logged as a " +
+  "warning at start, with the nearest option's variable, and otherwise ignored: it is not refused, because an " +
+  "environment is shared (a container's, a shell's) and may hold variables of another version or another app. " +
+  "Another app's prefix under the router's (`KVROUTE_POLLER_`, `KVROUTE_SIM_`, `KVROUTE_ORACLE_`) and the " +
+  "process's own (`KVROUTE_COMMIT`, `KVROUTE_BUNDLE_DIR`, `KVROUTE_LAUNCHED_AS`) are not warned about.\n\n";
 const text =
   header +
   [
