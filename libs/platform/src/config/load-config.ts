@@ -77,7 +77,7 @@ export interface UnknownEnvVar {
 /** `help` when -h/--help or --version was given (print `text`, exit 0); otherwise the validated config. */
 export type LoadConfigResult<T> =
   | { kind: 'help'; text: string }
-  /** `ignoredFileKeys`: keys of a shared file left to other apps (log them: a typo far from any key lands here). */
+  /** `ignoredFileKeys`: top-level keys of a shared file that only another app knows, left to it. */
   | {
       kind: 'config';
       config: T;
