@@ -7,11 +7,11 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildInfo, versionLine } from '@kvroute/platform';
 import { findFreePort } from '@kvroute/testing';
-import { packKvroute } from '../../tools/pack-kvroute';
+import { installCommand, packKvroute } from '../../tools/pack-kvroute';
 import { repoPath } from './stack-files';
 
 const work = mkdtempSync(join(tmpdir(), 'kvroute-package-'));
@@ -22,11 +22,13 @@ let sim: ChildProcess | undefined;
 
 beforeAll(async () => {
   tarball = await packKvroute(join(work, 'pack'));
-  const installed = spawnSync(
-    'npm',
-    ['install', '--global', '--prefix', prefix, '--offline', '--no-audit', '--no-fund', tarball],
-    { encoding: 'utf8', timeout: 120_000 },
-  );
+  // The command pack:kvroute prints, run as printed from the folder above the tarball's (plus a private prefix).
+  const [npm, ...printed] = installCommand(tarball, work).split(' ');
+  const installed = spawnSync(npm as string, [...printed, '--prefix', prefix, '--offline', '--no-audit', '--no-fund'], {
+    cwd: work,
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
   if (installed.status !== 0) throw new Error(`npm install -g failed: ${installed.stderr}`);
 }, 180_000);
 
@@ -41,6 +43,11 @@ function run(args: string[]) {
 }
 
 describe('the packed kvroute package, installed with npm install -g', () => {
+  it('prints an install command npm reads as a file, not as a GitHub repository (issue 31)', () => {
+    expect(installCommand(tarball, work)).toBe(`npm install -g ./pack/${basename(tarball)}`);
+    expect(installCommand('/elsewhere/kvroute-1.0.0.tgz', work)).toBe('npm install -g /elsewhere/kvroute-1.0.0.tgz');
+  });
+
   it('packs a tarball named for the version, with no dependencies to fetch, under Apache-2.0', () => {
     const { version } = JSON.parse(readFileSync(repoPath('package.json'), 'utf8')) as { version: string };
     expect(tarball.endsWith(`kvroute-${version}.tgz`)).toBe(true);
