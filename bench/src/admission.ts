@@ -66,11 +66,26 @@ const args = parseCommandLine({
   summary:
     'Flow control and admission under a noisy neighbour and overload, 3 replicas behind HAProxy.\nNeeds HAProxy and redis-server. Writes bench/results/admission-<time>.{md,json}.',
   options: {
-    'window-seconds': { type: 'string', default: '30', value: 'number' },
-    'outage-seconds': { type: 'string', default: '20', value: 'number' },
-    'steady-share': { type: 'string', default: '0.4', value: 'number' },
-    'queue-wait-ms': { type: 'string', default: '100', value: 'number' },
-    scenario: { type: 'string', default: 'all' },
+    'window-seconds': { type: 'string', default: '30', value: 'number', description: 'length of each window' },
+    'outage-seconds': {
+      type: 'string',
+      default: '20',
+      value: 'number',
+      description: 'Redis stopped this long in the redis-down window',
+    },
+    'steady-share': {
+      type: 'string',
+      default: '0.4',
+      value: 'number',
+      description: "the steady tenant's load, as a share of the pool's throughput",
+    },
+    'queue-wait-ms': {
+      type: 'string',
+      default: '100',
+      value: 'number',
+      description: "the routers' flowMaxQueueWaitMs",
+    },
+    scenario: { type: 'string', default: 'all', description: 'all, noisy-neighbour or overload' },
   },
 });
 const positive = (name: string): number => {

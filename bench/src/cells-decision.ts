@@ -41,14 +41,24 @@ const args = parseCommandLine({
   summary:
     'Decisions per second over a pool split into cells (poolCells), against a private redis-server.\nWrites bench/results/cells-<time>.json.',
   options: {
-    pools: { type: 'string', default: '16,64,256', value: 'numbers' },
-    cells: { type: 'string', default: '1,3,6', value: 'numbers' },
-    samples: { type: 'string', default: '1500', value: 'number' },
-    warmup: { type: 'string', default: '100', value: 'number' },
-    concurrency: { type: 'string', default: '16', value: 'number' },
-    'prompt-tokens': { type: 'string', default: '8192', value: 'number' },
-    'inflight-per-backend': { type: 'string', default: '4', value: 'number' },
-    'turn-gap-ms': { type: 'string', default: '30000', value: 'number' },
+    pools: { type: 'string', default: '16,64,256', value: 'numbers', description: 'pool sizes (backends)' },
+    cells: { type: 'string', default: '1,3,6', value: 'numbers', description: 'cell counts (poolCells)' },
+    samples: { type: 'string', default: '1500', value: 'number', description: 'decisions measured per cell' },
+    warmup: { type: 'string', default: '100', value: 'number', description: 'decisions before measuring' },
+    concurrency: { type: 'string', default: '16', value: 'number', description: 'decisions in flight' },
+    'prompt-tokens': { type: 'string', default: '8192', value: 'number', description: 'prompt size (tokens)' },
+    'inflight-per-backend': {
+      type: 'string',
+      default: '4',
+      value: 'number',
+      description: 'open leases on every backend',
+    },
+    'turn-gap-ms': {
+      type: 'string',
+      default: '30000',
+      value: 'number',
+      description: "age of the pre-filled conversations' previous turn",
+    },
   },
 });
 const pools = args.pools.split(',').map(Number);

@@ -31,11 +31,11 @@ const args = parseCommandLine({
   usage: 'npm run bench:decision-instructions -- [options]',
   summary: 'Redis instructions per routing decision (redis-server under callgrind). Needs valgrind.',
   options: {
-    pools: { type: 'string', default: '16,1024', value: 'numbers' },
-    calls: { type: 'string', default: '100', value: 'number' },
-    'prompt-tokens': { type: 'string', default: '8192', value: 'number' },
-    stages: { type: 'boolean', default: false },
-    keep: { type: 'boolean', default: false },
+    pools: { type: 'string', default: '16,1024', value: 'numbers', description: 'pool sizes (backends)' },
+    calls: { type: 'string', default: '100', value: 'number', description: 'decisions counted per pool' },
+    'prompt-tokens': { type: 'string', default: '8192', value: 'number', description: 'prompt size (tokens)' },
+    stages: { type: 'boolean', default: false, description: 'also count each stage of route.lua' },
+    keep: { type: 'boolean', default: false, description: 'keep the callgrind files' },
   },
 });
 

@@ -30,10 +30,15 @@ const args = parseCommandLine({
   usage: 'npm run bench:indexer -- [options]',
   summary: "The KV-event indexer's CPU over many backends publishing blocks.",
   options: {
-    backends: { type: 'string', default: '1000', value: 'number' },
-    'blocks-per-s': { type: 'string', default: '50', value: 'number' },
-    seconds: { type: 'string', default: '20', value: 'number' },
-    publishers: { type: 'boolean', default: false },
+    backends: { type: 'string', default: '1000', value: 'number', description: 'backends publishing KV events' },
+    'blocks-per-s': {
+      type: 'string',
+      default: '50',
+      value: 'number',
+      description: 'blocks stored per second per backend',
+    },
+    seconds: { type: 'string', default: '20', value: 'number', description: 'measured window, after a 3 s warm-up' },
+    publishers: { type: 'boolean', default: false, description: 'internal: run as the publishing child process' },
   },
 });
 const backends = Number(args.backends);

@@ -46,15 +46,40 @@ const args = parseCommandLine({
   summary:
     'Per-key and per-tenant limits measured across 3 router replicas behind HAProxy, through a Redis\noutage. Needs HAProxy and redis-server. Writes bench/results/limits-<time>.{json,md,svg}.',
   options: {
-    seconds: { type: 'string', default: '60', value: 'number' },
-    'settle-seconds': { type: 'string', default: '10', value: 'number' },
-    'outage-seconds': { type: 'string', default: '40', value: 'number' },
-    'recovered-seconds': { type: 'string', default: '20', value: 'number' },
-    'requests-per-minute': { type: 'string', default: '600', value: 'number' },
-    'tokens-per-minute': { type: 'string', default: '30000', value: 'number' },
-    clients: { type: 'string', default: '50', value: 'number' },
-    'token-clients': { type: 'string', default: '20', value: 'number' },
-    replicas: { type: 'string', default: '3', value: 'number' },
+    seconds: { type: 'string', default: '60', value: 'number', description: 'shared window (limits exact in Redis)' },
+    'settle-seconds': {
+      type: 'string',
+      default: '10',
+      value: 'number',
+      description: 'first settle, before the shared window',
+    },
+    'outage-seconds': { type: 'string', default: '40', value: 'number', description: 'window with Redis stopped' },
+    'recovered-seconds': { type: 'string', default: '20', value: 'number', description: 'window after Redis is back' },
+    'requests-per-minute': {
+      type: 'string',
+      default: '600',
+      value: 'number',
+      description: "the request-limited key's limit",
+    },
+    'tokens-per-minute': {
+      type: 'string',
+      default: '30000',
+      value: 'number',
+      description: "the token-limited key's limit",
+    },
+    clients: {
+      type: 'string',
+      default: '50',
+      value: 'number',
+      description: 'closed-loop clients of the request-limited key',
+    },
+    'token-clients': {
+      type: 'string',
+      default: '20',
+      value: 'number',
+      description: 'closed-loop clients of the token-limited key',
+    },
+    replicas: { type: 'string', default: '3', value: 'number', description: 'router replicas behind HAProxy' },
   },
 });
 

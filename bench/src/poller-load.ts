@@ -21,9 +21,9 @@ const args = parseCommandLine({
   summary:
     "The health poller's CPU and scrape lag over many backends.\nNeeds redis-server (and `npm run build`, else it runs from source).",
   options: {
-    backends: { type: 'string', default: '8', value: 'number' },
-    'interval-ms': { type: 'string', default: '200', value: 'number' },
-    seconds: { type: 'string', default: '30', value: 'number' },
+    backends: { type: 'string', default: '8', value: 'number', description: 'simulated backends scraped' },
+    'interval-ms': { type: 'string', default: '200', value: 'number', description: 'scrape interval' },
+    seconds: { type: 'string', default: '30', value: 'number', description: 'measured window, after a 5 s warm-up' },
   },
 });
 const backends = Number(args.backends);

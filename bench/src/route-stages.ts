@@ -30,10 +30,10 @@ const args = parseCommandLine({
   usage: 'npm run bench:route-stages -- [options]',
   summary: "Where route.lua's time goes, stage by stage, against a private redis-server.",
   options: {
-    pools: { type: 'string', default: '16,1024', value: 'numbers' },
-    'prompt-tokens': { type: 'string', default: '8192', value: 'number' },
-    calls: { type: 'string', default: '200', value: 'number' },
-    rounds: { type: 'string', default: '5', value: 'number' },
+    pools: { type: 'string', default: '16,1024', value: 'numbers', description: 'pool sizes (backends)' },
+    'prompt-tokens': { type: 'string', default: '8192', value: 'number', description: 'prompt size (tokens)' },
+    calls: { type: 'string', default: '200', value: 'number', description: 'route calls recorded and replayed' },
+    rounds: { type: 'string', default: '5', value: 'number', description: 'replay rounds (the least is reported)' },
   },
 });
 const pools = args.pools.split(',').map(Number);

@@ -209,7 +209,8 @@ function helpText<T extends CommandOptions>(spec: CommandLineSpec<T>): string {
         ? `${negatable} ${option.value === 'numbers' ? 'N,N…' : option.value === 'number' ? 'N' : 'VALUE'}`
         : negatable;
     const facts = [option.description ?? ''];
-    if (option.default !== undefined) facts.push(`(default ${String(option.default)})`);
+    // A boolean off by default says nothing a reader would miss.
+    if (option.default !== undefined && option.default !== false) facts.push(`(default ${String(option.default)})`);
     return [heading, facts.filter(Boolean).join(' ')] as const;
   });
   entries.push(['-h, --help', 'this text'], ['--version', 'the version and commit of this build']);
