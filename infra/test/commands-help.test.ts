@@ -48,6 +48,17 @@ function runScript(command: string, args: readonly string[]): Promise<Run> {
   });
 }
 
+describe("the README's install line", () => {
+  it('installs the tarball pack:kvroute writes for this version, by a path npm reads as a file (./, not a GitHub repo)', () => {
+    const { version } = JSON.parse(readFileSync(repoPath('package.json'), 'utf8')) as { version: string };
+    const readme = readFileSync(repoPath('README.md'), 'utf8');
+    const installLines = readme.split('\n').filter((line) => /npm install (-g|--global) /.test(line));
+    expect(installLines.length).toBeGreaterThan(0);
+    for (const line of installLines)
+      expect(line).toMatch(new RegExp(`npm install -g \\./dist/kvroute-${version.replaceAll('.', '\\.')}\\.tgz`));
+  });
+});
+
 describe('every npm script is a command that explains itself', () => {
   it('finds the commands in package.json', () => {
     expect(commands.map(([name]) => name)).toEqual(
