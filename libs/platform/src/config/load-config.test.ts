@@ -285,3 +285,38 @@ describe('findLenientObjects', () => {
     expect(findLenientObjects(schema)).toEqual(['strict.inner', 'list[]']);
   });
 });
+
+describe('readable validation messages (issue 31)', () => {
+  const schema = z.object({
+    backends: z.array(z.union([z.url({ protocol: /^https?$/ }), z.strictObject({ url: z.url(), weight: z.number() })])),
+    retryMs: z.coerce.number().int().min(0).default(0),
+  });
+  const problems = (argv: string[]): string[] => {
+    try {
+      loadConfig({ schema, argv, env: {}, envPrefix: 'KVROUTE_' });
+    } catch (error) {
+      return (error as ConfigError).message.replaceAll(tempDir, 'DIR').split('\n');
+    }
+    return [];
+  };
+
+  it('reports the union member whose type the value had, or else the types it could have had', () => {
+    expect(problems(['--backends', '127.0.0.1:8001'])).toEqual([
+      '--backends: "127.0.0.1:8001" is not a URL; expected http://host:port',
+    ]);
+    const file = writeTemp('union.yaml', 'backends:\n  - 42\n  - url: http://a:1\n    wieght: 2\n');
+    expect(problems(['--config', file])).toEqual([
+      'backends.0 in DIR/union.yaml: 42 is not a string or a mapping',
+      'backends.1 in DIR/union.yaml: weight is required; unknown key "wieght" (did you mean "weight"?)',
+    ]);
+  });
+
+  it('quotes what the user typed, not what coercion made of it, with the unit a duration needs', () => {
+    expect(problems(['--backends', 'http://a:1', '--retry-ms', '2s'])).toEqual([
+      '--retry-ms: "2s" is not a number; expected a number of milliseconds, e.g. 5000',
+    ]);
+    expect(problems(['--backends', 'http://a:1', '--retry-ms', '1.5'])).toEqual([
+      '--retry-ms: 1.5 is not an integer; expected a number of milliseconds, e.g. 5000',
+    ]);
+  });
+});

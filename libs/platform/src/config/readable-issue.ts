@@ -56,7 +56,7 @@ function readableMessage(issue: z.core.$ZodRawIssue, options: ReadableIssueOptio
     case 'unrecognized_keys':
       return unknownKeysMessage(issue.keys, knownKeysOf(issue.inst));
     case 'invalid_union':
-      return unionMessage(issue as z.core.$ZodRawIssue<z.core.$ZodIssueInvalidUnion>);
+      return unionMessage(issue as z.core.$ZodRawIssue<z.core.$ZodIssueInvalidUnion>, value);
     default:
       return undefined;
   }
@@ -79,14 +79,27 @@ function knownKeysOf(inst: unknown): string[] {
  * A union fails as a whole ("Invalid input"); the useful message is that of the one member whose type the value had
  * (a URL string for `backends: [http://…]`, a mapping for `backends: [{url: …}]`).
  */
-function unionMessage(issue: z.core.$ZodRawIssue<z.core.$ZodIssueInvalidUnion>): string | undefined {
+function unionMessage(issue: z.core.$ZodRawIssue<z.core.$ZodIssueInvalidUnion>, value: string): string | undefined {
   const errors = 'errors' in issue && Array.isArray(issue.errors) ? issue.errors : [];
-  const typeMatched = errors.filter(
-    (memberIssues) => !memberIssues.some((member) => member.code === 'invalid_type' && member.path.length === 0),
-  );
-  const chosen = typeMatched.length === 1 ? typeMatched[0]?.[0] : undefined;
-  if (chosen === undefined) return undefined;
-  return chosen.path.length === 0 ? chosen.message : `${chosen.path.map(String).join('.')}: ${chosen.message}`;
+  const wrongType = (member: z.core.$ZodIssue) => member.code === 'invalid_type' && member.path.length === 0;
+  const typeMatched = errors.filter((memberIssues) => !memberIssues.some(wrongType));
+  if (typeMatched.length === 0) {
+    // No member took a value of this type at all (a number where a URL or a mapping goes): name the types.
+    const expected = errors.flatMap((memberIssues) =>
+      memberIssues.filter(wrongType).map((member) => typeName((member as z.core.$ZodIssueInvalidType).expected)),
+    );
+    return expected.length === 0 ? undefined : `${value} is not ${[...new Set(expected)].join(' or ')}`;
+  }
+  const chosen = typeMatched.length === 1 ? typeMatched[0] : undefined;
+  if (chosen === undefined || chosen.length === 0) return undefined;
+  // Every problem of that member, in one line: a misspelt key usually comes with the required key it misses.
+  return chosen.map(memberMessage).join('; ');
+}
+
+function memberMessage(member: z.core.$ZodIssue): string {
+  if (member.path.length === 0) return member.message;
+  const path = member.path.map(String).join('.');
+  return member.message === 'is required' ? `${path} is required` : `${path}: ${member.message}`;
 }
 
 function formatProblem(issue: z.core.$ZodRawIssue<z.core.$ZodIssueInvalidStringFormat>): string {
