@@ -80,5 +80,10 @@ describe('usageAsLaunched', () => {
       'kvroute demo [options]',
     );
     expect(usageAsLaunched('npm run demo -- [options]', {})).toBe('npm run demo -- [options]');
+    expect(
+      usageAsLaunched('npm run demo -- [options]   (installed: kvroute demo [options])\n\n  Runs it.', {
+        KVROUTE_LAUNCHED_AS: 'kvroute demo',
+      }),
+    ).toBe('kvroute demo [options]\n\n  Runs it.');
   });
 });

@@ -118,7 +118,9 @@ export function usageAsLaunched(
   env: Readonly<Record<string, string | undefined>> = process.env,
 ): string {
   const launchedAs = env['KVROUTE_LAUNCHED_AS'];
-  return launchedAs === undefined || launchedAs === '' ? usage : usage.replace(/^npm run \S+( --)?/, launchedAs);
+  if (launchedAs === undefined || launchedAs === '') return usage;
+  // The checkout's usage line may name the installed form beside it: redundant once it is the one shown.
+  return usage.replace(/^npm run \S+( --)?/, launchedAs).replace(/^([^\n]*?)\s+\(installed: [^)\n]*\)/, '$1');
 }
 
 /** `npm run bench:limits -- [options]` → `npm run bench:limits`; `kvroute demo [options]` → `kvroute demo`. */
