@@ -12,7 +12,7 @@
  * offered rate, the indexer's CPU (this process: its event loop, ZMQ's I/O thread and ioredis), and
  * Redis's CPU (INFO cpu), with the drop and gap counters.
  *
- * Usage: npx tsx bench/src/indexer-load.ts [--backends 1000] [--blocks-per-s 50] [--seconds 20]
+ * Usage: npm run bench:indexer -- [--backends 1000] [--blocks-per-s 50] [--seconds 20]
  */
 import { parseCommandLine } from '@kvroute/platform';
 import { spawn } from 'node:child_process';
