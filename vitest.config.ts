@@ -53,6 +53,8 @@ const RUN_ALONE = [
  * (router and sim processes) alternate with the ones that mostly wait.
  */
 const START_FIRST = [
+  // Every npm script's --help, --version and an unknown flag: 70-odd short tsx processes, about 80 s on 2 cores.
+  'infra/test/commands-help.test.ts',
   'apps/router/test/multi-replica.test.ts',
   'bench/src/runner/local-cluster.test.ts',
   'apps/router/test/shared-backend-set.test.ts',

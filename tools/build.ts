@@ -5,6 +5,7 @@
 import { build } from 'esbuild';
 import { join } from 'node:path';
 import { buildInfo } from '../libs/platform/src/build-info';
+import { parseCommandLine } from '../libs/platform/src/command-line/parse-command-line';
 
 const root = join(import.meta.dirname, '..');
 export const APP_ENTRIES = {
@@ -67,6 +68,11 @@ export async function buildApps(
 }
 
 if (process.argv[1] && import.meta.filename === process.argv[1]) {
+  parseCommandLine({
+    usage: 'npm run build',
+    summary: "Bundles every app (router, health poller, vllm-sim, the bench's bare proxy) into dist/<app>.mjs.",
+    options: {},
+  });
   const outputs = await buildApps();
   for (const [name, file] of Object.entries(outputs)) console.log(`${name}: ${file}`);
 }

@@ -4,6 +4,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
+import { parseCommandLine } from '../libs/platform/src/command-line/parse-command-line';
 
 const root = join(import.meta.dirname, '..');
 export const ALERTS_FILE = 'infra/prometheus/alerts.yml';
@@ -22,6 +23,11 @@ export function renderPrometheusRule(alertsText: string): string {
 }
 
 if (process.argv[1] && import.meta.filename === process.argv[1]) {
+  parseCommandLine({
+    usage: 'npm run k8s:monitoring',
+    summary: `Writes ${PROMETHEUS_RULE_FILE}\nfrom ${ALERTS_FILE} (the Prometheus Operator's copy of the alert rules).`,
+    options: {},
+  });
   writeFileSync(join(root, PROMETHEUS_RULE_FILE), renderPrometheusRule(readFileSync(join(root, ALERTS_FILE), 'utf8')));
   process.stdout.write(`${PROMETHEUS_RULE_FILE}\n`);
 }

@@ -1,15 +1,16 @@
 // `npm run pack:kvroute`: the installable `kvroute` package, as a tarball in dist/ that
-// `npm install -g dist/kvroute-<version>.tgz` installs with no registry access: every dependency is
+// `npm install -g ./dist/kvroute-<version>.tgz` installs with no registry access: every dependency is
 // bundled (tools/build.ts), so the package declares none. Layout:
-//   bin/kvroute.mjs  the command (tools/package/kvroute.mjs): kvroute router|poller|sim|bench|demo
+//   bin/kvroute.mjs  the command (tools/package/kvroute.mjs): kvroute router|poller|sim|bench|demo|api-key
 //   dist/*.mjs       one bundle per command, plus the oracle router the benchmarks start
 //   scenarios/       the benchmark scenarios (bench/scenarios)
 //   build.json       version and commit, for `kvroute --version`
 import { spawnSync } from 'node:child_process';
 import { chmodSync, copyFileSync, cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { isAbsolute, join, relative } from 'node:path';
 import { buildInfo } from '../libs/platform/src/build-info';
 import { APP_ENTRIES, bundle } from './build';
+import { parseCommandLine } from '../libs/platform/src/command-line/parse-command-line';
 
 const root = join(import.meta.dirname, '..');
 
@@ -21,6 +22,7 @@ const PACKAGE_BUNDLES: Readonly<Record<string, string>> = {
   bench: 'bench/src/bench.ts',
   demo: 'bench/src/demo.ts',
   oracle: 'bench/src/oracle/main.ts',
+  'api-key': 'apps/router/src/tenants/new-api-key-main.ts',
 };
 
 /**
@@ -28,6 +30,16 @@ const PACKAGE_BUNDLES: Readonly<Record<string, string>> = {
  * only where a Docker engine answers; the benchmarks start a local redis-server (or take a Redis URL).
  */
 const TEST_ONLY_PACKAGES = ['@testcontainers/redis', 'testcontainers'];
+
+/**
+ * The command that installs `tarball`, relative to the directory the user ran `npm run` in (INIT_CWD) when inside it. The path keeps its
+ * `./`: npm reads `dist/kvroute-0.1.0.tgz` without it as the GitHub repository `dist/kvroute-0.1.0.tgz`.
+ */
+export function installCommand(tarball: string, cwd: string = process.env['INIT_CWD'] ?? process.cwd()): string {
+  const path = relative(cwd, tarball);
+  const shown = path.startsWith('..') || isAbsolute(path) ? tarball : `./${path}`;
+  return `npm install -g ${shown}`;
+}
 
 /** Builds the package folder under `outDir` and packs it there; returns the tarball's path. */
 export async function packKvroute(
@@ -67,7 +79,7 @@ export async function packKvroute(
     join(packageDir, 'README.md'),
     `# kvroute ${build.version}\n\nA KV-cache-aware request router for LLM inference fleets (vLLM, SGLang, llama.cpp).\n\n` +
       '```\nkvroute demo          # the live comparison on this machine (needs redis-server, or runs in memory)\n' +
-      'kvroute router --help  # the router and its flags; also: poller, sim, bench\nkvroute --version\n```\n\n' +
+      'kvroute router --help  # the router and its flags; also: poller, sim, bench, api-key\nkvroute --version\n```\n\n' +
       "Documentation: the repository's README.md and docs/.\n",
   );
   log('packing');
@@ -82,6 +94,13 @@ export async function packKvroute(
 }
 
 if (process.argv[1] && import.meta.filename === process.argv[1]) {
+  parseCommandLine({
+    usage: 'npm run pack:kvroute',
+    summary:
+      'Writes dist/kvroute-<version>.tgz, the installable kvroute command with every dependency bundled,\n' +
+      'and prints the command that installs it.',
+    options: {},
+  });
   const tarball = await packKvroute(join(root, 'dist'), (line) => process.stderr.write(`${line}\n`));
-  process.stdout.write(`${tarball}\n`);
+  process.stdout.write(`${tarball}\n\nInstall it with:\n\n  ${installCommand(tarball)}\n`);
 }

@@ -29,10 +29,10 @@
  *        [--queue-wait-ms 100] [--scenario all|noisy-neighbour|overload]
  * Needs HAProxy (/usr/sbin/haproxy) and redis-server. Writes bench/results/admission-<time>.{md,json}.
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { setMaxListeners } from 'node:events';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { eventCarriesOutput, SSE_DONE, SseParser } from '@kvroute/protocols';
 import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
 import { Agent, request } from 'undici';
@@ -61,13 +61,31 @@ import {
   type ProxyProcess,
 } from './proxy-processes';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:admission -- [options]',
+  summary:
+    'Flow control and admission under a noisy neighbour and overload, 3 replicas behind HAProxy.\nNeeds HAProxy and redis-server. Writes bench/results/admission-<time>.{md,json}.',
   options: {
-    'window-seconds': { type: 'string', default: '30' },
-    'outage-seconds': { type: 'string', default: '20' },
-    'steady-share': { type: 'string', default: '0.4' },
-    'queue-wait-ms': { type: 'string', default: '100' },
-    scenario: { type: 'string', default: 'all' },
+    'window-seconds': { type: 'string', default: '30', value: 'number', description: 'length of each window' },
+    'outage-seconds': {
+      type: 'string',
+      default: '20',
+      value: 'number',
+      description: 'Redis stopped this long in the redis-down window',
+    },
+    'steady-share': {
+      type: 'string',
+      default: '0.4',
+      value: 'number',
+      description: "the steady tenant's load, as a share of the pool's throughput",
+    },
+    'queue-wait-ms': {
+      type: 'string',
+      default: '100',
+      value: 'number',
+      description: "the routers' flowMaxQueueWaitMs",
+    },
+    scenario: { type: 'string', default: 'all', description: 'all, noisy-neighbour or overload' },
   },
 });
 const positive = (name: string): number => {

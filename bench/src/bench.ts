@@ -12,7 +12,7 @@
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
+import { parseCommandLine } from '@kvroute/platform';
 import { resultsDir } from './app-process';
 import { terminalReport } from './report';
 import { LocalCluster } from './runner/local-cluster';
@@ -51,12 +51,14 @@ const USAGE = `npm run bench -- --scenario NAME|FILE [options]
 const repoRoot = join(import.meta.dirname, '..', '..');
 const resultsRoot = resultsDir();
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench -- --scenario NAME|FILE [options]',
+  helpText: `${USAGE}\n  -h, --help           this text\n  --version            the version and commit of this build`,
   options: {
     scenario: { type: 'string' },
     policies: { type: 'string' },
-    seeds: { type: 'string' },
-    sweep: { type: 'string' },
+    seeds: { type: 'string', value: 'numbers' },
+    sweep: { type: 'string', value: 'numbers' },
     out: { type: 'string' },
     'data-dir': { type: 'string', default: join(repoRoot, '..', 'shared', 'data') },
     'write-trace': { type: 'string' },
@@ -67,7 +69,6 @@ const { values: args } = parseArgs({
     'router-redis': { type: 'string' },
     'router-ops-port': { type: 'string' },
     'ignore-eos': { type: 'boolean', default: false },
-    help: { type: 'boolean', short: 'h', default: false },
   },
 });
 
@@ -93,9 +94,9 @@ const numbers = (text: string | undefined, flag: string): number[] | undefined =
 const log = (line: string): void => void process.stderr.write(`${line}\n`);
 
 async function main(): Promise<void> {
-  if (args.help || !args.scenario) {
-    process.stdout.write(`${USAGE}\n`);
-    if (!args.help) process.exitCode = 2;
+  if (!args.scenario) {
+    process.stderr.write('npm run bench: --scenario NAME|FILE is required (see --help)\n');
+    process.exitCode = 2;
     return;
   }
   const routerRedisUrl =

@@ -18,9 +18,9 @@
  *        [--concurrency 16] [--prompt-tokens 8192] [--inflight-per-backend 4] [--turn-gap-ms 30000]
  * Writes bench/results/cells-<time>.json.
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { createRedis, poolKeys, RedisRoutingState, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
 import { createPolicy, decide, type BackendInfo, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
 import { startRedisCluster, type TestRedisCluster } from '@kvroute/testing';
@@ -36,16 +36,29 @@ import {
   STATE_DEFAULTS,
 } from './decision-workload';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:cells -- [options]',
+  summary:
+    'Decisions per second over a pool split into cells (poolCells), against a private redis-server.\nWrites bench/results/cells-<time>.json.',
   options: {
-    pools: { type: 'string', default: '16,64,256' },
-    cells: { type: 'string', default: '1,3,6' },
-    samples: { type: 'string', default: '1500' },
-    warmup: { type: 'string', default: '100' },
-    concurrency: { type: 'string', default: '16' },
-    'prompt-tokens': { type: 'string', default: '8192' },
-    'inflight-per-backend': { type: 'string', default: '4' },
-    'turn-gap-ms': { type: 'string', default: '30000' },
+    pools: { type: 'string', default: '16,64,256', value: 'numbers', description: 'pool sizes (backends)' },
+    cells: { type: 'string', default: '1,3,6', value: 'numbers', description: 'cell counts (poolCells)' },
+    samples: { type: 'string', default: '1500', value: 'number', description: 'decisions measured per cell' },
+    warmup: { type: 'string', default: '100', value: 'number', description: 'decisions before measuring' },
+    concurrency: { type: 'string', default: '16', value: 'number', description: 'decisions in flight' },
+    'prompt-tokens': { type: 'string', default: '8192', value: 'number', description: 'prompt size (tokens)' },
+    'inflight-per-backend': {
+      type: 'string',
+      default: '4',
+      value: 'number',
+      description: 'open leases on every backend',
+    },
+    'turn-gap-ms': {
+      type: 'string',
+      default: '30000',
+      value: 'number',
+      description: "age of the pre-filled conversations' previous turn",
+    },
   },
 });
 const pools = args.pools.split(',').map(Number);

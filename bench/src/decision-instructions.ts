@@ -17,32 +17,27 @@
  *
  * Usage: npm run bench:decision-instructions -- [--pools 16,1024] [--calls 100] [--prompt-tokens 8192] [--stages] [--keep]
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import * as store from '@kvroute/redis-store';
 import { createPolicy, decide, type BackendInfo, type EngineLoad, type RoutingPolicy } from '@kvroute/routing';
 import { findFreePort } from '@kvroute/testing';
 import { backendInfos, buildWorkload, inBatches, POOL, STATE_DEFAULTS } from './decision-workload';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:decision-instructions -- [options]',
+  summary: 'Redis instructions per routing decision (redis-server under callgrind). Needs valgrind.',
   options: {
-    pools: { type: 'string', default: '16,1024' },
-    calls: { type: 'string', default: '100' },
-    'prompt-tokens': { type: 'string', default: '8192' },
-    stages: { type: 'boolean', default: false },
-    keep: { type: 'boolean', default: false },
-    help: { type: 'boolean', default: false },
+    pools: { type: 'string', default: '16,1024', value: 'numbers', description: 'pool sizes (backends)' },
+    calls: { type: 'string', default: '100', value: 'number', description: 'decisions counted per pool' },
+    'prompt-tokens': { type: 'string', default: '8192', value: 'number', description: 'prompt size (tokens)' },
+    stages: { type: 'boolean', default: false, description: 'also count each stage of route.lua' },
+    keep: { type: 'boolean', default: false, description: 'keep the callgrind files' },
   },
 });
-if (args.help) {
-  console.log(
-    'npm run bench:decision-instructions -- [--pools 16,1024] [--calls 100] [--prompt-tokens 8192] [--stages] [--keep]',
-  );
-  process.exit(0);
-}
 
 type Redis = ReturnType<typeof store.createRedis>;
 

@@ -7,7 +7,7 @@
  * Prints the table, writes the report to bench/results/demo/ and says whether cache-aware routing won.
  */
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
+import { parseCommandLine } from '@kvroute/platform';
 import { resultsDir } from './app-process';
 import { policyVerdict, terminalReport, type PolicySummary } from './report';
 import { LocalCluster } from './runner/local-cluster';
@@ -16,15 +16,6 @@ import { createClientAgent } from './runner/request-client';
 import { runScenario } from './runner/run-scenario';
 import { loadScenario } from './runner/scenario';
 import { writeReports } from './runner/write-reports';
-
-const { values: args } = parseArgs({
-  options: {
-    policies: { type: 'string' },
-    seed: { type: 'string', default: '1' },
-    out: { type: 'string', default: join(resultsDir(), 'demo') },
-    help: { type: 'boolean', short: 'h', default: false },
-  },
-});
 
 const USAGE = `npm run demo -- [options]   (installed: kvroute demo [options])
 
@@ -35,15 +26,22 @@ const USAGE = `npm run demo -- [options]   (installed: kvroute demo [options])
   --policies a,b   only these policies (default: the scenario's)
   --seed N         the workload's seed (default 1)
   --out DIR        where report.html and results.json go (default ${join(resultsDir(), 'demo')})
-  -h, --help       this text`;
+  -h, --help       this text
+  --version        the version and commit of this build`;
+
+const args = parseCommandLine({
+  usage: 'npm run demo -- [options]',
+  helpText: USAGE,
+  options: {
+    policies: { type: 'string' },
+    seed: { type: 'string', default: '1', value: 'number' },
+    out: { type: 'string', default: join(resultsDir(), 'demo') },
+  },
+});
 
 const log = (line: string): void => void process.stderr.write(`${line}\n`);
 
 async function main(): Promise<void> {
-  if (args.help) {
-    process.stdout.write(`${USAGE}\n`);
-    return;
-  }
   const scenario = await loadScenario('demo');
   log(`kvroute demo: ${scenario.description}`);
   const cluster = await LocalCluster.start(scenario, { redisUrl: process.env['KVROUTE_REDIS_URL'], log });

@@ -12,11 +12,11 @@
  * offered rate, the indexer's CPU (this process: its event loop, ZMQ's I/O thread and ioredis), and
  * Redis's CPU (INFO cpu), with the drop and gap counters.
  *
- * Usage: npx tsx bench/src/indexer-load.ts [--backends 1000] [--blocks-per-s 50] [--seconds 20]
+ * Usage: npm run bench:indexer -- [--backends 1000] [--blocks-per-s 50] [--seconds 20]
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { parseArgs } from 'node:util';
 // The bench drives the poller's indexer in process (its CPU is this process's: eslint.config allows it).
 import { KvEventsIndexer } from '@kvroute/health-poller/kv-events/indexer';
 import { PollerMetrics } from '@kvroute/health-poller/metrics';
@@ -26,12 +26,19 @@ import { startRedis } from '@kvroute/testing';
 import { Packr } from 'msgpackr';
 import { Publisher } from 'zeromq';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:indexer -- [options]',
+  summary: "The KV-event indexer's CPU over many backends publishing blocks.",
   options: {
-    backends: { type: 'string', default: '1000' },
-    'blocks-per-s': { type: 'string', default: '50' },
-    seconds: { type: 'string', default: '20' },
-    publishers: { type: 'boolean', default: false },
+    backends: { type: 'string', default: '1000', value: 'number', description: 'backends publishing KV events' },
+    'blocks-per-s': {
+      type: 'string',
+      default: '50',
+      value: 'number',
+      description: 'blocks stored per second per backend',
+    },
+    seconds: { type: 'string', default: '20', value: 'number', description: 'measured window, after a 3 s warm-up' },
+    publishers: { type: 'boolean', default: false, description: 'internal: run as the publishing child process' },
   },
 });
 const backends = Number(args.backends);

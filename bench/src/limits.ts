@@ -22,9 +22,9 @@
  *        [--requests-per-minute 600] [--tokens-per-minute 30000] [--clients 50] [--token-clients 20]
  * Needs HAProxy (/usr/sbin/haproxy) and redis-server. Writes bench/results/limits-<time>.{json,md,svg}.
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
 import {
@@ -41,17 +41,45 @@ import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
 import { haproxyVersion, startHaproxyProcess, startRouterProcess, type ProxyProcess } from './proxy-processes';
 import { lineChart, PALETTE } from './report/html';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:limits -- [options]',
+  summary:
+    'Per-key and per-tenant limits measured across 3 router replicas behind HAProxy, through a Redis\noutage. Needs HAProxy and redis-server. Writes bench/results/limits-<time>.{json,md,svg}.',
   options: {
-    seconds: { type: 'string', default: '60' },
-    'settle-seconds': { type: 'string', default: '10' },
-    'outage-seconds': { type: 'string', default: '40' },
-    'recovered-seconds': { type: 'string', default: '20' },
-    'requests-per-minute': { type: 'string', default: '600' },
-    'tokens-per-minute': { type: 'string', default: '30000' },
-    clients: { type: 'string', default: '50' },
-    'token-clients': { type: 'string', default: '20' },
-    replicas: { type: 'string', default: '3' },
+    seconds: { type: 'string', default: '60', value: 'number', description: 'shared window (limits exact in Redis)' },
+    'settle-seconds': {
+      type: 'string',
+      default: '10',
+      value: 'number',
+      description: 'first settle, before the shared window',
+    },
+    'outage-seconds': { type: 'string', default: '40', value: 'number', description: 'window with Redis stopped' },
+    'recovered-seconds': { type: 'string', default: '20', value: 'number', description: 'window after Redis is back' },
+    'requests-per-minute': {
+      type: 'string',
+      default: '600',
+      value: 'number',
+      description: "the request-limited key's limit",
+    },
+    'tokens-per-minute': {
+      type: 'string',
+      default: '30000',
+      value: 'number',
+      description: "the token-limited key's limit",
+    },
+    clients: {
+      type: 'string',
+      default: '50',
+      value: 'number',
+      description: 'closed-loop clients of the request-limited key',
+    },
+    'token-clients': {
+      type: 'string',
+      default: '20',
+      value: 'number',
+      description: 'closed-loop clients of the token-limited key',
+    },
+    replicas: { type: 'string', default: '3', value: 'number', description: 'router replicas behind HAProxy' },
   },
 });
 

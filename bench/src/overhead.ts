@@ -39,11 +39,11 @@
  * --request-stream-usage=false"` measures what those features cost, the same code on both sides.
  * Writes bench/results/overhead-<time>.{json,md}.
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
 // A private Redis, started as the tests and bench:redis-decision do (bench is never shipped; eslint.config.mjs allows it here).
 import { startRedis, type TestRedis } from '@kvroute/testing';
 import { pinRunningProcess, processListeningOn } from './listening-process';
@@ -82,22 +82,48 @@ import {
 } from './proxy-processes';
 import { errorCount, pacingDelayMs, requestRate, runWrk, type WrkResult, type WrkRun } from './wrk';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:overhead -- [options]',
+  summary:
+    "What the router adds to a request's latency and CPU, path by path (direct, bare proxy, kvroute,\nkvroute with Redis, HAProxy). Writes bench/results/overhead-<time>.json.",
   allowNegative: true,
   options: {
-    rate: { type: 'string', default: '500' },
-    seconds: { type: 'string', default: '3' },
-    'warmup-seconds': { type: 'string', default: '1' },
-    'paced-connections': { type: 'string', default: '50' },
-    'max-connections': { type: 'string', default: '32' },
-    rounds: { type: 'string', default: '3' },
-    'max-tokens': { type: 'string', default: '16' },
-    model: { type: 'string', default: 'bench-model' },
-    paths: { type: 'string', default: PATH_IDS.join(',') },
-    workloads: { type: 'string', default: DEFAULT_WORKLOAD_IDS.join(',') },
-    pin: { type: 'boolean', default: true },
-    baseline: { type: 'string' },
-    'baseline-args': { type: 'string' },
+    rate: { type: 'string', default: '500', value: 'number', description: 'paced requests per second' },
+    seconds: { type: 'string', default: '3', value: 'number', description: 'each paced run' },
+    'warmup-seconds': { type: 'string', default: '1', value: 'number', description: 'closed-loop warm-up per path' },
+    'paced-connections': {
+      type: 'string',
+      default: '50',
+      value: 'number',
+      description: "wrk's connections in the paced runs",
+    },
+    'max-connections': {
+      type: 'string',
+      default: '32',
+      value: 'number',
+      description: "wrk's connections in the closed-loop (maximum rate) runs",
+    },
+    rounds: {
+      type: 'string',
+      default: '3',
+      value: 'number',
+      description: 'rounds of paced runs (the median is reported)',
+    },
+    'max-tokens': { type: 'string', default: '16', value: 'number', description: 'max_tokens of every request' },
+    model: { type: 'string', default: 'bench-model', description: 'model name the sim serves' },
+    paths: {
+      type: 'string',
+      default: PATH_IDS.join(','),
+      description: 'comma-separated paths to measure',
+    },
+    workloads: {
+      type: 'string',
+      default: DEFAULT_WORKLOAD_IDS.join(','),
+      description: 'comma-separated workloads (also 128k-json)',
+    },
+    pin: { type: 'boolean', default: true, description: 'pin proxy and sim to core 0, wrk to core 1 (taskset)' },
+    baseline: { type: 'string', description: "another checkout's router, measured beside this one" },
+    'baseline-args': { type: 'string', description: 'router flags for the baseline paths (--baseline-args="FLAGS")' },
   },
 });
 

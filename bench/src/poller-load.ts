@@ -8,19 +8,22 @@
  * Usage: npm run bench:poller -- [--backends 8] [--interval-ms 200] [--seconds 30]
  * Needs `npm run build` (dist/health-poller.mjs, else it runs from source) and redis-server.
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { spawn } from 'node:child_process';
-import { parseArgs } from 'node:util';
 import { startRedis } from '@kvroute/testing';
 import { processListeningOn } from './listening-process';
 import { freePort, startLocalSims, stopLocalProcess, stopLocalSims, waitReady } from './local-sims';
 import { processCpuSeconds } from './process-cpu';
 import { nodeEntry } from './proxy-processes';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:poller -- [options]',
+  summary:
+    "The health poller's CPU and scrape lag over many backends.\nNeeds redis-server (and `npm run build`, else it runs from source).",
   options: {
-    backends: { type: 'string', default: '8' },
-    'interval-ms': { type: 'string', default: '200' },
-    seconds: { type: 'string', default: '30' },
+    backends: { type: 'string', default: '8', value: 'number', description: 'simulated backends scraped' },
+    'interval-ms': { type: 'string', default: '200', value: 'number', description: 'scrape interval' },
+    seconds: { type: 'string', default: '30', value: 'number', description: 'measured window, after a 5 s warm-up' },
   },
 });
 const backends = Number(args.backends);

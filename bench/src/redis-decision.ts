@@ -43,9 +43,9 @@
  *        [--engine-updates 1]
  * Writes bench/results/redis-decision-<time>.json.
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import * as redisStore from '@kvroute/redis-store';
 import {
   createRedis,
@@ -86,16 +86,39 @@ import {
   type Workload,
 } from './decision-workload';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:redis-decision -- [options]',
+  summary:
+    'What one routing decision costs in Redis (one Lua script), by pool size and prompt length.\nWrites bench/results/redis-decision-<time>.json.',
   options: {
-    pools: { type: 'string', default: '4,16,64' },
-    prompts: { type: 'string', default: '1024,8192,32768' },
-    samples: { type: 'string', default: '400' },
-    warmup: { type: 'string', default: '25' },
-    'inflight-per-backend': { type: 'string', default: '4' },
-    'turn-gap-ms': { type: 'string', default: '30000' },
-    'memory-blocks': { type: 'string', default: '1000000' },
-    'engine-updates': { type: 'string', default: '1' },
+    pools: { type: 'string', default: '4,16,64', value: 'numbers', description: 'pool sizes (backends)' },
+    prompts: { type: 'string', default: '1024,8192,32768', value: 'numbers', description: 'prompt sizes (tokens)' },
+    samples: { type: 'string', default: '400', value: 'number', description: 'decisions measured per cell' },
+    warmup: { type: 'string', default: '25', value: 'number', description: 'decisions before measuring, per cell' },
+    'inflight-per-backend': {
+      type: 'string',
+      default: '4',
+      value: 'number',
+      description: 'open leases on every backend',
+    },
+    'turn-gap-ms': {
+      type: 'string',
+      default: '30000',
+      value: 'number',
+      description: "age of the pre-filled conversations' previous turn",
+    },
+    'memory-blocks': {
+      type: 'string',
+      default: '1000000',
+      value: 'number',
+      description: 'prefix blocks recorded for the memory figure',
+    },
+    'engine-updates': {
+      type: 'string',
+      default: '1',
+      value: 'number',
+      description: 'backends given new engine figures before each decision',
+    },
   },
 });
 const pools = args.pools.split(',').map(Number);

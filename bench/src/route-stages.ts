@@ -12,7 +12,7 @@
  *
  * Usage: npm run bench:route-stages -- [--pools 16,1024] [--prompt-tokens 8192] [--calls 200] [--rounds 5]
  */
-import { parseArgs } from 'node:util';
+import { parseCommandLine } from '@kvroute/platform';
 import { createRedis, defineScript, RedisRoutingState, routeScriptOf, waitUntilReady } from '@kvroute/redis-store';
 import { createPolicy, decide, type AtomicRule, type BackendInfo, type RoutingRequest } from '@kvroute/routing';
 import { startRedis } from '@kvroute/testing';
@@ -26,19 +26,16 @@ import {
   STATE_DEFAULTS,
 } from './decision-workload';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:route-stages -- [options]',
+  summary: "Where route.lua's time goes, stage by stage, against a private redis-server.",
   options: {
-    pools: { type: 'string', default: '16,1024' },
-    'prompt-tokens': { type: 'string', default: '8192' },
-    calls: { type: 'string', default: '200' },
-    rounds: { type: 'string', default: '5' },
-    help: { type: 'boolean', default: false },
+    pools: { type: 'string', default: '16,1024', value: 'numbers', description: 'pool sizes (backends)' },
+    'prompt-tokens': { type: 'string', default: '8192', value: 'number', description: 'prompt size (tokens)' },
+    calls: { type: 'string', default: '200', value: 'number', description: 'route calls recorded and replayed' },
+    rounds: { type: 'string', default: '5', value: 'number', description: 'replay rounds (the least is reported)' },
   },
 });
-if (args.help) {
-  console.log('npm run bench:route-stages -- [--pools 16,1024] [--prompt-tokens 8192] [--calls 200] [--rounds 5]');
-  process.exit(0);
-}
 const pools = args.pools.split(',').map(Number);
 const promptTokens = Number(args['prompt-tokens']);
 const calls = Number(args.calls);

@@ -34,6 +34,7 @@
  * `--keep-profiles DIR` keeps each run's load dump as DIR/<side>-<path>-<workload>-<repeat>.callgrind, for
  * `callgrind_annotate --inclusive=yes` (V8's builtins and Node's C++ are named; JIT-compiled JavaScript is not).
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import {
   copyFileSync,
@@ -47,24 +48,25 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 import { findFreePorts, startRedis, type TestRedis } from '@kvroute/testing';
 import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
 import { median, WORKLOADS, type Workload } from './overhead-report';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:instructions -- [options]',
+  summary: 'CPU instructions per request (callgrind) of the router, against a baseline checkout.\nNeeds valgrind.',
   options: {
-    checkout: { type: 'string' },
-    baseline: { type: 'string' },
-    'baseline-args': { type: 'string' },
-    paths: { type: 'string', default: 'kvroute,kvroute-redis' },
-    workloads: { type: 'string', default: 'small-json,small-sse' },
-    repeats: { type: 'string', default: '2' },
-    requests: { type: 'string', default: '600' },
-    warmup: { type: 'string', default: '400' },
-    connections: { type: 'string', default: '4' },
-    'keep-profiles': { type: 'string' },
+    checkout: { type: 'string', description: "a built checkout measured in this one's place" },
+    baseline: { type: 'string', description: 'the checkout compared against (default: this one)' },
+    'baseline-args': { type: 'string', description: 'router flags for the baseline (--baseline-args="FLAGS")' },
+    paths: { type: 'string', default: 'kvroute,kvroute-redis', description: 'kvroute, kvroute-redis' },
+    workloads: { type: 'string', default: 'small-json,small-sse', description: 'small-json, small-sse' },
+    repeats: { type: 'string', default: '2', value: 'number', description: 'runs per workload, path and checkout' },
+    requests: { type: 'string', default: '600', value: 'number', description: 'requests counted per run' },
+    warmup: { type: 'string', default: '400', value: 'number', description: 'requests before counting' },
+    connections: { type: 'string', default: '4', value: 'number', description: 'requests at once' },
+    'keep-profiles': { type: 'string', description: 'keep each load dump in this folder' },
   },
 });
 

@@ -22,28 +22,61 @@
  * (--time-scale > 1 packs more tokens per wall second into the sim, to find where its CPU gives out.)
  * Writes bench/results/sim-capacity-<time>.json.
  */
+import { parseCommandLine } from '@kvroute/platform';
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { mean, percentile, syntheticTokenPrompt as tokenPrompt } from '@kvroute/workloads';
 import { startLocalSims, stopLocalSims } from './local-sims';
 import { processCpuSeconds } from './process-cpu';
 
-const { values: args } = parseArgs({
+const args = parseCommandLine({
+  usage: 'npm run bench:sim-capacity -- [options]',
+  summary:
+    'How many concurrent requests one simulated backend serves before its CPU gives out.\nWrites bench/results/sim-capacity-<time>.json.',
   allowNegative: true,
   options: {
-    levels: { type: 'string', default: '1,64,128,256,384,512,768,1024' },
-    seconds: { type: 'string', default: '10' },
-    profile: { type: 'string', default: 'h100-8b' },
-    'time-scale': { type: 'string', default: '1' },
-    'shared-prefix-tokens': { type: 'string', default: '512' },
-    'prompt-tokens': { type: 'string', default: '16' },
-    'max-tokens': { type: 'string', default: '256' },
-    threshold: { type: 'string', default: '0.05' },
-    pin: { type: 'boolean', default: true },
+    levels: {
+      type: 'string',
+      default: '1,64,128,256,384,512,768,1024',
+      value: 'numbers',
+      description: 'concurrency levels, closed-loop streaming clients each',
+    },
+    seconds: { type: 'string', default: '10', value: 'number', description: 'measured window per level' },
+    profile: { type: 'string', default: 'h100-8b', description: 'the sim profile' },
+    'time-scale': {
+      type: 'string',
+      default: '1',
+      value: 'number',
+      description: "the sim's time scale (> 1 packs more tokens per wall second)",
+    },
+    'shared-prefix-tokens': {
+      type: 'string',
+      default: '512',
+      value: 'number',
+      description: 'prefix tokens every prompt shares',
+    },
+    'prompt-tokens': {
+      type: 'string',
+      default: '16',
+      value: 'number',
+      description: 'unique prompt tokens per request',
+    },
+    'max-tokens': {
+      type: 'string',
+      default: '256',
+      value: 'number',
+      description: 'mean output tokens (128\u2013384 by default)',
+    },
+    threshold: {
+      type: 'string',
+      default: '0.05',
+      value: 'number',
+      description: 'TTFT the sim may add before a level counts as beyond capacity (fraction)',
+    },
+    pin: { type: 'boolean', default: true, description: 'pin the sim to core 0 and this process to core 1 (taskset)' },
   },
 });
 const levels = args.levels.split(',').map(Number);

@@ -14,7 +14,7 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import { parseArgs } from 'node:util';
+import { parseCommandLine } from '@kvroute/platform';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import { TokenizerLoader } from '@lenml/tokenizers';
 import type * as RustTokenizersModule from 'tokenizers';
@@ -139,7 +139,19 @@ async function measureChosenPath(tokenizer: ModelTokenizer, messages: ChatMessag
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { repeats: { type: 'string', default: '15' } } });
+  const values = parseCommandLine({
+    usage: 'npm run bench:tokenizers -- [--repeats N]',
+    summary:
+      'CPU ms per encode of the npm tokenizer libraries against ours, per vocabulary and prompt (Markdown on stdout).',
+    options: {
+      repeats: {
+        type: 'string',
+        default: '15',
+        value: 'number',
+        description: 'encodes per measurement (the median is shown)',
+      },
+    },
+  });
   const repeats = Number(values.repeats);
   console.log(`# tokenizer libraries: CPU ms per encode, median of ${repeats} (node ${process.version})\n`);
   console.log('| vocabulary | prompt | tokens | library | CPU ms | ids equal |');

@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { basename, join, posix } from 'node:path';
 import { parseArgs } from 'node:util';
 import { POLLER_CONFIG_FILE, POLLER_ENV_PREFIX, PollerConfig } from '@kvroute/health-poller/config';
-import { loadConfig, type ConfigSchema } from '@kvroute/platform';
+import { loadConfig, type ConfigSchema, type SharedConfigFile } from '@kvroute/platform';
 import { ROUTER_CONFIG_FILE, ROUTER_ENV_PREFIX, RouterConfig } from '@kvroute/router/config';
 import { SIM_ENV_PREFIX, SimConfig } from '@kvroute/vllm-sim/config';
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
@@ -78,7 +78,7 @@ const APP_CONFIG: Record<
   {
     schema: ConfigSchema;
     envPrefix: string;
-    sharedFile?: { section: string; otherSections: readonly string[] };
+    sharedFile?: SharedConfigFile;
     /**
      * The paths the probes ask, and the listener serving them: `main` (the app's `host`/`port`) or `ops`
      * (the router's operations listener, `opsHost`/`opsPort`: /metrics and the detailed /readyz, kept

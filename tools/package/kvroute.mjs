@@ -13,6 +13,7 @@ const COMMANDS = {
   sim: ['vllm-sim', 'a simulated vLLM backend (no GPU)'],
   bench: ['bench', 'compare routing policies on a scenario (local sims, or a real deployment)'],
   demo: ['demo', 'the live comparison on this machine, in about a minute'],
+  'api-key': ['api-key', "a new tenant API key: its secret, shown once, and the key file's entry"],
 };
 
 const packageDir = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -48,6 +49,8 @@ if (entry === undefined) {
 const bundles = join(packageDir, 'dist');
 const script = join(bundles, `${entry[0]}.mjs`);
 process.env.KVROUTE_BUNDLE_DIR = bundles;
+// Usage lines say `kvroute <command>` rather than the checkout's `npm run <script> --` (parse-command-line.ts).
+process.env.KVROUTE_LAUNCHED_AS = `kvroute ${command}`;
 // The bundle reads its flags from process.argv.slice(2), as when started on its own.
 process.argv = [process.argv[0], script, ...rest];
 await import(pathToFileURL(script).href);

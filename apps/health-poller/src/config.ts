@@ -1,7 +1,9 @@
 import { ENGINE_KINDS } from '@kvroute/engine-metrics';
 import {
   LOG_FORMATS,
+  KVROUTE_FILE_KEYS,
   portOption,
+  type SharedConfigFile,
   urlWithSecretOffFlags,
   UPSTREAM_KEY_SOURCE_FIELDS,
   upstreamKeyConfigFields,
@@ -294,4 +296,8 @@ export function renderPollerConfigDoc(
 }
 
 /** One kvroute.yaml serves routers and pollers: common keys at the top, this app's own under `poller:`. */
-export const POLLER_CONFIG_FILE = { section: 'poller', otherSections: ['router'] } as const;
+export const POLLER_CONFIG_FILE = {
+  section: 'poller',
+  otherSections: ['router'],
+  otherAppKeys: KVROUTE_FILE_KEYS.router,
+} as const satisfies SharedConfigFile;

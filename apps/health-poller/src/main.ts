@@ -1,4 +1,4 @@
-import { createLogger, loadConfig, onTerminationSignal } from '@kvroute/platform';
+import { createLogger, exitOnStartFailure, loadConfig, onTerminationSignal } from '@kvroute/platform';
 import { POLLER_ENV_PREFIX, POLLER_CONFIG_FILE, PollerConfig } from './config';
 import { createHealthPoller } from './create-poller';
 
@@ -26,6 +26,11 @@ async function main(): Promise<void> {
   });
   if (loaded.ignoredFileKeys.length > 0)
     logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
+  for (const variable of loaded.unknownEnv)
+    logger.warn(
+      { variable: variable.name, didYouMean: variable.didYouMean },
+      'environment variable matches no option: ignored',
+    );
   const poller = await createHealthPoller(config, { logger, env: process.env });
   let stopping = false;
   onTerminationSignal(
@@ -59,7 +64,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`kvroute poller: ${error instanceof Error ? error.message : String(error)}\n`);
-  process.exit(1);
-});
+main().catch((error: unknown) => exitOnStartFailure('kvroute poller', error));

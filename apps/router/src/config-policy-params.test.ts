@@ -73,7 +73,7 @@ describe('policy config keys come from the policies’ parameter tables', () => 
     expect(load([]).toySlots).toBe(4);
     expect(load([], { KVROUTE_TOY_SLOTS: '2' }).toySlots).toBe(2);
     expect(load(['--toy-slots', '3'], { KVROUTE_TOY_SLOTS: '2' }).toySlots).toBe(3);
-    expect(() => load(['--toy-slots', '0'])).toThrow(/toySlots/);
+    expect(() => load(['--toy-slots', '0'])).toThrow('--toy-slots: 0 is too small; expected at least 1');
 
     const params = policyParamsFromSettings(load(['--toy-slots', '1']), TOY_DEFINITIONS);
     expect(params['toy']).toEqual({ slots: 1 });

@@ -20,7 +20,9 @@ import {
 } from '@kvroute/redis-store';
 import {
   LOG_FORMATS,
+  KVROUTE_FILE_KEYS,
   secretOption,
+  type SharedConfigFile,
   urlWithSecretOffFlags,
   UPSTREAM_KEY_SOURCE_FIELDS,
   upstreamKeyConfigFields,
@@ -1007,4 +1009,8 @@ export function renderRouterConfigDoc(
 }
 
 /** One kvroute.yaml serves routers and pollers: common keys at the top, this app's own under `router:`. */
-export const ROUTER_CONFIG_FILE = { section: 'router', otherSections: ['poller'] } as const;
+export const ROUTER_CONFIG_FILE = {
+  section: 'router',
+  otherSections: ['poller'],
+  otherAppKeys: KVROUTE_FILE_KEYS.poller,
+} as const satisfies SharedConfigFile;

@@ -1,4 +1,4 @@
-import { createLogger, loadConfig, onTerminationSignal, ShutdownStack } from '@kvroute/platform';
+import { createLogger, exitOnStartFailure, loadConfig, onTerminationSignal, ShutdownStack } from '@kvroute/platform';
 import { ROUTER_ENV_PREFIX, ROUTER_CONFIG_FILE, RouterConfig } from './config';
 import { CLOSE_TAIL_MS, createRouterServer } from './create-router';
 
@@ -29,6 +29,11 @@ async function main(): Promise<void> {
   });
   if (loaded.ignoredFileKeys.length > 0)
     logger.info({ keys: loaded.ignoredFileKeys }, 'config file keys left to other kvroute apps');
+  for (const variable of loaded.unknownEnv)
+    logger.warn(
+      { variable: variable.name, didYouMean: variable.didYouMean },
+      'environment variable matches no option: ignored',
+    );
   const shutdown = new ShutdownStack();
   // The root logger: each part adds its own `component` (a child of a child would write the key twice).
   const router = await createRouterServer(config, { logger, env: process.env });
@@ -66,7 +71,4 @@ async function main(): Promise<void> {
   );
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`kvroute router: ${error instanceof Error ? error.message : String(error)}\n`);
-  process.exit(1);
-});
+main().catch((error: unknown) => exitOnStartFailure('kvroute router', error));

@@ -1,4 +1,4 @@
-import { createLogger, loadConfig, onTerminationSignal, ShutdownStack } from '@kvroute/platform';
+import { createLogger, exitOnStartFailure, loadConfig, onTerminationSignal, ShutdownStack } from '@kvroute/platform';
 import { SIM_ENV_PREFIX, SimConfig } from './config';
 import { createSimServer } from './create-sim';
 import { PROFILES } from './engine/profiles';
@@ -22,6 +22,11 @@ async function main(): Promise<void> {
   const pythonHashSeed = loaded.config.pythonHashSeed ?? process.env.PYTHONHASHSEED;
   const config = pythonHashSeed === undefined ? loaded.config : { ...loaded.config, pythonHashSeed };
   const logger = createLogger({ service: 'vllm-sim', level: config.logLevel, pretty: config.logFormat === 'pretty' });
+  for (const variable of loaded.unknownEnv)
+    logger.warn(
+      { variable: variable.name, didYouMean: variable.didYouMean },
+      'environment variable matches no option: ignored',
+    );
   const shutdown = new ShutdownStack();
   const sim = await createSimServer(config, { logger: logger.child({ component: 'http' }) });
   const url = await sim.listen();
@@ -47,7 +52,4 @@ async function main(): Promise<void> {
   });
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`vllm-sim: ${error instanceof Error ? error.message : String(error)}\n`);
-  process.exit(1);
-});
+main().catch((error: unknown) => exitOnStartFailure('vllm-sim', error));

@@ -5,7 +5,7 @@
  *        [cacheaware's keys for oracle-cost, e.g. --prefill-ms-per-token 0.07 --spread-abs 8]
  * Prints one line, `oracle router (RULE) listening on URL`, once it accepts connections; exits on SIGTERM/SIGINT.
  */
-import { loadConfig, onTerminationSignal } from '@kvroute/platform';
+import { exitOnStartFailure, loadConfig, onTerminationSignal } from '@kvroute/platform';
 import { ORACLE_ENV_PREFIX, OracleConfig } from './oracle-config';
 import { startOracleRouter } from './oracle-router';
 
@@ -32,7 +32,4 @@ async function main(): Promise<void> {
   });
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`oracle router: ${error instanceof Error ? error.message : String(error)}\n`);
-  process.exit(1);
-});
+main().catch((error: unknown) => exitOnStartFailure('oracle router', error));

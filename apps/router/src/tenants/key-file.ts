@@ -1,4 +1,4 @@
-import { readConfigFile } from '@kvroute/platform';
+import { ConfigError, readableIssueMap, readConfigFile, type ConfigProblem } from '@kvroute/platform';
 import { z } from 'zod';
 import { ApiKeyRecord } from './api-key';
 import { FileKeys } from './key-directory';
@@ -21,21 +21,42 @@ const KeyFileEntry = ApiKeyRecord.extend({
 });
 const KeyFile = z.strictObject({ keys: z.array(KeyFileEntry) });
 
+/**
+ * @throws ConfigError listing every bad entry, one line each (a file of many keys is fixed in one go, not one
+ * start per mistake).
+ */
 export function loadKeyFile(path: string): FileKeys {
-  const parsed = KeyFile.safeParse(readConfigFile(path));
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    throw new Error(
-      `apiKeysFile ${path}: ${issue === undefined ? 'not valid' : `${issue.path.join('.') || '(top)'}: ${issue.message}`}`,
-    );
-  }
+  const raw = readConfigFile(path);
+  const parsed = KeyFile.safeParse(raw, { error: readableIssueMap() });
+  if (!parsed.success) throw new ConfigError(parsed.error.issues.map((issue) => keyFileProblem(issue, raw, path)));
   const records = new Map<string, ApiKeyRecord>();
   const ids = new Set<string>();
-  for (const { sha256, ...record } of parsed.data.keys) {
-    if (ids.has(record.id) || records.has(sha256))
-      throw new Error(`apiKeysFile ${path}: key ${record.id} appears twice (by id or by digest)`);
+  const problems: ConfigProblem[] = [];
+  parsed.data.keys.forEach(({ sha256, ...record }, index) => {
+    if (ids.has(record.id) || records.has(sha256)) {
+      problems.push({
+        path: `keys.${index}`,
+        message: `key ${record.id} appears twice (by id or by digest)`,
+        source: { kind: 'file', path },
+      });
+      return;
+    }
     ids.add(record.id);
     records.set(sha256, record);
-  }
+  });
+  if (problems.length > 0) throw new ConfigError(problems);
   return new FileKeys(records);
+}
+
+/** A zod issue as a problem line, naming the entry's id when it has one: `keys.3.sha256 … (key acme-prod)`. */
+function keyFileProblem(issue: z.core.$ZodIssue, raw: Record<string, unknown>, path: string): ConfigProblem {
+  const [top, index] = issue.path;
+  const entries = raw['keys'];
+  const entry = top === 'keys' && typeof index === 'number' && Array.isArray(entries) ? entries[index] : undefined;
+  const id = entry !== null && typeof entry === 'object' ? (entry as { id?: unknown }).id : undefined;
+  return {
+    path: issue.path.length === 0 ? '(top)' : issue.path.map(String).join('.'),
+    message: typeof id === 'string' ? `${issue.message} (key ${id})` : issue.message,
+    source: { kind: 'file', path },
+  };
 }

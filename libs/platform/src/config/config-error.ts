@@ -1,6 +1,7 @@
 /**
  * The one error type configuration loading throws. Its message is written for the person starting the process: every
- * problem on its own line, naming the field and where the bad value came from, so main.ts can print it and exit.
+ * problem on its own line, naming the flag, env var or file key the bad value came from, so main.ts can print it and
+ * exit (exitOnStartFailure: code 2, a usage error).
  */
 
 /** Where a value was read from. `default` means nothing set it and the schema's default (or absence) applied. */
@@ -29,15 +30,30 @@ export class ConfigError extends Error {
   }
 }
 
+/**
+ * One line per problem, each starting with what the user typed: the flag (`--backends: "127.0.0.1:8001" is not a URL;
+ * expected http://host:port`), the env var, or the key and its file. A user who gave one bad value reads one line.
+ */
 function formatProblems(problems: readonly ConfigProblem[]): string {
-  const heading =
-    problems.length === 1 ? 'Invalid configuration:' : `Invalid configuration (${problems.length} problems):`;
-  const lines = problems.map((problem) => {
-    const origin = problem.source === undefined ? '' : ` (${describeSource(problem.source)})`;
-    const hint = problem.hint === undefined ? '' : ` → ${problem.hint}`;
-    return `  ✖ ${problem.path}: ${problem.message}${origin}${hint}`;
-  });
-  return [heading, ...lines].join('\n');
+  return problems.map(formatProblem).join('\n');
+}
+
+export function formatProblem(problem: ConfigProblem): string {
+  const hint = problem.hint === undefined ? '' : ` → ${problem.hint}`;
+  return `${placeOf(problem)}: ${problem.message}${hint}`;
+}
+
+function placeOf(problem: ConfigProblem): string {
+  switch (problem.source?.kind) {
+    case 'flag':
+      return `--${problem.source.name}`;
+    case 'env':
+      return problem.source.name;
+    case 'file':
+      return problem.path === problem.source.path ? problem.path : `${problem.path} in ${problem.source.path}`;
+    default:
+      return problem.path;
+  }
 }
 
 /** Human wording for a source, e.g. `from env KVROUTE_POLICY="fastest"`; credentials in a value are masked. */

@@ -5,6 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ConfigError } from './config-error';
 import { loadConfig, type LoadConfigOptions } from './load-config';
+import { findLenientObjects } from './lenient-objects';
 
 const SimConfig = z.object({
   port: z.number().int().min(1).max(65535).default(8000).describe('Port the HTTP server listens on.'),
@@ -143,6 +144,7 @@ describe('loadConfig coercion', () => {
       kind: 'config',
       config: { offsetMs: -5, verbose: false, dryRun: true },
       ignoredFileKeys: [],
+      unknownEnv: [],
     });
   });
 
@@ -158,9 +160,7 @@ describe('loadConfig coercion', () => {
 describe('loadConfig errors', () => {
   it('names the field, the env var and the bad value when an enum is wrong', () => {
     const error = loadError({ env: { KVROUTE_SIM_POLICY: 'fastest' } });
-    expect(error.message).toContain('policy');
-    expect(error.message).toContain('env KVROUTE_SIM_POLICY="fastest"');
-    expect(error.message).toContain('"roundrobin"');
+    expect(error.message).toBe('KVROUTE_SIM_POLICY: "fastest" is not one of roundrobin, cacheaware');
     expect(error.problems).toEqual([
       expect.objectContaining({ path: 'policy', source: { kind: 'env', name: 'KVROUTE_SIM_POLICY', raw: 'fastest' } }),
     ]);
@@ -173,17 +173,18 @@ describe('loadConfig errors', () => {
       env: { KVROUTE_SIM_TIME_SCALE: '-1' },
     });
     expect(error.problems.map((problem) => problem.path).sort()).toEqual(['port', 'redis.url', 'timeScale']);
-    expect(error.message).toContain('flag --port="eighty"');
-    expect(error.message).toContain('env KVROUTE_SIM_TIME_SCALE="-1"');
-    expect(error.message).toContain(
-      `redis.url: Invalid input: expected string, received number (from config file ${filePath})`,
-    );
+    // One line each, starting with what the user typed: the flag, the env var, the key in its file.
+    expect(error.message.split('\n').sort()).toEqual([
+      '--port: "eighty" is not a number; expected a port number, 0 to 65535',
+      'KVROUTE_SIM_TIME_SCALE: -1 is too small; expected more than 0',
+      `redis.url in ${filePath}: 42 is not a string`,
+    ]);
   });
 
   it('says how to set a required field that nothing set', () => {
     const schema = z.object({ redisUrl: z.string() });
     expect(() => loadConfig({ schema, argv: [], env: {}, envPrefix: 'KVROUTE_' })).toThrow(
-      /redisUrl: .*\(not set\) → set --redis-url, KVROUTE_REDIS_URL or "redisUrl" in the config file/,
+      /^redisUrl: is required → set --redis-url, KVROUTE_REDIS_URL or "redisUrl" in the config file$/,
     );
   });
 
@@ -209,7 +210,7 @@ describe('loadConfig errors', () => {
   it('rejects unknown keys in the config file', () => {
     const filePath = writeTemp('typo.yaml', 'time_scale: 2\n');
     expect(() => load({ argv: ['--config', filePath] })).toThrow(
-      /time_scale: unknown option \(did you mean "timeScale"\?\)/,
+      `time_scale in ${filePath}: unknown key "time_scale" (did you mean "timeScale"?)`,
     );
   });
 
@@ -220,6 +221,7 @@ describe('loadConfig errors', () => {
       kind: 'config',
       config: { port: 1, extra: true },
       ignoredFileKeys: [],
+      unknownEnv: [],
     });
   });
 
@@ -229,7 +231,7 @@ describe('loadConfig errors', () => {
       'kvroute.yaml',
       'port: 1\nintervalMs: 500\npolicy: cacheaware\nmodelName: m\nsim:\n  port: 2\nrouter:\n  port: 3\n',
     );
-    const shared = { section: 'sim', otherSections: ['router', 'poller'] };
+    const shared = { section: 'sim', otherSections: ['router', 'poller'], otherAppKeys: ['intervalMs'] };
     expect(load({ argv: ['--config', filePath], sharedFile: shared })).toMatchObject({
       port: 2,
       policy: 'cacheaware',
@@ -237,10 +239,15 @@ describe('loadConfig errors', () => {
     });
     const typo = writeTemp('typo-shared.yaml', 'time_scale: 2\nintervalMs: 500\n');
     expect(() => load({ argv: ['--config', typo], sharedFile: shared })).toThrow(
-      /time_scale: unknown option \(did you mean "timeScale"\?\)/,
+      /^time_scale in .*: unknown key "time_scale" \(did you mean "timeScale"\?\)$/,
+    );
+    // A key no app knows is refused even when it resembles none (before issue 31 it was left to "other apps").
+    const unknown = writeTemp('unknown-shared.yaml', 'colour: blue\nintervalMs: 500\n');
+    expect(() => load({ argv: ['--config', unknown], sharedFile: shared })).toThrow(
+      /^colour in .*: unknown key "colour"$/,
     );
     const badSection = writeTemp('bad-section.yaml', 'sim: 3\n');
-    expect(() => load({ argv: ['--config', badSection], sharedFile: shared })).toThrow(/sim: must be a mapping/);
+    expect(() => load({ argv: ['--config', badSection], sharedFile: shared })).toThrow(/^sim in .*: must be a mapping/);
   });
 
   it('reports an unreadable or malformed file', () => {
@@ -265,5 +272,51 @@ describe('loadConfig --help', () => {
     if (result.kind !== 'help') return;
     expect(result.text.startsWith('Usage: vllm-sim [options]')).toBe(true);
     expect(result.text).toContain('--time-scale <number>');
+  });
+});
+
+describe('findLenientObjects', () => {
+  it('finds nested z.object mappings, which drop unknown keys, through lists, optionals and unions', () => {
+    const schema = z.object({
+      strict: z.strictObject({ inner: z.object({ a: z.number() }).optional() }),
+      list: z.array(z.union([z.string(), z.object({ url: z.string() })])).default([]),
+      loose: z.looseObject({ b: z.number() }),
+    });
+    expect(findLenientObjects(schema)).toEqual(['strict.inner', 'list[]']);
+  });
+});
+
+describe('readable validation messages (issue 31)', () => {
+  const schema = z.object({
+    backends: z.array(z.union([z.url({ protocol: /^https?$/ }), z.strictObject({ url: z.url(), weight: z.number() })])),
+    retryMs: z.coerce.number().int().min(0).default(0),
+  });
+  const problems = (argv: string[]): string[] => {
+    try {
+      loadConfig({ schema, argv, env: {}, envPrefix: 'KVROUTE_' });
+    } catch (error) {
+      return (error as ConfigError).message.replaceAll(tempDir, 'DIR').split('\n');
+    }
+    return [];
+  };
+
+  it('reports the union member whose type the value had, or else the types it could have had', () => {
+    expect(problems(['--backends', '127.0.0.1:8001'])).toEqual([
+      '--backends: "127.0.0.1:8001" is not a URL; expected http://host:port',
+    ]);
+    const file = writeTemp('union.yaml', 'backends:\n  - 42\n  - url: http://a:1\n    wieght: 2\n');
+    expect(problems(['--config', file])).toEqual([
+      'backends.0 in DIR/union.yaml: 42 is not a string or a mapping',
+      'backends.1 in DIR/union.yaml: weight is required; unknown key "wieght" (did you mean "weight"?)',
+    ]);
+  });
+
+  it('quotes what the user typed, not what coercion made of it, with the unit a duration needs', () => {
+    expect(problems(['--backends', 'http://a:1', '--retry-ms', '2s'])).toEqual([
+      '--retry-ms: "2s" is not a number; expected a number of milliseconds, e.g. 5000',
+    ]);
+    expect(problems(['--backends', 'http://a:1', '--retry-ms', '1.5'])).toEqual([
+      '--retry-ms: 1.5 is not an integer; expected a number of milliseconds, e.g. 5000',
+    ]);
   });
 });

@@ -24,6 +24,9 @@ import { parseConfigFlags } from './parse-config-flags';
 import { readConfigFile } from './read-config-file';
 import { buildInfo, versionLine } from '../build-info';
 import { renderConfigHelp } from './render-config-help';
+import { readableIssueMap, unknownKeysMessage } from './readable-issue';
+import { flagRefusedBecause } from './secret-option';
+import { closestName, usageAsLaunched } from '../command-line/parse-command-line';
 
 export interface LoadConfigOptions<S extends ConfigSchema> {
   schema: S;
@@ -41,18 +44,50 @@ export interface LoadConfigOptions<S extends ConfigSchema> {
   /**
    * The config file is shared by several apps (kvroute.yaml: routers and health pollers read one file).
    * Its top-level keys are common; a mapping under `section` (e.g. `poller:`) overrides them for this app
-   * only. Keys this app does not know are another app's and are ignored, except those that look like a
-   * misspelling of one of this app's keys (still an error), and except other sections (mappings under a
-   * name in `otherSections`), which are skipped whole.
+   * only. A top-level key only another app knows (`otherAppKeys`) is left to it; a key no app knows is an
+   * error, as in an app's own file. Other sections (mappings under a name in `otherSections`) are skipped
+   * whole: their app checks them.
    */
-  sharedFile?: { readonly section: string; readonly otherSections: readonly string[] };
+  sharedFile?: SharedConfigFile;
+}
+
+export interface SharedConfigFile {
+  readonly section: string;
+  readonly otherSections: readonly string[];
+  /** Top-level keys of the other apps that read the file (KVROUTE_FILE_KEYS, generated from their schemas). */
+  readonly otherAppKeys: readonly string[];
+}
+
+/**
+ * Variables under an app's prefix that belong to something else: another app's prefix (the poller's
+ * `KVROUTE_POLLER_` starts with the router's `KVROUTE_`) or the process (build-info.ts, the package's launcher).
+ */
+const ENV_OWNED_ELSEWHERE = {
+  prefixes: ['KVROUTE_POLLER_', 'KVROUTE_SIM_', 'KVROUTE_ORACLE_'],
+  names: ['KVROUTE_COMMIT', 'KVROUTE_BUNDLE_DIR', 'KVROUTE_LAUNCHED_AS'],
+} as const;
+
+/** An environment variable under the app's prefix that no option reads (a typo, or an option since renamed). */
+export interface UnknownEnvVar {
+  readonly name: string;
+  /** The option's variable it most resembles, if one is close. */
+  readonly didYouMean?: string;
 }
 
 /** `help` when -h/--help or --version was given (print `text`, exit 0); otherwise the validated config. */
 export type LoadConfigResult<T> =
   | { kind: 'help'; text: string }
-  /** `ignoredFileKeys`: keys of a shared file left to other apps (log them: a typo far from any key lands here). */
-  | { kind: 'config'; config: T; ignoredFileKeys: readonly string[] };
+  /** `ignoredFileKeys`: top-level keys of a shared file that only another app knows, left to it. */
+  | {
+      kind: 'config';
+      config: T;
+      ignoredFileKeys: readonly string[];
+      /**
+       * Variables under the app's prefix that no option reads. Warned about, not refused: an environment is shared
+       * (a container's, a shell's) and may hold another version's variables, where a config file is this app's own.
+       */
+      unknownEnv: readonly UnknownEnvVar[];
+    };
 
 /** @throws ConfigError for unknown flags, an unreadable file or values the schema rejects. */
 export function loadConfig<S extends ConfigSchema>(options: LoadConfigOptions<S>): LoadConfigResult<z.output<S>> {
@@ -70,7 +105,7 @@ export function loadConfig<S extends ConfigSchema>(options: LoadConfigOptions<S>
       envPrefix: naming.envPrefix,
       envMap: options.envMap,
       fileFlag: naming.fileFlag,
-      usage: options.usage,
+      usage: options.usage === undefined ? undefined : usageAsLaunched(options.usage, options.env),
     });
     return { kind: 'help', text };
   }
@@ -79,6 +114,8 @@ export function loadConfig<S extends ConfigSchema>(options: LoadConfigOptions<S>
   const merged: Record<string, unknown> = {};
   const sources = new Map<string, ConfigSource>();
   let ignoredFileKeys: readonly string[] = [];
+  // Reported with the schema's problems, so that one start lists every mistake in the file.
+  let unknownFileKeys: ConfigProblem[] = [];
 
   const filePath = flags.filePath ?? nonEmpty(options.env[fileEnvName(naming)]);
   if (filePath !== undefined) {
@@ -90,8 +127,14 @@ export function loadConfig<S extends ConfigSchema>(options: LoadConfigOptions<S>
     const sections =
       options.sharedFile === undefined ? [] : [options.sharedFile.section, ...options.sharedFile.otherSections];
     ignoredFileKeys = Object.keys(rawValues).filter((key) => !(key in fileValues) && !sections.includes(key));
-    const unknownKeys = findUnknownFileKeys(options.schema, configOptions, fileValues, filePath);
-    if (unknownKeys.length > 0) throw new ConfigError(unknownKeys);
+    unknownFileKeys = findUnknownFileKeys(
+      options.schema,
+      configOptions,
+      fileValues,
+      filePath,
+      options.sharedFile,
+      rawValues,
+    );
     for (const [key, value] of Object.entries(fileValues)) {
       merged[key] = value;
       sources.set(key, { kind: 'file', path: filePath });
@@ -113,15 +156,59 @@ export function loadConfig<S extends ConfigSchema>(options: LoadConfigOptions<S>
     sources.set(option.key, { kind: 'flag', name: flag.name, raw: flag.raw });
   }
 
-  const result = options.schema.safeParse(merged);
-  if (!result.success) {
+  const secretKeys = new Set(
+    Object.entries(options.schema.shape)
+      .filter(([, field]) => flagRefusedBecause(field as z.core.$ZodType) !== undefined)
+      .map(([key]) => key),
+  );
+  const result = options.schema.safeParse(merged, {
+    error: readableIssueMap({ rawValueAt: (path) => valueAt(merged, path), secretKeys }),
+  });
+  if (!result.success || unknownFileKeys.length > 0) {
     const byKey = new Map(configOptions.map((option) => [option.key, option]));
-    throw new ConfigError(
-      result.error.issues.map((issue) => toProblem(issue, sources, byKey)),
-      { cause: result.error },
-    );
+    const schemaProblems = result.success ? [] : result.error.issues.map((issue) => toProblem(issue, sources, byKey));
+    throw new ConfigError([...unknownFileKeys, ...schemaProblems], { cause: result.error });
   }
-  return { kind: 'config', config: result.data, ignoredFileKeys };
+  return {
+    kind: 'config',
+    config: result.data,
+    ignoredFileKeys,
+    unknownEnv: findUnknownEnv(options.env, configOptions, naming),
+  };
+}
+
+/** The value at `path` in the merged input, before the schema coerced it; undefined where the path leads nowhere. */
+function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
+  let current = root;
+  for (const step of path) {
+    if (current === null || typeof current !== 'object') return undefined;
+    current = (current as Record<PropertyKey, unknown>)[step];
+  }
+  return current;
+}
+
+function findUnknownEnv(
+  env: Readonly<Record<string, string | undefined>>,
+  configOptions: readonly ConfigOption[],
+  naming: ConfigOptionNaming,
+): UnknownEnvVar[] {
+  if (naming.envPrefix === '') return [];
+  const known = [fileEnvName(naming), ...configOptions.flatMap((option) => (option.env === null ? [] : [option.env]))];
+  const ownedElsewhere = (name: string) =>
+    (ENV_OWNED_ELSEWHERE.names as readonly string[]).includes(name) ||
+    ENV_OWNED_ELSEWHERE.prefixes.some(
+      (prefix) => prefix !== naming.envPrefix && name.startsWith(prefix) && prefix.length > naming.envPrefix.length,
+    );
+  return Object.keys(env)
+    .filter((name) => name.startsWith(naming.envPrefix) && !known.includes(name) && !ownedElsewhere(name))
+    .sort()
+    .map((name) => {
+      const didYouMean = closestName(
+        name.slice(naming.envPrefix.length),
+        known.map((candidate) => candidate.slice(naming.envPrefix.length)),
+      );
+      return didYouMean === undefined ? { name } : { name, didYouMean: naming.envPrefix + didYouMean };
+    });
 }
 
 /**
@@ -131,12 +218,12 @@ export function loadConfig<S extends ConfigSchema>(options: LoadConfigOptions<S>
  */
 function sectionValues(
   fileValues: Record<string, unknown>,
-  shared: NonNullable<LoadConfigOptions<ConfigSchema>['sharedFile']>,
+  shared: SharedConfigFile,
   configOptions: readonly ConfigOption[],
   filePath: string,
 ): Record<string, unknown> {
   const known = new Set(configOptions.map((option) => option.key));
-  const squashedKnown = new Set([...known].map(squash));
+  const othersOnly = new Set(shared.otherAppKeys.filter((key) => !known.has(key)));
   const own = fileValues[shared.section];
   if (own !== undefined && (typeof own !== 'object' || own === null || Array.isArray(own))) {
     throw new ConfigError([
@@ -150,13 +237,10 @@ function sectionValues(
   const values: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(fileValues)) {
     if (key === shared.section || shared.otherSections.includes(key)) continue;
-    if (known.has(key) || squashedKnown.has(squash(key))) values[key] = value;
+    // Kept: this app's keys, and keys nobody knows, so that the unknown-key check refuses them.
+    if (!othersOnly.has(key)) values[key] = value;
   }
   return { ...values, ...(own as Record<string, unknown> | undefined) };
-}
-
-function squash(key: string): string {
-  return key.replace(/[-_]/g, '').toLowerCase();
 }
 
 function nonEmpty(value: string | undefined): string | undefined {
@@ -172,17 +256,21 @@ function findUnknownFileKeys(
   configOptions: readonly ConfigOption[],
   fileValues: Record<string, unknown>,
   filePath: string,
+  sharedFile: SharedConfigFile | undefined,
+  rawValues: Record<string, unknown>,
 ): ConfigProblem[] {
   if (schema._zod.def.catchall !== undefined) return [];
-  const known = new Set(configOptions.map((option) => option.key));
+  const known = configOptions.map((option) => option.key);
+  const ownSection = sharedFile === undefined ? undefined : rawValues[sharedFile.section];
+  const inOwnSection = (key: string) =>
+    ownSection !== null && typeof ownSection === 'object' && Object.hasOwn(ownSection, key);
   return Object.keys(fileValues)
-    .filter((key) => !known.has(key))
-    .map((key) => {
-      const squashed = squash(key);
-      const suggestion = [...known].find((candidate) => candidate.toLowerCase() === squashed);
-      const hint = suggestion === undefined ? '' : ` (did you mean "${suggestion}"?)`;
-      return { path: key, message: `unknown option${hint}`, source: { kind: 'file', path: filePath } };
-    });
+    .filter((key) => !known.includes(key))
+    .map((key) => ({
+      path: sharedFile !== undefined && inOwnSection(key) ? `${sharedFile.section}.${key}` : key,
+      message: unknownKeysMessage([key], [...known, ...(sharedFile?.otherAppKeys ?? [])]),
+      source: { kind: 'file', path: filePath },
+    }));
 }
 
 function toProblem(
@@ -190,6 +278,7 @@ function toProblem(
   sources: ReadonlyMap<string, ConfigSource>,
   byKey: ReadonlyMap<string, ConfigOption>,
 ): ConfigProblem {
+  // An unknown nested key is named in the message; its mapping is the place.
   const path = issue.path.length === 0 ? '(config)' : issue.path.map(String).join('.');
   const key = issue.path[0] === undefined ? undefined : String(issue.path[0]);
   const source = (key === undefined ? undefined : sources.get(key)) ?? { kind: 'default' as const };

@@ -1,0 +1,93 @@
+/**
+ * Issue 31, "every command": each npm script of the root package.json answers `--help` (exit 0, its usage line
+ * first) and `--version` (the build), and refuses an unknown flag with one line on stderr and exit code 2, never a
+ * stack trace. The scripts are read from package.json, so a new one is checked without anyone adding it here.
+ */
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { buildInfo, versionLine } from '@kvroute/platform';
+import { describe, expect, it } from 'vitest';
+import { repoPath } from './stack-files';
+
+/** Scripts that run the workspace's own tooling (biome, eslint, tsc, vitest, nx), not a kvroute command. */
+const TOOLING_SCRIPTS = new Set(['test', 'test:system', 'format', 'format:check', 'lint', 'typecheck']);
+
+const { scripts } = JSON.parse(readFileSync(repoPath('package.json'), 'utf8')) as {
+  scripts: Record<string, string>;
+};
+const commands = Object.entries(scripts).filter(([name]) => !TOOLING_SCRIPTS.has(name));
+
+interface Run {
+  readonly status: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs a script's entry the way `npm run` does (`tsx FILE`), without npm's own lines around its output. */
+function runScript(command: string, args: readonly string[]): Promise<Run> {
+  const [runner, entry, ...rest] = command.split(' ');
+  if (runner !== 'tsx' || entry === undefined || rest.length > 0)
+    throw new Error(`"${command}": a command script is \`tsx FILE\` (or add it to TOOLING_SCRIPTS with a reason)`);
+  return new Promise((resolve, reject) => {
+    const child = spawn(repoPath('node_modules', '.bin', 'tsx'), [entry, ...args], {
+      cwd: repoPath(),
+      // No KVROUTE_* from the caller's environment: a config file or Redis URL there must not change the answer.
+      env: Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KVROUTE_'))),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 45_000);
+    child.on('error', reject);
+    child.on('close', (status) => {
+      clearTimeout(timer);
+      resolve({ status, stdout, stderr });
+    });
+  });
+}
+
+describe("the README's install line", () => {
+  it('installs the tarball pack:kvroute writes for this version, by a path npm reads as a file (./, not a GitHub repo)', () => {
+    const { version } = JSON.parse(readFileSync(repoPath('package.json'), 'utf8')) as { version: string };
+    const readme = readFileSync(repoPath('README.md'), 'utf8');
+    const installLines = readme.split('\n').filter((line) => /npm install (-g|--global) /.test(line));
+    expect(installLines.length).toBeGreaterThan(0);
+    for (const line of installLines)
+      expect(line).toMatch(new RegExp(`npm install -g \\./dist/kvroute-${version.replaceAll('.', '\\.')}\\.tgz`));
+  });
+});
+
+describe('every npm script is a command that explains itself', () => {
+  it('finds the commands in package.json', () => {
+    expect(commands.map(([name]) => name)).toEqual(
+      expect.arrayContaining(['demo', 'sim', 'router', 'api-key', 'poller', 'bench', 'bench:block-size']),
+    );
+  });
+
+  it.each(commands)(
+    'npm run %s: --help, --version, and an unknown flag',
+    async (name, command) => {
+      const [help, version, unknown] = await Promise.all([
+        runScript(command, ['--help']),
+        runScript(command, ['--version']),
+        runScript(command, ['--definitely-not-a-flag']),
+      ]);
+      expect(help.status, help.stderr).toBe(0);
+      expect(help.stdout.split('\n')[0]).toMatch(
+        new RegExp(`^npm run ${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}( |$)`),
+      );
+      expect(help.stderr).toBe('');
+
+      expect(version.status, version.stderr).toBe(0);
+      expect(version.stdout.trim()).toBe(versionLine(buildInfo()));
+
+      expect(unknown.status, unknown.stderr).toBe(2);
+      expect(unknown.stdout).toBe('');
+      expect(unknown.stderr.trimEnd().split('\n')).toHaveLength(1);
+      expect(unknown.stderr).toContain('--definitely-not-a-flag');
+    },
+    60_000,
+  );
+});
