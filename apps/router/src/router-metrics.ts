@@ -78,6 +78,9 @@ export class RouterMetrics {
   private readonly flowAdmitted: Counter<'model' | 'class' | 'queued'>;
   private readonly flowWait: Histogram<'model' | 'class'>;
   private readonly flowShed: Counter<'model' | 'class' | 'reason'>;
+  private readonly pdRequests: Counter<'model' | 'mode' | 'reason'>;
+  private readonly pdPrefillFailures: Counter<'backend' | 'cause'>;
+  private readonly pdMalformedParams: Counter<'backend'>;
   private readonly flowShared: Gauge;
 
   /** Where the scrape-time gauges read from; set by `readFrom` once the state and the backends exist (none until then). */
@@ -311,6 +314,27 @@ export class RouterMetrics {
       name: 'kvroute_router_flow_admitted_total',
       help: 'Flow control: requests admitted to their pool, by model, priority class and whether they waited in the queue.',
       labelNames: ['model', 'class', 'queued'],
+      registers,
+    });
+    this.pdRequests = new Counter({
+      name: 'kvroute_router_pd_requests_total',
+      help:
+        'Prefill/decode: requests of a disaggregated model, by mode (disaggregated: a prefill leg then the decode leg; ' +
+        'decode-only: the decode backend served it whole) and reason (cached-enough, prefill-failed, prefill-refused, ' +
+        'no-prefill-backend).',
+      labelNames: ['model', 'mode', 'reason'],
+      registers,
+    });
+    this.pdPrefillFailures = new Counter({
+      name: 'kvroute_router_pd_prefill_failures_total',
+      help: "Prefill/decode: prefill legs that failed before their answer, by prefill backend and cause (connect, timeout, status: 5xx or 429, too-large, invalid-json).",
+      labelNames: ['backend', 'cause'],
+      registers,
+    });
+    this.pdMalformedParams = new Counter({
+      name: 'kvroute_router_pd_malformed_params_total',
+      help: 'Prefill/decode: prefill answers whose kv_transfer_params were unusable (taken as none: the decode backend prefilled locally), by prefill backend.',
+      labelNames: ['backend'],
       registers,
     });
     this.flowWait = new Histogram({
@@ -606,5 +630,17 @@ export class RouterMetrics {
 
   recordFlowShared(shared: boolean): void {
     this.flowShared.set(shared ? 1 : 0);
+  }
+
+  recordDisaggregation(model: string, mode: 'disaggregated' | 'decode-only', reason: string): void {
+    this.pdRequests.inc({ model, mode, reason });
+  }
+
+  recordPrefillFailure(backend: string, cause: string): void {
+    this.backendChild(`pf\u0000${backend}\u0000${cause}`, this.pdPrefillFailures, () => ({ backend, cause })).inc();
+  }
+
+  recordMalformedPrefillParams(backend: string): void {
+    this.backendChild(`pm\u0000${backend}`, this.pdMalformedParams, () => ({ backend })).inc();
   }
 }

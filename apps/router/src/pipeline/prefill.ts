@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
+import type { Dispatcher } from 'undici';
 import {
   bootstrapRoom,
   nixlDecodeBody,
@@ -48,8 +49,8 @@ export interface PdSettings {
   readonly prefillTries: number;
   /** Largest leg-1 answer read, bytes. */
   readonly maxAnswerBytes: number;
-  /** Bytes mode: routing-text bytes per engine token, to count the tokens the decode backend lacks. */
-  readonly bytesPerToken: number;
+  /** Bytes mode: a pool's routing-text bytes per engine token, to count the tokens the decode backend lacks. */
+  readonly bytesPerToken: (pool: string) => number;
 }
 
 export interface PrefillDeps {
@@ -124,7 +125,7 @@ async function decideAndRun(deps: PrefillDeps, request: PrefillRequest, decodeTi
   const lacking = estimatePrefillTokens(
     request.parsed.routingRequest,
     decodeTicket.prediction.matchBlocks,
-    settings.bytesPerToken,
+    settings.bytesPerToken(request.parsed.model),
   );
   if (lacking < settings.minUncachedTokens) return { kind: 'decode-only', reason: 'cached-enough', body: request.body };
   const pool = request.prefillPool.filter((backend) => backend.id !== decodeTicket.backend.id);
@@ -168,9 +169,13 @@ function sglangLegs(deps: PrefillDeps, request: PrefillRequest, ticket: Ticket, 
     port: backend.bootstrapPort ?? SGLANG_DEFAULT_BOOTSTRAP_PORT,
     room: bootstrapRoom(deps.random),
   });
-  void sendPrefillLeg(deps, request, ticket, body).then((leg) => {
-    if (leg.kind === 'failed') deps.metrics.recordPrefillFailure(backend.id, leg.cause);
-  });
+  // Not awaited: a client gone meanwhile ends it (its lease released), which is no failure of the engine.
+  sendPrefillLeg(deps, request, ticket, body).then(
+    (leg) => {
+      if (leg.kind === 'failed') deps.metrics.recordPrefillFailure(backend.id, leg.cause);
+    },
+    () => undefined,
+  );
   return {
     kind: 'disaggregated',
     prefillBackend: backend,
@@ -237,16 +242,18 @@ async function sendPrefillLeg(
 /** Reads a leg-1 answer of at most `maxBytes`: JSON on 200; 4xx but 429 refused; anything else failed. */
 async function readLegAnswer(
   status: number,
-  body: AsyncIterable<Buffer> & { destroy(): void },
+  body: Dispatcher.ResponseData['body'],
   maxBytes: number,
 ): Promise<LegResult> {
+  // undici reports a body destroyed before its end as an error event: expected here, so heard and dropped.
+  body.on('error', () => undefined);
   if (status !== 200) {
     body.destroy();
     return status >= 400 && status < 500 && status !== 429 ? { kind: 'refused' } : { kind: 'failed', cause: 'status' };
   }
   const chunks: Buffer[] = [];
   let bytes = 0;
-  for await (const chunk of body) {
+  for await (const chunk of body as AsyncIterable<Buffer>) {
     bytes += chunk.length;
     if (bytes > maxBytes) {
       body.destroy();

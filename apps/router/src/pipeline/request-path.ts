@@ -11,7 +11,9 @@ import type { ModelAccess } from '../tenants/model-access';
 import type { TenantDirectory } from '../tenants/tenant-directory';
 import type { Learner } from './learn';
 import { admitLimits, type Admission, type LimitDeps } from './limit';
+import { refuseClientDisaggregationFields, RequestPrefill, splitPool } from './disaggregation';
 import { parseRequest, type Endpoint, type ParsedRequest, type ParseOptions } from './parse';
+import type { PrefillDeps } from './prefill';
 import { releaseLease, releaseLimits } from './release';
 import type { RequestLine, RequestLineStarter } from './request-log';
 import { queueRequest, type QueueDeps } from './queue';
@@ -65,6 +67,8 @@ export interface RequestPathDeps {
   readonly routingHeaders: RoutingHeaders;
   /** The Responses API's response-owner map (pipeline/response-affinity.ts). */
   readonly responses: ResponseAffinityDeps;
+  /** A disaggregated model's prefill legs (pipeline/prefill.ts, disaggregation.ts). */
+  readonly prefill: PrefillDeps;
   /** Starts each request's info line (request-log.ts); null: off (`logRequests: false`, or a level above info). */
   readonly requestLine: RequestLineStarter | null;
 }
@@ -74,7 +78,12 @@ interface InFlight {
   readonly request: FastifyRequest;
   readonly parsed: ParsedRequest;
   readonly backends: readonly Backend[];
-  readonly body: Buffer;
+  /** What the next try sends: the parsed body, or the decode leg's once a prefill leg ran. */
+  body: Buffer;
+  /** The request's prefill leg, when its model is disaggregated (disaggregation.ts); null: none. */
+  readonly prefill: RequestPrefill | null;
+  /** The backend its prefill leg went to (`X-Router-Prefill-Backend`); null: none. */
+  prefillBackendId: string | null;
   readonly response: ServerResponse;
   readonly showsRoutingHeaders: boolean;
   readonly admission: Admission | null;
@@ -99,7 +108,10 @@ export function createRequestPath(
   const routeAndSend = withRetryBeforeFirstByte<InFlight>(
     { ...deps.retry, metrics: deps.metrics, logger: deps.send.logger },
     (of, tried, attempt) => route(deps.route, of.parsed, of.backends, tried, attempt, of.request.id, of.owner),
-    (of, ticket, mayRetryStatus) => send(deps.send, shipmentOf(deps, of, ticket, mayRetryStatus), of.response),
+    async (of, ticket, mayRetryStatus) => {
+      if (of.prefill !== null) await prefilled(of, of.prefill, ticket);
+      return send(deps.send, shipmentOf(deps, of, ticket, mayRetryStatus), of.response);
+    },
   );
   return (endpoint) => async (request, reply) => {
     const identity = request.identity;
@@ -112,7 +124,9 @@ export function createRequestPath(
       line.stream = parsed.stream;
     }
     if (!deps.models.allows(identity, parsed.model)) throw unknownModelError(deps.route.registry, parsed.model);
-    const backends = poolOf(deps.route.registry, parsed.model);
+    refuseClientDisaggregationFields(parsed, identity);
+    const split = splitPool(poolOf(deps.route.registry, parsed.model), endpoint);
+    const backends = split.routed;
     const scope = cacheScope ?? '';
     // Only a Responses follow-up looks its owner up: no await on every other request's path.
     const owner =
@@ -130,6 +144,22 @@ export function createRequestPath(
       parsed,
       backends,
       body: parsed.body,
+      prefill:
+        split.prefill === null
+          ? null
+          : new RequestPrefill(deps.prefill, {
+              parsed,
+              prefillPool: split.prefill,
+              body: parsed.body,
+              path: request.url,
+              headers: request.headers,
+              clientHop: clientHopOf(request.raw),
+              upstreamRequestId: upstreamRequestId ?? request.id,
+              requestId: request.id,
+              arrivedAtMs: request.arrivedAtMs,
+              signal: closedSignalOf(reply.raw),
+            }),
+      prefillBackendId: null,
       response: reply.raw,
       showsRoutingHeaders: showsRoutingHeaders(deps.routingHeaders, identity),
       admission,
@@ -247,14 +277,39 @@ function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetr
 }
 
 /**
+ * The decode try's body, after the request's prefill leg (run at its first try): a prefill that fails on the client's
+ * account (it went away) gives the decode try's lease back before the error travels on.
+ */
+async function prefilled(of: InFlight, prefill: RequestPrefill, ticket: Ticket): Promise<void> {
+  try {
+    of.body = await prefill.bodyFor(ticket);
+  } catch (error) {
+    releaseLease(ticket);
+    throw error;
+  }
+  of.prefillBackendId = (await prefill.prefillBackend())?.id ?? null;
+}
+
+/** Aborted once the client's response closes (the client went away, or the response ended). */
+function closedSignalOf(response: ServerResponse): AbortSignal {
+  const closed = new AbortController();
+  response.once('close', () => closed.abort());
+  return closed.signal;
+}
+
+/**
  * The router's own response headers: an admitted tenant request's `x-ratelimit-*`, and where the routing
- * headers are shown, in token mode, `X-Router-Prompt-Tokens`: the prompt's tokens as the router counted them.
+ * headers are shown, in token mode, `X-Router-Prompt-Tokens` (the prompt's tokens as the router counted them), and
+ * for a disaggregated request `X-Router-Prefill-Backend` (where its prefill leg went).
  */
 function extraHeadersOf(of: InFlight): Readonly<Record<string, string>> | null {
   const limits = of.admission?.headers ?? null;
+  if (!of.showsRoutingHeaders) return limits;
   const routed = of.parsed.routingRequest;
-  if (!of.showsRoutingHeaders || routed.unit !== 'tokens') return limits;
-  return { ...limits, 'x-router-prompt-tokens': String(routed.textBytes) };
+  const tokens = routed.unit === 'tokens' ? { 'x-router-prompt-tokens': String(routed.textBytes) } : null;
+  const prefill = of.prefillBackendId === null ? null : { 'x-router-prefill-backend': of.prefillBackendId };
+  if (tokens === null && prefill === null) return limits;
+  return { ...limits, ...tokens, ...prefill };
 }
 
 function showsRoutingHeaders(mode: RoutingHeaders, identity: Identity | null): boolean {

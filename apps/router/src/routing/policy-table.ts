@@ -19,6 +19,8 @@ const REBUILD_CHANGE = 0.02;
 export interface PolicyTableOptions {
   readonly policy: PolicyName;
   readonly passthroughPolicy: PolicyName;
+  /** How a disaggregated request's prefill backend is chosen (router config `pdPrefillPolicy`); default: `policy`. */
+  readonly prefillPolicy?: PolicyName;
   /** Every policy's parameters from the router config (`policyParamsFromSettings`). */
   readonly params: Readonly<Record<string, Readonly<Record<string, unknown>>>>;
   /** The learned figures that replace the configured ones (router config `calibratedFigures`; empty: none). */
@@ -64,6 +66,21 @@ export class PolicyTable {
     return policy;
   };
 
+  /**
+   * The policy choosing a disaggregated request's prefill backend in `pool` (pipeline/prefill.ts), with the pool's
+   * learned figures as the generation policy has them (a learned prefill rate is the same engines' rate).
+   */
+  readonly prefillPolicyFor = (pool: string): RoutingPolicy => {
+    const key = `prefill\u0000${pool}`;
+    let policy = this.policies.get(key);
+    if (!policy) {
+      const name = this.options.prefillPolicy ?? this.options.policy;
+      policy = createPolicy(name, this.paramsFor(name, this.overrides.get(pool)));
+      this.policies.set(key, policy);
+    }
+    return policy;
+  };
+
   applyLearned(pool: string, learned: LearnedCalibration): void {
     this.learned.set(pool, learned);
     if (this.options.calibratedFigures.length === 0) return;
@@ -89,6 +106,8 @@ export class PolicyTable {
     }
     this.overrides.set(pool, next);
     this.policies.set(`generation\u0000${pool}`, rebuilt);
+    // Built again at its next use, with the new figures.
+    this.policies.delete(`prefill\u0000${pool}`);
   }
 
   /** The figures of a pool's generation policy, for /debug/route. */

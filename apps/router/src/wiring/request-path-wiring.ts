@@ -1,3 +1,4 @@
+import { MAX_PREFILL_PARAMS_BYTES } from '@kvroute/protocols';
 import { RedisFlowQueue } from '@kvroute/redis-store';
 import type { FastifyBaseLogger } from 'fastify';
 import { generationLimitsOf, type RouterConfig } from '../config';
@@ -54,6 +55,19 @@ export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDep
   const learner = wireLearner(config, deps);
   const heldLeases = new HeldLeases();
   const queue = config.flowControl ? wireQueue(config, deps) : null;
+  const routeDeps = {
+    registry: backends.registry,
+    state: state.state,
+    policyFor: deps.policies.policyFor,
+    nowMs: deps.nowMs,
+    random: deps.random,
+    leaseRenewIntervalMs: state.leaseRenewIntervalMs,
+    prefillDoneDelayMs: state.prefillDoneDelayMs,
+    engineStates: state.engineStates,
+    heldLeases,
+    metrics,
+    logger: logger.child({ component: 'route' }),
+  };
   const requestPath: RequestPathDeps = {
     parse: {
       blockSizeBytes: config.blockSizeBytes,
@@ -66,19 +80,7 @@ export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDep
       multipartBodyLimitBytes: config.multipartBodyLimitBytes,
       ...(deps.tokenRouting === undefined ? {} : { tokenRouting: deps.tokenRouting }),
     },
-    route: {
-      registry: backends.registry,
-      state: state.state,
-      policyFor: deps.policies.policyFor,
-      nowMs: deps.nowMs,
-      random: deps.random,
-      leaseRenewIntervalMs: state.leaseRenewIntervalMs,
-      prefillDoneDelayMs: state.prefillDoneDelayMs,
-      engineStates: state.engineStates,
-      heldLeases,
-      metrics,
-      logger: logger.child({ component: 'route' }),
-    },
+    route: routeDeps,
     send: {
       upstreams: backends.upstreams,
       connectionLostRetryMs: config.connectionLostRetryMs,
@@ -97,6 +99,23 @@ export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDep
     routingHeaders: config.routingHeaders,
     requestLine: requestLineStarter(logger.child({ component: 'requests' }), config.logRequests),
     responses: { owners: state.responseOwners, logger: logger.child({ component: 'responses' }), metrics },
+    prefill: {
+      settings: {
+        protocol: config.pdProtocol,
+        minUncachedTokens: config.pdMinUncachedTokens,
+        prefillTimeoutMs: config.pdPrefillTimeoutMs,
+        prefillTries: config.pdPrefillTries,
+        maxAnswerBytes: PREFILL_ANSWER_MAX_BYTES,
+        bytesPerToken: deps.bytesPerToken,
+      },
+      // The prefill backend is chosen by its own policy, leased and recorded like any try.
+      route: { ...routeDeps, policyFor: (pool) => deps.policies.prefillPolicyFor(pool) },
+      upstreams: backends.upstreams,
+      learn: learner,
+      metrics,
+      logger: logger.child({ component: 'prefill' }),
+      random: deps.random,
+    },
   };
   const learned: LearnedFigures = {
     costModel: (pool) => deps.policies.costModel(pool),
@@ -105,6 +124,9 @@ export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDep
   };
   return { requestPath, learned, heldLeases, flow: queue?.flow ?? null };
 }
+
+/** Largest prefill answer read (its params at most MAX_PREFILL_PARAMS_BYTES, plus one token's choice and usage). */
+const PREFILL_ANSWER_MAX_BYTES = 2 * MAX_PREFILL_PARAMS_BYTES;
 
 /**
  * Flow control (`flowControl`; flow/flow-control.ts): the pools' queues shared in Redis (the request

@@ -39,6 +39,7 @@ export async function readStartInputs(config: RouterConfig, deps: StartInputsDep
   const policies = new PolicyTable({
     policy: config.policy,
     passthroughPolicy: config.passthroughPolicy,
+    prefillPolicy: config.pdPrefillPolicy,
     params: policyParamsFromSettings(config),
     calibratedFigures: config.calibrateCostModel ? config.calibratedFigures : [],
   });
