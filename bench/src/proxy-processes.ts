@@ -176,8 +176,8 @@ export async function startRouterProcess(
     '127.0.0.1',
     '--port',
     String(port),
-    '--backends',
-    backend,
+    // '' when every backend comes from other flags (--prefill-backends and --decode-backends).
+    ...(backend === '' ? [] : ['--backends', backend]),
     '--policy',
     'cacheaware',
     '--log-level',

@@ -177,6 +177,7 @@ function readGaugesFrom(
         [...state.state.inflightCounts()].filter(([id, count]) => count > 0 || backends.registry.get(id) !== undefined),
       ),
     breakerStates: () => new Map(backends.registry.backends.map((backend) => [backend.id, backend.breaker.stateCode])),
+    roles: () => new Map(backends.registry.backends.map((backend) => [backend.id, backend.role])),
     degraded: () => (state.failover?.degraded ? 1 : 0),
     cacheViews: () =>
       new Map(

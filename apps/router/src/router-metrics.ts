@@ -20,6 +20,8 @@ export interface RouterMetricsSources {
   readonly degraded: () => number;
   /** Each backend's cache view (backends/cache-views.ts); absent: none shown. */
   readonly cacheViews?: () => ReadonlyMap<string, CacheView>;
+  /** Each backend's prefill/decode role (backends/backend-role.ts); absent: none shown. */
+  readonly roles?: () => ReadonlyMap<string, string>;
   /** Requests and body bytes waiting in flow control's queue on this replica, per model (absent: flow control off). */
   readonly flowQueues?: () => ReadonlyMap<string, { readonly requests: number; readonly bytes: number }>;
 }
@@ -295,6 +297,16 @@ export class RouterMetrics {
       help: 'Switches into (to="degraded") and out of (to="shared") degraded mode.',
       labelNames: ['to'],
       registers,
+    });
+    new Gauge({
+      name: 'kvroute_router_backend_role',
+      help: "1 for each backend's prefill/decode role: prefill or decode (one leg of a disaggregated request), both (whole requests or either leg).",
+      labelNames: ['backend', 'role'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [backend, role] of sources().roles?.() ?? []) this.set({ backend, role }, 1);
+      },
     });
     new Gauge({
       name: 'kvroute_router_cache_view',

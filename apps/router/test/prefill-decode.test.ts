@@ -6,6 +6,8 @@ import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { RouterConfig } from '../src/config';
 import { createRouterServer, type RouterServer } from '../src/create-router';
+import { generateApiKey } from '../src/tenants/api-key';
+import { writeTestKeyFile } from './api-key-file';
 import { FakeEngine, json, type EngineRequest } from './fake-engine';
 import { totalInflight, waitFor } from './start-test-cluster';
 
@@ -303,6 +305,36 @@ describe('prefill/decode disaggregation against recording engines', () => {
     await sent;
     await waitFor(() => prefillClosed);
     expect(decode.requests('POST', '/v1/')).toHaveLength(0);
+  });
+
+  it('shows each backend role: the full /readyz, the metrics, and /v1/models to a privileged key', async () => {
+    const prefill = await engine(answerPrefill());
+    const decode = await engine(answerDecode());
+    const bench = generateApiKey();
+    const keys = writeTestKeyFile([{ id: 'bench', tenant: 'ops', digest: bench.digest, extra: '    role: bench\n' }]);
+    try {
+      const { url, router: started } = await router({
+        prefillBackends: [prefill.url],
+        decodeBackends: [decode.url],
+        auth: 'api-keys',
+        apiKeysFile: keys.file,
+      });
+      const prefillId = new URL(prefill.url).host;
+      const decodeId = new URL(decode.url).host;
+      const readiness = (await (await fetch(`${started.opsUrl}/readyz`)).json()) as { roles: Record<string, string> };
+      expect(readiness.roles).toEqual({ [prefillId]: 'prefill', [decodeId]: 'decode' });
+      const metrics = await (await fetch(`${started.opsUrl}/metrics`)).text();
+      expect(metrics).toContain(`kvroute_router_backend_role{backend="${prefillId}",role="prefill"} 1`);
+      const models = (await (
+        await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${bench.secret}` } })
+      ).json()) as { data: Array<{ id: string; roles?: Record<string, string> }> };
+      expect(models.data.find((model) => model.id === MODEL)?.roles).toEqual({
+        [prefillId]: 'prefill',
+        [decodeId]: 'decode',
+      });
+    } finally {
+      keys.remove();
+    }
   });
 
   it('refuses a client that sets kv_transfer_params or bootstrap fields itself (400, OpenAI error shape)', async () => {

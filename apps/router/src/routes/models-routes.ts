@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { BackendRegistry } from '../backends/backend-registry';
+import type { Backend, BackendRegistry } from '../backends/backend-registry';
 import { unknownModelError } from '../pipeline/route';
 import type { ModelAccess } from '../tenants/model-access';
 
@@ -24,7 +24,7 @@ export async function modelsRoutes(
     object: 'model',
     created: options.createdUnixSeconds,
     owned_by: 'kvroute',
-    ...(isPrivileged(request) ? { backends: options.registry.poolFor(id).map((backend) => backend.id) } : {}),
+    ...(isPrivileged(request) ? backendsOf(options.registry.poolFor(id)) : {}),
   });
   app.get('/v1/models', async (request) => ({
     object: 'list',
@@ -42,4 +42,14 @@ export async function modelsRoutes(
 function isPrivileged(request: FastifyRequest): boolean {
   const role = request.identity?.role;
   return role === 'admin' || role === 'bench';
+}
+
+/**
+ * A model's backends as privileged keys see them: their ids, and for a disaggregated model (a prefill and a decode
+ * backend) each one's role.
+ */
+function backendsOf(pool: readonly Backend[]): { backends: string[]; roles?: Record<string, string> } {
+  const backends = pool.map((backend) => backend.id);
+  if (pool.every((backend) => backend.role === 'both')) return { backends };
+  return { backends, roles: Object.fromEntries(pool.map((backend) => [backend.id, backend.role])) };
 }

@@ -73,6 +73,8 @@ export function readinessReport(sources: ReadinessSources): ReadinessReport {
     // What the router's picture of each backend's cache comes from: the engine's KV events (followed
     // by the poller's indexer), its responses' cached tokens (closed loop), or nothing (open loop).
     cacheView: Object.fromEntries(registry.backends.map((backend) => [backend.id, sources.cacheViewOf(backend.id)])),
+    // Each backend's prefill/decode role (both: whole requests or either leg of a disaggregated one).
+    roles: Object.fromEntries(registry.backends.map((backend) => [backend.id, backend.role])),
   };
   return { ready, status, detail };
 }

@@ -1,0 +1,260 @@
+/**
+ * Benchmark: prefill/decode disaggregation (issue 32, acceptance 1). The same workload, at equal engine count, served:
+ *
+ *   aggregated      4 vllm-sim of role both, the router's cacheaware policy
+ *   disaggregated   2 prefill + 2 decode vllm-sim (`--pd-role`, vLLM's NixlConnector protocol), cache-aware prefill choice
+ *   cache-blind     the same engines, the prefill backend chosen by leastloaded (`--pd-prefill-policy leastloaded`)
+ *
+ * Every run starts fresh engines and a fresh router (one replica, local state). Workloads (streamed, closed loop per
+ * conversation, seeded):
+ *   conversation    C conversations of T turns over a shared system prompt; each turn brings `--turn-bytes` of new
+ *                   material (a document excerpt, a tool result) and a question, so every turn's uncached part is long
+ *                   enough to be split, and the prefill engine that holds the conversation prefills only the new part
+ *   long-context    C documents of `--document-bytes`, each asked Q short questions: the first is split, the follow-ups
+ *                   stay on the decode engine that pulled the document
+ * Figures: TTFT and inter-token latency (p50, p95) as the client sees them, output tokens per second, and each side's
+ * prefix-cache hit rate (the engines' own counters). Three seeds by default.
+ *
+ * Usage: npm run bench:pd -- [--seeds 3] [--conversations 8] [--turns 5] [--time-scale 4]
+ * Writes bench/results/pd-<time>.{md,json}.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseCommandLine } from '@kvroute/platform';
+import { eventCarriesOutput, SSE_DONE, SseParser } from '@kvroute/protocols';
+import { seededRandom } from '@kvroute/workloads';
+import { Agent, request } from 'undici';
+import { resultsDir } from './app-process';
+import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
+import { cacheAwareCheck, PD_VARIANTS, renderPdTables, type PdRun, type PdSample, type PdVariant } from './pd-report';
+import { buildBundles, startRouterProcess, type ProxyProcess } from './proxy-processes';
+
+const args = parseCommandLine({
+  usage: 'npm run bench:pd -- [options]',
+  summary:
+    'Prefill/decode disaggregation against aggregated serving at equal engine count, with a cache-aware and a cache-blind prefill choice.\nWrites bench/results/pd-<time>.{md,json}.',
+  options: {
+    seeds: { type: 'string', default: '3', value: 'number', description: 'seeds (runs per workload and serving)' },
+    conversations: { type: 'string', default: '8', value: 'number', description: 'concurrent conversations' },
+    turns: { type: 'string', default: '5', value: 'number', description: 'turns per conversation' },
+    'turn-bytes': { type: 'string', default: '3000', value: 'number', description: 'new material per turn, bytes' },
+    'document-bytes': { type: 'string', default: '24000', value: 'number', description: 'long-context documents' },
+    questions: { type: 'string', default: '3', value: 'number', description: 'questions per document' },
+    'time-scale': { type: 'string', default: '4', value: 'number', description: "the engines' --time-scale" },
+    workloads: { type: 'string', default: 'conversation,long-context', description: 'which workloads' },
+  },
+});
+const count = (name: string): number => {
+  const value = Number(args[name as keyof typeof args]);
+  if (!Number.isFinite(value) || value <= 0) throw new Error(`--${name} must be a positive number`);
+  return value;
+};
+
+const MODEL = 'pd-model';
+const PROFILE = ['--profile', 'a100-8b', '--model', MODEL, '--time-scale', String(count('time-scale'))];
+const ANSWER_TOKENS = 32;
+const SYSTEM = `You are the analyst of a research team. ${'Quote the source of every figure you use. '.repeat(50)}`;
+
+/** Words from `random`: text that shares no prefix across seeds and conversations. */
+function material(random: () => number, bytes: number, head: string): string {
+  const words = [
+    'revenue',
+    'churn',
+    'margin',
+    'cohort',
+    'pipeline',
+    'forecast',
+    'region',
+    'quarter',
+    'segment',
+    'ratio',
+  ];
+  let text = `${head}: `;
+  while (text.length < bytes) text += `${words[Math.floor(random() * words.length)]} ${Math.floor(random() * 1000)} `;
+  return text;
+}
+
+interface Conversation {
+  /** The user message of each turn (the assistant's answers are appended as they come). */
+  readonly turns: readonly string[];
+}
+
+function conversationsOf(workload: string, seed: number): Conversation[] {
+  const conversations: Conversation[] = [];
+  for (let index = 0; index < count('conversations'); index++) {
+    const random = seededRandom(seed * 10_000 + index);
+    if (workload === 'conversation') {
+      conversations.push({
+        turns: Array.from(
+          { length: count('turns') },
+          (_, turn) =>
+            `${material(random, count('turn-bytes'), `seed ${seed} conversation ${index} excerpt ${turn}`)}\nWhat changed?`,
+        ),
+      });
+    } else {
+      const document = material(random, count('document-bytes'), `seed ${seed} document ${index}`);
+      conversations.push({
+        turns: [
+          `${document}\nSummarise it.`,
+          ...Array.from({ length: count('questions') - 1 }, (_, q) => `Question ${q + 1}: and the margin?`),
+        ],
+      });
+    }
+  }
+  return conversations;
+}
+
+async function streamTurn(agent: Agent, url: string, messages: object[]): Promise<PdSample & { text: string }> {
+  const started = performance.now();
+  try {
+    const response = await request(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      dispatcher: agent,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages, max_tokens: ANSWER_TOKENS, stream: true }),
+    });
+    const disaggregated = response.headers['x-router-prefill-backend'] !== undefined;
+    if (response.statusCode !== 200) {
+      await response.body.text();
+      return { ok: false, ttftMs: 0, gapsMs: [], outputTokens: 0, disaggregated, text: '' };
+    }
+    const parser = new SseParser();
+    const decoder = new TextDecoder();
+    let text = '';
+    let ttftMs = Number.NaN;
+    let last = 0;
+    const gapsMs: number[] = [];
+    let outputTokens = 0;
+    for await (const bytes of response.body) {
+      for (const data of parser.push(decoder.decode(bytes as Uint8Array, { stream: true }))) {
+        if (data === SSE_DONE || !eventCarriesOutput({ data })) continue;
+        const now = performance.now();
+        if (Number.isNaN(ttftMs)) ttftMs = now - started;
+        else gapsMs.push(now - last);
+        last = now;
+        outputTokens++;
+        text +=
+          (JSON.parse(data) as { choices: Array<{ delta?: { content?: string } }> }).choices[0]?.delta?.content ?? '';
+      }
+    }
+    return { ok: !Number.isNaN(ttftMs), ttftMs, gapsMs, outputTokens, disaggregated, text };
+  } catch {
+    return { ok: false, ttftMs: 0, gapsMs: [], outputTokens: 0, disaggregated: false, text: '' };
+  }
+}
+
+/** Sums `vllm:prefix_cache_hits_total` and `…queries_total` over `sims`; null when there are none. */
+async function kvHitOf(sims: readonly LocalSim[]): Promise<number | null> {
+  if (sims.length === 0) return null;
+  let hits = 0;
+  let queries = 0;
+  for (const sim of sims) {
+    const text = await (await fetch(`${sim.url}/metrics`)).text();
+    const sum = (name: string): number =>
+      text
+        .split('\n')
+        .filter((line) => line.startsWith(`${name}{`))
+        .reduce((total, line) => total + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
+    hits += sum('vllm:prefix_cache_hits_total');
+    queries += sum('vllm:prefix_cache_queries_total');
+  }
+  return queries === 0 ? 0 : hits / queries;
+}
+
+async function runOnce(workload: string, variant: PdVariant, seed: number): Promise<PdRun> {
+  const disaggregated = variant !== 'aggregated';
+  const prefill = disaggregated ? await startLocalSims(2, [...PROFILE, '--pd-role', 'prefill']) : [];
+  const decode = await startLocalSims(
+    disaggregated ? 2 : 4,
+    disaggregated ? [...PROFILE, '--pd-role', 'decode'] : PROFILE,
+  );
+  let router: ProxyProcess | undefined;
+  const agent = new Agent({ connections: 256 });
+  try {
+    const backends = decode.map((sim) => sim.url).join(',');
+    const extraArgs = disaggregated
+      ? ['--prefill-backends', prefill.map((sim) => sim.url).join(','), '--decode-backends', backends]
+      : [];
+    if (variant === 'cache-blind') extraArgs.push('--pd-prefill-policy', 'leastloaded');
+    // Disaggregated, the decode engines come from --decode-backends alone.
+    router = await startRouterProcess(disaggregated ? '' : backends, {
+      extraArgs: [...extraArgs, '--routing-headers', 'all'],
+    });
+    const routerUrl = router.url;
+    const samples: PdSample[] = [];
+    const started = performance.now();
+    await Promise.all(
+      conversationsOf(workload, seed).map(async (conversation, index) => {
+        const random = seededRandom(seed * 7_919 + index);
+        await new Promise((resolve) => setTimeout(resolve, random() * 1_000));
+        const messages: object[] = [{ role: 'system', content: SYSTEM }];
+        for (const turn of conversation.turns) {
+          messages.push({ role: 'user', content: turn });
+          const { text, ...sample } = await streamTurn(agent, routerUrl, messages);
+          samples.push(sample);
+          messages.push({ role: 'assistant', content: text });
+          await new Promise((resolve) => setTimeout(resolve, 100 + random() * 300));
+        }
+      }),
+    );
+    const wallMs = performance.now() - started;
+    return {
+      workload,
+      variant,
+      seed,
+      samples,
+      wallMs,
+      kvHit: { prefill: await kvHitOf(prefill), decode: await kvHitOf(decode) },
+    };
+  } finally {
+    await agent.close();
+    await router?.stop();
+    await stopLocalSims([...prefill, ...decode]);
+  }
+}
+
+async function main(): Promise<void> {
+  console.log('Building production bundles (npm run build)…');
+  buildBundles();
+  const workloads = String(args.workloads).split(',');
+  const runs: PdRun[] = [];
+  const total = workloads.length * PD_VARIANTS.length * count('seeds');
+  for (const workload of workloads)
+    for (let seed = 1; seed <= count('seeds'); seed++)
+      for (const variant of PD_VARIANTS) {
+        const run = await runOnce(workload, variant, seed);
+        runs.push(run);
+        const ok = run.samples.filter((sample) => sample.ok);
+        console.log(
+          `  [${runs.length}/${total}] ${workload} seed ${seed} ${variant}: ${ok.length}/${run.samples.length} ok, ` +
+            `${ok.filter((sample) => sample.disaggregated).length} split, ${(run.wallMs / 1000).toFixed(1)} s`,
+        );
+      }
+  const checks = workloads.includes('conversation') ? [cacheAwareCheck(runs, 'conversation')] : [];
+  const markdown = [
+    `# Prefill/decode disaggregation (${new Date().toISOString()})`,
+    '',
+    `vllm-sim \`${PROFILE.join(' ')}\`; aggregated: 4 engines of role both; disaggregated: 2 prefill + 2 decode ` +
+      `(NIXL protocol). ${count('conversations')} concurrent conversations per run; ${ANSWER_TOKENS} output tokens per ` +
+      `answer; conversation: ${count('turns')} turns of ${count('turn-bytes')} new bytes; long-context: ` +
+      `${count('document-bytes')}-byte documents, ${count('questions')} questions each. One router replica, fresh engines per run.`,
+    '',
+    renderPdTables(runs),
+    '| check | result | measured |',
+    '|---|---|---|',
+    ...checks.map((check) => `| ${check.name} | ${check.passed ? 'pass' : '**FAIL**'} | ${check.measured} |`),
+    '',
+  ].join('\n');
+  console.log(`\n${markdown}`);
+  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+  mkdirSync(resultsDir(), { recursive: true });
+  writeFileSync(join(resultsDir(), `pd-${stamp}.md`), markdown);
+  writeFileSync(join(resultsDir(), `pd-${stamp}.json`), JSON.stringify({ checks, runs }));
+  console.log(`results written to ${join(resultsDir(), `pd-${stamp}`)}.{md,json}`);
+  if (!checks.every((check) => check.passed)) process.exitCode = 1;
+}
+
+main().catch((error: unknown) => {
+  console.error(error instanceof Error ? error.message : error);
+  process.exit(1);
+});
