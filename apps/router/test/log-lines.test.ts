@@ -48,7 +48,7 @@ describe('log lines of the router, poller and sim (JSON)', () => {
     ]);
     started.push(poller);
     const routerArgs = [
-      ...['--host', '127.0.0.1', '--port', '0', '--backends', simUrl, '--redis-url', redis.url],
+      ...['--host', '127.0.0.1', '--port', '0', '--ops-port', '0', '--backends', simUrl, '--redis-url', redis.url],
       ...['--shutdown-drain-delay-ms', '0'],
     ];
     router = startMain('router', [...routerArgs, '--log-level', 'debug']);
@@ -136,7 +136,7 @@ describe('--log-format pretty', () => {
     expect(simLine).toMatch(pretty);
     const simUrl = /url="([^"]+)"/.exec(simLine)?.[1] as string;
     const router = startMain('router', [
-      ...['--host', '127.0.0.1', '--port', '0', '--backends', simUrl],
+      ...['--host', '127.0.0.1', '--port', '0', '--ops-port', '0', '--backends', simUrl],
       ...['--log-format', 'pretty', '--shutdown-drain-delay-ms', '0'],
     ]);
     const poller = startMain('poller', [

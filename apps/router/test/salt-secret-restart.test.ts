@@ -64,6 +64,7 @@ describe('cache salts across a Redis restart without persistence', () => {
       RouterConfig.parse({
         host: '127.0.0.1',
         port: 0,
+        opsPort: 0,
         backends: [simUrl],
         redisUrl: redis.url,
         redisTimeoutMs: 500,

@@ -19,12 +19,21 @@ const CACHE_AWARE_SETTINGS = policySettingKeys({ cacheaware: POLICIES.cacheaware
   param: rows[0]?.param as keyof CacheAwareParams,
 }));
 
+function boundedNumber(spec: { min?: number; max?: number; exclusiveMin?: boolean; integer?: boolean }): z.ZodType {
+  let field = z.coerce.number();
+  if (spec.integer === true) field = field.int();
+  if (spec.min !== undefined) field = spec.exclusiveMin === true ? field.gt(spec.min) : field.min(spec.min);
+  if (spec.max !== undefined) field = field.max(spec.max);
+  return field;
+}
+
 function cacheAwareFields(): Record<string, z.ZodType> {
   const fields: Record<string, z.ZodType> = {};
   for (const { key, param } of CACHE_AWARE_SETTINGS) {
     const spec = CACHE_AWARE_PARAMS[param];
-    const field = isChoiceParam(spec) ? z.enum(spec.values) : z.coerce.number();
-    // Ranges are checked by the parameter table itself (resolveParams), when the router starts.
+    // The parameter table's bounds, here too: a value out of range is a configuration error (exit 2, one line),
+    // as it is for the router, not a failure of the started process.
+    const field = isChoiceParam(spec) ? z.enum(spec.values) : boundedNumber(spec);
     fields[key] = field.optional().describe(`oracle-cost: cacheaware's ${spec.doc} (default ${spec.default})`);
   }
   return fields;

@@ -56,10 +56,10 @@ describe('startOracleProcess', () => {
 
   it('fails fast, naming the exit, on a configuration it rejects', async () => {
     await expect(startOracleProcess([simUrl], ['--match-timeout-ms', 'soon'])).rejects.toThrow(
-      /exited \(1\) before it was ready/,
+      /exited \(2\) before it was ready/,
     );
     await expect(startOracleProcess([simUrl], ['--rule', 'oracle-cost', '--spread-rel', '0.5'])).rejects.toThrow(
-      /exited \(1\) before it was ready/,
+      /exited \(2\) before it was ready/,
     );
   });
 });
