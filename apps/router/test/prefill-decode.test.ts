@@ -81,6 +81,21 @@ function answerDecode(text = 'decoded') {
   };
 }
 
+/** A chat request as a plain client sends it (a body of `extra` fields on top). */
+function postChat(
+  url: string,
+  content: string,
+  extra: Record<string, unknown> = {},
+  signal?: AbortSignal,
+): Promise<Response> {
+  return fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 8, ...extra }),
+    ...(signal === undefined ? {} : { signal }),
+  });
+}
+
 async function startRouter(overrides: Record<string, unknown>): Promise<{ router: RouterServer; url: string }> {
   const router = await createRouterServer(
     RouterConfig.parse({ host: '127.0.0.1', port: 0, opsPort: 0, logLevel: 'silent', ...overrides }),
@@ -162,11 +177,7 @@ describe('prefill/decode disaggregation against recording engines', () => {
     const prefill = await engine(answerPrefill());
     const decode = await engine(answerDecode());
     const { url, router: started } = await router({ prefillBackends: [prefill.url], decodeBackends: [decode.url] });
-    const response = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'short question' }], max_tokens: 4 }),
-    });
+    const response = await postChat(url, 'short question', { max_tokens: 4 });
     expect(response.status).toBe(200);
     expect(response.headers.get('x-router-prefill-backend')).toBeNull();
     await response.text();
@@ -189,11 +200,7 @@ describe('prefill/decode disaggregation against recording engines', () => {
       ],
       pdProtocol: 'sglang',
     });
-    const response = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: LONG }], max_tokens: 8 }),
-    });
+    const response = await postChat(url, LONG);
     expect(response.status).toBe(200);
     const body = (await response.json()) as { choices: Array<{ message: { content: string } }> };
     expect(body.choices[0]?.message.content).toBe('from decode');
@@ -216,11 +223,7 @@ describe('prefill/decode disaggregation against recording engines', () => {
       decodeBackends: [decode.url],
       pdPrefillTries: 2,
     });
-    const response = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: LONG }], max_tokens: 8 }),
-    });
+    const response = await postChat(url, LONG);
     expect(response.status).toBe(200);
     expect(
       ((await response.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content,
@@ -237,11 +240,7 @@ describe('prefill/decode disaggregation against recording engines', () => {
     const prefill = await engine(answerPrefill({ do_remote_prefill: true, remote_engine_id: 42 }));
     const decode = await engine(answerDecode());
     const { url, router: started } = await router({ prefillBackends: [prefill.url], decodeBackends: [decode.url] });
-    const response = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: LONG }], max_tokens: 8 }),
-    });
+    const response = await postChat(url, LONG);
     expect(response.status).toBe(200);
     await response.text();
     expect(JSON.parse(decode.requests('POST', '/v1/chat/completions')[0]?.body as string)).not.toHaveProperty(
@@ -267,11 +266,7 @@ describe('prefill/decode disaggregation against recording engines', () => {
       decode.routes.splice(1, 1, answerDecode('second try'));
     }
     const { url } = await router({ prefillBackends: [prefill.url], decodeBackends: [decodeA.url, decodeB.url] });
-    const response = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: LONG }], max_tokens: 8 }),
-    });
+    const response = await postChat(url, LONG);
     expect(response.status).toBe(200);
     await response.text();
     expect(prefill.requests('POST', '/v1/')).toHaveLength(1);
@@ -294,12 +289,7 @@ describe('prefill/decode disaggregation against recording engines', () => {
     const decode = await engine(answerDecode());
     const { url } = await router({ prefillBackends: [prefill.url], decodeBackends: [decode.url] });
     const abort = new AbortController();
-    const sent = fetch(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: LONG }], max_tokens: 8 }),
-      signal: abort.signal,
-    }).catch(() => null);
+    const sent = postChat(url, LONG, {}, abort.signal).catch(() => null);
     await waitFor(() => prefill.requests('POST', '/v1/chat/completions').length === 1);
     abort.abort();
     await sent;
@@ -342,11 +332,7 @@ describe('prefill/decode disaggregation against recording engines', () => {
     const decode = await engine(answerDecode());
     const { url } = await router({ prefillBackends: [prefill.url], decodeBackends: [decode.url] });
     for (const field of [{ kv_transfer_params: { do_remote_prefill: true } }, { bootstrap_room: 7 }]) {
-      const response = await fetch(`${url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], ...field }),
-      });
+      const response = await postChat(url, 'hi', field);
       expect(response.status).toBe(400);
       const body = (await response.json()) as { error: { param: string; type: string } };
       expect(body.error.param).toBe(Object.keys(field)[0]);

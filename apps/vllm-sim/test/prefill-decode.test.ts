@@ -1,3 +1,4 @@
+import { NIXL_PREFILL_PARAMS } from '@kvroute/protocols';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   histogramTotals,
@@ -14,14 +15,8 @@ import {
  * sim answers kv_transfer_params and holds the blocks; leg 2 to a decode sim with those params pulls the KV instead of
  * prefilling, streams the answer, and frees the prefill side's blocks.
  */
-const LEG1_PARAMS = {
-  do_remote_decode: true,
-  do_remote_prefill: false,
-  remote_engine_id: null,
-  remote_block_ids: null,
-  remote_host: null,
-  remote_port: null,
-};
+/** Leg 1's params exactly as vLLM's toy proxy (and kvroute) send them. */
+const LEG1_PARAMS = NIXL_PREFILL_PARAMS;
 
 function conversation(seed: number): object {
   return {
