@@ -339,7 +339,7 @@ export class RouterMetrics {
     });
     this.pdPrefillFailures = new Counter({
       name: 'kvroute_router_pd_prefill_failures_total',
-      help: "Prefill/decode: prefill legs that failed before their answer, by prefill backend and cause (connect, timeout, status: 5xx or 429, too-large, invalid-json).",
+      help: 'Prefill/decode: prefill legs that failed before their answer, by prefill backend and cause (connect, timeout, status: 5xx or 429, too-large, invalid-json).',
       labelNames: ['backend', 'cause'],
       registers,
     });
