@@ -207,9 +207,32 @@ describe('prefill/decode disaggregation against recording engines', () => {
     await waitFor(() => prefill.requests('POST', '/v1/chat/completions').length === 1);
     const toPrefill = JSON.parse(prefill.requests('POST', '/v1/chat/completions')[0]?.body as string);
     const toDecode = JSON.parse(decode.requests('POST', '/v1/chat/completions')[0]?.body as string);
-    expect(toPrefill).toEqual(toDecode);
+    // The prefill engine's answer is dropped: it is asked for without a stream.
+    expect(toPrefill).toEqual({ ...toDecode, stream: false });
     expect(toDecode).toMatchObject({ bootstrap_host: '127.0.0.1', bootstrap_port: 9000, max_tokens: 8 });
     expect(Number.isSafeInteger(toDecode.bootstrap_room)).toBe(true);
+  });
+
+  it('SGLang decode-mode engines cannot prefill: a short prompt is split all the same; a batch of prompts is never split with vLLM', async () => {
+    const prefill = await engine(answerDecode('from prefill'));
+    const decode = await engine(answerDecode('from decode'));
+    const sglang = await router({ prefillBackends: [prefill.url], decodeBackends: [decode.url], pdProtocol: 'sglang' });
+    const short = await postChat(sglang.url, 'short question');
+    expect(short.status).toBe(200);
+    expect(short.headers.get('x-router-prefill-backend')).toBe(new URL(prefill.url).host);
+    await short.text();
+    const vllmPrefill = await engine(answerPrefill());
+    const vllmDecode = await engine(answerDecode());
+    const vllm = await router({ prefillBackends: [vllmPrefill.url], decodeBackends: [vllmDecode.url] });
+    const batch = await fetch(`${vllm.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: [LONG, `${LONG} again`], max_tokens: 4 }),
+    });
+    expect(batch.status).toBe(200);
+    await batch.text();
+    expect(vllmPrefill.requests('POST', '/v1/')).toHaveLength(0);
+    expect(await metricText(vllm.router, 'kvroute_router_pd_requests_total')).toMatch(/reason="not-splittable"} 1/);
   });
 
   it('a prefill engine that fails (503) is tried no more than pdPrefillTries; then the decode engine serves the request whole', async () => {

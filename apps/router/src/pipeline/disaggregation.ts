@@ -3,17 +3,17 @@ import { servesDecode, servesPrefill } from '../backends/backend-role';
 import { RouterError } from '../errors';
 import type { Identity } from '../tenants/authenticate';
 import type { Endpoint, ParsedRequest } from './parse';
-import { prefillLeg, type PrefillDeps, type PrefillOutcome, type PrefillRequest } from './prefill';
+import { prefillLeg, type PdSettings, type PrefillDeps, type PrefillOutcome, type PrefillRequest } from './prefill';
 import type { Ticket } from './route';
 
 /**
  * How the request path splits a disaggregated model's requests (issue 32): which backends a try routes over, and the
  * prefill leg run once per request between route (the decode backend) and send (the decode leg).
  *
- * A model is disaggregated when it has a backend of role `prefill` and one of role `decode` (`both` serves either). Its
- * chat and text-completion requests route over the decode-capable backends and may get a prefill leg; its other
- * requests (Responses, Messages, pass-through) go whole to a decode-capable backend, since a prefill-only engine is
- * not meant to decode.
+ * A model is disaggregated when it has a backend of role `prefill` (`both` serves either leg). Its chat and
+ * text-completion requests route over the decode-capable backends and may get a prefill leg; its other requests
+ * (Responses, Messages, pass-through) go whole to a decode-capable backend (with SGLang, a `both` one: its decode-mode
+ * engines cannot prefill), since a prefill-only engine is not meant to decode.
  */
 export interface SplitPool {
   /** Where a try routes: the decode-capable backends (the whole pool when the model is not disaggregated). */
@@ -22,12 +22,20 @@ export interface SplitPool {
   readonly prefill: readonly Backend[] | null;
 }
 
-export function splitPool(backends: readonly Backend[], endpoint: Endpoint): SplitPool {
-  const disaggregated =
-    backends.some((backend) => backend.role === 'prefill') && backends.some((backend) => backend.role === 'decode');
-  if (!disaggregated) return { routed: backends, prefill: null };
-  const routed = backends.filter((backend) => servesDecode(backend.role));
+export function splitPool(
+  backends: readonly Backend[],
+  endpoint: Endpoint,
+  protocol: PdSettings['protocol'],
+): SplitPool {
+  // A prefill-only engine never serves a whole request, disaggregated model or not (a decode backend drained, or
+  // none configured, leaves it only prefill legs to serve).
+  const hasPrefillOnly = backends.some((backend) => backend.role === 'prefill');
+  if (!hasPrefillOnly) return { routed: backends, prefill: null };
   const split = endpoint === 'chat' || endpoint === 'completions';
+  // SGLang's decode-mode engines cannot prefill on their own: a request that is not split goes to a `both` backend.
+  const routed = backends.filter((backend) =>
+    split || protocol !== 'sglang' ? servesDecode(backend.role) : backend.role === 'both',
+  );
   return { routed, prefill: split ? backends.filter((backend) => servesPrefill(backend.role)) : null };
 }
 

@@ -38,8 +38,12 @@ import type { Ticket } from './route';
 export interface Learner {
   /** The ticket's first output reached the client; `streamed`: a stream's first event (a non-streaming body's headers are no TTFT). Once per try at most. */
   firstOutput(ticket: Ticket, arrivedAtMs: number, streamed: boolean): void;
-  /** The ticket's try ended; `tail` holds a successful response's last bytes (null otherwise). */
-  responseEnded(ticket: Ticket, tail: ResponseTail | null): void;
+  /**
+   * The ticket's try ended; `tail` holds a successful response's last bytes (null otherwise). `disaggregated`: the
+   * decode leg of a split request, whose engine counts the pulled prompt as cached and whose TTFT includes the
+   * prefill leg: its usage is recorded, but it neither checks the prediction nor corrects or calibrates anything.
+   */
+  responseEnded(ticket: Ticket, tail: ResponseTail | null, disaggregated?: boolean): void;
   /** The retention last learned for a backend (ms; null: none), as this replica heard it. */
   retentionMs(backendId: string): number | null;
   /** Whether the backend's responses have carried cached tokens (closed loop) on this replica. */
@@ -104,12 +108,13 @@ class ResponseLearner implements Learner {
     this.ttftMs.set(ticket, seconds * 1000);
   }
 
-  responseEnded(ticket: Ticket, tail: ResponseTail | null): void {
+  responseEnded(ticket: Ticket, tail: ResponseTail | null, disaggregated = false): void {
     if (tail === null) return;
     const { metrics } = this.deps;
     const usage = tail.usage();
     const backendId = ticket.backend.id;
     if (usage !== null) metrics.recordTokens(backendId, ticket.routed.pool, usage);
+    if (disaggregated) return;
     if (usage?.cachedTokens != null) this.reporting.add(backendId);
     metrics.recordFeedbackMode(backendId, this.reporting.has(backendId));
     const observed =

@@ -103,7 +103,12 @@ export type PrefillOutcome =
       readonly prefillCachedTokens: number | null;
     };
 
-export type DecodeOnlyReason = 'cached-enough' | 'no-prefill-backend' | 'prefill-failed' | 'prefill-refused';
+export type DecodeOnlyReason =
+  | 'cached-enough'
+  | 'not-splittable'
+  | 'no-prefill-backend'
+  | 'prefill-failed'
+  | 'prefill-refused';
 
 /** Runs the prefill leg for `request`, whose decode try is `decodeTicket`. */
 export async function prefillLeg(
@@ -122,14 +127,21 @@ export async function prefillLeg(
 
 async function decideAndRun(deps: PrefillDeps, request: PrefillRequest, decodeTicket: Ticket): Promise<PrefillOutcome> {
   const { settings } = deps;
+  const client = JSON.parse(request.body.toString('utf8')) as JsonObject;
+  // SGLang's decode-mode engines cannot prefill: their requests are always split (a `both` backend may serve whole).
+  const mustSplit = settings.protocol === 'sglang' && decodeTicket.backend.role === 'decode';
+  // vLLM answers one set of params for the request: a batch of prompts or n > 1 choices would pull one prompt's KV
+  // for all of them. Served whole.
+  if (!mustSplit && (isPromptBatch(client.prompt) || (typeof client.n === 'number' && client.n > 1)))
+    return { kind: 'decode-only', reason: 'not-splittable', body: request.body };
   const lacking = estimatePrefillTokens(
     request.parsed.routingRequest,
     decodeTicket.prediction.matchBlocks,
     settings.bytesPerToken(request.parsed.model),
   );
-  if (lacking < settings.minUncachedTokens) return { kind: 'decode-only', reason: 'cached-enough', body: request.body };
+  if (!mustSplit && lacking < settings.minUncachedTokens)
+    return { kind: 'decode-only', reason: 'cached-enough', body: request.body };
   const pool = request.prefillPool.filter((backend) => backend.id !== decodeTicket.backend.id);
-  const client = JSON.parse(request.body.toString('utf8')) as JsonObject;
   const tried = new Set<BackendId>();
   for (let attempt = 0; attempt < Math.max(1, settings.prefillTries); attempt++) {
     const ticket = await route(deps.route, request.parsed, pool, tried, attempt, request.requestId);
@@ -154,6 +166,10 @@ async function decideAndRun(deps: PrefillDeps, request: PrefillRequest, decodeTi
       'prefill leg failed',
     );
   }
+  if (mustSplit)
+    throw new RouterError('ROUTER_ERR_NO_BACKEND', 'No prefill backend is available for this model right now.', {
+      retryAfterSeconds: 1,
+    });
   return {
     kind: 'decode-only',
     reason: tried.size === 0 ? 'no-prefill-backend' : 'prefill-failed',
@@ -161,16 +177,24 @@ async function decideAndRun(deps: PrefillDeps, request: PrefillRequest, decodeTi
   };
 }
 
+/** A completion's `prompt` that is several prompts: strings, or token-id lists, in a list (one token-id list is one prompt). */
+function isPromptBatch(prompt: unknown): boolean {
+  return Array.isArray(prompt) && prompt.length > 1 && prompt.some((item) => typeof item !== 'number');
+}
+
 /** SGLang: the decode leg's body names the room; leg 1 runs beside it and releases its lease when it ends. */
 function sglangLegs(deps: PrefillDeps, request: PrefillRequest, ticket: Ticket, client: JsonObject): PrefillOutcome {
   const backend = ticket.backend;
-  const body = sglangBootstrapBody(client, {
+  const bootstrap = {
     host: new URL(backend.origin).hostname.replace(/^\[|\]$/g, ''),
     port: backend.bootstrapPort ?? SGLANG_DEFAULT_BOOTSTRAP_PORT,
     room: bootstrapRoom(deps.random),
-  });
+  };
+  // The prefill engine's answer is not relayed: asked without a stream, it is one JSON body read and dropped.
+  const { stream: _stream, stream_options: _options, ...unstreamed } = client;
+  const prefillBody = { ...sglangBootstrapBody(unstreamed, bootstrap), stream: false };
   // Not awaited: a client gone meanwhile ends it (its lease released), which is no failure of the engine.
-  sendPrefillLeg(deps, request, ticket, body).then(
+  sendPrefillLeg(deps, request, ticket, prefillBody).then(
     (leg) => {
       if (leg.kind === 'failed') deps.metrics.recordPrefillFailure(backend.id, leg.cause);
     },
@@ -179,7 +203,7 @@ function sglangLegs(deps: PrefillDeps, request: PrefillRequest, ticket: Ticket, 
   return {
     kind: 'disaggregated',
     prefillBackend: backend,
-    body: Buffer.from(JSON.stringify(body)),
+    body: Buffer.from(JSON.stringify(sglangBootstrapBody(client, bootstrap))),
     prefillCachedTokens: null,
   };
 }
@@ -220,6 +244,8 @@ async function sendPrefillLeg(
     result = await readLegAnswer(response.statusCode, response.body, deps.settings.maxAnswerBytes);
   } catch (error) {
     if (request.signal.aborted) {
+      // Neither success nor failure of the engine (a half-open breaker's probe ends here too).
+      backend.breaker.onAbandoned();
       releaseLease(ticket);
       throw new RouterError('ROUTER_ERR_CLIENT_GONE', 'The client closed the request during its prefill.');
     }

@@ -125,7 +125,7 @@ export function createRequestPath(
     }
     if (!deps.models.allows(identity, parsed.model)) throw unknownModelError(deps.route.registry, parsed.model);
     refuseClientDisaggregationFields(parsed, identity);
-    const split = splitPool(poolOf(deps.route.registry, parsed.model), endpoint);
+    const split = splitPool(poolOf(deps.route.registry, parsed.model), endpoint, deps.prefill.settings.protocol);
     const backends = split.routed;
     const scope = cacheScope ?? '';
     // Only a Responses follow-up looks its owner up: no await on every other request's path.
@@ -265,7 +265,7 @@ function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetr
       },
       finished: (tail) => {
         releaseLease(ticket);
-        deps.learn.responseEnded(ticket, tail);
+        deps.learn.responseEnded(ticket, tail, of.prefillBackendId !== null);
         of.sent = true;
         if (of.admission !== null && tail !== null) {
           const usage = tail.usage();
