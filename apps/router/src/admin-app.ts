@@ -8,6 +8,7 @@ import type { ParseOptions } from './pipeline/parse';
 import type { RouteDeps } from './pipeline/route';
 import type { RouterMetrics } from './router-metrics';
 import { adminRoutes, type AdminRoutesOptions } from './routes/admin-routes';
+import type { PrefillDeps } from './pipeline/prefill';
 import { debugRoutes, type LearnedFigures } from './routes/debug-routes';
 
 export interface AdminAppDeps {
@@ -18,7 +19,13 @@ export interface AdminAppDeps {
   readonly audit: FastifyBaseLogger;
   readonly admin: Omit<AdminRoutesOptions, 'audit'>;
   /** /debug/route's needs; null = not served (`debugRoutes` off). */
-  readonly debug: { readonly route: RouteDeps; readonly parse: ParseOptions; readonly learned: LearnedFigures } | null;
+  readonly debug: {
+    readonly route: RouteDeps;
+    readonly parse: ParseOptions;
+    readonly learned: LearnedFigures;
+    /** A disaggregated model's prefill leg, explained too. */
+    readonly prefill?: PrefillDeps;
+  } | null;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger | false;
   /** Flow control, for `GET /debug/flow`; null: off (not served). */

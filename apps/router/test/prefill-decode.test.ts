@@ -17,6 +17,7 @@ import { totalInflight, waitFor } from './start-test-cluster';
  * engine, and every fault ending with a correct answer or an OpenAI-shaped error and no lease left.
  */
 const MODEL = 'pd-model';
+const ADMIN_TOKEN = 'pd-admin-token-0123456789abcdef';
 /** ~4 KB of prompt: ~1,000 tokens at 4 bytes a token, past the default pdMinUncachedTokens (512). */
 const LONG = 'The quarterly report covers revenue, churn and the roadmap in detail. '.repeat(60);
 
@@ -348,6 +349,35 @@ describe('prefill/decode disaggregation against recording engines', () => {
     } finally {
       keys.remove();
     }
+  });
+
+  it('/debug/route explains both legs: the decode decision, the tokens it lacks, whether that splits, the prefill decision', async () => {
+    const prefill = await engine(answerPrefill());
+    const decode = await engine(answerDecode());
+    const { router: started } = await router({
+      prefillBackends: [prefill.url],
+      decodeBackends: [decode.url],
+      adminToken: ADMIN_TOKEN,
+      adminHost: '127.0.0.1',
+      adminPort: 0,
+      debugRoutes: true,
+    });
+    const explained = (await (
+      await fetch(`${started.adminUrl}/debug/route`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: LONG }] }),
+      })
+    ).json()) as {
+      decision: { backendId: string };
+      prefill: { split: boolean; lackingTokens: number; decision: { backendId: string } };
+    };
+    expect(explained.decision.backendId).toBe(new URL(decode.url).host);
+    expect(explained.prefill.split).toBe(true);
+    expect(explained.prefill.lackingTokens).toBeGreaterThan(512);
+    expect(explained.prefill.decision.backendId).toBe(new URL(prefill.url).host);
+    // A dry run: nothing was sent.
+    expect(prefill.requests('POST', '/v1/')).toHaveLength(0);
   });
 
   it('refuses a client that sets kv_transfer_params or bootstrap fields itself (400, OpenAI error shape)', async () => {

@@ -1,6 +1,11 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { RouterError } from '../errors';
 import { parseRequest, type Endpoint, type ParseOptions } from '../pipeline/parse';
+import { estimatePrefillTokens, type RoutingDecision } from '@kvroute/routing';
+import type { Backend } from '../backends/backend-registry';
+import { splitPool } from '../pipeline/disaggregation';
+import type { ParsedRequest } from '../pipeline/parse';
+import type { PrefillDeps } from '../pipeline/prefill';
 import { explainRoute, poolOf, type RouteDeps } from '../pipeline/route';
 import type { PoolCostModel } from '../routing/policy-table';
 
@@ -47,14 +52,24 @@ function debugEndpointOf(request: FastifyRequest): Endpoint {
  */
 export async function debugRoutes(
   app: FastifyInstance,
-  options: { route: RouteDeps; parse: ParseOptions; learned: LearnedFigures },
+  options: { route: RouteDeps; parse: ParseOptions; learned: LearnedFigures; prefill?: PrefillDeps },
 ): Promise<void> {
   app.post('/debug/route', async (request) => {
-    const parsed = await parseRequest(debugEndpointOf(request), request, options.parse);
-    const backends = poolOf(options.route.registry, parsed.model);
+    const endpoint = debugEndpointOf(request);
+    const parsed = await parseRequest(endpoint, request, options.parse);
+    const pool = poolOf(options.route.registry, parsed.model);
+    const split =
+      options.prefill === undefined
+        ? { routed: pool, prefill: null }
+        : splitPool(pool, endpoint, options.prefill.settings.protocol);
+    const backends = split.routed;
     const { routingRequest } = parsed;
     // The same eligibility as a real request's first try: breakers, the health poller, fail-open.
     const { policy, decision, cell } = await explainRoute(options.route, parsed, backends);
+    const prefill =
+      split.prefill === null || options.prefill === undefined || decision.kind !== 'routed'
+        ? null
+        : await explainPrefill(options.prefill, parsed, split.prefill, decision);
     return {
       policy: policy.name,
       scoreDirection: policy.scoreDirection,
@@ -68,6 +83,33 @@ export async function debugRoutes(
       costModel: options.learned.costModel(parsed.model),
       retentionMs: Object.fromEntries(backends.map((backend) => [backend.id, options.learned.retentionMs(backend.id)])),
       decision,
+      // A disaggregated model's request: whether it would be split, and the prefill backend's decision.
+      ...(prefill === null ? {} : { prefill }),
     };
   });
+}
+
+/** The prefill leg's dry run: the tokens the decode backend lacks, whether that splits, and where leg 1 would go. */
+async function explainPrefill(
+  deps: PrefillDeps,
+  parsed: ParsedRequest,
+  prefillPool: readonly Backend[],
+  decode: Extract<RoutingDecision, { kind: 'routed' }>,
+): Promise<Record<string, unknown>> {
+  const matchBlocks = decode.scores.find((score) => score.backendId === decode.backendId)?.matchBlocks ?? 0;
+  const lackingTokens = estimatePrefillTokens(
+    parsed.routingRequest,
+    matchBlocks,
+    deps.settings.bytesPerToken(parsed.model),
+  );
+  const pool = prefillPool.filter((backend) => backend.id !== decode.backendId);
+  const leg = await explainRoute(deps.route, parsed, pool);
+  return {
+    protocol: deps.settings.protocol,
+    lackingTokens,
+    minUncachedTokens: deps.settings.minUncachedTokens,
+    split: lackingTokens >= deps.settings.minUncachedTokens && pool.length > 0,
+    policy: leg.policy.name,
+    decision: leg.decision,
+  };
 }

@@ -116,7 +116,12 @@ export async function wireApps(config: RouterConfig, deps: AppsWiringDeps, close
       nowMs: deps.nowMs,
     },
     debug: config.debugRoutes
-      ? { route: paths.requestPath.route, parse: paths.requestPath.parse, learned: paths.learned }
+      ? {
+          route: paths.requestPath.route,
+          parse: paths.requestPath.parse,
+          learned: paths.learned,
+          prefill: paths.requestPath.prefill,
+        }
       : null,
     flow: paths.flow,
     metrics,
