@@ -1,3 +1,4 @@
+import type { BackendRole } from '../backends/backend-role';
 /**
  * Backend discovery: a source (DNS records, Kubernetes EndpointSlices) tells which backends exist now;
  * the applier (discovery-applier.ts) turns its answers into the same changes the admin API makes.
@@ -10,6 +11,8 @@ export interface DiscoveredBackend {
   readonly url: string;
   /** Still serving its requests but leaving (a terminating pod): no new requests, those in flight finish. */
   readonly draining: boolean;
+  /** Its prefill/decode role, when the source says it (an EndpointSlice's `llm-d.ai/role` label); absent: `both`. */
+  readonly role?: BackendRole;
 }
 
 /**

@@ -245,7 +245,7 @@ export class DiscoveryApplier {
         return;
       }
       this.refused.delete(change.id);
-      outcome = await changes.add({ id: change.id, url: change.url, weight: 1 });
+      outcome = await changes.add({ id: change.id, url: change.url, weight: 1, role: change.role });
       if (change.drained) outcome = await changes.setDrained(change.id, true);
     } else if (change.op === 'remove') {
       outcome = await changes.remove(change.id);
@@ -261,6 +261,11 @@ export class DiscoveryApplier {
     const { registry } = this.options;
     return registry.backends
       .filter((backend) => backend.id.startsWith(prefix))
-      .map((backend) => ({ id: backend.id, url: backend.url, drained: registry.isDrained(backend.id) }));
+      .map((backend) => ({
+        id: backend.id,
+        url: backend.url,
+        drained: registry.isDrained(backend.id),
+        role: backend.role,
+      }));
   }
 }

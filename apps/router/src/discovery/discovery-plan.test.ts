@@ -6,10 +6,11 @@ const backend = (n: number, draining = false) => ({
   url: `http://10.0.0.${n}:8000`,
   draining,
 });
-const owned = (n: number, drained = false) => ({
+const owned = (n: number, drained = false, role: 'both' | 'prefill' | 'decode' = 'both') => ({
   id: `vllm@10.0.0.${n}:8000`,
   url: `http://10.0.0.${n}:8000`,
   drained,
+  role,
 });
 const plan = (input: Partial<DiscoveryPlanInput>) =>
   planDiscoveryChanges({
@@ -23,10 +24,19 @@ const plan = (input: Partial<DiscoveryPlanInput>) =>
   });
 
 describe('planDiscoveryChanges', () => {
+  it("carries the source's role, and replaces a backend whose role changed", () => {
+    const decode = { ...backend(1), role: 'decode' as const };
+    expect(plan({ current: [owned(1)], discovered: [decode] }).changes).toEqual([
+      { op: 'remove', id: 'vllm@10.0.0.1:8000' },
+      { op: 'add', id: 'vllm@10.0.0.1:8000', url: 'http://10.0.0.1:8000', drained: false, role: 'decode' },
+    ]);
+    expect(plan({ current: [owned(1, false, 'decode')], discovered: [decode] }).changes).toEqual([]);
+  });
+
   it('adds what is new (drained if leaving) and leaves what is there as it is', () => {
     expect(plan({ current: [owned(1)], discovered: [backend(1), backend(2), backend(3, true)] }).changes).toEqual([
-      { op: 'add', id: 'vllm@10.0.0.2:8000', url: 'http://10.0.0.2:8000', drained: false },
-      { op: 'add', id: 'vllm@10.0.0.3:8000', url: 'http://10.0.0.3:8000', drained: true },
+      { op: 'add', id: 'vllm@10.0.0.2:8000', url: 'http://10.0.0.2:8000', drained: false, role: 'both' },
+      { op: 'add', id: 'vllm@10.0.0.3:8000', url: 'http://10.0.0.3:8000', drained: true, role: 'both' },
     ]);
   });
 
@@ -89,7 +99,7 @@ describe('planDiscoveryChanges', () => {
     const moved = { ...backend(1), url: 'https://10.0.0.1:8000' };
     expect(plan({ current: [owned(1)], discovered: [moved] }).changes).toEqual([
       { op: 'remove', id: 'vllm@10.0.0.1:8000' },
-      { op: 'add', id: 'vllm@10.0.0.1:8000', url: 'https://10.0.0.1:8000', drained: false },
+      { op: 'add', id: 'vllm@10.0.0.1:8000', url: 'https://10.0.0.1:8000', drained: false, role: 'both' },
     ]);
   });
 });

@@ -1,3 +1,4 @@
+import type { BackendRole } from '../backends/backend-role';
 import type { DiscoveredBackend } from './backend-source';
 
 /** A backend of the set that a discovery source owns (its id carries the source's prefix), as the set has it now. */
@@ -5,11 +6,18 @@ export interface OwnedBackend {
   readonly id: string;
   readonly url: string;
   readonly drained: boolean;
+  readonly role: BackendRole;
 }
 
 /** One change to the backend set: what the admin API would be asked to do. */
 export type DiscoveryChange =
-  | { readonly op: 'add'; readonly id: string; readonly url: string; readonly drained: boolean }
+  | {
+      readonly op: 'add';
+      readonly id: string;
+      readonly url: string;
+      readonly drained: boolean;
+      readonly role: BackendRole;
+    }
   | { readonly op: 'drain' | 'undrain' | 'remove'; readonly id: string };
 
 export interface DiscoveryPlanInput {
@@ -36,7 +44,8 @@ export interface DiscoveryPlan {
 
 /**
  * What to change so that the set follows the answer (pure):
- * - a new backend is added (drained if the source says it is leaving);
+ * - a new backend is added (drained if the source says it is leaving), with the role the source says (`both` else);
+ *   one whose address or role changed is removed and added again;
  * - a backend missing from the answer is drained at once (its requests in flight finish, no new ones
  *   reach it) and removed after `removeAfterMs`; if its record comes back first it is undrained. An
  *   empty answer (NXDOMAIN, no records, no endpoints) is no exception: every owned backend drains;
@@ -51,15 +60,15 @@ export function planDiscoveryChanges(input: DiscoveryPlanInput): DiscoveryPlan {
   for (const backend of input.discovered) {
     found.add(backend.id);
     const owned = current.get(backend.id);
+    const role = backend.role ?? 'both';
+    const add = { op: 'add', id: backend.id, url: backend.url, drained: backend.draining, role } as const;
     if (owned === undefined) {
-      changes.push({ op: 'add', id: backend.id, url: backend.url, drained: backend.draining });
+      changes.push(add);
       continue;
     }
-    if (owned.url !== backend.url) {
-      changes.push(
-        { op: 'remove', id: backend.id },
-        { op: 'add', id: backend.id, url: backend.url, drained: backend.draining },
-      );
+    // Another address or another role is another backend (its pool, its leases): replaced.
+    if (owned.url !== backend.url || owned.role !== role) {
+      changes.push({ op: 'remove', id: backend.id }, add);
       continue;
     }
     const before = input.previous?.get(backend.id);

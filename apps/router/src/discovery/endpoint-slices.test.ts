@@ -19,6 +19,23 @@ const describeBackends = (slices: Iterable<SliceSummary>, options: Partial<Slice
   );
 
 describe('EndpointSlices (recorded API responses)', () => {
+  it("takes each slice's llm-d.ai/role label as its endpoints' role; an unknown value is none", () => {
+    const slice = (role: unknown) => ({
+      metadata: { name: `s-${String(role)}`, labels: { 'llm-d.ai/role': role } },
+      addressType: 'IPv4',
+      ports: [{ name: 'http', port: 8000, protocol: 'TCP' }],
+      endpoints: [{ addresses: ['10.0.0.1'], conditions: { ready: true } }],
+    });
+    const rolesOf = (role: unknown) =>
+      backendsFromSlices([summarizeSlice(slice(role)) as SliceSummary], OPTIONS).backends.map(
+        (backend) => backend.role,
+      );
+    expect(rolesOf('prefill')).toEqual(['prefill']);
+    expect(rolesOf('decode')).toEqual(['decode']);
+    expect(rolesOf('sideways')).toEqual([undefined]);
+    expect(summarizeSlice(slice(7))?.role).toBeNull();
+  });
+
   it('a list: ready endpoints are backends on the `http` port, a not-ready one is none, unknown conditions count as ready', () => {
     const list = parseSliceList(JSON.parse(fixture('endpointslices-list.json')));
     expect(list?.resourceVersion).toBe('48211');

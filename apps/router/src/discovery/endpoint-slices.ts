@@ -1,3 +1,4 @@
+import { BACKEND_ROLES, type BackendRole } from '../backends/backend-role';
 import { isIP } from 'node:net';
 import { capBackends, discoveredId, discoveredUrl, type DiscoveredBackend } from './backend-source';
 
@@ -10,6 +11,8 @@ import { capBackends, discoveredId, discoveredUrl, type DiscoveredBackend } from
 /** What is kept of one slice: its endpoints' addresses, conditions and the chosen port. */
 export interface SliceSummary {
   readonly name: string;
+  /** Its endpoints' prefill/decode role, from the slice's `llm-d.ai/role` label (llm-d's role label); null: none. */
+  readonly role: BackendRole | null;
   readonly addressType: string;
   readonly ports: ReadonlyArray<{ readonly name: string | null; readonly port: number }>;
   readonly endpoints: ReadonlyArray<{
@@ -30,6 +33,9 @@ export type WatchEvent =
   | { readonly type: 'BOOKMARK'; readonly resourceVersion: string }
   | { readonly type: 'expired' }
   | { readonly type: 'error'; readonly message: string };
+
+/** llm-d's label naming a serving pod's part in prefill/decode disaggregation. */
+export const ROLE_LABEL = 'llm-d.ai/role';
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
   value !== null && typeof value === 'object' && !Array.isArray(value);
@@ -61,8 +67,10 @@ export function summarizeSlice(value: unknown): SliceSummary | null {
     const terminating = typeof conditions.terminating === 'boolean' ? conditions.terminating : false;
     return [{ address, ready, serving, terminating }];
   });
+  const roleLabel = isObject(value.metadata.labels) ? value.metadata.labels[ROLE_LABEL] : undefined;
   return {
     name: value.metadata.name,
+    role: (BACKEND_ROLES as readonly unknown[]).includes(roleLabel) ? (roleLabel as BackendRole) : null,
     addressType: typeof value.addressType === 'string' ? value.addressType : '',
     ports,
     endpoints,
@@ -145,6 +153,7 @@ export function backendsFromSlices(
         id: discoveredId(options.sourceName, endpoint.address, port),
         url: discoveredUrl(options.scheme, endpoint.address, port),
         draining: !eligible,
+        ...(slice.role === null ? {} : { role: slice.role }),
       });
     }
   }
