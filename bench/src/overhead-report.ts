@@ -19,6 +19,7 @@ export const PATH_IDS = [
   'kvroute-redis',
   'kvroute-redis-baseline',
   'kvroute-redis-keys',
+  'kvroute-pd',
   'haproxy',
 ] as const;
 export type PathId = (typeof PATH_IDS)[number];
@@ -46,6 +47,7 @@ export const PATH_LABELS: Record<PathId, string> = {
   'kvroute-redis': 'kvroute + Redis',
   'kvroute-redis-baseline': 'kvroute + Redis, baseline',
   'kvroute-redis-keys': 'kvroute + Redis + keys and limits',
+  'kvroute-pd': 'kvroute, prefill/decode (every request split)',
   haproxy: 'HAProxy (TCP)',
 };
 

@@ -8,6 +8,8 @@
  *   kvroute        wrk → apps/router (--policy cacheaware, routing state in memory) → vllm-sim
  *   kvroute-redis  wrk → apps/router (same, with --redis-url: routing state in a private redis-server
  *                  started here by startRedis({ fresh: true }), pinned to the client core) → vllm-sim
+ *   kvroute-pd     wrk → apps/router with a prefill and a decode vllm-sim (`--pd-role`), every request split
+ *                  (`--pd-min-uncached-tokens 0`): both legs per request (issue 32's acceptance 4)
  *   haproxy        wrk → HAProxy in TCP mode (one server, no HTTP parsing) → vllm-sim   [if installed]
  *
  * Four workloads: POST /v1/chat/completions with a ~100-byte or a 32 KB prompt, JSON or SSE
@@ -324,6 +326,8 @@ async function main(): Promise<void> {
   );
 
   let sim: LocalSim | undefined;
+  /** The kvroute-pd path's prefill and decode sims. */
+  const pdSims: LocalSim[] = [];
   let benchRedis: BenchRedis | undefined;
   const targets = new Map<PathId, Target>();
   const unavailable = new Map<PathId, string>();
@@ -334,7 +338,7 @@ async function main(): Promise<void> {
       await Promise.allSettled([...targets.values()].map((target) => target.proxy?.stop()));
       // After the routers (they close their Redis connections on SIGTERM).
       await benchRedis?.redis.stop().catch((error: unknown) => console.error(`stopping Redis: ${String(error)}`));
-      if (sim) await stopLocalSims([sim]);
+      if (sim) await stopLocalSims([sim, ...pdSims]);
     })());
   const onSignal = (signal: NodeJS.Signals): void => {
     console.error(`\n${signal}: stopping the sim, the proxies and Redis …`);
@@ -378,6 +382,26 @@ async function main(): Promise<void> {
           redisUrl: `${(await privateRedis()).url}/2`,
           extraArgs: keysArgs(),
         }),
+      // Prefill/decode (issue 32, acceptance 4): a prefill and a decode sim of the same profile, every request split
+      // (pdMinUncachedTokens 0), so the router runs both legs of each; its CPU per request against kvroute's.
+      'kvroute-pd': async () => {
+        for (const role of ['prefill', 'decode'])
+          pdSims.push(
+            ...(await startLocalSims(1, ['--profile', 'fast', '--model', model, '--pd-role', role], coreOption)),
+          );
+        const [prefill, decode] = pdSims as [LocalSim, LocalSim];
+        return startRouterProcess('', {
+          ...coreOption,
+          extraArgs: [
+            '--prefill-backends',
+            prefill.url,
+            '--decode-backends',
+            decode.url,
+            '--pd-min-uncached-tokens',
+            '0',
+          ],
+        });
+      },
       haproxy: async () => {
         if (!haproxyVersion()) throw new Error('HAProxy is not installed (/usr/sbin/haproxy): skipped');
         return startHaproxyProcess(simUrl, coreOption);
