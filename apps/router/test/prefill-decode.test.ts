@@ -1,6 +1,9 @@
 import type { ServerResponse } from 'node:http';
 import { NIXL_PREFILL_PARAMS } from '@kvroute/protocols';
 import OpenAI from 'openai';
+import { Writable } from 'node:stream';
+import { createLogger } from '@kvroute/platform';
+import { startRedis } from '@kvroute/testing';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import { SimConfig } from '@kvroute/vllm-sim/config';
@@ -378,6 +381,50 @@ describe('prefill/decode disaggregation against recording engines', () => {
     expect(explained.prefill.decision.backendId).toBe(new URL(prefill.url).host);
     // A dry run: nothing was sent.
     expect(prefill.requests('POST', '/v1/')).toHaveLength(0);
+  });
+
+  it("a role configured for a backend the fleet's shared set already holds is not applied, and says so once; the admin API lists roles", async () => {
+    const prefill = await engine(answerPrefill());
+    const decode = await engine(answerDecode());
+    const redis = await startRedis({ fresh: true, logger: () => undefined });
+    try {
+      const first = await router({
+        backends: [prefill.url, decode.url],
+        redisUrl: redis.url,
+        adminToken: ADMIN_TOKEN,
+        adminHost: '127.0.0.1',
+        adminPort: 0,
+      });
+      const lines: string[] = [];
+      const sink = new Writable({
+        write(chunk, _encoding, done) {
+          lines.push(String(chunk));
+          done();
+        },
+      });
+      const second = await createRouterServer(
+        RouterConfig.parse({
+          host: '127.0.0.1',
+          port: 0,
+          opsPort: 0,
+          prefillBackends: [prefill.url],
+          decodeBackends: [decode.url],
+          redisUrl: redis.url,
+        }),
+        { logger: createLogger({ service: 'kvroute-router', level: 'warn', destination: sink as never }) },
+      );
+      routers.push(second);
+      await second.listen();
+      await waitFor(() => lines.some((line) => line.includes("configured role is not the fleet's")));
+      expect(lines.filter((line) => line.includes("configured role is not the fleet's"))).toHaveLength(2);
+      const listed = (await (
+        await fetch(`${first.router.adminUrl}/admin/backends`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })
+      ).json()) as { data: Array<{ id: string; role: string }> };
+      expect(listed.data.map((backend) => backend.role)).toEqual(['both', 'both']);
+    } finally {
+      for (const each of routers.splice(0)) await each.close();
+      await redis.stop();
+    }
   });
 
   it('refuses a client that sets kv_transfer_params or bootstrap fields itself (400, OpenAI error shape)', async () => {

@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type {
+  BackendEntry,
   BackendEntrySpec,
   BackendSetChange,
   BackendSetList,
@@ -9,6 +10,7 @@ import type {
 } from '@kvroute/redis-store';
 import type { BackendChangeOutcome, BackendChanges } from './backend-changes';
 import { backendIdOf, type BackendRegistry, type BackendSpec } from './backend-registry';
+import type { BackendRole } from './backend-role';
 
 export interface SharedBackendSetOptions {
   readonly set: RedisBackendSet;
@@ -27,6 +29,11 @@ export interface SharedBackendSetOptions {
   readonly admitUrl?: (url: string) => Promise<UrlVerdict>;
   /** URLs of this replica's configured backends. */
   readonly configuredUrls?: ReadonlySet<string>;
+  /**
+   * The prefill/decode role each configured backend's URL has in this replica's config. Seeding never overwrites,
+   * so a role configured for a backend the fleet's set already holds does not apply: said in a warning.
+   */
+  readonly configuredRoles?: ReadonlyMap<string, BackendRole>;
 }
 
 /** An address policy's answer (admin/backend-address-policy.ts); `unresolved`: the name does not resolve yet. */
@@ -57,6 +64,8 @@ export class SharedBackendSet implements BackendChanges {
   private applying: Promise<void> = Promise.resolve();
   /** Counts the sets read: only the newest one is applied once its checks are done. */
   private readSeq = 0;
+  /** `<id> <role>` of the configured roles the set disagrees with, each warned about once. */
+  private readonly roleWarnings = new Set<string>();
 
   constructor(private readonly options: SharedBackendSetOptions) {}
 
@@ -141,6 +150,21 @@ export class SharedBackendSet implements BackendChanges {
     return [...entries.values()];
   }
 
+  private warnRoleDifferences(entries: readonly BackendEntry[]): void {
+    for (const entry of entries) {
+      const configured = this.options.configuredRoles?.get(entry.url);
+      const shared = entry.role ?? 'both';
+      if (configured === undefined || configured === shared) continue;
+      const key = `${entry.id} ${configured}`;
+      if (this.roleWarnings.has(key)) continue;
+      this.roleWarnings.add(key);
+      this.options.logger?.warn(
+        { backend: entry.id, configuredRole: configured, sharedRole: shared },
+        "shared backend set: this backend's configured role is not the fleet's (the set is seeded, never overwritten): remove it and add it again through the admin API to change it",
+      );
+    }
+  }
+
   /** The change is in Redis: read it back so this replica routes by it before the caller hears "done". */
   private async applied(change: BackendSetChange): Promise<BackendChangeOutcome> {
     if (change.changed > 0) {
@@ -173,6 +197,7 @@ export class SharedBackendSet implements BackendChanges {
         drained: entry.drained,
       })),
     );
+    this.warnRoleDifferences(entries);
     const drained = entries.filter((entry) => entry.drained).map((entry) => entry.id);
     logger?.info(
       { version: list.version, backends: entries.map((entry) => entry.id), drained },

@@ -107,7 +107,8 @@ export function createRequestPath(
 ): (endpoint: Endpoint) => (request: FastifyRequest, reply: FastifyReply) => Promise<void> {
   const routeAndSend = withRetryBeforeFirstByte<InFlight>(
     { ...deps.retry, metrics: deps.metrics, logger: deps.send.logger },
-    (of, tried, attempt) => route(deps.route, of.parsed, of.backends, tried, attempt, of.request.id, of.owner),
+    (of, tried, attempt) =>
+      route(deps.route, of.parsed, of.backends, triedWithPrefill(of, tried), attempt, of.request.id, of.owner),
     async (of, ticket, mayRetryStatus) => {
       if (of.prefill !== null) await prefilled(of, of.prefill, ticket);
       return send(deps.send, shipmentOf(deps, of, ticket, mayRetryStatus), of.response);
@@ -288,6 +289,14 @@ async function prefilled(of: InFlight, prefill: RequestPrefill, ticket: Ticket):
     throw error;
   }
   of.prefillBackendId = (await prefill.prefillBackend())?.id ?? null;
+}
+
+/**
+ * The backends a decode retry leaves out: those tried, and the request's prefill backend (a `both` backend may be
+ * both): its decode leg would pull the blocks from itself.
+ */
+function triedWithPrefill(of: InFlight, tried: ReadonlySet<string>): ReadonlySet<string> {
+  return of.prefillBackendId === null ? tried : new Set([...tried, of.prefillBackendId]);
 }
 
 /** Aborted once the client's response closes (the client went away, or the response ended). */

@@ -131,6 +131,8 @@ export async function adminRoutes(app: FastifyInstance, options: AdminRoutesOpti
         drained: options.registry.isDrained(backend.id),
         inflight: inflight.get(backend.id) ?? 0,
         breaker: backend.breaker.state,
+        role: backend.role,
+        ...(backend.bootstrapPort === null ? {} : { bootstrapPort: backend.bootstrapPort }),
       })),
     };
   });

@@ -110,6 +110,12 @@ export function wireBackends(config: RouterConfig, deps: BackendsWiringDeps, clo
     logger: logger?.child({ component: 'backend-set' }),
     admitUrl: (url) => deps.addressPolicy.check(url),
     configuredUrls: new Set(backendsWithRoles(config).map((backend) => backend.url)),
+    configuredRoles: new Map(
+      backendsWithRoles(config).map((backend) => [
+        backend.url,
+        ('role' in backend ? backend.role : undefined) ?? 'both',
+      ]),
+    ),
   });
   closers.push('shared backend set', () => shared.stop());
   return {
