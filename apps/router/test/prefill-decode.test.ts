@@ -303,6 +303,26 @@ describe('prefill/decode disaggregation against recording engines', () => {
     expect(decodeBodies).toEqual([PREFILL_ANSWER_PARAMS, PREFILL_ANSWER_PARAMS]);
   });
 
+  it('a decode engine that loses its connection mid-request gets the next decode try a prefill leg of its own', async () => {
+    const prefill = await engine(answerPrefill());
+    // Whichever decode engine is tried first drops the connection once, after reading the request.
+    let dropped = 0;
+    const dropOnce = (request: EngineRequest, response: ServerResponse): boolean => {
+      if (request.url !== '/v1/chat/completions' || dropped > 0) return false;
+      dropped++;
+      response.socket?.destroy();
+      return true;
+    };
+    const decodeA = await engine(dropOnce, answerDecode('after the drop'));
+    const decodeB = await engine(dropOnce, answerDecode('after the drop'));
+    const { url } = await router({ prefillBackends: [prefill.url], decodeBackends: [decodeA.url, decodeB.url] });
+    const response = await postChat(url, LONG);
+    expect(response.status).toBe(200);
+    await response.text();
+    expect(dropped).toBe(1);
+    expect(prefill.requests('POST', '/v1/chat/completions')).toHaveLength(2);
+  });
+
   it('a client that goes away during the prefill leg: the leg is cancelled, nothing reaches the decode engine, no lease is left', async () => {
     let prefillClosed = false;
     const hanging = (request: EngineRequest, response: ServerResponse) => {

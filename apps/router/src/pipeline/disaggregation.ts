@@ -57,7 +57,7 @@ export function refuseClientDisaggregationFields(parsed: ParsedRequest, identity
 /**
  * One request's prefill leg, run at its first decode try and kept for the next ones: a decode try that failed before
  * its first byte goes to another decode backend with the same prefill (the params name the prefill engine's blocks,
- * which any decode engine can pull).
+ * which any decode engine can pull), unless it lost its connection mid-request (`forget`: it may have pulled them).
  */
 export class RequestPrefill {
   #outcome: Promise<PrefillOutcome> | null = null;
@@ -71,6 +71,11 @@ export class RequestPrefill {
   async bodyFor(decodeTicket: Ticket): Promise<Buffer> {
     this.#outcome ??= prefillLeg(this.deps, this.request, decodeTicket);
     return (await this.#outcome).body;
+  }
+
+  /** The next decode try runs a prefill leg again (the blocks of this one may be gone). */
+  forget(): void {
+    this.#outcome = null;
   }
 
   /** What the prefill leg did, once it ran; null before. */

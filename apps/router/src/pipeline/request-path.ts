@@ -111,7 +111,11 @@ export function createRequestPath(
       route(deps.route, of.parsed, of.backends, triedWithPrefill(of, tried), attempt, of.request.id, of.owner),
     async (of, ticket, mayRetryStatus) => {
       if (of.prefill !== null) await prefilled(of, of.prefill, ticket);
-      return send(deps.send, shipmentOf(deps, of, ticket, mayRetryStatus), of.response);
+      const outcome = await send(deps.send, shipmentOf(deps, of, ticket, mayRetryStatus), of.response);
+      // A decode engine that lost its connection mid-request may have pulled the blocks (and had them freed): the
+      // next decode try gets a prefill leg of its own.
+      if (of.prefill !== null && outcome.kind === 'retry' && outcome.cause === 'connection-lost') of.prefill.forget();
+      return outcome;
     },
   );
   return (endpoint) => async (request, reply) => {
