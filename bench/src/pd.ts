@@ -12,6 +12,7 @@
  *                   enough to be split, and the prefill engine that holds the conversation prefills only the new part
  *   long-context    C documents of `--document-bytes`, each asked Q short questions: the first is split, the follow-ups
  *                   stay on the decode engine that pulled the document
+ *   agentic         C agent loops: an 8 KB task, then 6 tool results of 300–3,000 bytes, one request each
  * Figures: TTFT and inter-token latency (p50, p95) as the client sees them, output tokens per second, and each side's
  * prefix-cache hit rate (the engines' own counters). Three seeds by default.
  *
@@ -42,7 +43,11 @@ const args = parseCommandLine({
     questions: { type: 'string', default: '3', value: 'number', description: 'questions per document' },
     // Real time: faster, the engines' prefill shrinks below the proxy's own costs and the comparison measures those.
     'time-scale': { type: 'string', default: '1', value: 'number', description: "the engines' --time-scale" },
-    workloads: { type: 'string', default: 'conversation,long-context', description: 'which workloads' },
+    workloads: {
+      type: 'string',
+      default: 'conversation,long-context,agentic',
+      description: 'which workloads (conversation, long-context, agentic)',
+    },
   },
 });
 const count = (name: string): number => {
@@ -54,6 +59,8 @@ const count = (name: string): number => {
 const MODEL = 'pd-model';
 const PROFILE = ['--profile', 'a100-8b', '--model', MODEL, '--time-scale', String(count('time-scale'))];
 const ANSWER_TOKENS = 32;
+/** Tool rounds of an agentic loop after its task. */
+const AGENT_TOOL_ROUNDS = 6;
 const SYSTEM = `You are the analyst of a research team. ${'Quote the source of every figure you use. '.repeat(50)}`;
 
 /** Words from `random`: text that shares no prefix across seeds and conversations. */
@@ -91,6 +98,19 @@ function conversationsOf(workload: string, seed: number): Conversation[] {
           (_, turn) =>
             `${material(random, count('turn-bytes'), `seed ${seed} conversation ${index} excerpt ${turn}`)}\nWhat changed?`,
         ),
+      });
+    } else if (workload === 'agentic') {
+      // An agent loop: its task, then tool results of 300–3,000 bytes, one a request: some long enough to split,
+      // most prefilled by the decode engine that holds the loop (cached-enough).
+      const task = material(random, 8_000, `seed ${seed} agent ${index} task`);
+      conversations.push({
+        turns: [
+          `${task}\nPlan the steps.`,
+          ...Array.from(
+            { length: AGENT_TOOL_ROUNDS },
+            (_, round) => `${material(random, 300 + Math.floor(random() * 2_700), `tool result ${round}`)}\nNext step?`,
+          ),
+        ],
       });
     } else {
       const document = material(random, count('document-bytes'), `seed ${seed} document ${index}`);
