@@ -43,7 +43,11 @@ describe('bench:pd report', () => {
   it('the cache-aware check passes at a 30 % cut of TTFT p50 and fails short of it', () => {
     const blind = [run('cache-blind', 1, [100, 100, 100])];
     expect(cacheAwareCheck([...blind, run('disaggregated', 1, [70, 70, 70])], 'conversation').passed).toBe(true);
-    expect(cacheAwareCheck([...blind, run('disaggregated', 1, [71, 71, 71])], 'conversation').passed).toBe(false);
+    const short = cacheAwareCheck([...blind, run('disaggregated', 1, [71, 71, 71])], 'conversation');
+    expect(short.passed).toBe(false);
+    expect(short.measured).toBe('71 ms vs 100 ms (−29.0 %); seed 1: 71 ms vs 100 ms (−29.0 %)');
+    // A loss is a +.
+    expect(cacheAwareCheck([...blind, run('disaggregated', 1, [150])], 'conversation').measured).toContain('(+50.0 %)');
   });
 
   it('renders one table per workload with a row per variant run', () => {

@@ -109,7 +109,7 @@ describe('cache salts across a Redis restart without persistence', () => {
       await waitUntilReady(probe);
       expect(await probe.dbsize()).toBe(0);
       // The running replica puts its secret back within a check interval (2 s) of reconnecting.
-      await waitFor(async () => (await probe.exists(SECRET_KEY)) === 1, 15_000).catch(() => undefined);
+      await waitFor(async () => (await probe.exists(SECRET_KEY)) === 1, 15_000);
     } finally {
       await quitRedis(probe).catch(() => undefined);
     }

@@ -27,8 +27,6 @@ export class RequestDrain {
   private current: ShutdownPhase = 'serving';
   private readonly open = new Set<ServerResponse>();
   private readonly idleWaiters = new Set<() => void>();
-  /** performance.now() of the last request that started or ended. */
-  private lastActivityMs = 0;
 
   get phase(): ShutdownPhase {
     return this.current;
@@ -48,10 +46,8 @@ export class RequestDrain {
   track(response: ServerResponse): void {
     if (this.current !== 'serving') markLastOnConnection(response);
     this.open.add(response);
-    this.lastActivityMs = performance.now();
     response.once('close', () => {
       this.open.delete(response);
-      this.lastActivityMs = performance.now();
       if (this.open.size === 0) for (const wake of [...this.idleWaiters]) wake();
     });
   }
@@ -76,21 +72,11 @@ export class RequestDrain {
   }
 
   /**
-   * Resolves true once no request has started or ended for `quietMs` and none is in flight (a client
-   * whose response just ended on a connection still open may send its next request on it: it is
-   * served, with `Connection: close`, rather than cut), or when none is in flight at the timeout;
-   * false if requests are still in flight when `timeoutMs` passes.
+   * Resolves true once no request is in flight, false if some still are when `timeoutMs` passes. (Connections
+   * quiet at shutdown are closed by http/client-connections.ts, which sees each connection's own activity.)
    */
-  async waitUntilIdle(timeoutMs: number, quietMs = 0): Promise<boolean> {
-    const deadline = performance.now() + timeoutMs;
-    for (;;) {
-      if (this.open.size > 0 && !(await this.nextIdle(deadline - performance.now()))) return false;
-      // Nothing in flight now; at the deadline that is enough, before it the quiet period must pass too.
-      const now = performance.now();
-      const quietLeft = this.lastActivityMs + quietMs - now;
-      if (quietLeft <= 0 || now >= deadline) return true;
-      await sleep(Math.min(quietLeft, deadline - now));
-    }
+  waitUntilIdle(timeoutMs: number): Promise<boolean> {
+    return this.nextIdle(timeoutMs);
   }
 
   /** True when the in-flight set empties within `timeoutMs`. */
@@ -115,8 +101,4 @@ export class RequestDrain {
 /** The response's connection closes after it (headers already sent cannot change: that connection stays open). */
 function markLastOnConnection(response: ServerResponse): void {
   if (!response.headersSent && !response.destroyed) response.setHeader('connection', 'close');
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -4,7 +4,7 @@ import { RouterError } from '../errors';
 import type { RequestDrain } from '../http/request-drain';
 import type { Authenticator, Identity } from '../tenants/authenticate';
 import { ConnectionCaps, type ConnectionRefusal } from './connection-caps';
-import { isPassthroughGet, isProxiedPath, passthroughAllows } from './passthrough-paths';
+import { isPassthroughGet, passthroughRuleOf, ruleAllows, type PassthroughRule } from './passthrough-paths';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -89,12 +89,13 @@ export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void
         }
       });
     };
-    const proxiedPath = isProxiedPath(request.url);
+    // The path's allow-list rule, once per request (undefined: not a proxied path).
+    const rule = passthroughRuleOf(request.url);
     // POST, and GET pass-through (files, batches), are admitted in full; other methods only identified.
-    if (!proxiedPath || (request.method !== 'POST' && !isPassthroughGet(request.method, request.url))) {
+    if (rule === undefined || (request.method !== 'POST' && !isPassthroughGet(request.method, request.url))) {
       connections.started(socket, false);
       holdUntilClose();
-      return proxiedPath ? identify(false) : done();
+      return rule === undefined ? done() : identify(false);
     }
     if (options.drain.phase === 'aborting')
       return refuse(
@@ -134,7 +135,9 @@ export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void
 
     /** The caller's share of the replica's in-flight requests: its tenant's and key's, or its address's. */
     function takeCallerSlots(identity: Identity | null): void {
-      if (!passthroughAllows(request.url, identity?.role ?? 'open')) return refuse(endpointNotAllowed(request.url));
+      // Only proxied requests take slots: the rule is there (a function declaration does not keep the narrowing).
+      if (!ruleAllows(rule as PassthroughRule, identity?.role ?? 'open'))
+        return refuse(endpointNotAllowed(request.url));
       const slots = callerSlotsOf(identity, request.raw.socket.remoteAddress ?? 'unknown', options);
       for (const [caller, cap] of slots) {
         const held = callers.get(caller) ?? 0;

@@ -67,25 +67,14 @@ export class RequestPrefill {
     private readonly request: PrefillRequest,
   ) {}
 
-  /** The decode leg's body for `decodeTicket` (the prefill leg runs at the first call). */
-  async bodyFor(decodeTicket: Ticket): Promise<Buffer> {
+  /** The prefill leg's outcome for `decodeTicket` (it runs at the first call): the decode leg's body, the prefill backend. */
+  async outcomeFor(decodeTicket: Ticket): Promise<PrefillOutcome> {
     this.#outcome ??= prefillLeg(this.deps, this.request, decodeTicket);
-    return (await this.#outcome).body;
+    return this.#outcome;
   }
 
   /** The next decode try runs a prefill leg again (the blocks of this one may be gone). */
   forget(): void {
     this.#outcome = null;
-  }
-
-  /** What the prefill leg did, once it ran; null before. */
-  async outcome(): Promise<PrefillOutcome | null> {
-    return this.#outcome === null ? null : this.#outcome.catch(() => null);
-  }
-
-  /** The prefill backend, once a prefill leg was sent; null otherwise. */
-  async prefillBackend(): Promise<Backend | null> {
-    const outcome = await this.outcome();
-    return outcome?.kind === 'disaggregated' ? outcome.prefillBackend : null;
   }
 }

@@ -53,7 +53,7 @@ export const ENGINE_CONTROL_PATHS = ['/v1/load_lora_adapter', '/v1/unload_lora_a
 export type PassthroughCaller = ApiKeyRole | 'open';
 
 /** One rule of the allow-list: these paths (exact, or `prefix` with anything after it), for these callers. */
-interface PassthroughRule {
+export interface PassthroughRule {
   readonly paths?: ReadonlySet<string>;
   readonly prefix?: string;
   readonly callers: ReadonlySet<PassthroughCaller>;
@@ -83,14 +83,17 @@ function ruleOf(path: string): PassthroughRule | undefined {
   );
 }
 
-/** Whether `url` (path and query) is one the request path may proxy, for some caller. */
-export function isProxiedPath(url: string): boolean {
-  return ruleOf(pathOf(url)) !== undefined;
+/**
+ * The allow-list rule of `url` (path and query), looked up once per request: undefined when the router does not
+ * proxy it at all; `ruleAllows` then says whether a caller may reach it.
+ */
+export function passthroughRuleOf(url: string): PassthroughRule | undefined {
+  return ruleOf(pathOf(url));
 }
 
-/** Whether `caller` may reach `url` (path and query) through the router. */
-export function passthroughAllows(url: string, caller: PassthroughCaller): boolean {
-  return ruleOf(pathOf(url))?.callers.has(caller) === true;
+/** Whether `caller` may reach a path of `rule`. */
+export function ruleAllows(rule: PassthroughRule, caller: PassthroughCaller): boolean {
+  return rule.callers.has(caller);
 }
 
 /**

@@ -99,8 +99,6 @@ export type PrefillOutcome =
       readonly prefillBackend: Backend;
       /** The decode leg's body. */
       readonly body: Buffer;
-      /** The prefill answer's `cached_tokens` (vLLM), what the client's usage reports; null: not known. */
-      readonly prefillCachedTokens: number | null;
     };
 
 export type DecodeOnlyReason =
@@ -156,7 +154,6 @@ async function decideAndRun(deps: PrefillDeps, request: PrefillRequest, decodeTi
         kind: 'disaggregated',
         prefillBackend: ticket.backend,
         body: Buffer.from(JSON.stringify(nixlDecodeBody(client, params))),
-        prefillCachedTokens: cachedTokensOf(leg.answer),
       };
     }
     if (leg.kind === 'refused') return { kind: 'decode-only', reason: 'prefill-refused', body: request.body };
@@ -204,7 +201,6 @@ function sglangLegs(deps: PrefillDeps, request: PrefillRequest, ticket: Ticket, 
     kind: 'disaggregated',
     prefillBackend: backend,
     body: Buffer.from(JSON.stringify(sglangBootstrapBody(client, bootstrap))),
-    prefillCachedTokens: null,
   };
 }
 
@@ -292,11 +288,4 @@ async function readLegAnswer(
   } catch {
     return { kind: 'failed', cause: 'invalid-json' };
   }
-}
-
-/** `usage.prompt_tokens_details.cached_tokens` of a prefill answer, or null. */
-function cachedTokensOf(answer: unknown): number | null {
-  const cached = (answer as { usage?: { prompt_tokens_details?: { cached_tokens?: unknown } | null } } | null)?.usage
-    ?.prompt_tokens_details?.cached_tokens;
-  return typeof cached === 'number' && Number.isInteger(cached) && cached >= 0 ? cached : null;
 }

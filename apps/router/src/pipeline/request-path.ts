@@ -3,7 +3,7 @@ import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Backend } from '../backends/backend-registry';
 import { answerHijackedError } from '../http/error-handler';
-import { clientHopOf } from '../proxy/header-hygiene';
+import { clientHopOf, type ClientHop } from '../proxy/header-hygiene';
 import type { RouterMetrics } from '../router-metrics';
 import type { FlowSlot } from '../flow/flow-control';
 import type { Identity } from '../tenants/authenticate';
@@ -80,6 +80,8 @@ interface InFlight {
   readonly backends: readonly Backend[];
   /** What the next try sends: the parsed body, or the decode leg's once a prefill leg ran. */
   body: Buffer;
+  /** The client's hop, read once for every try and leg (header-hygiene.ts). */
+  readonly clientHop: ClientHop;
   /** The request's prefill leg, when its model is disaggregated (disaggregation.ts); null: none. */
   readonly prefill: RequestPrefill | null;
   /** The backend its prefill leg went to (`X-Router-Prefill-Backend`); null: none. */
@@ -144,11 +146,13 @@ export function createRequestPath(
       deps.queue === null ? null : await queued(deps, deps.queue, request, reply, parsed, backends, admission);
     const upstreamRequestId = upstreamRequestIdOf(request, cacheScope !== null && endpoint === 'responses');
     reply.hijack();
+    const clientHop = clientHopOf(request.raw);
     const of: InFlight = {
       request,
       parsed,
       backends,
       body: parsed.body,
+      clientHop,
       prefill:
         split.prefill === null
           ? null
@@ -158,7 +162,7 @@ export function createRequestPath(
               body: parsed.body,
               path: request.url,
               headers: request.headers,
-              clientHop: clientHopOf(request.raw),
+              clientHop,
               upstreamRequestId: upstreamRequestId ?? request.id,
               requestId: request.id,
               arrivedAtMs: request.arrivedAtMs,
@@ -245,7 +249,7 @@ function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetr
     model: parsed.model,
     path: request.url,
     headers: request.headers,
-    clientHop: clientHopOf(request.raw),
+    clientHop: of.clientHop,
     // A pass-through GET has no body (and must not send one: Content-Length 0 on a GET upsets some servers).
     body: request.method === 'GET' ? null : of.body,
     requestId: request.id,
@@ -287,12 +291,13 @@ function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetr
  */
 async function prefilled(of: InFlight, prefill: RequestPrefill, ticket: Ticket): Promise<void> {
   try {
-    of.body = await prefill.bodyFor(ticket);
+    const outcome = await prefill.outcomeFor(ticket);
+    of.body = outcome.body;
+    of.prefillBackendId = outcome.kind === 'disaggregated' ? outcome.prefillBackend.id : null;
   } catch (error) {
     releaseLease(ticket);
     throw error;
   }
-  of.prefillBackendId = (await prefill.prefillBackend())?.id ?? null;
 }
 
 /**

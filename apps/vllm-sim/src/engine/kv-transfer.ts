@@ -32,8 +32,11 @@ export class KvTransferLink {
   #freeAtMs = 0;
   readonly transferSeconds = new Histogram(KV_TRANSFER_BUCKETS.seconds);
   readonly transferBytes = new Histogram(KV_TRANSFER_BUCKETS.bytes);
-  /** Pulls that could not complete (the prefill side no longer held the blocks); vLLM's `nixl_num_failed_transfers`. */
-  failedTransfers = 0;
+  /**
+   * vLLM's `nixl_num_failed_transfers`: always 0 here, since a sim's pull does not fail (the decode side does not ask
+   * whether the prefill side still holds the blocks; a lease that ran out shows as `nixl_num_kv_expired_reqs`).
+   */
+  readonly failedTransfers = 0;
 
   constructor(readonly options: KvTransferLinkOptions) {}
 
