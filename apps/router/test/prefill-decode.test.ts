@@ -57,6 +57,14 @@ function answerPrefill(params: unknown = PREFILL_ANSWER_PARAMS) {
   };
 }
 
+/** A decode engine's usage: it counts the pulled blocks as cached (all but the last prompt token). */
+const DECODE_USAGE = {
+  prompt_tokens: 1000,
+  completion_tokens: 2,
+  total_tokens: 1002,
+  prompt_tokens_details: { cached_tokens: 999 },
+};
+
 /** A decode engine's answer: a stream when asked for one. */
 function answerDecode(text = 'decoded') {
   return (request: EngineRequest, response: ServerResponse): boolean => {
@@ -68,7 +76,7 @@ function answerDecode(text = 'decoded') {
         object: 'chat.completion',
         model: MODEL,
         choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: 'stop' }],
-        usage: { prompt_tokens: 1000, completion_tokens: 2, total_tokens: 1002 },
+        usage: DECODE_USAGE,
       });
     }
     response.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -78,7 +86,7 @@ function answerDecode(text = 'decoded') {
     response.write(chunk({ content: text }, null));
     response.write(chunk({}, 'stop'));
     response.write(
-      `data: ${JSON.stringify({ id: 'chatcmpl-d', object: 'chat.completion.chunk', created: 1, model: MODEL, choices: [], usage: { prompt_tokens: 1000, completion_tokens: 2, total_tokens: 1002 } })}\n\n`,
+      `data: ${JSON.stringify({ id: 'chatcmpl-d', object: 'chat.completion.chunk', created: 1, model: MODEL, choices: [], usage: DECODE_USAGE })}\n\n`,
     );
     response.end('data: [DONE]\n\n');
     return true;
@@ -175,6 +183,44 @@ describe('prefill/decode disaggregation against recording engines', () => {
     // One id on both legs, made by the router.
     expect(leg1?.headers['x-request-id']).toBeTruthy();
     expect(leg1?.headers['x-request-id']).toBe(leg2?.headers['x-request-id']);
+  });
+
+  it("usage merged: the client gets, and the router counts, the prefill engine's cached tokens in the decode engine's usage", async () => {
+    const prefill = await engine(answerPrefill());
+    const decode = await engine(answerDecode());
+    const { router: started, url } = await router({ prefillBackends: [prefill.url], decodeBackends: [decode.url] });
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    // Three conversations the decode engine holds nothing of: each is split.
+    const messages = (n: number): OpenAI.ChatCompletionMessageParam[] => [{ role: 'user', content: `${n}: ${LONG}` }];
+    const whole = await client.chat.completions.create({ model: MODEL, messages: messages(1), max_tokens: 8 });
+    expect(whole.usage).toEqual({ ...DECODE_USAGE, prompt_tokens_details: { cached_tokens: 480 } });
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      messages: messages(2),
+      max_tokens: 8,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const chunk of stream) usage = chunk.usage ?? usage;
+    expect(usage).toEqual({ ...DECODE_USAGE, prompt_tokens_details: { cached_tokens: 480 } });
+    // Without include_usage the router asked for it and took it out: learnt from all the same, merged.
+    const unasked = await client.chat.completions.create({
+      model: MODEL,
+      messages: messages(3),
+      max_tokens: 8,
+      stream: true,
+    });
+    for await (const chunk of unasked) expect(chunk.usage).toBeFalsy();
+    expect(prefill.requests('POST', '/v1/chat/completions')).toHaveLength(3);
+    await waitFor(
+      async () => (await metricText(started, 'kvroute_router_tokens_total')).includes('kind="prompt"'),
+      3_000,
+    );
+    const tokens = await metricText(started, 'kvroute_router_tokens_total');
+    const decodeHost = new URL(decode.url).host;
+    const cachedLine = tokens.split('\n').find((line) => line.includes(decodeHost) && line.includes('kind="cached"'));
+    expect(Number(cachedLine?.split(' ').at(-1))).toBe(3 * 480);
   });
 
   it('a decode backend that holds most of the prompt serves it whole (cached-enough), and a short prompt is never split', async () => {
@@ -495,8 +541,9 @@ describe('prefill/decode disaggregation over simulated vLLM engines (NIXL)', () 
     }
     expect(first.response.headers.get('x-router-prefill-backend')).toBe(new URL(prefillUrl).host);
     expect(first.response.headers.get('x-router-backend')).toBe(new URL(decodeUrl).host);
-    // The decode engine pulled all but the last prompt token (vLLM counts them as cached).
-    expect(usage?.prompt_tokens_details?.cached_tokens).toBe((usage?.prompt_tokens ?? 0) - 1);
+    // The decode engine pulled all but the last prompt token (vLLM counts them as cached), but the client is told
+    // what the prefill engine found cached: nothing, a new conversation.
+    expect(usage?.prompt_tokens_details?.cached_tokens ?? 0).toBe(0);
     expect(decode.engine.stats.promptTokensBySource.external_kv_transfer).toBe((usage?.prompt_tokens ?? 0) - 1);
     expect(prefill.engine.stats.requestSuccess.length).toBe(1);
     // The decode engine said it read the blocks: the prefill engine holds nothing.

@@ -4,6 +4,7 @@ import {
   bootstrapRoom,
   nixlDecodeBody,
   nixlPrefillBody,
+  prefillCachedTokensOf,
   prefillParamsOf,
   SGLANG_DEFAULT_BOOTSTRAP_PORT,
   sglangBootstrapBody,
@@ -38,6 +39,7 @@ import { route, type RouteDeps, type Ticket } from './route';
  *
  * The prefill lease is released when leg 1 ends; the prefix is recorded as the prefill backend's when leg 1 answered
  * (its blocks stay in its cache), and as the decode backend's at the decode leg's first output, as for any request.
+ * The decode leg's usage reports the prefill engine's cached tokens (vLLM: read from leg 1's usage).
  */
 export interface PdSettings {
   readonly protocol: 'vllm-nixl' | 'sglang';
@@ -99,6 +101,11 @@ export type PrefillOutcome =
       readonly prefillBackend: Backend;
       /** The decode leg's body. */
       readonly body: Buffer;
+      /**
+       * The prompt tokens the prefill engine found cached (its answer's usage): they replace the decode engine's in
+       * the usage the client gets and the router learns from. Null: not known (no usage, or SGLang's unawaited leg).
+       */
+      readonly prefillCachedTokens: number | null;
     };
 
 export type DecodeOnlyReason =
@@ -154,6 +161,7 @@ async function decideAndRun(deps: PrefillDeps, request: PrefillRequest, decodeTi
         kind: 'disaggregated',
         prefillBackend: ticket.backend,
         body: Buffer.from(JSON.stringify(nixlDecodeBody(client, params))),
+        prefillCachedTokens: prefillCachedTokensOf(leg.answer),
       };
     }
     if (leg.kind === 'refused') return { kind: 'decode-only', reason: 'prefill-refused', body: request.body };
@@ -201,6 +209,7 @@ function sglangLegs(deps: PrefillDeps, request: PrefillRequest, ticket: Ticket, 
     kind: 'disaggregated',
     prefillBackend: backend,
     body: Buffer.from(JSON.stringify(sglangBootstrapBody(client, bootstrap))),
+    prefillCachedTokens: null,
   };
 }
 

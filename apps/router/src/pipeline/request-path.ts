@@ -86,6 +86,8 @@ interface InFlight {
   readonly prefill: RequestPrefill | null;
   /** The backend its prefill leg went to (`X-Router-Prefill-Backend`); null: none. */
   prefillBackendId: string | null;
+  /** The cached tokens its prefill leg reported, for the decode leg's usage; null: none known. */
+  prefillCachedTokens: number | null;
   readonly response: ServerResponse;
   readonly showsRoutingHeaders: boolean;
   readonly admission: Admission | null;
@@ -169,6 +171,7 @@ export function createRequestPath(
               signal: closedSignalOf(reply.raw),
             }),
       prefillBackendId: null,
+      prefillCachedTokens: null,
       response: reply.raw,
       showsRoutingHeaders: showsRoutingHeaders(deps.routingHeaders, identity),
       admission,
@@ -266,6 +269,7 @@ function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetr
     showsRoutingHeaders: of.showsRoutingHeaders,
     extraHeaders: extraHeadersOf(of),
     headWatch: responseIdWatch(deps.responses, parsed, of.scope, ticket.backend.id),
+    prefillCachedTokens: of.prefillCachedTokens,
     events: {
       // The response's framing, not the request's flag: an engine may answer either way.
       firstOutput: (streamed) => {
@@ -294,6 +298,7 @@ async function prefilled(of: InFlight, prefill: RequestPrefill, ticket: Ticket):
     const outcome = await prefill.outcomeFor(ticket);
     of.body = outcome.body;
     of.prefillBackendId = outcome.kind === 'disaggregated' ? outcome.prefillBackend.id : null;
+    of.prefillCachedTokens = outcome.kind === 'disaggregated' ? outcome.prefillCachedTokens : null;
   } catch (error) {
     releaseLease(ticket);
     throw error;

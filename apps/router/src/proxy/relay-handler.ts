@@ -10,6 +10,7 @@ import { FirstOutputWatch } from './first-output-watch';
 import { clientResponseHeaders } from './header-hygiene';
 import { ResponseTail } from './response-tail';
 import { UpstreamErrorAnswer } from './upstream-error-answer';
+import { CachedTokensRewrite } from './cached-tokens-rewrite';
 import { StreamUsageStrip, type FingerprintMemory } from './usage-strip';
 
 /**
@@ -105,6 +106,11 @@ export interface RelayedRequest {
    * Responses id: response-id-watch.ts); null: none.
    */
   readonly headWatch?: ((chunk: Buffer) => boolean) | null;
+  /**
+   * The decode leg of a disaggregated request: the prefill engine's cached tokens, which replace the decode engine's
+   * in a successful answer's usage (cached-tokens-rewrite.ts); null or absent: the usage goes on as it came.
+   */
+  readonly prefillCachedTokens?: number | null;
   readonly events: RelayEvents;
 }
 
@@ -185,6 +191,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   private tail: ResponseTail | null = null;
   /** Takes out what the router's `include_usage` added (null: nothing to take out). */
   private strip: StreamUsageStrip | null = null;
+  /** Puts the prefill engine's cached tokens into the usage (null: not a disaggregated request's answer). */
+  private usageMerge: CachedTokensRewrite | null = null;
   /** RelayedRequest.headWatch while a successful response's head is still wanted (null: not, or no more). */
   private headWatch: ((chunk: Buffer) => boolean) | null = null;
   private clientGone = false;
@@ -261,6 +269,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     if (statusCode < 300) this.headWatch = request.headWatch ?? null;
     if (statusCode < 300 && request.readsUsage)
       this.tail = new ResponseTail(USAGE_TAIL_BYTES, request.readsUsageAtStart);
+    if (statusCode < 300 && request.prefillCachedTokens != null)
+      this.usageMerge = new CachedTokensRewrite(request.prefillCachedTokens, this.isSse);
     if (statusCode < 300 && this.isSse && this.target.streamUsageStrip !== null)
       this.strip = new StreamUsageStrip(this.target.streamUsageStrip.fingerprints);
     this.response.writeHead(statusCode, outgoing);
@@ -319,15 +329,21 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     this.finish({ kind: 'done', clientWentAway: this.clientGone });
   }
 
-  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+  onResponseData(controller: Dispatcher.DispatchController, upstreamChunk: Buffer): void {
     // A relayed stream's deadline runs to its first output event, not its first byte: Responses and
     // Anthropic streams open with events (`response.created`, `message_start`) sent before prefill.
     const streamDeadline = this.request.deadline.until === 'first-output';
     // A replaced 5xx keeps its deadline to its end: nothing reaches the client before, so it bounds the wait.
     if (streamDeadline && (this.mode === 'discard' || (this.mode === 'relay' && this.firstOutput === null)))
       this.clearDeadline();
-    if (this.mode === 'replace') return this.replaced?.answer.add(chunk);
+    if (this.mode === 'replace') return this.replaced?.answer.add(upstreamChunk);
     if (this.mode !== 'relay') return;
+    const chunk = this.usageMerge === null ? upstreamChunk : this.usageMerge.feed(upstreamChunk);
+    if (chunk !== null) this.relayChunk(controller, chunk, streamDeadline);
+  }
+
+  /** A chunk of a relayed response, on its way to the client: watched, kept for its usage, written. */
+  private relayChunk(controller: Dispatcher.DispatchController, chunk: Buffer, streamDeadline: boolean): void {
     if (this.firstOutput !== null && this.firstOutput.feed(chunk)) {
       this.firstOutput = null;
       if (streamDeadline) this.clearDeadline();
@@ -345,6 +361,9 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   onResponseEnd(): void {
     if (this.mode === 'discard') return this.finish(this.discardCause as TryOutcome);
     if (this.replaced !== null) return this.answerReplaced(this.replaced);
+    const merged = this.usageMerge?.end() ?? null;
+    if (merged !== null && this.controller !== null)
+      this.relayChunk(this.controller, merged, this.request.deadline.until === 'first-output');
     const rest = this.strip?.end() ?? null;
     if (rest === null) this.response.end();
     else this.response.end(rest);
@@ -392,7 +411,9 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
       ? new RouterError('ROUTER_ERR_UPSTREAM_TIMEOUT', `The model server sent no output in time (${error.message}).`)
       : new RouterError('ROUTER_ERR_UPSTREAM_STREAM', 'The model server failed mid-stream.');
     if (this.isSse && !response.destroyed) {
-      // What the strip still held goes first, as it would have without it.
+      // What the usage merge and the strip still held goes first, as it would have without them.
+      const merged = this.usageMerge?.end() ?? null;
+      if (merged !== null) response.write(this.strip?.feed(merged) ?? merged);
       const rest = this.strip?.end() ?? null;
       if (rest !== null) response.write(rest);
       response.end(encodeSseData(JSON.stringify(routerError.toBody())) + encodeSseData(SSE_DONE));

@@ -226,7 +226,7 @@ const CR_CR = Buffer.from('\r\r');
  * CRLF is one line ending, so every event end contains `\n\n`, `\n\r` or `\r\r` (a CR may be followed by
  * the LF of its CRLF: counted in when it has arrived).
  */
-function endOfCompleteEvents(data: Buffer): number {
+export function endOfCompleteEvents(data: Buffer): number {
   const length = data.length;
   // vLLM writes one whole event per write: a chunk nearly always ends at a boundary.
   if (

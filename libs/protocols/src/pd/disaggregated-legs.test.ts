@@ -5,6 +5,7 @@ import {
   MAX_PREFILL_PARAMS_BYTES,
   nixlDecodeBody,
   nixlPrefillBody,
+  prefillCachedTokensOf,
   prefillParamsOf,
   sglangBootstrapBody,
 } from './disaggregated-legs';
@@ -78,6 +79,17 @@ describe('prefill/decode leg bodies', () => {
     ]) {
       expect(prefillParamsOf({ kv_transfer_params: bad })).toEqual({ params: null, malformed: true });
     }
+  });
+
+  it("reads the prefill engine's cached tokens from its answer's usage: 0 when it says none, null without usage", () => {
+    const usage = { prompt_tokens: 900, completion_tokens: 1, total_tokens: 901 };
+    expect(prefillCachedTokensOf({ usage: { ...usage, prompt_tokens_details: { cached_tokens: 512 } } })).toBe(512);
+    expect(prefillCachedTokensOf({ usage: { ...usage, prompt_tokens_details: null } })).toBe(0);
+    expect(prefillCachedTokensOf({ usage })).toBe(0);
+    expect(prefillCachedTokensOf({ usage: { ...usage, prompt_tokens_details: { cached_tokens: -3 } } })).toBe(0);
+    expect(prefillCachedTokensOf({ usage: null })).toBeNull();
+    expect(prefillCachedTokensOf({ id: 'x' })).toBeNull();
+    expect(prefillCachedTokensOf('text')).toBeNull();
   });
 
   it('SGLang: the same body for both engines with the bootstrap fields; rooms are exact integers below 2^53', () => {

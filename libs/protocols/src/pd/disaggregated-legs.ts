@@ -76,6 +76,24 @@ export function prefillParamsOf(answer: unknown): { params: JsonObject | null; m
   return usable ? { params: fields, malformed: false } : { params: null, malformed: true };
 }
 
+/**
+ * The prompt tokens the prefill engine found in its prefix cache, from its leg-1 answer's usage
+ * (`usage.prompt_tokens_details.cached_tokens`): 0 when the usage says nothing of them (vLLM leaves
+ * `prompt_tokens_details` out on a miss), null when the answer has no usage at all. It is what the decode leg's usage
+ * reports to the client in its place (the decode engine counts the pulled tokens as cached: llm-d's sidecar
+ * rewrites them the same way, `cached_tokens_usage_rewriter.go`).
+ */
+export function prefillCachedTokensOf(answer: unknown): number | null {
+  const usage = fieldOf(answer, 'usage');
+  if (usage === undefined || usage === null || typeof usage !== 'object') return null;
+  const cached = fieldOf(fieldOf(usage, 'prompt_tokens_details'), 'cached_tokens');
+  return typeof cached === 'number' && Number.isSafeInteger(cached) && cached >= 0 ? cached : 0;
+}
+
+function fieldOf(value: unknown, key: string): unknown {
+  return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as JsonObject)[key] : undefined;
+}
+
 /** SGLang's default bootstrap port (`--disaggregation-bootstrap-port`). */
 export const SGLANG_DEFAULT_BOOTSTRAP_PORT = 8998;
 
