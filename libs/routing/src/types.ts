@@ -96,6 +96,12 @@ export interface RoutingRequest {
   readonly sessionKey: string | null;
   /** The body's `max_completion_tokens` or `max_tokens` × `n`, when given: the most tokens it may generate. */
   readonly maxTokens?: number | null;
+  /**
+   * A LoRA adapter's request: the wait its adapter adds on each backend, ms (0 where it is running; a load into a free
+   * slot, or a wait for a slot, elsewhere: apps/router lora/adapter-wait.ts). Absent, null or a backend not in it: 0.
+   * cacheaware prices it like any other wait (`adapterMs`).
+   */
+  readonly adapterWaitMs?: ReadonlyMap<BackendId, number> | null;
 }
 
 /** Why a backend was chosen; sent as `X-Router-Reason`. Lower-case, hyphenated, stable. */
@@ -164,8 +170,10 @@ export interface CostLine {
   readonly queueMs: number;
   readonly waitingMs: number;
   readonly kvMs: number;
+  /** The wait the request's LoRA adapter adds on this backend (RoutingRequest.adapterWaitMs); 0 for other requests. */
+  readonly adapterMs: number;
   /**
-   * prefillMs + workMs + queueMs + max(backlogMs, waitingMs) + kvMs, summed in that order, where
+   * prefillMs + workMs + queueMs + max(backlogMs, waitingMs) + kvMs + adapterMs, summed in that order, where
    * workMs = prefillMs · prefillWorkWeight (not carried: the explanation derives it from the parameters).
    */
   readonly totalMs: number;

@@ -61,6 +61,9 @@ function drawCase(random: () => number, index: number): Case {
     headHash: Math.floor(random() * 2 ** 53),
     sessionKey: null,
     maxTokens: pick([null, 16, 500, 4000]),
+    // A LoRA adapter's request now and then: its wait per backend (0 where it runs).
+    adapterWaitMs:
+      random() < 0.7 ? null : new Map(backends.map((backend) => [backend.id, pick([0, 0, 12.5, 200, 600])])),
   };
   return {
     backends,

@@ -44,14 +44,30 @@ describe('cacheaware', () => {
         matchBlocks: 30,
         inflight: 1,
         score: expect.closeTo(11.2 + 15, 6),
-        parts: { prefillMs: expect.closeTo(11.2, 6), workMs: 0, backlogMs: 0, queueMs: 15, waitingMs: 0, kvMs: 0 },
+        parts: {
+          prefillMs: expect.closeTo(11.2, 6),
+          workMs: 0,
+          backlogMs: 0,
+          queueMs: 15,
+          waitingMs: 0,
+          kvMs: 0,
+          adapterMs: 0,
+        },
       },
       {
         backendId: 'cold',
         matchBlocks: 0,
         inflight: 2,
         score: expect.closeTo(44.8 + 30, 6),
-        parts: { prefillMs: expect.closeTo(44.8, 6), workMs: 0, backlogMs: 0, queueMs: 30, waitingMs: 0, kvMs: 0 },
+        parts: {
+          prefillMs: expect.closeTo(44.8, 6),
+          workMs: 0,
+          backlogMs: 0,
+          queueMs: 30,
+          waitingMs: 0,
+          kvMs: 0,
+          adapterMs: 0,
+        },
       },
     ]);
   });
@@ -296,5 +312,22 @@ describe('cacheaware', () => {
     expect(() => createCacheAwarePolicy({ bytesPerToken: 0 })).toThrow(/bytesPerToken/);
     expect(() => createCacheAwarePolicy({ spreadRel: 0.5 })).toThrow(/spreadRel/);
     expect(() => createCacheAwarePolicy({ coldLoadFactor: 0.9 })).toThrow(/coldLoadFactor/);
+  });
+});
+
+describe('cacheaware with a LoRA adapter request', () => {
+  it("prices the adapter's wait like any other: a backend running it wins until its queue costs more than a load", () => {
+    const policy = createCacheAwarePolicy({ queueMsPerRequest: 50, spreadAbs: 0 });
+    const request = { ...aRequest({ blocks: 0 }), adapterWaitMs: new Map([['b', 200]]) };
+    const backends = [aCandidate('a', { inflight: 3 }), aCandidate('b')];
+    // a runs the adapter with 3 requests (150 ms of queue); b would load it (200 ms): a is cheaper.
+    const routed = policy.choose(request, backends, aContext());
+    expect(routed.kind === 'routed' && routed.backendId).toBe('a');
+    const scoreOfB = routed.kind === 'routed' ? routed.scores.find((score) => score.backendId === 'b') : undefined;
+    expect(scoreOfB?.parts?.['adapterMs']).toBe(200);
+    // A fifth request on a (250 ms of queue) costs more than the load: it spreads to b.
+    const busier = [aCandidate('a', { inflight: 5 }), aCandidate('b')];
+    const spread = policy.choose(request, busier, aContext());
+    expect(spread.kind === 'routed' && spread.backendId).toBe('b');
   });
 });

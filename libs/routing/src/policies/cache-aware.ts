@@ -8,7 +8,8 @@
  *   backlogMs(c) = pendingPrefillTokens(c) · prefillMsPerToken      (prefills sent there, not yet started)
  *   queueMs(c)   = inflight(c) · queueMsPerRequest                 (decode interference of running requests)
  *   workMs(c)    = prefillMs(c) · prefillWorkWeight                (what that prefill costs the others: below)
- *   cost(c)      = prefillMs(c) + workMs(c) + queueMs(c) + max(backlogMs(c), waitingMs(c)) + kvMs(c)
+ *   cost(c)      = prefillMs(c) + workMs(c) + queueMs(c) + max(backlogMs(c), waitingMs(c)) + kvMs(c) + adapterMs(c)
+ *   adapterMs(c) = the wait a LoRA adapter request's adapter adds there (a load, a slot): RoutingRequest.adapterWaitMs
  *
  * With the engine's own figures fresh (health poller; `Candidate.engine`), two more terms:
  *   waitingMs(c) = engine.waiting(c) · engineWaitingMs      (its queue as the engine sees it: taken as
@@ -74,7 +75,7 @@
  * CostOutcome, which `explainCostOutcome` turns into the decision, so a decision reads the same
  * whichever side evaluated it (libs/redis-store's rule-parity test compares them).
  *
- * Score: cost in ms, lower is better, [0, ∞). parts: { prefillMs, workMs, backlogMs, queueMs, waitingMs, kvMs } (+ { hashRank, bound } for cold placement).
+ * Score: cost in ms, lower is better, [0, ∞). parts: { prefillMs, workMs, backlogMs, queueMs, waitingMs, kvMs, adapterMs } (+ { hashRank, bound } for cold placement).
  * Reasons: `prefix-affinity`, `spilled-from-saturated`, `least-loaded`, `load-guard`, `cold-hash`.
  */
 
@@ -210,9 +211,10 @@ function costLines(request: RoutingRequest, candidates: readonly Candidate[], p:
     const waitingMs = engineWaiting(c.engine) * p.engineWaitingMs;
     const free = engineFreeTokens(c);
     const kvMs = free >= 0 && free < prefillTokens + generation ? p.kvFullMs : 0;
+    const adapterMs = request.adapterWaitMs?.get(c.backend.id) ?? 0;
     // Summed in this order in rules/cost.lua too: float addition is not associative.
-    const totalMs = prefillMs + workMs + queueMs + Math.max(backlogMs, waitingMs) + kvMs;
-    return { prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs };
+    const totalMs = prefillMs + workMs + queueMs + Math.max(backlogMs, waitingMs) + kvMs + adapterMs;
+    return { prefillMs, backlogMs, queueMs, waitingMs, kvMs, adapterMs, totalMs };
   });
 }
 
@@ -361,6 +363,7 @@ export function explainCostOutcome(outcome: CostOutcome, p: CacheAwareParams): R
       queueMs: line.queueMs,
       waitingMs: line.waitingMs,
       kvMs: line.kvMs,
+      adapterMs: line.adapterMs,
     };
     if (line.cold !== undefined) {
       parts['hashRank'] = line.cold.hashRank;

@@ -10,7 +10,9 @@
 --   2. '<text bytes> <block size bytes> <generation budget tokens, 0 = none>';
 --   3. the first RANKED_BACKENDS of the request's rendezvous order, as positions among the backends
 --      given (1-based, base 36, comma-separated, most preferred first): a participant listed k-th has rank k - 1,
---      one not listed ranks after them all, by position (only a pool bigger than RANKED_BACKENDS has any).
+--      one not listed ranks after them all, by position (only a pool bigger than RANKED_BACKENDS has any);
+--   4. (a LoRA adapter's request only) '<position base 36>:<ms>' per backend whose adapter wait is not 0,
+--      comma-separated (RoutingRequest.adapterWaitMs); no line: 0 everywhere.
 -- Contract of evaluateRule: rules/README.md.
 
 --#include prefill-tokens.lua
@@ -35,8 +37,9 @@ local BOUND_EPSILON = 1e-9
 
 -- A cost line per candidate, in one flat array of numbers (one table for all candidates: this runs for
 -- every candidate of every decision): candidate j's field f is lines[(j - 1) * LINE + f].
-local PREFILL_MS, BACKLOG_MS, QUEUE_MS, WAITING_MS, KV_MS, TOTAL_MS, EXCLUDED, HASH_RANK, BOUND = 1, 2, 3, 4, 5, 6, 7, 8, 9
-local LINE = 9
+local PREFILL_MS, BACKLOG_MS, QUEUE_MS, WAITING_MS, KV_MS, TOTAL_MS, EXCLUDED, HASH_RANK, BOUND, ADAPTER_MS =
+  1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+local LINE = 10
 
 -- The cheapest of `indices` by total cost; costs within COST_EPSILON_MS tie, and the better rendezvous
 -- rank wins. 0 when `indices` is empty.
@@ -60,8 +63,8 @@ end
 -- rendezvous hashing, else the cheapest candidate in ms with rendezvous rank breaking ties; and the
 -- reason. p = the policy's parameters (its JSON, decoded); request = { textBytes, blockSizeBytes,
 -- maxTokens }; each candidate has its `rank`. Returns chosen index, reason, valveLifted and the cost lines (see LINE:
--- prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs, excluded code, hashRank and bound, the last
--- two -1 unless cold placement ran and the candidate took part). workMs (prefillMs · prefillWorkWeight)
+-- prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs, excluded code, hashRank and bound (both -1
+-- unless cold placement ran and the candidate took part), adapterMs (each candidate's `adapter` wait). workMs (prefillMs · prefillWorkWeight)
 -- is in totalMs but not on the line: the explanation derives it from the parameters.
 local function evaluateCost(candidates, p, request)
   local count = #candidates
@@ -83,9 +86,9 @@ local function evaluateCost(candidates, p, request)
     local kv = 0
     if c.freeTokens >= 0 and max(0, c.freeTokens - c.pending) < tokens + generation then kv = kvFullMs end
     lines[at + PREFILL_MS], lines[at + BACKLOG_MS], lines[at + QUEUE_MS] = prefill, backlog, queue
-    lines[at + WAITING_MS], lines[at + KV_MS] = waiting, kv
+    lines[at + WAITING_MS], lines[at + KV_MS], lines[at + ADAPTER_MS] = waiting, kv, c.adapter
     -- The same terms in the same order as cache-aware.ts (float addition is not associative).
-    lines[at + TOTAL_MS] = prefill + work + queue + max(backlog, waiting) + kv
+    lines[at + TOTAL_MS] = prefill + work + queue + max(backlog, waiting) + kv + c.adapter
     lines[at + EXCLUDED], lines[at + HASH_RANK], lines[at + BOUND] = 0, -1, -1
   end
 
@@ -197,8 +200,8 @@ local function packCostLines(lines, count)
   local pack, parts = struct.pack, {}
   for j = 1, count do
     local at = (j - 1) * LINE
-    parts[j] = pack('<ddddddddd', lines[at + 1], lines[at + 2], lines[at + 3], lines[at + 4], lines[at + 5],
-      lines[at + 6], lines[at + 7], lines[at + 8], lines[at + 9])
+    parts[j] = pack('<dddddddddd', lines[at + 1], lines[at + 2], lines[at + 3], lines[at + 4], lines[at + 5],
+      lines[at + 6], lines[at + 7], lines[at + 8], lines[at + 9], lines[at + 10])
   end
   return table.concat(parts)
 end
@@ -213,13 +216,21 @@ local function evaluateRule(candidates, argument)
   local p = cjson.decode(sub(argument, 1, first - 1))
   local textBytes, blockSizeBytes, maxTokens = string.match(sub(argument, first + 1, second - 1), '^(%S+) (%S+) (%S+)$')
   local request = { textBytes = tonumber(textBytes), blockSizeBytes = tonumber(blockSizeBytes), maxTokens = tonumber(maxTokens) }
+  local third = find(argument, '\n', second + 1, true)
   local rankOf, ranked = {}, 0
-  for position in string.gmatch(sub(argument, second + 1), '%w+') do
+  for position in string.gmatch(sub(argument, second + 1, third and third - 1 or -1), '%w+') do
     rankOf[tonumber(position, 36)] = ranked
     ranked = ranked + 1
   end
+  local adapterOf = {}
+  if third then
+    for position, ms in string.gmatch(sub(argument, third + 1), '(%w+):([^,]+)') do
+      adapterOf[tonumber(position, 36)] = tonumber(ms)
+    end
+  end
   for _, c in ipairs(candidates) do
     c.rank = rankOf[c.position] or (ranked + c.position)
+    c.adapter = adapterOf[c.position] or 0
   end
   local chosen, reason, valveLifted, lines = evaluateCost(candidates, p, request)
   local leaseTokens = prefillTokens(request.textBytes, request.blockSizeBytes, candidates[chosen].depth, p.bytesPerToken)

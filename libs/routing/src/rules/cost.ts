@@ -18,7 +18,7 @@ import { COST_LUA } from './rules-lua.generated';
 export const RANKED_BACKENDS = 32;
 
 /** Doubles per candidate in the packed cost lines (cost.lua packCostLines), in this order. */
-const COST_LINE_DOUBLES = 9;
+const COST_LINE_DOUBLES = 10;
 const EXCLUSIONS: readonly CostLine['excluded'][] = [undefined, 'saturated', 'load-spread'];
 const COST_REASONS: ReadonlySet<string> = new Set<CostReason>([
   'prefix-affinity',
@@ -48,14 +48,28 @@ export function costRule(
       const figures = `${request.textBytes} ${request.blockSizeBytes} ${request.maxTokens ?? 0}`;
       // Positions in base 36: cost.lua reads them with strtoul, not strtod (~40 % of the instructions).
       const positions = ranked.map((index) => (index + 1).toString(36)).join(',');
+      const adapter = request.adapterWaitMs == null ? '' : `\n${adapterLine(request.adapterWaitMs, backends)}`;
       return {
-        argument: `${request.unit === 'tokens' ? packedTokenParams : packedParams}\n${figures}\n${positions}`,
+        argument: `${request.unit === 'tokens' ? packedTokenParams : packedParams}\n${figures}\n${positions}${adapter}`,
         preferred: ranked,
       };
     },
     decode: decodeCostReply,
     explain,
   };
+}
+
+/**
+ * The argument's fourth line, for a LoRA adapter's request: `<position>:<ms>` per backend whose adapter wait is not 0
+ * (position 1-based among `backends`, base 36; ms as a decimal), comma-separated.
+ */
+function adapterLine(waits: ReadonlyMap<string, number>, backends: readonly { readonly id: string }[]): string {
+  const entries: string[] = [];
+  backends.forEach((backend, index) => {
+    const ms = waits.get(backend.id) ?? 0;
+    if (ms > 0) entries.push(`${(index + 1).toString(36)}:${ms}`);
+  });
+  return entries.join(',');
 }
 
 /** cost.lua's detail: [reason, packed cost lines, 1 when the valve was lifted]. */
@@ -93,6 +107,7 @@ function costLines(packed: Buffer, candidateCount: number): CostLine[] {
       waitingMs: read(3),
       kvMs: read(4),
       totalMs: read(5),
+      adapterMs: read(9),
     };
     lines.push({
       ...line,
