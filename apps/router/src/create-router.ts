@@ -92,7 +92,11 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
     { redis, nowMs, logger: tenantsLogger, bytesPerToken, readFile: readText },
     closers,
   );
-  const tokenRouting = wireTokenRouting(config, { metrics }, closers);
+  const tokenRouting = wireTokenRouting(
+    config,
+    { metrics, baseModelOf: (model) => (config.loraRouting ? backends.registry.baseModelOf(model) : null) },
+    closers,
+  );
   const paths = wireRequestPath(config, {
     tokenRouting,
     bytesPerToken,

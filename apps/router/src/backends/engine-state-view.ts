@@ -1,4 +1,4 @@
-import type { BackendState } from '@kvroute/protocols';
+import type { BackendState, LoraAdapters } from '@kvroute/protocols';
 import type { BackendId, EngineLoad } from '@kvroute/routing';
 
 /** Where the health poller's published states come from (`RedisBackendStateStore` in production). */
@@ -110,6 +110,13 @@ export class EngineStateView {
     const known = this.states.get(backendId);
     if (known === undefined || this.options.nowMs() - known.state.scrapedAtMs > this.options.maxAgeMs) return UNKNOWN;
     return known.state.healthy ? { kind: 'healthy', load: known.load } : UNHEALTHY;
+  }
+
+  /** The LoRA adapters the engine runs and waits for, as last published, while fresh; null: unknown. */
+  loraAdapters(backendId: BackendId): LoraAdapters | null {
+    const known = this.states.get(backendId);
+    if (known === undefined || this.options.nowMs() - known.state.scrapedAtMs > this.options.maxAgeMs) return null;
+    return known.state.loraAdapters;
   }
 
   /** Keeps the newest state per backend: a late pub/sub message must not undo a fresher full read. */

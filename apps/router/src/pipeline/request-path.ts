@@ -11,6 +11,7 @@ import type { ModelAccess } from '../tenants/model-access';
 import type { TenantDirectory } from '../tenants/tenant-directory';
 import type { Learner } from './learn';
 import { admitLimits, type Admission, type LimitDeps } from './limit';
+import type { AdapterRouting } from '../lora/adapter-routing';
 import { refuseClientDisaggregationFields, RequestPrefill, splitPool } from './disaggregation';
 import { parseRequest, type Endpoint, type ParsedRequest, type ParseOptions } from './parse';
 import type { PrefillDeps } from './prefill';
@@ -69,6 +70,8 @@ export interface RequestPathDeps {
   readonly responses: ResponseAffinityDeps;
   /** A disaggregated model's prefill legs (pipeline/prefill.ts, disaggregation.ts). */
   readonly prefill: PrefillDeps;
+  /** LoRA adapters routed in their base model's pool (lora/adapter-routing.ts); null: adapter-blind (`loraRouting` off). */
+  readonly adapters: AdapterRouting | null;
   /** Starts each request's info line (request-log.ts); null: off (`logRequests: false`, or a level above info). */
   readonly requestLine: RequestLineStarter | null;
 }
@@ -86,6 +89,8 @@ interface InFlight {
   readonly prefill: RequestPrefill | null;
   /** The backend its prefill leg went to (`X-Router-Prefill-Backend`); null: none. */
   prefillBackendId: string | null;
+  /** The LoRA adapter the request names, when routed as one (lora/adapter-routing.ts); null: none. */
+  readonly adapter: string | null;
   /** The cached tokens its prefill leg reported, for the decode leg's usage; null: none known. */
   prefillCachedTokens: number | null;
   readonly response: ServerResponse;
@@ -111,8 +116,19 @@ export function createRequestPath(
 ): (endpoint: Endpoint) => (request: FastifyRequest, reply: FastifyReply) => Promise<void> {
   const routeAndSend = withRetryBeforeFirstByte<InFlight>(
     { ...deps.retry, metrics: deps.metrics, logger: deps.send.logger },
-    (of, tried, attempt) =>
-      route(deps.route, of.parsed, of.backends, triedWithPrefill(of, tried), attempt, of.request.id, of.owner),
+    async (of, tried, attempt) => {
+      const ticket = await route(
+        deps.route,
+        of.parsed,
+        of.backends,
+        triedWithPrefill(of, tried),
+        attempt,
+        of.request.id,
+        of.owner,
+      );
+      if (ticket !== null && of.adapter !== null) deps.adapters?.routed(of.adapter, ticket.backend.id);
+      return ticket;
+    },
     async (of, ticket, mayRetryStatus) => {
       if (of.prefill !== null) await prefilled(of, of.prefill, ticket);
       const outcome = await send(deps.send, shipmentOf(deps, of, ticket, mayRetryStatus), of.response);
@@ -127,14 +143,19 @@ export function createRequestPath(
     // Started first, so that a request refused at parse, limit or queue leaves its line too.
     const line = deps.requestLine?.(request.id, identity, request.arrivedAtMs, reply.raw) ?? null;
     const cacheScope = identity === null ? null : deps.tenants.cacheScopeOf(identity.tenant);
-    const parsed = await parseRequest(endpoint, request, parseOptionsOf(deps, identity), cacheScope);
+    const asParsed = await parseRequest(endpoint, request, parseOptionsOf(deps, identity), cacheScope);
     if (line !== null) {
-      line.model = parsed.model;
-      line.stream = parsed.stream;
+      line.model = asParsed.model;
+      line.stream = asParsed.stream;
     }
-    if (!deps.models.allows(identity, parsed.model)) throw unknownModelError(deps.route.registry, parsed.model);
-    refuseClientDisaggregationFields(parsed, identity);
-    const split = splitPool(poolOf(deps.route.registry, parsed.model), endpoint, deps.prefill.settings.protocol);
+    if (!deps.models.allows(identity, asParsed.model)) throw unknownModelError(deps.route.registry, asParsed.model);
+    refuseClientDisaggregationFields(asParsed, identity);
+    // The backends serving the model; an adapter's request is its base model's from here on, over the backends that
+    // serve the adapter.
+    const pool = poolOf(deps.route.registry, asParsed.model);
+    const adapter = deps.adapters?.resolve(asParsed, pool) ?? null;
+    const parsed = adapter ?? asParsed;
+    const split = splitPool(pool, endpoint, deps.prefill.settings.protocol);
     const backends = split.routed;
     const scope = cacheScope ?? '';
     // Only a Responses follow-up looks its owner up: no await on every other request's path.
@@ -172,6 +193,7 @@ export function createRequestPath(
             }),
       prefillBackendId: null,
       prefillCachedTokens: null,
+      adapter: adapter === null ? null : asParsed.model,
       response: reply.raw,
       showsRoutingHeaders: showsRoutingHeaders(deps.routingHeaders, identity),
       admission,

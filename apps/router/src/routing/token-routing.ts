@@ -26,6 +26,8 @@ export type ByteModeFallback = 'template-failed' | 'prompt-batch' | 'tokenizer-f
 export interface TokenRoutingDeps {
   /** The model's tokenizer; null: the model is routed in byte mode. */
   readonly tokenizerOf: (model: string) => PromptTokenizer | null;
+  /** A LoRA adapter's base model (its requests use the base's tokenizer, the adapter keys the blocks); null: not an adapter. */
+  readonly baseModelOf?: (model: string) => string | null;
   /** The engines' KV block size, tokens. */
   readonly blockSizeTokens: number;
   /** Token blocks hashed, looked up and recorded per request (the rest is routed as unmatched). */
@@ -44,7 +46,8 @@ export async function tokenRoutingRequest(
   body: ChatCompletionRequest | CompletionRequest,
   sessionKey: string | null,
 ): Promise<RoutingRequest | null> {
-  const tokenizer = deps.tokenizerOf(body.model);
+  const base = deps.baseModelOf?.(body.model) ?? null;
+  const tokenizer = deps.tokenizerOf(base ?? body.model);
   if (tokenizer === null) return null;
   let tokenIds: ArrayLike<number>;
   if ('messages' in body) {
@@ -76,6 +79,7 @@ export async function tokenRoutingRequest(
     blockSizeTokens: deps.blockSizeTokens,
     maxBlocks: deps.maxBlocks,
     sessionKey,
+    loraName: base === null ? null : body.model,
   });
 }
 

@@ -1,3 +1,4 @@
+import { AdapterRouting } from '../lora/adapter-routing';
 import { MAX_PREFILL_PARAMS_BYTES } from '@kvroute/protocols';
 import { RedisFlowQueue } from '@kvroute/redis-store';
 import type { FastifyBaseLogger } from 'fastify';
@@ -99,6 +100,14 @@ export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDep
     routingHeaders: config.routingHeaders,
     requestLine: requestLineStarter(logger.child({ component: 'requests' }), config.logRequests),
     responses: { owners: state.responseOwners, logger: logger.child({ component: 'responses' }), metrics },
+    adapters: config.loraRouting
+      ? new AdapterRouting({
+          registry: backends.registry,
+          residencyOf: (engineId) => state.engineStates?.loraAdapters(engineId) ?? null,
+          prices: { loadMs: config.loraLoadMs, slotWaitMs: config.loraSlotWaitMs, recentMs: config.loraRecentMs },
+          nowMs: deps.nowMs,
+        })
+      : null,
     prefill: {
       settings: {
         protocol: config.pdProtocol,

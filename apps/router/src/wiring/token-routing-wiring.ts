@@ -23,7 +23,7 @@ const BUNDLED_WORKER = ((): URL | null => {
  */
 export function wireTokenRouting(
   config: RouterConfig,
-  deps: { readonly metrics: RouterMetrics },
+  deps: { readonly metrics: RouterMetrics; readonly baseModelOf: (model: string) => string | null },
   closers: ShutdownStack,
 ): TokenRoutingDeps | undefined {
   const perModel = config.tokenizers;
@@ -46,6 +46,7 @@ export function wireTokenRouting(
   const everyModel = config.tokenizer === undefined ? null : tokenizerFor(config.tokenizer);
   return {
     tokenizerOf: (model) => byModel.get(model) ?? everyModel,
+    baseModelOf: deps.baseModelOf,
     blockSizeTokens: config.kvBlockSizeTokens,
     maxBlocks: config.maxRoutedTokenBlocks,
     onFallback: (reason) => deps.metrics.recordByteModeFallback(reason),

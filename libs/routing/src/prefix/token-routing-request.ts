@@ -22,6 +22,8 @@ export interface TokenRoutingRequestOptions {
   readonly sessionKey?: string | null;
   /** Where the first turn starts and ends, in tokens (see RoutingRequest.firstTurnBytes); absent without one. */
   readonly firstTurnTokens?: { readonly start: number; readonly end: number } | undefined;
+  /** The LoRA adapter the request names (its `model`, when that is an adapter of a base model); absent: none. */
+  readonly loraName?: string | null;
 }
 
 /**
@@ -31,8 +33,8 @@ export interface TokenRoutingRequestOptions {
  * on the same key. Only full blocks are named (vLLM caches full blocks only).
  *
  * Extra keys as vLLM keys a block (vllm/v1/core/kv_cache_utils.py generate_block_hash_extra_keys): the
- * `cache_salt` on block 0 only, so salted and unsalted prompts share no block. (The LoRA adapter, on
- * every block, comes with adapters.)
+ * LoRA adapter's name on every block (`options.loraName`), the `cache_salt` on block 0 only, so adapters, and salted
+ * and unsalted prompts, share no block.
  *
  * Units: in token mode `textBytes` and `blockSizeBytes` count tokens (`unit: 'tokens'`), so every
  * estimate built on them (prefill tokens, backlog, demand) divides by one token per token instead of a
@@ -48,12 +50,14 @@ export function buildTokenRoutingRequest(
   assertBlockSize(blockSizeTokens);
   assertMaxBlocks(maxBlocks);
   const salt = (body as { cache_salt?: unknown }).cache_salt;
-  const saltKey = tokenBlockExtra(null, typeof salt === 'string' ? salt : null, true);
+  const loraName = options.loraName ?? null;
+  const saltKey = tokenBlockExtra(loraName, typeof salt === 'string' ? salt : null, true);
+  const loraKey = tokenBlockExtra(loraName, null, false);
   const blockCount = Math.min(maxBlocks, Math.floor(tokenIds.length / blockSizeTokens));
   const blockHashes: BlockHash[] = new Array(blockCount);
   let previous = TOKEN_CHAIN_ROOT;
   for (let i = 0; i < blockCount; i++) {
-    previous = hashTokenBlock53(tokenIds, i * blockSizeTokens, blockSizeTokens, previous, i === 0 ? saltKey : 0);
+    previous = hashTokenBlock53(tokenIds, i * blockSizeTokens, blockSizeTokens, previous, i === 0 ? saltKey : loraKey);
     blockHashes[i] = previous;
   }
   // A prompt shorter than a block: a hash of all of it, for cold placement only (it is never looked up).
