@@ -447,12 +447,12 @@ describe('infra/k8s/overlays/pd-vllm', () => {
     (role) => {
       const engines = findObject(objects, 'StatefulSet', `vllm-${role}`);
       expect(engines.spec.replicas).toBe(2);
-      expect(podOf(engines).metadata?.labels ?? engines.spec.template.metadata.labels).toMatchObject({
+      expect(engines.spec.template.metadata.labels).toMatchObject({
         'llm-d.ai/role': role,
         'kvroute.io/kv-transfer': 'nixl',
       });
       // Kubernetes copies a Service's labels onto its EndpointSlices: the role EndpointSlice discovery reads.
-      expect(findObject(objects, 'Service', `vllm-${role}`).metadata.labels['llm-d.ai/role']).toBe(role);
+      expect(findObject(objects, 'Service', `vllm-${role}`).metadata.labels?.['llm-d.ai/role']).toBe(role);
       const container = containerOf(engines, 'vllm');
       expect(container.image).toMatch(/^vllm\/vllm-openai:/);
       expect(container.resources.limits['nvidia.com/gpu']).toBe(1);
