@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { POLLERS, ROUTERS, SIMS, VLLMS, backendList } from './compose-stack';
+import { PD_ROUTER, PD_SIMS, POLLERS, ROUTERS, SIMS, VLLMS, backendList } from './compose-stack';
 import { ENV_EXAMPLE_FILE, REPO_ROOT, composeVariables, readRepoFile, repoPath, type ComposeFile } from './stack-files';
 
 /**
@@ -83,6 +83,21 @@ describe(`docker compose config with ${'command' in composeTool ? `${composeTool
       expect(resolved.services['redis']?.environment?.['REDISCLI_AUTH']).toBe(REDIS_PASSWORD);
     }, 60_000);
   }
+
+  it('accepts the file with --profile pd: the prefill/decode sims and their router come up beside the fleet', () => {
+    const result = composeConfig(['pd']);
+    expect(result.status, result.stderr).toBe(0);
+    expect(result.stderr).not.toMatch(/error|invalid/i);
+    const resolved = parseYaml(result.stdout) as ComposeFile;
+    const names = Object.keys(resolved.services);
+    expect(names).toEqual(expect.arrayContaining([...PD_SIMS, PD_ROUTER, ...ROUTERS, ...POLLERS, 'redis']));
+    expect(resolved.services[PD_ROUTER]?.environment?.['KVROUTE_PREFILL_BACKENDS']).toBe(
+      'http://prefill-1:8000,http://prefill-2:8000',
+    );
+    expect(resolved.services[PD_ROUTER]?.environment?.['KVROUTE_DECODE_BACKENDS']).toBe(
+      'http://decode-1:8000,http://decode-2:8000',
+    );
+  });
 
   it('refuses to start without a Redis password, and says how to set one', () => {
     const result = composeConfig([], {});

@@ -1,7 +1,18 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { BACKEND_ALIASES, POLLERS, ROUTERS, SIMS, VLLMS, backendList } from './compose-stack';
+import {
+  BACKEND_ALIASES,
+  POLLERS,
+  ROUTERS,
+  SIMS,
+  VLLMS,
+  backendList,
+  PD_DECODE_SIMS,
+  PD_PREFILL_SIMS,
+  PD_ROUTER,
+  PD_SIMS,
+} from './compose-stack';
 import { unknownEnvVars } from './config-keys';
 import {
   aliasesOf,
@@ -30,6 +41,8 @@ describe('docker-compose.yml', () => {
         ...POLLERS,
         ...SIMS,
         ...VLLMS,
+        ...PD_SIMS,
+        PD_ROUTER,
         'redis',
         'redis-exporter',
         'haproxy',
@@ -38,9 +51,9 @@ describe('docker-compose.yml', () => {
         'bench',
       ].sort(),
     );
-    expect(servicesOf(compose, 'router').map(([name]) => name)).toEqual(ROUTERS);
+    expect(servicesOf(compose, 'router').map(([name]) => name)).toEqual([...ROUTERS, PD_ROUTER]);
     expect(servicesOf(compose, 'poller').map(([name]) => name)).toEqual(POLLERS);
-    expect(servicesOf(compose, 'sim').map(([name]) => name)).toEqual(SIMS);
+    expect(servicesOf(compose, 'sim').map(([name]) => name)).toEqual([...SIMS, ...PD_SIMS]);
   });
 
   it('sets only env vars the apps read on router, poller and sim services', () => {
@@ -88,13 +101,41 @@ describe('docker-compose.yml', () => {
   it('runs the sims (profile sim, the default through .env.example) or vLLM (profile gpu), never both', () => {
     for (const name of SIMS) expect(services[name]?.profiles, name).toEqual(['sim']);
     for (const name of VLLMS) expect(services[name]?.profiles, name).toEqual(['gpu']);
+    for (const name of [...PD_SIMS, PD_ROUTER]) expect(services[name]?.profiles, name).toEqual(['pd']);
     const dotEnv = readEnvExample();
     expect(dotEnv['COMPOSE_PROFILES']).toBe('sim');
     expect(dotEnv['COMPOSE_PROJECT_NAME']).toBe('kvroute');
     for (const [name, service] of Object.entries(services)) {
-      if (SIMS.includes(name) || VLLMS.includes(name) || name === 'bench') continue;
+      if (SIMS.includes(name) || VLLMS.includes(name) || PD_SIMS.includes(name) || name === PD_ROUTER) continue;
+      if (name === 'bench') continue;
       expect(service.profiles, `${name} must run in every profile`).toBeUndefined();
     }
+  });
+
+  it('profile pd: prefill and decode sims, each naming its own reachable address, behind a router that knows their roles', () => {
+    const url = (name: string): string => `http://${name}:8000`;
+    for (const [names, role] of [
+      [PD_PREFILL_SIMS, 'prefill'],
+      [PD_DECODE_SIMS, 'decode'],
+    ] as const) {
+      for (const name of names) {
+        const env = serviceEnv(services[name] as ComposeService);
+        expect(env['KVROUTE_SIM_PD_ROLE'], name).toBe(role);
+        // remote_host in its kv_transfer_params: where the decode side tells it the blocks were read.
+        expect(env['KVROUTE_SIM_HOST'], name).toBe(name);
+        expect(services[name]?.hostname, name).toBe(name);
+        expect(env['KVROUTE_SIM_PORT'], name).toBe('8000');
+      }
+    }
+    const router = serviceEnv(services[PD_ROUTER] as ComposeService);
+    expect(router['KVROUTE_PREFILL_BACKENDS']).toBe(PD_PREFILL_SIMS.map(url).join(','));
+    expect(router['KVROUTE_DECODE_BACKENDS']).toBe(PD_DECODE_SIMS.map(url).join(','));
+    expect(router['KVROUTE_PD_PROTOCOL']).toBe('vllm-nixl');
+    // Its own state: the shared backend set in Redis is routers 1-3's.
+    expect(router['KVROUTE_BACKENDS']).toBeUndefined();
+    expect(router['KVROUTE_REDIS_URL']).toBeUndefined();
+    const seeds = PD_SIMS.map((name) => serviceEnv(services[name] as ComposeService)['KVROUTE_SIM_SEED']);
+    expect(new Set(seeds).size).toBe(PD_SIMS.length);
   });
 
   it('sims listen on all interfaces with distinct seeds and the a100-7b profile by default', () => {

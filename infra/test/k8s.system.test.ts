@@ -16,7 +16,7 @@ import {
 import { buildKustomization } from './k8s-kustomize';
 
 describe('kubectl kustomize builds the same objects as the tests’ loader', () => {
-  it.each(['base', 'overlays/local', 'overlays/a100', 'overlays/public'])('%s', (path) => {
+  it.each(['base', 'overlays/local', 'overlays/a100', 'overlays/pd-vllm', 'overlays/public'])('%s', (path) => {
     expect(sortObjects(buildKustomization(join(K8S_DIR, path)))).toEqual(
       sortObjects(kubectlKustomize(join(K8S_DIR, path))),
     );

@@ -418,6 +418,71 @@ describe('infra/k8s/overlays/a100', () => {
   });
 });
 
+const PREFILL_BACKENDS = [0, 1].map((i) => `http://vllm-prefill-${i}.vllm-prefill:8000`);
+const DECODE_BACKENDS = [0, 1].map((i) => `http://vllm-decode-${i}.vllm-decode:8000`);
+
+describe('infra/k8s/overlays/pd-vllm', () => {
+  const objects = build('overlays/pd-vllm');
+
+  it('passes every check (schemas, references, app configs) once the Redis password Secret exists', () => {
+    expect(checkManifests(objects, WITH_REDIS_SECRET)).toEqual([]);
+  });
+
+  it('gives the routers the engines by role and the NIXL protocol; the pollers watch all four', () => {
+    const { containers } = inspectManifests(objects, WITH_REDIS_SECRET);
+    const router = containers.find((entry) => entry.command === 'router')?.config;
+    expect(router?.['backends']).toEqual([]);
+    expect(router?.['prefillBackends']).toEqual(PREFILL_BACKENDS);
+    expect(router?.['decodeBackends']).toEqual(DECODE_BACKENDS);
+    expect(router?.['pdProtocol']).toBe('vllm-nixl');
+    expect(router?.['pdMinUncachedTokens']).toBe(512);
+    const poller = containers.find((entry) => entry.command === 'poller')?.config;
+    expect((poller?.['backends'] as { url: string }[]).map((backend) => backend.url).sort()).toEqual(
+      [...DECODE_BACKENDS, ...PREFILL_BACKENDS].sort(),
+    );
+  });
+
+  it.each(['prefill', 'decode'])(
+    'runs 2 vLLM %s engines on GPUs with the NixlConnector and its side channel',
+    (role) => {
+      const engines = findObject(objects, 'StatefulSet', `vllm-${role}`);
+      expect(engines.spec.replicas).toBe(2);
+      expect(engines.spec.template.metadata.labels).toMatchObject({
+        'llm-d.ai/role': role,
+        'kvroute.io/kv-transfer': 'nixl',
+      });
+      // Kubernetes copies a Service's labels onto its EndpointSlices: the role EndpointSlice discovery reads.
+      expect(findObject(objects, 'Service', `vllm-${role}`).metadata.labels?.['llm-d.ai/role']).toBe(role);
+      const container = containerOf(engines, 'vllm');
+      expect(container.image).toMatch(/^vllm\/vllm-openai:/);
+      expect(container.resources.limits['nvidia.com/gpu']).toBe(1);
+      const config = container.args[container.args.indexOf('--kv-transfer-config') + 1];
+      expect(JSON.parse(config)).toEqual({ kv_connector: 'NixlConnector', kv_role: 'kv_both' });
+      expect(container.args).toContain('--enable-prefix-caching');
+      const env = new Map(container.env.map((entry: any) => [entry.name, entry]));
+      expect(env.get('VLLM_NIXL_SIDE_CHANNEL_HOST')).toEqual({
+        name: 'VLLM_NIXL_SIDE_CHANNEL_HOST',
+        valueFrom: { fieldRef: { fieldPath: 'status.podIP' } },
+      });
+      expect(env.get('VLLM_NIXL_SIDE_CHANNEL_PORT')).toEqual({ name: 'VLLM_NIXL_SIDE_CHANNEL_PORT', value: '5600' });
+      expect(container.ports).toContainEqual({ name: 'nixl', containerPort: 5600 });
+    },
+  );
+
+  it('lets the engines reach each other (side channel, UCX) past the base policy', () => {
+    const policy = findObject(objects, 'NetworkPolicy', 'kv-transfer');
+    expect(policy.spec.podSelector).toEqual({ matchLabels: { 'kvroute.io/kv-transfer': 'nixl' } });
+    expect(policy.spec.ingress).toEqual([
+      { from: [{ podSelector: { matchLabels: { 'kvroute.io/kv-transfer': 'nixl' } } }] },
+    ]);
+  });
+
+  it('runs only kvroute apps, each setting only env vars it reads, and a kvroute.yaml of known keys', () => {
+    expectKnownAppsAndEnv(objects);
+    expectSharedConfigKeys(objects);
+  });
+});
+
 describe('infra/k8s/overlays/public (components/public-api)', () => {
   const objects = build('overlays/public');
   const secrets = {

@@ -31,17 +31,19 @@ beforeAll(async () => {
 describe('infra/prometheus/prometheus.yml', () => {
   it('scrapes every router, poller and backend of docker-compose.yml on its port', () => {
     // The routers' ops listener: their API port (KVROUTE_PORT) no longer serves /metrics.
-    const routers = servicesOf(compose, 'router').map(
-      ([name, service]) => `${name}:${serviceEnv(service)['KVROUTE_OPS_PORT'] ?? ROUTER_OPS_PORT_DEFAULT}`,
-    );
-    for (const [name, service] of servicesOf(compose, 'router'))
+    const routers = servicesOf(compose, 'router')
+      .filter(([, service]) => !service.profiles?.includes('pd'))
+      .map(([name, service]) => `${name}:${serviceEnv(service)['KVROUTE_OPS_PORT'] ?? ROUTER_OPS_PORT_DEFAULT}`);
+    for (const [name, service] of servicesOf(compose, 'router').filter(
+      ([, service]) => !service.profiles?.includes('pd'),
+    ))
       expect(serviceEnv(service)['KVROUTE_PORT'], name).not.toBe(String(ROUTER_OPS_PORT_DEFAULT));
     const pollers = servicesOf(compose, 'poller').map(
       ([name, service]) => `${name}:${serviceEnv(service)['KVROUTE_POLLER_PORT']}`,
     );
-    const backends = servicesOf(compose, 'sim').map(
-      ([, service]) => `${aliasesOf(service)[0]}:${serviceEnv(service)['KVROUTE_SIM_PORT']}`,
-    );
+    const backends = servicesOf(compose, 'sim')
+      .filter(([, service]) => !service.profiles?.includes('pd'))
+      .map(([, service]) => `${aliasesOf(service)[0]}:${serviceEnv(service)['KVROUTE_SIM_PORT']}`);
     expect(jobs.get('kvroute-router')).toEqual(routers);
     expect(jobs.get('kvroute-poller')).toEqual(pollers);
     expect(jobs.get('backends')).toEqual(backends);

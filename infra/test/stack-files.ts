@@ -30,6 +30,7 @@ export interface ComposeService {
   readonly build?: { context?: string; dockerfile?: string; target?: string };
   readonly command?: string[];
   readonly user?: string;
+  readonly hostname?: string;
   readonly environment?: Record<string, string | number | boolean | null>;
   readonly profiles?: string[];
   readonly ports?: string[];
