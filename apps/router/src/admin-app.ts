@@ -1,3 +1,4 @@
+import type { AdapterRouting } from './lora/adapter-routing';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { registerAdminAuth } from './admin/admin-auth';
 import type { FlowControl } from './flow/flow-control';
@@ -25,6 +26,8 @@ export interface AdminAppDeps {
     readonly learned: LearnedFigures;
     /** A disaggregated model's prefill leg, explained too. */
     readonly prefill?: PrefillDeps;
+    /** LoRA adapters, explained as routed; null: adapter-blind. */
+    readonly adapters?: AdapterRouting | null;
   } | null;
   readonly metrics: RouterMetrics;
   readonly logger: FastifyBaseLogger | false;

@@ -1,3 +1,4 @@
+import type { AdapterRouting } from '../lora/adapter-routing';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { RouterError } from '../errors';
 import { parseRequest, type Endpoint, type ParseOptions } from '../pipeline/parse';
@@ -52,12 +53,20 @@ function debugEndpointOf(request: FastifyRequest): Endpoint {
  */
 export async function debugRoutes(
   app: FastifyInstance,
-  options: { route: RouteDeps; parse: ParseOptions; learned: LearnedFigures; prefill?: PrefillDeps },
+  options: {
+    route: RouteDeps;
+    parse: ParseOptions;
+    learned: LearnedFigures;
+    prefill?: PrefillDeps;
+    adapters?: AdapterRouting | null;
+  },
 ): Promise<void> {
   app.post('/debug/route', async (request) => {
     const endpoint = debugEndpointOf(request);
-    const parsed = await parseRequest(endpoint, request, options.parse);
-    const pool = poolOf(options.route.registry, parsed.model);
+    const asParsed = await parseRequest(endpoint, request, options.parse);
+    const pool = poolOf(options.route.registry, asParsed.model);
+    // An adapter's request is explained as routed: in its base model's pool, its adapter's waits priced (`adapterMs`).
+    const parsed = options.adapters?.resolve(asParsed, pool) ?? asParsed;
     const split =
       options.prefill === undefined
         ? { routed: pool, prefill: null }

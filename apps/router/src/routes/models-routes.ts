@@ -19,13 +19,18 @@ export async function modelsRoutes(
   app: FastifyInstance,
   options: { registry: BackendRegistry; createdUnixSeconds: number; access: ModelAccess },
 ): Promise<void> {
-  const modelObject = (id: string, request: FastifyRequest) => ({
-    id,
-    object: 'model',
-    created: options.createdUnixSeconds,
-    owned_by: 'kvroute',
-    ...(isPrivileged(request) ? backendsOf(options.registry.poolFor(id)) : {}),
-  });
+  const modelObject = (id: string, request: FastifyRequest) => {
+    // A LoRA adapter names its base model, as vLLM lists it (`parent`): its requests are served by that model's pool.
+    const parent = options.registry.baseModelOf(id);
+    return {
+      id,
+      object: 'model',
+      created: options.createdUnixSeconds,
+      owned_by: 'kvroute',
+      ...(parent === null || parent === id ? {} : { parent }),
+      ...(isPrivileged(request) ? backendsOf(options.registry.poolFor(id)) : {}),
+    };
+  };
   app.get('/v1/models', async (request) => ({
     object: 'list',
     data: options.access.visible(request.identity, options.registry.models()).map((id) => modelObject(id, request)),

@@ -121,6 +121,7 @@ export async function wireApps(config: RouterConfig, deps: AppsWiringDeps, close
           parse: paths.requestPath.parse,
           learned: paths.learned,
           prefill: paths.requestPath.prefill,
+          adapters: paths.requestPath.adapters,
         }
       : null,
     flow: paths.flow,
