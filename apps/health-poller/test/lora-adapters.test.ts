@@ -101,7 +101,7 @@ describe('LoRA adapter residency', () => {
 
     metricsBody = NEXT;
     const back = await waitForValue(stateOf(env, backend.id), (value) => value?.loraAdapters != null);
-    expect(back.value.loraAdapters).toEqual({ running: ['alpaca'], waiting: ['chat'], maxLoras: 2 });
+    expect(back.value?.loraAdapters).toEqual({ running: ['alpaca'], waiting: ['chat'], maxLoras: 2 });
     const counted = await malformedCount();
     await new Promise((resolve) => setTimeout(resolve, 3 * POLLER.intervalMs));
     expect(await malformedCount()).toBe(counted);
