@@ -19,6 +19,7 @@ const state = (overrides: Partial<BackendState>): BackendState => ({
   healthyChangedAtMs: 0,
   scrapedAtMs: 0,
   restartedAtMs: null,
+  loraAdapters: null,
   ...overrides,
 });
 
@@ -72,6 +73,7 @@ describe('PollerMetrics: per-backend gauges', () => {
       metrics.recordScrape(backend, 0.01, 'timeout');
       metrics.recordPublished(backend);
       metrics.recordEngineRestart(backend, 'start-time-changed');
+      metrics.recordLoraInfoMalformed(backend);
       metrics.recordBackendState(state({ backendId: backend }), 0);
     }
     const series = async (name: string) =>
@@ -83,10 +85,11 @@ describe('PollerMetrics: per-backend gauges', () => {
       'kvroute_poller_scrape_failures_total',
       'kvroute_poller_state_changes_published_total',
       'kvroute_poller_engine_restarts_total',
+      'kvroute_poller_lora_info_malformed_total',
       'kvroute_poller_backend_healthy',
     ];
     for (const name of names) expect(await series(name), name).toEqual(['leaves', 'stays']);
-    expect(await metrics.forgetDepartedBackends(new Set(['stays']))).toBe(4);
+    expect(await metrics.forgetDepartedBackends(new Set(['stays']))).toBe(5);
     for (const name of names) expect(await series(name), name).toEqual(['stays']);
     // The one that stays counts on from where it was.
     metrics.recordScrape('stays', 0.01, null);

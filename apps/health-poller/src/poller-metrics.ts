@@ -68,6 +68,7 @@ export class PollerMetrics implements KvEventsMetricsSink {
   private readonly staleJobs: Counter;
   private readonly published: Counter<'backend'>;
   private readonly restarts: Counter<'backend' | 'sign'>;
+  private readonly loraInfoMalformed: Counter<'backend'>;
 
   /**
    * Each backend's last state this replica scraped, and when (ms), oldest record first (a record moves
@@ -129,6 +130,14 @@ export class PollerMetrics implements KvEventsMetricsSink {
         "counter_went_down): the scrape's state carries restartedAtMs and routers forget the backend's " +
         'prefix ownership.',
       labelNames: ['backend', 'sign'],
+      registers,
+    });
+    this.loraInfoMalformed = new Counter({
+      name: 'kvroute_poller_lora_info_malformed_total',
+      help:
+        'Scrapes whose vllm:lora_requests_info could not be read (NaN/Inf value, a label missing, max_lora not a ' +
+        'count, over 256 names or a name over 256 characters), per backend: the state says its LoRA adapters are unknown.',
+      labelNames: ['backend'],
       registers,
     });
     this.kvBatches = new Counter({
@@ -241,6 +250,10 @@ export class PollerMetrics implements KvEventsMetricsSink {
     this.restarts.inc({ backend, sign: sign.replaceAll('-', '_') });
   }
 
+  recordLoraInfoMalformed(backend: string): void {
+    this.loraInfoMalformed.inc({ backend });
+  }
+
   recordKvBatch(outcome: 'applied' | 'named_only' | 'duplicate' | 'dropped'): void {
     this.kvBatches.inc({ outcome });
   }
@@ -281,7 +294,9 @@ export class PollerMetrics implements KvEventsMetricsSink {
    */
   async forgetDepartedBackends(current: ReadonlySet<string>): Promise<number> {
     let removed = 0;
-    for (const counter of [this.scrapes, this.failures, this.published, this.restarts] as Array<Counter<string>>) {
+    for (const counter of [this.scrapes, this.failures, this.published, this.restarts, this.loraInfoMalformed] as Array<
+      Counter<string>
+    >) {
       for (const { labels } of (await counter.get()).values) {
         if (current.has(String(labels['backend']))) continue;
         counter.remove(labels);

@@ -19,6 +19,8 @@ const figures = (overrides: Partial<EngineMetrics> = {}): EngineMetrics => ({
   prefixCacheCounterUnit: 'tokens',
   prefixCacheHitRate: null,
   engineStartedAtMs: 1_796_000_000_000,
+  loraAdapters: null,
+  loraAdaptersMalformed: false,
   ...overrides,
 });
 

@@ -78,6 +78,7 @@ export async function runScrapeJob(
     deps.metrics.recordEngineRestart(data.backendId, restart.sign);
     deps.logger?.info({ backend: data.backendId, restart }, 'engine restarted: its prefix cache is empty');
   }
+  if (current !== null) noteLoraInfo(data.backendId, previous, current, deps);
   const observation: BackendObservation = {
     // Every EngineKind is a BackendEngine: BACKEND_ENGINES is ENGINE_KINDS plus `unknown`.
     engine: current?.engine ?? previous?.engine ?? data.engine ?? 'unknown',
@@ -92,6 +93,7 @@ export async function runScrapeJob(
       current === null ? null : deps.hitRate(restart === null ? (previous ?? current) : current, current),
     preemptionsTotal: current?.preemptionsTotal ?? null,
     engineStartedAtMs: current?.engineStartedAtMs ?? null,
+    loraAdapters: current?.loraAdapters ?? null,
   };
   const recorded = await deps.store.record(
     {
@@ -99,7 +101,7 @@ export async function runScrapeJob(
       healthPassed: outcome.healthPassed,
       observation,
       scrapedAtMs,
-      carry: current === null ? null : JSON.stringify(current),
+      carry: current === null ? null : carryOf(current),
       restartedAtMs: restart === null ? null : scrapedAtMs,
     },
     { ...deps.hysteresis, ttlMs: deps.stateTtlMs },
@@ -107,6 +109,32 @@ export async function runScrapeJob(
   deps.metrics.recordBackendState(recorded.state, scrapedAtMs);
   if (recorded.published) deps.metrics.recordPublished(data.backendId);
   return { kind: 'scraped', state: recorded.state, published: recorded.published };
+}
+
+/**
+ * A malformed `vllm:lora_requests_info` (the observation then says null: unknown): counted at every scrape
+ * that reads it, logged when it turns malformed or readable again. The previous scrape's flag comes from
+ * the carry, so replicas taking turns do not log it again.
+ */
+function noteLoraInfo(
+  backend: string,
+  previous: EngineMetrics | null,
+  current: EngineMetrics,
+  deps: Pick<ScrapeJobDeps, 'metrics' | 'logger'>,
+): void {
+  const malformed = current.loraAdaptersMalformed;
+  if (malformed) deps.metrics.recordLoraInfoMalformed(backend);
+  if (malformed === (previous?.loraAdaptersMalformed === true)) return;
+  if (malformed) deps.logger?.warn({ backend }, 'vllm:lora_requests_info is malformed: LoRA residency unknown');
+  else if (previous !== null) deps.logger?.info({ backend }, 'vllm:lora_requests_info is readable again');
+}
+
+/**
+ * The figures the next scrape reads back, as JSON, without the adapter names (up to 2 × 256 names of 256
+ * characters): nothing compares them between scrapes, and the observation holds them already.
+ */
+function carryOf(current: EngineMetrics): string {
+  return JSON.stringify({ ...current, loraAdapters: null });
 }
 
 /** The figures a previous scrape left (its own JSON); null when none or not recognisable. */

@@ -45,6 +45,28 @@ export interface EngineMetrics {
    * vLLM V0's and SGLang's multiprocess registries, and llama.cpp, do not print it). Rounded to the ms.
    */
   readonly engineStartedAtMs: number | null;
+  /**
+   * LoRA adapters the engine serves right now (vLLM's `vllm:lora_requests_info`, its latest series); null
+   * when the engine shows no such metric (no LoRA request served yet, LoRA off, another engine) or it is
+   * malformed (then `loraAdaptersMalformed`).
+   */
+  readonly loraAdapters: LoraAdapters | null;
+  /** `vllm:lora_requests_info` is there but unreadable (NaN/±Inf value, a label missing or out of bounds). */
+  readonly loraAdaptersMalformed: boolean;
+}
+
+/**
+ * LoRA adapter residency, as vLLM reports it at its last stats update. Names are the adapters' served
+ * names (`--lora-modules name=…`, `load_lora_adapter`'s `lora_name`), distinct, non-empty, sorted by code
+ * unit, at most 256 of at most 256 characters per list.
+ */
+export interface LoraAdapters {
+  /** Adapters of the requests in the running batch (loaded on the GPU). */
+  readonly running: readonly string[];
+  /** Adapters of queued requests (waiting for a batch slot, possibly for their adapter to be loaded). */
+  readonly waiting: readonly string[];
+  /** `--max-loras`: how many distinct adapters one batch may hold; null when the engine does not say. */
+  readonly maxLoras: number | null;
 }
 
 export type EngineMetricsErrorCode = 'ENGINE_METRICS_ERR_UNKNOWN_ENGINE';

@@ -15,6 +15,8 @@ const scrape = (overrides: Partial<EngineMetrics>): EngineMetrics => ({
   prefixCacheCounterUnit: 'tokens',
   prefixCacheHitRate: null,
   engineStartedAtMs: null,
+  loraAdapters: null,
+  loraAdaptersMalformed: false,
   ...overrides,
 });
 

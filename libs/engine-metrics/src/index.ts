@@ -8,3 +8,4 @@ export { PROCESS_METRIC_NAMES } from './process-start-time';
 export { VLLM_METRIC_NAMES } from './dialects/vllm';
 export { SGLANG_METRIC_NAMES, SGLANG_REPLICA_LABELS } from './dialects/sglang';
 export { LLAMACPP_METRIC_NAMES, readLlamaCppSlots, type LlamaCppSlotView } from './dialects/llamacpp';
+export { LORA_METRIC_NAMES, LORA_MAX_NAMES, LORA_MAX_NAME_CHARS } from './lora-adapters';

@@ -24,6 +24,8 @@ describe('parseEngineMetrics: vLLM V1', () => {
       prefixCacheCounterUnit: 'tokens',
       prefixCacheHitRate: null,
       engineStartedAtMs: 1_761_204_391_270,
+      loraAdapters: null,
+      loraAdaptersMalformed: false,
     });
   });
 
@@ -42,6 +44,8 @@ describe('parseEngineMetrics: vLLM V1', () => {
       prefixCacheCounterUnit: null,
       prefixCacheHitRate: null,
       engineStartedAtMs: null,
+      loraAdapters: null,
+      loraAdaptersMalformed: false,
     });
     for (const value of Object.values(metrics))
       if (typeof value === 'number') expect(Number.isFinite(value)).toBe(true);
@@ -104,6 +108,8 @@ describe('parseEngineMetrics: vLLM V0', () => {
       prefixCacheCounterUnit: null,
       prefixCacheHitRate: 0.9137,
       engineStartedAtMs: null,
+      loraAdapters: null,
+      loraAdaptersMalformed: false,
     });
   });
 
@@ -131,6 +137,8 @@ describe('parseEngineMetrics: SGLang', () => {
       prefixCacheCounterUnit: 'tokens',
       prefixCacheHitRate: 0.4,
       engineStartedAtMs: null,
+      loraAdapters: null,
+      loraAdaptersMalformed: false,
     });
   });
 
@@ -185,6 +193,8 @@ describe('parseEngineMetrics: llama.cpp', () => {
       prefixCacheCounterUnit: null,
       prefixCacheHitRate: null,
       engineStartedAtMs: null,
+      loraAdapters: null,
+      loraAdaptersMalformed: false,
     });
   });
 

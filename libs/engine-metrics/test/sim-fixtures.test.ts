@@ -52,6 +52,8 @@ describe('vllm-sim expositions', () => {
       prefixCacheHitRate: null,
       // The sim prints its start as process_start_time_seconds, as vLLM V1 with one API server does.
       engineStartedAtMs: 1_795_974_452_297,
+      loraAdapters: null,
+      loraAdaptersMalformed: false,
     });
     expect(metrics).toMatchObject({
       kvUsage: vllmState.kv_cache_usage,
@@ -78,6 +80,8 @@ describe('vllm-sim expositions', () => {
       prefixCacheHitsTotal: null,
       prefixCacheCounterUnit: null,
       engineStartedAtMs: null,
+      loraAdapters: null,
+      loraAdaptersMalformed: false,
       // Block hit rate: 24 hit blocks of 123 full blocks looked up.
       prefixCacheHitRate: 0.1951219512195122,
     });
@@ -107,6 +111,8 @@ describe('vllm-sim expositions', () => {
       prefixCacheCounterUnit: 'tokens',
       prefixCacheHitRate: 0,
       engineStartedAtMs: null,
+      loraAdapters: null,
+      loraAdaptersMalformed: false,
     });
     // The sim's pool has num_gpu_blocks − 1 usable blocks.
     expect(metrics).toMatchObject({
@@ -129,6 +135,8 @@ describe('vllm-sim expositions', () => {
       prefixCacheCounterUnit: null,
       prefixCacheHitRate: null,
       engineStartedAtMs: null,
+      loraAdapters: null,
+      loraAdaptersMalformed: false,
     });
     expect(parseEngineMetrics(llamaCppProm)).toMatchObject({
       kvCapacityTokens: null,

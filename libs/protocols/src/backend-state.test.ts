@@ -18,6 +18,7 @@ const state = {
   preemptionsTotal: 0,
   engineStartedAtMs: 1_799_999_000_000,
   restartedAtMs: null,
+  loraAdapters: { running: ['alpaca', 'sql-lora'], waiting: [], maxLoras: 2 },
 };
 
 describe('BackendState', () => {
@@ -34,12 +35,32 @@ describe('BackendState', () => {
   });
 
   it('reads a state published before the engine start and restart fields existed as not known', () => {
-    const { engineStartedAtMs: _started, restartedAtMs: _restarted, ...older } = state;
-    expect(BackendState.parse(older)).toEqual({ ...state, engineStartedAtMs: null, restartedAtMs: null });
+    const { engineStartedAtMs: _started, restartedAtMs: _restarted, loraAdapters: _lora, ...older } = state;
+    expect(BackendState.parse(older)).toEqual({
+      ...state,
+      engineStartedAtMs: null,
+      restartedAtMs: null,
+      loraAdapters: null,
+    });
   });
 
   it('rejects a start or restart time that is not a whole ms count', () => {
     expect(BackendState.safeParse({ ...state, engineStartedAtMs: 1.5 }).success).toBe(false);
     expect(BackendState.safeParse({ ...state, restartedAtMs: -1 }).success).toBe(false);
+  });
+
+  it('keeps unknown LoRA residency as null and rejects empty or oversized names and a bad max', () => {
+    expect(BackendState.parse({ ...state, loraAdapters: null }).loraAdapters).toBeNull();
+    const lora = state.loraAdapters;
+    expect(BackendState.safeParse({ ...state, loraAdapters: { ...lora, running: [''] } }).success).toBe(false);
+    expect(BackendState.safeParse({ ...state, loraAdapters: { ...lora, waiting: ['x'.repeat(257)] } }).success).toBe(
+      false,
+    );
+    const tooMany = Array.from({ length: 257 }, (_, i) => `a${i}`);
+    expect(BackendState.safeParse({ ...state, loraAdapters: { ...lora, running: tooMany } }).success).toBe(false);
+    expect(BackendState.safeParse({ ...state, loraAdapters: { ...lora, maxLoras: 1.5 } }).success).toBe(false);
+    expect(
+      BackendState.parse({ ...state, loraAdapters: { ...lora, maxLoras: null } }).loraAdapters?.maxLoras,
+    ).toBeNull();
   });
 });

@@ -37,6 +37,26 @@ const amount = z.number().min(0).nullable();
 /** ms since the Unix epoch. */
 const timestamp = z.number().int().min(0);
 
+/** An adapter's served name (`--lora-modules name=…`, `load_lora_adapter`'s `lora_name`). */
+const adapterName = z.string().min(1).max(256);
+/** Distinct names, sorted by code unit (so a reordering at the engine publishes no change). */
+const adapterNames = z.array(adapterName).max(256).readonly();
+
+/**
+ * LoRA adapter residency as the engine reported it at its last stats update (vLLM's
+ * `vllm:lora_requests_info`, its newest series). A name in `running` is loaded on the GPU now; one in
+ * `waiting` only is asked for by queued requests (it may have to be loaded, evicting another).
+ */
+export const LoraAdapters = z.object({
+  /** Adapters of the requests in the running batch. */
+  running: adapterNames,
+  /** Adapters of the queued requests. */
+  waiting: adapterNames,
+  /** How many distinct adapters one batch may hold (`--max-loras`), a count; null when the engine does not say. */
+  maxLoras: z.number().int().min(0).nullable(),
+});
+export type LoraAdapters = z.infer<typeof LoraAdapters>;
+
 /** What one scrape saw, before health hysteresis. */
 export const BackendObservation = z.object({
   engine: BackendEngine,
@@ -60,6 +80,12 @@ export const BackendObservation = z.object({
    * states published before the field existed: null.
    */
   engineStartedAtMs: timestamp.nullable().default(null),
+  /**
+   * LoRA adapters the engine serves (see `LoraAdapters`). null: unknown, the engine shows no LoRA metric
+   * (LoRA off, no adapter used since it started, not vLLM), its metric is malformed, or `/metrics` could
+   * not be read. Absent in states published before the field existed: null.
+   */
+  loraAdapters: LoraAdapters.nullable().default(null),
 });
 export type BackendObservation = z.infer<typeof BackendObservation>;
 

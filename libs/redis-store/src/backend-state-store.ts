@@ -208,7 +208,12 @@ function observationOf(observation: BackendObservation): BackendObservation {
     prefixCacheHitRate: observation.prefixCacheHitRate,
     preemptionsTotal: observation.preemptionsTotal,
     engineStartedAtMs: observation.engineStartedAtMs,
+    loraAdapters: loraAdaptersOf(observation.loraAdapters),
   };
+}
+
+function loraAdaptersOf(lora: BackendObservation['loraAdapters']): BackendObservation['loraAdapters'] {
+  return lora === null ? null : { running: lora.running, waiting: lora.waiting, maxLoras: lora.maxLoras };
 }
 
 function decodeState(raw: string): BackendState | null {

@@ -23,6 +23,7 @@ function aState(backendId: string, fields: Partial<BackendState> = {}): BackendS
     healthyChangedAtMs: 0,
     scrapedAtMs: 1_000,
     restartedAtMs: null,
+    loraAdapters: null,
     ...fields,
   };
 }

@@ -70,5 +70,7 @@ export function normaliseLlamaCpp(series: SeriesReader, slotsBody: unknown): Eng
     prefixCacheHitRate: null,
     // llama.cpp prints no process metrics; read anyway, as for every engine.
     engineStartedAtMs: engineStartedAtMs(series),
+    loraAdapters: null,
+    loraAdaptersMalformed: false,
   };
 }

@@ -58,5 +58,7 @@ export function normaliseSglang(series: SeriesReader): EngineMetrics {
     prefixCacheCounterUnit: counted ? 'tokens' : null,
     prefixCacheHitRate: clampRatio(series.mean(N.cacheHitRate)),
     engineStartedAtMs: engineStartedAtMs(series),
+    loraAdapters: null,
+    loraAdaptersMalformed: false,
   };
 }

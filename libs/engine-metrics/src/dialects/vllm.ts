@@ -1,4 +1,5 @@
 import type { EngineMetrics } from '../engine-metrics';
+import { readLoraAdapters } from '../lora-adapters';
 import { engineStartedAtMs } from '../process-start-time';
 import { clampRatio, type SeriesReader } from '../series-reader';
 
@@ -51,6 +52,7 @@ export function normaliseVllm(series: SeriesReader, engine: 'vllm' | 'vllm-v0'):
     ...counters,
     prefixCacheHitRate: v0HitRate(series),
     engineStartedAtMs: engineStartedAtMs(series),
+    ...readLoraAdapters(series),
   };
 }
 

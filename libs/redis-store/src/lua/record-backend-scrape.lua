@@ -24,13 +24,15 @@
   ARGV[5]  successesToHealthy, integer >= 1
   ARGV[6]  TTL of the state hash, ms
   ARGV[7]  channel that gets the new state JSON on a change: <ns>:{fleet}:backend-states:changes
-  ARGV[8]  observation JSON: a flat object (engine, failure, load figures), compared as text
+  ARGV[8]  observation JSON: a non-empty object (engine, failure, load figures, LoRA adapters), compared as
+           text; the state JSON is this text with the state's own fields appended
   ARGV[9]  carry: text the next scrape reads back (HGET carry); '' keeps the stored one
   ARGV[10] ms since the Unix epoch of an engine restart this scrape found (the scrape's now); '' none
 
   Returns {state JSON, published 1|0}. The state JSON is the observation plus backendId, healthy,
   consecutiveFailures, consecutiveSuccesses, healthyChangedAtMs, scrapedAtMs and restartedAtMs (null
-  while no restart is recorded) (cjson keeps integers up to 14 digits exact, ms timestamps included).
+  while no restart is recorded) (cjson keeps integers up to 14 digits exact, ms timestamps included; the
+  observation's own numbers are kept as the poller wrote them).
 ]]
 
 local id = ARGV[1]
@@ -72,15 +74,18 @@ local restarted = seen ~= nil and (restartedAt == nil or seen > restartedAt)
 if restarted then restartedAt = seen end
 local changed = (not known) or healthy ~= wasHealthy or observation ~= previous[5] or restarted
 
-local state = cjson.decode(observation)
-state['backendId'] = id
-state['healthy'] = healthy
-state['consecutiveFailures'] = failures
-state['consecutiveSuccesses'] = successes
-state['healthyChangedAtMs'] = changedAt
-state['scrapedAtMs'] = now
-state['restartedAtMs'] = restartedAt or cjson.null
-local stateJson = cjson.encode(state)
+-- The state is the observation's own text with these fields appended: decoding and re-encoding it would
+-- turn an empty list into {} (cjson cannot tell an empty array from an empty object) and round numbers.
+local fields = cjson.encode({
+  backendId = id,
+  healthy = healthy,
+  consecutiveFailures = failures,
+  consecutiveSuccesses = successes,
+  healthyChangedAtMs = changedAt,
+  scrapedAtMs = now,
+  restartedAtMs = restartedAt or cjson.null,
+})
+local stateJson = string.sub(observation, 1, -2) .. ',' .. string.sub(fields, 2)
 
 redis.call('HSET', KEYS[1], 'healthy', healthy and '1' or '0', 'failures', failures, 'successes', successes,
   'changedAt', changedAt, 'observation', observation, 'state', stateJson)

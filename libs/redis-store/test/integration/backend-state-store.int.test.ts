@@ -29,6 +29,7 @@ const loaded = (extra: Partial<BackendObservation> = {}): BackendObservation => 
   prefixCacheHitRate: 0.5,
   preemptionsTotal: 0,
   engineStartedAtMs: 1_796_165_945_615,
+  loraAdapters: null,
   ...extra,
 });
 const refused: BackendObservation = {

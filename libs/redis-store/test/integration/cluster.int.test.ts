@@ -140,6 +140,7 @@ const observation = (running: number): BackendObservation => ({
   prefixCacheHitRate: 0.5,
   preemptionsTotal: 0,
   engineStartedAtMs: 1_796_165_945_615,
+  loraAdapters: null,
 });
 
 let scrapedAt = 0;

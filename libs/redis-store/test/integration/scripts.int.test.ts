@@ -69,6 +69,7 @@ describe('script loading', () => {
             prefixCacheHitRate: null,
             preemptionsTotal: 0,
             engineStartedAtMs: null,
+            loraAdapters: null,
           },
           scrapedAtMs: clock.nowMs(),
           carry: null,
