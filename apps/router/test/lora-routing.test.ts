@@ -90,6 +90,7 @@ describe('LoRA adapters through the router (fake vLLM engines, real Redis)', () 
         redisUrl: redis.url,
         backends: engines.map((engine) => ({ url: engine.url })),
         adminToken: ADMIN_TOKEN,
+        adminPort: 0,
         debugRoutes: true,
         ...overrides,
       }),
@@ -149,7 +150,9 @@ describe('LoRA adapters through the router (fake vLLM engines, real Redis)', () 
       const body = (await response.json()) as {
         decision: { backendId: string; scores: { backendId: string; parts: { adapterMs: number } }[] };
       };
-      const adapterMs = Object.fromEntries(body.decision.scores.map((score) => [score.backendId, score.parts.adapterMs]));
+      const adapterMs = Object.fromEntries(
+        body.decision.scores.map((score) => [score.backendId, score.parts.adapterMs]),
+      );
       return { chosen: body.decision.backendId, adapterMs };
     };
     await waitFor(async () => (await explain()).adapterMs[hostOf(3)] === 0, 5_000);
