@@ -121,7 +121,7 @@ describe('vllm-sim LoRA adapters', () => {
   it('reloads an adapter the CPU cache evicted (least recently used first)', async () => {
     const sim = await start({ loraModules: 'a=/p/a,b=/p/b,c=/p/c', maxLoras: 1, maxCpuLoras: 2, loraLoadMs: 5 });
     // Start: a, b, c read in order; c evicted a.
-    const loads = async () => (await (await fetch(`${sim.url}/sim/lora`)).json()).ranks[0].loads;
+    const loads = async () => ((await (await fetch(`${sim.url}/sim/lora`)).json()) as any).ranks[0].loads;
     expect(await loads()).toEqual({ a: 1, b: 1, c: 1 });
     await complete(sim, 'a'); // read again; evicts b (least recently used)
     await complete(sim, 'c'); // still loaded
@@ -161,7 +161,7 @@ describe('vllm-sim LoRA adapters', () => {
       load_inplace: true,
     });
     expect(inplace.status).toBe(200);
-    const cards = (await (await fetch(`${sim.url}/v1/models`)).json()).data;
+    const cards = ((await (await fetch(`${sim.url}/v1/models`)).json()) as any).data;
     expect(cards[1]).toMatchObject({ id: 'x', root: '/p/x2' });
 
     const unloaded = await post(sim, '/v1/unload_lora_adapter', { lora_name: 'x' });
