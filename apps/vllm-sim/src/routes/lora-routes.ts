@@ -33,7 +33,7 @@ const defaultSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(r
 export async function loraRoutes(app: FastifyInstance, options: LoraRoutesOptions): Promise<void> {
   const sleep = options.sleep ?? defaultSleep;
   // Loads of one name are serialised, as vLLM holds a lock per adapter name.
-  const pending = new Map<string, Promise<unknown>>();
+  const pending = new Map<string, Promise<void>>();
 
   app.post('/v1/load_lora_adapter', async (request, reply) => {
     const body = parseBody(LoadLoraAdapterRequest, request.body);
@@ -43,10 +43,15 @@ export async function loraRoutes(app: FastifyInstance, options: LoraRoutesOption
       await sleep(options.loadWallMs);
       options.models.add(body.lora_name, body.lora_path);
     });
-    pending.set(
-      body.lora_name,
-      load.catch(() => undefined),
+    const settled = load.then(
+      () => undefined,
+      () => undefined,
     );
+    pending.set(body.lora_name, settled);
+    // The last load of a name forgets its entry once it settles.
+    void settled.then(() => {
+      if (pending.get(body.lora_name) === settled) pending.delete(body.lora_name);
+    });
     await load;
     return reply
       .code(200)
