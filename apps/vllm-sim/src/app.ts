@@ -13,6 +13,8 @@ import { generationRoutes } from './routes/generation-routes';
 import { messagesRoutes } from './routes/messages-routes';
 import { metricsRoutes } from './routes/metrics-routes';
 import { kvCacheDebugRoutes } from './routes/kv-cache-debug-routes';
+import type { LoraRegistry } from './lora/lora-registry';
+import { loraRoutes } from './routes/lora-routes';
 import { modelsRoutes } from './routes/models-routes';
 import { poolingRoutes } from './routes/pooling-routes';
 import { probesRoutes } from './routes/probes-routes';
@@ -55,6 +57,13 @@ export interface SimAppDeps {
   readonly pdRole: PdRole;
   readonly sideChannel: SideChannel;
   readonly bootstrapRooms: BootstrapRooms;
+  /** The served model and its LoRA adapters (`model` of every request is resolved here). */
+  readonly models: LoraRegistry;
+  /**
+   * Runtime LoRA loading (`POST /v1/load_lora_adapter`, `/v1/unload_lora_adapter`): the wall ms a load takes, or
+   * null when not allowed (the routes are then absent, as in vLLM without VLLM_ALLOW_RUNTIME_LORA_UPDATING).
+   */
+  readonly runtimeLoraLoadWallMs: number | null;
 }
 
 /** Engine version string reported by `GET /version`, per dialect. */
@@ -105,6 +114,7 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     latency: deps.latency,
     sideChannel: deps.sideChannel,
     bootstrapRooms: deps.bootstrapRooms,
+    models: deps.models,
   };
   // One agent plan for chat, Responses and Messages turns (generation/agent-turn.ts).
   const agent = {
@@ -140,7 +150,10 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
     servedModel: deps.servedModel,
     maxModelLen: engine.maxModelLen,
     createdUnixSeconds: deps.startedAtUnixSeconds,
+    models: deps.models,
   });
+  if (deps.runtimeLoraLoadWallMs !== null)
+    await app.register(loraRoutes, { models: deps.models, loadWallMs: deps.runtimeLoraLoadWallMs });
   await app.register(probesRoutes, {
     dialect: deps.dialect,
     faults: deps.faults,
@@ -157,7 +170,7 @@ export async function buildSimApp(deps: SimAppDeps): Promise<FastifyInstance> {
   await app.register(simControlRoutes, {
     ranks: deps.ranks,
     latency: deps.latency,
-    servedModel: deps.servedModel,
+    models: deps.models,
     limits,
     codec: deps.codec,
     faults: deps.faults,

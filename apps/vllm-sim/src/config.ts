@@ -193,6 +193,47 @@ export const SimConfig = z.object({
     .describe(
       "prefill side: how long a finished request's blocks are held for the decode side (vLLM kv_lease_duration)",
     ),
+  loraModules: z
+    .string()
+    .optional()
+    .describe(
+      'LoRA adapters served from the start, as vLLM --lora-modules: name=path items joined by commas, or ' +
+        'JSON objects {"name","path","base_model_name"} (one, several joined by commas, or an array); a request ' +
+        "whose model is an adapter's name runs under it",
+    ),
+  maxLoras: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(1)
+    .describe('distinct LoRA adapters in one batch, and GPU adapter slots (vLLM --max-loras)'),
+  maxCpuLoras: z.coerce
+    .number()
+    .int()
+    .positive()
+    .optional()
+    .describe(
+      'LoRA adapters kept loaded in CPU memory, least recently used evicted beyond (vLLM --max-cpu-loras; default --max-loras)',
+    ),
+  loraLoadMs: z.coerce
+    .number()
+    .min(0)
+    .default(200)
+    .describe(
+      'simulated ms to read a LoRA adapter from disk into CPU memory; the step that needs it waits (a model figure)',
+    ),
+  loraSwapMs: z.coerce
+    .number()
+    .min(0)
+    .default(8)
+    .describe('simulated ms to copy a loaded LoRA adapter into a GPU slot when a batch needs it (a model figure)'),
+  allowRuntimeLoraUpdating: z
+    .boolean()
+    .default(false)
+    .describe(
+      'serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM VLLM_ALLOW_RUNTIME_LORA_UPDATING, ' +
+        'which main.ts also reads); off: those routes are absent (404)',
+    ),
   bodyLimitBytes: z.coerce
     .number()
     .int()

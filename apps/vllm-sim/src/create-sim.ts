@@ -5,7 +5,10 @@ import type { SimConfig } from './config';
 import { DataParallelRanks } from './engine/data-parallel';
 import { Engine } from './engine/engine';
 import { EngineLoop, realClock, type LoopClock } from './engine/engine-loop';
+import { LoraSlots } from './engine/lora-slots';
 import { getProfile } from './engine/profiles';
+import { parseLoraModules } from './lora/lora-modules';
+import { LoraRegistry } from './lora/lora-registry';
 import { seededRandom } from '@kvroute/workloads';
 import { FaultInjector, type ConnectionGate } from './faults';
 import { BootstrapRooms } from './generation/bootstrap-rooms';
@@ -27,6 +30,8 @@ export interface SimServer {
   readonly kvEvents: readonly RankKvEvents[] | null;
   readonly faults: FaultInjector;
   readonly servedModel: string;
+  /** The served model and its LoRA adapters. */
+  readonly models: LoraRegistry;
   /** The tokenizer and template prompts are tokenized with (`codec.name` says which). */
   readonly codec: PromptCodec;
   /**
@@ -62,6 +67,14 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
   checkKvEventPorts(config);
   const profile = getProfile(config.profile);
   const nowUnixSeconds = deps.nowUnixSeconds ?? (() => Date.now() / 1000);
+  const loraModules = parseLoraModules(config.loraModules);
+  // vLLM's --enable-lora: on with static adapters (it is implied) or when adapters may be loaded at run time.
+  const loraEnabled = loraModules.length > 0 || config.allowRuntimeLoraUpdating;
+  if (loraEnabled && config.metricsDialect !== 'vllm')
+    throw new Error('LoRA adapters (--lora-modules, --allow-runtime-lora-updating) need --metrics-dialect vllm');
+  if (loraEnabled && config.dataParallelSize > 1)
+    throw new Error('LoRA adapters are not simulated with --data-parallel-size above 1');
+  const loraSlots: LoraSlots[] = [];
   const hasher =
     config.kvEventsPort === undefined
       ? null
@@ -74,6 +87,16 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
     const events =
       hasher === null || zmq === null ? null : createRankKvEvents(config, rank, hasher, nowUnixSeconds, zmq);
     if (events) kvEvents?.push(events);
+    const lora = loraEnabled
+      ? new LoraSlots({
+          maxLoras: config.maxLoras,
+          maxCpuLoras: config.maxCpuLoras ?? config.maxLoras,
+          loadMs: config.loraLoadMs,
+          swapMs: config.loraSwapMs,
+          nowUnixSeconds,
+        })
+      : null;
+    if (lora) loraSlots.push(lora);
     const engine = new Engine({
       profile,
       version: config.engineVersion ?? (config.metricsDialect === 'vllm-v0' ? 'v0' : 'v1'),
@@ -81,6 +104,7 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
       ...(config.numGpuBlocks === undefined ? {} : { numGpuBlocks: config.numGpuBlocks }),
       cacheAt: config.cacheAt,
       ...(events ? { kvEvents: events.recorder } : {}),
+      ...(lora ? { lora } : {}),
       ...(config.pdRole === 'none'
         ? {}
         : {
@@ -98,6 +122,8 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
   const engine = loop.engine;
   const faults = new FaultInjector(seededRandom(config.seed));
   const servedModel = config.model ?? profile.defaultModel;
+  const models = new LoraRegistry(servedModel, loraSlots);
+  models.loadStatic(loraModules);
   const codec = deps.codec ?? promptCodecFor(config.tokenizer);
   let gate: ConnectionGate | null = null;
   const bootstrapRooms = new BootstrapRooms(config.kvLeaseSeconds * 1000);
@@ -135,6 +161,8 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
     onGenerationRequest: () => {
       generationRequestsReceived += 1;
     },
+    models,
+    runtimeLoraLoadWallMs: config.allowRuntimeLoraUpdating ? config.loraLoadMs / config.timeScale : null,
   });
 
   return {
@@ -145,6 +173,7 @@ export async function createSimServer(config: SimConfig, deps: SimServerDeps = {
     kvEvents,
     faults,
     servedModel,
+    models,
     codec,
     get generationRequestsReceived() {
       return generationRequestsReceived;

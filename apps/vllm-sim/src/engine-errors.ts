@@ -38,6 +38,8 @@ export class EngineError extends Error {
     readonly kind: EngineErrorKind,
     message: string,
     readonly statusOverride?: number,
+    /** vLLM's error `type` when it is not the kind's usual one (e.g. `InvalidUserInput` of the LoRA endpoints). */
+    readonly vllmTypeOverride?: string,
   ) {
     super(message);
   }
@@ -49,12 +51,13 @@ export class EngineError extends Error {
 
 export function engineErrorBody(dialect: MetricsDialect, error: EngineError): object {
   const status = error.status;
+  const vllmType = error.vllmTypeOverride ?? VLLM_TYPE[error.kind];
   switch (dialect) {
     case 'vllm':
-      return { error: { message: error.message, type: VLLM_TYPE[error.kind], param: null, code: status } };
+      return { error: { message: error.message, type: vllmType, param: null, code: status } };
     case 'vllm-v0':
     case 'sglang':
-      return { object: 'error', message: error.message, type: VLLM_TYPE[error.kind], param: null, code: status };
+      return { object: 'error', message: error.message, type: vllmType, param: null, code: status };
     case 'llamacpp':
       return { error: { code: status, message: error.message, type: LLAMACPP_TYPE[error.kind] } };
   }

@@ -20,7 +20,10 @@ async function main(): Promise<void> {
   }
   // vLLM reads NONE_HASH's seed from PYTHONHASHSEED; the sim's own option wins when both are set.
   const pythonHashSeed = loaded.config.pythonHashSeed ?? process.env.PYTHONHASHSEED;
-  const config = pythonHashSeed === undefined ? loaded.config : { ...loaded.config, pythonHashSeed };
+  const seeded = pythonHashSeed === undefined ? loaded.config : { ...loaded.config, pythonHashSeed };
+  // vLLM attaches its runtime LoRA routes when VLLM_ALLOW_RUNTIME_LORA_UPDATING is "1" or "true" (any case).
+  const runtimeLora = ['1', 'true'].includes((process.env.VLLM_ALLOW_RUNTIME_LORA_UPDATING ?? '').trim().toLowerCase());
+  const config = runtimeLora ? { ...seeded, allowRuntimeLoraUpdating: true } : seeded;
   const logger = createLogger({ service: 'vllm-sim', level: config.logLevel, pretty: config.logFormat === 'pretty' });
   for (const variable of loaded.unknownEnv)
     logger.warn(

@@ -16,13 +16,21 @@ import { BLOCK_SIZE_TOKENS } from './profiles';
  * no block and requests with the same salt share as usual. Feeding the salt into block 0's hash
  * through its parent is that same partition. An empty salt counts as none (vLLM's truthiness test;
  * the API refuses it before it gets here).
+ *
+ * A LoRA adapter partitions the cache the same way: vLLM puts the adapter's name first among the extra
+ * keys of every block, so the same tokens under two adapters (or an adapter and the base model) share no
+ * block. Folding the name into the root gives the same partition, since every later hash chains from it.
  */
-export function rootHash(salt?: string): number {
-  if (salt === undefined || salt === '') return 0x1b873593;
+export function rootHash(salt?: string, loraName?: string): number {
+  const hasSalt = salt !== undefined && salt !== '';
+  const hasLora = loraName !== undefined && loraName !== '';
+  if (!hasSalt && !hasLora) return 0x1b873593;
+  // NUL cannot occur in an adapter name taken from a flag or a JSON body, so the two parts never collide.
+  const key = hasLora ? `lora\u0000${loraName}\u0000${hasSalt ? salt : ''}` : (salt as string);
   let h1 = 0x9e3779b1;
   let h2 = 0x85ebca6b;
-  for (let i = 0; i < salt.length; i++) {
-    const c = salt.charCodeAt(i);
+  for (let i = 0; i < key.length; i++) {
+    const c = key.charCodeAt(i);
     h1 = Math.imul(h1 ^ c, 2654435761);
     h2 = Math.imul(h2 ^ c, 1597334677);
   }
@@ -41,10 +49,15 @@ export function hashBlock(parent: number, tokens: ArrayLike<number>, start: numb
 }
 
 /** Hashes of every full block of `tokens` (a trailing partial block has no hash). */
-export function hashFullBlocks(tokens: ArrayLike<number>, salt?: string, maxBlocks = Infinity): number[] {
+export function hashFullBlocks(
+  tokens: ArrayLike<number>,
+  salt?: string,
+  maxBlocks = Infinity,
+  loraName?: string,
+): number[] {
   const count = Math.min(Math.floor(tokens.length / BLOCK_SIZE_TOKENS), maxBlocks);
   const hashes = new Array<number>(count);
-  let parent = rootHash(salt);
+  let parent = rootHash(salt, loraName);
   for (let block = 0; block < count; block++) {
     parent = hashBlock(parent, tokens, block * BLOCK_SIZE_TOKENS);
     hashes[block] = parent;

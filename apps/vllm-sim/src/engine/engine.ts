@@ -2,6 +2,7 @@ import { hashBlock, hashFullBlocks, rootHash } from './block-hash';
 import { BlockPool, blocksFor, type KvBlock, type PoolEventSink } from './block-pool';
 import { EngineStats, type FinishReason } from './engine-stats';
 import { KvHolds, KvTransferLink, type KvTransferLinkOptions } from './kv-transfer';
+import type { LoraSlots } from './lora-slots';
 import { BLOCK_SIZE_TOKENS, type EngineProfile } from './profiles';
 import { computeStepMs, type PrefillChunk } from './step-time';
 
@@ -65,6 +66,8 @@ export interface SequenceSpec {
   /** Token id of output token `index` (deterministic pseudo-text, hashed into cached blocks). */
   readonly outputTokenAt: (index: number) => number;
   readonly cacheSalt?: string;
+  /** The LoRA adapter it runs under (`model` named one); absent: the base model. */
+  readonly lora?: { readonly name: string; readonly id: number };
   /** Request-level parameters, for the `request_params_*` histograms. */
   readonly maxTokensParam: number;
   readonly listener: SequenceListener;
@@ -126,7 +129,7 @@ export class Sequence {
     const fullBlocks = Math.floor(tokenCount / BLOCK_SIZE_TOKENS);
     let parent =
       this.blockHashes.length === 0
-        ? rootHash(this.spec.cacheSalt)
+        ? rootHash(this.spec.cacheSalt, this.spec.lora?.name)
         : (this.blockHashes[this.blockHashes.length - 1] as number);
     for (let block = this.blockHashes.length; block < fullBlocks; block++) {
       parent = hashBlock(parent, this.tokens, block * BLOCK_SIZE_TOKENS);
@@ -159,6 +162,8 @@ export interface EngineOptions {
   readonly kvEvents?: KvCacheEventSink;
   /** Prefill/decode KV transfer (`--pd-role`): the pull link and the prefill side's lease; none when off. */
   readonly kvTransfer?: { readonly link: Omit<KvTransferLinkOptions, 'bytesPerToken'>; readonly leaseMs: number };
+  /** LoRA adapters (`--lora-modules` or runtime loading): batch limit, load and swap costs; none when off. */
+  readonly lora?: LoraSlots;
 }
 
 export class Engine {
@@ -181,11 +186,16 @@ export class Engine {
   private blockedOnKv = false;
   /** Start of the step being planned: the admission time of requests admitted in it. */
   private currentPlanStartMs = 0;
+  /** LoRA adapters; null when off. */
+  readonly lora: LoraSlots | null;
+  /** Adapters among the sequences of the step being planned (vLLM's `scheduled_loras`). */
+  private readonly stepAdapters = new Set<string>();
 
   constructor(private readonly options: EngineOptions) {
     this.maxModelLen = options.maxModelLen ?? options.profile.maxModelLen;
     this.cacheAt = options.cacheAt ?? 'schedule';
     this.events = options.kvEvents ?? null;
+    this.lora = options.lora ?? null;
     this.pool = new BlockPool(options.numGpuBlocks ?? options.profile.numGpuBlocks, this.events);
     this.stats = new EngineStats(this.maxModelLen);
     const transfer = options.kvTransfer;
@@ -236,14 +246,16 @@ export class Engine {
   add(spec: SequenceSpec, arrivalMs: number): Sequence {
     const sequence = new Sequence(spec, arrivalMs, arrivalMs + this.profile.apiOverheadMs);
     this.waiting.push(sequence);
+    this.lora?.requestWaiting(sequence.id, spec.lora?.name);
     this.stats.requestParamsMaxTokens.observe(spec.maxTokensParam);
     return sequence;
   }
 
   /** Prompt tokens this engine would serve from its cache for `promptTokens` right now (the oracle). */
-  matchPrefixTokens(promptTokens: readonly number[], cacheSalt?: string): number {
+  matchPrefixTokens(promptTokens: readonly number[], cacheSalt?: string, loraName?: string): number {
     const hitLimit = maxHitBlocks(promptTokens.length);
-    return this.pool.countCachedPrefix(hashFullBlocks(promptTokens, cacheSalt, hitLimit), hitLimit) * BLOCK_SIZE_TOKENS;
+    const hashes = hashFullBlocks(promptTokens, cacheSalt, hitLimit, loraName);
+    return this.pool.countCachedPrefix(hashes, hitLimit) * BLOCK_SIZE_TOKENS;
   }
 
   /** Ends a sequence early (client went away). Its blocks are freed at once; an in-flight step skips it. */
@@ -259,8 +271,11 @@ export class Engine {
     this.currentPlanStartMs = startMs;
     this.holds.expire(startMs);
     this.blockedOnKv = false;
+    this.stepAdapters.clear();
     const work = this.version === 'v0' ? this.planV0(startMs) : this.planV1(startMs);
     if (work.length === 0) return null;
+    // vLLM's worker loads and activates the batch's adapters before the forward pass: the whole step waits.
+    const loraMs = this.lora === null ? 0 : this.lora.prepareStep(this.stepAdapters);
     let decodeSequences = 0;
     let decodeContextTokens = 0;
     const prefillChunks: PrefillChunk[] = [];
@@ -272,7 +287,7 @@ export class Engine {
         prefillChunks.push({ queryTokens: item.tokens, keysBefore: item.sequence.numComputed });
       }
     }
-    const durationMs = computeStepMs(this.profile, { decodeSequences, decodeContextTokens, prefillChunks });
+    const durationMs = computeStepMs(this.profile, { decodeSequences, decodeContextTokens, prefillChunks }) + loraMs;
     return { startMs, durationMs, work };
   }
 
@@ -303,6 +318,7 @@ export class Engine {
     else this.stats.decodeBusySeconds += stepSeconds;
     // vLLM publishes a step's KV events once its output is processed (Scheduler.update_from_output).
     this.events?.flush();
+    this.lora?.recordStep();
   }
 
   /** Forgets every cached prefix (blocks in use stay allocated). */
@@ -325,23 +341,35 @@ export class Engine {
         index++;
         continue;
       }
+      if (!this.adapterFits(sequence)) {
+        index++;
+        continue;
+      }
       const tokens = Math.min(sequence.tokens.length - sequence.numComputed, budget);
       if (tokens > 0 && this.growOrPreempt(sequence, tokens)) {
         work.push({ sequence, tokens });
         budget -= tokens;
         this.registerScheduled(sequence, tokens);
+        this.addStepAdapter(sequence);
       }
       index++;
     }
     if (this.stats.preemptions !== preemptionsBefore) return work;
+    // Waiting requests FCFS; one whose adapter would exceed max_loras is skipped and keeps its place.
+    let next = 0;
     while (budget > 0 && this.running.length < this.profile.maxNumSeqs) {
-      const sequence = this.waiting[0];
+      const sequence = this.waiting[next];
       if (!sequence || sequence.readyAtMs > startMs) break;
+      if (!this.adapterFits(sequence)) {
+        next++;
+        continue;
+      }
       const tokens = this.admit(sequence, budget, 0);
       if (tokens === null) {
         this.blockedOnKv = true;
         break;
       }
+      this.addStepAdapter(sequence);
       // Admitted with a pull of remote KV in flight: it runs once the pull completes.
       if (tokens === 0) continue;
       work.push({ sequence, tokens });
@@ -355,18 +383,28 @@ export class Engine {
     const work: ScheduledWork[] = [];
     let budget = Math.max(this.maxModelLen, 2048);
     const watermarkBlocks = Math.ceil(0.01 * this.pool.usableBlocks);
+    let next = 0;
     while (this.running.length < this.profile.maxNumSeqs) {
-      const sequence = this.waiting[0];
+      const sequence = this.waiting[next];
       if (!sequence || sequence.readyAtMs > startMs) break;
+      if (!this.adapterFits(sequence)) {
+        next++;
+        continue;
+      }
       const tokens = this.admit(sequence, budget, watermarkBlocks, true);
       if (tokens === null) break;
+      this.addStepAdapter(sequence);
       work.push({ sequence, tokens });
       budget -= tokens;
     }
     if (work.length === 0) {
       for (let index = 0; index < this.running.length; index++) {
         const sequence = this.running[index] as Sequence;
-        if (this.growOrPreempt(sequence, 1)) work.push({ sequence, tokens: 1 });
+        if (!this.adapterFits(sequence)) continue;
+        if (this.growOrPreempt(sequence, 1)) {
+          work.push({ sequence, tokens: 1 });
+          this.addStepAdapter(sequence);
+        }
       }
     }
     // V0 marks the scheduled blocks computed once the whole batch is built (no hits within the pass).
@@ -416,8 +454,9 @@ export class Engine {
     this.stats.prefixQueryBlocks += Math.floor(total / BLOCK_SIZE_TOKENS);
     this.stats.prefixHitBlocks += hitBlocks;
     this.stats.lastPrefillBatchHitRate = total > 0 ? hitTokens / total : 0;
-    this.waiting.shift();
+    removeFrom(this.waiting, sequence);
     this.running.push(sequence);
+    this.lora?.requestRunning(sequence.id, sequence.spec.lora?.name);
     return tokens;
   }
 
@@ -448,6 +487,7 @@ export class Engine {
     sequence.status = 'waiting';
     this.stats.preemptions++;
     this.waiting.unshift(sequence);
+    this.lora?.requestWaiting(sequence.id, sequence.spec.lora?.name);
   }
 
   /**
@@ -478,6 +518,16 @@ export class Engine {
       this.stats.countPromptSources(sequence.promptLength, localTokens, sequence.externalTokens);
     }
     return true;
+  }
+
+  /** Whether `sequence`'s adapter may join the step being planned (always, without LoRA or for the base model). */
+  private adapterFits(sequence: Sequence): boolean {
+    return this.lora === null || this.lora.fits(this.stepAdapters, sequence.spec.lora?.name);
+  }
+
+  private addStepAdapter(sequence: Sequence): void {
+    const adapter = sequence.spec.lora?.name;
+    if (adapter !== undefined && this.lora !== null) this.stepAdapters.add(adapter);
   }
 
   /** `schedule` mode: registers the full blocks that `tokens` more scheduled tokens will complete. */
@@ -527,6 +577,7 @@ export class Engine {
     }
     sequence.blocks = [];
     sequence.status = 'finished';
+    this.lora?.requestFinished(sequence.id, sequence.spec.lora?.name);
     const stats = this.stats;
     stats.requestSuccess[reason]++;
     if (reason !== 'abort') {

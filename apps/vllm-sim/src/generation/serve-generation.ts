@@ -7,6 +7,7 @@ import type { FinishReason } from '../engine/engine-stats';
 import type { FaultInjector } from '../faults';
 import { OutputText } from '../text/output-text';
 import type { PromptCodec } from '../text/prompt-codec';
+import type { LoraRegistry, ModelTarget } from '../lora/lora-registry';
 import type { BootstrapRooms } from './bootstrap-rooms';
 import { notifyPrefillDone, prefillAnswerParams, type KvTransferPlan, type SideChannel } from './kv-transfer-params';
 import type { PreparedPrompt } from './prepare-prompts';
@@ -38,6 +39,8 @@ export interface GenerationDeps {
   readonly cachedTokensReporting: CachedTokensReporting;
   readonly faults: FaultInjector;
   readonly latency: ResponseLatency;
+  /** The served model and LoRA adapters: what a request's `model` may name. */
+  readonly models: LoraRegistry;
   /** Prefill/decode (`--pd-role`): how a prefill instance names itself in its answer's params. */
   readonly sideChannel?: SideChannel;
   /** SGLang prefill/decode: the rooms a prefill sim opens for decode sims. */
@@ -52,6 +55,8 @@ export interface GenerationRequest {
   readonly includeUsage: boolean;
   readonly ignoreEos: boolean;
   readonly cacheSalt: string | undefined;
+  /** The LoRA adapter its `model` names; none: the base model. */
+  readonly target: ModelTarget;
   /** Chat: reasoning and tool call to produce (PLAIN_TURN for text completions). */
   readonly turn: TurnPlan;
   /** `performance.now()` when the route handler started (before fault delays). */
@@ -219,6 +224,7 @@ export function serveGeneration(deps: GenerationDeps, request: GenerationRequest
       outputTokenAt: (outputIndex) => choice.output.tokenAt(outputIndex),
       maxTokensParam: choice.prompt.maxTokens,
       ...(request.cacheSalt === undefined ? {} : { cacheSalt: request.cacheSalt }),
+      ...(request.target.lora === undefined ? {} : { lora: request.target.lora }),
       ...(kvTransfer?.kind === 'prefill' || kvTransfer?.kind === 'bootstrap-prefill'
         ? { holdForRemoteDecode: true }
         : {}),

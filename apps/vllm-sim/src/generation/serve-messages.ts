@@ -6,12 +6,15 @@ import { OutputText } from '../text/output-text';
 import { ChoiceTurn, turnEnd, type TurnPiece, type TurnPlan } from './agent-turn';
 import type { PreparedPrompt } from './prepare-prompts';
 import type { GenerationDeps } from './serve-generation';
+import type { ModelTarget } from '../lora/lora-registry';
 
 export interface MessagesGeneration {
   readonly model: string;
   readonly prompt: PreparedPrompt;
   readonly stream: boolean;
   readonly cacheSalt: string | undefined;
+  /** The LoRA adapter its `model` names; none: the base model. */
+  readonly target: ModelTarget;
   /** Reasoning and tool call to produce (generation/agent-turn.ts, shared with chat and Responses). */
   readonly turn: TurnPlan;
   /** `performance.now()` when the route handler started. */
@@ -203,6 +206,7 @@ export function serveMessages(deps: GenerationDeps, request: MessagesGeneration,
     outputTokenAt: (index) => output.tokenAt(index),
     maxTokensParam: prompt.maxTokens,
     ...(request.cacheSalt === undefined ? {} : { cacheSalt: request.cacheSalt }),
+    ...(request.target.lora === undefined ? {} : { lora: request.target.lora }),
     listener,
   });
 }

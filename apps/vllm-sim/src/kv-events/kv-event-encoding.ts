@@ -13,6 +13,8 @@ export type KvEvent =
       readonly extraKeys: ReadonlyArray<readonly string[] | null>;
       /** The triggering request's id (vllm#51381), when enabled. */
       readonly sessionId?: string;
+      /** The request's LoRA adapter (`lora_id` = its int id, `lora_name`); absent: the base model. */
+      readonly lora?: { readonly name: string; readonly id: number };
     }
   | { readonly type: 'BlockRemoved'; readonly blockHashes: readonly ExternalBlockHash[] }
   | { readonly type: 'AllBlocksCleared' };
@@ -41,7 +43,7 @@ function wireEvent(event: KvEvent, encoding: KvEventEncoding): unknown {
           event.parentBlockHash,
           event.tokenIds,
           event.blockSize,
-          null,
+          event.lora?.id ?? null,
           MEDIUM_GPU,
         ];
       case 'BlockRemoved':
@@ -58,9 +60,9 @@ function wireEvent(event: KvEvent, encoding: KvEventEncoding): unknown {
         parent_block_hash: event.parentBlockHash,
         token_ids: event.tokenIds,
         block_size: event.blockSize,
-        lora_id: null,
+        lora_id: event.lora?.id ?? null,
         medium: MEDIUM_GPU,
-        lora_name: null,
+        lora_name: event.lora?.name ?? null,
         extra_keys: event.extraKeys,
         group_idx: 0,
         kv_cache_spec_kind: 'full_attention',

@@ -30,7 +30,7 @@ export interface KvEventRecorderOptions {
  * (`vllm/v1/core/block_pool.py`, README "KV events"):
  * - `cache_full_blocks` → one BlockStored per registration call: the hashes of the newly cached blocks, the
  *   parent = hash of the block before the range (null when the range starts at block 0), `token_ids` = the
- *   range's tokens, `block_size`, `lora_id`/`lora_name` null (no LoRA here), medium "GPU";
+ *   range's tokens, `block_size`, `lora_id`/`lora_name` the request's adapter (null for the base model), medium "GPU";
  * - `_maybe_evict_cached_block` → one BlockRemoved per evicted block (a duplicate of a prefix evicted while
  *   the other copy stays cached still sends it, as vLLM does);
  * - `reset_prefix_cache` → AllBlocksCleared;
@@ -58,7 +58,7 @@ export class KvEventRecorder implements KvCacheEventSink {
         tokens: sequence.tokens.slice(start, start + BLOCK_SIZE_TOKENS),
       };
       hashes.push(externalBlockHash(digest, this.options.hashForm));
-      extraKeys.push(blockExtraKeys(index, sequence.spec.cacheSalt));
+      extraKeys.push(blockExtraKeys(index, sequence.spec.cacheSalt, sequence.spec.lora?.name));
     }
     if (hashes.length === 0) return;
     const parent = first === 0 ? null : (sequence.eventDigests[first - 1] as BlockDigest);
@@ -69,6 +69,7 @@ export class KvEventRecorder implements KvCacheEventSink {
       tokenIds: sequence.tokens.slice(first * BLOCK_SIZE_TOKENS, end * BLOCK_SIZE_TOKENS),
       blockSize: BLOCK_SIZE_TOKENS,
       extraKeys,
+      ...(sequence.spec.lora === undefined ? {} : { lora: sequence.spec.lora }),
       ...(this.options.sessionId ? { sessionId: sequence.id } : {}),
     });
   }
@@ -107,7 +108,7 @@ export class KvEventRecorder implements KvCacheEventSink {
             sequence.tokens,
             index * BLOCK_SIZE_TOKENS,
             BLOCK_SIZE_TOKENS,
-            blockExtraKeys(index, sequence.spec.cacheSalt),
+            blockExtraKeys(index, sequence.spec.cacheSalt, sequence.spec.lora?.name),
           ),
       );
     }

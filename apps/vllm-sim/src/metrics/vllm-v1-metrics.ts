@@ -3,6 +3,7 @@ import { BUCKETS, type EngineStats } from '../engine/engine-stats';
 import type { Histogram } from '../engine/histogram';
 import { KV_TRANSFER_BUCKETS, type KvTransferLink } from '../engine/kv-transfer';
 import { BLOCK_SIZE_TOKENS } from '../engine/profiles';
+import { renderLoraInfo, renderSimLoraLoads } from './lora-metrics';
 import type { MetricsSource } from './metrics-source';
 import { PythonClientExposition, type LabelSet } from './python-client-exposition';
 
@@ -13,8 +14,8 @@ import { PythonClientExposition, type LabelSet } from './python-client-expositio
  * (`make_per_engine`; `request_success` loops reasons outside ranks, as vLLM creates its children). Deprecated names hidden in 0.11
  * (`gpu_cache_usage_perc`, `gpu_prefix_cache_*`) are absent; `time_per_output_token_seconds`, deprecated
  * in 0.11 but still shown, is present with the same observations as `inter_token_latency_seconds`.
- * Optional families (LoRA, speculative decoding, multimodal cache, KV connector) are absent, as on a
- * plain text-model server.
+ * Optional families (speculative decoding, multimodal cache) are absent, as on a plain text-model server;
+ * `vllm:lora_requests_info` is present with LoRA on (lora-metrics.ts), the KV-connector ones with `--pd-role`.
  *
  * One API server serves prometheus_client's default registry, whose own collectors print first:
  * `python_gc_*`, `python_info`, then the process collector's `process_*` families. Of those only
@@ -183,6 +184,7 @@ export function renderVllmV1Metrics(source: MetricsSource): string {
     perRank((stats) => stats.decodeSeconds),
   );
 
+  renderLoraInfo(out, engines[0] as Engine);
   if (engines.every((engine) => engine.link !== null)) renderKvConnectorMetrics(out, engines, labelsOf);
 
   // Registered once the engine is initialised (after every other family): CacheConfig fields as
@@ -215,6 +217,7 @@ export function renderVllmV1Metrics(source: MetricsSource): string {
       value: 1,
     })),
   );
+  renderSimLoraLoads(out, engines[0] as Engine);
   return out.text();
 }
 

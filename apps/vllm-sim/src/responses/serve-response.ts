@@ -16,12 +16,15 @@ import {
   type ResponseFrame,
 } from './response-objects';
 import type { ResponseStore } from './response-store';
+import type { ModelTarget } from '../lora/lora-registry';
 
 export interface ResponseRun {
   readonly frame: ResponseFrame;
   readonly prompt: PreparedPrompt;
   readonly stream: boolean;
   readonly cacheSalt: string | undefined;
+  /** The LoRA adapter its `model` names; none: the base model. */
+  readonly target: ModelTarget;
   readonly ignoreEos: boolean;
   /** Reasoning and tool call to produce (generation/agent-turn.ts, shared with chat and Messages). */
   readonly turn: TurnPlan;
@@ -198,6 +201,7 @@ export function serveResponse(deps: GenerationDeps, run: ResponseRun, response: 
     outputTokenAt: (index) => output.tokenAt(index),
     maxTokensParam: prompt.maxTokens,
     ...(run.cacheSalt === undefined ? {} : { cacheSalt: run.cacheSalt }),
+    ...(run.target.lora === undefined ? {} : { lora: run.target.lora }),
     listener: {
       onToken(_sequence, tokenIndex) {
         const pieces = turn.pieces(tokenIndex, output.textAt(tokenIndex));

@@ -22,6 +22,7 @@ import {
   type PromptLimits,
 } from '../generation/prepare-prompts';
 import type { EndpointKind } from '../generation/response-format';
+import type { ModelTarget } from '../lora/lora-registry';
 import { serveGeneration, withRequestedRank, type GenerationDeps } from '../generation/serve-generation';
 
 export interface GenerationRoutesOptions {
@@ -48,7 +49,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
       withServedModel(request.body, options.servedModel),
       engineVersion,
     );
-    checkModel(body.model, options.servedModel);
+    const target = options.generation.models.resolve(body.model);
     const prompts = prepareChatPrompts(options.generation.codec, body, options.limits);
     const agentFields = parseBody(AgentTurnFields, body);
     const turn = planTurn(options.agent, {
@@ -61,7 +62,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
       reply,
       'chat',
       body,
-      cacheSalt,
+      { cacheSalt, target },
       prompts,
       receivedAtMs,
       turn,
@@ -76,17 +77,17 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
       withServedModel(request.body, options.servedModel),
       engineVersion,
     );
-    checkModel(body.model, options.servedModel);
+    const target = options.generation.models.resolve(body.model);
     const prompts = prepareCompletionPrompts(options.generation.codec, body, options.limits);
     const plan = kvTransferPlanOf(request.body, options.pdRole);
-    await run(reply, 'text', body, cacheSalt, prompts, receivedAtMs, PLAIN_TURN, plan);
+    await run(reply, 'text', body, { cacheSalt, target }, prompts, receivedAtMs, PLAIN_TURN, plan);
   });
 
   async function run(
     reply: FastifyReply,
     kind: EndpointKind,
     body: ChatCompletionRequest | CompletionRequest,
-    cacheSalt: string | undefined,
+    { cacheSalt, target }: { cacheSalt: string | undefined; target: ModelTarget },
     prompts: PreparedPrompt[],
     receivedAtMs: number,
     turn: TurnPlan,
@@ -109,6 +110,7 @@ export async function generationRoutes(app: FastifyInstance, options: Generation
         includeUsage: body.stream_options?.include_usage === true,
         ignoreEos: body.ignore_eos === true,
         cacheSalt,
+        target,
         turn,
         receivedAtMs,
         kvTransfer,

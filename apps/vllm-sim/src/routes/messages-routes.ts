@@ -6,7 +6,7 @@ import { MessagesAgentFields, messagesTurnRequest, planTurn, type AgentSettings 
 import { prepareMessagesPrompt, type PromptLimits } from '../generation/prepare-prompts';
 import { withRequestedRank, type GenerationDeps } from '../generation/serve-generation';
 import { serveMessages } from '../generation/serve-messages';
-import { checkModel, parseBody } from './generation-routes';
+import { parseBody } from './generation-routes';
 
 export interface MessagesRoutesOptions {
   readonly servedModel: string;
@@ -29,7 +29,7 @@ export async function messagesRoutes(app: FastifyInstance, options: MessagesRout
     const overLimit = checkGenerationLimits(request.body, DEFAULT_GENERATION_LIMITS);
     if (overLimit !== null) throw new EngineError('bad-request', overLimit.message);
     const body = parseBody(MessagesRequest, request.body);
-    checkModel(body.model, options.servedModel);
+    const target = options.generation.models.resolve(body.model);
     const { messages, tools } = messagesAsChat(body);
     // vLLM's Anthropic endpoint renders the chat request it converts the body into, with chat's defaults.
     const tokens = options.generation.codec.chatPromptTokens({ messages, tools });
@@ -44,7 +44,7 @@ export async function messagesRoutes(app: FastifyInstance, options: MessagesRout
     if (action === 'hang') return;
     serveMessages(
       generation,
-      { model: body.model, prompt, stream: body.stream === true, cacheSalt: undefined, turn, receivedAtMs },
+      { model: body.model, prompt, stream: body.stream === true, cacheSalt: undefined, target, turn, receivedAtMs },
       reply.raw,
     );
   });

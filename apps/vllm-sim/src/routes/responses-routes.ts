@@ -12,7 +12,7 @@ import { prepareChatPrompts, type PromptLimits } from '../generation/prepare-pro
 import { withRequestedRank, type GenerationDeps } from '../generation/serve-generation';
 import type { ResponseStore } from '../responses/response-store';
 import { newResponseId, serveResponse } from '../responses/serve-response';
-import { checkModel, parseBody, parseSaltedBody, withServedModel } from './generation-routes';
+import { parseBody, parseSaltedBody, withServedModel } from './generation-routes';
 
 export interface ResponsesRoutesOptions {
   readonly servedModel: string;
@@ -42,7 +42,7 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
       withServedModel(request.body, options.servedModel),
       engineVersion,
     );
-    checkModel(body.model, options.servedModel);
+    const target = options.generation.models.resolve(body.model);
     const previousId = body.previous_response_id ?? null;
     const previous = previousId === null ? undefined : options.store.get(previousId);
     if (previousId !== null && previous === undefined) return notFound(reply, previousId, 'previous_response_id');
@@ -91,6 +91,7 @@ export async function responsesRoutes(app: FastifyInstance, options: ResponsesRo
         prompt: prompt as NonNullable<typeof prompt>,
         stream: body.stream === true,
         cacheSalt,
+        target,
         ignoreEos: (body as { ignore_eos?: unknown }).ignore_eos === true,
         turn: turnPlan,
         historyBefore,

@@ -13,12 +13,14 @@ import {
 import { EngineError } from '../engine-errors';
 import type { BootstrapRooms } from '../generation/bootstrap-rooms';
 import type { PromptCodec } from '../text/prompt-codec';
-import { checkModel, parseSaltedBody } from './generation-routes';
+import type { LoraRegistry } from '../lora/lora-registry';
+import { parseSaltedBody } from './generation-routes';
 
 export interface SimControlRoutesOptions {
   readonly ranks: DataParallelRanks;
   readonly latency: ResponseLatency;
-  readonly servedModel: string;
+  /** The served model and LoRA adapters (`/sim/match` looks under the adapter `model` names). */
+  readonly models: LoraRegistry;
   readonly limits: PromptLimits;
   /** The sim's tokenizer and template (`/sim/match` prepares prompts as generation does). */
   readonly codec: PromptCodec;
@@ -42,6 +44,8 @@ const BOOTSTRAP_WAIT_MS = 30_000;
  * - `POST /sim/reset-cache`: forget every cached prefix on every rank (a cold start without a restart).
  * - `GET|POST|DELETE /sim/faults`: read, change (partial update) or clear fault injection.
  * - `POST /sim/refuse-connections` `{ "durationMs": N }`: stop listening for N ms (connection refused).
+ * - `GET /sim/lora`: per rank, adapters loaded in CPU memory and holding GPU slots (least recently used first)
+ *   and loads from disk per adapter since start (also `kvroute_sim_lora_loads_total` on /metrics).
  */
 export async function simControlRoutes(app: FastifyInstance, options: SimControlRoutesOptions): Promise<void> {
   const { ranks } = options;
@@ -49,7 +53,7 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
 
   app.post('/sim/match', async (request) => {
     const body = request.body as Record<string, unknown> | undefined;
-    if (body && typeof body.model === 'string') checkModel(body.model, options.servedModel);
+    const loraName = body && typeof body.model === 'string' ? options.models.resolve(body.model).lora?.name : undefined;
     // The same checks as the real request, cache_salt included (a salt the engine would refuse is a
     // 400 here too), so the oracle's answer is what cached_tokens would say.
     let prompts: PreparedPrompt[];
@@ -66,7 +70,7 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
     const requested = parseRankHeader(request.headers[DATA_PARALLEL_RANK_HEADER]);
     if (requested !== null) ranks.runnerFor(String(requested)); // 400 when out of range
     const perRank = ranks.loops.map((loop) =>
-      prompts.map((prompt) => loop.engine.matchPrefixTokens(prompt.tokens, salt)),
+      prompts.map((prompt) => loop.engine.matchPrefixTokens(prompt.tokens, salt, loraName)),
     );
     const total = (cached: number[]) => cached.reduce((sum, tokens) => sum + tokens, 0);
     const totals = perRank.map(total);
@@ -112,6 +116,14 @@ export async function simControlRoutes(app: FastifyInstance, options: SimControl
     if (open === null) return reply.code(404).send({ detail: `room ${room} was not opened here` });
     return { remote_request_id: open.requestId, tokens: open.tokens };
   });
+
+  app.get('/sim/lora', async () => ({
+    adapters: options.models.list.map((adapter) => ({ name: adapter.name, id: adapter.id, path: adapter.path })),
+    ranks: ranks.loops.map((loop) => {
+      const lora = loop.engine.lora;
+      return lora === null ? null : { loaded: lora.loaded, active: lora.active, loads: Object.fromEntries(lora.loads) };
+    }),
+  }));
 
   app.post('/sim/reset-cache', async () => {
     for (const loop of ranks.loops) loop.engine.resetPrefixCache();
