@@ -22,10 +22,10 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseCommandLine } from '@kvroute/platform';
-import { eventCarriesOutput, SSE_DONE, SseParser } from '@kvroute/protocols';
 import { seededRandom } from '@kvroute/workloads';
-import { Agent, request } from 'undici';
+import { Agent } from 'undici';
 import { resultsDir } from './app-process';
+import { prefixHitRateOf, streamChatTurn } from './chat-turns';
 import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
 import { cacheAwareCheck, PD_VARIANTS, renderPdTables, type PdRun, type PdSample, type PdVariant } from './pd-report';
 import { buildBundles, startRouterProcess, type ProxyProcess } from './proxy-processes';
@@ -125,63 +125,6 @@ function conversationsOf(workload: string, seed: number): Conversation[] {
   return conversations;
 }
 
-async function streamTurn(agent: Agent, url: string, messages: object[]): Promise<PdSample & { text: string }> {
-  const started = performance.now();
-  try {
-    const response = await request(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      dispatcher: agent,
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, messages, max_tokens: ANSWER_TOKENS, stream: true }),
-    });
-    const disaggregated = response.headers['x-router-prefill-backend'] !== undefined;
-    if (response.statusCode !== 200) {
-      await response.body.text();
-      return { ok: false, ttftMs: 0, gapsMs: [], outputTokens: 0, disaggregated, text: '' };
-    }
-    const parser = new SseParser();
-    const decoder = new TextDecoder();
-    let text = '';
-    let ttftMs = Number.NaN;
-    let last = 0;
-    const gapsMs: number[] = [];
-    let outputTokens = 0;
-    for await (const bytes of response.body) {
-      for (const data of parser.push(decoder.decode(bytes as Uint8Array, { stream: true }))) {
-        if (data === SSE_DONE || !eventCarriesOutput({ data })) continue;
-        const now = performance.now();
-        if (Number.isNaN(ttftMs)) ttftMs = now - started;
-        else gapsMs.push(now - last);
-        last = now;
-        outputTokens++;
-        text +=
-          (JSON.parse(data) as { choices: Array<{ delta?: { content?: string } }> }).choices[0]?.delta?.content ?? '';
-      }
-    }
-    return { ok: !Number.isNaN(ttftMs), ttftMs, gapsMs, outputTokens, disaggregated, text };
-  } catch {
-    return { ok: false, ttftMs: 0, gapsMs: [], outputTokens: 0, disaggregated: false, text: '' };
-  }
-}
-
-/** Sums `vllm:prefix_cache_hits_total` and `…queries_total` over `sims`; null when there are none. */
-async function kvHitOf(sims: readonly LocalSim[]): Promise<number | null> {
-  if (sims.length === 0) return null;
-  let hits = 0;
-  let queries = 0;
-  for (const sim of sims) {
-    const text = await (await fetch(`${sim.url}/metrics`)).text();
-    const sum = (name: string): number =>
-      text
-        .split('\n')
-        .filter((line) => line.startsWith(`${name}{`))
-        .reduce((total, line) => total + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
-    hits += sum('vllm:prefix_cache_hits_total');
-    queries += sum('vllm:prefix_cache_queries_total');
-  }
-  return queries === 0 ? 0 : hits / queries;
-}
-
 async function runOnce(workload: string, variant: PdVariant, seed: number): Promise<PdRun> {
   const disaggregated = variant !== 'aggregated';
   const prefill = disaggregated ? await startLocalSims(2, [...PROFILE, '--pd-role', 'prefill']) : [];
@@ -209,10 +152,17 @@ async function runOnce(workload: string, variant: PdVariant, seed: number): Prom
         const random = seededRandom(seed * 7_919 + index);
         await new Promise((resolve) => setTimeout(resolve, random() * 1_000));
         const messages: object[] = [{ role: 'system', content: SYSTEM }];
-        for (const turn of conversation.turns) {
-          messages.push({ role: 'user', content: turn });
-          const { text, ...sample } = await streamTurn(agent, routerUrl, messages);
-          samples.push(sample);
+        for (const content of conversation.turns) {
+          messages.push({ role: 'user', content });
+          const turn = await streamChatTurn(agent, routerUrl, { model: MODEL, messages, max_tokens: ANSWER_TOKENS });
+          const { text, ok, ttftMs, gapsMs, outputTokens } = turn;
+          samples.push({
+            ok,
+            ttftMs,
+            gapsMs,
+            outputTokens,
+            disaggregated: turn.headers['x-router-prefill-backend'] !== undefined,
+          });
           messages.push({ role: 'assistant', content: text });
           await new Promise((resolve) => setTimeout(resolve, 100 + random() * 300));
         }
@@ -225,7 +175,7 @@ async function runOnce(workload: string, variant: PdVariant, seed: number): Prom
       seed,
       samples,
       wallMs,
-      kvHit: { prefill: await kvHitOf(prefill), decode: await kvHitOf(decode) },
+      kvHit: { prefill: await prefixHitRateOf(prefill), decode: await prefixHitRateOf(decode) },
     };
   } finally {
     await agent.close();
