@@ -138,6 +138,7 @@ export async function buildRouterApp(deps: RouterAppDeps): Promise<FastifyInstan
     registry: deps.registry,
     createdUnixSeconds: deps.startedAtUnixSeconds,
     access: deps.requestPath.models,
+    adapters: deps.requestPath.adapters,
   });
   // /healthz and a /readyz with its status only: what an L4 balancer checks. The full readiness and
   // /metrics are on the ops listener (ops-app.ts): backend addresses and load stay off the public port.

@@ -1,6 +1,6 @@
 import { BACKEND_ROLES } from './backends/backend-role';
 import { FLOW_CONFIG_FIELDS } from './flow/flow-config';
-import { LORA_CONFIG_FIELDS } from './lora/lora-config';
+import { LORA_CONFIG_FIELDS, LORA_LOAD_CONFIG_FIELDS } from './lora/lora-config';
 import { PD_CONFIG_FIELDS } from './pd/pd-config';
 import { CONNECTION_CONFIG_FIELDS } from './http/connection-config';
 import { Resolver } from 'node:dns/promises';
@@ -688,6 +688,7 @@ export const RouterConfig = z
     ...FLOW_CONFIG_FIELDS,
     ...PD_CONFIG_FIELDS,
     ...LORA_CONFIG_FIELDS,
+    ...LORA_LOAD_CONFIG_FIELDS,
     ...CONNECTION_CONFIG_FIELDS,
     maxJsonDepth: z.coerce
       .number()

@@ -94,7 +94,7 @@ export async function createRouterServer(config: RouterConfig, deps: RouterServe
   );
   const tokenRouting = wireTokenRouting(
     config,
-    { metrics, baseModelOf: (model) => (config.loraRouting ? backends.registry.baseModelOf(model) : null) },
+    { metrics, baseModelOf: adapterBaseOf(config, backends.registry) },
     closers,
   );
   const paths = wireRequestPath(config, {
@@ -289,4 +289,11 @@ function routerServerOf(config: RouterConfig, replica: WiredReplica): RouterServ
       return closed;
     },
   };
+}
+
+/** Token mode's view of LoRA adapters: the base model of one a backend lists or the router may load; null: none. */
+function adapterBaseOf(config: RouterConfig, registry: BackendRegistry): (model: string) => string | null {
+  if (!config.loraRouting) return () => null;
+  const loadable = new Map(config.loraAdapters.map((adapter) => [adapter.name, adapter.base]));
+  return (model) => registry.baseModelOf(model) ?? loadable.get(model) ?? null;
 }

@@ -83,6 +83,7 @@ export class RouterMetrics {
   private readonly pdRequests: Counter<'model' | 'mode' | 'reason'>;
   private readonly pdPrefillFailures: Counter<'backend' | 'cause'>;
   private readonly pdMalformedParams: Counter<'backend'>;
+  private readonly loraLoads: Counter<'backend' | 'outcome'>;
   private readonly flowShared: Gauge;
 
   /** Where the scrape-time gauges read from; set by `readFrom` once the state and the backends exist (none until then). */
@@ -347,6 +348,12 @@ export class RouterMetrics {
       name: 'kvroute_router_pd_malformed_params_total',
       help: 'Prefill/decode: prefill answers whose kv_transfer_params were unusable (taken as none: the decode backend prefilled locally), by prefill backend.',
       labelNames: ['backend'],
+      registers,
+    });
+    this.loraLoads = new Counter({
+      name: 'kvroute_router_lora_loads_total',
+      help: 'LoRA adapters this replica loaded onto (or unloaded from) backends on demand, by backend and outcome (loaded, failed, unloaded).',
+      labelNames: ['backend', 'outcome'],
       registers,
     });
     this.flowWait = new Histogram({
@@ -654,5 +661,9 @@ export class RouterMetrics {
 
   recordMalformedPrefillParams(backend: string): void {
     this.backendChild(`pm\u0000${backend}`, this.pdMalformedParams, () => ({ backend })).inc();
+  }
+
+  recordAdapterLoad(backend: string, outcome: 'loaded' | 'failed' | 'unloaded'): void {
+    this.backendChild(`ll\u0000${backend}\u0000${outcome}`, this.loraLoads, () => ({ backend, outcome })).inc();
   }
 }

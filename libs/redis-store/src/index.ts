@@ -42,6 +42,8 @@ export {
   packBlockHashes,
   poolHashTag,
   poolKeys,
+  adapterLoadKeys,
+  type AdapterLoadKeys,
   type PoolKeys,
   responseOwnerKey,
 } from './keys';
@@ -106,3 +108,4 @@ export {
   type FlowQueueStore,
   type FlowReply,
 } from './flow-queue';
+export { RedisAdapterLoads, type AdapterLoadClaim, type AdapterLoadTimes } from './adapter-loads';

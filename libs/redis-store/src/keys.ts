@@ -364,3 +364,28 @@ export function flowKeys(pool: string, namespace: string = DEFAULT_KEY_NAMESPACE
     owners: `${prefix}owners`,
   };
 }
+
+/**
+ * The keys of on-demand LoRA adapter loads (adapter-load.lua), per base model: all carry `{lora:<base tag>}` (one
+ * slot per base model, whatever the adapter or backend), the base's tag as poolHashTag makes it.
+ */
+export interface AdapterLoadKeys {
+  /** STRING: the replica loading `adapter` onto `backend` now (its token), expiring at the load timeout. */
+  claim(backendId: string, adapter: string): string;
+  /** STRING: present while a load on `backend` is too recent for another. */
+  spacing(backendId: string): string;
+  /** STRING: present while a failed load keeps `adapter` off `backend`. */
+  unavailable(backendId: string, adapter: string): string;
+  /** HASH backend id → ms `adapter` was loaded there (by a router). */
+  loaded(adapter: string): string;
+}
+
+export function adapterLoadKeys(base: string, namespace: string = DEFAULT_KEY_NAMESPACE): AdapterLoadKeys {
+  const prefix = `${namespace}:{lora:${poolHashTag(base)}}:`;
+  return {
+    claim: (backendId, adapter) => `${prefix}claim:${backendId}:${adapter}`,
+    spacing: (backendId) => `${prefix}spacing:${backendId}`,
+    unavailable: (backendId, adapter) => `${prefix}unavailable:${backendId}:${adapter}`,
+    loaded: (adapter) => `${prefix}loaded:${adapter}`,
+  };
+}

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import { RedisStoreError } from './redis-store-error';
 import {
+  ADAPTER_LOAD_LUA,
   ADMIT_TENANT_LUA,
   APPLY_KV_EVENTS_LUA,
   CHANGE_API_KEYS_LUA,
@@ -56,6 +57,7 @@ export const SCRIPTS = {
   applyKvEvents: defineScript('apply-kv-events', APPLY_KV_EVENTS_LUA, 4),
   kvEventsLease: defineScript('kv-events-lease', KV_EVENTS_LEASE_LUA, 2),
   flowQueue: defineScript('flow-queue', FLOW_QUEUE_LUA, 6),
+  adapterLoad: defineScript('adapter-load', ADAPTER_LOAD_LUA, 4),
 } as const satisfies Record<string, LuaScript>;
 
 /**

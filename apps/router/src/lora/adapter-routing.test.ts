@@ -25,21 +25,22 @@ describe('LoRA adapter waits', () => {
     expect(waitOf('a', residency({ running: ['b', 'c', 'd'], maxLoras: null }), PRICES)).toBe(200);
   });
 
-  it("routes an adapter's request in its base model's pool with its waits; a base model's request is left alone", () => {
+  it("routes an adapter's request in its base model's pool with its waits; a base model's request is left alone", async () => {
     let nowMs = 0;
     const residencies: Record<string, AdapterResidency> = {
       e1: { running: ['tenant-a'], waiting: [], maxLoras: 1 },
       e2: { running: [], waiting: [], maxLoras: 1 },
     };
     const adapters = new AdapterRouting({
-      registry: { baseModelOf: (model) => (model.startsWith('tenant-') ? 'base' : null) },
+      registry: { baseModelOf: (model) => (model.startsWith('tenant-') ? 'base' : null), poolFor: () => [] },
+      loader: null,
       residencyOf: (engineId) => residencies[engineId] ?? null,
       prices: PRICES,
       nowMs: () => nowMs,
     });
     const pool = [backendOf('e1'), backendOf('e2'), backendOf('e3')];
-    expect(adapters.resolve(parsedOf('base'), pool)).toBeNull();
-    const routed = adapters.resolve(parsedOf('tenant-a'), pool);
+    expect(await adapters.resolve(parsedOf('base'), pool)).toBeNull();
+    const routed = await adapters.resolve(parsedOf('tenant-a'), pool);
     expect(routed?.model).toBe('base');
     // The routing text (and so the prefix hashes) still names the adapter.
     expect(routed?.routingRequest.model).toBe('tenant-a');

@@ -1,6 +1,7 @@
-import type { BackendId } from '@kvroute/routing';
+import { backendRendezvousOrder, hashString53, type BackendId } from '@kvroute/routing';
 import type { Backend, BackendRegistry } from '../backends/backend-registry';
 import type { ParsedRequest } from '../pipeline/parse';
+import type { AdapterLoader, LoadableAdapter } from './adapter-loader';
 
 /**
  * LoRA adapters (issue 33): a request naming an adapter is routed in its base model's pool, where the adapter's wait
@@ -39,7 +40,9 @@ export interface AdapterPrices {
 }
 
 export interface AdapterRoutingDeps {
-  readonly registry: Pick<BackendRegistry, 'baseModelOf'>;
+  readonly registry: Pick<BackendRegistry, 'baseModelOf' | 'poolFor'>;
+  /** Adapters the router loads on demand (`loraAdapters`); null: none. */
+  readonly loader: AdapterLoader | null;
   /** The engine's published residency, when fresh (EngineStateView); null: unknown. */
   readonly residencyOf: (engineId: string) => AdapterResidency | null;
   readonly prices: AdapterPrices;
@@ -55,16 +58,77 @@ export class AdapterRouting {
 
   constructor(private readonly deps: AdapterRoutingDeps) {}
 
+  /** The on-demand loads of `loraAdapters`; null: none configured. */
+  get loader(): AdapterLoader | null {
+    return this.deps.loader;
+  }
+
+  /** The base model of adapter `model` (listed by a backend, or loadable); null: no adapter known by that name. */
+  baseOf(model: string): string | null {
+    const base = this.deps.registry.baseModelOf(model) ?? this.deps.loader?.loadable(model)?.base ?? null;
+    return base === model ? null : base;
+  }
+
+  /** A loadable adapter's backends: every backend of its base model (it is loaded where it goes); null: not loadable. */
+  poolFor(model: string): readonly Backend[] | null {
+    const loadable = this.deps.loader?.loadable(model);
+    return loadable === undefined ? null : this.deps.registry.poolFor(loadable.base);
+  }
+
   /**
-   * `parsed` as its adapter's request routed over `backends` (those serving the adapter): its base model's, its
-   * adapter's wait on each of them priced; null when its model is no adapter (a base model, or not known as one).
+   * `parsed` as its adapter's request routed over `backends` (those serving the adapter, or able to load it): its
+   * base model's, its adapter's wait on each of them priced (a backend that must load it first: a load more); null
+   * when its model is no adapter (a base model, or not known as one).
    */
-  resolve(parsed: ParsedRequest, backends: readonly Backend[]): ParsedRequest | null {
+  async resolve(parsed: ParsedRequest, backends: readonly Backend[]): Promise<ParsedRequest | null> {
     const adapter = parsed.model;
-    const base = this.deps.registry.baseModelOf(adapter);
-    if (base === null || base === adapter) return null;
+    const base = this.baseOf(adapter);
+    if (base === null) return null;
     const adapterWaitMs = this.waitsOn(adapter, backends);
+    const loader = this.deps.loader;
+    const loadable = loader?.loadable(adapter);
+    if (loader !== null && loadable !== undefined) await this.priceLoads(loader, loadable, backends, adapterWaitMs);
     return { ...parsed, model: base, routingRequest: { ...parsed.routingRequest, adapterWaitMs } };
+  }
+
+  /**
+   * A loadable adapter's waits, where it must be loaded first: a load more. Held nowhere yet, it is placed by
+   * rendezvous hashing of its name (every replica agrees without talking): the first backend of that order that a
+   * failed load does not keep it off is priced one load, the others a load more (`loadMs` twice), so a burst of its
+   * first requests, from any replica, loads it once, and it spreads when that backend's queue costs more than a load.
+   * A backend a failed load keeps it off is priced a slot wait more.
+   */
+  private async priceLoads(
+    loader: AdapterLoader,
+    adapter: LoadableAdapter,
+    backends: readonly Backend[],
+    waits: Map<BackendId, number>,
+  ): Promise<void> {
+    const { loadMs, slotWaitMs } = this.deps.prices;
+    const loadedOn = await loader.loadedOn(adapter);
+    const holds = (backend: Backend) => loadedOn.has(backend.id) || loader.holds(backend, adapter.name);
+    const heldNowhere = !backends.some(holds);
+    const order = backendRendezvousOrder(
+      hashString53(adapter.name),
+      backends.map((backend) => backend.info),
+    );
+    const placed = heldNowhere
+      ? order.map((index) => backends[index] as Backend).find((backend) => !loader.isOff(backend, adapter.name))
+      : undefined;
+    for (const backend of backends) {
+      if (holds(backend)) continue;
+      const extra = loader.isOff(backend, adapter.name)
+        ? loadMs + slotWaitMs
+        : heldNowhere && backend !== placed
+          ? 2 * loadMs
+          : loadMs;
+      waits.set(backend.id, (waits.get(backend.id) ?? 0) + extra);
+    }
+  }
+
+  /** When this replica last sent `adapter` to `backendId` (nowMs; -Infinity: not within what it remembers). */
+  lastSentMs(adapter: string, backendId: BackendId): number {
+    return this.#recent.get(adapter)?.get(backendId) ?? Number.NEGATIVE_INFINITY;
   }
 
   /** The adapter's wait per backend, ms (the header's tiers). */

@@ -11,10 +11,12 @@ import type { ModelAccess } from '../tenants/model-access';
 import type { TenantDirectory } from '../tenants/tenant-directory';
 import type { Learner } from './learn';
 import { admitLimits, type Admission, type LimitDeps } from './limit';
+import type { AdapterLoader, LoadableAdapter } from '../lora/adapter-loader';
 import type { AdapterRouting } from '../lora/adapter-routing';
 import { refuseClientDisaggregationFields, RequestPrefill, splitPool } from './disaggregation';
 import { parseRequest, type Endpoint, type ParsedRequest, type ParseOptions } from './parse';
 import type { PrefillDeps } from './prefill';
+import type { TryOutcome } from '../proxy/relay-handler';
 import { releaseLease, releaseLimits } from './release';
 import type { RequestLine, RequestLineStarter } from './request-log';
 import { queueRequest, type QueueDeps } from './queue';
@@ -91,6 +93,12 @@ interface InFlight {
   prefillBackendId: string | null;
   /** The LoRA adapter the request names, when routed as one (lora/adapter-routing.ts); null: none. */
   readonly adapter: string | null;
+  /** A loadable adapter: each try's backend gets it first where it lacks it (lora/adapter-loader.ts); null: not loadable. */
+  readonly adapterLoad: {
+    readonly adapter: LoadableAdapter;
+    readonly loader: AdapterLoader;
+    readonly signal: AbortSignal;
+  } | null;
   /** The cached tokens its prefill leg reported, for the decode leg's usage; null: none known. */
   prefillCachedTokens: number | null;
   readonly response: ServerResponse;
@@ -130,6 +138,7 @@ export function createRequestPath(
       return ticket;
     },
     async (of, ticket, mayRetryStatus) => {
+      if (of.adapterLoad !== null && !(await adapterReady(of.adapterLoad, ticket))) return ADAPTER_NOT_READY;
       if (of.prefill !== null) await prefilled(of, of.prefill, ticket);
       const outcome = await send(deps.send, shipmentOf(deps, of, ticket, mayRetryStatus), of.response);
       // A decode engine that lost its connection mid-request may have pulled the blocks (and had them freed): the
@@ -152,8 +161,8 @@ export function createRequestPath(
     refuseClientDisaggregationFields(asParsed, identity);
     // The backends serving the model; an adapter's request is its base model's from here on, over the backends that
     // serve the adapter.
-    const pool = poolOf(deps.route.registry, asParsed.model);
-    const adapter = deps.adapters?.resolve(asParsed, pool) ?? null;
+    const pool = deps.adapters?.poolFor(asParsed.model) ?? poolOf(deps.route.registry, asParsed.model);
+    const adapter = (await deps.adapters?.resolve(asParsed, pool)) ?? null;
     const parsed = adapter ?? asParsed;
     const split = splitPool(pool, endpoint, deps.prefill.settings.protocol);
     const backends = split.routed;
@@ -194,6 +203,7 @@ export function createRequestPath(
       prefillBackendId: null,
       prefillCachedTokens: null,
       adapter: adapter === null ? null : asParsed.model,
+      adapterLoad: adapter === null ? null : adapterLoadOf(deps, asParsed.model, reply),
       response: reply.raw,
       showsRoutingHeaders: showsRoutingHeaders(deps.routingHeaders, identity),
       admission,
@@ -325,6 +335,24 @@ async function prefilled(of: InFlight, prefill: RequestPrefill, ticket: Ticket):
     releaseLease(ticket);
     throw error;
   }
+}
+
+/** A try whose backend could not get the request's adapter: routed elsewhere (retry-before-first-byte.ts). */
+const ADAPTER_NOT_READY: TryOutcome = { kind: 'retry', cause: 'adapter-unavailable', error: null };
+
+/** A loadable adapter's request: its loader, and a signal of the client going away. */
+function adapterLoadOf(deps: RequestPathDeps, adapter: string, reply: FastifyReply): InFlight['adapterLoad'] {
+  const loader = deps.adapters?.loader ?? null;
+  const loadable = loader?.loadable(adapter);
+  if (loader === null || loadable === undefined) return null;
+  return { adapter: loadable, loader, signal: closedSignalOf(reply.raw) };
+}
+
+/** The try's backend has the request's adapter (loaded now if need be); false: its lease is given back. */
+async function adapterReady(load: NonNullable<InFlight['adapterLoad']>, ticket: Ticket): Promise<boolean> {
+  const ready = await load.loader.ensureOn(load.adapter, ticket.backend, load.signal);
+  if (!ready) releaseLease(ticket);
+  return ready;
 }
 
 /**

@@ -29,7 +29,8 @@ import { StreamUsageStrip, type FingerprintMemory } from './usage-strip';
 export type TryOutcome =
   | {
       readonly kind: 'retry';
-      readonly cause: 'connect' | 'connection-lost' | `status-${number}`;
+      /** `adapter-unavailable`: the backend could not get the request's LoRA adapter (request-path.ts): never sent. */
+      readonly cause: 'connect' | 'connection-lost' | 'adapter-unavailable' | `status-${number}`;
       readonly error: Error | null;
     }
   | { readonly kind: 'failed'; readonly cause: 'timeout' | 'connection-lost'; readonly error: Error }

@@ -64,9 +64,9 @@ export async function debugRoutes(
   app.post('/debug/route', async (request) => {
     const endpoint = debugEndpointOf(request);
     const asParsed = await parseRequest(endpoint, request, options.parse);
-    const pool = poolOf(options.route.registry, asParsed.model);
+    const pool = options.adapters?.poolFor(asParsed.model) ?? poolOf(options.route.registry, asParsed.model);
     // An adapter's request is explained as routed: in its base model's pool, its adapter's waits priced (`adapterMs`).
-    const parsed = options.adapters?.resolve(asParsed, pool) ?? asParsed;
+    const parsed = (await options.adapters?.resolve(asParsed, pool)) ?? asParsed;
     const split =
       options.prefill === undefined
         ? { routed: pool, prefill: null }

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Backend, BackendRegistry } from '../backends/backend-registry';
+import type { AdapterRouting } from '../lora/adapter-routing';
 import { unknownModelError } from '../pipeline/route';
 import type { ModelAccess } from '../tenants/model-access';
 
@@ -17,11 +18,23 @@ import type { ModelAccess } from '../tenants/model-access';
  */
 export async function modelsRoutes(
   app: FastifyInstance,
-  options: { registry: BackendRegistry; createdUnixSeconds: number; access: ModelAccess },
+  options: {
+    registry: BackendRegistry;
+    createdUnixSeconds: number;
+    access: ModelAccess;
+    /** LoRA adapters (their base models, the loadable ones); null: adapter-blind. */
+    adapters?: AdapterRouting | null;
+  },
 ): Promise<void> {
+  const baseOf = (id: string) => options.adapters?.baseOf(id) ?? options.registry.baseModelOf(id);
+  // Listed by a backend, or loadable on demand (not listed until loaded somewhere).
+  const servedModels = (): string[] => {
+    const loadable = options.adapters?.loader?.adapters.map((adapter) => adapter.name) ?? [];
+    return [...new Set([...options.registry.models(), ...loadable])];
+  };
   const modelObject = (id: string, request: FastifyRequest) => {
     // A LoRA adapter names its base model, as vLLM lists it (`parent`): its requests are served by that model's pool.
-    const parent = options.registry.baseModelOf(id);
+    const parent = baseOf(id);
     return {
       id,
       object: 'model',
@@ -33,13 +46,13 @@ export async function modelsRoutes(
   };
   app.get('/v1/models', async (request) => ({
     object: 'list',
-    data: options.access.visible(request.identity, options.registry.models()).map((id) => modelObject(id, request)),
+    data: options.access.visible(request.identity, servedModels()).map((id) => modelObject(id, request)),
   }));
   app.get<{ Params: { '*': string } }>('/v1/models/*', async (request) => {
     const id = request.params['*'];
     // Listed models only (an undrained backend serves it); else as for a request: 503 while a backend may still report it.
-    if (options.registry.poolFor(id).length === 0 || !options.access.allows(request.identity, id))
-      throw unknownModelError(options.registry, id);
+    const listed = options.registry.poolFor(id).length > 0 || options.adapters?.loader?.loadable(id) !== undefined;
+    if (!listed || !options.access.allows(request.identity, id)) throw unknownModelError(options.registry, id);
     return modelObject(id, request);
   });
 }

@@ -1,6 +1,7 @@
+import { AdapterLoader, LocalAdapterLoads } from '../lora/adapter-loader';
 import { AdapterRouting } from '../lora/adapter-routing';
 import { MAX_PREFILL_PARAMS_BYTES } from '@kvroute/protocols';
-import { RedisFlowQueue } from '@kvroute/redis-store';
+import { RedisAdapterLoads, RedisFlowQueue } from '@kvroute/redis-store';
 import type { FastifyBaseLogger } from 'fastify';
 import { generationLimitsOf, type RouterConfig } from '../config';
 import { NODE_TIMERS } from '../one-shot-timers';
@@ -69,6 +70,7 @@ export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDep
     metrics,
     logger: logger.child({ component: 'route' }),
   };
+  const adapters = config.loraRouting ? wireAdapters(config, deps) : null;
   const requestPath: RequestPathDeps = {
     parse: {
       blockSizeBytes: config.blockSizeBytes,
@@ -96,18 +98,14 @@ export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDep
     limit: tenants.limit,
     queue,
     tenants: tenants.tenants,
-    models: new ModelAccess(tenants.tenants, (model) => backends.registry.baseModelOf(model)),
+    models: new ModelAccess(
+      tenants.tenants,
+      (model) => adapters?.baseOf(model) ?? backends.registry.baseModelOf(model),
+    ),
     routingHeaders: config.routingHeaders,
     requestLine: requestLineStarter(logger.child({ component: 'requests' }), config.logRequests),
     responses: { owners: state.responseOwners, logger: logger.child({ component: 'responses' }), metrics },
-    adapters: config.loraRouting
-      ? new AdapterRouting({
-          registry: backends.registry,
-          residencyOf: (engineId) => state.engineStates?.loraAdapters(engineId) ?? null,
-          prices: { loadMs: config.loraLoadMs, slotWaitMs: config.loraSlotWaitMs, recentMs: config.loraRecentMs },
-          nowMs: deps.nowMs,
-        })
-      : null,
+    adapters,
     prefill: {
       settings: {
         protocol: config.pdProtocol,
@@ -203,3 +201,43 @@ function tryDeadlinesOf(config: RouterConfig): TryDeadlines {
     },
   };
 }
+
+/** LoRA adapter routing (lora/adapter-routing.ts), with on-demand loads when `loraAdapters` lists any. */
+function wireAdapters(config: RouterConfig, deps: RequestPathWiringDeps): AdapterRouting {
+  const { state, backends } = deps;
+  const residencyOf = (engineId: string) => state.engineStates?.loraAdapters(engineId) ?? null;
+  const loader =
+    config.loraAdapters.length === 0
+      ? null
+      : new AdapterLoader({
+          adapters: config.loraAdapters,
+          book:
+            state.redis === null ? new LocalAdapterLoads(deps.nowMs) : new RedisAdapterLoads({ redis: state.redis }),
+          upstreams: backends.upstreams,
+          times: {
+            claimMs: config.loraLoadTimeoutMs,
+            spacingMs: config.loraLoadSpacingMs,
+            unavailableMs: config.loraUnavailableMs,
+            loadedTtlMs: ADAPTER_LOADED_TTL_MS,
+          },
+          maxAdaptersPerBackend: config.loraMaxAdaptersPerBackend,
+          adaptersOn: (backend) => backends.registry.modelsOf(backend.id),
+          runs: (backend, adapter) => residencyOf(backend.engineId)?.running.includes(adapter) ?? false,
+          lastSentMs: (adapter, backend) => routing.lastSentMs(adapter, backend.id),
+          nowMs: deps.nowMs,
+          sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+          logger: deps.logger.child({ component: 'lora' }),
+          metrics: deps.metrics,
+        });
+  const routing: AdapterRouting = new AdapterRouting({
+    registry: backends.registry,
+    loader,
+    residencyOf,
+    prices: { loadMs: config.loraLoadMs, slotWaitMs: config.loraSlotWaitMs, recentMs: config.loraRecentMs },
+    nowMs: deps.nowMs,
+  });
+  return routing;
+}
+
+/** Where routers loaded an adapter is remembered this long after its last load (an engine restart forgets it sooner). */
+const ADAPTER_LOADED_TTL_MS = 3_600_000;
