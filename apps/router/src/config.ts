@@ -140,8 +140,8 @@ export const RouterConfig = z
       .optional()
       .describe(
         "where backends are discovered, besides `backends`: dns://NAME:PORT (a headless Service's A/AAAA " +
-          'records, PORT on each address), dns+srv://_SERVICE._PROTO.NAME (its SRV records) or k8s://[NAMESPACE/]SERVICE[:PORT_NAME] ' +
-          "(its EndpointSlices, watched with the pod's service account). Found backends are added, drained " +
+          'records, PORT on each address), dns+srv://_SERVICE._PROTO.NAME (its SRV records) or k8s://[NAMESPACE/]SERVICE[,SERVICE…][:PORT_NAME] ' +
+          "(their EndpointSlices, watched with the pod's service account; each slice's llm-d.ai/role label gives its backends their role). Found backends are added, drained " +
           "and removed through the admin API's path (with Redis: the fleet's shared set, changed by one " +
           'replica at a time); their ids are `NAME@ADDRESS:PORT`',
       ),

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { RouterConfig } from '../config';
+import { sliceSelectorOf } from './kubernetes-discovery';
 import { parseDiscoveryTarget } from './discovery-target';
 
 describe('parseDiscoveryTarget', () => {
@@ -19,6 +20,7 @@ describe('parseDiscoveryTarget', () => {
       kind: 'k8s',
       namespace: null,
       service: 'vllm',
+      services: ['vllm'],
       portName: null,
       name: 'vllm',
     });
@@ -26,9 +28,21 @@ describe('parseDiscoveryTarget', () => {
       kind: 'k8s',
       namespace: 'inference',
       service: 'vllm',
+      services: ['vllm'],
       portName: 'http',
       name: 'gpu',
     });
+    // A prefill and a decode Service, one watch: each slice's llm-d.ai/role gives its backends their role.
+    const pd = parseDiscoveryTarget('k8s://inference/vllm-prefill,vllm-decode:http');
+    expect(pd).toMatchObject({
+      service: 'vllm-prefill',
+      services: ['vllm-prefill', 'vllm-decode'],
+      name: 'vllm-prefill',
+    });
+    expect(sliceSelectorOf(pd.kind === 'k8s' ? pd.services : [])).toBe(
+      'kubernetes.io/service-name in (vllm-prefill,vllm-decode)',
+    );
+    expect(sliceSelectorOf(['vllm'])).toBe('kubernetes.io/service-name=vllm');
   });
 
   it.each([
@@ -39,6 +53,9 @@ describe('parseDiscoveryTarget', () => {
     'dns+srv://vllm.default',
     'k8s://Vllm',
     'k8s://a/b/c',
+    'k8s://a,,b',
+    'k8s://a,B',
+    `k8s://${Array.from({ length: 17 }, (_, index) => `s${index}`).join(',')}`,
     'consul://vllm',
     'dns://bad name:80',
   ])('refuses %s', (value) => {

@@ -4,9 +4,10 @@
  * - `dns://NAME:PORT`: the A and AAAA records of NAME (a headless Service's name), one backend per
  *   address, on PORT;
  * - `dns+srv://_SERVICE._PROTO.NAME`: its SRV records, one backend per target address and port;
- * - `k8s://[NAMESPACE/]SERVICE[:PORT_NAME]`: the Service's EndpointSlices, watched through the API
+ * - `k8s://[NAMESPACE/]SERVICE[,SERVICE…][:PORT_NAME]`: the Services' EndpointSlices, watched through the API
  *   server with the pod's service account (NAMESPACE: the pod's own; PORT_NAME: the slice's only port,
- *   or the one so named).
+ *   or the one so named). Several Services: one watch over all their slices (a set-based label selector), e.g. a
+ *   prefill and a decode Service, whose `llm-d.ai/role` labels give each backend its role.
  */
 export type DiscoveryTarget =
   | { readonly kind: 'dns'; readonly host: string; readonly port: number; readonly name: string }
@@ -14,7 +15,9 @@ export type DiscoveryTarget =
   | {
       readonly kind: 'k8s';
       readonly namespace: string | null;
+      /** The first of `services` (the default id prefix). */
       readonly service: string;
+      readonly services: readonly string[];
       readonly portName: string | null;
       readonly name: string;
     };
@@ -24,6 +27,8 @@ const DNS_NAME =
   /^(?=.{1,253}\.?$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?)*\.?$/;
 /** A Kubernetes object name (RFC 1123 label; Services and namespaces both are). */
 const K8S_NAME = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+/** Services one `k8s://` target may watch (one label selector; a fleet has a role or two per model). */
+const MAX_K8S_SERVICES = 16;
 /** A backend id prefix: what backend ids allow, short. */
 const SOURCE_NAME = /^[A-Za-z0-9._-]{1,63}$/;
 
@@ -34,7 +39,7 @@ export function parseDiscoveryTarget(value: string, name?: string): DiscoveryTar
   const match = /^([a-z0-9+]+):\/\/(.*)$/.exec(value);
   if (!match)
     throw new Error(
-      `${JSON.stringify(value)} is not dns://NAME:PORT, dns+srv://_SERVICE._PROTO.NAME or k8s://[NAMESPACE/]SERVICE[:PORT_NAME]`,
+      `${JSON.stringify(value)} is not dns://NAME:PORT, dns+srv://_SERVICE._PROTO.NAME or k8s://[NAMESPACE/]SERVICE[,SERVICE…][:PORT_NAME]`,
     );
   const [, scheme, rest] = match as unknown as [string, string, string];
   if (scheme === 'dns') {
@@ -55,20 +60,22 @@ export function parseDiscoveryTarget(value: string, name?: string): DiscoveryTar
   if (scheme === 'k8s') {
     const parts = /^(?:([^/]+)\/)?([^/:]+)(?::([^/:]+))?$/.exec(rest);
     const namespace = parts?.[1] ?? null;
-    const service = parts?.[2];
+    const services = parts?.[2]?.split(',') ?? [];
+    const service = services[0];
     const portName = parts?.[3] ?? null;
     if (
       !parts ||
       service === undefined ||
-      !K8S_NAME.test(service) ||
+      services.length > MAX_K8S_SERVICES ||
+      !services.every((each) => K8S_NAME.test(each)) ||
       (namespace !== null && !K8S_NAME.test(namespace)) ||
       (portName !== null && !K8S_NAME.test(portName))
     ) {
       throw new Error(
-        `k8s://[NAMESPACE/]SERVICE[:PORT_NAME] expected (lower-case names), got ${JSON.stringify(value)}`,
+        `k8s://[NAMESPACE/]SERVICE[,SERVICE…][:PORT_NAME] expected (lower-case names, at most ${MAX_K8S_SERVICES} Services), got ${JSON.stringify(value)}`,
       );
     }
-    return { kind: 'k8s', namespace, service, portName, name: name ?? service };
+    return { kind: 'k8s', namespace, service, services: [...new Set(services)], portName, name: name ?? service };
   }
   throw new Error(`unknown discovery scheme ${JSON.stringify(scheme)}: dns, dns+srv or k8s`);
 }

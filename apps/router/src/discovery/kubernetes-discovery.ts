@@ -237,7 +237,7 @@ export class EndpointSliceSource implements BackendSource {
 
   private urlOf(query: Record<string, string>): string {
     const { namespace, target, api } = this.options;
-    const params = new URLSearchParams({ labelSelector: `kubernetes.io/service-name=${target.service}`, ...query });
+    const params = new URLSearchParams({ labelSelector: sliceSelectorOf(target.services), ...query });
     return `${api.url}/apis/discovery.k8s.io/v1/namespaces/${encodeURIComponent(namespace)}/endpointslices?${params.toString()}`;
   }
 
@@ -275,4 +275,11 @@ async function readCapped(body: Dispatcher.ResponseData['body'], maxBytes: numbe
     chunks.push(chunk as Buffer);
   }
   return Buffer.concat(chunks).toString('utf8');
+}
+
+/** The label selector of the EndpointSlices of `services`: an equality for one, a set for several. */
+export function sliceSelectorOf(services: readonly string[]): string {
+  return services.length === 1
+    ? `kubernetes.io/service-name=${services[0]}`
+    : `kubernetes.io/service-name in (${services.join(',')})`;
 }

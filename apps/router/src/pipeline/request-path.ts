@@ -162,7 +162,8 @@ export function createRequestPath(
     // The backends serving the model; an adapter's request is its base model's from here on, over the backends that
     // serve the adapter.
     const pool = deps.adapters?.poolFor(asParsed.model) ?? poolOf(deps.route.registry, asParsed.model);
-    const adapter = (await deps.adapters?.resolve(asParsed, pool)) ?? null;
+    // Only an adapter's request waits here (its waits may be read from Redis): the others go on at once.
+    const adapter = deps.adapters?.baseOf(asParsed.model) == null ? null : await deps.adapters.resolve(asParsed, pool);
     const parsed = adapter ?? asParsed;
     const split = splitPool(pool, endpoint, deps.prefill.settings.protocol);
     const backends = split.routed;
