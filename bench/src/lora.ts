@@ -15,17 +15,15 @@
  * Usage: npm run bench:lora -- [--seeds 3] [--conversations 24] [--turns 4] [--adapters 16] [--zipf 1.1]
  * Needs redis-server. Writes bench/results/lora-<time>.{md,json}.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import type { ChildProcess } from 'node:child_process';
 import { parseCommandLine } from '@kvroute/platform';
 import { createRedis, waitUntilReady } from '@kvroute/redis-store';
 import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
 import { seededRandom } from '@kvroute/workloads';
 import { Agent } from 'undici';
-import { nodeArgsFor, resultsDir } from './app-process';
+import { reportCheckedResults } from './checked-results';
 import { prefixHitRateOf, streamChatTurn, sumSimCounter } from './chat-turns';
-import { freePort, startLocalSims, stopLocalProcess, stopLocalSims, waitReady } from './local-sims';
+import { startLocalSims, stopLocalProcess, stopLocalSims } from './local-sims';
 import {
   adapterAwareChecks,
   LORA_VARIANTS,
@@ -36,6 +34,7 @@ import {
   type LoraVariant,
 } from './lora-report';
 import { buildBundles, startRouterProcess, type ProxyProcess } from './proxy-processes';
+import { startPoller } from './runner/local-cluster';
 
 const args = parseCommandLine({
   usage: 'npm run bench:lora -- [options]',
@@ -81,35 +80,6 @@ function material(random: () => number, bytes: number, head: string): string {
 const systemPromptOf = (adapter: string): string =>
   `You are the ${adapter} assistant of the support team. ${'Answer in the house style of this team. '.repeat(40)}`;
 
-async function startPoller(redisUrl: string, urls: readonly string[]): Promise<ChildProcess> {
-  const port = await freePort();
-  const child = spawn(
-    process.execPath,
-    [
-      ...nodeArgsFor('health-poller'),
-      ...['--host', '127.0.0.1', '--port', String(port), '--redis-url', redisUrl],
-      ...[
-        '--backends',
-        urls.join(','),
-        '--interval-ms',
-        String(POLL_INTERVAL_MS),
-        '--scrape-timeout-ms',
-        '200',
-        '--log-level',
-        'warn',
-      ],
-    ],
-    { stdio: ['ignore', 'inherit', 'inherit'] },
-  );
-  try {
-    await waitReady(`http://127.0.0.1:${port}/healthz`);
-  } catch (error) {
-    child.kill('SIGKILL');
-    throw error;
-  }
-  return child;
-}
-
 async function runOnce(variant: LoraVariant, seed: number, redis: LocalRedisServer): Promise<LoraRun> {
   const sims = await startLocalSims(ENGINES, SIM_ARGS);
   let poller: ChildProcess | undefined;
@@ -117,7 +87,9 @@ async function runOnce(variant: LoraVariant, seed: number, redis: LocalRedisServ
   const agent = new Agent({ connections: 256 });
   try {
     const urls = sims.map((sim) => sim.url);
-    poller = await startPoller(redis.url, urls);
+    poller = await startPoller(redis.url, sims, [
+      ...['--interval-ms', String(POLL_INTERVAL_MS), '--scrape-timeout-ms', '200'],
+    ]);
     router = await startRouterProcess(urls.join(','), {
       redisUrl: redis.url,
       extraArgs: [
@@ -202,28 +174,21 @@ async function main(): Promise<void> {
     await redis.stop();
   }
   const checks = adapterAwareChecks(runs);
-  const markdown = [
-    `# LoRA adapters (${new Date().toISOString()})`,
-    '',
-    `vllm-sim \`${SIM_ARGS.filter((arg) => !arg.includes('/adapters/')).join(' ')}\` × ${ENGINES}, ` +
-      `${ADAPTERS.length} adapters (Zipf ${count('zipf')}); ${count('conversations')} concurrent conversations of ` +
-      `${count('turns')} turns (an adapter's system prompt, 3,000 bytes, then 400–1,600 bytes a turn), ` +
-      `${ANSWER_TOKENS} output tokens per answer. One router replica and a health poller (${POLL_INTERVAL_MS} ms) over ` +
-      'Redis; fresh engines per run.',
-    '',
-    renderLoraTables(runs),
-    '| check | result | measured |',
-    '|---|---|---|',
-    ...checks.map((check) => `| ${check.name} | ${check.passed ? 'pass' : '**FAIL**'} | ${check.measured} |`),
-    '',
-  ].join('\n');
-  console.log(`\n${markdown}`);
-  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-  mkdirSync(resultsDir(), { recursive: true });
-  writeFileSync(join(resultsDir(), `lora-${stamp}.md`), markdown);
-  writeFileSync(join(resultsDir(), `lora-${stamp}.json`), JSON.stringify({ checks, runs }));
-  console.log(`results written to ${join(resultsDir(), `lora-${stamp}`)}.{md,json}`);
-  if (!checks.every((check) => check.passed)) process.exitCode = 1;
+  reportCheckedResults(
+    'lora',
+    {
+      heading: 'LoRA adapters',
+      summary:
+        `vllm-sim \`${SIM_ARGS.filter((arg) => !arg.includes('/adapters/')).join(' ')}\` × ${ENGINES}, ` +
+        `${ADAPTERS.length} adapters (Zipf ${count('zipf')}); ${count('conversations')} concurrent conversations of ` +
+        `${count('turns')} turns (an adapter's system prompt, 3,000 bytes, then 400–1,600 bytes a turn), ` +
+        `${ANSWER_TOKENS} output tokens per answer. One router replica and a health poller (${POLL_INTERVAL_MS} ms) over ` +
+        'Redis; fresh engines per run.',
+      tables: renderLoraTables(runs),
+    },
+    checks,
+    { runs },
+  );
 }
 
 main().catch((error: unknown) => {

@@ -19,12 +19,10 @@
  * Usage: npm run bench:pd -- [--seeds 3] [--conversations 8] [--turns 4] [--turn-bytes 6000] [--time-scale 1]
  * Writes bench/results/pd-<time>.{md,json}.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { parseCommandLine } from '@kvroute/platform';
 import { seededRandom } from '@kvroute/workloads';
 import { Agent } from 'undici';
-import { resultsDir } from './app-process';
+import { reportCheckedResults } from './checked-results';
 import { prefixHitRateOf, streamChatTurn } from './chat-turns';
 import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
 import { cacheAwareCheck, PD_VARIANTS, renderPdTables, type PdRun, type PdSample, type PdVariant } from './pd-report';
@@ -202,27 +200,20 @@ async function main(): Promise<void> {
         );
       }
   const checks = workloads.includes('conversation') ? [cacheAwareCheck(runs, 'conversation')] : [];
-  const markdown = [
-    `# Prefill/decode disaggregation (${new Date().toISOString()})`,
-    '',
-    `vllm-sim \`${PROFILE.join(' ')}\`; aggregated: 4 engines of role both; disaggregated: 2 prefill + 2 decode ` +
-      `(NIXL protocol). ${count('conversations')} concurrent conversations per run; ${ANSWER_TOKENS} output tokens per ` +
-      `answer; conversation: ${count('turns')} turns of ${count('turn-bytes')} new bytes; long-context: ` +
-      `${count('document-bytes')}-byte documents, ${count('questions')} questions each. One router replica, fresh engines per run.`,
-    '',
-    renderPdTables(runs),
-    '| check | result | measured |',
-    '|---|---|---|',
-    ...checks.map((check) => `| ${check.name} | ${check.passed ? 'pass' : '**FAIL**'} | ${check.measured} |`),
-    '',
-  ].join('\n');
-  console.log(`\n${markdown}`);
-  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-  mkdirSync(resultsDir(), { recursive: true });
-  writeFileSync(join(resultsDir(), `pd-${stamp}.md`), markdown);
-  writeFileSync(join(resultsDir(), `pd-${stamp}.json`), JSON.stringify({ checks, runs }));
-  console.log(`results written to ${join(resultsDir(), `pd-${stamp}`)}.{md,json}`);
-  if (!checks.every((check) => check.passed)) process.exitCode = 1;
+  reportCheckedResults(
+    'pd',
+    {
+      heading: 'Prefill/decode disaggregation',
+      summary:
+        `vllm-sim \`${PROFILE.join(' ')}\`; aggregated: 4 engines of role both; disaggregated: 2 prefill + 2 decode ` +
+        `(NIXL protocol). ${count('conversations')} concurrent conversations per run; ${ANSWER_TOKENS} output tokens per ` +
+        `answer; conversation: ${count('turns')} turns of ${count('turn-bytes')} new bytes; long-context: ` +
+        `${count('document-bytes')}-byte documents, ${count('questions')} questions each. One router replica, fresh engines per run.`,
+      tables: renderPdTables(runs),
+    },
+    checks,
+    { runs },
+  );
 }
 
 main().catch((error: unknown) => {

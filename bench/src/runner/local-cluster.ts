@@ -250,7 +250,12 @@ export class LocalCluster implements RunTarget {
   }
 }
 
-async function startPoller(redisUrl: string, sims: readonly LocalSim[]): Promise<ChildProcess> {
+/** A health poller over `sims`, publishing through `redisUrl` (`extraArgs`: more of its flags); ready when it answers. */
+export async function startPoller(
+  redisUrl: string,
+  sims: readonly LocalSim[],
+  extraArgs: readonly string[] = [],
+): Promise<ChildProcess> {
   const port = await freePort();
   const args = [
     ...nodeArgsFor('health-poller'),
@@ -263,6 +268,7 @@ async function startPoller(redisUrl: string, sims: readonly LocalSim[]): Promise
     ...(await pollerBackendArgs(sims)),
     '--log-level',
     'warn',
+    ...extraArgs,
   ];
   const child = spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] });
   try {
