@@ -224,6 +224,7 @@ export default [
       'bench/src/overhead.ts',
       'bench/src/limits.ts',
       'bench/src/admission.ts',
+      'bench/src/lora.ts',
       'bench/src/router-instructions.ts',
       'bench/src/poller-load.ts',
       'bench/src/indexer-load.ts',

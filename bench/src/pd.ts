@@ -24,7 +24,7 @@ import { seededRandom } from '@kvroute/workloads';
 import { Agent } from 'undici';
 import { reportCheckedResults } from './checked-results';
 import { prefixHitRateOf, streamChatTurn } from './chat-turns';
-import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
+import { startLocalSims, stopLocalSims } from './local-sims';
 import { cacheAwareCheck, PD_VARIANTS, renderPdTables, type PdRun, type PdSample, type PdVariant } from './pd-report';
 import { buildBundles, startRouterProcess, type ProxyProcess } from './proxy-processes';
 
