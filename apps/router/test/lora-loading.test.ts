@@ -69,7 +69,7 @@ describe('LoRA adapters loaded on demand (fake vLLM engines, three replicas, rea
   const engines: LoraEngine[] = [];
   const routers: RouterServer[] = [];
   beforeAll(async () => {
-    redis = await startRedis();
+    redis = await startRedis({ fresh: true });
   });
   afterEach(async () => {
     // No lease left in the fleet's state (a replica's own count is what it last saw of everyone's).
@@ -80,7 +80,7 @@ describe('LoRA adapters loaded on demand (fake vLLM engines, three replicas, rea
     expect(await fleetInflight()).toBe(0);
     for (const router of routers.splice(0)) await router.close();
     await Promise.all(engines.splice(0).map((engine) => engine.engine.close()));
-    await reader.flushall();
+    await reader.flushall(); // this file's own Redis (fresh)
     reader.disconnect();
   });
   afterAll(async () => {
@@ -155,6 +155,23 @@ describe('LoRA adapters loaded on demand (fake vLLM engines, three replicas, rea
       .create({ model: 'tenant-z', messages: [{ role: 'user', content: 'again' }] })
       .catch(() => undefined);
     expect(loadsOf('tenant-z')).toBe(attempts);
+  });
+
+  it('an engine that lost an adapter the router loaded there (it restarted) answers 404: forgotten, served elsewhere', async () => {
+    const [client] = await start(2, {}, 1);
+    const ask = () =>
+      (client as OpenAI).chat.completions.create({ model: 'tenant-x', messages: [{ role: 'user', content: 'same' }] });
+    expect((await ask()).model).toBe('tenant-x');
+    const holder = engines.find((engine) => engine.loads.includes('tenant-x')) as LoraEngine;
+    const other = engines.find((engine) => engine !== holder) as LoraEngine;
+    // The holder restarts: its adapters are gone, the router is not told.
+    holder.models.splice(1);
+    expect((await ask()).model).toBe('tenant-x');
+    expect(other.loads).toEqual(['tenant-x']);
+    // Forgotten on the holder: the next request goes where the adapter is now, without another 404.
+    const before = holder.engine.requests('POST', '/v1/chat/completions').length;
+    expect((await ask()).model).toBe('tenant-x');
+    expect(holder.engine.requests('POST', '/v1/chat/completions').length).toBe(before);
   });
 
   it('a full engine unloads its coldest adapter before loading another; tenants cannot call the load endpoints', async () => {

@@ -54,7 +54,7 @@ describe('LoRA adapters through the router (fake vLLM engines, real Redis)', () 
   const engines: FakeEngine[] = [];
   const routers: RouterServer[] = [];
   beforeAll(async () => {
-    redis = await startRedis();
+    redis = await startRedis({ fresh: true });
     publisher = createRedis(redis.url, 'worker');
     states = new RedisBackendStateStore({ redis: publisher });
     for (let index = 0; index < 4; index++) {
@@ -72,7 +72,7 @@ describe('LoRA adapters through the router (fake vLLM engines, real Redis)', () 
       expect(totalInflight(router)).toBe(0);
       await router.close();
     }
-    await publisher.flushall();
+    await publisher.flushall(); // this file's own Redis (fresh)
   });
   afterAll(async () => {
     await Promise.all(engines.map((engine) => engine.close()));

@@ -144,6 +144,21 @@ export class AdapterLoader {
     }
   }
 
+  /**
+   * `backend` answered 404 for `adapter`, which the router believed it had (it restarted, or someone unloaded it):
+   * this replica and the fleet's book forget it there, so the next request loads it again.
+   */
+  async forget(adapter: LoadableAdapter, backend: Backend): Promise<void> {
+    this.#loadedHere.get(backend.id)?.delete(adapter.name);
+    this.deps.logger.warn(
+      { adapter: adapter.name, backend: backend.id },
+      'the engine does not have an adapter the router loaded there: forgotten, the request goes elsewhere',
+    );
+    await this.deps.book
+      .unloaded(adapter.base, adapter.name, backend.id)
+      .catch((error: unknown) => this.deps.logger.warn({ err: error }, 'adapter unload could not be recorded'));
+  }
+
   /** This replica's claimed load: the coldest adapter unloaded first if the backend is full, then the load. */
   private async load(adapter: LoadableAdapter, backend: Backend, token: string): Promise<boolean> {
     const { book, times } = this.deps;

@@ -141,6 +141,9 @@ export function createRequestPath(
       if (of.adapterLoad !== null && !(await adapterReady(of.adapterLoad, ticket))) return ADAPTER_NOT_READY;
       if (of.prefill !== null) await prefilled(of, of.prefill, ticket);
       const outcome = await send(deps.send, shipmentOf(deps, of, ticket, mayRetryStatus), of.response);
+      // The engine does not have the adapter the router believed it had (it restarted): forgotten there.
+      if (of.adapterLoad !== null && outcome.kind === 'retry' && outcome.cause === 'status-404')
+        await of.adapterLoad.loader.forget(of.adapterLoad.adapter, ticket.backend);
       // A decode engine that lost its connection mid-request may have pulled the blocks (and had them freed): the
       // next decode try gets a prefill leg of its own.
       if (of.prefill !== null && outcome.kind === 'retry' && outcome.cause === 'connection-lost') of.prefill.forget();
@@ -303,6 +306,7 @@ function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetr
     extraHeaders: extraHeadersOf(of),
     headWatch: responseIdWatch(deps.responses, parsed, of.scope, ticket.backend.id),
     prefillCachedTokens: of.prefillCachedTokens,
+    notFoundIsRefusal: of.adapterLoad !== null,
     events: {
       // The response's framing, not the request's flag: an engine may answer either way.
       firstOutput: (streamed) => {

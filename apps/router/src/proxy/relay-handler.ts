@@ -93,6 +93,11 @@ export interface RelayedRequest {
   readonly arrivedAtMs: number;
   /** Whether a refusal (429/503) may be retried elsewhere instead of relayed. */
   readonly mayRetryStatus: boolean;
+  /**
+   * A 404 is a refusal too (with `mayRetryStatus`): a LoRA adapter's request sent where the router believed the
+   * adapter loaded, whose engine lost it (restarted): another backend may have it, or load it.
+   */
+  readonly notFoundIsRefusal?: boolean;
   readonly deadline: TryDeadline;
   /** Keep a successful response's tail for its usage (generation endpoints; pass-through ones carry none worth reading). */
   readonly readsUsage: boolean;
@@ -245,7 +250,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
     const request = this.request;
     if (request.deadline.until === 'headers') this.clearDeadline();
-    if (RETRYABLE_STATUS.has(statusCode) && request.mayRetryStatus) {
+    const refused = RETRYABLE_STATUS.has(statusCode) || (statusCode === 404 && request.notFoundIsRefusal === true);
+    if (refused && request.mayRetryStatus) {
       this.mode = 'discard';
       this.discardCause = { kind: 'retry', cause: `status-${statusCode}`, error: null };
       return;

@@ -6,6 +6,7 @@ import { RedisFlowQueue } from '../../src/flow-queue';
 import { KvEventsIndex, KvEventsLeases } from '../../src/kv-events-index';
 import { RECORD_BLOCKS_PER_CALL } from '../../src/pool-leases';
 import { RedisStoreError } from '../../src/redis-store-error';
+import { RedisAdapterLoads } from '../../src/adapter-loads';
 import { integerArrayReply, runScript, SCRIPTS } from '../../src/scripts';
 import { TenantLimits } from '../../src/tenant-limits';
 import { RedisApiKeyStore } from '../../src/api-key-store';
@@ -110,6 +111,7 @@ describe('script loading', () => {
         { capacity: 1, enginesSaturated: false, leaseTtlMs: 1000, expressSlots: 0 },
         1000,
       ); // flow-queue.lua
+      await new RedisAdapterLoads({ redis: ctx.redis, keyNamespace: ctx.namespace }).unloaded('m', 'a', 'b'); // adapter-load.lua
     };
     await everyScript();
     const shas = Object.values(SCRIPTS).map((script) => script.sha1);
