@@ -91,12 +91,15 @@ function projectsWithScript(target: string): string[] {
  * Every project's tests in one vitest run (tools/run-tests.mjs): one process and one pool of workers for the whole
  * workspace, where Nx ran one vitest per project, one after another. Each project gets the options its own
  * vitest.config.ts has (projectTestOptions); a project with RUN_ALONE files is two projects here, `<name>` without
- * them and `<name> (alone)` with them only, in a later group of one worker and a process per file. One JSON report,
+ * them and `<name> (alone)` with them only, in a later group of its own (one per project, in turn), one worker and a
+ * process per file. One JSON report,
  * test-reports/<target>/workspace.json, which tools/test-summary.mjs splits by project folder.
  */
 export default defineConfig(({ mode }) => {
   const system = mode === 'system';
   const target = system ? 'test-system' : 'test';
+  /** The alone projects' groups so far (each runs after the previous one). */
+  let aloneGroups = 0;
   return {
     test: {
       projects: projectsWithScript(target).flatMap((dir) => {
@@ -118,7 +121,10 @@ export default defineConfig(({ mode }) => {
               // A process of its own as well: nothing an earlier file left running (a timer, a server) takes its CPU.
               isolate: true,
               maxWorkers: 1,
-              sequence: { groupOrder: 1 },
+              // A group of its own too: projects of one group run side by side, so with one group for every
+              // project's alone files a router's 15 MB prompts ran beside the engine-restart test's timed
+              // scrapes (it failed twice so on 2026-12-07). One group per project: one alone file at a time.
+              sequence: { groupOrder: ++aloneGroups },
             },
           },
         ];
