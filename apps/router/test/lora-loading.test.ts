@@ -174,6 +174,29 @@ describe('LoRA adapters loaded on demand (fake vLLM engines, three replicas, rea
     expect(holder.engine.requests('POST', '/v1/chat/completions').length).toBe(before);
   });
 
+  it('one engine: its 404 reaches the client once, the next request loads the adapter again; a 404 about something else unloads nothing', async () => {
+    const [client] = await start(1, {}, 1);
+    const ask = (content: string) =>
+      (client as OpenAI).chat.completions
+        .create({ model: 'tenant-x', messages: [{ role: 'user', content }] })
+        .then((answer) => answer.model)
+        .catch((error: unknown) => (error as InstanceType<typeof OpenAI.APIError>).status);
+    const engine = engines[0] as LoraEngine;
+    expect(await ask('first')).toBe('tenant-x');
+    engine.models.splice(1);
+    // No other backend to try: the engine's 404 is relayed, and the adapter forgotten there.
+    expect(await ask('second')).toBe(404);
+    expect(await ask('third')).toBe('tenant-x');
+    expect(engine.loads).toEqual(['tenant-x', 'tenant-x']);
+    // A 404 the engine gives for another reason (the adapter still listed) keeps it loaded.
+    engine.engine.routes.unshift((request, response) =>
+      request.body.includes('missing-thing') ? json(response, 404, { error: { message: 'no such thing' } }) : false,
+    );
+    expect(await ask('missing-thing')).toBe(404);
+    expect(await ask('fourth')).toBe('tenant-x');
+    expect(engine.loads).toEqual(['tenant-x', 'tenant-x']);
+  });
+
   it('a full engine unloads its coldest adapter before loading another; tenants cannot call the load endpoints', async () => {
     const [client] = await start(1, { loraMaxAdaptersPerBackend: 1 }, 1);
     await (client as OpenAI).chat.completions.create({ model: 'tenant-x', messages: [{ role: 'user', content: 'x' }] });

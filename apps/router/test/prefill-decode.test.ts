@@ -223,6 +223,28 @@ describe('prefill/decode disaggregation against recording engines', () => {
     expect(Number(cachedLine?.split(' ').at(-1))).toBe(3 * 480);
   });
 
+  it('a decode stream cut mid-event: what the usage merge and the usage strip held reaches the client once, then the error', async () => {
+    const prefill = await engine(answerPrefill());
+    const decode = await engine((request, response) => {
+      if (request.url !== '/v1/chat/completions') return false;
+      response.writeHead(200, { 'content-type': 'text/event-stream' });
+      response.write(
+        `data: ${JSON.stringify({ id: 'd', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: 'whole' } }] })}\n\n`,
+      );
+      response.write(
+        'data: {"id":"d","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"PARTIAL',
+      );
+      setTimeout(() => response.socket?.destroy(), 50);
+      return true;
+    });
+    const { url } = await router({ prefillBackends: [prefill.url], decodeBackends: [decode.url] });
+    const answer = await postChat(url, LONG, { stream: true });
+    const text = await answer.text();
+    expect(text).toContain('whole');
+    expect(text.split('PARTIAL').length - 1).toBe(1);
+    expect(text).toContain('ROUTER_ERR_UPSTREAM_STREAM');
+  });
+
   it('a decode backend that holds most of the prompt serves it whole (cached-enough), and a short prompt is never split', async () => {
     const prefill = await engine(answerPrefill());
     const decode = await engine(answerDecode());

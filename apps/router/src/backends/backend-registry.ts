@@ -347,6 +347,11 @@ export class BackendRegistry {
     await this.readModels(this.all);
   }
 
+  /** Re-reads one backend's models now (a LoRA adapter loaded, unloaded or lost there). Never throws. */
+  async refreshModelsOf(backend: Backend): Promise<void> {
+    await this.readModels([backend]);
+  }
+
   /** Refreshes now, then every `intervalMs` until stop(). */
   async start(intervalMs: number): Promise<void> {
     await this.refreshModels();

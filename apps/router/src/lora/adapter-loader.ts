@@ -54,6 +54,8 @@ export interface AdapterLoaderDeps {
   readonly maxAdaptersPerBackend: number;
   /** The adapters a backend serves now as far as this replica knows (its /v1/models, and this replica's loads). */
   readonly adaptersOn: (backend: Backend) => readonly string[];
+  /** Reads the backend's /v1/models again now (adaptersOn follows). */
+  readonly refreshModelsOf: (backend: Backend) => Promise<void>;
   /** Whether the engine runs `adapter` now (the poller's residency). */
   readonly runs: (backend: Backend, adapter: string) => boolean;
   /** When this replica last sent `adapter` to `backend` (nowMs; -Infinity: never). */
@@ -66,6 +68,8 @@ export interface AdapterLoaderDeps {
 
 export type AdapterLoadOutcome = 'loaded' | 'failed' | 'unloaded';
 
+/** The share of a claim's time its unload and load may take (the rest: settling it before it expires). */
+const CLAIM_WORK_SHARE = 0.9;
 /** How often a replica waiting for another's load looks again, ms. */
 const CLAIM_POLL_MS = 50;
 /** A replica told by the fleet's book that an adapter is off a backend avoids it this long before asking again, ms. */
@@ -145,14 +149,18 @@ export class AdapterLoader {
   }
 
   /**
-   * `backend` answered 404 for `adapter`, which the router believed it had (it restarted, or someone unloaded it):
-   * this replica and the fleet's book forget it there, so the next request loads it again.
+   * `backend` answered 404 to `adapter`'s request, which the router believed it had (it restarted, or someone
+   * unloaded it). Its models are read again: only when they do not list the adapter (a 404 about something else,
+   * a stored response's id, must not unload anything) this replica and the fleet's book forget it there, so the next
+   * request loads it again.
    */
-  async forget(adapter: LoadableAdapter, backend: Backend): Promise<void> {
+  async verifyLost(adapter: LoadableAdapter, backend: Backend): Promise<void> {
+    await this.deps.refreshModelsOf(backend);
+    if (this.deps.adaptersOn(backend).includes(adapter.name)) return;
     this.#loadedHere.get(backend.id)?.delete(adapter.name);
     this.deps.logger.warn(
       { adapter: adapter.name, backend: backend.id },
-      'the engine does not have an adapter the router loaded there: forgotten, the request goes elsewhere',
+      'the engine does not have an adapter the router loaded there: forgotten, the next request loads it again',
     );
     await this.deps.book
       .unloaded(adapter.base, adapter.name, backend.id)
@@ -162,11 +170,15 @@ export class AdapterLoader {
   /** This replica's claimed load: the coldest adapter unloaded first if the backend is full, then the load. */
   private async load(adapter: LoadableAdapter, backend: Backend, token: string): Promise<boolean> {
     const { book, times } = this.deps;
-    await this.unloadColdest(adapter, backend);
-    const loaded = await this.post(backend, '/v1/load_lora_adapter', {
-      lora_name: adapter.name,
-      lora_path: adapter.path,
-    });
+    // The unload and the load end before the claim does (another replica may take it over then).
+    const deadlineMs = this.deps.nowMs() + times.claimMs * CLAIM_WORK_SHARE;
+    await this.unloadColdest(adapter, backend, deadlineMs);
+    const loaded = await this.post(
+      backend,
+      '/v1/load_lora_adapter',
+      { lora_name: adapter.name, lora_path: adapter.path },
+      deadlineMs,
+    );
     this.deps.metrics.recordAdapterLoad(backend.id, loaded ? 'loaded' : 'failed');
     if (loaded) {
       setOf(this.#loadedHere, backend.id).add(adapter.name);
@@ -180,22 +192,26 @@ export class AdapterLoader {
     await book
       .settle(adapter.base, adapter.name, backend.id, token, loaded ? 'loaded' : 'failed', this.deps.nowMs(), times)
       .catch((error: unknown) => this.deps.logger.warn({ err: error }, 'adapter load could not be recorded'));
+    // What the backend lists now (the adapter in, the unloaded one out), not at the next periodic refresh.
+    void this.deps.refreshModelsOf(backend);
     return loaded;
   }
 
   /** With `maxAdaptersPerBackend` reached on `backend`: unloads the loadable adapter there that is coldest. */
-  private async unloadColdest(adapter: LoadableAdapter, backend: Backend): Promise<void> {
+  private async unloadColdest(adapter: LoadableAdapter, backend: Backend, deadlineMs: number): Promise<void> {
     const max = this.deps.maxAdaptersPerBackend;
     if (max === 0) return;
-    const held = new Set([...this.deps.adaptersOn(backend), ...(this.#loadedHere.get(backend.id) ?? [])]);
-    held.delete(adapter.name);
+    const listed = this.deps.adaptersOn(backend);
+    // Already there (a load answered 404 by mistake, or another replica's): nothing to make room for.
+    if (listed.includes(adapter.name)) return;
+    const held = new Set([...listed, ...(this.#loadedHere.get(backend.id) ?? [])]);
     if (held.size < max) return;
     // Only adapters this router may load again, and none the engine is running.
     const candidates = [...held].filter((name) => this.#byName.has(name) && !this.deps.runs(backend, name));
     candidates.sort((a, b) => this.deps.lastSentMs(a, backend) - this.deps.lastSentMs(b, backend));
     const coldest = candidates[0];
     if (coldest === undefined) return;
-    const unloaded = await this.post(backend, '/v1/unload_lora_adapter', { lora_name: coldest });
+    const unloaded = await this.post(backend, '/v1/unload_lora_adapter', { lora_name: coldest }, deadlineMs);
     if (!unloaded) return;
     this.#loadedHere.get(backend.id)?.delete(coldest);
     this.deps.metrics.recordAdapterLoad(backend.id, 'unloaded');
@@ -204,8 +220,8 @@ export class AdapterLoader {
       .catch((error: unknown) => this.deps.logger.warn({ err: error }, 'adapter unload could not be recorded'));
   }
 
-  /** POSTs an engine control call; true on 200 (a load of an adapter already there answers 400 "already loaded": true). */
-  private async post(backend: Backend, path: string, body: object): Promise<boolean> {
+  /** POSTs an engine control call by `deadlineMs`; true on 200 (a load of an adapter already there answers 400 "already loaded": true). */
+  private async post(backend: Backend, path: string, body: object, deadlineMs: number): Promise<boolean> {
     const authorization = this.deps.upstreams.authorizationOf(backend);
     try {
       const response = await this.deps.upstreams.for(backend).request({
@@ -213,7 +229,7 @@ export class AdapterLoader {
         path: backend.basePath + path,
         headers: { 'content-type': 'application/json', ...(authorization === null ? {} : { authorization }) },
         body: JSON.stringify(body),
-        signal: AbortSignal.timeout(this.deps.times.claimMs),
+        signal: AbortSignal.timeout(Math.max(1, deadlineMs - this.deps.nowMs())),
       });
       const text = await response.body.text();
       return (

@@ -141,9 +141,9 @@ export function createRequestPath(
       if (of.adapterLoad !== null && !(await adapterReady(of.adapterLoad, ticket))) return ADAPTER_NOT_READY;
       if (of.prefill !== null) await prefilled(of, of.prefill, ticket);
       const outcome = await send(deps.send, shipmentOf(deps, of, ticket, mayRetryStatus), of.response);
-      // The engine does not have the adapter the router believed it had (it restarted): forgotten there.
-      if (of.adapterLoad !== null && outcome.kind === 'retry' && outcome.cause === 'status-404')
-        await of.adapterLoad.loader.forget(of.adapterLoad.adapter, ticket.backend);
+      // A 404 to a loadable adapter's request, retried elsewhere or relayed: the engine may have lost it (restarted).
+      if (of.adapterLoad !== null && answeredNotFound(outcome, of.response))
+        await of.adapterLoad.loader.verifyLost(of.adapterLoad.adapter, ticket.backend);
       // A decode engine that lost its connection mid-request may have pulled the blocks (and had them freed): the
       // next decode try gets a prefill leg of its own.
       if (of.prefill !== null && outcome.kind === 'retry' && outcome.cause === 'connection-lost') of.prefill.forget();
@@ -306,7 +306,8 @@ function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetr
     extraHeaders: extraHeadersOf(of),
     headWatch: responseIdWatch(deps.responses, parsed, of.scope, ticket.backend.id),
     prefillCachedTokens: of.prefillCachedTokens,
-    notFoundIsRefusal: of.adapterLoad !== null,
+    // Not a Responses follow-up: its engine answers 404 for a stored response it does not hold, a 404 to relay.
+    notFoundIsRefusal: of.adapterLoad !== null && parsed.responses?.previousResponseId == null,
     events: {
       // The response's framing, not the request's flag: an engine may answer either way.
       firstOutput: (streamed) => {
@@ -344,6 +345,12 @@ async function prefilled(of: InFlight, prefill: RequestPrefill, ticket: Ticket):
 
 /** A try whose backend could not get the request's adapter: routed elsewhere (retry-before-first-byte.ts). */
 const ADAPTER_NOT_READY: TryOutcome = { kind: 'retry', cause: 'adapter-unavailable', error: null };
+
+/** The try's backend answered 404: refused (and retried elsewhere), or relayed to the client. */
+function answeredNotFound(outcome: TryOutcome, response: ServerResponse): boolean {
+  if (outcome.kind === 'retry') return outcome.cause === 'status-404';
+  return outcome.kind === 'done' && !outcome.clientWentAway && response.statusCode === 404;
+}
 
 /** A loadable adapter's request: its loader, and a signal of the client going away. */
 function adapterLoadOf(deps: RequestPathDeps, adapter: string, reply: FastifyReply): InFlight['adapterLoad'] {

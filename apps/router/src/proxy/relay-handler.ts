@@ -420,7 +420,8 @@ export class RelayHandler implements Dispatcher.DispatchHandler {
     if (this.isSse && !response.destroyed) {
       // What the usage merge and the strip still held goes first, as it would have without them.
       const merged = this.usageMerge?.end() ?? null;
-      if (merged !== null) response.write(this.strip?.feed(merged) ?? merged);
+      const mergedOut = merged === null || this.strip === null ? merged : this.strip.feed(merged);
+      if (mergedOut !== null) response.write(mergedOut);
       const rest = this.strip?.end() ?? null;
       if (rest !== null) response.write(rest);
       response.end(encodeSseData(JSON.stringify(routerError.toBody())) + encodeSseData(SSE_DONE));

@@ -222,6 +222,7 @@ function wireAdapters(config: RouterConfig, deps: RequestPathWiringDeps): Adapte
           },
           maxAdaptersPerBackend: config.loraMaxAdaptersPerBackend,
           adaptersOn: (backend) => backends.registry.modelsOf(backend.id),
+          refreshModelsOf: (backend) => backends.registry.refreshModelsOf(backend),
           runs: (backend, adapter) => residencyOf(backend.engineId)?.running.includes(adapter) ?? false,
           lastSentMs: (adapter, backend) => routing.lastSentMs(adapter, backend.id),
           nowMs: deps.nowMs,

@@ -52,7 +52,8 @@ if op == 'loaded' then
   redis.call('PEXPIRE', KEYS[4], ARGV[5])
   redis.call('DEL', KEYS[3])
 elseif op == 'failed' then
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
+  -- PX 0 is an error: a failed load that keeps nothing off sets nothing.
+  if tonumber(ARGV[4]) > 0 then redis.call('SET', KEYS[3], '1', 'PX', ARGV[4]) end
   if redis.call('HGET', KEYS[4], backend) == 'loading' then redis.call('HDEL', KEYS[4], backend) end
 end
 return 'ok'
