@@ -1,9 +1,9 @@
 import type { AdapterRouting } from './lora/adapter-routing';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { registerAdminAuth } from './admin/admin-auth';
 import type { FlowControl } from './flow/flow-control';
 import type { AuthFailureLimiter } from './admin/auth-failure-limiter';
-import { registerErrorHandler } from './http/error-handler';
+import { createSideListenerApp } from './http/side-listener-app';
 import { registerBodyParser } from './pipeline/parse';
 import type { ParseOptions } from './pipeline/parse';
 import type { RouteDeps } from './pipeline/route';
@@ -37,6 +37,8 @@ export interface AdminAppDeps {
 
 /** An admin body is one backend spec, a debug body one generation request: the public limit would do, but this listener need not accept 16 MiB. */
 const ADMIN_REQUEST_BODY_LIMIT_BYTES = 4 * 1024 * 1024;
+/** An admin request's whole time, ms (they are short). */
+const ADMIN_REQUEST_TIMEOUT_MS = 30_000;
 
 /**
  * The admin listener's app, apart from the public one (its own port, loopback by default): the token gate
@@ -44,19 +46,12 @@ const ADMIN_REQUEST_BODY_LIMIT_BYTES = 4 * 1024 * 1024;
  * answers them 404 like any unknown path.
  */
 export async function buildAdminApp(deps: AdminAppDeps): Promise<FastifyInstance> {
-  const serverOptions = {
-    bodyLimit: ADMIN_REQUEST_BODY_LIMIT_BYTES,
-    requestTimeout: 30_000,
-    // Admin requests are short; one half-sent must not hold the shutdown past its deadline (the
-    // resources after it in the close order would be skipped): close ends every connection at once.
-    forceCloseConnections: true,
-    logController: new LogController({ disableRequestLogging: true }),
-  };
-  const app: FastifyInstance =
-    deps.logger === false
-      ? Fastify({ ...serverOptions, logger: false })
-      : (Fastify({ ...serverOptions, loggerInstance: deps.logger }) as unknown as FastifyInstance);
-  registerErrorHandler(app, deps.metrics);
+  const app = createSideListenerApp({
+    bodyLimitBytes: ADMIN_REQUEST_BODY_LIMIT_BYTES,
+    requestTimeoutMs: ADMIN_REQUEST_TIMEOUT_MS,
+    logger: deps.logger,
+    metrics: deps.metrics,
+  });
   registerAdminAuth(app, { token: deps.token, limiter: deps.limiter, audit: deps.audit });
   await app.register(adminRoutes, { ...deps.admin, audit: deps.audit });
   const flow = deps.flow;

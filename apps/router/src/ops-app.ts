@@ -1,5 +1,5 @@
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import { registerErrorHandler } from './http/error-handler';
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import { createSideListenerApp } from './http/side-listener-app';
 import type { RouterMetrics } from './router-metrics';
 import { metricsRoutes } from './routes/metrics-routes';
 import { probesRoutes } from './routes/probes-routes';
@@ -24,18 +24,12 @@ const OPS_REQUEST_TIMEOUT_MS = 10_000;
  * NetworkPolicy or the host's firewall keep it there), not for clients.
  */
 export async function buildOpsApp(deps: OpsAppDeps): Promise<FastifyInstance> {
-  const serverOptions = {
-    bodyLimit: OPS_REQUEST_BODY_LIMIT_BYTES,
-    requestTimeout: OPS_REQUEST_TIMEOUT_MS,
-    // Like the admin listener: one slow scraper must not hold the shutdown past its deadline.
-    forceCloseConnections: true,
-    logController: new LogController({ disableRequestLogging: true }),
-  };
-  const app: FastifyInstance =
-    deps.logger === false
-      ? Fastify({ ...serverOptions, logger: false })
-      : (Fastify({ ...serverOptions, loggerInstance: deps.logger }) as unknown as FastifyInstance);
-  registerErrorHandler(app, deps.metrics);
+  const app = createSideListenerApp({
+    bodyLimitBytes: OPS_REQUEST_BODY_LIMIT_BYTES,
+    requestTimeoutMs: OPS_REQUEST_TIMEOUT_MS,
+    logger: deps.logger,
+    metrics: deps.metrics,
+  });
   await app.register(probesRoutes, { readiness: deps.readiness, detail: 'full' });
   await app.register(metricsRoutes, { metrics: deps.metrics });
   return app;

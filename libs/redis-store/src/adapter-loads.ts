@@ -22,7 +22,36 @@ export interface AdapterLoadTimes {
   readonly loadedTtlMs: number;
 }
 
-export class RedisAdapterLoads {
+/**
+ * Where the fleet's adapter loads are kept: RedisAdapterLoads here; a router without Redis keeps its own
+ * (apps/router lora/adapter-loader.ts LocalAdapterLoads), by the same rules.
+ */
+export interface AdapterLoadBook {
+  /** Claims the load of `adapter` onto `backendId` for `token` (a replica's), unless it is there, off, busy or spaced. */
+  claim(
+    base: string,
+    adapter: string,
+    backendId: string,
+    token: string,
+    times: AdapterLoadTimes,
+  ): Promise<AdapterLoadClaim>;
+  /** The claimed load ended: `loaded` records it, `failed` keeps the adapter off the backend for a while. */
+  settle(
+    base: string,
+    adapter: string,
+    backendId: string,
+    token: string,
+    outcome: 'loaded' | 'failed',
+    nowMs: number,
+    times: AdapterLoadTimes,
+  ): Promise<void>;
+  /** `adapter` left `backendId` (a router unloaded it, or the engine lost it). */
+  unloaded(base: string, adapter: string, backendId: string): Promise<void>;
+  /** The backends `adapter` was loaded onto, or is being loaded onto now. */
+  loadedOn(base: string, adapter: string): Promise<ReadonlySet<string>>;
+}
+
+export class RedisAdapterLoads implements AdapterLoadBook {
   readonly #redis: RedisClient;
   readonly #namespace: string;
 

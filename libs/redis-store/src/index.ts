@@ -108,4 +108,4 @@ export {
   type FlowQueueStore,
   type FlowReply,
 } from './flow-queue';
-export { RedisAdapterLoads, type AdapterLoadClaim, type AdapterLoadTimes } from './adapter-loads';
+export { RedisAdapterLoads, type AdapterLoadBook, type AdapterLoadClaim, type AdapterLoadTimes } from './adapter-loads';

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
-import type { AdapterLoadClaim, AdapterLoadTimes } from '@kvroute/redis-store';
+import type { AdapterLoadBook, AdapterLoadClaim, AdapterLoadTimes } from '@kvroute/redis-store';
 import type { Backend } from '../backends/backend-registry';
 import type { UpstreamPools } from '../proxy/upstream-pool';
 
@@ -21,28 +21,6 @@ export interface LoadableAdapter {
   readonly path: string;
   /** Its base model: the pool that serves it. */
   readonly base: string;
-}
-
-/** Where the fleet's claims and loads are kept (RedisAdapterLoads; LocalAdapterLoads without Redis). */
-export interface AdapterLoadBook {
-  claim(
-    base: string,
-    adapter: string,
-    backendId: string,
-    token: string,
-    times: AdapterLoadTimes,
-  ): Promise<AdapterLoadClaim>;
-  settle(
-    base: string,
-    adapter: string,
-    backendId: string,
-    token: string,
-    outcome: 'loaded' | 'failed',
-    nowMs: number,
-    times: AdapterLoadTimes,
-  ): Promise<void>;
-  unloaded(base: string, adapter: string, backendId: string): Promise<void>;
-  loadedOn(base: string, adapter: string): Promise<ReadonlySet<string>>;
 }
 
 export interface AdapterLoaderDeps {

@@ -39,8 +39,9 @@ describe('LoRA adapter waits', () => {
       nowMs: () => nowMs,
     });
     const pool = [backendOf('e1'), backendOf('e2'), backendOf('e3')];
-    expect(await adapters.resolve(parsedOf('base'), pool)).toBeNull();
-    const routed = await adapters.resolve(parsedOf('tenant-a'), pool);
+    expect(adapters.baseOf('base')).toBeNull();
+    expect(adapters.baseOf('tenant-a')).toBe('base');
+    const routed = await adapters.resolve(parsedOf('tenant-a'), pool, 'base');
     expect(routed?.model).toBe('base');
     // The routing text (and so the prefix hashes) still names the adapter.
     expect(routed?.routingRequest.model).toBe('tenant-a');

@@ -76,14 +76,12 @@ export class AdapterRouting {
   }
 
   /**
-   * `parsed` as its adapter's request routed over `backends` (those serving the adapter, or able to load it): its
-   * base model's, its adapter's wait on each of them priced (a backend that must load it first: a load more); null
-   * when its model is no adapter (a base model, or not known as one).
+   * `parsed`, whose model is an adapter of `base` (baseOf), as routed over `backends` (those serving the adapter, or
+   * able to load it): its base model's request, its adapter's wait on each of them priced (a backend that must load
+   * it first: a load more).
    */
-  async resolve(parsed: ParsedRequest, backends: readonly Backend[]): Promise<ParsedRequest | null> {
+  async resolve(parsed: ParsedRequest, backends: readonly Backend[], base: string): Promise<ParsedRequest> {
     const adapter = parsed.model;
-    const base = this.baseOf(adapter);
-    if (base === null) return null;
     const adapterWaitMs = this.waitsOn(adapter, backends);
     const loader = this.deps.loader;
     const loadable = loader?.loadable(adapter);

@@ -89,8 +89,11 @@ interface InFlight {
   readonly clientHop: ClientHop;
   /** The request's prefill leg, when its model is disaggregated (disaggregation.ts); null: none. */
   readonly prefill: RequestPrefill | null;
-  /** The backend its prefill leg went to (`X-Router-Prefill-Backend`); null: none. */
-  prefillBackendId: string | null;
+  /**
+   * Its prefill leg, once run and split off: the backend it went to (`X-Router-Prefill-Backend`) and the cached
+   * tokens it reported (for the decode leg's usage); null: the request is not (or not yet) split.
+   */
+  prefilled: { readonly backendId: string; readonly cachedTokens: number | null } | null;
   /** The LoRA adapter the request names, when routed as one (lora/adapter-routing.ts); null: none. */
   readonly adapter: string | null;
   /** A loadable adapter: each try's backend gets it first where it lacks it (lora/adapter-loader.ts); null: not loadable. */
@@ -99,8 +102,6 @@ interface InFlight {
     readonly loader: AdapterLoader;
     readonly signal: AbortSignal;
   } | null;
-  /** The cached tokens its prefill leg reported, for the decode leg's usage; null: none known. */
-  prefillCachedTokens: number | null;
   readonly response: ServerResponse;
   readonly showsRoutingHeaders: boolean;
   readonly admission: Admission | null;
@@ -166,7 +167,8 @@ export function createRequestPath(
     // serve the adapter.
     const pool = deps.adapters?.poolFor(asParsed.model) ?? poolOf(deps.route.registry, asParsed.model);
     // Only an adapter's request waits here (its waits may be read from Redis): the others go on at once.
-    const adapter = deps.adapters?.baseOf(asParsed.model) == null ? null : await deps.adapters.resolve(asParsed, pool);
+    const base = deps.adapters?.baseOf(asParsed.model) ?? null;
+    const adapter = base === null ? null : await (deps.adapters as AdapterRouting).resolve(asParsed, pool, base);
     const parsed = adapter ?? asParsed;
     const split = splitPool(pool, endpoint, deps.prefill.settings.protocol);
     const backends = split.routed;
@@ -204,8 +206,7 @@ export function createRequestPath(
               arrivedAtMs: request.arrivedAtMs,
               signal: closedSignalOf(reply.raw),
             }),
-      prefillBackendId: null,
-      prefillCachedTokens: null,
+      prefilled: null,
       adapter: adapter === null ? null : asParsed.model,
       adapterLoad: adapter === null ? null : adapterLoadOf(deps, asParsed.model, reply),
       response: reply.raw,
@@ -305,7 +306,7 @@ function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetr
     showsRoutingHeaders: of.showsRoutingHeaders,
     extraHeaders: extraHeadersOf(of),
     headWatch: responseIdWatch(deps.responses, parsed, of.scope, ticket.backend.id),
-    prefillCachedTokens: of.prefillCachedTokens,
+    prefillCachedTokens: of.prefilled?.cachedTokens ?? null,
     // Not a Responses follow-up: its engine answers 404 for a stored response it does not hold, a 404 to relay.
     notFoundIsRefusal: of.adapterLoad !== null && parsed.responses?.previousResponseId == null,
     events: {
@@ -316,7 +317,7 @@ function shipmentOf(deps: RequestPathDeps, of: InFlight, ticket: Ticket, mayRetr
       },
       finished: (tail) => {
         releaseLease(ticket);
-        deps.learn.responseEnded(ticket, tail, of.prefillBackendId !== null);
+        deps.learn.responseEnded(ticket, tail, of.prefilled !== null);
         of.sent = true;
         if (of.admission !== null && tail !== null) {
           const usage = tail.usage();
@@ -335,8 +336,10 @@ async function prefilled(of: InFlight, prefill: RequestPrefill, ticket: Ticket):
   try {
     const outcome = await prefill.outcomeFor(ticket);
     of.body = outcome.body;
-    of.prefillBackendId = outcome.kind === 'disaggregated' ? outcome.prefillBackend.id : null;
-    of.prefillCachedTokens = outcome.kind === 'disaggregated' ? outcome.prefillCachedTokens : null;
+    of.prefilled =
+      outcome.kind === 'disaggregated'
+        ? { backendId: outcome.prefillBackend.id, cachedTokens: outcome.prefillCachedTokens }
+        : null;
   } catch (error) {
     releaseLease(ticket);
     throw error;
@@ -372,7 +375,7 @@ async function adapterReady(load: NonNullable<InFlight['adapterLoad']>, ticket: 
  * both): its decode leg would pull the blocks from itself.
  */
 function triedWithPrefill(of: InFlight, tried: ReadonlySet<string>): ReadonlySet<string> {
-  return of.prefillBackendId === null ? tried : new Set([...tried, of.prefillBackendId]);
+  return of.prefilled === null ? tried : new Set([...tried, of.prefilled.backendId]);
 }
 
 /** Aborted once the client's response closes (the client went away, or the response ended). */
@@ -392,7 +395,7 @@ function extraHeadersOf(of: InFlight): Readonly<Record<string, string>> | null {
   if (!of.showsRoutingHeaders) return limits;
   const routed = of.parsed.routingRequest;
   const tokens = routed.unit === 'tokens' ? { 'x-router-prompt-tokens': String(routed.textBytes) } : null;
-  const prefill = of.prefillBackendId === null ? null : { 'x-router-prefill-backend': of.prefillBackendId };
+  const prefill = of.prefilled === null ? null : { 'x-router-prefill-backend': of.prefilled.backendId };
   if (tokens === null && prefill === null) return limits;
   return { ...limits, ...tokens, ...prefill };
 }

@@ -66,7 +66,8 @@ export async function debugRoutes(
     const asParsed = await parseRequest(endpoint, request, options.parse);
     const pool = options.adapters?.poolFor(asParsed.model) ?? poolOf(options.route.registry, asParsed.model);
     // An adapter's request is explained as routed: in its base model's pool, its adapter's waits priced (`adapterMs`).
-    const parsed = (await options.adapters?.resolve(asParsed, pool)) ?? asParsed;
+    const base = options.adapters?.baseOf(asParsed.model) ?? null;
+    const parsed = base === null ? asParsed : await (options.adapters as AdapterRouting).resolve(asParsed, pool, base);
     const split =
       options.prefill === undefined
         ? { routed: pool, prefill: null }
