@@ -86,9 +86,11 @@ local function evaluateCost(candidates, p, request)
     local kv = 0
     if c.freeTokens >= 0 and max(0, c.freeTokens - c.pending) < tokens + generation then kv = kvFullMs end
     lines[at + PREFILL_MS], lines[at + BACKLOG_MS], lines[at + QUEUE_MS] = prefill, backlog, queue
-    lines[at + WAITING_MS], lines[at + KV_MS], lines[at + ADAPTER_MS] = waiting, kv, c.adapter
+    -- Only a LoRA adapter's request has adapter waits (nil elsewhere: no table write per candidate).
+    local adapter = c.adapter or 0
+    lines[at + WAITING_MS], lines[at + KV_MS], lines[at + ADAPTER_MS] = waiting, kv, adapter
     -- The same terms in the same order as cache-aware.ts (float addition is not associative).
-    lines[at + TOTAL_MS] = prefill + work + queue + max(backlog, waiting) + kv + c.adapter
+    lines[at + TOTAL_MS] = prefill + work + queue + max(backlog, waiting) + kv + adapter
     lines[at + EXCLUDED], lines[at + HASH_RANK], lines[at + BOUND] = 0, -1, -1
   end
 
@@ -222,15 +224,16 @@ local function evaluateRule(candidates, argument)
     rankOf[tonumber(position, 36)] = ranked
     ranked = ranked + 1
   end
-  local adapterOf = {}
-  if third then
-    for position, ms in string.gmatch(sub(argument, third + 1), '(%w+):([^,]+)') do
-      adapterOf[tonumber(position, 36)] = tonumber(ms)
-    end
-  end
   for _, c in ipairs(candidates) do
     c.rank = rankOf[c.position] or (ranked + c.position)
-    c.adapter = adapterOf[c.position] or 0
+  end
+  if third then
+    local byPosition = {}
+    for _, c in ipairs(candidates) do byPosition[c.position] = c end
+    for position, ms in string.gmatch(sub(argument, third + 1), '(%w+):([^,]+)') do
+      local c = byPosition[tonumber(position, 36)]
+      if c then c.adapter = tonumber(ms) end
+    end
   end
   local chosen, reason, valveLifted, lines = evaluateCost(candidates, p, request)
   local leaseTokens = prefillTokens(request.textBytes, request.blockSizeBytes, candidates[chosen].depth, p.bytesPerToken)
