@@ -10,15 +10,16 @@ const ROOT = import.meta.dirname;
 /**
  * `npm test`'s workers for the files run side by side: 4 on 2 cores. Those files spend most of their time waiting on
  * the servers, sims and timers they start: with 2 workers the cores were busy ~1 of 2 on average (user + sys CPU over
- * wall clock), with 4 ~1.3, and the side-by-side phase went from ~300 s to ~190 s (2026-12-07). Every file with a
+ * wall clock), with 4 ~1.3, and those files' run went from ~300 s to ~190 s (2026-12-07). Every file with a
  * wall-clock bound runs alone (RUN_ALONE), whatever this number. `KVROUTE_TEST_WORKERS` overrides it (a machine
  * with more cores, or fewer files at once to chase a flaky one).
  */
 const WORKERS = Number(process.env.KVROUTE_TEST_WORKERS ?? 4);
 
 /**
- * Test files that assert a latency or a speed on the wall clock: they run at the end, one at a time, with no other
- * test file taking the CPU from them (an unrelated file's burst would decide their bound, not the code they test).
+ * Test files that assert a latency or a speed on the wall clock: they run one at a time, at a higher CPU priority than
+ * the other files (tools/run-tests.mjs), or after them when one vitest runs both: no other test file takes the CPU
+ * from them (an unrelated file's burst would decide their bound, not the code they test).
  */
 const RUN_ALONE = [
   // Issue 12's acceptance 3: a router child process answers /healthz within 100 ms and a hostile body's 400 within
@@ -93,16 +94,30 @@ function projectsWithScript(target: string): string[] {
 }
 
 /**
+ * Which of `npm test`'s files one vitest run takes (`KVROUTE_TEST_SET`, set by tools/run-tests.mjs, which starts one
+ * run of each at once): `alone` the RUN_ALONE files, one at a time; `side-by-side` the others, WORKERS at once, at a
+ * lower CPU priority than the alone run (nice 10) so that they take only the CPU the alone files leave; unset, both in
+ * one run, the alone files in groups after the others (`npx vitest run`, `nx test <project>`).
+ */
+type TestSet = 'alone' | 'side-by-side' | 'all';
+
+function testSetOf(value: string | undefined): TestSet {
+  if (value === undefined || value === '') return 'all';
+  if (value === 'alone' || value === 'side-by-side') return value;
+  throw new Error(`KVROUTE_TEST_SET is "${value}": alone, side-by-side or unset`);
+}
+
+/**
  * Every project's tests in one vitest run (tools/run-tests.mjs): one process and one pool of workers for the whole
  * workspace, where Nx ran one vitest per project, one after another. Each project gets the options its own
  * vitest.config.ts has (projectTestOptions); a project with RUN_ALONE files is two projects here, `<name>` without
- * them and `<name> (alone)` with them only, in a later group of its own (one per project, in turn), one worker and a
- * process per file. One JSON report,
- * test-reports/<target>/workspace.json, which tools/test-summary.mjs splits by project folder.
+ * them and `<name> (alone)` with them only, in a group of its own (one per project, in turn) with one worker. One JSON
+ * report per run, test-reports/<target>/workspace[-<set>].json, which tools/test-summary.mjs splits by project folder.
  */
 export default defineConfig(({ mode }) => {
   const system = mode === 'system';
   const target = system ? 'test-system' : 'test';
+  const set = system ? 'all' : testSetOf(process.env.KVROUTE_TEST_SET);
   /** The alone projects' groups so far (each runs after the previous one). */
   let aloneGroups = 0;
   return {
@@ -114,30 +129,35 @@ export default defineConfig(({ mode }) => {
           ? []
           : RUN_ALONE.filter((file) => file.startsWith(`${dir}/`)).map((file) => relative(dir, file));
         const own = { root, test: { ...options, exclude: [...options.exclude, ...alone] } };
-        if (alone.length === 0) return [own];
-        return [
-          own,
-          {
-            root,
-            test: {
-              ...options,
-              name: `${options.name} (alone)`,
-              include: alone,
-              // A process of its own as well: nothing an earlier file left running (a timer, a server) takes its CPU.
-              isolate: true,
-              maxWorkers: 1,
-              // A group of its own too: projects of one group run side by side, so with one group for every
-              // project's alone files a router's 15 MB prompts ran beside the engine-restart test's timed
-              // scrapes (it failed twice so on 2026-12-07). One group per project: one alone file at a time.
-              sequence: { groupOrder: ++aloneGroups },
-            },
+        const aloneProject = {
+          root,
+          test: {
+            ...options,
+            name: `${options.name} (alone)`,
+            include: alone,
+            // The group's files one after another in one process: nothing runs beside them.
+            maxWorkers: 1,
+            // A group of its own too: projects of one group run side by side, so with one group for every
+            // project's alone files a router's 15 MB prompts ran beside the engine-restart test's timed
+            // scrapes (it failed twice so on 2026-12-07). One group per project: one alone file at a time.
+            sequence: { groupOrder: ++aloneGroups },
           },
-        ];
+        };
+        if (set === 'side-by-side' || alone.length === 0) return set === 'alone' ? [] : [own];
+        return set === 'alone' ? [aloneProject] : [own, aloneProject];
       }),
       // The system tests start fleets of processes each: one file at a time, as before.
       maxWorkers: system ? 1 : WORKERS,
       sequence: { sequencer: LongestFirst },
-      reporters: ['default', ['json', { outputFile: join(ROOT, 'test-reports', target, 'workspace.json') }]],
+      reporters: [
+        'default',
+        [
+          'json',
+          {
+            outputFile: join(ROOT, 'test-reports', target, set === 'all' ? 'workspace.json' : `workspace-${set}.json`),
+          },
+        ],
+      ],
     },
   };
 });
