@@ -11,10 +11,10 @@ const ROOT = import.meta.dirname;
  * `npm test`'s workers for the files run side by side: 4 on 2 cores. Those files spend most of their time waiting on
  * the servers, sims and timers they start: with 2 workers the cores were busy ~1 of 2 on average (user + sys CPU over
  * wall clock), with 4 ~1.3, and those files' run went from ~300 s to ~190 s (2026-12-07). Every file with a
- * wall-clock bound runs alone (RUN_ALONE), whatever this number. `KVROUTE_TEST_WORKERS` overrides it (a machine
+ * wall-clock bound runs alone (RUN_ALONE), whatever this number. `KVTEST_WORKERS` overrides it (a machine
  * with more cores, or fewer files at once to chase a flaky one).
  */
-const WORKERS = Number(process.env.KVROUTE_TEST_WORKERS ?? 4);
+const WORKERS = Number(process.env.KVTEST_WORKERS ?? 4);
 
 /**
  * Test files that assert a latency or a speed on the wall clock: they run one at a time, at a higher CPU priority than
@@ -94,17 +94,18 @@ function projectsWithScript(target: string): string[] {
 }
 
 /**
- * Which of `npm test`'s files one vitest run takes (`KVROUTE_TEST_SET`, set by tools/run-tests.mjs, which starts one
- * run of each at once): `alone` the RUN_ALONE files, one at a time; `side-by-side` the others, WORKERS at once, at a
- * lower CPU priority than the alone run (nice 10) so that they take only the CPU the alone files leave; unset, both in
- * one run, the alone files in groups after the others (`npx vitest run`, `nx test <project>`).
+ * Which of `npm test`'s files one vitest run takes (`KVTEST_SET`, set by tools/run-tests.mjs, which starts one run of
+ * each at once): `alone` the RUN_ALONE files, one at a time; `side-by-side` the others, WORKERS at once, at a lower CPU
+ * priority than the alone run (nice 10) so that they take only the CPU the alone files leave; unset, both in one run,
+ * the alone files in groups after the others (`npx vitest run`, `nx test <project>`). Not a KVROUTE_* name: the
+ * routers the tests start warn of a KVROUTE_* variable that is none of their options.
  */
 type TestSet = 'alone' | 'side-by-side' | 'all';
 
 function testSetOf(value: string | undefined): TestSet {
   if (value === undefined || value === '') return 'all';
   if (value === 'alone' || value === 'side-by-side') return value;
-  throw new Error(`KVROUTE_TEST_SET is "${value}": alone, side-by-side or unset`);
+  throw new Error(`KVTEST_SET is "${value}": alone, side-by-side or unset`);
 }
 
 /**
@@ -117,7 +118,7 @@ function testSetOf(value: string | undefined): TestSet {
 export default defineConfig(({ mode }) => {
   const system = mode === 'system';
   const target = system ? 'test-system' : 'test';
-  const set = system ? 'all' : testSetOf(process.env.KVROUTE_TEST_SET);
+  const set = system ? 'all' : testSetOf(process.env.KVTEST_SET);
   /** The alone projects' groups so far (each runs after the previous one). */
   let aloneGroups = 0;
   return {

@@ -56,9 +56,9 @@ const runs =
     ? [
         start('tests with wall-clock bounds, one at a time', VITEST, ['run'], {
           held: true,
-          env: { KVROUTE_TEST_SET: 'alone' },
+          env: { KVTEST_SET: 'alone' },
         }),
-        start('tests side by side', VITEST, ['run'], { nice: 10, env: { KVROUTE_TEST_SET: 'side-by-side' } }),
+        start('tests side by side', VITEST, ['run'], { nice: 10, env: { KVTEST_SET: 'side-by-side' } }),
         start(
           'lint and typecheck (tools/check-code.mjs)',
           process.execPath,

@@ -81,6 +81,10 @@ describe('router replica crash', () => {
         redis.url,
         '--lease-ttl-ms',
         String(LEASE_TTL_MS),
+        // As the survivor's: with the default (50 ms) a Redis call slowed by a busy machine falls back to the
+        // replica's local state, and a lease taken there is not in the fleet's count this test waits for.
+        '--redis-timeout-ms',
+        '500',
         '--log-level',
         'warn',
       ],
@@ -108,7 +112,9 @@ describe('router replica crash', () => {
           .catch(() => undefined),
       );
       await Promise.all(streams);
-      await waitFor(async () => (await fleetInflight()) === 20, 5_000);
+      await waitFor(async () => (await fleetInflight()) === 20, 5_000).catch(async (error: Error) => {
+        throw new Error(`${error.message}: ${await fleetInflight()} leases in Redis, 20 streams open`);
+      });
       doomed.kill('SIGKILL');
       const killedAt = Date.now();
       // The survivor keeps routing while the dead replica's leases are still counted.
