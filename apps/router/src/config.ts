@@ -408,6 +408,16 @@ export const RouterConfig = z
           'is recorded) waits this long after the first token and rides on the release if the stream ' +
           'ends first: one round trip less per short stream; 0 = sent at once',
       ),
+    nonStreamingPrefillDoneFactor: z.coerce
+      .number()
+      .min(0)
+      .max(100)
+      .default(1.5)
+      .describe(
+        "a non-streaming request's prefill leaves its backend's backlog this many times its estimated prefill " +
+          "time (the cost rule's backlog or engine queue ahead of it, plus its own prefill) after it was routed, " +
+          'instead of at its response, whose first byte is its end; 0 = at its end. Policies without cost terms: at its end',
+      ),
     maxBlocksPerPool: z.coerce
       .number()
       .int()

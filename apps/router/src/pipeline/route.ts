@@ -40,6 +40,11 @@ export interface RouteDeps {
   readonly leaseRenewIntervalMs: number;
   /** How long a stream's prefill-done waits to ride on its release (Lease `prefillDoneDelayMs`); 0 = at once. */
   readonly prefillDoneDelayMs: number;
+  /**
+   * A non-streaming request's prefill leaves the backlog this many times its estimated prefill time after it
+   * was routed (Lease `clearBacklogAfter`); 0 = at its response.
+   */
+  readonly nonStreamingPrefillDoneFactor: number;
   /** The health poller's view of the backends (health, engine load); null without a poller's Redis. */
   readonly engineStates: EngineStateView | null;
   readonly heldLeases: HeldLeases;
@@ -158,6 +163,9 @@ export async function route(
       : { ...decided.decision, reason: pinned === undefined ? 'previous-response-fallback' : 'previous-response' };
   const backend = eligibility.eligible.find((candidate) => candidate.id === decision.backendId) as Backend;
   const lease = heldLease(deps, request.model, backend.id, leaseId, blocksAtFirstOutput);
+  const prefillEndMs = request.stream ? null : estimatedPrefillEndMs(decision, backend.id);
+  if (prefillEndMs !== null && deps.nonStreamingPrefillDoneFactor > 0)
+    lease.clearBacklogAfter(prefillEndMs * deps.nonStreamingPrefillDoneFactor);
   const totalBlocks = request.routingRequest.blockHashes.length;
   const chosen = candidates.find((candidate) => candidate.backend.id === backend.id);
   deps.metrics.recordDecision(
@@ -207,6 +215,18 @@ function tryEligibility(
     );
   }
   return { eligibility, pinned };
+}
+
+/**
+ * When the chosen backend should have finished this request's prefill, ms after the decision, by the
+ * decision's own cost terms (cacheaware's parts): the prefill queued ahead of it (the larger of the router's
+ * backlog and the engine's waiting queue, as the rule weighs them) plus its own. Null for a policy without them.
+ */
+function estimatedPrefillEndMs(decision: RoutedDecision, backendId: BackendId): number | null {
+  const parts = decision.scores.find((score) => score.backendId === backendId)?.parts;
+  const prefillMs = parts?.['prefillMs'];
+  if (parts === undefined || prefillMs === undefined) return null;
+  return Math.max(parts['backlogMs'] ?? 0, parts['waitingMs'] ?? 0) + prefillMs;
 }
 
 /** The try's lease on its backend, held (HeldLeases) and renewed until released. */

@@ -35,6 +35,29 @@ async function leaseOn(state: RoutingStateStore): Promise<Lease> {
   });
 }
 
+/** Timers the test fires by hand. */
+function manualTimers(): {
+  timers: { set: (callback: () => void) => number; clear: (handle: unknown) => void };
+  fire: () => void;
+  pending: () => number;
+} {
+  const waiting = new Map<number, () => void>();
+  let next = 0;
+  return {
+    timers: {
+      set: (callback) => (waiting.set(++next, callback), next),
+      clear: (handle) => waiting.delete(handle as number),
+    },
+    fire: () => {
+      for (const [handle, callback] of [...waiting]) {
+        waiting.delete(handle);
+        callback();
+      }
+    },
+    pending: () => waiting.size,
+  };
+}
+
 describe('Lease', () => {
   it('a stream: prefill-done at the first output, then a plain release (two calls)', async () => {
     const { state, calls, store } = recordingStore();
@@ -63,28 +86,6 @@ describe('Lease', () => {
   });
 
   describe('a stream with prefillDoneDelayMs', () => {
-    /** Timers the test fires by hand. */
-    function manualTimers(): {
-      timers: { set: (callback: () => void) => number; clear: (handle: unknown) => void };
-      fire: () => void;
-      pending: () => number;
-    } {
-      const waiting = new Map<number, () => void>();
-      let next = 0;
-      return {
-        timers: {
-          set: (callback) => (waiting.set(++next, callback), next),
-          clear: (handle) => waiting.delete(handle as number),
-        },
-        fire: () => {
-          for (const [handle, callback] of [...waiting]) {
-            waiting.delete(handle);
-            callback();
-          }
-        },
-        pending: () => waiting.size,
-      };
-    }
     async function deferredLease(
       state: RoutingStateStore,
       timers: ReturnType<typeof manualTimers>['timers'],
@@ -144,5 +145,75 @@ describe('Lease', () => {
     lease.markPrefillDone(true);
     await Promise.resolve();
     expect((await store.snapshot('m', ['a'], BLOCKS)).matchBlocks.get('a') ?? 0).toBe(0);
+  });
+
+  describe('a non-streaming request with clearBacklogAfter (its prefill leaves the backlog at an estimate)', () => {
+    async function estimatedLease(timers: ReturnType<typeof manualTimers>['timers'], state: RoutingStateStore) {
+      await state.reserve('m', 'a', 'l1', [], 500);
+      const lease = new Lease({
+        state,
+        pool: 'm',
+        backendId: 'a',
+        leaseId: 'l1',
+        onError: (error) => {
+          throw error;
+        },
+        blocksAtFirstOutput: BLOCKS,
+        timers,
+      });
+      lease.clearBacklogAfter(300);
+      return lease;
+    }
+
+    it('the estimate passes first: the backlog is cleared then, the prefix recorded by the release', async () => {
+      const { state, calls, store } = recordingStore();
+      const clock = manualTimers();
+      const lease = await estimatedLease(clock.timers, state);
+      calls.length = 0;
+      expect((await store.snapshot('m', ['a'], BLOCKS)).pendingPrefillTokens.get('a')).toBe(500);
+      clock.fire();
+      const during = await store.snapshot('m', ['a'], BLOCKS);
+      // Prefilled by the estimate, still running: out of the backlog, in flight, its prefix not claimed yet.
+      expect([
+        during.pendingPrefillTokens.get('a') ?? 0,
+        during.inflight.get('a'),
+        during.matchBlocks.get('a') ?? 0,
+      ]).toEqual([0, 1, 0]);
+      lease.markPrefillDone(true);
+      lease.release();
+      await Promise.resolve();
+      expect(calls.filter((call) => call !== 'snapshot')).toEqual(['prefillDone', 'release']);
+      const after = await store.snapshot('m', ['a'], BLOCKS);
+      expect([
+        after.matchBlocks.get('a'),
+        after.inflight.get('a') ?? 0,
+        after.pendingPrefillTokens.get('a') ?? 0,
+      ]).toEqual([3, 0, 0]);
+    });
+
+    it('the response ends first: the estimate is dropped and the release does it all in one call', async () => {
+      const { state, calls, store } = recordingStore();
+      const clock = manualTimers();
+      const lease = await estimatedLease(clock.timers, state);
+      calls.length = 0;
+      lease.markPrefillDone(true);
+      expect(clock.pending()).toBe(0);
+      lease.release();
+      await Promise.resolve();
+      expect(calls).toEqual(['release']);
+      expect((await store.snapshot('m', ['a'], BLOCKS)).matchBlocks.get('a')).toBe(3);
+    });
+
+    it('released first (an error): the estimate is dropped, nothing recorded', async () => {
+      const { state, calls, store } = recordingStore();
+      const clock = manualTimers();
+      const lease = await estimatedLease(clock.timers, state);
+      calls.length = 0;
+      lease.release();
+      expect(clock.pending()).toBe(0);
+      await Promise.resolve();
+      expect(calls).toEqual(['release']);
+      expect((await store.snapshot('m', ['a'], BLOCKS)).matchBlocks.get('a') ?? 0).toBe(0);
+    });
   });
 });

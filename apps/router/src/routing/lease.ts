@@ -44,6 +44,8 @@ export class Lease {
   private renewTimer: NodeJS.Timeout | null = null;
   /** A stream's deferred prefill-done (prefillDoneDelayMs), until it is sent or the release takes it over. */
   private prefillDoneTimer: unknown = null;
+  /** A non-streaming request's estimated end of prefill (clearBacklogAfter), until it fires or is overtaken. */
+  private backlogTimer: unknown = null;
 
   private readonly timers: OneShotTimers;
 
@@ -74,6 +76,7 @@ export class Lease {
   markPrefillDone(withEnd = false): void {
     if (this.prefillFinished || this.released) return;
     this.prefillFinished = true;
+    this.stopBacklogTimer();
     this.ownershipAtRelease = true;
     if (withEnd) return;
     const delayMs = this.options.prefillDoneDelayMs ?? 0;
@@ -85,6 +88,28 @@ export class Lease {
       this.prefillDoneTimer = null;
       if (!this.released) this.sendPrefillDone();
     }, delayMs);
+  }
+
+  /**
+   * A non-streaming request's prefill leaves the backend's backlog `afterMs` from now, an estimate: its
+   * response's first byte is its end, which would count its whole generation as prefill still to come and
+   * make every backend serving such requests look equally busy to the requests routed meanwhile. Only the
+   * backlog: its prefix is recorded by the release, when the engine has surely computed it. Nothing is sent
+   * if the first output or the release comes first.
+   */
+  clearBacklogAfter(afterMs: number): void {
+    if (this.prefillFinished || this.released || this.backlogTimer !== null) return;
+    this.backlogTimer = this.timers.set(() => {
+      this.backlogTimer = null;
+      if (this.prefillFinished || this.released) return;
+      this.options.state.prefillDone(this.pool, this.backendId, this.leaseId, NO_BLOCKS).catch(this.options.onError);
+    }, afterMs);
+  }
+
+  private stopBacklogTimer(): void {
+    if (this.backlogTimer === null) return;
+    this.timers.clear(this.backlogTimer);
+    this.backlogTimer = null;
   }
 
   private sendPrefillDone(): void {
@@ -99,6 +124,7 @@ export class Lease {
     if (this.released) return;
     this.released = true;
     if (this.renewTimer) clearInterval(this.renewTimer);
+    this.stopBacklogTimer();
     if (this.prefillDoneTimer !== null) {
       this.timers.clear(this.prefillDoneTimer);
       this.prefillDoneTimer = null;

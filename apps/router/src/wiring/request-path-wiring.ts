@@ -65,6 +65,7 @@ export function wireRequestPath(config: RouterConfig, deps: RequestPathWiringDep
     random: deps.random,
     leaseRenewIntervalMs: state.leaseRenewIntervalMs,
     prefillDoneDelayMs: state.prefillDoneDelayMs,
+    nonStreamingPrefillDoneFactor: config.nonStreamingPrefillDoneFactor,
     engineStates: state.engineStates,
     heldLeases,
     metrics,

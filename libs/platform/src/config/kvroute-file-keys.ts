@@ -63,6 +63,7 @@ export const KVROUTE_FILE_KEYS = {
     'poolCells',
     'cellKeyBytes',
     'prefillDoneMergeMs',
+    'nonStreamingPrefillDoneFactor',
     'maxBlocksPerPool',
     'leaseTtlMs',
     'responseOwnerTtlMs',
