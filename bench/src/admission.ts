@@ -26,7 +26,7 @@
  * control the engines' queues grow without bound, and the run must end.
  *
  * Usage: npm run bench:admission -- [--window-seconds 30] [--outage-seconds 20] [--steady-share 0.4]
- *        [--queue-wait-ms 100] [--scenario all|noisy-neighbour|overload]
+ *        [--queue-wait-ms 100] [--scenario all|noisy-neighbour|overload] [--router-args="FLAGS"]
  * Needs HAProxy (/usr/sbin/haproxy) and redis-server. Writes bench/results/admission-<time>.{md,json}.
  */
 import { parseCommandLine } from '@kvroute/platform';
@@ -86,6 +86,11 @@ const args = parseCommandLine({
       description: "the routers' flowMaxQueueWaitMs",
     },
     scenario: { type: 'string', default: 'all', description: 'all, noisy-neighbour or overload' },
+    'router-args': {
+      type: 'string',
+      default: '',
+      description: 'more router flags, space-separated, for both sets (e.g. "--non-streaming-prefill-done-factor=0")',
+    },
   },
 });
 const positive = (name: string): number => {
@@ -98,6 +103,7 @@ const outageMs = positive('outage-seconds') * 1_000;
 const steadyShare = positive('steady-share');
 const queueWaitMs = positive('queue-wait-ms');
 const scenario = args.scenario as string;
+const extraRouterArgs = (args['router-args'] as string).split(' ').filter((flag) => flag !== '');
 if (!['all', 'noisy-neighbour', 'overload'].includes(scenario)) throw new Error(`unknown --scenario ${scenario}`);
 
 const MODEL = 'admission-model';
@@ -275,6 +281,7 @@ async function startRouterSet(
     String(queueWaitMs),
     '--flow-max-queued-requests',
     String(QUEUE_BOUND),
+    ...extraRouterArgs,
   ];
   const routers: ProxyProcess[] = [];
   for (let index = 0; index < REPLICAS; index++)

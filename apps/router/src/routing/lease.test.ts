@@ -1,6 +1,6 @@
 import { InMemoryRoutingState, type RoutingStateStore } from '@kvroute/routing';
 import { describe, expect, it } from 'vitest';
-import { Lease } from './lease';
+import { Lease, type LeaseOptions } from './lease';
 
 const BLOCKS = [11, 12, 13];
 
@@ -21,7 +21,8 @@ function recordingStore(): { state: RoutingStateStore; calls: string[]; store: I
   return { state, calls, store };
 }
 
-async function leaseOn(state: RoutingStateStore): Promise<Lease> {
+/** A lease on backend 'a' whose request brought 500 prefill tokens; `options`: the lease options a case adds. */
+async function leaseOn(state: RoutingStateStore, options: Partial<LeaseOptions> = {}): Promise<Lease> {
   await state.reserve('m', 'a', 'l1', [], 500);
   return new Lease({
     state,
@@ -32,7 +33,14 @@ async function leaseOn(state: RoutingStateStore): Promise<Lease> {
       throw error;
     },
     blocksAtFirstOutput: BLOCKS,
+    ...options,
   });
+}
+
+/** The final figures of backend 'a': matched blocks, in flight, pending prefill tokens. */
+async function figuresOfA(store: InMemoryRoutingState): Promise<number[]> {
+  const after = await store.snapshot('m', ['a'], BLOCKS);
+  return [after.matchBlocks.get('a') ?? 0, after.inflight.get('a') ?? 0, after.pendingPrefillTokens.get('a') ?? 0];
 }
 
 /** Timers the test fires by hand. */
@@ -86,29 +94,10 @@ describe('Lease', () => {
   });
 
   describe('a stream with prefillDoneDelayMs', () => {
-    async function deferredLease(
-      state: RoutingStateStore,
-      timers: ReturnType<typeof manualTimers>['timers'],
-    ): Promise<Lease> {
-      await state.reserve('m', 'a', 'l1', [], 500);
-      return new Lease({
-        state,
-        pool: 'm',
-        backendId: 'a',
-        leaseId: 'l1',
-        onError: (error) => {
-          throw error;
-        },
-        blocksAtFirstOutput: BLOCKS,
-        prefillDoneDelayMs: 20,
-        timers,
-      });
-    }
-
     it('ends before the delay: prefill-done rides on the release (one call, which records the blocks), and the timer is gone', async () => {
       const { state, calls, store } = recordingStore();
       const clock = manualTimers();
-      const lease = await deferredLease(state, clock.timers);
+      const lease = await leaseOn(state, { prefillDoneDelayMs: 20, timers: clock.timers });
       calls.length = 0;
       lease.markPrefillDone();
       expect(calls).toEqual([]);
@@ -116,18 +105,13 @@ describe('Lease', () => {
       expect(clock.pending()).toBe(0);
       await Promise.resolve();
       expect(calls).toEqual(['release']);
-      const after = await store.snapshot('m', ['a'], BLOCKS);
-      expect([
-        after.matchBlocks.get('a'),
-        after.inflight.get('a') ?? 0,
-        after.pendingPrefillTokens.get('a') ?? 0,
-      ]).toEqual([3, 0, 0]);
+      expect(await figuresOfA(store)).toEqual([3, 0, 0]);
     });
 
     it('outlives the delay: prefill-done is sent when it passes, and the release records nothing again', async () => {
       const { state, calls, store } = recordingStore();
       const clock = manualTimers();
-      const lease = await deferredLease(state, clock.timers);
+      const lease = await leaseOn(state, { prefillDoneDelayMs: 20, timers: clock.timers });
       calls.length = 0;
       lease.markPrefillDone();
       expect((await store.snapshot('m', ['a'], BLOCKS)).pendingPrefillTokens.get('a')).toBe(500);
@@ -148,54 +132,31 @@ describe('Lease', () => {
   });
 
   describe('a non-streaming request with clearBacklogAfter (its prefill leaves the backlog at an estimate)', () => {
-    async function estimatedLease(timers: ReturnType<typeof manualTimers>['timers'], state: RoutingStateStore) {
-      await state.reserve('m', 'a', 'l1', [], 500);
-      const lease = new Lease({
-        state,
-        pool: 'm',
-        backendId: 'a',
-        leaseId: 'l1',
-        onError: (error) => {
-          throw error;
-        },
-        blocksAtFirstOutput: BLOCKS,
-        timers,
-      });
+    /** A lease whose prefill ends, by the estimate, 300 ms after it was taken; no call recorded yet. */
+    async function estimatedLease() {
+      const { state, calls, store } = recordingStore();
+      const clock = manualTimers();
+      const lease = await leaseOn(state, { timers: clock.timers });
       lease.clearBacklogAfter(300);
-      return lease;
+      calls.length = 0;
+      return { calls, store, clock, lease };
     }
 
     it('the estimate passes first: the backlog is cleared then, the prefix recorded by the release', async () => {
-      const { state, calls, store } = recordingStore();
-      const clock = manualTimers();
-      const lease = await estimatedLease(clock.timers, state);
-      calls.length = 0;
+      const { calls, store, clock, lease } = await estimatedLease();
       expect((await store.snapshot('m', ['a'], BLOCKS)).pendingPrefillTokens.get('a')).toBe(500);
       clock.fire();
-      const during = await store.snapshot('m', ['a'], BLOCKS);
-      // Prefilled by the estimate, still running: out of the backlog, in flight, its prefix not claimed yet.
-      expect([
-        during.pendingPrefillTokens.get('a') ?? 0,
-        during.inflight.get('a'),
-        during.matchBlocks.get('a') ?? 0,
-      ]).toEqual([0, 1, 0]);
+      // Prefilled by the estimate, still running: its prefix not claimed yet, in flight, out of the backlog.
+      expect(await figuresOfA(store)).toEqual([0, 1, 0]);
       lease.markPrefillDone(true);
       lease.release();
       await Promise.resolve();
       expect(calls.filter((call) => call !== 'snapshot')).toEqual(['prefillDone', 'release']);
-      const after = await store.snapshot('m', ['a'], BLOCKS);
-      expect([
-        after.matchBlocks.get('a'),
-        after.inflight.get('a') ?? 0,
-        after.pendingPrefillTokens.get('a') ?? 0,
-      ]).toEqual([3, 0, 0]);
+      expect(await figuresOfA(store)).toEqual([3, 0, 0]);
     });
 
     it('the response ends first: the estimate is dropped and the release does it all in one call', async () => {
-      const { state, calls, store } = recordingStore();
-      const clock = manualTimers();
-      const lease = await estimatedLease(clock.timers, state);
-      calls.length = 0;
+      const { calls, store, clock, lease } = await estimatedLease();
       lease.markPrefillDone(true);
       expect(clock.pending()).toBe(0);
       lease.release();
@@ -205,10 +166,7 @@ describe('Lease', () => {
     });
 
     it('released first (an error): the estimate is dropped, nothing recorded', async () => {
-      const { state, calls, store } = recordingStore();
-      const clock = manualTimers();
-      const lease = await estimatedLease(clock.timers, state);
-      calls.length = 0;
+      const { calls, store, clock, lease } = await estimatedLease();
       lease.release();
       expect(clock.pending()).toBe(0);
       await Promise.resolve();
