@@ -11,7 +11,9 @@ import { createRouterServer, type RouterServer } from '../src/create-router';
  * Issue 15 (cheaper per request): the shared state costs one script call before a request is forwarded
  * (route.lua) and, for a non-streaming response, one after it (release.lua, which also records the
  * ownership that a stream's prefill-done.lua records at its first output); a stream that ends within
- * `prefillDoneMergeMs` of its first token merges its prefill-done into the release too. Counted by a
+ * `prefillDoneMergeMs` of its first token merges its prefill-done into the release too, and so does a non-streaming
+ * response that ends within `prefillDoneMergeMs` of its routing (its backlog would be cleared at its estimated end of
+ * prefill, never sooner: nonStreamingPrefillDoneFactor). Counted by a
  * private Redis (INFO commandstats) around requests sent one at a time through the official openai client.
  */
 

@@ -275,9 +275,11 @@ describe('driveWorkload: agent sessions (closed loop, request by request)', () =
         expect(record.error).toBeUndefined();
         expect(record.ttftMs).toBeGreaterThan(0);
       }
-      // A tool round's first output (its reasoning delta, else the call's header) comes FIRST_GAP_MS before the rest of the stream.
+      // A tool round's first output (its reasoning delta, else the call's header) comes FIRST_GAP_MS before the rest of the
+      // stream: TTFT taken at it is at least half that gap before the end (half: a busy machine may deliver the first
+      // chunk late, and a TTFT taken at a later event would be within a few ms of the end).
       const calls = result.requests.filter((record) => !record.id.endsWith('-a'));
-      for (const record of calls) expect(record.ttftMs as number).toBeLessThan(record.e2eMs - FIRST_GAP_MS + 20);
+      for (const record of calls) expect(record.ttftMs as number).toBeLessThan(record.e2eMs - FIRST_GAP_MS / 2);
       // Thinking is asked for on the first request of the reasoning turns only.
       const thinking = new Set(
         sessions.flatMap((session) =>

@@ -164,8 +164,10 @@ export async function route(
   const backend = eligibility.eligible.find((candidate) => candidate.id === decision.backendId) as Backend;
   const lease = heldLease(deps, request.model, backend.id, leaseId, blocksAtFirstOutput);
   const prefillEndMs = request.stream ? null : estimatedPrefillEndMs(decision, backend.id);
+  // Never sooner than a stream's prefill-done would go (prefillDoneDelayMs): a response that ends by then clears it
+  // with its release, in one call, as a short stream does.
   if (prefillEndMs !== null && deps.nonStreamingPrefillDoneFactor > 0)
-    lease.clearBacklogAfter(prefillEndMs * deps.nonStreamingPrefillDoneFactor);
+    lease.clearBacklogAfter(Math.max(prefillEndMs * deps.nonStreamingPrefillDoneFactor, deps.prefillDoneDelayMs));
   const totalBlocks = request.routingRequest.blockHashes.length;
   const chosen = candidates.find((candidate) => candidate.backend.id === backend.id);
   deps.metrics.recordDecision(
