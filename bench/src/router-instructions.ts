@@ -18,7 +18,10 @@
  *   3. the same wall time with no requests, dump: the timers' own instructions (heartbeats, refreshes),
  *      subtracted. Caveat: a garbage collection the load left for later falls into this window and is
  *      subtracted too, on both sides alike; a change that only allocates more can look cheaper than it is.
- * Per request = (load − idle) ÷ requests. Needs `npm run build` in both checkouts (dist/router.mjs),
+ * Per request = (load − idle) ÷ requests. Caveat: after the default 400 warm-up requests V8's optimizing compiler is
+ * still at work, ~60 % of the instructions counted (2026-12-07, callgrind_annotate of a kept profile); for a
+ * steady-state figure give `--warmup 4000 --requests 1000` (both sides alike). Needs `npm run build` in both
+ * checkouts (dist/router.mjs),
  * valgrind and redis-server. ~1 min per run under valgrind; 2 workloads × 2 paths × 2 checkouts × 2
  * repeats ≈ 16 min. Writes bench/results/router-instructions-<time>.{json,md}.
  *
