@@ -39,8 +39,15 @@ function start(name, command, args, { nice = 0, held = false, env = {} } = {}) {
       stdio: held ? ['ignore', 'pipe', 'pipe'] : 'inherit',
       env: { ...process.env, ...(held ? { FORCE_COLOR: process.stdout.isTTY ? '1' : '0' } : {}), ...env },
     });
-    // Set before the child has started anything of its own, so its workers and tools inherit it.
-    if (nice !== 0 && child.pid !== undefined) setPriority(child.pid, nice);
+    // Set before the child has started anything of its own, so its workers and tools inherit it. A system that
+    // refuses it runs the part at normal priority: slower to share, never a failed run.
+    if (nice !== 0 && child.pid !== undefined) {
+      try {
+        setPriority(child.pid, nice);
+      } catch (error) {
+        console.log(`${name}: runs at normal priority (${error.message})`);
+      }
+    }
     let output = '';
     child.stdout?.setEncoding('utf8').on('data', (chunk) => (output += chunk));
     child.stderr?.setEncoding('utf8').on('data', (chunk) => (output += chunk));
