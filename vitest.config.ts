@@ -14,7 +14,14 @@ const ROOT = import.meta.dirname;
  * wall-clock bound runs alone (RUN_ALONE), whatever this number. `KVTEST_WORKERS` overrides it (a machine
  * with more cores, or fewer files at once to chase a flaky one).
  */
-const WORKERS = Number(process.env.KVTEST_WORKERS ?? 4);
+const WORKERS = workersOf(process.env.KVTEST_WORKERS);
+
+function workersOf(value: string | undefined): number {
+  if (value === undefined || value === '') return 4;
+  const workers = Number(value);
+  if (!Number.isInteger(workers) || workers < 1) throw new Error(`KVTEST_WORKERS is "${value}": a whole number ≥ 1`);
+  return workers;
+}
 
 /**
  * Test files that assert a latency or a speed on the wall clock: they run one at a time, at a higher CPU priority than
@@ -136,7 +143,9 @@ export default defineConfig(({ mode }) => {
             ...options,
             name: `${options.name} (alone)`,
             include: alone,
-            // The group's files one after another in one process: nothing runs beside them.
+            // One at a time, each in a process of its own: nothing an earlier file left running (a timer, a server)
+            // takes its CPU.
+            isolate: true,
             maxWorkers: 1,
             // A group of its own too: projects of one group run side by side, so with one group for every
             // project's alone files a router's 15 MB prompts ran beside the engine-restart test's timed

@@ -10,17 +10,20 @@
 //   - lint and typecheck (tools/check-code.mjs), at nice 19.
 // The test files spend much of their time waiting on the servers and timers they start, so the three share 2 cores
 // well: run one after another they took ~6 min from a fresh clone, side by side ~4 (2026-12-07). The side-by-side
-// run's output streams; the other two are held and printed after it, so nothing interleaves. Any of them failing fails
+// run's output streams; the other two are held and printed after it, so nothing interleaves (and written as they come
+// to test-reports/test/alone.log and lint-and-typecheck.log). Any of them failing fails
 // the command. Nx still runs `test-system` (its files are few and each starts processes of its own, so they run one at
 // a time anyway) and `nx test <project>`. Old reports of the target are removed first, so the summary counts this run
 // only.
 import { spawn, spawnSync } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { createWriteStream, mkdirSync, rmSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { join } from 'node:path';
 
 const ROOT = join(import.meta.dirname, '..');
 const VITEST = join(ROOT, 'node_modules', '.bin', 'vitest');
+/** The vitest runs of `test` (vitest.config.ts KVTEST_SET), each writing test-reports/test/workspace-<set>.json. */
+const VITEST_SETS = ['alone', 'side-by-side'];
 const target = process.argv[2];
 if (target === undefined) {
   console.error('usage: node tools/run-tests.mjs <nx target>');
@@ -28,16 +31,18 @@ if (target === undefined) {
 }
 
 /**
- * Starts `command` at CPU priority `nice` (0 normal .. 19 lowest; the processes it starts inherit it). `held`: its
- * output is kept and returned, else it goes to this process's. Resolves with its exit status, output and seconds.
+ * Starts `command` at CPU priority `nice` (0 normal .. 19 lowest; the processes it starts inherit it). `held`: a
+ * file name under test-reports/<target>/: its output is kept and returned, and written there as it comes (a run
+ * killed before the end still shows what it printed), else it goes to this process's. Resolves with its exit status,
+ * output and seconds.
  */
-function start(name, command, args, { nice = 0, held = false, env = {} } = {}) {
+function start(name, command, args, { nice = 0, held = null, env = {} } = {}) {
   const started = Date.now();
   return new Promise((resolve) => {
     const child = spawn(command, args, {
       cwd: ROOT,
-      stdio: held ? ['ignore', 'pipe', 'pipe'] : 'inherit',
-      env: { ...process.env, ...(held ? { FORCE_COLOR: process.stdout.isTTY ? '1' : '0' } : {}), ...env },
+      stdio: held !== null ? ['ignore', 'pipe', 'pipe'] : 'inherit',
+      env: { ...process.env, ...(held !== null ? { FORCE_COLOR: process.stdout.isTTY ? '1' : '0' } : {}), ...env },
     });
     // Set before the child has started anything of its own, so its workers and tools inherit it. A system that
     // refuses it runs the part at normal priority: slower to share, never a failed run.
@@ -49,20 +54,27 @@ function start(name, command, args, { nice = 0, held = false, env = {} } = {}) {
       }
     }
     let output = '';
-    child.stdout?.setEncoding('utf8').on('data', (chunk) => (output += chunk));
-    child.stderr?.setEncoding('utf8').on('data', (chunk) => (output += chunk));
+    const log = held === null ? null : createWriteStream(join(REPORTS, held));
+    const keep = (chunk) => {
+      output += chunk;
+      log?.write(chunk);
+    };
+    child.stdout?.setEncoding('utf8').on('data', keep);
+    child.stderr?.setEncoding('utf8').on('data', keep);
     const done = (status, error) => resolve({ name, status, error, output, seconds: (Date.now() - started) / 1000 });
     child.on('error', (error) => done(1, error));
     child.on('close', (status, signal) => done(status ?? signal));
   });
 }
 
-rmSync(join(ROOT, 'test-reports', target), { recursive: true, force: true });
+const REPORTS = join(ROOT, 'test-reports', target);
+rmSync(REPORTS, { recursive: true, force: true });
+mkdirSync(REPORTS, { recursive: true });
 const runs =
   target === 'test'
     ? [
         start('tests with wall-clock bounds, one at a time', VITEST, ['run'], {
-          held: true,
+          held: 'alone.log',
           env: { KVTEST_SET: 'alone' },
         }),
         start('tests side by side', VITEST, ['run'], { nice: 10, env: { KVTEST_SET: 'side-by-side' } }),
@@ -72,7 +84,7 @@ const runs =
           [join(import.meta.dirname, 'check-code.mjs')],
           {
             nice: 19,
-            held: true,
+            held: 'lint-and-typecheck.log',
           },
         ),
       ]
@@ -92,7 +104,8 @@ for (const result of results) {
   }
   if (result.status !== 0) console.log(`${result.name} failed (${result.error?.message ?? `exit ${result.status}`})`);
 }
-const summary = spawnSync(process.execPath, [join(import.meta.dirname, 'test-summary.mjs'), target], {
+const expected = target === 'test' ? VITEST_SETS.map((set) => `--expect=workspace-${set}.json`) : [];
+const summary = spawnSync(process.execPath, [join(import.meta.dirname, 'test-summary.mjs'), target, ...expected], {
   cwd: ROOT,
   stdio: 'inherit',
 });

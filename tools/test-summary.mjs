@@ -5,6 +5,7 @@
 //   node tools/test-summary.mjs test               # after `nx run-many -t test` (npm test)
 //   node tools/test-summary.mjs test-system        # after `nx run-many -t test-system` (npm run test:system)
 //   node tools/test-summary.mjs test test-system   # both (.ci/run)
+//   node tools/test-summary.mjs test --expect=workspace-alone.json   # and fail if that report is missing
 //
 // Reports are test-reports/<target>/*.json: one for the whole workspace (vitest.config.ts, when
 // tools/run-tests.mjs runs the target) or one per project (vitest.shared.ts, when Nx runs it); test files
@@ -17,7 +18,17 @@ import { workspaceProjectDirs } from './workspace-projects.mjs';
 
 const ROOT = join(import.meta.dirname, '..');
 const SYSTEM_TEST_SUFFIX = '.system.test.ts';
-const targets = process.argv.length > 2 ? process.argv.slice(2) : ['test'];
+/**
+ * `--expect=<report file>` (repeatable): a report the run must have written under test-reports/<first target>/; one
+ * that is missing counts as a failure (a vitest part that crashed before writing it would otherwise vanish from the
+ * counts, its projects still covered by the other part's report).
+ */
+const expectedReports = process.argv
+  .slice(2)
+  .filter((arg) => arg.startsWith('--expect='))
+  .map((arg) => arg.slice('--expect='.length));
+const positional = process.argv.slice(2).filter((arg) => !arg.startsWith('--'));
+const targets = positional.length > 0 ? positional : ['test'];
 
 /** Files under `dir` whose name ends with `suffix`, skipping node_modules and dot folders. */
 function filesEndingWith(dir, suffix) {
@@ -97,6 +108,12 @@ for (const target of targets) {
   }
   perTarget.push(`${target}: ${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped`);
   for (const key of Object.keys(total)) total[key] += counts[key];
+}
+
+for (const report of expectedReports) {
+  if (existsSync(join(ROOT, 'test-reports', targets[0], report))) continue;
+  total.failed += 1;
+  failures.push(`no report: test-reports/${targets[0]}/${report} (its vitest run ended before writing it)`);
 }
 
 console.log(lines.join('\n'));
