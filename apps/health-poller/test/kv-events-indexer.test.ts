@@ -32,7 +32,7 @@ async function publishUntilRead(pub: TestKvPublisher, events: unknown[], read: (
   });
 }
 
-describe('KV-event indexer', () => {
+describe('KV-event indexer', { timeout: 60_000 }, () => {
   it('indexes stored blocks under the router names and drops removed ones; both encodings, u64 and bin hashes, LoRA', async () => {
     const pub = await publisher();
     const { metrics } = env.startIndexer('solo-1', [stream('a', pub.endpoint, pub.replayEndpoint)]);

@@ -19,7 +19,7 @@ afterAll(async () => {
   await Promise.all(publishers.map((publisher) => publisher.close()));
 });
 
-describe('KV-event indexer replicas', () => {
+describe('KV-event indexer replicas', { timeout: 60_000 }, () => {
   it('share the streams, and a survivor takes over a dead replica’s streams without a gap', async () => {
     const ids = Array.from({ length: 8 }, (_, i) => `backend-${i}`);
     for (const _ of ids) publishers.push(await TestKvPublisher.open());

@@ -157,7 +157,7 @@ function summary(diff: CacheDiff) {
 
 const published = () => sim.sim.kvEvents?.[0]?.publisher.published ?? 0;
 
-describe('KV-event indexer against vllm-sim: the index equals the cache after lost events', () => {
+describe('KV-event indexer against vllm-sim: the index equals the cache after lost events', { timeout: 60_000 }, () => {
   it('steady state: after each request, as the sim stores and evicts, the index equals the cache', async () => {
     for (let round = 0; round < 3; round++)
       await traffic(round, async () => void (await converges('steady', performance.now())));

@@ -62,7 +62,7 @@ async function readThenClose(pub: TestKvPublisher, rankId: string, old: TokenCha
   await first.indexer.close();
 }
 
-describe('KV-event stream takeover', () => {
+describe('KV-event stream takeover', { timeout: 60_000 }, () => {
   it('forgets a rank whose engine restarted while nobody read it, and indexes the new engine from its first batch', async () => {
     const pub = await publisher();
     const old = tokenChain(40, 2);
@@ -100,7 +100,7 @@ describe('KV-event stream takeover', () => {
   });
 });
 
-describe('KV-event stream bounds', () => {
+describe('KV-event stream bounds', { timeout: 60_000 }, () => {
   it('cuts off a publisher sending a frame past kvEventsMaxMessageBytes: the batch is never applied, the rank resynchronised', async () => {
     const pub = await publisher();
     const { metrics } = env.startIndexer('bytes', [stream('b', pub.endpoint, pub.replayEndpoint)], {
@@ -135,7 +135,7 @@ describe('KV-event stream bounds', () => {
   });
 });
 
-describe('KV-event leases', () => {
+describe('KV-event leases', { timeout: 60_000 }, () => {
   it('releases a lease acquired while close() runs', async () => {
     const pub = await publisher();
     let asked: () => void = () => undefined;
