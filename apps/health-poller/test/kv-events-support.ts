@@ -136,9 +136,8 @@ export async function openIndexerEnv(label: string): Promise<IndexerEnv> {
 
 /**
  * Polls `check` until it holds (every 20 ms, up to `timeoutMs`); throws with `what` otherwise. 20 s is a bound,
- * not a wait: `npm test` runs these files at a low CPU priority beside the files with wall-clock bounds, on 2
- * cores, where a SUB's join, a lease round and a replay took over 4 s, and past 8 s while a 3-replica test ran
- * beside (kv-events-takeover's lapsed-lease test failed both times). The files using it give their tests 60 s.
+ * not a wait: on a loaded 2-core machine a SUB's join, a lease round and a replay took over 4 s
+ * (kv-events-takeover's lapsed-lease test failed there). The files using it give their tests 60 s.
  */
 export async function eventually(what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
