@@ -108,7 +108,7 @@ function projectsWithScript(target: string): string[] {
 /**
  * Which of `npm test`'s files one vitest run takes (`KVTEST_SET`, set by tools/run-tests.mjs, which starts one run of
  * each at once): `alone` the RUN_ALONE files, one at a time; `side-by-side` the others, WORKERS at once, at a lower CPU
- * priority than the alone run (nice 10) so that they take only the CPU the alone files leave; unset, both in one run,
+ * priority than the alone run (nice 19) so that they take only the CPU the alone files leave; unset, both in one run,
  * the alone files in groups after the others (`npx vitest run`, `nx test <project>`). Not a KVROUTE_* name: the
  * routers the tests start warn of a KVROUTE_* variable that is none of their options.
  */
