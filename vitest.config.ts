@@ -24,9 +24,9 @@ function workersOf(value: string | undefined): number {
 }
 
 /**
- * Test files that assert a latency or a speed on the wall clock: they run one at a time, at a higher CPU priority than
- * the other files (tools/run-tests.mjs), or after them when one vitest runs both: no other test file takes the CPU
- * from them (an unrelated file's burst would decide their bound, not the code they test).
+ * Test files that assert a latency or a speed on the wall clock: they run after the others, one at a time
+ * (tools/run-tests.mjs, or their groups when one vitest runs both): no other test file takes the CPU from them (an
+ * unrelated file's burst would decide their bound, not the code they test).
  */
 const RUN_ALONE = [
   // Issue 12's acceptance 3: a router child process answers /healthz within 100 ms and a hostile body's 400 within
@@ -107,9 +107,8 @@ function projectsWithScript(target: string): string[] {
 
 /**
  * Which of `npm test`'s files one vitest run takes (`KVTEST_SET`, set by tools/run-tests.mjs, which starts one run of
- * each at once): `alone` the RUN_ALONE files, one at a time; `side-by-side` the others, WORKERS at once, at a lower CPU
- * priority than the alone run (nice 19) so that they take only the CPU the alone files leave; unset, both in one run,
- * the alone files in groups after the others (`npx vitest run`, `nx test <project>`). Not a KVROUTE_* name: the
+ * each at once): `alone` the RUN_ALONE files, one at a time; `side-by-side` the others, WORKERS at once (run first); unset, both in
+ * one run, the alone files in groups after the others (`npx vitest run`, `nx test <project>`). Not a KVROUTE_* name: the
  * routers the tests start warn of a KVROUTE_* variable that is none of their options.
  */
 type TestSet = 'alone' | 'side-by-side' | 'all';

@@ -3,16 +3,17 @@
 //   node tools/run-tests.mjs test          # npm test, after the format and import-cycle checks
 //   node tools/run-tests.mjs test-system   # npm run test:system, after ensure-system-tools.sh
 //
-// `test` starts three things at once, each at its own CPU priority (nice), so a file with a wall-clock bound gets the
-// CPU it needs and the rest takes what is left:
-//   - the files with wall-clock bounds (vitest.config.ts RUN_ALONE), one at a time, at normal priority;
-//   - every other file, 4 at a time (vitest.config.ts WORKERS), at nice 19 (CFS weighs each thread: 8 busy threads
-//     of the other files at nice 10 weighed ~85 % of one at nice 0, and a bounded file missed its bound by 7 %);
-//   - lint and typecheck (tools/check-code.mjs), at nice 19.
-// The test files spend much of their time waiting on the servers and timers they start, so the three share 2 cores
-// well: run one after another they took ~6 min from a fresh clone, side by side ~4 (2026-12-07). The side-by-side
-// run's output streams; the other two are held and printed after it, so nothing interleaves (and written as they come
-// to test-reports/test/alone.log and lint-and-typecheck.log). Any of them failing fails
+// `test` runs the files in two vitest runs, one after the other, with lint and typecheck beside them:
+//   - every file without a wall-clock bound, 4 at a time (vitest.config.ts WORKERS): they spend most of their time
+//     waiting on the servers and timers they start, so 4 on 2 cores keep both busy;
+//   - then the files with wall-clock bounds (vitest.config.ts RUN_ALONE), one at a time, with nothing else running;
+//   - lint and typecheck (tools/check-code.mjs) from the start, at nice 19 (the lowest CPU priority), so they take only
+//     the CPU the tests leave idle. Their output is held, printed at the end and written as it comes to
+//     test-reports/test/lint-and-typecheck.log.
+// Tried on 2026-12-07 and dropped: the bounded files at once with the others, the others at nice 10 or 19. ~4 min
+// instead of ~6, but in 11 runs a bounded file missed its bound (CFS weighs each thread: eight busy ones at nice 10
+// took ~45 % of a core from it), and at nice 19 a starved router's Redis calls passed its 50 ms timeout. Any part
+// failing fails
 // the command. Nx still runs `test-system` (its files are few and each starts processes of its own, so they run one at
 // a time anyway) and `nx test <project>`. Old reports of the target are removed first, so the summary counts this run
 // only.
@@ -71,33 +72,32 @@ function start(name, command, args, { nice = 0, held = null, env = {} } = {}) {
 const REPORTS = join(ROOT, 'test-reports', target);
 rmSync(REPORTS, { recursive: true, force: true });
 mkdirSync(REPORTS, { recursive: true });
-const runs =
-  target === 'test'
-    ? [
-        start('tests with wall-clock bounds, one at a time', VITEST, ['run'], {
-          held: 'alone.log',
-          env: { KVTEST_SET: 'alone' },
-        }),
-        start('tests side by side', VITEST, ['run'], { nice: 19, env: { KVTEST_SET: 'side-by-side' } }),
-        start(
-          'lint and typecheck (tools/check-code.mjs)',
-          process.execPath,
-          [join(import.meta.dirname, 'check-code.mjs')],
-          {
-            nice: 19,
-            held: 'lint-and-typecheck.log',
-          },
-        ),
-      ]
-    : [
-        start(`nx ${target}`, join(ROOT, 'node_modules', '.bin', 'nx'), [
-          'run-many',
-          '-t',
-          target,
-          '--outputStyle=stream',
-        ]),
-      ];
-const results = await Promise.all(runs);
+let results;
+if (target === 'test') {
+  const checks = start(
+    'lint and typecheck (tools/check-code.mjs)',
+    process.execPath,
+    [join(import.meta.dirname, 'check-code.mjs')],
+    {
+      nice: 19,
+      held: 'lint-and-typecheck.log',
+    },
+  );
+  const sideBySide = await start('tests side by side', VITEST, ['run'], { env: { KVTEST_SET: 'side-by-side' } });
+  const alone = await start('tests with wall-clock bounds, one at a time', VITEST, ['run'], {
+    env: { KVTEST_SET: 'alone' },
+  });
+  results = [sideBySide, alone, await checks];
+} else {
+  results = [
+    await start(`nx ${target}`, join(ROOT, 'node_modules', '.bin', 'nx'), [
+      'run-many',
+      '-t',
+      target,
+      '--outputStyle=stream',
+    ]),
+  ];
+}
 for (const result of results) {
   if (result.output !== '') {
     console.log(`\n${result.name}, ${result.seconds.toFixed(0)} s:`);
