@@ -10,7 +10,7 @@ const ROOT = import.meta.dirname;
 /**
  * `npm test`'s workers for the files run side by side: 4 on 2 cores. Those files spend most of their time waiting on
  * the servers, sims and timers they start: with 2 workers the cores were busy ~1 of 2 on average (user + sys CPU over
- * wall clock), with 4 ~1.3, and those files' run went from ~300 s to ~190 s (2026-12-07). Every file with a
+ * wall clock), with 4 ~1.3, and those files' run went from ~300 s to ~200 s (2026-12-07). Every file with a
  * wall-clock bound runs alone (RUN_ALONE), whatever this number. `KVTEST_WORKERS` overrides it (a machine
  * with more cores, or fewer files at once to chase a flaky one).
  */
@@ -106,9 +106,9 @@ function projectsWithScript(target: string): string[] {
 }
 
 /**
- * Which of `npm test`'s files one vitest run takes (`KVTEST_SET`, set by tools/run-tests.mjs, which starts one run of
- * each at once): `alone` the RUN_ALONE files, one at a time; `side-by-side` the others, WORKERS at once (run first); unset, both in
- * one run, the alone files in groups after the others (`npx vitest run`, `nx test <project>`). Not a KVROUTE_* name: the
+ * Which of `npm test`'s files one vitest run takes (`KVTEST_SET`, set by tools/run-tests.mjs, which runs the side-by-side
+ * set, then the alone one): `alone` the RUN_ALONE files, one at a time; `side-by-side` the others, WORKERS at once;
+ * unset, both in one run, the alone files in groups after the others (`npx vitest run`, `nx test <project>`). Not a KVROUTE_* name: the
  * routers the tests start warn of a KVROUTE_* variable that is none of their options.
  */
 type TestSet = 'alone' | 'side-by-side' | 'all';
