@@ -12,7 +12,7 @@
 //     test-reports/test/lint-and-typecheck.log.
 // Tried on 2026-12-07 and dropped: the bounded files at once with the others, the others at nice 10 or 19. ~4 min
 // instead of ~6, but in 11 runs a bounded file missed its bound (CFS weighs each thread: eight busy ones at nice 10
-// took ~45 % of a core from it), and at nice 19 a starved router's Redis calls passed its 50 ms timeout. Any part
+// can take ~45 % of a core from it, by the kernel's weights; not measured), and at nice 19 a starved router's Redis calls passed its 50 ms timeout. Any part
 // failing fails
 // the command. Nx still runs `test-system` (its files are few and each starts processes of its own, so they run one at
 // a time anyway) and `nx test <project>`. Old reports of the target are removed first, so the summary counts this run

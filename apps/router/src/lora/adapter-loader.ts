@@ -242,8 +242,9 @@ export class LocalAdapterLoads implements AdapterLoadBook {
     times: AdapterLoadTimes,
   ): Promise<AdapterLoadClaim> {
     const now = this.nowMs();
-    const key = `${base}\u0000${adapter}\u0000${backendId}`;
-    if (this.#loaded.get(`${base}\u0000${adapter}`)?.has(backendId)) return 'loaded';
+    const adapterKey = keyOf(base, adapter);
+    const key = keyOf(base, adapter, backendId);
+    if (this.#loaded.get(adapterKey)?.has(backendId)) return 'loaded';
     if ((this.#offUntil.get(key) ?? 0) > now) return 'unavailable';
     if ((this.#claims.get(key)?.untilMs ?? 0) > now) return 'busy';
     if (times.spacingMs > 0) {
@@ -251,7 +252,7 @@ export class LocalAdapterLoads implements AdapterLoadBook {
       this.#spacedUntil.set(backendId, now + times.spacingMs);
     }
     this.#claims.set(key, { token, untilMs: now + times.claimMs });
-    setOf(this.#loading, `${base}\u0000${adapter}`).add(backendId);
+    setOf(this.#loading, adapterKey).add(backendId);
     return 'claimed';
   }
 
@@ -264,25 +265,31 @@ export class LocalAdapterLoads implements AdapterLoadBook {
     nowMs: number,
     times: AdapterLoadTimes,
   ): Promise<void> {
-    const key = `${base}\u0000${adapter}\u0000${backendId}`;
+    const adapterKey = keyOf(base, adapter);
+    const key = keyOf(base, adapter, backendId);
     if (this.#claims.get(key)?.token === token) this.#claims.delete(key);
-    this.#loading.get(`${base}\u0000${adapter}`)?.delete(backendId);
+    this.#loading.get(adapterKey)?.delete(backendId);
     if (outcome === 'failed') {
       this.#offUntil.set(key, nowMs + times.unavailableMs);
       return;
     }
     this.#offUntil.delete(key);
-    setOf(this.#loaded, `${base}\u0000${adapter}`).add(backendId);
+    setOf(this.#loaded, adapterKey).add(backendId);
   }
 
   async unloaded(base: string, adapter: string, backendId: string): Promise<void> {
-    this.#loaded.get(`${base}\u0000${adapter}`)?.delete(backendId);
+    this.#loaded.get(keyOf(base, adapter))?.delete(backendId);
   }
 
   async loadedOn(base: string, adapter: string): Promise<ReadonlySet<string>> {
-    const key = `${base}\u0000${adapter}`;
+    const key = keyOf(base, adapter);
     return new Set([...(this.#loaded.get(key) ?? []), ...(this.#loading.get(key) ?? [])]);
   }
+}
+
+/** The local book's map key of an adapter of a base model, or of its load on one backend (NUL-separated). */
+function keyOf(...parts: string[]): string {
+  return parts.join('\u0000');
 }
 
 function setOf<Value>(sets: Map<string, Set<Value>>, key: string): Set<Value> {
