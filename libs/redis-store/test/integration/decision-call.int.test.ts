@@ -132,11 +132,28 @@ describe('member sets', () => {
     expect(calls[3]?.args[ARG.members]).not.toBe('');
     expect(await ctx.redis.zcard(keys.leaseDeadlines)).toBe(leasesBefore + 1);
 
+    // A set stored by an earlier release (no 'ids': the whole set a decision over every member reads) counts as
+    // lost: stored again, with its members in configuration order and their weights.
+    await ctx.redis.hdel(membersKey, 'ids', 'weights');
+    await decide(state, inputOf(backends, requestOf(4, 7), 'l5'));
+    expect(calls).toHaveLength(6);
+    expect(calls[4]?.args[ARG.members]).toBe('');
+    expect(calls[5]?.args[ARG.members]).not.toBe('');
+    expect(await ctx.redis.hget(membersKey, 'ids')).toBe(backends.map((backend) => `${backend.id}\n`).join(''));
+    expect(await ctx.redis.hget(membersKey, 'weights')).toBe('');
+    calls.splice(4, 2);
+
     // Another eligible set (a backend out: its breaker open here) is another version, stored by its first call.
     await decide(state, inputOf(backends.slice(1), requestOf(4, 4), 'l4'));
     expect(calls[4]?.keys[7]).not.toBe(membersKey);
     expect(calls[4]?.args[ARG.members]).not.toBe('');
     expect(await ctx.redis.hget(calls[4]?.keys[7] as string, 'n')).toBe('7');
+    // Weights other than 1 are kept per member.
+    const weighted = backends.map((backend, i) => ({ ...backend, weight: i === 2 ? 2.5 : 1 }));
+    await decide(state, inputOf(weighted, requestOf(4, 8), 'l6'));
+    expect(await ctx.redis.hget(calls[5]?.keys[7] as string, 'weights')).toBe(
+      weighted.map((backend) => `${backend.weight}\n`).join(''),
+    );
     // A second replica with the first set finds it stored: it sends it once (it cannot know), then names it.
     const other = recording(ctx.redis as Redis);
     const replica = ctx.createState({ redis: other.redis });

@@ -46,17 +46,35 @@ export function costRule(
     encode(request, backends) {
       const ranked = backendRendezvousOrder(request.headHash, backends).slice(0, RANKED_BACKENDS);
       const figures = `${request.textBytes} ${request.blockSizeBytes} ${request.maxTokens ?? 0}`;
-      // Positions in base 36: cost.lua reads them with strtoul, not strtod (~40 % of the instructions).
-      const positions = ranked.map((index) => (index + 1).toString(36)).join(',');
       const adapter = request.adapterWaitMs == null ? '' : `\n${adapterLine(request.adapterWaitMs, backends)}`;
       return {
-        argument: `${request.unit === 'tokens' ? packedTokenParams : packedParams}\n${figures}\n${positions}${adapter}`,
+        argument: `${request.unit === 'tokens' ? packedTokenParams : packedParams}\n${figures}\n${rankLine(ranked, backends.length)}${adapter}`,
         preferred: ranked,
       };
     },
     decode: decodeCostReply,
     explain,
   };
+}
+
+/** The characters '0' (48) to 'o' (111): 6 bits each, none of them a line's end. */
+const RANK_DIGIT_BASE = 48;
+
+/**
+ * The argument's third line: `ranked` (0-based indices into the pool's `memberCount` backends) as 1-based positions
+ * of a fixed width: its digit first, then each position in that many 6-bit characters (cost.lua reads the whole line
+ * with one string.byte).
+ */
+export function rankLine(ranked: readonly number[], memberCount: number): string {
+  let width = 1;
+  while (64 ** width <= memberCount) width++;
+  let line = String(width);
+  for (const index of ranked) {
+    const position = index + 1;
+    for (let shift = width - 1; shift >= 0; shift--)
+      line += String.fromCharCode(RANK_DIGIT_BASE + (Math.floor(position / 64 ** shift) % 64));
+  }
+  return line;
 }
 
 /**

@@ -3,31 +3,70 @@
 --
 -- A pool's member set and its engines' figures, as route.lua reads them (src/pool-members.ts writes
 -- the arguments). A member set is one HASH per version: 'n' = the count, '#<position>' = '<id>\t<weight>'
--- (position 1-based, configuration order), '@<id>' = its position; a version is a digest of the set,
--- so every replica with the same eligible backends uses the same key, and a set no one uses expires.
+-- (position 1-based, configuration order), '@<id>' = its position, and the whole set for a decision
+-- that every member takes part in: 'ids' = each id followed by '\n', configuration order, 'weights' = ''
+-- when every weight is 1, else each weight followed by '\n' (one HMGET and a C-level find per member,
+-- where a field per position costs a number turned into its name: ~3k instructions each, issue 28). A
+-- version is a digest of the set, so every replica with the same eligible backends uses the same key,
+-- and a set no one uses expires.
 
 -- Stores the member set `records` ('<id>\t<weight>\n' per member) at `key`, replacing it, for `ttl` ms.
 local function storeMembers(key, records, ttl)
   redis.call('DEL', key)
   local writer, position = chunkedHset(key), 0
+  local ids, weights, uniform = {}, {}, true
   for id, weight in string.gmatch(records, '([^\t\n]*)\t([^\n]*)\n') do
     position = position + 1
     writer.add('#' .. position, id .. '\t' .. weight)
     writer.add('@' .. id, position)
+    ids[position], weights[position] = id .. '\n', weight .. '\n'
+    if weight ~= '1' then uniform = false end
   end
   writer.add('n', position)
+  writer.add('ids', table.concat(ids))
+  writer.add('weights', uniform and '' or table.concat(weights))
   writer.flush()
   redis.call('PEXPIRE', key, ttl)
 end
 
--- The members at `positions` (one HMGET): their ids and weights, in order.
-local function membersAt(key, positions)
+-- The pieces of `text` that each end with a '\n', in order.
+local function linesOf(text)
+  local lines, count, at = {}, 0, 1
+  local find, sub = string.find, string.sub
+  while true do
+    local newline = find(text, '\n', at, true)
+    if not newline then return lines end
+    count = count + 1
+    lines[count] = sub(text, at, newline - 1)
+    at = newline + 1
+  end
+end
+
+-- Every member of the set at `key`, in configuration order (one HMGET): their ids and weights; nil
+-- when no set is stored there (or one stored before it had 'ids': the caller sends it again).
+local function allMembers(key)
+  local stored = redis.call('HMGET', key, 'ids', 'weights')
+  if not stored[1] then return nil end
+  local ids, weights = linesOf(stored[1]), nil
+  if stored[2] == '' then
+    weights = {}
+    for k = 1, #ids do weights[k] = 1 end
+  else
+    weights = linesOf(stored[2])
+    for k = 1, #weights do weights[k] = numberOf[weights[k]] end
+  end
+  return ids, weights
+end
+
+-- The members at the positions named `positionNames` (decimal strings, as the shortlist and the
+-- '@<id>' fields give them; one HMGET): their ids and weights, in order.
+local function membersAt(key, positionNames)
   local fields = {}
-  for k = 1, #positions do fields[k] = '#' .. positions[k] end
+  for k = 1, #positionNames do fields[k] = '#' .. positionNames[k] end
   local records = hmgetAll(key, fields)
   local ids, weights = {}, {}
   local find, sub = string.find, string.sub
-  for k = 1, #positions do
+  for k = 1, #positionNames do
     local record = records[k]
     local tab = find(record, '\t', 1, true)
     ids[k], weights[k] = sub(record, 1, tab - 1), numberOf[sub(record, tab + 1)]
