@@ -161,14 +161,14 @@ if ids == nil then
   for k = 1, candidateCount do names[k] = nameOf[positions[k]] end
   ids, weights = membersAt(membersKey, names)
 end
--- Forget marks are rare: skip reading them when there are none.
-local marks = {}
-if redis.call('HLEN', KEYS[1]) > 0 then marks = hmgetAll(KEYS[1], ids) end
+-- Forget marks are rare: with none, every entry counts (no thresholds) and nothing is read for them.
+if redis.call('HLEN', KEYS[1]) > 0 then
+  local found = forgetThresholds(ids, hmgetAll(KEYS[1], ids), now)
+  thresholds.lookup, thresholds.record = found.lookup, found.record
+end
 local inflight = hmgetAll(KEYS[3], ids)
 local pending = hmgetAll(KEYS[4], ids)
 local engine = hmgetAll(engineKey, ids)
-local found = forgetThresholds(ids, marks, now)
-thresholds.lookup, thresholds.record = found.lookup, found.record
 --#stage figures
 local depths, matchRecordedAt = {}, {}
 if readsDepths then depths, matchRecordedAt = index.depths(ids) end

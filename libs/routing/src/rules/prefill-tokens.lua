@@ -3,6 +3,7 @@
 -- Prompt tokens a backend holding `depth` leading blocks still has to prefill: the request's unmatched
 -- routing-text bytes over bytes per token, rounded up. The Lua twin of estimatePrefillTokens
 -- (libs/routing/src/prefix/prefill-estimate.ts); rule-parity.int.test.ts compares the two.
+local ceilOf, maxOf = math.ceil, math.max
 local function prefillTokens(textBytes, blockSizeBytes, depth, bytesPerToken)
-  return math.ceil(math.max(0, textBytes - depth * blockSizeBytes) / bytesPerToken)
+  return ceilOf(maxOf(0, textBytes - depth * blockSizeBytes) / bytesPerToken)
 end
