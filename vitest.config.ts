@@ -72,7 +72,8 @@ const RUN_ALONE = [
  * (router and sim processes) alternate with the ones that mostly wait.
  */
 const START_FIRST = [
-  // Every npm script's --help, --version and an unknown flag: 70-odd short tsx processes, about 80 s on 2 cores.
+  // Every npm script's --help, --version and an unknown flag: 75 short tsx processes, ~0.6 CPU-s each (a command
+  // loads its modules only once its command line is accepted), about 50 s on 2 cores beside other jobs.
   'infra/test/commands-help.test.ts',
   'apps/router/test/multi-replica.test.ts',
   'bench/src/runner/local-cluster.test.ts',

@@ -4,10 +4,6 @@
 // shared kvroute.yaml: an app cannot import another app's schema, yet must tell another app's key from a typo.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { renderConfigMarkdown, renderKvrouteFileKeys } from '@kvroute/platform';
-import { PollerConfig, renderPollerConfigDoc } from '../apps/health-poller/src/config';
-import { renderRouterConfigDoc, RouterConfig } from '../apps/router/src/config';
-import { renderSimConfigDoc } from '../apps/vllm-sim/src/config';
 import { parseCommandLine } from '../libs/platform/src/command-line/parse-command-line';
 
 parseCommandLine({
@@ -15,6 +11,12 @@ parseCommandLine({
   summary: "Writes docs/configuration.md from the apps' config schemas (every option, its flag, env var and default).",
   options: {},
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { renderConfigMarkdown, renderKvrouteFileKeys } = await import('@kvroute/platform');
+const { PollerConfig, renderPollerConfigDoc } = await import('../apps/health-poller/src/config');
+const { renderRouterConfigDoc, RouterConfig } = await import('../apps/router/src/config');
+const { renderSimConfigDoc } = await import('../apps/vllm-sim/src/config');
 
 const header =
   '# Configuration\n\nGenerated from the config schemas by `npm run docs:config`; do not edit by hand.\n\n' +

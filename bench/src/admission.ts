@@ -29,37 +29,15 @@
  *        [--queue-wait-ms 100] [--scenario all|noisy-neighbour|overload] [--router-args="FLAGS"]
  * Needs HAProxy (/usr/sbin/haproxy) and redis-server. Writes bench/results/admission-<time>.{md,json}.
  */
-import { parseCommandLine } from '@kvroute/platform';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import { setMaxListeners } from 'node:events';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { eventCarriesOutput, SSE_DONE, SseParser } from '@kvroute/protocols';
-import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
-import { Agent, request } from 'undici';
-import {
-  type AdmissionLoad,
-  type AdmissionSample,
-  demandShare,
-  fairShare,
-  figuresByWindow,
-  figuresOf,
-  noisyNeighbourChecks,
-  overloadChecks,
-  renderChecks,
-  renderWindowTable,
-} from './admission-report';
-import { queueWaitsPast, scrapeFlowGauges, shedByReason } from './admission-metrics';
-import { newBenchKey, writeBenchKeyFile, type BenchKey } from './bench-api-keys';
 import { resultsDir } from './app-process';
-import { startLocalSims, stopLocalSims } from './local-sims';
-import {
-  buildBundles,
-  haproxyVersion,
-  ROUTER_PROXY_PROTOCOL_FLAGS,
-  startHaproxyProcess,
-  startRouterProcess,
-  type ProxyProcess,
-} from './proxy-processes';
+import type { LocalRedisServer } from '@kvroute/testing';
+import type { AdmissionLoad, AdmissionSample } from './admission-report';
+import type { BenchKey } from './bench-api-keys';
+import type { ProxyProcess } from './proxy-processes';
 
 const args = parseCommandLine({
   usage: 'npm run bench:admission -- [options]',
@@ -93,6 +71,29 @@ const args = parseCommandLine({
     },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { eventCarriesOutput, SSE_DONE, SseParser } = await import('@kvroute/protocols');
+const { startLocalRedisServer } = await import('@kvroute/testing');
+const { Agent, request } = await import('undici');
+const {
+  demandShare,
+  fairShare,
+  figuresByWindow,
+  figuresOf,
+  noisyNeighbourChecks,
+  overloadChecks,
+  renderChecks,
+  renderWindowTable,
+} = await import('./admission-report');
+const { queueWaitsPast, scrapeFlowGauges, shedByReason } = await import('./admission-metrics');
+const { newBenchKey, writeBenchKeyFile } = await import('./bench-api-keys');
+const { startLocalSims, stopLocalSims } = await import('./local-sims');
+const { buildBundles, haproxyVersion, ROUTER_PROXY_PROTOCOL_FLAGS, startHaproxyProcess, startRouterProcess } =
+  await import('./proxy-processes');
+// Classes also named as types: a type-only import of the name would clash with the const above.
+type Agent = InstanceType<typeof Agent>;
+
 const positive = (name: string): number => {
   const value = Number(args[name as keyof typeof args]);
   if (!Number.isFinite(value) || value <= 0) throw new Error(`--${name} must be a positive number`);

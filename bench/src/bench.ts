@@ -12,18 +12,9 @@
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { parseCommandLine } from '@kvroute/platform';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import { resultsDir } from './app-process';
-import { terminalReport } from './report';
-import { LocalCluster } from './runner/local-cluster';
-import { ProgressBar } from './runner/progress';
-import { parseRouterList, RemoteTarget } from './runner/remote-target';
-import { parseRedisUrl } from './runner/router-state';
-import { runScenario, type RunTarget } from './runner/run-scenario';
-import { loadScenario, sweepValues, workloadFor } from './runner/scenario';
-import { writeReports } from './runner/write-reports';
-import { createClientAgent } from './runner/request-client';
-import { eventsToJsonl, sessionEvents } from './workloads';
+import type { RunTarget } from './runner/run-scenario';
 
 const USAGE = `npm run bench -- --scenario NAME|FILE [options]
 
@@ -71,6 +62,18 @@ const args = parseCommandLine({
     'ignore-eos': { type: 'boolean', default: false },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { terminalReport } = await import('./report');
+const { LocalCluster } = await import('./runner/local-cluster');
+const { ProgressBar } = await import('./runner/progress');
+const { parseRouterList, RemoteTarget } = await import('./runner/remote-target');
+const { parseRedisUrl } = await import('./runner/router-state');
+const { runScenario } = await import('./runner/run-scenario');
+const { loadScenario, sweepValues, workloadFor } = await import('./runner/scenario');
+const { writeReports } = await import('./runner/write-reports');
+const { createClientAgent } = await import('./runner/request-client');
+const { eventsToJsonl, sessionEvents } = await import('./workloads');
 
 const list = (text: string | undefined): string[] | undefined =>
   text

@@ -7,10 +7,8 @@
  * shared prefix that cannot be matched because blocks are all-or-nothing: on average half a block, and
  * relative to an engine's 16-token ≈ 64-byte blocks).
  */
-import { parseCommandLine } from '@kvroute/platform';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import type { ChatCompletionRequest } from '@kvroute/protocols';
-import { buildRoutingRequest, createPolicy, InMemoryRoutingState } from '@kvroute/routing';
-import { mean } from '@kvroute/workloads';
 
 // It takes no options, but answers --help and --version and refuses a flag it does not know rather than run.
 parseCommandLine({
@@ -20,6 +18,10 @@ parseCommandLine({
     'shared prefix lost to block granularity, for block sizes 16 to 512 bytes (a Markdown table on stdout).',
   options: {},
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { buildRoutingRequest, createPolicy, InMemoryRoutingState } = await import('@kvroute/routing');
+const { mean } = await import('@kvroute/workloads');
 
 const SIZES = [16, 32, 64, 128, 256, 512];
 const BODY_BYTES = [2_000, 10_000, 40_000];

@@ -18,23 +18,12 @@
  *        [--concurrency 16] [--prompt-tokens 8192] [--inflight-per-backend 4] [--turn-gap-ms 30000]
  * Writes bench/results/cells-<time>.json.
  */
-import { parseCommandLine } from '@kvroute/platform';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createRedis, poolKeys, RedisRoutingState, waitUntilReady, type RedisClient } from '@kvroute/redis-store';
-import { createPolicy, decide, type BackendInfo, type RoutingPolicy, type RoutingRequest } from '@kvroute/routing';
-import { startRedisCluster, type TestRedisCluster } from '@kvroute/testing';
-import { percentile } from '@kvroute/workloads';
-import { Redis } from 'ioredis';
-import {
-  backendInfos,
-  buildWorkload,
-  inBatches,
-  POOL,
-  scriptStats,
-  serverCpuSeconds,
-  STATE_DEFAULTS,
-} from './decision-workload';
+import type { RedisClient } from '@kvroute/redis-store';
+import type { BackendInfo, RoutingPolicy, RoutingRequest } from '@kvroute/routing';
+import type { TestRedisCluster } from '@kvroute/testing';
 
 const args = parseCommandLine({
   usage: 'npm run bench:cells -- [options]',
@@ -61,6 +50,20 @@ const args = parseCommandLine({
     },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { createRedis, poolKeys, RedisRoutingState, waitUntilReady } = await import('@kvroute/redis-store');
+const { createPolicy, decide } = await import('@kvroute/routing');
+const { startRedisCluster } = await import('@kvroute/testing');
+const { percentile } = await import('@kvroute/workloads');
+const { Redis } = await import('ioredis');
+const { backendInfos, buildWorkload, inBatches, POOL, scriptStats, serverCpuSeconds, STATE_DEFAULTS } = await import(
+  './decision-workload'
+);
+// Classes also named as types: a type-only import of the name would clash with the const above.
+type Redis = InstanceType<typeof Redis>;
+type RedisRoutingState = InstanceType<typeof RedisRoutingState>;
+
 const pools = args.pools.split(',').map(Number);
 const cellCounts = args.cells.split(',').map(Number);
 const samples = Number(args.samples);

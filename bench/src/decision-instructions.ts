@@ -17,15 +17,13 @@
  *
  * Usage: npm run bench:decision-instructions -- [--pools 16,1024] [--calls 100] [--prompt-tokens 8192] [--stages] [--keep]
  */
-import { parseCommandLine } from '@kvroute/platform';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import * as store from '@kvroute/redis-store';
-import { createPolicy, decide, type BackendInfo, type EngineLoad, type RoutingPolicy } from '@kvroute/routing';
-import { findFreePort } from '@kvroute/testing';
-import { backendInfos, buildWorkload, inBatches, POOL, STATE_DEFAULTS } from './decision-workload';
+import type { LuaScript } from '@kvroute/redis-store';
+import type { BackendInfo, EngineLoad, RoutingPolicy } from '@kvroute/routing';
 
 const args = parseCommandLine({
   usage: 'npm run bench:decision-instructions -- [options]',
@@ -38,6 +36,12 @@ const args = parseCommandLine({
     keep: { type: 'boolean', default: false, description: 'keep the callgrind files' },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const store = await import('@kvroute/redis-store');
+const { createPolicy, decide } = await import('@kvroute/routing');
+const { findFreePort } = await import('@kvroute/testing');
+const { backendInfos, buildWorkload, inBatches, POOL, STATE_DEFAULTS } = await import('./decision-workload');
 
 type Redis = ReturnType<typeof store.createRedis>;
 
@@ -93,8 +97,8 @@ async function startInstrumentedRedis(): Promise<{
 /** The decision script's source: route.lua composed with the rule, or (older stores) route.lua itself. */
 function decisionScriptOf(policy: RoutingPolicy): string {
   const compose = (store as Record<string, unknown>)['routeScriptOf'];
-  if (typeof compose === 'function') return (compose(policy.atomicRule) as store.LuaScript).lua;
-  return (store.SCRIPTS as unknown as Record<string, store.LuaScript>)['route']?.lua ?? '';
+  if (typeof compose === 'function') return (compose(policy.atomicRule) as LuaScript).lua;
+  return (store.SCRIPTS as unknown as Record<string, LuaScript>)['route']?.lua ?? '';
 }
 
 async function measurePool(backendCount: number): Promise<void> {

@@ -7,15 +7,9 @@
  * Prints the table, writes the report to bench/results/demo/ and says whether cache-aware routing won.
  */
 import { join } from 'node:path';
-import { parseCommandLine } from '@kvroute/platform';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import { resultsDir } from './app-process';
-import { policyVerdict, terminalReport, type PolicySummary } from './report';
-import { LocalCluster } from './runner/local-cluster';
-import { ProgressBar } from './runner/progress';
-import { createClientAgent } from './runner/request-client';
-import { runScenario } from './runner/run-scenario';
-import { loadScenario } from './runner/scenario';
-import { writeReports } from './runner/write-reports';
+import type { PolicySummary } from './report';
 
 const USAGE = `npm run demo -- [options]   (installed: kvroute demo [options])
 
@@ -38,6 +32,15 @@ const args = parseCommandLine({
     out: { type: 'string', default: join(resultsDir(), 'demo') },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { policyVerdict, terminalReport } = await import('./report');
+const { LocalCluster } = await import('./runner/local-cluster');
+const { ProgressBar } = await import('./runner/progress');
+const { createClientAgent } = await import('./runner/request-client');
+const { runScenario } = await import('./runner/run-scenario');
+const { loadScenario } = await import('./runner/scenario');
+const { writeReports } = await import('./runner/write-reports');
 
 const log = (line: string): void => void process.stderr.write(`${line}\n`);
 

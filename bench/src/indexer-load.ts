@@ -14,17 +14,9 @@
  *
  * Usage: npm run bench:indexer -- [--backends 1000] [--blocks-per-s 50] [--seconds 20]
  */
-import { parseCommandLine } from '@kvroute/platform';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
-// The bench drives the poller's indexer in process (its CPU is this process's: eslint.config allows it).
-import { KvEventsIndexer } from '@kvroute/health-poller/kv-events/indexer';
-import { PollerMetrics } from '@kvroute/health-poller/metrics';
-import { createRedis, KvEventsIndex, KvEventsLeases, waitUntilReady } from '@kvroute/redis-store';
-// A private Redis as the tests start one (as poller-load.ts; eslint.config lists those files).
-import { startRedis } from '@kvroute/testing';
-import { Packr } from 'msgpackr';
-import { Publisher } from 'zeromq';
 
 const args = parseCommandLine({
   usage: 'npm run bench:indexer -- [options]',
@@ -41,6 +33,19 @@ const args = parseCommandLine({
     publishers: { type: 'boolean', default: false, description: 'internal: run as the publishing child process' },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+// The bench drives the poller's indexer in process (its CPU is this process's: eslint.config allows it).
+const { KvEventsIndexer } = await import('@kvroute/health-poller/kv-events/indexer');
+const { PollerMetrics } = await import('@kvroute/health-poller/metrics');
+const { createRedis, KvEventsIndex, KvEventsLeases, waitUntilReady } = await import('@kvroute/redis-store');
+// A private Redis as the tests start one (as poller-load.ts; eslint.config lists those files).
+const { startRedis } = await import('@kvroute/testing');
+const { Packr } = await import('msgpackr');
+const { Publisher } = await import('zeromq');
+// Classes also named as types: a type-only import of the name would clash with the const above.
+type Publisher = InstanceType<typeof Publisher>;
+
 const backends = Number(args.backends);
 const blocksPerSecond = Number(args['blocks-per-s']);
 const seconds = Number(args.seconds);

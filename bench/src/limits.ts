@@ -22,24 +22,13 @@
  *        [--requests-per-minute 600] [--tokens-per-minute 30000] [--clients 50] [--token-clients 20]
  * Needs HAProxy (/usr/sbin/haproxy) and redis-server. Writes bench/results/limits-<time>.{json,md,svg}.
  */
-import { parseCommandLine } from '@kvroute/platform';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { Agent, request } from 'undici';
-import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
-import {
-  LOAD_IDS,
-  perSecond,
-  renderLimitsMarkdown,
-  summarizeLimits,
-  type LimitSample,
-  type LimitWindow,
-  type LoadId,
-} from './limits-report';
-import { newBenchKey, writeBenchKeyFile } from './bench-api-keys';
-import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
-import { haproxyVersion, startHaproxyProcess, startRouterProcess, type ProxyProcess } from './proxy-processes';
-import { lineChart, PALETTE } from './report/html';
+import type { LocalRedisServer } from '@kvroute/testing';
+import type { LimitSample, LimitWindow, LoadId } from './limits-report';
+import type { LocalSim } from './local-sims';
+import type { ProxyProcess } from './proxy-processes';
 
 const args = parseCommandLine({
   usage: 'npm run bench:limits -- [options]',
@@ -82,6 +71,17 @@ const args = parseCommandLine({
     replicas: { type: 'string', default: '3', value: 'number', description: 'router replicas behind HAProxy' },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { Agent, request } = await import('undici');
+const { startLocalRedisServer } = await import('@kvroute/testing');
+const { LOAD_IDS, perSecond, renderLimitsMarkdown, summarizeLimits } = await import('./limits-report');
+const { newBenchKey, writeBenchKeyFile } = await import('./bench-api-keys');
+const { startLocalSims, stopLocalSims } = await import('./local-sims');
+const { haproxyVersion, startHaproxyProcess, startRouterProcess } = await import('./proxy-processes');
+const { lineChart, PALETTE } = await import('./report/html');
+// Classes also named as types: a type-only import of the name would clash with the const above.
+type Agent = InstanceType<typeof Agent>;
 
 const positive = (name: string, text: string | undefined): number => {
   const value = Number(text);

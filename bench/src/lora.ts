@@ -16,25 +16,10 @@
  * Needs redis-server. Writes bench/results/lora-<time>.{md,json}.
  */
 import type { ChildProcess } from 'node:child_process';
-import { parseCommandLine } from '@kvroute/platform';
-import { createRedis, waitUntilReady } from '@kvroute/redis-store';
-import { startLocalRedisServer, type LocalRedisServer } from '@kvroute/testing';
-import { seededRandom } from '@kvroute/workloads';
-import { Agent } from 'undici';
-import { reportCheckedResults } from './checked-results';
-import { prefixHitRateOf, streamChatTurn, sumSimCounter } from './chat-turns';
-import { startLocalSims, stopLocalProcess, stopLocalSims } from './local-sims';
-import {
-  adapterAwareChecks,
-  LORA_VARIANTS,
-  renderLoraTables,
-  zipfSampler,
-  type LoraRun,
-  type LoraSample,
-  type LoraVariant,
-} from './lora-report';
-import { buildBundles, startRouterProcess, type ProxyProcess } from './proxy-processes';
-import { startPoller } from './runner/local-cluster';
+import { parseCommandLine } from '@kvroute/platform/command-line';
+import type { LocalRedisServer } from '@kvroute/testing';
+import type { LoraRun, LoraSample, LoraVariant } from './lora-report';
+import type { ProxyProcess } from './proxy-processes';
 
 const args = parseCommandLine({
   usage: 'npm run bench:lora -- [options]',
@@ -50,6 +35,18 @@ const args = parseCommandLine({
     'time-scale': { type: 'string', default: '1', value: 'number', description: "the engines' --time-scale" },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { createRedis, waitUntilReady } = await import('@kvroute/redis-store');
+const { startLocalRedisServer } = await import('@kvroute/testing');
+const { seededRandom } = await import('@kvroute/workloads');
+const { Agent } = await import('undici');
+const { reportCheckedResults } = await import('./checked-results');
+const { prefixHitRateOf, streamChatTurn, sumSimCounter } = await import('./chat-turns');
+const { startLocalSims, stopLocalProcess, stopLocalSims } = await import('./local-sims');
+const { adapterAwareChecks, LORA_VARIANTS, renderLoraTables, zipfSampler } = await import('./lora-report');
+const { buildBundles, startRouterProcess } = await import('./proxy-processes');
+const { startPoller } = await import('./runner/local-cluster');
 const count = (name: string): number => {
   const value = Number(args[name as keyof typeof args]);
   if (!Number.isFinite(value) || value <= 0) throw new Error(`--${name} must be a positive number`);

@@ -41,15 +41,14 @@
  * --request-stream-usage=false"` measures what those features cost, the same code on both sides.
  * Writes bench/results/overhead-<time>.{json,md}.
  */
-import { parseCommandLine } from '@kvroute/platform';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join, resolve } from 'node:path';
-// A private Redis, started as the tests and bench:redis-decision do (bench is never shipped; eslint.config.mjs allows it here).
-import { startRedis, type TestRedis } from '@kvroute/testing';
-import { pinRunningProcess, processListeningOn } from './listening-process';
-import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
+import type { TestRedis } from '@kvroute/testing';
+import type { LocalSim } from './local-sims';
+// Pure tables and figures (no imports of its own): the help text's defaults come from it.
 import {
   BASELINE_OF,
   baselineTable,
@@ -71,18 +70,8 @@ import {
   type Workload,
   type WorkloadResult,
 } from './overhead-report';
-import { machineBusyCores, machineCpuSeconds, ownCpuSeconds, processCpuSeconds } from './process-cpu';
-import { newBenchKey, writeBenchKeyFile } from './bench-api-keys';
-import {
-  buildBundles,
-  haproxyVersion,
-  lastLines,
-  startBareProxyProcess,
-  startHaproxyProcess,
-  startRouterProcess,
-  type ProxyProcess,
-} from './proxy-processes';
-import { errorCount, pacingDelayMs, requestRate, runWrk, type WrkResult, type WrkRun } from './wrk';
+import type { ProxyProcess } from './proxy-processes';
+import type { WrkResult, WrkRun } from './wrk';
 
 const args = parseCommandLine({
   usage: 'npm run bench:overhead -- [options]',
@@ -128,6 +117,17 @@ const args = parseCommandLine({
     'baseline-args': { type: 'string', description: 'router flags for the baseline paths (--baseline-args="FLAGS")' },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+// A private Redis, started as the tests and bench:redis-decision do (bench is never shipped; eslint.config.mjs allows it here).
+const { startRedis } = await import('@kvroute/testing');
+const { pinRunningProcess, processListeningOn } = await import('./listening-process');
+const { startLocalSims, stopLocalSims } = await import('./local-sims');
+const { machineBusyCores, machineCpuSeconds, ownCpuSeconds, processCpuSeconds } = await import('./process-cpu');
+const { newBenchKey, writeBenchKeyFile } = await import('./bench-api-keys');
+const { buildBundles, haproxyVersion, lastLines, startBareProxyProcess, startHaproxyProcess, startRouterProcess } =
+  await import('./proxy-processes');
+const { errorCount, pacingDelayMs, requestRate, runWrk } = await import('./wrk');
 
 const rate = Number(args.rate);
 const seconds = Number(args.seconds);

@@ -19,14 +19,9 @@
  * Usage: npm run bench:pd -- [--seeds 3] [--conversations 8] [--turns 4] [--turn-bytes 6000] [--time-scale 1]
  * Writes bench/results/pd-<time>.{md,json}.
  */
-import { parseCommandLine } from '@kvroute/platform';
-import { seededRandom } from '@kvroute/workloads';
-import { Agent } from 'undici';
-import { reportCheckedResults } from './checked-results';
-import { prefixHitRateOf, streamChatTurn } from './chat-turns';
-import { startLocalSims, stopLocalSims } from './local-sims';
-import { cacheAwareCheck, PD_VARIANTS, renderPdTables, type PdRun, type PdSample, type PdVariant } from './pd-report';
-import { buildBundles, startRouterProcess, type ProxyProcess } from './proxy-processes';
+import { parseCommandLine } from '@kvroute/platform/command-line';
+import type { PdRun, PdSample, PdVariant } from './pd-report';
+import type { ProxyProcess } from './proxy-processes';
 
 const args = parseCommandLine({
   usage: 'npm run bench:pd -- [options]',
@@ -48,6 +43,15 @@ const args = parseCommandLine({
     },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { seededRandom } = await import('@kvroute/workloads');
+const { Agent } = await import('undici');
+const { reportCheckedResults } = await import('./checked-results');
+const { prefixHitRateOf, streamChatTurn } = await import('./chat-turns');
+const { startLocalSims, stopLocalSims } = await import('./local-sims');
+const { cacheAwareCheck, PD_VARIANTS, renderPdTables } = await import('./pd-report');
+const { buildBundles, startRouterProcess } = await import('./proxy-processes');
 const count = (name: string): number => {
   const value = Number(args[name as keyof typeof args]);
   if (!Number.isFinite(value) || value <= 0) throw new Error(`--${name} must be a positive number`);

@@ -8,13 +8,8 @@
  * Usage: npm run bench:poller -- [--backends 8] [--interval-ms 200] [--seconds 30]
  * Needs `npm run build` (dist/health-poller.mjs, else it runs from source) and redis-server.
  */
-import { parseCommandLine } from '@kvroute/platform';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import { spawn } from 'node:child_process';
-import { startRedis } from '@kvroute/testing';
-import { processListeningOn } from './listening-process';
-import { freePort, startLocalSims, stopLocalProcess, stopLocalSims, waitReady } from './local-sims';
-import { processCpuSeconds } from './process-cpu';
-import { nodeEntry } from './proxy-processes';
 
 const args = parseCommandLine({
   usage: 'npm run bench:poller -- [options]',
@@ -26,6 +21,13 @@ const args = parseCommandLine({
     seconds: { type: 'string', default: '30', value: 'number', description: 'measured window, after a 5 s warm-up' },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { startRedis } = await import('@kvroute/testing');
+const { processListeningOn } = await import('./listening-process');
+const { freePort, startLocalSims, stopLocalProcess, stopLocalSims, waitReady } = await import('./local-sims');
+const { processCpuSeconds } = await import('./process-cpu');
+const { nodeEntry } = await import('./proxy-processes');
 const backends = Number(args.backends);
 const intervalMs = Number(args['interval-ms']);
 const seconds = Number(args.seconds);

@@ -43,48 +43,13 @@
  *        [--engine-updates 1]
  * Writes bench/results/redis-decision-<time>.json.
  */
-import { parseCommandLine } from '@kvroute/platform';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import * as redisStore from '@kvroute/redis-store';
-import {
-  createRedis,
-  poolKeys,
-  RedisRoutingState,
-  SCRIPTS,
-  waitUntilReady,
-  type LuaScript,
-  type RedisClient,
-} from '@kvroute/redis-store';
-import {
-  createPolicy,
-  decide as decideRoute,
-  type BackendInfo,
-  type EngineLoad,
-  type RoutingPolicy,
-  type RoutingRequest,
-} from '@kvroute/routing';
-import { startRedis, type TestRedis } from '@kvroute/testing';
-import { mean, percentile } from '@kvroute/workloads';
-import { Redis as SingleServerRedis } from 'ioredis';
-import {
-  BLOCK_SIZE_BYTES,
-  backendInfos,
-  buildWorkload,
-  inBatches,
-  infoNumber,
-  raiseRedisPriority,
-  POOL,
-  routingRequest,
-  scriptStats,
-  serverCpuSeconds,
-  STATE_DEFAULTS,
-  SYSTEM_PROMPT,
-  SYSTEM_TOKENS,
-  TURN_TOKENS,
-  words,
-  type Workload,
-} from './decision-workload';
+import type { LuaScript, RedisClient } from '@kvroute/redis-store';
+import type { BackendInfo, EngineLoad, RoutingPolicy, RoutingRequest } from '@kvroute/routing';
+import type { TestRedis } from '@kvroute/testing';
+import type { Workload } from './decision-workload';
 
 const args = parseCommandLine({
   usage: 'npm run bench:redis-decision -- [options]',
@@ -121,6 +86,35 @@ const args = parseCommandLine({
     },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const redisStore = await import('@kvroute/redis-store');
+const { createRedis, poolKeys, RedisRoutingState, SCRIPTS, waitUntilReady } = redisStore;
+const { createPolicy, decide: decideRoute } = await import('@kvroute/routing');
+const { startRedis } = await import('@kvroute/testing');
+const { mean, percentile } = await import('@kvroute/workloads');
+const { Redis: SingleServerRedis } = await import('ioredis');
+const {
+  BLOCK_SIZE_BYTES,
+  backendInfos,
+  buildWorkload,
+  inBatches,
+  infoNumber,
+  raiseRedisPriority,
+  POOL,
+  routingRequest,
+  scriptStats,
+  serverCpuSeconds,
+  STATE_DEFAULTS,
+  SYSTEM_PROMPT,
+  SYSTEM_TOKENS,
+  TURN_TOKENS,
+  words,
+} = await import('./decision-workload');
+// Classes also named as types: a type-only import of the name would clash with the const above.
+type SingleServerRedis = InstanceType<typeof SingleServerRedis>;
+type RedisRoutingState = InstanceType<typeof RedisRoutingState>;
+
 const pools = args.pools.split(',').map(Number);
 const prompts = args.prompts.split(',').map(Number);
 const samples = Number(args.samples);

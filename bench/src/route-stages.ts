@@ -12,19 +12,8 @@
  *
  * Usage: npm run bench:route-stages -- [--pools 16,1024] [--prompt-tokens 8192] [--calls 200] [--rounds 5]
  */
-import { parseCommandLine } from '@kvroute/platform';
-import { createRedis, defineScript, RedisRoutingState, routeScriptOf, waitUntilReady } from '@kvroute/redis-store';
-import { createPolicy, decide, type AtomicRule, type BackendInfo, type RoutingRequest } from '@kvroute/routing';
-import { startRedis } from '@kvroute/testing';
-import {
-  backendInfos,
-  buildWorkload,
-  inBatches,
-  POOL,
-  raiseRedisPriority,
-  scriptStats,
-  STATE_DEFAULTS,
-} from './decision-workload';
+import { parseCommandLine } from '@kvroute/platform/command-line';
+import type { AtomicRule, BackendInfo, RoutingRequest } from '@kvroute/routing';
 
 const args = parseCommandLine({
   usage: 'npm run bench:route-stages -- [options]',
@@ -36,6 +25,19 @@ const args = parseCommandLine({
     rounds: { type: 'string', default: '5', value: 'number', description: 'replay rounds (the least is reported)' },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { createRedis, defineScript, RedisRoutingState, routeScriptOf, waitUntilReady } = await import(
+  '@kvroute/redis-store'
+);
+const { createPolicy, decide } = await import('@kvroute/routing');
+const { startRedis } = await import('@kvroute/testing');
+const { backendInfos, buildWorkload, inBatches, POOL, raiseRedisPriority, scriptStats, STATE_DEFAULTS } = await import(
+  './decision-workload'
+);
+// Classes also named as types: a type-only import of the name would clash with the const above.
+type RedisRoutingState = InstanceType<typeof RedisRoutingState>;
+
 const pools = args.pools.split(',').map(Number);
 const promptTokens = Number(args['prompt-tokens']);
 const calls = Number(args.calls);

@@ -37,7 +37,7 @@
  * `--keep-profiles DIR` keeps each run's load dump as DIR/<side>-<path>-<workload>-<repeat>.callgrind, for
  * `callgrind_annotate --inclusive=yes` (V8's builtins and Node's C++ are named; JIT-compiled JavaScript is not).
  */
-import { parseCommandLine } from '@kvroute/platform';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import {
   copyFileSync,
@@ -51,10 +51,9 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { Pool } from 'undici';
-import { findFreePorts, startRedis, type TestRedis } from '@kvroute/testing';
-import { startLocalSims, stopLocalSims, type LocalSim } from './local-sims';
-import { median, WORKLOADS, type Workload } from './overhead-report';
+import type { TestRedis } from '@kvroute/testing';
+import type { LocalSim } from './local-sims';
+import type { Workload } from './overhead-report';
 
 const args = parseCommandLine({
   usage: 'npm run bench:instructions -- [options]',
@@ -72,6 +71,12 @@ const args = parseCommandLine({
     'keep-profiles': { type: 'string', description: 'keep each load dump in this folder' },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { Pool } = await import('undici');
+const { findFreePorts, startRedis } = await import('@kvroute/testing');
+const { startLocalSims, stopLocalSims } = await import('./local-sims');
+const { median, WORKLOADS } = await import('./overhead-report');
 
 const repoRoot = join(import.meta.dirname, '..', '..');
 const MODEL = 'bench-model';

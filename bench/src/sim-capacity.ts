@@ -22,15 +22,11 @@
  * (--time-scale > 1 packs more tokens per wall second into the sim, to find where its CPU gives out.)
  * Writes bench/results/sim-capacity-<time>.json.
  */
-import { parseCommandLine } from '@kvroute/platform';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { Agent, request } from 'undici';
-import { mean, percentile, syntheticTokenPrompt as tokenPrompt } from '@kvroute/workloads';
-import { startLocalSims, stopLocalSims } from './local-sims';
-import { processCpuSeconds } from './process-cpu';
 
 const args = parseCommandLine({
   usage: 'npm run bench:sim-capacity -- [options]',
@@ -79,6 +75,15 @@ const args = parseCommandLine({
     pin: { type: 'boolean', default: true, description: 'pin the sim to core 0 and this process to core 1 (taskset)' },
   },
 });
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { Agent, request } = await import('undici');
+const { mean, percentile, syntheticTokenPrompt: tokenPrompt } = await import('@kvroute/workloads');
+const { startLocalSims, stopLocalSims } = await import('./local-sims');
+const { processCpuSeconds } = await import('./process-cpu');
+// Classes also named as types: a type-only import of the name would clash with the const above.
+type Agent = InstanceType<typeof Agent>;
+
 const levels = args.levels.split(',').map(Number);
 const windowMs = Number(args.seconds) * 1000;
 const sharedPrefix = tokenPrompt(Number(args['shared-prefix-tokens']), 999_983);

@@ -14,13 +14,29 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import { parseCommandLine } from '@kvroute/platform';
-import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
-import { TokenizerLoader } from '@lenml/tokenizers';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 import type * as RustTokenizersModule from 'tokenizers';
-import { hashTokenBlock53, TOKEN_CHAIN_ROOT } from '@kvroute/routing';
-import { type ChatMessageInput, loadModelTokenizer, type ModelTokenizer } from '@kvroute/tokenization';
+import type { ChatMessageInput, ModelTokenizer } from '@kvroute/tokenization';
 
+const values = parseCommandLine({
+  usage: 'npm run bench:tokenizers -- [--repeats N]',
+  summary:
+    'CPU ms per encode of the npm tokenizer libraries against ours, per vocabulary and prompt (Markdown on stdout).',
+  options: {
+    repeats: {
+      type: 'string',
+      default: '15',
+      value: 'number',
+      description: 'encodes per measurement (the median is shown)',
+    },
+  },
+});
+
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { Tokenizer: HfTokenizer } = await import('@huggingface/tokenizers');
+const { TokenizerLoader } = await import('@lenml/tokenizers');
+const { hashTokenBlock53, TOKEN_CHAIN_ROOT } = await import('@kvroute/routing');
+const { loadModelTokenizer } = await import('@kvroute/tokenization');
 const require = createRequire(import.meta.url);
 const RustTokenizers = require('tokenizers') as typeof RustTokenizersModule;
 
@@ -139,19 +155,6 @@ async function measureChosenPath(tokenizer: ModelTokenizer, messages: ChatMessag
 }
 
 async function main(): Promise<void> {
-  const values = parseCommandLine({
-    usage: 'npm run bench:tokenizers -- [--repeats N]',
-    summary:
-      'CPU ms per encode of the npm tokenizer libraries against ours, per vocabulary and prompt (Markdown on stdout).',
-    options: {
-      repeats: {
-        type: 'string',
-        default: '15',
-        value: 'number',
-        description: 'encodes per measurement (the median is shown)',
-      },
-    },
-  });
   const repeats = Number(values.repeats);
   console.log(`# tokenizer libraries: CPU ms per encode, median of ${repeats} (node ${process.version})\n`);
   console.log('| vocabulary | prompt | tokens | library | CPU ms | ids equal |');

@@ -7,7 +7,7 @@ import {
   urlWithSecretOffFlags,
   UPSTREAM_KEY_SOURCE_FIELDS,
   upstreamKeyConfigFields,
-} from '@kvroute/platform';
+} from '@kvroute/platform/config';
 import { z } from 'zod';
 
 /**

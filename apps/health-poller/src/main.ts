@@ -1,6 +1,5 @@
-import { createLogger, exitOnStartFailure, loadConfig, onTerminationSignal } from '@kvroute/platform';
+import { exitOnStartFailure, loadConfig } from '@kvroute/platform/config';
 import { POLLER_ENV_PREFIX, POLLER_CONFIG_FILE, PollerConfig } from './config';
-import { createHealthPoller } from './create-poller';
 
 /** Composition root: config → logger → poller (Redis, queue, worker, schedulers, HTTP) → start → graceful stop on SIGTERM. */
 async function main(): Promise<void> {
@@ -18,6 +17,10 @@ async function main(): Promise<void> {
     process.stdout.write(`${loaded.text}\n`);
     return;
   }
+  // The poller itself (Redis, the queue, fastify, the logger) loads only once the command line is accepted:
+  // --help, --version and a refused flag are answered from the config schema alone, at once.
+  const { createLogger, onTerminationSignal } = await import('@kvroute/platform');
+  const { createHealthPoller } = await import('./create-poller');
   const config = loaded.config;
   const logger = createLogger({
     service: 'kvroute-poller',

@@ -27,7 +27,7 @@ import {
   urlWithSecretOffFlags,
   UPSTREAM_KEY_SOURCE_FIELDS,
   upstreamKeyConfigFields,
-} from '@kvroute/platform';
+} from '@kvroute/platform/config';
 import { z } from 'zod';
 import { parseDiscoveryTarget } from './discovery/discovery-target';
 import { policyConfigFields } from './routing/policy-params';

@@ -1,6 +1,5 @@
-import { createLogger, exitOnStartFailure, loadConfig, onTerminationSignal, ShutdownStack } from '@kvroute/platform';
+import { exitOnStartFailure, loadConfig } from '@kvroute/platform/config';
 import { ROUTER_ENV_PREFIX, ROUTER_CONFIG_FILE, RouterConfig } from './config';
-import { CLOSE_TAIL_MS, createRouterServer } from './create-router';
 
 /**
  * Composition root: config → logger → router (backends, state, policies, app) → listen → graceful
@@ -21,6 +20,10 @@ async function main(): Promise<void> {
     process.stdout.write(`${loaded.text}\n`);
     return;
   }
+  // The router itself (fastify, undici, ioredis, the tokenizers, the logger) loads only once the command line is
+  // accepted: --help, --version and a refused flag are answered from the config schema alone, at once.
+  const { createLogger, onTerminationSignal, ShutdownStack } = await import('@kvroute/platform');
+  const { CLOSE_TAIL_MS, createRouterServer } = await import('./create-router');
   const config = loaded.config;
   const logger = createLogger({
     service: 'kvroute-router',

@@ -1,5 +1,5 @@
 import { ENGINE_KINDS } from '@kvroute/protocols';
-import { LOG_FORMATS, portOption } from '@kvroute/platform';
+import { LOG_FORMATS, portOption } from '@kvroute/platform/config';
 import { z } from 'zod';
 import { PROFILE_NAMES } from './engine/profiles';
 

@@ -1,6 +1,5 @@
-import { createLogger, exitOnStartFailure, loadConfig, onTerminationSignal, ShutdownStack } from '@kvroute/platform';
+import { exitOnStartFailure, loadConfig } from '@kvroute/platform/config';
 import { SIM_ENV_PREFIX, SimConfig } from './config';
-import { createSimServer } from './create-sim';
 import { PROFILES } from './engine/profiles';
 
 /** Composition root: config → logger → sim (engine, loop, app) → listen → shutdown on SIGTERM. */
@@ -18,6 +17,10 @@ async function main(): Promise<void> {
     process.stdout.write(`${loaded.text}\n`);
     return;
   }
+  // The server (fastify, the engine, the logger) loads only once the command line is accepted: --help, --version
+  // and a refused flag are answered from the config schema alone, at once.
+  const { createLogger, onTerminationSignal, ShutdownStack } = await import('@kvroute/platform');
+  const { createSimServer } = await import('./create-sim');
   // vLLM reads NONE_HASH's seed from PYTHONHASHSEED; the sim's own option wins when both are set.
   const pythonHashSeed = loaded.config.pythonHashSeed ?? process.env.PYTHONHASHSEED;
   const seeded = pythonHashSeed === undefined ? loaded.config : { ...loaded.config, pythonHashSeed };

@@ -5,9 +5,8 @@
  *        [cacheaware's keys for oracle-cost, e.g. --prefill-ms-per-token 0.07 --spread-abs 8]
  * Prints one line, `oracle router (RULE) listening on URL`, once it accepts connections; exits on SIGTERM/SIGINT.
  */
-import { exitOnStartFailure, loadConfig, onTerminationSignal } from '@kvroute/platform';
+import { exitOnStartFailure, loadConfig } from '@kvroute/platform/config';
 import { ORACLE_ENV_PREFIX, OracleConfig } from './oracle-config';
-import { startOracleRouter } from './oracle-router';
 
 async function main(): Promise<void> {
   const loaded = loadConfig({
@@ -24,6 +23,9 @@ async function main(): Promise<void> {
     process.stdout.write(`${loaded.text}\n`);
     return;
   }
+  // Loaded once the command line is accepted, as the apps' main.ts do: --help answers from the schema alone.
+  const { onTerminationSignal } = await import('@kvroute/platform');
+  const { startOracleRouter } = await import('./oracle-router');
   const router = await startOracleRouter(loaded.config);
   process.stdout.write(`oracle router (${loaded.config.rule}) listening on ${router.url}\n`);
   onTerminationSignal(async () => {

@@ -4,8 +4,7 @@
  * nowhere) and the entry to paste into the key file (`apiKeysFile`), which holds only its SHA-256.
  * For keys in Redis, use the admin API instead (`POST /admin/keys`).
  */
-import { parseCommandLine, readableIssueMap, toFlagName } from '@kvroute/platform';
-import { ApiKeyRecord, generateApiKey } from './api-key';
+import { parseCommandLine } from '@kvroute/platform/command-line';
 
 const values = parseCommandLine(
   {
@@ -24,6 +23,9 @@ const values = parseCommandLine(
   },
   'api-key',
 );
+// Loaded once the command line is accepted: --help, --version and a mistyped flag answer without them.
+const { readableIssueMap, toFlagName } = await import('@kvroute/platform');
+const { ApiKeyRecord, generateApiKey } = await import('./api-key');
 const number = (text: string | undefined): number | undefined => (text === undefined ? undefined : Number(text));
 const { secret, digest } = generateApiKey();
 const parsed = ApiKeyRecord.safeParse(
