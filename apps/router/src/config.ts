@@ -18,7 +18,7 @@ import {
   DEFAULT_SHORTLIST,
   MAX_POOL_CELLS,
   RECORD_BLOCKS_PER_CALL,
-} from '@kvroute/redis-store';
+} from '@kvroute/redis-store/limits';
 import {
   LOG_FORMATS,
   KVROUTE_FILE_KEYS,

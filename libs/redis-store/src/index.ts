@@ -36,7 +36,6 @@ export {
   type FleetKeys,
   cellHashTag,
   KEY_SUFFIX,
-  MAX_POOL_CELLS,
   type PoolCell,
   PACKED_BLOCK_WIDTH,
   packBlockHashes,
@@ -60,11 +59,10 @@ export {
 } from './kv-events-index';
 export { RedisResponseOwners, type RedisResponseOwnersOptions } from './response-owners';
 export { clearPoolState } from './clear-pool-state';
-export { backendCell, cellKeyOf, DEFAULT_CELL_KEY_BYTES, requestCellOrder } from './pool-cells';
-export { RECORD_BLOCKS_PER_CALL } from './pool-leases';
+export { backendCell, cellKeyOf, requestCellOrder } from './pool-cells';
 export { ENGINE_FIGURES_PER_CALL, MEMBER_SET_TTL_MS } from './pool-members';
 export { routeScriptOf } from './route-call';
-export { DEFAULT_SHORTLIST } from './shortlist';
+export { DEFAULT_CELL_KEY_BYTES, DEFAULT_SHORTLIST, MAX_POOL_CELLS, RECORD_BLOCKS_PER_CALL } from './store-limits';
 export { RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';
 export { RedisStoreError, type RedisStoreErrorCode } from './redis-store-error';
 export { defineScript, SCRIPTS, type LuaScript, type RedisClient } from './scripts';

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import clusterKeySlot from 'cluster-key-slot';
 import type { BackendId, BlockHash } from '@kvroute/routing';
+import { MAX_POOL_CELLS } from './store-limits';
 
 /**
  * Every Redis key this package uses is built here (bullmq's queue-keys style). The Lua scripts get the
@@ -47,9 +48,6 @@ export function poolHashTag(pool: string): string {
   if (pool.length > 0 && !/[{}]/.test(pool) && !CELL_TAG_LIKE.test(pool) && !DIGEST_LIKE.test(pool)) return pool;
   return createHash('sha1').update(pool, 'utf8').digest('hex');
 }
-
-/** Cells a pool may be split into (`poolCells`): a cell is a hash slot, and a cluster has a few hundred shards at most. */
-export const MAX_POOL_CELLS = 64;
 
 /** Redis Cluster's hash slots. */
 const CLUSTER_SLOTS = 16_384;

@@ -6,7 +6,8 @@ import {
   type BlockHash,
   type RoutingRequest,
 } from '@kvroute/routing';
-import { MAX_POOL_CELLS, poolKeys, type PoolKeys } from './keys';
+import { poolKeys, type PoolKeys } from './keys';
+import { MAX_POOL_CELLS } from './store-limits';
 
 /**
  * A pool split into cells (docs/adr/0007): each cell is its own hash slot (keys.ts, `poolKeys(pool,
@@ -15,9 +16,6 @@ import { MAX_POOL_CELLS, poolKeys, type PoolKeys } from './keys';
  * script on one shard. Both mappings below are functions of ids and hashes alone, so every router
  * replica agrees on them without coordination.
  */
-
-/** How far into the first turn the cell key reaches by default: 16 KiB, ~4k tokens. */
-export const DEFAULT_CELL_KEY_BYTES = 16_384;
 
 /**
  * The hash that chooses a request's cell: the chained hash of its last full block before

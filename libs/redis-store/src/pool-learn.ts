@@ -7,7 +7,8 @@ import {
 } from '@kvroute/routing';
 import { packBlockHashes } from './keys';
 import type { PoolLayout } from './pool-cells';
-import { RECORD_BLOCKS_PER_CALL, type PoolLeases } from './pool-leases';
+import type { PoolLeases } from './pool-leases';
+import { RECORD_BLOCKS_PER_CALL } from './store-limits';
 import { RedisStoreError } from './redis-store-error';
 import { runScript, SCRIPTS, type RedisClient } from './scripts';
 

@@ -2,14 +2,7 @@ import type { BackendId, BlockHash, RoutingSnapshot } from '@kvroute/routing';
 import { blockHashArg, decisionKeys, packBlockHashes } from './keys';
 import type { PoolLayout } from './pool-cells';
 import { integerArrayReply, integerReply, runScript, SCRIPTS, type RedisClient } from './scripts';
-
-/**
- * New blocks one script call records at most (~1 ms of Redis on the machines we measure; a 2,048-block
- * chain recorded in one call took 2–4 ms of CPU and up to ~13 ms by SLOWLOG's clock on a loaded host).
- * Prompts up to 32 k tokens (at 256-byte blocks) are recorded in the call that takes the lease or
- * completes the prefill; a longer one takes one more call per 512 blocks.
- */
-export const RECORD_BLOCKS_PER_CALL = 512;
+import { RECORD_BLOCKS_PER_CALL } from './store-limits';
 
 /** What the lease and ownership calls share with the rest of the store. */
 export interface PoolLeasesOptions {

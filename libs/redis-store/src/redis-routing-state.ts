@@ -15,14 +15,15 @@ import {
   type RoutingStateStore,
 } from '@kvroute/routing';
 import { DEFAULT_KEY_NAMESPACE } from './keys';
-import { cellKeyOf, DEFAULT_CELL_KEY_BYTES, PoolLayout, requestCellOrder } from './pool-cells';
+import { cellKeyOf, PoolLayout, requestCellOrder } from './pool-cells';
 import { learnInPool, type PoolLearnOptions } from './pool-learn';
-import { PoolLeases, RECORD_BLOCKS_PER_CALL } from './pool-leases';
+import { PoolLeases } from './pool-leases';
 import { PoolMembers } from './pool-members';
 import { RedisStoreError } from './redis-store-error';
 import { runRoute, type RouteReply } from './route-call';
 import type { RedisClient } from './scripts';
-import { DEFAULT_SHORTLIST, shortlistPicks } from './shortlist';
+import { shortlistPicks } from './shortlist';
+import { DEFAULT_CELL_KEY_BYTES, DEFAULT_SHORTLIST, RECORD_BLOCKS_PER_CALL } from './store-limits';
 
 export interface RedisRoutingStateOptions {
   /** A request-path connection (`createRedis(url, 'request-path')`): state reads must fail fast. */

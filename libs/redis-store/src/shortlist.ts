@@ -1,14 +1,5 @@
 import { hashString53, type BackendId, type BackendInfo } from '@kvroute/routing';
-
-/**
- * Who takes part in a big pool's decision (route.lua ARGV[11]): the backends with entries on the
- * chain's deepest recorded blocks (found by the script in the owner index, when the rule reads depths),
- * and the caller's picks: the first few the rule prefers (the cost rule: the first of the request's
- * rendezvous order, where a cold prompt goes), the least loaded as this replica last saw them (its view
- * is refreshed by every reply), and a few more spread by the lease id (so every backend's load is read
- * now and then). The rule then runs over them as over a whole pool.
- */
-export const DEFAULT_SHORTLIST = { above: 32, owners: 8, preferred: 4, leastLoaded: 4, spread: 2 } as const;
+import { DEFAULT_SHORTLIST } from './store-limits';
 
 /** A shortlist as route.lua takes it: `owners` deepest owners wanted, and the caller's picks (0-based). */
 export interface Shortlist {

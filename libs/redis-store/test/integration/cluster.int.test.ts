@@ -9,7 +9,7 @@ import { RedisBackendStateStore } from '../../src/backend-state-store';
 import { clearPoolState } from '../../src/clear-pool-state';
 import { createRedis, waitUntilReady, type RedisRole } from '../../src/connection';
 import { backendStateKeys, poolKeys } from '../../src/keys';
-import { RECORD_BLOCKS_PER_CALL } from '../../src/pool-leases';
+import { RECORD_BLOCKS_PER_CALL } from '../../src/store-limits';
 import { RedisRoutingState } from '../../src/redis-routing-state';
 import { routeScriptOf } from '../../src/route-call';
 import { RouterReplicas } from '../../src/router-replicas';

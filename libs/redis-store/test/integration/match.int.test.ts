@@ -3,7 +3,7 @@ import { seededRandom } from '@kvroute/workloads';
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { packBlockHashes, poolKeys } from '../../src/keys';
-import { RECORD_BLOCKS_PER_CALL } from '../../src/pool-leases';
+import { RECORD_BLOCKS_PER_CALL } from '../../src/store-limits';
 import { runScript, SCRIPTS } from '../../src/scripts';
 import { manualClock, openRedisTestContext, type RedisTestContext } from './redis-test-context';
 

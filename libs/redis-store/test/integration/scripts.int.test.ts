@@ -4,7 +4,7 @@ import { RedisBackendStateStore } from '../../src/backend-state-store';
 import { KEY_SUFFIX, poolKeys } from '../../src/keys';
 import { RedisFlowQueue } from '../../src/flow-queue';
 import { KvEventsIndex, KvEventsLeases } from '../../src/kv-events-index';
-import { RECORD_BLOCKS_PER_CALL } from '../../src/pool-leases';
+import { RECORD_BLOCKS_PER_CALL } from '../../src/store-limits';
 import { RedisStoreError } from '../../src/redis-store-error';
 import { RedisAdapterLoads } from '../../src/adapter-loads';
 import { integerArrayReply, runScript, SCRIPTS } from '../../src/scripts';

@@ -1,6 +1,6 @@
 import { createCacheAwarePolicy, decide, type DecideInput } from '@kvroute/routing';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { DEFAULT_SHORTLIST } from '../../src/shortlist';
+import { DEFAULT_SHORTLIST } from '../../src/store-limits';
 import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 /**
