@@ -417,7 +417,8 @@ export const RouterConfig = z
         "a non-streaming request's prefill leaves its backend's backlog this many times its estimated prefill " +
           "time (the cost rule's backlog or engine queue ahead of it, plus its own prefill) after it was routed, " +
           'instead of at its response, whose first byte is its end (never sooner than prefillDoneMergeMs, so a response ' +
-          'that ends by then clears it with its release, in one call); 0 = at its end. Policies without cost terms: at its end',
+          'that ends by then clears it with its release, in one call); 0 = at its end. Policies without cost terms: at its end. ' +
+          "With Redis the clear rides on this replica's next decision in the pool, or goes out within 50 ms with the others waiting",
       ),
     maxBlocksPerPool: z.coerce
       .number()

@@ -14,6 +14,7 @@ import {
   type RoutingSnapshot,
   type RoutingStateStore,
 } from '@kvroute/routing';
+import { BacklogClears, DEFAULT_BACKLOG_CLEAR_WAIT_MS } from './backlog-clears';
 import { DEFAULT_KEY_NAMESPACE } from './keys';
 import { cellKeyOf, PoolLayout, requestCellOrder } from './pool-cells';
 import { learnInPool, type PoolLearnOptions } from './pool-learn';
@@ -21,7 +22,7 @@ import { PoolLeases } from './pool-leases';
 import { PoolMembers } from './pool-members';
 import { RedisStoreError } from './redis-store-error';
 import { runRoute, type RouteReply } from './route-call';
-import type { RedisClient } from './scripts';
+import { runScript, SCRIPTS, type RedisClient } from './scripts';
 import { shortlistPicks } from './shortlist';
 import { DEFAULT_CELL_KEY_BYTES, DEFAULT_SHORTLIST, RECORD_BLOCKS_PER_CALL } from './store-limits';
 
@@ -61,6 +62,13 @@ export interface RedisRoutingStateOptions {
   readonly cellKeyBytes?: number;
   /** Called when a decision's first cell was saturated and it ran in the next one too (metrics). */
   readonly onCellSpill?: (pool: string) => void;
+  /**
+   * How long a backlog clear (`clearBacklog`) waits for this replica's next decision in its pool cell to carry it,
+   * ms, before it is sent in a call of its own (default 50; 0: at once). BacklogClears has why.
+   */
+  readonly backlogClearWaitMs?: number;
+  /** A backlog clear sent on its own failed (it is not retried: the lease's release clears it too). */
+  readonly onDeferredError?: (error: unknown) => void;
 }
 
 /**
@@ -88,6 +96,7 @@ export interface RedisRoutingStateOptions {
 export class RedisRoutingState implements RoutingStateStore {
   private readonly layout: PoolLayout;
   private readonly leases: PoolLeases;
+  private readonly backlogClears: BacklogClears;
   private readonly learning: PoolLearnOptions;
   /** Backend ids already checked by requireIndexableId (a fleet has a handful). */
   private readonly indexableIds = new Set<BackendId>();
@@ -112,6 +121,13 @@ export class RedisRoutingState implements RoutingStateStore {
       ...shared,
       leaseTtlMs: options.leaseTtlMs,
       sawInflight: (pool, backend, count) => this.sawInflight(pool, backend, count),
+    });
+    this.backlogClears = new BacklogClears({
+      waitMs: options.backlogClearWaitMs ?? DEFAULT_BACKLOG_CLEAR_WAIT_MS,
+      send: async (keys, clears) => {
+        await runScript(options.redis, SCRIPTS.clearBacklogs, [keys.pending], [keys.prefix, clears]);
+      },
+      onError: options.onDeferredError ?? (() => undefined),
     });
     this.learning = {
       ...shared,
@@ -229,12 +245,20 @@ export class RedisRoutingState implements RoutingStateStore {
         : null,
       members: members.membersOf(backends),
     };
+    // Carried by both tries: a call answered members-unknown changed nothing.
+    const backlogClears = this.backlogClears.take(keys.prefix);
     const send = async (storeMembers: boolean): Promise<RouteReply> => {
       const engineFigures = members.engineFiguresToSend(backends, input.engine, storeMembers);
       try {
-        return await runRoute(this.options.redis, this.routeSettings(), { ...call, storeMembers, engineFigures });
+        return await runRoute(this.options.redis, this.routeSettings(), {
+          ...call,
+          storeMembers,
+          engineFigures,
+          backlogClears,
+        });
       } catch (error) {
         members.unsend(engineFigures);
+        this.backlogClears.restore(keys, backlogClears);
         throw error;
       }
     };
@@ -300,6 +324,21 @@ export class RedisRoutingState implements RoutingStateStore {
     return this.leases.prefillDone(pool, backendId, leaseId, heldBlocks);
   }
 
+  /** Queued for this replica's next decision in the lease's cell, or a call of its own (BacklogClears). */
+  async clearBacklog(pool: string, backendId: BackendId, leaseId: string): Promise<void> {
+    this.backlogClears.add(this.layout.keys(pool, this.layout.cellOf(backendId)), backendId, leaseId);
+  }
+
+  /** Sends the backlog clears waiting now, in one call per cell (a replica's shutdown; tests). */
+  sendBacklogClears(): Promise<void> {
+    return this.backlogClears.flush();
+  }
+
+  /** Backlog clears waiting for a decision to carry them or for their own call. */
+  get backlogClearsWaiting(): number {
+    return this.backlogClears.size;
+  }
+
   async release(
     pool: string,
     backendId: BackendId,
@@ -307,6 +346,7 @@ export class RedisRoutingState implements RoutingStateStore {
     heldBlocks: readonly BlockHash[] = [],
   ): Promise<void> {
     if (heldBlocks.length > 0) this.requireIndexableId(backendId);
+    this.backlogClears.drop(this.layout.keys(pool, this.layout.cellOf(backendId)).prefix, leaseId);
     return this.leases.release(pool, backendId, leaseId, heldBlocks);
   }
 

@@ -55,6 +55,8 @@ export interface RouteCall {
   readonly storeMembers: boolean;
   /** Engine figures to store first (PoolMembers.engineFiguresToSend). */
   readonly engineFigures: string;
+  /** Backlogs to clear first (BacklogClears.take): '' or '<backend>\t<lease>\n' each. */
+  readonly backlogClears: string;
 }
 
 /** A participant's figures as route.lua read them. */
@@ -97,6 +99,7 @@ export async function runRoute(redis: RedisClient, settings: RouteSettings, call
     call.storeMembers ? call.members.records : '',
     MEMBER_SET_TTL_ARG,
     call.engineFigures,
+    call.backlogClears,
   ];
   const routeKeys = [...decisionKeys(keys), keys.members(call.members.version), keys.engine];
   const reply = await runScript(redis, script, routeKeys, args, 'buffers');

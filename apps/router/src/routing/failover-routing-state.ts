@@ -145,6 +145,12 @@ export class FailoverRoutingState implements RoutingStateStore {
       .catch(() => undefined);
   }
 
+  async clearBacklog(pool: string, backendId: BackendId, leaseId: string): Promise<void> {
+    await this.storeOf(leaseId)
+      .clearBacklog(pool, backendId, leaseId)
+      .catch(() => undefined);
+  }
+
   async release(
     pool: string,
     backendId: BackendId,

@@ -151,7 +151,7 @@ describe('Lease', () => {
       lease.markPrefillDone(true);
       lease.release();
       await Promise.resolve();
-      expect(calls.filter((call) => call !== 'snapshot')).toEqual(['prefillDone', 'release']);
+      expect(calls.filter((call) => call !== 'snapshot')).toEqual(['clearBacklog', 'release']);
       expect(await figuresOfA(store)).toEqual([3, 0, 0]);
     });
 

@@ -102,7 +102,7 @@ export class Lease {
     this.backlogTimer = this.timers.set(() => {
       this.backlogTimer = null;
       if (this.prefillFinished || this.released) return;
-      this.options.state.prefillDone(this.pool, this.backendId, this.leaseId, NO_BLOCKS).catch(this.options.onError);
+      this.options.state.clearBacklog(this.pool, this.backendId, this.leaseId).catch(this.options.onError);
     }, afterMs);
   }
 

@@ -115,6 +115,8 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
       poolCells: config.poolCells,
       cellKeyBytes: config.cellKeyBytes,
       onCellSpill: (pool) => metrics.recordCellSpill(pool),
+      // Redis unreachable: the failover reports that; the lease's release takes the prefill off the backlog anyway.
+      onDeferredError: (error) => logger?.debug({ err: error }, 'a deferred backlog clear failed'),
       nowMs: () => Date.now(),
     }),
     localState,

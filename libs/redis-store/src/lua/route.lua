@@ -14,9 +14,9 @@
   (KEYS[8], the version a digest of the ids and weights: src/pool-members.ts), and the engines' figures
   live in the pool's slot (KEYS[9]), written by the calls whose router saw them change (ARGV[14]).
 
-  1. Writes what the call brings: the member set if given (ARGV[12]), engine figures (ARGV[14]). No
-     member set stored and none given: returns {-1} having changed nothing, and the caller calls again
-     with it (a new version, or Redis lost it).
+  1. Writes what the call brings: the member set if given (ARGV[12]), engine figures (ARGV[14]), backlogs
+     cleared (ARGV[15]). No member set stored and none given: returns {-1} having changed nothing, and
+     the caller calls again with it (a new version, or Redis lost it).
   2. Purges the pool's expired leases (deadline <= now; usually one empty range read).
   3. Who takes part: every member, or for a big pool the shortlist of ARGV[11] (the caller's picks
      and the backends with entries on the chain's deepest recorded blocks); "candidate" below means
@@ -64,6 +64,9 @@
            '<id>\t<weight>\n' per member, configuration order (ids hold no control characters)
   ARGV[13] how long a stored member set lives, ms (a set no router uses any more expires)
   ARGV[14] engine figures to store first: '' or '<id>\t<waiting> <free KV tokens>\n' per backend
+  ARGV[15] backlogs to clear first: '' or '<backend id>\t<lease id>\n' per lease whose prefill leaves its
+           backend's backlog (lib/lease-accounting.lua clearBacklogs: what this router deferred to its
+           next decision in the pool rather than a call of its own, src/backlog-clears.ts)
   Returns a flat array: [1] chosen participant (1-based among those taking part), or -1 when the
   member set is not stored (then nothing else follows), [2] the chosen backend's leases in flight
   afterwards, [3] 1 when the rule reports every participant saturated, else 0, [4] when recording, the
@@ -111,6 +114,7 @@ else
 end
 if memberCount == nil then return { -1 } end
 if ARGV[14] ~= '' then storeEngineFigures(engineKey, ARGV[14]) end
+if ARGV[15] ~= '' then clearBacklogs(prefix, KEYS[4], ARGV[15]) end
 --#stage members
 
 -- 2. Expired leases.

@@ -42,6 +42,8 @@ describe('script loading', () => {
       );
       await state.renew('m', 'a', 'l1');
       await state.prefillDone('m', 'a', 'l1');
+      await state.clearBacklog('m', 'a', 'l1');
+      await state.sendBacklogClears(); // clear-backlogs.lua
       await state.snapshot('m', ['a'], [1, 2]);
       await state.release('m', 'a', 'l1');
       await state.forgetBackend('m', 'b');

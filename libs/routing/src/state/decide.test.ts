@@ -86,6 +86,7 @@ function atomicStore(answer: 'evaluate' | 'unavailable', params: Partial<CacheAw
     },
     renew: (...args) => inner.renew(...args),
     prefillDone: (...args) => inner.prefillDone(...args),
+    clearBacklog: (...args) => inner.clearBacklog(...args),
     release: (...args) => inner.release(...args),
     forgetBackend: (...args) => inner.forgetBackend(...args),
     learn: (...args) => inner.learn(...args),

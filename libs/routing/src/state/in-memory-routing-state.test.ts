@@ -109,6 +109,17 @@ describe('InMemoryRoutingState', () => {
     expect(snapshot.inflight.get('a')).toBe(1);
   });
 
+  it("clears a lease's backlog at once (clearBacklog), in flight still, its prefix not recorded", async () => {
+    const { state } = createState();
+    await state.reserve('m', 'a', 'l1', [], 700);
+    await state.clearBacklog('m', 'a', 'l1');
+    await state.clearBacklog('m', 'a', 'gone');
+    const snapshot = await state.snapshot('m', ['a'], [1]);
+    expect(snapshot.pendingPrefillTokens.get('a')).toBe(0);
+    expect(snapshot.inflight.get('a')).toBe(1);
+    expect(snapshot.matchBlocks.get('a') ?? 0).toBe(0);
+  });
+
   it('keeps the backlog sum exact when a lease id is reserved again', async () => {
     const { state } = createState();
     await state.reserve('m', 'a', 'l1', [], 100);

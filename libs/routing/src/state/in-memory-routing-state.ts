@@ -114,6 +114,10 @@ export class InMemoryRoutingState implements RoutingStateStore {
     if (heldBlocks.length > 0) this.record(pool, backendId, heldBlocks);
   }
 
+  async clearBacklog(pool: string, backendId: BackendId, leaseId: string): Promise<void> {
+    await this.prefillDone(pool, backendId, leaseId);
+  }
+
   async release(
     pool: string,
     backendId: BackendId,

@@ -151,6 +151,13 @@ export interface RoutingStateStore {
    */
   prefillDone(pool: string, backendId: BackendId, leaseId: string, heldBlocks?: readonly BlockHash[]): Promise<void>;
   /**
+   * The lease's prefill leaves its backend's backlog, with no ownership recorded: a non-streaming request's
+   * estimated end of prefill has passed (its response's first byte is its end). Idempotent; nothing once the lease
+   * is gone. Only later decisions read it, so a shared store may apply it a little later (the Redis store: with this
+   * replica's next decision in the pool, or within ~50 ms) rather than in a call of its own.
+   */
+  clearBacklog(pool: string, backendId: BackendId, leaseId: string): Promise<void>;
+  /**
    * Releases a lease. Idempotent: releasing twice, or a lease never taken, is a no-op. `heldBlocks`
    * (optional): the request's first output came with its end (a non-streaming response), so the backend
    * is recorded as holding them here, as `prefillDone` would have: one call after a response, not two.

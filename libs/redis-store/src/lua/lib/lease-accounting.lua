@@ -71,3 +71,19 @@ local function takeLease(prefillKey, deadlinesKey, inflightKey, pendingKey, back
   keepLeaseKeysAlive(prefillKey, deadlinesKey, inflightKey, pendingKey, leaseTtl)
   return inflight
 end
+
+-- Takes the prefill of each lease in `clears` ('<backend id>\t<lease id>\n' per lease) off its backend's
+-- backlog, as prefill-done.lua does without recording: its pending tokens become 0 and leave the backend's
+-- pending sum, only while the lease exists (a lease released or purged meanwhile is left alone). What a
+-- router defers to its next decision in the pool, or sends alone when none comes in time
+-- (clear-backlogs.lua; src/backlog-clears.ts). Idempotent.
+local function clearBacklogs(prefix, pendingKey, clears)
+  for backend, leaseId in string.gmatch(clears, '([^\t\n]*)\t([^\n]*)\n') do
+    local prefillKey = prefix .. 'prefill:' .. backend
+    local tokens = tonumber(redis.call('HGET', prefillKey, leaseId))
+    if tokens ~= nil and tokens ~= 0 then
+      redis.call('HSET', prefillKey, leaseId, 0)
+      redis.call('HINCRBY', pendingKey, backend, -tokens)
+    end
+  end
+end
