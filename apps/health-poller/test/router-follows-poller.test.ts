@@ -82,7 +82,8 @@ beforeAll(async () => {
   env.beginTest('router-follows-poller', DEFAULT_KEY_NAMESPACE);
 });
 afterAll(async () => {
-  await router?.close();
+  // Its clients have stopped: nothing in flight, so no grace (a graceful close waits a second for quiet connections).
+  await router?.close({ graceMs: 0 });
   await env.closePollers();
   await Promise.all(sims.map((sim) => sim.sim.close()));
   await env.close();
@@ -115,7 +116,7 @@ describe('router follows the health poller', () => {
   }, async () => {
     // A retry starts from nothing: no router, poller or sim of the try before (its sims would be taken for this
     // try's, its victim's restarted sim among them), an empty Redis.
-    await router?.close();
+    await router?.close({ graceMs: 0 });
     router = undefined;
     await env.closePollers();
     await Promise.all(sims.splice(0).map((sim) => sim.sim.close()));
