@@ -62,7 +62,9 @@ const ROUTER_ENV: Record<string, string> = {
   maxTools: '512',
   maxContentParts: '4096',
   shutdownDrainDelayMs: '0',
-  shutdownGraceMs: '1000',
+  // The file stops the router once every case has settled (in flight 0): a grace would only wait out this process's
+  // idle keep-alive connections (a second).
+  shutdownGraceMs: '1',
 };
 
 const chatBody = (content = 'hi') =>
