@@ -36,8 +36,13 @@ import { waitFor } from './start-test-cluster';
  * A sim serves one model name (apps/vllm-sim/src/config.ts: `model`), so two sims serve the first
  * model (its affinity is a real choice between two backends) and the third serves the second.
  */
-const KILL_AFTER_MS = 4_000;
-const LOAD_MS = 12_000;
+/** Steady load before the kill: ~7 poll intervals and ~150 requests, the prefixes of both pools recorded. */
+const KILL_AFTER_MS = 2_000;
+/**
+ * Load kept up once the pollers scrape again and every replica is back on the shared state: the requests routed
+ * through the promoted master, all of which must succeed too.
+ */
+const LOAD_AFTER_RECOVERY_MS = 1_000;
 const CLIENTS = 6;
 /** A client's pause between requests: the `fast` sim answers at once, and the 2-core host must keep time for Redis and the poller. */
 const THINK_MS = 20;
@@ -192,7 +197,8 @@ describe('router replicas and health pollers through a Redis Cluster master fail
   }, 40_000);
 
   afterAll(async () => {
-    await Promise.all(routers.map((router) => router.close()));
+    // The load has stopped: nothing in flight, so no grace (a graceful close waits a second for quiet connections).
+    await Promise.all(routers.map((router) => router.close({ graceMs: 0 })));
     await Promise.all(
       pollers.map(async (poller) => {
         poller.child.kill('SIGTERM');
@@ -332,10 +338,11 @@ describe('router replicas and health pollers through a Redis Cluster master fail
       });
       const pollerBackAtMs = Date.now();
 
-      await sleep(Math.max(0, loadStartMs + LOAD_MS - Date.now()));
       // Neither replica stays on local state: both are back on the shared one, under the same load (a replica
       // only tries Redis again when a request needs it, so an idle one would stay degraded).
       await waitFor(async () => (await Promise.all(routers.map(degradedOf))).every((value) => value === 0), 12_000);
+      const recoveredAtMs = Date.now();
+      await sleep(LOAD_AFTER_RECOVERY_MS);
       loadRunning = false;
       await Promise.all(clients);
       const loadEndMs = Date.now();
@@ -364,6 +371,8 @@ describe('router replicas and health pollers through a Redis Cluster master fail
       const during = samples.filter((sample) => sample.startMs >= killedAtMs && sample.startMs < clusterOkAtMs);
       expect(during.filter((sample) => sample.model === firstModel).length).toBeGreaterThan(0);
       expect(during.filter((sample) => sample.model === secondModel).length).toBeGreaterThan(0);
+      const afterRecovery = samples.filter((sample) => sample.startMs >= recoveredAtMs);
+      expect(afterRecovery.filter((sample) => sample.model === firstModel).length).toBeGreaterThan(0);
 
       // Degraded at most 10 s in total per replica, and not at the end.
       const degradedMs = routers.map((_, replica) => {

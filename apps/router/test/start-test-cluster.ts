@@ -1,7 +1,7 @@
 import { SimConfig } from '@kvroute/vllm-sim/config';
 import { createSimServer, type SimServer } from '@kvroute/vllm-sim';
 import { RouterConfig } from '../src/config';
-import { createRouterServer, type RouterServer } from '../src/create-router';
+import { createRouterServer, type RouterCloseOptions, type RouterServer } from '../src/create-router';
 
 /**
  * A real cluster on loopback for router tests: vllm-sim backends and one router replica, all in this
@@ -21,7 +21,8 @@ export interface TestCluster {
   readonly router: RouterServer;
   readonly sims: readonly { readonly url: string; readonly sim: SimServer; readonly id: string }[];
   registry(): RouterServer['registry'];
-  close(): Promise<void>;
+  /** Closes the router (with `options`: `{ graceMs: 0 }` skips the second a graceful close waits for quiet connections), then the sims. */
+  close(options?: RouterCloseOptions): Promise<void>;
 }
 
 export async function startTestCluster(
@@ -74,8 +75,8 @@ export async function startTestCluster(
     router,
     sims,
     registry: () => router.registry,
-    async close() {
-      await router.close();
+    async close(closeOptions) {
+      await router.close(closeOptions);
       await Promise.all(sims.map((sim) => sim.sim.close()));
     },
   };
