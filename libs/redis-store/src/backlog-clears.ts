@@ -29,7 +29,7 @@ interface CellClears {
 }
 
 export class BacklogClears {
-  /** By cell key prefix. */
+  /** By cell key prefix; only cells with clears waiting (a drained cell leaves). */
   private readonly cells = new Map<string, CellClears>();
 
   constructor(private readonly options: BacklogClearsOptions) {}
@@ -76,7 +76,7 @@ export class BacklogClears {
     return size;
   }
 
-  /** Sends what waits now, every cell (the store's close). */
+  /** Sends what waits now, every cell, and stops the timers (a replica that stops: RedisRoutingState.sendBacklogClears). */
   async flush(): Promise<void> {
     await Promise.all([...this.cells.values()].map((cell) => this.send(cell)));
   }
@@ -87,6 +87,7 @@ export class BacklogClears {
     cell.leases.clear();
     if (cell.timer !== null) clearTimeout(cell.timer);
     cell.timer = null;
+    this.cells.delete(cell.keys.prefix);
     return clears;
   }
 

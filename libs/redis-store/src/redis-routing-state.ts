@@ -21,7 +21,7 @@ import { learnInPool, type PoolLearnOptions } from './pool-learn';
 import { PoolLeases } from './pool-leases';
 import { PoolMembers } from './pool-members';
 import { RedisStoreError } from './redis-store-error';
-import { runRoute, type RouteReply } from './route-call';
+import { runRoute, type RouteCall, type RouteReply } from './route-call';
 import { runScript, SCRIPTS, type RedisClient } from './scripts';
 import { shortlistPicks } from './shortlist';
 import { DEFAULT_CELL_KEY_BYTES, DEFAULT_SHORTLIST, RECORD_BLOCKS_PER_CALL } from './store-limits';
@@ -245,33 +245,7 @@ export class RedisRoutingState implements RoutingStateStore {
         : null,
       members: members.membersOf(backends),
     };
-    // Carried by both tries: a call answered members-unknown changed nothing.
-    const backlogClears = this.backlogClears.take(keys.prefix);
-    const send = async (storeMembers: boolean): Promise<RouteReply> => {
-      const engineFigures = members.engineFiguresToSend(backends, input.engine, storeMembers);
-      try {
-        return await runRoute(this.options.redis, this.routeSettings(), {
-          ...call,
-          storeMembers,
-          engineFigures,
-          backlogClears,
-        });
-      } catch (error) {
-        members.unsend(engineFigures);
-        this.backlogClears.restore(keys, backlogClears);
-        throw error;
-      }
-    };
-    let reply = await send(!members.storedHere);
-    if (reply.kind === 'members-unknown') reply = await send(true);
-    if (reply.kind === 'members-unknown') {
-      throw new RedisStoreError(
-        'REDIS_STORE_ERR_BAD_REPLY',
-        'route',
-        'route.lua did not keep the member set it was given',
-      );
-    }
-    const decided = reply;
+    const decided = await this.callRoute(call, members, input);
     members.storedHere = true;
     const candidates: Candidate[] = decided.participants.map((index, participant) => {
       const backend = backends[index] as BackendInfo;
@@ -290,6 +264,49 @@ export class RedisRoutingState implements RoutingStateStore {
       throw new RedisStoreError('REDIS_STORE_ERR_BAD_REPLY', `route:${rule.name}`, String(error), { cause: error });
     }
     return { outcome, saturated: decided.saturated };
+  }
+
+  /**
+   * The decision's call: the member set named by version, stored first when Redis does not know it (one more call),
+   * with the engine figures and the backlog clears waiting in this cell. Clears a failed decision carried are put
+   * back, whatever failed (applying one twice is harmless).
+   */
+  private async callRoute(
+    call: Omit<RouteCall, 'storeMembers' | 'engineFigures' | 'backlogClears'>,
+    members: PoolMembers,
+    input: AtomicRouteInput,
+  ): Promise<Extract<RouteReply, { kind: 'decided' }>> {
+    // Carried by both tries: a call answered members-unknown changed nothing.
+    const backlogClears = this.backlogClears.take(call.keys.prefix);
+    const send = async (storeMembers: boolean): Promise<RouteReply> => {
+      const engineFigures = members.engineFiguresToSend(input.backends, input.engine, storeMembers);
+      try {
+        return await runRoute(this.options.redis, this.routeSettings(), {
+          ...call,
+          storeMembers,
+          engineFigures,
+          backlogClears,
+        });
+      } catch (error) {
+        members.unsend(engineFigures);
+        throw error;
+      }
+    };
+    try {
+      let reply = await send(!members.storedHere);
+      if (reply.kind === 'members-unknown') reply = await send(true);
+      if (reply.kind === 'members-unknown') {
+        throw new RedisStoreError(
+          'REDIS_STORE_ERR_BAD_REPLY',
+          'route',
+          'route.lua did not keep the member set it was given',
+        );
+      }
+      return reply;
+    } catch (error) {
+      this.backlogClears.restore(call.keys, backlogClears);
+      throw error;
+    }
   }
 
   private routeSettings() {

@@ -104,35 +104,33 @@ export function wireState(config: RouterConfig, deps: StateWiringDeps, closers: 
   const redis = createRedis(redisUrl, 'request-path', { commandTimeoutMs: Math.max(4 * config.redisTimeoutMs, 200) });
   redis.on('error', () => undefined); // connection errors surface as failed calls, handled by the failover
   closers.push('redis', () => quitRedis(redis, REDIS_QUIT_MS));
-  const failover = new FailoverRoutingState(
-    new RedisRoutingState({
-      redis,
-      maxBlocksPerPool: config.maxBlocksPerPool,
-      blockIdleTtlMs: config.blockIdleTtlMs,
-      leaseTtlMs: config.leaseTtlMs,
-      minEvidenceAgeMs: config.evictionEvidenceMinAgeMs,
-      shortlistAbove: config.shortlistAbove,
-      poolCells: config.poolCells,
-      cellKeyBytes: config.cellKeyBytes,
-      onCellSpill: (pool) => metrics.recordCellSpill(pool),
-      // Redis unreachable: the failover reports that; the lease's release takes the prefill off the backlog anyway.
-      onDeferredError: (error) => logger?.debug({ err: error }, 'a deferred backlog clear failed'),
-      nowMs: () => Date.now(),
-    }),
-    localState,
-    {
-      timeoutMs: config.redisTimeoutMs,
-      retryAfterMs: config.redisRetryAfterMs,
-      maxRetryAfterMs: 10_000,
-      nowMs: () => Date.now(),
-      onDegradedChange: (degraded, error) => {
-        metrics.recordDegradedChange(degraded);
-        if (degraded)
-          logger?.warn({ err: error }, 'shared routing state unavailable: routing on local state (degraded)');
-        else logger?.info('shared routing state is back: routing on shared state');
-      },
+  const shared = new RedisRoutingState({
+    redis,
+    maxBlocksPerPool: config.maxBlocksPerPool,
+    blockIdleTtlMs: config.blockIdleTtlMs,
+    leaseTtlMs: config.leaseTtlMs,
+    minEvidenceAgeMs: config.evictionEvidenceMinAgeMs,
+    shortlistAbove: config.shortlistAbove,
+    poolCells: config.poolCells,
+    cellKeyBytes: config.cellKeyBytes,
+    onCellSpill: (pool) => metrics.recordCellSpill(pool),
+    // Redis unreachable: the failover reports that; the lease's release takes the prefill off the backlog anyway.
+    onDeferredError: (error) => logger?.debug({ err: error }, 'a deferred backlog clear failed'),
+    nowMs: () => Date.now(),
+  });
+  // Before Redis closes (closers run in reverse): the clears still waiting go out, and their timers stop.
+  closers.push('backlog clears', () => shared.sendBacklogClears());
+  const failover = new FailoverRoutingState(shared, localState, {
+    timeoutMs: config.redisTimeoutMs,
+    retryAfterMs: config.redisRetryAfterMs,
+    maxRetryAfterMs: 10_000,
+    nowMs: () => Date.now(),
+    onDegradedChange: (degraded, error) => {
+      metrics.recordDegradedChange(degraded);
+      if (degraded) logger?.warn({ err: error }, 'shared routing state unavailable: routing on local state (degraded)');
+      else logger?.info('shared routing state is back: routing on shared state');
     },
-  );
+  });
 
   const stateSubscriber = createRedis(redisUrl, 'worker');
   closers.push('backend-state subscriber', () => stateSubscriber.disconnect());

@@ -162,4 +162,29 @@ describe('backlog clears', () => {
     expect(calls.at(-1)?.args[BACKLOG_CLEARS_ARG]).toBe(`${first}\tl1\n`);
     expect(await ctx.redis.hget(poolKeys('m', ctx.namespace).prefill(first), 'l1')).toBe('0');
   });
+
+  it("of a split pool clear each lease in its own cell's keys", async () => {
+    const state = ctx.createState({ poolCells: 4, backlogClearWaitMs: 60_000 });
+    const backends = Array.from({ length: 12 }, (_, i) => ({ id: `10.9.0.${i}:8000`, weight: 1 }));
+    let previous: { backend: string; lease: string } | null = null;
+    for (let k = 1; k <= 20; k++) {
+      const { decision } = await decide(state, { ...inputOf(`s${k}`, k), backends });
+      if (decision.kind !== 'routed') throw new Error(`not routed: ${decision.kind}`);
+      if (previous !== null) await state.clearBacklog('m', previous.backend, previous.lease);
+      previous = { backend: decision.backendId, lease: `s${k}` };
+    }
+    await state.sendBacklogClears();
+    // Every lease's prefill cleared but the last one's, which nothing cleared: the pool's backlog is its tokens alone.
+    let pending = 0;
+    let lastTokens = 0;
+    for (const key of await ctx.redis.keys(`${ctx.namespace}:*`)) {
+      if (key.endsWith(':pending'))
+        for (const value of Object.values(await ctx.redis.hgetall(key))) pending += Number(value);
+      if (previous !== null && key.endsWith(`:prefill:${previous.backend}`))
+        lastTokens += Number((await ctx.redis.hget(key, previous.lease)) ?? 0);
+    }
+    expect(lastTokens).toBeGreaterThan(0);
+    expect(pending).toBe(lastTokens);
+    expect(state.backlogClearsWaiting).toBe(0);
+  });
 });

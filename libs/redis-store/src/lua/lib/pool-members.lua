@@ -43,10 +43,10 @@ local function linesOf(text)
 end
 
 -- Every member of the set at `key`, in configuration order (one HMGET): their ids and weights; nil
--- when no set is stored there (or one stored before it had 'ids': the caller sends it again).
+-- when no whole set is stored there (none, or one stored before it had 'ids': the caller sends it again).
 local function allMembers(key)
   local stored = redis.call('HMGET', key, 'ids', 'weights')
-  if not stored[1] then return nil end
+  if not stored[1] or not stored[2] then return nil end
   local ids, weights = linesOf(stored[1]), nil
   if stored[2] == '' then
     weights = {}
