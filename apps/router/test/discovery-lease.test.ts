@@ -14,7 +14,7 @@ let redis: TestRedis;
 let connection: RedisClient;
 beforeAll(async () => {
   redis = await startRedis();
-  connection = createRedis(redis.url, 'request-path');
+  connection = createRedis(redis.url, 'request-path', { commandTimeoutMs: 5_000 });
   await waitUntilReady(connection);
 });
 afterAll(async () => {

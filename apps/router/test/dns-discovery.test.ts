@@ -151,7 +151,7 @@ describe('DNS discovery (SRV) with two replicas on one Redis', () => {
 
   it('does not rewrite the shared set while the records stay the same (one replica applies; no flapping)', async () => {
     const version = async (): Promise<number> => {
-      const connection = createRedis(redis.url, 'request-path');
+      const connection = createRedis(redis.url, 'request-path', { commandTimeoutMs: 5_000 });
       try {
         await waitUntilReady(connection);
         return Number(await connection.get(fleetKeys().version));
@@ -254,7 +254,7 @@ describe('DNS discovery (SRV) with two replicas on one Redis', () => {
   });
 
   it('when the replica applying the changes stops, the other takes over', async () => {
-    const connection = createRedis(redis.url, 'request-path');
+    const connection = createRedis(redis.url, 'request-path', { commandTimeoutMs: 5_000 });
     // Which replica leads is not fixed: a source failing for the lease's TTL (the SERVFAIL case above)
     // hands the lease to whichever replica's source answers first. Each replica says whether it leads.
     const leads = async (router: RouterServer) =>

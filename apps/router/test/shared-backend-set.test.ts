@@ -331,7 +331,7 @@ describe('backend set shared through Redis', () => {
   });
 
   it('a change whose notice was lost reaches every replica through the poll within a second', async () => {
-    const connection = createRedis(redis.url, 'request-path');
+    const connection = createRedis(redis.url, 'request-path', { commandTimeoutMs: 5_000 });
     try {
       await waitUntilReady(connection);
       const keys = fleetKeys();
@@ -361,7 +361,7 @@ describe('backend set shared through Redis', () => {
     "does not route to a backend in the shared set that this replica's address policy refuses (written " +
       'by a looser replica or straight into Redis)',
     async () => {
-      const connection = createRedis(redis.url, 'request-path');
+      const connection = createRedis(redis.url, 'request-path', { commandTimeoutMs: 5_000 });
       try {
         await waitUntilReady(connection);
         const keys = fleetKeys();
