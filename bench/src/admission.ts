@@ -35,9 +35,21 @@ import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { resultsDir } from './app-process';
 import type { LocalRedisServer } from '@kvroute/testing';
-import type { AdmissionLoad, AdmissionSample } from './admission-report';
 import type { BenchKey } from './bench-api-keys';
 import type { ProxyProcess } from './proxy-processes';
+// Imports nothing: loaded with the command line, as overhead.ts's report.
+import {
+  type AdmissionLoad,
+  type AdmissionSample,
+  demandShare,
+  fairShare,
+  figuresByWindow,
+  figuresOf,
+  noisyNeighbourChecks,
+  overloadChecks,
+  renderChecks,
+  renderWindowTable,
+} from './admission-report';
 
 const args = parseCommandLine({
   usage: 'npm run bench:admission -- [options]',
@@ -76,16 +88,6 @@ const args = parseCommandLine({
 const { eventCarriesOutput, SSE_DONE, SseParser } = await import('@kvroute/protocols');
 const { startLocalRedisServer } = await import('@kvroute/testing');
 const { Agent, request } = await import('undici');
-const {
-  demandShare,
-  fairShare,
-  figuresByWindow,
-  figuresOf,
-  noisyNeighbourChecks,
-  overloadChecks,
-  renderChecks,
-  renderWindowTable,
-} = await import('./admission-report');
 const { queueWaitsPast, scrapeFlowGauges, shedByReason } = await import('./admission-metrics');
 const { newBenchKey, writeBenchKeyFile } = await import('./bench-api-keys');
 const { startLocalSims, stopLocalSims } = await import('./local-sims');

@@ -21,6 +21,15 @@ export interface BacklogClearsOptions {
   readonly onError: (error: unknown) => void;
 }
 
+/** Clears taken for one call: route.lua's argument (`'<backend>\t<lease>\n'` each, '' for none), and the leases. */
+export interface TakenClears {
+  readonly argument: string;
+  /** lease id → backend id. */
+  readonly leases: ReadonlyMap<string, BackendId>;
+}
+
+const NO_CLEARS: TakenClears = { argument: '', leases: new Map() };
+
 interface CellClears {
   readonly keys: PoolKeys;
   /** lease id → backend id. */
@@ -49,19 +58,15 @@ export class BacklogClears {
     }
   }
 
-  /** The cell's waiting clears, as route.lua's argument ('' when none), taken off the queue for a decision call. */
-  take(prefix: string): string {
+  /** The cell's waiting clears, taken off the queue for a decision call (route.lua's argument: `taken.argument`). */
+  take(prefix: string): TakenClears {
     const cell = this.cells.get(prefix);
-    if (cell === undefined || cell.leases.size === 0) return '';
-    return this.drain(cell);
+    return cell === undefined ? NO_CLEARS : this.drain(cell);
   }
 
   /** Puts back the clears of a call that failed (whether Redis applied them is unknown; applying twice is harmless). */
-  restore(keys: PoolKeys, clears: string): void {
-    for (const line of clears.split('\n')) {
-      const tab = line.indexOf('\t');
-      if (tab > 0) this.add(keys, line.slice(0, tab), line.slice(tab + 1));
-    }
+  restore(keys: PoolKeys, taken: TakenClears): void {
+    for (const [leaseId, backendId] of taken.leases) this.add(keys, backendId, leaseId);
   }
 
   /** A released lease's clear is not needed any more. */
@@ -81,22 +86,17 @@ export class BacklogClears {
     await Promise.all([...this.cells.values()].map((cell) => this.send(cell)));
   }
 
-  private drain(cell: CellClears): string {
-    let clears = '';
-    for (const [leaseId, backendId] of cell.leases) clears += `${backendId}\t${leaseId}\n`;
-    cell.leases.clear();
+  /** Takes the cell's clears and leaves the cell (a later clear starts a new one, with its own timer). */
+  private drain(cell: CellClears): TakenClears {
     if (cell.timer !== null) clearTimeout(cell.timer);
-    cell.timer = null;
     this.cells.delete(cell.keys.prefix);
-    return clears;
+    let argument = '';
+    for (const [leaseId, backendId] of cell.leases) argument += `${backendId}\t${leaseId}\n`;
+    return { argument, leases: cell.leases };
   }
 
   private async send(cell: CellClears): Promise<void> {
-    if (cell.leases.size === 0) {
-      this.drain(cell);
-      return;
-    }
-    const clears = this.drain(cell);
-    await this.options.send(cell.keys, clears).catch(this.options.onError);
+    const taken = this.drain(cell);
+    if (taken.leases.size > 0) await this.options.send(cell.keys, taken.argument).catch(this.options.onError);
   }
 }

@@ -285,7 +285,7 @@ export class RedisRoutingState implements RoutingStateStore {
           ...call,
           storeMembers,
           engineFigures,
-          backlogClears,
+          backlogClears: backlogClears.argument,
         });
       } catch (error) {
         members.unsend(engineFigures);
