@@ -14,6 +14,10 @@ import { createRouterServer, type RouterServer } from '../src/create-router';
  */
 const ADMIN_TOKEN = 'tenant-admin-token-0123456789';
 
+/** Whole requests a `requestsPerMinute` bucket refills in `elapsedMs` (its refill is continuous). */
+const refilledDuring = (elapsedMs: number, requestsPerMinute: number) =>
+  Math.floor((elapsedMs * requestsPerMinute) / 60_000);
+
 describe('tenant limits shared by three replicas through Redis', () => {
   let redis: TestRedis;
   let sims: SimServer[];
@@ -42,6 +46,10 @@ describe('tenant limits shared by three replicas through Redis', () => {
             apiKeyCacheMs: 200,
             cacheSaltSecret: 'replicas-share-this-secret-0123',
             redisRetryAfterMs: 200,
+            // A busy suite can hold a Redis reply past the fail-fast 50 ms: that replica would then admit
+            // on its local share, which is the outage case below, not this one. A stopped Redis still
+            // fails at once (no offline queue), so the outage case does not wait on this.
+            redisTimeoutMs: 1_000,
             retryBackoffMs: 1,
           }),
         ),
@@ -78,7 +86,9 @@ describe('tenant limits shared by three replicas through Redis', () => {
     expect(listed.data.map((entry) => entry.id)).toEqual(['shared-key']);
     expect(listed.data[0]?.key).toBeUndefined();
 
-    // 60 requests at once over the three replicas: the burst of the limit passes, not one more.
+    // 60 requests at once over the three replicas: the burst of the limit passes, and no more than the
+    // bucket refilled while they arrived (30 a minute: one per 2 s of a slow burst on a busy machine).
+    const burstStarted = performance.now();
     const statuses = await Promise.all(
       Array.from({ length: 60 }, (_, index) =>
         generate(index, key, `burst ${index}`).then(
@@ -86,8 +96,11 @@ describe('tenant limits shared by three replicas through Redis', () => {
         ),
       ),
     );
-    expect(statuses.filter((status) => status === 200)).toHaveLength(30);
-    expect(statuses.filter((status) => status === 429)).toHaveLength(30);
+    const refilled = refilledDuring(performance.now() - burstStarted, 30);
+    const served = statuses.filter((status) => status === 200).length;
+    expect(statuses.filter((status) => status !== 200 && status !== 429)).toEqual([]);
+    expect(served).toBeGreaterThanOrEqual(30);
+    expect(served).toBeLessThanOrEqual(30 + refilled);
 
     expect((await admin(2, 'DELETE', '/admin/keys/shared-key')).status).toBe(200);
     await new Promise((resolve) => setTimeout(resolve, 300));
@@ -104,6 +117,7 @@ describe('tenant limits shared by three replicas through Redis', () => {
     await redis.stop();
     // Let every replica's key cache expire: a key seen before stays valid while Redis cannot be asked.
     await new Promise((resolve) => setTimeout(resolve, 300));
+    const outageStarted = performance.now();
     const statuses = await Promise.all(
       Array.from({ length: 150 }, (_, index) =>
         generate(index, key, `outage ${index}`).then(
@@ -113,8 +127,10 @@ describe('tenant limits shared by three replicas through Redis', () => {
     );
     const served = statuses.filter((status) => status === 200).length;
     expect(statuses.filter((status) => status !== 200 && status !== 429)).toEqual([]);
-    // Three shares of 90 ÷ 3 = 30 each, fresh in memory (the shared bucket's 3 warm-ups are not known locally).
-    expect(served).toBe(90);
+    // Three shares of 90 ÷ 3 = 30 each, fresh in memory (the shared bucket's 3 warm-ups are not known
+    // locally), plus what the three shares refilled while the requests arrived.
+    expect(served).toBeGreaterThanOrEqual(90);
+    expect(served).toBeLessThanOrEqual(90 + refilledDuring(performance.now() - outageStarted, 90));
     await redis.restart();
   });
 });
