@@ -70,6 +70,19 @@ function fileResults(target) {
   return files;
 }
 
+/**
+ * The first lines of a failed test's message, indented under it: CI keeps only the tail of a run's
+ * output, where the summary is, so a failure that does not say why cannot be told from a flake.
+ */
+function failureCause(test) {
+  const message = (test.failureMessages ?? []).join('\n').replace(/\u001b\[[0-9;]*m/g, '');
+  const lines = message
+    .split('\n')
+    .filter((line) => line.trim() !== '')
+    .slice(0, 6);
+  return lines.map((line) => `\n    ${line.trimEnd().slice(0, 300)}`).join('');
+}
+
 for (const target of targets) {
   const counts = { passed: 0, failed: 0, skipped: 0 };
   const files = [...fileResults(target).values()];
@@ -89,7 +102,7 @@ for (const target of targets) {
         if (test.status === 'passed') projectCounts.passed += 1;
         else if (test.status === 'failed') {
           projectCounts.failed += 1;
-          failures.push(`failed: ${path} › ${test.fullName}`);
+          failures.push(`failed: ${path} › ${test.fullName}${failureCause(test)}`);
         } else {
           projectCounts.skipped += 1;
           skippedTests.push(`${test.status}: ${path} › ${test.fullName}`);
