@@ -42,8 +42,13 @@ function blocks(chain: TokenChain, from: number, to: number): unknown {
 }
 
 /** Publishes until the indexer has applied it (a SUB joins some ms after connecting): each copy is a batch. */
-async function publishUntil(pub: TestKvPublisher, events: unknown[], read: () => Promise<boolean>): Promise<void> {
-  await eventually('the subscriber to join', async () => {
+async function publishUntil(
+  pub: TestKvPublisher,
+  events: unknown[],
+  read: () => Promise<boolean>,
+  what = 'the subscriber to join',
+): Promise<void> {
+  await eventually(what, async () => {
     await pub.publish(events);
     return read();
   });
@@ -181,6 +186,11 @@ describe('KV-event leases', { timeout: 60_000 }, () => {
     const { metrics } = env.startIndexer('lapse', [stream('l', pub.endpoint, pub.replayEndpoint)], {
       nowMs: () => Date.now() + skewMs,
       wrapLeases,
+      // The held-back batch comes back through a replay. One past its timeout resynchronises the rank (it is
+      // cleared), after which the test's next batch is an orphan and the chain can never reach 3: the 1 s of
+      // the other tests is a bound a busy machine can pass (the likeliest cause of this test's one failure, in a full suite
+      // run on 2026-12-07: its last wait timed out), and this test is not about it.
+      replayTimeoutMs: 15_000,
     });
     const chain = tokenChain(47, 3);
     await publishUntil(pub, [blocks(chain, 0, 1)], async () => (await env.depth('m', 'l', chain.names)) === 1);
@@ -195,6 +205,11 @@ describe('KV-event leases', { timeout: 60_000 }, () => {
     stall = null;
     resume();
     // Renewed (or lost and taken again from the cursor): the held-back batch is replayed with the next.
-    await publishUntil(pub, [blocks(chain, 2, 3)], async () => (await env.depth('m', 'l', chain.names)) === 3);
+    await publishUntil(
+      pub,
+      [blocks(chain, 2, 3)],
+      async () => (await env.depth('m', 'l', chain.names)) === 3,
+      'the held-back batch replayed with the next',
+    );
   });
 });
