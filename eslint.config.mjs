@@ -92,6 +92,13 @@ export default [
     rules: { '@nx/enforce-module-boundaries': 'off' },
   },
   {
+    // Biome wraps code at 120 columns but leaves long strings and comments as written: this holds the sources to
+    // 160 (issue 28). Generated files are exempt (their strings are the files they embed).
+    files: ['apps/*/src/**/*.ts', 'libs/*/src/**/*.ts', 'bench/src/**/*.ts'],
+    ignores: ['**/*.generated.ts'],
+    rules: { 'max-len': ['error', { code: 160, tabWidth: 2 }] },
+  },
+  {
     // Router, health-poller and bench tests start simulated backends in-process (a real HTTP server on
     // loopback): the one app-to-app import allowed, and only from tests.
     files: ['apps/router/test/**/*.ts', 'apps/router/src/**/*.test.ts', 'bench/**/*.test.ts'],

@@ -54,7 +54,8 @@ import {
 const args = parseCommandLine({
   usage: 'npm run bench:admission -- [options]',
   summary:
-    'Flow control and admission under a noisy neighbour and overload, 3 replicas behind HAProxy.\nNeeds HAProxy and redis-server. Writes bench/results/admission-<time>.{md,json}.',
+    'Flow control and admission under a noisy neighbour and overload, 3 replicas behind HAProxy.\nNeeds ' +
+    'HAProxy and redis-server. Writes bench/results/admission-<time>.{md,json}.',
   options: {
     'window-seconds': { type: 'string', default: '30', value: 'number', description: 'length of each window' },
     'outage-seconds': {

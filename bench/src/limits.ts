@@ -33,7 +33,8 @@ import type { ProxyProcess } from './proxy-processes';
 const args = parseCommandLine({
   usage: 'npm run bench:limits -- [options]',
   summary:
-    'Per-key and per-tenant limits measured across 3 router replicas behind HAProxy, through a Redis\noutage. Needs HAProxy and redis-server. Writes bench/results/limits-<time>.{json,md,svg}.',
+    'Per-key and per-tenant limits measured across 3 router replicas behind HAProxy, through a ' +
+    'Redis\noutage. Needs HAProxy and redis-server. Writes bench/results/limits-<time>.{json,md,svg}.',
   options: {
     seconds: { type: 'string', default: '60', value: 'number', description: 'shared window (limits exact in Redis)' },
     'settle-seconds': {

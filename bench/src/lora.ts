@@ -24,7 +24,8 @@ import type { ProxyProcess } from './proxy-processes';
 const args = parseCommandLine({
   usage: 'npm run bench:lora -- [options]',
   summary:
-    'LoRA adapters: adapter-aware cacheaware against adapter-blind cacheaware and leastloaded, 16 adapters over 4 engines.\nNeeds redis-server. Writes bench/results/lora-<time>.{md,json}.',
+    'LoRA adapters: adapter-aware cacheaware against adapter-blind cacheaware and leastloaded, 16 ' +
+    'adapters over 4 engines.\nNeeds redis-server. Writes bench/results/lora-<time>.{md,json}.',
   options: {
     seeds: { type: 'string', default: '3', value: 'number', description: 'seeds (runs per routing)' },
     conversations: { type: 'string', default: '24', value: 'number', description: 'concurrent conversations' },

@@ -76,7 +76,8 @@ import type { WrkResult, WrkRun } from './wrk';
 const args = parseCommandLine({
   usage: 'npm run bench:overhead -- [options]',
   summary:
-    "What the router adds to a request's latency and CPU, path by path (direct, bare proxy, kvroute,\nkvroute with Redis, HAProxy). Writes bench/results/overhead-<time>.json.",
+    "What the router adds to a request's latency and CPU, path by path (direct, bare proxy, " +
+    'kvroute,\nkvroute with Redis, HAProxy). Writes bench/results/overhead-<time>.json.',
   allowNegative: true,
   options: {
     rate: { type: 'string', default: '500', value: 'number', description: 'paced requests per second' },

@@ -26,7 +26,8 @@ import type { ProxyProcess } from './proxy-processes';
 const args = parseCommandLine({
   usage: 'npm run bench:pd -- [options]',
   summary:
-    'Prefill/decode disaggregation against aggregated serving at equal engine count, with a cache-aware and a cache-blind prefill choice.\nWrites bench/results/pd-<time>.{md,json}.',
+    'Prefill/decode disaggregation against aggregated serving at equal engine count, with a cache-aware ' +
+    'and a cache-blind prefill choice.\nWrites bench/results/pd-<time>.{md,json}.',
   options: {
     seeds: { type: 'string', default: '3', value: 'number', description: 'seeds (runs per workload and serving)' },
     conversations: { type: 'string', default: '8', value: 'number', description: 'concurrent conversations' },

@@ -71,7 +71,8 @@ export const PollerConfig = z
         .regex(/^rediss?(\+cluster)?:\/\//, 'must be a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL')
         .describe(
           'Redis shared with the routers (scrape jobs, backend states, the backend set): redis[s]://[user:password@]host:port, ' +
-            'or a Redis Cluster as redis[s]+cluster://[user:password@]host:port,host:port,… (seed nodes); a URL with a password from the environment or the config file only (the flag refuses it)',
+            'or a Redis Cluster as redis[s]+cluster://[user:password@]host:port,host:port,… (seed nodes); a URL ' +
+            'with a password from the environment or the config file only (the flag refuses it)',
         ),
     ),
     backends: z

@@ -129,7 +129,8 @@ describe('strict config (issue 31)', () => {
       ),
     ).toEqual([
       '--port: "80x" is not a number; expected a port number, 0 to 65535',
-      '--policy: "roundrobn" is not one of cacheaware, prefixaware, kvrouter, kvaware, chwbl, session, leastloaded, roundrobin, random (did you mean "roundrobin"?)',
+      '--policy: "roundrobn" is not one of cacheaware, prefixaware, kvrouter, kvaware, chwbl, session, ' +
+        'leastloaded, roundrobin, random (did you mean "roundrobin"?)',
       '--block-size-bytes: 4 is too small; expected at least 8',
       '--learn-from-responses: "maybe" is not true or false',
       '--lease-ttl-ms: "5s" is not a number; expected a number of milliseconds, e.g. 5000',

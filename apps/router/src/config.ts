@@ -141,7 +141,8 @@ export const RouterConfig = z
       .describe(
         "where backends are discovered, besides `backends`: dns://NAME:PORT (a headless Service's A/AAAA " +
           'records, PORT on each address), dns+srv://_SERVICE._PROTO.NAME (its SRV records) or k8s://[NAMESPACE/]SERVICE[,SERVICE…][:PORT_NAME] ' +
-          "(their EndpointSlices, watched with the pod's service account; each slice's llm-d.ai/role label gives its backends their role). Found backends are added, drained " +
+          "(their EndpointSlices, watched with the pod's service account; each slice's llm-d.ai/role label " +
+          'gives its backends their role). Found backends are added, drained ' +
           "and removed through the admin API's path (with Redis: the fleet's shared set, changed by one " +
           'replica at a time); their ids are `NAME@ADDRESS:PORT`',
       ),
@@ -795,7 +796,9 @@ export const RouterConfig = z
       .positive()
       .default(100)
       .describe(
-        'wrong API keys a client address may send within authFailureWindowMs: the same wrong key past it gets 429 for that key only; past it distinct wrong keys, the address’s unknown keys get 429 without a lookup (keys this replica knows still pass)',
+        'wrong API keys a client address may send within authFailureWindowMs: the same wrong key past it gets ' +
+          '429 for that key only; past it distinct wrong keys, the address’s unknown keys get 429 without a ' +
+          'lookup (keys this replica knows still pass)',
       ),
     authFailureWindowMs: z.coerce
       .number()
@@ -807,7 +810,9 @@ export const RouterConfig = z
       .array(TenantConfig)
       .default([])
       .describe(
-        'tenants (config file only): {id, team, requestsPerMinute, tokensPerMinute, concurrentRequests, models}; a team shares one prefix-cache partition; `models`: the only models its keys may name (an adapter comes with its base)',
+        'tenants (config file only): {id, team, requestsPerMinute, tokensPerMinute, concurrentRequests, ' +
+          'models}; a team shares one prefix-cache partition; `models`: the only models its keys may name (an ' +
+          'adapter comes with its base)',
       ),
     reservedCompletionTokens: z.coerce
       .number()
@@ -855,7 +860,8 @@ export const RouterConfig = z
       .boolean()
       .default(true)
       .describe(
-        'one info line per proxied request at its end: id, tenant, model, backend, reason, status, TTFT, duration (never the prompt or credentials); off for very high rates',
+        'one info line per proxied request at its end: id, tenant, model, backend, reason, status, TTFT, ' +
+          'duration (never the prompt or credentials); off for very high rates',
       ),
   })
   .superRefine((config, context) => {

@@ -340,7 +340,9 @@ export class RouterMetrics {
     });
     this.pdPrefillFailures = new Counter({
       name: 'kvroute_router_pd_prefill_failures_total',
-      help: 'Prefill/decode: prefill legs that failed before their answer, by prefill backend and cause (connect, timeout, status: 5xx or 429, too-large, invalid-json).',
+      help:
+        'Prefill/decode: prefill legs that failed before their answer, by prefill backend and cause (connect, ' +
+        'timeout, status: 5xx or 429, too-large, invalid-json).',
       labelNames: ['backend', 'cause'],
       registers,
     });
@@ -365,7 +367,9 @@ export class RouterMetrics {
     });
     this.flowShed = new Counter({
       name: 'kvroute_router_flow_shed_total',
-      help: 'Flow control: requests refused with 429 because their pool was saturated, by reason: queue-full, predicted-wait (could not start in time), deadline (waited the longest allowed).',
+      help:
+        'Flow control: requests refused with 429 because their pool was saturated, by reason: queue-full, ' +
+        'predicted-wait (could not start in time), deadline (waited the longest allowed).',
       labelNames: ['model', 'class', 'reason'],
       registers,
     });

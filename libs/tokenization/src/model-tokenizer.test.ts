@@ -76,7 +76,8 @@ describe('renderChat', () => {
     expect(qwen3.renderChat(GREETING, { tools: [WEATHER_TOOL] })).toBe(
       '<|im_start|>system\nYou are helpful.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' +
         'You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n' +
-        '{"type": "function", "function": {"name": "get_weather", "description": null, "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}\n' +
+        '{"type": "function", "function": {"name": "get_weather", "description": null, ' +
+        '"parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}\n' +
         '</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n' +
         '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n' +
         '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n',

@@ -160,7 +160,8 @@ export class SharedBackendSet implements BackendChanges {
       this.roleWarnings.add(key);
       this.options.logger?.warn(
         { backend: entry.id, configuredRole: configured, sharedRole: shared },
-        "shared backend set: this backend's configured role is not the fleet's (the set is seeded, never overwritten): remove it and add it again through the admin API to change it",
+        "shared backend set: this backend's configured role is not the fleet's (the set is seeded, never " +
+          'overwritten): remove it and add it again through the admin API to change it',
       );
     }
   }

@@ -10,7 +10,9 @@ export const FLOW_CONFIG_FIELDS = {
     .boolean()
     .default(false)
     .describe(
-      'flow control: when every backend of a model is saturated, requests wait in the router (fair by tokens per tenant across replicas, priority classes first) and are shed with 429 when they cannot start in time',
+      'flow control: when every backend of a model is saturated, requests wait in the router (fair by ' +
+        'tokens per tenant across replicas, priority classes first) and are shed with 429 when they cannot ' +
+        'start in time',
     ),
   flowMaxInflightPerBackend: z.coerce
     .number()
@@ -25,7 +27,9 @@ export const FLOW_CONFIG_FIELDS = {
     .positive()
     .default(5)
     .describe(
-      'flow control: engine-reported waiting requests per backend at which it is saturated (a pool is saturated when its backends’ mean of max(waiting ÷ this, KV usage ÷ flowSaturationKvUsage) reaches 1)',
+      'flow control: engine-reported waiting requests per backend at which it is saturated (a pool is ' +
+        'saturated when its backends’ mean of max(waiting ÷ this, KV usage ÷ flowSaturationKvUsage) reaches ' +
+        '1)',
     ),
   flowSaturationKvUsage: z.coerce
     .number()
@@ -59,7 +63,9 @@ export const FLOW_CONFIG_FIELDS = {
     .max(1)
     .default(0.25)
     .describe(
-      'flow control: a tenant below its fair share of a saturated pool (by weight, among the tenants running there) is admitted at once, ahead of the queue, while the pool runs fewer than its capacity × (1 + this); 0 = fair queuing only (a light tenant then waits for a slot to free)',
+      'flow control: a tenant below its fair share of a saturated pool (by weight, among the tenants ' +
+        'running there) is admitted at once, ahead of the queue, while the pool runs fewer than its capacity ' +
+        '× (1 + this); 0 = fair queuing only (a light tenant then waits for a slot to free)',
     ),
   flowPollMs: z.coerce
     .number()
@@ -75,7 +81,9 @@ export const FLOW_CONFIG_FIELDS = {
     .min(0)
     .default(0)
     .describe(
-      'requests one caller (a tenant; a client address in open mode) may have in flight on one replica, taken before the body is read; beyond it 429. 0 = half of maxInflightRequests, so no caller alone fills the replica',
+      'requests one caller (a tenant; a client address in open mode) may have in flight on one replica, ' +
+        'taken before the body is read; beyond it 429. 0 = half of maxInflightRequests, so no caller alone ' +
+        'fills the replica',
     ),
 };
 

@@ -6,7 +6,9 @@ export const LORA_CONFIG_FIELDS = {
     .boolean()
     .default(true)
     .describe(
-      "route a request naming a LoRA adapter (a /v1/models card with a parent) in its base model's pool, pricing the adapter's load on each backend; false: an adapter is just another model (adapter-blind, for comparison)",
+      "route a request naming a LoRA adapter (a /v1/models card with a parent) in its base model's pool, " +
+        "pricing the adapter's load on each backend; false: an adapter is just another model (adapter-blind, " +
+        'for comparison)',
     ),
   loraLoadMs: z.coerce
     .number()
@@ -59,7 +61,9 @@ export const LORA_LOAD_CONFIG_FIELDS = {
     .max(10_000)
     .default([])
     .describe(
-      "adapters the router may load on demand onto their base model's backends (POST /v1/load_lora_adapter; vLLM needs VLLM_ALLOW_RUNTIME_LORA_UPDATING): {name,path,base} objects in a file, name=path@base comma-separated on the command line; empty: never loads",
+      "adapters the router may load on demand onto their base model's backends (POST /v1/load_lora_adapter; " +
+        'vLLM needs VLLM_ALLOW_RUNTIME_LORA_UPDATING): {name,path,base} objects in a file, name=path@base ' +
+        'comma-separated on the command line; empty: never loads',
     ),
   loraLoadTimeoutMs: z.coerce
     .number()

@@ -18,7 +18,9 @@ export const PD_CONFIG_FIELDS = {
     .enum(['vllm-nixl', 'sglang'])
     .default('vllm-nixl')
     .describe(
-      "how a disaggregated request's legs go: vllm-nixl (vLLM's NixlConnector: the prefill leg first, its kv_transfer_params to the decode leg) or sglang (one body to both at once, with the prefill engine's bootstrap address and a room)",
+      "how a disaggregated request's legs go: vllm-nixl (vLLM's NixlConnector: the prefill leg first, its " +
+        "kv_transfer_params to the decode leg) or sglang (one body to both at once, with the prefill engine's " +
+        'bootstrap address and a room)',
     ),
   pdMinUncachedTokens: z.coerce
     .number()
@@ -26,7 +28,8 @@ export const PD_CONFIG_FIELDS = {
     .min(0)
     .default(512)
     .describe(
-      'a request is disaggregated only when its decode backend lacks at least this many prompt tokens; with fewer, the decode backend prefills them itself (cheaper than a transfer)',
+      'a request is disaggregated only when its decode backend lacks at least this many prompt tokens; with ' +
+        'fewer, the decode backend prefills them itself (cheaper than a transfer)',
     ),
   pdPrefillPolicy: z
     .enum(['cacheaware', 'leastloaded'])

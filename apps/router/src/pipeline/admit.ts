@@ -142,10 +142,11 @@ export function registerAdmit(app: FastifyInstance, options: AdmitOptions): void
       for (const [caller, cap] of slots) {
         const held = callers.get(caller) ?? 0;
         if (held >= cap) {
+          const who = caller.startsWith('p:') ? 'client address' : caller.startsWith('k:') ? 'API key' : 'tenant';
           return refuse(
             new RouterError(
               'ROUTER_ERR_CALLER_INFLIGHT',
-              `This ${caller.startsWith('p:') ? 'client address' : caller.startsWith('k:') ? 'API key' : 'tenant'} has ${held} requests in flight on this router, its limit; retry when one ends.`,
+              `This ${who} has ${held} requests in flight on this router, its limit; retry when one ends.`,
               { retryAfterSeconds: 1 },
             ),
           );

@@ -50,7 +50,9 @@ export function parseResponsesBody(
   if (typeof body === 'object' && body !== null && (body as { background?: unknown }).background === true) {
     throw new RouterError(
       'ROUTER_ERR_INVALID_REQUEST',
-      '`background: true` is not supported through this router: a background response runs on after its request ends, where the router can neither hold its backend slot nor settle its tokens. Send the request without `background` (with `stream: true` for early output).',
+      '`background: true` is not supported through this router: a background response runs on after its ' +
+        'request ends, where the router can neither hold its backend slot nor settle its tokens. Send the ' +
+        'request without `background` (with `stream: true` for early output).',
       { param: 'background' },
     );
   }

@@ -109,7 +109,10 @@ interface InFlight {
   readonly scope: string;
   /** The backend holding the response this request continues (`previous_response_id`); null: none known. */
   readonly owner: string | null;
-  /** The `X-Request-Id` the backends get instead of `request.id` (send.ts Shipment.upstreamRequestId; upstreamRequestIdOf); undefined: `request.id`, the router's own. */
+  /**
+   * The `X-Request-Id` the backends get instead of `request.id` (send.ts Shipment.upstreamRequestId;
+   * upstreamRequestIdOf); undefined: `request.id`, the router's own.
+   */
   readonly upstreamRequestId: string | undefined;
   /** Prompt + completion tokens of the response's usage (−1: no response with usage yet). */
   usedTokens: number;

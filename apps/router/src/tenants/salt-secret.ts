@@ -62,7 +62,8 @@ export class SaltSecretKeeper {
       // Redis away, or holding a secret too short to use (CacheSalter refuses it): this replica's own.
       this.deps.logger.warn(
         { err: error },
-        'cache salts: Redis could not share the secret at start; this replica uses its own until Redis answers, then the shared one (set cacheSaltSecretFile to avoid this)',
+        'cache salts: Redis could not share the secret at start; this replica uses its own until Redis ' +
+          'answers, then the shared one (set cacheSaltSecretFile to avoid this)',
       );
       this.#use(own);
     }

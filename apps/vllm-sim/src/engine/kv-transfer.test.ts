@@ -28,26 +28,30 @@ function runRequest(
 }
 
 describe('prefill/decode KV transfer', () => {
-  it('decode side: pulls what the prefill side computed instead of computing it, and its first token comes after the pull, far sooner than a cold prefill', () => {
-    const tokens = prompt(4_000, 1);
-    const cold = runRequest(engineWithLink(), tokens, 0);
-    const decode = engineWithLink();
-    const pulled = runRequest(decode, tokens, 0, { remotePrefillTokens: tokens.length });
-    expect(pulled.externalTokens).toBe(3_999);
-    // vLLM counts the pulled tokens as cached at the request's first schedule.
-    expect(pulled.cachedTokens).toBe(3_999);
-    const pullMs = LINK.setupMs + (3_999 * getProfile('a100-8b').kvBytesPerToken) / LINK.bytesPerMs;
-    expect(pulled.trace.ttftMs).toBeGreaterThan(pullMs);
-    expect(pulled.trace.ttftMs).toBeLessThan((cold.trace.ttftMs as number) / 2);
-    expect(decode.link?.transferBytes.count).toBe(1);
-    expect(decode.stats.promptTokensBySource).toEqual({
-      local_compute: 1,
-      local_cache_hit: 0,
-      external_kv_transfer: 3_999,
-    });
-    // The pulled blocks are the decode engine's own cache now.
-    expect(decode.matchPrefixTokens(tokens)).toBe(Math.floor(3_999 / 16) * 16);
-  });
+  it(
+    'decode side: pulls what the prefill side computed instead of computing it, and its first token comes after ' +
+      'the pull, far sooner than a cold prefill',
+    () => {
+      const tokens = prompt(4_000, 1);
+      const cold = runRequest(engineWithLink(), tokens, 0);
+      const decode = engineWithLink();
+      const pulled = runRequest(decode, tokens, 0, { remotePrefillTokens: tokens.length });
+      expect(pulled.externalTokens).toBe(3_999);
+      // vLLM counts the pulled tokens as cached at the request's first schedule.
+      expect(pulled.cachedTokens).toBe(3_999);
+      const pullMs = LINK.setupMs + (3_999 * getProfile('a100-8b').kvBytesPerToken) / LINK.bytesPerMs;
+      expect(pulled.trace.ttftMs).toBeGreaterThan(pullMs);
+      expect(pulled.trace.ttftMs).toBeLessThan((cold.trace.ttftMs as number) / 2);
+      expect(decode.link?.transferBytes.count).toBe(1);
+      expect(decode.stats.promptTokensBySource).toEqual({
+        local_compute: 1,
+        local_cache_hit: 0,
+        external_kv_transfer: 3_999,
+      });
+      // The pulled blocks are the decode engine's own cache now.
+      expect(decode.matchPrefixTokens(tokens)).toBe(Math.floor(3_999 / 16) * 16);
+    },
+  );
 
   it('decode side: pulls only the blocks its own cache lacks, and nothing on a full local hit', () => {
     const decode = engineWithLink();

@@ -55,4 +55,6 @@ export function urlCarriesSecret(raw: string): boolean {
   return /[?&]password=[^&#]/i.test(raw);
 }
 
-export const SECRET_IN_URL_REASON = `a password in a URL on the command line is visible to every local user (ps, /proc/<pid>/cmdline) and stays in shell history`;
+export const SECRET_IN_URL_REASON =
+  'a password in a URL on the command line is visible to every local user (ps, /proc/<pid>/cmdline) ' +
+  'and stays in shell history';

@@ -75,7 +75,8 @@
  * CostOutcome, which `explainCostOutcome` turns into the decision, so a decision reads the same
  * whichever side evaluated it (libs/redis-store's rule-parity test compares them).
  *
- * Score: cost in ms, lower is better, [0, ∞). parts: { prefillMs, workMs, backlogMs, queueMs, waitingMs, kvMs, adapterMs } (+ { hashRank, bound } for cold placement).
+ * Score: cost in ms, lower is better, [0, ∞). parts: { prefillMs, workMs, backlogMs, queueMs, waitingMs, kvMs,
+ * adapterMs } (+ { hashRank, bound } for cold placement).
  * Reasons: `prefix-affinity`, `spilled-from-saturated`, `least-loaded`, `load-guard`, `cold-hash`.
  */
 
