@@ -187,9 +187,9 @@ describe('KV-event leases', { timeout: 60_000 }, () => {
       nowMs: () => Date.now() + skewMs,
       wrapLeases,
       // The held-back batch comes back through a replay. One past its timeout resynchronises the rank (it is
-      // cleared), after which the test's next batch is an orphan and the chain can never reach 3: the 1 s of
-      // the other tests is a bound a busy machine can pass (the likeliest cause of this test's one failure, in a full suite
-      // run on 2026-12-07: its last wait timed out), and this test is not about it.
+      // cleared), after which the test's next batch is an orphan and the chain can never reach 3. The 1 s of
+      // the other tests is a bound a busy machine can pass (the likeliest cause of this test's one failure,
+      // in a full suite run on 2026-12-07: its last wait timed out), and this test is not about it.
       replayTimeoutMs: 15_000,
     });
     const chain = tokenChain(47, 3);
