@@ -207,6 +207,42 @@ describe('FlowControl on this replica’s queue', () => {
     expect((await flow.admit('m', entry('a'), 10, capacity(1))).waitedMs).toBe(0);
   });
 
+  it('settles a request whose queue reply came after the pool it joined was emptied and forgotten', async () => {
+    // The queue answers one entry's `enter` only when told (a Redis round trip held up): meanwhile the pool's
+    // only waiter gives up, the pool is empty with no service time yet and the router forgets it. Found with a
+    // shared queue under load (2026-12-07): the late one joined the forgotten pool, its deadline could not find
+    // it, and the request hung until the client gave up.
+    const local = new LocalFlowQueue(clock);
+    let answerHeld: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => {
+      answerHeld = resolve;
+    });
+    const late = entry('a');
+    const slowStore: FlowQueueStore = {
+      enter: async (pool, one, slots, deadlineMs) => {
+        if (one.id === late.id) await held;
+        return local.enter(pool, one, slots, deadlineMs);
+      },
+      poll: (pool, id, slots) => local.poll(pool, id, slots),
+      renew: (pool, id, ttl) => local.renew(pool, id, ttl),
+      leave: (pool, id) => local.leave(pool, id),
+      inspect: (pool) => local.inspect(pool),
+    };
+    const metrics = recorder();
+    const flow = control(slowStore, { maxQueueWaitMs: 100 }, metrics);
+    const holder = await flow.admit('m', entry('a'), 10, capacity(1));
+    const first = flow.admit('m', entry('a'), 10, capacity(1)).catch((error: unknown) => error);
+    const second = flow.admit('m', late, 10, capacity(1)).catch((error: unknown) => error);
+    expect(((await first) as RouterError).code).toBe('ROUTER_ERR_POOL_SATURATED');
+    await settle(20);
+    answerHeld();
+    const outcome = await Promise.race([second, settle(1_000).then(() => 'still waiting')]);
+    expect((outcome as RouterError).code).toBe('ROUTER_ERR_POOL_SATURATED');
+    expect(metrics.shed.filter((reason) => reason === 'deadline')).toHaveLength(2);
+    expect(flow.waiting().get('m')?.requests ?? 0).toBe(0);
+    holder.release();
+  });
+
   it('refuses beyond the queue bounds (requests, bytes) without waiting', async () => {
     const metrics = recorder();
     const flow = control(null, { maxQueuedRequests: 2, maxQueuedBytes: 25 }, metrics);

@@ -160,7 +160,10 @@ export class FlowControl {
       return this.#slot(pool, entry, store, null);
     }
     if (reply.kind === 'gone') throw this.#shed(pool, entry, 'deadline', settings.maxQueueWaitMs);
-    const predictedMs = (reply.position * waiters.meanServiceMs) / Math.max(1, reply.inflight);
+    // The pool's waiters as they are now, not as before the queue answered: meanwhile a pump may have found the
+    // pool empty and forgotten it (#pump), and a waiter put in a forgotten pool is one its deadline cannot find.
+    const current = this.#poolWaiters(pool);
+    const predictedMs = (reply.position * current.meanServiceMs) / Math.max(1, reply.inflight);
     if (predictedMs > settings.maxQueueWaitMs * PREDICTION_MARGIN) {
       void this.#leave(store, pool, entry.id);
       throw this.#shed(pool, entry, 'predicted-wait', predictedMs);
@@ -191,7 +194,7 @@ export class FlowControl {
         () => giveUp(new RouterError('ROUTER_ERR_CLIENT_GONE', 'The client closed the request while it waited.')),
         { once: true },
       );
-      this.#insert(waiters, waiter);
+      this.#insert(current, waiter);
       void this.#pump(pool);
     });
   }
@@ -263,7 +266,9 @@ export class FlowControl {
       }
     } finally {
       waiters.pumping = false;
-      if (waiters.waiters.length === 0 && waiters.meanServiceMs === 0) this.#pools.delete(pool);
+      // Forgotten only while it is the pool's entry and empty: a pool with a waiter is never forgotten.
+      if (waiters.waiters.length === 0 && waiters.meanServiceMs === 0 && this.#pools.get(pool) === waiters)
+        this.#pools.delete(pool);
     }
   }
 
