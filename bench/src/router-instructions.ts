@@ -4,9 +4,13 @@
  *
  * Why: on a shared, noisy machine `bench:overhead`'s CPU-time figures move ±15 % between runs with
  * nothing changed, more than a 10 % budget. An instruction count depends on the program and its
- * input, not on what else the machine does, so one sitting compares two routers to about a percent
- * (the run-to-run spread is printed). Instructions are not time (cache misses, syscalls' kernel side
- * and I/O waits are not in them), so this complements `bench:overhead`; it does not replace it.
+ * input, not on what else the machine does, so one sitting compares two routers without the machine's
+ * noise (the run-to-run spread is printed). The program's own noise remains: V8's optimizing compiler runs
+ * beside the requests and is counted with them, and does not settle at the same point in every run (the same
+ * build gave 1,170 to 1,479 k instructions per small-json request in three runs at `--warmup 6000`,
+ * 2026-12-07): compare medians of `--repeats 3` or more, and read a difference under ~10 % as none.
+ * Instructions are not time (cache misses, syscalls' kernel side and I/O waits are not in them), so this
+ * complements `bench:overhead`; it does not replace it.
  *
  * For each workload (bench:overhead's small-json and small-sse: POST /v1/chat/completions, ~100-byte
  * prompts, every one different, max_tokens 16) and path (kvroute: local state; kvroute-redis: a
