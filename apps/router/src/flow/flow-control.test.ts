@@ -108,6 +108,33 @@ function unreachableStore(): FlowQueueStore {
 
 const settle = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * A shared queue (this replica's own queue underneath) whose `enter` answers the entries `held` picks only once
+ * `answer()` is called: a Redis round trip held up while the router goes on.
+ */
+function heldQueue(held: (id: string) => boolean): {
+  store: FlowQueueStore;
+  local: LocalFlowQueue;
+  answer: () => void;
+} {
+  const local = new LocalFlowQueue(clock);
+  let answer: () => void = () => undefined;
+  const answered = new Promise<void>((resolve) => {
+    answer = resolve;
+  });
+  const store: FlowQueueStore = {
+    enter: async (pool, one, slots, deadlineMs) => {
+      if (held(one.id)) await answered;
+      return local.enter(pool, one, slots, deadlineMs);
+    },
+    poll: (pool, id, slots) => local.poll(pool, id, slots),
+    renew: (pool, id, ttl) => local.renew(pool, id, ttl),
+    leave: (pool, id) => local.leave(pool, id),
+    inspect: (pool) => local.inspect(pool),
+  };
+  return { store, local, answer };
+}
+
 describe('FlowControl on this replica’s queue', () => {
   it('admits at once under capacity, queues beyond it, and the next goes when a slot is released', async () => {
     const flow = control(null);
@@ -212,35 +239,56 @@ describe('FlowControl on this replica’s queue', () => {
     // only waiter gives up, the pool is empty with no service time yet and the router forgets it. Found with a
     // shared queue under load (2026-12-07): the late one joined the forgotten pool, its deadline could not find
     // it, and the request hung until the client gave up.
-    const local = new LocalFlowQueue(clock);
-    let answerHeld: () => void = () => undefined;
-    const held = new Promise<void>((resolve) => {
-      answerHeld = resolve;
-    });
     const late = entry('a');
-    const slowStore: FlowQueueStore = {
-      enter: async (pool, one, slots, deadlineMs) => {
-        if (one.id === late.id) await held;
-        return local.enter(pool, one, slots, deadlineMs);
-      },
-      poll: (pool, id, slots) => local.poll(pool, id, slots),
-      renew: (pool, id, ttl) => local.renew(pool, id, ttl),
-      leave: (pool, id) => local.leave(pool, id),
-      inspect: (pool) => local.inspect(pool),
-    };
+    const held = heldQueue((id) => id === late.id);
     const metrics = recorder();
-    const flow = control(slowStore, { maxQueueWaitMs: 100 }, metrics);
+    const flow = control(held.store, { maxQueueWaitMs: 100 }, metrics);
     const holder = await flow.admit('m', entry('a'), 10, capacity(1));
     const first = flow.admit('m', entry('a'), 10, capacity(1)).catch((error: unknown) => error);
     const second = flow.admit('m', late, 10, capacity(1)).catch((error: unknown) => error);
     expect(((await first) as RouterError).code).toBe('ROUTER_ERR_POOL_SATURATED');
     await settle(20);
-    answerHeld();
+    expect(flow.waiting().has('m')).toBe(false);
+    held.answer();
     const outcome = await Promise.race([second, settle(1_000).then(() => 'still waiting')]);
     expect((outcome as RouterError).code).toBe('ROUTER_ERR_POOL_SATURATED');
     expect(metrics.shed.filter((reason) => reason === 'deadline')).toHaveLength(2);
     expect(flow.waiting().get('m')?.requests ?? 0).toBe(0);
     holder.release();
+  });
+
+  it('gives back at once what the queue gave a request whose client left while the queue answered', async () => {
+    const held = heldQueue(() => true);
+    const flow = control(held.store, { maxQueueWaitMs: 2_000 });
+    const gone = new AbortController();
+    const leaving = flow.admit('m', entry('a'), 10, capacity(1), gone.signal).catch((error: unknown) => error);
+    await settle(10);
+    gone.abort();
+    held.answer();
+    expect(((await leaving) as RouterError).code).toBe('ROUTER_ERR_CLIENT_GONE');
+    await settle(10);
+    // Its slot went back: the next request is admitted at once, not after the lease.
+    expect(await held.local.inspect('m')).toEqual({ inflight: 0, queued: 0 });
+  });
+
+  it('holds the queue bounds when many requests wait for the queue to answer at once', async () => {
+    const held = heldQueue(() => true);
+    const metrics = recorder();
+    const flow = control(held.store, { maxQueuedRequests: 2 }, metrics);
+    const holder = flow.admit('m', entry('a'), 10, capacity(1));
+    const burst = Array.from({ length: 6 }, () =>
+      flow.admit('m', entry('a'), 10, capacity(1)).catch((error: unknown) => error),
+    );
+    held.answer();
+    await settle(20);
+    expect(flow.waiting().get('m')?.requests).toBe(2);
+    expect(metrics.shed.filter((reason) => reason === 'queue-full')).toHaveLength(4);
+    expect((await held.local.inspect('m')).queued).toBe(2);
+    (await holder).release();
+    for (const one of burst) {
+      const slot = await one;
+      if (!(slot instanceof Error)) (slot as FlowSlot).release();
+    }
   });
 
   it('refuses beyond the queue bounds (requests, bytes) without waiting', async () => {

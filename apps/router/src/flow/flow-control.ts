@@ -81,6 +81,9 @@ const SERVICE_EWMA_ALPHA = 0.2;
  */
 const PREDICTION_MARGIN = 0.5;
 
+const clientGone = (): RouterError =>
+  new RouterError('ROUTER_ERR_CLIENT_GONE', 'The client closed the request while it waited.');
+
 export class FlowControl {
   readonly #deps: FlowControlDeps;
   readonly #pools = new Map<string, PoolWaiters>();
@@ -140,20 +143,16 @@ export class FlowControl {
     signal?: AbortSignal,
   ): Promise<FlowSlot> {
     const { settings } = this.#deps;
-    const waiters = this.#poolWaiters(pool);
-    if (waiters.waiters.length >= settings.maxQueuedRequests || waiters.bytes + bytes > settings.maxQueuedBytes) {
-      // Something already waits here: this one would too, behind a full queue.
+    // Something already waits here: this one would too, behind a full queue.
+    if (this.#full(this.#poolWaiters(pool), bytes))
       throw this.#shed(pool, entry, 'queue-full', settings.maxQueueWaitMs);
-    }
     const enteredAtMs = this.#deps.nowMs();
-    let store = this.#store();
-    let reply: FlowReply;
-    try {
-      reply = await store.enter(pool, entry, this.#capacityIn(store, capacity), settings.maxQueueWaitMs);
-    } catch (error) {
-      this.#sharedFailed(error);
-      store = this.#deps.local;
-      reply = await store.enter(pool, entry, this.#capacityIn(store, capacity), settings.maxQueueWaitMs);
+    const { store, reply } = await this.#enter(pool, entry, capacity);
+    // While the queue answered, the client may have gone and others may have filled the queue: what the queue
+    // gave this request (a slot, a place) goes back at once, not after a deadline or a lease.
+    if (signal?.aborted) {
+      if (reply.kind !== 'gone') void this.#leave(store, pool, entry.id);
+      throw clientGone();
     }
     if (reply.kind === 'admitted') {
       this.#deps.metrics.recordFlowAdmitted(pool, entry.priorityClass, false, 0);
@@ -164,39 +163,74 @@ export class FlowControl {
     // pool empty and forgotten it (#pump), and a waiter put in a forgotten pool is one its deadline cannot find.
     const current = this.#poolWaiters(pool);
     const predictedMs = (reply.position * current.meanServiceMs) / Math.max(1, reply.inflight);
-    if (predictedMs > settings.maxQueueWaitMs * PREDICTION_MARGIN) {
+    const shed: FlowShedReason | null = this.#full(current, bytes)
+      ? 'queue-full'
+      : predictedMs > settings.maxQueueWaitMs * PREDICTION_MARGIN
+        ? 'predicted-wait'
+        : null;
+    if (shed !== null) {
       void this.#leave(store, pool, entry.id);
-      throw this.#shed(pool, entry, 'predicted-wait', predictedMs);
+      throw this.#shed(pool, entry, shed, shed === 'queue-full' ? settings.maxQueueWaitMs : predictedMs);
     }
+    return this.#wait(pool, current, { entry, order: reply.order, bytes, enteredAtMs, store, capacity }, signal);
+  }
+
+  /** Whether `waiters` has no room for one more request of `bytes` (maxQueuedRequests, maxQueuedBytes). */
+  #full(waiters: PoolWaiters, bytes: number): boolean {
+    const { settings } = this.#deps;
+    return waiters.waiters.length >= settings.maxQueuedRequests || waiters.bytes + bytes > settings.maxQueuedBytes;
+  }
+
+  /** Enters the shared queue, or this replica's when the shared one fails; says which answered. */
+  async #enter(
+    pool: string,
+    entry: FlowEntry,
+    capacity: () => FlowCapacity,
+  ): Promise<{ store: FlowQueueStore; reply: FlowReply }> {
+    const { maxQueueWaitMs } = this.#deps.settings;
+    const store = this.#store();
+    try {
+      return { store, reply: await store.enter(pool, entry, this.#capacityIn(store, capacity), maxQueueWaitMs) };
+    } catch (error) {
+      this.#sharedFailed(error);
+      const local = this.#deps.local;
+      return { store: local, reply: await local.enter(pool, entry, this.#capacityIn(local, capacity), maxQueueWaitMs) };
+    }
+  }
+
+  /** Waits in `waiters` (the pool's current list) until the pump admits it, its deadline passes or the client goes. */
+  #wait(
+    pool: string,
+    waiters: PoolWaiters,
+    queued: Pick<Waiter, 'entry' | 'order' | 'bytes' | 'enteredAtMs' | 'store' | 'capacity'>,
+    signal: AbortSignal | undefined,
+  ): Promise<FlowSlot> {
+    const { settings } = this.#deps;
     return new Promise<FlowSlot>((resolve, reject) => {
-      const waiter: Waiter = {
-        entry,
-        order: reply.order,
-        bytes,
-        enteredAtMs,
-        store,
-        capacity,
-        resolve,
-        reject,
-        timer: null,
-      };
+      const waiter: Waiter = { ...queued, resolve, reject, timer: null };
       const giveUp = (reason: RouterError): void => {
         if (!this.#remove(pool, waiter)) return;
-        void this.#leave(waiter.store, pool, entry.id);
+        void this.#leave(waiter.store, pool, waiter.entry.id);
         reject(reason);
       };
       waiter.timer = setTimeout(
-        () => giveUp(this.#shed(pool, entry, 'deadline', settings.maxQueueWaitMs)),
+        () => giveUp(this.#shed(pool, waiter.entry, 'deadline', settings.maxQueueWaitMs)),
         settings.maxQueueWaitMs,
       );
-      signal?.addEventListener(
-        'abort',
-        () => giveUp(new RouterError('ROUTER_ERR_CLIENT_GONE', 'The client closed the request while it waited.')),
-        { once: true },
-      );
-      this.#insert(current, waiter);
-      void this.#pump(pool);
+      signal?.addEventListener('abort', () => giveUp(clientGone()), { once: true });
+      this.#insert(waiters, waiter);
+      this.#startPump(pool);
     });
+  }
+
+  /** Starts (or wakes) the pool's pump; a pump that fails is logged, and its waiters still end by their deadlines. */
+  #startPump(pool: string): void {
+    this.#pump(pool).catch((error: unknown) =>
+      this.#deps.logger.warn(
+        { err: error, pool },
+        'flow control: a queue poll failed; its waiters end by their deadline',
+      ),
+    );
   }
 
   #poolWaiters(pool: string): PoolWaiters {
@@ -239,8 +273,9 @@ export class FlowControl {
         const head = waiters.waiters[0] as Waiter;
         const reply = await this.#poll(pool, head);
         if (!waiters.waiters.includes(head)) {
-          // It gave up (deadline, client gone) while asking: a slot it was given goes back at once.
-          if (reply.kind === 'admitted') void this.#leave(head.store, pool, head.entry.id);
+          // It gave up (deadline, client gone) while asking: a slot or a place it was given goes back at once
+          // (a failed shared poll re-entered it in this replica's queue, after its give-up had left the shared one).
+          if (reply.kind !== 'gone') void this.#leave(head.store, pool, head.entry.id);
           continue;
         }
         if (reply.kind === 'admitted') {
@@ -309,7 +344,7 @@ export class FlowControl {
           waiters.meanServiceMs === 0
             ? serviceMs
             : waiters.meanServiceMs + SERVICE_EWMA_ALPHA * (serviceMs - waiters.meanServiceMs);
-        void this.#leave(store, pool, entry.id).then(() => this.#pump(pool));
+        void this.#leave(store, pool, entry.id).then(() => this.#startPump(pool));
       },
     };
   }
