@@ -5,6 +5,7 @@
  * keeps each queued request in memory and polls for its turn (apps/router/src/flow/).
  */
 import { flowKeys } from './keys';
+import { RedisStoreError } from './redis-store-error';
 import { integerArrayReply, runScript, SCRIPTS, type RedisClient } from './scripts';
 
 /** What a queued or admitted request is, for the queue's order. */
@@ -40,7 +41,8 @@ export type FlowReply =
   | { readonly kind: 'admitted'; readonly inflight: number }
   /**
    * `position`: requests that go before it once slots free up (1 = next). `order`: its place in the shared
-   * queue's order (lower goes first; the score, class × 2^48 + start tag, rounded down).
+   * queue's order (lower goes first; the score, class × 2^48 + start tag, exact; ties go to the lower id, as the
+   * sorted set orders them).
    */
   | { readonly kind: 'queued'; readonly position: number; readonly inflight: number; readonly order: number }
   /** Not in the queue: its queue deadline passed, or it left. */
@@ -83,7 +85,7 @@ export class RedisFlowQueue implements FlowQueueStore {
       capacity.enginesSaturated ? 1 : 0,
       Math.max(0, Math.floor(capacity.expressSlots)),
     ]);
-    return flowReplyOf(integerArrayReply(SCRIPTS.flowQueue, reply, 4));
+    return flowReplyOf(reply);
   }
 
   async poll(pool: string, id: string, capacity: FlowCapacity): Promise<FlowReply> {
@@ -95,7 +97,7 @@ export class RedisFlowQueue implements FlowQueueStore {
       capacity.enginesSaturated ? 1 : 0,
       Math.max(0, Math.floor(capacity.expressSlots)),
     ]);
-    return flowReplyOf(integerArrayReply(SCRIPTS.flowQueue, reply, 4));
+    return flowReplyOf(reply);
   }
 
   async renew(pool: string, id: string, leaseTtlMs: number): Promise<boolean> {
@@ -116,9 +118,26 @@ export class RedisFlowQueue implements FlowQueueStore {
   }
 }
 
-function flowReplyOf([outcome, position, inflight, order]: number[]): FlowReply {
+/**
+ * flow-queue.lua's enter and poll reply: three integers, then the queued request's score as the decimal string of the
+ * double Redis sorts by (an integer reply would truncate it), or 0.
+ */
+function flowReplyOf(reply: unknown): FlowReply {
+  const [outcome, position, inflight] = integerArrayReply(
+    SCRIPTS.flowQueue,
+    Array.isArray(reply) ? [...reply.slice(0, 3), 0] : reply,
+    4,
+  );
   if (outcome === 1) return { kind: 'admitted', inflight: inflight as number };
-  if (outcome === 0)
-    return { kind: 'queued', position: position as number, inflight: inflight as number, order: order as number };
-  return { kind: 'gone' };
+  if (outcome !== 0) return { kind: 'gone' };
+  const scoreValue = (reply as unknown[])[3];
+  const order = Buffer.isBuffer(scoreValue) || typeof scoreValue === 'string' ? Number(String(scoreValue)) : Number.NaN;
+  if (!Number.isFinite(order)) {
+    throw new RedisStoreError(
+      'REDIS_STORE_ERR_BAD_REPLY',
+      SCRIPTS.flowQueue.name,
+      `flow-queue.lua returned the score ${String(scoreValue)}`,
+    );
+  }
+  return { kind: 'queued', position: position as number, inflight: inflight as number, order };
 }

@@ -337,6 +337,38 @@ describe('FlowControl shared by two replicas in Redis', () => {
   });
   afterAll(() => redis.stop());
 
+  it('polls its waiters in the order the shared queue ranks them when their scores tie (ties by id)', async () => {
+    // Two new flows start at the same virtual time: equal scores, which the sorted set orders by id. The replica
+    // polls only its first waiter: ordered by arrival, it asked for the one ranked second while the freed slot
+    // waited for the other, never asked, until the deadline (a review found it, 2026-12-07).
+    const connection = createRedis(redis.url, 'request-path');
+    try {
+      await waitUntilReady(connection);
+      const metrics = recorder();
+      const flow = control(
+        new RedisFlowQueue({ redis: connection, keyNamespace: uniqueKeyPrefix('flow-tie') }),
+        { maxQueueWaitMs: 2_000 },
+        metrics,
+      );
+      const holder = await flow.admit('m', entry('x'), 10, capacity(1));
+      // 'zz-…' arrives first, 'aa-…' sorts first.
+      const first = flow.admit('m', entry('zz'), 10, capacity(1));
+      await settle(20);
+      const second = flow.admit('m', entry('aa'), 10, capacity(1));
+      await settle(20);
+      const released = performance.now();
+      holder.release();
+      const next = await Promise.race([first.then(() => 'zz'), second.then(() => 'aa')]);
+      expect(next).toBe('aa');
+      expect(performance.now() - released).toBeLessThan(1_000);
+      (await second).release();
+      (await first).release();
+      expect(metrics.shed).toEqual([]);
+    } finally {
+      connection.disconnect();
+    }
+  });
+
   it("keeps a greedy tenant on one replica behind a light tenant's requests on the other", async () => {
     const namespace = uniqueKeyPrefix('flow-control');
     const connections = [createRedis(redis.url, 'request-path'), createRedis(redis.url, 'request-path')];

@@ -242,10 +242,16 @@ export class FlowControl {
     return waiters;
   }
 
-  /** Keeps the pool's waiters in the shared queue's order (then arrival). */
+  /**
+   * Keeps the pool's waiters in the queue's order: score, then id, as a sorted set breaks ties. Each replica polls
+   * only its first waiter, so a replica ordering a tie otherwise (by arrival) could poll the one the queue ranks
+   * second while a slot waits for the one it ranks first, unpolled, until a deadline.
+   */
   #insert(waiters: PoolWaiters, waiter: Waiter): void {
+    const after = (other: Waiter): boolean =>
+      other.order > waiter.order || (other.order === waiter.order && other.entry.id > waiter.entry.id);
     let at = waiters.waiters.length;
-    while (at > 0 && (waiters.waiters[at - 1] as Waiter).order > waiter.order) at--;
+    while (at > 0 && after(waiters.waiters[at - 1] as Waiter)) at--;
     waiters.waiters.splice(at, 0, waiter);
     waiters.bytes += waiter.bytes;
   }

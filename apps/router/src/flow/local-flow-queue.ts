@@ -9,8 +9,6 @@ const CLASS_SPAN = 2 ** 48;
 
 interface Waiting {
   readonly score: number;
-  /** Arrival order: ties of score go to the earlier (Redis orders ties by id; any fixed order will do). */
-  readonly seq: number;
   readonly deadlineMs: number;
 }
 
@@ -34,7 +32,6 @@ interface PoolQueue {
 export class LocalFlowQueue implements FlowQueueStore {
   readonly #pools = new Map<string, PoolQueue>();
   readonly #nowMs: () => number;
-  #seq = 0;
 
   /** `nowMs`: a monotonic clock, ms. */
   constructor(nowMs: () => number) {
@@ -99,12 +96,12 @@ export class LocalFlowQueue implements FlowQueueStore {
     queue.finishes.clear();
   }
 
-  /** Requests ahead of `id` in dispatch order. */
+  /** Requests ahead of `id` in dispatch order: score, then id, as Redis's sorted set (and FlowControl) order them. */
   #rank(queue: PoolQueue, id: string): number {
     const mine = queue.waiting.get(id) as Waiting;
     let rank = 0;
-    for (const other of queue.waiting.values()) {
-      if (other.score < mine.score || (other.score === mine.score && other.seq < mine.seq)) rank++;
+    for (const [otherId, other] of queue.waiting) {
+      if (other.score < mine.score || (other.score === mine.score && otherId < id)) rank++;
     }
     return rank;
   }
@@ -124,12 +121,11 @@ export class LocalFlowQueue implements FlowQueueStore {
     queue.finishes.set(entry.flow, start + Math.max(1, entry.costTokens) / owner.weight);
     queue.waiting.set(entry.id, {
       score: entry.priorityClass * CLASS_SPAN + start,
-      seq: this.#seq++,
       deadlineMs: now + queueDeadlineMs,
     });
     const score = entry.priorityClass * CLASS_SPAN + start;
     const ahead = this.#rank(queue, entry.id) - Math.max(0, freeSlots(capacity, running));
-    return { kind: 'queued', position: Math.max(0, ahead) + 1, inflight: running, order: Math.floor(score) };
+    return { kind: 'queued', position: Math.max(0, ahead) + 1, inflight: running, order: score };
   }
 
   async poll(pool: string, id: string, capacity: FlowCapacity): Promise<FlowReply> {
@@ -145,7 +141,7 @@ export class LocalFlowQueue implements FlowQueueStore {
     const owner = queue.owners.get(id) as Owner;
     if (rank >= free && !this.#express(queue, owner, capacity)) {
       const position = rank - Math.max(0, free) + 1;
-      return { kind: 'queued', position, inflight: running, order: Math.floor(waiting.score) };
+      return { kind: 'queued', position, inflight: running, order: waiting.score };
     }
     queue.waiting.delete(id);
     this.#admit(queue, id, owner, now + capacity.leaseTtlMs);

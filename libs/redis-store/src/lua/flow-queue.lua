@@ -37,7 +37,8 @@
 
   Returns, enter and poll: { 1 admitted / 0 queued / -1 not in the queue (expired or left),
                              requests ahead of it beyond the free slots (0 when admitted), in flight after,
-                             its score rounded down (queued; 0 otherwise: the replica polls its own in this order) }
+                             its score as a decimal string, exact (queued; 0 otherwise: the replica polls its own
+                             in this order, ties by id as the sorted set breaks them) }
           renew: { 1 renewed / 0 gone }; leave: { removed from in-flight 1/0, removed from the queue 1/0 }
 ]]
 
@@ -152,7 +153,8 @@ if op == 'enter' then
   redis.call('ZADD', queue, score, id)
   redis.call('ZADD', deadlines, now + tonumber(ARGV[5]), id)
   local ahead = redis.call('ZRANK', queue, id) - math.max(0, freeSlots(capacity, ARGV[10], running))
-  return { 0, math.max(0, ahead) + 1, running, math.floor(score) }
+  -- The exact score (%.17g: the double as stored), so the replica orders its waiters as the queue does.
+  return { 0, math.max(0, ahead) + 1, running, string.format('%.17g', score) }
 end
 if op == 'poll' then
   local capacity, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -174,6 +176,6 @@ if op == 'poll' then
     end
     return { 1, 0, running + 1, 0 }
   end
-  return { 0, rank - math.max(0, free) + 1, running, math.floor(tonumber(redis.call('ZSCORE', queue, id))) }
+  return { 0, rank - math.max(0, free) + 1, running, redis.call('ZSCORE', queue, id) }
 end
 error('flow-queue: unknown op ' .. op)
