@@ -291,6 +291,33 @@ describe('FlowControl on this replica’s queue', () => {
     }
   });
 
+  it("leaves the fleet's queue entry of a shared call that ran but reported a failure (a timed-out reply)", async () => {
+    const fleet = new LocalFlowQueue(clock);
+    let failNext = true;
+    // The call runs in the shared queue, then its reply is lost (as a 50 ms command timeout loses one).
+    const lossy: FlowQueueStore = {
+      enter: async (pool, one, slots, deadlineMs) => {
+        const reply = await fleet.enter(pool, one, slots, deadlineMs);
+        if (failNext) {
+          failNext = false;
+          throw new Error('Command timed out');
+        }
+        return reply;
+      },
+      poll: (pool, id, slots) => fleet.poll(pool, id, slots),
+      renew: (pool, id, ttl) => fleet.renew(pool, id, ttl),
+      leave: (pool, id) => fleet.leave(pool, id),
+      inspect: (pool) => fleet.inspect(pool),
+    };
+    const flow = control(lossy, { sharedRetryMs: 10_000 });
+    const slot = await flow.admit('m', entry('a'), 10, capacity(1));
+    expect(flow.sharesQueue).toBe(false);
+    await settle(5);
+    // Admitted in this replica's queue; the slot the lost reply took in the fleet's is given back, not held a lease.
+    expect(await fleet.inspect('m')).toEqual({ inflight: 0, queued: 0 });
+    slot.release();
+  });
+
   it('refuses beyond the queue bounds (requests, bytes) without waiting', async () => {
     const metrics = recorder();
     const flow = control(null, { maxQueuedRequests: 2, maxQueuedBytes: 25 }, metrics);

@@ -2,6 +2,7 @@ import type { FlowCapacity, FlowEntry, FlowQueueStore, FlowReply } from '@kvrout
 import type { FastifyBaseLogger } from 'fastify';
 import { RouterError } from '../errors';
 import type { FlowSettings } from './flow-config';
+import { StrayEntries } from './stray-entries';
 
 /**
  * Flow control (issue 30): when a pool is saturated, requests wait here, in the router, instead of in the
@@ -90,6 +91,8 @@ export class FlowControl {
   /** The shared queue failed: local until then (monotonic ms). */
   #sharedDownUntilMs = 0;
   #sharedUp = true;
+  /** Entries a failed shared call may have left in the fleet's queue (stray-entries.ts). */
+  readonly #strays = new StrayEntries();
 
   constructor(deps: FlowControlDeps) {
     this.#deps = deps;
@@ -193,6 +196,7 @@ export class FlowControl {
       return { store, reply: await store.enter(pool, entry, this.#capacityIn(store, capacity), maxQueueWaitMs) };
     } catch (error) {
       this.#sharedFailed(error);
+      if (store !== this.#deps.local) this.#strays.leave(store, pool, entry.id);
       const local = this.#deps.local;
       return { store: local, reply: await local.enter(pool, entry, this.#capacityIn(local, capacity), maxQueueWaitMs) };
     }
@@ -320,6 +324,7 @@ export class FlowControl {
     } catch (error) {
       if (waiter.store === this.#deps.local) throw error;
       this.#sharedFailed(error);
+      this.#strays.leave(waiter.store, pool, waiter.entry.id);
       waiter.store = this.#deps.local;
       const capacity = this.#capacityIn(waiter.store, waiter.capacity);
       return this.#deps.local.enter(pool, waiter.entry, capacity, this.#deps.settings.maxQueueWaitMs);
@@ -400,6 +405,7 @@ export class FlowControl {
   #setSharedUp(up: boolean): void {
     this.#sharedUp = up;
     this.#deps.metrics.recordFlowShared(up);
+    if (up && this.#deps.shared !== null) this.#strays.flush(this.#deps.shared);
     if (up) this.#deps.logger.info('flow control: the shared queue (Redis) is back; fairness holds across replicas');
   }
 
