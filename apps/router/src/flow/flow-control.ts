@@ -52,7 +52,8 @@ export interface FlowSlot {
 
 interface Waiter {
   readonly entry: FlowEntry;
-  readonly order: number;
+  /** Its place in its store's order (FlowReply.order): the shared queue's, or this replica's once it moved here. */
+  order: number;
   readonly bytes: number;
   readonly enteredAtMs: number;
   store: FlowQueueStore;
@@ -260,13 +261,14 @@ export class FlowControl {
     waiters.bytes += waiter.bytes;
   }
 
-  #remove(pool: string, waiter: Waiter): boolean {
+  /** Takes `waiter` out of its pool's list; `endWait` false: to put it back elsewhere (its deadline still runs). */
+  #remove(pool: string, waiter: Waiter, endWait = true): boolean {
     const waiters = this.#pools.get(pool);
     const at = waiters?.waiters.indexOf(waiter) ?? -1;
     if (waiters === undefined || at === -1) return false;
     waiters.waiters.splice(at, 1);
     waiters.bytes -= waiter.bytes;
-    if (waiter.timer !== null) clearTimeout(waiter.timer);
+    if (endWait && waiter.timer !== null) clearTimeout(waiter.timer);
     return true;
   }
 
@@ -327,7 +329,14 @@ export class FlowControl {
       this.#strays.leave(waiter.store, pool, waiter.entry.id);
       waiter.store = this.#deps.local;
       const capacity = this.#capacityIn(waiter.store, waiter.capacity);
-      return this.#deps.local.enter(pool, waiter.entry, capacity, this.#deps.settings.maxQueueWaitMs);
+      const reply = await this.#deps.local.enter(pool, waiter.entry, capacity, this.#deps.settings.maxQueueWaitMs);
+      // Its place is now in this replica's order, which the list must follow (the pump polls its first waiter).
+      const waiters = this.#pools.get(pool);
+      if (reply.kind === 'queued' && waiters !== undefined && this.#remove(pool, waiter, false)) {
+        waiter.order = reply.order;
+        this.#insert(waiters, waiter);
+      }
+      return reply;
     }
   }
 
