@@ -76,11 +76,11 @@ function fileResults(target) {
  */
 function failureCause(test) {
   const message = (test.failureMessages ?? []).join('\n').replace(/\u001b\[[0-9;]*m/g, '');
-  const lines = message
-    .split('\n')
-    .filter((line) => line.trim() !== '')
-    .slice(0, 6);
-  return lines.map((line) => `\n    ${line.trimEnd().slice(0, 300)}`).join('');
+  const lines = message.split('\n').filter((line) => line.trim() !== '');
+  // The message and its diff first; of the stack, only the first frame (the test's line).
+  const frames = lines.filter((line) => /^\s*at /.test(line));
+  const shown = [...lines.filter((line) => !/^\s*at /.test(line)).slice(0, 8), ...frames.slice(0, 1)];
+  return shown.map((line) => `\n    ${line.trimEnd().slice(0, 300)}`).join('');
 }
 
 for (const target of targets) {

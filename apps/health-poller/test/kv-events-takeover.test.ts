@@ -214,7 +214,7 @@ describe('KV-event leases', { timeout: 60_000 }, () => {
         pub,
         [blocks(chain, 2, 3)],
         async () => (await env.depth('m', 'l', chain.names)) === 3,
-        'the chain caught up',
+        'the chain to catch up',
       );
     },
   );
