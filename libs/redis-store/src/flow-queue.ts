@@ -119,25 +119,21 @@ export class RedisFlowQueue implements FlowQueueStore {
 }
 
 /**
- * flow-queue.lua's enter and poll reply: three integers, then the queued request's score as the decimal string of the
- * double Redis sorts by (an integer reply would truncate it), or 0.
+ * flow-queue.lua's enter and poll reply: outcome, position and in-flight as integers, then, queued, the request's
+ * score as the decimal string of the double Redis sorts by (an integer reply would truncate it); else 0.
  */
 function flowReplyOf(reply: unknown): FlowReply {
-  const [outcome, position, inflight] = integerArrayReply(
-    SCRIPTS.flowQueue,
-    Array.isArray(reply) ? [...reply.slice(0, 3), 0] : reply,
-    4,
-  );
-  if (outcome === 1) return { kind: 'admitted', inflight: inflight as number };
-  if (outcome !== 0) return { kind: 'gone' };
-  const scoreValue = (reply as unknown[])[3];
-  const order = Buffer.isBuffer(scoreValue) || typeof scoreValue === 'string' ? Number(String(scoreValue)) : Number.NaN;
-  if (!Number.isFinite(order)) {
+  const [outcome, position, inflight, score] = Array.isArray(reply) ? reply : [];
+  const order = Buffer.isBuffer(score) || typeof score === 'string' ? Number(String(score)) : Number.NaN;
+  const integers = [outcome, position, inflight].every(Number.isInteger);
+  if (!Array.isArray(reply) || reply.length !== 4 || !integers || (outcome === 0 && !Number.isFinite(order))) {
     throw new RedisStoreError(
       'REDIS_STORE_ERR_BAD_REPLY',
       SCRIPTS.flowQueue.name,
-      `flow-queue.lua returned the score ${String(scoreValue)}`,
+      `flow-queue.lua returned ${JSON.stringify(reply)?.slice(0, 200)}, expected 3 integers and a score`,
     );
   }
-  return { kind: 'queued', position: position as number, inflight: inflight as number, order };
+  if (outcome === 1) return { kind: 'admitted', inflight };
+  if (outcome !== 0) return { kind: 'gone' };
+  return { kind: 'queued', position, inflight, order };
 }

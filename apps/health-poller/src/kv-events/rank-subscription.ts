@@ -262,14 +262,13 @@ export class RankSubscription {
     return this.applyItem(item, false);
   }
 
-  private async applyItem(item: Item, warmOnly: boolean): Promise<void> {
+  private async applyItem(item: Item, nameOnly: boolean): Promise<void> {
     const { metrics, limits } = this.options;
-    // Past the lease: nothing is written and the cursor stays (a later batch finds the gap, or the next holder
-    // replays it), but its blocks' names are learned, in memory: should the replay that brings it back fail and the
-    // rank resynchronise, the later batches' blocks still find their parents by name.
-    const lapsed = !warmOnly && this.leaseLapsed();
-    if (lapsed) metrics.recordKvBatch('dropped');
-    const nameOnly = warmOnly || lapsed;
+    if (!nameOnly && this.leaseLapsed()) {
+      // Not applied: the cursor stays, and a later batch finds the gap (or the next holder replays it).
+      metrics.recordKvBatch('dropped');
+      return;
+    }
     let decoded: ReturnType<typeof decodeBatch> | null = null;
     try {
       decoded = decodeBatch(item.payload, limits);
@@ -277,10 +276,9 @@ export class RankSubscription {
       metrics.recordKvProblem(error instanceof KvEventsWireError ? error.problem : 'malformed_batch');
     }
     if (decoded !== null) {
-      // A lapsed batch's problems are counted when it is replayed and applied, not twice.
-      if (decoded.unknown > 0 && !lapsed) metrics.recordKvProblem('unknown_event', decoded.unknown);
-      if (decoded.malformed > 0 && !lapsed) metrics.recordKvProblem('malformed_event', decoded.malformed);
-      if (decoded.ignored > 0 && !lapsed) metrics.recordKvProblem('ignored_event', decoded.ignored);
+      if (decoded.unknown > 0) metrics.recordKvProblem('unknown_event', decoded.unknown);
+      if (decoded.malformed > 0) metrics.recordKvProblem('malformed_event', decoded.malformed);
+      if (decoded.ignored > 0) metrics.recordKvProblem('ignored_event', decoded.ignored);
       const clear = this.resyncNext && !nameOnly;
       try {
         const outcome = await applyDecodedBatch(
@@ -307,7 +305,6 @@ export class RankSubscription {
         return;
       }
     }
-    if (lapsed) return;
     metrics.recordKvBatch(nameOnly ? 'named_only' : 'applied');
     if (!nameOnly) {
       this.applied = item.seq;

@@ -88,6 +88,11 @@ const clientGone = (): RouterError =>
 
 export class FlowControl {
   readonly #deps: FlowControlDeps;
+  /**
+   * Per pool (a model the router serves: the queue stage runs after the model is allowed), never forgotten: a
+   * request holds its pool's list across the queue's answer, and a list dropped meanwhile left it waiting where its
+   * deadline could not find it (a hang, 2026-12-07). One small entry per model served.
+   */
   readonly #pools = new Map<string, PoolWaiters>();
   /** The shared queue failed: local until then (monotonic ms). */
   #sharedDownUntilMs = 0;
@@ -113,7 +118,7 @@ export class FlowControl {
   }
 
   /**
-   * What /debug/flow shows: per pool with requests waiting here or served lately, this replica's waiting
+   * What /debug/flow shows: per pool this replica has queued for, this replica's waiting
    * requests and the queue's (shared or local) admitted and waiting counts.
    */
   async describe(): Promise<Record<string, unknown>> {
@@ -147,9 +152,9 @@ export class FlowControl {
     signal?: AbortSignal,
   ): Promise<FlowSlot> {
     const { settings } = this.#deps;
+    const waiters = this.#poolWaiters(pool);
     // Something already waits here: this one would too, behind a full queue.
-    if (this.#full(this.#poolWaiters(pool), bytes))
-      throw this.#shed(pool, entry, 'queue-full', settings.maxQueueWaitMs);
+    if (this.#full(waiters, bytes)) throw this.#shed(pool, entry, 'queue-full', settings.maxQueueWaitMs);
     const enteredAtMs = this.#deps.nowMs();
     const { store, reply } = await this.#enter(pool, entry, capacity);
     // While the queue answered, the client may have gone and others may have filled the queue: what the queue
@@ -163,11 +168,8 @@ export class FlowControl {
       return this.#slot(pool, entry, store, null);
     }
     if (reply.kind === 'gone') throw this.#shed(pool, entry, 'deadline', settings.maxQueueWaitMs);
-    // The pool's waiters as they are now, not as before the queue answered: meanwhile a pump may have found the
-    // pool empty and forgotten it (#pump), and a waiter put in a forgotten pool is one its deadline cannot find.
-    const current = this.#poolWaiters(pool);
-    const predictedMs = (reply.position * current.meanServiceMs) / Math.max(1, reply.inflight);
-    const shed: FlowShedReason | null = this.#full(current, bytes)
+    const predictedMs = (reply.position * waiters.meanServiceMs) / Math.max(1, reply.inflight);
+    const shed: FlowShedReason | null = this.#full(waiters, bytes)
       ? 'queue-full'
       : predictedMs > settings.maxQueueWaitMs * PREDICTION_MARGIN
         ? 'predicted-wait'
@@ -176,7 +178,7 @@ export class FlowControl {
       void this.#leave(store, pool, entry.id);
       throw this.#shed(pool, entry, shed, shed === 'queue-full' ? settings.maxQueueWaitMs : predictedMs);
     }
-    return this.#wait(pool, current, { entry, order: reply.order, bytes, enteredAtMs, store, capacity }, signal);
+    return this.#wait(pool, waiters, { entry, order: reply.order, bytes, enteredAtMs, store, capacity }, signal);
   }
 
   /** Whether `waiters` has no room for one more request of `bytes` (maxQueuedRequests, maxQueuedBytes). */
@@ -313,9 +315,6 @@ export class FlowControl {
       }
     } finally {
       waiters.pumping = false;
-      // Forgotten only while it is the pool's entry and empty: a pool with a waiter is never forgotten.
-      if (waiters.waiters.length === 0 && waiters.meanServiceMs === 0 && this.#pools.get(pool) === waiters)
-        this.#pools.delete(pool);
     }
   }
 
@@ -331,10 +330,9 @@ export class FlowControl {
       const capacity = this.#capacityIn(waiter.store, waiter.capacity);
       const reply = await this.#deps.local.enter(pool, waiter.entry, capacity, this.#deps.settings.maxQueueWaitMs);
       // Its place is now in this replica's order, which the list must follow (the pump polls its first waiter).
-      const waiters = this.#pools.get(pool);
-      if (reply.kind === 'queued' && waiters !== undefined && this.#remove(pool, waiter, false)) {
+      if (reply.kind === 'queued' && this.#remove(pool, waiter, false)) {
         waiter.order = reply.order;
-        this.#insert(waiters, waiter);
+        this.#insert(this.#poolWaiters(pool), waiter);
       }
       return reply;
     }
