@@ -1,4 +1,11 @@
-import { engineFigures, hashString53, type BackendId, type BackendInfo, type EngineLoad } from '@kvroute/routing';
+import {
+  engineFigures,
+  hashString53,
+  type BackendId,
+  type BackendInfo,
+  type EngineFigures,
+  type EngineLoad,
+} from '@kvroute/routing';
 
 /**
  * What a decision tells route.lua about its candidates without shipping them every call. The
@@ -102,6 +109,18 @@ export class PoolMembers {
     return figures;
   }
 }
+
+/** Engine figures of a stored field (figuresOfLoad's format; '' = unknown); null when it is not one. */
+export function engineFiguresOfField(field: string): EngineFigures | null {
+  if (field === '') return UNKNOWN_ENGINE;
+  const space = field.indexOf(' ');
+  const waiting = parseInt(field.slice(0, space), 36);
+  const freePlusOne = parseInt(field.slice(space + 1), 36);
+  if (space <= 0 || !Number.isSafeInteger(waiting) || !Number.isSafeInteger(freePlusOne)) return null;
+  return { waiting, freeTokens: freePlusOne - 1 };
+}
+
+const UNKNOWN_ENGINE: EngineFigures = { waiting: 0, freeTokens: -1 };
 
 function sameMembers(a: readonly BackendInfo[], b: readonly BackendInfo[]): boolean {
   if (a === b) return true;

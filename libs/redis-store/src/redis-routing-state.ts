@@ -257,7 +257,13 @@ export class RedisRoutingState implements RoutingStateStore {
     if (record) await this.leases.recordRestOfTaken(pool, chosenBackend, input.blockHashes, decided.recordedTo);
     let outcome: AtomicOutcomeBase;
     try {
-      outcome = rule.decode({ candidates, chosen: decided.chosen, detail: decided.detail });
+      outcome = rule.decode({
+        candidates,
+        chosen: decided.chosen,
+        detail: decided.detail,
+        request: input.request,
+        engineFigures: decided.engineFigures,
+      });
     } catch (error) {
       // The lease is taken: give it back before failing the decision.
       this.release(pool, chosenBackend, input.leaseId).catch(() => undefined);

@@ -1,7 +1,7 @@
-import type { AtomicRule, BlockHash, Candidate } from '@kvroute/routing';
+import type { AtomicRule, BlockHash, Candidate, EngineFigures } from '@kvroute/routing';
 import { decisionKeys, packBlockHashes, type PoolKeys } from './keys';
 import { ROUTE_LUA } from './lua/scripts.generated';
-import { MEMBER_SET_TTL_MS, type MemberSet } from './pool-members';
+import { engineFiguresOfField, MEMBER_SET_TTL_MS, type MemberSet } from './pool-members';
 import { RedisStoreError } from './redis-store-error';
 import { defineScript, runScript, type LuaScript, type RedisClient } from './scripts';
 import type { Shortlist } from './shortlist';
@@ -78,6 +78,8 @@ export type RouteReply =
       readonly participants: readonly number[];
       readonly detail: readonly Buffer[];
       readonly figures: readonly Figures[];
+      /** The participants' engine figures as stored (unknown where none is). */
+      readonly engineFigures: readonly EngineFigures[];
     };
 
 /** Runs route.lua for one decision. */
@@ -110,6 +112,8 @@ export async function runRoute(redis: RedisClient, settings: RouteSettings, call
 const MEMBER_SET_TTL_ARG = String(MEMBER_SET_TTL_MS);
 
 const HEADER = 6;
+/** Values per participant after the detail. */
+const PER_PARTICIPANT = 5;
 
 function decodeRouteReply(script: LuaScript, reply: unknown, memberTotal: number): RouteReply {
   const bad = (expected: string) =>
@@ -138,15 +142,20 @@ function decodeRouteReply(script: LuaScript, reply: unknown, memberTotal: number
   const detail = reply
     .slice(HEADER, detailEnd)
     .map((value: unknown) => (Buffer.isBuffer(value) ? value : Buffer.from(String(value))));
-  if (reply.length !== detailEnd + 4 * participants.length)
-    throw bad(`expected ${detailEnd + 4 * participants.length} values`);
+  if (reply.length !== detailEnd + PER_PARTICIPANT * participants.length)
+    throw bad(`expected ${detailEnd + PER_PARTICIPANT * participants.length} values`);
   const figures: Figures[] = [];
-  for (let at = detailEnd; at < reply.length; at += 4) {
-    const [inflight, pendingPrefillTokens, matchBlocks, recordedAtValue] = reply.slice(at, at + 4) as unknown[];
+  const engineFigures: EngineFigures[] = [];
+  for (let at = detailEnd; at < reply.length; at += PER_PARTICIPANT) {
+    const [inflight, pendingPrefillTokens, matchBlocks, recordedAtValue, engineField] = reply.slice(
+      at,
+      at + PER_PARTICIPANT,
+    ) as unknown[];
     // The ms travels as the decimal string the owner index stores (no conversion in Lua), or -1.
     const recordedAt = Buffer.isBuffer(recordedAtValue) ? Number(recordedAtValue.toString('latin1')) : recordedAtValue;
-    if (![inflight, pendingPrefillTokens, matchBlocks, recordedAt].every(Number.isInteger)) {
-      throw bad(`non-integer figures of participant ${figures.length + 1}`);
+    const engine = Buffer.isBuffer(engineField) ? engineFiguresOfField(engineField.toString('latin1')) : null;
+    if (![inflight, pendingPrefillTokens, matchBlocks, recordedAt].every(Number.isInteger) || engine === null) {
+      throw bad(`bad figures of participant ${figures.length + 1}`);
     }
     const matchRecordedAtMs =
       (matchBlocks as number) > 0 && (recordedAt as number) >= 0 ? (recordedAt as number) : null;
@@ -156,6 +165,7 @@ function decodeRouteReply(script: LuaScript, reply: unknown, memberTotal: number
       matchBlocks: matchBlocks as number,
       matchRecordedAtMs,
     });
+    engineFigures.push(engine);
   }
   if ((chosen as number) < 1 || (chosen as number) > participants.length)
     throw bad(`chosen ${String(chosen)} of ${participants.length}`);
@@ -168,5 +178,6 @@ function decodeRouteReply(script: LuaScript, reply: unknown, memberTotal: number
     participants,
     detail,
     figures,
+    engineFigures,
   };
 }

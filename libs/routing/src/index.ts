@@ -10,7 +10,7 @@ export {
   type TokenRoutingRequestOptions,
 } from './prefix/token-routing-request';
 export { buildMessagesRoutingRequest, messagesAsChat } from './prefix/messages-routing';
-export { engineFigures, engineReportedFreeTokens, engineWaiting } from './state/engine-figures';
+export { engineFigures, engineLoadReadingAs, engineReportedFreeTokens, engineWaiting } from './state/engine-figures';
 export { costRule, RANKED_BACKENDS } from './rules/cost';
 export { leastLoadedRule } from './rules/least-loaded';
 export { PREFILL_TOKENS_LUA } from './rules/rules-lua.generated';

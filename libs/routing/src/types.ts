@@ -63,6 +63,14 @@ export interface EngineLoad {
   readonly waiting: number;
 }
 
+/** An engine's load as the two integers the atomic rules read (state/engine-figures.ts `engineFigures`). */
+export interface EngineFigures {
+  /** Requests waiting in the engine's queue (engineWaiting). */
+  readonly waiting: number;
+  /** Free KV tokens as reported (engineReportedFreeTokens): -1 = no limit known. */
+  readonly freeTokens: number;
+}
+
 /** What a policy knows about a request. */
 export interface RoutingRequest {
   readonly model: string;
@@ -238,6 +246,10 @@ export interface AtomicRuleReply {
   readonly chosen: number;
   /** The values the Lua twin returned as its detail, in order (bulk strings as bytes). */
   readonly detail: readonly Buffer[];
+  /** The request the rule was evaluated for. */
+  readonly request: RoutingRequest;
+  /** Per candidate, the engine figures the evaluation read (the store's, which may be fresher than `candidates`' own). */
+  readonly engineFigures: readonly EngineFigures[];
 }
 
 /**

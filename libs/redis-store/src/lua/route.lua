@@ -75,8 +75,9 @@
   members, comma-separated, ascending; '' when every member took part, [6] D = the rule's detail
   values, [7 .. 6+D] the detail, then per participant k: leases in flight, pending prefill tokens,
   matched blocks, ms its deepest matched block was recorded (a decimal string; -1 when it matches none,
-  or the rule reads no depths), all as read before the lease was taken and before this call's own recording
-  rewrote anything (the learn stage's eviction evidence: learn.lua).
+  or the rule reads no depths), its engine figures as stored (KEYS[9]'s field; '' = unknown), all as read
+  before the lease was taken and before this call's own recording rewrote anything (the learn stage's
+  eviction evidence: learn.lua; the codec's explanation: the figures the rule saw).
 
   The '--#stage <name>' lines mark where each step ends, for `npm run bench:route-stages`, which times
   the script cut at each of them; to Redis they are comments.
@@ -197,9 +198,10 @@ local c = candidates[chosen]
 local result = { chosen, 0, saturated and 1 or 0, 0, table.concat(names, ','), #detail }
 for k = 1, #detail do result[6 + k] = detail[k] end
 local at = 6 + #detail
-for j, p in ipairs(candidates) do
+for k, p in ipairs(candidates) do
   result[at + 1], result[at + 2], result[at + 3], result[at + 4] = p.inflight, p.pending, p.depth, matchRecordedAt[p.id] or -1
-  at = at + 4
+  result[at + 5] = engine[k] or ''
+  at = at + 5
 end
 --#stage reply
 

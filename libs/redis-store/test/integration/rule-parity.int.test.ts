@@ -168,12 +168,21 @@ async function checkParity(
 }
 
 describe('route.lua rules choose what the policies choose', () => {
-  it('cacheaware: 1 500 random cases, every reason reached', async () => {
-    const reasons = await checkParity((random) => createCacheAwarePolicy(drawParams(random)), 1500, 42);
+  it("cacheaware, the cost lines cost.lua computed: 1 500 random cases, every reason reached", async () => {
+    const reasons = await checkParity(
+      (random) => createCacheAwarePolicy(drawParams(random), { linesFromStore: true }),
+      1500,
+      42,
+    );
     // The cases reach every branch of the rule.
     for (const reason of ['prefix-affinity', 'spilled-from-saturated', 'least-loaded', 'load-guard', 'cold-hash']) {
       expect(reasons[reason] ?? 0, `${reason} in ${JSON.stringify(reasons)}`).toBeGreaterThan(10);
     }
+  });
+
+  it("cacheaware as routers run it (the cost lines recomputed from the figures read): 500 random cases", async () => {
+    const reasons = await checkParity((random) => createCacheAwarePolicy(drawParams(random)), 500, 43);
+    expect(Object.keys(reasons).length, JSON.stringify(reasons)).toBe(5);
   });
 
   it('leastloaded: 300 random cases', async () => {

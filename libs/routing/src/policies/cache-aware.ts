@@ -387,14 +387,25 @@ export function explainCostOutcome(outcome: CostOutcome, p: CacheAwareParams): R
   };
 }
 
-export function createCacheAwarePolicy(params: Partial<CacheAwareParams> = {}): RoutingPolicy {
+/**
+ * `options.linesFromStore`: a state store's evaluation returns its own cost lines rather than this side
+ * recomputing them from the figures it read (rule-parity compares the two; it costs the store more).
+ */
+export function createCacheAwarePolicy(
+  params: Partial<CacheAwareParams> = {},
+  options: { readonly linesFromStore?: boolean } = {},
+): RoutingPolicy {
   const p = resolveParams(CACHE_AWARE_PARAMS, params);
   return {
     name: 'cacheaware',
     scoreDirection: 'lower is better: estimated start cost in ms (prefill of unmatched tokens + queue), [0, ∞)',
     usesPrefixMatch: true,
     recordsOwnership: p.ownershipAt === 'first-token' ? 'at-first-output' : 'at-routing',
-    atomicRule: costRule(p, (outcome) => explainCostOutcome(outcome, p)),
+    atomicRule: costRule(p, {
+      evaluate: (request, candidates) => evaluateCost(request, candidates, p),
+      explain: (outcome) => explainCostOutcome(outcome, p),
+      ...options,
+    }),
     choose: (request, candidates) => explainCostOutcome(evaluateCost(request, candidates, p), p),
   };
 }

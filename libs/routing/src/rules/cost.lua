@@ -5,16 +5,18 @@
 -- its decision without running again: libs/redis-store's rule-parity.int.test.ts compares the
 -- decisions on thousands of random cases.
 --
--- argument (rules/cost.ts encodeCostArgument), three lines:
---   1. the policy's parameters, one JSON object (CACHE_AWARE_PARAMS by name; others ignored);
---   2. '<text bytes> <block size bytes> <generation budget tokens, 0 = none>';
---   3. the first RANKED_BACKENDS of the request's rendezvous order, as positions among the backends
+-- argument (rules/cost.ts costRule's encode), two or three lines:
+--   1. numbers, space-separated: the policy's parameters in COST_RULE_PARAMS' order (rules/cost.ts;
+--      below, PARAMETERS), then the request's '<text bytes> <block size bytes> <generation budget tokens,
+--      0 = none>', then 1 when the cost lines are wanted in the detail, else 0 (one pattern match reads
+--      them all: decoding the parameters as JSON cost ~5 % of a decision);
+--   2. the first RANKED_BACKENDS of the request's rendezvous order, as positions among the backends
 --      given (1-based, most preferred first): a digit w (the characters per position), then each
 --      position in w characters, most significant first, 6 bits each as the characters '0' (48) to 'o'
 --      (111) (rules/cost.ts rankLine); a participant listed k-th has rank k - 1, one not listed ranks
 --      after them all, by position (only a pool bigger than RANKED_BACKENDS has any). One string.byte
 --      reads them all, where a decimal or base-36 list cost a pattern step and a tonumber per position;
---   4. (a LoRA adapter's request only) '<position base 36>:<ms>' per backend whose adapter wait is not 0,
+--   3. (a LoRA adapter's request only) '<position base 36>:<ms>' per backend whose adapter wait is not 0,
 --      comma-separated (RoutingRequest.adapterWaitMs); no line: 0 everywhere.
 -- Contract of evaluateRule: rules/README.md.
 
@@ -212,19 +214,26 @@ local function packCostLines(lines, count)
   return table.concat(parts)
 end
 
+-- The argument's first line: 15 numbers (see the header), each a run of non-spaces.
+local NUMBERS_LINE = '^' .. string.rep('(%S+) ', 14) .. '(%S+)\n()'
+
 -- The rule's entry point (rules/README.md): parses the argument, ranks the participants, evaluates.
--- Detail: the reason, the packed cost lines and '1' when the valve was lifted, else '0'; saturated = the valve was lifted (every participant at
--- its in-flight limit), which lets a split pool try its next cell.
+-- Detail: the reason, '1' when the valve was lifted, else '0', and the packed cost lines when the
+-- argument asks for them, else '' (the codec recomputes them: rules/cost.ts); saturated = the valve was
+-- lifted (every participant at its in-flight limit), which lets a split pool try its next cell.
 local function evaluateRule(candidates, argument)
-  local find, sub = string.find, string.sub
-  local first = find(argument, '\n', 1, true)
-  local second = find(argument, '\n', first + 1, true)
-  local p = cjson.decode(sub(argument, 1, first - 1))
-  local textBytes, blockSizeBytes, maxTokens = string.match(sub(argument, first + 1, second - 1), '^(%S+) (%S+) (%S+)$')
+  local n1, n2, n3, n4, n5, n6, n7, n8, n9, n10, n11, textBytes, blockSizeBytes, maxTokens, linesWanted, rankStart =
+    string.match(argument, NUMBERS_LINE)
+  local p = {
+    bytesPerToken = tonumber(n1), prefillMsPerToken = tonumber(n2), prefillWorkWeight = tonumber(n3),
+    queueMsPerRequest = tonumber(n4), minMatchBlocks = tonumber(n5), saturationInflight = tonumber(n6),
+    spreadAbs = tonumber(n7), spreadRel = tonumber(n8), coldLoadFactor = tonumber(n9), engineWaitingMs = tonumber(n10),
+    kvFullMs = tonumber(n11),
+  }
   local request = { textBytes = tonumber(textBytes), blockSizeBytes = tonumber(blockSizeBytes), maxTokens = tonumber(maxTokens) }
-  local third = find(argument, '\n', second + 1, true)
+  local rankEnd = string.find(argument, '\n', rankStart, true)
   local rankOf, ranked = {}, 0
-  local codes = { string.byte(argument, second + 1, third and third - 1 or -1) }
+  local codes = { string.byte(argument, rankStart, rankEnd and rankEnd - 1 or -1) }
   local width = (codes[1] or 49) - 48
   for at = 2, #codes - width + 1, width do
     local position = 0
@@ -235,15 +244,16 @@ local function evaluateRule(candidates, argument)
   for _, c in ipairs(candidates) do
     c.rank = rankOf[c.position] or (ranked + c.position)
   end
-  if third then
+  if rankEnd then
     local byPosition = {}
     for _, c in ipairs(candidates) do byPosition[c.position] = c end
-    for position, ms in string.gmatch(sub(argument, third + 1), '(%w+):([^,]+)') do
+    for position, ms in string.gmatch(string.sub(argument, rankEnd + 1), '(%w+):([^,]+)') do
       local c = byPosition[tonumber(position, 36)]
       if c then c.adapter = tonumber(ms) end
     end
   end
   local chosen, reason, valveLifted, lines = evaluateCost(candidates, p, request)
   local leaseTokens = prefillTokens(request.textBytes, request.blockSizeBytes, candidates[chosen].depth, p.bytesPerToken)
-  return chosen, leaseTokens, valveLifted, { reason, packCostLines(lines, #candidates), valveLifted and '1' or '0' }
+  local packed = linesWanted == '1' and packCostLines(lines, #candidates) or ''
+  return chosen, leaseTokens, valveLifted, { reason, valveLifted and '1' or '0', packed }
 end

@@ -4,18 +4,52 @@
  * (the policy that owns it); cost.lua is its Lua twin, and libs/redis-store's rule-parity test holds
  * the two to the same decisions.
  *
- * The argument (cost.lua's header has the format): the policy's parameters as JSON (built once per
- * policy instance), the request's figures, and the first RANKED_BACKENDS of the request's rendezvous
- * order. Only those are shipped, not a rank per backend, so a call stays small in a big pool; the
- * participants of a big pool's shortlist include the first few of that order anyway, so a backend
- * ranked beyond RANKED_BACKENDS decides a tie or a cold placement only when every ranked one is out.
+ * The argument (cost.lua's header has the format): the policy's parameters and the request's figures
+ * as one line of numbers (built once per policy instance but the request's three), and the first
+ * RANKED_BACKENDS of the request's rendezvous order. Only those are shipped, not a rank per backend, so
+ * a call stays small in a big pool; the participants of a big pool's shortlist include the first few
+ * of that order anyway, so a backend ranked beyond RANKED_BACKENDS decides a tie or a cold placement
+ * only when every ranked one is out.
+ *
+ * The twin returns its choice, reason and whether the valve was lifted; the cost lines that explain
+ * them are computed here, by the TypeScript rule on the figures the store read (the engine figures
+ * included), unless `linesFromStore` asks the twin for its own (rule-parity compares the two). Packing
+ * ten doubles per candidate was ~6 % of a decision's work in Redis (issue 28); here it is microseconds.
  */
 import { backendRendezvousOrder } from '../policies/bounded-load-hash';
-import type { AtomicRule, AtomicRuleReply, CostLine, CostOutcome, CostReason, RoutingDecision } from '../types';
+import { engineLoadReadingAs } from '../state/engine-figures';
+import type {
+  AtomicRule,
+  AtomicRuleReply,
+  Candidate,
+  CostLine,
+  CostOutcome,
+  CostReason,
+  RoutingDecision,
+  RoutingRequest,
+} from '../types';
 import { COST_LUA } from './rules-lua.generated';
 
 /** Backends of the rendezvous order a call ranks (the rest rank after them, by configuration position). */
 export const RANKED_BACKENDS = 32;
+
+/**
+ * The parameters cost.lua reads, in the order of its argument's first line (cost.lua reads them by
+ * position: one pattern match, where decoding them as JSON cost ~5 % of a decision in Redis).
+ */
+export const COST_RULE_PARAMS = [
+  'bytesPerToken',
+  'prefillMsPerToken',
+  'prefillWorkWeight',
+  'queueMsPerRequest',
+  'minMatchBlocks',
+  'saturationInflight',
+  'spreadAbs',
+  'spreadRel',
+  'coldLoadFactor',
+  'engineWaitingMs',
+  'kvFullMs',
+] as const;
 
 /** Doubles per candidate in the packed cost lines (cost.lua packCostLines), in this order. */
 const COST_LINE_DOUBLES = 10;
@@ -28,33 +62,45 @@ const COST_REASONS: ReadonlySet<string> = new Set<CostReason>([
   'cold-hash',
 ]);
 
-/**
- * cacheaware's atomic rule: `params` = its resolved parameters (cost.lua reads them by name),
- * `explain` = its decision of an outcome.
- */
-export function costRule(
-  params: Readonly<Record<string, unknown>>,
-  explain: (outcome: CostOutcome) => RoutingDecision,
-): AtomicRule<CostOutcome> {
-  const packedParams = JSON.stringify(params);
+/** What the cost rule needs from its policy. */
+export interface CostRuleSides {
+  /** The rule in TypeScript (evaluateCost with the policy's parameters): the cost lines of a store's outcome. */
+  readonly evaluate: (request: RoutingRequest, candidates: readonly Candidate[]) => CostOutcome;
+  /** The policy's decision of an outcome. */
+  readonly explain: (outcome: CostOutcome) => RoutingDecision;
+  /** The Lua twin returns its own cost lines (rule-parity compares them with `evaluate`'s); costs the store more. */
+  readonly linesFromStore?: boolean;
+}
+
+/** cacheaware's atomic rule: `params` = its resolved parameters (COST_RULE_PARAMS are read from them). */
+export function costRule(params: Readonly<Record<string, unknown>>, sides: CostRuleSides): AtomicRule<CostOutcome> {
+  const paramsLine = parameterLine(params);
   // Token mode's requests count tokens (RoutingRequest.unit): cost.lua divides by one token per token.
-  const packedTokenParams = JSON.stringify({ ...params, bytesPerToken: 1 });
+  const tokenParamsLine = parameterLine({ ...params, bytesPerToken: 1 });
+  const linesWanted = sides.linesFromStore === true ? 1 : 0;
   return {
     name: 'cost',
     lua: COST_LUA,
     readsDepths: true,
     encode(request, backends) {
       const ranked = backendRendezvousOrder(request.headHash, backends).slice(0, RANKED_BACKENDS);
-      const figures = `${request.textBytes} ${request.blockSizeBytes} ${request.maxTokens ?? 0}`;
+      const numbers = `${request.unit === 'tokens' ? tokenParamsLine : paramsLine} ${request.textBytes} ${request.blockSizeBytes} ${request.maxTokens ?? 0} ${linesWanted}`;
       const adapter = request.adapterWaitMs == null ? '' : `\n${adapterLine(request.adapterWaitMs, backends)}`;
-      return {
-        argument: `${request.unit === 'tokens' ? packedTokenParams : packedParams}\n${figures}\n${rankLine(ranked, backends.length)}${adapter}`,
-        preferred: ranked,
-      };
+      return { argument: `${numbers}\n${rankLine(ranked, backends.length)}${adapter}`, preferred: ranked };
     },
-    decode: decodeCostReply,
-    explain,
+    decode: (reply) => decodeCostReply(reply, sides.evaluate),
+    explain: sides.explain,
   };
+}
+
+/** COST_RULE_PARAMS' values, space-separated; JavaScript's shortest round-trip decimals, which strtod reads back exactly. */
+function parameterLine(params: Readonly<Record<string, unknown>>): string {
+  return COST_RULE_PARAMS.map((name) => {
+    const value = params[name];
+    if (typeof value !== 'number' || !Number.isFinite(value))
+      throw new TypeError(`the cost rule's parameter ${name} must be a finite number, got ${String(value)}`);
+    return String(value);
+  }).join(' ');
 }
 
 /** The characters '0' (48) to 'o' (111): 6 bits each, none of them a line's end. */
@@ -90,9 +136,10 @@ function adapterLine(waits: ReadonlyMap<string, number>, backends: readonly { re
   return entries.join(',');
 }
 
-/** cost.lua's detail: [reason, packed cost lines, 1 when the valve was lifted]. */
-function decodeCostReply({ candidates, chosen, detail }: AtomicRuleReply): CostOutcome {
-  const [reason, packedLines, valveLifted] = detail;
+/** cost.lua's detail: [reason, 1 when the valve was lifted, its packed cost lines or '' when not asked for]. */
+function decodeCostReply(reply: AtomicRuleReply, evaluate: CostRuleSides['evaluate']): CostOutcome {
+  const { candidates, chosen, detail } = reply;
+  const [reason, valveLifted, packedLines] = detail;
   if (reason === undefined || packedLines === undefined || valveLifted === undefined) {
     throw new TypeError(`cost.lua returned ${detail.length} detail values, expected 3`);
   }
@@ -105,8 +152,21 @@ function decodeCostReply({ candidates, chosen, detail }: AtomicRuleReply): CostO
     chosen,
     reason: reasonText as CostReason,
     valveLifted: valveLifted.toString('latin1') === '1',
-    lines: costLines(packedLines, candidates.length),
+    lines: packedLines.length > 0 ? costLines(packedLines, candidates.length) : linesAsRead(reply, evaluate),
   };
+}
+
+/**
+ * The cost lines of the figures the store read: the TypeScript rule on the store's candidates, each with
+ * the engine figures the store's evaluation read (another replica may have stored fresher ones than this
+ * replica's own). The choice and reason stay the store's: the lease is taken there.
+ */
+function linesAsRead(reply: AtomicRuleReply, evaluate: CostRuleSides['evaluate']): readonly CostLine[] {
+  const asRead = reply.candidates.map((candidate, index) => {
+    const figures = reply.engineFigures[index];
+    return figures === undefined ? candidate : { ...candidate, engine: engineLoadReadingAs(figures) };
+  });
+  return evaluate(reply.request, asRead).lines;
 }
 
 function costLines(packed: Buffer, candidateCount: number): CostLine[] {

@@ -1,4 +1,4 @@
-import type { EngineLoad } from '../types';
+import type { EngineFigures, EngineLoad } from '../types';
 
 /**
  * An engine's own load as the two integers the atomic rules read (the cost rule's waiting and KV
@@ -25,6 +25,18 @@ export function engineWaiting(engine: EngineLoad | null | undefined): number {
 }
 
 /** An engine's load as the two integers a state store keeps for the rules (route.lua reads them per candidate). */
-export function engineFigures(engine: EngineLoad | null | undefined): { waiting: number; freeTokens: number } {
+export function engineFigures(engine: EngineLoad | null | undefined): EngineFigures {
   return { waiting: engineWaiting(engine), freeTokens: engineReportedFreeTokens(engine) };
+}
+
+/**
+ * A load whose figures are `figures` (engineFigures of it gives them back exactly), for evaluating a rule
+ * on what a state store read: the store keeps the figures, not the load they came from. Unknown (0 waiting,
+ * no limit) is null, as engineFigures reads null.
+ */
+export function engineLoadReadingAs(figures: EngineFigures): EngineLoad | null {
+  if (figures.waiting === 0 && figures.freeTokens < 0) return null;
+  return figures.freeTokens < 0
+    ? { kvUsage: null, kvCapacityTokens: null, running: 0, waiting: figures.waiting }
+    : { kvUsage: 0, kvCapacityTokens: figures.freeTokens, running: 0, waiting: figures.waiting };
 }
