@@ -31,7 +31,9 @@ export const KEY_SUFFIX = {
   forgotten: 'forgotten',
   calibration: 'calibration',
   members: 'members:',
-  engine: 'engine',
+  // 'engine' held an older field format (base 36, space-separated): a new name, so routers of both versions
+  // can share a Redis during an upgrade without reading each other's fields.
+  engine: 'engine-figures',
 } as const;
 
 const DIGEST_LIKE = /^[0-9a-f]{40}$/;
@@ -134,7 +136,7 @@ export interface PoolKeys {
    * `n` → count, `#<position>` → `<id>\t<weight>`, `@<id>` → position; expires when no router uses it.
    */
   members(version: string): string;
-  /** HASH backend id → `<waiting> <free KV tokens>`: the engines' own figures, as routers last saw them. */
+  /** HASH backend id → engine figures (pool-members.ts `engineFiguresField`): the engines' own, as routers last saw them. */
   readonly engine: string;
 }
 

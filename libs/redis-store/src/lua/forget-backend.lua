@@ -14,7 +14,7 @@
   routers when its engine reports anew.
 
   KEYS[1]  <ns>:{<tag>}:forgotten   HASH backend id -> '<ms forgotten>[|<retention ms>]'
-  KEYS[2]  <ns>:{<tag>}:engine      HASH backend id -> its engine figures (route.lua)
+  KEYS[2]  <ns>:{<tag>}:engine-figures HASH backend id -> its engine figures (route.lua)
   ARGV[1]  now, ms since the Unix epoch
   ARGV[2]  backend id
   ARGV[3]  block idle TTL, ms (0 = blocks never go idle)

@@ -44,7 +44,8 @@
   KEYS[8]  <ns>:{<tag>}:members:<version> HASH 'n' -> member count, '#<position>' -> '<id>\t<weight>',
                                           '@<id>' -> position (1-based, configuration order), 'ids' and
                                           'weights': the whole set (lib/pool-members.lua)
-  KEYS[9]  <ns>:{<tag>}:engine            HASH backend id -> '<waiting> <free KV tokens>' (0 and -1: unknown)
+  KEYS[9]  <ns>:{<tag>}:engine-figures    HASH backend id -> its engine's waiting and free KV tokens, 8 characters
+                                          (lib/pool-members.lua engineFigures); no field: unknown
   ARGV[1]  now, ms since the Unix epoch
   ARGV[2]  pool key prefix '<ns>:{<tag>}:' (prefill keys = prefix..'prefill:'..backend)
   ARGV[3]  block idle TTL, ms (0 = blocks never go idle)
@@ -63,7 +64,7 @@
   ARGV[12] '' = the member set stored at KEYS[8]; else that member set, to be stored first:
            '<id>\t<weight>\n' per member, configuration order (ids hold no control characters)
   ARGV[13] how long a stored member set lives, ms (a set no router uses any more expires)
-  ARGV[14] engine figures to store first: '' or '<id>\t<waiting> <free KV tokens>\n' per backend
+  ARGV[14] engine figures to store first: '' or '<id>\t<field>\n' per backend (the field as KEYS[9] keeps it)
   ARGV[15] backlogs to clear first: '' or '<backend id>\t<lease id>\n' per lease whose prefill leaves its
            backend's backlog (lib/lease-accounting.lua clearBacklogs: what this router deferred to its
            next decision in the pool rather than a call of its own, src/backlog-clears.ts)

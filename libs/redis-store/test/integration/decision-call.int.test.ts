@@ -181,28 +181,53 @@ describe('engine figures', () => {
       [backends[1]?.id as string, load(40, 0.25)],
     ]);
     await decide(state, inputOf(backends, requestOf(2, 1), 'l1', engine));
-    // Base 36, free tokens + 1 (unknown = 0 0): 3 waiting and 5,000 free; 40 (= 14 in base 36) and 7,500; unknown.
+    // 6-bit digits from '0' (48), waiting in 3, free tokens + 1 in 5 (unknown: all '0'): 3 waiting and 5,000
+    // free (5,001 = 1·64² + 14·64 + 9: '1', '>', '9'); 40 ('X') and 7,500 (7,501 = 1·64² + 53·64 + 13); unknown.
     expect(await ctx.redis.hgetall(keys.engine)).toEqual({
-      [backends[0]?.id as string]: `3 ${(5001).toString(36)}`,
-      [backends[1]?.id as string]: `${(40).toString(36)} ${(7501).toString(36)}`,
-      [backends[2]?.id as string]: '0 0',
+      [backends[0]?.id as string]: '003001>9',
+      [backends[1]?.id as string]: '00X001e=',
+      [backends[2]?.id as string]: '00000000',
     });
     await decide(state, inputOf(backends, requestOf(2, 2), 'l2', engine));
     expect(calls[1]?.args[ARG.engine]).toBe('');
     // A poller update for one backend: only its figures go out.
     engine.set(backends[1]?.id as string, load(0, 0.99));
     await decide(state, inputOf(backends, requestOf(2, 3), 'l3', engine));
-    expect(calls[2]?.args[ARG.engine]).toBe(`${backends[1]?.id}\t0 ${(101).toString(36)}\n`);
+    expect(calls[2]?.args[ARG.engine]).toBe(`${backends[1]?.id}\t0000001U\n`);
     // Its state went stale (the router dropped it): sent as unknown.
     engine.delete(backends[0]?.id as string);
     await decide(state, inputOf(backends, requestOf(2, 4), 'l4', engine));
-    expect(calls[3]?.args[ARG.engine]).toBe(`${backends[0]?.id}\t0 0\n`);
+    expect(calls[3]?.args[ARG.engine]).toBe(`${backends[0]?.id}\t00000000\n`);
     // A forgotten backend (removed, restarted) leaves no figures behind, and the next call sends its figures again.
     await state.forgetBackend('m', backends[1]?.id as string);
     expect(await ctx.redis.hexists(keys.engine, backends[1]?.id as string)).toBe(0);
     await decide(state, inputOf(backends, requestOf(2, 5), 'l5', engine));
-    expect(calls[4]?.args[ARG.engine]).toBe(`${backends[1]?.id}\t0 ${(101).toString(36)}\n`);
-    expect(await ctx.redis.hget(keys.engine, backends[1]?.id as string)).toBe(`0 ${(101).toString(36)}`);
+    expect(calls[4]?.args[ARG.engine]).toBe(`${backends[1]?.id}\t0000001U\n`);
+    expect(await ctx.redis.hget(keys.engine, backends[1]?.id as string)).toBe('0000001U');
+  });
+});
+
+describe("a decision's explanation", () => {
+  it("shows the engine figures the rule saw: those another replica stored, not this replica's older ones", async () => {
+    const backends = backendsOf(2);
+    const idle: EngineLoad = { kvUsage: 0.1, kvCapacityTokens: 10_000, running: 0, waiting: 0 };
+    const queued: EngineLoad = { ...idle, waiting: 30 };
+    const stale = new Map([[backends[0]?.id as string, idle]]);
+    const fresh = new Map([[backends[0]?.id as string, queued]]);
+    const behind = ctx.createState();
+    const ahead = ctx.createState();
+    await decide(behind, inputOf(backends, requestOf(2, 1), 'b1', stale));
+    await decide(ahead, inputOf(backends, requestOf(2, 2), 'a1', fresh));
+    for (const linesFromStore of [false, true]) {
+      const input = inputOf(backends, requestOf(2, 3), `b-${linesFromStore}`, stale);
+      const result = await decide(behind, { ...input, policy: createCacheAwarePolicy({}, { linesFromStore }) });
+      if (result.decision.kind !== 'routed') throw new Error(`not routed: ${result.decision.kind}`);
+      const score = result.decision.scores.find((entry) => entry.backendId === backends[0]?.id);
+      // engineWaitingMs is 40 by default: 30 waiting, as the other replica saw them.
+      expect(score?.parts?.['waitingMs'], `lines from the store: ${linesFromStore}`).toBe(30 * 40);
+      // The candidate itself still carries what this replica knows.
+      expect(result.candidates.find((c) => c.backend.id === backends[0]?.id)?.engine).toBe(idle);
+    }
   });
 });
 

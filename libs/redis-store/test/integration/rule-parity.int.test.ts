@@ -168,7 +168,7 @@ async function checkParity(
 }
 
 describe('route.lua rules choose what the policies choose', () => {
-  it("cacheaware, the cost lines cost.lua computed: 1 500 random cases, every reason reached", async () => {
+  it('cacheaware, the cost lines cost.lua computed: 1 500 random cases, every reason reached', async () => {
     const reasons = await checkParity(
       (random) => createCacheAwarePolicy(drawParams(random), { linesFromStore: true }),
       1500,
@@ -180,7 +180,7 @@ describe('route.lua rules choose what the policies choose', () => {
     }
   });
 
-  it("cacheaware as routers run it (the cost lines recomputed from the figures read): 500 random cases", async () => {
+  it('cacheaware as routers run it (the cost lines recomputed from the figures read): 500 random cases', async () => {
     const reasons = await checkParity((random) => createCacheAwarePolicy(drawParams(random)), 500, 43);
     expect(Object.keys(reasons).length, JSON.stringify(reasons)).toBe(5);
   });

@@ -84,7 +84,8 @@ export function costRule(params: Readonly<Record<string, unknown>>, sides: CostR
     readsDepths: true,
     encode(request, backends) {
       const ranked = backendRendezvousOrder(request.headHash, backends).slice(0, RANKED_BACKENDS);
-      const numbers = `${request.unit === 'tokens' ? tokenParamsLine : paramsLine} ${request.textBytes} ${request.blockSizeBytes} ${request.maxTokens ?? 0} ${linesWanted}`;
+      const params = request.unit === 'tokens' ? tokenParamsLine : paramsLine;
+      const numbers = `${params} ${request.textBytes} ${request.blockSizeBytes} ${request.maxTokens ?? 0} ${linesWanted}`;
       const adapter = request.adapterWaitMs == null ? '' : `\n${adapterLine(request.adapterWaitMs, backends)}`;
       return { argument: `${numbers}\n${rankLine(ranked, backends.length)}${adapter}`, preferred: ranked };
     },
