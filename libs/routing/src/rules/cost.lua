@@ -40,18 +40,18 @@ local SATURATED, LOAD_SPREAD = 1, 2
 local COST_EPSILON_MS = 1e-9
 local BOUND_EPSILON = 1e-9
 
--- A cost line per candidate, in one flat array of numbers (one table for all candidates: this runs for
--- every candidate of every decision): candidate j's field f is lines[(j - 1) * LINE + f].
+-- The cost lines, when asked for: one flat array of numbers (one table for all candidates: this runs for
+-- every candidate of every decision), candidate j's field f at lines[(j - 1) * LINE + f].
 local PREFILL_MS, BACKLOG_MS, QUEUE_MS, WAITING_MS, KV_MS, TOTAL_MS, EXCLUDED, HASH_RANK, BOUND, ADAPTER_MS =
   1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 local LINE = 10
 
 -- The cheapest of `indices` by total cost; costs within COST_EPSILON_MS tie, and the better rendezvous
 -- rank wins. 0 when `indices` is empty.
-local function indexOfCheapest(indices, candidates, lines)
+local function indexOfCheapest(indices, candidates, total)
   local best, bestCost, bestRank = 0, math.huge, nil
   for _, j in ipairs(indices) do
-    local cost = lines[(j - 1) * LINE + TOTAL_MS]
+    local cost = total[j]
     if cost <= bestCost + COST_EPSILON_MS then
       if cost < bestCost - COST_EPSILON_MS or best == 0 then
         best, bestCost, bestRank = j, cost, candidates[j].rank
@@ -64,24 +64,27 @@ local function indexOfCheapest(indices, candidates, lines)
 end
 
 -- `cacheaware` (libs/routing/src/policies/cache-aware.ts `evaluateCost`, whose comment explains the
--- rule): every candidate's cost terms, the valve, the load-spread guard, cold placement by bounded-load
+-- rule): every candidate's cost, the valve, the load-spread guard, cold placement by bounded-load
 -- rendezvous hashing, else the cheapest candidate in ms with rendezvous rank breaking ties; and the
--- reason. p = the policy's parameters (its JSON, decoded); request = { textBytes, blockSizeBytes,
--- maxTokens }; each candidate has its `rank`. Returns chosen index, reason, valveLifted and the cost lines (see LINE:
--- prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs, excluded code, hashRank and bound (both -1
--- unless cold placement ran and the candidate took part), adapterMs (each candidate's `adapter` wait). workMs (prefillMs · prefillWorkWeight)
--- is in totalMs but not on the line: the explanation derives it from the parameters.
-local function evaluateCost(candidates, p, request)
+-- reason. p = the policy's parameters; request = { textBytes, blockSizeBytes, maxTokens }; each
+-- candidate has its `rank`. Returns chosen index, reason, valveLifted and, when `wantLines`, the cost
+-- lines (see LINE: prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs, excluded code, hashRank and
+-- bound (both -1 unless cold placement ran and the candidate took part), adapterMs (each candidate's
+-- `adapter` wait)), else nil: the rule itself reads only each candidate's total and exclusion, kept in
+-- two arrays. workMs (prefillMs · prefillWorkWeight) is in totalMs but not on the line: the
+-- explanation derives it from the parameters.
+local function evaluateCost(candidates, p, request, wantLines)
   local count = #candidates
   local max, ceil = math.max, math.ceil
-  local lines = {}
+  local total, excluded = {}, {}
+  local lines = wantLines and {} or nil
   local textBytes, blockSizeBytes, generation = request.textBytes, request.blockSizeBytes, request.maxTokens
   local bytesPerToken, prefillMsPerToken, queueMsPerRequest = p.bytesPerToken, p.prefillMsPerToken,
     p.queueMsPerRequest
   local prefillWorkWeight = p.prefillWorkWeight
   local engineWaitingMs, kvFullMs = p.engineWaitingMs, p.kvFullMs
   for j = 1, count do
-    local c, at = candidates[j], (j - 1) * LINE
+    local c = candidates[j]
     local tokens = prefillTokens(textBytes, blockSizeBytes, c.depth, bytesPerToken)
     local prefill = tokens * prefillMsPerToken
     local work = prefill * prefillWorkWeight
@@ -90,13 +93,24 @@ local function evaluateCost(candidates, p, request)
     local waiting = c.waiting * engineWaitingMs
     local kv = 0
     if c.freeTokens >= 0 and max(0, c.freeTokens - c.pending) < tokens + generation then kv = kvFullMs end
-    lines[at + PREFILL_MS], lines[at + BACKLOG_MS], lines[at + QUEUE_MS] = prefill, backlog, queue
     -- Only a LoRA adapter's request has adapter waits (nil elsewhere: no table write per candidate).
     local adapter = c.adapter or 0
-    lines[at + WAITING_MS], lines[at + KV_MS], lines[at + ADAPTER_MS] = waiting, kv, adapter
     -- The same terms in the same order as cache-aware.ts (float addition is not associative).
-    lines[at + TOTAL_MS] = prefill + work + queue + max(backlog, waiting) + kv + adapter
-    lines[at + EXCLUDED], lines[at + HASH_RANK], lines[at + BOUND] = 0, -1, -1
+    total[j] = prefill + work + queue + max(backlog, waiting) + kv + adapter
+    excluded[j] = 0
+    if lines then
+      local at = (j - 1) * LINE
+      lines[at + PREFILL_MS], lines[at + BACKLOG_MS], lines[at + QUEUE_MS] = prefill, backlog, queue
+      lines[at + WAITING_MS], lines[at + KV_MS], lines[at + ADAPTER_MS] = waiting, kv, adapter
+      lines[at + TOTAL_MS], lines[at + HASH_RANK], lines[at + BOUND] = total[j], -1, -1
+    end
+  end
+  -- The exclusions go onto the lines once the rule has decided (each return below).
+  local function finish(chosen, reason, valveLifted)
+    if lines then
+      for j = 1, count do lines[(j - 1) * LINE + EXCLUDED] = excluded[j] end
+    end
+    return chosen, reason, valveLifted, lines
   end
 
   -- 1. Valve; one that would exclude every candidate is lifted.
@@ -104,29 +118,26 @@ local function evaluateCost(candidates, p, request)
   if p.saturationInflight > 0 then
     for j = 1, count do
       if candidates[j].inflight >= p.saturationInflight then
-        lines[(j - 1) * LINE + EXCLUDED] = SATURATED
+        excluded[j] = SATURATED
         saturated = saturated + 1
       end
     end
   end
   local valveLifted = saturated == count and count > 0
   if valveLifted then
-    for j = 1, count do lines[(j - 1) * LINE + EXCLUDED] = 0 end
+    for j = 1, count do excluded[j] = 0 end
   end
   -- 2. Load-spread guard, over what the valve kept.
   local guarded = false
   if p.spreadAbs ~= 0 then
     local minInflight = math.huge
     for j = 1, count do
-      if lines[(j - 1) * LINE + EXCLUDED] == 0 and candidates[j].inflight < minInflight then
-        minInflight = candidates[j].inflight
-      end
+      if excluded[j] == 0 and candidates[j].inflight < minInflight then minInflight = candidates[j].inflight end
     end
     local limit = max(minInflight + p.spreadAbs, minInflight * p.spreadRel)
     for j = 1, count do
-      local at = (j - 1) * LINE + EXCLUDED
-      if lines[at] == 0 and candidates[j].inflight > limit then
-        lines[at] = LOAD_SPREAD
+      if excluded[j] == 0 and candidates[j].inflight > limit then
+        excluded[j] = LOAD_SPREAD
         guarded = true
       end
     end
@@ -134,18 +145,18 @@ local function evaluateCost(candidates, p, request)
   -- Without a guard exclusion, the candidates the valve kept are the eligible ones.
   local eligible, keptByValve = {}, nil
   for j = 1, count do
-    if lines[(j - 1) * LINE + EXCLUDED] == 0 then eligible[#eligible + 1] = j end
+    if excluded[j] == 0 then eligible[#eligible + 1] = j end
   end
   if guarded then
     keptByValve = {}
     for j = 1, count do
-      if lines[(j - 1) * LINE + EXCLUDED] ~= SATURATED then keptByValve[#keptByValve + 1] = j end
+      if excluded[j] ~= SATURATED then keptByValve[#keptByValve + 1] = j end
     end
   else
     keptByValve = eligible
   end
   -- 3. Nothing left (cannot happen with the guard keeping the least-loaded): still serve.
-  if #eligible == 0 then return indexOfLeastLoaded(candidates), 'least-loaded', valveLifted, lines end
+  if #eligible == 0 then return finish(indexOfLeastLoaded(candidates), 'least-loaded', valveLifted) end
 
   -- 4. Cold prompt: the first eligible candidate in rendezvous order within its load bound.
   local anyWarm = false
@@ -163,9 +174,12 @@ local function evaluateCost(candidates, p, request)
     table.sort(byRank, function(a, b) return candidates[a].rank < candidates[b].rank end)
     local chosen = 0
     for position, j in ipairs(byRank) do
-      local c, at = candidates[j], (j - 1) * LINE
+      local c = candidates[j]
       local b = ceil((p.coldLoadFactor * (totalInflight + 1) * c.weight) / totalWeight - BOUND_EPSILON)
-      lines[at + HASH_RANK], lines[at + BOUND] = position - 1, b
+      if lines then
+        local at = (j - 1) * LINE
+        lines[at + HASH_RANK], lines[at + BOUND] = position - 1, b
+      end
       if chosen == 0 and c.inflight <= b then chosen = j end
     end
     if chosen == 0 then
@@ -173,15 +187,15 @@ local function evaluateCost(candidates, p, request)
       for _, j in ipairs(eligible) do inEligible[j] = true end
       chosen = indexOfLeastLoaded(candidates, function(j) return inEligible[j] end)
     end
-    return chosen, 'cold-hash', valveLifted, lines
+    return finish(chosen, 'cold-hash', valveLifted)
   end
 
   -- 5. The cheapest eligible candidate, and why it is not the warmest one the valve kept.
-  local chosen = indexOfCheapest(eligible, candidates, lines)
-  local cheapestUnguarded = guarded and indexOfCheapest(keptByValve, candidates, lines) or chosen
+  local chosen = indexOfCheapest(eligible, candidates, total)
+  local cheapestUnguarded = guarded and indexOfCheapest(keptByValve, candidates, total) or chosen
   local deepestMatch, deepestGuarded = -math.huge, false
   for _, j in ipairs(keptByValve) do
-    local d, spread = candidates[j].depth, lines[(j - 1) * LINE + EXCLUDED] == LOAD_SPREAD
+    local d, spread = candidates[j].depth, excluded[j] == LOAD_SPREAD
     if d > deepestMatch then
       deepestMatch, deepestGuarded = d, spread
     elseif d == deepestMatch and spread then
@@ -192,12 +206,12 @@ local function evaluateCost(candidates, p, request)
   local depth = candidates[chosen].depth
   if depth < deepestMatch then
     reason = deepestGuarded and 'load-guard' or 'spilled-from-saturated'
-  elseif lines[(cheapestUnguarded - 1) * LINE + EXCLUDED] == LOAD_SPREAD then
+  elseif excluded[cheapestUnguarded] == LOAD_SPREAD then
     reason = 'load-guard'
   elseif depth >= max(1, p.minMatchBlocks) then
     reason = 'prefix-affinity'
   end
-  return chosen, reason, valveLifted, lines
+  return finish(chosen, reason, valveLifted)
 end
 
 -- The cost lines as one binary string: per candidate its LINE fields as little-endian doubles, in the
@@ -252,8 +266,8 @@ local function evaluateRule(candidates, argument)
       if c then c.adapter = tonumber(ms) end
     end
   end
-  local chosen, reason, valveLifted, lines = evaluateCost(candidates, p, request)
+  local chosen, reason, valveLifted, lines = evaluateCost(candidates, p, request, linesWanted == '1')
   local leaseTokens = prefillTokens(request.textBytes, request.blockSizeBytes, candidates[chosen].depth, p.bytesPerToken)
-  local packed = linesWanted == '1' and packCostLines(lines, #candidates) or ''
+  local packed = lines and packCostLines(lines, #candidates) or ''
   return chosen, leaseTokens, valveLifted, { reason, valveLifted and '1' or '0', packed }
 end
