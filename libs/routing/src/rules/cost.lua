@@ -24,10 +24,10 @@
 
 -- Index of the least-loaded candidate among those `keep` accepts; ties go to the earlier one. 0 if none.
 local function indexOfLeastLoaded(candidates, keep)
-  local best, bestInflight = 0, math.huge
-  for j, c in ipairs(candidates) do
-    if c.inflight < bestInflight and (keep == nil or keep(j)) then
-      best, bestInflight = j, c.inflight
+  local best, bestInflight, inflight = 0, math.huge, candidates.inflight
+  for j = 1, candidates.count do
+    if inflight[j] < bestInflight and (keep == nil or keep(j)) then
+      best, bestInflight = j, inflight[j]
     end
   end
   return best
@@ -48,15 +48,15 @@ local LINE = 10
 
 -- The cheapest of `indices` by total cost; costs within COST_EPSILON_MS tie, and the better rendezvous
 -- rank wins. 0 when `indices` is empty.
-local function indexOfCheapest(indices, candidates, total)
+local function indexOfCheapest(indices, rank, total)
   local best, bestCost, bestRank = 0, math.huge, nil
   for _, j in ipairs(indices) do
     local cost = total[j]
     if cost <= bestCost + COST_EPSILON_MS then
       if cost < bestCost - COST_EPSILON_MS or best == 0 then
-        best, bestCost, bestRank = j, cost, candidates[j].rank
-      elseif candidates[j].rank < bestRank then
-        best, bestRank = j, candidates[j].rank
+        best, bestCost, bestRank = j, cost, rank[j]
+      elseif rank[j] < bestRank then
+        best, bestRank = j, rank[j]
       end
     end
   end
@@ -66,15 +66,17 @@ end
 -- `cacheaware` (libs/routing/src/policies/cache-aware.ts `evaluateCost`, whose comment explains the
 -- rule): every candidate's cost, the valve, the load-spread guard, cold placement by bounded-load
 -- rendezvous hashing, else the cheapest candidate in ms with rendezvous rank breaking ties; and the
--- reason. p = the policy's parameters; request = { textBytes, blockSizeBytes, maxTokens }; each
--- candidate has its `rank`. Returns chosen index, reason, valveLifted and, when `wantLines`, the cost
+-- reason. p = the policy's parameters; request = { textBytes, blockSizeBytes, maxTokens }; rank and
+-- adapter: columns of the candidates' rendezvous ranks and adapter waits (nil: none). Returns chosen index, reason, valveLifted and, when `wantLines`, the cost
 -- lines (see LINE: prefillMs, backlogMs, queueMs, waitingMs, kvMs, totalMs, excluded code, hashRank and
 -- bound (both -1 unless cold placement ran and the candidate took part), adapterMs (each candidate's
 -- `adapter` wait)), else nil: the rule itself reads only each candidate's total and exclusion, kept in
 -- two arrays. workMs (prefillMs · prefillWorkWeight) is in totalMs but not on the line: the
 -- explanation derives it from the parameters.
-local function evaluateCost(candidates, p, request, wantLines)
-  local count = #candidates
+local function evaluateCost(candidates, rank, adapterWait, p, request, wantLines)
+  local count = candidates.count
+  local inflight, pending, depth, weight = candidates.inflight, candidates.pending, candidates.depth, candidates.weight
+  local waitingOf, freeTokensOf = candidates.waiting, candidates.freeTokens
   local max, ceil = math.max, math.ceil
   local total, excluded = {}, {}
   local lines = wantLines and {} or nil
@@ -84,17 +86,16 @@ local function evaluateCost(candidates, p, request, wantLines)
   local prefillWorkWeight = p.prefillWorkWeight
   local engineWaitingMs, kvFullMs = p.engineWaitingMs, p.kvFullMs
   for j = 1, count do
-    local c = candidates[j]
-    local tokens = prefillTokens(textBytes, blockSizeBytes, c.depth, bytesPerToken)
+    local tokens = prefillTokens(textBytes, blockSizeBytes, depth[j], bytesPerToken)
     local prefill = tokens * prefillMsPerToken
     local work = prefill * prefillWorkWeight
-    local backlog = c.pending * prefillMsPerToken
-    local queue = c.inflight * queueMsPerRequest
-    local waiting = c.waiting * engineWaitingMs
-    local kv = 0
-    if c.freeTokens >= 0 and max(0, c.freeTokens - c.pending) < tokens + generation then kv = kvFullMs end
-    -- Only a LoRA adapter's request has adapter waits (nil elsewhere: no table write per candidate).
-    local adapter = c.adapter or 0
+    local backlog = pending[j] * prefillMsPerToken
+    local queue = inflight[j] * queueMsPerRequest
+    local waiting = waitingOf[j] * engineWaitingMs
+    local kv, free = 0, freeTokensOf[j]
+    if free >= 0 and max(0, free - pending[j]) < tokens + generation then kv = kvFullMs end
+    -- Only a LoRA adapter's request has adapter waits.
+    local adapter = adapterWait and adapterWait[j] or 0
     -- The same terms in the same order as cache-aware.ts (float addition is not associative).
     total[j] = prefill + work + queue + max(backlog, waiting) + kv + adapter
     excluded[j] = 0
@@ -117,7 +118,7 @@ local function evaluateCost(candidates, p, request, wantLines)
   local saturated = 0
   if p.saturationInflight > 0 then
     for j = 1, count do
-      if candidates[j].inflight >= p.saturationInflight then
+      if inflight[j] >= p.saturationInflight then
         excluded[j] = SATURATED
         saturated = saturated + 1
       end
@@ -132,11 +133,11 @@ local function evaluateCost(candidates, p, request, wantLines)
   if p.spreadAbs ~= 0 then
     local minInflight = math.huge
     for j = 1, count do
-      if excluded[j] == 0 and candidates[j].inflight < minInflight then minInflight = candidates[j].inflight end
+      if excluded[j] == 0 and inflight[j] < minInflight then minInflight = inflight[j] end
     end
     local limit = max(minInflight + p.spreadAbs, minInflight * p.spreadRel)
     for j = 1, count do
-      if excluded[j] == 0 and candidates[j].inflight > limit then
+      if excluded[j] == 0 and inflight[j] > limit then
         excluded[j] = LOAD_SPREAD
         guarded = true
       end
@@ -161,26 +162,25 @@ local function evaluateCost(candidates, p, request, wantLines)
   -- 4. Cold prompt: the first eligible candidate in rendezvous order within its load bound.
   local anyWarm = false
   for j = 1, count do
-    if candidates[j].depth >= p.minMatchBlocks then anyWarm = true end
+    if depth[j] >= p.minMatchBlocks then anyWarm = true end
   end
   if p.minMatchBlocks > 0 and not anyWarm then
     local totalInflight, totalWeight = 0, 0
     for _, j in ipairs(eligible) do
-      totalInflight = totalInflight + candidates[j].inflight
-      totalWeight = totalWeight + candidates[j].weight
+      totalInflight = totalInflight + inflight[j]
+      totalWeight = totalWeight + weight[j]
     end
     local byRank = {}
     for _, j in ipairs(eligible) do byRank[#byRank + 1] = j end
-    table.sort(byRank, function(a, b) return candidates[a].rank < candidates[b].rank end)
+    table.sort(byRank, function(a, b) return rank[a] < rank[b] end)
     local chosen = 0
     for position, j in ipairs(byRank) do
-      local c = candidates[j]
-      local b = ceil((p.coldLoadFactor * (totalInflight + 1) * c.weight) / totalWeight - BOUND_EPSILON)
+      local b = ceil((p.coldLoadFactor * (totalInflight + 1) * weight[j]) / totalWeight - BOUND_EPSILON)
       if lines then
         local at = (j - 1) * LINE
         lines[at + HASH_RANK], lines[at + BOUND] = position - 1, b
       end
-      if chosen == 0 and c.inflight <= b then chosen = j end
+      if chosen == 0 and inflight[j] <= b then chosen = j end
     end
     if chosen == 0 then
       local inEligible = {}
@@ -191,11 +191,11 @@ local function evaluateCost(candidates, p, request, wantLines)
   end
 
   -- 5. The cheapest eligible candidate, and why it is not the warmest one the valve kept.
-  local chosen = indexOfCheapest(eligible, candidates, total)
-  local cheapestUnguarded = guarded and indexOfCheapest(keptByValve, candidates, total) or chosen
+  local chosen = indexOfCheapest(eligible, rank, total)
+  local cheapestUnguarded = guarded and indexOfCheapest(keptByValve, rank, total) or chosen
   local deepestMatch, deepestGuarded = -math.huge, false
   for _, j in ipairs(keptByValve) do
-    local d, spread = candidates[j].depth, excluded[j] == LOAD_SPREAD
+    local d, spread = depth[j], excluded[j] == LOAD_SPREAD
     if d > deepestMatch then
       deepestMatch, deepestGuarded = d, spread
     elseif d == deepestMatch and spread then
@@ -203,12 +203,12 @@ local function evaluateCost(candidates, p, request, wantLines)
     end
   end
   local reason = 'least-loaded'
-  local depth = candidates[chosen].depth
-  if depth < deepestMatch then
+  local chosenDepth = depth[chosen]
+  if chosenDepth < deepestMatch then
     reason = deepestGuarded and 'load-guard' or 'spilled-from-saturated'
   elseif excluded[cheapestUnguarded] == LOAD_SPREAD then
     reason = 'load-guard'
-  elseif depth >= max(1, p.minMatchBlocks) then
+  elseif chosenDepth >= max(1, p.minMatchBlocks) then
     reason = 'prefix-affinity'
   end
   return finish(chosen, reason, valveLifted)
@@ -255,19 +255,23 @@ local function evaluateRule(candidates, argument)
     rankOf[position] = ranked
     ranked = ranked + 1
   end
-  for _, c in ipairs(candidates) do
-    c.rank = rankOf[c.position] or (ranked + c.position)
-  end
+  local count, position, rank = candidates.count, candidates.position, {}
+  for j = 1, count do rank[j] = rankOf[position[j]] or (ranked + position[j]) end
+  local adapterWait = nil
   if rankEnd then
-    local byPosition = {}
-    for _, c in ipairs(candidates) do byPosition[c.position] = c end
-    for position, ms in string.gmatch(string.sub(argument, rankEnd + 1), '(%w+):([^,]+)') do
-      local c = byPosition[tonumber(position, 36)]
-      if c then c.adapter = tonumber(ms) end
+    local indexOf = {}
+    adapterWait = {}
+    for j = 1, count do
+      indexOf[position[j]] = j
+      adapterWait[j] = 0
+    end
+    for at, ms in string.gmatch(string.sub(argument, rankEnd + 1), '(%w+):([^,]+)') do
+      local j = indexOf[tonumber(at, 36)]
+      if j then adapterWait[j] = tonumber(ms) end
     end
   end
-  local chosen, reason, valveLifted, lines = evaluateCost(candidates, p, request, linesWanted == '1')
-  local leaseTokens = prefillTokens(request.textBytes, request.blockSizeBytes, candidates[chosen].depth, p.bytesPerToken)
-  local packed = lines and packCostLines(lines, #candidates) or ''
+  local chosen, reason, valveLifted, lines = evaluateCost(candidates, rank, adapterWait, p, request, linesWanted == '1')
+  local leaseTokens = prefillTokens(request.textBytes, request.blockSizeBytes, candidates.depth[chosen], p.bytesPerToken)
+  local packed = lines and packCostLines(lines, count) or ''
   return chosen, leaseTokens, valveLifted, { reason, valveLifted and '1' or '0', packed }
 end

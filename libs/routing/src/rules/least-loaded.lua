@@ -5,10 +5,10 @@
 -- argument: the lease's prefill tokens (the whole prompt: this rule reads no match depths).
 -- Contract of evaluateRule: rules/README.md.
 local function evaluateRule(candidates, argument)
-  local best, bestInflight = 1, math.huge
-  for j = 1, #candidates do
-    if candidates[j].inflight < bestInflight then
-      best, bestInflight = j, candidates[j].inflight
+  local best, bestInflight, inflight = 1, math.huge, candidates.inflight
+  for j = 1, candidates.count do
+    if inflight[j] < bestInflight then
+      best, bestInflight = j, inflight[j]
     end
   end
   return best, tonumber(argument), false, {}
