@@ -176,16 +176,16 @@ local inflight = hmgetAll(KEYS[3], ids)
 local pending = hmgetAll(KEYS[4], ids)
 local engine = hmgetAll(engineKey, ids)
 --#stage figures
-local depths, matchRecordedAt = {}, {}
-if readsDepths then depths, matchRecordedAt = index.depths(ids) end
+local depth, matchRecordedAt = {}, {}
+if readsDepths then depth, matchRecordedAt = index.depths(ids) end
 --#stage depths
 -- The candidates' figures as columns, one array per figure (the rules' contract: libs/routing/src/rules/
 -- README.md), the counts converted in place in the arrays HMGET returned: a table of named fields per
 -- candidate cost ~7.7k instructions each (callgrind, issue 28), an array slot a few hundred.
-local depth, waiting, freeTokens = {}, {}, {}
+local waiting, freeTokens = {}, {}
 for k = 1, candidateCount do
   inflight[k], pending[k] = numberOf[inflight[k]] or 0, numberOf[pending[k]] or 0
-  depth[k] = depths[ids[k]] or 0
+  depth[k] = depth[k] or 0
   waiting[k], freeTokens[k] = engineFigures(engine[k])
 end
 local candidates = {
@@ -203,7 +203,7 @@ for k = 1, #detail do result[6 + k] = detail[k] end
 local at = 6 + #detail
 for k = 1, candidateCount do
   result[at + 1], result[at + 2], result[at + 3] = inflight[k], pending[k], depth[k]
-  result[at + 4], result[at + 5] = matchRecordedAt[ids[k]] or -1, engine[k] or ''
+  result[at + 4], result[at + 5] = matchRecordedAt[k] or -1, engine[k] or ''
   at = at + 5
 end
 --#stage reply

@@ -52,7 +52,7 @@ local result = {}
 for j = 1, backendCount do
   result[4 * j - 3] = tonumber(inflight[j]) or 0
   result[4 * j - 2] = tonumber(pending[j]) or 0
-  result[4 * j - 1] = depths[ids[j]]
-  result[4 * j] = tonumber(matchRecordedAt[ids[j]]) or -1
+  result[4 * j - 1] = depths[j]
+  result[4 * j] = tonumber(matchRecordedAt[j]) or -1
 end
 return result

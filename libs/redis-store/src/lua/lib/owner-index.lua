@@ -96,17 +96,17 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
     return rungs
   end
 
-  -- { [id] = largest d such that id holds blocks 1..d }, in `new` or, when withOld, in either generation,
-  -- counting the entries recorded after forgottenAt[id]; and { [id] = when its entry on block d was
-  -- recorded, the decimal string stored } (absent at depth 0).
+  -- For each of `ids`, in their order: the largest d such that it holds blocks 1..d, in `new` or, when
+  -- withOld, in either generation, counting the entries recorded after forgottenAt[id]; and when its
+  -- entry on block d was recorded, the decimal string stored (nil at depth 0). Two arrays.
   local function deepest(ids, withOld, forgottenAt)
     local depths, recordedAt = {}, {}
     if blockCount == 0 then
-      for k = 1, #ids do depths[ids[k]] = 0 end
+      for k = 1, #ids do depths[k] = 0 end
       return depths, recordedAt
     end
     local newValues, oldValues = raw[newKey], raw[oldKey]
-    local find, match = string.find, string.match
+    local find, match, floor = string.find, string.match, math.floor
     -- Where the backend of `marker` ("\1<id>\2", forgotten at `forgot` or never) has the entry that
     -- makes it hold block i: the owner list and the entry's offset in it; nil when it does not hold it.
     -- Inlined finds, no decoding: this runs (candidates x log(runs)) times per decision.
@@ -179,7 +179,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
       local marker, forgot = '\1' .. id .. '\2', forgottenAt[id]
       local low, high, heldValue, heldAt = 0, #ends, nil, nil
       while low < high do
-        local middle = math.floor((low + high + 1) / 2)
+        local middle = floor((low + high + 1) / 2)
         local value, at = holding(marker, forgot, ends[middle])
         if value then
           low, heldValue, heldAt = middle, value, at
@@ -187,8 +187,8 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
           high = middle - 1
         end
       end
-      depths[id] = low == 0 and 0 or ends[low]
-      if heldValue then recordedAt[id] = match(heldValue, '^%d+', heldAt + #marker) end
+      depths[k] = low == 0 and 0 or ends[low]
+      if heldValue then recordedAt[k] = match(heldValue, '^%d+', heldAt + #marker) end
     end
     return depths, recordedAt
   end
@@ -227,9 +227,9 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
     return owners
   end
 
-  -- Leading blocks of the chain each of `ids` holds, in either generation: { [id] = depth }, and
-  -- when each one's deepest held block was recorded: { [id] = ms, the decimal string stored, not
-  -- converted: the caller only passes it on } (absent at depth 0). Times never increase along a chain
+  -- Leading blocks of the chain each of `ids` holds, in either generation, and when each one's
+  -- deepest held block was recorded (ms, the decimal string stored, not converted: the caller only
+  -- passes it on; nil at depth 0): two arrays in the order of `ids`. Times never increase along a chain
   -- (index.record), so that is the oldest entry of the matched prefix: the first an LRU engine evicts,
   -- whose age the router's learn stage takes as eviction evidence (learn.lua), read here because the
   -- request's own recording may rewrite it later. The search finds it: its last probe that held.
@@ -249,7 +249,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
   -- then hides a suffix of every chain, never a middle, and prefix closure holds for what lookups see.
   -- (A block is reachable only while the blocks before it are, so it ages with them.)
   function index.record(id, now, maxNew, ceiling)
-    local from = 1 + deepest({ id }, false, thresholds.record)[id]
+    local from = 1 + deepest({ id }, false, thresholds.record)[1]
     if from > blockCount then return 0, blockCount end
     local to = math.min(blockCount, from + maxNew - 1)
     local marker = '\1' .. id .. '\2'
