@@ -45,7 +45,7 @@
                                           '@<id>' -> position (1-based, configuration order), 'ids' and
                                           'weights': the whole set (lib/pool-members.lua)
   KEYS[9]  <ns>:{<tag>}:engine-figures    HASH backend id -> its engine's waiting and free KV tokens, 8 characters
-                                          (lib/pool-members.lua engineFigures); no field: unknown
+                                          (read per candidate in step 4); no field: unknown
   ARGV[1]  now, ms since the Unix epoch
   ARGV[2]  pool key prefix '<ns>:{<tag>}:' (prefill keys = prefix..'prefill:'..backend)
   ARGV[3]  block idle TTL, ms (0 = blocks never go idle)
@@ -183,10 +183,21 @@ if readsDepths then depth, matchRecordedAt = index.depths(ids) end
 -- README.md), the counts converted in place in the arrays HMGET returned: a table of named fields per
 -- candidate cost ~7.7k instructions each (callgrind, issue 28), an array slot a few hundred.
 local waiting, freeTokens = {}, {}
+local byte = string.byte
 for k = 1, candidateCount do
   inflight[k], pending[k] = numberOf[inflight[k]] or 0, numberOf[pending[k]] or 0
   depth[k] = depth[k] or 0
-  waiting[k], freeTokens[k] = engineFigures(engine[k])
+  -- The engine's figures from its field (none: unknown, 0 waiting and -1 free): 8 characters of 6 bits,
+  -- '0' (48) to 'o' (111), waiting in 3, free KV tokens + 1 in 5 (pool-members.ts engineFiguresField).
+  -- One string.byte, inline: two base-36 numbers and a call per candidate cost ~4k instructions more.
+  local field = engine[k]
+  if field then
+    local a, b, c, d, e, f, g, h = byte(field, 1, 8)
+    waiting[k] = ((a - 48) * 64 + b - 48) * 64 + c - 48
+    freeTokens[k] = ((((d - 48) * 64 + e - 48) * 64 + f - 48) * 64 + g - 48) * 64 + h - 49
+  else
+    waiting[k], freeTokens[k] = 0, -1
+  end
 end
 local candidates = {
   count = candidateCount, id = ids, weight = weights, position = positions, inflight = inflight, pending = pending,

@@ -107,21 +107,6 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
     end
     local newValues, oldValues = raw[newKey], raw[oldKey]
     local find, match, floor = string.find, string.match, math.floor
-    -- Where the backend of `marker` ("\1<id>\2", forgotten at `forgot` or never) has the entry that
-    -- makes it hold block i: the owner list and the entry's offset in it; nil when it does not hold it.
-    -- Inlined finds, no decoding: this runs (candidates x log(runs)) times per decision.
-    local function holding(marker, forgot, i)
-      local value = newValues[i]
-      local at = value and find(value, marker, 1, true)
-      if not at and withOld then
-        value = oldValues[i]
-        at = value and find(value, marker, 1, true)
-      end
-      if not at then return nil end
-      if forgot ~= nil and tonumber(match(value, '^%d+', at + #marker)) <= forgot then return nil end
-      return value, at
-    end
-
     local rungs = ladder()
     read(newKey, rungs)
     if withOld then
@@ -174,14 +159,24 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
 
     -- 2. Each id's depth: the end of the last run it holds, by binary search over the runs (typically
     -- a handful: the shared system prompt, a conversation's earlier turns, its latest, the unrecorded tail).
+    -- A probe finds the id's entry "\1<id>\2" in the run end's owner list (new, then old), and it holds
+    -- the run if the entry counts (recorded after the id's forget threshold); no decoding, inline: this
+    -- runs (candidates x log(runs)) times per decision.
     for k = 1, #ids do
       local id = ids[k]
       local marker, forgot = '\1' .. id .. '\2', forgottenAt[id]
       local low, high, heldValue, heldAt = 0, #ends, nil, nil
       while low < high do
         local middle = floor((low + high + 1) / 2)
-        local value, at = holding(marker, forgot, ends[middle])
-        if value then
+        local i = ends[middle]
+        local value = newValues[i]
+        local at = value and find(value, marker, 1, true)
+        if not at and withOld then
+          value = oldValues[i]
+          at = value and find(value, marker, 1, true)
+        end
+        if at and forgot ~= nil and tonumber(match(value, '^%d+', at + #marker)) <= forgot then at = nil end
+        if at then
           low, heldValue, heldAt = middle, value, at
         else
           high = middle - 1

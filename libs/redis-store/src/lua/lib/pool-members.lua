@@ -74,19 +74,9 @@ local function membersAt(key, positionNames)
   return ids, weights
 end
 
--- Stores engine figures: '<id>\t<field>\n' per backend (engineFigures has the field), one HSET per CHUNK.
+-- Stores engine figures: '<id>\t<field>\n' per backend (the field: pool-members.ts engineFiguresField), one HSET per CHUNK.
 local function storeEngineFigures(key, figures)
   local writer = chunkedHset(key)
   for id, value in string.gmatch(figures, '([^\t\n]*)\t([^\n]*)\n') do writer.add(id, value) end
   writer.flush()
-end
-
--- An engine's figures from its field (false = unknown): waiting, free KV tokens (-1 = no limit known).
--- The field is 8 characters of 6 bits each, '0' (48) to 'o' (111): waiting in 3, free KV tokens + 1 in 5
--- (pool-members.ts engineFiguresField); one string.byte reads them (two base-36 numbers cost ~4.5k
--- instructions a candidate more).
-local function engineFigures(value)
-  if not value then return 0, -1 end
-  local a, b, c, d, e, f, g, h = string.byte(value, 1, 8)
-  return ((a - 48) * 64 + b - 48) * 64 + c - 48, ((((d - 48) * 64 + e - 48) * 64 + f - 48) * 64 + g - 48) * 64 + h - 48 - 1
 end
