@@ -1,8 +1,10 @@
 import {
+  CACHE_AWARE_PARAMS,
   createCacheAwarePolicy,
   decide,
   evaluateCost,
   InMemoryRoutingState,
+  resolveParams,
   type AtomicRouteInput,
   type DecideInput,
   type RoutingStateStore,
@@ -164,9 +166,8 @@ describe('FailoverRoutingState', () => {
           engine: null,
         }));
         if (input.rule.name !== 'cost') return null;
-        // The cost rule's argument opens with the policy's parameters as JSON (libs/routing rules/cost.ts).
-        const [packedParams] = input.rule.encode(input.request, input.backends).argument.split('\n');
-        const outcome = evaluateCost(input.request, candidates, JSON.parse(packedParams as string));
+        // cacheAwareInput's policy: cacheaware with its defaults.
+        const outcome = evaluateCost(input.request, candidates, resolveParams(CACHE_AWARE_PARAMS, {}));
         await shared.inner.reserve(input.pool, candidates[outcome.chosen]?.backend.id ?? '', input.leaseId, [], 0);
         return outcome;
       },
