@@ -200,12 +200,23 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
     if blockCount == 0 or limit <= 0 then return owners end
     local rungs = ladder()
     read(newKey, rungs)
-    read(oldKey, rungs)
+    -- The previous generation holds nothing of a chain whose block 1 it does not hold (prefix closure):
+    -- its ladder is read only when it does.
+    read(oldKey, { 1 })
+    local keys = { newKey }
+    if raw[oldKey][1] then
+      read(oldKey, rungs)
+      keys[2] = oldKey
+    end
     local headBytes = limit * OWNER_HEAD_BYTES
+    -- The list last parsed in each generation: a rung whose list is the same (most of a conversation's
+    -- rungs) has no owner the deeper one did not have.
+    local parsed = {}
     for r = #rungs, 1, -1 do
-      for _, key in ipairs({ newKey, oldKey }) do
+      for _, key in ipairs(keys) do
         local value = raw[key][rungs[r]]
-        if value then
+        if value and value ~= parsed[key] then
+          parsed[key] = value
           local head = #value > headBytes and string.sub(value, 1, headBytes) or value
           for id in string.gmatch(head, '\1([^\1\2]*)\2') do
             if not seen[id] then
