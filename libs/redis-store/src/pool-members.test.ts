@@ -23,6 +23,11 @@ describe('engine figures as route.lua keeps them', () => {
     });
   });
 
+  it("write a figure that is not a number (a scrape's NaN) as unknown", () => {
+    expect(engineFiguresField({ waiting: Number.NaN, freeTokens: 5 })).toBe('00000000');
+    expect(engineFiguresField({ waiting: 2, freeTokens: Number.POSITIVE_INFINITY })).toBe('00000000');
+  });
+
   it("read '' as unknown and anything else malformed as null", () => {
     expect(engineFiguresOfField('')).toEqual({ waiting: 0, freeTokens: -1 });
     for (const bad of ['0 0', '0000000', '000000000', '0000000p', '0000000/']) {

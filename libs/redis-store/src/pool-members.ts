@@ -115,6 +115,8 @@ export class PoolMembers {
  * numbers cost a pattern match and two tonumber calls (~4.5k instructions a candidate, issue 28).
  */
 export function engineFiguresField(figures: EngineFigures): string {
+  // A figure that is not a number (a scrape's NaN) is unknown: the field stays 8 characters from '0' to 'o'.
+  if (!Number.isFinite(figures.waiting) || !Number.isFinite(figures.freeTokens)) return UNKNOWN_ENGINE_FIELD;
   return (
     sixBitDigits(Math.min(Math.max(0, figures.waiting), MAX_WAITING), 3) +
     sixBitDigits(Math.min(Math.max(0, figures.freeTokens + 1), MAX_FREE_PLUS_ONE), 5)
@@ -139,7 +141,8 @@ export function engineFiguresOfField(field: string): EngineFigures | null {
 const SIX_BIT_BASE = 48;
 const MAX_WAITING = 64 ** 3 - 1;
 const MAX_FREE_PLUS_ONE = 64 ** 5 - 1;
-const UNKNOWN_ENGINE: EngineFigures = { waiting: 0, freeTokens: -1 };
+/** No engine figures known: 0 waiting, no KV limit. */
+export const UNKNOWN_ENGINE: EngineFigures = { waiting: 0, freeTokens: -1 };
 const UNKNOWN_ENGINE_FIELD = engineFiguresField(UNKNOWN_ENGINE);
 
 function sixBitDigits(value: number, width: number): string {

@@ -1,7 +1,7 @@
 import type { AtomicRule, BlockHash, Candidate, EngineFigures } from '@kvroute/routing';
 import { decisionKeys, packBlockHashes, type PoolKeys } from './keys';
 import { ROUTE_LUA } from './lua/scripts.generated';
-import { engineFiguresOfField, MEMBER_SET_TTL_MS, type MemberSet } from './pool-members';
+import { engineFiguresOfField, MEMBER_SET_TTL_MS, UNKNOWN_ENGINE, type MemberSet } from './pool-members';
 import { RedisStoreError } from './redis-store-error';
 import { defineScript, runScript, type LuaScript, type RedisClient } from './scripts';
 import type { Shortlist } from './shortlist';
@@ -153,8 +153,11 @@ function decodeRouteReply(script: LuaScript, reply: unknown, memberTotal: number
     ) as unknown[];
     // The ms travels as the decimal string the owner index stores (no conversion in Lua), or -1.
     const recordedAt = Buffer.isBuffer(recordedAtValue) ? Number(recordedAtValue.toString('latin1')) : recordedAtValue;
-    const engine = Buffer.isBuffer(engineField) ? engineFiguresOfField(engineField.toString('latin1')) : null;
-    if (![inflight, pendingPrefillTokens, matchBlocks, recordedAt].every(Number.isInteger) || engine === null) {
+    // A field that is not one (nothing this version writes) reads as unknown, as route.lua reads it: the lease is
+    // taken by now, and a refused reply would fail every decision over that backend while the field stays.
+    const engine =
+      (Buffer.isBuffer(engineField) && engineFiguresOfField(engineField.toString('latin1'))) || UNKNOWN_ENGINE;
+    if (![inflight, pendingPrefillTokens, matchBlocks, recordedAt].every(Number.isInteger)) {
       throw bad(`bad figures of participant ${figures.length + 1}`);
     }
     const matchRecordedAtMs =

@@ -257,9 +257,11 @@ export interface AtomicRuleReply {
  * in Lua, inside route.lua), so that reading the figures, choosing, taking the lease and recording
  * ownership are one atomic step. The rule owns both halves of that call: its Lua twin (`lua`, the
  * file of the same base name under rules/) and the codec of its argument and detail. A store must
- * choose exactly what the policy's `choose` chooses on the same figures and return the same explanation
- * (libs/redis-store's rule-parity test checks both on random cases); `explain` turns the store's
- * outcome into the decision, so `choose` never runs again. The store knows no rule by name.
+ * choose exactly what the policy's `choose` chooses on the same figures, and the decision built from its
+ * reply must be `choose`'s (libs/redis-store's rule-parity test checks both on random cases): `decode`
+ * builds the outcome (a codec may recompute what its twin need not return, from the figures the reply
+ * carries: the cost rule's lines), `explain` turns it into the decision, and the choice is never made
+ * twice. The store knows no rule by name.
  */
 export interface AtomicRule<Outcome extends AtomicOutcomeBase = AtomicOutcomeBase> {
   /** The rule's name: its files' base name (rules/<name>.ts, rules/<name>.lua) and its script's suffix. */

@@ -4,7 +4,8 @@
   free KV, leading blocks of the request each holds), evaluates the rule, takes the in-flight lease on
   the chosen backend and records that it now holds the request's blocks: atomic, so router replicas
   deciding at the same moment see each other's leases and ownership, and N replicas route as one.
-  Returns the rule's outcome, from which the policy builds its decision without running again.
+  Returns the rule's choice and detail, and the figures it read, from which the rule's codec and the
+  policy build the decision without choosing again.
 
   The rule is not this file's: its Lua twin (libs/routing/src/rules/<rule>.lua, `evaluateRule`,
   contract in rules/README.md) is spliced in at the line '--#rule' when the store composes the script
@@ -187,11 +188,12 @@ local byte = string.byte
 for k = 1, candidateCount do
   inflight[k], pending[k] = numberOf[inflight[k]] or 0, numberOf[pending[k]] or 0
   depth[k] = depth[k] or 0
-  -- The engine's figures from its field (none: unknown, 0 waiting and -1 free): 8 characters of 6 bits,
-  -- '0' (48) to 'o' (111), waiting in 3, free KV tokens + 1 in 5 (pool-members.ts engineFiguresField).
+  -- The engine's figures from its field (none, or not 8 characters: unknown, 0 waiting and -1 free): 8
+  -- characters of 6 bits, '0' (48) to 'o' (111), waiting in 3, free KV tokens + 1 in 5 (pool-members.ts
+  -- engineFiguresField).
   -- One string.byte, inline: two base-36 numbers and a call per candidate cost ~4k instructions more.
   local field = engine[k]
-  if field then
+  if field and #field == 8 then
     local a, b, c, d, e, f, g, h = byte(field, 1, 8)
     waiting[k] = ((a - 48) * 64 + b - 48) * 64 + c - 48
     freeTokens[k] = ((((d - 48) * 64 + e - 48) * 64 + f - 48) * 64 + g - 48) * 64 + h - 49

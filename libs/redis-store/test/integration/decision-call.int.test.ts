@@ -231,6 +231,23 @@ describe("a decision's explanation", () => {
   });
 });
 
+describe('an engine field that is not one', () => {
+  it('reads as unknown on both sides: the decision is made and explained, not refused after its lease', async () => {
+    const backends = backendsOf(2);
+    const state = ctx.createState();
+    const keys = poolKeys('m', ctx.namespace);
+    await decide(state, inputOf(backends, requestOf(2, 1), 'e1'));
+    for (const field of ['zz', '0 12', 'ppppppppp']) {
+      await ctx.redis.hset(keys.engine, backends[0]?.id as string, field);
+      const result = await decide(state, inputOf(backends, requestOf(2, 2), `e-${field}`));
+      if (result.decision.kind !== 'routed') throw new Error(`not routed with ${JSON.stringify(field)}`);
+      const score = result.decision.scores.find((entry) => entry.backendId === backends[0]?.id);
+      expect(score?.parts?.['waitingMs'], field).toBe(0);
+      expect(score?.parts?.['kvMs'], field).toBe(0);
+    }
+  });
+});
+
 describe('the size of a decision call', () => {
   it('is at most 4 KB of arguments at 1,024 backends (an 8k-token prompt), where the records were ~40 KB', async () => {
     const { redis, calls } = recording(ctx.redis as Redis);

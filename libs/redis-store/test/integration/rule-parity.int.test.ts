@@ -185,6 +185,46 @@ describe('route.lua rules choose what the policies choose', () => {
     expect(Object.keys(reasons).length, JSON.stringify(reasons)).toBe(5);
   });
 
+  it("cacheaware in a big pool (a shortlist): the recomputed lines equal the Lua twin's, cold placements included", async () => {
+    // Past RANKED_BACKENDS the Lua twin ranks by position, where the TypeScript rule ranks by the full rendezvous
+    // order: a cold placement's explanation must still show the order the choice was made in.
+    const random = seededRandom(44);
+    const now = Date.now();
+    let cold = 0;
+    for (let index = 0; index < 40; index++) {
+      const c = drawCase(random, index);
+      const count = 40 + Math.floor(random() * 40);
+      const backends = Array.from({ length: count }, (_, j) => ({ id: `10.1.${index}.${j}:8000`, weight: 1 }));
+      const big: Case = {
+        ...c,
+        backends,
+        inflight: backends.map(() => Math.floor(random() * 6)),
+        pending: backends.map(() => 0),
+        depths: backends.map(() => (random() < 0.8 ? 0 : c.request.blockHashes.length)),
+        engines: backends.map(() => null),
+        request: { ...c.request, adapterWaitMs: null },
+      };
+      const params = { ...drawParams(random), minMatchBlocks: 1, saturationInflight: 0 };
+      const decisions = [];
+      for (const linesFromStore of [true, false]) {
+        const pool = `big-${index}-${linesFromStore}`;
+        await plant(pool, big, now - 1);
+        const result = await decide(ctx.createState({ nowMs: () => now }), {
+          pool,
+          request: big.request,
+          backends,
+          policy: createCacheAwarePolicy(params, { linesFromStore }),
+          context: { nowMs: now, random },
+          leaseId: `lease-${index}`,
+        });
+        decisions.push(result.decision);
+      }
+      expect(decisions[1], `case ${index}`).toStrictEqual(decisions[0]);
+      if (decisions[0]?.kind === 'routed' && decisions[0].reason === 'cold-hash') cold++;
+    }
+    expect(cold).toBeGreaterThan(5);
+  });
+
   it('leastloaded: 300 random cases', async () => {
     const reasons = await checkParity(() => createLeastLoadedPolicy(), 300, 7);
     expect(reasons['least-loaded']).toBe(300);

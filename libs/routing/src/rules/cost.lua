@@ -1,13 +1,13 @@
 -- The cost rule (rules/cost.ts, the `cacheaware` policy): the Lua twin of evaluateCost in
 -- libs/routing/src/policies/cache-aware.ts, evaluated next to the data inside route.lua so that
--- deciding, reserving and recording are one step. It returns what its TypeScript twin returns on the
--- same figures (the choice, the reason and every candidate's cost terms), which the policy turns into
--- its decision without running again: libs/redis-store's rule-parity.int.test.ts compares the
--- decisions on thousands of random cases.
+-- deciding, reserving and recording are one step. It returns its choice and reason; the codec
+-- (rules/cost.ts) recomputes every candidate's cost terms with the TypeScript twin on the figures
+-- route.lua returns, or takes this twin's own when its argument asks for them. libs/redis-store's
+-- rule-parity.int.test.ts compares the decisions both ways on thousands of random cases.
 --
 -- argument (rules/cost.ts costRule's encode), two or three lines:
---   1. numbers, space-separated: the policy's parameters in COST_RULE_PARAMS' order (rules/cost.ts;
---      below, PARAMETERS), then the request's '<text bytes> <block size bytes> <generation budget tokens,
+--   1. numbers, space-separated: the policy's parameters in COST_RULE_PARAMS' order (rules/cost.ts),
+--      then the request's '<text bytes> <block size bytes> <generation budget tokens,
 --      0 = none>', then 1 when the cost lines are wanted in the detail, else 0 (one pattern match reads
 --      them all: decoding the parameters as JSON cost ~5 % of a decision);
 --   2. the first RANKED_BACKENDS of the request's rendezvous order, as positions among the backends
@@ -107,11 +107,11 @@ local function evaluateCost(candidates, rank, adapterWait, p, request, wantLines
     end
   end
   -- The exclusions go onto the lines once the rule has decided (each return below).
-  local function finish(chosen, reason, valveLifted)
+  local function finish(chosen, reason, valveLifted, coldOrder)
     if lines then
       for j = 1, count do lines[(j - 1) * LINE + EXCLUDED] = excluded[j] end
     end
-    return chosen, reason, valveLifted, lines
+    return chosen, reason, valveLifted, lines, coldOrder
   end
 
   -- 1. Valve; one that would exclude every candidate is lifted.
@@ -187,7 +187,7 @@ local function evaluateCost(candidates, rank, adapterWait, p, request, wantLines
       for _, j in ipairs(eligible) do inEligible[j] = true end
       chosen = indexOfLeastLoaded(candidates, function(j) return inEligible[j] end)
     end
-    return finish(chosen, 'cold-hash', valveLifted)
+    return finish(chosen, 'cold-hash', valveLifted, byRank)
   end
 
   -- 5. The cheapest eligible candidate, and why it is not the warmest one the valve kept.
@@ -232,9 +232,11 @@ end
 local NUMBERS_LINE = '^' .. string.rep('(%S+) ', 14) .. '(%S+)\n()'
 
 -- The rule's entry point (rules/README.md): parses the argument, ranks the participants, evaluates.
--- Detail: the reason, '1' when the valve was lifted, else '0', and the packed cost lines when the
--- argument asks for them, else '' (the codec recomputes them: rules/cost.ts); saturated = the valve was
--- lifted (every participant at its in-flight limit), which lets a split pool try its next cell.
+-- Detail: the reason, '1' when the valve was lifted, else '0', the packed cost lines when the argument
+-- asks for them, else '' (the codec recomputes them: rules/cost.ts), and for a cold placement whose lines
+-- the codec recomputes, the eligible candidates in the order it tried them (each index in 3 six-bit
+-- characters from '0'), else ''; saturated = the valve was lifted (every participant at its in-flight
+-- limit), which lets a split pool try its next cell.
 local function evaluateRule(candidates, argument)
   local n1, n2, n3, n4, n5, n6, n7, n8, n9, n10, n11, textBytes, blockSizeBytes, maxTokens, linesWanted, rankStart =
     string.match(argument, NUMBERS_LINE)
@@ -270,8 +272,19 @@ local function evaluateRule(candidates, argument)
       if j then adapterWait[j] = tonumber(ms) end
     end
   end
-  local chosen, reason, valveLifted, lines = evaluateCost(candidates, rank, adapterWait, p, request, linesWanted == '1')
+  local chosen, reason, valveLifted, lines, coldOrder =
+    evaluateCost(candidates, rank, adapterWait, p, request, linesWanted == '1')
   local leaseTokens = prefillTokens(request.textBytes, request.blockSizeBytes, candidates.depth[chosen], p.bytesPerToken)
   local packed = lines and packCostLines(lines, count) or ''
-  return chosen, leaseTokens, valveLifted, { reason, valveLifted and '1' or '0', packed }
+  -- A cold placement's order, for lines recomputed by the codec: its ranks past RANKED_BACKENDS are by
+  -- position here, which the TypeScript rule's full rendezvous order does not reproduce.
+  local order = ''
+  if coldOrder and not lines then
+    local codes, char = {}, string.char
+    for k, j in ipairs(coldOrder) do
+      codes[k] = char(48 + math.floor(j / 4096) % 64, 48 + math.floor(j / 64) % 64, 48 + j % 64)
+    end
+    order = table.concat(codes)
+  end
+  return chosen, leaseTokens, valveLifted, { reason, valveLifted and '1' or '0', packed, order }
 end

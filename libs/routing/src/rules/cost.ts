@@ -5,7 +5,7 @@
  * the two to the same decisions.
  *
  * The argument (cost.lua's header has the format): the policy's parameters and the request's figures
- * as one line of numbers (built once per policy instance but the request's three), and the first
+ * as one line of numbers (the parameters' part built once per policy instance), and the first
  * RANKED_BACKENDS of the request's rendezvous order. Only those are shipped, not a rank per backend, so
  * a call stays small in a big pool; the participants of a big pool's shortlist include the first few
  * of that order anyway, so a backend ranked beyond RANKED_BACKENDS decides a tie or a cold placement
@@ -108,7 +108,7 @@ function parameterLine(params: Readonly<Record<string, unknown>>): string {
 const RANK_DIGIT_BASE = 48;
 
 /**
- * The argument's third line: `ranked` (0-based indices into the pool's `memberCount` backends) as 1-based positions
+ * The argument's second line: `ranked` (0-based indices into the pool's `memberCount` backends) as 1-based positions
  * of a fixed width: its digit first, then each position in that many 6-bit characters (cost.lua reads the whole line
  * with one string.byte).
  */
@@ -125,7 +125,7 @@ export function rankLine(ranked: readonly number[], memberCount: number): string
 }
 
 /**
- * The argument's fourth line, for a LoRA adapter's request: `<position>:<ms>` per backend whose adapter wait is not 0
+ * The argument's third line, for a LoRA adapter's request: `<position>:<ms>` per backend whose adapter wait is not 0
  * (position 1-based among `backends`, base 36; ms as a decimal), comma-separated.
  */
 function adapterLine(waits: ReadonlyMap<string, number>, backends: readonly { readonly id: string }[]): string {
@@ -137,12 +137,15 @@ function adapterLine(waits: ReadonlyMap<string, number>, backends: readonly { re
   return entries.join(',');
 }
 
-/** cost.lua's detail: [reason, 1 when the valve was lifted, its packed cost lines or '' when not asked for]. */
+/**
+ * cost.lua's detail: [reason, 1 when the valve was lifted, its packed cost lines or '' when not asked for, a cold
+ * placement's order or ''].
+ */
 function decodeCostReply(reply: AtomicRuleReply, evaluate: CostRuleSides['evaluate']): CostOutcome {
   const { candidates, chosen, detail } = reply;
-  const [reason, valveLifted, packedLines] = detail;
-  if (reason === undefined || packedLines === undefined || valveLifted === undefined) {
-    throw new TypeError(`cost.lua returned ${detail.length} detail values, expected 3`);
+  const [reason, valveLifted, packedLines, coldOrder] = detail;
+  if (reason === undefined || packedLines === undefined || valveLifted === undefined || coldOrder === undefined) {
+    throw new TypeError(`cost.lua returned ${detail.length} detail values, expected 4`);
   }
   const reasonText = reason.toString('utf8');
   if (!COST_REASONS.has(reasonText))
@@ -153,8 +156,30 @@ function decodeCostReply(reply: AtomicRuleReply, evaluate: CostRuleSides['evalua
     chosen,
     reason: reasonText as CostReason,
     valveLifted: valveLifted.toString('latin1') === '1',
-    lines: packedLines.length > 0 ? costLines(packedLines, candidates.length) : linesAsRead(reply, evaluate),
+    lines:
+      packedLines.length > 0
+        ? costLines(packedLines, candidates.length)
+        : withColdOrder(linesAsRead(reply, evaluate), coldOrder.toString('latin1')),
   };
+}
+
+/**
+ * The cold placement's ranks as cost.lua tried them (`order`: each candidate index, 1-based, in 3 six-bit characters
+ * from '0'; '' = no cold placement). Past RANKED_BACKENDS cost.lua ranks by configuration position, where the
+ * TypeScript rule ranks by the full rendezvous order: the explanation shows the order the choice was made in.
+ */
+function withColdOrder(lines: readonly CostLine[], order: string): readonly CostLine[] {
+  if (order === '') return lines;
+  if (order.length % 3 !== 0) throw new TypeError(`cost.lua returned a cold order of ${order.length} characters`);
+  const ranked = lines.slice();
+  for (let at = 0, hashRank = 0; at < order.length; at += 3, hashRank++) {
+    const digit = (offset: number): number => order.charCodeAt(at + offset) - RANK_DIGIT_BASE;
+    const index = (digit(0) * 64 + digit(1)) * 64 + digit(2) - 1;
+    const line = ranked[index];
+    if (line === undefined) throw new TypeError(`cost.lua returned a cold order naming candidate ${index + 1}`);
+    ranked[index] = { ...line, cold: { hashRank, bound: line.cold?.bound ?? 0 } };
+  }
+  return ranked;
 }
 
 /**
