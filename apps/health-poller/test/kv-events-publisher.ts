@@ -15,6 +15,8 @@ export class TestKvPublisher {
   private seq = 0n;
   private buffer: { seq: bigint; payload: Buffer }[] = [];
   private sending: Promise<void> = Promise.resolve();
+  /** Replays wait before sending these batches until released (pauseReplayAt). */
+  private readonly pauses = new Map<bigint, { reached: () => void; released: Promise<void> }>();
   private readonly packr = new Packr({ useRecords: false });
 
   private constructor(
@@ -60,7 +62,13 @@ export class TestKvPublisher {
       for await (const [identity, , start] of router) {
         const from = Buffer.from(start as Buffer).readBigUInt64BE(0);
         for (const { seq, payload } of this.buffer) {
-          if (seq >= from) await router.send([identity as Buffer, Buffer.alloc(0), seqFrame(seq), payload]);
+          if (seq < from) continue;
+          const pause = this.pauses.get(seq);
+          if (pause !== undefined) {
+            pause.reached();
+            await pause.released;
+          }
+          await router.send([identity as Buffer, Buffer.alloc(0), seqFrame(seq), payload]);
         }
         await router.send([identity as Buffer, Buffer.alloc(0), seqFrame(0xffff_ffff_ffff_ffffn), Buffer.alloc(0)]);
       }
@@ -94,6 +102,29 @@ export class TestKvPublisher {
   send(frames: Buffer[]): Promise<void> {
     this.sending = this.sending.then(() => (this.pub as Publisher).send(frames));
     return this.sending;
+  }
+
+  /**
+   * Replays stop before sending batch `seq` (a slow replay socket) until `release()`; `reached` resolves when one
+   * does, so a test can act between two batches of one replay.
+   */
+  pauseReplayAt(seq: bigint): { reached: Promise<void>; release: () => void } {
+    let reached: () => void = () => undefined;
+    let release: () => void = () => undefined;
+    const arrived = new Promise<void>((resolve) => {
+      reached = resolve;
+    });
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    this.pauses.set(seq, { reached, released });
+    return {
+      reached: arrived,
+      release: () => {
+        this.pauses.delete(seq);
+        release();
+      },
+    };
   }
 
   /** Keeps only the newest `count` batches for replays (vLLM's ring buffer after it wrapped). */

@@ -203,12 +203,72 @@ describe('KV-event leases', { timeout: 60_000 }, () => {
     expect(await env.depth('m', 'l', chain.names)).toBe(1);
     stall = null;
     resume();
-    // Renewed (or lost and taken again from the cursor): the held-back batch is replayed with the next.
+    // Renewed (or lost and taken again from the cursor): the held-back batch is replayed, though no later batch
+    // showed the hole (an idle engine), and the next applies after it.
+    await eventually('the held-back batch', async () => (await env.depth('m', 'l', chain.names)) === 2);
     await publishUntil(
       pub,
       [blocks(chain, 2, 3)],
       async () => (await env.depth('m', 'l', chain.names)) === 3,
       'the chain to catch up',
     );
+  });
+
+  it('skips what a replay brings past a batch it held back, and replays from the cursor once renewed (a renewal landing mid-replay)', async () => {
+    const pub = await publisher();
+    let skewMs = 0;
+    let stall: Promise<void> | null = null;
+    let resume: () => void = () => undefined;
+    // A renewal asked on the skewed clock came back held, and a later round began: its leaseRenewed has run.
+    let renewedSkewed = false;
+    let roundAfterRenewal = false;
+    const wrapLeases = (real: KvEventsLeases): KvEventsLeases =>
+      Object.assign(Object.create(real) as KvEventsLeases, {
+        advance: async (rankId: string, seq: bigint | null) => {
+          if (renewedSkewed) roundAfterRenewal = true;
+          const skewed = skewMs !== 0;
+          await stall;
+          const state = await real.advance(rankId, seq);
+          if (skewed && state.held) renewedSkewed = true;
+          return state;
+        },
+      });
+    const { indexer, metrics } = env.startIndexer('midway', [stream('w', pub.endpoint, pub.replayEndpoint)], {
+      nowMs: () => Date.now() + skewMs,
+      wrapLeases,
+      // Long enough that Redis keeps the lease through the stall (this test is about one holder), renewed every second.
+      leaseTtlMs: 3000,
+      // The replay waits at the pauses below for a renewal round or two: not a replay that does not end.
+      replayTimeoutMs: 15_000,
+    });
+    const chain = tokenChain(48, 3);
+    await publishUntil(pub, [blocks(chain, 0, 1)], async () => (await env.depth('m', 'w', chain.names)) === 1);
+    await eventually('every copy applied', async () => indexer.subscriptionOf('w')?.lastApplied === pub.nextSeq - 1n);
+    // Block 1 misses the live socket: block 2's arrival is a gap, and the replay stops before each of them.
+    const held = pub.nextSeq;
+    const beforeHeld = pub.pauseReplayAt(held);
+    const afterHeld = pub.pauseReplayAt(held + 1n);
+    await pub.publish([blocks(chain, 1, 2)], { drop: true });
+    await pub.publish([blocks(chain, 2, 3)]);
+    await beforeHeld.reached;
+    // The lease lapses (renewals stall, the clock passes its end) just as the replay brings block 1: held back.
+    stall = new Promise<void>((resolve) => {
+      resume = resolve;
+    });
+    skewMs = 60_000;
+    beforeHeld.release();
+    await afterHeld.reached;
+    await eventually('block 1 held back', async () => (await metrics.kvCount('problems', 'lease_expired')) >= 1);
+    // Renewed before the replay goes on with block 2: applying it would step over block 1.
+    stall = null;
+    resume();
+    await eventually('the renewal', async () => roundAfterRenewal);
+    expect(await env.depth('m', 'w', chain.names)).toBe(1);
+    afterHeld.release();
+    await eventually('the chain to catch up', async () => (await env.depth('m', 'w', chain.names)) === 3);
+    // Not a publisher whose buffer fell short: the rank was never forgotten.
+    expect(await metrics.kvCount('problems', 'replay_short')).toBe(0);
+    expect(await metrics.kvCount('resyncs', 'gap')).toBe(0);
+    expect(indexer.subscriptionOf('w')?.lastApplied).toBe(held + 1n);
   });
 });

@@ -51,6 +51,9 @@ interface Item {
  * - The live sequence going backwards: the publisher restarted (vLLM numbers from 0 per process):
  *   resync, and replay the new publisher's buffer from 0.
  * - AllBlocksCleared: forgotten at once too (apply-batch.ts).
+ * - Past the lease's deadline (a renewal late or failing) nothing is written: the first batch not written is held
+ *   back, nothing after it is applied (nor taken for a gap), and once the lease is renewed a replay from the cursor
+ *   brings it back (a lease lost instead: the next holder replays from the cursor).
  * Bad input is counted and skipped, never thrown: malformed frames or msgpack, unknown events,
  * oversized batches (dropped whole), a full queue (dropped, then found as a gap).
  */
@@ -81,6 +84,13 @@ export class RankSubscription {
   private resyncNext = false;
   /** The lease is ours until then at least (ms, nowMs): past it, another replica may hold it, so nothing is written. */
   private leaseUntilMs = Number.NEGATIVE_INFINITY;
+  /**
+   * The first batch received but not written because the lease had lapsed (null = none). Nothing past it is applied
+   * until it is: the cursor would step over it and its blocks would never be named (their children orphans), and a
+   * replay going on past it is not a publisher whose buffer fell short. Once the lease is renewed, a replay from the
+   * cursor brings it back (leaseRenewed, retryHeldBack).
+   */
+  private heldBack: bigint | null = null;
 
   constructor(private readonly options: RankSubscriptionOptions) {
     this.names = new BlockNames(options.namesPerRank);
@@ -98,6 +108,9 @@ export class RankSubscription {
   /** The lease was renewed: valid until `untilMs` (the TTL from before the renewal was asked). */
   leaseRenewed(untilMs: number): void {
     this.leaseUntilMs = untilMs;
+    // A batch held back while it had lapsed is fetched again now: an idle publisher may send nothing else to show the hole.
+    if (this.heldBack !== null && !this.replaying && !this.stopped && this.options.nowMs() <= untilMs)
+      this.replayFromCursor();
   }
 
   /** Starts reading from `cursor`; throws when zeromq refuses an endpoint (the caller stops it). */
@@ -195,6 +208,7 @@ export class RankSubscription {
       metrics.recordKvResync('restart');
       this.resyncNext = true;
       this.applied = null;
+      this.heldBack = null;
       if (this.options.replayEndpoint !== null) {
         this.warmUntil = null;
         this.setAside.push(item);
@@ -202,6 +216,7 @@ export class RankSubscription {
         return;
       }
     }
+    if (this.heldBack !== null && item.seq > this.heldBack) return this.pastHeldBack(item);
     const applied = this.applied;
     if (applied === null || item.seq === applied + 1n) return this.applyItem(item, false);
     if (item.seq <= applied) {
@@ -215,8 +230,33 @@ export class RankSubscription {
       return this.applyItem(item, false);
     }
     this.setAside.push(item);
-    // From the last one applied, to tell a gap from a restart whose numbers passed ours.
-    if (this.appliedPayload !== null) this.requestReplay(applied, true);
+    this.replayFromCursor();
+  }
+
+  /** A live batch past one held back (the lease had lapsed): no gap in the stream, it waits for that one. */
+  private async pastHeldBack(item: Item): Promise<void> {
+    const { metrics } = this.options;
+    if (this.leaseLapsed()) {
+      // Still in the publisher's buffer: the replay asked at the renewal brings it back after the held-back one.
+      metrics.recordKvBatch('dropped');
+      return;
+    }
+    if (this.options.replayEndpoint === null) {
+      // Nothing brings the held-back batch back: what it stored is unknown, as after a gap.
+      metrics.recordKvResync('gap');
+      this.resyncNext = true;
+      this.heldBack = null;
+      return this.applyItem(item, false);
+    }
+    this.setAside.push(item);
+    this.replayFromCursor();
+  }
+
+  /** Replays from the cursor: from the batch applied last when its payload is known, to tell a gap from a restart whose numbers passed ours. */
+  private replayFromCursor(): void {
+    const applied = this.applied;
+    if (applied === null) this.requestReplay(0n);
+    else if (this.appliedPayload !== null) this.requestReplay(applied, true);
     else this.requestReplay(applied + 1n);
   }
 
@@ -236,6 +276,7 @@ export class RankSubscription {
         this.resyncNext = true;
         this.applied = null;
         this.appliedPayload = null;
+        this.heldBack = null;
         this.warmUntil = null;
         this.requestReplay(0n);
         return;
@@ -246,11 +287,19 @@ export class RankSubscription {
       }
     }
     if (item.seq === END_SEQ) return this.replayEnded();
-    if (this.replayHigh === null || item.seq > this.replayHigh) this.replayHigh = item.seq;
+    const delivered = this.replayHigh;
+    if (delivered === null || item.seq > delivered) this.replayHigh = item.seq;
     if (this.warmUntil !== null && item.seq <= this.warmUntil) return this.applyItem(item, true);
     const applied = this.applied;
     if (applied !== null && item.seq <= applied) {
       metrics.recordKvBatch('duplicate');
+      return;
+    }
+    const heldBack = this.heldBack;
+    if (heldBack !== null && item.seq > heldBack && delivered !== null && delivered >= heldBack) {
+      // This replay brought the held-back batch while the lease had lapsed: applying what follows would step over it
+      // (and a renewal meanwhile would let it through). The replay asked once the lease is renewed brings both.
+      metrics.recordKvBatch('dropped');
       return;
     }
     if (applied !== null && item.seq > applied + 1n) {
@@ -258,6 +307,7 @@ export class RankSubscription {
       metrics.recordKvProblem('replay_short');
       metrics.recordKvResync('gap');
       this.resyncNext = true;
+      this.heldBack = null;
     }
     return this.applyItem(item, false);
   }
@@ -265,10 +315,13 @@ export class RankSubscription {
   private async applyItem(item: Item, nameOnly: boolean): Promise<void> {
     const { metrics, limits } = this.options;
     if (!nameOnly && this.leaseLapsed()) {
-      // Not applied: the cursor stays, and a later batch finds the gap (or the next holder replays it).
+      // Not applied: the cursor stays, and the replay from it once the lease is renewed (or the next holder's) brings it back.
+      if (this.heldBack === null || item.seq < this.heldBack) this.heldBack = item.seq;
       metrics.recordKvBatch('dropped');
       return;
     }
+    // Written now, or failing as any batch can (apply_failed): no longer held back by the lease.
+    if (!nameOnly && this.heldBack !== null && item.seq >= this.heldBack) this.heldBack = null;
     let decoded: ReturnType<typeof decodeBatch> | null = null;
     try {
       decoded = decodeBatch(item.payload, limits);
@@ -390,6 +443,7 @@ export class RankSubscription {
     this.resyncNext = true;
     this.applied = null;
     this.appliedPayload = null;
+    this.heldBack = null;
     this.warmUntil = null;
     this.requestReplay(0n);
   }
@@ -399,7 +453,30 @@ export class RankSubscription {
     this.options.metrics.recordKvResync('gap');
     this.resyncNext = true;
     this.applied = null;
+    // The resync forgets the rank: what the held-back batch stored is unknown, like the rest.
+    this.heldBack = null;
     this.finishReplay();
+  }
+
+  /**
+   * A replay ended with a batch held back. True when a replay from the cursor was asked for instead (the lease was
+   * renewed since the replay brought it). Still lapsed: leaseRenewed asks for it. A replay that never reached it:
+   * the publisher no longer holds it, and the rank is resynchronised as after a short replay.
+   */
+  private retryHeldBack(): boolean {
+    const heldBack = this.heldBack;
+    if (heldBack === null) return false;
+    if (this.replayHigh === null || this.replayHigh < heldBack) {
+      this.options.metrics.recordKvProblem('replay_short');
+      this.options.metrics.recordKvResync('gap');
+      this.resyncNext = true;
+      this.heldBack = null;
+      return false;
+    }
+    if (this.options.nowMs() > this.leaseUntilMs) return false;
+    this.warmUntil = null;
+    this.replayFromCursor();
+    return true;
   }
 
   private endReplay(): void {
@@ -413,6 +490,7 @@ export class RankSubscription {
 
   /** The replay ended: the live batches set aside meanwhile go through in order (duplicates skipped). */
   private finishReplay(): void {
+    if (this.retryHeldBack()) return; // the live batches set aside wait for that replay
     this.endReplay();
     this.warmUntil = null;
     const waiting = this.setAside;
