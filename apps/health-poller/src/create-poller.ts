@@ -100,7 +100,7 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
   // A cluster URL makes each of them a Cluster client, BullMQ's included (its duplicates are too).
   // One warning per outage and one line when Redis is back (redis-reachability.ts), followed on the main
   // connection; the other connections' errors (the same outage, retried on their own) go to debug.
-  const reachability = new RedisReachability(logger);
+  const reachability = new RedisReachability(logger, nowMs, 3 * config.intervalMs + 5_000);
   const onRedisError = (error: Error): void => reachability.failed(error, 'Redis connection error');
   const redis = createRedis(config.redisUrl, 'worker', {
     overrides: { connectionName: 'kvroute-poller' },
@@ -205,6 +205,7 @@ export async function createHealthPoller(config: PollerConfig, deps: HealthPolle
     intervalMs: config.intervalMs,
     nowMs,
     logger: logger?.child({ component: 'schedules' }),
+    inOutage: () => reachability.inOutage,
   });
   const kvDefaults: KvEventsDefaults = {
     port: config.kvEventsPort === 0 ? null : config.kvEventsPort,

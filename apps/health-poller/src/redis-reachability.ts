@@ -45,8 +45,24 @@ export interface ReachabilitySource {
  */
 export class RedisReachability {
   private state: 'unknown' | 'up' | 'down' = 'unknown';
+  /** When Redis was last seen coming back (ms, nowMs); -∞: never. */
+  private backAtMs = Number.NEGATIVE_INFINITY;
 
-  constructor(private readonly logger: FastifyBaseLogger | undefined) {}
+  /**
+   * `aftermathMs`: how long after Redis is back its users' other errors still count as the outage's (work
+   * in flight across it: a BullMQ job whose lock or keys a restarted Redis lost) and go to debug, as
+   * connection errors do.
+   */
+  constructor(
+    private readonly logger: FastifyBaseLogger | undefined,
+    private readonly nowMs: () => number = Date.now,
+    private readonly aftermathMs = 10_000,
+  ) {}
+
+  /** Whether Redis is down now, or came back less than the aftermath ago (what fails then is the outage's doing). */
+  get inOutage(): boolean {
+    return this.state === 'down' || this.nowMs() - this.backAtMs < this.aftermathMs;
+  }
 
   /** Redis is down while `source` cannot connect, up again once it is ready. */
   watch(source: ReachabilitySource): void {
@@ -61,10 +77,11 @@ export class RedisReachability {
 
   /**
    * An error of one of the poller's Redis users (`what`: the message to log it under): a connection
-   * error is the outage `watch` reports, logged at debug here; any other error is a warning with its stack.
+   * error, or any error during an outage and its aftermath (`inOutage`), is the outage `watch` reports,
+   * logged at debug here; any other error is a warning with its stack.
    */
   failed(error: unknown, what: string, fields: Readonly<Record<string, unknown>> = {}): void {
-    if (isConnectionError(error)) this.logger?.debug({ ...fields, reason: reasonOf(error) }, what);
+    if (isConnectionError(error) || this.inOutage) this.logger?.debug({ ...fields, reason: reasonOf(error) }, what);
     else this.logger?.warn({ ...fields, err: error }, what);
   }
 
@@ -85,7 +102,10 @@ export class RedisReachability {
   }
 
   private reached(): void {
-    if (this.state === 'down') this.logger?.info({ redis: 'up' }, 'Redis reachable again: scraping and publishing');
+    if (this.state === 'down') {
+      this.logger?.info({ redis: 'up' }, 'Redis reachable again: scraping and publishing');
+      this.backAtMs = this.nowMs();
+    }
     this.state = 'up';
   }
 }

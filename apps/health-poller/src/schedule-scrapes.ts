@@ -70,6 +70,8 @@ export class ScrapeSchedules {
       readonly intervalMs: number;
       readonly nowMs: () => number;
       readonly logger?: FastifyBaseLogger | undefined;
+      /** Redis is down or just came back (RedisReachability.inOutage): a lost job is the outage's doing. */
+      readonly inOutage?: () => boolean;
     },
   ) {}
 
@@ -131,10 +133,11 @@ export class ScrapeSchedules {
           removeOnFail: { age: 60 },
         });
       replanned.push(backend.id);
-      this.options.logger?.warn(
-        { backend: backend.id, plannedMs: slotMs, jobState: state, catchUp },
-        'scrape scheduler lost its next job (a poller died): re-planned',
-      );
+      const fields = { backend: backend.id, plannedMs: slotMs, jobState: state, catchUp };
+      // A restarted Redis that lost the queue's keys loses its jobs too: expected then, and said once by reachability.
+      if (this.options.inOutage?.() === true)
+        this.options.logger?.info(fields, 'scrape scheduler lost its next job in the outage: re-planned');
+      else this.options.logger?.warn(fields, 'scrape scheduler lost its next job (a poller died): re-planned');
     }
     return { replanned };
   }
