@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { findFreePort, findFreePorts } from '@kvroute/testing';
 import { nodeArgsFor } from './app-process';
+import { processListeningOn } from './listening-process';
 
 /** Starts vllm-sim processes on free loopback ports, for the demo and benchmarks. */
 export interface LocalSim {
@@ -15,32 +16,79 @@ export async function startLocalSims(
   simArgs: readonly string[],
   options: { pinToCore?: number; kvEvents?: boolean } = {},
 ): Promise<LocalSim[]> {
-  const sims: LocalSim[] = [];
+  const portsEach = options.kvEvents === true ? 3 : 1;
   // All ports at once (held open together, so distinct): one at a time, a port freed for a sim that has
   // not bound it yet can be handed out again (64 sims collided on one).
-  const ports = await findFreePorts(options.kvEvents === true ? 3 * count : count);
-  for (let index = 0; index < count; index++) {
-    const port = ports[index] as number;
-    const kvEvents =
-      options.kvEvents === true
-        ? { port: ports[count + 2 * index] as number, replayPort: ports[count + 2 * index + 1] as number }
-        : undefined;
-    const eventArgs =
-      kvEvents === undefined
-        ? []
-        : ['--kv-events-port', String(kvEvents.port), '--kv-events-replay-port', String(kvEvents.replayPort)];
-    const args = [...nodeArgsFor('vllm-sim'), '--port', String(port), '--log-level', 'warn', ...eventArgs, ...simArgs];
-    const child =
-      options.pinToCore === undefined
-        ? spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] })
-        : spawn('taskset', ['-c', String(options.pinToCore), process.execPath, ...args], {
-            stdio: ['ignore', 'inherit', 'inherit'],
-          });
-    sims.push({ url: `http://127.0.0.1:${port}`, process: child, ...(kvEvents === undefined ? {} : { kvEvents }) });
-  }
-  await Promise.all(sims.map((sim) => waitReady(`${sim.url}/health`)));
-  return sims;
+  const ports = await findFreePorts(portsEach * count);
+  return Promise.all(
+    Array.from({ length: count }, (_, index) =>
+      startOwnListener(ports.slice(index * portsEach, (index + 1) * portsEach), portsEach, (own) => {
+        const [port, eventPort, replayPort] = own as [number, number?, number?];
+        const kvEvents =
+          eventPort === undefined || replayPort === undefined ? undefined : { port: eventPort, replayPort };
+        const eventArgs =
+          kvEvents === undefined
+            ? []
+            : ['--kv-events-port', String(kvEvents.port), '--kv-events-replay-port', String(kvEvents.replayPort)];
+        const args = [
+          ...nodeArgsFor('vllm-sim'),
+          '--port',
+          String(port),
+          '--log-level',
+          'warn',
+          ...eventArgs,
+          ...simArgs,
+        ];
+        const url = `http://127.0.0.1:${port}`;
+        const child = spawnPinned(args, options.pinToCore);
+        return {
+          probeUrl: `${url}/health`,
+          started: { url, process: child, ...(kvEvents === undefined ? {} : { kvEvents }) } as LocalSim,
+        };
+      }),
+    ),
+  );
 }
+
+function spawnPinned(args: readonly string[], pinToCore: number | undefined): ChildProcess {
+  return pinToCore === undefined
+    ? spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] })
+    : spawn('taskset', ['-c', String(pinToCore), process.execPath, ...args], {
+        stdio: ['ignore', 'inherit', 'inherit'],
+      });
+}
+
+/** How many times a process whose port another process took first is started again on other ports. */
+const PORT_TRIES = 3;
+
+/**
+ * Starts a listening process on `ports` (else on `portCount` fresh ones) and waits until it answers its probe, as
+ * the process listening there. A port found free can be taken by another process before the child binds it (the
+ * suite's files start servers side by side): the child then exits (address in use), and a probe alone would reach
+ * that other process, a server of another test (a 404 for this test's model). Such a start is tried again on other
+ * ports, up to PORT_TRIES times.
+ */
+async function startOwnListener<T extends { readonly process: ChildProcess }>(
+  ports: readonly number[],
+  portCount: number,
+  start: (ports: readonly number[]) => { probeUrl: string; started: T },
+): Promise<T> {
+  let own = ports;
+  for (let attempt = 1; ; attempt++) {
+    const started = start(own);
+    try {
+      await waitReady(started.probeUrl, { process: started.started.process, port: own[0] as number });
+      return started.started;
+    } catch (error) {
+      started.started.process.kill('SIGKILL');
+      if (!(error instanceof PortTakenError) || attempt >= PORT_TRIES) throw error;
+      own = await findFreePorts(portCount);
+    }
+  }
+}
+
+/** The process started did not become the one listening on its port (see startOwnListener). */
+class PortTakenError extends Error {}
 
 /** How long a stopped process may take to exit before SIGKILL, ms. */
 const STOP_DEADLINE_MS = 10_000;
@@ -66,12 +114,27 @@ export async function stopLocalSims(sims: readonly LocalSim[]): Promise<void> {
 /**
  * Polls `probeUrl` every 50 ms until it answers 200, for up to 30 s: a bound, not a wait. An app started
  * from its sources under tsx on 2 busy cores (the whole suite at once) has taken over 15 s to listen.
+ * With `own` (the process expected to answer, and its port): fails with PortTakenError as soon as that process
+ * has exited, or when the answer comes from another process listening on the port (Linux's /proc tells; where
+ * it cannot, the answer is taken as the process's).
  */
-export async function waitReady(probeUrl: string): Promise<void> {
+export async function waitReady(
+  probeUrl: string,
+  own?: { readonly process: ChildProcess; readonly port: number },
+): Promise<void> {
+  const exited = (): boolean => own !== undefined && (own.process.exitCode !== null || own.process.signalCode !== null);
   for (let attempt = 0; attempt < 600; attempt++) {
+    if (exited()) throw new PortTakenError(`${probeUrl}: the process exited before it answered (its port taken?)`);
     try {
-      if ((await fetch(probeUrl)).ok) return;
-    } catch {
+      if ((await fetch(probeUrl)).ok) {
+        const pid = own?.process.pid;
+        const holder = own === undefined || pid === undefined ? undefined : processListeningOn(own.port, [pid]);
+        if (holder !== undefined && holder.pid !== pid)
+          throw new PortTakenError(`${probeUrl} is answered by another process (${holder.command}, pid ${holder.pid})`);
+        return;
+      }
+    } catch (error) {
+      if (error instanceof PortTakenError) throw error;
       // not listening yet
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
@@ -102,31 +165,32 @@ export async function startLocalRouter(
 ): Promise<LocalRouter> {
   // Both at once (held together, so distinct): several routers run side by side, and the ops default
   // (9464) would clash between them and with the poller.
-  const [port, opsPort] = (await findFreePorts(2)) as [number, number];
-  const args = [
-    ...nodeArgsFor('router'),
-    '--host',
-    '127.0.0.1',
-    '--port',
-    String(port),
-    '--ops-port',
-    String(opsPort),
-    ...(backendUrls.length === 0 ? [] : ['--backends', backendUrls.join(',')]),
-    '--log-level',
-    'warn',
-    '--shutdown-drain-delay-ms',
-    '0',
-    ...routerArgs,
-  ];
-  const child =
-    options.pinToCore === undefined
-      ? spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] })
-      : spawn('taskset', ['-c', String(options.pinToCore), process.execPath, ...args], {
-          stdio: ['ignore', 'inherit', 'inherit'],
-        });
-  const url = `http://127.0.0.1:${port}`;
-  await waitReady(`${url}/readyz`);
-  return { url, opsUrl: `http://127.0.0.1:${opsPort}`, process: child };
+  const started = await startOwnListener(await findFreePorts(2), 2, (ports) => {
+    const [port, opsPort] = ports as [number, number];
+    const args = [
+      ...nodeArgsFor('router'),
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(port),
+      '--ops-port',
+      String(opsPort),
+      ...(backendUrls.length === 0 ? [] : ['--backends', backendUrls.join(',')]),
+      '--log-level',
+      'warn',
+      '--shutdown-drain-delay-ms',
+      '0',
+      ...routerArgs,
+    ];
+    const url = `http://127.0.0.1:${port}`;
+    const router: LocalRouter = {
+      url,
+      opsUrl: `http://127.0.0.1:${opsPort}`,
+      process: spawnPinned(args, options.pinToCore),
+    };
+    return { probeUrl: `${url}/readyz`, started: router };
+  });
+  return started;
 }
 
 export async function stopLocalProcess(target: { readonly process: ChildProcess }): Promise<void> {
