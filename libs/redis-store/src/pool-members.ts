@@ -112,7 +112,7 @@ export class PoolMembers {
  * An engine's figures as route.lua keeps them (and reads them, per candidate): 8 characters, '0' (48) to
  * 'o' (111), 6 bits each, most significant first: waiting in 3 (at most 262,143) and free KV tokens + 1 in 5
  * (at most 1,073,741,822 tokens; 0 = no limit known), clamped. One string.byte reads them, where two base-36
- * numbers cost a pattern match and two tonumber calls (~4.5k instructions a candidate, issue 28).
+ * numbers cost a pattern match and two tonumber calls (18 k instructions a decision more at 16 backends, issue 28).
  */
 export function engineFiguresField(figures: EngineFigures): string {
   // A figure that is not a number (a scrape's NaN) is unknown: the field stays 8 characters from '0' to 'o'.

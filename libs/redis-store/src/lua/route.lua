@@ -191,7 +191,7 @@ for k = 1, candidateCount do
   -- The engine's figures from its field (none, or not 8 characters: unknown, 0 waiting and -1 free): 8
   -- characters of 6 bits, '0' (48) to 'o' (111), waiting in 3, free KV tokens + 1 in 5 (pool-members.ts
   -- engineFiguresField).
-  -- One string.byte, inline: two base-36 numbers and a call per candidate cost ~4k instructions more.
+  -- One string.byte, inline (no call per candidate): issue 28 measured both steps in docs/results.md.
   local field = engine[k]
   if field and #field == 8 then
     local a, b, c, d, e, f, g, h = byte(field, 1, 8)

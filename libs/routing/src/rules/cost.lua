@@ -9,7 +9,7 @@
 --   1. numbers, space-separated: the policy's parameters in COST_RULE_PARAMS' order (rules/cost.ts),
 --      then the request's '<text bytes> <block size bytes> <generation budget tokens,
 --      0 = none>', then 1 when the cost lines are wanted in the detail, else 0 (one pattern match reads
---      them all: decoding the parameters as JSON cost ~5 % of a decision);
+--      them all, where the parameters were JSON decoded by cjson);
 --   2. the first RANKED_BACKENDS of the request's rendezvous order, as positions among the backends
 --      given (1-based, most preferred first): a digit w (the characters per position), then each
 --      position in w characters, most significant first, 6 bits each as the characters '0' (48) to 'o'
