@@ -49,7 +49,7 @@ describe('waitReady with the process expected to answer', () => {
     try {
       await expect(
         waitReady(`http://127.0.0.1:${foreign.port}/health`, { process: child, port: foreign.port }),
-      ).rejects.toThrow(/exited before it answered/);
+      ).rejects.toThrow(/exited \(1\) before it was ready/);
     } finally {
       await foreign.close();
     }

@@ -22,7 +22,7 @@ export async function startLocalSims(
   const ports = await findFreePorts(portsEach * count);
   return Promise.all(
     Array.from({ length: count }, (_, index) =>
-      startOwnListener(ports.slice(index * portsEach, (index + 1) * portsEach), portsEach, (own) => {
+      startOwnListener(ports.slice(index * portsEach, (index + 1) * portsEach), (own) => {
         const [port, eventPort, replayPort] = own as [number, number?, number?];
         const kvEvents =
           eventPort === undefined || replayPort === undefined ? undefined : { port: eventPort, replayPort };
@@ -62,15 +62,14 @@ function spawnPinned(args: readonly string[], pinToCore: number | undefined): Ch
 const PORT_TRIES = 3;
 
 /**
- * Starts a listening process on `ports` (else on `portCount` fresh ones) and waits until it answers its probe, as
- * the process listening there. A port found free can be taken by another process before the child binds it (the
- * suite's files start servers side by side): the child then exits (address in use), and a probe alone would reach
- * that other process, a server of another test (a 404 for this test's model). Such a start is tried again on other
- * ports, up to PORT_TRIES times.
+ * Starts a listening process on `ports` (else on as many fresh ones) and waits until it answers its probe, as the
+ * process listening there; every local process the bench starts on a port found free goes through here. A port
+ * found free can be taken by another process before the child binds it (the suite's files start servers side by
+ * side): the child then exits (address in use), and a probe alone would reach that other process, a server of
+ * another test (a 404 for this test's model). Such a start is tried again on other ports, up to PORT_TRIES times.
  */
-async function startOwnListener<T extends { readonly process: ChildProcess }>(
+export async function startOwnListener<T extends { readonly process: ChildProcess }>(
   ports: readonly number[],
-  portCount: number,
   start: (ports: readonly number[]) => { probeUrl: string; started: T },
 ): Promise<T> {
   let own = ports;
@@ -82,7 +81,7 @@ async function startOwnListener<T extends { readonly process: ChildProcess }>(
     } catch (error) {
       started.started.process.kill('SIGKILL');
       if (!(error instanceof PortTakenError) || attempt >= PORT_TRIES) throw error;
-      own = await findFreePorts(portCount);
+      own = await findFreePorts(ports.length);
     }
   }
 }
@@ -124,7 +123,12 @@ export async function waitReady(
 ): Promise<void> {
   const exited = (): boolean => own !== undefined && (own.process.exitCode !== null || own.process.signalCode !== null);
   for (let attempt = 0; attempt < 600; attempt++) {
-    if (exited()) throw new PortTakenError(`${probeUrl}: the process exited before it answered (its port taken?)`);
+    if (exited()) {
+      const { exitCode, signalCode } = own?.process ?? {};
+      throw new PortTakenError(
+        `${probeUrl}: the process exited (${signalCode ?? exitCode}) before it was ready (its port taken?)`,
+      );
+    }
     try {
       if ((await fetch(probeUrl)).ok) {
         const pid = own?.process.pid;
@@ -165,7 +169,7 @@ export async function startLocalRouter(
 ): Promise<LocalRouter> {
   // Both at once (held together, so distinct): several routers run side by side, and the ops default
   // (9464) would clash between them and with the poller.
-  const started = await startOwnListener(await findFreePorts(2), 2, (ports) => {
+  const started = await startOwnListener(await findFreePorts(2), (ports) => {
     const [port, opsPort] = ports as [number, number];
     const args = [
       ...nodeArgsFor('router'),

@@ -27,8 +27,8 @@ import {
   startLocalRouter,
   startLocalSims,
   stopLocalProcess,
+  startOwnListener,
   stopLocalSims,
-  waitReady,
   type LocalRouter,
   type LocalSim,
 } from '../local-sims';
@@ -256,28 +256,25 @@ export async function startPoller(
   sims: readonly LocalSim[],
   extraArgs: readonly string[] = [],
 ): Promise<ChildProcess> {
-  const port = await freePort();
-  const args = [
-    ...nodeArgsFor('health-poller'),
-    '--host',
-    '127.0.0.1',
-    '--port',
-    String(port),
-    '--redis-url',
-    redisUrl,
-    ...(await pollerBackendArgs(sims)),
-    '--log-level',
-    'warn',
-    ...extraArgs,
-  ];
-  const child = spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] });
-  try {
-    await waitReady(`http://127.0.0.1:${port}/healthz`);
-  } catch (error) {
-    child.kill('SIGKILL');
-    throw error;
-  }
-  return child;
+  const backendArgs = await pollerBackendArgs(sims);
+  const poller = await startOwnListener([await freePort()], ([port]) => {
+    const args = [
+      ...nodeArgsFor('health-poller'),
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(port),
+      '--redis-url',
+      redisUrl,
+      ...backendArgs,
+      '--log-level',
+      'warn',
+      ...extraArgs,
+    ];
+    const child = spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] });
+    return { probeUrl: `http://127.0.0.1:${port}/healthz`, started: { process: child } };
+  });
+  return poller.process;
 }
 
 /**
