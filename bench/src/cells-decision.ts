@@ -7,7 +7,7 @@
  * flight, each decide + release.
  *
  * What one pool can sustain is bounded by its busiest shard: every master's script time (`INFO
- * commandstats`, EVALSHA + EVAL usec) is read after the pass, and the pool's ceiling is
+ * commandstats`, FCALL + EVALSHA + EVAL usec) is read after the pass, and the pool's ceiling is
  * decisions × 1e6 / the busiest master's usec. With one cell that is one master's thread; with cells
  * it is shared by the masters that hold them. The wall rate this machine reached is printed too, but
  * on a small machine the cluster's nodes and this client share the cores, so the ceiling, not the wall

@@ -10,7 +10,8 @@
  * recorded. Those calls are replayed twice with instrumentation on (the first to settle); the second
  * replay's instruction count over the decisions is the figure: route + release, as Redis executes them.
  * With `--stages`, the decision script is also replayed cut at each of its `--#stage` markers (route.lua),
- * which splits that figure by step.
+ * which splits that figure by step; the cuts run as scripts (EVALSHA), so they count the 'definitions' step
+ * that the router's calls, as a Redis Function (src/scripts.ts), skip: their last row is the function's total.
  *
  * Portable across commits: a checkout whose store predates route.lua's composition per rule is measured
  * as it is (no stages), so a `git worktree` of an older commit can run this file for a before/after.
@@ -104,14 +105,16 @@ function decisionScriptOf(policy: RoutingPolicy): string {
 async function measurePool(backendCount: number): Promise<void> {
   const server = await startInstrumentedRedis();
   const control: Redis = store.createRedis(server.url, 'worker');
-  const recorded: (string | number)[][] = [];
+  /** The script calls of the recorded decisions, as sent (FCALL for a script with a function form, else EVALSHA). */
+  const recorded: { command: string; argv: (string | number)[] }[] = [];
   let recording = false;
   const client = new Proxy(store.createRedis(server.url, 'worker'), {
     get(target, name, receiver) {
       const value = Reflect.get(target, name, receiver) as unknown;
       if ((name !== 'call' && name !== 'callBuffer') || typeof value !== 'function') return value;
       return (command: string, argv: (string | number)[]) => {
-        if (recording && command.toLowerCase() === 'evalsha') recorded.push([...argv]);
+        if (recording && ['evalsha', 'fcall'].includes(command.toLowerCase()))
+          recorded.push({ command, argv: [...argv] });
         return (value as (...a: unknown[]) => unknown).call(target, command, argv);
       };
     },
@@ -155,12 +158,18 @@ async function measurePool(backendCount: number): Promise<void> {
     recording = true;
     for (let k = 0; k < calls; k++) await decideOne(k, `decision-${k}`);
     recording = false;
-    const decisionSha = recorded[0]?.[0];
-    const replay = async (sha?: string) => {
-      for (const argv of recorded) {
-        await control
-          .call('EVALSHA', sha !== undefined && argv[0] === decisionSha ? [sha, ...argv.slice(1)] : argv)
-          .catch(() => null);
+    // The decision's script (its SHA-1 or its function's name) is the first one called.
+    const decisionScript = recorded[0]?.argv[0];
+    /** Replays the recorded calls; with `sha`, the decisions run that script instead (EVALSHA). */
+    const replay = async (sha?: string, only?: 'decisions' | 'releases') => {
+      for (const { command, argv } of recorded) {
+        const isDecision = argv[0] === decisionScript;
+        if (only !== undefined && isDecision !== (only === 'decisions')) continue;
+        const call =
+          sha !== undefined && isDecision
+            ? control.call('EVALSHA', [sha, ...argv.slice(1)])
+            : control.call(command, argv);
+        await call.catch(() => null);
       }
     };
     server.on();
@@ -175,6 +184,19 @@ async function measurePool(backendCount: number): Promise<void> {
     const lua = decisionScriptOf(policy);
     const markers = [...lua.matchAll(/^--#stage (\S+)$/gm)];
     if (markers.length === 0) console.log("  (no --#stage markers in this checkout's route.lua)");
+    // The floor under the steps: the releases alone, and the decisions' calls to a script that returns at once.
+    await replay(undefined, 'releases');
+    server.instructions();
+    await replay(undefined, 'releases');
+    const releases = server.instructions() / calls;
+    const bare = String(await control.call('SCRIPT', 'LOAD', 'return 0'));
+    await replay(bare, 'decisions');
+    server.instructions();
+    await replay(bare, 'decisions');
+    const bareCall = server.instructions() / calls;
+    console.log(
+      `\nof which: the release ${(releases / 1000).toFixed(1)} k; the decision's call to a script that returns at once ${(bareCall / 1000).toFixed(1)} k`,
+    );
     console.log('\n| step (ends at) | k instructions to its end | k instructions of the step |\n|---|---:|---:|');
     let before = 0;
     for (const marker of markers) {

@@ -96,11 +96,11 @@ export function infoNumber(info: string, field: string): number {
   return Number(match[1]);
 }
 
-/** EVALSHA + EVAL calls and usec from INFO commandstats. */
+/** Script calls (FCALL, EVALSHA, EVAL) and their usec from INFO commandstats. */
 export function scriptStats(info: string): { calls: number; usec: number } {
   let calls = 0;
   let usec = 0;
-  for (const match of info.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+),usec=(\d+)/gm)) {
+  for (const match of info.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+),usec=(\d+)/gm)) {
     calls += Number(match[1]);
     usec += Number(match[2]);
   }

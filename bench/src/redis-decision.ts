@@ -13,7 +13,7 @@
  * - decision time: client wall time of decide + release (and, separately, of what a client waits on before
  *   its request can be forwarded: decide). Hashing the body (`buildRoutingRequest`) is done beforehand and
  *   not included (its mean is printed as a note).
- * - Redis CPU per decision: `INFO commandstats` usec of EVALSHA + EVAL over the cell's decisions (the scripts'
+ * - Redis CPU per decision: `INFO commandstats` usec of FCALL + EVALSHA + EVAL over the cell's decisions (the scripts'
  *   execution time), and the whole redis-server process CPU (`INFO cpu`, getrusage: also network I/O and
  *   the event loop). Decisions/s one Redis can serve = 1e6 / µs per decision. Redis 7.0 keeps no per-script
  *   statistics (and SLOWLOG would log every command inside the scripts, slowing them), so the split is:
@@ -164,9 +164,9 @@ interface CellResult {
   /** decide: what a request waits before it can be forwarded. */
   forwardMs: { p50: number; p99: number };
   releaseMs: { p50: number; p99: number };
-  /** EVALSHA + EVAL calls per decision (commandstats). */
+  /** FCALL + EVALSHA + EVAL calls per decision (commandstats). */
   scriptCallsPerDecision: number;
-  /** EVALSHA + EVAL usec per decision (commandstats): the scripts' execution time. */
+  /** FCALL + EVALSHA + EVAL usec per decision (commandstats): the scripts' execution time. */
   redisUsecPerDecision: number;
   /**
    * Per script: calls per decision as the client made them; usec per call of release from a pass of releases alone
@@ -386,12 +386,20 @@ async function monitorCommandsPerDecision(
   const monitor = await singleServer(control).monitor();
   const commands: Record<string, number> = {};
   const scripts = [...Object.values(SCRIPTS), ...routeScripts(policy)];
-  const scriptBySha = new Map(scripts.map((script) => [script.sha1, script.name]));
+  const scriptByHead = new Map(
+    scripts.flatMap((script) => [
+      [script.sha1, script.name],
+      [script.asFunction?.name ?? script.sha1, script.name],
+    ]),
+  );
   monitor.on('monitor', (_time: string, commandArgs: string[], source: string) => {
     if (source !== address) return;
     const command = String(commandArgs[0]).toLowerCase();
-    // EVALSHA <sha>: named by the script table's SHA-1s.
-    const key = command === 'evalsha' ? `evalsha ${scriptBySha.get(String(commandArgs[1])) ?? 'unknown'}` : command;
+    // EVALSHA <sha> and FCALL <function>: named by the script table.
+    const key =
+      command === 'evalsha' || command === 'fcall'
+        ? `${command} ${scriptByHead.get(String(commandArgs[1])) ?? 'unknown'}`
+        : command;
     commands[key] = (commands[key] ?? 0) + 1;
   });
   for (const [i, request] of requests.entries()) await decide(state, policy, backends, request, `monitor-${i}`);

@@ -8,7 +8,8 @@
  * of the marker): Redis's own usec per call (INFO commandstats) of each cut, minus the cut before, is that
  * step's cost. Cuts run interleaved, `--rounds` times, and the least of the rounds is reported (contention only adds
  * time), with redis-server reniced to -20 where allowed. The full script replays the same lease ids (taken again: idempotent) and
- * chains (already recorded: the search runs, nothing is written).
+ * chains (already recorded: the search runs, nothing is written). The cuts run as scripts (EVALSHA): their
+ * 'definitions' step is what the router's calls, as a Redis Function, skip (its library runs it once).
  *
  * Usage: npm run bench:route-stages -- [--pools 16,1024] [--prompt-tokens 8192] [--calls 200] [--rounds 5]
  */
@@ -63,14 +64,16 @@ async function main(): Promise<void> {
   const captured: Captured[] = [];
   const policy = createPolicy('cacheaware');
   const rule = policy.atomicRule as AtomicRule;
-  const routeSha = routeScriptOf(rule).sha1;
+  const routeScript = routeScriptOf(rule);
+  // The router calls route.lua as a Redis Function (FCALL <name>), or by EVALSHA <sha> on a server without them.
+  const routeHeads = new Set([routeScript.sha1, routeScript.asFunction?.name]);
   // The request-path client, with each route call's keys and arguments captured.
   const requestPath = new Proxy(createRedis(server.url, 'request-path'), {
     get(target, name, receiver) {
       const value = Reflect.get(target, name, receiver) as unknown;
       if (name !== 'callBuffer' || typeof value !== 'function') return value;
       return (command: string, argv: (string | number)[]) => {
-        if (argv[0] === routeSha) {
+        if (routeHeads.has(String(argv[0]))) {
           const keyCount = Number(argv[1]);
           captured.push({ keys: argv.slice(2, 2 + keyCount) as string[], argv: argv.slice(2 + keyCount) });
         }

@@ -68,10 +68,10 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-/** EVALSHA + EVAL calls the private Redis has served. */
+/** Script calls (FCALL, EVALSHA, EVAL) the private Redis has served. */
 async function scriptCalls(): Promise<number> {
   let calls = 0;
-  for (const match of (await admin.info('commandstats')).matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm))
+  for (const match of (await admin.info('commandstats')).matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm))
     calls += Number(match[1]);
   return calls;
 }

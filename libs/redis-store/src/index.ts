@@ -65,7 +65,7 @@ export { routeScriptOf } from './route-call';
 export { DEFAULT_CELL_KEY_BYTES, DEFAULT_SHORTLIST, MAX_POOL_CELLS, RECORD_BLOCKS_PER_CALL } from './store-limits';
 export { RedisRoutingState, type RedisRoutingStateOptions } from './redis-routing-state';
 export { RedisStoreError, type RedisStoreErrorCode } from './redis-store-error';
-export { defineScript, SCRIPTS, type LuaScript, type RedisClient } from './scripts';
+export { defineScript, preloadScript, SCRIPTS, type LuaScript, type RedisClient } from './scripts';
 export {
   RedisBackendStateStore,
   type BackendStateSubscription,

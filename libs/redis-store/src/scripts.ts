@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Cluster, Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import { RedisStoreError } from './redis-store-error';
 import {
   ADAPTER_LOAD_LUA,
@@ -31,10 +31,51 @@ export interface LuaScript {
   readonly lua: string;
   readonly sha1: string;
   readonly numberOfKeys: number;
+  /** A script with a '--#body' line also runs as a Redis Function (runScript): its name and library. */
+  readonly asFunction?: RedisFunction;
 }
 
+/** A script's Redis Function form: a library of one function, named after the script and its SHA-1. */
+export interface RedisFunction {
+  readonly name: string;
+  /** FUNCTION LOAD's source: the script's definitions once, its body as the function. */
+  readonly library: string;
+}
+
+/**
+ * Where a script's definitions (its included helpers, constants) end and its body begins. EVAL runs a
+ * script's every line on every call, so the helpers' closures are made anew each time (~40k instructions
+ * for route.lua's, ~18k for release.lua's: callgrind, issue 28); a Redis Function's library runs once, at
+ * FUNCTION LOAD, and each call runs the body only.
+ */
+const BODY_LINE = /^--#body$/m;
+
 export function defineScript(name: string, lua: string, numberOfKeys: number): LuaScript {
-  return { name, lua, sha1: createHash('sha1').update(lua, 'utf8').digest('hex'), numberOfKeys };
+  const sha1 = createHash('sha1').update(lua, 'utf8').digest('hex');
+  const body = BODY_LINE.exec(lua);
+  if (body === null) return { name, lua, sha1, numberOfKeys };
+  // Named by the source's digest: routers of two versions sharing a Redis during an upgrade each call
+  // their own (docs/redis.md: listing and deleting old ones).
+  const functionName = `kvroute_${name.replace(/[^A-Za-z0-9]+/g, '_')}_${sha1.slice(0, 16)}`;
+  // A library's own lines run at FUNCTION LOAD, where Redis 7.0 gives them no globals but `redis` (no
+  // `string`, `math`, `tonumber`): the definitions run at the first call instead, and make the body, which
+  // every later call runs.
+  const library = [
+    `#!lua name=${functionName}`,
+    'local run',
+    'local function define()',
+    lua.slice(0, body.index),
+    'return function(KEYS, ARGV)',
+    lua.slice(body.index),
+    'end',
+    'end',
+    `redis.register_function('${functionName}', function(KEYS, ARGV)`,
+    '  if run == nil then run = define() end',
+    '  return run(KEYS, ARGV)',
+    'end)',
+    '',
+  ].join('\n');
+  return { name, lua, sha1, numberOfKeys, asFunction: { name: functionName, library } };
 }
 
 /**
@@ -63,10 +104,18 @@ export const SCRIPTS = {
 } as const satisfies Record<string, LuaScript>;
 
 /**
- * Runs a script by EVALSHA. When Redis answers NOSCRIPT (restarted, failed over to a replica that never
- * saw the script, SCRIPT FLUSH), it is sent once with EVAL, which also caches it again: one extra round
- * trip, then EVALSHA works. The check reads the reply's error code, the first word of a Redis error
- * (what ioredis itself does for `defineCommand`). Other failures become REDIS_STORE_ERR_SCRIPT_FAILED.
+ * Runs a script: as its Redis Function (FCALL) when it has one, else by EVALSHA.
+ *
+ * FCALL: when Redis answers that the function is not found (a fresh or restarted Redis without
+ * persistence, FUNCTION FLUSH, a router of a new version), the library is loaded (FUNCTION LOAD REPLACE,
+ * on every master of a cluster, once however many calls found it missing) and the call sent again. A
+ * server without functions (before Redis 7) answers "unknown command": that client then runs scripts
+ * by EVALSHA from then on.
+ *
+ * EVALSHA: when Redis answers NOSCRIPT (restarted, failed over to a replica that never saw the script,
+ * SCRIPT FLUSH), it is sent once with EVAL, which also caches it again: one extra round trip, then
+ * EVALSHA works. The checks read the reply's error, whose first word is its code (what ioredis itself does
+ * for `defineCommand`). Other failures become REDIS_STORE_ERR_SCRIPT_FAILED.
  * Keys and arguments go to ioredis as one array (never spread into a call: the argument count is
  * unbounded by the language only there). `replies: 'buffers'` answers bulk strings as Buffers (for
  * binary replies); integers stay numbers.
@@ -81,11 +130,24 @@ export async function runScript(
   if (keys.length !== script.numberOfKeys) {
     throw new RangeError(`${script.name}.lua takes ${script.numberOfKeys} keys, got ${keys.length}`);
   }
-  const send = (command: 'evalsha' | 'eval', head: string): Promise<unknown> => {
+  const send = (command: 'fcall' | 'evalsha' | 'eval', head: string): Promise<unknown> => {
     const argv = ([head, keys.length] as (string | number)[]).concat(keys, args);
     return replies === 'buffers' ? redis.callBuffer(command, argv) : redis.call(command, argv);
   };
+  const asFunction = script.asFunction;
   try {
+    if (asFunction !== undefined && !withoutFunctions.has(redis)) {
+      try {
+        return await send('fcall', asFunction.name);
+      } catch (error) {
+        if (isFunctionMissing(error)) {
+          await loadFunction(redis, asFunction);
+          return await send('fcall', asFunction.name);
+        }
+        if (!isUnknownCommand(error)) throw error;
+        withoutFunctions.add(redis);
+      }
+    }
     try {
       return await send('evalsha', script.sha1);
     } catch (error) {
@@ -102,6 +164,46 @@ export async function runScript(
       },
     );
   }
+}
+
+/** Clients whose server has no functions (FCALL unknown). */
+const withoutFunctions = new WeakSet<RedisClient>();
+/** Libraries being loaded, per client and function: the calls that find one missing wait for one load. */
+const loading = new WeakMap<RedisClient, Map<string, Promise<void>>>();
+
+/** FUNCTION LOAD REPLACE of `asFunction`'s library: on the server, or on every master of a cluster. */
+function loadFunction(redis: RedisClient, asFunction: RedisFunction): Promise<void> {
+  let byName = loading.get(redis);
+  if (byName === undefined) {
+    byName = new Map();
+    loading.set(redis, byName);
+  }
+  const pending = byName.get(asFunction.name);
+  if (pending !== undefined) return pending;
+  const servers = redis instanceof Cluster ? redis.nodes('master') : [redis];
+  const settled = Promise.all(servers.map((server) => server.call('FUNCTION', ['LOAD', 'REPLACE', asFunction.library])))
+    .then(() => undefined)
+    .finally(() => byName.delete(asFunction.name));
+  byName.set(asFunction.name, settled);
+  return settled;
+}
+
+/**
+ * Loads a script into Redis ahead of its first call (SCRIPT LOAD, and FUNCTION LOAD of its function form
+ * if it has one; on every master of a cluster), so that call finds it: for tests that count calls.
+ */
+export async function preloadScript(redis: RedisClient, script: LuaScript): Promise<void> {
+  const servers = redis instanceof Cluster ? redis.nodes('master') : [redis];
+  await Promise.all(servers.map((server) => server.call('SCRIPT', ['LOAD', script.lua])));
+  if (script.asFunction !== undefined) await loadFunction(redis, script.asFunction);
+}
+
+function isFunctionMissing(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('ERR Function not found');
+}
+
+function isUnknownCommand(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('ERR unknown command');
 }
 
 function isNoScriptError(error: unknown): boolean {

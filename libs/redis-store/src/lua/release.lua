@@ -35,6 +35,7 @@
 --#include lib/batched.lua
 --#include lib/owner-index.lua
 
+--#body
 local leaseId = ARGV[1]
 local backend = ARGV[2]
 local recordedTo = recordHeldChain(KEYS[5], KEYS[6], KEYS[7], KEYS[8], backend, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]))

@@ -81,10 +81,13 @@
   before the lease was taken and before this call's own recording rewrote anything (the learn stage's
   eviction evidence: learn.lua; the codec's explanation: the figures the rule saw).
 
-  The '--#stage <name>' lines mark where each step ends, for `npm run bench:route-stages`, which times
-  the script cut at each of them; to Redis they are comments.
+  The '--#stage <name>' lines mark where each step ends, for `npm run bench:route-stages` (time) and
+  `npm run bench:decision-instructions -- --stages` (instructions), which run the script cut at each of
+  them; to Redis they are comments. 'call' is what Redis does before the script's first line, and
+  'definitions' the included helpers' closures and the arguments read, made anew on every call.
 ]]
 
+--#stage call
 --#include lib/batched.lua
 --#include lib/lease-accounting.lua
 --#include lib/owner-index.lua
@@ -92,6 +95,7 @@
 
 --#rule
 
+--#body
 local now = tonumber(ARGV[1])
 local prefix = ARGV[2]
 local idleTtl = tonumber(ARGV[3])
@@ -104,6 +108,7 @@ local readsDepths = ARGV[9] == '1'
 local blockCount = packedBlockCount(packedBlocks)
 local blockAt = packedBlockReader(packedBlocks)
 local membersKey, engineKey = KEYS[8], KEYS[9]
+--#stage definitions
 
 -- 1. What the call brings. A decision every member takes part in reads the whole set now (its 'ids').
 if ARGV[12] ~= '' then storeMembers(membersKey, ARGV[12], tonumber(ARGV[13])) end
@@ -186,7 +191,8 @@ if readsDepths then depth, matchRecordedAt = index.depths(ids) end
 local waiting, freeTokens = {}, {}
 local byte = string.byte
 for k = 1, candidateCount do
-  inflight[k], pending[k] = numberOf[inflight[k]] or 0, numberOf[pending[k]] or 0
+  inflight[k] = knownNumbers[inflight[k]] or numberOf(inflight[k]) or 0
+  pending[k] = knownNumbers[pending[k]] or numberOf(pending[k]) or 0
   depth[k] = depth[k] or 0
   -- The engine's figures from its field (none, or not 8 characters: unknown, 0 waiting and -1 free): 8
   -- characters of 6 bits, '0' (48) to 'o' (111), waiting in 3, free KV tokens + 1 in 5 (pool-members.ts

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { poolKeys } from '../../src/keys';
 import { routeScriptOf } from '../../src/route-call';
-import { SCRIPTS } from '../../src/scripts';
+import { preloadScript, SCRIPTS } from '../../src/scripts';
 import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 /**
@@ -18,9 +18,9 @@ beforeAll(async () => {
 });
 beforeEach(async () => {
   ctx.beginTest('clears');
-  // Cached beforehand, so no call below is an EVALSHA answered NOSCRIPT and sent again.
-  await ctx.redis.script('LOAD', routeScriptOf(createCacheAwarePolicy().atomicRule as AtomicRule).lua);
-  await ctx.redis.script('LOAD', SCRIPTS.clearBacklogs.lua);
+  // Loaded beforehand, so no call below is answered NOSCRIPT or "Function not found" and sent again.
+  await preloadScript(ctx.redis, routeScriptOf(createCacheAwarePolicy().atomicRule as AtomicRule));
+  await preloadScript(ctx.redis, SCRIPTS.clearBacklogs);
 });
 afterEach(() => ctx.cleanup());
 afterAll(() => ctx.close());

@@ -13,7 +13,7 @@ import { RECORD_BLOCKS_PER_CALL } from '../../src/store-limits';
 import { RedisRoutingState } from '../../src/redis-routing-state';
 import { routeScriptOf } from '../../src/route-call';
 import { RouterReplicas } from '../../src/router-replicas';
-import { SCRIPTS, type RedisClient } from '../../src/scripts';
+import { SCRIPTS, type LuaScript, type RedisClient } from '../../src/scripts';
 import { TenantLimits } from '../../src/tenant-limits';
 
 /**
@@ -310,8 +310,13 @@ describe('the store on a Redis Cluster', () => {
     const newMaster = cluster.masterOf(poolKeys(poolA, namespace).prefix);
     expect(newMaster.port).not.toBe(oldMaster.port);
     const promoted = await node(newMaster.url);
-    // Scripts replicate as their effects, so the promoted replica has never cached one.
-    expect(await promoted.script('EXISTS', SCRIPTS.snapshot.sha1, costRouteScript.sha1)).toEqual([0, 0]);
+    // Scripts replicate as their effects, so the promoted replica has never cached one; a Redis Function's
+    // library replicates itself (FUNCTION LOAD is propagated): release.lua's, loaded before the kill, is there.
+    expect(await promoted.script('EXISTS', SCRIPTS.snapshot.sha1)).toEqual([0]);
+    const libraryOn = async (script: LuaScript): Promise<number> =>
+      ((await promoted.call('FUNCTION', ['LIST', 'LIBRARYNAME', script.asFunction?.name ?? 'none'])) as unknown[])
+        .length;
+    expect(await libraryOn(SCRIPTS.release)).toBe(1);
 
     // The client learns the new slot map from a MOVED or its refresh: calls may fail for a moment, not longer.
     const started = Date.now();
@@ -332,7 +337,8 @@ describe('the store on a Redis Cluster', () => {
     expect(after.matchBlocks.get('a')).toBe(LONG_CHAIN.length); // replicated before the kill
     await exerciseRoutingState(state, poolA, 'a-after');
     await exerciseRoutingState(state, poolB, 'b-after');
-    expect(await promoted.script('EXISTS', SCRIPTS.snapshot.sha1, costRouteScript.sha1)).toEqual([1, 1]); // loaded by the EVAL fallback
+    expect(await promoted.script('EXISTS', SCRIPTS.snapshot.sha1)).toEqual([1]); // loaded by the EVAL fallback
+    expect(await libraryOn(costRouteScript)).toBe(1); // replicated, or loaded there when found missing
     expect(recoveredMs).toBeLessThan(10_000);
 
     // Pub/sub still delivers (the subscriber moves to another node if its own was the one killed).

@@ -33,11 +33,11 @@ function counted(policy: RoutingPolicy): { policy: RoutingPolicy; calls: () => n
   };
 }
 
-/** Script calls (EVALSHA + EVAL) since the last CONFIG RESETSTAT. */
+/** Script calls (FCALL, EVALSHA, EVAL) since the last CONFIG RESETSTAT. */
 async function scriptCalls(): Promise<number> {
   const info = await ctx.redis.info('commandstats');
   let calls = 0;
-  for (const match of info.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)) calls += Number(match[1]);
+  for (const match of info.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm)) calls += Number(match[1]);
   return calls;
 }
 

@@ -15,6 +15,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { poolKeys } from '../../src/keys';
 import { MEMBER_SET_TTL_MS } from '../../src/pool-members';
 import { routeScriptOf } from '../../src/route-call';
+import { preloadScript } from '../../src/scripts';
 import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 /**
@@ -29,8 +30,8 @@ beforeAll(async () => {
 });
 beforeEach(async () => {
   ctx.beginTest('call');
-  // Cached in Redis beforehand, so no call below is an EVALSHA answered NOSCRIPT and sent again.
-  await ctx.redis.script('LOAD', routeScriptOf(createCacheAwarePolicy().atomicRule as AtomicRule).lua);
+  // Loaded beforehand, so no call below is answered NOSCRIPT or "Function not found" and sent again.
+  await preloadScript(ctx.redis, routeScriptOf(createCacheAwarePolicy().atomicRule as AtomicRule));
 });
 afterEach(() => ctx.cleanup());
 afterAll(() => ctx.close());

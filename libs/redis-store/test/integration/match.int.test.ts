@@ -237,7 +237,7 @@ describe('decide / prefill-done.lua: when ownership is recorded', () => {
     const first = await decide(state, inputOf(createCacheAwarePolicy(), 'l1'));
     const chosen = first.decision.kind === 'routed' ? first.decision.backendId : '';
     expect(await depths(state)).toEqual([0, 0]);
-    await state.release('m', 'a', 'never-taken'); // the script cached (a first EVALSHA may meet NOSCRIPT: one EVAL more)
+    await state.release('m', 'a', 'never-taken'); // the script loaded (a first call may find it missing: one call more)
     const before = counted.calls();
     await state.release('m', chosen, 'l1', first.blocksAtFirstOutput);
     // One call: release.lua (the chain fits in one), where prefill-done + release made two.
@@ -290,7 +290,9 @@ describe('long chains: recorded RECORD_BLOCKS_PER_CALL blocks per script call, p
     const state = ctx.createState();
     const scriptCalls = async (): Promise<number> => {
       let calls = 0;
-      for (const match of (await ctx.redis.info('commandstats')).matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm))
+      for (const match of (await ctx.redis.info('commandstats')).matchAll(
+        /^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm,
+      ))
         calls += Number(match[1]);
       return calls;
     };

@@ -116,7 +116,11 @@ describe('script loading', () => {
       await new RedisAdapterLoads({ redis: ctx.redis, keyNamespace: ctx.namespace }).unloaded('m', 'a', 'b'); // adapter-load.lua
     };
     await everyScript();
-    const shas = Object.values(SCRIPTS).map((script) => script.sha1);
+    // The scripts run by EVALSHA (release.lua runs as a Redis Function: the next test).
+    const shas = Object.values(SCRIPTS)
+      .filter((script) => script.asFunction === undefined)
+      .map((script) => script.sha1);
+    expect(shas.length).toBe(Object.values(SCRIPTS).length - 1);
     expect(await ctx.redis.script('EXISTS', ...shas)).toEqual(shas.map(() => 1));
 
     await ctx.redis.script('FLUSH');
@@ -129,6 +133,35 @@ describe('script loading', () => {
     expect((await noScriptErrors()) - noScriptBefore).toBe(shas.length);
     await state.reserve('m', 'a', 'l2', [1, 2, 3], 0);
     expect((await state.snapshot('m', ['a'], [1, 2, 3])).matchBlocks.get('a')).toBe(3);
+  });
+
+  it('loads a Redis Function once when it is missing (FUNCTION FLUSH), however many calls find it so', async () => {
+    const release = SCRIPTS.release;
+    const name = release.asFunction?.name ?? '';
+    expect(name).toMatch(/^kvroute_release_[0-9a-f]{16}$/);
+    const functionLoads = async (): Promise<number> => {
+      const match = /^cmdstat_function\|load:calls=(\d+)/m.exec(await ctx.redis.info('commandstats'));
+      return match ? Number(match[1]) : 0;
+    };
+    const libraries = async (): Promise<unknown[]> =>
+      ctx.redis.call('FUNCTION', ['LIST', 'LIBRARYNAME', name]) as Promise<unknown[]>;
+    const state = ctx.createState({ nowMs: manualClock().nowMs });
+    await state.reserve('m', 'a', 'l1', [], 10);
+    await state.release('m', 'a', 'l1');
+    expect(await libraries()).toHaveLength(1);
+
+    await ctx.redis.call('FUNCTION', ['FLUSH']);
+    expect(await libraries()).toHaveLength(0);
+    const loadsBefore = await functionLoads();
+    for (let k = 0; k < 20; k++) await state.reserve('m', 'a', `c${k}`, [], 10);
+    // 20 releases at once all find the function missing: one FUNCTION LOAD, and every release done.
+    await Promise.all(Array.from({ length: 20 }, (_, k) => state.release('m', 'a', `c${k}`)));
+    expect((await functionLoads()) - loadsBefore).toBe(1);
+    expect(await libraries()).toHaveLength(1);
+    expect((await state.snapshot('m', ['a'], [])).inflight.get('a') ?? 0).toBe(0);
+    await state.reserve('m', 'a', 'l2', [], 10);
+    await state.release('m', 'a', 'l2');
+    expect((await functionLoads()) - loadsBefore).toBe(1);
   });
 
   it('reports a failing script as REDIS_STORE_ERR_SCRIPT_FAILED with the Redis error as cause', async () => {

@@ -46,23 +46,6 @@ local PREFILL_MS, BACKLOG_MS, QUEUE_MS, WAITING_MS, KV_MS, TOTAL_MS, EXCLUDED, H
   1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 local LINE = 10
 
--- The cheapest of `indices` by total cost; costs within COST_EPSILON_MS tie, and the better rendezvous
--- rank wins. 0 when `indices` is empty.
-local function indexOfCheapest(indices, rank, total)
-  local best, bestCost, bestRank = 0, math.huge, nil
-  for _, j in ipairs(indices) do
-    local cost = total[j]
-    if cost <= bestCost + COST_EPSILON_MS then
-      if cost < bestCost - COST_EPSILON_MS or best == 0 then
-        best, bestCost, bestRank = j, cost, rank[j]
-      elseif rank[j] < bestRank then
-        best, bestRank = j, rank[j]
-      end
-    end
-  end
-  return best
-end
-
 -- `cacheaware` (libs/routing/src/policies/cache-aware.ts `evaluateCost`, whose comment explains the
 -- rule): every candidate's cost, the valve, the load-spread guard, cold placement by bounded-load
 -- rendezvous hashing, else the cheapest candidate in ms with rendezvous rank breaking ties; and the
@@ -77,7 +60,6 @@ local function evaluateCost(candidates, rank, adapterWait, p, request, wantLines
   local count = candidates.count
   local inflight, pending, depth, weight = candidates.inflight, candidates.pending, candidates.depth, candidates.weight
   local waitingOf, freeTokensOf = candidates.waiting, candidates.freeTokens
-  local max, ceil = math.max, math.ceil
   local total, excluded = {}, {}
   local lines = wantLines and {} or nil
   local textBytes, blockSizeBytes, generation = request.textBytes, request.blockSizeBytes, request.maxTokens
@@ -85,20 +67,45 @@ local function evaluateCost(candidates, rank, adapterWait, p, request, wantLines
     p.queueMsPerRequest
   local prefillWorkWeight = p.prefillWorkWeight
   local engineWaitingMs, kvFullMs = p.engineWaitingMs, p.kvFullMs
+  local saturationInflight, minMatchBlocks = p.saturationInflight, p.minMatchBlocks
+  -- One pass for the costs and what the valve and the guard need: this runs for every candidate of every
+  -- decision, so math.max, math.ceil and prefillTokens are written out here (a C or Lua call costs more
+  -- than the arithmetic; rule-parity.int.test.ts holds the results to the TypeScript rule's).
+  local saturated, minKept, minAll, anyWarm = 0, math.huge, math.huge, false
   for j = 1, count do
-    local tokens = prefillTokens(textBytes, blockSizeBytes, depth[j], bytesPerToken)
+    local matched = depth[j]
+    if matched >= minMatchBlocks then anyWarm = true end
+    -- prefillTokens(textBytes, blockSizeBytes, matched, bytesPerToken), inline: ceil(max(0, x) / b).
+    local unmatched = textBytes - matched * blockSizeBytes
+    local tokens = 0
+    if unmatched > 0 then
+      tokens = unmatched / bytesPerToken
+      local whole = tokens - tokens % 1
+      if whole < tokens then tokens = whole + 1 end
+    end
     local prefill = tokens * prefillMsPerToken
-    local work = prefill * prefillWorkWeight
-    local backlog = pending[j] * prefillMsPerToken
-    local queue = inflight[j] * queueMsPerRequest
+    local queued, held = inflight[j], pending[j]
+    local backlog = held * prefillMsPerToken
+    local queue = queued * queueMsPerRequest
     local waiting = waitingOf[j] * engineWaitingMs
     local kv, free = 0, freeTokensOf[j]
-    if free >= 0 and max(0, free - pending[j]) < tokens + generation then kv = kvFullMs end
+    if free >= 0 then
+      local room = free - held
+      if room < 0 then room = 0 end
+      if room < tokens + generation then kv = kvFullMs end
+    end
     -- Only a LoRA adapter's request has adapter waits.
     local adapter = adapterWait and adapterWait[j] or 0
     -- The same terms in the same order as cache-aware.ts (float addition is not associative).
-    total[j] = prefill + work + queue + max(backlog, waiting) + kv + adapter
-    excluded[j] = 0
+    total[j] = prefill + prefill * prefillWorkWeight + queue + (backlog < waiting and waiting or backlog) + kv + adapter
+    if queued < minAll then minAll = queued end
+    if saturationInflight > 0 and queued >= saturationInflight then
+      excluded[j] = SATURATED
+      saturated = saturated + 1
+    else
+      excluded[j] = 0
+      if queued < minKept then minKept = queued end
+    end
     if lines then
       local at = (j - 1) * LINE
       lines[at + PREFILL_MS], lines[at + BACKLOG_MS], lines[at + QUEUE_MS] = prefill, backlog, queue
@@ -114,57 +121,62 @@ local function evaluateCost(candidates, rank, adapterWait, p, request, wantLines
     return chosen, reason, valveLifted, lines, coldOrder
   end
 
-  -- 1. Valve; one that would exclude every candidate is lifted.
-  local saturated = 0
-  if p.saturationInflight > 0 then
-    for j = 1, count do
-      if inflight[j] >= p.saturationInflight then
-        excluded[j] = SATURATED
-        saturated = saturated + 1
-      end
-    end
-  end
+  -- 1. Valve (the exclusions above); one that would exclude every candidate is lifted.
   local valveLifted = saturated == count and count > 0
   if valveLifted then
     for j = 1, count do excluded[j] = 0 end
+    minKept = minAll
   end
-  -- 2. Load-spread guard, over what the valve kept.
-  local guarded = false
-  if p.spreadAbs ~= 0 then
-    local minInflight = math.huge
-    for j = 1, count do
-      if excluded[j] == 0 and inflight[j] < minInflight then minInflight = inflight[j] end
-    end
-    local limit = max(minInflight + p.spreadAbs, minInflight * p.spreadRel)
-    for j = 1, count do
-      if excluded[j] == 0 and inflight[j] > limit then
+  -- 2. Load-spread guard, over what the valve kept; with it, the eligible candidates, the cheapest of them
+  -- and of all the valve kept (costs within COST_EPSILON_MS tie and the better rendezvous rank wins),
+  -- and the deepest match the valve kept, in one pass.
+  local spreadAbs = p.spreadAbs
+  local limit = math.huge
+  if spreadAbs ~= 0 then
+    limit = minKept + spreadAbs
+    local relative = minKept * p.spreadRel
+    if relative > limit then limit = relative end
+  end
+  local guarded, eligible = false, {}
+  local chosen, chosenCost, chosenRank = 0, math.huge, nil
+  local unguarded, unguardedCost, unguardedRank = 0, math.huge, nil
+  local deepestMatch, deepestGuarded = -math.huge, false
+  for j = 1, count do
+    if excluded[j] == 0 then
+      local spread = inflight[j] > limit
+      local cost, d = total[j], depth[j]
+      if spread then
         excluded[j] = LOAD_SPREAD
         guarded = true
+      else
+        eligible[#eligible + 1] = j
+        if cost <= chosenCost + COST_EPSILON_MS then
+          if cost < chosenCost - COST_EPSILON_MS or chosen == 0 then
+            chosen, chosenCost, chosenRank = j, cost, rank[j]
+          elseif rank[j] < chosenRank then
+            chosen, chosenRank = j, rank[j]
+          end
+        end
+      end
+      if cost <= unguardedCost + COST_EPSILON_MS then
+        if cost < unguardedCost - COST_EPSILON_MS or unguarded == 0 then
+          unguarded, unguardedCost, unguardedRank = j, cost, rank[j]
+        elseif rank[j] < unguardedRank then
+          unguarded, unguardedRank = j, rank[j]
+        end
+      end
+      if d > deepestMatch then
+        deepestMatch, deepestGuarded = d, spread
+      elseif d == deepestMatch and spread then
+        deepestGuarded = true
       end
     end
-  end
-  -- Without a guard exclusion, the candidates the valve kept are the eligible ones.
-  local eligible, keptByValve = {}, nil
-  for j = 1, count do
-    if excluded[j] == 0 then eligible[#eligible + 1] = j end
-  end
-  if guarded then
-    keptByValve = {}
-    for j = 1, count do
-      if excluded[j] ~= SATURATED then keptByValve[#keptByValve + 1] = j end
-    end
-  else
-    keptByValve = eligible
   end
   -- 3. Nothing left (cannot happen with the guard keeping the least-loaded): still serve.
   if #eligible == 0 then return finish(indexOfLeastLoaded(candidates), 'least-loaded', valveLifted) end
 
   -- 4. Cold prompt: the first eligible candidate in rendezvous order within its load bound.
-  local anyWarm = false
-  for j = 1, count do
-    if depth[j] >= p.minMatchBlocks then anyWarm = true end
-  end
-  if p.minMatchBlocks > 0 and not anyWarm then
+  if minMatchBlocks > 0 and not anyWarm then
     local totalInflight, totalWeight = 0, 0
     for _, j in ipairs(eligible) do
       totalInflight = totalInflight + inflight[j]
@@ -173,42 +185,31 @@ local function evaluateCost(candidates, rank, adapterWait, p, request, wantLines
     local byRank = {}
     for _, j in ipairs(eligible) do byRank[#byRank + 1] = j end
     table.sort(byRank, function(a, b) return rank[a] < rank[b] end)
-    local chosen = 0
+    local placed = 0
     for position, j in ipairs(byRank) do
-      local b = ceil((p.coldLoadFactor * (totalInflight + 1) * weight[j]) / totalWeight - BOUND_EPSILON)
+      local b = math.ceil((p.coldLoadFactor * (totalInflight + 1) * weight[j]) / totalWeight - BOUND_EPSILON)
       if lines then
         local at = (j - 1) * LINE
         lines[at + HASH_RANK], lines[at + BOUND] = position - 1, b
       end
-      if chosen == 0 and inflight[j] <= b then chosen = j end
+      if placed == 0 and inflight[j] <= b then placed = j end
     end
-    if chosen == 0 then
+    if placed == 0 then
       local inEligible = {}
       for _, j in ipairs(eligible) do inEligible[j] = true end
-      chosen = indexOfLeastLoaded(candidates, function(j) return inEligible[j] end)
+      placed = indexOfLeastLoaded(candidates, function(j) return inEligible[j] end)
     end
-    return finish(chosen, 'cold-hash', valveLifted, byRank)
+    return finish(placed, 'cold-hash', valveLifted, byRank)
   end
 
-  -- 5. The cheapest eligible candidate, and why it is not the warmest one the valve kept.
-  local chosen = indexOfCheapest(eligible, rank, total)
-  local cheapestUnguarded = guarded and indexOfCheapest(keptByValve, rank, total) or chosen
-  local deepestMatch, deepestGuarded = -math.huge, false
-  for _, j in ipairs(keptByValve) do
-    local d, spread = depth[j], excluded[j] == LOAD_SPREAD
-    if d > deepestMatch then
-      deepestMatch, deepestGuarded = d, spread
-    elseif d == deepestMatch and spread then
-      deepestGuarded = true
-    end
-  end
+  -- 5. The cheapest eligible candidate (above), and why it is not the warmest one the valve kept.
   local reason = 'least-loaded'
   local chosenDepth = depth[chosen]
   if chosenDepth < deepestMatch then
     reason = deepestGuarded and 'load-guard' or 'spilled-from-saturated'
-  elseif excluded[cheapestUnguarded] == LOAD_SPREAD then
+  elseif excluded[unguarded] == LOAD_SPREAD then
     reason = 'load-guard'
-  elseif chosenDepth >= max(1, p.minMatchBlocks) then
+  elseif chosenDepth >= math.max(1, minMatchBlocks) then
     reason = 'prefix-affinity'
   end
   return finish(chosen, reason, valveLifted)

@@ -41,17 +41,27 @@ local function hmgetAll(key, fields)
   return values
 end
 
--- Decimal strings as numbers, each distinct string converted once per call: tonumber goes through
--- strtod, ~1.7k instructions a call in Redis's Lua, where a hit in this table costs ~0.25k (callgrind,
--- issue 28), and a decision's counts and weights repeat ('1', '4'). numberOf[false] (no field) is nil.
-local numberOf = setmetatable({}, {
-  __index = function(memo, text)
-    if not text then return nil end
-    local value = tonumber(text)
-    memo[text] = value
-    return value
-  end,
-})
+-- Decimal strings as numbers, each distinct string converted once: tonumber goes through strtod, ~1.7k
+-- instructions a call in Redis's Lua, where a hit in the memo costs ~0.25k (callgrind, issue 28), and a
+-- decision's counts and weights repeat ('1', '4'). Hot loops read `knownNumbers[text] or numberOf(text)`
+-- (a miss, or false for no field, calls; numberOf(false) is nil). A script run as a Redis Function (a
+-- '--#body' line: src/scripts.ts) keeps the memo from call to call, so it is emptied whenever it holds
+-- NUMBER_MEMO_LIMIT strings: bounded memory, and conversions shared across calls. (A function library
+-- has no setmetatable, so this is a table and a function, not a table with __index.)
+local NUMBER_MEMO_LIMIT = 4096
+local knownNumbers, knownCount = {}, 0
+local function numberOf(text)
+  if not text then return nil end
+  local value = knownNumbers[text]
+  if value ~= nil then return value end
+  value = tonumber(text)
+  if knownCount >= NUMBER_MEMO_LIMIT then
+    knownNumbers, knownCount = {}, 0
+  end
+  knownNumbers[text] = value
+  knownCount = knownCount + 1
+  return value
+end
 
 -- HSET of any number of pairs, CHUNK pairs a call: writer.add(field, value) as they come, then writer.flush().
 local function chunkedHset(key)

@@ -53,7 +53,7 @@ local function allMembers(key)
     for k = 1, #ids do weights[k] = 1 end
   else
     weights = linesOf(stored[2])
-    for k = 1, #weights do weights[k] = numberOf[weights[k]] end
+    for k = 1, #weights do weights[k] = knownNumbers[weights[k]] or numberOf(weights[k]) end
   end
   return ids, weights
 end
@@ -69,7 +69,7 @@ local function membersAt(key, positionNames)
   for k = 1, #positionNames do
     local record = records[k]
     local tab = find(record, '\t', 1, true)
-    ids[k], weights[k] = sub(record, 1, tab - 1), numberOf[sub(record, tab + 1)]
+    ids[k], weights[k] = sub(record, 1, tab - 1), numberOf(sub(record, tab + 1))
   end
   return ids, weights
 end
