@@ -58,13 +58,15 @@ end
 -- the new deadline and tokens and still counts once). The lease keys live as long as their longest
 -- lease. Returns the backend's leases in flight afterwards.
 local function takeLease(prefillKey, deadlinesKey, inflightKey, pendingKey, backend, leaseId, tokens, leaseTtl, now)
-  local previousTokens = tonumber(redis.call('HGET', prefillKey, leaseId)) or 0
-  redis.call('HSET', prefillKey, leaseId, tokens)
   local inflight
   if redis.call('ZADD', deadlinesKey, now + leaseTtl, leaseMember(backend, leaseId)) == 1 then
+    -- A new lease (the usual case): nothing of it to replace.
+    redis.call('HSET', prefillKey, leaseId, tokens)
     inflight = redis.call('HINCRBY', inflightKey, backend, 1)
     redis.call('HINCRBY', pendingKey, backend, tokens)
   else
+    local previousTokens = tonumber(redis.call('HGET', prefillKey, leaseId)) or 0
+    redis.call('HSET', prefillKey, leaseId, tokens)
     inflight = tonumber(redis.call('HGET', inflightKey, backend))
     redis.call('HINCRBY', pendingKey, backend, tokens - previousTokens)
   end

@@ -106,7 +106,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
       return depths, recordedAt
     end
     local newValues, oldValues = raw[newKey], raw[oldKey]
-    local find, match, floor = string.find, string.match, math.floor
+    local find, match = string.find, string.match
     local rungs = ladder()
     read(newKey, rungs)
     if withOld then
@@ -167,7 +167,9 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
       local marker, forgot = '\1' .. id .. '\2', forgottenAt[id]
       local low, high, heldValue, heldAt = 0, #ends, nil, nil
       while low < high do
-        local middle = floor((low + high + 1) / 2)
+        -- floor((low + high + 1) / 2) without a call: this runs per candidate and probe.
+        local middle = low + high + 1
+        middle = (middle - middle % 2) / 2
         local i = ends[middle]
         local value = newValues[i]
         local at = value and find(value, marker, 1, true)
