@@ -148,10 +148,15 @@ else
     if j >= 1 and j <= memberCount then nameOf[j] = name end
   end
   if readsDepths and ownersWanted > 0 then
-    index.deepestOwners(ownersWanted, function(id)
-      local name = redis.call('HGET', membersKey, '@' .. id)
-      if name then nameOf[tonumber(name)] = name end
-      return name ~= false
+    index.deepestOwners(ownersWanted, function(batch)
+      local fields = {}
+      for k = 1, #batch do fields[k] = '@' .. batch[k] end
+      local names = hmgetAll(membersKey, fields)
+      for k = 1, #batch do
+        local name = names[k]
+        if name then nameOf[tonumber(name)] = name end
+      end
+      return names
     end)
   end
   for j in pairs(nameOf) do positions[#positions + 1] = j end

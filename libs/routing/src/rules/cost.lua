@@ -5,18 +5,18 @@
 -- route.lua returns, or takes this twin's own when its argument asks for them. libs/redis-store's
 -- rule-parity.int.test.ts compares the decisions both ways on thousands of random cases.
 --
--- argument (rules/cost.ts costRule's encode), two or three lines:
---   1. numbers, space-separated: the policy's parameters in COST_RULE_PARAMS' order (rules/cost.ts),
---      then the request's '<text bytes> <block size bytes> <generation budget tokens,
---      0 = none>', then 1 when the cost lines are wanted in the detail, else 0 (one pattern match reads
---      them all, where the parameters were JSON decoded by cjson);
---   2. the first RANKED_BACKENDS of the request's rendezvous order, as positions among the backends
+-- argument (rules/cost.ts costRule's encode), three or four lines:
+--   1. the policy's parameters, space-separated, in COST_RULE_PARAMS' order (rules/cost.ts): the same in
+--      every call of a router (per unit), so parsed once and then looked up (parametersOf);
+--   2. the request's '<text bytes> <block size bytes> <generation budget tokens, 0 = none>', then 1 when
+--      the cost lines are wanted in the detail, else 0 (one pattern match reads them);
+--   3. the first RANKED_BACKENDS of the request's rendezvous order, as positions among the backends
 --      given (1-based, most preferred first): a digit w (the characters per position), then each
 --      position in w characters, most significant first, 6 bits each as the characters '0' (48) to 'o'
 --      (111) (rules/cost.ts rankLine); a participant listed k-th has rank k - 1, one not listed ranks
 --      after them all, by position (only a pool bigger than RANKED_BACKENDS has any). One string.byte
 --      reads them all, where a decimal or base-36 list cost a pattern step and a tonumber per position;
---   3. (a LoRA adapter's request only) '<position base 36>:<ms>' per backend whose adapter wait is not 0,
+--   4. (a LoRA adapter's request only) '<position base 36>:<ms>' per backend whose adapter wait is not 0,
 --      comma-separated (RoutingRequest.adapterWaitMs); no line: 0 everywhere.
 -- Contract of evaluateRule: rules/README.md.
 
@@ -229,8 +229,30 @@ local function packCostLines(lines, count)
   return table.concat(parts)
 end
 
--- The argument's first line: 15 numbers (see the header), each a run of non-spaces.
-local NUMBERS_LINE = '^' .. string.rep('(%S+) ', 14) .. '(%S+)\n()'
+-- The argument's first line: the 11 parameters; its second: the request's 4 numbers. Each a run of non-spaces.
+local PARAMETERS_LINE = '^' .. string.rep('(%S+) ', 10) .. '(%S+)$'
+local REQUEST_LINE = '^(%S+) (%S+) (%S+) (%S+)\n()'
+
+-- The parameters of a first line, parsed once per distinct line: 11 strtod calls (~1.7k instructions
+-- each) and a table, where a lookup of the line is one string.sub. Called as a Redis Function
+-- (src/scripts.ts), route.lua keeps this memo between calls; emptied past a few lines (a router has one
+-- per unit: bytes, tokens).
+local knownParameters, knownParameterLines = {}, 0
+local function parametersOf(line)
+  local p = knownParameters[line]
+  if p then return p end
+  local n1, n2, n3, n4, n5, n6, n7, n8, n9, n10, n11 = string.match(line, PARAMETERS_LINE)
+  p = {
+    bytesPerToken = tonumber(n1), prefillMsPerToken = tonumber(n2), prefillWorkWeight = tonumber(n3),
+    queueMsPerRequest = tonumber(n4), minMatchBlocks = tonumber(n5), saturationInflight = tonumber(n6),
+    spreadAbs = tonumber(n7), spreadRel = tonumber(n8), coldLoadFactor = tonumber(n9), engineWaitingMs = tonumber(n10),
+    kvFullMs = tonumber(n11),
+  }
+  if knownParameterLines >= 8 then knownParameters, knownParameterLines = {}, 0 end
+  knownParameters[line] = p
+  knownParameterLines = knownParameterLines + 1
+  return p
+end
 
 -- The rule's entry point (rules/README.md): parses the argument, ranks the participants, evaluates.
 -- Detail: the reason, '1' when the valve was lifted, else '0', the packed cost lines when the argument
@@ -239,14 +261,9 @@ local NUMBERS_LINE = '^' .. string.rep('(%S+) ', 14) .. '(%S+)\n()'
 -- characters from '0'), else ''; saturated = the valve was lifted (every participant at its in-flight
 -- limit), which lets a split pool try its next cell.
 local function evaluateRule(candidates, argument)
-  local n1, n2, n3, n4, n5, n6, n7, n8, n9, n10, n11, textBytes, blockSizeBytes, maxTokens, linesWanted, rankStart =
-    string.match(argument, NUMBERS_LINE)
-  local p = {
-    bytesPerToken = tonumber(n1), prefillMsPerToken = tonumber(n2), prefillWorkWeight = tonumber(n3),
-    queueMsPerRequest = tonumber(n4), minMatchBlocks = tonumber(n5), saturationInflight = tonumber(n6),
-    spreadAbs = tonumber(n7), spreadRel = tonumber(n8), coldLoadFactor = tonumber(n9), engineWaitingMs = tonumber(n10),
-    kvFullMs = tonumber(n11),
-  }
+  local parametersEnd = string.find(argument, '\n', 1, true)
+  local p = parametersOf(string.sub(argument, 1, parametersEnd - 1))
+  local textBytes, blockSizeBytes, maxTokens, linesWanted, rankStart = string.match(argument, REQUEST_LINE, parametersEnd + 1)
   local request = { textBytes = tonumber(textBytes), blockSizeBytes = tonumber(blockSizeBytes), maxTokens = tonumber(maxTokens) }
   local rankEnd = string.find(argument, '\n', rankStart, true)
   local rankOf, ranked = {}, 0

@@ -86,16 +86,20 @@ export function costRule(params: Readonly<Record<string, unknown>>, sides: CostR
     encode(request, backends) {
       const ranked = backendRendezvousOrder(request.headHash, backends).slice(0, RANKED_BACKENDS);
       const params = request.unit === 'tokens' ? tokenParamsLine : paramsLine;
-      const numbers = `${params} ${request.textBytes} ${request.blockSizeBytes} ${request.maxTokens ?? 0} ${linesWanted}`;
+      const numbers = `${request.textBytes} ${request.blockSizeBytes} ${request.maxTokens ?? 0} ${linesWanted}`;
       const adapter = request.adapterWaitMs == null ? '' : `\n${adapterLine(request.adapterWaitMs, backends)}`;
-      return { argument: `${numbers}\n${rankLine(ranked, backends.length)}${adapter}`, preferred: ranked };
+      return { argument: `${params}\n${numbers}\n${rankLine(ranked, backends.length)}${adapter}`, preferred: ranked };
     },
     decode: (reply) => decodeCostReply(reply, sides.evaluate),
     explain: sides.explain,
   };
 }
 
-/** COST_RULE_PARAMS' values, space-separated; JavaScript's shortest round-trip decimals, which strtod reads back exactly. */
+/**
+ * The argument's first line: COST_RULE_PARAMS' values, space-separated; JavaScript's shortest round-trip decimals,
+ * which strtod reads back exactly. A line of its own, the same in every call of a router (per unit), so cost.lua
+ * parses it once and looks it up after.
+ */
 function parameterLine(params: Readonly<Record<string, unknown>>): string {
   return COST_RULE_PARAMS.map((name) => {
     const value = params[name];
@@ -109,7 +113,7 @@ function parameterLine(params: Readonly<Record<string, unknown>>): string {
 const RANK_DIGIT_BASE = 48;
 
 /**
- * The argument's second line: `ranked` (0-based indices into the pool's `memberCount` backends) as 1-based positions
+ * The argument's third line: `ranked` (0-based indices into the pool's `memberCount` backends) as 1-based positions
  * of a fixed width: its digit first, then each position in that many 6-bit characters (cost.lua reads the whole line
  * with one string.byte).
  */
@@ -126,7 +130,7 @@ export function rankLine(ranked: readonly number[], memberCount: number): string
 }
 
 /**
- * The argument's third line, for a LoRA adapter's request: `<position>:<ms>` per backend whose adapter wait is not 0
+ * The argument's fourth line, for a LoRA adapter's request: `<position>:<ms>` per backend whose adapter wait is not 0
  * (position 1-based among `backends`, base 36; ms as a decimal), comma-separated.
  */
 function adapterLine(waits: ReadonlyMap<string, number>, backends: readonly { readonly id: string }[]): string {

@@ -42,19 +42,33 @@ local function linesOf(text)
   end
 end
 
--- Every member of the set at `key`, in configuration order (one HMGET): their ids and weights; nil
--- when no whole set is stored there (none, or one stored before it had 'ids': the caller sends it again).
+-- Member sets parsed, by their 'ids' text (then their 'weights' text): a Redis Function (src/scripts.ts)
+-- keeps this between calls, so a decision reads its set (one HMGET, as before) but parses it only when it
+-- has not met that text yet (~1.5k instructions a member). Keyed by the text, not the key's name, so no
+-- two sets can be mixed up (another logical database, a digest collision). At most KNOWN_SETS_LIMIT kept.
+local KNOWN_SETS_LIMIT = 8
+local knownSets, knownSetCount = {}, 0
+
+-- Every member of the set at `key`, in configuration order (one HMGET): their ids and weights, arrays the
+-- caller must not change (they may be shared with later calls); nil when no whole set is stored there
+-- (none, or one stored before it had 'ids': the caller sends it again).
 local function allMembers(key)
   local stored = redis.call('HMGET', key, 'ids', 'weights')
-  if not stored[1] or not stored[2] then return nil end
-  local ids, weights = linesOf(stored[1]), nil
-  if stored[2] == '' then
+  local idsText, weightsText = stored[1], stored[2]
+  if not idsText or not weightsText then return nil end
+  local known = knownSets[idsText]
+  if known and known.weightsText == weightsText then return known.ids, known.weights end
+  local ids, weights = linesOf(idsText), nil
+  if weightsText == '' then
     weights = {}
     for k = 1, #ids do weights[k] = 1 end
   else
-    weights = linesOf(stored[2])
+    weights = linesOf(weightsText)
     for k = 1, #weights do weights[k] = knownNumbers[weights[k]] or numberOf(weights[k]) end
   end
+  if knownSetCount >= KNOWN_SETS_LIMIT then knownSets, knownSetCount = {}, 0 end
+  knownSets[idsText] = { ids = ids, weights = weights, weightsText = weightsText }
+  knownSetCount = knownSetCount + 1
   return ids, weights
 end
 
