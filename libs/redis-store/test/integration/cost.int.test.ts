@@ -17,7 +17,7 @@ async function callsOf(command: string): Promise<number> {
 }
 
 describe('owner index cost', () => {
-  it('reads the chain in at most 3 batches per generation, whatever the number of backends and depths', async () => {
+  it('reads the chain in a ladder and log2(rung spacing) rounds of bisection, whatever the number of backends', async () => {
     const state = ctx.createState();
     const chain = Array.from({ length: 128 }, (_, i) => 10_000 + i);
     const backends = Array.from({ length: 16 }, (_, i) => `10.0.0.${i}:8000`);
@@ -35,21 +35,22 @@ describe('owner index cost', () => {
       expect(await callsOf('hget')).toBe(0);
       return callsOf('hmget');
     };
-    // No candidate holds block 1 in the previous generation (there is none yet), so it is read no
-    // further than that block: in-flight and backlog (2), the current generation's ladder (1), the
-    // previous generation's block 1 (1), and the blocks between the rungs whose owner lists differ
-    // (around depth 37 and 128 is the last block: one read for all such gaps) (1).
-    expect(await readsFor(backends)).toBe(5);
-    // A backend that holds the chain's first block in the previous generation.
+    // 8 rungs, 16 blocks apart (1, 17, …, 113, 128). No candidate holds block 1 in the previous
+    // generation (there is none yet), so it is read no further than that block: in-flight and backlog (2),
+    // the current generation's ladder (1), the previous generation's block 1 (1), and the change point
+    // between rungs 33 and 49 (depth 37) by bisection, one block a round: 41, 37, 39, 38 (4).
+    expect(await readsFor(backends)).toBe(8);
+    // A backend that holds the chain's first block in the previous generation: its ladder is read (1), and
+    // the change after block 1 there is found in the same rounds as the one at 37 (blocks 9, 5, 3, 2), each
+    // round now reading both generations (4 more).
     await ctx.redis.hset(
       poolKeys('m', ctx.namespace).ownersOld,
       String(chain[0]),
       `\x01${backends[0] as string}\x02${Date.now()}`,
     );
     const all = await readsFor(backends);
-    // In-flight and backlog (2), the current ladder (1), the previous generation's block 1, then its
-    // ladder (2), the gaps between differing rungs in each generation (2).
-    expect(all).toBe(7);
+    expect(all).toBe(13);
+    // The same reads for 4 candidates as for 16: the rounds split the chain, not the backends.
     expect(await readsFor(backends.slice(0, 4))).toBe(all);
   });
 });

@@ -54,15 +54,17 @@ end
 -- those at or before `record[id]` are rewritten by record. Reads are batched (HMGET) and each field is
 -- read at most once per generation.
 --
--- Depth search, for all candidates at once: read a ladder of ~16 evenly spaced blocks (one HMGET per
--- generation); where two neighbouring rungs' owner lists differ, read the blocks between them (one more
--- HMGET per generation for all such gaps). That splits the chain into runs of equal owner lists, over
--- which every backend's holding is constant (prefix closure makes holding monotone), so each candidate's
--- depth is a binary search over the runs, usually two or three: the shared system prompt, a
--- conversation's earlier turns, its latest, the unrecorded tail. Exact, at 2 reads per generation
--- whatever the number of candidates and blocks, and a few string finds per candidate (issue 28:
--- searching each candidate over the blocks cost ~8 finds each).
-local LADDER_RUNGS = 16
+-- Depth search, for all candidates at once: read a ladder of ~LADDER_RUNGS evenly spaced blocks (one
+-- HMGET per generation); where two neighbouring rungs' owner lists differ, find the blocks where they
+-- change by bisection (one HMGET per generation a round, for all such stretches at once). That splits
+-- the chain into runs over which every backend's holding is constant (prefix closure makes holding
+-- monotone), so each candidate's depth is a binary search over the runs, usually two or three: the
+-- shared system prompt, a conversation's earlier turns, its latest, the unrecorded tail. Exact, at
+-- 1 + ~log2(blocks / LADDER_RUNGS) reads per generation whatever the number of candidates, and a few
+-- string finds per candidate (issue 28: searching each candidate over the blocks cost ~8 finds each;
+-- reading the stretches between differing rungs whole, with 16 rungs, read ~30 blocks of a 132-block
+-- conversation where this reads ~17: 8 rungs measured best of 4, 6, 8, 16 and 32 with bisection).
+local LADDER_RUNGS = 8
 -- Bytes of an owner list's head parsed per owner wanted (index.deepestOwners): an entry is \1<id>\2<13-digit ms>.
 local OWNER_HEAD_BYTES = 96
 
@@ -70,20 +72,21 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
   local raw = { [newKey] = {}, [oldKey] = {} }
   local index = {}
 
-  -- Reads the fields at `positions` of `key` not read yet (one HMGET); false = no field.
+  -- Reads the fields at `positions` of `key` not read yet (one HMGET); false = no field. Counts kept in
+  -- locals, not `#t` (a length is a search in Lua 5.1): this runs for every block a decision reads.
   local function read(key, positions)
     local known = raw[key]
-    local missing, fields = {}, {}
+    local missing, fields, count = {}, {}, 0
     for k = 1, #positions do
       local i = positions[k]
       if known[i] == nil then
-        missing[#missing + 1] = i
-        fields[#fields + 1] = blockAt(i)
+        count = count + 1
+        missing[count], fields[count] = i, blockAt(i)
       end
     end
-    if #fields > 0 then
+    if count > 0 then
       local values = hmgetAll(key, fields)
-      for k = 1, #missing do known[missing[k]] = values[k] end
+      for k = 1, count do known[missing[k]] = values[k] end
     end
   end
 
@@ -129,33 +132,62 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
       if withOld then read(oldKey, rungs) end
     end
 
-    -- 1. The runs: stretches of the chain whose owner lists are the same in the generations searched,
-    -- over which every backend's holding is therefore constant (a backend holds all of a run or none
-    -- of it: holding is monotone, and equal lists give equal answers at both ends). Two rungs with
-    -- equal lists bound one run; between two that differ, the inner blocks are read (one HMGET per
-    -- generation for all such gaps) and compared one by one. ends = each run's last block, ascending.
+    -- 1. The runs: stretches of the chain over which every backend's holding is constant, found as the
+    -- blocks where the owner lists (in the generations searched) change. Holding is monotone along the
+    -- chain (prefix closure), so two blocks with the same lists hold the same owners, and so does every
+    -- block between them. Between two rungs whose lists differ, the change points are found by
+    -- bisection: each round reads the middle block of every stretch still open (one HMGET per generation
+    -- for all of them) and keeps the halves whose ends differ, until each is two neighbouring blocks, a
+    -- change point. A stretch of g blocks takes ~log2(g) rounds of one block, where reading it whole took
+    -- g blocks (issue 28: the blocks read, their names and their tables were most of a decision's depth
+    -- search). ends = each run's last block, ascending.
     local function same(i, j)
       return newValues[i] == newValues[j] and (not withOld or oldValues[i] == oldValues[j])
     end
-    local inner = {}
-    for r = 1, #rungs - 1 do
-      if rungs[r + 1] > rungs[r] + 1 and not same(rungs[r], rungs[r + 1]) then
-        for i = rungs[r] + 1, rungs[r + 1] - 1 do inner[#inner + 1] = i end
-      end
-    end
-    if #inner > 0 then
-      read(newKey, inner)
-      if withOld then read(oldKey, inner) end
-    end
-    local ends = {}
+    local lows, highs, open = {}, {}, 0
     for r = 1, #rungs - 1 do
       if not same(rungs[r], rungs[r + 1]) then
-        for i = rungs[r], rungs[r + 1] - 1 do
-          if not same(i, i + 1) then ends[#ends + 1] = i end
-        end
+        open = open + 1
+        lows[open], highs[open] = rungs[r], rungs[r + 1]
       end
     end
-    ends[#ends + 1] = blockCount
+    local ends, endCount = {}, 0
+    while open > 0 do
+      local middles, splitting = {}, 0
+      for k = 1, open do
+        local low, high = lows[k], highs[k]
+        if high == low + 1 then
+          endCount = endCount + 1
+          ends[endCount] = low
+        else
+          splitting = splitting + 1
+          lows[splitting], highs[splitting] = low, high
+          middles[splitting] = low + (high - low - (high - low) % 2) / 2
+        end
+      end
+      open = 0
+      if splitting > 0 then
+        read(newKey, middles)
+        if withOld then read(oldKey, middles) end
+        -- Both halves of a stretch can hold change points; a half whose ends are the same holds none.
+        local nextLows, nextHighs = {}, {}
+        for k = 1, splitting do
+          local low, middle, high = lows[k], middles[k], highs[k]
+          if not same(low, middle) then
+            open = open + 1
+            nextLows[open], nextHighs[open] = low, middle
+          end
+          if not same(middle, high) then
+            open = open + 1
+            nextLows[open], nextHighs[open] = middle, high
+          end
+        end
+        lows, highs = nextLows, nextHighs
+      end
+    end
+    table.sort(ends)
+    endCount = endCount + 1
+    ends[endCount] = blockCount
 
     -- 2. Each id's depth: the end of the last run it holds, by binary search over the runs (typically
     -- a handful: the shared system prompt, a conversation's earlier turns, its latest, the unrecorded tail).
