@@ -4,7 +4,7 @@
  * route.lua marks the end of each step with a `--#stage <name>` line. This tool records real decisions
  * (cacheaware on the Redis store, the traffic of bench:redis-decision: a shared 256-token system prompt,
  * conversations recorded a turn ago, open leases on every backend), captures the route calls' keys and
- * arguments, and replays them against copies of the composed script cut at each stage (`return 0` in place
+ * arguments, and replays them against copies of the composed script cut at each stage (an error in place
  * of the marker): Redis's own usec per call (INFO commandstats) of each cut, minus the cut before, is that
  * step's cost. Cuts run interleaved, `--rounds` times, and the least of the rounds is reported (contention only adds
  * time), with redis-server reniced to -20 where allowed. The full script replays the same lease ids (taken again: idempotent) and
@@ -48,11 +48,18 @@ type Redis = ReturnType<typeof createRedis>;
 /** One captured route call: EVALSHA's keys and arguments. */
 type Captured = { keys: string[]; argv: (string | number)[] };
 
-/** The composed script cut at each stage marker, in order, then the whole script. */
+/**
+ * The composed script cut at each stage marker, in order, then the whole script. A cut raises an error in place
+ * of its marker (what ran is timed; the reply is an error), so a marker may sit anywhere, inside a helper too
+ * (the first time the script reaches it ends the call); the error costs each cut the same ~1 µs.
+ */
 function stageCuts(lua: string): { name: string; lua: string }[] {
   const cuts: { name: string; lua: string }[] = [];
   for (const match of lua.matchAll(/^--#stage (\S+)$/gm)) {
-    cuts.push({ name: match[1] as string, lua: `${lua.slice(0, match.index)}return 0\n` });
+    cuts.push({
+      name: match[1] as string,
+      lua: `${lua.slice(0, match.index)}error('stop')\n${lua.slice(match.index)}`,
+    });
   }
   cuts.push({ name: 'record', lua });
   return cuts;
@@ -109,7 +116,9 @@ async function main(): Promise<void> {
           await control.call('SCRIPT', 'LOAD', cut.script.lua);
           await control.config('RESETSTAT');
           for (const call of replay) {
-            await control.call('EVALSHA', [cut.script.sha1, call.keys.length, ...call.keys, ...call.argv]);
+            await control
+              .call('EVALSHA', [cut.script.sha1, call.keys.length, ...call.keys, ...call.argv])
+              .catch(() => null);
           }
           const stats = scriptStats(await control.info('commandstats'));
           usec.get(cut.name)?.push(stats.usec / stats.calls);
