@@ -244,6 +244,7 @@ export class RedisRoutingState implements RoutingStateStore {
         ? shortlistPicks(backends, ruleCall.preferred, this.inflightSeen.get(pool), input.leaseId)
         : null,
       members: members.membersOf(backends),
+      boundaryBlocks: input.request.boundaryBlocks ?? [],
     };
     const decided = await this.callRoute(call, members, input);
     members.storedHere = true;

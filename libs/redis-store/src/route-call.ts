@@ -1,4 +1,4 @@
-import type { AtomicRule, BlockHash, Candidate, EngineFigures } from '@kvroute/routing';
+import { sixBitNumbers, type AtomicRule, type BlockHash, type Candidate, type EngineFigures } from '@kvroute/routing';
 import { decisionKeys, packBlockHashes, type PoolKeys } from './keys';
 import { ROUTE_LUA } from './lua/scripts.generated';
 import { engineFiguresOfField, MEMBER_SET_TTL_MS, UNKNOWN_ENGINE, type MemberSet } from './pool-members';
@@ -57,6 +57,8 @@ export interface RouteCall {
   readonly engineFigures: string;
   /** Backlogs to clear first (BacklogClears.take): '' or '<backend>\t<lease>\n' each. */
   readonly backlogClears: string;
+  /** Blocks the depth search reads first (RoutingRequest.boundaryBlocks: 1-based, ascending); a hint. */
+  readonly boundaryBlocks: readonly number[];
 }
 
 /** A participant's figures as route.lua read them. */
@@ -102,6 +104,9 @@ export async function runRoute(redis: RedisClient, settings: RouteSettings, call
     MEMBER_SET_TTL_ARG,
     call.engineFigures,
     call.backlogClears,
+    call.rule.readsDepths && call.boundaryBlocks.length > 0
+      ? sixBitNumbers(call.boundaryBlocks, call.blockHashes.length)
+      : '',
   ];
   const routeKeys = [...decisionKeys(keys), keys.members(call.members.version), keys.engine];
   const reply = await runScript(redis, script, routeKeys, args, 'buffers');

@@ -13,6 +13,7 @@ export { buildMessagesRoutingRequest, messagesAsChat } from './prefix/messages-r
 export { engineFigures, engineLoadReadingAs, engineReportedFreeTokens, engineWaiting } from './state/engine-figures';
 export { costRule, RANKED_BACKENDS } from './rules/cost';
 export { leastLoadedRule } from './rules/least-loaded';
+export { sixBitNumbers } from './rules/six-bit';
 export { PREFILL_TOKENS_LUA } from './rules/rules-lua.generated';
 export {
   backendRendezvousOrder,

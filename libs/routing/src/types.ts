@@ -100,6 +100,13 @@ export interface RoutingRequest {
    * prompt (maxRoutedBlocks) is reported at the cut: beyond every block, where the key is the last one.
    */
   readonly firstTurnBytes?: { readonly start: number; readonly end: number } | undefined;
+  /**
+   * 1-based positions of the blocks on either side of some message boundaries (a chat's first message's end
+   * and its last few: where a system prompt, or an earlier turn of the same conversation, ended), ascending:
+   * where backends' matches most likely stop. A hint for a state store's depth search (read first; the Redis
+   * store's bisection then rarely needs a round), never a result: absent or wrong, the depths are the same.
+   */
+  readonly boundaryBlocks?: readonly number[];
   /** Affinity key from `X-Session-Id`, the body's `prompt_cache_key` or its `user` (that order), when given. */
   readonly sessionKey: string | null;
   /** The body's `max_completion_tokens` or `max_tokens` × `n`, when given: the most tokens it may generate. */

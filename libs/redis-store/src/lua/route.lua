@@ -69,6 +69,11 @@
   ARGV[15] backlogs to clear first: '' or '<backend id>\t<lease id>\n' per lease whose prefill leaves its
            backend's backlog (lib/lease-accounting.lua clearBacklogs: what this router deferred to its
            next decision in the pool rather than a call of its own, src/backlog-clears.ts)
+  ARGV[16] blocks the depth search reads with its ladder: '' or their 1-based positions in the six-bit
+           form (libs/routing rules/six-bit.ts: a width digit, then each position in that many characters
+           '0'..'o'; the request's boundaryBlocks: both sides of message boundaries, where matches most
+           likely stop; at most MAX_HINTS, those outside the chain ignored). A hint: it changes what is
+           read, never a result
   Returns a flat array: [1] chosen participant (1-based among those taking part), or -1 when the
   member set is not stored (then nothing else follows), [2] the chosen backend's leases in flight
   afterwards, [3] 1 when the rule reports every participant saturated, else 0, [4] when recording, the
@@ -94,6 +99,9 @@
 --#include lib/pool-members.lua
 
 --#rule
+
+-- Hints the depth search takes from a call (ARGV[16]; the router sends at most 10).
+local MAX_HINTS = 16
 
 --#body
 local now = tonumber(ARGV[1])
@@ -132,7 +140,23 @@ purgeExpiredLeases(prefix, KEYS[2], KEYS[3], KEYS[4], now)
 -- The owner index, before the participants are known: its forget thresholds are filled in below,
 -- before anything reads them (index.depths, index.record).
 local thresholds = { lookup = {}, record = {} }
-local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, thresholds)
+-- The hints: message boundaries' blocks (ARGV[16]), those within the chain; in the six-bit form, read by
+-- one string.byte (a decimal list cost a tonumber each). A longer text than MAX_HINTS of any width is a
+-- caller's bug: no hints.
+local hints, hintText = {}, ARGV[16]
+if readsDepths and #hintText > 1 and #hintText <= 1 + 4 * MAX_HINTS then
+  local codes = { string.byte(hintText, 1, #hintText) }
+  local width, count = codes[1] - 48, 0
+  for at = 2, #codes - width + 1, width do
+    local i = 0
+    for k = at, at + width - 1 do i = i * 64 + codes[k] - 48 end
+    if i >= 1 and i <= blockCount then
+      count = count + 1
+      hints[count] = i
+    end
+  end
+end
+local index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, thresholds, hints)
 
 -- 3. Who takes part: every member, or the shortlist (the caller's picks and the deepest owners). A
 -- shortlisted position is kept as the decimal string it came as too (`nameOf`): its field name and its
@@ -241,7 +265,7 @@ if recordAtMost > 0 and blockCount > 0 then
   local turned = rotateGenerations(KEYS[5], KEYS[6], KEYS[7], now, idleTtl, cap)
   if turned then
     -- What the index read so far describes the generations before the turn.
-    index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, thresholds)
+    index = newOwnerIndex(KEYS[5], KEYS[6], blockCount, blockAt, thresholds, hints)
   end
   local added, to = index.record(chosenId, now, recordAtMost)
   result[4] = to

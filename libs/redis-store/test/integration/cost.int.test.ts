@@ -1,3 +1,4 @@
+import { createCacheAwarePolicy, decide } from '@kvroute/routing';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { poolKeys } from '../../src/keys';
 import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
@@ -55,6 +56,46 @@ describe('owner index cost', () => {
   });
 });
 describe('route.lua cost', () => {
+  it('reads the blocks the request names as boundaries with the ladder: a change point among them takes no round', async () => {
+    const state = ctx.createState();
+    const chain = Array.from({ length: 128 }, (_, i) => 30_000 + i);
+    const backends = Array.from({ length: 16 }, (_, i) => ({ id: `10.0.1.${i}:8000`, weight: 1 }));
+    await state.reserve('m', backends[0]?.id as string, 'l0', chain, 0);
+    await state.reserve('m', backends[2]?.id as string, 'l2', chain.slice(0, 37), 0);
+    const readsFor = async (boundaryBlocks: readonly number[] | undefined, leaseId: string): Promise<number[]> => {
+      const input = {
+        pool: 'm',
+        request: {
+          model: 'm',
+          blockHashes: chain,
+          blockSizeBytes: 256,
+          textBytes: 256 * 130,
+          contextBlocks: 0,
+          headHash: 30_000,
+          sessionKey: null,
+          ...(boundaryBlocks === undefined ? {} : { boundaryBlocks }),
+        },
+        backends,
+        policy: createCacheAwarePolicy(),
+        context: { nowMs: Date.now(), random: () => 0 },
+      };
+      await decide(state, { ...input, leaseId: `${leaseId}-warm` }); // the member set stored, the script cached
+      await ctx.redis.config('RESETSTAT');
+      const { candidates } = await decide(state, { ...input, leaseId });
+      return [await callsOf('hmget'), ...candidates.map((candidate) => candidate.matchBlocks)];
+    };
+    const [without = 0, ...depths] = await readsFor(undefined, 'plain');
+    expect(depths[0]).toBe(128);
+    expect(depths[2]).toBe(37);
+    // The member set, the figures (3), the ladder, the previous generation's block 1, and the change point
+    // after block 37 by bisection between rungs 33 and 49 (41, 37, 39, 38: 4 rounds).
+    expect(without).toBe(10);
+    // Named as boundaries (37 and 38, as a message's end there would), they are read with the ladder.
+    const [hinted = 0, ...sameDepths] = await readsFor([37, 38], 'hinted');
+    expect(sameDepths).toEqual(depths);
+    expect(hinted).toBe(without - 4);
+  });
+
   it('writes only the blocks a backend does not yet hold in the current generation, in one HSET', async () => {
     const state = ctx.createState();
     const chain = Array.from({ length: 128 }, (_, i) => 20_000 + i);

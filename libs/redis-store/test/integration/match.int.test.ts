@@ -106,6 +106,39 @@ describe('snapshot.lua: match depth', () => {
           linearDepth(backend, request),
         );
       }
+      // route.lua (the atomic decision) finds the same depths whatever blocks the request names as its
+      // boundaries (a hint of where to read first): none, the true change points, or any at all.
+      const depths = backends.map((backend) => linearDepth(backend, request));
+      const hinted = query % 3;
+      const boundaryBlocks =
+        hinted === 0
+          ? undefined
+          : hinted === 1
+            ? [...new Set(depths.flatMap((depth) => [depth, depth + 1]))]
+                .filter((block) => block >= 1 && block <= request.length)
+                .sort((a, b) => a - b)
+            : Array.from({ length: 10 }, () => 1 + Math.floor(random() * (request.length + 40))).sort((a, b) => a - b);
+      const routed = await decide(state, {
+        pool: 'm',
+        request: {
+          model: 'm',
+          blockHashes: request,
+          blockSizeBytes: 256,
+          textBytes: 256 * request.length,
+          contextBlocks: 0,
+          headHash: request[0] as number,
+          sessionKey: null,
+          ...(boundaryBlocks === undefined ? {} : { boundaryBlocks }),
+        },
+        backends: backends.map((id) => ({ id, weight: 1 })),
+        policy: createCacheAwarePolicy(),
+        context: { nowMs: Date.now(), random: () => 0 },
+        leaseId: `q${query}`,
+      });
+      expect(
+        routed.candidates.map((candidate) => candidate.matchBlocks),
+        `query ${query}, boundary blocks ${String(boundaryBlocks)}`,
+      ).toEqual(depths);
     }
   });
 

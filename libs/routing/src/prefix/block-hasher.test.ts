@@ -159,8 +159,8 @@ describe('the request path (rendered straight into bytes) against the rendered t
         maxBlocks,
       );
       const request = buildRoutingRequest(body, { blockSizeBytes: 256, maxBlocks });
-      const { blockHashes, textBytes, contextBlocks, headHash, firstTurnBytes } = request;
-      expect({ blockHashes, textBytes, contextBlocks, headHash, firstTurnBytes }).toEqual(fromText);
+      const { blockHashes, textBytes, contextBlocks, headHash, firstTurnBytes, boundaryBlocks } = request;
+      expect({ blockHashes, textBytes, contextBlocks, headHash, firstTurnBytes, boundaryBlocks }).toEqual(fromText);
       expect(firstTurnBytes?.end).toBeGreaterThan(firstTurnBytes?.start ?? Infinity);
     }
   });

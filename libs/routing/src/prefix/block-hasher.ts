@@ -34,6 +34,29 @@ export interface HashedRoutingText {
   readonly headHash: BlockHash;
   /** UTF-8 offsets where the first turn starts and ends (RenderedRoutingText.firstTurnStartOffset); absent without one. */
   readonly firstTurnBytes?: { readonly start: number; readonly end: number } | undefined;
+  /** RoutingRequest.boundaryBlocks: the blocks on either side of message boundaries, ascending. */
+  readonly boundaryBlocks: readonly number[];
+}
+
+/**
+ * Message ends whose blocks a request names to the state store (RoutingRequest.boundaryBlocks): the first
+ * message's (a system prompt's end, shared by every conversation that has it) and the last few (where an
+ * earlier turn of the same conversation ended: a reply and a new message, or a tool call and its result).
+ */
+const BOUNDARY_LAST_MESSAGES = 4;
+
+/**
+ * The blocks on either side of each message end in `endBytes`: the last full block before it (its
+ * 1-based position, floor(end / block size)) and the next, within 1..blockCount, ascending, once each.
+ */
+function boundaryBlocksOf(endBytes: readonly number[], blockSizeBytes: number, blockCount: number): number[] {
+  const blocks = new Set<number>();
+  for (const end of endBytes) {
+    const before = Math.floor(end / blockSizeBytes);
+    if (before >= 1 && before <= blockCount) blocks.add(before);
+    if (before + 1 >= 1 && before + 1 <= blockCount) blocks.add(before + 1);
+  }
+  return [...blocks].sort((a, b) => a - b);
 }
 
 /** Bytes past the kept blocks worth encoding: a character straddling their end (UTF-8: at most 4 bytes) must not stop the encoder short of it. */
@@ -85,6 +108,7 @@ export function hashRoutingText(
       { offset: firstTurnEndOffset, mark: () => encoder.firstTurnEdge('end') },
     );
   }
+  for (const offset of rendered.messageEndOffsets ?? []) marks.push({ offset, mark: () => encoder.messageEnds() });
   let encodedTo = 0;
   for (const { offset, mark } of marks.sort((a, b) => a.offset - b.offset)) {
     encoder.piece(text.slice(encodedTo, offset), false);
@@ -118,6 +142,8 @@ export class RoutingTextEncoder {
   /** Bytes before the first turn and to its end (firstTurnEdge); -1 = not marked. */
   private firstTurnStartBytes = -1;
   private firstTurnEndBytes = -1;
+  /** Bytes to the end of the first message, and of the last BOUNDARY_LAST_MESSAGES after it (messageEnds). */
+  private readonly messageEndBytes: number[] = [];
   private full = false;
   private bytes: Buffer;
 
@@ -152,6 +178,13 @@ export class RoutingTextEncoder {
     else this.firstTurnEndBytes = this.textBytes;
   }
 
+  messageEnds(): void {
+    const ends = this.messageEndBytes;
+    // The first message's end stays at [0]; of the later ones, the last BOUNDARY_LAST_MESSAGES.
+    if (ends.length > BOUNDARY_LAST_MESSAGES) ends.splice(1, 1);
+    ends.push(this.textBytes);
+  }
+
   /** Cuts what was kept into blocks and chain-hashes them; `omittedBytes`: UTF-8 bytes of the text never given (the renderer's count). */
   hash(blockSizeBytes: number, maxBlocks: number, omittedBytes: number): HashedRoutingText {
     const { bytes, encodedBytes } = this;
@@ -175,6 +208,7 @@ export class RoutingTextEncoder {
       contextBlocks: Math.min(Math.floor(this.contextBytes / blockSizeBytes), blockCount),
       headHash,
       firstTurnBytes,
+      boundaryBlocks: boundaryBlocksOf(this.messageEndBytes, blockSizeBytes, blockCount),
     };
   }
 

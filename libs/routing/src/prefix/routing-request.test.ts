@@ -43,6 +43,31 @@ describe('buildRoutingRequest', () => {
     expect(buildRoutingRequest(single, { blockSizeBytes: 64 }).contextBlocks).toBe(0);
   });
 
+  it("names as boundary blocks where the previous turn's blocks and the system prompt's end, on both sides", () => {
+    const system = buildRoutingRequest(
+      { ...conversation(1), messages: conversation(1).messages.slice(0, 1) },
+      {
+        blockSizeBytes: 64,
+      },
+    );
+    for (let turns = 2; turns <= 8; turns++) {
+      const previous = buildRoutingRequest(conversation(turns - 1), { blockSizeBytes: 64 });
+      const next = buildRoutingRequest(conversation(turns), { blockSizeBytes: 64 });
+      const blocks = next.boundaryBlocks ?? [];
+      // A backend that served the previous turn holds its blocks: its match stops after the last of them.
+      expect(blocks).toContain(previous.blockHashes.length);
+      expect(blocks).toContain(previous.blockHashes.length + 1);
+      // Every conversation with this system prompt shares its blocks.
+      expect(blocks).toContain(system.blockHashes.length);
+      expect(blocks).toEqual([...new Set(blocks)].sort((a, b) => a - b));
+      expect(blocks.every((block) => block >= 1 && block <= next.blockHashes.length)).toBe(true);
+      // The first message's end and the last four messages', two blocks each at most.
+      expect(blocks.length).toBeLessThanOrEqual(10);
+    }
+    const completion = buildRoutingRequest({ model: 'm', prompt: SYSTEM_PROMPT }, { blockSizeBytes: 64 });
+    expect(completion.boundaryBlocks).toEqual([]);
+  });
+
   it.each<[string, string | null | undefined, string | undefined, string | null]>([
     ['the header over the body user', 'sess-1', 'user-7', 'sess-1'],
     ['the body user without a header', undefined, 'user-7', 'user-7'],

@@ -51,6 +51,7 @@ export function buildRoutingRequest(
     contextBlocks: hashed.contextBlocks,
     headHash: hashed.headHash,
     firstTurnBytes: hashed.firstTurnBytes,
+    boundaryBlocks: hashed.boundaryBlocks,
     sessionKey,
     maxTokens: maxTokensOf(body),
   };

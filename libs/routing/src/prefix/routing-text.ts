@@ -79,6 +79,8 @@ export interface RenderedRoutingText {
    */
   readonly firstTurnStartOffset?: number;
   readonly firstTurnEndOffset?: number;
+  /** UTF-16 indices in `text` where each message of a chat ends, ascending; absent or empty for completions. */
+  readonly messageEndOffsets?: readonly number[];
 }
 
 function escapeValue(value: string): string {
@@ -101,6 +103,8 @@ export interface RoutingTextSink {
   contextEnds(): void;
   /** The first turn (`RenderedRoutingText.firstTurnStartOffset`) starts or ends here (once each, for a chat that has one). */
   firstTurnEdge(edge: 'start' | 'end'): void;
+  /** A chat's message ends here (after each message's last piece). */
+  messageEnds(): void;
 }
 
 /** `${tag}${TAG_END}` per tag, made once: a field's opening costs no string building. */
@@ -155,6 +159,10 @@ class TextWriter {
     this.sink.firstTurnEdge(edge);
   }
 
+  messageEnds(): void {
+    this.sink.messageEnds();
+  }
+
   private append(piece: string, ascii: boolean): void {
     if (piece.length === 0) return;
     this.units += piece.length;
@@ -169,6 +177,7 @@ class TextCollector implements RoutingTextSink {
   contextEndOffset = 0;
   firstTurnStartOffset: number | undefined;
   firstTurnEndOffset: number | undefined;
+  readonly messageEndOffsets: number[] = [];
 
   piece(text: string): void {
     this.pieces.push(text);
@@ -182,6 +191,10 @@ class TextCollector implements RoutingTextSink {
   firstTurnEdge(edge: 'start' | 'end'): void {
     if (edge === 'start') this.firstTurnStartOffset = this.units;
     else this.firstTurnEndOffset = this.units;
+  }
+
+  messageEnds(): void {
+    this.messageEndOffsets.push(this.units);
   }
 
   text(): string {
@@ -375,6 +388,7 @@ export function renderRoutingTextInto(
       }
       renderMessage(out, message);
       if (opensTurn) out.firstTurnEdge('end');
+      out.messageEnds();
     }
   }
   return { units: out.units, omittedBytes: out.omittedBytes };
@@ -387,10 +401,11 @@ export function renderRoutingText(
 ): RenderedRoutingText {
   const collector = new TextCollector();
   const { omittedBytes } = renderRoutingTextInto(body, collector, options);
-  const { contextEndOffset, firstTurnStartOffset, firstTurnEndOffset } = collector;
+  const { contextEndOffset, firstTurnStartOffset, firstTurnEndOffset, messageEndOffsets } = collector;
   return {
     text: collector.text(),
     contextEndOffset,
+    messageEndOffsets,
     omittedBytes,
     ...(firstTurnStartOffset === undefined || firstTurnEndOffset === undefined
       ? {}

@@ -30,6 +30,7 @@ import type {
   RoutingRequest,
 } from '../types';
 import { COST_LUA } from './rules-lua.generated';
+import { SIX_BIT_BASE, sixBitNumbers } from './six-bit';
 
 /** Backends of the rendezvous order a call ranks (the rest rank after them, by configuration position). */
 export const RANKED_BACKENDS = 32;
@@ -109,24 +110,15 @@ function parameterLine(params: Readonly<Record<string, unknown>>): string {
   }).join(' ');
 }
 
-/** The characters '0' (48) to 'o' (111): 6 bits each, none of them a line's end. */
-const RANK_DIGIT_BASE = 48;
-
 /**
  * The argument's third line: `ranked` (0-based indices into the pool's `memberCount` backends) as 1-based positions
- * of a fixed width: its digit first, then each position in that many 6-bit characters (cost.lua reads the whole line
- * with one string.byte).
+ * in the six-bit form (six-bit.ts: cost.lua reads the whole line with one string.byte).
  */
 export function rankLine(ranked: readonly number[], memberCount: number): string {
-  let width = 1;
-  while (64 ** width <= memberCount) width++;
-  let line = String(width);
-  for (const index of ranked) {
-    const position = index + 1;
-    for (let shift = width - 1; shift >= 0; shift--)
-      line += String.fromCharCode(RANK_DIGIT_BASE + (Math.floor(position / 64 ** shift) % 64));
-  }
-  return line;
+  return sixBitNumbers(
+    ranked.map((index) => index + 1),
+    memberCount,
+  );
 }
 
 /**
@@ -178,7 +170,7 @@ function withColdOrder(lines: readonly CostLine[], order: string): readonly Cost
   if (order.length % 3 !== 0) throw new TypeError(`cost.lua returned a cold order of ${order.length} characters`);
   const ranked = lines.slice();
   for (let at = 0, hashRank = 0; at < order.length; at += 3, hashRank++) {
-    const digit = (offset: number): number => order.charCodeAt(at + offset) - RANK_DIGIT_BASE;
+    const digit = (offset: number): number => order.charCodeAt(at + offset) - SIX_BIT_BASE;
     const index = (digit(0) * 64 + digit(1)) * 64 + digit(2) - 1;
     const line = ranked[index];
     if (line === undefined) throw new TypeError(`cost.lua returned a cold order naming candidate ${index + 1}`);

@@ -68,7 +68,10 @@ local LADDER_RUNGS = 8
 -- Bytes of an owner list's head parsed per owner wanted (index.deepestOwners): an entry is \1<id>\2<13-digit ms>.
 local OWNER_HEAD_BYTES = 96
 
-local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
+-- hints (optional): block positions (1-based, within 1..blockCount) read with the ladder, where the
+-- caller expects owner lists to change (RoutingRequest.boundaryBlocks: message boundaries); a change
+-- point among them needs no round of bisection. They change what is read, never a depth.
+local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds, hints)
   local raw = { [newKey] = {}, [oldKey] = {} }
   local index = {}
 
@@ -90,12 +93,31 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds)
     end
   end
 
-  -- The ladder's positions: 1, 1 + step, ..., and the last block (blockCount > 0).
+  -- The ladder's positions, ascending: 1, 1 + step, ..., the last block (blockCount > 0), and the hints.
+  local rungs
   local function ladder()
+    if rungs then return rungs end
     local step = math.max(1, math.ceil(blockCount / LADDER_RUNGS))
-    local rungs = {}
-    for i = 1, blockCount, step do rungs[#rungs + 1] = i end
-    if rungs[#rungs] ~= blockCount then rungs[#rungs + 1] = blockCount end
+    local count, isRung = 0, {}
+    rungs = {}
+    for i = 1, blockCount, step do
+      count = count + 1
+      rungs[count], isRung[i] = i, true
+    end
+    if rungs[count] ~= blockCount then
+      count = count + 1
+      rungs[count], isRung[blockCount] = blockCount, true
+    end
+    if hints and #hints > 0 then
+      for k = 1, #hints do
+        local i = hints[k]
+        if not isRung[i] then
+          count = count + 1
+          rungs[count], isRung[i] = i, true
+        end
+      end
+      table.sort(rungs)
+    end
     return rungs
   end
 
