@@ -173,9 +173,7 @@ else
   end
   if readsDepths and ownersWanted > 0 then
     index.deepestOwners(ownersWanted, function(batch)
-      local fields = {}
-      for k = 1, #batch do fields[k] = '@' .. batch[k] end
-      local names = hmgetAll(membersKey, fields)
+      local names = positionNamesOf(membersKey, batch)
       for k = 1, #batch do
         local name = names[k]
         if name then nameOf[tonumber(name)] = name end

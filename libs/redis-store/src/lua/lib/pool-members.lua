@@ -72,20 +72,77 @@ local function allMembers(key)
   return ids, weights
 end
 
+-- What has been read of member sets, by key. A set's key names its version, a digest of its members and
+-- weights (src/pool-members.ts), so what a key held once it holds whenever it is there (a set stored again
+-- under it is the same set). A Redis Function keeps this between calls: a shortlisted decision then reads
+-- a member's record, or an id's position, only the first time (issue 28: ~8 µs a decision at 1,024
+-- backends). The caller still checks that the set is stored (its count). At most KNOWN_SETS_LIMIT sets.
+local knownRecords, knownRecordSets = {}, 0
+local function recordsOf(key)
+  local known = knownRecords[key]
+  if not known then
+    if knownRecordSets >= KNOWN_SETS_LIMIT then knownRecords, knownRecordSets = {}, 0 end
+    known = { id = {}, weight = {}, position = {} }
+    knownRecords[key] = known
+    knownRecordSets = knownRecordSets + 1
+  end
+  return known
+end
+
 -- The members at the positions named `positionNames` (decimal strings, as the shortlist and the
--- '@<id>' fields give them; one HMGET): their ids and weights, in order.
+-- '@<id>' fields give them; at most one HMGET, for those not read before): their ids and weights, in order.
 local function membersAt(key, positionNames)
-  local fields = {}
-  for k = 1, #positionNames do fields[k] = '#' .. positionNames[k] end
-  local records = hmgetAll(key, fields)
-  local ids, weights = {}, {}
-  local find, sub = string.find, string.sub
+  local known = recordsOf(key)
+  local knownIds, knownWeights = known.id, known.weight
+  local ids, weights, missing, fields, count = {}, {}, {}, {}, 0
   for k = 1, #positionNames do
-    local record = records[k]
-    local tab = find(record, '\t', 1, true)
-    ids[k], weights[k] = sub(record, 1, tab - 1), numberOf(sub(record, tab + 1))
+    local name = positionNames[k]
+    local id = knownIds[name]
+    if id then
+      ids[k], weights[k] = id, knownWeights[name]
+    else
+      count = count + 1
+      missing[count], fields[count] = k, '#' .. name
+    end
+  end
+  if count > 0 then
+    local records = hmgetAll(key, fields)
+    local find, sub = string.find, string.sub
+    for m = 1, count do
+      local k, record = missing[m], records[m]
+      local tab = find(record, '\t', 1, true)
+      local id, weight = sub(record, 1, tab - 1), numberOf(sub(record, tab + 1))
+      local name = positionNames[k]
+      ids[k], weights[k] = id, weight
+      knownIds[name], knownWeights[name] = id, weight
+    end
   end
   return ids, weights
+end
+
+-- The positions of `ids` in the set at `key`, as the decimal strings stored ('@<id>' fields; false for an
+-- id that is not a member), in order; at most one HMGET, for those not read before.
+local function positionNamesOf(key, ids)
+  local knownPositions = recordsOf(key).position
+  local names, missing, fields, count = {}, {}, {}, 0
+  for k = 1, #ids do
+    local name = knownPositions[ids[k]]
+    if name ~= nil then
+      names[k] = name
+    else
+      count = count + 1
+      missing[count], fields[count] = k, '@' .. ids[k]
+    end
+  end
+  if count > 0 then
+    local found = hmgetAll(key, fields)
+    for m = 1, count do
+      local k = missing[m]
+      names[k] = found[m]
+      knownPositions[ids[k]] = found[m]
+    end
+  end
+  return names
 end
 
 -- Stores engine figures: '<id>\t<field>\n' per backend (the field: pool-members.ts engineFiguresField), one HSET per CHUNK.
