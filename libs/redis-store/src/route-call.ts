@@ -104,13 +104,17 @@ export async function runRoute(redis: RedisClient, settings: RouteSettings, call
     MEMBER_SET_TTL_ARG,
     call.engineFigures,
     call.backlogClears,
-    call.rule.readsDepths && call.boundaryBlocks.length > 0
-      ? sixBitNumbers(call.boundaryBlocks, call.blockHashes.length)
-      : '',
+    call.rule.readsDepths ? boundaryBlocksArgument(call.boundaryBlocks, call.blockHashes.length) : '',
   ];
   const routeKeys = [...decisionKeys(keys), keys.members(call.members.version), keys.engine];
   const reply = await runScript(redis, script, routeKeys, args, 'buffers');
   return decodeRouteReply(script, reply, call.members.count);
+}
+
+/** ARGV[16]: the boundary blocks within the chain (1..blockCount; a request's own are: a hint is never trusted). */
+function boundaryBlocksArgument(blocks: readonly number[], blockCount: number): string {
+  const within = blocks.filter((block) => Number.isInteger(block) && block >= 1 && block <= blockCount);
+  return within.length === 0 ? '' : sixBitNumbers(within, blockCount);
 }
 
 /** Passed as text like every argument. */

@@ -108,9 +108,10 @@ export const SCRIPTS = {
  *
  * FCALL: when Redis answers that the function is not found (a fresh or restarted Redis without
  * persistence, FUNCTION FLUSH, a router of a new version), the library is loaded (FUNCTION LOAD REPLACE,
- * on every master of a cluster, once however many calls found it missing) and the call sent again. A
- * server without functions (before Redis 7) answers "unknown command": that client then runs scripts
- * by EVALSHA from then on.
+ * on every master of a cluster, once however many calls found it missing) and the call sent again; a load
+ * that fails leaves the call to EVALSHA. A server without functions (before Redis 7, FUNCTION renamed
+ * away) or a user without them answers "unknown command" or NOPERM: that client runs scripts by EVALSHA
+ * from then on (viaFunction).
  *
  * EVALSHA: when Redis answers NOSCRIPT (restarted, failed over to a replica that never saw the script,
  * SCRIPT FLUSH), it is sent once with EVAL, which also caches it again: one extra round trip, then
@@ -137,16 +138,8 @@ export async function runScript(
   const asFunction = script.asFunction;
   try {
     if (asFunction !== undefined && !withoutFunctions.has(redis)) {
-      try {
-        return await send('fcall', asFunction.name);
-      } catch (error) {
-        if (isFunctionMissing(error)) {
-          await loadFunction(redis, asFunction);
-          return await send('fcall', asFunction.name);
-        }
-        if (!isUnknownCommand(error)) throw error;
-        withoutFunctions.add(redis);
-      }
+      const answered = await viaFunction(redis, asFunction, send);
+      if (answered.done) return answered.reply;
     }
     try {
       return await send('evalsha', script.sha1);
@@ -166,13 +159,55 @@ export async function runScript(
   }
 }
 
-/** Clients whose server has no functions (FCALL unknown). */
+type FunctionAnswer = { readonly done: true; readonly reply: unknown } | { readonly done: false };
+
+/**
+ * The call as a Redis Function; `done: false` leaves it to EVALSHA: a server that cannot run functions for
+ * this client (no FCALL or FUNCTION command, an ACL user without them: that client uses EVALSHA from then
+ * on), or a library that could not be loaded (FUNCTION LOAD refused: out of memory, too few replicas to
+ * write; in a cluster, the key's master not reached). Errors of the script itself are thrown.
+ */
+async function viaFunction(
+  redis: RedisClient,
+  asFunction: RedisFunction,
+  send: (command: 'fcall', head: string) => Promise<unknown>,
+): Promise<FunctionAnswer> {
+  try {
+    return { done: true, reply: await send('fcall', asFunction.name) };
+  } catch (error) {
+    if (cannotRunFunctions(error)) {
+      withoutFunctions.add(redis);
+      return { done: false };
+    }
+    if (!isFunctionMissing(error)) throw error;
+  }
+  const load = await loadFunction(redis, asFunction);
+  if (load !== 'loaded') {
+    if (load === 'never') withoutFunctions.add(redis);
+    return { done: false };
+  }
+  try {
+    return { done: true, reply: await send('fcall', asFunction.name) };
+  } catch (error) {
+    if (isFunctionMissing(error) || cannotRunFunctions(error)) return { done: false };
+    throw error;
+  }
+}
+
+/** Clients that run scripts by EVALSHA only (their server or user cannot run functions). */
 const withoutFunctions = new WeakSet<RedisClient>();
 /** Libraries being loaded, per client and function: the calls that find one missing wait for one load. */
-const loading = new WeakMap<RedisClient, Map<string, Promise<void>>>();
+const loading = new WeakMap<RedisClient, Map<string, Promise<LoadOutcome>>>();
 
-/** FUNCTION LOAD REPLACE of `asFunction`'s library: on the server, or on every master of a cluster. */
-function loadFunction(redis: RedisClient, asFunction: RedisFunction): Promise<void> {
+/** A load's outcome: on at least one server; on none (for now); on none, and never can be (no command, no permission). */
+type LoadOutcome = 'loaded' | 'failed' | 'never';
+
+/**
+ * FUNCTION LOAD REPLACE of `asFunction`'s library: on the server, or on every master of a cluster (a master
+ * that fails does not stop the others: the call sent again finds out whether its own master has it).
+ * Never rejects.
+ */
+function loadFunction(redis: RedisClient, asFunction: RedisFunction): Promise<LoadOutcome> {
   let byName = loading.get(redis);
   if (byName === undefined) {
     byName = new Map();
@@ -181,8 +216,14 @@ function loadFunction(redis: RedisClient, asFunction: RedisFunction): Promise<vo
   const pending = byName.get(asFunction.name);
   if (pending !== undefined) return pending;
   const servers = redis instanceof Cluster ? redis.nodes('master') : [redis];
-  const settled = Promise.all(servers.map((server) => server.call('FUNCTION', ['LOAD', 'REPLACE', asFunction.library])))
-    .then(() => undefined)
+  const settled = Promise.allSettled(
+    servers.map((server) => server.call('FUNCTION', ['LOAD', 'REPLACE', asFunction.library])),
+  )
+    .then((results): LoadOutcome => {
+      if (results.some((result) => result.status === 'fulfilled')) return 'loaded';
+      const never = results.every((result) => result.status === 'rejected' && cannotRunFunctions(result.reason));
+      return never && results.length > 0 ? 'never' : 'failed';
+    })
     .finally(() => byName.delete(asFunction.name));
   byName.set(asFunction.name, settled);
   return settled;
@@ -195,15 +236,19 @@ function loadFunction(redis: RedisClient, asFunction: RedisFunction): Promise<vo
 export async function preloadScript(redis: RedisClient, script: LuaScript): Promise<void> {
   const servers = redis instanceof Cluster ? redis.nodes('master') : [redis];
   await Promise.all(servers.map((server) => server.call('SCRIPT', ['LOAD', script.lua])));
-  if (script.asFunction !== undefined) await loadFunction(redis, script.asFunction);
+  if (script.asFunction !== undefined && (await loadFunction(redis, script.asFunction)) !== 'loaded')
+    throw new Error(`${script.name}: FUNCTION LOAD failed`);
 }
 
 function isFunctionMissing(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('ERR Function not found');
 }
 
-function isUnknownCommand(error: unknown): boolean {
-  return error instanceof Error && error.message.startsWith('ERR unknown command');
+/** FCALL or FUNCTION unknown (before Redis 7.0, or renamed away), or not permitted to this client's user. */
+function cannotRunFunctions(error: unknown): boolean {
+  return (
+    error instanceof Error && (error.message.startsWith('ERR unknown command') || error.message.startsWith('NOPERM'))
+  );
 }
 
 function isNoScriptError(error: unknown): boolean {

@@ -104,7 +104,8 @@ export interface RoutingRequest {
    * 1-based positions of the blocks on either side of some message boundaries (a chat's first message's end
    * and its last few: where a system prompt, or an earlier turn of the same conversation, ended), ascending:
    * where backends' matches most likely stop. A hint for a state store's depth search (read first; the Redis
-   * store's bisection then rarely needs a round), never a result: absent or wrong, the depths are the same.
+   * store's bisection then rarely needs a round), never a result: absent or wrong, the depths and a big pool's
+   * shortlist are the same.
    */
   readonly boundaryBlocks?: readonly number[];
   /** Affinity key from `X-Session-Id`, the body's `prompt_cache_key` or its `user` (that order), when given. */

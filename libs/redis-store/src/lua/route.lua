@@ -73,7 +73,7 @@
            form (libs/routing rules/six-bit.ts: a width digit, then each position in that many characters
            '0'..'o'; the request's boundaryBlocks: both sides of message boundaries, where matches most
            likely stop; at most MAX_HINTS, those outside the chain ignored). A hint: it changes what is
-           read, never a result
+           read, never a depth or a shortlist (deepestOwners walks the rungs alone)
   Returns a flat array: [1] chosen participant (1-based among those taking part), or -1 when the
   member set is not stored (then nothing else follows), [2] the chosen backend's leases in flight
   afterwards, [3] 1 when the rule reports every participant saturated, else 0, [4] when recording, the
@@ -141,8 +141,8 @@ purgeExpiredLeases(prefix, KEYS[2], KEYS[3], KEYS[4], now)
 -- before anything reads them (index.depths, index.record).
 local thresholds = { lookup = {}, record = {} }
 -- The hints: message boundaries' blocks (ARGV[16]), those within the chain; in the six-bit form, read by
--- one string.byte (a decimal list cost a tonumber each). A longer text than MAX_HINTS of any width is a
--- caller's bug: no hints.
+-- one string.byte (a decimal list cost a tonumber each); the first MAX_HINTS within the chain. A text
+-- longer than MAX_HINTS positions of width 4 is a caller's bug: no hints.
 local hints, hintText = {}, ARGV[16]
 if readsDepths and #hintText > 1 and #hintText <= 1 + 4 * MAX_HINTS then
   local codes = { string.byte(hintText, 1, #hintText) }
@@ -150,7 +150,7 @@ if readsDepths and #hintText > 1 and #hintText <= 1 + 4 * MAX_HINTS then
   for at = 2, #codes - width + 1, width do
     local i = 0
     for k = at, at + width - 1 do i = i * 64 + codes[k] - 48 end
-    if i >= 1 and i <= blockCount then
+    if i >= 1 and i <= blockCount and count < MAX_HINTS then
       count = count + 1
       hints[count] = i
     end

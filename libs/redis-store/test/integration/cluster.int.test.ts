@@ -338,7 +338,8 @@ describe('the store on a Redis Cluster', () => {
     await exerciseRoutingState(state, poolA, 'a-after');
     await exerciseRoutingState(state, poolB, 'b-after');
     expect(await promoted.script('EXISTS', SCRIPTS.snapshot.sha1)).toEqual([1]); // loaded by the EVAL fallback
-    expect(await libraryOn(costRouteScript)).toBe(1); // replicated, or loaded there when found missing
+    // Run there as a function (replicated, or loaded when found missing), not left to EVALSHA by a failed load.
+    expect(await libraryOn(costRouteScript)).toBe(1);
     expect(recoveredMs).toBeLessThan(10_000);
 
     // Pub/sub still delivers (the subscriber moves to another node if its own was the one killed).

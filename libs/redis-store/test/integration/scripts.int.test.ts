@@ -9,8 +9,9 @@ import { RedisStoreError } from '../../src/redis-store-error';
 import { RedisAdapterLoads } from '../../src/adapter-loads';
 import { integerArrayReply, runScript, SCRIPTS } from '../../src/scripts';
 import { TenantLimits } from '../../src/tenant-limits';
+import { createRedis, waitUntilReady } from '../../src/connection';
 import { RedisApiKeyStore } from '../../src/api-key-store';
-import { manualClock, openRedisTestContext, type RedisTestContext } from './redis-test-context';
+import { manualClock, openRedisTestContext, singleServer, type RedisTestContext } from './redis-test-context';
 
 // A Redis of this file's own: SCRIPT FLUSH must not disturb anyone else's scripts.
 let ctx: RedisTestContext;
@@ -162,6 +163,44 @@ describe('script loading', () => {
     await state.reserve('m', 'a', 'l2', [], 10);
     await state.release('m', 'a', 'l2');
     expect((await functionLoads()) - loadsBefore).toBe(1);
+  });
+
+  it.each([
+    ['a user without FCALL and FUNCTION', '-fcall -fcall_ro -function'],
+    ['a user who may call functions but not load them', '-function'],
+  ])('runs by EVALSHA for %s (as on a Redis without functions)', async (_label, denied) => {
+    // A user of this file's own Redis; FUNCTION FLUSH first, so no library is there to call.
+    const user = `no-functions-${denied.length}`;
+    await ctx.redis.call('ACL', ['SETUSER', user, 'reset', 'on', '>secret', '~*', '&*', '+@all', ...denied.split(' ')]);
+    await ctx.redis.call('FUNCTION', ['FLUSH']);
+    const url = new URL(ctx.server.url);
+    url.username = user;
+    url.password = 'secret';
+    const limited = createRedis(url.toString(), 'worker');
+    try {
+      await waitUntilReady(limited);
+      const evalCalls = async (): Promise<number> => {
+        let calls = 0;
+        for (const match of (await ctx.redis.info('commandstats')).matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm))
+          calls += Number(match[1]);
+        return calls;
+      };
+      const state = ctx.createState({ redis: singleServer(limited), nowMs: manualClock().nowMs });
+      const before = await evalCalls();
+      for (let k = 0; k < 3; k++) {
+        await state.reserve('m', 'a', `l${k}`, [1, 2, 3], 10);
+        await state.release('m', 'a', `l${k}`, [1, 2, 3]);
+      }
+      // Each reserve and release ran, the releases as scripts (reserve.lua is one anyway): 6 calls by EVALSHA
+      // or EVAL, none left failing, and the library never loaded.
+      expect((await evalCalls()) - before).toBeGreaterThanOrEqual(6);
+      expect((await state.snapshot('m', ['a'], [1, 2, 3])).inflight.get('a') ?? 0).toBe(0);
+      expect((await state.snapshot('m', ['a'], [1, 2, 3])).matchBlocks.get('a')).toBe(3);
+      expect(await ctx.redis.call('FUNCTION', ['LIST'])).toEqual([]);
+    } finally {
+      limited.disconnect();
+      await ctx.redis.call('ACL', ['DELUSER', user]);
+    }
   });
 
   it('reports a failing script as REDIS_STORE_ERR_SCRIPT_FAILED with the Redis error as cause', async () => {

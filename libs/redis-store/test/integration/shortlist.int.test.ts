@@ -63,6 +63,37 @@ describe('route.lua shortlist (pools of more than 32 backends)', () => {
     await state.release('m', owner, 'turn-2');
   });
 
+  it('shortlists the same backends whatever blocks the request names as boundaries (a hint of where to read)', async () => {
+    const setup = ctx.createState();
+    for (const backend of BACKENDS) await setup.reserve('m', backend.id, `sys-${backend.id}`, [1], 0);
+    for (const backend of BACKENDS) await setup.release('m', backend.id, `sys-${backend.id}`);
+    // Twice as many owners of conversation 3 as a shortlist takes, at depths 30 down to 25, between two
+    // rungs (1, 7, …, 25, 31, …: 8 rungs over 48 blocks), the shallower recorded later: at rung 25, the
+    // deepest rung they all hold, the most recent come first. A hint inside (28) would find the deepest.
+    const chain = inputOf(3, 48, 'x').request.blockHashes;
+    for (let owner = 0; owner < 2 * DEFAULT_SHORTLIST.owners; owner++) {
+      const id = `backend-${10 + owner * 7}`;
+      await setup.reserve('m', id, `own-${owner}`, chain.slice(0, 30 - Math.floor(owner / 3)), 0);
+      await setup.release('m', id, `own-${owner}`);
+    }
+    const shortlisted = async (boundaryBlocks: readonly number[] | undefined): Promise<string[]> => {
+      const input = inputOf(3, 48, 'same-lease');
+      // A store of its own each time: the picks it adds (least loaded as it saw them) start alike.
+      const { candidates } = await decide(ctx.createState(), {
+        ...input,
+        request: { ...input.request, ...(boundaryBlocks === undefined ? {} : { boundaryBlocks }) },
+      });
+      const chosen = candidates.map((candidate) => candidate.backend.id);
+      for (const id of chosen) await setup.release('m', id, 'same-lease');
+      return chosen.sort();
+    };
+    const plain = await shortlisted(undefined);
+    expect(plain.length).toBeGreaterThan(DEFAULT_SHORTLIST.owners);
+    for (const hints of [[28, 29], [26, 27, 30, 31], [1, 2, 47, 48], [30]]) {
+      expect(await shortlisted(hints), `boundary blocks ${hints.join(',')}`).toEqual(plain);
+    }
+  });
+
   it('looks past owners that are not candidates (removed or ineligible backends) to the live one', async () => {
     const state = ctx.createState();
     const owner = 'backend-151';

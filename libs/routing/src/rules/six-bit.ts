@@ -9,12 +9,14 @@
 /** The first character's code, the digit 0. */
 export const SIX_BIT_BASE = 48;
 
-/** `values` (integers in 0..max) in the six-bit form, each as wide as `max` needs. */
+/** `values` (integers in 0..max) in the six-bit form, each as wide as `max` needs; a RangeError for any other. */
 export function sixBitNumbers(values: readonly number[], max: number): string {
   let width = 1;
   while (64 ** width <= max) width++;
   let text = String(width);
   for (const value of values) {
+    if (!Number.isInteger(value) || value < 0 || value > max)
+      throw new RangeError(`six-bit numbers: ${value} is not an integer in 0..${max}`);
     for (let shift = width - 1; shift >= 0; shift--)
       text += String.fromCharCode(SIX_BIT_BASE + (Math.floor(value / 64 ** shift) % 64));
   }

@@ -70,7 +70,8 @@ local OWNER_HEAD_BYTES = 96
 
 -- hints (optional): block positions (1-based, within 1..blockCount) read with the ladder, where the
 -- caller expects owner lists to change (RoutingRequest.boundaryBlocks: message boundaries); a change
--- point among them needs no round of bisection. They change what is read, never a depth.
+-- point among them needs no round of bisection. They change what is read, never a depth, nor the owners
+-- deepestOwners finds (it walks the rungs alone).
 local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds, hints)
   local raw = { [newKey] = {}, [oldKey] = {} }
   local index = {}
@@ -93,22 +94,27 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds, hi
     end
   end
 
-  -- The ladder's positions, ascending: 1, 1 + step, ..., the last block (blockCount > 0), and the hints.
-  local rungs
+  -- The ladder's positions, ascending: the rungs 1, 1 + step, ..., the last block (blockCount > 0), and
+  -- the hints among them (what is read first); and the rungs alone (what deepestOwners walks, so that a
+  -- shortlist does not depend on hints).
+  local rungs, evenRungs
   local function ladder()
-    if rungs then return rungs end
+    if rungs then return rungs, evenRungs end
     local step = math.max(1, math.ceil(blockCount / LADDER_RUNGS))
     local count, isRung = 0, {}
-    rungs = {}
+    evenRungs = {}
     for i = 1, blockCount, step do
       count = count + 1
-      rungs[count], isRung[i] = i, true
+      evenRungs[count], isRung[i] = i, true
     end
-    if rungs[count] ~= blockCount then
+    if evenRungs[count] ~= blockCount then
       count = count + 1
-      rungs[count], isRung[blockCount] = blockCount, true
+      evenRungs[count], isRung[blockCount] = blockCount, true
     end
+    rungs = evenRungs
     if hints and #hints > 0 then
+      rungs = {}
+      for k = 1, count do rungs[k] = evenRungs[k] end
       for k = 1, #hints do
         local i = hints[k]
         if not isRung[i] then
@@ -118,7 +124,7 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds, hi
       end
       table.sort(rungs)
     end
-    return rungs
+    return rungs, evenRungs
   end
 
   -- For each of `ids`, in their order: the largest d such that it holds blocks 1..d, in `new` or, when
@@ -266,14 +272,14 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds, hi
       batch = {}
       return #owners >= limit
     end
-    local rungs = ladder()
-    read(newKey, rungs)
+    local all, rungs = ladder()
+    read(newKey, all)
     -- The previous generation holds nothing of a chain whose block 1 it does not hold (prefix closure):
     -- its ladder is read only when it does.
     read(oldKey, { 1 })
     local keys = { newKey }
     if raw[oldKey][1] then
-      read(oldKey, rungs)
+      read(oldKey, all)
       keys[2] = oldKey
     end
     local headBytes = limit * OWNER_HEAD_BYTES

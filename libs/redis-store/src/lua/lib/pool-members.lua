@@ -44,8 +44,8 @@ end
 
 -- Member sets parsed, by their 'ids' text (then their 'weights' text): a Redis Function (src/scripts.ts)
 -- keeps this between calls, so a decision reads its set (one HMGET, as before) but parses it only when it
--- has not met that text yet (~1.5k instructions a member). Keyed by the text, not the key's name, so no
--- two sets can be mixed up (another logical database, a digest collision). At most KNOWN_SETS_LIMIT kept.
+-- has not met that text yet (~1.5k instructions a member). Keyed by the text this reads anyway, so even a
+-- digest collision (knownRecords below) cannot mix two sets up here. At most KNOWN_SETS_LIMIT kept.
 local KNOWN_SETS_LIMIT = 8
 local knownSets, knownSetCount = {}, 0
 
@@ -72,11 +72,14 @@ local function allMembers(key)
   return ids, weights
 end
 
--- What has been read of member sets, by key. A set's key names its version, a digest of its members and
--- weights (src/pool-members.ts), so what a key held once it holds whenever it is there (a set stored again
--- under it is the same set). A Redis Function keeps this between calls: a shortlisted decision then reads
--- a member's record, or an id's position, only the first time (issue 28: ~8 µs a decision at 1,024
--- backends). The caller still checks that the set is stored (its count). At most KNOWN_SETS_LIMIT sets.
+-- What has been read of member sets, by key. A set's key names its version, a 53-bit digest of its members
+-- and weights (src/pool-members.ts), so what a key held once it holds whenever it is there: a set stored
+-- again under it is the same set, in any logical database (a router of another version, which might
+-- store another format, runs a library of its own: a table of its own). Two sets of one pool with the same
+-- digest would be mixed up, as they already are in Redis (same key). A Redis Function keeps this between
+-- calls: a shortlisted decision then reads a member's record, or an id's position, only the first time
+-- (issue 28: −129k instructions a decision at 1,024 backends). The caller still checks that the set is
+-- stored (its count). At most KNOWN_SETS_LIMIT sets.
 local knownRecords, knownRecordSets = {}, 0
 local function recordsOf(key)
   local known = knownRecords[key]
