@@ -38,10 +38,17 @@
 --#body
 local leaseId = ARGV[1]
 local backend = ARGV[2]
-local recordedTo = recordHeldChain(KEYS[5], KEYS[6], KEYS[7], KEYS[8], backend, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]))
+-- The idle TTL, the cap and the most new blocks are the same in every call of a router: memoized.
+local recordedTo = recordHeldChain(KEYS[5], KEYS[6], KEYS[7], KEYS[8], backend, tonumber(ARGV[3]), numberOf(ARGV[4]),
+  numberOf(ARGV[5]), ARGV[6], numberOf(ARGV[7]))
 
 local tokens = tonumber(redis.call('HGET', KEYS[1], leaseId)) or 0
 redis.call('HDEL', KEYS[1], leaseId)
 local removed = redis.call('ZREM', KEYS[2], leaseMember(backend, leaseId))
-if removed == 1 then uncount(KEYS[3], KEYS[4], backend, tokens) end
-return { removed, tonumber(redis.call('HGET', KEYS[3], backend)) or 0, recordedTo }
+local inflight
+if removed == 1 then
+  inflight = uncount(KEYS[3], KEYS[4], backend, tokens)
+else
+  inflight = tonumber(redis.call('HGET', KEYS[3], backend)) or 0
+end
+return { removed, inflight, recordedTo }

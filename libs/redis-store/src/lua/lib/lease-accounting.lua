@@ -8,14 +8,18 @@ local function leaseMember(backend, leaseId)
   return #backend .. ':' .. backend .. leaseId
 end
 
--- Takes one lease off the backend's counters (its field goes when its last lease does).
+-- Takes one lease off the backend's counters (its field goes when its last lease does). Returns the
+-- backend's leases in flight afterwards.
 local function uncount(inflightKey, pendingKey, backend, tokens)
-  if redis.call('HINCRBY', inflightKey, backend, -1) <= 0 then
+  local left = redis.call('HINCRBY', inflightKey, backend, -1)
+  if left <= 0 then
     redis.call('HDEL', inflightKey, backend)
     redis.call('HDEL', pendingKey, backend)
+    return 0
   elseif tokens ~= 0 then
     redis.call('HINCRBY', pendingKey, backend, -tokens)
   end
+  return left
 end
 
 -- Purges every expired lease of the pool (deadline <= now), 100 per ZRANGEBYSCORE: usually one empty
