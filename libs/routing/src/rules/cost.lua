@@ -129,7 +129,8 @@ local function evaluateCost(candidates, rank, adapterWait, p, request, wantLines
   end
   -- 2. Load-spread guard, over what the valve kept; with it, the eligible candidates, the cheapest of them
   -- and of all the valve kept (costs within COST_EPSILON_MS tie and the better rendezvous rank wins),
-  -- and the deepest match the valve kept, in one pass.
+  -- and the deepest match the valve kept, in one pass. The cheapest-so-far step is written out twice, not
+  -- called: a call per candidate costs more than its comparisons.
   local spreadAbs = p.spreadAbs
   local limit = math.huge
   if spreadAbs ~= 0 then
