@@ -2,10 +2,11 @@ import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 
 /**
- * Finds the local process listening on a TCP port, from Linux /proc (the overhead benchmark uses it for
- * the private redis-server that `startRedis({ fresh: true })` spawns: @kvroute/testing does not expose
- * its pid). Two steps, as `ss -ltnp` does: the listening socket's inode from /proc/net/tcp{,6}, then the
- * process holding a file descriptor `socket:[inode]` in /proc/<pid>/fd.
+ * Finds the local process listening on a TCP port, from Linux /proc: the overhead benchmark's private
+ * redis-server (`startRedis({ fresh: true })` does not expose its pid), and local-sims.ts's check that a
+ * process started on a port is the one answering there. Two steps, as `ss -ltnp` does: the listening
+ * socket's inode from /proc/net/tcp{,6}, then the process holding a file descriptor `socket:[inode]` in
+ * /proc/<pid>/fd.
  */
 
 /** TCP state LISTEN in /proc/net/tcp's `st` column. */
@@ -41,14 +42,7 @@ export interface ListeningProcess {
  * Processes in `preferPids` (and their children) are checked first, then every process.
  */
 export function processListeningOn(port: number, preferPids: readonly number[] = []): ListeningProcess | undefined {
-  const inodes = new Set<string>();
-  for (const file of ['/proc/net/tcp', '/proc/net/tcp6']) {
-    try {
-      for (const inode of listeningSocketInodes(readFileSync(file, 'utf8'), port)) inodes.add(inode);
-    } catch {
-      // no IPv6, or not Linux
-    }
-  }
+  const inodes = listeningInodes(port);
   if (inodes.size === 0) return undefined;
   const targets = new Set([...inodes].map((inode) => `socket:[${inode}]`));
   let all: number[] = [];
@@ -136,4 +130,21 @@ export function pinRunningProcess(
   } catch (error) {
     return { ok: false, error: error instanceof Error ? error.message : String(error) };
   }
+}
+
+/** Whether some socket listens on `port` (any process, any local address); false where /proc cannot tell. */
+export function portListenedOn(port: number): boolean {
+  return listeningInodes(port).size > 0;
+}
+
+function listeningInodes(port: number): Set<string> {
+  const inodes = new Set<string>();
+  for (const file of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    try {
+      for (const inode of listeningSocketInodes(readFileSync(file, 'utf8'), port)) inodes.add(inode);
+    } catch {
+      // no IPv6, or not Linux
+    }
+  }
+  return inodes;
 }

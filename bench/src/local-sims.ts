@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { findFreePort, findFreePorts } from '@kvroute/testing';
 import { nodeArgsFor } from './app-process';
-import { processListeningOn } from './listening-process';
+import { portListenedOn, processListeningOn } from './listening-process';
 
 /** Starts vllm-sim processes on free loopback ports, for the demo and benchmarks. */
 export interface LocalSim {
@@ -63,7 +63,7 @@ const PORT_TRIES = 3;
 
 /**
  * Starts a listening process on `ports` (else on as many fresh ones) and waits until it answers its probe, as the
- * process listening there; every local process the bench starts on a port found free goes through here. A port
+ * process listening there: the sims, routers, poller and oracle of the bench's local clusters. A port
  * found free can be taken by another process before the child binds it (the suite's files start servers side by
  * side): the child then exits (address in use), and a probe alone would reach that other process, a server of
  * another test (a 404 for this test's model). Such a start is tried again on other ports, up to PORT_TRIES times.
@@ -113,9 +113,10 @@ export async function stopLocalSims(sims: readonly LocalSim[]): Promise<void> {
 /**
  * Polls `probeUrl` every 50 ms until it answers 200, for up to 30 s: a bound, not a wait. An app started
  * from its sources under tsx on 2 busy cores (the whole suite at once) has taken over 15 s to listen.
- * With `own` (the process expected to answer, and its port): fails with PortTakenError as soon as that process
- * has exited, or when the answer comes from another process listening on the port (Linux's /proc tells; where
- * it cannot, the answer is taken as the process's).
+ * With `own` (the process expected to answer, and its port): fails as soon as that process has exited (with
+ * PortTakenError when another process listens on its port), and with PortTakenError when the answer comes from
+ * another process listening on the port (Linux's /proc tells; where it cannot, the answer is taken as the
+ * process's, and an exit is not retried).
  */
 export async function waitReady(
   probeUrl: string,
@@ -125,9 +126,10 @@ export async function waitReady(
   for (let attempt = 0; attempt < 600; attempt++) {
     if (exited()) {
       const { exitCode, signalCode } = own?.process ?? {};
-      throw new PortTakenError(
-        `${probeUrl}: the process exited (${signalCode ?? exitCode}) before it was ready (its port taken?)`,
-      );
+      const reason = `${probeUrl}: the process exited (${signalCode ?? exitCode}) before it was ready`;
+      // Taken only when another process holds the port: a bad flag or a missing bundle fails at once, not 3 times.
+      if (own !== undefined && portListenedOn(own.port)) throw new PortTakenError(`${reason}: its port is taken`);
+      throw new Error(reason);
     }
     try {
       if ((await fetch(probeUrl)).ok) {

@@ -271,14 +271,7 @@ export class RankSubscription {
         Buffer.from(item.payload).equals(this.appliedPayload);
       if (!same && (item.seq === END_SEQ || item.seq === this.applied)) {
         // Its buffer ends before our last batch, or holds another batch under its number: a new publisher.
-        metrics.recordKvProblem('sequence_backwards');
-        metrics.recordKvResync('restart');
-        this.resyncNext = true;
-        this.applied = null;
-        this.appliedPayload = null;
-        this.heldBack = null;
-        this.warmUntil = null;
-        this.requestReplay(0n);
+        this.restartFromZero();
         return;
       }
       if (same) {
@@ -303,11 +296,8 @@ export class RankSubscription {
       return;
     }
     if (applied !== null && item.seq > applied + 1n) {
-      // The publisher's buffer no longer reaches back to the gap: what it held is unknown.
-      metrics.recordKvProblem('replay_short');
-      metrics.recordKvResync('gap');
-      this.resyncNext = true;
-      this.heldBack = null;
+      // The publisher's buffer no longer reaches back to the gap.
+      this.resyncAfterShortReplay();
     }
     return this.applyItem(item, false);
   }
@@ -434,18 +424,31 @@ export class RankSubscription {
   private replayEnded(): void {
     const warmUntil = this.warmUntil;
     if (warmUntil === null || (this.replayHigh !== null && this.replayHigh >= warmUntil)) return this.finishReplay();
-    this.options.metrics.recordKvProblem('sequence_backwards');
-    this.options.metrics.recordKvResync('restart');
     this.options.logger?.info(
       { rank: this.rankId, cursor: warmUntil.toString(), replayHigh: this.replayHigh?.toString() ?? null },
       'KV-event publisher restarted since the cursor was stored: rank resynchronised',
     );
+    this.restartFromZero();
+  }
+
+  /** The publisher restarted: the rank is resynchronised from what its new buffer holds, from sequence 0. */
+  private restartFromZero(): void {
+    this.options.metrics.recordKvProblem('sequence_backwards');
+    this.options.metrics.recordKvResync('restart');
     this.resyncNext = true;
     this.applied = null;
     this.appliedPayload = null;
     this.heldBack = null;
     this.warmUntil = null;
     this.requestReplay(0n);
+  }
+
+  /** A replay that does not reach back to what was missed: what the publisher held then is unknown. */
+  private resyncAfterShortReplay(): void {
+    this.options.metrics.recordKvProblem('replay_short');
+    this.options.metrics.recordKvResync('gap');
+    this.resyncNext = true;
+    this.heldBack = null;
   }
 
   private replayTimedOut(): void {
@@ -467,10 +470,7 @@ export class RankSubscription {
     const heldBack = this.heldBack;
     if (heldBack === null) return false;
     if (this.replayHigh === null || this.replayHigh < heldBack) {
-      this.options.metrics.recordKvProblem('replay_short');
-      this.options.metrics.recordKvResync('gap');
-      this.resyncNext = true;
-      this.heldBack = null;
+      this.resyncAfterShortReplay();
       return false;
     }
     if (this.options.nowMs() > this.leaseUntilMs) return false;

@@ -101,25 +101,30 @@ local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds, hi
   local function ladder()
     if rungs then return rungs, evenRungs end
     local step = math.max(1, math.ceil(blockCount / LADDER_RUNGS))
-    local count, isRung = 0, {}
+    local count = 0
     evenRungs = {}
     for i = 1, blockCount, step do
       count = count + 1
-      evenRungs[count], isRung[i] = i, true
+      evenRungs[count] = i
     end
     if evenRungs[count] ~= blockCount then
       count = count + 1
-      evenRungs[count], isRung[blockCount] = blockCount, true
+      evenRungs[count] = blockCount
     end
     rungs = evenRungs
     if hints and #hints > 0 then
+      -- A hint on a rung (a multiple of the step past 1, or the last block) or twice is read once.
+      local taken = {}
       rungs = {}
-      for k = 1, count do rungs[k] = evenRungs[k] end
+      for k = 1, count do
+        rungs[k] = evenRungs[k]
+        taken[evenRungs[k]] = true
+      end
       for k = 1, #hints do
         local i = hints[k]
-        if not isRung[i] then
+        if not taken[i] then
           count = count + 1
-          rungs[count], isRung[i] = i, true
+          rungs[count], taken[i] = i, true
         end
       end
       table.sort(rungs)

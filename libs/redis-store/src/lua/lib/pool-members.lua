@@ -42,22 +42,40 @@ local function linesOf(text)
   end
 end
 
--- Member sets parsed, by their 'ids' text (then their 'weights' text): a Redis Function (src/scripts.ts)
--- keeps this between calls, so a decision reads its set (one HMGET, as before) but parses it only when it
--- has not met that text yet (~1.5k instructions a member). Keyed by the text this reads anyway, so even a
--- digest collision (knownRecords below) cannot mix two sets up here. At most KNOWN_SETS_LIMIT kept.
+-- What has been read of member sets, by key: the whole set (`ids`, `weights`) and members' records and
+-- positions. A set's key names its version, a 53-bit digest of its members and weights (src/pool-members.ts),
+-- so what a key held once it holds whenever it is there: a set stored again under it is the same set, in any
+-- logical database (a router of another version, which might store another format, runs a library of its
+-- own: a table of its own). Two sets of one pool with the same digest would be mixed up, as they already are
+-- in Redis (same key). A Redis Function keeps this between calls, so a decision reads and parses its set, or a
+-- member's record, or an id's position, only the first time (issue 28: −129k instructions a decision at
+-- 1,024 backends for the records). Whether the set is still stored is checked on every call (HEXISTS of its
+-- 'ids', or the caller's HGET of its count). At most KNOWN_SETS_LIMIT sets.
 local KNOWN_SETS_LIMIT = 8
 local knownSets, knownSetCount = {}, 0
+local function knownSetAt(key)
+  local known = knownSets[key]
+  if not known then
+    if knownSetCount >= KNOWN_SETS_LIMIT then knownSets, knownSetCount = {}, 0 end
+    known = { id = {}, weight = {}, position = {} }
+    knownSets[key] = known
+    knownSetCount = knownSetCount + 1
+  end
+  return known
+end
 
--- Every member of the set at `key`, in configuration order (one HMGET): their ids and weights, arrays the
--- caller must not change (they may be shared with later calls); nil when no whole set is stored there
--- (none, or one stored before it had 'ids': the caller sends it again).
+-- Every member of the set at `key`, in configuration order: their ids and weights, arrays the caller must
+-- not change (they are shared with later calls); nil when no whole set is stored there (none, or one stored
+-- before it had 'ids': the caller sends it again). One HEXISTS once the set was read, one HMGET before.
 local function allMembers(key)
+  local known = knownSetAt(key)
+  if known.ids then
+    if redis.call('HEXISTS', key, 'ids') == 0 then return nil end
+    return known.ids, known.weights
+  end
   local stored = redis.call('HMGET', key, 'ids', 'weights')
   local idsText, weightsText = stored[1], stored[2]
   if not idsText or not weightsText then return nil end
-  local known = knownSets[idsText]
-  if known and known.weightsText == weightsText then return known.ids, known.weights end
   local ids, weights = linesOf(idsText), nil
   if weightsText == '' then
     weights = {}
@@ -66,36 +84,14 @@ local function allMembers(key)
     weights = linesOf(weightsText)
     for k = 1, #weights do weights[k] = knownNumbers[weights[k]] or numberOf(weights[k]) end
   end
-  if knownSetCount >= KNOWN_SETS_LIMIT then knownSets, knownSetCount = {}, 0 end
-  knownSets[idsText] = { ids = ids, weights = weights, weightsText = weightsText }
-  knownSetCount = knownSetCount + 1
+  known.ids, known.weights = ids, weights
   return ids, weights
-end
-
--- What has been read of member sets, by key. A set's key names its version, a 53-bit digest of its members
--- and weights (src/pool-members.ts), so what a key held once it holds whenever it is there: a set stored
--- again under it is the same set, in any logical database (a router of another version, which might
--- store another format, runs a library of its own: a table of its own). Two sets of one pool with the same
--- digest would be mixed up, as they already are in Redis (same key). A Redis Function keeps this between
--- calls: a shortlisted decision then reads a member's record, or an id's position, only the first time
--- (issue 28: −129k instructions a decision at 1,024 backends). The caller still checks that the set is
--- stored (its count). At most KNOWN_SETS_LIMIT sets.
-local knownRecords, knownRecordSets = {}, 0
-local function recordsOf(key)
-  local known = knownRecords[key]
-  if not known then
-    if knownRecordSets >= KNOWN_SETS_LIMIT then knownRecords, knownRecordSets = {}, 0 end
-    known = { id = {}, weight = {}, position = {} }
-    knownRecords[key] = known
-    knownRecordSets = knownRecordSets + 1
-  end
-  return known
 end
 
 -- The members at the positions named `positionNames` (decimal strings, as the shortlist and the
 -- '@<id>' fields give them; at most one HMGET, for those not read before): their ids and weights, in order.
 local function membersAt(key, positionNames)
-  local known = recordsOf(key)
+  local known = knownSetAt(key)
   local knownIds, knownWeights = known.id, known.weight
   local ids, weights, missing, fields, count = {}, {}, {}, {}, 0
   for k = 1, #positionNames do
@@ -126,7 +122,7 @@ end
 -- The positions of `ids` in the set at `key`, as the decimal strings stored ('@<id>' fields; false for an
 -- id that is not a member), in order; at most one HMGET, for those not read before.
 local function positionNamesOf(key, ids)
-  local knownPositions = recordsOf(key).position
+  local knownPositions = knownSetAt(key).position
   local names, missing, fields, count = {}, {}, {}, 0
   for k = 1, #ids do
     local name = knownPositions[ids[k]]
