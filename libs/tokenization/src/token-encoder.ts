@@ -14,6 +14,7 @@
  */
 
 import { Tokenizer } from '@huggingface/tokenizers';
+import { pieceEncoderOf, type PieceEncoder } from './piece-encoder';
 
 /** transformers' tokenizer classes that rebuild the post-processor from add_bos_token/add_eos_token. */
 const LLAMA_FAST_CLASSES = new Set(['LlamaTokenizerFast', 'CodeLlamaTokenizerFast', 'GemmaTokenizerFast']);
@@ -45,6 +46,8 @@ export class TokenEncoder {
   /** The ids the post-processor adds around a single text (BOS for Llama 3), found once. */
   private readonly prefixIds: number[];
   private readonly suffixIds: number[];
+  /** A piece (no added token in it) to ids: piece-encoder.ts's shorter path where it applies, else the library's encode. */
+  private readonly encodePlainPiece: PieceEncoder;
 
   constructor(
     tokenizerJson: Record<string, unknown>,
@@ -56,6 +59,9 @@ export class TokenEncoder {
     for (const token of added) this.addedIds.set(token.content, this.tokenizer.token_to_id(token.content) as number);
     this.splitter = plainSplitter(added, tokenizerJson['normalizer']);
     this.cacheLimit = this.splitter === null ? 0 : (options.segmentCacheUnits ?? 0);
+    this.encodePlainPiece =
+      (this.splitter !== null && pieceEncoderOf(this.tokenizer, tokenizerJson, this.addedIds)) ||
+      ((piece) => this.tokenizer.encode(piece, { add_special_tokens: false }).ids);
     [this.prefixIds, this.suffixIds] = this.specialTokenFrame(tokenizerConfig);
   }
 
@@ -109,7 +115,7 @@ export class TokenEncoder {
   }
 
   private encodePiece(piece: string): number[] {
-    if (piece.length < MIN_CACHED_UNITS) return this.tokenizer.encode(piece, { add_special_tokens: false }).ids;
+    if (piece.length < MIN_CACHED_UNITS) return this.encodePlainPiece(piece);
     const hit = this.cache.get(piece);
     if (hit !== undefined) {
       // Re-insert: a Map iterates in insertion order, so its first key is the least recently used.
@@ -117,7 +123,7 @@ export class TokenEncoder {
       this.cache.set(piece, hit);
       return hit;
     }
-    const ids = this.tokenizer.encode(piece, { add_special_tokens: false }).ids;
+    const ids = this.encodePlainPiece(piece);
     if (piece.length <= this.cacheLimit) {
       this.cache.set(piece, ids);
       this.cachedUnits += piece.length;

@@ -1,0 +1,133 @@
+/**
+ * A shorter way through @huggingface/tokenizers for a piece of text that holds no added token (TokenEncoder
+ * splits the text at them first): the library's own normalizer, Split pre-tokenizers and BPE model, called
+ * directly, with two of its steps done here:
+ *
+ * - byte-level mapping. The library maps every pre-token through a TextEncoder, `Array.from` and `join`; here
+ *   an ASCII pre-token (most of them) maps character by character from a table, and only the others go
+ *   through UTF-8 bytes. The table is GPT-2's bytes_to_unicode (printable Latin-1 bytes stand for themselves,
+ *   the other 68 bytes for U+0100 onwards, in byte order), as the library's ByteLevel pre-tokenizer uses it.
+ * - the frame around the model: `Tokenizer.encode` splits at added tokens again, runs the Sequence through
+ *   `map` and `flat` per step, and builds tokens, ids and an attention mask; here the pieces go straight from
+ *   one step to the next and only ids come out.
+ *
+ * Measured in the router (issue 29, docs/results.md): the library's byte-level mapping and its frame were
+ * about half of a short chat's tokenizing. Taken only for the pipeline every tokenizer this project tests has
+ * (normalizer any; pre-tokenizer a Sequence of Split(Isolated, not inverted) then ByteLevel without prefix space
+ * or regex; model BPE without byte fallback or unknown-token fusing); anything else keeps the library's encode.
+ * Tests compare both on random and adversarial text with all three real vocabularies.
+ */
+
+import type { Tokenizer } from '@huggingface/tokenizers';
+
+/** Encodes one piece (no added token in it) to ids, as `Tokenizer.encode(piece, { add_special_tokens: false })`. */
+export type PieceEncoder = (piece: string) => number[];
+
+/** The library's parts this calls (@huggingface/tokenizers 0.2: Tokenizer's own fields). */
+interface LibraryParts {
+  readonly normalizer: ((text: string) => string) | null;
+  readonly pre_tokenizer: { readonly tokenizers?: readonly unknown[] } | null;
+  readonly model: ((tokens: string[]) => string[]) & {
+    readonly tokens_to_ids?: Map<string, number>;
+    readonly unk_token_id?: number;
+  };
+  readonly remove_space?: unknown;
+  readonly do_lowercase_and_remove_accent?: unknown;
+}
+
+interface SplitStep {
+  pre_tokenize_text(text: string): string[];
+}
+
+interface PreTokenizerJson {
+  type?: string;
+  pretokenizers?: PreTokenizerJson[];
+  behavior?: string;
+  invert?: boolean;
+  add_prefix_space?: boolean;
+  use_regex?: boolean;
+}
+
+/** GPT-2's bytes_to_unicode: byte → the character that stands for it in a byte-level vocabulary. */
+const BYTE_CHARACTERS: readonly string[] = (() => {
+  const printable = (byte: number): boolean =>
+    (byte >= 0x21 && byte <= 0x7e) || (byte >= 0xa1 && byte <= 0xac) || (byte >= 0xae && byte <= 0xff);
+  const characters: string[] = [];
+  let next = 0x100;
+  for (let byte = 0; byte < 256; byte++) {
+    characters[byte] = String.fromCharCode(printable(byte) ? byte : next++);
+  }
+  return characters;
+})();
+
+/** A pre-token in byte-level form: character by character while ASCII, else from its UTF-8 bytes. */
+export function byteLevelForm(token: string): string {
+  let mapped = '';
+  for (let at = 0; at < token.length; at++) {
+    const code = token.charCodeAt(at);
+    if (code >= 0x80) {
+      mapped = '';
+      for (const byte of Buffer.from(token, 'utf8')) mapped += BYTE_CHARACTERS[byte];
+      return mapped;
+    }
+    mapped += BYTE_CHARACTERS[code];
+  }
+  return mapped;
+}
+
+/** The Sequence's Split steps when the pipeline is the one this supports (see the header), else null. */
+function supportedSplits(tokenizerJson: Record<string, unknown>, parts: LibraryParts): SplitStep[] | null {
+  const pre = tokenizerJson['pre_tokenizer'] as PreTokenizerJson | null | undefined;
+  const model = tokenizerJson['model'] as Record<string, unknown> | undefined;
+  if (pre?.type !== 'Sequence' || !Array.isArray(pre.pretokenizers) || pre.pretokenizers.length < 2) return null;
+  if (model?.['type'] !== 'BPE' || model['byte_fallback'] === true || model['fuse_unk'] === true) return null;
+  if (parts.remove_space === true || parts.do_lowercase_and_remove_accent === true) return null;
+  const steps = pre.pretokenizers;
+  const last = steps[steps.length - 1] as PreTokenizerJson;
+  if (last.type !== 'ByteLevel' || last.add_prefix_space === true || last.use_regex !== false) return null;
+  const splits = steps.slice(0, -1);
+  if (!splits.every((step) => step.type === 'Split' && step.behavior === 'Isolated' && step.invert !== true))
+    return null;
+  const instances = parts.pre_tokenizer?.tokenizers;
+  if (!Array.isArray(instances) || instances.length !== steps.length) return null;
+  const splitInstances = instances.slice(0, -1) as SplitStep[];
+  if (!splitInstances.every((step) => typeof step?.pre_tokenize_text === 'function')) return null;
+  return splitInstances;
+}
+
+/**
+ * The shorter path for `tokenizer` built from `tokenizerJson`, or null when its pipeline is not the supported one
+ * or the library does not expose its parts as expected (then the caller keeps `Tokenizer.encode`). `addedIds`:
+ * the added tokens' ids (the library looks a token up there before the vocabulary).
+ */
+export function pieceEncoderOf(
+  tokenizer: Tokenizer,
+  tokenizerJson: Record<string, unknown>,
+  addedIds: ReadonlyMap<string, number>,
+): PieceEncoder | null {
+  const parts = tokenizer as unknown as LibraryParts;
+  if (typeof parts.model !== 'function' || !(parts.model.tokens_to_ids instanceof Map)) return null;
+  if (parts.normalizer !== null && typeof parts.normalizer !== 'function') return null;
+  const splits = supportedSplits(tokenizerJson, parts);
+  if (splits === null) return null;
+  const { normalizer, model } = parts;
+  const vocabulary = model.tokens_to_ids as Map<string, number>;
+  const unknownId = model.unk_token_id;
+  return (piece) => {
+    const text = normalizer === null ? piece : normalizer(piece);
+    if (text === '') return [];
+    let pieces = [text];
+    for (const split of splits) {
+      const next: string[] = [];
+      for (const part of pieces) for (const word of split.pre_tokenize_text(part)) next.push(word);
+      pieces = next;
+    }
+    for (let k = 0; k < pieces.length; k++) pieces[k] = byteLevelForm(pieces[k] as string);
+    const ids: number[] = [];
+    for (const token of model(pieces)) {
+      const id = addedIds.get(token) ?? vocabulary.get(token) ?? unknownId;
+      if (id !== undefined) ids.push(id);
+    }
+    return ids;
+  };
+}
