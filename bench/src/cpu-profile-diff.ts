@@ -44,7 +44,7 @@ function bySource(profilePath: string, mapPath: string): SelfTimeBySource {
 
 const before = bySource(args.before, args['before-map']);
 const after = bySource(args.after, args['after-map']);
-const requests = args.requests;
+const requests = Number(args.requests);
 const perRequest = (ms: number): string => (requests > 0 ? ` (${((ms * 1000) / requests).toFixed(1)} µs/req)` : '');
 const busyMs = (side: SelfTimeBySource): number => side.busyUs / 1000;
 console.log(
@@ -52,7 +52,7 @@ console.log(
 );
 console.log('| source | before ms | after ms | change ms |');
 console.log('|---|--:|--:|--:|');
-for (const row of compareBySource(before, after).slice(0, args.top)) {
+for (const row of compareBySource(before, after).slice(0, Number(args.top))) {
   const sign = row.changeMs >= 0 ? '+' : '';
   console.log(
     `| ${row.source} | ${row.beforeMs.toFixed(1)} | ${row.afterMs.toFixed(1)} | ${sign}${row.changeMs.toFixed(1)}${perRequest(row.changeMs)} |`,
