@@ -27,6 +27,27 @@ export interface RenderTemplateOptions {
   readonly templateKwargs?: Readonly<Record<string, unknown>>;
 }
 
+/**
+ * A request's chat_template_kwargs as template variables: refused where vLLM refuses them; apply_chat_template's
+ * own parameters taken out (documents kept apart: it is a variable of its own).
+ */
+function templateKwargs(given: Readonly<Record<string, unknown>>): {
+  readonly variables: Record<string, unknown>;
+  readonly documents: unknown;
+} {
+  for (const refused of ['chat_template', 'tokenize', 'messages'])
+    if (refused in given)
+      throw new ChatTemplateError('invalid-request', `Found unexpected chat template kwargs from request: ${refused}`);
+  const variables: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(given)) if (!APPLY_PARAMETERS.has(name)) variables[name] = value;
+  return { variables, documents: given['documents'] ?? null };
+}
+
+function isEmpty(record: Readonly<Record<string, unknown>>): boolean {
+  for (const _ in record) return false;
+  return true;
+}
+
 /** The special-token attributes transformers puts in `special_tokens_map` (those that are set). */
 const SPECIAL_TOKEN_KEYS = ['bos_token', 'eos_token', 'unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token'];
 /** apply_chat_template's own parameters: consumed by it, not template variables (besides those it passes on). */
@@ -56,10 +77,14 @@ export class ChatTemplate {
   readonly contentFormat: ContentFormat;
   private readonly template: Template;
 
+  /** The special tokens the template names: the others would be converted for the interpreter on every render, unread. */
+  private readonly specialTokens: Readonly<Record<string, unknown>>;
+
   constructor(
     readonly source: string,
-    private readonly specialTokens: Readonly<Record<string, unknown>>,
+    specialTokens: Readonly<Record<string, unknown>>,
   ) {
+    this.specialTokens = Object.fromEntries(Object.entries(specialTokens).filter(([name]) => source.includes(name)));
     try {
       this.template = new Template(source);
     } catch (error) {
@@ -71,28 +96,22 @@ export class ChatTemplate {
   }
 
   render(conversation: ConversationMessage[], options: RenderTemplateOptions): string {
-    const kwargs = { ...options.templateKwargs };
-    for (const refused of ['chat_template', 'tokenize', 'messages'])
-      if (refused in kwargs)
-        throw new ChatTemplateError(
-          'invalid-request',
-          `Found unexpected chat template kwargs from request: ${refused}`,
-        );
     if (options.addGenerationPrompt && options.continueFinalMessage)
       throw new ChatTemplateError(
         'invalid-request',
         'Cannot set both `continue_final_message` and `add_generation_prompt` to True.',
       );
-    const documents = kwargs['documents'] ?? null;
-    for (const name of APPLY_PARAMETERS) delete kwargs[name];
+    // Most requests bring no kwargs: then nothing is copied or deleted (this runs for every chat request).
+    const given = options.templateKwargs;
+    const kwargs = given === undefined || isEmpty(given) ? null : templateKwargs(given);
     let rendered: string;
     try {
       rendered = this.template.render({
         ...this.specialTokens,
-        ...kwargs,
+        ...kwargs?.variables,
         messages: conversation,
         tools: options.tools,
-        documents,
+        documents: kwargs?.documents ?? null,
         add_generation_prompt: options.addGenerationPrompt,
       });
     } catch (error) {

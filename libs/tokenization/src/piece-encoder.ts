@@ -9,7 +9,8 @@
  *   the other 68 bytes for U+0100 onwards, in byte order), as the library's ByteLevel pre-tokenizer uses it.
  * - the frame around the model: `Tokenizer.encode` splits at added tokens again, runs the Sequence through
  *   `map` and `flat` per step, and builds tokens, ids and an attention mask; here the pieces go straight from
- *   one step to the next and only ids come out.
+ *   one step to the next and only ids come out, and a pre-token's ids are remembered (bounded): the model
+ *   encodes each pre-token on its own, so a word seen before skips byte-level mapping, BPE and the lookups.
  *
  * Measured in the router (issue 29, docs/results.md): the library's byte-level mapping and its frame were
  * about half of a short chat's tokenizing. Taken only for the pipeline every tokenizer this project tests has
@@ -60,19 +61,24 @@ const BYTE_CHARACTERS: readonly string[] = (() => {
   return characters;
 })();
 
-/** A pre-token in byte-level form: character by character while ASCII, else from its UTF-8 bytes. */
+/** ASCII bytes that stand for another character in byte-level form: controls, space and DEL. */
+const REMAPPED_ASCII = /[\u0000-\u0020\u007f]/;
+const REMAPPED_ASCII_ALL = /[\u0000-\u0020\u007f]/g;
+const NON_ASCII = /[^\u0000-\u007f]/;
+const remapped = (character: string): string => BYTE_CHARACTERS[character.charCodeAt(0)] as string;
+
+/**
+ * A pre-token in byte-level form. ASCII (most pre-tokens): printable characters stand for themselves, so only
+ * controls, space and DEL are replaced (one regular-expression pass, none for a plain word); else from its UTF-8
+ * bytes.
+ */
 export function byteLevelForm(token: string): string {
-  let mapped = '';
-  for (let at = 0; at < token.length; at++) {
-    const code = token.charCodeAt(at);
-    if (code >= 0x80) {
-      mapped = '';
-      for (const byte of Buffer.from(token, 'utf8')) mapped += BYTE_CHARACTERS[byte];
-      return mapped;
-    }
-    mapped += BYTE_CHARACTERS[code];
+  if (NON_ASCII.test(token)) {
+    let mapped = '';
+    for (const byte of Buffer.from(token, 'utf8')) mapped += BYTE_CHARACTERS[byte];
+    return mapped;
   }
-  return mapped;
+  return REMAPPED_ASCII.test(token) ? token.replace(REMAPPED_ASCII_ALL, remapped) : token;
 }
 
 /** The Sequence's Split steps when the pipeline is the one this supports (see the header), else null. */
@@ -113,21 +119,39 @@ export function pieceEncoderOf(
   const { normalizer, model } = parts;
   const vocabulary = model.tokens_to_ids as Map<string, number>;
   const unknownId = model.unk_token_id;
-  return (piece) => {
-    const text = normalizer === null ? piece : normalizer(piece);
-    if (text === '') return [];
-    let pieces = [text];
-    for (const split of splits) {
-      const next: string[] = [];
-      for (const part of pieces) for (const word of split.pre_tokenize_text(part)) next.push(word);
-      pieces = next;
-    }
-    for (let k = 0; k < pieces.length; k++) pieces[k] = byteLevelForm(pieces[k] as string);
+  // A pre-token's ids depend on it alone (the model encodes each on its own): remembered, so a word seen before
+  // costs one lookup (the library's own BPE cache still maps it, re-inserts it, and looks its tokens up).
+  let known = new Map<string, readonly number[]>();
+  const idsOf = (word: string): readonly number[] => {
+    const hit = known.get(word);
+    if (hit !== undefined) return hit;
     const ids: number[] = [];
-    for (const token of model(pieces)) {
+    for (const token of model([byteLevelForm(word)])) {
       const id = addedIds.get(token) ?? vocabulary.get(token) ?? unknownId;
       if (id !== undefined) ids.push(id);
     }
+    if (word.length <= MAX_REMEMBERED_WORD_UNITS) {
+      if (known.size >= MAX_REMEMBERED_WORDS) known = new Map();
+      known.set(word, ids);
+    }
+    return ids;
+  };
+  return (piece) => {
+    const text = normalizer === null ? piece : normalizer(piece);
+    if (text === '') return [];
+    let words = [text];
+    for (const split of splits) {
+      const next: string[] = [];
+      for (const part of words) for (const word of split.pre_tokenize_text(part)) next.push(word);
+      words = next;
+    }
+    const ids: number[] = [];
+    for (const word of words) for (const id of idsOf(word)) ids.push(id);
     return ids;
   };
 }
+
+/** Words remembered with their ids, at most (then forgotten all at once: bounded memory, no bookkeeping per hit). */
+const MAX_REMEMBERED_WORDS = 50_000;
+/** Longer pre-tokens (a run of spaces, a long number of digits split or not) are encoded each time. */
+const MAX_REMEMBERED_WORD_UNITS = 64;
