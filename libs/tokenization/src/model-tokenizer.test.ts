@@ -57,6 +57,23 @@ describe('encode', () => {
       );
     }
   });
+  it('splits at added tokens wherever they stand: first, last, side by side, and not at a < that starts none', () => {
+    const texts = [
+      '<|im_start|>user\nhi<|im_end|><|im_start|>assistant\n',
+      'a < b <| c <|im_end <think></think>',
+      '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n<x><|eot_id|>',
+      '<｜begin▁of▁sentence｜><｜User｜>hi <｜Assistant｜>',
+      '<',
+      '',
+    ];
+    for (const tokenizer of [qwen3, llama, deepseek]) {
+      for (const text of texts) {
+        expect(tokenizer.encode(text, { addSpecialTokens: false })).toEqual(
+          tokenizer.encodeUncached(text, { addSpecialTokens: false }),
+        );
+      }
+    }
+  });
 });
 
 describe('renderChat', () => {

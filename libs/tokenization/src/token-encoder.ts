@@ -37,8 +37,8 @@ interface AddedTokenJson {
 
 export class TokenEncoder {
   private readonly tokenizer: Tokenizer;
-  /** Splits at every added token, the longest first (a capturing group keeps the tokens in split's output). */
-  private readonly splitter: RegExp | null;
+  /** Splits at every added token, keeping the tokens as pieces (plainSplitter). */
+  private readonly splitter: ((text: string) => string[]) | null;
   private readonly addedIds = new Map<string, number>();
   private readonly cache = new Map<string, number[]>();
   private cachedUnits = 0;
@@ -94,7 +94,7 @@ export class TokenEncoder {
   encode(text: string, addSpecialTokens: boolean): number[] {
     if (this.cacheLimit === 0 || this.splitter === null) return this.encodeWhole(text, addSpecialTokens);
     const ids: number[] = addSpecialTokens ? [...this.prefixIds] : [];
-    for (const piece of text.split(this.splitter)) {
+    for (const piece of this.splitter(text)) {
       if (piece === '') continue;
       const added = this.addedIds.get(piece);
       if (added !== undefined) ids.push(added);
@@ -137,8 +137,14 @@ export class TokenEncoder {
   }
 }
 
-/** The added-token splitter when every added token matches as plain text (see the header), else null. */
-function plainSplitter(added: readonly AddedTokenJson[], normalizer: unknown): RegExp | null {
+/**
+ * The added-token splitter when every added token matches as plain text (see the header), else null: the text's
+ * pieces between added tokens and the tokens themselves, in order (empty pieces possible), as `String.split` gives
+ * them with a capturing group of the tokens, the longest first. When every added token starts with the same
+ * character (`<` in the tested vocabularies), only the places holding that character are tried: a chat has a few,
+ * where a regular expression of all the tokens was tried at every position of the text.
+ */
+function plainSplitter(added: readonly AddedTokenJson[], normalizer: unknown): ((text: string) => string[]) | null {
   if (added.length === 0) return null;
   const identityNormalizer =
     normalizer === null ||
@@ -149,11 +155,31 @@ function plainSplitter(added: readonly AddedTokenJson[], normalizer: unknown): R
     if (token.lstrip || token.rstrip || token.single_word) return null;
     if (token.normalized && !identityNormalizer) return null;
   }
-  const alternatives = added
-    .map((token) => token.content)
-    .sort((a, b) => b.length - a.length)
-    .map((content) => content.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
-  return new RegExp(`(${alternatives.join('|')})`);
+  const contents = added.map((token) => token.content).sort((a, b) => b.length - a.length);
+  const alternatives = contents.map((content) => content.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|');
+  const first = contents[0]?.[0];
+  if (first === undefined || contents.some((content) => !content.startsWith(first))) {
+    const splitter = new RegExp(`(${alternatives})`);
+    return (text) => text.split(splitter);
+  }
+  const tokenAt = new RegExp(alternatives, 'y');
+  return (text) => {
+    const pieces: string[] = [];
+    let pieceStart = 0;
+    for (let at = text.indexOf(first); at >= 0; at = text.indexOf(first, at)) {
+      tokenAt.lastIndex = at;
+      const token = tokenAt.exec(text)?.[0];
+      if (token === undefined) {
+        at += 1;
+        continue;
+      }
+      pieces.push(text.slice(pieceStart, at), token);
+      at += token.length;
+      pieceStart = at;
+    }
+    pieces.push(text.slice(pieceStart));
+    return pieces;
+  };
 }
 
 function indexOfRun(haystack: readonly number[], needle: readonly number[]): number {
