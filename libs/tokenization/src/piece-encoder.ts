@@ -4,8 +4,8 @@
  * directly, with two of its steps done here:
  *
  * - byte-level mapping. The library maps every pre-token through a TextEncoder, `Array.from` and `join`; here
- *   an ASCII pre-token (most of them) maps character by character from a table, and only the others go
- *   through UTF-8 bytes. The table is GPT-2's bytes_to_unicode (printable Latin-1 bytes stand for themselves,
+ *   an ASCII pre-token (most of them) needs one regular-expression pass (only controls, space and DEL change),
+ *   and only the others go through UTF-8 bytes and a table. The table is GPT-2's bytes_to_unicode (printable Latin-1 bytes stand for themselves,
  *   the other 68 bytes for U+0100 onwards, in byte order), as the library's ByteLevel pre-tokenizer uses it.
  * - the frame around the model: `Tokenizer.encode` splits at added tokens again, runs the Sequence through
  *   `map` and `flat` per step, and builds tokens, ids and an attention mask; here the pieces go straight from
