@@ -38,8 +38,8 @@ function templateKwargs(given: Readonly<Record<string, unknown>>): {
   for (const refused of ['chat_template', 'tokenize', 'messages'])
     if (refused in given)
       throw new ChatTemplateError('invalid-request', `Found unexpected chat template kwargs from request: ${refused}`);
-  const variables: Record<string, unknown> = {};
-  for (const [name, value] of Object.entries(given)) if (!APPLY_PARAMETERS.has(name)) variables[name] = value;
+  // Defined, not assigned: a kwarg named __proto__ (JSON.parse makes it an own key) stays a variable, as a spread keeps it.
+  const variables = Object.fromEntries(Object.entries(given).filter(([name]) => !APPLY_PARAMETERS.has(name)));
   return { variables, documents: given['documents'] ?? null };
 }
 

@@ -101,6 +101,14 @@ describe('renderChat', () => {
     );
   });
 
+  it('takes a hostile kwarg named __proto__ as a plain variable: the others still apply, nothing is polluted', () => {
+    const kwargs = JSON.parse('{"__proto__": {"polluted": true}, "enable_thinking": false}') as Record<string, unknown>;
+    const rendered = qwen3.renderChat(GREETING, { templateKwargs: kwargs });
+    expect(rendered).toBe(qwen3.renderChat(GREETING, { templateKwargs: { enable_thinking: false } }));
+    expect(rendered).not.toBe(qwen3.renderChat(GREETING));
+    expect(({} as Record<string, unknown>)['polluted']).toBeUndefined();
+  });
+
   it("renders an assistant's tool call with its arguments parsed to an object, and the tool's answer", () => {
     const rendered = qwen3.renderChat([
       { role: 'user', content: 'Weather?' },
