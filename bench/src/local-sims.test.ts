@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
+import { findFreePorts } from '@kvroute/testing';
 import { startLocalSims, startOwnListener, stopLocalSims, waitReady } from './local-sims';
 
 describe('startLocalSims', () => {
@@ -20,21 +21,24 @@ describe('startLocalSims', () => {
   });
 });
 
-describe('waitReady with the process expected to answer', () => {
-  /** An in-process server answering 200 on a port of its own: "another process" to a child. */
-  async function foreignServer(): Promise<{ port: number; close: () => Promise<void> }> {
-    const server = createServer((_, response) => response.end('ok'));
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const port = (server.address() as AddressInfo).port;
-    return { port, close: () => new Promise((resolve) => server.close(() => resolve())) };
-  }
+/** An in-process server answering 200 on a port of its own: "another process" to a child. */
+async function foreignServer(): Promise<{ port: number; close: () => Promise<void> }> {
+  const server = createServer((_, response) => response.end('ok'));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  return { port, close: () => new Promise((resolve) => server.close(() => resolve())) };
+}
 
+/** A child that exits at once with `code` (as one failing to bind, or refusing a flag). */
+const exiting = (code: number) => spawn(process.execPath, ['-e', `process.exit(${code})`], { stdio: 'ignore' });
+
+describe('waitReady with the process expected to answer', () => {
   it('does not take another process answering on the port for the one it started', async () => {
     const foreign = await foreignServer();
     const child = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 10000)'], { stdio: 'ignore' });
     try {
       await expect(
-        waitReady(`http://127.0.0.1:${foreign.port}/health`, { process: child, port: foreign.port }),
+        waitReady(`http://127.0.0.1:${foreign.port}/health`, { process: child, ports: [foreign.port] }),
       ).rejects.toThrow(/answered by another process/);
     } finally {
       child.kill('SIGKILL');
@@ -48,7 +52,7 @@ describe('waitReady with the process expected to answer', () => {
     await new Promise((resolve) => child.once('exit', resolve));
     try {
       await expect(
-        waitReady(`http://127.0.0.1:${foreign.port}/health`, { process: child, port: foreign.port }),
+        waitReady(`http://127.0.0.1:${foreign.port}/health`, { process: child, ports: [foreign.port] }),
       ).rejects.toThrow(/exited \(1\) before it was ready: its port is taken/);
     } finally {
       await foreign.close();
@@ -56,7 +60,7 @@ describe('waitReady with the process expected to answer', () => {
     // Nobody on the port any more: an exit for another reason (a bad flag), not a taken port.
     const error = await waitReady(`http://127.0.0.1:${foreign.port}/health`, {
       process: child,
-      port: foreign.port,
+      ports: [foreign.port],
     }).catch((caught: unknown) => caught as Error);
     expect(error?.message).toMatch(/exited \(1\) before it was ready$/);
   });
@@ -71,36 +75,36 @@ describe.runIf(process.platform === 'linux')('startOwnListener', () => {
       { stdio: 'ignore' },
     );
 
-  it('starts again on other ports when its port was taken, and not when the process fails otherwise', async () => {
-    const foreign = await (async () => {
-      const server = createServer((_, response) => response.end('ok'));
-      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-      return { port: (server.address() as AddressInfo).port, close: () => server.close() };
-    })();
-    const tried: number[] = [];
-    try {
-      const started = await startOwnListener([foreign.port], (ports) => {
-        const port = ports[0] as number;
-        tried.push(port);
-        // On the taken port the child fails (as with EADDRINUSE); on the next one it listens.
-        const child = port === foreign.port ? spawn(process.execPath, ['-e', 'process.exit(1)']) : listener(port);
-        return { probeUrl: `http://127.0.0.1:${port}/`, started: { process: child } };
-      });
-      expect(tried).toHaveLength(2);
-      expect(tried[1]).not.toBe(foreign.port);
-      expect(started.process.exitCode).toBeNull();
-      started.process.kill('SIGKILL');
-    } finally {
-      foreign.close();
+  it('starts again on other ports when one of its ports was taken, the probe port or another', async () => {
+    for (const takenAt of [0, 1]) {
+      const foreign = await foreignServer();
+      const [free] = await findFreePorts(1);
+      const first = takenAt === 0 ? [foreign.port, free as number] : [free as number, foreign.port];
+      const tried: (readonly number[])[] = [];
+      try {
+        const started = await startOwnListener(first, (ports) => {
+          tried.push(ports);
+          // With the taken port among its own the child fails (as with EADDRINUSE); on fresh ones it listens.
+          const child = ports.includes(foreign.port) ? exiting(1) : listener(ports[0] as number);
+          return { probeUrl: `http://127.0.0.1:${ports[0]}/`, started: { process: child } };
+        });
+        expect(tried).toHaveLength(2);
+        expect(tried[1]).not.toContain(foreign.port);
+        expect(started.process.exitCode).toBeNull();
+        started.process.kill('SIGKILL');
+      } finally {
+        await foreign.close();
+      }
     }
+  });
+
+  it('does not start again a process that fails for another reason (its ports free)', async () => {
+    const own = await findFreePorts(2);
     let starts = 0;
     await expect(
-      startOwnListener([], () => {
+      startOwnListener(own, (ports) => {
         starts++;
-        return {
-          probeUrl: 'http://127.0.0.1:9/',
-          started: { process: spawn(process.execPath, ['-e', 'process.exit(2)']) },
-        };
+        return { probeUrl: `http://127.0.0.1:${ports[0]}/`, started: { process: exiting(2) } };
       }),
     ).rejects.toThrow(/exited \(2\)/);
     expect(starts).toBe(1);

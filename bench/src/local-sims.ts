@@ -76,7 +76,7 @@ export async function startOwnListener<T extends { readonly process: ChildProces
   for (let attempt = 1; ; attempt++) {
     const started = start(own);
     try {
-      await waitReady(started.probeUrl, { process: started.started.process, port: own[0] as number });
+      await waitReady(started.probeUrl, { process: started.started.process, ports: own });
       return started.started;
     } catch (error) {
       started.started.process.kill('SIGKILL');
@@ -113,14 +113,15 @@ export async function stopLocalSims(sims: readonly LocalSim[]): Promise<void> {
 /**
  * Polls `probeUrl` every 50 ms until it answers 200, for up to 30 s: a bound, not a wait. An app started
  * from its sources under tsx on 2 busy cores (the whole suite at once) has taken over 15 s to listen.
- * With `own` (the process expected to answer, and its port): fails as soon as that process has exited (with
- * PortTakenError when another process listens on its port), and with PortTakenError when the answer comes from
- * another process listening on the port (Linux's /proc tells; where it cannot, the answer is taken as the
- * process's, and an exit is not retried).
+ * With `own` (the process expected to answer, and its ports, the probe's first): fails as soon as that process has
+ * exited (with PortTakenError when another process listens on any of its ports: a router's ops port, a sim's event
+ * ports fail its start as its main port does), and with PortTakenError when the answer comes from another process
+ * listening on the probe's port (Linux's /proc tells; where it cannot, the answer is taken as the process's, and an
+ * exit is not retried).
  */
 export async function waitReady(
   probeUrl: string,
-  own?: { readonly process: ChildProcess; readonly port: number },
+  own?: { readonly process: ChildProcess; readonly ports: readonly number[] },
 ): Promise<void> {
   const exited = (): boolean => own !== undefined && (own.process.exitCode !== null || own.process.signalCode !== null);
   for (let attempt = 0; attempt < 600; attempt++) {
@@ -128,13 +129,14 @@ export async function waitReady(
       const { exitCode, signalCode } = own?.process ?? {};
       const reason = `${probeUrl}: the process exited (${signalCode ?? exitCode}) before it was ready`;
       // Taken only when another process holds the port: a bad flag or a missing bundle fails at once, not 3 times.
-      if (own !== undefined && portListenedOn(own.port)) throw new PortTakenError(`${reason}: its port is taken`);
+      if (own !== undefined && own.ports.some(portListenedOn)) throw new PortTakenError(`${reason}: its port is taken`);
       throw new Error(reason);
     }
     try {
       if ((await fetch(probeUrl)).ok) {
         const pid = own?.process.pid;
-        const holder = own === undefined || pid === undefined ? undefined : processListeningOn(own.port, [pid]);
+        const holder =
+          own === undefined || pid === undefined ? undefined : processListeningOn(own.ports[0] as number, [pid]);
         if (holder !== undefined && holder.pid !== pid)
           throw new PortTakenError(`${probeUrl} is answered by another process (${holder.command}, pid ${holder.pid})`);
         return;
