@@ -244,12 +244,19 @@ function isFunctionMissing(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('ERR Function not found');
 }
 
-/** FCALL or FUNCTION unknown (before Redis 7.0, or renamed away), or not permitted to this client's user. */
+/**
+ * FCALL or FUNCTION unknown (before Redis 7.0, or renamed away), or the command not permitted to this client's user.
+ * Only a refused command: an ACL refusing a key or a channel also answers NOPERM ("… to access one of the keys …"),
+ * which EVALSHA would meet as well, and which must not turn functions off for the client.
+ */
 function cannotRunFunctions(error: unknown): boolean {
   return (
-    error instanceof Error && (error.message.startsWith('ERR unknown command') || error.message.startsWith('NOPERM'))
+    error instanceof Error && (error.message.startsWith('ERR unknown command') || COMMAND_REFUSED.test(error.message))
   );
 }
+
+/** Redis's ACL error for a command the user may not run: "NOPERM this user has no permissions to run the 'fcall' command". */
+const COMMAND_REFUSED = /^NOPERM .*\brun the '/;
 
 function isNoScriptError(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOSCRIPT');

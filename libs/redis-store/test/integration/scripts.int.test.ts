@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { RedisBackendSet } from '../../src/backend-set';
 import { RedisBackendStateStore } from '../../src/backend-state-store';
-import { KEY_SUFFIX, poolKeys } from '../../src/keys';
+import { KEY_SUFFIX, poolHashTag, poolKeys } from '../../src/keys';
 import { RedisFlowQueue } from '../../src/flow-queue';
 import { KvEventsIndex, KvEventsLeases } from '../../src/kv-events-index';
 import { RECORD_BLOCKS_PER_CALL } from '../../src/store-limits';
@@ -197,6 +197,42 @@ describe('script loading', () => {
       expect((await state.snapshot('m', ['a'], [1, 2, 3])).inflight.get('a') ?? 0).toBe(0);
       expect((await state.snapshot('m', ['a'], [1, 2, 3])).matchBlocks.get('a')).toBe(3);
       expect(await ctx.redis.call('FUNCTION', ['LIST'])).toEqual([]);
+    } finally {
+      limited.disconnect();
+      await ctx.redis.call('ACL', ['DELUSER', user]);
+    }
+  });
+
+  it('keeps running functions for a user refused a key (NOPERM for the key, not for FCALL)', async () => {
+    const user = 'one-pool-only';
+    // Keys of the pool 'open' only (its hash tag); every command allowed.
+    await ctx.redis.call('ACL', [
+      'SETUSER',
+      user,
+      'reset',
+      'on',
+      '>secret',
+      `~*{${poolHashTag('open')}}*`,
+      '&*',
+      '+@all',
+    ]);
+    const url = new URL(ctx.server.url);
+    url.username = user;
+    url.password = 'secret';
+    const limited = createRedis(url.toString(), 'worker');
+    try {
+      await waitUntilReady(limited);
+      const calls = async (command: string): Promise<number> =>
+        Number(
+          new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(await ctx.redis.info('commandstats'))?.[1] ?? 0,
+        );
+      const state = ctx.createState({ redis: singleServer(limited), nowMs: manualClock().nowMs });
+      await expect(state.release('closed', 'a', 'l0')).rejects.toThrow(/NOPERM/);
+      const fcalls = await calls('fcall');
+      const evalshas = await calls('evalsha');
+      await state.release('open', 'a', 'l1');
+      expect((await calls('fcall')) - fcalls).toBeGreaterThanOrEqual(1);
+      expect((await calls('evalsha')) - evalshas).toBe(0);
     } finally {
       limited.disconnect();
       await ctx.redis.call('ACL', ['DELUSER', user]);
