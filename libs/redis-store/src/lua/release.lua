@@ -38,9 +38,13 @@
 --#body
 local leaseId = ARGV[1]
 local backend = ARGV[2]
+-- Without blocks (a stream's release: its first output recorded them) nothing is recorded and nothing converted.
 -- The idle TTL, the cap and the most new blocks are the same in every call of a router: memoized.
-local recordedTo = recordHeldChain(KEYS[5], KEYS[6], KEYS[7], KEYS[8], backend, tonumber(ARGV[3]), numberOf(ARGV[4]),
-  numberOf(ARGV[5]), ARGV[6], numberOf(ARGV[7]))
+local recordedTo = 0
+if ARGV[6] ~= '' then
+  recordedTo = recordHeldChain(KEYS[5], KEYS[6], KEYS[7], KEYS[8], backend, tonumber(ARGV[3]), numberOf(ARGV[4]),
+    numberOf(ARGV[5]), ARGV[6], numberOf(ARGV[7]))
+end
 
 local tokens = tonumber(redis.call('HGET', KEYS[1], leaseId)) or 0
 redis.call('HDEL', KEYS[1], leaseId)
