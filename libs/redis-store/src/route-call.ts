@@ -111,7 +111,7 @@ export async function runRoute(redis: RedisClient, settings: RouteSettings, call
   return decodeRouteReply(script, reply, call.members.count);
 }
 
-/** ARGV[16]: the boundary blocks within the chain (1..blockCount; a request's own are: a hint is never trusted). */
+/** ARGV[16]: the boundary blocks within the chain (1..blockCount): those outside it dropped here, as route.lua drops them too (a hint is never trusted). */
 function boundaryBlocksArgument(blocks: readonly number[], blockCount: number): string {
   const within = blocks.filter((block) => Number.isInteger(block) && block >= 1 && block <= blockCount);
   return within.length === 0 ? '' : sixBitNumbers(within, blockCount);
