@@ -109,6 +109,7 @@ export const KVROUTE_FILE_KEYS = {
     'flowMaxQueuedRequests',
     'flowMaxQueuedBytes',
     'flowExpressShare',
+    'flowShareWindowMs',
     'flowPollMs',
     'maxInflightPerCaller',
     'prefillBackends',
