@@ -32,8 +32,7 @@ export interface FlowCapacity {
   readonly leaseTtlMs: number;
   /**
    * Slots beyond `capacity` that a flow below its fair share of capacity + these (by weight, among the
-   * flows with a request admitted: fewer requests in flight now, or at least one fewer on average over the store's
-   * share window) takes at once, queue or not, while the engines are not saturated (≥ 0).
+   * flows with a request admitted) takes at once, queue or not, while the engines are not saturated (≥ 0).
    */
   readonly expressSlots: number;
 }
@@ -58,26 +57,13 @@ export interface FlowQueueStore {
   inspect(pool: string): Promise<{ readonly inflight: number; readonly queued: number }>;
 }
 
-/**
- * How long, ms, a flow's requests in flight are averaged over when its share is judged for an express slot (below
- * its share: fewer now, or on average at least one fewer): long enough that a light flow's arrivals bunching for a
- * moment do not make it look greedy, a few service times of a typical request. 0: the count now only.
- */
-export const DEFAULT_SHARE_WINDOW_MS = 10_000;
-
 export class RedisFlowQueue implements FlowQueueStore {
   readonly #redis: RedisClient;
   readonly #namespace: string | undefined;
-  readonly #shareWindowMs: number;
 
-  constructor(options: {
-    readonly redis: RedisClient;
-    readonly keyNamespace?: string;
-    readonly shareWindowMs?: number;
-  }) {
+  constructor(options: { readonly redis: RedisClient; readonly keyNamespace?: string }) {
     this.#redis = options.redis;
     this.#namespace = options.keyNamespace;
-    this.#shareWindowMs = Math.max(0, options.shareWindowMs ?? DEFAULT_SHARE_WINDOW_MS);
   }
 
   #keys(pool: string): string[] {
@@ -98,7 +84,6 @@ export class RedisFlowQueue implements FlowQueueStore {
       entry.priorityClass,
       capacity.enginesSaturated ? 1 : 0,
       Math.max(0, Math.floor(capacity.expressSlots)),
-      this.#shareWindowMs,
     ]);
     return flowReplyOf(reply);
   }
@@ -111,7 +96,6 @@ export class RedisFlowQueue implements FlowQueueStore {
       capacity.leaseTtlMs,
       capacity.enginesSaturated ? 1 : 0,
       Math.max(0, Math.floor(capacity.expressSlots)),
-      this.#shareWindowMs,
     ]);
     return flowReplyOf(reply);
   }
@@ -122,7 +106,7 @@ export class RedisFlowQueue implements FlowQueueStore {
   }
 
   async leave(pool: string, id: string): Promise<void> {
-    const reply = await runScript(this.#redis, SCRIPTS.flowQueue, this.#keys(pool), ['leave', id, this.#shareWindowMs]);
+    const reply = await runScript(this.#redis, SCRIPTS.flowQueue, this.#keys(pool), ['leave', id]);
     integerArrayReply(SCRIPTS.flowQueue, reply, 2);
   }
 

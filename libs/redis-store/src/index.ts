@@ -100,7 +100,6 @@ export {
   type TenantLimitsOptions,
 } from './tenant-limits';
 export {
-  DEFAULT_SHARE_WINDOW_MS,
   RedisFlowQueue,
   type FlowCapacity,
   type FlowEntry,

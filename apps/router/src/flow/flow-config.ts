@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import { DEFAULT_SHARE_WINDOW_MS } from '@kvroute/redis-store';
 
 /**
  * Flow control's options (issue 30; flow/flow-control.ts), spread into the router's config schema. Off
@@ -68,16 +67,6 @@ export const FLOW_CONFIG_FIELDS = {
         'running there) is admitted at once, ahead of the queue, while the pool runs fewer than its capacity ' +
         '× (1 + this); 0 = fair queuing only (a light tenant then waits for a slot to free)',
     ),
-  flowShareWindowMs: z.coerce
-    .number()
-    .int()
-    .min(0)
-    .default(DEFAULT_SHARE_WINDOW_MS)
-    .describe(
-      'flow control: a tenant’s requests in flight are also averaged over about this long (ms) when its share ' +
-        'is judged for an express slot, and the lower of the average and the count now counts, so a light ' +
-        'tenant whose arrivals bunch for a moment is not refused; 0 = the count now only',
-    ),
   flowPollMs: z.coerce
     .number()
     .int()
@@ -103,8 +92,6 @@ export interface FlowSettings {
   readonly maxInflightPerBackend: number;
   /** Slots beyond the capacity open at once to a tenant below its fair share, as a fraction of it (0–1). */
   readonly expressShare: number;
-  /** A tenant's requests in flight are averaged over about this long for its share, ms (0: the count now only). */
-  readonly shareWindowMs: number;
   readonly saturationWaiting: number;
   readonly saturationKvUsage: number;
   readonly maxQueueWaitMs: number;

@@ -17,7 +17,6 @@ import { LocalFlowQueue } from './local-flow-queue';
 const SETTINGS: FlowSettings = {
   maxInflightPerBackend: 1,
   expressShare: 0,
-  shareWindowMs: 0,
   saturationWaiting: 5,
   saturationKvUsage: 0.95,
   maxQueueWaitMs: 2_000,

@@ -1,10 +1,4 @@
-import {
-  DEFAULT_SHARE_WINDOW_MS,
-  type FlowCapacity,
-  type FlowEntry,
-  type FlowQueueStore,
-  type FlowReply,
-} from '@kvroute/redis-store';
+import type { FlowCapacity, FlowEntry, FlowQueueStore, FlowReply } from '@kvroute/redis-store';
 
 /**
  * flow-queue.lua's twin in this process: the same admission, order and deadlines over one replica's
@@ -31,46 +25,17 @@ interface PoolQueue {
   readonly finishes: Map<string, number>;
   /** Who sent each queued or admitted request. */
   readonly owners: Map<string, Owner>;
-  /** Flows with a request admitted: how many, their weight, and how many on average (flow-queue.lua's share window). */
-  readonly admitted: Map<string, AdmittedFlow>;
-}
-
-interface AdmittedFlow {
-  count: number;
-  weight: number;
-  /** `count` averaged over the share window, as it was at `atMs`. */
-  average: number;
-  atMs: number;
+  /** Flows with a request admitted: how many, and their weight. */
+  readonly admitted: Map<string, { count: number; weight: number }>;
 }
 
 export class LocalFlowQueue implements FlowQueueStore {
   readonly #pools = new Map<string, PoolQueue>();
   readonly #nowMs: () => number;
-  readonly #shareWindowMs: number;
 
-  /** `nowMs`: a monotonic clock, ms. `shareWindowMs`: as RedisFlowQueue's. */
-  constructor(nowMs: () => number, shareWindowMs = DEFAULT_SHARE_WINDOW_MS) {
+  /** `nowMs`: a monotonic clock, ms. */
+  constructor(nowMs: () => number) {
     this.#nowMs = nowMs;
-    this.#shareWindowMs = Math.max(0, shareWindowMs);
-  }
-
-  /** flow-queue.lua's averageNow: the flow's admitted requests averaged up to now. */
-  #averageNow(flow: AdmittedFlow, now: number): number {
-    if (this.#shareWindowMs <= 0) return flow.count;
-    return flow.count + (flow.average - flow.count) * Math.exp(-Math.max(0, now - flow.atMs) / this.#shareWindowMs);
-  }
-
-  /** flow-queue.lua's countFlow: the count changed by `delta`, its average brought to now first. */
-  #countFlow(queue: PoolQueue, owner: Owner, delta: number): void {
-    const now = this.#nowMs();
-    const flow = queue.admitted.get(owner.flow);
-    const count = flow?.count ?? 0;
-    if (count + delta <= 0) {
-      queue.admitted.delete(owner.flow);
-      return;
-    }
-    const average = flow === undefined ? 0 : this.#averageNow(flow, now);
-    queue.admitted.set(owner.flow, { count: count + delta, weight: owner.weight, average, atMs: now });
   }
 
   #pool(pool: string): PoolQueue {
@@ -101,19 +66,19 @@ export class LocalFlowQueue implements FlowQueueStore {
     queue.owners.delete(id);
     queue.waiting.delete(id);
     if (!queue.inflight.delete(id) || owner === undefined) return;
-    this.#countFlow(queue, owner, -1);
+    const flow = queue.admitted.get(owner.flow);
+    if (flow !== undefined && --flow.count <= 0) queue.admitted.delete(owner.flow);
   }
 
   #admit(queue: PoolQueue, id: string, owner: Owner, untilMs: number): void {
     queue.inflight.set(id, untilMs);
     queue.owners.set(id, owner);
-    this.#countFlow(queue, owner, 1);
+    const flow = queue.admitted.get(owner.flow);
+    if (flow === undefined) queue.admitted.set(owner.flow, { count: 1, weight: owner.weight });
+    else flow.count++;
   }
 
-  /**
-   * flow-queue.lua's express slots: the owner's flow runs below its fair share (fewer requests now, or on average
-   * at least one fewer) and the pool below capacity + express.
-   */
+  /** flow-queue.lua's express slots: the owner's flow runs below its fair share and the pool below capacity + express. */
   #express(queue: PoolQueue, owner: Owner, capacity: FlowCapacity): boolean {
     const running = queue.inflight.size;
     if (capacity.enginesSaturated || capacity.expressSlots <= 0) return false;
@@ -123,10 +88,7 @@ export class LocalFlowQueue implements FlowQueueStore {
     // Alone in the pool, a flow has nobody to be protected from: the capacity is its limit.
     if (total === owner.weight) return false;
     const slots = capacity.capacity + capacity.expressSlots;
-    const share = (slots * owner.weight) / total;
-    const own = queue.admitted.get(owner.flow);
-    if (own === undefined || own.count < share) return true;
-    return this.#shareWindowMs > 0 && this.#averageNow(own, this.#nowMs()) <= share - 1;
+    return (queue.admitted.get(owner.flow)?.count ?? 0) < (slots * owner.weight) / total;
   }
 
   #forgetTags(queue: PoolQueue): void {

@@ -144,7 +144,6 @@ function wireQueue(config: RouterConfig, deps: RequestPathWiringDeps): QueueDeps
   const settings: FlowSettings = {
     maxInflightPerBackend: config.flowMaxInflightPerBackend,
     expressShare: config.flowExpressShare,
-    shareWindowMs: config.flowShareWindowMs,
     saturationWaiting: config.flowSaturationWaiting,
     saturationKvUsage: config.flowSaturationKvUsage,
     maxQueueWaitMs: config.flowMaxQueueWaitMs,
@@ -157,11 +156,8 @@ function wireQueue(config: RouterConfig, deps: RequestPathWiringDeps): QueueDeps
   const clockMs = (): number => performance.now();
   const flow = new FlowControl({
     settings,
-    shared:
-      deps.state.redis === null
-        ? null
-        : new RedisFlowQueue({ redis: deps.state.redis, shareWindowMs: settings.shareWindowMs }),
-    local: new LocalFlowQueue(clockMs, settings.shareWindowMs),
+    shared: deps.state.redis === null ? null : new RedisFlowQueue({ redis: deps.state.redis }),
+    local: new LocalFlowQueue(clockMs),
     nowMs: clockMs,
     metrics: deps.metrics,
     logger: deps.logger.child({ component: 'queue' }),

@@ -109,7 +109,6 @@ export const KVROUTE_FILE_KEYS = {
     'flowMaxQueuedRequests',
     'flowMaxQueuedBytes',
     'flowExpressShare',
-    'flowShareWindowMs',
     'flowPollMs',
     'maxInflightPerCaller',
     'prefillBackends',

@@ -10,12 +10,7 @@
 
   A flow below its fair share of the pool's slots ((capacity + `express`) × its weight ÷ the weights of
   every flow with a request admitted, its own included) does not wait behind flows above theirs: it is
-  admitted at once while the pool runs fewer than capacity + `express` requests. Below its share means: its
-  requests in flight now are, or their average over the share window (exponential, time constant `window`
-  ms, kept per flow) is at least one request below it. So a light flow whose arrivals bunch for a moment
-  (Poisson traffic at 80 % of its share runs its share a tenth of the time) is not refused for it, while a
-  flow that keeps running its share or more, now and on average, gets nothing extra. (The whole request of
-  margin: an average only nears a steady count, so without it a flow held at its share would pass.) Fair queuing alone still makes a light
+  admitted at once while the pool runs fewer than capacity + `express` requests. Fair queuing alone still makes a light
   tenant wait for a slot to free, which a pool filled by a greedy one frees only every service time ÷
   capacity; the express slots keep the light tenant's wait at zero, and the greedy tenant's requests go
   only below the capacity, so it drains back to its share.
@@ -28,19 +23,17 @@
   KEYS[2]  <ns>:{flow:<pool>}:queue             ZSET request id → class × 2^48 + start tag
   KEYS[3]  <ns>:{flow:<pool>}:queue-deadlines   ZSET request id → ms after which it is dropped from the queue
   KEYS[4]  <ns>:{flow:<pool>}:state             HASH `v` virtual time; `f:<flow>` the flow's last finish tag
-  KEYS[5]  <ns>:{flow:<pool>}:flows             HASH `n:<flow>` its admitted requests, `w:<flow>` its weight, `a:<flow>`
-                                                its admitted requests' average at `t:<flow>` (ms) (flows with any)
+  KEYS[5]  <ns>:{flow:<pool>}:flows             HASH `n:<flow>` its admitted requests, `w:<flow>` its weight (flows with any)
   KEYS[6]  <ns>:{flow:<pool>}:owners            HASH request id → `<weight>:<flow>` (queued or admitted)
   ARGV[1]  op: 'enter' | 'poll' | 'leave' | 'renew'
   ARGV[2]  request id
   enter:   ARGV[3] capacity (requests in flight, ≥ 1), ARGV[4] lease TTL ms, ARGV[5] queue deadline ms from now,
            ARGV[6] flow id, ARGV[7] cost (tokens, > 0), ARGV[8] weight (> 0), ARGV[9] class (0, 1 or 2),
            ARGV[10] engines saturated 1/0 (then nothing is admitted while anything is in flight),
-           ARGV[11] express slots (≥ 0), ARGV[12] share window ms (0 or missing: requests in flight now only)
-  poll:    ARGV[3] capacity, ARGV[4] lease TTL ms, ARGV[5] engines saturated 1/0, ARGV[6] express slots,
-           ARGV[7] share window ms
+           ARGV[11] express slots (≥ 0)
+  poll:    ARGV[3] capacity, ARGV[4] lease TTL ms, ARGV[5] engines saturated 1/0, ARGV[6] express slots
   renew:   ARGV[3] lease TTL ms
-  leave:   ARGV[3] share window ms
+  leave:   nothing more
 
   Returns, enter and poll: { 1 admitted / 0 queued / -1 not in the queue (expired or left),
                              requests ahead of it beyond the free slots (0 when admitted), in flight after,
@@ -57,38 +50,14 @@ local CLASS_SPAN = 281474976710656
 -- The state hash outlives a crashed fleet by this much at most (ms).
 local STATE_TTL_MS = 600000
 
--- The share window, ms (0: a flow's requests in flight now only), where each op has it.
-local WINDOW_ARGUMENT = { enter = 12, poll = 7, leave = 3 }
-local window = tonumber(ARGV[WINDOW_ARGUMENT[op] or 0]) or 0
-
--- A flow's admitted requests averaged up to now: `count` ran since `at` (ms), when the average was `average`.
--- Without a window, or for a flow stored before averages were kept, the count itself.
-local function averageNow(count, average, at)
-  if window <= 0 or average == nil or at == nil then return count end
-  return count + (average - count) * math.exp(-math.max(0, now - at) / window)
-end
-
--- Changes a flow's admitted requests by `delta` (+1, -1), its average brought to now first; a flow with none
--- left is forgotten whole.
-local function countFlow(flow, delta)
-  local n, a, t = 'n:' .. flow, 'a:' .. flow, 't:' .. flow
-  local fields = redis.call('HMGET', flows, n, a, t)
-  local count = tonumber(fields[1]) or 0
-  local average = averageNow(count, tonumber(fields[2]), tonumber(fields[3]))
-  if count + delta <= 0 then
-    redis.call('HDEL', flows, n, 'w:' .. flow, a, t)
-  else
-    redis.call('HSET', flows, n, count + delta, a, average, t, now)
-  end
-end
-
 -- Forgets who sent `id`; an admitted one no longer counts for its flow.
 local function forget(id, admitted)
   local owner = redis.call('HGET', owners, id)
   if not owner then return end
   redis.call('HDEL', owners, id)
   if not admitted then return end
-  countFlow(string.match(owner, '^[^:]*:(.*)$'), -1)
+  local flow = string.match(owner, '^[^:]*:(.*)$')
+  if redis.call('HINCRBY', flows, 'n:' .. flow, -1) <= 0 then redis.call('HDEL', flows, 'n:' .. flow, 'w:' .. flow) end
 end
 
 local function purge()
@@ -110,34 +79,26 @@ local function admit(id, owner, ttl)
   local weight, flow = string.match(owner, '^([^:]*):(.*)$')
   redis.call('ZADD', inflight, now + ttl, id)
   redis.call('HSET', owners, id, owner)
-  countFlow(flow, 1)
+  redis.call('HINCRBY', flows, 'n:' .. flow, 1)
   redis.call('HSET', flows, 'w:' .. flow, weight)
   redis.call('PEXPIRE', owners, STATE_TTL_MS)
   redis.call('PEXPIRE', flows, STATE_TTL_MS)
 end
 
--- Whether the owner's flow runs below its fair share of `slots` among the other flows with one admitted: fewer
--- requests in flight now, or on average over the share window at least one fewer.
+-- Whether the owner's flow runs fewer requests than its fair share of `slots` among other flows with one admitted.
 local function belowShare(owner, slots)
   local weight, flow = string.match(owner, '^([^:]*):(.*)$')
   weight = tonumber(weight)
-  local count, average, at, total = 0, nil, nil, weight
+  local admitted, total = 0, weight
   local all = redis.call('HGETALL', flows)
   for i = 1, #all, 2 do
-    local field, value = all[i], all[i + 1]
-    local kind, name = string.sub(field, 1, 2), string.sub(field, 3)
-    if name == flow then
-      if kind == 'n:' then count = tonumber(value)
-      elseif kind == 'a:' then average = tonumber(value)
-      elseif kind == 't:' then at = tonumber(value) end
-    elseif kind == 'w:' then
-      total = total + tonumber(value)
-    end
+    local field = all[i]
+    if field == 'n:' .. flow then admitted = tonumber(all[i + 1])
+    elseif string.sub(field, 1, 2) == 'w:' and string.sub(field, 3) ~= flow then total = total + tonumber(all[i + 1]) end
   end
   -- Alone in the pool, a flow has nobody to be protected from: the capacity is its limit.
   if total == weight then return false end
-  local share = slots * weight / total
-  return count < share or (window > 0 and average ~= nil and averageNow(count, average, at) <= share - 1)
+  return admitted < slots * weight / total
 end
 
 -- Whether an express slot is open to `owner`: the engines are not saturated, the pool runs fewer than capacity + express.
