@@ -15,6 +15,7 @@
  */
 
 import { Template } from '@huggingface/jinja';
+import { type CompiledTemplate, compileTemplate } from './compiled-template';
 import { type ContentFormat, detectContentFormat } from './content-format';
 import { ChatTemplateError } from './errors';
 import type { ConversationMessage } from './chat-messages';
@@ -76,6 +77,8 @@ const TRAILING_SPACE = new RegExp(`${PY_SPACE}+$`);
 export class ChatTemplate {
   readonly contentFormat: ContentFormat;
   private readonly template: Template;
+  /** The template as closures (compiled-template.ts); null: a construct they do not cover, the interpreter renders. */
+  private readonly compiled: CompiledTemplate | null;
 
   /** The special tokens the template names: the others would be converted for the interpreter on every render, unread. */
   private readonly specialTokens: Readonly<Record<string, unknown>>;
@@ -92,7 +95,13 @@ export class ChatTemplate {
         cause: error,
       });
     }
+    this.compiled = compileTemplate(this.template.parsed);
     this.contentFormat = detectContentFormat(source);
+  }
+
+  /** Whether renders run compiled (else every one goes to the interpreter); for tests. */
+  get isCompiled(): boolean {
+    return this.compiled !== null;
   }
 
   render(conversation: ConversationMessage[], options: RenderTemplateOptions): string {
@@ -104,20 +113,34 @@ export class ChatTemplate {
     // Most requests bring no kwargs: then nothing is copied or deleted (this runs for every chat request).
     const given = options.templateKwargs;
     const kwargs = given === undefined || isEmpty(given) ? null : templateKwargs(given);
-    let rendered: string;
+    const variables = {
+      ...this.specialTokens,
+      ...kwargs?.variables,
+      messages: conversation,
+      tools: options.tools,
+      documents: kwargs?.documents ?? null,
+      add_generation_prompt: options.addGenerationPrompt,
+    };
+    const rendered = this.renderCompiled(variables) ?? this.interpret(variables);
+    return options.continueFinalMessage ? cutAfterFinalMessage(rendered, conversation) : rendered;
+  }
+
+  /** The compiled rendering; null when it declines (a value it does not cover, or any fault): the interpreter decides. */
+  private renderCompiled(variables: Record<string, unknown>): string | null {
+    if (this.compiled === null) return null;
     try {
-      rendered = this.template.render({
-        ...this.specialTokens,
-        ...kwargs?.variables,
-        messages: conversation,
-        tools: options.tools,
-        documents: kwargs?.documents ?? null,
-        add_generation_prompt: options.addGenerationPrompt,
-      });
+      return this.compiled(variables);
+    } catch {
+      return null;
+    }
+  }
+
+  private interpret(variables: Record<string, unknown>): string {
+    try {
+      return this.template.render(variables);
     } catch (error) {
       throw new ChatTemplateError('render', `The chat template failed: ${(error as Error).message}`, { cause: error });
     }
-    return options.continueFinalMessage ? cutAfterFinalMessage(rendered, conversation) : rendered;
   }
 }
 
