@@ -194,6 +194,8 @@ function assignment(node: TemplateNode): Render {
   const assignee = node['assignee'] as TemplateNode;
   if (assignee.type === 'Identifier') {
     const name = assignee['value'] as string;
+    // The interpreter declares `namespace` afresh in every scope (a loop's too): its shadowing is left to it.
+    if (name === 'namespace') return unsupported();
     return (scope) => {
       scope.vars.set(name, value(scope));
       return '';
