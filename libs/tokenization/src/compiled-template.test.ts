@@ -185,6 +185,7 @@ describe('compiled chat templates (compiled-template.ts)', () => {
     const macro =
       '{% macro m(x) %}[{{ x }}]{% endmacro %}{% for message in messages %}{{ m(message.content) }}{% endfor %}';
     expect(compileTemplate(new Template(macro).parsed)).toBeNull();
+    expect(compileTemplate(new Template('{% set namespace = 1 %}{{ namespace }}').parsed)).toBeNull();
     const template = new ChatTemplate(macro, {});
     expect(template.isCompiled).toBe(false);
     const rendered = template.render([{ role: 'user', content: 'hi' }], {
