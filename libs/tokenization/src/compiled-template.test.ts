@@ -181,6 +181,27 @@ describe('compiled chat templates (compiled-template.ts)', () => {
       for (const variables of values) expect(expectSame(source, variables).mine.kind).toBe('declined');
   });
 
+  it('agrees with the interpreter on the cases a review found (each returned other text or none before)', () => {
+    const same = { tags: ['x'] };
+    const cases: [string, Record<string, unknown>][] = [
+      ['{% for x in missing %}[{{ x }}]{% endfor %}', {}],
+      ['{{ missing is mapping }}', {}],
+      ['{{ missing|length }}', {}],
+      ['{% if tools is not none and tools|length > 0 %}TOOLS{% endif %}ok', { tools: undefined }],
+      ['{{ documents[0] }}ok', { documents: null }],
+      ['{% for m in messages %}{{ m.tool_calls[0] }}{% endfor %}ok', { messages: [{ role: 'user' }] }],
+      ['{% set ns = namespace(a=1, a=2) %}{{ ns.a }}', {}],
+      ['{% for x in xs %}{{ loop.previtem is defined }},{% endfor %}', { xs: [undefined, 1] }],
+      ['{% for x in xs %}{{ loop.nextitem is undefined }},{% endfor %}', { xs: [1, undefined] }],
+      ['{% for namespace in ["a"] %}{% for y in [1] %}{{ namespace is string }}{% endfor %}{% endfor %}', {}],
+      ['{{ a == b }}', { a: same.tags, b: same.tags }],
+      ['{{ messages[0] == messages[1] }}', { messages: [same, same] }],
+      ['{{ x in xs }}', { x: Number.NaN, xs: [Number.NaN] }],
+      ['{% if d %}yes{% else %}no{% endif %}{{ d is mapping }}', { d: new Date(0) }],
+    ];
+    for (const [source, variables] of cases) expectSame(source, variables);
+  });
+
   it('declines what it does not cover, and the chat template still renders it through the interpreter', () => {
     const macro =
       '{% macro m(x) %}[{{ x }}]{% endmacro %}{% for message in messages %}{{ m(message.content) }}{% endfor %}';

@@ -12,11 +12,35 @@
  * - a value outside it at render time (a float in arithmetic, a method it does not know, `raise_exception`, an
  *   operation the interpreter would throw on): the render throws `Unsupported`, and the caller renders with the
  *   interpreter, which gives the result or the error the request gets.
+ * Variables are JSON-like, as a request's are (plain objects, arrays, strings, finite numbers, booleans, null): an
+ * object that is not plain is left to the interpreter where it is read, but an input the interpreter cannot convert
+ * at all (a BigInt, a cycle) or a non-enumerable property is not looked for.
  * compiled-template.test.ts renders random conversations both ways with each tested template.
  */
 
-/** Thrown at render time for what only the interpreter may decide. */
-export class Unsupported extends Error {}
+import {
+  Builtin,
+  equal,
+  isInteger,
+  isPlainObject,
+  LoopState,
+  memberOf,
+  Namespace,
+  operate,
+  orUndefined,
+  printed,
+  sliced,
+  StringMethod,
+  stringMethod,
+  TESTS,
+  toJson,
+  truthy,
+  UNDEFINED,
+  Unsupported,
+  unsupported,
+} from './template-values';
+
+export { Unsupported } from './template-values';
 
 /** A compiled template: the rendering of `variables`, or Unsupported. */
 export type CompiledTemplate = (variables: Readonly<Record<string, unknown>>) => string;
@@ -28,37 +52,10 @@ interface TemplateNode {
 }
 
 type Scope = { readonly vars: Map<string, unknown>; readonly parent: Scope | null };
+
 type Evaluate = (scope: Scope) => unknown;
+
 type Render = (scope: Scope) => string;
-
-/** Jinja's undefined (a missing variable, member or item), apart from JavaScript's. */
-const UNDEFINED = Object.freeze({ undefined: true });
-
-class Namespace {
-  constructor(readonly values: Map<string, unknown>) {}
-}
-
-class LoopState {
-  constructor(
-    readonly index0: number,
-    readonly length: number,
-    readonly previous: unknown,
-    readonly next: unknown,
-  ) {}
-}
-
-/** A string's method, taken as a member and not yet called. */
-class StringMethod {
-  constructor(
-    readonly target: string,
-    readonly name: string,
-  ) {}
-}
-
-/** The interpreter's own functions: calls of them go to the interpreter, `namespace` excepted. */
-class Builtin {
-  constructor(readonly name: string) {}
-}
 
 /** The interpreter's globals, the scope around a render's variables (a top-level set shadows one, as it replaces it there). */
 const GLOBALS: Scope = {
@@ -76,15 +73,6 @@ const GLOBALS: Scope = {
     ['namespace', new Builtin('namespace')],
   ]),
 };
-
-/** ObjectValue's builtins: a member of an object that is not its own key and names one of these is a method. */
-const OBJECT_METHODS = new Set(['get', 'items', 'keys', 'values', 'dictsort']);
-
-const STRING_METHODS = new Set(['upper', 'lower', 'strip', 'lstrip', 'rstrip', 'startswith', 'endswith', 'split']);
-
-function unsupported(): never {
-  throw new Unsupported();
-}
 
 /** Compiles a parsed template; null when it uses a construct this does not cover. */
 export function compileTemplate(program: unknown): CompiledTemplate | null {
@@ -148,19 +136,12 @@ function statement(node: TemplateNode): Render {
   }
 }
 
-/** What an expression statement adds to the output (renderBlock's toString). */
-function printed(value: unknown): string {
-  if (typeof value === 'string') return value;
-  if (value === null || value === UNDEFINED) return '';
-  if (typeof value === 'boolean') return String(value);
-  if (isInteger(value)) return String(value);
-  return unsupported();
-}
-
 function forLoop(node: TemplateNode): Render {
   const loopvar = node['loopvar'] as TemplateNode;
   const iterableNode = node['iterable'] as TemplateNode;
-  if (loopvar.type !== 'Identifier' || iterableNode.type === 'SelectExpression') return unsupported();
+  // A loop variable named `namespace` is shadowed in inner scopes by the interpreter's own: left to it.
+  if (loopvar.type !== 'Identifier' || iterableNode.type === 'SelectExpression' || loopvar['value'] === 'namespace')
+    return unsupported();
   const name = loopvar['value'] as string;
   const iterable = expression(iterableNode);
   const body = block(node['body'] as TemplateNode[]);
@@ -172,15 +153,9 @@ function forLoop(node: TemplateNode): Render {
     const items = Array.isArray(over) ? over.slice() : isPlainObject(over) ? Object.keys(over) : unsupported();
     let out = '';
     for (let i = 0; i < items.length; i++) {
-      scope.vars.set(
-        'loop',
-        new LoopState(
-          i,
-          items.length,
-          i > 0 ? items[i - 1] : UNDEFINED,
-          i < items.length - 1 ? items[i + 1] : UNDEFINED,
-        ),
-      );
+      const previous = i > 0 ? orUndefined(items[i - 1]) : UNDEFINED;
+      const next = i < items.length - 1 ? orUndefined(items[i + 1]) : UNDEFINED;
+      scope.vars.set('loop', new LoopState(i, items.length, previous, next));
       scope.vars.set(name, items[i]);
       out += body(scope);
     }
@@ -281,55 +256,6 @@ function member(node: TemplateNode): Evaluate {
   return (scope) => memberOf(object(scope), key);
 }
 
-/** evaluateMemberExpression over plain values. */
-function memberOf(target: unknown, key: unknown): unknown {
-  if (typeof key !== 'string' && !isInteger(key)) return unsupported();
-  if (target === null || target === UNDEFINED) return UNDEFINED;
-  if (typeof target === 'string') {
-    if (typeof key === 'number') return orUndefined(target.at(key));
-    if (key === 'length') return target.length;
-    return STRING_METHODS.has(key) ? new StringMethod(target, key) : unsupported();
-  }
-  if (Array.isArray(target)) {
-    if (typeof key === 'number') return orUndefined(target.at(key));
-    return key === 'length' ? target.length : UNDEFINED;
-  }
-  if (typeof key !== 'string') return unsupported();
-  if (target instanceof Namespace) return orUndefined(target.values.get(key));
-  if (target instanceof LoopState) return loopMember(target, key);
-  if (isPlainObject(target)) {
-    if (Object.hasOwn(target, key)) return orUndefined(target[key]);
-    // Not the object's own: one of the interpreter's object methods (left to it), else undefined.
-    return OBJECT_METHODS.has(key) ? unsupported() : UNDEFINED;
-  }
-  return unsupported();
-}
-
-function loopMember(loop: LoopState, key: string): unknown {
-  switch (key) {
-    case 'index':
-      return loop.index0 + 1;
-    case 'index0':
-      return loop.index0;
-    case 'revindex':
-      return loop.length - loop.index0;
-    case 'revindex0':
-      return loop.length - loop.index0 - 1;
-    case 'first':
-      return loop.index0 === 0;
-    case 'last':
-      return loop.index0 === loop.length - 1;
-    case 'length':
-      return loop.length;
-    case 'previtem':
-      return loop.previous;
-    case 'nextitem':
-      return loop.next;
-    default:
-      return unsupported();
-  }
-}
-
 function slice(object: Evaluate, node: TemplateNode): Evaluate {
   const bound = (field: string): Evaluate => {
     const part = node[field] as TemplateNode | undefined;
@@ -347,25 +273,6 @@ function slice(object: Evaluate, node: TemplateNode): Evaluate {
   };
 }
 
-/** The interpreter's slice (Python's), step ≠ 0. */
-function sliced<T>(items: readonly T[], from: number | undefined, to: number | undefined, by = 1): T[] {
-  const direction = Math.sign(by);
-  if (direction === 0) return unsupported();
-  const n = items.length;
-  let start: number;
-  let stop: number;
-  if (direction > 0) {
-    start = from === undefined ? 0 : from < 0 ? Math.max(n + from, 0) : Math.min(from, n);
-    stop = to === undefined ? n : to < 0 ? Math.max(n + to, 0) : Math.min(to, n);
-  } else {
-    start = from === undefined ? n - 1 : from < 0 ? Math.max(n + from, -1) : Math.min(from, n - 1);
-    stop = to === undefined ? -1 : to < -1 ? Math.max(n + to, -1) : Math.min(to, n - 1);
-  }
-  const out: T[] = [];
-  for (let i = start; direction * i < direction * stop; i += by) out.push(items[i] as T);
-  return out;
-}
-
 function call(node: TemplateNode): Evaluate {
   const callee = expression(node['callee'] as TemplateNode);
   const args = node['args'] as TemplateNode[];
@@ -377,6 +284,8 @@ function call(node: TemplateNode): Evaluate {
       name: (arg['key'] as TemplateNode)['value'] as string,
       value: expression(arg['value'] as TemplateNode),
     }));
+    // A name given twice is the interpreter's error.
+    if (new Set(fields.map((field) => field.name)).size !== fields.length) return unsupported();
     return (scope) => {
       const values = new Map<string, unknown>();
       for (const field of fields) values.set(field.name, field.value(scope));
@@ -391,36 +300,6 @@ function call(node: TemplateNode): Evaluate {
     const fn = callee(scope);
     return fn instanceof StringMethod ? stringMethod(fn, values) : unsupported();
   };
-}
-
-/** The interpreter's string methods (its own rules: strip and its kin take no characters, whatever is given). */
-function stringMethod(method: StringMethod, args: readonly unknown[]): unknown {
-  const text = method.target;
-  switch (method.name) {
-    case 'upper':
-      return text.toUpperCase();
-    case 'lower':
-      return text.toLowerCase();
-    case 'strip':
-      return text.trim();
-    case 'lstrip':
-      return text.trimStart();
-    case 'rstrip':
-      return text.trimEnd();
-    case 'startswith':
-    case 'endswith': {
-      const pattern = args[0];
-      if (typeof pattern !== 'string') return unsupported();
-      return method.name === 'startswith' ? text.startsWith(pattern) : text.endsWith(pattern);
-    }
-    case 'split': {
-      const separator = args[0];
-      if (args.length !== 1 || typeof separator !== 'string' || separator === '') return unsupported();
-      return text.split(separator);
-    }
-    default:
-      return unsupported();
-  }
 }
 
 function binary(node: TemplateNode): Evaluate {
@@ -459,54 +338,6 @@ function binary(node: TemplateNode): Evaluate {
   }
 }
 
-/** `left.value == right.value`, the interpreter's equality, where plain values agree with it. */
-function equal(left: unknown, right: unknown): boolean {
-  const a = left === UNDEFINED ? undefined : left;
-  const b = right === UNDEFINED ? undefined : right;
-  if (isPrimitive(a) && isPrimitive(b)) return a == b;
-  if (Array.isArray(a) && Array.isArray(b)) return a === b;
-  if (isPlainObject(a) && isPlainObject(b)) return a === b;
-  return unsupported();
-}
-
-function operate(operator: string, a: unknown, b: unknown): unknown {
-  if (isInteger(a) && isInteger(b)) {
-    switch (operator) {
-      case '+':
-        return a + b;
-      case '-':
-        return a - b;
-      case '*':
-        return a * b;
-      case '<':
-        return a < b;
-      case '>':
-        return a > b;
-      case '<=':
-        return a <= b;
-      case '>=':
-        return a >= b;
-      default:
-        return unsupported();
-    }
-  }
-  if (operator === 'in' || operator === 'not in') {
-    let found: boolean;
-    if (b === UNDEFINED) found = false;
-    else if (typeof a === 'string' && typeof b === 'string') found = b.includes(a);
-    else if (Array.isArray(b) && a !== UNDEFINED && a !== null && typeof a !== 'object') found = b.includes(a);
-    else if (typeof a === 'string' && isPlainObject(b)) found = Object.hasOwn(b, a);
-    else return unsupported();
-    return operator === 'in' ? found : !found;
-  }
-  if (operator === '+') {
-    if (Array.isArray(a) && Array.isArray(b)) return a.concat(b);
-    if (typeof a === 'string' && typeof b === 'string') return a + b;
-    if ((typeof a === 'string' && isInteger(b)) || (isInteger(a) && typeof b === 'string')) return `${a}${b}`;
-  }
-  return unsupported();
-}
-
 function unary(node: TemplateNode): Evaluate {
   const operator = (node['operator'] as { value: string }).value;
   const argument = expression(node['argument'] as TemplateNode);
@@ -527,20 +358,6 @@ function test(node: TemplateNode): Evaluate {
   const negate = node['negate'] === true;
   return (scope) => check(operand(scope)) !== negate;
 }
-
-const TESTS = new Map<string, (value: unknown) => boolean>([
-  ['defined', (value) => value !== UNDEFINED],
-  ['undefined', (value) => value === UNDEFINED],
-  ['none', (value) => value === null],
-  ['string', (value) => typeof value === 'string'],
-  ['boolean', (value) => typeof value === 'boolean'],
-  ['false', (value) => value === false],
-  ['true', (value) => value === true],
-  ['integer', (value) => (typeof value === 'number' ? Number.isInteger(value) : false)],
-  ['number', (value) => typeof value === 'number'],
-  ['mapping', (value) => isPlainObject(value) || value instanceof LoopState],
-  ['iterable', (value) => Array.isArray(value) || typeof value === 'string'],
-]);
 
 function filter(node: TemplateNode): Evaluate {
   const operand = expression(node['operand'] as TemplateNode);
@@ -563,45 +380,4 @@ function filter(node: TemplateNode): Evaluate {
     default:
       return unsupported();
   }
-}
-
-/** The interpreter's toJSON without options: `, ` and `: `, non-ASCII kept, undefined as null. */
-function toJson(value: unknown): string {
-  if (value === null || value === UNDEFINED || value === undefined) return 'null';
-  if (typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number')
-    return JSON.stringify(value);
-  if (Array.isArray(value)) return `[${value.map(toJson).join(', ')}]`;
-  if (isPlainObject(value) || value instanceof Namespace) {
-    const entries = value instanceof Namespace ? [...value.values] : Object.entries(value);
-    return `{${entries.map(([key, item]) => `${JSON.stringify(key)}: ${toJson(item)}`).join(', ')}}`;
-  }
-  return unsupported();
-}
-
-/** RuntimeValue.__bool__ per type (a namespace is always true, an object when it has a key). */
-function truthy(value: unknown): boolean {
-  if (value === UNDEFINED || value === null) return false;
-  if (Array.isArray(value)) return value.length > 0;
-  if (value instanceof LoopState || value instanceof Namespace || value instanceof StringMethod) return true;
-  if (isPlainObject(value)) return Object.keys(value).length > 0;
-  if (typeof value === 'function' || value instanceof Builtin) return true;
-  return Boolean(value);
-}
-
-function isPrimitive(value: unknown): boolean {
-  return value === null || value === undefined || typeof value !== 'object';
-}
-
-function isInteger(value: unknown): value is number {
-  return typeof value === 'number' && Number.isInteger(value);
-}
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
-  const prototype = Object.getPrototypeOf(value);
-  return prototype === Object.prototype || prototype === null;
-}
-
-function orUndefined(value: unknown): unknown {
-  return value === undefined ? UNDEFINED : value;
 }
