@@ -1,7 +1,7 @@
 import { createCacheAwarePolicy, decide } from '@kvroute/routing';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { poolKeys } from '../../src/keys';
-import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
+import { commandCalls, openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 // A Redis of this file's own: the test reads and resets its command statistics.
 let ctx: RedisTestContext;
@@ -12,10 +12,7 @@ beforeEach(() => ctx.beginTest('cost'));
 afterEach(() => ctx.cleanup());
 afterAll(() => ctx.close());
 
-async function callsOf(command: string): Promise<number> {
-  const match = new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(await ctx.redis.info('commandstats'));
-  return match ? Number(match[1]) : 0;
-}
+const callsOf = (command: string): Promise<number> => commandCalls(ctx.redis, command);
 
 describe('owner index cost', () => {
   it('reads the chain in a ladder and log2(rung spacing) rounds of bisection, whatever the number of backends', async () => {

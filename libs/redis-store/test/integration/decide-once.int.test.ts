@@ -7,7 +7,7 @@ import {
   type RoutingPolicy,
 } from '@kvroute/routing';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { openRedisTestContext, type RedisTestContext } from './redis-test-context';
+import { commandCalls, openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 /**
  * A decision evaluates the policy once. Policies with an atomic rule (cacheaware, leastloaded) are
@@ -34,11 +34,8 @@ function counted(policy: RoutingPolicy): { policy: RoutingPolicy; calls: () => n
 }
 
 /** Script calls (FCALL, EVALSHA, EVAL) since the last CONFIG RESETSTAT. */
-async function scriptCalls(): Promise<number> {
-  const info = await ctx.redis.info('commandstats');
-  let calls = 0;
-  for (const match of info.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm)) calls += Number(match[1]);
-  return calls;
+function scriptCalls(): Promise<number> {
+  return commandCalls(ctx.redis, 'fcall', 'evalsha', 'eval');
 }
 
 const inputOf = (policy: RoutingPolicy, leaseId: string): DecideInput => ({

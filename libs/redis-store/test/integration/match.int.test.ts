@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { packBlockHashes, poolKeys } from '../../src/keys';
 import { RECORD_BLOCKS_PER_CALL } from '../../src/store-limits';
 import { runScript, SCRIPTS } from '../../src/scripts';
-import { manualClock, openRedisTestContext, type RedisTestContext } from './redis-test-context';
+import { commandCalls, manualClock, openRedisTestContext, type RedisTestContext } from './redis-test-context';
 
 let ctx: RedisTestContext;
 beforeAll(async () => {
@@ -321,14 +321,7 @@ describe('long chains: recorded RECORD_BLOCKS_PER_CALL blocks per script call, p
 
   it('records a whole long chain at routing and at the first output, in bounded calls', async () => {
     const state = ctx.createState();
-    const scriptCalls = async (): Promise<number> => {
-      let calls = 0;
-      for (const match of (await ctx.redis.info('commandstats')).matchAll(
-        /^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm,
-      ))
-        calls += Number(match[1]);
-      return calls;
-    };
+    const scriptCalls = (): Promise<number> => commandCalls(ctx.redis, 'fcall', 'evalsha', 'eval');
     const before = await scriptCalls();
     await state.reserve('m', 'a', 'l1', chain, 0);
     await state.prefillDone('m', 'b', 'l2', chain);

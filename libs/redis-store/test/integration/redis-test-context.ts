@@ -50,6 +50,20 @@ export interface RedisTestContext {
 }
 
 /**
+ * Calls of `commands` since the server started or CONFIG RESETSTAT, summed, by their names in INFO commandstats
+ * ('fcall', 'evalsha', 'function|load', …).
+ */
+export async function commandCalls(redis: RedisClient, ...commands: string[]): Promise<number> {
+  const wanted = new Set(commands);
+  let calls = 0;
+  for (const line of (await redis.info('commandstats')).split('\n')) {
+    const match = /^cmdstat_([^:]+):calls=(\d+)/.exec(line);
+    if (match !== null && wanted.has(match[1] as string)) calls += Number(match[2]);
+  }
+  return calls;
+}
+
+/**
  * A connection createRedis made for a redis:// URL, as the single-server client it is: these tests
  * inspect one server (SCAN, CLIENT PAUSE, SLOWLOG, CONFIG RESETSTAT), which a cluster client would spread.
  */

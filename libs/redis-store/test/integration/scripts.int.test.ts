@@ -7,11 +7,17 @@ import { KvEventsIndex, KvEventsLeases } from '../../src/kv-events-index';
 import { RECORD_BLOCKS_PER_CALL } from '../../src/store-limits';
 import { RedisStoreError } from '../../src/redis-store-error';
 import { RedisAdapterLoads } from '../../src/adapter-loads';
-import { integerArrayReply, runScript, SCRIPTS } from '../../src/scripts';
+import { integerArrayReply, runScript, SCRIPTS, type RedisClient } from '../../src/scripts';
 import { TenantLimits } from '../../src/tenant-limits';
 import { createRedis, waitUntilReady } from '../../src/connection';
 import { RedisApiKeyStore } from '../../src/api-key-store';
-import { manualClock, openRedisTestContext, singleServer, type RedisTestContext } from './redis-test-context';
+import {
+  commandCalls,
+  manualClock,
+  openRedisTestContext,
+  singleServer,
+  type RedisTestContext,
+} from './redis-test-context';
 
 // A Redis of this file's own: SCRIPT FLUSH must not disturb anyone else's scripts.
 let ctx: RedisTestContext;
@@ -26,6 +32,26 @@ afterAll(() => ctx.close());
 async function noScriptErrors(): Promise<number> {
   const match = /errorstat_NOSCRIPT:count=(\d+)/.exec(await ctx.redis.info('errorstats'));
   return match ? Number(match[1]) : 0;
+}
+
+/** Runs `use` with a client of an ACL user of this file's Redis with `rules` (password 'secret'), then removes the user. */
+async function asUser(
+  user: string,
+  rules: readonly string[],
+  use: (client: RedisClient) => Promise<void>,
+): Promise<void> {
+  await ctx.redis.call('ACL', ['SETUSER', user, 'reset', 'on', '>secret', ...rules]);
+  const url = new URL(ctx.server.url);
+  url.username = user;
+  url.password = 'secret';
+  const client = createRedis(url.toString(), 'worker');
+  try {
+    await waitUntilReady(client);
+    await use(client);
+  } finally {
+    client.disconnect();
+    await ctx.redis.call('ACL', ['DELUSER', user]);
+  }
 }
 
 describe('script loading', () => {
@@ -140,10 +166,7 @@ describe('script loading', () => {
     const release = SCRIPTS.release;
     const name = release.asFunction?.name ?? '';
     expect(name).toMatch(/^kvroute_release_[0-9a-f]{16}$/);
-    const functionLoads = async (): Promise<number> => {
-      const match = /^cmdstat_function\|load:calls=(\d+)/m.exec(await ctx.redis.info('commandstats'));
-      return match ? Number(match[1]) : 0;
-    };
+    const functionLoads = (): Promise<number> => commandCalls(ctx.redis, 'function|load');
     const libraries = async (): Promise<unknown[]> =>
       ctx.redis.call('FUNCTION', ['LIST', 'LIBRARYNAME', name]) as Promise<unknown[]>;
     const state = ctx.createState({ nowMs: manualClock().nowMs });
@@ -170,21 +193,9 @@ describe('script loading', () => {
     ['a user who may call functions but not load them', '-function'],
   ])('runs by EVALSHA for %s (as on a Redis without functions)', async (_label, denied) => {
     // A user of this file's own Redis; FUNCTION FLUSH first, so no library is there to call.
-    const user = `no-functions-${denied.length}`;
-    await ctx.redis.call('ACL', ['SETUSER', user, 'reset', 'on', '>secret', '~*', '&*', '+@all', ...denied.split(' ')]);
     await ctx.redis.call('FUNCTION', ['FLUSH']);
-    const url = new URL(ctx.server.url);
-    url.username = user;
-    url.password = 'secret';
-    const limited = createRedis(url.toString(), 'worker');
-    try {
-      await waitUntilReady(limited);
-      const evalCalls = async (): Promise<number> => {
-        let calls = 0;
-        for (const match of (await ctx.redis.info('commandstats')).matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm))
-          calls += Number(match[1]);
-        return calls;
-      };
+    await asUser(`no-functions-${denied.length}`, ['~*', '&*', '+@all', ...denied.split(' ')], async (limited) => {
+      const evalCalls = (): Promise<number> => commandCalls(ctx.redis, 'evalsha', 'eval');
       const state = ctx.createState({ redis: singleServer(limited), nowMs: manualClock().nowMs });
       const before = await evalCalls();
       for (let k = 0; k < 3; k++) {
@@ -197,46 +208,20 @@ describe('script loading', () => {
       expect((await state.snapshot('m', ['a'], [1, 2, 3])).inflight.get('a') ?? 0).toBe(0);
       expect((await state.snapshot('m', ['a'], [1, 2, 3])).matchBlocks.get('a')).toBe(3);
       expect(await ctx.redis.call('FUNCTION', ['LIST'])).toEqual([]);
-    } finally {
-      limited.disconnect();
-      await ctx.redis.call('ACL', ['DELUSER', user]);
-    }
+    });
   });
 
   it('keeps running functions for a user refused a key (NOPERM for the key, not for FCALL)', async () => {
-    const user = 'one-pool-only';
     // Keys of the pool 'open' only (its hash tag); every command allowed.
-    await ctx.redis.call('ACL', [
-      'SETUSER',
-      user,
-      'reset',
-      'on',
-      '>secret',
-      `~*{${poolHashTag('open')}}*`,
-      '&*',
-      '+@all',
-    ]);
-    const url = new URL(ctx.server.url);
-    url.username = user;
-    url.password = 'secret';
-    const limited = createRedis(url.toString(), 'worker');
-    try {
-      await waitUntilReady(limited);
-      const calls = async (command: string): Promise<number> =>
-        Number(
-          new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(await ctx.redis.info('commandstats'))?.[1] ?? 0,
-        );
+    await asUser('one-pool-only', [`~*{${poolHashTag('open')}}*`, '&*', '+@all'], async (limited) => {
       const state = ctx.createState({ redis: singleServer(limited), nowMs: manualClock().nowMs });
       await expect(state.release('closed', 'a', 'l0')).rejects.toThrow(/NOPERM/);
-      const fcalls = await calls('fcall');
-      const evalshas = await calls('evalsha');
+      const fcalls = await commandCalls(ctx.redis, 'fcall');
+      const evalshas = await commandCalls(ctx.redis, 'evalsha');
       await state.release('open', 'a', 'l1');
-      expect((await calls('fcall')) - fcalls).toBeGreaterThanOrEqual(1);
-      expect((await calls('evalsha')) - evalshas).toBe(0);
-    } finally {
-      limited.disconnect();
-      await ctx.redis.call('ACL', ['DELUSER', user]);
-    }
+      expect((await commandCalls(ctx.redis, 'fcall')) - fcalls).toBeGreaterThanOrEqual(1);
+      expect((await commandCalls(ctx.redis, 'evalsha')) - evalshas).toBe(0);
+    });
   });
 
   it('reports a failing script as REDIS_STORE_ERR_SCRIPT_FAILED with the Redis error as cause', async () => {
