@@ -1,8 +1,6 @@
 import { spawn } from 'node:child_process';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { findFreePorts } from '@kvroute/testing';
+import { findFreePorts, startLoopbackServer } from '@kvroute/testing';
 import { startLocalSims, startOwnListener, stopLocalSims, waitReady } from './local-sims';
 
 describe('startLocalSims', () => {
@@ -23,10 +21,8 @@ describe('startLocalSims', () => {
 
 /** An in-process server answering 200 on a port of its own: "another process" to a child. */
 async function foreignServer(): Promise<{ port: number; close: () => Promise<void> }> {
-  const server = createServer((_, response) => response.end('ok'));
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
-  return { port, close: () => new Promise((resolve) => server.close(() => resolve())) };
+  const server = await startLoopbackServer((_, response) => response.end('ok'));
+  return { port: Number(new URL(server.url).port), close: () => server.close() };
 }
 
 /** A child that exits at once with `code` (as one failing to bind, or refusing a flag). */

@@ -49,40 +49,40 @@ interface PreTokenizerJson {
   use_regex?: boolean;
 }
 
-/** GPT-2's bytes_to_unicode: byte → the character that stands for it in a byte-level vocabulary. */
-const BYTE_CHARACTERS: readonly string[] = (() => {
-  const printable = (byte: number): boolean =>
-    (byte >= 0x21 && byte <= 0x7e) || (byte >= 0xa1 && byte <= 0xac) || (byte >= 0xae && byte <= 0xff);
-  const characters: string[] = [];
-  let next = 0x100;
-  for (let byte = 0; byte < 256; byte++) {
-    characters[byte] = String.fromCharCode(printable(byte) ? byte : next++);
-  }
-  return characters;
-})();
-
 /** ASCII bytes that stand for another character in byte-level form: controls, space and DEL. */
-const REMAPPED_ASCII = /[\u0000-\u0020\u007f]/;
-const REMAPPED_ASCII_ALL = /[\u0000-\u0020\u007f]/g;
+const REMAPPED_ASCII = /[\u0000-\u0020\u007f]/g;
 const NON_ASCII = /[^\u0000-\u007f]/;
-const remapped = (character: string): string => BYTE_CHARACTERS[character.charCodeAt(0)] as string;
 
 /**
- * A pre-token in byte-level form. ASCII (most pre-tokens): printable characters stand for themselves, so only
- * controls, space and DEL are replaced (one regular-expression pass, none for a plain word); else from its UTF-8
- * bytes.
+ * A pre-token in byte-level form, `byteCharacters` the ByteLevel step's own table (GPT-2's bytes_to_unicode: byte →
+ * the character that stands for it). ASCII (most pre-tokens): printable characters stand for themselves, so only
+ * controls, space and DEL are replaced (one regular-expression pass); else from its UTF-8 bytes.
  */
-export function byteLevelForm(token: string): string {
+export function byteLevelForm(token: string, byteCharacters: readonly string[]): string {
   if (NON_ASCII.test(token)) {
     let mapped = '';
-    for (const byte of Buffer.from(token, 'utf8')) mapped += BYTE_CHARACTERS[byte];
+    for (const byte of Buffer.from(token, 'utf8')) mapped += byteCharacters[byte];
     return mapped;
   }
-  return REMAPPED_ASCII.test(token) ? token.replace(REMAPPED_ASCII_ALL, remapped) : token;
+  return token.replace(REMAPPED_ASCII, (character) => byteCharacters[character.charCodeAt(0)] as string);
 }
 
-/** The Sequence's Split steps when the pipeline is the one this supports (see the header), else null. */
-function supportedSplits(tokenizerJson: Record<string, unknown>, parts: LibraryParts): SplitStep[] | null {
+/** The ByteLevel step's byte → character table (its `byte_encoder`), as an array; null if it is not all there. */
+function byteCharactersOf(byteLevel: unknown): string[] | null {
+  const encoder = (byteLevel as { byte_encoder?: Record<number, unknown> } | undefined)?.byte_encoder;
+  if (encoder === undefined || encoder === null) return null;
+  const characters = Array.from({ length: 256 }, (_, byte) => encoder[byte]);
+  return characters.every((character) => typeof character === 'string') ? (characters as string[]) : null;
+}
+
+/**
+ * The Sequence's Split steps and its ByteLevel step's byte table when the pipeline is the one this supports (see the
+ * header), else null.
+ */
+function supportedSplits(
+  tokenizerJson: Record<string, unknown>,
+  parts: LibraryParts,
+): { readonly splits: SplitStep[]; readonly byteCharacters: string[] } | null {
   const pre = tokenizerJson['pre_tokenizer'] as PreTokenizerJson | null | undefined;
   const model = tokenizerJson['model'] as Record<string, unknown> | undefined;
   if (pre?.type !== 'Sequence' || !Array.isArray(pre.pretokenizers) || pre.pretokenizers.length < 2) return null;
@@ -98,13 +98,16 @@ function supportedSplits(tokenizerJson: Record<string, unknown>, parts: LibraryP
   if (!Array.isArray(instances) || instances.length !== steps.length) return null;
   const splitInstances = instances.slice(0, -1) as SplitStep[];
   if (!splitInstances.every((step) => typeof step?.pre_tokenize_text === 'function')) return null;
-  return splitInstances;
+  const byteCharacters = byteCharactersOf(instances.at(-1));
+  return byteCharacters === null ? null : { splits: splitInstances, byteCharacters };
 }
 
 /**
  * The shorter path for `tokenizer` built from `tokenizerJson`, or null when its pipeline is not the supported one
  * or the library does not expose its parts as expected (then the caller keeps `Tokenizer.encode`). `addedIds`:
- * the added tokens' ids (the library looks a token up there before the vocabulary).
+ * the added tokens' ids (the library looks a token up there before the vocabulary). A piece is not split at added
+ * tokens again after normalization (the library's second split): only right because the caller's splitter
+ * (token-encoder.ts plainSplitter) refuses a vocabulary with normalized added tokens under a normalizer that changes text.
  */
 export function pieceEncoderOf(
   tokenizer: Tokenizer,
@@ -114,8 +117,9 @@ export function pieceEncoderOf(
   const parts = tokenizer as unknown as LibraryParts;
   if (typeof parts.model !== 'function' || !(parts.model.tokens_to_ids instanceof Map)) return null;
   if (parts.normalizer !== null && typeof parts.normalizer !== 'function') return null;
-  const splits = supportedSplits(tokenizerJson, parts);
-  if (splits === null) return null;
+  const supported = supportedSplits(tokenizerJson, parts);
+  if (supported === null) return null;
+  const { splits, byteCharacters } = supported;
   const { normalizer, model } = parts;
   const vocabulary = model.tokens_to_ids as Map<string, number>;
   const unknownId = model.unk_token_id;
@@ -126,7 +130,7 @@ export function pieceEncoderOf(
     const hit = known.get(word);
     if (hit !== undefined) return hit;
     const ids: number[] = [];
-    for (const token of model([byteLevelForm(word)])) {
+    for (const token of model([byteLevelForm(word, byteCharacters)])) {
       const id = addedIds.get(token) ?? vocabulary.get(token) ?? unknownId;
       if (id !== undefined) ids.push(id);
     }

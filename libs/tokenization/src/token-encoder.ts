@@ -92,7 +92,8 @@ export class TokenEncoder {
 
   /** Token ids of `text`; with `addSpecialTokens` the post-processor's tokens too (BOS for Llama 3 and DeepSeek V3, none for Qwen3). */
   encode(text: string, addSpecialTokens: boolean): number[] {
-    if (this.cacheLimit === 0 || this.splitter === null) return this.encodeWhole(text, addSpecialTokens);
+    // Without the segment cache (cacheLimit 0) pieces still take the piece path; only none are remembered.
+    if (this.splitter === null) return this.encodeWhole(text, addSpecialTokens);
     const ids: number[] = addSpecialTokens ? [...this.prefixIds] : [];
     for (const piece of this.splitter(text)) {
       if (piece === '') continue;
@@ -140,9 +141,9 @@ export class TokenEncoder {
 /**
  * The added-token splitter when every added token matches as plain text (see the header), else null: the text's
  * pieces between added tokens and the tokens themselves, in order (empty pieces possible), as `String.split` gives
- * them with a capturing group of the tokens, the longest first. When every added token starts with the same
- * character (`<` in the tested vocabularies), only the places holding that character are tried: a chat has a few,
- * where a regular expression of all the tokens was tried at every position of the text.
+ * them with a capturing group of the tokens, the longest first. Only the places holding an added token's first
+ * character (`<` for every token of the tested vocabularies) are tried: a chat has a few, where a regular expression
+ * of all the tokens was tried at every position of the text.
  */
 function plainSplitter(added: readonly AddedTokenJson[], normalizer: unknown): ((text: string) => string[]) | null {
   if (added.length === 0) return null;
@@ -156,26 +157,22 @@ function plainSplitter(added: readonly AddedTokenJson[], normalizer: unknown): (
     if (token.normalized && !identityNormalizer) return null;
   }
   const contents = added.map((token) => token.content).sort((a, b) => b.length - a.length);
-  const alternatives = contents.map((content) => content.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|');
-  const first = contents[0]?.[0];
-  if (first === undefined || contents.some((content) => !content.startsWith(first))) {
-    const splitter = new RegExp(`(${alternatives})`);
-    return (text) => text.split(splitter);
-  }
-  const tokenAt = new RegExp(alternatives, 'y');
+  const escape = (text: string): string => text.replace(/[.*+?^${}()|[\]\\/-]/g, '\\$&');
+  if (contents.some((content) => content === '')) return null;
+  const tokenAt = new RegExp(contents.map(escape).join('|'), 'y');
+  // Each token's first code unit (a surrogate pair's high half is enough to find where one may start).
+  const firsts = new RegExp(`[${[...new Set(contents.map((content) => escape(content[0] as string)))].join('')}]`, 'g');
   return (text) => {
     const pieces: string[] = [];
     let pieceStart = 0;
-    for (let at = text.indexOf(first); at >= 0; at = text.indexOf(first, at)) {
-      tokenAt.lastIndex = at;
+    firsts.lastIndex = 0;
+    for (let found = firsts.exec(text); found !== null; found = firsts.exec(text)) {
+      tokenAt.lastIndex = found.index;
       const token = tokenAt.exec(text)?.[0];
-      if (token === undefined) {
-        at += 1;
-        continue;
-      }
-      pieces.push(text.slice(pieceStart, at), token);
-      at += token.length;
-      pieceStart = at;
+      if (token === undefined) continue;
+      pieces.push(text.slice(pieceStart, found.index), token);
+      firsts.lastIndex = found.index + token.length;
+      pieceStart = firsts.lastIndex;
     }
     pieces.push(text.slice(pieceStart));
     return pieces;
