@@ -1,11 +1,10 @@
 // `npm run build`: one self-contained ES module per app in dist/ (esbuild, dependencies bundled),
 // run with plain `node dist/<app>.mjs`: no TypeScript transform at run time, which is what the
 // container image (infra/docker), the packed `kvroute` package (tools/pack-kvroute.ts) and the
-// overhead benchmark use. Development runs the sources with tsx.
+// overhead benchmark use. Development runs the sources with tsx. The command is tools/build-main.ts.
 import { build } from 'esbuild';
 import { join } from 'node:path';
 import { buildInfo } from '../libs/platform/src/build-info';
-import { parseCommandLine } from '../libs/platform/src/command-line/parse-command-line';
 
 const root = join(import.meta.dirname, '..');
 export const APP_ENTRIES = {
@@ -65,14 +64,4 @@ export async function buildApps(
   }
   if (names.includes('router')) await bundle(TOKENIZER_WORKER_ENTRY, join(outDir, 'tokenizer-worker.mjs'));
   return outputs;
-}
-
-if (process.argv[1] && import.meta.filename === process.argv[1]) {
-  parseCommandLine({
-    usage: 'npm run build',
-    summary: "Bundles every app (router, health poller, vllm-sim, the bench's bare proxy) into dist/<app>.mjs.",
-    options: {},
-  });
-  const outputs = await buildApps();
-  for (const [name, file] of Object.entries(outputs)) console.log(`${name}: ${file}`);
 }
