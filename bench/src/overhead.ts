@@ -431,7 +431,10 @@ async function main(): Promise<void> {
     const results: WorkloadResult[] = [];
     const clientCore = pinned ? CLIENT_CORE : undefined;
     const redisRouter = targets.get('kvroute-redis');
-    let fallbacksSoFar = redisRouter ? (await routerStateHealth(redisRouter.url))?.fallbacks : undefined;
+    // Its ops listener serves /metrics (the public port answers 404 there), as each paced round reads it.
+    const redisRouterMetrics = redisRouter?.proxy?.metricsUrl ?? redisRouter?.url;
+    let fallbacksSoFar =
+      redisRouterMetrics === undefined ? undefined : (await routerStateHealth(redisRouterMetrics))?.fallbacks;
     let runId = 0;
     for (const [index, workload] of workloads.entries()) {
       console.log(`workload ${index + 1}/${workloads.length}: ${workload.id}`);
@@ -442,8 +445,8 @@ async function main(): Promise<void> {
         nextRunId: () => ++runId,
       });
       // With Redis trouble (a call over --redis-timeout-ms, 50 ms) the router routes on local state: say so.
-      if (redisRouter && !redisRouter.proxy?.exited()) {
-        const fallbacks = (await routerStateHealth(redisRouter.url))?.fallbacks;
+      if (redisRouter && redisRouterMetrics !== undefined && !redisRouter.proxy?.exited()) {
+        const fallbacks = (await routerStateHealth(redisRouterMetrics))?.fallbacks;
         const kept = pathResults.find((result) => result.path === 'kvroute-redis')?.paced?.roundsOnLocalState ?? 0;
         if (fallbacks === undefined)
           notes.push(
