@@ -72,8 +72,9 @@ const RUN_ALONE = [
  * (router and sim processes) alternate with the ones that mostly wait.
  */
 const START_FIRST = [
-  // Every npm script's --help, --version and an unknown flag: 75 short tsx processes, ~0.6 CPU-s each (a command
-  // loads its modules only once its command line is accepted), about 50 s on 2 cores beside other jobs.
+  // Every npm script's --help, --version and an unknown flag: one esbuild build of every command, then 75 short node
+  // processes, ~0.2 CPU-s each (a command loads its modules only once its command line is accepted): ~40 s on 2 cores
+  // beside the other first files (~80 s when each ran through tsx's loader).
   'infra/test/commands-help.test.ts',
   'apps/router/test/multi-replica.test.ts',
   'bench/src/runner/local-cluster.test.ts',
