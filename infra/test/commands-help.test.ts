@@ -29,11 +29,16 @@ interface Run {
  * Each command's entry bundled by esbuild, the transform tsx runs them through, into one folder (code split: a module
  * two commands share is in one chunk, and each entry keeps its own `import.meta`), and the bundle run with plain node.
  * Through tsx's loader a run cost ~0.7 s of CPU, most of it the loader's start (75 runs: ~50 CPU-s and the longest
- * file of `npm test`); a bundle's ~0.2 s. Third-party packages stay outside, imported from node_modules as tsx does
- * (some hold native addons), so the folder is under node_modules/.cache, where Node finds them. The workspace's own
- * packages (@kvroute/*) are TypeScript and go into the bundles.
+ * file of `npm test`); a bundle's ~0.2 s. The workspace's own packages (@kvroute/*) are TypeScript and go into the
+ * bundles. A third-party package stays outside (some hold native addons), imported by the absolute path its importer
+ * resolves it to, so a project's own copy (libs/platform's yaml, say) is the one that runs, as under tsx; Node's
+ * built-ins stay as named. What a bundle cannot show: an import cycle that reads a binding before it is set throws
+ * under tsx and reads undefined here (esbuild makes top-level `const` a `var`); tools/check-import-cycles.mjs, which
+ * `npm test` runs first, refuses such cycles.
  */
 let bundles = '';
+/** Marks the plugin's own resolve calls, which it leaves to esbuild. */
+const RESOLVING = Symbol('resolving');
 
 beforeAll(async () => {
   const cache = repoPath('node_modules', '.cache');
@@ -48,13 +53,18 @@ beforeAll(async () => {
     format: 'esm',
     target: 'node20',
     logLevel: 'warning',
+    // `.mjs`: the folder is under node_modules, where no package.json says the files are modules.
+    outExtension: { '.js': '.mjs' },
     plugins: [
       {
-        name: 'packages-from-node-modules',
+        name: 'packages-where-their-importers-find-them',
         setup(builder) {
-          builder.onResolve({ filter: /^[^./]/ }, ({ path }) =>
-            path.startsWith('@kvroute/') ? undefined : { path, external: true },
-          );
+          builder.onResolve({ filter: /^[^./]/ }, async ({ path, importer, resolveDir, kind, pluginData }) => {
+            if (path.startsWith('@kvroute/') || pluginData === RESOLVING) return undefined;
+            const found = await builder.resolve(path, { importer, resolveDir, kind, pluginData: RESOLVING });
+            if (found.errors.length > 0) return { errors: found.errors };
+            return { path: found.external ? path : found.path, external: true };
+          });
         },
       },
     ],
@@ -80,7 +90,7 @@ function bundleName(script: string): string {
 /** Runs the command `name`'s bundle with `args`, from the repository root as `npm run` does. */
 function runScript(name: string, args: readonly string[]): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(bundles, `${bundleName(name)}.js`), ...args], {
+    const child = spawn(process.execPath, [join(bundles, `${bundleName(name)}.mjs`), ...args], {
       cwd: repoPath(),
       // No KVROUTE_* from the caller's environment: a config file or Redis URL there must not change the answer.
       env: Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KVROUTE_'))),

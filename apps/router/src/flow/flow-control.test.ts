@@ -5,6 +5,7 @@ import {
   type FlowCapacity,
   type FlowEntry,
   type FlowQueueStore,
+  type RedisClient,
 } from '@kvroute/redis-store';
 import { startRedis, uniqueKeyPrefix, type TestRedis } from '@kvroute/testing';
 import pino from 'pino';
@@ -406,6 +407,16 @@ describe('FlowControl shared by two replicas in Redis', () => {
       ) as [FlowControl, FlowControl];
       const holder = await one.admit('m', entry('x'), 10, capacity(1));
       expect(one.sharesQueue && two.sharesQueue).toBe(true);
+      // The fleet's queue as Redis holds it: each replica's entries are awaited there, not for a fixed time (30 ms
+      // was too short on a busy machine: the light entries reached Redis after the holder's release).
+      const queue = new RedisFlowQueue({ redis: connections[0] as RedisClient, keyNamespace: namespace });
+      const queuedInRedis = async (count: number): Promise<void> => {
+        const deadline = Date.now() + 5_000;
+        while ((await queue.inspect('m')).queued < count) {
+          if (Date.now() > deadline) throw new Error(`the shared queue never held ${count} entries`);
+          await settle(2);
+        }
+      };
       const order: string[] = [];
       const greedy = admitAll(
         one,
@@ -414,9 +425,9 @@ describe('FlowControl shared by two replicas in Redis', () => {
         1,
         order,
       );
-      await settle(30);
+      await queuedInRedis(8);
       const light = admitAll(two, 'm', [entry('light'), entry('light')], 1, order);
-      await settle(30);
+      await queuedInRedis(10);
       holder.release();
       await releaseAsAdmitted([...greedy, ...light]);
       expect(order, order.join(' ')).toHaveLength(10);

@@ -69,7 +69,7 @@
   ARGV[15] backlogs to clear first: '' or '<backend id>\t<lease id>\n' per lease whose prefill leaves its
            backend's backlog (lib/lease-accounting.lua clearBacklogs: what this router deferred to its
            next decision in the pool rather than a call of its own, src/backlog-clears.ts)
-  ARGV[16] blocks the depth search reads with its ladder: '' or their 1-based positions in the six-bit
+  ARGV[16] blocks the depth search reads first: '' or their 1-based positions in the six-bit
            form (libs/routing rules/six-bit.ts: a width digit, then each position in that many characters
            '0'..'o'; the request's boundaryBlocks: both sides of message boundaries, where matches most
            likely stop; at most MAX_HINTS, those outside the chain ignored). A hint: it changes what is

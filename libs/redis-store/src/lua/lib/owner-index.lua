@@ -54,24 +54,28 @@ end
 -- those at or before `record[id]` are rewritten by record. Reads are batched (HMGET) and each field is
 -- read at most once per generation.
 --
--- Depth search, for all candidates at once: read a ladder of ~LADDER_RUNGS evenly spaced blocks (one
--- HMGET per generation); where two neighbouring rungs' owner lists differ, find the blocks where they
--- change by bisection (one HMGET per generation a round, for all such stretches at once). That splits
--- the chain into runs over which every backend's holding is constant (prefix closure makes holding
--- monotone), so each candidate's depth is a binary search over the runs, usually two or three: the
--- shared system prompt, a conversation's earlier turns, its latest, the unrecorded tail. Exact, at
--- 1 + ~log2(blocks / LADDER_RUNGS) reads per generation whatever the number of candidates, and a few
+-- Depth search, for all candidates at once: read a set of start positions (one HMGET per generation): a
+-- ladder of ~LADDER_RUNGS evenly spaced blocks, or, when the caller names its message boundaries (hints)
+-- and no shortlist read the ladder, block 1, the hints and the last block (searchPositions). Where two
+-- neighbouring positions' owner lists differ, find the blocks where they change by bisection (one HMGET
+-- per generation a round, for all such stretches at once). That splits the chain into runs over which
+-- every backend's holding is constant (prefix closure makes holding monotone), so each candidate's depth
+-- is a binary search over the runs, usually two or three: the shared system prompt, a conversation's
+-- earlier turns, its latest, the unrecorded tail. Exact whatever the start positions; the rounds are
+-- ~log2 of the longest stretch between two differing ones (from the ladder, log2(blocks / LADDER_RUNGS);
+-- from hints, none when they stand at the change points, more when one is far from any hint), and a few
 -- string finds per candidate (issue 28: searching each candidate over the blocks cost ~8 finds each;
 -- reading the stretches between differing rungs whole, with 16 rungs, read ~30 blocks of a 132-block
--- conversation where this reads ~17: 8 rungs measured best of 4, 6, 8, 16 and 32 with bisection).
+-- conversation where the ladder reads ~17 and the hints ~12: 8 rungs measured best of 4, 6, 8, 16 and
+-- 32 with bisection).
 local LADDER_RUNGS = 8
 -- Bytes of an owner list's head parsed per owner wanted (index.deepestOwners): an entry is \1<id>\2<13-digit ms>.
 local OWNER_HEAD_BYTES = 96
 
--- hints (optional): block positions (1-based, within 1..blockCount) read with the ladder, where the
--- caller expects owner lists to change (RoutingRequest.boundaryBlocks: message boundaries); a change
--- point among them needs no round of bisection. They change what is read, never a depth, nor the owners
--- deepestOwners finds (it walks the rungs alone).
+-- hints (optional): block positions (1-based, within 1..blockCount) where the caller expects owner lists
+-- to change (RoutingRequest.boundaryBlocks: message boundaries), read first (with the ladder, or in its
+-- place: searchPositions); a change point among them needs no round of bisection. They change what is
+-- read, never a depth, nor the owners deepestOwners finds (it walks the rungs alone).
 local function newOwnerIndex(newKey, oldKey, blockCount, blockAt, thresholds, hints)
   local raw = { [newKey] = {}, [oldKey] = {} }
   local index = {}
