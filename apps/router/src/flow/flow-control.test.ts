@@ -110,6 +110,19 @@ function unreachableStore(): FlowQueueStore {
 const settle = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
+ * Waits until the shared queue of `pool` holds `count` waiting entries in Redis: a replica's entry reaches Redis a
+ * round trip after its admit, and a fixed pause (20–30 ms) was too short on a busy machine (a fresh clone's run,
+ * 2026-12-08).
+ */
+async function queuedInRedis(queue: RedisFlowQueue, pool: string, count: number): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while ((await queue.inspect(pool)).queued < count) {
+    if (Date.now() > deadline) throw new Error(`the shared queue never held ${count} entries`);
+    await settle(2);
+  }
+}
+
+/**
  * A shared queue (this replica's own queue underneath) whose `enter` answers the entries `held` picks only once
  * `answer()` is called: a Redis round trip held up while the router goes on.
  */
@@ -365,25 +378,29 @@ describe('FlowControl shared by two replicas in Redis', () => {
   });
   afterAll(() => redis.stop());
 
+  /**
+   * A request-path connection (no offline queue, as the router's) whose commands may take 2 s, not the router's 50 ms:
+   * these tests are about the order of a shared queue, and on a busy machine a call past 50 ms sent a replica to its
+   * own queue (`sharesQueue` false) in a fresh clone's run (2026-12-08). The fallback has tests of its own below.
+   */
+  const sharedQueueConnection = (): RedisClient => createRedis(redis.url, 'request-path', { commandTimeoutMs: 2_000 });
+
   it('polls its waiters in the order the shared queue ranks them when their scores tie (ties by id)', async () => {
     // Two new flows start at the same virtual time: equal scores, which the sorted set orders by id. The replica
     // polls only its first waiter: ordered by arrival, it asked for the one ranked second while the freed slot
     // waited for the other, never asked, until the deadline (a review found it, 2026-12-07).
-    const connection = createRedis(redis.url, 'request-path');
+    const connection = sharedQueueConnection();
     try {
       await waitUntilReady(connection);
       const metrics = recorder();
-      const flow = control(
-        new RedisFlowQueue({ redis: connection, keyNamespace: uniqueKeyPrefix('flow-tie') }),
-        { maxQueueWaitMs: 2_000 },
-        metrics,
-      );
+      const queue = new RedisFlowQueue({ redis: connection, keyNamespace: uniqueKeyPrefix('flow-tie') });
+      const flow = control(queue, { maxQueueWaitMs: 2_000 }, metrics);
       const holder = await flow.admit('m', entry('x'), 10, capacity(1));
       // 'zz-…' arrives first, 'aa-…' sorts first.
       const first = flow.admit('m', entry('zz'), 10, capacity(1));
-      await settle(20);
+      await queuedInRedis(queue, 'm', 1);
       const second = flow.admit('m', entry('aa'), 10, capacity(1));
-      await settle(20);
+      await queuedInRedis(queue, 'm', 2);
       const released = performance.now();
       holder.release();
       const next = await Promise.race([first.then(() => 'zz'), second.then(() => 'aa')]);
@@ -399,7 +416,7 @@ describe('FlowControl shared by two replicas in Redis', () => {
 
   it("keeps a greedy tenant on one replica behind a light tenant's requests on the other", async () => {
     const namespace = uniqueKeyPrefix('flow-control');
-    const connections = [createRedis(redis.url, 'request-path'), createRedis(redis.url, 'request-path')];
+    const connections = [sharedQueueConnection(), sharedQueueConnection()];
     try {
       await Promise.all(connections.map((connection) => waitUntilReady(connection)));
       const [one, two] = connections.map((connection) =>
@@ -407,16 +424,8 @@ describe('FlowControl shared by two replicas in Redis', () => {
       ) as [FlowControl, FlowControl];
       const holder = await one.admit('m', entry('x'), 10, capacity(1));
       expect(one.sharesQueue && two.sharesQueue).toBe(true);
-      // The fleet's queue as Redis holds it: each replica's entries are awaited there, not for a fixed time (30 ms
-      // was too short on a busy machine: the light entries reached Redis after the holder's release).
+      // The fleet's queue as Redis holds it: each replica's entries are awaited there.
       const queue = new RedisFlowQueue({ redis: connections[0] as RedisClient, keyNamespace: namespace });
-      const queuedInRedis = async (count: number): Promise<void> => {
-        const deadline = Date.now() + 5_000;
-        while ((await queue.inspect('m')).queued < count) {
-          if (Date.now() > deadline) throw new Error(`the shared queue never held ${count} entries`);
-          await settle(2);
-        }
-      };
       const order: string[] = [];
       const greedy = admitAll(
         one,
@@ -425,9 +434,9 @@ describe('FlowControl shared by two replicas in Redis', () => {
         1,
         order,
       );
-      await queuedInRedis(8);
+      await queuedInRedis(queue, 'm', 8);
       const light = admitAll(two, 'm', [entry('light'), entry('light')], 1, order);
-      await queuedInRedis(10);
+      await queuedInRedis(queue, 'm', 10);
       holder.release();
       await releaseAsAdmitted([...greedy, ...light]);
       expect(order, order.join(' ')).toHaveLength(10);
