@@ -93,7 +93,7 @@ function runScript(name: string, args: readonly string[]): Promise<Run> {
     const child = spawn(process.execPath, [join(bundles, `${bundleName(name)}.mjs`), ...args], {
       cwd: repoPath(),
       // No KVROUTE_* from the caller's environment: a config file or Redis URL there must not change the answer.
-      env: Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KVROUTE_'))),
+      env: Object.fromEntries(Object.entries(process.env).filter(([variable]) => !variable.startsWith('KVROUTE_'))),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';
