@@ -7,7 +7,7 @@ import {
   type RoutingPolicy,
 } from '@kvroute/routing';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { commandCalls, openRedisTestContext, type RedisTestContext } from './redis-test-context';
+import { openRedisTestContext, scriptCalls, type RedisTestContext } from './redis-test-context';
 
 /**
  * A decision evaluates the policy once. Policies with an atomic rule (cacheaware, leastloaded) are
@@ -31,11 +31,6 @@ function counted(policy: RoutingPolicy): { policy: RoutingPolicy; calls: () => n
     policy: { ...policy, choose: (...args) => (calls++, policy.choose(...args)) },
     calls: () => calls,
   };
-}
-
-/** Script calls (FCALL, EVALSHA, EVAL) since the last CONFIG RESETSTAT. */
-function scriptCalls(): Promise<number> {
-  return commandCalls(ctx.redis, 'fcall', 'evalsha', 'eval');
 }
 
 const inputOf = (policy: RoutingPolicy, leaseId: string): DecideInput => ({
@@ -75,7 +70,7 @@ describe('decide on the Redis store evaluates the policy once', () => {
       expect(result.conflicts).toEqual([]);
     }
     expect(calls()).toBe(0);
-    expect(await scriptCalls()).toBe(5);
+    expect(await scriptCalls(ctx.redis)).toBe(5);
     // The decision is the one choose would have made on the figures the script read.
     const result = await decide(state, inputOf(policy, 'last'));
     expect(result.decision).toStrictEqual(
@@ -90,7 +85,7 @@ describe('decide on the Redis store evaluates the policy once', () => {
     await ctx.redis.config('RESETSTAT');
     for (let k = 1; k <= 5; k++) await decide(state, inputOf(policy, `l${k}`));
     expect(calls()).toBe(6);
-    expect(await scriptCalls()).toBe(10); // snapshot.lua + route.lua ('fixed') per decision
+    expect(await scriptCalls(ctx.redis)).toBe(10); // snapshot.lua + route.lua ('fixed') per decision
     expect(await ctx.redis.info('commandstats')).not.toMatch(/cmdstat_eval:/); // both scripts cached: EVALSHA only
   });
 });

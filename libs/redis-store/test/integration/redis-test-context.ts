@@ -63,6 +63,11 @@ export async function commandCalls(redis: RedisClient, ...commands: string[]): P
   return calls;
 }
 
+/** Script calls (FCALL, EVALSHA, EVAL) since the server started or CONFIG RESETSTAT: a decision's round trips. */
+export function scriptCalls(redis: RedisClient): Promise<number> {
+  return commandCalls(redis, 'fcall', 'evalsha', 'eval');
+}
+
 /**
  * A connection createRedis made for a redis:// URL, as the single-server client it is: these tests
  * inspect one server (SCAN, CLIENT PAUSE, SLOWLOG, CONFIG RESETSTAT), which a cluster client would spread.
